@@ -1,0 +1,28 @@
+"""specdec: composable, tested-lossless speculative-decoding primitives for PyTorch and Triton."""
+
+from specdec import drafters, models, testing, verify
+from specdec.decode import GenerationOutput, GenerationStats, generate
+from specdec.drafters import DraftProposal, Drafter, ModelDrafter, NGramDrafter
+from specdec.models import Target, TargetConfig, load_target
+from specdec.verify import ChainVerifier, SamplingConfig
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChainVerifier",
+    "DraftProposal",
+    "Drafter",
+    "GenerationOutput",
+    "GenerationStats",
+    "ModelDrafter",
+    "NGramDrafter",
+    "SamplingConfig",
+    "Target",
+    "TargetConfig",
+    "drafters",
+    "generate",
+    "load_target",
+    "models",
+    "testing",
+    "verify",
+]

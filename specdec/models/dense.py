@@ -1,0 +1,307 @@
+"""Lean runtime for dense decoders (Llama, Qwen2, Qwen3): static KV cache, explicit positions,
+tree masks, hidden-state taps, and a commit that keeps only accepted rows.
+
+The whole model is one class described by :class:`TargetConfig`; there is no per-family file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.models.config import TargetConfig
+
+
+@dataclass
+class TargetOutput:
+    """Result of a target forward.
+
+    Attributes:
+        logits: ``[B, T, V]`` float32.
+        hidden: hidden states after the requested layers, each ``[B, T, hidden_size]``, in the order
+            of ``hidden_layers`` (layer ``i`` means the output of decoder layer ``i``; ``0`` is the
+            embedding output, HF's ``hidden_states[i]`` convention).
+    """
+
+    logits: torch.Tensor
+    hidden: tuple[torch.Tensor, ...] = ()
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TargetConfig):
+        super().__init__()
+        self.cfg = cfg
+        # q, k and v in one matmul: one weight read per step instead of three launches.
+        self.wqkv = nn.Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, bias=cfg.attention_bias)
+        self.wo = nn.Linear(cfg.q_size, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+
+    def forward(self, x, cos, sin, k_cache, v_cache, slots, attn_mask):
+        cfg = self.cfg
+        bsz, seqlen, _ = x.shape
+        q, k, v = self.wqkv(x).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+        q = q.view(bsz, seqlen, cfg.num_heads, cfg.head_dim)
+        k = k.view(bsz, seqlen, cfg.num_kv_heads, cfg.head_dim)
+        v = v.view(bsz, seqlen, cfg.num_kv_heads, cfg.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        k_cache.index_copy_(2, slots, k)  # [B, Hkv, S, D]
+        v_cache.index_copy_(2, slots, v)
+        out = F.scaled_dot_product_attention(
+            q, k_cache, v_cache, attn_mask=attn_mask, enable_gqa=cfg.num_heads != cfg.num_kv_heads
+        )  # [B, H, T, D]
+        return self.wo(out.transpose(1, 2).reshape(bsz, seqlen, cfg.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: TargetConfig):
+        super().__init__()
+        self.w13 = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)  # gate and up, fused
+        self.w2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.w13(x).chunk(2, dim=-1)
+        return self.w2(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TargetConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, k_cache, v_cache, slots, attn_mask):
+        x = x + self.attn(self.attn_norm(x), cos, sin, k_cache, v_cache, slots, attn_mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Target(nn.Module):
+    """A dense decoder with a static KV cache (batch 1), the object every verifier drives.
+
+    The cache holds ``length`` committed tokens. :meth:`forward` appends ``T`` new rows at cache slots
+    ``[length, length + T)`` without committing them; :meth:`commit` keeps the accepted rows (compacted
+    in place) and advances ``length``. The newest emitted token of a speculative round (the *root*) is
+    not yet in the cache: a verify forward is over ``[root, d_1, ..., d_k]``.
+
+    Args:
+        config: the model's shape.
+        max_seq_len: cache capacity in tokens (prompt + generated + one verify window).
+        inv_freq: RoPE inverse frequencies ``[head_dim // 2]``; default from ``config.rope_theta``.
+        attention_scaling: RoPE cos/sin scale (non-default RoPE types).
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)                   # random-weight Llama-style model, fp32, CPU
+        >>> out = target(torch.tensor([[1, 2, 3]]))        # causal over the new rows
+        >>> out.logits.shape
+        torch.Size([1, 3, 97])
+        >>> target.commit(3); target.length
+        3
+    """
+
+    def __init__(
+        self,
+        config: TargetConfig,
+        *,
+        max_seq_len: int = 4096,
+        inv_freq: torch.Tensor | None = None,
+        attention_scaling: float = 1.0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ):
+        super().__init__()
+        if max_seq_len < 2:
+            raise ValueError(f"max_seq_len: expected >= 2, got {max_seq_len}")
+        self.config = config
+        self.max_seq_len = max_seq_len
+        factory = {"dtype": dtype, "device": device}
+        with torch.device(device):
+            self.embed = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+            self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+            self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.to(**factory)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
+        if inv_freq is None:
+            inv_freq, attention_scaling = config.rope_inv_freq()
+        self.register_buffer("inv_freq", inv_freq.float().to(device), persistent=False)
+        self.attention_scaling = attention_scaling
+        self.length = 0
+        self._last_rows = 0
+        self._allocate_cache()
+
+    # ----------------------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    def _allocate_cache(self) -> None:
+        cfg = self.config
+        shape = (1, cfg.num_kv_heads, self.max_seq_len, cfg.head_dim)
+        self.k_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        self.v_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+
+    def reset(self) -> None:
+        """Forget every cached token (the buffers are kept; nothing is reallocated)."""
+        self.length = 0
+        self._last_rows = 0
+
+    def truncate(self, length: int) -> None:
+        """Roll the cache back to its first ``length`` committed tokens (used by drafters)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"length: expected 0 <= length <= {self.length}, got {length}")
+        self.length = length
+        self._last_rows = 0
+
+    def room(self) -> int:
+        """Tokens that still fit in the cache."""
+        return self.max_seq_len - self.length
+
+    # ----------------------------------------------------------------------------------------------
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        *,
+        hidden_layers: Sequence[int] = (),
+    ) -> TargetOutput:
+        """Run ``T`` new rows against the committed prefix; their K/V go to slots ``[length, length+T)``.
+
+        Args:
+            tokens: ``[1, T]`` int64 token ids.
+            positions: ``[1, T]`` RoPE positions; default ``length + arange(T)``. A tree passes
+                ``length + depth``.
+            mask: ``[T, T]`` bool over the new rows, ``True`` where row ``t`` may attend row ``j``
+                (the committed prefix is always visible). Default: causal.
+            hidden_layers: layer indices whose outputs to return (HF ``hidden_states`` numbering).
+
+        Returns:
+            :class:`TargetOutput` with float32 logits ``[1, T, V]``.
+        """
+        self._check_inputs(tokens, positions, mask, hidden_layers)
+        seqlen = tokens.shape[1]
+        device = self.device
+        new = torch.arange(seqlen, device=device)
+        if positions is None:
+            positions = (self.length + new)[None]
+        slots = self.length + new  # [T]
+        # [T, S]: committed prefix visible, then the new rows by `mask`, nothing beyond.
+        kv_idx = torch.arange(self.max_seq_len, device=device)
+        attn_mask = kv_idx[None, :] < self.length
+        local = torch.tril(torch.ones(seqlen, seqlen, dtype=torch.bool, device=device)) if mask is None else mask
+        attn_mask = attn_mask.expand(seqlen, -1).clone()
+        attn_mask[:, self.length : self.length + seqlen] = local
+        attn_mask = attn_mask[None, None]  # [1, 1, T, S]
+        cos, sin = self._rope(positions)
+        x = self.embed(tokens)
+        hidden: list[torch.Tensor] = []
+        wanted = set(hidden_layers)
+        if 0 in wanted:
+            hidden.append((0, x))
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, self.k_caches[i], self.v_caches[i], slots, attn_mask)
+            if i + 1 in wanted:
+                hidden.append((i + 1, x))
+        logits = self.lm_head(self.norm(x)).float()
+        self._last_rows = seqlen
+        order = {layer: pos for pos, layer in enumerate(hidden_layers)}
+        taps = tuple(h for _, h in sorted(hidden, key=lambda item: order[item[0]]))
+        return TargetOutput(logits=logits, hidden=taps)
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions[..., None].float() * self.inv_freq  # [1, T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = (emb.cos() * self.attention_scaling).to(self.dtype)[:, None]  # [1, 1, T, D]
+        sin = (emb.sin() * self.attention_scaling).to(self.dtype)[:, None]
+        return cos, sin
+
+    def commit(self, accepted: int | torch.Tensor) -> None:
+        """Keep accepted rows of the last forward and advance ``length``.
+
+        Args:
+            accepted: ``n`` keeps the first ``n`` rows; a LongTensor ``[n]`` of ascending row indices
+                (a tree's accepted path, root row 0 first) moves those rows' K/V to slots
+                ``[length, length + n)`` in place.
+        """
+        if isinstance(accepted, int):
+            if not 0 <= accepted <= self._last_rows:
+                raise ValueError(f"accepted: expected 0 <= n <= {self._last_rows} (rows of the last forward), got {accepted}")
+            self.length += accepted
+            self._last_rows = 0
+            return
+        if accepted.ndim != 1 or accepted.dtype != torch.long:
+            raise TypeError(f"accepted: expected an int or a 1-D int64 tensor, got {accepted.dtype} {tuple(accepted.shape)}")
+        n = accepted.numel()
+        if n > self._last_rows:
+            raise ValueError(f"accepted: expected at most {self._last_rows} rows, got {n}")
+        src = self.length + accepted.to(self.device)
+        dst = self.length + torch.arange(n, device=self.device)
+        # Ascending order and src >= dst make the in-place gather-then-scatter safe.
+        for k_cache, v_cache in zip(self.k_caches, self.v_caches):
+            k_cache[:, :, dst] = k_cache[:, :, src]
+            v_cache[:, :, dst] = v_cache[:, :, src]
+        self.length += n
+        self._last_rows = 0
+
+    # ----------------------------------------------------------------------------------------------
+    def _check_inputs(self, tokens, positions, mask, hidden_layers) -> None:
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long:
+            desc = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise TypeError(f"tokens: expected an int64 tensor [1, T], got {desc}")
+        if tokens.shape[0] != 1:
+            raise ValueError(f"tokens: expected batch 1 (one request per cache), got batch {tokens.shape[0]}")
+        seqlen = tokens.shape[1]
+        if seqlen < 1:
+            raise ValueError("tokens: expected at least one token, got T = 0")
+        if tokens.device != self.device:
+            raise ValueError(f"tokens: expected device {self.device}, got {tokens.device}")
+        if self.length + seqlen > self.max_seq_len:
+            raise ValueError(
+                f"tokens: {seqlen} new rows do not fit: length {self.length} + {seqlen} > max_seq_len {self.max_seq_len}"
+            )
+        if positions is not None and tuple(positions.shape) != tuple(tokens.shape):
+            raise ValueError(f"positions: expected shape {tuple(tokens.shape)}, got {tuple(positions.shape)}")
+        if mask is not None:
+            if mask.dtype != torch.bool or tuple(mask.shape) != (seqlen, seqlen):
+                raise ValueError(f"mask: expected bool [{seqlen}, {seqlen}], got {mask.dtype} {tuple(mask.shape)}")
+        for layer in hidden_layers:
+            if not 0 <= layer <= self.config.num_layers:
+                raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer}")

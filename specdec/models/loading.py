@@ -1,0 +1,184 @@
+"""Build a :class:`Target` from an HF model, a local HF checkpoint folder, or a ``.gguf`` file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from specdec.models.config import SUPPORTED_MODEL_TYPES, TargetConfig
+from specdec.models.dense import Target
+
+_WEIGHT_FORMATS = ("bf16", "w12")
+
+
+def _hf_to_runtime(cfg: TargetConfig, hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Map HF tensor names (``model.layers.{i}.self_attn.q_proj.weight`` ...) to the runtime's names."""
+
+    def take(name: str) -> torch.Tensor:
+        if name not in hf_state:
+            raise ValueError(f"checkpoint: missing tensor {name!r}")
+        return hf_state[name]
+
+    state: dict[str, torch.Tensor] = {"embed.weight": take("model.embed_tokens.weight"), "norm.weight": take("model.norm.weight")}
+    if not cfg.tie_word_embeddings:
+        state["lm_head.weight"] = hf_state.get("lm_head.weight", state["embed.weight"])
+    for i in range(cfg.num_layers):
+        hf, ours = f"model.layers.{i}.", f"layers.{i}."
+        attn = hf + "self_attn."
+        state[ours + "attn_norm.weight"] = take(hf + "input_layernorm.weight")
+        state[ours + "mlp_norm.weight"] = take(hf + "post_attention_layernorm.weight")
+        state[ours + "attn.wqkv.weight"] = torch.cat([take(attn + f"{p}_proj.weight") for p in "qkv"])
+        if cfg.attention_bias:
+            state[ours + "attn.wqkv.bias"] = torch.cat([take(attn + f"{p}_proj.bias") for p in "qkv"])
+        state[ours + "attn.wo.weight"] = take(attn + "o_proj.weight")
+        if cfg.qk_norm:
+            state[ours + "attn.q_norm.weight"] = take(attn + "q_norm.weight")
+            state[ours + "attn.k_norm.weight"] = take(attn + "k_norm.weight")
+        mlp = hf + "mlp."
+        state[ours + "mlp.w13.weight"] = torch.cat([take(mlp + "gate_proj.weight"), take(mlp + "up_proj.weight")])
+        state[ours + "mlp.w2.weight"] = take(mlp + "down_proj.weight")
+    return state
+
+
+def build_target(
+    cfg: TargetConfig,
+    hf_state: Mapping[str, torch.Tensor],
+    *,
+    hf_config: Any = None,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    max_seq_len: int,
+) -> Target:
+    """Allocate a :class:`Target` and copy HF-named weights into it (converted to ``dtype``)."""
+    inv_freq, scaling = cfg.rope_inv_freq(hf_config)
+    target = Target(cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype, device="meta")
+    state = _hf_to_runtime(cfg, hf_state)
+    target = target.to_empty(device=device)
+    missing, unexpected = target.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
+    # The tied lm_head shares the embedding parameter, so it never appears in the state.
+    missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint: missing tensors {missing}, unexpected tensors {unexpected}")
+    if cfg.tie_word_embeddings:
+        target.lm_head.weight = target.embed.weight
+    target.register_buffer("inv_freq", inv_freq.float().to(device), persistent=False)
+    target.reset()
+    target._allocate_cache()
+    return target.eval().requires_grad_(False)
+
+
+def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"model_or_path: no *.safetensors files in {str(folder)!r}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state
+
+
+def _gguf_to_hf(path: Path, progress: bool) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    if progress:
+        print(f"[specdec] dequantising {path.name} with transformers + gguf (one-off, ~20 s)", flush=True)
+    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+
+
+def load_target(
+    model_or_path: Any,
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | str = "cuda",
+    max_seq_len: int = 4096,
+    weight_format: str = "bf16",
+    progress: bool = True,
+) -> Target:
+    """Load a dense decoder into the lean runtime.
+
+    Args:
+        model_or_path: an HF ``PreTrainedModel`` (Llama / Qwen2 / Qwen3 families), a local HF
+            checkpoint folder (``config.json`` + ``*.safetensors``), or a ``.gguf`` file.
+        dtype: compute and weight dtype (``torch.float32`` for exactness tests).
+        device: where the weights and cache live.
+        max_seq_len: KV cache capacity in tokens.
+        weight_format: ``"bf16"`` (plain weights in ``dtype``) or ``"w12"`` (lossless 12-bit).
+
+    Returns:
+        a :class:`specdec.models.Target` with an empty cache.
+
+    Example:
+        >>> target = sd.load_target("path/to/SmolLM2-135M", dtype=torch.float32, device="cpu")  # doctest: +SKIP
+    """
+    if weight_format not in _WEIGHT_FORMATS:
+        raise ValueError(f"weight_format: expected one of {_WEIGHT_FORMATS}, got {weight_format!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 2:
+        raise ValueError(f"max_seq_len: expected an int >= 2, got {max_seq_len!r}")
+    if weight_format == "w12" and dtype != torch.bfloat16:
+        raise ValueError(f"dtype: weight_format 'w12' stores bf16 weights exactly, expected torch.bfloat16, got {dtype}")
+
+    hf_model = None
+    if isinstance(model_or_path, (str, os.PathLike)):
+        path = Path(model_or_path)
+        if path.is_file() and path.suffix == ".gguf":
+            hf_model = _gguf_to_hf(path, progress)
+        elif path.is_dir():
+            from transformers import AutoConfig
+
+            if not (path / "config.json").exists():
+                raise ValueError(f"model_or_path: {str(path)!r} has no config.json")
+            hf_config = AutoConfig.from_pretrained(str(path))
+            cfg = TargetConfig.from_hf(hf_config)
+            target = build_target(cfg, _read_safetensors(path), hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
+            return _apply_weight_format(target, weight_format)
+        else:
+            raise ValueError(f"model_or_path: expected an HF checkpoint folder or a .gguf file, got {str(path)!r}")
+    else:
+        hf_model = model_or_path
+    if not hasattr(hf_model, "config") or not hasattr(hf_model, "state_dict"):
+        raise TypeError(f"model_or_path: expected a PreTrainedModel, a folder or a .gguf path, got {type(hf_model).__name__}")
+    model_type = getattr(hf_model.config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"model_or_path: model_type {model_type!r} is not supported; expected one of {SUPPORTED_MODEL_TYPES}")
+    cfg = TargetConfig.from_hf(hf_model.config)
+    state = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    target = build_target(cfg, state, hf_config=hf_model.config, dtype=dtype, device=device, max_seq_len=max_seq_len)
+    return _apply_weight_format(target, weight_format)
+
+
+def _apply_weight_format(target: Target, weight_format: str) -> Target:
+    if weight_format == "w12":
+        from specdec.formats import convert
+
+        convert(target)
+    return target
+
+
+def save_hf_checkpoint(hf_model: Any, folder: str | os.PathLike, *, dtype: torch.dtype = torch.float32) -> Path:
+    """Write an HF model's config and weights as a plain safetensors checkpoint folder.
+
+    Used to cache a dequantised GGUF so later loads take a second instead of a conversion.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype).contiguous() for k, v in hf_model.state_dict().items()}
+    if getattr(hf_model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    tmp = folder / "model.safetensors.tmp"
+    save_file(state, str(tmp))
+    config = hf_model.config.to_dict()
+    config.pop("quantization_config", None)
+    (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    tmp.rename(folder / "model.safetensors")
+    return folder
+

@@ -1,0 +1,158 @@
+"""Chain verification: greedy longest-prefix match and rejection sampling.
+
+For a proposal ``d_1..d_k`` with target laws ``p_1..p_{k+1}`` (``p_i`` = target law of the token after
+``d_{i-1}``) and draft laws ``q_i``:
+
+* draft law given (``q`` known): accept ``d_i`` with probability ``min(1, p_i(d_i) / q_i(d_i))``; on the
+  first rejection draw from the residual ``norm(max(p_i - q_i, 0))``.
+* deterministic proposal (``q`` unknown, the token was chosen, not drawn): accept with probability
+  ``p_i(d_i)``; on rejection draw from ``p_i`` with ``d_i`` removed, renormalised. This is the
+  rejection rule for a point-mass ``q`` and therefore exact.
+* after ``k`` acceptances the bonus token is drawn from ``p_{k+1}``.
+
+Greedy decoding is the same rule with one-hot target laws, which reduces to "accept while the draft
+equals the target argmax, then emit the argmax".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from specdec.drafters.base import DraftProposal
+from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
+
+
+@dataclass
+class VerifyResult:
+    """Outcome of one verification round.
+
+    Attributes:
+        emitted: ``[n + 1]`` int64: the ``n`` accepted draft tokens, then the bonus token.
+        num_accepted: ``n`` as a host int.
+    """
+
+    emitted: torch.Tensor
+    num_accepted: int
+
+
+@dataclass
+class ChainLaws:
+    """The laws a chain verification samples from (exposed so tests can compose them exactly).
+
+    Attributes:
+        accept_probs: ``[k]`` probability of accepting ``d_i`` given ``d_1..d_{i-1}`` were accepted.
+        residual_probs: ``[k, V]`` law of the replacement token when ``d_i`` is rejected.
+        bonus_probs: ``[V]`` law of the token after ``d_k`` when every draft is accepted.
+    """
+
+    accept_probs: torch.Tensor
+    residual_probs: torch.Tensor
+    bonus_probs: torch.Tensor
+
+
+def chain_laws(target_probs: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None) -> ChainLaws:
+    """Acceptance and residual laws of a chain.
+
+    Args:
+        target_probs: ``[k + 1, V]`` target law at each verify row (row ``i`` follows ``d_i``; row 0
+            follows the root).
+        draft_tokens: ``[k]`` proposed tokens.
+        draft_probs: ``[k, V]`` the laws they were drawn from, or ``None`` (deterministic proposal).
+
+    Example:
+        >>> laws = chain_laws(torch.tensor([[0.5, 0.5], [1.0, 0.0]]), torch.tensor([0]), None)
+        >>> laws.accept_probs, laws.residual_probs
+        (tensor([0.5000]), tensor([[0., 1.]]))
+    """
+    k = draft_tokens.numel()
+    rows = torch.arange(k, device=target_probs.device)
+    p = target_probs[:k]  # [k, V]
+    p_tok = p[rows, draft_tokens]  # [k]
+    if draft_probs is None:
+        accept = p_tok
+        residual = p.clone()
+        residual[rows, draft_tokens] = 0.0
+    else:
+        q_tok = draft_probs[rows, draft_tokens]
+        # q(d) = 0 means the drafter reported a law that could not have produced d: never accept it.
+        ratio = p_tok / q_tok.clamp_min(torch.finfo(q_tok.dtype).tiny)
+        accept = torch.where(q_tok > 0, ratio.clamp(max=1.0), torch.zeros_like(p_tok))
+        residual = (p - draft_probs).clamp_min(0.0)
+    mass = residual.sum(-1, keepdim=True)
+    # A zero residual only happens when acceptance is certain (p == q, or p(d) == 1); any law works there.
+    residual = torch.where(mass > 0, residual / mass.clamp_min(torch.finfo(mass.dtype).tiny), p)
+    return ChainLaws(accept_probs=accept, residual_probs=residual, bonus_probs=target_probs[k])
+
+
+def chain_accept(
+    target_logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    *,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None = None,
+) -> tuple[int, torch.Tensor]:
+    """Decide a chain: returns ``(num_accepted, bonus_token)``; ``bonus_token`` is a 0-d int64 tensor.
+
+    Args:
+        target_logits: ``[k + 1, V]`` target logits of the verify rows ``[root, d_1, ..., d_k]``.
+        draft_tokens: ``[k]``.
+        draft_probs: ``[k, V]`` or ``None``; ignored when ``sampling`` is greedy.
+
+    Example (greedy: accept while the draft equals the argmax, then emit the argmax):
+        >>> logits = torch.tensor([[0.0, 5.0], [5.0, 0.0], [0.0, 5.0]])
+        >>> chain_accept(logits, torch.tensor([1, 1]), None, sampling=SamplingConfig())
+        (1, tensor(0))
+    """
+    k = draft_tokens.numel()
+    if sampling.greedy:
+        target_tokens = target_logits.argmax(-1)  # [k + 1]
+        matches = (draft_tokens == target_tokens[:k]).long()
+        n = int(matches.cumprod(0).sum())  # the one host sync of the round
+        return n, target_tokens[n]
+    target_probs = logits_to_probs(target_logits, sampling)
+    laws = chain_laws(target_probs, draft_tokens, draft_probs)
+    u = torch.rand(k, generator=generator, device=target_logits.device, dtype=torch.float64)
+    accepted = (u < laws.accept_probs.double()).long()
+    n = int(accepted.cumprod(0).sum())
+    law = laws.bonus_probs if n == k else laws.residual_probs[n]
+    return n, sample(law, generator)
+
+
+class ChainVerifier:
+    """Verify a chain of draft tokens with one target forward.
+
+    Greedy: longest prefix where the draft equals the target argmax, plus the bonus token.
+    Sampling: rejection sampling against the drafter's law, or the deterministic-proposal rule when
+    the drafter gives none. Both are lossless (see :func:`chain_laws`).
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> target(torch.tensor([[1, 2]])); target.commit(2)      # prefill all but the root
+        >>> from specdec.drafters import DraftProposal
+        >>> result = ChainVerifier().verify(target, torch.tensor([3]), DraftProposal(torch.tensor([4, 5])),
+        ...                                 sampling=SamplingConfig(), generator=None)
+        >>> result.emitted.shape[0] == result.num_accepted + 1
+        True
+    """
+
+    def verify(
+        self,
+        target,
+        root: torch.Tensor,
+        proposal: DraftProposal,
+        *,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None = None,
+    ) -> VerifyResult:
+        drafts = proposal.tokens
+        rows = torch.cat([root.view(1), drafts])[None]  # [1, k + 1]
+        logits = target(rows).logits[0]  # [k + 1, V]
+        n, bonus = chain_accept(logits, drafts, proposal.draft_probs, sampling=sampling, generator=generator)
+        target.commit(n + 1)
+        return VerifyResult(emitted=torch.cat([drafts[:n], bonus.view(1)]), num_accepted=n)

@@ -1,0 +1,79 @@
+"""Sampling settings and the logits -> probabilities transform shared by drafters and verifiers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How tokens are drawn. ``temperature == 0`` is greedy (argmax).
+
+    Example:
+        >>> SamplingConfig(temperature=0.7, top_k=50).greedy
+        False
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, (int, float)) and self.temperature >= 0):
+            raise ValueError(f"temperature: expected a float >= 0, got {self.temperature!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k: expected an int >= 0 (0 = off), got {self.top_k!r}")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p: expected a float in (0, 1], got {self.top_p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """Target (or draft) law after temperature, top-k and top-p: ``[..., V]`` -> ``[..., V]`` float32.
+
+    Greedy settings give the one-hot law of the argmax, so the same acceptance code serves both modes.
+    Top-p keeps the smallest set of most likely tokens whose mass reaches ``top_p`` (ties broken by
+    token id, deterministically).
+
+    Example:
+        >>> logits_to_probs(torch.tensor([0.0, 1.0, 2.0]), SamplingConfig(temperature=1.0, top_k=2)).round(decimals=3)
+        tensor([0.0000, 0.2690, 0.7310])
+    """
+    logits = logits.float()
+    if sampling.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / sampling.temperature
+    vocab = logits.shape[-1]
+    if 0 < sampling.top_k < vocab:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        # mass strictly before each token; keep tokens whose preceding mass is still < top_p
+        before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        keep_sorted = before < sampling.top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        probs = probs * keep
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token per row of ``probs [..., V]`` -> ``[...]`` int64 (inverse CDF with the generator).
+
+    Inverse-CDF sampling with one uniform per row keeps the stream of random numbers identical on
+    every backend, which makes seeded runs reproducible.
+    """
+    flat = probs.reshape(-1, probs.shape[-1])
+    u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=torch.float64)
+    cdf = torch.cumsum(flat.double(), dim=-1)
+    cdf = cdf / cdf[:, -1:]
+    # u < 1 = cdf[-1], so the first index with cdf > u exists and carries positive mass
+    idx = torch.searchsorted(cdf, u, right=True)
+    return idx.reshape(probs.shape[:-1])

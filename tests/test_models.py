@@ -1,0 +1,120 @@
+"""The lean runtime against transformers on the same weights, and its cache operations."""
+
+import pytest
+import torch
+
+import specdec as sd
+from specdec.testing import tiny_hf_model, tiny_target
+
+CONFIGS = {
+    "llama-gqa": dict(model_type="llama", num_heads=4, num_kv_heads=2),
+    "llama-mha-tied": dict(model_type="llama", num_heads=4, num_kv_heads=4, tie_word_embeddings=True),
+    "qwen3-qknorm-odd": dict(model_type="qwen3", vocab_size=101, hidden_size=40, num_heads=5, num_kv_heads=1, head_dim=12, intermediate_size=52),
+    "qwen2-bias": dict(model_type="qwen2", num_heads=4, num_kv_heads=2, num_layers=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_logits_and_hidden_match_transformers(name):
+    hf = tiny_hf_model(seed=3, **CONFIGS[name])
+    target = sd.load_target(hf, dtype=torch.float32, device="cpu", max_seq_len=64)
+    ids = torch.randint(0, hf.config.vocab_size, (1, 23), generator=torch.Generator().manual_seed(0))
+    ref = hf(ids, output_hidden_states=True)
+    out = target(ids, hidden_layers=(0, 1, hf.config.num_hidden_layers))
+    torch.testing.assert_close(out.logits, ref.logits.float(), rtol=1e-4, atol=1e-4)
+    for got, layer in zip(out.hidden, (0, 1)):
+        torch.testing.assert_close(got, ref.hidden_states[layer], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_greedy_ar_equals_hf_generate(name):
+    hf = tiny_hf_model(seed=5, **CONFIGS[name])
+    target = sd.load_target(hf, dtype=torch.float32, device="cpu", max_seq_len=96)
+    prompt = torch.randint(0, hf.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(1))
+    ref = hf.generate(prompt, max_new_tokens=40, do_sample=False, min_new_tokens=40,
+                      attention_mask=torch.ones_like(prompt), pad_token_id=0)[:, prompt.shape[1]:]
+    ours = sd.generate(target, prompt, max_new_tokens=40)
+    assert torch.equal(ours.tokens, ref)
+
+
+def test_incremental_decode_matches_full_forward():
+    target = tiny_target(seed=2, max_seq_len=64)
+    ids = torch.randint(0, target.vocab_size, (1, 17), generator=torch.Generator().manual_seed(2))
+    full = target(ids).logits
+    target.reset()
+    target(ids[:, :10]); target.commit(10)
+    rows = []
+    for i in range(10, 17):
+        rows.append(target(ids[:, i : i + 1]).logits)
+        target.commit(1)
+    rest = torch.cat(rows, 1)
+    torch.testing.assert_close(rest, full[:, 10:], rtol=1e-5, atol=1e-5)
+
+
+def test_commit_keeps_only_accepted_rows():
+    """Rows 0, 2, 3 of a verify window are compacted; the next logits equal a clean run of that path."""
+    target = tiny_target(seed=4, max_seq_len=64)
+    prefix = torch.tensor([[5, 6, 7, 8]])
+    window = torch.tensor([[9, 10, 11, 12, 13]])
+    # a tree: row 1 and row 2 are both children of row 0; rows 3, 4 follow row 2
+    parents = [-1, 0, 0, 2, 3]
+    mask = torch.zeros(5, 5, dtype=torch.bool)
+    for i in range(5):
+        j = i
+        while j >= 0:
+            mask[i, j] = True
+            j = parents[j]
+    depth = torch.tensor([[0, 1, 1, 2, 3]])
+    target(prefix); target.commit(4)
+    tree_logits = target(window, positions=4 + depth, mask=mask).logits
+    target.commit(torch.tensor([0, 2, 3]))
+    assert target.length == 7
+    nxt = target(torch.tensor([[14]])).logits
+
+    clean = tiny_target(seed=4, max_seq_len=64)
+    path = torch.tensor([[5, 6, 7, 8, 9, 11, 12, 14]])
+    ref = clean(path).logits
+    torch.testing.assert_close(nxt[0, -1], ref[0, -1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tree_logits[0, [0, 2, 3]], ref[0, 4:7], rtol=1e-5, atol=1e-5)
+
+
+def test_commit_without_compaction_is_detected():
+    """Mutation: committing the first three rows instead of the path gives different next logits."""
+    target = tiny_target(seed=4, max_seq_len=64)
+    target(torch.tensor([[5, 6, 7, 8]])); target.commit(4)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+    target(torch.tensor([[9, 10, 11]]), positions=torch.tensor([[4, 5, 5]]), mask=mask)
+    target.commit(2)  # wrong: keeps row 1, the rejected sibling, instead of row 2
+    wrong = target(torch.tensor([[14]])).logits
+    clean = tiny_target(seed=4, max_seq_len=64)
+    ref = clean(torch.tensor([[5, 6, 7, 8, 9, 11, 14]])).logits
+    assert not torch.allclose(wrong[0, -1], ref[0, -1], atol=1e-3)
+
+
+def test_load_from_checkpoint_folder(tmp_path):
+    hf = tiny_hf_model("qwen3", seed=7)
+    hf.save_pretrained(tmp_path)
+    from_folder = sd.load_target(tmp_path, dtype=torch.float32, device="cpu", max_seq_len=32)
+    from_model = sd.load_target(hf, dtype=torch.float32, device="cpu", max_seq_len=32)
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    assert torch.equal(from_folder(ids).logits, from_model(ids).logits)
+
+
+def test_errors_name_the_argument():
+    target = tiny_target(seed=0, max_seq_len=16)
+    with pytest.raises(TypeError, match="tokens"):
+        target(torch.tensor([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match="max_seq_len 16"):
+        target(torch.zeros(1, 17, dtype=torch.long))
+    with pytest.raises(ValueError, match="mask"):
+        target(torch.tensor([[1, 2]]), mask=torch.ones(3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="accepted"):
+        target(torch.tensor([[1, 2]])); target.commit(3)
+    with pytest.raises(ValueError, match="model_type"):
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        sd.load_target(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=10)), device="cpu")
+    with pytest.raises(ValueError, match="weight_format"):
+        sd.load_target(tiny_hf_model(), weight_format="int4", device="cpu")
+    with pytest.raises(ValueError, match="model_or_path"):
+        sd.load_target("/nonexistent/folder", device="cpu")
