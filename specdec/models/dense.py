@@ -223,28 +223,25 @@ class Target(nn.Module):
         if positions is None:
             positions = (self.length + new)[None]
         slots = self.length + new  # [T]
-        # [T, S]: committed prefix visible, then the new rows by `mask`, nothing beyond.
-        kv_idx = torch.arange(self.max_seq_len, device=device)
-        attn_mask = kv_idx[None, :] < self.length
+        # Attention reads only the slots in use: the committed prefix, then the new rows by `mask`.
+        kv_len = self.length + seqlen
         local = torch.tril(torch.ones(seqlen, seqlen, dtype=torch.bool, device=device)) if mask is None else mask
-        attn_mask = attn_mask.expand(seqlen, -1).clone()
-        attn_mask[:, self.length : self.length + seqlen] = local
-        attn_mask = attn_mask[None, None]  # [1, 1, T, S]
+        attn_mask = torch.cat([torch.ones(seqlen, self.length, dtype=torch.bool, device=device), local], dim=1)
+        return self._run(tokens, positions, slots, attn_mask[None, None], kv_len, hidden_layers)
+
+    def _run(self, tokens, positions, slots, attn_mask, kv_len, hidden_layers) -> TargetOutput:
+        """The layer stack on explicit tensors (a CUDA graph captures exactly this)."""
         cos, sin = self._rope(positions)
         x = self.embed(tokens)
-        hidden: list[torch.Tensor] = []
-        wanted = set(hidden_layers)
-        if 0 in wanted:
-            hidden.append((0, x))
+        taps: dict[int, torch.Tensor] = {0: x} if 0 in hidden_layers else {}
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, self.k_caches[i], self.v_caches[i], slots, attn_mask)
-            if i + 1 in wanted:
-                hidden.append((i + 1, x))
+            k_cache, v_cache = self.k_caches[i][:, :, :kv_len], self.v_caches[i][:, :, :kv_len]
+            x = layer(x, cos, sin, k_cache, v_cache, slots, attn_mask)
+            if i + 1 in hidden_layers:
+                taps[i + 1] = x
         logits = self.lm_head(self.norm(x)).float()
-        self._last_rows = seqlen
-        order = {layer: pos for pos, layer in enumerate(hidden_layers)}
-        taps = tuple(h for _, h in sorted(hidden, key=lambda item: order[item[0]]))
-        return TargetOutput(logits=logits, hidden=taps)
+        self._last_rows = tokens.shape[1]
+        return TargetOutput(logits=logits, hidden=tuple(taps[layer] for layer in hidden_layers))
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions[..., None].float() * self.inv_freq  # [1, T, D/2]

