@@ -1,0 +1,249 @@
+"""generate(): speculative == AR (greedy, float32, torch.equal) for drafters of every quality; sampling laws."""
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as scipy_stats
+
+import specdec as sd
+from specdec.drafters.model import ModelDrafter
+from specdec.verify.sampling import logits_to_probs
+from specdec.testing import ForcedDrafter, RandomDrafter, tiny_hf_model, tiny_target
+
+
+@functools.lru_cache(maxsize=None)
+def _target(model_type: str, seed: int, vocab_size: int):
+    return tiny_target(model_type, seed=seed, vocab_size=vocab_size, max_seq_len=128)
+
+
+def _drafter(kind: str, target, k: int, seed: int):
+    if kind == "forced":
+        return ForcedDrafter(target, accept=k)
+    if kind == "ngram":
+        return sd.NGramDrafter(max_ngram=3)
+    if kind == "same-model":  # perfect drafter: the target's own weights
+        return ModelDrafter(tiny_target(target.config.model_type, seed=seed, vocab_size=target.vocab_size, max_seq_len=160))
+    if kind == "other-model":  # poor drafter: unrelated random weights
+        return ModelDrafter(tiny_target("llama", seed=seed + 100, vocab_size=target.vocab_size, hidden_size=16, max_seq_len=160))
+    if kind == "random":
+        return RandomDrafter(target.vocab_size)
+    raise AssertionError(kind)
+
+
+@settings(max_examples=30)
+@given(
+    model_type=st.sampled_from(["llama", "qwen3", "qwen2"]),
+    seed=st.integers(0, 3),
+    vocab_size=st.sampled_from([61, 97]),
+    kind=st.sampled_from(["forced", "ngram", "same-model", "other-model", "random"]),
+    k=st.integers(0, 5),
+    num_draft_tokens=st.integers(0, 6),
+    prompt=st.lists(st.integers(0, 60), min_size=1, max_size=12),
+    max_new_tokens=st.integers(1, 40),
+)
+def test_greedy_speculative_equals_ar(model_type, seed, vocab_size, kind, k, num_draft_tokens, prompt, max_new_tokens):
+    target = _target(model_type, seed, vocab_size)
+    ids = torch.tensor([prompt])
+    ar = sd.generate(target, ids, max_new_tokens)
+    spec = sd.generate(target, ids, max_new_tokens, drafter=_drafter(kind, target, k, seed),
+                       num_draft_tokens=num_draft_tokens, seed=seed)
+    assert torch.equal(spec.tokens, ar.tokens)
+    assert spec.stats.new_tokens == max_new_tokens
+    assert spec.stats.target_passes <= ar.stats.target_passes
+
+
+@pytest.mark.parametrize("accept", range(0, 6))
+def test_forced_drafter_accepts_exactly_k(accept):
+    target = _target("llama", 1, 97)
+    out = sd.generate(target, torch.tensor([[5, 9, 2, 7]]), 40, drafter=ForcedDrafter(target, accept=accept), num_draft_tokens=5)
+    hist = out.stats.accepted_histogram
+    full_rounds = hist[min(accept, 5)]
+    # every round but possibly the last (cut short by max_new_tokens) accepts exactly min(accept, 5)
+    assert full_rounds >= out.stats.rounds - 1
+    assert out.stats.target_passes == 1 + out.stats.rounds
+    assert torch.equal(out.tokens, sd.generate(target, torch.tensor([[5, 9, 2, 7]]), 40).tokens)
+
+
+def test_tokens_per_pass_counts_prefill():
+    target = _target("llama", 0, 97)
+    ar = sd.generate(target, torch.tensor([[1, 2, 3]]), 10)
+    assert ar.stats.target_passes == 10 and ar.stats.tokens_per_target_pass == 1.0
+
+
+def test_batch_rows_are_independent_requests():
+    target = _target("qwen3", 2, 97)
+    prompts = torch.tensor([[4, 5, 6, 7], [8, 9, 10, 11]])
+    both = sd.generate(target, prompts, 15, drafter=sd.NGramDrafter())
+    for row in range(2):
+        alone = sd.generate(target, prompts[row : row + 1], 15)
+        assert torch.equal(both.tokens[row], alone.tokens[0])
+
+
+def test_eos_stops_each_request_and_lengths_may_differ():
+    target = _target("llama", 3, 97)
+    prompts = torch.tensor([[4, 5, 6, 7], [8, 9, 10, 11]])
+    free = sd.generate(target, prompts, 30)
+    eos = int(free.tokens[0, 5])  # a token the first request emits at step 5
+    out = sd.generate(target, prompts, 30, drafter=sd.NGramDrafter(), eos_token_id=eos)
+    first = out.tokens[0]
+    assert int(first[-1]) == eos and eos not in first[:-1].tolist() and first.numel() <= 6
+    ar = sd.generate(target, prompts, 30, eos_token_id=eos)
+    for a, b in zip(ar.tokens, out.tokens):
+        assert torch.equal(a, b)
+
+
+# ---- sampling ------------------------------------------------------------------------------------
+
+
+def test_seeded_sampling_is_reproducible():
+    target = _target("llama", 0, 97)
+    ids = torch.tensor([[3, 4, 5]])
+    kw = dict(temperature=0.9, top_k=20, drafter=ModelDrafter(tiny_target(seed=9, max_seq_len=64)))
+    a = sd.generate(target, ids, 20, seed=7, **kw)
+    b = sd.generate(target, ids, 20, seed=7, **kw)
+    c = sd.generate(target, ids, 20, seed=8, **kw)
+    assert torch.equal(a.tokens, b.tokens) and not torch.equal(a.tokens, c.tokens)
+
+
+V_SMALL = 6
+
+
+@functools.lru_cache(maxsize=None)
+def _small_target():
+    return tiny_target(seed=11, vocab_size=V_SMALL, hidden_size=16, intermediate_size=32, max_seq_len=32)
+
+
+def _exact_law_3(target, prompt, sampling):
+    """Exact law of the first 3 generated tokens, by enumeration over the target's laws."""
+    from specdec.verify.sampling import logits_to_probs
+
+    law = np.zeros((V_SMALL,) * 3)
+    for a in range(V_SMALL):
+        for b in range(V_SMALL):
+            seq = torch.tensor([prompt + [a, b]])
+            target.reset()
+            probs = logits_to_probs(target(seq).logits[0, -3:], sampling).double()
+            law[a, b] = probs[0, a].item() * probs[1, b].item() * probs[2].numpy()
+    target.reset()
+    return law
+
+
+class GreedyDrafterClaimingSoftmax(ModelDrafter):
+    """Bug: drafts the argmax path but reports the softmax along it as the law it drew from."""
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        tokens = super().propose(context, max_tokens, sampling=sd.SamplingConfig(), generator=None).tokens
+        scorer = self.scorer
+        scorer.reset()
+        n = context.numel()
+        logits = scorer(torch.cat([context, tokens])[None]).logits[0, n - 1 : n - 1 + tokens.numel()]
+        return sd.DraftProposal(tokens=tokens, draft_probs=logits_to_probs(logits, sampling))
+
+
+def _small_drafter_model():
+    return tiny_target(seed=12, vocab_size=V_SMALL, hidden_size=16, intermediate_size=32, max_seq_len=32)
+
+
+def _chi_square_p(drafter, runs=1500):
+    """Chi-square of the joint law of generated tokens 2 and 3 (the ones speculation decides)."""
+    target = _small_target()
+    prompt = [1, 2, 3]
+    sampling = sd.SamplingConfig(temperature=1.0)
+    law = _exact_law_3(target, prompt, sampling).sum(0).ravel()  # [V * V] over (token 2, token 3)
+    counts = np.zeros_like(law)
+    out = sd.generate(target, torch.tensor([prompt]).repeat(runs, 1), 3, drafter=drafter, temperature=1.0,
+                      seed=0, num_draft_tokens=2)
+    for row in out.tokens:
+        _, b, c = row.tolist()
+        counts[b * V_SMALL + c] += 1
+    expected = law * runs
+    small = expected < 5  # pool sparse cells into one bin
+    obs = np.append(counts[~small], counts[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    exp = exp * (obs.sum() / exp.sum())  # float32 laws: renormalise the rounding away
+    return scipy_stats.chisquare(obs, exp).pvalue
+
+
+@pytest.mark.parametrize("kind", ["model-drafter", "ngram-deterministic"])
+def test_chi_square_sampled_runs_match_target_law(kind):
+    drafter = ModelDrafter(_small_drafter_model()) if kind == "model-drafter" else sd.NGramDrafter(max_ngram=2)
+    assert _chi_square_p(drafter) > 1e-3
+
+
+def test_chi_square_catches_greedy_drafting_with_sampled_law():
+    drafter = GreedyDrafterClaimingSoftmax(_small_drafter_model())
+    drafter.scorer = _small_drafter_model()
+    assert _chi_square_p(drafter) < 1e-6
+
+
+# ---- drafters with caches ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3_5_text"])
+def test_hf_model_drafter_rolls_back_exactly(family):
+    """An HF drafter (attention: crop; Gated DeltaNet hybrid: snapshot) proposes what a fresh one would."""
+    target = _target("llama", 0, 97)
+    hf = _hf_drafter(family)
+    drafter, fresh = ModelDrafter(hf), ModelDrafter(hf)
+    drafter.reset()
+    gen_ids = sd.generate(target, torch.tensor([[7, 8, 9]]), 24).tokens[0]
+    context = torch.tensor([7, 8, 9])
+    greedy = sd.SamplingConfig()
+    for step in range(6):
+        got = drafter.propose(context, 3, sampling=greedy, generator=None).tokens
+        fresh.reset()
+        want = fresh.propose(context, 3, sampling=greedy, generator=None).tokens
+        assert torch.equal(got, want), f"round {step}"
+        context = torch.cat([context, gen_ids[3 * step : 3 * step + 1 + step % 3]])
+
+
+def _hf_drafter(family):
+    if family == "llama":
+        return tiny_hf_model("llama", seed=4, vocab_size=97)
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    cfg = Qwen3_5TextConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, linear_key_head_dim=8,
+                            linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
+                            linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"])
+    torch.manual_seed(0)
+    return Qwen3_5ForCausalLM(cfg).float().eval()
+
+
+def test_hybrid_hf_drafter_in_generate_is_lossless():
+    target = _target("llama", 0, 97)
+    ids = torch.tensor([[7, 8, 9, 10]])
+    spec = sd.generate(target, ids, 20, drafter=ModelDrafter(_hf_drafter("qwen3_5_text")), num_draft_tokens=3)
+    assert torch.equal(spec.tokens, sd.generate(target, ids, 20).tokens)
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+
+def test_generate_rejects_bad_input():
+    target = _target("llama", 0, 97)
+    ok = torch.tensor([[1, 2, 3]])
+    with pytest.raises(TypeError, match="input_ids"):
+        sd.generate(target, torch.tensor([1, 2, 3]), 5)
+    with pytest.raises(TypeError, match="input_ids"):
+        sd.generate(target, ok.float(), 5)
+    with pytest.raises(ValueError, match=r"input_ids: token ids must lie in \[0, 97\)"):
+        sd.generate(target, torch.tensor([[1, 97]]), 5)
+    with pytest.raises(ValueError, match="max_seq_len 128"):
+        sd.generate(target, torch.zeros(1, 120, dtype=torch.long), 10)
+    with pytest.raises(ValueError, match="drafter: vocabulary size 50 differs from the target's 97"):
+        sd.generate(target, ok, 5, drafter=RandomDrafter(50))
+    with pytest.raises(TypeError, match="drafter"):
+        sd.generate(target, ok, 5, drafter=object())
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        sd.generate(target, ok, 0)
+    with pytest.raises(ValueError, match="temperature"):
+        sd.generate(target, ok, 5, temperature=-0.5)
+    with pytest.raises(ValueError, match="seed"):
+        sd.generate(target, ok, 5, seed=[1, 2])
+    with pytest.raises(ValueError, match="expected device cpu"):
+        sd.generate(target, ok.to("meta"), 5)
