@@ -1,0 +1,524 @@
+"""W12: lossless 12-bit storage for bf16 weight matrices, with a free 8-bit sub-view.
+
+A bf16 weight is ``s | e(8) | m(7)``. For each output row ``n`` a base exponent ``b_n`` is chosen;
+a weight whose biased exponent lies in the window ``[b_n, b_n + 15]`` is stored in 12 bits:
+
+    A = s, m[6:4]  (4 bits)      E = e - b_n  (4 bits)      B = m[3:0]  (4 bits)
+
+and decodes exactly as ``s << 15 | (E + b_n) << 7 | m_hi << 4 | B``. Weights outside the window
+(zeros, subnormals, inf/NaN, values more than 15 binades below the row's top) go to an exact escape
+list of ``(row, col, bf16 bits)``; their slots in the planes hold the placeholder ``s, E=0, m=0``.
+
+Memory layout (all planes row-major, one row per output channel, K padded to ``k_padded``, a
+multiple of 8; padding slots hold placeholder zeros and are never read as weights):
+
+* ``ae``  uint8 ``[N, k_padded]``: one byte per weight, ``s | E(4) | m_hi(3)``. Inside every group
+  of 4 consecutive k the bytes are stored in the order ``k0, k2, k1, k3``: a 32-bit little-endian
+  load then holds the pair ``(k0, k1)`` in bytes 0 and 2 and ``(k2, k3)`` in bytes 1 and 3, so the
+  kernel builds two packed bf16x2 words from one load with shifts and masks only.
+* ``nib`` uint8 ``[N, k_padded // 2]``: the B nibbles. Every 32-bit word covers 8 consecutive k;
+  its 4-bit slots hold ``k0, k2, k4, k6, k1, k3, k5, k7`` (slot i at bits ``4i..4i+3``), so
+  ``(word >> 4j) & 0x000F000F`` is the nibble pair of ``(k2j, k2j+1)`` already in bf16x2 position.
+* ``base`` uint8 ``[N]``; ``esc_rows``, ``esc_cols`` int32 and ``esc_bits`` int16 ``[num_escapes]``
+  (sorted by row, then column).
+
+Window choice: ``b_n`` maximises the number of in-window weights of row n; ties go to the larger
+base (keeps the largest magnitudes in-window). Rows with no finite nonzero normal weight get the
+largest base, 239. Derivation and kernel notes: ``docs/w12.md``.
+
+Example::
+
+    >>> w = torch.tensor([[1.0, -0.5, 0.0, 3.0]], dtype=torch.bfloat16)
+    >>> w12 = W12Tensor.from_bf16(w)
+    >>> torch.equal(w12.to_bf16().view(torch.int16), w.view(torch.int16))
+    True
+    >>> w12.num_escapes          # the exact zero
+    1
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "W12Tensor",
+    "ConversionReport",
+    "TensorReport",
+    "convert",
+    "save_file",
+    "load_file",
+    "load_into",
+    "decode_ae_bytes",
+]
+
+# Largest base that keeps the whole 16-binade window inside the normal range [1, 254].
+MAX_BASE = 239
+WINDOW = 16
+_EXP_MASK = 0xFF
+# bf16 exponent 112 puts a 4-bit offset E at 112 + E, i.e. values in [2^-15, 2): always normal.
+REBIAS_EXPONENT = 112
+
+
+def _bits16(w: torch.Tensor) -> torch.Tensor:
+    """bf16 tensor -> int32 tensor of its raw 16-bit patterns in [0, 65535]."""
+    return w.view(torch.int16).to(torch.int32) & 0xFFFF
+
+
+def _check_weight(weight: object, name: str = "weight") -> torch.Tensor:
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(weight).__name__}")
+    if isinstance(weight, W12Tensor):
+        raise TypeError(f"{name}: expected a bf16 tensor, got a W12Tensor (already converted)")
+    if weight.dtype != torch.bfloat16:
+        raise TypeError(f"{name}: expected dtype torch.bfloat16, got {weight.dtype}")
+    if weight.dim() != 2:
+        raise ValueError(f"{name}: expected a 2-D [N, K] tensor, got shape {tuple(weight.shape)}")
+    if not weight.is_contiguous():
+        raise ValueError(
+            f"{name}: expected a contiguous tensor, got strides {weight.stride()} for shape "
+            f"{tuple(weight.shape)}"
+        )
+    if weight.shape[1] == 0:
+        raise ValueError(f"{name}: expected K >= 1, got shape {tuple(weight.shape)}")
+    return weight
+
+
+def choose_base(exponents: torch.Tensor) -> torch.Tensor:
+    """Per-row base exponent that minimises escapes; ties toward the larger base.
+
+    exponents: int64 ``[N, K]`` biased bf16 exponents (0 and 255 never fit a window).
+    Returns int64 ``[N]`` in ``[1, 239]``.
+    """
+    n = exponents.shape[0]
+    hist = torch.zeros(n, 256, dtype=torch.int64, device=exponents.device)
+    hist.scatter_add_(1, exponents, torch.ones_like(exponents))
+    hist[:, 0] = 0
+    hist[:, 255] = 0
+    csum = torch.cumsum(hist, dim=1)  # [N, 256]
+    bases = torch.arange(1, MAX_BASE + 1, device=exponents.device)
+    # in-window count for window [b, b+15] = csum[b+15] - csum[b-1]
+    counts = csum[:, bases + WINDOW - 1] - csum[:, bases - 1]  # [N, 239]
+    # argmax returns the first maximum; flipping makes that the largest base.
+    best_from_top = torch.argmax(counts.flip(1), dim=1)
+    return MAX_BASE - best_from_top
+
+
+def _perm_ae(k_padded: int, device: torch.device) -> torch.Tensor:
+    """Physical column -> logical k for the AE plane (groups of 4 stored as k0, k2, k1, k3)."""
+    group = torch.tensor([0, 2, 1, 3], device=device)
+    return (torch.arange(0, k_padded, 4, device=device)[:, None] + group).reshape(-1)
+
+
+def _perm_nib(k_padded: int, device: torch.device) -> torch.Tensor:
+    """Nibble slot -> logical k for the B plane (words of 8 as k0, k2, k4, k6, k1, k3, k5, k7)."""
+    group = torch.tensor([0, 2, 4, 6, 1, 3, 5, 7], device=device)
+    return (torch.arange(0, k_padded, 8, device=device)[:, None] + group).reshape(-1)
+
+
+def decode_ae_bytes(ae_logical: torch.Tensor, base: torch.Tensor, low_bits: int) -> torch.Tensor:
+    """Decode AE bytes ``[N, K]`` (logical order) with a fixed low nibble -> int32 bf16 patterns."""
+    ae = ae_logical.to(torch.int32)
+    e = ((ae >> 3) & 0xF) + base.to(torch.int32)[:, None]
+    return ((ae & 0x80) << 8) | (e << 7) | ((ae & 0x7) << 4) | low_bits
+
+
+class W12Tensor(torch.Tensor):
+    """A bf16 weight ``[N, K]`` stored losslessly in ~12 bits per weight.
+
+    Behaves as a read-only bf16 weight: ``F.linear(x, w12, bias)`` runs the W12 GEMM
+    (:func:`specdec.formats.w12_linear`), so an ``nn.Linear`` whose ``weight`` is
+    ``nn.Parameter(w12, requires_grad=False)`` computes the same layer. With
+    ``linear_backend="torch"`` the result is bit-identical to the bf16 layer (decode, then
+    ``F.linear``); the Triton path uses bit-identical weights inside its own GEMM. Any other
+    operation decodes to bf16 first (slow, but exact); in-place operations are refused.
+
+    Build with :meth:`from_bf16`; decode with :meth:`to_bf16` (exact) or :meth:`q_view`.
+
+    Example::
+
+        >>> w = torch.randn(8, 16).to(torch.bfloat16)
+        >>> w12 = W12Tensor.from_bf16(w)
+        >>> x = torch.randn(2, 16).to(torch.bfloat16)
+        >>> torch.equal(F.linear(x, w12), F.linear(x, w))
+        True
+    """
+
+    ae: torch.Tensor
+    nib: torch.Tensor
+    base: torch.Tensor
+    esc_rows: torch.Tensor
+    esc_cols: torch.Tensor
+    esc_bits: torch.Tensor
+
+    _INNER = ("ae", "nib", "base", "esc_rows", "esc_cols", "esc_bits")
+
+    @staticmethod
+    def __new__(cls, ae, nib, base, esc_rows, esc_cols, esc_bits, shape, linear_backend="auto"):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, tuple(shape), dtype=torch.bfloat16, device=ae.device, requires_grad=False
+        )
+
+    def __init__(self, ae, nib, base, esc_rows, esc_cols, esc_bits, shape, linear_backend="auto"):
+        self.ae = ae
+        self.nib = nib
+        self.base = base
+        self.esc_rows = esc_rows
+        self.esc_cols = esc_cols
+        self.esc_bits = esc_bits
+        if linear_backend not in ("auto", "triton", "torch"):
+            raise ValueError(
+                f"linear_backend: expected 'auto', 'triton' or 'torch', got {linear_backend!r}"
+            )
+        self.linear_backend = linear_backend
+        # Per-(tile shape, mode) escape index used by the kernels, built on first use.
+        self._kernel_cache: dict = {}
+
+    # construction / decoding
+
+    @classmethod
+    def from_bf16(cls, weight: torch.Tensor, *, linear_backend: str = "auto") -> W12Tensor:
+        """Encode a contiguous bf16 ``weight [N, K]`` (N output channels). Exact for any bits.
+
+        Runs on the weight's device. ``linear_backend`` picks the backend used when the tensor
+        is a weight in ``F.linear`` ("torch" gives results bit-identical to the bf16 layer).
+        """
+        _check_weight(weight)
+        n, k = weight.shape
+        device = weight.device
+        bits = _bits16(weight)  # [N, K] int32
+        sign = bits >> 15
+        exp = (bits >> 7) & _EXP_MASK
+        mant = bits & 0x7F
+        base = choose_base(exp.to(torch.int64)) if n > 0 else torch.zeros(0, dtype=torch.int64)
+        base = base.to(device)
+        off = exp - base[:, None].to(torch.int32)
+        in_window = (off >= 0) & (off < WINDOW) & (exp >= 1) & (exp <= 254)
+        # Escaped slots keep the sign with E = 0, m = 0: a sign-correct finite placeholder.
+        ae_logical = torch.where(in_window, (sign << 7) | (off << 3) | (mant >> 4), sign << 7)
+        b_logical = torch.where(in_window, mant & 0xF, torch.zeros_like(mant))
+
+        k_padded = (k + 7) // 8 * 8
+        if k_padded != k:
+            ae_logical = F.pad(ae_logical, (0, k_padded - k))
+            b_logical = F.pad(b_logical, (0, k_padded - k))
+        ae = ae_logical[:, _perm_ae(k_padded, device)].to(torch.uint8).contiguous()
+        slots = b_logical[:, _perm_nib(k_padded, device)].reshape(n, k_padded // 2, 2)
+        nib = (slots[..., 0] | (slots[..., 1] << 4)).to(torch.uint8).contiguous()
+
+        esc_rows, esc_cols = torch.nonzero(~in_window, as_tuple=True)
+        esc_bits = bits[esc_rows, esc_cols].to(torch.int16)
+        return cls(
+            ae,
+            nib,
+            base.to(torch.uint8),
+            esc_rows.to(torch.int32),
+            esc_cols.to(torch.int32),
+            esc_bits,
+            (n, k),
+            linear_backend,
+        )
+
+    @property
+    def k_padded(self) -> int:
+        return self.ae.shape[1]
+
+    def ae_logical(self) -> torch.Tensor:
+        """AE bytes as int32 ``[N, K]`` in logical column order."""
+        n, k = self.shape
+        inv = torch.argsort(_perm_ae(self.k_padded, self.ae.device))
+        return self.ae.to(torch.int32)[:, inv][:, :k]
+
+    def nibbles_logical(self) -> torch.Tensor:
+        """B nibbles as int32 ``[N, K]`` in logical column order."""
+        n, k = self.shape
+        packed = self.nib.to(torch.int32)
+        slots = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(n, self.k_padded)
+        inv = torch.argsort(_perm_nib(self.k_padded, self.ae.device))
+        return slots[:, inv][:, :k]
+
+    def to_bf16(self) -> torch.Tensor:
+        """Exact decode: a bf16 ``[N, K]`` tensor bit-identical to the encoded weight."""
+        bits = decode_ae_bytes(self.ae_logical(), self.base, 0) | self.nibbles_logical()
+        bits[self.esc_rows.long(), self.esc_cols.long()] = self.esc_bits.to(torch.int32) & 0xFFFF
+        return bits.to(torch.int16).view(torch.bfloat16)
+
+    def q_view(self) -> torch.Tensor:
+        """bf16 ``[N, K]`` decode of the 8-bit A+E view, low 4 mantissa bits at the midpoint 0b1000.
+
+        Escaped slots decode from their placeholder (``±2^(b-127) * 1.0625``): the view only
+        proposes tokens, so its escapes are not patched.
+        """
+        bits = decode_ae_bytes(self.ae_logical(), self.base, 0b1000)
+        return bits.to(torch.int16).view(torch.bfloat16)
+
+    # sizes
+
+    @property
+    def num_escapes(self) -> int:
+        return int(self.esc_rows.numel())
+
+    @property
+    def escape_fraction(self) -> float:
+        n, k = self.shape
+        return self.num_escapes / max(1, n * k)
+
+    @property
+    def nbytes(self) -> int:  # type: ignore[override]
+        """Bytes held by all planes, the base vector and the escape list."""
+        return sum(getattr(self, name).numel() * getattr(self, name).element_size() for name in self._INNER)
+
+    @property
+    def bits_per_weight(self) -> float:
+        n, k = self.shape
+        return 8.0 * self.nbytes / max(1, n * k)
+
+    # tensor-subclass plumbing
+
+    def __repr__(self) -> str:  # type: ignore[override]
+        n, k = self.shape
+        return (
+            f"W12Tensor(shape=({n}, {k}), device={self.device}, escapes={self.num_escapes}, "
+            f"bits_per_weight={self.bits_per_weight:.4f})"
+        )
+
+    def __tensor_flatten__(self):
+        return list(self._INNER), (tuple(self.shape), self.linear_backend)
+
+    @classmethod
+    def __tensor_unflatten__(cls, inner, meta, outer_size, outer_stride):
+        shape, backend = meta
+        return cls(*(inner[name] for name in cls._INNER), shape, backend)
+
+    def _apply_inner(self, fn) -> W12Tensor:
+        return W12Tensor(
+            *(fn(getattr(self, name)) for name in self._INNER), tuple(self.shape), self.linear_backend
+        )
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x = args[0] if args else kwargs["input"]
+            weight = args[1] if len(args) > 1 else kwargs["weight"]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if isinstance(weight, W12Tensor) and not isinstance(x, W12Tensor):
+                from specdec.kernels.w12_gemm import w12_linear
+
+                return w12_linear(x, weight, bias=bias, backend=weight.linear_backend)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        aten = torch.ops.aten
+        if func in (aten.detach.default, aten.alias.default):
+            return args[0]._apply_inner(lambda t: t)
+        if func is aten.clone.default:
+            return args[0]._apply_inner(torch.clone)
+        if func is aten._to_copy.default:
+            src = args[0]
+            dtype = kwargs.get("dtype")
+            if dtype is not None and dtype != torch.bfloat16:
+                raise TypeError(
+                    f"dtype: a W12Tensor holds bf16 weights and cannot be cast to {dtype}; "
+                    "decode with .to_bf16() first"
+                )
+            device = kwargs.get("device") or src.device
+            return src._apply_inner(lambda t: t.to(device))
+        if func._schema.is_mutable:
+            raise TypeError(f"W12Tensor is read-only; {func} would modify it (decode with .to_bf16())")
+
+        def unwrap(a):
+            return a.to_bf16() if isinstance(a, W12Tensor) else a
+
+        args = torch.utils._pytree.tree_map(unwrap, args)
+        kwargs = torch.utils._pytree.tree_map(unwrap, kwargs)
+        return func(*args, **kwargs)
+
+
+# whole-module conversion
+
+
+@dataclass(frozen=True)
+class TensorReport:
+    """Conversion result for one weight tensor."""
+
+    shape: tuple[int, int]
+    escape_fraction: float
+    bits_per_weight: float
+    num_escapes: int
+
+
+@dataclass(frozen=True)
+class ConversionReport:
+    """Per-tensor report of :func:`convert`, keyed by parameter name (``"layers.0.qkv.weight"``)."""
+
+    tensors: dict[str, TensorReport]
+    skipped: tuple[str, ...]
+
+    @property
+    def bits_per_weight(self) -> float:
+        """Weight-count-weighted mean bits per weight over the converted tensors."""
+        total = sum(t.shape[0] * t.shape[1] for t in self.tensors.values())
+        bits = sum(t.bits_per_weight * t.shape[0] * t.shape[1] for t in self.tensors.values())
+        return bits / max(1, total)
+
+    def __str__(self) -> str:
+        lines = [f"{'tensor':<48} {'shape':>16} {'escape frac':>12} {'bits/w':>8}"]
+        for name, t in self.tensors.items():
+            lines.append(
+                f"{name:<48} {str(t.shape):>16} {t.escape_fraction:>12.3e} {t.bits_per_weight:>8.4f}"
+            )
+        lines.append(f"converted {len(self.tensors)}, skipped {len(self.skipped)}; "
+                     f"mean {self.bits_per_weight:.4f} bits/weight")
+        return "\n".join(lines)
+
+
+def convert(
+    module: nn.Module,
+    *,
+    max_escape_fraction: float = 1e-3,
+    skip: Iterable[str] = (),
+    linear_backend: str = "auto",
+) -> ConversionReport:
+    """Swap the weight of every eligible ``nn.Linear`` in ``module`` for a :class:`W12Tensor`, in place.
+
+    Eligible: ``nn.Linear`` with a 2-D contiguous bf16 weight whose qualified module name does
+    not match ``skip`` (an entry matches a name equal to it or ending in ``"." + entry``, e.g.
+    ``skip=("lm_head",)``). The module stays an ``nn.Linear`` (its ``forward`` calls
+    ``F.linear``, which the W12 weight overrides), so hooks, ``state_dict`` names and model code
+    are untouched. Every tensor is checked before any is swapped: a tensor whose escape fraction
+    exceeds ``max_escape_fraction`` raises ``ValueError`` naming it, and the module is unchanged.
+
+    Example::
+
+        >>> model = nn.Sequential(nn.Linear(16, 8, bias=False)).to(torch.bfloat16)
+        >>> report = convert(model)
+        >>> report.tensors["0.weight"].shape
+        (8, 16)
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module: expected an nn.Module, got {type(module).__name__}")
+    if not (0.0 <= max_escape_fraction <= 1.0):
+        raise ValueError(f"max_escape_fraction: expected a value in [0, 1], got {max_escape_fraction}")
+    skip = tuple(skip)
+
+    def skipped(name: str) -> bool:
+        return any(name == s or name.endswith("." + s) for s in skip)
+
+    planned: list[tuple[str, nn.Linear, W12Tensor]] = []
+    skipped_names: list[str] = []
+    for name, sub in module.named_modules():
+        if not isinstance(sub, nn.Linear):
+            continue
+        weight = sub.weight
+        pname = f"{name}.weight" if name else "weight"
+        if (
+            skipped(name)
+            or isinstance(weight, W12Tensor)
+            or weight.dtype != torch.bfloat16
+            or weight.dim() != 2
+            or not weight.is_contiguous()
+        ):
+            skipped_names.append(pname)
+            continue
+        w12 = W12Tensor.from_bf16(weight.detach(), linear_backend=linear_backend)
+        if w12.escape_fraction > max_escape_fraction:
+            raise ValueError(
+                f"{pname}: escape fraction {w12.escape_fraction:.3e} ({w12.num_escapes} of "
+                f"{weight.numel()} weights) exceeds max_escape_fraction={max_escape_fraction:.3e}; "
+                f"raise the bound or pass skip=({name!r},)"
+            )
+        planned.append((pname, sub, w12))
+    tensors = {}
+    for pname, sub, w12 in planned:
+        sub.weight = nn.Parameter(w12, requires_grad=False)
+        tensors[pname] = TensorReport(
+            tuple(w12.shape), w12.escape_fraction, w12.bits_per_weight, w12.num_escapes
+        )
+    return ConversionReport(tensors, tuple(skipped_names))
+
+
+# safetensors I/O
+
+_W12_SUFFIX = ".__w12__."
+
+
+def save_file(tensors: Mapping[str, torch.Tensor] | nn.Module, path: str) -> None:
+    """Save a state dict (or a module's) holding plain tensors and W12Tensors to safetensors.
+
+    Each W12Tensor ``name`` becomes the plain tensors ``name.__w12__.{ae,nib,base,esc_rows,
+    esc_cols,esc_bits}``; its logical shape goes into the file metadata. :func:`load_file`
+    restores it bit-exact.
+    """
+    from safetensors.torch import save_file as _save
+
+    if isinstance(tensors, nn.Module):
+        tensors = tensors.state_dict()
+    flat: dict[str, torch.Tensor] = {}
+    shapes: dict[str, list[int]] = {}
+    for name, t in tensors.items():
+        if isinstance(t, W12Tensor):
+            for inner in W12Tensor._INNER:
+                flat[name + _W12_SUFFIX + inner] = getattr(t, inner).detach().contiguous().cpu()
+            shapes[name] = list(t.shape)
+        elif isinstance(t, torch.Tensor):
+            flat[name] = t.detach().contiguous().cpu()
+        else:
+            raise TypeError(f"tensors[{name!r}]: expected a tensor, got {type(t).__name__}")
+    _save(flat, path, metadata={"format": "pt", "w12_shapes": json.dumps(shapes)})
+
+
+def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Load a file written by :func:`save_file`; W12 entries come back as W12Tensors."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt", device=str(device)) as f:
+        meta = f.metadata() or {}
+        flat = {name: f.get_tensor(name) for name in f.keys()}
+    shapes = json.loads(meta.get("w12_shapes", "{}"))
+    out: dict[str, torch.Tensor] = {}
+    for name, shape in shapes.items():
+        inner = [flat.pop(name + _W12_SUFFIX + part) for part in W12Tensor._INNER]
+        out[name] = W12Tensor(*inner, tuple(shape))
+    leftover = [n for n in flat if _W12_SUFFIX in n]
+    if leftover:
+        raise ValueError(f"path: {path} holds W12 planes without a shape entry: {leftover[:3]}")
+    out.update(flat)
+    return out
+
+
+def load_into(module: nn.Module, path: str) -> None:
+    """Load a file from :func:`save_file` into ``module``; W12 entries replace ``nn.Linear`` weights.
+
+    Plain entries are copied into the existing parameters/buffers (``strict`` names and shapes).
+    """
+    state = load_file(path, device=next(module.parameters()).device)
+    own = dict(module.named_parameters())
+    own.update(dict(module.named_buffers()))
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise ValueError(f"path: {path} does not match module: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    for name, value in state.items():
+        target = own[name]
+        if tuple(value.shape) != tuple(target.shape):
+            raise ValueError(f"{name}: expected shape {tuple(target.shape)}, file has {tuple(value.shape)}")
+        if isinstance(value, W12Tensor):
+            mod_name, _, attr = name.rpartition(".")
+            sub = module.get_submodule(mod_name)
+            if not isinstance(sub, nn.Linear) or attr != "weight":
+                raise ValueError(f"{name}: W12 entries must be nn.Linear weights, got {type(sub).__name__}.{attr}")
+            sub.weight = nn.Parameter(value, requires_grad=False)
+        else:
+            with torch.no_grad():
+                if isinstance(target, W12Tensor):
+                    raise ValueError(f"{name}: module holds a W12 weight but the file holds a plain tensor")
+                target.copy_(value)

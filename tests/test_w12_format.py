@@ -1,0 +1,217 @@
+"""W12 format: bit-exact round trip for every bf16 pattern, window choice, views, I/O, convert."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.formats import W12Tensor, convert, load_file, load_into, save_file
+from specdec.formats import w12 as w12_mod
+
+
+def all_patterns() -> torch.Tensor:
+    return torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int16)
+
+
+def test_all_65536_patterns_round_trip():
+    w = all_patterns().reshape(256, 256).contiguous()
+    w12 = W12Tensor.from_bf16(w)
+    assert torch.equal(bits(w12.to_bf16()), bits(w))
+
+
+@pytest.mark.parametrize("offset", range(16), ids=lambda o: f"E={o}")
+def test_every_pattern_at_every_window_position(offset):
+    # Row r: anchors pin the window to [e_r - offset, e_r - offset + 15], then the row holds all
+    # 256 (sign, mantissa) combinations at exponent e_r, i.e. each pattern sits at window offset E.
+    exps = torch.arange(1 + offset, 255 - (15 - offset))  # exponents with a full window around them
+    sm = torch.arange(256)
+    sign, mant = sm >> 7, sm & 0x7F
+    rows = []
+    for e in exps.tolist():
+        lo, hi = e - offset, e - offset + 15
+        body = (sign << 15) | (e << 7) | mant
+        anchors = torch.tensor([(lo << 7), (hi << 7)] * 64)  # outvote any other window
+        rows.append(torch.cat([body, anchors]))
+    w = torch.stack(rows).to(torch.int32).to(torch.int16).view(torch.bfloat16).contiguous()
+    w12 = W12Tensor.from_bf16(w)
+    assert torch.equal(w12.base.long(), exps - offset)
+    assert w12.num_escapes == 0
+    assert torch.equal(bits(w12.to_bf16()), bits(w))
+
+
+def test_special_values_are_exact_escapes():
+    specials = torch.tensor([0x0000, 0x8000, 0x0001, 0x807F, 0x7F80, 0xFF80, 0x7FC0, 0x7F81, 0xFFFF, 0x0080,
+                             0x7F7F, 0x3F80], dtype=torch.int32)
+    w = specials.to(torch.int16).view(torch.bfloat16)[None, :].repeat(3, 1).contiguous()
+    w12 = W12Tensor.from_bf16(w)
+    out = w12.to_bf16()
+    assert torch.equal(bits(out), bits(w))  # ±0, subnormals, ±inf, NaN payloads, extremes
+    assert torch.isnan(out[0, 6]) and bits(out)[0, 7].item() == 0x7F81
+
+
+def test_base_tie_goes_to_larger_base():
+    # Two clusters 20 binades apart with equal counts: both windows hold 4 weights; pick the top.
+    w = torch.tensor([[2.0**-30] * 4 + [1.0] * 4], dtype=torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    assert w12.base.item() == 127  # every base in [112, 127] ties; the largest wins
+    assert w12.num_escapes == 4
+    assert torch.equal(bits(w12.to_bf16()), bits(w))
+
+
+def test_base_minimises_escapes():
+    # 5 small weights vs 3 large: the window follows the majority.
+    w = torch.tensor([[2.0**-30] * 5 + [1.0] * 3], dtype=torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    assert w12.num_escapes == 3
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (5, 9), (17, 33), (4, 64)], ids=str)
+def test_awkward_shapes_and_sizes(shape):
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(*shape, generator=g).to(torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    assert torch.equal(bits(w12.to_bf16()), bits(w))
+    assert tuple(w12.shape) == shape and w12.dtype == torch.bfloat16
+    k_pad = (shape[1] + 7) // 8 * 8
+    expected = shape[0] * k_pad + shape[0] * k_pad // 2 + shape[0] + 10 * w12.num_escapes
+    assert w12.nbytes == expected
+    assert w12.bits_per_weight == pytest.approx(8 * expected / (shape[0] * shape[1]))
+
+
+def test_plane_layout_matches_docs():
+    # logical k -> AE byte at physical k0, k2, k1, k3; nibble slots k0, k2, k4, k6, k1, k3, k5, k7.
+    w = torch.tensor([[1.0 + i / 128 for i in range(8)]], dtype=torch.bfloat16)  # E equal, m = i
+    w12 = W12Tensor.from_bf16(w)
+    assert w12.ae[0].tolist() == [(w12.ae_logical()[0, i]).item() for i in (0, 2, 1, 3, 4, 6, 5, 7)]
+    word = int.from_bytes(bytes(w12.nib[0].tolist()), "little")
+    slots = [(word >> (4 * s)) & 0xF for s in range(8)]
+    assert slots == [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+def test_gaussian_escape_fraction_and_size():
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(256, 4096, generator=g) * 0.02).to(torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    assert w12.escape_fraction < 3e-4
+    assert 12.0 < w12.bits_per_weight < 12.02
+
+
+def test_q_view_is_midpoint_decode():
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    q = bits(w12.q_view()).to(torch.int32) & 0xFFFF
+    orig = bits(w).to(torch.int32) & 0xFFFF
+    inwin = torch.ones_like(orig, dtype=torch.bool)
+    inwin[w12.esc_rows.long(), w12.esc_cols.long()] = False
+    assert torch.equal(q[inwin], ((orig & ~0xF) | 0x8)[inwin])
+
+
+@pytest.mark.parametrize(
+    "bad, exc",
+    [
+        (torch.zeros(4, 4), TypeError),
+        (torch.zeros(4, dtype=torch.bfloat16), ValueError),
+        (torch.zeros(2, 4, 4, dtype=torch.bfloat16), ValueError),
+        (torch.zeros(4, 6, dtype=torch.bfloat16)[:, ::2], ValueError),
+        ([[1.0]], TypeError),
+    ],
+    ids=["fp32", "1d", "3d", "non_contiguous", "list"],
+)
+def test_bad_weights_rejected(bad, exc):
+    with pytest.raises(exc, match="weight"):
+        W12Tensor.from_bf16(bad)
+
+
+def test_safetensors_round_trip(tmp_path):
+    w = all_patterns().reshape(512, 128).contiguous()
+    w12 = W12Tensor.from_bf16(w)
+    plain = torch.randn(3, 5)
+    path = str(tmp_path / "w.safetensors")
+    save_file({"a.weight": w12, "b": plain}, path)
+    loaded = load_file(path)
+    assert isinstance(loaded["a.weight"], W12Tensor)
+    assert torch.equal(bits(loaded["a.weight"].to_bf16()), bits(w))
+    assert torch.equal(loaded["b"], plain)
+
+
+def tiny_model(seed=0) -> nn.Module:
+    torch.manual_seed(seed)
+    model = nn.ModuleDict(
+        {
+            "qkv": nn.Linear(64, 96, bias=False),
+            "gate_up": nn.Linear(64, 128, bias=True),
+            "lm_head": nn.Linear(64, 40, bias=False),
+            "norm": nn.LayerNorm(64),
+        }
+    )
+    return model.to(torch.bfloat16)
+
+
+def run(model, x):
+    return [m(x) for k, m in model.items() if k != "norm"]
+
+
+def test_convert_is_bit_identical_with_torch_backend():
+    model = tiny_model()
+    x = torch.randn(3, 5, 64).to(torch.bfloat16)
+    before = run(model, x)
+    report = convert(model, skip=("lm_head",), linear_backend="torch")
+    assert set(report.tensors) == {"qkv.weight", "gate_up.weight"}
+    assert "lm_head.weight" in report.skipped
+    assert isinstance(model["qkv"].weight, W12Tensor) and isinstance(model["qkv"].weight, nn.Parameter)
+    assert report.tensors["qkv.weight"].shape == (96, 64)
+    after = run(model, x)
+    for a, b in zip(before, after):
+        assert torch.equal(a, b)
+
+
+def test_convert_refuses_high_escape_fraction_and_leaves_module_untouched():
+    model = tiny_model()
+    with torch.no_grad():
+        model["gate_up"].weight[:, :8] = 0.0  # 1/8 exact zeros -> escapes
+    with pytest.raises(ValueError, match=r"gate_up\.weight: escape fraction 1\.250e-01"):
+        convert(model, max_escape_fraction=1e-3)
+    assert not any(isinstance(m.weight, W12Tensor) for k, m in model.items() if k != "norm")
+    convert(model, max_escape_fraction=0.2)
+    assert isinstance(model["gate_up"].weight, W12Tensor)
+
+
+def test_mutation_bound_check_is_the_guard(monkeypatch):
+    # Break the escape counter: the guard must then let the tensor through (proves the check bites).
+    model = tiny_model()
+    with torch.no_grad():
+        model["qkv"].weight[:, :8] = 0.0
+    monkeypatch.setattr(W12Tensor, "escape_fraction", property(lambda self: 0.0))
+    convert(model, max_escape_fraction=1e-3)
+    assert isinstance(model["qkv"].weight, W12Tensor)
+
+
+def test_converted_model_reloads_bit_exact(tmp_path):
+    model = tiny_model()
+    convert(model, linear_backend="torch")
+    path = str(tmp_path / "m.safetensors")
+    save_file(model, path)
+    fresh = tiny_model(seed=1)
+    convert(fresh, linear_backend="torch")
+    load_into(fresh, path)
+    for name, p in model.state_dict().items():
+        q = fresh.state_dict()[name]
+        a = p.to_bf16() if isinstance(p, W12Tensor) else p
+        b = q.to_bf16() if isinstance(q, W12Tensor) else q
+        assert torch.equal(bits(a), bits(b)), name
+
+
+def test_w12_weight_is_read_only_and_other_ops_decode():
+    w = torch.randn(4, 8).to(torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    assert torch.equal(w12 + 0, w + 0)
+    with pytest.raises(TypeError, match="read-only"):
+        w12.add_(1)
+    with pytest.raises(TypeError, match="cannot be cast"):
+        w12.to(torch.float32)
+    assert isinstance(w12.to("cpu"), W12Tensor)
