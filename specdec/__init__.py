@@ -1,8 +1,10 @@
 """specdec: composable, tested-lossless speculative-decoding primitives for PyTorch and Triton."""
 
-from specdec import drafters, models, testing, verify
+from specdec import drafters, forcing, formats, models, testing, verify
 from specdec.decode import GenerationOutput, GenerationStats, generate
 from specdec.drafters import DraftProposal, Drafter, ModelDrafter, NGramDrafter
+from specdec.forcing import ForcingReport, TokenForcingChecker
+from specdec.formats import W12Tensor
 from specdec.models import Target, TargetConfig, load_target
 from specdec.verify import ChainVerifier, SamplingConfig
 
@@ -12,6 +14,7 @@ __all__ = [
     "ChainVerifier",
     "DraftProposal",
     "Drafter",
+    "ForcingReport",
     "GenerationOutput",
     "GenerationStats",
     "ModelDrafter",
@@ -19,7 +22,11 @@ __all__ = [
     "SamplingConfig",
     "Target",
     "TargetConfig",
+    "TokenForcingChecker",
+    "W12Tensor",
     "drafters",
+    "forcing",
+    "formats",
     "generate",
     "load_target",
     "models",

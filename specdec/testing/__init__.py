@@ -5,5 +5,48 @@ Researchers use these to property-test their own decode loops the way specdec te
 
 from specdec.testing.models import tiny_hf_model, tiny_target
 from specdec.testing.drafters import ForcedDrafter, RandomDrafter
+from specdec.testing.faults import LogitBiasFault, LogitNoiseFault, PositionShiftFault, StaleStateFault, TargetFault
+from specdec.testing.laws import (
+    MarkovDrafter,
+    MarkovLaw,
+    MarkovTarget,
+    argmax_rate_test,
+    autoregressive_law,
+    chain_round,
+    chain_round_law,
+    distribution_pairs,
+    probability_vectors,
+    speculative_law,
+    total_variation,
+    tree_round,
+    tree_round_law,
+    trees,
+    two_sample_chi2,
+)
 
-__all__ = ["ForcedDrafter", "RandomDrafter", "tiny_hf_model", "tiny_target"]
+__all__ = [
+    "ForcedDrafter",
+    "LogitBiasFault",
+    "LogitNoiseFault",
+    "MarkovDrafter",
+    "MarkovLaw",
+    "MarkovTarget",
+    "PositionShiftFault",
+    "RandomDrafter",
+    "StaleStateFault",
+    "TargetFault",
+    "argmax_rate_test",
+    "autoregressive_law",
+    "chain_round",
+    "chain_round_law",
+    "distribution_pairs",
+    "probability_vectors",
+    "speculative_law",
+    "tiny_hf_model",
+    "tiny_target",
+    "total_variation",
+    "tree_round",
+    "tree_round_law",
+    "trees",
+    "two_sample_chi2",
+]

@@ -1,0 +1,238 @@
+"""Fault injectors: targets that behave like the wrapped one except for one planted bug.
+
+A fault wraps a :class:`specdec.models.Target` and keeps its interface (``forward``, ``commit``,
+``reset``, ``length``, ``room()``, ...), so ``sd.generate(fault, ...)`` runs a faulty *system* whose
+outputs a checker must reject. Each fault activates from generated position ``after`` on (``0`` is the
+first generated token), which lets a test show that a late fault is not diluted by clean early tokens.
+
+Which rows a fault touches: row ``r`` of a forward at position ``pos_r`` produces the logits of the
+token at ``pos_r + 1``, i.e. of generated position ``pos_r + 1 - prompt_len``. The prompt length is
+taken from the first forward after :meth:`reset` (the prefill), as :func:`specdec.generate` does it.
+
+Faults:
+
+* :class:`LogitBiasFault` -- ``+bias`` on every ``every``-th vocabulary id (a planted reward hack).
+* :class:`LogitNoiseFault` -- Gaussian noise on the logits (a numerics bug larger than rounding).
+* :class:`PositionShiftFault` -- RoPE positions off by ``shift`` (an off-by-one position bug).
+* :class:`StaleStateFault` -- rejected draft rows stay in the state after rollback (a recurrent state
+  that is not restored; inert under plain autoregressive decoding, where nothing is rejected).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+__all__ = ["LogitBiasFault", "LogitNoiseFault", "PositionShiftFault", "StaleStateFault", "TargetFault"]
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return value
+
+
+class TargetFault:
+    """Base class: a transparent wrapper around a target; subclasses override one behaviour.
+
+    Args:
+        target: the wrapped :class:`specdec.models.Target`.
+        after: first generated position at which the fault acts.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> wrapped = TargetFault(tiny_target(seed=0))        # no fault: identical outputs
+        >>> prompt = torch.tensor([[1, 2, 3]])
+        >>> torch.equal(sd.generate(wrapped, prompt, 8).tokens, sd.generate(wrapped.target, prompt, 8).tokens)
+        True
+    """
+
+    def __init__(self, target, *, after: int = 0):
+        for attr in ("forward", "commit", "reset", "length", "vocab_size", "max_seq_len"):
+            if not hasattr(target, attr):
+                raise TypeError(f"target: expected a specdec Target, got {type(target).__name__} without {attr!r}")
+        self.target = target
+        self.after = _check_int("after", after, 0)
+        self.prompt_len: int | None = None
+        self._rows = 0
+
+    def __getattr__(self, name):
+        # Only reached for attributes not set on the wrapper: config, device, dtype, k_caches, ...
+        if name == "target":
+            raise AttributeError(name)
+        return getattr(self.target, name)
+
+    @property
+    def length(self) -> int:
+        return self.target.length
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target.vocab_size
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.target.max_seq_len
+
+    def reset(self) -> None:
+        self.target.reset()
+        self.prompt_len = None
+        self._rows = 0
+
+    def truncate(self, length: int) -> None:
+        self.target.truncate(length)
+
+    def room(self) -> int:
+        return self.target.room()
+
+    def __call__(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = ()):
+        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers)
+
+    def _default_positions(self, tokens: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        if positions is not None:
+            return positions
+        return (self.target.length + torch.arange(tokens.shape[1], device=tokens.device))[None]
+
+    def active_rows(self, tokens: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        """``[1, T]`` bool: rows whose logits decide a generated position ``>= after``."""
+        if self.prompt_len is None:
+            self.prompt_len = self.target.length + tokens.shape[1]
+        generated = self._default_positions(tokens, positions) + 1 - self.prompt_len  # [1, T]
+        return generated >= self.after
+
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = ()):
+        self.active_rows(tokens, positions)
+        self._rows = tokens.shape[1]
+        return self.target(tokens, positions, mask, hidden_layers=hidden_layers)
+
+    def commit(self, accepted) -> None:
+        self.target.commit(accepted)
+
+
+class LogitBiasFault(TargetFault):
+    """Adds ``bias`` to the logits of every ``every``-th vocabulary id (ids ``0, every, 2 * every, ...``)
+    from generated position ``after`` on.
+
+    Wherever a biased id lies within ``bias`` logits of the top, the faulty system emits it instead of
+    the argmax; the token-forcing checker sees a mismatch with a margin in ``(0, bias]``.
+
+    Args:
+        target: the wrapped target.
+        bias: added logit (may be negative).
+        every: period of the biased ids.
+        after: first generated position affected.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> fault = LogitBiasFault(tiny_target(seed=0), bias=2.0, every=7, after=0)
+        >>> out = fault(torch.tensor([[1, 2, 3]]))
+        >>> fault.target.reset()
+        >>> ref = fault.target(torch.tensor([[1, 2, 3]]))
+        >>> (out.logits - ref.logits)[0, :, :8]          # only the last prefill row decides a generated token
+        tensor([[0., 0., 0., 0., 0., 0., 0., 0.],
+                [0., 0., 0., 0., 0., 0., 0., 0.],
+                [2., 0., 0., 0., 0., 0., 0., 2.]])
+    """
+
+    def __init__(self, target, bias: float = 2.0, every: int = 7, after: int = 2048):
+        super().__init__(target, after=after)
+        if not (isinstance(bias, (int, float)) and not isinstance(bias, bool) and abs(bias) < float("inf")):
+            raise ValueError(f"bias: expected a finite float, got {bias!r}")
+        self.bias = float(bias)
+        self.every = _check_int("every", every, 1)
+
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = ()):
+        active = self.active_rows(tokens, positions)  # [1, T]
+        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers)
+        vocab = out.logits.shape[-1]
+        biased = (torch.arange(vocab, device=out.logits.device) % self.every == 0).float()  # [V]
+        out.logits = out.logits + self.bias * active[..., None].float() * biased
+        return out
+
+
+class LogitNoiseFault(TargetFault):
+    """Adds ``N(0, std^2)`` noise to every logit from generated position ``after`` on.
+
+    The noise comes from the fault's own generator, re-seeded with ``seed`` on every :meth:`reset`,
+    so a run is reproducible.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> fault = LogitNoiseFault(tiny_target(seed=0), std=1.0, after=0)
+        >>> fault.reset(); a = fault(torch.tensor([[1, 2]])).logits
+        >>> fault.reset(); b = fault(torch.tensor([[1, 2]])).logits
+        >>> torch.equal(a, b)
+        True
+    """
+
+    def __init__(self, target, std: float = 0.5, after: int = 0, seed: int = 0):
+        super().__init__(target, after=after)
+        if not (isinstance(std, (int, float)) and not isinstance(std, bool) and 0 <= std < float("inf")):
+            raise ValueError(f"std: expected a finite float >= 0, got {std!r}")
+        self.std = float(std)
+        self.seed = _check_int("seed", seed, 0)
+        self._generator = torch.Generator(device=target.device).manual_seed(seed)
+
+    def reset(self) -> None:
+        super().reset()
+        self._generator.manual_seed(self.seed)
+
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = ()):
+        active = self.active_rows(tokens, positions)
+        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers)
+        noise = torch.randn(out.logits.shape, generator=self._generator, device=out.logits.device, dtype=out.logits.dtype)
+        out.logits = out.logits + self.std * noise * active[..., None]
+        return out
+
+
+class PositionShiftFault(TargetFault):
+    """Runs the rows that decide generated positions ``>= after`` at RoPE position ``+ shift``.
+
+    The shifted rows' K/V are cached at the wrong positions too, so the error persists into later
+    tokens, as with a real off-by-one position bug.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> fault = PositionShiftFault(tiny_target(seed=0), shift=1, after=0)
+        >>> fault(torch.tensor([[1, 2, 3]])).logits.shape
+        torch.Size([1, 3, 97])
+    """
+
+    def __init__(self, target, shift: int = 1, after: int = 0):
+        super().__init__(target, after=after)
+        if isinstance(shift, bool) or not isinstance(shift, int) or shift == 0:
+            raise ValueError(f"shift: expected a non-zero int, got {shift!r}")
+        self.shift = shift
+
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = ()):
+        active = self.active_rows(tokens, positions)
+        shifted = self._default_positions(tokens, positions) + self.shift * active.long()
+        self._rows = tokens.shape[1]
+        return self.target(tokens, shifted, mask, hidden_layers=hidden_layers)
+
+
+class StaleStateFault(TargetFault):
+    """After a verification that rejects rows, keeps *every* row of the verify pass in the state.
+
+    This is what a recurrent (GDN/Mamba) state that is not rolled back does: the rejected draft tokens
+    have already been folded into the state. Here the rejected rows' K/V stay committed, so later
+    tokens attend to them and see shifted positions. Plain autoregressive decoding never rejects, so
+    the fault is inert there; speculative decoding through it drifts.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> fault = StaleStateFault(tiny_target(seed=0), after=0)
+        >>> _ = fault(torch.tensor([[1, 2, 3]])); fault.commit(3)      # prefill
+        >>> _ = fault(torch.tensor([[4, 5, 6, 7]])); fault.commit(2)   # verify: 2 rows rejected, all 4 kept
+        >>> fault.length
+        7
+    """
+
+    def commit(self, accepted) -> None:
+        rows = self._rows
+        kept = accepted if isinstance(accepted, int) else int(accepted.numel())
+        if self.prompt_len is not None and self.target.length + 1 - self.prompt_len >= self.after and kept < rows:
+            self.target.commit(rows)
+        else:
+            self.target.commit(accepted)
