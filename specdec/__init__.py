@@ -1,6 +1,6 @@
 """specdec: composable, tested-lossless speculative-decoding primitives for PyTorch and Triton."""
 
-from specdec import drafters, forcing, formats, models, testing, verify
+from specdec import drafters, forcing, formats, kernels, models, testing, verify
 from specdec.decode import GenerationOutput, GenerationStats, generate
 from specdec.drafters import DraftProposal, Drafter, ModelDrafter, NGramDrafter
 from specdec.forcing import ForcingReport, TokenForcingChecker
@@ -27,6 +27,7 @@ __all__ = [
     "drafters",
     "forcing",
     "formats",
+    "kernels",
     "generate",
     "load_target",
     "models",
