@@ -157,6 +157,8 @@ class Target(nn.Module):
         self.attention_scaling = attention_scaling
         self.length = 0
         self._last_rows = 0
+        self._graph_pad = 0  # extra cache slots for the padded rows of CUDA-graph buckets
+        self._graphs: dict | None = None
         self._allocate_cache()
 
     # ----------------------------------------------------------------------------------------------
@@ -174,7 +176,7 @@ class Target(nn.Module):
 
     def _allocate_cache(self) -> None:
         cfg = self.config
-        shape = (1, cfg.num_kv_heads, self.max_seq_len, cfg.head_dim)
+        shape = (1, cfg.num_kv_heads, self.max_seq_len + self._graph_pad, cfg.head_dim)
         self.k_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         self.v_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
 
@@ -222,12 +224,87 @@ class Target(nn.Module):
         new = torch.arange(seqlen, device=device)
         if positions is None:
             positions = (self.length + new)[None]
+        if self._graphs is not None and seqlen <= self._buckets[-1]:
+            return self._graph_forward(tokens, positions, mask, tuple(hidden_layers))
         slots = self.length + new  # [T]
         # Attention reads only the slots in use: the committed prefix, then the new rows by `mask`.
         kv_len = self.length + seqlen
         local = torch.tril(torch.ones(seqlen, seqlen, dtype=torch.bool, device=device)) if mask is None else mask
         attn_mask = torch.cat([torch.ones(seqlen, self.length, dtype=torch.bool, device=device), local], dim=1)
         return self._run(tokens, positions, slots, attn_mask[None, None], kv_len, hidden_layers)
+
+    # ---- CUDA graphs ---------------------------------------------------------------------------------
+    def enable_cuda_graphs(self, buckets: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128)) -> None:
+        """Run forwards of up to ``max(buckets)`` rows as CUDA-graph replays, one graph per bucket.
+
+        A forward of ``T`` rows is padded to the smallest bucket ``>= T`` (padded rows attend only to
+        themselves and are never committed); graphs are captured on first use of a bucket. Attention
+        then spans the whole cache under a mask built inside the graph from the device-side length, so
+        a replay needs no host work beyond copying the inputs. Re-allocates (and so empties) the cache.
+        """
+        if self.device.type != "cuda":
+            raise ValueError(f"enable_cuda_graphs: expected a CUDA target, got device {self.device}")
+        if not buckets or any(int(b) < 1 for b in buckets):
+            raise ValueError(f"buckets: expected positive token counts, got {tuple(buckets)}")
+        self._buckets = tuple(sorted({int(b) for b in buckets}))
+        self._graph_pad = self._buckets[-1]
+        self._graphs = {}
+        self.reset()
+        self._allocate_cache()
+
+    def _static_body(self, tokens, positions, length, local, hidden_layers) -> TargetOutput:
+        """The forward on fixed-shape tensors, length as a device scalar (what a graph captures)."""
+        bucket = tokens.shape[1]
+        capacity = self.k_caches[0].shape[2]
+        rel = torch.arange(capacity, device=tokens.device) - length  # [S] slot relative to the first new row
+        in_new = (rel >= 0) & (rel < bucket)
+        cols = local[:, rel.clamp(0, bucket - 1)] & in_new  # [Tb, S]
+        attn_mask = (rel < 0)[None, :] | cols
+        slots = length + torch.arange(bucket, device=tokens.device)
+        return self._run(tokens, positions, slots, attn_mask[None, None], capacity, hidden_layers)
+
+    def _graph_forward(self, tokens, positions, mask, hidden_layers) -> TargetOutput:
+        seqlen = tokens.shape[1]
+        bucket = next(b for b in self._buckets if b >= seqlen)
+        key = (bucket, hidden_layers)
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(bucket, hidden_layers)
+        graph, static, out = self._graphs[key]
+        static["tokens"][:, :seqlen].copy_(tokens)
+        static["positions"][:, :seqlen].copy_(positions)
+        static["length"].fill_(self.length)
+        if mask is None:
+            static["local"].copy_(static["causal"])
+        else:
+            static["local"].copy_(static["eye"])
+            static["local"][:seqlen, :seqlen] = mask
+        graph.replay()
+        self._last_rows = seqlen
+        return TargetOutput(logits=out.logits[:, :seqlen].clone(), hidden=tuple(h[:, :seqlen].clone() for h in out.hidden))
+
+    def _capture(self, bucket: int, hidden_layers: tuple[int, ...]):
+        device = self.device
+        static = {
+            "tokens": torch.zeros(1, bucket, dtype=torch.long, device=device),
+            "positions": torch.zeros(1, bucket, dtype=torch.long, device=device),
+            "length": torch.full((), self.length, dtype=torch.long, device=device),
+            "causal": torch.tril(torch.ones(bucket, bucket, dtype=torch.bool, device=device)),
+            "eye": torch.eye(bucket, dtype=torch.bool, device=device),
+        }
+        static["local"] = static["causal"].clone()
+        args = (static["tokens"], static["positions"], static["length"], static["local"], hidden_layers)
+        # Warm-up on a side stream (allocator and kernel selection), then capture. Both only write
+        # K/V at uncommitted slots, so the committed cache is untouched.
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._static_body(*args)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self._static_body(*args)
+        return graph, static, out
 
     def _run(self, tokens, positions, slots, attn_mask, kv_len, hidden_layers) -> TargetOutput:
         """The layer stack on explicit tensors (a CUDA graph captures exactly this)."""
