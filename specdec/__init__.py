@@ -6,7 +6,7 @@ from specdec.drafters import DraftProposal, Drafter, ModelDrafter, NGramDrafter
 from specdec.forcing import ForcingReport, TokenForcingChecker
 from specdec.formats import W12Tensor
 from specdec.models import Target, TargetConfig, load_target
-from specdec.verify import ChainVerifier, SamplingConfig
+from specdec.verify import ChainVerifier, SamplingConfig, TreeVerifier
 
 __version__ = "0.1.0"
 
@@ -23,6 +23,7 @@ __all__ = [
     "Target",
     "TargetConfig",
     "TokenForcingChecker",
+    "TreeVerifier",
     "W12Tensor",
     "drafters",
     "forcing",

@@ -243,8 +243,9 @@ def _generate_one(target, prompt, max_new, drafter, verifier, sampling, generato
             t0 = time.perf_counter()
             k = max(0, min(k_max, max_new - (length - plen) - 1, target.room() - 1))
             proposal: DraftProposal = drafter.propose(buf[:length], k, sampling=sampling, generator=generator)
-            if proposal.num_tokens > k:
-                raise ValueError(f"drafter: proposed {proposal.num_tokens} tokens, expected at most {k}")
+            if proposal.num_tokens > k or (proposal.tree is not None and proposal.tree.num_nodes > k):
+                size = proposal.tree.num_nodes if proposal.tree is not None else proposal.num_tokens
+                raise ValueError(f"drafter: proposed {size} tokens / tree nodes, expected at most {k}")
             t1 = time.perf_counter()
             result = verifier.verify(target, buf[length - 1 : length], proposal, sampling=sampling, generator=generator)
             t2 = time.perf_counter()

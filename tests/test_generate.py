@@ -247,3 +247,54 @@ def test_generate_rejects_bad_input():
         sd.generate(target, ok, 5, seed=[1, 2])
     with pytest.raises(ValueError, match="expected device cpu"):
         sd.generate(target, ok.to("meta"), 5)
+
+
+# ---- trees from the stock drafters ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["ngram-paths", "model-logprobs"])
+def test_stock_drafters_feed_tree_verification_losslessly(kind):
+    target = _target("qwen3", 1, 61)
+    ids = torch.tensor([[3, 4, 5, 3, 4, 6, 3, 4, 5, 9, 3, 4]])
+    if kind == "ngram-paths":
+        drafter, verifier = sd.NGramDrafter(max_ngram=2, max_paths=4, depth=4), sd.TreeVerifier(budget=12)
+    else:
+        drafter = ModelDrafter(tiny_target("llama", seed=7, vocab_size=61, max_seq_len=160))
+        verifier = sd.TreeVerifier(budget=12)
+    spec = sd.generate(target, ids, 30, drafter=drafter, verifier=verifier, num_draft_tokens=12)
+    assert torch.equal(spec.tokens, sd.generate(target, ids, 30).tokens)
+
+
+def test_ngram_paths_build_a_tree_whose_first_path_is_the_chain():
+    context = torch.tensor([1, 2, 7, 1, 2, 8, 9, 1, 2])
+    greedy = sd.SamplingConfig()
+    chain = sd.NGramDrafter(max_ngram=2).propose(context, 3, sampling=greedy, generator=None)
+    tree = sd.NGramDrafter(max_ngram=2, max_paths=3).propose(context, 6, sampling=greedy, generator=None)
+    assert chain.tokens.tolist() == [8, 9, 1]
+    assert tree.tree is not None and tree.tree.num_nodes == 6
+    assert tree.tokens[:3].tolist() == [8, 9, 1]
+    assert set(tree.tree.tokens[tree.tree.parents == -1].tolist()) == {8, 7}
+
+
+def test_model_drafter_reports_tree_scores_even_when_greedy():
+    drafter = ModelDrafter(tiny_target(seed=3, max_seq_len=64))
+    drafter.reset()
+    prop = drafter.propose(torch.tensor([1, 2, 3]), 4, sampling=sd.SamplingConfig(), generator=None)
+    assert prop.draft_probs is None and prop.tree_logprobs.shape == (4, 97)
+    assert torch.equal(prop.tree_logprobs.argmax(-1), prop.tokens)
+
+
+def test_generate_rejects_a_tree_larger_than_the_draft_budget():
+    target = _target("llama", 0, 97)
+
+    class Greedy:
+        vocab_size = None
+
+        def reset(self):
+            pass
+
+        def propose(self, context, max_tokens, *, sampling, generator):
+            return sd.DraftProposal(tokens=context.new_zeros(0), tree=sd.verify.Tree.chain(torch.arange(max_tokens + 1)))
+
+    with pytest.raises(ValueError, match="drafter: proposed 5 tokens / tree nodes, expected at most 4"):
+        sd.generate(target, torch.tensor([[1, 2, 3]]), 10, drafter=Greedy(), verifier=sd.TreeVerifier(budget=8), num_draft_tokens=4)

@@ -125,6 +125,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     max_seq_len = args.prompt_len + args.max_new_tokens + args.num_draft_tokens + 8
     target = build_target(args.shape, args.logit_std, dtype, device, max_seq_len, args.seed)
+    if device.startswith("cuda"):
+        # decode steps (1 row) and n-gram verify steps (up to k + 1 rows) replay CUDA graphs
+        target.enable_cuda_graphs(buckets=(1, 2, 4, 8))
     build_s = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(args.seed + 2)
     prompts = [torch.randint(0, target.vocab_size, (args.prompt_len,), generator=gen).to(device) for _ in range(args.num_prompts)]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
 from specdec.verify.sampling import SamplingConfig
+
+if TYPE_CHECKING:
+    from specdec.verify.tree import Tree
 
 
 @dataclass
@@ -20,6 +23,12 @@ class DraftProposal:
             and the earlier proposed tokens; ``None`` for a deterministic proposal (n-gram lookup, an
             oracle), which the verifier then treats with the deterministic-proposal rule. A drafter
             that draws greedily must not report a softmax here: the law of an argmax is one-hot.
+        tree_logprobs: ``[k, V]`` the drafter's log-probs at each depth along ``tokens``: scores from
+            which :class:`~specdec.verify.TreeVerifier` builds a best-first tree. Unlike
+            ``draft_probs`` they need not be the law the tokens were drawn from, so greedy drafters
+            report them too.
+        tree: a tree the drafter built itself (several n-gram continuations, path-dependent
+            selectors), at most ``max_tokens`` nodes; ``tokens`` is then its first root-to-leaf path.
 
     Example:
         >>> DraftProposal(tokens=torch.tensor([5, 9]), draft_probs=None).num_tokens
@@ -28,6 +37,8 @@ class DraftProposal:
 
     tokens: torch.Tensor
     draft_probs: torch.Tensor | None = None
+    tree_logprobs: torch.Tensor | None = None
+    tree: "Tree | None" = None
 
     @property
     def num_tokens(self) -> int:

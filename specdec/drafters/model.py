@@ -108,8 +108,9 @@ class ModelDrafter:
         logits = self._feed(context[keep:])
         if not self.is_target and not self._cache.is_croppable:
             self._snapshot = (context.numel(), copy.deepcopy(self._cache))
-        tokens, laws = [], []
+        tokens, laws, scores = [], [], []
         for i in range(max_tokens):
+            scores.append(torch.log_softmax(logits.float(), dim=-1))
             if sampling.greedy:
                 token = logits.argmax(-1, keepdim=True)
             else:
@@ -121,4 +122,8 @@ class ModelDrafter:
                 logits = self._feed(token)
         drafted = torch.cat(tokens) if tokens else context.new_zeros(0)
         self._cached = torch.cat([context, drafted[:-1]]) if tokens else context.clone()
-        return DraftProposal(tokens=drafted, draft_probs=torch.stack(laws) if laws else None)
+        return DraftProposal(
+            tokens=drafted,
+            draft_probs=torch.stack(laws) if laws else None,
+            tree_logprobs=torch.stack(scores) if scores else None,
+        )

@@ -2,6 +2,10 @@
 
 from specdec.models.config import SUPPORTED_MODEL_TYPES, TargetConfig
 from specdec.models.dense import Target, TargetOutput
-from specdec.models.loading import build_target, load_target, save_hf_checkpoint
+from specdec.models.loading import build_target, empty_target, load_target, random_target, save_hf_checkpoint
+from specdec.models.shapes import QWEN3_0_6B, QWEN3_8B, QWEN3_32B, SHAPES
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "Target", "TargetConfig", "TargetOutput", "build_target", "load_target", "save_hf_checkpoint"]
+__all__ = [
+    "QWEN3_0_6B", "QWEN3_8B", "QWEN3_32B", "SHAPES", "SUPPORTED_MODEL_TYPES", "Target", "TargetConfig", "TargetOutput",
+    "build_target", "empty_target", "load_target", "random_target", "save_hf_checkpoint",
+]

@@ -54,21 +54,59 @@ def build_target(
     max_seq_len: int,
 ) -> Target:
     """Allocate a :class:`Target` and copy HF-named weights into it (converted to ``dtype``)."""
-    inv_freq, scaling = cfg.rope_inv_freq(hf_config)
-    target = Target(cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype, device="meta")
+    target = empty_target(cfg, hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
     state = _hf_to_runtime(cfg, hf_state)
-    target = target.to_empty(device=device)
     missing, unexpected = target.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
     # The tied lm_head shares the embedding parameter, so it never appears in the state.
     missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
     if missing or unexpected:
         raise ValueError(f"checkpoint: missing tensors {missing}, unexpected tensors {unexpected}")
+    return target
+
+
+def empty_target(cfg: TargetConfig, *, hf_config: Any = None, dtype: torch.dtype, device, max_seq_len: int) -> Target:
+    """A :class:`Target` whose weights are allocated on ``device`` but not initialised (no fp32 detour)."""
+    inv_freq, scaling = cfg.rope_inv_freq(hf_config)
+    target = Target(cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype, device="meta")
+    target = target.to_empty(device=device)
     if cfg.tie_word_embeddings:
         target.lm_head.weight = target.embed.weight
     target.register_buffer("inv_freq", inv_freq.float().to(device), persistent=False)
     target.reset()
     target._allocate_cache()
     return target.eval().requires_grad_(False)
+
+
+def random_target(
+    cfg: TargetConfig,
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | str = "cuda",
+    max_seq_len: int = 4096,
+    seed: int = 0,
+) -> Target:
+    """A target with random weights at a real model's shape, for timing and exactness work.
+
+    Weights are ``N(0, 1 / fan_in)`` (embeddings ``N(0, 1)``, norms 1), so activations keep their scale
+    through the depth and the logits are not flat.
+
+    Example:
+        >>> from specdec.models.shapes import QWEN3_8B
+        >>> target = random_target(QWEN3_8B, device="cuda")    # doctest: +SKIP
+    """
+    target = empty_target(cfg, dtype=dtype, device=device, max_seq_len=max_seq_len)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in target.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            elif name.endswith("bias"):
+                param.zero_()
+            elif name == "embed.weight":
+                param.normal_(0.0, 1.0, generator=gen)
+            else:
+                param.normal_(0.0, param.shape[-1] ** -0.5, generator=gen)
+    return target
 
 
 def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:

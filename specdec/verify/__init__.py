@@ -2,5 +2,34 @@
 
 from specdec.verify.chain import ChainLaws, ChainVerifier, VerifyResult, chain_accept, chain_laws
 from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
+from specdec.verify.tree import (
+    Tree,
+    TreeVerifier,
+    TreeWalk,
+    best_first_tree,
+    greedy_walk,
+    match_walk,
+    sample_and_match,
+    tree_attention_mask,
+    tree_positions,
+)
 
-__all__ = ["ChainLaws", "ChainVerifier", "SamplingConfig", "VerifyResult", "chain_accept", "chain_laws", "logits_to_probs", "sample"]
+__all__ = [
+    "ChainLaws",
+    "ChainVerifier",
+    "SamplingConfig",
+    "Tree",
+    "TreeVerifier",
+    "TreeWalk",
+    "VerifyResult",
+    "best_first_tree",
+    "chain_accept",
+    "chain_laws",
+    "greedy_walk",
+    "logits_to_probs",
+    "match_walk",
+    "sample",
+    "sample_and_match",
+    "tree_attention_mask",
+    "tree_positions",
+]

@@ -133,7 +133,7 @@ class ChainVerifier:
     Example:
         >>> from specdec.testing import tiny_target
         >>> target = tiny_target(seed=0)
-        >>> target(torch.tensor([[1, 2]])); target.commit(2)      # prefill all but the root
+        >>> _ = target(torch.tensor([[1, 2]])); target.commit(2)  # prefill all but the root
         >>> from specdec.drafters import DraftProposal
         >>> result = ChainVerifier().verify(target, torch.tensor([3]), DraftProposal(torch.tensor([4, 5])),
         ...                                 sampling=SamplingConfig(), generator=None)

@@ -1,0 +1,29 @@
+"""Guards on the repository itself: the README's commands and CI's script stay the same."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Set-up (two commands)", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.+?)\n```", section, flags=re.S)
+
+
+def test_readme_has_exactly_two_setup_commands():
+    commands = _readme_commands()
+    assert len(commands) == 2
+    assert commands[0].endswith("python -m specdec demo")
+    assert "pytest" in commands[1] and "TRITON_INTERPRET=1" in commands[1]
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert _readme_commands()[1] in ci
+
+
+def test_requirements_pin_the_ci_stack():
+    pins = dict(line.split("==") for line in (ROOT / "requirements-ci.txt").read_text().splitlines() if "==" in line)
+    assert pins["torch"] == "2.13.0" and pins["triton"] == "3.7.1" and pins["transformers"] == "5.24.0"
