@@ -87,17 +87,18 @@ def check_graph_against_eager(target, prefix_ids) -> dict:
     return {"rel_l2": rel, "argmax_agreement": agree, "ok": rel < 2e-2 and agree >= 0.75}
 
 
-def run_model(name: str, ms: list[int], prefix: int, iters: int, max_seq_len: int, bandwidth: float, ar_tokens: int) -> dict:
+def run_model(name: str, ms: list[int], prefix: int, iters: int, max_seq_len: int, bandwidth: float, ar_tokens: int,
+              compile: bool = False) -> dict:
     cfg = SHAPES[name]
     t0 = time.perf_counter()
     target = random_target(cfg, dtype=torch.bfloat16, device="cuda", max_seq_len=max_seq_len)
-    target.enable_cuda_graphs(buckets=sorted(set(ms)))
+    target.enable_cuda_graphs(buckets=sorted(set(ms)), compile=compile)
     build_s = time.perf_counter() - t0
     nbytes = weight_bytes(target)
     floor_ms = nbytes / bandwidth * 1e3
     prefix_ids = torch.randint(0, cfg.vocab_size, (1, prefix), device="cuda")
     check = check_graph_against_eager(target, prefix_ids)
-    result = {"model": name, "weight_bytes": nbytes, "floor_ms": floor_ms, "build_s": build_s, "check": check, "steps": []}
+    result = {"model": name, "compile": compile, "weight_bytes": nbytes, "floor_ms": floor_ms, "build_s": build_s, "check": check, "steps": []}
     if not check["ok"]:
         print(f"{name}: graph/eager check FAILED {check}; not reporting times", flush=True)
         return result
@@ -108,7 +109,7 @@ def run_model(name: str, ms: list[int], prefix: int, iters: int, max_seq_len: in
         row = time_steps(target, m, prefix, iters)
         row["x_floor"] = row["step_ms"] / floor_ms
         result["steps"].append(row)
-        print(f"{name} M={m:3d}: {row['step_ms']:.3f} ms ({row['x_floor']:.2f}x floor), with host sync {row['step_ms_with_sync']:.3f} ms", flush=True)
+        print(f"{name}{' compiled' if compile else ''} M={m:3d}: {row['step_ms']:.3f} ms ({row['x_floor']:.2f}x floor), with host sync {row['step_ms_with_sync']:.3f} ms", flush=True)
     m1 = result["steps"][0]["step_ms"]
     for row in result["steps"]:
         row["x_m1"] = row["step_ms"] / m1
@@ -131,6 +132,7 @@ def main() -> None:
     parser.add_argument("--max-seq-len", type=int, default=1024)
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--ar-tokens", type=int, default=128, help="tokens of an end-to-end sd.generate AR run")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the graph body (fused element-wise work)")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_ar.json"))
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -144,14 +146,14 @@ def main() -> None:
         "torch": torch.__version__,
         "command": " ".join(sys.argv),
         "copy_bandwidth_Bps": bandwidth,
-        "models": [run_model(n, ms, args.prefix, args.iters, args.max_seq_len, bandwidth, args.ar_tokens) for n in args.models.split(",")],
+        "models": [run_model(n, ms, args.prefix, args.iters, args.max_seq_len, bandwidth, args.ar_tokens, args.compile) for n in args.models.split(",")],
     }
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
     print(f"\ncopy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)")
     print(f"{'model':10} {'M':>4} {'step ms':>9} {'x floor':>8} {'x M=1':>7} {'sync ms':>8}")
     for res in results["models"]:
-        print(f"{res['model']:10} floor {res['floor_ms']:.3f} ms ({res['weight_bytes'] / 1e9:.2f} GB); check {res['check']}")
+        print(f"{res['model'] + (' (compiled)' if res['compile'] else ''):10} floor {res['floor_ms']:.3f} ms ({res['weight_bytes'] / 1e9:.2f} GB); check {res['check']}")
         for row in res["steps"]:
             print(f"{'':10} {row['m']:4d} {row['step_ms']:9.3f} {row['x_floor']:8.2f} {row['x_m1']:7.2f} {row['step_ms_with_sync']:8.3f}")
         if "generate" in res:

@@ -73,9 +73,12 @@ class Attention(nn.Module):
         k = k * cos + _rotate_half(k) * sin
         k_cache.index_copy_(2, slots, k)  # [B, Hkv, S, D]
         v_cache.index_copy_(2, slots, v)
-        out = F.scaled_dot_product_attention(
-            q, k_cache, v_cache, attn_mask=attn_mask, enable_gqa=cfg.num_heads != cfg.num_kv_heads
-        )  # [B, H, T, D]
+        # GQA without copying K/V: the q heads that share a kv head become extra query rows.
+        group = cfg.num_heads // cfg.num_kv_heads
+        q = q.reshape(bsz, cfg.num_kv_heads, group * seqlen, cfg.head_dim)  # [B, Hkv, G*T, D]
+        mask = attn_mask.repeat(1, 1, group, 1) if group > 1 else attn_mask  # [1, 1, G*T, S]
+        out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G*T, D]
+        out = out.view(bsz, cfg.num_heads, seqlen, cfg.head_dim)
         return self.wo(out.transpose(1, 2).reshape(bsz, seqlen, cfg.q_size))
 
 
@@ -234,13 +237,17 @@ class Target(nn.Module):
         return self._run(tokens, positions, slots, attn_mask[None, None], kv_len, hidden_layers)
 
     # ---- CUDA graphs ---------------------------------------------------------------------------------
-    def enable_cuda_graphs(self, buckets: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128)) -> None:
+    def enable_cuda_graphs(self, buckets: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128), *, compile: bool = False) -> None:
         """Run forwards of up to ``max(buckets)`` rows as CUDA-graph replays, one graph per bucket.
 
         A forward of ``T`` rows is padded to the smallest bucket ``>= T`` (padded rows attend only to
         themselves and are never committed); graphs are captured on first use of a bucket. Attention
         then spans the whole cache under a mask built inside the graph from the device-side length, so
         a replay needs no host work beyond copying the inputs. Re-allocates (and so empties) the cache.
+
+        ``compile=True`` runs the captured body through ``torch.compile`` first (one compilation per
+        bucket, at first use), which fuses the norms, RoPE and SwiGLU element-wise work into a few
+        kernels per layer.
         """
         if self.device.type != "cuda":
             raise ValueError(f"enable_cuda_graphs: expected a CUDA target, got device {self.device}")
@@ -249,6 +256,7 @@ class Target(nn.Module):
         self._buckets = tuple(sorted({int(b) for b in buckets}))
         self._graph_pad = self._buckets[-1]
         self._graphs = {}
+        self._graph_body = torch.compile(self._static_body, dynamic=False) if compile else self._static_body
         self.reset()
         self._allocate_cache()
 
@@ -299,11 +307,11 @@ class Target(nn.Module):
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             for _ in range(2):
-                self._static_body(*args)
+                self._graph_body(*args)
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = self._static_body(*args)
+            out = self._graph_body(*args)
         return graph, static, out
 
     def _run(self, tokens, positions, slots, attn_mask, kv_len, hidden_layers) -> TargetOutput:
