@@ -78,7 +78,7 @@ class Attention(nn.Module):
         q = q.reshape(bsz, cfg.num_kv_heads, group * seqlen, cfg.head_dim)  # [B, Hkv, G*T, D]
         mask = attn_mask.repeat(1, 1, group, 1) if group > 1 else attn_mask  # [1, 1, G*T, S]
         out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G*T, D]
-        out = out.view(bsz, cfg.num_heads, seqlen, cfg.head_dim)
+        out = out.reshape(bsz, cfg.num_heads, seqlen, cfg.head_dim)  # SDPA output may be strided
         return self.wo(out.transpose(1, 2).reshape(bsz, seqlen, cfg.q_size))
 
 
