@@ -224,8 +224,12 @@ def _generate_one(target, prompt, max_new, drafter, verifier, sampling, generato
     target.reset()
     if drafter is not None:
         drafter.reset()
-    logits = target(prompt[None]).logits[0, -1]
+    taps = tuple(getattr(drafter, "target_layer_ids", ()) or ()) if drafter is not None else ()
+    prefill = target(prompt[None], hidden_layers=taps)
+    logits = prefill.logits[0, -1]
     target.commit(plen)
+    # [rows, taps, H] features of the rows committed since the drafter last saw any
+    fresh_hidden = torch.stack([h[0] for h in prefill.hidden], dim=1) if taps else None
     buf[plen] = _pick(logits, sampling, generator)
     length = plen + 1
     stats.target_passes = 1
@@ -242,12 +246,15 @@ def _generate_one(target, prompt, max_new, drafter, verifier, sampling, generato
         else:
             t0 = time.perf_counter()
             k = max(0, min(k_max, max_new - (length - plen) - 1, target.room() - 1))
-            proposal: DraftProposal = drafter.propose(buf[:length], k, sampling=sampling, generator=generator)
+            extra = {"target_hidden": fresh_hidden} if taps else {}
+            proposal: DraftProposal = drafter.propose(buf[:length], k, sampling=sampling, generator=generator, **extra)
             if proposal.num_tokens > k or (proposal.tree is not None and proposal.tree.num_nodes > k):
                 size = proposal.tree.num_nodes if proposal.tree is not None else proposal.num_tokens
                 raise ValueError(f"drafter: proposed {size} tokens / tree nodes, expected at most {k}")
             t1 = time.perf_counter()
-            result = verifier.verify(target, buf[length - 1 : length], proposal, sampling=sampling, generator=generator)
+            extra = {"hidden_layers": taps} if taps else {}
+            result = verifier.verify(target, buf[length - 1 : length], proposal, sampling=sampling, generator=generator, **extra)
+            fresh_hidden = result.hidden
             t2 = time.perf_counter()
             m = result.emitted.numel()
             buf[length : length + m] = result.emitted

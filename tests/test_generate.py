@@ -298,3 +298,41 @@ def test_generate_rejects_a_tree_larger_than_the_draft_budget():
 
     with pytest.raises(ValueError, match="drafter: proposed 5 tokens / tree nodes, expected at most 4"):
         sd.generate(target, torch.tensor([[1, 2, 3]]), 10, drafter=Greedy(), verifier=sd.TreeVerifier(budget=8), num_draft_tokens=4)
+
+
+# ---- feature taps for drafters that read the target's hidden states --------------------------------
+
+
+class TapRecorder:
+    """Records the target features a tap drafter receives, and proposes n-gram continuations."""
+
+    vocab_size = None
+    target_layer_ids = (1, 2)
+
+    def __init__(self):
+        self.ngram = sd.NGramDrafter(max_ngram=2, max_paths=3)
+        self.rows: list[torch.Tensor] = []
+
+    def reset(self):
+        self.rows = []
+
+    def propose(self, context, max_tokens, *, sampling, generator, target_hidden):
+        assert target_hidden.shape[0] + sum(r.shape[0] for r in self.rows) == context.numel() - 1
+        self.rows.append(target_hidden)
+        return self.ngram.propose(context, max_tokens, sampling=sampling, generator=generator)
+
+
+@pytest.mark.parametrize("verifier", ["chain", "tree"])
+def test_feature_taps_are_the_hidden_states_of_the_committed_context(verifier):
+    """The features handed to a drafter equal a clean forward over the committed context (no extra pass)."""
+    target = _target("llama", 2, 97)
+    ids = torch.tensor([[3, 4, 5, 3, 4, 6, 3, 4, 5, 3]])
+    drafter = TapRecorder()
+    ver = sd.ChainVerifier() if verifier == "chain" else sd.TreeVerifier(budget=8)
+    out = sd.generate(target, ids, 20, drafter=drafter, verifier=ver, num_draft_tokens=6)
+    assert torch.equal(out.tokens, sd.generate(target, ids, 20).tokens)
+    seen = torch.cat(drafter.rows)  # [committed rows, 2, H]
+    context = torch.cat([ids[0], out.tokens[0]])[: seen.shape[0]]
+    clean = tiny_target("llama", seed=2, vocab_size=97, max_seq_len=128)
+    ref = clean(context[None], hidden_layers=(1, 2)).hidden
+    torch.testing.assert_close(seen, torch.stack([h[0] for h in ref], dim=1), rtol=1e-5, atol=1e-5)

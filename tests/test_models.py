@@ -144,3 +144,16 @@ def test_static_graph_body_matches_eager_forward():
         assert torch.isfinite(static).all()
     with pytest.raises(ValueError, match="CUDA"):
         target.enable_cuda_graphs()
+
+
+def test_w12_target_is_bit_identical_to_bf16_target():
+    hf = tiny_hf_model("qwen3", seed=8, vocab_size=89)
+    plain = sd.load_target(hf, dtype=torch.bfloat16, device="cpu", max_seq_len=64)
+    w12 = sd.load_target(hf, dtype=torch.bfloat16, device="cpu", max_seq_len=64, weight_format="w12")
+    assert isinstance(w12.layers[0].mlp.w13.weight, sd.W12Tensor)
+    ids = torch.tensor([[5, 17, 3, 60, 2, 2, 41]])
+    assert torch.equal(w12(ids).logits, plain(ids).logits)
+    w12.reset(); plain.reset()
+    assert torch.equal(sd.generate(w12, ids, 24).tokens, sd.generate(plain, ids, 24).tokens)
+    with pytest.raises(ValueError, match="w12"):
+        sd.load_target(hf, dtype=torch.float32, device="cpu", weight_format="w12")

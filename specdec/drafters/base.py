@@ -61,6 +61,12 @@ class Drafter(Protocol):
 
     ``reset()`` is called once per request, before the first ``propose``. ``vocab_size`` is checked
     against the target's (``None`` for drafters that only copy tokens from the context).
+
+    Feature taps: a drafter with a non-empty attribute ``target_layer_ids`` (HF ``hidden_states``
+    numbering) also receives ``target_hidden=`` ``[r, taps, H]``: the target's hidden states at those
+    layers for the ``r`` context rows committed since its previous call (the whole prompt at the first
+    call, then the previous root and the accepted drafts), taken from the verify pass itself, so no
+    extra target pass runs. The newest context token (the root) has no features yet.
     """
 
     vocab_size: int | None

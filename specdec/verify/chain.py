@@ -17,7 +17,7 @@ equals the target argmax, then emit the argmax".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -33,10 +33,13 @@ class VerifyResult:
     Attributes:
         emitted: ``[n + 1]`` int64: the ``n`` accepted draft tokens, then the bonus token.
         num_accepted: ``n`` as a host int.
+        hidden: ``[n + 1, taps, H]`` target hidden states of the committed rows (the root, then the
+            accepted drafts) at the requested ``hidden_layers``; ``None`` when none were requested.
     """
 
     emitted: torch.Tensor
     num_accepted: int
+    hidden: torch.Tensor | None = None
 
 
 @dataclass
@@ -149,10 +152,13 @@ class ChainVerifier:
         *,
         sampling: SamplingConfig,
         generator: torch.Generator | None = None,
+        hidden_layers: Sequence[int] = (),
     ) -> VerifyResult:
         drafts = proposal.tokens
         rows = torch.cat([root.view(1), drafts])[None]  # [1, k + 1]
-        logits = target(rows).logits[0]  # [k + 1, V]
+        out = target(rows, hidden_layers=hidden_layers)
+        logits = out.logits[0]  # [k + 1, V]
         n, bonus = chain_accept(logits, drafts, proposal.draft_probs, sampling=sampling, generator=generator)
         target.commit(n + 1)
-        return VerifyResult(emitted=torch.cat([drafts[:n], bonus.view(1)]), num_accepted=n)
+        hidden = torch.stack([h[0, : n + 1] for h in out.hidden], dim=1) if hidden_layers else None  # [n + 1, taps, H]
+        return VerifyResult(emitted=torch.cat([drafts[:n], bonus.view(1)]), num_accepted=n, hidden=hidden)

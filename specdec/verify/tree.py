@@ -643,6 +643,7 @@ class TreeVerifier:
         *,
         sampling: SamplingConfig,
         generator: torch.Generator | None = None,
+        hidden_layers: Sequence[int] = (),
     ):
         device = target.device
         tree = self.build_tree(proposal, room=target.room()).to(device)
@@ -653,10 +654,11 @@ class TreeVerifier:
         rows = torch.cat([root.view(1).to(device), tree.tokens])[None]  # [1, N + 1]
         if tree.is_chain:
             # Default positions and causal mask: the same forward as ChainVerifier, bit for bit.
-            logits = target(rows).logits[0]  # [N + 1, V]
+            out = target(rows, hidden_layers=hidden_layers)
         else:
             positions = tree_positions(tree, target.length)[None]  # [1, N + 1]
-            logits = target(rows, positions, tree.ancestor_mask).logits[0]  # [N + 1, V]
+            out = target(rows, positions, tree.ancestor_mask, hidden_layers=hidden_layers)
+        logits = out.logits[0]  # [N + 1, V]
         if sampling.greedy:
             walk = greedy_walk(tree, logits)
         else:
@@ -665,4 +667,8 @@ class TreeVerifier:
             target.commit(walk.num_accepted + 1)
         else:
             target.commit(walk.rows)
-        return VerifyResult(emitted=walk.emitted, num_accepted=walk.num_accepted)
+        hidden = None
+        if hidden_layers:
+            kept = torch.arange(walk.num_accepted + 1, device=device) if tree.is_chain else walk.rows.to(device)
+            hidden = torch.stack([h[0] for h in out.hidden], dim=1)[kept]  # [n + 1, taps, H]
+        return VerifyResult(emitted=walk.emitted, num_accepted=walk.num_accepted, hidden=hidden)
