@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -22,25 +21,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from bench_tree import check_tree_forward, draft_logprobs  # noqa: E402
+from bench_tree import check_tree_forward, draft_logprobs, timer  # noqa: E402
 
 from specdec.models import QWEN3_8B, random_target  # noqa: E402
 from specdec.verify.tree import best_first_tree, tree_positions  # noqa: E402
-
-
-def median_us(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -51,6 +35,7 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_tree_compiled.json"))
     args = parser.parse_args()
     device = torch.device("cuda")
+    median_us = timer(device)
     target = random_target(QWEN3_8B, dtype=torch.bfloat16, device=device, max_seq_len=args.prefix + 256)
     target.enable_cuda_graphs(buckets=[1] + [n + 1 for n in args.nodes], compile=True)
     prefix = torch.randint(0, QWEN3_8B.vocab_size, (1, args.prefix), device=device)
