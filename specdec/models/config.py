@@ -9,7 +9,11 @@ import torch
 
 # Dense decoder families whose layer is: RMSNorm -> GQA attention with RoPE -> RMSNorm -> SwiGLU MLP.
 # Qwen2 adds a bias on q/k/v; Qwen3 adds a per-head RMSNorm on q and k. Nothing else differs.
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+DENSE_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+# Hybrids of Gated DeltaNet and gated attention layers (specdec.models.hybrid.HybridTarget).
+HYBRID_MODEL_TYPES = ("qwen3_5_text", "qwen3_next")
+# Everything load_target accepts.
+SUPPORTED_MODEL_TYPES = DENSE_MODEL_TYPES + HYBRID_MODEL_TYPES
 
 
 @dataclass(frozen=True)
@@ -68,9 +72,9 @@ class TargetConfig:
     def from_hf(cls, hf_config: Any) -> "TargetConfig":
         """Build from a transformers ``PretrainedConfig`` (or anything with the same attributes)."""
         model_type = getattr(hf_config, "model_type", None)
-        if model_type not in SUPPORTED_MODEL_TYPES:
+        if model_type not in DENSE_MODEL_TYPES:
             raise ValueError(
-                f"model_type: expected one of {SUPPORTED_MODEL_TYPES} (dense decoders), got {model_type!r}"
+                f"model_type: expected one of {DENSE_MODEL_TYPES} (dense decoders), got {model_type!r}"
             )
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads

@@ -49,6 +49,48 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def cached_attention(q, k, v, k_cache, v_cache, slots, attn_mask) -> torch.Tensor:
+    """Write the new rows' K/V into a static cache, then attend over it (shared by every runtime).
+
+    Args:
+        q: ``[B, H, T, D]`` queries (RoPE applied); k, v: ``[B, Hkv, T, D]``.
+        k_cache, v_cache: ``[B, Hkv, S, D]`` views of the cache slots in use; written at ``slots [T]``.
+        attn_mask: ``[1, 1, T, S]`` bool, ``True`` where a row may attend a slot.
+
+    Returns:
+        ``[B, T, H * D]`` attention output (before the output projection).
+    """
+    bsz, num_heads, seqlen, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    k_cache.index_copy_(2, slots, k)  # [B, Hkv, S, D]
+    v_cache.index_copy_(2, slots, v)
+    # GQA without copying K/V: the q heads that share a kv head become extra query rows.
+    group = num_heads // num_kv_heads
+    q = q.reshape(bsz, num_kv_heads, group * seqlen, head_dim)  # [B, Hkv, G*T, D]
+    mask = attn_mask.repeat(1, 1, group, 1) if group > 1 else attn_mask  # [1, 1, G*T, S]
+    out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G*T, D]
+    out = out.reshape(bsz, num_heads, seqlen, head_dim)  # SDPA output may be strided
+    return out.transpose(1, 2).reshape(bsz, seqlen, num_heads * head_dim)
+
+
+def prefix_attention_mask(length: int, seqlen: int, mask: torch.Tensor | None, device) -> torch.Tensor:
+    """``[1, 1, T, length + T]`` bool: the committed prefix, then the new rows by ``mask`` (default causal)."""
+    local = torch.tril(torch.ones(seqlen, seqlen, dtype=torch.bool, device=device)) if mask is None else mask
+    attn_mask = torch.cat([torch.ones(seqlen, length, dtype=torch.bool, device=device), local], dim=1)
+    return attn_mask[None, None]
+
+
+def compact_kv(k_caches, v_caches, length: int, accepted: torch.Tensor) -> None:
+    """Move the K/V of verify rows ``accepted [n]`` (ascending) to slots ``[length, length + n)``."""
+    device = k_caches[0].device if k_caches else accepted.device
+    src = length + accepted.to(device)
+    dst = length + torch.arange(accepted.numel(), device=device)
+    # Ascending order and src >= dst make the in-place gather-then-scatter safe.
+    for k_cache, v_cache in zip(k_caches, v_caches):
+        k_cache[:, :, dst] = k_cache[:, :, src]
+        v_cache[:, :, dst] = v_cache[:, :, src]
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: TargetConfig):
         super().__init__()
@@ -71,15 +113,7 @@ class Attention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        k_cache.index_copy_(2, slots, k)  # [B, Hkv, S, D]
-        v_cache.index_copy_(2, slots, v)
-        # GQA without copying K/V: the q heads that share a kv head become extra query rows.
-        group = cfg.num_heads // cfg.num_kv_heads
-        q = q.reshape(bsz, cfg.num_kv_heads, group * seqlen, cfg.head_dim)  # [B, Hkv, G*T, D]
-        mask = attn_mask.repeat(1, 1, group, 1) if group > 1 else attn_mask  # [1, 1, G*T, S]
-        out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G*T, D]
-        out = out.reshape(bsz, cfg.num_heads, seqlen, cfg.head_dim)  # SDPA output may be strided
-        return self.wo(out.transpose(1, 2).reshape(bsz, seqlen, cfg.q_size))
+        return self.wo(cached_attention(q, k, v, k_cache, v_cache, slots, attn_mask))
 
 
 class MLP(nn.Module):
@@ -232,9 +266,8 @@ class Target(nn.Module):
         slots = self.length + new  # [T]
         # Attention reads only the slots in use: the committed prefix, then the new rows by `mask`.
         kv_len = self.length + seqlen
-        local = torch.tril(torch.ones(seqlen, seqlen, dtype=torch.bool, device=device)) if mask is None else mask
-        attn_mask = torch.cat([torch.ones(seqlen, self.length, dtype=torch.bool, device=device), local], dim=1)
-        return self._run(tokens, positions, slots, attn_mask[None, None], kv_len, hidden_layers)
+        attn_mask = prefix_attention_mask(self.length, seqlen, mask, device)
+        return self._run(tokens, positions, slots, attn_mask, kv_len, hidden_layers)
 
     # ---- CUDA graphs ---------------------------------------------------------------------------------
     def enable_cuda_graphs(self, buckets: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128), *, compile: bool = False) -> None:
@@ -354,12 +387,7 @@ class Target(nn.Module):
         n = accepted.numel()
         if n > self._last_rows:
             raise ValueError(f"accepted: expected at most {self._last_rows} rows, got {n}")
-        src = self.length + accepted.to(self.device)
-        dst = self.length + torch.arange(n, device=self.device)
-        # Ascending order and src >= dst make the in-place gather-then-scatter safe.
-        for k_cache, v_cache in zip(self.k_caches, self.v_caches):
-            k_cache[:, :, dst] = k_cache[:, :, src]
-            v_cache[:, :, dst] = v_cache[:, :, src]
+        compact_kv(self.k_caches, self.v_caches, self.length, accepted)
         self.length += n
         self._last_rows = 0
 

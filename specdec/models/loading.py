@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 import torch
 
-from specdec.models.config import SUPPORTED_MODEL_TYPES, TargetConfig
+from specdec.models.config import HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
 from specdec.models.dense import Target
 
 _WEIGHT_FORMATS = ("bf16", "w12")
@@ -138,10 +138,11 @@ def load_target(
     weight_format: str = "bf16",
     progress: bool = True,
 ) -> Target:
-    """Load a dense decoder into the lean runtime.
+    """Load a dense decoder (or a Gated DeltaNet hybrid) into the lean runtime.
 
     Args:
-        model_or_path: an HF ``PreTrainedModel`` (Llama / Qwen2 / Qwen3 families), a local HF
+        model_or_path: an HF ``PreTrainedModel`` (Llama / Qwen2 / Qwen3 families, or the Qwen3.5 /
+            Qwen3-Next Gated DeltaNet hybrids, which load as a ``HybridTarget``), a local HF
             checkpoint folder (``config.json`` + ``*.safetensors``), or a ``.gguf`` file.
         dtype: compute and weight dtype (``torch.float32`` for exactness tests).
         device: where the weights and cache live.
@@ -174,6 +175,8 @@ def load_target(
             if not (path / "config.json").exists():
                 raise ValueError(f"model_or_path: {str(path)!r} has no config.json")
             hf_config = AutoConfig.from_pretrained(str(path))
+            if getattr(hf_config, "model_type", None) in HYBRID_MODEL_TYPES:
+                return _load_hybrid(hf_config, _read_safetensors(path), dtype, device, max_seq_len, weight_format)
             cfg = TargetConfig.from_hf(hf_config)
             target = build_target(cfg, _read_safetensors(path), hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
             return _apply_weight_format(target, weight_format)
@@ -186,10 +189,22 @@ def load_target(
     model_type = getattr(hf_model.config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"model_or_path: model_type {model_type!r} is not supported; expected one of {SUPPORTED_MODEL_TYPES}")
-    cfg = TargetConfig.from_hf(hf_model.config)
     state = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    if model_type in HYBRID_MODEL_TYPES:
+        return _load_hybrid(hf_model.config, state, dtype, device, max_seq_len, weight_format)
+    cfg = TargetConfig.from_hf(hf_model.config)
     target = build_target(cfg, state, hf_config=hf_model.config, dtype=dtype, device=device, max_seq_len=max_seq_len)
     return _apply_weight_format(target, weight_format)
+
+
+def _load_hybrid(hf_config, state, dtype, device, max_seq_len, weight_format):
+    """Gated DeltaNet hybrids (Qwen3.5 text, Qwen3-Next) go to :class:`~specdec.models.hybrid.HybridTarget`."""
+    from specdec.models.hybrid import HybridConfig, build_hybrid_target
+
+    if weight_format != "bf16":
+        raise ValueError(f"weight_format: hybrid targets support only 'bf16' (plain weights), got {weight_format!r}")
+    cfg = HybridConfig.from_hf(hf_config)
+    return build_hybrid_target(cfg, state, hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
 
 
 def _apply_weight_format(target: Target, weight_format: str) -> Target:

@@ -555,6 +555,16 @@ def sample_and_match(tree: Tree, target_probs: torch.Tensor, *, generator: torch
 # --------------------------------------------------------------------------------------------------
 # The verifier
 # --------------------------------------------------------------------------------------------------
+def _takes_tree_parents(target) -> bool:
+    """Whether ``target.forward`` accepts ``tree_parents=`` (hybrid targets with recurrent state do)."""
+    import inspect
+
+    try:
+        return "tree_parents" in inspect.signature(target.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class TreeVerifier:
     """Verify a tree of draft continuations with one target forward.
 
@@ -657,7 +667,12 @@ class TreeVerifier:
             out = target(rows, hidden_layers=hidden_layers)
         else:
             positions = tree_positions(tree, target.length)[None]  # [1, N + 1]
-            out = target(rows, positions, tree.ancestor_mask, hidden_layers=hidden_layers)
+            extra = {}
+            if _takes_tree_parents(target):
+                # recurrent (GDN) layers follow each row's path: parent row of every verify row,
+                # the root row hanging below the committed prefix (-1), node i at row i + 1
+                extra["tree_parents"] = torch.cat([tree.parents.new_full((1,), -1), tree.parents + 1])
+            out = target(rows, positions, tree.ancestor_mask, hidden_layers=hidden_layers, **extra)
         logits = out.logits[0]  # [N + 1, V]
         if sampling.greedy:
             walk = greedy_walk(tree, logits)
