@@ -108,17 +108,24 @@ class TargetConfig:
 
     def rope_inv_freq(self, hf_config: Any | None = None) -> tuple[torch.Tensor, float]:
         """Inverse RoPE frequencies [head_dim // 2] (fp32) and the attention scaling factor."""
-        rope_type = self.rope_parameters.get("rope_type", self.rope_parameters.get("type", "default"))
-        if rope_type in (None, "default"):
-            exponent = torch.arange(0, self.head_dim, 2, dtype=torch.int64).to(torch.float) / self.head_dim
-            return 1.0 / (self.rope_theta**exponent), 1.0
-        if hf_config is None:
-            raise ValueError(
-                f"rope_parameters: rope_type {rope_type!r} needs the original HF config to compute frequencies"
-            )
-        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        return rope_inv_freq(self.rope_parameters, self.rope_theta, self.head_dim, hf_config)
 
-        if rope_type not in ROPE_INIT_FUNCTIONS:
-            raise ValueError(f"rope_type: expected one of {sorted(ROPE_INIT_FUNCTIONS)}, got {rope_type!r}")
-        inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](hf_config, None)
-        return inv_freq.float(), float(scaling)
+
+def rope_inv_freq(rope_parameters: dict, rope_theta: float, rotary_dim: int, hf_config: Any | None) -> tuple[torch.Tensor, float]:
+    """Inverse RoPE frequencies ``[rotary_dim // 2]`` (fp32) and the cos/sin scaling factor.
+
+    The default RoPE is computed here as transformers computes it; other types (llama3, yarn, ...) are
+    delegated to transformers' own init functions, which need the original HF config.
+    """
+    rope_type = rope_parameters.get("rope_type", rope_parameters.get("type", "default"))
+    if rope_type in (None, "default"):
+        exponent = torch.arange(0, rotary_dim, 2, dtype=torch.int64).to(torch.float) / rotary_dim
+        return 1.0 / (rope_theta**exponent), 1.0
+    if hf_config is None:
+        raise ValueError(f"rope_parameters: rope_type {rope_type!r} needs the original HF config to compute frequencies")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    if rope_type not in ROPE_INIT_FUNCTIONS:
+        raise ValueError(f"rope_type: expected one of {sorted(ROPE_INIT_FUNCTIONS)}, got {rope_type!r}")
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](hf_config, None)
+    return inv_freq.float(), float(scaling)

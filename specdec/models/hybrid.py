@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.kernels.gdn import build_tree_meta, conv_state_commit, gdn_tree, gdn_tree_commit, tree_causal_conv
-from specdec.models.config import HYBRID_MODEL_TYPES
+from specdec.models.config import HYBRID_MODEL_TYPES, rope_inv_freq
 from specdec.models.dense import MLP, Target, TargetOutput, _rotate_half, cached_attention, compact_kv, prefix_attention_mask
 
 __all__ = ["HybridConfig", "HybridTarget", "build_hybrid_target", "random_hybrid_target"]
@@ -200,18 +200,7 @@ class HybridConfig:
 
         Qwen3.5's interleaved M-RoPE reduces to this for text: its three position components are equal.
         """
-        rope_type = self.rope_parameters.get("rope_type", self.rope_parameters.get("type", "default"))
-        if rope_type in (None, "default"):
-            exponent = torch.arange(0, self.rotary_dim, 2, dtype=torch.float) / self.rotary_dim
-            return 1.0 / (self.rope_theta**exponent), 1.0
-        if hf_config is None:
-            raise ValueError(f"rope_parameters: rope_type {rope_type!r} needs the original HF config to compute frequencies")
-        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-        if rope_type not in ROPE_INIT_FUNCTIONS:
-            raise ValueError(f"rope_type: expected one of {sorted(ROPE_INIT_FUNCTIONS)}, got {rope_type!r}")
-        inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](hf_config, None)
-        return inv_freq.float(), float(scaling)
+        return rope_inv_freq(self.rope_parameters, self.rope_theta, self.rotary_dim, hf_config)
 
 
 # --------------------------------------------------------------------------------------------------
