@@ -8,6 +8,8 @@ from specdec.drafters.model import ModelDrafter
 from specdec.drafters.ngram import NGramDrafter
 from specdec.drafters.oracle import PRESETS as ORACLE_PRESETS
 from specdec.drafters.oracle import AcceptanceProfile, OracleDrafter
+from specdec.drafters import training
+from specdec.drafters.training import TrainingConfig, TrainingHistory, train_drafter
 
 __all__ = [
     "AcceptanceProfile",
@@ -25,4 +27,8 @@ __all__ = [
     "load_drafter",
     "read_drafter_config",
     "save_fixture",
+    "train_drafter",
+    "training",
+    "TrainingConfig",
+    "TrainingHistory",
 ]

@@ -1,0 +1,616 @@
+"""Train a DFlash block drafter for a frozen target on the target's own continuations.
+
+The recipe (DFlash, arXiv 2602.06036; the DSpark paper uses the same data pipeline):
+
+1. **Data**: the target continues every prompt (:func:`specdec.generate`), so the labels are the
+   target's own tokens; one extra target forward over each full sequence gives the hidden states at
+   ``target_layer_ids`` (HF ``hidden_states[id + 1]``), the drafter's context features. The target is
+   frozen, so the features are computed once.
+2. **Blocks**: every step draws random anchor positions per sequence (``torch.Generator``). The block
+   of anchor ``p`` is ``[x_p, MASK, ..., MASK]`` at positions ``p .. p + B - 1``; it sees the context
+   features of rows ``0 .. p - 1`` (exactly what the drafter's cache holds at inference) and itself.
+   All anchors of a sequence run in one attention call: the context K/V are computed once and a mask
+   keeps each block to its own prefix and its own rows.
+3. **Loss**: cross-entropy of row ``k`` (``1 <= k < B``) against ``x_{p + k}``, weighted by
+   ``exp(-(k - 1) / loss_decay_gamma)`` -- an early miss ends the accepted prefix, so early rows
+   matter most. Rows past the end of the sequence are left out.
+4. **Frozen, shared tables**: the target's embedding and ``lm_head`` are used as they are and get no
+   gradient; only the drafter's own parameters (``fc``, ``hidden_norm``, the layers, ``norm``) train.
+
+The result is a :class:`~specdec.drafters.dflash.BlockDraftModel` of architecture
+``DFlashDraftModel``; :func:`save` writes it in the z-lab checkpoint format, which
+:meth:`DFlashDrafter.from_pretrained` and :func:`load_drafter` read.
+
+Example:
+    >>> from specdec.testing import tiny_target
+    >>> target = tiny_target(seed=0)
+    >>> prompts = torch.randint(0, 97, (8, 6), generator=torch.Generator().manual_seed(0))
+    >>> model, history = train_drafter(target, prompts, TrainingConfig(steps=5), progress=False)
+    >>> len(history.loss)
+    5
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from specdec.drafters.dflash import DFLASH, BlockDraftModel, DFlashDrafter, _rotate_half, check_fits_target, read_drafter_config
+
+__all__ = [
+    "TrainingConfig",
+    "TrainingData",
+    "TrainingHistory",
+    "block_logits",
+    "default_target_layer_ids",
+    "drafter_config",
+    "init_drafter",
+    "make_training_data",
+    "plot_history",
+    "save",
+    "tokens_per_target_pass",
+    "train_drafter",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Drafter shape, data and optimisation settings.
+
+    Attributes:
+        num_layers: draft decoder layers.
+        block_size: rows of one draft forward (anchor included; ``block_size - 1`` drafts).
+        target_layer_ids: target layers whose outputs are the context features (checkpoint
+            numbering: id ``i`` is HF ``hidden_states[i + 1]``); ``None`` = :func:`default_target_layer_ids`.
+        mask_token_id: id embedded at the masked rows; ``None`` = ``vocab_size - 1``.
+        num_heads, num_kv_heads, head_dim, intermediate_size: draft layer shape; ``None`` = the
+            target's heads / head_dim and ``2 * hidden_size``.
+        continuation_tokens: tokens the target generates per prompt (the labels).
+        data_temperature: temperature of those continuations (0 = greedy, what greedy serving sees).
+        num_anchors: random anchors per sequence per step.
+        batch_size: sequences per step.
+        steps: optimiser steps.
+        lr: AdamW peak learning rate (linear warm-up over ``warmup_steps``, cosine decay to 10 %).
+        weight_decay: AdamW weight decay.
+        warmup_steps: warm-up length.
+        grad_clip: global gradient-norm clip (``None`` = off).
+        loss_decay_gamma: position weight ``exp(-(k - 1) / gamma)`` of block row ``k``; ``None`` = flat.
+        init_scale: initial weights ``N(0, init_scale / fan_in)``.
+        seed: seeds data generation, initialisation and anchor draws.
+
+    Example:
+        >>> TrainingConfig(block_size=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: block_size: expected an int >= 2 (anchor + at least one draft row), got 1
+    """
+
+    num_layers: int = 1
+    block_size: int = 8
+    target_layer_ids: tuple[int, ...] | None = None
+    mask_token_id: int | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    continuation_tokens: int = 64
+    data_temperature: float = 0.0
+    num_anchors: int = 16
+    batch_size: int = 4
+    steps: int = 200
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 10
+    grad_clip: float | None = 1.0
+    loss_decay_gamma: float | None = 4.0
+    init_scale: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str, minimum: int = 1, why: str = "") -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name}: expected an int >= {minimum}{why}, got {value!r}")
+
+        positive_int("num_layers")
+        positive_int("block_size", 2, " (anchor + at least one draft row)")
+        positive_int("continuation_tokens")
+        positive_int("num_anchors")
+        positive_int("batch_size")
+        positive_int("steps")
+        positive_int("warmup_steps", 0)
+        for name in ("num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
+            if getattr(self, name) is not None:
+                positive_int(name)
+        if self.num_heads is not None and self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_kv_heads: expected a divisor of num_heads {self.num_heads}, got {self.num_kv_heads}")
+        if self.target_layer_ids is not None:
+            ids = self.target_layer_ids
+            if not isinstance(ids, tuple) or not ids or any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+                raise ValueError(f"target_layer_ids: expected a non-empty tuple of ints or None, got {ids!r}")
+        if self.mask_token_id is not None and (isinstance(self.mask_token_id, bool) or not isinstance(self.mask_token_id, int) or self.mask_token_id < 0):
+            raise ValueError(f"mask_token_id: expected an int >= 0 or None, got {self.mask_token_id!r}")
+        for name in ("lr", "init_scale"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+        for name in ("weight_decay", "data_temperature"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
+        for name in ("grad_clip", "loss_decay_gamma"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"{name}: expected a finite number > 0 or None, got {value!r}")
+
+    def position_weights(self) -> torch.Tensor:
+        """``[block_size - 1]`` loss weights of block rows ``1 .. B - 1``.
+
+        Example:
+            >>> TrainingConfig(block_size=3, loss_decay_gamma=1.0).position_weights()
+            tensor([1.0000, 0.3679])
+        """
+        k = torch.arange(self.block_size - 1, dtype=torch.float32)
+        if self.loss_decay_gamma is None:
+            return torch.ones_like(k)
+        return torch.exp(-k / self.loss_decay_gamma)
+
+
+@dataclass
+class TrainingHistory:
+    """Per-step records of :func:`train_drafter`.
+
+    Attributes:
+        loss: weighted block cross-entropy per step.
+        accuracy: weighted share of block rows whose argmax equals the target's token, per step.
+        lr: learning rate per step.
+        position_accuracy: per block row (``1 .. B - 1``), the accuracy over the last 10 % of steps.
+    """
+
+    loss: list[float] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    position_accuracy: list[float] = field(default_factory=list)
+
+
+@dataclass
+class TrainingData:
+    """Token sequences and their context features.
+
+    Attributes:
+        tokens: per sequence ``[L]`` int64 (prompt + the target's continuation).
+        features: per sequence ``[L, taps * H]``, the target's hidden states at the tap layers.
+        prompt_lengths: per sequence, where the continuation starts.
+    """
+
+    tokens: list[torch.Tensor]
+    features: list[torch.Tensor]
+    prompt_lengths: list[int]
+
+
+# --------------------------------------------------------------------------------------------------
+# Config of the drafter
+# --------------------------------------------------------------------------------------------------
+def default_target_layer_ids(num_target_layers: int, num_taps: int) -> tuple[int, ...]:
+    """Tap layers when none are given: the z-lab rule, ``num_taps`` ids spread over ``1 .. L - 3``.
+
+    One tap takes the middle layer. Targets too shallow for the rule (``L - 3 <= 1``) use their last
+    ``min(num_taps, L)`` layers.
+
+    Example:
+        >>> default_target_layer_ids(36, 5), default_target_layer_ids(2, 3)
+        ((1, 9, 17, 25, 33), (0, 1))
+    """
+    if num_taps == 1:
+        return (num_target_layers // 2,)
+    start, end = 1, num_target_layers - 3
+    if end - start < num_taps - 1:
+        n = min(num_taps, num_target_layers)
+        return tuple(range(num_target_layers - n, num_target_layers))
+    span = end - start
+    return tuple(int(round(start + i * span / (num_taps - 1))) for i in range(num_taps))
+
+
+def drafter_config(target, config: TrainingConfig) -> dict:
+    """The ``config.json`` (z-lab ``DFlashDraftModel`` format) of the drafter ``config`` describes.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> drafter_config(tiny_target(seed=0), TrainingConfig(block_size=4))["dflash_config"]
+        {'block_size': 4, 'mask_token_id': 96, 'target_layer_ids': [0, 1]}
+    """
+    tcfg = target.config
+    ids = config.target_layer_ids
+    if ids is None:
+        ids = default_target_layer_ids(tcfg.num_layers, min(max(config.num_layers, 2), tcfg.num_layers))
+    heads = config.num_heads or tcfg.num_heads
+    kv = config.num_kv_heads or (tcfg.num_kv_heads if heads % tcfg.num_kv_heads == 0 else heads)
+    if heads % kv:
+        raise ValueError(f"num_kv_heads: expected a divisor of num_heads {heads}, got {kv}")
+    mask = tcfg.vocab_size - 1 if config.mask_token_id is None else config.mask_token_id
+    raw = {
+        "architectures": [DFLASH],
+        "model_type": "qwen3",
+        "hidden_size": tcfg.hidden_size,
+        "intermediate_size": config.intermediate_size or 2 * tcfg.hidden_size,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": config.head_dim or tcfg.head_dim,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": tcfg.vocab_size,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "max_position_embeddings": target.max_seq_len,
+        "tie_word_embeddings": False,
+        "layer_types": ["full_attention"] * config.num_layers,
+        "sliding_window": None,
+        "use_sliding_window": False,
+        "num_target_layers": tcfg.num_layers,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "dflash_config": {"block_size": config.block_size, "mask_token_id": mask, "target_layer_ids": list(ids)},
+    }
+    # the same checks a published checkpoint gets when it is loaded, before any work is done
+    check_fits_target(read_drafter_config(raw), target)
+    return raw
+
+
+def init_drafter(target, config: TrainingConfig) -> BlockDraftModel:
+    """The untrained drafter of ``config`` for ``target``: ``N(0, init_scale / fan_in)`` weights, unit norms."""
+    raw = drafter_config(target, config)
+    cfg = read_drafter_config(raw)
+    model = BlockDraftModel(cfg, target.config.vocab_size)
+    gen = torch.Generator().manual_seed(config.seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.fill_(1.0)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * (config.init_scale / p.shape[-1]) ** 0.5)
+    return model.to(device=target.device, dtype=target.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------------
+def _prompt_list(prompts, vocab: int) -> list[torch.Tensor]:
+    if isinstance(prompts, torch.Tensor):
+        if prompts.ndim == 1:
+            prompts = [prompts]
+        elif prompts.ndim == 2:
+            prompts = list(prompts)
+        else:
+            raise ValueError(f"prompts: expected [N, T] or a list of 1-D tensors, got shape {tuple(prompts.shape)}")
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("prompts: expected at least one prompt, got none")
+    out = []
+    for i, p in enumerate(prompts):
+        if not isinstance(p, torch.Tensor) or p.ndim != 1 or p.numel() < 1 or p.dtype not in (torch.long, torch.int32):
+            desc = f"{p.dtype} shape {tuple(p.shape)}" if isinstance(p, torch.Tensor) else type(p).__name__
+            raise ValueError(f"prompts[{i}]: expected a non-empty 1-D integer tensor, got {desc}")
+        if int(p.min()) < 0 or int(p.max()) >= vocab:
+            raise ValueError(f"prompts[{i}]: token ids must lie in [0, {vocab}), got values in [{int(p.min())}, {int(p.max())}]")
+        out.append(p.long())
+    return out
+
+
+@torch.no_grad()
+def make_training_data(target, prompts, config: TrainingConfig, layer_ids: Sequence[int], *, progress: bool = False) -> TrainingData:
+    """The target's continuations of ``prompts`` and its hidden states at ``layer_ids`` (checkpoint numbering).
+
+    Args:
+        target: a :class:`specdec.models.Target` (left reset afterwards).
+        prompts: ``[N, T]`` int64 or a list of 1-D int64 tensors.
+        config: ``continuation_tokens``, ``data_temperature`` and ``seed`` are used.
+        layer_ids: tap ids; id ``i`` reads HF ``hidden_states[i + 1]``.
+
+    Returns:
+        :class:`TrainingData` with ``features[j]`` of shape ``[L_j, len(layer_ids) * H]``.
+    """
+    from specdec.decode import generate
+
+    hf_layers = tuple(i + 1 for i in layer_ids)
+    tokens, features, plens = [], [], []
+    rows = _prompt_list(prompts, target.vocab_size)
+    for j, prompt in enumerate(_progress(rows, progress, "target continuations")):
+        prompt = prompt.to(target.device)
+        out = generate(target, prompt[None], config.continuation_tokens, temperature=config.data_temperature, seed=config.seed + j)
+        seq = torch.cat([prompt, out.tokens[0]])  # [L]
+        target.reset()
+        hidden = target(seq[None], hidden_layers=hf_layers).hidden  # taps x [1, L, H]
+        target.reset()
+        tokens.append(seq)
+        features.append(torch.cat([h[0] for h in hidden], dim=-1).detach())  # [L, taps * H]
+        plens.append(prompt.numel())
+    return TrainingData(tokens=tokens, features=features, prompt_lengths=plens)
+
+
+def _progress(iterable, enabled: bool, desc: str):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, leave=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# The training forward: all anchors of one sequence at once
+# --------------------------------------------------------------------------------------------------
+def block_logits(model: BlockDraftModel, target, features: torch.Tensor, tokens: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """Draft logits of the blocks at ``anchors`` of one sequence, as inference would compute them.
+
+    The block of anchor ``p`` is ``[tokens[p], MASK x (B - 1)]`` at positions ``p .. p + B - 1`` and
+    sees the context rows ``0 .. p - 1`` -- what :class:`DFlashDrafter` holds in its cache when
+    ``tokens[p]`` is the newest token. Equal to the inference path up to float rounding.
+
+    Args:
+        model: a ``DFlashDraftModel`` :class:`BlockDraftModel`.
+        target: its target (``embed`` and ``lm_head`` are read, never trained).
+        features: ``[L, taps * H]`` context features of the sequence.
+        tokens: ``[L]`` int64.
+        anchors: ``[A]`` int64 anchor positions in ``[0, L)``.
+
+    Returns:
+        float32 ``[A, B - 1, V]`` logits of block rows ``1 .. B - 1``.
+    """
+    cfg = model.cfg
+    if cfg.conv_kernel_size or cfg.selector_rank or cfg.markov_rank:
+        raise ValueError(f"model: training supports the DFlash backbone only, got architecture {cfg.architecture!r}")
+    L, A, B = tokens.numel(), anchors.numel(), cfg.block_size
+    device = features.device
+    ctx = model.project_context(features.to(model.fc.weight.dtype))  # [L, H]
+    ids = torch.full((A, B), cfg.mask_token_id, dtype=torch.long, device=device)
+    ids[:, 0] = tokens[anchors]
+    # the target's table, frozen: no gradient flows into it
+    noise = (F.embedding(ids, target.embed.weight.detach()) * cfg.input_embedding_scale).reshape(A * B, -1)  # [A*B, H]
+    noise = noise.to(model.fc.weight.dtype)
+    q_pos = (anchors[:, None] + torch.arange(B, device=device)).reshape(-1)  # [A*B]
+    ctx_pos = torch.arange(L, device=device)
+    k_pos = torch.cat([ctx_pos, q_pos])  # [L + A*B]
+    owner = torch.arange(A, device=device).repeat_interleave(B)  # [A*B] block index of each row
+    sees_ctx = ctx_pos[None] < anchors[owner][:, None]  # [A*B, L]: rows before the anchor
+    sees_blk = owner[:, None] == owner[None]  # [A*B, A*B]: its own block only
+    base = torch.cat([sees_ctx, sees_blk], dim=1)  # [A*B, L + A*B]
+    cos_c, sin_c = model.rope(ctx_pos, ctx.dtype)
+    cos_q, sin_q = model.rope(q_pos, noise.dtype)
+    x = noise
+    rows = A * B
+    for i, layer in enumerate(model.layers):
+        attn = layer.self_attn
+        visible = base
+        if cfg.layer_causal[i]:
+            visible = visible & (k_pos[None] <= q_pos[:, None])
+        if cfg.sliding_window[i] is not None:
+            visible = visible & ((q_pos[:, None] - k_pos[None]) < cfg.sliding_window[i])
+            if not cfg.layer_causal[i]:
+                visible = visible & ((k_pos[None] - q_pos[:, None]) < cfg.sliding_window[i])
+        k_ctx, v_ctx = model._kv(attn, ctx, cos_c, sin_c)  # [Hkv, L, D]
+        h = layer.input_layernorm(x)
+        q = attn.q_norm(attn.q_proj(h).view(rows, cfg.num_heads, cfg.head_dim)).transpose(0, 1)  # [Hq, A*B, D]
+        q = q * cos_q + _rotate_half(q) * sin_q
+        k_blk, v_blk = model._kv(attn, h, cos_q, sin_q)  # [Hkv, A*B, D]
+        k = torch.cat([k_ctx, k_blk], dim=1)  # [Hkv, L + A*B, D]
+        v = torch.cat([v_ctx, v_blk], dim=1)
+        group = cfg.num_heads // cfg.num_kv_heads
+        q = q.reshape(cfg.num_kv_heads, group * rows, cfg.head_dim)  # [Hkv, G*A*B, D]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible.repeat(group, 1))
+        out = out.reshape(cfg.num_heads, rows, cfg.head_dim).transpose(0, 1).reshape(rows, -1)  # [A*B, Hq*D]
+        x = x + attn.o_proj(out)
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    hidden = model.norm(x).reshape(A, B, -1)[:, 1:]  # [A, B-1, H]
+    logits = F.linear(hidden, target.lm_head.weight.detach()).float() * cfg.output_multiplier
+    if cfg.final_logit_softcapping is not None:
+        cap = cfg.final_logit_softcapping
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def _block_loss(model, target, features, tokens, anchors, weights):
+    """Weighted CE and accuracy sums over the blocks at ``anchors``; rows past the end are left out."""
+    B = model.cfg.block_size
+    L = tokens.numel()
+    logits = block_logits(model, target, features, tokens, anchors)  # [A, B-1, V]
+    label_pos = anchors[:, None] + torch.arange(1, B, device=tokens.device)  # [A, B-1]
+    valid = label_pos < L
+    labels = tokens[label_pos.clamp(max=L - 1)]
+    w = weights[None].expand_as(label_pos) * valid  # [A, B-1]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none").view_as(w)
+    hits = (logits.argmax(-1) == labels).float()
+    return (ce * w).sum(), (hits * w).sum(), w.sum(), (hits * valid).sum(0), valid.sum(0)
+
+
+def _lr_at(step: int, config: TrainingConfig) -> float:
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / (config.warmup_steps + 1)
+    span = max(config.steps - config.warmup_steps, 1)
+    progress = (step - config.warmup_steps) / span
+    return config.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------
+def train_drafter(target, prompts, config: TrainingConfig = TrainingConfig(), *, progress: bool = True, data: TrainingData | None = None):
+    """Train a ``DFlashDraftModel`` drafter for the frozen ``target``.
+
+    Args:
+        target: a :class:`specdec.models.Target`; its weights are not changed.
+        prompts: ``[N, T]`` int64 or a list of 1-D int64 tensors; the target continues each one by
+            ``config.continuation_tokens`` tokens and those continuations are the training labels.
+        config: :class:`TrainingConfig`.
+        progress: show tqdm bars (data generation and steps).
+        data: precomputed :class:`TrainingData` (from :func:`make_training_data` with the same tap
+            layers); ``prompts`` is then ignored.
+
+    Returns:
+        ``(model, history)``: the trained :class:`BlockDraftModel` (eval mode, the target's device and
+        dtype; wrap it with ``DFlashDrafter(model, target)`` or :func:`save` it) and a
+        :class:`TrainingHistory`.
+
+    Example:
+        >>> model, history = train_drafter(target, prompts, TrainingConfig(steps=100))    # doctest: +SKIP
+        >>> drafter = DFlashDrafter(model, target)                                        # doctest: +SKIP
+    """
+    if not isinstance(config, TrainingConfig):
+        raise TypeError(f"config: expected a TrainingConfig, got {type(config).__name__}")
+    model = init_drafter(target, config)
+    layer_ids = model.cfg.target_layer_ids
+    if data is None:
+        data = make_training_data(target, prompts, config, layer_ids, progress=progress)
+    taps_width = len(layer_ids) * target.config.hidden_size
+    for j, f in enumerate(data.features):
+        if f.shape != (data.tokens[j].numel(), taps_width):
+            raise ValueError(f"data: features[{j}] expected shape ({data.tokens[j].numel()}, {taps_width}) for taps {list(layer_ids)}, got {tuple(f.shape)}")
+    lengths = [t.numel() for t in data.tokens]
+    # anchors lie where the block predicts target-generated tokens: from the last prompt token on
+    lows = [max(p - 1, 0) for p in data.prompt_lengths]
+    if any(L - 1 <= lo for L, lo in zip(lengths, lows)):
+        raise ValueError("data: every sequence needs at least one generated token after its prompt")
+
+    # the target is frozen: nothing of it is optimised, and the optimiser only holds drafter parameters
+    target_grads = [p.requires_grad for p in target.parameters()]
+    for p in target.parameters():
+        p.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(config.seed)
+    weights = config.position_weights().to(target.device)
+    history = TrainingHistory()
+    tail = max(1, config.steps // 10)
+    pos_hits = torch.zeros(config.block_size - 1)
+    pos_count = torch.zeros(config.block_size - 1)
+    model.train()
+    steps = _progress(range(config.steps), progress, "drafter steps")
+    try:
+        for step in steps:
+            lr = _lr_at(step, config)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            seqs = torch.randint(0, len(data.tokens), (config.batch_size,), generator=gen).tolist()
+            loss_sum, hit_sum, w_sum = 0.0, 0.0, 0.0
+            for j in seqs:
+                lo, L = lows[j], lengths[j]
+                anchors = lo + torch.randint(0, L - 1 - lo, (config.num_anchors,), generator=gen)  # [A] in [lo, L-2]
+                tokens = data.tokens[j].to(target.device)
+                loss, hits, w, ph, pc = _block_loss(model, target, data.features[j].to(target.device), tokens, anchors.to(target.device), weights)
+                loss_sum, hit_sum, w_sum = loss_sum + loss, hit_sum + hits.detach(), w_sum + w
+                if step >= config.steps - tail:
+                    pos_hits += ph.cpu()
+                    pos_count += pc.cpu()
+            loss = loss_sum / w_sum
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"loss: became {float(loss)} at step {step}; lower lr (now {lr:.3g})")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+            opt.step()
+            history.loss.append(float(loss.detach()))
+            history.accuracy.append(float(hit_sum / w_sum))
+            history.lr.append(lr)
+            if progress and hasattr(steps, "set_postfix"):
+                steps.set_postfix(loss=f"{history.loss[-1]:.3f}", acc=f"{history.accuracy[-1]:.2f}")
+    finally:
+        for p, g in zip(target.parameters(), target_grads):
+            p.requires_grad_(g)
+        target.reset()
+    history.position_accuracy = (pos_hits / pos_count.clamp(min=1)).tolist()
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, history
+
+
+# --------------------------------------------------------------------------------------------------
+# Saving, evaluation, plots
+# --------------------------------------------------------------------------------------------------
+def save(model: BlockDraftModel, folder, *, config: TrainingConfig | None = None, history: TrainingHistory | None = None) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` (z-lab DFlash layout) into ``folder``.
+
+    The training settings and the final loss go to ``training.json`` beside them (ignored by loaders).
+
+    Returns:
+        the folder, ready for :meth:`DFlashDrafter.from_pretrained` / :func:`load_drafter`.
+    """
+    from safetensors.torch import save_file
+
+    from specdec.drafters.checkpoints import export_state_dict
+
+    if not isinstance(model, BlockDraftModel) or model.cfg.architecture != DFLASH:
+        raise TypeError(f"model: expected a DFlashDraftModel BlockDraftModel, got {type(model).__name__}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(dict(model.cfg.raw), indent=2))
+    save_file({k: v.detach().cpu().contiguous() for k, v in export_state_dict(model).items()}, str(folder / "model.safetensors"))
+    meta = {}
+    if config is not None:
+        meta["config"] = asdict(config)
+    if history is not None and history.loss:
+        meta.update(final_loss=history.loss[-1], final_accuracy=history.accuracy[-1], steps=len(history.loss),
+                    position_accuracy=history.position_accuracy)
+    if meta:
+        (folder / "training.json").write_text(json.dumps(meta, indent=2))
+    return folder
+
+
+@torch.no_grad()
+def tokens_per_target_pass(target, model_or_drafter, prompts, max_new_tokens: int = 64, **generate_kwargs) -> float:
+    """Mean tokens per target pass of greedy chain speculative decoding over ``prompts``.
+
+    Args:
+        model_or_drafter: a :class:`BlockDraftModel` (wrapped in :class:`DFlashDrafter`) or a drafter.
+        prompts: ``[N, T]`` or a list of 1-D prompts.
+        generate_kwargs: passed to :func:`specdec.generate` (default ``num_draft_tokens`` =
+            the drafter's ``max_draft_tokens``).
+    """
+    from specdec.decode import generate
+
+    drafter = DFlashDrafter(model_or_drafter, target) if isinstance(model_or_drafter, BlockDraftModel) else model_or_drafter
+    generate_kwargs.setdefault("num_draft_tokens", getattr(drafter, "max_draft_tokens", 4))
+    new, passes = 0, 0
+    for prompt in _prompt_list(prompts, target.vocab_size):
+        out = generate(target, prompt.to(target.device)[None], max_new_tokens, drafter=drafter, **generate_kwargs)
+        new += out.stats.new_tokens
+        passes += out.stats.target_passes
+    return new / max(passes, 1)
+
+
+def plot_history(history: TrainingHistory, path) -> Path:
+    """Save the loss curve (and the block accuracy) of ``history`` as an image at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not history.loss:
+        raise ValueError("history: expected at least one step, got an empty history")
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps = range(1, len(history.loss) + 1)
+    ax.plot(steps, history.loss, color="tab:blue", label="weighted block CE")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss", color="tab:blue")
+    ax.set_yscale("log")
+    if history.accuracy:
+        ax2 = ax.twinx()
+        ax2.plot(steps, history.accuracy, color="tab:orange", alpha=0.7, label="weighted accuracy")
+        ax2.set_ylabel("accuracy", color="tab:orange")
+        ax2.set_ylim(0, 1)
+    ax.set_title("drafter training")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
