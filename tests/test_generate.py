@@ -94,6 +94,8 @@ def test_eos_stops_each_request_and_lengths_may_differ():
     ar = sd.generate(target, prompts, 30, eos_token_id=eos)
     for a, b in zip(ar.tokens, out.tokens):
         assert torch.equal(a, b)
+    # on the CPU, AR stops at once: one target pass per returned token
+    assert [s.target_passes for s in ar.per_request] == [s.new_tokens for s in ar.per_request]
 
 
 # ---- sampling ------------------------------------------------------------------------------------
