@@ -24,6 +24,7 @@ chain ratio ``min(1, p/q)`` is *not* exact (``tests/test_tree.py`` measures the 
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -557,10 +558,16 @@ def sample_and_match(tree: Tree, target_probs: torch.Tensor, *, generator: torch
 # --------------------------------------------------------------------------------------------------
 def _takes_tree_parents(target) -> bool:
     """Whether ``target.forward`` accepts ``tree_parents=`` (hybrid targets with recurrent state do)."""
+    return _class_takes_tree_parents(type(target))
+
+
+@functools.lru_cache(maxsize=None)
+def _class_takes_tree_parents(cls: type) -> bool:
+    # once per target class, not per verify step
     import inspect
 
     try:
-        return "tree_parents" in inspect.signature(target.forward).parameters
+        return "tree_parents" in inspect.signature(cls.forward).parameters
     except (TypeError, ValueError):
         return False
 
