@@ -24,7 +24,6 @@ a drafter belongs to one target. The checkpoint is checked against that target w
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -35,6 +34,7 @@ from torch import nn
 
 from specdec.drafters.base import DraftProposal
 from specdec.models.dense import RMSNorm
+from specdec.models.loading import read_safetensors
 from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
 
 __all__ = [
@@ -298,8 +298,7 @@ def grouped_dynamic_conv(x: torch.Tensor, dynamic: torch.Tensor, base: torch.Ten
         tensor([[1., 2.],
                 [4., 4.]])
     """
-    rows, hidden = x.shape
-    groups = hidden // group_size
+    rows = x.shape[0]
     out = torch.zeros_like(x)
     for t in range(base.shape[0]):
         shifted = x if t == 0 else F.pad(x[: rows - t], (0, 0, t, 0))  # [T, H]
@@ -557,18 +556,6 @@ _MUSE_RENAMES = {"encoder.fc.weight": "fc.weight", "encoder.output_norm_enc.weig
 _SHARED_COPIES = ("embed_tokens.weight", "lm_head.weight")
 
 
-def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise ValueError(f"folder: expected *.safetensors files in {folder}, found none")
-    tensors: dict[str, torch.Tensor] = {}
-    for f in files:
-        tensors.update(load_file(str(f)))
-    return tensors
-
-
 def _load_weights(model: BlockDraftModel, tensors: Mapping[str, torch.Tensor], target) -> None:
     cfg = model.cfg
     renamed: dict[str, torch.Tensor] = {}
@@ -608,7 +595,7 @@ def load_block_model(folder, target, *, dtype: torch.dtype | None = None) -> Blo
     cfg = read_drafter_config(json.loads(config_path.read_text()))
     check_fits_target(cfg, target)
     model = BlockDraftModel(cfg, target.config.vocab_size)
-    _load_weights(model, _read_tensors(folder), target)
+    _load_weights(model, read_safetensors(folder, argument="folder"), target)
     return model.to(device=target.device, dtype=dtype or target.dtype).eval()
 
 

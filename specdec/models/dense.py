@@ -31,6 +31,18 @@ class TargetOutput:
     hidden: tuple[torch.Tensor, ...] = ()
 
 
+def load_weights(module: nn.Module, state: dict[str, torch.Tensor], *, tied: bool) -> None:
+    """Copy runtime-named weights into ``module`` (cast to its dtype); every parameter must be given.
+
+    A tied ``lm_head`` shares the embedding parameter, so it never appears in ``state``.
+    """
+    dtype = next(module.parameters()).dtype
+    missing, unexpected = module.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
+    missing = [m for m in missing if not (tied and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint: missing tensors {missing}, unexpected tensors {unexpected}")
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()

@@ -37,7 +37,16 @@ from torch import nn
 
 from specdec.kernels.gdn import build_tree_meta, conv_state_commit, gdn_tree, gdn_tree_commit, tree_causal_conv
 from specdec.models.config import HYBRID_MODEL_TYPES, rope_inv_freq
-from specdec.models.dense import MLP, Target, TargetOutput, _rotate_half, cached_attention, compact_kv, prefix_attention_mask
+from specdec.models.dense import (
+    MLP,
+    Target,
+    TargetOutput,
+    _rotate_half,
+    cached_attention,
+    compact_kv,
+    load_weights,
+    prefix_attention_mask,
+)
 
 __all__ = ["HybridConfig", "HybridTarget", "build_hybrid_target", "random_hybrid_target"]
 
@@ -714,11 +723,7 @@ def build_hybrid_target(
     inv_freq, scaling = cfg.rope_inv_freq(hf_config)
     target = HybridTarget(cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype,
                           device=device, **kwargs)
-    state = _hybrid_state_from_hf(cfg, hf_state)
-    missing, unexpected = target.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
-    missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
-    if missing or unexpected:
-        raise ValueError(f"checkpoint: missing tensors {missing}, unexpected tensors {unexpected}")
+    load_weights(target, _hybrid_state_from_hf(cfg, hf_state), tied=cfg.tie_word_embeddings)
     return target.eval().requires_grad_(False)
 
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import torch
 
 from specdec.models.config import HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
-from specdec.models.dense import Target
+from specdec.models.dense import Target, load_weights
 
 _WEIGHT_FORMATS = ("bf16", "w12")
 
@@ -55,12 +55,7 @@ def build_target(
 ) -> Target:
     """Allocate a :class:`Target` and copy HF-named weights into it (converted to ``dtype``)."""
     target = empty_target(cfg, hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
-    state = _hf_to_runtime(cfg, hf_state)
-    missing, unexpected = target.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
-    # The tied lm_head shares the embedding parameter, so it never appears in the state.
-    missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
-    if missing or unexpected:
-        raise ValueError(f"checkpoint: missing tensors {missing}, unexpected tensors {unexpected}")
+    load_weights(target, _hf_to_runtime(cfg, hf_state), tied=cfg.tie_word_embeddings)
     return target
 
 
@@ -92,7 +87,7 @@ def random_target(
 
     Example:
         >>> from specdec.models.shapes import QWEN3_8B
-        >>> target = random_target(QWEN3_8B, device="cuda")    # doctest: +SKIP
+        >>> target = random_target(QWEN3_8B, device=device)    # doctest: +SKIP
     """
     target = empty_target(cfg, dtype=dtype, device=device, max_seq_len=max_seq_len)
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -109,12 +104,13 @@ def random_target(
     return target
 
 
-def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+def read_safetensors(folder: Path, *, argument: str = "model_or_path") -> dict[str, torch.Tensor]:
+    """Every tensor of the ``*.safetensors`` files in ``folder`` (errors name ``argument``)."""
     from safetensors.torch import load_file
 
-    files = sorted(folder.glob("*.safetensors"))
+    files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
-        raise ValueError(f"model_or_path: no *.safetensors files in {str(folder)!r}")
+        raise ValueError(f"{argument}: no *.safetensors files in {str(folder)!r}")
     state: dict[str, torch.Tensor] = {}
     for f in files:
         state.update(load_file(str(f)))
@@ -176,9 +172,9 @@ def load_target(
                 raise ValueError(f"model_or_path: {str(path)!r} has no config.json")
             hf_config = AutoConfig.from_pretrained(str(path))
             if getattr(hf_config, "model_type", None) in HYBRID_MODEL_TYPES:
-                return _load_hybrid(hf_config, _read_safetensors(path), dtype, device, max_seq_len, weight_format)
+                return _load_hybrid(hf_config, read_safetensors(path), dtype, device, max_seq_len, weight_format)
             cfg = TargetConfig.from_hf(hf_config)
-            target = build_target(cfg, _read_safetensors(path), hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
+            target = build_target(cfg, read_safetensors(path), hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
             return _apply_weight_format(target, weight_format)
         else:
             raise ValueError(f"model_or_path: expected an HF checkpoint folder or a .gguf file, got {str(path)!r}")
