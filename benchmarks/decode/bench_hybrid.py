@@ -12,6 +12,11 @@ along a path that is not a prefix of the row order, may differ from float32 by a
 bf16 PyTorch reference (resp. a bf16 chain run of the path) differs by.
 
     python benchmarks/decode/bench_hybrid.py --out $OUT/bench_hybrid.json
+    python benchmarks/decode/bench_hybrid.py --smoke      # tiny model on the CPU: the script runs end to end
+
+Beside the gate, ``kernel_check`` compares the GDN kernels with the float64 reference directly at
+the target's GDN head shapes (the gate's tree and the prefill chain), so that a gate failure can be
+told apart from a kernel defect.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ import json
 import os
 import statistics
 import sys
+import time
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
+from specdec.kernels import gdn  # noqa: E402
 from specdec.models.hybrid import HybridConfig, random_hybrid_target  # noqa: E402
 
 QWEN3_5_4B = HybridConfig(
@@ -34,6 +41,16 @@ QWEN3_5_4B = HybridConfig(
     num_heads=16, num_kv_heads=4, head_dim=256, rotary_dim=64,
     linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
     linear_conv_kernel_dim=4, rope_theta=10_000_000.0, model_type="qwen3_5_text",
+)
+
+
+# a few-layer, narrow hybrid with the same layer pattern: the CPU smoke run of this script
+SMOKE = HybridConfig(
+    vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4,
+    layer_types=("linear_attention",) * 3 + ("full_attention",),
+    num_heads=2, num_kv_heads=1, head_dim=32, rotary_dim=16,
+    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
+    linear_conv_kernel_dim=4, rope_theta=10_000.0, model_type="qwen3_5_text",
 )
 
 
@@ -89,6 +106,30 @@ def tree_forward(target, tokens, parents):
                   tree_parents=torch.tensor(parents, device=dev))
 
 
+def kernel_check(cfg: HybridConfig, device, parents: list[int], prefix: int, seed: int) -> dict:
+    """Max error (relative to the output's max) of the GDN kernels against the float64 reference, at
+    the target's GDN shapes, for the gate's tree and for a prefill chain, bf16 inputs / fp32 outputs."""
+    gen = torch.Generator().manual_seed(seed)
+    hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    res = {}
+    for name, par in (("tree", parents), ("prefill_chain", list(range(-1, prefix - 1)))):
+        n = len(par)
+        q, k = (torch.randn(n, hk, dk, generator=gen).bfloat16().to(device) for _ in range(2))
+        v = torch.randn(n, hv, dv, generator=gen).bfloat16().to(device)
+        g = (-torch.rand(n, hv, generator=gen) * 2).to(device)
+        beta = torch.rand(n, hv, generator=gen).to(device)
+        s0 = (0.1 * torch.randn(hv, dk, dv, generator=gen)).to(device)
+        meta = gdn.build_tree_meta(torch.tensor(par, device=device))
+        ref = gdn.naive_gdn_tree(q.float(), k.float(), v.float(), g, beta, meta, s0, dtype=torch.float64)
+        scale = ref.abs().max().item()
+        for method in ("path", "wy"):
+            out = gdn.gdn_tree(q.float(), k.float(), v.float(), g, beta, meta, s0, method=method).float()
+            res[f"{name}_{method}"] = {"max_rel_err": (out.double() - ref).abs().max().item() / scale,
+                                       "finite": bool(torch.isfinite(out).all())}
+    return res
+
+
 def gate(target, prefix: int, seed: int) -> dict:
     """Correctness gate on the benchmark target itself, as an error budget (flash-attention style).
 
@@ -121,7 +162,8 @@ def gate(target, prefix: int, seed: int) -> dict:
     def err(x):
         return (x - ref).abs().max().item() / scale
 
-    result = {"reference": "float32 copy of the same weights, naive GDN"}
+    result = {"reference": "float32 copy of the same weights, naive GDN",
+              "kernel_check": kernel_check(target.config, dev, parents, prefix, seed)}
     budget = 2 * err(tree_logits(target, "naive", "torch")) + 1e-3
     result["bf16_naive_error"] = budget / 2
     for method in ("path", "wy"):
@@ -174,19 +216,26 @@ def time_step(target, prefix: int, parents: list[int] | None, commit: list[int] 
             target.commit(accepted)
         target.truncate(prefix)
 
+    cuda = dev.type == "cuda"
     out = {}
     for with_commit in (False, True):
         for _ in range(3):
             step(with_commit)
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
         times = []
         for _ in range(iters):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step(with_commit)
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                step(with_commit)
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) * 1e3)
+            else:
+                t0 = time.perf_counter()
+                step(with_commit)
+                times.append((time.perf_counter() - t0) * 1e6)
         out["forward_commit_us" if with_commit else "forward_us"] = statistics.median(times)
     return out
 
@@ -197,13 +246,21 @@ def main() -> int:
     ap.add_argument("--prefix", type=int, default=512)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--nodes", type=int, nargs="+", default=[16, 32, 64])
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny model, CPU allowed, 3 iterations: checks the script runs")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("needs a CUDA device", file=sys.stderr)
+    if args.smoke:
+        cfg, device = SMOKE, ("cuda" if torch.cuda.is_available() else "cpu")
+        args.prefix, args.iters, args.nodes = 24, 3, [16]
+    elif not torch.cuda.is_available():
+        print("needs a CUDA device (or --smoke)", file=sys.stderr)
         return 2
+    else:
+        cfg, device = QWEN3_5_4B, "cuda"
     torch.manual_seed(0)
-    target = random_hybrid_target(QWEN3_5_4B, dtype=torch.bfloat16, device="cuda", max_seq_len=args.prefix + 256, seed=0)
-    report = {"shape": "Qwen3.5-4B (random bf16 weights)", "device": torch.cuda.get_device_name(),
+    target = random_hybrid_target(cfg, dtype=torch.bfloat16, device=device, max_seq_len=args.prefix + 256, seed=0)
+    report = {"shape": "smoke" if args.smoke else "Qwen3.5-4B (random bf16 weights)",
+              "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
               "torch": torch.__version__, "prefix": args.prefix, "eager": True}
     report["gate"] = gate(target, args.prefix, seed=1)
     print(json.dumps(report["gate"], indent=1))
@@ -213,7 +270,7 @@ def main() -> int:
             json.dump(report, f, indent=1)
         print("correctness gate FAILED; no timings", file=sys.stderr)
         return 1
-    ctx = torch.randint(0, target.vocab_size, (1, args.prefix), device="cuda")
+    ctx = torch.randint(0, target.vocab_size, (1, args.prefix), device=device)
     target.reset()
     target(ctx); target.commit(args.prefix)
     rows = []

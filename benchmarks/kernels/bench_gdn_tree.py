@@ -1,4 +1,8 @@
-"""GDN recurrent-state recompute over a draft tree: path vs WY vs per-node snapshots, per layer.
+"""GDN recurrent-state recompute over a draft tree: path vs WY (dense / blocked) vs per-node snapshots.
+
+Variants: the path kernel, the dense tree-WY kernel (one tile per tree, N <= 64; refined 3xTF32,
+3xTF32 or plain tf32), the blocked tree-WY kernel, and a per-node snapshot baseline. Also the commit,
+the tree conv, and the topology build (one Triton kernel vs tensor ops, eager and in a graph).
 
 Shapes: Qwen3.5-27B GDN layers (Hk = 16, Hv = 48, dk = dv = 128, bf16 q/k/v, fp32 state), one
 request, random best-first-like trees of 16/32/64/128 nodes. Every variant is checked against the
@@ -54,7 +58,8 @@ def _import_gdn():
 
 gdn = _import_gdn()
 from specdec.kernels.gdn.path import gdn_tree_path  # noqa: E402
-from specdec.kernels.gdn.wy import gdn_tree_wy  # noqa: E402
+from specdec.kernels.gdn import wy as wy_mod  # noqa: E402
+from specdec.kernels.gdn.wy import gdn_tree_wy, gdn_tree_wy_dense  # noqa: E402
 
 HK, HV, DK, DV = 16, 48, 128, 128
 LAYERS = 48  # GDN layers of Qwen3.5-27B
@@ -155,6 +160,10 @@ def bytes_model(n: int, stats: dict, method: str, block_v: int) -> dict:
         # one state tile per (leaf, head, tile) program; inputs re-read along every path (L2)
         read = stats["leaves"] * state + stats["path_steps_per_leaf_program"] * (2 * HK * DK + HV * DV) * 2
         written = outputs
+    elif method == "dense":
+        # state once; q/k/v/g/beta and the ancestor matrix once per dv tile (L2); outputs only
+        read = state + (inputs + n * n) * (DV // block_v)
+        written = outputs
     elif method == "wy":
         n_pad = math.ceil(n / 16) * 16
         scratch = HV * n_pad * DV * 4
@@ -209,7 +218,13 @@ def main():
     ap.add_argument("--quick", action="store_true", help="default configs only")
     ap.add_argument("--check-only", action="store_true",
                     help="correctness only, on CPU under TRITON_INTERPRET=1 (no timings)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="--check-only at tiny head shapes (Hk 1, Hv 2, dk = dv = 32, 2 layers), N = 16: seconds")
     args = ap.parse_args()
+    if args.smoke:
+        global HK, HV, DK, DV, LAYERS
+        HK, HV, DK, DV, LAYERS = 1, 2, 32, 32, 2
+        args.check_only, args.sizes = True, "16"
     check_only = args.check_only
     dev = torch.device("cpu" if check_only else "cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -219,9 +234,13 @@ def main():
     print(f"device {name}, torch {torch.__version__}, triton {triton.__version__}, "
           f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     # (block_v, num_warps) and (block_v, num_warps, precision)
-    path_cfgs = [(32, 2)] if args.quick else [(16, 1), (16, 2), (32, 2), (32, 4), (64, 4), (64, 8), (128, 8)]
-    wy_cfgs = [(64, 8, "ieee")] if args.quick else [
-        (bv, w, p) for p in ("ieee", "tf32") for (bv, w) in ((16, 4), (32, 4), (64, 4), (64, 8))
+    # the earlier sweep's best path / blocked-WY configs only (compile time); the dense kernel in full:
+    # (block_v, num_warps, precision, refine)
+    path_cfgs = [(32, 2)] if args.quick else [(16, 1), (32, 2), (64, 4)]
+    wy_cfgs = [(64, 8, "ieee")] if args.quick else [(64, 8, "ieee"), (32, 4, "tf32"), (64, 4, "tf32")]
+    dense_cfgs = [(64, 4, "tf32x3", True)] if args.quick else [
+        (64, 4, "tf32x3", True), (32, 4, "tf32x3", True), (128, 4, "tf32x3", True), (64, 8, "tf32x3", True),
+        (64, 4, "tf32x3", False), (64, 4, "tf32", False), (32, 4, "tf32", False),
     ]
     results = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
                "copy_bandwidth_Bps": bw, "shape": {"Hk": HK, "Hv": HV, "dk": DK, "dv": DV, "dtype": "bf16 qkv, fp32 state"},
@@ -254,6 +273,14 @@ def main():
             variants[f"wy_bv{bv}_w{w}_{p}"] = ("wy", bv, lambda l, o, bv=bv, w=w, p=p: gdn_tree_wy(
                 *batched(layers[l])[:5], meta, layers[l]["s0"][None], o[None], use_qk_l2norm=True,
                 scale=DK ** -0.5, block_v=bv, num_warps=w, precision=p))
+        # the dense kernel takes up to DENSE_MAX_NODES (64) nodes; the 2026-11-29 v2 results hold the
+        # 128-node runs from before that limit (8 warps there)
+        for bv, w, p, ref_ in dense_cfgs if n <= wy_mod.DENSE_MAX_NODES else []:
+            w_ = w
+            variants[f"dense_bv{bv}_w{w_}_{p}{'_refine' if ref_ else ''}"] = (
+                "dense", bv, lambda l, o, bv=bv, w=w_, p=p, r=ref_: gdn_tree_wy_dense(
+                    *batched(layers[l])[:5], meta, layers[l]["s0"][None], o[None], use_qk_l2norm=True,
+                    scale=DK ** -0.5, block_v=bv, num_warps=w, precision=p, refine=r))
         snap = torch.empty(n, HV, DK, DV, dtype=torch.float32, device=dev)
         variants["snapshot_bv32_w4"] = ("snapshot", 32, lambda l, o: run_snapshot(layers[l], parents_t, o, snap))
 
@@ -332,6 +359,15 @@ def main():
         entry["conv"]["graph_us"] = graph_time_us(lambda l: ys[l].copy_(gdn.tree_causal_conv(
             x, meta, cstate, wconv, None, "silu")), LAYERS)
         entry["meta_build_graph_us"] = graph_time_us(lambda l: gdn.build_tree_meta(parents_t, validate=False), 1)
+        # topology build per verify step: the one-kernel build against the tensor-op build, eager
+        m_t = gdn.build_tree_meta(parents_t, backend="triton")
+        m_r = gdn.build_tree_meta(parents_t, backend="torch")
+        entry["meta_build"] = {"equal": all(torch.equal(getattr(m_t, f), getattr(m_r, f)) for f in (
+            "parents", "ancestors", "depth", "paths", "leaf_slots", "emit_from"))}
+        for be in ("triton", "torch"):
+            for val in (False, True):
+                entry["meta_build"][f"{be}_validate{int(val)}_eager_us"] = triton.testing.do_bench(
+                    lambda: gdn.build_tree_meta(parents_t, validate=val, backend=be), return_mode="median") * 1e3
 
         # inputs hot in L2, as when the conv kernel has just written them: a producer rewrites q, k, v,
         # g, beta of the layer right before the GDN kernel; report (producer + GDN) - producer
@@ -371,7 +407,7 @@ def main():
         print(f"N={n}: floor {entry['floor']['us']:.2f} us; api path {api_path:.1f} us, "
               f"api wy {api_wy:.1f} us; commit {entry['commit']['graph_us']:.1f} us "
               f"(err {entry['commit']['max_rel_err']:.1e}); conv {entry['conv']['graph_us']:.1f} us; "
-              f"meta {entry['meta_build_graph_us']:.1f} us (graph); producer {entry['producer_graph_us']:.1f} us; "
+              f"meta {entry['meta_build_graph_us']:.1f} us (graph), eager {entry['meta_build']}; producer {entry['producer_graph_us']:.1f} us; "
               f"tree {entry['tree']}")
     n64 = results["sizes"].get("64")
     if n64:

@@ -16,7 +16,7 @@ from .conv import conv_state_commit, tree_causal_conv
 from .meta import TreeMeta, _as_meta, _batched, _check_gdn_inputs, _check_meta, build_tree_meta
 from .naive import _check_path, naive_gdn_tree, naive_gdn_tree_commit
 from .path import gdn_tree_commit_triton, gdn_tree_path
-from .wy import gdn_tree_wy, gdn_tree_wy_torch
+from .wy import gdn_tree_wy_auto, gdn_tree_wy_torch
 
 __all__ = [
     "TreeMeta",
@@ -80,7 +80,8 @@ def gdn_tree(
         initial_state (Tensor): ``[Hv, dk, dv]`` / ``[B, Hv, dk, dv]`` committed state, float32.
         use_qk_l2norm (bool): l2-normalise q and k over dk (Qwen3-Next / Qwen3.5 do). Default: ``True``.
         scale (float, Optional): query scale. Default: ``dk ** -0.5``.
-        method (str): ``"path"`` (replay each path in registers), ``"wy"`` (tree WY/UT solve) or
+        method (str): ``"path"`` (replay each path in registers), ``"wy"`` (tree WY/UT solve: one
+            dense tile for trees up to 64 nodes, the fastest method there; a blocked solve beyond) or
             ``"naive"`` (the sequential reference). Default: ``"path"``.
         backend (str): ``"auto"`` (Triton on CUDA, PyTorch elsewhere), ``"triton"`` or ``"torch"``.
             The torch backend of ``"path"`` is the reference; of ``"wy"`` a dense PyTorch WY solve.
@@ -132,7 +133,7 @@ def gdn_tree(
         _batched(t, dims.batched).contiguous() for t in (q, k, v, g, beta, initial_state, out)
     )
     sc = dims.DK ** -0.5 if scale is None else float(scale)
-    launch = gdn_tree_path if method == "path" else gdn_tree_wy
+    launch = gdn_tree_path if method == "path" else gdn_tree_wy_auto
     launch(qb, kb, vb, gb, bb, meta, sb, ob, use_qk_l2norm=use_qk_l2norm, scale=sc)
     return out
 

@@ -9,11 +9,18 @@ it once per verify step and passes it to all its GDN layers instead of ``parents
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
+import triton
+import triton.language as tl
 
 __all__ = ["TreeMeta", "build_tree_meta"]
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+# the one-program topology kernel holds [N, N] tiles; larger trees use the tensor-op build
+_KERNEL_MAX_NODES = 128
 
 
 @dataclass(frozen=True)
@@ -75,13 +82,15 @@ def _check_parents(parents: torch.Tensor) -> None:
         )
 
 
-def build_tree_meta(parents: torch.Tensor, *, validate: bool = True) -> TreeMeta:
+def build_tree_meta(parents: torch.Tensor, *, validate: bool = True, backend: str = "auto") -> TreeMeta:
     """Builds the layer-invariant topology tensors of one verify step.
 
     Args:
         parents (Tensor): ``[N]`` or ``[B, N]`` integer parent indices, ``-1`` = child of the
             committed prefix, ``parents[i] < i``.
         validate (bool): check the topological order (one host sync). Default: ``True``.
+        backend (str): ``"auto"`` (one Triton kernel on CUDA for N <= 128, tensor ops otherwise),
+            ``"triton"`` or ``"torch"``. Both give identical tensors.
 
     Returns:
         TreeMeta: see its attributes. All index tensors live on ``parents.device``.
@@ -94,8 +103,18 @@ def build_tree_meta(parents: torch.Tensor, *, validate: bool = True) -> TreeMeta
         >>> m.paths[0, 3].tolist()
         [0, 1, 3, -1]
     """
+    if backend not in ("auto", "triton", "torch"):
+        raise ValueError(f"backend: expected one of ('auto', 'triton', 'torch'), got {backend!r}")
     if validate:
         _check_parents(parents)
+    n = parents.shape[-1]
+    use_kernel = backend == "triton" or (backend == "auto" and parents.device.type == "cuda")
+    if use_kernel and 0 < n <= _KERNEL_MAX_NODES:
+        return _build_tree_meta_triton(parents)
+    return _build_tree_meta_torch(parents)
+
+
+def _build_tree_meta_torch(parents: torch.Tensor) -> TreeMeta:
     batched = parents.ndim == 2
     par = (parents if batched else parents[None]).to(torch.int64)  # [B, N]
     bsz, n = par.shape
@@ -147,6 +166,68 @@ def build_tree_meta(parents: torch.Tensor, *, validate: bool = True) -> TreeMeta
         emit_from=emit_from.to(i32).contiguous(),
         batched=batched,
     )
+
+
+@triton.jit
+def _tree_meta_kernel(par_ptr, anc_ptr, depth_ptr, paths_ptr, slots_ptr, emit_ptr, N,
+                      BN: tl.constexpr, LOG: tl.constexpr, UPCAST: tl.constexpr):
+    # one program per tree; every quantity is a [BN] vector or a [BN, BN] tile, nothing sequential
+    # in N: the ancestor closure by repeated squaring, then masked reductions
+    b = tl.program_id(0)
+    rows = tl.arange(0, BN)
+    mask_n = rows < N
+    mask_nn = mask_n[:, None] & mask_n[None, :]
+    par = tl.load(par_ptr + b * N + rows, mask=mask_n, other=-1)  # [BN] int32
+    edge = (par[:, None] == rows[None, :]) & mask_nn  # edge[i, j]: j is the parent of i
+    eye = (rows[:, None] == rows[None, :]) & mask_nn
+    reach = (edge | eye).to(tl.float32)
+    # 0/1 matrices: the products count paths (<= BN), exact in any dot precision
+    for _ in tl.static_range(LOG):
+        reach = (tl.dot(reach, reach, input_precision="ieee" if UPCAST else "tf32") > 0).to(tl.float32)
+    anc = reach > 0  # [BN, BN] ancestor-or-self
+    depth = tl.sum(anc.to(tl.int32), axis=1) - 1  # [BN]
+    tile = (b * N + rows[:, None]) * N
+    tl.store(anc_ptr + tile + rows[None, :], anc.to(tl.int8), mask=mask_nn)
+    tl.store(depth_ptr + b * N + rows, depth, mask=mask_n)
+    # paths[i, depth[j]] = j for every ancestor-or-self j of i (one per depth), -1 past depth[i]
+    tl.store(paths_ptr + tile + depth[None, :], rows[None, :] + 0 * rows[:, None], mask=anc & mask_nn)
+    tl.store(paths_ptr + tile + rows[None, :], tl.full([BN, BN], -1, tl.int32),
+             mask=mask_nn & (rows[None, :] > depth[:, None]))
+    # first child of each node (BN = none); a node heads a first-child chain unless it is the first
+    # child of its parent
+    first = tl.min(tl.where(edge, rows[:, None], BN), axis=0)  # [BN] indexed by the parent
+    is_leaf = (first == BN) & mask_n
+    first_of_parent = tl.sum(tl.where(edge, first[None, :], 0), axis=1)  # [BN]: first[par[i]] (0 for roots)
+    head = (par < 0) | (first_of_parent != rows)
+    heads = tl.sum(tl.where(anc, head[None, :].to(tl.int32), 0), axis=1)  # chain heads on root..i
+    # the chain ending at leaf l: its ancestors-or-self below (and including) the last head
+    chain_len = tl.sum((anc & (heads[None, :] == heads[:, None])).to(tl.int32), axis=1)
+    emit_leaf = depth - chain_len + 1
+    # leaves in ascending order: slot s holds the leaf of rank s
+    rank = tl.cumsum(is_leaf.to(tl.int32), axis=0) - 1
+    sel = (rank[None, :] == rows[:, None]) & is_leaf[None, :]  # [BN (slot), BN (leaf)]
+    has = tl.sum(sel.to(tl.int32), axis=1) > 0
+    slot_leaf = tl.where(has, tl.sum(tl.where(sel, rows[None, :], 0), axis=1), -1)
+    slot_emit = tl.sum(tl.where(sel, emit_leaf[None, :], 0), axis=1)
+    tl.store(slots_ptr + b * N + rows, slot_leaf, mask=mask_n)
+    tl.store(emit_ptr + b * N + rows, slot_emit, mask=mask_n)
+
+
+def _build_tree_meta_triton(parents: torch.Tensor) -> TreeMeta:
+    batched = parents.ndim == 2
+    par = (parents if batched else parents[None]).to(torch.int32, copy=True).contiguous()  # [B, N], never aliased
+    bsz, n = par.shape
+    bn = max(16, triton.next_power_of_2(n))
+    i32 = dict(device=par.device, dtype=torch.int32)
+    anc = torch.empty(bsz, n, n, device=par.device, dtype=torch.int8)
+    depth = torch.empty(bsz, n, **i32)
+    paths = torch.empty(bsz, n, n, **i32)
+    slots = torch.empty(bsz, n, **i32)
+    emit = torch.empty(bsz, n, **i32)
+    _tree_meta_kernel[(bsz,)](par, anc, depth, paths, slots, emit, n, BN=bn, LOG=max(1, math.ceil(math.log2(bn))),
+                              UPCAST=_INTERPRET, num_warps=4 if bn <= 64 else 8)
+    return TreeMeta(parents=par, ancestors=anc, depth=depth, paths=paths, leaf_slots=slots, emit_from=emit,
+                    batched=batched)
 
 
 def _as_meta(parents: torch.Tensor | TreeMeta) -> TreeMeta:
