@@ -359,7 +359,7 @@ def _fields(cfg: HybridConfig) -> dict:
     return {f.name: getattr(cfg, f.name) for f in fields(cfg)}
 
 
-@pytest.mark.parametrize("method", ["path", "wy"])
+@pytest.mark.parametrize("method", ["path", "wy", "auto"])
 def test_triton_gdn_kernels_in_the_model_match_the_torch_reference(method):
     """The model on the Triton GDN kernels (interpreter on CPU): tree rows and the committed states."""
     ref = target_for("qwen3_5_text", seed=2)
@@ -373,3 +373,23 @@ def test_triton_gdn_kernels_in_the_model_match_the_torch_reference(method):
         t.commit(PATH)
     torch.testing.assert_close(fast.recurrent_states, ref.recurrent_states, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fast.conv_states, ref.conv_states, rtol=1e-5, atol=1e-5)
+
+
+def test_auto_gdn_method_picks_dense_wy_up_to_64_rows(monkeypatch):
+    """``gdn_method="auto"``: the dense WY kernel for forwards of <= 64 rows, the path kernel above."""
+    import specdec.models.hybrid as hybrid
+
+    seen = []
+    real = hybrid.gdn_tree
+
+    def spy(*args, method, **kwargs):
+        seen.append((args[0].shape[0], method))
+        return real(*args, method="naive", **kwargs)
+
+    monkeypatch.setattr(hybrid, "gdn_tree", spy)
+    target = target_for("qwen3_5_text", seed=2)
+    assert target.gdn_method == "auto"
+    for rows in (64, 65, 1):
+        target.reset()
+        target(torch.randint(0, 97, (1, rows), generator=torch.Generator().manual_seed(rows)))
+    assert {r: m for r, m in seen} == {64: "wy", 65: "path", 1: "wy"}

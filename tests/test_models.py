@@ -22,7 +22,8 @@ def test_logits_and_hidden_match_transformers(name):
     ref = hf(ids, output_hidden_states=True)
     out = target(ids, hidden_layers=(0, 1, hf.config.num_hidden_layers))
     torch.testing.assert_close(out.logits, ref.logits.float(), rtol=1e-4, atol=1e-4)
-    for got, layer in zip(out.hidden, (0, 1)):
+    # every tap, the last one included: HF's last hidden state is after the final norm
+    for got, layer in zip(out.hidden, (0, 1, hf.config.num_hidden_layers)):
         torch.testing.assert_close(got, ref.hidden_states[layer], rtol=1e-4, atol=1e-4)
 
 

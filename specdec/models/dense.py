@@ -24,7 +24,8 @@ class TargetOutput:
         logits: ``[B, T, V]`` float32.
         hidden: hidden states after the requested layers, each ``[B, T, hidden_size]``, in the order
             of ``hidden_layers`` (layer ``i`` means the output of decoder layer ``i``; ``0`` is the
-            embedding output, HF's ``hidden_states[i]`` convention).
+            embedding output, HF's ``hidden_states[i]`` convention; the last layer's, like HF's, is
+            taken after the final norm).
     """
 
     logits: torch.Tensor
@@ -369,7 +370,10 @@ class Target(nn.Module):
             x = layer(x, cos, sin, k_cache, v_cache, slots, attn_mask)
             if i + 1 in hidden_layers:
                 taps[i + 1] = x
-        logits = self.lm_head(self.norm(x)).float()
+        x = self.norm(x)
+        if len(self.layers) in hidden_layers:  # HF's last hidden state is the normed one
+            taps[len(self.layers)] = x
+        logits = self.lm_head(x).float()
         self._last_rows = tokens.shape[1]
         return TargetOutput(logits=logits, hidden=tuple(taps[layer] for layer in hidden_layers))
 

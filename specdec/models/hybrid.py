@@ -50,7 +50,9 @@ from specdec.models.dense import (
 
 __all__ = ["HybridConfig", "HybridTarget", "build_hybrid_target", "random_hybrid_target"]
 
-_GDN_METHODS = ("path", "wy", "naive")
+_GDN_METHODS = ("auto", "path", "wy", "naive")
+# the dense tree-WY kernel covers up to 64 rows and is the fastest there (benchmarks/NOTES.md, GDN tree kernels)
+_WY_MAX_ROWS = 64
 _BACKENDS = ("auto", "triton", "torch")
 _LAYER_TYPES = ("linear_attention", "full_attention")
 
@@ -372,7 +374,8 @@ class HybridTarget(Target):
         attention_scaling: RoPE cos/sin scale.
         state_slots: GDN state buffers kept in a ring (>= 2): :meth:`truncate` can go back to the
             lengths of the last ``state_slots - 1`` commits. Memory: ``state_slots`` x (all GDN states).
-        gdn_method: ``"path"`` | ``"wy"`` | ``"naive"``, passed to :func:`~specdec.kernels.gdn.gdn_tree`.
+        gdn_method: ``"auto"`` (``"wy"`` for forwards of up to 64 rows, ``"path"`` above) | ``"path"`` |
+            ``"wy"`` | ``"naive"``, passed to :func:`~specdec.kernels.gdn.gdn_tree`.
         backend: ``"auto"`` (Triton on CUDA) | ``"triton"`` | ``"torch"`` for the GDN kernels.
 
     Example:
@@ -394,7 +397,7 @@ class HybridTarget(Target):
         inv_freq: torch.Tensor | None = None,
         attention_scaling: float = 1.0,
         state_slots: int = 8,
-        gdn_method: str = "path",
+        gdn_method: str = "auto",
         backend: str = "auto",
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
@@ -539,10 +542,13 @@ class HybridTarget(Target):
         stash = []
         rec, conv = self.recurrent_states, self.conv_states
         a = g = 0
+        method = self.gdn_method
+        if method == "auto":
+            method = "wy" if seqlen <= _WY_MAX_ROWS else "path"
         for i, layer in enumerate(self.layers):
             h = layer.attn_norm(x)
             if layer.is_gdn:
-                out, saved = layer.mixer(h, rec[g], conv[g], meta, method=self.gdn_method, backend=self.backend)
+                out, saved = layer.mixer(h, rec[g], conv[g], meta, method=method, backend=self.backend)
                 stash.append(saved)
                 g += 1
             else:
@@ -553,7 +559,10 @@ class HybridTarget(Target):
             x = x + layer.mlp(layer.mlp_norm(x))
             if i + 1 in hidden_layers:
                 taps[i + 1] = x
-        logits = self.lm_head(self.norm(x)).float()
+        x = self.norm(x)
+        if len(self.layers) in hidden_layers:  # HF's last hidden state is the normed one
+            taps[len(self.layers)] = x
+        logits = self.lm_head(x).float()
         self._last_rows = seqlen
         self._stash = stash
         self._last_parents = host_parents
