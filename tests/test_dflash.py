@@ -233,7 +233,7 @@ def test_bad_checkpoints_name_the_field(tmp_path, small_target):
     with pytest.raises(ValueError, match="architectures"):
         read_drafter_config({**fixture_config("DFlashDraftModel", small_target), "architectures": ["EagleDraftModel"]})
     with pytest.raises(ValueError, match="markov_head_type"):
-        read_drafter_config({**fixture_config("Qwen3DSparkModel", small_target), "markov_head_type": "rnn"})
+        read_drafter_config({**fixture_config("Qwen3DSparkModel", small_target), "markov_head_type": "lstm"})
 
 
 def test_bad_tensors_and_class(tmp_path, small_target, folders):
@@ -279,4 +279,5 @@ def test_sampled_generate_matches_autoregressive_law(arch, folders, small_target
 
 def test_mutation_greedy_draws_reported_as_softmax_break_the_output_law(folders, small_target, monkeypatch):
     monkeypatch.setattr(dspark_mod, "sample", lambda probs, generator=None: probs.argmax(-1))
-    assert _e2e_p_value(load_drafter(folders["Qwen3DSparkModel"], small_target), small_target) < 1e-3
+    # 450 runs: at 300 the current fixture's bias gives p ~ 2e-3, too close to the line to be a reliable catch
+    assert _e2e_p_value(load_drafter(folders["Qwen3DSparkModel"], small_target), small_target, runs=450) < 1e-3

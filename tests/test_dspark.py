@@ -166,3 +166,36 @@ def test_dspark_with_scheduler_in_generate(dspark, temperature):
         assert torch.equal(out.tokens, ar.tokens)
     assert out.tokens.shape == (1, 30)
     assert math.isfinite(out.stats.mean_accepted)
+
+
+def test_calibrated_confidence_reaches_the_scheduler(dspark, tmp_path):
+    """Temperatures from confidence_calibration.json divide the logits; the scheduler reads the result."""
+    import shutil
+
+    from specdec.drafters.calibration import save_calibration
+
+    target, folder = dspark
+    calibrated = tmp_path / "calibrated"
+    shutil.copytree(folder, calibrated)
+    temps = torch.tensor([0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    save_calibration(calibrated, temps)
+    seen = []
+    sched = PrefixScheduler([1.0] * 8)
+    real = sched.schedule
+    sched.schedule = lambda conf: seen.append(conf.clone()) or real(conf)
+    drafter = DSparkDrafter.from_pretrained(calibrated, target, scheduler=sched)
+    assert torch.equal(drafter.confidence_temperatures, temps)
+    ctx = torch.tensor([1, 2, 3, 4])
+    out = target(ctx[None, :-1], hidden_layers=drafter.target_layer_ids)
+    target.reset()
+    feats = torch.stack([h[0] for h in out.hidden], dim=1)
+    drafter.reset()
+    drafter.propose(ctx, 3, sampling=SamplingConfig(), generator=None, target_hidden=feats)
+    want = torch.sigmoid(drafter.last_confidence_logits / temps[:3])
+    torch.testing.assert_close(drafter.last_confidence, want)
+    torch.testing.assert_close(seen[-1][0], want)
+    drafter.calibrate(None)
+    assert drafter.confidence_temperatures is None
+    for bad in ([1.0, 2.0], [1.0] * 6 + [0.0], [1.0] * 6 + [float("nan")]):
+        with pytest.raises(ValueError, match="confidence_temperatures"):
+            drafter.calibrate(bad)

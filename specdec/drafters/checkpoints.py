@@ -36,9 +36,12 @@ def fixture_config(
     selector_rank: int = 8,
     selector_top_k: int = 4,
     markov_rank: int = 8,
+    markov_head_type: str = "vanilla",
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A ``config.json`` dict in ``architecture``'s published format, sized to fit ``target``.
+
+    ``markov_head_type`` (DSpark only): ``"vanilla"``, ``"gated"`` or ``"rnn"``, DeepSpec's head variants.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -114,7 +117,7 @@ def fixture_config(
             "enable_confidence_head": True,
             "confidence_head_with_markov": True,
             "markov_rank": markov_rank,
-            "markov_head_type": "vanilla",
+            "markov_head_type": markov_head_type,
         }
     else:
         raise ValueError(f"architecture: expected one of {[DFLASH, DFLASH2, MUSE_ASSISTANT, DSPARK]}, got {architecture!r}")
@@ -128,8 +131,13 @@ def random_block_model(config: dict[str, Any], target, *, seed: int = 0, scale: 
     Random small-norm weights keep the draft logits far from flat, so greedy tests are not decided by
     rounding.
     """
-    cfg = read_drafter_config(config)
-    model = BlockDraftModel(cfg, target.config.vocab_size)
+    if config.get("architectures") == [DSPARK]:
+        from specdec.drafters.dspark import build_dspark_model, read_dspark_config
+
+        # the gated / rnn heads add tensors the backbone parser does not know
+        model = build_dspark_model(read_dspark_config(config), target.config.vocab_size)
+    else:
+        model = BlockDraftModel(read_drafter_config(config), target.config.vocab_size)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

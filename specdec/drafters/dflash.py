@@ -43,6 +43,7 @@ __all__ = [
     "DFlash2Drafter",
     "DFlashDrafter",
     "DraftKVCache",
+    "StaticDraftKVCache",
     "grouped_dynamic_conv",
     "load_drafter",
     "read_drafter_config",
@@ -232,8 +233,11 @@ def read_drafter_config(raw: Mapping[str, Any]) -> BlockDrafterConfig:
     if arch == DSPARK:
         rank = int(_need(raw, "markov_rank"))
         head_type = raw.get("markov_head_type") if rank > 0 else None
-        if rank > 0 and head_type != "vanilla":
-            raise ValueError(f"markov_head_type: expected 'vanilla' (the Markov head this library implements), got {head_type!r}")
+        # DeepSpec reads the head type case-insensitively; the gated / RNN variants live in dspark.py
+        if isinstance(head_type, str):
+            head_type = head_type.lower()
+        if rank > 0 and head_type not in ("vanilla", "gated", "rnn"):
+            raise ValueError(f"markov_head_type: expected one of ['vanilla', 'gated', 'rnn'], got {raw.get('markov_head_type')!r}")
         conf = bool(_need(raw, "enable_confidence_head"))
         cfg = replace(
             cfg,
@@ -302,7 +306,9 @@ def grouped_dynamic_conv(x: torch.Tensor, dynamic: torch.Tensor, base: torch.Ten
     out = torch.zeros_like(x)
     for t in range(base.shape[0]):
         shifted = x if t == 0 else F.pad(x[: rows - t], (0, 0, t, 0))  # [T, H]
-        taps = base[t].to(x.dtype) + dynamic[:, t].repeat_interleave(group_size, dim=-1)  # [T, H]
+        # each group's tap spread over its channels; a view + copy (repeat_interleave may read its size back from the device)
+        spread = dynamic[:, t, :, None].expand(rows, dynamic.shape[-1], group_size).reshape(rows, -1)  # [T, H]
+        taps = base[t].to(x.dtype) + spread
         out = out + taps * shifted
     return out
 
@@ -433,6 +439,60 @@ class DraftKVCache:
         self._len = [length] * len(self._len)
 
 
+class StaticDraftKVCache:
+    """A preallocated draft cache for fixed-shape (CUDA-graph) draft steps, per layer ``[Hkv, slots, D]``.
+
+    Slot ``j`` holds the K/V of context row ``j`` (its RoPE position is ``j``), so a step needs only
+    the device-side row count to build its masks. ``slots = max_context + block_size`` rounded up to a
+    multiple of 16: the block's own K/V are written after the context rows (scratch, overwritten by
+    the next step) and attention always spans every slot under a mask. ``length`` is host
+    bookkeeping only (it follows from the context length the caller passes), so no step reads it
+    back from the device.
+
+    Args:
+        num_layers, num_kv_heads, head_dim: the drafter's attention shape.
+        max_context: the most committed context rows it can hold.
+        block_size: rows of one draft block.
+
+    Example:
+        >>> cache = StaticDraftKVCache(1, 2, 4, max_context=10, block_size=4, dtype=torch.float32, device="cpu")
+        >>> cache.k[0].shape, cache.length
+        (torch.Size([2, 16, 4]), 0)
+        >>> cache.reserve(11)
+        Traceback (most recent call last):
+        ...
+        ValueError: max_context: the draft cache holds at most 10 context rows (set by enable_static_cache / enable_cuda_graphs), got 11
+    """
+
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, *, max_context: int, block_size: int, dtype, device):
+        if isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1:
+            raise ValueError(f"max_context: expected an int >= 1, got {max_context!r}")
+        self.max_context = max_context
+        slots = -(-(max_context + block_size) // 16) * 16
+        # zeros, not empty: masked slots still enter the softmax-weighted sum as 0 * value, so they must be finite
+        self.k = [torch.zeros(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.length = 0
+
+    @property
+    def slots(self) -> int:
+        return self.k[0].shape[1] if self.k else 0
+
+    def reserve(self, length: int) -> None:
+        """Raise ``ValueError`` unless ``length`` context rows fit."""
+        if length > self.max_context:
+            raise ValueError(
+                f"max_context: the draft cache holds at most {self.max_context} context rows "
+                f"(set by enable_static_cache / enable_cuda_graphs), got {length}"
+            )
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` context rows (the rest become scratch)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"length: expected 0 <= length <= {self.length}, got {length}")
+        self.length = length
+
+
 class BlockDraftModel(nn.Module):
     """The backbone shared by DFlash, DFlash2 and DSpark, with the published parameter names.
 
@@ -461,9 +521,19 @@ class BlockDraftModel(nn.Module):
             self.markov_head = _Markov(cfg, vocab_size)
         if cfg.confidence_head:
             self.confidence_head = _Confidence(cfg.hidden_size + (cfg.markov_rank if cfg.confidence_head_with_markov else 0))
-        d = cfg.head_dim
-        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        self.register_buffer("inv_freq", self._inv_freq(), persistent=False)
+
+    def _inv_freq(self) -> torch.Tensor:
+        d = self.cfg.head_dim
+        return (1.0 / (self.cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))).float()
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        # RoPE frequencies stay float32 when the weights go to bf16 (a bf16 inv_freq is off by up to
+        # 0.4%, radians of phase at positions in the hundreds); recomputed, since the cast lost bits
+        if self.inv_freq.dtype != torch.float32:
+            self.inv_freq = self._inv_freq().to(self.inv_freq.device)
+        return self
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.to(positions.device)[None]  # [T, D/2]
@@ -487,28 +557,48 @@ class BlockDraftModel(nn.Module):
             k, v = self._kv(layer.self_attn, context, cos, sin)
             cache.append(i, k, v)
 
-    def block_forward(self, noise: torch.Tensor, positions: torch.Tensor, cache: DraftKVCache) -> torch.Tensor:
-        """Draft hidden states ``[B, H]`` (after the final norm) of the block ``noise [B, H]``.
+    def append_context_static(self, cache: "StaticDraftKVCache", context: torch.Tensor, start: torch.Tensor) -> None:
+        """:meth:`append_context` into a :class:`StaticDraftKVCache` at slots ``start + [0, r)``.
 
-        The block attends to every cached context row (subject to the layer's sliding window) and to
-        itself: fully, or causally for causal layers. Context rows have positions ``0 .. S-1``.
+        ``start`` is a 0-d int64 device tensor (the rows already cached), so a CUDA graph can capture
+        this once per row count ``r``.
         """
+        positions = start + torch.arange(context.shape[0], device=context.device)  # [r] slot = position
+        cos, sin = self.rope(positions, context.dtype)
+        for i, layer in enumerate(self.layers):
+            k, v = self._kv(layer.self_attn, context, cos, sin)  # [Hkv, r, D]
+            cache.k[i].index_copy_(1, positions, k)
+            cache.v[i].index_copy_(1, positions, v)
+
+    def _masks(self, q_pos: torch.Tensor, k_pos: torch.Tensor, base: torch.Tensor | None) -> list[torch.Tensor]:
+        """Per layer ``[B, K]`` bool visibility; layers with the same (causal, window) share one mask."""
         cfg = self.cfg
-        rows = noise.shape[0]
-        ctx = cache.length
-        cos, sin = self.rope(positions, noise.dtype)
-        q_pos = positions[:, None]  # [B, 1]
-        k_pos = torch.cat([torch.arange(ctx, device=noise.device), positions])[None]  # [1, S + B]
-        x = noise
+        built: dict[tuple[bool, int | None], torch.Tensor] = {}
+        out = []
+        for i in range(cfg.num_layers):
+            key = (cfg.layer_causal[i], cfg.sliding_window[i])
+            if key not in built:
+                visible = torch.ones(q_pos.shape[0], k_pos.shape[1], dtype=torch.bool, device=q_pos.device)
+                if base is not None:
+                    visible = visible & base
+                if cfg.layer_causal[i]:
+                    visible = visible & (k_pos <= q_pos)
+                if cfg.sliding_window[i] is not None:
+                    visible = visible & ((q_pos - k_pos) < cfg.sliding_window[i])
+                    if not cfg.layer_causal[i]:
+                        visible = visible & ((k_pos - q_pos) < cfg.sliding_window[i])
+                built[key] = visible
+            out.append(built[key])
+        return out
+
+    def _layers(self, x: torch.Tensor, cos, sin, keys_values, masks: list[torch.Tensor]) -> torch.Tensor:
+        """The layer stack over the block rows ``x [B, H]``; ``keys_values(i, k_blk, v_blk)`` gives the
+        layer's full ``[Hkv, K, D]`` keys / values (context then block) that ``masks[i] [B, K]`` indexes."""
+        cfg = self.cfg
+        rows = x.shape[0]
+        group = cfg.num_heads // cfg.num_kv_heads
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
-            visible = torch.ones(rows, ctx + rows, dtype=torch.bool, device=noise.device)  # [B, S + B]
-            if cfg.layer_causal[i]:
-                visible &= k_pos <= q_pos
-            if cfg.sliding_window[i] is not None:
-                visible &= (q_pos - k_pos) < cfg.sliding_window[i]
-                if not cfg.layer_causal[i]:
-                    visible &= (k_pos - q_pos) < cfg.sliding_window[i]
             h = layer.input_layernorm(x)
             kernel = None
             if layer.attention_conv is not None:
@@ -516,13 +606,10 @@ class BlockDraftModel(nn.Module):
             q = attn.q_norm(attn.q_proj(h).view(rows, cfg.num_heads, cfg.head_dim)).transpose(0, 1)  # [Hq, B, D]
             q = q * cos + _rotate_half(q) * sin
             k_blk, v_blk = self._kv(attn, h, cos, sin)
-            k_ctx, v_ctx = cache.keys(i), cache.values(i)
-            k = k_blk if k_ctx is None else torch.cat([k_ctx, k_blk], dim=1)  # [Hkv, S + B, D]
-            v = v_blk if v_ctx is None else torch.cat([v_ctx, v_blk], dim=1)
-            group = cfg.num_heads // cfg.num_kv_heads
+            k, v = keys_values(i, k_blk, v_blk)  # [Hkv, K, D]
             # GQA without copying K/V: the q heads that share a kv head become extra query rows
             q = q.reshape(cfg.num_kv_heads, group * rows, cfg.head_dim)  # [Hkv, G*B, D]
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible.repeat(group, 1))  # [Hkv, G*B, D]
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=masks[i].repeat(group, 1))  # [Hkv, G*B, D]
             out = out.reshape(cfg.num_heads, rows, cfg.head_dim).transpose(0, 1).reshape(rows, -1)  # [B, Hq*D]
             h = attn.o_proj(out)
             if kernel is not None:
@@ -537,6 +624,43 @@ class BlockDraftModel(nn.Module):
                 h = layer.mlp_conv.finish(h, kernel)
             x = x + h
         return self.norm(x)
+
+    def block_forward(self, noise: torch.Tensor, positions: torch.Tensor, cache: DraftKVCache) -> torch.Tensor:
+        """Draft hidden states ``[B, H]`` (after the final norm) of the block ``noise [B, H]``.
+
+        The block attends to every cached context row (subject to the layer's sliding window) and to
+        itself: fully, or causally for causal layers. Context rows have positions ``0 .. S-1``.
+        """
+        ctx = cache.length
+        cos, sin = self.rope(positions, noise.dtype)
+        q_pos = positions[:, None]  # [B, 1]
+        k_pos = torch.cat([torch.arange(ctx, device=noise.device), positions])[None]  # [1, S + B]
+
+        def keys_values(i, k_blk, v_blk):
+            k_ctx, v_ctx = cache.keys(i), cache.values(i)
+            if k_ctx is None:
+                return k_blk, v_blk
+            return torch.cat([k_ctx, k_blk], dim=1), torch.cat([v_ctx, v_blk], dim=1)  # [Hkv, S + B, D]
+
+        return self._layers(noise, cos, sin, keys_values, self._masks(q_pos, k_pos, None))
+
+    def block_forward_static(self, noise: torch.Tensor, start: torch.Tensor, cache: "StaticDraftKVCache") -> torch.Tensor:
+        """:meth:`block_forward` on fixed shapes: the block starts at position ``start`` (a 0-d int64
+        device tensor equal to the cached context rows); its K/V go to slots ``start + [0, B)`` and
+        attention spans every slot of ``cache`` under a mask built from ``start`` on the device."""
+        rows = noise.shape[0]
+        positions = start + torch.arange(rows, device=noise.device)  # [B]
+        cos, sin = self.rope(positions, noise.dtype)
+        q_pos = positions[:, None]  # [B, 1]
+        k_pos = torch.arange(cache.slots, device=noise.device)[None]  # [1, K]: slot j sits at position j
+        in_use = k_pos < start + rows  # context rows and this block; later slots are stale scratch
+
+        def keys_values(i, k_blk, v_blk):
+            cache.k[i].index_copy_(1, positions, k_blk)
+            cache.v[i].index_copy_(1, positions, v_blk)
+            return cache.k[i], cache.v[i]
+
+        return self._layers(noise, cos, sin, keys_values, self._masks(q_pos, k_pos, in_use))
 
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """Target ``lm_head`` -> x ``output_multiplier`` -> ``tanh`` softcap; float32 ``[.., V]``."""
@@ -624,7 +748,21 @@ def _check_budget(tree_budget) -> int | None:
 
 
 class _BlockDrafter:
-    """Feature ingestion, the draft cache and the block forward; subclasses turn hidden rows into drafts."""
+    """Feature ingestion, the draft cache and the block forward; subclasses turn hidden rows into drafts.
+
+    Two ways to run a round, giving the same proposals:
+
+    * dynamic (the default and the reference): a :class:`DraftKVCache` that grows, eager PyTorch;
+    * static (:meth:`enable_static_cache`, :meth:`enable_cuda_graphs`): a preallocated
+      :class:`StaticDraftKVCache`, and feature ingestion + block forward + the subclass's
+      :meth:`_graph_head` as one fixed-shape body per count of new context rows, with the row count
+      held on the device. With CUDA graphs each round is one replay of that body and needs no host
+      sync; without them the same body runs eagerly (how the CPU tests check it).
+
+    Hooks for subclasses: :meth:`_draft` turns the predicting rows into a proposal; :meth:`_graph_head`
+    adds per-round outputs computed inside the graph (``self._graph_out`` during :meth:`_draft`, or
+    ``None`` on the dynamic path).
+    """
 
     architectures: tuple[str, ...] = ()
     # rows of the block that predict tokens: DFlash drops the anchor row, DSpark keeps it
@@ -647,8 +785,14 @@ class _BlockDrafter:
         self.vocab_size = target.config.vocab_size
         self.target_layer_ids = model.cfg.hf_layer_ids
         self.tree_budget = _check_budget(tree_budget)
-        self.cache = DraftKVCache(model.cfg.num_layers)
+        self.cache: DraftKVCache | StaticDraftKVCache = DraftKVCache(model.cfg.num_layers)
         self.last_hidden: torch.Tensor | None = None
+        # static path state (None / empty on the dynamic path)
+        self._static: StaticDraftKVCache | None = None
+        self._max_new_rows = 0
+        self._graphs: dict[int, tuple] | None = None
+        self._pending: torch.Tensor | None = None  # [r, taps * H] features not yet in the static cache
+        self._graph_out: dict[str, torch.Tensor] | None = None
 
     @classmethod
     def from_pretrained(cls, folder, target, *, dtype: torch.dtype | None = None, tree_budget: int | None = None):
@@ -663,10 +807,153 @@ class _BlockDrafter:
     def max_draft_tokens(self) -> int:
         return self.cfg.block_size - self.first_predicting_row
 
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        return self._graphs is not None
+
     def reset(self) -> None:
+        self._pending = None
+        self._graph_out = None
+        if self._static is not None:
+            self._static.crop(0)
+        else:
+            self.cache = DraftKVCache(self.cfg.num_layers)
+
+    # ---- static cache and CUDA graphs ------------------------------------------------------------
+    def enable_static_cache(self, max_context: int, *, max_new_rows: int | None = None) -> None:
+        """Switch to the static path, run eagerly: a preallocated cache of ``max_context`` context rows.
+
+        Rounds that bring at most ``max_new_rows`` new feature rows (default ``max_draft_tokens + 1``:
+        the accepted drafts and the previous root) ingest them inside the fixed-shape body; larger
+        ingestions (the prompt) are projected into the cache eagerly first. Empties the cache.
+        A context longer than ``max_context + 1`` tokens raises ``ValueError`` before any launch.
+
+        Example:
+            >>> drafter.enable_static_cache(4096)          # doctest: +SKIP
+        """
+        if max_new_rows is None:
+            max_new_rows = self.max_draft_tokens + 1
+        if isinstance(max_new_rows, bool) or not isinstance(max_new_rows, int) or max_new_rows < 0:
+            raise ValueError(f"max_new_rows: expected an int >= 0, got {max_new_rows!r}")
+        weight = self.model.fc.weight
+        cfg = self.cfg
+        self._static = StaticDraftKVCache(
+            cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context=max_context, block_size=cfg.block_size,
+            dtype=weight.dtype, device=weight.device,
+        )
+        self.cache = self._static
+        self._max_new_rows = max_new_rows
+        self._graphs = None
+        self._pending = None
+        self._graph_out = None
+        # the masked rows of every block, embedded at the anchor's side in the body
+        self._mask_ids = torch.full((cfg.block_size - 1,), cfg.mask_token_id, dtype=torch.long, device=weight.device)
+
+    @torch.no_grad()
+    def enable_cuda_graphs(self, max_context: int, *, max_new_rows: int | None = None) -> None:
+        """:meth:`enable_static_cache`, then capture the body as one CUDA graph per new-row count
+        ``0 .. max_new_rows`` (captured here, on an empty cache). A round then copies its features,
+        the anchor and the cached row count into static buffers and replays: no host sync.
+
+        Raises:
+            ValueError: the drafter is not on a CUDA device.
+        """
+        device = self.model.fc.weight.device
+        if device.type != "cuda":
+            raise ValueError(f"enable_cuda_graphs: expected a drafter on a CUDA device, got {device}")
+        self.enable_static_cache(max_context, max_new_rows=max_new_rows)
+        graphs = {}
+        for rows in range(self._max_new_rows + 1):
+            graphs[rows] = self._capture(rows)
+        self._graphs = graphs
+
+    def disable_static_cache(self) -> None:
+        """Back to the dynamic (reference) path with an empty cache; drops the graphs."""
+        self._static = None
+        self._graphs = None
+        self._pending = None
+        self._graph_out = None
         self.cache = DraftKVCache(self.cfg.num_layers)
 
+    def _static_body(self, feats: torch.Tensor | None, start: torch.Tensor, anchor: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Ingest ``feats [r, taps * H]`` at rows ``start + [0, r)``, then the block after them.
+
+        ``start``: 0-d int64 device tensor; ``anchor``: ``[1]`` int64. Returns ``hidden [B, H]`` and the
+        outputs of :meth:`_graph_head`. Fixed shapes for a given ``r``: what a graph captures.
+        """
+        model = self.model
+        if feats is not None and feats.shape[0]:
+            model.append_context_static(self._static, model.project_context(feats), start)
+            start = start + feats.shape[0]
+        ids = torch.cat([anchor, self._mask_ids])  # [B]
+        noise = self.embed(ids) * self.cfg.input_embedding_scale  # [B, H]
+        hidden = model.block_forward_static(noise.to(model.fc.weight.dtype), start, self._static)  # [B, H]
+        out = {"hidden": hidden}
+        out.update(self._graph_head(hidden, anchor))
+        return out
+
+    def _graph_head(self, hidden: torch.Tensor, anchor: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-round work on the block's hidden rows ``[B, H]`` that the static body (and graph) also
+        runs: fixed-shape, no host sync, no randomness. Default: nothing."""
+        return {}
+
+    def _capture(self, rows: int):
+        device = self.model.fc.weight.device
+        taps = len(self.target_layer_ids)
+        static = {
+            "feats": torch.zeros(rows, taps * self.cfg.hidden_size, dtype=self.model.fc.weight.dtype, device=device),
+            "start": torch.zeros((), dtype=torch.long, device=device),
+            "anchor": torch.zeros(1, dtype=torch.long, device=device),
+        }
+        args = (static["feats"] if rows else None, static["start"], static["anchor"])
+        # warm-up on a side stream (allocator, kernel selection), then capture; on the empty cache of
+        # enable time these only write scratch slots
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._static_body(*args)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self._static_body(*args)
+        return graph, static, out
+
+    def _run_static(self, context: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Ingest the pending rows and run the block on the static path (a replay, or the body eagerly)."""
+        cache = self._static
+        feats, self._pending = self._pending, None
+        rows = 0 if feats is None else feats.shape[0]
+        start = cache.length
+        device = cache.k[0].device
+        if rows > self._max_new_rows:
+            # the prompt (or a long catch-up): eager projection, then the block alone
+            self.model.append_context_static(cache, self.model.project_context(feats), torch.full((), start, dtype=torch.long, device=device))
+            start, feats, rows = start + rows, None, 0
+        cache.length = start + rows
+        anchor = context[-1:].to(device)
+        if self._graphs is None:
+            return self._static_body(feats, torch.full((), start, dtype=torch.long, device=device), anchor)
+        graph, static, out = self._graphs[rows]
+        if rows:
+            static["feats"].copy_(feats)
+        static["start"].fill_(start)
+        static["anchor"].copy_(anchor)
+        graph.replay()
+        return out
+
+    def _flush_pending(self) -> None:
+        """Project pending feature rows into the static cache without running a block (k = 0 rounds)."""
+        feats, self._pending = self._pending, None
+        if feats is not None and feats.shape[0]:
+            cache = self._static
+            start = torch.full((), cache.length, dtype=torch.long, device=cache.k[0].device)
+            self.model.append_context_static(cache, self.model.project_context(feats), start)
+            cache.length += feats.shape[0]
+
+    # ---- one round ---------------------------------------------------------------------------------
     def _ingest(self, context: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        self._graph_out = None
         n = context.numel()
         rows = 0 if target_hidden is None else target_hidden.shape[0]
         if target_hidden is not None:
@@ -675,6 +962,9 @@ class _BlockDrafter:
                 raise ValueError(
                     f"target_hidden: expected [rows, {taps}, {self.cfg.hidden_size}] (rows, taps, hidden), got {tuple(target_hidden.shape)}"
                 )
+        if self._pending is not None:
+            # a previous _ingest whose block never ran: its rows go in first
+            self._flush_pending()
         cached = self.cache.length
         # features cover context[:-1]; the newest token (the anchor) has none yet
         if cached + rows > n - 1:
@@ -688,12 +978,24 @@ class _BlockDrafter:
                 f"target_hidden: the drafter holds features of {cached} rows and got {rows} more, but the context has "
                 f"{n - 1} committed rows before the anchor; pass the rows committed since the previous call"
             )
-        if rows:
-            feats = target_hidden.reshape(rows, -1).to(self.model.fc.weight.dtype)  # [r, taps * H]
-            positions = torch.arange(cached, cached + rows, device=feats.device)
-            self.model.append_context(self.cache, self.model.project_context(feats), positions)
+        if not rows:
+            return
+        feats = target_hidden.reshape(rows, -1).to(self.model.fc.weight.dtype)  # [r, taps * H]
+        if self._static is not None:
+            self._static.reserve(n - 1)
+            # ingested inside the next block's body (one graph for both)
+            self._pending = feats
+            return
+        positions = torch.arange(cached, cached + rows, device=feats.device)
+        self.model.append_context(self.cache, self.model.project_context(feats), positions)
 
     def _block_hidden(self, context: torch.Tensor) -> torch.Tensor:
+        if self._static is not None:
+            out = self._run_static(context)
+            self._graph_out = out
+            # a view of the graph's output buffer: valid until the next round
+            self.last_hidden = out["hidden"]
+            return out["hidden"]
         n = context.numel()
         b = self.cfg.block_size
         ids = torch.full((b,), self.cfg.mask_token_id, dtype=torch.long, device=context.device)
@@ -709,6 +1011,8 @@ class _BlockDrafter:
         self._ingest(context, target_hidden)
         k = max(0, min(int(max_tokens), self.max_draft_tokens))
         if k == 0:
+            if self._pending is not None:
+                self._flush_pending()
             return DraftProposal(tokens=context.new_zeros(0))
         hidden = self._block_hidden(context)[self.first_predicting_row : self.first_predicting_row + k]  # [k, H]
         return self._draft(context, hidden, k, sampling, generator)
@@ -757,11 +1061,18 @@ class DFlashDrafter(_BlockDrafter):
 
     architectures = (DFLASH, MUSE_ASSISTANT)
 
+    def _graph_head(self, hidden, anchor):
+        logits = self.model.logits(hidden[1:], self.lm_head)  # [B - 1, V]
+        return {"logits": logits, "greedy": logits.argmax(-1)}
+
     def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
-        logits = self.model.logits(hidden, self.lm_head)  # [k, V]
+        out = self._graph_out
+        # static path: the logits (and greedy picks) of every predicting row came from the body
+        logits = self.model.logits(hidden, self.lm_head) if out is None else out["logits"][:k]  # [k, V]
         scores = torch.log_softmax(logits, dim=-1)
         if sampling.greedy:
-            return DraftProposal(tokens=logits.argmax(-1), tree_logprobs=scores)
+            tokens = logits.argmax(-1) if out is None else out["greedy"][:k].clone()
+            return DraftProposal(tokens=tokens, tree_logprobs=scores)
         probs = logits_to_probs(logits, sampling)  # [k, V]
         return DraftProposal(tokens=sample(probs, generator), draft_probs=probs, tree_logprobs=scores)
 
@@ -792,11 +1103,32 @@ class DFlash2Drafter(_BlockDrafter):
 
     def _scores(self, rows, t: int, prev: torch.Tensor) -> torch.Tensor:
         unary, cand, proj, succ = rows
-        pred = self.model.candidate_selector.predecessor_codebook[prev].float()  # [r]
+        # index_select, not [prev]: a 0-d device index would be read back to the host
+        pred = self.model.candidate_selector.predecessor_codebook.index_select(0, prev.reshape(1))[0].float()  # [r]
         return unary[t] + succ[t] @ (pred * proj[t])  # [K]
 
+    def _walk_step(self, rows, t: int, prev: torch.Tensor) -> torch.Tensor:
+        """The greedy choice at row ``t`` after ``prev``: ``[1]`` token id, no host sync."""
+        return rows[1][t].index_select(0, self._scores(rows, t, prev).argmax().reshape(1))
+
+    def _graph_head(self, hidden, anchor):
+        unary, cand, proj, succ = self._selector_rows(hidden[1:])
+        rows = (unary, cand, proj, succ)
+        # the greedy walk over every predicting row; its first k steps are the walk of a k-token round
+        prev, picks = anchor, []
+        for t in range(unary.shape[0]):
+            prev = self._walk_step(rows, t, prev)  # [1]
+            picks.append(prev)
+        return {"unary": unary, "cand": cand, "proj": proj, "succ": succ, "greedy": torch.cat(picks)}
+
     def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
-        rows = self._selector_rows(hidden)
+        out = self._graph_out
+        if out is None:
+            rows = self._selector_rows(hidden)
+        else:
+            if sampling.greedy and self.tree_budget is None:
+                return DraftProposal(tokens=out["greedy"][:k].clone())
+            rows = tuple(out[name][:k] for name in ("unary", "cand", "proj", "succ"))
         cand = rows[1]
         temperature = 1.0 if sampling.greedy else sampling.temperature
         if self.tree_budget is not None:
@@ -810,16 +1142,15 @@ class DFlash2Drafter(_BlockDrafter):
                 return full.scatter(0, cand[t], lp).cpu()
 
             return self._tree_from(child_logprobs, k, min(self.tree_budget, k), context.device)
-        prev = context[-1]
+        prev = context[-1:]
         tokens, laws = [], []
         for t in range(k):
-            scores = self._scores(rows, t, prev)  # [K]
             if sampling.greedy:
-                index = scores.argmax()
+                prev = self._walk_step(rows, t, prev)  # [1]
             else:
-                q = torch.softmax(scores / temperature, dim=-1)  # [K]
+                q = torch.softmax(self._scores(rows, t, prev) / temperature, dim=-1)  # [K]
                 index = sample(q, generator)
                 laws.append(torch.zeros(self.vocab_size, device=q.device).scatter(0, cand[t], q))
-            prev = cand[t, index]
+                prev = cand[t].index_select(0, index.reshape(1))
             tokens.append(prev)
-        return DraftProposal(tokens=torch.stack(tokens), draft_probs=torch.stack(laws) if laws else None)
+        return DraftProposal(tokens=torch.cat(tokens), draft_probs=torch.stack(laws) if laws else None)

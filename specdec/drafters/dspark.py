@@ -1,13 +1,23 @@
-"""DSpark: a semi-autoregressive block drafter with a Markov head and a confidence head, and the
-hardware-aware prefix scheduler that decides how many drafts each request verifies.
+"""DSpark: a semi-autoregressive block drafter with a sequential (Markov, gated or RNN) head and a
+confidence head, and the hardware-aware prefix scheduler that decides how many drafts each request
+verifies.
 
 The parallel stage is the DFlash backbone (:mod:`specdec.drafters.dflash`), except that all ``gamma``
-rows of the block ``[anchor, MASK x (gamma - 1)]`` predict: row ``k`` gives the logits ``U_k`` of the
-``k``-th token after the anchor. The sequential stage adds a low-rank bigram bias on the previous
-token, ``p_k(v) ~ exp(U_k(v) + (W2 W1[x_{k-1}])(v))`` (``x_0`` = the anchor), sampled left to right,
-so every per-token law is an exact softmax and standard rejection sampling stays lossless. The
-confidence head estimates ``c_k = sigmoid(w . [h_k ; W1[x_{k-1}]] + b)``, the probability that token
-``k`` survives given that the tokens before it did.
+rows of the block ``[anchor, MASK x (gamma - 1)]`` predict: row ``k`` gives the logits ``U_k`` and the
+hidden state ``h_k`` of the ``k``-th token after the anchor. The sequential stage adds a bias that
+depends on the tokens already drawn, ``p_k(v) ~ exp(U_k(v) + b_k(v))`` (``x_0`` = the anchor), sampled
+left to right, so every per-token law is an exact softmax and standard rejection sampling stays
+lossless. ``markov_head_type`` picks the bias (``e = W1[x_{k-1}]``, ``W1`` = ``markov_w1``, ``W2`` =
+``markov_w2``):
+
+* ``vanilla`` (Markov): ``b_k = W2 e``.
+* ``gated``: ``b_k = W2 (sigmoid(G [h_k ; e] + g) * e)`` (``G``, ``g`` = ``gate_proj``).
+* ``rnn``: ``z = [s_{k-1} ; e ; h_k]``, ``[a ; c ; o] = J z + j`` (``J``, ``j`` = ``joint_proj``, split in
+  three), ``s_k = sigmoid(a) * s_{k-1} + (1 - sigmoid(a)) * tanh(c)``, ``b_k = W2 tanh(o)``, ``s_0 = 0``.
+
+The confidence head estimates ``c_k = sigmoid(w . [h_k ; W1[x_{k-1}]] + b)``, the probability that
+token ``k`` survives given that the tokens before it did; per-position temperatures from
+:func:`specdec.drafters.calibration.sequential_temperature_scaling` divide its logit.
 
 :class:`PrefixScheduler` is Algorithm 1 of the DSpark paper: admit draft positions in decreasing
 order of survival ``a_{r,j} = prod_{i <= j} c_{r,i}`` while the expected throughput
@@ -22,15 +32,174 @@ candidates, which is causal without the early stop.
 
 from __future__ import annotations
 
-from typing import Sequence
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import torch
+from torch import nn
 
 from specdec.drafters.base import DraftProposal
-from specdec.drafters.dflash import DSPARK, _BlockDrafter
-from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
+from specdec.drafters.dflash import DSPARK, BlockDraftModel, BlockDrafterConfig, _BlockDrafter, _load_weights, check_fits_target, read_drafter_config
+from specdec.models.loading import read_safetensors
+from specdec.verify.sampling import logits_to_probs, sample
 
-__all__ = ["DSparkDrafter", "PrefixScheduler"]
+__all__ = [
+    "HEAD_TYPES",
+    "DSparkDrafter",
+    "PrefixScheduler",
+    "block_bias",
+    "build_dspark_model",
+    "load_dspark_model",
+    "markov_step",
+    "read_dspark_config",
+]
+
+# the sequential heads DeepSpec's ``markov_head_type`` names (read case-insensitively, as DeepSpec does)
+HEAD_TYPES = ("vanilla", "gated", "rnn")
+
+
+# --------------------------------------------------------------------------------------------------
+# Config and weights of the sequential head variants
+# --------------------------------------------------------------------------------------------------
+def _head_type(raw: Mapping[str, Any]) -> str | None:
+    rank = raw.get("markov_rank")
+    if rank is None or int(rank) <= 0:
+        return None
+    value = raw.get("markov_head_type")
+    if value is None:
+        raise ValueError(f"markov_head_type: missing from config.json (expected one of {list(HEAD_TYPES)} when markov_rank > 0)")
+    head = str(value).lower()
+    if head not in HEAD_TYPES:
+        raise ValueError(f"markov_head_type: expected one of {list(HEAD_TYPES)}, got {value!r}")
+    return head
+
+
+def read_dspark_config(raw: Mapping[str, Any]) -> BlockDrafterConfig:
+    """Parse a DeepSpec ``Qwen3DSparkModel`` ``config.json`` (as a dict), all three head types included.
+
+    The backbone fields go through :func:`~specdec.drafters.dflash.read_drafter_config`; the head type
+    is read here, so ``gated`` and ``rnn`` checkpoints parse too.
+
+    Raises:
+        ValueError: not a DSpark config (``architectures``), an unknown ``markov_head_type``, or any
+            field ``read_drafter_config`` rejects; the message names the field.
+
+    Example:
+        >>> from specdec.drafters.checkpoints import fixture_config
+        >>> from specdec.testing import tiny_target
+        >>> read_dspark_config(fixture_config("Qwen3DSparkModel", tiny_target(seed=0), markov_head_type="rnn")).markov_head_type
+        'rnn'
+    """
+    head = _head_type(raw)
+    # the backbone parser knows only the vanilla head; the variants add tensors, not backbone fields
+    shim = dict(raw)
+    if head is not None:
+        shim["markov_head_type"] = "vanilla"
+    cfg = read_drafter_config(shim)
+    if cfg.architecture != DSPARK:
+        raise ValueError(f"architectures: expected [{DSPARK!r}], got {list(raw.get('architectures') or [])!r}")
+    return replace(cfg, markov_head_type=head, raw=dict(raw))
+
+
+def build_dspark_model(cfg: BlockDrafterConfig, vocab_size: int) -> BlockDraftModel:
+    """A :class:`BlockDraftModel` with the head ``cfg.markov_head_type`` names, under DeepSpec's tensor names.
+
+    ``gated`` adds ``markov_head.gate_proj`` (``Linear(hidden + rank, rank)``), ``rnn`` adds
+    ``markov_head.joint_proj`` (``Linear(2 * rank + hidden, 3 * rank)``, rows: gate, candidate, output).
+
+    Example:
+        >>> from specdec.drafters.checkpoints import fixture_config
+        >>> from specdec.testing import tiny_target
+        >>> cfg = read_dspark_config(fixture_config("Qwen3DSparkModel", tiny_target(seed=0), markov_head_type="gated"))
+        >>> build_dspark_model(cfg, 97).markov_head.gate_proj.weight.shape     # rank 8, hidden 32
+        torch.Size([8, 40])
+    """
+    if cfg.architecture != DSPARK:
+        raise ValueError(f"cfg: expected architecture {DSPARK!r}, got {cfg.architecture!r}")
+    head = cfg.markov_head_type
+    if cfg.markov_rank and head not in HEAD_TYPES:
+        raise ValueError(f"markov_head_type: expected one of {list(HEAD_TYPES)}, got {head!r}")
+    model = BlockDraftModel(cfg, vocab_size)
+    h, r = cfg.hidden_size, cfg.markov_rank
+    if head == "gated" and not hasattr(model.markov_head, "gate_proj"):
+        model.markov_head.gate_proj = nn.Linear(h + r, r)
+    elif head == "rnn" and not hasattr(model.markov_head, "joint_proj"):
+        model.markov_head.joint_proj = nn.Linear(2 * r + h, 3 * r)
+    return model
+
+
+def load_dspark_model(folder, target, *, dtype: torch.dtype | None = None) -> BlockDraftModel:
+    """Read a DeepSpec DSpark checkpoint folder (``config.json`` + ``*.safetensors``), any head type."""
+    folder = Path(folder)
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ValueError(f"folder: expected {config_path} to exist")
+    cfg = read_dspark_config(json.loads(config_path.read_text()))
+    check_fits_target(cfg, target)
+    model = build_dspark_model(cfg, target.config.vocab_size)
+    _load_weights(model, read_safetensors(folder, argument="folder"), target)
+    return model.to(device=target.device, dtype=dtype or target.dtype).eval()
+
+
+# --------------------------------------------------------------------------------------------------
+# The sequential head, one step and teacher-forced over a block
+# --------------------------------------------------------------------------------------------------
+def markov_step(head: nn.Module, head_type: str, prev: torch.Tensor, hidden: torch.Tensor | None = None,
+                state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One step of the sequential head: the logit bias of position ``k`` and the new recurrent state.
+
+    Args:
+        head: the ``markov_head`` module (``markov_w1``, ``markov_w2`` and ``gate_proj`` / ``joint_proj``).
+        head_type: ``"vanilla"``, ``"gated"`` or ``"rnn"``.
+        prev: ``[...]`` int64, the previous token ``x_{k-1}`` (the anchor at the first position).
+        hidden: ``[..., H]`` backbone hidden ``h_k`` (gated and rnn; ignored by vanilla).
+        state: ``[..., r]`` RNN state ``s_{k-1}``; ``None`` = zeros (the first position).
+
+    Returns:
+        ``(bias [..., V], state [..., r] or None)`` in the head's dtype.
+
+    Example:
+        >>> head = torch.nn.Module(); head.markov_w1 = torch.nn.Embedding(3, 2); head.markov_w2 = torch.nn.Linear(2, 3, bias=False)
+        >>> markov_step(head, "vanilla", torch.tensor(1))[0].shape
+        torch.Size([3])
+    """
+    emb = head.markov_w1(prev)  # [..., r]
+    if head_type == "vanilla":
+        return head.markov_w2(emb), state
+    if hidden is None:
+        raise ValueError(f"hidden: the {head_type!r} head reads the backbone hidden state h_k, got None")
+    hidden = hidden.to(emb.dtype)
+    if head_type == "gated":
+        gate = torch.sigmoid(head.gate_proj(torch.cat([hidden, emb], dim=-1)))  # [..., r]
+        return head.markov_w2(gate * emb), state
+    if head_type == "rnn":
+        if state is None:
+            state = torch.zeros_like(emb)
+        gate_raw, cand_raw, out_raw = head.joint_proj(torch.cat([state, emb, hidden], dim=-1)).chunk(3, dim=-1)
+        gate = torch.sigmoid(gate_raw)
+        state = gate * state + (1.0 - gate) * torch.tanh(cand_raw)
+        return head.markov_w2(torch.tanh(out_raw)), state
+    raise ValueError(f"head_type: expected one of {list(HEAD_TYPES)}, got {head_type!r}")
+
+
+def block_bias(head: nn.Module, head_type: str, prev: torch.Tensor, hidden: torch.Tensor | None = None) -> torch.Tensor:
+    """Teacher-forced biases of a whole block: ``prev [..., B]`` tokens, ``hidden [..., B, H]`` -> ``[..., B, V]``.
+
+    Position ``k`` gets the bias :func:`markov_step` gives after consuming ``prev[..., :k+1]`` (the RNN
+    state is carried along the block from zero), i.e. what left-to-right drafting computes when the
+    drafted tokens are ``prev[..., 1:]``.
+    """
+    if head_type in ("vanilla", "gated"):
+        return markov_step(head, head_type, prev, hidden)[0]
+    if hidden is None:
+        raise ValueError(f"hidden: the {head_type!r} head reads the backbone hidden state h_k, got None")
+    out, state = [], None
+    for k in range(prev.shape[-1]):
+        bias, state = markov_step(head, head_type, prev[..., k], hidden[..., k, :], state)
+        out.append(bias)
+    return torch.stack(out, dim=-2)
 
 
 class PrefixScheduler:
@@ -121,75 +290,137 @@ class PrefixScheduler:
 
 
 class DSparkDrafter(_BlockDrafter):
-    """DSpark (``Qwen3DSparkModel``, DeepSpec): backbone + Markov head + confidence head.
+    """DSpark (``Qwen3DSparkModel``, DeepSpec): backbone + sequential head + confidence head.
 
-    Greedy takes ``argmax(U_k + bias(x_{k-1}))`` left to right; at ``temperature > 0`` each token is
-    drawn from the request's law (temperature / top-k / top-p) of those logits, which is returned as
-    ``draft_probs``. ``last_confidence [k]`` holds the confidence of each proposed position.
+    Greedy takes ``argmax(U_k + b_k)`` left to right (``b_k`` from the ``vanilla`` / ``gated`` / ``rnn``
+    head, see the module docstring); at ``temperature > 0`` each token is drawn from the request's law
+    (temperature / top-k / top-p) of those logits, which is returned as ``draft_probs``.
+    ``last_confidence [k]`` holds the confidence of each proposed position (calibrated when
+    ``confidence_temperatures`` is set), ``last_confidence_logits [k]`` the raw head output.
 
     Args:
         model, target: as for :class:`~specdec.drafters.DFlashDrafter`.
-        tree_budget: propose a best-first tree (path-dependent: the Markov bias of each child depends
-            on its parent's token) of at most ``min(tree_budget, max_tokens)`` nodes.
+        tree_budget: propose a best-first tree (path-dependent: the bias of each child depends on its
+            parent's token, and for the RNN head on the whole path) of at most
+            ``min(tree_budget, max_tokens)`` nodes.
         scheduler: a :class:`PrefixScheduler`; the chain is cut to the length it admits (batch 1). Not
             used with trees.
+        confidence_temperatures: ``[max_draft_tokens]`` per-position temperatures of the confidence
+            logits (:func:`specdec.drafters.calibration.sequential_temperature_scaling`); ``None`` = 1.
+            ``from_pretrained`` reads them from ``confidence_calibration.json`` when the folder has one.
     """
 
     architectures = (DSPARK,)
     first_predicting_row = 0
 
-    def __init__(self, model, target, *, tree_budget: int | None = None, scheduler: PrefixScheduler | None = None):
+    def __init__(self, model, target, *, tree_budget: int | None = None, scheduler: PrefixScheduler | None = None,
+                 confidence_temperatures=None):
         super().__init__(model, target, tree_budget=tree_budget)
         if scheduler is not None and not isinstance(scheduler, PrefixScheduler):
             raise TypeError(f"scheduler: expected a PrefixScheduler or None, got {type(scheduler).__name__}")
+        head = getattr(model, "markov_head", None)
+        self.head_type = self.cfg.markov_head_type if head is not None else None
+        if head is not None and self.head_type not in HEAD_TYPES:
+            raise ValueError(f"markov_head_type: expected one of {list(HEAD_TYPES)}, got {self.head_type!r}")
+        needs = {"gated": "gate_proj", "rnn": "joint_proj"}.get(self.head_type)
+        if needs is not None and not hasattr(head, needs):
+            raise ValueError(f"model: a {self.head_type!r} head needs markov_head.{needs}; build the model with build_dspark_model")
         self.scheduler = scheduler
+        self.confidence_temperatures: torch.Tensor | None = None
+        self.calibrate(confidence_temperatures)
         self.last_confidence: torch.Tensor | None = None
+        self.last_confidence_logits: torch.Tensor | None = None
 
     @classmethod
-    def from_pretrained(cls, folder, target, *, dtype=None, tree_budget=None, scheduler: PrefixScheduler | None = None):
-        from specdec.drafters.dflash import load_block_model
+    def from_pretrained(cls, folder, target, *, dtype=None, tree_budget=None, scheduler: PrefixScheduler | None = None,
+                        confidence_temperatures=None):
+        from specdec.drafters.calibration import load_calibration
 
-        return cls(load_block_model(folder, target, dtype=dtype), target, tree_budget=tree_budget, scheduler=scheduler)
+        if confidence_temperatures is None:
+            confidence_temperatures = load_calibration(folder)
+        return cls(load_dspark_model(folder, target, dtype=dtype), target, tree_budget=tree_budget, scheduler=scheduler,
+                   confidence_temperatures=confidence_temperatures)
+
+    def calibrate(self, temperatures) -> None:
+        """Set (or with ``None`` clear) the per-position temperatures of the confidence logits.
+
+        Args:
+            temperatures: ``[max_draft_tokens]`` finite values > 0; position ``k`` reports
+                ``sigmoid(logit_k / temperatures[k])``.
+        """
+        if temperatures is None:
+            self.confidence_temperatures = None
+            return
+        t = torch.as_tensor(temperatures, dtype=torch.float32).detach().flatten().cpu()
+        if t.numel() != self.max_draft_tokens or not bool(torch.isfinite(t).all()) or not bool((t > 0).all()):
+            raise ValueError(
+                f"confidence_temperatures: expected {self.max_draft_tokens} finite values > 0 (one per draft position), "
+                f"got {t.tolist()}"
+            )
+        self.confidence_temperatures = t
 
     def reset(self) -> None:
         super().reset()
         if self.scheduler is not None:
             self.scheduler.reset()
 
-    def step_logits(self, base_logits: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-        """``U_k + W2 W1[prev]``: ``[V]`` logits of one position given the previous token."""
-        head = getattr(self.model, "markov_head", None)
-        if head is None:
-            return base_logits
-        return base_logits + head.markov_w2(head.markov_w1(prev)).float()
+    def sequential_bias(self, prev: torch.Tensor, hidden: torch.Tensor | None = None,
+                        state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(b_k [..., V] float32, state)`` of one position: previous token ``prev``, backbone row ``hidden``."""
+        head = self.model.markov_head
+        bias, state = markov_step(head, self.head_type, prev, hidden, state)
+        return bias.float(), state
 
-    def confidence(self, hidden: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-        """``c_k`` in ``[0, 1]`` for rows ``hidden [k, H]`` with previous tokens ``prev [k]``."""
-        head = getattr(self.model, "confidence_head", None)
-        if head is None:
-            return torch.ones(hidden.shape[0], device=hidden.device)
+    def confidence_logits(self, hidden: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        """Raw confidence logits ``[k]`` float32 of rows ``hidden [k, H]`` with previous tokens ``prev [k]``."""
+        head = self.model.confidence_head
         feats = hidden
         if self.cfg.confidence_head_with_markov:
             feats = torch.cat([hidden, self.model.markov_head.markov_w1(prev).to(hidden.dtype)], dim=-1)
-        return torch.sigmoid(head.proj(feats).float().squeeze(-1))
+        return head.proj(feats).float().squeeze(-1)
+
+    def confidence(self, hidden: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        """``c_k`` in ``[0, 1]`` for rows ``hidden [k, H]`` (positions ``0 .. k-1``) with previous tokens ``prev [k]``."""
+        if getattr(self.model, "confidence_head", None) is None:
+            self.last_confidence_logits = None
+            return torch.ones(hidden.shape[0], device=hidden.device)
+        logits = self.confidence_logits(hidden, prev)
+        self.last_confidence_logits = logits
+        if self.confidence_temperatures is not None:
+            logits = logits / self.confidence_temperatures[: logits.shape[0]].to(logits.device)
+        return torch.sigmoid(logits)
 
     def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
         base = self.model.logits(hidden, self.lm_head)  # [k, V]
+        has_head = self.head_type is not None
         if self.tree_budget is not None:
             anchor = int(context[-1])
             temperature = 1.0 if sampling.greedy else sampling.temperature
+            # (anchor, x_1, .., x_t) -> (bias of position t, state after it): siblings share their prefix
+            memo: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
+
+            def bias_after(prevs: tuple[int, ...]):
+                if prevs not in memo:
+                    state = None if len(prevs) == 1 else bias_after(prevs[:-1])[1]
+                    t = len(prevs) - 1
+                    memo[prevs] = self.sequential_bias(torch.tensor(prevs[-1], device=base.device), hidden[t], state)
+                return memo[prevs]
 
             def child_logprobs(path: torch.Tensor) -> torch.Tensor:
                 t = path.numel()
-                prev = anchor if t == 0 else int(path[-1])
-                step = self.step_logits(base[t], torch.tensor(prev, device=base.device))
+                step = base[t]
+                if has_head:
+                    step = step + bias_after((anchor, *path.tolist()))[0]
                 return torch.log_softmax(step / temperature, dim=-1).cpu()
 
             return self._tree_from(child_logprobs, k, min(self.tree_budget, k), context.device)
-        prev = context[-1]
+        prev, state = context[-1], None
         tokens, prevs, laws = [], [], []
         for t in range(k):
-            step = self.step_logits(base[t], prev)  # [V]
+            step = base[t]  # [V]
+            if has_head:
+                bias, state = self.sequential_bias(prev, hidden[t], state)
+                step = step + bias
             prevs.append(prev)
             if sampling.greedy:
                 prev = step.argmax(-1)

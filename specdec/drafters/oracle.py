@@ -178,7 +178,8 @@ class OracleDrafter:
         self._gen = torch.Generator().manual_seed(seed)
         self.planned: list[int] = []
         self.unmatched_rounds = 0
-        self.wrapped_seconds = 0.0
+        self._wrapped_s = 0.0
+        self._events: list[tuple] = []  # CUDA (start, end) events not yet summed into _wrapped_s
 
     def add_reference(self, sequence: torch.Tensor) -> None:
         if not isinstance(sequence, torch.Tensor) or sequence.ndim != 1:
@@ -203,17 +204,33 @@ class OracleDrafter:
             m += 1
         return m
 
+    @property
+    def wrapped_seconds(self) -> float:
+        """Time spent in the wrapped drafter's ``propose``: device time between CUDA events on a GPU
+        (read lazily, so timing adds no host sync to a round), host time on the CPU."""
+        if self._events:
+            self._events[-1][1].synchronize()
+            self._wrapped_s += sum(start.elapsed_time(end) for start, end in self._events) / 1e3
+            self._events.clear()
+        return self._wrapped_s
+
     def propose(self, context, max_tokens, *, sampling: SamplingConfig, generator, target_hidden=None) -> DraftProposal:
+        # the reference lookup reads the context on the host: do it before the wrapped drafter is
+        # queued, while the device is idle after the previous verify, so it costs no pipeline drain
+        truth = self._truth(context)
         if self.wrap is not None:
             extra = {"target_hidden": target_hidden} if self.target_layer_ids else {}
             if context.device.type == "cuda":
-                torch.cuda.synchronize(context.device)
-            t0 = time.perf_counter()
-            self.wrap.propose(context, max_tokens, sampling=sampling, generator=generator, **extra)
-            if context.device.type == "cuda":
-                torch.cuda.synchronize(context.device)
-            self.wrapped_seconds += time.perf_counter() - t0
-        truth = self._truth(context)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                stream = torch.cuda.current_stream(context.device)
+                start.record(stream)
+                self.wrap.propose(context, max_tokens, sampling=sampling, generator=generator, **extra)
+                end.record(stream)
+                self._events.append((start, end))
+            else:
+                t0 = time.perf_counter()
+                self.wrap.propose(context, max_tokens, sampling=sampling, generator=generator, **extra)
+                self._wrapped_s += time.perf_counter() - t0
         if truth is None:
             self.unmatched_rounds += 1
             return DraftProposal(tokens=context.new_zeros(0))
