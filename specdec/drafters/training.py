@@ -230,13 +230,12 @@ def default_target_layer_ids(num_target_layers: int, num_taps: int) -> tuple[int
     return tuple(int(round(start + i * span / (num_taps - 1))) for i in range(num_taps))
 
 
-def drafter_config(target, config: TrainingConfig) -> dict:
-    """The ``config.json`` (z-lab ``DFlashDraftModel`` format) of the drafter ``config`` describes.
+def backbone_config(target, config) -> tuple[dict, tuple[int, ...]]:
+    """The Qwen3-style backbone fields of a drafter ``config.json`` and its tap layers.
 
-    Example:
-        >>> from specdec.testing import tiny_target
-        >>> drafter_config(tiny_target(seed=0), TrainingConfig(block_size=4))["dflash_config"]
-        {'block_size': 4, 'mask_token_id': 96, 'target_layer_ids': [0, 1]}
+    Shared by the DFlash and DSpark trainers: ``config`` needs ``num_layers``, ``target_layer_ids``,
+    ``num_heads``, ``num_kv_heads``, ``head_dim`` and ``intermediate_size`` (``None`` = the target's
+    heads / head_dim and ``2 * hidden_size``). The caller adds ``architectures`` and its own fields.
     """
     tcfg = target.config
     ids = config.target_layer_ids
@@ -246,9 +245,7 @@ def drafter_config(target, config: TrainingConfig) -> dict:
     kv = config.num_kv_heads or (tcfg.num_kv_heads if heads % tcfg.num_kv_heads == 0 else heads)
     if heads % kv:
         raise ValueError(f"num_kv_heads: expected a divisor of num_heads {heads}, got {kv}")
-    mask = tcfg.vocab_size - 1 if config.mask_token_id is None else config.mask_token_id
     raw = {
-        "architectures": [DFLASH],
         "model_type": "qwen3",
         "hidden_size": tcfg.hidden_size,
         "intermediate_size": config.intermediate_size or 2 * tcfg.hidden_size,
@@ -265,11 +262,24 @@ def drafter_config(target, config: TrainingConfig) -> dict:
         "tie_word_embeddings": False,
         "layer_types": ["full_attention"] * config.num_layers,
         "sliding_window": None,
-        "use_sliding_window": False,
         "num_target_layers": tcfg.num_layers,
         "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
-        "dflash_config": {"block_size": config.block_size, "mask_token_id": mask, "target_layer_ids": list(ids)},
     }
+    return raw, tuple(ids)
+
+
+def drafter_config(target, config: TrainingConfig) -> dict:
+    """The ``config.json`` (z-lab ``DFlashDraftModel`` format) of the drafter ``config`` describes.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> drafter_config(tiny_target(seed=0), TrainingConfig(block_size=4))["dflash_config"]
+        {'block_size': 4, 'mask_token_id': 96, 'target_layer_ids': [0, 1]}
+    """
+    raw, ids = backbone_config(target, config)
+    mask = target.config.vocab_size - 1 if config.mask_token_id is None else config.mask_token_id
+    raw.update(architectures=[DFLASH], use_sliding_window=False,
+               dflash_config={"block_size": config.block_size, "mask_token_id": mask, "target_layer_ids": list(ids)})
     # the same checks a published checkpoint gets when it is loaded, before any work is done
     check_fits_target(read_drafter_config(raw), target)
     return raw
@@ -568,6 +578,46 @@ def _lr_at(step: int, config: TrainingConfig, elapsed: float = 0.0) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
+class _Optimiser:
+    """AdamW over the drafter's trainable parameters while the target is frozen (restored on close).
+
+    Shared by the DFlash and DSpark trainers: the target's ``requires_grad`` flags are switched off
+    for the run and put back, with the target's cache reset, whatever happens inside.
+    """
+
+    def __init__(self, model, target, config):
+        self.model, self.target, self.config = model, target, config
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
+
+    def __enter__(self) -> "_Optimiser":
+        self._grads = [p.requires_grad for p in self.target.parameters()]
+        for p in self.target.parameters():
+            p.requires_grad_(False)
+        self.model.train()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p, g in zip(self.target.parameters(), self._grads):
+            p.requires_grad_(g)
+        self.target.reset()
+        self.model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+
+    def step(self, loss: torch.Tensor, step: int, lr: float) -> None:
+        """One update at learning rate ``lr``; a non-finite loss stops the run with the step and lr."""
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"loss: became {float(loss)} at step {step}; lower lr (now {lr:.3g})")
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.params, self.config.grad_clip)
+        self.opt.step()
+
+
 # --------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------
@@ -609,29 +659,21 @@ def train_drafter(target, prompts, config: TrainingConfig = TrainingConfig(), *,
         raise ValueError("data: every sequence needs at least one generated token after its prompt")
 
     # the target is frozen: nothing of it is optimised, and the optimiser only holds drafter parameters
-    target_grads = [p.requires_grad for p in target.parameters()]
-    for p in target.parameters():
-        p.requires_grad_(False)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(config.seed)
     weights = config.position_weights().to(target.device)
     history = TrainingHistory()
     tail = max(1, config.steps // 10)
     pos_hits = torch.zeros(config.block_size - 1)
     pos_count = torch.zeros(config.block_size - 1)
-    model.train()
     steps = _progress(range(config.steps), progress, "drafter steps")
     device = target.device
     start = time.perf_counter()
-    try:
+    with _Optimiser(model, target, config) as opt:
         for step in steps:
             elapsed = time.perf_counter() - start
             if config.max_seconds is not None and elapsed >= config.max_seconds:
                 break
             lr = _lr_at(step, config, elapsed)
-            for group in opt.param_groups:
-                group["lr"] = lr
             seqs = torch.randint(0, len(data.tokens), (config.batch_size,), generator=gen).tolist()
             lo = torch.tensor([lows[j] for j in seqs])
             span = torch.tensor([lengths[j] - 1 for j in seqs]) - lo
@@ -645,31 +687,18 @@ def train_drafter(target, prompts, config: TrainingConfig = TrainingConfig(), *,
                 pos_hits += ph.cpu()
                 pos_count += pc.cpu()
             loss = loss_sum / w_sum
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"loss: became {float(loss)} at step {step}; lower lr (now {lr:.3g})")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
-            opt.step()
+            opt.step(loss, step, lr)
             history.loss.append(float(loss.detach()))
             history.accuracy.append(float(hit_sum / w_sum))
             history.lr.append(lr)
             history.seconds.append(time.perf_counter() - start)
             if progress and hasattr(steps, "set_postfix"):
                 steps.set_postfix(loss=f"{history.loss[-1]:.3f}", acc=f"{history.accuracy[-1]:.2f}")
-    finally:
-        for p, g in zip(target.parameters(), target_grads):
-            p.requires_grad_(g)
-        target.reset()
     if not history.loss:
         raise ValueError(f"max_seconds: {config.max_seconds} s ended training before its first step")
     if pos_count.sum() == 0:  # stopped by the time budget before the last 10 % of the planned steps
         pos_hits, pos_count = ph.cpu(), pc.cpu()
     history.position_accuracy = (pos_hits / pos_count.clamp(min=1)).tolist()
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
     return model, history
 
 

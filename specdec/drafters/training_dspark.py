@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -56,9 +57,10 @@ from specdec.drafters.training import (
     TrainingData,
     TrainingHistory,
     _lr_at,
+    _Optimiser,
     _progress,
     _prompt_list,
-    default_target_layer_ids,
+    backbone_config,
 )
 
 __all__ = [
@@ -181,40 +183,16 @@ def dspark_config(target, config: DSparkTrainingConfig) -> dict:
     if not isinstance(config, DSparkTrainingConfig):
         raise TypeError(f"config: expected a DSparkTrainingConfig, got {type(config).__name__}")
     tcfg = target.config
-    ids = config.target_layer_ids
-    if ids is None:
-        ids = default_target_layer_ids(tcfg.num_layers, min(max(config.num_layers, 2), tcfg.num_layers))
-    heads = config.num_heads or tcfg.num_heads
-    kv = config.num_kv_heads or (tcfg.num_kv_heads if heads % tcfg.num_kv_heads == 0 else heads)
-    if heads % kv:
-        raise ValueError(f"num_kv_heads: expected a divisor of num_heads {heads}, got {kv}")
-    raw = {
+    raw, ids = backbone_config(target, config)
+    raw.update({
         "architectures": [DSPARK],
-        "model_type": "qwen3",
-        "hidden_size": tcfg.hidden_size,
-        "intermediate_size": config.intermediate_size or 2 * tcfg.hidden_size,
-        "num_hidden_layers": config.num_layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "head_dim": config.head_dim or tcfg.head_dim,
-        "rms_norm_eps": 1e-6,
-        "vocab_size": tcfg.vocab_size,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "max_position_embeddings": target.max_seq_len,
-        "tie_word_embeddings": False,
-        "layer_types": ["full_attention"] * config.num_layers,
-        "sliding_window": None,
-        "num_target_layers": tcfg.num_layers,
-        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
         "block_size": config.block_size,
         "mask_token_id": tcfg.vocab_size - 1 if config.mask_token_id is None else config.mask_token_id,
         "target_layer_ids": list(ids),
         "num_anchors": config.num_anchors,
         "enable_confidence_head": config.confidence_head,
         "markov_rank": config.markov_rank,
-    }
+    })
     if config.confidence_head:
         raw["confidence_head_with_markov"] = config.confidence_head_with_markov
     if config.markov_rank:
@@ -454,21 +432,17 @@ def train_dspark(target, prompts, config: DSparkTrainingConfig = DSparkTrainingC
     if any(L - 1 <= lo for L, lo in zip(lengths, lows)):
         raise ValueError("data: every sequence needs at least one generated token after its prompt")
 
-    target_grads = [p.requires_grad for p in target.parameters()]
-    for p in target.parameters():
-        p.requires_grad_(False)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(config.seed)
     weights = config.position_weights().to(target.device)
     history = DSparkTrainingHistory()
-    model.train()
     steps = _progress(range(config.steps), progress, "dspark steps")
-    try:
+    start = time.perf_counter()
+    with _Optimiser(model, target, config) as opt:
         for step in steps:
-            lr = _lr_at(step, config)
-            for group in opt.param_groups:
-                group["lr"] = lr
+            elapsed = time.perf_counter() - start
+            if config.max_seconds is not None and elapsed >= config.max_seconds:
+                break
+            lr = _lr_at(step, config, elapsed)
             seqs = torch.randint(0, len(data.tokens), (config.batch_size,), generator=gen).tolist()
             sums: dict[str, torch.Tensor] = {}
             for j in seqs:
@@ -481,13 +455,7 @@ def train_dspark(target, prompts, config: DSparkTrainingConfig = DSparkTrainingC
             total = sums["weight"]
             terms = {k: sums[k] / total for k in ("ce", "tv", "confidence")}
             loss = config.ce_weight * terms["ce"] + config.tv_weight * terms["tv"] + config.confidence_weight * terms["confidence"]
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"loss: became {float(loss)} at step {step}; lower lr (now {lr:.3g})")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
-            opt.step()
+            opt.step(loss, step, lr)
             history.loss.append(float(loss.detach()))
             history.accuracy.append(float(sums["hits"] / total))
             history.acceptance.append(float(sums["acceptance"] / total))
@@ -496,13 +464,6 @@ def train_dspark(target, prompts, config: DSparkTrainingConfig = DSparkTrainingC
                 history.terms[k].append(float(v.detach()))
             if progress and hasattr(steps, "set_postfix"):
                 steps.set_postfix(loss=f"{history.loss[-1]:.3f}", acc=f"{history.accuracy[-1]:.2f}")
-    finally:
-        for p, g in zip(target.parameters(), target_grads):
-            p.requires_grad_(g)
-        target.reset()
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
     history.position_accuracy = _position_accuracy(model, target, data, lows, config, gen)
     return model, history
 
