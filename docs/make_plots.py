@@ -74,9 +74,51 @@ def w12() -> None:
     fig.savefig(IMG / "w12_speedup_h200.png", dpi=120)
 
 
+def gdn_tree() -> None:
+    sizes = json.loads((RESULTS / "gdn_tree_h200_2026-11-29_v2.json").read_text())["sizes"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    families = (("dense", "dense tree-WY (fp32-level, refined)"), ("path", "path"), ("wy", "blocked WY (tf32)"), ("snapshot", "per-node snapshots"))
+    for kind, label in families:
+        pts = []
+        for n, size in sorted(sizes.items(), key=lambda kv: int(kv[0])):
+            ok = {k: v for k, v in size["variants"].items() if v.get("correct") and v.get("kind") == kind
+                  and (kind != "dense" or k.endswith("refine")) and (kind != "wy" or k.endswith("tf32"))}
+            if ok and not (kind == "dense" and int(n) > 64):  # the dense kernel serves up to 64 rows
+                pts.append((int(n), min(v["graph_us"] for v in ok.values())))
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+    ax.axhline(30, color="k", ls=":", label="goal: 64 nodes <= 30 us")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("tree nodes")
+    ax.set_ylabel("us per GDN layer (best config)")
+    ax.set_title("GDN along tree paths, Qwen3.5-27B heads, H200")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(IMG / "gdn_tree_h200.png", dpi=120)
+
+
+def drafter_steps() -> None:
+    summary = json.loads((RESULTS / "bench_drafters_h200_2026-11-29.json").read_text())["summary"]
+    steps, ar = summary["draft_step_ms_5_new_rows"], summary["ar_step_ms"]["compiled_graph_run1"]
+    names = list(steps)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    width = 0.27
+    for i, (key, label) in enumerate((("eager", "eager"), ("graph", "CUDA graph"), ("floor", "byte floor"))):
+        ax.bar([x + (i - 1) * width for x in range(len(names))], [steps[n][key] for n in names], width=width, label=label)
+    ax.axhline(ar, color="k", ls="--", label=f"target AR step {ar:.2f} ms")
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("draft step, 5 new context rows (ms)")
+    ax.set_title("Block drafters at Qwen3-8B shape, bf16, H200")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(IMG / "drafter_steps_h200.png", dpi=120)
+
+
 if __name__ == "__main__":
     IMG.mkdir(parents=True, exist_ok=True)
     decode_steps()
     acceptance_histogram()
     w12()
+    gdn_tree()
+    drafter_steps()
     print("wrote", sorted(p.name for p in IMG.glob("*.png")))
