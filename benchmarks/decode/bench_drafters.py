@@ -10,7 +10,11 @@ taps [1, 9, 17, 25, 33] (DeepSpec Qwen3-8B):
   hidden rows (``torch.equal``); the dynamic eager path (the reference) is compared too (bf16: token
   agreement and relative error are reported, not required to be exact);
 * one draft step (ingestion of 5 committed rows + block forward + drafting head): dynamic eager,
-  static eager, and CUDA graph; the parts (ingestion, block forward, head) of the eager and graph steps;
+  static eager, and CUDA graph; the parts (ingestion, block forward, head) of the eager and graph steps.
+  The graph step's head is split in what runs inside the graph (``head_in_graph_ms``: DFlash lm_head +
+  argmax, DFlash2 selector walk, DSpark lm_head + greedy sequential walk + confidence head, timed as a
+  graph of its own), the eager work left after the replay (``head_ms``), and the eager head on the same
+  rows for comparison (``head_eager_ms``); DSpark's confidences are part of the graph == static check;
 * the drafter's weight bytes (the target's lm_head included, which it reads every step) over the
   copy bandwidth measured in the same run: the step's floor.
 
@@ -171,17 +175,20 @@ def check_paths(graph, static, dynamic, target, prefix: int, max_new: int) -> di
     greedy = SamplingConfig()
     for d in (graph, static, dynamic):
         d.reset()
-    same, agree, total, rel = True, 0, 0, 0.0
+    same, agree, total, rel, conf_err = True, 0, 0, 0.0, 0.0
     first_bad = None
     for i, (n, rows) in enumerate(rounds):
         outs = []
         for d in (graph, static, dynamic):
             p = d.propose(ctx[:n], d.max_draft_tokens, sampling=greedy, generator=None, target_hidden=feats[n - 1 - rows : n - 1])
-            outs.append((p.tokens.clone(), d.last_hidden.clone()))
-        (tg, hg), (ts, hs), (td, hd) = outs
-        if not (torch.equal(tg, ts) and torch.equal(hg, hs)):
+            conf = getattr(d, "last_confidence", None)  # DSpark: from the graph's confidence head on the fast paths
+            outs.append((p.tokens.clone(), d.last_hidden.clone(), None if conf is None else conf.clone()))
+        (tg, hg, cg), (ts, hs, cs), (td, hd, cd) = outs
+        if not (torch.equal(tg, ts) and torch.equal(hg, hs) and (cg is None or torch.equal(cg, cs))):
             same = False
             first_bad = i if first_bad is None else first_bad
+        if cs is not None and ts.shape == td.shape and torch.equal(ts, td):
+            conf_err = max(conf_err, float((cs.float() - cd.float()).abs().max()))
         agree += int((ts == td).sum())
         total += td.numel()
         rel = max(rel, float((hs.float() - hd.float()).norm() / hd.float().norm()))
@@ -202,6 +209,8 @@ def check_paths(graph, static, dynamic, target, prefix: int, max_new: int) -> di
         "sampled_round_equal": sampled_same,
         "static_vs_dynamic_token_agreement": agree / max(total, 1),
         "static_vs_dynamic_hidden_rel_l2_max": rel,
+        # DSpark: confidences of rounds whose drafts agree (the confidence reads the drafted tokens)
+        "static_vs_dynamic_confidence_abs_max": conf_err if hasattr(graph, "last_confidence") else None,
     }
 
 
@@ -236,8 +245,15 @@ def time_parts(drafter, target, prefix: int, new_rows: int, iters: int) -> dict:
     drafter.reset()
     drafter.propose(ctx, k, sampling=greedy, generator=None, target_hidden=feats)
     hidden = drafter.last_hidden[first : first + k]
+    # on the static path _draft reads the body's outputs (DSpark: the greedy walk and confidences)
     head_ms = cuda_ms(lambda: drafter._draft(ctx, hidden, k, greedy, None), iters)
     lm_ms = cuda_ms(lambda: drafter.model.logits(hidden, drafter.lm_head), iters)
+    extra = {}
+    if drafter._graph_out is not None:
+        # the same rows through the eager head (what ran after the replay before the head moved into the body)
+        saved, drafter._graph_out = drafter._graph_out, None
+        extra["head_eager_ms"] = cuda_ms(lambda: drafter._draft(ctx, hidden, k, greedy, None), iters)
+        drafter._graph_out = saved
     if drafter.uses_cuda_graphs:
         graphs = drafter._graphs
 
@@ -249,7 +265,11 @@ def time_parts(drafter, target, prefix: int, new_rows: int, iters: int) -> dict:
         with_rows = cuda_ms(lambda: replay(new_rows), iters)
         block = cuda_ms(lambda: replay(0), iters)
         parts = {"ingest_ms": with_rows - block, "block_ms": block, "head_ms": head_ms,
-                 "note": "block_ms = graph replay without new rows, the graph's own head (DFlash logits / DFlash2 selector) included; head_ms = eager part after the replay"}
+                 "head_in_graph_ms": head_graph_ms(drafter, drafter.last_hidden, ctx[-1:], iters),
+                 "note": "block_ms = graph replay without new rows, the graph's own head (DFlash logits / DFlash2 selector / "
+                         "DSpark logits + greedy walk + confidence) included; head_ms = eager work after the replay; "
+                         "head_in_graph_ms = that in-graph head alone, captured as its own graph; head_eager_ms = the "
+                         "eager head on the same rows (no graph outputs)"}
     else:
 
         def ingest():
@@ -259,8 +279,26 @@ def time_parts(drafter, target, prefix: int, new_rows: int, iters: int) -> dict:
         ingest_ms = cuda_ms(ingest, iters)
         block = cuda_ms(lambda: drafter._block_hidden(ctx), iters)
         parts = {"ingest_ms": ingest_ms, "block_ms": block, "head_ms": head_ms}
+    parts.update(extra)
     parts["lm_head_ms"] = lm_ms
     return parts
+
+
+@torch.no_grad()
+def head_graph_ms(drafter, hidden: torch.Tensor, anchor: torch.Tensor, iters: int) -> float:
+    """Median ms of the drafter's ``_graph_head`` on ``hidden [B, H]`` alone, captured as one CUDA graph."""
+    device = hidden.device
+    hidden, anchor = hidden.clone(), anchor.clone()  # static inputs of this graph
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            drafter._graph_head(hidden, anchor)
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        drafter._graph_head(hidden, anchor)
+    return cuda_ms(graph.replay, iters)
 
 
 def time_target(target, prefix: int, rows: int, iters: int) -> float:
@@ -514,6 +552,13 @@ def main() -> None:
               f"{p['ingest_ms']:.3f} / {p['block_ms']:.3f} / {p['head_ms']:.3f}"
               f"{'':>12}{'ok' if e['check']['graph_equals_static_eager'] else 'MISMATCH'}"
               f" (vs eager: agree {e['check']['static_vs_dynamic_token_agreement']:.2f})")
+    for name, e in results["drafters"].items():
+        p = e.get(f"parts/{fast_label}")
+        if p is None or "head_eager_ms" not in p:
+            continue
+        in_graph = p.get("head_in_graph_ms")
+        print(f"{name:<12}eager work after the replay {p['head_ms']:.3f} ms (same head eager {p['head_eager_ms']:.3f} ms"
+              + ("" if in_graph is None else f"; head inside the graph {in_graph:.3f} ms") + ")")
     print(f"\n{'run (simulated acceptance)':<52}{'speedup':>8}{'tok/pass':>9}{'ratio':>7}{'round/AR':>9}  goal ratio >= 0.85")
     for e in spec_rows:
         if e["valid"]:

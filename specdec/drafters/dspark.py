@@ -298,6 +298,12 @@ class DSparkDrafter(_BlockDrafter):
     ``last_confidence [k]`` holds the confidence of each proposed position (calibrated when
     ``confidence_temperatures`` is set), ``last_confidence_logits [k]`` the raw head output.
 
+    On the static path (:meth:`enable_static_cache`, :meth:`enable_cuda_graphs`) the fixed-shape body
+    also computes the base logits of every row, the greedy walk over all ``B`` rows and its confidences
+    (:meth:`_graph_head`), so a greedy chain round is a replay plus a slice: a ``k``-token round takes
+    the first ``k`` picks, which are the ``k``-token walk's. Sampled and tree rounds run the head
+    eagerly on the body's base logits.
+
     Args:
         model, target: as for :class:`~specdec.drafters.DFlashDrafter`.
         tree_budget: propose a best-first tree (path-dependent: the bias of each child depends on its
@@ -327,6 +333,9 @@ class DSparkDrafter(_BlockDrafter):
             raise ValueError(f"model: a {self.head_type!r} head needs markov_head.{needs}; build the model with build_dspark_model")
         self.scheduler = scheduler
         self.confidence_temperatures: torch.Tensor | None = None
+        # the static body's copy of the temperatures ([B] on the drafter's device, ones when unset):
+        # calibrate() writes it in place, so captured graphs read the current values
+        self._graph_temperatures: torch.Tensor | None = None
         self.calibrate(confidence_temperatures)
         self.last_confidence: torch.Tensor | None = None
         self.last_confidence_logits: torch.Tensor | None = None
@@ -350,14 +359,32 @@ class DSparkDrafter(_BlockDrafter):
         """
         if temperatures is None:
             self.confidence_temperatures = None
-            return
-        t = torch.as_tensor(temperatures, dtype=torch.float32).detach().flatten().cpu()
-        if t.numel() != self.max_draft_tokens or not bool(torch.isfinite(t).all()) or not bool((t > 0).all()):
-            raise ValueError(
-                f"confidence_temperatures: expected {self.max_draft_tokens} finite values > 0 (one per draft position), "
-                f"got {t.tolist()}"
-            )
-        self.confidence_temperatures = t
+        else:
+            t = torch.as_tensor(temperatures, dtype=torch.float32).detach().flatten().cpu()
+            if t.numel() != self.max_draft_tokens or not bool(torch.isfinite(t).all()) or not bool((t > 0).all()):
+                raise ValueError(
+                    f"confidence_temperatures: expected {self.max_draft_tokens} finite values > 0 (one per draft position), "
+                    f"got {t.tolist()}"
+                )
+            self.confidence_temperatures = t
+        self._sync_graph_temperatures()
+
+    def _sync_graph_temperatures(self) -> None:
+        if self._graph_temperatures is not None:
+            # x / 1 == x exactly, so the unset case matches the eager path's undivided logits
+            t = self.confidence_temperatures
+            self._graph_temperatures.copy_(torch.ones(self.max_draft_tokens) if t is None else t)
+
+    def enable_static_cache(self, max_context: int, *, max_new_rows: int | None = None) -> None:
+        """:meth:`~specdec.drafters.dflash._BlockDrafter.enable_static_cache`; the static body (and so each
+        CUDA graph) also runs the greedy sequential walk and the confidence head (:meth:`_graph_head`).
+
+        Example:
+            >>> drafter.enable_static_cache(4096)          # doctest: +SKIP
+        """
+        super().enable_static_cache(max_context, max_new_rows=max_new_rows)
+        self._graph_temperatures = torch.ones(self.max_draft_tokens, dtype=torch.float32, device=self.model.fc.weight.device)
+        self._sync_graph_temperatures()
 
     def reset(self) -> None:
         super().reset()
@@ -390,8 +417,54 @@ class DSparkDrafter(_BlockDrafter):
             logits = logits / self.confidence_temperatures[: logits.shape[0]].to(logits.device)
         return torch.sigmoid(logits)
 
+    def _greedy_walk(self, base: torch.Tensor, hidden: torch.Tensor, anchor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy left-to-right drafting over every row: ``base [B, V]`` float32 logits, ``hidden [B, H]``,
+        ``anchor`` 0-d int64 -> ``(tokens [B], previous tokens [B])``, on the device with no host sync.
+
+        Row ``t`` takes ``argmax(U_t + b_t)`` with ``b_t`` from the token it picked at row ``t - 1`` (the
+        anchor at row 0), the RNN state carried along. The step-by-step ops are those of the eager walk
+        in :meth:`_draft`, so its first ``k`` picks are the ``k``-token eager walk's, bit for bit.
+        """
+        if self.head_type is None:
+            tokens = base.argmax(-1)  # [B]
+            return tokens, torch.cat([anchor.reshape(1), tokens[:-1]])
+        prev, state = anchor, None
+        tokens, prevs = [], []
+        for t in range(base.shape[0]):
+            bias, state = self.sequential_bias(prev, hidden[t], state)
+            prevs.append(prev)
+            prev = (base[t] + bias).argmax(-1)  # 0-d, stays on the device
+            tokens.append(prev)
+        return torch.stack(tokens), torch.stack(prevs)
+
+    def _graph_head(self, hidden, anchor):
+        """The base logits of every row, the greedy walk and its confidences, inside the static body."""
+        base = self.model.logits(hidden, self.lm_head)  # [B, V]
+        tokens, prevs = self._greedy_walk(base, hidden, anchor.reshape(()))  # [B], [B]
+        out = {"logits": base, "greedy": tokens}
+        if getattr(self.model, "confidence_head", None) is not None:
+            logits = self.confidence_logits(hidden, prevs)  # [B]
+            out["confidence_logits"] = logits
+            out["confidence"] = torch.sigmoid(logits / self._graph_temperatures)
+        return out
+
     def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
-        base = self.model.logits(hidden, self.lm_head)  # [k, V]
+        out = self._graph_out
+        if out is not None and sampling.greedy and self.tree_budget is None:
+            # static path: the walk and its confidences ran inside the body; a k-token round is its prefix
+            drafted = out["greedy"][:k].clone()
+            if "confidence" in out:
+                self.last_confidence_logits = out["confidence_logits"][:k].clone()
+                conf = out["confidence"][:k].clone()
+            else:
+                self.last_confidence_logits = None
+                conf = torch.ones(k, device=hidden.device)
+            self.last_confidence = conf
+            if self.scheduler is not None:
+                drafted = drafted[: int(self.scheduler.schedule(conf[None])[0])]
+            return DraftProposal(tokens=drafted)
+        # sampled and tree drafting stay eager; on the static path the base logits come from the body
+        base = self.model.logits(hidden, self.lm_head) if out is None else out["logits"][:k]  # [k, V]
         has_head = self.head_type is not None
         if self.tree_budget is not None:
             anchor = int(context[-1])
