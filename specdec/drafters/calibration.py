@@ -155,7 +155,18 @@ def expected_calibration_error(predictions: torch.Tensor, labels: torch.Tensor, 
 
 def position_ece(survival: torch.Tensor, labels: torch.Tensor, *, num_bins: int = 10,
                  mask: torch.Tensor | None = None) -> torch.Tensor:
-    """ECE per draft position: ``survival [n, gamma]``, ``labels [n, gamma]`` -> ``[gamma]`` float64 (NaN if none counted)."""
+    """ECE per draft position: ``survival [n, gamma]``, ``labels [n, gamma]`` -> ``[gamma]`` float64 (NaN if none counted).
+
+    ``mask`` (bool ``[n, gamma]``, ``None`` = all) picks the entries counted at each position.
+
+    Example:
+        >>> survival = torch.tensor([[0.9, 0.5], [0.9, 0.5]])
+        >>> labels = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+        >>> position_ece(survival, labels)     # position 1: |0.9 - 1|; position 2: |0.5 - 0.5|
+        tensor([0.1000, 0.0000], dtype=torch.float64)
+        >>> position_ece(survival, labels, mask=torch.tensor([[True, False], [True, False]]))
+        tensor([0.1000,    nan], dtype=torch.float64)
+    """
     survival, labels, mask = _check_pair(survival, labels, mask, "survival")
     if survival.ndim != 2:
         raise ValueError(f"survival: expected [n, gamma], got shape {tuple(survival.shape)}")
@@ -170,7 +181,18 @@ def position_ece(survival: torch.Tensor, labels: torch.Tensor, *, num_bins: int 
 
 def reliability_curve(predictions: torch.Tensor, labels: torch.Tensor, *, num_bins: int = 10,
                       mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(mean prediction, mean label, count)`` per bin, each ``[num_bins]`` float64 (NaN means for empty bins)."""
+    """``(mean prediction, mean label, count)`` per bin, each ``[num_bins]`` float64 (NaN means for empty bins).
+
+    ``predictions`` and ``labels`` have the same shape (any; flattened), values in ``[0, 1]``; ``mask``
+    (bool, same shape, ``None`` = all) picks the entries counted.
+
+    Example:
+        >>> mean_p, mean_y, count = reliability_curve(torch.tensor([0.1, 0.3, 0.8]), torch.tensor([0.0, 1.0, 1.0]), num_bins=4)
+        >>> mean_p
+        tensor([0.1000, 0.3000,    nan, 0.8000], dtype=torch.float64)
+        >>> mean_y, count
+        (tensor([0., 1., nan, 1.], dtype=torch.float64), tensor([1., 1., 0., 1.], dtype=torch.float64))
+    """
     predictions, labels, mask = _check_pair(predictions, labels, mask)
     num_bins = _check_bins(num_bins)
     p, y, w = predictions.flatten(), labels.flatten(), mask.flatten().double()
@@ -274,7 +296,25 @@ def sequential_temperature_scaling(confidence_logits: torch.Tensor, labels: torc
 # Files and plots
 # --------------------------------------------------------------------------------------------------
 def save_calibration(folder, temperatures: torch.Tensor, **info) -> Path:
-    """Write ``confidence_calibration.json`` (the temperatures + ``info``) into a checkpoint folder."""
+    """Write ``confidence_calibration.json`` (the temperatures + ``info``) into a checkpoint folder.
+
+    Args:
+        folder: an existing checkpoint folder.
+        temperatures: ``[gamma]`` per-position temperatures (finite, > 0), e.g. from
+            :func:`sequential_temperature_scaling`.
+        info: extra JSON-serialisable fields stored beside them.
+
+    Returns:
+        the path of the written file.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> save_calibration(folder, torch.tensor([1.0, 2.0]), num_blocks=100).name
+        'confidence_calibration.json'
+        >>> load_calibration(folder)
+        tensor([1., 2.])
+    """
     t = torch.as_tensor(temperatures, dtype=torch.float64).flatten()
     if t.numel() == 0 or not bool(torch.isfinite(t).all()) or not bool((t > 0).all()):
         raise ValueError(f"temperatures: expected finite values > 0, got {t.tolist()}")
@@ -284,7 +324,17 @@ def save_calibration(folder, temperatures: torch.Tensor, **info) -> Path:
 
 
 def load_calibration(folder) -> torch.Tensor | None:
-    """The temperatures in ``folder/confidence_calibration.json``, or ``None`` when there is no such file."""
+    """The temperatures ``[gamma]`` float32 in ``folder/confidence_calibration.json``, or ``None`` when there is no such file.
+
+    Example:
+        >>> import tempfile
+        >>> load_calibration(tempfile.mkdtemp()) is None
+        True
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = save_calibration(folder, torch.tensor([0.5, 1.0, 4.0]))
+        >>> load_calibration(folder)
+        tensor([0.5000, 1.0000, 4.0000])
+    """
     path = Path(folder) / CALIBRATION_FILE
     if not path.is_file():
         return None
@@ -303,7 +353,22 @@ def plot_reliability(labels: torch.Tensor, path, *, curves: Mapping[str, torch.T
         path: image file to write.
         curves: name -> ``[n, gamma]`` survival predictions of the same ``n`` blocks ``labels``
             describes (e.g. ``{"raw": a, "STS": a_cal}``); the legend shows each curve's ECE.
+        mask: ``[n, gamma]`` bool, entries to count (``None`` = all).
+        num_bins: equal-width bins over ``[0, 1]``.
         positions: 0-based positions to draw (``None`` = all).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import os, tempfile
+        >>> g = torch.Generator().manual_seed(0)
+        >>> survival = torch.rand(200, 2, generator=g).cumprod(1)      # [n, gamma]
+        >>> labels = torch.bernoulli(survival, generator=g)             # [n, gamma]
+        >>> path = plot_reliability(labels, os.path.join(tempfile.mkdtemp(), "reliability.png"),
+        ...                         curves={"raw": survival, "squared": survival ** 2})
+        >>> path.name, path.stat().st_size > 0
+        ('reliability.png', True)
     """
     import matplotlib
 

@@ -183,6 +183,11 @@ class TrainingHistory:
         position_accuracy: per block row (``1 .. B - 1``), the accuracy over the last 10 % of steps
             (over the last step when a time budget ended training earlier).
         seconds: wall-clock time since the first step, after each step.
+
+    Example:
+        >>> history = TrainingHistory(loss=[2.5, 1.75], accuracy=[0.1, 0.25])
+        >>> len(history.loss), history.loss[-1], history.position_accuracy
+        (2, 1.75, [])
     """
 
     loss: list[float] = field(default_factory=list)
@@ -200,6 +205,13 @@ class TrainingData:
         tokens: per sequence ``[L]`` int64 (prompt + the target's continuation).
         features: per sequence ``[L, taps * H]``, the target's hidden states at the tap layers.
         prompt_lengths: per sequence, where the continuation starts.
+
+    :func:`make_training_data` builds it from a target.
+
+    Example:
+        >>> data = TrainingData(tokens=[torch.arange(6)], features=[torch.zeros(6, 64)], prompt_lengths=[4])
+        >>> data.tokens[0].shape, data.features[0].shape     # [L], [L, taps * H]
+        (torch.Size([6]), torch.Size([6, 64]))
     """
 
     tokens: list[torch.Tensor]
@@ -286,7 +298,20 @@ def drafter_config(target, config: TrainingConfig) -> dict:
 
 
 def init_drafter(target, config: TrainingConfig) -> BlockDraftModel:
-    """The untrained drafter of ``config`` for ``target``: ``N(0, init_scale / fan_in)`` weights, unit norms."""
+    """The untrained drafter of ``config`` for ``target``: ``N(0, init_scale / fan_in)`` weights, unit norms.
+
+    Returns:
+        a ``DFlashDraftModel`` :class:`BlockDraftModel` on the target's device, in its dtype
+        (``fc`` maps context features ``[.., taps * H]`` to ``[.., H]``).
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> model = init_drafter(tiny_target(seed=0), TrainingConfig(block_size=4))
+        >>> model.cfg.architecture, model.cfg.block_size, model.cfg.target_layer_ids
+        ('DFlashDraftModel', 4, (0, 1))
+        >>> model.fc.weight.shape     # [H, taps * H]
+        torch.Size([32, 64])
+    """
     raw = drafter_config(target, config)
     cfg = read_drafter_config(raw)
     model = BlockDraftModel(cfg, target.config.vocab_size)
@@ -338,7 +363,16 @@ def make_training_data(target, prompts, config: TrainingConfig, layer_ids: Seque
         layer_ids: tap ids; id ``i`` reads HF ``hidden_states[i + 1]``.
 
     Returns:
-        :class:`TrainingData` with ``features[j]`` of shape ``[L_j, len(layer_ids) * H]``.
+        :class:`TrainingData` with ``tokens[j]`` of shape ``[L_j]`` (``L_j = T_j + continuation_tokens``)
+        and ``features[j]`` of shape ``[L_j, len(layer_ids) * H]``.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)       # hidden size 32
+        >>> prompts = torch.randint(0, 97, (2, 5), generator=torch.Generator().manual_seed(0))
+        >>> data = make_training_data(target, prompts, TrainingConfig(continuation_tokens=3), (0, 1))
+        >>> data.tokens[0].shape, data.features[0].shape, data.prompt_lengths
+        (torch.Size([8]), torch.Size([8, 64]), [5, 5])
     """
     from specdec.decode import generate
 
@@ -712,6 +746,17 @@ def save(model: BlockDraftModel, folder, *, config: TrainingConfig | None = None
 
     Returns:
         the folder, ready for :meth:`DFlashDrafter.from_pretrained` / :func:`load_drafter`.
+
+    Example:
+        >>> import tempfile
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> config = TrainingConfig(block_size=4)
+        >>> folder = save(init_drafter(target, config), tempfile.mkdtemp(), config=config)
+        >>> sorted(p.name for p in folder.iterdir())
+        ['config.json', 'model.safetensors', 'training.json']
+        >>> DFlashDrafter.from_pretrained(folder, target).max_draft_tokens
+        3
     """
     from safetensors.torch import save_file
 
@@ -743,6 +788,17 @@ def tokens_per_target_pass(target, model_or_drafter, prompts, max_new_tokens: in
         prompts: ``[N, T]`` or a list of 1-D prompts.
         generate_kwargs: passed to :func:`specdec.generate` (default ``num_draft_tokens`` =
             the drafter's ``max_draft_tokens``).
+
+    Returns:
+        generated tokens / target passes, in ``[1, num_draft_tokens + 1]``.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> model = init_drafter(target, TrainingConfig(block_size=4))        # untrained: 3 drafts
+        >>> prompts = torch.randint(0, 97, (2, 4), generator=torch.Generator().manual_seed(0))
+        >>> 1.0 <= tokens_per_target_pass(target, model, prompts, max_new_tokens=8) <= 4.0
+        True
     """
     from specdec.decode import generate
 
@@ -757,7 +813,17 @@ def tokens_per_target_pass(target, model_or_drafter, prompts, max_new_tokens: in
 
 
 def plot_history(history: TrainingHistory, path) -> Path:
-    """Save the loss curve (and the block accuracy) of ``history`` as an image at ``path``."""
+    """Save the loss curve (and the block accuracy) of ``history`` as an image at ``path``.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import os, tempfile
+        >>> history = TrainingHistory(loss=[2.0, 1.2, 0.9], accuracy=[0.1, 0.3, 0.4])
+        >>> plot_history(history, os.path.join(tempfile.mkdtemp(), "loss.png")).name
+        'loss.png'
+    """
     import matplotlib
 
     matplotlib.use("Agg")

@@ -150,6 +150,14 @@ class DSparkTrainingData(TrainingData):
     Attributes:
         last_hidden: per sequence ``[L, H]``, the target's final hidden state after its final norm:
             ``target.lm_head(last_hidden[i])`` are the target's logits for token ``i + 1``.
+
+    :func:`make_dspark_data` builds it from a target.
+
+    Example:
+        >>> data = DSparkTrainingData(tokens=[torch.arange(6)], features=[torch.zeros(6, 64)], prompt_lengths=[4],
+        ...                           last_hidden=[torch.zeros(6, 32)])
+        >>> data.features[0].shape, data.last_hidden[0].shape     # [L, taps * H], [L, H]
+        (torch.Size([6, 64]), torch.Size([6, 32]))
     """
 
     last_hidden: list[torch.Tensor] = field(default_factory=list)
@@ -162,6 +170,12 @@ class DSparkTrainingHistory(TrainingHistory):
     Attributes:
         terms: ``{"ce": [...], "tv": [...], "confidence": [...]}``, each weighted mean per step.
         acceptance: weighted mean analytic acceptance ``1 - 0.5 ||p_d - p_t||_1`` per step.
+
+    Example:
+        >>> history = DSparkTrainingHistory(loss=[1.5])
+        >>> history.terms["tv"].append(0.8)
+        >>> sorted(history.terms), history.terms["tv"], history.acceptance
+        (['ce', 'confidence', 'tv'], [0.8], [])
     """
 
     terms: dict[str, list[float]] = field(default_factory=lambda: {"ce": [], "tv": [], "confidence": []})
@@ -206,6 +220,18 @@ def init_dspark(target, config: DSparkTrainingConfig) -> BlockDraftModel:
 
     ``markov_w2`` starts at zero, so the untrained sequential head adds no bias (its first gradient
     step is non-zero because ``markov_w1`` is random).
+
+    Returns:
+        a ``Qwen3DSparkModel`` :class:`BlockDraftModel` on the target's device, in its dtype.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> model = init_dspark(tiny_target(seed=0), DSparkTrainingConfig(block_size=4, markov_rank=8))
+        >>> model.cfg.architecture, model.cfg.block_size, model.cfg.target_layer_ids
+        ('Qwen3DSparkModel', 4, (0, 1))
+        >>> w2 = model.markov_head.markov_w2.weight
+        >>> tuple(w2.shape), bool((w2 == 0).all())      # markov_w2: [V, r], zero at the start
+        ((97, 8), True)
     """
     raw = dspark_config(target, config)
     model = build_dspark_model(read_dspark_config(raw), target.config.vocab_size)
@@ -234,6 +260,24 @@ def make_dspark_data(target, prompts, config: TrainingConfig, layer_ids: Sequenc
 
     One target forward per sequence returns both the tap layers and the last layer (HF numbering
     ``num_layers``), after the target's final norm: ``target.lm_head(last_hidden)`` are its logits.
+
+    Args:
+        target: a :class:`specdec.models.Target` (left reset afterwards).
+        prompts: ``[N, T]`` int64 or a list of 1-D int64 tensors.
+        config: ``continuation_tokens``, ``data_temperature`` and ``seed`` are used.
+        layer_ids: tap ids (checkpoint numbering: id ``i`` reads HF ``hidden_states[i + 1]``).
+
+    Returns:
+        :class:`DSparkTrainingData`: ``tokens[j] [L_j]`` (``L_j = T_j + continuation_tokens``),
+        ``features[j] [L_j, len(layer_ids) * H]``, ``last_hidden[j] [L_j, H]``.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)       # hidden size 32
+        >>> prompts = torch.randint(0, 97, (2, 5), generator=torch.Generator().manual_seed(0))
+        >>> data = make_dspark_data(target, prompts, DSparkTrainingConfig(continuation_tokens=4), (0, 1))
+        >>> data.tokens[0].shape, data.features[0].shape, data.last_hidden[0].shape, data.prompt_lengths
+        (torch.Size([9]), torch.Size([9, 64]), torch.Size([9, 32]), [5, 5])
     """
     from specdec.decode import generate
 
@@ -281,6 +325,24 @@ def block_hidden(model: BlockDraftModel, target, features: torch.Tensor, tokens:
     context rows ``0 .. p - 1`` and its own rows: what :class:`DSparkDrafter` computes when
     ``tokens[p]`` is the newest token. All anchors run in one attention call (a block mask keeps each
     block to its prefix and itself), as in :func:`specdec.drafters.training.block_logits`.
+
+    Args:
+        model: a DSpark :class:`BlockDraftModel` (block size ``B``).
+        target: its target (``embed`` is read, never trained).
+        features: ``[L, taps * H]`` context features of one sequence.
+        tokens: ``[L]`` int64.
+        anchors: ``[A]`` int64 anchor positions in ``[0, L)``.
+
+    Returns:
+        ``[A, B, H]`` in the drafter's dtype.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> model = init_dspark(target, DSparkTrainingConfig(block_size=4))
+        >>> feats = torch.randn(10, 2 * target.config.hidden_size)        # [L, taps * H]
+        >>> block_hidden(model, target, feats, torch.arange(10), torch.tensor([2, 5])).shape
+        torch.Size([2, 4, 32])
     """
     cfg = model.cfg
     L, A, B = tokens.numel(), anchors.numel(), cfg.block_size
@@ -359,7 +421,22 @@ def dspark_losses(model: BlockDraftModel, target, features: torch.Tensor, last_h
     Returns:
         ``ce``, ``tv`` (``||p_d - p_t||_1``), ``confidence`` (BCE vs ``1 - tv / 2``, detached), ``hits``
         (argmax == label), ``acceptance`` (``1 - tv / 2``): each ``sum_rows w * term``; ``weight`` =
-        ``sum_rows w``; rows past the end of the sequence have weight 0.
+        ``sum_rows w``; rows past the end of the sequence have weight 0. Each is a 0-d tensor; divide by
+        ``weight`` for the means :func:`train_dspark` combines.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> config = DSparkTrainingConfig(block_size=4, continuation_tokens=4)
+        >>> model = init_dspark(target, config)
+        >>> prompts = torch.randint(0, 97, (1, 5), generator=torch.Generator().manual_seed(0))
+        >>> data = make_dspark_data(target, prompts, config, model.cfg.target_layer_ids)    # L = 9
+        >>> out = dspark_losses(model, target, data.features[0], data.last_hidden[0], data.tokens[0],
+        ...                     torch.tensor([4, 6]), config.position_weights())
+        >>> sorted(out)
+        ['acceptance', 'ce', 'confidence', 'hits', 'tv', 'weight']
+        >>> round(float(out["weight"]), 4)      # anchor 4: 4 rows; anchor 6: rows 7, 8 only
+        4.6365
     """
     cfg = model.cfg
     L, B = tokens.numel(), cfg.block_size
@@ -411,6 +488,16 @@ def train_dspark(target, prompts, config: DSparkTrainingConfig = DSparkTrainingC
     Returns:
         ``(model, history)``: the trained :class:`BlockDraftModel` (eval mode; wrap it with
         ``DSparkDrafter(model, target)`` or :func:`save` it) and a :class:`DSparkTrainingHistory`.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> prompts = torch.randint(0, 97, (2, 5), generator=torch.Generator().manual_seed(0))
+        >>> config = DSparkTrainingConfig(steps=2, block_size=4, continuation_tokens=4, num_anchors=4, batch_size=2)
+        >>> model, history = train_dspark(target, prompts, config, progress=False)
+        >>> len(history.loss), len(history.terms["tv"]), len(history.position_accuracy)    # steps, steps, B
+        (2, 2, 4)
+        >>> drafter = DSparkDrafter(model, target)
     """
     if not isinstance(config, DSparkTrainingConfig):
         raise TypeError(f"config: expected a DSparkTrainingConfig, got {type(config).__name__}")
@@ -512,8 +599,22 @@ def confidence_data(model_or_drafter, target, data: DSparkTrainingData, *, ancho
             anchor from the last prompt token to the second-to-last token.
 
     Returns:
-        ``(confidence_logits [n, B], labels [n, B], mask [n, B], drafted [n, B])``; labels are
+        ``(confidence_logits [n, B], labels [n, B], mask [n, B], drafted [n, B])`` on the CPU: float32,
+        float32, bool, int64; ``n`` is the total number of anchors. Labels are
         :func:`~specdec.drafters.calibration.survival_labels`-style prefix indicators.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> config = DSparkTrainingConfig(block_size=4, continuation_tokens=4)
+        >>> model = init_dspark(target, config)
+        >>> prompts = torch.randint(0, 97, (2, 5), generator=torch.Generator().manual_seed(0))
+        >>> held_out = make_dspark_data(target, prompts, config, model.cfg.target_layer_ids)
+        >>> logits, labels, mask, drafted = confidence_data(model, target, held_out)
+        >>> logits.shape, mask.dtype                  # 2 sequences x anchors 4 .. 7
+        (torch.Size([8, 4]), torch.bool)
+        >>> bool((labels <= mask.float()).all())      # a masked-out entry is never labelled 1
+        True
     """
     model = model_or_drafter.model if isinstance(model_or_drafter, DSparkDrafter) else model_or_drafter
     if not isinstance(model, BlockDraftModel) or model.cfg.architecture != DSPARK:
@@ -567,7 +668,19 @@ def tokens_per_target_pass(target, model_or_drafter, prompts, max_new_tokens: in
     """Mean tokens per target pass of greedy chain speculative decoding over ``prompts``.
 
     A DSpark :class:`BlockDraftModel` is wrapped in :class:`DSparkDrafter`; see
-    :func:`specdec.drafters.training.tokens_per_target_pass`.
+    :func:`specdec.drafters.training.tokens_per_target_pass`. ``prompts``: ``[N, T]`` or a list of
+    1-D prompts.
+
+    Returns:
+        generated tokens / target passes, in ``[1, num_draft_tokens + 1]``.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> model = init_dspark(target, DSparkTrainingConfig(block_size=4))     # untrained
+        >>> prompts = torch.randint(0, 97, (2, 4), generator=torch.Generator().manual_seed(0))
+        >>> 1.0 <= tokens_per_target_pass(target, model, prompts, max_new_tokens=8) <= 5.0
+        True
     """
     drafter = DSparkDrafter(model_or_drafter, target) if isinstance(model_or_drafter, BlockDraftModel) else model_or_drafter
     return _dflash_training.tokens_per_target_pass(target, drafter, prompts, max_new_tokens, **generate_kwargs)
@@ -588,6 +701,21 @@ def save(model: BlockDraftModel, folder, *, target=None, config: DSparkTrainingC
 
     Returns:
         the folder, ready for :meth:`DSparkDrafter.from_pretrained` / ``load_drafter``.
+
+    Example:
+        >>> import tempfile
+        >>> from specdec.drafters.calibration import load_calibration
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> config = DSparkTrainingConfig(block_size=4)
+        >>> folder = save(init_dspark(target, config), tempfile.mkdtemp(), config=config,
+        ...               temperatures=torch.tensor([1.0, 1.5, 2.0, 2.0]))     # [B]
+        >>> sorted(p.name for p in folder.iterdir())
+        ['confidence_calibration.json', 'config.json', 'model.safetensors', 'training.json']
+        >>> load_calibration(folder)
+        tensor([1.0000, 1.5000, 2.0000, 2.0000])
+        >>> type(DSparkDrafter.from_pretrained(folder, target)).__name__
+        'DSparkDrafter'
     """
     from safetensors.torch import save_file
 
