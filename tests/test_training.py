@@ -300,3 +300,14 @@ def test_hf_batched_data_bad_input():
         make_training_data_hf(hf, [torch.tensor([1, 2])], TrainingConfig(), (0, 5))
     with pytest.raises(ValueError, match="prompts"):
         make_training_data_hf(hf, [torch.tensor([1, 500])], TrainingConfig(), (0,))
+
+
+def test_bad_training_data_names_the_field(target, prompts, data):
+    from dataclasses import replace
+
+    wide = replace(data, features=[torch.cat([data.features[0], data.features[0][:, :1]], dim=1)] + list(data.features[1:]))
+    with pytest.raises(ValueError, match=r"data: features\[0\] expected shape"):
+        train_drafter(target, prompts, CFG, progress=False, data=wide)
+    no_gen = replace(data, prompt_lengths=[t.numel() for t in data.tokens])
+    with pytest.raises(ValueError, match="at least one generated token"):
+        train_drafter(target, prompts, CFG, progress=False, data=no_gen)

@@ -290,3 +290,19 @@ def test_calibration_labels_with_sampled_data_mask_unknown_contexts(target, trai
                     on_data = on_data and int(drafted[row, k]) == int(tokens[q])
             row += 1
     assert row == labels.shape[0] and not bool(mask.all())
+
+
+def test_bad_training_data_names_the_field(target, data):
+    """Features of the wrong width, a missing last_hidden row, or no generated token: errors before any step."""
+    from dataclasses import replace
+
+    cfg = DSparkTrainingConfig(steps=1)
+    wide = replace(data, features=[torch.cat([data.features[0], data.features[0][:, :1]], dim=1)] + list(data.features[1:]))
+    with pytest.raises(ValueError, match=r"data: features\[0\] expected shape"):
+        train_dspark(target, None, cfg, progress=False, data=wide)
+    short = replace(data, last_hidden=list(data.last_hidden[:-1]))
+    with pytest.raises(ValueError, match=r"data: last_hidden\[\d+\] expected shape"):
+        train_dspark(target, None, cfg, progress=False, data=short)
+    no_gen = replace(data, prompt_lengths=[t.numel() for t in data.tokens])
+    with pytest.raises(ValueError, match="at least one generated token"):
+        train_dspark(target, None, cfg, progress=False, data=no_gen)

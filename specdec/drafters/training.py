@@ -612,6 +612,20 @@ def _lr_at(step: int, config: TrainingConfig, elapsed: float = 0.0) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
+def _anchor_ranges(data, layer_ids, hidden: int) -> tuple[list[int], list[int]]:
+    """Check ``data.features`` against the taps; per sequence its length and lowest anchor."""
+    width = len(layer_ids) * hidden
+    for j, f in enumerate(data.features):
+        if f.shape != (data.tokens[j].numel(), width):
+            raise ValueError(f"data: features[{j}] expected shape ({data.tokens[j].numel()}, {width}) for taps {list(layer_ids)}, got {tuple(f.shape)}")
+    lengths = [t.numel() for t in data.tokens]
+    # anchors lie where the block predicts target-generated tokens: from the last prompt token on
+    lows = [max(p - 1, 0) for p in data.prompt_lengths]
+    if any(L - 1 <= lo for L, lo in zip(lengths, lows)):
+        raise ValueError("data: every sequence needs at least one generated token after its prompt")
+    return lengths, lows
+
+
 class _Optimiser:
     """AdamW over the drafter's trainable parameters while the target is frozen (restored on close).
 
@@ -682,15 +696,7 @@ def train_drafter(target, prompts, config: TrainingConfig = TrainingConfig(), *,
     layer_ids = model.cfg.target_layer_ids
     if data is None:
         data = make_training_data(target, prompts, config, layer_ids, progress=progress)
-    taps_width = len(layer_ids) * target.config.hidden_size
-    for j, f in enumerate(data.features):
-        if f.shape != (data.tokens[j].numel(), taps_width):
-            raise ValueError(f"data: features[{j}] expected shape ({data.tokens[j].numel()}, {taps_width}) for taps {list(layer_ids)}, got {tuple(f.shape)}")
-    lengths = [t.numel() for t in data.tokens]
-    # anchors lie where the block predicts target-generated tokens: from the last prompt token on
-    lows = [max(p - 1, 0) for p in data.prompt_lengths]
-    if any(L - 1 <= lo for L, lo in zip(lengths, lows)):
-        raise ValueError("data: every sequence needs at least one generated token after its prompt")
+    lengths, lows = _anchor_ranges(data, layer_ids, target.config.hidden_size)
 
     # the target is frozen: nothing of it is optimised, and the optimiser only holds drafter parameters
     gen = torch.Generator().manual_seed(config.seed)

@@ -57,6 +57,7 @@ from specdec.drafters.training import (
     TrainingData,
     TrainingHistory,
     _lr_at,
+    _anchor_ranges,
     _Optimiser,
     _progress,
     _prompt_list,
@@ -507,17 +508,12 @@ def train_dspark(target, prompts, config: DSparkTrainingConfig = DSparkTrainingC
         data = make_dspark_data(target, prompts, config, layer_ids, progress=progress)
     if not isinstance(data, DSparkTrainingData):
         raise TypeError(f"data: expected DSparkTrainingData (with last_hidden), got {type(data).__name__}")
-    width, hidden = len(layer_ids) * target.config.hidden_size, target.config.hidden_size
+    hidden = target.config.hidden_size
     for j, seq in enumerate(data.tokens):
-        if data.features[j].shape != (seq.numel(), width):
-            raise ValueError(f"data: features[{j}] expected shape ({seq.numel()}, {width}) for taps {list(layer_ids)}, got {tuple(data.features[j].shape)}")
         if j >= len(data.last_hidden) or data.last_hidden[j].shape != (seq.numel(), hidden):
             got = tuple(data.last_hidden[j].shape) if j < len(data.last_hidden) else None
             raise ValueError(f"data: last_hidden[{j}] expected shape ({seq.numel()}, {hidden}), got {got}")
-    lengths = [t.numel() for t in data.tokens]
-    lows = [max(p - 1, 0) for p in data.prompt_lengths]
-    if any(L - 1 <= lo for L, lo in zip(lengths, lows)):
-        raise ValueError("data: every sequence needs at least one generated token after its prompt")
+    lengths, lows = _anchor_ranges(data, layer_ids, hidden)
 
     gen = torch.Generator().manual_seed(config.seed)
     weights = config.position_weights().to(target.device)
