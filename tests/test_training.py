@@ -311,3 +311,21 @@ def test_bad_training_data_names_the_field(target, prompts, data):
     no_gen = replace(data, prompt_lengths=[t.numel() for t in data.tokens])
     with pytest.raises(ValueError, match="at least one generated token"):
         train_drafter(target, prompts, CFG, progress=False, data=no_gen)
+
+
+def test_hf_batched_sampled_data_are_seeded_and_leave_the_global_rng_alone():
+    from specdec.drafters.training import make_training_data_hf
+    from specdec.testing import tiny_hf_model
+
+    hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
+    cfg = TrainingConfig(continuation_tokens=10, data_temperature=1.0, seed=7)
+    prompts = [torch.tensor([1, 2, 3, 4]), torch.tensor([5, 6, 7])]
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    a = make_training_data_hf(hf, prompts, cfg, (0,))
+    assert torch.equal(torch.get_rng_state(), before), "the caller's global RNG state changed"
+    torch.manual_seed(999)  # a different global state must not change seeded data
+    b = make_training_data_hf(hf, prompts, cfg, (0,))
+    assert all(torch.equal(x, y) for x, y in zip(a.tokens, b.tokens))
+    other = make_training_data_hf(hf, prompts, TrainingConfig(continuation_tokens=10, data_temperature=1.0, seed=8), (0,))
+    assert any(not torch.equal(x, y) for x, y in zip(a.tokens, other.tokens))

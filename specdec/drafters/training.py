@@ -398,8 +398,8 @@ def make_training_data_hf(model, prompts, config: TrainingConfig, layer_ids: Seq
     """:func:`make_training_data` with a transformers causal LM, batched: the fast path on a GPU.
 
     The continuations come from ``model.generate`` over left-padded batches of prompts (greedy when
-    ``config.data_temperature == 0``, else sampled at that temperature from torch's RNG seeded with
-    ``config.seed``); a continuation ends at its first EOS, kept as a label. The features are the
+    ``config.data_temperature == 0``, else sampled at that temperature from a fork of torch's RNG seeded with
+    ``config.seed``, so the caller's global RNG state is unchanged); a continuation ends at its first EOS, kept as a label. The features are the
     model's ``hidden_states[i + 1]`` at every tap ``i`` from one forward per right-padded batch of full
     sequences (right padding never reaches a causal row, so every kept row is exact).
 
@@ -435,30 +435,32 @@ def make_training_data_hf(model, prompts, config: TrainingConfig, layer_ids: Seq
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    torch.manual_seed(config.seed)
     order = sorted(range(len(rows)), key=lambda i: rows[i].numel())  # similar lengths share a batch
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
     seqs: dict[int, torch.Tensor] = {}
-    for batch in _progress(batches, progress, "target continuations"):
-        width = max(rows[i].numel() for i in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros(len(batch), width, dtype=torch.long)
-        for r, i in enumerate(batch):
-            n = rows[i].numel()
-            ids[r, width - n:] = rows[i]
-            mask[r, width - n:] = 1
-        sample = config.data_temperature > 0
-        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=config.continuation_tokens,
-                             min_new_tokens=0, do_sample=sample, temperature=config.data_temperature if sample else None,
-                             top_p=None, top_k=None, pad_token_id=pad, eos_token_id=eos or None)
-        cont = out[:, width:].cpu()  # [b, <= continuation_tokens]
-        for r, i in enumerate(batch):
-            c = cont[r]
-            if eos:
-                hit = torch.isin(c, torch.tensor(eos)).nonzero()
-                if hit.numel():
-                    c = c[: int(hit[0]) + 1]
-            seqs[i] = torch.cat([rows[i], c])
+    # transformers samples from torch's global RNG: seed a fork of it, so the caller's state is left as it was
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(config.seed)
+        for batch in _progress(batches, progress, "target continuations"):
+            width = max(rows[i].numel() for i in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros(len(batch), width, dtype=torch.long)
+            for r, i in enumerate(batch):
+                n = rows[i].numel()
+                ids[r, width - n:] = rows[i]
+                mask[r, width - n:] = 1
+            sample = config.data_temperature > 0
+            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=config.continuation_tokens,
+                                 min_new_tokens=0, do_sample=sample, temperature=config.data_temperature if sample else None,
+                                 top_p=None, top_k=None, pad_token_id=pad, eos_token_id=eos or None)
+            cont = out[:, width:].cpu()  # [b, <= continuation_tokens]
+            for r, i in enumerate(batch):
+                c = cont[r]
+                if eos:
+                    hit = torch.isin(c, torch.tensor(eos)).nonzero()
+                    if hit.numel():
+                        c = c[: int(hit[0]) + 1]
+                seqs[i] = torch.cat([rows[i], c])
     kept = [i for i in range(len(rows)) if seqs[i].numel() > rows[i].numel()]
     hf_layers = [i + 1 for i in layer_ids]
     features: dict[int, torch.Tensor] = {}
