@@ -1,12 +1,11 @@
 """specdec: composable, tested-lossless speculative-decoding primitives for PyTorch and Triton."""
 
-from specdec import drafters, forcing, formats, kernels, models, testing, verify
+from specdec import contracts, drafters, forcing, formats, kernels, models, testing, verify
+from specdec.contracts import DraftProposal, Drafter, SamplingConfig, Target, Tree, VerifyPlan, VerifyResult
 from specdec.decode import GenerationOutput, GenerationStats, generate
 from specdec.drafters import (
     DFlash2Drafter,
     DFlashDrafter,
-    DraftProposal,
-    Drafter,
     DSparkDrafter,
     ModelDrafter,
     NGramDrafter,
@@ -16,8 +15,8 @@ from specdec.drafters import (
 )
 from specdec.forcing import ForcingReport, TokenForcingChecker
 from specdec.formats import W12Tensor
-from specdec.models import HybridConfig, HybridTarget, Target, TargetConfig, load_target
-from specdec.verify import ChainVerifier, SamplingConfig, TreeVerifier
+from specdec.models import DenseTarget, HybridConfig, HybridTarget, TargetConfig, load_target
+from specdec.verify import ChainVerifier, TreeVerifier, best_first_tree
 
 __version__ = "0.1.0"
 
@@ -26,6 +25,7 @@ __all__ = [
     "DFlash2Drafter",
     "DFlashDrafter",
     "DSparkDrafter",
+    "DenseTarget",
     "DraftProposal",
     "Drafter",
     "ForcingReport",
@@ -41,8 +41,13 @@ __all__ = [
     "Target",
     "TargetConfig",
     "TokenForcingChecker",
+    "Tree",
     "TreeVerifier",
+    "VerifyPlan",
+    "VerifyResult",
     "W12Tensor",
+    "best_first_tree",
+    "contracts",
     "drafters",
     "forcing",
     "formats",

@@ -724,7 +724,7 @@ def test_best_first_tree_ties_at_the_top_k_cut():
 
 
 def test_mutation_top_k_cut_oracle_catches(monkeypatch):
-    import specdec.verify.tree as tree_mod
+    import specdec.verify.best_first as tree_mod
 
     monkeypatch.setattr(tree_mod, "_ranked", _plain_topk)
     assert boundary_tie_mismatches() > 0

@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 
 import specdec as sd
 import specdec.verify.tree as tree_mod
+import specdec.verify.walks as walks_mod
+import specdec.contracts.plan as plan_mod
 from specdec.drafters.base import DraftProposal
 from specdec.testing import ForcedDrafter, tiny_target
 from specdec.verify.chain import ChainVerifier, chain_laws
@@ -267,7 +269,7 @@ def test_one_sampled_tree_round_has_the_autoregressive_law(sampling, monkeypatch
         seen.append(probs)
         return forced[0]
 
-    monkeypatch.setattr(tree_mod, "sample", fake_sample)
+    monkeypatch.setattr(walks_mod, "sample", fake_sample)
 
     def prefill():
         target.reset()
@@ -354,7 +356,7 @@ def test_tree_verifier_rejects_bad_input_before_the_forward():
         with pytest.raises(TypeError, match="proposal.tree: expected a Tree, got list"):
             TreeVerifier().verify(target, root, TreeProposal(tokens=torch.zeros(0, dtype=torch.long), tree=[1, 2]),
                                   sampling=SamplingConfig())
-        with pytest.raises(ValueError, match=r"tree tokens: expected ids < vocab_size 97, got 97"):
+        with pytest.raises(ValueError, match=r"proposal.tokens: expected token ids in \[0, 97\), got tokens\[1\] = 97"):
             TreeVerifier().verify(target, root, DraftProposal(tokens=torch.tensor([5, 97])), sampling=SamplingConfig())
     finally:
         target._forward_pre_hooks.clear()
@@ -402,7 +404,7 @@ def test_mutation_equality_check_catches_a_broken_tree_verifier(mutant, monkeypa
         verifier = NoCompactionTree(budget=32)
     else:
         verifier = TreeVerifier(budget=32)
-        monkeypatch.setattr(tree_mod, "tree_positions", lambda tree, p: p + torch.arange(tree.num_nodes + 1))
+        monkeypatch.setattr(plan_mod, "tree_positions", lambda tree, p: p + torch.arange(tree.num_nodes + 1))
     spec = sd.generate(target, prompt, 40, drafter=RankNoiseDrafter(truth, 5, 3, max_rank=2), verifier=verifier,
                        num_draft_tokens=5)
     assert not torch.equal(spec.tokens, ar.tokens)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from specdec.drafters.base import DraftProposal
-from specdec.models.dense import Target
+from specdec.contracts.target import Target
 from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
 
 

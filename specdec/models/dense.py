@@ -6,30 +6,15 @@ The whole model is one class described by :class:`TargetConfig`; there is no per
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.contracts.plan import VerifyPlan
+from specdec.contracts.target import TargetOutput
 from specdec.models.config import TargetConfig
-
-
-@dataclass
-class TargetOutput:
-    """Result of a target forward.
-
-    Attributes:
-        logits: ``[B, T, V]`` float32.
-        hidden: hidden states after the requested layers, each ``[B, T, hidden_size]``, in the order
-            of ``hidden_layers`` (layer ``i`` means the output of decoder layer ``i``; ``0`` is the
-            embedding output, HF's ``hidden_states[i]`` convention; the last layer's, like HF's, is
-            taken after the final norm).
-    """
-
-    logits: torch.Tensor
-    hidden: tuple[torch.Tensor, ...] = ()
 
 
 def load_weights(module: nn.Module, state: dict[str, torch.Tensor], *, tied: bool) -> None:
@@ -153,7 +138,7 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-class Target(nn.Module):
+class DenseTarget(nn.Module):
     """A dense decoder with a static KV cache (batch 1), the object every verifier drives.
 
     The cache holds ``length`` committed tokens. :meth:`forward` appends ``T`` new rows at cache slots
@@ -246,6 +231,28 @@ class Target(nn.Module):
         """Tokens that still fit in the cache."""
         return self.max_seq_len - self.length
 
+    @property
+    def supports_trees(self) -> bool:
+        """Tree plans are verified in one pass (attention under the plan's ancestor mask)."""
+        return True
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()) -> TargetOutput:
+        """The forward of a :class:`~specdec.contracts.VerifyPlan`: its rows, positions and mask (chains: causal).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.contracts import Tree, VerifyPlan
+            >>> target = tiny_target(seed=0)
+            >>> plan = VerifyPlan.for_tree(torch.tensor([3]), Tree(tokens=[7, 8], parents=[-1, -1]), prefix_len=0)
+            >>> target.run_plan(plan).logits.shape
+            torch.Size([1, 3, 97])
+        """
+        return self(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents)
+
+    def discard(self) -> None:
+        """Drop the scratch rows of the last forward (nothing is committed; the cache is unchanged)."""
+        self._last_rows = 0
+
     # ----------------------------------------------------------------------------------------------
     def forward(
         self,
@@ -254,6 +261,7 @@ class Target(nn.Module):
         mask: torch.Tensor | None = None,
         *,
         hidden_layers: Sequence[int] = (),
+        tree_parents: torch.Tensor | None = None,
     ) -> TargetOutput:
         """Run ``T`` new rows against the committed prefix; their K/V go to slots ``[length, length+T)``.
 
@@ -264,6 +272,8 @@ class Target(nn.Module):
             mask: ``[T, T]`` bool over the new rows, ``True`` where row ``t`` may attend row ``j``
                 (the committed prefix is always visible). Default: causal.
             hidden_layers: layer indices whose outputs to return (HF ``hidden_states`` numbering).
+            tree_parents: ``[T]`` parent row of each row; attention layers read the topology from
+                ``mask`` alone, so a dense target accepts and ignores it (the protocol's signature).
 
         Returns:
             :class:`TargetOutput` with float32 logits ``[1, T, V]``.

@@ -2,7 +2,7 @@
 
 Covers the Qwen3.5 (``qwen3_5_text``) and Qwen3-Next (``qwen3_next``) layouts with one implementation
 described by :class:`HybridConfig`. Attention layers keep a static KV cache exactly like the dense
-:class:`~specdec.models.dense.Target` (the cache write, attention and compaction are shared code).
+:class:`~specdec.models.dense.DenseTarget` (the cache write, attention and compaction are shared code).
 GDN layers keep a committed recurrent state ``[Hv, dk, dv]`` (fp32) and a conv state ``[C, W - 1]``.
 
 How the recurrent state follows a draft tree (``docs/hybrid.md`` has the long form):
@@ -37,9 +37,10 @@ from torch import nn
 
 from specdec.kernels.gdn import build_tree_meta, conv_state_commit, gdn_tree, gdn_tree_commit, tree_causal_conv
 from specdec.models.config import HYBRID_MODEL_TYPES, rope_inv_freq
+from specdec.contracts.plan import VerifyPlan
 from specdec.models.dense import (
     MLP,
-    Target,
+    DenseTarget,
     TargetOutput,
     _rotate_half,
     cached_attention,
@@ -361,10 +362,10 @@ class HybridLayer(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------------
-class HybridTarget(Target):
+class HybridTarget(DenseTarget):
     """A GDN / attention hybrid with a static KV cache and exact tree-path GDN state (batch 1).
 
-    Same contract as :class:`~specdec.models.dense.Target`: :meth:`forward` runs ``T`` new rows
+    Same contract as :class:`~specdec.models.dense.DenseTarget`: :meth:`forward` runs ``T`` new rows
     without committing them; :meth:`commit` keeps the accepted rows and advances ``length``.
 
     Args:
@@ -499,7 +500,13 @@ class HybridTarget(Target):
     def enable_cuda_graphs(self, *args, **kwargs) -> None:
         raise NotImplementedError("enable_cuda_graphs: not implemented for hybrid targets (eager forwards only)")
 
-    # ---- forward ------------------------------------------------------------------------------------
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()) -> TargetOutput:
+        """The forward of a :class:`~specdec.contracts.VerifyPlan`; the GDN tree tables give mask and positions.
+
+        The plan's parents are the only topology read, so the tree is not derived a second time here.
+        """
+        return self(plan.tokens, hidden_layers=hidden_layers, tree_parents=plan.row_parents)
+
     def forward(
         self,
         tokens: torch.Tensor,

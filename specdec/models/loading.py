@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import torch
 
 from specdec.models.config import HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
-from specdec.models.dense import Target, load_weights
+from specdec.models.dense import DenseTarget, load_weights
 
 _WEIGHT_FORMATS = ("bf16", "w12")
 
@@ -62,7 +62,7 @@ def build_target(
 def empty_target(cfg: TargetConfig, *, hf_config: Any = None, dtype: torch.dtype, device, max_seq_len: int) -> Target:
     """A :class:`Target` whose weights are allocated on ``device`` but not initialised (no fp32 detour)."""
     inv_freq, scaling = cfg.rope_inv_freq(hf_config)
-    target = Target(cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype, device="meta")
+    target = DenseTarget(cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype, device="meta")
     target = target.to_empty(device=device)
     if cfg.tie_word_embeddings:
         target.lm_head.weight = target.embed.weight

@@ -1,6 +1,7 @@
 """Verifiers: decide which draft tokens the target accepts, losslessly."""
 
-from specdec.verify.chain import ChainLaws, ChainVerifier, VerifyResult, chain_accept, chain_laws
+from specdec.contracts.result import VerifyResult
+from specdec.verify.chain import ChainLaws, ChainVerifier, chain_accept, chain_laws
 from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
 from specdec.verify.tree import (
     Tree,

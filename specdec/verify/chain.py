@@ -17,29 +17,18 @@ equals the target argmax, then emit the argmax".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 
-if TYPE_CHECKING:
-    from specdec.drafters.base import DraftProposal
-from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
+from specdec.contracts.plan import VerifyPlan
+from specdec.contracts.proposal import DraftProposal
+from specdec.contracts.result import VerifyResult
+from specdec.contracts.sampling import SamplingConfig
+from specdec.contracts.target import Target, check_target
+from specdec.verify.sampling import logits_to_probs, sample
 
-
-@dataclass
-class VerifyResult:
-    """Outcome of one verification round.
-
-    Attributes:
-        emitted: ``[n + 1]`` int64: the ``n`` accepted draft tokens, then the bonus token.
-        num_accepted: ``n`` as a host int.
-        hidden: ``[n + 1, taps, H]`` target hidden states of the committed rows (the root, then the
-            accepted drafts) at the requested ``hidden_layers``; ``None`` when none were requested.
-    """
-
-    emitted: torch.Tensor
-    num_accepted: int
-    hidden: torch.Tensor | None = None
+__all__ = ["ChainLaws", "ChainVerifier", "VerifyResult", "chain_accept", "chain_laws"]
 
 
 @dataclass
@@ -146,7 +135,7 @@ class ChainVerifier:
 
     def verify(
         self,
-        target,
+        target: Target,
         root: torch.Tensor,
         proposal: DraftProposal,
         *,
@@ -154,9 +143,24 @@ class ChainVerifier:
         generator: torch.Generator | None = None,
         hidden_layers: Sequence[int] = (),
     ) -> VerifyResult:
+        """Run one round: one target pass over ``[root, d_1, ..., d_k]``, accept a prefix, commit it.
+
+        Args:
+            target: a :class:`~specdec.contracts.Target` whose cache holds the context but the root.
+            root: ``[1]`` int64, the newest emitted token.
+            proposal: the drafter's :class:`~specdec.contracts.DraftProposal` (validated here; a tree in
+                it is ignored: the chain is ``proposal.tokens``).
+            sampling, generator: the target law and the request's generator.
+            hidden_layers: taps to return for the committed rows.
+
+        Returns:
+            :class:`~specdec.contracts.VerifyResult` with ``emitted [n + 1]`` and ``hidden [n + 1, taps, H]``.
+        """
+        check_target(target)
+        proposal.validate(vocab_size=target.vocab_size)
         drafts = proposal.tokens
-        rows = torch.cat([root.view(1), drafts])[None]  # [1, k + 1]
-        out = target(rows, hidden_layers=hidden_layers)
+        plan = VerifyPlan.chain(root.view(1), drafts, prefix_len=target.length)
+        out = target.run_plan(plan, hidden_layers=hidden_layers)
         logits = out.logits[0]  # [k + 1, V]
         n, bonus = chain_accept(logits, drafts, proposal.draft_probs, sampling=sampling, generator=generator)
         target.commit(n + 1)

@@ -1,0 +1,48 @@
+"""The ``Drafter`` protocol: what a drafter receives each round, what it returns, how it rolls back."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from specdec.contracts.proposal import DraftProposal
+from specdec.contracts.sampling import SamplingConfig
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """What :func:`specdec.generate` asks of a drafter.
+
+    Each round the decode loop calls ``propose(context, max_tokens, sampling=..., generator=...)`` with
+    ``context [n]``: every token of the request so far (prompt, then every emitted token, the newest
+    one last). The drafter returns at most ``max_tokens`` proposed next tokens as a
+    :class:`DraftProposal`.
+
+    Rollback is implicit: the next call's context is the old one plus the tokens the verifier
+    emitted. A drafter with a cache keeps the longest common prefix of what it has cached and the new
+    context and drops the rest (attention caches crop; recurrent states restore a snapshot), so a
+    drafter never needs to be told how many tokens were accepted.
+
+    ``reset()`` is called once per request, before the first ``propose``. ``vocab_size`` is checked
+    against the target's (``None`` for drafters that only copy tokens from the context).
+
+    Feature taps: a drafter with a non-empty attribute ``target_layer_ids`` (HF ``hidden_states``
+    numbering) also receives ``target_hidden=`` ``[r, taps, H]``: the target's hidden states at those
+    layers for the ``r`` context rows committed since its previous call (the whole prompt at the first
+    call, then the previous root and the accepted drafts), taken from the verify pass itself, so no
+    extra target pass runs. The newest context token (the root) has no features yet.
+    """
+
+    vocab_size: int | None
+
+    def reset(self) -> None: ...
+
+    def propose(
+        self,
+        context: torch.Tensor,
+        max_tokens: int,
+        *,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+    ) -> DraftProposal: ...

@@ -1,0 +1,179 @@
+"""What a drafter hands the verifier each round, and the one place where it is checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec.contracts.tree import Tree
+
+# A reported law may drift from 1 by float32 rounding of a renormalised softmax, never by more.
+_PROB_SUM_TOLERANCE = 1e-3
+
+
+@dataclass
+class DraftProposal:
+    """A drafter's answer for one round.
+
+    Attributes:
+        tokens: ``[k]`` int64, the proposed continuation of the context (``k`` may be 0); with
+            ``parents`` or ``tree``, the tokens of the tree's nodes / its first root-to-leaf path.
+        draft_probs: ``[k, V]`` float32, the law each token was drawn from, conditioned on the context
+            and the earlier proposed tokens; ``None`` for a deterministic proposal (n-gram lookup, an
+            oracle), which the verifier then treats with the deterministic-proposal rule. A drafter
+            that draws greedily must not report a softmax here: the law of an argmax is one-hot.
+        tree_logprobs: ``[k, V]`` the drafter's log-probs at each depth along ``tokens``: scores from
+            which :class:`~specdec.verify.TreeVerifier` builds a best-first tree. Unlike
+            ``draft_probs`` they need not be the law the tokens were drawn from, so greedy drafters
+            report them too.
+        tree: a tree the drafter built itself (several n-gram continuations, path-dependent
+            selectors), at most ``max_tokens`` nodes; ``tokens`` is then its first root-to-leaf path.
+        parents: ``[k]`` int64 parent of each token (``-1`` = child of the root, ``parents[i] < i``):
+            the same tree as ``tree`` given as a tensor; ``None`` for a chain.
+        confidence: ``[k]`` float32 per-node confidence in ``[0, 1]``: DSpark's calibrated acceptance
+            probability or DFlash2's path score. Schedulers and budgets read it; verifiers never do.
+
+    Example:
+        >>> DraftProposal(tokens=torch.tensor([5, 9]), draft_probs=None).num_tokens
+        2
+        >>> DraftProposal(torch.tensor([5, 9, 4]), parents=torch.tensor([-1, -1, 0])).as_tree().max_depth
+        2
+    """
+
+    tokens: torch.Tensor
+    draft_probs: torch.Tensor | None = None
+    tree_logprobs: torch.Tensor | None = None
+    tree: Tree | None = None
+    parents: torch.Tensor | None = None
+    confidence: torch.Tensor | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.tokens.numel())
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes the verifier would check: the tree's when a tree is given, else ``num_tokens``."""
+        return self.tree.num_nodes if self.tree is not None else self.num_tokens
+
+    def as_tree(self) -> Tree | None:
+        """The drafter's own tree (``tree``, or ``tokens`` + ``parents``); ``None`` when it proposed a chain."""
+        if self.tree is not None:
+            return self.tree
+        if self.parents is not None:
+            return Tree(tokens=self.tokens, parents=self.parents)
+        return None
+
+    def validate(self, *, vocab_size: int) -> None:
+        """Raise ``ValueError`` / ``TypeError`` naming the field when the proposal is malformed.
+
+        Checks: ``tokens`` 1-D integer ids in ``[0, vocab_size)``; ``draft_probs`` of shape ``[k, V]``,
+        finite, non-negative, each row summing to 1; ``tree_logprobs`` ``[k', V]`` and not NaN;
+        ``parents`` ``[k]`` with ``-1 <= parents[i] < i``; ``tree`` a :class:`Tree` whose tokens lie in
+        range; ``confidence`` ``[k]`` in ``[0, 1]``. Device-side checks are gathered into one host read.
+
+        Example:
+            >>> DraftProposal(torch.tensor([3, 120])).validate(vocab_size=100)
+            Traceback (most recent call last):
+            ...
+            ValueError: proposal.tokens: expected token ids in [0, 100), got tokens[1] = 120
+        """
+        validate_proposal(self, vocab_size=vocab_size)
+
+
+def _check_tensor(name: str, value, *, ndim: int, floating: bool) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name}: expected a tensor, got {type(value).__name__}")
+    if floating != value.is_floating_point() or value.dtype == torch.bool:
+        kind = "a floating" if floating else "an integer"
+        raise TypeError(f"{name}: expected {kind} dtype, got {value.dtype}")
+    if value.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D tensor, got shape {tuple(value.shape)}")
+    return value
+
+
+def validate_proposal(proposal: DraftProposal, *, vocab_size: int) -> None:
+    """See :meth:`DraftProposal.validate`; the function form serves verifiers that take any proposal."""
+    if not isinstance(proposal, DraftProposal):
+        raise TypeError(f"proposal: expected a DraftProposal, got {type(proposal).__name__}")
+    tokens = _check_tensor("proposal.tokens", proposal.tokens, ndim=1, floating=False)
+    k = tokens.numel()
+    # Each entry: (condition that must hold, a callable building the message). Conditions stay on the
+    # device until the single host read below.
+    checks: list[tuple[torch.Tensor, object]] = []
+
+    def first_bad(bad: torch.Tensor) -> int:
+        return int(bad.nonzero()[0, 0])
+
+    if k:
+        out_of_range = (tokens < 0) | (tokens >= vocab_size)
+        checks.append((
+            ~out_of_range.any(),
+            lambda: f"proposal.tokens: expected token ids in [0, {vocab_size}), got tokens[{first_bad(out_of_range)}] = "
+            f"{int(tokens[first_bad(out_of_range)])}",
+        ))
+    if proposal.draft_probs is not None:
+        probs = _check_tensor("proposal.draft_probs", proposal.draft_probs, ndim=2, floating=True)
+        if tuple(probs.shape) != (k, vocab_size):
+            raise ValueError(
+                f"proposal.draft_probs: expected shape ({k}, {vocab_size}) (one law per proposed token over the "
+                f"target's vocabulary), got {tuple(probs.shape)}"
+            )
+        if k:
+            finite = torch.isfinite(probs).all(-1)  # [k]
+            nonneg = (probs >= 0).all(-1)
+            sums = probs.float().sum(-1)
+            summed = (sums - 1).abs() <= _PROB_SUM_TOLERANCE
+            checks.append((finite.all(), lambda: f"proposal.draft_probs: expected finite values, got NaN/inf in row {first_bad(~finite)}"))
+            checks.append((nonneg.all(), lambda: f"proposal.draft_probs: expected values >= 0, got a negative entry in row {first_bad(~nonneg)}"))
+            checks.append((
+                summed.all() | ~finite.all(),
+                lambda: f"proposal.draft_probs: expected each row to sum to 1 (within {_PROB_SUM_TOLERANCE}), got row "
+                f"{first_bad(~summed)} summing to {float(sums[first_bad(~summed)]):.6g}",
+            ))
+    if proposal.tree_logprobs is not None:
+        logprobs = _check_tensor("proposal.tree_logprobs", proposal.tree_logprobs, ndim=2, floating=True)
+        if logprobs.shape[1] != vocab_size:
+            raise ValueError(f"proposal.tree_logprobs: expected shape (depth, {vocab_size}), got {tuple(logprobs.shape)}")
+        if logprobs.numel():
+            checks.append((~torch.isnan(logprobs).any(), lambda: "proposal.tree_logprobs: expected no NaN, got NaN"))
+    if proposal.parents is not None:
+        parents = _check_tensor("proposal.parents", proposal.parents, ndim=1, floating=False)
+        if parents.numel() != k:
+            raise ValueError(f"proposal.parents: expected shape ({k},) (one parent per token), got {tuple(parents.shape)}")
+        if k:
+            index = torch.arange(k, device=parents.device)
+            bad_parent = (parents < -1) | (parents >= index)
+            checks.append((
+                ~bad_parent.any(),
+                lambda: f"proposal.parents: expected -1 <= parents[i] < i (parents before children), got parents"
+                f"[{first_bad(bad_parent)}] = {int(parents[first_bad(bad_parent)])}",
+            ))
+    if proposal.tree is not None:
+        tree = proposal.tree
+        if not isinstance(tree, Tree):
+            raise TypeError(f"proposal.tree: expected a Tree, got {type(tree).__name__}")
+        if proposal.parents is not None:
+            raise ValueError("proposal.parents: expected None when proposal.tree is given (one tree per proposal), got a tensor")
+        if tree.num_nodes:
+            tree_oob = tree.tokens >= vocab_size
+            checks.append((
+                ~tree_oob.any(),
+                lambda: f"proposal.tree: expected token ids in [0, {vocab_size}), got tree.tokens[{first_bad(tree_oob)}] = "
+                f"{int(tree.tokens[first_bad(tree_oob)])}",
+            ))
+    if proposal.confidence is not None:
+        conf = _check_tensor("proposal.confidence", proposal.confidence, ndim=1, floating=True)
+        nodes = proposal.num_nodes
+        if conf.numel() != nodes:
+            raise ValueError(f"proposal.confidence: expected shape ({nodes},) (one value per node), got {tuple(conf.shape)}")
+        if nodes:
+            in_unit = (conf >= 0) & (conf <= 1)
+            checks.append((in_unit.all(), lambda: f"proposal.confidence: expected values in [0, 1], got {float(conf[first_bad(~in_unit)])}"))
+    if not checks:
+        return
+    passed = torch.stack([ok.reshape(()).to(tokens.device) for ok, _ in checks]).tolist()  # the one host read
+    for ok, message in zip(passed, (m for _, m in checks)):
+        if not ok:
+            raise ValueError(message())
