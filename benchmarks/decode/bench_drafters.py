@@ -30,31 +30,26 @@ within a few dozen tokens on a random-weight target, after which the oracle prop
 Gate: a speculative run counts only if every round matched the reference and accepted exactly what the
 oracle planned; otherwise its row is marked ``INVALID`` and no ratio is reported.
 
-    python3 benchmarks/decode/bench_drafters.py --out $OUT/bench_drafters.json
-    python3 benchmarks/decode/bench_drafters.py --no-compile --skip-part1 --out $OUT/run2.json   # part 2 only, fast start
-    python3 benchmarks/decode/bench_drafters.py --smoke      # tiny shapes on the CPU: checks the script runs
+    python -m benchmarks.decode.bench_drafters --out $OUT/bench_drafters.json
+    python -m benchmarks.decode.bench_drafters --no-compile --skip-part1 --out $OUT/run2.json   # part 2 only, fast start
+    python -m benchmarks.decode.bench_drafters --smoke      # tiny shapes on the CPU: checks the script runs
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-
-import specdec as sd  # noqa: E402
-from specdec.drafters.checkpoints import fixture_config  # noqa: E402
-from specdec.drafters.dflash import BlockDraftModel, DFlash2Drafter, DFlashDrafter, read_drafter_config  # noqa: E402
-from specdec.drafters.dspark import DSparkDrafter  # noqa: E402
-from specdec.drafters.oracle import PRESETS, OracleDrafter  # noqa: E402
-from specdec.models import QWEN3_8B, random_target  # noqa: E402
-from specdec.verify.sampling import SamplingConfig  # noqa: E402
+import specdec as sd
+from benchmarks.common import capture_cuda_graph, copy_bandwidth, median_time_ms, provenance, provenance_line, write_json
+from specdec.drafters.checkpoints import fixture_config
+from specdec.drafters.dflash import BlockDraftModel, DFlash2Drafter, DFlashDrafter, read_drafter_config
+from specdec.drafters.dspark import DSparkDrafter
+from specdec.drafters.oracle import PRESETS, OracleDrafter
+from specdec.models import QWEN3_8B, random_target
+from specdec.verify.sampling import SamplingConfig
 
 TAPS = [1, 9, 17, 25, 33]
 QWEN3_MASK = 151669
@@ -77,35 +72,7 @@ def sync() -> None:
 
 def cuda_ms(fn, iters: int, warmup: int = 3) -> float:
     """Median ms of ``fn``: CUDA events around each call (launch gaps included), host time on the CPU."""
-    for _ in range(warmup):
-        fn()
-    if not torch.cuda.is_available():
-        times = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def copy_bandwidth(device) -> float:
-    """Bytes/s of a 1 GiB device-to-device copy (read + write counted once each)."""
-    if device.type != "cuda":
-        return float("nan")
-    bufs = [torch.empty(1 << 30, dtype=torch.uint8, device=device) for _ in range(2)]
-    ms = cuda_ms(lambda: bufs[1].copy_(bufs[0]), 10)
-    bufs.clear()
-    return 2 * (1 << 30) / (ms / 1e3)
+    return median_time_ms(fn, iters, warmup=warmup)
 
 
 @torch.no_grad()
@@ -287,18 +254,9 @@ def time_parts(drafter, target, prefix: int, new_rows: int, iters: int) -> dict:
 @torch.no_grad()
 def head_graph_ms(drafter, hidden: torch.Tensor, anchor: torch.Tensor, iters: int) -> float:
     """Median ms of the drafter's ``_graph_head`` on ``hidden [B, H]`` alone, captured as one CUDA graph."""
-    device = hidden.device
     hidden, anchor = hidden.clone(), anchor.clone()  # static inputs of this graph
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            drafter._graph_head(hidden, anchor)
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        drafter._graph_head(hidden, anchor)
-    return cuda_ms(graph.replay, iters)
+    replay = capture_cuda_graph(lambda: drafter._graph_head(hidden, anchor))
+    return cuda_ms(replay, iters)
 
 
 def time_target(target, prefix: int, rows: int, iters: int) -> float:
@@ -436,7 +394,9 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, to check the script runs")
     args = ap.parse_args()
-    torch.manual_seed(0)
+    seed = 0
+    prov = provenance(seed)
+    torch.manual_seed(seed)
     taps, mask = TAPS, QWEN3_MASK
     if args.smoke:
         from specdec.models import TargetConfig
@@ -454,15 +414,12 @@ def main() -> None:
         # 1 row for AR, 8 for a verify of 7 drafts + the root (fewer drafts pad to 8)
         target.enable_cuda_graphs(buckets=(1, 8), compile=compiled)
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (smoke)"
-    results = {"gpu": gpu, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "command": " ".join(sys.argv),
-               "prefix": args.prefix, "note": "random weights", "target_graphs_compiled": compiled,
+    results = {"gpu": gpu, "prefix": args.prefix, "note": "random weights", "target_graphs_compiled": compiled,
                "copy_bandwidth_Bps": copy_bandwidth(device), "drafters": {}}
 
     def save():
         if args.out:
-            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump(results, f, indent=2)
+            write_json(args.out, results, prov)
 
     log(f"target built ({gpu})")
     # ---- Part 1 ----
@@ -538,7 +495,8 @@ def main() -> None:
     save()
 
     shape = "tiny shape, fp32" if args.smoke else "Qwen3-8B shape, bf16"
-    print(f"\n{results['gpu']}  {shape}, random weights, prefix {args.prefix}, target graphs "
+    print(f"\n{provenance_line(prov)}")
+    print(f"{results['gpu']}  {shape}, random weights, prefix {args.prefix}, target graphs "
           f"{'compiled' if compiled else 'uncompiled'}")
     print(f"target AR step {ar_ms:.3f} ms, verify (8 rows) {verify_ms:.3f} ms = {verify_ms / ar_ms:.2f} AR")
     print(f"{'drafter':<12}{'eager':>8}{'static':>8}{'fast':>8}{'floor':>7}{'fast/AR':>8}  fast parts (ingest/block/head ms)  check")

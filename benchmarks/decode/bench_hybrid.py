@@ -11,8 +11,8 @@ of the same weights: the Triton path and WY kernels' tree logits, and the recurr
 along a path that is not a prefix of the row order, may differ from float32 by at most twice what the
 bf16 PyTorch reference (resp. a bf16 chain run of the path) differs by.
 
-    python benchmarks/decode/bench_hybrid.py --out $OUT/bench_hybrid.json
-    python benchmarks/decode/bench_hybrid.py --smoke      # tiny model on the CPU: the script runs end to end
+    python -m benchmarks.decode.bench_hybrid --out $OUT/bench_hybrid.json
+    python -m benchmarks.decode.bench_hybrid --smoke      # tiny model on the CPU: the script runs end to end
 
 Beside the gate, ``kernel_check`` compares the GDN kernels with the float64 reference directly at
 the target's GDN head shapes (the gate's tree and the prefill chain), so that a gate failure can be
@@ -24,16 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-
-from specdec.kernels import gdn  # noqa: E402
-from specdec.models.hybrid import HybridConfig, random_hybrid_target  # noqa: E402
+from benchmarks.common import median_time_ms, provenance, provenance_line, write_json
+from specdec.kernels import gdn
+from specdec.models.hybrid import HybridConfig, random_hybrid_target
 
 QWEN3_5_4B = HybridConfig(
     vocab_size=248320, hidden_size=2560, intermediate_size=9216, num_layers=32,
@@ -216,27 +213,10 @@ def time_step(target, prefix: int, parents: list[int] | None, commit: list[int] 
             target.commit(accepted)
         target.truncate(prefix)
 
-    cuda = dev.type == "cuda"
     out = {}
     for with_commit in (False, True):
-        for _ in range(3):
-            step(with_commit)
-        if cuda:
-            torch.cuda.synchronize()
-        times = []
-        for _ in range(iters):
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                step(with_commit)
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end) * 1e3)
-            else:
-                t0 = time.perf_counter()
-                step(with_commit)
-                times.append((time.perf_counter() - t0) * 1e6)
-        out["forward_commit_us" if with_commit else "forward_us"] = statistics.median(times)
+        ms = median_time_ms(lambda: step(with_commit), iters, device=dev, warmup=3)
+        out["forward_commit_us" if with_commit else "forward_us"] = ms * 1e3
     return out
 
 
@@ -257,17 +237,18 @@ def main() -> int:
         return 2
     else:
         cfg, device = QWEN3_5_4B, "cuda"
-    torch.manual_seed(0)
-    target = random_hybrid_target(cfg, dtype=torch.bfloat16, device=device, max_seq_len=args.prefix + 256, seed=0)
+    seed = 0
+    prov = provenance(seed)
+    torch.manual_seed(seed)
+    target = random_hybrid_target(cfg, dtype=torch.bfloat16, device=device, max_seq_len=args.prefix + 256, seed=seed)
     report = {"shape": "smoke" if args.smoke else "Qwen3.5-4B (random bf16 weights)",
               "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-              "torch": torch.__version__, "prefix": args.prefix, "eager": True}
+              "prefix": args.prefix, "eager": True}
     report["gate"] = gate(target, args.prefix, seed=1)
+    print(provenance_line(prov))
     print(json.dumps(report["gate"], indent=1))
     if not report["gate"]["passed"]:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(args.out, report, prov, indent=1)
         print("correctness gate FAILED; no timings", file=sys.stderr)
         return 1
     ctx = torch.randint(0, target.vocab_size, (1, args.prefix), device=device)
@@ -286,9 +267,8 @@ def main() -> int:
                          **res, "vs_ar_forward": res["forward_us"] / ar["forward_us"]})
     target.gdn_method = "path"
     report["steps"] = rows
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
+    write_json(args.out, report, prov, indent=1)
+    print(f"\n{provenance_line(prov)}")
     print(f"{'step':<16}{'gdn':>6}{'forward us':>13}{'fwd+commit us':>15}{'x AR':>7}")
     for r in rows:
         print(f"{r['step']:<16}{r['method']:>6}{r['forward_us']:>13.0f}{r['forward_commit_us']:>15.0f}"

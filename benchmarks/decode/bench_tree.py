@@ -14,8 +14,9 @@ For each committed prefix length ``L`` and node count ``N`` in 16/32/64/128:
 * ``verify``: ``TreeVerifier.verify`` end to end (tree build from ``[8, V]`` draft laws, forward,
   greedy walk, KV compaction) -- eager only, host syncs included.
 
-Forwards are timed eagerly and, on CUDA, as CUDA graphs of ``Target._run`` (launch overhead removed;
-this is what a graph-captured decode loop pays). Median of ``--reps`` CUDA-event timings.
+Forwards are timed eagerly and, on CUDA, as CUDA graphs of one eager ``Target.forward`` call (its mask
+and slot set-up included; launch overhead removed; this is what a graph-captured decode loop pays).
+Median of ``--reps`` CUDA-event timings.
 
 Correctness gate, before any timing: tree-forward logits of a few leaves' paths must match causal
 forwards of those paths (within 3.5% of the logit scale in bf16) and the argmax must agree on >= 80%
@@ -23,8 +24,8 @@ of the rows; a configuration that fails the gate is not timed.
 
 Random weights are fine here: the measured quantity (time) does not depend on training.
 
-Run on a GPU machine: ``python3 benchmarks/decode/bench_tree.py`` (writes ``$OUT/bench_tree.json``).
-CPU smoke test: ``python3 benchmarks/decode/bench_tree.py --tiny``.
+Run on a GPU machine: ``python -m benchmarks.decode.bench_tree`` (writes ``$OUT/bench_tree.json``).
+CPU smoke test: ``python -m benchmarks.decode.bench_tree --tiny``.
 
 ``--real``: the other half of the question, on the real SmolLM2-135M-Instruct (offline GGUF) with
 HumanEval prompts, greedy: tokens per target pass of the tree vs the chain with the same n-gram
@@ -37,23 +38,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
-import statistics
-import sys
 import time
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-
-from specdec.drafters.base import DraftProposal  # noqa: E402
-from specdec.models.config import TargetConfig  # noqa: E402
-from specdec.models.dense import Target  # noqa: E402
-from specdec.verify.sampling import SamplingConfig  # noqa: E402
-from specdec.verify.tree import Tree, TreeVerifier, best_first_tree, tree_positions  # noqa: E402
+from benchmarks.common import capture_cuda_graph, median_time_ms, provenance, provenance_line, write_json
+from specdec.drafters.base import DraftProposal
+from specdec.models.config import TargetConfig
+from specdec.models import DenseTarget
+from specdec.verify.sampling import SamplingConfig
+from specdec.verify.tree import Tree, TreeVerifier, best_first_tree, tree_positions
 
 QWEN3_8B = TargetConfig(
     vocab_size=151936,
@@ -81,72 +76,31 @@ def draft_logprobs(vocab: int, gen: torch.Generator, device) -> torch.Tensor:
 
 
 def timer(device):
-    if device.type == "cuda":
+    """``measure(fn, reps)``: median microseconds of one call (CUDA events on a GPU, wall clock on the CPU)."""
+    warmup = 3 if device.type == "cuda" else 1
 
-        def measure(fn, reps: int) -> float:
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(reps):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1e3)  # us
-            return statistics.median(times)
-
-    else:
-
-        def measure(fn, reps: int) -> float:
-            fn()
-            times = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t0) * 1e6)
-            return statistics.median(times)
+    def measure(fn, reps: int) -> float:
+        return median_time_ms(fn, reps, device=device, warmup=warmup) * 1e3
 
     return measure
 
 
-def forward_inputs(target: Target, tokens: torch.Tensor, tree: Tree | None):
-    """The explicit tensors Target.forward hands to Target._run (so a graph can capture _run)."""
-    device = target.device
-    t = tokens.shape[1]
-    new = torch.arange(t, device=device)
-    slots = target.length + new
+def graphed(target: Target, tokens: torch.Tensor, tree: Tree | None):
+    """Capture one eager forward of ``tokens`` (tree mask and depth positions if ``tree``) in a CUDA graph.
+
+    Returns the replay function, or None when capture fails. The forward writes K/V only at
+    uncommitted slots, so replays leave the committed cache alone.
+    """
     if tree is None:
-        positions = (target.length + new)[None]
-        local = torch.ones(t, t, dtype=torch.bool, device=device).tril()
+        forward = lambda: target(tokens)  # noqa: E731
     else:
         positions = tree_positions(tree, target.length)[None]
-        local = tree.ancestor_mask
-    mask = torch.cat([torch.ones(t, target.length, dtype=torch.bool, device=device), local], dim=1)[None, None]
-    return tokens, positions, slots, mask, target.length + t
-
-
-def graphed(target: Target, inputs):
-    """Capture one Target._run call in a CUDA graph; returns the replay function (None on failure)."""
+        forward = lambda: target(tokens, positions, tree.ancestor_mask)  # noqa: E731
     try:
-        return _capture(target, inputs)
+        return capture_cuda_graph(forward)
     except Exception as exc:  # a runtime change must not cost the eager numbers of the same run
         print(f"note: CUDA graph capture failed ({exc!r}); graph timings skipped", flush=True)
         return None
-
-
-def _capture(target: Target, inputs):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            target._run(*inputs, ())
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        target._run(*inputs, ())
-    return graph.replay
 
 
 def check_tree_forward(target: Target, tree: Tree, root: torch.Tensor) -> dict:
@@ -211,7 +165,9 @@ def run_real(args) -> None:
             t["hist"] = [a + b for a, b in itertools.zip_longest(t["hist"], h, fillvalue=0)]
             print(f"prompt {i:3d} {name:9s} equal_to_ar={same} {out.stats.summary()}", flush=True)
     ok = all(t["all_equal"] for t in totals.values())
-    print("\n| system | tokens / target pass | mean accepted / round | equal to AR |\n|---|---|---|---|")
+    prov = provenance(seed=None)
+    print(f"\n{provenance_line(prov)}")
+    print("| system | tokens / target pass | mean accepted / round | equal to AR |\n|---|---|---|---|")
     for name, t in totals.items():
         mean_acc = sum(n * c for n, c in enumerate(t["hist"])) / max(t["rounds"], 1)
         t["tokens_per_target_pass"] = t["new_tokens"] / max(t["target_passes"], 1)
@@ -219,11 +175,10 @@ def run_real(args) -> None:
         shown = f"{t['tokens_per_target_pass']:.3f}" if ok else "not reported (output differs from AR)"
         print(f"| {name} | {shown} | {mean_acc:.3f} | {t['all_equal']} |")
     out_path = os.path.join(os.environ.get("OUT", "."), "bench_tree_real.json")
-    env = {"device": str(device), "torch": torch.__version__, "model": "SmolLM2-135M-Instruct Q4_1 (dequantised, fp32)",
+    env = {"device": str(device), "model": "SmolLM2-135M-Instruct Q4_1 (dequantised, fp32)",
            "prompts": f"HumanEval[0:{args.num_prompts}]", "new_tokens": args.new_tokens, "depth": args.depth,
-           "max_paths": args.max_paths, "date": time.strftime("%Y-%m-%d"), "all_equal_to_ar": ok}
-    with open(out_path, "w") as f:
-        json.dump({"env": env, "totals": totals if ok else None, "rows": rows}, f, indent=1)
+           "max_paths": args.max_paths, "all_equal_to_ar": ok}
+    write_json(out_path, {"env": env, "totals": totals if ok else None, "rows": rows}, prov, indent=1)
     print(f"wrote {out_path}")
 
 
@@ -252,23 +207,24 @@ def main() -> None:
     prefixes = args.prefix or ([64] if args.tiny else [1024, 4096])
     use_graph = device.type == "cuda" and not args.no_graph
     measure = timer(device)
-    gen = torch.Generator().manual_seed(0)
+    seed = 0
+    prov = provenance(seed)
+    gen = torch.Generator().manual_seed(seed)
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     t0 = time.perf_counter()
     max_seq_len = max(prefixes) + max(args.nodes) + 8
     with torch.no_grad():
-        target = Target(cfg, max_seq_len=max_seq_len, dtype=dtype, device=device).eval().requires_grad_(False)
+        target = DenseTarget(cfg, max_seq_len=max_seq_len, dtype=dtype, device=device).eval().requires_grad_(False)
     build_s = time.perf_counter() - t0
     env = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__,
         "dtype": str(dtype),
         "config": "qwen3-8b" if not args.tiny else "tiny",
         "build_s": build_s,
         "reps": args.reps,
-        "date": time.strftime("%Y-%m-%d"),
     }
+    print(provenance_line(prov), flush=True)
     print(f"# {env}", flush=True)
     results = []
     checks = {}
@@ -283,8 +239,8 @@ def main() -> None:
                 target.commit(chunk.numel())
             root = torch.randint(0, cfg.vocab_size, (1,), generator=gen).to(device)
 
-            def timed_graph(inputs):
-                replay = graphed(target, inputs) if use_graph else None
+            def timed_graph(tokens, tree):
+                replay = graphed(target, tokens, tree) if use_graph else None
                 return None if replay is None else measure(replay, args.reps)
 
             def run_eager(tokens, tree):
@@ -295,7 +251,7 @@ def main() -> None:
 
             ar_tokens = root[None]
             ar_eager = measure(run_eager(ar_tokens, None), args.reps)
-            ar_graph = timed_graph(forward_inputs(target, ar_tokens, None))
+            ar_graph = timed_graph(ar_tokens, None)
             row = {"prefix": length, "nodes": 0, "kind": "ar", "eager_us": ar_eager, "graph_us": ar_graph}
             results.append(row)
             print(f"L={length:5d} ar           eager {ar_eager:9.1f} us   graph {ar_graph or float('nan'):9.1f} us", flush=True)
@@ -314,8 +270,8 @@ def main() -> None:
                 tree_eager = measure(run_eager(rows, tree), args.reps)
                 chain_eager = measure(run_eager(chain_tokens, None), args.reps)
                 tree_graph = chain_graph = None
-                tree_graph = timed_graph(forward_inputs(target, rows, tree))
-                chain_graph = timed_graph(forward_inputs(target, chain_tokens, None))
+                tree_graph = timed_graph(rows, tree)
+                chain_graph = timed_graph(chain_tokens, None)
                 # end to end: draft laws -> tree -> forward -> walk -> compaction, then roll back
                 verifier = TreeVerifier(budget=n)
                 draft_probs = lp.exp().float()
@@ -378,10 +334,9 @@ def main() -> None:
             lines.append(f"| {length} | {n} | {fmt(item['tree_over_ar_graph'])} | {fmt(item['tree_over_ar_eager'])} | "
                          f"{fmt(item['tree_over_chain_graph'])} | {fmt(item['tree_over_chain_eager'])} | "
                          f"{fmt(item['verify_over_ar_eager'])} | {goal} |")
+    print(f"\n{provenance_line(prov)}")
     print("\n".join(lines))
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"env": env, "checks": checks, "results": results, "summary": summary}, f, indent=1)
+    write_json(args.out, {"env": env, "checks": checks, "results": results, "summary": summary}, prov, indent=1)
     print(f"wrote {args.out}")
 
 

@@ -5,26 +5,21 @@
 tree of N nodes, so no padding). Correctness gate first: the tree forward's logits against causal
 forwards of leaf paths (``bench_tree.check_tree_forward``). Goal (issue 4): 64 nodes <= 1.25x the AR step.
 
-    python benchmarks/decode/bench_tree_compiled.py --out $OUT/bench_tree_compiled.json
+    python -m benchmarks.decode.bench_tree_compiled --out $OUT/bench_tree_compiled.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-
-from bench_tree import check_tree_forward, draft_logprobs, timer  # noqa: E402
-
-from specdec.models import QWEN3_8B, random_target  # noqa: E402
-from specdec.verify.tree import best_first_tree, tree_positions  # noqa: E402
+from benchmarks.common import provenance, provenance_line, write_json
+from benchmarks.decode.bench_tree import check_tree_forward, draft_logprobs, timer
+from specdec.models import QWEN3_8B, random_target
+from specdec.verify.tree import best_first_tree, tree_positions
 
 
 def main() -> None:
@@ -33,7 +28,10 @@ def main() -> None:
     parser.add_argument("--prefix", type=int, default=1024)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_tree_compiled.json"))
+    parser.add_argument("--seed", type=int, default=0, help="torch's global seed (weights, prefix, root); trees use seed 0")
     args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    prov = provenance(args.seed)
     device = torch.device("cuda")
     median_us = timer(device)
     target = random_target(QWEN3_8B, dtype=torch.bfloat16, device=device, max_seq_len=args.prefix + 256)
@@ -67,12 +65,10 @@ def main() -> None:
             row["tree_over_ar"] = row["tree_us"] / ar_us
         rows.append(row)
         print(f"N={n}: {row.get('tree_us', float('nan')):.1f} us = {row.get('tree_over_ar', float('nan')):.2f}x AR; check {check['ok']}", flush=True)
-    result = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-              "command": " ".join(sys.argv), "prefix": args.prefix, "ar_us": ar_us, "rows": rows,
-              "wall_s": time.perf_counter() - t0}
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"\nQwen3-8B shape, compiled CUDA graphs, prefix {args.prefix}: AR step {ar_us:.1f} us")
+    result = {"prefix": args.prefix, "ar_us": ar_us, "rows": rows, "wall_s": time.perf_counter() - t0}
+    write_json(args.out, result, prov)
+    print(f"\n{provenance_line(prov)}")
+    print(f"Qwen3-8B shape, compiled CUDA graphs, prefix {args.prefix}: AR step {ar_us:.1f} us")
     for row in rows:
         goal = "  goal <= 1.25x: " + ("met" if row.get("tree_over_ar", 9) <= 1.25 else "NOT met") if row["nodes"] == 64 else ""
         print(f"  tree {row['nodes']:3d} nodes: {row.get('tree_over_ar', float('nan')):.2f}x the AR step{goal}")

@@ -7,27 +7,23 @@ same confidences); greedy speculative decoding with both must give the same outp
 graph-path propose must run under ``torch.cuda.set_sync_debug_mode("error")`` (no host sync).
 Seconds of GPU time.
 
-    python3 benchmarks/decode/check_drafter_graphs.py --out $OUT/check_drafter_graphs.json
+    python -m benchmarks.decode.check_drafter_graphs --out $OUT/check_drafter_graphs.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-
-import specdec as sd  # noqa: E402
-from specdec.drafters.checkpoints import save_fixture  # noqa: E402
-from specdec.drafters.dflash import load_drafter  # noqa: E402
-from specdec.testing import tiny_target  # noqa: E402
-from specdec.verify.sampling import SamplingConfig  # noqa: E402
+import specdec as sd
+from benchmarks.common import provenance, provenance_line, write_json
+from specdec.drafters.checkpoints import save_fixture
+from specdec.drafters.dflash import load_drafter
+from specdec.testing import tiny_target
+from specdec.verify.sampling import SamplingConfig
 
 CASES = {
     "dflash": ("DFlashDraftModel", {}),
@@ -92,6 +88,8 @@ def main() -> int:
         print("no CUDA device: graphs cannot be captured here (the CPU tests cover the static path)")
         return 0
     device = "cuda"
+    prov = provenance(seed=0)
+    print(provenance_line(prov), flush=True)
     target = tiny_target(seed=0, vocab_size=97, device=device, max_seq_len=256, num_layers=4)
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 97, (n,), generator=gen).to(device) for n in (9, 17, 30)]
@@ -114,9 +112,9 @@ def main() -> int:
             ok &= same and hist_same and sync is True
             print(f"{name:16} proposals equal over {rounds} rounds: {same}  outputs/histograms equal {hist_same}  "
                   f"no host sync {sync}", flush=True)
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": rows, "passed": ok}
+    result = {"device": torch.cuda.get_device_name(), "cases": rows, "passed": ok}
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2))
+        write_json(args.out, result, prov)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -17,8 +17,8 @@ Prompts are random token ids.
 
 Run (on the GPU machine, from the repository root):
 
-    python3 benchmarks/decode/forcing_gpu.py            # writes $OUT/forcing_gpu.json
-    python3 benchmarks/decode/forcing_gpu.py --smoke    # tiny shapes on the CPU, a minute
+    python -m benchmarks.decode.forcing_gpu            # writes $OUT/forcing_gpu.json
+    python -m benchmarks.decode.forcing_gpu --smoke    # tiny shapes on the CPU, a minute
 
 The verdict line ``expected outcome: yes`` means: lossless candidate PASS; faulty candidate FAIL, with
 its ``pos < after`` stratum clean (rounding flips only, as in the null) and its ``pos >= after``
@@ -28,7 +28,6 @@ stratum failing the rate rule.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -36,12 +35,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-import specdec as sd  # noqa: E402
-from specdec.forcing import TokenForcingChecker  # noqa: E402
-from specdec.testing import tiny_hf_model  # noqa: E402
-from specdec.testing.faults import LogitBiasFault  # noqa: E402
+import specdec as sd
+from benchmarks.common import provenance, provenance_line, write_json
+from specdec.forcing import TokenForcingChecker
+from specdec.testing import tiny_hf_model
+from specdec.testing.faults import LogitBiasFault
 
 SHAPES = {
     # Qwen3-0.6B (config.json of Qwen/Qwen3-0.6B), untied head so it can be rescaled
@@ -122,6 +120,7 @@ def main(argv=None) -> int:
     if args.after >= args.max_new_tokens:
         raise SystemExit(f"--after {args.after} must be below --max-new-tokens {args.max_new_tokens}")
 
+    prov = provenance(args.seed)
     t0 = time.perf_counter()
     max_seq_len = args.prompt_len + args.max_new_tokens + args.num_draft_tokens + 8
     target = build_target(args.shape, args.logit_std, dtype, device, max_seq_len, args.seed)
@@ -168,7 +167,6 @@ def main(argv=None) -> int:
     result = {
         "benchmark": "forcing_gpu",
         "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
-        "torch": torch.__version__,
         "settings": {k: v for k, v in vars(args).items()},
         "target": {"shape": args.shape, "dtype": args.dtype, "parameters": target.config.num_parameters(), "logits": profile,
                    "distinct_token_fraction_per_output": distinct},
@@ -179,12 +177,10 @@ def main(argv=None) -> int:
         "faulty_report": faulty.to_dict(max_listed=200),
         "expected_outcome": expected,
     }
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / ("forcing_gpu_smoke.json" if args.smoke else "forcing_gpu.json")
-    path.write_text(json.dumps(result, indent=2, default=str))
+    path = write_json(Path(args.out) / ("forcing_gpu_smoke.json" if args.smoke else "forcing_gpu.json"), result, prov)
 
-    print("\n| candidate | tokens | mismatches | rate | 95% CI | null rate | large-margin events | verdict |")
+    print(f"\n{provenance_line(prov)}")
+    print("| candidate | tokens | mismatches | rate | 95% CI | null rate | large-margin events | verdict |")
     print("|---|---|---|---|---|---|---|---|")
     for name, rep in (("bf16 speculative (lossless)" if dtype == torch.bfloat16 else "speculative (lossless)", lossless), ("speculative + LogitBiasFault", faulty)):
         print(f"| {name} | {rep.num_tokens} | {rep.num_mismatches} | {rep.mismatch_rate:.2e} | [{rep.ci95[0]:.1e}, {rep.ci95[1]:.1e}] | "

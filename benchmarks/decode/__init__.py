@@ -1,0 +1,1 @@
+"""Decode-step, tree-verify, drafter and token-forcing benchmarks."""

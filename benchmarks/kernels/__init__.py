@@ -1,0 +1,1 @@
+"""Kernel benchmarks: W12 GEMM and GDN tree kernels."""

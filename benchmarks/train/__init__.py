@@ -1,0 +1,1 @@
+"""Drafter training run at real scale (SmolLM2-135M)."""
