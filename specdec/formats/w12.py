@@ -39,6 +39,7 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -46,23 +47,39 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.kernels.w12_gemm import (
+    REBIAS_EXPONENT,
+    W12KernelConfig,
+    decode_w12_tiles,
+    q_matmul,
+    resolve_backend,
+    w12_matmul,
+)
+
 __all__ = [
     "W12Tensor",
+    "W12KernelConfig",
     "ConversionReport",
     "TensorReport",
     "convert",
+    "w12_linear",
+    "q_linear",
+    "w12_linear_reference",
+    "q_linear_reference",
+    "decode_tiles",
     "save_file",
     "load_file",
     "load_into",
     "decode_ae_bytes",
+    "REBIAS_EXPONENT",
 ]
+
+logger = logging.getLogger("specdec")
 
 # Largest base that keeps the whole 16-binade window inside the normal range [1, 254].
 MAX_BASE = 239
 WINDOW = 16
 _EXP_MASK = 0xFF
-# bf16 exponent 112 puts a 4-bit offset E at 112 + E, i.e. values in [2^-15, 2): always normal.
-REBIAS_EXPONENT = 112
 
 
 def _bits16(w: torch.Tensor) -> torch.Tensor:
@@ -179,8 +196,6 @@ class W12Tensor(torch.Tensor):
         # Per-(tile shape, mode) escape index used by the kernels, built on first use.
         self._kernel_cache: dict = {}
 
-    # construction / decoding
-
     @classmethod
     def from_bf16(cls, weight: torch.Tensor, *, linear_backend: str = "auto") -> W12Tensor:
         """Encode a contiguous bf16 ``weight [N, K]`` (N output channels). Exact for any bits.
@@ -257,8 +272,6 @@ class W12Tensor(torch.Tensor):
         bits = decode_ae_bytes(self.ae_logical(), self.base, 0b1000)
         return bits.to(torch.int16).view(torch.bfloat16)
 
-    # sizes
-
     @property
     def num_escapes(self) -> int:
         return int(self.esc_rows.numel())
@@ -277,8 +290,6 @@ class W12Tensor(torch.Tensor):
     def bits_per_weight(self) -> float:
         n, k = self.shape
         return 8.0 * self.nbytes / max(1, n * k)
-
-    # tensor-subclass plumbing
 
     def __repr__(self) -> str:  # type: ignore[override]
         n, k = self.shape
@@ -308,8 +319,6 @@ class W12Tensor(torch.Tensor):
             weight = args[1] if len(args) > 1 else kwargs["weight"]
             bias = args[2] if len(args) > 2 else kwargs.get("bias")
             if isinstance(weight, W12Tensor) and not isinstance(x, W12Tensor):
-                from specdec.kernels.w12_gemm import w12_linear
-
                 return w12_linear(x, weight, bias=bias, backend=weight.linear_backend)
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
@@ -343,7 +352,136 @@ class W12Tensor(torch.Tensor):
         return func(*args, **kwargs)
 
 
-# whole-module conversion
+def _check_linear_inputs(x: object, w: object, bias: object) -> None:
+    if not isinstance(x, torch.Tensor) or isinstance(x, W12Tensor):
+        raise TypeError(f"x: expected a bf16 torch.Tensor, got {type(x).__name__}")
+    if not isinstance(w, W12Tensor):
+        raise TypeError(f"w: expected a W12Tensor (build with W12Tensor.from_bf16), got {type(w).__name__}")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"x: expected dtype torch.bfloat16, got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"x: expected shape [..., {w.shape[1]}] (K of w {tuple(w.shape)}), got {tuple(x.shape)}")
+    if x.device != w.device:
+        raise ValueError(f"x: expected device {w.device} (where w lives), got {x.device}")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias: expected a tensor or None, got {type(bias).__name__}")
+        if bias.shape != (w.shape[0],):
+            raise ValueError(f"bias: expected shape ({w.shape[0]},), got {tuple(bias.shape)}")
+        if bias.dtype != torch.bfloat16:
+            raise TypeError(f"bias: expected dtype torch.bfloat16, got {bias.dtype}")
+        if bias.device != w.device:
+            raise ValueError(f"bias: expected device {w.device}, got {bias.device}")
+
+
+def w12_linear_reference(x: torch.Tensor, w: W12Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Pure-PyTorch reference of :func:`w12_linear`: exact decode, then ``F.linear``.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
+        >>> w12_linear_reference(torch.ones(1, 2, dtype=torch.bfloat16), W12Tensor.from_bf16(w))
+        tensor([[3.]], dtype=torch.bfloat16)
+    """
+    return F.linear(x, w.to_bf16(), bias)
+
+
+def q_linear_reference(x: torch.Tensor, w: W12Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Pure-PyTorch reference of :func:`q_linear`: 8-bit-view decode, then ``F.linear``.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
+        >>> q_linear_reference(torch.ones(1, 2, dtype=torch.bfloat16), W12Tensor.from_bf16(w))
+        tensor([[3.1875]], dtype=torch.bfloat16)
+    """
+    return F.linear(x, w.q_view(), bias)
+
+
+def w12_linear(
+    x: torch.Tensor,
+    w: W12Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    backend: str = "auto",
+    rebias: bool = False,
+    config: W12KernelConfig | None = None,
+) -> torch.Tensor:
+    """Exact ``y = x @ W^T (+ bias)`` with W in W12.
+
+    Args:
+        x: bf16 ``[..., K]`` on the device of ``w``.
+        w: :class:`W12Tensor` ``[N, K]``.
+        bias: optional bf16 ``[N]``.
+        backend: ``"torch"`` decodes and calls ``F.linear`` (bit-identical to the bf16 layer);
+            ``"triton"`` runs the fused kernel :func:`specdec.kernels.w12_gemm.w12_matmul` (weights
+            bit-identical inside the GEMM; output equal to the same kernel on bf16 weights);
+            ``"auto"`` = Triton on CUDA, else torch.
+        rebias: Triton only. Build weights with exponent ``112 + E`` (the row base leaves the
+            inner loop) and scale the fp32 accumulator by ``2^(base-112)``. Equal to the exact
+            kernel while every product and partial sum stays a normal fp32 number in both scalings
+            (see ``docs/w12.md``); raises ``ValueError`` if an escape cannot be rebiased exactly.
+        config: tile shape; default from :func:`specdec.kernels.w12_gemm.default_config`.
+
+    Returns:
+        bf16 ``[..., N]``.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 2.0], [0.0, -1.0]], dtype=torch.bfloat16)
+        >>> x = torch.tensor([[1.0, 1.0]], dtype=torch.bfloat16)
+        >>> w12_linear(x, W12Tensor.from_bf16(w), backend="torch")
+        tensor([[ 3., -1.]], dtype=torch.bfloat16)
+    """
+    _check_linear_inputs(x, w, bias)
+    if resolve_backend(backend, x.device) == "torch":
+        return w12_linear_reference(x, w, bias)
+    return w12_matmul(x, w.ae, w.nib, w.base, w.esc_rows, w.esc_cols, w.esc_bits, k=w.shape[1], bias=bias,
+                      rebias=rebias, config=config, escape_cache=w._kernel_cache)
+
+
+def q_linear(
+    x: torch.Tensor,
+    w: W12Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    backend: str = "auto",
+    config: W12KernelConfig | None = None,
+) -> torch.Tensor:
+    """Approximate ``y = x @ Q^T (+ bias)`` with Q = ``w.q_view()``, reading only the 8-bit plane.
+
+    Shapes and backends as :func:`w12_linear` (the Triton path is
+    :func:`specdec.kernels.w12_gemm.q_matmul`). Used for proposal passes only: its output decides
+    nothing that is emitted.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
+        >>> q_linear(torch.ones(1, 2, dtype=torch.bfloat16), W12Tensor.from_bf16(w), backend="torch")
+        tensor([[3.1875]], dtype=torch.bfloat16)
+    """
+    _check_linear_inputs(x, w, bias)
+    if resolve_backend(backend, x.device) == "torch":
+        return q_linear_reference(x, w, bias)
+    return q_matmul(x, w.ae, w.base, k=w.shape[1], bias=bias, config=config)
+
+
+def decode_tiles(w: W12Tensor, *, mode: str = "exact", config: W12KernelConfig | None = None) -> torch.Tensor:
+    """The weight ``[N, K]`` as the W12 GEMM kernel's registers hold it before ``tl.dot`` (tests only).
+
+    ``mode`` "exact" must equal ``w.to_bf16()`` bit for bit, "q" ``w.q_view()``, "rebias" the weights
+    times ``2^(112 - base)``. See :func:`specdec.kernels.w12_gemm.decode_w12_tiles`.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 0.0]], dtype=torch.bfloat16)
+        >>> decode_tiles(W12Tensor.from_bf16(w))  # doctest: +SKIP
+        tensor([[1., 0.]], dtype=torch.bfloat16)
+    """
+    if not isinstance(w, W12Tensor):
+        raise TypeError(f"w: expected a W12Tensor, got {type(w).__name__}")
+    return decode_w12_tiles(w.ae, w.nib, w.base, w.esc_rows, w.esc_cols, w.esc_bits, k=w.shape[1], mode=mode,
+                            config=config)
 
 
 @dataclass(frozen=True)
@@ -445,8 +583,6 @@ def convert(
         )
     return ConversionReport(tensors, tuple(skipped_names))
 
-
-# safetensors I/O
 
 _W12_SUFFIX = ".__w12__."
 
