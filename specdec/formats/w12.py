@@ -496,10 +496,14 @@ class TensorReport:
 
 @dataclass(frozen=True)
 class ConversionReport:
-    """Per-tensor report of :func:`convert`, keyed by parameter name (``"layers.0.qkv.weight"``)."""
+    """What :func:`convert` did, keyed by parameter name (``"layers.0.qkv.weight"``).
+
+    ``tensors`` holds the converted weights; ``skipped`` maps every ``nn.Linear`` weight left as it
+    was to the reason (``"matches skip entry 'lm_head'"``, ``"already a W12Tensor"``).
+    """
 
     tensors: dict[str, TensorReport]
-    skipped: tuple[str, ...]
+    skipped: dict[str, str]
 
     @property
     def bits_per_weight(self) -> float:
@@ -514,6 +518,8 @@ class ConversionReport:
             lines.append(
                 f"{name:<48} {str(t.shape):>16} {t.escape_fraction:>12.3e} {t.bits_per_weight:>8.4f}"
             )
+        for name, reason in self.skipped.items():
+            lines.append(f"{name:<48} left as it was: {reason}")
         lines.append(f"converted {len(self.tensors)}, skipped {len(self.skipped)}; "
                      f"mean {self.bits_per_weight:.4f} bits/weight")
         return "\n".join(lines)
@@ -522,18 +528,28 @@ class ConversionReport:
 def convert(
     module: nn.Module,
     *,
+    dtype: torch.dtype | None = None,
     max_escape_fraction: float = 1e-3,
     skip: Iterable[str] = (),
     linear_backend: str = "auto",
 ) -> ConversionReport:
-    """Swap the weight of every eligible ``nn.Linear`` in ``module`` for a :class:`W12Tensor`, in place.
+    """Swap the weight of every ``nn.Linear`` in ``module`` for a :class:`W12Tensor`, in place.
 
-    Eligible: ``nn.Linear`` with a 2-D contiguous bf16 weight whose qualified module name does
-    not match ``skip`` (an entry matches a name equal to it or ending in ``"." + entry``, e.g.
-    ``skip=("lm_head",)``). The module stays an ``nn.Linear`` (its ``forward`` calls
-    ``F.linear``, which the W12 weight overrides), so hooks, ``state_dict`` names and model code
-    are untouched. Every tensor is checked before any is swapped: a tensor whose escape fraction
-    exceeds ``max_escape_fraction`` raises ``ValueError`` naming it, and the module is unchanged.
+    W12 stores bf16 weights exactly, so every ``nn.Linear`` to convert must hold a bf16 weight;
+    any other dtype raises ``TypeError`` naming the layers, unless ``dtype=torch.bfloat16`` is passed:
+    then every floating-point parameter of ``module`` (not only the linears, so that activations stay
+    bf16 throughout) is first cast to bf16. That cast is lossy for float32 (and float16) weights;
+    W12 is then exact with respect to the bf16 weights, not to the originals.
+
+    A linear is left as it was when its qualified module name matches ``skip`` (an entry matches a
+    name equal to it or ending in ``"." + entry``, e.g. ``skip=("lm_head",)``) or its weight already
+    is a W12Tensor; the report names each one with the reason, and both lists are logged (logger
+    ``"specdec"``, INFO). A module with nothing to convert raises ``ValueError``.
+
+    The layers stay ``nn.Linear`` (their ``forward`` calls ``F.linear``, which the W12 weight
+    overrides), so hooks, ``state_dict`` names and model code are untouched. Every tensor is checked
+    before any is swapped: a tensor whose escape fraction exceeds ``max_escape_fraction`` raises
+    ``ValueError`` naming it, and the module is unchanged.
 
     Example::
 
@@ -541,33 +557,53 @@ def convert(
         >>> report = convert(model)
         >>> report.tensors["0.weight"].shape
         (8, 16)
+        >>> fp32 = nn.Sequential(nn.Linear(16, 8), nn.Linear(8, 4))
+        >>> sorted(convert(fp32, dtype=torch.bfloat16, skip=("1",)).skipped.items())
+        [('1.weight', "matches skip entry '1'")]
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module: expected an nn.Module, got {type(module).__name__}")
+    if dtype is not None and dtype != torch.bfloat16:
+        raise ValueError(f"dtype: W12 holds bf16 weights; expected None or torch.bfloat16, got {dtype!r}")
     if not (0.0 <= max_escape_fraction <= 1.0):
         raise ValueError(f"max_escape_fraction: expected a value in [0, 1], got {max_escape_fraction}")
     skip = tuple(skip)
 
-    def skipped(name: str) -> bool:
-        return any(name == s or name.endswith("." + s) for s in skip)
+    def matching_skip(name: str) -> str | None:
+        return next((s for s in skip if name == s or name.endswith("." + s)), None)
 
-    planned: list[tuple[str, nn.Linear, W12Tensor]] = []
-    skipped_names: list[str] = []
+    linears: list[tuple[str, str, nn.Linear]] = []
+    skipped: dict[str, str] = {}
+    wrong_dtype: list[str] = []
     for name, sub in module.named_modules():
         if not isinstance(sub, nn.Linear):
             continue
-        weight = sub.weight
         pname = f"{name}.weight" if name else "weight"
-        if (
-            skipped(name)
-            or isinstance(weight, W12Tensor)
-            or weight.dtype != torch.bfloat16
-            or weight.dim() != 2
-            or not weight.is_contiguous()
-        ):
-            skipped_names.append(pname)
-            continue
-        w12 = W12Tensor.from_bf16(weight.detach(), linear_backend=linear_backend)
+        entry = matching_skip(name)
+        if entry is not None:
+            skipped[pname] = f"matches skip entry {entry!r}"
+        elif isinstance(sub.weight, W12Tensor):
+            skipped[pname] = "already a W12Tensor"
+        else:
+            if sub.weight.dtype != torch.bfloat16:
+                wrong_dtype.append(f"{pname} ({sub.weight.dtype})")
+            linears.append((name, pname, sub))
+    if wrong_dtype and dtype is None:
+        raise TypeError(
+            f"module: expected bf16 weights, got {', '.join(wrong_dtype[:3])}"
+            f"{f' and {len(wrong_dtype) - 3} more' if len(wrong_dtype) > 3 else ''}; pass dtype=torch.bfloat16 "
+            "to cast every floating-point parameter to bf16 first (lossy for float32; W12 is then exact w.r.t. "
+            "the bf16 weights), or skip these layers"
+        )
+    if not linears:
+        found = f"; left as they were: {skipped}" if skipped else ""
+        raise ValueError(f"module: expected at least one nn.Linear to convert, found none{found}")
+
+    planned: list[tuple[str, nn.Linear, W12Tensor]] = []
+    for name, pname, sub in linears:
+        weight = sub.weight.detach().to(torch.bfloat16)
+        # The planes are a fresh copy, so a strided weight converts as well as a contiguous one.
+        w12 = W12Tensor.from_bf16(weight.contiguous(), linear_backend=linear_backend)
         if w12.escape_fraction > max_escape_fraction:
             raise ValueError(
                 f"{pname}: escape fraction {w12.escape_fraction:.3e} ({w12.num_escapes} of "
@@ -575,13 +611,22 @@ def convert(
                 f"raise the bound or pass skip=({name!r},)"
             )
         planned.append((pname, sub, w12))
+    if dtype is not None:
+        with torch.no_grad():
+            for param in module.parameters():
+                if param.is_floating_point() and param.dtype != dtype and not isinstance(param, W12Tensor):
+                    param.data = param.data.to(dtype)
     tensors = {}
     for pname, sub, w12 in planned:
         sub.weight = nn.Parameter(w12, requires_grad=False)
         tensors[pname] = TensorReport(
             tuple(w12.shape), w12.escape_fraction, w12.bits_per_weight, w12.num_escapes
         )
-    return ConversionReport(tensors, tuple(skipped_names))
+    report = ConversionReport(tensors, skipped)
+    logger.info("convert: %d linear weights to W12 (%s)", len(tensors), ", ".join(tensors))
+    for pname, reason in skipped.items():
+        logger.info("convert: left %s as it was: %s", pname, reason)
+    return report
 
 
 _W12_SUFFIX = ".__w12__."
