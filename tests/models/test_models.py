@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.models.loading import _choose_device_and_dtype, gguf_architectures
+from specdec.models import loading
 from specdec.testing import tiny_hf_model, tiny_target
 
 CONFIGS = {
@@ -199,9 +199,9 @@ def test_load_target_explicit_arguments_win_over_the_defaults():
 
 def test_default_choice_is_cuda_and_bf16_when_cuda_is_available(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert _choose_device_and_dtype(None, None, None, "bf16") == (torch.device("cuda"), torch.bfloat16)
-    assert _choose_device_and_dtype(torch.device("cpu"), None, None, "bf16") == (torch.device("cpu"), torch.float32)
-    assert _choose_device_and_dtype(None, "cpu", torch.float64, "bf16") == (torch.device("cpu"), torch.float64)
+    assert loading._choose_device_and_dtype(None, None, None, "bf16") == (torch.device("cuda"), torch.bfloat16)
+    assert loading._choose_device_and_dtype(torch.device("cpu"), None, None, "bf16") == (torch.device("cpu"), torch.float32)
+    assert loading._choose_device_and_dtype(None, "cpu", torch.float64, "bf16") == (torch.device("cpu"), torch.float64)
 
 
 def write_gguf(path, architecture: str):
@@ -227,8 +227,8 @@ def test_gguf_with_an_unsupported_architecture_names_it(tmp_path, architecture):
 def test_gguf_architectures_are_transformers_gguf_ones_the_runtime_supports():
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    assert gguf_architectures() == ("llama", "qwen2", "qwen3")
-    assert set(gguf_architectures()) <= set(GGUF_SUPPORTED_ARCHITECTURES) & set(sd.models.SUPPORTED_MODEL_TYPES)
+    assert loading.gguf_architectures() == ("llama", "qwen2", "qwen3")
+    assert set(loading.gguf_architectures()) <= set(GGUF_SUPPORTED_ARCHITECTURES) & set(sd.models.SUPPORTED_MODEL_TYPES)
 
 
 def test_a_file_that_is_not_gguf_is_named(tmp_path):
