@@ -5,11 +5,9 @@ import logging
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from specdec.formats import W12Tensor, convert, load_file, load_into, save_file
-from specdec.formats import w12 as w12_mod
 
 
 def all_patterns() -> torch.Tensor:
@@ -222,7 +220,8 @@ def test_w12_weight_is_read_only_and_other_ops_decode():
 
 def test_convert_refuses_float32_weights_and_names_them():
     model = tiny_model(dtype=torch.float32)
-    with pytest.raises(TypeError, match=r"module: expected bf16 weights, got qkv\.weight \(torch\.float32\).*dtype=torch\.bfloat16"):
+    expected = r"module: expected bf16 weights, got qkv\.weight \(torch\.float32\).*dtype=torch\.bfloat16"
+    with pytest.raises(TypeError, match=expected):
         convert(model)
     assert all(m.weight.dtype == torch.float32 and not isinstance(m.weight, W12Tensor) for m in model.values())
 
