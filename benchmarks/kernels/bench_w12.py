@@ -108,15 +108,8 @@ def bench_gpu(args) -> dict:
     import triton
     import triton.testing
 
-    from specdec.formats.w12 import W12Tensor
-    from specdec.kernels.w12_gemm import (
-        W12KernelConfig,
-        bf16_linear_triton,
-        decode_tiles,
-        default_config,
-        q_linear,
-        w12_linear,
-    )
+    from specdec.formats.w12 import W12KernelConfig, W12Tensor, decode_tiles, q_linear, w12_linear
+    from specdec.kernels.w12_gemm import bf16_linear_triton, default_config
 
     dev = torch.device("cuda")
     t_start = time.time()

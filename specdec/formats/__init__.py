@@ -1,21 +1,21 @@
 """Weight formats: W12 lossless 12-bit weights with an 8-bit sub-view.
 
-``w12_linear``, ``q_linear`` and ``W12KernelConfig`` live in ``specdec.kernels.w12_gemm`` and are
-re-exported here on first access (the kernel module imports this package, so an eager import
-would be circular).
+``W12Tensor`` holds the planes; ``w12_linear`` and ``q_linear`` unpack them for the raw-plane kernels
+of ``specdec.kernels.w12_gemm`` (the kernels never see a ``W12Tensor``).
 """
 
 from specdec.formats.w12 import (
     ConversionReport,
     TensorReport,
+    W12KernelConfig,
     W12Tensor,
     convert,
     load_file,
     load_into,
+    q_linear,
     save_file,
+    w12_linear,
 )
-
-_KERNEL_NAMES = ("w12_linear", "q_linear", "W12KernelConfig")
 
 __all__ = [
     "W12Tensor",
@@ -29,11 +29,3 @@ __all__ = [
     "load_file",
     "load_into",
 ]
-
-
-def __getattr__(name: str):
-    if name in _KERNEL_NAMES:
-        from specdec.kernels import w12_gemm
-
-        return getattr(w12_gemm, name)
-    raise AttributeError(f"module 'specdec.formats' has no attribute {name!r}")

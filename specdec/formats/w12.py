@@ -39,6 +39,7 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -46,23 +47,39 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.kernels.w12_gemm import (
+    REBIAS_EXPONENT,
+    W12KernelConfig,
+    decode_w12_tiles,
+    q_matmul,
+    resolve_backend,
+    w12_matmul,
+)
+
 __all__ = [
     "W12Tensor",
+    "W12KernelConfig",
     "ConversionReport",
     "TensorReport",
     "convert",
+    "w12_linear",
+    "q_linear",
+    "w12_linear_reference",
+    "q_linear_reference",
+    "decode_tiles",
     "save_file",
     "load_file",
     "load_into",
     "decode_ae_bytes",
+    "REBIAS_EXPONENT",
 ]
+
+logger = logging.getLogger("specdec")
 
 # Largest base that keeps the whole 16-binade window inside the normal range [1, 254].
 MAX_BASE = 239
 WINDOW = 16
 _EXP_MASK = 0xFF
-# bf16 exponent 112 puts a 4-bit offset E at 112 + E, i.e. values in [2^-15, 2): always normal.
-REBIAS_EXPONENT = 112
 
 
 def _bits16(w: torch.Tensor) -> torch.Tensor:
@@ -179,8 +196,6 @@ class W12Tensor(torch.Tensor):
         # Per-(tile shape, mode) escape index used by the kernels, built on first use.
         self._kernel_cache: dict = {}
 
-    # construction / decoding
-
     @classmethod
     def from_bf16(cls, weight: torch.Tensor, *, linear_backend: str = "auto") -> W12Tensor:
         """Encode a contiguous bf16 ``weight [N, K]`` (N output channels). Exact for any bits.
@@ -257,8 +272,6 @@ class W12Tensor(torch.Tensor):
         bits = decode_ae_bytes(self.ae_logical(), self.base, 0b1000)
         return bits.to(torch.int16).view(torch.bfloat16)
 
-    # sizes
-
     @property
     def num_escapes(self) -> int:
         return int(self.esc_rows.numel())
@@ -277,8 +290,6 @@ class W12Tensor(torch.Tensor):
     def bits_per_weight(self) -> float:
         n, k = self.shape
         return 8.0 * self.nbytes / max(1, n * k)
-
-    # tensor-subclass plumbing
 
     def __repr__(self) -> str:  # type: ignore[override]
         n, k = self.shape
@@ -308,8 +319,6 @@ class W12Tensor(torch.Tensor):
             weight = args[1] if len(args) > 1 else kwargs["weight"]
             bias = args[2] if len(args) > 2 else kwargs.get("bias")
             if isinstance(weight, W12Tensor) and not isinstance(x, W12Tensor):
-                from specdec.kernels.w12_gemm import w12_linear
-
                 return w12_linear(x, weight, bias=bias, backend=weight.linear_backend)
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
@@ -343,7 +352,136 @@ class W12Tensor(torch.Tensor):
         return func(*args, **kwargs)
 
 
-# whole-module conversion
+def _check_linear_inputs(x: object, w: object, bias: object) -> None:
+    if not isinstance(x, torch.Tensor) or isinstance(x, W12Tensor):
+        raise TypeError(f"x: expected a bf16 torch.Tensor, got {type(x).__name__}")
+    if not isinstance(w, W12Tensor):
+        raise TypeError(f"w: expected a W12Tensor (build with W12Tensor.from_bf16), got {type(w).__name__}")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"x: expected dtype torch.bfloat16, got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"x: expected shape [..., {w.shape[1]}] (K of w {tuple(w.shape)}), got {tuple(x.shape)}")
+    if x.device != w.device:
+        raise ValueError(f"x: expected device {w.device} (where w lives), got {x.device}")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias: expected a tensor or None, got {type(bias).__name__}")
+        if bias.shape != (w.shape[0],):
+            raise ValueError(f"bias: expected shape ({w.shape[0]},), got {tuple(bias.shape)}")
+        if bias.dtype != torch.bfloat16:
+            raise TypeError(f"bias: expected dtype torch.bfloat16, got {bias.dtype}")
+        if bias.device != w.device:
+            raise ValueError(f"bias: expected device {w.device}, got {bias.device}")
+
+
+def w12_linear_reference(x: torch.Tensor, w: W12Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Pure-PyTorch reference of :func:`w12_linear`: exact decode, then ``F.linear``.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
+        >>> w12_linear_reference(torch.ones(1, 2, dtype=torch.bfloat16), W12Tensor.from_bf16(w))
+        tensor([[3.]], dtype=torch.bfloat16)
+    """
+    return F.linear(x, w.to_bf16(), bias)
+
+
+def q_linear_reference(x: torch.Tensor, w: W12Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Pure-PyTorch reference of :func:`q_linear`: 8-bit-view decode, then ``F.linear``.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
+        >>> q_linear_reference(torch.ones(1, 2, dtype=torch.bfloat16), W12Tensor.from_bf16(w))
+        tensor([[3.1875]], dtype=torch.bfloat16)
+    """
+    return F.linear(x, w.q_view(), bias)
+
+
+def w12_linear(
+    x: torch.Tensor,
+    w: W12Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    backend: str = "auto",
+    rebias: bool = False,
+    config: W12KernelConfig | None = None,
+) -> torch.Tensor:
+    """Exact ``y = x @ W^T (+ bias)`` with W in W12.
+
+    Args:
+        x: bf16 ``[..., K]`` on the device of ``w``.
+        w: :class:`W12Tensor` ``[N, K]``.
+        bias: optional bf16 ``[N]``.
+        backend: ``"torch"`` decodes and calls ``F.linear`` (bit-identical to the bf16 layer);
+            ``"triton"`` runs the fused kernel :func:`specdec.kernels.w12_gemm.w12_matmul` (weights
+            bit-identical inside the GEMM; output equal to the same kernel on bf16 weights);
+            ``"auto"`` = Triton on CUDA, else torch.
+        rebias: Triton only. Build weights with exponent ``112 + E`` (the row base leaves the
+            inner loop) and scale the fp32 accumulator by ``2^(base-112)``. Equal to the exact
+            kernel while every product and partial sum stays a normal fp32 number in both scalings
+            (see ``docs/w12.md``); raises ``ValueError`` if an escape cannot be rebiased exactly.
+        config: tile shape; default from :func:`specdec.kernels.w12_gemm.default_config`.
+
+    Returns:
+        bf16 ``[..., N]``.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 2.0], [0.0, -1.0]], dtype=torch.bfloat16)
+        >>> x = torch.tensor([[1.0, 1.0]], dtype=torch.bfloat16)
+        >>> w12_linear(x, W12Tensor.from_bf16(w), backend="torch")
+        tensor([[ 3., -1.]], dtype=torch.bfloat16)
+    """
+    _check_linear_inputs(x, w, bias)
+    if resolve_backend(backend, x.device) == "torch":
+        return w12_linear_reference(x, w, bias)
+    return w12_matmul(x, w.ae, w.nib, w.base, w.esc_rows, w.esc_cols, w.esc_bits, k=w.shape[1], bias=bias,
+                      rebias=rebias, config=config, escape_cache=w._kernel_cache)
+
+
+def q_linear(
+    x: torch.Tensor,
+    w: W12Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    backend: str = "auto",
+    config: W12KernelConfig | None = None,
+) -> torch.Tensor:
+    """Approximate ``y = x @ Q^T (+ bias)`` with Q = ``w.q_view()``, reading only the 8-bit plane.
+
+    Shapes and backends as :func:`w12_linear` (the Triton path is
+    :func:`specdec.kernels.w12_gemm.q_matmul`). Used for proposal passes only: its output decides
+    nothing that is emitted.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
+        >>> q_linear(torch.ones(1, 2, dtype=torch.bfloat16), W12Tensor.from_bf16(w), backend="torch")
+        tensor([[3.1875]], dtype=torch.bfloat16)
+    """
+    _check_linear_inputs(x, w, bias)
+    if resolve_backend(backend, x.device) == "torch":
+        return q_linear_reference(x, w, bias)
+    return q_matmul(x, w.ae, w.base, k=w.shape[1], bias=bias, config=config)
+
+
+def decode_tiles(w: W12Tensor, *, mode: str = "exact", config: W12KernelConfig | None = None) -> torch.Tensor:
+    """The weight ``[N, K]`` as the W12 GEMM kernel's registers hold it before ``tl.dot`` (tests only).
+
+    ``mode`` "exact" must equal ``w.to_bf16()`` bit for bit, "q" ``w.q_view()``, "rebias" the weights
+    times ``2^(112 - base)``. See :func:`specdec.kernels.w12_gemm.decode_w12_tiles`.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 0.0]], dtype=torch.bfloat16)
+        >>> decode_tiles(W12Tensor.from_bf16(w))  # doctest: +SKIP
+        tensor([[1., 0.]], dtype=torch.bfloat16)
+    """
+    if not isinstance(w, W12Tensor):
+        raise TypeError(f"w: expected a W12Tensor, got {type(w).__name__}")
+    return decode_w12_tiles(w.ae, w.nib, w.base, w.esc_rows, w.esc_cols, w.esc_bits, k=w.shape[1], mode=mode,
+                            config=config)
 
 
 @dataclass(frozen=True)
@@ -358,10 +496,14 @@ class TensorReport:
 
 @dataclass(frozen=True)
 class ConversionReport:
-    """Per-tensor report of :func:`convert`, keyed by parameter name (``"layers.0.qkv.weight"``)."""
+    """What :func:`convert` did, keyed by parameter name (``"layers.0.qkv.weight"``).
+
+    ``tensors`` holds the converted weights; ``skipped`` maps every ``nn.Linear`` weight left as it
+    was to the reason (``"matches skip entry 'lm_head'"``, ``"already a W12Tensor"``).
+    """
 
     tensors: dict[str, TensorReport]
-    skipped: tuple[str, ...]
+    skipped: dict[str, str]
 
     @property
     def bits_per_weight(self) -> float:
@@ -376,6 +518,8 @@ class ConversionReport:
             lines.append(
                 f"{name:<48} {str(t.shape):>16} {t.escape_fraction:>12.3e} {t.bits_per_weight:>8.4f}"
             )
+        for name, reason in self.skipped.items():
+            lines.append(f"{name:<48} left as it was: {reason}")
         lines.append(f"converted {len(self.tensors)}, skipped {len(self.skipped)}; "
                      f"mean {self.bits_per_weight:.4f} bits/weight")
         return "\n".join(lines)
@@ -384,18 +528,28 @@ class ConversionReport:
 def convert(
     module: nn.Module,
     *,
+    dtype: torch.dtype | None = None,
     max_escape_fraction: float = 1e-3,
     skip: Iterable[str] = (),
     linear_backend: str = "auto",
 ) -> ConversionReport:
-    """Swap the weight of every eligible ``nn.Linear`` in ``module`` for a :class:`W12Tensor`, in place.
+    """Swap the weight of every ``nn.Linear`` in ``module`` for a :class:`W12Tensor`, in place.
 
-    Eligible: ``nn.Linear`` with a 2-D contiguous bf16 weight whose qualified module name does
-    not match ``skip`` (an entry matches a name equal to it or ending in ``"." + entry``, e.g.
-    ``skip=("lm_head",)``). The module stays an ``nn.Linear`` (its ``forward`` calls
-    ``F.linear``, which the W12 weight overrides), so hooks, ``state_dict`` names and model code
-    are untouched. Every tensor is checked before any is swapped: a tensor whose escape fraction
-    exceeds ``max_escape_fraction`` raises ``ValueError`` naming it, and the module is unchanged.
+    W12 stores bf16 weights exactly, so every ``nn.Linear`` to convert must hold a bf16 weight;
+    any other dtype raises ``TypeError`` naming the layers, unless ``dtype=torch.bfloat16`` is passed:
+    then every floating-point parameter of ``module`` (not only the linears, so that activations stay
+    bf16 throughout) is first cast to bf16. That cast is lossy for float32 (and float16) weights;
+    W12 is then exact with respect to the bf16 weights, not to the originals.
+
+    A linear is left as it was when its qualified module name matches ``skip`` (an entry matches a
+    name equal to it or ending in ``"." + entry``, e.g. ``skip=("lm_head",)``) or its weight already
+    is a W12Tensor; the report names each one with the reason, and both lists are logged (logger
+    ``"specdec"``, INFO). A module with nothing to convert raises ``ValueError``.
+
+    The layers stay ``nn.Linear`` (their ``forward`` calls ``F.linear``, which the W12 weight
+    overrides), so hooks, ``state_dict`` names and model code are untouched. Every tensor is checked
+    before any is swapped: a tensor whose escape fraction exceeds ``max_escape_fraction`` raises
+    ``ValueError`` naming it, and the module is unchanged.
 
     Example::
 
@@ -403,33 +557,53 @@ def convert(
         >>> report = convert(model)
         >>> report.tensors["0.weight"].shape
         (8, 16)
+        >>> fp32 = nn.Sequential(nn.Linear(16, 8), nn.Linear(8, 4))
+        >>> sorted(convert(fp32, dtype=torch.bfloat16, skip=("1",)).skipped.items())
+        [('1.weight', "matches skip entry '1'")]
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module: expected an nn.Module, got {type(module).__name__}")
+    if dtype is not None and dtype != torch.bfloat16:
+        raise ValueError(f"dtype: W12 holds bf16 weights; expected None or torch.bfloat16, got {dtype!r}")
     if not (0.0 <= max_escape_fraction <= 1.0):
         raise ValueError(f"max_escape_fraction: expected a value in [0, 1], got {max_escape_fraction}")
     skip = tuple(skip)
 
-    def skipped(name: str) -> bool:
-        return any(name == s or name.endswith("." + s) for s in skip)
+    def matching_skip(name: str) -> str | None:
+        return next((s for s in skip if name == s or name.endswith("." + s)), None)
 
-    planned: list[tuple[str, nn.Linear, W12Tensor]] = []
-    skipped_names: list[str] = []
+    linears: list[tuple[str, str, nn.Linear]] = []
+    skipped: dict[str, str] = {}
+    wrong_dtype: list[str] = []
     for name, sub in module.named_modules():
         if not isinstance(sub, nn.Linear):
             continue
-        weight = sub.weight
         pname = f"{name}.weight" if name else "weight"
-        if (
-            skipped(name)
-            or isinstance(weight, W12Tensor)
-            or weight.dtype != torch.bfloat16
-            or weight.dim() != 2
-            or not weight.is_contiguous()
-        ):
-            skipped_names.append(pname)
-            continue
-        w12 = W12Tensor.from_bf16(weight.detach(), linear_backend=linear_backend)
+        entry = matching_skip(name)
+        if entry is not None:
+            skipped[pname] = f"matches skip entry {entry!r}"
+        elif isinstance(sub.weight, W12Tensor):
+            skipped[pname] = "already a W12Tensor"
+        else:
+            if sub.weight.dtype != torch.bfloat16:
+                wrong_dtype.append(f"{pname} ({sub.weight.dtype})")
+            linears.append((name, pname, sub))
+    if wrong_dtype and dtype is None:
+        raise TypeError(
+            f"module: expected bf16 weights, got {', '.join(wrong_dtype[:3])}"
+            f"{f' and {len(wrong_dtype) - 3} more' if len(wrong_dtype) > 3 else ''}; pass dtype=torch.bfloat16 "
+            "to cast every floating-point parameter to bf16 first (lossy for float32; W12 is then exact w.r.t. "
+            "the bf16 weights), or skip these layers"
+        )
+    if not linears:
+        found = f"; left as they were: {skipped}" if skipped else ""
+        raise ValueError(f"module: expected at least one nn.Linear to convert, found none{found}")
+
+    planned: list[tuple[str, nn.Linear, W12Tensor]] = []
+    for name, pname, sub in linears:
+        weight = sub.weight.detach().to(torch.bfloat16)
+        # The planes are a fresh copy, so a strided weight converts as well as a contiguous one.
+        w12 = W12Tensor.from_bf16(weight.contiguous(), linear_backend=linear_backend)
         if w12.escape_fraction > max_escape_fraction:
             raise ValueError(
                 f"{pname}: escape fraction {w12.escape_fraction:.3e} ({w12.num_escapes} of "
@@ -437,16 +611,23 @@ def convert(
                 f"raise the bound or pass skip=({name!r},)"
             )
         planned.append((pname, sub, w12))
+    if dtype is not None:
+        with torch.no_grad():
+            for param in module.parameters():
+                if param.is_floating_point() and param.dtype != dtype and not isinstance(param, W12Tensor):
+                    param.data = param.data.to(dtype)
     tensors = {}
     for pname, sub, w12 in planned:
         sub.weight = nn.Parameter(w12, requires_grad=False)
         tensors[pname] = TensorReport(
             tuple(w12.shape), w12.escape_fraction, w12.bits_per_weight, w12.num_escapes
         )
-    return ConversionReport(tensors, tuple(skipped_names))
+    report = ConversionReport(tensors, skipped)
+    logger.info("convert: %d linear weights to W12 (%s)", len(tensors), ", ".join(tensors))
+    for pname, reason in skipped.items():
+        logger.info("convert: left %s as it was: %s", pname, reason)
+    return report
 
-
-# safetensors I/O
 
 _W12_SUFFIX = ".__w12__."
 

@@ -1,47 +1,56 @@
-"""W12 GEMM kernels: ``y = x @ W^T`` with W stored as a :class:`~specdec.formats.W12Tensor`.
+"""W12 GEMM kernels: ``y = x @ W^T`` with W given as the raw W12 planes.
 
-Two public primitives, each with a pure-PyTorch reference beside it:
+The weight arrives as plain tensors, in the layout that ``specdec/formats/w12.py`` documents (``docs/w12.md``
+derives it): the AE plane ``ae`` uint8 ``[N, k_padded]``, the nibble plane ``nib`` uint8
+``[N, k_padded // 2]``, the row bases ``base`` uint8 ``[N]`` and the escape list ``esc_rows``,
+``esc_cols`` int32 / ``esc_bits`` int16 ``[num_escapes]``. This module knows nothing of
+``W12Tensor``; ``specdec.formats`` unpacks its tensors and calls these functions.
 
-* :func:`w12_linear` — exact. The Triton kernel decodes W12 into bf16 in registers (the bf16
+* :func:`w12_matmul` — exact. The Triton kernel decodes W12 into bf16 in registers (the bf16
   matrix never exists in global memory), patches escaped weights in registers with their exact bits,
   and feeds ``tl.dot``: the GEMM sees weights bit-identical to the bf16 original, so its output is
-  bit-identical to the same kernel run on the bf16 weights (``mode="bf16"`` below; tested).
-* :func:`q_linear` — the 8-bit view. Reads only the AE plane and the row bases, low mantissa
-  nibble at the midpoint, escapes left as placeholders; equals ``F.linear(x, w.q_view())`` up to
-  GEMM rounding.
+  bit-identical to the same kernel run on the bf16 weights (:func:`bf16_linear_triton`; tested).
+* :func:`q_matmul` — the 8-bit view. Reads only the AE plane and the row bases, low mantissa
+  nibble at the midpoint, escapes left as placeholders.
+* :func:`decode_w12_tiles` — the same kernel storing every decoded weight tile, for tests.
 
-Kernel structure (see ``docs/w12.md`` for the derivation): swap-AB skinny GEMM, the weight tile
-``[BLOCK_N, BLOCK_K]`` is the left operand and ``x^T [BLOCK_K, BLOCK_M]`` the right one, so M (tokens)
-may be as small as 1 with a 16-wide tile. Grid ``(N tiles, split_k, M tiles)``; with split-K the
-fp32 partials go to a workspace and a second small kernel reduces them in a fixed order
-(deterministic). Decode works on 32-bit words: one AE word (4 weights) gives two bf16x2 words
-with two shifts and masks each, the B nibbles of 8 weights come from one word.
+Their pure-PyTorch references decode the planes and call ``F.linear``
+(``specdec.formats.w12_linear(..., backend="torch")``).
+
+Kernel structure: swap-AB skinny GEMM, the weight tile ``[BLOCK_N, BLOCK_K]`` is the left operand and
+``x^T [BLOCK_K, BLOCK_M]`` the right one, so M (tokens) may be as small as 1 with a 16-wide tile.
+Grid ``(N tiles, split_k, M tiles)``; with split-K the fp32 partials go to a workspace and a second
+small kernel reduces them in a fixed order (deterministic). Decode works on 32-bit words: one AE word
+(4 weights) gives two bf16x2 words with two shifts and masks each, the B nibbles of 8 weights come
+from one word.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from collections.abc import MutableMapping
+from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from specdec.formats.w12 import REBIAS_EXPONENT, W12Tensor
-
 __all__ = [
     "W12KernelConfig",
-    "w12_linear",
-    "q_linear",
-    "w12_linear_reference",
-    "q_linear_reference",
-    "decode_tiles",
+    "REBIAS_EXPONENT",
+    "w12_matmul",
+    "q_matmul",
+    "decode_w12_tiles",
     "bf16_linear_triton",
     "default_config",
+    "escape_tile_index",
+    "rebias_escape_bits",
+    "resolve_backend",
 ]
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+# bf16 exponent 112 puts a 4-bit offset E at 112 + E, i.e. values in [2^-15, 2): always normal.
+REBIAS_EXPONENT = 112
 
 _MODE_EXACT = 0
 _MODE_REBIAS = 1
@@ -273,33 +282,14 @@ def _splitk_reduce_kernel(
     tl.store(out_ptr + offs, acc.to(tl.bfloat16), mask=mask)
 
 
-def _check_inputs(x, w, bias, name_w="w") -> None:
-    if not isinstance(x, torch.Tensor) or isinstance(x, W12Tensor):
-        raise TypeError(f"x: expected a bf16 torch.Tensor, got {type(x).__name__}")
-    if not isinstance(w, W12Tensor):
-        raise TypeError(
-            f"{name_w}: expected a W12Tensor (build with W12Tensor.from_bf16), got {type(w).__name__}"
-        )
-    if x.dtype != torch.bfloat16:
-        raise TypeError(f"x: expected dtype torch.bfloat16, got {x.dtype}")
-    if x.dim() < 1 or x.shape[-1] != w.shape[1]:
-        raise ValueError(
-            f"x: expected shape [..., {w.shape[1]}] (K of {name_w} {tuple(w.shape)}), got {tuple(x.shape)}"
-        )
-    if x.device != w.device:
-        raise ValueError(f"x: expected device {w.device} (where {name_w} lives), got {x.device}")
-    if bias is not None:
-        if not isinstance(bias, torch.Tensor):
-            raise TypeError(f"bias: expected a tensor or None, got {type(bias).__name__}")
-        if bias.shape != (w.shape[0],):
-            raise ValueError(f"bias: expected shape ({w.shape[0]},), got {tuple(bias.shape)}")
-        if bias.dtype != torch.bfloat16:
-            raise TypeError(f"bias: expected dtype torch.bfloat16, got {bias.dtype}")
-        if bias.device != w.device:
-            raise ValueError(f"bias: expected device {w.device}, got {bias.device}")
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """``"auto"`` -> ``"triton"`` on CUDA, else ``"torch"``; checks that ``"triton"`` can run on ``device``.
 
+    Example::
 
-def _resolve_backend(backend: str, device: torch.device) -> str:
+        >>> resolve_backend("auto", torch.device("cpu"))
+        'torch'
+    """
     if backend not in ("auto", "triton", "torch"):
         raise ValueError(f"backend: expected 'auto', 'triton' or 'torch', got {backend!r}")
     if backend == "auto":
@@ -311,52 +301,144 @@ def _resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def _rebias_escape_bits(w: W12Tensor) -> torch.Tensor:
-    """Escape bits scaled by 2^(112 - base); raises ValueError if any is not exactly representable."""
-    bits = w.esc_bits.to(torch.int32) & 0xFFFF
+def _check_tensor(name: str, t: object, dtype: torch.dtype, shape: tuple[int, ...] | None, device: torch.device) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype}, got {t.dtype}")
+    if shape is not None and tuple(t.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name}: expected device {device} (where ae lives), got {t.device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor, got strides {t.stride()}")
+
+
+def _check_planes(ae, nib, base, k: int) -> tuple[int, int]:
+    """Checks the planes of an ``[N, k]`` weight; returns ``(N, k_padded)``."""
+    if not isinstance(ae, torch.Tensor) or ae.dim() != 2:
+        raise ValueError(f"ae: expected a 2-D uint8 tensor [N, k_padded], got {getattr(ae, 'shape', type(ae).__name__)}")
+    n, k_padded = ae.shape
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1 or (k + 7) // 8 * 8 != k_padded:
+        raise ValueError(f"k: expected an int with k_padded = ceil(k / 8) * 8 = {k_padded} (ae's width), got {k!r}")
+    _check_tensor("ae", ae, torch.uint8, (n, k_padded), ae.device)
+    if nib is not None:
+        _check_tensor("nib", nib, torch.uint8, (n, k_padded // 2), ae.device)
+    _check_tensor("base", base, torch.uint8, (n,), ae.device)
+    return n, k_padded
+
+
+def _check_escapes(esc_rows, esc_cols, esc_bits, device: torch.device) -> None:
+    _check_tensor("esc_rows", esc_rows, torch.int32, None, device)
+    num = (esc_rows.numel(),)
+    if esc_rows.dim() != 1:
+        raise ValueError(f"esc_rows: expected a 1-D tensor [num_escapes], got shape {tuple(esc_rows.shape)}")
+    _check_tensor("esc_cols", esc_cols, torch.int32, num, device)
+    _check_tensor("esc_bits", esc_bits, torch.int16, num, device)
+
+
+def _check_activation(x, bias, n: int, k: int, device: torch.device) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a bf16 torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"x: expected dtype torch.bfloat16, got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise ValueError(f"x: expected shape [..., {k}] (K of the weight), got {tuple(x.shape)}")
+    if x.device != device:
+        raise ValueError(f"x: expected device {device} (where the weight lives), got {x.device}")
+    if bias is not None:
+        _check_tensor("bias", bias, torch.bfloat16, (n,), device)
+
+
+def rebias_escape_bits(esc_rows: torch.Tensor, esc_bits: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """Escape bits scaled by ``2^(112 - base[row])``, as int16 ``[num_escapes]``.
+
+    Raises ``ValueError`` if an escaped weight is not exactly representable after the scaling. NaN
+    escapes keep their pattern (NaN times anything is NaN, whatever the payload).
+
+    Example::
+
+        >>> rows = torch.tensor([0], dtype=torch.int32)
+        >>> one = torch.tensor([1.0], dtype=torch.bfloat16).view(torch.int16)
+        >>> rebias_escape_bits(rows, one, torch.tensor([127], dtype=torch.uint8)).view(torch.bfloat16)
+        tensor([3.0518e-05], dtype=torch.bfloat16)
+    """
+    bits = esc_bits.to(torch.int32) & 0xFFFF
     true = bits.to(torch.int16).view(torch.bfloat16).to(torch.float64)
-    shift = (REBIAS_EXPONENT - w.base.long()[w.esc_rows.long()]).to(torch.float64)
+    shift = (REBIAS_EXPONENT - base.long()[esc_rows.long()]).to(torch.float64)
     scaled = (true * torch.exp2(shift)).to(torch.float32).to(torch.bfloat16)
     back = scaled.to(torch.float64) * torch.exp2(-shift)
     same = (back == true) | (torch.isnan(back) & torch.isnan(true))
     if not bool(same.all()):
         bad = int((~same).sum())
         raise ValueError(
-            f"w: {bad} escaped weights are not exactly representable after the 2^(112-base) rebias; "
+            f"rebias: {bad} escaped weights are not exactly representable after the 2^(112-base) rebias; "
             "use the exact mode (rebias=False)"
         )
-    # NaN payloads: keep the original pattern (a NaN times a power of two is the same NaN class,
-    # and NaN * x is NaN whatever the payload, so the product is unchanged).
-    nan = torch.isnan(true)
-    out = scaled.view(torch.int16)
-    return torch.where(nan, w.esc_bits, out)
+    return torch.where(torch.isnan(true), esc_bits, scaled.view(torch.int16))
 
 
-def _escape_index(w: W12Tensor, block_n: int, block_k: int, rebias: bool):
-    """Escapes grouped by (row tile, k tile): tile_ptr [tiles + 1], rows, cols, bits (cached)."""
-    key = (block_n, block_k, rebias)
-    cached = w._kernel_cache.get(key)
-    if cached is not None:
-        return cached
-    n, k = w.shape
+def escape_tile_index(
+    esc_rows: torch.Tensor,
+    esc_cols: torch.Tensor,
+    esc_bits: torch.Tensor,
+    *,
+    n: int,
+    k: int,
+    block_n: int,
+    block_k: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Escapes grouped by (row tile, k tile), the order the kernel walks them.
+
+    Returns ``(tile_ptr [tiles + 1] int32, rows, cols, bits)``: the escapes of tile
+    ``t = (row // block_n) * ceil(k / block_k) + col // block_k`` are entries ``tile_ptr[t]:tile_ptr[t + 1]``.
+
+    Example::
+
+        >>> rows, cols = torch.tensor([1, 0], dtype=torch.int32), torch.tensor([40, 3], dtype=torch.int32)
+        >>> ptr, r, c, b = escape_tile_index(rows, cols, torch.zeros(2, dtype=torch.int16), n=2, k=64,
+        ...                                  block_n=16, block_k=32)
+        >>> ptr.tolist(), c.tolist()
+        ([0, 1, 2], [3, 40])
+    """
     n_kb = triton.cdiv(k, block_k)
     n_tiles = triton.cdiv(n, block_n) * n_kb
-    rows = w.esc_rows.long()
-    cols = w.esc_cols.long()
-    tile = (rows // block_n) * n_kb + cols // block_k
+    tile = (esc_rows.long() // block_n) * n_kb + esc_cols.long() // block_k
     order = torch.argsort(tile, stable=True)
     counts = torch.bincount(tile, minlength=n_tiles)
-    ptr = torch.zeros(n_tiles + 1, dtype=torch.int32, device=w.device)
+    ptr = torch.zeros(n_tiles + 1, dtype=torch.int32, device=esc_rows.device)
     ptr[1:] = torch.cumsum(counts, 0).to(torch.int32)
-    bits = _rebias_escape_bits(w) if rebias else w.esc_bits
-    entry = (ptr, w.esc_rows[order].contiguous(), w.esc_cols[order].contiguous(), bits[order].contiguous())
-    w._kernel_cache[key] = entry
+    return ptr, esc_rows[order].contiguous(), esc_cols[order].contiguous(), esc_bits[order].contiguous()
+
+
+def _escape_index(esc_rows, esc_cols, esc_bits, base, *, n, k, config, rebias, escape_cache):
+    """:func:`escape_tile_index` (with rebiased bits when ``rebias``), memoised in ``escape_cache``."""
+    key = (config.block_n, config.block_k, rebias)
+    if escape_cache is not None and key in escape_cache:
+        return escape_cache[key]
+    bits = rebias_escape_bits(esc_rows, esc_bits, base) if rebias else esc_bits
+    entry = escape_tile_index(esc_rows, esc_cols, bits, n=n, k=k, block_n=config.block_n, block_k=config.block_k)
+    if escape_cache is not None:
+        escape_cache[key] = entry
     return entry
 
 
-def _launch(x, weight, bias, *, mode: str, config: W12KernelConfig | None, debug_out=None):
-    """Shared launcher for all modes; ``weight`` is a W12Tensor, or a bf16 tensor for mode 'bf16'."""
-    n, k = weight.shape
+def _launch(
+    x: torch.Tensor,
+    n: int,
+    k: int,
+    *,
+    mode: str,
+    config: W12KernelConfig | None,
+    bias: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    ae: torch.Tensor | None = None,
+    nib: torch.Tensor | None = None,
+    base: torch.Tensor | None = None,
+    escapes: tuple | None = None,
+    debug_out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Shared launcher: the bf16 ``weight`` for mode 'bf16', else the planes (and the escape index)."""
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     if x2.stride(-1) != 1:
@@ -374,21 +456,16 @@ def _launch(x, weight, bias, *, mode: str, config: W12KernelConfig | None, debug
     dummy = out
     if mode_id == _MODE_BF16:
         w_arg, nib_arg, base_arg, kw, stride_wn = weight, dummy, dummy, 0, weight.stride(0)
-        has_esc = False
-        tile_ptr = esc_r = esc_c = esc_v = dummy
+        even_k = k % config.block_k == 0
     else:
-        w_arg = weight.ae.view(torch.int32)
-        nib_arg = weight.nib.view(torch.int32)
-        base_arg = weight.base
-        kw = weight.k_padded // 4
+        w_arg = ae.view(torch.int32)
+        nib_arg = nib.view(torch.int32) if nib is not None else dummy
+        base_arg = base
+        kw = ae.shape[1] // 4
         stride_wn = 0
-        has_esc = mode_id != _MODE_Q and weight.num_escapes > 0
-        if has_esc:
-            tile_ptr, esc_r, esc_c, esc_v = _escape_index(
-                weight, config.block_n, config.block_k, mode_id == _MODE_REBIAS
-            )
-        else:
-            tile_ptr = esc_r = esc_c = esc_v = dummy
+        even_k = k % config.block_k == 0 and ae.shape[1] == k
+    has_esc = escapes is not None and escapes[1].numel() > 0
+    tile_ptr, esc_r, esc_c, esc_v = escapes if has_esc else (dummy, dummy, dummy, dummy)
     ws = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else out
     grid = (triton.cdiv(n, config.block_n), split, triton.cdiv(m, config.block_m))
     _w12_gemm_kernel[grid](
@@ -418,7 +495,7 @@ def _launch(x, weight, bias, *, mode: str, config: W12KernelConfig | None, debug
         HAS_BIAS=bias is not None,
         SPLIT=split > 1,
         DEBUG=debug_out is not None,
-        EVEN_K=k % config.block_k == 0 and (mode_id == _MODE_BF16 or weight.k_padded == k),
+        EVEN_K=even_k,
         UPCAST_DOT=INTERPRET,
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
@@ -435,109 +512,149 @@ def _launch(x, weight, bias, *, mode: str, config: W12KernelConfig | None, debug
     return out.reshape(*lead, n)
 
 
-def w12_linear_reference(x: torch.Tensor, w: W12Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Pure-PyTorch reference of :func:`w12_linear`: exact decode, then ``F.linear``."""
-    return F.linear(x, w.to_bf16(), bias)
-
-
-def q_linear_reference(x: torch.Tensor, w: W12Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Pure-PyTorch reference of :func:`q_linear`: 8-bit-view decode, then ``F.linear``."""
-    return F.linear(x, w.q_view(), bias)
-
-
-def w12_linear(
+def w12_matmul(
     x: torch.Tensor,
-    w: W12Tensor,
-    bias: torch.Tensor | None = None,
+    ae: torch.Tensor,
+    nib: torch.Tensor,
+    base: torch.Tensor,
+    esc_rows: torch.Tensor,
+    esc_cols: torch.Tensor,
+    esc_bits: torch.Tensor,
     *,
-    backend: str = "auto",
+    k: int,
+    bias: torch.Tensor | None = None,
     rebias: bool = False,
     config: W12KernelConfig | None = None,
+    escape_cache: MutableMapping | None = None,
 ) -> torch.Tensor:
-    """Exact ``y = x @ W^T (+ bias)`` with W in W12.
+    """Exact ``y = x @ W^T (+ bias)`` on the Triton kernel, W ``[N, k]`` given as its W12 planes.
 
     Args:
-        x: bf16 ``[..., K]`` on the device of ``w``.
-        w: :class:`W12Tensor` ``[N, K]``.
+        x: bf16 ``[..., k]`` on the planes' device (CUDA, or any device under ``TRITON_INTERPRET=1``).
+        ae, nib, base: uint8 ``[N, k_padded]``, ``[N, k_padded // 2]``, ``[N]``.
+        esc_rows, esc_cols, esc_bits: int32, int32, int16 ``[num_escapes]``.
+        k: logical width of W (``k_padded = ceil(k / 8) * 8``).
         bias: optional bf16 ``[N]``.
-        backend: ``"torch"`` decodes and calls ``F.linear`` (bit-identical to the bf16 layer);
-            ``"triton"`` runs the fused kernel (weights bit-identical inside the GEMM; output
-            equal to the same kernel on bf16 weights); ``"auto"`` = Triton on CUDA, else torch.
-        rebias: Triton only. Build weights with exponent ``112 + E`` (the row base leaves the
-            inner loop) and scale the fp32 accumulator by ``2^(base-112)``. Equal to the exact
-            kernel while every product and partial sum stays a normal fp32 number in both scalings
-            (see ``docs/w12.md``); raises ``ValueError`` if an escape cannot be rebiased exactly.
+        rebias: build weights with exponent ``112 + E`` (the row base leaves the inner loop) and
+            scale the fp32 accumulator by ``2^(base - 112)``; equal to the exact mode while every
+            product and partial sum stays a normal fp32 number in both scalings (``docs/w12.md``).
+            Raises ``ValueError`` if an escape cannot be rebiased exactly.
         config: tile shape; default from :func:`default_config`.
+        escape_cache: a dict kept with the weight; the per-tile escape index is stored there.
 
     Returns:
-        bf16 ``[..., N]``.
+        bf16 ``[..., N]``, bit-equal to :func:`bf16_linear_triton` on the decoded weight.
 
     Example::
 
-        >>> w = torch.tensor([[1.0, 2.0], [0.0, -1.0]], dtype=torch.bfloat16)
-        >>> x = torch.tensor([[1.0, 1.0]], dtype=torch.bfloat16)
-        >>> w12_linear(x, W12Tensor.from_bf16(w), backend="torch")
-        tensor([[ 3., -1.]], dtype=torch.bfloat16)
+        One row of eight weights 1.0 (base 127, every offset E and mantissa 0), one escaped 0.0 at k = 3:
+
+        >>> ae, nib = torch.zeros(1, 8, dtype=torch.uint8), torch.zeros(1, 4, dtype=torch.uint8)
+        >>> base = torch.tensor([127], dtype=torch.uint8)
+        >>> rows, cols = torch.tensor([0], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)
+        >>> zero_bits = torch.tensor([0], dtype=torch.int16)
+        >>> x = torch.ones(1, 8, dtype=torch.bfloat16)
+        >>> w12_matmul(x, ae, nib, base, rows, cols, zero_bits, k=8)  # doctest: +SKIP
+        tensor([[7.]], dtype=torch.bfloat16)
     """
-    _check_inputs(x, w, bias)
-    backend = _resolve_backend(backend, x.device)
-    if backend == "torch":
-        return w12_linear_reference(x, w, bias)
-    return _launch(x, w, bias, mode="rebias" if rebias else "exact", config=config)
+    n, _ = _check_planes(ae, nib, base, k)
+    _check_escapes(esc_rows, esc_cols, esc_bits, ae.device)
+    _check_activation(x, bias, n, k, ae.device)
+    resolve_backend("triton", x.device)
+    if config is None:
+        config = default_config(x.numel() // k, n, k, x.device)
+    escapes = _escape_index(esc_rows, esc_cols, esc_bits, base, n=n, k=k, config=config, rebias=rebias,
+                            escape_cache=escape_cache)
+    return _launch(x, n, k, mode="rebias" if rebias else "exact", config=config, bias=bias, ae=ae, nib=nib, base=base,
+                   escapes=escapes)
 
 
-def q_linear(
+def q_matmul(
     x: torch.Tensor,
-    w: W12Tensor,
-    bias: torch.Tensor | None = None,
+    ae: torch.Tensor,
+    base: torch.Tensor,
     *,
-    backend: str = "auto",
+    k: int,
+    bias: torch.Tensor | None = None,
     config: W12KernelConfig | None = None,
 ) -> torch.Tensor:
-    """Approximate ``y = x @ Q^T (+ bias)`` with Q = ``w.q_view()``, reading only the 8-bit plane.
+    """Approximate ``y = x @ Q^T (+ bias)`` on the Triton kernel, reading only the AE plane and the bases.
 
-    Shapes and backends as :func:`w12_linear`. Used for proposal passes only: its output decides
-    nothing that is emitted.
+    Q is the 8-bit view: each weight's low mantissa nibble at the midpoint ``0b1000``, escaped slots
+    decoded from their placeholders. Shapes as :func:`w12_matmul`. For proposals only.
 
     Example::
 
-        >>> w = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
-        >>> q_linear(torch.ones(1, 2, dtype=torch.bfloat16), W12Tensor.from_bf16(w), backend="torch")
-        tensor([[3.1875]], dtype=torch.bfloat16)
+        Eight weights 1.0 read as ``1 + 8/128`` (the midpoint nibble):
+
+        >>> ae, base = torch.zeros(1, 8, dtype=torch.uint8), torch.tensor([127], dtype=torch.uint8)
+        >>> q_matmul(torch.ones(1, 8, dtype=torch.bfloat16), ae, base, k=8)  # doctest: +SKIP
+        tensor([[8.5000]], dtype=torch.bfloat16)
     """
-    _check_inputs(x, w, bias)
-    backend = _resolve_backend(backend, x.device)
-    if backend == "torch":
-        return q_linear_reference(x, w, bias)
-    return _launch(x, w, bias, mode="q", config=config)
+    n, _ = _check_planes(ae, None, base, k)
+    _check_activation(x, bias, n, k, ae.device)
+    resolve_backend("triton", x.device)
+    return _launch(x, n, k, mode="q", config=config, bias=bias, ae=ae, base=base)
+
+
+def decode_w12_tiles(
+    ae: torch.Tensor,
+    nib: torch.Tensor,
+    base: torch.Tensor,
+    esc_rows: torch.Tensor,
+    esc_cols: torch.Tensor,
+    esc_bits: torch.Tensor,
+    *,
+    k: int,
+    mode: str = "exact",
+    config: W12KernelConfig | None = None,
+) -> torch.Tensor:
+    """Kernel test mode: run the GEMM kernel with a debug store of every decoded weight tile.
+
+    Returns the bf16 ``[N, k]`` matrix exactly as the kernel's registers held it before ``tl.dot``:
+    ``mode`` "exact" gives the encoded weight bit for bit, "q" the 8-bit view, "rebias" the weights
+    times ``2^(112 - base)``. Slow; for tests only.
+
+    Example::
+
+        >>> ae, nib = torch.zeros(1, 8, dtype=torch.uint8), torch.zeros(1, 4, dtype=torch.uint8)
+        >>> base = torch.tensor([127], dtype=torch.uint8)
+        >>> no_rows = no_cols = torch.zeros(0, dtype=torch.int32)
+        >>> decode_w12_tiles(ae, nib, base, no_rows, no_cols, torch.zeros(0, dtype=torch.int16), k=3)  # doctest: +SKIP
+        tensor([[1., 1., 1.]], dtype=torch.bfloat16)
+    """
+    if mode not in ("exact", "rebias", "q"):
+        raise ValueError(f"mode: expected 'exact', 'rebias' or 'q', got {mode!r}")
+    n, _ = _check_planes(ae, nib, base, k)
+    _check_escapes(esc_rows, esc_cols, esc_bits, ae.device)
+    resolve_backend("triton", ae.device)
+    dbg = torch.full((n, k), float("nan"), dtype=torch.bfloat16, device=ae.device)
+    x = torch.zeros(1, k, dtype=torch.bfloat16, device=ae.device)
+    if config is None:
+        config = default_config(1, n, k, ae.device)
+    escapes = None
+    if mode != "q":
+        escapes = _escape_index(esc_rows, esc_cols, esc_bits, base, n=n, k=k, config=config, rebias=mode == "rebias",
+                                escape_cache=None)
+    _launch(x, n, k, mode=mode, config=config, ae=ae, nib=nib, base=base, escapes=escapes, debug_out=dbg)
+    return dbg
 
 
 def bf16_linear_triton(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, config: W12KernelConfig | None = None
 ) -> torch.Tensor:
-    """The same Triton GEMM reading plain bf16 weights ``[N, K]``: the same-tiling baseline."""
+    """The same Triton GEMM reading plain bf16 weights ``[N, K]``: the same-tiling baseline.
+
+    Example::
+
+        >>> w = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
+        >>> bf16_linear_triton(torch.ones(1, 2, dtype=torch.bfloat16), w)  # doctest: +SKIP
+        tensor([[3.]], dtype=torch.bfloat16)
+    """
     if weight.dtype != torch.bfloat16 or weight.dim() != 2 or weight.stride(1) != 1:
         raise ValueError(f"weight: expected a 2-D bf16 tensor with unit column stride, got {weight.dtype} "
                          f"shape {tuple(weight.shape)} strides {weight.stride()}")
-    if x.dtype != torch.bfloat16 or x.shape[-1] != weight.shape[1] or x.device != weight.device:
-        raise ValueError(f"x: expected bf16 [..., {weight.shape[1]}] on {weight.device}, got {x.dtype} "
-                         f"{tuple(x.shape)} on {x.device}")
-    return _launch(x, weight, bias, mode="bf16", config=config)
-
-
-def decode_tiles(w: W12Tensor, *, mode: str = "exact", config: W12KernelConfig | None = None) -> torch.Tensor:
-    """Kernel test mode: run the GEMM kernel with a debug store of every decoded weight tile.
-
-    Returns the bf16 ``[N, K]`` matrix exactly as the kernel's registers held it before ``tl.dot``
-    (``mode`` "exact": must equal ``w.to_bf16()`` bit for bit; "q": ``w.q_view()``; "rebias":
-    the weights times ``2^(112 - base)``). Slow; for tests only.
-    """
-    if mode not in ("exact", "rebias", "q"):
-        raise ValueError(f"mode: expected 'exact', 'rebias' or 'q', got {mode!r}")
-    n, k = w.shape
-    dbg = torch.full((n, k), float("nan"), dtype=torch.bfloat16, device=w.device)
-    x = torch.zeros(1, k, dtype=torch.bfloat16, device=w.device)
-    if config is None:
-        config = default_config(1, n, k, w.device)
-    _launch(x, w, None, mode=mode, config=replace(config), debug_out=dbg)
-    return dbg
+    n, k = weight.shape
+    _check_activation(x, bias, n, k, weight.device)
+    resolve_backend("triton", x.device)
+    return _launch(x, n, k, mode="bf16", config=config, bias=bias, weight=weight)

@@ -1,16 +1,19 @@
-"""Build a :class:`Target` from an HF model, a local HF checkpoint folder, or a ``.gguf`` file."""
+"""Build a :class:`DenseTarget` from an HF model, a local HF checkpoint folder, or a ``.gguf`` file."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from specdec.models.config import HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
+from specdec.models.config import DENSE_MODEL_TYPES, HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
 from specdec.models.dense import DenseTarget, load_weights
+
+logger = logging.getLogger("specdec")
 
 _WEIGHT_FORMATS = ("bf16", "w12")
 
@@ -52,15 +55,15 @@ def build_target(
     dtype: torch.dtype,
     device: torch.device | str,
     max_seq_len: int,
-) -> Target:
-    """Allocate a :class:`Target` and copy HF-named weights into it (converted to ``dtype``)."""
+) -> DenseTarget:
+    """Allocate a :class:`DenseTarget` and copy HF-named weights into it (converted to ``dtype``)."""
     target = empty_target(cfg, hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
     load_weights(target, _hf_to_runtime(cfg, hf_state), tied=cfg.tie_word_embeddings)
     return target
 
 
-def empty_target(cfg: TargetConfig, *, hf_config: Any = None, dtype: torch.dtype, device, max_seq_len: int) -> Target:
-    """A :class:`Target` whose weights are allocated on ``device`` but not initialised (no fp32 detour)."""
+def empty_target(cfg: TargetConfig, *, hf_config: Any = None, dtype: torch.dtype, device, max_seq_len: int) -> DenseTarget:
+    """A :class:`DenseTarget` whose weights are allocated on ``device`` but not initialised (no fp32 detour)."""
     inv_freq, scaling = cfg.rope_inv_freq(hf_config)
     target = DenseTarget(cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype, device="meta")
     target = target.to_empty(device=device)
@@ -79,7 +82,7 @@ def random_target(
     device: torch.device | str = "cuda",
     max_seq_len: int = 4096,
     seed: int = 0,
-) -> Target:
+) -> DenseTarget:
     """A target with random weights at a real model's shape, for timing and exactness work.
 
     Weights are ``N(0, 1 / fan_in)`` (embeddings ``N(0, 1)``, norms 1), so activations keep their scale
@@ -117,47 +120,120 @@ def read_safetensors(folder: Path, *, argument: str = "model_or_path") -> dict[s
     return state
 
 
+def gguf_architectures() -> tuple[str, ...]:
+    """GGUF ``general.architecture`` values that :func:`load_target` accepts.
+
+    transformers' own list of GGUF architectures (``GGUF_SUPPORTED_ARCHITECTURES``) intersected with
+    the dense families of the runtime (:data:`~specdec.models.config.DENSE_MODEL_TYPES`; transformers
+    reads no Gated DeltaNet hybrid from GGUF).
+
+    Example:
+        >>> gguf_architectures()
+        ('llama', 'qwen2', 'qwen3')
+    """
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return tuple(arch for arch in DENSE_MODEL_TYPES if arch in GGUF_SUPPORTED_ARCHITECTURES)
+
+
+def read_gguf_architecture(path: str | os.PathLike) -> str:
+    """The ``general.architecture`` field of a GGUF file (``"llama"``, ``"qwen3"``, ...), read with ``gguf``.
+
+    Example:
+        >>> read_gguf_architecture("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
+        'llama'
+    """
+    try:
+        from gguf import GGUFReader
+    except ImportError as err:
+        raise ImportError("model_or_path: reading a .gguf file needs the 'gguf' package (pip install gguf)") from err
+    try:
+        field = GGUFReader(str(path)).fields.get("general.architecture")
+    except (ValueError, OSError) as err:
+        raise ValueError(f"model_or_path: {str(path)!r} is not a readable GGUF file: {err}") from err
+    if field is None:
+        raise ValueError(f"model_or_path: {str(path)!r} has no general.architecture field")
+    return str(field.contents())
+
+
 def _gguf_to_hf(path: Path, progress: bool) -> Any:
     from transformers import AutoModelForCausalLM
 
+    architecture = read_gguf_architecture(path)
+    supported = gguf_architectures()
+    if architecture not in supported:
+        raise ValueError(
+            f"model_or_path: {path.name} holds GGUF architecture {architecture!r}; expected one of {supported} "
+            "(transformers' GGUF architectures that the runtime supports)"
+        )
     if progress:
         print(f"[specdec] dequantising {path.name} with transformers + gguf (one-off, ~20 s)", flush=True)
     return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
 
 
+def _choose_device_and_dtype(
+    model_device: torch.device | None, device, dtype, weight_format: str
+) -> tuple[torch.device, torch.dtype]:
+    """Fills ``device`` / ``dtype`` left as None and logs the choice; explicit values are kept."""
+    if device is None:
+        if model_device is not None and model_device.type != "meta":
+            device, why = model_device, "the model's device"
+        elif torch.cuda.is_available():
+            device, why = torch.device("cuda"), "CUDA is available"
+        else:
+            device, why = torch.device("cpu"), "no CUDA device"
+        logger.info("load_target: device=%s (%s)", device, why)
+    device = torch.device(device)
+    if dtype is None:
+        if weight_format == "w12":
+            dtype, why = torch.bfloat16, "weight_format 'w12' stores bf16 weights"
+        elif device.type == "cuda":
+            dtype, why = torch.bfloat16, "default on CUDA"
+        else:
+            dtype, why = torch.float32, f"default on {device.type}"
+        logger.info("load_target: dtype=%s (%s)", dtype, why)
+    return device, dtype
+
+
 def load_target(
     model_or_path: Any,
     *,
-    dtype: torch.dtype = torch.bfloat16,
-    device: torch.device | str = "cuda",
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
     max_seq_len: int = 4096,
     weight_format: str = "bf16",
     progress: bool = True,
-) -> Target:
+) -> DenseTarget:
     """Load a dense decoder (or a Gated DeltaNet hybrid) into the lean runtime.
 
     Args:
         model_or_path: an HF ``PreTrainedModel`` (Llama / Qwen2 / Qwen3 families, or the Qwen3.5 /
             Qwen3-Next Gated DeltaNet hybrids, which load as a ``HybridTarget``), a local HF
             checkpoint folder (``config.json`` + ``*.safetensors``), or a ``.gguf`` file.
-        dtype: compute and weight dtype (``torch.float32`` for exactness tests).
-        device: where the weights and cache live.
+        dtype: compute and weight dtype (``torch.float32`` for exactness tests). None chooses
+            bf16 on CUDA, float32 elsewhere (bf16 for ``weight_format="w12"``).
+        device: where the weights and cache live. None chooses the HF model's device when given a
+            model object, else CUDA when available, else the CPU. Choices are logged (logger
+            ``"specdec"``, INFO).
         max_seq_len: KV cache capacity in tokens.
         weight_format: ``"bf16"`` (plain weights in ``dtype``) or ``"w12"`` (lossless 12-bit).
 
     Returns:
-        a :class:`specdec.models.Target` with an empty cache.
+        a :class:`specdec.models.DenseTarget` with an empty cache.
 
     Example:
+        >>> target = sd.load_target("path/to/SmolLM2-135M")  # doctest: +SKIP
         >>> target = sd.load_target("path/to/SmolLM2-135M", dtype=torch.float32, device="cpu")  # doctest: +SKIP
     """
     if weight_format not in _WEIGHT_FORMATS:
         raise ValueError(f"weight_format: expected one of {_WEIGHT_FORMATS}, got {weight_format!r}")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise TypeError(f"dtype: expected a floating torch.dtype or None, got {dtype!r}")
+    if device is not None and not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device: expected a torch.device, a str or None, got {type(device).__name__}")
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 2:
         raise ValueError(f"max_seq_len: expected an int >= 2, got {max_seq_len!r}")
-    if weight_format == "w12" and dtype != torch.bfloat16:
+    if weight_format == "w12" and dtype is not None and dtype != torch.bfloat16:
         raise ValueError(f"dtype: weight_format 'w12' stores bf16 weights exactly, expected torch.bfloat16, got {dtype}")
 
     hf_model = None
@@ -171,10 +247,12 @@ def load_target(
             if not (path / "config.json").exists():
                 raise ValueError(f"model_or_path: {str(path)!r} has no config.json")
             hf_config = AutoConfig.from_pretrained(str(path))
+            device, dtype = _choose_device_and_dtype(None, device, dtype, weight_format)
             if getattr(hf_config, "model_type", None) in HYBRID_MODEL_TYPES:
                 return _load_hybrid(hf_config, read_safetensors(path), dtype, device, max_seq_len, weight_format)
             cfg = TargetConfig.from_hf(hf_config)
-            target = build_target(cfg, read_safetensors(path), hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
+            target = build_target(cfg, read_safetensors(path), hf_config=hf_config, dtype=dtype, device=device,
+                                  max_seq_len=max_seq_len)
             return _apply_weight_format(target, weight_format)
         else:
             raise ValueError(f"model_or_path: expected an HF checkpoint folder or a .gguf file, got {str(path)!r}")
@@ -186,6 +264,10 @@ def load_target(
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"model_or_path: model_type {model_type!r} is not supported; expected one of {SUPPORTED_MODEL_TYPES}")
     state = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    # A model that the GGUF path dequantised sits on the CPU only because transformers put it there.
+    given_model = not isinstance(model_or_path, (str, os.PathLike))
+    model_device = next(iter(state.values())).device if given_model and state else None
+    device, dtype = _choose_device_and_dtype(model_device, device, dtype, weight_format)
     if model_type in HYBRID_MODEL_TYPES:
         return _load_hybrid(hf_model.config, state, dtype, device, max_seq_len, weight_format)
     cfg = TargetConfig.from_hf(hf_model.config)
@@ -203,7 +285,7 @@ def _load_hybrid(hf_config, state, dtype, device, max_seq_len, weight_format):
     return build_hybrid_target(cfg, state, hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
 
 
-def _apply_weight_format(target: Target, weight_format: str) -> Target:
+def _apply_weight_format(target: DenseTarget, weight_format: str) -> DenseTarget:
     if weight_format == "w12":
         from specdec.formats import convert
 

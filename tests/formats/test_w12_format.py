@@ -1,12 +1,13 @@
 """W12 format: bit-exact round trip for every bf16 pattern, window choice, views, I/O, convert."""
 
+import copy
+import logging
+
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from specdec.formats import W12Tensor, convert, load_file, load_into, save_file
-from specdec.formats import w12 as w12_mod
 
 
 def all_patterns() -> torch.Tensor:
@@ -139,7 +140,7 @@ def test_safetensors_round_trip(tmp_path):
     assert torch.equal(loaded["b"], plain)
 
 
-def tiny_model(seed=0) -> nn.Module:
+def tiny_model(seed=0, dtype=torch.bfloat16) -> nn.Module:
     torch.manual_seed(seed)
     model = nn.ModuleDict(
         {
@@ -149,7 +150,7 @@ def tiny_model(seed=0) -> nn.Module:
             "norm": nn.LayerNorm(64),
         }
     )
-    return model.to(torch.bfloat16)
+    return model.to(dtype)
 
 
 def run(model, x):
@@ -215,3 +216,66 @@ def test_w12_weight_is_read_only_and_other_ops_decode():
     with pytest.raises(TypeError, match="cannot be cast"):
         w12.to(torch.float32)
     assert isinstance(w12.to("cpu"), W12Tensor)
+
+
+def test_convert_refuses_float32_weights_and_names_them():
+    model = tiny_model(dtype=torch.float32)
+    expected = r"module: expected bf16 weights, got qkv\.weight \(torch\.float32\).*dtype=torch\.bfloat16"
+    with pytest.raises(TypeError, match=expected):
+        convert(model)
+    assert all(m.weight.dtype == torch.float32 and not isinstance(m.weight, W12Tensor) for m in model.values())
+
+
+def test_convert_refuses_a_float32_layer_among_bf16_ones():
+    model = tiny_model()
+    model["gate_up"].float()
+    with pytest.raises(TypeError, match=r"gate_up\.weight \(torch\.float32\)"):
+        convert(model)
+    assert not isinstance(model["qkv"].weight, W12Tensor)
+
+
+def test_convert_with_dtype_casts_first_and_is_exact_for_the_bf16_weights():
+    model = tiny_model(dtype=torch.float32)
+    cast = copy.deepcopy(model).to(torch.bfloat16)  # what dtype=torch.bfloat16 promises to encode
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    report = convert(model, dtype=torch.bfloat16, skip=("lm_head",), linear_backend="torch")
+    assert set(report.tensors) == {"qkv.weight", "gate_up.weight"}
+    assert torch.equal(bits(model["qkv"].weight.to_bf16()), bits(cast["qkv"].weight))
+    assert model["gate_up"].bias.dtype == torch.bfloat16 and model["norm"].weight.dtype == torch.bfloat16
+    assert model["lm_head"].weight.dtype == torch.bfloat16  # skipped from W12, still cast
+    for a, b in zip(run(model, x), run(cast, x)):
+        assert torch.equal(a, b)
+
+
+def test_convert_rejects_a_dtype_other_than_bf16():
+    with pytest.raises(ValueError, match=r"dtype: .*torch\.bfloat16, got torch\.float16"):
+        convert(tiny_model(), dtype=torch.float16)
+
+
+def test_convert_reports_and_logs_what_it_left_and_why(caplog):
+    model = tiny_model()
+    with caplog.at_level(logging.INFO, logger="specdec"):
+        report = convert(model, skip=("lm_head",), linear_backend="torch")
+    assert report.skipped == {"lm_head.weight": "matches skip entry 'lm_head'"}
+    assert "left as it was: matches skip entry 'lm_head'" in str(report)
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name == "specdec")
+    assert "qkv.weight" in logged and "gate_up.weight" in logged
+    assert "left lm_head.weight as it was: matches skip entry 'lm_head'" in logged
+
+
+def test_convert_raises_when_nothing_is_convertible():
+    with pytest.raises(ValueError, match="module: expected at least one nn.Linear to convert, found none"):
+        convert(nn.Sequential(nn.LayerNorm(8)).to(torch.bfloat16))
+    model = tiny_model()
+    convert(model)
+    with pytest.raises(ValueError, match="already a W12Tensor"):
+        convert(model)
+
+
+def test_convert_encodes_a_strided_weight():
+    model = tiny_model()
+    strided = model["qkv"].weight.detach().t().contiguous().t()
+    model["qkv"].weight = nn.Parameter(strided)
+    report = convert(model)
+    assert "qkv.weight" in report.tensors
+    assert torch.equal(bits(model["qkv"].weight.to_bf16()), bits(strided))

@@ -1,12 +1,17 @@
 """W12 GEMM kernels under the Triton interpreter against the torch references."""
 
+import ast
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+import specdec
 from specdec.formats import W12KernelConfig, W12Tensor, q_linear, w12_linear
+from specdec.formats.w12 import decode_tiles
 from specdec.kernels import w12_gemm
-from specdec.kernels.w12_gemm import bf16_linear_triton, decode_tiles
+from specdec.kernels.w12_gemm import bf16_linear_triton, decode_w12_tiles, q_matmul, w12_matmul
 
 SMALL = W12KernelConfig(block_m=16, block_n=16, block_k=32, split_k=1, num_warps=1)
 
@@ -45,19 +50,65 @@ def test_decoded_tile_inf_nan_escapes():
     assert torch.equal(bits(decode_tiles(w12, config=SMALL)), bits(w))
 
 
-def test_mutation_escape_patch_is_needed(monkeypatch):
-    # Drop the escape patch (no escapes seen by the kernel): the decoded tile must differ.
+def test_mutation_escape_patch_is_needed():
+    # The same planes with the escape list dropped: the decoded tile must differ.
     w = make_weight(16, 64)
     w12 = W12Tensor.from_bf16(w)
-    real_launch = w12_gemm._launch
+    stripped = decode_w12_tiles(w12.ae, w12.nib, w12.base, w12.esc_rows[:0], w12.esc_cols[:0], w12.esc_bits[:0],
+                                k=64, config=SMALL)
+    assert not torch.equal(bits(stripped), bits(w))
 
-    def no_escapes(x, weight, bias, **kw):
-        stripped = W12Tensor(weight.ae, weight.nib, weight.base, weight.esc_rows[:0], weight.esc_cols[:0],
-                             weight.esc_bits[:0], tuple(weight.shape))
-        return real_launch(x, stripped, bias, **kw)
 
-    monkeypatch.setattr(w12_gemm, "_launch", no_escapes)
-    assert not torch.equal(bits(decode_tiles(w12, config=SMALL)), bits(w))
+def test_kernel_module_never_imports_formats():
+    source = Path(w12_gemm.__file__).read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    assert not {name for name in imported if name.startswith("specdec")}, imported
+
+
+def test_kernels_take_hand_built_planes():
+    # Row of eight weights 1.0 (base 127, E = 0, mantissa 0) with an escaped 0.0 at k = 3; no W12Tensor.
+    ae, nib = torch.zeros(1, 8, dtype=torch.uint8), torch.zeros(1, 4, dtype=torch.uint8)
+    base = torch.tensor([127], dtype=torch.uint8)
+    rows, cols = torch.tensor([0], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)
+    zero_bits = torch.tensor([0], dtype=torch.int16)
+    x = torch.arange(1, 9, dtype=torch.bfloat16)[None]
+    exact = w12_matmul(x, ae, nib, base, rows, cols, zero_bits, k=8)
+    assert torch.equal(exact, torch.tensor([[36.0 - 4.0]], dtype=torch.bfloat16))
+    # Q view: every weight, the escaped one too, reads 1 + 8/128.
+    assert torch.equal(q_matmul(x, ae, base, k=8), torch.tensor([[36.0 * 1.0625]], dtype=torch.bfloat16))
+    tiles = decode_w12_tiles(ae, nib, base, rows, cols, zero_bits, k=8)
+    assert tiles.tolist() == [[1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]]
+
+
+def test_public_names_still_resolve():
+    assert specdec.formats.w12_linear is w12_linear and specdec.formats.q_linear is q_linear
+    assert specdec.formats.W12KernelConfig is w12_gemm.W12KernelConfig
+    assert specdec.kernels.w12_gemm is w12_gemm
+
+
+@pytest.mark.parametrize(
+    "field, make, exc",
+    [
+        ("ae", lambda p: dict(p, ae=p["ae"].to(torch.int32)), TypeError),
+        ("nib", lambda p: dict(p, nib=p["nib"][:, :-1].contiguous()), ValueError),
+        ("base", lambda p: dict(p, base=p["base"][:-1]), ValueError),
+        ("esc_bits", lambda p: dict(p, esc_bits=p["esc_bits"].to(torch.int32)), TypeError),
+        ("esc_cols", lambda p: dict(p, esc_cols=p["esc_cols"][:0]), ValueError),
+        ("k", lambda p: dict(p, k=p["k"] + 8), ValueError),
+    ],
+    ids=["ae_dtype", "nib_width", "base_length", "esc_bits_dtype", "esc_cols_length", "k_vs_width"],
+)
+def test_bad_planes_name_the_argument(field, make, exc):
+    w12 = W12Tensor.from_bf16(make_weight(8, 64))
+    planes = {name: getattr(w12, name) for name in W12Tensor._INNER} | {"k": 64}
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    with pytest.raises(exc, match=field):
+        w12_matmul(x, **make(planes))
 
 
 @pytest.mark.parametrize(

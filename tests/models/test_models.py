@@ -1,9 +1,14 @@
 """The lean runtime against transformers on the same weights, and its cache operations."""
 
+import logging
+
+import gguf
+import numpy as np
 import pytest
 import torch
 
 import specdec as sd
+from specdec.models import loading
 from specdec.testing import tiny_hf_model, tiny_target
 
 CONFIGS = {
@@ -158,3 +163,76 @@ def test_w12_target_is_bit_identical_to_bf16_target():
     assert torch.equal(sd.generate(w12, ids, 24).tokens, sd.generate(plain, ids, 24).tokens)
     with pytest.raises(ValueError, match="w12"):
         sd.load_target(hf, dtype=torch.float32, device="cpu", weight_format="w12")
+
+
+def test_load_target_with_no_device_or_dtype_gives_a_float32_cpu_target(caplog):
+    hf = tiny_hf_model("qwen3", seed=9)
+    with caplog.at_level(logging.INFO, logger="specdec"):
+        target = sd.load_target(hf, max_seq_len=32, progress=False)
+    assert target.embed.weight.device.type == "cpu" and target.embed.weight.dtype == torch.float32
+    assert target.layers[0].attn.wqkv.weight.dtype == torch.float32
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name == "specdec")
+    assert "device=cpu (the model's device)" in logged and "dtype=torch.float32" in logged
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    explicit = sd.load_target(hf, dtype=torch.float32, device="cpu", max_seq_len=32)
+    assert torch.equal(target(ids).logits, explicit(ids).logits)
+
+
+def test_load_target_from_a_folder_without_cuda_chooses_cpu(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    tiny_hf_model("llama", seed=10).save_pretrained(tmp_path)
+    with caplog.at_level(logging.INFO, logger="specdec"):
+        target = sd.load_target(tmp_path, max_seq_len=32)
+    assert target.embed.weight.device.type == "cpu" and target.embed.weight.dtype == torch.float32
+    assert "device=cpu (no CUDA device)" in caplog.text
+
+
+def test_load_target_explicit_arguments_win_over_the_defaults():
+    hf = tiny_hf_model("llama", seed=11)
+    target = sd.load_target(hf, dtype=torch.bfloat16, max_seq_len=32)
+    assert target.embed.weight.dtype == torch.bfloat16 and target.embed.weight.device.type == "cpu"
+    w12 = sd.load_target(hf, max_seq_len=32, weight_format="w12")  # W12 holds bf16: bf16 is chosen
+    assert isinstance(w12.layers[0].mlp.w13.weight, sd.W12Tensor)
+    with pytest.raises(TypeError, match="device"):
+        sd.load_target(hf, device=0.5)
+
+
+def test_default_choice_is_cuda_and_bf16_when_cuda_is_available(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert loading._choose_device_and_dtype(None, None, None, "bf16") == (torch.device("cuda"), torch.bfloat16)
+    assert loading._choose_device_and_dtype(torch.device("cpu"), None, None, "bf16") == (torch.device("cpu"), torch.float32)
+    assert loading._choose_device_and_dtype(None, "cpu", torch.float64, "bf16") == (torch.device("cpu"), torch.float64)
+
+
+def write_gguf(path, architecture: str):
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_name("tiny")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("architecture", ["rwkv7", "gpt2"], ids=["unknown_to_transformers", "transformers_only"])
+def test_gguf_with_an_unsupported_architecture_names_it(tmp_path, architecture):
+    path = write_gguf(tmp_path / "tiny.gguf", architecture)
+    expected = r"\('llama', 'qwen2', 'qwen3'\)"
+    with pytest.raises(ValueError, match=rf"model_or_path: tiny\.gguf holds GGUF architecture '{architecture}'; "
+                                         rf"expected one of {expected}"):
+        sd.load_target(path, device="cpu", progress=False)
+
+
+def test_gguf_architectures_are_transformers_gguf_ones_the_runtime_supports():
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    assert loading.gguf_architectures() == ("llama", "qwen2", "qwen3")
+    assert set(loading.gguf_architectures()) <= set(GGUF_SUPPORTED_ARCHITECTURES) & set(sd.models.SUPPORTED_MODEL_TYPES)
+
+
+def test_a_file_that_is_not_gguf_is_named(tmp_path):
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(b"not a gguf file")
+    with pytest.raises(ValueError, match="model_or_path: .*broken.gguf' is not a readable GGUF file"):
+        sd.load_target(path, device="cpu", progress=False)
