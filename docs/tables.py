@@ -197,7 +197,7 @@ def smollm2_training(results: Results) -> str:
         ["loss", f"{training['first_loss']:.1f} -> {training['final_loss']:.2f}"],
         ["per-row accuracy, training blocks", " / ".join(f"{a:.2f}" for a in training["position_accuracy"])],
     ]
-    return markdown_table(["", "H200, float32 (`train_smollm2_h200_2026-11-29.json`)"], rows)
+    return markdown_table(["measured", "H200, float32 (`train_smollm2_h200_2026-11-29.json`)"], rows)
 
 
 def tree_real(results: Results) -> str:
