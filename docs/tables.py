@@ -102,10 +102,12 @@ def forcing_gpu(results: Results) -> str:
     run = results("forcing_gpu_h200_2026-11-29.json")
     after = run["settings"]["after"]
     same = run["speculative_vs_ar"]
+    identical = f"{same['identical_sequences']}/{same['of']} sequences identical to AR in bf16"
+    fault = f"`LogitBiasFault(+{run['settings']['bias']:g}, every {run['settings']['every']}th id, after {after})`"
     rows = []
     for key, label in (
-        ("lossless_report", f"n-gram speculative (lossless; {same['identical_sequences']}/{same['of']} sequences identical to AR in bf16)"),
-        ("faulty_report", f"same + `LogitBiasFault(+{run['settings']['bias']:g}, every {run['settings']['every']}th id, after {after})`"),
+        ("lossless_report", f"n-gram speculative (lossless; {identical})"),
+        ("faulty_report", f"same + {fault}"),
     ):
         report = run[key]
         late = report["by_bucket"][f"pos >= {after}"]
@@ -191,7 +193,8 @@ def smollm2_training(results: Results) -> str:
     run = results("train_smollm2_h200_2026-11-29.json")
     data, training = run["data"], run["training"]
     rows = [
-        ["training data", f"{data['sequences']:,} sequences, {data['response_tokens']:,} response tokens in {data['seconds']:.0f} s"],
+        ["training data", f"{data['sequences']:,} sequences, {data['response_tokens']:,} response tokens "
+                          f"in {data['seconds']:.0f} s"],
         ["trainable parameters", f"{training['parameters'] / 1e6:.1f}M"],
         ["steps (wall-clock budget)", f"{training['steps']:,} in {training['seconds']:.0f} s"],
         ["loss", f"{training['first_loss']:.1f} -> {training['final_loss']:.2f}"],
