@@ -1,0 +1,330 @@
+"""Result tables of docs/*.md, rendered from the committed benchmark JSON in benchmarks/results/.
+
+A doc marks a generated table with a pair of HTML comments, which Markdown does not show::
+
+    <!-- table: tree-real -->
+    | system | tokens / target pass | ... |
+    ...
+    <!-- /table -->
+
+``python docs/tables.py`` rewrites everything between each pair from the JSON; ``--check`` changes no
+file and exits 1 naming every doc whose tables differ from the JSON (``tests/docs/test_docs_tables.py``
+runs the same check). To change a number, change the JSON (re-run the benchmark), never the doc.
+
+Example:
+    >>> text = "Before.\\n<!-- table: tree-real -->\\nstale\\n<!-- /table -->\\nAfter.\\n"
+    >>> render(text).splitlines()[2]
+    '| system | tokens / target pass | mean accepted / round |'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DOCS = ROOT / "docs"
+
+MARKER = re.compile(r"<!-- table: (?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /table -->", re.DOTALL)
+OPENING = re.compile(r"<!-- table: (?P<name>[^>]*?) -->")
+
+
+class Results:
+    """Reads ``benchmarks/results/*.json`` (or another folder with the same files, for tests)."""
+
+    def __init__(self, folder: Path = RESULTS):
+        self.folder = Path(folder)
+
+    def __call__(self, name: str) -> dict:
+        path = self.folder / name
+        if not path.is_file():
+            raise ValueError(f"results file: expected {path} to exist, found nothing")
+        return json.loads(path.read_text())
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table, one line per row, every cell as given.
+
+    Example:
+        >>> print(markdown_table(["a", "b"], [["1", "2"]]))
+        | a | b |
+        |---|---|
+        | 1 | 2 |
+    """
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"rows: expected {len(header)} cells per row, got {len(row)} in {row}")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def sci(value: float, digits: int = 0) -> str:
+    """``3.1e-07`` -> ``3e-7``: scientific notation without the exponent's padding."""
+    mantissa, exponent = f"{value:.{digits}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+DECODE_STEP_GOAL = 1.15
+
+
+def against_goal(ratio: float, goal: float) -> str:
+    """``1.62x (not met)``: a ratio that should be at most ``goal``."""
+    return f"{ratio:.2f}x ({'met' if ratio <= goal else 'not met'})"
+
+
+def decode_steps(results: Results) -> str:
+    rows = []
+    for name, body in (
+        ("bench_ar_graph_h200_2026-11-29.json", "CUDA graph"),
+        ("bench_ar_compile_h200_2026-11-29.json", "CUDA graph + torch.compile"),
+    ):
+        model = results(name)["models"][0]
+        steps = {step["m"]: step for step in model["steps"]}
+        rows.append([
+            body,
+            f"{steps[1]['step_ms']:.2f} ms",
+            against_goal(steps[1]["x_floor"], DECODE_STEP_GOAL),
+            against_goal(steps[16]["x_m1"], DECODE_STEP_GOAL),
+            f"{model['generate']['tokens_per_s']:.0f} tok/s",
+        ])
+    header = ["body", "M = 1", f"x floor (goal <= {DECODE_STEP_GOAL}x)", f"M = 16 / M = 1 (goal <= {DECODE_STEP_GOAL}x)",
+              "`sd.generate` AR"]
+    return markdown_table(header, rows)
+
+
+def forcing_gpu(results: Results) -> str:
+    run = results("forcing_gpu_h200_2026-11-29.json")
+    after = run["settings"]["after"]
+    same = run["speculative_vs_ar"]
+    identical = f"{same['identical_sequences']}/{same['of']} sequences identical to AR in bf16"
+    fault = f"`LogitBiasFault(+{run['settings']['bias']:g}, every {run['settings']['every']}th id, after {after})`"
+    rows = []
+    for key, label in (
+        ("lossless_report", f"n-gram speculative (lossless; {identical})"),
+        ("faulty_report", f"same + {fault}"),
+    ):
+        report = run[key]
+        late = report["by_bucket"][f"pos >= {after}"]
+        rate = sci(report["mismatch_rate"], 2)
+        if late["rate_failed"]:
+            rate += f" ({sci(late['rate'], 2)} after {after})"
+        rows.append([
+            label,
+            rate,
+            sci(report["null_rate"], 2),
+            str(report["num_large_margin_events"]),
+            "PASS" if report["passed"] else "FAIL",
+        ])
+    return markdown_table(["candidate", "mismatch rate", "null rate", "large-margin events", "verdict"], rows)
+
+
+def gdn_tree(results: Results) -> str:
+    sizes = results("gdn_tree_h200_2026-11-29_v2.json")["sizes"]
+    rows = []
+    for nodes, size in sorted(sizes.items(), key=lambda item: int(item[0])):
+        variants = size["variants"]
+        # the default dense kernel is the fp32-level (refined) one; it serves trees of up to 64 rows
+        refined = [v for name, v in variants.items() if v["kind"] == "dense" and name.endswith("_refine") and v["correct"]]
+        if int(nodes) <= 64 and refined:
+            best = min(refined, key=lambda v: v["graph_us"])
+            dense = f"{best['graph_us']:.1f} us ({sci(best['max_rel_err'])})"
+            if int(nodes) == 64:
+                dense = f"**{best['graph_us']:.1f} us** ({sci(best['max_rel_err'])})"
+        else:
+            dense = "(not used above 64)"
+        rows.append([
+            nodes,
+            dense,
+            f"{variants[size['best']['path']]['graph_us']:.1f} us",
+            f"{variants[size['best']['wy']]['graph_us']:.1f} us",
+            f"{variants[size['best']['snapshot']]['graph_us']:.1f} us",
+        ])
+    header = ["nodes", "dense tree-WY (default for <= 64 rows)", "path", "blocked WY (tf32)", "per-node snapshots"]
+    return markdown_table(header, rows)
+
+
+SMOLLM2_EVAL = "eval_smollm2_drafter_graphs_h200_2026-11-29.json"
+
+
+def _drafter_rows(results: Results, systems: list[tuple[str, str, bool]]) -> list[list[str]]:
+    """One row per ``(results key, label, bold tokens per pass)``; the fastest system's speed-up in bold."""
+    measured = results(SMOLLM2_EVAL)["eval"]["results"]
+    fastest = max(measured[key]["speedup_vs_ar"] for key, _, _ in systems)
+    rows = []
+    for key, label, bold in systems:
+        run = measured[key]
+        tpp, speedup = f"{run['tokens_per_target_pass']:.2f}", f"{run['speedup_vs_ar']:.2f}x"
+        if bold:
+            tpp = f"**{tpp}**"
+        if run["speedup_vs_ar"] == fastest:
+            speedup = f"**{speedup}**"
+        rows.append([label, tpp, speedup, run["identical_to_ar"]])
+    return rows
+
+
+def smollm2_drafter_summary(results: Results) -> str:
+    rows = _drafter_rows(results, [
+        ("n-gram chain (k=6)", "n-gram chain", False),
+        ("trained chain (k=7), graph", "trained chain, CUDA-graph draft step", True),
+        ("trained tree (32 nodes), graph", "trained best-first tree (32 nodes), CUDA-graph draft step", True),
+    ])
+    return markdown_table(["drafter", "tokens per target pass", "speed-up over AR", "== AR"], rows)
+
+
+def smollm2_drafter_eval(results: Results) -> str:
+    rows = _drafter_rows(results, [
+        ("n-gram chain (k=6)", "n-gram, chain (k = 6)", False),
+        ("n-gram tree (4 paths)", "n-gram, tree (4 paths)", False),
+        ("trained chain (k=7)", "trained, chain (k = 7), eager draft step", False),
+        ("trained tree (32 nodes)", "trained, best-first tree (32 nodes), eager", False),
+        ("trained chain (k=7), graph", "trained, chain (k = 7), CUDA-graph draft step", True),
+        ("trained tree (32 nodes), graph", "trained, best-first tree (32 nodes), CUDA-graph draft step", True),
+    ])
+    return markdown_table(["drafter", "tokens per target pass", "speed-up over AR (wall clock)", "output == AR"], rows)
+
+
+def smollm2_training(results: Results) -> str:
+    run = results("train_smollm2_h200_2026-11-29.json")
+    data, training = run["data"], run["training"]
+    rows = [
+        ["training data", f"{data['sequences']:,} sequences, {data['response_tokens']:,} response tokens "
+                          f"in {data['seconds']:.0f} s"],
+        ["trainable parameters", f"{training['parameters'] / 1e6:.1f}M"],
+        ["steps (wall-clock budget)", f"{training['steps']:,} in {training['seconds']:.0f} s"],
+        ["loss", f"{training['first_loss']:.1f} -> {training['final_loss']:.2f}"],
+        ["per-row accuracy, training blocks", " / ".join(f"{a:.2f}" for a in training["position_accuracy"])],
+    ]
+    return markdown_table(["measured", "H200, float32 (`train_smollm2_h200_2026-11-29.json`)"], rows)
+
+
+def tree_real(results: Results) -> str:
+    totals = results("tree_real_cpu_2026-11-29.json")["totals"]
+    labels = {"chain": "chain (`NGramDrafter` + `ChainVerifier`)"}
+    rows = []
+    for system, total in totals.items():
+        label = labels.get(system) or f"tree, budget {system.removeprefix('tree-')}"
+        rows.append([label, f"{total['tokens_per_target_pass']:.3f}", f"{total['mean_accepted']:.3f}"])
+    return markdown_table(["system", "tokens / target pass", "mean accepted / round"], rows)
+
+
+DRAFTER_LABELS = {"dflash-b16": "DFlash b16", "dflash2-b8": "DFlash2 b8", "dspark-b7": "DSpark b7"}
+
+
+def drafter_steps(results: Results) -> str:
+    run = results("bench_drafters_h200_2026-11-29.json")["run1"]
+    rows = []
+    for name, drafter in run["drafters"].items():
+        label = DRAFTER_LABELS[name] + (" (head still eager in this run)" if name == "dspark-b7" else "")
+        rows.append([
+            label,
+            f"{drafter['step_ms/eager']:.2f} ms",
+            f"{drafter['step_ms/graph']:.2f} ms",
+            f"{drafter['floor_ms']:.2f} ms",
+            f"{drafter['step_ms/graph'] / run['ar_step_ms']:.2f}",
+        ])
+    return markdown_table(["drafter", "eager", "CUDA graph", "bytes / bandwidth floor", "graph / AR step"], rows)
+
+
+def drafter_runs(results: Results) -> str:
+    run = results("bench_drafters_h200_2026-11-29.json")["run2"]
+    rows = []
+    for key, label in (
+        ("spec/oracle", "oracle alone"),
+        ("spec/oracle+dspark-b7", "oracle + DSpark, graph"),
+        ("spec/oracle+dspark-b7/eager", "oracle + DSpark, eager"),
+        ("spec/oracle+dflash-b16", "oracle + DFlash b16, graph"),
+        ("spec/oracle+dflash2-b8", "oracle + DFlash2 b8, graph"),
+    ):
+        spec = run[key]
+        if not spec["valid"] or spec["unmatched_rounds"]:
+            raise ValueError(f"{key}: expected a valid run with every round at the oracle's plan, got {spec}")
+        ratio = f"{spec['ratio']:.2f}"
+        if key == "spec/oracle+dspark-b7":
+            ratio = f"**{ratio}**"
+        rows.append([label, f"{spec['speedup_over_ar']:.2f}x", f"{spec['round_in_ar_steps']:.2f}", ratio])
+    return markdown_table(["run", "speed-up over AR", "round in AR steps", "speed-up / tokens per pass"], rows)
+
+
+def forcing_power(results: Results) -> str:
+    points = results("forcing_power_cpu_2026-11-29.json")["tokens_needed"]
+    rises = sorted({p["rise"] for p in points})
+    null_rates = sorted({p["null_rate"] for p in points})
+    tokens = {(p["null_rate"], p["rise"]): p["tokens"] for p in points}
+    rows = []
+    for null_rate in null_rates:
+        label = "0 (float32)" if null_rate == 0 else sci(null_rate)
+        rows.append([label] + [f"{tokens[null_rate, rise]:,}" for rise in rises])
+    return markdown_table(["null rate \\ rise"] + [f"+{sci(rise)}" for rise in rises], rows)
+
+
+TABLES: dict[str, Callable[[Results], str]] = {
+    "decode-steps": decode_steps,
+    "forcing-gpu": forcing_gpu,
+    "gdn-tree": gdn_tree,
+    "smollm2-drafter-summary": smollm2_drafter_summary,
+    "smollm2-drafter-eval": smollm2_drafter_eval,
+    "smollm2-training": smollm2_training,
+    "tree-real": tree_real,
+    "drafter-steps": drafter_steps,
+    "drafter-runs": drafter_runs,
+    "forcing-power": forcing_power,
+}
+
+
+def table_names(text: str) -> list[str]:
+    """Names of the generated tables in a doc, in order of appearance."""
+    return [match["name"] for match in MARKER.finditer(text)]
+
+
+def render(text: str, results: Results | None = None) -> str:
+    """``text`` with every marked table replaced by the one rendered from the JSON.
+
+    Raises:
+        ValueError: a marker names no known table, or an opening marker has no closing one.
+    """
+    results = results or Results()
+    openings = [match["name"] for match in OPENING.finditer(text)]
+    closed = table_names(text)
+    if openings != closed:
+        raise ValueError(f"table markers: expected every '<!-- table: NAME -->' closed by '<!-- /table -->', "
+                         f"opened {openings}, closed {closed}")
+    for name in closed:
+        if name not in TABLES:
+            raise ValueError(f"table name: expected one of {sorted(TABLES)}, got {name!r}")
+
+    def replace(match: re.Match) -> str:
+        return f"<!-- table: {match['name']} -->\n{TABLES[match['name']](results)}\n<!-- /table -->"
+
+    return MARKER.sub(replace, text)
+
+
+def doc_paths() -> list[Path]:
+    return sorted(DOCS.glob("*.md"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc differs from the JSON")
+    args = parser.parse_args(argv)
+    stale = []
+    for path in doc_paths():
+        text = path.read_text()
+        rendered = render(text)
+        if rendered != text:
+            stale.append(path.relative_to(ROOT))
+            if not args.check:
+                path.write_text(rendered)
+    verb = "differ from" if args.check else "rewritten from"
+    for path in stale:
+        print(f"{path}: tables {verb} benchmarks/results/")
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

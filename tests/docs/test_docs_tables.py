@@ -1,0 +1,94 @@
+"""The result tables in docs/*.md are the ones docs/tables.py renders from benchmarks/results/*.json."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+def _load_tables():
+    spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "docs" / "tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tables = _load_tables()
+
+
+@pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
+def test_doc_tables_match_the_results_json(path):
+    text = path.read_text()
+    rendered = tables.render(text)
+    diff = "\n".join(difflib.unified_diff(text.splitlines(), rendered.splitlines(), "doc", "from JSON", lineterm=""))
+    assert rendered == text, f"{path.name}: tables differ from benchmarks/results (run python docs/tables.py):\n{diff}"
+
+
+def test_every_table_appears_in_a_doc():
+    used = {name for path in DOCS for name in tables.table_names(path.read_text())}
+    assert used == set(tables.TABLES), f"unused tables: {set(tables.TABLES) - used}"
+
+
+def test_a_number_edited_by_hand_fails():
+    doc = (ROOT / "docs" / "tree.md").read_text()
+    assert "| tree, budget 64 | 1.994 |" in doc
+    edited = doc.replace("| tree, budget 64 | 1.994 |", "| tree, budget 64 | 2.130 |")
+    assert tables.render(edited) == doc != edited
+
+
+def test_a_changed_result_changes_the_doc(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(tables.RESULTS, results)
+    path = results / "tree_real_cpu_2026-11-29.json"
+    data = json.loads(path.read_text())
+    data["totals"]["chain"]["tokens_per_target_pass"] = 1.5
+    path.write_text(json.dumps(data))
+    doc = (ROOT / "docs" / "tree.md").read_text()
+    rendered = tables.render(doc, tables.Results(results))
+    assert "| chain (`NGramDrafter` + `ChainVerifier`) | 1.500 |" in rendered
+    assert rendered != doc
+
+
+def test_text_outside_the_markers_is_kept():
+    text = "Above.\n<!-- table: tree-real -->\nold\n<!-- /table -->\nBelow, with | pipes |.\n"
+    rendered = tables.render(text)
+    assert rendered.startswith("Above.\n<!-- table: tree-real -->\n| system |")
+    assert rendered.endswith("<!-- /table -->\nBelow, with | pipes |.\n")
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("<!-- table: no-such-table -->\n<!-- /table -->\n", "table name"),
+        ("<!-- table: tree-real -->\nnever closed\n", "table markers"),
+    ],
+    ids=["unknown-name", "unclosed"],
+)
+def test_bad_markers_raise(text, match):
+    with pytest.raises(ValueError, match=match):
+        tables.render(text)
+
+
+def test_missing_results_file_raises(tmp_path):
+    with pytest.raises(ValueError, match="results file"):
+        tables.render("<!-- table: tree-real -->\n<!-- /table -->\n", tables.Results(tmp_path))
+
+
+def test_check_mode_reports_a_stale_doc(tmp_path, monkeypatch, capsys):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "stale.md").write_text("<!-- table: tree-real -->\n| hand | written |\n<!-- /table -->\n")
+    monkeypatch.setattr(tables, "DOCS", docs)
+    monkeypatch.setattr(tables, "ROOT", tmp_path)
+    assert tables.main(["--check"]) == 1
+    assert "stale.md" in capsys.readouterr().out
+    assert tables.main([]) == 0
+    assert tables.main(["--check"]) == 0
