@@ -127,8 +127,8 @@ def test_chunking_mutation_without_cache_reuse_is_caught(stock, prompts, ar_out,
 
 def test_poisoned_stock_logits_raise(stock, prompts, ar_out):
     class NaNLogits(TargetFault):
-        def forward(self, tokens, positions=None, mask=None, *, hidden_layers=()):
-            out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers)
+        def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None):
+            out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
             out.logits = torch.full_like(out.logits, float("nan"))
             return out
 

@@ -24,6 +24,9 @@ from typing import Sequence
 
 import torch
 
+from specdec.contracts.plan import VerifyPlan
+from specdec.contracts.target import check_target
+
 __all__ = ["LogitBiasFault", "LogitNoiseFault", "PositionShiftFault", "StaleStateFault", "TargetFault"]
 
 
@@ -49,10 +52,7 @@ class TargetFault:
     """
 
     def __init__(self, target, *, after: int = 0):
-        for attr in ("forward", "commit", "reset", "length", "vocab_size", "max_seq_len"):
-            if not hasattr(target, attr):
-                raise TypeError(f"target: expected a specdec Target, got {type(target).__name__} without {attr!r}")
-        self.target = target
+        self.target = check_target(target)
         self.after = _check_int("after", after, 0)
         self.prompt_len: int | None = None
         self._rows = 0
@@ -86,8 +86,19 @@ class TargetFault:
     def room(self) -> int:
         return self.target.room()
 
-    def __call__(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = ()):
-        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers)
+    @property
+    def supports_trees(self) -> bool:
+        return self.target.supports_trees
+
+    def __call__(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
+        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()):
+        """The wrapped target's plan forward, through this fault's :meth:`forward`."""
+        return self.forward(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents)
+
+    def discard(self) -> None:
+        self.target.discard()
 
     def _default_positions(self, tokens: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         if positions is not None:
@@ -101,10 +112,10 @@ class TargetFault:
         generated = self._default_positions(tokens, positions) + 1 - self.prompt_len  # [1, T]
         return generated >= self.after
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = ()):
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
         self.active_rows(tokens, positions)
         self._rows = tokens.shape[1]
-        return self.target(tokens, positions, mask, hidden_layers=hidden_layers)
+        return self.target(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
 
     def commit(self, accepted) -> None:
         self.target.commit(accepted)
@@ -142,9 +153,9 @@ class LogitBiasFault(TargetFault):
         self.bias = float(bias)
         self.every = _check_int("every", every, 1)
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = ()):
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
         active = self.active_rows(tokens, positions)  # [1, T]
-        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers)
+        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
         vocab = out.logits.shape[-1]
         biased = (torch.arange(vocab, device=out.logits.device) % self.every == 0).float()  # [V]
         out.logits = out.logits + self.bias * active[..., None].float() * biased
@@ -178,9 +189,9 @@ class LogitNoiseFault(TargetFault):
         super().reset()
         self._generator.manual_seed(self.seed)
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = ()):
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
         active = self.active_rows(tokens, positions)
-        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers)
+        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
         noise = torch.randn(out.logits.shape, generator=self._generator, device=out.logits.device, dtype=out.logits.dtype)
         out.logits = out.logits + self.std * noise * active[..., None]
         return out
@@ -205,11 +216,11 @@ class PositionShiftFault(TargetFault):
             raise ValueError(f"shift: expected a non-zero int, got {shift!r}")
         self.shift = shift
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = ()):
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
         active = self.active_rows(tokens, positions)
         shifted = self._default_positions(tokens, positions) + self.shift * active.long()
         self._rows = tokens.shape[1]
-        return self.target(tokens, shifted, mask, hidden_layers=hidden_layers)
+        return self.target(tokens, shifted, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
 
 
 class StaleStateFault(TargetFault):

@@ -27,10 +27,13 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Callable, Sequence
 
 import torch
 
+from specdec.contracts.plan import VerifyPlan
+from specdec.contracts.target import TargetOutput
 from specdec.drafters.base import DraftProposal
 from specdec.verify import chain as _chain
 from specdec.verify.chain import ChainLaws
@@ -146,12 +149,24 @@ class MarkovTarget:
     def room(self) -> int:
         return self.max_seq_len - self.length
 
-    def __call__(self, tokens, positions=None, mask=None, *, hidden_layers=()):
-        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers)
+    @property
+    def config(self) -> SimpleNamespace:
+        return SimpleNamespace(vocab_size=self.vocab_size, num_layers=0)
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers=()):
-        from specdec.models.dense import TargetOutput
+    @property
+    def supports_trees(self) -> bool:
+        return True
 
+    def __call__(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None):
+        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers=()) -> TargetOutput:
+        return self.forward(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers)
+
+    def discard(self) -> None:
+        self._last, self._last_tokens = [], []
+
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None):
         if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != 1 or tokens.dtype != torch.long:
             raise TypeError(f"tokens: expected int64 [1, T], got {getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
         rows = tokens[0].tolist()
