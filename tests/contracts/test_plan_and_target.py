@@ -1,0 +1,86 @@
+"""VerifyPlan is built once per round and read by every consumer; targets are checked by the protocol."""
+
+import pytest
+import torch
+
+import specdec as sd
+import specdec.contracts.plan as plan_mod
+from specdec.contracts import Target, Tree, VerifyPlan, check_target
+from specdec.testing import tiny_target
+
+
+def test_tree_plan_rows_positions_mask_parents():
+    tree = Tree(tokens=[7, 8, 9, 6], parents=[-1, -1, 0, 2])
+    plan = VerifyPlan.for_tree(torch.tensor([3]), tree, prefix_len=5)
+    assert plan.tokens.tolist() == [[3, 7, 8, 9, 6]]
+    assert plan.positions.tolist() == [[5, 6, 6, 7, 8]]
+    assert plan.row_parents.tolist() == [-1, 0, 0, 1, 3]
+    # the mask is the tree's own, computed once and shared
+    assert plan.mask is tree.ancestor_mask
+    assert plan.mask.int().tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 1, 0, 1, 1]]
+    assert plan.accepted_rows(2, torch.tensor([0, 1, 3])).tolist() == [0, 1, 3]
+
+
+def test_chain_plan_keeps_the_default_forward():
+    plan = VerifyPlan.chain(torch.tensor([3]), torch.tensor([4, 5]), prefix_len=2)
+    assert plan.is_chain and plan.positions is None and plan.mask is None and plan.row_parents is None
+    assert plan.accepted_rows(1) == 2
+
+
+def test_positions_are_derived_once_per_plan(monkeypatch):
+    calls = []
+    original = plan_mod.tree_positions
+    monkeypatch.setattr(plan_mod, "tree_positions", lambda tree, p: calls.append(1) or original(tree, p))
+    plan = VerifyPlan.for_tree(torch.tensor([3]), Tree(tokens=[7, 8], parents=[-1, -1]), prefix_len=0)
+    plan.positions, plan.positions
+    assert calls == [1]
+
+
+def test_plan_input_errors():
+    with pytest.raises(TypeError, match="tree: expected a Tree, got list"):
+        VerifyPlan.for_tree(torch.tensor([3]), [1, 2], prefix_len=0)
+    with pytest.raises(ValueError, match="root: expected one token id"):
+        VerifyPlan.for_tree(torch.tensor([3, 4]), Tree.chain([1]), prefix_len=0)
+    with pytest.raises(ValueError, match="prefix_len: expected an int >= 0, got -1"):
+        VerifyPlan.for_tree(torch.tensor([3]), Tree.chain([1]), prefix_len=-1)
+
+
+def test_targets_and_test_targets_implement_the_protocol():
+    assert isinstance(tiny_target(seed=0), Target)
+    assert isinstance(sd.testing.LogitBiasFault(tiny_target(seed=0)), Target)
+    assert isinstance(sd.testing.MarkovTarget(sd.testing.MarkovLaw(5, seed=0)), Target)
+
+
+def test_a_non_target_is_named_with_what_it_lacks():
+    class Half:
+        config = None
+        length = 0
+        max_seq_len = 8
+
+        def forward(self, tokens):
+            return tokens
+
+    with pytest.raises(TypeError, match="target: expected a specdec Target .* got Half missing commit, device, discard"):
+        check_target(Half())
+    with pytest.raises(TypeError, match="got Half missing"):
+        sd.ChainVerifier().verify(Half(), torch.tensor([1]), sd.DraftProposal(torch.tensor([2])), sampling=sd.SamplingConfig())
+
+
+class ChainOnly(sd.DenseTarget):
+    """A dense target that declares it verifies chains only (as an HF adapter does)."""
+
+    @property
+    def supports_trees(self) -> bool:
+        return False
+
+
+def test_tree_verifier_refuses_trees_on_a_chain_only_target():
+    base = tiny_target(seed=0)
+    target = ChainOnly(base.config, max_seq_len=64)
+    target.load_state_dict(base.state_dict())
+    target(torch.tensor([[1, 2]]))
+    target.commit(2)
+    proposal = sd.DraftProposal(torch.tensor([4, 5, 6]), parents=torch.tensor([-1, -1, 0]))
+    with pytest.raises(ValueError, match="verifies chains only"):
+        sd.TreeVerifier().verify(target, torch.tensor([3]), proposal, sampling=sd.SamplingConfig())
+    assert target.length == 2
