@@ -21,6 +21,7 @@ from specdec.drafters.training import (
     tokens_per_target_pass,
     train_drafter,
 )
+from specdec.drafters.checkpoints import fixture_config, random_block_model
 from specdec.testing import tiny_target
 from specdec.verify.chain import ChainVerifier
 from specdec.verify.sampling import SamplingConfig
@@ -122,6 +123,23 @@ def test_training_forward_matches_inference(target, trained, data, p):
     row = int((anchors == p).nonzero()[0])
     ref = _inference_logprobs(model, target, tokens, features, p)
     torch.testing.assert_close(torch.log_softmax(logits[row], -1), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_training_forward_matches_inference_across_the_window(target, data, causal):
+    """A windowed drafter: the training forward equals inference for blocks on both sides of the window
+    (context + block from W - 2 to W + B + 2 rows), where the window decides what each row sees."""
+    window = 6
+    config = fixture_config("DFlashDraftModel", target, num_layers=2, block_size=CFG.block_size, target_layer_ids=[0, 1],
+                            sliding_window=window, extra={"is_causal": causal})
+    model = random_block_model(config, target, seed=3)
+    assert model.cfg.sliding_window == (window, window) and model.cfg.layer_causal == (causal, causal)
+    tokens, features = data.tokens[3], data.features[3]
+    anchors = torch.arange(window - 2 - CFG.block_size, window + 3).clamp(min=1).unique()
+    logits = block_logits(model, target, features, tokens, anchors)  # [A, B-1, V]
+    for row, p in enumerate(anchors.tolist()):
+        ref = _inference_logprobs(model, target, tokens, features, p)
+        torch.testing.assert_close(torch.log_softmax(logits[row], -1), ref, atol=1e-5, rtol=1e-5)
 
 
 def test_blocks_never_see_their_own_or_later_features(target, trained, data):

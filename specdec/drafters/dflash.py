@@ -45,6 +45,7 @@ __all__ = [
     "DraftKVCache",
     "StaticDraftKVCache",
     "grouped_dynamic_conv",
+    "layer_visibility",
     "load_drafter",
     "read_drafter_config",
 ]
@@ -313,6 +314,32 @@ def grouped_dynamic_conv(x: torch.Tensor, dynamic: torch.Tensor, base: torch.Ten
     return out
 
 
+def layer_visibility(q_pos: torch.Tensor, k_pos: torch.Tensor, *, causal: bool, window: int | None) -> torch.Tensor:
+    """Which keys a draft layer's queries see: ``q_pos [..., Q, 1]``, ``k_pos [..., 1, K]`` -> bool ``[..., Q, K]``.
+
+    The windows are transformers' (``masking_utils``): a causal layer sees the last ``window`` positions,
+    itself included (``0 <= q - k < window``, ``sliding_window_causal_mask_function``); a bidirectional
+    layer sees every position within distance ``window`` (``|q - k| <= window``,
+    ``sliding_window_bidirectional_mask_function``). ``window=None`` is full attention.
+
+    Example:
+        >>> q, k = torch.tensor([[3]]), torch.arange(6)[None]
+        >>> layer_visibility(q, k, causal=False, window=2).int().tolist()
+        [[0, 1, 1, 1, 1, 1]]
+        >>> layer_visibility(q, k, causal=True, window=2).int().tolist()
+        [[0, 0, 1, 1, 0, 0]]
+    """
+    distance = q_pos - k_pos
+    visible = torch.ones_like(distance, dtype=torch.bool)
+    if causal:
+        visible = distance >= 0
+        if window is not None:
+            visible = visible & (distance < window)
+    elif window is not None:
+        visible = distance.abs() <= window
+    return visible
+
+
 class GroupedDynamicCausalConv(nn.Module):
     def __init__(self, hidden: int, kernel: int, group: int):
         super().__init__()
@@ -578,16 +605,9 @@ class BlockDraftModel(nn.Module):
         for i in range(cfg.num_layers):
             key = (cfg.layer_causal[i], cfg.sliding_window[i])
             if key not in built:
-                visible = torch.ones(q_pos.shape[0], k_pos.shape[1], dtype=torch.bool, device=q_pos.device)
-                if base is not None:
-                    visible = visible & base
-                if cfg.layer_causal[i]:
-                    visible = visible & (k_pos <= q_pos)
-                if cfg.sliding_window[i] is not None:
-                    visible = visible & ((q_pos - k_pos) < cfg.sliding_window[i])
-                    if not cfg.layer_causal[i]:
-                        visible = visible & ((k_pos - q_pos) < cfg.sliding_window[i])
-                built[key] = visible
+                visible = layer_visibility(q_pos, k_pos, causal=cfg.layer_causal[i], window=cfg.sliding_window[i])
+                visible = visible.expand(q_pos.shape[0], k_pos.shape[-1])
+                built[key] = visible if base is None else visible & base
             out.append(built[key])
         return out
 

@@ -43,7 +43,15 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-from specdec.drafters.dflash import DFLASH, BlockDraftModel, DFlashDrafter, _rotate_half, check_fits_target, read_drafter_config
+from specdec.drafters.dflash import (
+    DFLASH,
+    BlockDraftModel,
+    DFlashDrafter,
+    _rotate_half,
+    check_fits_target,
+    layer_visibility,
+    read_drafter_config,
+)
 
 __all__ = [
     "TrainingConfig",
@@ -558,14 +566,7 @@ def block_logits(model: BlockDraftModel, target, features: torch.Tensor, tokens:
     x = noise
     for i, layer in enumerate(model.layers):
         attn = layer.self_attn
-        visible = base
-        if cfg.layer_causal[i]:
-            visible = visible & (k_pos[:, None, :] <= q_pos[:, :, None])
-        if cfg.sliding_window[i] is not None:
-            dist = q_pos[:, :, None] - k_pos[:, None, :]
-            visible = visible & (dist < cfg.sliding_window[i])
-            if not cfg.layer_causal[i]:
-                visible = visible & (-dist < cfg.sliding_window[i])
+        visible = base & layer_visibility(q_pos[:, :, None], k_pos[:, None, :], causal=cfg.layer_causal[i], window=cfg.sliding_window[i])
         k_ctx = rotate(attn.k_norm(heads(attn.k_proj, ctx, Hkv)), cos_c, sin_c)  # [S, Hkv, L, D]
         v_ctx = heads(attn.v_proj, ctx, Hkv)
         h = layer.input_layernorm(x)

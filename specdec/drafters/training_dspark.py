@@ -49,7 +49,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from specdec.drafters.dflash import DSPARK, BlockDraftModel, _rotate_half, check_fits_target
+from specdec.drafters.dflash import DSPARK, BlockDraftModel, _rotate_half, check_fits_target, layer_visibility
 from specdec.drafters.dspark import HEAD_TYPES, DSparkDrafter, block_bias, build_dspark_model, markov_step, read_dspark_config
 from specdec.drafters import training as _dflash_training
 from specdec.drafters.training import (
@@ -365,13 +365,7 @@ def block_hidden(model: BlockDraftModel, target, features: torch.Tensor, tokens:
     x, rows = noise, A * B
     for i, layer in enumerate(model.layers):
         attn = layer.self_attn
-        visible = base
-        if cfg.layer_causal[i]:
-            visible = visible & (k_pos[None] <= q_pos[:, None])
-        if cfg.sliding_window[i] is not None:
-            visible = visible & ((q_pos[:, None] - k_pos[None]) < cfg.sliding_window[i])
-            if not cfg.layer_causal[i]:
-                visible = visible & ((k_pos[None] - q_pos[:, None]) < cfg.sliding_window[i])
+        visible = base & layer_visibility(q_pos[:, None], k_pos[None], causal=cfg.layer_causal[i], window=cfg.sliding_window[i])
         k_ctx, v_ctx = model._kv(attn, ctx, cos_c, sin_c)  # [Hkv, L, D]
         h = layer.input_layernorm(x)
         q = attn.q_norm(attn.q_proj(h).view(rows, cfg.num_heads, cfg.head_dim)).transpose(0, 1)  # [Hq, A*B, D]
