@@ -1,6 +1,6 @@
 """specdec: composable, tested-lossless speculative-decoding primitives for PyTorch and Triton."""
 
-from specdec import drafters, forcing, formats, kernels, models, testing, verify
+from specdec import drafters, forcing, formats, kernels, models, testing, train, verify
 from specdec.decode import GenerationOutput, GenerationStats, generate
 from specdec.drafters import (
     DFlash2Drafter,
@@ -52,5 +52,6 @@ __all__ = [
     "load_target",
     "models",
     "testing",
+    "train",
     "verify",
 ]

@@ -49,9 +49,9 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import specdec as sd  # noqa: E402
-from specdec.drafters.checkpoints import fixture_config  # noqa: E402
-from specdec.drafters.dflash import BlockDraftModel, DFlash2Drafter, DFlashDrafter, read_drafter_config  # noqa: E402
-from specdec.drafters.dspark import DSparkDrafter  # noqa: E402
+from specdec.drafters.block.fixtures import fixture_config  # noqa: E402
+from specdec.drafters.block import BlockDraftModel, DFlash2Drafter, DFlashDrafter, read_drafter_config  # noqa: E402
+from specdec.drafters import DSparkDrafter  # noqa: E402
 from specdec.drafters.oracle import PRESETS, OracleDrafter  # noqa: E402
 from specdec.models import QWEN3_8B, random_target  # noqa: E402
 from specdec.verify.sampling import SamplingConfig  # noqa: E402
@@ -114,7 +114,7 @@ def random_model(config: dict, target, seed: int) -> BlockDraftModel:
     seconds per billion weights); same scales: ``N(0, 1 / fan_in)``, norms ``1 + 0.1 N(0, 1)``."""
     if config.get("architectures") == ["Qwen3DSparkModel"]:
         try:
-            from specdec.drafters.dspark import build_dspark_model, read_dspark_config
+            from specdec.drafters.block import build_dspark_model, read_dspark_config
 
             make = lambda: build_dspark_model(read_dspark_config(config), target.config.vocab_size)  # noqa: E731
         except ImportError:

@@ -24,8 +24,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import specdec as sd  # noqa: E402
-from specdec.drafters.checkpoints import save_fixture  # noqa: E402
-from specdec.drafters.dflash import load_drafter  # noqa: E402
+from specdec.drafters.block.fixtures import save_fixture  # noqa: E402
+from specdec.drafters import load_drafter  # noqa: E402
 from specdec.testing import tiny_target  # noqa: E402
 from specdec.verify.sampling import SamplingConfig  # noqa: E402
 

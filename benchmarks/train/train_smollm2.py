@@ -38,8 +38,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import specdec as sd  # noqa: E402
 from specdec import data as sd_data  # noqa: E402
-from specdec.drafters.dflash import DFlashDrafter  # noqa: E402
-from specdec.drafters.training import (  # noqa: E402
+from specdec.drafters import DFlashDrafter  # noqa: E402
+from specdec.train.dflash import (  # noqa: E402
     TrainingConfig,
     default_target_layer_ids,
     make_training_data_hf,

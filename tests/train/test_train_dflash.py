@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.drafters.dflash import DFlashDrafter, load_drafter
-from specdec.drafters.training import (
+from specdec.drafters import DFlashDrafter, load_drafter
+from specdec.drafters.block import fixture_config, random_block_model
+from specdec.train.dflash import (
     TrainingConfig,
     block_logits,
     default_target_layer_ids,
@@ -21,7 +22,6 @@ from specdec.drafters.training import (
     tokens_per_target_pass,
     train_drafter,
 )
-from specdec.drafters.checkpoints import fixture_config, random_block_model
 from specdec.testing import tiny_target
 from specdec.verify.chain import ChainVerifier
 from specdec.verify.sampling import SamplingConfig
@@ -274,7 +274,7 @@ def test_bad_time_budget_raises(value):
 
 def test_hf_batched_data_equal_lean_target_continuations():
     """Greedy continuations and tap features from transformers' batched generate == the lean target's."""
-    from specdec.drafters.training import make_training_data_hf
+    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
@@ -292,7 +292,7 @@ def test_hf_batched_data_equal_lean_target_continuations():
 
 
 def test_hf_batched_data_end_at_eos():
-    from specdec.drafters.training import make_training_data_hf
+    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
@@ -308,7 +308,7 @@ def test_hf_batched_data_end_at_eos():
 
 
 def test_hf_batched_data_bad_input():
-    from specdec.drafters.training import make_training_data_hf
+    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
 
     hf = tiny_hf_model("llama", seed=3)
@@ -332,7 +332,7 @@ def test_bad_training_data_names_the_field(target, prompts, data):
 
 
 def test_hf_batched_sampled_data_are_seeded_and_leave_the_global_rng_alone():
-    from specdec.drafters.training import make_training_data_hf
+    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.drafters.calibration import calibrated_survival, expected_calibration_error, sequential_temperature_scaling
-from specdec.drafters.dflash import load_drafter
-from specdec.drafters.dspark import DSparkDrafter
-from specdec.drafters.training_dspark import (
+from specdec.drafters import load_drafter
+from specdec.drafters.block import DSparkDrafter, fixture_config, random_block_model
+from specdec.drafters.block.calibration import calibrated_survival, expected_calibration_error, sequential_temperature_scaling
+from specdec.train.dspark import (
     DSparkTrainingConfig,
     DSparkTrainingData,
     block_hidden,
@@ -24,7 +24,6 @@ from specdec.drafters.training_dspark import (
     tokens_per_target_pass,
     train_dspark,
 )
-from specdec.drafters.checkpoints import fixture_config, random_block_model
 from specdec.testing import tiny_target
 from specdec.verify.chain import ChainVerifier
 from specdec.verify.sampling import SamplingConfig
@@ -267,7 +266,7 @@ def test_bad_config_raises(kwargs, match):
 
 
 def test_bad_inputs(target, data):
-    from specdec.drafters.training import TrainingConfig, make_training_data
+    from specdec.train.dflash import TrainingConfig, make_training_data
 
     with pytest.raises(TypeError, match="config"):
         train_dspark(target, None, TrainingConfig(steps=1), progress=False, data=data)

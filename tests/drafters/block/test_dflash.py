@@ -9,20 +9,25 @@ import torch
 from scipy import stats
 
 import specdec as sd
-from specdec.drafters import dflash as dflash_mod
-from specdec.drafters import dspark as dspark_mod
-from specdec.drafters.checkpoints import export_state_dict, fixture_config, random_block_model, save_fixture
-from specdec.drafters.dflash import (
+from specdec.drafters.block import (
     BlockDraftModel,
     DFlash2Drafter,
     DFlashDrafter,
     DraftKVCache,
+    DSparkDrafter,
     StaticDraftKVCache,
+    check_fits_target,
+    export_state_dict,
+    fixture_config,
     grouped_dynamic_conv,
+    load_block_model,
     load_drafter,
+    random_block_model,
     read_drafter_config,
+    save_fixture,
 )
-from specdec.drafters.dspark import DSparkDrafter
+from specdec.drafters.block import dflash as dflash_mod
+from specdec.drafters.block import dspark as dspark_mod
 from specdec.testing import tiny_target
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import TreeVerifier
@@ -57,7 +62,7 @@ def _features(target, drafter, context):
 def test_fixture_round_trip_reproduces_forward(arch, folders, small_target):
     config = json.loads((folders[arch] / "config.json").read_text())
     reference = random_block_model(config, small_target, seed=1)
-    loaded = dflash_mod.load_block_model(folders[arch], small_target)
+    loaded = load_block_model(folders[arch], small_target)
     for name, tensor in reference.state_dict().items():
         assert torch.equal(tensor, loaded.state_dict()[name]), name
     feats = torch.randn(5, len(reference.cfg.target_layer_ids) * reference.cfg.hidden_size, generator=torch.Generator().manual_seed(0))
@@ -286,7 +291,7 @@ def test_bad_checkpoints_name_the_field(tmp_path, small_target):
         DFlashDrafter.from_pretrained(tmp_path / "mask", small_target)
     cfg = fixture_config("DFlashDraftModel", small_target, mask_token_id=6)
     with pytest.raises(ValueError, match="mask_token_id"):
-        dflash_mod.check_fits_target(read_drafter_config(cfg), small_target)
+        check_fits_target(read_drafter_config(cfg), small_target)
     with pytest.raises(ValueError, match="architectures"):
         read_drafter_config({**fixture_config("DFlashDraftModel", small_target), "architectures": ["EagleDraftModel"]})
     with pytest.raises(ValueError, match="markov_head_type"):
