@@ -160,6 +160,7 @@ class BlockDraftModel(nn.Module):
         vocab_size: rows of the vocabulary-sized tensors (codebooks, Markov head).
 
     Example:
+        >>> from specdec.drafters.block.config import read_drafter_config
         >>> from specdec.drafters.block.fixtures import fixture_config
         >>> from specdec.testing import tiny_target
         >>> cfg = read_drafter_config(fixture_config("DFlashDraftModel", tiny_target(seed=0)))

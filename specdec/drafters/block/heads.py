@@ -19,6 +19,7 @@ def build_dspark_model(cfg: BlockDrafterConfig, vocab_size: int) -> BlockDraftMo
     ``markov_head.joint_proj`` (``Linear(2 * rank + hidden, 3 * rank)``, rows: gate, candidate, output).
 
     Example:
+        >>> from specdec.drafters.block.config import read_dspark_config
         >>> from specdec.drafters.block.fixtures import fixture_config
         >>> from specdec.testing import tiny_target
         >>> cfg = read_dspark_config(fixture_config("Qwen3DSparkModel", tiny_target(seed=0), markov_head_type="gated"))
