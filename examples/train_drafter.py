@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 import specdec as sd
-from specdec.drafters.dflash import load_drafter
-from specdec.drafters.training import TrainingConfig, init_drafter, plot_history, save, tokens_per_target_pass, train_drafter
+from specdec.drafters import load_drafter
+from specdec.train.dflash import TrainingConfig, init_drafter, plot_history, save, tokens_per_target_pass, train_drafter
 from specdec.testing import tiny_target
 
 target = tiny_target(seed=0, vocab_size=8)

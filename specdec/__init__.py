@@ -1,6 +1,6 @@
 """specdec: composable, tested-lossless speculative-decoding primitives for PyTorch and Triton."""
 
-from specdec import contracts, drafters, forcing, formats, kernels, models, testing, verify
+from specdec import contracts, drafters, forcing, formats, kernels, models, testing, train, verify
 from specdec.contracts import DraftProposal, Drafter, SamplingConfig, Target, Tree, VerifyPlan, VerifyResult
 from specdec.decode import GenerationOutput, GenerationStats, generate
 from specdec.drafters import (
@@ -57,5 +57,6 @@ __all__ = [
     "load_target",
     "models",
     "testing",
+    "train",
     "verify",
 ]

@@ -145,7 +145,7 @@ def smollm2_drafter_path() -> Path:
     (``benchmarks/train/train_smollm2.py``; numbers in ``docs/results.md``). HumanEval 0..39 are held out.
 
     Example:
-        >>> from specdec.drafters.dflash import DFlashDrafter
+        >>> from specdec.drafters import DFlashDrafter
         >>> drafter = DFlashDrafter.from_pretrained(smollm2_drafter_path(), smollm2_target())   # doctest: +SKIP
     """
     path = Path(__file__).parent / "assets" / "smollm2_135m_dflash"

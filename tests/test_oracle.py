@@ -8,8 +8,7 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.drafters.checkpoints import save_fixture
-from specdec.drafters.dflash import load_drafter
+from specdec.drafters import load_drafter, save_fixture
 from specdec.drafters.oracle import PRESETS, AcceptanceProfile, OracleDrafter
 from specdec.testing import tiny_target
 from specdec.testing.laws import autoregressive_law, chain_round, speculative_law, total_variation

@@ -50,7 +50,7 @@ def test_shipped_drafter_accepts_on_held_out_prompts():
     HumanEval 3 and 5 were held out of its training. A broken load (wrong taps, wrong mask id, a
     transposed weight) drops acceptance to about one token per pass.
     """
-    from specdec.drafters.dflash import DFlashDrafter
+    from specdec.drafters import DFlashDrafter
 
     tokenizer = data.smollm2_tokenizer()
     target = data.smollm2_target(dtype=torch.float32, device="cpu", max_seq_len=512, progress=False)

@@ -44,9 +44,9 @@ import torch
 
 import specdec as sd
 from benchmarks.common import capture_cuda_graph, copy_bandwidth, median_time_ms, provenance, provenance_line, write_json
-from specdec.drafters.checkpoints import fixture_config
-from specdec.drafters.dflash import BlockDraftModel, DFlash2Drafter, DFlashDrafter, read_drafter_config
-from specdec.drafters.dspark import DSparkDrafter
+from specdec.drafters.block.fixtures import fixture_config
+from specdec.drafters.block import BlockDraftModel, DFlash2Drafter, DFlashDrafter, read_drafter_config
+from specdec.drafters import DSparkDrafter
 from specdec.drafters.oracle import PRESETS, OracleDrafter
 from specdec.models import QWEN3_8B, random_target
 from specdec.verify.sampling import SamplingConfig
@@ -81,7 +81,7 @@ def random_model(config: dict, target, seed: int) -> BlockDraftModel:
     seconds per billion weights); same scales: ``N(0, 1 / fan_in)``, norms ``1 + 0.1 N(0, 1)``."""
     if config.get("architectures") == ["Qwen3DSparkModel"]:
         try:
-            from specdec.drafters.dspark import build_dspark_model, read_dspark_config
+            from specdec.drafters.block import build_dspark_model, read_dspark_config
 
             make = lambda: build_dspark_model(read_dspark_config(config), target.config.vocab_size)  # noqa: E731
         except ImportError:

@@ -34,8 +34,8 @@ import torch
 import specdec as sd
 from benchmarks.common import provenance, provenance_line, write_json
 from specdec import data as sd_data
-from specdec.drafters.dflash import DFlashDrafter
-from specdec.drafters.training import (
+from specdec.drafters import DFlashDrafter
+from specdec.train.dflash import (
     TrainingConfig,
     default_target_layer_ids,
     make_training_data_hf,

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.drafters.dflash import DFlashDrafter, load_drafter
-from specdec.drafters.training import (
+from specdec.drafters import DFlashDrafter, load_drafter
+from specdec.drafters.block import fixture_config, random_block_model
+from specdec.train.dflash import (
     TrainingConfig,
     block_logits,
     default_target_layer_ids,
@@ -122,6 +123,23 @@ def test_training_forward_matches_inference(target, trained, data, p):
     row = int((anchors == p).nonzero()[0])
     ref = _inference_logprobs(model, target, tokens, features, p)
     torch.testing.assert_close(torch.log_softmax(logits[row], -1), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_training_forward_matches_inference_across_the_window(target, data, causal):
+    """A windowed drafter: the training forward equals inference for blocks on both sides of the window
+    (context + block from W - 2 to W + B + 2 rows), where the window decides what each row sees."""
+    window = 6
+    config = fixture_config("DFlashDraftModel", target, num_layers=2, block_size=CFG.block_size, target_layer_ids=[0, 1],
+                            sliding_window=window, extra={"is_causal": causal})
+    model = random_block_model(config, target, seed=3)
+    assert model.cfg.sliding_window == (window, window) and model.cfg.layer_causal == (causal, causal)
+    tokens, features = data.tokens[3], data.features[3]
+    anchors = torch.arange(window - 2 - CFG.block_size, window + 3).clamp(min=1).unique()
+    logits = block_logits(model, target, features, tokens, anchors)  # [A, B-1, V]
+    for row, p in enumerate(anchors.tolist()):
+        ref = _inference_logprobs(model, target, tokens, features, p)
+        torch.testing.assert_close(torch.log_softmax(logits[row], -1), ref, atol=1e-5, rtol=1e-5)
 
 
 def test_blocks_never_see_their_own_or_later_features(target, trained, data):
@@ -256,7 +274,7 @@ def test_bad_time_budget_raises(value):
 
 def test_hf_batched_data_equal_lean_target_continuations():
     """Greedy continuations and tap features from transformers' batched generate == the lean target's."""
-    from specdec.drafters.training import make_training_data_hf
+    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
@@ -274,7 +292,7 @@ def test_hf_batched_data_equal_lean_target_continuations():
 
 
 def test_hf_batched_data_end_at_eos():
-    from specdec.drafters.training import make_training_data_hf
+    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
@@ -290,7 +308,7 @@ def test_hf_batched_data_end_at_eos():
 
 
 def test_hf_batched_data_bad_input():
-    from specdec.drafters.training import make_training_data_hf
+    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
 
     hf = tiny_hf_model("llama", seed=3)
@@ -314,7 +332,7 @@ def test_bad_training_data_names_the_field(target, prompts, data):
 
 
 def test_hf_batched_sampled_data_are_seeded_and_leave_the_global_rng_alone():
-    from specdec.drafters.training import make_training_data_hf
+    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)

@@ -12,10 +12,15 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.drafters import dflash as dflash_mod
-from specdec.drafters.checkpoints import fixture_config, random_block_model
-from specdec.drafters.dflash import DFlash2Drafter, DFlashDrafter, StaticDraftKVCache
-from specdec.drafters.dspark import DSparkDrafter
+from specdec.drafters.block import (
+    BlockDraftModel,
+    DFlash2Drafter,
+    DFlashDrafter,
+    DSparkDrafter,
+    StaticDraftKVCache,
+    fixture_config,
+    random_block_model,
+)
 from specdec.testing import tiny_target
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import TreeVerifier
@@ -115,8 +120,8 @@ def test_static_path_never_reads_stale_slots(case, target, monkeypatch):
         torch.testing.assert_close(hq, h, rtol=1e-5, atol=1e-5)
         assert torch.equal(p.tokens, q.tokens)
     # mutation: drop the "slot in use" part of the static mask -- the poisoned slots must now show
-    original = dflash_mod.BlockDraftModel._masks
-    monkeypatch.setattr(dflash_mod.BlockDraftModel, "_masks", lambda self, q, k, base: original(self, q, k, None))
+    original = BlockDraftModel._masks
+    monkeypatch.setattr(BlockDraftModel, "_masks", lambda self, q, k, base: original(self, q, k, None))
     _, got = _drive([dynamic, static], target, SamplingConfig(), poison=True)
     assert any(not torch.allclose(hq, h, atol=1e-3) for (_, h), (_, hq) in zip(ref, got))
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.drafters.calibration import calibrated_survival, expected_calibration_error, sequential_temperature_scaling
-from specdec.drafters.dflash import load_drafter
-from specdec.drafters.dspark import DSparkDrafter
-from specdec.drafters.training_dspark import (
+from specdec.drafters import load_drafter
+from specdec.drafters.block import DSparkDrafter, fixture_config, random_block_model
+from specdec.drafters.block.calibration import calibrated_survival, expected_calibration_error, sequential_temperature_scaling
+from specdec.train.dspark import (
     DSparkTrainingConfig,
     DSparkTrainingData,
     block_hidden,
@@ -125,6 +125,22 @@ def test_training_forward_and_calibration_drafts_match_inference(target, trained
         row = int((all_anchors == p).nonzero()[0])
         assert torch.equal(drafted[row], ref_tokens)
         torch.testing.assert_close(logits[row], ref_conf, atol=1e-5, rtol=1e-5)
+
+
+def test_training_forward_matches_inference_across_the_window(target, data, layer_ids):
+    """A DSpark drafter with sliding-window layers: the training forward equals inference for blocks on
+    both sides of the window (context + block from W - 2 to W + B + 2 rows)."""
+    window = 6
+    config = fixture_config("Qwen3DSparkModel", target, num_layers=2, block_size=CFG.block_size, target_layer_ids=list(layer_ids),
+                            extra={"layer_types": ["sliding_attention"] * 2, "sliding_window": window})
+    model = random_block_model(config, target, seed=3)
+    assert model.cfg.sliding_window == (window, window)
+    tokens, features = data.tokens[3], data.features[3]
+    anchors = torch.arange(window - 2 - CFG.block_size, window + 3).clamp(min=1).unique()
+    hidden = block_hidden(model, target, features, tokens, anchors)  # [A, B, H]
+    for i, p in enumerate(anchors.tolist()):
+        _, _, ref_hidden = _propose(model, target, tokens, features, p)
+        torch.testing.assert_close(hidden[i], ref_hidden, atol=1e-5, rtol=1e-5)
 
 
 def test_calibration_labels_are_greedy_survival(target, trained, data):
@@ -250,7 +266,7 @@ def test_bad_config_raises(kwargs, match):
 
 
 def test_bad_inputs(target, data):
-    from specdec.drafters.training import TrainingConfig, make_training_data
+    from specdec.train.dflash import TrainingConfig, make_training_data
 
     with pytest.raises(TypeError, match="config"):
         train_dspark(target, None, TrainingConfig(steps=1), progress=False, data=data)

@@ -52,9 +52,6 @@ __all__ = [
 CALIBRATION_FILE = "confidence_calibration.json"
 
 
-# --------------------------------------------------------------------------------------------------
-# Labels
-# --------------------------------------------------------------------------------------------------
 def survival_labels(accepted: torch.Tensor, gamma: int) -> torch.Tensor:
     """Observed survival labels ``[n, gamma]`` float32 from accepted draft counts ``accepted [n]``.
 
@@ -91,9 +88,6 @@ def analytic_acceptance(draft_probs: torch.Tensor, target_probs: torch.Tensor) -
     return (1.0 - tv).clamp(0.0, 1.0)
 
 
-# --------------------------------------------------------------------------------------------------
-# ECE
-# --------------------------------------------------------------------------------------------------
 def _check_pair(predictions: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None, name: str = "predictions"):
     predictions = torch.as_tensor(predictions)
     labels = torch.as_tensor(labels)
@@ -203,9 +197,6 @@ def reliability_curve(predictions: torch.Tensor, labels: torch.Tensor, *, num_bi
     return mean_p, mean_y, count
 
 
-# --------------------------------------------------------------------------------------------------
-# Sequential Temperature Scaling
-# --------------------------------------------------------------------------------------------------
 def default_grid() -> torch.Tensor:
     """Temperatures ``10^-1.5 .. 10^1.5``, 301 log-spaced points, ``1.0`` exactly among them."""
     return torch.logspace(-1.5, 1.5, 301, dtype=torch.float64)
@@ -292,9 +283,6 @@ def sequential_temperature_scaling(confidence_logits: torch.Tensor, labels: torc
     return temps.float()
 
 
-# --------------------------------------------------------------------------------------------------
-# Files and plots
-# --------------------------------------------------------------------------------------------------
 def save_calibration(folder, temperatures: torch.Tensor, **info) -> Path:
     """Write ``confidence_calibration.json`` (the temperatures + ``info``) into a checkpoint folder.
 

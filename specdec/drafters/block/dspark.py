@@ -2,7 +2,7 @@
 confidence head, and the hardware-aware prefix scheduler that decides how many drafts each request
 verifies.
 
-The parallel stage is the DFlash backbone (:mod:`specdec.drafters.dflash`), except that all ``gamma``
+The parallel stage is the DFlash backbone (:mod:`specdec.drafters.block.backbone`), except that all ``gamma``
 rows of the block ``[anchor, MASK x (gamma - 1)]`` predict: row ``k`` gives the logits ``U_k`` and the
 hidden state ``h_k`` of the ``k``-th token after the anchor. The sequential stage adds a bias that
 depends on the tokens already drawn, ``p_k(v) ~ exp(U_k(v) + b_k(v))`` (``x_0`` = the anchor), sampled
@@ -17,279 +17,36 @@ lossless. ``markov_head_type`` picks the bias (``e = W1[x_{k-1}]``, ``W1`` = ``m
 
 The confidence head estimates ``c_k = sigmoid(w . [h_k ; W1[x_{k-1}]] + b)``, the probability that
 token ``k`` survives given that the tokens before it did; per-position temperatures from
-:func:`specdec.drafters.calibration.sequential_temperature_scaling` divide its logit.
+:func:`specdec.drafters.block.calibration.sequential_temperature_scaling` divide its logit.
 
-:class:`PrefixScheduler` is Algorithm 1 of the DSpark paper: admit draft positions in decreasing
+:class:`~specdec.drafters.block.scheduler.PrefixScheduler` is Algorithm 1 of the DSpark paper: admit draft positions in decreasing
 order of survival ``a_{r,j} = prod_{i <= j} c_{r,i}`` while the expected throughput
 ``(R + sum admitted a) * SPS(batch tokens)`` improves, and **stop at the first admission that does not
 improve it**. The early stop is what keeps verification lossless: ``c_{j+1}`` depends on the realised
 token ``x_j``, so a search that looks past a non-improving step lets ``x_j``'s value decide whether
 ``x_j`` itself is verified (Appendix A: target ``(0.7, 0.3)``, draft ``(0.5, 0.5)`` -> output
-``(0.85, 0.15)``; ``tests/test_dspark.py`` reproduces it by exact enumeration). The lagged mode fixes
+``(0.85, 0.15)``; ``tests/drafters/block/test_dspark.py`` reproduces it by exact enumeration). The lagged mode fixes
 the *number* of admitted tokens from confidences two steps old, then fills it with the current best
 candidates, which is causal without the early stop.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import replace
-from pathlib import Path
-from typing import Any, Mapping, Sequence
-
 import torch
-from torch import nn
 
 from specdec.drafters.base import DraftProposal
-from specdec.drafters.dflash import DSPARK, BlockDraftModel, BlockDrafterConfig, _BlockDrafter, _load_weights, check_fits_target, read_drafter_config
-from specdec.models.loading import read_safetensors
+from specdec.drafters.block.calibration import load_calibration
+from specdec.drafters.block.checkpoint import load_dspark_model
+from specdec.drafters.block.config import DSPARK, HEAD_TYPES
+from specdec.drafters.block.drafter import BlockDrafter
+from specdec.drafters.block.heads import markov_step
+from specdec.drafters.block.scheduler import PrefixScheduler
 from specdec.verify.sampling import logits_to_probs, sample
 
-__all__ = [
-    "HEAD_TYPES",
-    "DSparkDrafter",
-    "PrefixScheduler",
-    "block_bias",
-    "build_dspark_model",
-    "load_dspark_model",
-    "markov_step",
-    "read_dspark_config",
-]
-
-# the sequential heads DeepSpec's ``markov_head_type`` names (read case-insensitively, as DeepSpec does)
-HEAD_TYPES = ("vanilla", "gated", "rnn")
+__all__ = ["DSparkDrafter"]
 
 
-# --------------------------------------------------------------------------------------------------
-# Config and weights of the sequential head variants
-# --------------------------------------------------------------------------------------------------
-def _head_type(raw: Mapping[str, Any]) -> str | None:
-    rank = raw.get("markov_rank")
-    if rank is None or int(rank) <= 0:
-        return None
-    value = raw.get("markov_head_type")
-    if value is None:
-        raise ValueError(f"markov_head_type: missing from config.json (expected one of {list(HEAD_TYPES)} when markov_rank > 0)")
-    head = str(value).lower()
-    if head not in HEAD_TYPES:
-        raise ValueError(f"markov_head_type: expected one of {list(HEAD_TYPES)}, got {value!r}")
-    return head
-
-
-def read_dspark_config(raw: Mapping[str, Any]) -> BlockDrafterConfig:
-    """Parse a DeepSpec ``Qwen3DSparkModel`` ``config.json`` (as a dict), all three head types included.
-
-    The backbone fields go through :func:`~specdec.drafters.dflash.read_drafter_config`; the head type
-    is read here, so ``gated`` and ``rnn`` checkpoints parse too.
-
-    Raises:
-        ValueError: not a DSpark config (``architectures``), an unknown ``markov_head_type``, or any
-            field ``read_drafter_config`` rejects; the message names the field.
-
-    Example:
-        >>> from specdec.drafters.checkpoints import fixture_config
-        >>> from specdec.testing import tiny_target
-        >>> read_dspark_config(fixture_config("Qwen3DSparkModel", tiny_target(seed=0), markov_head_type="rnn")).markov_head_type
-        'rnn'
-    """
-    head = _head_type(raw)
-    # the backbone parser knows only the vanilla head; the variants add tensors, not backbone fields
-    shim = dict(raw)
-    if head is not None:
-        shim["markov_head_type"] = "vanilla"
-    cfg = read_drafter_config(shim)
-    if cfg.architecture != DSPARK:
-        raise ValueError(f"architectures: expected [{DSPARK!r}], got {list(raw.get('architectures') or [])!r}")
-    return replace(cfg, markov_head_type=head, raw=dict(raw))
-
-
-def build_dspark_model(cfg: BlockDrafterConfig, vocab_size: int) -> BlockDraftModel:
-    """A :class:`BlockDraftModel` with the head ``cfg.markov_head_type`` names, under DeepSpec's tensor names.
-
-    ``gated`` adds ``markov_head.gate_proj`` (``Linear(hidden + rank, rank)``), ``rnn`` adds
-    ``markov_head.joint_proj`` (``Linear(2 * rank + hidden, 3 * rank)``, rows: gate, candidate, output).
-
-    Example:
-        >>> from specdec.drafters.checkpoints import fixture_config
-        >>> from specdec.testing import tiny_target
-        >>> cfg = read_dspark_config(fixture_config("Qwen3DSparkModel", tiny_target(seed=0), markov_head_type="gated"))
-        >>> build_dspark_model(cfg, 97).markov_head.gate_proj.weight.shape     # rank 8, hidden 32
-        torch.Size([8, 40])
-    """
-    if cfg.architecture != DSPARK:
-        raise ValueError(f"cfg: expected architecture {DSPARK!r}, got {cfg.architecture!r}")
-    head = cfg.markov_head_type
-    if cfg.markov_rank and head not in HEAD_TYPES:
-        raise ValueError(f"markov_head_type: expected one of {list(HEAD_TYPES)}, got {head!r}")
-    model = BlockDraftModel(cfg, vocab_size)
-    h, r = cfg.hidden_size, cfg.markov_rank
-    if head == "gated" and not hasattr(model.markov_head, "gate_proj"):
-        model.markov_head.gate_proj = nn.Linear(h + r, r)
-    elif head == "rnn" and not hasattr(model.markov_head, "joint_proj"):
-        model.markov_head.joint_proj = nn.Linear(2 * r + h, 3 * r)
-    return model
-
-
-def load_dspark_model(folder, target, *, dtype: torch.dtype | None = None) -> BlockDraftModel:
-    """Read a DeepSpec DSpark checkpoint folder (``config.json`` + ``*.safetensors``), any head type."""
-    folder = Path(folder)
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise ValueError(f"folder: expected {config_path} to exist")
-    cfg = read_dspark_config(json.loads(config_path.read_text()))
-    check_fits_target(cfg, target)
-    model = build_dspark_model(cfg, target.config.vocab_size)
-    _load_weights(model, read_safetensors(folder, argument="folder"), target)
-    return model.to(device=target.device, dtype=dtype or target.dtype).eval()
-
-
-# --------------------------------------------------------------------------------------------------
-# The sequential head, one step and teacher-forced over a block
-# --------------------------------------------------------------------------------------------------
-def markov_step(head: nn.Module, head_type: str, prev: torch.Tensor, hidden: torch.Tensor | None = None,
-                state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One step of the sequential head: the logit bias of position ``k`` and the new recurrent state.
-
-    Args:
-        head: the ``markov_head`` module (``markov_w1``, ``markov_w2`` and ``gate_proj`` / ``joint_proj``).
-        head_type: ``"vanilla"``, ``"gated"`` or ``"rnn"``.
-        prev: ``[...]`` int64, the previous token ``x_{k-1}`` (the anchor at the first position).
-        hidden: ``[..., H]`` backbone hidden ``h_k`` (gated and rnn; ignored by vanilla).
-        state: ``[..., r]`` RNN state ``s_{k-1}``; ``None`` = zeros (the first position).
-
-    Returns:
-        ``(bias [..., V], state [..., r] or None)`` in the head's dtype.
-
-    Example:
-        >>> head = torch.nn.Module(); head.markov_w1 = torch.nn.Embedding(3, 2); head.markov_w2 = torch.nn.Linear(2, 3, bias=False)
-        >>> markov_step(head, "vanilla", torch.tensor(1))[0].shape
-        torch.Size([3])
-    """
-    emb = head.markov_w1(prev)  # [..., r]
-    if head_type == "vanilla":
-        return head.markov_w2(emb), state
-    if hidden is None:
-        raise ValueError(f"hidden: the {head_type!r} head reads the backbone hidden state h_k, got None")
-    hidden = hidden.to(emb.dtype)
-    if head_type == "gated":
-        gate = torch.sigmoid(head.gate_proj(torch.cat([hidden, emb], dim=-1)))  # [..., r]
-        return head.markov_w2(gate * emb), state
-    if head_type == "rnn":
-        if state is None:
-            state = torch.zeros_like(emb)
-        gate_raw, cand_raw, out_raw = head.joint_proj(torch.cat([state, emb, hidden], dim=-1)).chunk(3, dim=-1)
-        gate = torch.sigmoid(gate_raw)
-        state = gate * state + (1.0 - gate) * torch.tanh(cand_raw)
-        return head.markov_w2(torch.tanh(out_raw)), state
-    raise ValueError(f"head_type: expected one of {list(HEAD_TYPES)}, got {head_type!r}")
-
-
-def block_bias(head: nn.Module, head_type: str, prev: torch.Tensor, hidden: torch.Tensor | None = None) -> torch.Tensor:
-    """Teacher-forced biases of a whole block: ``prev [..., B]`` tokens, ``hidden [..., B, H]`` -> ``[..., B, V]``.
-
-    Position ``k`` gets the bias :func:`markov_step` gives after consuming ``prev[..., :k+1]`` (the RNN
-    state is carried along the block from zero), i.e. what left-to-right drafting computes when the
-    drafted tokens are ``prev[..., 1:]``.
-    """
-    if head_type in ("vanilla", "gated"):
-        return markov_step(head, head_type, prev, hidden)[0]
-    if hidden is None:
-        raise ValueError(f"hidden: the {head_type!r} head reads the backbone hidden state h_k, got None")
-    out, state = [], None
-    for k in range(prev.shape[-1]):
-        bias, state = markov_step(head, head_type, prev[..., k], hidden[..., k, :], state)
-        out.append(bias)
-    return torch.stack(out, dim=-2)
-
-
-class PrefixScheduler:
-    """DSpark's hardware-aware prefix scheduler (Algorithm 1), exact (early stop) or 2-step lagged.
-
-    Args:
-        steps_per_second: ``SPS(B)`` for ``B = 1, 2, ...`` verify tokens in the batch: entry ``B - 1``
-            is the profiled engine steps per second at ``B`` tokens. Batches beyond the table are not
-            considered.
-        early_stop: stop at the first admission that does not improve ``tau * SPS(B)`` (lossless).
-            ``False`` is the retrospective global search, biased unless ``lag`` is used.
-        lag: ``0`` (Algorithm 1) or ``2``: the number of admitted drafts is the global-search optimum
-            computed on the confidences of two calls earlier; the current call admits that many
-            candidates in decreasing order of the current survival. The first two calls fall back to
-            the early-stop rule.
-
-    Example:
-        >>> sched = PrefixScheduler([1.0, 0.95, 0.9, 0.5])
-        >>> sched.schedule(torch.tensor([[0.9, 0.9, 0.9]])).tolist()      # admits 2: (1+.9+.81)*.9 > (1+.9)*.95
-        [2]
-    """
-
-    def __init__(self, steps_per_second: Sequence[float], *, early_stop: bool = True, lag: int = 0):
-        sps = torch.as_tensor(steps_per_second, dtype=torch.float64).flatten()
-        if sps.numel() < 1 or not bool((sps > 0).all()):
-            raise ValueError(f"steps_per_second: expected a non-empty table of positive values, got {list(steps_per_second)}")
-        if lag not in (0, 2):
-            raise ValueError(f"lag: expected 0 (Algorithm 1) or 2 (the lagged production mode), got {lag!r}")
-        self.sps = sps.tolist()
-        self.early_stop = bool(early_stop)
-        self.lag = lag
-        self._history: list[torch.Tensor] = []
-
-    def reset(self) -> None:
-        self._history = []
-
-    def _candidates(self, confidences: torch.Tensor) -> tuple[list[tuple[float, int, int]], int]:
-        if confidences.ndim != 2:
-            raise ValueError(f"confidences: expected [requests, gamma], got shape {tuple(confidences.shape)}")
-        surv = torch.cumprod(confidences.double().clamp(0, 1), dim=1)  # [R, gamma]
-        cands = [(float(surv[r, j]), r, j) for r in range(surv.shape[0]) for j in range(surv.shape[1]) if surv[r, j] > 0]
-        # decreasing survival; ties by request then position, so prefixes are admitted in order
-        cands.sort(key=lambda c: (-c[0], c[1], c[2]))
-        return cands, surv.shape[0]
-
-    def _search(self, confidences: torch.Tensor, early_stop: bool) -> torch.Tensor:
-        cands, requests = self._candidates(confidences)
-        lengths = [0] * requests
-        best_lengths = list(lengths)
-        if requests > len(self.sps):
-            raise ValueError(f"confidences: {requests} requests exceed the steps_per_second table ({len(self.sps)} entries)")
-        tokens, tau = requests, float(requests)
-        best = tau * self.sps[tokens - 1]
-        for surv, r, j in cands:
-            if tokens + 1 > len(self.sps):
-                break
-            lengths[r] = j + 1
-            tokens += 1
-            tau += surv
-            value = tau * self.sps[tokens - 1]
-            if value > best:
-                best, best_lengths = value, list(lengths)
-            elif early_stop:
-                break
-        return torch.tensor(best_lengths, dtype=torch.long)
-
-    def schedule(self, confidences: torch.Tensor) -> torch.Tensor:
-        """Draft tokens to verify per request: ``confidences [R, gamma]`` -> ``lengths [R]`` int64.
-
-        Positions with confidence 0 are never admitted; ``lengths[r] <= gamma``.
-        """
-        confidences = torch.as_tensor(confidences).detach().cpu()
-        if confidences.ndim == 1:
-            confidences = confidences[None]
-        if self.lag == 0:
-            return self._search(confidences, self.early_stop)
-        self._history.append(confidences)
-        if len(self._history) <= self.lag:
-            return self._search(confidences, True)
-        old = self._history[-1 - self.lag]
-        self._history = self._history[-self.lag - 1 :]
-        capacity = int(self._search(old, False).sum())
-        cands, requests = self._candidates(confidences)
-        lengths = [0] * requests
-        for _, r, j in cands[:capacity]:
-            lengths[r] = max(lengths[r], j + 1)
-        return torch.tensor(lengths, dtype=torch.long)
-
-
-class DSparkDrafter(_BlockDrafter):
+class DSparkDrafter(BlockDrafter):
     """DSpark (``Qwen3DSparkModel``, DeepSpec): backbone + sequential head + confidence head.
 
     Greedy takes ``argmax(U_k + b_k)`` left to right (``b_k`` from the ``vanilla`` / ``gated`` / ``rnn``
@@ -312,7 +69,7 @@ class DSparkDrafter(_BlockDrafter):
         scheduler: a :class:`PrefixScheduler`; the chain is cut to the length it admits (batch 1). Not
             used with trees.
         confidence_temperatures: ``[max_draft_tokens]`` per-position temperatures of the confidence
-            logits (:func:`specdec.drafters.calibration.sequential_temperature_scaling`); ``None`` = 1.
+            logits (:func:`specdec.drafters.block.calibration.sequential_temperature_scaling`); ``None`` = 1.
             ``from_pretrained`` reads them from ``confidence_calibration.json`` when the folder has one.
     """
 
@@ -343,8 +100,6 @@ class DSparkDrafter(_BlockDrafter):
     @classmethod
     def from_pretrained(cls, folder, target, *, dtype=None, tree_budget=None, scheduler: PrefixScheduler | None = None,
                         confidence_temperatures=None):
-        from specdec.drafters.calibration import load_calibration
-
         if confidence_temperatures is None:
             confidence_temperatures = load_calibration(folder)
         return cls(load_dspark_model(folder, target, dtype=dtype), target, tree_budget=tree_budget, scheduler=scheduler,
@@ -376,7 +131,7 @@ class DSparkDrafter(_BlockDrafter):
             self._graph_temperatures.copy_(torch.ones(self.max_draft_tokens) if t is None else t)
 
     def enable_static_cache(self, max_context: int, *, max_new_rows: int | None = None) -> None:
-        """:meth:`~specdec.drafters.dflash._BlockDrafter.enable_static_cache`; the static body (and so each
+        """:meth:`~specdec.drafters.block.graphs.StaticDraftPath.enable_static_cache`; the static body (and so each
         CUDA graph) also runs the greedy sequential walk and the confidence head (:meth:`_graph_head`).
 
         Example:

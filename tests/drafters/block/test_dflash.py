@@ -9,19 +9,25 @@ import torch
 from scipy import stats
 
 import specdec as sd
-from specdec.drafters import dflash as dflash_mod
-from specdec.drafters import dspark as dspark_mod
-from specdec.drafters.checkpoints import export_state_dict, fixture_config, random_block_model, save_fixture
-from specdec.drafters.dflash import (
+from specdec.drafters.block import (
     BlockDraftModel,
     DFlash2Drafter,
     DFlashDrafter,
     DraftKVCache,
+    DSparkDrafter,
+    StaticDraftKVCache,
+    check_fits_target,
+    export_state_dict,
+    fixture_config,
     grouped_dynamic_conv,
+    load_block_model,
     load_drafter,
+    random_block_model,
     read_drafter_config,
+    save_fixture,
 )
-from specdec.drafters.dspark import DSparkDrafter
+from specdec.drafters.block import dflash as dflash_mod
+from specdec.drafters.block import dspark as dspark_mod
 from specdec.testing import tiny_target
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import TreeVerifier
@@ -56,7 +62,7 @@ def _features(target, drafter, context):
 def test_fixture_round_trip_reproduces_forward(arch, folders, small_target):
     config = json.loads((folders[arch] / "config.json").read_text())
     reference = random_block_model(config, small_target, seed=1)
-    loaded = dflash_mod.load_block_model(folders[arch], small_target)
+    loaded = load_block_model(folders[arch], small_target)
     for name, tensor in reference.state_dict().items():
         assert torch.equal(tensor, loaded.state_dict()[name]), name
     feats = torch.randn(5, len(reference.cfg.target_layer_ids) * reference.cfg.hidden_size, generator=torch.Generator().manual_seed(0))
@@ -88,15 +94,18 @@ def test_published_tensor_names(small_target):
     assert dspark["confidence_head.proj.weight"].shape == (1, h + 8)
 
 
-def test_transformers_assistant_matches(tmp_path):
-    """A checkpoint written by transformers' MuseGlimmerAssistantModel gives the same block hidden states."""
+WINDOW, HF_BLOCK = 8, 4
+
+
+@pytest.fixture(scope="module")
+def hf_assistant(tmp_path_factory):
+    """transformers' MuseGlimmerAssistantModel (the DFlash assistant) with random weights, a window of 8,
+    and the same checkpoint loaded as a :class:`DFlashDrafter`."""
     transformers = pytest.importorskip("transformers")
-    if not hasattr(transformers, "MuseGlimmerAssistantModel"):
-        pytest.skip("this transformers has no muse_glimmer_assistant")
     target = tiny_target(seed=0, vocab_size=11, hidden_size=32, num_layers=3)
     hf_cfg = transformers.MuseGlimmerAssistantConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=8, block_size=4, mask_token_id=10, target_layer_ids=[0, 2], sliding_window=3,
+        head_dim=8, block_size=HF_BLOCK, mask_token_id=10, target_layer_ids=[0, 2], sliding_window=WINDOW,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )
     torch.manual_seed(0)
@@ -104,20 +113,73 @@ def test_transformers_assistant_matches(tmp_path):
     with torch.no_grad():
         for p in hf.parameters():
             p.add_(0.05 * torch.randn(p.shape))
-    hf.save_pretrained(tmp_path)
-    drafter = DFlashDrafter.from_pretrained(tmp_path, target)
-    assert drafter.target_layer_ids == (1, 3)
-    ctx = torch.randn(1, 6, 64)
-    noise = torch.randn(1, 4, 32)
+    folder = tmp_path_factory.mktemp("hf-assistant")
+    hf.save_pretrained(folder)
+    return hf, DFlashDrafter.from_pretrained(folder, target)
+
+
+# context + block from W - 2 to W + block + 2 tokens: the block's first rows lose the oldest context rows
+@pytest.mark.parametrize("total", range(WINDOW - 2, WINDOW + HF_BLOCK + 3), ids=lambda n: f"len{n}")
+def test_transformers_assistant_matches_across_the_window(total, hf_assistant):
+    """Block hidden states equal transformers' own forward (its own cache and sliding-window mask) at
+    lengths on both sides of the window, on the dynamic and the static path."""
+    from transformers.cache_utils import DFlashCache
+
+    hf, drafter = hf_assistant
+    assert drafter.target_layer_ids == (1, 3) and drafter.cfg.sliding_window == (WINDOW, WINDOW)
+    ctx_len = total - HF_BLOCK
+    gen = torch.Generator().manual_seed(total)
+    ctx = torch.randn(1, ctx_len, 64, generator=gen)
+    noise = torch.randn(1, HF_BLOCK, 32, generator=gen)
     with torch.no_grad():
-        q_pos, k_pos = torch.arange(6, 10)[:, None], torch.arange(10)[None]
-        window = ((q_pos - k_pos).abs() < 3)[None, None]  # [1, 1, 4, 10] bidirectional sliding window
-        masks = {"sliding_attention": window, "full_attention": None}
-        ref = hf(noise_embeds=noise, context_hidden_states=ctx, position_ids=torch.arange(10)[None], attention_mask=masks).last_hidden_state[0]
-        cache = DraftKVCache(2)
-        drafter.model.append_context(cache, drafter.model.project_context(ctx[0]), torch.arange(6))
-        ours = drafter.model.block_forward(noise[0], torch.arange(6, 10), cache)
+        cache = DFlashCache(config=hf.config)
+        cache.set_previous_accepted_tokens(ctx_len)
+        ref = hf(noise_embeds=noise, context_hidden_states=ctx, position_ids=torch.arange(total)[None], cache=cache, use_cache=True)
+        ref = ref.last_hidden_state[0]
+        model = drafter.model
+        dynamic = DraftKVCache(2)
+        model.append_context(dynamic, model.project_context(ctx[0]), torch.arange(ctx_len))
+        ours = model.block_forward(noise[0], torch.arange(ctx_len, total), dynamic)
+        static = StaticDraftKVCache(2, 2, 8, max_context=ctx_len, block_size=HF_BLOCK, dtype=torch.float32, device="cpu")
+        model.append_context_static(static, model.project_context(ctx[0]), torch.tensor(0))
+        ours_static = model.block_forward_static(noise[0], torch.tensor(ctx_len), static)
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours_static, ref, rtol=1e-5, atol=1e-5)
+
+
+WINDOWED = {
+    "dflash-causal": ("DFlashDraftModel", {}),
+    "dflash-bidirectional": ("DFlashDraftModel", {"is_causal": False}),
+    "dflash2": ("DFlash2DraftModel", {}),
+    "dspark": ("Qwen3DSparkModel", {"layer_types": ["sliding_attention"] * 2, "sliding_window": WINDOW}),
+}
+
+
+@pytest.mark.parametrize("case", list(WINDOWED))
+@pytest.mark.parametrize("total", range(WINDOW - 2, WINDOW + HF_BLOCK + 3), ids=lambda n: f"len{n}")
+def test_layer_masks_are_transformers_sliding_window_masks(case, total, small_target):
+    """Every windowed layer's mask is transformers' own sliding-window mask function (causal or
+    bidirectional, as the layer is), at lengths on both sides of the window.
+
+    transformers has a model class only for the DFlash assistant (compared whole above); DFlash,
+    DFlash2 and DSpark are compared here against ``masking_utils``' mask functions."""
+    masking_utils = pytest.importorskip("transformers.masking_utils")
+    arch, extra = WINDOWED[case]
+    config = fixture_config(arch, small_target, num_layers=2, block_size=HF_BLOCK, sliding_window=WINDOW, extra=extra)
+    model = random_block_model(config, small_target)
+    cfg = model.cfg
+    assert cfg.sliding_window == (WINDOW, WINDOW)
+    assert cfg.layer_causal == ((True, True) if case == "dflash-causal" else (False, False))
+    ctx_len = total - cfg.block_size
+    q_pos = torch.arange(ctx_len, total)[:, None]
+    k_pos = torch.arange(total)[None]
+    if cfg.layer_causal[0]:
+        mask_function = masking_utils.sliding_window_causal_mask_function(WINDOW)
+    else:
+        mask_function = masking_utils.sliding_window_bidirectional_mask_function(WINDOW)
+    ref = mask_function(0, 0, q_pos, k_pos)
+    for mask in model._masks(q_pos, k_pos, None):
+        assert torch.equal(mask, ref)
 
 
 def test_grouped_conv_reference():
@@ -229,7 +291,7 @@ def test_bad_checkpoints_name_the_field(tmp_path, small_target):
         DFlashDrafter.from_pretrained(tmp_path / "mask", small_target)
     cfg = fixture_config("DFlashDraftModel", small_target, mask_token_id=6)
     with pytest.raises(ValueError, match="mask_token_id"):
-        dflash_mod.check_fits_target(read_drafter_config(cfg), small_target)
+        check_fits_target(read_drafter_config(cfg), small_target)
     with pytest.raises(ValueError, match="architectures"):
         read_drafter_config({**fixture_config("DFlashDraftModel", small_target), "architectures": ["EagleDraftModel"]})
     with pytest.raises(ValueError, match="markov_head_type"):

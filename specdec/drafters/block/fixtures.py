@@ -15,7 +15,10 @@ from typing import Any
 
 import torch
 
-from specdec.drafters.dflash import DFLASH, DFLASH2, DSPARK, MUSE_ASSISTANT, BlockDraftModel, read_drafter_config
+from specdec.drafters.block.backbone import BlockDraftModel
+from specdec.drafters.block.checkpoint import export_state_dict
+from specdec.drafters.block.config import DFLASH, DFLASH2, DSPARK, MUSE_ASSISTANT, read_drafter_config, read_dspark_config
+from specdec.drafters.block.heads import build_dspark_model
 
 __all__ = ["fixture_config", "random_block_model", "save_fixture"]
 
@@ -132,8 +135,6 @@ def random_block_model(config: dict[str, Any], target, *, seed: int = 0, scale: 
     rounding.
     """
     if config.get("architectures") == [DSPARK]:
-        from specdec.drafters.dspark import build_dspark_model, read_dspark_config
-
         # the gated / rnn heads add tensors the backbone parser does not know
         model = build_dspark_model(read_dspark_config(config), target.config.vocab_size)
     else:
@@ -155,20 +156,6 @@ def random_block_model(config: dict[str, Any], target, *, seed: int = 0, scale: 
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * (scale / p.shape[-1]) ** 0.5)
     return model.to(dtype=target.dtype, device=target.device).eval()
-
-
-def export_state_dict(model: BlockDraftModel, target=None) -> dict[str, torch.Tensor]:
-    """The model's tensors under the names its published format uses."""
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    arch = model.cfg.architecture
-    if arch == MUSE_ASSISTANT:
-        state["encoder.fc.weight"] = state.pop("fc.weight")
-        state["encoder.output_norm_enc.weight"] = state.pop("hidden_norm.weight")
-    if arch == DSPARK and target is not None:
-        # DeepSpec checkpoints carry frozen copies of the target's tables
-        state["embed_tokens.weight"] = target.embed.weight.detach().clone()
-        state["lm_head.weight"] = target.lm_head.weight.detach().clone()
-    return state
 
 
 def save_fixture(folder, architecture: str, target, *, seed: int = 0, scale: float = 1.0, **config_kwargs: Any) -> Path:

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.drafters.checkpoints import save_fixture
-from specdec.drafters.dspark import DSparkDrafter, PrefixScheduler
+from specdec.drafters.block import DSparkDrafter, PrefixScheduler, save_fixture
 from specdec.testing import tiny_target
 from specdec.testing.laws import autoregressive_law, chain_round_law, speculative_law, total_variation
 from specdec.verify.sampling import SamplingConfig
@@ -172,7 +171,7 @@ def test_calibrated_confidence_reaches_the_scheduler(dspark, tmp_path):
     """Temperatures from confidence_calibration.json divide the logits; the scheduler reads the result."""
     import shutil
 
-    from specdec.drafters.calibration import save_calibration
+    from specdec.drafters.block.calibration import save_calibration
 
     target, folder = dspark
     calibrated = tmp_path / "calibrated"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.drafters import calibration as cal
-from specdec.drafters.calibration import (
+from specdec.drafters.block import calibration as cal
+from specdec.drafters.block.calibration import (
     analytic_acceptance,
     calibrated_survival,
     expected_calibration_error,

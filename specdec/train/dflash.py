@@ -17,7 +17,7 @@ The recipe (DFlash, arXiv 2602.06036; the DSpark paper uses the same data pipeli
 4. **Frozen, shared tables**: the target's embedding and ``lm_head`` are used as they are and get no
    gradient; only the drafter's own parameters (``fc``, ``hidden_norm``, the layers, ``norm``) train.
 
-The result is a :class:`~specdec.drafters.dflash.BlockDraftModel` of architecture
+The result is a :class:`~specdec.drafters.block.backbone.BlockDraftModel` of architecture
 ``DFlashDraftModel``; :func:`save` writes it in the z-lab checkpoint format, which
 :meth:`DFlashDrafter.from_pretrained` and :func:`load_drafter` read.
 
@@ -43,7 +43,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-from specdec.drafters.dflash import DFLASH, BlockDraftModel, DFlashDrafter, _rotate_half, check_fits_target, read_drafter_config
+from specdec.decode import generate
+from specdec.drafters.block.backbone import BlockDraftModel, layer_visibility, rotate_half
+from specdec.drafters.block.checkpoint import export_state_dict
+from specdec.drafters.block.config import DFLASH, check_fits_target, read_drafter_config
+from specdec.drafters.block.dflash import DFlashDrafter
 
 __all__ = [
     "TrainingConfig",
@@ -62,9 +66,6 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------------------------------
-# Settings
-# --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TrainingConfig:
     """Drafter shape, data and optimisation settings.
@@ -219,9 +220,6 @@ class TrainingData:
     prompt_lengths: list[int]
 
 
-# --------------------------------------------------------------------------------------------------
-# Config of the drafter
-# --------------------------------------------------------------------------------------------------
 def default_target_layer_ids(num_target_layers: int, num_taps: int) -> tuple[int, ...]:
     """Tap layers when none are given: the z-lab rule, ``num_taps`` ids spread over ``1 .. L - 3``.
 
@@ -327,9 +325,6 @@ def init_drafter(target, config: TrainingConfig) -> BlockDraftModel:
     return model.to(device=target.device, dtype=target.dtype)
 
 
-# --------------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------------
 def _prompt_list(prompts, vocab: int) -> list[torch.Tensor]:
     if isinstance(prompts, torch.Tensor):
         if prompts.ndim == 1:
@@ -374,7 +369,6 @@ def make_training_data(target, prompts, config: TrainingConfig, layer_ids: Seque
         >>> data.tokens[0].shape, data.features[0].shape, data.prompt_lengths
         (torch.Size([8]), torch.Size([8, 64]), [5, 5])
     """
-    from specdec.decode import generate
 
     hf_layers = tuple(i + 1 for i in layer_ids)
     tokens, features, plens = [], [], []
@@ -487,9 +481,6 @@ def _progress(iterable, enabled: bool, desc: str):
     return tqdm(iterable, desc=desc, leave=False)
 
 
-# --------------------------------------------------------------------------------------------------
-# The training forward: all anchors of one sequence at once
-# --------------------------------------------------------------------------------------------------
 def block_logits(model: BlockDraftModel, target, features: torch.Tensor, tokens: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
     """Draft logits of the blocks at ``anchors``, as inference would compute them.
 
@@ -553,19 +544,12 @@ def block_logits(model: BlockDraftModel, target, features: torch.Tensor, tokens:
         return proj(x).view(S, x.shape[1], n, D).transpose(1, 2)
 
     def rotate(x, cos, sin):
-        return x * cos + _rotate_half(x) * sin
+        return x * cos + rotate_half(x) * sin
 
     x = noise
     for i, layer in enumerate(model.layers):
         attn = layer.self_attn
-        visible = base
-        if cfg.layer_causal[i]:
-            visible = visible & (k_pos[:, None, :] <= q_pos[:, :, None])
-        if cfg.sliding_window[i] is not None:
-            dist = q_pos[:, :, None] - k_pos[:, None, :]
-            visible = visible & (dist < cfg.sliding_window[i])
-            if not cfg.layer_causal[i]:
-                visible = visible & (-dist < cfg.sliding_window[i])
+        visible = base & layer_visibility(q_pos[:, :, None], k_pos[:, None, :], causal=cfg.layer_causal[i], window=cfg.sliding_window[i])
         k_ctx = rotate(attn.k_norm(heads(attn.k_proj, ctx, Hkv)), cos_c, sin_c)  # [S, Hkv, L, D]
         v_ctx = heads(attn.v_proj, ctx, Hkv)
         h = layer.input_layernorm(x)
@@ -668,9 +652,6 @@ class _Optimiser:
         self.opt.step()
 
 
-# --------------------------------------------------------------------------------------------------
-# Training
-# --------------------------------------------------------------------------------------------------
 def train_drafter(target, prompts, config: TrainingConfig = TrainingConfig(), *, progress: bool = True, data: TrainingData | None = None):
     """Train a ``DFlashDraftModel`` drafter for the frozen ``target``.
 
@@ -744,9 +725,6 @@ def train_drafter(target, prompts, config: TrainingConfig = TrainingConfig(), *,
     return model, history
 
 
-# --------------------------------------------------------------------------------------------------
-# Saving, evaluation, plots
-# --------------------------------------------------------------------------------------------------
 def save(model: BlockDraftModel, folder, *, config: TrainingConfig | None = None, history: TrainingHistory | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (z-lab DFlash layout) into ``folder``.
 
@@ -768,7 +746,6 @@ def save(model: BlockDraftModel, folder, *, config: TrainingConfig | None = None
     """
     from safetensors.torch import save_file
 
-    from specdec.drafters.checkpoints import export_state_dict
 
     if not isinstance(model, BlockDraftModel) or model.cfg.architecture != DFLASH:
         raise TypeError(f"model: expected a DFlashDraftModel BlockDraftModel, got {type(model).__name__}")
@@ -808,7 +785,6 @@ def tokens_per_target_pass(target, model_or_drafter, prompts, max_new_tokens: in
         >>> 1.0 <= tokens_per_target_pass(target, model, prompts, max_new_tokens=8) <= 4.0
         True
     """
-    from specdec.decode import generate
 
     drafter = DFlashDrafter(model_or_drafter, target) if isinstance(model_or_drafter, BlockDraftModel) else model_or_drafter
     generate_kwargs.setdefault("num_draft_tokens", getattr(drafter, "max_draft_tokens", 4))

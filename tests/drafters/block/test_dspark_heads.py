@@ -9,9 +9,19 @@ import torch
 from scipy import stats
 
 import specdec as sd
-from specdec.drafters import dspark as dspark_mod
-from specdec.drafters.checkpoints import export_state_dict, fixture_config, random_block_model, save_fixture
-from specdec.drafters.dspark import DSparkDrafter, block_bias, build_dspark_model, load_dspark_model, markov_step, read_dspark_config
+from specdec.drafters.block import dspark as dspark_mod
+from specdec.drafters.block import (
+    DSparkDrafter,
+    block_bias,
+    build_dspark_model,
+    export_state_dict,
+    fixture_config,
+    load_dspark_model,
+    markov_step,
+    random_block_model,
+    read_dspark_config,
+    save_fixture,
+)
 from specdec.testing import tiny_target
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import TreeVerifier
@@ -234,7 +244,7 @@ def test_bad_head_configs_name_the_field(tmp_path, small_target):
         DSparkDrafter.from_pretrained(folder, small_target)
     # a vanilla-built model cannot serve as an rnn drafter
     cfg = read_dspark_config(fixture_config("Qwen3DSparkModel", small_target, markov_head_type="rnn"))
-    from specdec.drafters.dflash import BlockDraftModel
+    from specdec.drafters.block import BlockDraftModel
 
     with pytest.raises(ValueError, match="joint_proj"):
         DSparkDrafter(BlockDraftModel(cfg, 6), small_target)
@@ -248,7 +258,7 @@ def test_bad_head_configs_name_the_field(tmp_path, small_target):
 @pytest.mark.parametrize("head", ["gated", "rnn", "RNN"])
 def test_load_drafter_dispatches_every_head(head, tmp_path, small_target):
     """``load_drafter`` reads all DSpark head types (case-insensitively, as DeepSpec does)."""
-    from specdec.drafters.dflash import load_drafter
+    from specdec.drafters import load_drafter
 
     folder = save_fixture(tmp_path / head, "Qwen3DSparkModel", small_target, seed=1, num_layers=2, markov_head_type=head.lower())
     raw = json.loads((folder / "config.json").read_text())

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.drafters.checkpoints import fixture_config, random_block_model
-from specdec.drafters.dspark import DSparkDrafter, PrefixScheduler
+from specdec.drafters.block import DSparkDrafter, PrefixScheduler, fixture_config, random_block_model
 from specdec.testing import tiny_target
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import TreeVerifier

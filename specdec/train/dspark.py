@@ -1,13 +1,13 @@
 """Train a DSpark drafter (backbone + sequential head + confidence head) for a frozen target.
 
 The data pipeline, anchors, block masks, frozen shared tables and optimiser are those of
-:mod:`specdec.drafters.training` (DFlash). What DSpark changes (arXiv 2607.05147, Sec. 3 and 4; field
+:mod:`specdec.train.dflash` (DFlash). What DSpark changes (arXiv 2607.05147, Sec. 3 and 4; field
 names as in DeepSpec's ``config/dspark``):
 
 1. **All gamma rows predict.** The block of anchor ``p`` is ``[x_p, MASK x (gamma - 1)]``; row ``j``
    (``0 .. gamma-1``) predicts ``x_{p+1+j}``.
 2. **Sequential head, teacher forced.** Row ``j``'s logits are ``U_j + b_j`` with the bias of the
-   ``vanilla`` / ``gated`` / ``rnn`` head (:func:`specdec.drafters.dspark.block_bias`) fed the target's
+   ``vanilla`` / ``gated`` / ``rnn`` head (:func:`specdec.drafters.block.heads.block_bias`) fed the target's
    own tokens ``x_p .. x_{p+j}`` as the previous tokens (the RNN state runs along the block from 0).
 3. **Loss** ``L = 0.1 L_ce + 0.9 L_tv + 1.0 L_conf``, every term a mean over rows weighted by
    ``w_j = exp(-j / loss_decay_gamma)`` (``exp(-(k-1)/gamma)`` for position ``k = j + 1``):
@@ -24,8 +24,8 @@ names as in DeepSpec's ``config/dspark``):
    of ``V`` (DeepSpec does the same with ``target_last_hidden_states``).
 
 After training, :func:`confidence_data` drafts greedily over held-out anchors exactly as
-:class:`~specdec.drafters.dspark.DSparkDrafter` does and labels each position with the observed
-greedy survival; :func:`~specdec.drafters.calibration.sequential_temperature_scaling` then fits the
+:class:`~specdec.drafters.block.dspark.DSparkDrafter` does and labels each position with the observed
+greedy survival; :func:`~specdec.drafters.block.calibration.sequential_temperature_scaling` then fits the
 per-position temperatures, which :func:`save` writes beside the checkpoint.
 
 Example:
@@ -49,10 +49,15 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from specdec.drafters.dflash import DSPARK, BlockDraftModel, _rotate_half, check_fits_target
-from specdec.drafters.dspark import HEAD_TYPES, DSparkDrafter, block_bias, build_dspark_model, markov_step, read_dspark_config
-from specdec.drafters import training as _dflash_training
-from specdec.drafters.training import (
+from specdec.decode import generate
+from specdec.drafters.block.backbone import BlockDraftModel, layer_visibility, rotate_half
+from specdec.drafters.block.calibration import save_calibration
+from specdec.drafters.block.checkpoint import export_state_dict
+from specdec.drafters.block.config import DSPARK, HEAD_TYPES, check_fits_target, read_dspark_config
+from specdec.drafters.block.dspark import DSparkDrafter
+from specdec.drafters.block.heads import block_bias, build_dspark_model, markov_step
+from specdec.train import dflash as dflash_training
+from specdec.train.dflash import (
     TrainingConfig,
     TrainingData,
     TrainingHistory,
@@ -80,12 +85,9 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------------------------------
-# Settings, data, history
-# --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DSparkTrainingConfig(TrainingConfig):
-    """:class:`~specdec.drafters.training.TrainingConfig` plus DSpark's heads and loss weights.
+    """:class:`~specdec.train.dflash.TrainingConfig` plus DSpark's heads and loss weights.
 
     ``block_size`` is DSpark's ``gamma`` (anchor row included, all rows predict; DeepSpec: 7).
 
@@ -146,7 +148,7 @@ class DSparkTrainingConfig(TrainingConfig):
 
 @dataclass
 class DSparkTrainingData(TrainingData):
-    """:class:`~specdec.drafters.training.TrainingData` plus the target's last hidden states.
+    """:class:`~specdec.train.dflash.TrainingData` plus the target's last hidden states.
 
     Attributes:
         last_hidden: per sequence ``[L, H]``, the target's final hidden state after its final norm:
@@ -166,7 +168,7 @@ class DSparkTrainingData(TrainingData):
 
 @dataclass
 class DSparkTrainingHistory(TrainingHistory):
-    """:class:`~specdec.drafters.training.TrainingHistory` plus the loss terms per step.
+    """:class:`~specdec.train.dflash.TrainingHistory` plus the loss terms per step.
 
     Attributes:
         terms: ``{"ce": [...], "tv": [...], "confidence": [...]}``, each weighted mean per step.
@@ -183,9 +185,6 @@ class DSparkTrainingHistory(TrainingHistory):
     acceptance: list[float] = field(default_factory=list)
 
 
-# --------------------------------------------------------------------------------------------------
-# Config and initial weights
-# --------------------------------------------------------------------------------------------------
 def dspark_config(target, config: DSparkTrainingConfig) -> dict:
     """The ``config.json`` (DeepSpec ``Qwen3DSparkModel`` layout, flat fields) of the drafter ``config`` describes.
 
@@ -252,9 +251,6 @@ def init_dspark(target, config: DSparkTrainingConfig) -> BlockDraftModel:
     return model.to(device=target.device, dtype=target.dtype)
 
 
-# --------------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def make_dspark_data(target, prompts, config: TrainingConfig, layer_ids: Sequence[int], *, progress: bool = False) -> DSparkTrainingData:
     """The target's continuations of ``prompts``, its features at ``layer_ids`` and its last hidden states.
@@ -280,7 +276,6 @@ def make_dspark_data(target, prompts, config: TrainingConfig, layer_ids: Sequenc
         >>> data.tokens[0].shape, data.features[0].shape, data.last_hidden[0].shape, data.prompt_lengths
         (torch.Size([9]), torch.Size([9, 64]), torch.Size([9, 32]), [5, 5])
     """
-    from specdec.decode import generate
 
     hf_layers = tuple(i + 1 for i in layer_ids)
     last = target.config.num_layers
@@ -316,16 +311,13 @@ def _normed_last_hidden(target, last: torch.Tensor, logits: torch.Tensor) -> tor
     return best
 
 
-# --------------------------------------------------------------------------------------------------
-# The training forward
-# --------------------------------------------------------------------------------------------------
 def block_hidden(model: BlockDraftModel, target, features: torch.Tensor, tokens: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
     """Backbone hidden states ``[A, B, H]`` (after the final norm) of the blocks at ``anchors``, all rows.
 
     The block of anchor ``p`` is ``[tokens[p], MASK x (B - 1)]`` at positions ``p .. p + B - 1`` and sees
     context rows ``0 .. p - 1`` and its own rows: what :class:`DSparkDrafter` computes when
     ``tokens[p]`` is the newest token. All anchors run in one attention call (a block mask keeps each
-    block to its prefix and itself), as in :func:`specdec.drafters.training.block_logits`.
+    block to its prefix and itself), as in :func:`specdec.train.dflash.block_logits`.
 
     Args:
         model: a DSpark :class:`BlockDraftModel` (block size ``B``).
@@ -365,17 +357,11 @@ def block_hidden(model: BlockDraftModel, target, features: torch.Tensor, tokens:
     x, rows = noise, A * B
     for i, layer in enumerate(model.layers):
         attn = layer.self_attn
-        visible = base
-        if cfg.layer_causal[i]:
-            visible = visible & (k_pos[None] <= q_pos[:, None])
-        if cfg.sliding_window[i] is not None:
-            visible = visible & ((q_pos[:, None] - k_pos[None]) < cfg.sliding_window[i])
-            if not cfg.layer_causal[i]:
-                visible = visible & ((k_pos[None] - q_pos[:, None]) < cfg.sliding_window[i])
+        visible = base & layer_visibility(q_pos[:, None], k_pos[None], causal=cfg.layer_causal[i], window=cfg.sliding_window[i])
         k_ctx, v_ctx = model._kv(attn, ctx, cos_c, sin_c)  # [Hkv, L, D]
         h = layer.input_layernorm(x)
         q = attn.q_norm(attn.q_proj(h).view(rows, cfg.num_heads, cfg.head_dim)).transpose(0, 1)  # [Hq, A*B, D]
-        q = q * cos_q + _rotate_half(q) * sin_q
+        q = q * cos_q + rotate_half(q) * sin_q
         k_blk, v_blk = model._kv(attn, h, cos_q, sin_q)  # [Hkv, A*B, D]
         k = torch.cat([k_ctx, k_blk], dim=1)  # [Hkv, L + A*B, D]
         v = torch.cat([v_ctx, v_blk], dim=1)
@@ -472,9 +458,6 @@ def dspark_losses(model: BlockDraftModel, target, features: torch.Tensor, last_h
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# Training
-# --------------------------------------------------------------------------------------------------
 def train_dspark(target, prompts, config: DSparkTrainingConfig = DSparkTrainingConfig(), *, progress: bool = True,
                  data: DSparkTrainingData | None = None):
     """Train a ``Qwen3DSparkModel`` drafter for the frozen ``target``.
@@ -573,9 +556,6 @@ def _position_accuracy(model, target, data, lows, config, gen) -> list[float]:
     return (hits / count.clamp(min=1)).tolist()
 
 
-# --------------------------------------------------------------------------------------------------
-# Calibration data: greedy drafting as DSparkDrafter does it, labelled by the target
-# --------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def confidence_data(model_or_drafter, target, data: DSparkTrainingData, *, anchors_per_sequence: int | None = None,
                     seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -597,7 +577,7 @@ def confidence_data(model_or_drafter, target, data: DSparkTrainingData, *, ancho
     Returns:
         ``(confidence_logits [n, B], labels [n, B], mask [n, B], drafted [n, B])`` on the CPU: float32,
         float32, bool, int64; ``n`` is the total number of anchors. Labels are
-        :func:`~specdec.drafters.calibration.survival_labels`-style prefix indicators.
+        :func:`~specdec.drafters.block.calibration.survival_labels`-style prefix indicators.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -664,7 +644,7 @@ def tokens_per_target_pass(target, model_or_drafter, prompts, max_new_tokens: in
     """Mean tokens per target pass of greedy chain speculative decoding over ``prompts``.
 
     A DSpark :class:`BlockDraftModel` is wrapped in :class:`DSparkDrafter`; see
-    :func:`specdec.drafters.training.tokens_per_target_pass`. ``prompts``: ``[N, T]`` or a list of
+    :func:`specdec.train.dflash.tokens_per_target_pass`. ``prompts``: ``[N, T]`` or a list of
     1-D prompts.
 
     Returns:
@@ -679,12 +659,9 @@ def tokens_per_target_pass(target, model_or_drafter, prompts, max_new_tokens: in
         True
     """
     drafter = DSparkDrafter(model_or_drafter, target) if isinstance(model_or_drafter, BlockDraftModel) else model_or_drafter
-    return _dflash_training.tokens_per_target_pass(target, drafter, prompts, max_new_tokens, **generate_kwargs)
+    return dflash_training.tokens_per_target_pass(target, drafter, prompts, max_new_tokens, **generate_kwargs)
 
 
-# --------------------------------------------------------------------------------------------------
-# Saving
-# --------------------------------------------------------------------------------------------------
 def save(model: BlockDraftModel, folder, *, target=None, config: DSparkTrainingConfig | None = None,
          history: DSparkTrainingHistory | None = None, temperatures: torch.Tensor | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (DeepSpec DSpark layout) into ``folder``.
@@ -700,7 +677,7 @@ def save(model: BlockDraftModel, folder, *, target=None, config: DSparkTrainingC
 
     Example:
         >>> import tempfile
-        >>> from specdec.drafters.calibration import load_calibration
+        >>> from specdec.drafters.block.calibration import load_calibration
         >>> from specdec.testing import tiny_target
         >>> target = tiny_target(seed=0)
         >>> config = DSparkTrainingConfig(block_size=4)
@@ -715,8 +692,6 @@ def save(model: BlockDraftModel, folder, *, target=None, config: DSparkTrainingC
     """
     from safetensors.torch import save_file
 
-    from specdec.drafters.calibration import save_calibration
-    from specdec.drafters.checkpoints import export_state_dict
 
     if not isinstance(model, BlockDraftModel) or model.cfg.architecture != DSPARK:
         raise TypeError(f"model: expected a Qwen3DSparkModel BlockDraftModel, got {type(model).__name__}")

@@ -1,0 +1,25 @@
+"""The drafter class a checkpoint folder asks for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specdec.drafters.block.config import DFLASH2, DSPARK, read_drafter_config
+from specdec.drafters.block.dflash import DFlash2Drafter, DFlashDrafter
+from specdec.drafters.block.dspark import DSparkDrafter
+
+__all__ = ["load_drafter"]
+
+
+def load_drafter(folder, target, **kwargs):
+    """The right drafter class for the checkpoint in ``folder`` (by its architecture field).
+
+    Example:
+        >>> drafter = load_drafter("path/to/Qwen3-8B-DFlash-b16", target)      # doctest: +SKIP
+    """
+    cfg = read_drafter_config(json.loads((Path(folder) / "config.json").read_text()))
+    if cfg.architecture == DSPARK:
+        return DSparkDrafter.from_pretrained(folder, target, **kwargs)
+    cls = DFlash2Drafter if cfg.architecture == DFLASH2 else DFlashDrafter
+    return cls.from_pretrained(folder, target, **kwargs)

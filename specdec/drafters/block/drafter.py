@@ -1,0 +1,177 @@
+"""The round of every block drafter: feature ingestion into the draft cache and the block forward;
+subclasses turn the block's hidden rows into drafts."""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.drafters.base import DraftProposal
+from specdec.drafters.block.backbone import BlockDraftModel
+from specdec.drafters.block.cache import DraftKVCache, StaticDraftKVCache
+from specdec.drafters.block.checkpoint import load_block_model
+from specdec.drafters.block.config import ARCHITECTURES, check_fits_target
+from specdec.drafters.block.graphs import StaticDraftPath
+from specdec.verify.sampling import SamplingConfig
+from specdec.verify.tree import best_first_tree
+
+__all__ = ["BlockDrafter"]
+
+
+def _check_budget(tree_budget) -> int | None:
+    if tree_budget is not None and (isinstance(tree_budget, bool) or not isinstance(tree_budget, int) or tree_budget < 1):
+        raise ValueError(f"tree_budget: expected an int >= 1 or None, got {tree_budget!r}")
+    return tree_budget
+
+
+class BlockDrafter(StaticDraftPath):
+    """Feature ingestion, the draft cache and the block forward; subclasses turn hidden rows into drafts.
+
+    Two ways to run a round, giving the same proposals:
+
+    * dynamic (the default and the reference): a :class:`DraftKVCache` that grows, eager PyTorch;
+    * static (:meth:`enable_static_cache`, :meth:`enable_cuda_graphs`): a preallocated
+      :class:`StaticDraftKVCache`, and feature ingestion + block forward + the subclass's
+      :meth:`_graph_head` as one fixed-shape body per count of new context rows, with the row count
+      held on the device. With CUDA graphs each round is one replay of that body and needs no host
+      sync; without them the same body runs eagerly (how the CPU tests check it).
+
+    Hooks for subclasses: :meth:`_draft` turns the predicting rows into a proposal; :meth:`_graph_head`
+    adds per-round outputs computed inside the graph (``self._graph_out`` during :meth:`_draft`, or
+    ``None`` on the dynamic path).
+    """
+
+    architectures: tuple[str, ...] = ()
+    # rows of the block that predict tokens: DFlash drops the anchor row, DSpark keeps it
+    first_predicting_row = 1
+
+    def __init__(self, model: BlockDraftModel, target, *, tree_budget: int | None = None):
+        if not isinstance(model, BlockDraftModel):
+            raise TypeError(f"model: expected a BlockDraftModel, got {type(model).__name__}")
+        if model.cfg.architecture not in self.architectures:
+            raise ValueError(
+                f"architectures: {type(self).__name__} reads {list(self.architectures)}, got {model.cfg.architecture!r}"
+                + (" (use load_drafter to pick the class)" if model.cfg.architecture in ARCHITECTURES else "")
+            )
+        check_fits_target(model.cfg, target)
+        self.model = model
+        self.cfg = model.cfg
+        # shared, not copied: the target's tables are the drafter's tables
+        self.embed = target.embed
+        self.lm_head = target.lm_head
+        self.vocab_size = target.config.vocab_size
+        self.target_layer_ids = model.cfg.hf_layer_ids
+        self.tree_budget = _check_budget(tree_budget)
+        self.cache: DraftKVCache | StaticDraftKVCache = DraftKVCache(model.cfg.num_layers)
+        self.last_hidden: torch.Tensor | None = None
+        # static path state (None / empty on the dynamic path)
+        self._static: StaticDraftKVCache | None = None
+        self._max_new_rows = 0
+        self._graphs: dict[int, tuple] | None = None
+        self._pending: torch.Tensor | None = None  # [r, taps * H] features not yet in the static cache
+        self._graph_out: dict[str, torch.Tensor] | None = None
+
+    @classmethod
+    def from_pretrained(cls, folder, target, *, dtype: torch.dtype | None = None, tree_budget: int | None = None):
+        """Load a published checkpoint folder for ``target`` (whose embedding and lm_head it shares)."""
+        return cls(load_block_model(folder, target, dtype=dtype), target, tree_budget=tree_budget)
+
+    @property
+    def block_size(self) -> int:
+        return self.cfg.block_size
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.cfg.block_size - self.first_predicting_row
+
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        return self._graphs is not None
+
+    def reset(self) -> None:
+        self._pending = None
+        self._graph_out = None
+        if self._static is not None:
+            self._static.crop(0)
+        else:
+            self.cache = DraftKVCache(self.cfg.num_layers)
+
+    def _ingest(self, context: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        self._graph_out = None
+        n = context.numel()
+        rows = 0 if target_hidden is None else target_hidden.shape[0]
+        if target_hidden is not None:
+            taps = len(self.target_layer_ids)
+            if target_hidden.ndim != 3 or target_hidden.shape[1] != taps or target_hidden.shape[2] != self.cfg.hidden_size:
+                raise ValueError(
+                    f"target_hidden: expected [rows, {taps}, {self.cfg.hidden_size}] (rows, taps, hidden), got {tuple(target_hidden.shape)}"
+                )
+        if self._pending is not None:
+            # a previous _ingest whose block never ran: its rows go in first
+            self._flush_pending()
+        cached = self.cache.length
+        # features cover context[:-1]; the newest token (the anchor) has none yet
+        if cached + rows > n - 1:
+            keep = n - 1 - rows
+            if keep < 0:
+                raise ValueError(f"target_hidden: {rows} feature rows for a context of {n} tokens (expected at most {n - 1})")
+            self.cache.crop(keep)
+            cached = keep
+        if cached + rows != n - 1:
+            raise ValueError(
+                f"target_hidden: the drafter holds features of {cached} rows and got {rows} more, but the context has "
+                f"{n - 1} committed rows before the anchor; pass the rows committed since the previous call"
+            )
+        if not rows:
+            return
+        feats = target_hidden.reshape(rows, -1).to(self.model.fc.weight.dtype)  # [r, taps * H]
+        if self._static is not None:
+            self._static.reserve(n - 1)
+            # ingested inside the next block's body (one graph for both)
+            self._pending = feats
+            return
+        positions = torch.arange(cached, cached + rows, device=feats.device)
+        self.model.append_context(self.cache, self.model.project_context(feats), positions)
+
+    def _block_hidden(self, context: torch.Tensor) -> torch.Tensor:
+        if self._static is not None:
+            out = self._run_static(context)
+            self._graph_out = out
+            # a view of the graph's output buffer: valid until the next round
+            self.last_hidden = out["hidden"]
+            return out["hidden"]
+        n = context.numel()
+        b = self.cfg.block_size
+        ids = torch.full((b,), self.cfg.mask_token_id, dtype=torch.long, device=context.device)
+        ids[0] = context[-1]
+        noise = self.embed(ids) * self.cfg.input_embedding_scale  # [B, H]
+        positions = torch.arange(n - 1, n - 1 + b, device=context.device)
+        hidden = self.model.block_forward(noise.to(self.model.fc.weight.dtype), positions, self.cache)  # [B, H]
+        self.last_hidden = hidden
+        return hidden
+
+    @torch.no_grad()
+    def propose(self, context, max_tokens, *, sampling: SamplingConfig, generator, target_hidden=None) -> DraftProposal:
+        self._ingest(context, target_hidden)
+        k = max(0, min(int(max_tokens), self.max_draft_tokens))
+        if k == 0:
+            if self._pending is not None:
+                self._flush_pending()
+            return DraftProposal(tokens=context.new_zeros(0))
+        hidden = self._block_hidden(context)[self.first_predicting_row : self.first_predicting_row + k]  # [k, H]
+        return self._draft(context, hidden, k, sampling, generator)
+
+    def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
+        raise NotImplementedError
+
+    def _tree_from(self, child_logprobs, depth: int, budget: int, device) -> DraftProposal:
+        tree = best_first_tree(child_logprobs, budget, max_depth=depth, device=device)
+        # tokens: the first root-to-leaf path (each node's first child in node order)
+        path, node = [], -1
+        parents = tree.parents.tolist()
+        while True:
+            kids = [i for i, p in enumerate(parents) if p == node]
+            if not kids:
+                break
+            node = kids[0]
+            path.append(node)
+        return DraftProposal(tokens=tree.tokens[path], tree=tree)

@@ -1,0 +1,151 @@
+"""The fixed-shape draft step: a :class:`StaticDraftKVCache`, and feature ingestion + block forward +
+the drafter's per-round head as one body per count of new context rows, run eagerly or replayed as a
+CUDA graph with the row count held on the device (no host sync)."""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.drafters.block.cache import DraftKVCache, StaticDraftKVCache
+
+__all__ = ["StaticDraftPath"]
+
+
+class StaticDraftPath:
+    """The static (CUDA-graph) path of :class:`~specdec.drafters.block.drafter.BlockDrafter`.
+
+    Reads the drafter's ``model``, ``cfg``, ``embed`` and ``max_draft_tokens``; owns ``_static`` (the
+    cache), ``_max_new_rows``, ``_graphs`` (new-row count -> captured graph), ``_pending`` (features
+    not yet in the cache) and ``_graph_out`` (the body's outputs of the current round).
+    """
+
+    def enable_static_cache(self, max_context: int, *, max_new_rows: int | None = None) -> None:
+        """Switch to the static path, run eagerly: a preallocated cache of ``max_context`` context rows.
+
+        Rounds that bring at most ``max_new_rows`` new feature rows (default ``max_draft_tokens + 1``:
+        the accepted drafts and the previous root) ingest them inside the fixed-shape body; larger
+        ingestions (the prompt) are projected into the cache eagerly first. Empties the cache.
+        A context longer than ``max_context + 1`` tokens raises ``ValueError`` before any launch.
+
+        Example:
+            >>> drafter.enable_static_cache(4096)          # doctest: +SKIP
+        """
+        if max_new_rows is None:
+            max_new_rows = self.max_draft_tokens + 1
+        if isinstance(max_new_rows, bool) or not isinstance(max_new_rows, int) or max_new_rows < 0:
+            raise ValueError(f"max_new_rows: expected an int >= 0, got {max_new_rows!r}")
+        weight = self.model.fc.weight
+        cfg = self.cfg
+        self._static = StaticDraftKVCache(
+            cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context=max_context, block_size=cfg.block_size,
+            dtype=weight.dtype, device=weight.device,
+        )
+        self.cache = self._static
+        self._max_new_rows = max_new_rows
+        self._graphs = None
+        self._pending = None
+        self._graph_out = None
+        # the masked rows of every block, embedded at the anchor's side in the body
+        self._mask_ids = torch.full((cfg.block_size - 1,), cfg.mask_token_id, dtype=torch.long, device=weight.device)
+
+    @torch.no_grad()
+    def enable_cuda_graphs(self, max_context: int, *, max_new_rows: int | None = None) -> None:
+        """:meth:`enable_static_cache`, then capture the body as one CUDA graph per new-row count
+        ``0 .. max_new_rows`` (captured here, on an empty cache). A round then copies its features,
+        the anchor and the cached row count into static buffers and replays: no host sync.
+
+        Raises:
+            ValueError: the drafter is not on a CUDA device.
+        """
+        device = self.model.fc.weight.device
+        if device.type != "cuda":
+            raise ValueError(f"enable_cuda_graphs: expected a drafter on a CUDA device, got {device}")
+        self.enable_static_cache(max_context, max_new_rows=max_new_rows)
+        graphs = {}
+        for rows in range(self._max_new_rows + 1):
+            graphs[rows] = self._capture(rows)
+        self._graphs = graphs
+
+    def disable_static_cache(self) -> None:
+        """Back to the dynamic (reference) path with an empty cache; drops the graphs."""
+        self._static = None
+        self._graphs = None
+        self._pending = None
+        self._graph_out = None
+        self.cache = DraftKVCache(self.cfg.num_layers)
+
+    def _static_body(self, feats: torch.Tensor | None, start: torch.Tensor, anchor: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Ingest ``feats [r, taps * H]`` at rows ``start + [0, r)``, then the block after them.
+
+        ``start``: 0-d int64 device tensor; ``anchor``: ``[1]`` int64. Returns ``hidden [B, H]`` and the
+        outputs of :meth:`_graph_head`. Fixed shapes for a given ``r``: what a graph captures.
+        """
+        model = self.model
+        if feats is not None and feats.shape[0]:
+            model.append_context_static(self._static, model.project_context(feats), start)
+            start = start + feats.shape[0]
+        ids = torch.cat([anchor, self._mask_ids])  # [B]
+        noise = self.embed(ids) * self.cfg.input_embedding_scale  # [B, H]
+        hidden = model.block_forward_static(noise.to(model.fc.weight.dtype), start, self._static)  # [B, H]
+        out = {"hidden": hidden}
+        out.update(self._graph_head(hidden, anchor))
+        return out
+
+    def _graph_head(self, hidden: torch.Tensor, anchor: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-round work on the block's hidden rows ``[B, H]`` that the static body (and graph) also
+        runs: fixed-shape, no host sync, no randomness. Default: nothing."""
+        return {}
+
+    def _capture(self, rows: int):
+        device = self.model.fc.weight.device
+        taps = len(self.target_layer_ids)
+        static = {
+            "feats": torch.zeros(rows, taps * self.cfg.hidden_size, dtype=self.model.fc.weight.dtype, device=device),
+            "start": torch.zeros((), dtype=torch.long, device=device),
+            "anchor": torch.zeros(1, dtype=torch.long, device=device),
+        }
+        args = (static["feats"] if rows else None, static["start"], static["anchor"])
+        # warm-up on a side stream (allocator, kernel selection), then capture; on the empty cache of
+        # enable time these only write scratch slots
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._static_body(*args)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self._static_body(*args)
+        return graph, static, out
+
+    def _run_static(self, context: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Ingest the pending rows and run the block on the static path (a replay, or the body eagerly)."""
+        cache = self._static
+        feats, self._pending = self._pending, None
+        rows = 0 if feats is None else feats.shape[0]
+        start = cache.length
+        device = cache.k[0].device
+        if rows > self._max_new_rows:
+            # the prompt (or a long catch-up): eager projection, then the block alone
+            self.model.append_context_static(cache, self.model.project_context(feats), torch.full((), start, dtype=torch.long, device=device))
+            start, feats, rows = start + rows, None, 0
+        cache.length = start + rows
+        anchor = context[-1:].to(device)
+        if self._graphs is None:
+            return self._static_body(feats, torch.full((), start, dtype=torch.long, device=device), anchor)
+        graph, static, out = self._graphs[rows]
+        if rows:
+            static["feats"].copy_(feats)
+        static["start"].fill_(start)
+        static["anchor"].copy_(anchor)
+        graph.replay()
+        return out
+
+    def _flush_pending(self) -> None:
+        """Project pending feature rows into the static cache without running a block (k = 0 rounds)."""
+        feats, self._pending = self._pending, None
+        if feats is not None and feats.shape[0]:
+            cache = self._static
+            start = torch.full((), cache.length, dtype=torch.long, device=cache.k[0].device)
+            self.model.append_context_static(cache, self.model.project_context(feats), start)
+            cache.length += feats.shape[0]
