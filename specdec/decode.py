@@ -16,8 +16,8 @@ from specdec.contracts.sampling import SamplingConfig
 from specdec.generation import (
     GenerationOutput,
     GenerationStats,
-    Stream,
     StopCondition,
+    Stream,
     build_output,
     check_decode_args,
     check_proposal_size,
