@@ -44,7 +44,11 @@ class NGramDrafter:
         self.depth = depth
 
     def reset(self) -> None:
-        pass
+        """Start a request (nothing to forget: every proposal is read from the context).
+
+        Example:
+            >>> NGramDrafter().reset()
+        """
 
     def _continuations(self, context: torch.Tensor, length: int) -> list[torch.Tensor]:
         paths: list[torch.Tensor] = []
@@ -65,6 +69,24 @@ class NGramDrafter:
         return paths
 
     def propose(self, context, max_tokens, *, sampling, generator) -> DraftProposal:
+        """Up to ``max_tokens`` drafts after ``context [n]``: what followed the latest match of its tail.
+
+        Args:
+            context: ``[n]`` int64, the request so far (prompt then emitted tokens).
+            max_tokens: the most drafts (tree nodes when ``max_paths > 1``).
+            sampling, generator: unused: proposals are deterministic.
+
+        Returns:
+            :class:`DraftProposal` with ``tokens [k]`` (``k <= max_tokens``, empty without a match), no draft
+            law, and with ``max_paths > 1`` a ``tree`` of at most ``max_tokens`` nodes whose first path is
+            ``tokens``.
+
+        Example:
+            >>> p = NGramDrafter(max_ngram=2, max_paths=2).propose(torch.tensor([1, 2, 7, 1, 2, 8, 1, 2]), 4,
+            ...                                                    sampling=SamplingConfig(), generator=None)
+            >>> p.tokens.tolist(), p.tree.tokens.tolist(), p.tree.parents.tolist()
+            ([8, 1, 2], [8, 1, 2, 7], [-1, 0, 1, -1])
+        """
         if max_tokens <= 0:
             return DraftProposal(tokens=context.new_zeros(0))
         length = max_tokens if self.depth is None else min(self.depth, max_tokens)

@@ -59,6 +59,12 @@ class AcceptanceProfile:
 
     @property
     def num_drafts(self) -> int:
+        """``gamma``: the deepest draft the profile gives a rate for.
+
+        Example:
+            >>> AcceptanceProfile((0.9, 0.8, 0.7), source="made up").num_drafts
+            3
+        """
         return len(self.conditional)
 
     @property
@@ -182,11 +188,23 @@ class OracleDrafter:
         self._events: list[tuple] = []  # CUDA (start, end) events not yet summed into _wrapped_s
 
     def add_reference(self, sequence: torch.Tensor) -> None:
+        """Add a known full sequence ``[L]`` (prompt + the target's continuation) to propose from.
+
+        Example:
+            >>> drafter = OracleDrafter("dspark-qwen3-8b-gsm8k", vocab_size=5)
+            >>> drafter.add_reference(torch.tensor([1, 2, 3, 4])); len(drafter.references)
+            1
+        """
         if not isinstance(sequence, torch.Tensor) or sequence.ndim != 1:
             raise TypeError(f"sequence: expected a 1-D int tensor, got {getattr(sequence, 'shape', type(sequence).__name__)}")
         self.references.append(sequence.long())
 
     def reset(self) -> None:
+        """Start a request: resets the wrapped drafter, if any (the references and miss draws carry on).
+
+        Example:
+            >>> OracleDrafter("dspark-qwen3-8b-gsm8k", vocab_size=5).reset()
+        """
         if self.wrap is not None:
             self.wrap.reset()
 
@@ -215,6 +233,24 @@ class OracleDrafter:
         return self._wrapped_s
 
     def propose(self, context, max_tokens, *, sampling: SamplingConfig, generator, target_hidden=None) -> DraftProposal:
+        """Up to ``max_tokens`` drafts after ``context [n]``: the reference's continuation with one planned miss.
+
+        Args:
+            context: ``[n]`` int64, the request so far (prompt then emitted tokens).
+            max_tokens: the most drafts (the profile's ``num_drafts`` caps it too).
+            sampling, generator: passed to the wrapped drafter; the miss draws use the drafter's own seed.
+            target_hidden: ``[r, taps, H]`` target features, forwarded to a wrapped drafter with taps.
+
+        Returns:
+            a deterministic :class:`DraftProposal` (``tokens [k]``, ``draft_probs=None``); empty when
+            ``context`` is not a prefix of any reference.
+
+        Example:
+            >>> drafter = OracleDrafter(AcceptanceProfile((1.0, 1.0), source="made up"), references=[torch.tensor([1, 2, 3, 4])],
+            ...                         vocab_size=5)
+            >>> drafter.propose(torch.tensor([1, 2]), 2, sampling=SamplingConfig(), generator=None).tokens
+            tensor([3, 4])
+        """
         # the reference lookup reads the context on the host: do it before the wrapped drafter is
         # queued, while the device is idle after the previous verify, so it costs no pipeline drain
         truth = self._truth(context)

@@ -2,6 +2,7 @@
 
 from specdec.contracts.result import VerifyResult
 from specdec.verify.chain import ChainLaws, ChainVerifier, chain_accept, chain_laws
+from specdec.verify.processors import apply_repetition_penalty, process_logits, row_prefixes
 from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
 from specdec.verify.tree import (
     Tree,
@@ -23,12 +24,15 @@ __all__ = [
     "TreeVerifier",
     "TreeWalk",
     "VerifyResult",
+    "apply_repetition_penalty",
     "best_first_tree",
     "chain_accept",
     "chain_laws",
     "greedy_walk",
     "logits_to_probs",
     "match_walk",
+    "process_logits",
+    "row_prefixes",
     "sample",
     "sample_and_match",
     "tree_attention_mask",

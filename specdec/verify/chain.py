@@ -26,6 +26,7 @@ from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.result import VerifyResult
 from specdec.contracts.sampling import SamplingConfig
 from specdec.contracts.target import Target, check_target
+from specdec.verify.processors import process_logits, row_prefixes
 from specdec.verify.sampling import logits_to_probs, sample
 
 __all__ = ["ChainLaws", "ChainVerifier", "VerifyResult", "chain_accept", "chain_laws"]
@@ -142,6 +143,7 @@ class ChainVerifier:
         sampling: SamplingConfig,
         generator: torch.Generator | None = None,
         hidden_layers: Sequence[int] = (),
+        context: torch.Tensor | None = None,
     ) -> VerifyResult:
         """Run one round: one target pass over ``[root, d_1, ..., d_k]``, accept a prefix, commit it.
 
@@ -152,9 +154,22 @@ class ChainVerifier:
                 it is ignored: the chain is ``proposal.tokens``).
             sampling, generator: the target law and the request's generator.
             hidden_layers: taps to return for the committed rows.
+            context: ``[n]`` every token so far, ``root`` last; required when ``sampling.needs_prefix``
+                (repetition penalty, logits processors: row ``i`` is processed with ``context + d_1..d_i``).
 
         Returns:
-            :class:`~specdec.contracts.VerifyResult` with ``emitted [n + 1]`` and ``hidden [n + 1, taps, H]``.
+            :class:`~specdec.contracts.VerifyResult` with ``emitted [n + 1]`` (``n`` accepted drafts, then the
+            bonus token), ``num_accepted = n`` and ``hidden [n + 1, taps, H]`` (``None`` without taps).
+
+        Example (greedy; the target's cache holds ``[1, 2]``, the root ``3`` is not in it yet):
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.contracts import DraftProposal
+            >>> target = tiny_target(seed=0)
+            >>> _ = target(torch.tensor([[1, 2]])); target.commit(2)
+            >>> result = ChainVerifier().verify(target, torch.tensor([3]), DraftProposal(torch.tensor([4, 5])),
+            ...                                 sampling=SamplingConfig())
+            >>> target.length == 2 + result.num_accepted + 1, result.emitted.shape[0] == result.num_accepted + 1
+            (True, True)
         """
         check_target(target)
         proposal.validate(vocab_size=target.vocab_size)
@@ -162,6 +177,11 @@ class ChainVerifier:
         plan = VerifyPlan.chain(root.view(1), drafts, prefix_len=target.length)
         out = target.run_plan(plan, hidden_layers=hidden_layers)
         logits = out.logits[0]  # [k + 1, V]
+        if sampling.needs_prefix:
+            if context is None:
+                raise ValueError("context: expected the tokens so far [n] (sampling has a repetition penalty or logits "
+                                 "processors, whose law depends on them), got None")
+            logits = process_logits(logits, row_prefixes(context, plan), sampling)
         n, bonus = chain_accept(logits, drafts, proposal.draft_probs, sampling=sampling, generator=generator)
         target.commit(n + 1)
         hidden = torch.stack([h[0, : n + 1] for h in out.hidden], dim=1) if hidden_layers else None  # [n + 1, taps, H]

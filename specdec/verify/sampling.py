@@ -12,6 +12,10 @@ __all__ = ["SamplingConfig", "logits_to_probs", "sample"]
 def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     """Target (or draft) law after temperature, top-k and top-p: ``[..., V]`` -> ``[..., V]`` float32.
 
+    Only the prefix-free part of ``sampling`` is applied here; a repetition penalty and logits processors
+    (``sampling.needs_prefix``) depend on each row's prefix and are applied to the logits before, by
+    :func:`specdec.verify.processors.process_logits` (verifiers and :func:`specdec.generate` do so).
+
     Greedy settings give the one-hot law of the argmax, so the same acceptance code serves both modes.
     Top-p keeps the smallest set of most likely tokens whose mass reaches ``top_p`` (ties broken by
     token id, deterministically).
@@ -44,7 +48,13 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     """Draw one token per row of ``probs [..., V]`` -> ``[...]`` int64 (inverse CDF with the generator).
 
     Inverse-CDF sampling with one uniform per row keeps the stream of random numbers identical on
-    every backend, which makes seeded runs reproducible.
+    every backend, which makes seeded runs reproducible. Zero-probability tokens are never drawn.
+
+    Example:
+        >>> sample(torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]), torch.Generator().manual_seed(0)).shape
+        torch.Size([2])
+        >>> sample(torch.tensor([0.0, 0.0, 1.0]))
+        tensor(2)
     """
     flat = probs.reshape(-1, probs.shape[-1])
     u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=torch.float64)

@@ -36,6 +36,7 @@ from specdec.contracts.sampling import SamplingConfig
 from specdec.contracts.target import Target, check_target
 from specdec.contracts.tree import Tree, tree_attention_mask, tree_positions
 from specdec.verify.best_first import _check_budget, best_first_tree
+from specdec.verify.processors import process_logits, row_prefixes
 from specdec.verify.sampling import logits_to_probs
 from specdec.verify.walks import TreeWalk, greedy_walk, match_walk, sample_and_match
 
@@ -111,7 +112,23 @@ class TreeVerifier:
         self.last_tree: Tree | None = None
 
     def build_tree(self, proposal: DraftProposal, *, room: int) -> Tree:
-        """The tree this verifier checks for ``proposal``, with at most ``room - 1`` nodes."""
+        """The tree this verifier checks for ``proposal``, with at most ``room - 1`` nodes.
+
+        Args:
+            proposal: ``proposal.tree`` is used as given; else ``tree_logprobs [k, V]`` (or
+                ``log(draft_probs [k, V])``) feed :func:`best_first_tree` with ``min(budget, room - 1)``
+                nodes; else the chain of ``proposal.tokens [k]``.
+            room: free cache slots (``target.room()``); the root takes one.
+
+        Returns:
+            a :class:`Tree` of ``N <= room - 1`` nodes (``tokens [N]``, ``parents [N]``).
+
+        Example:
+            >>> probs = torch.tensor([[0.6, 0.4, 0.0], [0.1, 0.9, 0.0]])
+            >>> tree = TreeVerifier(budget=3).build_tree(DraftProposal(probs.argmax(-1), probs), room=16)
+            >>> tree.tokens.tolist(), tree.parents.tolist()
+            ([0, 1, 1], [-1, 0, -1])
+        """
         given = proposal.as_tree()
         if given is not None:
             if not isinstance(given, Tree):
@@ -141,6 +158,7 @@ class TreeVerifier:
         sampling: SamplingConfig,
         generator: torch.Generator | None = None,
         hidden_layers: Sequence[int] = (),
+        context: torch.Tensor | None = None,
     ) -> VerifyResult:
         """Run one round: build the tree, one target pass over its plan, walk it, commit the accepted path.
 
@@ -150,9 +168,24 @@ class TreeVerifier:
             proposal: the drafter's :class:`~specdec.contracts.DraftProposal` (validated here).
             sampling, generator: the target law and the request's generator.
             hidden_layers: taps to return for the committed rows.
+            context: ``[n]`` every token so far, ``root`` last; required when ``sampling.needs_prefix``
+                (repetition penalty, logits processors: each row is processed with ``context`` then the
+                tokens of its own root-to-node path).
 
         Returns:
-            :class:`~specdec.contracts.VerifyResult` with ``emitted [n + 1]`` and ``hidden [n + 1, taps, H]``.
+            :class:`~specdec.contracts.VerifyResult` with ``emitted [n + 1]`` (the ``n`` accepted nodes' tokens
+            along one root path, then the bonus token), ``num_accepted = n`` and ``hidden [n + 1, taps, H]``
+            (``None`` without taps). The tree checked is kept in :attr:`last_tree`.
+
+        Example (greedy; the target's cache holds ``[1, 2]``, the root ``3`` is not in it yet):
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> _ = target(torch.tensor([[1, 2]])); target.commit(2)
+            >>> tree = Tree(tokens=[4, 5, 6], parents=[-1, -1, 0])
+            >>> result = TreeVerifier().verify(target, torch.tensor([3]), DraftProposal(torch.tensor([4]), tree=tree),
+            ...                                sampling=SamplingConfig())
+            >>> target.length == 2 + result.num_accepted + 1, result.emitted.shape[0] == result.num_accepted + 1
+            (True, True)
         """
         check_target(target)
         proposal.validate(vocab_size=target.vocab_size)
@@ -167,6 +200,11 @@ class TreeVerifier:
         plan = VerifyPlan.for_tree(root, tree, prefix_len=target.length)
         out = target.run_plan(plan, hidden_layers=hidden_layers)
         logits = out.logits[0]  # [N + 1, V]
+        if sampling.needs_prefix:
+            if context is None:
+                raise ValueError("context: expected the tokens so far [n] (sampling has a repetition penalty or logits "
+                                 "processors, whose law depends on them), got None")
+            logits = process_logits(logits, row_prefixes(context, plan), sampling)
         if sampling.greedy:
             walk = greedy_walk(tree, logits)
         else:
