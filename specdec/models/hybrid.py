@@ -464,6 +464,10 @@ class HybridTarget(LeanTarget):
         graphs.run(("commit", forward_key, nxt),
                    lambda: self.static_commit_body(static["path"], graphs.length, stash, cur, nxt))
 
+    def reference_logits(self, tokens: torch.Tensor, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Not available for hybrids: the layer-by-layer precision reference covers dense layers only (``TypeError``)."""
+        raise TypeError("reference_logits: expected dense DecoderLayer layers only, got ['HybridLayer']")
+
     def _free_slot(self) -> int:
         """A ring slot to write the next state into: an empty one, else the one with the shortest length."""
         others = [s for s in range(self._state_slots) if s != self._slot]
