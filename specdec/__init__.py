@@ -15,7 +15,7 @@ from specdec.drafters import (
 )
 from specdec.forcing import ForcingReport, TokenForcingChecker
 from specdec.formats import W12Tensor
-from specdec.models import DenseTarget, HybridConfig, HybridTarget, TargetConfig, load_target
+from specdec.models import DenseTarget, HFTarget, HybridConfig, HybridTarget, TargetConfig, load_target
 from specdec.verify import ChainVerifier, TreeVerifier, best_first_tree
 
 __version__ = "0.1.0"
@@ -31,6 +31,7 @@ __all__ = [
     "ForcingReport",
     "GenerationOutput",
     "GenerationStats",
+    "HFTarget",
     "HybridConfig",
     "HybridTarget",
     "ModelDrafter",

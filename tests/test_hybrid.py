@@ -20,6 +20,7 @@ import torch
 
 import specdec as sd
 import specdec.models.hybrid as hybrid_mod
+import specdec.models.hybrid_layers as layers_mod
 from specdec.drafters.model import ModelDrafter
 from specdec.models.hybrid import HybridConfig, HybridTarget
 from specdec.testing import ForcedDrafter, tiny_hf_model
@@ -255,14 +256,14 @@ def test_truncate_goes_back_exactly_to_held_lengths():
 
 
 def test_mutation_conv_window_not_following_ancestors_is_caught(monkeypatch):
-    real = hybrid_mod.tree_causal_conv
+    real = layers_mod.tree_causal_conv
 
     def chain_window(x, meta, conv_state, weight, **kw):
         chain = torch.arange(-1, x.shape[0] - 1, device=x.device)  # row order instead of ancestors
         return real(x, chain, conv_state, weight, **kw)
 
     assert tree_row_error("qwen3_5_text") < 1e-4
-    monkeypatch.setattr(hybrid_mod, "tree_causal_conv", chain_window)
+    monkeypatch.setattr(layers_mod, "tree_causal_conv", chain_window)
     assert tree_row_error("qwen3_5_text") > 1e-3
 
 
@@ -288,7 +289,7 @@ def test_mutation_conv_state_committed_along_the_wrong_path_is_caught(monkeypatc
 
 
 def test_mutation_decay_dropped_is_caught(monkeypatch):
-    real, real_commit = hybrid_mod.gdn_tree, hybrid_mod.gdn_tree_commit
+    real, real_commit = layers_mod.gdn_tree, hybrid_mod.gdn_tree_commit
 
     def no_decay(q, k, v, g, beta, *args, **kw):
         return real(q, k, v, torch.zeros_like(g), beta, *args, **kw)
@@ -300,7 +301,7 @@ def test_mutation_decay_dropped_is_caught(monkeypatch):
     ids = torch.randint(0, 97, (1, 16), generator=torch.Generator().manual_seed(0))
     ref = hf(ids).logits
     assert (target_for("qwen3_5_text", seed=3)(ids).logits - ref).abs().max() < 1e-4
-    monkeypatch.setattr(hybrid_mod, "gdn_tree", no_decay)
+    monkeypatch.setattr(layers_mod, "gdn_tree", no_decay)
     monkeypatch.setattr(hybrid_mod, "gdn_tree_commit", commit_no_decay)
     out = target_for("qwen3_5_text", seed=3)(ids).logits
     assert (out - ref).abs().max() > 1e-2
@@ -336,7 +337,7 @@ def test_errors_name_the_argument():
     assert target.length == 2
     with pytest.raises(ValueError, match="length: expected 0 <= length <= 2"):
         target.truncate(5)
-    with pytest.raises(NotImplementedError, match="enable_cuda_graphs"):
+    with pytest.raises(ValueError, match="enable_cuda_graphs: expected a CUDA target"):
         target.enable_cuda_graphs()
     with pytest.raises(ValueError, match="weight_format"):
         sd.load_target(hf_model("qwen3_next"), dtype=torch.bfloat16, device="cpu", weight_format="w12")
@@ -377,16 +378,14 @@ def test_triton_gdn_kernels_in_the_model_match_the_torch_reference(method):
 
 def test_auto_gdn_method_picks_dense_wy_up_to_64_rows(monkeypatch):
     """``gdn_method="auto"``: the dense WY kernel for forwards of <= 64 rows, the path kernel above."""
-    import specdec.models.hybrid as hybrid
-
     seen = []
-    real = hybrid.gdn_tree
+    real = layers_mod.gdn_tree
 
     def spy(*args, method, **kwargs):
         seen.append((args[0].shape[0], method))
         return real(*args, method="naive", **kwargs)
 
-    monkeypatch.setattr(hybrid, "gdn_tree", spy)
+    monkeypatch.setattr(layers_mod, "gdn_tree", spy)
     target = target_for("qwen3_5_text", seed=2)
     assert target.gdn_method == "auto"
     for rows in (64, 65, 1):

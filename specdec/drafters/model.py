@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-import copy
-import inspect
 from typing import Any
 
 import torch
 
-from specdec.drafters.base import DraftProposal
 from specdec.contracts.target import Target
+from specdec.drafters.base import DraftProposal
+from specdec.models.hf import HFTarget
 from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
 
 
 class ModelDrafter:
     """Autoregressive drafting with a small LM, keeping its own cache across rounds.
 
-    ``model`` is either a specdec :class:`~specdec.models.Target` (the lean runtime: rollback is a
-    change of its committed length) or an HF causal LM (``DynamicCache``: attention layers are
-    cropped; recurrent layers such as Gated DeltaNet, which cannot be cropped, are restored from a
-    snapshot taken at the end of the previous context and replayed forward).
+    ``model`` is a specdec :class:`~specdec.contracts.Target` (a lean target: rollback is a change of
+    its committed length) or a transformers causal LM, which is wrapped in
+    :class:`~specdec.models.HFTarget` (attention caches are cropped; recurrent layers such as Gated
+    DeltaNet are restored from a copy and replayed). Either way the drafter only uses the protocol:
+    ``forward``, ``commit``, ``truncate``, ``reset``.
 
     At ``temperature > 0`` each draft token is drawn from the draft law (after the same
     temperature / top-k / top-p as the target) and that law is returned as ``draft_probs``, which is
@@ -39,33 +39,18 @@ class ModelDrafter:
 
     def __init__(self, model: Any, *, vocab_size: int | None = None):
         self.model = model
-        self.is_target = isinstance(model, Target)
-        if vocab_size is None:
-            vocab_size = model.vocab_size if self.is_target else model.config.vocab_size
-        self.vocab_size = vocab_size
-        if not self.is_target:
-            params = inspect.signature(model.forward).parameters
-            # transformers >= 5.20 renamed past_key_values to cache
-            self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
-        self._cached = torch.zeros(0, dtype=torch.long)  # token ids whose state is in the cache
-        self._cache = None
-        self._snapshot: tuple[int, Any] | None = None
+        self.target: Target = model if isinstance(model, Target) else HFTarget(model)
+        self.vocab_size = self.target.vocab_size if vocab_size is None else vocab_size
+        self._cached = torch.zeros(0, dtype=torch.long)  # token ids whose state is in the target's cache
 
     @property
     def device(self) -> torch.device:
-        return self.model.device if self.is_target else next(self.model.parameters()).device
+        return self.target.device
 
     def reset(self) -> None:
         self._cached = torch.zeros(0, dtype=torch.long, device=self.device)
-        self._snapshot = None
-        if self.is_target:
-            self.model.reset()
-        else:
-            from transformers import DynamicCache
+        self.target.reset()
 
-            self._cache = DynamicCache(config=self.model.config)
-
-    # ----------------------------------------------------------------------------------------------
     def _common_prefix(self, context: torch.Tensor) -> int:
         n = min(self._cached.numel(), context.numel() - 1)  # always feed at least the newest token
         if n <= 0:
@@ -73,41 +58,17 @@ class ModelDrafter:
         same = (self._cached[:n] == context[:n]).long()
         return int(same.cumprod(0).sum())
 
-    def _rollback(self, keep: int) -> int:
-        """Drop cached state beyond ``keep`` tokens; returns how many tokens remain cached."""
-        cached = self._cached.numel()
-        if keep == cached:
-            return keep
-        if self.is_target:
-            self.model.truncate(keep)
-            return keep
-        if self._cache.is_croppable:
-            self._cache.crop(keep - cached)  # negative: number of tokens to remove
-            return keep
-        if self._snapshot is not None and self._snapshot[0] <= keep:
-            length, state = self._snapshot
-            self._cache = copy.deepcopy(state)
-            return length
-        from transformers import DynamicCache
-
-        self._cache = DynamicCache(config=self.model.config)
-        return 0
-
     def _feed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Run ``tokens [n]`` through the draft model; returns the last row's logits ``[V]``."""
-        if self.is_target:
-            logits = self.model(tokens[None]).logits[0, -1]
-            self.model.commit(tokens.numel())
-            return logits
-        out = self.model(input_ids=tokens[None], use_cache=True, **{self._cache_kwarg: self._cache})
-        return out.logits[0, -1].float()
+        """Run and commit ``tokens [n]``; returns the last row's logits ``[V]``."""
+        logits = self.target.forward(tokens[None]).logits[0, -1]
+        self.target.commit(tokens.numel())
+        return logits
 
     @torch.no_grad()
     def propose(self, context, max_tokens, *, sampling: SamplingConfig, generator) -> DraftProposal:
-        keep = self._rollback(self._common_prefix(context))
+        keep = self._common_prefix(context)
+        self.target.truncate(keep)
         logits = self._feed(context[keep:])
-        if not self.is_target and not self._cache.is_croppable:
-            self._snapshot = (context.numel(), copy.deepcopy(self._cache))
         tokens, laws, scores = [], [], []
         for i in range(max_tokens):
             scores.append(torch.log_softmax(logits.float(), dim=-1))

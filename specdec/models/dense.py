@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
+from specdec.models.base import LeanTarget
 from specdec.models.config import TargetConfig
 
 
@@ -139,7 +139,7 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-class DenseTarget(nn.Module):
+class DenseTarget(LeanTarget):
     """A dense decoder with a static KV cache (batch 1), the object every verifier drives.
 
     The cache holds ``length`` committed tokens. :meth:`forward` appends ``T`` new rows at cache slots
@@ -173,88 +173,17 @@ class DenseTarget(nn.Module):
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ):
-        super().__init__()
-        if max_seq_len < 2:
-            raise ValueError(f"max_seq_len: expected >= 2, got {max_seq_len}")
-        self.config = config
-        self.max_seq_len = max_seq_len
-        factory = {"dtype": dtype, "device": device}
-        with torch.device(device):
-            self.embed = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
-            self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
-            self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.to(**factory)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.embed.weight
-        if inv_freq is None:
-            inv_freq, attention_scaling = config.rope_inv_freq()
-        self.register_buffer("inv_freq", inv_freq.float().to(device), persistent=False)
-        self.attention_scaling = attention_scaling
-        self.length = 0
-        self._last_rows = 0
-        self._graph_pad = 0  # extra cache slots for the padded rows of CUDA-graph buckets
-        self._graphs: dict | None = None
-        self._allocate_cache()
-
-    # ----------------------------------------------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
-    def device(self) -> torch.device:
-        return self.embed.weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.embed.weight.dtype
+        super().__init__(
+            config, make_layer=lambda i: DecoderLayer(config), make_norm=RMSNorm, max_seq_len=max_seq_len,
+            inv_freq=inv_freq, attention_scaling=attention_scaling, dtype=dtype, device=device,
+        )
 
     def _allocate_cache(self) -> None:
         cfg = self.config
-        shape = (1, cfg.num_kv_heads, self.max_seq_len + self._graph_pad, cfg.head_dim)
+        shape = (1, cfg.num_kv_heads, self.max_seq_len, cfg.head_dim)
         self.k_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         self.v_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
 
-    def reset(self) -> None:
-        """Forget every cached token (the buffers are kept; nothing is reallocated)."""
-        self.length = 0
-        self._last_rows = 0
-
-    def truncate(self, length: int) -> None:
-        """Roll the cache back to its first ``length`` committed tokens (used by drafters)."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"length: expected 0 <= length <= {self.length}, got {length}")
-        self.length = length
-        self._last_rows = 0
-
-    def room(self) -> int:
-        """Tokens that still fit in the cache."""
-        return self.max_seq_len - self.length
-
-    @property
-    def supports_trees(self) -> bool:
-        """Tree plans are verified in one pass (attention under the plan's ancestor mask)."""
-        return True
-
-    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()) -> TargetOutput:
-        """The forward of a :class:`~specdec.contracts.VerifyPlan`: its rows, positions and mask (chains: causal).
-
-        Example:
-            >>> from specdec.testing import tiny_target
-            >>> from specdec.contracts import Tree, VerifyPlan
-            >>> target = tiny_target(seed=0)
-            >>> plan = VerifyPlan.for_tree(torch.tensor([3]), Tree(tokens=[7, 8], parents=[-1, -1]), prefix_len=0)
-            >>> target.run_plan(plan).logits.shape
-            torch.Size([1, 3, 97])
-        """
-        return self(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents)
-
-    def discard(self) -> None:
-        """Drop the scratch rows of the last forward (nothing is committed; the cache is unchanged)."""
-        self._last_rows = 0
-
-    # ----------------------------------------------------------------------------------------------
     def forward(
         self,
         tokens: torch.Tensor,
@@ -285,91 +214,63 @@ class DenseTarget(nn.Module):
         new = torch.arange(seqlen, device=device)
         if positions is None:
             positions = (self.length + new)[None]
-        if self._graphs is not None and seqlen <= self._buckets[-1]:
-            return self._graph_forward(tokens, positions, mask, tuple(hidden_layers))
+        bucket = self._static_bucket(seqlen)
+        if bucket is not None:
+            return self._static_forward(bucket, tokens, positions, mask, tuple(hidden_layers))
         slots = self.length + new  # [T]
         # Attention reads only the slots in use: the committed prefix, then the new rows by `mask`.
         kv_len = self.length + seqlen
         attn_mask = prefix_attention_mask(self.length, seqlen, mask, device)
-        return self._run(tokens, positions, slots, attn_mask, kv_len, hidden_layers)
+        out = self._run(tokens, positions, slots, attn_mask, kv_len, hidden_layers)
+        self._last_rows = seqlen
+        return out
 
-    # ---- CUDA graphs ---------------------------------------------------------------------------------
-    def enable_cuda_graphs(self, buckets: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128), *, compile: bool = False) -> None:
-        """Run forwards of up to ``max(buckets)`` rows as CUDA-graph replays, one graph per bucket.
+    def _enable_static(self, buckets: Sequence[int], *, capture: bool, compile: bool = False) -> None:
+        """``compile=True`` runs the body through ``torch.compile`` first (one compilation per bucket, at
+        first use), which fuses the norms, RoPE and SwiGLU element-wise work into a few kernels per layer."""
+        super()._enable_static(buckets, capture=capture)
+        self._graph_body = torch.compile(self.static_body, dynamic=False) if compile else self.static_body
 
-        A forward of ``T`` rows is padded to the smallest bucket ``>= T`` (padded rows attend only to
-        themselves and are never committed); graphs are captured on first use of a bucket. Attention
-        then spans the whole cache under a mask built inside the graph from the device-side length, so
-        a replay needs no host work beyond copying the inputs. Re-allocates (and so empties) the cache.
+    def static_body(self, tokens, positions, length, local, hidden_layers: tuple[int, ...] = ()) -> TargetOutput:
+        """The forward on fixed-shape tensors, what a CUDA graph captures.
 
-        ``compile=True`` runs the captured body through ``torch.compile`` first (one compilation per
-        bucket, at first use), which fuses the norms, RoPE and SwiGLU element-wise work into a few
-        kernels per layer.
+        Args:
+            tokens, positions: ``[1, Tb]`` int64 (a bucket of rows; padded rows attend only to themselves).
+            length: ``[]`` int64 device scalar, the committed length.
+            local: ``[Tb, Tb]`` bool mask over the new rows.
+            hidden_layers: taps, as for :meth:`forward`.
+
+        Attention spans the whole cache (``max_seq_len`` slots) under a mask built from ``length``.
         """
-        if self.device.type != "cuda":
-            raise ValueError(f"enable_cuda_graphs: expected a CUDA target, got device {self.device}")
-        if not buckets or any(int(b) < 1 for b in buckets):
-            raise ValueError(f"buckets: expected positive token counts, got {tuple(buckets)}")
-        self._buckets = tuple(sorted({int(b) for b in buckets}))
-        self._graph_pad = self._buckets[-1]
-        self._graphs = {}
-        self._graph_body = torch.compile(self._static_body, dynamic=False) if compile else self._static_body
-        self.reset()
-        self._allocate_cache()
-
-    def _static_body(self, tokens, positions, length, local, hidden_layers) -> TargetOutput:
-        """The forward on fixed-shape tensors, length as a device scalar (what a graph captures)."""
         bucket = tokens.shape[1]
-        capacity = self.k_caches[0].shape[2]
-        rel = torch.arange(capacity, device=tokens.device) - length  # [S] slot relative to the first new row
-        in_new = (rel >= 0) & (rel < bucket)
-        cols = local[:, rel.clamp(0, bucket - 1)] & in_new  # [Tb, S]
-        attn_mask = (rel < 0)[None, :] | cols
+        span = self.k_caches[0].shape[2]
+        attn_mask = self._static_prefix_mask(length, local, span)
         slots = length + torch.arange(bucket, device=tokens.device)
-        return self._run(tokens, positions, slots, attn_mask[None, None], capacity, hidden_layers)
+        return self._run(tokens, positions, slots, attn_mask, span, hidden_layers)
 
-    def _graph_forward(self, tokens, positions, mask, hidden_layers) -> TargetOutput:
+    def _static_forward(self, bucket, tokens, positions, mask, hidden_layers) -> TargetOutput:
         seqlen = tokens.shape[1]
-        bucket = next(b for b in self._buckets if b >= seqlen)
+        graphs = self._graphs
         key = (bucket, hidden_layers)
-        if key not in self._graphs:
-            self._graphs[key] = self._capture(bucket, hidden_layers)
-        graph, static, out = self._graphs[key]
+        static = graphs.buffers(key, lambda: {
+            "tokens": torch.zeros(1, bucket, dtype=torch.long),
+            "positions": torch.zeros(1, bucket, dtype=torch.long),
+            "causal": torch.tril(torch.ones(bucket, bucket, dtype=torch.bool)),
+            "eye": torch.eye(bucket, dtype=torch.bool),
+            "local": torch.zeros(bucket, bucket, dtype=torch.bool),
+        })
         static["tokens"][:, :seqlen].copy_(tokens)
         static["positions"][:, :seqlen].copy_(positions)
-        static["length"].fill_(self.length)
         if mask is None:
             static["local"].copy_(static["causal"])
         else:
             static["local"].copy_(static["eye"])
             static["local"][:seqlen, :seqlen] = mask
-        graph.replay()
+        graphs.set_length(self.length)
+        out = graphs.run(key, lambda: self._graph_body(static["tokens"], static["positions"], graphs.length,
+                                                       static["local"], hidden_layers))
         self._last_rows = seqlen
         return TargetOutput(logits=out.logits[:, :seqlen].clone(), hidden=tuple(h[:, :seqlen].clone() for h in out.hidden))
-
-    def _capture(self, bucket: int, hidden_layers: tuple[int, ...]):
-        device = self.device
-        static = {
-            "tokens": torch.zeros(1, bucket, dtype=torch.long, device=device),
-            "positions": torch.zeros(1, bucket, dtype=torch.long, device=device),
-            "length": torch.full((), self.length, dtype=torch.long, device=device),
-            "causal": torch.tril(torch.ones(bucket, bucket, dtype=torch.bool, device=device)),
-            "eye": torch.eye(bucket, dtype=torch.bool, device=device),
-        }
-        static["local"] = static["causal"].clone()
-        args = (static["tokens"], static["positions"], static["length"], static["local"], hidden_layers)
-        # Warm-up on a side stream (allocator and kernel selection), then capture. Both only write
-        # K/V at uncommitted slots, so the committed cache is untouched.
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._graph_body(*args)
-        torch.cuda.current_stream(device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = self._graph_body(*args)
-        return graph, static, out
 
     def _run(self, tokens, positions, slots, attn_mask, kv_len, hidden_layers) -> TargetOutput:
         """The layer stack on explicit tensors (a CUDA graph captures exactly this)."""
@@ -385,16 +286,7 @@ class DenseTarget(nn.Module):
         if len(self.layers) in hidden_layers:  # HF's last hidden state is the normed one
             taps[len(self.layers)] = x
         logits = self.lm_head(x).float()
-        self._last_rows = tokens.shape[1]
         return TargetOutput(logits=logits, hidden=tuple(taps[layer] for layer in hidden_layers))
-
-    def _rope(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        dtype = self.dtype if dtype is None else dtype
-        freqs = positions[..., None].float() * self.inv_freq  # [1, T, D/2]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.attention_scaling).to(dtype)[:, None]  # [1, 1, T, D]
-        sin = (emb.sin() * self.attention_scaling).to(dtype)[:, None]
-        return cos, sin
 
     @torch.no_grad()
     def reference_logits(self, tokens: torch.Tensor, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -452,42 +344,7 @@ class DenseTarget(nn.Module):
                 (a tree's accepted path, root row 0 first) moves those rows' K/V to slots
                 ``[length, length + n)`` in place.
         """
-        if isinstance(accepted, int):
-            if not 0 <= accepted <= self._last_rows:
-                raise ValueError(f"accepted: expected 0 <= n <= {self._last_rows} (rows of the last forward), got {accepted}")
-            self.length += accepted
-            self._last_rows = 0
-            return
-        if accepted.ndim != 1 or accepted.dtype != torch.long:
-            raise TypeError(f"accepted: expected an int or a 1-D int64 tensor, got {accepted.dtype} {tuple(accepted.shape)}")
-        n = accepted.numel()
-        if n > self._last_rows:
-            raise ValueError(f"accepted: expected at most {self._last_rows} rows, got {n}")
-        compact_kv(self.k_caches, self.v_caches, self.length, accepted)
-        self.length += n
-        self._last_rows = 0
-
-    # ----------------------------------------------------------------------------------------------
-    def _check_inputs(self, tokens, positions, mask, hidden_layers) -> None:
-        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long:
-            desc = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise TypeError(f"tokens: expected an int64 tensor [1, T], got {desc}")
-        if tokens.shape[0] != 1:
-            raise ValueError(f"tokens: expected batch 1 (one request per cache), got batch {tokens.shape[0]}")
-        seqlen = tokens.shape[1]
-        if seqlen < 1:
-            raise ValueError("tokens: expected at least one token, got T = 0")
-        if tokens.device != self.device:
-            raise ValueError(f"tokens: expected device {self.device}, got {tokens.device}")
-        if self.length + seqlen > self.max_seq_len:
-            raise ValueError(
-                f"tokens: {seqlen} new rows do not fit: length {self.length} + {seqlen} > max_seq_len {self.max_seq_len}"
-            )
-        if positions is not None and tuple(positions.shape) != tuple(tokens.shape):
-            raise ValueError(f"positions: expected shape {tuple(tokens.shape)}, got {tuple(positions.shape)}")
-        if mask is not None:
-            if mask.dtype != torch.bool or tuple(mask.shape) != (seqlen, seqlen):
-                raise ValueError(f"mask: expected bool [{seqlen}, {seqlen}], got {mask.dtype} {tuple(mask.shape)}")
-        for layer in hidden_layers:
-            if not 0 <= layer <= self.config.num_layers:
-                raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer}")
+        n = self._accepted_count(accepted)
+        if isinstance(accepted, torch.Tensor):
+            compact_kv(self.k_caches, self.v_caches, self.length, accepted)
+        self._advance(n)

@@ -1,0 +1,247 @@
+"""What every lean target shares: cache-length bookkeeping, input checks, RoPE, plans, commits, graphs.
+
+:class:`LeanTarget` is the one constructor path of :class:`~specdec.models.dense.DenseTarget` and
+:class:`~specdec.models.hybrid.HybridTarget`: it builds the embedding, the layer stack (one module
+per layer from the subclass's ``make_layer``), the final norm and the head, ties the head when the
+config says so, sets up RoPE and allocates the cache. Subclasses supply the layers, the cache and
+the forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from specdec.contracts.plan import VerifyPlan
+from specdec.contracts.target import TargetOutput
+from specdec.models.graphs import StaticGraphs, pick_bucket
+
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+class LeanTarget(nn.Module):
+    """Base of the lean runtime's targets: a batch-1 cache of ``length`` committed tokens.
+
+    Args:
+        config: the model's shape (``vocab_size``, ``hidden_size``, ``num_layers``, ``rms_norm_eps``,
+            ``tie_word_embeddings``, ``rope_inv_freq()``).
+        make_layer: ``make_layer(i)`` builds decoder layer ``i``.
+        make_norm: ``make_norm(dim, eps)`` builds the final norm.
+        max_seq_len: cache capacity in tokens (>= 2).
+        inv_freq: RoPE inverse frequencies; default from the config.
+        attention_scaling: RoPE cos/sin scale.
+        dtype, device: of the weights and the cache.
+
+    Subclasses implement ``_allocate_cache()`` (called last here) and ``forward``; a subclass that sets
+    attributes its ``_allocate_cache`` reads does so before calling this constructor.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> isinstance(target, LeanTarget), target.room()
+        (True, 256)
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        *,
+        make_layer: Callable[[int], nn.Module],
+        make_norm: Callable[[int, float], nn.Module],
+        max_seq_len: int,
+        inv_freq: torch.Tensor | None,
+        attention_scaling: float,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ):
+        super().__init__()
+        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 2:
+            raise ValueError(f"max_seq_len: expected an int >= 2, got {max_seq_len!r}")
+        self.config = config
+        self.max_seq_len = max_seq_len
+        with torch.device(device):
+            self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+            self.layers = nn.ModuleList(make_layer(i) for i in range(config.num_layers))
+            self.norm = make_norm(config.hidden_size, config.rms_norm_eps)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.to(dtype=dtype, device=device)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
+        if inv_freq is None:
+            inv_freq, attention_scaling = config.rope_inv_freq()
+        self.register_buffer("inv_freq", inv_freq.float().to(device), persistent=False)
+        self.attention_scaling = attention_scaling
+        self.length = 0
+        self._last_rows = 0
+        self._graphs: StaticGraphs | None = None
+        self._buckets: tuple[int, ...] = ()
+        self._allocate_cache()
+
+    def _allocate_cache(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    @property
+    def supports_trees(self) -> bool:
+        """Tree plans are verified in one pass."""
+        return True
+
+    def room(self) -> int:
+        """Tokens that still fit in the cache."""
+        return self.max_seq_len - self.length
+
+    def reset(self) -> None:
+        """Forget every cached token (the buffers are kept; nothing is reallocated)."""
+        self.length = 0
+        self._last_rows = 0
+
+    def truncate(self, length: int) -> None:
+        """Roll the cache back to its first ``length`` committed tokens (used by drafters)."""
+        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self.length:
+            raise ValueError(f"length: expected 0 <= length <= {self.length}, got {length!r}")
+        self.length = length
+        self._last_rows = 0
+
+    def discard(self) -> None:
+        """Drop the scratch rows of the last forward (nothing is committed; the cache is unchanged)."""
+        self._last_rows = 0
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()) -> TargetOutput:
+        """The forward of a :class:`~specdec.contracts.VerifyPlan`: its rows, positions and mask (chains: causal).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.contracts import Tree, VerifyPlan
+            >>> target = tiny_target(seed=0)
+            >>> plan = VerifyPlan.for_tree(torch.tensor([3]), Tree(tokens=[7, 8], parents=[-1, -1]), prefix_len=0)
+            >>> target.run_plan(plan).logits.shape
+            torch.Size([1, 3, 97])
+        """
+        return self(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents)
+
+    def _accepted_count(self, accepted: int | torch.Tensor) -> int:
+        """Check ``accepted`` against the last forward; returns how many rows it keeps."""
+        if isinstance(accepted, int) and not isinstance(accepted, bool):
+            if not 0 <= accepted <= self._last_rows:
+                raise ValueError(f"accepted: expected 0 <= n <= {self._last_rows} (rows of the last forward), got {accepted}")
+            return accepted
+        if not isinstance(accepted, torch.Tensor) or accepted.ndim != 1 or accepted.dtype != torch.long:
+            desc = f"{accepted.dtype} {tuple(accepted.shape)}" if isinstance(accepted, torch.Tensor) else type(accepted).__name__
+            raise TypeError(f"accepted: expected an int or a 1-D int64 tensor, got {desc}")
+        if accepted.numel() > self._last_rows:
+            raise ValueError(f"accepted: expected at most {self._last_rows} rows, got {accepted.numel()}")
+        return accepted.numel()
+
+    def _advance(self, n: int) -> None:
+        """Commit bookkeeping: ``n`` more committed tokens, no scratch rows left."""
+        self.length += n
+        self._last_rows = 0
+
+    def _check_inputs(self, tokens, positions, mask, hidden_layers) -> None:
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long:
+            desc = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise TypeError(f"tokens: expected an int64 tensor [1, T], got {desc}")
+        if tokens.shape[0] != 1:
+            raise ValueError(f"tokens: expected batch 1 (one request per cache), got batch {tokens.shape[0]}")
+        seqlen = tokens.shape[1]
+        if seqlen < 1:
+            raise ValueError("tokens: expected at least one token, got T = 0")
+        if tokens.device != self.device:
+            raise ValueError(f"tokens: expected device {self.device}, got {tokens.device}")
+        if self.length + seqlen > self.max_seq_len:
+            raise ValueError(
+                f"tokens: {seqlen} new rows do not fit: length {self.length} + {seqlen} > max_seq_len {self.max_seq_len}"
+            )
+        if positions is not None and tuple(positions.shape) != tuple(tokens.shape):
+            raise ValueError(f"positions: expected shape {tuple(tokens.shape)}, got {tuple(positions.shape)}")
+        if mask is not None:
+            if mask.dtype != torch.bool or tuple(mask.shape) != (seqlen, seqlen):
+                raise ValueError(f"mask: expected bool [{seqlen}, {seqlen}], got {mask.dtype} {tuple(mask.shape)}")
+        for layer in hidden_layers:
+            if not 0 <= layer <= self.config.num_layers:
+                raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer}")
+
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cos, sin)``, each ``[1, 1, T, D]``, of ``positions [1, T]``."""
+        dtype = self.dtype if dtype is None else dtype
+        freqs = positions[..., None].float() * self.inv_freq  # [1, T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = (emb.cos() * self.attention_scaling).to(dtype)[:, None]  # [1, 1, T, D]
+        sin = (emb.sin() * self.attention_scaling).to(dtype)[:, None]
+        return cos, sin
+
+    @staticmethod
+    def _static_prefix_mask(length: torch.Tensor, local: torch.Tensor, span: int) -> torch.Tensor:
+        """``[1, 1, Tb, span]`` bool: slots before the device-side ``length``, then the new rows by ``local [Tb, Tb]``."""
+        bucket = local.shape[0]
+        rel = torch.arange(span, device=local.device) - length  # [S] slot relative to the first new row
+        in_new = (rel >= 0) & (rel < bucket)
+        cols = local[:, rel.clamp(0, bucket - 1)] & in_new  # [Tb, S]
+        return ((rel < 0)[None, :] | cols)[None, None]
+
+    def enable_cuda_graphs(self, buckets: Sequence[int] = DEFAULT_BUCKETS, **kwargs: Any) -> None:
+        """Run forwards of up to ``max(buckets)`` rows as CUDA-graph replays (see :meth:`enable_static_path`).
+
+        Graphs are captured at the first use of each key; a replay needs no host work beyond copying
+        the inputs into static buffers. Empties the cache.
+        """
+        if self.device.type != "cuda":
+            raise ValueError(f"enable_cuda_graphs: expected a CUDA target, got device {self.device}")
+        self._enable_static(buckets, capture=True, **kwargs)
+
+    def enable_static_path(self, buckets: Sequence[int] = DEFAULT_BUCKETS, **kwargs: Any) -> None:
+        """Run forwards of up to ``max(buckets)`` rows through the fixed-shape body that CUDA graphs capture, eagerly.
+
+        A forward of ``T`` rows is padded to the smallest bucket ``>= T`` (padded rows attend only to
+        themselves and are never committed) and attends over the whole cache under a mask built from a
+        device-side length. A forward that does not fit (more rows than the largest bucket, or a bucket
+        that would run past the cache) runs the plain eager forward. Works on any device: this is what
+        the CPU tests compare with the eager forward. Empties the cache.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> target.enable_static_path((1, 4))
+            >>> target(torch.tensor([[1, 2, 3]])).logits.shape     # padded to 4 rows inside
+            torch.Size([1, 3, 97])
+        """
+        self._enable_static(buckets, capture=False, **kwargs)
+
+    def disable_static_path(self) -> None:
+        """Back to eager forwards only (drops any graphs)."""
+        self._graphs = None
+        self._buckets = ()
+
+    def _enable_static(self, buckets: Sequence[int], *, capture: bool) -> None:
+        if not buckets or any(isinstance(b, bool) or int(b) != b or int(b) < 1 for b in buckets):
+            raise ValueError(f"buckets: expected positive row counts, got {tuple(buckets)}")
+        self._buckets = tuple(sorted({int(b) for b in buckets}))
+        self._graphs = StaticGraphs(self.device, capture=capture)
+        self.reset()
+
+    def _static_bucket(self, seqlen: int) -> int | None:
+        """The bucket a ``seqlen``-row forward runs in on the static path, or ``None`` (eager)."""
+        if self._graphs is None:
+            return None
+        bucket = pick_bucket(self._buckets, seqlen)
+        if bucket is None or self.length + bucket > self.max_seq_len:
+            return None
+        return bucket
+
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        """Whether forwards replay CUDA graphs."""
+        return self._graphs is not None and self._graphs.capture
