@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "models": 3,
     "verify": 4,
     "drafters": 5,
+    "generation": 6,
     "decode": 6,
     "data": 6,
     "train": 7,
