@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec import forcing
+from specdec.forcing import runner
 from specdec.forcing import TokenForcingChecker, rate_rule_fails, simulate_power, teacher_force, tokens_needed, wilson_interval
 from specdec.testing import ForcedDrafter, tiny_target
 from specdec.testing.faults import LogitBiasFault, LogitNoiseFault, PositionShiftFault, StaleStateFault, TargetFault
@@ -209,15 +209,15 @@ def test_stale_state_fault_is_inert_without_rejections(stock, prompts, ar_out):
 def test_blind_checker_mutation_misses_the_fault(stock, prompts, checker, null, bias_out, monkeypatch):
     # Break the comparison on purpose (score the stock's argmax instead of the emitted token): the
     # fault test above must then fail, which is what makes it a test.
-    real = forcing.teacher_force
+    real = runner.teacher_force
 
     def blind(stock_, prompt, output, *, chunk_size=512):
         forced = real(stock_, prompt, output, chunk_size=chunk_size)
         zero = torch.zeros_like(forced.margin)
-        return forcing.ForcedPositions(forced.stock_argmax, zero, zero > 0)
+        return runner.ForcedPositions(forced.stock_argmax, zero, zero > 0)
 
     assert not checker.check(prompts, bias_out, null=null).passed
-    monkeypatch.setattr(forcing, "teacher_force", blind)
+    monkeypatch.setattr(runner, "teacher_force", blind)
     assert checker.check(prompts, bias_out, null=null).passed
 
 
