@@ -18,7 +18,6 @@ from specdec.testing.laws import (
     MarkovDrafter,
     MarkovLaw,
     MarkovTarget,
-    _support,
     argmax_rate_test,
     autoregressive_law,
     chain_round,
@@ -27,6 +26,7 @@ from specdec.testing.laws import (
     tree_round,
     two_sample_chi2,
 )
+from specdec.testing.laws.exact import _support
 from specdec.verify import SamplingConfig
 from specdec.verify import chain as chain_module
 from specdec.verify import tree as tree_module

@@ -33,6 +33,13 @@ def _check_int(name: str, value, minimum: int) -> int:
     return value
 
 
+def _require_target(target) -> None:
+    """Raise ``TypeError`` unless ``target`` has what a fault wraps."""
+    for attr in ("forward", "commit", "reset", "length", "vocab_size", "max_seq_len"):
+        if not hasattr(target, attr):
+            raise TypeError(f"target: expected a specdec Target, got {type(target).__name__} without {attr!r}")
+
+
 class TargetFault:
     """Base class: a transparent wrapper around a target; subclasses override one behaviour.
 
@@ -49,9 +56,7 @@ class TargetFault:
     """
 
     def __init__(self, target, *, after: int = 0):
-        for attr in ("forward", "commit", "reset", "length", "vocab_size", "max_seq_len"):
-            if not hasattr(target, attr):
-                raise TypeError(f"target: expected a specdec Target, got {type(target).__name__} without {attr!r}")
+        _require_target(target)
         self.target = target
         self.after = _check_int("after", after, 0)
         self.prompt_len: int | None = None
