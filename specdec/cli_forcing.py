@@ -115,15 +115,20 @@ def main(argv: list[str] | None = None) -> int:
         fault_report = checker.check(prompts, fault_out, null=null, prompt_sets="humaneval")
         stratum = fault_report.by_bucket.get(f"pos >= {fault_after}", fault_report.strata[0])
         print(
-            f"\nfaulty candidate: n-gram SD with a +{args.fault_bias:g} logit bias on every 7th id from generated position {fault_after} "
-            f"(LogitBiasFault's default is 2048; lowered so that this {args.max_new_tokens}-token run covers it). Expected verdict: FAIL"
+            f"\nfaulty candidate: n-gram SD with a +{args.fault_bias:g} logit bias on every 7th id from generated position "
+            f"{fault_after} (LogitBiasFault's default is 2048; lowered so that this {args.max_new_tokens}-token run covers it). "
+            "Expected verdict: FAIL"
         )
         print(f"faulty candidate      : {fault_stats.summary()}")
         print(fault_report.table(tokenizer=tokenizer))
-        coverage = f"its stratum {stratum.name} covered by {stratum.num_tokens} tokens" if stratum.covered else f"its stratum {stratum.name} NOT COVERED"
+        coverage = f"covered by {stratum.num_tokens} tokens" if stratum.covered else "NOT COVERED"
+        coverage = f"its stratum {stratum.name} {coverage}"
         summary.append(f"faulty candidate: {fault_report.verdict} ({coverage})")
         if not stratum.covered:
-            issues.append(f"the faulty run never reached generated position {fault_after}: {stratum.name} is NOT COVERED, so the self-test proves nothing")
+            issues.append(
+                f"the faulty run never reached generated position {fault_after}: {stratum.name} is NOT COVERED, "
+                "so the self-test proves nothing"
+            )
         elif fault_report.verdict != "FAIL":
             issues.append(f"the faulty candidate's verdict is {fault_report.verdict}, expected FAIL")
     if issues:

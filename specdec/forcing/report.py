@@ -190,7 +190,8 @@ class ForcingReport:
     def verdict_line(self) -> str:
         """The verdict in one sentence, as the first line of :meth:`table`."""
         uncovered = self.uncovered
-        strata = f"{len(uncovered)} {'stratum was' if len(uncovered) == 1 else 'strata were'} NOT covered (no tokens to judge): " + ", ".join(uncovered)
+        were = "stratum was" if len(uncovered) == 1 else "strata were"
+        strata = f"{len(uncovered)} {were} NOT covered (no tokens to judge): " + ", ".join(uncovered)
         if not self.passed:
             line = f"VERDICT: FAIL -- {len(self.failures)} {'rule' if len(self.failures) == 1 else 'rules'} failed"
             return line + (f"; besides, {strata}" if uncovered else "")
@@ -266,7 +267,10 @@ class ForcingReport:
                     f"  - NOT COVERED {s.name}: {s.num_tokens} candidate / {s.null_tokens} null tokens"
                     + (f" (generated positions reach {reach})" if reach is not None else "")
                 )
-        head = f"{'stratum':<18} {'tokens':>8} {'mism':>6} {'rate':>9} {'95% CI':>21} {'null rate':>9} {'null 95% CI':>21} {'events':>6}  verdict"
+        head = (
+            f"{'stratum':<18} {'tokens':>8} {'mism':>6} {'rate':>9} {'95% CI':>21} {'null rate':>9} {'null 95% CI':>21} "
+            f"{'events':>6}  verdict"
+        )
         lines += ["", head, "-" * len(head)]
         for s in self.strata:
             lines.append(
@@ -312,7 +316,8 @@ class ForcingReport:
             (self.mismatches, "candidate mismatches", "tab:red", "o"),
         ):
             if events:
-                ax_margin.scatter([e.position for e in events], [e.margin for e in events], s=12, label=label, color=color, marker=marker)
+                positions, margins = [e.position for e in events], [e.margin for e in events]
+                ax_margin.scatter(positions, margins, s=12, label=label, color=color, marker=marker)
         if not self.mismatches and not self.null_mismatch_events:
             ax_margin.text(0.5, 0.5, "no mismatches", transform=ax_margin.transAxes, ha="center", va="center")
         ax_margin.set_xlim(0, max(1, self.settings.get("max_position", 0)) + 1)

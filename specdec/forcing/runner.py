@@ -10,7 +10,9 @@ import torch
 from specdec.forcing.report import MarginEvent
 from specdec.forcing.statistics import large_margin_threshold
 
-__all__ = ["ForcedPositions", "NullCalibration", "ScoredRun", "generate_stock", "require_stock_target", "score_run", "teacher_force"]
+__all__ = [
+    "ForcedPositions", "NullCalibration", "ScoredRun", "generate_stock", "require_stock_target", "score_run", "teacher_force",
+]
 
 # tokens before a mismatch kept with its event, so a report can show what the model was continuing
 EVENT_CONTEXT_TOKENS = 8
@@ -21,7 +23,8 @@ def require_stock_target(stock) -> None:
     for attr in ("forward", "commit", "reset", "vocab_size", "max_seq_len", "device"):
         if not hasattr(stock, attr):
             raise TypeError(
-                f"stock: expected a specdec Target (forward/commit/reset/vocab_size/max_seq_len), got {type(stock).__name__} without {attr!r}"
+                "stock: expected a specdec Target (forward/commit/reset/vocab_size/max_seq_len), "
+                f"got {type(stock).__name__} without {attr!r}"
             )
 
 
@@ -147,7 +150,9 @@ class ScoredRun:
         )
 
 
-def score_run(stock, prompts: list[torch.Tensor], outputs: list[torch.Tensor], prompt_sets: list[str], *, chunk_size: int) -> ScoredRun:
+def score_run(
+    stock, prompts: list[torch.Tensor], outputs: list[torch.Tensor], prompt_sets: list[str], *, chunk_size: int
+) -> ScoredRun:
     """Teacher-force every ``prompt + output`` pair through ``stock`` (see :func:`teacher_force`).
 
     Args:
@@ -203,7 +208,8 @@ class NullCalibration:
         >>> from specdec.testing import tiny_target
         >>> stock = tiny_target(seed=0)
         >>> prompt = torch.tensor([1, 2, 3]); out = generate_stock(stock, prompt, 6)
-        >>> null = NullCalibration.from_run(score_run(stock, [prompt], [out], ["default"], chunk_size=512), tau_floor=0.5, tau_scale=2.0)
+        >>> run = score_run(stock, [prompt], [out], ["default"], chunk_size=512)
+        >>> null = NullCalibration.from_run(run, tau_floor=0.5, tau_scale=2.0)
         >>> null.num_tokens, null.num_mismatches, null.tau
         (6, 0, 0.5)
     """

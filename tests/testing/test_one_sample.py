@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-import specdec as sd
 from specdec.testing import (
     MarkovDrafter,
     MarkovLaw,

@@ -116,7 +116,8 @@ def two_sample_chi2(
     sizes = [w.shape[0] for w in windows]
     n_a, n_b = sum(sizes[: len(seq_a)]), sum(sizes[len(seq_a) :])
     if n_a == 0 or n_b == 0:
-        raise ValueError(f"context: every sequence of tokens_{'a' if n_a == 0 else 'b'} is at most {context} tokens long; nothing left to compare")
+        arm = "a" if n_a == 0 else "b"
+        raise ValueError(f"context: every sequence of tokens_{arm} is at most {context} tokens long; nothing left to compare")
     # the observed cells only, in lexicographic order; cell[i] is the cell of the i-th window
     cells, cell = torch.unique(torch.cat(windows), dim=0, return_inverse=True)  # [U, context + 1], [n_a + n_b]
     pooled = torch.bincount(cell, minlength=cells.shape[0])  # [U]
@@ -231,7 +232,9 @@ def _law_cells(samples, law) -> tuple[torch.Tensor, torch.Tensor, int]:
         (length,) = lengths
         if isinstance(samples, torch.Tensor):
             if samples.ndim != 2 or samples.shape[1] != length or samples.dtype == torch.bool or samples.is_floating_point():
-                raise ValueError(f"samples: expected an integer tensor [S, {length}] (one outcome per row), got {samples.dtype} {tuple(samples.shape)}")
+                raise ValueError(
+                    f"samples: expected an integer tensor [S, {length}] (one outcome per row), got {samples.dtype} {tuple(samples.shape)}"
+                )
             rows = [tuple(r) for r in samples.tolist()]
         else:
             rows = [tuple(int(t) for t in r) for r in samples]
@@ -245,11 +248,13 @@ def _law_cells(samples, law) -> tuple[torch.Tensor, torch.Tensor, int]:
     else:
         probs = torch.as_tensor(law, dtype=torch.float64).cpu()
         if probs.ndim != 1:
-            raise ValueError(f"law: expected a dict {{outcome: probability}} or a probability vector [V], got shape {tuple(probs.shape)}")
+            raise ValueError(
+                f"law: expected a dict {{outcome: probability}} or a probability vector [V], got shape {tuple(probs.shape)}"
+            )
         if not isinstance(samples, torch.Tensor) or samples.ndim != 1 or samples.dtype == torch.bool or samples.is_floating_point():
             raise ValueError(
-                f"samples: expected a 1-D integer tensor of ids with a probability-vector law, got {getattr(samples, 'dtype', type(samples).__name__)} "
-                f"{tuple(getattr(samples, 'shape', ()))}"
+                "samples: expected a 1-D integer tensor of ids with a probability-vector law, "
+                f"got {getattr(samples, 'dtype', type(samples).__name__)} {tuple(getattr(samples, 'shape', ()))}"
             )
         ids = samples.long().cpu()
         outside = (ids < 0) | (ids >= probs.numel())
@@ -312,8 +317,8 @@ def one_sample_chi2(samples, law: Law | torch.Tensor, *, min_expected: float = 5
     dof = num_bins - 1
     if dof == 0 and probs.numel() > 1:
         raise ValueError(
-            f"samples: {n} samples are too few for min_expected={min_expected}: all {probs.numel()} cells of the law pool into one bin "
-            f"(see chi2_sample_size for how many a test needs)"
+            f"samples: {n} samples are too few for min_expected={min_expected}: all {probs.numel()} cells of the law pool "
+            "into one bin (see chi2_sample_size for how many a test needs)"
         )
     tv = 0.5 * (float((counts / n - probs).abs().sum()) + impossible / n)
     if impossible:

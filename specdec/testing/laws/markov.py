@@ -8,7 +8,7 @@ from typing import Sequence
 import torch
 
 from specdec.drafters.base import DraftProposal
-from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
+from specdec.verify.sampling import logits_to_probs, sample
 
 __all__ = ["MarkovDrafter", "MarkovLaw", "MarkovTarget"]
 
@@ -144,6 +144,7 @@ class MarkovDrafter:
 
     Example:
         >>> d = MarkovDrafter(MarkovLaw(7, seed=1))
+        >>> from specdec.verify import SamplingConfig
         >>> p = d.propose(torch.tensor([1, 2]), 3, sampling=SamplingConfig(temperature=1.0),
         ...               generator=torch.Generator().manual_seed(0))
         >>> p.tokens.shape, p.draft_probs.shape

@@ -87,7 +87,9 @@ def chi2_sample_size(
         1306
     """
     if (cohens_w is None) == (total_variation is None):
-        raise ValueError(f"cohens_w/total_variation: expected exactly one, got cohens_w={cohens_w!r}, total_variation={total_variation!r}")
+        raise ValueError(
+            f"cohens_w/total_variation: expected exactly one, got cohens_w={cohens_w!r}, total_variation={total_variation!r}"
+        )
     if total_variation is not None:
         if isinstance(total_variation, bool) or not isinstance(total_variation, (int, float)) or not 0 < total_variation <= 1:
             raise ValueError(f"total_variation: expected a float in (0, 1], got {total_variation!r}")
@@ -110,7 +112,9 @@ def chi2_sample_size(
     while not enough(hi):
         lo, hi = hi, hi * 2
         if hi > max_samples:
-            raise ValueError(f"max_samples: {max_samples} samples do not reach power {power} at w = {cohens_w:g} over {num_cells} cells")
+            raise ValueError(
+                f"max_samples: {max_samples} samples do not reach power {power} at w = {cohens_w:g} over {num_cells} cells"
+            )
     # power grows with n: bisect for the first n that is enough
     while hi - lo > 1:
         mid = (lo + hi) // 2

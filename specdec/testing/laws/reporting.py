@@ -42,7 +42,8 @@ class OneSampleResult:
         """One line: statistic, dof, binning, p, sample size and effect size."""
         impossible = f"; {self.num_impossible} samples IMPOSSIBLE under the law" if self.num_impossible else ""
         return (
-            f"one-sample chi2 = {self.statistic:.4g} ({self.dof} dof, {self.num_bins} bins, {self.num_pooled_cells} rare cells pooled), "
+            f"one-sample chi2 = {self.statistic:.4g} ({self.dof} dof, {self.num_bins} bins, "
+            f"{self.num_pooled_cells} rare cells pooled), "
             f"p = {self.p_value:.3g}; n = {self.num_samples}, w = {self.cohens_w:.3g}, TV = {self.tv_distance:.3g}{impossible}"
         )
 
