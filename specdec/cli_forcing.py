@@ -4,6 +4,11 @@ Stock = greedy autoregressive decoding of SmolLM2-135M-Instruct; candidate = n-g
 decoding of the same model; prompts = HumanEval. Both run in float32 on the CPU, where speculative
 decoding is exactly lossless, so the check must pass; ``--inject-fault`` adds a candidate with a
 planted logit bias (every 7th id from a chosen position on), which the check must reject.
+
+The fault acts from ``--fault-after`` (default: the bucket edge, half the run), not from
+``LogitBiasFault``'s default 2048, which a short CPU run never reaches: a self-test whose outputs do
+not reach the fault's position would leave its stratum uncovered and prove nothing. The run refuses
+such settings and reports the stratum's coverage.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunk-size", type=int, default=256, help="teacher-forcing rows per forward (default 256)")
     parser.add_argument("--inject-fault", action="store_true", help="also check a candidate with a +bias logit fault on every 7th id after the bucket edge (must FAIL)")
     parser.add_argument("--fault-bias", type=float, default=2.0, help="logit bias of the injected fault (default 2.0)")
+    parser.add_argument(
+        "--fault-after", type=int, default=None,
+        help="generated position from which the injected fault acts (default: the bucket edge; LogitBiasFault's own default, 2048, is beyond a CPU run)",
+    )
     parser.add_argument("--no-eos", action="store_true", help="do not stop at EOS")
     parser.add_argument("--json", default=None, help="write the candidate's report as JSON here")
     parser.add_argument("--plot", default=None, help="save the candidate's report plot (PNG) here")
@@ -35,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the check; returns 0 when the lossless candidate passes (and the faulty one, if any, fails)."""
+    """Run the check; returns 0 when the lossless candidate's verdict is PASS (and the faulty one, if any,
+    reaches its fault's stratum and FAILs)."""
     args = _parser().parse_args(argv)
     for name in ("num_prompts", "max_new_tokens", "chunk_size"):
         if getattr(args, name) < 1:
@@ -45,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     edge = args.bucket_edge if args.bucket_edge is not None else max(1, args.max_new_tokens // 2)
     if edge < 1:
         raise SystemExit(f"--bucket-edge: expected >= 1, got {edge}")
+    fault_after = args.fault_after if args.fault_after is not None else edge
+    if args.inject_fault and not 0 <= fault_after < args.max_new_tokens:
+        raise SystemExit(
+            f"--fault-after: expected 0 <= fault-after < --max-new-tokens ({args.max_new_tokens}), got {fault_after}: "
+            "the run would never reach the fault, and its stratum would not be covered"
+        )
 
     import specdec as sd
     from specdec import data
@@ -76,28 +92,47 @@ def main(argv: list[str] | None = None) -> int:
     cand_out, cand_stats, cand_s = run(target, sd.NGramDrafter(max_ngram=3))
     print(f"candidate (n-gram SD) : {cand_stats.summary()}")
 
-    checker = TokenForcingChecker(target, chunk_size=args.chunk_size, bucket_edges=(edge,))
+    edges = sorted({edge, fault_after} - {0}) if args.inject_fault else [edge]
+    checker = TokenForcingChecker(target, chunk_size=args.chunk_size, bucket_edges=tuple(edges))
     null = checker.calibrate(prompts, stock_out, prompt_sets="humaneval")
     report = checker.check(prompts, cand_out, null=null, prompt_sets="humaneval")
     identical = sum(torch.equal(a.cpu(), b.cpu()) for a, b in zip(stock_out, cand_out))
     print(f"\nsequences identical to stock: {identical}/{len(prompts)}\n")
-    print("candidate: n-gram speculative decoding")
-    print(report.table())
+    print("candidate: n-gram speculative decoding (expected verdict: PASS)")
+    print(report.table(tokenizer=tokenizer))
     if args.json:
-        report.to_json(args.json)
+        report.to_json(args.json, tokenizer=tokenizer)
         print(f"\nreport written to {args.json}")
     if args.plot:
         report.plot(args.plot)
         print(f"plot written to {args.plot}")
-    ok = report.passed
+    issues = [] if report.verdict == "PASS" else [f"the lossless candidate's verdict is {report.verdict}, expected PASS"]
+    summary = [f"lossless candidate: {report.verdict}"]
 
     if args.inject_fault:
-        fault = LogitBiasFault(target, bias=args.fault_bias, every=7, after=edge)
+        fault = LogitBiasFault(target, bias=args.fault_bias, every=7, after=fault_after)
         fault_out, fault_stats, _ = run(fault, sd.NGramDrafter(max_ngram=3))
         fault_report = checker.check(prompts, fault_out, null=null, prompt_sets="humaneval")
-        print(f"\nfaulty candidate: n-gram SD with a +{args.fault_bias:g} logit bias on every 7th id from position {edge} (must FAIL)")
+        stratum = fault_report.by_bucket.get(f"pos >= {fault_after}", fault_report.strata[0])
+        print(
+            f"\nfaulty candidate: n-gram SD with a +{args.fault_bias:g} logit bias on every 7th id from generated position "
+            f"{fault_after} (LogitBiasFault's default is 2048; lowered so that this {args.max_new_tokens}-token run covers it). "
+            "Expected verdict: FAIL"
+        )
         print(f"faulty candidate      : {fault_stats.summary()}")
-        print(fault_report.table())
-        ok = ok and not fault_report.passed
-    print(f"\noverall: {'OK' if ok else 'NOT OK'}")
-    return 0 if ok else 1
+        print(fault_report.table(tokenizer=tokenizer))
+        coverage = f"covered by {stratum.num_tokens} tokens" if stratum.covered else "NOT COVERED"
+        coverage = f"its stratum {stratum.name} {coverage}"
+        summary.append(f"faulty candidate: {fault_report.verdict} ({coverage})")
+        if not stratum.covered:
+            issues.append(
+                f"the faulty run never reached generated position {fault_after}: {stratum.name} is NOT COVERED, "
+                "so the self-test proves nothing"
+            )
+        elif fault_report.verdict != "FAIL":
+            issues.append(f"the faulty candidate's verdict is {fault_report.verdict}, expected FAIL")
+    if issues:
+        print("\nself-test: NOT OK -- " + "; ".join(issues))
+        return 1
+    print("\nself-test: OK -- " + "; ".join(summary) + ", as expected")
+    return 0

