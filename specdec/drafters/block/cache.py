@@ -97,6 +97,7 @@ class StaticDraftKVCache:
 
     @property
     def slots(self) -> int:
+        """Slots per layer, ``max_context + block_size`` rounded up to a multiple of 16 (int)."""
         return self.k[0].shape[1] if self.k else 0
 
     def reserve(self, length: int) -> None:
