@@ -187,7 +187,7 @@ class Tree:
 
         Example:
             >>> tree = Tree.chain([4, 5])
-            >>> tree.to("cpu") is tree          # on a GPU: tree.to("cuda").device == device(type='cuda', index=0)
+            >>> tree.to("cpu") is tree          # already there: no copy
             True
         """
         if torch.device(device) == self.device:
