@@ -36,7 +36,13 @@ class Drafter(Protocol):
 
     vocab_size: int | None
 
-    def reset(self) -> None: ...
+    def reset(self) -> None:
+        """Start a new request: forget every cached context row (called once before the first :meth:`propose`).
+
+        Example:
+            >>> from specdec.drafters import NGramDrafter
+            >>> NGramDrafter().reset()
+        """
 
     def propose(
         self,
@@ -45,4 +51,22 @@ class Drafter(Protocol):
         *,
         sampling: SamplingConfig,
         generator: torch.Generator | None,
-    ) -> DraftProposal: ...
+    ) -> DraftProposal:
+        """Up to ``max_tokens`` proposed next tokens after ``context``.
+
+        Args:
+            context: ``[n]`` int64, the request so far (prompt, then every emitted token, newest last).
+            max_tokens: the most tokens (tree nodes) to propose; ``k <= max_tokens``.
+            sampling: the request's :class:`SamplingConfig`; a sampling drafter draws from this law.
+            generator: the request's RNG, or ``None``; all randomness must come from it.
+
+        Returns:
+            :class:`DraftProposal` with ``tokens [k]``, ``draft_probs [k, V]`` when the tokens were
+            sampled (else ``None``), and optionally a ``tree``.
+
+        Example:
+            >>> from specdec.drafters import NGramDrafter
+            >>> drafter: Drafter = NGramDrafter(max_ngram=2)
+            >>> drafter.propose(torch.tensor([7, 8, 9, 4, 7, 8]), 2, sampling=SamplingConfig(), generator=None).tokens
+            tensor([9, 4])
+        """

@@ -72,14 +72,17 @@ class VerifyPlan:
 
     @property
     def num_rows(self) -> int:
+        """``N + 1``, the verify rows (root plus tree nodes) (int)."""
         return self.tree.num_nodes + 1
 
     @property
     def is_chain(self) -> bool:
+        """Whether the tree is a single path, so the plan runs the plain causal forward (bool)."""
         return self.tree.is_chain
 
     @property
     def device(self) -> torch.device:
+        """The device of :attr:`tokens` (:class:`torch.device`)."""
         return self.tokens.device
 
     @property

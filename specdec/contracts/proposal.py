@@ -50,6 +50,7 @@ class DraftProposal:
 
     @property
     def num_tokens(self) -> int:
+        """``k``, the length of :attr:`tokens` (int)."""
         return int(self.tokens.numel())
 
     @property

@@ -66,22 +66,49 @@ class Target(Protocol):
     length: int
 
     @property
-    def vocab_size(self) -> int: ...
+    def vocab_size(self) -> int:
+        """``V``, the size of the logits' last dimension (int)."""
 
     @property
-    def device(self) -> torch.device: ...
+    def device(self) -> torch.device:
+        """The device of the weights, the cache and every tensor the target returns (:class:`torch.device`)."""
 
     @property
-    def dtype(self) -> torch.dtype: ...
+    def dtype(self) -> torch.dtype:
+        """The dtype of the weights and hidden states (logits are always float32) (:class:`torch.dtype`)."""
 
     @property
-    def supports_trees(self) -> bool: ...
+    def supports_trees(self) -> bool:
+        """Whether :meth:`run_plan` and :meth:`forward` accept tree plans, masks and ``tree_parents`` (bool)."""
 
-    def room(self) -> int: ...
+    def room(self) -> int:
+        """Tokens that still fit in the cache: ``max_seq_len - length``.
 
-    def reset(self) -> None: ...
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> tiny_target(seed=0, max_seq_len=64).room()
+            64
+        """
 
-    def truncate(self, length: int) -> None: ...
+    def reset(self) -> None:
+        """Forget every committed token (``length`` becomes 0); called once per request.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> _ = target.forward(torch.tensor([[1, 2]])); target.commit(2); target.reset(); target.length
+            0
+        """
+
+    def truncate(self, length: int) -> None:
+        """Roll back to the first ``length`` committed tokens (``0 <= length <= self.length``, else ``ValueError``).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> _ = target.forward(torch.tensor([[1, 2, 3]])); target.commit(3); target.truncate(1); target.length
+            1
+        """
 
     def forward(
         self,
@@ -91,13 +118,65 @@ class Target(Protocol):
         *,
         hidden_layers: Sequence[int] = (),
         tree_parents: torch.Tensor | None = None,
-    ) -> TargetOutput: ...
+    ) -> TargetOutput:
+        """Run ``T`` rows after the committed prefix, writing them to scratch slots (nothing is committed).
 
-    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()) -> TargetOutput: ...
+        Args:
+            tokens: ``[1, T]`` int64 on :attr:`device`.
+            positions: ``[1, T]`` int64 RoPE positions; ``None`` = ``length + arange(T)`` (a chain).
+            mask: ``[T, T]`` bool, which new rows each row attends to (the committed prefix is always
+                visible); ``None`` = causal.
+            hidden_layers: HF ``hidden_states`` indices to return (0 = embeddings).
+            tree_parents: ``[T]`` int64 parent row of each row (``-1`` for the first), for recurrent layers
+                that follow tree paths; ``None`` for a chain.
 
-    def commit(self, accepted: int | torch.Tensor) -> None: ...
+        Returns:
+            :class:`TargetOutput` with float32 ``logits [1, T, V]`` and one ``[1, T, hidden_size]`` per
+            entry of ``hidden_layers``.
 
-    def discard(self) -> None: ...
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> out = tiny_target(seed=0).forward(torch.tensor([[1, 2, 3]]), hidden_layers=(0,))
+            >>> out.logits.shape, out.hidden[0].shape
+            (torch.Size([1, 3, 97]), torch.Size([1, 3, 32]))
+        """
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()) -> TargetOutput:
+        """The :meth:`forward` of a :class:`VerifyPlan`'s rows, positions, mask and row parents.
+
+        Returns:
+            :class:`TargetOutput` with ``logits [1, N + 1, V]``, one row per plan row.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> plan = VerifyPlan.chain(torch.tensor([3]), torch.tensor([4, 5]), prefix_len=0)
+            >>> tiny_target(seed=0).run_plan(plan).logits.shape
+            torch.Size([1, 3, 97])
+        """
+
+    def commit(self, accepted: int | torch.Tensor) -> None:
+        """Keep rows of the last forward and advance ``length`` by their count; the other scratch rows are dropped.
+
+        Args:
+            accepted: an int ``n`` keeps the first ``n`` rows; an int64 tensor ``[n]`` of ascending row
+                indices keeps those rows (an accepted tree path, as :meth:`VerifyPlan.accepted_rows` gives).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> _ = target.forward(torch.tensor([[1, 2, 3]])); target.commit(2); target.length
+            2
+        """
+
+    def discard(self) -> None:
+        """Drop the scratch rows of the last forward; ``length`` and the committed cache are unchanged.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> _ = target.forward(torch.tensor([[1, 2, 3]])); target.discard(); target.length
+            0
+        """
 
 
 _MEMBERS = ("commit", "config", "device", "discard", "dtype", "forward", "length", "max_seq_len", "reset", "room",

@@ -138,6 +138,7 @@ class Tree:
 
     @property
     def num_nodes(self) -> int:
+        """``N``, the number of draft nodes (the root row not counted) (int)."""
         return int(self.tokens.numel())
 
     def __len__(self) -> int:
@@ -145,6 +146,7 @@ class Tree:
 
     @property
     def device(self) -> torch.device:
+        """The device of :attr:`tokens` and :attr:`parents` (:class:`torch.device`)."""
         return self.tokens.device
 
     @cached_property
@@ -181,6 +183,13 @@ class Tree:
         return Tree(tokens=self.tokens[:num_nodes], parents=self.parents[:num_nodes], scores=scores)
 
     def to(self, device: torch.device | str) -> Tree:
+        """The same tree with ``tokens``, ``parents`` and ``scores`` on ``device`` (``self`` when already there).
+
+        Example:
+            >>> tree = Tree.chain([4, 5])
+            >>> tree.to("cpu") is tree          # already there: no copy
+            True
+        """
         if torch.device(device) == self.device:
             return self
         scores = None if self.scores is None else self.scores.to(device)

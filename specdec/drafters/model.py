@@ -45,9 +45,18 @@ class ModelDrafter:
 
     @property
     def device(self) -> torch.device:
+        """The draft model's device (:class:`torch.device`)."""
         return self.target.device
 
     def reset(self) -> None:
+        """Start a request: empty the draft model's cache.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> drafter = ModelDrafter(tiny_target(seed=1))
+            >>> drafter.reset(); drafter.target.length
+            0
+        """
         self._cached = torch.zeros(0, dtype=torch.long, device=self.device)
         self.target.reset()
 
@@ -66,6 +75,31 @@ class ModelDrafter:
 
     @torch.no_grad()
     def propose(self, context, max_tokens, *, sampling: SamplingConfig, generator) -> DraftProposal:
+        """Draft ``max_tokens`` tokens after ``context``, one draft-model step each.
+
+        The draft cache keeps its longest common prefix with ``context`` (the rest is truncated) and the
+        new context rows are run, so rollback after a rejection is implicit.
+
+        Args:
+            context: ``[n]`` int64, the request so far (prompt then emitted tokens), on :attr:`device`.
+            max_tokens: tokens to draft (exactly this many; 0 gives an empty proposal).
+            sampling: greedy takes the argmax; otherwise each token is drawn from the processed law
+                (temperature / top-k / top-p).
+            generator: the RNG of the draws (``None``: torch's global one).
+
+        Returns:
+            :class:`DraftProposal` with ``tokens [k]``, ``draft_probs [k, V]`` (``None`` when greedy) and
+            ``tree_logprobs [k, V]`` (the draft model's log-softmax at each step).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> drafter = ModelDrafter(tiny_target(seed=1))
+            >>> drafter.reset()
+            >>> p = drafter.propose(torch.tensor([1, 2, 3]), 3, sampling=SamplingConfig(temperature=1.0),
+            ...                     generator=torch.Generator().manual_seed(0))
+            >>> p.tokens.shape, p.draft_probs.shape, p.tree_logprobs.shape
+            (torch.Size([3]), torch.Size([3, 97]), torch.Size([3, 97]))
+        """
         keep = self._common_prefix(context)
         self.target.truncate(keep)
         logits = self._feed(context[keep:])

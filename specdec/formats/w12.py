@@ -241,6 +241,7 @@ class W12Tensor(torch.Tensor):
 
     @property
     def k_padded(self) -> int:
+        """``K`` rounded up to a multiple of 8: the row length of the ``ae`` plane (int)."""
         return self.ae.shape[1]
 
     def ae_logical(self) -> torch.Tensor:
@@ -274,10 +275,12 @@ class W12Tensor(torch.Tensor):
 
     @property
     def num_escapes(self) -> int:
+        """Weights kept in the exact escape list: zeros, subnormals, inf/NaN and those outside their row's window (int)."""
         return int(self.esc_rows.numel())
 
     @property
     def escape_fraction(self) -> float:
+        """:attr:`num_escapes` over the ``N * K`` weights (float in ``[0, 1]``)."""
         n, k = self.shape
         return self.num_escapes / max(1, n * k)
 
@@ -288,6 +291,7 @@ class W12Tensor(torch.Tensor):
 
     @property
     def bits_per_weight(self) -> float:
+        """Storage cost, ``8 * nbytes / (N * K)``: 12 plus padding, the base vector and escapes (float)."""
         n, k = self.shape
         return 8.0 * self.nbytes / max(1, n * k)
 

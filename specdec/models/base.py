@@ -84,14 +84,17 @@ class LeanTarget(nn.Module):
 
     @property
     def vocab_size(self) -> int:
+        """``V``, the size of the logits' last dimension (int)."""
         return self.config.vocab_size
 
     @property
     def device(self) -> torch.device:
+        """The device of the weights and the cache (:class:`torch.device`)."""
         return self.embed.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of the weights, the cache and the hidden states; logits are float32 (:class:`torch.dtype`)."""
         return self.embed.weight.dtype
 
     @property

@@ -48,10 +48,12 @@ class TargetConfig:
 
     @property
     def q_size(self) -> int:
+        """Width of the query projection, ``num_heads * head_dim`` (int)."""
         return self.num_heads * self.head_dim
 
     @property
     def kv_size(self) -> int:
+        """Width of each of the key and value projections, ``num_kv_heads * head_dim`` (int)."""
         return self.num_kv_heads * self.head_dim
 
     def num_parameters(self, *, include_embeddings: bool = True) -> int:

@@ -76,6 +76,13 @@ class StaticGraphs:
         return len(self._graphs)
 
     def set_length(self, length: int) -> None:
+        """Write the host int ``length`` into the device scalar :attr:`length` (no host sync).
+
+        Example:
+            >>> graphs = StaticGraphs("cpu", capture=False)
+            >>> graphs.set_length(5); graphs.length
+            tensor(5)
+        """
         self.length.fill_(length)
 
     def buffers(self, key: Hashable, make: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -54,14 +54,17 @@ class HFTarget:
 
     @property
     def vocab_size(self) -> int:
+        """``V``, the model config's ``vocab_size`` (int)."""
         return int(self.config.vocab_size)
 
     @property
     def device(self) -> torch.device:
+        """The device of the model's first parameter (:class:`torch.device`)."""
         return next(self.model.parameters()).device
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of the model's first parameter; logits are returned as float32 (:class:`torch.dtype`)."""
         return next(self.model.parameters()).dtype
 
     @property
@@ -70,6 +73,13 @@ class HFTarget:
         return False
 
     def room(self) -> int:
+        """Tokens that still fit: ``max_seq_len - length``.
+
+        Example:
+            >>> from specdec.testing import tiny_hf_model
+            >>> HFTarget(tiny_hf_model("llama", seed=0), max_seq_len=16).room()
+            16
+        """
         return self.max_seq_len - self.length
 
     def reset(self) -> None:

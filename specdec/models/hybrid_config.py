@@ -79,18 +79,22 @@ class HybridConfig:
 
     @property
     def q_size(self) -> int:
+        """Query channels of an attention layer, ``num_heads * head_dim`` (the output gate not counted) (int)."""
         return self.num_heads * self.head_dim
 
     @property
     def kv_size(self) -> int:
+        """Width of each of an attention layer's key and value projections, ``num_kv_heads * head_dim`` (int)."""
         return self.num_kv_heads * self.head_dim
 
     @property
     def key_dim(self) -> int:
+        """GDN query / key channels, ``Hk * dk`` (``linear_num_key_heads * linear_key_head_dim``) (int)."""
         return self.linear_num_key_heads * self.linear_key_head_dim
 
     @property
     def value_dim(self) -> int:
+        """GDN value channels, ``Hv * dv`` (``linear_num_value_heads * linear_value_head_dim``) (int)."""
         return self.linear_num_value_heads * self.linear_value_head_dim
 
     @property
@@ -100,10 +104,12 @@ class HybridConfig:
 
     @property
     def gdn_layers(self) -> tuple[int, ...]:
+        """Indices of the Gated DeltaNet (``"linear_attention"``) layers, ascending (tuple of int)."""
         return tuple(i for i, t in enumerate(self.layer_types) if t == "linear_attention")
 
     @property
     def attention_layers(self) -> tuple[int, ...]:
+        """Indices of the ``"full_attention"`` layers, ascending (tuple of int)."""
         return tuple(i for i, t in enumerate(self.layer_types) if t == "full_attention")
 
     def is_moe(self, layer: int) -> bool:

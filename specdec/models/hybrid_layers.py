@@ -29,6 +29,7 @@ class CenteredRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., dim]`` -> the normalised ``[..., dim]`` in ``x``'s dtype."""
         out = x.float()
         out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + self.eps)
         return (out * (1.0 + self.weight.float())).type_as(x)
@@ -43,6 +44,7 @@ class GatedRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """``weight * rms_norm(x) * silu(gate)`` for ``x``, ``gate`` ``[..., dim]``, in ``x``'s dtype."""
         dtype = x.dtype
         out = x.float()
         out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -63,6 +65,12 @@ class GatedAttention(nn.Module):
         self.k_norm = CenteredRMSNorm(cfg.head_dim, cfg.rms_norm_eps)
 
     def forward(self, x, cos, sin, k_cache, v_cache, slots, attn_mask):
+        """``x [B, T, H]`` -> ``[B, T, H]``; writes the new rows' K/V into the cache.
+
+        Args:
+            cos, sin: ``[1, 1, T, rotary_dim]`` RoPE tables of the rows' positions.
+            k_cache, v_cache, slots, attn_mask: as for :func:`specdec.models.dense.cached_attention`.
+        """
         cfg = self.cfg
         bsz, seqlen, _ = x.shape
         qg, k, v = self.wqkv(x).split([2 * cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
@@ -137,6 +145,7 @@ class SparseMoE(nn.Module):
         self.shared_gate = nn.Linear(h, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., H]`` -> ``[..., H]``: the top-k experts weighted by the router, plus the gated shared expert."""
         shape = x.shape
         flat = x.reshape(-1, shape[-1])  # [N, H]
         logits = self.router(flat)
@@ -156,6 +165,12 @@ class SparseMoE(nn.Module):
 
 
 class HybridLayer(nn.Module):
+    """One decoder layer's modules: ``attn_norm`` + ``mixer`` (GDN or gated attention), ``mlp_norm`` + ``mlp``.
+
+    :class:`~specdec.models.hybrid.HybridTarget` runs them pre-norm with residuals:
+    ``x = x + mixer(attn_norm(x))``, then ``x = x + mlp(mlp_norm(x))``.
+    """
+
     def __init__(self, cfg: HybridConfig, index: int):
         super().__init__()
         self.is_gdn = cfg.layer_types[index] == "linear_attention"

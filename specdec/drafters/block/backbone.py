@@ -79,6 +79,23 @@ def layer_visibility(q_pos: torch.Tensor, k_pos: torch.Tensor, *, causal: bool, 
 
 
 class GroupedDynamicCausalConv(nn.Module):
+    """DFlash2's pair of block-local convolutions around a sublayer, with taps predicted from its input.
+
+    :meth:`prepare` convolves the sublayer input and predicts the output taps from the same
+    projection; :meth:`finish` convolves the sublayer output with them (see :func:`grouped_dynamic_conv`).
+
+    Args:
+        hidden: channels ``H``.
+        kernel: taps ``k`` per convolution.
+        group: channels sharing one dynamic tap (``G = H / group`` groups).
+
+    Example:
+        >>> conv = GroupedDynamicCausalConv(hidden=4, kernel=2, group=2)
+        >>> x, taps = conv.prepare(torch.randn(3, 4))
+        >>> x.shape, taps.shape, conv.finish(x, taps).shape
+        (torch.Size([3, 4]), torch.Size([3, 2, 2]), torch.Size([3, 4]))
+    """
+
     def __init__(self, hidden: int, kernel: int, group: int):
         super().__init__()
         self.kernel, self.group = kernel, group
@@ -86,11 +103,13 @@ class GroupedDynamicCausalConv(nn.Module):
         self.kernel_projection = nn.Linear(hidden, 2 * kernel * (hidden // group), bias=False)
 
     def prepare(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x [T, H]`` -> ``(convolved x [T, H], output taps [T, k, G])`` for :meth:`finish`."""
         # one projection of the sublayer input gives both halves: [T, 2, k, G]
         dyn = self.kernel_projection(x).view(x.shape[0], 2, self.kernel, -1)
         return grouped_dynamic_conv(x, dyn[:, 0], self.base_kernel[0], self.group), dyn[:, 1]
 
     def finish(self, x: torch.Tensor, dyn: torch.Tensor) -> torch.Tensor:
+        """The sublayer output ``x [T, H]`` convolved with ``base_kernel[1]`` plus the taps ``dyn [T, k, G]``."""
         return grouped_dynamic_conv(x, dyn, self.base_kernel[1], self.group)
 
 
@@ -196,6 +215,7 @@ class BlockDraftModel(nn.Module):
         return self
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cos, sin)``, each ``[T, head_dim]`` in ``dtype``, of ``positions [T]`` (frequencies in float32)."""
         freqs = positions.float()[:, None] * self.inv_freq.to(positions.device)[None]  # [T, D/2]
         emb = torch.cat([freqs, freqs], dim=-1)  # [T, D]
         return emb.cos().to(dtype), emb.sin().to(dtype)

@@ -28,9 +28,11 @@ class DraftKVCache:
 
     @property
     def length(self) -> int:
+        """Context rows held, those of the last layer (int)."""
         return self._len[-1] if self._len else 0
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Append ``k``, ``v`` ``[Hkv, r, D]`` (``r`` new context rows) to ``layer``'s cache."""
         n, add = self._len[layer], k.shape[1]
         buf = self._k[layer]
         if buf is None or n + add > buf.shape[1]:
@@ -46,10 +48,12 @@ class DraftKVCache:
         self._len[layer] = n + add
 
     def keys(self, layer: int) -> torch.Tensor:
+        """``[Hkv, length, D]`` keys of ``layer`` (a view of the storage), ``None`` before its first append."""
         buf = self._k[layer]
         return buf[:, : self._len[layer]] if buf is not None else None
 
     def values(self, layer: int) -> torch.Tensor:
+        """``[Hkv, length, D]`` values of ``layer`` (a view of the storage), ``None`` before its first append."""
         buf = self._v[layer]
         return buf[:, : self._len[layer]] if buf is not None else None
 
@@ -97,6 +101,7 @@ class StaticDraftKVCache:
 
     @property
     def slots(self) -> int:
+        """Slots per layer, ``max_context + block_size`` rounded up to a multiple of 16 (int)."""
         return self.k[0].shape[1] if self.k else 0
 
     def reserve(self, length: int) -> None:

@@ -77,17 +77,30 @@ class BlockDrafter(StaticDraftPath):
 
     @property
     def block_size(self) -> int:
+        """Rows of one draft block, the anchor included (int)."""
         return self.cfg.block_size
 
     @property
     def max_draft_tokens(self) -> int:
+        """The most tokens one round proposes: the block's predicting rows, ``block_size - first_predicting_row`` (int)."""
         return self.cfg.block_size - self.first_predicting_row
 
     @property
     def uses_cuda_graphs(self) -> bool:
+        """Whether rounds replay CUDA graphs (after :meth:`enable_cuda_graphs`) (bool)."""
         return self._graphs is not None
 
     def reset(self) -> None:
+        """Start a request: empty the draft cache (the static cache keeps its buffers) and drop pending features.
+
+        Example:
+            >>> from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> drafter = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
+            >>> drafter.reset(); drafter.cache.length
+            0
+        """
         self._pending = None
         self._graph_out = None
         if self._static is not None:
@@ -151,6 +164,32 @@ class BlockDrafter(StaticDraftPath):
 
     @torch.no_grad()
     def propose(self, context, max_tokens, *, sampling: SamplingConfig, generator, target_hidden=None) -> DraftProposal:
+        """Draft up to ``min(max_tokens, max_draft_tokens)`` tokens after ``context`` from one block forward.
+
+        Args:
+            context: ``[n]`` int64, the request so far; its newest token is the block's anchor.
+            max_tokens: the most tokens (tree nodes with ``tree_budget``) to propose.
+            sampling, generator: the request's law and RNG; greedy takes the argmax of each row.
+            target_hidden: ``[r, taps, H]``, the target's hidden states at ``target_layer_ids`` for the
+                ``r`` context rows committed since the previous call (features of ``context[:-1]`` in
+                total); ``None`` when there are none.
+
+        Returns:
+            :class:`DraftProposal` with ``tokens [k]``, ``draft_probs [k, V]`` when sampling, and a ``tree``
+            when the drafter was built with ``tree_budget``.
+
+        Example:
+            >>> from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> drafter = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
+            >>> drafter.reset()
+            >>> context = torch.tensor([5, 6, 7, 8])
+            >>> out = target.forward(context[None, :-1], hidden_layers=drafter.target_layer_ids)
+            >>> target_hidden = torch.stack(out.hidden, dim=2)[0]   # [3, taps, H]
+            >>> drafter.propose(context, 4, sampling=SamplingConfig(), generator=None, target_hidden=target_hidden).tokens.shape
+            torch.Size([4])
+        """
         self._ingest(context, target_hidden)
         k = max(0, min(int(max_tokens), self.max_draft_tokens))
         if k == 0:

@@ -100,6 +100,25 @@ class DSparkDrafter(BlockDrafter):
     @classmethod
     def from_pretrained(cls, folder, target, *, dtype=None, tree_budget=None, scheduler: PrefixScheduler | None = None,
                         confidence_temperatures=None):
+        """Load a DeepSpec ``Qwen3DSparkModel`` checkpoint folder for ``target`` (whose embedding and lm_head it shares).
+
+        Args:
+            folder: holds ``config.json`` and ``model.safetensors``, optionally ``confidence_calibration.json``.
+            target: the target the drafter reads hidden states from.
+            dtype: of the draft weights; default the target's.
+            tree_budget, scheduler: as for the constructor.
+            confidence_temperatures: ``[max_draft_tokens]``; ``None`` reads the folder's calibration (if any).
+
+        Example:
+            >>> import tempfile
+            >>> from specdec.drafters import save_fixture
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     drafter = DSparkDrafter.from_pretrained(save_fixture(tmp, "Qwen3DSparkModel", target), target)
+            >>> drafter.head_type, drafter.max_draft_tokens
+            ('vanilla', 7)
+        """
         if confidence_temperatures is None:
             confidence_temperatures = load_calibration(folder)
         return cls(load_dspark_model(folder, target, dtype=dtype), target, tree_budget=tree_budget, scheduler=scheduler,
@@ -142,6 +161,17 @@ class DSparkDrafter(BlockDrafter):
         self._sync_graph_temperatures()
 
     def reset(self) -> None:
+        """Start a request: empty the draft cache and reset the :class:`PrefixScheduler`, if any.
+
+        Example:
+            >>> from specdec.drafters.block import fixture_config, random_block_model
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> model = random_block_model(fixture_config("Qwen3DSparkModel", target), target)
+            >>> drafter = DSparkDrafter(model, target, scheduler=PrefixScheduler([1.0, 0.9]))
+            >>> drafter.reset(); drafter.cache.length
+            0
+        """
         super().reset()
         if self.scheduler is not None:
             self.scheduler.reset()

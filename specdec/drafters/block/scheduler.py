@@ -41,6 +41,14 @@ class PrefixScheduler:
         self._history: list[torch.Tensor] = []
 
     def reset(self) -> None:
+        """Start a request: forget the confidences of earlier calls (the lagged mode's history).
+
+        Example:
+            >>> sched = PrefixScheduler([1.0, 0.95, 0.9, 0.5], lag=2)
+            >>> sched.schedule(torch.tensor([[0.9, 0.9, 0.9]])).tolist()   # first calls: the early-stop rule
+            [2]
+            >>> sched.reset()                                               # the next call is a first call again
+        """
         self._history = []
 
     def _candidates(self, confidences: torch.Tensor) -> tuple[list[tuple[float, int, int]], int]:

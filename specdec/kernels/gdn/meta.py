@@ -52,10 +52,12 @@ class TreeMeta:
 
     @property
     def batch_size(self) -> int:
+        """``B``, the number of trees (1 for an unbatched ``parents [N]``) (int)."""
         return self.parents.shape[0]
 
     @property
     def num_nodes(self) -> int:
+        """``N``, nodes per tree (int)."""
         return self.parents.shape[1]
 
 
