@@ -85,7 +85,7 @@ def timer(device):
     return measure
 
 
-def graphed(target: Target, tokens: torch.Tensor, tree: Tree | None):
+def graphed(target: DenseTarget, tokens: torch.Tensor, tree: Tree | None):
     """Capture one eager forward of ``tokens`` (tree mask and depth positions if ``tree``) in a CUDA graph.
 
     Returns the replay function, or None when capture fails. The forward writes K/V only at
@@ -103,7 +103,7 @@ def graphed(target: Target, tokens: torch.Tensor, tree: Tree | None):
         return None
 
 
-def check_tree_forward(target: Target, tree: Tree, root: torch.Tensor) -> dict:
+def check_tree_forward(target: DenseTarget, tree: Tree, root: torch.Tensor) -> dict:
     """Tree-forward logits vs causal forwards of a few leaves' root paths (same committed prefix)."""
     length = target.length
     rows = torch.cat([root, tree.tokens])[None]
@@ -111,14 +111,20 @@ def check_tree_forward(target: Target, tree: Tree, root: torch.Tensor) -> dict:
     parents = set(tree.parents.tolist())
     leaves = [i for i in range(tree.num_nodes) if i not in parents]
     leaves = sorted(leaves, key=lambda i: -int(tree.depth[i]))[:4]
-    worst, agree, total, scale = 0.0, 0, 0, float(tree_logits.abs().max())
+    worst, agree, flips, total, scale = 0.0, 0, 0, 0, float(tree_logits.abs().max())
     for leaf in leaves:
         path = tree.path(leaf)
         target.truncate(length)
         path_logits = target(torch.cat([root, tree.tokens[path]])[None]).logits[0].float()  # [1 + depth, V]
         mine = tree_logits[[0] + [i + 1 for i in path]]
-        worst = max(worst, float((mine - path_logits).abs().max()))
-        agree += int((mine.argmax(-1) == path_logits.argmax(-1)).sum())
+        row_diff = (mine - path_logits).abs().amax(-1)  # [1 + depth]
+        worst = max(worst, float(row_diff.max()))
+        top2 = path_logits.topk(2, dim=-1).values
+        # a row whose top-2 margin is within twice its own rounding error may flip its argmax legitimately
+        decisive = (top2[:, 0] - top2[:, 1]) > 2 * row_diff
+        same = mine.argmax(-1) == path_logits.argmax(-1)
+        agree += int(same.sum())
+        flips += int((decisive & ~same).sum())
         total += len(path) + 1
     target.truncate(length)
     finite = bool(torch.isfinite(tree_logits).all())
@@ -126,9 +132,11 @@ def check_tree_forward(target: Target, tree: Tree, root: torch.Tensor) -> dict:
     # a correct tree gives 0.6-1.2% (rounding of different row counts), flat instead of depth positions
     # 5.8%, a wrong mask more.
     tol = 0.035 * scale if target.dtype != torch.float32 else 1e-4 * max(scale, 1.0)
-    ok = finite and worst <= tol and agree >= 0.8 * total
+    # Random weights give near-flat logits, so argmax agreement alone fails on ties; an argmax that differs
+    # where the margin exceeds the rounding of that row is a real error.
+    ok = finite and worst <= tol and flips == 0
     return {"ok": ok, "max_abs_diff": worst, "tolerance": tol, "logit_scale": scale, "argmax_agree": agree,
-            "rows_checked": total, "finite": finite}
+            "decisive_argmax_flips": flips, "rows_checked": total, "finite": finite}
 
 
 def run_real(args) -> None:
