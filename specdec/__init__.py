@@ -1,6 +1,6 @@
 """specdec: composable, tested-lossless speculative-decoding primitives for PyTorch and Triton."""
 
-from specdec import contracts, drafters, forcing, formats, kernels, models, testing, train, verify
+from specdec import contracts, data, drafters, forcing, formats, kernels, layers, models, testing, train, verify
 from specdec.contracts import DraftProposal, Drafter, SamplingConfig, Target, Tree, VerifyPlan, VerifyResult
 from specdec.decode import GenerationOutput, GenerationStats, generate
 from specdec.drafters import (
@@ -49,6 +49,8 @@ __all__ = [
     "W12Tensor",
     "best_first_tree",
     "contracts",
+    "data",
+    "layers",
     "drafters",
     "forcing",
     "formats",

@@ -4,6 +4,7 @@ Researchers use these to property-test their own decode loops the way specdec te
 """
 
 from specdec.testing.models import tiny_hf_model, tiny_target
+from specdec.testing.tokenizers import tiny_tokenizer
 from specdec.testing.drafters import ForcedDrafter, RandomDrafter
 from specdec.testing.faults import LogitBiasFault, LogitNoiseFault, PositionShiftFault, StaleStateFault, TargetFault
 from specdec.testing.laws import (
@@ -52,6 +53,7 @@ __all__ = [
     "speculative_law",
     "tiny_hf_model",
     "tiny_target",
+    "tiny_tokenizer",
     "total_variation",
     "tree_round",
     "tree_round_law",
