@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import specdec as sd
+from specdec.testing.faults import TargetFault
 from specdec.forcing import TokenForcingChecker, teacher_force
 from specdec.testing import tiny_target
 from specdec.testing.laws import (
@@ -130,20 +131,15 @@ def ratio_walk_law(tree: Tree, target_probs: torch.Tensor) -> dict:
     return law
 
 
-class _KeepAllRows:
+class _KeepAllRows(TargetFault):
     """The target as a verifier with a stale state sees it: commit keeps every verify row."""
 
     def __init__(self, target, rows: int):
-        self._target, self._rows = target, rows
-
-    def __getattr__(self, name):
-        return getattr(self._target, name)
-
-    def __call__(self, *args, **kwargs):
-        return self._target(*args, **kwargs)
+        super().__init__(target)
+        self._keep = rows
 
     def commit(self, accepted):
-        self._target.commit(self._rows)
+        self.target.commit(self._keep)
 
 
 class StaleStateVerifier(sd.ChainVerifier):
