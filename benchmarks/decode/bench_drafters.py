@@ -225,9 +225,8 @@ def time_parts(drafter, target, prefix: int, new_rows: int, iters: int) -> dict:
         graphs = drafter._graphs
 
         def replay(rows):
-            graph, static, _ = graphs[rows]
-            static["start"].fill_(prefix - 1 - rows)  # rows r re-ingested where they are, block after them
-            graph.replay()
+            graphs.set_length(prefix - 1 - rows)  # rows r re-ingested where they are, block after them
+            graphs.replay(rows)
 
         with_rows = cuda_ms(lambda: replay(new_rows), iters)
         block = cuda_ms(lambda: replay(0), iters)

@@ -96,13 +96,32 @@ class StaticGraphs:
         """``body()`` for ``key``: eagerly on the static path, else captured once and replayed.
 
         ``body`` must read only the static buffers (and module state at fixed addresses); under capture
-        its return value (a tensor or a structure of tensors) is the graph's static output, overwritten
-        by the next replay of the same key.
+        its return value (a tensor or a structure of tensors) is the graph's static output, valid until
+        the next replay of any key (the graphs share one memory pool: a graph captured later may keep
+        its outputs where an earlier one keeps its scratch).
         """
         if not self.capture:
             return body()
         if key not in self._graphs:
             self._graphs[key] = self._capture(body)
+        return self.replay(key)
+
+    def replay(self, key: Hashable) -> Any:
+        """Replay the graph :meth:`run` captured for ``key`` and return its static output (for timing a
+        replay alone, without the caller's body at hand).
+
+        Raises:
+            ValueError: nothing was captured for ``key`` (on the static path nothing ever is).
+
+        Example:
+            >>> StaticGraphs("cpu", capture=False).replay(4)
+            Traceback (most recent call last):
+            ...
+            ValueError: key: expected a key with a captured graph (none captured: static path), got 4
+        """
+        if key not in self._graphs:
+            captured = f"captured: {list(self._graphs)}" if self.capture else "none captured: static path"
+            raise ValueError(f"key: expected a key with a captured graph ({captured}), got {key!r}")
         graph, out = self._graphs[key]
         graph.replay()
         return out

@@ -8,6 +8,9 @@ rows than the bucket, attention over the whole cache) the rounding may differ; g
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -105,3 +108,24 @@ def test_static_graphs_helper_runs_bodies_on_their_buffers():
         StaticGraphs("cpu", capture=True)
     with pytest.raises(ValueError, match="buckets"):
         sd.load_target(_hf("llama"), device="cpu", max_seq_len=32, progress=False).enable_static_path((0, 4))
+
+
+def test_replay_needs_a_captured_key():
+    graphs = StaticGraphs("cpu", capture=False)
+    graphs.run(4, lambda: torch.zeros(1))  # the static path runs bodies, it captures nothing
+    with pytest.raises(ValueError, match="key: expected a key with a captured graph.*static path.*got 4"):
+        graphs.replay(4)
+
+
+def test_only_the_graphs_helper_captures_cuda_graphs():
+    """Targets and drafters capture through :class:`StaticGraphs` alone: one warm-up/capture/pool policy."""
+    root = Path(sd.__file__).resolve().parent
+    helper = root / "models" / "graphs.py"
+    capture = re.compile(r"\bcuda\.graph\(|\bCUDAGraph\(")
+    assert capture.search(helper.read_text())  # the pattern finds the one capture there is
+    others = sorted(
+        f"{path.relative_to(root)}:{n}"
+        for path in root.rglob("*.py") if path != helper
+        for n, line in enumerate(path.read_text().splitlines(), 1) if capture.search(line)
+    )
+    assert not others, f"CUDA graph capture outside specdec/models/graphs.py: {others}"

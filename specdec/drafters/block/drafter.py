@@ -11,6 +11,7 @@ from specdec.drafters.block.cache import DraftKVCache, StaticDraftKVCache
 from specdec.drafters.block.checkpoint import load_block_model
 from specdec.drafters.block.config import ARCHITECTURES, check_fits_target
 from specdec.drafters.block.graphs import StaticDraftPath
+from specdec.models.graphs import StaticGraphs
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import best_first_tree
 
@@ -66,7 +67,7 @@ class BlockDrafter(StaticDraftPath):
         # static path state (None / empty on the dynamic path)
         self._static: StaticDraftKVCache | None = None
         self._max_new_rows = 0
-        self._graphs: dict[int, tuple] | None = None
+        self._graphs: StaticGraphs | None = None  # keyed by the round's count of new feature rows
         self._pending: torch.Tensor | None = None  # [r, taps * H] features not yet in the static cache
         self._graph_out: dict[str, torch.Tensor] | None = None
 
@@ -88,7 +89,7 @@ class BlockDrafter(StaticDraftPath):
     @property
     def uses_cuda_graphs(self) -> bool:
         """Whether rounds replay CUDA graphs (after :meth:`enable_cuda_graphs`) (bool)."""
-        return self._graphs is not None
+        return self._graphs is not None and self._graphs.capture
 
     def reset(self) -> None:
         """Start a request: empty the draft cache (the static cache keeps its buffers) and drop pending features.

@@ -1,12 +1,14 @@
 """The fixed-shape draft step: a :class:`StaticDraftKVCache`, and feature ingestion + block forward +
 the drafter's per-round head as one body per count of new context rows, run eagerly or replayed as a
-CUDA graph with the row count held on the device (no host sync)."""
+CUDA graph by :class:`~specdec.models.graphs.StaticGraphs` with the row count held on the device (no
+host sync)."""
 
 from __future__ import annotations
 
 import torch
 
 from specdec.drafters.block.cache import DraftKVCache, StaticDraftKVCache
+from specdec.models.graphs import StaticGraphs
 
 __all__ = ["StaticDraftPath"]
 
@@ -15,8 +17,9 @@ class StaticDraftPath:
     """The static (CUDA-graph) path of :class:`~specdec.drafters.block.drafter.BlockDrafter`.
 
     Reads the drafter's ``model``, ``cfg``, ``embed`` and ``max_draft_tokens``; owns ``_static`` (the
-    cache), ``_max_new_rows``, ``_graphs`` (new-row count -> captured graph), ``_pending`` (features
-    not yet in the cache) and ``_graph_out`` (the body's outputs of the current round).
+    cache), ``_max_new_rows``, ``_graphs`` (the :class:`StaticGraphs` keyed by new-row count; its
+    ``length`` is the cached row count the body reads), ``_pending`` (features not yet in the cache)
+    and ``_graph_out`` (the body's outputs of the current round).
     """
 
     def enable_static_cache(self, max_context: int, *, max_new_rows: int | None = None) -> None:
@@ -30,23 +33,7 @@ class StaticDraftPath:
         Example:
             >>> drafter.enable_static_cache(4096)          # doctest: +SKIP
         """
-        if max_new_rows is None:
-            max_new_rows = self.max_draft_tokens + 1
-        if isinstance(max_new_rows, bool) or not isinstance(max_new_rows, int) or max_new_rows < 0:
-            raise ValueError(f"max_new_rows: expected an int >= 0, got {max_new_rows!r}")
-        weight = self.model.fc.weight
-        cfg = self.cfg
-        self._static = StaticDraftKVCache(
-            cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context=max_context, block_size=cfg.block_size,
-            dtype=weight.dtype, device=weight.device,
-        )
-        self.cache = self._static
-        self._max_new_rows = max_new_rows
-        self._graphs = None
-        self._pending = None
-        self._graph_out = None
-        # the masked rows of every block, embedded at the anchor's side in the body
-        self._mask_ids = torch.full((cfg.block_size - 1,), cfg.mask_token_id, dtype=torch.long, device=weight.device)
+        self._enable_static(max_context, max_new_rows, capture=False)
 
     @torch.no_grad()
     def enable_cuda_graphs(self, max_context: int, *, max_new_rows: int | None = None) -> None:
@@ -60,11 +47,29 @@ class StaticDraftPath:
         device = self.model.fc.weight.device
         if device.type != "cuda":
             raise ValueError(f"enable_cuda_graphs: expected a drafter on a CUDA device, got {device}")
-        self.enable_static_cache(max_context, max_new_rows=max_new_rows)
-        graphs = {}
+        self._enable_static(max_context, max_new_rows, capture=True)
+        # on the empty cache of enable time the warm-ups, the capture and its replay only write scratch slots
         for rows in range(self._max_new_rows + 1):
-            graphs[rows] = self._capture(rows)
-        self._graphs = graphs
+            self._graphs.run(rows, self._round_body(rows))
+
+    def _enable_static(self, max_context: int, max_new_rows: int | None, *, capture: bool) -> None:
+        if max_new_rows is None:
+            max_new_rows = self.max_draft_tokens + 1
+        if isinstance(max_new_rows, bool) or not isinstance(max_new_rows, int) or max_new_rows < 0:
+            raise ValueError(f"max_new_rows: expected an int >= 0, got {max_new_rows!r}")
+        weight = self.model.fc.weight
+        cfg = self.cfg
+        self._static = StaticDraftKVCache(
+            cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context=max_context, block_size=cfg.block_size,
+            dtype=weight.dtype, device=weight.device,
+        )
+        self.cache = self._static
+        self._max_new_rows = max_new_rows
+        self._graphs = StaticGraphs(weight.device, capture=capture)
+        self._pending = None
+        self._graph_out = None
+        # the masked rows of every block, embedded at the anchor's side in the body
+        self._mask_ids = torch.full((cfg.block_size - 1,), cfg.mask_token_id, dtype=torch.long, device=weight.device)
 
     def disable_static_cache(self) -> None:
         """Back to the dynamic (reference) path with an empty cache; drops the graphs."""
@@ -96,27 +101,20 @@ class StaticDraftPath:
         runs: fixed-shape, no host sync, no randomness. Default: nothing."""
         return {}
 
-    def _capture(self, rows: int):
-        device = self.model.fc.weight.device
+    def _round_buffers(self, rows: int) -> dict[str, torch.Tensor]:
+        """The static inputs of the ``rows``-row body: ``feats [rows, taps * H]`` and ``anchor [1]``."""
         taps = len(self.target_layer_ids)
-        static = {
-            "feats": torch.zeros(rows, taps * self.cfg.hidden_size, dtype=self.model.fc.weight.dtype, device=device),
-            "start": torch.zeros((), dtype=torch.long, device=device),
-            "anchor": torch.zeros(1, dtype=torch.long, device=device),
-        }
-        args = (static["feats"] if rows else None, static["start"], static["anchor"])
-        # warm-up on a side stream (allocator, kernel selection), then capture; on the empty cache of
-        # enable time these only write scratch slots
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._static_body(*args)
-        torch.cuda.current_stream(device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = self._static_body(*args)
-        return graph, static, out
+        dtype = self.model.fc.weight.dtype
+        return self._graphs.buffers(rows, lambda: {
+            "feats": torch.zeros(rows, taps * self.cfg.hidden_size, dtype=dtype),
+            "anchor": torch.zeros(1, dtype=torch.long),
+        })
+
+    def _round_body(self, rows: int):
+        """The body of a round with ``rows`` new feature rows, on its static buffers; the cached row
+        count is ``self._graphs.length``."""
+        static, graphs = self._round_buffers(rows), self._graphs
+        return lambda: self._static_body(static["feats"] if rows else None, graphs.length, static["anchor"])
 
     def _run_static(self, context: torch.Tensor) -> dict[str, torch.Tensor]:
         """Ingest the pending rows and run the block on the static path (a replay, or the body eagerly)."""
@@ -130,16 +128,12 @@ class StaticDraftPath:
             self.model.append_context_static(cache, self.model.project_context(feats), torch.full((), start, dtype=torch.long, device=device))
             start, feats, rows = start + rows, None, 0
         cache.length = start + rows
-        anchor = context[-1:].to(device)
-        if self._graphs is None:
-            return self._static_body(feats, torch.full((), start, dtype=torch.long, device=device), anchor)
-        graph, static, out = self._graphs[rows]
+        static = self._round_buffers(rows)
         if rows:
             static["feats"].copy_(feats)
-        static["start"].fill_(start)
-        static["anchor"].copy_(anchor)
-        graph.replay()
-        return out
+        static["anchor"].copy_(context[-1:])
+        self._graphs.set_length(start)
+        return self._graphs.run(rows, self._round_body(rows))
 
     def _flush_pending(self) -> None:
         """Project pending feature rows into the static cache without running a block (k = 0 rounds)."""

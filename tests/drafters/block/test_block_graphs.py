@@ -21,6 +21,7 @@ from specdec.drafters.block import (
     fixture_config,
     random_block_model,
 )
+from specdec.models.graphs import StaticGraphs
 from specdec.testing import tiny_target
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import TreeVerifier
@@ -209,6 +210,37 @@ def test_graph_outputs_are_used_and_checked(target, monkeypatch):
     monkeypatch.setattr(DFlash2Drafter, "_graph_head", skewed)
     _, bad = _drive([dynamic, static], target, greedy)
     assert any(not torch.equal(p.tokens, q.tokens) for (p, _), (q, _) in zip(ref, bad))
+
+
+@pytest.mark.parametrize("case", ["dflash-full", "dflash2", "dspark"])
+def test_static_rounds_run_through_the_graphs_helper(case, target, monkeypatch):
+    """Each round with a block is one ``StaticGraphs.run`` keyed by its new-row count, whose body reads the
+    static buffers and the helper's device row count: the body a CUDA graph captures, run eagerly here."""
+    dynamic, static = _pair(case, target)
+    assert isinstance(static._graphs, StaticGraphs) and not static._graphs.capture and not static.uses_cuda_graphs
+    keys = []
+    original = StaticGraphs.run
+
+    def run(self, key, body):
+        keys.append(key)
+        buf = self.buffers(key, lambda: pytest.fail(f"the round's buffers of key {key} were not made before its run"))
+        assert int(self.length) == static.cache.length - key  # the rows cached before this round's
+        live = {name: t.clone() for name, t in buf.items()}
+        # the body must read the buffers: other features and another anchor must change the result
+        buf["feats"].fill_(3.0)
+        buf["anchor"].add_(1).remainder_(target.vocab_size)
+        bad = body()["hidden"].clone()  # writes the rows the real run writes again
+        for name, t in buf.items():
+            t.copy_(live[name])
+        out = original(self, key, body)
+        assert not torch.equal(bad, out["hidden"])
+        return out
+
+    monkeypatch.setattr(StaticGraphs, "run", run)
+    max_new = static.max_draft_tokens + 1
+    ref, got = _drive([dynamic, static], target, SamplingConfig())
+    assert all(torch.equal(p.tokens, q.tokens) for (p, _), (q, _) in zip(ref, got))
+    assert len(keys) == len(got) and set(keys) <= set(range(max_new + 1)) and {0, 1, max_new} <= set(keys)
 
 
 def test_rope_frequencies_stay_float32_in_bf16(target):
