@@ -149,14 +149,11 @@ class DSparkDrafter(BlockDrafter):
             t = self.confidence_temperatures
             self._graph_temperatures.copy_(torch.ones(self.max_draft_tokens) if t is None else t)
 
-    def enable_static_cache(self, max_context: int, *, max_new_rows: int | None = None) -> None:
-        """:meth:`~specdec.drafters.block.graphs.StaticDraftPath.enable_static_cache`; the static body (and so each
-        CUDA graph) also runs the greedy sequential walk and the confidence head (:meth:`_graph_head`).
-
-        Example:
-            >>> drafter.enable_static_cache(4096)          # doctest: +SKIP
-        """
-        super().enable_static_cache(max_context, max_new_rows=max_new_rows)
+    def _enable_static(self, max_context: int, max_new_rows: int | None, *, capture: bool) -> None:
+        # Both enable_static_cache and enable_cuda_graphs come through here, before any capture: the
+        # static body (and so each CUDA graph) also runs the greedy sequential walk and the confidence
+        # head (_graph_head), which divide by these device-side temperatures.
+        super()._enable_static(max_context, max_new_rows, capture=capture)
         self._graph_temperatures = torch.ones(self.max_draft_tokens, dtype=torch.float32, device=self.model.fc.weight.device)
         self._sync_graph_temperatures()
 
