@@ -154,7 +154,15 @@ class DSparkDrafter(BlockDrafter):
         CUDA graph) also runs the greedy sequential walk and the confidence head (:meth:`_graph_head`).
 
         Example:
-            >>> drafter.enable_static_cache(4096)          # doctest: +SKIP
+            >>> import specdec as sd
+            >>> from specdec.drafters.block import fixture_config, random_block_model
+            >>> from specdec.testing import tiny_target
+            >>> target, prompt = tiny_target(seed=0), torch.tensor([[1, 2, 3]])
+            >>> drafter = DSparkDrafter(random_block_model(fixture_config("Qwen3DSparkModel", target), target), target)
+            >>> drafter.enable_static_cache(64)
+            >>> out = sd.generate(target, prompt, 16, drafter=drafter, num_draft_tokens=drafter.max_draft_tokens)
+            >>> torch.equal(out.tokens, sd.generate(target, prompt, 16).tokens)
+            True
         """
         super().enable_static_cache(max_context, max_new_rows=max_new_rows)
         self._graph_temperatures = torch.ones(self.max_draft_tokens, dtype=torch.float32, device=self.model.fc.weight.device)
