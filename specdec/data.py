@@ -58,8 +58,8 @@ def smollm2_checkpoint(progress: bool = True) -> Path:
     return the cached folder at once. The folder is ``cache_dir() / "smollm2-135m-instruct-q4_1"``.
 
     Example:
-        >>> folder = smollm2_checkpoint(progress=False)          # doctest: +SKIP
-        >>> sorted(p.name for p in folder.iterdir())              # doctest: +SKIP
+        >>> folder = smollm2_checkpoint(progress=False)  # real GGUF, ~20 s on first use  # doctest: +SKIP
+        >>> sorted(p.name for p in folder.iterdir())  # needs the folder above  # doctest: +SKIP
         ['chat_template.jinja', 'config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']
     """
     folder = cache_dir() / "smollm2-135m-instruct-q4_1"
@@ -75,7 +75,8 @@ def convert_gguf_checkpoint(gguf: str | Path, folder: str | Path, *, progress: b
     temporary name and renamed at the end, so an interrupted conversion never looks finished.
 
     Example:
-        >>> convert_gguf_checkpoint("SmolLM2-135M-Instruct.Q4_1.gguf", "/tmp/smollm2")   # doctest: +SKIP
+        >>> convert_gguf_checkpoint(  # needs that GGUF file; ~20 s  # doctest: +SKIP
+        ...     "SmolLM2-135M-Instruct.Q4_1.gguf", "/tmp/smollm2")
         PosixPath('/tmp/smollm2')
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -113,8 +114,8 @@ def smollm2_tokenizer():
     """The SmolLM2-135M-Instruct tokenizer (from the converted checkpoint folder, built on first use).
 
     Example:
-        >>> tokenizer = smollm2_tokenizer()                       # doctest: +SKIP
-        >>> tokenizer("def f():").input_ids[:1]                   # doctest: +SKIP
+        >>> tokenizer = smollm2_tokenizer()  # real GGUF, ~20 s on first use  # doctest: +SKIP
+        >>> tokenizer("def f():").input_ids[:1]  # needs the tokenizer above  # doctest: +SKIP
         [1604]
     """
     from transformers import AutoTokenizer
@@ -128,8 +129,8 @@ def smollm2_target(*, dtype: torch.dtype = torch.float32, device: str | torch.de
     30 layers, hidden size 576, vocabulary 49152; takes ``[B, T]`` int64 token ids.
 
     Example:
-        >>> target = smollm2_target(progress=False)                                    # doctest: +SKIP
-        >>> target.vocab_size, target.config.num_layers, target.config.hidden_size      # doctest: +SKIP
+        >>> target = smollm2_target(progress=False)  # loads the real 135M model  # doctest: +SKIP
+        >>> target.vocab_size, target.config.num_layers, target.config.hidden_size  # needs the model above  # doctest: +SKIP
         (49152, 30, 576)
     """
     from specdec.models import load_target
@@ -146,7 +147,8 @@ def smollm2_drafter_path() -> Path:
 
     Example:
         >>> from specdec.drafters import DFlashDrafter
-        >>> drafter = DFlashDrafter.from_pretrained(smollm2_drafter_path(), smollm2_target())   # doctest: +SKIP
+        >>> target = smollm2_target()  # loads the real 135M model  # doctest: +SKIP
+        >>> drafter = DFlashDrafter.from_pretrained(smollm2_drafter_path(), target)  # needs the model above  # doctest: +SKIP
     """
     path = Path(__file__).parent / "assets" / "smollm2_135m_dflash"
     if not (path / "model.safetensors").exists():
@@ -189,8 +191,8 @@ def chat_prompt_ids(tokenizer, code_prompt: str) -> torch.Tensor:
     The chat template's generation prompt is appended, so the ids end where the assistant's answer starts.
 
     Example:
-        >>> ids = chat_prompt_ids(smollm2_tokenizer(), humaneval_prompts([0])[0])       # doctest: +SKIP
-        >>> ids.shape, ids.dtype                                                        # doctest: +SKIP
+        >>> ids = chat_prompt_ids(smollm2_tokenizer(), humaneval_prompts([0])[0])  # real GGUF, ~20 s  # doctest: +SKIP
+        >>> ids.shape, ids.dtype  # needs the ids above  # doctest: +SKIP
         (torch.Size([1, 162]), torch.int64)
     """
     messages = [{"role": "user", "content": "Complete this Python function:\n\n" + code_prompt}]

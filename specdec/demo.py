@@ -74,6 +74,11 @@ def _same(a, b) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m specdec demo [--prompts N] [--max-new-tokens N] [--draft-tokens N] [--device D]``: run
+    :func:`run_demo`; returns 0 when every speculative output is identical to the AR one, else 1.
+
+    Needs the SmolLM2-135M GGUF and the HumanEval prompts installed (see :mod:`specdec.data`).
+    """
     parser = argparse.ArgumentParser(prog="python -m specdec demo", description=__doc__)
     parser.add_argument("--prompts", type=int, default=3, help="HumanEval problems to decode (default 3)")
     parser.add_argument("--max-new-tokens", type=int, default=96)

@@ -30,6 +30,7 @@ class TokenForcingChecker:
         z: normal quantile of the intervals (95% two-sided by default).
 
     Example:
+        >>> import specdec as sd
         >>> from specdec.testing import tiny_target
         >>> from specdec.testing.faults import LogitBiasFault
         >>> stock = tiny_target(seed=0, max_seq_len=256)

@@ -132,6 +132,8 @@ class ForcingReport:
         settings: the checker's settings.
 
     Example:
+        >>> import specdec as sd
+        >>> from specdec.forcing import TokenForcingChecker
         >>> from specdec.testing import tiny_target
         >>> stock = tiny_target(seed=0, max_seq_len=128)
         >>> prompts = torch.tensor([[1, 2, 3]])

@@ -58,6 +58,7 @@ def teacher_force(stock, prompt: torch.Tensor, output: torch.Tensor, *, chunk_si
         :class:`ForcedPositions` on the stock's device.
 
     Example:
+        >>> import specdec as sd
         >>> from specdec.testing import tiny_target
         >>> stock = tiny_target(seed=0)
         >>> prompt = torch.tensor([1, 2, 3])
@@ -111,6 +112,7 @@ class ScoredRun:
         tokens: ``S`` CPU tensors ``prompt + output``, for the context of events.
 
     Example:
+        >>> import specdec as sd
         >>> from specdec.testing import tiny_target
         >>> stock = tiny_target(seed=0)
         >>> prompt = torch.tensor([1, 2, 3]); out = sd.generate(stock, prompt[None], 4).tokens[0]
@@ -223,8 +225,10 @@ class NullCalibration:
 
     @property
     def num_tokens(self) -> int:
+        """Positions scored in the null run (int); see the class example."""
         return int(self.scored.margin.numel())
 
     @property
     def num_mismatches(self) -> int:
+        """Null positions whose emitted token is not a stock argmax (int); see the class example."""
         return int(self.scored.mismatch.sum())

@@ -474,12 +474,13 @@ def decode_tiles(w: W12Tensor, *, mode: str = "exact", config: W12KernelConfig |
     """The weight ``[N, K]`` as the W12 GEMM kernel's registers hold it before ``tl.dot`` (tests only).
 
     ``mode`` "exact" must equal ``w.to_bf16()`` bit for bit, "q" ``w.q_view()``, "rebias" the weights
-    times ``2^(112 - base)``. See :func:`specdec.kernels.w12_gemm.decode_w12_tiles`.
+    times ``2^(112 - base)``. See :func:`specdec.kernels.w12_gemm.decode_w12_tiles`. Runs the Triton kernel: on
+    CUDA tensors, or on CPU tensors under ``TRITON_INTERPRET=1`` as in this example.
 
     Example::
 
         >>> w = torch.tensor([[1.0, 0.0]], dtype=torch.bfloat16)
-        >>> decode_tiles(W12Tensor.from_bf16(w))  # doctest: +SKIP
+        >>> decode_tiles(W12Tensor.from_bf16(w))
         tensor([[1., 0.]], dtype=torch.bfloat16)
     """
     if not isinstance(w, W12Tensor):

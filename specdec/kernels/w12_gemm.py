@@ -17,6 +17,9 @@ derives it): the AE plane ``ae`` uint8 ``[N, k_padded]``, the nibble plane ``nib
 Their pure-PyTorch references decode the planes and call ``F.linear``
 (``specdec.formats.w12_linear(..., backend="torch")``).
 
+The examples below use CPU tensors, which the kernels accept under ``TRITON_INTERPRET=1`` (the test
+suite's setting); on a GPU, pass CUDA tensors.
+
 Kernel structure: swap-AB skinny GEMM, the weight tile ``[BLOCK_N, BLOCK_K]`` is the left operand and
 ``x^T [BLOCK_K, BLOCK_M]`` the right one, so M (tokens) may be as small as 1 with a 16-wide tile.
 Grid ``(N tiles, split_k, M tiles)``; with split-K the fp32 partials go to a workspace and a second
@@ -554,7 +557,7 @@ def w12_matmul(
         >>> rows, cols = torch.tensor([0], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)
         >>> zero_bits = torch.tensor([0], dtype=torch.int16)
         >>> x = torch.ones(1, 8, dtype=torch.bfloat16)
-        >>> w12_matmul(x, ae, nib, base, rows, cols, zero_bits, k=8)  # doctest: +SKIP
+        >>> w12_matmul(x, ae, nib, base, rows, cols, zero_bits, k=8)
         tensor([[7.]], dtype=torch.bfloat16)
     """
     n, _ = _check_planes(ae, nib, base, k)
@@ -588,7 +591,7 @@ def q_matmul(
         Eight weights 1.0 read as ``1 + 8/128`` (the midpoint nibble):
 
         >>> ae, base = torch.zeros(1, 8, dtype=torch.uint8), torch.tensor([127], dtype=torch.uint8)
-        >>> q_matmul(torch.ones(1, 8, dtype=torch.bfloat16), ae, base, k=8)  # doctest: +SKIP
+        >>> q_matmul(torch.ones(1, 8, dtype=torch.bfloat16), ae, base, k=8)
         tensor([[8.5000]], dtype=torch.bfloat16)
     """
     n, _ = _check_planes(ae, None, base, k)
@@ -620,7 +623,7 @@ def decode_w12_tiles(
         >>> ae, nib = torch.zeros(1, 8, dtype=torch.uint8), torch.zeros(1, 4, dtype=torch.uint8)
         >>> base = torch.tensor([127], dtype=torch.uint8)
         >>> no_rows = no_cols = torch.zeros(0, dtype=torch.int32)
-        >>> decode_w12_tiles(ae, nib, base, no_rows, no_cols, torch.zeros(0, dtype=torch.int16), k=3)  # doctest: +SKIP
+        >>> decode_w12_tiles(ae, nib, base, no_rows, no_cols, torch.zeros(0, dtype=torch.int16), k=3)
         tensor([[1., 1., 1.]], dtype=torch.bfloat16)
     """
     if mode not in ("exact", "rebias", "q"):
@@ -648,7 +651,7 @@ def bf16_linear_triton(
     Example::
 
         >>> w = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
-        >>> bf16_linear_triton(torch.ones(1, 2, dtype=torch.bfloat16), w)  # doctest: +SKIP
+        >>> bf16_linear_triton(torch.ones(1, 2, dtype=torch.bfloat16), w)
         tensor([[3.]], dtype=torch.bfloat16)
     """
     if weight.dtype != torch.bfloat16 or weight.dim() != 2 or weight.stride(1) != 1:

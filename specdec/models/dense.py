@@ -31,12 +31,20 @@ def load_weights(module: nn.Module, state: dict[str, torch.Tensor], *, tied: boo
 
 
 class RMSNorm(nn.Module):
+    """RMSNorm over the last dimension, normalised in fp32, then scaled by ``weight [dim]`` (Llama / Qwen).
+
+    Example:
+        >>> RMSNorm(4, eps=0.0)(torch.tensor([[2.0, -2.0, 2.0, -2.0]])).detach()
+        tensor([[ 1., -1.,  1., -1.]])
+    """
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., dim]`` -> ``weight * x / rms(x)``, ``[..., dim]`` in ``x``'s dtype."""
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -91,6 +99,19 @@ def compact_kv(k_caches, v_caches, length: int, accepted: torch.Tensor) -> None:
 
 
 class Attention(nn.Module):
+    """Grouped-query attention with fused q/k/v, optional q/k RMSNorm (Qwen3) and RoPE, on a static KV cache.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> cfg = tiny_target(seed=0).config                     # 4 heads, 2 kv heads, head_dim 8
+        >>> attn = Attention(cfg)
+        >>> T = 3; cos, sin = torch.ones(1, 1, T, 8), torch.zeros(1, 1, T, 8)       # RoPE at position 0
+        >>> k_cache, v_cache = torch.zeros(1, 2, T, 8), torch.zeros(1, 2, T, 8)
+        >>> out = attn(torch.randn(1, T, 32), cos, sin, k_cache, v_cache, torch.arange(T), prefix_attention_mask(0, T, None, "cpu"))
+        >>> out.shape, bool(k_cache.any())
+        (torch.Size([1, 3, 32]), True)
+    """
+
     def __init__(self, cfg: TargetConfig):
         super().__init__()
         self.cfg = cfg
@@ -101,6 +122,12 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
 
     def forward(self, x, cos, sin, k_cache, v_cache, slots, attn_mask):
+        """``x [B, T, hidden_size]`` -> ``[B, T, hidden_size]``; writes the new rows' K/V into the cache.
+
+        Args:
+            cos, sin: ``[1, 1, T, head_dim]`` RoPE tables of the rows' positions.
+            k_cache, v_cache, slots, attn_mask: as for :func:`cached_attention`.
+        """
         cfg = self.cfg
         bsz, seqlen, _ = x.shape
         q, k, v = self.wqkv(x).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
@@ -116,17 +143,37 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    """SwiGLU MLP, ``w2(silu(gate) * up)``, with the gate and up projections fused into one ``w13``.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> MLP(tiny_target(seed=0).config)(torch.randn(1, 3, 32)).shape
+        torch.Size([1, 3, 32])
+    """
+
     def __init__(self, cfg: TargetConfig):
         super().__init__()
         self.w13 = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)  # gate and up, fused
         self.w2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., hidden_size]`` -> ``[..., hidden_size]``."""
         gate, up = self.w13(x).chunk(2, dim=-1)
         return self.w2(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
+    """Pre-norm decoder layer: ``x + attn(norm(x))``, then ``+ mlp(norm(x))``.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> layer = DecoderLayer(tiny_target(seed=0).config)
+        >>> T = 2; cos, sin = torch.ones(1, 1, T, 8), torch.zeros(1, 1, T, 8)
+        >>> k_cache, v_cache = torch.zeros(1, 2, T, 8), torch.zeros(1, 2, T, 8)
+        >>> layer(torch.randn(1, T, 32), cos, sin, k_cache, v_cache, torch.arange(T), prefix_attention_mask(0, T, None, "cpu")).shape
+        torch.Size([1, 2, 32])
+    """
+
     def __init__(self, cfg: TargetConfig):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -135,6 +182,7 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, cos, sin, k_cache, v_cache, slots, attn_mask):
+        """``x [B, T, hidden_size]`` -> ``[B, T, hidden_size]``; arguments as for :meth:`Attention.forward`."""
         x = x + self.attn(self.attn_norm(x), cos, sin, k_cache, v_cache, slots, attn_mask)
         return x + self.mlp(self.mlp_norm(x))
 

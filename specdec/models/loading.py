@@ -89,8 +89,12 @@ def random_target(
     through the depth and the logits are not flat.
 
     Example:
+        >>> from specdec.testing import tiny_target
+        >>> small = random_target(tiny_target(seed=0).config, dtype=torch.float32, device="cpu", max_seq_len=64)
+        >>> small(torch.tensor([[1, 2]])).logits.shape
+        torch.Size([1, 2, 97])
         >>> from specdec.models.shapes import QWEN3_8B
-        >>> target = random_target(QWEN3_8B, device=device)    # doctest: +SKIP
+        >>> target = random_target(QWEN3_8B, device="cuda")    # 16 GB of bf16 weights on a GPU  # doctest: +SKIP
     """
     target = empty_target(cfg, dtype=dtype, device=device, max_seq_len=max_seq_len)
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -140,7 +144,7 @@ def read_gguf_architecture(path: str | os.PathLike) -> str:
     """The ``general.architecture`` field of a GGUF file (``"llama"``, ``"qwen3"``, ...), read with ``gguf``.
 
     Example:
-        >>> read_gguf_architecture("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
+        >>> read_gguf_architecture("SmolLM2-135M-Instruct.Q4_1.gguf")  # needs that GGUF file on disk  # doctest: +SKIP
         'llama'
     """
     try:
@@ -222,8 +226,17 @@ def load_target(
         a :class:`specdec.models.DenseTarget` with an empty cache.
 
     Example:
-        >>> target = sd.load_target("path/to/SmolLM2-135M")  # doctest: +SKIP
-        >>> target = sd.load_target("path/to/SmolLM2-135M", dtype=torch.float32, device="cpu")  # doctest: +SKIP
+        >>> import tempfile
+        >>> import specdec as sd
+        >>> from specdec.testing import tiny_hf_model
+        >>> hf = tiny_hf_model("qwen3", seed=0)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = save_hf_checkpoint(hf, folder)
+        ...     target = sd.load_target(folder, dtype=torch.float32, device="cpu", progress=False)
+        >>> type(target).__name__, target.config.model_type, target.vocab_size
+        ('DenseTarget', 'qwen3', 97)
+        >>> sd.load_target(hf, progress=False).device        # a model object: its own device (dtype float32 off CUDA)
+        device(type='cpu')
     """
     if weight_format not in _WEIGHT_FORMATS:
         raise ValueError(f"weight_format: expected one of {_WEIGHT_FORMATS}, got {weight_format!r}")

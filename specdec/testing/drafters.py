@@ -23,12 +23,13 @@ class ForcedDrafter:
         accept: tokens to have accepted per round (0 forces every round to a miss).
 
     Example:
+        >>> import specdec as sd
         >>> from specdec.testing import tiny_target
         >>> target = tiny_target(seed=0)
-        >>> out = sd.generate(target, torch.tensor([[1, 2, 3]]), 12, drafter=ForcedDrafter(target, accept=2),
-        ...                   num_draft_tokens=4)                          # doctest: +SKIP
-        >>> out.stats.accepted_histogram                                   # doctest: +SKIP
-        [0, 0, 3, ...]
+        >>> out = sd.generate(target, torch.tensor([[1, 2, 3]]), 10, drafter=ForcedDrafter(target, accept=2),
+        ...                   num_draft_tokens=4)
+        >>> out.stats.accepted_histogram          # 1 token from the prefill, then 3 rounds of 2 accepted + 1
+        [0, 0, 3]
     """
 
     def __init__(self, target, accept: int):
@@ -39,9 +40,36 @@ class ForcedDrafter:
         self._oracle = ModelDrafter(copy.deepcopy(target))
 
     def reset(self) -> None:
+        """Start a new request: empty the private target copy's cache.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> ForcedDrafter(tiny_target(seed=0), accept=1).reset()
+        """
         self._oracle.reset()
 
     def propose(self, context, max_tokens, *, sampling, generator) -> DraftProposal:
+        """The target's greedy continuation of ``context``, cut after ``accept`` tokens, then one forced miss.
+
+        ``sampling`` and ``generator`` are accepted for the :class:`~specdec.contracts.Drafter` protocol
+        and not used: the continuation is always the greedy one.
+
+        Args:
+            context: ``[n]`` int64, the request so far.
+            max_tokens: the most tokens to propose.
+
+        Returns:
+            :class:`DraftProposal` with ``tokens [k]``, ``k = min(accept + 1, max_tokens)``, and
+            ``draft_probs=None``: the first ``min(accept, max_tokens)`` tokens are the target's argmax
+            chain; when ``accept < max_tokens`` the last one is ``(argmax + 1) % V``, which differs from it.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> drafter = ForcedDrafter(tiny_target(seed=0), accept=2)
+            >>> drafter.reset()
+            >>> drafter.propose(torch.tensor([1, 2, 3]), 4, sampling=SamplingConfig(), generator=None).tokens
+            tensor([72, 18, 17])
+        """
         greedy = SamplingConfig()
         n_true = min(self.accept, max_tokens)
         # one more than kept: the target's next argmax, which the forced miss must differ from
@@ -67,9 +95,26 @@ class RandomDrafter:
         self.vocab_size = vocab_size
 
     def reset(self) -> None:
-        pass
+        """Nothing to forget: the drafter keeps no state between calls.
+
+        Example:
+            >>> RandomDrafter(vocab_size=10).reset()
+        """
 
     def propose(self, context, max_tokens, *, sampling, generator) -> DraftProposal:
+        """``max_tokens`` ids drawn uniformly from ``[0, vocab_size)`` with ``generator``; ``context`` only sets the device.
+
+        Returns:
+            :class:`DraftProposal` with ``tokens [max_tokens]`` int64 and ``draft_probs [max_tokens, V]``
+            filled with ``1 / V`` (``None`` under greedy ``sampling``).
+
+        Example:
+            >>> p = RandomDrafter(vocab_size=4).propose(torch.tensor([1]), 2, sampling=SamplingConfig(temperature=1.0),
+            ...                                         generator=torch.Generator().manual_seed(0))
+            >>> p.tokens.shape, p.draft_probs
+            (torch.Size([2]), tensor([[0.2500, 0.2500, 0.2500, 0.2500],
+                    [0.2500, 0.2500, 0.2500, 0.2500]]))
+        """
         tokens = torch.randint(0, self.vocab_size, (max_tokens,), generator=generator, device=context.device)
         law = torch.full((max_tokens, self.vocab_size), 1.0 / self.vocab_size, device=context.device)
         return DraftProposal(tokens=tokens, draft_probs=None if sampling.greedy else law)

@@ -44,6 +44,7 @@ class TargetFault:
         after: first generated position at which the fault acts.
 
     Example:
+        >>> import specdec as sd
         >>> from specdec.testing import tiny_target
         >>> wrapped = TargetFault(tiny_target(seed=0))        # no fault: identical outputs
         >>> prompt = torch.tensor([[1, 2, 3]])
@@ -85,25 +86,53 @@ class TargetFault:
 
     @property
     def vocab_size(self) -> int:
+        """The wrapped target's ``V``."""
         return self.target.vocab_size
 
     @property
     def max_seq_len(self) -> int:
+        """The wrapped target's cache capacity in tokens."""
         return self.target.max_seq_len
 
     def reset(self) -> None:
+        """Reset the wrapped target and forget the prompt length (the next forward is a prefill).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> fault = TargetFault(tiny_target(seed=0))
+            >>> _ = fault(torch.tensor([[1, 2, 3]])); fault.commit(3); fault.prompt_len
+            3
+            >>> fault.reset(); fault.length, fault.prompt_len
+            (0, None)
+        """
         self.target.reset()
         self.prompt_len = None
         self._rows = 0
 
     def truncate(self, length: int) -> None:
+        """Roll the wrapped target back to ``length`` committed tokens.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> fault = TargetFault(tiny_target(seed=0))
+            >>> _ = fault(torch.tensor([[1, 2, 3]])); fault.commit(3); fault.truncate(1); fault.length
+            1
+        """
         self.target.truncate(length)
 
     def room(self) -> int:
+        """Tokens that still fit in the wrapped target's cache.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> TargetFault(tiny_target(seed=0, max_seq_len=64)).room()
+            64
+        """
         return self.target.room()
 
     @property
     def supports_trees(self) -> bool:
+        """Whether the wrapped target accepts tree plans."""
         return self.target.supports_trees
 
     def __call__(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
@@ -114,6 +143,14 @@ class TargetFault:
         return self.forward(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents)
 
     def discard(self) -> None:
+        """Drop the scratch rows of the last forward of the wrapped target.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> fault = TargetFault(tiny_target(seed=0))
+            >>> _ = fault(torch.tensor([[1, 2, 3]])); fault.discard(); fault.length
+            0
+        """
         self.target.discard()
 
     def _default_positions(self, tokens: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
@@ -129,11 +166,31 @@ class TargetFault:
         return generated >= self.after
 
     def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
+        """The wrapped target's forward, unchanged; the first forward after :meth:`reset` sets ``prompt_len``.
+
+        Arguments and result are those of :meth:`specdec.contracts.Target.forward`: ``tokens [1, T]``,
+        ``positions [1, T]``, ``mask [T, T]``, ``tree_parents [T]``; logits ``[1, T, V]``.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> fault = TargetFault(tiny_target(seed=0))
+            >>> out = fault.forward(torch.tensor([[1, 2, 3]]), hidden_layers=(0,))
+            >>> out.logits.shape, out.hidden[0].shape, fault.prompt_len
+            (torch.Size([1, 3, 97]), torch.Size([1, 3, 32]), 3)
+        """
         self.active_rows(tokens, positions)
         self._rows = tokens.shape[1]
         return self.target(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
 
     def commit(self, accepted) -> None:
+        """Commit on the wrapped target: an int ``n`` keeps the first ``n`` rows, an int64 ``[n]`` those rows.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> fault = TargetFault(tiny_target(seed=0))
+            >>> _ = fault(torch.tensor([[1, 2, 3]])); fault.commit(torch.tensor([0, 2])); fault.length
+            2
+        """
         self.target.commit(accepted)
 
 
@@ -170,6 +227,18 @@ class LogitBiasFault(TargetFault):
         self.every = _check_int("every", every, 1)
 
     def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
+        """The wrapped forward, then ``+bias`` on ids ``0, every, 2 * every, ...`` of the active rows' logits ``[1, T, V]``.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> fault = LogitBiasFault(tiny_target(seed=0), bias=2.0, every=7, after=1)
+            >>> _ = fault(torch.tensor([[1, 2, 3]])); fault.commit(3)   # the prefill decides position 0: clean
+            >>> out = fault(torch.tensor([[4, 5]]))                      # positions 1 and 2: biased
+            >>> ref = fault.target; ref.reset(); _ = ref(torch.tensor([[1, 2, 3]])); ref.commit(3)
+            >>> (out.logits - ref(torch.tensor([[4, 5]])).logits)[0, :, :8].round()   # logit + 2 - logit rounds
+            tensor([[2., 0., 0., 0., 0., 0., 0., 2.],
+                    [2., 0., 0., 0., 0., 0., 0., 2.]])
+        """
         active = self.active_rows(tokens, positions)  # [1, T]
         out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
         vocab = out.logits.shape[-1]
@@ -202,10 +271,21 @@ class LogitNoiseFault(TargetFault):
         self._generator = torch.Generator(device=target.device).manual_seed(seed)
 
     def reset(self) -> None:
+        """:meth:`TargetFault.reset`, and re-seed the noise generator with ``seed`` (see the class example)."""
         super().reset()
         self._generator.manual_seed(self.seed)
 
     def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
+        """The wrapped forward, then ``std * N(0, 1)`` noise on every logit of the active rows (``[1, T, V]``).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> fault = LogitNoiseFault(tiny_target(seed=0), std=1.0, after=0)
+            >>> noisy = fault(torch.tensor([[1, 2]])).logits
+            >>> fault.target.reset(); clean = fault.target(torch.tensor([[1, 2]])).logits
+            >>> (noisy != clean).sum(-1)           # row 0 decides a prompt token, row 1 the first generated one
+            tensor([[ 0, 97]])
+        """
         active = self.active_rows(tokens, positions)
         out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
         noise = torch.randn(out.logits.shape, generator=self._generator, device=out.logits.device, dtype=out.logits.dtype)
@@ -233,6 +313,16 @@ class PositionShiftFault(TargetFault):
         self.shift = shift
 
     def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
+        """The wrapped forward with ``positions [1, T]`` (default ``length + arange(T)``) ``+ shift`` on the active rows.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> fault = PositionShiftFault(tiny_target(seed=0), shift=1, after=0)
+            >>> shifted = fault(torch.tensor([[1, 2, 3]])).logits     # only row 2 decides a generated token
+            >>> fault.target.reset()
+            >>> torch.equal(shifted, fault.target(torch.tensor([[1, 2, 3]]), torch.tensor([[0, 1, 3]])).logits)
+            True
+        """
         active = self.active_rows(tokens, positions)
         shifted = self._default_positions(tokens, positions) + self.shift * active.long()
         self._rows = tokens.shape[1]
@@ -257,6 +347,8 @@ class StaleStateFault(TargetFault):
     """
 
     def commit(self, accepted) -> None:
+        """Commit every row of the last forward when it decides positions ``>= after`` and some were rejected;
+        otherwise commit ``accepted`` as the wrapped target would (see the class example)."""
         rows = self._rows
         kept = accepted if isinstance(accepted, int) else int(accepted.numel())
         if self.prompt_len is not None and self.target.length + 1 - self.prompt_len >= self.after and kept < rows:

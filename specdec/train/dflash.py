@@ -670,8 +670,14 @@ def train_drafter(target, prompts, config: TrainingConfig = TrainingConfig(), *,
         :class:`TrainingHistory`.
 
     Example:
-        >>> model, history = train_drafter(target, prompts, TrainingConfig(steps=100))    # doctest: +SKIP
-        >>> drafter = DFlashDrafter(model, target)                                        # doctest: +SKIP
+        >>> from specdec.drafters import DFlashDrafter
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> prompts = torch.randint(0, 97, (4, 6), generator=torch.Generator().manual_seed(0))
+        >>> model, history = train_drafter(target, prompts, TrainingConfig(block_size=4, steps=2), progress=False)
+        >>> drafter = DFlashDrafter(model, target)
+        >>> len(history.loss), drafter.max_draft_tokens
+        (2, 3)
     """
     if not isinstance(config, TrainingConfig):
         raise TypeError(f"config: expected a TrainingConfig, got {type(config).__name__}")

@@ -16,7 +16,13 @@ def load_drafter(folder, target, **kwargs):
     """The right drafter class for the checkpoint in ``folder`` (by its architecture field).
 
     Example:
-        >>> drafter = load_drafter("path/to/Qwen3-8B-DFlash-b16", target)      # doctest: +SKIP
+        >>> import tempfile
+        >>> from specdec.drafters.block.fixtures import save_fixture
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     type(load_drafter(save_fixture(tmp, "Qwen3DSparkModel", target), target)).__name__
+        'DSparkDrafter'
     """
     cfg = read_drafter_config(json.loads((Path(folder) / "config.json").read_text()))
     if cfg.architecture == DSPARK:

@@ -20,6 +20,12 @@ __all__ = ["BlockDraftModel", "GroupedDynamicCausalConv", "grouped_dynamic_conv"
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``[..., D]`` -> ``[..., D]``: the halves ``(x1, x2)`` of the last dimension become ``(-x2, x1)`` (RoPE's rotation).
+
+    Example:
+        >>> rotate_half(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+        tensor([-3., -4.,  1.,  2.])
+    """
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 

@@ -165,8 +165,12 @@ def save_fixture(folder, architecture: str, target, *, seed: int = 0, scale: flo
         the folder, ready for ``from_pretrained``.
 
     Example:
+        >>> import tempfile
         >>> from specdec.testing import tiny_target
-        >>> folder = save_fixture(tmp_path / "dflash", "DFlashDraftModel", tiny_target(seed=0))   # doctest: +SKIP
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     folder = save_fixture(Path(tmp) / "dflash", "DFlashDraftModel", tiny_target(seed=0))
+        ...     sorted(p.name for p in folder.iterdir())
+        ['config.json', 'model.safetensors']
     """
     from safetensors.torch import save_file
 

@@ -31,7 +31,15 @@ class StaticDraftPath:
         A context longer than ``max_context + 1`` tokens raises ``ValueError`` before any launch.
 
         Example:
-            >>> drafter.enable_static_cache(4096)          # doctest: +SKIP
+            >>> import specdec as sd
+            >>> from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
+            >>> from specdec.testing import tiny_target
+            >>> target, prompt = tiny_target(seed=0), torch.tensor([[1, 2, 3]])
+            >>> drafter = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
+            >>> drafter.enable_static_cache(64)         # eager; enable_cuda_graphs captures the same body
+            >>> out = sd.generate(target, prompt, 16, drafter=drafter, num_draft_tokens=drafter.max_draft_tokens)
+            >>> torch.equal(out.tokens, sd.generate(target, prompt, 16).tokens)
+            True
         """
         self._enable_static(max_context, max_new_rows, capture=False)
 

@@ -43,6 +43,13 @@ class MarkovLaw:
         self.table = scale * torch.randn((vocab_size,) * (order + 1), generator=gen)  # [V]*order + [V]
 
     def key(self, context: Sequence[int]) -> tuple[int, ...]:
+        """The table index of ``context``: its last ``order`` ids, left-padded with 0 (a tuple of ``order`` ints).
+
+        Example:
+            >>> law = MarkovLaw(5, order=2, seed=0)
+            >>> law.key([3, 1, 4]), law.key([4]), law.key(torch.tensor([2, 3]))
+            ((1, 4), (0, 4), (2, 3))
+        """
         tail = [int(t) for t in context][-self.order :]
         return tuple([0] * (self.order - len(tail)) + tail)
 
@@ -59,6 +66,7 @@ class MarkovTarget:
     ``commit(rows)``, ``reset``, ``room``. Positions are accepted and ignored.
 
     Example:
+        >>> import specdec as sd
         >>> target = MarkovTarget(MarkovLaw(7, seed=0), max_seq_len=64)
         >>> out = sd.generate(target, torch.tensor([[1, 2]]), 5, temperature=1.0, seed=0)
         >>> out.tokens.shape
@@ -77,22 +85,44 @@ class MarkovTarget:
 
     @property
     def vocab_size(self) -> int:
+        """The law's ``V``."""
         return self.law.vocab_size
 
     @property
     def length(self) -> int:
+        """Committed tokens."""
         return len(self._tokens)
 
     def reset(self) -> None:
+        """Forget every committed token and the rows of the last forward.
+
+        Example:
+            >>> target = MarkovTarget(MarkovLaw(7, seed=0), max_seq_len=16)
+            >>> _ = target.forward(torch.tensor([[1, 2]])); target.commit(2); target.reset(); target.length
+            0
+        """
         self._tokens = []
         self._last, self._last_tokens = [], []
 
     def truncate(self, length: int) -> None:
+        """Keep the first ``length`` committed tokens (``0 <= length <= self.length``, else ``ValueError``).
+
+        Example:
+            >>> target = MarkovTarget(MarkovLaw(7, seed=0), max_seq_len=16)
+            >>> _ = target.forward(torch.tensor([[1, 2, 3]])); target.commit(3); target.truncate(1); target.length
+            1
+        """
         if not 0 <= length <= self.length:
             raise ValueError(f"length: expected 0 <= length <= {self.length}, got {length}")
         del self._tokens[length:]
 
     def room(self) -> int:
+        """Tokens that still fit: ``max_seq_len - length``.
+
+        Example:
+            >>> MarkovTarget(MarkovLaw(7, seed=0), max_seq_len=16).room()
+            16
+        """
         return self.max_seq_len - self.length
 
     @property
@@ -117,6 +147,27 @@ class MarkovTarget:
         self._last, self._last_tokens = [], []
 
     def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None):
+        """Logits of ``T`` new rows after the committed tokens; nothing is committed until :meth:`commit`.
+
+        Args:
+            tokens: ``[1, T]`` int64 (else ``TypeError``); ``length + T <= max_seq_len`` (else ``ValueError``).
+            positions: ignored (the law does not depend on positions).
+            mask: ``[T, T]`` bool tree mask, or ``None`` for causal rows. Under a mask, row ``t``'s context is
+                the committed tokens, then its ancestors (its nearest allowed earlier rows), then itself.
+            hidden_layers, tree_parents: accepted for the protocol's signature and ignored.
+
+        Returns:
+            :class:`TargetOutput` with float32 ``logits [1, T, V]`` (row ``t``: the law after row ``t``'s
+            context) and ``hidden=()``.
+
+        Example:
+            >>> target = MarkovTarget(MarkovLaw(7, seed=0), max_seq_len=16)
+            >>> _ = target.forward(torch.tensor([[1]])); target.commit(1)
+            >>> tree = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]]).bool()      # rows 1 and 2 are children of row 0
+            >>> out = target.forward(torch.tensor([[4, 5, 6]]), mask=tree)
+            >>> out.logits.shape, torch.equal(out.logits[0, 2], target.law((4, 6)))
+            (torch.Size([1, 3, 7]), True)
+        """
         if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != 1 or tokens.dtype != torch.long:
             raise TypeError(f"tokens: expected int64 [1, T], got {getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
         rows = tokens[0].tolist()
@@ -148,6 +199,13 @@ class MarkovTarget:
         return TargetOutput(logits=logits[None].float(), hidden=())
 
     def commit(self, accepted) -> None:
+        """Keep rows of the last forward: an int ``n`` keeps the first ``n``, an int64 tensor ``[n]`` those rows.
+
+        Example:
+            >>> target = MarkovTarget(MarkovLaw(7, seed=0), max_seq_len=16)
+            >>> _ = target.forward(torch.tensor([[4, 5, 6]])); target.commit(torch.tensor([0, 2])); target.length
+            2
+        """
         if isinstance(accepted, int):
             if not 0 <= accepted <= len(self._last_tokens):
                 raise ValueError(f"accepted: expected 0 <= n <= {len(self._last_tokens)}, got {accepted}")
@@ -175,9 +233,32 @@ class MarkovDrafter:
         self.vocab_size = law.vocab_size
 
     def reset(self) -> None:
-        pass
+        """Nothing to forget: the drafter keeps no state between calls.
+
+        Example:
+            >>> MarkovDrafter(MarkovLaw(7, seed=1)).reset()
+        """
 
     def propose(self, context, max_tokens, *, sampling, generator) -> DraftProposal:
+        """``max_tokens`` tokens, each drawn with ``generator`` from the law after the context so far.
+
+        Args:
+            context: ``[n]`` int64, the request so far.
+            max_tokens: tokens to draw.
+            sampling: the request's :class:`~specdec.verify.SamplingConfig`, applied to the law's logits.
+            generator: the RNG of every draw.
+
+        Returns:
+            :class:`DraftProposal` with ``tokens [max_tokens]`` and ``draft_probs [max_tokens, V]``, the
+            law each token was drawn from (one-hot under greedy ``sampling``).
+
+        Example:
+            >>> from specdec.verify import SamplingConfig
+            >>> p = MarkovDrafter(MarkovLaw(7, seed=1)).propose(torch.tensor([1, 2]), 3, sampling=SamplingConfig(),
+            ...                                                 generator=None)
+            >>> p.tokens, p.draft_probs.sum(-1)
+            (tensor([6, 0, 4]), tensor([1., 1., 1.]))
+        """
         ctx = context.tolist()
         tokens, laws = [], []
         for _ in range(max_tokens):

@@ -40,6 +40,7 @@ def sample_continuations(
         ``[num_samples, num_tokens]`` int64 on the CPU.
 
     Example:
+        >>> from specdec.testing.laws import MarkovLaw, MarkovTarget
         >>> target = MarkovTarget(MarkovLaw(4, seed=0), max_seq_len=16)
         >>> sample_continuations(target, (1, 2), 5, 3).shape
         torch.Size([5, 3])
