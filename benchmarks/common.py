@@ -24,8 +24,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -125,7 +126,6 @@ def copy_bandwidth(device: torch.device | str | None = None, *, nbytes: int = 1 
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     ms = median_time_ms(lambda: dst.copy_(src), reps, device=device)
-    del src, dst
     torch.cuda.empty_cache()
     return 2 * nbytes / (ms / 1e3)
 
@@ -190,7 +190,7 @@ def provenance(seed: int | None) -> dict:
         "cuda": torch.version.cuda,
         "seed": seed,
         "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 

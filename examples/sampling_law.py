@@ -4,7 +4,6 @@
 law of the emitted tokens can be computed by enumeration on a small vocabulary -- no sampling noise.
 """
 
-import itertools
 
 import torch
 

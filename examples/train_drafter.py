@@ -13,8 +13,8 @@ import torch
 
 import specdec as sd
 from specdec.drafters import load_drafter
-from specdec.train.dflash import TrainingConfig, init_drafter, plot_history, save, tokens_per_target_pass, train_drafter
 from specdec.testing import tiny_target
+from specdec.train.dflash import TrainingConfig, init_drafter, plot_history, save, tokens_per_target_pass, train_drafter
 
 target = tiny_target(seed=0, vocab_size=8)
 gen = torch.Generator().manual_seed(0)

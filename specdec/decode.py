@@ -7,7 +7,7 @@ the output) lives in :mod:`specdec.generation`.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -8,8 +8,15 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.forcing import runner
-from specdec.forcing import TokenForcingChecker, rate_rule_fails, simulate_power, teacher_force, tokens_needed, wilson_interval
+from specdec.forcing import (
+    TokenForcingChecker,
+    rate_rule_fails,
+    runner,
+    simulate_power,
+    teacher_force,
+    tokens_needed,
+    wilson_interval,
+)
 from specdec.testing import ForcedDrafter, tiny_target
 from specdec.testing.faults import LogitBiasFault, LogitNoiseFault, PositionShiftFault, StaleStateFault, TargetFault
 

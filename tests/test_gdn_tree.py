@@ -16,8 +16,8 @@ import torch
 from transformers.models.qwen3_next import modeling_qwen3_next as hf
 
 from specdec.kernels import gdn
-from specdec.kernels.gdn import wy as wy_mod
 from specdec.kernels.gdn import conv as conv_mod
+from specdec.kernels.gdn import wy as wy_mod
 
 KINDS = ["chain", "star", "forest", "deep", "random", "best_first"]
 

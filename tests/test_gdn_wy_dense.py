@@ -13,10 +13,10 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from test_gdn_tree import assert_matches, make_inputs, make_parents
 
 from specdec.kernels import gdn
 from specdec.kernels.gdn import wy as wy_mod
-from test_gdn_tree import assert_matches, make_inputs, make_parents
 
 
 def _run_dense(q, k, v, g, beta, parents, s0, *, refine=True, use_qk_l2norm=True, scale=None, block_v=64):

@@ -11,11 +11,11 @@ from scipy import stats as scipy_stats
 
 import specdec as sd
 from specdec.drafters.model import ModelDrafter
-from specdec.verify.sampling import logits_to_probs
 from specdec.testing import ForcedDrafter, RandomDrafter, tiny_hf_model, tiny_target
+from specdec.verify.sampling import logits_to_probs
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _target(model_type: str, seed: int, vocab_size: int):
     return tiny_target(model_type, seed=seed, vocab_size=vocab_size, max_seq_len=128)
 
@@ -114,7 +114,7 @@ def test_seeded_sampling_is_reproducible():
 V_SMALL = 6
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _small_target():
     return tiny_target(seed=11, vocab_size=V_SMALL, hidden_size=16, intermediate_size=32, max_seq_len=32)
 

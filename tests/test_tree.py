@@ -93,7 +93,6 @@ class ToyLM:
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """tokens, positions [..., T], mask [T, T] -> logits [..., T, V] (leading dims are independent runs)."""
-        t = tokens.shape[-1]
         hd = self.dim // self.heads
         x = self.emb[tokens]  # [..., T, dim]
         ang = positions.double()[..., None] * self.inv_freq  # [..., T, hd/2]

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specdec as sd
+import specdec.contracts.plan as plan_mod
 import specdec.verify.tree as tree_mod
 import specdec.verify.walks as walks_mod
-import specdec.contracts.plan as plan_mod
 from specdec.drafters.base import DraftProposal
 from specdec.testing import ForcedDrafter, tiny_target
 from specdec.verify.chain import ChainVerifier, chain_laws

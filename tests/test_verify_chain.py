@@ -15,7 +15,7 @@ V = 4  # vocabulary for exact enumeration
 TOL = 1e-6
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _logits(prefix: tuple, salt: int, shape: str = "dense") -> torch.Tensor:
     """A deterministic random next-token logit row for every prefix (a 'model' over sequences)."""
     gen = torch.Generator().manual_seed(hash((salt,) + prefix) % (2**31))
@@ -29,7 +29,7 @@ def _logits(prefix: tuple, salt: int, shape: str = "dense") -> torch.Tensor:
     return logits
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _law(prefix, salt, sampling, shape="dense") -> torch.Tensor:
     return logits_to_probs(_logits(prefix, salt, shape), sampling).double()
 

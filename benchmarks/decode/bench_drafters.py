@@ -44,9 +44,9 @@ import torch
 
 import specdec as sd
 from benchmarks.common import capture_cuda_graph, copy_bandwidth, median_time_ms, provenance, provenance_line, write_json
-from specdec.drafters.block.fixtures import fixture_config
-from specdec.drafters.block import BlockDraftModel, DFlash2Drafter, DFlashDrafter, read_drafter_config
 from specdec.drafters import DSparkDrafter
+from specdec.drafters.block import BlockDraftModel, DFlash2Drafter, DFlashDrafter, read_drafter_config
+from specdec.drafters.block.fixtures import fixture_config
 from specdec.drafters.oracle import PRESETS, OracleDrafter
 from specdec.models import QWEN3_8B, random_target
 from specdec.verify.sampling import SamplingConfig

@@ -45,8 +45,8 @@ import torch
 
 from benchmarks.common import capture_cuda_graph, median_time_ms, provenance, provenance_line, write_json
 from specdec.drafters.base import DraftProposal
-from specdec.models.config import TargetConfig
 from specdec.models import DenseTarget
+from specdec.models.config import TargetConfig
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import Tree, TreeVerifier, best_first_tree, tree_positions
 

@@ -20,8 +20,8 @@ import torch
 
 import specdec as sd
 from benchmarks.common import provenance, provenance_line, write_json
-from specdec.drafters.block.fixtures import save_fixture
 from specdec.drafters import load_drafter
+from specdec.drafters.block.fixtures import save_fixture
 from specdec.testing import tiny_target
 from specdec.verify.sampling import SamplingConfig
 

@@ -339,7 +339,7 @@ def main():
                 layers[l][key].copy_(srcs[l][key])
 
         entry["producer_graph_us"] = graph_time_us(produce, LAYERS)
-        for kind, name in best.items():
+        for name in best.values():
             fn = variants[name][2]
             t = graph_time_us(lambda l, fn=fn: (produce(l), fn(l, outs[l])), LAYERS)
             entry["variants"][name]["hot_graph_us"] = t - entry["producer_graph_us"]
@@ -349,7 +349,6 @@ def main():
             table.append((n, kind, name, rec.get("cold_us", float("nan")), rec.get("graph_us", float("nan")),
                           rec.get("hot_graph_us", float("nan")), rec["bytes_written"], rec["max_rel_err"]))
         write_json(args.out, results, prov, indent=1)
-        del layers, snap, outs
         torch.cuda.empty_cache()
 
     if check_only:

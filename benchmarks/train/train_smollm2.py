@@ -281,7 +281,7 @@ def main() -> int:
     for name, kw in runs.items():
         results[name], _ = run_config(target, eval_ids, n, eos, ar_tokens=ar_out, **kw)
         log(f"{name}: {results[name]['tokens_per_target_pass']:.2f} tok/pass")
-    for name, row in results.items():
+    for row in results.values():
         row["speedup_vs_ar"] = row["tokens_per_second"] / results["AR"]["tokens_per_second"]
     meta["eval"] = {"prompts": f"HumanEval {EVAL_PROBLEMS.start}..{EVAL_PROBLEMS.start + len(eval_ids) - 1} (held out)",
                     "max_new_tokens": n, "dtype": "float32", "results": results}

@@ -19,8 +19,8 @@ acceptance length; each cites its source.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -88,7 +88,7 @@ class AcceptanceProfile:
         return [surv[n] - (surv[n + 1] if n < k else 0.0) for n in range(k + 1)]
 
     @classmethod
-    def from_mean_acceptance(cls, tokens_per_round: float, num_drafts: int, *, source: str, name: str = "") -> "AcceptanceProfile":
+    def from_mean_acceptance(cls, tokens_per_round: float, num_drafts: int, *, source: str, name: str = "") -> AcceptanceProfile:
         """The flat profile (one ``alpha`` at every depth) with ``1 + sum_j alpha^j = tokens_per_round``."""
         if not 1.0 <= tokens_per_round <= num_drafts + 1:
             raise ValueError(f"tokens_per_round: expected a value in [1, {num_drafts + 1}], got {tokens_per_round}")

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import torch
 
 from specdec.contracts.target import check_target
-
 from specdec.forcing.report import MarginEvent
 from specdec.forcing.statistics import large_margin_threshold
 
@@ -216,7 +215,7 @@ class NullCalibration:
     max_null_margin: float
 
     @classmethod
-    def from_run(cls, scored: ScoredRun, *, tau_floor: float, tau_scale: float) -> "NullCalibration":
+    def from_run(cls, scored: ScoredRun, *, tau_floor: float, tau_scale: float) -> NullCalibration:
         """Calibrate ``tau`` from a scored null run (:func:`specdec.forcing.statistics.large_margin_threshold`)."""
         tau, max_margin = large_margin_threshold(scored.margin, tau_floor=tau_floor, tau_scale=tau_scale)
         return cls(scored=scored, tau=tau, max_null_margin=max_margin)

@@ -7,8 +7,8 @@ a list of 1-D prompts that the loop decodes one after another, each exactly as i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

@@ -89,7 +89,7 @@ class GenerationStats:
         self.accepted_histogram[num_accepted] += 1
         self.rounds += 1
 
-    def __add__(self, other: "GenerationStats") -> "GenerationStats":
+    def __add__(self, other: GenerationStats) -> GenerationStats:
         size = max(len(self.accepted_histogram), len(other.accepted_histogram))
         hist = [0] * size
         for h in (self.accepted_histogram, other.accepted_histogram):

@@ -8,7 +8,7 @@ string, and that token is kept whole (the text may run past the stop string insi
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -1,8 +1,8 @@
 """Targets: the lean runtime and its loaders."""
 
-from specdec.models.config import DENSE_MODEL_TYPES, HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
 from specdec.contracts.target import Target, TargetOutput
 from specdec.models.base import LeanTarget
+from specdec.models.config import DENSE_MODEL_TYPES, HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
 from specdec.models.dense import DenseTarget
 from specdec.models.graphs import StaticGraphs
 from specdec.models.hf import HFTarget

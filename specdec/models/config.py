@@ -71,7 +71,7 @@ class TargetConfig:
         return total
 
     @classmethod
-    def from_hf(cls, hf_config: Any) -> "TargetConfig":
+    def from_hf(cls, hf_config: Any) -> TargetConfig:
         """Build from a transformers ``PretrainedConfig`` (or anything with the same attributes)."""
         model_type = getattr(hf_config, "model_type", None)
         if model_type not in DENSE_MODEL_TYPES:

@@ -7,7 +7,7 @@ The whole model is one class described by :class:`TargetConfig`; there is no per
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

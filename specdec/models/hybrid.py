@@ -31,7 +31,8 @@ body reads is a ring slot, so graphs are keyed by slot too: a verifier-only targ
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 

@@ -118,7 +118,7 @@ class HybridConfig:
                 and (layer + 1) % self.decoder_sparse_step == 0)
 
     @classmethod
-    def from_hf(cls, hf_config: Any) -> "HybridConfig":
+    def from_hf(cls, hf_config: Any) -> HybridConfig:
         """Build from a transformers ``Qwen3_5TextConfig`` / ``Qwen3NextConfig``."""
         model_type = getattr(hf_config, "model_type", None)
         if model_type not in HYBRID_MODEL_TYPES:

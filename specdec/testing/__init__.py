@@ -3,7 +3,6 @@
 Researchers use these to property-test their own decode loops the way specdec tests its own.
 """
 
-from specdec.testing.models import tiny_hf_model, tiny_target
 from specdec.testing.drafters import ForcedDrafter, RandomDrafter
 from specdec.testing.faults import LogitBiasFault, LogitNoiseFault, PositionShiftFault, StaleStateFault, TargetFault
 from specdec.testing.laws import (
@@ -27,6 +26,7 @@ from specdec.testing.laws import (
     trees,
     two_sample_chi2,
 )
+from specdec.testing.models import tiny_hf_model, tiny_target
 
 __all__ = [
     "ForcedDrafter",

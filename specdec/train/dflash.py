@@ -35,9 +35,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -624,7 +624,7 @@ class _Optimiser:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
 
-    def __enter__(self) -> "_Optimiser":
+    def __enter__(self) -> _Optimiser:
         self._grads = [p.requires_grad for p in self.target.parameters()]
         for p in self.target.parameters():
             p.requires_grad_(False)

@@ -42,9 +42,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -61,8 +61,8 @@ from specdec.train.dflash import (
     TrainingConfig,
     TrainingData,
     TrainingHistory,
-    _lr_at,
     _anchor_ranges,
+    _lr_at,
     _Optimiser,
     _progress,
     _prompt_list,

@@ -16,8 +16,8 @@ equals the target argmax, then emit the argmax".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

@@ -9,7 +9,7 @@ them on a batch of one (``input_ids [1, L]``, ``scores [1, V]`` float32).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -25,7 +25,7 @@ chain ratio ``min(1, p/q)`` is *not* exact (``tests/test_tree.py`` measures the 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

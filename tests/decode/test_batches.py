@@ -9,7 +9,7 @@ import specdec as sd
 from specdec.testing import tiny_target
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _target():
     return tiny_target("qwen3", seed=2, max_seq_len=96)
 

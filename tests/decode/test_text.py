@@ -11,12 +11,12 @@ from specdec.testing import tiny_hf_model, tiny_target
 SEED = 5
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _target():
     return tiny_target("llama", seed=SEED, max_seq_len=96)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hf():
     return tiny_hf_model("llama", seed=SEED)
 

@@ -10,6 +10,7 @@ import torch
 import specdec as sd
 from specdec.drafters import DFlashDrafter, load_drafter
 from specdec.drafters.block import fixture_config, random_block_model
+from specdec.testing import tiny_target
 from specdec.train.dflash import (
     TrainingConfig,
     block_logits,
@@ -22,7 +23,6 @@ from specdec.train.dflash import (
     tokens_per_target_pass,
     train_drafter,
 )
-from specdec.testing import tiny_target
 from specdec.verify.chain import ChainVerifier
 from specdec.verify.sampling import SamplingConfig
 
@@ -274,8 +274,8 @@ def test_bad_time_budget_raises(value):
 
 def test_hf_batched_data_equal_lean_target_continuations():
     """Greedy continuations and tap features from transformers' batched generate == the lean target's."""
-    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
+    from specdec.train.dflash import make_training_data_hf
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
     lean = sd.load_target(hf, dtype=torch.float32, device="cpu", max_seq_len=128, progress=False)
@@ -292,8 +292,8 @@ def test_hf_batched_data_equal_lean_target_continuations():
 
 
 def test_hf_batched_data_end_at_eos():
-    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
+    from specdec.train.dflash import make_training_data_hf
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
     cfg = TrainingConfig(continuation_tokens=16)
@@ -308,8 +308,8 @@ def test_hf_batched_data_end_at_eos():
 
 
 def test_hf_batched_data_bad_input():
-    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
+    from specdec.train.dflash import make_training_data_hf
 
     hf = tiny_hf_model("llama", seed=3)
     with pytest.raises(ValueError, match="batch_size"):
@@ -332,8 +332,8 @@ def test_bad_training_data_names_the_field(target, prompts, data):
 
 
 def test_hf_batched_sampled_data_are_seeded_and_leave_the_global_rng_alone():
-    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
+    from specdec.train.dflash import make_training_data_hf
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
     cfg = TrainingConfig(continuation_tokens=10, data_temperature=1.0, seed=7)

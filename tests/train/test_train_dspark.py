@@ -11,6 +11,7 @@ import specdec as sd
 from specdec.drafters import load_drafter
 from specdec.drafters.block import DSparkDrafter, fixture_config, random_block_model
 from specdec.drafters.block.calibration import calibrated_survival, expected_calibration_error, sequential_temperature_scaling
+from specdec.testing import tiny_target
 from specdec.train.dspark import (
     DSparkTrainingConfig,
     DSparkTrainingData,
@@ -24,7 +25,6 @@ from specdec.train.dspark import (
     tokens_per_target_pass,
     train_dspark,
 )
-from specdec.testing import tiny_target
 from specdec.verify.chain import ChainVerifier
 from specdec.verify.sampling import SamplingConfig
 

@@ -77,7 +77,7 @@ class TableTarget:
         self.tokens += [self.last[r] for r in rows]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _law():
     return MarkovLaw(V, order=2, seed=3)
 
@@ -157,7 +157,7 @@ def test_verify_without_context_raises():
                                   sampling=sd.SamplingConfig(repetition_penalty=1.2))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tiny(model_type="llama"):
     return tiny_target(model_type, seed=6, max_seq_len=96)
 

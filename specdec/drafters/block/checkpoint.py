@@ -4,8 +4,8 @@ under the tensor names each format uses."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import torch
 

@@ -3,8 +3,9 @@ and the check that it fits a target."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = [
     "ARCHITECTURES",

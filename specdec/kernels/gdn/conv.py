@@ -55,7 +55,7 @@ def _check_conv(x, conv_state, weight, bias, activation):
     want_state = (x.shape[0], c) if batched else (c,)
     if conv_state.ndim != len(want_state) + 1 or tuple(conv_state.shape[:-1]) != want_state \
             or conv_state.shape[-1] < w - 1:
-        raise ValueError(f"conv_state: expected shape {want_state + ('S >= %d' % (w - 1),)}, got {tuple(conv_state.shape)}")
+        raise ValueError(f"conv_state: expected shape {want_state + (f'S >= {w - 1}',)}, got {tuple(conv_state.shape)}")
     if bias is not None:
         bias = _tensor("bias", bias)
         if tuple(bias.shape) != (c,):

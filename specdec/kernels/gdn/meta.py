@@ -80,7 +80,7 @@ def _check_parents(parents: torch.Tensor) -> None:
         b, i = where
         raise ValueError(
             "parents: expected topological order with -1 <= parents[i] < i; "
-            f"got parents[{'%d, ' % b if parents.ndim == 2 else ''}{i}] = {int(p.reshape(-1, n)[b, i])}"
+            f"got parents[{f'{b}, ' if parents.ndim == 2 else ''}{i}] = {int(p.reshape(-1, n)[b, i])}"
         )
 
 

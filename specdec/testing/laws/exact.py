@@ -10,7 +10,7 @@ every residual token. A lossless round gives the same law up to float64 rounding
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 

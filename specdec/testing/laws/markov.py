@@ -3,8 +3,8 @@ known exactly and a thousand speculative runs take seconds on a CPU."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Sequence
 
 import torch
 

@@ -3,7 +3,7 @@ trees (hypothesis is a test dependency, imported on use)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

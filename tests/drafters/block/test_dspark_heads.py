@@ -9,7 +9,6 @@ import torch
 from scipy import stats
 
 import specdec as sd
-from specdec.drafters.block import dspark as dspark_mod
 from specdec.drafters.block import (
     DSparkDrafter,
     block_bias,
@@ -22,6 +21,7 @@ from specdec.drafters.block import (
     read_dspark_config,
     save_fixture,
 )
+from specdec.drafters.block import dspark as dspark_mod
 from specdec.testing import tiny_target
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import TreeVerifier
