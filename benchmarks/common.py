@@ -24,15 +24,26 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROVENANCE_FIELDS = (
-    "specdec", "git_commit", "git_dirty", "gpu", "driver", "torch", "triton", "transformers", "cuda", "seed",
-    "command", "date_utc",
+    "specdec",
+    "git_commit",
+    "git_dirty",
+    "gpu",
+    "driver",
+    "torch",
+    "triton",
+    "transformers",
+    "cuda",
+    "seed",
+    "command",
+    "date_utc",
 )
 
 
@@ -125,7 +136,6 @@ def copy_bandwidth(device: torch.device | str | None = None, *, nbytes: int = 1 
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     ms = median_time_ms(lambda: dst.copy_(src), reps, device=device)
-    del src, dst
     torch.cuda.empty_cache()
     return 2 * nbytes / (ms / 1e3)
 
@@ -149,8 +159,9 @@ def _driver_version() -> str | None:
     if not torch.cuda.is_available():
         return None
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.split()
@@ -190,7 +201,7 @@ def provenance(seed: int | None) -> dict:
         "cuda": torch.version.cuda,
         "seed": seed,
         "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 
@@ -203,8 +214,10 @@ def provenance_line(prov: dict) -> str:
     """
     commit = (prov["git_commit"] or "unknown")[:12] + (" (dirty)" if prov["git_dirty"] else "")
     gpu = f"{prov['gpu']} driver {prov['driver']} CUDA {prov['cuda']}" if prov["gpu"] else "no GPU"
-    return (f"# specdec {prov['specdec']} @ {commit} | {gpu} | torch {prov['torch']} triton {prov['triton']} "
-            f"transformers {prov['transformers']} | seed {prov['seed']} | {prov['date_utc']} | {prov['command']}")
+    return (
+        f"# specdec {prov['specdec']} @ {commit} | {gpu} | torch {prov['torch']} triton {prov['triton']} "
+        f"transformers {prov['transformers']} | seed {prov['seed']} | {prov['date_utc']} | {prov['command']}"
+    )
 
 
 def write_json(path: str | os.PathLike, result: dict, prov: dict, *, indent: int = 2) -> Path:

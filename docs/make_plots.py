@@ -15,7 +15,10 @@ IMG = ROOT / "docs" / "img"
 
 def decode_steps() -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for name, label in (("bench_ar_graph_h200_2026-11-29.json", "CUDA graph"), ("bench_ar_compile_h200_2026-11-29.json", "CUDA graph + torch.compile")):
+    for name, label in (
+        ("bench_ar_graph_h200_2026-11-29.json", "CUDA graph"),
+        ("bench_ar_compile_h200_2026-11-29.json", "CUDA graph + torch.compile"),
+    ):
         model = json.loads((RESULTS / name).read_text())["models"][0]
         ms = [row["m"] for row in model["steps"]]
         ax.plot(ms, [row["step_ms"] for row in model["steps"]], "o-", label=label)
@@ -77,12 +80,23 @@ def w12() -> None:
 def gdn_tree() -> None:
     sizes = json.loads((RESULTS / "gdn_tree_h200_2026-11-29_v2.json").read_text())["sizes"]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    families = (("dense", "dense tree-WY (fp32-level, refined)"), ("path", "path"), ("wy", "blocked WY (tf32)"), ("snapshot", "per-node snapshots"))
+    families = (
+        ("dense", "dense tree-WY (fp32-level, refined)"),
+        ("path", "path"),
+        ("wy", "blocked WY (tf32)"),
+        ("snapshot", "per-node snapshots"),
+    )
     for kind, label in families:
         pts = []
         for n, size in sorted(sizes.items(), key=lambda kv: int(kv[0])):
-            ok = {k: v for k, v in size["variants"].items() if v.get("correct") and v.get("kind") == kind
-                  and (kind != "dense" or k.endswith("refine")) and (kind != "wy" or k.endswith("tf32"))}
+            ok = {
+                k: v
+                for k, v in size["variants"].items()
+                if v.get("correct")
+                and v.get("kind") == kind
+                and (kind != "dense" or k.endswith("refine"))
+                and (kind != "wy" or k.endswith("tf32"))
+            }
             if ok and not (kind == "dense" and int(n) > 64):  # the dense kernel serves up to 64 rows
                 pts.append((int(n), min(v["graph_us"] for v in ok.values())))
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)

@@ -23,8 +23,8 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -86,15 +86,22 @@ def decode_steps(results: Results) -> str:
     ):
         model = results(name)["models"][0]
         steps = {step["m"]: step for step in model["steps"]}
-        rows.append([
-            body,
-            f"{steps[1]['step_ms']:.2f} ms",
-            against_goal(steps[1]["x_floor"], DECODE_STEP_GOAL),
-            against_goal(steps[16]["x_m1"], DECODE_STEP_GOAL),
-            f"{model['generate']['tokens_per_s']:.0f} tok/s",
-        ])
-    header = ["body", "M = 1", f"x floor (goal <= {DECODE_STEP_GOAL}x)", f"M = 16 / M = 1 (goal <= {DECODE_STEP_GOAL}x)",
-              "`sd.generate` AR"]
+        rows.append(
+            [
+                body,
+                f"{steps[1]['step_ms']:.2f} ms",
+                against_goal(steps[1]["x_floor"], DECODE_STEP_GOAL),
+                against_goal(steps[16]["x_m1"], DECODE_STEP_GOAL),
+                f"{model['generate']['tokens_per_s']:.0f} tok/s",
+            ]
+        )
+    header = [
+        "body",
+        "M = 1",
+        f"x floor (goal <= {DECODE_STEP_GOAL}x)",
+        f"M = 16 / M = 1 (goal <= {DECODE_STEP_GOAL}x)",
+        "`sd.generate` AR",
+    ]
     return markdown_table(header, rows)
 
 
@@ -114,13 +121,15 @@ def forcing_gpu(results: Results) -> str:
         rate = sci(report["mismatch_rate"], 2)
         if late["rate_failed"]:
             rate += f" ({sci(late['rate'], 2)} after {after})"
-        rows.append([
-            label,
-            rate,
-            sci(report["null_rate"], 2),
-            str(report["num_large_margin_events"]),
-            "PASS" if report["passed"] else "FAIL",
-        ])
+        rows.append(
+            [
+                label,
+                rate,
+                sci(report["null_rate"], 2),
+                str(report["num_large_margin_events"]),
+                "PASS" if report["passed"] else "FAIL",
+            ]
+        )
     return markdown_table(["candidate", "mismatch rate", "null rate", "large-margin events", "verdict"], rows)
 
 
@@ -138,13 +147,15 @@ def gdn_tree(results: Results) -> str:
                 dense = f"**{best['graph_us']:.1f} us** ({sci(best['max_rel_err'])})"
         else:
             dense = "(not used above 64)"
-        rows.append([
-            nodes,
-            dense,
-            f"{variants[size['best']['path']]['graph_us']:.1f} us",
-            f"{variants[size['best']['wy']]['graph_us']:.1f} us",
-            f"{variants[size['best']['snapshot']]['graph_us']:.1f} us",
-        ])
+        rows.append(
+            [
+                nodes,
+                dense,
+                f"{variants[size['best']['path']]['graph_us']:.1f} us",
+                f"{variants[size['best']['wy']]['graph_us']:.1f} us",
+                f"{variants[size['best']['snapshot']]['graph_us']:.1f} us",
+            ]
+        )
     header = ["nodes", "dense tree-WY (default for <= 64 rows)", "path", "blocked WY (tf32)", "per-node snapshots"]
     return markdown_table(header, rows)
 
@@ -169,23 +180,29 @@ def _drafter_rows(results: Results, systems: list[tuple[str, str, bool]]) -> lis
 
 
 def smollm2_drafter_summary(results: Results) -> str:
-    rows = _drafter_rows(results, [
-        ("n-gram chain (k=6)", "n-gram chain", False),
-        ("trained chain (k=7), graph", "trained chain, CUDA-graph draft step", True),
-        ("trained tree (32 nodes), graph", "trained best-first tree (32 nodes), CUDA-graph draft step", True),
-    ])
+    rows = _drafter_rows(
+        results,
+        [
+            ("n-gram chain (k=6)", "n-gram chain", False),
+            ("trained chain (k=7), graph", "trained chain, CUDA-graph draft step", True),
+            ("trained tree (32 nodes), graph", "trained best-first tree (32 nodes), CUDA-graph draft step", True),
+        ],
+    )
     return markdown_table(["drafter", "tokens per target pass", "speed-up over AR", "== AR"], rows)
 
 
 def smollm2_drafter_eval(results: Results) -> str:
-    rows = _drafter_rows(results, [
-        ("n-gram chain (k=6)", "n-gram, chain (k = 6)", False),
-        ("n-gram tree (4 paths)", "n-gram, tree (4 paths)", False),
-        ("trained chain (k=7)", "trained, chain (k = 7), eager draft step", False),
-        ("trained tree (32 nodes)", "trained, best-first tree (32 nodes), eager", False),
-        ("trained chain (k=7), graph", "trained, chain (k = 7), CUDA-graph draft step", True),
-        ("trained tree (32 nodes), graph", "trained, best-first tree (32 nodes), CUDA-graph draft step", True),
-    ])
+    rows = _drafter_rows(
+        results,
+        [
+            ("n-gram chain (k=6)", "n-gram, chain (k = 6)", False),
+            ("n-gram tree (4 paths)", "n-gram, tree (4 paths)", False),
+            ("trained chain (k=7)", "trained, chain (k = 7), eager draft step", False),
+            ("trained tree (32 nodes)", "trained, best-first tree (32 nodes), eager", False),
+            ("trained chain (k=7), graph", "trained, chain (k = 7), CUDA-graph draft step", True),
+            ("trained tree (32 nodes), graph", "trained, best-first tree (32 nodes), CUDA-graph draft step", True),
+        ],
+    )
     return markdown_table(["drafter", "tokens per target pass", "speed-up over AR (wall clock)", "output == AR"], rows)
 
 
@@ -193,8 +210,10 @@ def smollm2_training(results: Results) -> str:
     run = results("train_smollm2_h200_2026-11-29.json")
     data, training = run["data"], run["training"]
     rows = [
-        ["training data", f"{data['sequences']:,} sequences, {data['response_tokens']:,} response tokens "
-                          f"in {data['seconds']:.0f} s"],
+        [
+            "training data",
+            f"{data['sequences']:,} sequences, {data['response_tokens']:,} response tokens in {data['seconds']:.0f} s",
+        ],
         ["trainable parameters", f"{training['parameters'] / 1e6:.1f}M"],
         ["steps (wall-clock budget)", f"{training['steps']:,} in {training['seconds']:.0f} s"],
         ["loss", f"{training['first_loss']:.1f} -> {training['final_loss']:.2f}"],
@@ -221,13 +240,15 @@ def drafter_steps(results: Results) -> str:
     rows = []
     for name, drafter in run["drafters"].items():
         label = DRAFTER_LABELS[name] + (" (head still eager in this run)" if name == "dspark-b7" else "")
-        rows.append([
-            label,
-            f"{drafter['step_ms/eager']:.2f} ms",
-            f"{drafter['step_ms/graph']:.2f} ms",
-            f"{drafter['floor_ms']:.2f} ms",
-            f"{drafter['step_ms/graph'] / run['ar_step_ms']:.2f}",
-        ])
+        rows.append(
+            [
+                label,
+                f"{drafter['step_ms/eager']:.2f} ms",
+                f"{drafter['step_ms/graph']:.2f} ms",
+                f"{drafter['floor_ms']:.2f} ms",
+                f"{drafter['step_ms/graph'] / run['ar_step_ms']:.2f}",
+            ]
+        )
     return markdown_table(["drafter", "eager", "CUDA graph", "bytes / bandwidth floor", "graph / AR step"], rows)
 
 
@@ -292,8 +313,10 @@ def render(text: str, results: Results | None = None) -> str:
     openings = [match["name"] for match in OPENING.finditer(text)]
     closed = table_names(text)
     if openings != closed:
-        raise ValueError(f"table markers: expected every '<!-- table: NAME -->' closed by '<!-- /table -->', "
-                         f"opened {openings}, closed {closed}")
+        raise ValueError(
+            f"table markers: expected every '<!-- table: NAME -->' closed by '<!-- /table -->', "
+            f"opened {openings}, closed {closed}"
+        )
     for name in closed:
         if name not in TABLES:
             raise ValueError(f"table name: expected one of {sorted(TABLES)}, got {name!r}")

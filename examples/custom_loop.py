@@ -11,14 +11,14 @@ import specdec as sd
 from specdec.testing import tiny_target
 
 target = tiny_target(seed=3)
-drafter = sd.NGramDrafter(max_ngram=3, max_paths=4)              # several continuations -> a tree
+drafter = sd.NGramDrafter(max_ngram=3, max_paths=4)  # several continuations -> a tree
 verifier = sd.TreeVerifier(budget=16)
 greedy = sd.SamplingConfig()
 
 prompt = torch.tensor([5, 6, 7, 5, 6, 8, 5, 6, 7, 5])
 target.reset()
 target(prompt[None, :-1])
-target.commit(prompt.numel() - 1)                                # prefill all but the root
+target.commit(prompt.numel() - 1)  # prefill all but the root
 context = prompt.clone()
 rounds = 0
 while context.numel() < prompt.numel() + 40:
@@ -28,5 +28,5 @@ while context.numel() < prompt.numel() + 40:
     rounds += 1
 
 reference = sd.generate(target, prompt[None], max_new_tokens=context.numel() - prompt.numel())
-assert torch.equal(context[prompt.numel():], reference.tokens[0])
+assert torch.equal(context[prompt.numel() :], reference.tokens[0])
 print(f"{context.numel() - prompt.numel()} tokens in {rounds} verify passes; equal to AR: yes")

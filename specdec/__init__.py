@@ -1,7 +1,7 @@
 """specdec: composable, tested-lossless speculative-decoding primitives for PyTorch and Triton."""
 
 from specdec import contracts, data, drafters, forcing, formats, kernels, layers, models, testing, train, verify
-from specdec.contracts import DraftProposal, Drafter, SamplingConfig, Target, Tree, VerifyPlan, VerifyResult
+from specdec.contracts import Drafter, DraftProposal, SamplingConfig, Target, Tree, VerifyPlan, VerifyResult
 from specdec.decode import GenerationOutput, GenerationStats, generate
 from specdec.drafters import (
     DFlash2Drafter,

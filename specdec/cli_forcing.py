@@ -30,10 +30,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-draft-tokens", type=int, default=6, help="n-gram draft length (default 6)")
     parser.add_argument("--bucket-edge", type=int, default=None, help="position-bucket edge (default max_new_tokens // 2)")
     parser.add_argument("--chunk-size", type=int, default=256, help="teacher-forcing rows per forward (default 256)")
-    parser.add_argument("--inject-fault", action="store_true", help="also check a candidate with a +bias logit fault on every 7th id after the bucket edge (must FAIL)")
+    parser.add_argument(
+        "--inject-fault",
+        action="store_true",
+        help="also check a candidate with a +bias logit fault on every 7th id after the bucket edge (must FAIL)",
+    )
     parser.add_argument("--fault-bias", type=float, default=2.0, help="logit bias of the injected fault (default 2.0)")
     parser.add_argument(
-        "--fault-after", type=int, default=None,
+        "--fault-after",
+        type=int,
+        default=None,
         help="generated position from which the injected fault acts (default: the bucket edge; LogitBiasFault's own default, 2048, is beyond a CPU run)",
     )
     parser.add_argument("--no-eos", action="store_true", help="do not stop at EOS")
@@ -74,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     problems = data.humaneval_problems()[: args.num_prompts]
     prompts = [data.chat_prompt_ids(tokenizer, p["prompt"])[0].to(args.device) for p in problems]
     longest = max(p.numel() for p in prompts)
-    target = data.smollm2_target(dtype=torch.float32, device=args.device, max_seq_len=longest + args.max_new_tokens + args.num_draft_tokens + 2)
+    target = data.smollm2_target(
+        dtype=torch.float32, device=args.device, max_seq_len=longest + args.max_new_tokens + args.num_draft_tokens + 2
+    )
     eos = None if args.no_eos else (target.config.eos_token_ids or None)
     print(f"model and {len(prompts)} prompts ready in {time.perf_counter() - t0:.1f} s\n")
 
@@ -82,7 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         outs, stats = [], sd.GenerationStats()
         for prompt in prompts:
-            out = sd.generate(system, prompt[None], args.max_new_tokens, drafter=drafter, num_draft_tokens=args.num_draft_tokens, eos_token_id=eos)
+            out = sd.generate(
+                system,
+                prompt[None],
+                args.max_new_tokens,
+                drafter=drafter,
+                num_draft_tokens=args.num_draft_tokens,
+                eos_token_id=eos,
+            )
             outs.append(out.tokens[0])
             stats = stats + out.stats
         return outs, stats, time.perf_counter() - start

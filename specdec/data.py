@@ -123,7 +123,9 @@ def smollm2_tokenizer():
     return AutoTokenizer.from_pretrained(str(smollm2_checkpoint()))
 
 
-def smollm2_target(*, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", max_seq_len: int = 2048, progress: bool = True):
+def smollm2_target(
+    *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", max_seq_len: int = 2048, progress: bool = True
+):
     """The real SmolLM2-135M-Instruct model in the lean runtime (see :func:`specdec.load_target`).
 
     30 layers, hidden size 576, vocabulary 49152; takes ``[B, T]`` int64 token ids.

@@ -7,7 +7,7 @@ the output) lives in :mod:`specdec.generation`.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -100,16 +100,22 @@ def generate(
     """
     requests = prepare_requests(target, input_ids, attention_mask, tokenizer)
     check_decode_args(target, requests.prompts, max_new_tokens, drafter, num_draft_tokens)
-    sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
-                              logits_processor=tuple(logits_processor or ()))
+    sampling = SamplingConfig(
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        repetition_penalty=repetition_penalty,
+        logits_processor=tuple(logits_processor or ()),
+    )
     verifier = verifier if verifier is not None else ChainVerifier()
     stop = StopCondition(eos_token_id, stop_strings, tokenizer, vocab_size=target.vocab_size, device=target.device)
     stream = Stream(streamer) if streamer is not None else None
     outputs, per_request = [], []
     for prompt, row_seed in zip(requests.prompts, request_seeds(seed, len(requests.prompts))):
         generator = None if row_seed is None else torch.Generator(device=target.device).manual_seed(row_seed)
-        tokens, stats = _generate_one(target, prompt, max_new_tokens, drafter, verifier, sampling, generator,
-                                      num_draft_tokens, stop, stream)
+        tokens, stats = _generate_one(
+            target, prompt, max_new_tokens, drafter, verifier, sampling, generator, num_draft_tokens, stop, stream
+        )
         outputs.append(tokens)
         per_request.append(stats)
     return build_output(outputs, per_request, as_list=requests.as_list, text_form=requests.text_form, tokenizer=tokenizer)

@@ -23,14 +23,18 @@ def run_demo(num_prompts: int = 3, max_new_tokens: int = 96, num_draft_tokens: i
     tokenizer = data.smollm2_tokenizer()
     target = data.smollm2_target(dtype=torch.float32, device=device, max_seq_len=1024)
     trained = DFlashDrafter.from_pretrained(data.smollm2_drafter_path(), target, dtype=torch.float32)
-    print(f"model ready in {time.perf_counter() - t0:.1f} s: {target.config.num_layers} layers, "
-          f"vocab {target.vocab_size}, {target.config.num_parameters() / 1e6:.1f}M parameters; trained drafter: "
-          f"{trained.model.cfg.num_layers} layers, block {trained.block_size} (HumanEval 0..39 held out of its training)\n")
+    print(
+        f"model ready in {time.perf_counter() - t0:.1f} s: {target.config.num_layers} layers, "
+        f"vocab {target.vocab_size}, {target.config.num_parameters() / 1e6:.1f}M parameters; trained drafter: "
+        f"{trained.model.cfg.num_layers} layers, block {trained.block_size} (HumanEval 0..39 held out of its training)\n"
+    )
     problems = data.humaneval_problems()[:num_prompts]
     eos = target.config.eos_token_ids
     all_same = True
-    drafters = {"n-gram": (lambda: sd.NGramDrafter(max_ngram=3), num_draft_tokens),
-                "trained drafter": (lambda: trained, trained.max_draft_tokens)}
+    drafters = {
+        "n-gram": (lambda: sd.NGramDrafter(max_ngram=3), num_draft_tokens),
+        "trained drafter": (lambda: trained, trained.max_draft_tokens),
+    }
     totals = {"AR": sd.GenerationStats(), **{name: sd.GenerationStats() for name in drafters}}
     for problem in problems:
         ids = data.chat_prompt_ids(tokenizer, problem["prompt"]).to(device)
@@ -44,20 +48,26 @@ def run_demo(num_prompts: int = 3, max_new_tokens: int = 96, num_draft_tokens: i
             same = _same(ar.tokens, spec.tokens)
             all_same &= same
             totals[name] += spec.stats
-            print(f"   {name:16}: {spec.stats.summary()}; accepted-length histogram {spec.stats.accepted_histogram}; "
-                  f"identical to AR: {'yes' if same else 'NO'}")
+            print(
+                f"   {name:16}: {spec.stats.summary()}; accepted-length histogram {spec.stats.accepted_histogram}; "
+                f"identical to AR: {'yes' if same else 'NO'}"
+            )
         print()
     print("summary")
     print(f"   {'':16} {'tokens':>7} {'passes':>7} {'tok/pass':>9} {'tok/s':>7} {'speed-up':>9}")
     ar_s = totals["AR"]
     for name, s in totals.items():
-        print(f"   {name:16} {s.new_tokens:7d} {s.target_passes:7d} {s.tokens_per_target_pass:9.2f} {s.tokens_per_second:7.1f} "
-              f"{s.tokens_per_second / ar_s.tokens_per_second:8.2f}x")
+        print(
+            f"   {name:16} {s.new_tokens:7d} {s.target_passes:7d} {s.tokens_per_target_pass:9.2f} {s.tokens_per_second:7.1f} "
+            f"{s.tokens_per_second / ar_s.tokens_per_second:8.2f}x"
+        )
     verdict = "identical, token for token" if all_same else "NOT identical"
     print(f"\nspeculative outputs are {verdict} to the AR outputs (greedy, float32, on this machine)")
-    print("tokens per target pass carries across machines; wall-clock speed-up does not: on a CPU the trained drafter's\n"
-          "block forward and 49152-wide lm_head cost a large share of a target pass, while on an H200 with its CUDA-graph\n"
-          "draft step it is the fastest setting (1.55x over AR, n-gram 1.47x; docs/training.md)")
+    print(
+        "tokens per target pass carries across machines; wall-clock speed-up does not: on a CPU the trained drafter's\n"
+        "block forward and 49152-wide lm_head cost a large share of a target pass, while on an H200 with its CUDA-graph\n"
+        "draft step it is the fastest setting (1.55x over AR, n-gram 1.47x; docs/training.md)"
+    )
     return all_same
 
 

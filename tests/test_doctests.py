@@ -48,8 +48,13 @@ def test_docstring_examples_run(module_name):
 
 
 def test_skipped_examples_give_a_reason_and_their_number_is_pinned():
-    skipped = [(test.name, example.source.strip()) for name in MODULES for test in module_doctests(name)
-               for example in test.examples if example.options.get(doctest.SKIP)]
+    skipped = [
+        (test.name, example.source.strip())
+        for name in MODULES
+        for test in module_doctests(name)
+        for example in test.examples
+        if example.options.get(doctest.SKIP)
+    ]
     without_reason = [f"{name}: {source}" for name, source in skipped if not SKIP_REASON.search(source)]
     assert not without_reason, "skipped examples without a reason comment:\n" + "\n".join(without_reason)
     assert len(skipped) == SKIPPED_EXAMPLES, "skipped examples:\n" + "\n".join(f"{n}: {s}" for n, s in skipped)

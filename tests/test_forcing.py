@@ -8,8 +8,15 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.forcing import runner
-from specdec.forcing import TokenForcingChecker, rate_rule_fails, simulate_power, teacher_force, tokens_needed, wilson_interval
+from specdec.forcing import (
+    TokenForcingChecker,
+    rate_rule_fails,
+    runner,
+    simulate_power,
+    teacher_force,
+    tokens_needed,
+    wilson_interval,
+)
 from specdec.testing import ForcedDrafter, tiny_target
 from specdec.testing.faults import LogitBiasFault, LogitNoiseFault, PositionShiftFault, StaleStateFault, TargetFault
 
@@ -74,7 +81,9 @@ def test_simulated_false_alarm_rate_is_small_and_power_grows():
     g = torch.Generator().manual_seed(0)
     false_alarm = simulate_power(1e-2, 1e-2, 20_000, trials=400, generator=g)
     assert false_alarm <= 0.02  # two overlapping Wilson intervals: far below the nominal 2.5%
-    powers = [simulate_power(1e-3, 3e-3, n, trials=300, generator=torch.Generator().manual_seed(1)) for n in (2_000, 8_000, 32_000)]
+    powers = [
+        simulate_power(1e-3, 3e-3, n, trials=300, generator=torch.Generator().manual_seed(1)) for n in (2_000, 8_000, 32_000)
+    ]
     assert powers[0] < powers[1] < powers[2] and powers[2] > 0.95
 
 
@@ -152,7 +161,9 @@ def test_logit_bias_fault_caught_late_and_only_late(stock, prompts, checker, nul
     if system == "ar":
         out = bias_out
     else:
-        out = sd.generate(LogitBiasFault(stock, bias=2.0, every=7, after=EDGE), prompts, NEW_TOKENS, drafter=sd.NGramDrafter()).tokens
+        out = sd.generate(
+            LogitBiasFault(stock, bias=2.0, every=7, after=EDGE), prompts, NEW_TOKENS, drafter=sd.NGramDrafter()
+        ).tokens
     report = checker.check(prompts, out, null=null)
     assert not report.passed
     early, late = report.by_bucket[f"pos < {EDGE}"], report.by_bucket[f"pos >= {EDGE}"]
@@ -302,5 +313,8 @@ def test_cli_rejects_bad_arguments():
 
     with pytest.raises(SystemExit, match="--max-new-tokens: expected >= 1, got 0"):
         main(["--max-new-tokens", "0"])
-    with pytest.raises(SystemExit, match=r"--fault-after: expected 0 <= fault-after < --max-new-tokens \(96\), got 2048: the run would never reach"):
+    with pytest.raises(
+        SystemExit,
+        match=r"--fault-after: expected 0 <= fault-after < --max-new-tokens \(96\), got 2048: the run would never reach",
+    ):
         main(["--inject-fault", "--fault-after", "2048"])

@@ -6,10 +6,10 @@ import types
 
 import pytest
 import torch
+from test_gdn_tree import KINDS, make_parents
 
 from specdec.kernels.gdn import build_tree_meta
 from specdec.kernels.gdn import meta as meta_mod
-from test_gdn_tree import KINDS, make_parents
 
 FIELDS = ("parents", "ancestors", "depth", "paths", "leaf_slots", "emit_from")
 

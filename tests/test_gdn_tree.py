@@ -16,8 +16,8 @@ import torch
 from transformers.models.qwen3_next import modeling_qwen3_next as hf
 
 from specdec.kernels import gdn
-from specdec.kernels.gdn import wy as wy_mod
 from specdec.kernels.gdn import conv as conv_mod
+from specdec.kernels.gdn import wy as wy_mod
 
 KINDS = ["chain", "star", "forest", "deep", "random", "best_first"]
 
@@ -49,8 +49,7 @@ def make_parents(kind: str, n: int, seed: int) -> torch.Tensor:
     return torch.tensor(parents, dtype=torch.int64)
 
 
-def make_inputs(n: int, hk: int, hv: int, dk: int, dv: int, seed: int, batch: int | None = None,
-                dtype=torch.float32):
+def make_inputs(n: int, hk: int, hv: int, dk: int, dv: int, seed: int, batch: int | None = None, dtype=torch.float32):
     gen = torch.Generator().manual_seed(seed)
     lead = (n,) if batch is None else (batch, n)
 
@@ -96,7 +95,7 @@ def test_tree_meta_covers_every_node_once(kind):
         for i in range(n):
             path = some_path(parents, i)
             assert meta.paths[0, i, : len(path)].tolist() == path
-            assert (meta.paths[0, i, len(path):] == -1).all()
+            assert (meta.paths[0, i, len(path) :] == -1).all()
             assert meta.ancestors[0, i].nonzero().flatten().tolist() == sorted(path)
         # each node is emitted by exactly one leaf program, at its own depth on that leaf's path
         emitted = []
@@ -105,7 +104,7 @@ def test_tree_meta_covers_every_node_once(kind):
             if leaf < 0:
                 continue
             path = some_path(parents, leaf)
-            emitted += path[int(meta.emit_from[0, slot]):]
+            emitted += path[int(meta.emit_from[0, slot]) :]
         assert sorted(emitted) == list(range(n))
 
 
@@ -116,9 +115,7 @@ def test_tree_meta_covers_every_node_once(kind):
 def test_naive_chain_equals_transformers_recurrence(hk, hv):
     n, dk, dv = 11, 16, 8
     q, k, v, g, beta, s0 = make_inputs(n, hk, hv, dk, dv, seed=hv)
-    o_ref, s_ref = hf.torch_recurrent_gated_delta_rule(
-        q[None], k[None], v[None], g[None], beta[None], s0[None], True, True
-    )
+    o_ref, s_ref = hf.torch_recurrent_gated_delta_rule(q[None], k[None], v[None], g[None], beta[None], s0[None], True, True)
     chain = make_parents("chain", n, 0)
     o = gdn.naive_gdn_tree(q, k, v, g, beta, chain, s0)
     assert torch.equal(o, o_ref[0])
@@ -206,8 +203,7 @@ def test_triton_batched_ragged_trees(method):
     meta = gdn.build_tree_meta(parents)
     assert_matches(gdn.gdn_tree(q, k, v, g, beta, meta, s0, method=method, backend="triton"), ref)
     for b in range(2):
-        assert_matches(gdn.gdn_tree(q[b], k[b], v[b], g[b], beta[b], parents[b], s0[b], method=method,
-                                    backend="triton"), ref[b])
+        assert_matches(gdn.gdn_tree(q[b], k[b], v[b], g[b], beta[b], parents[b], s0[b], method=method, backend="triton"), ref[b])
     if method == "path":
         p0 = some_path(parents[0], 6)
         width = max(len(p0), 3) + 1
@@ -310,8 +306,9 @@ def _causal_meta(n: int) -> gdn.TreeMeta:
 def test_mutation_decay_left_out_of_ancestor_mask(monkeypatch):
     parents, (q, k, v, g, beta), s0, ref = _tree_problem()
     assert_matches(gdn.gdn_tree(q, k, v, g, beta, parents, s0, method="wy", backend="torch"), ref)
-    monkeypatch.setattr(wy_mod, "_path_decay", lambda gamma, anc: anc[:, None].to(gamma.dtype).expand(
-        *gamma.shape, anc.shape[-1]))
+    monkeypatch.setattr(
+        wy_mod, "_path_decay", lambda gamma, anc: anc[:, None].to(gamma.dtype).expand(*gamma.shape, anc.shape[-1])
+    )
     with pytest.raises(AssertionError):
         assert_matches(gdn.gdn_tree(q, k, v, g, beta, parents, s0, method="wy", backend="torch"), ref)
 
@@ -342,8 +339,7 @@ def test_mutation_conv_window_not_following_ancestors(monkeypatch):
         assert_matches(gdn.tree_causal_conv(x, parents, state, weight, bias, backend="torch"), ref, tol=1e-6)
     monkeypatch.undo()
     with pytest.raises(AssertionError):
-        assert_matches(gdn.tree_causal_conv(x, torch.arange(n) - 1, state, weight, bias, backend="triton"), ref,
-                       tol=1e-6)
+        assert_matches(gdn.tree_causal_conv(x, torch.arange(n) - 1, state, weight, bias, backend="triton"), ref, tol=1e-6)
 
 
 def test_mutation_grouped_heads_convention():

@@ -13,10 +13,10 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from test_gdn_tree import assert_matches, make_inputs, make_parents
 
 from specdec.kernels import gdn
 from specdec.kernels.gdn import wy as wy_mod
-from test_gdn_tree import assert_matches, make_inputs, make_parents
 
 
 def _run_dense(q, k, v, g, beta, parents, s0, *, refine=True, use_qk_l2norm=True, scale=None, block_v=64):
@@ -25,17 +25,25 @@ def _run_dense(q, k, v, g, beta, parents, s0, *, refine=True, use_qk_l2norm=True
     qb, kb, vb, gb, bb, sb = (t if batched else t[None] for t in (q, k, v, g, beta, s0))
     out = torch.full(vb.shape, float("nan"), dtype=q.dtype)
     sc = q.shape[-1] ** -0.5 if scale is None else scale
-    wy_mod.gdn_tree_wy_dense(*(t.contiguous() for t in (qb, kb, vb, gb, bb)), meta, sb.contiguous(), out,
-                             use_qk_l2norm=use_qk_l2norm, scale=sc, refine=refine, block_v=block_v)
+    wy_mod.gdn_tree_wy_dense(
+        *(t.contiguous() for t in (qb, kb, vb, gb, bb)),
+        meta,
+        sb.contiguous(),
+        out,
+        use_qk_l2norm=use_qk_l2norm,
+        scale=sc,
+        refine=refine,
+        block_v=block_v,
+    )
     return out if batched else out[0]
 
 
 DENSE_CASES = [
     # kind, N, Hk, Hv, dk, dv
-    ("chain", 19, 1, 1, 16, 16),      # depth 18: four squarings
-    ("star", 9, 1, 2, 16, 16),        # depth 1: no squaring
-    ("forest", 11, 1, 3, 12, 20),     # dk, dv not powers of two
-    ("deep", 17, 2, 4, 16, 16),       # BN = 32, grouped heads
+    ("chain", 19, 1, 1, 16, 16),  # depth 18: four squarings
+    ("star", 9, 1, 2, 16, 16),  # depth 1: no squaring
+    ("forest", 11, 1, 3, 12, 20),  # dk, dv not powers of two
+    ("deep", 17, 2, 4, 16, 16),  # BN = 32, grouped heads
     ("random", 6, 1, 2, 16, 16),
     ("best_first", 13, 2, 2, 24, 16),
     ("chain", 1, 1, 1, 16, 16),
@@ -74,9 +82,8 @@ def test_dense_bf16_batched_ragged_and_public_api():
     # fp32 outputs from bf16 inputs: only the kernel's own error
     o32 = torch.empty(v.shape, dtype=torch.float32)
     meta = gdn.build_tree_meta(parents)
-    wy_mod.gdn_tree_wy_dense(q, k, v, g, beta, meta, s0, o32, use_qk_l2norm=True, scale=16 ** -0.5)
-    assert_matches(o32, gdn.naive_gdn_tree(q.float(), k.float(), v.float(), g, beta, parents, s0,
-                                           dtype=torch.float64))
+    wy_mod.gdn_tree_wy_dense(q, k, v, g, beta, meta, s0, o32, use_qk_l2norm=True, scale=16**-0.5)
+    assert_matches(o32, gdn.naive_gdn_tree(q.float(), k.float(), v.float(), g, beta, parents, s0, dtype=torch.float64))
 
 
 def test_wy_above_dense_limit_uses_blocked_kernel(monkeypatch):
@@ -98,12 +105,32 @@ def test_dense_rejects_too_many_nodes():
     q, k, v, g, beta, s0 = make_inputs(n, 1, 1, 16, 16, seed=0)
     meta = gdn.build_tree_meta(torch.arange(n) - 1)
     with pytest.raises(ValueError, match="at most"):
-        wy_mod.gdn_tree_wy_dense(q[None], k[None], v[None], g[None], beta[None], meta, s0[None],
-                                 torch.empty(1, n, 1, 16), use_qk_l2norm=True, scale=0.25)
+        wy_mod.gdn_tree_wy_dense(
+            q[None],
+            k[None],
+            v[None],
+            g[None],
+            beta[None],
+            meta,
+            s0[None],
+            torch.empty(1, n, 1, 16),
+            use_qk_l2norm=True,
+            scale=0.25,
+        )
     with pytest.raises(ValueError, match="precision"):
-        wy_mod.gdn_tree_wy_dense(q[None, :4], k[None, :4], v[None, :4], g[None, :4], beta[None, :4],
-                                 gdn.build_tree_meta(torch.arange(4) - 1), s0[None], torch.empty(1, 4, 1, 16),
-                                 use_qk_l2norm=True, scale=0.25, precision="fp64")
+        wy_mod.gdn_tree_wy_dense(
+            q[None, :4],
+            k[None, :4],
+            v[None, :4],
+            g[None, :4],
+            beta[None, :4],
+            gdn.build_tree_meta(torch.arange(4) - 1),
+            s0[None],
+            torch.empty(1, 4, 1, 16),
+            use_qk_l2norm=True,
+            scale=0.25,
+            precision="fp64",
+        )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ from scipy import stats as scipy_stats
 
 import specdec as sd
 from specdec.drafters.model import ModelDrafter
-from specdec.verify.sampling import logits_to_probs
 from specdec.testing import ForcedDrafter, RandomDrafter, tiny_hf_model, tiny_target
+from specdec.verify.sampling import logits_to_probs
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _target(model_type: str, seed: int, vocab_size: int):
     return tiny_target(model_type, seed=seed, vocab_size=vocab_size, max_seq_len=128)
 
@@ -49,8 +49,9 @@ def test_greedy_speculative_equals_ar(model_type, seed, vocab_size, kind, k, num
     target = _target(model_type, seed, vocab_size)
     ids = torch.tensor([prompt])
     ar = sd.generate(target, ids, max_new_tokens)
-    spec = sd.generate(target, ids, max_new_tokens, drafter=_drafter(kind, target, k, seed),
-                       num_draft_tokens=num_draft_tokens, seed=seed)
+    spec = sd.generate(
+        target, ids, max_new_tokens, drafter=_drafter(kind, target, k, seed), num_draft_tokens=num_draft_tokens, seed=seed
+    )
     assert torch.equal(spec.tokens, ar.tokens)
     assert spec.stats.new_tokens == max_new_tokens
     assert spec.stats.target_passes <= ar.stats.target_passes
@@ -114,7 +115,7 @@ def test_seeded_sampling_is_reproducible():
 V_SMALL = 6
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _small_target():
     return tiny_target(seed=11, vocab_size=V_SMALL, hidden_size=16, intermediate_size=32, max_seq_len=32)
 
@@ -157,8 +158,9 @@ def _chi_square_p(drafter, runs=1500):
     sampling = sd.SamplingConfig(temperature=1.0)
     law = _exact_law_3(target, prompt, sampling).sum(0).ravel()  # [V * V] over (token 2, token 3)
     counts = np.zeros_like(law)
-    out = sd.generate(target, torch.tensor([prompt]).repeat(runs, 1), 3, drafter=drafter, temperature=1.0,
-                      seed=0, num_draft_tokens=2)
+    out = sd.generate(
+        target, torch.tensor([prompt]).repeat(runs, 1), 3, drafter=drafter, temperature=1.0, seed=0, num_draft_tokens=2
+    )
     for row in out.tokens:
         _, b, c = row.tolist()
         counts[b * V_SMALL + c] += 1
@@ -208,10 +210,21 @@ def _hf_drafter(family):
         return tiny_hf_model("llama", seed=4, vocab_size=97)
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-    cfg = Qwen3_5TextConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, linear_key_head_dim=8,
-                            linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
-                            linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"])
+    cfg = Qwen3_5TextConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_conv_kernel_dim=4,
+        layer_types=["linear_attention", "full_attention"],
+    )
     torch.manual_seed(0)
     return Qwen3_5ForCausalLM(cfg).float().eval()
 
@@ -299,7 +312,9 @@ def test_generate_rejects_a_tree_larger_than_the_draft_budget():
             return sd.DraftProposal(tokens=context.new_zeros(0), tree=sd.verify.Tree.chain(torch.arange(max_tokens + 1)))
 
     with pytest.raises(ValueError, match="drafter: proposed 5 tokens / tree nodes, expected at most 4"):
-        sd.generate(target, torch.tensor([[1, 2, 3]]), 10, drafter=Greedy(), verifier=sd.TreeVerifier(budget=8), num_draft_tokens=4)
+        sd.generate(
+            target, torch.tensor([[1, 2, 3]]), 10, drafter=Greedy(), verifier=sd.TreeVerifier(budget=8), num_draft_tokens=4
+        )
 
 
 # ---- feature taps for drafters that read the target's hidden states --------------------------------

@@ -75,7 +75,8 @@ def test_logits_and_hidden_match_transformers(model_type):
         torch.testing.assert_close(got, ref.hidden_states[layer], rtol=1e-4, atol=1e-4)
     # prefill, then one row at a time through the committed states: same logits
     target.reset()
-    target(ids[:, :9]); target.commit(9)
+    target(ids[:, :9])
+    target.commit(9)
     rows = []
     for i in range(9, 21):
         rows.append(target(ids[:, i : i + 1]).logits)
@@ -88,8 +89,9 @@ def test_greedy_ar_equals_hf_generate(model_type):
     hf = hf_model(model_type, seed=5)
     target = target_for(model_type, seed=5)
     prompt = torch.randint(0, 97, (1, 8), generator=torch.Generator().manual_seed(1))
-    ref = hf.generate(prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32,
-                      attention_mask=torch.ones_like(prompt), pad_token_id=0)[:, 8:]
+    ref = hf.generate(
+        prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32, attention_mask=torch.ones_like(prompt), pad_token_id=0
+    )[:, 8:]
     ours = sd.generate(target, prompt, max_new_tokens=32)
     assert torch.equal(ours.tokens, ref)
 
@@ -116,8 +118,12 @@ def _drafter(kind: str, target: HybridTarget, model_type: str):
     return ModelDrafter(draft)
 
 
-SPEC_CASES = [(v, k) for v in ("chain", "tree") for k in ("forced", "ngram", "ngram-tree", "model")
-              if not (v == "chain" and k == "ngram-tree")]  # a tree proposal needs the tree verifier
+SPEC_CASES = [
+    (v, k)
+    for v in ("chain", "tree")
+    for k in ("forced", "ngram", "ngram-tree", "model")
+    if not (v == "chain" and k == "ngram-tree")
+]  # a tree proposal needs the tree verifier
 
 
 @pytest.mark.parametrize("model_type", LAYOUTS)
@@ -171,7 +177,8 @@ def _clean(model_type: str, tokens: torch.Tensor) -> tuple[torch.Tensor, HybridT
 def tree_row_error(model_type: str) -> float:
     """Largest difference between a tree row's logits and a clean chain run of its path."""
     target = target_for(model_type, seed=2)
-    target(PREFIX); target.commit(PREFIX.shape[1])
+    target(PREFIX)
+    target.commit(PREFIX.shape[1])
     out = target(WINDOW, tree_parents=PARENTS).logits[0]
     err = 0.0
     for row in range(WINDOW.shape[1]):
@@ -184,7 +191,8 @@ def tree_row_error(model_type: str) -> float:
 def commit_error(model_type: str) -> float:
     """Committed states and next logits after accepting PATH of a tree, against a clean run of PATH."""
     target = target_for(model_type, seed=2)
-    target(PREFIX); target.commit(PREFIX.shape[1])
+    target(PREFIX)
+    target.commit(PREFIX.shape[1])
     target(WINDOW, tree_parents=PARENTS)
     target.commit(PATH)
     _, ref = _clean(model_type, torch.cat([PREFIX, WINDOW[:, PATH]], 1))
@@ -208,7 +216,8 @@ def test_commit_of_a_tree_path_equals_a_clean_run(model_type):
 
 def test_forward_does_not_touch_committed_state_and_mask_alone_gives_the_tree():
     target = target_for("qwen3_5_text", seed=2)
-    target(PREFIX); target.commit(PREFIX.shape[1])
+    target(PREFIX)
+    target.commit(PREFIX.shape[1])
     rec, conv = target.recurrent_states.clone(), target.conv_states.clone()
     a = target(WINDOW, tree_parents=PARENTS).logits
     assert torch.equal(rec, target.recurrent_states) and torch.equal(conv, target.conv_states)
@@ -227,14 +236,18 @@ def tree_positions_for(tree: Tree, length: int) -> torch.Tensor:
 def test_truncate_goes_back_exactly_to_held_lengths():
     target = target_for("qwen3_next", seed=2, max_seq_len=64)
     ids = torch.randint(0, 97, (1, 12), generator=torch.Generator().manual_seed(4))
-    target(ids[:, :5]); target.commit(5)
+    target(ids[:, :5])
+    target.commit(5)
     for i in range(5, 12):
-        target(ids[:, i : i + 1]); target.commit(1)
+        target(ids[:, i : i + 1])
+        target.commit(1)
     target.truncate(8)
     _, ref = _clean("qwen3_next", ids[:, :8])
     ref.commit(8)
-    assert torch.equal(target.recurrent_states, ref.recurrent_states) or \
-        (target.recurrent_states - ref.recurrent_states).abs().max() < 1e-5
+    assert (
+        torch.equal(target.recurrent_states, ref.recurrent_states)
+        or (target.recurrent_states - ref.recurrent_states).abs().max() < 1e-5
+    )
     nxt = torch.tensor([[1, 2, 3]])
     torch.testing.assert_close(target(nxt).logits, ref(nxt).logits, rtol=1e-5, atol=1e-5)
     # lengths past 8 belong to a discarded continuation now; 5 is held; 3 never was a commit boundary
@@ -244,9 +257,12 @@ def test_truncate_goes_back_exactly_to_held_lengths():
     target.truncate(0)
     assert target.length == 0 and not target.recurrent_states.any()
     small = HybridTarget(target.config, max_seq_len=32, state_slots=2)
-    small(ids[:, :1]); small.commit(1)
-    small(ids[:, 1:2]); small.commit(1)
-    small(ids[:, 2:3]); small.commit(1)
+    small(ids[:, :1])
+    small.commit(1)
+    small(ids[:, 1:2])
+    small.commit(1)
+    small(ids[:, 2:3])
+    small.commit(1)
     with pytest.raises(ValueError, match=r"held|holds"):
         small.truncate(1)  # the ring of 2 slots keeps only the last commit boundary and the current one
     small.truncate(2)
@@ -367,9 +383,11 @@ def test_triton_gdn_kernels_in_the_model_match_the_torch_reference(method):
     fast = target_for("qwen3_5_text", seed=2)
     fast.backend, fast.gdn_method = "triton", method
     for t in (ref, fast):
-        t(PREFIX); t.commit(PREFIX.shape[1])
-    torch.testing.assert_close(fast(WINDOW, tree_parents=PARENTS).logits, ref(WINDOW, tree_parents=PARENTS).logits,
-                               rtol=1e-4, atol=1e-4)
+        t(PREFIX)
+        t.commit(PREFIX.shape[1])
+    torch.testing.assert_close(
+        fast(WINDOW, tree_parents=PARENTS).logits, ref(WINDOW, tree_parents=PARENTS).logits, rtol=1e-4, atol=1e-4
+    )
     for t in (ref, fast):
         t.commit(PATH)
     torch.testing.assert_close(fast.recurrent_states, ref.recurrent_states, rtol=1e-5, atol=1e-5)

@@ -73,7 +73,12 @@ def test_sample_and_match_is_exact_on_any_tree(tree, seed):
 
 @pytest.mark.parametrize(
     "sampling",
-    [SamplingConfig(), SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.6, top_k=3), SamplingConfig(temperature=1.3, top_p=0.7)],
+    [
+        SamplingConfig(),
+        SamplingConfig(temperature=1.0),
+        SamplingConfig(temperature=0.6, top_k=3),
+        SamplingConfig(temperature=1.3, top_p=0.7),
+    ],
     ids=["greedy", "t1", "t0.6-topk3", "t1.3-topp0.7"],
 )
 def test_multi_round_speculative_law_equals_target_law(sampling):
@@ -194,7 +199,9 @@ def test_chi2_and_argmax_tests_on_real_speculative_runs():
     target = MarkovTarget(target_law, max_seq_len=64)
     prompts = torch.tensor([[1, 2]] * 400)
     ar = sd.generate(target, prompts, 8, temperature=1.0, seed=0).tokens
-    spec = sd.generate(target, prompts, 8, temperature=1.0, seed=10**6, drafter=MarkovDrafter(draft_law), num_draft_tokens=3).tokens
+    spec = sd.generate(
+        target, prompts, 8, temperature=1.0, seed=10**6, drafter=MarkovDrafter(draft_law), num_draft_tokens=3
+    ).tokens
     g = torch.Generator().manual_seed(0)
     chi = two_sample_chi2(ar, spec, permutations=200, generator=g)
     assert chi.p_permutation > 0.01 and chi.p_value > 0.01

@@ -26,8 +26,11 @@ def test_no_import_cycles():
 
 def test_contracts_import_nothing_else_of_specdec():
     graph = import_graph(PACKAGE)
-    outside = {m: sorted(t for t in ts if not t.startswith("specdec.contracts"))
-               for m, ts in graph.items() if m.startswith("specdec.contracts")}
+    outside = {
+        m: sorted(t for t in ts if not t.startswith("specdec.contracts"))
+        for m, ts in graph.items()
+        if m.startswith("specdec.contracts")
+    }
     assert {m: ts for m, ts in outside.items() if ts} == {}
 
 
@@ -51,8 +54,13 @@ def test_a_planted_cycle_and_upward_import_are_caught(tmp_path, planted):
 
 
 def test_cycle_finder_on_a_known_graph():
-    graph = {"specdec.a": {"specdec.b"}, "specdec.b": {"specdec.c"}, "specdec.c": {"specdec.a"},
-             "specdec.d": {"specdec.a"}, "specdec.e": set()}
+    graph = {
+        "specdec.a": {"specdec.b"},
+        "specdec.b": {"specdec.c"},
+        "specdec.c": {"specdec.a"},
+        "specdec.d": {"specdec.a"},
+        "specdec.e": set(),
+    }
     assert import_cycles(graph) == [["specdec.a", "specdec.b", "specdec.c"]]
 
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.testing.faults import TargetFault
 from specdec.forcing import TokenForcingChecker, teacher_force
 from specdec.testing import tiny_target
+from specdec.testing.faults import TargetFault
 from specdec.testing.laws import (
     MarkovDrafter,
     MarkovLaw,
@@ -147,7 +147,9 @@ class StaleStateVerifier(sd.ChainVerifier):
     as when a recurrent layer's state is not restored to the accepted prefix."""
 
     def verify(self, target, root, proposal, *, sampling, generator=None):
-        return super().verify(_KeepAllRows(target, proposal.num_tokens + 1), root, proposal, sampling=sampling, generator=generator)
+        return super().verify(
+            _KeepAllRows(target, proposal.num_tokens + 1), root, proposal, sampling=sampling, generator=generator
+        )
 
 
 def _chain_tv(sampling: SamplingConfig) -> float:
@@ -167,7 +169,9 @@ def _top2_tree(context) -> Tree:
 
 
 def _target_rows(tree: Tree, context) -> torch.Tensor:
-    rows = [TARGET_LAW(context)] + [TARGET_LAW(tuple(context) + tuple(tree.tokens[tree.path(n)].tolist())) for n in range(tree.num_nodes)]
+    rows = [TARGET_LAW(context)] + [
+        TARGET_LAW(tuple(context) + tuple(tree.tokens[tree.path(n)].tolist())) for n in range(tree.num_nodes)
+    ]
     return torch.softmax(torch.stack(rows).double(), -1)  # [N + 1, V]
 
 
@@ -175,7 +179,9 @@ def _sample_runs(n: int, sampling: SamplingConfig, verifier=None, num_draft: int
     target = MarkovTarget(TARGET_LAW, max_seq_len=64)
     prompts = torch.tensor([list(CONTEXT)] * n)
     kw = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
-    spec = sd.generate(target, prompts, 8, seed=10**6, drafter=MarkovDrafter(DRAFT_LAW), num_draft_tokens=num_draft, verifier=verifier, **kw).tokens
+    spec = sd.generate(
+        target, prompts, 8, seed=10**6, drafter=MarkovDrafter(DRAFT_LAW), num_draft_tokens=num_draft, verifier=verifier, **kw
+    ).tokens
     return target, prompts, spec
 
 
@@ -295,7 +301,9 @@ def test_topk_tree_ratio_walk_caught_by_argmax_rate_test(monkeypatch, ar_t1):
 
 
 def test_stale_state_caught_by_greedy_equality(tiny, tiny_prompts, tiny_ar):
-    assert torch.equal(sd.generate(tiny, tiny_prompts, 96, drafter=sd.NGramDrafter(), verifier=sd.ChainVerifier()).tokens, tiny_ar)
+    assert torch.equal(
+        sd.generate(tiny, tiny_prompts, 96, drafter=sd.NGramDrafter(), verifier=sd.ChainVerifier()).tokens, tiny_ar
+    )
     stale = sd.generate(tiny, tiny_prompts, 96, drafter=sd.NGramDrafter(), verifier=StaleStateVerifier()).tokens
     assert not torch.equal(stale, tiny_ar)
 

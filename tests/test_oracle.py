@@ -22,7 +22,12 @@ def target():
 
 
 def test_presets_reproduce_published_means():
-    published = {"dspark-qwen3-8b-gsm8k": 6.17, "dflash-qwen3-8b-gsm8k": 5.33, "dflash-qwen3-8b-gsm8k-b16": 6.36, "dflash2-qwen3.8-27b-gsm8k": 5.46}
+    published = {
+        "dspark-qwen3-8b-gsm8k": 6.17,
+        "dflash-qwen3-8b-gsm8k": 5.33,
+        "dflash-qwen3-8b-gsm8k-b16": 6.36,
+        "dflash2-qwen3.8-27b-gsm8k": 5.46,
+    }
     assert set(published) == set(PRESETS)
     for name, tau in published.items():
         assert abs(PRESETS[name].tokens_per_round - tau) < 1e-9

@@ -66,10 +66,21 @@ def test_reference_logits_reject_bad_inputs():
 
 def test_reference_logits_refuse_hybrid_layers():
     cfg = HybridConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
-        layer_types=("linear_attention", "full_attention"), num_heads=2, num_kv_heads=1, head_dim=16, rotary_dim=8,
-        linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
-        linear_conv_kernel_dim=4, model_type="qwen3_5_text",
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=2,
+        layer_types=("linear_attention", "full_attention"),
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=16,
+        rotary_dim=8,
+        linear_num_key_heads=1,
+        linear_num_value_heads=2,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_conv_kernel_dim=4,
+        model_type="qwen3_5_text",
     )
     target = random_hybrid_target(cfg, dtype=torch.float32, device="cpu", max_seq_len=16)
     with pytest.raises(TypeError, match="reference_logits: expected dense DecoderLayer layers only"):

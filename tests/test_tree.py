@@ -93,7 +93,6 @@ class ToyLM:
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """tokens, positions [..., T], mask [T, T] -> logits [..., T, V] (leading dims are independent runs)."""
-        t = tokens.shape[-1]
         hd = self.dim // self.heads
         x = self.emb[tokens]  # [..., T, dim]
         ang = positions.double()[..., None] * self.inv_freq  # [..., T, hd/2]
@@ -192,8 +191,17 @@ def reference_walk(tree: Tree, next_token) -> tuple[list[int], list[int]]:
         (torch.tensor([[1, 2]]), [-1, 0], ValueError, r"tokens: expected a 1-D tensor \[N\], got shape \(1, 2\)"),
         ([1, 2], torch.tensor([True, False]), TypeError, r"parents: expected an integer dtype"),
     ],
-    ids=["parent-after-child", "self-parent", "parent-out-of-range", "below-minus-one", "length-mismatch",
-         "negative-token", "float-tokens", "2d-tokens", "bool-parents"],
+    ids=[
+        "parent-after-child",
+        "self-parent",
+        "parent-out-of-range",
+        "below-minus-one",
+        "length-mismatch",
+        "negative-token",
+        "float-tokens",
+        "2d-tokens",
+        "bool-parents",
+    ],
 )
 def test_tree_rejects_malformed_input(tokens, parents, err, match):
     with pytest.raises(err, match=match):
@@ -287,8 +295,13 @@ def _positions_flat(tree, prefix_len):
         (tree_attention_mask, _positions_flat),
         (tree_attention_mask, lambda t, p: tree_positions(t, p + 1)),
     ],
-    ids=["mutant-mask-no-root", "mutant-mask-parent-only", "mutant-mask-causal", "mutant-positions-flat-index",
-         "mutant-positions-off-by-one"],
+    ids=[
+        "mutant-mask-no-root",
+        "mutant-mask-parent-only",
+        "mutant-mask-causal",
+        "mutant-positions-flat-index",
+        "mutant-positions-off-by-one",
+    ],
 )
 def test_mutation_tree_forward_oracle_catches(mask_fn, pos_fn):
     lm = ToyLM()
@@ -421,8 +434,15 @@ def total_variation(a: dict, b: dict) -> float:
 
 
 # (kind, nodes, vocab): vocab ** (nodes + 1) draw combinations are enumerated
-LAW_CASES = [("single", 1, 4), ("chain", 4, 3), ("star", 3, 3), ("forest", 4, 3), ("deep", 6, 2), ("random", 4, 3),
-             ("duplicates", 6, 2)]
+LAW_CASES = [
+    ("single", 1, 4),
+    ("chain", 4, 3),
+    ("star", 3, 3),
+    ("forest", 4, 3),
+    ("deep", 6, 2),
+    ("random", 4, 3),
+    ("duplicates", 6, 2),
+]
 
 
 @pytest.mark.parametrize("case", LAW_CASES, ids=lambda c: f"{c[0]}-{c[1]}-V{c[2]}")
@@ -459,8 +479,9 @@ def _walk_root_draw_everywhere(tree: Tree, choices: torch.Tensor):
     return match_walk(tree, choices[:1].expand(choices.shape[0]).clone())
 
 
-@pytest.mark.parametrize("walk", [_walk_deepest_duplicate, _walk_root_draw_everywhere],
-                         ids=["mutant-deepest-duplicate", "mutant-reused-draw"])
+@pytest.mark.parametrize(
+    "walk", [_walk_deepest_duplicate, _walk_root_draw_everywhere], ids=["mutant-deepest-duplicate", "mutant-reused-draw"]
+)
 def test_mutation_output_law_oracle_catches(walk):
     vocab = 3
     tree = Tree(tokens=[1, 1, 2, 0], parents=[-1, -1, 1, 2])  # duplicate siblings, depth 3
@@ -666,8 +687,21 @@ def test_best_first_tree_large_vocab_budget():
         (("nope", 4), {}, TypeError, "draft_logprobs: expected a float tensor"),
         ((torch.zeros(2, 3), 4), {"top_k": 0}, ValueError, r"top_k: expected an int >= 1 or None"),
     ],
-    ids=["budget-0", "budget-float", "budget-bool", "1d", "no-depth", "positive", "nan", "int-dtype", "max-depth",
-         "callable-no-depth", "callable-bad-output", "not-a-tensor", "top-k-0"],
+    ids=[
+        "budget-0",
+        "budget-float",
+        "budget-bool",
+        "1d",
+        "no-depth",
+        "positive",
+        "nan",
+        "int-dtype",
+        "max-depth",
+        "callable-no-depth",
+        "callable-bad-output",
+        "not-a-tensor",
+        "top-k-0",
+    ],
 )
 def test_best_first_tree_rejects_bad_input(args, kwargs, err, match):
     with pytest.raises(err, match=match):
@@ -692,8 +726,11 @@ def _best_first_depth_major(lp, budget):
     return best_first_tree(lp, budget, max_depth=1)
 
 
-@pytest.mark.parametrize("mutant", [_best_first_no_sibling, _best_first_ties_by_larger_id, _best_first_depth_major],
-                         ids=["mutant-no-sibling", "mutant-ties-larger-id", "mutant-one-depth"])
+@pytest.mark.parametrize(
+    "mutant",
+    [_best_first_no_sibling, _best_first_ties_by_larger_id, _best_first_depth_major],
+    ids=["mutant-no-sibling", "mutant-ties-larger-id", "mutant-one-depth"],
+)
 def test_mutation_best_first_oracle_catches(mutant):
     lp = tied_logprobs((4, 4), seed=8)
     table = lp.double().tolist()

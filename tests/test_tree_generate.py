@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specdec as sd
+import specdec.contracts.plan as plan_mod
 import specdec.verify.tree as tree_mod
 import specdec.verify.walks as walks_mod
-import specdec.contracts.plan as plan_mod
 from specdec.drafters.base import DraftProposal
 from specdec.testing import ForcedDrafter, tiny_target
 from specdec.verify.chain import ChainVerifier, chain_laws
@@ -138,8 +138,13 @@ class PathsDrafter:
 # --------------------------------------------------------------------------------------------------
 # greedy: tree speculative == autoregressive
 # --------------------------------------------------------------------------------------------------
-@settings(max_examples=20, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=20,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(
     model_type=st.sampled_from(["llama", "qwen3"]),
     target_seed=st.integers(0, 1),
@@ -152,8 +157,9 @@ class PathsDrafter:
     max_rank=st.integers(0, 4),
     drafter_seed=st.integers(0, 2**16),
 )
-def test_tree_speculative_equals_autoregressive(model_type, target_seed, prompt, max_new, spare, drafter_kind, budget, k,
-                                                max_rank, drafter_seed):
+def test_tree_speculative_equals_autoregressive(
+    model_type, target_seed, prompt, max_new, spare, drafter_kind, budget, k, max_rank, drafter_seed
+):
     prompt_ids = torch.tensor([prompt])
     target = target_for(model_type, target_seed, len(prompt) + max_new + spare)
     ar = sd.generate(target, prompt_ids, max_new)
@@ -179,8 +185,9 @@ def test_tree_accepts_off_spine_nodes_and_beats_the_chain():
     truth = torch.cat([ar.tokens[0], torch.zeros(16, dtype=torch.long)])
     chain = sd.generate(target, prompt, 48, drafter=RankNoiseDrafter(truth, 5, 3, max_rank=2), num_draft_tokens=5)
     verifier = TreeVerifier(budget=32)
-    tree = sd.generate(target, prompt, 48, drafter=RankNoiseDrafter(truth, 5, 3, max_rank=2), verifier=verifier,
-                       num_draft_tokens=5)
+    tree = sd.generate(
+        target, prompt, 48, drafter=RankNoiseDrafter(truth, 5, 3, max_rank=2), verifier=verifier, num_draft_tokens=5
+    )
     assert torch.equal(tree.tokens, ar.tokens) and torch.equal(chain.tokens, ar.tokens)
     assert tree.stats.target_passes < chain.stats.target_passes
     assert max(n for n, c in enumerate(tree.stats.accepted_histogram) if c) >= 3
@@ -251,8 +258,11 @@ def test_chain_tree_has_the_chain_verifier_law():
         assert max(abs(chain_law[key] - tree_law[key]) for key in chain_law) < 1e-12
 
 
-@pytest.mark.parametrize("sampling", [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.7, top_k=3, top_p=0.9)],
-                         ids=["t1", "t0.7-topk3-topp0.9"])
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.7, top_k=3, top_p=0.9)],
+    ids=["t1", "t0.7-topk3-topp0.9"],
+)
 def test_one_sampled_tree_round_has_the_autoregressive_law(sampling, monkeypatch):
     """Enumerate the draw at every verify row through TreeVerifier.verify itself (sample() patched to
     return the enumerated draws); the output law must equal the target's own sequence law."""
@@ -331,8 +341,17 @@ def test_sampled_tree_generate_is_seeded():
     truth = torch.zeros(64, dtype=torch.long)
 
     def run(seed):
-        return sd.generate(target, prompt, 24, drafter=RankNoiseDrafter(truth, 5, 0, max_rank=1, sharpness=1.0),
-                           verifier=TreeVerifier(budget=16), temperature=0.9, top_k=20, seed=seed, num_draft_tokens=4)
+        return sd.generate(
+            target,
+            prompt,
+            24,
+            drafter=RankNoiseDrafter(truth, 5, 0, max_rank=1, sharpness=1.0),
+            verifier=TreeVerifier(budget=16),
+            temperature=0.9,
+            top_k=20,
+            seed=seed,
+            num_draft_tokens=4,
+        )
 
     a, b, c = run(1), run(1), run(2)
     assert torch.equal(a.tokens, b.tokens) and not torch.equal(a.tokens, c.tokens)
@@ -351,11 +370,16 @@ def test_tree_verifier_rejects_bad_input_before_the_forward():
     root = torch.tensor([3])
     try:
         with pytest.raises(ValueError, match=r"proposal.tree: 6 nodes \(depth 6\) need 7 cache rows with the root, but only 6"):
-            TreeVerifier().verify(target, root, TreeProposal(tokens=torch.zeros(0, dtype=torch.long), tree=Tree.chain([1] * 6)),
-                                  sampling=SamplingConfig())
+            TreeVerifier().verify(
+                target,
+                root,
+                TreeProposal(tokens=torch.zeros(0, dtype=torch.long), tree=Tree.chain([1] * 6)),
+                sampling=SamplingConfig(),
+            )
         with pytest.raises(TypeError, match="proposal.tree: expected a Tree, got list"):
-            TreeVerifier().verify(target, root, TreeProposal(tokens=torch.zeros(0, dtype=torch.long), tree=[1, 2]),
-                                  sampling=SamplingConfig())
+            TreeVerifier().verify(
+                target, root, TreeProposal(tokens=torch.zeros(0, dtype=torch.long), tree=[1, 2]), sampling=SamplingConfig()
+            )
         with pytest.raises(ValueError, match=r"proposal.tokens: expected token ids in \[0, 97\), got tokens\[1\] = 97"):
             TreeVerifier().verify(target, root, DraftProposal(tokens=torch.tensor([5, 97])), sampling=SamplingConfig())
     finally:
@@ -374,8 +398,9 @@ def test_tree_verifier_caps_the_built_tree_to_the_cache_room():
     target.commit(10)
     probs = torch.softmax(torch.randn(4, VOCAB, generator=torch.Generator().manual_seed(0)), -1)
     verifier = TreeVerifier(budget=64)
-    verifier.verify(target, torch.tensor([3]), DraftProposal(tokens=probs.argmax(-1), draft_probs=probs),
-                    sampling=SamplingConfig())
+    verifier.verify(
+        target, torch.tensor([3]), DraftProposal(tokens=probs.argmax(-1), draft_probs=probs), sampling=SamplingConfig()
+    )
     assert verifier.last_tree.num_nodes == 5  # room 6 = root + 5 nodes
 
 
@@ -405,8 +430,9 @@ def test_mutation_equality_check_catches_a_broken_tree_verifier(mutant, monkeypa
     else:
         verifier = TreeVerifier(budget=32)
         monkeypatch.setattr(plan_mod, "tree_positions", lambda tree, p: p + torch.arange(tree.num_nodes + 1))
-    spec = sd.generate(target, prompt, 40, drafter=RankNoiseDrafter(truth, 5, 3, max_rank=2), verifier=verifier,
-                       num_draft_tokens=5)
+    spec = sd.generate(
+        target, prompt, 40, drafter=RankNoiseDrafter(truth, 5, 3, max_rank=2), verifier=verifier, num_draft_tokens=5
+    )
     assert not torch.equal(spec.tokens, ar.tokens)
 
 
@@ -426,7 +452,11 @@ def test_tree_logprobs_take_precedence_over_draft_probs():
     scores[1, 9] = 0.0
     verifier = TreeVerifier(budget=8)
     uniform = torch.full((2, VOCAB), 1.0 / VOCAB)
-    verifier.verify(target, torch.tensor([5]), ScoredProposal(tokens=torch.tensor([4, 9]), draft_probs=uniform,
-                                                             tree_logprobs=scores), sampling=SamplingConfig())
+    verifier.verify(
+        target,
+        torch.tensor([5]),
+        ScoredProposal(tokens=torch.tensor([4, 9]), draft_probs=uniform, tree_logprobs=scores),
+        sampling=SamplingConfig(),
+    )
     tree = verifier.last_tree
     assert tree.tokens.tolist() == [4, 7, 9, 9] and tree.parents.tolist() == [-1, -1, 0, 1]

@@ -15,7 +15,7 @@ V = 4  # vocabulary for exact enumeration
 TOL = 1e-6
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _logits(prefix: tuple, salt: int, shape: str = "dense") -> torch.Tensor:
     """A deterministic random next-token logit row for every prefix (a 'model' over sequences)."""
     gen = torch.Generator().manual_seed(hash((salt,) + prefix) % (2**31))
@@ -29,7 +29,7 @@ def _logits(prefix: tuple, salt: int, shape: str = "dense") -> torch.Tensor:
     return logits
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _law(prefix, salt, sampling, shape="dense") -> torch.Tensor:
     return logits_to_probs(_logits(prefix, salt, shape), sampling).double()
 
@@ -115,7 +115,10 @@ def test_round_law_equals_target_law(name, k, deterministic):
     assert law_distance(got, target_joint_law(sampling, k + 1)) < TOL
 
 
-@pytest.mark.parametrize("target_shape,draft_shape", [("one_hot", "dense"), ("dense", "one_hot"), ("half_support", "half_support"), ("one_hot", "one_hot")])
+@pytest.mark.parametrize(
+    "target_shape,draft_shape",
+    [("one_hot", "dense"), ("dense", "one_hot"), ("half_support", "half_support"), ("one_hot", "one_hot")],
+)
 def test_round_law_on_degenerate_supports(target_shape, draft_shape):
     sampling = SamplingConfig(temperature=1.0)
     for deterministic in (False, True):
@@ -189,7 +192,9 @@ def test_sampled_chain_accept_follows_its_laws():
     laws = chain_laws(logits_to_probs(target_logits, sampling), torch.tensor([2]), draft_probs)
     gen = torch.Generator().manual_seed(0)
     trials = 5000
-    accepted = sum(chain_accept(target_logits, torch.tensor([2]), draft_probs, sampling=sampling, generator=gen)[0] for _ in range(trials))
+    accepted = sum(
+        chain_accept(target_logits, torch.tensor([2]), draft_probs, sampling=sampling, generator=gen)[0] for _ in range(trials)
+    )
     expected = float(laws.accept_probs[0])
     assert abs(accepted / trials - expected) < 4 * (expected * (1 - expected) / trials) ** 0.5
 

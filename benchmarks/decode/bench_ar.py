@@ -25,8 +25,10 @@ import specdec as sd
 from benchmarks.common import copy_bandwidth, mean_time_ms, provenance, provenance_line, write_json
 from specdec.models import SHAPES, random_target
 
-REFERENCE = ("float32, one decoder layer at a time (Target.reference_logits): a causal forward over the "
-             "prefix and the checked rows, whose last rows are compared with the bf16 rows")
+REFERENCE = (
+    "float32, one decoder layer at a time (Target.reference_logits): a causal forward over the "
+    "prefix and the checked rows, whose last rows are compared with the bf16 rows"
+)
 
 
 def weight_bytes(target) -> int:
@@ -79,12 +81,19 @@ def check_graph_against_eager(eager, graph, prefix_ids, rows, target) -> dict:
     err_eager, err_graph = rel(eager), rel(graph)
     agree = (graph.argmax(-1) == ref.argmax(-1)).float().mean().item()
     agree_eager = (eager.argmax(-1) == ref.argmax(-1)).float().mean().item()
-    return {"rel_l2_graph_vs_fp32": err_graph, "rel_l2_eager_vs_fp32": err_eager, "argmax_agreement": agree,
-            "argmax_agreement_eager": agree_eager, "reference": REFERENCE, "ok": err_graph <= 2 * err_eager + 1e-6}
+    return {
+        "rel_l2_graph_vs_fp32": err_graph,
+        "rel_l2_eager_vs_fp32": err_eager,
+        "argmax_agreement": agree,
+        "argmax_agreement_eager": agree_eager,
+        "reference": REFERENCE,
+        "ok": err_graph <= 2 * err_eager + 1e-6,
+    }
 
 
-def run_model(name: str, ms: list[int], prefix: int, iters: int, max_seq_len: int, bandwidth: float, ar_tokens: int,
-              compile: bool = False) -> dict:
+def run_model(
+    name: str, ms: list[int], prefix: int, iters: int, max_seq_len: int, bandwidth: float, ar_tokens: int, compile: bool = False
+) -> dict:
     cfg = SHAPES[name]
     t0 = time.perf_counter()
     target = random_target(cfg, dtype=torch.bfloat16, device="cuda", max_seq_len=max_seq_len)
@@ -100,7 +109,15 @@ def run_model(name: str, ms: list[int], prefix: int, iters: int, max_seq_len: in
     build_s += time.perf_counter() - t0
     graph = logits_after_prefix(target, prefix_ids, check_rows)
     check = check_graph_against_eager(eager, graph, prefix_ids, check_rows, target)
-    result = {"model": name, "compile": compile, "weight_bytes": nbytes, "floor_ms": floor_ms, "build_s": build_s, "check": check, "steps": []}
+    result = {
+        "model": name,
+        "compile": compile,
+        "weight_bytes": nbytes,
+        "floor_ms": floor_ms,
+        "build_s": build_s,
+        "check": check,
+        "steps": [],
+    }
     if not check["ok"]:
         print(f"{name}: graph/eager check FAILED {check}; not reporting times", flush=True)
         return result
@@ -111,7 +128,10 @@ def run_model(name: str, ms: list[int], prefix: int, iters: int, max_seq_len: in
         row = time_steps(target, m, prefix, iters)
         row["x_floor"] = row["step_ms"] / floor_ms
         result["steps"].append(row)
-        print(f"{name}{' compiled' if compile else ''} M={m:3d}: {row['step_ms']:.3f} ms ({row['x_floor']:.2f}x floor), with host sync {row['step_ms_with_sync']:.3f} ms", flush=True)
+        print(
+            f"{name}{' compiled' if compile else ''} M={m:3d}: {row['step_ms']:.3f} ms ({row['x_floor']:.2f}x floor), with host sync {row['step_ms_with_sync']:.3f} ms",
+            flush=True,
+        )
     m1 = result["steps"][0]["step_ms"]
     for row in result["steps"]:
         row["x_m1"] = row["step_ms"] / m1
@@ -120,7 +140,11 @@ def run_model(name: str, ms: list[int], prefix: int, iters: int, max_seq_len: in
         sd.generate(target, prompt, 8)
         torch.cuda.synchronize()
         out = sd.generate(target, prompt, ar_tokens)
-        result["generate"] = {"tokens": ar_tokens, "tokens_per_s": out.stats.tokens_per_second, "ms_per_token": 1e3 / out.stats.tokens_per_second}
+        result["generate"] = {
+            "tokens": ar_tokens,
+            "tokens_per_s": out.stats.tokens_per_second,
+            "ms_per_token": 1e3 / out.stats.tokens_per_second,
+        }
     del target
     torch.cuda.empty_cache()
     return result
@@ -147,18 +171,27 @@ def main() -> None:
     ms = [int(x) for x in args.ms.split(",")]
     results = {
         "copy_bandwidth_Bps": bandwidth,
-        "models": [run_model(n, ms, args.prefix, args.iters, args.max_seq_len, bandwidth, args.ar_tokens, args.compile) for n in args.models.split(",")],
+        "models": [
+            run_model(n, ms, args.prefix, args.iters, args.max_seq_len, bandwidth, args.ar_tokens, args.compile)
+            for n in args.models.split(",")
+        ],
     }
     write_json(args.out, results, prov)
     print(f"\n{provenance_line(prov)}")
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)")
     print(f"{'model':10} {'M':>4} {'step ms':>9} {'x floor':>8} {'x M=1':>7} {'sync ms':>8}")
     for res in results["models"]:
-        print(f"{res['model'] + (' (compiled)' if res['compile'] else ''):10} floor {res['floor_ms']:.3f} ms ({res['weight_bytes'] / 1e9:.2f} GB); check {res['check']}")
+        print(
+            f"{res['model'] + (' (compiled)' if res['compile'] else ''):10} floor {res['floor_ms']:.3f} ms ({res['weight_bytes'] / 1e9:.2f} GB); check {res['check']}"
+        )
         for row in res["steps"]:
-            print(f"{'':10} {row['m']:4d} {row['step_ms']:9.3f} {row['x_floor']:8.2f} {row['x_m1']:7.2f} {row['step_ms_with_sync']:8.3f}")
+            print(
+                f"{'':10} {row['m']:4d} {row['step_ms']:9.3f} {row['x_floor']:8.2f} {row['x_m1']:7.2f} {row['step_ms_with_sync']:8.3f}"
+            )
         if "generate" in res:
-            print(f"{'':10} sd.generate AR: {res['generate']['tokens_per_s']:.1f} tok/s ({res['generate']['ms_per_token']:.2f} ms/token)")
+            print(
+                f"{'':10} sd.generate AR: {res['generate']['tokens_per_s']:.1f} tok/s ({res['generate']['ms_per_token']:.2f} ms/token)"
+            )
 
 
 if __name__ == "__main__":

@@ -44,9 +44,9 @@ import torch
 
 import specdec as sd
 from benchmarks.common import capture_cuda_graph, copy_bandwidth, median_time_ms, provenance, provenance_line, write_json
-from specdec.drafters.block.fixtures import fixture_config
-from specdec.drafters.block import BlockDraftModel, DFlash2Drafter, DFlashDrafter, read_drafter_config
 from specdec.drafters import DSparkDrafter
+from specdec.drafters.block import BlockDraftModel, DFlash2Drafter, DFlashDrafter, read_drafter_config
+from specdec.drafters.block.fixtures import fixture_config
 from specdec.drafters.oracle import PRESETS, OracleDrafter
 from specdec.models import QWEN3_8B, random_target
 from specdec.verify.sampling import SamplingConfig
@@ -110,8 +110,15 @@ def random_model(config: dict, target, seed: int) -> BlockDraftModel:
 
 def build_model(name: str, target, taps=TAPS, mask=QWEN3_MASK) -> BlockDraftModel:
     cls, arch, sizes = DRAFTERS[name]
-    cfg = fixture_config(arch, target, num_layers=5, target_layer_ids=taps, mask_token_id=mask,
-                         intermediate_size=target.config.intermediate_size, **sizes)
+    cfg = fixture_config(
+        arch,
+        target,
+        num_layers=5,
+        target_layer_ids=taps,
+        mask_token_id=mask,
+        intermediate_size=target.config.intermediate_size,
+        **sizes,
+    )
     return random_model(cfg, target, seed=1)
 
 
@@ -138,7 +145,9 @@ def check_paths(graph, static, dynamic, target, prefix: int, max_new: int) -> di
     g = torch.Generator(device=device).manual_seed(5)
     n_max = n + 1
     ctx = torch.randint(0, target.vocab_size, (n_max,), device=device, generator=g)
-    feats = torch.randn(n_max, len(graph.target_layer_ids), target.config.hidden_size, device=device, dtype=target.dtype, generator=g)
+    feats = torch.randn(
+        n_max, len(graph.target_layer_ids), target.config.hidden_size, device=device, dtype=target.dtype, generator=g
+    )
     greedy = SamplingConfig()
     for d in (graph, static, dynamic):
         d.reset()
@@ -165,8 +174,13 @@ def check_paths(graph, static, dynamic, target, prefix: int, max_new: int) -> di
     laws = []
     for d in (graph, static):
         d.cache.crop(n - 1 - 3)
-        p = d.propose(ctx[:n], d.max_draft_tokens, sampling=t1, generator=torch.Generator(device=device).manual_seed(3),
-                      target_hidden=feats[n - 4 : n - 1])
+        p = d.propose(
+            ctx[:n],
+            d.max_draft_tokens,
+            sampling=t1,
+            generator=torch.Generator(device=device).manual_seed(3),
+            target_hidden=feats[n - 4 : n - 1],
+        )
         laws.append((p.tokens.clone(), None if p.draft_probs is None else p.draft_probs.clone()))
     sampled_same = torch.equal(laws[0][0], laws[1][0]) and (laws[0][1] is None or torch.equal(laws[0][1], laws[1][1]))
     return {
@@ -198,8 +212,14 @@ def time_draft(drafter, target, prefix: int, new_rows: int, iters: int) -> float
 def _inputs(drafter, target, prefix):
     g = torch.Generator(device=target.device).manual_seed(9)
     ctx = torch.randint(0, target.vocab_size, (prefix,), device=target.device, generator=g)
-    feats = torch.randn(prefix - 1, len(drafter.target_layer_ids), target.config.hidden_size, device=target.device,
-                        dtype=target.dtype, generator=g)
+    feats = torch.randn(
+        prefix - 1,
+        len(drafter.target_layer_ids),
+        target.config.hidden_size,
+        device=target.device,
+        dtype=target.dtype,
+        generator=g,
+    )
     return ctx, feats
 
 
@@ -230,12 +250,16 @@ def time_parts(drafter, target, prefix: int, new_rows: int, iters: int) -> dict:
 
         with_rows = cuda_ms(lambda: replay(new_rows), iters)
         block = cuda_ms(lambda: replay(0), iters)
-        parts = {"ingest_ms": with_rows - block, "block_ms": block, "head_ms": head_ms,
-                 "head_in_graph_ms": head_graph_ms(drafter, drafter.last_hidden, ctx[-1:], iters),
-                 "note": "block_ms = graph replay without new rows, the graph's own head (DFlash logits / DFlash2 selector / "
-                         "DSpark logits + greedy walk + confidence) included; head_ms = eager work after the replay; "
-                         "head_in_graph_ms = that in-graph head alone, captured as its own graph; head_eager_ms = the "
-                         "eager head on the same rows (no graph outputs)"}
+        parts = {
+            "ingest_ms": with_rows - block,
+            "block_ms": block,
+            "head_ms": head_ms,
+            "head_in_graph_ms": head_graph_ms(drafter, drafter.last_hidden, ctx[-1:], iters),
+            "note": "block_ms = graph replay without new rows, the graph's own head (DFlash logits / DFlash2 selector / "
+            "DSpark logits + greedy walk + confidence) included; head_ms = eager work after the replay; "
+            "head_in_graph_ms = that in-graph head alone, captured as its own graph; head_eager_ms = the "
+            "eager head on the same rows (no graph outputs)",
+        }
     else:
 
         def ingest():
@@ -400,8 +424,17 @@ def main() -> None:
     if args.smoke:
         from specdec.models import TargetConfig
 
-        cfg = TargetConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4, num_heads=4,
-                           num_kv_heads=2, head_dim=16, qk_norm=True, model_type="qwen3")
+        cfg = TargetConfig(
+            vocab_size=512,
+            hidden_size=64,
+            intermediate_size=128,
+            num_layers=4,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=16,
+            qk_norm=True,
+            model_type="qwen3",
+        )
         device, dtype, taps, mask = torch.device("cpu"), torch.float32, [0, 1, 2], 511
         args.prefix, args.new_tokens, args.iters = 32, 48, 3
     else:
@@ -413,8 +446,14 @@ def main() -> None:
         # 1 row for AR, 8 for a verify of 7 drafts + the root (fewer drafts pad to 8)
         target.enable_cuda_graphs(buckets=(1, 8), compile=compiled)
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (smoke)"
-    results = {"gpu": gpu, "prefix": args.prefix, "note": "random weights", "target_graphs_compiled": compiled,
-               "copy_bandwidth_Bps": copy_bandwidth(device), "drafters": {}}
+    results = {
+        "gpu": gpu,
+        "prefix": args.prefix,
+        "note": "random weights",
+        "target_graphs_compiled": compiled,
+        "copy_bandwidth_Bps": copy_bandwidth(device),
+        "drafters": {},
+    }
 
     def save():
         if args.out:
@@ -436,7 +475,9 @@ def main() -> None:
             graph_drafters[name + "/eager"] = cls(model, target)
             continue
         try:
-            entry = part1(name, cls, target, taps, mask, max_context, fast_label, results["copy_bandwidth_Bps"], args, graph_drafters)
+            entry = part1(
+                name, cls, target, taps, mask, max_context, fast_label, results["copy_bandwidth_Bps"], args, graph_drafters
+            )
         except Exception as exc:  # one drafter failing must not lose the others' numbers
             import traceback
 
@@ -447,8 +488,10 @@ def main() -> None:
         if "error" in entry:
             log(f"{name}: FAILED {entry['error']}")
         else:
-            log(f"{name}: eager {entry['step_ms/eager']:.3f} ms, {fast_label} {entry[f'step_ms/{fast_label}']:.3f} ms, "
-                f"check {entry['check']['graph_equals_static_eager']}, sync-free {entry['sync_free']}")
+            log(
+                f"{name}: eager {entry['step_ms/eager']:.3f} ms, {fast_label} {entry[f'step_ms/{fast_label}']:.3f} ms, "
+                f"check {entry['check']['graph_equals_static_eager']}, sync-free {entry['sync_free']}"
+            )
 
     ar_ms = time_target(target, args.prefix, 1, args.iters)
     verify_ms = time_target(target, args.prefix, 8, args.iters)
@@ -471,7 +514,9 @@ def main() -> None:
     results["reference"] = "verify-shape (row 0 of 8-row forwards)" if device.type == "cuda" else "AR"
     log("references decoded")
     spec_rows = []
-    runs = [("oracle", None)] + [(f"oracle+{n}", graph_drafters.get(n)) for n in ("dspark-b7", "dspark-b7/eager", "dflash-b16", "dflash2-b8")]
+    runs = [("oracle", None)] + [
+        (f"oracle+{n}", graph_drafters.get(n)) for n in ("dspark-b7", "dspark-b7/eager", "dflash-b16", "dflash2-b8")
+    ]
     for label, wrap in runs:
         if label != "oracle" and wrap is None:
             results[f"spec/{label}"] = {"skipped": "drafter failed its part-1 check"}
@@ -495,36 +540,49 @@ def main() -> None:
 
     shape = "tiny shape, fp32" if args.smoke else "Qwen3-8B shape, bf16"
     print(f"\n{provenance_line(prov)}")
-    print(f"{results['gpu']}  {shape}, random weights, prefix {args.prefix}, target graphs "
-          f"{'compiled' if compiled else 'uncompiled'}")
+    print(
+        f"{results['gpu']}  {shape}, random weights, prefix {args.prefix}, target graphs "
+        f"{'compiled' if compiled else 'uncompiled'}"
+    )
     print(f"target AR step {ar_ms:.3f} ms, verify (8 rows) {verify_ms:.3f} ms = {verify_ms / ar_ms:.2f} AR")
-    print(f"{'drafter':<12}{'eager':>8}{'static':>8}{'fast':>8}{'floor':>7}{'fast/AR':>8}  fast parts (ingest/block/head ms)  check")
+    print(
+        f"{'drafter':<12}{'eager':>8}{'static':>8}{'fast':>8}{'floor':>7}{'fast/AR':>8}  fast parts (ingest/block/head ms)  check"
+    )
     for name, e in results["drafters"].items():
         if "error" in e:
             print(f"{name:<12}FAILED: {e['error'][:150]}")
             continue
         p = e[f"parts/{fast_label}"]
-        print(f"{name:<12}{e['step_ms/eager']:>8.3f}{e['step_ms/static_eager']:>8.3f}{e[f'step_ms/{fast_label}']:>8.3f}"
-              f"{e['floor_ms']:>7.3f}{e[f'step_ms/{fast_label}'] / ar_ms:>8.2f}  "
-              f"{p['ingest_ms']:.3f} / {p['block_ms']:.3f} / {p['head_ms']:.3f}"
-              f"{'':>12}{'ok' if e['check']['graph_equals_static_eager'] else 'MISMATCH'}"
-              f" (vs eager: agree {e['check']['static_vs_dynamic_token_agreement']:.2f})")
+        print(
+            f"{name:<12}{e['step_ms/eager']:>8.3f}{e['step_ms/static_eager']:>8.3f}{e[f'step_ms/{fast_label}']:>8.3f}"
+            f"{e['floor_ms']:>7.3f}{e[f'step_ms/{fast_label}'] / ar_ms:>8.2f}  "
+            f"{p['ingest_ms']:.3f} / {p['block_ms']:.3f} / {p['head_ms']:.3f}"
+            f"{'':>12}{'ok' if e['check']['graph_equals_static_eager'] else 'MISMATCH'}"
+            f" (vs eager: agree {e['check']['static_vs_dynamic_token_agreement']:.2f})"
+        )
     for name, e in results["drafters"].items():
         p = e.get(f"parts/{fast_label}")
         if p is None or "head_eager_ms" not in p:
             continue
         in_graph = p.get("head_in_graph_ms")
-        print(f"{name:<12}eager work after the replay {p['head_ms']:.3f} ms (same head eager {p['head_eager_ms']:.3f} ms"
-              + ("" if in_graph is None else f"; head inside the graph {in_graph:.3f} ms") + ")")
+        print(
+            f"{name:<12}eager work after the replay {p['head_ms']:.3f} ms (same head eager {p['head_eager_ms']:.3f} ms"
+            + ("" if in_graph is None else f"; head inside the graph {in_graph:.3f} ms")
+            + ")"
+        )
     print(f"\n{'run (simulated acceptance)':<52}{'speedup':>8}{'tok/pass':>9}{'ratio':>7}{'round/AR':>9}  goal ratio >= 0.85")
     for e in spec_rows:
         if e["valid"]:
             same = "same as AR" if e["identical_to_ar"] else f"differs from AR at token {e['first_difference_at']}"
-            print(f"{e['label']:<52}{e['speedup_over_ar']:>8.2f}{e['tokens_per_target_pass']:>9.2f}{e['ratio']:>7.3f}"
-                  f"{e['round_in_ar_steps']:>9.2f}  {same}")
+            print(
+                f"{e['label']:<52}{e['speedup_over_ar']:>8.2f}{e['tokens_per_target_pass']:>9.2f}{e['ratio']:>7.3f}"
+                f"{e['round_in_ar_steps']:>9.2f}  {same}"
+            )
         else:
-            print(f"{e['label']:<52}  INVALID ({e['rounds_off_plan']} accepted counts off the oracle's plan, "
-                  f"{e['unmatched_rounds']} rounds off the reference; tok/pass {e['tokens_per_target_pass']:.2f})")
+            print(
+                f"{e['label']:<52}  INVALID ({e['rounds_off_plan']} accepted counts off the oracle's plan, "
+                f"{e['unmatched_rounds']} rounds off the reference; tok/pass {e['tokens_per_target_pass']:.2f})"
+            )
 
 
 if __name__ == "__main__":

@@ -33,21 +33,43 @@ from specdec.kernels import gdn
 from specdec.models.hybrid import HybridConfig, random_hybrid_target
 
 QWEN3_5_4B = HybridConfig(
-    vocab_size=248320, hidden_size=2560, intermediate_size=9216, num_layers=32,
+    vocab_size=248320,
+    hidden_size=2560,
+    intermediate_size=9216,
+    num_layers=32,
     layer_types=tuple("full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(32)),
-    num_heads=16, num_kv_heads=4, head_dim=256, rotary_dim=64,
-    linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
-    linear_conv_kernel_dim=4, rope_theta=10_000_000.0, model_type="qwen3_5_text",
+    num_heads=16,
+    num_kv_heads=4,
+    head_dim=256,
+    rotary_dim=64,
+    linear_num_key_heads=16,
+    linear_num_value_heads=32,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_conv_kernel_dim=4,
+    rope_theta=10_000_000.0,
+    model_type="qwen3_5_text",
 )
 
 
 # a few-layer, narrow hybrid with the same layer pattern: the CPU smoke run of this script
 SMOKE = HybridConfig(
-    vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4,
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=4,
     layer_types=("linear_attention",) * 3 + ("full_attention",),
-    num_heads=2, num_kv_heads=1, head_dim=32, rotary_dim=16,
-    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
-    linear_conv_kernel_dim=4, rope_theta=10_000.0, model_type="qwen3_5_text",
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=32,
+    rotary_dim=16,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=32,
+    linear_value_head_dim=32,
+    linear_conv_kernel_dim=4,
+    rope_theta=10_000.0,
+    model_type="qwen3_5_text",
 )
 
 
@@ -58,8 +80,11 @@ def random_tree(n: int, seed: int, max_depth: int = 8) -> list[int]:
     for i in range(1, n + 1):
         while True:
             # prefer recent rows (deep paths), sometimes shallow ones (siblings)
-            j = int(torch.randint(0, i, (1,), generator=gen)) if torch.rand(1, generator=gen) < 0.4 else i - 1 - int(
-                torch.randint(0, min(i, 3), (1,), generator=gen))
+            j = (
+                int(torch.randint(0, i, (1,), generator=gen))
+                if torch.rand(1, generator=gen) < 0.4
+                else i - 1 - int(torch.randint(0, min(i, 3), (1,), generator=gen))
+            )
             if depth[j] < max_depth:
                 break
         parents.append(j)
@@ -99,8 +124,12 @@ def depth_positions(parents: list[int], length: int, device) -> torch.Tensor:
 
 def tree_forward(target, tokens, parents):
     dev = target.device
-    return target(tokens, depth_positions(parents, target.length, dev), ancestor_mask(parents, dev),
-                  tree_parents=torch.tensor(parents, device=dev))
+    return target(
+        tokens,
+        depth_positions(parents, target.length, dev),
+        ancestor_mask(parents, dev),
+        tree_parents=torch.tensor(parents, device=dev),
+    )
 
 
 def kernel_check(cfg: HybridConfig, device, parents: list[int], prefix: int, seed: int) -> dict:
@@ -122,8 +151,10 @@ def kernel_check(cfg: HybridConfig, device, parents: list[int], prefix: int, see
         scale = ref.abs().max().item()
         for method in ("path", "wy"):
             out = gdn.gdn_tree(q.float(), k.float(), v.float(), g, beta, meta, s0, method=method).float()
-            res[f"{name}_{method}"] = {"max_rel_err": (out.double() - ref).abs().max().item() / scale,
-                                       "finite": bool(torch.isfinite(out).all())}
+            res[f"{name}_{method}"] = {
+                "max_rel_err": (out.double() - ref).abs().max().item() / scale,
+                "finite": bool(torch.isfinite(out).all()),
+            }
     return res
 
 
@@ -137,9 +168,12 @@ def gate(target, prefix: int, seed: int) -> dict:
     """
     dev = target.device
     parents = random_tree(16, seed)
-    tokens = torch.randint(0, target.vocab_size, (1, len(parents)), device=dev,
-                           generator=torch.Generator(device=dev).manual_seed(seed))
-    ctx = torch.randint(0, target.vocab_size, (1, prefix), device=dev, generator=torch.Generator(device=dev).manual_seed(seed + 1))
+    tokens = torch.randint(
+        0, target.vocab_size, (1, len(parents)), device=dev, generator=torch.Generator(device=dev).manual_seed(seed)
+    )
+    ctx = torch.randint(
+        0, target.vocab_size, (1, prefix), device=dev, generator=torch.Generator(device=dev).manual_seed(seed + 1)
+    )
     reference = random_hybrid_target(target.config, dtype=torch.float32, device=dev, max_seq_len=target.max_seq_len)
     reference.load_state_dict({k: v.float() for k, v in target.state_dict().items()})
     reference.gdn_method, reference.backend = "naive", "torch"
@@ -159,8 +193,10 @@ def gate(target, prefix: int, seed: int) -> dict:
     def err(x):
         return (x - ref).abs().max().item() / scale
 
-    result = {"reference": "float32 copy of the same weights, naive GDN",
-              "kernel_check": kernel_check(target.config, dev, parents, prefix, seed)}
+    result = {
+        "reference": "float32 copy of the same weights, naive GDN",
+        "kernel_check": kernel_check(target.config, dev, parents, prefix, seed),
+    }
     budget = 2 * err(tree_logits(target, "naive", "torch")) + 1e-3
     result["bf16_naive_error"] = budget / 2
     for method in ("path", "wy"):
@@ -189,8 +225,12 @@ def gate(target, prefix: int, seed: int) -> dict:
     norm = want.abs().max().clamp_min(1e-12)
     chain_err = ((committed_state(target, tree_first=False) - want).abs().max() / norm).item()
     tree_err = ((committed_state(target, tree_first=True) - want).abs().max() / norm).item()
-    result["commit"] = {"path": path, "tree_commit_state_error": tree_err, "chain_state_error": chain_err,
-                        "budget": 2 * chain_err + 1e-3}
+    result["commit"] = {
+        "path": path,
+        "tree_commit_state_error": tree_err,
+        "chain_state_error": chain_err,
+        "budget": 2 * chain_err + 1e-3,
+    }
     del reference
     ok = all(result[f"{m}_error"]["max_rel_diff"] <= budget for m in ("path", "wy")) and tree_err <= 2 * chain_err + 1e-3
     result["passed"] = bool(ok)
@@ -226,8 +266,7 @@ def main() -> int:
     ap.add_argument("--prefix", type=int, default=512)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--nodes", type=int, nargs="+", default=[16, 32, 64])
-    ap.add_argument("--smoke", action="store_true",
-                    help="tiny model, CPU allowed, 3 iterations: checks the script runs")
+    ap.add_argument("--smoke", action="store_true", help="tiny model, CPU allowed, 3 iterations: checks the script runs")
     args = ap.parse_args()
     if args.smoke:
         cfg, device = SMOKE, ("cuda" if torch.cuda.is_available() else "cpu")
@@ -241,9 +280,12 @@ def main() -> int:
     prov = provenance(seed)
     torch.manual_seed(seed)
     target = random_hybrid_target(cfg, dtype=torch.bfloat16, device=device, max_seq_len=args.prefix + 256, seed=seed)
-    report = {"shape": "smoke" if args.smoke else "Qwen3.5-4B (random bf16 weights)",
-              "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-              "prefix": args.prefix, "eager": True}
+    report = {
+        "shape": "smoke" if args.smoke else "Qwen3.5-4B (random bf16 weights)",
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "prefix": args.prefix,
+        "eager": True,
+    }
     report["gate"] = gate(target, args.prefix, seed=1)
     print(provenance_line(prov))
     print(json.dumps(report["gate"], indent=1))
@@ -253,7 +295,8 @@ def main() -> int:
         return 1
     ctx = torch.randint(0, target.vocab_size, (1, args.prefix), device=device)
     target.reset()
-    target(ctx); target.commit(args.prefix)
+    target(ctx)
+    target.commit(args.prefix)
     rows = []
     ar = time_step(target, args.prefix, None, 1, args.iters)
     rows.append({"step": "AR (1 row)", "method": "path", **ar})
@@ -263,16 +306,26 @@ def main() -> int:
             parents = random_tree(n, seed=n)
             path = deepest_non_prefix_path(parents)
             res = time_step(target, args.prefix, parents, path, args.iters)
-            rows.append({"step": f"tree {n} nodes", "method": method, "rows": n + 1, "accepted_path_len": len(path),
-                         **res, "vs_ar_forward": res["forward_us"] / ar["forward_us"]})
+            rows.append(
+                {
+                    "step": f"tree {n} nodes",
+                    "method": method,
+                    "rows": n + 1,
+                    "accepted_path_len": len(path),
+                    **res,
+                    "vs_ar_forward": res["forward_us"] / ar["forward_us"],
+                }
+            )
     target.gdn_method = "path"
     report["steps"] = rows
     write_json(args.out, report, prov, indent=1)
     print(f"\n{provenance_line(prov)}")
     print(f"{'step':<16}{'gdn':>6}{'forward us':>13}{'fwd+commit us':>15}{'x AR':>7}")
     for r in rows:
-        print(f"{r['step']:<16}{r['method']:>6}{r['forward_us']:>13.0f}{r['forward_commit_us']:>15.0f}"
-              f"{r.get('vs_ar_forward', 1.0):>7.2f}")
+        print(
+            f"{r['step']:<16}{r['method']:>6}{r['forward_us']:>13.0f}{r['forward_commit_us']:>15.0f}"
+            f"{r.get('vs_ar_forward', 1.0):>7.2f}"
+        )
     return 0
 
 

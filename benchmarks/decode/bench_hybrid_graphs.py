@@ -66,7 +66,9 @@ def tree_plan(prefix_len: int, vocab: int, device, seed: int) -> tuple[VerifyPla
 
 def committed_state(target) -> list[torch.Tensor]:
     return [c[:, :, : target.length].clone() for c in target.k_caches + target.v_caches] + [
-        target.recurrent_states.clone(), target.conv_states.clone()]
+        target.recurrent_states.clone(),
+        target.conv_states.clone(),
+    ]
 
 
 def check(targets: dict, prefix: torch.Tensor, plan: VerifyPlan, accepted) -> dict:
@@ -74,7 +76,8 @@ def check(targets: dict, prefix: torch.Tensor, plan: VerifyPlan, accepted) -> di
     outs, states = {}, {}
     for kind, t in targets.items():
         t.reset()
-        t(prefix); t.commit(prefix.shape[1])
+        t(prefix)
+        t.commit(prefix.shape[1])
         outs[kind] = t.run_plan(plan).logits
         t.commit(accepted)
         states[kind] = committed_state(t)
@@ -92,10 +95,12 @@ def check(targets: dict, prefix: torch.Tensor, plan: VerifyPlan, accepted) -> di
 
 def step_ms(target, plan: VerifyPlan, accepted, prefix_len: int, reps: int, device) -> float:
     """Median ms of one forward + commit, rolled back (truncate to a held length) after each call."""
+
     def step():
         target.run_plan(plan)
         target.commit(accepted)
         target.truncate(prefix_len)
+
     return median_time_ms(step, reps, device=device)
 
 
@@ -131,15 +136,24 @@ def main(argv: list[str] | None = None) -> int:
     passed = all(c[f"{gate_kind}_equals_static_logits"] and c[f"{gate_kind}_equals_static_commit"] for c in checks.values())
     for name, c in checks.items():
         print(f"check {name}: " + ", ".join(f"{k}={v}" for k, v in c.items()))
-    result = {"shape": "qwen3.5-4b" if not args.smoke else "smoke", "weights": "random", "dtype": str(dtype),
-              "max_seq_len": MAX_SEQ_LEN, "buckets": list(BUCKETS), "checks": checks, "gate_passed": passed}
+    result = {
+        "shape": "qwen3.5-4b" if not args.smoke else "smoke",
+        "weights": "random",
+        "dtype": str(dtype),
+        "max_seq_len": MAX_SEQ_LEN,
+        "buckets": list(BUCKETS),
+        "checks": checks,
+        "gate_passed": passed,
+    }
     if not passed:
         print(f"GATE FAILED: {gate_kind} differs from the static path it runs", file=sys.stderr)
         if args.out:
             write_json(args.out, result, prov)
         return 1
     t = targets["eager"]
-    weight_bytes = sum(p.numel() * p.element_size() for p in t.parameters()) - t.embed.weight.numel() * t.embed.weight.element_size()
+    weight_bytes = (
+        sum(p.numel() * p.element_size() for p in t.parameters()) - t.embed.weight.numel() * t.embed.weight.element_size()
+    )
     bandwidth = copy_bandwidth(device)
     prefix_len = MAX_SEQ_LEN // 2
     ar_plan = VerifyPlan.chain(root, root[:0], prefix_len=prefix_len)
@@ -148,19 +162,26 @@ def main(argv: list[str] | None = None) -> int:
     for kind in ("eager", "graphed" if "graphed" in targets else "static"):
         target = targets[kind]
         target.reset()
-        target(tokens[:, :prefix_len]); target.commit(prefix_len)
+        target(tokens[:, :prefix_len])
+        target.commit(prefix_len)
         timings[f"ar_{kind}_ms"] = step_ms(target, ar_plan, 1, prefix_len, reps, device)
         timings[f"tree64_{kind}_ms"] = step_ms(target, tplan, tpath, prefix_len, reps, device)
     fast = "graphed" if "graphed" in targets else "static"
     floor_ms = weight_bytes / bandwidth * 1e3
-    timings.update(weight_bytes=weight_bytes, copy_bandwidth_Bps=bandwidth, weight_read_floor_ms=floor_ms,
-                   tree64_over_ar=timings[f"tree64_{fast}_ms"] / timings[f"ar_{fast}_ms"])
+    timings.update(
+        weight_bytes=weight_bytes,
+        copy_bandwidth_Bps=bandwidth,
+        weight_read_floor_ms=floor_ms,
+        tree64_over_ar=timings[f"tree64_{fast}_ms"] / timings[f"ar_{fast}_ms"],
+    )
     result["timings"] = timings
     print(f"{'step':<22}{'eager ms':>10}{f'{fast} ms':>12}{'floor ms':>10}")
     print(f"{'AR (1 row + commit)':<22}{timings['ar_eager_ms']:>10.3f}{timings[f'ar_{fast}_ms']:>12.3f}{floor_ms:>10.3f}")
     print(f"{'tree-64 + commit':<22}{timings['tree64_eager_ms']:>10.3f}{timings[f'tree64_{fast}_ms']:>12.3f}{'':>10}")
-    print(f"weight bytes {weight_bytes / 1e9:.3f} GB, copy bandwidth {bandwidth / 1e12:.2f} TB/s, "
-          f"tree-64 / AR ({fast}) = {timings['tree64_over_ar']:.2f}")
+    print(
+        f"weight bytes {weight_bytes / 1e9:.3f} GB, copy bandwidth {bandwidth / 1e12:.2f} TB/s, "
+        f"tree-64 / AR ({fast}) = {timings['tree64_over_ar']:.2f}"
+    )
     if args.out:
         write_json(args.out, result, prov)
     return 0

@@ -45,8 +45,8 @@ import torch
 
 from benchmarks.common import capture_cuda_graph, median_time_ms, provenance, provenance_line, write_json
 from specdec.drafters.base import DraftProposal
-from specdec.models.config import TargetConfig
 from specdec.models import DenseTarget
+from specdec.models.config import TargetConfig
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import Tree, TreeVerifier, best_first_tree, tree_positions
 
@@ -64,8 +64,17 @@ QWEN3_8B = TargetConfig(
     qk_norm=True,
     model_type="qwen3",
 )
-TINY = TargetConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                    head_dim=16, qk_norm=True, model_type="qwen3")
+TINY = TargetConfig(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    qk_norm=True,
+    model_type="qwen3",
+)
 DRAFT_DEPTH = 8
 
 
@@ -135,8 +144,16 @@ def check_tree_forward(target: DenseTarget, tree: Tree, root: torch.Tensor) -> d
     # Random weights give near-flat logits, so argmax agreement alone fails on ties; an argmax that differs
     # where the margin exceeds the rounding of that row is a real error.
     ok = finite and worst <= tol and flips == 0
-    return {"ok": ok, "max_abs_diff": worst, "tolerance": tol, "logit_scale": scale, "argmax_agree": agree,
-            "decisive_argmax_flips": flips, "rows_checked": total, "finite": finite}
+    return {
+        "ok": ok,
+        "max_abs_diff": worst,
+        "tolerance": tol,
+        "logit_scale": scale,
+        "argmax_agree": agree,
+        "decisive_argmax_flips": flips,
+        "rows_checked": total,
+        "finite": finite,
+    }
 
 
 def run_real(args) -> None:
@@ -154,17 +171,18 @@ def run_real(args) -> None:
         "chain": lambda: dict(drafter=sd.NGramDrafter(max_ngram=3), verifier=ChainVerifier(), num_draft_tokens=args.depth),
     }
     for budget in args.real_budgets:
-        systems[f"tree-{budget}"] = (lambda b=budget: dict(
+        systems[f"tree-{budget}"] = lambda b=budget: dict(
             drafter=sd.NGramDrafter(max_ngram=3, depth=args.depth, max_paths=args.max_paths),
-            verifier=TreeVerifier(budget=b), num_draft_tokens=b))
+            verifier=TreeVerifier(budget=b),
+            num_draft_tokens=b,
+        )
     for i, ids in enumerate(prompts):
         ar = sd.generate(target, ids, args.new_tokens, eos_token_id=eos)
         for name, make in systems.items():
             out = sd.generate(target, ids, args.new_tokens, eos_token_id=eos, **make())
             same = torch.equal(torch.as_tensor(out.tokens[0]), torch.as_tensor(ar.tokens[0]))
             rows.append({"prompt": i, "system": name, "equal_to_ar": same, **out.stats.as_dict()})
-            t = totals.setdefault(name, {"new_tokens": 0, "target_passes": 0, "rounds": 0, "all_equal": True,
-                                         "hist": []})
+            t = totals.setdefault(name, {"new_tokens": 0, "target_passes": 0, "rounds": 0, "all_equal": True, "hist": []})
             t["new_tokens"] += out.stats.new_tokens
             t["target_passes"] += out.stats.target_passes
             t["rounds"] += out.stats.rounds
@@ -183,9 +201,15 @@ def run_real(args) -> None:
         shown = f"{t['tokens_per_target_pass']:.3f}" if ok else "not reported (output differs from AR)"
         print(f"| {name} | {shown} | {mean_acc:.3f} | {t['all_equal']} |")
     out_path = os.path.join(os.environ.get("OUT", "."), "bench_tree_real.json")
-    env = {"device": str(device), "model": "SmolLM2-135M-Instruct Q4_1 (dequantised, fp32)",
-           "prompts": f"HumanEval[0:{args.num_prompts}]", "new_tokens": args.new_tokens, "depth": args.depth,
-           "max_paths": args.max_paths, "all_equal_to_ar": ok}
+    env = {
+        "device": str(device),
+        "model": "SmolLM2-135M-Instruct Q4_1 (dequantised, fp32)",
+        "prompts": f"HumanEval[0:{args.num_prompts}]",
+        "new_tokens": args.new_tokens,
+        "depth": args.depth,
+        "max_paths": args.max_paths,
+        "all_equal_to_ar": ok,
+    }
     write_json(out_path, {"env": env, "totals": totals if ok else None, "rows": rows}, prov, indent=1)
     print(f"wrote {out_path}")
 
@@ -296,17 +320,39 @@ def main() -> None:
                     best_first_tree(lp, n)
                 build_us = (time.perf_counter() - t_build) / 5 * 1e6
                 for kind, eager, graph in (("tree", tree_eager, tree_graph), ("chain", chain_eager, chain_graph)):
-                    results.append({"prefix": length, "nodes": n, "kind": kind, "eager_us": eager, "graph_us": graph,
-                                    "depth": tree.max_depth})
-                results.append({"prefix": length, "nodes": n, "kind": "verify", "eager_us": verify_eager, "graph_us": None,
-                                "best_first_tree_us": build_us})
-                print(f"L={length:5d} N={n:3d} tree   eager {tree_eager:9.1f} us   graph {tree_graph or float('nan'):9.1f} us"
-                      f"   (chain {chain_eager:9.1f} / {chain_graph or float('nan'):9.1f}; verify e2e {verify_eager:9.1f};"
-                      f" best_first_tree {build_us:7.1f} us; depth {tree.max_depth})", flush=True)
+                    results.append(
+                        {
+                            "prefix": length,
+                            "nodes": n,
+                            "kind": kind,
+                            "eager_us": eager,
+                            "graph_us": graph,
+                            "depth": tree.max_depth,
+                        }
+                    )
+                results.append(
+                    {
+                        "prefix": length,
+                        "nodes": n,
+                        "kind": "verify",
+                        "eager_us": verify_eager,
+                        "graph_us": None,
+                        "best_first_tree_us": build_us,
+                    }
+                )
+                print(
+                    f"L={length:5d} N={n:3d} tree   eager {tree_eager:9.1f} us   graph {tree_graph or float('nan'):9.1f} us"
+                    f"   (chain {chain_eager:9.1f} / {chain_graph or float('nan'):9.1f}; verify e2e {verify_eager:9.1f};"
+                    f" best_first_tree {build_us:7.1f} us; depth {tree.max_depth})",
+                    flush=True,
+                )
 
     # the table: ratios from one run
-    lines = ["", "| L | N | tree/AR (graph) | tree/AR (eager) | tree/chain (graph) | tree/chain (eager) | verify e2e/AR (eager) | goal N=64 <= 1.25x |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "| L | N | tree/AR (graph) | tree/AR (eager) | tree/chain (graph) | tree/chain (eager) | verify e2e/AR (eager) | goal N=64 <= 1.25x |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     summary = []
     for length in prefixes:
         ar = next(r for r in results if r["prefix"] == length and r["kind"] == "ar")
@@ -339,9 +385,11 @@ def main() -> None:
             def fmt(x):
                 return "-" if x is None else f"{x:.2f}x"
 
-            lines.append(f"| {length} | {n} | {fmt(item['tree_over_ar_graph'])} | {fmt(item['tree_over_ar_eager'])} | "
-                         f"{fmt(item['tree_over_chain_graph'])} | {fmt(item['tree_over_chain_eager'])} | "
-                         f"{fmt(item['verify_over_ar_eager'])} | {goal} |")
+            lines.append(
+                f"| {length} | {n} | {fmt(item['tree_over_ar_graph'])} | {fmt(item['tree_over_ar_eager'])} | "
+                f"{fmt(item['tree_over_chain_graph'])} | {fmt(item['tree_over_chain_eager'])} | "
+                f"{fmt(item['verify_over_ar_eager'])} | {goal} |"
+            )
     print(f"\n{provenance_line(prov)}")
     print("\n".join(lines))
     write_json(args.out, {"env": env, "checks": checks, "results": results, "summary": summary}, prov, indent=1)

@@ -64,7 +64,10 @@ def main() -> None:
             row["tree_us"] = median_us(step, args.reps)
             row["tree_over_ar"] = row["tree_us"] / ar_us
         rows.append(row)
-        print(f"N={n}: {row.get('tree_us', float('nan')):.1f} us = {row.get('tree_over_ar', float('nan')):.2f}x AR; check {check['ok']}", flush=True)
+        print(
+            f"N={n}: {row.get('tree_us', float('nan')):.1f} us = {row.get('tree_over_ar', float('nan')):.2f}x AR; check {check['ok']}",
+            flush=True,
+        )
     result = {"prefix": args.prefix, "ar_us": ar_us, "rows": rows, "wall_s": time.perf_counter() - t0}
     write_json(args.out, result, prov)
     print(f"\n{provenance_line(prov)}")

@@ -20,8 +20,8 @@ import torch
 
 import specdec as sd
 from benchmarks.common import provenance, provenance_line, write_json
-from specdec.drafters.block.fixtures import save_fixture
 from specdec.drafters import load_drafter
+from specdec.drafters.block.fixtures import save_fixture
 from specdec.testing import tiny_target
 from specdec.verify.sampling import SamplingConfig
 
@@ -70,8 +70,8 @@ def rounds_equal(eager, fast, target, prompt, gen) -> tuple[bool, int]:
     k = eager.max_draft_tokens
     while L <= seq.numel():
         # the newest token (the anchor) has no features yet: verification has not run on it
-        a = eager.propose(seq[:L], k, sampling=greedy, generator=None, target_hidden=feats[last:L - 1])
-        b = fast.propose(seq[:L], k, sampling=greedy, generator=None, target_hidden=feats[last:L - 1])
+        a = eager.propose(seq[:L], k, sampling=greedy, generator=None, target_hidden=feats[last : L - 1])
+        b = fast.propose(seq[:L], k, sampling=greedy, generator=None, target_hidden=feats[last : L - 1])
         same &= torch.equal(a.tokens, b.tokens)
         if getattr(eager, "last_confidence", None) is not None:
             same &= torch.allclose(eager.last_confidence, fast.last_confidence, rtol=1e-4, atol=1e-5)
@@ -110,8 +110,11 @@ def main() -> int:
             sync = sync_free(fast, target, prompts[-1])
             rows[name] = {"proposals_equal": same, "rounds": rounds, "histograms_equal": hist_same, "no_host_sync": sync}
             ok &= same and hist_same and sync is True
-            print(f"{name:16} proposals equal over {rounds} rounds: {same}  outputs/histograms equal {hist_same}  "
-                  f"no host sync {sync}", flush=True)
+            print(
+                f"{name:16} proposals equal over {rounds} rounds: {same}  outputs/histograms equal {hist_same}  "
+                f"no host sync {sync}",
+                flush=True,
+            )
     result = {"device": torch.cuda.get_device_name(), "cases": rows, "passed": ok}
     if args.out:
         write_json(args.out, result, prov)

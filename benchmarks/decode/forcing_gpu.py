@@ -43,8 +43,26 @@ from specdec.testing.faults import LogitBiasFault
 
 SHAPES = {
     # Qwen3-0.6B (config.json of Qwen/Qwen3-0.6B), untied head so it can be rescaled
-    "qwen3-0.6b": dict(model_type="qwen3", vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16, num_kv_heads=8, head_dim=128),
-    "smoke": dict(model_type="qwen3", vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16),
+    "qwen3-0.6b": dict(
+        model_type="qwen3",
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_layers=28,
+        num_heads=16,
+        num_kv_heads=8,
+        head_dim=128,
+    ),
+    "smoke": dict(
+        model_type="qwen3",
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+    ),
 }
 
 
@@ -103,7 +121,9 @@ def main(argv=None) -> int:
     parser.add_argument("--num-prompts", type=int, default=2)
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=2600)
-    parser.add_argument("--after", type=int, default=2048, help="the fault acts from this generated position on; also the bucket edge")
+    parser.add_argument(
+        "--after", type=int, default=2048, help="the fault acts from this generated position on; also the bucket edge"
+    )
     parser.add_argument("--bias", type=float, default=2.0)
     parser.add_argument("--every", type=int, default=7)
     parser.add_argument("--logit-std", type=float, default=4.0)
@@ -130,14 +150,19 @@ def main(argv=None) -> int:
     build_s = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(args.seed + 2)
     prompts = [torch.randint(0, target.vocab_size, (args.prompt_len,), generator=gen).to(device) for _ in range(args.num_prompts)]
-    print(f"target {args.shape} {args.dtype} on {device}: {target.config.num_parameters() / 1e6:.0f}M parameters, built in {build_s:.1f} s", flush=True)
+    print(
+        f"target {args.shape} {args.dtype} on {device}: {target.config.num_parameters() / 1e6:.0f}M parameters, built in {build_s:.1f} s",
+        flush=True,
+    )
 
     stock_out, stock_stats, stock_s = decode(target, prompts, args.max_new_tokens, None, args.num_draft_tokens, device)
     print(f"stock AR          : {stock_stats.summary()}", flush=True)
     spec_out, spec_stats, spec_s = decode(target, prompts, args.max_new_tokens, sd.NGramDrafter(), args.num_draft_tokens, device)
     print(f"speculative       : {spec_stats.summary()}", flush=True)
     fault = LogitBiasFault(target, bias=args.bias, every=args.every, after=args.after)
-    fault_out, fault_stats, fault_s = decode(fault, prompts, args.max_new_tokens, sd.NGramDrafter(), args.num_draft_tokens, device)
+    fault_out, fault_stats, fault_s = decode(
+        fault, prompts, args.max_new_tokens, sd.NGramDrafter(), args.num_draft_tokens, device
+    )
     print(f"faulty speculative: {fault_stats.summary()}", flush=True)
 
     checker = TokenForcingChecker(target, chunk_size=args.chunk_size, bucket_edges=(args.after,))
@@ -168,10 +193,25 @@ def main(argv=None) -> int:
         "benchmark": "forcing_gpu",
         "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
         "settings": {k: v for k, v in vars(args).items()},
-        "target": {"shape": args.shape, "dtype": args.dtype, "parameters": target.config.num_parameters(), "logits": profile,
-                   "distinct_token_fraction_per_output": distinct},
-        "times_s": {"build": build_s, "stock_ar": stock_s, "speculative": spec_s, "faulty_speculative": fault_s, "forcing_checks": check_s},
-        "stats": {"stock_ar": stock_stats.as_dict(), "speculative": spec_stats.as_dict(), "faulty_speculative": fault_stats.as_dict()},
+        "target": {
+            "shape": args.shape,
+            "dtype": args.dtype,
+            "parameters": target.config.num_parameters(),
+            "logits": profile,
+            "distinct_token_fraction_per_output": distinct,
+        },
+        "times_s": {
+            "build": build_s,
+            "stock_ar": stock_s,
+            "speculative": spec_s,
+            "faulty_speculative": fault_s,
+            "forcing_checks": check_s,
+        },
+        "stats": {
+            "stock_ar": stock_stats.as_dict(),
+            "speculative": spec_stats.as_dict(),
+            "faulty_speculative": fault_stats.as_dict(),
+        },
         "speculative_vs_ar": {"identical_sequences": identical, "of": len(prompts), "first_divergence": first_divergence},
         "lossless_report": lossless.to_dict(max_listed=200),
         "faulty_report": faulty.to_dict(max_listed=200),
@@ -182,11 +222,18 @@ def main(argv=None) -> int:
     print(f"\n{provenance_line(prov)}")
     print("| candidate | tokens | mismatches | rate | 95% CI | null rate | large-margin events | verdict |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, rep in (("bf16 speculative (lossless)" if dtype == torch.bfloat16 else "speculative (lossless)", lossless), ("speculative + LogitBiasFault", faulty)):
-        print(f"| {name} | {rep.num_tokens} | {rep.num_mismatches} | {rep.mismatch_rate:.2e} | [{rep.ci95[0]:.1e}, {rep.ci95[1]:.1e}] | "
-              f"{rep.null_rate:.2e} | {len(rep.large_margin_events)} | {'PASS' if rep.passed else 'FAIL'} |")
-    print(f"speculative sequences identical to AR: {identical}/{len(prompts)} (first divergence {first_divergence}); "
-          f"logit std {profile['logit_std_mean']:.2f}, top1-top2 gap median {profile['top1_top2_gap_quantiles_10_50_90'][1]:.3f}")
+    for name, rep in (
+        ("bf16 speculative (lossless)" if dtype == torch.bfloat16 else "speculative (lossless)", lossless),
+        ("speculative + LogitBiasFault", faulty),
+    ):
+        print(
+            f"| {name} | {rep.num_tokens} | {rep.num_mismatches} | {rep.mismatch_rate:.2e} | [{rep.ci95[0]:.1e}, {rep.ci95[1]:.1e}] | "
+            f"{rep.null_rate:.2e} | {len(rep.large_margin_events)} | {'PASS' if rep.passed else 'FAIL'} |"
+        )
+    print(
+        f"speculative sequences identical to AR: {identical}/{len(prompts)} (first divergence {first_divergence}); "
+        f"logit std {profile['logit_std_mean']:.2f}, top1-top2 gap median {profile['top1_top2_gap_quantiles_10_50_90'][1]:.3f}"
+    )
     print(f"expected outcome: {'yes' if expected else 'NO'}; JSON written to {path}")
     return 0 if expected else 1
 

@@ -50,14 +50,18 @@ def main() -> int:
     for r0 in (1e-3, 1e-2):
         print(f"| {r0:g} | " + " | ".join(f"{false_alarm[(r0, n)]:.4f}" for n in (10_000, 100_000, 1_000_000)) + " |")
     print(f"\n({elapsed:.1f} s)")
-    write_json(Path(os.environ.get("OUT", ".")) / "forcing_power.json", {
-        "benchmark": "forcing_power",
-        "power": 0.8,
-        "trials": 1000,
-        "tokens_needed": [{"null_rate": r0, "rise": r, "tokens": n} for (r0, r), n in table.items()],
-        "false_alarm": [{"null_rate": r0, "tokens": n, "rate": v} for (r0, n), v in false_alarm.items()],
-        "seconds": elapsed,
-    }, prov)
+    write_json(
+        Path(os.environ.get("OUT", ".")) / "forcing_power.json",
+        {
+            "benchmark": "forcing_power",
+            "power": 0.8,
+            "trials": 1000,
+            "tokens_needed": [{"null_rate": r0, "rise": r, "tokens": n} for (r0, r), n in table.items()],
+            "false_alarm": [{"null_rate": r0, "tokens": n, "rate": v} for (r0, n), v in false_alarm.items()],
+            "seconds": elapsed,
+        },
+        prov,
+    )
     return 0
 
 

@@ -82,17 +82,33 @@ def make_layer(n: int, gen: torch.Generator, device) -> dict:
     dt_bias = torch.log(torch.expm1(torch.empty(HV).uniform_(1e-3, 0.1, generator=gen))).to(device)
     g = -a_log.exp() * torch.nn.functional.softplus(rnd(n, HV) + dt_bias)
     return dict(
-        q=rnd(n, HK, DK).bfloat16(), k=rnd(n, HK, DK).bfloat16(), v=rnd(n, HV, DV).bfloat16(),
-        g=g.float().contiguous(), beta=torch.sigmoid(rnd(n, HV)).contiguous(),
+        q=rnd(n, HK, DK).bfloat16(),
+        k=rnd(n, HK, DK).bfloat16(),
+        v=rnd(n, HV, DV).bfloat16(),
+        g=g.float().contiguous(),
+        beta=torch.sigmoid(rnd(n, HV)).contiguous(),
         s0=(0.1 * rnd(HV, DK, DV)).contiguous(),
     )
 
 
 @triton.jit
 def _snapshot_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, out_ptr, snap_ptr, par_ptr,
-    scale, N,
-    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    s0_ptr,
+    out_ptr,
+    snap_ptr,
+    par_ptr,
+    scale,
+    N,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BV: tl.constexpr,
 ):
     # baseline as in engines with an intermediate-state cache: nodes in index order, the parent's
     # state reloaded from the per-node buffer, every node's full state written back
@@ -125,8 +141,23 @@ def _snapshot_kernel(
 def run_snapshot(layer, parents_t, out, snap, block_v=32, num_warps=4):
     n = layer["q"].shape[0]
     _snapshot_kernel[(DV // block_v, HV)](
-        layer["q"], layer["k"], layer["v"], layer["g"], layer["beta"], layer["s0"], out, snap, parents_t,
-        DK ** -0.5, n, HK=HK, HV=HV, DK=DK, DV=DV, BV=block_v, num_warps=num_warps,
+        layer["q"],
+        layer["k"],
+        layer["v"],
+        layer["g"],
+        layer["beta"],
+        layer["s0"],
+        out,
+        snap,
+        parents_t,
+        DK**-0.5,
+        n,
+        HK=HK,
+        HV=HV,
+        DK=DK,
+        DV=DV,
+        BV=block_v,
+        num_warps=num_warps,
     )
 
 
@@ -175,10 +206,12 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "gdn_tree_h200.json"))
     ap.add_argument("--sizes", default="16,32,64,128")
     ap.add_argument("--quick", action="store_true", help="default configs only")
-    ap.add_argument("--check-only", action="store_true",
-                    help="correctness only, on CPU under TRITON_INTERPRET=1 (no timings)")
-    ap.add_argument("--smoke", action="store_true",
-                    help="--check-only at tiny head shapes (Hk 1, Hv 2, dk = dv = 32, 2 layers), N = 16: seconds")
+    ap.add_argument("--check-only", action="store_true", help="correctness only, on CPU under TRITON_INTERPRET=1 (no timings)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="--check-only at tiny head shapes (Hk 1, Hv 2, dk = dv = 32, 2 layers), N = 16: seconds",
+    )
     args = ap.parse_args()
     if args.smoke:
         global HK, HV, DK, DV, LAYERS
@@ -193,19 +226,34 @@ def main():
     bw = 1.0 if check_only else copy_bandwidth()
     name = "cpu (interpreter)" if check_only else torch.cuda.get_device_name()
     print(provenance_line(prov), flush=True)
-    print(f"device {name}, torch {torch.__version__}, triton {triton.__version__}, "
-          f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    print(
+        f"device {name}, torch {torch.__version__}, triton {triton.__version__}, copy bandwidth {bw / 1e12:.2f} TB/s", flush=True
+    )
     # (block_v, num_warps) and (block_v, num_warps, precision)
     # the earlier sweep's best path / blocked-WY configs only (compile time); the dense kernel in full:
     # (block_v, num_warps, precision, refine)
     path_cfgs = [(32, 2)] if args.quick else [(16, 1), (32, 2), (64, 4)]
     wy_cfgs = [(64, 8, "ieee")] if args.quick else [(64, 8, "ieee"), (32, 4, "tf32"), (64, 4, "tf32")]
-    dense_cfgs = [(64, 4, "tf32x3", True)] if args.quick else [
-        (64, 4, "tf32x3", True), (32, 4, "tf32x3", True), (128, 4, "tf32x3", True), (64, 8, "tf32x3", True),
-        (64, 4, "tf32x3", False), (64, 4, "tf32", False), (32, 4, "tf32", False),
-    ]
-    results = {"device": name, "copy_bandwidth_Bps": bw, "shape": {"Hk": HK, "Hv": HV, "dk": DK, "dv": DV, "dtype": "bf16 qkv, fp32 state"},
-               "layers_in_graph": LAYERS, "sizes": {}}
+    dense_cfgs = (
+        [(64, 4, "tf32x3", True)]
+        if args.quick
+        else [
+            (64, 4, "tf32x3", True),
+            (32, 4, "tf32x3", True),
+            (128, 4, "tf32x3", True),
+            (64, 8, "tf32x3", True),
+            (64, 4, "tf32x3", False),
+            (64, 4, "tf32", False),
+            (32, 4, "tf32", False),
+        ]
+    )
+    results = {
+        "device": name,
+        "copy_bandwidth_Bps": bw,
+        "shape": {"Hk": HK, "Hv": HV, "dk": DK, "dv": DV, "dtype": "bf16 qkv, fp32 state"},
+        "layers_in_graph": LAYERS,
+        "sizes": {},
+    }
     table = []
     for n in [int(s) for s in args.sizes.split(",")]:
         parents = best_first_parents(n, gen)
@@ -215,8 +263,17 @@ def main():
         layers = [make_layer(n, gen, dev) for _ in range(LAYERS)]
         L0 = layers[0]
         # float32 copies of the bf16 inputs (exact), so that the reference output is not rounded to bf16
-        ref, ref_states = gdn.naive_gdn_tree(L0["q"].float(), L0["k"].float(), L0["v"].float(), L0["g"], L0["beta"],
-                                             meta, L0["s0"], dtype=torch.float64, return_states=True)
+        ref, ref_states = gdn.naive_gdn_tree(
+            L0["q"].float(),
+            L0["k"].float(),
+            L0["v"].float(),
+            L0["g"],
+            L0["beta"],
+            meta,
+            L0["s0"],
+            dtype=torch.float64,
+            return_states=True,
+        )
         entry = {"tree": stats, "parents": parents, "variants": {}}
         outs = [torch.empty(n, HV, DV, dtype=torch.bfloat16, device=dev) for _ in range(LAYERS)]
         floor_bytes = HV * DK * DV * 4 + n * (2 * HK * DK + HV * DV) * 2 + n * HV * 8 + n * HV * DV * 2
@@ -227,21 +284,56 @@ def main():
 
         variants = {}
         for bv, w in path_cfgs:
-            variants[f"path_bv{bv}_w{w}"] = ("path", bv, lambda l, o, bv=bv, w=w: gdn_tree_path(
-                *batched(layers[l])[:5], meta, layers[l]["s0"][None], o[None], use_qk_l2norm=True,
-                scale=DK ** -0.5, block_v=bv, num_warps=w))
+            variants[f"path_bv{bv}_w{w}"] = (
+                "path",
+                bv,
+                lambda l, o, bv=bv, w=w: gdn_tree_path(
+                    *batched(layers[l])[:5],
+                    meta,
+                    layers[l]["s0"][None],
+                    o[None],
+                    use_qk_l2norm=True,
+                    scale=DK**-0.5,
+                    block_v=bv,
+                    num_warps=w,
+                ),
+            )
         for bv, w, p in wy_cfgs:
-            variants[f"wy_bv{bv}_w{w}_{p}"] = ("wy", bv, lambda l, o, bv=bv, w=w, p=p: gdn_tree_wy(
-                *batched(layers[l])[:5], meta, layers[l]["s0"][None], o[None], use_qk_l2norm=True,
-                scale=DK ** -0.5, block_v=bv, num_warps=w, precision=p))
+            variants[f"wy_bv{bv}_w{w}_{p}"] = (
+                "wy",
+                bv,
+                lambda l, o, bv=bv, w=w, p=p: gdn_tree_wy(
+                    *batched(layers[l])[:5],
+                    meta,
+                    layers[l]["s0"][None],
+                    o[None],
+                    use_qk_l2norm=True,
+                    scale=DK**-0.5,
+                    block_v=bv,
+                    num_warps=w,
+                    precision=p,
+                ),
+            )
         # the dense kernel takes up to DENSE_MAX_NODES (64) nodes; the 2026-11-29 v2 results hold the
         # 128-node runs from before that limit (8 warps there)
         for bv, w, p, ref_ in dense_cfgs if n <= wy_mod.DENSE_MAX_NODES else []:
             w_ = w
             variants[f"dense_bv{bv}_w{w_}_{p}{'_refine' if ref_ else ''}"] = (
-                "dense", bv, lambda l, o, bv=bv, w=w_, p=p, r=ref_: gdn_tree_wy_dense(
-                    *batched(layers[l])[:5], meta, layers[l]["s0"][None], o[None], use_qk_l2norm=True,
-                    scale=DK ** -0.5, block_v=bv, num_warps=w, precision=p, refine=r))
+                "dense",
+                bv,
+                lambda l, o, bv=bv, w=w_, p=p, r=ref_: gdn_tree_wy_dense(
+                    *batched(layers[l])[:5],
+                    meta,
+                    layers[l]["s0"][None],
+                    o[None],
+                    use_qk_l2norm=True,
+                    scale=DK**-0.5,
+                    block_v=bv,
+                    num_warps=w,
+                    precision=p,
+                    refine=r,
+                ),
+            )
         snap = torch.empty(n, HV, DK, DV, dtype=torch.float32, device=dev)
         variants["snapshot_bv32_w4"] = ("snapshot", 32, lambda l, o: run_snapshot(layers[l], parents_t, o, snap))
 
@@ -266,15 +358,20 @@ def main():
                 rec["cold_us"] = triton.testing.do_bench(lambda: fn(0, outs[0]), return_mode="median") * 1e3
                 rec["graph_us"] = graph_time_us(lambda l, fn=fn: fn(l, outs[l]), LAYERS)
             entry["variants"][name] = rec
-            print(f"N={n:4d} {name:24s} err={rec.get('max_rel_err', float('nan')):.2e} {rec.get('error', '')} "
-                  f"cold={rec.get('cold_us', float('nan')):8.1f} us graph={rec.get('graph_us', float('nan')):8.1f} us",
-                  flush=True)
+            print(
+                f"N={n:4d} {name:24s} err={rec.get('max_rel_err', float('nan')):.2e} {rec.get('error', '')} "
+                f"cold={rec.get('cold_us', float('nan')):8.1f} us graph={rec.get('graph_us', float('nan')):8.1f} us",
+                flush=True,
+            )
 
         # the best correct config of each kind, then the 48-layer graph time for it
         best = {}
         for name, rec in entry["variants"].items():
-            if rec["correct"] and not check_only and (
-                    rec["kind"] not in best or rec["graph_us"] < entry["variants"][best[rec["kind"]]]["graph_us"]):
+            if (
+                rec["correct"]
+                and not check_only
+                and (rec["kind"] not in best or rec["graph_us"] < entry["variants"][best[rec["kind"]]]["graph_us"])
+            ):
                 best[rec["kind"]] = name
         entry["best"] = best
         # commit along the deepest path, tree conv, topology build
@@ -302,33 +399,63 @@ def main():
             err = max_rel_err(o, ref)
             rec = {"max_rel_err": err, "correct": err < 2e-2}
             if rec["correct"]:
-                rec["graph_us"] = graph_time_us(lambda l, m=method: gdn.gdn_tree(
-                    layers[l]["q"], layers[l]["k"], layers[l]["v"], layers[l]["g"], layers[l]["beta"], meta,
-                    layers[l]["s0"], method=m, out=outs[l]), LAYERS)
+                rec["graph_us"] = graph_time_us(
+                    lambda l, m=method: gdn.gdn_tree(
+                        layers[l]["q"],
+                        layers[l]["k"],
+                        layers[l]["v"],
+                        layers[l]["g"],
+                        layers[l]["beta"],
+                        meta,
+                        layers[l]["s0"],
+                        method=m,
+                        out=outs[l],
+                    ),
+                    LAYERS,
+                )
             entry[f"api_default_{method}"] = rec
 
         new_states = [torch.empty_like(l["s0"]) for l in layers]
         path_i32 = path.to(torch.int32)[None].contiguous()
         from specdec.kernels.gdn.path import gdn_tree_commit_triton
-        entry["commit"].update({
-            "graph_us": graph_time_us(lambda l: gdn_tree_commit_triton(
-                *(layers[l][key][None] for key in ("k", "v", "g", "beta")), path_i32, layers[l]["s0"][None],
-                new_states[l][None], use_qk_l2norm=True), LAYERS),
-            "bytes": 2 * HV * DK * DV * 4,
-        })
+
+        entry["commit"].update(
+            {
+                "graph_us": graph_time_us(
+                    lambda l: gdn_tree_commit_triton(
+                        *(layers[l][key][None] for key in ("k", "v", "g", "beta")),
+                        path_i32,
+                        layers[l]["s0"][None],
+                        new_states[l][None],
+                        use_qk_l2norm=True,
+                    ),
+                    LAYERS,
+                ),
+                "bytes": 2 * HV * DK * DV * 4,
+            }
+        )
         ys = [torch.empty_like(x) for _ in range(LAYERS)]
-        entry["conv"]["graph_us"] = graph_time_us(lambda l: ys[l].copy_(gdn.tree_causal_conv(
-            x, meta, cstate, wconv, None, "silu")), LAYERS)
+        entry["conv"]["graph_us"] = graph_time_us(
+            lambda l: ys[l].copy_(gdn.tree_causal_conv(x, meta, cstate, wconv, None, "silu")), LAYERS
+        )
         entry["meta_build_graph_us"] = graph_time_us(lambda l: gdn.build_tree_meta(parents_t, validate=False), 1)
         # topology build per verify step: the one-kernel build against the tensor-op build, eager
         m_t = gdn.build_tree_meta(parents_t, backend="triton")
         m_r = gdn.build_tree_meta(parents_t, backend="torch")
-        entry["meta_build"] = {"equal": all(torch.equal(getattr(m_t, f), getattr(m_r, f)) for f in (
-            "parents", "ancestors", "depth", "paths", "leaf_slots", "emit_from"))}
+        entry["meta_build"] = {
+            "equal": all(
+                torch.equal(getattr(m_t, f), getattr(m_r, f))
+                for f in ("parents", "ancestors", "depth", "paths", "leaf_slots", "emit_from")
+            )
+        }
         for be in ("triton", "torch"):
             for val in (False, True):
-                entry["meta_build"][f"{be}_validate{int(val)}_eager_us"] = triton.testing.do_bench(
-                    lambda: gdn.build_tree_meta(parents_t, validate=val, backend=be), return_mode="median") * 1e3
+                entry["meta_build"][f"{be}_validate{int(val)}_eager_us"] = (
+                    triton.testing.do_bench(
+                        lambda: gdn.build_tree_meta(parents_t, validate=val, backend=be), return_mode="median"
+                    )
+                    * 1e3
+                )
 
         # inputs hot in L2, as when the conv kernel has just written them: a producer rewrites q, k, v,
         # g, beta of the layer right before the GDN kernel; report (producer + GDN) - producer
@@ -339,17 +466,26 @@ def main():
                 layers[l][key].copy_(srcs[l][key])
 
         entry["producer_graph_us"] = graph_time_us(produce, LAYERS)
-        for kind, name in best.items():
+        for name in best.values():
             fn = variants[name][2]
             t = graph_time_us(lambda l, fn=fn: (produce(l), fn(l, outs[l])), LAYERS)
             entry["variants"][name]["hot_graph_us"] = t - entry["producer_graph_us"]
         results["sizes"][str(n)] = entry
         for kind, name in best.items():
             rec = entry["variants"][name]
-            table.append((n, kind, name, rec.get("cold_us", float("nan")), rec.get("graph_us", float("nan")),
-                          rec.get("hot_graph_us", float("nan")), rec["bytes_written"], rec["max_rel_err"]))
+            table.append(
+                (
+                    n,
+                    kind,
+                    name,
+                    rec.get("cold_us", float("nan")),
+                    rec.get("graph_us", float("nan")),
+                    rec.get("hot_graph_us", float("nan")),
+                    rec["bytes_written"],
+                    rec["max_rel_err"],
+                )
+            )
         write_json(args.out, results, prov, indent=1)
-        del layers, snap, outs
         torch.cuda.empty_cache()
 
     if check_only:
@@ -357,25 +493,28 @@ def main():
     write_json(args.out, results, prov, indent=1)
     print(f"\nwrote {args.out}")
     print(provenance_line(prov))
-    print(f"{'N':>4} {'kind':9} {'config':24} {'cold us':>8} {'graph us':>9} {'hot us':>7} {'written MB':>11} "
-          f"{'rel err':>8}")
+    print(f"{'N':>4} {'kind':9} {'config':24} {'cold us':>8} {'graph us':>9} {'hot us':>7} {'written MB':>11} {'rel err':>8}")
     for n, kind, name, cold, graph, hot, written, err in table:
         print(f"{n:4d} {kind:9} {name:24} {cold:8.1f} {graph:9.1f} {hot:7.1f} {written / 1e6:11.2f} {err:8.1e}")
     for n, entry in results["sizes"].items():
         api_path = entry["api_default_path"].get("graph_us", float("nan"))
         api_wy = entry["api_default_wy"].get("graph_us", float("nan"))
-        print(f"N={n}: floor {entry['floor']['us']:.2f} us; api path {api_path:.1f} us, "
-              f"api wy {api_wy:.1f} us; commit {entry['commit']['graph_us']:.1f} us "
-              f"(err {entry['commit']['max_rel_err']:.1e}); conv {entry['conv']['graph_us']:.1f} us; "
-              f"meta {entry['meta_build_graph_us']:.1f} us (graph), eager {entry['meta_build']}; producer {entry['producer_graph_us']:.1f} us; "
-              f"tree {entry['tree']}")
+        print(
+            f"N={n}: floor {entry['floor']['us']:.2f} us; api path {api_path:.1f} us, "
+            f"api wy {api_wy:.1f} us; commit {entry['commit']['graph_us']:.1f} us "
+            f"(err {entry['commit']['max_rel_err']:.1e}); conv {entry['conv']['graph_us']:.1f} us; "
+            f"meta {entry['meta_build_graph_us']:.1f} us (graph), eager {entry['meta_build']}; producer {entry['producer_graph_us']:.1f} us; "
+            f"tree {entry['tree']}"
+        )
     n64 = results["sizes"].get("64")
     if n64:
         for key in ("graph_us", "hot_graph_us"):
-            t = min(n64["variants"][name].get(key, float("inf")) for name in n64["best"].values()
-                    if n64["variants"][name]["kind"] != "snapshot")
-            print(f"goal: 64-node tree <= 30 us per GDN layer ({key}): best {t:.1f} us -> "
-                  f"{'MET' if t <= 30 else 'NOT MET'}")
+            t = min(
+                n64["variants"][name].get(key, float("inf"))
+                for name in n64["best"].values()
+                if n64["variants"][name]["kind"] != "snapshot"
+            )
+            print(f"goal: 64-node tree <= 30 us per GDN layer ({key}): best {t:.1f} us -> {'MET' if t <= 30 else 'NOT MET'}")
 
 
 if __name__ == "__main__":

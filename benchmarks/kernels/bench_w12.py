@@ -86,14 +86,15 @@ def smollm2_stats() -> dict:
 
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.bfloat16)
     report = convert(model, max_escape_fraction=1.0)
-    per = {k: dict(shape=list(v.shape), escape_fraction=v.escape_fraction, bits_per_weight=v.bits_per_weight)
-           for k, v in report.tensors.items()}
+    per = {
+        k: dict(shape=list(v.shape), escape_fraction=v.escape_fraction, bits_per_weight=v.bits_per_weight)
+        for k, v in report.tensors.items()
+    }
     total = sum(v.shape[0] * v.shape[1] for v in report.tensors.values())
     esc = sum(v.num_escapes for v in report.tensors.values())
     fracs = sorted(v.escape_fraction for v in report.tensors.values())
     return dict(
-        note="weights dequantised from Q4_1 by transformers (bf16); tied lm_head not an nn.Linear weight of its own "
-        "if tied",
+        note="weights dequantised from Q4_1 by transformers (bf16); tied lm_head not an nn.Linear weight of its own if tied",
         tensors=len(per),
         weights=total,
         escape_fraction=esc / max(1, total),
@@ -151,8 +152,17 @@ def bench_gpu(args) -> dict:
             err_cublas = (y_cublas.float() - y32).abs().max().item()
             # Per element: twice cuBLAS's worst error plus one bf16 ulp of the exact value.
             tol = 2 * err_cublas + y32.abs() * 2**-7
-            row = dict(model=model, linear=lname, N=n, K=k, M=m, escape_fraction=w12.escape_fraction,
-                       bits_per_weight=w12.bits_per_weight, decoded_tile_exact=tile_ok, decoded_tile_q=tile_q_ok)
+            row = dict(
+                model=model,
+                linear=lname,
+                N=n,
+                K=k,
+                M=m,
+                escape_fraction=w12.escape_fraction,
+                bits_per_weight=w12.bits_per_weight,
+                decoded_tile_exact=tile_ok,
+                decoded_tile_q=tile_q_ok,
+            )
             t_cublas = bench(lambda: F.linear(x, w))
             row["cublas_bf16_s"] = t_cublas
             # Sweep tile shapes for the exact and Q kernels; keep the fastest passing one.
@@ -223,8 +233,14 @@ def bench_gpu(args) -> dict:
             except Exception as exc:
                 row["cublas_fp8_error"] = f"{type(exc).__name__}: {exc}"[:300]
             wbytes = n * k
-            for key, bpw in (("cublas_bf16_s", 2.0), ("w12_exact_s", 1.5), ("w12_rebias_s", 1.5),
-                             ("q_view_s", 1.0), ("triton_bf16_same_tiling_s", 2.0), ("cublas_fp8_s", 1.0)):
+            for key, bpw in (
+                ("cublas_bf16_s", 2.0),
+                ("w12_exact_s", 1.5),
+                ("w12_rebias_s", 1.5),
+                ("q_view_s", 1.0),
+                ("triton_bf16_same_tiling_s", 2.0),
+                ("cublas_fp8_s", 1.0),
+            ):
                 if key in row:
                     row[key[:-2] + "_read_bw_frac_of_copy"] = wbytes * bpw / row[key] / copy_bw
             for key in ("w12_exact_s", "w12_rebias_s", "q_view_s", "cublas_fp8_s", "triton_bf16_same_tiling_s"):
@@ -232,7 +248,7 @@ def bench_gpu(args) -> dict:
                     row[key[:-2] + "_speedup"] = t_cublas / row[key]
             results.append(row)
             print(
-                f"{model:9s} {lname:8s} M={m:<4d} cublas {t_cublas*1e6:7.1f}us  "
+                f"{model:9s} {lname:8s} M={m:<4d} cublas {t_cublas * 1e6:7.1f}us  "
                 f"w12 {row.get('w12_exact_speedup', float('nan')):.2f}x  "
                 f"rebias {row.get('w12_rebias_speedup', float('nan')):.2f}x  "
                 f"q {row.get('q_view_speedup', float('nan')):.2f}x  "
@@ -257,16 +273,24 @@ def bench_gpu(args) -> dict:
                 results.append(dict(model=model, linear=lname, N=n, K=k, error=f"{type(exc).__name__}: {exc}"[:500]))
             torch.cuda.empty_cache()
 
-
     def goal(key, target):
         vals = [r.get(key) for r in results if r["M"] <= 64]
         missing = sum(v is None for v in vals)
         vals = [v for v in vals if v is not None]
-        return dict(target=target, min=min(vals) if vals else None, max=max(vals) if vals else None,
-                    met=bool(vals) and missing == 0 and min(vals) >= target, rows=len(vals), missing=missing)
+        return dict(
+            target=target,
+            min=min(vals) if vals else None,
+            max=max(vals) if vals else None,
+            met=bool(vals) and missing == 0 and min(vals) >= target,
+            rows=len(vals),
+            missing=missing,
+        )
 
-    summary = dict(w12_exact=goal("w12_exact_speedup", GOAL_EXACT), q_view=goal("q_view_speedup", GOAL_Q),
-                   w12_rebias=goal("w12_rebias_speedup", GOAL_EXACT))
+    summary = dict(
+        w12_exact=goal("w12_exact_speedup", GOAL_EXACT),
+        q_view=goal("q_view_speedup", GOAL_Q),
+        w12_rebias=goal("w12_rebias_speedup", GOAL_EXACT),
+    )
     return dict(
         device=props.name,
         sms=sms,
@@ -296,7 +320,7 @@ def main() -> None:
         result = dict(gpu=bench_gpu(args), stats=None)
         g = result["gpu"]
         print(f"\n{provenance_line(prov)}")
-        print(f"copy bandwidth {g['copy_bandwidth_bytes_per_s']/1e12:.2f} TB/s on {g['device']}")
+        print(f"copy bandwidth {g['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s on {g['device']}")
         print(f"{'goal':12s} {'target':>7s} {'min':>6s} {'max':>6s} met")
         for name, s in g["goals"].items():
             lo = f"{s['min']:.2f}" if s["min"] is not None else "n/a"

@@ -80,10 +80,18 @@ def self_generated_requests(hf, tokenizer, n: int, *, seed: int, batch: int, max
         openings = [OPENINGS[(start + i) % len(OPENINGS)] for i in range(min(batch, n - start))]
         texts = [f"<|im_start|>user\n{o}" for o in openings]
         enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left")
-        gen = hf.generate(input_ids=enc.input_ids.to(device), attention_mask=enc.attention_mask.to(device),
-                          max_new_tokens=max_tokens, do_sample=True, temperature=1.0, top_p=0.9, top_k=None,
-                          eos_token_id=end, pad_token_id=end)
-        for o, row in zip(openings, gen[:, enc.input_ids.shape[1]:].tolist()):
+        gen = hf.generate(
+            input_ids=enc.input_ids.to(device),
+            attention_mask=enc.attention_mask.to(device),
+            max_new_tokens=max_tokens,
+            do_sample=True,
+            temperature=1.0,
+            top_p=0.9,
+            top_k=None,
+            eos_token_id=end,
+            pad_token_id=end,
+        )
+        for o, row in zip(openings, gen[:, enc.input_ids.shape[1] :].tolist()):
             if end in row:
                 row = row[: row.index(end)]
             out.append(o + tokenizer.decode(row, skip_special_tokens=True))
@@ -168,11 +176,18 @@ def train(args, meta: dict, out: Path, tokenizer, hf, target, problems, device: 
 
     # 3. data ------------------------------------------------------------------------------------
     config = TrainingConfig(
-        num_layers=2, block_size=8, intermediate_size=1280,
+        num_layers=2,
+        block_size=8,
+        intermediate_size=1280,
         target_layer_ids=default_target_layer_ids(target.config.num_layers, 4),
-        continuation_tokens=args.response_tokens, num_anchors=4 if args.smoke else 64,
-        batch_size=2 if args.smoke else 16, steps=200_000,
-        lr=2e-3, warmup_steps=100, max_seconds=args.train_seconds, seed=0,
+        continuation_tokens=args.response_tokens,
+        num_anchors=4 if args.smoke else 64,
+        batch_size=2 if args.smoke else 16,
+        steps=200_000,
+        lr=2e-3,
+        warmup_steps=100,
+        max_seconds=args.train_seconds,
+        seed=0,
     )
     t0 = time.perf_counter()
     data = make_training_data_hf(hf, prompts, config, config.target_layer_ids, batch_size=args.batch, eos_token_id=eos)
@@ -187,12 +202,20 @@ def train(args, meta: dict, out: Path, tokenizer, hf, target, problems, device: 
     model, history = train_drafter(target, None, config, progress=False, data=data)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    log(f"trained {len(history.loss)} steps in {time.perf_counter() - t0:.0f} s: loss {history.loss[0]:.3f} -> "
-        f"{history.loss[-1]:.3f}, block accuracy {history.accuracy[-1]:.3f}, per row {[round(a, 2) for a in history.position_accuracy]}")
-    meta["training"] = {"steps": len(history.loss), "seconds": history.seconds[-1], "first_loss": history.loss[0],
-                        "final_loss": history.loss[-1], "final_accuracy": history.accuracy[-1],
-                        "position_accuracy": history.position_accuracy,
-                        "loss_every_50": history.loss[::50], "parameters": sum(p.numel() for p in model.parameters())}
+    log(
+        f"trained {len(history.loss)} steps in {time.perf_counter() - t0:.0f} s: loss {history.loss[0]:.3f} -> "
+        f"{history.loss[-1]:.3f}, block accuracy {history.accuracy[-1]:.3f}, per row {[round(a, 2) for a in history.position_accuracy]}"
+    )
+    meta["training"] = {
+        "steps": len(history.loss),
+        "seconds": history.seconds[-1],
+        "first_loss": history.loss[0],
+        "final_loss": history.loss[-1],
+        "final_accuracy": history.accuracy[-1],
+        "position_accuracy": history.position_accuracy,
+        "loss_every_50": history.loss[::50],
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
     drafter_dir = save(model.to(torch.bfloat16), out / "drafter", config=config, history=history)
     plot_history(history, out / "loss.png")
     del data
@@ -213,10 +236,17 @@ def main() -> int:
     ap.add_argument("--eval-prompts", type=int, default=len(EVAL_PROBLEMS))
     ap.add_argument("--eval-tokens", type=int, default=128)
     ap.add_argument("--batch", type=int, default=256, help="sequences per generate / feature forward")
-    ap.add_argument("--drafter-graphs", action="store_true",
-                    help="also evaluate the trained drafter with its CUDA-graph draft step (enable_cuda_graphs)")
-    ap.add_argument("--eval-only", default=None, metavar="DRAFTER",
-                    help="skip data and training; evaluate this drafter folder (e.g. specdec/assets/smollm2_135m_dflash)")
+    ap.add_argument(
+        "--drafter-graphs",
+        action="store_true",
+        help="also evaluate the trained drafter with its CUDA-graph draft step (enable_cuda_graphs)",
+    )
+    ap.add_argument(
+        "--eval-only",
+        default=None,
+        metavar="DRAFTER",
+        help="skip data and training; evaluate this drafter folder (e.g. specdec/assets/smollm2_135m_dflash)",
+    )
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -258,8 +288,10 @@ def main() -> int:
     tree_drafter = DFlashDrafter.from_pretrained(drafter_dir, target, dtype=torch.float32, tree_budget=32)
     if device == "cuda":
         target.enable_cuda_graphs()
-    eval_ids = [chat_ids(tokenizer, "Complete this Python function:\n\n" + problems[i]["prompt"]).to(device)
-                for i in list(EVAL_PROBLEMS)[: args.eval_prompts]]
+    eval_ids = [
+        chat_ids(tokenizer, "Complete this Python function:\n\n" + problems[i]["prompt"]).to(device)
+        for i in list(EVAL_PROBLEMS)[: args.eval_prompts]
+    ]
     n = args.eval_tokens
     run_config(target, eval_ids[:2], 8, eos)  # warm-up: graph capture, kernels
     run_config(target, eval_ids[:2], 8, eos, drafter=drafter, k=7)
@@ -275,16 +307,19 @@ def main() -> int:
         for name, budget in (("trained chain (k=7), graph", None), ("trained tree (32 nodes), graph", 32)):
             fast = DFlashDrafter.from_pretrained(drafter_dir, target, dtype=torch.float32, tree_budget=budget)
             fast.enable_cuda_graphs(target.max_seq_len)
-            run_config(target, eval_ids[:2], 8, eos, drafter=fast, k=7,
-                       verifier=sd.TreeVerifier() if budget else None)  # warm-up
+            run_config(target, eval_ids[:2], 8, eos, drafter=fast, k=7, verifier=sd.TreeVerifier() if budget else None)  # warm-up
             runs[name] = dict(drafter=fast, k=7, verifier=sd.TreeVerifier() if budget else None)
     for name, kw in runs.items():
         results[name], _ = run_config(target, eval_ids, n, eos, ar_tokens=ar_out, **kw)
         log(f"{name}: {results[name]['tokens_per_target_pass']:.2f} tok/pass")
-    for name, row in results.items():
+    for row in results.values():
         row["speedup_vs_ar"] = row["tokens_per_second"] / results["AR"]["tokens_per_second"]
-    meta["eval"] = {"prompts": f"HumanEval {EVAL_PROBLEMS.start}..{EVAL_PROBLEMS.start + len(eval_ids) - 1} (held out)",
-                    "max_new_tokens": n, "dtype": "float32", "results": results}
+    meta["eval"] = {
+        "prompts": f"HumanEval {EVAL_PROBLEMS.start}..{EVAL_PROBLEMS.start + len(eval_ids) - 1} (held out)",
+        "max_new_tokens": n,
+        "dtype": "float32",
+        "results": results,
+    }
     meta["total_seconds"] = time.perf_counter() - t_start
     write_json(out / "results.json", meta, prov)
     plot_acceptance(results, out / "acceptance.png")
@@ -292,8 +327,10 @@ def main() -> int:
     print(f"\n{provenance_line(prov)}")
     print(f"{'config':26} {'tok/pass':>8} {'tok/s':>8} {'speed-up':>8} {'== AR':>6}")
     for name, row in results.items():
-        print(f"{name:26} {row['tokens_per_target_pass']:8.2f} {row['tokens_per_second']:8.1f} "
-              f"{row['speedup_vs_ar']:8.2f} {row.get('identical_to_ar', '-'):>6}")
+        print(
+            f"{name:26} {row['tokens_per_target_pass']:8.2f} {row['tokens_per_second']:8.1f} "
+            f"{row['speedup_vs_ar']:8.2f} {row.get('identical_to_ar', '-'):>6}"
+        )
     return 0
 
 

@@ -109,11 +109,15 @@ def validate_proposal(proposal: DraftProposal, *, vocab_size: int) -> None:
 
     if k:
         out_of_range = (tokens < 0) | (tokens >= vocab_size)
-        checks.append((
-            ~out_of_range.any(),
-            lambda: f"proposal.tokens: expected token ids in [0, {vocab_size}), got tokens[{first_bad(out_of_range)}] = "
-            f"{int(tokens[first_bad(out_of_range)])}",
-        ))
+        checks.append(
+            (
+                ~out_of_range.any(),
+                lambda: (
+                    f"proposal.tokens: expected token ids in [0, {vocab_size}), got tokens[{first_bad(out_of_range)}] = "
+                    f"{int(tokens[first_bad(out_of_range)])}"
+                ),
+            )
+        )
     if proposal.draft_probs is not None:
         probs = _check_tensor("proposal.draft_probs", proposal.draft_probs, ndim=2, floating=True)
         if tuple(probs.shape) != (k, vocab_size):
@@ -126,13 +130,24 @@ def validate_proposal(proposal: DraftProposal, *, vocab_size: int) -> None:
             nonneg = (probs >= 0).all(-1)
             sums = probs.float().sum(-1)
             summed = (sums - 1).abs() <= _PROB_SUM_TOLERANCE
-            checks.append((finite.all(), lambda: f"proposal.draft_probs: expected finite values, got NaN/inf in row {first_bad(~finite)}"))
-            checks.append((nonneg.all(), lambda: f"proposal.draft_probs: expected values >= 0, got a negative entry in row {first_bad(~nonneg)}"))
-            checks.append((
-                summed.all() | ~finite.all(),
-                lambda: f"proposal.draft_probs: expected each row to sum to 1 (within {_PROB_SUM_TOLERANCE}), got row "
-                f"{first_bad(~summed)} summing to {float(sums[first_bad(~summed)]):.6g}",
-            ))
+            checks.append(
+                (finite.all(), lambda: f"proposal.draft_probs: expected finite values, got NaN/inf in row {first_bad(~finite)}")
+            )
+            checks.append(
+                (
+                    nonneg.all(),
+                    lambda: f"proposal.draft_probs: expected values >= 0, got a negative entry in row {first_bad(~nonneg)}",
+                )
+            )
+            checks.append(
+                (
+                    summed.all() | ~finite.all(),
+                    lambda: (
+                        f"proposal.draft_probs: expected each row to sum to 1 (within {_PROB_SUM_TOLERANCE}), got row "
+                        f"{first_bad(~summed)} summing to {float(sums[first_bad(~summed)]):.6g}"
+                    ),
+                )
+            )
     if proposal.tree_logprobs is not None:
         logprobs = _check_tensor("proposal.tree_logprobs", proposal.tree_logprobs, ndim=2, floating=True)
         if logprobs.shape[1] != vocab_size:
@@ -146,11 +161,15 @@ def validate_proposal(proposal: DraftProposal, *, vocab_size: int) -> None:
         if k:
             index = torch.arange(k, device=parents.device)
             bad_parent = (parents < -1) | (parents >= index)
-            checks.append((
-                ~bad_parent.any(),
-                lambda: f"proposal.parents: expected -1 <= parents[i] < i (parents before children), got parents"
-                f"[{first_bad(bad_parent)}] = {int(parents[first_bad(bad_parent)])}",
-            ))
+            checks.append(
+                (
+                    ~bad_parent.any(),
+                    lambda: (
+                        f"proposal.parents: expected -1 <= parents[i] < i (parents before children), got parents"
+                        f"[{first_bad(bad_parent)}] = {int(parents[first_bad(bad_parent)])}"
+                    ),
+                )
+            )
     if proposal.tree is not None:
         tree = proposal.tree
         if not isinstance(tree, Tree):
@@ -159,11 +178,15 @@ def validate_proposal(proposal: DraftProposal, *, vocab_size: int) -> None:
             raise ValueError("proposal.parents: expected None when proposal.tree is given (one tree per proposal), got a tensor")
         if tree.num_nodes:
             tree_oob = tree.tokens >= vocab_size
-            checks.append((
-                ~tree_oob.any(),
-                lambda: f"proposal.tree: expected token ids in [0, {vocab_size}), got tree.tokens[{first_bad(tree_oob)}] = "
-                f"{int(tree.tokens[first_bad(tree_oob)])}",
-            ))
+            checks.append(
+                (
+                    ~tree_oob.any(),
+                    lambda: (
+                        f"proposal.tree: expected token ids in [0, {vocab_size}), got tree.tokens[{first_bad(tree_oob)}] = "
+                        f"{int(tree.tokens[first_bad(tree_oob)])}"
+                    ),
+                )
+            )
     if proposal.confidence is not None:
         conf = _check_tensor("proposal.confidence", proposal.confidence, ndim=1, floating=True)
         nodes = proposal.num_nodes
@@ -171,7 +194,9 @@ def validate_proposal(proposal: DraftProposal, *, vocab_size: int) -> None:
             raise ValueError(f"proposal.confidence: expected shape ({nodes},) (one value per node), got {tuple(conf.shape)}")
         if nodes:
             in_unit = (conf >= 0) & (conf <= 1)
-            checks.append((in_unit.all(), lambda: f"proposal.confidence: expected values in [0, 1], got {float(conf[first_bad(~in_unit)])}"))
+            checks.append(
+                (in_unit.all(), lambda: f"proposal.confidence: expected values in [0, 1], got {float(conf[first_bad(~in_unit)])}")
+            )
     if not checks:
         return
     passed = torch.stack([ok.reshape(()).to(tokens.device) for ok, _ in checks]).tolist()  # the one host read

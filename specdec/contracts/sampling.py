@@ -58,7 +58,9 @@ class SamplingConfig:
             raise TypeError(f"logits_processor: expected a list of LogitsProcessor objects, got {type(processors).__name__}")
         for i, proc in enumerate(processors):
             if not callable(proc):
-                raise TypeError(f"logits_processor[{i}]: expected a callable (input_ids, scores) -> scores, got {type(proc).__name__}")
+                raise TypeError(
+                    f"logits_processor[{i}]: expected a callable (input_ids, scores) -> scores, got {type(proc).__name__}"
+                )
         object.__setattr__(self, "logits_processor", tuple(processors))
 
     @property

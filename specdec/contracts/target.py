@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -179,8 +180,22 @@ class Target(Protocol):
         """
 
 
-_MEMBERS = ("commit", "config", "device", "discard", "dtype", "forward", "length", "max_seq_len", "reset", "room",
-            "run_plan", "supports_trees", "truncate", "vocab_size")
+_MEMBERS = (
+    "commit",
+    "config",
+    "device",
+    "discard",
+    "dtype",
+    "forward",
+    "length",
+    "max_seq_len",
+    "reset",
+    "room",
+    "run_plan",
+    "supports_trees",
+    "truncate",
+    "vocab_size",
+)
 
 
 def check_target(target: object, *, name: str = "target") -> Target:

@@ -6,9 +6,9 @@ the cache); node ``i`` is row ``i + 1``; ``parents[i] == -1`` means "child of th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Sequence
 
 import torch
 

@@ -3,7 +3,7 @@
 Training lives one layer up, in :mod:`specdec.train`.
 """
 
-from specdec.drafters.base import DraftProposal, Drafter
+from specdec.drafters.base import Drafter, DraftProposal
 from specdec.drafters.block import (
     BlockDrafterConfig,
     DFlash2Drafter,

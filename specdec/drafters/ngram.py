@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from specdec.drafters.base import DraftProposal
-from specdec.verify.sampling import SamplingConfig
 
 
 class NGramDrafter:

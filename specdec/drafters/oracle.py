@@ -19,8 +19,8 @@ acceptance length; each cites its source.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -88,7 +88,7 @@ class AcceptanceProfile:
         return [surv[n] - (surv[n + 1] if n < k else 0.0) for n in range(k + 1)]
 
     @classmethod
-    def from_mean_acceptance(cls, tokens_per_round: float, num_drafts: int, *, source: str, name: str = "") -> "AcceptanceProfile":
+    def from_mean_acceptance(cls, tokens_per_round: float, num_drafts: int, *, source: str, name: str = "") -> AcceptanceProfile:
         """The flat profile (one ``alpha`` at every depth) with ``1 + sum_j alpha^j = tokens_per_round``."""
         if not 1.0 <= tokens_per_round <= num_drafts + 1:
             raise ValueError(f"tokens_per_round: expected a value in [1, {num_drafts + 1}], got {tokens_per_round}")
@@ -106,21 +106,29 @@ PRESETS: dict[str, AcceptanceProfile] = {
     p.name: p
     for p in (
         AcceptanceProfile.from_mean_acceptance(
-            6.17, 7, name="dspark-qwen3-8b-gsm8k",
+            6.17,
+            7,
+            name="dspark-qwen3-8b-gsm8k",
             source="DSpark paper (arXiv 2607.05147) Table 1: Qwen3-8B, GSM8K, T=1, gamma=7, chain, acceptance length 6.17; "
             "position-wise acceptance is reported as nearly flat (~0.93)",
         ),
         AcceptanceProfile.from_mean_acceptance(
-            5.33, 7, name="dflash-qwen3-8b-gsm8k",
+            5.33,
+            7,
+            name="dflash-qwen3-8b-gsm8k",
             source="DSpark paper (arXiv 2607.05147) Table 1: DFlash retrained in DeepSpec, Qwen3-8B, GSM8K, T=1, block 7, "
             "acceptance length 5.33 (7 draft positions assumed; the flat rate 0.88 matches DFlash's reported position-1 rate)",
         ),
         AcceptanceProfile.from_mean_acceptance(
-            6.36, 15, name="dflash-qwen3-8b-gsm8k-b16",
+            6.36,
+            15,
+            name="dflash-qwen3-8b-gsm8k-b16",
             source="z-lab/dflash issue #119 (SGLang, Qwen3-8B-DFlash-b16, GSM8K, concurrency 1): accept length 6.36",
         ),
         AcceptanceProfile.from_mean_acceptance(
-            5.46, 7, name="dflash2-qwen3.8-27b-gsm8k",
+            5.46,
+            7,
+            name="dflash2-qwen3.8-27b-gsm8k",
             source="z-lab Qwen3.8-27B-DFlash2 model card (quoted in xLLM #2279): GSM8K, T=1, block 8, acceptance length 5.46",
         ),
     )

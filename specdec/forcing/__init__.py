@@ -32,7 +32,14 @@ power), :mod:`~specdec.forcing.runner` (teacher forcing through the stock system
 from specdec.forcing.checker import TokenForcingChecker
 from specdec.forcing.report import ForcingReport, MarginEvent, Stratum
 from specdec.forcing.runner import ForcedPositions, NullCalibration, teacher_force
-from specdec.forcing.statistics import Z95, large_margin_threshold, rate_rule_fails, simulate_power, tokens_needed, wilson_interval
+from specdec.forcing.statistics import (
+    Z95,
+    large_margin_threshold,
+    rate_rule_fails,
+    simulate_power,
+    tokens_needed,
+    wilson_interval,
+)
 
 __all__ = [
     "ForcedPositions",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -65,7 +66,11 @@ class TokenForcingChecker:
             raise ValueError(f"tau_floor: expected a finite float >= 0, got {tau_floor!r}")
         if not (isinstance(tau_scale, (int, float)) and tau_scale >= 1 and math.isfinite(tau_scale)):
             raise ValueError(f"tau_scale: expected a finite float >= 1, got {tau_scale!r}")
-        if isinstance(max_large_margin_events, bool) or not isinstance(max_large_margin_events, int) or max_large_margin_events < 0:
+        if (
+            isinstance(max_large_margin_events, bool)
+            or not isinstance(max_large_margin_events, int)
+            or max_large_margin_events < 0
+        ):
             raise ValueError(f"max_large_margin_events: expected an int >= 0, got {max_large_margin_events!r}")
         if not (isinstance(z, (int, float)) and z > 0):
             raise ValueError(f"z: expected a float > 0, got {z!r}")
@@ -82,7 +87,9 @@ class TokenForcingChecker:
             value = value.tokens  # a GenerationOutput
         if isinstance(value, torch.Tensor):
             if value.ndim != 2:
-                raise ValueError(f"{name}: expected a 2-D tensor [batch, length] or a list of 1-D tensors, got shape {tuple(value.shape)}")
+                raise ValueError(
+                    f"{name}: expected a 2-D tensor [batch, length] or a list of 1-D tensors, got shape {tuple(value.shape)}"
+                )
             value = list(value)
         if not isinstance(value, (list, tuple)):
             raise TypeError(f"{name}: expected a list of 1-D integer tensors or a 2-D tensor, got {type(value).__name__}")
@@ -97,7 +104,9 @@ class TokenForcingChecker:
                 try:
                     seq = torch.as_tensor(seq, dtype=torch.long)
                 except (TypeError, ValueError, RuntimeError) as err:
-                    raise TypeError(f"{name}[{i}]: expected a 1-D integer tensor or a list of ints, got {type(seq).__name__}") from err
+                    raise TypeError(
+                        f"{name}[{i}]: expected a 1-D integer tensor or a list of ints, got {type(seq).__name__}"
+                    ) from err
             if seq.dtype == torch.bool or seq.is_floating_point() or seq.is_complex():
                 raise TypeError(f"{name}[{i}]: expected integer token ids, got dtype {seq.dtype}")
             if seq.ndim != 1:
@@ -173,7 +182,9 @@ class TokenForcingChecker:
         scored = runner.score_run(self.stock, prompt_list, null_list, sets, chunk_size=self.chunk_size)
         return NullCalibration.from_run(scored, tau_floor=self.tau_floor, tau_scale=self.tau_scale)
 
-    def _stratum(self, name: str, cand: ScoredRun, cand_keep: torch.Tensor, null: ScoredRun, null_keep: torch.Tensor, tau: float) -> Stratum:
+    def _stratum(
+        self, name: str, cand: ScoredRun, cand_keep: torch.Tensor, null: ScoredRun, null_keep: torch.Tensor, tau: float
+    ) -> Stratum:
         n1, k1 = int(cand_keep.sum()), int((cand.mismatch & cand_keep).sum())
         n0, k0 = int(null_keep.sum()), int((null.mismatch & null_keep).sum())
         events = int((cand.mismatch & cand_keep & (cand.margin > tau)).sum())
@@ -296,4 +307,3 @@ class TokenForcingChecker:
                 "z": self.z,
             },
         )
-

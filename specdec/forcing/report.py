@@ -166,8 +166,16 @@ class ForcingReport:
     def strata(self) -> list[Stratum]:
         """The overall stratum, then the buckets, then the sets."""
         overall = Stratum(
-            "all", self.num_tokens, self.num_mismatches, self.mismatch_rate, self.ci95, self.null_tokens,
-            self.null_mismatches, self.null_rate, self.null_ci95, len(self.large_margin_events),
+            "all",
+            self.num_tokens,
+            self.num_mismatches,
+            self.mismatch_rate,
+            self.ci95,
+            self.null_tokens,
+            self.null_mismatches,
+            self.null_rate,
+            self.null_ci95,
+            len(self.large_margin_events),
             rate_rule_fails(self.num_mismatches, self.num_tokens, self.null_mismatches, self.null_tokens),
         )
         return [overall, *self.by_bucket.values(), *self.by_set.values()]
@@ -369,4 +377,3 @@ def _json_default(obj):
     if isinstance(obj, tuple):
         return list(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-

@@ -8,12 +8,17 @@ from dataclasses import dataclass
 import torch
 
 from specdec.contracts.target import check_target
-
 from specdec.forcing.report import MarginEvent
 from specdec.forcing.statistics import large_margin_threshold
 
 __all__ = [
-    "ForcedPositions", "NullCalibration", "ScoredRun", "generate_stock", "require_stock_target", "score_run", "teacher_force",
+    "ForcedPositions",
+    "NullCalibration",
+    "ScoredRun",
+    "generate_stock",
+    "require_stock_target",
+    "score_run",
+    "teacher_force",
 ]
 
 # tokens before a mismatch kept with its event, so a report can show what the model was continuing
@@ -96,7 +101,6 @@ def teacher_force(stock, prompt: torch.Tensor, output: torch.Tensor, *, chunk_si
     return ForcedPositions(stock_argmax=argmax, margin=margin, mismatch=margin > 0)
 
 
-
 @dataclass
 class ScoredRun:
     """Per-position arrays of one run (candidate or null), concatenated over its ``S`` sequences.
@@ -142,7 +146,13 @@ class ScoredRun:
         emitted, argmax, margin = self.emitted.tolist(), self.stock_argmax.tolist(), self.margin.tolist()
         return tuple(
             MarginEvent(
-                seq[i], pos[i], absolute[i], emitted[i], argmax[i], float(margin[i]), self.prompt_set[seq[i]],
+                seq[i],
+                pos[i],
+                absolute[i],
+                emitted[i],
+                argmax[i],
+                float(margin[i]),
+                self.prompt_set[seq[i]],
                 context=tuple(self.tokens[seq[i]][max(0, absolute[i] - EVENT_CONTEXT_TOKENS) : absolute[i]].tolist()),
             )
             for i in idx
@@ -218,7 +228,7 @@ class NullCalibration:
     max_null_margin: float
 
     @classmethod
-    def from_run(cls, scored: ScoredRun, *, tau_floor: float, tau_scale: float) -> "NullCalibration":
+    def from_run(cls, scored: ScoredRun, *, tau_floor: float, tau_scale: float) -> NullCalibration:
         """Calibrate ``tau`` from a scored null run (:func:`specdec.forcing.statistics.large_margin_threshold`)."""
         tau, max_margin = large_margin_threshold(scored.margin, tau_floor=tau_floor, tau_scale=tau_scale)
         return cls(scored=scored, tau=tau, max_null_margin=max_margin)

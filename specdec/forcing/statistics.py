@@ -104,8 +104,16 @@ def simulate_power(
     null_tokens = num_tokens if null_tokens is None else null_tokens
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials: expected an int >= 1, got {trials!r}")
-    cand = torch.binomial(torch.full((trials,), float(num_tokens), dtype=torch.float64), torch.full((trials,), float(candidate_rate), dtype=torch.float64), generator=generator)
-    ref = torch.binomial(torch.full((trials,), float(null_tokens), dtype=torch.float64), torch.full((trials,), float(null_rate), dtype=torch.float64), generator=generator)
+    cand = torch.binomial(
+        torch.full((trials,), float(num_tokens), dtype=torch.float64),
+        torch.full((trials,), float(candidate_rate), dtype=torch.float64),
+        generator=generator,
+    )
+    ref = torch.binomial(
+        torch.full((trials,), float(null_tokens), dtype=torch.float64),
+        torch.full((trials,), float(null_rate), dtype=torch.float64),
+        generator=generator,
+    )
     fired = sum(rate_rule_fails(int(c), num_tokens, int(r), null_tokens, z) for c, r in zip(cand.tolist(), ref.tolist()))
     return fired / trials
 

@@ -97,10 +97,7 @@ def _check_weight(weight: object, name: str = "weight") -> torch.Tensor:
     if weight.dim() != 2:
         raise ValueError(f"{name}: expected a 2-D [N, K] tensor, got shape {tuple(weight.shape)}")
     if not weight.is_contiguous():
-        raise ValueError(
-            f"{name}: expected a contiguous tensor, got strides {weight.stride()} for shape "
-            f"{tuple(weight.shape)}"
-        )
+        raise ValueError(f"{name}: expected a contiguous tensor, got strides {weight.stride()} for shape {tuple(weight.shape)}")
     if weight.shape[1] == 0:
         raise ValueError(f"{name}: expected K >= 1, got shape {tuple(weight.shape)}")
     return weight
@@ -177,9 +174,7 @@ class W12Tensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, ae, nib, base, esc_rows, esc_cols, esc_bits, shape, linear_backend="auto"):
-        return torch.Tensor._make_wrapper_subclass(
-            cls, tuple(shape), dtype=torch.bfloat16, device=ae.device, requires_grad=False
-        )
+        return torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=torch.bfloat16, device=ae.device, requires_grad=False)
 
     def __init__(self, ae, nib, base, esc_rows, esc_cols, esc_bits, shape, linear_backend="auto"):
         self.ae = ae
@@ -189,9 +184,7 @@ class W12Tensor(torch.Tensor):
         self.esc_cols = esc_cols
         self.esc_bits = esc_bits
         if linear_backend not in ("auto", "triton", "torch"):
-            raise ValueError(
-                f"linear_backend: expected 'auto', 'triton' or 'torch', got {linear_backend!r}"
-            )
+            raise ValueError(f"linear_backend: expected 'auto', 'triton' or 'torch', got {linear_backend!r}")
         self.linear_backend = linear_backend
         # Per-(tile shape, mode) escape index used by the kernels, built on first use.
         self._kernel_cache: dict = {}
@@ -311,9 +304,7 @@ class W12Tensor(torch.Tensor):
         return cls(*(inner[name] for name in cls._INNER), shape, backend)
 
     def _apply_inner(self, fn) -> W12Tensor:
-        return W12Tensor(
-            *(fn(getattr(self, name)) for name in self._INNER), tuple(self.shape), self.linear_backend
-        )
+        return W12Tensor(*(fn(getattr(self, name)) for name in self._INNER), tuple(self.shape), self.linear_backend)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -340,8 +331,7 @@ class W12Tensor(torch.Tensor):
             dtype = kwargs.get("dtype")
             if dtype is not None and dtype != torch.bfloat16:
                 raise TypeError(
-                    f"dtype: a W12Tensor holds bf16 weights and cannot be cast to {dtype}; "
-                    "decode with .to_bf16() first"
+                    f"dtype: a W12Tensor holds bf16 weights and cannot be cast to {dtype}; decode with .to_bf16() first"
                 )
             device = kwargs.get("device") or src.device
             return src._apply_inner(lambda t: t.to(device))
@@ -440,8 +430,20 @@ def w12_linear(
     _check_linear_inputs(x, w, bias)
     if resolve_backend(backend, x.device) == "torch":
         return w12_linear_reference(x, w, bias)
-    return w12_matmul(x, w.ae, w.nib, w.base, w.esc_rows, w.esc_cols, w.esc_bits, k=w.shape[1], bias=bias,
-                      rebias=rebias, config=config, escape_cache=w._kernel_cache)
+    return w12_matmul(
+        x,
+        w.ae,
+        w.nib,
+        w.base,
+        w.esc_rows,
+        w.esc_cols,
+        w.esc_bits,
+        k=w.shape[1],
+        bias=bias,
+        rebias=rebias,
+        config=config,
+        escape_cache=w._kernel_cache,
+    )
 
 
 def q_linear(
@@ -485,8 +487,7 @@ def decode_tiles(w: W12Tensor, *, mode: str = "exact", config: W12KernelConfig |
     """
     if not isinstance(w, W12Tensor):
         raise TypeError(f"w: expected a W12Tensor, got {type(w).__name__}")
-    return decode_w12_tiles(w.ae, w.nib, w.base, w.esc_rows, w.esc_cols, w.esc_bits, k=w.shape[1], mode=mode,
-                            config=config)
+    return decode_w12_tiles(w.ae, w.nib, w.base, w.esc_rows, w.esc_cols, w.esc_bits, k=w.shape[1], mode=mode, config=config)
 
 
 @dataclass(frozen=True)
@@ -520,13 +521,10 @@ class ConversionReport:
     def __str__(self) -> str:
         lines = [f"{'tensor':<48} {'shape':>16} {'escape frac':>12} {'bits/w':>8}"]
         for name, t in self.tensors.items():
-            lines.append(
-                f"{name:<48} {str(t.shape):>16} {t.escape_fraction:>12.3e} {t.bits_per_weight:>8.4f}"
-            )
+            lines.append(f"{name:<48} {str(t.shape):>16} {t.escape_fraction:>12.3e} {t.bits_per_weight:>8.4f}")
         for name, reason in self.skipped.items():
             lines.append(f"{name:<48} left as it was: {reason}")
-        lines.append(f"converted {len(self.tensors)}, skipped {len(self.skipped)}; "
-                     f"mean {self.bits_per_weight:.4f} bits/weight")
+        lines.append(f"converted {len(self.tensors)}, skipped {len(self.skipped)}; mean {self.bits_per_weight:.4f} bits/weight")
         return "\n".join(lines)
 
 
@@ -624,9 +622,7 @@ def convert(
     tensors = {}
     for pname, sub, w12 in planned:
         sub.weight = nn.Parameter(w12, requires_grad=False)
-        tensors[pname] = TensorReport(
-            tuple(w12.shape), w12.escape_fraction, w12.bits_per_weight, w12.num_escapes
-        )
+        tensors[pname] = TensorReport(tuple(w12.shape), w12.escape_fraction, w12.bits_per_weight, w12.num_escapes)
     report = ConversionReport(tensors, skipped)
     logger.info("convert: %d linear weights to W12 (%s)", len(tensors), ", ".join(tensors))
     for pname, reason in skipped.items():

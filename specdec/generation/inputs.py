@@ -7,8 +7,8 @@ a list of 1-D prompts that the loop decodes one after another, each exactly as i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -40,8 +40,10 @@ def _strip_left_padding(input_ids: torch.Tensor, attention_mask) -> list[torch.T
         desc = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__
         raise ValueError(f"attention_mask: expected a tensor of the shape of input_ids {tuple(input_ids.shape)}, got {desc}")
     if attention_mask.is_floating_point() or not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
-        raise ValueError(f"attention_mask: expected 0/1 integer or bool values (1 = real token), got {attention_mask.dtype} "
-                         f"with values {sorted(set(attention_mask.flatten().tolist()))[:5]}")
+        raise ValueError(
+            f"attention_mask: expected 0/1 integer or bool values (1 = real token), got {attention_mask.dtype} "
+            f"with values {sorted(set(attention_mask.flatten().tolist()))[:5]}"
+        )
     real = attention_mask.bool().to(input_ids.device)  # [batch, prompt_len]
     prompts = []
     for row, keep in enumerate(real):
@@ -82,7 +84,9 @@ def prepare_requests(target, input_ids, attention_mask=None, tokenizer=None) -> 
         [[5, 6], [7, 8, 9, 10]]
     """
     text_form = None
-    if isinstance(input_ids, str) or (isinstance(input_ids, (list, tuple)) and input_ids and all(isinstance(t, str) for t in input_ids)):
+    if isinstance(input_ids, str) or (
+        isinstance(input_ids, (list, tuple)) and input_ids and all(isinstance(t, str) for t in input_ids)
+    ):
         if tokenizer is None:
             raise ValueError("tokenizer: text prompts need a transformers tokenizer (tokenizer=...), got None")
         text_form = "str" if isinstance(input_ids, str) else "list"
@@ -104,8 +108,14 @@ def prepare_requests(target, input_ids, attention_mask=None, tokenizer=None) -> 
         requests = Requests(prompts=prompts, as_list=True, text_form=text_form)
     else:
         if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 or input_ids.dtype not in (torch.long, torch.int32):
-            desc = f"{input_ids.dtype} with shape {tuple(input_ids.shape)}" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-            raise TypeError(f"input_ids: expected a 2-D integer tensor [batch, prompt_len], a list of 1-D prompts or text, got {desc}")
+            desc = (
+                f"{input_ids.dtype} with shape {tuple(input_ids.shape)}"
+                if isinstance(input_ids, torch.Tensor)
+                else type(input_ids).__name__
+            )
+            raise TypeError(
+                f"input_ids: expected a 2-D integer tensor [batch, prompt_len], a list of 1-D prompts or text, got {desc}"
+            )
         if input_ids.shape[0] < 1:
             raise ValueError(f"input_ids: expected at least one request, got shape {tuple(input_ids.shape)}")
         if attention_mask is None or bool((attention_mask == 1).all()):
@@ -123,7 +133,9 @@ def prepare_requests(target, input_ids, attention_mask=None, tokenizer=None) -> 
             seq = seq.to(target.device)
         lo, hi = int(seq.min()), int(seq.max())
         if lo < 0 or hi >= target.vocab_size:
-            raise ValueError(f"input_ids: token ids must lie in [0, {target.vocab_size}), got values in [{lo}, {hi}] in request {i}")
+            raise ValueError(
+                f"input_ids: token ids must lie in [0, {target.vocab_size}), got values in [{lo}, {hi}] in request {i}"
+            )
         requests.prompts[i] = seq.long()
     return requests
 
@@ -149,7 +161,9 @@ def check_decode_args(target, prompts: Sequence[torch.Tensor], max_new_tokens, d
         raise ValueError(f"num_draft_tokens: expected an int >= 0, got {num_draft_tokens!r}")
     if drafter is not None:
         if not isinstance(drafter, Drafter):
-            raise TypeError(f"drafter: expected an object with reset() and propose() (specdec.drafters.Drafter), got {type(drafter).__name__}")
+            raise TypeError(
+                f"drafter: expected an object with reset() and propose() (specdec.drafters.Drafter), got {type(drafter).__name__}"
+            )
         if drafter.vocab_size is not None and drafter.vocab_size != target.vocab_size:
             raise ValueError(f"drafter: vocabulary size {drafter.vocab_size} differs from the target's {target.vocab_size}")
 

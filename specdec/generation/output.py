@@ -89,7 +89,7 @@ class GenerationStats:
         self.accepted_histogram[num_accepted] += 1
         self.rounds += 1
 
-    def __add__(self, other: "GenerationStats") -> "GenerationStats":
+    def __add__(self, other: GenerationStats) -> GenerationStats:
         size = max(len(self.accepted_histogram), len(other.accepted_histogram))
         hist = [0] * size
         for h in (self.accepted_histogram, other.accepted_histogram):
@@ -163,8 +163,9 @@ class GenerationOutput:
     text: str | list[str] | None = None
 
 
-def build_output(outputs: list[torch.Tensor], per_request: list[GenerationStats], *, as_list: bool, text_form: str | None,
-                 tokenizer=None) -> GenerationOutput:
+def build_output(
+    outputs: list[torch.Tensor], per_request: list[GenerationStats], *, as_list: bool, text_form: str | None, tokenizer=None
+) -> GenerationOutput:
     """Assemble :class:`GenerationOutput` from each request's ``[n_i]`` tokens and counters.
 
     Args:

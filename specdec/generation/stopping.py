@@ -8,7 +8,7 @@ string, and that token is kept whole (the text may run past the stop string insi
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -43,8 +43,15 @@ class StopCondition:
         4
     """
 
-    def __init__(self, eos_token_id=None, stop_strings: str | Sequence[str] | None = None, tokenizer=None, *,
-                 vocab_size: int, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        eos_token_id=None,
+        stop_strings: str | Sequence[str] | None = None,
+        tokenizer=None,
+        *,
+        vocab_size: int,
+        device: torch.device | str = "cpu",
+    ):
         self.eos = _eos_ids(eos_token_id, vocab_size, device)
         self.criteria = None
         if stop_strings is not None:
@@ -52,7 +59,9 @@ class StopCondition:
             if not strings or not all(isinstance(s, str) and s for s in strings):
                 raise ValueError(f"stop_strings: expected a non-empty string or a list of them, got {stop_strings!r}")
             if tokenizer is None:
-                raise ValueError("tokenizer: stop_strings are matched on the tokenizer's vocabulary; pass tokenizer=..., got None")
+                raise ValueError(
+                    "tokenizer: stop_strings are matched on the tokenizer's vocabulary; pass tokenizer=..., got None"
+                )
             from transformers.generation.stopping_criteria import StopStringCriteria
 
             self.criteria = StopStringCriteria(tokenizer=tokenizer, stop_strings=strings)

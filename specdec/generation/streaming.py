@@ -27,7 +27,9 @@ class Stream:
     def __init__(self, target):
         has_put = callable(getattr(target, "put", None)) and callable(getattr(target, "end", None))
         if not has_put and not callable(target):
-            raise TypeError(f"streamer: expected an object with put(token_ids) and end() or a callable, got {type(target).__name__}")
+            raise TypeError(
+                f"streamer: expected an object with put(token_ids) and end() or a callable, got {type(target).__name__}"
+            )
         self.target = target
         self.is_streamer = has_put
 

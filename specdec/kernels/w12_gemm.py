@@ -298,9 +298,7 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     if backend == "auto":
         return "triton" if device.type == "cuda" else "torch"
     if backend == "triton" and device.type != "cuda" and not INTERPRET:
-        raise ValueError(
-            f"backend: 'triton' needs a CUDA tensor (or TRITON_INTERPRET=1), got device {device}"
-        )
+        raise ValueError(f"backend: 'triton' needs a CUDA tensor (or TRITON_INTERPRET=1), got device {device}")
     return backend
 
 
@@ -509,8 +507,14 @@ def _launch(
     if split > 1:
         block = 1024
         _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](
-            ws, bias if bias is not None else dummy, out, m * n, n,
-            SPLIT_K=split, HAS_BIAS=bias is not None, BLOCK=block,
+            ws,
+            bias if bias is not None else dummy,
+            out,
+            m * n,
+            n,
+            SPLIT_K=split,
+            HAS_BIAS=bias is not None,
+            BLOCK=block,
         )
     return out.reshape(*lead, n)
 
@@ -566,10 +570,10 @@ def w12_matmul(
     resolve_backend("triton", x.device)
     if config is None:
         config = default_config(x.numel() // k, n, k, x.device)
-    escapes = _escape_index(esc_rows, esc_cols, esc_bits, base, n=n, k=k, config=config, rebias=rebias,
-                            escape_cache=escape_cache)
-    return _launch(x, n, k, mode="rebias" if rebias else "exact", config=config, bias=bias, ae=ae, nib=nib, base=base,
-                   escapes=escapes)
+    escapes = _escape_index(esc_rows, esc_cols, esc_bits, base, n=n, k=k, config=config, rebias=rebias, escape_cache=escape_cache)
+    return _launch(
+        x, n, k, mode="rebias" if rebias else "exact", config=config, bias=bias, ae=ae, nib=nib, base=base, escapes=escapes
+    )
 
 
 def q_matmul(
@@ -637,8 +641,9 @@ def decode_w12_tiles(
         config = default_config(1, n, k, ae.device)
     escapes = None
     if mode != "q":
-        escapes = _escape_index(esc_rows, esc_cols, esc_bits, base, n=n, k=k, config=config, rebias=mode == "rebias",
-                                escape_cache=None)
+        escapes = _escape_index(
+            esc_rows, esc_cols, esc_bits, base, n=n, k=k, config=config, rebias=mode == "rebias", escape_cache=None
+        )
     _launch(x, n, k, mode=mode, config=config, ae=ae, nib=nib, base=base, escapes=escapes, debug_out=dbg)
     return dbg
 
@@ -655,8 +660,10 @@ def bf16_linear_triton(
         tensor([[3.]], dtype=torch.bfloat16)
     """
     if weight.dtype != torch.bfloat16 or weight.dim() != 2 or weight.stride(1) != 1:
-        raise ValueError(f"weight: expected a 2-D bf16 tensor with unit column stride, got {weight.dtype} "
-                         f"shape {tuple(weight.shape)} strides {weight.stride()}")
+        raise ValueError(
+            f"weight: expected a 2-D bf16 tensor with unit column stride, got {weight.dtype} "
+            f"shape {tuple(weight.shape)} strides {weight.stride()}"
+        )
     n, k = weight.shape
     _check_activation(x, bias, n, k, weight.device)
     resolve_backend("triton", x.device)

@@ -1,8 +1,8 @@
 """Targets: the lean runtime and its loaders."""
 
-from specdec.models.config import DENSE_MODEL_TYPES, HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
 from specdec.contracts.target import Target, TargetOutput
 from specdec.models.base import LeanTarget
+from specdec.models.config import DENSE_MODEL_TYPES, HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
 from specdec.models.dense import DenseTarget
 from specdec.models.graphs import StaticGraphs
 from specdec.models.hf import HFTarget
@@ -11,7 +11,27 @@ from specdec.models.loading import build_target, empty_target, load_target, rand
 from specdec.models.shapes import QWEN3_0_6B, QWEN3_8B, QWEN3_32B, SHAPES
 
 __all__ = [
-    "DENSE_MODEL_TYPES", "DenseTarget", "HFTarget", "HYBRID_MODEL_TYPES", "HybridConfig", "HybridTarget", "LeanTarget",
-    "QWEN3_0_6B", "QWEN3_8B", "QWEN3_32B", "SHAPES", "SUPPORTED_MODEL_TYPES", "StaticGraphs", "Target", "TargetConfig", "TargetOutput",
-    "build_hybrid_target", "build_target", "empty_target", "load_target", "random_hybrid_target", "random_target", "save_hf_checkpoint",
+    "DENSE_MODEL_TYPES",
+    "DenseTarget",
+    "HFTarget",
+    "HYBRID_MODEL_TYPES",
+    "HybridConfig",
+    "HybridTarget",
+    "LeanTarget",
+    "QWEN3_0_6B",
+    "QWEN3_8B",
+    "QWEN3_32B",
+    "SHAPES",
+    "SUPPORTED_MODEL_TYPES",
+    "StaticGraphs",
+    "Target",
+    "TargetConfig",
+    "TargetOutput",
+    "build_hybrid_target",
+    "build_target",
+    "empty_target",
+    "load_target",
+    "random_hybrid_target",
+    "random_target",
+    "save_hf_checkpoint",
 ]

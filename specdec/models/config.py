@@ -71,13 +71,11 @@ class TargetConfig:
         return total
 
     @classmethod
-    def from_hf(cls, hf_config: Any) -> "TargetConfig":
+    def from_hf(cls, hf_config: Any) -> TargetConfig:
         """Build from a transformers ``PretrainedConfig`` (or anything with the same attributes)."""
         model_type = getattr(hf_config, "model_type", None)
         if model_type not in DENSE_MODEL_TYPES:
-            raise ValueError(
-                f"model_type: expected one of {DENSE_MODEL_TYPES} (dense decoders), got {model_type!r}"
-            )
+            raise ValueError(f"model_type: expected one of {DENSE_MODEL_TYPES} (dense decoders), got {model_type!r}")
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
         head_dim = getattr(hf_config, "head_dim", None) or hidden // num_heads

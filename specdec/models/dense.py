@@ -7,7 +7,7 @@ The whole model is one class described by :class:`TargetConfig`; there is no per
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -222,8 +222,14 @@ class DenseTarget(LeanTarget):
         device: torch.device | str = "cpu",
     ):
         super().__init__(
-            config, make_layer=lambda i: DecoderLayer(config), make_norm=RMSNorm, max_seq_len=max_seq_len,
-            inv_freq=inv_freq, attention_scaling=attention_scaling, dtype=dtype, device=device,
+            config,
+            make_layer=lambda i: DecoderLayer(config),
+            make_norm=RMSNorm,
+            max_seq_len=max_seq_len,
+            inv_freq=inv_freq,
+            attention_scaling=attention_scaling,
+            dtype=dtype,
+            device=device,
         )
 
     def _allocate_cache(self) -> None:
@@ -300,13 +306,16 @@ class DenseTarget(LeanTarget):
         seqlen = tokens.shape[1]
         graphs = self._graphs
         key = (bucket, hidden_layers)
-        static = graphs.buffers(key, lambda: {
-            "tokens": torch.zeros(1, bucket, dtype=torch.long),
-            "positions": torch.zeros(1, bucket, dtype=torch.long),
-            "causal": torch.tril(torch.ones(bucket, bucket, dtype=torch.bool)),
-            "eye": torch.eye(bucket, dtype=torch.bool),
-            "local": torch.zeros(bucket, bucket, dtype=torch.bool),
-        })
+        static = graphs.buffers(
+            key,
+            lambda: {
+                "tokens": torch.zeros(1, bucket, dtype=torch.long),
+                "positions": torch.zeros(1, bucket, dtype=torch.long),
+                "causal": torch.tril(torch.ones(bucket, bucket, dtype=torch.bool)),
+                "eye": torch.eye(bucket, dtype=torch.bool),
+                "local": torch.zeros(bucket, bucket, dtype=torch.bool),
+            },
+        )
         static["tokens"][:, :seqlen].copy_(tokens)
         static["positions"][:, :seqlen].copy_(positions)
         if mask is None:
@@ -315,8 +324,9 @@ class DenseTarget(LeanTarget):
             static["local"].copy_(static["eye"])
             static["local"][:seqlen, :seqlen] = mask
         graphs.set_length(self.length)
-        out = graphs.run(key, lambda: self._graph_body(static["tokens"], static["positions"], graphs.length,
-                                                       static["local"], hidden_layers))
+        out = graphs.run(
+            key, lambda: self._graph_body(static["tokens"], static["positions"], graphs.length, static["local"], hidden_layers)
+        )
         self._last_rows = seqlen
         return TargetOutput(logits=out.logits[:, :seqlen].clone(), hidden=tuple(h[:, :seqlen].clone() for h in out.hidden))
 

@@ -10,7 +10,8 @@ CPU tests check that what a graph captures computes what the eager forward does.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import torch
 

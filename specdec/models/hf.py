@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -131,7 +132,9 @@ class HFTarget:
         if positions is not None:
             chain = self.length + torch.arange(seqlen, device=tokens.device)[None]
             if tuple(positions.shape) != (1, seqlen) or not torch.equal(positions.to(chain.device), chain):
-                raise ValueError(f"positions: HFTarget runs chains only, expected None or {chain.tolist()}, got {positions.tolist()}")
+                raise ValueError(
+                    f"positions: HFTarget runs chains only, expected None or {chain.tolist()}, got {positions.tolist()}"
+                )
         layers = tuple(hidden_layers)
         for layer in layers:
             if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= self.config.num_hidden_layers:

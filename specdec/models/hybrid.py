@@ -31,7 +31,8 @@ body reads is a ring slot, so graphs are keyed by slot too: a verifier-only targ
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -127,8 +128,14 @@ class HybridTarget(LeanTarget):
         # read by _allocate_cache, which the base constructor calls last
         self._state_slots = state_slots
         super().__init__(
-            config, make_layer=lambda i: HybridLayer(config, i), make_norm=CenteredRMSNorm, max_seq_len=max_seq_len,
-            inv_freq=inv_freq, attention_scaling=attention_scaling, dtype=dtype, device=device,
+            config,
+            make_layer=lambda i: HybridLayer(config, i),
+            make_norm=CenteredRMSNorm,
+            max_seq_len=max_seq_len,
+            inv_freq=inv_freq,
+            attention_scaling=attention_scaling,
+            dtype=dtype,
+            device=device,
         )
         self.gdn_method = gdn_method
         self.backend = backend
@@ -294,8 +301,9 @@ class HybridTarget(LeanTarget):
             positions = self.length + meta.depth.to(torch.long)
         slots = self.length + torch.arange(seqlen, device=device)
         attn_mask = prefix_attention_mask(self.length, seqlen, mask, device)
-        out, stash = self._run(tokens, positions, slots, attn_mask, self.length + seqlen, meta, self._slot,
-                               hidden_layers, self._method(seqlen))
+        out, stash = self._run(
+            tokens, positions, slots, attn_mask, self.length + seqlen, meta, self._slot, hidden_layers, self._method(seqlen)
+        )
         self._last_rows = seqlen
         self._stash = stash
         self._last_parents = parents
@@ -323,7 +331,10 @@ class HybridTarget(LeanTarget):
         slots = length + torch.arange(bucket, device=tokens.device)
         out, gdn = self._run(tokens, positions, slots, attn_mask, span, meta, slot, hidden_layers, self._method(bucket))
         # the rows' K/V, so that the commit reads them from here and compacts the cache idempotently
-        kv = [(k_cache.index_select(2, slots), v_cache.index_select(2, slots)) for k_cache, v_cache in zip(self.k_caches, self.v_caches)]
+        kv = [
+            (k_cache.index_select(2, slots), v_cache.index_select(2, slots))
+            for k_cache, v_cache in zip(self.k_caches, self.v_caches)
+        ]
         return out, {"gdn": gdn, "kv": kv}
 
     def static_commit_body(self, path, length, stash, cur: int, nxt: int) -> None:
@@ -339,9 +350,16 @@ class HybridTarget(LeanTarget):
         """
         for g, (mixed, k, v, gate, beta) in enumerate(stash["gdn"]):
             if self._triton(k.device):
-                gdn_tree_commit_triton(k[None].contiguous(), v[None].contiguous(), gate[None].contiguous(),
-                                       beta[None].contiguous(), path.to(torch.int32)[None], self._rec[cur, g][None],
-                                       self._rec[nxt, g][None], use_qk_l2norm=True)
+                gdn_tree_commit_triton(
+                    k[None].contiguous(),
+                    v[None].contiguous(),
+                    gate[None].contiguous(),
+                    beta[None].contiguous(),
+                    path.to(torch.int32)[None],
+                    self._rec[cur, g][None],
+                    self._rec[nxt, g][None],
+                    use_qk_l2norm=True,
+                )
             else:
                 gdn_tree_commit(k, v, gate, beta, path, self._rec[cur, g], backend="torch", out=self._rec[nxt, g])
             self._conv[nxt, g].copy_(conv_state_commit_static(mixed, path, self._conv[cur, g]))
@@ -358,13 +376,16 @@ class HybridTarget(LeanTarget):
     def _static_forward(self, bucket: int, tokens, parents, hidden_layers) -> TargetOutput:
         seqlen = tokens.shape[1]
         graphs = self._graphs
-        static = graphs.buffers(("rows", bucket), lambda: {
-            "tokens": torch.zeros(1, bucket, dtype=torch.long),
-            "parents": torch.full((bucket,), -1, dtype=torch.long),
-            "chain": torch.arange(-1, bucket - 1),
-            "roots": torch.full((bucket,), -1, dtype=torch.long),
-            "path": torch.full((bucket,), -1, dtype=torch.long),
-        })
+        static = graphs.buffers(
+            ("rows", bucket),
+            lambda: {
+                "tokens": torch.zeros(1, bucket, dtype=torch.long),
+                "parents": torch.full((bucket,), -1, dtype=torch.long),
+                "chain": torch.arange(-1, bucket - 1),
+                "roots": torch.full((bucket,), -1, dtype=torch.long),
+                "path": torch.full((bucket,), -1, dtype=torch.long),
+            },
+        )
         static["tokens"][:, :seqlen].copy_(tokens)
         if parents is None:
             static["parents"].copy_(static["chain"])  # padded rows continue the chain; never committed
@@ -374,8 +395,9 @@ class HybridTarget(LeanTarget):
         graphs.set_length(self.length)
         key = ("forward", bucket, self._slot, hidden_layers)
         slot = self._slot
-        out, stash = graphs.run(key, lambda: self.static_body(static["tokens"], static["parents"], graphs.length, slot,
-                                                              hidden_layers))
+        out, stash = graphs.run(
+            key, lambda: self.static_body(static["tokens"], static["parents"], graphs.length, slot, hidden_layers)
+        )
         self._last_rows = seqlen
         self._stash = stash
         self._last_parents = parents
@@ -461,8 +483,7 @@ class HybridTarget(LeanTarget):
         static["path"].fill_(-1)
         static["path"][: path.numel()].copy_(path)
         graphs.set_length(self.length)
-        graphs.run(("commit", forward_key, nxt),
-                   lambda: self.static_commit_body(static["path"], graphs.length, stash, cur, nxt))
+        graphs.run(("commit", forward_key, nxt), lambda: self.static_commit_body(static["path"], graphs.length, stash, cur, nxt))
 
     def reference_logits(self, tokens: torch.Tensor, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Not available for hybrids: the layer-by-layer precision reference covers dense layers only (``TypeError``)."""
@@ -487,8 +508,9 @@ def build_hybrid_target(
 ) -> HybridTarget:
     """Allocate a :class:`HybridTarget` and copy HF-named weights (either layout) into it."""
     inv_freq, scaling = cfg.rope_inv_freq(hf_config)
-    target = HybridTarget(cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype,
-                          device=device, **kwargs)
+    target = HybridTarget(
+        cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype, device=device, **kwargs
+    )
     load_weights(target, hybrid_state_from_hf(cfg, hf_state), tied=cfg.tie_word_embeddings)
     return target.eval().requires_grad_(False)
 

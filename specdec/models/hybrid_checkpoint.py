@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -62,7 +62,8 @@ def hybrid_state_from_hf(cfg: HybridConfig, hf_state: Mapping[str, torch.Tensor]
             else:  # per-expert modules (older transformers)
                 ex = [f"{mlp}experts.{e}." for e in range(cfg.num_experts)]
                 state[om + "gate_up_proj"] = torch.stack(
-                    [torch.cat([take(p + "gate_proj.weight"), take(p + "up_proj.weight")]) for p in ex])
+                    [torch.cat([take(p + "gate_proj.weight"), take(p + "up_proj.weight")]) for p in ex]
+                )
                 state[om + "down_proj"] = torch.stack([take(p + "down_proj.weight") for p in ex])
             sh = mlp + "shared_expert."
             state[om + "shared.w13.weight"] = torch.cat([take(sh + "gate_proj.weight"), take(sh + "up_proj.weight")])

@@ -114,11 +114,10 @@ class HybridConfig:
 
     def is_moe(self, layer: int) -> bool:
         """Whether layer ``layer`` has a sparse MoE MLP (transformers' Qwen3-Next rule)."""
-        return (self.num_experts > 0 and layer not in self.mlp_only_layers
-                and (layer + 1) % self.decoder_sparse_step == 0)
+        return self.num_experts > 0 and layer not in self.mlp_only_layers and (layer + 1) % self.decoder_sparse_step == 0
 
     @classmethod
-    def from_hf(cls, hf_config: Any) -> "HybridConfig":
+    def from_hf(cls, hf_config: Any) -> HybridConfig:
         """Build from a transformers ``Qwen3_5TextConfig`` / ``Qwen3NextConfig``."""
         model_type = getattr(hf_config, "model_type", None)
         if model_type not in HYBRID_MODEL_TYPES:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -264,8 +265,9 @@ def load_target(
             if getattr(hf_config, "model_type", None) in HYBRID_MODEL_TYPES:
                 return _load_hybrid(hf_config, read_safetensors(path), dtype, device, max_seq_len, weight_format)
             cfg = TargetConfig.from_hf(hf_config)
-            target = build_target(cfg, read_safetensors(path), hf_config=hf_config, dtype=dtype, device=device,
-                                  max_seq_len=max_seq_len)
+            target = build_target(
+                cfg, read_safetensors(path), hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len
+            )
             return _apply_weight_format(target, weight_format)
         else:
             raise ValueError(f"model_or_path: expected an HF checkpoint folder or a .gguf file, got {str(path)!r}")
@@ -325,4 +327,3 @@ def save_hf_checkpoint(hf_model: Any, folder: str | os.PathLike, *, dtype: torch
     (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
     tmp.rename(folder / "model.safetensors")
     return folder
-

@@ -3,8 +3,6 @@
 Researchers use these to property-test their own decode loops the way specdec tests its own.
 """
 
-from specdec.testing.models import tiny_hf_model, tiny_target
-from specdec.testing.tokenizers import tiny_tokenizer
 from specdec.testing.drafters import ForcedDrafter, RandomDrafter
 from specdec.testing.faults import LogitBiasFault, LogitNoiseFault, PositionShiftFault, StaleStateFault, TargetFault
 from specdec.testing.laws import (
@@ -28,6 +26,8 @@ from specdec.testing.laws import (
     trees,
     two_sample_chi2,
 )
+from specdec.testing.models import tiny_hf_model, tiny_target
+from specdec.testing.tokenizers import tiny_tokenizer
 
 __all__ = [
     "ForcedDrafter",

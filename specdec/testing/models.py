@@ -63,14 +63,24 @@ def tiny_hf_model(
     if model_type in _HYBRIDS:
         hk, hv = linear_heads
         extra = dict(
-            layer_types=list(layer_types) if layer_types is not None else
-            ["linear_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)],
-            linear_num_key_heads=hk, linear_num_value_heads=hv, linear_key_head_dim=linear_head_dim,
-            linear_value_head_dim=linear_head_dim, linear_conv_kernel_dim=4,
+            layer_types=list(layer_types)
+            if layer_types is not None
+            else ["linear_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)],
+            linear_num_key_heads=hk,
+            linear_num_value_heads=hv,
+            linear_key_head_dim=linear_head_dim,
+            linear_value_head_dim=linear_head_dim,
+            linear_conv_kernel_dim=4,
         )
         if model_type == "qwen3_next":
-            extra.update(num_experts=num_experts, num_experts_per_tok=2, moe_intermediate_size=intermediate_size // 2,
-                         shared_expert_intermediate_size=intermediate_size, decoder_sparse_step=1, mlp_only_layers=[])
+            extra.update(
+                num_experts=num_experts,
+                num_experts_per_tok=2,
+                moe_intermediate_size=intermediate_size // 2,
+                shared_expert_intermediate_size=intermediate_size,
+                decoder_sparse_step=1,
+                mlp_only_layers=[],
+            )
     config = config_cls(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -81,8 +91,11 @@ def tiny_hf_model(
         head_dim=head_dim if head_dim is not None else hidden_size // num_heads,
         tie_word_embeddings=tie_word_embeddings,
         max_position_embeddings=4096,
-        rope_parameters={"rope_type": "default", "rope_theta": rope_theta,
-                         **({"partial_rotary_factor": partial_rotary_factor} if model_type in _HYBRIDS else {})},
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": rope_theta,
+            **({"partial_rotary_factor": partial_rotary_factor} if model_type in _HYBRIDS else {}),
+        },
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,

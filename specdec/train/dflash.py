@@ -35,9 +35,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -145,7 +145,9 @@ class TrainingConfig:
             ids = self.target_layer_ids
             if not isinstance(ids, tuple) or not ids or any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
                 raise ValueError(f"target_layer_ids: expected a non-empty tuple of ints or None, got {ids!r}")
-        if self.mask_token_id is not None and (isinstance(self.mask_token_id, bool) or not isinstance(self.mask_token_id, int) or self.mask_token_id < 0):
+        if self.mask_token_id is not None and (
+            isinstance(self.mask_token_id, bool) or not isinstance(self.mask_token_id, int) or self.mask_token_id < 0
+        ):
             raise ValueError(f"mask_token_id: expected an int >= 0 or None, got {self.mask_token_id!r}")
         for name in ("lr", "init_scale"):
             value = getattr(self, name)
@@ -157,7 +159,9 @@ class TrainingConfig:
                 raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
         for name in ("grad_clip", "loss_decay_gamma", "max_seconds"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0):
+            if value is not None and (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0
+            ):
                 raise ValueError(f"{name}: expected a finite number > 0 or None, got {value!r}")
 
     def position_weights(self) -> torch.Tensor:
@@ -288,8 +292,11 @@ def drafter_config(target, config: TrainingConfig) -> dict:
     """
     raw, ids = backbone_config(target, config)
     mask = target.config.vocab_size - 1 if config.mask_token_id is None else config.mask_token_id
-    raw.update(architectures=[DFLASH], use_sliding_window=False,
-               dflash_config={"block_size": config.block_size, "mask_token_id": mask, "target_layer_ids": list(ids)})
+    raw.update(
+        architectures=[DFLASH],
+        use_sliding_window=False,
+        dflash_config={"block_size": config.block_size, "mask_token_id": mask, "target_layer_ids": list(ids)},
+    )
     # the same checks a published checkpoint gets when it is loaded, before any work is done
     check_fits_target(read_drafter_config(raw), target)
     return raw
@@ -348,7 +355,9 @@ def _prompt_list(prompts, vocab: int) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def make_training_data(target, prompts, config: TrainingConfig, layer_ids: Sequence[int], *, progress: bool = False) -> TrainingData:
+def make_training_data(
+    target, prompts, config: TrainingConfig, layer_ids: Sequence[int], *, progress: bool = False
+) -> TrainingData:
     """The target's continuations of ``prompts`` and its hidden states at ``layer_ids`` (checkpoint numbering).
 
     Args:
@@ -375,7 +384,9 @@ def make_training_data(target, prompts, config: TrainingConfig, layer_ids: Seque
     rows = _prompt_list(prompts, target.vocab_size)
     for j, prompt in enumerate(_progress(rows, progress, "target continuations")):
         prompt = prompt.to(target.device)
-        out = generate(target, prompt[None], config.continuation_tokens, temperature=config.data_temperature, seed=config.seed + j)
+        out = generate(
+            target, prompt[None], config.continuation_tokens, temperature=config.data_temperature, seed=config.seed + j
+        )
         seq = torch.cat([prompt, out.tokens[0]])  # [L]
         target.reset()
         hidden = target(seq[None], hidden_layers=hf_layers).hidden  # taps x [1, L, H]
@@ -387,8 +398,16 @@ def make_training_data(target, prompts, config: TrainingConfig, layer_ids: Seque
 
 
 @torch.no_grad()
-def make_training_data_hf(model, prompts, config: TrainingConfig, layer_ids: Sequence[int], *, batch_size: int = 64,
-                          eos_token_id: int | Sequence[int] | None = None, progress: bool = False) -> TrainingData:
+def make_training_data_hf(
+    model,
+    prompts,
+    config: TrainingConfig,
+    layer_ids: Sequence[int],
+    *,
+    batch_size: int = 64,
+    eos_token_id: int | Sequence[int] | None = None,
+    progress: bool = False,
+) -> TrainingData:
     """:func:`make_training_data` with a transformers causal LM, batched: the fast path on a GPU.
 
     The continuations come from ``model.generate`` over left-padded batches of prompts (greedy when
@@ -424,13 +443,15 @@ def make_training_data_hf(model, prompts, config: TrainingConfig, layer_ids: Seq
     bad = [i for i in layer_ids if not 0 <= i < num_layers]
     if bad:
         raise ValueError(f"layer_ids: expected ids in [0, {num_layers}), got {list(layer_ids)}")
-    eos = [] if eos_token_id is None else ([int(eos_token_id)] if isinstance(eos_token_id, int) else [int(e) for e in eos_token_id])
+    eos = (
+        [] if eos_token_id is None else ([int(eos_token_id)] if isinstance(eos_token_id, int) else [int(e) for e in eos_token_id])
+    )
     pad = eos[0] if eos else 0
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     order = sorted(range(len(rows)), key=lambda i: rows[i].numel())  # similar lengths share a batch
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     seqs: dict[int, torch.Tensor] = {}
     # transformers samples from torch's global RNG: seed a fork of it, so the caller's state is left as it was
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -441,12 +462,21 @@ def make_training_data_hf(model, prompts, config: TrainingConfig, layer_ids: Seq
             mask = torch.zeros(len(batch), width, dtype=torch.long)
             for r, i in enumerate(batch):
                 n = rows[i].numel()
-                ids[r, width - n:] = rows[i]
-                mask[r, width - n:] = 1
+                ids[r, width - n :] = rows[i]
+                mask[r, width - n :] = 1
             sample = config.data_temperature > 0
-            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=config.continuation_tokens,
-                                 min_new_tokens=0, do_sample=sample, temperature=config.data_temperature if sample else None,
-                                 top_p=None, top_k=None, pad_token_id=pad, eos_token_id=eos or None)
+            out = model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=config.continuation_tokens,
+                min_new_tokens=0,
+                do_sample=sample,
+                temperature=config.data_temperature if sample else None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=pad,
+                eos_token_id=eos or None,
+            )
             cont = out[:, width:].cpu()  # [b, <= continuation_tokens]
             for r, i in enumerate(batch):
                 c = cont[r]
@@ -460,7 +490,7 @@ def make_training_data_hf(model, prompts, config: TrainingConfig, layer_ids: Seq
     features: dict[int, torch.Tensor] = {}
     kept_order = sorted(kept, key=lambda i: seqs[i].numel())
     for start in range(0, len(kept_order), batch_size):
-        batch = kept_order[start:start + batch_size]
+        batch = kept_order[start : start + batch_size]
         lens = [seqs[i].numel() for i in batch]
         ids = pad_sequence([seqs[i] for i in batch], batch_first=True, padding_value=pad).to(device)
         mask = (torch.arange(ids.shape[1])[None] < torch.tensor(lens)[:, None]).long().to(device)
@@ -469,8 +499,9 @@ def make_training_data_hf(model, prompts, config: TrainingConfig, layer_ids: Seq
         for r, i in enumerate(batch):
             features[i] = taps[r, : lens[r]].clone()
     model.train(was_training)
-    return TrainingData(tokens=[seqs[i] for i in kept], features=[features[i] for i in kept],
-                        prompt_lengths=[rows[i].numel() for i in kept])
+    return TrainingData(
+        tokens=[seqs[i] for i in kept], features=[features[i] for i in kept], prompt_lengths=[rows[i].numel() for i in kept]
+    )
 
 
 def _progress(iterable, enabled: bool, desc: str):
@@ -481,7 +512,9 @@ def _progress(iterable, enabled: bool, desc: str):
     return tqdm(iterable, desc=desc, leave=False)
 
 
-def block_logits(model: BlockDraftModel, target, features: torch.Tensor, tokens: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+def block_logits(
+    model: BlockDraftModel, target, features: torch.Tensor, tokens: torch.Tensor, anchors: torch.Tensor
+) -> torch.Tensor:
     """Draft logits of the blocks at ``anchors``, as inference would compute them.
 
     The block of anchor ``p`` is ``[tokens[p], MASK x (B - 1)]`` at positions ``p .. p + B - 1`` and
@@ -516,8 +549,10 @@ def block_logits(model: BlockDraftModel, target, features: torch.Tensor, tokens:
     if single:
         features, tokens, anchors = features[None], tokens[None], anchors[None]
     if tokens.ndim != 2 or features.ndim != 3 or anchors.ndim != 2:
-        raise ValueError(f"tokens/features/anchors: expected [S, L] / [S, L, F] / [S, A], got {tuple(tokens.shape)} / "
-                         f"{tuple(features.shape)} / {tuple(anchors.shape)}")
+        raise ValueError(
+            f"tokens/features/anchors: expected [S, L] / [S, L, F] / [S, A], got {tuple(tokens.shape)} / "
+            f"{tuple(features.shape)} / {tuple(anchors.shape)}"
+        )
     S, L = tokens.shape
     A, B = anchors.shape[1], cfg.block_size
     AB = A * B
@@ -529,7 +564,9 @@ def block_logits(model: BlockDraftModel, target, features: torch.Tensor, tokens:
     ids = torch.full((S, A, B), cfg.mask_token_id, dtype=torch.long, device=device)
     ids[:, :, 0] = tokens.gather(1, anchors)
     # the target's table, frozen: no gradient flows into it
-    noise = (F.embedding(ids, target.embed.weight.detach()) * cfg.input_embedding_scale).reshape(S, AB, -1).to(dtype)  # [S, AB, H]
+    noise = (
+        (F.embedding(ids, target.embed.weight.detach()) * cfg.input_embedding_scale).reshape(S, AB, -1).to(dtype)
+    )  # [S, AB, H]
     q_pos = (anchors[:, :, None] + torch.arange(B, device=device)).reshape(S, AB)  # [S, AB]
     ctx_pos = torch.arange(L, device=device)
     k_pos = torch.cat([ctx_pos.expand(S, L), q_pos], dim=1)  # [S, L + AB]
@@ -549,7 +586,9 @@ def block_logits(model: BlockDraftModel, target, features: torch.Tensor, tokens:
     x = noise
     for i, layer in enumerate(model.layers):
         attn = layer.self_attn
-        visible = base & layer_visibility(q_pos[:, :, None], k_pos[:, None, :], causal=cfg.layer_causal[i], window=cfg.sliding_window[i])
+        visible = base & layer_visibility(
+            q_pos[:, :, None], k_pos[:, None, :], causal=cfg.layer_causal[i], window=cfg.sliding_window[i]
+        )
         k_ctx = rotate(attn.k_norm(heads(attn.k_proj, ctx, Hkv)), cos_c, sin_c)  # [S, Hkv, L, D]
         v_ctx = heads(attn.v_proj, ctx, Hkv)
         h = layer.input_layernorm(x)
@@ -603,7 +642,9 @@ def _anchor_ranges(data, layer_ids, hidden: int) -> tuple[list[int], list[int]]:
     width = len(layer_ids) * hidden
     for j, f in enumerate(data.features):
         if f.shape != (data.tokens[j].numel(), width):
-            raise ValueError(f"data: features[{j}] expected shape ({data.tokens[j].numel()}, {width}) for taps {list(layer_ids)}, got {tuple(f.shape)}")
+            raise ValueError(
+                f"data: features[{j}] expected shape ({data.tokens[j].numel()}, {width}) for taps {list(layer_ids)}, got {tuple(f.shape)}"
+            )
     lengths = [t.numel() for t in data.tokens]
     # anchors lie where the block predicts target-generated tokens: from the last prompt token on
     lows = [max(p - 1, 0) for p in data.prompt_lengths]
@@ -624,7 +665,7 @@ class _Optimiser:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
 
-    def __enter__(self) -> "_Optimiser":
+    def __enter__(self) -> _Optimiser:
         self._grads = [p.requires_grad for p in self.target.parameters()]
         for p in self.target.parameters():
             p.requires_grad_(False)
@@ -652,7 +693,9 @@ class _Optimiser:
         self.opt.step()
 
 
-def train_drafter(target, prompts, config: TrainingConfig = TrainingConfig(), *, progress: bool = True, data: TrainingData | None = None):
+def train_drafter(
+    target, prompts, config: TrainingConfig = TrainingConfig(), *, progress: bool = True, data: TrainingData | None = None
+):
     """Train a ``DFlashDraftModel`` drafter for the frozen ``target``.
 
     Args:
@@ -752,7 +795,6 @@ def save(model: BlockDraftModel, folder, *, config: TrainingConfig | None = None
     """
     from safetensors.torch import save_file
 
-
     if not isinstance(model, BlockDraftModel) or model.cfg.architecture != DFLASH:
         raise TypeError(f"model: expected a DFlashDraftModel BlockDraftModel, got {type(model).__name__}")
     folder = Path(folder)
@@ -763,8 +805,12 @@ def save(model: BlockDraftModel, folder, *, config: TrainingConfig | None = None
     if config is not None:
         meta["config"] = asdict(config)
     if history is not None and history.loss:
-        meta.update(final_loss=history.loss[-1], final_accuracy=history.accuracy[-1], steps=len(history.loss),
-                    position_accuracy=history.position_accuracy)
+        meta.update(
+            final_loss=history.loss[-1],
+            final_accuracy=history.accuracy[-1],
+            steps=len(history.loss),
+            position_accuracy=history.position_accuracy,
+        )
     if meta:
         (folder / "training.json").write_text(json.dumps(meta, indent=2))
     return folder

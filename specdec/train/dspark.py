@@ -42,9 +42,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -61,8 +61,8 @@ from specdec.train.dflash import (
     TrainingConfig,
     TrainingData,
     TrainingHistory,
-    _lr_at,
     _anchor_ranges,
+    _lr_at,
     _Optimiser,
     _progress,
     _prompt_list,
@@ -125,7 +125,9 @@ class DSparkTrainingConfig(TrainingConfig):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected a bool, got {getattr(self, name)!r}")
         if self.confidence_head and self.confidence_head_with_markov and self.markov_rank == 0:
-            raise ValueError("confidence_head_with_markov: needs markov_rank > 0 (the features include W1[x_{k-1}]), got markov_rank=0")
+            raise ValueError(
+                "confidence_head_with_markov: needs markov_rank > 0 (the features include W1[x_{k-1}]), got markov_rank=0"
+            )
         for name in ("ce_weight", "tv_weight", "confidence_weight"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
@@ -198,15 +200,17 @@ def dspark_config(target, config: DSparkTrainingConfig) -> dict:
         raise TypeError(f"config: expected a DSparkTrainingConfig, got {type(config).__name__}")
     tcfg = target.config
     raw, ids = backbone_config(target, config)
-    raw.update({
-        "architectures": [DSPARK],
-        "block_size": config.block_size,
-        "mask_token_id": tcfg.vocab_size - 1 if config.mask_token_id is None else config.mask_token_id,
-        "target_layer_ids": list(ids),
-        "num_anchors": config.num_anchors,
-        "enable_confidence_head": config.confidence_head,
-        "markov_rank": config.markov_rank,
-    })
+    raw.update(
+        {
+            "architectures": [DSPARK],
+            "block_size": config.block_size,
+            "mask_token_id": tcfg.vocab_size - 1 if config.mask_token_id is None else config.mask_token_id,
+            "target_layer_ids": list(ids),
+            "num_anchors": config.num_anchors,
+            "enable_confidence_head": config.confidence_head,
+            "markov_rank": config.markov_rank,
+        }
+    )
     if config.confidence_head:
         raw["confidence_head_with_markov"] = config.confidence_head_with_markov
     if config.markov_rank:
@@ -252,7 +256,9 @@ def init_dspark(target, config: DSparkTrainingConfig) -> BlockDraftModel:
 
 
 @torch.no_grad()
-def make_dspark_data(target, prompts, config: TrainingConfig, layer_ids: Sequence[int], *, progress: bool = False) -> DSparkTrainingData:
+def make_dspark_data(
+    target, prompts, config: TrainingConfig, layer_ids: Sequence[int], *, progress: bool = False
+) -> DSparkTrainingData:
     """The target's continuations of ``prompts``, its features at ``layer_ids`` and its last hidden states.
 
     One target forward per sequence returns both the tap layers and the last layer (HF numbering
@@ -282,7 +288,9 @@ def make_dspark_data(target, prompts, config: TrainingConfig, layer_ids: Sequenc
     tokens, features, plens, lasts = [], [], [], []
     for j, prompt in enumerate(_progress(_prompt_list(prompts, target.vocab_size), progress, "target continuations")):
         prompt = prompt.to(target.device)
-        out = generate(target, prompt[None], config.continuation_tokens, temperature=config.data_temperature, seed=config.seed + j)
+        out = generate(
+            target, prompt[None], config.continuation_tokens, temperature=config.data_temperature, seed=config.seed + j
+        )
         seq = torch.cat([prompt, out.tokens[0]])  # [L]
         target.reset()
         out = target(seq[None], hidden_layers=hf_layers + (last,))
@@ -307,11 +315,15 @@ def _normed_last_hidden(target, last: torch.Tensor, logits: torch.Tensor) -> tor
         if err < best_err:
             best, best_err = cand, err
     if best_err > 5e-2:
-        raise RuntimeError(f"target: lm_head(last hidden state) does not reproduce the target's logits (relative error {best_err:.3g})")
+        raise RuntimeError(
+            f"target: lm_head(last hidden state) does not reproduce the target's logits (relative error {best_err:.3g})"
+        )
     return best
 
 
-def block_hidden(model: BlockDraftModel, target, features: torch.Tensor, tokens: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+def block_hidden(
+    model: BlockDraftModel, target, features: torch.Tensor, tokens: torch.Tensor, anchors: torch.Tensor
+) -> torch.Tensor:
     """Backbone hidden states ``[A, B, H]`` (after the final norm) of the blocks at ``anchors``, all rows.
 
     The block of anchor ``p`` is ``[tokens[p], MASK x (B - 1)]`` at positions ``p .. p + B - 1`` and sees
@@ -397,8 +409,15 @@ def _target_logits(target, last_hidden: torch.Tensor, label_pos: torch.Tensor) -
     return F.linear(rows.to(target.lm_head.weight.dtype), target.lm_head.weight.detach()).float()
 
 
-def dspark_losses(model: BlockDraftModel, target, features: torch.Tensor, last_hidden: torch.Tensor, tokens: torch.Tensor,
-                  anchors: torch.Tensor, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+def dspark_losses(
+    model: BlockDraftModel,
+    target,
+    features: torch.Tensor,
+    last_hidden: torch.Tensor,
+    tokens: torch.Tensor,
+    anchors: torch.Tensor,
+    weights: torch.Tensor,
+) -> dict[str, torch.Tensor]:
     """Weighted *sums* of DSpark's loss terms over the blocks at ``anchors`` of one sequence.
 
     Args:
@@ -458,8 +477,14 @@ def dspark_losses(model: BlockDraftModel, target, features: torch.Tensor, last_h
     return out
 
 
-def train_dspark(target, prompts, config: DSparkTrainingConfig = DSparkTrainingConfig(), *, progress: bool = True,
-                 data: DSparkTrainingData | None = None):
+def train_dspark(
+    target,
+    prompts,
+    config: DSparkTrainingConfig = DSparkTrainingConfig(),
+    *,
+    progress: bool = True,
+    data: DSparkTrainingData | None = None,
+):
     """Train a ``Qwen3DSparkModel`` drafter for the frozen ``target``.
 
     Args:
@@ -515,12 +540,21 @@ def train_dspark(target, prompts, config: DSparkTrainingConfig = DSparkTrainingC
                 lo, L = lows[j], lengths[j]
                 anchors = (lo + torch.randint(0, L - 1 - lo, (config.num_anchors,), generator=gen)).to(target.device)
                 tokens = data.tokens[j].to(target.device)
-                part = dspark_losses(model, target, data.features[j].to(target.device), data.last_hidden[j].to(target.device),
-                                     tokens, anchors, weights)
+                part = dspark_losses(
+                    model,
+                    target,
+                    data.features[j].to(target.device),
+                    data.last_hidden[j].to(target.device),
+                    tokens,
+                    anchors,
+                    weights,
+                )
                 sums = {k: sums.get(k, 0.0) + v for k, v in part.items()}
             total = sums["weight"]
             terms = {k: sums[k] / total for k in ("ce", "tv", "confidence")}
-            loss = config.ce_weight * terms["ce"] + config.tv_weight * terms["tv"] + config.confidence_weight * terms["confidence"]
+            loss = (
+                config.ce_weight * terms["ce"] + config.tv_weight * terms["tv"] + config.confidence_weight * terms["confidence"]
+            )
             opt.step(loss, step, lr)
             history.loss.append(float(loss.detach()))
             history.accuracy.append(float(sums["hits"] / total))
@@ -557,8 +591,9 @@ def _position_accuracy(model, target, data, lows, config, gen) -> list[float]:
 
 
 @torch.no_grad()
-def confidence_data(model_or_drafter, target, data: DSparkTrainingData, *, anchors_per_sequence: int | None = None,
-                    seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def confidence_data(
+    model_or_drafter, target, data: DSparkTrainingData, *, anchors_per_sequence: int | None = None, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Confidence logits and observed greedy survival labels of blocks drafted at held-out anchors.
 
     Each block is drafted greedily left to right exactly as :class:`DSparkDrafter` does (the sequential
@@ -594,7 +629,9 @@ def confidence_data(model_or_drafter, target, data: DSparkTrainingData, *, ancho
     """
     model = model_or_drafter.model if isinstance(model_or_drafter, DSparkDrafter) else model_or_drafter
     if not isinstance(model, BlockDraftModel) or model.cfg.architecture != DSPARK:
-        raise TypeError(f"model_or_drafter: expected a DSpark BlockDraftModel or DSparkDrafter, got {type(model_or_drafter).__name__}")
+        raise TypeError(
+            f"model_or_drafter: expected a DSpark BlockDraftModel or DSparkDrafter, got {type(model_or_drafter).__name__}"
+        )
     if not model.cfg.confidence_head:
         raise ValueError("model_or_drafter: the drafter has no confidence head (enable_confidence_head is false)")
     cfg = model.cfg
@@ -662,8 +699,15 @@ def tokens_per_target_pass(target, model_or_drafter, prompts, max_new_tokens: in
     return dflash_training.tokens_per_target_pass(target, drafter, prompts, max_new_tokens, **generate_kwargs)
 
 
-def save(model: BlockDraftModel, folder, *, target=None, config: DSparkTrainingConfig | None = None,
-         history: DSparkTrainingHistory | None = None, temperatures: torch.Tensor | None = None) -> Path:
+def save(
+    model: BlockDraftModel,
+    folder,
+    *,
+    target=None,
+    config: DSparkTrainingConfig | None = None,
+    history: DSparkTrainingHistory | None = None,
+    temperatures: torch.Tensor | None = None,
+) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (DeepSpec DSpark layout) into ``folder``.
 
     Args:
@@ -692,19 +736,25 @@ def save(model: BlockDraftModel, folder, *, target=None, config: DSparkTrainingC
     """
     from safetensors.torch import save_file
 
-
     if not isinstance(model, BlockDraftModel) or model.cfg.architecture != DSPARK:
         raise TypeError(f"model: expected a Qwen3DSparkModel BlockDraftModel, got {type(model).__name__}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(dict(model.cfg.raw), indent=2))
-    save_file({k: v.detach().cpu().contiguous() for k, v in export_state_dict(model, target).items()}, str(folder / "model.safetensors"))
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in export_state_dict(model, target).items()}, str(folder / "model.safetensors")
+    )
     meta = {}
     if config is not None:
         meta["config"] = asdict(config)
     if history is not None and history.loss:
-        meta.update(final_loss=history.loss[-1], final_accuracy=history.accuracy[-1], steps=len(history.loss),
-                    final_terms={k: v[-1] for k, v in history.terms.items() if v}, position_accuracy=history.position_accuracy)
+        meta.update(
+            final_loss=history.loss[-1],
+            final_accuracy=history.accuracy[-1],
+            steps=len(history.loss),
+            final_terms={k: v[-1] for k, v in history.terms.items() if v},
+            position_accuracy=history.position_accuracy,
+        )
     if meta:
         (folder / "training.json").write_text(json.dumps(meta, indent=2))
     if temperatures is not None:

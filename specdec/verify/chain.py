@@ -16,8 +16,8 @@ equals the target argmax, then emit the argmax".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -179,8 +179,10 @@ class ChainVerifier:
         logits = out.logits[0]  # [k + 1, V]
         if sampling.needs_prefix:
             if context is None:
-                raise ValueError("context: expected the tokens so far [n] (sampling has a repetition penalty or logits "
-                                 "processors, whose law depends on them), got None")
+                raise ValueError(
+                    "context: expected the tokens so far [n] (sampling has a repetition penalty or logits "
+                    "processors, whose law depends on them), got None"
+                )
             logits = process_logits(logits, row_prefixes(context, plan), sampling)
         n, bonus = chain_accept(logits, drafts, proposal.draft_probs, sampling=sampling, generator=generator)
         target.commit(n + 1)

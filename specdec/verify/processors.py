@@ -9,7 +9,7 @@ them on a batch of one (``input_ids [1, L]``, ``scores [1, V]`` float32).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -87,7 +87,9 @@ def process_logits(logits: torch.Tensor, prefixes: Sequence[torch.Tensor], sampl
         for proc in sampling.logits_processor:
             scores = proc(ids, scores)
         if not isinstance(scores, torch.Tensor) or scores.shape != (1, logits.shape[-1]):
-            raise ValueError(f"logits_processor: expected each processor to return scores [1, {logits.shape[-1]}], "
-                             f"got {getattr(scores, 'shape', type(scores).__name__)}")
+            raise ValueError(
+                f"logits_processor: expected each processor to return scores [1, {logits.shape[-1]}], "
+                f"got {getattr(scores, 'shape', type(scores).__name__)}"
+            )
         rows.append(scores[0].float())
     return torch.stack(rows)

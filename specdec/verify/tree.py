@@ -22,10 +22,9 @@ that was built without looking at the target's draws. Accepting deterministic to
 chain ratio ``min(1, p/q)`` is *not* exact (``tests/test_tree.py`` measures the bias).
 """
 
-
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -202,8 +201,10 @@ class TreeVerifier:
         logits = out.logits[0]  # [N + 1, V]
         if sampling.needs_prefix:
             if context is None:
-                raise ValueError("context: expected the tokens so far [n] (sampling has a repetition penalty or logits "
-                                 "processors, whose law depends on them), got None")
+                raise ValueError(
+                    "context: expected the tokens so far [n] (sampling has a repetition penalty or logits "
+                    "processors, whose law depends on them), got None"
+                )
             logits = process_logits(logits, row_prefixes(context, plan), sampling)
         if sampling.greedy:
             walk = greedy_walk(tree, logits)

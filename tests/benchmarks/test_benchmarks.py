@@ -79,7 +79,8 @@ def test_importing_a_benchmark_starts_no_work(path):
             calls = [c for c in ast.walk(node) if isinstance(c, ast.Call)]
             names = {ast.unparse(c.func) for c in calls}
             assert names <= {"TargetConfig", "HybridConfig", "dict", "tuple", "range", "time.perf_counter"}, (
-                f"{rel(path)}:{node.lineno}: module-level call {names}")
+                f"{rel(path)}:{node.lineno}: module-level call {names}"
+            )
     assert [ast.unparse(g.test) for g in guards] == ["__name__ == '__main__'"], rel(path)
 
 
@@ -100,8 +101,10 @@ def test_the_private_name_scan_finds_private_names(tmp_path):
     probe = BENCH / "_probe_for_test.py"
     try:
         probe.write_text("from specdec.models.dense import _rotate_half\ntarget._run(1)\ntorch._scaled_mm(1)\n")
-        assert private_uses(probe) == {("benchmarks/_probe_for_test.py", "_rotate_half"),
-                                       ("benchmarks/_probe_for_test.py", "_run")}
+        assert private_uses(probe) == {
+            ("benchmarks/_probe_for_test.py", "_rotate_half"),
+            ("benchmarks/_probe_for_test.py", "_run"),
+        }
     finally:
         probe.unlink()
 
@@ -120,8 +123,20 @@ def test_every_benchmark_writes_and_prints_provenance(path):
 def test_provenance_has_every_field():
     prov = provenance(seed=7)
     assert tuple(prov) == PROVENANCE_FIELDS
-    assert set(PROVENANCE_FIELDS) == {"specdec", "git_commit", "git_dirty", "gpu", "driver", "torch", "triton",
-                                      "transformers", "cuda", "seed", "command", "date_utc"}
+    assert set(PROVENANCE_FIELDS) == {
+        "specdec",
+        "git_commit",
+        "git_dirty",
+        "gpu",
+        "driver",
+        "torch",
+        "triton",
+        "transformers",
+        "cuda",
+        "seed",
+        "command",
+        "date_utc",
+    }
     assert prov["specdec"] == specdec.__version__ and prov["torch"] == torch.__version__ and prov["seed"] == 7
     assert prov["triton"] and prov["transformers"] and prov["command"]
     assert datetime.datetime.fromisoformat(prov["date_utc"]).utcoffset() == datetime.timedelta(0)

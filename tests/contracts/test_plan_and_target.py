@@ -32,8 +32,8 @@ def test_positions_are_derived_once_per_plan(monkeypatch):
     original = plan_mod.tree_positions
     monkeypatch.setattr(plan_mod, "tree_positions", lambda tree, p: calls.append(1) or original(tree, p))
     plan = VerifyPlan.for_tree(torch.tensor([3]), Tree(tokens=[7, 8], parents=[-1, -1]), prefix_len=0)
-    plan.positions, plan.positions
-    assert calls == [1]
+    first, second = plan.positions, plan.positions
+    assert calls == [1] and first is second
 
 
 def test_plan_input_errors():

@@ -17,35 +17,87 @@ def law(k: int, vocab: int = V) -> torch.Tensor:
 @pytest.mark.parametrize(
     "proposal, error, message",
     [
-        (DraftProposal(torch.tensor([3, V])), ValueError, rf"proposal.tokens: expected token ids in \[0, {V}\), got tokens\[1\] = {V}"),
-        (DraftProposal(torch.tensor([-1])), ValueError, r"proposal.tokens: expected token ids in \[0, 11\), got tokens\[0\] = -1"),
+        (
+            DraftProposal(torch.tensor([3, V])),
+            ValueError,
+            rf"proposal.tokens: expected token ids in \[0, {V}\), got tokens\[1\] = {V}",
+        ),
+        (
+            DraftProposal(torch.tensor([-1])),
+            ValueError,
+            r"proposal.tokens: expected token ids in \[0, 11\), got tokens\[0\] = -1",
+        ),
         (DraftProposal(torch.tensor([[1, 2]])), ValueError, r"proposal.tokens: expected a 1-D tensor, got shape \(1, 2\)"),
         (DraftProposal(torch.tensor([1.0])), TypeError, r"proposal.tokens: expected an integer dtype, got torch.float32"),
-        (DraftProposal(torch.tensor([1, 2]), draft_probs=law(3)), ValueError,
-         r"proposal.draft_probs: expected shape \(2, 11\) .*got \(3, 11\)"),
-        (DraftProposal(torch.tensor([1, 2]), draft_probs=law(2, V - 1)), ValueError,
-         r"proposal.draft_probs: expected shape \(2, 11\) .*got \(2, 10\)"),
-        (DraftProposal(torch.tensor([1, 2]), draft_probs=law(2) * 1.1), ValueError,
-         r"proposal.draft_probs: expected each row to sum to 1 \(within 0.001\), got row 0 summing to 1.1"),
-        (DraftProposal(torch.tensor([1, 2]), draft_probs=law(2).index_fill(1, torch.tensor([4]), float("nan"))), ValueError,
-         r"proposal.draft_probs: expected finite values, got NaN/inf in row 0"),
-        (DraftProposal(torch.tensor([1, 2]), draft_probs=torch.tensor([[1.5, -0.5] + [0.0] * (V - 2)] * 2)), ValueError,
-         r"proposal.draft_probs: expected values >= 0, got a negative entry in row 0"),
-        (DraftProposal(torch.tensor([1, 2, 3]), parents=torch.tensor([-1, 2, 0])), ValueError,
-         r"proposal.parents: expected -1 <= parents\[i\] < i \(parents before children\), got parents\[1\] = 2"),
-        (DraftProposal(torch.tensor([1, 2, 3]), parents=torch.tensor([-1, 0])), ValueError,
-         r"proposal.parents: expected shape \(3,\)"),
-        (DraftProposal(torch.tensor([1]), tree=Tree(tokens=[1, 12], parents=[-1, -1])), ValueError,
-         r"proposal.tree: expected token ids in \[0, 11\), got tree.tokens\[1\] = 12"),
+        (
+            DraftProposal(torch.tensor([1, 2]), draft_probs=law(3)),
+            ValueError,
+            r"proposal.draft_probs: expected shape \(2, 11\) .*got \(3, 11\)",
+        ),
+        (
+            DraftProposal(torch.tensor([1, 2]), draft_probs=law(2, V - 1)),
+            ValueError,
+            r"proposal.draft_probs: expected shape \(2, 11\) .*got \(2, 10\)",
+        ),
+        (
+            DraftProposal(torch.tensor([1, 2]), draft_probs=law(2) * 1.1),
+            ValueError,
+            r"proposal.draft_probs: expected each row to sum to 1 \(within 0.001\), got row 0 summing to 1.1",
+        ),
+        (
+            DraftProposal(torch.tensor([1, 2]), draft_probs=law(2).index_fill(1, torch.tensor([4]), float("nan"))),
+            ValueError,
+            r"proposal.draft_probs: expected finite values, got NaN/inf in row 0",
+        ),
+        (
+            DraftProposal(torch.tensor([1, 2]), draft_probs=torch.tensor([[1.5, -0.5] + [0.0] * (V - 2)] * 2)),
+            ValueError,
+            r"proposal.draft_probs: expected values >= 0, got a negative entry in row 0",
+        ),
+        (
+            DraftProposal(torch.tensor([1, 2, 3]), parents=torch.tensor([-1, 2, 0])),
+            ValueError,
+            r"proposal.parents: expected -1 <= parents\[i\] < i \(parents before children\), got parents\[1\] = 2",
+        ),
+        (
+            DraftProposal(torch.tensor([1, 2, 3]), parents=torch.tensor([-1, 0])),
+            ValueError,
+            r"proposal.parents: expected shape \(3,\)",
+        ),
+        (
+            DraftProposal(torch.tensor([1]), tree=Tree(tokens=[1, 12], parents=[-1, -1])),
+            ValueError,
+            r"proposal.tree: expected token ids in \[0, 11\), got tree.tokens\[1\] = 12",
+        ),
         (DraftProposal(torch.tensor([1]), tree=[1, 2]), TypeError, r"proposal.tree: expected a Tree, got list"),
-        (DraftProposal(torch.tensor([1, 2]), confidence=torch.tensor([0.5, 1.5])), ValueError,
-         r"proposal.confidence: expected values in \[0, 1\], got 1.5"),
-        (DraftProposal(torch.tensor([1, 2]), tree_logprobs=torch.full((2, V), float("nan"))), ValueError,
-         r"proposal.tree_logprobs: expected no NaN"),
+        (
+            DraftProposal(torch.tensor([1, 2]), confidence=torch.tensor([0.5, 1.5])),
+            ValueError,
+            r"proposal.confidence: expected values in \[0, 1\], got 1.5",
+        ),
+        (
+            DraftProposal(torch.tensor([1, 2]), tree_logprobs=torch.full((2, V), float("nan"))),
+            ValueError,
+            r"proposal.tree_logprobs: expected no NaN",
+        ),
     ],
-    ids=["token-too-large", "token-negative", "tokens-2d", "tokens-float", "probs-rows", "probs-vocab", "probs-sum",
-         "probs-nan", "probs-negative", "parent-after-child", "parents-length", "tree-token", "tree-type",
-         "confidence-range", "logprobs-nan"],
+    ids=[
+        "token-too-large",
+        "token-negative",
+        "tokens-2d",
+        "tokens-float",
+        "probs-rows",
+        "probs-vocab",
+        "probs-sum",
+        "probs-nan",
+        "probs-negative",
+        "parent-after-child",
+        "parents-length",
+        "tree-token",
+        "tree-type",
+        "confidence-range",
+        "logprobs-nan",
+    ],
 )
 def test_malformed_proposals_name_the_field(proposal, error, message):
     with pytest.raises(error, match=message):
@@ -68,8 +120,12 @@ def test_verifiers_reject_a_bad_proposal_before_any_target_pass(verifier):
     bad_law = law(2, target.vocab_size) * 0.5
     try:
         with pytest.raises(ValueError, match="proposal.draft_probs: expected each row to sum to 1"):
-            verifier.verify(target, torch.tensor([3]), DraftProposal(torch.tensor([4, 5]), bad_law),
-                            sampling=sd.SamplingConfig(temperature=1.0))
+            verifier.verify(
+                target,
+                torch.tensor([3]),
+                DraftProposal(torch.tensor([4, 5]), bad_law),
+                sampling=sd.SamplingConfig(temperature=1.0),
+            )
     finally:
         handle.remove()
     assert calls == [] and target.length == 2

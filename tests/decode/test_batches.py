@@ -9,7 +9,7 @@ import specdec as sd
 from specdec.testing import tiny_target
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _target():
     return tiny_target("qwen3", seed=2, max_seq_len=96)
 
@@ -66,7 +66,9 @@ def test_list_of_prompts_of_different_lengths(verifier):
     out = sd.generate(target, prompts, 12, drafter=sd.NGramDrafter(max_paths=2), verifier=ver, seed=3, temperature=0.8)
     assert isinstance(out.tokens, list) and len(out.tokens) == 3
     for i, prompt in enumerate(prompts):
-        alone = sd.generate(target, prompt[None], 12, drafter=sd.NGramDrafter(max_paths=2), verifier=ver, seed=3 + i, temperature=0.8)
+        alone = sd.generate(
+            target, prompt[None], 12, drafter=sd.NGramDrafter(max_paths=2), verifier=ver, seed=3 + i, temperature=0.8
+        )
         assert torch.equal(out.tokens[i], alone.tokens[0])
     assert len(out.per_request) == 3 and out.stats.new_tokens == 36
 

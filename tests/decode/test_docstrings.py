@@ -27,8 +27,11 @@ def public_objects(module) -> list:
     if hasattr(module, "__all__"):
         objects = [getattr(module, name) for name in module.__all__]
     else:
-        objects = [obj for name, obj in vars(module).items()
-                   if not name.startswith("_") and getattr(obj, "__module__", None) == module.__name__]
+        objects = [
+            obj
+            for name, obj in vars(module).items()
+            if not name.startswith("_") and getattr(obj, "__module__", None) == module.__name__
+        ]
     return [obj for obj in objects if inspect.isclass(obj) or inspect.isfunction(obj)]
 
 
@@ -73,8 +76,15 @@ def public_names_without_docstrings() -> set[str]:
 
 def test_the_walk_reaches_every_public_module():
     names = set(public_module_names())
-    for expected in ("specdec.drafters.block.drafter", "specdec.models.hybrid_layers", "specdec.generation.inputs",
-                     "specdec.train.dflash", "specdec.layers", "specdec.testing.laws.markov", "specdec.forcing.runner"):
+    for expected in (
+        "specdec.drafters.block.drafter",
+        "specdec.models.hybrid_layers",
+        "specdec.generation.inputs",
+        "specdec.train.dflash",
+        "specdec.layers",
+        "specdec.testing.laws.markov",
+        "specdec.forcing.runner",
+    ):
         assert expected in names
     assert "specdec.__main__" not in names
 
@@ -94,8 +104,17 @@ def test_an_undocumented_name_is_caught(monkeypatch):
 def test_decode_and_verify_docstrings_show_shapes_and_an_example():
     from specdec.drafters.oracle import OracleDrafter
 
-    for obj in (specdec.generate, specdec.ChainVerifier.verify, specdec.TreeVerifier.verify, specdec.TreeVerifier.build_tree,
-                specdec.NGramDrafter.propose, OracleDrafter.propose, specdec.GenerationStats.record_round,
-                specdec.verify.process_logits, specdec.verify.logits_to_probs, specdec.verify.sample):
+    for obj in (
+        specdec.generate,
+        specdec.ChainVerifier.verify,
+        specdec.TreeVerifier.verify,
+        specdec.TreeVerifier.build_tree,
+        specdec.NGramDrafter.propose,
+        OracleDrafter.propose,
+        specdec.GenerationStats.record_round,
+        specdec.verify.process_logits,
+        specdec.verify.logits_to_probs,
+        specdec.verify.sample,
+    ):
         doc = inspect.getdoc(obj)
         assert ">>> " in doc and "[" in doc, f"{obj.__qualname__}: expected shapes and a doctest example"

@@ -11,12 +11,12 @@ from specdec.testing import tiny_hf_model, tiny_target
 SEED = 5
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _target():
     return tiny_target("llama", seed=SEED, max_seq_len=96)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hf():
     return tiny_hf_model("llama", seed=SEED)
 
@@ -61,8 +61,15 @@ def test_stop_strings_match_transformers_generate(tiny_tokenizer, drafter):
     assert len(stop) == 2
     kw = {"drafter": sd.NGramDrafter(), "num_draft_tokens": 6} if drafter else {}
     out = sd.generate(_target(), prompt, 40, tokenizer=tiny_tokenizer, stop_strings=[stop, "zzz"], **kw)
-    hf = _hf().generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=40, do_sample=False,
-                        stop_strings=[stop, "zzz"], tokenizer=tiny_tokenizer, pad_token_id=0)
+    hf = _hf().generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=40,
+        do_sample=False,
+        stop_strings=[stop, "zzz"],
+        tokenizer=tiny_tokenizer,
+        pad_token_id=0,
+    )
     want = hf[0, prompt.shape[1] :]
     assert want.numel() < 40  # transformers stopped early on the stop string
     assert torch.equal(out.tokens[0], want)
@@ -109,6 +116,12 @@ def test_streamer_gets_exactly_the_output(kw):
 def test_text_streamer_prints_the_decoded_output(tiny_tokenizer, capsys):
     from transformers import TextStreamer
 
-    out = sd.generate(_target(), "the stop is", 12, tokenizer=tiny_tokenizer, drafter=sd.NGramDrafter(),
-                      streamer=TextStreamer(tiny_tokenizer, skip_prompt=True))
+    out = sd.generate(
+        _target(),
+        "the stop is",
+        12,
+        tokenizer=tiny_tokenizer,
+        drafter=sd.NGramDrafter(),
+        streamer=TextStreamer(tiny_tokenizer, skip_prompt=True),
+    )
     assert capsys.readouterr().out == out.text + "\n"

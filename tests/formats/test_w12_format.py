@@ -45,8 +45,9 @@ def test_every_pattern_at_every_window_position(offset):
 
 
 def test_special_values_are_exact_escapes():
-    specials = torch.tensor([0x0000, 0x8000, 0x0001, 0x807F, 0x7F80, 0xFF80, 0x7FC0, 0x7F81, 0xFFFF, 0x0080,
-                             0x7F7F, 0x3F80], dtype=torch.int32)
+    specials = torch.tensor(
+        [0x0000, 0x8000, 0x0001, 0x807F, 0x7F80, 0xFF80, 0x7FC0, 0x7F81, 0xFFFF, 0x0080, 0x7F7F, 0x3F80], dtype=torch.int32
+    )
     w = specials.to(torch.int16).view(torch.bfloat16)[None, :].repeat(3, 1).contiguous()
     w12 = W12Tensor.from_bf16(w)
     out = w12.to_bf16()

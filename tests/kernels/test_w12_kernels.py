@@ -54,8 +54,9 @@ def test_mutation_escape_patch_is_needed():
     # The same planes with the escape list dropped: the decoded tile must differ.
     w = make_weight(16, 64)
     w12 = W12Tensor.from_bf16(w)
-    stripped = decode_w12_tiles(w12.ae, w12.nib, w12.base, w12.esc_rows[:0], w12.esc_cols[:0], w12.esc_bits[:0],
-                                k=64, config=SMALL)
+    stripped = decode_w12_tiles(
+        w12.ae, w12.nib, w12.base, w12.esc_rows[:0], w12.esc_cols[:0], w12.esc_bits[:0], k=64, config=SMALL
+    )
     assert not torch.equal(bits(stripped), bits(w))
 
 
@@ -161,8 +162,9 @@ def test_rebias_equals_exact_in_normal_range():
     w12 = W12Tensor.from_bf16(w)
     x = torch.randn(3, 64).to(torch.bfloat16)
     cfg = W12KernelConfig(block_n=32, block_k=64)
-    assert torch.equal(w12_linear(x, w12, backend="triton", rebias=True, config=cfg),
-                       w12_linear(x, w12, backend="triton", config=cfg))
+    assert torch.equal(
+        w12_linear(x, w12, backend="triton", rebias=True, config=cfg), w12_linear(x, w12, backend="triton", config=cfg)
+    )
     scaled = decode_tiles(w12, mode="rebias", config=cfg).double()
     expect = w.double() * torch.exp2(112 - w12.base.double())[:, None]
     assert torch.equal(scaled, expect)
@@ -185,8 +187,7 @@ def test_rebias_edge_cases():
     w[2, :] = 2.0**10  # base 137 -> scale 2^-25 would flush the subnormal below
     w[2, 3] = torch.tensor(0x0003, dtype=torch.int16).view(torch.bfloat16)  # subnormal, 2 bits
     with pytest.raises(ValueError, match="rebias"):
-        w12_linear(torch.ones(1, 64, dtype=torch.bfloat16), W12Tensor.from_bf16(w), backend="triton", rebias=True,
-                   config=cfg)
+        w12_linear(torch.ones(1, 64, dtype=torch.bfloat16), W12Tensor.from_bf16(w), backend="triton", rebias=True, config=cfg)
 
 
 def test_linear_module_with_w12_weight_triton_backend():

@@ -13,9 +13,15 @@ PROMPT = torch.tensor([[5, 9, 2, 7, 5, 9, 2, 7, 5, 11]])
 
 
 def _hf_generate(hf, prompt, new_tokens):
-    out = hf.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                      attention_mask=torch.ones_like(prompt), pad_token_id=0)
-    return out[:, prompt.shape[1]:]
+    out = hf.generate(
+        prompt,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        attention_mask=torch.ones_like(prompt),
+        pad_token_id=0,
+    )
+    return out[:, prompt.shape[1] :]
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "qwen3_5_text"])
@@ -35,20 +41,25 @@ def test_commit_and_truncate_keep_exactly_the_kept_tokens(family):
     hf = tiny_hf_model(family, seed=4, num_layers=2)
     ids = torch.randint(0, 97, (1, 12), generator=torch.Generator().manual_seed(0))
     target = sd.HFTarget(hf)
-    target.forward(ids[:, :8]); target.commit(5)          # rows 5..7 dropped
-    target.forward(ids[:, 5:9]); target.discard()          # nothing kept
-    target.forward(ids[:, 5:10]); target.commit(torch.arange(5))
+    target.forward(ids[:, :8])
+    target.commit(5)  # rows 5..7 dropped
+    target.forward(ids[:, 5:9])
+    target.discard()  # nothing kept
+    target.forward(ids[:, 5:10])
+    target.commit(torch.arange(5))
     assert target.length == 10
     target.truncate(7)
     got = target.forward(ids[:, 7:12]).logits
     fresh = sd.HFTarget(hf)
-    fresh.forward(ids[:, :7]); fresh.commit(7)
+    fresh.forward(ids[:, :7])
+    fresh.commit(7)
     want = fresh.forward(ids[:, 7:12]).logits
     # other chunkings of the same tokens round differently (BLAS row counts, GDN chunks): a tolerance far
     # below what a wrong state gives (checked against the state with the dropped rows still in it)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     wrong = sd.HFTarget(hf)
-    wrong.forward(ids[:, :8]); wrong.commit(8)
+    wrong.forward(ids[:, :8])
+    wrong.commit(8)
     assert (wrong.forward(ids[:, 7:12]).logits - want).abs().max() > 1e-2
 
 

@@ -14,7 +14,9 @@ from specdec.testing import tiny_hf_model, tiny_target
 CONFIGS = {
     "llama-gqa": dict(model_type="llama", num_heads=4, num_kv_heads=2),
     "llama-mha-tied": dict(model_type="llama", num_heads=4, num_kv_heads=4, tie_word_embeddings=True),
-    "qwen3-qknorm-odd": dict(model_type="qwen3", vocab_size=101, hidden_size=40, num_heads=5, num_kv_heads=1, head_dim=12, intermediate_size=52),
+    "qwen3-qknorm-odd": dict(
+        model_type="qwen3", vocab_size=101, hidden_size=40, num_heads=5, num_kv_heads=1, head_dim=12, intermediate_size=52
+    ),
     "qwen2-bias": dict(model_type="qwen2", num_heads=4, num_kv_heads=2, num_layers=3),
 }
 
@@ -37,8 +39,9 @@ def test_greedy_ar_equals_hf_generate(name):
     hf = tiny_hf_model(seed=5, **CONFIGS[name])
     target = sd.load_target(hf, dtype=torch.float32, device="cpu", max_seq_len=96)
     prompt = torch.randint(0, hf.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(1))
-    ref = hf.generate(prompt, max_new_tokens=40, do_sample=False, min_new_tokens=40,
-                      attention_mask=torch.ones_like(prompt), pad_token_id=0)[:, prompt.shape[1]:]
+    ref = hf.generate(
+        prompt, max_new_tokens=40, do_sample=False, min_new_tokens=40, attention_mask=torch.ones_like(prompt), pad_token_id=0
+    )[:, prompt.shape[1] :]
     ours = sd.generate(target, prompt, max_new_tokens=40)
     assert torch.equal(ours.tokens, ref)
 
@@ -48,7 +51,8 @@ def test_incremental_decode_matches_full_forward():
     ids = torch.randint(0, target.vocab_size, (1, 17), generator=torch.Generator().manual_seed(2))
     full = target(ids).logits
     target.reset()
-    target(ids[:, :10]); target.commit(10)
+    target(ids[:, :10])
+    target.commit(10)
     rows = []
     for i in range(10, 17):
         rows.append(target(ids[:, i : i + 1]).logits)
@@ -71,7 +75,8 @@ def test_commit_keeps_only_accepted_rows():
             mask[i, j] = True
             j = parents[j]
     depth = torch.tensor([[0, 1, 1, 2, 3]])
-    target(prefix); target.commit(4)
+    target(prefix)
+    target.commit(4)
     tree_logits = target(window, positions=4 + depth, mask=mask).logits
     target.commit(torch.tensor([0, 2, 3]))
     assert target.length == 7
@@ -87,7 +92,8 @@ def test_commit_keeps_only_accepted_rows():
 def test_commit_without_compaction_is_detected():
     """Mutation: committing the first three rows instead of the path gives different next logits."""
     target = tiny_target(seed=4, max_seq_len=64)
-    target(torch.tensor([[5, 6, 7, 8]])); target.commit(4)
+    target(torch.tensor([[5, 6, 7, 8]]))
+    target.commit(4)
     mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
     target(torch.tensor([[9, 10, 11]]), positions=torch.tensor([[4, 5, 5]]), mask=mask)
     target.commit(2)  # wrong: keeps row 1, the rejected sibling, instead of row 2
@@ -115,7 +121,8 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="mask"):
         target(torch.tensor([[1, 2]]), mask=torch.ones(3, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="accepted"):
-        target(torch.tensor([[1, 2]])); target.commit(3)
+        target(torch.tensor([[1, 2]]))
+        target.commit(3)
     with pytest.raises(ValueError, match="model_type"):
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -138,7 +145,8 @@ def test_w12_target_is_bit_identical_to_bf16_target():
     assert isinstance(w12.layers[0].mlp.w13.weight, sd.W12Tensor)
     ids = torch.tensor([[5, 17, 3, 60, 2, 2, 41]])
     assert torch.equal(w12(ids).logits, plain(ids).logits)
-    w12.reset(); plain.reset()
+    w12.reset()
+    plain.reset()
     assert torch.equal(sd.generate(w12, ids, 24).tokens, sd.generate(plain, ids, 24).tokens)
     with pytest.raises(ValueError, match="w12"):
         sd.load_target(hf, dtype=torch.float32, device="cpu", weight_format="w12")
@@ -198,8 +206,11 @@ def write_gguf(path, architecture: str):
 def test_gguf_with_an_unsupported_architecture_names_it(tmp_path, architecture):
     path = write_gguf(tmp_path / "tiny.gguf", architecture)
     expected = r"\('llama', 'qwen2', 'qwen3'\)"
-    with pytest.raises(ValueError, match=rf"model_or_path: tiny\.gguf holds GGUF architecture '{architecture}'; "
-                                         rf"expected one of {expected}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"model_or_path: tiny\.gguf holds GGUF architecture '{architecture}'; "
+        rf"expected one of {expected}",
+    ):
         sd.load_target(path, device="cpu", progress=False)
 
 

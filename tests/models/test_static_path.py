@@ -38,7 +38,8 @@ def _pair(family: str, rows: int):
         t = sd.load_target(_hf(family), dtype=torch.float32, device="cpu", max_seq_len=PREFIX.shape[1] + rows, progress=False)
         if static:
             t.enable_static_path((1, 4))
-        t(PREFIX); t.commit(PREFIX.shape[1])
+        t(PREFIX)
+        t.commit(PREFIX.shape[1])
         targets.append(t)
     return targets
 
@@ -48,8 +49,11 @@ def _plans():
     return {
         "decode": (1, VerifyPlan.chain(root, torch.zeros(0, dtype=torch.long), prefix_len=11), 1),
         "chain": (4, VerifyPlan.chain(root, torch.tensor([8, 15, 16]), prefix_len=11), 3),
-        "tree": (4, VerifyPlan.for_tree(root, Tree(tokens=[8, 15, 16], parents=[-1, -1, 1]), prefix_len=11),
-                 torch.tensor([0, 2, 3])),
+        "tree": (
+            4,
+            VerifyPlan.for_tree(root, Tree(tokens=[8, 15, 16], parents=[-1, -1, 1]), prefix_len=11),
+            torch.tensor([0, 2, 3]),
+        ),
     }
 
 
@@ -70,7 +74,8 @@ def test_static_path_equals_eager_forward_and_commit(family, step):
     b = static.run_plan(plan, hidden_layers=taps)
     assert torch.equal(a.logits, b.logits)
     assert all(torch.equal(x, y) for x, y in zip(a.hidden, b.hidden))
-    eager.commit(accepted); static.commit(accepted)
+    eager.commit(accepted)
+    static.commit(accepted)
     assert eager.length == static.length == 11 + (accepted if isinstance(accepted, int) else accepted.numel())
     assert all(torch.equal(x, y) for x, y in zip(_state(eager), _state(static)))
 
@@ -125,7 +130,9 @@ def test_only_the_graphs_helper_captures_cuda_graphs():
     assert capture.search(helper.read_text())  # the pattern finds the one capture there is
     others = sorted(
         f"{path.relative_to(root)}:{n}"
-        for path in root.rglob("*.py") if path != helper
-        for n, line in enumerate(path.read_text().splitlines(), 1) if capture.search(line)
+        for path in root.rglob("*.py")
+        if path != helper
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if capture.search(line)
     )
     assert not others, f"CUDA graph capture outside specdec/models/graphs.py: {others}"

@@ -41,7 +41,11 @@ def test_context_table_on_a_49k_vocabulary_runs_in_bounded_memory():
 
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-c", BIG_VOCAB_SCRIPT], capture_output=True, text=True, timeout=300, cwd=root,
+        [sys.executable, "-c", BIG_VOCAB_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -64,7 +68,9 @@ def test_context_statistic_equals_the_dense_pair_table(min_expected):
     a = torch.multinomial(law, 60 * 12, replacement=True, generator=g).view(60, 12)
     b = torch.multinomial(law.flip(0), 60 * 12, replacement=True, generator=g).view(60, 12)
     sparse = two_sample_chi2(a, b, context=1, min_expected=min_expected, max_categories=vocab**2 + 1)
-    dense = two_sample_chi2(_pairs_as_ids(a, vocab), _pairs_as_ids(b, vocab), context=0, min_expected=min_expected, max_categories=vocab**2 + 1)
+    dense = two_sample_chi2(
+        _pairs_as_ids(a, vocab), _pairs_as_ids(b, vocab), context=0, min_expected=min_expected, max_categories=vocab**2 + 1
+    )
     assert sparse.statistic == pytest.approx(dense.statistic, rel=1e-12) and sparse.dof == dense.dof
     assert sparse.p_value == pytest.approx(dense.p_value, rel=1e-9)
     assert [p * vocab + t for p, t in sparse.categories] == list(dense.categories)

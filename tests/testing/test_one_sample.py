@@ -80,8 +80,12 @@ def test_exact_sampler_accepted_and_biased_sampler_rejected_at_the_stated_rates(
     n = chi2_sample_size(num_cells=8, cohens_w=0.3, alpha=ALPHA, power=0.9)
     g = torch.Generator().manual_seed(0)
     seeds = 300
-    exact_alarms = sum(one_sample_chi2(torch.multinomial(law, n, replacement=True, generator=g), law).p_value < ALPHA for _ in range(seeds))
-    caught = sum(one_sample_chi2(torch.multinomial(biased, n, replacement=True, generator=g), law).p_value < ALPHA for _ in range(seeds))
+    exact_alarms = sum(
+        one_sample_chi2(torch.multinomial(law, n, replacement=True, generator=g), law).p_value < ALPHA for _ in range(seeds)
+    )
+    caught = sum(
+        one_sample_chi2(torch.multinomial(biased, n, replacement=True, generator=g), law).p_value < ALPHA for _ in range(seeds)
+    )
     bins = one_sample_chi2(torch.multinomial(law, n, replacement=True, generator=g), law).num_bins
     # 300 draws: a 5% false-alarm rate stays within [2%, 9%] with probability > 0.99
     assert 0.02 * seeds <= exact_alarms <= 0.09 * seeds, (exact_alarms, n, bins)
@@ -163,7 +167,9 @@ def test_power_agrees_with_simulation_two_sample(num_samples):
     law = torch.full((8,), 1 / 8, dtype=torch.float64)
     alternative = _tilted(law, 8, cohens_w=0.2)
     rng = np.random.default_rng(num_samples)
-    stat = _pearson_two_sample(rng.multinomial(num_samples, law.numpy(), size=4000), rng.multinomial(num_samples, alternative.numpy(), size=4000))
+    stat = _pearson_two_sample(
+        rng.multinomial(num_samples, law.numpy(), size=4000), rng.multinomial(num_samples, alternative.numpy(), size=4000)
+    )
     simulated = float((stat > chi2.isf(ALPHA, 7)).mean())
     assert chi2_power(num_samples, num_cells=8, cohens_w=0.2, alpha=ALPHA, two_sample=True) == pytest.approx(simulated, abs=0.04)
 

@@ -10,6 +10,7 @@ import torch
 import specdec as sd
 from specdec.drafters import DFlashDrafter, load_drafter
 from specdec.drafters.block import fixture_config, random_block_model
+from specdec.testing import tiny_target
 from specdec.train.dflash import (
     TrainingConfig,
     block_logits,
@@ -22,7 +23,6 @@ from specdec.train.dflash import (
     tokens_per_target_pass,
     train_drafter,
 )
-from specdec.testing import tiny_target
 from specdec.verify.chain import ChainVerifier
 from specdec.verify.sampling import SamplingConfig
 
@@ -110,7 +110,9 @@ def _inference_logprobs(model, target, tokens, features, p):
     drafter = DFlashDrafter(model, target)
     taps = len(model.cfg.target_layer_ids)
     ctx = features[:p].reshape(p, taps, -1)
-    proposal = drafter.propose(tokens[: p + 1], model.cfg.block_size - 1, sampling=SamplingConfig(), generator=None, target_hidden=ctx)
+    proposal = drafter.propose(
+        tokens[: p + 1], model.cfg.block_size - 1, sampling=SamplingConfig(), generator=None, target_hidden=ctx
+    )
     return proposal.tree_logprobs
 
 
@@ -130,8 +132,15 @@ def test_training_forward_matches_inference_across_the_window(target, data, caus
     """A windowed drafter: the training forward equals inference for blocks on both sides of the window
     (context + block from W - 2 to W + B + 2 rows), where the window decides what each row sees."""
     window = 6
-    config = fixture_config("DFlashDraftModel", target, num_layers=2, block_size=CFG.block_size, target_layer_ids=[0, 1],
-                            sliding_window=window, extra={"is_causal": causal})
+    config = fixture_config(
+        "DFlashDraftModel",
+        target,
+        num_layers=2,
+        block_size=CFG.block_size,
+        target_layer_ids=[0, 1],
+        sliding_window=window,
+        extra={"is_causal": causal},
+    )
     model = random_block_model(config, target, seed=3)
     assert model.cfg.sliding_window == (window, window) and model.cfg.layer_causal == (causal, causal)
     tokens, features = data.tokens[3], data.features[3]
@@ -274,8 +283,8 @@ def test_bad_time_budget_raises(value):
 
 def test_hf_batched_data_equal_lean_target_continuations():
     """Greedy continuations and tap features from transformers' batched generate == the lean target's."""
-    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
+    from specdec.train.dflash import make_training_data_hf
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
     lean = sd.load_target(hf, dtype=torch.float32, device="cpu", max_seq_len=128, progress=False)
@@ -292,8 +301,8 @@ def test_hf_batched_data_equal_lean_target_continuations():
 
 
 def test_hf_batched_data_end_at_eos():
-    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
+    from specdec.train.dflash import make_training_data_hf
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
     cfg = TrainingConfig(continuation_tokens=16)
@@ -308,8 +317,8 @@ def test_hf_batched_data_end_at_eos():
 
 
 def test_hf_batched_data_bad_input():
-    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
+    from specdec.train.dflash import make_training_data_hf
 
     hf = tiny_hf_model("llama", seed=3)
     with pytest.raises(ValueError, match="batch_size"):
@@ -332,8 +341,8 @@ def test_bad_training_data_names_the_field(target, prompts, data):
 
 
 def test_hf_batched_sampled_data_are_seeded_and_leave_the_global_rng_alone():
-    from specdec.train.dflash import make_training_data_hf
     from specdec.testing import tiny_hf_model
+    from specdec.train.dflash import make_training_data_hf
 
     hf = tiny_hf_model("llama", seed=3, vocab_size=VOCAB + 40)
     cfg = TrainingConfig(continuation_tokens=10, data_temperature=1.0, seed=7)

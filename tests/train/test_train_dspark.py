@@ -11,6 +11,7 @@ import specdec as sd
 from specdec.drafters import load_drafter
 from specdec.drafters.block import DSparkDrafter, fixture_config, random_block_model
 from specdec.drafters.block.calibration import calibrated_survival, expected_calibration_error, sequential_temperature_scaling
+from specdec.testing import tiny_target
 from specdec.train.dspark import (
     DSparkTrainingConfig,
     DSparkTrainingData,
@@ -24,7 +25,6 @@ from specdec.train.dspark import (
     tokens_per_target_pass,
     train_dspark,
 )
-from specdec.testing import tiny_target
 from specdec.verify.chain import ChainVerifier
 from specdec.verify.sampling import SamplingConfig
 
@@ -33,8 +33,12 @@ CFG = DSparkTrainingConfig(steps=60, block_size=5, continuation_tokens=24, num_a
 
 
 def _split(data: DSparkTrainingData, sl: slice) -> DSparkTrainingData:
-    return DSparkTrainingData(tokens=data.tokens[sl], features=data.features[sl], prompt_lengths=data.prompt_lengths[sl],
-                              last_hidden=data.last_hidden[sl])
+    return DSparkTrainingData(
+        tokens=data.tokens[sl],
+        features=data.features[sl],
+        prompt_lengths=data.prompt_lengths[sl],
+        last_hidden=data.last_hidden[sl],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +111,9 @@ def _propose(model, target, tokens, features, p):
     drafter = DSparkDrafter(model, target)
     taps = len(model.cfg.target_layer_ids)
     ctx = features[:p].reshape(p, taps, -1)
-    proposal = drafter.propose(tokens[: p + 1], model.cfg.block_size, sampling=SamplingConfig(), generator=None, target_hidden=ctx)
+    proposal = drafter.propose(
+        tokens[: p + 1], model.cfg.block_size, sampling=SamplingConfig(), generator=None, target_hidden=ctx
+    )
     return proposal.tokens, drafter.last_confidence_logits, drafter.last_hidden
 
 
@@ -131,8 +137,14 @@ def test_training_forward_matches_inference_across_the_window(target, data, laye
     """A DSpark drafter with sliding-window layers: the training forward equals inference for blocks on
     both sides of the window (context + block from W - 2 to W + B + 2 rows)."""
     window = 6
-    config = fixture_config("Qwen3DSparkModel", target, num_layers=2, block_size=CFG.block_size, target_layer_ids=list(layer_ids),
-                            extra={"layer_types": ["sliding_attention"] * 2, "sliding_window": window})
+    config = fixture_config(
+        "Qwen3DSparkModel",
+        target,
+        num_layers=2,
+        block_size=CFG.block_size,
+        target_layer_ids=list(layer_ids),
+        extra={"layer_types": ["sliding_attention"] * 2, "sliding_window": window},
+    )
     model = random_block_model(config, target, seed=3)
     assert model.cfg.sliding_window == (window, window)
     tokens, features = data.tokens[3], data.features[3]
@@ -180,8 +192,9 @@ def test_sts_after_training_lowers_ece(target, trained, held_out):
     # the drafter applies the temperatures to last_confidence
     drafter = DSparkDrafter(model, target, confidence_temperatures=temps)
     tokens, features = data.tokens[0], data.features[0]
-    drafter.propose(tokens[:11], CFG.block_size, sampling=SamplingConfig(), generator=None,
-                    target_hidden=features[:10].reshape(10, 2, -1))
+    drafter.propose(
+        tokens[:11], CFG.block_size, sampling=SamplingConfig(), generator=None, target_hidden=features[:10].reshape(10, 2, -1)
+    )
     torch.testing.assert_close(drafter.last_confidence, torch.sigmoid(drafter.last_confidence_logits / temps))
 
 
@@ -190,7 +203,11 @@ def test_checkpoint_round_trip(target, trained, data, tmp_path):
     temps = torch.linspace(0.5, 2.0, CFG.block_size)
     folder = save(model, tmp_path / "dspark", target=target, config=CFG, history=history, temperatures=temps)
     raw = json.loads((folder / "config.json").read_text())
-    assert raw["architectures"] == ["Qwen3DSparkModel"] and raw["markov_head_type"] == "vanilla" and raw["block_size"] == CFG.block_size
+    assert (
+        raw["architectures"] == ["Qwen3DSparkModel"]
+        and raw["markov_head_type"] == "vanilla"
+        and raw["block_size"] == CFG.block_size
+    )
     assert json.loads((folder / "training.json").read_text())["steps"] == CFG.steps
     tokens, features = data.tokens[5], data.features[5]
     for loaded in (DSparkDrafter.from_pretrained(folder, target), load_drafter(folder, target)):
@@ -214,7 +231,9 @@ def test_head_variants_train_and_reload(head, target, data, tmp_path):
     got = _propose(loaded.model, target, tokens, features, 9)
     assert torch.equal(ref[0], got[0])
     prompt = data.tokens[0][:5][None]
-    assert torch.equal(sd.generate(target, prompt, 20, drafter=loaded, num_draft_tokens=5).tokens, sd.generate(target, prompt, 20).tokens)
+    assert torch.equal(
+        sd.generate(target, prompt, 20, drafter=loaded, num_draft_tokens=5).tokens, sd.generate(target, prompt, 20).tokens
+    )
 
 
 def test_losses_by_hand(target, trained, data):

@@ -77,7 +77,7 @@ class TableTarget:
         self.tokens += [self.last[r] for r in rows]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _law():
     return MarkovLaw(V, order=2, seed=3)
 
@@ -108,20 +108,35 @@ def _round_law(verifier_kind, sampling, monkeypatch):
     """The exact law of one verify round of the real verifier: the laws it samples from, spied on."""
     target = TableTarget(_law())
     verifier = sd.ChainVerifier() if verifier_kind == "chain" else sd.TreeVerifier(budget=8)
-    spied = _spy(monkeypatch, chain_mod, "chain_laws") if verifier_kind == "chain" else _spy(monkeypatch, tree_mod, "sample_and_match")
+    spied = (
+        _spy(monkeypatch, chain_mod, "chain_laws")
+        if verifier_kind == "chain"
+        else _spy(monkeypatch, tree_mod, "sample_and_match")
+    )
 
     def round_law(context):
         target.reset()
         target.tokens = list(context[:-1])
         drafts = torch.tensor(_drafts(context))
         tree = None if verifier_kind == "chain" else Tree(tokens=drafts.tolist() + [0], parents=[-1, 0, -1, 1])
-        verifier.verify(target, torch.tensor(context[-1:]), DraftProposal(drafts, tree=tree), sampling=sampling,
-                        generator=torch.Generator().manual_seed(0), context=torch.tensor(context))
+        verifier.verify(
+            target,
+            torch.tensor(context[-1:]),
+            DraftProposal(drafts, tree=tree),
+            sampling=sampling,
+            generator=torch.Generator().manual_seed(0),
+            context=torch.tensor(context),
+        )
         args = spied.pop()
         if verifier_kind == "chain":
             laws = args[0], args[1], args[2]
-            return chain_round_law(torch.zeros(4, V), laws[1], None, sampling=sd.SamplingConfig(temperature=1.0),
-                                   decide=lambda *a: chain_mod.chain_laws(*laws))
+            return chain_round_law(
+                torch.zeros(4, V),
+                laws[1],
+                None,
+                sampling=sd.SamplingConfig(temperature=1.0),
+                decide=lambda *a: chain_mod.chain_laws(*laws),
+            )
         return tree_round_law(args[0], args[1])
 
     return round_law
@@ -129,7 +144,9 @@ def _round_law(verifier_kind, sampling, monkeypatch):
 
 @pytest.mark.parametrize("verifier", ["chain", "tree"])
 def test_speculative_law_with_processors_equals_processed_ar_law(verifier, monkeypatch):
-    sampling = sd.SamplingConfig(temperature=1.0, repetition_penalty=PENALTY, logits_processor=(SequenceBiasLogitsProcessor(BIAS),))
+    sampling = sd.SamplingConfig(
+        temperature=1.0, repetition_penalty=PENALTY, logits_processor=(SequenceBiasLogitsProcessor(BIAS),)
+    )
     context = (1, 2, 1)
     spec = speculative_law(_round_law(verifier, sampling, monkeypatch), context, 4)
     want = autoregressive_law(_processed_by_transformers, context, 4, sampling=sd.SamplingConfig(temperature=1.0))
@@ -143,7 +160,9 @@ def test_law_check_catches_processing_with_the_root_prefix_only(monkeypatch):
 
     real = proc_mod.row_prefixes
     monkeypatch.setattr(chain_mod, "row_prefixes", lambda context, plan: [context] * len(real(context, plan)))
-    sampling = sd.SamplingConfig(temperature=1.0, repetition_penalty=PENALTY, logits_processor=(SequenceBiasLogitsProcessor(BIAS),))
+    sampling = sd.SamplingConfig(
+        temperature=1.0, repetition_penalty=PENALTY, logits_processor=(SequenceBiasLogitsProcessor(BIAS),)
+    )
     spec = speculative_law(_round_law("chain", sampling, monkeypatch), (1, 2, 1), 4)
     want = autoregressive_law(_processed_by_transformers, (1, 2, 1), 4, sampling=sd.SamplingConfig(temperature=1.0))
     assert total_variation(spec, want) > 1e-3
@@ -153,19 +172,21 @@ def test_verify_without_context_raises():
     target = TableTarget(_law())
     target.tokens = [1, 2]
     with pytest.raises(ValueError, match="context: expected the tokens so far"):
-        sd.ChainVerifier().verify(target, torch.tensor([1]), DraftProposal(torch.tensor([2])),
-                                  sampling=sd.SamplingConfig(repetition_penalty=1.2))
+        sd.ChainVerifier().verify(
+            target, torch.tensor([1]), DraftProposal(torch.tensor([2])), sampling=sd.SamplingConfig(repetition_penalty=1.2)
+        )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tiny(model_type="llama"):
     return tiny_target(model_type, seed=6, max_seq_len=96)
 
 
 def test_ar_with_repetition_penalty_equals_transformers_generate():
     prompt = torch.tensor([[4, 5, 6, 4, 5, 6, 7]])
-    hf = tiny_hf_model("llama", seed=6).generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=30,
-                                                 do_sample=False, repetition_penalty=1.3, pad_token_id=0)
+    hf = tiny_hf_model("llama", seed=6).generate(
+        prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=30, do_sample=False, repetition_penalty=1.3, pad_token_id=0
+    )
     ours = sd.generate(_tiny(), prompt, 30, repetition_penalty=1.3)
     assert torch.equal(ours.tokens[0], hf[0, prompt.shape[1] :])
     assert not torch.equal(sd.generate(_tiny(), prompt, 30).tokens, ours.tokens)
@@ -183,8 +204,16 @@ def test_greedy_speculative_equals_ar_under_repetition_penalty(kind):
     else:
         drafter = sd.ModelDrafter(tiny_target("llama", seed=6, max_seq_len=128))  # the target's weights, its own cache
         verifier = sd.TreeVerifier(budget=10)
-    spec = sd.generate(_tiny(), prompt, 30, drafter=drafter, verifier=verifier, num_draft_tokens=10,
-                       repetition_penalty=1.4, logits_processor=processors)
+    spec = sd.generate(
+        _tiny(),
+        prompt,
+        30,
+        drafter=drafter,
+        verifier=verifier,
+        num_draft_tokens=10,
+        repetition_penalty=1.4,
+        logits_processor=processors,
+    )
     assert torch.equal(spec.tokens, ar.tokens)
     assert spec.stats.rounds > 0
 

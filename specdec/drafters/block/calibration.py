@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import torch
 
@@ -65,11 +65,15 @@ def survival_labels(accepted: torch.Tensor, gamma: int) -> torch.Tensor:
     """
     accepted = torch.as_tensor(accepted)
     if accepted.ndim != 1 or accepted.dtype.is_floating_point or accepted.dtype == torch.bool:
-        raise ValueError(f"accepted: expected a 1-D integer tensor of accepted counts, got {accepted.dtype} shape {tuple(accepted.shape)}")
+        raise ValueError(
+            f"accepted: expected a 1-D integer tensor of accepted counts, got {accepted.dtype} shape {tuple(accepted.shape)}"
+        )
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma: expected an int >= 1, got {gamma!r}")
     if accepted.numel() and (int(accepted.min()) < 0 or int(accepted.max()) > gamma):
-        raise ValueError(f"accepted: expected counts in [0, {gamma}], got values in [{int(accepted.min())}, {int(accepted.max())}]")
+        raise ValueError(
+            f"accepted: expected counts in [0, {gamma}], got values in [{int(accepted.min())}, {int(accepted.max())}]"
+        )
     return (accepted[:, None] > torch.arange(gamma, device=accepted.device)).float()
 
 
@@ -83,7 +87,9 @@ def analytic_acceptance(draft_probs: torch.Tensor, target_probs: torch.Tensor) -
         tensor(0.8000)
     """
     if draft_probs.shape != target_probs.shape:
-        raise ValueError(f"target_probs: expected the shape of draft_probs {tuple(draft_probs.shape)}, got {tuple(target_probs.shape)}")
+        raise ValueError(
+            f"target_probs: expected the shape of draft_probs {tuple(draft_probs.shape)}, got {tuple(target_probs.shape)}"
+        )
     tv = 0.5 * (draft_probs.float() - target_probs.float()).abs().sum(-1)
     return (1.0 - tv).clamp(0.0, 1.0)
 
@@ -104,7 +110,9 @@ def _check_pair(predictions: torch.Tensor, labels: torch.Tensor, mask: torch.Ten
     else:
         mask = torch.as_tensor(mask, device=predictions.device)
         if mask.shape != predictions.shape or mask.dtype != torch.bool:
-            raise ValueError(f"mask: expected a bool tensor of shape {tuple(predictions.shape)}, got {mask.dtype} shape {tuple(mask.shape)}")
+            raise ValueError(
+                f"mask: expected a bool tensor of shape {tuple(predictions.shape)}, got {mask.dtype} shape {tuple(mask.shape)}"
+            )
     return predictions.double(), labels.double().to(predictions.device), mask
 
 
@@ -124,8 +132,9 @@ def _binned_ece(predictions: torch.Tensor, labels: torch.Tensor, weights: torch.
     return gap.abs().sum(1) / total.clamp(min=1e-300)
 
 
-def expected_calibration_error(predictions: torch.Tensor, labels: torch.Tensor, *, num_bins: int = 10,
-                               mask: torch.Tensor | None = None) -> float:
+def expected_calibration_error(
+    predictions: torch.Tensor, labels: torch.Tensor, *, num_bins: int = 10, mask: torch.Tensor | None = None
+) -> float:
     """Binned ECE of ``predictions`` against ``labels`` (same shape, any, values in ``[0, 1]``).
 
     Args:
@@ -147,8 +156,9 @@ def expected_calibration_error(predictions: torch.Tensor, labels: torch.Tensor, 
     return float(_binned_ece(predictions.flatten()[None], labels.flatten(), w, num_bins)[0])
 
 
-def position_ece(survival: torch.Tensor, labels: torch.Tensor, *, num_bins: int = 10,
-                 mask: torch.Tensor | None = None) -> torch.Tensor:
+def position_ece(
+    survival: torch.Tensor, labels: torch.Tensor, *, num_bins: int = 10, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """ECE per draft position: ``survival [n, gamma]``, ``labels [n, gamma]`` -> ``[gamma]`` float64 (NaN if none counted).
 
     ``mask`` (bool ``[n, gamma]``, ``None`` = all) picks the entries counted at each position.
@@ -173,8 +183,9 @@ def position_ece(survival: torch.Tensor, labels: torch.Tensor, *, num_bins: int 
     return out
 
 
-def reliability_curve(predictions: torch.Tensor, labels: torch.Tensor, *, num_bins: int = 10,
-                      mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def reliability_curve(
+    predictions: torch.Tensor, labels: torch.Tensor, *, num_bins: int = 10, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(mean prediction, mean label, count)`` per bin, each ``[num_bins]`` float64 (NaN means for empty bins).
 
     ``predictions`` and ``labels`` have the same shape (any; flattened), values in ``[0, 1]``; ``mask``
@@ -225,9 +236,15 @@ def calibrated_survival(confidence_logits: torch.Tensor, temperatures: torch.Ten
     return torch.sigmoid(logits / t).cumprod(1)
 
 
-def sequential_temperature_scaling(confidence_logits: torch.Tensor, labels: torch.Tensor, *,
-                                   grid: Sequence[float] | torch.Tensor | None = None, num_bins: int = 10,
-                                   mask: torch.Tensor | None = None, from_probs: bool = False) -> torch.Tensor:
+def sequential_temperature_scaling(
+    confidence_logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    grid: Sequence[float] | torch.Tensor | None = None,
+    num_bins: int = 10,
+    mask: torch.Tensor | None = None,
+    from_probs: bool = False,
+) -> torch.Tensor:
     """Per-position temperatures of the confidence logits that calibrate the survival products, left to right.
 
     Args:
@@ -257,7 +274,9 @@ def sequential_temperature_scaling(confidence_logits: torch.Tensor, labels: torc
     values = values.double()
     if from_probs:
         if not bool(((values > 0) & (values < 1)).all()):
-            raise ValueError(f"confidence_logits: with from_probs=True expected confidences in (0, 1), got values in [{float(values.min())}, {float(values.max())}]")
+            raise ValueError(
+                f"confidence_logits: with from_probs=True expected confidences in (0, 1), got values in [{float(values.min())}, {float(values.max())}]"
+            )
         values = torch.logit(values)
     elif not bool(torch.isfinite(values).all()):
         raise ValueError("confidence_logits: expected finite logits, got NaN or inf")
@@ -332,8 +351,15 @@ def load_calibration(folder) -> torch.Tensor | None:
     return torch.tensor(raw["temperatures"], dtype=torch.float32)
 
 
-def plot_reliability(labels: torch.Tensor, path, *, curves: Mapping[str, torch.Tensor], mask: torch.Tensor | None = None,
-                     num_bins: int = 10, positions: Sequence[int] | None = None) -> Path:
+def plot_reliability(
+    labels: torch.Tensor,
+    path,
+    *,
+    curves: Mapping[str, torch.Tensor],
+    mask: torch.Tensor | None = None,
+    num_bins: int = 10,
+    positions: Sequence[int] | None = None,
+) -> Path:
     """Reliability diagrams of survival predictions, one panel per draft position, several curves per panel.
 
     Args:

@@ -4,8 +4,8 @@ under the tensor names each format uses."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import torch
 
@@ -39,17 +39,23 @@ def _load_weights(model: BlockDraftModel, tensors: Mapping[str, torch.Tensor], t
         if name in renamed:
             t = renamed.pop(name)
             if tuple(t.shape) != (vocab, hidden):
-                raise ValueError(f"{name}: checkpoint shape {tuple(t.shape)} does not match the target's ({vocab}, {hidden}) (vocab_size, hidden_size)")
+                raise ValueError(
+                    f"{name}: checkpoint shape {tuple(t.shape)} does not match the target's ({vocab}, {hidden}) (vocab_size, hidden_size)"
+                )
     missing = sorted(set(expected) - set(renamed))
     if missing:
         raise ValueError(f"checkpoint: missing tensors for {cfg.architecture}: {missing[:6]}{' ...' if len(missing) > 6 else ''}")
     unexpected = sorted(set(renamed) - set(expected))
     if unexpected:
-        raise ValueError(f"checkpoint: unexpected tensors for {cfg.architecture}: {unexpected[:6]}{' ...' if len(unexpected) > 6 else ''}")
+        raise ValueError(
+            f"checkpoint: unexpected tensors for {cfg.architecture}: {unexpected[:6]}{' ...' if len(unexpected) > 6 else ''}"
+        )
     for name, ref in expected.items():
         if tuple(renamed[name].shape) != tuple(ref.shape):
             field_hint = " (vocab_size)" if ref.shape[0] == vocab and renamed[name].shape[0] != vocab else ""
-            raise ValueError(f"{name}: expected shape {tuple(ref.shape)}{field_hint}, checkpoint has {tuple(renamed[name].shape)}")
+            raise ValueError(
+                f"{name}: expected shape {tuple(ref.shape)}{field_hint}, checkpoint has {tuple(renamed[name].shape)}"
+            )
     model.load_state_dict({k: renamed[k] for k in expected}, strict=True)
 
 

@@ -3,8 +3,9 @@ and the check that it fits a target."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = [
     "ARCHITECTURES",
@@ -208,7 +209,9 @@ def read_drafter_config(raw: Mapping[str, Any]) -> BlockDrafterConfig:
         if isinstance(head_type, str):
             head_type = head_type.lower()
         if rank > 0 and head_type not in ("vanilla", "gated", "rnn"):
-            raise ValueError(f"markov_head_type: expected one of ['vanilla', 'gated', 'rnn'], got {raw.get('markov_head_type')!r}")
+            raise ValueError(
+                f"markov_head_type: expected one of ['vanilla', 'gated', 'rnn'], got {raw.get('markov_head_type')!r}"
+            )
         conf = bool(_need(raw, "enable_confidence_head"))
         cfg = replace(
             cfg,
@@ -239,9 +242,13 @@ def check_fits_target(cfg: BlockDrafterConfig, target) -> None:
                 f"(expected ids in [-1, {tcfg.num_layers - 1}], got {list(cfg.target_layer_ids)})"
             )
     if cfg.num_target_layers is not None and cfg.num_target_layers != tcfg.num_layers:
-        raise ValueError(f"num_target_layers: checkpoint was trained on a {cfg.num_target_layers}-layer target, this one has {tcfg.num_layers}")
+        raise ValueError(
+            f"num_target_layers: checkpoint was trained on a {cfg.num_target_layers}-layer target, this one has {tcfg.num_layers}"
+        )
     if not 0 <= cfg.mask_token_id < tcfg.vocab_size:
-        raise ValueError(f"mask_token_id: expected an id in [0, {tcfg.vocab_size}) (the target's vocabulary), got {cfg.mask_token_id}")
+        raise ValueError(
+            f"mask_token_id: expected an id in [0, {tcfg.vocab_size}) (the target's vocabulary), got {cfg.mask_token_id}"
+        )
     if cfg.block_size < 2:
         raise ValueError(f"block_size: expected >= 2, got {cfg.block_size}")
     if cfg.selector_top_k > tcfg.vocab_size:

@@ -76,8 +76,15 @@ class DSparkDrafter(BlockDrafter):
     architectures = (DSPARK,)
     first_predicting_row = 0
 
-    def __init__(self, model, target, *, tree_budget: int | None = None, scheduler: PrefixScheduler | None = None,
-                 confidence_temperatures=None):
+    def __init__(
+        self,
+        model,
+        target,
+        *,
+        tree_budget: int | None = None,
+        scheduler: PrefixScheduler | None = None,
+        confidence_temperatures=None,
+    ):
         super().__init__(model, target, tree_budget=tree_budget)
         if scheduler is not None and not isinstance(scheduler, PrefixScheduler):
             raise TypeError(f"scheduler: expected a PrefixScheduler or None, got {type(scheduler).__name__}")
@@ -87,7 +94,9 @@ class DSparkDrafter(BlockDrafter):
             raise ValueError(f"markov_head_type: expected one of {list(HEAD_TYPES)}, got {self.head_type!r}")
         needs = {"gated": "gate_proj", "rnn": "joint_proj"}.get(self.head_type)
         if needs is not None and not hasattr(head, needs):
-            raise ValueError(f"model: a {self.head_type!r} head needs markov_head.{needs}; build the model with build_dspark_model")
+            raise ValueError(
+                f"model: a {self.head_type!r} head needs markov_head.{needs}; build the model with build_dspark_model"
+            )
         self.scheduler = scheduler
         self.confidence_temperatures: torch.Tensor | None = None
         # the static body's copy of the temperatures ([B] on the drafter's device, ones when unset):
@@ -98,8 +107,16 @@ class DSparkDrafter(BlockDrafter):
         self.last_confidence_logits: torch.Tensor | None = None
 
     @classmethod
-    def from_pretrained(cls, folder, target, *, dtype=None, tree_budget=None, scheduler: PrefixScheduler | None = None,
-                        confidence_temperatures=None):
+    def from_pretrained(
+        cls,
+        folder,
+        target,
+        *,
+        dtype=None,
+        tree_budget=None,
+        scheduler: PrefixScheduler | None = None,
+        confidence_temperatures=None,
+    ):
         """Load a DeepSpec ``Qwen3DSparkModel`` checkpoint folder for ``target`` (whose embedding and lm_head it shares).
 
         Args:
@@ -121,8 +138,13 @@ class DSparkDrafter(BlockDrafter):
         """
         if confidence_temperatures is None:
             confidence_temperatures = load_calibration(folder)
-        return cls(load_dspark_model(folder, target, dtype=dtype), target, tree_budget=tree_budget, scheduler=scheduler,
-                   confidence_temperatures=confidence_temperatures)
+        return cls(
+            load_dspark_model(folder, target, dtype=dtype),
+            target,
+            tree_budget=tree_budget,
+            scheduler=scheduler,
+            confidence_temperatures=confidence_temperatures,
+        )
 
     def calibrate(self, temperatures) -> None:
         """Set (or with ``None`` clear) the per-position temperatures of the confidence logits.
@@ -173,8 +195,9 @@ class DSparkDrafter(BlockDrafter):
         if self.scheduler is not None:
             self.scheduler.reset()
 
-    def sequential_bias(self, prev: torch.Tensor, hidden: torch.Tensor | None = None,
-                        state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def sequential_bias(
+        self, prev: torch.Tensor, hidden: torch.Tensor | None = None, state: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(b_k [..., V] float32, state)`` of one position: previous token ``prev``, backbone row ``hidden``."""
         head = self.model.markov_head
         bias, state = markov_step(head, self.head_type, prev, hidden, state)

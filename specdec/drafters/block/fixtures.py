@@ -90,8 +90,12 @@ def fixture_config(
         }
         if architecture == DFLASH2:
             cfg["is_causal"] = False
-            draft.update(conv_group_size=hidden // 4 if hidden % 4 == 0 else 1, conv_kernel_size=2,
-                         selector_rank=selector_rank, selector_top_k=selector_top_k)
+            draft.update(
+                conv_group_size=hidden // 4 if hidden % 4 == 0 else 1,
+                conv_kernel_size=2,
+                selector_rank=selector_rank,
+                selector_top_k=selector_top_k,
+            )
     elif architecture == MUSE_ASSISTANT:
         cfg = {
             "architectures": ["MuseGlimmerAssistantModel"],

@@ -68,8 +68,13 @@ class StaticDraftPath:
         weight = self.model.fc.weight
         cfg = self.cfg
         self._static = StaticDraftKVCache(
-            cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_context=max_context, block_size=cfg.block_size,
-            dtype=weight.dtype, device=weight.device,
+            cfg.num_layers,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            max_context=max_context,
+            block_size=cfg.block_size,
+            dtype=weight.dtype,
+            device=weight.device,
         )
         self.cache = self._static
         self._max_new_rows = max_new_rows
@@ -113,10 +118,13 @@ class StaticDraftPath:
         """The static inputs of the ``rows``-row body: ``feats [rows, taps * H]`` and ``anchor [1]``."""
         taps = len(self.target_layer_ids)
         dtype = self.model.fc.weight.dtype
-        return self._graphs.buffers(rows, lambda: {
-            "feats": torch.zeros(rows, taps * self.cfg.hidden_size, dtype=dtype),
-            "anchor": torch.zeros(1, dtype=torch.long),
-        })
+        return self._graphs.buffers(
+            rows,
+            lambda: {
+                "feats": torch.zeros(rows, taps * self.cfg.hidden_size, dtype=dtype),
+                "anchor": torch.zeros(1, dtype=torch.long),
+            },
+        )
 
     def _round_body(self, rows: int):
         """The body of a round with ``rows`` new feature rows, on its static buffers; the cached row
@@ -133,7 +141,9 @@ class StaticDraftPath:
         device = cache.k[0].device
         if rows > self._max_new_rows:
             # the prompt (or a long catch-up): eager projection, then the block alone
-            self.model.append_context_static(cache, self.model.project_context(feats), torch.full((), start, dtype=torch.long, device=device))
+            self.model.append_context_static(
+                cache, self.model.project_context(feats), torch.full((), start, dtype=torch.long, device=device)
+            )
             start, feats, rows = start + rows, None, 0
         cache.length = start + rows
         static = self._round_buffers(rows)

@@ -40,8 +40,9 @@ def build_dspark_model(cfg: BlockDrafterConfig, vocab_size: int) -> BlockDraftMo
     return model
 
 
-def markov_step(head: nn.Module, head_type: str, prev: torch.Tensor, hidden: torch.Tensor | None = None,
-                state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def markov_step(
+    head: nn.Module, head_type: str, prev: torch.Tensor, hidden: torch.Tensor | None = None, state: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One step of the sequential head: the logit bias of position ``k`` and the new recurrent state.
 
     Args:

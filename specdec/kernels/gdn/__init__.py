@@ -107,13 +107,33 @@ def gdn_tree(
     if method == "naive" or not _use_triton(backend, k.device):
         if method == "wy":
             qb, kb, vb, gb, bb, sb = (_batched(t, dims.batched) for t in (q, k, v, g, beta, initial_state))
-            res = gdn_tree_wy_torch(qb, kb, vb, gb, bb, meta, sb, use_qk_l2norm=use_qk_l2norm, scale=scale,
-                                    dtype=torch.float64 if initial_state.dtype == torch.float64 else torch.float32)
+            res = gdn_tree_wy_torch(
+                qb,
+                kb,
+                vb,
+                gb,
+                bb,
+                meta,
+                sb,
+                use_qk_l2norm=use_qk_l2norm,
+                scale=scale,
+                dtype=torch.float64 if initial_state.dtype == torch.float64 else torch.float32,
+            )
             res = res.to(q.dtype)
             res = res if dims.batched else res[0]
         else:
-            res = naive_gdn_tree(q, k, v, g, beta, meta, initial_state, use_qk_l2norm=use_qk_l2norm, scale=scale,
-                                 dtype=torch.float64 if initial_state.dtype == torch.float64 else torch.float32)
+            res = naive_gdn_tree(
+                q,
+                k,
+                v,
+                g,
+                beta,
+                meta,
+                initial_state,
+                use_qk_l2norm=use_qk_l2norm,
+                scale=scale,
+                dtype=torch.float64 if initial_state.dtype == torch.float64 else torch.float32,
+            )
         if out is not None:
             out.copy_(res)
             return out
@@ -121,18 +141,18 @@ def gdn_tree(
     _check_triton_dtypes(k, g, initial_state)
     if out is not None:
         if tuple(out.shape) != tuple(v.shape) or out.dtype != q.dtype or out.device != k.device:
-            raise ValueError(f"out: expected shape {tuple(v.shape)}, dtype {q.dtype}, device {k.device}; "
-                             f"got {tuple(out.shape)}, {out.dtype}, {out.device}")
+            raise ValueError(
+                f"out: expected shape {tuple(v.shape)}, dtype {q.dtype}, device {k.device}; "
+                f"got {tuple(out.shape)}, {out.dtype}, {out.device}"
+            )
         if not out.is_contiguous():
             raise ValueError("out: expected a contiguous tensor")
     else:
         out = torch.empty(v.shape, dtype=q.dtype, device=k.device)
     if dims.N == 0:
         return out
-    qb, kb, vb, gb, bb, sb, ob = (
-        _batched(t, dims.batched).contiguous() for t in (q, k, v, g, beta, initial_state, out)
-    )
-    sc = dims.DK ** -0.5 if scale is None else float(scale)
+    qb, kb, vb, gb, bb, sb, ob = (_batched(t, dims.batched).contiguous() for t in (q, k, v, g, beta, initial_state, out))
+    sc = dims.DK**-0.5 if scale is None else float(scale)
     launch = gdn_tree_path if method == "path" else gdn_tree_wy_auto
     launch(qb, kb, vb, gb, bb, meta, sb, ob, use_qk_l2norm=use_qk_l2norm, scale=sc)
     return out
@@ -175,8 +195,17 @@ def gdn_tree_commit(
         [[0.0, 0.0], [1.0, 1.0]]
     """
     if not _use_triton(backend, k.device if isinstance(k, torch.Tensor) else torch.device("cpu")):
-        res = naive_gdn_tree_commit(k, v, g, beta, path, initial_state, use_qk_l2norm=use_qk_l2norm, parents=parents,
-                                    dtype=torch.float64 if initial_state.dtype == torch.float64 else torch.float32)
+        res = naive_gdn_tree_commit(
+            k,
+            v,
+            g,
+            beta,
+            path,
+            initial_state,
+            use_qk_l2norm=use_qk_l2norm,
+            parents=parents,
+            dtype=torch.float64 if initial_state.dtype == torch.float64 else torch.float32,
+        )
         if out is not None:
             out.copy_(res)
             return out
@@ -186,8 +215,10 @@ def gdn_tree_commit(
     p = _check_path(path, dims.N, dims.batched, dims.B, k.device, parents)
     if out is not None:
         if tuple(out.shape) != tuple(initial_state.shape) or out.dtype != torch.float32 or out.device != k.device:
-            raise ValueError(f"out: expected shape {tuple(initial_state.shape)}, float32, device {k.device}; "
-                             f"got {tuple(out.shape)}, {out.dtype}, {out.device}")
+            raise ValueError(
+                f"out: expected shape {tuple(initial_state.shape)}, float32, device {k.device}; "
+                f"got {tuple(out.shape)}, {out.dtype}, {out.device}"
+            )
         if not out.is_contiguous():
             raise ValueError("out: expected a contiguous tensor")
     else:

@@ -53,9 +53,8 @@ def _check_conv(x, conv_state, weight, bias, activation):
         raise ValueError(f"weight: expected shape [{c}, W], got {tuple(weight.shape)}")
     w = weight.shape[1]
     want_state = (x.shape[0], c) if batched else (c,)
-    if conv_state.ndim != len(want_state) + 1 or tuple(conv_state.shape[:-1]) != want_state \
-            or conv_state.shape[-1] < w - 1:
-        raise ValueError(f"conv_state: expected shape {want_state + ('S >= %d' % (w - 1),)}, got {tuple(conv_state.shape)}")
+    if conv_state.ndim != len(want_state) + 1 or tuple(conv_state.shape[:-1]) != want_state or conv_state.shape[-1] < w - 1:
+        raise ValueError(f"conv_state: expected shape {want_state + (f'S >= {w - 1}',)}, got {tuple(conv_state.shape)}")
     if bias is not None:
         bias = _tensor("bias", bias)
         if tuple(bias.shape) != (c,):
@@ -90,9 +89,19 @@ def _conv_torch(x, parents, conv_state, weight, bias, activation):
 
 @triton.jit
 def _tree_conv_kernel(
-    x_ptr, state_ptr, w_ptr, bias_ptr, par_ptr, y_ptr,
-    N, C, S,
-    W: tl.constexpr, BLOCK_C: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+    x_ptr,
+    state_ptr,
+    w_ptr,
+    bias_ptr,
+    par_ptr,
+    y_ptr,
+    N,
+    C,
+    S,
+    W: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SILU: tl.constexpr,
 ):
     i_c = tl.program_id(0)
     i_n = tl.program_id(1)
@@ -185,10 +194,19 @@ def tree_causal_conv(
     block_c = 128 if _INTERPRET else 512
     grid = (triton.cdiv(c, block_c), n, bsz)
     _tree_conv_kernel[grid](
-        xb.contiguous(), sb.contiguous(), weight.contiguous(), bias if bias is not None else weight,
-        par.to(torch.int32).contiguous(), y,
-        n, c, sb.shape[-1],
-        W=weight.shape[1], BLOCK_C=block_c, HAS_BIAS=bias is not None, SILU=activation is not None,
+        xb.contiguous(),
+        sb.contiguous(),
+        weight.contiguous(),
+        bias if bias is not None else weight,
+        par.to(torch.int32).contiguous(),
+        y,
+        n,
+        c,
+        sb.shape[-1],
+        W=weight.shape[1],
+        BLOCK_C=block_c,
+        HAS_BIAS=bias is not None,
+        SILU=activation is not None,
     )
     return y if batched else y[0]
 

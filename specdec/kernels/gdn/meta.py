@@ -80,7 +80,7 @@ def _check_parents(parents: torch.Tensor) -> None:
         b, i = where
         raise ValueError(
             "parents: expected topological order with -1 <= parents[i] < i; "
-            f"got parents[{'%d, ' % b if parents.ndim == 2 else ''}{i}] = {int(p.reshape(-1, n)[b, i])}"
+            f"got parents[{f'{b}, ' if parents.ndim == 2 else ''}{i}] = {int(p.reshape(-1, n)[b, i])}"
         )
 
 
@@ -171,8 +171,9 @@ def _build_tree_meta_torch(parents: torch.Tensor) -> TreeMeta:
 
 
 @triton.jit
-def _tree_meta_kernel(par_ptr, anc_ptr, depth_ptr, paths_ptr, slots_ptr, emit_ptr, N,
-                      BN: tl.constexpr, LOG: tl.constexpr, UPCAST: tl.constexpr):
+def _tree_meta_kernel(
+    par_ptr, anc_ptr, depth_ptr, paths_ptr, slots_ptr, emit_ptr, N, BN: tl.constexpr, LOG: tl.constexpr, UPCAST: tl.constexpr
+):
     # one program per tree; every quantity is a [BN] vector or a [BN, BN] tile, nothing sequential
     # in N: the ancestor closure by repeated squaring, then masked reductions
     b = tl.program_id(0)
@@ -193,8 +194,7 @@ def _tree_meta_kernel(par_ptr, anc_ptr, depth_ptr, paths_ptr, slots_ptr, emit_pt
     tl.store(depth_ptr + b * N + rows, depth, mask=mask_n)
     # paths[i, depth[j]] = j for every ancestor-or-self j of i (one per depth), -1 past depth[i]
     tl.store(paths_ptr + tile + depth[None, :], rows[None, :] + 0 * rows[:, None], mask=anc & mask_nn)
-    tl.store(paths_ptr + tile + rows[None, :], tl.full([BN, BN], -1, tl.int32),
-             mask=mask_nn & (rows[None, :] > depth[:, None]))
+    tl.store(paths_ptr + tile + rows[None, :], tl.full([BN, BN], -1, tl.int32), mask=mask_nn & (rows[None, :] > depth[:, None]))
     # first child of each node (BN = none); a node heads a first-child chain unless it is the first
     # child of its parent
     first = tl.min(tl.where(edge, rows[:, None], BN), axis=0)  # [BN] indexed by the parent
@@ -226,10 +226,20 @@ def _build_tree_meta_triton(parents: torch.Tensor) -> TreeMeta:
     paths = torch.empty(bsz, n, n, **i32)
     slots = torch.empty(bsz, n, **i32)
     emit = torch.empty(bsz, n, **i32)
-    _tree_meta_kernel[(bsz,)](par, anc, depth, paths, slots, emit, n, BN=bn, LOG=max(1, math.ceil(math.log2(bn))),
-                              UPCAST=_INTERPRET, num_warps=4 if bn <= 64 else 8)
-    return TreeMeta(parents=par, ancestors=anc, depth=depth, paths=paths, leaf_slots=slots, emit_from=emit,
-                    batched=batched)
+    _tree_meta_kernel[(bsz,)](
+        par,
+        anc,
+        depth,
+        paths,
+        slots,
+        emit,
+        n,
+        BN=bn,
+        LOG=max(1, math.ceil(math.log2(bn))),
+        UPCAST=_INTERPRET,
+        num_warps=4 if bn <= 64 else 8,
+    )
+    return TreeMeta(parents=par, ancestors=anc, depth=depth, paths=paths, leaf_slots=slots, emit_from=emit, batched=batched)
 
 
 def _as_meta(parents: torch.Tensor | TreeMeta) -> TreeMeta:

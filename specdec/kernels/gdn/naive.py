@@ -152,8 +152,9 @@ def _check_path(path, n: int, batched: bool, bsz: int, device, parents=None) -> 
             got = par.gather(1, p.clamp(min=0))
             want_par = torch.cat([torch.full_like(p[:, :1], -1), p[:, :-1]], dim=1)
             if bool((valid & (got != want_par)).any()):
-                raise ValueError("path: expected a root-to-node path of the tree (parents[path[t]] == path[t-1]), "
-                                 f"got {p.tolist()}")
+                raise ValueError(
+                    f"path: expected a root-to-node path of the tree (parents[path[t]] == path[t-1]), got {p.tolist()}"
+                )
     return p
 
 

@@ -19,6 +19,7 @@ from .meta import TreeMeta
 
 __all__ = ["gdn_tree_path", "gdn_tree_commit_triton"]
 
+
 @triton.jit
 def _gdn_step(state, k_t, v_t, g_t, beta_t):
     # state [BK, BV]; k_t [BK]; v_t [BV]; decay first, then the delta-rule correction
@@ -37,8 +38,26 @@ def _load_key(ptr, offs_k, mask_k, L2NORM: tl.constexpr):
 
 
 @triton.jit
-def _load_node(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, row, h, hk, offs_k, mask_k, offs_v, mask_v, scale,
-               HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, L2NORM: tl.constexpr):
+def _load_node(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    row,
+    h,
+    hk,
+    offs_k,
+    mask_k,
+    offs_v,
+    mask_v,
+    scale,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    L2NORM: tl.constexpr,
+):
     k_t = _load_key(k_ptr + (row * HK + hk) * DK, offs_k, mask_k, L2NORM)
     q_t = _load_key(q_ptr + (row * HK + hk) * DK, offs_k, mask_k, L2NORM) * scale
     v_t = tl.load(v_ptr + (row * HV + h) * DV + offs_v, mask=mask_v, other=0.0).to(tl.float32)
@@ -49,11 +68,26 @@ def _load_node(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, row, h, hk, offs_k, mask_k,
 
 @triton.jit
 def _gdn_path_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, out_ptr,
-    paths_ptr, depth_ptr, slots_ptr, emit_ptr,
-    scale, N,
-    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    s0_ptr,
+    out_ptr,
+    paths_ptr,
+    depth_ptr,
+    slots_ptr,
+    emit_ptr,
+    scale,
+    N,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    L2NORM: tl.constexpr,
 ):
     i_v = tl.program_id(0)
     i_s = tl.program_id(1)
@@ -71,35 +105,79 @@ def _gdn_path_kernel(
         mask_v = offs_v < DV
         state = tl.load(
             s0_ptr + i_bh * DK * DV + offs_k[:, None] * DV + offs_v[None, :],
-            mask=mask_k[:, None] & mask_v[None, :], other=0.0,
+            mask=mask_k[:, None] & mask_v[None, :],
+            other=0.0,
         )  # [BK, BV]
         path_row = paths_ptr + (b * N + leaf) * N
         # inputs of step t + 1 are loaded (and normalised) while step t runs: only the state
         # update is on the loop-carried critical path
         k_t, v_t, q_t, g_t, beta_t = _load_node(
-            q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b * N + tl.load(path_row), h, hk, offs_k, mask_k, offs_v,
-            mask_v, scale, HK, HV, DK, DV, L2NORM,
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            g_ptr,
+            beta_ptr,
+            b * N + tl.load(path_row),
+            h,
+            hk,
+            offs_k,
+            mask_k,
+            offs_v,
+            mask_v,
+            scale,
+            HK,
+            HV,
+            DK,
+            DV,
+            L2NORM,
         )
         for t in range(path_len):
             node = tl.load(path_row + t)
             k_n, v_n, q_n, g_n, beta_n = _load_node(
-                q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b * N + tl.load(path_row + tl.minimum(t + 1, path_len - 1)),
-                h, hk, offs_k, mask_k, offs_v, mask_v, scale, HK, HV, DK, DV, L2NORM,
+                q_ptr,
+                k_ptr,
+                v_ptr,
+                g_ptr,
+                beta_ptr,
+                b * N + tl.load(path_row + tl.minimum(t + 1, path_len - 1)),
+                h,
+                hk,
+                offs_k,
+                mask_k,
+                offs_v,
+                mask_v,
+                scale,
+                HK,
+                HV,
+                DK,
+                DV,
+                L2NORM,
             )
             state = _gdn_step(state, k_t, v_t, g_t, beta_t)
             if t >= emit_from:
                 o = tl.sum(state * q_t[:, None], axis=0)
-                tl.store(out_ptr + ((b * N + node) * HV + h) * DV + offs_v, o.to(out_ptr.dtype.element_ty),
-                         mask=mask_v)
+                tl.store(out_ptr + ((b * N + node) * HV + h) * DV + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
             k_t, v_t, q_t, g_t, beta_t = k_n, v_n, q_n, g_n, beta_n
 
 
 @triton.jit
 def _gdn_commit_kernel(
-    k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, out_ptr, path_ptr,
-    N, L,
-    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    s0_ptr,
+    out_ptr,
+    path_ptr,
+    N,
+    L,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    L2NORM: tl.constexpr,
 ):
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -131,8 +209,21 @@ def _tile_v(dv: int, block_v: int | None) -> int:
     return max(16, min(triton.next_power_of_2(dv), bv))
 
 
-def gdn_tree_path(q, k, v, g, beta, meta: TreeMeta, initial_state, out, *, use_qk_l2norm: bool, scale: float,
-                  block_v: int | None = 16, num_warps: int = 1) -> torch.Tensor:
+def gdn_tree_path(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    meta: TreeMeta,
+    initial_state,
+    out,
+    *,
+    use_qk_l2norm: bool,
+    scale: float,
+    block_v: int | None = 16,
+    num_warps: int = 1,
+) -> torch.Tensor:
     """Launches the path kernel on checked, batched, contiguous ``[B, N, ...]`` tensors; fills ``out``.
 
     Defaults: dv tiles of 16 with one warp, the fastest config at N = 16..128 on the H200 (2026-11-29).
@@ -143,17 +234,34 @@ def gdn_tree_path(q, k, v, g, beta, meta: TreeMeta, initial_state, out, *, use_q
     bv = _tile_v(dv, block_v)
     grid = (triton.cdiv(dv, bv), n, bsz * hv)
     _gdn_path_kernel[grid](
-        q, k, v, g, beta, initial_state, out,
-        meta.paths, meta.depth, meta.leaf_slots, meta.emit_from,
-        scale, n,
-        HK=hk, HV=hv, DK=dk, DV=dv, BK=bk, BV=bv, L2NORM=use_qk_l2norm,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        initial_state,
+        out,
+        meta.paths,
+        meta.depth,
+        meta.leaf_slots,
+        meta.emit_from,
+        scale,
+        n,
+        HK=hk,
+        HV=hv,
+        DK=dk,
+        DV=dv,
+        BK=bk,
+        BV=bv,
+        L2NORM=use_qk_l2norm,
         num_warps=num_warps,
     )
     return out
 
 
-def gdn_tree_commit_triton(k, v, g, beta, path, initial_state, out, *, use_qk_l2norm: bool,
-                           block_v: int | None = None, num_warps: int = 4) -> torch.Tensor:
+def gdn_tree_commit_triton(
+    k, v, g, beta, path, initial_state, out, *, use_qk_l2norm: bool, block_v: int | None = None, num_warps: int = 4
+) -> torch.Tensor:
     """Launches the commit kernel; ``path`` is ``[B, L]`` int32 padded with -1; fills ``out``."""
     bsz, n, hk, dk = k.shape
     hv, dv = v.shape[-2:]
@@ -161,9 +269,22 @@ def gdn_tree_commit_triton(k, v, g, beta, path, initial_state, out, *, use_qk_l2
     bv = _tile_v(dv, block_v)
     grid = (triton.cdiv(dv, bv), bsz * hv)
     _gdn_commit_kernel[grid](
-        k, v, g, beta, initial_state, out, path,
-        n, path.shape[1],
-        HK=hk, HV=hv, DK=dk, DV=dv, BK=bk, BV=bv, L2NORM=use_qk_l2norm,
+        k,
+        v,
+        g,
+        beta,
+        initial_state,
+        out,
+        path,
+        n,
+        path.shape[1],
+        HK=hk,
+        HV=hv,
+        DK=dk,
+        DV=dv,
+        BK=bk,
+        BV=bv,
+        L2NORM=use_qk_l2norm,
         num_warps=num_warps,
     )
     return out

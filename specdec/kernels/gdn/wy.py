@@ -47,8 +47,19 @@ def _path_decay(gamma: torch.Tensor, anc: torch.Tensor) -> torch.Tensor:
     return torch.where(anc, torch.exp(torch.where(anc, diff, 0.0)), 0.0)
 
 
-def gdn_tree_wy_torch(q, k, v, g, beta, meta: TreeMeta, initial_state, *, use_qk_l2norm: bool,
-                      scale: float | None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def gdn_tree_wy_torch(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    meta: TreeMeta,
+    initial_state,
+    *,
+    use_qk_l2norm: bool,
+    scale: float | None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """Dense PyTorch version of the tree WY form on batched ``[B, N, ...]`` tensors.
 
     Returns outputs ``[B, N, Hv, dv]`` in ``dtype``. The CPU fallback of ``method="wy"``.
@@ -76,8 +87,9 @@ def gdn_tree_wy_torch(q, k, v, g, beta, meta: TreeMeta, initial_state, *, use_qk
 @triton.jit
 def _inv_norm(base, rows, mask_r, offs_k, mask_k, stride_row, L2NORM: tl.constexpr):
     # [BC] factor that l2-normalises each row over dk (ones when normalisation is off)
-    x = tl.load(base + rows[:, None] * stride_row + offs_k[None, :], mask=mask_r[:, None] & mask_k[None, :],
-                other=0.0).to(tl.float32)
+    x = tl.load(base + rows[:, None] * stride_row + offs_k[None, :], mask=mask_r[:, None] & mask_k[None, :], other=0.0).to(
+        tl.float32
+    )
     if L2NORM:
         return tl.rsqrt(tl.sum(x * x, axis=1) + 1e-6)
     else:
@@ -85,33 +97,62 @@ def _inv_norm(base, rows, mask_r, offs_k, mask_k, stride_row, L2NORM: tl.constex
 
 
 @triton.jit
-def _dot_state(base, rows, mask_r, row_scale, s0_base, offs_v, mask_v, stride_row,
-               DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BKC: tl.constexpr, PRECISION: tl.constexpr):
+def _dot_state(
+    base,
+    rows,
+    mask_r,
+    row_scale,
+    s0_base,
+    offs_v,
+    mask_v,
+    stride_row,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BK: tl.constexpr,
+    BKC: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     # [BC, BV] = (row_scale * X[rows]) @ S0[:, tile], in dk chunks: a full-dk fp32 dot operand
     # would hold BK values per thread and spill
     acc = tl.zeros([rows.shape[0], offs_v.shape[0]], dtype=tl.float32)
     for k0 in range(0, BK, BKC):
         offs = k0 + tl.arange(0, BKC)
         mk = offs < DK
-        x = tl.load(base + rows[:, None] * stride_row + offs[None, :], mask=mask_r[:, None] & mk[None, :],
-                    other=0.0).to(tl.float32)
+        x = tl.load(base + rows[:, None] * stride_row + offs[None, :], mask=mask_r[:, None] & mk[None, :], other=0.0).to(
+            tl.float32
+        )
         s = tl.load(s0_base + offs[:, None] * DV + offs_v[None, :], mask=mk[:, None] & mask_v[None, :], other=0.0)
         acc += tl.dot(x * row_scale[:, None], s, input_precision=PRECISION)
     return acc
 
 
 @triton.jit
-def _dot_rows(base_a, rows_a, mask_a, scale_a, base_b, rows_b, mask_b, scale_b, stride_row,
-              DK: tl.constexpr, BK: tl.constexpr, BKC: tl.constexpr, PRECISION: tl.constexpr):
+def _dot_rows(
+    base_a,
+    rows_a,
+    mask_a,
+    scale_a,
+    base_b,
+    rows_b,
+    mask_b,
+    scale_b,
+    stride_row,
+    DK: tl.constexpr,
+    BK: tl.constexpr,
+    BKC: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     # [BC, BC] = (scale_a * A[rows_a]) @ (scale_b * B[rows_b])^T, in dk chunks
     acc = tl.zeros([rows_a.shape[0], rows_b.shape[0]], dtype=tl.float32)
     for k0 in range(0, BK, BKC):
         offs = k0 + tl.arange(0, BKC)
         mk = offs < DK
-        a = tl.load(base_a + rows_a[:, None] * stride_row + offs[None, :], mask=mask_a[:, None] & mk[None, :],
-                    other=0.0).to(tl.float32)
-        b = tl.load(base_b + rows_b[:, None] * stride_row + offs[None, :], mask=mask_b[:, None] & mk[None, :],
-                    other=0.0).to(tl.float32)
+        a = tl.load(base_a + rows_a[:, None] * stride_row + offs[None, :], mask=mask_a[:, None] & mk[None, :], other=0.0).to(
+            tl.float32
+        )
+        b = tl.load(base_b + rows_b[:, None] * stride_row + offs[None, :], mask=mask_b[:, None] & mk[None, :], other=0.0).to(
+            tl.float32
+        )
         acc += tl.dot(a * scale_a[:, None], tl.trans(b * scale_b[:, None]), input_precision=PRECISION)
     return acc
 
@@ -125,11 +166,29 @@ def _path_gamma(anc_ptr, rows, mask_r, offs_n, mask_n, g_all, N):
 
 @triton.jit
 def _gdn_wy_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, anc_ptr, vnew_ptr, out_ptr,
-    scale, N, N_PAD,
-    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    BK: tl.constexpr, BKC: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr, BN: tl.constexpr,
-    L2NORM: tl.constexpr, PRECISION: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    s0_ptr,
+    anc_ptr,
+    vnew_ptr,
+    out_ptr,
+    scale,
+    N,
+    N_PAD,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BK: tl.constexpr,
+    BKC: tl.constexpr,
+    BV: tl.constexpr,
+    BC: tl.constexpr,
+    BN: tl.constexpr,
+    L2NORM: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -156,8 +215,9 @@ def _gdn_wy_kernel(
         mask_r = rows < N
         rk_b = _inv_norm(k_base, rows, mask_r, offs_k, mask_k, HK * DK, L2NORM)  # [BC]
         rq_b = _inv_norm(q_base, rows, mask_r, offs_k, mask_k, HK * DK, L2NORM) * scale  # [BC]
-        v_b = tl.load(v_base + rows[:, None] * (HV * DV) + offs_v[None, :],
-                      mask=mask_r[:, None] & mask_v[None, :], other=0.0).to(tl.float32)  # [BC, BV]
+        v_b = tl.load(v_base + rows[:, None] * (HV * DV) + offs_v[None, :], mask=mask_r[:, None] & mask_v[None, :], other=0.0).to(
+            tl.float32
+        )  # [BC, BV]
         beta_b = tl.load(beta_ptr + (b * N + rows) * HV + h, mask=mask_r, other=0.0).to(tl.float32)  # [BC]
         gam_b = _path_gamma(anc_b, rows, mask_r, offs_n, mask_n, g_all, N)  # [BC]
         ks0 = _dot_state(k_base, rows, mask_r, rk_b, s0_base, offs_v, mask_v, HK * DK, DK, DV, BK, BKC, PRECISION)
@@ -169,8 +229,7 @@ def _gdn_wy_kernel(
             mask_c = cols < N
             rk_c = _inv_norm(k_base, cols, mask_c, offs_k, mask_k, HK * DK, L2NORM)
             gam_c = _path_gamma(anc_b, cols, mask_c, offs_n, mask_n, g_all, N)
-            m = tl.load(anc_b + rows[:, None] * N + cols[None, :], mask=mask_r[:, None] & mask_c[None, :],
-                        other=0) != 0
+            m = tl.load(anc_b + rows[:, None] * N + cols[None, :], mask=mask_r[:, None] & mask_c[None, :], other=0) != 0
             # mask before exp: off-path gamma differences may be large and positive
             d = tl.where(m, tl.exp(tl.where(m, gam_b[:, None] - gam_c[None, :], 0.0)), 0.0)  # [BC, BC]
             vnew_c = tl.load(vnew_base + cols[:, None] * DV + offs_v[None, :], mask=mask_v[None, :], other=0.0)
@@ -192,8 +251,11 @@ def _gdn_wy_kernel(
         tl.store(vnew_base + rows[:, None] * DV + offs_v[None, :], vnew_b, mask=mask_v[None, :])
         qk = _dot_rows(q_base, rows, mask_r, rq_b, k_base, rows, mask_r, rk_b, HK * DK, DK, BK, BKC, PRECISION)
         o += tl.dot(qk * d, vnew_b, input_precision=PRECISION)
-        tl.store(out_ptr + ((b * N + rows[:, None]) * HV + h) * DV + offs_v[None, :],
-                 o.to(out_ptr.dtype.element_ty), mask=mask_r[:, None] & mask_v[None, :])
+        tl.store(
+            out_ptr + ((b * N + rows[:, None]) * HV + h) * DV + offs_v[None, :],
+            o.to(out_ptr.dtype.element_ty),
+            mask=mask_r[:, None] & mask_v[None, :],
+        )
         # later blocks read this block's corrected values, written by other threads of the program
         tl.debug_barrier()
 
@@ -223,8 +285,18 @@ def _unit_lower_inverse(a, eye, max_depth, NSQ: tl.constexpr, PRECISION: tl.cons
 
 
 @triton.jit
-def _gram_chunked(a_ptr, a_rows, b_ptr, b_rows, mask_n, DK: tl.constexpr, BN: tl.constexpr, BKC: tl.constexpr,
-                  KPRECISION: tl.constexpr, UPCAST: tl.constexpr):
+def _gram_chunked(
+    a_ptr,
+    a_rows,
+    b_ptr,
+    b_rows,
+    mask_n,
+    DK: tl.constexpr,
+    BN: tl.constexpr,
+    BKC: tl.constexpr,
+    KPRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     # [BN, BN] = A[rows] @ B[rows]^T of the raw rows (a_rows, b_rows: [BN] int32 row offsets) and
     # the rows' squared norms, in dk chunks: [BN, dk] pointer tiles held across the kernel spill
     acc = tl.zeros([BN, BN], dtype=tl.float32)
@@ -247,17 +319,27 @@ def _gram_chunked(a_ptr, a_rows, b_ptr, b_rows, mask_n, DK: tl.constexpr, BN: tl
 
 
 @triton.jit
-def _dot_state_chunked(x_ptr, x_rows, mask_n, s0_base, offs_v, mask_v,
-                       DK: tl.constexpr, DV: tl.constexpr, BN: tl.constexpr, BV: tl.constexpr,
-                       BKC: tl.constexpr, PRECISION: tl.constexpr):
+def _dot_state_chunked(
+    x_ptr,
+    x_rows,
+    mask_n,
+    s0_base,
+    offs_v,
+    mask_v,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BN: tl.constexpr,
+    BV: tl.constexpr,
+    BKC: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     # [BN, BV] = X[rows] @ S0[:, tile] in dk chunks, X re-read from cache: a full-dk fp32 operand
     # (and its tf32 hi/lo split) would spill
     acc = tl.zeros([BN, BV], dtype=tl.float32)
     for k0 in range(0, DK, BKC):
         offs = k0 + tl.arange(0, BKC)
         mk = offs < DK
-        x = tl.load(x_ptr + x_rows[:, None] + offs[None, :], mask=mask_n[:, None] & mk[None, :],
-                    other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + x_rows[:, None] + offs[None, :], mask=mask_n[:, None] & mk[None, :], other=0.0).to(tl.float32)
         s = tl.load(s0_base + offs[:, None] * DV + offs_v[None, :], mask=mk[:, None] & mask_v[None, :], other=0.0)
         acc = tl.dot(x, s, acc, input_precision=PRECISION)
     return acc
@@ -265,12 +347,30 @@ def _dot_state_chunked(x_ptr, x_rows, mask_n, s0_base, offs_v, mask_v,
 
 @triton.jit
 def _gdn_wy_dense_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, anc_ptr, out_ptr,
-    scale, N,
-    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    BN: tl.constexpr, BKC: tl.constexpr, BV: tl.constexpr, NSQ: tl.constexpr,
-    L2NORM: tl.constexpr, PRECISION: tl.constexpr, INV_PRECISION: tl.constexpr, REFINE: tl.constexpr,
-    KPRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    s0_ptr,
+    anc_ptr,
+    out_ptr,
+    scale,
+    N,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BN: tl.constexpr,
+    BKC: tl.constexpr,
+    BV: tl.constexpr,
+    NSQ: tl.constexpr,
+    L2NORM: tl.constexpr,
+    PRECISION: tl.constexpr,
+    INV_PRECISION: tl.constexpr,
+    REFINE: tl.constexpr,
+    KPRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -303,10 +403,12 @@ def _gdn_wy_dense_kernel(
     t = _unit_lower_inverse(a, eye.to(tl.float32), max_depth, NSQ, INV_PRECISION)  # [BN, BN]
     # the dv tile: rhs = beta (V - e^gamma K S0), U = T rhs, O = e^gamma Q S0 + (QK * D) U
     s0_base = s0_ptr + i_bh * DK * DV
-    ks0 = _dot_state_chunked(k_ptr, qk_rows, mask_n, s0_base, offs_v, mask_v, DK, DV, BN, BV, BKC,
-                             PRECISION) * rk[:, None]  # [BN, BV]
-    v_n = tl.load(v_ptr + ((b * N + rows[:, None]) * HV + h) * DV + offs_v[None, :],
-                  mask=mask_n[:, None] & mask_v[None, :], other=0.0).to(tl.float32)  # [BN, BV]
+    ks0 = (
+        _dot_state_chunked(k_ptr, qk_rows, mask_n, s0_base, offs_v, mask_v, DK, DV, BN, BV, BKC, PRECISION) * rk[:, None]
+    )  # [BN, BV]
+    v_n = tl.load(
+        v_ptr + ((b * N + rows[:, None]) * HV + h) * DV + offs_v[None, :], mask=mask_n[:, None] & mask_v[None, :], other=0.0
+    ).to(tl.float32)  # [BN, BV]
     eg = tl.exp(gamma)
     rhs = beta_n[:, None] * (v_n - eg[:, None] * ks0)
     u = tl.dot(t, rhs, input_precision=INV_PRECISION)  # corrected values, [BN, BV]
@@ -325,11 +427,13 @@ def _gdn_wy_dense_kernel(
     else:
         rq = tl.full([BN], 1.0, dtype=tl.float32) * scale
     p = qk * rq[:, None] * rk[None, :] * d  # (Q K^T) * D
-    qs0 = _dot_state_chunked(q_ptr, qk_rows, mask_n, s0_base, offs_v, mask_v, DK, DV, BN, BV, BKC,
-                             PRECISION) * rq[:, None]
+    qs0 = _dot_state_chunked(q_ptr, qk_rows, mask_n, s0_base, offs_v, mask_v, DK, DV, BN, BV, BKC, PRECISION) * rq[:, None]
     o = eg[:, None] * qs0 + tl.dot(p, u, input_precision=PRECISION)
-    tl.store(out_ptr + ((b * N + rows[:, None]) * HV + h) * DV + offs_v[None, :], o.to(out_ptr.dtype.element_ty),
-             mask=mask_n[:, None] & mask_v[None, :])
+    tl.store(
+        out_ptr + ((b * N + rows[:, None]) * HV + h) * DV + offs_v[None, :],
+        o.to(out_ptr.dtype.element_ty),
+        mask=mask_n[:, None] & mask_v[None, :],
+    )
 
 
 # the dense kernel keeps the whole tree in one tile. 128-row tiles spill registers and were slower
@@ -338,9 +442,24 @@ def _gdn_wy_dense_kernel(
 DENSE_MAX_NODES = 64
 
 
-def gdn_tree_wy_dense(q, k, v, g, beta, meta: TreeMeta, initial_state, out, *, use_qk_l2norm: bool, scale: float,
-                      block_v: int | None = None, num_warps: int = 4, precision: str = "tf32x3",
-                      refine: bool = True, block_kc: int = 32) -> torch.Tensor:
+def gdn_tree_wy_dense(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    meta: TreeMeta,
+    initial_state,
+    out,
+    *,
+    use_qk_l2norm: bool,
+    scale: float,
+    block_v: int | None = None,
+    num_warps: int = 4,
+    precision: str = "tf32x3",
+    refine: bool = True,
+    block_kc: int = 32,
+) -> torch.Tensor:
     """Launches the dense tree WY kernel (N <= 64) on checked, batched, contiguous tensors; fills ``out``.
 
     One program per (value head, dv tile) holds the whole tree: Gram matrices, the unit-lower inverse
@@ -368,10 +487,28 @@ def gdn_tree_wy_dense(q, k, v, g, beta, meta: TreeMeta, initial_state, out, *, u
     prec = "ieee" if _INTERPRET else precision
     inv_prec = "ieee" if _INTERPRET else ("tf32" if refine else precision)
     _gdn_wy_dense_kernel[grid](
-        q, k, v, g, beta, initial_state, meta.ancestors, out,
-        scale, n,
-        HK=hk, HV=hv, DK=dk, DV=dv, BN=bn, BKC=min(bk, block_kc), BV=bv, NSQ=nsq,
-        L2NORM=use_qk_l2norm, PRECISION=prec, INV_PRECISION=inv_prec, REFINE=refine,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        initial_state,
+        meta.ancestors,
+        out,
+        scale,
+        n,
+        HK=hk,
+        HV=hv,
+        DK=dk,
+        DV=dv,
+        BN=bn,
+        BKC=min(bk, block_kc),
+        BV=bv,
+        NSQ=nsq,
+        L2NORM=use_qk_l2norm,
+        PRECISION=prec,
+        INV_PRECISION=inv_prec,
+        REFINE=refine,
         # 16-bit q/k: native products are exact; fp32 q/k need the fp32 precision
         KPRECISION=prec if k.dtype == torch.float32 else "tf32",
         UPCAST=_INTERPRET,
@@ -380,16 +517,29 @@ def gdn_tree_wy_dense(q, k, v, g, beta, meta: TreeMeta, initial_state, out, *, u
     return out
 
 
-def gdn_tree_wy_auto(q, k, v, g, beta, meta: TreeMeta, initial_state, out, *, use_qk_l2norm: bool,
-                     scale: float) -> torch.Tensor:
+def gdn_tree_wy_auto(q, k, v, g, beta, meta: TreeMeta, initial_state, out, *, use_qk_l2norm: bool, scale: float) -> torch.Tensor:
     """``method="wy"`` on Triton: the dense kernel for trees up to 64 nodes, the blocked one beyond."""
     if k.shape[1] <= DENSE_MAX_NODES:
         return gdn_tree_wy_dense(q, k, v, g, beta, meta, initial_state, out, use_qk_l2norm=use_qk_l2norm, scale=scale)
     return gdn_tree_wy(q, k, v, g, beta, meta, initial_state, out, use_qk_l2norm=use_qk_l2norm, scale=scale)
 
 
-def gdn_tree_wy(q, k, v, g, beta, meta: TreeMeta, initial_state, out, *, use_qk_l2norm: bool, scale: float,
-                block_v: int | None = 64, num_warps: int = 8, precision: str = "ieee") -> torch.Tensor:
+def gdn_tree_wy(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    meta: TreeMeta,
+    initial_state,
+    out,
+    *,
+    use_qk_l2norm: bool,
+    scale: float,
+    block_v: int | None = 64,
+    num_warps: int = 8,
+    precision: str = "ieee",
+) -> torch.Tensor:
     """Launches the tree WY kernel on checked, batched, contiguous ``[B, N, ...]`` tensors; fills ``out``."""
     bsz, n, hk, dk = k.shape
     hv, dv = v.shape[-2:]
@@ -402,10 +552,29 @@ def gdn_tree_wy(q, k, v, g, beta, meta: TreeMeta, initial_state, out, *, use_qk_
     vnew = torch.empty((bsz, hv, n_pad, dv), device=k.device, dtype=torch.float32)
     grid = (triton.cdiv(dv, bv), bsz * hv)
     _gdn_wy_kernel[grid](
-        q, k, v, g, beta, initial_state, meta.ancestors, vnew, out,
-        scale, n, n_pad,
-        HK=hk, HV=hv, DK=dk, DV=dv, BK=bk, BKC=min(bk, 16 if precision == "ieee" else 32), BV=bv, BC=bc, BN=bn,
-        L2NORM=use_qk_l2norm, PRECISION="ieee" if _INTERPRET else precision,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        initial_state,
+        meta.ancestors,
+        vnew,
+        out,
+        scale,
+        n,
+        n_pad,
+        HK=hk,
+        HV=hv,
+        DK=dk,
+        DV=dv,
+        BK=bk,
+        BKC=min(bk, 16 if precision == "ieee" else 32),
+        BV=bv,
+        BC=bc,
+        BN=bn,
+        L2NORM=use_qk_l2norm,
+        PRECISION="ieee" if _INTERPRET else precision,
         num_warps=num_warps,
     )
     return out

@@ -37,7 +37,9 @@ def _as_sequences(name: str, value) -> list[torch.Tensor]:
         else:
             raise ValueError(f"{name}: expected [S, n] or a list of 1-D tensors, got shape {tuple(value.shape)}")
     if not isinstance(value, (list, tuple)) or not value:
-        raise ValueError(f"{name}: expected a non-empty list of 1-D integer tensors, got {type(value).__name__} of length {len(value) if hasattr(value, '__len__') else '?'}")
+        raise ValueError(
+            f"{name}: expected a non-empty list of 1-D integer tensors, got {type(value).__name__} of length {len(value) if hasattr(value, '__len__') else '?'}"
+        )
     out = []
     for i, seq in enumerate(value):
         seq = torch.as_tensor(seq)
@@ -218,8 +220,6 @@ def argmax_rate_test(hits_a, hits_b, *, permutations: int = 0, generator: torch.
     return ArgmaxRateResult(rate_a=rate_a, rate_b=rate_b, z=z, p_value=math.erfc(abs(z) / math.sqrt(2)), p_permutation=p_perm)
 
 
-
-
 def _law_cells(samples, law) -> tuple[torch.Tensor, torch.Tensor, int]:
     """``(probs [C], observed [C], impossible)`` over the law's cells of positive probability."""
     if isinstance(law, dict):
@@ -251,7 +251,12 @@ def _law_cells(samples, law) -> tuple[torch.Tensor, torch.Tensor, int]:
             raise ValueError(
                 f"law: expected a dict {{outcome: probability}} or a probability vector [V], got shape {tuple(probs.shape)}"
             )
-        if not isinstance(samples, torch.Tensor) or samples.ndim != 1 or samples.dtype == torch.bool or samples.is_floating_point():
+        if (
+            not isinstance(samples, torch.Tensor)
+            or samples.ndim != 1
+            or samples.dtype == torch.bool
+            or samples.is_floating_point()
+        ):
             raise ValueError(
                 "samples: expected a 1-D integer tensor of ids with a probability-vector law, "
                 f"got {getattr(samples, 'dtype', type(samples).__name__)} {tuple(getattr(samples, 'shape', ()))}"

@@ -10,7 +10,7 @@ every residual token. A lossless round gives the same law up to float64 rounding
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -116,7 +116,9 @@ def total_variation(law_a: Law, law_b: Law) -> float:
 ChainDecide = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None", SamplingConfig], ChainLaws]
 
 
-def reference_chain_decide(target_logits: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, sampling: SamplingConfig) -> ChainLaws:
+def reference_chain_decide(
+    target_logits: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, sampling: SamplingConfig
+) -> ChainLaws:
     """What :class:`specdec.ChainVerifier` samples from: ``chain_laws`` applied to the target law after
     the request's sampling settings (float64 for exact comparisons).
 
@@ -128,7 +130,14 @@ def reference_chain_decide(target_logits: torch.Tensor, draft_tokens: torch.Tens
     return _chain.chain_laws(probs, draft_tokens, None if draft_probs is None else draft_probs.double())
 
 
-def chain_round_law(target_logits: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, *, sampling: SamplingConfig, decide: ChainDecide = reference_chain_decide) -> Law:
+def chain_round_law(
+    target_logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    *,
+    sampling: SamplingConfig,
+    decide: ChainDecide = reference_chain_decide,
+) -> Law:
     """Exact law of the tuple one chain verification emits for fixed drafts.
 
     Args:
@@ -190,7 +199,9 @@ def chain_round(
         True
     """
     if (draft_logits is None) == (draft_tokens is None):
-        raise ValueError("draft_logits/draft_tokens: expected exactly one of them, got " + ("both" if draft_logits is not None else "neither"))
+        raise ValueError(
+            "draft_logits/draft_tokens: expected exactly one of them, got " + ("both" if draft_logits is not None else "neither")
+        )
     if isinstance(num_draft, bool) or not isinstance(num_draft, int) or num_draft < 0:
         raise ValueError(f"num_draft: expected an int >= 0, got {num_draft!r}")
     dsampling = draft_sampling if draft_sampling is not None else sampling
@@ -284,7 +295,6 @@ def tree_round(
         return tree_round_law(tree, _probs(torch.stack(rows), sampling), walk=walk)
 
     return round_law
-
 
 
 def enumerate_contexts(vocab_size: int, length: int) -> list[tuple[int, ...]]:

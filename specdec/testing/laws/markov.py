@@ -3,8 +3,8 @@ known exactly and a thousand speculative runs take seconds on a CPU."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Sequence
 
 import torch
 
@@ -169,10 +169,14 @@ class MarkovTarget:
             (torch.Size([1, 3, 7]), True)
         """
         if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != 1 or tokens.dtype != torch.long:
-            raise TypeError(f"tokens: expected int64 [1, T], got {getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}")
+            raise TypeError(
+                f"tokens: expected int64 [1, T], got {getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}"
+            )
         rows = tokens[0].tolist()
         if self.length + len(rows) > self.max_seq_len:
-            raise ValueError(f"tokens: {len(rows)} new rows do not fit: length {self.length} + {len(rows)} > max_seq_len {self.max_seq_len}")
+            raise ValueError(
+                f"tokens: {len(rows)} new rows do not fit: length {self.length} + {len(rows)} > max_seq_len {self.max_seq_len}"
+            )
         order = self.law.order
         tail = self._tokens[max(0, self.length - order) :]
         if mask is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -54,8 +54,16 @@ def sample_continuations(
     if prompt.ndim != 1 or prompt.numel() == 0:
         raise ValueError(f"context: expected a non-empty sequence of token ids, got {list(context)!r}")
     out = generate(
-        target, prompt.expand(num_samples, -1), num_tokens, drafter=drafter, verifier=verifier, temperature=temperature,
-        top_p=top_p, top_k=top_k, seed=seed, num_draft_tokens=num_draft_tokens,
+        target,
+        prompt.expand(num_samples, -1),
+        num_tokens,
+        drafter=drafter,
+        verifier=verifier,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        num_draft_tokens=num_draft_tokens,
     )
     tokens = out.tokens.cpu()
     if tokens.shape != (num_samples, num_tokens):

@@ -3,7 +3,7 @@ trees (hypothesis is a test dependency, imported on use)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -104,4 +104,3 @@ def trees(max_nodes: int, vocab_size: int, *, min_nodes: int = 0):
         return Tree(tokens=torch.tensor(tokens, dtype=torch.long), parents=torch.tensor(parents, dtype=torch.long))
 
     return build()
-

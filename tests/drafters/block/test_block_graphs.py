@@ -30,8 +30,11 @@ from specdec.verify.tree import TreeVerifier
 # (the z-lab sliding rule), bidirectional window (the transformers assistant), mixed per layer
 CASES = {
     "dflash-full": (DFlashDrafter, "DFlashDraftModel", {"block_size": 5}),
-    "dflash-mixed": (DFlashDrafter, "DFlashDraftModel", {"block_size": 6, "sliding_window": 4,
-                                                          "extra": {"layer_types": ["sliding_attention", "full_attention"]}}),
+    "dflash-mixed": (
+        DFlashDrafter,
+        "DFlashDraftModel",
+        {"block_size": 6, "sliding_window": 4, "extra": {"layer_types": ["sliding_attention", "full_attention"]}},
+    ),
     "hf-assistant": (DFlashDrafter, "muse_glimmer_assistant", {"block_size": 4, "sliding_window": 5}),
     "dflash2": (DFlash2Drafter, "DFlash2DraftModel", {"block_size": 5, "selector_top_k": 6}),
     "dspark": (DSparkDrafter, "Qwen3DSparkModel", {"block_size": 4}),

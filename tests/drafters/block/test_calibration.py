@@ -46,7 +46,9 @@ def test_sts_recovers_the_true_temperatures_and_lowers_ece():
     assert bool((fixed < 0.02).all()), fixed
     assert bool((fixed <= oracle + 0.01).all()), (fixed, oracle)
     assert float(raw.mean()) > 3 * float(fixed.mean()), (raw, fixed)
-    assert expected_calibration_error(calibrated_survival(held_logits, temps), held_labels) < expected_calibration_error(calibrated_survival(held_logits), held_labels)
+    assert expected_calibration_error(calibrated_survival(held_logits, temps), held_labels) < expected_calibration_error(
+        calibrated_survival(held_logits), held_labels
+    )
 
 
 def test_earlier_positions_are_held_fixed():
@@ -108,7 +110,10 @@ def test_ece_by_hand_and_reliability_curve():
     assert count.tolist() == [1, 2, 0, 0, 0, 0, 0, 0, 0, 1]
     assert torch.isnan(mean_p[2]) and abs(float(mean_y[1]) - 0.5) < 1e-12
     assert survival_labels(torch.tensor([0, 3, 1]), 3).tolist() == [[0, 0, 0], [1, 1, 1], [1, 0, 0]]
-    torch.testing.assert_close(analytic_acceptance(torch.tensor([[1.0, 0.0], [0.5, 0.5]]), torch.tensor([[0.0, 1.0], [0.5, 0.5]])), torch.tensor([0.0, 1.0]))
+    torch.testing.assert_close(
+        analytic_acceptance(torch.tensor([[1.0, 0.0], [0.5, 0.5]]), torch.tensor([[0.0, 1.0], [0.5, 0.5]])),
+        torch.tensor([0.0, 1.0]),
+    )
 
 
 def test_files_and_plot(tmp_path):
@@ -117,7 +122,9 @@ def test_files_and_plot(tmp_path):
     save_calibration(tmp_path, temps, held_out_blocks=2000)
     assert torch.equal(load_calibration(tmp_path), temps)
     assert load_calibration(tmp_path / "missing") is None
-    path = plot_reliability(labels, tmp_path / "rel.png", curves={"raw": calibrated_survival(logits), "STS": calibrated_survival(logits, temps)})
+    path = plot_reliability(
+        labels, tmp_path / "rel.png", curves={"raw": calibrated_survival(logits), "STS": calibrated_survival(logits, temps)}
+    )
     assert path.is_file() and path.stat().st_size > 5000
 
 

@@ -33,7 +33,12 @@ from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import TreeVerifier
 
 ARCHS = ["DFlashDraftModel", "muse_glimmer_assistant", "DFlash2DraftModel", "Qwen3DSparkModel"]
-IDS = {"DFlashDraftModel": "dflash", "muse_glimmer_assistant": "hf-assistant", "DFlash2DraftModel": "dflash2", "Qwen3DSparkModel": "dspark"}
+IDS = {
+    "DFlashDraftModel": "dflash",
+    "muse_glimmer_assistant": "hf-assistant",
+    "DFlash2DraftModel": "dflash2",
+    "Qwen3DSparkModel": "dspark",
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +50,12 @@ def small_target():
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, small_target):
     root = tmp_path_factory.mktemp("drafters")
-    return {a: save_fixture(root / IDS[a], a, small_target, seed=1, num_layers=2, sliding_window=3 if a == "DFlashDraftModel" else None) for a in ARCHS}
+    return {
+        a: save_fixture(
+            root / IDS[a], a, small_target, seed=1, num_layers=2, sliding_window=3 if a == "DFlashDraftModel" else None
+        )
+        for a in ARCHS
+    }
 
 
 def _features(target, drafter, context):
@@ -65,7 +75,9 @@ def test_fixture_round_trip_reproduces_forward(arch, folders, small_target):
     loaded = load_block_model(folders[arch], small_target)
     for name, tensor in reference.state_dict().items():
         assert torch.equal(tensor, loaded.state_dict()[name]), name
-    feats = torch.randn(5, len(reference.cfg.target_layer_ids) * reference.cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+    feats = torch.randn(
+        5, len(reference.cfg.target_layer_ids) * reference.cfg.hidden_size, generator=torch.Generator().manual_seed(0)
+    )
     noise = torch.randn(reference.cfg.block_size, reference.cfg.hidden_size, generator=torch.Generator().manual_seed(1))
     outs = []
     for model in (reference, loaded):
@@ -104,9 +116,20 @@ def hf_assistant(tmp_path_factory):
     transformers = pytest.importorskip("transformers")
     target = tiny_target(seed=0, vocab_size=11, hidden_size=32, num_layers=3)
     hf_cfg = transformers.MuseGlimmerAssistantConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=8, block_size=HF_BLOCK, mask_token_id=10, target_layer_ids=[0, 2], sliding_window=WINDOW,
-        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        block_size=HF_BLOCK,
+        mask_token_id=10,
+        target_layer_ids=[0, 2],
+        sliding_window=WINDOW,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
     )
     torch.manual_seed(0)
     hf = transformers.MuseGlimmerAssistantModel(hf_cfg).float().eval()
@@ -134,7 +157,9 @@ def test_transformers_assistant_matches_across_the_window(total, hf_assistant):
     with torch.no_grad():
         cache = DFlashCache(config=hf.config)
         cache.set_previous_accepted_tokens(ctx_len)
-        ref = hf(noise_embeds=noise, context_hidden_states=ctx, position_ids=torch.arange(total)[None], cache=cache, use_cache=True)
+        ref = hf(
+            noise_embeds=noise, context_hidden_states=ctx, position_ids=torch.arange(total)[None], cache=cache, use_cache=True
+        )
         ref = ref.last_hidden_state[0]
         model = drafter.model
         dynamic = DraftKVCache(2)
@@ -278,7 +303,9 @@ def test_bad_checkpoints_name_the_field(tmp_path, small_target):
     with pytest.raises(ValueError, match="vocab_size"):
         DFlashDrafter.from_pretrained(save_fixture(tmp_path / "v", "DFlashDraftModel", big_vocab), small_target)
     with pytest.raises(ValueError, match="vocab_size"):
-        DSparkDrafter.from_pretrained(save_fixture(tmp_path / "v2", "Qwen3DSparkModel", big_vocab, mask_token_id=3, extra={"vocab_size": 6}), small_target)
+        DSparkDrafter.from_pretrained(
+            save_fixture(tmp_path / "v2", "Qwen3DSparkModel", big_vocab, mask_token_id=3, extra={"vocab_size": 6}), small_target
+        )
     cfg = fixture_config("DFlashDraftModel", small_target)
     cfg["dflash_config"]["target_layer_ids"] = [0, 5]
     with pytest.raises(ValueError, match="target_layer_ids"):
@@ -328,7 +355,9 @@ def _e2e_p_value(drafter, target, runs: int = 300) -> float:
     from specdec.testing import two_sample_chi2
 
     prompt = torch.tensor([[1, 2, 3, 4, 5, 0, 1]])
-    spec = torch.cat([sd.generate(target, prompt, 3, drafter=drafter, temperature=1.0, seed=s, num_draft_tokens=4).tokens for s in range(runs)])
+    spec = torch.cat(
+        [sd.generate(target, prompt, 3, drafter=drafter, temperature=1.0, seed=s, num_draft_tokens=4).tokens for s in range(runs)]
+    )
     ar = torch.cat([sd.generate(target, prompt, 3, temperature=1.0, seed=10_000 + s).tokens for s in range(runs)])
     return two_sample_chi2(spec, ar, context=1).p_value
 

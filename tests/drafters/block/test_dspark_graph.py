@@ -28,8 +28,15 @@ def target():
 
 
 def _pair(target, head, *, block_size=5, max_context=120, extra=None, **kw):
-    cfg = fixture_config("Qwen3DSparkModel", target, num_layers=2, target_layer_ids=[0, 1], block_size=block_size,
-                         markov_head_type=head, extra=extra)
+    cfg = fixture_config(
+        "Qwen3DSparkModel",
+        target,
+        num_layers=2,
+        target_layer_ids=[0, 1],
+        block_size=block_size,
+        markov_head_type=head,
+        extra=extra,
+    )
     model = random_block_model(cfg, target, seed=3)
     dynamic, static = DSparkDrafter(model, target, **kw), DSparkDrafter(model, target, **kw)
     static.enable_static_cache(max_context)
@@ -186,8 +193,11 @@ def test_mutation_stale_rnn_state_is_caught(target, monkeypatch):
             calls["in_body"] = False
 
     monkeypatch.setattr(DSparkDrafter, "_graph_head", head)
-    monkeypatch.setattr(DSparkDrafter, "sequential_bias",
-                        lambda self, prev, hidden=None, state=None: real(self, prev, hidden, None if calls["in_body"] else state))
+    monkeypatch.setattr(
+        DSparkDrafter,
+        "sequential_bias",
+        lambda self, prev, hidden=None, state=None: real(self, prev, hidden, None if calls["in_body"] else state),
+    )
     with pytest.raises(AssertionError):
         _assert_same(*_drive([dynamic, static], target, GREEDY))
 
@@ -239,7 +249,11 @@ def test_scheduled_chain_on_static_path(target):
     assert min(q.tokens.numel() for q, *_ in got) < static.max_draft_tokens  # the scheduler did cut chains
     small = tiny_target(seed=0, vocab_size=6, max_seq_len=256)
     cfg = fixture_config("Qwen3DSparkModel", small, num_layers=2, target_layer_ids=[0, 1], block_size=5)
-    drafter = DSparkDrafter(random_block_model(cfg, small, seed=3), small, scheduler=PrefixScheduler([1.0, 0.97, 0.95, 0.9, 0.8, 0.7]))
+    drafter = DSparkDrafter(
+        random_block_model(cfg, small, seed=3), small, scheduler=PrefixScheduler([1.0, 0.97, 0.95, 0.9, 0.8, 0.7])
+    )
     drafter.enable_static_cache(120)
     prompt = torch.tensor([[1, 2, 3, 4, 5, 0, 1, 2, 3]])
-    assert torch.equal(sd.generate(small, prompt, 40, drafter=drafter, num_draft_tokens=5).tokens, sd.generate(small, prompt, 40).tokens)
+    assert torch.equal(
+        sd.generate(small, prompt, 40, drafter=drafter, num_draft_tokens=5).tokens, sd.generate(small, prompt, 40).tokens
+    )

@@ -9,7 +9,6 @@ import torch
 from scipy import stats
 
 import specdec as sd
-from specdec.drafters.block import dspark as dspark_mod
 from specdec.drafters.block import (
     DSparkDrafter,
     block_bias,
@@ -22,6 +21,7 @@ from specdec.drafters.block import (
     read_dspark_config,
     save_fixture,
 )
+from specdec.drafters.block import dspark as dspark_mod
 from specdec.testing import tiny_target
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import TreeVerifier
@@ -50,10 +50,14 @@ def _features(target, drafter, context):
 
 def test_deepspec_tensor_names_and_shapes(small_target):
     h, r = small_target.config.hidden_size, 8
-    gated = export_state_dict(random_block_model(fixture_config("Qwen3DSparkModel", small_target, markov_head_type="gated"), small_target))
+    gated = export_state_dict(
+        random_block_model(fixture_config("Qwen3DSparkModel", small_target, markov_head_type="gated"), small_target)
+    )
     assert gated["markov_head.gate_proj.weight"].shape == (r, h + r)
     assert gated["markov_head.gate_proj.bias"].shape == (r,)
-    rnn = export_state_dict(random_block_model(fixture_config("Qwen3DSparkModel", small_target, markov_head_type="rnn"), small_target))
+    rnn = export_state_dict(
+        random_block_model(fixture_config("Qwen3DSparkModel", small_target, markov_head_type="rnn"), small_target)
+    )
     assert rnn["markov_head.joint_proj.weight"].shape == (3 * r, 2 * r + h)
     assert rnn["markov_head.joint_proj.bias"].shape == (3 * r,)
     assert {"markov_head.markov_w1.weight", "markov_head.markov_w2.weight", "confidence_head.proj.weight"} <= set(rnn)
@@ -126,13 +130,17 @@ def test_bias_matches_reference_formula(head, folders, small_target):
 def test_mutation_rnn_without_carried_state_is_caught(folders, small_target, monkeypatch):
     """DeepSpec's stateless single-step RNN bias (state reset every step) must fail the reference check."""
     real = dspark_mod.markov_step
-    monkeypatch.setattr(dspark_mod, "markov_step", lambda head, kind, prev, hidden=None, state=None: real(head, kind, prev, hidden, None))
+    monkeypatch.setattr(
+        dspark_mod, "markov_step", lambda head, kind, prev, hidden=None, state=None: real(head, kind, prev, hidden, None)
+    )
     with pytest.raises(AssertionError):
         _check_drafter_against_reference(DSparkDrafter.from_pretrained(folders["rnn"], small_target), small_target)
 
 
 def test_mutation_gate_dropped_is_caught(folders, small_target, monkeypatch):
-    monkeypatch.setattr(dspark_mod, "markov_step", lambda head, kind, prev, hidden=None, state=None: (head.markov_w2(head.markov_w1(prev)), None))
+    monkeypatch.setattr(
+        dspark_mod, "markov_step", lambda head, kind, prev, hidden=None, state=None: (head.markov_w2(head.markov_w1(prev)), None)
+    )
     with pytest.raises(AssertionError):
         _check_drafter_against_reference(DSparkDrafter.from_pretrained(folders["gated"], small_target), small_target)
 
@@ -151,13 +159,17 @@ def test_tree_child_logprobs_follow_the_path(head, folders, small_target, monkey
     monkeypatch.setattr(drafter, "_tree_from", spy)
     ctx = torch.tensor([1, 2, 3, 4, 5, 0])
     drafter.reset()
-    proposal = drafter.propose(ctx, 6, sampling=SamplingConfig(), generator=None, target_hidden=_features(small_target, drafter, ctx))
+    proposal = drafter.propose(
+        ctx, 6, sampling=SamplingConfig(), generator=None, target_hidden=_features(small_target, drafter, ctx)
+    )
     assert proposal.tree is not None and proposal.tree.tokens.numel() == 6
     hidden = drafter.last_hidden[:6]
     base = drafter.model.logits(hidden, small_target.lm_head)
     for path in ([], [3], [3, 1], [0, 5, 2], [4, 4, 4, 4]):
         prevs = torch.tensor([0] + path)
-        ref = torch.log_softmax(base[len(path)] + block_bias(drafter.model.markov_head, head, prevs, hidden[: len(path) + 1])[-1].float(), -1)
+        ref = torch.log_softmax(
+            base[len(path)] + block_bias(drafter.model.markov_head, head, prevs, hidden[: len(path) + 1])[-1].float(), -1
+        )
         torch.testing.assert_close(captured["f"](torch.tensor(path, dtype=torch.long)), ref, atol=1e-6, rtol=1e-6)
     # the RNN law at depth 2 depends on the token two steps back, the gated one does not
     a = captured["f"](torch.tensor([1, 2]))
@@ -214,7 +226,12 @@ def test_sampled_generate_matches_autoregressive_law(head, folders, small_target
     prompt = torch.tensor([[1, 2, 3, 4, 5, 0, 1]])
     drafter = DSparkDrafter.from_pretrained(folders[head], small_target)
     runs = 150
-    spec = torch.cat([sd.generate(small_target, prompt, 3, drafter=drafter, temperature=1.0, seed=s, num_draft_tokens=4).tokens for s in range(runs)])
+    spec = torch.cat(
+        [
+            sd.generate(small_target, prompt, 3, drafter=drafter, temperature=1.0, seed=s, num_draft_tokens=4).tokens
+            for s in range(runs)
+        ]
+    )
     ar = torch.cat([sd.generate(small_target, prompt, 3, temperature=1.0, seed=10_000 + s).tokens for s in range(runs)])
     assert two_sample_chi2(spec, ar, context=1).p_value > 1e-3
 
