@@ -17,6 +17,7 @@ def test_readme_has_exactly_two_setup_commands():
     assert len(commands) == 2
     assert commands[0].endswith("python -m specdec demo")
     assert "pytest" in commands[1] and "TRITON_INTERPRET=1" in commands[1]
+    assert "ruff check ." in commands[1] and "ruff format --check ." in commands[1]
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
@@ -27,3 +28,17 @@ def test_ci_runs_the_readme_test_command_verbatim():
 def test_requirements_pin_the_ci_stack():
     pins = dict(line.split("==") for line in (ROOT / "requirements-ci.txt").read_text().splitlines() if "==" in line)
     assert pins["torch"] == "2.13.0" and pins["triton"] == "3.7.1" and pins["transformers"] == "5.24.0"
+
+
+def test_tests_mirror_the_package():
+    """Every folder of tests/ names a package or module of specdec (or the docs and benchmarks it tests)."""
+    import specdec
+
+    package = Path(specdec.__file__).parent
+    outside = {"docs", "benchmarks"}
+    for folder in sorted(p for p in (ROOT / "tests").rglob("*") if p.is_dir() and p.name != "__pycache__"):
+        rel = folder.relative_to(ROOT / "tests")
+        if rel.parts[0] in outside:
+            continue
+        mirrored = package.joinpath(*rel.parts)
+        assert mirrored.is_dir() or mirrored.with_suffix(".py").is_file(), f"tests/{rel} mirrors nothing under specdec/"

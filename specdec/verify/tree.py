@@ -19,7 +19,7 @@ Why sample-and-match is exact: at each visited row the emitted token is drawn fr
 given exactly the tokens emitted before it, and the next row to visit (the first child carrying that
 token) depends only on tokens already emitted. So the emitted sequence is a target sample, for any tree
 that was built without looking at the target's draws. Accepting deterministic top-k children with the
-chain ratio ``min(1, p/q)`` is *not* exact (``tests/test_tree.py`` measures the bias).
+chain ratio ``min(1, p/q)`` is *not* exact (``tests/verify/test_tree.py`` measures the bias).
 """
 
 from __future__ import annotations
