@@ -45,25 +45,11 @@ import torch
 
 from benchmarks.common import capture_cuda_graph, median_time_ms, provenance, provenance_line, write_json
 from specdec.drafters.base import DraftProposal
-from specdec.models import DenseTarget
+from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import Tree, TreeVerifier, best_first_tree, tree_positions
 
-QWEN3_8B = TargetConfig(
-    vocab_size=151936,
-    hidden_size=4096,
-    intermediate_size=12288,
-    num_layers=36,
-    num_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    rms_norm_eps=1e-6,
-    rope_theta=1000000.0,
-    max_position_embeddings=40960,
-    qk_norm=True,
-    model_type="qwen3",
-)
 TINY = TargetConfig(
     vocab_size=512,
     hidden_size=64,

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import torch
 
+from specdec.models.hf_names import embedding_and_head, tensor_reader
 from specdec.models.hybrid_config import HybridConfig
 
 __all__ = ["hybrid_state_from_hf"]
@@ -14,14 +15,8 @@ __all__ = ["hybrid_state_from_hf"]
 def hybrid_state_from_hf(cfg: HybridConfig, hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Map HF tensor names of either layout to the runtime's (Qwen3-Next's GDN rows regrouped)."""
 
-    def take(name: str) -> torch.Tensor:
-        if name not in hf_state:
-            raise ValueError(f"checkpoint: missing tensor {name!r}")
-        return hf_state[name]
-
-    state: dict[str, torch.Tensor] = {"embed.weight": take("model.embed_tokens.weight"), "norm.weight": take("model.norm.weight")}
-    if not cfg.tie_word_embeddings:
-        state["lm_head.weight"] = hf_state.get("lm_head.weight", state["embed.weight"])
+    take = tensor_reader(hf_state)
+    state = embedding_and_head(cfg.tie_word_embeddings, hf_state)
     hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
     dk, dv, r = cfg.linear_key_head_dim, cfg.linear_value_head_dim, hv // hk
     for i in range(cfg.num_layers):

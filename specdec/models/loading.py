@@ -13,6 +13,7 @@ import torch
 
 from specdec.models.config import DENSE_MODEL_TYPES, HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
 from specdec.models.dense import DenseTarget, load_weights
+from specdec.models.hf_names import embedding_and_head, tensor_reader
 
 logger = logging.getLogger("specdec")
 
@@ -22,14 +23,8 @@ _WEIGHT_FORMATS = ("bf16", "w12")
 def _hf_to_runtime(cfg: TargetConfig, hf_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Map HF tensor names (``model.layers.{i}.self_attn.q_proj.weight`` ...) to the runtime's names."""
 
-    def take(name: str) -> torch.Tensor:
-        if name not in hf_state:
-            raise ValueError(f"checkpoint: missing tensor {name!r}")
-        return hf_state[name]
-
-    state: dict[str, torch.Tensor] = {"embed.weight": take("model.embed_tokens.weight"), "norm.weight": take("model.norm.weight")}
-    if not cfg.tie_word_embeddings:
-        state["lm_head.weight"] = hf_state.get("lm_head.weight", state["embed.weight"])
+    take = tensor_reader(hf_state)
+    state = embedding_and_head(cfg.tie_word_embeddings, hf_state)
     for i in range(cfg.num_layers):
         hf, ours = f"model.layers.{i}.", f"layers.{i}."
         attn = hf + "self_attn."
