@@ -284,7 +284,32 @@ def forcing_power(results: Results) -> str:
     return markdown_table(["null rate \\ rise"] + [f"+{sci(rise)}" for rise in rises], rows)
 
 
+def hybrid_graphs(results: Results) -> str:
+    run = results("bench_hybrid_graphs_h200_2026-12-01.json")
+    t = run["timings"]
+    exact = all(all(v for k, v in check.items() if k.endswith(("logits", "commit"))) for check in run["checks"].values())
+    rows = [
+        [
+            "AR (1 row + commit)",
+            f"{t['ar_eager_ms']:.2f} ms",
+            f"{t['ar_graphed_ms']:.2f} ms",
+            f"{t['weight_read_floor_ms']:.2f} ms",
+            f"{t['ar_graphed_ms'] / t['weight_read_floor_ms']:.2f}x",
+        ],
+        [
+            "tree-64 verify + commit",
+            f"{t['tree64_eager_ms']:.2f} ms",
+            f"{t['tree64_graphed_ms']:.2f} ms",
+            "",
+            f"{t['tree64_over_ar']:.2f}x the graphed AR step",
+        ],
+    ]
+    header = ["step", "eager", "CUDA graph", "weight-read floor", "graphed vs floor / AR"]
+    return markdown_table(header, rows) + f"\n\ngraphed == static path == eager, exactly: {'yes' if exact else 'NO'}"
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
+    "hybrid-graphs": hybrid_graphs,
     "decode-steps": decode_steps,
     "forcing-gpu": forcing_gpu,
     "gdn-tree": gdn_tree,
