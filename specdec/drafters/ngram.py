@@ -23,6 +23,7 @@ class NGramDrafter:
         depth: longest continuation per path (default: ``max_tokens``).
 
     Example:
+        >>> from specdec.contracts import SamplingConfig
         >>> d = NGramDrafter(max_ngram=2)
         >>> d.propose(torch.tensor([7, 8, 9, 4, 7, 8]), 3, sampling=SamplingConfig(), generator=None).tokens
         tensor([9, 4, 7])
@@ -81,6 +82,7 @@ class NGramDrafter:
             ``tokens``.
 
         Example:
+            >>> from specdec.contracts import SamplingConfig
             >>> p = NGramDrafter(max_ngram=2, max_paths=2).propose(torch.tensor([1, 2, 7, 1, 2, 8, 1, 2]), 4,
             ...                                                    sampling=SamplingConfig(), generator=None)
             >>> p.tokens.tolist(), p.tree.tokens.tolist(), p.tree.parents.tolist()
