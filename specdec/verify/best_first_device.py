@@ -135,7 +135,7 @@ def best_first_tree_device(
 
     order = _first_by_score(all_scores, budget)  # [B] union entries in node order
     node_of_entry = torch.full((depths * budget,), -1, dtype=torch.long, device=device)
-    node_of_entry[order] = torch.arange(budget, device=device)
+    node_of_entry.scatter_(0, order, torch.arange(budget, device=device))  # [D * B]: node of each entry, or -1
     scores = all_scores[order]  # [B] float64
     is_node = scores > float("-inf")
     depth_index = order // budget  # [B], 0 for children of the root
