@@ -6,6 +6,8 @@ miss on one branch can still be covered by a sibling. The pieces, each usable on
 * :class:`Tree` -- tokens and parent pointers (parents before children), validated on construction.
 * :func:`best_first_tree` -- the ``budget`` most likely draft prefixes (the DDTree heap), from per-depth
   draft log-probs ``[D, V]`` or from a callable that gives path-dependent child log-probs.
+* :func:`best_first_tree_device` -- the same tree from ``[D, V]`` log-probs with fixed-shape tensor ops on
+  the device (no host sync, CUDA-graph capturable), as padded tensors.
 * :func:`tree_attention_mask` / :func:`tree_positions` -- the mask and RoPE positions of the verify rows
   ``[root, node_0, ..., node_{N-1}]``.
 * :func:`greedy_walk` / :func:`sample_and_match` -- decide which root path is accepted and the bonus
@@ -35,6 +37,7 @@ from specdec.contracts.sampling import SamplingConfig
 from specdec.contracts.target import Target, check_target
 from specdec.contracts.tree import Tree, tree_attention_mask, tree_positions
 from specdec.verify.best_first import _check_budget, best_first_tree
+from specdec.verify.best_first_device import best_first_tree_device
 from specdec.verify.processors import process_logits, row_prefixes
 from specdec.verify.sampling import logits_to_probs
 from specdec.verify.walks import TreeWalk, greedy_walk, match_walk, sample_and_match
@@ -44,6 +47,7 @@ __all__ = [
     "TreeWalk",
     "TreeVerifier",
     "best_first_tree",
+    "best_first_tree_device",
     "greedy_walk",
     "match_walk",
     "sample_and_match",
@@ -90,6 +94,9 @@ class TreeVerifier:
     Args:
         budget: most nodes in a tree built here (capped by the cache room).
         top_k: at most this many children per node in a tree built here.
+        device_tree: build trees from log-probs with :func:`best_first_tree_device` (tensor ops on the
+            log-probs' device) instead of the host heap; the same tree. The number of nodes is read
+            back to the host once to make the :class:`Tree` (its depths are built on the host anyway).
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -103,11 +110,14 @@ class TreeVerifier:
         True
     """
 
-    def __init__(self, budget: int = 64, *, top_k: int | None = None):
+    def __init__(self, budget: int = 64, *, top_k: int | None = None, device_tree: bool = False):
         self.budget = _check_budget(budget)
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k: expected an int >= 1 or None, got {top_k!r}")
+        if not isinstance(device_tree, bool):
+            raise TypeError(f"device_tree: expected a bool, got {type(device_tree).__name__} {device_tree!r}")
         self.top_k = top_k
+        self.device_tree = device_tree
         self.last_tree: Tree | None = None
 
     def build_tree(self, proposal: DraftProposal, *, room: int) -> Tree:
@@ -146,6 +156,10 @@ class TreeVerifier:
         budget = min(self.budget, room - 1)
         if budget < 1:
             return Tree.chain(tokens[:0])
+        if self.device_tree:
+            tokens, parents, node_scores, num_nodes = best_first_tree_device(scores, budget, top_k=self.top_k, check_values=True)
+            n = int(num_nodes)
+            return Tree(tokens=tokens[:n], parents=parents[:n], scores=node_scores[:n])
         return best_first_tree(scores, budget, top_k=self.top_k)
 
     def verify(
