@@ -123,6 +123,12 @@ class ChainVerifier:
     Sampling: rejection sampling against the drafter's law, or the deterministic-proposal rule when
     the drafter gives none. Both are lossless (see :func:`chain_laws`).
 
+    Args:
+        validate_proposals: check every proposal with :meth:`~specdec.contracts.DraftProposal.validate`
+            before the target pass (one host read per round). ``False`` skips the check for a drafter
+            already trusted, e.g. inside an overlapped pipeline where that read would serialise the
+            draft and the verify.
+
     Example:
         >>> from specdec.testing import tiny_target
         >>> target = tiny_target(seed=0)
@@ -133,6 +139,11 @@ class ChainVerifier:
         >>> result.emitted.shape[0] == result.num_accepted + 1
         True
     """
+
+    def __init__(self, *, validate_proposals: bool = True):
+        if not isinstance(validate_proposals, bool):
+            raise TypeError(f"validate_proposals: expected a bool, got {type(validate_proposals).__name__}")
+        self.validate_proposals = validate_proposals
 
     def verify(
         self,
@@ -172,7 +183,8 @@ class ChainVerifier:
             (True, True)
         """
         check_target(target)
-        proposal.validate(vocab_size=target.vocab_size)
+        if self.validate_proposals:
+            proposal.validate(vocab_size=target.vocab_size)
         drafts = proposal.tokens
         plan = VerifyPlan.chain(root.view(1), drafts, prefix_len=target.length)
         out = target.run_plan(plan, hidden_layers=hidden_layers)

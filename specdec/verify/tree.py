@@ -94,6 +94,7 @@ class TreeVerifier:
     Args:
         budget: most nodes in a tree built here (capped by the cache room).
         top_k: at most this many children per node in a tree built here.
+        validate_proposals: as for :class:`~specdec.verify.chain.ChainVerifier`.
         device_tree: build trees from log-probs with :func:`best_first_tree_device` (tensor ops on the
             log-probs' device) instead of the host heap; the same tree. The number of nodes is read
             back to the host once to make the :class:`Tree` (its depths are built on the host anyway).
@@ -110,14 +111,17 @@ class TreeVerifier:
         True
     """
 
-    def __init__(self, budget: int = 64, *, top_k: int | None = None, device_tree: bool = False):
+    def __init__(self, budget: int = 64, *, top_k: int | None = None, device_tree: bool = False, validate_proposals: bool = True):
         self.budget = _check_budget(budget)
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k: expected an int >= 1 or None, got {top_k!r}")
         if not isinstance(device_tree, bool):
             raise TypeError(f"device_tree: expected a bool, got {type(device_tree).__name__} {device_tree!r}")
+        if not isinstance(validate_proposals, bool):
+            raise TypeError(f"validate_proposals: expected a bool, got {type(validate_proposals).__name__}")
         self.top_k = top_k
         self.device_tree = device_tree
+        self.validate_proposals = validate_proposals
         self.last_tree: Tree | None = None
 
     def build_tree(self, proposal: DraftProposal, *, room: int) -> Tree:
@@ -201,7 +205,8 @@ class TreeVerifier:
             (True, True)
         """
         check_target(target)
-        proposal.validate(vocab_size=target.vocab_size)
+        if self.validate_proposals:
+            proposal.validate(vocab_size=target.vocab_size)
         device = target.device
         tree = self.build_tree(proposal, room=target.room()).to(device)
         if not tree.is_chain and not target.supports_trees:

@@ -136,3 +136,20 @@ def test_tree_from_parents_is_the_drafters_tree():
     tree = proposal.as_tree()
     assert tree.tokens.tolist() == [5, 9, 4] and tree.parents.tolist() == [-1, -1, 0]
     assert proposal.num_nodes == 3 and DraftProposal(torch.tensor([5])).as_tree() is None
+
+
+@pytest.mark.parametrize(
+    "verifier",
+    [sd.ChainVerifier(validate_proposals=False), sd.TreeVerifier(budget=8, validate_proposals=False)],
+    ids=["chain", "tree"],
+)
+def test_validation_can_be_switched_off_for_a_trusted_drafter(verifier, monkeypatch):
+    calls = []
+    monkeypatch.setattr(DraftProposal, "validate", lambda self, *, vocab_size: calls.append(vocab_size))
+    target = tiny_target(seed=0)
+    target(torch.tensor([[1, 2]]))
+    target.commit(2)
+    verifier.verify(target, torch.tensor([3]), DraftProposal(torch.tensor([4, 5])), sampling=sd.SamplingConfig())
+    assert calls == []
+    with pytest.raises(TypeError, match="validate_proposals: expected a bool"):
+        sd.ChainVerifier(validate_proposals=1)
