@@ -68,7 +68,9 @@ class VerifyPlan:
             >>> VerifyPlan.chain(torch.tensor([3]), torch.tensor([4, 5]), prefix_len=2).is_chain
             True
         """
-        return cls.for_tree(root, Tree.chain(drafts.to(root.device)), prefix_len=prefix_len)
+        if not isinstance(drafts, torch.Tensor) or drafts.ndim != 1:
+            raise ValueError(f"drafts: expected a 1-D tensor of token ids, got {getattr(drafts, 'shape', type(drafts).__name__)}")
+        return cls.for_tree(root, Tree._unchecked_chain(drafts.to(root.device)), prefix_len=prefix_len)
 
     @property
     def num_rows(self) -> int:

@@ -107,6 +107,24 @@ class Tree:
         return cls(tokens=tokens, parents=parents)
 
     @classmethod
+    def _unchecked_chain(cls, tokens: torch.Tensor) -> Tree:
+        """:meth:`chain` without reading the tokens back to the host (no sync on an accelerator).
+
+        For the verify plan of every round: a chain's parents are valid by construction and its token
+        ids were range-checked by :meth:`DraftProposal.validate`, so the host walk of ``__post_init__``
+        would only add a device-to-host read to the hot path.
+        """
+        n = tokens.numel()
+        tree = object.__new__(cls)
+        object.__setattr__(tree, "tokens", tokens.long())
+        object.__setattr__(tree, "parents", torch.arange(-1, n - 1, device=tokens.device))
+        object.__setattr__(tree, "scores", None)
+        object.__setattr__(tree, "depth", torch.arange(1, n + 1, device=tokens.device))
+        object.__setattr__(tree, "max_depth", n)
+        object.__setattr__(tree, "is_chain", True)
+        return tree
+
+    @classmethod
     def from_paths(cls, paths: Sequence[Sequence[int]], *, device: torch.device | str | None = None) -> Tree:
         """Merge several continuations into a trie (shared prefixes share nodes).
 

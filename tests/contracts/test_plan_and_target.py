@@ -84,3 +84,20 @@ def test_tree_verifier_refuses_trees_on_a_chain_only_target():
     with pytest.raises(ValueError, match="verifies chains only"):
         sd.TreeVerifier().verify(target, torch.tensor([3]), proposal, sampling=sd.SamplingConfig())
     assert target.length == 2
+
+
+def test_chain_plan_skips_the_host_walk_and_equals_the_checked_chain(monkeypatch):
+    drafts = torch.tensor([4, 5, 9])
+    checked = Tree.chain(drafts)
+
+    def no_host_walk(self):
+        raise AssertionError("the chain plan of a round must not read its tokens back to the host")
+
+    monkeypatch.setattr(Tree, "__post_init__", no_host_walk)
+    tree = VerifyPlan.chain(torch.tensor([3]), drafts, prefix_len=2).tree
+    for field in ("tokens", "parents", "depth"):
+        assert torch.equal(getattr(tree, field), getattr(checked, field))
+    assert (tree.max_depth, tree.is_chain, tree.scores) == (checked.max_depth, checked.is_chain, None)
+    assert torch.equal(tree.ancestor_mask, checked.ancestor_mask)
+    empty = VerifyPlan.chain(torch.tensor([3]), torch.zeros(0, dtype=torch.long), prefix_len=2)
+    assert empty.num_rows == 1 and empty.is_chain
