@@ -59,30 +59,26 @@ def _load_weights(model: BlockDraftModel, tensors: Mapping[str, torch.Tensor], t
     model.load_state_dict({k: renamed[k] for k in expected}, strict=True)
 
 
-def load_block_model(folder, target, *, dtype: torch.dtype | None = None) -> BlockDraftModel:
-    """Read ``config.json`` + ``*.safetensors`` of a published drafter and check it fits ``target``."""
+def _load_folder(folder, target, dtype, read_config, build) -> BlockDraftModel:
     folder = Path(folder)
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise ValueError(f"folder: expected {config_path} to exist")
-    cfg = read_drafter_config(json.loads(config_path.read_text()))
+    cfg = read_config(json.loads(config_path.read_text()))
     check_fits_target(cfg, target)
-    model = BlockDraftModel(cfg, target.config.vocab_size)
+    model = build(cfg, target.config.vocab_size)
     _load_weights(model, read_safetensors(folder, argument="folder"), target)
     return model.to(device=target.device, dtype=dtype or target.dtype).eval()
+
+
+def load_block_model(folder, target, *, dtype: torch.dtype | None = None) -> BlockDraftModel:
+    """Read ``config.json`` + ``*.safetensors`` of a published drafter and check it fits ``target``."""
+    return _load_folder(folder, target, dtype, read_drafter_config, BlockDraftModel)
 
 
 def load_dspark_model(folder, target, *, dtype: torch.dtype | None = None) -> BlockDraftModel:
     """Read a DeepSpec DSpark checkpoint folder (``config.json`` + ``*.safetensors``), any head type."""
-    folder = Path(folder)
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise ValueError(f"folder: expected {config_path} to exist")
-    cfg = read_dspark_config(json.loads(config_path.read_text()))
-    check_fits_target(cfg, target)
-    model = build_dspark_model(cfg, target.config.vocab_size)
-    _load_weights(model, read_safetensors(folder, argument="folder"), target)
-    return model.to(device=target.device, dtype=dtype or target.dtype).eval()
+    return _load_folder(folder, target, dtype, read_dspark_config, build_dspark_model)
 
 
 def export_state_dict(model: BlockDraftModel, target=None) -> dict[str, torch.Tensor]:
