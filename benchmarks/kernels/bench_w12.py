@@ -108,6 +108,7 @@ def smollm2_stats() -> dict:
 def bench_gpu(args) -> dict:
     import triton
     import triton.testing
+    from triton.runtime.errors import OutOfResources
 
     from specdec.formats.w12 import W12KernelConfig, W12Tensor, decode_tiles, q_linear, w12_linear
     from specdec.kernels.w12_gemm import bf16_linear_triton, default_config
@@ -187,16 +188,23 @@ def bench_gpu(args) -> dict:
             for variant, (t, cfg) in best.items():
                 if variant == "exact":
                     y = w12_linear(x, w12, config=cfg)
-                    same_tiling = bf16_linear_triton(x, w, config=cfg)
+                    try:
+                        same_tiling = bf16_linear_triton(x, w, config=cfg)
+                    except OutOfResources as exc:
+                        # bf16 weights take 4/3 of the W12 tile's shared memory: the baseline may not fit
+                        same_tiling = None
+                        row["triton_bf16_same_tiling_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                    equal_same = None if same_tiling is None else bool(torch.equal(y, same_tiling))
                     err = (y.float() - y32).abs().max().item()
-                    ok = bool(torch.equal(y, same_tiling)) and bool(((y.float() - y32).abs() <= tol).all()) and tile_ok
-                    row["w12_exact_equals_same_tiling_bf16"] = bool(torch.equal(y, same_tiling))
+                    ok = equal_same is not False and bool(((y.float() - y32).abs() <= tol).all()) and tile_ok
+                    row["w12_exact_equals_same_tiling_bf16"] = equal_same
                     row["w12_exact_err"] = err
                     row["cublas_err"] = err_cublas
                     if ok:
                         row["w12_exact_s"] = t
                         row["w12_exact_config"] = cfg.__dict__
-                        row["triton_bf16_same_tiling_s"] = bench(lambda: bf16_linear_triton(x, w, config=cfg))
+                        if same_tiling is not None:
+                            row["triton_bf16_same_tiling_s"] = bench(lambda: bf16_linear_triton(x, w, config=cfg))
                         try:
                             yr = w12_linear(x, w12, rebias=True, config=cfg)
                             if torch.equal(yr, y):
@@ -274,7 +282,8 @@ def bench_gpu(args) -> dict:
             torch.cuda.empty_cache()
 
     def goal(key, target):
-        vals = [r.get(key) for r in results if r["M"] <= 64]
+        # a shape that failed as a whole has no "M": it counts as missing for every goal
+        vals = [r.get(key) for r in results if r.get("M", 0) <= 64]
         missing = sum(v is None for v in vals)
         vals = [v for v in vals if v is not None]
         return dict(
