@@ -81,8 +81,8 @@ def against_goal(ratio: float, goal: float) -> str:
 def decode_steps(results: Results) -> str:
     rows = []
     for name, body in (
-        ("bench_ar_graph_h200_2026-11-29.json", "CUDA graph"),
-        ("bench_ar_compile_h200_2026-11-29.json", "CUDA graph + torch.compile"),
+        ("bench_ar_graph_h200_2026-12-02.json", "CUDA graph"),
+        ("bench_ar_compile_h200_2026-12-02.json", "CUDA graph + torch.compile"),
     ):
         model = results(name)["models"][0]
         steps = {step["m"]: step for step in model["steps"]}
@@ -134,7 +134,7 @@ def forcing_gpu(results: Results) -> str:
 
 
 def gdn_tree(results: Results) -> str:
-    sizes = results("gdn_tree_h200_2026-11-29_v2.json")["sizes"]
+    sizes = results("gdn_tree_h200_2026-12-02.json")["sizes"]
     rows = []
     for nodes, size in sorted(sizes.items(), key=lambda item: int(item[0])):
         variants = size["variants"]
