@@ -5,12 +5,14 @@ a weight whose biased exponent lies in the window ``[b_n, b_n + 15]`` is stored 
 
     A = s, m[6:4]  (4 bits)      E = e - b_n  (4 bits)      B = m[3:0]  (4 bits)
 
-and decodes exactly as ``s << 15 | (E + b_n) << 7 | m_hi << 4 | B``. Weights outside the window
-(zeros, subnormals, inf/NaN, values more than 15 binades below the row's top) go to an exact escape
-list of ``(row, col, bf16 bits)``; their slots in the planes hold the placeholder ``s, E=0, m=0``.
+and decodes exactly as ``s << 15 | (E + b_n) << 7 | m_hi << 4 | B``. One code is reserved: ``E = 0``
+with all mantissa bits 0 decodes to ``±0`` (``s << 15``), so zeros cost 12 bits like any weight and
+the one value ``±2^(b_n - 127)`` that code would have meant is escaped instead. Weights that fit no
+code (subnormals, inf/NaN, values more than 15 binades below the row's top, ``±2^(b_n - 127)``) go to
+an exact escape list; their slots in the planes hold the zero code (with the sign).
 
 Memory layout (all planes row-major, one row per output channel, K padded to ``k_padded``, a
-multiple of 8; padding slots hold placeholder zeros and are never read as weights):
+multiple of 8; padding slots hold the zero code and are never read as weights):
 
 * ``ae``  uint8 ``[N, k_padded]``: one byte per weight, ``s | E(4) | m_hi(3)``. Inside every group
   of 4 consecutive k the bytes are stored in the order ``k0, k2, k1, k3``: a 32-bit little-endian
@@ -19,12 +21,14 @@ multiple of 8; padding slots hold placeholder zeros and are never read as weight
 * ``nib`` uint8 ``[N, k_padded // 2]``: the B nibbles. Every 32-bit word covers 8 consecutive k;
   its 4-bit slots hold ``k0, k2, k4, k6, k1, k3, k5, k7`` (slot i at bits ``4i..4i+3``), so
   ``(word >> 4j) & 0x000F000F`` is the nibble pair of ``(k2j, k2j+1)`` already in bf16x2 position.
-* ``base`` uint8 ``[N]``; ``esc_rows``, ``esc_cols`` int32 and ``esc_bits`` int16 ``[num_escapes]``
-  (sorted by row, then column).
+* ``base`` uint8 ``[N]``.
+* Escapes, per tile of 256 x 256 weights (tiles numbered row-tile major): ``esc_ptr`` int32
+  ``[num_tiles + 1]`` offsets, then per escape ``esc_pos`` int16 (the 16 bits
+  ``(row % 256) << 8 | (col % 256)``) and ``esc_bits`` int16 (its bf16 bits): 4 bytes per escape.
 
-Window choice: ``b_n`` maximises the number of in-window weights of row n; ties go to the larger
-base (keeps the largest magnitudes in-window). Rows with no finite nonzero normal weight get the
-largest base, 239. Derivation and kernel notes: ``docs/w12.md``.
+Window choice: ``b_n`` maximises the number of weights of row n that fit a code; ties go to the
+larger base (keeps the largest magnitudes in-window). Rows with no finite nonzero normal weight get
+the largest base, 239. Derivation and kernel notes: ``docs/w12.md``.
 
 Example::
 
@@ -32,8 +36,8 @@ Example::
     >>> w12 = W12Tensor.from_bf16(w)
     >>> torch.equal(w12.to_bf16().view(torch.int16), w.view(torch.int16))
     True
-    >>> w12.num_escapes          # the exact zero
-    1
+    >>> w12.num_escapes          # the zero has a code of its own
+    0
 """
 
 from __future__ import annotations
@@ -50,7 +54,10 @@ from torch import nn
 from specdec.kernels.w12_gemm import (
     REBIAS_EXPONENT,
     W12KernelConfig,
+    check_planes,
     decode_w12_tiles,
+    escape_coordinates,
+    pack_escape_tiles,
     q_matmul,
     resolve_backend,
     w12_matmul,
@@ -71,6 +78,8 @@ __all__ = [
     "load_file",
     "load_into",
     "decode_ae_bytes",
+    "decode_planes",
+    "W12_LAYOUT",
     "REBIAS_EXPONENT",
 ]
 
@@ -79,6 +88,8 @@ logger = logging.getLogger("specdec")
 # Largest base that keeps the whole 16-binade window inside the normal range [1, 254].
 MAX_BASE = 239
 WINDOW = 16
+# Written to and required in the metadata of files from save_file: the plane layout of this module.
+W12_LAYOUT = "zero-code;escape-tiles-256x256;ae,nib,base,esc_ptr,esc_pos,esc_bits"
 _EXP_MASK = 0xFF
 
 
@@ -103,11 +114,18 @@ def _check_weight(weight: object, name: str = "weight") -> torch.Tensor:
     return weight
 
 
-def choose_base(exponents: torch.Tensor) -> torch.Tensor:
+def choose_base(exponents: torch.Tensor, mantissa_zero: torch.Tensor | None = None) -> torch.Tensor:
     """Per-row base exponent that minimises escapes; ties toward the larger base.
 
     exponents: int64 ``[N, K]`` biased bf16 exponents (0 and 255 never fit a window).
+    mantissa_zero: optional bool ``[N, K]``, True where the mantissa is 0; such a weight at exponent
+    ``b`` is the reserved zero code of base ``b`` and does not count for that base.
     Returns int64 ``[N]`` in ``[1, 239]``.
+
+    Example::
+
+        >>> choose_base(torch.tensor([[127, 127, 100]]))  # every base in [112, 127] holds two; the largest wins
+        tensor([127])
     """
     n = exponents.shape[0]
     hist = torch.zeros(n, 256, dtype=torch.int64, device=exponents.device)
@@ -118,6 +136,10 @@ def choose_base(exponents: torch.Tensor) -> torch.Tensor:
     bases = torch.arange(1, MAX_BASE + 1, device=exponents.device)
     # in-window count for window [b, b+15] = csum[b+15] - csum[b-1]
     counts = csum[:, bases + WINDOW - 1] - csum[:, bases - 1]  # [N, 239]
+    if mantissa_zero is not None:
+        reserved = torch.zeros(n, 256, dtype=torch.int64, device=exponents.device)
+        reserved.scatter_add_(1, exponents, mantissa_zero.to(torch.int64))
+        counts = counts - reserved[:, bases]
     # argmax returns the first maximum; flipping makes that the largest base.
     best_from_top = torch.argmax(counts.flip(1), dim=1)
     return MAX_BASE - best_from_top
@@ -135,11 +157,36 @@ def _perm_nib(k_padded: int, device: torch.device) -> torch.Tensor:
     return (torch.arange(0, k_padded, 8, device=device)[:, None] + group).reshape(-1)
 
 
+def decode_planes(ae_logical: torch.Tensor, nibbles: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """Exact decode of AE bytes and B nibbles ``[N, K]`` (logical order) -> int32 bf16 patterns (escapes not applied).
+
+    Example::
+
+        >>> decode_planes(torch.tensor([[0x08, 0x80, 0x00]]), torch.tensor([[0, 0, 1]]), torch.tensor([126]))
+        tensor([[16256, 32768, 16129]], dtype=torch.int32)
+    """
+    ae = ae_logical.to(torch.int32)
+    nib = nibbles.to(torch.int32)
+    e = ((ae >> 3) & 0xF) + base.to(torch.int32)[:, None]
+    sign = (ae & 0x80) << 8
+    value = sign | (e << 7) | ((ae & 0x7) << 4) | nib
+    return torch.where(((ae & 0x7F) | nib) == 0, sign, value)
+
+
 def decode_ae_bytes(ae_logical: torch.Tensor, base: torch.Tensor, low_bits: int) -> torch.Tensor:
-    """Decode AE bytes ``[N, K]`` (logical order) with a fixed low nibble -> int32 bf16 patterns."""
+    """Decode AE bytes ``[N, K]`` (logical order) with a fixed low nibble -> int32 bf16 patterns.
+
+    The 8-bit view's rule: a byte with ``E = 0`` and ``m_hi = 0`` decodes to ``±0`` whatever its nibble.
+
+    Example::
+
+        >>> decode_ae_bytes(torch.tensor([[0x08, 0x80]]), torch.tensor([126]), 0b1000)  # 1.0625, -0.0
+        tensor([[16264, 32768]], dtype=torch.int32)
+    """
     ae = ae_logical.to(torch.int32)
     e = ((ae >> 3) & 0xF) + base.to(torch.int32)[:, None]
-    return ((ae & 0x80) << 8) | (e << 7) | ((ae & 0x7) << 4) | low_bits
+    sign = (ae & 0x80) << 8
+    return torch.where((ae & 0x7F) == 0, sign, sign | (e << 7) | ((ae & 0x7) << 4) | low_bits)
 
 
 class W12Tensor(torch.Tensor):
@@ -166,22 +213,22 @@ class W12Tensor(torch.Tensor):
     ae: torch.Tensor
     nib: torch.Tensor
     base: torch.Tensor
-    esc_rows: torch.Tensor
-    esc_cols: torch.Tensor
+    esc_ptr: torch.Tensor
+    esc_pos: torch.Tensor
     esc_bits: torch.Tensor
 
-    _INNER = ("ae", "nib", "base", "esc_rows", "esc_cols", "esc_bits")
+    _INNER = ("ae", "nib", "base", "esc_ptr", "esc_pos", "esc_bits")
 
     @staticmethod
-    def __new__(cls, ae, nib, base, esc_rows, esc_cols, esc_bits, shape, linear_backend="auto"):
+    def __new__(cls, ae, nib, base, esc_ptr, esc_pos, esc_bits, shape, linear_backend="auto"):
         return torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=torch.bfloat16, device=ae.device, requires_grad=False)
 
-    def __init__(self, ae, nib, base, esc_rows, esc_cols, esc_bits, shape, linear_backend="auto"):
+    def __init__(self, ae, nib, base, esc_ptr, esc_pos, esc_bits, shape, linear_backend="auto"):
         self.ae = ae
         self.nib = nib
         self.base = base
-        self.esc_rows = esc_rows
-        self.esc_cols = esc_cols
+        self.esc_ptr = esc_ptr
+        self.esc_pos = esc_pos
         self.esc_bits = esc_bits
         if linear_backend not in ("auto", "triton", "torch"):
             raise ValueError(f"linear_backend: expected 'auto', 'triton' or 'torch', got {linear_backend!r}")
@@ -203,11 +250,15 @@ class W12Tensor(torch.Tensor):
         sign = bits >> 15
         exp = (bits >> 7) & _EXP_MASK
         mant = bits & 0x7F
-        base = choose_base(exp.to(torch.int64)) if n > 0 else torch.zeros(0, dtype=torch.int64)
-        base = base.to(device)
+        if n > 0:
+            base = choose_base(exp.to(torch.int64), mant == 0)
+        else:
+            base = torch.zeros(0, dtype=torch.int64, device=device)
         off = exp - base[:, None].to(torch.int32)
-        in_window = (off >= 0) & (off < WINDOW) & (exp >= 1) & (exp <= 254)
-        # Escaped slots keep the sign with E = 0, m = 0: a sign-correct finite placeholder.
+        is_zero = (bits & 0x7FFF) == 0
+        # (off 0, mantissa 0) is the zero code, so ±2^(base-127) itself must escape.
+        in_window = (off >= 0) & (off < WINDOW) & (exp >= 1) & (exp <= 254) & ((off > 0) | (mant > 0))
+        # Zeros and escaped slots hold the zero code with their sign.
         ae_logical = torch.where(in_window, (sign << 7) | (off << 3) | (mant >> 4), sign << 7)
         b_logical = torch.where(in_window, mant & 0xF, torch.zeros_like(mant))
 
@@ -219,18 +270,10 @@ class W12Tensor(torch.Tensor):
         slots = b_logical[:, _perm_nib(k_padded, device)].reshape(n, k_padded // 2, 2)
         nib = (slots[..., 0] | (slots[..., 1] << 4)).to(torch.uint8).contiguous()
 
-        esc_rows, esc_cols = torch.nonzero(~in_window, as_tuple=True)
+        esc_rows, esc_cols = torch.nonzero(~(in_window | is_zero), as_tuple=True)
         esc_bits = bits[esc_rows, esc_cols].to(torch.int16)
-        return cls(
-            ae,
-            nib,
-            base.to(torch.uint8),
-            esc_rows.to(torch.int32),
-            esc_cols.to(torch.int32),
-            esc_bits,
-            (n, k),
-            linear_backend,
-        )
+        esc_ptr, esc_pos, esc_bits = pack_escape_tiles(esc_rows, esc_cols, esc_bits, n=n, k=k)
+        return cls(ae, nib, base.to(torch.uint8), esc_ptr, esc_pos, esc_bits, (n, k), linear_backend)
 
     @property
     def k_padded(self) -> int:
@@ -251,25 +294,32 @@ class W12Tensor(torch.Tensor):
         inv = torch.argsort(_perm_nib(self.k_padded, self.ae.device))
         return slots[:, inv][:, :k]
 
+    def escape_coordinates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows and columns (int64 ``[num_escapes]``) of the escaped weights, in storage order (``esc_bits``'s order)."""
+        n, k = self.shape
+        return escape_coordinates(self.esc_ptr, self.esc_pos, n=n, k=k)
+
     def to_bf16(self) -> torch.Tensor:
         """Exact decode: a bf16 ``[N, K]`` tensor bit-identical to the encoded weight."""
-        bits = decode_ae_bytes(self.ae_logical(), self.base, 0) | self.nibbles_logical()
-        bits[self.esc_rows.long(), self.esc_cols.long()] = self.esc_bits.to(torch.int32) & 0xFFFF
+        bits = decode_planes(self.ae_logical(), self.nibbles_logical(), self.base)
+        rows, cols = self.escape_coordinates()
+        bits[rows, cols] = self.esc_bits.to(torch.int32) & 0xFFFF
         return bits.to(torch.int16).view(torch.bfloat16)
 
     def q_view(self) -> torch.Tensor:
         """bf16 ``[N, K]`` decode of the 8-bit A+E view, low 4 mantissa bits at the midpoint 0b1000.
 
-        Escaped slots decode from their placeholder (``±2^(b-127) * 1.0625``): the view only
-        proposes tokens, so its escapes are not patched.
+        A byte with ``E = 0`` and ``m_hi = 0`` decodes to ``±0``: the zero code, the escaped slots
+        (the view only proposes tokens, so its escapes are not patched) and the in-window weights
+        ``±2^(b-127) * (1 + B/128)``, which have nothing but their nibble to tell them from zero.
         """
         bits = decode_ae_bytes(self.ae_logical(), self.base, 0b1000)
         return bits.to(torch.int16).view(torch.bfloat16)
 
     @property
     def num_escapes(self) -> int:
-        """Weights kept in the exact escape list: zeros, subnormals, inf/NaN and those outside their row's window (int)."""
-        return int(self.esc_rows.numel())
+        """Weights kept in the exact escape list: subnormals, inf/NaN, ``±2^(b-127)`` and those outside their row's window (int)."""
+        return int(self.esc_bits.numel())
 
     @property
     def escape_fraction(self) -> float:
@@ -435,8 +485,8 @@ def w12_linear(
         w.ae,
         w.nib,
         w.base,
-        w.esc_rows,
-        w.esc_cols,
+        w.esc_ptr,
+        w.esc_pos,
         w.esc_bits,
         k=w.shape[1],
         bias=bias,
@@ -487,7 +537,7 @@ def decode_tiles(w: W12Tensor, *, mode: str = "exact", config: W12KernelConfig |
     """
     if not isinstance(w, W12Tensor):
         raise TypeError(f"w: expected a W12Tensor, got {type(w).__name__}")
-    return decode_w12_tiles(w.ae, w.nib, w.base, w.esc_rows, w.esc_cols, w.esc_bits, k=w.shape[1], mode=mode, config=config)
+    return decode_w12_tiles(w.ae, w.nib, w.base, w.esc_ptr, w.esc_pos, w.esc_bits, k=w.shape[1], mode=mode, config=config)
 
 
 @dataclass(frozen=True)
@@ -636,9 +686,18 @@ _W12_SUFFIX = ".__w12__."
 def save_file(tensors: Mapping[str, torch.Tensor] | nn.Module, path: str) -> None:
     """Save a state dict (or a module's) holding plain tensors and W12Tensors to safetensors.
 
-    Each W12Tensor ``name`` becomes the plain tensors ``name.__w12__.{ae,nib,base,esc_rows,
-    esc_cols,esc_bits}``; its logical shape goes into the file metadata. :func:`load_file`
-    restores it bit-exact.
+    Each W12Tensor ``name`` becomes the plain tensors ``name.__w12__.{ae,nib,base,esc_ptr,
+    esc_pos,esc_bits}``; its logical shape goes into the file metadata, with the layout tag
+    ``w12_layout`` (:data:`W12_LAYOUT`). :func:`load_file` restores it bit-exact.
+
+    Example::
+
+        >>> import tempfile, os
+        >>> w = torch.tensor([[1.0, 0.0]], dtype=torch.bfloat16)
+        >>> path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+        >>> save_file({"lin.weight": W12Tensor.from_bf16(w)}, path)
+        >>> load_file(path)["lin.weight"].to_bf16()
+        tensor([[1., 0.]], dtype=torch.bfloat16)
     """
     from safetensors.torch import save_file as _save
 
@@ -655,20 +714,41 @@ def save_file(tensors: Mapping[str, torch.Tensor] | nn.Module, path: str) -> Non
             flat[name] = t.detach().contiguous().cpu()
         else:
             raise TypeError(f"tensors[{name!r}]: expected a tensor, got {type(t).__name__}")
-    _save(flat, path, metadata={"format": "pt", "w12_shapes": json.dumps(shapes)})
+    _save(flat, path, metadata={"format": "pt", "w12_shapes": json.dumps(shapes), "w12_layout": W12_LAYOUT})
 
 
 def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """Load a file written by :func:`save_file`; W12 entries come back as W12Tensors."""
+    """Load a file written by :func:`save_file`; W12 entries come back as W12Tensors.
+
+    Raises ``ValueError`` when the file's W12 entries are in another plane layout than
+    :data:`W12_LAYOUT` (naming both), or a plane has the wrong dtype, shape or escape offsets.
+    Example: see :func:`save_file`.
+    """
     from safetensors import safe_open
 
     with safe_open(path, framework="pt", device=str(device)) as f:
         meta = f.metadata() or {}
         flat = {name: f.get_tensor(name) for name in f.keys()}
     shapes = json.loads(meta.get("w12_shapes", "{}"))
+    has_w12 = bool(shapes) or any(_W12_SUFFIX in n for n in flat)
+    if has_w12 and meta.get("w12_layout") != W12_LAYOUT:
+        found = sorted({n.rpartition(_W12_SUFFIX)[2] for n in flat if _W12_SUFFIX in n})
+        raise ValueError(
+            f"path: {path} holds W12 weights in another layout (w12_layout {meta.get('w12_layout')!r}, planes "
+            f"{', '.join(found)}); expected w12_layout {W12_LAYOUT!r}: planes {', '.join(W12Tensor._INNER)}, "
+            "zeros as the reserved code, escapes in 256x256 tiles. Encode the bf16 weights again "
+            "(W12Tensor.from_bf16 or convert, then save_file)"
+        )
     out: dict[str, torch.Tensor] = {}
     for name, shape in shapes.items():
+        missing = [part for part in W12Tensor._INNER if name + _W12_SUFFIX + part not in flat]
+        if missing:
+            raise ValueError(f"path: {path} lacks the W12 planes {missing} of {name!r}")
         inner = [flat.pop(name + _W12_SUFFIX + part) for part in W12Tensor._INNER]
+        if len(shape) != 2:
+            raise ValueError(f"{name}: expected a 2-D [N, K] shape in the w12_shapes metadata, got {shape}")
+        if check_planes(*inner, k=shape[1]) != shape[0]:
+            raise ValueError(f"{name}: expected {shape[0]} rows (w12_shapes metadata), the planes hold {inner[0].shape[0]}")
         out[name] = W12Tensor(*inner, tuple(shape))
     leftover = [n for n in flat if _W12_SUFFIX in n]
     if leftover:

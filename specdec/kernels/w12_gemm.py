@@ -2,16 +2,19 @@
 
 The weight arrives as plain tensors, in the layout that ``specdec/formats/w12.py`` documents (``docs/w12.md``
 derives it): the AE plane ``ae`` uint8 ``[N, k_padded]``, the nibble plane ``nib`` uint8
-``[N, k_padded // 2]``, the row bases ``base`` uint8 ``[N]`` and the escape list ``esc_rows``,
-``esc_cols`` int32 / ``esc_bits`` int16 ``[num_escapes]``. This module knows nothing of
-``W12Tensor``; ``specdec.formats`` unpacks its tensors and calls these functions.
+``[N, k_padded // 2]``, the row bases ``base`` uint8 ``[N]`` and the escape list in
+``ESCAPE_TILE x ESCAPE_TILE`` tiles: ``esc_ptr`` int32 ``[num_tiles + 1]``, ``esc_pos`` and ``esc_bits``
+int16 ``[num_escapes]`` (see :func:`escape_coordinates`). The 12-bit code with ``E = 0`` and all
+mantissa bits 0 is reserved for zero: it decodes to ``sign << 15`` (``±0``), never to ``±2^(base-127)``.
+This module knows nothing of ``W12Tensor``; ``specdec.formats`` unpacks its tensors and calls these
+functions.
 
 * :func:`w12_matmul` — exact. The Triton kernel decodes W12 into bf16 in registers (the bf16
   matrix never exists in global memory), patches escaped weights in registers with their exact bits,
   and feeds ``tl.dot``: the GEMM sees weights bit-identical to the bf16 original, so its output is
   bit-identical to the same kernel run on the bf16 weights (:func:`bf16_linear_triton`; tested).
 * :func:`q_matmul` — the 8-bit view. Reads only the AE plane and the row bases, low mantissa
-  nibble at the midpoint, escapes left as placeholders.
+  nibble at the midpoint; an AE byte with ``E = 0`` and ``m_hi = 0`` reads as ``±0``; escapes are not patched.
 * :func:`decode_w12_tiles` — the same kernel storing every decoded weight tile, for tests.
 
 Their pure-PyTorch references decode the planes and call ``F.linear``
@@ -25,7 +28,9 @@ Kernel structure: swap-AB skinny GEMM, the weight tile ``[BLOCK_N, BLOCK_K]`` is
 Grid ``(N tiles, split_k, M tiles)``; with split-K the fp32 partials go to a workspace and a second
 small kernel reduces them in a fixed order (deterministic). Decode works on 32-bit words: one AE word
 (4 weights) gives two bf16x2 words with two shifts and masks each, the B nibbles of 8 weights come
-from one word.
+from one word; the row base is added only to the halves whose 15 low bits are not all zero (the zero code).
+The stored escape tiles are regrouped once per kernel tile shape into a per-(row tile, k tile) index
+(:func:`escape_tile_index`), kept in the ``escape_cache`` the caller passes.
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ __all__ = [
     "bf16_linear_triton",
     "default_config",
     "escape_tile_index",
+    "escape_coordinates",
+    "num_escape_tiles",
+    "pack_escape_tiles",
+    "check_planes",
+    "ESCAPE_TILE",
     "rebias_escape_bits",
     "resolve_backend",
 ]
@@ -54,6 +64,9 @@ __all__ = [
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # bf16 exponent 112 puts a 4-bit offset E at 112 + E, i.e. values in [2^-15, 2): always normal.
 REBIAS_EXPONENT = 112
+# Escapes are stored per tile of ESCAPE_TILE rows x ESCAPE_TILE columns, so a position inside a
+# tile, (row % 256) << 8 | (col % 256), fits 16 bits.
+ESCAPE_TILE = 256
 
 _MODE_EXACT = 0
 _MODE_REBIAS = 1
@@ -110,14 +123,24 @@ def default_config(m: int, n: int, k: int, device: torch.device) -> W12KernelCon
 
 
 @triton.jit
+def _nonzero_halves(p):
+    """0x7FFF in each 16-bit half of ``p`` whose bits 0..14 are not all zero, else 0 (uint32 in and out).
+
+    Bits 11..14 of each half are clear here, so the low 15 bits are at most 0x07FF and ``low + 0x7FFF``
+    sets bit 15 exactly when they are nonzero, without carrying into the next half.
+    """
+    nz = ((p & 0x7FFF7FFF) + 0x7FFF7FFF) & 0x80008000
+    return nz - (nz >> 15)
+
+
+@triton.jit
 def _w12_gemm_kernel(
     x_ptr,
     w_ptr,
     nib_ptr,
     base_ptr,
     tile_ptr,
-    esc_r_ptr,
-    esc_c_ptr,
+    esc_pos_ptr,
     esc_v_ptr,
     bias_ptr,
     out_ptr,
@@ -157,6 +180,8 @@ def _w12_gemm_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     offs_w = tl.arange(0, BLOCK_K // 4)
     offs_b = tl.arange(0, BLOCK_K // 8)
+    # Position of each weight inside the [BLOCK_N, BLOCK_K] tile, the key of the escape index.
+    local_pos = tl.arange(0, BLOCK_N)[:, None] * BLOCK_K + offs_k[None, :]
 
     if MODE != 3:
         base = tl.load(base_ptr + rows_n).to(tl.uint32)
@@ -202,8 +227,8 @@ def _w12_gemm_kernel(
             p02 = ((aw << 8) & 0x80008000) | ((aw << 4) & 0x07F007F0)
             p13 = (aw & 0x80008000) | ((aw >> 4) & 0x07F007F0)
             if MODE == 2:
-                p02 = p02 + konst
-                p13 = p13 + konst
+                p02 = p02 + (konst & _nonzero_halves(p02))
+                p13 = p13 + (konst & _nonzero_halves(p13))
             else:
                 if EVEN_K:
                     bw = tl.load(b_ptrs)
@@ -216,13 +241,15 @@ def _w12_gemm_kernel(
                 n67 = (bw >> 12) & 0x000F000F
                 n02 = tl.reshape(tl.join(n01, n45), [BLOCK_N, BLOCK_K // 4])
                 n13 = tl.reshape(tl.join(n23, n67), [BLOCK_N, BLOCK_K // 4])
+                p02 = p02 | n02
+                p13 = p13 | n13
                 if MODE == 1:
-                    p02 = p02 | n02 | konst
-                    p13 = p13 | n13 | konst
+                    p02 = p02 | (konst & _nonzero_halves(p02))
+                    p13 = p13 | (konst & _nonzero_halves(p13))
                 else:
                     # E + base <= 254 cannot carry into the sign bit or the other half.
-                    p02 = p02 + (n02 | konst)
-                    p13 = p13 + (n13 | konst)
+                    p02 = p02 + (konst & _nonzero_halves(p02))
+                    p13 = p13 + (konst & _nonzero_halves(p13))
             p = tl.reshape(tl.join(p02, p13), [BLOCK_N, BLOCK_K // 2])
             lo = (p & 0xFFFF).to(tl.uint16)
             hi = (p >> 16).to(tl.uint16)
@@ -232,10 +259,9 @@ def _w12_gemm_kernel(
                 e_start = tl.load(tile_ptr + tile)
                 e_end = tl.load(tile_ptr + tile + 1)
                 for e in range(e_start, e_end):
-                    r = tl.load(esc_r_ptr + e)
-                    c = tl.load(esc_c_ptr + e)
+                    pos = tl.load(esc_pos_ptr + e)
                     v = tl.load(esc_v_ptr + e).to(tl.uint16, bitcast=True)
-                    w16 = tl.where((offs_n[:, None] == r) & (kk[None, :] == c), v, w16)
+                    w16 = tl.where(local_pos == pos, v, w16)
             w = w16.to(tl.bfloat16, bitcast=True)
         if DEBUG:
             tl.store(dbg_ptr + offs_n[:, None] * K + kk[None, :], w, mask=n_mask[:, None] & (kk < K)[None, :])
@@ -329,13 +355,37 @@ def _check_planes(ae, nib, base, k: int) -> tuple[int, int]:
     return n, k_padded
 
 
-def _check_escapes(esc_rows, esc_cols, esc_bits, device: torch.device) -> None:
-    _check_tensor("esc_rows", esc_rows, torch.int32, None, device)
-    num = (esc_rows.numel(),)
-    if esc_rows.dim() != 1:
-        raise ValueError(f"esc_rows: expected a 1-D tensor [num_escapes], got shape {tuple(esc_rows.shape)}")
-    _check_tensor("esc_cols", esc_cols, torch.int32, num, device)
-    _check_tensor("esc_bits", esc_bits, torch.int16, num, device)
+def num_escape_tiles(n: int, k: int) -> int:
+    """Number of ``ESCAPE_TILE x ESCAPE_TILE`` escape tiles of an ``[n, k]`` weight (``esc_ptr`` has one more entry)."""
+    return triton.cdiv(n, ESCAPE_TILE) * triton.cdiv(k, ESCAPE_TILE)
+
+
+def _check_escapes(esc_ptr, esc_pos, esc_bits, n: int, k: int, device: torch.device) -> None:
+    _check_tensor("esc_ptr", esc_ptr, torch.int32, (num_escape_tiles(n, k) + 1,), device)
+    _check_tensor("esc_pos", esc_pos, torch.int16, None, device)
+    if esc_pos.dim() != 1:
+        raise ValueError(f"esc_pos: expected a 1-D tensor [num_escapes], got shape {tuple(esc_pos.shape)}")
+    _check_tensor("esc_bits", esc_bits, torch.int16, (esc_pos.numel(),), device)
+
+
+def check_planes(ae, nib, base, esc_ptr, esc_pos, esc_bits, *, k: int) -> int:
+    """Check the dtypes, shapes and devices of the W12 planes of an ``[N, k]`` weight and the escape offsets; returns N.
+
+    Raises ``TypeError``/``ValueError`` naming the plane. Reads ``esc_ptr`` and ``esc_pos`` (one
+    device-to-host copy), so call it once per tensor, not per GEMM.
+
+    Example::
+
+        >>> ae, nib = torch.zeros(2, 8, dtype=torch.uint8), torch.zeros(2, 4, dtype=torch.uint8)
+        >>> no_escapes = torch.zeros(0, dtype=torch.int16)
+        >>> check_planes(ae, nib, torch.zeros(2, dtype=torch.uint8), torch.zeros(2, dtype=torch.int32),
+        ...              no_escapes, no_escapes, k=5)
+        2
+    """
+    n, _ = _check_planes(ae, nib, base, k)
+    _check_escapes(esc_ptr, esc_pos, esc_bits, n, k, ae.device)
+    escape_coordinates(esc_ptr, esc_pos, n=n, k=k)
+    return n
 
 
 def _check_activation(x, bias, n: int, k: int, device: torch.device) -> None:
@@ -379,46 +429,116 @@ def rebias_escape_bits(esc_rows: torch.Tensor, esc_bits: torch.Tensor, base: tor
     return torch.where(torch.isnan(true), esc_bits, scaled.view(torch.int16))
 
 
+def escape_coordinates(esc_ptr: torch.Tensor, esc_pos: torch.Tensor, *, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows and columns (int64 ``[num_escapes]``) of the escapes of an ``[n, k]`` weight.
+
+    Storage: the weight is cut into tiles of ``ESCAPE_TILE x ESCAPE_TILE`` (256 x 256), numbered row-tile
+    major (``t = (row // 256) * ceil(k / 256) + col // 256``); the escapes of tile ``t`` are entries
+    ``esc_ptr[t]:esc_ptr[t + 1]``, each a 16-bit position ``(row % 256) << 8 | (col % 256)`` in
+    ``esc_pos`` (int16 holding the uint16 pattern) and its bf16 bits in ``esc_bits``. Raises
+    ``ValueError`` when ``esc_ptr`` is not a valid offset vector or a position lies outside the weight.
+
+    Example::
+
+        >>> ptr = torch.tensor([0, 1, 2], dtype=torch.int32)  # a 2 x 300 weight has tiles 0 and 1
+        >>> pos = torch.tensor([0x0103, 0x0002], dtype=torch.int16)
+        >>> rows, cols = escape_coordinates(ptr, pos, n=2, k=300)
+        >>> rows.tolist(), cols.tolist()
+        ([1, 0], [3, 258])
+    """
+    n_tiles = num_escape_tiles(n, k)
+    if esc_ptr.numel() != n_tiles + 1:
+        raise ValueError(f"esc_ptr: expected {n_tiles + 1} offsets for an [{n}, {k}] weight, got {esc_ptr.numel()}")
+    ptr = esc_ptr.long()
+    counts = ptr[1:] - ptr[:-1]
+    if int(ptr[0]) != 0 or int(ptr[-1]) != esc_pos.numel() or bool((counts < 0).any()):
+        raise ValueError(
+            f"esc_ptr: expected non-decreasing offsets from 0 to {esc_pos.numel()} (the length of esc_pos), "
+            f"got first {int(ptr[0])}, last {int(ptr[-1])}"
+        )
+    tile = torch.repeat_interleave(torch.arange(n_tiles, device=esc_pos.device), counts)
+    pos = esc_pos.long() & 0xFFFF
+    n_ct = triton.cdiv(k, ESCAPE_TILE)
+    rows = (tile // n_ct) * ESCAPE_TILE + (pos >> 8)
+    cols = (tile % n_ct) * ESCAPE_TILE + (pos & 0xFF)
+    if bool(((rows >= n) | (cols >= k)).any()):
+        raise ValueError(f"esc_pos: expected positions inside the [{n}, {k}] weight, got one past its edge")
+    return rows, cols
+
+
+def pack_escape_tiles(
+    rows: torch.Tensor, cols: torch.Tensor, bits: torch.Tensor, *, n: int, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Store escapes at ``(rows, cols)`` (int ``[num_escapes]``, any order) with their bf16 ``bits`` as escape tiles.
+
+    Returns ``(esc_ptr int32 [num_tiles + 1], esc_pos int16, esc_bits int16 [num_escapes])``, the layout
+    :func:`escape_coordinates` reads back; inside a tile the entries are sorted by row, then column.
+
+    Example::
+
+        >>> rows, cols = torch.tensor([0, 1]), torch.tensor([258, 3])
+        >>> ptr, pos, b = pack_escape_tiles(rows, cols, torch.tensor([7, 9], dtype=torch.int16), n=2, k=300)
+        >>> ptr.tolist(), [hex(p) for p in pos.tolist()], b.tolist()
+        ([0, 1, 2], ['0x103', '0x2'], [9, 7])
+    """
+    rows, cols = rows.long(), cols.long()
+    n_tiles = num_escape_tiles(n, k)
+    n_ct = triton.cdiv(k, ESCAPE_TILE)
+    tile = (rows // ESCAPE_TILE) * n_ct + cols // ESCAPE_TILE
+    pos = (rows % ESCAPE_TILE) * ESCAPE_TILE + cols % ESCAPE_TILE
+    order = torch.argsort(tile * ESCAPE_TILE * ESCAPE_TILE + pos)
+    ptr = torch.zeros(n_tiles + 1, dtype=torch.int32, device=rows.device)
+    ptr[1:] = torch.cumsum(torch.bincount(tile, minlength=n_tiles), 0).to(torch.int32)
+    # Positions run to 0xFFFF: stored as the int16 with the same 16 bits.
+    esc_pos = pos[order].to(torch.int32).to(torch.int16)
+    return ptr, esc_pos.contiguous(), bits.to(torch.int16)[order].contiguous()
+
+
 def escape_tile_index(
-    esc_rows: torch.Tensor,
-    esc_cols: torch.Tensor,
+    esc_ptr: torch.Tensor,
+    esc_pos: torch.Tensor,
     esc_bits: torch.Tensor,
     *,
     n: int,
     k: int,
     block_n: int,
     block_k: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Escapes grouped by (row tile, k tile), the order the kernel walks them.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Escapes regrouped by kernel tile (row tile of ``block_n``, k tile of ``block_k``), the order the kernel walks them.
 
-    Returns ``(tile_ptr [tiles + 1] int32, rows, cols, bits)``: the escapes of tile
-    ``t = (row // block_n) * ceil(k / block_k) + col // block_k`` are entries ``tile_ptr[t]:tile_ptr[t + 1]``.
+    Takes the stored escape tiles (see :func:`escape_coordinates`). Returns ``(tile_ptr [tiles + 1] int32,
+    local_pos int32, bits int16)``: the escapes of kernel tile ``t = (row // block_n) * ceil(k / block_k) + col // block_k``
+    are entries ``tile_ptr[t]:tile_ptr[t + 1]``, ``local_pos = (row % block_n) * block_k + col % block_k``.
 
     Example::
 
-        >>> rows, cols = torch.tensor([1, 0], dtype=torch.int32), torch.tensor([40, 3], dtype=torch.int32)
-        >>> ptr, r, c, b = escape_tile_index(rows, cols, torch.zeros(2, dtype=torch.int16), n=2, k=64,
-        ...                                  block_n=16, block_k=32)
-        >>> ptr.tolist(), c.tolist()
+        >>> ptr, pos = torch.tensor([0, 2], dtype=torch.int32), torch.tensor([0x0003, 0x0128], dtype=torch.int16)
+        >>> tile_ptr, local, b = escape_tile_index(ptr, pos, torch.zeros(2, dtype=torch.int16), n=2, k=64,
+        ...                                        block_n=16, block_k=32)
+        >>> tile_ptr.tolist(), local.tolist()
         ([0, 1, 2], [3, 40])
     """
+    rows, cols = escape_coordinates(esc_ptr, esc_pos, n=n, k=k)
     n_kb = triton.cdiv(k, block_k)
     n_tiles = triton.cdiv(n, block_n) * n_kb
-    tile = (esc_rows.long() // block_n) * n_kb + esc_cols.long() // block_k
+    tile = (rows // block_n) * n_kb + cols // block_k
     order = torch.argsort(tile, stable=True)
     counts = torch.bincount(tile, minlength=n_tiles)
-    ptr = torch.zeros(n_tiles + 1, dtype=torch.int32, device=esc_rows.device)
+    ptr = torch.zeros(n_tiles + 1, dtype=torch.int32, device=esc_pos.device)
     ptr[1:] = torch.cumsum(counts, 0).to(torch.int32)
-    return ptr, esc_rows[order].contiguous(), esc_cols[order].contiguous(), esc_bits[order].contiguous()
+    local = ((rows % block_n) * block_k + cols % block_k).to(torch.int32)
+    return ptr, local[order].contiguous(), esc_bits[order].contiguous()
 
 
-def _escape_index(esc_rows, esc_cols, esc_bits, base, *, n, k, config, rebias, escape_cache):
+def _escape_index(esc_ptr, esc_pos, esc_bits, base, *, n, k, config, rebias, escape_cache):
     """:func:`escape_tile_index` (with rebiased bits when ``rebias``), memoised in ``escape_cache``."""
     key = (config.block_n, config.block_k, rebias)
     if escape_cache is not None and key in escape_cache:
         return escape_cache[key]
-    bits = rebias_escape_bits(esc_rows, esc_bits, base) if rebias else esc_bits
-    entry = escape_tile_index(esc_rows, esc_cols, bits, n=n, k=k, block_n=config.block_n, block_k=config.block_k)
+    if rebias:
+        rows, _ = escape_coordinates(esc_ptr, esc_pos, n=n, k=k)
+        esc_bits = rebias_escape_bits(rows, esc_bits, base)
+    entry = escape_tile_index(esc_ptr, esc_pos, esc_bits, n=n, k=k, block_n=config.block_n, block_k=config.block_k)
     if escape_cache is not None:
         escape_cache[key] = entry
     return entry
@@ -466,7 +586,7 @@ def _launch(
         stride_wn = 0
         even_k = k % config.block_k == 0 and ae.shape[1] == k
     has_esc = escapes is not None and escapes[1].numel() > 0
-    tile_ptr, esc_r, esc_c, esc_v = escapes if has_esc else (dummy, dummy, dummy, dummy)
+    tile_ptr, esc_pos, esc_v = escapes if has_esc else (dummy, dummy, dummy)
     ws = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else out
     grid = (triton.cdiv(n, config.block_n), split, triton.cdiv(m, config.block_m))
     _w12_gemm_kernel[grid](
@@ -475,8 +595,7 @@ def _launch(
         nib_arg,
         base_arg,
         tile_ptr,
-        esc_r,
-        esc_c,
+        esc_pos,
         esc_v,
         bias if bias is not None else dummy,
         out,
@@ -524,8 +643,8 @@ def w12_matmul(
     ae: torch.Tensor,
     nib: torch.Tensor,
     base: torch.Tensor,
-    esc_rows: torch.Tensor,
-    esc_cols: torch.Tensor,
+    esc_ptr: torch.Tensor,
+    esc_pos: torch.Tensor,
     esc_bits: torch.Tensor,
     *,
     k: int,
@@ -539,7 +658,8 @@ def w12_matmul(
     Args:
         x: bf16 ``[..., k]`` on the planes' device (CUDA, or any device under ``TRITON_INTERPRET=1``).
         ae, nib, base: uint8 ``[N, k_padded]``, ``[N, k_padded // 2]``, ``[N]``.
-        esc_rows, esc_cols, esc_bits: int32, int32, int16 ``[num_escapes]``.
+        esc_ptr, esc_pos, esc_bits: the escape tiles, int32 ``[num_tiles + 1]``, int16 and int16
+            ``[num_escapes]`` (see :func:`escape_coordinates`).
         k: logical width of W (``k_padded = ceil(k / 8) * 8``).
         bias: optional bf16 ``[N]``.
         rebias: build weights with exponent ``112 + E`` (the row base leaves the inner loop) and
@@ -554,23 +674,25 @@ def w12_matmul(
 
     Example::
 
-        One row of eight weights 1.0 (base 127, every offset E and mantissa 0), one escaped 0.0 at k = 3:
+        One row of eight weights 1.0 (base 126, offset E = 1, mantissa 0: AE byte ``1 << 3``), except
+        k = 3, the zero code (AE byte 0), which an escape patches to 4.0 (bits ``0x4080``):
 
-        >>> ae, nib = torch.zeros(1, 8, dtype=torch.uint8), torch.zeros(1, 4, dtype=torch.uint8)
-        >>> base = torch.tensor([127], dtype=torch.uint8)
-        >>> rows, cols = torch.tensor([0], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)
-        >>> zero_bits = torch.tensor([0], dtype=torch.int16)
+        >>> ae, nib = torch.full((1, 8), 8, dtype=torch.uint8), torch.zeros(1, 4, dtype=torch.uint8)
+        >>> ae[0, 3] = 0  # logical k = 3 sits at physical column 3 (groups of 4 stored k0, k2, k1, k3)
+        >>> base = torch.tensor([126], dtype=torch.uint8)
+        >>> esc_ptr, esc_pos = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([3], dtype=torch.int16)
+        >>> four = torch.tensor([0x4080], dtype=torch.int16)
         >>> x = torch.ones(1, 8, dtype=torch.bfloat16)
-        >>> w12_matmul(x, ae, nib, base, rows, cols, zero_bits, k=8)
-        tensor([[7.]], dtype=torch.bfloat16)
+        >>> w12_matmul(x, ae, nib, base, esc_ptr, esc_pos, four, k=8)
+        tensor([[11.]], dtype=torch.bfloat16)
     """
     n, _ = _check_planes(ae, nib, base, k)
-    _check_escapes(esc_rows, esc_cols, esc_bits, ae.device)
+    _check_escapes(esc_ptr, esc_pos, esc_bits, n, k, ae.device)
     _check_activation(x, bias, n, k, ae.device)
     resolve_backend("triton", x.device)
     if config is None:
         config = default_config(x.numel() // k, n, k, x.device)
-    escapes = _escape_index(esc_rows, esc_cols, esc_bits, base, n=n, k=k, config=config, rebias=rebias, escape_cache=escape_cache)
+    escapes = _escape_index(esc_ptr, esc_pos, esc_bits, base, n=n, k=k, config=config, rebias=rebias, escape_cache=escape_cache)
     return _launch(
         x, n, k, mode="rebias" if rebias else "exact", config=config, bias=bias, ae=ae, nib=nib, base=base, escapes=escapes
     )
@@ -587,16 +709,18 @@ def q_matmul(
 ) -> torch.Tensor:
     """Approximate ``y = x @ Q^T (+ bias)`` on the Triton kernel, reading only the AE plane and the bases.
 
-    Q is the 8-bit view: each weight's low mantissa nibble at the midpoint ``0b1000``, escaped slots
-    decoded from their placeholders. Shapes as :func:`w12_matmul`. For proposals only.
+    Q is the 8-bit view: each weight's low mantissa nibble at the midpoint ``0b1000``; an AE byte with
+    ``E = 0`` and ``m_hi = 0`` (the zero code, also the placeholder of escaped slots) reads as ``±0``.
+    Shapes as :func:`w12_matmul`. For proposals only.
 
     Example::
 
-        Eight weights 1.0 read as ``1 + 8/128`` (the midpoint nibble):
+        Seven weights 1.0 read as ``1 + 8/128`` (the midpoint nibble) and one zero code:
 
-        >>> ae, base = torch.zeros(1, 8, dtype=torch.uint8), torch.tensor([127], dtype=torch.uint8)
+        >>> ae, base = torch.full((1, 8), 8, dtype=torch.uint8), torch.tensor([126], dtype=torch.uint8)
+        >>> ae[0, 3] = 0
         >>> q_matmul(torch.ones(1, 8, dtype=torch.bfloat16), ae, base, k=8)
-        tensor([[8.5000]], dtype=torch.bfloat16)
+        tensor([[7.4375]], dtype=torch.bfloat16)
     """
     n, _ = _check_planes(ae, None, base, k)
     _check_activation(x, bias, n, k, ae.device)
@@ -608,8 +732,8 @@ def decode_w12_tiles(
     ae: torch.Tensor,
     nib: torch.Tensor,
     base: torch.Tensor,
-    esc_rows: torch.Tensor,
-    esc_cols: torch.Tensor,
+    esc_ptr: torch.Tensor,
+    esc_pos: torch.Tensor,
     esc_bits: torch.Tensor,
     *,
     k: int,
@@ -624,16 +748,17 @@ def decode_w12_tiles(
 
     Example::
 
-        >>> ae, nib = torch.zeros(1, 8, dtype=torch.uint8), torch.zeros(1, 4, dtype=torch.uint8)
-        >>> base = torch.tensor([127], dtype=torch.uint8)
-        >>> no_rows = no_cols = torch.zeros(0, dtype=torch.int32)
-        >>> decode_w12_tiles(ae, nib, base, no_rows, no_cols, torch.zeros(0, dtype=torch.int16), k=3)
-        tensor([[1., 1., 1.]], dtype=torch.bfloat16)
+        >>> ae, nib = torch.full((1, 8), 8, dtype=torch.uint8), torch.zeros(1, 4, dtype=torch.uint8)
+        >>> ae[0, 2] = 0x80  # physical column 2 holds logical k = 1: the zero code with the sign set
+        >>> base = torch.tensor([126], dtype=torch.uint8)
+        >>> no_escapes = torch.zeros(0, dtype=torch.int16)
+        >>> decode_w12_tiles(ae, nib, base, torch.zeros(2, dtype=torch.int32), no_escapes, no_escapes, k=3)
+        tensor([[1., -0., 1.]], dtype=torch.bfloat16)
     """
     if mode not in ("exact", "rebias", "q"):
         raise ValueError(f"mode: expected 'exact', 'rebias' or 'q', got {mode!r}")
     n, _ = _check_planes(ae, nib, base, k)
-    _check_escapes(esc_rows, esc_cols, esc_bits, ae.device)
+    _check_escapes(esc_ptr, esc_pos, esc_bits, n, k, ae.device)
     resolve_backend("triton", ae.device)
     dbg = torch.full((n, k), float("nan"), dtype=torch.bfloat16, device=ae.device)
     x = torch.zeros(1, k, dtype=torch.bfloat16, device=ae.device)
@@ -642,7 +767,7 @@ def decode_w12_tiles(
     escapes = None
     if mode != "q":
         escapes = _escape_index(
-            esc_rows, esc_cols, esc_bits, base, n=n, k=k, config=config, rebias=mode == "rebias", escape_cache=None
+            esc_ptr, esc_pos, esc_bits, base, n=n, k=k, config=config, rebias=mode == "rebias", escape_cache=None
         )
     _launch(x, n, k, mode=mode, config=config, ae=ae, nib=nib, base=base, escapes=escapes, debug_out=dbg)
     return dbg

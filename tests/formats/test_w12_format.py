@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from specdec.formats import W12Tensor, convert, load_file, load_into, save_file
+from specdec.formats.w12 import W12_LAYOUT
 
 
 def all_patterns() -> torch.Tensor:
@@ -35,12 +36,14 @@ def test_every_pattern_at_every_window_position(offset):
     for e in exps.tolist():
         lo, hi = e - offset, e - offset + 15
         body = (sign << 15) | (e << 7) | mant
-        anchors = torch.tensor([(lo << 7), (hi << 7)] * 64)  # outvote any other window
+        # Mantissa 1: (E = 0, m = 0) is the reserved zero code, an anchor there would not count.
+        anchors = torch.tensor([(lo << 7) | 1, (hi << 7)] * 64)  # outvote any other window
         rows.append(torch.cat([body, anchors]))
     w = torch.stack(rows).to(torch.int32).to(torch.int16).view(torch.bfloat16).contiguous()
     w12 = W12Tensor.from_bf16(w)
     assert torch.equal(w12.base.long(), exps - offset)
-    assert w12.num_escapes == 0
+    # At E = 0 the two patterns with mantissa 0 (±2^(base-127)) are the zero code's value: escaped.
+    assert w12.num_escapes == (2 * len(exps) if offset == 0 else 0)
     assert torch.equal(bits(w12.to_bf16()), bits(w))
 
 
@@ -57,7 +60,8 @@ def test_special_values_are_exact_escapes():
 
 def test_base_tie_goes_to_larger_base():
     # Two clusters 20 binades apart with equal counts: both windows hold 4 weights; pick the top.
-    w = torch.tensor([[2.0**-30] * 4 + [1.0] * 4], dtype=torch.bfloat16)
+    # Mantissas 0.5: exactly 2^(b-127) would be the zero code's value at base b and not count for it.
+    w = torch.tensor([[1.5 * 2.0**-30] * 4 + [1.5] * 4], dtype=torch.bfloat16)
     w12 = W12Tensor.from_bf16(w)
     assert w12.base.item() == 127  # every base in [112, 127] ties; the largest wins
     assert w12.num_escapes == 4
@@ -79,7 +83,8 @@ def test_awkward_shapes_and_sizes(shape):
     assert torch.equal(bits(w12.to_bf16()), bits(w))
     assert tuple(w12.shape) == shape and w12.dtype == torch.bfloat16
     k_pad = (shape[1] + 7) // 8 * 8
-    expected = shape[0] * k_pad + shape[0] * k_pad // 2 + shape[0] + 10 * w12.num_escapes
+    tiles = -(-shape[0] // 256) * -(-shape[1] // 256)
+    expected = shape[0] * k_pad + shape[0] * k_pad // 2 + shape[0] + 4 * (tiles + 1) + 4 * w12.num_escapes
     assert w12.nbytes == expected
     assert w12.bits_per_weight == pytest.approx(8 * expected / (shape[0] * shape[1]))
 
@@ -109,7 +114,10 @@ def test_q_view_is_midpoint_decode():
     q = bits(w12.q_view()).to(torch.int32) & 0xFFFF
     orig = bits(w).to(torch.int32) & 0xFFFF
     inwin = torch.ones_like(orig, dtype=torch.bool)
-    inwin[w12.esc_rows.long(), w12.esc_cols.long()] = False
+    rows, cols = w12.escape_coordinates()
+    inwin[rows, cols] = False
+    inwin &= (w12.ae_logical() & 0x7F) != 0  # AE byte of the zero code reads as ±0 (tested below)
+    assert inwin.float().mean() > 0.95
     assert torch.equal(q[inwin], ((orig & ~0xF) | 0x8)[inwin])
 
 
@@ -175,7 +183,7 @@ def test_convert_is_bit_identical_with_torch_backend():
 def test_convert_refuses_high_escape_fraction_and_leaves_module_untouched():
     model = tiny_model()
     with torch.no_grad():
-        model["gate_up"].weight[:, :8] = 0.0  # 1/8 exact zeros -> escapes
+        model["gate_up"].weight[:, :8] = 2.0**-130  # 1/8 subnormals -> escapes
     with pytest.raises(ValueError, match=r"gate_up\.weight: escape fraction 1\.250e-01"):
         convert(model, max_escape_fraction=1e-3)
     assert not any(isinstance(m.weight, W12Tensor) for k, m in model.items() if k != "norm")
@@ -187,7 +195,7 @@ def test_mutation_bound_check_is_the_guard(monkeypatch):
     # Break the escape counter: the guard must then let the tensor through (proves the check bites).
     model = tiny_model()
     with torch.no_grad():
-        model["qkv"].weight[:, :8] = 0.0
+        model["qkv"].weight[:, :8] = 2.0**-130
     monkeypatch.setattr(W12Tensor, "escape_fraction", property(lambda self: 0.0))
     convert(model, max_escape_fraction=1e-3)
     assert isinstance(model["qkv"].weight, W12Tensor)
@@ -280,3 +288,136 @@ def test_convert_encodes_a_strided_weight():
     report = convert(model)
     assert "qkv.weight" in report.tensors
     assert torch.equal(bits(model["qkv"].weight.to_bf16()), bits(strided))
+
+
+def escaped_positions(w12: W12Tensor) -> set[tuple[int, int]]:
+    rows, cols = w12.escape_coordinates()
+    return set(zip(rows.tolist(), cols.tolist()))
+
+
+def test_all_patterns_zeros_have_a_code_and_everything_else_escapes_as_expected():
+    w = all_patterns().reshape(256, 256).contiguous()
+    w12 = W12Tensor.from_bf16(w)
+    raw = bits(w).to(torch.int32) & 0xFFFF
+    escaped = escaped_positions(w12)
+    assert (0, 0) not in escaped and (128, 0) not in escaped  # +0 is pattern 0x0000, -0 is 0x8000
+    exp = (raw >> 7) & 0xFF
+    special = (exp == 0) | (exp == 255)
+    # Subnormals, inf and NaN have no code: all of them escape, the two zeros excepted.
+    assert int(special.sum()) - 2 <= w12.num_escapes
+    rows, cols = w12.escape_coordinates()
+    assert not torch.any((raw[rows, cols] & 0x7FFF) == 0)
+
+
+def test_zero_rows_columns_and_signed_zeros_are_not_escapes():
+    g = torch.Generator().manual_seed(3)
+    w = (torch.randn(40, 300, generator=g) * 0.02).to(torch.bfloat16)
+    w[[2, 17, 39]] = 0.0
+    w[:, [0, 5, 258, 299]] = 0.0
+    w[5, 10:20] = -0.0
+    w[17, 7] = -0.0  # a -0 inside a zero row
+    w = w.contiguous()
+    w12 = W12Tensor.from_bf16(w)
+    out = w12.to_bf16()
+    assert torch.equal(bits(out), bits(w))  # -0 keeps its sign bit
+    assert bits(out)[5, 10].item() == -32768 and bits(out)[2, 0].item() == 0
+    escaped = escaped_positions(w12)
+    zeros = {(r, c) for r, c in zip(*torch.nonzero(w == 0, as_tuple=True)) for r, c in [(int(r), int(c))]}
+    assert not escaped & zeros
+    assert w12.base[2].item() == 239  # a row with nothing to place in a window
+
+
+def test_all_zero_matrix_costs_twelve_bits_plus_base_and_offsets():
+    w12 = W12Tensor.from_bf16(torch.zeros(512, 1024, dtype=torch.bfloat16))
+    assert w12.num_escapes == 0
+    assert torch.equal(bits(w12.to_bf16()), bits(torch.zeros(512, 1024, dtype=torch.bfloat16)))
+    assert w12.bits_per_weight == pytest.approx(12 + 8 / 1024 + 8 * 4 * (2 * 4 + 1) / (512 * 1024))
+
+
+def test_value_of_the_reserved_code_escapes_exactly():
+    # Window [127, 142]: the tops are 1.x * 2^15 and 1.5 pins the bottom; 1.0 = 2^(127-127) would be
+    # (E = 0, m = 0), the zero code.
+    w = torch.tensor([[1.0, 1.5 * 2**15, 1.25 * 2**15, 1.75 * 2**15, -1.0, 0.0, 1.5]], dtype=torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    assert w12.base.item() == 127
+    assert escaped_positions(w12) == {(0, 0), (0, 4)}
+    assert torch.equal(bits(w12.to_bf16()), bits(w))
+
+
+def test_window_choice_counts_the_reserved_code_as_an_escape():
+    # Three 1.0 and two 1.5 * 2^15: base 127 holds all five only if 1.0 had a code; it does not, so the
+    # best window is the largest base that holds the three 1.0 at E >= 1 (base 126), escaping the two tops.
+    w = torch.tensor([[1.0, 1.0, 1.0, 1.5 * 2**15, 1.5 * 2**15]], dtype=torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    assert w12.base.item() == 126
+    assert escaped_positions(w12) == {(0, 3), (0, 4)}
+    assert torch.equal(bits(w12.to_bf16()), bits(w))
+
+
+def test_escapes_in_several_tiles_and_a_crowded_tile_round_trip():
+    g = torch.Generator().manual_seed(4)
+    w = (torch.randn(300, 520, generator=g) * 0.02).to(torch.bfloat16)
+    specials = torch.tensor([0x0001, 0x807F, 0x7F80, 0xFF80, 0x7FC1], dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    spots = [(0, 0), (255, 255), (256, 0), (299, 519), (10, 300), (260, 511)]
+    for i, (r, c) in enumerate(spots):
+        w[r, c] = specials[i % len(specials)]
+    w[100:140, 260:300] = specials[0]  # 1600 escapes in tile (0, 1)
+    w = w.contiguous()
+    w12 = W12Tensor.from_bf16(w)
+    assert torch.equal(bits(w12.to_bf16()), bits(w))
+    assert set(spots) <= escaped_positions(w12)
+    counts = (w12.esc_ptr[1:] - w12.esc_ptr[:-1]).tolist()
+    assert len(counts) == 2 * 3 and counts[1] >= 1600 and sum(counts) == w12.num_escapes
+    assert w12.esc_pos.dtype == torch.int16 and w12.esc_bits.dtype == torch.int16
+
+
+def test_bits_per_weight_bound_on_gaussian_with_zero_rows_and_columns():
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(4096, 4096, generator=g) * 0.02).to(torch.bfloat16)
+    w[[7, 1000, 4095]] = 0.0
+    w[:, [0, 31, 2048, 4000]] = 0.0
+    w12 = W12Tensor.from_bf16(w.contiguous())
+    assert w12.escape_fraction < 2e-4
+    assert w12.bits_per_weight <= 12.01
+    assert torch.equal(bits(w12.to_bf16()), bits(w))
+
+
+def test_q_view_reads_the_zero_code_as_signed_zero():
+    w = torch.tensor([[1.0, 1.5 * 2**15, 0.0, -0.0, 1.0 + 3 / 128, 2.0**-130]], dtype=torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)  # base 127: 1.0 escapes; 1 + 3/128 is (E = 0, m_hi = 0, B = 3)
+    q = bits(w12.q_view()).tolist()[0]
+    assert q[2] == 0 and q[3] == -32768  # zeros
+    assert q[0] == 0 and q[5] == 0  # escaped slots hold the zero code
+    assert q[4] == 0  # in-window, but the AE byte alone is the zero code
+    assert w12.q_view()[0, 1].item() == pytest.approx((1.5 + 8 / 128) * 2**15)
+
+
+def test_loading_a_file_in_another_layout_names_the_expected_one(tmp_path):
+    from safetensors.torch import save_file as raw_save
+
+    # Planes as a file without the layout tag holds them: flat int32 rows/cols escape list.
+    flat = {
+        "lin.weight.__w12__.ae": torch.zeros(2, 8, dtype=torch.uint8),
+        "lin.weight.__w12__.nib": torch.zeros(2, 4, dtype=torch.uint8),
+        "lin.weight.__w12__.base": torch.full((2,), 127, dtype=torch.uint8),
+        "lin.weight.__w12__.esc_rows": torch.zeros(1, dtype=torch.int32),
+        "lin.weight.__w12__.esc_cols": torch.zeros(1, dtype=torch.int32),
+        "lin.weight.__w12__.esc_bits": torch.zeros(1, dtype=torch.int16),
+    }
+    path = str(tmp_path / "other.safetensors")
+    raw_save(flat, path, metadata={"format": "pt", "w12_shapes": '{"lin.weight": [2, 8]}'})
+    with pytest.raises(ValueError, match=r"another layout.*esc_cols.*expected w12_layout .*esc_ptr, esc_pos, esc_bits") as err:
+        load_file(path)
+    assert W12_LAYOUT in str(err.value)
+
+
+def test_loading_inconsistent_escape_offsets_names_the_plane(tmp_path):
+    w = torch.tensor([[1.0, 2.0**-130, 3.0]], dtype=torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    path = str(tmp_path / "w.safetensors")
+    save_file({"a": w12}, path)
+    assert load_file(path)["a"].num_escapes == 1
+    broken = W12Tensor(w12.ae, w12.nib, w12.base, torch.tensor([0, 2], dtype=torch.int32), w12.esc_pos, w12.esc_bits, (1, 3))
+    save_file({"a": broken}, path)
+    with pytest.raises(ValueError, match=r"esc_ptr: expected non-decreasing offsets from 0 to 1"):
+        load_file(path)

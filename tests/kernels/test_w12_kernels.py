@@ -11,7 +11,7 @@ import specdec
 from specdec.formats import W12KernelConfig, W12Tensor, q_linear, w12_linear
 from specdec.formats.w12 import decode_tiles
 from specdec.kernels import w12_gemm
-from specdec.kernels.w12_gemm import bf16_linear_triton, decode_w12_tiles, q_matmul, w12_matmul
+from specdec.kernels.w12_gemm import bf16_linear_triton, decode_w12_tiles, escape_tile_index, q_matmul, w12_matmul
 
 SMALL = W12KernelConfig(block_m=16, block_n=16, block_k=32, split_k=1, num_warps=1)
 
@@ -54,9 +54,9 @@ def test_mutation_escape_patch_is_needed():
     # The same planes with the escape list dropped: the decoded tile must differ.
     w = make_weight(16, 64)
     w12 = W12Tensor.from_bf16(w)
-    stripped = decode_w12_tiles(
-        w12.ae, w12.nib, w12.base, w12.esc_rows[:0], w12.esc_cols[:0], w12.esc_bits[:0], k=64, config=SMALL
-    )
+    assert w12.num_escapes > 0
+    no_ptr = torch.zeros_like(w12.esc_ptr)
+    stripped = decode_w12_tiles(w12.ae, w12.nib, w12.base, no_ptr, w12.esc_pos[:0], w12.esc_bits[:0], k=64, config=SMALL)
     assert not torch.equal(bits(stripped), bits(w))
 
 
@@ -72,18 +72,22 @@ def test_kernel_module_never_imports_formats():
 
 
 def test_kernels_take_hand_built_planes():
-    # Row of eight weights 1.0 (base 127, E = 0, mantissa 0) with an escaped 0.0 at k = 3; no W12Tensor.
-    ae, nib = torch.zeros(1, 8, dtype=torch.uint8), torch.zeros(1, 4, dtype=torch.uint8)
-    base = torch.tensor([127], dtype=torch.uint8)
-    rows, cols = torch.tensor([0], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)
-    zero_bits = torch.tensor([0], dtype=torch.int16)
+    # Row of eight weights 1.0 (base 126, E = 1: AE byte 8), except the zero code at k = 3 and an
+    # escape (4.0) over the zero code at k = 5; no W12Tensor. Groups of 4 are stored k0, k2, k1, k3,
+    # so logical k = 3 is physical column 3 and k = 5 physical column 6.
+    ae, nib = torch.full((1, 8), 8, dtype=torch.uint8), torch.zeros(1, 4, dtype=torch.uint8)
+    ae[0, 3] = 0
+    ae[0, 6] = 0
+    base = torch.tensor([126], dtype=torch.uint8)
+    esc_ptr, esc_pos = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([5], dtype=torch.int16)
+    four = torch.tensor([0x4080], dtype=torch.int16)
     x = torch.arange(1, 9, dtype=torch.bfloat16)[None]
-    exact = w12_matmul(x, ae, nib, base, rows, cols, zero_bits, k=8)
-    assert torch.equal(exact, torch.tensor([[36.0 - 4.0]], dtype=torch.bfloat16))
-    # Q view: every weight, the escaped one too, reads 1 + 8/128.
-    assert torch.equal(q_matmul(x, ae, base, k=8), torch.tensor([[36.0 * 1.0625]], dtype=torch.bfloat16))
-    tiles = decode_w12_tiles(ae, nib, base, rows, cols, zero_bits, k=8)
-    assert tiles.tolist() == [[1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]]
+    exact = w12_matmul(x, ae, nib, base, esc_ptr, esc_pos, four, k=8)
+    assert torch.equal(exact, torch.tensor([[36.0 - 4.0 - 6.0 + 4.0 * 6.0]], dtype=torch.bfloat16))
+    # Q view: the weights read 1 + 8/128; the zero code and the unpatched escape slot read 0.
+    assert torch.equal(q_matmul(x, ae, base, k=8), torch.tensor([[26.0 * 1.0625]], dtype=torch.bfloat16))
+    tiles = decode_w12_tiles(ae, nib, base, esc_ptr, esc_pos, four, k=8)
+    assert tiles.tolist() == [[1.0, 1.0, 1.0, 0.0, 1.0, 4.0, 1.0, 1.0]]
 
 
 def test_public_names_still_resolve():
@@ -99,13 +103,29 @@ def test_public_names_still_resolve():
         ("nib", lambda p: dict(p, nib=p["nib"][:, :-1].contiguous()), ValueError),
         ("base", lambda p: dict(p, base=p["base"][:-1]), ValueError),
         ("esc_bits", lambda p: dict(p, esc_bits=p["esc_bits"].to(torch.int32)), TypeError),
-        ("esc_cols", lambda p: dict(p, esc_cols=p["esc_cols"][:0]), ValueError),
+        ("esc_bits", lambda p: dict(p, esc_bits=p["esc_bits"][:0]), ValueError),
+        ("esc_pos", lambda p: dict(p, esc_pos=p["esc_pos"].to(torch.int32)), TypeError),
+        ("esc_ptr", lambda p: dict(p, esc_ptr=p["esc_ptr"][:-1]), ValueError),
+        ("esc_ptr", lambda p: dict(p, esc_ptr=p["esc_ptr"] + 1), ValueError),
+        ("esc_pos", lambda p: dict(p, esc_pos=p["esc_pos"] | 0x7F00), ValueError),
         ("k", lambda p: dict(p, k=p["k"] + 8), ValueError),
     ],
-    ids=["ae_dtype", "nib_width", "base_length", "esc_bits_dtype", "esc_cols_length", "k_vs_width"],
+    ids=[
+        "ae_dtype",
+        "nib_width",
+        "base_length",
+        "esc_bits_dtype",
+        "esc_bits_length",
+        "esc_pos_dtype",
+        "esc_ptr_length",
+        "esc_ptr_offsets",
+        "esc_pos_outside",
+        "k_vs_width",
+    ],
 )
 def test_bad_planes_name_the_argument(field, make, exc):
     w12 = W12Tensor.from_bf16(make_weight(8, 64))
+    assert w12.num_escapes > 0
     planes = {name: getattr(w12, name) for name in W12Tensor._INNER} | {"k": 64}
     x = torch.randn(2, 64).to(torch.bfloat16)
     with pytest.raises(exc, match=field):
@@ -171,10 +191,10 @@ def test_rebias_equals_exact_in_normal_range():
 
 
 def test_rebias_edge_cases():
-    # (1) overflow: half the row at 2^-12, half at 2^-27 forces base 100 < 112, so the rebiased
+    # (1) overflow: half the row at 1.5 * 2^-12, half at 1.5 * 2^-27 forces base 100 < 112, so the rebiased
     # weights are 2^12 times larger; 2^126 activations overflow the fp32 sum there only.
-    w = torch.full((16, 64), 2.0**-12, dtype=torch.bfloat16)
-    w[:, 32:] = 2.0**-27
+    w = torch.full((16, 64), 1.5 * 2.0**-12, dtype=torch.bfloat16)
+    w[:, 32:] = 1.5 * 2.0**-27
     w12 = W12Tensor.from_bf16(w)
     assert (w12.base == 100).all()
     x = torch.full((1, 64), 2.0**126, dtype=torch.bfloat16)
@@ -227,3 +247,74 @@ def test_bad_bias_and_backend():
         w12_linear(x, w12, backend="cuda")
     with pytest.raises(ValueError, match="block_k"):
         W12KernelConfig(block_k=48)
+
+
+def weight_with_zeros_and_crowded_tile(n, k, seed=7):
+    """Gaussian weight with zero rows/columns, signed zeros, a value with E = 0 and m_hi = 0, the value
+    of the zero code, and one SMALL kernel tile (16 x 32) full of escapes."""
+    w = make_weight(n, k, seed=seed)
+    w[3] = 0.0
+    w[:, [1, 6, k - 2]] = 0.0
+    w[n - 2, 8:16] = -0.0
+    w[16:32, 32:64] = torch.tensor(0x0005, dtype=torch.int16).view(torch.bfloat16)  # 512 subnormal escapes
+    w[20, 40] = float("inf")
+    # Row 5 has window [127, 142] (1.5 at the bottom, two tops near 2^15): 1 + 3/128 is in-window with
+    # E = 0, m_hi = 0, B = 3, and -1.0 is the zero code's value, escaped.
+    w[5] = 1.5
+    w[5, 0], w[5, 1] = 1.5 * 2**15, 1.25 * 2**15
+    w[5, 2], w[5, 3] = 1 + 3 / 128, -1.0
+    w12 = W12Tensor.from_bf16(w.contiguous())
+    assert int(w12.base[5]) == 127 and (5, 3) in set(zip(*(t.tolist() for t in w12.escape_coordinates())))
+    return w.contiguous(), w12
+
+
+@pytest.mark.parametrize("n, k", [(37, 200), (48, 72)], ids=str)
+@pytest.mark.parametrize("mode", ["exact", "q"])
+def test_decoded_tiles_with_zeros_and_crowded_escape_tile(n, k, mode):
+    w, w12 = weight_with_zeros_and_crowded_tile(n, k)
+    per_tile = escape_tile_index(w12.esc_ptr, w12.esc_pos, w12.esc_bits, n=n, k=k, block_n=16, block_k=32)[0]
+    counts = (per_tile[1:] - per_tile[:-1]).tolist()
+    assert max(counts) >= 512 and sum(c > 0 for c in counts) >= 3  # escapes in several kernel tiles
+    tiles = decode_tiles(w12, mode=mode, config=SMALL)
+    ref = w if mode == "exact" else w12.q_view()
+    assert torch.equal(bits(tiles), bits(ref))
+    if mode == "q":
+        assert bits(tiles)[5, 2].item() == 0 and bits(tiles)[n - 2, 9].item() == -32768
+
+
+@pytest.mark.parametrize("n, k, lead", [(37, 200, (3,)), (48, 72, (1,))], ids=str)
+def test_gemm_with_zeros_and_crowded_escape_tile_equals_same_tiling_bf16(n, k, lead):
+    w, w12 = weight_with_zeros_and_crowded_tile(n, k)
+    w[20, 40] = 1.0  # keep the output finite; the inf decode is checked above
+    w12 = W12Tensor.from_bf16(w.contiguous())
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(*lead, k, generator=g).to(torch.bfloat16)
+    for config in (SMALL, W12KernelConfig(block_n=32, block_k=64, split_k=2)):
+        y = w12_linear(x, w12, backend="triton", config=config)
+        assert torch.equal(y, bf16_linear_triton(x, w, config=config))
+        yq = q_linear(x, w12, backend="triton", config=config)
+        assert torch.equal(yq, bf16_linear_triton(x, w12.q_view(), config=config))
+
+
+def test_rebias_decodes_the_zero_code_to_zero():
+    w = make_weight(32, 64, specials=False)
+    w[3] = 0.0
+    w[:, [1, 6]] = 0.0
+    w[30, 8:16] = -0.0
+    w12 = W12Tensor.from_bf16(w.contiguous())
+    scaled = decode_tiles(w12, mode="rebias", config=SMALL)
+    expect = w.double() * torch.exp2(112 - w12.base.double())[:, None]
+    assert torch.equal(scaled.double(), expect)
+    zeros = w == 0
+    assert torch.equal(bits(scaled)[zeros], bits(w)[zeros])  # ±0 keep their sign
+
+
+def test_mutation_zero_code_needs_the_masked_base():
+    # With the base added to every half, the zero code would decode to ±2^(base-127): prove the test data hits it.
+    w, w12 = weight_with_zeros_and_crowded_tile(37, 200)
+    naive = w12.ae_logical().to(torch.int32)
+    e = ((naive >> 3) & 0xF) + w12.base.to(torch.int32)[:, None]
+    naive_bits = ((naive & 0x80) << 8) | (e << 7) | ((naive & 7) << 4) | w12.nibbles_logical()
+    zeros = w == 0
+    assert not torch.equal(naive_bits[zeros].to(torch.int16), bits(w)[zeros])
+    assert torch.equal(bits(decode_tiles(w12, config=SMALL))[zeros], bits(w)[zeros])
