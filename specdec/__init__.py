@@ -16,7 +16,7 @@ from specdec.drafters import (
 from specdec.forcing import ForcingReport, TokenForcingChecker
 from specdec.formats import W12Tensor
 from specdec.models import DenseTarget, HFTarget, HybridConfig, HybridTarget, TargetConfig, load_target
-from specdec.verify import ChainVerifier, TreeVerifier, best_first_tree
+from specdec.verify import ChainVerifier, TreeVerifier, TwoLevelVerifier, best_first_tree
 
 __version__ = "0.1.0"
 
@@ -44,6 +44,7 @@ __all__ = [
     "TokenForcingChecker",
     "Tree",
     "TreeVerifier",
+    "TwoLevelVerifier",
     "VerifyPlan",
     "VerifyResult",
     "W12Tensor",

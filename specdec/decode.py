@@ -176,11 +176,20 @@ def _generate_one(target, prompt, max_new, drafter, verifier, sampling, generato
             check_proposal_size(proposal, k)
             t1 = time.perf_counter()
             extra = {"hidden_layers": taps} if taps else {}
-            if sampling.needs_prefix:
-                extra["context"] = buf[:length]
-            result = verifier.verify(target, buf[length - 1 : length], proposal, sampling=sampling, generator=generator, **extra)
+            result = verifier.verify(
+                target,
+                buf[length - 1 : length],
+                proposal,
+                sampling=sampling,
+                generator=generator,
+                context=buf[:length],
+                drafter=drafter,
+                **extra,
+            )
             fresh_hidden = result.hidden
             m = result.emitted.numel()
+            if length + m > buf.numel():  # a verifier that drafts again may emit more than k + 1 tokens
+                buf = torch.cat([buf, buf.new_empty(length + m - buf.numel())])
             buf[length : length + m] = result.emitted
             length += m
             stats.record_round(result.num_accepted)

@@ -48,11 +48,14 @@ class Target(Protocol):
         max_seq_len, length: cache capacity and committed tokens.
         vocab_size, device, dtype: of the logits' vocabulary and the weights.
         supports_trees: whether :meth:`run_plan` accepts non-chain plans (an HF adapter does not).
+        weight_views: the weight views :meth:`run_plan` / :meth:`forward` accept: ``"exact"`` always;
+            ``"q"`` where the target has the 8-bit A+E view that a two-level Q pass reads. The rows of a
+            non-exact forward can only be discarded: :meth:`commit` raises ``RuntimeError``.
         room(): tokens that still fit.
         reset(), truncate(length): forget all / roll back to ``length`` committed tokens.
         forward(tokens [1, T], positions [1, T] | None, mask [T, T] | None, *, hidden_layers,
-            tree_parents [T] | None) -> :class:`TargetOutput` with logits ``[1, T, V]``.
-        run_plan(plan, *, hidden_layers) -> :class:`TargetOutput`: the forward of a :class:`VerifyPlan`.
+            tree_parents [T] | None, view) -> :class:`TargetOutput` with logits ``[1, T, V]``.
+        run_plan(plan, *, hidden_layers, view) -> :class:`TargetOutput`: the forward of a :class:`VerifyPlan`.
         commit(accepted): ``n`` keeps the first ``n`` scratch rows; ``[n]`` int64 keeps those rows.
         discard(): drop the scratch rows of the last forward.
 
@@ -81,6 +84,16 @@ class Target(Protocol):
     @property
     def supports_trees(self) -> bool:
         """Whether :meth:`run_plan` and :meth:`forward` accept tree plans, masks and ``tree_parents`` (bool)."""
+
+    @property
+    def weight_views(self) -> tuple[str, ...]:
+        """The ``view`` values :meth:`forward` and :meth:`run_plan` accept: ``("exact",)`` or ``("exact", "q")``.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> tiny_target(seed=0).weight_views
+            ('exact', 'q')
+        """
 
     def room(self) -> int:
         """Tokens that still fit in the cache: ``max_seq_len - length``.
@@ -119,6 +132,7 @@ class Target(Protocol):
         *,
         hidden_layers: Sequence[int] = (),
         tree_parents: torch.Tensor | None = None,
+        view: str = "exact",
     ) -> TargetOutput:
         """Run ``T`` rows after the committed prefix, writing them to scratch slots (nothing is committed).
 
@@ -130,6 +144,8 @@ class Target(Protocol):
             hidden_layers: HF ``hidden_states`` indices to return (0 = embeddings).
             tree_parents: ``[T]`` int64 parent row of each row (``-1`` for the first), for recurrent layers
                 that follow tree paths; ``None`` for a chain.
+            view: one of :attr:`weight_views`; ``"q"`` runs the 8-bit weight view (a proposal pass whose
+                rows are never committed).
 
         Returns:
             :class:`TargetOutput` with float32 ``logits [1, T, V]`` and one ``[1, T, hidden_size]`` per
@@ -142,8 +158,8 @@ class Target(Protocol):
             (torch.Size([1, 3, 97]), torch.Size([1, 3, 32]))
         """
 
-    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()) -> TargetOutput:
-        """The :meth:`forward` of a :class:`VerifyPlan`'s rows, positions, mask and row parents.
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact") -> TargetOutput:
+        """The :meth:`forward` of a :class:`VerifyPlan`'s rows, positions, mask and row parents (in weight ``view``).
 
         Returns:
             :class:`TargetOutput` with ``logits [1, N + 1, V]``, one row per plan row.
@@ -195,6 +211,7 @@ _MEMBERS = (
     "supports_trees",
     "truncate",
     "vocab_size",
+    "weight_views",
 )
 
 

@@ -220,10 +220,10 @@ class W12Tensor(torch.Tensor):
     _INNER = ("ae", "nib", "base", "esc_ptr", "esc_pos", "esc_bits")
 
     @staticmethod
-    def __new__(cls, ae, nib, base, esc_ptr, esc_pos, esc_bits, shape, linear_backend="auto"):
+    def __new__(cls, ae, nib, base, esc_ptr, esc_pos, esc_bits, shape, linear_backend="auto", linear_view="exact"):
         return torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=torch.bfloat16, device=ae.device, requires_grad=False)
 
-    def __init__(self, ae, nib, base, esc_ptr, esc_pos, esc_bits, shape, linear_backend="auto"):
+    def __init__(self, ae, nib, base, esc_ptr, esc_pos, esc_bits, shape, linear_backend="auto", linear_view="exact"):
         self.ae = ae
         self.nib = nib
         self.base = base
@@ -233,6 +233,9 @@ class W12Tensor(torch.Tensor):
         if linear_backend not in ("auto", "triton", "torch"):
             raise ValueError(f"linear_backend: expected 'auto', 'triton' or 'torch', got {linear_backend!r}")
         self.linear_backend = linear_backend
+        if linear_view not in ("exact", "q"):
+            raise ValueError(f"linear_view: expected 'exact' or 'q', got {linear_view!r}")
+        self.linear_view = linear_view
         # Per-(tile shape, mode) escape index used by the kernels, built on first use.
         self._kernel_cache: dict = {}
 
@@ -346,15 +349,31 @@ class W12Tensor(torch.Tensor):
         )
 
     def __tensor_flatten__(self):
-        return list(self._INNER), (tuple(self.shape), self.linear_backend)
+        return list(self._INNER), (tuple(self.shape), self.linear_backend, self.linear_view)
 
     @classmethod
     def __tensor_unflatten__(cls, inner, meta, outer_size, outer_stride):
-        shape, backend = meta
-        return cls(*(inner[name] for name in cls._INNER), shape, backend)
+        shape, backend, view = meta
+        return cls(*(inner[name] for name in cls._INNER), shape, backend, view)
 
     def _apply_inner(self, fn) -> W12Tensor:
-        return W12Tensor(*(fn(getattr(self, name)) for name in self._INNER), tuple(self.shape), self.linear_backend)
+        return W12Tensor(
+            *(fn(getattr(self, name)) for name in self._INNER), tuple(self.shape), self.linear_backend, self.linear_view
+        )
+
+    def as_q_weight(self) -> W12Tensor:
+        """The same planes (no copy) as a weight whose ``F.linear`` is :func:`q_linear`: the 8-bit view.
+
+        Used by a target's ``"q"`` weight view (the two-level verifier's proposal pass); any other
+        operation still sees the exact weights.
+
+        Example::
+
+            >>> w = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
+            >>> F.linear(torch.ones(1, 2, dtype=torch.bfloat16), W12Tensor.from_bf16(w).as_q_weight())
+            tensor([[3.1875]], dtype=torch.bfloat16)
+        """
+        return W12Tensor(*(getattr(self, name) for name in self._INNER), tuple(self.shape), self.linear_backend, "q")
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -364,6 +383,8 @@ class W12Tensor(torch.Tensor):
             weight = args[1] if len(args) > 1 else kwargs["weight"]
             bias = args[2] if len(args) > 2 else kwargs.get("bias")
             if isinstance(weight, W12Tensor) and not isinstance(x, W12Tensor):
+                if weight.linear_view == "q":
+                    return q_linear(x, weight, bias=bias, backend=weight.linear_backend)
                 return w12_linear(x, weight, bias=bias, backend=weight.linear_backend)
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)

@@ -18,6 +18,7 @@ from torch import nn
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.models.graphs import StaticGraphs, pick_bucket
+from specdec.models.weight_views import WEIGHT_VIEWS, WeightViews
 
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -76,6 +77,8 @@ class LeanTarget(nn.Module):
         self.attention_scaling = attention_scaling
         self.length = 0
         self._last_rows = 0
+        self._last_view = "exact"
+        self._views = WeightViews(self)
         self._graphs: StaticGraphs | None = None
         self._buckets: tuple[int, ...] = ()
         self._allocate_cache()
@@ -103,6 +106,11 @@ class LeanTarget(nn.Module):
         """Tree plans are verified in one pass."""
         return True
 
+    @property
+    def weight_views(self) -> tuple[str, ...]:
+        """``("exact", "q")``: the exact weights and the 8-bit A+E view (see :mod:`specdec.models.weight_views`)."""
+        return WEIGHT_VIEWS
+
     def room(self) -> int:
         """Tokens that still fit in the cache."""
         return self.max_seq_len - self.length
@@ -111,6 +119,7 @@ class LeanTarget(nn.Module):
         """Forget every cached token (the buffers are kept; nothing is reallocated)."""
         self.length = 0
         self._last_rows = 0
+        self._last_view = "exact"
 
     def truncate(self, length: int) -> None:
         """Roll the cache back to its first ``length`` committed tokens (used by drafters)."""
@@ -118,12 +127,18 @@ class LeanTarget(nn.Module):
             raise ValueError(f"length: expected 0 <= length <= {self.length}, got {length!r}")
         self.length = length
         self._last_rows = 0
+        self._last_view = "exact"
 
     def discard(self) -> None:
         """Drop the scratch rows of the last forward (nothing is committed; the cache is unchanged)."""
         self._last_rows = 0
+        self._last_view = "exact"
 
-    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()) -> TargetOutput:
+    def _check_view(self, view: str) -> None:
+        if view not in WEIGHT_VIEWS:
+            raise ValueError(f"view: expected one of {WEIGHT_VIEWS} (this target's weight_views), got {view!r}")
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact") -> TargetOutput:
         """The forward of a :class:`~specdec.contracts.VerifyPlan`: its rows, positions and mask (chains: causal).
 
         Example:
@@ -134,10 +149,15 @@ class LeanTarget(nn.Module):
             >>> target.run_plan(plan).logits.shape
             torch.Size([1, 3, 97])
         """
-        return self(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents)
+        return self(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents, view=view)
 
     def _accepted_count(self, accepted: int | torch.Tensor) -> int:
         """Check ``accepted`` against the last forward; returns how many rows it keeps."""
+        if self._last_view != "exact":
+            raise RuntimeError(
+                f"commit: the last forward ran the {self._last_view!r} weight view; its rows are proposals and are "
+                "never committed (discard() them, then run the exact view)"
+            )
         if isinstance(accepted, int) and not isinstance(accepted, bool):
             if not 0 <= accepted <= self._last_rows:
                 raise ValueError(f"accepted: expected 0 <= n <= {self._last_rows} (rows of the last forward), got {accepted}")
@@ -153,6 +173,7 @@ class LeanTarget(nn.Module):
         """Commit bookkeeping: ``n`` more committed tokens, no scratch rows left."""
         self.length += n
         self._last_rows = 0
+        self._last_view = "exact"
 
     def _check_inputs(self, tokens, positions, mask, hidden_layers) -> None:
         if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long:

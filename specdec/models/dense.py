@@ -246,6 +246,7 @@ class DenseTarget(LeanTarget):
         *,
         hidden_layers: Sequence[int] = (),
         tree_parents: torch.Tensor | None = None,
+        view: str = "exact",
     ) -> TargetOutput:
         """Run ``T`` new rows against the committed prefix; their K/V go to slots ``[length, length+T)``.
 
@@ -258,25 +259,30 @@ class DenseTarget(LeanTarget):
             hidden_layers: layer indices whose outputs to return (HF ``hidden_states`` numbering).
             tree_parents: ``[T]`` parent row of each row; attention layers read the topology from
                 ``mask`` alone, so a dense target accepts and ignores it (the protocol's signature).
+            view: ``"exact"`` or ``"q"`` (the 8-bit A+E weights; rows of a ``"q"`` forward cannot be committed).
 
         Returns:
             :class:`TargetOutput` with float32 logits ``[1, T, V]``.
         """
         self._check_inputs(tokens, positions, mask, hidden_layers)
+        self._check_view(view)
         seqlen = tokens.shape[1]
         device = self.device
         new = torch.arange(seqlen, device=device)
         if positions is None:
             positions = (self.length + new)[None]
         bucket = self._static_bucket(seqlen)
-        if bucket is not None:
-            return self._static_forward(bucket, tokens, positions, mask, tuple(hidden_layers))
-        slots = self.length + new  # [T]
-        # Attention reads only the slots in use: the committed prefix, then the new rows by `mask`.
-        kv_len = self.length + seqlen
-        attn_mask = prefix_attention_mask(self.length, seqlen, mask, device)
-        out = self._run(tokens, positions, slots, attn_mask, kv_len, hidden_layers)
+        with self._views.use(view):
+            if bucket is not None:
+                out = self._static_forward(bucket, tokens, positions, mask, tuple(hidden_layers), view)
+            else:
+                slots = self.length + new  # [T]
+                # Attention reads only the slots in use: the committed prefix, then the new rows by `mask`.
+                kv_len = self.length + seqlen
+                attn_mask = prefix_attention_mask(self.length, seqlen, mask, device)
+                out = self._run(tokens, positions, slots, attn_mask, kv_len, hidden_layers)
         self._last_rows = seqlen
+        self._last_view = view
         return out
 
     def _enable_static(self, buckets: Sequence[int], *, capture: bool, compile: bool = False) -> None:
@@ -302,10 +308,10 @@ class DenseTarget(LeanTarget):
         slots = length + torch.arange(bucket, device=tokens.device)
         return self._run(tokens, positions, slots, attn_mask, span, hidden_layers)
 
-    def _static_forward(self, bucket, tokens, positions, mask, hidden_layers) -> TargetOutput:
+    def _static_forward(self, bucket, tokens, positions, mask, hidden_layers, view: str = "exact") -> TargetOutput:
         seqlen = tokens.shape[1]
         graphs = self._graphs
-        key = (bucket, hidden_layers)
+        key = (bucket, hidden_layers, view)
         static = graphs.buffers(
             key,
             lambda: {

@@ -113,6 +113,7 @@ class HFTarget:
         *,
         hidden_layers: Sequence[int] = (),
         tree_parents: torch.Tensor | None = None,
+        view: str = "exact",
     ) -> TargetOutput:
         """Run ``tokens [1, T]`` as a chain after the committed prefix (the cache keeps them as scratch rows).
 
@@ -121,10 +122,13 @@ class HFTarget:
             positions: ``None`` or the chain's own ``length + arange(T)``.
             mask, tree_parents: must be ``None`` (chains only).
             hidden_layers: HF ``hidden_states`` indices (0 = embeddings, the last one after the final norm).
+            view: ``"exact"`` only (an HF model has no 8-bit weight view here).
 
         Returns:
             :class:`TargetOutput` with float32 logits ``[1, T, V]``.
         """
+        if view != "exact":
+            raise ValueError(f"view: HFTarget has the weight views {self.weight_views}, got {view!r}; use a lean target")
         if mask is not None or tree_parents is not None:
             raise ValueError("mask: HFTarget runs chains only (supports_trees is False), got a tree mask / tree_parents")
         self._check_tokens(tokens)
@@ -149,14 +153,19 @@ class HFTarget:
 
     __call__ = forward
 
-    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()) -> TargetOutput:
+    @property
+    def weight_views(self) -> tuple[str, ...]:
+        """``("exact",)``: the HF model's own weights only."""
+        return ("exact",)
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact") -> TargetOutput:
         """The forward of a chain :class:`~specdec.contracts.VerifyPlan`; a tree plan raises ``ValueError``."""
         if not plan.is_chain:
             raise ValueError(
                 f"plan: HFTarget verifies chains only (supports_trees is False), got a tree of {plan.tree.num_nodes} nodes; "
                 "use a chain verifier or a lean target"
             )
-        return self.forward(plan.tokens, hidden_layers=hidden_layers)
+        return self.forward(plan.tokens, hidden_layers=hidden_layers, view=view)
 
     def commit(self, accepted: int | torch.Tensor) -> None:
         """Keep the first ``n`` rows of the last forward (the cache is cropped to ``length + n``).

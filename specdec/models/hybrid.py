@@ -191,6 +191,7 @@ class HybridTarget(LeanTarget):
         if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self.length:
             raise ValueError(f"length: expected 0 <= length <= {self.length}, got {length!r}")
         self._last_rows = 0
+        self._last_view = "exact"
         self._forget_last()
         if length == self.length:
             return
@@ -214,14 +215,15 @@ class HybridTarget(LeanTarget):
             raise ValueError("backend: CUDA graphs need the Triton GDN kernels ('auto' or 'triton'), got 'torch'")
         super()._enable_static(buckets, capture=capture)
 
-    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()) -> TargetOutput:
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact") -> TargetOutput:
         """The forward of a :class:`~specdec.contracts.VerifyPlan`; the GDN tree tables give mask and positions.
 
         The plan's tree was validated when it was built, so its parents go to the device path unchecked
         (no host read): a replay under CUDA graphs needs nothing from the host but the inputs.
         """
         self._check_inputs(plan.tokens, None, None, hidden_layers)
-        return self._forward_rows(plan.tokens, None, None, plan.row_parents, tuple(hidden_layers))
+        self._check_view(view)
+        return self._forward_rows(plan.tokens, None, None, plan.row_parents, tuple(hidden_layers), view)
 
     def forward(
         self,
@@ -231,6 +233,7 @@ class HybridTarget(LeanTarget):
         *,
         hidden_layers: Sequence[int] = (),
         tree_parents: torch.Tensor | None = None,
+        view: str = "exact",
     ) -> TargetOutput:
         """Run ``T`` new rows against the committed prefix; nothing is committed.
 
@@ -245,13 +248,16 @@ class HybridTarget(LeanTarget):
             tree_parents: ``[T]`` integer parent row of each row, ``-1`` = child of the committed
                 prefix, ``tree_parents[t] < t``. For a verify window ``[root, node_0, ...]`` of a
                 :class:`~specdec.verify.tree.Tree`: ``[-1] + (tree.parents + 1)``. Default: a chain.
+            view: ``"exact"`` or ``"q"`` (the 8-bit A+E weights; rows of a ``"q"`` forward cannot be
+                committed, and the GDN states are only read, as in every forward).
 
         Returns:
             :class:`TargetOutput` with float32 logits ``[1, T, V]``.
         """
         self._check_inputs(tokens, positions, mask, hidden_layers)
+        self._check_view(view)
         parents = self._checked_parents(tokens.shape[1], mask, tree_parents)
-        return self._forward_rows(tokens, positions, mask, parents, tuple(hidden_layers))
+        return self._forward_rows(tokens, positions, mask, parents, tuple(hidden_layers), view)
 
     def _checked_parents(self, seqlen: int, mask, tree_parents) -> torch.Tensor | None:
         """The rows' parents as an int64 device tensor (``None`` for a chain), checked on the host."""
@@ -286,13 +292,19 @@ class HybridTarget(LeanTarget):
             return self.gdn_method
         return "wy" if rows <= _WY_MAX_ROWS else "path"
 
-    def _forward_rows(self, tokens, positions, mask, parents, hidden_layers: tuple[int, ...]) -> TargetOutput:
+    def _forward_rows(self, tokens, positions, mask, parents, hidden_layers: tuple[int, ...], view: str) -> TargetOutput:
         """Checked rows (``parents``: int64 device tensor, or ``None`` for a chain) on the static or eager path."""
+        with self._views.use(view):
+            out = self._forward_rows_in_view(tokens, positions, mask, parents, hidden_layers, view)
+        self._last_view = view
+        return out
+
+    def _forward_rows_in_view(self, tokens, positions, mask, parents, hidden_layers, view: str) -> TargetOutput:
         seqlen = tokens.shape[1]
         bucket = self._static_bucket(seqlen) if positions is None else None
         self._forget_last()
         if bucket is not None:
-            return self._static_forward(bucket, tokens, parents, hidden_layers)
+            return self._static_forward(bucket, tokens, parents, hidden_layers, view)
         device = self.device
         meta = build_tree_meta(torch.arange(-1, seqlen - 1, device=device) if parents is None else parents, validate=False)
         if mask is None and parents is not None:
@@ -373,7 +385,7 @@ class HybridTarget(LeanTarget):
     def _triton(self, device: torch.device) -> bool:
         return self.backend == "triton" or (self.backend == "auto" and device.type == "cuda")
 
-    def _static_forward(self, bucket: int, tokens, parents, hidden_layers) -> TargetOutput:
+    def _static_forward(self, bucket: int, tokens, parents, hidden_layers, view: str = "exact") -> TargetOutput:
         seqlen = tokens.shape[1]
         graphs = self._graphs
         static = graphs.buffers(
@@ -393,7 +405,7 @@ class HybridTarget(LeanTarget):
             static["parents"].copy_(static["roots"])
             static["parents"][:seqlen].copy_(parents)
         graphs.set_length(self.length)
-        key = ("forward", bucket, self._slot, hidden_layers)
+        key = ("forward", bucket, self._slot, hidden_layers, view)
         slot = self._slot
         out, stash = graphs.run(
             key, lambda: self.static_body(static["tokens"], static["parents"], graphs.length, slot, hidden_layers)

@@ -135,12 +135,21 @@ class TargetFault:
         """Whether the wrapped target accepts tree plans."""
         return self.target.supports_trees
 
-    def __call__(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
-        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
+    @property
+    def weight_views(self) -> tuple[str, ...]:
+        """The wrapped target's weight views (a fault acts on every view)."""
+        return self.target.weight_views
 
-    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = ()):
+    def __call__(
+        self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None, view: str = "exact"
+    ):
+        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact"):
         """The wrapped target's plan forward, through this fault's :meth:`forward`."""
-        return self.forward(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents)
+        return self.forward(
+            plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents, view=view
+        )
 
     def discard(self) -> None:
         """Drop the scratch rows of the last forward of the wrapped target.
@@ -165,7 +174,9 @@ class TargetFault:
         generated = self._default_positions(tokens, positions) + 1 - self.prompt_len  # [1, T]
         return generated >= self.after
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
+    def forward(
+        self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None, view: str = "exact"
+    ):
         """The wrapped target's forward, unchanged; the first forward after :meth:`reset` sets ``prompt_len``.
 
         Arguments and result are those of :meth:`specdec.contracts.Target.forward`: ``tokens [1, T]``,
@@ -180,7 +191,7 @@ class TargetFault:
         """
         self.active_rows(tokens, positions)
         self._rows = tokens.shape[1]
-        return self.target(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
+        return self.target(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
 
     def commit(self, accepted) -> None:
         """Commit on the wrapped target: an int ``n`` keeps the first ``n`` rows, an int64 ``[n]`` those rows.
@@ -226,7 +237,9 @@ class LogitBiasFault(TargetFault):
         self.bias = float(bias)
         self.every = _check_int("every", every, 1)
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
+    def forward(
+        self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None, view: str = "exact"
+    ):
         """The wrapped forward, then ``+bias`` on ids ``0, every, 2 * every, ...`` of the active rows' logits ``[1, T, V]``.
 
         Example:
@@ -240,7 +253,7 @@ class LogitBiasFault(TargetFault):
                     [2., 0., 0., 0., 0., 0., 0., 2.]])
         """
         active = self.active_rows(tokens, positions)  # [1, T]
-        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
+        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
         vocab = out.logits.shape[-1]
         biased = (torch.arange(vocab, device=out.logits.device) % self.every == 0).float()  # [V]
         out.logits = out.logits + self.bias * active[..., None].float() * biased
@@ -275,7 +288,9 @@ class LogitNoiseFault(TargetFault):
         super().reset()
         self._generator.manual_seed(self.seed)
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
+    def forward(
+        self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None, view: str = "exact"
+    ):
         """The wrapped forward, then ``std * N(0, 1)`` noise on every logit of the active rows (``[1, T, V]``).
 
         Example:
@@ -287,7 +302,7 @@ class LogitNoiseFault(TargetFault):
             tensor([[ 0, 97]])
         """
         active = self.active_rows(tokens, positions)
-        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
+        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
         noise = torch.randn(out.logits.shape, generator=self._generator, device=out.logits.device, dtype=out.logits.dtype)
         out.logits = out.logits + self.std * noise * active[..., None]
         return out
@@ -312,7 +327,9 @@ class PositionShiftFault(TargetFault):
             raise ValueError(f"shift: expected a non-zero int, got {shift!r}")
         self.shift = shift
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None):
+    def forward(
+        self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None, view: str = "exact"
+    ):
         """The wrapped forward with ``positions [1, T]`` (default ``length + arange(T)``) ``+ shift`` on the active rows.
 
         Example:
@@ -326,7 +343,7 @@ class PositionShiftFault(TargetFault):
         active = self.active_rows(tokens, positions)
         shifted = self._default_positions(tokens, positions) + self.shift * active.long()
         self._rows = tokens.shape[1]
-        return self.target(tokens, shifted, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
+        return self.target(tokens, shifted, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
 
 
 class StaleStateFault(TargetFault):

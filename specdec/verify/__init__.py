@@ -16,6 +16,8 @@ from specdec.verify.tree import (
     tree_attention_mask,
     tree_positions,
 )
+from specdec.verify.two_level import TwoLevelRound, TwoLevelStats, TwoLevelVerifier, join_chain_and_subtree
+from specdec.verify.two_level_gate import TwoLevelGate
 
 __all__ = [
     "ChainLaws",
@@ -24,6 +26,10 @@ __all__ = [
     "Tree",
     "TreeVerifier",
     "TreeWalk",
+    "TwoLevelGate",
+    "TwoLevelRound",
+    "TwoLevelStats",
+    "TwoLevelVerifier",
     "VerifyResult",
     "apply_repetition_penalty",
     "best_first_tree",
@@ -31,6 +37,7 @@ __all__ = [
     "chain_accept",
     "chain_laws",
     "greedy_walk",
+    "join_chain_and_subtree",
     "logits_to_probs",
     "match_walk",
     "process_logits",

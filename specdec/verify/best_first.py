@@ -11,11 +11,11 @@ import torch
 from specdec.contracts.tree import Tree
 
 
-def _check_budget(budget) -> int:
+def _check_budget(budget, *, name: str = "budget") -> int:
     if isinstance(budget, bool) or not isinstance(budget, int):
-        raise TypeError(f"budget: expected an int >= 1, got {type(budget).__name__} {budget!r}")
+        raise TypeError(f"{name}: expected an int >= 1, got {type(budget).__name__} {budget!r}")
     if budget < 1:
-        raise ValueError(f"budget: expected an int >= 1 (number of tree nodes), got {budget}")
+        raise ValueError(f"{name}: expected an int >= 1 (number of tree nodes), got {budget}")
     return budget
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specdec.contracts.drafter import Drafter
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.result import VerifyResult
@@ -155,6 +156,7 @@ class ChainVerifier:
         generator: torch.Generator | None = None,
         hidden_layers: Sequence[int] = (),
         context: torch.Tensor | None = None,
+        drafter: Drafter | None = None,
     ) -> VerifyResult:
         """Run one round: one target pass over ``[root, d_1, ..., d_k]``, accept a prefix, commit it.
 
@@ -167,6 +169,8 @@ class ChainVerifier:
             hidden_layers: taps to return for the committed rows.
             context: ``[n]`` every token so far, ``root`` last; required when ``sampling.needs_prefix``
                 (repetition penalty, logits processors: row ``i`` is processed with ``context + d_1..d_i``).
+            drafter: the drafter of the round, which the decode loop passes to every verifier; a one-level
+                verifier never calls it (:class:`~specdec.verify.two_level.TwoLevelVerifier` drafts again).
 
         Returns:
             :class:`~specdec.contracts.VerifyResult` with ``emitted [n + 1]`` (``n`` accepted drafts, then the

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
+from specdec.contracts.drafter import Drafter
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.result import VerifyResult
@@ -176,6 +177,7 @@ class TreeVerifier:
         generator: torch.Generator | None = None,
         hidden_layers: Sequence[int] = (),
         context: torch.Tensor | None = None,
+        drafter: Drafter | None = None,
     ) -> VerifyResult:
         """Run one round: build the tree, one target pass over its plan, walk it, commit the accepted path.
 
@@ -188,6 +190,8 @@ class TreeVerifier:
             context: ``[n]`` every token so far, ``root`` last; required when ``sampling.needs_prefix``
                 (repetition penalty, logits processors: each row is processed with ``context`` then the
                 tokens of its own root-to-node path).
+            drafter: the drafter of the round, which the decode loop passes to every verifier; a one-level
+                verifier never calls it (:class:`~specdec.verify.two_level.TwoLevelVerifier` drafts again).
 
         Returns:
             :class:`~specdec.contracts.VerifyResult` with ``emitted [n + 1]`` (the ``n`` accepted nodes' tokens

@@ -146,7 +146,7 @@ class StaleStateVerifier(sd.ChainVerifier):
     """Bug class 5: after a rejection the state is not rolled back (the rejected drafts stay in it),
     as when a recurrent layer's state is not restored to the accepted prefix."""
 
-    def verify(self, target, root, proposal, *, sampling, generator=None):
+    def verify(self, target, root, proposal, *, sampling, generator=None, **_):
         return super().verify(
             _KeepAllRows(target, proposal.num_tokens + 1), root, proposal, sampling=sampling, generator=generator
         )

@@ -34,6 +34,7 @@ class TableTarget:
     dtype = torch.float32
     device = torch.device("cpu")
     supports_trees = True
+    weight_views = ("exact",)
     max_seq_len = 64
 
     def __init__(self, law):
@@ -54,10 +55,10 @@ class TableTarget:
     def discard(self):
         self.last = []
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None):
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None, view="exact"):
         raise NotImplementedError
 
-    def run_plan(self, plan, *, hidden_layers=()):
+    def run_plan(self, plan, *, hidden_layers=(), view="exact"):
         from specdec.contracts import TargetOutput
 
         rows = plan.tokens[0].tolist()

@@ -410,7 +410,7 @@ def test_tree_verifier_caps_the_built_tree_to_the_cache_room():
 class NoCompactionTree(TreeVerifier):
     """Mutant: keeps the first n + 1 verify rows instead of the accepted path's rows."""
 
-    def verify(self, target, root, proposal, *, sampling, generator=None):
+    def verify(self, target, root, proposal, *, sampling, generator=None, **_):
         commit = target.commit
         target.commit = lambda accepted: commit(accepted if isinstance(accepted, int) else int(accepted.numel()))
         try:

@@ -73,12 +73,22 @@ class MarkovTarget:
         torch.Size([1, 5])
     """
 
-    def __init__(self, law: MarkovLaw, *, max_seq_len: int = 4096, device: torch.device | str = "cpu"):
+    def __init__(
+        self, law: MarkovLaw, *, max_seq_len: int = 4096, device: torch.device | str = "cpu", q_law: MarkovLaw | None = None
+    ):
+        if q_law is not None and (q_law.vocab_size != law.vocab_size or q_law.order != law.order):
+            raise ValueError(
+                f"q_law: expected a MarkovLaw of vocab_size {law.vocab_size} and order {law.order}, got "
+                f"{q_law.vocab_size} and {q_law.order}"
+            )
         self.law = law
+        self.q_law = q_law
+        self._last_view = "exact"
         self.max_seq_len = max_seq_len
         self.device = torch.device(device)
         self.dtype = torch.float32
         self._table = law.table.to(self.device)
+        self._q_table = None if q_law is None else q_law.table.to(self.device)
         self._tokens: list[int] = []
         self._last: list[tuple[int, ...]] = []  # context keys of the last forward's rows
         self._last_tokens: list[int] = []
@@ -103,6 +113,7 @@ class MarkovTarget:
         """
         self._tokens = []
         self._last, self._last_tokens = [], []
+        self._last_view = "exact"
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` committed tokens (``0 <= length <= self.length``, else ``ValueError``).
@@ -135,18 +146,24 @@ class MarkovTarget:
         """Tree plans are honoured: a row's context is the committed prefix, then its ancestors."""
         return True
 
-    def __call__(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None):
-        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
+    @property
+    def weight_views(self) -> tuple[str, ...]:
+        """``("exact", "q")`` with a ``q_law`` (the "q" view's logits come from it), else ``("exact",)``."""
+        return ("exact",) if self.q_law is None else ("exact", "q")
 
-    def run_plan(self, plan: VerifyPlan, *, hidden_layers=()) -> TargetOutput:
+    def __call__(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None, view="exact"):
+        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers=(), view="exact") -> TargetOutput:
         """The forward of a :class:`~specdec.contracts.VerifyPlan` (its rows under its mask)."""
-        return self.forward(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers)
+        return self.forward(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, view=view)
 
     def discard(self) -> None:
         """Drop the rows of the last forward without committing them."""
         self._last, self._last_tokens = [], []
+        self._last_view = "exact"
 
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None):
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None, view="exact"):
         """Logits of ``T`` new rows after the committed tokens; nothing is committed until :meth:`commit`.
 
         Args:
@@ -155,6 +172,7 @@ class MarkovTarget:
             mask: ``[T, T]`` bool tree mask, or ``None`` for causal rows. Under a mask, row ``t``'s context is
                 the committed tokens, then its ancestors (its nearest allowed earlier rows), then itself.
             hidden_layers, tree_parents: accepted for the protocol's signature and ignored.
+            view: ``"exact"`` (the law) or ``"q"`` (``q_law``; its rows cannot be committed).
 
         Returns:
             :class:`TargetOutput` with float32 ``logits [1, T, V]`` (row ``t``: the law after row ``t``'s
@@ -197,9 +215,13 @@ class MarkovTarget:
                     j = parents[-1]
                     path.append(rows[j])
                 keys.append(self.law.key(tail + path[::-1]))
+        if view not in self.weight_views:
+            raise ValueError(f"view: expected one of {self.weight_views}, got {view!r}")
         self._last, self._last_tokens = keys, rows
+        self._last_view = view
+        table = self._table if view == "exact" else self._q_table
         index = torch.tensor(keys, dtype=torch.long, device=self.device)  # [T, order]
-        logits = self._table[tuple(index.unbind(-1))]  # [T, V]
+        logits = table[tuple(index.unbind(-1))]  # [T, V]
         return TargetOutput(logits=logits[None].float(), hidden=())
 
     def commit(self, accepted) -> None:
@@ -210,6 +232,8 @@ class MarkovTarget:
             >>> _ = target.forward(torch.tensor([[4, 5, 6]])); target.commit(torch.tensor([0, 2])); target.length
             2
         """
+        if self._last_view != "exact":
+            raise RuntimeError(f"commit: the last forward ran the {self._last_view!r} view; its rows are never committed")
         if isinstance(accepted, int):
             if not 0 <= accepted <= len(self._last_tokens):
                 raise ValueError(f"accepted: expected 0 <= n <= {len(self._last_tokens)}, got {accepted}")
