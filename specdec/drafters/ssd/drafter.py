@@ -145,14 +145,20 @@ class SpeculativeSpeculationDrafter:
             if backup not in BACKUP_KINDS:
                 raise ValueError(f"backup: expected one of {BACKUP_KINDS}, a Drafter or a BatchAwareBackup, got {backup!r}")
         elif not isinstance(backup, (BatchAwareBackup, Drafter)):
-            raise TypeError(f"backup: expected one of {BACKUP_KINDS}, a Drafter or a BatchAwareBackup, got {type(backup).__name__}")
-        kinds = {backup} if isinstance(backup, str) else {backup.slow, backup.fast} if isinstance(backup, BatchAwareBackup) else set()
+            raise TypeError(
+                f"backup: expected one of {BACKUP_KINDS}, a Drafter or a BatchAwareBackup, got {type(backup).__name__}"
+            )
+        kinds = (
+            {backup} if isinstance(backup, str) else {backup.slow, backup.fast} if isinstance(backup, BatchAwareBackup) else set()
+        )
         if "random" in kinds and base.vocab_size is None:
             raise ValueError("backup: 'random' needs the vocabulary size, got a base drafter with vocab_size None")
         if transform is not None and not isinstance(transform, SaguaroTransform):
             raise TypeError(f"transform: expected a SaguaroTransform or None, got {type(transform).__name__}")
         if transport is not None and not isinstance(transport, (str, PredraftTransport)):
-            raise TypeError(f"transport: expected None, 'sequential', 'thread' or a PredraftTransport, got {type(transport).__name__}")
+            raise TypeError(
+                f"transport: expected None, 'sequential', 'thread' or a PredraftTransport, got {type(transport).__name__}"
+            )
         if isinstance(transport, str) and transport not in ("sequential", "thread"):
             raise ValueError(f"transport: expected 'sequential' or 'thread', got {transport!r}")
         if not callable(sampler):
@@ -216,7 +222,9 @@ class SpeculativeSpeculationDrafter:
         if isinstance(backup, BatchAwareBackup):
             backup = backup.choose()
         if isinstance(backup, str):
-            backup = make_backup(backup, step=self._step, vocab_size=self.vocab_size, transform=self.transform, sampler=self.sampler)
+            backup = make_backup(
+                backup, step=self._step, vocab_size=self.vocab_size, transform=self.transform, sampler=self.sampler
+            )
         kind = getattr(backup, "kind", type(backup).__name__)
         self.stats.backups[kind] = self.stats.backups.get(kind, 0) + 1
         start = time.perf_counter()
@@ -249,7 +257,13 @@ class SpeculativeSpeculationDrafter:
             bonus = torch.tensor([outcome.bonus], dtype=torch.long, device=context.device)
             ctx = torch.cat([context, tokens[: outcome.k], bonus])
             chain = draft_chain(
-                self._step, ctx, num_tokens, sampling=sampling, generator=generator, sampler=self.sampler, transform=self.transform
+                self._step,
+                ctx,
+                num_tokens,
+                sampling=sampling,
+                generator=generator,
+                sampler=self.sampler,
+                transform=self.transform,
             )
             entries[outcome] = CachedSpeculation(chain.proposal, chain.ranking)
         return _PredraftResult(entries, fan_out, time.perf_counter() - start)

@@ -36,7 +36,9 @@ class OutcomePredictor:
         """``[K + 1, V]`` law of the bonus token given the round ended at position ``k``."""
         k = draft_tokens.numel()
         if glue.ndim != 2 or glue.shape[0] != k + 1:
-            raise ValueError(f"glue: expected shape ({k + 1}, V) (one law per draft position and one after), got {tuple(glue.shape)}")
+            raise ValueError(
+                f"glue: expected shape ({k + 1}, V) (one law per draft position and one after), got {tuple(glue.shape)}"
+            )
         laws = glue.float().clone()
         if k:
             laws[torch.arange(k, device=laws.device), draft_tokens.to(laws.device)] = 0.0

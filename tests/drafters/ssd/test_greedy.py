@@ -59,7 +59,9 @@ def test_greedy_equals_autoregressive(draft, budget, fan_out, backup, num_draft,
         ModelDrafter(draft_model(*draft)), fan_out=fan_out_policy(fan_out, budget), backup=backup
     )
     verify = ChainVerifier() if verifier == "chain" else TreeVerifier(budget=8)
-    out = specdec.generate(target(), torch.tensor([prompt]), max_new_tokens=12, drafter=drafter, verifier=verify, num_draft_tokens=num_draft)
+    out = specdec.generate(
+        target(), torch.tensor([prompt]), max_new_tokens=12, drafter=drafter, verifier=verify, num_draft_tokens=num_draft
+    )
     assert torch.equal(out.tokens, autoregressive(prompt, 12))
 
 

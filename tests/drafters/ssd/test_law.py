@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ssd_helpers import LawDrafter, ssd_law
 
 from specdec.contracts.sampling import SamplingConfig
 from specdec.drafters.ssd import GeometricFanOut, SaguaroTransform, SpeculativeSpeculationDrafter
@@ -20,7 +21,6 @@ from specdec.testing.laws import MarkovLaw, autoregressive_law, total_variation
 from specdec.testing.laws.exact import reference_chain_decide
 from specdec.verify.chain import ChainLaws
 from specdec.verify.sampling import logits_to_probs
-from ssd_helpers import LawDrafter, ssd_law
 
 VOCAB = 3
 PROMPT = (0, 1, 2, 0, 1)  # repeats, so the n-gram backup finds matches
@@ -32,7 +32,9 @@ BIASED_TV = 1e-3
 
 
 def make_drafter(backup: str, transform: SaguaroTransform | None = None, fan_out=2) -> SpeculativeSpeculationDrafter:
-    return SpeculativeSpeculationDrafter(LawDrafter(DRAFT), fan_out=fan_out, backup=backup, transform=transform, transport="sequential")
+    return SpeculativeSpeculationDrafter(
+        LawDrafter(DRAFT), fan_out=fan_out, backup=backup, transform=transform, transport="sequential"
+    )
 
 
 def reference(num_tokens: int) -> dict:
