@@ -22,6 +22,7 @@ from specdec.drafters.model import ModelDrafter
 from specdec.drafters.ngram import NGramDrafter
 from specdec.drafters.oracle import PRESETS as ORACLE_PRESETS
 from specdec.drafters.oracle import AcceptanceProfile, OracleDrafter
+from specdec.drafters.ssd import SpeculativeSpeculationDrafter
 
 __all__ = [
     "AcceptanceProfile",
@@ -36,6 +37,7 @@ __all__ = [
     "ORACLE_PRESETS",
     "OracleDrafter",
     "PrefixScheduler",
+    "SpeculativeSpeculationDrafter",
     "StaticDraftKVCache",
     "calibration",
     "expected_calibration_error",

@@ -1,0 +1,320 @@
+"""``SpeculativeSpeculationDrafter``: pre-draft round ``t + 1`` for the likely outcomes of round ``t``.
+
+Round ``t``: return a proposal, then (before returning) submit a job that predicts the outcomes of its
+verification, ``(k accepted, bonus)``, and drafts a continuation after each. Round ``t + 1``: read the
+actual outcome off the context, return the cached continuation on a hit, a backup's proposal on a
+miss. On a GPU the job overlaps the verification; on a CPU the same schedule runs in sequence.
+
+Why it stays exact: a cached continuation is drawn from its reported law with randomness of its own
+(a generator derived per round), independently of the verifier's draws; which entry is used depends
+only on the emitted tokens. So given everything the verifier sees, each proposal is a draw from the
+law it reports, and the chain rule (or the deterministic-proposal rule) makes the emitted tokens
+target samples.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from specdec.contracts.drafter import Drafter
+from specdec.contracts.proposal import DraftProposal
+from specdec.contracts.sampling import SamplingConfig
+from specdec.drafters.ssd.backups import BACKUP_KINDS, BatchAwareBackup, NeuralBackup, make_backup
+from specdec.drafters.ssd.cache import CachedSpeculation, SpeculationCache
+from specdec.drafters.ssd.drafting import Sampler, StepScores, draft_chain, ranking_law
+from specdec.drafters.ssd.fan_out import UniformFanOut
+from specdec.drafters.ssd.outcome import VerificationOutcome, read_outcome
+from specdec.drafters.ssd.predictor import OutcomePredictor
+from specdec.drafters.ssd.saguaro import SaguaroTransform
+from specdec.drafters.ssd.transport import CudaStreamTransport, PredraftTransport, SequentialTransport, ThreadTransport
+from specdec.verify.sampling import sample
+
+__all__ = ["SpeculationStats", "SpeculativeSpeculationDrafter"]
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """splitmix64: a well-spread 64-bit hash, so per-round seeds do not collide with request seeds."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (x ^ (x >> 31)) & ((1 << 63) - 1)
+
+
+@dataclass
+class SpeculationStats:
+    """Counters a benchmark reads from :attr:`SpeculativeSpeculationDrafter.stats` (summed over requests).
+
+    Attributes:
+        hits: rounds served from the speculation cache.
+        misses: rounds after a verification whose outcome was not cached (a backup proposed).
+        cold_starts: first rounds of a request (nothing was pre-drafted yet; a backup proposed).
+        predrafts: continuations pre-drafted.
+        predraft_s: seconds spent in pre-draft jobs (on the worker, when the transport has one).
+        backup_s: seconds spent in backups.
+        backups: proposals per backup kind.
+    """
+
+    hits: int = 0
+    misses: int = 0
+    cold_starts: int = 0
+    predrafts: int = 0
+    predraft_s: float = 0.0
+    backup_s: float = 0.0
+    backups: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def hit_rate(self) -> float:
+        """``hits / (hits + misses)`` (0.0 before any lookup)."""
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+@dataclass
+class _Pending:
+    """The round whose pre-draft job is in flight."""
+
+    context: torch.Tensor
+    tokens: torch.Tensor
+    sampling: SamplingConfig
+    collected: bool = False
+    fan_out: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _PredraftResult:
+    entries: dict[VerificationOutcome, CachedSpeculation]
+    fan_out: list[int]
+    seconds: float
+
+
+class SpeculativeSpeculationDrafter:
+    """A :class:`~specdec.contracts.Drafter` that speculates on its own verification (SSD / Saguaro).
+
+    Args:
+        base: the neural drafter; it is asked for next-token scores only (a one-token greedy proposal
+            with ``tree_logprobs``, as :class:`~specdec.drafters.ModelDrafter` gives) and this drafter
+            draws, transforms and reports every token itself.
+        fan_out: continuations pre-drafted per round: an int ``B`` (:class:`UniformFanOut`) or a policy
+            with ``allocate(num_drafts, caps)`` / ``observe(...)`` such as :class:`GeometricFanOut`.
+        backup: on a miss: ``"neural"`` (the base, just in time), ``"ngram"``, ``"random"``, any
+            :class:`~specdec.contracts.Drafter`, or a :class:`BatchAwareBackup` choosing per row.
+        transform: a :class:`SaguaroTransform` applied to every sampled draft law (drawn from and reported).
+        predictor: ranks outcomes (default :class:`OutcomePredictor`).
+        transport: where pre-draft jobs run: ``None`` (a CUDA side stream for CUDA contexts, else inline),
+            ``"sequential"``, ``"thread"``, or a :class:`PredraftTransport`.
+        sampler: ``(probs [V], generator) -> token``, every draw (default :func:`specdec.verify.sample`).
+
+    Attributes:
+        stats: :class:`SpeculationStats`.
+        cache: the :class:`SpeculationCache` of the round.
+
+    Example:
+        >>> import specdec
+        >>> from specdec.drafters import ModelDrafter
+        >>> from specdec.testing import tiny_target
+        >>> target, prompt = tiny_target(seed=0), torch.tensor([[1, 2, 3]])
+        >>> drafter = SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0)), fan_out=4)
+        >>> out = specdec.generate(target, prompt, max_new_tokens=10, drafter=drafter, num_draft_tokens=3)
+        >>> torch.equal(out.tokens, specdec.generate(target, prompt, max_new_tokens=10).tokens), drafter.stats.hits > 0
+        (True, True)
+    """
+
+    def __init__(
+        self,
+        base: Drafter,
+        *,
+        fan_out=8,
+        backup="neural",
+        transform: SaguaroTransform | None = None,
+        predictor: OutcomePredictor | None = None,
+        transport: PredraftTransport | str | None = None,
+        sampler: Sampler = sample,
+    ):
+        if not isinstance(base, Drafter):
+            raise TypeError(f"base: expected a Drafter (reset, propose, vocab_size), got {type(base).__name__}")
+        if isinstance(fan_out, int) and not isinstance(fan_out, bool):
+            fan_out = UniformFanOut(fan_out)
+        if not (callable(getattr(fan_out, "allocate", None)) and callable(getattr(fan_out, "observe", None))):
+            raise TypeError(f"fan_out: expected an int budget or a policy with allocate/observe, got {type(fan_out).__name__}")
+        if isinstance(backup, str):
+            if backup not in BACKUP_KINDS:
+                raise ValueError(f"backup: expected one of {BACKUP_KINDS}, a Drafter or a BatchAwareBackup, got {backup!r}")
+        elif not isinstance(backup, (BatchAwareBackup, Drafter)):
+            raise TypeError(
+                f"backup: expected one of {BACKUP_KINDS}, a Drafter or a BatchAwareBackup, got {type(backup).__name__}"
+            )
+        kinds = (
+            {backup} if isinstance(backup, str) else {backup.slow, backup.fast} if isinstance(backup, BatchAwareBackup) else set()
+        )
+        if "random" in kinds and base.vocab_size is None:
+            raise ValueError("backup: 'random' needs the vocabulary size, got a base drafter with vocab_size None")
+        if transform is not None and not isinstance(transform, SaguaroTransform):
+            raise TypeError(f"transform: expected a SaguaroTransform or None, got {type(transform).__name__}")
+        if transport is not None and not isinstance(transport, (str, PredraftTransport)):
+            raise TypeError(
+                f"transport: expected None, 'sequential', 'thread' or a PredraftTransport, got {type(transport).__name__}"
+            )
+        if isinstance(transport, str) and transport not in ("sequential", "thread"):
+            raise ValueError(f"transport: expected 'sequential' or 'thread', got {transport!r}")
+        if not callable(sampler):
+            raise TypeError(f"sampler: expected a callable (probs, generator) -> token, got {type(sampler).__name__}")
+        self.base = base
+        self.vocab_size = base.vocab_size
+        self.fan_out = fan_out
+        self.backup = backup
+        self.transform = transform
+        self.predictor = predictor if predictor is not None else OutcomePredictor()
+        self.sampler = sampler
+        self.transport: PredraftTransport | None = (
+            SequentialTransport() if transport == "sequential" else ThreadTransport() if transport == "thread" else transport
+        )
+        self.stats = SpeculationStats()
+        self.cache = SpeculationCache()
+        self._step = StepScores(base)
+        self._pending: _Pending | None = None
+        self._round = 0
+
+    def reset(self) -> None:
+        """Start a request: finish any pre-draft in flight, drop the cache, reset the base (stats keep counting).
+
+        Example:
+            >>> from specdec.drafters import ModelDrafter
+            >>> from specdec.testing import tiny_target
+            >>> SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0))).reset()
+        """
+        if self._pending is not None and not self._pending.collected:
+            self.transport.wait()
+        self._pending = None
+        self._round = 0
+        self.cache.replace({})
+        self.base.reset()
+
+    def _collect(self) -> None:
+        pending = self._pending
+        if pending is None or pending.collected:
+            return
+        result: _PredraftResult = self.transport.wait()
+        pending.collected = True
+        pending.fan_out = result.fan_out
+        self.cache.replace(result.entries)
+        self.stats.predrafts += len(result.entries)
+        self.stats.predraft_s += result.seconds
+
+    def outcome(self, context: torch.Tensor, sampling: SamplingConfig | None = None) -> VerificationOutcome | None:
+        """The outcome of the last proposal's verification read from ``context [n]`` (``None``: none readable)."""
+        pending = self._pending
+        if pending is None or (sampling is not None and sampling != pending.sampling):
+            return None
+        return read_outcome(pending.context, pending.tokens, context)
+
+    def peek(self, context: torch.Tensor, sampling: SamplingConfig | None = None) -> CachedSpeculation | None:
+        """The cached continuation :meth:`propose` would return after ``context [n]`` (``None`` on a miss); counts nothing."""
+        self._collect()
+        return self.cache.peek(self.outcome(context, sampling))
+
+    def _backup_proposal(self, context, max_tokens, sampling, generator) -> tuple[DraftProposal, torch.Tensor | None]:
+        backup = self.backup
+        if isinstance(backup, BatchAwareBackup):
+            backup = backup.choose()
+        if isinstance(backup, str):
+            backup = make_backup(
+                backup, step=self._step, vocab_size=self.vocab_size, transform=self.transform, sampler=self.sampler
+            )
+        kind = getattr(backup, "kind", type(backup).__name__)
+        self.stats.backups[kind] = self.stats.backups.get(kind, 0) + 1
+        start = time.perf_counter()
+        if isinstance(backup, NeuralBackup):
+            chain = backup.draft(context, max_tokens, sampling=sampling, generator=generator)
+            proposal, ranking = chain.proposal, chain.ranking
+        else:
+            proposal, ranking = backup.propose(context, max_tokens, sampling=sampling, generator=generator), None
+        self.stats.backup_s += time.perf_counter() - start
+        return proposal, ranking
+
+    def _child_generator(self, generator: torch.Generator | None, device: torch.device) -> torch.Generator:
+        if generator is None:
+            seed = int(torch.randint(0, 1 << 62, (1,)))
+        else:
+            seed = _mix64(_mix64(generator.initial_seed()) ^ self._round)
+        return torch.Generator(device=device).manual_seed(seed)
+
+    def _predraft(self, context, tokens, ranking, num_tokens, sampling, generator) -> _PredraftResult:
+        start = time.perf_counter()
+        k = tokens.numel()
+        rows = [] if ranking is None or ranking.numel() == 0 else list(ranking[: k + 1].unbind(0))
+        for j in range(len(rows), k + 1):
+            # the glue law: the base's own law after each prefix of the proposal
+            rows.append(ranking_law(self._step(torch.cat([context, tokens[:j]])), sampling))
+        glue = torch.stack(rows)  # [k + 1, V]
+        fan_out = list(self.fan_out.allocate(k, self.predictor.candidates(glue, tokens)))
+        entries = {}
+        for outcome in self.predictor.predict(glue, tokens, fan_out):
+            bonus = torch.tensor([outcome.bonus], dtype=torch.long, device=context.device)
+            ctx = torch.cat([context, tokens[: outcome.k], bonus])
+            chain = draft_chain(
+                self._step,
+                ctx,
+                num_tokens,
+                sampling=sampling,
+                generator=generator,
+                sampler=self.sampler,
+                transform=self.transform,
+            )
+            entries[outcome] = CachedSpeculation(chain.proposal, chain.ranking)
+        return _PredraftResult(entries, fan_out, time.perf_counter() - start)
+
+    @torch.no_grad()
+    def propose(self, context, max_tokens, *, sampling: SamplingConfig, generator: torch.Generator | None) -> DraftProposal:
+        """The cached continuation for the last round's outcome, else a backup's; then pre-draft the next round.
+
+        Args:
+            context: ``[n]`` int64, the request so far (prompt, then every emitted token).
+            max_tokens: the most drafts; cached continuations longer than this are cut (a prefix keeps its law).
+            sampling: the request's law; greedy drafts are argmax chains reported as deterministic.
+            generator: the request's RNG: backups draw from it; pre-drafts draw from a generator derived
+                from its seed and the round, so they are independent of the verifier's draws.
+
+        Returns:
+            :class:`DraftProposal` ``tokens [k]`` with ``draft_probs [k, V]`` when drawn (the transformed
+            law when a :class:`SaguaroTransform` is set), ``None`` when chosen.
+        """
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ValueError(f"max_tokens: expected an int >= 0, got {max_tokens!r}")
+        if not isinstance(context, torch.Tensor) or context.ndim != 1 or context.numel() == 0:
+            raise ValueError(f"context: expected a non-empty 1-D tensor of token ids, got {getattr(context, 'shape', context)!r}")
+        if self.transport is None:
+            self.transport = CudaStreamTransport(context.device) if context.device.type == "cuda" else SequentialTransport()
+        pending = self._pending
+        self._collect()
+        entry = None
+        if pending is None:
+            self.stats.cold_starts += 1
+        else:
+            outcome = self.outcome(context, sampling)
+            entry = self.cache.lookup(outcome)
+            if entry is None:
+                self.stats.misses += 1
+            else:
+                self.stats.hits += 1
+            if outcome is not None:
+                self.fan_out.observe(outcome, pending.tokens.numel(), pending.fan_out, entry is not None)
+        self._pending = None
+        self._round += 1
+        if entry is not None:
+            entry = entry.truncated(max_tokens)
+            proposal, ranking = entry.proposal, entry.ranking
+        elif max_tokens == 0:
+            proposal, ranking = DraftProposal(tokens=context.new_zeros(0)), None
+        else:
+            proposal, ranking = self._backup_proposal(context, max_tokens, sampling, generator)
+        if max_tokens > 0:
+            context, tokens = context.clone(), proposal.tokens.clone()
+            child = self._child_generator(generator, context.device)
+            self._pending = _Pending(context=context, tokens=tokens, sampling=sampling)
+            self.transport.submit(lambda: self._predraft(context, tokens, ranking, max_tokens, sampling, child))
+        return proposal
