@@ -126,6 +126,13 @@ PRESETS: dict[str, AcceptanceProfile] = {
             source="z-lab/dflash issue #119 (SGLang, Qwen3-8B-DFlash-b16, GSM8K, concurrency 1): accept length 6.36",
         ),
         AcceptanceProfile.from_mean_acceptance(
+            4.8,
+            15,
+            name="specpilot-one-level",
+            source="SpecPilot abstract: 4.4-5.2 tokens per exact verify step with one-level verification (stock); "
+            "midpoint 4.8, 15 draft positions (a block-16 drafter) assumed",
+        ),
+        AcceptanceProfile.from_mean_acceptance(
             5.46,
             7,
             name="dflash2-qwen3.8-27b-gsm8k",

@@ -134,6 +134,25 @@ class LeanTarget(nn.Module):
         self._last_rows = 0
         self._last_view = "exact"
 
+    def set_q_view_storage(self, storage: str) -> None:
+        """Hold the ``"q"`` weight view ``"packed"`` (8 bits read per weight, the default) or ``"dense"``.
+
+        ``"dense"`` keeps the view's values in the weights' dtype, read by the dense GEMM: the same Q
+        logits at 16 bits per weight (what a bf16 target's Q pass costs without an 8-bit kernel). The
+        view is rebuilt at its next use. Call it before :meth:`enable_cuda_graphs` / :meth:`enable_static_path`
+        (a captured graph holds the weights it was captured with).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> target.set_q_view_storage("dense")
+            >>> target.forward(torch.tensor([[1, 2]]), view="q").logits.shape
+            torch.Size([1, 2, 97])
+        """
+        if self._graphs is not None:
+            raise ValueError("set_q_view_storage: the static path is on (graphs hold their weights); call it before enabling it")
+        self._views = WeightViews(self, q_storage=storage)
+
     def _check_view(self, view: str) -> None:
         if view not in WEIGHT_VIEWS:
             raise ValueError(f"view: expected one of {WEIGHT_VIEWS} (this target's weight_views), got {view!r}")

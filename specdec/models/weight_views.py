@@ -27,24 +27,31 @@ from torch import nn
 from specdec.formats.w12 import W12Tensor
 
 WEIGHT_VIEWS = ("exact", "q")
+Q_STORAGES = ("packed", "dense")
 
-__all__ = ["WEIGHT_VIEWS", "WeightViews", "q_view_weight"]
+__all__ = ["Q_STORAGES", "WEIGHT_VIEWS", "WeightViews", "q_view_weight"]
 
 
-def q_view_weight(weight: torch.Tensor) -> torch.Tensor:
+def q_view_weight(weight: torch.Tensor, *, storage: str = "packed") -> torch.Tensor:
     """The 8-bit A+E view of one weight matrix ``[N, K]``, usable as an ``nn.Linear`` weight.
+
+    ``storage="packed"`` keeps the 8-bit plane where a kernel reads it (W12 weights, bf16 weights on
+    CUDA); ``"dense"`` always gives the view's values as a plain tensor of the weight's dtype (the
+    dense GEMM reads 16 bits: the view's accuracy without its byte saving).
 
     Example:
         >>> w = torch.tensor([[1.0, 2.0, 0.3]])
         >>> q_view_weight(w)                     # the low 4 of 7 mantissa bits at their midpoint, 8/128
         tensor([[1.0625, 2.1250, 0.2969]])
     """
+    if storage not in Q_STORAGES:
+        raise ValueError(f"storage: expected one of {Q_STORAGES}, got {storage!r}")
     if isinstance(weight, W12Tensor):
-        return weight.as_q_weight()
+        return weight.as_q_weight() if storage == "packed" else weight.q_view()
     if weight.ndim != 2:
         raise ValueError(f"weight: expected a 2-D [N, K] matrix, got shape {tuple(weight.shape)}")
     w12 = W12Tensor.from_bf16(weight.detach().to(torch.bfloat16).contiguous())
-    if weight.is_cuda and weight.dtype == torch.bfloat16:
+    if storage == "packed" and weight.is_cuda and weight.dtype == torch.bfloat16:
         return w12.as_q_weight()
     return w12.q_view().to(weight.dtype)
 
@@ -54,6 +61,7 @@ class WeightViews:
 
     Args:
         module: the target (its ``nn.Linear`` submodules are found once, at the first swap).
+        q_storage: how ``"q"`` weights are held (:func:`q_view_weight`'s ``storage``).
 
     Example:
         >>> layer = nn.Sequential(nn.Linear(3, 2, bias=False))
@@ -65,7 +73,10 @@ class WeightViews:
         (False, ('q',))
     """
 
-    def __init__(self, module: nn.Module):
+    def __init__(self, module: nn.Module, *, q_storage: str = "packed"):
+        if q_storage not in Q_STORAGES:
+            raise ValueError(f"q_storage: expected one of {Q_STORAGES}, got {q_storage!r}")
+        self.q_storage = q_storage
         self._module = module
         self._weights: dict[str, list[tuple[nn.Linear, nn.Parameter]]] = {}
 
@@ -81,7 +92,7 @@ class WeightViews:
             if isinstance(sub, nn.Linear):
                 w = sub.weight
                 if id(w) not in made:
-                    made[id(w)] = nn.Parameter(q_view_weight(w), requires_grad=False)
+                    made[id(w)] = nn.Parameter(q_view_weight(w, storage=self.q_storage), requires_grad=False)
                 pairs.append((sub, made[id(w)]))
         return pairs
 
