@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=64, help="exact-pass tree nodes (two-level) / tree budget (tree)")
     ap.add_argument("--storages", default="packed,dense", help="Q-view storages to measure")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"), help="target dtype on the GPU")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_two_level.json"))
     args = ap.parse_args()
 
@@ -102,7 +103,7 @@ def main() -> None:
     print(provenance_line(prov), flush=True)
     cuda = torch.cuda.is_available() and not args.tiny
     device = torch.device("cuda" if cuda else "cpu")
-    cfg, dtype = (QWEN3_8B, torch.bfloat16) if cuda else (TINY, torch.float32)
+    cfg, dtype = (QWEN3_8B, getattr(torch, args.dtype)) if cuda else (TINY, torch.float32)
     max_seq_len = args.prompt_len + args.tokens + 2 * args.budget + 64
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, cfg.vocab_size, (1, args.prompt_len), generator=gen).to(device)
@@ -114,7 +115,7 @@ def main() -> None:
         ar, ar_s = run(target, prompt, args.tokens)
         reference = torch.cat([prompt[0], ar.tokens[0]]).cpu()
         timing = pass_times(target, prompt, 16, args.reps)
-        timing["byte_ratio"] = 0.5 if storage == "packed" and cuda else 1.0
+        timing["byte_ratio"] = 0.5 if storage == "packed" and cuda and dtype == torch.bfloat16 else 1.0
         print(
             f"[{storage}] AR {args.tokens / ar_s:.1f} tok/s; 16-row pass exact {timing['exact_ms']:.3f} ms, "
             f"Q {timing['q_ms']:.3f} ms (x{timing['q_over_exact']:.2f}, byte ratio {timing['byte_ratio']})",
