@@ -53,9 +53,7 @@ class BudgetAllocator:
             [3, 0]
         """
         if len(scores) != len(confident_lengths):
-            raise ValueError(
-                f"confident_lengths: expected one per score ({len(scores)}), got {len(confident_lengths)}"
-            )
+            raise ValueError(f"confident_lengths: expected one per score ({len(scores)}), got {len(confident_lengths)}")
         if not scores:
             return []
         for i, g in enumerate(scores):

@@ -26,7 +26,12 @@ def test_all_zero_scores_draft_the_confident_prefixes():
 
 @pytest.mark.parametrize(
     ("scores", "lengths", "match"),
-    [([0.5], [1, 2], "confident_lengths"), ([float("nan")], [0], r"scores\[0\]"), ([-1.0], [0], r"scores\[0\]"), ([0.5], [-1], r"confident_lengths\[0\]")],
+    [
+        ([0.5], [1, 2], "confident_lengths"),
+        ([float("nan")], [0], r"scores\[0\]"),
+        ([-1.0], [0], r"scores\[0\]"),
+        ([0.5], [-1], r"confident_lengths\[0\]"),
+    ],
     ids=["length-mismatch", "nan-score", "negative-score", "negative-length"],
 )
 def test_bad_inputs_are_refused(scores, lengths, match):

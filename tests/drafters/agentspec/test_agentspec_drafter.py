@@ -182,9 +182,14 @@ def test_smollm2_tool_call_turns_equal_ar():
     tok = smollm2_tokenizer()
     target = smollm2_target(progress=False, max_seq_len=1024)
     drafter = AgentSpecDrafter(TokenPieces.from_tokenizer(tok))
-    messages = [{"role": "user", "content": 'Call the tool as <tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call> '
-                 "then show the code in a ```python block."}]
-    for turn in range(2):
+    messages = [
+        {
+            "role": "user",
+            "content": 'Call the tool as <tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call> '
+            "then show the code in a ```python block.",
+        }
+    ]
+    for _ in range(2):
         drafter.begin_request(agent="coder", query=0)
         ids = tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), return_tensors="pt").input_ids
         out = sd.generate(target, ids, 48, drafter=drafter, num_draft_tokens=6)

@@ -13,7 +13,7 @@ def brute_force(streams, suffix, partition, *, depth, max_candidates, max_ngram,
     """Scan every stream position in insertion order; newest first; longest matching n wins."""
     for n in range(min(max_ngram, len(suffix)), min_ngram - 1, -1):
         hits = []
-        for sid, (tokens, parts, searchable_from) in enumerate(streams):
+        for sid, (tokens, parts, _) in enumerate(streams):
             for p in range(max(n, 1), len(tokens) + 1):
                 if tokens[p - n : p] != suffix[len(suffix) - n :]:
                     continue

@@ -44,7 +44,9 @@ def test_smollm2_table_rebuilds_split_characters_and_special_tokens():
 
     tok = smollm2_tokenizer()
     table = TokenPieces.from_tokenizer(tok)
-    text = '<|im_start|>assistant\n<tool_call>\n{"name": "run"}</tool_call>\n```python\ndef f():\n    return "é 日本"\n```<|im_end|>'
+    text = (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "run"}</tool_call>\n```python\ndef f():\n    return "é 日本"\n```<|im_end|>'
+    )
     ids = tok(text).input_ids
     # 'é' and '日' are each split over byte-level tokens whose own bytes are not valid UTF-8
     assert sum(not _is_utf8(table[i]) for i in ids) >= 2

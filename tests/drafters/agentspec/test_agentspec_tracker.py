@@ -9,7 +9,22 @@ from specdec.drafters.agentspec import BlockTracker, StructureSpec, TokenPieces
 from specdec.drafters.agentspec.tracker import TrackerState
 
 SPEC = StructureSpec.agent_default()
-FRAGMENTS = ["<tool_", "call>", "</tool", "_call>", "<tool_response>", "</tool_response>", "``", "`", "```", "x", "\n", "<", "/", ">"]
+FRAGMENTS = [
+    "<tool_",
+    "call>",
+    "</tool",
+    "_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "``",
+    "`",
+    "```",
+    "x",
+    "\n",
+    "<",
+    "/",
+    ">",
+]
 
 
 def scan_stacks(text: bytes, spec: StructureSpec) -> list[tuple[str, ...]]:
@@ -83,7 +98,12 @@ def test_tags_split_across_tokens_of_an_adversarial_vocabulary():
     for token in [0, 1, 2, 3, 4, 6, 7, 8, 6, 7, 5, 1, 2, 3, 4, 9, 10, 11]:
         tracker.feed(pieces[token])
         blocks.append(tracker.block)
-    assert blocks == [None] * 4 + ["tool_call", "tool_call", "code", "code", "code", "tool_call"] + ["tool_call"] * 4 + [None, None, "tool_call", "code"]
+    assert blocks == [None] * 4 + ["tool_call", "tool_call", "code", "code", "code", "tool_call"] + ["tool_call"] * 4 + [
+        None,
+        None,
+        "tool_call",
+        "code",
+    ]
 
 
 def test_restore_returns_to_a_snapshot_and_checks_it():
