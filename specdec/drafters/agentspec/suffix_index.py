@@ -54,12 +54,24 @@ class PartitionedSuffixIndex:
         self._entries: dict[tuple, list[tuple[int, int]]] = {}
 
     def new_stream(self, partition: Partition) -> int:
-        """Open an empty stream whose first token is drafted in ``partition``; returns its id."""
+        """Open an empty stream whose first token is drafted in ``partition``; returns its id.
+
+        Example:
+            >>> PartitionedSuffixIndex().new_stream(("agent", 0, None))
+            0
+        """
         self.streams.append(Stream(partitions=[partition]))
         return len(self.streams) - 1
 
     def append(self, stream_id: int, token: int, partition: Partition) -> None:
-        """Add ``token`` to the end of a stream; ``partition`` is the one in force *after* it."""
+        """Add ``token`` to the end of a stream; ``partition`` is the one in force *after* it.
+
+        Example:
+            >>> index = PartitionedSuffixIndex(max_ngram=2, min_ngram=1)
+            >>> s = index.new_stream("text")
+            >>> index.append(s, 4, "code"); index.streams[s].partitions
+            ['text', 'code']
+        """
         stream = self.streams[stream_id]
         stream.tokens.append(int(token))
         stream.partitions.append(partition)
@@ -74,7 +86,16 @@ class PartitionedSuffixIndex:
             self._entries.setdefault((None, gram), []).append((stream_id, p))
 
     def truncate(self, stream_id: int, length: int) -> None:
-        """Drop the stream's tokens from ``length`` on, and every entry that points past it."""
+        """Drop the stream's tokens from ``length`` on, and every entry that points past it.
+
+        Example:
+            >>> index = PartitionedSuffixIndex(max_ngram=1, min_ngram=1)
+            >>> s = index.new_stream("p")
+            >>> for token in [1, 2, 1, 3]:
+            ...     index.append(s, token, "p")
+            >>> index.truncate(s, 2); index.streams[s].tokens, index.continuations([1], "p", depth=2, max_candidates=2)
+            ([1, 2], [[2]])
+        """
         stream = self.streams[stream_id]
         if not 0 <= length <= len(stream.tokens):
             raise ValueError(f"length: expected 0 <= length <= {len(stream.tokens)}, got {length}")
