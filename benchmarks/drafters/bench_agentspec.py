@@ -15,7 +15,8 @@ arms interleaved per request so that a change in machine load hits all of them a
   isolation ablation.
 
 Every speculative output is checked against AR's in the same run (``torch.equal``) and against the
-workload's cached answer. Reported per arm: tokens, target passes, tokens per pass, mean accepted
+workload's cached answer. The machine is shared: the load average before and after the run is
+recorded, and wall-clock numbers move with it (tokens per pass do not). Reported per arm: tokens, target passes, tokens per pass, mean accepted
 drafts per round, wall seconds (draft and verify parts) and speedup over AR in wall time. The AgentSpec
 drafters keep their history across requests (that is the point); each arm starts from an empty one.
 
@@ -25,6 +26,7 @@ drafters keep their history across requests (that is the point); each arm starts
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -134,8 +136,11 @@ def main() -> None:
     prov = provenance(seed=None)
     print(provenance_line(prov))
     workload = load_or_build(args.workload, args.problems, args.turns, args.max_new_tokens)
+    load_before = os.getloadavg()
     result = run(workload, args.num_draft_tokens)
     result = {
+        "load_average_1_5_15_before": [round(x, 2) for x in load_before],
+        "load_average_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
         "workload_file": str(args.workload.name),
         "workload_provenance": workload["provenance"],
         "threads": args.threads,

@@ -45,6 +45,9 @@ class StructureSpec:
 
     Attributes:
         delimiters: the block kinds, tried in order when several could open at the same byte.
+        resets: strings that close every open block (chat message boundaries such as
+            ``"<|im_start|>"``), so that an unbalanced fence in one message (a lone ```` ``` ```` quoted
+            in a system prompt) cannot invert the blocks of every message after it.
 
     Example:
         >>> spec = StructureSpec.agent_default()
@@ -55,10 +58,17 @@ class StructureSpec:
     """
 
     delimiters: tuple[Delimiter, ...]
+    resets: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not isinstance(self.delimiters, tuple):
             object.__setattr__(self, "delimiters", tuple(self.delimiters))
+        if isinstance(self.resets, str):
+            raise TypeError(f"StructureSpec.resets: expected a sequence of strings, got the string {self.resets!r}")
+        object.__setattr__(self, "resets", tuple(self.resets))
+        for i, r in enumerate(self.resets):
+            if not isinstance(r, str) or not r:
+                raise ValueError(f"StructureSpec.resets[{i}]: expected a non-empty string, got {r!r}")
         for i, d in enumerate(self.delimiters):
             if not isinstance(d, Delimiter):
                 raise TypeError(f"StructureSpec.delimiters[{i}]: expected a Delimiter, got {type(d).__name__}")
@@ -77,29 +87,40 @@ class StructureSpec:
             raise ValueError(f"StructureSpec.delimiters: expected distinct opening strings, got {opens}")
 
     @classmethod
-    def of(cls, pairs: Sequence[tuple[str, str, str]] | Sequence[Delimiter]) -> StructureSpec:
-        """A spec from ``(name, open, close)`` triples (or :class:`Delimiter` objects).
+    def of(cls, pairs: Sequence[tuple[str, str, str]] | Sequence[Delimiter], resets: Sequence[str] = ()) -> StructureSpec:
+        """A spec from ``(name, open, close)`` triples (or :class:`Delimiter` objects) and reset strings.
 
         Example:
             >>> StructureSpec.of([("math", "\\\\[", "\\\\]")]).delimiters[0].open
             '\\\\['
         """
-        return cls(tuple(p if isinstance(p, Delimiter) else Delimiter(*p) for p in pairs))
+        return cls(tuple(p if isinstance(p, Delimiter) else Delimiter(*p) for p in pairs), resets)
+
+    def with_resets(self, resets: Sequence[str]) -> StructureSpec:
+        """The same blocks, closed all at once by any of ``resets`` (e.g. a chat template's message markers).
+
+        Example:
+            >>> StructureSpec.agent_default().with_resets(["<|im_start|>"]).resets
+            ('<|im_start|>',)
+        """
+        return StructureSpec(self.delimiters, resets)
 
     @classmethod
     def agent_default(cls) -> StructureSpec:
-        """Tool calls, tool responses (Hermes/Qwen tags) and Markdown code fences.
+        """Tool calls, tool responses (Hermes/Qwen tags), Markdown code fences; ChatML message starts reset.
 
         Example:
-            >>> StructureSpec.agent_default().by_name("tool_call").open
-            '<tool_call>'
+            >>> spec = StructureSpec.agent_default()
+            >>> spec.by_name("tool_call").open, spec.resets
+            ('<tool_call>', ('<|im_start|>',))
         """
         return cls(
             (
                 Delimiter("tool_call", "<tool_call>", "</tool_call>"),
                 Delimiter("tool_response", "<tool_response>", "</tool_response>"),
                 Delimiter("code", "```", "```", nests=False),
-            )
+            ),
+            ("<|im_start|>",),
         )
 
     def by_name(self, name: str) -> Delimiter:

@@ -18,7 +18,8 @@ class TrackerState(NamedTuple):
 class BlockTracker:
     """Follow the open blocks of a :class:`StructureSpec` over a stream of decoded bytes.
 
-    Bytes are read one at a time. Inside a block its closing string is looked for first; otherwise
+    Bytes are read one at a time. A reset string (``spec.resets``) closes every open block. Inside a
+    block its closing string is looked for next; otherwise
     any delimiter may open (only if the innermost open block ``nests``). A matched delimiter
     consumes its bytes: they never count towards a second match. The automaton keeps at most the
     last ``longest delimiter - 1`` unmatched bytes, so each byte costs ``O(#delimiters)``.
@@ -45,7 +46,10 @@ class BlockTracker:
         self._opens = [(d.name, d.open.encode()) for d in spec.delimiters]
         self._closes = {d.name: d.close.encode() for d in spec.delimiters}
         self._nests = {d.name: d.nests for d in spec.delimiters}
-        longest = max([len(b) for _, b in self._opens] + [len(b) for b in self._closes.values()], default=1)
+        self._resets = [r.encode() for r in spec.resets]
+        longest = max(
+            [len(b) for _, b in self._opens] + [len(b) for b in self._closes.values()] + [len(b) for b in self._resets], default=1
+        )
         self._keep = longest - 1
         self._stack: list[str] = []
         self._tail = b""
@@ -101,6 +105,10 @@ class BlockTracker:
         stack, tail, keep = self._stack, self._tail, self._keep
         for byte in piece:
             tail += bytes((byte,))
+            if any(tail.endswith(r) for r in self._resets):
+                stack.clear()
+                tail = b""
+                continue
             if stack and tail.endswith(self._closes[stack[-1]]):
                 stack.pop()
                 tail = b""

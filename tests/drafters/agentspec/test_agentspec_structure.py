@@ -29,6 +29,13 @@ def test_bad_specs_are_refused(pairs, error, match):
         StructureSpec.of(pairs)
 
 
+def test_bad_resets_are_refused():
+    with pytest.raises(ValueError, match=r"resets\[1\]"):
+        StructureSpec.of([("a", "x", "y")], resets=["<|im_start|>", ""])
+    with pytest.raises(TypeError, match="resets"):
+        StructureSpec.of([("a", "x", "y")], resets="<|im_start|>")
+
+
 def test_non_delimiters_are_refused():
     with pytest.raises(TypeError, match=r"delimiters\[0\]"):
         StructureSpec(("tool_call",))

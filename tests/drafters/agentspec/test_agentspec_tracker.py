@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from specdec.drafters.agentspec import BlockTracker, StructureSpec, TokenPieces
 from specdec.drafters.agentspec.tracker import TrackerState
 
-SPEC = StructureSpec.agent_default()
+SPEC = StructureSpec.agent_default().with_resets(["<|im_start|>"])
 FRAGMENTS = [
     "<tool_",
     "call>",
@@ -24,13 +24,16 @@ FRAGMENTS = [
     "<",
     "/",
     ">",
+    "<|im_",
+    "start|>",
 ]
 
 
 def scan_stacks(text: bytes, spec: StructureSpec) -> list[tuple[str, ...]]:
     """The open blocks after each byte prefix, by a plain left-to-right scan of the whole text.
 
-    At each position: inside a block, its closing string starting here closes it; otherwise (where
+    At each position: a reset string starting here closes every block; inside a block, its closing
+    string starting here closes it; otherwise (where
     the innermost block nests) an opening string starting here opens one. A delimiter's bytes are
     consumed. ``stacks[i]`` = blocks open after ``text[:i]``; a partial delimiter leaves them as they are.
     """
@@ -40,7 +43,10 @@ def scan_stacks(text: bytes, spec: StructureSpec) -> list[tuple[str, ...]]:
     while i < len(text):
         step, change = 1, None
         close = spec.by_name(stack[-1]).close.encode() if stack else None
-        if close is not None and text.startswith(close, i):
+        reset = next((r.encode() for r in spec.resets if text.startswith(r.encode(), i)), None)
+        if reset is not None:
+            step, change = len(reset), "clear"
+        elif close is not None and text.startswith(close, i):
             step, change = len(close), "pop"
         elif not stack or spec.by_name(stack[-1]).nests:
             for d in spec.delimiters:
@@ -49,7 +55,9 @@ def scan_stacks(text: bytes, spec: StructureSpec) -> list[tuple[str, ...]]:
                     break
         # the delimiter's bytes before its last one leave the stack as it was
         stacks.extend([tuple(stack)] * (step - 1))
-        if change == "pop":
+        if change == "clear":
+            stack.clear()
+        elif change == "pop":
             stack.pop()
         elif change is not None:
             stack.append(change)
@@ -118,3 +126,12 @@ def test_restore_returns_to_a_snapshot_and_checks_it():
         tracker.restore(TrackerState(("latex",), b""))
     with pytest.raises(TypeError, match="piece"):
         tracker.feed("text")
+
+
+def test_a_lone_fence_in_one_message_does_not_invert_the_next():
+    text = b"<|im_start|>system\nAnswer in a ```python block.<|im_end|>\n<|im_start|>assistant\n```python\nx = 1\n```\nDone."
+    tracker = BlockTracker(SPEC)
+    tracker.feed(text[: text.index(b"x = 1")])
+    assert tracker.block == "code"
+    tracker.feed(text[text.index(b"x = 1") :])
+    assert tracker.block is None
