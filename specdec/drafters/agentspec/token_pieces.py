@@ -61,9 +61,9 @@ class TokenPieces:
     def from_tokenizer(cls, tokenizer) -> TokenPieces:
         """The table of a transformers tokenizer, one entry per id in ``range(len(tokenizer))``.
 
-        Byte-level BPE vocabularies (GPT-2, Llama 3, Qwen, SmolLM2) are read through the byte
-        alphabet; SentencePiece vocabularies through ``▁`` = space and ``<0xNN>`` byte tokens. Added
-        and special tokens contribute their text. Any other tokenizer raises ``ValueError``.
+        Byte-level BPE vocabularies (GPT-2, Llama 3, Qwen, SmolLM2) are read through GPT-2's byte
+        alphabet; added and special tokens contribute their text. Any other tokenizer (SentencePiece,
+        whose pieces depend on their neighbours) raises ``ValueError``: build the table yourself.
 
         Example:
             >>> from specdec.testing.tokenizers import tiny_tokenizer
@@ -75,24 +75,18 @@ class TokenPieces:
         added = {int(i): t.content for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         decoder = repr(getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None))
-        if "ByteLevel" in decoder:
-            alphabet = _byte_level_alphabet()
-
-            def piece(token: str) -> bytes:
-                if all(ch in alphabet for ch in token):
-                    return bytes(alphabet[ch] for ch in token)
-                return token.encode()
-        elif "Metaspace" in decoder or "ByteFallback" in decoder or any(t and "▁" in t for t in tokens[:1000]):
-
-            def piece(token: str) -> bytes:
-                if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
-                    return bytes([int(token[3:5], 16)])
-                return token.replace("▁", " ").encode()
-        else:
+        if "ByteLevel" not in decoder:
             raise ValueError(
-                f"tokenizer: expected a byte-level BPE or SentencePiece tokenizer, got decoder {decoder} "
-                "(build TokenPieces from the pieces yourself)"
+                f"tokenizer: expected a byte-level BPE tokenizer (GPT-2 byte alphabet), got decoder {decoder}; "
+                "build TokenPieces from the bytes of each token yourself"
             )
+        alphabet = _byte_level_alphabet()
+
+        def piece(token: str) -> bytes:
+            if all(ch in alphabet for ch in token):
+                return bytes(alphabet[ch] for ch in token)
+            return token.encode()
+
         out = []
         for i, token in enumerate(tokens):
             if i in added:

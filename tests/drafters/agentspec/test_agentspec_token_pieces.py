@@ -30,6 +30,24 @@ def test_bad_ids_and_pieces_are_refused():
         TokenPieces([b"a", "b"])
 
 
+class _SentencePieceLike:
+    """Just enough of a tokenizer whose decoder is not byte-level."""
+
+    added_tokens_decoder: dict = {}
+    backend_tokenizer = type("Backend", (), {"decoder": "Metaspace(replacement='▁')"})()
+
+    def __len__(self):
+        return 2
+
+    def convert_ids_to_tokens(self, ids):
+        return ["▁a", "b"][: len(ids)]
+
+
+def test_a_tokenizer_that_is_not_byte_level_is_refused():
+    with pytest.raises(ValueError, match="tokenizer: expected a byte-level BPE"):
+        TokenPieces.from_tokenizer(_SentencePieceLike())
+
+
 def _is_utf8(piece: bytes) -> bool:
     try:
         piece.decode()
