@@ -17,7 +17,7 @@ from specdec.testing.tokenizers import tiny_tokenizer
 GREEDY = SamplingConfig()
 TINY_TABLE = TokenPieces.from_tokenizer(tiny_tokenizer())
 # single-letter delimiters, so random token ids open and close blocks all the time
-TINY_SPEC = StructureSpec.of([("quote", "q", "q"), ("paren", "x", "z")])
+TINY_SPEC = StructureSpec.of([("quote", "e", "e"), ("paren", "a", "o")])
 
 
 @pytest.fixture(scope="module")
