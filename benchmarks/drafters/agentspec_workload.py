@@ -29,7 +29,8 @@ SYSTEM = (
     "You are a coding agent. Write the complete function in a ```python code block, then test it by calling the tool "
     'exactly like this: <tool_call>{"name": "run_tests", "arguments": {"function": "NAME"}}</tool_call>'
 )
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "agentspec_workload_cpu.json"
+# relative to the repository root, where benchmarks run from
+DEFAULT_OUT = "benchmarks/results/agentspec_workload_cpu.json"
 
 
 def failing_assert(test_source: str, k: int) -> str:
@@ -48,7 +49,9 @@ def failing_assert(test_source: str, k: int) -> str:
 def tool_turn(entry_point: str, failure: str) -> str:
     """The user message that carries the synthetic tool response and asks for a fix."""
     payload = json.dumps({"name": "run_tests", "function": entry_point, "passed": False, "failure": failure})
-    return f"<tool_response>{payload}</tool_response>\nThe tests failed. Fix the function, show it again, and call run_tests again."
+    return (
+        f"<tool_response>{payload}</tool_response>\nThe tests failed. Fix the function, show it again, and call run_tests again."
+    )
 
 
 def build(problem_ids: list[int], turns: int, max_new_tokens: int, *, progress: bool = True) -> dict:
@@ -75,10 +78,10 @@ def build(problem_ids: list[int], turns: int, max_new_tokens: int, *, progress: 
             out = sd.generate(target, prompt, max_new_tokens)
             answer = out.tokens[0]
             if progress:
-                print(f"problem {q} turn {turn}: prompt {prompt.shape[1]} tokens, {time.perf_counter() - start:.1f} s", flush=True)
-            requests.append(
-                {"query": q, "turn": turn, "prompt_ids": prompt[0].tolist(), "output_ids": answer.tolist()}
-            )
+                print(
+                    f"problem {q} turn {turn}: prompt {prompt.shape[1]} tokens, {time.perf_counter() - start:.1f} s", flush=True
+                )
+            requests.append({"query": q, "turn": turn, "prompt_ids": prompt[0].tolist(), "output_ids": answer.tolist()})
             messages.append({"role": "assistant", "content": tokenizer.decode(answer, skip_special_tokens=True)})
             messages.append({"role": "user", "content": tool_turn(problem["entry_point"], failing_assert(problem["test"], turn))})
     return {
@@ -109,7 +112,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=Path(DEFAULT_OUT))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     prov = provenance(seed=None)

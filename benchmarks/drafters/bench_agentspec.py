@@ -124,7 +124,7 @@ def run(workload: dict, num_draft_tokens: int, *, progress: bool = True) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", type=Path, default=WORKLOAD_PATH)
+    parser.add_argument("--workload", type=Path, default=Path(WORKLOAD_PATH))
     parser.add_argument("--problems", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=64)
