@@ -3,6 +3,7 @@
 Training lives one layer up, in :mod:`specdec.train`.
 """
 
+from specdec.drafters.agentspec import AgentSpecDrafter
 from specdec.drafters.base import Drafter, DraftProposal
 from specdec.drafters.block import (
     BlockDrafterConfig,
@@ -26,6 +27,7 @@ from specdec.drafters.ssd import SpeculativeSpeculationDrafter
 
 __all__ = [
     "AcceptanceProfile",
+    "AgentSpecDrafter",
     "BlockDrafterConfig",
     "DFlash2Drafter",
     "DFlashDrafter",
