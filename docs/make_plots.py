@@ -16,8 +16,8 @@ IMG = ROOT / "docs" / "img"
 def decode_steps() -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for name, label in (
-        ("bench_ar_graph_h200_2026-11-29.json", "CUDA graph"),
-        ("bench_ar_compile_h200_2026-11-29.json", "CUDA graph + torch.compile"),
+        ("bench_ar_graph_h200_2026-12-02.json", "CUDA graph"),
+        ("bench_ar_compile_h200_2026-12-02.json", "CUDA graph + torch.compile"),
     ):
         model = json.loads((RESULTS / name).read_text())["models"][0]
         ms = [row["m"] for row in model["steps"]]
@@ -128,6 +128,28 @@ def drafter_steps() -> None:
     fig.savefig(IMG / "drafter_steps_h200.png", dpi=120)
 
 
+def two_level_stages() -> None:
+    """Per-round stage times of two-level rounds (synchronised run), one bar per acceptance profile."""
+    run = json.loads((RESULTS / "bench_two_level_fp32_h200_2026-12-02.json").read_text())
+    rows = [r for r in run["rows"] if r["system"] == "two-level always"]
+    stages = (("draft 1", None), ("Q pass", "q_pass"), ("draft 2", "draft2"), ("exact pass", "exact"), ("commit", "commit"))
+    fig, ax = plt.subplots(figsize=(7.2, 3.8))
+    labels = [r["profile"] for r in rows]
+    left = [0.0] * len(rows)
+    for name, key in stages:
+        ms = [
+            1e3 * (r["draft1_seconds_synced_run"] if key is None else r["stage_seconds_synced"][key]) / r["stats"]["rounds"]
+            for r in rows
+        ]
+        ax.barh(labels, ms, left=left, label=name)
+        left = [a + b for a, b in zip(left, ms)]
+    ax.set_xlabel("ms per round (mean)")
+    ax.set_title("Two-level round by stage\nQwen3-8B shape, float32, H200, simulated acceptance", fontsize=9)
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.22))
+    fig.tight_layout()
+    fig.savefig(IMG / "two_level_stages_h200.png", dpi=120)
+
+
 if __name__ == "__main__":
     IMG.mkdir(parents=True, exist_ok=True)
     decode_steps()
@@ -135,4 +157,5 @@ if __name__ == "__main__":
     w12()
     gdn_tree()
     drafter_steps()
+    two_level_stages()
     print("wrote", sorted(p.name for p in IMG.glob("*.png")))

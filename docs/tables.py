@@ -308,7 +308,34 @@ def hybrid_graphs(results: Results) -> str:
     return markdown_table(header, rows) + f"\n\ngraphed == static path == eager, exactly: {'yes' if exact else 'NO'}"
 
 
+def two_level(results: Results) -> str:
+    real = results("bench_two_level_real_cpu_2026-12-02.json")
+    gpu = results("bench_two_level_fp32_h200_2026-12-02.json")
+    rows = []
+    ar_s = real["totals"]["AR"]["seconds"]
+    for name, t in real["totals"].items():
+        if name == "AR":
+            continue
+        agreement = f"{t['agreement']:.2f}" if "agreement" in t else ""
+        rows.append(["SmolLM2-135M, CPU, float32", name, f"{t['tokens_per_exact_pass']:.2f}", agreement, f"{ar_s / t['seconds']:.2f}x"])
+    for r in gpu["rows"]:
+        stats = r.get("stats")
+        agreement = f"{stats['agreement']:.2f}" if stats else ""
+        rows.append(
+            [
+                f"Qwen3-8B shape, H200, float32, `{r['profile']}` (simulated)",
+                r["system"],
+                f"{r['tokens_per_exact_pass']:.2f}",
+                agreement,
+                f"{r['speedup_vs_ar']:.2f}x",
+            ]
+        )
+    header = ["target, machine", "system", "tokens / exact pass", "Q/exact agreement on the Q chain", "speed-up vs AR"]
+    return markdown_table(header, rows)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
+    "two-level": two_level,
     "hybrid-graphs": hybrid_graphs,
     "decode-steps": decode_steps,
     "forcing-gpu": forcing_gpu,
