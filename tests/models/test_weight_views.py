@@ -18,7 +18,7 @@ import specdec as sd
 from specdec.contracts import Tree, VerifyPlan
 from specdec.formats import W12Tensor, convert
 from specdec.models.weight_views import WEIGHT_VIEWS, WeightViews, q_view_weight
-from specdec.testing import tiny_hf_model, tiny_target
+from specdec.testing import tiny_hf_model
 
 PREFIX = torch.tensor([[5, 9, 2, 7, 5, 9, 2, 7, 5, 11, 3]])
 FAMILIES = ["llama", "qwen3_5_text"]

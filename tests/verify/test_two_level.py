@@ -38,7 +38,7 @@ from specdec.testing.laws import (
     total_variation,
     tree_round_law,
 )
-from specdec.verify.sampling import SamplingConfig, logits_to_probs
+from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import Tree, TreeVerifier, match_walk
 from specdec.verify.two_level import TwoLevelGate, TwoLevelVerifier, join_chain_and_subtree
 
@@ -102,7 +102,7 @@ DRAFTERS = ["ngram", "model", "oracle", "dflash", "dspark", "disagree"]
 
 
 @pytest.mark.parametrize("kind", DRAFTERS)
-@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(
     model_type=st.sampled_from(["llama", "qwen3_5_text"]),
     prompt=st.lists(st.integers(0, 96), min_size=1, max_size=6).map(tuple),
@@ -310,7 +310,9 @@ def test_mutant_committing_q_rows_past_the_guard_fails_the_greedy_check(monkeypa
 
 def chi2_of(verifier, *, samples: int = 600, num_tokens: int = 3, context=(1, 2)):
     law, target, drafter = markov_case(vocab=3, q_seed=1)
-    out = sample_continuations(target, context, samples, num_tokens, drafter=drafter, verifier=verifier, num_draft_tokens=3, seed=0)
+    out = sample_continuations(
+        target, context, samples, num_tokens, drafter=drafter, verifier=verifier, num_draft_tokens=3, seed=0
+    )
     return one_sample_chi2(out, autoregressive_law(law, context, num_tokens, sampling=SamplingConfig(temperature=1.0)))
 
 
@@ -368,8 +370,12 @@ def test_verify_rejects_a_chain_only_target():
     v = TwoLevelVerifier(gate="always")
     with pytest.raises(ValueError, match="supports_trees is False"):
         v.verify(
-            target, torch.tensor([2]), DraftProposal(tokens=torch.tensor([3])), sampling=SamplingConfig(),
-            context=torch.tensor([1, 2]), drafter=sd.NGramDrafter(),
+            target,
+            torch.tensor([2]),
+            DraftProposal(tokens=torch.tensor([3])),
+            sampling=SamplingConfig(),
+            context=torch.tensor([1, 2]),
+            drafter=sd.NGramDrafter(),
         )
 
 

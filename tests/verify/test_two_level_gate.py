@@ -36,7 +36,7 @@ def test_gate_rejects_bad_arguments(kwargs, match):
 @pytest.mark.parametrize("mode, want", [("always", True), ("never", False)])
 def test_fixed_modes_ignore_the_rates(mode, want):
     gate = TwoLevelGate(mode=mode, warmup=1, probe_every=2)
-    for i in range(7):
+    for _ in range(7):
         assert gate.choose() is want
         gate.record(want, tokens=1 if want else 100, seconds=1.0)
     assert gate.decisions == 7
