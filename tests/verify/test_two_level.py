@@ -160,7 +160,7 @@ def test_bad_q_view_keeps_the_output_and_lowers_agreement(monkeypatch):
         target = tiny_target("llama", seed=0, max_seq_len=96)
         if name == "noise":
             gen = torch.Generator().manual_seed(0)
-            monkeypatch.setattr(views_mod, "q_view_weight", lambda w: torch.randn(w.shape, generator=gen, dtype=w.dtype))
+            monkeypatch.setattr(views_mod, "q_view_weight", lambda w, **_: torch.randn(w.shape, generator=gen, dtype=w.dtype))
         v = TwoLevelVerifier(budget=12, q_budget=12, gate="always")
         out = sd.generate(target, torch.tensor([prompt]), max_new, drafter=sd.NGramDrafter(), verifier=v, num_draft_tokens=6)
         assert torch.equal(out.tokens, ar), name
@@ -302,7 +302,7 @@ def test_mutant_committing_q_rows_is_refused_by_the_target():
 def test_mutant_committing_q_rows_past_the_guard_fails_the_greedy_check(monkeypatch):
     target = tiny_target("llama", seed=0, max_seq_len=96)
     gen = torch.Generator().manual_seed(0)
-    monkeypatch.setattr(views_mod, "q_view_weight", lambda w: w + 0.05 * torch.randn(w.shape, generator=gen, dtype=w.dtype))
+    monkeypatch.setattr(views_mod, "q_view_weight", lambda w, **_: w + 0.05 * torch.randn(w.shape, generator=gen, dtype=w.dtype))
     prompt = torch.tensor([[5, 9, 2, 7, 5, 9, 2]])
     out = sd.generate(target, prompt, 16, drafter=sd.NGramDrafter(), verifier=CommitsTheQWalkPastTheGuard())
     assert not torch.equal(out.tokens, autoregressive("llama", (5, 9, 2, 7, 5, 9, 2), 16))
