@@ -312,12 +312,12 @@ def two_level(results: Results) -> str:
     real = results("bench_two_level_real_cpu_2026-12-02.json")
     gpu = results("bench_two_level_fp32_h200_2026-12-02.json")
     rows = []
-    ar_s = real["totals"]["AR"]["seconds"]
     for name, t in real["totals"].items():
         if name == "AR":
             continue
         agreement = f"{t['agreement']:.2f}" if "agreement" in t else ""
-        rows.append(["SmolLM2-135M, CPU, float32", name, f"{t['tokens_per_exact_pass']:.2f}", agreement, f"{ar_s / t['seconds']:.2f}x"])
+        # wall times of that run shared two cores with other jobs: tokens per pass only
+        rows.append(["SmolLM2-135M, CPU, float32, held-out HumanEval", name, f"{t['tokens_per_exact_pass']:.2f}", agreement, "not timed"])
     for r in gpu["rows"]:
         stats = r.get("stats")
         agreement = f"{stats['agreement']:.2f}" if stats else ""
