@@ -143,12 +143,15 @@ class TargetFault:
     def __call__(
         self, tokens, positions=None, mask=None, *, hidden_layers: Sequence[int] = (), tree_parents=None, view: str = "exact"
     ):
-        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
+        # a subclass written before weight views may override forward without `view`: pass it only when set
+        extra = {} if view == "exact" else {"view": view}
+        return self.forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, **extra)
 
     def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact"):
         """The wrapped target's plan forward, through this fault's :meth:`forward`."""
+        extra = {} if view == "exact" else {"view": view}
         return self.forward(
-            plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents, view=view
+            plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents, **extra
         )
 
     def discard(self) -> None:

@@ -26,8 +26,8 @@ class RateEstimate:
     """Moving averages of one round kind: tokens emitted and seconds per round.
 
     Example:
-        >>> r = RateEstimate(); r.update(4, 0.02); r.update(2, 0.02); round(r.tokens_per_s)
-        155
+        >>> r = RateEstimate(); r.update(4, 0.02); r.update(2, 0.02); round(r.tokens_per_s)   # (4 + 0.2 * (2 - 4)) / 0.02
+        180
     """
 
     smoothing: float = 0.2

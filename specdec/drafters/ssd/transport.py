@@ -42,13 +42,16 @@ class SequentialTransport:
         self._result: Any = None
 
     def submit(self, job: Callable[[], Any]) -> None:
+        """Run ``job`` now and keep its result for :meth:`wait`."""
         self._result = job()
 
     def wait(self) -> Any:
+        """The kept result (``None`` once read)."""
         result, self._result = self._result, None
         return result
 
     def close(self) -> None:
+        """Drop any kept result."""
         self._result = None
 
 
@@ -68,6 +71,7 @@ class ThreadTransport:
         self._future: Future | None = None
 
     def submit(self, job: Callable[[], Any]) -> None:
+        """Start ``job`` on the worker thread (``RuntimeError`` if one is still in flight)."""
         if self._future is not None:
             raise RuntimeError("submit: a job is still in flight; call wait() first")
         if self._pool is None:
@@ -75,12 +79,14 @@ class ThreadTransport:
         self._future = self._pool.submit(job)
 
     def wait(self) -> Any:
+        """Block until the job is done and return its result (re-raising its exception); ``None`` without a job."""
         if self._future is None:
             return None
         future, self._future = self._future, None
         return future.result()
 
     def close(self) -> None:
+        """Wait for a job in flight (discarding its error) and stop the worker thread."""
         if self._future is not None:
             try:
                 self.wait()
@@ -112,6 +118,7 @@ class CudaStreamTransport(ThreadTransport):
         self._done: torch.cuda.Event | None = None
 
     def submit(self, job: Callable[[], Any]) -> None:
+        """Start ``job`` on the worker thread with its kernels on the side stream, after the caller's pending work."""
         caller = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(caller)
         done = torch.cuda.Event()
@@ -126,6 +133,7 @@ class CudaStreamTransport(ThreadTransport):
         super().submit(on_side_stream)
 
     def wait(self) -> Any:
+        """The job's result; the caller's stream then waits for the side stream's work."""
         result = super().wait()
         if self._done is not None:
             torch.cuda.current_stream(self.device).wait_event(self._done)
