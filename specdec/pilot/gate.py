@@ -16,7 +16,7 @@ import torch
 from specdec.forcing import TokenForcingChecker
 from specdec.pilot.spec import BuiltSystem, SystemSpec, build
 
-__all__ = ["Gate", "GateVerdict", "ratio_interval", "wall_time"]
+__all__ = ["Gate", "GateVerdict", "ratio_interval", "target_pass_timer", "wall_time"]
 
 
 def wall_time(system: BuiltSystem, prompts: Sequence[torch.Tensor], max_new_tokens: int, seed: int) -> float:
@@ -194,3 +194,17 @@ class Gate:
             ratios=ratios,
             reasons=reasons,
         )
+
+
+def target_pass_timer(system: BuiltSystem, prompts: Sequence[torch.Tensor], max_new_tokens: int, seed: int) -> float:
+    """A deterministic cost in place of seconds: the target forwards decoding every prompt takes.
+
+    For tests and machines too noisy to time: a system's cost is its number of target passes (what a
+    memory-bound target pays per round), blind to drafter and host time.
+
+    Example:
+        >>> system = build(SystemSpec().autoregressive())
+        >>> target_pass_timer(system, [torch.tensor([1, 2, 3])], 5, seed=0)  # the prefill, then one pass per token
+        5.0
+    """
+    return float(sum(system.generate(p[None], max_new_tokens, seed=seed).stats.target_passes for p in prompts))

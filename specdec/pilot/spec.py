@@ -1,8 +1,10 @@
 """``SystemSpec``: a serialisable, versioned description of one decode system, and :func:`build`.
 
-A spec names its parts by *kind* (a key of :data:`TARGETS`, :data:`DRAFTERS` or :data:`VERIFIERS`, or an
-import path ``"package.module:factory"`` for a part that lives outside specdec) plus that kind's knobs.
-:func:`build` turns it into the arguments :func:`specdec.generate` runs.
+A spec names its parts by *kind* plus that kind's knobs. A kind is a key of :data:`TARGETS`,
+:data:`DRAFTERS` or :data:`VERIFIERS` (its factory is called as ``factory(knobs, spec)``, drafters as
+``factory(knobs, target, spec)``), or an import path ``"package.module:name"`` for a part that lives
+outside the registries (called as ``name(**knobs)``, drafters as ``name(target, **knobs)``).
+:func:`build` turns a spec into the arguments :func:`specdec.generate` runs.
 """
 
 from __future__ import annotations
@@ -406,6 +408,16 @@ class BuiltSystem:
         return generate(self.target, prompts, max_new_tokens, drafter=self.drafter, verifier=self.verifier, **kwargs)
 
 
+def _make(registry: Mapping[str, Callable], kind: str, argument: str, knobs: dict[str, Any], spec: SystemSpec, *target: Any):
+    factory = resolve(registry, kind, argument)
+    if kind in registry:
+        return factory(knobs, *target, spec)
+    try:
+        return factory(*target, **knobs)
+    except TypeError as err:
+        raise TypeError(f"{argument}: {kind!r} does not take the knobs {sorted(knobs)}: {err}") from err
+
+
 def build(spec: SystemSpec, *, target: Any = None) -> BuiltSystem:
     """Build the target, drafter and verifier a spec describes.
 
@@ -421,6 +433,8 @@ def build(spec: SystemSpec, *, target: Any = None) -> BuiltSystem:
         >>> system = build(SystemSpec(verifier={"kind": "tree", "budget": 8}, drafter={"kind": "ngram", "max_paths": 2}))
         >>> type(system.verifier).__name__, system.kwargs
         ('TreeVerifier', {'num_draft_tokens': 4})
+        >>> build(SystemSpec(verifier={"kind": "specdec.verify:ChainVerifier", "validate_proposals": False})).verifier.validate_proposals
+        False
     """
     if not isinstance(spec, SystemSpec):
         raise TypeError(f"spec: expected a SystemSpec, got {type(spec).__name__}")
@@ -428,7 +442,7 @@ def build(spec: SystemSpec, *, target: Any = None) -> BuiltSystem:
         raise ValueError(f"graphs: CUDA graphs need a CUDA device, got device={spec.device!r}")
     if target is None:
         knobs = {k: v for k, v in spec.target.items() if k != "kind"}
-        target = resolve(TARGETS, spec.target["kind"], "target")(knobs, spec)
+        target = _make(TARGETS, spec.target["kind"], "target", knobs, spec)
         if spec.weight_format == "w12" and spec.target["kind"] == "tiny":
             from specdec.formats import convert
 
@@ -438,11 +452,11 @@ def build(spec: SystemSpec, *, target: Any = None) -> BuiltSystem:
     drafter = None
     if spec.uses_drafter:
         knobs = {k: v for k, v in spec.drafter.items() if k != "kind"}
-        drafter = resolve(DRAFTERS, spec.drafter["kind"], "drafter")(knobs, target, spec)
+        drafter = _make(DRAFTERS, spec.drafter["kind"], "drafter", knobs, spec, target)
     elif spec.scheduler:
         raise ValueError(f"scheduler: a prefix scheduler needs a DSpark drafter, got drafter kind 'none' and {spec.scheduler}")
     if spec.scheduler and spec.drafter["kind"] != "dspark":
         raise ValueError(f"scheduler: a prefix scheduler needs drafter kind 'dspark', got {spec.drafter['kind']!r}")
     knobs = {k: v for k, v in spec.verifier.items() if k != "kind"}
-    verifier = resolve(VERIFIERS, spec.verifier["kind"], "verifier")(knobs, spec)
+    verifier = _make(VERIFIERS, spec.verifier["kind"], "verifier", knobs, spec)
     return BuiltSystem(spec=spec, target=target, drafter=drafter, verifier=verifier, kwargs={"num_draft_tokens": spec.num_draft_tokens})
