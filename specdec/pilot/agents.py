@@ -20,7 +20,7 @@ import torch
 from specdec.pilot.directions import DIRECTIONS, Direction
 from specdec.pilot.gate import wall_time
 from specdec.pilot.profile import copy_bandwidth, device_timer
-from specdec.pilot.spec import SystemSpec, build
+from specdec.pilot.spec import SystemSpec, TargetCache
 
 __all__ = [
     "Agent",
@@ -108,10 +108,13 @@ class DevEvaluator:
         self.max_new_tokens = max_new_tokens
         self.seed = seed
         self.timer = timer
+        self.targets = TargetCache()
+
+    def __getstate__(self):
+        return {**self.__dict__, "targets": TargetCache()}
 
     def __call__(self, candidate: SystemSpec, base: SystemSpec, effort: int = 1) -> float:
-        cand = build(candidate)
-        ref = build(base, target=cand.target) if base.target == candidate.target and base.weight_format == candidate.weight_format else build(base)
+        cand, ref = self.targets.build(candidate), self.targets.build(base)
         prompts = [p.to(cand.target.device) for p in self.prompts[: max(1, effort)]]
         self.timer(cand, prompts[:1], min(4, self.max_new_tokens), self.seed)  # warm-up
         return self.timer(ref, prompts, self.max_new_tokens, self.seed) / self.timer(cand, prompts, self.max_new_tokens, self.seed)

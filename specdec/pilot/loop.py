@@ -28,7 +28,7 @@ from specdec.pilot.directions import DIRECTIONS, Direction, applicable
 from specdec.pilot.gate import Gate, GateVerdict
 from specdec.pilot.memory import Memory, MemoryEntry, preconditions_of
 from specdec.pilot.profile import profile_system
-from specdec.pilot.spec import SystemSpec, build
+from specdec.pilot.spec import SystemSpec, TargetCache
 
 __all__ = ["CandidateRecord", "Pilot", "PilotResult", "RoundRecord"]
 
@@ -137,11 +137,12 @@ class Pilot:
         directions_per_round: how many directions are explored per round.
         executor, max_workers: how explorations run (see :func:`explore_all`).
         bandwidth: bytes/s for the ceilings (``None``: measured on this machine).
-        stock_spec: the spec of the gate's stock target; candidates with the same weights reuse it.
+        stock_spec: the spec of the gate's stock target; systems with the same weights reuse it (they
+            decode on it one after another and never change its weights).
         log: receives one line per event.
 
     Example:
-        >>> from specdec.testing import tiny_target
+        >>> from specdec.pilot.spec import build
         >>> prompts = [torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])]
         >>> spec = SystemSpec(drafter={"kind": "ngram"}, num_draft_tokens=2)
         >>> stock = build(spec.autoregressive()).target
@@ -192,14 +193,12 @@ class Pilot:
         self.allowed = list(directions) if directions is not None else None
         self.executor, self.max_workers, self.bandwidth = executor, max_workers, bandwidth
         self.stock_spec, self.log = stock_spec, log
-
-    def _stock_for(self, spec: SystemSpec):
-        return self.gate.checker.stock if self.stock_spec is not None and _shares_weights(spec, self.stock_spec) else None
+        self.targets = TargetCache()
+        if stock_spec is not None:
+            self.targets.put(stock_spec, gate.checker.stock)
 
     def _judge(self, candidate: SystemSpec, current: SystemSpec) -> GateVerdict:
-        cand = build(candidate, target=self._stock_for(candidate))
-        base = build(current, target=self._stock_for(current))
-        return self.gate.judge(cand, base)
+        return self.gate.judge(self.targets.build(candidate), self.targets.build(current))
 
     def choose_directions(self, spec: SystemSpec, ranked_gaps: list[cost.Gap]) -> list[str]:
         """Directions for this round: remembered winners on matching systems first, then by gap size."""
@@ -233,7 +232,7 @@ class Pilot:
 
     def run_round(self, index: int, current: SystemSpec) -> RoundRecord:
         """One round from ``current``; returns its record (``spec_after`` is the new current system)."""
-        system = build(current, target=self._stock_for(current))
+        system = self.targets.build(current)
         profile = profile_system(system, [p.to(system.target.device) for p in self.dev_prompts], self.max_new_tokens, bandwidth=self.bandwidth)
         ranked = cost.gaps(profile)
         record = RoundRecord(

@@ -25,6 +25,7 @@ __all__ = [
     "VERIFIERS",
     "BuiltSystem",
     "SystemSpec",
+    "TargetCache",
     "build",
     "register_drafter",
     "register_target",
@@ -460,3 +461,43 @@ def build(spec: SystemSpec, *, target: Any = None) -> BuiltSystem:
     knobs = {k: v for k, v in spec.verifier.items() if k != "kind"}
     verifier = _make(VERIFIERS, spec.verifier["kind"], "verifier", knobs, spec)
     return BuiltSystem(spec=spec, target=target, drafter=drafter, verifier=verifier, kwargs={"num_draft_tokens": spec.num_draft_tokens})
+
+
+class TargetCache:
+    """Built targets by the spec fields that decide their weights, so systems on the same weights share one.
+
+    Specs with ``graphs=True`` are built fresh (capturing graphs changes the target).
+
+    Example:
+        >>> cache = TargetCache()
+        >>> a = cache.get(SystemSpec(num_draft_tokens=2))
+        >>> a is cache.get(SystemSpec(num_draft_tokens=8)), a is cache.get(SystemSpec(max_seq_len=1024))
+        (True, False)
+    """
+
+    KEYS = ("target", "dtype", "device", "max_seq_len", "weight_format")
+
+    def __init__(self):
+        self._targets: dict[str, Any] = {}
+
+    @classmethod
+    def key(cls, spec: SystemSpec) -> str:
+        """The weights-deciding fields of ``spec`` as text."""
+        return json.dumps({k: getattr(spec, k) for k in cls.KEYS}, sort_keys=True)
+
+    def put(self, spec: SystemSpec, target: Any) -> None:
+        """Record ``target`` as the one built for ``spec``'s weights."""
+        self._targets[self.key(spec)] = target
+
+    def get(self, spec: SystemSpec) -> Any:
+        """The target for ``spec``'s weights (built on first use); ``None`` for a spec with graphs."""
+        if spec.graphs:
+            return None
+        key = self.key(spec)
+        if key not in self._targets:
+            self._targets[key] = build(spec.autoregressive()).target
+        return self._targets[key]
+
+    def build(self, spec: SystemSpec) -> BuiltSystem:
+        """:func:`build` with the cached target."""
+        return build(spec, target=self.get(spec))
