@@ -174,9 +174,12 @@ class SearchAgent:
                 break
             alive = sorted(evaluated, key=lambda i: -scores[i])[: max(1, math.ceil(len(evaluated) / self.eta))]
             effort *= self.eta
-        best = max(scores, key=lambda i: scores[i])
-        if scores[best] == float("-inf"):
+        if not trials:
             return None
+        # the winner comes from the most thorough rung, not from a stale low-effort score
+        top_effort = max(t["effort"] for t in trials)
+        finalists = [i for i in scores if any(t["effort"] == top_effort and t["settings"] == arms[i][0] for t in trials)]
+        best = max(finalists, key=lambda i: scores[i])
         return Candidate(
             direction=direction.name,
             spec=arms[best][1],
