@@ -130,6 +130,7 @@ class SearchAgent:
         evaluate: ``evaluate(candidate_spec, base_spec, effort) -> speedup`` (e.g. :class:`DevEvaluator`).
         eta: the halving factor (>= 2).
         min_effort: effort of the first rung.
+        min_speedup: propose nothing unless the winner's measured speedup exceeds this.
 
     Example:
         >>> from specdec.pilot.directions import DIRECTIONS
@@ -141,14 +142,14 @@ class SearchAgent:
 
     name = "search"
 
-    def __init__(self, evaluate: Callable[[SystemSpec, SystemSpec, int], float], *, eta: int = 2, min_effort: int = 1):
+    def __init__(self, evaluate: Callable[[SystemSpec, SystemSpec, int], float], *, eta: int = 2, min_effort: int = 1, min_speedup: float = 1.0):
         if not callable(evaluate):
             raise TypeError(f"evaluate: expected a callable, got {type(evaluate).__name__}")
         if isinstance(eta, bool) or not isinstance(eta, int) or eta < 2:
             raise ValueError(f"eta: expected an int >= 2, got {eta!r}")
         if isinstance(min_effort, bool) or not isinstance(min_effort, int) or min_effort < 1:
             raise ValueError(f"min_effort: expected an int >= 1, got {min_effort!r}")
-        self.evaluate, self.eta, self.min_effort = evaluate, eta, min_effort
+        self.evaluate, self.eta, self.min_effort, self.min_speedup = evaluate, eta, min_effort, float(min_speedup)
 
     def explore(self, direction: Direction, spec: SystemSpec, budget: Budget) -> Candidate | None:
         arms = []
@@ -180,6 +181,8 @@ class SearchAgent:
         top_effort = max(t["effort"] for t in trials)
         finalists = [i for i in scores if any(t["effort"] == top_effort and t["settings"] == arms[i][0] for t in trials)]
         best = max(finalists, key=lambda i: scores[i])
+        if not scores[best] > self.min_speedup:
+            return None
         return Candidate(
             direction=direction.name,
             spec=arms[best][1],

@@ -42,12 +42,14 @@ _REGIMES = ("c1", "batched")
 def _tiny_target(knobs: Mapping[str, Any], spec: SystemSpec):
     from specdec.testing import tiny_target
 
+    rest = {k: v for k, v in knobs.items() if k not in ("model_type", "seed")}
     return tiny_target(
         knobs.get("model_type", "llama"),
         seed=knobs.get("seed", 0),
         max_seq_len=spec.max_seq_len,
         dtype=_DTYPES[spec.dtype],
         device=spec.device,
+        **rest,
     )
 
 
@@ -224,7 +226,8 @@ class SystemSpec:
     """One decode system: target, weight format, drafter, verifier, scheduler, graphs and batch regime.
 
     Attributes:
-        target: ``{"kind": ..., **knobs}``; kinds in :data:`TARGETS` (``tiny``, ``smollm2``, ``path``).
+        target: ``{"kind": ..., **knobs}``; kinds in :data:`TARGETS`: ``tiny`` (knobs: those of
+            :func:`specdec.testing.tiny_hf_model`), ``smollm2``, ``path`` (knob ``path``).
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...
         max_seq_len: the target's KV capacity.
