@@ -101,7 +101,9 @@ class DevEvaluator:
         True
     """
 
-    def __init__(self, prompts: Sequence[torch.Tensor], max_new_tokens: int, *, seed: int = 0, timer: Callable[..., float] = wall_time):
+    def __init__(
+        self, prompts: Sequence[torch.Tensor], max_new_tokens: int, *, seed: int = 0, timer: Callable[..., float] = wall_time
+    ):
         self.prompts = [p.cpu() for p in prompts]
         if not self.prompts:
             raise ValueError("prompts: expected at least one 1-D token tensor, got none")
@@ -117,7 +119,9 @@ class DevEvaluator:
         cand, ref = self.targets.build(candidate), self.targets.build(base)
         prompts = [p.to(cand.target.device) for p in self.prompts[: max(1, effort)]]
         self.timer(cand, prompts[:1], min(4, self.max_new_tokens), self.seed)  # warm-up
-        return self.timer(ref, prompts, self.max_new_tokens, self.seed) / self.timer(cand, prompts, self.max_new_tokens, self.seed)
+        return self.timer(ref, prompts, self.max_new_tokens, self.seed) / self.timer(
+            cand, prompts, self.max_new_tokens, self.seed
+        )
 
 
 class SearchAgent:
@@ -142,7 +146,14 @@ class SearchAgent:
 
     name = "search"
 
-    def __init__(self, evaluate: Callable[[SystemSpec, SystemSpec, int], float], *, eta: int = 2, min_effort: int = 1, min_speedup: float = 1.0):
+    def __init__(
+        self,
+        evaluate: Callable[[SystemSpec, SystemSpec, int], float],
+        *,
+        eta: int = 2,
+        min_effort: int = 1,
+        min_speedup: float = 1.0,
+    ):
         if not callable(evaluate):
             raise TypeError(f"evaluate: expected a callable, got {type(evaluate).__name__}")
         if isinstance(eta, bool) or not isinstance(eta, int) or eta < 2:
@@ -245,7 +256,15 @@ class KernelAgent:
 
     name = "kernel"
 
-    def __init__(self, kernels: Sequence[KernelCase], *, peak_bandwidth: float | None = None, device: str = "cpu", reps: int = 3, worst: int = 1):
+    def __init__(
+        self,
+        kernels: Sequence[KernelCase],
+        *,
+        peak_bandwidth: float | None = None,
+        device: str = "cpu",
+        reps: int = 3,
+        worst: int = 1,
+    ):
         self.kernels = list(kernels)
         if not self.kernels:
             raise ValueError("kernels: expected at least one KernelCase, got none")
@@ -271,7 +290,14 @@ class KernelAgent:
                     break
                 seconds = self._time(case.make(cfg))
                 spent += 1
-                trials.append({"settings": {name: dict(cfg)}, "effort": 1, "speedup": current[name] / seconds, "bandwidth_fraction": fraction})
+                trials.append(
+                    {
+                        "settings": {name: dict(cfg)},
+                        "effort": 1,
+                        "speedup": current[name] / seconds,
+                        "bandwidth_fraction": fraction,
+                    }
+                )
                 if seconds < best_s:
                     best_cfg, best_s = dict(cfg), seconds
             chosen[name] = best_cfg
@@ -309,7 +335,9 @@ class LLMAgent:
 
     name = "llm"
 
-    def __init__(self, client: Callable[[str], str], evaluate: Callable[[SystemSpec, SystemSpec, int], float], *, attempts: int = 3):
+    def __init__(
+        self, client: Callable[[str], str], evaluate: Callable[[SystemSpec, SystemSpec, int], float], *, attempts: int = 3
+    ):
         if not callable(client):
             raise TypeError(f"client: expected a callable prompt -> text, got {type(client).__name__}")
         if not callable(evaluate):
@@ -438,5 +466,3 @@ def explore_all(
         ray.init(num_cpus=max_workers, include_dashboard=False, log_to_driver=False)
     remote = ray.remote(num_gpus=num_gpus, num_cpus=1)(_run_job)
     return ray.get([remote.remote(*job) for job in jobs])
-
-

@@ -23,8 +23,16 @@ def _parser() -> argparse.ArgumentParser:
         description="Profile a decode system, explore the directions that close its largest gaps, keep what passes "
         "the gate (token forcing on sealed prompts + a speedup interval above 1), and write the result.",
     )
-    parser.add_argument("--target", default="tiny", help="'tiny' (random test model), 'smollm2' (the real 135M model) or a checkpoint folder / .gguf")
-    parser.add_argument("--drafter", default="ngram", help="'ngram', 'smollm2' (the shipped DFlash drafter), 'dflash:FOLDER', 'dspark:FOLDER' or 'none'")
+    parser.add_argument(
+        "--target",
+        default="tiny",
+        help="'tiny' (random test model), 'smollm2' (the real 135M model) or a checkpoint folder / .gguf",
+    )
+    parser.add_argument(
+        "--drafter",
+        default="ngram",
+        help="'ngram', 'smollm2' (the shipped DFlash drafter), 'dflash:FOLDER', 'dspark:FOLDER' or 'none'",
+    )
     parser.add_argument("--prompts", default="humaneval", choices=["humaneval"], help="prompt source (default humaneval)")
     parser.add_argument("--dev-prompts", type=int, default=2, help="prompts the explorers and the profiler see (default 2)")
     parser.add_argument("--sealed-prompts", type=int, default=2, help="prompts only the gate sees (default 2)")
@@ -36,8 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--evaluations", type=int, default=6, help="speedup evaluations per exploration (default 6)")
     parser.add_argument("--directions-per-round", type=int, default=2, help="directions explored per round (default 2)")
     parser.add_argument("--directions", default=None, help="comma-separated direction names to allow (default: all that apply)")
-    parser.add_argument("--timer", default="wall", choices=_TIMERS, help="'wall' seconds, or 'passes' (target forwards: deterministic)")
-    parser.add_argument("--executor", default="serial", choices=["serial", "process", "ray"], help="how explorations run (default serial)")
+    parser.add_argument(
+        "--timer", default="wall", choices=_TIMERS, help="'wall' seconds, or 'passes' (target forwards: deterministic)"
+    )
+    parser.add_argument(
+        "--executor", default="serial", choices=["serial", "process", "ray"], help="how explorations run (default serial)"
+    )
     parser.add_argument("--memory", default=None, help="SQLite memory file to read and extend (default OUT/memory.sqlite)")
     parser.add_argument("--device", default="cpu", help="device (default cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="dtype (default float32)")
@@ -84,7 +96,15 @@ def _prompts(args, count: int) -> list[torch.Tensor]:
 def main(argv: list[str] | None = None) -> int:
     """Run the pilot; returns 0 when it finished its rounds (whether or not anything was accepted)."""
     args = _parser().parse_args(argv)
-    for name in ("dev_prompts", "sealed_prompts", "prompt_tokens", "max_new_tokens", "rounds", "evaluations", "directions_per_round"):
+    for name in (
+        "dev_prompts",
+        "sealed_prompts",
+        "prompt_tokens",
+        "max_new_tokens",
+        "rounds",
+        "evaluations",
+        "directions_per_round",
+    ):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')}: expected >= 1, got {getattr(args, name)}")
     if args.num_draft_tokens < 1:

@@ -44,7 +44,11 @@ class Preconditions:
             "regime": (spec.regime, self.regimes),
             "drafter kind": (spec.drafter["kind"], self.drafter_kinds),
         }
-        return [f"{name} {value!r} not in {allowed}" for name, (value, allowed) in facts.items() if allowed is not None and value not in allowed]
+        return [
+            f"{name} {value!r} not in {allowed}"
+            for name, (value, allowed) in facts.items()
+            if allowed is not None and value not in allowed
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (tuples as lists)."""
@@ -188,10 +192,10 @@ for _direction in (
     ),
     Direction(
         "chain_verifier",
-        "verify a single chain: the narrowest target pass",
+        "verify a single chain (the narrowest target pass) without the per-round host check of the proposal",
         ("verify",),
         Preconditions(drafter_kinds=_ANY_DRAFTER),
-        {"validate_proposals": (True, False)},
+        {"validate_proposals": (False,)},
         lambda spec, s: spec.with_changes(verifier={"kind": "chain", **s}),
         fields=("verifier",),
     ),

@@ -133,7 +133,7 @@ class Pilot:
         memory: a :class:`Memory` to read from and write to.
         agent_for: ``agent_for(direction) -> Agent`` (default: a :class:`SearchAgent` timing the
             development prompts).
-        budget: each exploration's :class:`Budget`.
+        budget: each exploration's :class:`Budget` (default ``Budget()``).
         directions_per_round: how many directions are explored per round.
         executor, max_workers: how explorations run (see :func:`explore_all`).
         bandwidth: bytes/s for the ceilings (``None``: measured on this machine).
@@ -164,7 +164,7 @@ class Pilot:
         *,
         memory: Memory | None = None,
         agent_for: Callable[[Direction], Agent] | None = None,
-        budget: Budget = Budget(),
+        budget: Budget | None = None,
         directions_per_round: int = 3,
         directions: Sequence[str] | None = None,
         executor: str = "serial",
@@ -189,7 +189,7 @@ class Pilot:
         self.memory = memory if memory is not None else Memory(":memory:")
         evaluator = DevEvaluator(self.dev_prompts, max_new_tokens)
         self.agent_for = agent_for or (lambda direction: SearchAgent(evaluator))
-        self.budget, self.directions_per_round = budget, directions_per_round
+        self.budget, self.directions_per_round = budget or Budget(), directions_per_round
         self.allowed = list(directions) if directions is not None else None
         self.executor, self.max_workers, self.bandwidth = executor, max_workers, bandwidth
         self.stock_spec, self.log = stock_spec, log
@@ -211,7 +211,7 @@ class Pilot:
                 if name in names and name not in chosen:
                     chosen.append(name)
         rank = {g.stage: i for i, g in enumerate(g for g in ranked_gaps if g.lost_speedup > 0)}
-        by_gap = sorted(pool, key=lambda d: min((rank.get(s, len(rank)) for s in d.stages)))
+        by_gap = sorted(pool, key=lambda d: min(rank.get(s, len(rank)) for s in d.stages))
         chosen += [d.name for d in by_gap if d.name not in chosen]
         return chosen[: self.directions_per_round]
 
@@ -233,7 +233,9 @@ class Pilot:
     def run_round(self, index: int, current: SystemSpec) -> RoundRecord:
         """One round from ``current``; returns its record (``spec_after`` is the new current system)."""
         system = self.targets.build(current)
-        profile = profile_system(system, [p.to(system.target.device) for p in self.dev_prompts], self.max_new_tokens, bandwidth=self.bandwidth)
+        profile = profile_system(
+            system, [p.to(system.target.device) for p in self.dev_prompts], self.max_new_tokens, bandwidth=self.bandwidth
+        )
         ranked = cost.gaps(profile)
         record = RoundRecord(
             index=index,
@@ -243,7 +245,9 @@ class Pilot:
             gaps=[(g.stage, g.lost_speedup) for g in ranked],
             speedup=cost.speedup(profile.tau, profile.t_ar, profile.t_round),
         )
-        self.log(f"round {index}: modelled speedup {record.speedup:.2f}x; largest gap {ranked[0].stage} ({ranked[0].lost_speedup:+.2f}x)")
+        self.log(
+            f"round {index}: modelled speedup {record.speedup:.2f}x; largest gap {ranked[0].stage} ({ranked[0].lost_speedup:+.2f}x)"
+        )
         names = self.choose_directions(current, ranked)
         jobs = [(self.agent_for(DIRECTIONS[n]), n, current, self.budget) for n in names]
         explorations = explore_all(jobs, executor=self.executor, max_workers=self.max_workers)
@@ -251,14 +255,20 @@ class Pilot:
         for exp in explorations:
             cand = exp.candidate
             if cand is None:
-                record.candidates.append(CandidateRecord(exp.direction, exp.agent, {}, float("nan"), None, exp.error or "nothing proposed"))
+                record.candidates.append(
+                    CandidateRecord(exp.direction, exp.agent, {}, float("nan"), None, exp.error or "nothing proposed")
+                )
                 self.log(f"  {exp.direction}: no candidate ({exp.error or 'nothing proposed'})")
                 continue
             if not isinstance(cand.spec, SystemSpec):
-                record.candidates.append(CandidateRecord(exp.direction, exp.agent, {}, float("nan"), None, "candidate.spec is not a SystemSpec"))
+                record.candidates.append(
+                    CandidateRecord(exp.direction, exp.agent, {}, float("nan"), None, "candidate.spec is not a SystemSpec")
+                )
                 continue
             verdict = self._judge(cand.spec, current)
-            record.candidates.append(CandidateRecord(exp.direction, exp.agent, cand.spec.diff(current), float(cand.raw_speedup), verdict))
+            record.candidates.append(
+                CandidateRecord(exp.direction, exp.agent, cand.spec.diff(current), float(cand.raw_speedup), verdict)
+            )
             self._remember(exp.direction, current, cand.spec, verdict)
             state = "accepted" if verdict.accepted else "rejected: " + "; ".join(verdict.reasons)
             self.log(f"  {exp.direction} ({exp.agent}): raw {cand.raw_speedup:.2f}x, gated {verdict.speedup:.2f}x {state}")
@@ -279,14 +289,18 @@ class Pilot:
             verdict = self._judge(stacked, current)
             record.integration = verdict
             self._remember("+".join(names_in), current, stacked, verdict)
-            self.log(f"  stack {'+'.join(names_in)}: gated {verdict.speedup:.2f}x {'accepted' if verdict.accepted else 'rejected'}")
+            self.log(
+                f"  stack {'+'.join(names_in)}: gated {verdict.speedup:.2f}x {'accepted' if verdict.accepted else 'rejected'}"
+            )
             if verdict.accepted and verdict.ci95[0] >= best_verdict.ci95[0]:
                 record.spec_after, record.integrated = stacked, names_in
                 return record
         record.spec_after, record.integrated = best_spec, [best_name]
         return record
 
-    def run(self, rounds: int, *, budget_seconds: float = float("inf"), on_round: Callable[[RoundRecord], None] | None = None) -> PilotResult:
+    def run(
+        self, rounds: int, *, budget_seconds: float = float("inf"), on_round: Callable[[RoundRecord], None] | None = None
+    ) -> PilotResult:
         """Run up to ``rounds`` rounds (no new round starts after ``budget_seconds``); returns the result."""
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise ValueError(f"rounds: expected an int >= 1, got {rounds!r}")

@@ -119,7 +119,9 @@ class Memory:
         row = asdict(entry)
         values = [json.dumps(row[n], sort_keys=True) if n in _JSON_COLUMNS else row[n] for n, _ in _COLUMNS]
         values[[n for n, _ in _COLUMNS].index("accepted")] = int(entry.accepted)
-        self._db.execute(f"INSERT INTO entries ({', '.join(n for n, _ in _COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+        self._db.execute(
+            f"INSERT INTO entries ({', '.join(n for n, _ in _COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values
+        )
         self._db.commit()
 
     def entries(self) -> list[MemoryEntry]:

@@ -45,9 +45,7 @@ def _plot_speedup(result: PilotResult, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.4))
     rounds = [r.index for r in result.rounds]
     ax.plot(rounds, [r.speedup for r in result.rounds], "o-", label="modelled, start of round")
-    gated = [
-        max((c.verdict.speedup for c in r.candidates if c.accepted), default=float("nan")) for r in result.rounds
-    ]
+    gated = [max((c.verdict.speedup for c in r.candidates if c.accepted), default=float("nan")) for r in result.rounds]
     ax.plot(rounds, gated, "s--", label="best gated gain in the round")
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("round")
@@ -93,11 +91,23 @@ def _markdown(result: PilotResult, header: dict[str, Any]) -> str:
     lines += ["", "## Final system", "", "```json", json.dumps(result.final.to_dict(), indent=2, sort_keys=True), "```", ""]
     diff = result.final.diff(result.initial)
     lines += [f"Changed from the start: `{json.dumps(diff, sort_keys=True)}`" if diff else "The system did not change.", ""]
-    lines += ["## Plots", "", "![gap waterfall](gaps.png)", "", "![speedup per round](speedup.png)", "", "![candidates](candidates.png)", ""]
+    lines += [
+        "## Plots",
+        "",
+        "![gap waterfall](gaps.png)",
+        "",
+        "![speedup per round](speedup.png)",
+        "",
+        "![candidates](candidates.png)",
+        "",
+    ]
     for record in result.rounds:
         lines += [f"## Round {record.index}", "", f"Modelled speedup at the start: {_fmt(record.speedup)}x.", ""]
         lines += ["| gap | lost speedup (x) |", "|---|---|"] + [f"| {s} | {_fmt(v)} |" for s, v in record.gaps] + [""]
-        lines += ["| direction | agent | change | raw (x) | gated (x) | 95% CI | forcing | verdict |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| direction | agent | change | raw (x) | gated (x) | 95% CI | forcing | verdict |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for c in record.candidates:
             if c.verdict is None:
                 lines.append(f"| {c.direction} | {c.agent} | - | - | - | - | - | no candidate: {c.error} |")
@@ -111,13 +121,17 @@ def _markdown(result: PilotResult, header: dict[str, Any]) -> str:
         lines.append("")
         if record.integration is not None:
             v = record.integration
-            lines.append(f"Stack of winners: gated {_fmt(v.speedup)}x, 95% CI [{_fmt(v.ci95[0])}, {_fmt(v.ci95[1])}], {'accepted' if v.accepted else 'rejected'}.")
+            lines.append(
+                f"Stack of winners: gated {_fmt(v.speedup)}x, 95% CI [{_fmt(v.ci95[0])}, {_fmt(v.ci95[1])}], {'accepted' if v.accepted else 'rejected'}."
+            )
         lines.append(f"Integrated: {', '.join(record.integrated) if record.integrated else 'nothing'}.")
         lines.append("")
     return "\n".join(lines)
 
 
-def write_outputs(result: PilotResult, memory: Memory, out_dir: str | os.PathLike, *, header: dict[str, Any] | None = None) -> dict[str, Path]:
+def write_outputs(
+    result: PilotResult, memory: Memory, out_dir: str | os.PathLike, *, header: dict[str, Any] | None = None
+) -> dict[str, Path]:
     """Write ``spec.json``, ``memory.json`` (and the SQLite file if the memory lives elsewhere), ``rounds.json``,
     ``report.md`` and its plots into ``out_dir``; returns the paths by name.
 

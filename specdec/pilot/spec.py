@@ -463,7 +463,9 @@ def build(spec: SystemSpec, *, target: Any = None) -> BuiltSystem:
         raise ValueError(f"scheduler: a prefix scheduler needs drafter kind 'dspark', got {spec.drafter['kind']!r}")
     knobs = {k: v for k, v in spec.verifier.items() if k != "kind"}
     verifier = _make(VERIFIERS, spec.verifier["kind"], "verifier", knobs, spec)
-    return BuiltSystem(spec=spec, target=target, drafter=drafter, verifier=verifier, kwargs={"num_draft_tokens": spec.num_draft_tokens})
+    return BuiltSystem(
+        spec=spec, target=target, drafter=drafter, verifier=verifier, kwargs={"num_draft_tokens": spec.num_draft_tokens}
+    )
 
 
 class TargetCache:

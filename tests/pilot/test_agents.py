@@ -54,7 +54,13 @@ def test_search_returns_none_when_no_setting_changes_the_spec():
 
 
 def test_llm_agent_validates_replies_and_retries_with_the_error():
-    replies = iter(["I think longer drafts help.", '{"settings": {"num_draft_tokens": 7}}', '{"settings": {"num_draft_tokens": 8}, "rationale": "ok"}'])
+    replies = iter(
+        [
+            "I think longer drafts help.",
+            '{"settings": {"num_draft_tokens": 7}}',
+            '{"settings": {"num_draft_tokens": 8}, "rationale": "ok"}',
+        ]
+    )
     prompts = []
 
     def client(prompt):
@@ -97,8 +103,12 @@ def test_agents_satisfy_the_protocol():
 
 
 def test_explore_all_records_agent_errors_and_checks_jobs():
-    out = explore_all([(FailingAgent(), "draft_length", SystemSpec(), Budget(1)),
-                       (SearchAgent(constant_evaluator), "draft_length", SystemSpec(), Budget(8))])
+    out = explore_all(
+        [
+            (FailingAgent(), "draft_length", SystemSpec(), Budget(1)),
+            (SearchAgent(constant_evaluator), "draft_length", SystemSpec(), Budget(8)),
+        ]
+    )
     assert out[0].candidate is None and "boom" in out[0].error
     assert out[1].candidate.settings == {"num_draft_tokens": 6}
     with pytest.raises(ValueError, match="jobs\\[0\\]"):
@@ -109,8 +119,10 @@ def test_explore_all_records_agent_errors_and_checks_jobs():
 
 @pytest.mark.slow
 def test_process_executor_gives_the_serial_results():
-    jobs = [(SearchAgent(constant_evaluator), "draft_length", SystemSpec(), Budget(8)),
-            (SearchAgent(constant_evaluator), "ngram_order", SystemSpec(), Budget(4))]
+    jobs = [
+        (SearchAgent(constant_evaluator), "draft_length", SystemSpec(), Budget(8)),
+        (SearchAgent(constant_evaluator), "ngram_order", SystemSpec(), Budget(4)),
+    ]
     serial = explore_all(jobs)
     parallel = explore_all(jobs, executor="process", max_workers=2)
     assert [e.candidate.settings for e in parallel] == [e.candidate.settings for e in serial]

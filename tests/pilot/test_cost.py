@@ -12,8 +12,13 @@ def test_gaps_on_a_synthetic_profile_with_known_answers():
     # t_round = 1 + 3 + 0 + 1 = 5 s, tau = 2.5, t_AR = 2 s/token: speedup 2.5 * 2 / 5 = 1.0.
     # At the ceilings one at a time: verify 3 -> 1 gives t_round 3, speedup 5/3; draft 1 -> 0 gives 1.25;
     # other 1 -> 0.5 gives 5/4.5; tau 2.5 -> 5 gives 2.0.
-    p = _profile({"draft": 1.0, "verify": 3.0, "commit": 0.0, "other": 1.0}, 2.5, 2.0,
-                 {"draft": 0.0, "verify": 1.0, "commit": 0.0, "other": 0.5}, 5.0)
+    p = _profile(
+        {"draft": 1.0, "verify": 3.0, "commit": 0.0, "other": 1.0},
+        2.5,
+        2.0,
+        {"draft": 0.0, "verify": 1.0, "commit": 0.0, "other": 0.5},
+        5.0,
+    )
     assert speedup(p.tau, p.t_ar, p.t_round) == pytest.approx(1.0)
     ranked = gaps(p)
     assert [g.stage for g in ranked] == ["acceptance", "verify", "draft", "other", "commit"]
@@ -26,9 +31,20 @@ def test_gaps_on_a_synthetic_profile_with_known_answers():
 
 
 def test_a_stage_already_below_its_ceiling_loses_nothing():
-    p = _profile({"draft": 0.5, "verify": 1.0, "commit": 0.0, "other": 0.0}, 2.0, 1.0,
-                 {"draft": 1.0, "verify": 1.0, "commit": 0.0, "other": 0.0}, 2.0)
-    assert {g.stage: g.lost_speedup for g in gaps(p)} == {"draft": 0.0, "verify": 0.0, "commit": 0.0, "other": 0.0, "acceptance": 0.0}
+    p = _profile(
+        {"draft": 0.5, "verify": 1.0, "commit": 0.0, "other": 0.0},
+        2.0,
+        1.0,
+        {"draft": 1.0, "verify": 1.0, "commit": 0.0, "other": 0.0},
+        2.0,
+    )
+    assert {g.stage: g.lost_speedup for g in gaps(p)} == {
+        "draft": 0.0,
+        "verify": 0.0,
+        "commit": 0.0,
+        "other": 0.0,
+        "acceptance": 0.0,
+    }
 
 
 def test_gaps_need_ceilings_and_profiles_check_their_fields():

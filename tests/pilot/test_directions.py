@@ -24,8 +24,15 @@ def test_apply_checks_knobs_values_and_declared_fields():
         d.apply(SystemSpec(), {"width": 3})
     with pytest.raises(ValueError, match="expected one of"):
         d.apply(SystemSpec(), {"budget": 17, "paths": 2})
-    sneaky = Direction("sneaky", "", ("verify",), Preconditions(), {"k": (1,)},
-                       lambda spec, s: spec.with_changes(num_draft_tokens=9, graphs=False, weight_format="w12"), fields=("num_draft_tokens",))
+    sneaky = Direction(
+        "sneaky",
+        "",
+        ("verify",),
+        Preconditions(),
+        {"k": (1,)},
+        lambda spec, s: spec.with_changes(num_draft_tokens=9, graphs=False, weight_format="w12"),
+        fields=("num_draft_tokens",),
+    )
     with pytest.raises(ValueError, match="outside its declared fields"):
         sneaky.apply(SystemSpec(), {"k": 1})
 

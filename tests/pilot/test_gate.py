@@ -48,7 +48,9 @@ def test_gate_rejects_a_faster_lossy_candidate_on_token_forcing(stock):
     gate = Gate(stock, PROMPTS, 24, timer=lambda system, *a: 1.0 if system.spec.num_draft_tokens == 0 else 0.5)
     faulty_target = LogitBiasFault(stock, bias=4.0, every=3, after=0)
     spec = SystemSpec(drafter={"kind": "none"}, num_draft_tokens=1)
-    faulty = BuiltSystem(spec=spec, target=faulty_target, drafter=None, verifier=build(spec, target=stock).verifier, kwargs={"num_draft_tokens": 1})
+    faulty = BuiltSystem(
+        spec=spec, target=faulty_target, drafter=None, verifier=build(spec, target=stock).verifier, kwargs={"num_draft_tokens": 1}
+    )
     verdict = gate.judge(faulty, SystemSpec().autoregressive().with_changes(num_draft_tokens=0), stock_target=stock)
     assert verdict.speedup == pytest.approx(2.0) and verdict.ci95[0] > 1
     assert not verdict.forcing_passed and not verdict.accepted

@@ -36,9 +36,19 @@ def stock():
 
 
 def _pilot(stock, memory, directions, per_round=2, agent_for=None):
-    return Pilot(START, DEV, Gate(stock, SEALED, 16, timer=timer), 16, memory=memory, bandwidth=1e9,
-                 agent_for=agent_for or (lambda d: SearchAgent(evaluate)), budget=Budget(12),
-                 directions=directions, directions_per_round=per_round, stock_spec=START.autoregressive())
+    return Pilot(
+        START,
+        DEV,
+        Gate(stock, SEALED, 16, timer=timer),
+        16,
+        memory=memory,
+        bandwidth=1e9,
+        agent_for=agent_for or (lambda d: SearchAgent(evaluate)),
+        budget=Budget(12),
+        directions=directions,
+        directions_per_round=per_round,
+        stock_spec=START.autoregressive(),
+    )
 
 
 def test_a_round_stacks_winners_on_different_fields_and_remembers_everything(stock):
@@ -79,8 +89,17 @@ def test_remembered_mechanisms_are_explored_first_on_a_matching_system(stock):
 
 def test_a_registered_direction_is_explored_without_changing_the_loop(stock):
     name = "draft_length_odd"
-    register_direction(Direction(name, "odd draft lengths", ("acceptance",), Preconditions(drafter_kinds=("ngram",)),
-                                 {"num_draft_tokens": (5, 7)}, lambda spec, s: spec.with_changes(**s), fields=("num_draft_tokens",)))
+    register_direction(
+        Direction(
+            name,
+            "odd draft lengths",
+            ("acceptance",),
+            Preconditions(drafter_kinds=("ngram",)),
+            {"num_draft_tokens": (5, 7)},
+            lambda spec, s: spec.with_changes(**s),
+            fields=("num_draft_tokens",),
+        )
+    )
     try:
         result = _pilot(stock, Memory(), [name], per_round=1).run(rounds=1)
         assert result.rounds[0].candidates[0].direction == name

@@ -7,8 +7,17 @@ from specdec.pilot.spec import SystemSpec
 
 
 def _entry(mechanism, spec, low, accepted=True, verdict="PASS"):
-    return MemoryEntry(mechanism, preconditions_of(spec), {"num_draft_tokens": 6}, low + 0.1, low, low + 0.2, verdict, accepted,
-                       [] if accepted else ["token forcing failed"])
+    return MemoryEntry(
+        mechanism,
+        preconditions_of(spec),
+        {"num_draft_tokens": 6},
+        low + 0.1,
+        low,
+        low + 0.2,
+        verdict,
+        accepted,
+        [] if accepted else ["token forcing failed"],
+    )
 
 
 def test_entries_persist_and_a_new_deployment_retrieves_matching_ones_best_first(tmp_path):
@@ -32,8 +41,19 @@ def test_json_export_holds_every_field(tmp_path):
     mem.add(_entry("draft_length", SystemSpec(), 1.1))
     data = json.loads(mem.export_json(tmp_path / "memory.json").read_text())
     assert len(data) == 1
-    assert set(data[0]) == {"mechanism", "preconditions", "spec_diff", "gain", "ci_low", "ci_high", "forcing_verdict", "accepted",
-                            "failure_modes", "machine", "date"}
+    assert set(data[0]) == {
+        "mechanism",
+        "preconditions",
+        "spec_diff",
+        "gain",
+        "ci_low",
+        "ci_high",
+        "forcing_verdict",
+        "accepted",
+        "failure_modes",
+        "machine",
+        "date",
+    }
     assert data[0]["preconditions"] == {"architecture": "dense", "device": "cpu", "regime": "c1", "drafter_kind": "ngram"}
 
 

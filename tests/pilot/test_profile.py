@@ -2,7 +2,15 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.pilot.profile import STAGES, acceptance_ceiling, copy_bandwidth, kernel_table, measure_ceilings, module_bytes, profile_system
+from specdec.pilot.profile import (
+    STAGES,
+    acceptance_ceiling,
+    copy_bandwidth,
+    kernel_table,
+    measure_ceilings,
+    module_bytes,
+    profile_system,
+)
 from specdec.pilot.spec import SystemSpec, build
 
 PROMPT = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2, 3, 1])

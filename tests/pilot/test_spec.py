@@ -9,7 +9,11 @@ from specdec.pilot.spec import SPEC_VERSION, VERIFIERS, SystemSpec, TargetCache,
 
 def test_spec_round_trips_through_json_and_is_versioned():
     spec = SystemSpec(
-        drafter={"kind": "ngram", "max_ngram": 4}, verifier={"kind": "tree", "budget": 16}, num_draft_tokens=6, regime="batched", batch_size=8
+        drafter={"kind": "ngram", "max_ngram": 4},
+        verifier={"kind": "tree", "budget": 16},
+        num_draft_tokens=6,
+        regime="batched",
+        batch_size=8,
     )
     text = spec.to_json()
     assert json.loads(text)["version"] == SPEC_VERSION
