@@ -42,7 +42,17 @@ class AcceptAllVerifier:
         (2, [4, 5], 5)
     """
 
-    def verify(self, target, root: torch.Tensor, proposal, *, sampling=None, generator=None, hidden_layers: Sequence[int] = (), context=None) -> VerifyResult:
+    def verify(
+        self,
+        target,
+        root: torch.Tensor,
+        proposal,
+        *,
+        sampling=None,
+        generator=None,
+        hidden_layers: Sequence[int] = (),
+        context=None,
+    ) -> VerifyResult:
         check_target(target)
         drafts = proposal.tokens
         plan = VerifyPlan.chain(root.view(1), drafts, prefix_len=target.length)
@@ -91,4 +101,6 @@ class CheatingAgent:
     def explore(self, direction, spec, budget) -> CheatCandidate:
         proposed = spec.with_changes(verifier={"kind": ACCEPT_ALL_KIND})
         name = getattr(direction, "name", "accept_all")
-        return CheatCandidate(direction=name, spec=proposed, base=spec, settings={}, raw_speedup=float(self.evaluate(proposed, spec, 1)))
+        return CheatCandidate(
+            direction=name, spec=proposed, base=spec, settings={}, raw_speedup=float(self.evaluate(proposed, spec, 1))
+        )

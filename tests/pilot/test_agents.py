@@ -127,3 +127,13 @@ def test_process_executor_gives_the_serial_results():
     parallel = explore_all(jobs, executor="process", max_workers=2)
     assert [e.candidate.settings for e in parallel] == [e.candidate.settings for e in serial]
     assert parallel[0].candidate.settings == {"num_draft_tokens": 6}
+
+
+def test_halving_picks_its_winner_from_the_most_thorough_rung_not_a_stale_early_score():
+    # effort 1 eliminates 8 (1.7) and 12; 2, 3 and 6 fall at effort 2; 3 wins at efforts 4 and 8 with ~1.07.
+    # 8's stale effort-1 score 1.7 beats that, but it was never measured as carefully.
+    scripted = {1: {2: 2.0, 3: 1.9, 6: 1.8, 8: 1.7, 12: 1.0}, 2: {2: 1.0, 3: 1.1, 6: 1.05}, 4: {3: 1.08, 6: 1.02}, 8: {3: 1.07}}
+    best = SearchAgent(lambda cand, base, effort: scripted[effort][cand.num_draft_tokens]).explore(
+        DIRECTIONS["draft_length"], SystemSpec(), Budget(40)
+    )
+    assert best.settings == {"num_draft_tokens": 3} and best.raw_speedup == 1.07

@@ -14,7 +14,9 @@ DEV = [torch.tensor([20, 21, 22, 20, 21, 22, 20, 21]), torch.tensor([30, 31, 30,
 SEALED = [torch.tensor([7, 8, 9, 7, 8, 9, 7, 8]), torch.tensor([11, 12, 11, 12, 11, 12])]
 # weight_scale 4: logit margins of several units, so a wrong token is a large-margin event (at the default
 # scale the tiny model's top logits are near-ties, which token forcing rightly forgives)
-START = SystemSpec(target={"kind": "tiny", "seed": 0, "weight_scale": 4.0}, drafter={"kind": "ngram", "max_ngram": 2}, num_draft_tokens=4)
+START = SystemSpec(
+    target={"kind": "tiny", "seed": 0, "weight_scale": 4.0}, drafter={"kind": "ngram", "max_ngram": 2}, num_draft_tokens=4
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +51,18 @@ def test_gate_rejects_the_cheat_although_its_raw_speedup_beats_the_honest_candid
 def test_a_pilot_run_with_the_cheating_agent_keeps_the_honest_spec(stock):
     evaluator = DevEvaluator(DEV, 24, timer=target_pass_timer)
     memory = Memory()
-    pilot = Pilot(START, DEV, Gate(stock, SEALED, 24, timer=target_pass_timer), 24, memory=memory, bandwidth=1e9,
-                  agent_for=lambda d: CheatingAgent(evaluator), directions=["draft_length"], directions_per_round=1,
-                  stock_spec=START.autoregressive())
+    pilot = Pilot(
+        START,
+        DEV,
+        Gate(stock, SEALED, 24, timer=target_pass_timer),
+        24,
+        memory=memory,
+        bandwidth=1e9,
+        agent_for=lambda d: CheatingAgent(evaluator),
+        directions=["draft_length"],
+        directions_per_round=1,
+        stock_spec=START.autoregressive(),
+    )
     result = pilot.run(rounds=1)
     record = result.rounds[0].candidates[0]
     assert record.raw_speedup > 1.2 and not record.accepted and not record.verdict.forcing_passed
