@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--memory", default=None, help="SQLite memory file to read and extend (default OUT/memory.sqlite)")
     parser.add_argument("--device", default="cpu", help="device (default cpu)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="dtype (default float32)")
     parser.add_argument("--out", required=True, help="output folder")
     return parser
@@ -111,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--num-draft-tokens: expected >= 1, got {args.num_draft_tokens}")
     if not args.budget_minutes > 0:
         raise SystemExit(f"--budget-minutes: expected > 0, got {args.budget_minutes}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SystemExit(f"--threads: expected >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     from tqdm import tqdm
 
     from specdec.pilot.agents import Budget
