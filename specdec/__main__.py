@@ -1,4 +1,4 @@
-"""``python -m specdec demo | forcing``."""
+"""``python -m specdec demo | forcing | pilot``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 COMMANDS = {
     "demo": "AR vs speculative decoding of HumanEval prompts on the real SmolLM2-135M model (CPU)",
     "forcing": "token-forcing check of speculative decoding against AR on the real model",
+    "pilot": "profile, explore, gate and integrate decode-system changes; writes a spec, a memory and a report",
 }
 
 
@@ -22,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
         from specdec.demo import main as demo_main
 
         return demo_main(rest)
+    if command == "pilot":
+        from specdec.pilot.cli import main as pilot_main
+
+        return pilot_main(rest)
     from specdec.cli_forcing import main as forcing_main
 
     return forcing_main(rest)

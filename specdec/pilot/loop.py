@@ -1,0 +1,319 @@
+"""The pilot loop: profile, rank gaps, explore directions, gate every candidate, stack the winners, remember.
+
+One round:
+
+1. profile the current system on the development prompts (:func:`specdec.pilot.profile.profile_system`);
+2. rank its gaps to the ceilings (:func:`specdec.pilot.cost.gaps`);
+3. pick directions: those memory says worked on matching systems first, then those addressing the
+   largest gaps; each goes to an agent (:func:`specdec.pilot.agents.explore_all`);
+4. gate every candidate (:class:`specdec.pilot.gate.Gate`: token forcing on sealed prompts, speedup
+   interval above 1);
+5. stack the winners that touch different spec fields and gate the stack; the better of the stack and
+   the best single winner becomes the current system;
+6. write one memory entry per gated candidate and per stack.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specdec.pilot import cost
+from specdec.pilot.agents import Agent, Budget, DevEvaluator, SearchAgent, explore_all
+from specdec.pilot.directions import DIRECTIONS, Direction, applicable
+from specdec.pilot.gate import Gate, GateVerdict
+from specdec.pilot.memory import Memory, MemoryEntry, preconditions_of
+from specdec.pilot.profile import profile_system
+from specdec.pilot.spec import SystemSpec, TargetCache
+
+__all__ = ["CandidateRecord", "Pilot", "PilotResult", "RoundRecord"]
+
+
+@dataclass
+class CandidateRecord:
+    """A candidate and what the gate said.
+
+    Attributes:
+        direction, agent: where it came from.
+        spec_diff: the spec fields it changes.
+        raw_speedup: the explorer's own (unsealed) speedup estimate.
+        verdict: the gate's :class:`GateVerdict`; ``None`` when the explorer failed or proposed nothing.
+        error: the explorer's error, if any.
+    """
+
+    direction: str
+    agent: str
+    spec_diff: dict[str, Any]
+    raw_speedup: float
+    verdict: GateVerdict | None
+    error: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the gate accepted it."""
+        return self.verdict is not None and self.verdict.accepted
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out = dict(self.__dict__)
+        out["verdict"] = None if self.verdict is None else self.verdict.to_dict()
+        return out
+
+
+@dataclass
+class RoundRecord:
+    """What one round saw and did.
+
+    Attributes:
+        index: 0-based round number.
+        spec_before, spec_after: the current system at the start and the end of the round.
+        profile: the current system's :class:`~specdec.pilot.profile.RoundProfile` as a dict.
+        gaps: ``(stage, lost speedup)``, largest first.
+        speedup: the current system's modelled speedup over AR at the round's start.
+        candidates: one :class:`CandidateRecord` per exploration.
+        integrated: the mechanisms that became part of ``spec_after`` (empty: the system did not change).
+        integration: the gate's verdict on the stack of winners (``None`` with fewer than two winners).
+    """
+
+    index: int
+    spec_before: SystemSpec
+    spec_after: SystemSpec
+    profile: dict[str, Any]
+    gaps: list[tuple[str, float]]
+    speedup: float
+    candidates: list[CandidateRecord] = field(default_factory=list)
+    integrated: list[str] = field(default_factory=list)
+    integration: GateVerdict | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "index": self.index,
+            "spec_before": self.spec_before.to_dict(),
+            "spec_after": self.spec_after.to_dict(),
+            "profile": self.profile,
+            "gaps": self.gaps,
+            "speedup": self.speedup,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "integrated": self.integrated,
+            "integration": None if self.integration is None else self.integration.to_dict(),
+        }
+
+
+@dataclass
+class PilotResult:
+    """The loop's outcome: the starting and final specs and every round."""
+
+    initial: SystemSpec
+    final: SystemSpec
+    rounds: list[RoundRecord]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"initial": self.initial.to_dict(), "final": self.final.to_dict(), "rounds": [r.to_dict() for r in self.rounds]}
+
+
+def _shares_weights(spec: SystemSpec, stock: SystemSpec) -> bool:
+    keys = ("target", "dtype", "device", "max_seq_len", "weight_format")
+    return not spec.graphs and all(getattr(spec, k) == getattr(stock, k) for k in keys)
+
+
+class Pilot:
+    """Run rounds of profile, explore, gate, integrate on one deployment.
+
+    Args:
+        spec: the starting system.
+        dev_prompts: the prompts explorers and the profiler see (1-D token tensors).
+        gate: the :class:`Gate` (it holds the sealed prompts and the stock target).
+        max_new_tokens: tokens per development prompt.
+        memory: a :class:`Memory` to read from and write to.
+        agent_for: ``agent_for(direction) -> Agent`` (default: a :class:`SearchAgent` timing the
+            development prompts).
+        budget: each exploration's :class:`Budget` (default ``Budget()``).
+        directions_per_round: how many directions are explored per round.
+        executor, max_workers: how explorations run (see :func:`explore_all`).
+        bandwidth: bytes/s for the ceilings (``None``: measured on this machine).
+        stock_spec: the spec of the gate's stock target; systems with the same weights reuse it (they
+            decode on it one after another and never change its weights).
+        log: receives one line per event.
+
+    Example:
+        >>> from specdec.pilot.spec import build
+        >>> prompts = [torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])]
+        >>> spec = SystemSpec(drafter={"kind": "ngram"}, num_draft_tokens=2)
+        >>> stock = build(spec.autoregressive()).target
+        >>> timer = lambda system, p, n, seed: 1.0 / system.spec.num_draft_tokens  # longer drafts are "faster"
+        >>> gate = Gate(stock, prompts, 16, timer=timer)
+        >>> pilot = Pilot(spec, prompts, gate, 16, agent_for=lambda d: SearchAgent(lambda c, b, e: c.num_draft_tokens / b.num_draft_tokens),
+        ...               directions=["draft_length"], bandwidth=1e9, stock_spec=spec.autoregressive())
+        >>> result = pilot.run(rounds=1)
+        >>> result.final.num_draft_tokens
+        12
+    """
+
+    def __init__(
+        self,
+        spec: SystemSpec,
+        dev_prompts: Sequence[torch.Tensor],
+        gate: Gate,
+        max_new_tokens: int,
+        *,
+        memory: Memory | None = None,
+        agent_for: Callable[[Direction], Agent] | None = None,
+        budget: Budget | None = None,
+        directions_per_round: int = 3,
+        directions: Sequence[str] | None = None,
+        executor: str = "serial",
+        max_workers: int = 2,
+        bandwidth: float | None = None,
+        stock_spec: SystemSpec | None = None,
+        log: Callable[[str], None] = lambda line: None,
+    ):
+        if not isinstance(spec, SystemSpec):
+            raise TypeError(f"spec: expected a SystemSpec, got {type(spec).__name__}")
+        if not isinstance(gate, Gate):
+            raise TypeError(f"gate: expected a Gate, got {type(gate).__name__}")
+        self.dev_prompts = [p for p in dev_prompts]
+        if not self.dev_prompts:
+            raise ValueError("dev_prompts: expected at least one 1-D token tensor, got none")
+        if isinstance(directions_per_round, bool) or not isinstance(directions_per_round, int) or directions_per_round < 1:
+            raise ValueError(f"directions_per_round: expected an int >= 1, got {directions_per_round!r}")
+        unknown = sorted(set(directions or ()) - set(DIRECTIONS))
+        if unknown:
+            raise ValueError(f"directions: unknown {unknown}; registered: {sorted(DIRECTIONS)}")
+        self.spec, self.gate, self.max_new_tokens = spec, gate, max_new_tokens
+        self.memory = memory if memory is not None else Memory(":memory:")
+        evaluator = DevEvaluator(self.dev_prompts, max_new_tokens)
+        self.agent_for = agent_for or (lambda direction: SearchAgent(evaluator))
+        self.budget, self.directions_per_round = budget or Budget(), directions_per_round
+        self.allowed = list(directions) if directions is not None else None
+        self.executor, self.max_workers, self.bandwidth = executor, max_workers, bandwidth
+        self.stock_spec, self.log = stock_spec, log
+        self.targets = TargetCache()
+        if stock_spec is not None:
+            self.targets.put(stock_spec, gate.checker.stock)
+
+    def _judge(self, candidate: SystemSpec, current: SystemSpec) -> GateVerdict:
+        return self.gate.judge(self.targets.build(candidate), self.targets.build(current))
+
+    def choose_directions(self, spec: SystemSpec, ranked_gaps: list[cost.Gap]) -> list[str]:
+        """Directions for this round: remembered winners on matching systems first, then by gap size."""
+        pool = [d for d in applicable(spec) if self.allowed is None or d.name in self.allowed]
+        pool = [d for d in pool if any(d.apply(spec, s) != spec for s in d.settings())]
+        names = [d.name for d in pool]
+        chosen = []
+        for entry in self.memory.retrieve(spec):
+            for name in entry.mechanism.split("+"):
+                if name in names and name not in chosen:
+                    chosen.append(name)
+        rank = {g.stage: i for i, g in enumerate(g for g in ranked_gaps if g.lost_speedup > 0)}
+        by_gap = sorted(pool, key=lambda d: min(rank.get(s, len(rank)) for s in d.stages))
+        chosen += [d.name for d in by_gap if d.name not in chosen]
+        return chosen[: self.directions_per_round]
+
+    def _remember(self, mechanism: str, base: SystemSpec, spec: SystemSpec, verdict: GateVerdict) -> None:
+        self.memory.add(
+            MemoryEntry(
+                mechanism=mechanism,
+                preconditions=preconditions_of(base),
+                spec_diff=spec.diff(base),
+                gain=verdict.speedup,
+                ci_low=verdict.ci95[0],
+                ci_high=verdict.ci95[1],
+                forcing_verdict="PASS" if verdict.forcing_passed else "FAIL",
+                accepted=verdict.accepted,
+                failure_modes=list(verdict.reasons),
+            )
+        )
+
+    def run_round(self, index: int, current: SystemSpec) -> RoundRecord:
+        """One round from ``current``; returns its record (``spec_after`` is the new current system)."""
+        system = self.targets.build(current)
+        profile = profile_system(
+            system, [p.to(system.target.device) for p in self.dev_prompts], self.max_new_tokens, bandwidth=self.bandwidth
+        )
+        ranked = cost.gaps(profile)
+        record = RoundRecord(
+            index=index,
+            spec_before=current,
+            spec_after=current,
+            profile=profile.to_dict(),
+            gaps=[(g.stage, g.lost_speedup) for g in ranked],
+            speedup=cost.speedup(profile.tau, profile.t_ar, profile.t_round),
+        )
+        self.log(
+            f"round {index}: modelled speedup {record.speedup:.2f}x; largest gap {ranked[0].stage} ({ranked[0].lost_speedup:+.2f}x)"
+        )
+        names = self.choose_directions(current, ranked)
+        jobs = [(self.agent_for(DIRECTIONS[n]), n, current, self.budget) for n in names]
+        explorations = explore_all(jobs, executor=self.executor, max_workers=self.max_workers)
+        winners = []
+        for exp in explorations:
+            cand = exp.candidate
+            if cand is None:
+                record.candidates.append(
+                    CandidateRecord(exp.direction, exp.agent, {}, float("nan"), None, exp.error or "nothing proposed")
+                )
+                self.log(f"  {exp.direction}: no candidate ({exp.error or 'nothing proposed'})")
+                continue
+            if not isinstance(cand.spec, SystemSpec):
+                record.candidates.append(
+                    CandidateRecord(exp.direction, exp.agent, {}, float("nan"), None, "candidate.spec is not a SystemSpec")
+                )
+                continue
+            verdict = self._judge(cand.spec, current)
+            record.candidates.append(
+                CandidateRecord(exp.direction, exp.agent, cand.spec.diff(current), float(cand.raw_speedup), verdict)
+            )
+            self._remember(exp.direction, current, cand.spec, verdict)
+            state = "accepted" if verdict.accepted else "rejected: " + "; ".join(verdict.reasons)
+            self.log(f"  {exp.direction} ({exp.agent}): raw {cand.raw_speedup:.2f}x, gated {verdict.speedup:.2f}x {state}")
+            if verdict.accepted:
+                winners.append((exp.direction, cand.spec, verdict))
+        if not winners:
+            return record
+        winners.sort(key=lambda w: -w[2].ci95[0])
+        best_name, best_spec, best_verdict = winners[0]
+        stacked, names_in, touched = current, [], set()
+        for name, spec, _ in winners:
+            diff = spec.diff(current)
+            if touched & set(diff):
+                continue
+            stacked, touched = stacked.apply_diff(diff), touched | set(diff)
+            names_in.append(name)
+        if len(names_in) > 1:
+            verdict = self._judge(stacked, current)
+            record.integration = verdict
+            self._remember("+".join(names_in), current, stacked, verdict)
+            self.log(
+                f"  stack {'+'.join(names_in)}: gated {verdict.speedup:.2f}x {'accepted' if verdict.accepted else 'rejected'}"
+            )
+            if verdict.accepted and verdict.ci95[0] >= best_verdict.ci95[0]:
+                record.spec_after, record.integrated = stacked, names_in
+                return record
+        record.spec_after, record.integrated = best_spec, [best_name]
+        return record
+
+    def run(
+        self, rounds: int, *, budget_seconds: float = float("inf"), on_round: Callable[[RoundRecord], None] | None = None
+    ) -> PilotResult:
+        """Run up to ``rounds`` rounds (no new round starts after ``budget_seconds``); returns the result."""
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"rounds: expected an int >= 1, got {rounds!r}")
+        if not budget_seconds > 0:
+            raise ValueError(f"budget_seconds: expected > 0, got {budget_seconds!r}")
+        start, current, records = time.perf_counter(), self.spec, []
+        for index in range(rounds):
+            if time.perf_counter() - start > budget_seconds:
+                self.log(f"budget of {budget_seconds:.0f} s spent after {index} rounds")
+                break
+            record = self.run_round(index, current)
+            records.append(record)
+            current = record.spec_after
+            if on_round is not None:
+                on_round(record)
+        return PilotResult(initial=self.spec, final=current, rounds=records)

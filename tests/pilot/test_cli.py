@@ -1,0 +1,59 @@
+import json
+
+import pytest
+
+from specdec.__main__ import main as specdec_main
+from specdec.pilot.memory import MemoryEntry
+from specdec.pilot.spec import SystemSpec
+
+
+def test_pilot_cli_writes_spec_memory_and_report_on_the_tiny_target(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = [
+        "pilot",
+        "--target",
+        "tiny",
+        "--drafter",
+        "ngram",
+        "--prompts",
+        "humaneval",
+        "--rounds",
+        "1",
+        "--budget-minutes",
+        "1",
+        "--timer",
+        "passes",
+        "--dev-prompts",
+        "1",
+        "--sealed-prompts",
+        "1",
+        "--max-new-tokens",
+        "12",
+        "--evaluations",
+        "2",
+        "--directions",
+        "draft_length,ngram_order",
+        "--out",
+        str(out),
+    ]
+    assert specdec_main(argv) == 0
+    spec = SystemSpec.from_json((out / "spec.json").read_text())
+    assert spec.target == {"kind": "tiny", "seed": 0} and spec.drafter["kind"] == "ngram"
+    memory = json.loads((out / "memory.json").read_text())
+    assert all(MemoryEntry(**entry) for entry in memory)
+    rounds = json.loads((out / "rounds.json").read_text())["rounds"]
+    assert len(rounds) == 1 and {c["direction"] for c in rounds[0]["candidates"]} == {"draft_length", "ngram_order"}
+    report = (out / "report.md").read_text()
+    assert "## Round 0" in report and "![gap waterfall](gaps.png)" in report
+    for png in ("gaps.png", "speedup.png", "candidates.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    assert "final spec" in capsys.readouterr().out
+
+
+def test_pilot_cli_rejects_bad_arguments(tmp_path):
+    with pytest.raises(SystemExit, match="--rounds"):
+        specdec_main(["pilot", "--rounds", "0", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--drafter"):
+        specdec_main(["pilot", "--drafter", "eagle", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--target"):
+        specdec_main(["pilot", "--target", str(tmp_path / "missing"), "--out", str(tmp_path)])

@@ -1,0 +1,46 @@
+import pytest
+
+from specdec.pilot.directions import DIRECTIONS, Direction, Preconditions, applicable, register_direction
+from specdec.pilot.spec import SystemSpec
+
+
+def test_preconditions_filter_by_device_drafter_and_regime():
+    cpu = SystemSpec()
+    names = {d.name for d in applicable(cpu)}
+    assert "cuda_graphs" not in names and "weight_format" not in names
+    assert {"draft_length", "tree_verifier", "ngram_order"} <= names
+    gpu = SystemSpec(device="cuda", drafter={"kind": "dflash", "path": "x"})
+    gpu_names = {d.name for d in applicable(gpu)}
+    assert {"cuda_graphs", "weight_format", "block_drafter_tree"} <= gpu_names and "ngram_order" not in gpu_names
+    assert not DIRECTIONS["draft_length"].applies(SystemSpec().autoregressive())
+    assert Preconditions(regimes=("batched",)).failing(cpu) == ["regime 'c1' not in ('batched',)"]
+
+
+def test_apply_checks_knobs_values_and_declared_fields():
+    d = DIRECTIONS["tree_verifier"]
+    spec = d.apply(SystemSpec(), {"budget": 16, "paths": 4})
+    assert spec.verifier == {"kind": "tree", "budget": 16} and spec.drafter["max_paths"] == 4
+    with pytest.raises(ValueError, match="unknown knobs"):
+        d.apply(SystemSpec(), {"width": 3})
+    with pytest.raises(ValueError, match="expected one of"):
+        d.apply(SystemSpec(), {"budget": 17, "paths": 2})
+    sneaky = Direction(
+        "sneaky",
+        "",
+        ("verify",),
+        Preconditions(),
+        {"k": (1,)},
+        lambda spec, s: spec.with_changes(num_draft_tokens=9, graphs=False, weight_format="w12"),
+        fields=("num_draft_tokens",),
+    )
+    with pytest.raises(ValueError, match="outside its declared fields"):
+        sneaky.apply(SystemSpec(), {"k": 1})
+
+
+def test_registering_a_direction_needs_knobs_and_a_unique_name():
+    with pytest.raises(ValueError, match="already registered"):
+        register_direction(DIRECTIONS["draft_length"])
+    with pytest.raises(ValueError, match="knobs"):
+        register_direction(Direction("empty", "", ("other",), Preconditions(), {"k": ()}, lambda s, k: s))
+    with pytest.raises(TypeError, match="Direction"):
+        register_direction("draft_length")

@@ -1,0 +1,72 @@
+import math
+
+import pytest
+import torch
+
+from specdec.pilot.gate import Gate, ratio_interval, target_pass_timer
+from specdec.pilot.spec import BuiltSystem, SystemSpec, build
+from specdec.testing.faults import LogitBiasFault
+
+PROMPTS = [torch.tensor([1, 2, 3, 1, 2, 3, 1, 2]), torch.tensor([5, 6, 7, 5, 6, 7])]
+
+
+@pytest.fixture(scope="module")
+def stock():
+    return build(SystemSpec().autoregressive()).target
+
+
+def draft_length_timer(system, prompts, max_new_tokens, seed):
+    """A made-up cost where each draft token saves 10% (AR costs 1.0)."""
+    return 1.0 if system.drafter is None else 1.0 - 0.1 * system.spec.num_draft_tokens
+
+
+def test_ratio_interval_matches_the_student_t_interval_on_the_log_scale():
+    mean, (lo, hi) = ratio_interval([math.exp(0.1), math.exp(0.2), math.exp(0.3)])
+    # mean of logs 0.2, sd 0.1, t(0.975, 2) = 4.302653: half-width 4.302653 * 0.1 / sqrt(3) = 0.248414
+    assert mean == pytest.approx(math.exp(0.2))
+    assert lo == pytest.approx(math.exp(0.2 - 0.248414), rel=1e-5) and hi == pytest.approx(math.exp(0.2 + 0.248414), rel=1e-5)
+    with pytest.raises(ValueError, match="at least 2"):
+        ratio_interval([1.2])
+
+
+def test_gate_accepts_a_lossless_faster_candidate(stock):
+    gate = Gate(stock, PROMPTS, 16, timer=draft_length_timer)
+    verdict = gate.judge(SystemSpec(num_draft_tokens=4), SystemSpec().autoregressive(), stock_target=stock)
+    assert verdict.accepted and verdict.forcing_passed and verdict.reasons == []
+    assert verdict.speedup == pytest.approx(1 / 0.6) and len(verdict.ratios) == 3
+
+
+def test_gate_rejects_a_lossless_candidate_without_a_significant_speedup(stock):
+    noisy = iter([1.0, 0.8, 1.0, 1.3, 1.0, 0.95])  # current, candidate per seed: ratios 1.25, 0.77, 1.05
+    gate = Gate(stock, PROMPTS, 16, timer=lambda *a: next(noisy))
+    verdict = gate.judge(SystemSpec(num_draft_tokens=4), SystemSpec().autoregressive(), stock_target=stock)
+    assert verdict.forcing_passed and not verdict.accepted
+    assert verdict.ci95[0] < 1 < verdict.ci95[1] and "does not lie above 1" in verdict.reasons[0]
+
+
+def test_gate_rejects_a_faster_lossy_candidate_on_token_forcing(stock):
+    gate = Gate(stock, PROMPTS, 24, timer=lambda system, *a: 1.0 if system.spec.num_draft_tokens == 0 else 0.5)
+    faulty_target = LogitBiasFault(stock, bias=4.0, every=3, after=0)
+    spec = SystemSpec(drafter={"kind": "none"}, num_draft_tokens=1)
+    faulty = BuiltSystem(
+        spec=spec, target=faulty_target, drafter=None, verifier=build(spec, target=stock).verifier, kwargs={"num_draft_tokens": 1}
+    )
+    verdict = gate.judge(faulty, SystemSpec().autoregressive().with_changes(num_draft_tokens=0), stock_target=stock)
+    assert verdict.speedup == pytest.approx(2.0) and verdict.ci95[0] > 1
+    assert not verdict.forcing_passed and not verdict.accepted
+    assert verdict.reasons[0].startswith("token forcing failed")
+
+
+def test_target_pass_timer_counts_target_forwards(stock):
+    ar = build(SystemSpec().autoregressive(), target=stock)
+    assert target_pass_timer(ar, PROMPTS, 10, seed=0) == 2 * 10
+
+
+def test_gate_checks_its_arguments(stock):
+    with pytest.raises(ValueError, match="seeds"):
+        Gate(stock, PROMPTS, 16, seeds=(0, 1))
+    with pytest.raises(ValueError, match="sealed_prompts"):
+        Gate(stock, [], 16)
+    gate = Gate(stock, PROMPTS, 16)
+    with pytest.raises(ValueError, match="max_seq_len"):
+        gate.judge(SystemSpec(max_seq_len=16), SystemSpec().autoregressive(), stock_target=None)

@@ -1,0 +1,65 @@
+import pytest
+import torch
+
+import specdec as sd
+from specdec.pilot.profile import (
+    STAGES,
+    acceptance_ceiling,
+    copy_bandwidth,
+    kernel_table,
+    measure_ceilings,
+    module_bytes,
+    profile_system,
+)
+from specdec.pilot.spec import SystemSpec, build
+
+PROMPT = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2, 3, 1])
+
+
+def test_copy_bandwidth_probe_runs_on_the_cpu_and_checks_arguments():
+    assert copy_bandwidth("cpu", nbytes=1 << 20, reps=2) > 0
+    with pytest.raises(ValueError, match="nbytes"):
+        copy_bandwidth("cpu", nbytes=0)
+
+
+def test_module_bytes_counts_shared_weights_once():
+    lin = torch.nn.Linear(8, 8, bias=False)
+    twin = torch.nn.Sequential(lin, lin)
+    assert module_bytes(twin) == 8 * 8 * 4
+    target = build(SystemSpec()).target
+    unique = {p.data_ptr(): p.numel() * p.element_size() for p in target.parameters()}
+    assert module_bytes(target) >= sum(unique.values())
+    assert module_bytes(sd.NGramDrafter()) == 0
+
+
+def test_acceptance_ceiling_is_one_plus_the_longest_proposal():
+    assert acceptance_ceiling([5, 0, 0, 0, 1], 8) == 5.0
+    assert acceptance_ceiling([5, 0, 0, 0, 1], 2) == 3.0
+    assert acceptance_ceiling([0, 0], 4) == 5.0
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        acceptance_ceiling([], -1)
+
+
+def test_profile_matches_the_generation_stats_it_is_built_from():
+    system = build(SystemSpec(num_draft_tokens=3))
+    profile = profile_system(system, [PROMPT], 24, bandwidth=1e9)
+    stats = system.generate(PROMPT[None], 24, seed=0).stats
+    assert set(profile.stages) == set(STAGES) and profile.stages["commit"] == 0.0
+    assert profile.tokens == 24 and profile.rounds == stats.rounds
+    assert profile.tau == pytest.approx((24 - 1) / stats.rounds)
+    assert profile.accepted_histogram == stats.accepted_histogram
+    assert profile.ceilings.stages["verify"] == pytest.approx(module_bytes(system.target) / 1e9)
+    assert profile.ceilings.tau <= 1 + 3
+
+
+def test_ceilings_of_a_system_without_drafter_weights():
+    c = measure_ceilings(build(SystemSpec()), [], bandwidth=2e9)
+    assert c.stages["draft"] == 0.0 and c.stages["commit"] == 0.0 and c.stages["other"] == 0.0
+    with pytest.raises(ValueError, match="bandwidth"):
+        measure_ceilings(build(SystemSpec()), [], bandwidth=0.0)
+
+
+def test_kernel_table_lists_cpu_ops():
+    a = torch.randn(64, 64)
+    table = kernel_table(lambda: a @ a, "cpu")
+    assert table and all(k.seconds > 0 and k.calls >= 1 for k in table)
