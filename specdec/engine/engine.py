@@ -128,7 +128,8 @@ class Engine:
             self.target = RaggedDenseTarget(target, slots=max_batch, layout=layout)
         else:
             raise TypeError(f"target: expected a DenseTarget or a RaggedDenseTarget, got {type(target).__name__}")
-        if isinstance(drafter, Drafter):
+        # a class is a factory even though its attributes make it look like a Drafter instance
+        if isinstance(drafter, Drafter) and not isinstance(drafter, type):
             self._shared_drafter: Drafter | None = drafter
             self._drafter_factory = None
             self._check_drafter(drafter)
@@ -150,7 +151,7 @@ class Engine:
         self.target_passes = 0
 
     def _check_drafter(self, drafter: object) -> Drafter:
-        if not isinstance(drafter, Drafter):
+        if not isinstance(drafter, Drafter) or isinstance(drafter, type):
             raise TypeError(f"drafter: expected a Drafter (reset() and propose()), got {type(drafter).__name__}")
         if drafter.vocab_size is not None and drafter.vocab_size != self.target.vocab_size:
             raise ValueError(f"drafter: vocabulary size {drafter.vocab_size} differs from the target's {self.target.vocab_size}")
