@@ -30,9 +30,9 @@ from specdec.generation import StopCondition, check_proposal_size
 from specdec.models.dense import DenseTarget
 from specdec.models.ragged import RaggedDenseTarget, RequestRows
 from specdec.verify.chain import ChainVerifier
-from specdec.verify.tree import TreeVerifier
 from specdec.verify.processors import process_logits
 from specdec.verify.sampling import logits_to_probs, sample
+from specdec.verify.tree import TreeVerifier
 
 __all__ = ["Engine", "RequestState"]
 

@@ -61,7 +61,13 @@ def check_verifier(verifier: object) -> ChainVerifier | TreeVerifier:
 
 
 def plan_round(
-    verifier: ChainVerifier | TreeVerifier, proposal: DraftProposal, root: torch.Tensor, *, prefix_len: int, room: int, vocab_size: int
+    verifier: ChainVerifier | TreeVerifier,
+    proposal: DraftProposal,
+    root: torch.Tensor,
+    *,
+    prefix_len: int,
+    room: int,
+    vocab_size: int,
 ) -> VerifyPlan:
     """The verify plan ``verifier`` would run for ``proposal`` on a target holding ``prefix_len`` tokens.
 

@@ -248,7 +248,9 @@ class RaggedDenseTarget:
             if req.positions is not None and tuple(req.positions.shape) != (1, seqlen):
                 raise ValueError(f"requests[{i}].positions: expected shape (1, {seqlen}), got {tuple(req.positions.shape)}")
             if req.mask is not None and (req.mask.dtype != torch.bool or tuple(req.mask.shape) != (seqlen, seqlen)):
-                raise ValueError(f"requests[{i}].mask: expected bool [{seqlen}, {seqlen}], got {req.mask.dtype} {tuple(req.mask.shape)}")
+                raise ValueError(
+                    f"requests[{i}].mask: expected bool [{seqlen}, {seqlen}], got {req.mask.dtype} {tuple(req.mask.shape)}"
+                )
         for layer in hidden_layers:
             if not 0 <= layer <= self.config.num_layers:
                 raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer}")
