@@ -34,9 +34,28 @@ from specdec.verify.processors import process_logits
 from specdec.verify.sampling import logits_to_probs, sample
 from specdec.verify.tree import TreeVerifier
 
-__all__ = ["Engine", "RequestState"]
+__all__ = ["Engine", "RequestFailed", "RequestState"]
 
-WAITING, RUNNING, FINISHED, CANCELLED = "waiting", "running", "finished", "cancelled"
+WAITING, RUNNING, FINISHED, CANCELLED, FAILED = "waiting", "running", "finished", "cancelled", "failed"
+
+
+class RequestFailed(RuntimeError):
+    """A request failed during :meth:`Engine.step` (its drafter, proposal, acceptance or ``on_tokens`` raised).
+
+    The step was completed for every other request before this was raised, so they continue exactly
+    as they would have; the failed request has status ``"failed"`` and keeps its tokens so far.
+
+    Attributes:
+        request_id: the failed request.
+        error: the exception it raised (also this exception's ``__cause__``).
+        emitted: the step's ``{request_id: [m] int64}`` new tokens of the other requests.
+    """
+
+    def __init__(self, request_id: Hashable, error: Exception, emitted: dict):
+        super().__init__(f"request {request_id!r} failed: {type(error).__name__}: {error}")
+        self.request_id = request_id
+        self.error = error
+        self.emitted = emitted
 
 
 @dataclass(eq=False)
@@ -48,7 +67,8 @@ class RequestState:
         prompt: ``[P]`` int64.
         max_new_tokens: the most tokens to emit.
         sampling: the request's law; generator: its RNG (``None`` = torch's global one).
-        status: ``"waiting"``, ``"running"``, ``"finished"`` or ``"cancelled"``.
+        status: ``"waiting"``, ``"running"``, ``"finished"``, ``"cancelled"`` or ``"failed"``.
+        error: the exception of a failed request, else ``None``.
         slot: its KV slot while running, else ``None``.
         rounds, accepted: verify rounds run and draft tokens accepted so far.
     """
@@ -68,6 +88,7 @@ class RequestState:
     slot: int | None = None
     rounds: int = 0
     accepted: int = 0
+    error: Exception | None = None
     pending: dict = field(default_factory=dict)
 
     @property
@@ -272,13 +293,13 @@ class Engine:
         return self._get(request_id).tokens
 
     def status(self, request_id: Hashable) -> str:
-        """``"waiting"``, ``"running"``, ``"finished"`` or ``"cancelled"``."""
+        """``"waiting"``, ``"running"``, ``"finished"``, ``"cancelled"`` or ``"failed"``."""
         return self._get(request_id).status
 
     def pop(self, request_id: Hashable) -> torch.Tensor:
-        """Forget a finished or cancelled request and return its tokens (its id can then be reused)."""
+        """Forget a finished, cancelled or failed request and return its tokens (its id can then be reused)."""
         state = self._get(request_id)
-        if state.status not in (FINISHED, CANCELLED):
+        if state.status not in (FINISHED, CANCELLED, FAILED):
             raise ValueError(f"request_id: request {request_id!r} is {state.status}; cancel() it first or let it finish")
         del self._requests[request_id]
         return state.tokens
@@ -382,44 +403,70 @@ class Engine:
         Returns:
             ``{request_id: [m] int64}``, the tokens each request emitted in this round (streamed to its
             ``on_tokens`` too); empty when there was nothing to run.
+
+        Raises:
+            RequestFailed: a request's drafter, proposal, acceptance or ``on_tokens`` raised; that request
+                is ``"failed"`` and left the batch, every other request's round was completed first.
         """
         joined = self._admit()
         states = [self._requests[rid] for rid in self._running]
-        if not states:
-            return {}
         fresh = {id(s) for s in joined}
-        rows = [RequestRows(s.slot, s.prompt[None]) if id(s) in fresh else self._plan(s) for s in states]
-        outs = self.target.forward(rows)
-        self.target_passes += 1
+        failures: list[tuple[RequestState, Exception]] = []
+        planned, rows = [], []
+        for state in states:
+            try:
+                rows.append(RequestRows(state.slot, state.prompt[None]) if id(state) in fresh else self._plan(state))
+                planned.append(state)
+            except Exception as err:  # the request fails alone; its companions' round goes on
+                self._fail(state, err)
+                failures.append((state, err))
         emitted: dict[Hashable, torch.Tensor] = {}
-        for state, out in zip(states, outs):
-            logits = out.logits[0]  # [T_i, V]
-            if id(state) in fresh:
-                self.target.commit(state.slot, state.prompt.numel())
-                self._pick_first(state, logits[-1])
-            else:
-                plan, proposal = state.pending["plan"], state.pending["proposal"]
-                outcome = accept_round(
-                    self.verifier,
-                    plan,
-                    logits,
-                    proposal,
-                    sampling=state.sampling,
-                    generator=state.generator,
-                    context=state.buf[: state.length],
-                )
-                self.target.commit(state.slot, outcome.commit)
-                m = outcome.emitted.numel()
-                state.buf[state.length : state.length + m] = outcome.emitted
-                state.length += m
-                state.rounds += 1
-                state.accepted += outcome.num_accepted
-                state.pending = {}
-            new = self._scan(state)
-            emitted[state.request_id] = new
-            if state.on_tokens is not None and new.numel():
-                state.on_tokens(new)
+        outs = self.target.forward(rows) if rows else []
+        self.target_passes += bool(rows)
+        for state, out in zip(planned, outs):
+            try:
+                emitted[state.request_id] = self._finish_round(state, out.logits[0], fresh=id(state) in fresh)
+            except Exception as err:
+                self._fail(state, err)
+                failures.append((state, err))
+        if failures:
+            state, err = failures[0]
+            raise RequestFailed(state.request_id, err, emitted) from err
         return emitted
+
+    def _finish_round(self, state: RequestState, logits: torch.Tensor, *, fresh: bool) -> torch.Tensor:
+        """Accept from the request's logits ``[T_i, V]``, commit, append, apply stops, stream; the new tokens."""
+        if fresh:
+            self.target.commit(state.slot, state.prompt.numel())
+            self._pick_first(state, logits[-1])
+        else:
+            plan, proposal = state.pending["plan"], state.pending["proposal"]
+            state.pending = {}
+            outcome = accept_round(
+                self.verifier,
+                plan,
+                logits,
+                proposal,
+                sampling=state.sampling,
+                generator=state.generator,
+                context=state.buf[: state.length],
+            )
+            self.target.commit(state.slot, outcome.commit)
+            m = outcome.emitted.numel()
+            state.buf[state.length : state.length + m] = outcome.emitted
+            state.length += m
+            state.rounds += 1
+            state.accepted += outcome.num_accepted
+        new = self._scan(state)
+        if state.on_tokens is not None and new.numel():
+            state.on_tokens(new)
+        return new
+
+    def _fail(self, state: RequestState, err: Exception) -> None:
+        if state.slot is not None:
+            self._release(state)
+        state.status = FAILED
+        state.error = err
 
     def run(self) -> dict[Hashable, torch.Tensor]:
         """Step until no request is waiting or running; returns every finished request's tokens by id.

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import specdec as sd
 from specdec.contracts import DraftProposal
 from specdec.drafters import ModelDrafter, NGramDrafter
-from specdec.engine import Engine
+from specdec.engine import Engine, RequestFailed
 from specdec.models.ragged import RaggedDenseTarget
 from specdec.testing import tiny_target
 from specdec.verify import ChainVerifier, TreeVerifier, TwoLevelVerifier
@@ -223,13 +223,26 @@ def test_engine_argument_errors():
     with pytest.raises(TypeError, match="drafter: TappedDrafter reads target features"):
         engine.add_request(torch.arange(3), max_new_tokens=2)
     assert not engine.has_work
-    engine = Engine(TARGET, GreedyDrafter(), max_batch=1)
-    engine.add_request(torch.arange(3), max_new_tokens=5)
+
+
+def test_a_failing_request_leaves_and_its_companions_decode_as_alone():
+    made = []
+
+    def factory():
+        made.append(GreedyDrafter() if len(made) == 1 else NGramDrafter(max_ngram=2))
+        return made[-1]
+
+    prompts = prompts_of([7, 4, 9], seed=6)
+    engine = Engine(TARGET, factory, max_batch=3)
+    ids = [engine.add_request(p, max_new_tokens=12, temperature=1.0, seed=i) for i, p in enumerate(prompts)]
     engine.step()
-    passes = engine.target_passes
-    with pytest.raises(ValueError, match="drafter: proposed 4 tokens / tree nodes, expected at most 3"):
+    with pytest.raises(RequestFailed, match="request 1 failed: ValueError: drafter: proposed 5 tokens") as failed:
         engine.step()
-    assert engine.target_passes == passes
+    assert isinstance(failed.value.__cause__, ValueError) and set(failed.value.emitted) == {0, 2}
+    assert engine.status(1) == "failed" and engine.running == (0, 2) and engine.output(1).numel() == 1
+    outputs = engine.run()
+    for i in (0, 2):
+        assert torch.equal(outputs[ids[i]], alone(prompts[i], "ngram", "chain", max_new_tokens=12, temperature=1.0, seed=i))
 
 
 def test_pop_frees_the_id_and_only_for_finished_requests():
