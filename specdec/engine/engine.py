@@ -89,6 +89,7 @@ class RequestState:
     rounds: int = 0
     accepted: int = 0
     error: Exception | None = None
+    fresh_hidden: torch.Tensor | None = None
     pending: dict = field(default_factory=dict)
 
     @property
@@ -107,8 +108,8 @@ class Engine:
         drafter: a zero-argument callable returning a fresh :class:`~specdec.contracts.Drafter` per
             request (the way for drafters with a cache, e.g. ``lambda: ModelDrafter(draft_model())``), or
             one drafter shared by every request, which must keep no state between calls that its
-            proposals depend on (:class:`~specdec.drafters.NGramDrafter`). Drafters with feature taps
-            (``target_layer_ids``) are not supported yet.
+            proposals depend on (:class:`~specdec.drafters.NGramDrafter`). A drafter with feature taps
+            (``target_layer_ids``) receives its request's ``target_hidden`` rows, as in :func:`specdec.generate`.
         verifier: a :class:`~specdec.verify.ChainVerifier` (default) or :class:`~specdec.verify.TreeVerifier`.
         max_batch: requests decoded at once (the KV slots of a ``DenseTarget``; ``<=`` the slots of a
             ``RaggedDenseTarget``).
@@ -176,11 +177,16 @@ class Engine:
             raise TypeError(f"drafter: expected a Drafter (reset() and propose()), got {type(drafter).__name__}")
         if drafter.vocab_size is not None and drafter.vocab_size != self.target.vocab_size:
             raise ValueError(f"drafter: vocabulary size {drafter.vocab_size} differs from the target's {self.target.vocab_size}")
-        if getattr(drafter, "target_layer_ids", None):
-            raise TypeError(
-                f"drafter: {type(drafter).__name__} reads target features (target_layer_ids); the Engine does not feed them yet"
-            )
+        for layer in self._taps_of(drafter):
+            if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= self.target.config.num_layers:
+                raise ValueError(
+                    f"drafter: target_layer_ids expected indices in [0, {self.target.config.num_layers}], got {layer!r}"
+                )
         return drafter
+
+    @staticmethod
+    def _taps_of(drafter: Drafter) -> tuple[int, ...]:
+        return tuple(getattr(drafter, "target_layer_ids", ()) or ())
 
     def add_request(
         self,
@@ -357,7 +363,8 @@ class Engine:
         target, slot, length = self.target, state.slot, state.length
         plen = state.prompt.numel()
         k = max(0, min(self.num_draft_tokens, state.max_new_tokens - (length - plen) - 1, target.room(slot) - 1))
-        proposal = state.drafter.propose(state.buf[:length], k, sampling=state.sampling, generator=state.generator)
+        extra = {"target_hidden": state.fresh_hidden} if self._taps_of(state.drafter) else {}
+        proposal = state.drafter.propose(state.buf[:length], k, sampling=state.sampling, generator=state.generator, **extra)
         if not isinstance(proposal, DraftProposal):
             raise TypeError(f"drafter: propose() returned {type(proposal).__name__}, expected a DraftProposal")
         check_proposal_size(proposal, k)
@@ -421,11 +428,13 @@ class Engine:
                 self._fail(state, err)
                 failures.append((state, err))
         emitted: dict[Hashable, torch.Tensor] = {}
-        outs = self.target.forward(rows) if rows else []
+        taps = sorted({layer for state in planned for layer in self._taps_of(state.drafter)})
+        outs = self.target.forward(rows, hidden_layers=taps) if rows else []
         self.target_passes += bool(rows)
         for state, out in zip(planned, outs):
             try:
-                emitted[state.request_id] = self._finish_round(state, out.logits[0], fresh=id(state) in fresh)
+                hidden = [out.hidden[taps.index(layer)][0] for layer in self._taps_of(state.drafter)]  # each [T_i, H]
+                emitted[state.request_id] = self._finish_round(state, out.logits[0], hidden, fresh=id(state) in fresh)
             except Exception as err:
                 self._fail(state, err)
                 failures.append((state, err))
@@ -434,10 +443,15 @@ class Engine:
             raise RequestFailed(state.request_id, err, emitted) from err
         return emitted
 
-    def _finish_round(self, state: RequestState, logits: torch.Tensor, *, fresh: bool) -> torch.Tensor:
-        """Accept from the request's logits ``[T_i, V]``, commit, append, apply stops, stream; the new tokens."""
+    def _finish_round(self, state: RequestState, logits: torch.Tensor, hidden: list, *, fresh: bool) -> torch.Tensor:
+        """Accept from the request's logits ``[T_i, V]``, commit, append, apply stops, stream; the new tokens.
+
+        ``hidden``: the request's taps, each ``[T_i, H]``; the committed rows' become its drafter's next
+        ``target_hidden [rows, taps, H]``.
+        """
         if fresh:
             self.target.commit(state.slot, state.prompt.numel())
+            state.fresh_hidden = torch.stack(hidden, dim=1) if hidden else None
             self._pick_first(state, logits[-1])
         else:
             plan, proposal = state.pending["plan"], state.pending["proposal"]
@@ -452,6 +466,9 @@ class Engine:
                 context=state.buf[: state.length],
             )
             self.target.commit(state.slot, outcome.commit)
+            if hidden:
+                kept = outcome.commit if isinstance(outcome.commit, torch.Tensor) else torch.arange(outcome.commit)
+                state.fresh_hidden = torch.stack(hidden, dim=1)[kept.to(logits.device)]  # [n + 1, taps, H]
             m = outcome.emitted.numel()
             state.buf[state.length : state.length + m] = outcome.emitted
             state.length += m

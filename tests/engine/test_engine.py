@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specdec as sd
-from specdec.contracts import DraftProposal
+from specdec.contracts import DraftProposal, SamplingConfig, Tree
 from specdec.drafters import ModelDrafter, NGramDrafter
+from specdec.drafters.block import DFlashDrafter
+from specdec.drafters.block.fixtures import fixture_config, random_block_model
 from specdec.engine import Engine, RequestFailed
 from specdec.models.ragged import RaggedDenseTarget
 from specdec.testing import tiny_target
@@ -51,6 +53,18 @@ VERIFIERS = {"chain": ChainVerifier, "tree": lambda: TreeVerifier(budget=6)}
 
 
 def alone(prompt, drafter, verifier, *, max_new_tokens, temperature=0.0, seed=None, **kwargs):
+    return alone_run(
+        prompt, drafter, verifier, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, **kwargs
+    ).tokens[0]
+
+
+def assert_same_rounds(state, out):
+    """The request ran the rounds it runs alone: same number, same accepted drafts (so the same proposals)."""
+    stats = out.per_request[0]
+    assert (state.rounds, state.accepted) == (stats.rounds, sum(n * c for n, c in enumerate(stats.accepted_histogram)))
+
+
+def alone_run(prompt, drafter, verifier, *, max_new_tokens, temperature=0.0, seed=None, **kwargs):
     free_drafters()
     out = sd.generate(
         TARGET,
@@ -63,7 +77,7 @@ def alone(prompt, drafter, verifier, *, max_new_tokens, temperature=0.0, seed=No
         **kwargs,
     )
     free_drafters()
-    return out.tokens[0]
+    return out
 
 
 def prompts_of(lengths, seed):
@@ -92,8 +106,33 @@ def test_each_request_equals_generate_alone(lengths, max_batch, drafter, verifie
         ids[i] = engine.add_request(prompts[i], max_new_tokens=news[i], temperature=temperature, seed=seed + i)
     outputs = engine.run()
     for i, prompt in enumerate(prompts):
-        expected = alone(prompt, drafter, verifier, max_new_tokens=news[i], temperature=temperature, seed=seed + i)
-        assert torch.equal(outputs[ids[i]], expected), f"request {i} (prompt length {prompt.numel()}) differs from generate alone"
+        expected = alone_run(prompt, drafter, verifier, max_new_tokens=news[i], temperature=temperature, seed=seed + i)
+        assert torch.equal(outputs[ids[i]], expected.tokens[0]), (
+            f"request {i} (prompt length {prompt.numel()}) differs from alone"
+        )
+        assert_same_rounds(engine.request(ids[i]), expected)
+
+
+@pytest.mark.parametrize("verifier", sorted(VERIFIERS))
+def test_a_drafter_reading_target_features_gets_its_own_rows(verifier):
+    config = fixture_config("DFlashDraftModel", TARGET, num_layers=2, target_layer_ids=[0, 1], block_size=5)
+    model = random_block_model(config, TARGET, seed=3)
+    prompts = prompts_of([6, 11, 3], seed=7)
+    engine = Engine(TARGET, lambda: DFlashDrafter(model, TARGET), VERIFIERS[verifier](), max_batch=2)
+    ids = [engine.add_request(p, max_new_tokens=9 + i, temperature=0.0 if i else 1.0, seed=i) for i, p in enumerate(prompts)]
+    outputs = engine.run()
+    for i, prompt in enumerate(prompts):
+        expected = sd.generate(
+            TARGET,
+            prompt[None],
+            max_new_tokens=9 + i,
+            drafter=DFlashDrafter(model, TARGET),
+            verifier=VERIFIERS[verifier](),
+            temperature=0.0 if i else 1.0,
+            seed=i,
+        )
+        assert torch.equal(outputs[ids[i]], expected.tokens[0])
+        assert_same_rounds(engine.request(ids[i]), expected)
 
 
 @pytest.mark.parametrize("verifier", sorted(VERIFIERS))
@@ -189,8 +228,62 @@ def test_bad_requests_raise_before_they_are_stored_and_others_are_unaffected():
         engine.output("nope")
 
 
+class RecordingDrafter:
+    """A drafter with feature taps that records the ``target_hidden`` rows it receives.
+
+    It drafts the target's greedy continuation (two tokens, from a private copy of the target); with
+    ``decoy`` the proposal is a tree whose first path is a wrong guess and whose second path is the
+    continuation, so accepted paths skip rows and the rows kept for the features are not a prefix.
+    """
+
+    target_layer_ids = (0, 2)
+    vocab_size = VOCAB
+
+    def __init__(self, decoy: bool):
+        self.decoy = decoy
+        self.oracle = ModelDrafter(tiny_target(seed=0, max_seq_len=SEQ))
+        self.received = []
+
+    def reset(self):
+        self.oracle.reset()
+
+    def propose(self, context, max_tokens, *, sampling, generator, target_hidden=None):
+        self.received.append(target_hidden)
+        truth = self.oracle.propose(context, min(2, max_tokens), sampling=SamplingConfig(), generator=None).tokens
+        if not self.decoy or max_tokens < 4:
+            return DraftProposal(truth)
+        decoy = (truth + 1) % VOCAB
+        return DraftProposal(decoy, tree=Tree.from_paths([decoy.tolist(), truth.tolist()]))
+
+
+@pytest.mark.parametrize("verifier", sorted(VERIFIERS))
+def test_a_tapped_drafter_receives_the_features_it_receives_alone(verifier):
+    prompts = prompts_of([9, 4, 13], seed=8)
+    made = []
+    decoy = verifier == "tree"
+    engine = Engine(TARGET, lambda: made.append(RecordingDrafter(decoy)) or made[-1], VERIFIERS[verifier](), max_batch=2)
+    for i, p in enumerate(prompts):
+        engine.add_request(p, max_new_tokens=16, temperature=0.0 if i else 1.0, seed=i)
+    engine.run()
+    assert sum(engine.request(i).accepted for i in range(3)) > 6  # rounds accept drafts, so kept rows matter
+    for i, prompt in enumerate(prompts):
+        drafter = RecordingDrafter(decoy)
+        sd.generate(
+            TARGET,
+            prompt[None],
+            max_new_tokens=16,
+            drafter=drafter,
+            verifier=VERIFIERS[verifier](),
+            temperature=0.0 if i else 1.0,
+            seed=i,
+        )
+        assert len(made[i].received) == len(drafter.received)
+        for got, expected in zip(made[i].received, drafter.received):
+            assert torch.equal(got, expected)
+
+
 class TappedDrafter(NGramDrafter):
-    target_layer_ids = (1,)
+    target_layer_ids = (1, 5)
 
 
 class WrongVocabDrafter(NGramDrafter):
@@ -207,7 +300,7 @@ class GreedyDrafter(NGramDrafter):
 def test_engine_argument_errors():
     with pytest.raises(TypeError, match="verifier: expected a ChainVerifier or a TreeVerifier, got TwoLevelVerifier"):
         Engine(TARGET, NGramDrafter(), TwoLevelVerifier(), max_batch=1)
-    with pytest.raises(TypeError, match="drafter: TappedDrafter reads target features"):
+    with pytest.raises(ValueError, match=r"drafter: target_layer_ids expected indices in \[0, 2\], got 5"):
         Engine(TARGET, TappedDrafter(), max_batch=1)
     with pytest.raises(ValueError, match="drafter: vocabulary size 98 differs from the target's 97"):
         Engine(TARGET, WrongVocabDrafter(), max_batch=1)
@@ -220,7 +313,7 @@ def test_engine_argument_errors():
     with pytest.raises(TypeError, match="target: expected a DenseTarget or a RaggedDenseTarget"):
         Engine(object(), NGramDrafter(), max_batch=1)
     engine = Engine(TARGET, TappedDrafter, max_batch=1)
-    with pytest.raises(TypeError, match="drafter: TappedDrafter reads target features"):
+    with pytest.raises(ValueError, match="drafter: target_layer_ids expected indices"):
         engine.add_request(torch.arange(3), max_new_tokens=2)
     assert not engine.has_work
 
