@@ -114,7 +114,8 @@ class Engine:
         max_batch: requests decoded at once (the KV slots of a ``DenseTarget``; ``<=`` the slots of a
             ``RaggedDenseTarget``).
         num_draft_tokens: the most tokens a drafter may propose per round.
-        layout: the ragged forward's layout when the engine builds it (``"per_request"``: batch-invariant).
+        layout: the ragged forward's layout (:data:`~specdec.models.ragged.LAYOUTS`); default ``"per_request"``
+            (batch-invariant) for a ``DenseTarget``, the given target's own for a ``RaggedDenseTarget``.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -138,16 +139,18 @@ class Engine:
         *,
         max_batch: int,
         num_draft_tokens: int = 4,
-        layout: str = "per_request",
+        layout: str | None = None,
     ):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch: expected an int >= 1, got {max_batch!r}")
         if isinstance(target, RaggedDenseTarget):
             if max_batch > target.slots:
                 raise ValueError(f"max_batch: expected at most the target's {target.slots} slots, got {max_batch}")
+            if layout is not None and layout != target.layout:
+                raise ValueError(f"layout: the RaggedDenseTarget given runs layout {target.layout!r}, got {layout!r}")
             self.target = target
         elif isinstance(target, DenseTarget):
-            self.target = RaggedDenseTarget(target, slots=max_batch, layout=layout)
+            self.target = RaggedDenseTarget(target, slots=max_batch, layout="per_request" if layout is None else layout)
         else:
             raise TypeError(f"target: expected a DenseTarget or a RaggedDenseTarget, got {type(target).__name__}")
         # a class is a factory even though its attributes make it look like a Drafter instance
@@ -313,7 +316,8 @@ class Engine:
     def cancel(self, request_id: Hashable) -> None:
         """Stop a waiting or running request now; its slot is freed for the next step, its tokens so far kept.
 
-        The other requests are unaffected: their slots, drafters and generators are their own.
+        The other requests are unaffected: their slots, drafters and generators are their own. A request
+        that already finished, failed or was cancelled is left as it is.
         """
         state = self._get(request_id)
         if state.status == WAITING:
@@ -487,6 +491,8 @@ class Engine:
 
     def run(self) -> dict[Hashable, torch.Tensor]:
         """Step until no request is waiting or running; returns every finished request's tokens by id.
+
+        A :class:`RequestFailed` from :meth:`step` propagates; calling ``run()`` again continues the others.
 
         Example:
             >>> from specdec.testing import tiny_target

@@ -159,6 +159,28 @@ def test_requests_joining_between_steps_and_a_cancelled_companion_change_nothing
     assert 0 < partial.numel() < full.numel() and torch.equal(partial, full[: partial.numel()])
 
 
+def test_prefix_dependent_sampling_equals_generate_alone():
+    """Repetition penalty: each verify row's law depends on its own prefix (the tree path), as in generate."""
+    prompts = prompts_of([5, 10], seed=9)
+    for temperature in (0.0, 0.8):
+        engine = Engine(TARGET, NGramDrafter(max_ngram=2, max_paths=2, depth=2), TreeVerifier(budget=6), max_batch=2)
+        sampling = SamplingConfig(temperature=temperature, repetition_penalty=1.3)
+        ids = [engine.add_request(p, max_new_tokens=12, sampling=sampling, seed=i) for i, p in enumerate(prompts)]
+        outputs = engine.run()
+        for i, prompt in enumerate(prompts):
+            expected = sd.generate(
+                TARGET,
+                prompt[None],
+                max_new_tokens=12,
+                drafter=NGramDrafter(max_ngram=2, max_paths=2, depth=2),
+                verifier=TreeVerifier(budget=6),
+                temperature=temperature,
+                repetition_penalty=1.3,
+                seed=i,
+            )
+            assert torch.equal(outputs[ids[i]], expected.tokens[0])
+
+
 def test_one_target_forward_per_step_over_every_running_request(monkeypatch):
     ragged = RaggedDenseTarget(TARGET, slots=3)
     calls = []
@@ -310,6 +332,8 @@ def test_engine_argument_errors():
         Engine(TARGET, NGramDrafter(), max_batch=0)
     with pytest.raises(ValueError, match="max_batch: expected at most the target's 2 slots, got 3"):
         Engine(RaggedDenseTarget(TARGET, slots=2), NGramDrafter(), max_batch=3)
+    with pytest.raises(ValueError, match="layout: the RaggedDenseTarget given runs layout 'per_request', got 'packed'"):
+        Engine(RaggedDenseTarget(TARGET, slots=2), NGramDrafter(), max_batch=2, layout="packed")
     with pytest.raises(TypeError, match="target: expected a DenseTarget or a RaggedDenseTarget"):
         Engine(object(), NGramDrafter(), max_batch=1)
     engine = Engine(TARGET, TappedDrafter, max_batch=1)
