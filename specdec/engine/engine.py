@@ -318,6 +318,15 @@ class Engine:
 
         The other requests are unaffected: their slots, drafters and generators are their own. A request
         that already finished, failed or was cancelled is left as it is.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.drafters import NGramDrafter
+            >>> engine = Engine(tiny_target(seed=0), NGramDrafter(), max_batch=2)
+            >>> a, b = (engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=20) for _ in range(2))
+            >>> _ = engine.step(); engine.cancel(a)
+            >>> engine.status(a), engine.output(a).shape, engine.running
+            ('cancelled', torch.Size([1]), (1,))
         """
         state = self._get(request_id)
         if state.status == WAITING:
@@ -418,6 +427,14 @@ class Engine:
         Raises:
             RequestFailed: a request's drafter, proposal, acceptance or ``on_tokens`` raised; that request
                 is ``"failed"`` and left the batch, every other request's round was completed first.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.drafters import NGramDrafter
+            >>> engine = Engine(tiny_target(seed=0), NGramDrafter(), max_batch=2)
+            >>> ids = [engine.add_request(torch.tensor(p), max_new_tokens=4) for p in ([1, 2, 3], [7])]
+            >>> {rid: t.shape[0] for rid, t in engine.step().items()}   # the prefills, one token each
+            {0: 1, 1: 1}
         """
         joined = self._admit()
         states = [self._requests[rid] for rid in self._running]
