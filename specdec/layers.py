@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "drafters": 5,
     "generation": 6,
     "decode": 6,
+    "engine": 6,
     "data": 6,
     "train": 7,
     "forcing": 7,

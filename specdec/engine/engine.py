@@ -1,0 +1,524 @@
+"""``Engine``: speculative decoding of many requests, one target pass per round for all of them.
+
+Each :meth:`Engine.step` is one round for every running request: requests that just joined are
+prefilled, the others get their drafter's proposal and their verifier's plan; the rows of all of them
+go through ONE ragged target forward (:class:`~specdec.models.ragged.RaggedDenseTarget`); then each
+request accepts from its own logits with its own generator and commits into its own KV slot. Requests
+join (:meth:`Engine.add_request`) and leave (finish or :meth:`Engine.cancel`) between steps; a request
+added while every slot is busy waits for one.
+
+Batch invariance: with the ``"per_request"`` layout a request's tokens are exactly those
+:func:`specdec.generate` gives it alone (same drafter kind, verifier, sampling and seed), whatever its
+companions and arrival order, because its rounds have the shapes, logits and random draws they have
+alone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from itertools import count
+
+import torch
+
+from specdec.contracts.drafter import Drafter
+from specdec.contracts.proposal import DraftProposal
+from specdec.contracts.sampling import SamplingConfig
+from specdec.engine.rounds import accept_round, check_verifier, plan_round
+from specdec.generation import StopCondition, check_proposal_size
+from specdec.models.dense import DenseTarget
+from specdec.models.ragged import RaggedDenseTarget, RequestRows
+from specdec.verify.chain import ChainVerifier
+from specdec.verify.processors import process_logits
+from specdec.verify.sampling import logits_to_probs, sample
+from specdec.verify.tree import TreeVerifier
+
+__all__ = ["Engine", "RequestFailed", "RequestState"]
+
+WAITING, RUNNING, FINISHED, CANCELLED, FAILED = "waiting", "running", "finished", "cancelled", "failed"
+
+
+class RequestFailed(RuntimeError):
+    """A request failed during :meth:`Engine.step` (its drafter, proposal, acceptance or ``on_tokens`` raised).
+
+    The step was completed for every other request before this was raised, so they continue exactly
+    as they would have; the failed request has status ``"failed"`` and keeps its tokens so far.
+
+    Attributes:
+        request_id: the failed request.
+        error: the exception it raised (also this exception's ``__cause__``).
+        emitted: the step's ``{request_id: [m] int64}`` new tokens of the other requests.
+    """
+
+    def __init__(self, request_id: Hashable, error: Exception, emitted: dict):
+        super().__init__(f"request {request_id!r} failed: {type(error).__name__}: {error}")
+        self.request_id = request_id
+        self.error = error
+        self.emitted = emitted
+
+
+@dataclass(eq=False)
+class RequestState:
+    """One request inside an :class:`Engine` (read it through :meth:`Engine.request`).
+
+    Attributes:
+        request_id: the id :meth:`Engine.add_request` returned.
+        prompt: ``[P]`` int64.
+        max_new_tokens: the most tokens to emit.
+        sampling: the request's law; generator: its RNG (``None`` = torch's global one).
+        status: ``"waiting"``, ``"running"``, ``"finished"``, ``"cancelled"`` or ``"failed"``.
+        error: the exception of a failed request, else ``None``.
+        slot: its KV slot while running, else ``None``.
+        rounds, accepted: verify rounds run and draft tokens accepted so far.
+    """
+
+    request_id: Hashable
+    prompt: torch.Tensor
+    max_new_tokens: int
+    sampling: SamplingConfig
+    generator: torch.Generator | None
+    drafter: Drafter
+    stop: StopCondition
+    on_tokens: Callable[[torch.Tensor], None] | None
+    buf: torch.Tensor
+    length: int
+    scanned: int
+    status: str = WAITING
+    slot: int | None = None
+    rounds: int = 0
+    accepted: int = 0
+    error: Exception | None = None
+    fresh_hidden: torch.Tensor | None = None
+    pending: dict = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """``[m]`` int64, the tokens emitted so far (stops applied; at most ``max_new_tokens``)."""
+        plen = self.prompt.numel()
+        return self.buf[plen : self.scanned].clone()
+
+
+class Engine:
+    """Speculative decoding of several requests with one target forward per round.
+
+    Args:
+        target: a :class:`~specdec.models.DenseTarget` (the engine builds ``max_batch`` KV slots over its
+            weights) or a :class:`~specdec.models.ragged.RaggedDenseTarget` (its slots are used).
+        drafter: a zero-argument callable returning a fresh :class:`~specdec.contracts.Drafter` per
+            request (the way for drafters with a cache, e.g. ``lambda: ModelDrafter(draft_model())``), or
+            one drafter shared by every request, which must keep no state between calls that its
+            proposals depend on (:class:`~specdec.drafters.NGramDrafter`). A drafter with feature taps
+            (``target_layer_ids``) receives its request's ``target_hidden`` rows, as in :func:`specdec.generate`.
+        verifier: a :class:`~specdec.verify.ChainVerifier` (default) or :class:`~specdec.verify.TreeVerifier`.
+        max_batch: requests decoded at once (the KV slots of a ``DenseTarget``; ``<=`` the slots of a
+            ``RaggedDenseTarget``).
+        num_draft_tokens: the most tokens a drafter may propose per round.
+        layout: the ragged forward's layout (:data:`~specdec.models.ragged.LAYOUTS`); default ``"per_request"``
+            (batch-invariant) for a ``DenseTarget``, the given target's own for a ``RaggedDenseTarget``.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> from specdec.drafters import NGramDrafter
+        >>> import specdec
+        >>> target = tiny_target(seed=0)
+        >>> engine = Engine(target, NGramDrafter(), max_batch=2)
+        >>> a = engine.add_request(torch.tensor([1, 2, 3, 1, 2]), max_new_tokens=8)
+        >>> b = engine.add_request(torch.tensor([5, 6]), max_new_tokens=4, temperature=1.0, seed=3)
+        >>> outputs = engine.run()
+        >>> alone = specdec.generate(target, torch.tensor([[1, 2, 3, 1, 2]]), max_new_tokens=8, drafter=NGramDrafter())
+        >>> torch.equal(outputs[a], alone.tokens[0]), outputs[b].shape
+        (True, torch.Size([4]))
+    """
+
+    def __init__(
+        self,
+        target: DenseTarget | RaggedDenseTarget,
+        drafter: Drafter | Callable[[], Drafter],
+        verifier: ChainVerifier | TreeVerifier | None = None,
+        *,
+        max_batch: int,
+        num_draft_tokens: int = 4,
+        layout: str | None = None,
+    ):
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch: expected an int >= 1, got {max_batch!r}")
+        if isinstance(target, RaggedDenseTarget):
+            if max_batch > target.slots:
+                raise ValueError(f"max_batch: expected at most the target's {target.slots} slots, got {max_batch}")
+            if layout is not None and layout != target.layout:
+                raise ValueError(f"layout: the RaggedDenseTarget given runs layout {target.layout!r}, got {layout!r}")
+            self.target = target
+        elif isinstance(target, DenseTarget):
+            self.target = RaggedDenseTarget(target, slots=max_batch, layout="per_request" if layout is None else layout)
+        else:
+            raise TypeError(f"target: expected a DenseTarget or a RaggedDenseTarget, got {type(target).__name__}")
+        # a class is a factory even though its attributes make it look like a Drafter instance
+        if isinstance(drafter, Drafter) and not isinstance(drafter, type):
+            self._shared_drafter: Drafter | None = drafter
+            self._drafter_factory = None
+            self._check_drafter(drafter)
+        elif callable(drafter):
+            self._shared_drafter = None
+            self._drafter_factory = drafter
+        else:
+            raise TypeError(f"drafter: expected a Drafter or a callable returning one, got {type(drafter).__name__}")
+        self.verifier = check_verifier(ChainVerifier() if verifier is None else verifier)
+        if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 0:
+            raise ValueError(f"num_draft_tokens: expected an int >= 0, got {num_draft_tokens!r}")
+        self.max_batch = max_batch
+        self.num_draft_tokens = num_draft_tokens
+        self._requests: dict[Hashable, RequestState] = {}
+        self._waiting: deque[Hashable] = deque()
+        self._running: list[Hashable] = []
+        self._free_slots = list(range(max_batch))
+        self._ids = count()
+        self.target_passes = 0
+
+    def _check_drafter(self, drafter: object) -> Drafter:
+        if not isinstance(drafter, Drafter) or isinstance(drafter, type):
+            raise TypeError(f"drafter: expected a Drafter (reset() and propose()), got {type(drafter).__name__}")
+        if drafter.vocab_size is not None and drafter.vocab_size != self.target.vocab_size:
+            raise ValueError(f"drafter: vocabulary size {drafter.vocab_size} differs from the target's {self.target.vocab_size}")
+        for layer in self._taps_of(drafter):
+            if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= self.target.config.num_layers:
+                raise ValueError(
+                    f"drafter: target_layer_ids expected indices in [0, {self.target.config.num_layers}], got {layer!r}"
+                )
+        return drafter
+
+    @staticmethod
+    def _taps_of(drafter: Drafter) -> tuple[int, ...]:
+        return tuple(getattr(drafter, "target_layer_ids", ()) or ())
+
+    def add_request(
+        self,
+        prompt: torch.Tensor | Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        sampling: SamplingConfig | None = None,
+        seed: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        request_id: Hashable | None = None,
+        on_tokens: Callable[[torch.Tensor], None] | None = None,
+    ) -> Hashable:
+        """Queue a request; it joins the running batch at the next :meth:`step` with a free slot.
+
+        Every argument is checked here, before the request is stored: a bad request raises and leaves the
+        engine and its other requests as they were.
+
+        Args:
+            prompt: ``[P]`` int64 token ids (or a list of ints), ``P >= 1``.
+            max_new_tokens: tokens to emit (fewer if an EOS comes first); ``P + max_new_tokens`` must fit a slot.
+            temperature, top_k, top_p: the target law (``temperature=0``: greedy); or give ``sampling``.
+            sampling: a :class:`~specdec.contracts.SamplingConfig` instead of the three above.
+            seed: the request's own generator seed (its draws are those of ``generate(..., seed=seed)``
+                alone); ``None`` draws from torch's global RNG, which companions share.
+            eos_token_id: stop after emitting any of these ids.
+            request_id: any hashable id not in use; default the next integer.
+            on_tokens: called with ``[m]`` int64 new tokens each step that emits some (streaming).
+
+        Returns:
+            the request's id.
+        """
+        target = self.target
+        if isinstance(prompt, (list, tuple)):
+            prompt = torch.tensor(prompt, dtype=torch.long, device=target.device)
+        if not isinstance(prompt, torch.Tensor) or prompt.ndim != 1 or prompt.dtype != torch.long:
+            desc = f"{prompt.dtype} {tuple(prompt.shape)}" if isinstance(prompt, torch.Tensor) else type(prompt).__name__
+            raise TypeError(f"prompt: expected a 1-D int64 tensor of token ids, got {desc}")
+        if prompt.numel() < 1:
+            raise ValueError("prompt: expected at least one token, got 0")
+        if prompt.device != target.device:
+            raise ValueError(f"prompt: expected device {target.device}, got {prompt.device}")
+        low, high = int(prompt.min()), int(prompt.max())
+        if low < 0 or high >= target.vocab_size:
+            raise ValueError(f"prompt: expected token ids in [0, {target.vocab_size}), got ids in [{low}, {high}]")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: expected an int >= 1, got {max_new_tokens!r}")
+        if prompt.numel() + max_new_tokens > target.max_seq_len:
+            raise ValueError(
+                f"prompt: length {prompt.numel()} + max_new_tokens {max_new_tokens} exceeds a slot's max_seq_len {target.max_seq_len}"
+            )
+        if sampling is None:
+            sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+        elif not isinstance(sampling, SamplingConfig):
+            raise TypeError(f"sampling: expected a SamplingConfig or None, got {type(sampling).__name__}")
+        elif (temperature, top_k, top_p) != (0.0, 0, 1.0):
+            raise ValueError("sampling: give either sampling or temperature/top_k/top_p, got both")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
+        if on_tokens is not None and not callable(on_tokens):
+            raise TypeError(f"on_tokens: expected a callable or None, got {type(on_tokens).__name__}")
+        if request_id is None:
+            request_id = next(self._ids)
+            while request_id in self._requests:
+                request_id = next(self._ids)
+        else:
+            try:
+                hash(request_id)
+            except TypeError:
+                raise TypeError(f"request_id: expected a hashable id, got {type(request_id).__name__}") from None
+            if request_id in self._requests:
+                raise ValueError(f"request_id: {request_id!r} is already in use (pop() a finished request to reuse its id)")
+        stop = StopCondition(eos_token_id, vocab_size=target.vocab_size, device=target.device)
+        drafter = self._shared_drafter if self._drafter_factory is None else self._check_drafter(self._drafter_factory())
+        plen = prompt.numel()
+        # room for a round that emits up to num_draft_tokens + 1 tokens past max_new_tokens - 1
+        buf = torch.empty(plen + max_new_tokens + self.num_draft_tokens + 1, dtype=torch.long, device=target.device)
+        buf[:plen] = prompt
+        generator = None if seed is None else torch.Generator(device=target.device).manual_seed(seed)
+        self._requests[request_id] = RequestState(
+            request_id=request_id,
+            prompt=prompt.clone(),
+            max_new_tokens=max_new_tokens,
+            sampling=sampling,
+            generator=generator,
+            drafter=drafter,
+            stop=stop,
+            on_tokens=on_tokens,
+            buf=buf,
+            length=plen,
+            scanned=plen,
+        )
+        self._waiting.append(request_id)
+        return request_id
+
+    def _get(self, request_id: Hashable) -> RequestState:
+        try:
+            return self._requests[request_id]
+        except (KeyError, TypeError):
+            raise KeyError(f"request_id: no request {request_id!r} in this engine") from None
+
+    def request(self, request_id: Hashable) -> RequestState:
+        """The state of a request (status, tokens so far, rounds); ``KeyError`` for an unknown id."""
+        return self._get(request_id)
+
+    def output(self, request_id: Hashable) -> torch.Tensor:
+        """``[m]`` int64, the tokens request ``request_id`` has emitted so far (all of them once finished)."""
+        return self._get(request_id).tokens
+
+    def status(self, request_id: Hashable) -> str:
+        """``"waiting"``, ``"running"``, ``"finished"``, ``"cancelled"`` or ``"failed"``."""
+        return self._get(request_id).status
+
+    def pop(self, request_id: Hashable) -> torch.Tensor:
+        """Forget a finished, cancelled or failed request and return its tokens (its id can then be reused)."""
+        state = self._get(request_id)
+        if state.status not in (FINISHED, CANCELLED, FAILED):
+            raise ValueError(f"request_id: request {request_id!r} is {state.status}; cancel() it first or let it finish")
+        del self._requests[request_id]
+        return state.tokens
+
+    def cancel(self, request_id: Hashable) -> None:
+        """Stop a waiting or running request now; its slot is freed for the next step, its tokens so far kept.
+
+        The other requests are unaffected: their slots, drafters and generators are their own. A request
+        that already finished, failed or was cancelled is left as it is.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.drafters import NGramDrafter
+            >>> engine = Engine(tiny_target(seed=0), NGramDrafter(), max_batch=2)
+            >>> a, b = (engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=20) for _ in range(2))
+            >>> _ = engine.step(); engine.cancel(a)
+            >>> engine.status(a), engine.output(a).shape, engine.running
+            ('cancelled', torch.Size([1]), (1,))
+        """
+        state = self._get(request_id)
+        if state.status == WAITING:
+            self._waiting.remove(request_id)
+        elif state.status == RUNNING:
+            self._release(state)
+        else:
+            return
+        state.status = CANCELLED
+
+    def _release(self, state: RequestState) -> None:
+        self._running.remove(state.request_id)
+        self.target.reset(state.slot)
+        self._free_slots.append(state.slot)
+        state.slot = None
+
+    @property
+    def has_work(self) -> bool:
+        """Whether any request is waiting or running."""
+        return bool(self._waiting or self._running)
+
+    @property
+    def running(self) -> tuple[Hashable, ...]:
+        """Ids of the running requests, in the order they joined."""
+        return tuple(self._running)
+
+    @property
+    def waiting(self) -> tuple[Hashable, ...]:
+        """Ids of the queued requests, first come first."""
+        return tuple(self._waiting)
+
+    def _admit(self) -> list[RequestState]:
+        joined = []
+        while self._waiting and self._free_slots and len(self._running) < self.max_batch:
+            state = self._requests[self._waiting.popleft()]
+            self._free_slots.sort()
+            state.slot = self._free_slots.pop(0)
+            state.status = RUNNING
+            self.target.reset(state.slot)
+            state.drafter.reset()
+            self._running.append(state.request_id)
+            joined.append(state)
+        return joined
+
+    def _plan(self, state: RequestState) -> RequestRows:
+        """Propose and plan the round of a running request (its rows for the shared forward)."""
+        target, slot, length = self.target, state.slot, state.length
+        plen = state.prompt.numel()
+        k = max(0, min(self.num_draft_tokens, state.max_new_tokens - (length - plen) - 1, target.room(slot) - 1))
+        extra = {"target_hidden": state.fresh_hidden} if self._taps_of(state.drafter) else {}
+        proposal = state.drafter.propose(state.buf[:length], k, sampling=state.sampling, generator=state.generator, **extra)
+        if not isinstance(proposal, DraftProposal):
+            raise TypeError(f"drafter: propose() returned {type(proposal).__name__}, expected a DraftProposal")
+        check_proposal_size(proposal, k)
+        plan = plan_round(
+            self.verifier,
+            proposal,
+            state.buf[length - 1 : length],
+            prefix_len=target.length(slot),
+            room=target.room(slot),
+            vocab_size=target.vocab_size,
+        )
+        state.pending = {"proposal": proposal, "plan": plan}
+        return RequestRows.from_plan(slot, plan)
+
+    def _pick_first(self, state: RequestState, logits: torch.Tensor) -> None:
+        """The token after the prompt from the prefill's last row, drawn as :func:`specdec.generate` draws it."""
+        prompt, sampling = state.prompt, state.sampling
+        if sampling.needs_prefix:
+            logits = process_logits(logits[None], [prompt], sampling)[0]
+        token = logits.argmax(-1) if sampling.greedy else sample(logits_to_probs(logits, sampling), state.generator)
+        state.buf[state.length] = token
+        state.length += 1
+
+    def _scan(self, state: RequestState) -> torch.Tensor:
+        """Apply stops to the tokens emitted since the last scan; finish the request when it is done."""
+        plen = state.prompt.numel()
+        limit = min(state.length, plen + state.max_new_tokens)
+        end = state.stop.first_stop(state.buf, state.scanned, limit)
+        new = state.buf[state.scanned : limit if end is None else end].clone()
+        state.scanned = limit if end is None else end
+        if end is not None or state.length - plen >= state.max_new_tokens:
+            self._release(state)
+            state.status = FINISHED
+        return new
+
+    @torch.no_grad()
+    def step(self) -> dict[Hashable, torch.Tensor]:
+        """One round for every running request, with one target forward for all of them.
+
+        Waiting requests join first (as many as there are free slots); a joining request's round is its
+        prefill and first token. Requests that finish in this round leave it, freeing their slots.
+
+        Returns:
+            ``{request_id: [m] int64}``, the tokens each request emitted in this round (streamed to its
+            ``on_tokens`` too); empty when there was nothing to run.
+
+        Raises:
+            RequestFailed: a request's drafter, proposal, acceptance or ``on_tokens`` raised; that request
+                is ``"failed"`` and left the batch, every other request's round was completed first.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.drafters import NGramDrafter
+            >>> engine = Engine(tiny_target(seed=0), NGramDrafter(), max_batch=2)
+            >>> ids = [engine.add_request(torch.tensor(p), max_new_tokens=4) for p in ([1, 2, 3], [7])]
+            >>> {rid: t.shape[0] for rid, t in engine.step().items()}   # the prefills, one token each
+            {0: 1, 1: 1}
+        """
+        joined = self._admit()
+        states = [self._requests[rid] for rid in self._running]
+        fresh = {id(s) for s in joined}
+        failures: list[tuple[RequestState, Exception]] = []
+        planned, rows = [], []
+        for state in states:
+            try:
+                rows.append(RequestRows(state.slot, state.prompt[None]) if id(state) in fresh else self._plan(state))
+                planned.append(state)
+            except Exception as err:  # the request fails alone; its companions' round goes on
+                self._fail(state, err)
+                failures.append((state, err))
+        emitted: dict[Hashable, torch.Tensor] = {}
+        taps = sorted({layer for state in planned for layer in self._taps_of(state.drafter)})
+        outs = self.target.forward(rows, hidden_layers=taps) if rows else []
+        self.target_passes += bool(rows)
+        for state, out in zip(planned, outs):
+            try:
+                hidden = [out.hidden[taps.index(layer)][0] for layer in self._taps_of(state.drafter)]  # each [T_i, H]
+                emitted[state.request_id] = self._finish_round(state, out.logits[0], hidden, fresh=id(state) in fresh)
+            except Exception as err:
+                self._fail(state, err)
+                failures.append((state, err))
+        if failures:
+            state, err = failures[0]
+            raise RequestFailed(state.request_id, err, emitted) from err
+        return emitted
+
+    def _finish_round(self, state: RequestState, logits: torch.Tensor, hidden: list, *, fresh: bool) -> torch.Tensor:
+        """Accept from the request's logits ``[T_i, V]``, commit, append, apply stops, stream; the new tokens.
+
+        ``hidden``: the request's taps, each ``[T_i, H]``; the committed rows' become its drafter's next
+        ``target_hidden [rows, taps, H]``.
+        """
+        if fresh:
+            self.target.commit(state.slot, state.prompt.numel())
+            state.fresh_hidden = torch.stack(hidden, dim=1) if hidden else None
+            self._pick_first(state, logits[-1])
+        else:
+            plan, proposal = state.pending["plan"], state.pending["proposal"]
+            state.pending = {}
+            outcome = accept_round(
+                self.verifier,
+                plan,
+                logits,
+                proposal,
+                sampling=state.sampling,
+                generator=state.generator,
+                context=state.buf[: state.length],
+            )
+            self.target.commit(state.slot, outcome.commit)
+            if hidden:
+                kept = outcome.commit if isinstance(outcome.commit, torch.Tensor) else torch.arange(outcome.commit)
+                state.fresh_hidden = torch.stack(hidden, dim=1)[kept.to(logits.device)]  # [n + 1, taps, H]
+            m = outcome.emitted.numel()
+            state.buf[state.length : state.length + m] = outcome.emitted
+            state.length += m
+            state.rounds += 1
+            state.accepted += outcome.num_accepted
+        new = self._scan(state)
+        if state.on_tokens is not None and new.numel():
+            state.on_tokens(new)
+        return new
+
+    def _fail(self, state: RequestState, err: Exception) -> None:
+        if state.slot is not None:
+            self._release(state)
+        state.status = FAILED
+        state.error = err
+
+    def run(self) -> dict[Hashable, torch.Tensor]:
+        """Step until no request is waiting or running; returns every finished request's tokens by id.
+
+        A :class:`RequestFailed` from :meth:`step` propagates; calling ``run()`` again continues the others.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.drafters import NGramDrafter
+            >>> engine = Engine(tiny_target(seed=0), NGramDrafter(), max_batch=1)
+            >>> ids = [engine.add_request(torch.tensor([1, 2]), max_new_tokens=3) for _ in range(2)]
+            >>> [t.shape[0] for t in engine.run().values()]
+            [3, 3]
+        """
+        while self.has_work:
+            self.step()
+        return {rid: s.tokens for rid, s in self._requests.items() if s.status == FINISHED}

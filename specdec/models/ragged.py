@@ -1,0 +1,457 @@
+"""Several requests on one dense target: per-request KV slots, one ragged forward over all their rows.
+
+:class:`RaggedDenseTarget` holds ``S`` request slots of KV cache over the modules of a
+:class:`~specdec.models.dense.DenseTarget` (the weights are shared, never copied). One call of
+:meth:`RaggedDenseTarget.forward` runs the new rows of several requests, each with its own slot,
+committed length, positions and ``[T_i, T_i]`` mask over its own rows; each request attends to its own
+committed prefix and its own new rows only. Commits, resets and rollbacks are per slot.
+
+Batch invariance. On CPU a float32 GEMM's row results depend on how many rows the call has (the
+library picks its blocking from ``M``: a row computed among 16 rows differs in its last bits from the
+same row computed among 3), so packing several requests' rows into one matmul changes their logits.
+The default layout ``"per_request"`` therefore runs every linear layer (and the attention) on each
+request's rows alone, with exactly the shapes of the batch-1 forward: a request's logits are
+``torch.equal`` to :class:`~specdec.models.dense.DenseTarget`'s for the same rows, whatever its
+companions. The layout ``"packed"`` runs each linear layer once over all rows (what makes batching pay
+on an accelerator) and the attention per request; its logits agree with the batch-1 forward to
+rounding, not bitwise, unless the forward holds a single request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from specdec.contracts.plan import VerifyPlan
+from specdec.contracts.target import TargetOutput
+from specdec.models.dense import DecoderLayer, DenseTarget, _rotate_half, cached_attention, compact_kv, prefix_attention_mask
+
+__all__ = ["LAYOUTS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
+
+LAYOUTS = ("per_request", "packed")
+
+
+@dataclass(eq=False)
+class RequestRows:
+    """The new rows of one request in a ragged forward.
+
+    Attributes:
+        slot: the request's KV slot (``0 <= slot < slots``).
+        tokens: ``[1, T]`` int64.
+        positions: ``[1, T]`` int64 RoPE positions; ``None`` = ``length + arange(T)`` (a chain).
+        mask: ``[T, T]`` bool over the request's own new rows (its committed prefix is always visible);
+            ``None`` = causal.
+
+    Example:
+        >>> plan = VerifyPlan.chain(torch.tensor([3]), torch.tensor([4, 5]), prefix_len=0)
+        >>> RequestRows.from_plan(1, plan).tokens.tolist()
+        [[3, 4, 5]]
+    """
+
+    slot: int
+    tokens: torch.Tensor
+    positions: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+    @classmethod
+    def from_plan(cls, slot: int, plan: VerifyPlan) -> RequestRows:
+        """The rows of a :class:`~specdec.contracts.VerifyPlan` (its tokens, positions and mask) in ``slot``."""
+        return cls(slot=slot, tokens=plan.tokens, positions=plan.positions, mask=plan.mask)
+
+
+class RaggedDenseTarget:
+    """``slots`` request caches over one :class:`~specdec.models.dense.DenseTarget`'s weights.
+
+    Args:
+        target: the dense target whose modules (embedding, layers, norm, head) every slot runs; its own
+            batch-1 cache is left alone.
+        slots: request slots ``S`` (>= 1).
+        max_seq_len: tokens per slot; default ``target.max_seq_len`` (so a slot has the room the batch-1
+            target has, and a request's rounds are shaped as they would be alone).
+        layout: ``"per_request"`` (batch-invariant: each request's linear layers run on its rows alone)
+            or ``"packed"`` (one GEMM per linear layer over all rows); see the module docstring.
+
+    The KV cache is ``[S, Hkv, max_seq_len, D]`` per layer, allocated once.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> dense = tiny_target(seed=0)
+        >>> ragged = RaggedDenseTarget(dense, slots=2)
+        >>> outs = ragged.forward([RequestRows(0, torch.tensor([[1, 2, 3]])), RequestRows(1, torch.tensor([[4, 5]]))])
+        >>> [o.logits.shape[1] for o in outs]
+        [3, 2]
+        >>> ragged.commit(0, 3); ragged.commit(1, torch.tensor([0])); ragged.lengths
+        [3, 1]
+        >>> alone = dense(torch.tensor([[1, 2, 3]])).logits
+        >>> torch.equal(outs[0].logits, alone)
+        True
+    """
+
+    def __init__(self, target: DenseTarget, *, slots: int, max_seq_len: int | None = None, layout: str = "per_request"):
+        if not isinstance(target, DenseTarget):
+            raise TypeError(f"target: expected a specdec DenseTarget, got {type(target).__name__}")
+        kinds = sorted({type(layer).__name__ for layer in target.layers if not isinstance(layer, DecoderLayer)})
+        if kinds:
+            raise TypeError(f"target: expected dense DecoderLayer layers only, got {kinds}")
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots: expected an int >= 1, got {slots!r}")
+        if max_seq_len is None:
+            max_seq_len = target.max_seq_len
+        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 2:
+            raise ValueError(f"max_seq_len: expected an int >= 2, got {max_seq_len!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+        self.target = target
+        self.slots = slots
+        self.max_seq_len = max_seq_len
+        self.layout = layout
+        cfg = target.config
+        shape = (slots, cfg.num_kv_heads, max_seq_len, cfg.head_dim)
+        self.k_caches = [torch.zeros(shape, dtype=target.dtype, device=target.device) for _ in target.layers]
+        self.v_caches = [torch.zeros(shape, dtype=target.dtype, device=target.device) for _ in target.layers]
+        self.lengths = [0] * slots
+        self._last_rows = [0] * slots
+
+    @property
+    def config(self):
+        """The shared target's config."""
+        return self.target.config
+
+    @property
+    def vocab_size(self) -> int:
+        """``V``, the size of the logits' last dimension (int)."""
+        return self.target.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the weights and the caches (:class:`torch.device`)."""
+        return self.target.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the weights and caches; logits are float32 (:class:`torch.dtype`)."""
+        return self.target.dtype
+
+    def _check_slot(self, slot: int, name: str = "slot") -> int:
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.slots:
+            raise ValueError(f"{name}: expected an int in [0, {self.slots}), got {slot!r}")
+        return slot
+
+    def length(self, slot: int) -> int:
+        """Committed tokens of ``slot``.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> RaggedDenseTarget(tiny_target(seed=0), slots=2).length(1)
+            0
+        """
+        return self.lengths[self._check_slot(slot)]
+
+    def room(self, slot: int) -> int:
+        """Tokens that still fit in ``slot``: ``max_seq_len - length(slot)``."""
+        return self.max_seq_len - self.lengths[self._check_slot(slot)]
+
+    def reset(self, slot: int) -> None:
+        """Empty ``slot`` (its length becomes 0; nothing is reallocated, the other slots are untouched)."""
+        self._check_slot(slot)
+        self.lengths[slot] = 0
+        self._last_rows[slot] = 0
+
+    def truncate(self, slot: int, length: int) -> None:
+        """Roll ``slot`` back to its first ``length`` committed tokens (``0 <= length <= length(slot)``)."""
+        self._check_slot(slot)
+        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self.lengths[slot]:
+            raise ValueError(f"length: expected 0 <= length <= {self.lengths[slot]}, got {length!r}")
+        self.lengths[slot] = length
+        self._last_rows[slot] = 0
+
+    def discard(self, slot: int) -> None:
+        """Drop the scratch rows of ``slot``'s last forward (its committed cache is unchanged)."""
+        self._check_slot(slot)
+        self._last_rows[slot] = 0
+
+    def commit(self, slot: int, accepted: int | torch.Tensor) -> None:
+        """Keep rows of ``slot``'s last forward and advance its length (the other slots are untouched).
+
+        Args:
+            slot: the request's slot.
+            accepted: ``n`` keeps the first ``n`` rows; an int64 tensor ``[n]`` of ascending row indices
+                (a tree's accepted path, root row 0 first) moves those rows' K/V to the slot's
+                ``[length, length + n)``.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> ragged = RaggedDenseTarget(tiny_target(seed=0), slots=2)
+            >>> _ = ragged.forward([RequestRows(1, torch.tensor([[1, 2, 3]]))])
+            >>> ragged.commit(1, torch.tensor([0, 2])); ragged.lengths
+            [0, 2]
+        """
+        self._check_slot(slot)
+        last = self._last_rows[slot]
+        if isinstance(accepted, int) and not isinstance(accepted, bool):
+            if not 0 <= accepted <= last:
+                raise ValueError(f"accepted: expected 0 <= n <= {last} (rows of slot {slot}'s last forward), got {accepted}")
+            n = accepted
+        elif isinstance(accepted, torch.Tensor) and accepted.ndim == 1 and accepted.dtype == torch.long:
+            n = accepted.numel()
+            if n > last:
+                raise ValueError(f"accepted: expected at most {last} rows (slot {slot}'s last forward), got {n}")
+            if n and not (bool((accepted[1:] > accepted[:-1]).all()) and 0 <= int(accepted[0]) and int(accepted[-1]) < last):
+                raise ValueError(f"accepted: expected ascending rows in [0, {last}), got {accepted.tolist()}")
+            keys = [k[slot : slot + 1] for k in self.k_caches]
+            values = [v[slot : slot + 1] for v in self.v_caches]
+            compact_kv(keys, values, self.lengths[slot], accepted)
+        else:
+            desc = f"{accepted.dtype} {tuple(accepted.shape)}" if isinstance(accepted, torch.Tensor) else type(accepted).__name__
+            raise TypeError(f"accepted: expected an int or a 1-D int64 tensor, got {desc}")
+        self.lengths[slot] += n
+        self._last_rows[slot] = 0
+
+    def slot_target(self, slot: int) -> SlotTarget:
+        """A batch-1 :class:`~specdec.contracts.Target` over ``slot`` (for prefill, drafters' tests, batch-1 verifiers).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.contracts import Target
+            >>> isinstance(RaggedDenseTarget(tiny_target(seed=0), slots=2).slot_target(1), Target)
+            True
+        """
+        return SlotTarget(self, self._check_slot(slot))
+
+    def _check_rows(self, requests: Sequence[RequestRows], hidden_layers: Sequence[int]) -> None:
+        if not isinstance(requests, (list, tuple)) or not requests:
+            raise ValueError(f"requests: expected a non-empty list of RequestRows, got {requests!r}")
+        seen: set[int] = set()
+        for i, req in enumerate(requests):
+            if not isinstance(req, RequestRows):
+                raise TypeError(f"requests[{i}]: expected RequestRows, got {type(req).__name__}")
+            slot = self._check_slot(req.slot, f"requests[{i}].slot")
+            if slot in seen:
+                raise ValueError(f"requests[{i}].slot: slot {slot} appears twice in one forward (one entry per request)")
+            seen.add(slot)
+            tokens = req.tokens
+            if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long or tokens.shape[0] != 1:
+                desc = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+                raise TypeError(f"requests[{i}].tokens: expected an int64 tensor [1, T], got {desc}")
+            seqlen = tokens.shape[1]
+            if seqlen < 1:
+                raise ValueError(f"requests[{i}].tokens: expected at least one token, got T = 0")
+            if tokens.device != self.device:
+                raise ValueError(f"requests[{i}].tokens: expected device {self.device}, got {tokens.device}")
+            if self.lengths[slot] + seqlen > self.max_seq_len:
+                raise ValueError(
+                    f"requests[{i}].tokens: {seqlen} new rows do not fit slot {slot}: length {self.lengths[slot]} + "
+                    f"{seqlen} > max_seq_len {self.max_seq_len}"
+                )
+            if req.positions is not None and tuple(req.positions.shape) != (1, seqlen):
+                raise ValueError(f"requests[{i}].positions: expected shape (1, {seqlen}), got {tuple(req.positions.shape)}")
+            if req.mask is not None and (req.mask.dtype != torch.bool or tuple(req.mask.shape) != (seqlen, seqlen)):
+                raise ValueError(
+                    f"requests[{i}].mask: expected bool [{seqlen}, {seqlen}], got {req.mask.dtype} {tuple(req.mask.shape)}"
+                )
+        for layer in hidden_layers:
+            if not 0 <= layer <= self.config.num_layers:
+                raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer}")
+
+    @torch.no_grad()
+    def forward(self, requests: Sequence[RequestRows], *, hidden_layers: Sequence[int] = ()) -> list[TargetOutput]:
+        """Run the new rows of several requests in one call; each request's K/V go to its slot's scratch rows.
+
+        Every argument is checked before any work, so a bad entry leaves every slot as it was.
+
+        Args:
+            requests: one :class:`RequestRows` per request (distinct slots), in any order.
+            hidden_layers: layer outputs to return per request (HF ``hidden_states`` numbering).
+
+        Returns:
+            one :class:`~specdec.contracts.TargetOutput` per entry of ``requests``, in their order, with
+            float32 ``logits [1, T_i, V]`` and ``[1, T_i, hidden_size]`` per tap.
+        """
+        hidden_layers = tuple(hidden_layers)
+        self._check_rows(requests, hidden_layers)
+        target, device = self.target, self.device
+        segments = []
+        for req in requests:
+            length, seqlen = self.lengths[req.slot], req.tokens.shape[1]
+            new = torch.arange(seqlen, device=device)
+            positions = (length + new)[None] if req.positions is None else req.positions
+            segments.append(
+                {
+                    "slot": req.slot,
+                    "rope": target._rope(positions),
+                    "slots": length + new,
+                    "mask": prefix_attention_mask(length, seqlen, req.mask, device),
+                    "kv_len": length + seqlen,
+                    "rows": seqlen,
+                }
+            )
+        xs = [target.embed(req.tokens) for req in requests]  # each [1, T_i, hidden]
+        if self.layout == "per_request":
+            outs = self._run_per_request(xs, segments, hidden_layers)
+        else:
+            outs = self._run_packed(xs, segments, hidden_layers)
+        for req in requests:
+            self._last_rows[req.slot] = req.tokens.shape[1]
+        return outs
+
+    def _cache(self, layer: int, seg: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        slot, kv_len = seg["slot"], seg["kv_len"]
+        return self.k_caches[layer][slot : slot + 1, :, :kv_len], self.v_caches[layer][slot : slot + 1, :, :kv_len]
+
+    def _run_per_request(self, xs, segments, hidden_layers) -> list[TargetOutput]:
+        """Every op on each request's rows alone: the batch-1 forward's shapes, layer after layer."""
+        target = self.target
+        taps = [{0: x} if 0 in hidden_layers else {} for x in xs]
+        for i, layer in enumerate(target.layers):
+            for j, seg in enumerate(segments):
+                cos, sin = seg["rope"]
+                xs[j] = layer(xs[j], cos, sin, *self._cache(i, seg), seg["slots"], seg["mask"])
+                if i + 1 in hidden_layers:
+                    taps[j][i + 1] = xs[j]
+        outs = []
+        for j, x in enumerate(xs):
+            x = target.norm(x)
+            if len(target.layers) in hidden_layers:
+                taps[j][len(target.layers)] = x
+            outs.append(TargetOutput(logits=target.lm_head(x).float(), hidden=tuple(taps[j][h] for h in hidden_layers)))
+        return outs
+
+    def _run_packed(self, xs, segments, hidden_layers) -> list[TargetOutput]:
+        """Each linear layer once over all rows ``[1, R, .]``; RoPE and attention per request."""
+        target, cfg = self.target, self.config
+        bounds = torch.tensor([0] + [seg["rows"] for seg in segments]).cumsum(0).tolist()
+        x = torch.cat(xs, dim=1)  # [1, R, hidden]
+        taps = {0: x} if 0 in hidden_layers else {}
+        for i, layer in enumerate(target.layers):
+            attn = layer.attn
+            qkv = attn.wqkv(layer.attn_norm(x))  # [1, R, q + 2 kv]
+            parts = []
+            for j, seg in enumerate(segments):
+                rows = seg["rows"]
+                q, k, v = qkv[:, bounds[j] : bounds[j + 1]].split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+                q = q.view(1, rows, cfg.num_heads, cfg.head_dim)
+                k = k.view(1, rows, cfg.num_kv_heads, cfg.head_dim)
+                v = v.view(1, rows, cfg.num_kv_heads, cfg.head_dim)
+                if attn.q_norm is not None:
+                    q, k = attn.q_norm(q), attn.k_norm(k)
+                q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [1, H, T_i, D]
+                cos, sin = seg["rope"]
+                q = q * cos + _rotate_half(q) * sin
+                k = k * cos + _rotate_half(k) * sin
+                parts.append(cached_attention(q, k, v, *self._cache(i, seg), seg["slots"], seg["mask"]))
+            x = x + attn.wo(torch.cat(parts, dim=1))
+            x = x + layer.mlp(layer.mlp_norm(x))
+            if i + 1 in hidden_layers:
+                taps[i + 1] = x
+        x = target.norm(x)
+        if len(target.layers) in hidden_layers:
+            taps[len(target.layers)] = x
+        logits = target.lm_head(x).float()
+        return [
+            TargetOutput(
+                logits=logits[:, bounds[j] : bounds[j + 1]],
+                hidden=tuple(taps[h][:, bounds[j] : bounds[j + 1]] for h in hidden_layers),
+            )
+            for j in range(len(segments))
+        ]
+
+
+class SlotTarget:
+    """One slot of a :class:`RaggedDenseTarget` seen as a batch-1 :class:`~specdec.contracts.Target`.
+
+    Its forward is a ragged forward of this one request, so it runs the batch-1 verifiers and drafters
+    unchanged; ``reset`` empties only this slot.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> slot = RaggedDenseTarget(tiny_target(seed=0), slots=2).slot_target(0)
+        >>> _ = slot.forward(torch.tensor([[1, 2, 3]])); slot.commit(2); slot.length, slot.room()
+        (2, 254)
+    """
+
+    def __init__(self, ragged: RaggedDenseTarget, slot: int):
+        self.ragged = ragged
+        self.slot = slot
+
+    @property
+    def config(self):
+        """The shared target's config."""
+        return self.ragged.config
+
+    @property
+    def max_seq_len(self) -> int:
+        """The slot's capacity (int)."""
+        return self.ragged.max_seq_len
+
+    @property
+    def length(self) -> int:
+        """The slot's committed tokens (int)."""
+        return self.ragged.lengths[self.slot]
+
+    @property
+    def vocab_size(self) -> int:
+        """``V`` (int)."""
+        return self.ragged.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        """Of the weights and the cache (:class:`torch.device`)."""
+        return self.ragged.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Of the weights and the cache (:class:`torch.dtype`)."""
+        return self.ragged.dtype
+
+    @property
+    def supports_trees(self) -> bool:
+        """Tree plans are verified in one pass (bool)."""
+        return True
+
+    @property
+    def weight_views(self) -> tuple[str, ...]:
+        """Only ``("exact",)``: the shared modules are run as they are."""
+        return ("exact",)
+
+    def room(self) -> int:
+        """Tokens that still fit in the slot."""
+        return self.ragged.room(self.slot)
+
+    def reset(self) -> None:
+        """Empty this slot only."""
+        self.ragged.reset(self.slot)
+
+    def truncate(self, length: int) -> None:
+        """Roll this slot back to ``length`` committed tokens."""
+        self.ragged.truncate(self.slot, length)
+
+    def discard(self) -> None:
+        """Drop this slot's scratch rows."""
+        self.ragged.discard(self.slot)
+
+    def commit(self, accepted: int | torch.Tensor) -> None:
+        """Keep rows of this slot's last forward (see :meth:`RaggedDenseTarget.commit`)."""
+        self.ragged.commit(self.slot, accepted)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        *,
+        hidden_layers: Sequence[int] = (),
+        tree_parents: torch.Tensor | None = None,
+        view: str = "exact",
+    ) -> TargetOutput:
+        """The batch-1 :meth:`~specdec.contracts.Target.forward` on this slot (``tree_parents`` is unused by attention)."""
+        if view != "exact":
+            raise ValueError(f"view: expected one of ('exact',) (this target's weight_views), got {view!r}")
+        return self.ragged.forward([RequestRows(self.slot, tokens, positions, mask)], hidden_layers=hidden_layers)[0]
+
+    __call__ = forward
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact") -> TargetOutput:
+        """The forward of a :class:`~specdec.contracts.VerifyPlan` on this slot."""
+        return self.forward(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, view=view)

@@ -1,0 +1,185 @@
+"""RaggedDenseTarget: several requests' rows in one forward, each bitwise equal to the batch-1 DenseTarget.
+
+* layout ``"per_request"``: every request's logits (and hidden taps) are ``torch.equal`` to the batch-1
+  forward of the same rows, for prefills, chain and tree rows, any companions and any order
+  (hypothesis), across commits of tree paths;
+* layout ``"packed"``: one request alone is bitwise equal; several agree to rounding;
+* commits, resets and truncations touch only their slot; the weights are the dense target's own;
+* bad rows raise before any work and leave every slot as it was;
+* a slot is a batch-1 Target: ``generate`` on it equals ``generate`` on the dense target.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specdec as sd
+from specdec.contracts import Tree, VerifyPlan, check_target
+from specdec.drafters import NGramDrafter
+from specdec.models.ragged import RaggedDenseTarget, RequestRows
+from specdec.testing import tiny_target
+from specdec.verify import TreeVerifier
+
+VOCAB = 97
+SEQ = 48
+DENSE = tiny_target(seed=0, max_seq_len=SEQ)
+ALONE = tiny_target(seed=0, max_seq_len=SEQ)
+QWEN3 = tiny_target("qwen3", seed=2, max_seq_len=SEQ)
+QWEN3_ALONE = tiny_target("qwen3", seed=2, max_seq_len=SEQ)
+
+
+def random_tree(gen: torch.Generator, nodes: int) -> Tree:
+    parents = [-1] + [int(torch.randint(-1, i, (), generator=gen)) for i in range(1, nodes)]
+    return Tree(tokens=torch.randint(0, VOCAB, (nodes,), generator=gen).tolist(), parents=parents[:nodes])
+
+
+def replay(alone, history):
+    """``alone`` after the same forwards and commits as a slot: K/V rows depend on how they were computed
+    (a row's K/V from a 9-row prefill is not bitwise the one from a 1-row forward), so the reference
+    replays the slot's history."""
+    alone.reset()
+    for rows, accepted in history:
+        alone(rows.tokens, rows.positions, rows.mask)
+        alone.commit(accepted)
+    return alone
+
+
+@settings(max_examples=12)
+@given(
+    lengths=st.lists(st.integers(1, 10), min_size=1, max_size=4),
+    nodes=st.lists(st.integers(0, 6), min_size=4, max_size=4),
+    order_seed=st.integers(0, 1000),
+    qwen=st.booleans(),
+)
+def test_per_request_logits_equal_the_batch1_forward(lengths, nodes, order_seed, qwen):
+    dense, alone = (QWEN3, QWEN3_ALONE) if qwen else (DENSE, ALONE)
+    gen = torch.Generator().manual_seed(order_seed)
+    ragged = RaggedDenseTarget(dense, slots=5)
+    slots = torch.randperm(5, generator=gen)[: len(lengths)].tolist()
+    prompts = [torch.randint(0, VOCAB, (n,), generator=gen) for n in lengths]
+    taps = (0, 1, dense.config.num_layers)
+    outs = ragged.forward([RequestRows(s, p[None]) for s, p in zip(slots, prompts)], hidden_layers=taps)
+    histories = []
+    for s, p, out in zip(slots, prompts, outs):
+        ref = replay(alone, [])(p[None], hidden_layers=taps)
+        assert torch.equal(out.logits, ref.logits)
+        assert all(torch.equal(a, b) for a, b in zip(out.hidden, ref.hidden))
+        ragged.commit(s, p.numel())
+        histories.append([(RequestRows(s, p[None]), p.numel())])
+    for round_nodes in (nodes, nodes[::-1]):
+        order = torch.randperm(len(slots), generator=gen).tolist()
+        plans = {}
+        for j in order:
+            tree = random_tree(gen, round_nodes[j % 4])
+            root = torch.randint(0, VOCAB, (1,), generator=gen)
+            plans[j] = VerifyPlan.for_tree(root, tree, prefix_len=ragged.length(slots[j]))
+        outs = ragged.forward([RequestRows.from_plan(slots[j], plans[j]) for j in order])
+        for j, out in zip(order, outs):
+            plan = plans[j]
+            ref = replay(alone, histories[j]).run_plan(plan)
+            assert torch.equal(out.logits, ref.logits), f"request {j} (slot {slots[j]}) differs from its batch-1 forward"
+            # keep the first root path of the tree: the root row and the chain of first children
+            rows = [0]
+            for node in range(plan.tree.num_nodes):
+                if int(plan.tree.parents[node]) + 1 == rows[-1]:
+                    rows.append(node + 1)
+            ragged.commit(slots[j], torch.tensor(rows))
+            histories[j].append((RequestRows.from_plan(slots[j], plan), torch.tensor(rows)))
+            assert ragged.length(slots[j]) == alone.length + len(rows)
+
+
+def test_packed_layout_one_request_is_bitwise_and_several_agree_to_rounding():
+    packed = RaggedDenseTarget(DENSE, slots=3, layout="packed")
+    exact = RaggedDenseTarget(DENSE, slots=3)
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, VOCAB, (n,), generator=gen) for n in (7, 3, 11)]
+    one = packed.forward([RequestRows(1, prompts[0][None])])[0]
+    assert torch.equal(one.logits, replay(ALONE, [])(prompts[0][None]).logits)
+    packed.reset(1)
+    many = packed.forward([RequestRows(i, p[None]) for i, p in enumerate(prompts)])
+    ref = exact.forward([RequestRows(i, p[None]) for i, p in enumerate(prompts)])
+    for a, b in zip(many, ref):
+        torch.testing.assert_close(a.logits, b.logits, rtol=1e-5, atol=1e-5)
+
+
+def test_commit_reset_and_truncate_touch_only_their_slot():
+    ragged = RaggedDenseTarget(DENSE, slots=3)
+    ragged.forward([RequestRows(0, torch.tensor([[1, 2, 3, 4]])), RequestRows(2, torch.tensor([[5, 6]]))])
+    ragged.commit(0, 4)
+    ragged.commit(2, 2)
+    before = [k.clone() for k in ragged.k_caches]
+    ragged.forward([RequestRows(0, torch.tensor([[7, 8, 9]]))])
+    ragged.commit(0, torch.tensor([0, 2]))
+    assert ragged.lengths == [6, 0, 2]
+    for k, old in zip(ragged.k_caches, before):
+        assert torch.equal(k[2], old[2]) and torch.equal(k[0, :, :4], old[0, :, :4])
+    ragged.truncate(0, 1)
+    ragged.reset(2)
+    assert ragged.lengths == [1, 0, 0]
+    with pytest.raises(ValueError, match="length: expected 0 <= length <= 1"):
+        ragged.truncate(0, 2)
+    with pytest.raises(ValueError, match=r"accepted: expected 0 <= n <= 0"):
+        ragged.commit(1, 1)
+
+
+def test_tree_commit_keeps_the_accepted_rows_kv():
+    ragged = RaggedDenseTarget(DENSE, slots=2)
+    ragged.forward([RequestRows(1, torch.tensor([[1, 2]]))])
+    ragged.commit(1, 2)
+    plan = VerifyPlan.for_tree(torch.tensor([3]), Tree(tokens=[7, 8, 9], parents=[-1, -1, 1]), prefix_len=2)
+    ragged.forward([RequestRows.from_plan(1, plan)])
+    ragged.commit(1, torch.tensor([0, 2, 3]))
+    after = ragged.forward([RequestRows(1, torch.tensor([[4]]))])[0].logits
+    history = [(RequestRows(0, torch.tensor([[1, 2]])), 2), (RequestRows.from_plan(0, plan), torch.tensor([0, 2, 3]))]
+    ref = replay(ALONE, history)(torch.tensor([[4]])).logits
+    assert torch.equal(after, ref)
+
+
+def test_weights_are_shared_not_copied():
+    ragged = RaggedDenseTarget(DENSE, slots=2)
+    assert ragged.target is DENSE
+    assert ragged.target.layers[0].attn.wqkv.weight.data_ptr() == DENSE.layers[0].attn.wqkv.weight.data_ptr()
+
+
+def test_bad_rows_raise_before_any_work():
+    ragged = RaggedDenseTarget(DENSE, slots=2, max_seq_len=8)
+    ragged.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))])
+    ragged.commit(0, 3)
+    caches = [k.clone() for k in ragged.k_caches]
+    good = RequestRows(1, torch.tensor([[4, 5]]))
+    cases = [
+        ([good, RequestRows(1, torch.tensor([[6]]))], ValueError, "slot 1 appears twice"),
+        ([good, RequestRows(2, torch.tensor([[6]]))], ValueError, r"requests\[1\].slot: expected an int in \[0, 2\)"),
+        ([good, RequestRows(0, torch.arange(6)[None])], ValueError, "6 new rows do not fit slot 0: length 3"),
+        ([good, RequestRows(0, torch.tensor([[1.0]]))], TypeError, r"requests\[1\].tokens: expected an int64 tensor"),
+        ([good, RequestRows(0, torch.tensor([[1, 2]]), mask=torch.ones(3, 3, dtype=torch.bool))], ValueError, "mask"),
+        ([], ValueError, "requests: expected a non-empty list"),
+    ]
+    for rows, error, message in cases:
+        with pytest.raises(error, match=message):
+            ragged.forward(rows)
+        assert ragged.lengths == [3, 0] and ragged._last_rows == [0, 0]
+        assert all(torch.equal(a, b) for a, b in zip(ragged.k_caches, caches))
+
+
+def test_constructor_errors():
+    with pytest.raises(TypeError, match="target: expected a specdec DenseTarget"):
+        RaggedDenseTarget(object(), slots=2)
+    with pytest.raises(ValueError, match="slots: expected an int >= 1, got 0"):
+        RaggedDenseTarget(DENSE, slots=0)
+    with pytest.raises(ValueError, match="layout: expected one of"):
+        RaggedDenseTarget(DENSE, slots=1, layout="padded")
+
+
+def test_a_slot_is_a_batch1_target_that_generates_like_the_dense_target():
+    ragged = RaggedDenseTarget(DENSE, slots=3)
+    ragged.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))])
+    ragged.commit(0, 3)
+    slot = check_target(ragged.slot_target(2))
+    prompt = torch.tensor([[5, 6, 7, 5, 6]])
+    kwargs = dict(max_new_tokens=10, drafter=NGramDrafter(), verifier=TreeVerifier(budget=4))
+    assert torch.equal(sd.generate(slot, prompt, **kwargs).tokens, sd.generate(DENSE, prompt, **kwargs).tokens)
+    assert ragged.length(0) == 3
