@@ -317,7 +317,9 @@ def two_level(results: Results) -> str:
             continue
         agreement = f"{t['agreement']:.2f}" if "agreement" in t else ""
         # wall times of that run shared two cores with other jobs: tokens per pass only
-        rows.append(["SmolLM2-135M, CPU, float32, held-out HumanEval", name, f"{t['tokens_per_exact_pass']:.2f}", agreement, "not timed"])
+        rows.append(
+            ["SmolLM2-135M, CPU, float32, held-out HumanEval", name, f"{t['tokens_per_exact_pass']:.2f}", agreement, "not timed"]
+        )
     for r in gpu["rows"]:
         stats = r.get("stats")
         agreement = f"{stats['agreement']:.2f}" if stats else ""

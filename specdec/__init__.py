@@ -1,6 +1,6 @@
 """specdec: composable, tested-lossless speculative-decoding primitives for PyTorch and Triton."""
 
-from specdec import contracts, data, drafters, forcing, formats, kernels, layers, models, testing, train, verify
+from specdec import contracts, data, drafters, engine, forcing, formats, kernels, layers, models, pilot, testing, train, verify
 from specdec.contracts import Drafter, DraftProposal, SamplingConfig, Target, Tree, VerifyPlan, VerifyResult
 from specdec.decode import GenerationOutput, GenerationStats, generate
 from specdec.drafters import (
@@ -13,6 +13,7 @@ from specdec.drafters import (
     PrefixScheduler,
     load_drafter,
 )
+from specdec.engine import Engine, RequestFailed
 from specdec.forcing import ForcingReport, TokenForcingChecker
 from specdec.formats import W12Tensor
 from specdec.models import DenseTarget, HFTarget, HybridConfig, HybridTarget, TargetConfig, load_target
@@ -28,6 +29,7 @@ __all__ = [
     "DenseTarget",
     "DraftProposal",
     "Drafter",
+    "Engine",
     "ForcingReport",
     "GenerationOutput",
     "GenerationStats",
@@ -38,6 +40,7 @@ __all__ = [
     "NGramDrafter",
     "OracleDrafter",
     "PrefixScheduler",
+    "RequestFailed",
     "SamplingConfig",
     "Target",
     "TargetConfig",
@@ -53,6 +56,7 @@ __all__ = [
     "data",
     "layers",
     "drafters",
+    "engine",
     "forcing",
     "formats",
     "kernels",
@@ -60,6 +64,7 @@ __all__ = [
     "load_drafter",
     "load_target",
     "models",
+    "pilot",
     "testing",
     "train",
     "verify",

@@ -31,16 +31,22 @@ def systems(target, budget: int, depth: int) -> dict:
     return {
         "n-gram chain": lambda: dict(drafter=sd.NGramDrafter(max_ngram=3), verifier=sd.ChainVerifier(), num_draft_tokens=depth),
         "n-gram tree": lambda: dict(
-            drafter=sd.NGramDrafter(max_ngram=3, depth=depth, max_paths=8), verifier=sd.TreeVerifier(budget), num_draft_tokens=budget
+            drafter=sd.NGramDrafter(max_ngram=3, depth=depth, max_paths=8),
+            verifier=sd.TreeVerifier(budget),
+            num_draft_tokens=budget,
         ),
         "n-gram two-level": lambda: dict(
             drafter=sd.NGramDrafter(max_ngram=3, depth=depth, max_paths=8),
             verifier=sd.TwoLevelVerifier(budget, budget, gate="always"),
             num_draft_tokens=budget,
         ),
-        "trained chain": lambda: dict(drafter=sd.load_drafter(drafter_path, target), verifier=sd.ChainVerifier(), num_draft_tokens=depth),
+        "trained chain": lambda: dict(
+            drafter=sd.load_drafter(drafter_path, target), verifier=sd.ChainVerifier(), num_draft_tokens=depth
+        ),
         "trained tree": lambda: dict(
-            drafter=sd.load_drafter(drafter_path, target, tree_budget=budget), verifier=sd.TreeVerifier(budget), num_draft_tokens=budget
+            drafter=sd.load_drafter(drafter_path, target, tree_budget=budget),
+            verifier=sd.TreeVerifier(budget),
+            num_draft_tokens=budget,
         ),
         "trained two-level": lambda: dict(
             drafter=sd.load_drafter(drafter_path, target, tree_budget=budget),
@@ -85,7 +91,10 @@ def main() -> None:
             t["exact_passes"] += out.stats.target_passes - 1  # the prefill is not a verify pass
             if isinstance(kwargs["verifier"], sd.TwoLevelVerifier):
                 two_level_stats.setdefault(name, []).append(kwargs["verifier"].stats.as_dict())
-            print(f"prompt {i} {name:18s} equal {same} tokens/pass {out.stats.new_tokens / max(1, out.stats.target_passes - 1):.2f}", flush=True)
+            print(
+                f"prompt {i} {name:18s} equal {same} tokens/pass {out.stats.new_tokens / max(1, out.stats.target_passes - 1):.2f}",
+                flush=True,
+            )
     ok = all(t["all_equal"] for t in totals.values())
     for t in totals.values():
         t["tokens_per_exact_pass"] = t["new_tokens"] / max(1, t["exact_passes"]) if ok else None

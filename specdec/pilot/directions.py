@@ -152,6 +152,14 @@ def _with_drafter(spec: SystemSpec, **knobs: Any) -> SystemSpec:
     return spec.with_changes(drafter={**spec.drafter, **knobs})
 
 
+def _two_level(spec: SystemSpec, s: Mapping[str, Any]) -> SystemSpec:
+    budget = s["budget"]
+    new = spec.with_changes(verifier={"kind": "two_level", "budget": budget, "q_budget": budget, "gate": s["gate"]})
+    if spec.drafter["kind"] == "ngram":
+        return _with_drafter(new, max_paths=spec.drafter.get("max_paths", 1))
+    return _with_drafter(new, tree_budget=budget)
+
+
 def _tree(spec: SystemSpec, s: Mapping[str, Any]) -> SystemSpec:
     new = spec.with_changes(verifier={"kind": "tree", "budget": s["budget"]})
     if spec.drafter["kind"] == "ngram":
@@ -188,6 +196,15 @@ for _direction in (
         Preconditions(drafter_kinds=_ANY_DRAFTER),
         {"budget": (8, 16, 32), "paths": (2, 4)},
         _tree,
+        fields=("verifier", "drafter"),
+    ),
+    Direction(
+        "two_level_verifier",
+        "a Q pass on the 8-bit weight view picks the chain, the drafter drafts again, one exact pass decides",
+        ("acceptance", "verify"),
+        Preconditions(drafter_kinds=_ANY_DRAFTER),
+        {"budget": (16, 32, 64), "gate": ("auto", "always")},
+        _two_level,
         fields=("verifier", "drafter"),
     ),
     Direction(

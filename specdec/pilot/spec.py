@@ -137,7 +137,14 @@ DRAFTERS: dict[str, Callable] = {
 }
 """Drafter kinds: ``factory(knobs, target, spec) -> Drafter``; the kind ``"none"`` is plain AR decoding."""
 
-VERIFIERS: dict[str, Callable] = {"chain": _chain_verifier, "tree": _tree_verifier}
+
+def _two_level_verifier(knobs: Mapping[str, Any], spec: SystemSpec):
+    from specdec.verify import TwoLevelVerifier
+
+    return TwoLevelVerifier(**knobs)
+
+
+VERIFIERS: dict[str, Callable] = {"chain": _chain_verifier, "tree": _tree_verifier, "two_level": _two_level_verifier}
 """Verifier kinds: ``factory(knobs, spec) -> verifier``."""
 
 
@@ -233,7 +240,8 @@ class SystemSpec:
         max_seq_len: the target's KV capacity.
         weight_format: ``"bf16"`` (plain weights in ``dtype``) or ``"w12"``.
         drafter: ``{"kind": ..., **knobs}``; kinds in :data:`DRAFTERS`, or ``{"kind": "none"}`` (AR).
-        verifier: ``{"kind": ..., **knobs}``; kinds in :data:`VERIFIERS` (``chain``; ``tree`` with ``budget``).
+        verifier: ``{"kind": ..., **knobs}``; kinds in :data:`VERIFIERS` (``chain``; ``tree`` with ``budget``;
+            ``two_level`` with ``budget``, ``q_budget``, ``gate``).
         num_draft_tokens: the most tokens the drafter proposes per round.
         scheduler: :class:`specdec.drafters.PrefixScheduler` arguments (DSpark drafters); ``{}`` = none.
         graphs: capture CUDA graphs for the target (CUDA only).
