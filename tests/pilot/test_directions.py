@@ -44,3 +44,19 @@ def test_registering_a_direction_needs_knobs_and_a_unique_name():
         register_direction(Direction("empty", "", ("other",), Preconditions(), {"k": ()}, lambda s, k: s))
     with pytest.raises(TypeError, match="Direction"):
         register_direction("draft_length")
+
+
+def test_two_level_direction_builds_a_lossless_system():
+    import torch
+
+    import specdec as sd
+    from specdec.pilot.spec import build
+
+    spec = DIRECTIONS["two_level_verifier"].apply(SystemSpec(), {"budget": 16, "gate": "always"})
+    assert spec.verifier == {"kind": "two_level", "budget": 16, "q_budget": 16, "gate": "always"}
+    system = build(spec)
+    assert isinstance(system.verifier, sd.TwoLevelVerifier)
+    prompt = torch.tensor([[1, 2, 3, 1, 2, 3]])
+    out = system.generate(prompt, 12)
+    assert torch.equal(out.tokens, sd.generate(system.target, prompt, 12).tokens)
+    assert system.verifier.stats.q_passes > 0

@@ -67,8 +67,10 @@ def test_build_gives_what_generate_runs_and_is_lossless():
 def test_tree_verifier_budget_and_unknown_kinds():
     system = build(SystemSpec(verifier={"kind": "tree", "budget": 12}))
     assert isinstance(system.verifier, sd.TreeVerifier) and system.verifier.budget == 12
+    two = build(SystemSpec(verifier={"kind": "two_level", "budget": 8, "q_budget": 6, "gate": "always"}))
+    assert isinstance(two.verifier, sd.TwoLevelVerifier) and (two.verifier.budget, two.verifier.q_budget) == (8, 6)
     with pytest.raises(ValueError, match="verifier: expected a kind in"):
-        build(SystemSpec(verifier={"kind": "two_level"}))
+        build(SystemSpec(verifier={"kind": "three_level"}))
     with pytest.raises(ValueError, match="cannot import"):
         build(SystemSpec(verifier={"kind": "specdec.verify:NoSuchVerifier"}))
 
