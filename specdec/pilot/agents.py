@@ -87,7 +87,8 @@ class Agent(Protocol):
 
     name: str
 
-    def explore(self, direction: Direction, spec: SystemSpec, budget: Budget) -> Candidate | None: ...
+    def explore(self, direction: Direction, spec: SystemSpec, budget: Budget) -> Candidate | None:
+        """Explore ``direction`` from ``spec`` within ``budget``; ``None`` when nothing worth gating was found."""
 
 
 class DevEvaluator:
@@ -163,6 +164,7 @@ class SearchAgent:
         self.evaluate, self.eta, self.min_effort, self.min_speedup = evaluate, eta, min_effort, float(min_speedup)
 
     def explore(self, direction: Direction, spec: SystemSpec, budget: Budget) -> Candidate | None:
+        """Successive halving over the direction's knob grid: the best settings at the most thorough rung."""
         arms = []
         for settings in direction.settings():
             proposed = direction.apply(spec, settings)
@@ -277,6 +279,7 @@ class KernelAgent:
         return min(timer(fn) for _ in range(self.reps))
 
     def explore(self, direction: Direction | None, spec: SystemSpec, budget: Budget) -> Candidate | None:
+        """Rank the kernels by achieved / peak bandwidth and tune the furthest one's configuration."""
         peak = self.peak_bandwidth if self.peak_bandwidth is not None else copy_bandwidth(self.device)
         current = {k.name: self._time(k.make(k.configs[0])) for k in self.kernels}
         ranking = rank_kernels(current, {k.name: k.bytes_moved for k in self.kernels}, peak)
@@ -375,6 +378,7 @@ class LLMAgent:
         return settings, direction.apply(spec, settings)
 
     def explore(self, direction: Direction, spec: SystemSpec, budget: Budget) -> Candidate | None:
+        """Ask the client for a spec edit as JSON, validate it against the direction, evaluate it."""
         error = None
         for _ in range(self.attempts):
             reply = self.client(self.prompt(direction, spec, error))

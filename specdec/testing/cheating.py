@@ -52,7 +52,12 @@ class AcceptAllVerifier:
         generator=None,
         hidden_layers: Sequence[int] = (),
         context=None,
+        drafter=None,
     ) -> VerifyResult:
+        """Accept every draft of ``proposal`` and emit the target's argmax after them (the cheat: lossy).
+
+        Returns a :class:`~specdec.contracts.VerifyResult` with ``emitted [k + 1]`` and ``num_accepted = k``.
+        """
         check_target(target)
         drafts = proposal.tokens
         plan = VerifyPlan.chain(root.view(1), drafts, prefix_len=target.length)
@@ -99,6 +104,7 @@ class CheatingAgent:
         self.evaluate = evaluate
 
     def explore(self, direction, spec, budget) -> CheatCandidate:
+        """Propose ``spec`` with the accept-every-draft verifier, whatever ``direction`` asked for."""
         proposed = spec.with_changes(verifier={"kind": ACCEPT_ALL_KIND})
         name = getattr(direction, "name", "accept_all")
         return CheatCandidate(
