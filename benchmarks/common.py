@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from specdec.pilot.profile import copy_bandwidth as pilot_copy_bandwidth
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROVENANCE_FIELDS = (
     "specdec",
@@ -133,11 +135,9 @@ def copy_bandwidth(device: torch.device | str | None = None, *, nbytes: int = 1 
     device = _device(device)
     if device.type != "cuda":
         return float("nan")
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    ms = median_time_ms(lambda: dst.copy_(src), reps, device=device)
+    bandwidth = pilot_copy_bandwidth(device, nbytes=nbytes, reps=reps)  # the library's probe, same method
     torch.cuda.empty_cache()
-    return 2 * nbytes / (ms / 1e3)
+    return bandwidth
 
 
 def _git(*args: str) -> str | None:

@@ -115,13 +115,23 @@ class Tree:
         would only add a device-to-host read to the hot path.
         """
         n = tokens.numel()
+        device = tokens.device
+        return cls._unchecked(tokens, torch.arange(-1, n - 1, device=device), torch.arange(1, n + 1, device=device), n, True)
+
+    @classmethod
+    def _unchecked(cls, tokens: torch.Tensor, parents: torch.Tensor, depth: torch.Tensor, max_depth: int, is_chain: bool) -> Tree:
+        """A tree from fields already known to be consistent (no validation, no device-to-host read).
+
+        For trees assembled from checked parts inside a round (a chain, or a chain joined with a checked
+        subtree), whose parents, depths and token ids are valid by construction.
+        """
         tree = object.__new__(cls)
         object.__setattr__(tree, "tokens", tokens.long())
-        object.__setattr__(tree, "parents", torch.arange(-1, n - 1, device=tokens.device))
+        object.__setattr__(tree, "parents", parents)
         object.__setattr__(tree, "scores", None)
-        object.__setattr__(tree, "depth", torch.arange(1, n + 1, device=tokens.device))
-        object.__setattr__(tree, "max_depth", n)
-        object.__setattr__(tree, "is_chain", True)
+        object.__setattr__(tree, "depth", depth)
+        object.__setattr__(tree, "max_depth", max_depth)
+        object.__setattr__(tree, "is_chain", is_chain)
         return tree
 
     @classmethod

@@ -157,7 +157,12 @@ def join_chain_and_subtree(chain: torch.Tensor, subtree: Tree) -> Tree:
     sub = subtree.to(device)
     chain_parents = torch.arange(-1, m1 - 1, device=device)
     sub_parents = torch.where(sub.parents < 0, sub.parents.new_full((), m1 - 1), sub.parents + m1)
-    return Tree(tokens=torch.cat([chain, sub.tokens]), parents=torch.cat([chain_parents, sub_parents]))
+    depth = torch.cat([torch.arange(1, m1 + 1, device=device), sub.depth.to(device) + m1])
+    # both parts are checked trees (the chain: a root path plus one argmax), so the join needs no host walk;
+    # a chain below a chain is a chain
+    return Tree._unchecked(
+        torch.cat([chain, sub.tokens]), torch.cat([chain_parents, sub_parents]), depth, m1 + sub.max_depth, sub.is_chain
+    )
 
 
 class TwoLevelVerifier:
@@ -326,7 +331,7 @@ class TwoLevelVerifier:
         t = self._mark(device, "q_pass", t)
 
         k2 = max(0, min(self.budget, target.room() - 1) - chain.numel())
-        subtree = Tree.chain(chain[:0])
+        subtree = Tree._unchecked_chain(chain[:0])
         if k2 > 0:
             extra = {}
             if taps:

@@ -452,6 +452,21 @@ def test_join_chain_and_subtree_shapes():
     assert t.num_nodes == 7
 
 
+@settings(max_examples=40, deadline=None)
+@given(m1=st.integers(1, 5), parents=st.lists(st.integers(-1, 6), max_size=7), seed=st.integers(0, 99))
+def test_joined_tree_equals_the_checked_construction(m1, parents, seed):
+    """The join skips Tree's validation walk; every derived field must still be what the walk computes."""
+    parents = [min(p, i - 1) for i, p in enumerate(parents)]  # parents before children
+    gen = torch.Generator().manual_seed(seed)
+    sub = Tree(tokens=torch.randint(0, 50, (len(parents),), generator=gen), parents=parents)
+    chain = torch.randint(0, 50, (m1,), generator=gen)
+    joined = join_chain_and_subtree(chain, sub)
+    checked = Tree(tokens=joined.tokens, parents=joined.parents)
+    assert torch.equal(joined.depth, checked.depth)
+    assert (joined.max_depth, joined.is_chain) == (checked.max_depth, checked.is_chain)
+    assert torch.equal(joined.ancestor_mask, checked.ancestor_mask)
+
+
 @pytest.mark.parametrize(
     "chain, subtree, err",
     [
