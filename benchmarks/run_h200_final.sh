@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tree verify with compiled graphs (issue 4 goal) and the hybrid Qwen3.5-4B-shaped verify step (issue 6).
+# Tree verify with compiled graphs and the hybrid Qwen3.5-4B-shaped verify step.
 # Expected time on one H200: ~4 min (bench_tree_compiled ~2.5 min, bench_hybrid ~1.5 min). Caps: 240 + 180 s,
 # within one 10-minute call.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_final.sh   (writes JSON and logs to $OUT)

@@ -1,7 +1,7 @@
 """Tree verify forward vs the autoregressive step, Qwen3-8B shape, random bf16 weights.
 
 Question: what does one target forward over ``[root] + N`` tree nodes (tree mask, depth positions)
-cost relative to the AR step (one row) of the same run? Goal (issue 4): 64 nodes <= 1.25x the AR step.
+cost relative to the AR step (one row) of the same run? Goal: 64 nodes <= 1.25x the AR step.
 Secondary: the price of the tree mask itself, i.e. the tree forward vs a causal (chain) forward of the
 same row count; a dedicated tree-attention kernel is only worth writing if that exceeds 10%.
 

@@ -3,7 +3,7 @@
 ``bench_tree.py`` captures the uncompiled body; this measures what ``sd.generate`` runs after
 ``target.enable_cuda_graphs(buckets, compile=True)``: one graph per row count (1 for AR, N + 1 for a
 tree of N nodes, so no padding). Correctness gate first: the tree forward's logits against causal
-forwards of leaf paths (``bench_tree.check_tree_forward``). Goal (issue 4): 64 nodes <= 1.25x the AR step.
+forwards of leaf paths (``bench_tree.check_tree_forward``). Goal: 64 nodes <= 1.25x the AR step.
 
     python -m benchmarks.decode.bench_tree_compiled --out $OUT/bench_tree_compiled.json
 """
