@@ -6,8 +6,9 @@ with output shapes that depend only on ``budget``, so it can run inside a captur
 
 Method (``B = budget``, ``K = min(B, V, top_k)`` ranked children per depth):
 
-1. Rank each depth's children by (log-prob desc, token id asc) with one ``topk`` over unique int64 keys
-   (the float's order-preserving bits above, ``V - 1 - id`` below), so ties never depend on ``topk``.
+1. Rank each depth's children by (log-prob desc, token id asc): a float ``topk`` finds the ``K``-th value,
+   the entries above it and the smallest ids among those equal to it are kept, and a stable sort orders
+   them, so ties never depend on ``topk``.
 2. Beam per depth: ``C_1`` = the ``K`` depth-1 prefixes (padded to ``B`` with ``-inf``); ``C_{d+1}`` = the
    best ``B`` of the ``B * K`` extensions of ``C_d`` by (score desc, rank tuple asc). ``C_d`` is kept in
    rank-tuple (lexicographic) order, so the extension ``(C_d[i], r)`` sits at flat index ``i * K + r`` and
@@ -41,24 +42,32 @@ from specdec.verify.best_first import _check_budget, _check_logprobs
 
 __all__ = ["best_first_tree_device"]
 
-_INT32_MAGNITUDE = 0x7FFFFFFF
-
-
 def _ranked_children(lp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-``k`` of ``lp [D, V]``: float64 values and int64 ids ``[D, k]``, ties by smaller id."""
-    lp = lp + 0.0  # -0.0 -> +0.0: equal log-probs must get equal keys
-    vocab = lp.shape[-1]
+    """Top-``k`` of ``lp [D, V]``: float64 values and int64 ids ``[D, k]``, ties by smaller id.
+
+    ``topk`` gives the right values but an unspecified choice among entries equal to the ``k``-th value, so
+    the chosen set is rebuilt: every entry above that value, then the smallest ids among the equal ones,
+    compacted in id order with a cumulative sum, and a stable descending sort of those ``k`` values puts
+    equal log-probs in id order. Only elementwise ops, two cumulative sums and one scatter over ``[D, V]``:
+    a float ``topk`` costs far less than a ``topk`` over unique int64 keys on a large vocabulary.
+    """
+    lp = lp + 0.0  # -0.0 -> +0.0: equal log-probs must compare equal and rank by id
+    depths, vocab = lp.shape
     if lp.dtype == torch.float64:
         values, ids = torch.sort(lp, dim=-1, descending=True, stable=True)
         return values[:, :k], ids[:, :k]
-    bits = lp.float().view(torch.int32)
-    # signed-int order of these keys = float order (negative floats: magnitude bits flipped)
-    ordered = torch.where(bits < 0, bits ^ _INT32_MAGNITUDE, bits).long()
-    reversed_ids = torch.arange(vocab - 1, -1, -1, device=lp.device)  # [V]: larger for a smaller id
-    keys = ordered * (1 << 32) + reversed_ids  # [D, V], unique per row
-    top = torch.topk(keys, k, dim=-1).values  # [D, k], descending
-    ids = vocab - 1 - (top & 0xFFFFFFFF)
-    return lp.gather(-1, ids).double(), ids
+    lp = lp.float()
+    kth = torch.topk(lp, k, dim=-1).values[:, -1:]  # [D, 1]
+    above = lp > kth
+    tied = lp == kth
+    room = k - above.sum(-1, keepdim=True)  # [D, 1] >= 1: how many of the tied entries are kept
+    chosen = above | (tied & (tied.cumsum(-1) <= room))  # [D, V], exactly k per row
+    slot = torch.where(chosen, chosen.cumsum(-1) - 1, k)  # [D, V]: position among the chosen, or a spare slot
+    by_id = torch.zeros(depths, k + 1, dtype=torch.long, device=lp.device)
+    by_id.scatter_(1, slot, torch.arange(vocab, device=lp.device).expand(depths, vocab))
+    by_id = by_id[:, :k]  # [D, k] chosen ids, ascending
+    values, order = torch.sort(lp.gather(-1, by_id), dim=-1, descending=True, stable=True)
+    return values.double(), by_id.gather(-1, order)
 
 
 def _first_by_score(scores: torch.Tensor, count: int) -> torch.Tensor:

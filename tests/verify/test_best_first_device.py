@@ -5,8 +5,8 @@
   budgets past the number of finite prefixes, budget 1, D = 1, V < budget, top_k, three dtypes;
 * equal to a brute-force enumeration of every token tuple on tiny cases;
 * output shapes depend on ``budget`` only, never on the values;
-* mutation tests: ranking equal log-probs by larger id, or equal prefix scores by larger rank tuple,
-  makes the equality fail;
+* mutation tests: ranking equal log-probs by larger id, keeping ``topk``'s own pick among log-probs tied
+  at the k-th value, or ordering equal prefix scores by larger rank tuple makes the equality fail;
 * ``TreeVerifier(device_tree=True)`` builds the same trees as the default.
 """
 
@@ -191,6 +191,13 @@ def _ranked_children_ties_by_larger_id(lp, k):
     return values[:, :k], lp.shape[-1] - 1 - ids[:, :k]
 
 
+def _ranked_children_topk_choice_among_ties(lp, k):
+    """Mutant: among log-probs equal to the k-th largest, keep whichever entries ``topk`` happened to return."""
+    top = torch.topk(lp.float() + 0.0, k, dim=-1)
+    values, order = torch.sort(top.values, dim=-1, descending=True, stable=True)
+    return values.double(), top.indices.gather(-1, order)
+
+
 def _first_by_score_ties_by_larger_index(scores, count):
     """Mutant: equal prefix scores ordered by larger rank tuple (and deeper first across depths)."""
     n = scores.shape[0]
@@ -199,8 +206,12 @@ def _first_by_score_ties_by_larger_index(scores, count):
 
 @pytest.mark.parametrize(
     "name, mutant",
-    [("_ranked_children", _ranked_children_ties_by_larger_id), ("_first_by_score", _first_by_score_ties_by_larger_index)],
-    ids=["mutant-children-ties-larger-id", "mutant-prefix-ties-larger-rank-tuple"],
+    [
+        ("_ranked_children", _ranked_children_ties_by_larger_id),
+        ("_ranked_children", _ranked_children_topk_choice_among_ties),
+        ("_first_by_score", _first_by_score_ties_by_larger_index),
+    ],
+    ids=["mutant-children-ties-larger-id", "mutant-children-topk-choice-among-ties", "mutant-prefix-ties-larger-rank-tuple"],
 )
 def test_mutation_tie_rules_are_caught(monkeypatch, name, mutant):
     monkeypatch.setattr(device_mod, name, mutant)
