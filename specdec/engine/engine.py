@@ -122,7 +122,9 @@ class Engine:
             (default): every request verifies all its drafter proposed. An int ``B >= 0``: at most ``B``
             draft nodes per round over all requests, given to the nodes of highest expected acceptance
             (with ``step_time``, fewer when the batch time they cost is not worth their tokens).
-            ``"auto"``: the node total that maximises expected tokens per unit of ``step_time``. Outputs
+            ``"auto"``: the node total that maximises expected tokens per unit of ``step_time``. Every
+            request with a draft verifies at least its first node (so its acceptance estimate keeps
+            learning) when the budget has room for all those first nodes. Outputs
             stay exact (a verifier checks a prefix of each chain or best-first tree), but a request's
             round shapes now depend on its companions, so its tokens equal its ``generate`` output
             alone only where the target's logits do not depend on row counts (exact arithmetic, or
@@ -541,14 +543,21 @@ class Engine:
         self.last_allocation = {}
         if self.verify_budget is None or not proposed:
             return {}
-        fixed = sum(state.prompt.numel() for state in joined) + len(proposed)
-        counts = allocate(
-            [gains for _, gains in proposed],
-            base_tokens=len(joined) + len(proposed),
+        # every request with a draft verifies its first node: a request given none would never be observed,
+        # and its estimator could never learn that its drafter is better than the prior says
+        floors = [min(1, len(gains)) for _, gains in proposed]
+        if self.verify_budget != "auto" and sum(floors) > self.verify_budget:
+            floors = [0] * len(proposed)  # an int budget is a hard cap, floors included
+        fixed = sum(state.prompt.numel() for state in joined) + len(proposed) + sum(floors)
+        base = len(joined) + len(proposed) + sum(gains[0] for (_, gains), f in zip(proposed, floors) if f)
+        extra = allocate(
+            [gains[f:] for (_, gains), f in zip(proposed, floors)],
+            base_tokens=base,
             fixed_rows=fixed,
             step_time=self.step_time,
-            max_nodes=None if self.verify_budget == "auto" else self.verify_budget,
+            max_nodes=None if self.verify_budget == "auto" else max(0, self.verify_budget - sum(floors)),
         )
+        counts = [f + n for f, n in zip(floors, extra)]
         self.last_allocation = {state.request_id: n for (state, _), n in zip(proposed, counts)}
         return dict(self.last_allocation)
 
