@@ -25,7 +25,8 @@ import torch
 from specdec.contracts.drafter import Drafter
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
-from specdec.engine.rounds import accept_round, check_verifier, plan_round
+from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate
+from specdec.engine.rounds import accept_round, check_verifier, plan_round, truncate_chain
 from specdec.generation import StopCondition, check_proposal_size
 from specdec.models.dense import DenseTarget
 from specdec.models.ragged import RaggedDenseTarget, RequestRows
@@ -91,6 +92,7 @@ class RequestState:
     error: Exception | None = None
     fresh_hidden: torch.Tensor | None = None
     pending: dict = field(default_factory=dict)
+    estimator: AcceptanceEstimator = field(default_factory=AcceptanceEstimator)
 
     @property
     def tokens(self) -> torch.Tensor:
@@ -116,6 +118,19 @@ class Engine:
         num_draft_tokens: the most tokens a drafter may propose per round.
         layout: the ragged forward's layout (:data:`~specdec.models.ragged.LAYOUTS`); default ``"per_request"``
             (batch-invariant) for a ``DenseTarget``, the given target's own for a ``RaggedDenseTarget``.
+        verify_budget: a global verify budget across requests (:mod:`specdec.engine.budget`). ``None``
+            (default): every request verifies all its drafter proposed. An int ``B >= 0``: at most ``B``
+            draft nodes per round over all requests, given to the nodes of highest expected acceptance
+            (with ``step_time``, fewer when the batch time they cost is not worth their tokens).
+            ``"auto"``: the node total that maximises expected tokens per unit of ``step_time``. Every
+            request with a draft verifies at least its first node (so its acceptance estimate keeps
+            learning) when the budget has room for all those first nodes. Outputs
+            stay exact (a verifier checks a prefix of each chain or best-first tree), but a request's
+            round shapes now depend on its companions, so its tokens equal its ``generate`` output
+            alone only where the target's logits do not depend on row counts (exact arithmetic, or
+            greedy decoding away from near-ties).
+        step_time: a :class:`~specdec.engine.budget.StepTimeTable` of this target's ragged forward;
+            required by ``"auto"``, optional with an int, refused without a budget.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -140,6 +155,8 @@ class Engine:
         max_batch: int,
         num_draft_tokens: int = 4,
         layout: str | None = None,
+        verify_budget: int | str | None = None,
+        step_time: StepTimeTable | None = None,
     ):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch: expected an int >= 1, got {max_batch!r}")
@@ -166,8 +183,20 @@ class Engine:
         self.verifier = check_verifier(ChainVerifier() if verifier is None else verifier)
         if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 0:
             raise ValueError(f"num_draft_tokens: expected an int >= 0, got {num_draft_tokens!r}")
+        if verify_budget is not None and verify_budget != "auto":
+            if isinstance(verify_budget, bool) or not isinstance(verify_budget, int) or verify_budget < 0:
+                raise ValueError(f"verify_budget: expected None, an int >= 0 or 'auto', got {verify_budget!r}")
+        if step_time is not None and not isinstance(step_time, StepTimeTable):
+            raise TypeError(f"step_time: expected a StepTimeTable or None, got {type(step_time).__name__}")
+        if verify_budget == "auto" and step_time is None:
+            raise ValueError("step_time: verify_budget='auto' needs a StepTimeTable, got None")
+        if verify_budget is None and step_time is not None:
+            raise ValueError("step_time: only read with a verify_budget, got a table with verify_budget=None")
         self.max_batch = max_batch
         self.num_draft_tokens = num_draft_tokens
+        self.verify_budget = verify_budget
+        self.step_time = step_time
+        self.last_allocation: dict[Hashable, int] = {}
         self._requests: dict[Hashable, RequestState] = {}
         self._waiting: deque[Hashable] = deque()
         self._running: list[Hashable] = []
@@ -371,8 +400,8 @@ class Engine:
             joined.append(state)
         return joined
 
-    def _plan(self, state: RequestState) -> RequestRows:
-        """Propose and plan the round of a running request (its rows for the shared forward)."""
+    def _propose(self, state: RequestState) -> DraftProposal:
+        """The request's drafter proposal for this round (checked for type and size)."""
         target, slot, length = self.target, state.slot, state.length
         plen = state.prompt.numel()
         k = max(0, min(self.num_draft_tokens, state.max_new_tokens - (length - plen) - 1, target.room(slot) - 1))
@@ -381,15 +410,42 @@ class Engine:
         if not isinstance(proposal, DraftProposal):
             raise TypeError(f"drafter: propose() returned {type(proposal).__name__}, expected a DraftProposal")
         check_proposal_size(proposal, k)
+        state.pending = {"proposal": proposal}
+        return proposal
+
+    def _candidates(self, state: RequestState) -> list[float]:
+        """Under a verify budget: the nodes the request could verify, as non-increasing expected gains.
+
+        Reads only the drafter's proposal and the request's past rounds (its estimator).
+        """
+        proposal = state.pending["proposal"]
+        if self.verifier.validate_proposals:
+            proposal.validate(vocab_size=self.target.vocab_size)
+        tree = None
+        if type(self.verifier) is TreeVerifier:
+            tree = self.verifier.build_tree(proposal, room=self.target.room(state.slot))
+        state.pending["tree"] = tree
+        return state.estimator.gains(proposal, tree)
+
+    def _plan(self, state: RequestState, nodes: int | None = None) -> RequestRows:
+        """The request's verify rows for the shared forward; ``nodes`` = its budget's node count (else all)."""
+        target, slot = self.target, state.slot
+        proposal, tree = state.pending["proposal"], state.pending.get("tree")
+        if nodes is not None:
+            if tree is not None:
+                tree = tree.truncate(nodes)
+            else:
+                proposal = truncate_chain(proposal, nodes)
         plan = plan_round(
             self.verifier,
             proposal,
-            state.buf[length - 1 : length],
+            state.buf[state.length - 1 : state.length],
             prefix_len=target.length(slot),
             room=target.room(slot),
             vocab_size=target.vocab_size,
+            tree=tree,
         )
-        state.pending = {"proposal": proposal, "plan": plan}
+        state.pending.update(plan=plan, verified=proposal, nodes=nodes)
         return RequestRows.from_plan(slot, plan)
 
     def _pick_first(self, state: RequestState, logits: torch.Tensor) -> None:
@@ -440,12 +496,30 @@ class Engine:
         states = [self._requests[rid] for rid in self._running]
         fresh = {id(s) for s in joined}
         failures: list[tuple[RequestState, Exception]] = []
+        proposed = []
+        for state in states:
+            if id(state) in fresh:
+                continue
+            try:
+                self._propose(state)
+                gains = self._candidates(state) if self.verify_budget is not None else None
+                proposed.append((state, gains))
+            except Exception as err:  # the request fails alone; its companions' round goes on
+                self._fail(state, err)
+                failures.append((state, err))
+        nodes = self._allocate(joined, proposed)
         planned, rows = [], []
         for state in states:
+            if state.status != RUNNING:
+                continue
             try:
-                rows.append(RequestRows(state.slot, state.prompt[None]) if id(state) in fresh else self._plan(state))
+                rows.append(
+                    RequestRows(state.slot, state.prompt[None])
+                    if id(state) in fresh
+                    else self._plan(state, nodes.get(state.request_id))
+                )
                 planned.append(state)
-            except Exception as err:  # the request fails alone; its companions' round goes on
+            except Exception as err:
                 self._fail(state, err)
                 failures.append((state, err))
         emitted: dict[Hashable, torch.Tensor] = {}
@@ -464,6 +538,29 @@ class Engine:
             raise RequestFailed(state.request_id, err, emitted) from err
         return emitted
 
+    def _allocate(self, joined: list[RequestState], proposed: list) -> dict[Hashable, int]:
+        """Node counts per verifying request under the verify budget (``{}`` without one)."""
+        self.last_allocation = {}
+        if self.verify_budget is None or not proposed:
+            return {}
+        # every request with a draft verifies its first node: a request given none would never be observed,
+        # and its estimator could never learn that its drafter is better than the prior says
+        floors = [min(1, len(gains)) for _, gains in proposed]
+        if self.verify_budget != "auto" and sum(floors) > self.verify_budget:
+            floors = [0] * len(proposed)  # an int budget is a hard cap, floors included
+        fixed = sum(state.prompt.numel() for state in joined) + len(proposed) + sum(floors)
+        base = len(joined) + len(proposed) + sum(gains[0] for (_, gains), f in zip(proposed, floors) if f)
+        extra = allocate(
+            [gains[f:] for (_, gains), f in zip(proposed, floors)],
+            base_tokens=base,
+            fixed_rows=fixed,
+            step_time=self.step_time,
+            max_nodes=None if self.verify_budget == "auto" else max(0, self.verify_budget - sum(floors)),
+        )
+        counts = [f + n for f, n in zip(floors, extra)]
+        self.last_allocation = {state.request_id: n for (state, _), n in zip(proposed, counts)}
+        return dict(self.last_allocation)
+
     def _finish_round(self, state: RequestState, logits: torch.Tensor, hidden: list, *, fresh: bool) -> torch.Tensor:
         """Accept from the request's logits ``[T_i, V]``, commit, append, apply stops, stream; the new tokens.
 
@@ -475,8 +572,8 @@ class Engine:
             state.fresh_hidden = torch.stack(hidden, dim=1) if hidden else None
             self._pick_first(state, logits[-1])
         else:
-            plan, proposal = state.pending["plan"], state.pending["proposal"]
-            state.pending = {}
+            pending, state.pending = state.pending, {}
+            plan, proposal = pending["plan"], pending["verified"]
             outcome = accept_round(
                 self.verifier,
                 plan,
@@ -490,6 +587,10 @@ class Engine:
             if hidden:
                 kept = outcome.commit if isinstance(outcome.commit, torch.Tensor) else torch.arange(outcome.commit)
                 state.fresh_hidden = torch.stack(hidden, dim=1)[kept.to(logits.device)]  # [n + 1, taps, H]
+            if pending["nodes"] is not None:
+                state.estimator.observe(
+                    pending["proposal"], nodes=pending["nodes"], accepted=outcome.num_accepted, tree=pending["tree"]
+                )
             m = outcome.emitted.numel()
             state.buf[state.length : state.length + m] = outcome.emitted
             state.length += m

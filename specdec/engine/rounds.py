@@ -18,13 +18,14 @@ import torch
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
+from specdec.contracts.tree import Tree
 from specdec.verify.chain import ChainVerifier, chain_accept
 from specdec.verify.processors import process_logits, row_prefixes
 from specdec.verify.sampling import logits_to_probs
 from specdec.verify.tree import TreeVerifier
 from specdec.verify.walks import greedy_walk, sample_and_match
 
-__all__ = ["RoundOutcome", "SUPPORTED_VERIFIERS", "accept_round", "check_verifier", "plan_round"]
+__all__ = ["RoundOutcome", "SUPPORTED_VERIFIERS", "accept_round", "check_verifier", "plan_round", "truncate_chain"]
 
 SUPPORTED_VERIFIERS = (ChainVerifier, TreeVerifier)
 
@@ -68,6 +69,7 @@ def plan_round(
     prefix_len: int,
     room: int,
     vocab_size: int,
+    tree: Tree | None = None,
 ) -> VerifyPlan:
     """The verify plan ``verifier`` would run for ``proposal`` on a target holding ``prefix_len`` tokens.
 
@@ -78,6 +80,8 @@ def plan_round(
         root: ``[1]`` int64, the newest emitted token.
         prefix_len, room: the request's committed length and free slots.
         vocab_size: the target's ``V``.
+        tree: for a :class:`TreeVerifier`, the tree to check instead of its ``build_tree`` (a global
+            verify budget's truncation of it); must fit ``room``.
 
     Example:
         >>> plan = plan_round(ChainVerifier(), DraftProposal(torch.tensor([4, 5])), torch.tensor([3]),
@@ -89,9 +93,42 @@ def plan_round(
         proposal.validate(vocab_size=vocab_size)
     if type(verifier) is ChainVerifier:
         return VerifyPlan.chain(root.view(1), proposal.tokens, prefix_len=prefix_len)
-    tree = verifier.build_tree(proposal, room=room).to(root.device)
+    if tree is None:
+        tree = verifier.build_tree(proposal, room=room)
+    elif not isinstance(tree, Tree):
+        raise TypeError(f"tree: expected a Tree or None, got {type(tree).__name__}")
+    else:
+        tree.check_fits(room, name="tree")
+    tree = tree.to(root.device)
     verifier.last_tree = tree
     return VerifyPlan.for_tree(root, tree, prefix_len=prefix_len)
+
+
+def truncate_chain(proposal: DraftProposal, num_tokens: int) -> DraftProposal:
+    """The chain proposal's first ``num_tokens`` drafts, with their laws, scores and confidences.
+
+    Verifying a prefix of a chain is verifying a shorter chain: the chain rule stays lossless.
+
+    Example:
+        >>> truncate_chain(DraftProposal(torch.tensor([4, 5, 6])), 2).tokens.tolist()
+        [4, 5]
+    """
+    if proposal.tree is not None or proposal.parents is not None:
+        raise ValueError("proposal: expected a chain proposal (no tree, no parents) to truncate, got a tree")
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not 0 <= num_tokens <= proposal.num_tokens:
+        raise ValueError(f"num_tokens: expected an int in [0, {proposal.num_tokens}], got {num_tokens!r}")
+    if num_tokens == proposal.num_tokens:
+        return proposal
+
+    def head(t):
+        return None if t is None else t[:num_tokens]
+
+    return DraftProposal(
+        tokens=proposal.tokens[:num_tokens],
+        draft_probs=head(proposal.draft_probs),
+        tree_logprobs=head(proposal.tree_logprobs),
+        confidence=head(proposal.confidence),
+    )
 
 
 def accept_round(

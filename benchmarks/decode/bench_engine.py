@@ -1,0 +1,306 @@
+"""The engine at concurrency 1, 4, 16, 24: batched speculative decoding against batched AR, Qwen3-8B shape.
+
+Question: how many tokens per second does :class:`specdec.engine.Engine` deliver when it verifies
+every running request in one target forward, against batched AR decoding on the same engine (the
+drafter proposing nothing), and which mechanism carries the difference: the global verify budget
+(switched off: every request verifies its whole chain) and the packed layout (switched to
+``per_request``: each request's linear layers run on its rows alone, so the weights are read once
+per request instead of once per round).
+
+Acceptance is simulated (:class:`specdec.OracleDrafter`, preset ``specpilot-one-level``: the target's
+own greedy continuation with misses drawn from SpecPilot's reported one-level acceptance), since random
+weights give a real drafter nothing to learn. The weights are random bf16 at the Qwen3-8B shape.
+
+Correctness: concurrency 1 runs every request alone, which is the reference. The ``packed`` layout is
+not batch-invariant in bf16 (a row's GEMM result depends on how many rows share the call), so every
+batched run's requests are compared with their alone output and the mismatches are counted, not
+hidden. With ``--dtype float32`` the script requires every speculative run to equal AR of the same
+concurrency (``torch.equal``) and exits 1 otherwise.
+
+Run on a GPU machine: ``python -m benchmarks.decode.bench_engine`` (writes ``$OUT/bench_engine.json``
+and ``bench_engine.png``). CPU smoke test (same code path, tiny float32 model):
+``python -m benchmarks.decode.bench_engine --smoke``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import provenance, provenance_line, write_json
+from specdec.drafters import NGramDrafter
+from specdec.drafters.oracle import PRESETS, OracleDrafter
+from specdec.engine import Engine
+from specdec.engine.budget import StepTimeTable
+from specdec.models import QWEN3_8B, DenseTarget
+from specdec.models.config import TargetConfig
+from specdec.models.ragged import RaggedDenseTarget
+
+TINY = TargetConfig(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    qk_norm=True,
+    model_type="qwen3",
+)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def kv_bytes(cfg: TargetConfig, dtype: torch.dtype, slots: int, max_seq_len: int) -> int:
+    """Bytes of the ragged target's KV cache: layers x kv heads x head dim x (K, V) x dtype bytes per token."""
+    per_token = cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2 * torch.finfo(dtype).bits // 8
+    return per_token * slots * max_seq_len
+
+
+def decode(ragged, prompts, *, concurrency, drafter, num_draft_tokens, verify_budget=None, step_time=None, max_new_tokens):
+    """Run ``prompts`` through one engine of ``concurrency`` slots; tokens, wall seconds, per-request latency, rounds."""
+    engine = Engine(
+        ragged,
+        drafter,
+        max_batch=concurrency,
+        num_draft_tokens=num_draft_tokens,
+        verify_budget=verify_budget,
+        step_time=step_time,
+    )
+    ids = [engine.add_request(p, max_new_tokens=max_new_tokens) for p in prompts]
+    joined, finished, nodes = {}, {}, []
+    device = ragged.device
+    sync(device)
+    t0 = time.perf_counter()
+    while engine.has_work:
+        before = time.perf_counter() - t0
+        waiting = set(engine.waiting)
+        engine.step()
+        now = time.perf_counter() - t0
+        nodes.append(sum(engine.last_allocation.values()))
+        for rid in ids:
+            if rid in waiting and rid not in engine.waiting:
+                joined[rid] = before
+            if rid not in finished and engine.status(rid) == "finished":
+                finished[rid] = now
+    sync(device)
+    seconds = time.perf_counter() - t0
+    tokens = [engine.output(rid).cpu() for rid in ids]
+    latency = sorted(finished[rid] - joined[rid] for rid in ids)
+    rounds = sum(engine.request(rid).rounds for rid in ids)
+    accepted = sum(engine.request(rid).accepted for rid in ids)
+    return dict(
+        tokens=tokens,
+        seconds=seconds,
+        new_tokens=sum(t.numel() for t in tokens),
+        tokens_per_s=sum(t.numel() for t in tokens) / seconds,
+        latency_s_median=latency[len(latency) // 2],
+        latency_s_max=latency[-1],
+        target_passes=engine.target_passes,
+        accepted_per_round=accepted / max(1, rounds),
+        budget_nodes_per_pass=sum(nodes) / max(1, len(nodes)) if verify_budget is not None else None,
+    )
+
+
+def plot(result: dict, path: Path) -> str | None:
+    """Throughput vs concurrency, one line per system; the PNG path, or why there is none."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        return f"no plot: {err}"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    systems = sorted({(r["layout"], r["system"]) for r in result["rows"]})
+    for layout, system in systems:
+        rows = sorted(
+            (r for r in result["rows"] if (r["layout"], r["system"]) == (layout, system)), key=lambda r: r["concurrency"]
+        )
+        ax.plot([r["concurrency"] for r in rows], [r["tokens_per_s"] for r in rows], marker="o", label=f"{system} ({layout})")
+    ax.set_xlabel("concurrency (requests per forward)")
+    ax.set_ylabel("tokens / s")
+    ax.set_title(f"Engine, {result['model']} {result['dtype']}, {result['label']}", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="CPU run of the same code path on a tiny float32 model")
+    ap.add_argument("--concurrency", default="1,4,16,24")
+    ap.add_argument("--requests", type=int, default=24, help="prompts; concurrency 1 decodes each alone (the reference)")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--profile", default="specpilot-one-level", choices=sorted(PRESETS))
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument("--wall-budget-s", type=float, default=140.0, help="start no new case past this many seconds")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_engine.json"))
+    args = ap.parse_args(argv)
+
+    t_start = time.perf_counter()
+    prov = provenance(seed=0)
+    print(provenance_line(prov), flush=True)
+    cuda = torch.cuda.is_available() and not args.smoke
+    device = torch.device("cuda" if cuda else "cpu")
+    cfg, dtype = (QWEN3_8B, getattr(torch, args.dtype)) if cuda else (TINY, torch.float32)
+    if args.smoke:
+        args.concurrency, args.requests, args.prompt_len, args.new_tokens = "1,2,4", 4, 8, 8
+    levels = [int(c) for c in args.concurrency.split(",")]
+    if max(levels) > args.requests:
+        raise ValueError(f"--requests: expected at least the largest concurrency {max(levels)}, got {args.requests}")
+    profile = PRESETS[args.profile]
+    k = profile.num_drafts
+    spread = min(16, args.prompt_len // 4)  # prompt lengths prompt_len +- spread
+    max_seq_len = args.prompt_len + spread + args.new_tokens + k + 8
+    slots = max(levels)
+    kv = kv_bytes(cfg, dtype, slots, max_seq_len)
+    if cuda:
+        free, _ = torch.cuda.mem_get_info(device)
+        weights = 2 * cfg.vocab_size * cfg.hidden_size * 2 + cfg.num_layers * 12 * cfg.hidden_size**2 * 2  # rough
+        if 2 * kv + weights > free:
+            raise ValueError(
+                f"--concurrency: {slots} slots x {max_seq_len} tokens need {2 * kv / 1e9:.1f} GB of KV, {free / 1e9:.1f} GB free"
+            )
+    print(f"KV per layout: {slots} slots x {max_seq_len} tokens = {kv / 1e9:.3f} GB", flush=True)
+
+    torch.manual_seed(0)
+    dense = DenseTarget(cfg, max_seq_len=max_seq_len, dtype=dtype, device=device).eval().requires_grad_(False)
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(args.prompt_len - spread, args.prompt_len + spread + 1, (args.requests,), generator=gen).tolist()
+    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen).to(device) for n in lengths]
+    result = dict(
+        model="qwen3-8b" if cuda else "tiny",
+        dtype=str(dtype),
+        device=str(device),
+        label=OracleDrafter.label,
+        profile=args.profile,
+        profile_source=profile.source,
+        profile_tokens_per_round=profile.tokens_per_round,
+        num_draft_tokens=k,
+        prompt_lengths=lengths,
+        new_tokens=args.new_tokens,
+        kv_bytes_per_layout=kv,
+        rows=[],
+        skipped=[],
+    )
+    out_path = Path(args.out)
+    failed = False
+
+    def over_budget(case: str) -> bool:
+        if time.perf_counter() - t_start > args.wall_budget_s:
+            result["skipped"].append(case)
+            print(f"skipped (wall budget {args.wall_budget_s} s): {case}", flush=True)
+            return True
+        return False
+
+    alone: list[torch.Tensor] | None = None
+    for layout in ("packed", "per_request"):
+        ragged = RaggedDenseTarget(dense, slots=slots, max_seq_len=max_seq_len, layout=layout)
+        warm = decode(ragged, prompts[:2], concurrency=2, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=4)
+        del warm
+        for c in levels:
+            batch = prompts if c == 1 else prompts[:c]
+            if layout == "per_request" and c == 1:
+                continue  # alone, the two layouts run the same shapes
+            if over_budget(f"{layout} c={c}"):
+                continue
+            table = StepTimeTable.profile(
+                ragged,
+                rows=tuple(c * m for m in (1, 2, 4, 8, 16)),
+                requests=c,
+                prefix_len=args.prompt_len,
+                reps=1 if args.smoke else 3,
+                warmup=1,
+            )
+            ar = decode(ragged, batch, concurrency=c, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=args.new_tokens)
+            if c == 1 and layout == "packed":
+                alone = ar["tokens"]
+            # request i's oracle knows its batched-AR continuation and its alone one (they differ where packing flips a near-tie)
+            own = [[torch.cat([p.cpu(), t])] for p, t in zip(batch, ar["tokens"])]
+            if alone is not None:
+                for refs, p, a in zip(own, batch, alone):
+                    refs.append(torch.cat([p.cpu(), a]))
+
+            def oracle_factory(references=own):
+                made = iter(range(len(references)))
+
+                def oracle():
+                    i = next(made)
+                    return OracleDrafter(profile, references=references[i], vocab_size=cfg.vocab_size, seed=i)
+
+                return oracle
+
+            systems = [("AR", ar)]
+            if layout == "packed":
+                runs = (("spec, budget auto", "auto"), ("spec, budget off", None))
+            else:
+                runs = (("spec, budget auto", "auto"),)
+            for name, budget in runs:
+                if over_budget(f"{layout} c={c} {name}"):
+                    continue
+                run = decode(
+                    ragged,
+                    batch,
+                    concurrency=c,
+                    drafter=oracle_factory(),
+                    num_draft_tokens=k,
+                    verify_budget=budget,
+                    step_time=table if budget else None,
+                    max_new_tokens=args.new_tokens,
+                )
+                systems.append((name, run))
+            for name, run in systems:
+                mismatches = None if alone is None else sum(not torch.equal(t, a) for t, a in zip(run["tokens"], alone))
+                equal_ar = all(torch.equal(t, a) for t, a in zip(run["tokens"], ar["tokens"]))
+                if dtype == torch.float32 and name != "AR" and not equal_ar:
+                    failed = True
+                row = {key: v for key, v in run.items() if key != "tokens"}
+                row.update(
+                    layout=layout,
+                    concurrency=c,
+                    requests=len(batch),
+                    system=name,
+                    equal_to_batched_ar=equal_ar,
+                    mismatches_vs_alone=mismatches,
+                    speedup_vs_ar=run["tokens_per_s"] / ar["tokens_per_s"],
+                    step_time_ms=dict(rows=list(table.rows), ms=list(table.ms)),
+                )
+                result["rows"].append(row)
+                print(
+                    f"[{layout:11s} c={c:2d}] {name:18s} {row['tokens_per_s']:9.1f} tok/s  x AR {row['speedup_vs_ar']:5.2f}  "
+                    f"acc/round {row['accepted_per_round']:5.2f}  passes {row['target_passes']:4d}  "
+                    f"mismatch vs alone {mismatches}  = AR {equal_ar}",
+                    flush=True,
+                )
+            write_json(out_path, result, prov)  # after each case: a run cut short keeps what it measured
+        del ragged
+        if cuda:
+            torch.cuda.empty_cache()
+    result["plot"] = plot(result, out_path.with_suffix(".png"))
+    result["wall_s"] = time.perf_counter() - t_start
+    write_json(out_path, result, prov)
+    print(f"\nwrote {out_path} ({result['plot']}); wall {result['wall_s']:.1f} s; skipped {result['skipped']}")
+    print("layout       c   system              tok/s    x AR  lat med s  acc/round  mismatch/alone")
+    for row in result["rows"]:
+        print(
+            f"{row['layout']:11s} {row['concurrency']:3d}  {row['system']:18s} {row['tokens_per_s']:8.1f}  {row['speedup_vs_ar']:5.2f}  "
+            f"{row['latency_s_median']:9.3f}  {row['accepted_per_round']:9.2f}  {row['mismatches_vs_alone']}"
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

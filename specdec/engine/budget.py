@@ -1,0 +1,412 @@
+"""A global verify budget: how many draft nodes each request verifies this round, chosen for the batch.
+
+One target forward serves every running request, so its time depends on the total rows ``R`` it
+holds, not on any one request. :class:`StepTimeTable` is that time, ``T(R)``, profiled once per
+machine and model (:meth:`StepTimeTable.profile`). Each request offers marginal gains: ``gains[r][j]``
+is the expected number of extra accepted tokens from verifying its ``(j + 1)``-th draft node, which
+falls with ``j`` (a deeper node is accepted only if its ancestors are). :func:`allocate` picks node
+counts ``n_r`` maximising the batch's expected emitted tokens per unit of batch time::
+
+    (base_tokens + sum_r sum_{j < n_r} gains[r][j]) / T(fixed_rows + sum_r n_r)
+
+For a fixed total ``N`` the best split is the ``N`` largest gains overall (each node costs one row and
+each request's gains fall, so a greedy merge solves the knapsack exactly); the total is a 1-D scan.
+
+The gains come from what the drafter said this round (its path scores or confidences) and from what
+past rounds showed (:class:`AcceptanceEstimator`, one per request, calibrated online): never from the
+target's draws of the round being planned. Any allocation is lossless: a verifier checks a prefix of a
+chain or of a best-first tree, and that emits the target's law whatever its length.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from specdec.contracts.proposal import DraftProposal
+from specdec.contracts.tree import Tree
+
+__all__ = ["AcceptanceEstimator", "StepTimeTable", "allocate", "expected_tokens_per_ms"]
+
+
+def _check_positive_int(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class StepTimeTable:
+    """``T(R)``: milliseconds of one ragged target forward holding ``R`` rows in total.
+
+    Between profiled row counts the time is interpolated linearly; past the last one it is extended
+    along the last segment's slope (the compute-bound regime is affine in ``R``); below the first it is
+    the first time (a forward never costs less than its smallest profiled shape).
+
+    Attributes:
+        rows: ``[P]`` profiled row counts, strictly increasing, ``>= 1``.
+        ms: ``[P]`` milliseconds per forward at those counts, positive and non-decreasing.
+        meta: free-form provenance (model, dtype, device, requests per forward).
+
+    Example:
+        >>> table = StepTimeTable(rows=(1, 16, 64), ms=(6.0, 7.0, 16.0))
+        >>> table(1), table(8), table(64), table(96)
+        (6.0, 6.466666666666667, 16.0, 22.0)
+        >>> StepTimeTable.from_json(table.to_json()) == table
+        True
+    """
+
+    rows: tuple[int, ...]
+    ms: tuple[float, ...]
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        rows = tuple(self.rows) if isinstance(self.rows, (list, tuple)) else None
+        ms = tuple(self.ms) if isinstance(self.ms, (list, tuple)) else None
+        if not rows:
+            raise ValueError(f"rows: expected a non-empty sequence of ints, got {self.rows!r}")
+        if ms is None or len(ms) != len(rows):
+            raise ValueError(f"ms: expected {len(rows)} times (one per row count), got {self.ms!r}")
+        for r in rows:
+            _check_positive_int("rows", r)
+        if any(b <= a for a, b in zip(rows, rows[1:])):
+            raise ValueError(f"rows: expected strictly increasing row counts, got {list(rows)}")
+        for t in ms:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+                raise ValueError(f"ms: expected finite times > 0, got {list(ms)}")
+        if any(b < a for a, b in zip(ms, ms[1:])):
+            raise ValueError(f"ms: expected times non-decreasing in rows, got {list(ms)}")
+        if not isinstance(self.meta, dict):
+            raise TypeError(f"meta: expected a dict, got {type(self.meta).__name__}")
+        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "ms", tuple(float(t) for t in ms))
+
+    def __call__(self, rows: int) -> float:
+        """Milliseconds of a forward with ``rows >= 1`` rows in total (see the class docstring)."""
+        _check_positive_int("rows", rows)
+        xs, ys = self.rows, self.ms
+        if rows <= xs[0] or len(xs) == 1:
+            return ys[0]
+        i = 1
+        while i < len(xs) - 1 and xs[i] < rows:
+            i += 1
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (rows - x0) / (x1 - x0)
+
+    def to_json(self) -> str:
+        """The table as a JSON string (``rows``, ``ms``, ``meta``)."""
+        return json.dumps({"rows": list(self.rows), "ms": list(self.ms), "meta": self.meta})
+
+    @classmethod
+    def from_json(cls, text: str) -> StepTimeTable:
+        """The table :meth:`to_json` wrote."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or not {"rows", "ms"} <= set(data):
+            raise ValueError(f"text: expected a JSON object with 'rows' and 'ms', got {text[:80]!r}")
+        return cls(rows=tuple(data["rows"]), ms=tuple(data["ms"]), meta=data.get("meta", {}))
+
+    @classmethod
+    def profile(
+        cls,
+        target,
+        rows: Sequence[int] = (1, 8, 16, 32, 64, 128, 256),
+        *,
+        requests: int = 1,
+        prefix_len: int = 128,
+        reps: int = 5,
+        warmup: int = 2,
+    ) -> StepTimeTable:
+        """Time :meth:`RaggedDenseTarget.forward <specdec.models.ragged.RaggedDenseTarget.forward>` at each total row count.
+
+        Each forward spreads its rows as evenly as it can over ``min(requests, rows)`` slots, each slot
+        holding ``prefix_len`` committed tokens (random ids), with causal masks; the median of ``reps``
+        timed calls (after ``warmup``) is kept. Slots used are reset afterwards. Measured times are made
+        non-decreasing by a running maximum (the raw medians are kept in ``meta["measured_ms"]``).
+
+        Args:
+            target: a :class:`~specdec.models.ragged.RaggedDenseTarget` with ``slots >= requests``.
+            rows: total row counts to time, strictly increasing.
+            requests: requests per forward (the engine's concurrency).
+            prefix_len: committed tokens per request.
+            reps, warmup: timed and untimed calls per row count.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.models.ragged import RaggedDenseTarget
+            >>> table = StepTimeTable.profile(RaggedDenseTarget(tiny_target(seed=0), slots=2), rows=(2, 8), requests=2,
+            ...                               prefix_len=8, reps=1, warmup=0)
+            >>> table.rows, len(table.ms)
+            ((2, 8), 2)
+        """
+        from specdec.models.ragged import RaggedDenseTarget, RequestRows
+
+        if not isinstance(target, RaggedDenseTarget):
+            raise TypeError(f"target: expected a RaggedDenseTarget, got {type(target).__name__}")
+        _check_positive_int("requests", requests)
+        if requests > target.slots:
+            raise ValueError(f"requests: expected at most the target's {target.slots} slots, got {requests}")
+        _check_positive_int("prefix_len", prefix_len)
+        _check_positive_int("reps", reps)
+        _check_positive_int("warmup", warmup, minimum=0)
+        rows = tuple(rows)
+        cls(rows=rows, ms=(1.0,) * len(rows))  # checks the row counts before any work
+        longest = -(-rows[-1] // min(requests, rows[-1]))
+        if prefix_len + longest > target.max_seq_len:
+            raise ValueError(
+                f"prefix_len: {prefix_len} + {longest} rows per request exceeds the target's max_seq_len {target.max_seq_len}"
+            )
+        device, cuda = target.device, target.device.type == "cuda"
+        gen = torch.Generator().manual_seed(0)
+        for slot in range(requests):
+            target.reset(slot)
+            target.forward([RequestRows(slot, torch.randint(0, target.vocab_size, (1, prefix_len), generator=gen).to(device))])
+            target.commit(slot, prefix_len)
+        measured = []
+        for total in rows:
+            n = min(requests, total)
+            sizes = [total // n + (1 if i < total % n else 0) for i in range(n)]
+            batch = [
+                RequestRows(s, torch.randint(0, target.vocab_size, (1, t), generator=gen).to(device)) for s, t in enumerate(sizes)
+            ]
+            times = []
+            for rep in range(warmup + reps):
+                if cuda:
+                    torch.cuda.synchronize(device)
+                t0 = time.perf_counter()
+                target.forward(batch)
+                if cuda:
+                    torch.cuda.synchronize(device)
+                if rep >= warmup:
+                    times.append((time.perf_counter() - t0) * 1e3)
+                for s in range(n):
+                    target.discard(s)
+            measured.append(sorted(times)[len(times) // 2])
+        for slot in range(requests):
+            target.reset(slot)
+        envelope = [max(measured[: i + 1]) for i in range(len(measured))]
+        meta = {
+            "requests": requests,
+            "prefix_len": prefix_len,
+            "layout": target.layout,
+            "dtype": str(target.dtype),
+            "device": str(device),
+            "measured_ms": measured,
+        }
+        return cls(rows=rows, ms=tuple(envelope), meta=meta)
+
+
+def _check_gains(gains: Sequence[Sequence[float]]) -> list[list[float]]:
+    if not isinstance(gains, (list, tuple)):
+        raise TypeError(f"gains: expected a list of per-request lists of floats, got {type(gains).__name__}")
+    out = []
+    for r, row in enumerate(gains):
+        if not isinstance(row, (list, tuple)):
+            raise TypeError(f"gains[{r}]: expected a list of floats, got {type(row).__name__}")
+        values = []
+        for g in row:
+            if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+                raise ValueError(f"gains[{r}]: expected finite gains >= 0, got {list(row)}")
+            values.append(float(g))
+        if any(b > a for a, b in zip(values, values[1:])):
+            raise ValueError(f"gains[{r}]: expected non-increasing marginal gains, got {values}")
+        out.append(values)
+    return out
+
+
+def allocate(
+    gains: Sequence[Sequence[float]],
+    *,
+    base_tokens: float,
+    fixed_rows: int,
+    step_time: StepTimeTable | None = None,
+    max_nodes: int | None = None,
+) -> list[int]:
+    """Draft nodes per request maximising expected tokens per unit of batch time (see the module docstring).
+
+    Args:
+        gains: ``gains[r]`` non-increasing expected extra accepted tokens of request ``r``'s 1st, 2nd, ...
+            node (its length is the most nodes ``r`` can verify).
+        base_tokens: tokens the forward emits whatever the allocation (one bonus token per verifying
+            request, one per prefill).
+        fixed_rows: rows the forward holds whatever the allocation (root rows, prefill rows), ``>= 1``.
+        step_time: ``T(R)``; ``None`` maximises tokens under ``max_nodes`` alone (every positive gain
+            that fits).
+        max_nodes: the most nodes over all requests; ``None`` = no cap beyond ``gains``' lengths.
+
+    Returns:
+        ``n_r`` per request, ``0 <= n_r <= len(gains[r])``, ``sum n_r <= max_nodes``; among totals with
+        the same objective the smallest is chosen, among equal gains the earlier request.
+
+    Example:
+        >>> table = StepTimeTable(rows=(2, 4, 8), ms=(10.0, 10.0, 20.0))
+        >>> allocate([[0.9, 0.8, 0.1], [0.5, 0.4]], base_tokens=2, fixed_rows=2, step_time=table)
+        [2, 0]
+        >>> allocate([[0.9, 0.8, 0.1], [0.5, 0.4]], base_tokens=2, fixed_rows=2, max_nodes=3)
+        [2, 1]
+    """
+    values = _check_gains(gains)
+    if (
+        isinstance(base_tokens, bool)
+        or not isinstance(base_tokens, (int, float))
+        or not math.isfinite(base_tokens)
+        or base_tokens < 0
+    ):
+        raise ValueError(f"base_tokens: expected a finite number >= 0, got {base_tokens!r}")
+    _check_positive_int("fixed_rows", fixed_rows)
+    if step_time is not None and not isinstance(step_time, StepTimeTable):
+        raise TypeError(f"step_time: expected a StepTimeTable or None, got {type(step_time).__name__}")
+    if max_nodes is not None:
+        _check_positive_int("max_nodes", max_nodes, minimum=0)
+    if step_time is None and max_nodes is None:
+        raise ValueError("step_time: expected a StepTimeTable when max_nodes is None (nothing else bounds the allocation)")
+    ranked = sorted(((-g, r, j) for r, row in enumerate(values) for j, g in enumerate(row)))
+    cap = len(ranked) if max_nodes is None else min(len(ranked), max_nodes)
+    best_total, best_value, gained = 0, None, float(base_tokens)
+    for total in range(cap + 1):
+        if total:
+            gained += -ranked[total - 1][0]
+        value = gained / step_time(fixed_rows + total) if step_time is not None else gained
+        if best_value is None or value > best_value:
+            best_total, best_value = total, value
+    counts = [0] * len(values)
+    for _, r, _ in ranked[:best_total]:
+        counts[r] += 1
+    return counts
+
+
+def expected_tokens_per_ms(
+    gains: Sequence[Sequence[float]],
+    counts: Sequence[int],
+    *,
+    base_tokens: float,
+    fixed_rows: int,
+    step_time: StepTimeTable | None,
+) -> float:
+    """The objective :func:`allocate` maximises, for given ``counts`` (tokens, or tokens per ms with ``step_time``).
+
+    Example:
+        >>> expected_tokens_per_ms([[0.5]], [1], base_tokens=1, fixed_rows=1, step_time=StepTimeTable((1, 2), (1.0, 2.0)))
+        0.75
+    """
+    values = _check_gains(gains)
+    tokens = base_tokens + sum(sum(row[:n]) for row, n in zip(values, counts))
+    return tokens / step_time(fixed_rows + sum(counts)) if step_time is not None else tokens
+
+
+class AcceptanceEstimator:
+    """One request's expected accepted tokens per draft node, from the drafter's scores and past rounds.
+
+    Non-anticipating by construction: :meth:`gains` reads this round's proposal and the counts of
+    earlier rounds; :meth:`observe` adds a round once it has been verified.
+
+    * When the drafter gives scores (``confidence``, a tree's path log-scores, ``tree_logprobs`` or
+      ``draft_probs`` along the chain), a node's raw gain is its path probability under the drafter;
+      the gains are that times a calibration ``(accepted + prior) / (predicted + prior)`` over past
+      rounds, capped at 1.
+    * Otherwise a node at depth ``d`` gains ``prod_{i <= d} alpha_i``, with ``alpha_i`` the posterior mean
+      of the conditional acceptance at depth ``i`` (a ``Beta(prior_accept, prior_reject)`` prior updated
+      by every round that reached depth ``i``).
+
+    Gains are made non-increasing in node order by a running minimum (a node never gains more than
+    one verified before it), so :func:`allocate` takes prefixes.
+
+    Args:
+        prior_accept, prior_reject: the Beta prior of each depth's acceptance (``> 0``).
+        prior_tokens: pseudo-tokens of the score calibration's prior (``> 0``).
+
+    Example:
+        >>> est = AcceptanceEstimator()
+        >>> [round(g, 3) for g in est.gains(DraftProposal(torch.tensor([1, 2])))]
+        [0.5, 0.25]
+        >>> est.observe(DraftProposal(torch.tensor([1, 2])), nodes=2, accepted=2)
+        >>> [round(g, 3) for g in est.gains(DraftProposal(torch.tensor([1, 2])))]
+        [0.667, 0.444]
+    """
+
+    def __init__(self, *, prior_accept: float = 1.0, prior_reject: float = 1.0, prior_tokens: float = 1.0):
+        for name, value in (("prior_accept", prior_accept), ("prior_reject", prior_reject), ("prior_tokens", prior_tokens)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+        self.prior_accept, self.prior_reject, self.prior_tokens = float(prior_accept), float(prior_reject), float(prior_tokens)
+        self.reached: list[int] = []
+        self.passed: list[int] = []
+        self.scored_predicted = 0.0
+        self.scored_accepted = 0
+
+    @staticmethod
+    def _scores(proposal: DraftProposal, tree: Tree | None) -> list[float] | None:
+        """Raw path probabilities per node under the drafter, or ``None`` when it gave no scores."""
+        k = proposal.num_tokens
+        nodes = k if tree is None else tree.num_nodes
+        if proposal.confidence is not None and proposal.confidence.numel() == nodes:
+            return proposal.confidence.float().clamp(0.0, 1.0).tolist()
+        if tree is not None:
+            if tree.scores is None:
+                return None
+            return tree.scores.float().exp().clamp(0.0, 1.0).tolist()
+        if k == 0:
+            return []
+        if proposal.tree_logprobs is not None:
+            picked = proposal.tree_logprobs[:k].float().gather(1, proposal.tokens[:k, None]).squeeze(1)
+            return picked.cumsum(0).exp().clamp(0.0, 1.0).tolist()
+        if proposal.draft_probs is not None:
+            picked = proposal.draft_probs[:k].float().gather(1, proposal.tokens[:k, None]).squeeze(1)
+            return picked.clamp(0.0, 1.0).cumprod(0).tolist()
+        return None
+
+    def _survival(self, depth: int) -> float:
+        s = 1.0
+        for i in range(depth):
+            reached = self.reached[i] if i < len(self.reached) else 0
+            passed = self.passed[i] if i < len(self.passed) else 0
+            s *= (passed + self.prior_accept) / (reached + self.prior_accept + self.prior_reject)
+        return s
+
+    def raw_gains(self, proposal: DraftProposal, tree: Tree | None = None) -> tuple[list[float], bool]:
+        """``(gains before calibration, scored)``: per node (of ``tree`` if given, else of the chain)."""
+        scores = self._scores(proposal, tree)
+        if scores is not None:
+            return scores, True
+        depths = tree.depth.tolist() if tree is not None else list(range(1, proposal.num_tokens + 1))
+        return [self._survival(d) for d in depths], False
+
+    def gains(self, proposal: DraftProposal, tree: Tree | None = None) -> list[float]:
+        """Non-increasing expected accepted tokens of each node, in node order (``[k]`` floats).
+
+        Args:
+            proposal: this round's proposal (a chain unless ``tree`` is given).
+            tree: the tree the verifier would check, nodes in its order (best-first trees carry scores).
+        """
+        raw, scored = self.raw_gains(proposal, tree)
+        if scored:
+            scale = (self.scored_accepted + self.prior_tokens) / (self.scored_predicted + self.prior_tokens)
+            raw = [min(1.0, g * scale) for g in raw]
+        out, low = [], 1.0
+        for g in raw:
+            low = min(low, g)
+            out.append(low)
+        return out
+
+    def observe(self, proposal: DraftProposal, *, nodes: int, accepted: int, tree: Tree | None = None) -> None:
+        """Record a verified round: ``nodes`` nodes were checked (the first ones), ``accepted`` were accepted."""
+        _check_positive_int("nodes", nodes, minimum=0)
+        _check_positive_int("accepted", accepted, minimum=0)
+        if accepted > nodes:
+            raise ValueError(f"accepted: expected at most nodes = {nodes}, got {accepted}")
+        raw, scored = self.raw_gains(proposal, tree)
+        if scored:
+            self.scored_predicted += sum(raw[:nodes])
+            self.scored_accepted += accepted
+            return
+        deepest = nodes if tree is None else (int(tree.depth[:nodes].max()) if nodes else 0)
+        for d in range(1, min(accepted + 1, deepest) + 1):
+            while len(self.reached) < d:
+                self.reached.append(0)
+                self.passed.append(0)
+            self.reached[d - 1] += 1
+            self.passed[d - 1] += int(d <= accepted)

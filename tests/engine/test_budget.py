@@ -1,0 +1,241 @@
+"""Global verify budget: the allocator against brute force, the step-time table, the estimator, the Engine option.
+
+* :func:`allocate` reaches the brute-force optimum of expected tokens per unit of batch time (hypothesis);
+* the allocation of a round is decided before the round's target pass: changing that pass's logits
+  does not change it (non-anticipating);
+* with the budget on, every request's output in fp32 greedy is ``torch.equal`` to plain AR decoding;
+* bad tables, gains and options raise naming the argument.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specdec as sd
+from specdec.contracts import DraftProposal
+from specdec.drafters import ModelDrafter, NGramDrafter
+from specdec.engine import Engine
+from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate, expected_tokens_per_ms
+from specdec.models.ragged import RaggedDenseTarget
+from specdec.testing import tiny_target
+from specdec.verify import ChainVerifier, TreeVerifier
+
+SEQ = 64
+TARGET = tiny_target(seed=0, max_seq_len=SEQ)
+DRAFT = tiny_target(seed=1, max_seq_len=SEQ)
+
+
+def falling(values):
+    return sorted(values, reverse=True)
+
+
+gains_strategy = st.lists(
+    st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=0, max_size=4).map(falling), min_size=1, max_size=3
+)
+table_strategy = st.lists(st.floats(0.1, 5.0), min_size=2, max_size=4).map(
+    lambda steps: StepTimeTable(rows=tuple(range(1, 4 * len(steps), 4)), ms=tuple(itertools.accumulate(steps)))
+)
+
+
+def brute_force(gains, *, base_tokens, fixed_rows, step_time, max_nodes):
+    best = None
+    for counts in itertools.product(*(range(len(row) + 1) for row in gains)):
+        if max_nodes is not None and sum(counts) > max_nodes:
+            continue
+        tokens = base_tokens + sum(sum(row[:n]) for row, n in zip(gains, counts))
+        value = tokens / step_time(fixed_rows + sum(counts)) if step_time is not None else tokens
+        best = value if best is None else max(best, value)
+    return best
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    gains=gains_strategy,
+    table=table_strategy,
+    base=st.integers(0, 4),
+    fixed=st.integers(1, 6),
+    cap=st.one_of(st.none(), st.integers(0, 8)),
+    timed=st.booleans(),
+)
+def test_allocation_reaches_the_brute_force_optimum(gains, table, base, fixed, cap, timed):
+    step_time = table if timed or cap is None else None
+    counts = allocate(gains, base_tokens=base, fixed_rows=fixed, step_time=step_time, max_nodes=cap)
+    assert len(counts) == len(gains)
+    assert all(0 <= n <= len(row) for n, row in zip(counts, gains))
+    assert cap is None or sum(counts) <= cap
+    got = expected_tokens_per_ms(gains, counts, base_tokens=base, fixed_rows=fixed, step_time=step_time)
+    best = brute_force(gains, base_tokens=base, fixed_rows=fixed, step_time=step_time, max_nodes=cap)
+    assert got == pytest.approx(best, rel=1e-12, abs=1e-12)
+
+
+def test_allocation_spends_rows_where_gains_are_and_stops_where_time_outgrows_them():
+    flat = StepTimeTable(rows=(1, 100), ms=(10.0, 10.0))
+    assert allocate([[0.9, 0.9], [0.2]], base_tokens=2, fixed_rows=2, step_time=flat) == [2, 1]
+    assert allocate([[0.9, 0.9], [0.2]], base_tokens=2, fixed_rows=2, max_nodes=2) == [2, 0]
+    # a row costs 0.5 ms on a 10 ms step: 3.8 tokens / 11 ms beats 3.9 / 11.5 (the 0.1 node) and 2 / 10 (none)
+    steep = StepTimeTable(rows=(2, 12), ms=(10.0, 15.0))
+    assert allocate([[0.9, 0.9], [0.1]], base_tokens=2, fixed_rows=2, step_time=steep) == [2, 0]
+    assert allocate([[0.9, 0.9], [0.2]], base_tokens=2, fixed_rows=2, step_time=steep) == [2, 1]
+
+
+def test_step_time_table_interpolates_extrapolates_and_round_trips():
+    table = StepTimeTable(rows=(4, 8, 16), ms=(2.0, 3.0, 7.0), meta={"model": "tiny"})
+    assert [table(r) for r in (1, 4, 6, 8, 12, 16, 20)] == [2.0, 2.0, 2.5, 3.0, 5.0, 7.0, 9.0]
+    again = StepTimeTable.from_json(table.to_json())
+    assert again == table and again.meta == {"model": "tiny"}
+
+
+def test_profile_times_the_ragged_forward_and_leaves_the_slots_empty():
+    ragged = RaggedDenseTarget(TARGET, slots=3)
+    table = StepTimeTable.profile(ragged, rows=(1, 6, 12), requests=3, prefix_len=8, reps=2, warmup=1)
+    assert table.rows == (1, 6, 12) and len(table.meta["measured_ms"]) == 3
+    assert all(b >= a for a, b in zip(table.ms, table.ms[1:])) and table.ms[0] > 0
+    assert ragged.lengths == [0, 0, 0]
+    with pytest.raises(ValueError, match="requests"):
+        StepTimeTable.profile(ragged, rows=(1, 2), requests=4)
+    with pytest.raises(ValueError, match="prefix_len"):
+        StepTimeTable.profile(ragged, rows=(1, 64), prefix_len=60)
+
+
+def test_estimator_learns_depth_acceptance_from_past_rounds_only():
+    est = AcceptanceEstimator()
+    chain = DraftProposal(torch.tensor([1, 2, 3]))
+    before = est.gains(chain)
+    assert before == est.gains(chain)  # reading gains changes nothing
+    for _ in range(20):
+        est.observe(chain, nodes=3, accepted=0)  # depth 1 always rejected
+    after = est.gains(chain)
+    assert after[0] < before[0] and after[0] == pytest.approx(1 / 22)
+    assert est.reached[:1] == [20] and len(est.reached) == 1  # deeper depths were never reached
+    for _ in range(40):
+        est.observe(chain, nodes=3, accepted=3)
+    assert est.gains(chain)[2] > after[2]
+
+
+def test_estimator_calibrates_drafter_scores_online():
+    probs = torch.full((2, 5), 0.1)
+    probs[:, 1] = 0.6
+    chain = DraftProposal(torch.tensor([1, 1]), draft_probs=probs)
+    est = AcceptanceEstimator()
+    assert est.gains(chain) == pytest.approx([0.6, 0.36])
+    for _ in range(10):
+        est.observe(chain, nodes=2, accepted=0)  # the drafter is overconfident
+    scale = 1 / (1 + 10 * 0.96)
+    assert est.gains(chain) == pytest.approx([0.6 * scale, 0.36 * scale])
+
+
+def test_bad_budget_inputs_raise_naming_the_argument():
+    table = StepTimeTable(rows=(1, 2), ms=(1.0, 2.0))
+    with pytest.raises(ValueError, match="gains\\[0\\].*non-increasing"):
+        allocate([[0.1, 0.5]], base_tokens=1, fixed_rows=1, step_time=table)
+    with pytest.raises(ValueError, match="gains\\[1\\].*>= 0"):
+        allocate([[0.5], [-0.1]], base_tokens=1, fixed_rows=1, step_time=table)
+    with pytest.raises(TypeError, match="gains"):
+        allocate("abc", base_tokens=1, fixed_rows=1, step_time=table)
+    with pytest.raises(ValueError, match="fixed_rows"):
+        allocate([[0.5]], base_tokens=1, fixed_rows=0, step_time=table)
+    with pytest.raises(ValueError, match="step_time"):
+        allocate([[0.5]], base_tokens=1, fixed_rows=1)
+    with pytest.raises(ValueError, match="max_nodes"):
+        allocate([[0.5]], base_tokens=1, fixed_rows=1, max_nodes=-1)
+    with pytest.raises(ValueError, match="rows: expected strictly increasing"):
+        StepTimeTable(rows=(2, 2), ms=(1.0, 1.0))
+    with pytest.raises(ValueError, match="ms: expected times non-decreasing"):
+        StepTimeTable(rows=(1, 2), ms=(2.0, 1.0))
+    with pytest.raises(ValueError, match="ms: expected 2 times"):
+        StepTimeTable(rows=(1, 2), ms=(1.0,))
+    with pytest.raises(ValueError, match="verify_budget"):
+        Engine(TARGET, NGramDrafter(), max_batch=2, verify_budget=-1)
+    with pytest.raises(ValueError, match="verify_budget"):
+        Engine(TARGET, NGramDrafter(), max_batch=2, verify_budget="all")
+    with pytest.raises(ValueError, match="step_time: verify_budget='auto'"):
+        Engine(TARGET, NGramDrafter(), max_batch=2, verify_budget="auto")
+    with pytest.raises(ValueError, match="step_time: only read"):
+        Engine(TARGET, NGramDrafter(), max_batch=2, step_time=table)
+    with pytest.raises(TypeError, match="step_time"):
+        Engine(TARGET, NGramDrafter(), max_batch=2, verify_budget=4, step_time=[1.0])
+
+
+PROMPTS = [[5, 6, 7, 5, 6, 7, 5], [9, 3], [4, 4, 4, 4], [1, 2, 3, 1, 2, 3, 1, 2], [11]]
+TABLE = StepTimeTable(rows=(1, 8, 32), ms=(1.0, 1.3, 4.0))
+
+
+@pytest.mark.parametrize(
+    "verifier, drafter, budget",
+    [
+        ("chain", "ngram", 3),
+        ("chain", "model", 2),
+        ("tree", "model", 5),
+        ("tree", "model", "auto"),
+        ("chain", "ngram", "auto"),
+    ],
+)
+def test_outputs_with_a_global_budget_equal_ar_in_fp32_greedy(verifier, drafter, budget):
+    make_verifier = ChainVerifier if verifier == "chain" else (lambda: TreeVerifier(budget=8))
+    make_drafter = (lambda: NGramDrafter(max_ngram=2)) if drafter == "ngram" else (lambda: ModelDrafter(DRAFT))
+    # one draft model holds one cache: with the model drafter, one request at a time
+    engine = Engine(
+        TARGET,
+        NGramDrafter(max_ngram=2) if drafter == "ngram" else make_drafter,
+        make_verifier(),
+        max_batch=3 if drafter == "ngram" else 1,
+        num_draft_tokens=4,
+        verify_budget=budget,
+        step_time=TABLE if budget == "auto" else None,
+    )
+    ids = [engine.add_request(torch.tensor(p), max_new_tokens=10) for p in PROMPTS]
+    totals = []
+    while engine.has_work:
+        engine.step()
+        totals.append(sum(engine.last_allocation.values()))
+        if isinstance(budget, int):
+            assert totals[-1] <= budget
+    assert any(totals)  # the budget gave some rounds draft nodes
+    outputs = {rid: engine.output(rid) for rid in ids}
+    for rid, prompt in zip(ids, PROMPTS):
+        ar = sd.generate(TARGET, torch.tensor([prompt]), max_new_tokens=10).tokens[0]
+        assert torch.equal(outputs[rid], ar)
+
+
+def test_a_budget_of_zero_nodes_decodes_autoregressively():
+    engine = Engine(TARGET, NGramDrafter(max_ngram=2), max_batch=2, verify_budget=0)
+    ids = [engine.add_request(torch.tensor(p), max_new_tokens=6) for p in PROMPTS[:2]]
+    engine.run()
+    assert all(engine.request(rid).accepted == 0 and engine.request(rid).rounds == 5 for rid in ids)
+
+
+def test_allocation_does_not_read_the_rounds_target_pass(monkeypatch):
+    """Two runs that differ only in the logits of step s allocate identically at step s."""
+
+    def allocations(perturb_step, steps=6):
+        engine = Engine(TARGET, lambda: ModelDrafter(tiny_target(seed=1, max_seq_len=SEQ)), max_batch=3, verify_budget=4)
+        for p in PROMPTS[:3]:
+            engine.add_request(torch.tensor(p), max_new_tokens=12)
+        ragged = engine.target
+        forward = ragged.forward
+        calls = {"n": 0}
+
+        def perturbed(rows, **kwargs):
+            outs = forward(rows, **kwargs)
+            calls["n"] += 1
+            if calls["n"] == perturb_step:
+                for out in outs:
+                    out.logits.copy_(torch.flip(out.logits, dims=[-1]))
+            return outs
+
+        monkeypatch.setattr(ragged, "forward", perturbed)
+        seen = []
+        for _ in range(steps):
+            engine.step()
+            seen.append(dict(engine.last_allocation))
+        return seen
+
+    plain, perturbed = allocations(perturb_step=0), allocations(perturb_step=4)
+    assert perturbed[:4] == plain[:4]  # up to and including the perturbed step: the same decisions
+    assert sum(perturbed[3].values()) == 4
+    assert perturbed[4:] != plain[4:]  # later rounds do learn from the perturbed pass
