@@ -84,7 +84,8 @@ def parse_variant(name: str) -> tuple[str, str]:
 def build_target(shape: str, tiny: bool, device, weights: str, storage: str, max_seq_len: int, graphs: bool):
     """A random-weight target of ``shape`` in the ``weights`` format, Q view held as ``storage``.
 
-    CUDA graphs on CUDA; on the CPU the static path they capture, run eagerly (same body).
+    ``graphs``: CUDA graphs; otherwise on the CPU the static path they capture, run eagerly (same body),
+    and on CUDA plain eager forwards.
     """
     dtype, weight_format = WEIGHTS[weights]
     cfg = SHAPES[shape][1 if tiny else 0]
@@ -101,7 +102,7 @@ def build_target(shape: str, tiny: bool, device, weights: str, storage: str, max
     target.set_q_view_storage(storage)
     if graphs:
         target.enable_cuda_graphs()
-    else:
+    elif target.device.type == "cpu":
         target.enable_static_path()
     return target
 
@@ -287,26 +288,33 @@ def main(argv=None) -> int:
             result["skipped"].append(dict(variant=variant, what="target, AR and pass times"))
             continue
         weights, storage = parse_variant(variant)
-        try:
-            target = build_target(args.shape, not cuda, device, weights, storage, max_seq_len, graphs=cuda)
-            run(target, prompt, args.tokens)  # warm-up: graphs captured
-            ar, ar_s = run(target, prompt, args.tokens)
-            bytes_read = linear_weight_bytes(target, storage)
-            for rows in pass_rows:
-                timing = pass_times(target, prompt, rows, args.reps)
-                timing.update(variant=variant, nominal_byte_ratio=NOMINAL_BYTE_RATIO.get(variant, 1.0), **bytes_read)
-                result["pass_times"].append(timing)
-                print(
-                    f"[{variant}] {rows}-row pass: exact {timing['exact_ms']:.3f} ms, Q {timing['q_ms']:.3f} ms "
-                    f"(x{timing['q_over_exact']:.2f}; bytes x{bytes_read['byte_ratio']:.3f})",
-                    flush=True,
-                )
-        except Exception as exc:  # recorded and reported; the other variants still run
-            result["errors"].append(dict(variant=variant, stage="build / AR / pass times", error=f"{type(exc).__name__}: {exc}"))
-            print(f"[{variant}] ERROR {type(exc).__name__}: {exc}", flush=True)
-            targets.pop(variant, None)
-            save()
+        # CUDA graphs first; should a variant fail under them, it is recorded and retried eagerly once
+        for graphs in (True, False) if cuda else (False,):
+            try:
+                target = build_target(args.shape, not cuda, device, weights, storage, max_seq_len, graphs=graphs)
+                run(target, prompt, args.tokens)  # warm-up: graphs captured
+                ar, ar_s = run(target, prompt, args.tokens)
+                bytes_read = linear_weight_bytes(target, storage)
+                timings = [pass_times(target, prompt, rows, args.reps) for rows in pass_rows]
+                break
+            except Exception as exc:  # recorded and reported; the other variants still run
+                target = None
+                stage = f"build / AR / pass times ({'CUDA graphs' if graphs else 'eager' if cuda else 'CPU'})"
+                result["errors"].append(dict(variant=variant, stage=stage, error=f"{type(exc).__name__}: {exc}"))
+                print(f"[{variant}] ERROR in {stage}: {type(exc).__name__}: {exc}", flush=True)
+                if cuda:
+                    torch.cuda.empty_cache()
+                save()
+        if target is None:
             continue
+        for timing in timings:
+            timing.update(variant=variant, graphs=graphs, nominal_byte_ratio=NOMINAL_BYTE_RATIO.get(variant, 1.0), **bytes_read)
+            result["pass_times"].append(timing)
+            print(
+                f"[{variant}] {timing['rows']}-row pass: exact {timing['exact_ms']:.3f} ms, Q {timing['q_ms']:.3f} ms "
+                f"(x{timing['q_over_exact']:.2f}; bytes x{bytes_read['byte_ratio']:.3f})",
+                flush=True,
+            )
         result["ar_seconds"][variant] = ar_s
         print(f"[{variant}] AR {args.tokens / ar_s:.1f} tok/s", flush=True)
         references[variant] = torch.cat([prompt[0], ar.tokens[0]]).cpu()
