@@ -2,7 +2,7 @@
 # Two-level verification, the H200 measurements not in run_h200_two_level.sh, in two modes (one device call each).
 #   sim  (default): 1. the Qwen3.5-4B hybrid shape, float32 (systems, torch.equal with AR, per-stage times) and
 #                      bf16 with the packed 8-bit Q view (single-pass times only);
-#                   2. the Qwen3-8B shape with W12 weights (exact pass = W12 kernel, Q pass = the A+E plane, byte
+#                   2. the Qwen3-8B shape with W12 weights first (exact pass = W12 kernel, Q pass = the A+E plane, byte
 #                      ratio 0.67) beside bf16 weights with the packed Q view (byte ratio 0.5), then tree and
 #                      two-level on the W12 target;
 #                   3. bf16 token forcing of two-level outputs on the Qwen3-0.6B shape (must pass) and of the
@@ -22,7 +22,7 @@ mode=${1:-sim}
 if [ "$mode" != sim ] && [ "$mode" != real ]; then echo "mode: expected sim or real, got $mode" >&2; exit 2; fi
 if [ "$mode" = sim ]; then
 timeout 55 python3 -m benchmarks.decode.bench_two_level --shape qwen3.5-4b-hybrid --variants fp32-dense,bf16-packed --system-variants fp32-dense --tokens 96 --reps 10 --budget-s 38 --out "$OUT/bench_two_level_hybrid.json" 2>&1 | tee "$OUT/bench_two_level_hybrid.log"
-timeout 35 python3 -m benchmarks.decode.bench_two_level --shape qwen3-8b --variants bf16-packed,w12-packed --system-variants w12-packed --profiles specpilot-one-level --systems "tree,two-level always" --tokens 64 --reps 10 --budget-s 22 --out "$OUT/bench_two_level_w12.json" 2>&1 | tee "$OUT/bench_two_level_w12.log"
+timeout 35 python3 -m benchmarks.decode.bench_two_level --shape qwen3-8b --variants w12-packed,bf16-packed --system-variants w12-packed --profiles specpilot-one-level --systems "tree,two-level always" --tokens 64 --reps 10 --budget-s 22 --out "$OUT/bench_two_level_w12.json" 2>&1 | tee "$OUT/bench_two_level_w12.log"
 timeout 60 python3 -m benchmarks.decode.forcing_two_level_gpu --budget-s 28 --out "$OUT" 2>&1 | tee "$OUT/forcing_two_level_gpu.log"
 echo "=== summary ==="
 tail -n 20 "$OUT/bench_two_level_hybrid.log"

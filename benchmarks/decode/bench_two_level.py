@@ -341,7 +341,9 @@ def main(argv=None) -> int:
                 try:
                     row = measure_system(target, prompt, args.tokens, references[variant], profile, system, args.budget)
                 except Exception as exc:
-                    result["errors"].append(dict(variant=variant, profile=name, system=system, error=f"{type(exc).__name__}: {exc}"))
+                    result["errors"].append(
+                        dict(variant=variant, profile=name, system=system, error=f"{type(exc).__name__}: {exc}")
+                    )
                     print(f"[{variant}] {name} {system} ERROR {type(exc).__name__}: {exc}", flush=True)
                     save()
                     continue
@@ -381,7 +383,9 @@ def main(argv=None) -> int:
     print(f"\n{provenance_line(prov)}")
     print("variant        rows  exact ms    Q ms   Q/exact  bytes Q/exact")
     for t in result["pass_times"]:
-        print(f"{t['variant']:13s} {t['rows']:5d} {t['exact_ms']:9.3f} {t['q_ms']:7.3f} {t['q_over_exact']:8.2f}  {t['byte_ratio']:8.3f}")
+        print(
+            f"{t['variant']:13s} {t['rows']:5d} {t['exact_ms']:9.3f} {t['q_ms']:7.3f} {t['q_over_exact']:8.2f}  {t['byte_ratio']:8.3f}"
+        )
     print("\nvariant       system             profile                     tok/pass  vs chain  x AR  x tree (time)  equal")
     for row in rows:
         print(

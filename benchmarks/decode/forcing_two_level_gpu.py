@@ -135,8 +135,12 @@ def main(argv=None) -> int:
     target.enable_cuda_graphs(buckets) if device.type == "cuda" else target.enable_static_path(buckets)
     build_s = time.perf_counter() - start
     gen = torch.Generator().manual_seed(args.seed + 2)
-    all_prompts = [torch.randint(0, target.vocab_size, (args.prompt_len,), generator=gen).to(device) for _ in range(args.num_prompts)]
-    print(f"target {args.shape} {args.dtype} on {device}: {target.config.num_parameters() / 1e6:.0f}M parameters, built in {build_s:.1f} s")
+    all_prompts = [
+        torch.randint(0, target.vocab_size, (args.prompt_len,), generator=gen).to(device) for _ in range(args.num_prompts)
+    ]
+    print(
+        f"target {args.shape} {args.dtype} on {device}: {target.config.num_parameters() / 1e6:.0f}M parameters, built in {build_s:.1f} s"
+    )
 
     systems = {"stock": lambda: target, "two-level": lambda: target, "faulty two-level": lambda: QChainHandOff(target)}
     outs = {name: [] for name in systems}
@@ -189,7 +193,9 @@ def main(argv=None) -> int:
         "faulty_report": faulty.to_dict(max_listed=200),
         "expected_outcome": expected,
     }
-    path = write_json(Path(args.out) / ("forcing_two_level_smoke.json" if args.smoke else "forcing_two_level_gpu.json"), result, prov)
+    path = write_json(
+        Path(args.out) / ("forcing_two_level_smoke.json" if args.smoke else "forcing_two_level_gpu.json"), result, prov
+    )
 
     print("\n== lossless candidate: two-level verification ==")
     print(lossless.table())
@@ -203,7 +209,9 @@ def main(argv=None) -> int:
             f"| {name} | {rep.num_tokens} | {rep.num_mismatches} | {rep.mismatch_rate:.2e} | [{rep.ci95[0]:.1e}, {rep.ci95[1]:.1e}] | "
             f"{rep.null_rate:.2e} | {len(rep.large_margin_events)} | {rep.verdict} |"
         )
-    print(f"two-level sequences identical to AR: {identical}/{len(prompts)}; Q passes {q_passes}; wall {result['times_s']['total']:.1f} s")
+    print(
+        f"two-level sequences identical to AR: {identical}/{len(prompts)}; Q passes {q_passes}; wall {result['times_s']['total']:.1f} s"
+    )
     print(f"expected outcome: {'yes' if expected else 'NO'}; JSON written to {path}")
     return 0 if expected else 1
 
