@@ -58,16 +58,16 @@ class QChainHandOff(TargetFault):
 
     def __init__(self, target):
         super().__init__(target)
-        self._q: tuple[torch.Tensor, torch.Tensor] | None = None  # (tokens [T], logits [1, T, V]) of the last Q pass
+        self.last_q_pass: tuple[torch.Tensor, torch.Tensor] | None = None  # (tokens [T], logits [1, T, V]) of the last Q pass
 
     def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None, view="exact"):
         """The wrapped forward; an exact forward right after a Q forward takes the Q logits on their shared rows."""
         out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
         if view == "q":
-            self._q = (tokens[0].clone(), out.logits.clone())
-        elif self._q is not None:
-            q_tokens, q_logits = self._q
-            self._q = None
+            self.last_q_pass = (tokens[0].clone(), out.logits.clone())
+        elif self.last_q_pass is not None:
+            q_tokens, q_logits = self.last_q_pass
+            self.last_q_pass = None
             n = min(q_tokens.numel(), tokens.shape[1])
             differs = (q_tokens[:n] != tokens[0, :n]).nonzero()
             shared = n if differs.numel() == 0 else int(differs[0, 0])
