@@ -13,8 +13,9 @@ The default layout ``"per_request"`` therefore runs every linear layer (and the 
 request's rows alone, with exactly the shapes of the batch-1 forward: a request's logits are
 ``torch.equal`` to :class:`~specdec.models.dense.DenseTarget`'s for the same rows, whatever its
 companions. The layout ``"packed"`` runs each linear layer once over all rows (what makes batching pay
-on an accelerator) and the attention per request; its logits agree with the batch-1 forward to
-rounding, not bitwise, unless the forward holds a single request.
+on an accelerator) and batches RoPE, the cache writes and the attention over all requests (one masked
+attention call over the slots, so the launches per forward do not grow with the number of requests); its
+logits agree with the batch-1 forward to rounding, not bitwise.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
-from specdec.models.dense import DecoderLayer, DenseTarget, _rotate_half, cached_attention, compact_kv, prefix_attention_mask
+from specdec.models.dense import DecoderLayer, DenseTarget, _rotate_half, compact_kv, prefix_attention_mask
 
 __all__ = ["LAYOUTS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
 
@@ -319,29 +320,56 @@ class RaggedDenseTarget:
         return outs
 
     def _run_packed(self, xs, segments, hidden_layers) -> list[TargetOutput]:
-        """Each linear layer once over all rows ``[1, R, .]``; RoPE and attention per request."""
+        """Each linear layer once over all rows ``[1, R, .]``; RoPE, the K/V writes and attention batched too.
+
+        Attention runs as one ``scaled_dot_product_attention`` over every slot ``[S, Hkv, G * Tmax, Lmax]``:
+        each request's rows go to its slot (padded to ``Tmax`` rows), attend its own cache up to ``Lmax`` (the
+        longest request's length) under its prefix-and-tree mask; slots and rows without a request attend
+        slot position 0 only and their outputs are dropped. So a forward costs the same number of kernel
+        launches whatever the number of requests.
+        """
         target, cfg = self.target, self.config
-        bounds = torch.tensor([0] + [seg["rows"] for seg in segments]).cumsum(0).tolist()
+        device = self.device
+        rows = [seg["rows"] for seg in segments]
+        bounds = torch.tensor([0, *rows]).cumsum(0).tolist()
+        max_rows, max_len = max(rows), max(seg["kv_len"] for seg in segments)
+        row_slot = torch.cat([torch.full((seg["rows"],), seg["slot"], dtype=torch.long) for seg in segments]).to(device)
+        row_index = torch.cat([torch.arange(seg["rows"]) for seg in segments]).to(device)  # [R] row within its request
+        row_cache = torch.cat([seg["slots"] for seg in segments])  # [R] cache position of each row
+        cos = torch.cat([seg["rope"][0] for seg in segments], dim=2)  # [1, 1, R, D]
+        sin = torch.cat([seg["rope"][1] for seg in segments], dim=2)
+        mask = torch.zeros(self.slots, 1, max_rows, max_len, dtype=torch.bool, device=device)
+        mask[:, :, :, 0] = True  # padding rows attend one slot: finite, discarded
+        for seg in segments:
+            mask[seg["slot"], 0, : seg["rows"], : seg["kv_len"]] = seg["mask"][0, 0]
+        group = cfg.num_heads // cfg.num_kv_heads
+        mask = mask.repeat(1, 1, group, 1) if group > 1 else mask  # [S, 1, G * Tmax, Lmax]
         x = torch.cat(xs, dim=1)  # [1, R, hidden]
+        num_rows = x.shape[1]
         taps = {0: x} if 0 in hidden_layers else {}
         for i, layer in enumerate(target.layers):
             attn = layer.attn
             qkv = attn.wqkv(layer.attn_norm(x))  # [1, R, q + 2 kv]
-            parts = []
-            for j, seg in enumerate(segments):
-                rows = seg["rows"]
-                q, k, v = qkv[:, bounds[j] : bounds[j + 1]].split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
-                q = q.view(1, rows, cfg.num_heads, cfg.head_dim)
-                k = k.view(1, rows, cfg.num_kv_heads, cfg.head_dim)
-                v = v.view(1, rows, cfg.num_kv_heads, cfg.head_dim)
-                if attn.q_norm is not None:
-                    q, k = attn.q_norm(q), attn.k_norm(k)
-                q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [1, H, T_i, D]
-                cos, sin = seg["rope"]
-                q = q * cos + _rotate_half(q) * sin
-                k = k * cos + _rotate_half(k) * sin
-                parts.append(cached_attention(q, k, v, *self._cache(i, seg), seg["slots"], seg["mask"]))
-            x = x + attn.wo(torch.cat(parts, dim=1))
+            q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+            q = q.view(1, num_rows, cfg.num_heads, cfg.head_dim)
+            k = k.view(1, num_rows, cfg.num_kv_heads, cfg.head_dim)
+            v = v.view(1, num_rows, cfg.num_kv_heads, cfg.head_dim)
+            if attn.q_norm is not None:
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [1, H, R, D]
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            k_cache, v_cache = self.k_caches[i], self.v_caches[i]  # [S, Hkv, max_seq_len, D]
+            k_cache[row_slot, :, row_cache] = k[0].transpose(0, 1)  # [R, Hkv, D]
+            v_cache[row_slot, :, row_cache] = v[0].transpose(0, 1)
+            queries = q.new_zeros(self.slots, cfg.num_heads, max_rows, cfg.head_dim)
+            queries[row_slot, :, row_index] = q[0].transpose(0, 1)  # [R, H, D]
+            queries = queries.reshape(self.slots, cfg.num_kv_heads, group * max_rows, cfg.head_dim)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                queries, k_cache[:, :, :max_len], v_cache[:, :, :max_len], attn_mask=mask
+            )  # [S, Hkv, G * Tmax, D]
+            out = out.reshape(self.slots, cfg.num_heads, max_rows, cfg.head_dim)[row_slot, :, row_index]  # [R, H, D]
+            x = x + attn.wo(out.reshape(1, num_rows, cfg.num_heads * cfg.head_dim))
             x = x + layer.mlp(layer.mlp_norm(x))
             if i + 1 in hidden_layers:
                 taps[i + 1] = x

@@ -3,7 +3,8 @@
 * layout ``"per_request"``: every request's logits (and hidden taps) are ``torch.equal`` to the batch-1
   forward of the same rows, for prefills, chain and tree rows, any companions and any order
   (hypothesis), across commits of tree paths;
-* layout ``"packed"``: one request alone is bitwise equal; several agree to rounding;
+* layout ``"packed"``: one request alone is bitwise equal; several agree to rounding, prefills, tree rows
+  over committed prefixes of different lengths and tree-path commits included (hypothesis);
 * commits, resets and truncations touch only their slot; the weights are the dense target's own;
 * bad rows raise before any work and leave every slot as it was;
 * a slot is a batch-1 Target: ``generate`` on it equals ``generate`` on the dense target.
@@ -103,6 +104,41 @@ def test_packed_layout_one_request_is_bitwise_and_several_agree_to_rounding():
     ref = exact.forward([RequestRows(i, p[None]) for i, p in enumerate(prompts)])
     for a, b in zip(many, ref):
         torch.testing.assert_close(a.logits, b.logits, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=8)
+@given(
+    lengths=st.lists(st.integers(1, 10), min_size=1, max_size=4),
+    nodes=st.lists(st.integers(0, 6), min_size=4, max_size=4),
+    seed=st.integers(0, 1000),
+    qwen=st.booleans(),
+)
+def test_packed_layout_follows_per_request_through_trees_and_commits(lengths, nodes, seed, qwen):
+    """The batched attention of ``"packed"``: every request attends its own prefix under its own tree mask."""
+    dense = QWEN3 if qwen else DENSE
+    gen = torch.Generator().manual_seed(seed)
+    packed = RaggedDenseTarget(dense, slots=5, layout="packed")
+    exact = RaggedDenseTarget(dense, slots=5)
+    slots = torch.randperm(5, generator=gen)[: len(lengths)].tolist()
+    prompts = [RequestRows(s, torch.randint(0, VOCAB, (1, n), generator=gen)) for s, n in zip(slots, lengths)]
+    for out, ref in zip(packed.forward(prompts), exact.forward(prompts)):
+        torch.testing.assert_close(out.logits, ref.logits, rtol=1e-5, atol=1e-5)
+    for rows in prompts:
+        packed.commit(rows.slot, rows.tokens.shape[1])
+        exact.commit(rows.slot, rows.tokens.shape[1])
+    for round_nodes in (nodes, nodes[::-1]):
+        order = torch.randperm(len(slots), generator=gen).tolist()
+        requests = []
+        for j in order:
+            tree = random_tree(gen, round_nodes[j % 4])
+            root = torch.randint(0, VOCAB, (1,), generator=gen)
+            requests.append(RequestRows.from_plan(slots[j], VerifyPlan.for_tree(root, tree, prefix_len=exact.length(slots[j]))))
+        for out, ref in zip(packed.forward(requests), exact.forward(requests)):
+            torch.testing.assert_close(out.logits, ref.logits, rtol=1e-5, atol=1e-5)
+        for rows in requests:
+            keep = torch.tensor([0, 1]) if rows.tokens.shape[1] > 1 else torch.tensor([0])  # root, first node (a root child)
+            packed.commit(rows.slot, keep)
+            exact.commit(rows.slot, keep)
 
 
 def test_commit_reset_and_truncate_touch_only_their_slot():
