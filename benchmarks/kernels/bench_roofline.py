@@ -159,8 +159,11 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops) -> li
             bad = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
             row["w12_first_mismatches"] = bad
         out.append(row)
-        print(f"decode check N={n} K={k} escapes={w12.num_escapes}: w12 {row['w12_decode_exact']} "
-              f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']}", flush=True)
+        print(
+            f"decode check N={n} K={k} escapes={w12.num_escapes}: w12 {row['w12_decode_exact']} "
+            f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']}",
+            flush=True,
+        )
     return out
 
 
@@ -174,7 +177,9 @@ def weight_bytes(kind: str, n: int, k: int, w12) -> int:
     return int(w12.ae.numel() + w12.base.numel())  # Q view: AE plane and bases
 
 
-def bench_shape(model: str, lname: str, n: int, k: int, args, gen: torch.Generator, device: torch.device, ops, t_start) -> list[dict]:
+def bench_shape(
+    model: str, lname: str, n: int, k: int, args, gen: torch.Generator, device: torch.device, ops, t_start
+) -> list[dict]:
     from specdec.formats.w12 import W12Tensor, q_linear, w12_linear
 
     rows = []
@@ -193,8 +198,16 @@ def bench_shape(model: str, lname: str, n: int, k: int, args, gen: torch.Generat
         yq32 = x.float() @ wq.float().T
         err_cublas = (F.linear(x, w).float() - y32).abs().max().item()
         err_cublas_q = (F.linear(x, wq).float() - yq32).abs().max().item()
-        row = dict(model=model, linear=lname, N=n, K=k, M=m, escape_fraction=w12.escape_fraction,
-                   w12_bits_per_weight=w12.bits_per_weight, cublas_err=err_cublas)
+        row = dict(
+            model=model,
+            linear=lname,
+            N=n,
+            K=k,
+            M=m,
+            escape_fraction=w12.escape_fraction,
+            w12_bits_per_weight=w12.bits_per_weight,
+            cublas_err=err_cublas,
+        )
         fns = {
             "cublas_bf16": (lambda: F.linear(x, w), y32, err_cublas),
             "triton_w12": (lambda: w12_linear(x, w12), y32, err_cublas),
@@ -254,7 +267,11 @@ def plot(result: dict, path: Path) -> str | None:
     for i, kind in enumerate(KERNELS):
         color = f"C{i}"
         for shape in sorted({(r["model"], r["linear"]) for r in rows}):
-            pts = [(r["M"], r[f"{kind}_bytes_per_s"] / 1e12) for r in rows if (r["model"], r["linear"]) == shape and f"{kind}_bytes_per_s" in r]
+            pts = [
+                (r["M"], r[f"{kind}_bytes_per_s"] / 1e12)
+                for r in rows
+                if (r["model"], r["linear"]) == shape and f"{kind}_bytes_per_s" in r
+            ]
             if pts:
                 ax.plot(*zip(*pts), color=color, alpha=0.15, lw=0.8)
         med = []
@@ -281,16 +298,22 @@ def plot(result: dict, path: Path) -> str | None:
 
 def summary_lines(result: dict) -> list[str]:
     rows = [r for r in result["rows"] if "M" in r]
-    lines = [f"copy bandwidth {result['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s on {result['device']}; "
-             f"decode checks: {result['decode_checks_passed']}; rows {len(rows)}"]
-    lines.append(f"{'kernel':12s} {'vs cuBLAS bf16 min':>18s} {'max':>6s} {'frac of copy min':>17s} {'max':>6s} {'failed/missing':>15s}")
+    lines = [
+        f"copy bandwidth {result['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s on {result['device']}; "
+        f"decode checks: {result['decode_checks_passed']}; rows {len(rows)}"
+    ]
+    lines.append(
+        f"{'kernel':12s} {'vs cuBLAS bf16 min':>18s} {'max':>6s} {'frac of copy min':>17s} {'max':>6s} {'failed/missing':>15s}"
+    )
     for kind in KERNELS:
         sp = [r[f"{kind}_vs_cublas_bf16"] for r in rows if f"{kind}_vs_cublas_bf16" in r]
         fc = [r[f"{kind}_frac_of_copy"] for r in rows if f"{kind}_frac_of_copy" in r]
         missing = sum(f"{kind}_s" not in r for r in rows)
         fmt = lambda v: f"{v:.2f}" if v is not None else "n/a"  # noqa: E731
-        lines.append(f"{kind:12s} {fmt(min(sp) if sp else None):>18s} {fmt(max(sp) if sp else None):>6s} "
-                     f"{fmt(min(fc) if fc else None):>17s} {fmt(max(fc) if fc else None):>6s} {missing:>15d}")
+        lines.append(
+            f"{kind:12s} {fmt(min(sp) if sp else None):>18s} {fmt(max(sp) if sp else None):>6s} "
+            f"{fmt(min(fc) if fc else None):>17s} {fmt(max(fc) if fc else None):>6s} {missing:>15d}"
+        )
     return lines
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import torch
-
 from benchmarks.kernels import bench_roofline
 from specdec.kernels.cuda import ops
 

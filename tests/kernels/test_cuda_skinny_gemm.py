@@ -100,7 +100,9 @@ def test_w12_and_q_ops_reject_bad_planes():
 def test_missing_library_named_in_the_error(monkeypatch, tmp_path):
     missing = tmp_path / "nowhere" / "specdec_cuda_kernels.so"
     monkeypatch.setenv(build.ENV_VAR, str(missing))
-    with pytest.raises(KernelLibraryError, match=r"CUDA kernel library not found at .*nowhere/specdec_cuda_kernels.so \(SPECDEC_CUDA_KERNELS\)"):
+    with pytest.raises(
+        KernelLibraryError, match=r"CUDA kernel library not found at .*nowhere/specdec_cuda_kernels.so \(SPECDEC_CUDA_KERNELS\)"
+    ):
         load_library()
 
 

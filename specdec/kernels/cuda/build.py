@@ -59,8 +59,20 @@ def build_command(out: Path | str, *, nvcc: str = "nvcc", arch: str = "sm_90a") 
         >>> " ".join(build_command("build/x.so")[1:6])
         '-O3 -arch=sm_90a -std=c++17 --shared -Xcompiler'
     """
-    return [nvcc, "-O3", f"-arch={arch}", "-std=c++17", "--shared", "-Xcompiler", "-fPIC", "-cudart", "static",
-            str(SOURCE), "-o", str(out)]
+    return [
+        nvcc,
+        "-O3",
+        f"-arch={arch}",
+        "-std=c++17",
+        "--shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-cudart",
+        "static",
+        str(SOURCE),
+        "-o",
+        str(out),
+    ]
 
 
 def build_kernels(out: Path | str | None = None, *, nvcc: str | None = None, arch: str = "sm_90a") -> Path:

@@ -177,7 +177,17 @@ def w12_gemm_small_m(
     lib = load_library()
     with torch.cuda.device(x.device):
         rc = lib.specdec_w12_gemm_small_m(
-            _ptr(x), _ptr(ae), _ptr(nib), _ptr(base), _ptr(esc_ptr), _ptr(esc_pos), _ptr(esc_bits), _ptr(out), m, n, k,
+            _ptr(x),
+            _ptr(ae),
+            _ptr(nib),
+            _ptr(base),
+            _ptr(esc_ptr),
+            _ptr(esc_pos),
+            _ptr(esc_bits),
+            _ptr(out),
+            m,
+            n,
+            k,
             _stream(x.device),
         )
     _raise_on_failure(lib, rc, "w12_gemm_small_m")
@@ -234,6 +244,8 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
     out = (ctypes.c_int * 5)()
     rc = lib.specdec_skinny_plan(KINDS[kind], m, n, k, sms, out)
     if rc != 0:
-        raise ValueError(f"launch_plan: expected 1 <= m <= 8, n >= 1, k a positive multiple of 8 and sms >= 1, got m={m} n={n} k={k} sms={sms}")
+        raise ValueError(
+            f"launch_plan: expected 1 <= m <= 8, n >= 1, k a positive multiple of 8 and sms >= 1, got m={m} n={n} k={k} sms={sms}"
+        )
     keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes")
     return dict(zip(keys, list(out)))

@@ -87,8 +87,10 @@ def main() -> None:
             continue
         kind, vec16 = m.group(1), m.group(2)
         rep = analyse_kernel(block.split("\n"), WEIGHTS_PER_LANE_PER_BATCH[kind])
-        print(f"{KIND_NAMES[kind]:5s} vec16={vec16}: loop {rep['loop_instructions']} instr, {rep.get('hmma')} HMMA, "
-              f"{rep.get('instructions_per_weight', float('nan')):.2f} instr/weight/lane")
+        print(
+            f"{KIND_NAMES[kind]:5s} vec16={vec16}: loop {rep['loop_instructions']} instr, {rep.get('hmma')} HMMA, "
+            f"{rep.get('instructions_per_weight', float('nan')):.2f} instr/weight/lane"
+        )
         print("   ", ", ".join(f"{k} {v}" for k, v in list(rep.get("mix", {}).items())[:14]))
 
 
