@@ -13,6 +13,7 @@ Correctness first, in the same run:
   exactly the weight ``W[n, k0 + m]``) over every column of two shapes with planted escapes (subnormals,
   weights far below the window, outliers, a crowded escape tile, signed zeros, zero rows and columns), one
   with K % 16 = 8 and N % 16 != 0; the same for the Q kernel against ``q_view()``; recorded for bf16;
+* the W12 kernel gives the same bits twice (its reductions run in a fixed order);
 * every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
   within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
 
@@ -155,13 +156,16 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops) -> li
         row["q_decode_exact"] = bool(torch.equal(zero_sign(got_q), zero_sign(w12.q_view())))
         got_b = one_hot_columns(lambda x: ops.skinny_gemm_bf16(x, w), n, k, device)
         row["bf16_one_hot_exact"] = bool(torch.equal(zero_sign(got_b), zero_sign(w)))
+        x = torch.randn(8, k, generator=gen, device=device).to(torch.bfloat16)
+        # fixed-order reductions (warps, then cluster ranks, then escapes): the same bits on every run
+        row["w12_deterministic"] = bool(torch.equal(ops.w12_gemm_small_m(x, *planes), ops.w12_gemm_small_m(x, *planes)))
         if not row["w12_decode_exact"]:
             bad = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
             row["w12_first_mismatches"] = bad
         out.append(row)
         print(
             f"decode check N={n} K={k} escapes={w12.num_escapes}: w12 {row['w12_decode_exact']} "
-            f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']}",
+            f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']} deterministic {row['w12_deterministic']}",
             flush=True,
         )
     return out
@@ -373,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         args.calls, args.reps = 2, 2
     args.copy_bw = copy_bandwidth(device)
     checks = decode_checks(SMOKE_DECODE_SHAPES if args.smoke else DECODE_SHAPES, gen, device, ops)
-    checks_passed = all(c["w12_decode_exact"] and c["q_decode_exact"] for c in checks)
+    checks_passed = all(c["w12_decode_exact"] and c["q_decode_exact"] and c["w12_deterministic"] for c in checks)
     shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}
     rows = []
     for model, lins in shapes.items():
