@@ -1,0 +1,419 @@
+"""Roofline of the weight-streaming GEMMs at decode sizes: achieved weight bytes/s against the copy bandwidth.
+
+Per Qwen3-8B / Qwen3-32B linear shape (random weights, ``specdec/models/shapes.py``) and M in {1, 2, 4, 8}:
+cuBLAS bf16 (``F.linear``), cuBLAS fp8 with one scale per tensor (``torch._scaled_mm``, M padded to 16; the
+lossy reference), the Triton W12 exact and Q-view kernels (``specdec.formats.w12_linear`` / ``q_linear``)
+and the CUDA kernels of ``specdec/kernels/cuda`` (``specdec::skinny_gemm_bf16``, ``specdec::w12_gemm_small_m``,
+``specdec::q_gemm_small_m``). Time per call: a CUDA graph of ``--calls`` (20) calls, median of ``--reps``
+replays. Reported: time, weight bytes/s (the bytes each kernel must read: bf16 2, fp8 1, W12 its planes, Q
+its AE plane and bases), ratio to cuBLAS bf16 and to the copy bandwidth of the same run.
+
+Correctness first, in the same run:
+* decoded weights bit-exact: the CUDA W12 kernel on one-hot rows of x (output column n of row m is then
+  exactly the weight ``W[n, k0 + m]``) over every column of two shapes with planted escapes (subnormals,
+  weights far below the window, outliers, a crowded escape tile, signed zeros, zero rows and columns), one
+  with K % 16 = 8 and N % 16 != 0; the same for the Q kernel against ``q_view()``; recorded for bf16;
+* the W12 kernel gives the same bits twice (its reductions run in a fixed order);
+* every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
+  within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
+
+    python -m benchmarks.kernels.bench_roofline --out $OUT/roofline.json     # GPU; PNG beside the JSON
+    python -m benchmarks.kernels.bench_roofline --smoke                      # CPU, reference paths, tiny shapes
+    compute-sanitizer --tool memcheck python -m benchmarks.kernels.bench_roofline --sanitize
+    python -m benchmarks.kernels.bench_roofline --plot-only roofline.json    # redraw the PNG from a JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import copy_bandwidth, provenance, provenance_line, write_json
+from specdec.models.shapes import SHAPES
+
+MS = (1, 2, 4, 8)
+MODELS = ("qwen3-8b", "qwen3-32b")
+SMOKE_SHAPES = {"smoke": {"a": (40, 64), "b": (24, 136)}}
+# Shapes of the one-hot decode check: (N, K); the second has K % 16 = 8, K % 64 != 0 and N % 16 != 0.
+DECODE_SHAPES = ((520, 2048), (300, 1032))
+SMOKE_DECODE_SHAPES = ((24, 64), (20, 40))
+SANITIZE_SHAPE = (300, 1032)
+KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_bf16", "cuda_w12", "cuda_q")
+
+
+def linear_shapes(model: str) -> dict[str, tuple[int, int]]:
+    """name -> (N, K) of the dense decoder's linears of ``model`` (a key of ``specdec.models.shapes.SHAPES``).
+
+    Example:
+        >>> linear_shapes("qwen3-8b")["qkv"]
+        (6144, 4096)
+    """
+    cfg = SHAPES[model]
+    hd = cfg.head_dim
+    return {
+        "qkv": ((cfg.num_heads + 2 * cfg.num_kv_heads) * hd, cfg.hidden_size),
+        "o": (cfg.hidden_size, cfg.num_heads * hd),
+        "gate_up": (2 * cfg.intermediate_size, cfg.hidden_size),
+        "down": (cfg.hidden_size, cfg.intermediate_size),
+        "lm_head": (cfg.vocab_size, cfg.hidden_size),
+    }
+
+
+def planted_weight(n: int, k: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    """Gaussian bf16 ``[n, k]`` (std 0.02) with escapes and zeros planted at fixed places (every kind the format has)."""
+    w = torch.randn(n, k, generator=gen, device=device) * 0.02
+    w[3, :] = 0.0  # zero row
+    w[:, 5] = 0.0  # zero column
+    w[1, 7] = -0.0
+    w[2, 9] = 2.0**-130  # subnormal
+    w[4, 11] = -(2.0**-133)
+    w[6, 13] = 1e-30  # far below the window
+    w[n - 1, k - 1] = 300.0  # outlier above the window
+    w[n // 2, k // 2] = -5e-25
+    w[min(n - 1, 17) : min(n, 40), 256 + 3 : 256 + 60 : 7] = 1e-28  # a crowded escape tile (rows 17..39, tile col 1)
+    return w.to(torch.bfloat16).contiguous()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_per_call(fn: Callable[[], object], device: torch.device, *, calls: int, reps: int) -> float:
+    """Seconds per call: a CUDA graph of ``calls`` calls replayed ``reps`` times (median); CPU: the same sequence timed on the host."""
+    if device.type == "cuda":
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        sync(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        graph.replay()
+        sync(device)
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3 / calls)
+        del graph
+        return statistics.median(times)
+    times = []
+    fn()
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) / calls)
+    return statistics.median(times)
+
+
+def zero_sign(t: torch.Tensor) -> torch.Tensor:
+    """bf16 bits with -0 as +0 (a GEMM's sum of one product and zeros drops the sign of zero)."""
+    bits = t.contiguous().view(torch.int16).clone()
+    bits[bits == -32768] = 0
+    return bits
+
+
+def one_hot_columns(op: Callable[[torch.Tensor], torch.Tensor], n: int, k: int, device: torch.device) -> torch.Tensor:
+    """The weight ``[n, k]`` read back through ``op(x)`` with one-hot x rows, 8 columns per call (bf16)."""
+    cols = []
+    for k0 in range(0, k, 8):
+        x = torch.zeros(8, k, dtype=torch.bfloat16, device=device)
+        x[torch.arange(8), k0 + torch.arange(8)] = 1.0
+        cols.append(op(x).T)  # [n, 8]
+    return torch.cat(cols, dim=1)
+
+
+def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops) -> list[dict]:
+    """One-hot decode check of the W12, Q and bf16 kernels on planted weights (bit-exact; -0 compares as +0)."""
+    from specdec.formats.w12 import W12Tensor
+
+    out = []
+    for n, k in shapes:
+        w = planted_weight(n, k, gen, device)
+        w12 = W12Tensor.from_bf16(w)
+        planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+        row = dict(N=n, K=k, escapes=w12.num_escapes)
+        got = one_hot_columns(lambda x: ops.w12_gemm_small_m(x, *planes), n, k, device)
+        row["w12_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(w)))
+        got_q = one_hot_columns(lambda x: ops.q_gemm_small_m(x, w12.ae, w12.base), n, k, device)
+        row["q_decode_exact"] = bool(torch.equal(zero_sign(got_q), zero_sign(w12.q_view())))
+        got_b = one_hot_columns(lambda x: ops.skinny_gemm_bf16(x, w), n, k, device)
+        row["bf16_one_hot_exact"] = bool(torch.equal(zero_sign(got_b), zero_sign(w)))
+        x = torch.randn(8, k, generator=gen, device=device).to(torch.bfloat16)
+        # fixed-order reductions (warps, then cluster ranks, then escapes): the same bits on every run
+        row["w12_deterministic"] = bool(torch.equal(ops.w12_gemm_small_m(x, *planes), ops.w12_gemm_small_m(x, *planes)))
+        if not row["w12_decode_exact"]:
+            bad = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
+            row["w12_first_mismatches"] = bad
+        out.append(row)
+        print(
+            f"decode check N={n} K={k} escapes={w12.num_escapes}: w12 {row['w12_decode_exact']} "
+            f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']} deterministic {row['w12_deterministic']}",
+            flush=True,
+        )
+    return out
+
+
+def weight_bytes(kind: str, n: int, k: int, w12) -> int:
+    if kind in ("cublas_bf16", "cuda_bf16"):
+        return 2 * n * k
+    if kind == "cublas_fp8":
+        return n * k
+    if kind in ("triton_w12", "cuda_w12"):
+        return int(w12.nbytes)
+    return int(w12.ae.numel() + w12.base.numel())  # Q view: AE plane and bases
+
+
+def bench_shape(
+    model: str, lname: str, n: int, k: int, args, gen: torch.Generator, device: torch.device, ops, t_start
+) -> list[dict]:
+    from specdec.formats.w12 import W12Tensor, q_linear, w12_linear
+
+    rows = []
+    w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    wq = w12.q_view()
+    planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+    w8 = w.to(torch.float8_e4m3fn)
+    one = torch.ones((), device=device)
+    for m in args.ms:
+        if time.time() - t_start > args.budget_s:
+            print(f"budget reached: {model}/{lname} M={m} and later cases not run", flush=True)
+            break
+        x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+        y32 = x.float() @ w.float().T
+        yq32 = x.float() @ wq.float().T
+        err_cublas = (F.linear(x, w).float() - y32).abs().max().item()
+        err_cublas_q = (F.linear(x, wq).float() - yq32).abs().max().item()
+        row = dict(
+            model=model,
+            linear=lname,
+            N=n,
+            K=k,
+            M=m,
+            escape_fraction=w12.escape_fraction,
+            w12_bits_per_weight=w12.bits_per_weight,
+            cublas_err=err_cublas,
+        )
+        fns = {
+            "cublas_bf16": (lambda: F.linear(x, w), y32, err_cublas),
+            "triton_w12": (lambda: w12_linear(x, w12), y32, err_cublas),
+            "triton_q": (lambda: q_linear(x, w12), yq32, err_cublas_q),
+            "cuda_bf16": (lambda: ops.skinny_gemm_bf16(x, w), y32, err_cublas),
+            "cuda_w12": (lambda: ops.w12_gemm_small_m(x, *planes), y32, err_cublas),
+            "cuda_q": (lambda: ops.q_gemm_small_m(x, w12.ae, w12.base), yq32, err_cublas_q),
+        }
+        mp = max(16, (m + 15) // 16 * 16)
+        x8 = torch.zeros(mp, k, device=device, dtype=torch.float8_e4m3fn)
+        x8[:m] = x.to(torch.float8_e4m3fn)
+        fns["cublas_fp8"] = (lambda: torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16), None, None)
+        for kind, (fn, ref, err_ref) in fns.items():
+            try:
+                y = fn()
+                if ref is not None:
+                    err = (y.float() - ref).abs()
+                    tol = 2 * err_ref + ref.abs() * 2**-7
+                    row[f"{kind}_err"] = err.max().item()
+                    if not bool((err <= tol).all()):
+                        row[f"{kind}_check"] = "FAILED"
+                        continue
+                t = time_per_call(fn, device, calls=args.calls, reps=args.reps)
+            except Exception as exc:  # one failing kernel must not hide the others' numbers
+                row[f"{kind}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                continue
+            nbytes = weight_bytes(kind, n, k, w12)
+            row[f"{kind}_s"] = t
+            row[f"{kind}_bytes_per_s"] = nbytes / t
+        base = row.get("cublas_bf16_s")
+        for kind in KERNELS:
+            if f"{kind}_s" in row:
+                if base:
+                    row[f"{kind}_vs_cublas_bf16"] = base / row[f"{kind}_s"]
+                if args.copy_bw == args.copy_bw:  # not nan
+                    row[f"{kind}_frac_of_copy"] = row[f"{kind}_bytes_per_s"] / args.copy_bw
+        rows.append(row)
+        print(
+            f"{model:9s} {lname:8s} M={m}  cublas {row.get('cublas_bf16_s', float('nan')) * 1e6:8.1f} us  "
+            + "  ".join(f"{kind[:10]} {row.get(kind + '_vs_cublas_bf16', float('nan')):.2f}x" for kind in KERNELS[1:]),
+            flush=True,
+        )
+    return rows
+
+
+def plot(result: dict, path: Path) -> str | None:
+    """Achieved weight bytes/s against M per kernel (median over shapes, and per shape faint), copy bandwidth line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        return f"no plot: {exc}; redraw with --plot-only {path.with_suffix('.json')}"
+    rows = [r for r in result["rows"] if "M" in r]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, kind in enumerate(KERNELS):
+        color = f"C{i}"
+        for shape in sorted({(r["model"], r["linear"]) for r in rows}):
+            pts = [
+                (r["M"], r[f"{kind}_bytes_per_s"] / 1e12)
+                for r in rows
+                if (r["model"], r["linear"]) == shape and f"{kind}_bytes_per_s" in r
+            ]
+            if pts:
+                ax.plot(*zip(*pts), color=color, alpha=0.15, lw=0.8)
+        med = []
+        for m in sorted({r["M"] for r in rows}):
+            vals = [r[f"{kind}_bytes_per_s"] / 1e12 for r in rows if r["M"] == m and f"{kind}_bytes_per_s" in r]
+            if vals:
+                med.append((m, statistics.median(vals)))
+        if med:
+            ax.plot(*zip(*med), color=color, marker="o", label=kind)
+    bw = result.get("copy_bandwidth_bytes_per_s")
+    if bw and bw == bw:
+        ax.axhline(bw / 1e12, color="k", ls="--", label=f"copy {bw / 1e12:.2f} TB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("M (tokens)")
+    ax.set_ylabel("weight bytes read / s (TB/s)")
+    ax.set_title(f"weight streaming, {result.get('device', '?')}: median over shapes (faint: each shape)")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+def summary_lines(result: dict) -> list[str]:
+    rows = [r for r in result["rows"] if "M" in r]
+    lines = [
+        f"copy bandwidth {result['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s on {result['device']}; "
+        f"decode checks: {result['decode_checks_passed']}; rows {len(rows)}"
+    ]
+    lines.append(
+        f"{'kernel':12s} {'vs cuBLAS bf16 min':>18s} {'max':>6s} {'frac of copy min':>17s} {'max':>6s} {'failed/missing':>15s}"
+    )
+    for kind in KERNELS:
+        sp = [r[f"{kind}_vs_cublas_bf16"] for r in rows if f"{kind}_vs_cublas_bf16" in r]
+        fc = [r[f"{kind}_frac_of_copy"] for r in rows if f"{kind}_frac_of_copy" in r]
+        missing = sum(f"{kind}_s" not in r for r in rows)
+        fmt = lambda v: f"{v:.2f}" if v is not None else "n/a"  # noqa: E731
+        lines.append(
+            f"{kind:12s} {fmt(min(sp) if sp else None):>18s} {fmt(max(sp) if sp else None):>6s} "
+            f"{fmt(min(fc) if fc else None):>17s} {fmt(max(fc) if fc else None):>6s} {missing:>15d}"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "roofline.json"))
+    parser.add_argument("--smoke", action="store_true", help="CPU: reference paths only, tiny shapes")
+    parser.add_argument("--sanitize", action="store_true", help="one small shape, every CUDA kernel once (for compute-sanitizer)")
+    parser.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
+    parser.add_argument("--budget-s", type=float, default=150.0, help="no new case starts after this many seconds")
+    parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
+    parser.add_argument("--reps", type=int, default=10, help="graph replays (median)")
+    parser.add_argument("--models", default=",".join(MODELS))
+    args = parser.parse_args(argv)
+    if args.plot_only:
+        src = Path(args.plot_only)
+        note = plot(json.loads(src.read_text()), src.with_suffix(".png"))
+        print(note or f"wrote {src.with_suffix('.png')}")
+        return 0 if note is None else 1
+    seed = 0
+    prov = provenance(seed)
+    print(provenance_line(prov), flush=True)
+    if args.smoke:
+        device = torch.device("cpu")
+    else:
+        if not torch.cuda.is_available():
+            parser.error("needs CUDA; use --smoke on a CPU")
+        device = torch.device("cuda")
+    from specdec.kernels.cuda import ops  # registers the custom ops (CPU: reference paths)
+
+    if device.type == "cuda":
+        from specdec.kernels.cuda.build import library_path, load_library
+
+        t0 = time.time()
+        load_library()  # builds the default path with nvcc when missing
+        print(f"CUDA kernels: {library_path()} ({time.time() - t0:.1f} s to load/build)", flush=True)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    t_start = time.time()
+
+    if args.sanitize:
+        n, k = SANITIZE_SHAPE
+        w = planted_weight(n, k, gen, device)
+        from specdec.formats.w12 import W12Tensor
+
+        w12 = W12Tensor.from_bf16(w)
+        for m in (1, 8):
+            x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+            ops.skinny_gemm_bf16(x, w)
+            ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+            ops.q_gemm_small_m(x, w12.ae, w12.base)
+        sync(device)
+        print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
+        return 0
+
+    args.ms = (1, 8) if args.smoke else MS
+    if args.smoke:
+        args.calls, args.reps = 2, 2
+    args.copy_bw = copy_bandwidth(device)
+    checks = decode_checks(SMOKE_DECODE_SHAPES if args.smoke else DECODE_SHAPES, gen, device, ops)
+    checks_passed = all(c["w12_decode_exact"] and c["q_decode_exact"] and c["w12_deterministic"] for c in checks)
+    shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}
+    rows = []
+    for model, lins in shapes.items():
+        for lname, (n, k) in lins.items():
+            if time.time() - t_start > args.budget_s:
+                print(f"budget reached, not run: {model}/{lname}", flush=True)
+                rows.append(dict(model=model, linear=lname, N=n, K=k, skipped="budget"))
+                continue
+            try:
+                rows.extend(bench_shape(model, lname, n, k, args, gen, device, ops, t_start))
+            except Exception as exc:  # keep the other shapes; the failure is recorded
+                import traceback
+
+                traceback.print_exc()
+                rows.append(dict(model=model, linear=lname, N=n, K=k, error=f"{type(exc).__name__}: {exc}"[:500]))
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    result = dict(
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (reference paths)",
+        copy_bandwidth_bytes_per_s=args.copy_bw,
+        calls_per_graph=args.calls,
+        reps=args.reps,
+        tolerance="|y - y_fp32| <= 2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7 per element (Q: against q_view's fp32 product)",
+        decode_checks=checks,
+        decode_checks_passed=checks_passed,
+        wall_s=time.time() - t_start,
+        rows=rows,
+    )
+    out = write_json(args.out, result, prov, indent=1)
+    note = plot(result, out.with_suffix(".png"))
+    print(f"wrote {out}" + (f"; {note}" if note else f" and {out.with_suffix('.png')}"))
+    print(provenance_line(prov))
+    for line in summary_lines(result):
+        print(line)
+    return 0 if checks_passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""Build and load ``specdec_cuda_kernels.so``, the CUDA C++ skinny GEMMs (``skinny_gemm.cu``), through ctypes.
+
+The library has a plain C ABI (raw device pointers, sizes, a ``cudaStream_t``) and links the CUDA runtime
+statically, so no torch headers are needed to build it. Where it is looked for: the path in the environment
+variable ``SPECDEC_CUDA_KERNELS`` if set, else ``build/specdec_cuda_kernels.so`` under the repository root.
+
+Example::
+
+    >>> import os
+    >>> os.environ["SPECDEC_CUDA_KERNELS"] = "/nonexistent/lib.so"
+    >>> try:
+    ...     load_library()
+    ... except KernelLibraryError as exc:
+    ...     print("not found" in str(exc))
+    True
+    >>> del os.environ["SPECDEC_CUDA_KERNELS"]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+__all__ = ["KernelLibraryError", "library_path", "build_command", "build_kernels", "load_library", "SOURCE", "ENV_VAR"]
+
+SOURCE = Path(__file__).with_name("skinny_gemm.cu")
+ENV_VAR = "SPECDEC_CUDA_KERNELS"
+_REPO_ROOT = Path(__file__).resolve().parents[3]
+_DEFAULT = _REPO_ROOT / "build" / "specdec_cuda_kernels.so"
+_lock = threading.Lock()
+_loaded: dict[str, ctypes.CDLL] = {}
+
+
+class KernelLibraryError(RuntimeError):
+    """The CUDA kernel library is missing, cannot be built here or cannot be loaded."""
+
+
+def library_path() -> Path:
+    """Where the library is expected: ``$SPECDEC_CUDA_KERNELS`` or ``<repo>/build/specdec_cuda_kernels.so``.
+
+    Example::
+
+        >>> library_path().name.endswith(".so")
+        True
+    """
+    env = os.environ.get(ENV_VAR)
+    return Path(env) if env else _DEFAULT
+
+
+def build_command(out: Path | str, *, nvcc: str = "nvcc", arch: str = "sm_90a") -> list[str]:
+    """The nvcc command line that builds the library at ``out`` (list of str).
+
+    Example::
+
+        >>> " ".join(build_command("build/x.so")[1:6])
+        '-O3 -arch=sm_90a -std=c++17 --shared -Xcompiler'
+    """
+    return [
+        nvcc,
+        "-O3",
+        f"-arch={arch}",
+        "-std=c++17",
+        "--shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-cudart",
+        "static",
+        str(SOURCE),
+        "-o",
+        str(out),
+    ]
+
+
+def build_kernels(out: Path | str | None = None, *, nvcc: str | None = None, arch: str = "sm_90a") -> Path:
+    """Compile ``skinny_gemm.cu`` into ``out`` (default :func:`library_path`) with nvcc; returns the path.
+
+    Raises :class:`KernelLibraryError` when no nvcc is found (``nvcc`` argument, ``$CUDA_HOME/bin``,
+    ``PATH``) or the compiler fails (its output is in the message). Takes about half a minute.
+    """
+    out = Path(out) if out is not None else library_path()
+    compiler = nvcc or shutil.which("nvcc") or _cuda_home_nvcc()
+    if compiler is None:
+        raise KernelLibraryError(
+            f"cannot build {out}: no nvcc found (looked at PATH and $CUDA_HOME/bin); install the CUDA toolkit or "
+            f"build elsewhere with: {' '.join(build_command(out))}"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = build_command(out, nvcc=compiler, arch=arch)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise KernelLibraryError(f"nvcc failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-4000:]}")
+    return out
+
+
+def _cuda_home_nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return None
+
+
+def load_library(*, build_if_missing: bool = True) -> ctypes.CDLL:
+    """The loaded library (cached per path), with argument types declared.
+
+    When the file is missing and the path is the default one, it is built first if nvcc exists
+    (``build_if_missing``). A path given through ``$SPECDEC_CUDA_KERNELS`` is never built: a missing
+    file there raises :class:`KernelLibraryError` naming the path and how to build it.
+    """
+    path = library_path()
+    key = str(path)
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        if not path.exists():
+            explicit = ENV_VAR in os.environ
+            can_build = build_if_missing and not explicit and (shutil.which("nvcc") or _cuda_home_nvcc())
+            if not can_build:
+                how = f"set {ENV_VAR} to the built file" if not explicit else f"unset {ENV_VAR} or build it there"
+                raise KernelLibraryError(
+                    f"CUDA kernel library not found at {path}"
+                    f"{f' ({ENV_VAR})' if explicit else ''}; build it with `{' '.join(build_command(path))}` "
+                    f"(or specdec.kernels.cuda.build_kernels()) on a machine with nvcc, or {how}"
+                )
+            build_kernels(path)
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise KernelLibraryError(f"cannot load the CUDA kernel library {path}: {exc}") from exc
+        _declare(lib)
+        _loaded[key] = lib
+        return lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.specdec_cuda_last_error.restype = ctypes.c_char_p
+    lib.specdec_cuda_last_error.argtypes = []
+    lib.specdec_skinny_plan.restype = i
+    lib.specdec_skinny_plan.argtypes = [i, i, i, i, i, ctypes.POINTER(ctypes.c_int)]
+    lib.specdec_skinny_gemm_bf16.restype = i
+    lib.specdec_skinny_gemm_bf16.argtypes = [p, p, p, i, i, i, p]
+    lib.specdec_w12_gemm_small_m.restype = i
+    lib.specdec_w12_gemm_small_m.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p]
+    lib.specdec_q_gemm_small_m.restype = i
+    lib.specdec_q_gemm_small_m.argtypes = [p, p, p, p, i, i, i, p]

@@ -1,0 +1,251 @@
+"""The CUDA skinny GEMMs as torch custom ops: ``specdec::skinny_gemm_bf16``, ``specdec::w12_gemm_small_m``, ``specdec::q_gemm_small_m``.
+
+Each computes ``y [M, N] = x [M, K] @ W^T`` for a few tokens (``1 <= M <= 8``), bf16 in and out with fp32
+accumulation, ``K`` a multiple of 8. On CUDA tensors the kernel of ``skinny_gemm.cu`` runs on
+``torch.cuda.current_stream()`` (so CUDA graphs capture it); on CPU tensors the pure-PyTorch reference
+runs (``F.linear`` on the bf16 weight, on ``W12Tensor.to_bf16()`` or on ``W12Tensor.q_view()``). Each op has a
+fake (meta) implementation, so ``torch.compile`` and graph tracing see its output shape without running it.
+
+W12 planes are those of :class:`specdec.formats.W12Tensor` (``ae``, ``nib``, ``base``, ``esc_ptr``, ``esc_pos``,
+``esc_bits``); with ``K % 8 == 0`` the planes are unpadded (``ae`` is ``[N, K]``).
+
+Example (CPU: the reference path)::
+
+    >>> import torch
+    >>> from specdec.formats import W12Tensor
+    >>> w = torch.tensor([[1.0, 2.0] * 4, [0.0, -1.0] * 4], dtype=torch.bfloat16)
+    >>> x = torch.ones(1, 8, dtype=torch.bfloat16)
+    >>> skinny_gemm_bf16(x, w)
+    tensor([[12., -4.]], dtype=torch.bfloat16)
+    >>> w12 = W12Tensor.from_bf16(w)
+    >>> w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+    tensor([[12., -4.]], dtype=torch.bfloat16)
+    >>> q_gemm_small_m(x, w12.ae, w12.base)
+    tensor([[12.7500, -4.2500]], dtype=torch.bfloat16)
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+
+from specdec.kernels.cuda.build import load_library
+from specdec.kernels.w12_gemm import _check_escapes, _check_planes, num_escape_tiles
+
+__all__ = ["skinny_gemm_bf16", "w12_gemm_small_m", "q_gemm_small_m", "launch_plan", "MAX_TOKENS", "KINDS"]
+
+MAX_TOKENS = 8
+KINDS = {"bf16": 0, "w12": 1, "q": 2}
+# Byte alignment the kernels' vector loads need of every plane's base address.
+_ALIGN = 16
+
+
+def _check_x(x: object, k: int | None, device: torch.device | None) -> tuple[int, int]:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a bf16 torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"x: expected dtype torch.bfloat16, got {x.dtype}")
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-D tensor [M, K], got shape {tuple(x.shape)}")
+    m, kx = x.shape
+    if not 1 <= m <= MAX_TOKENS:
+        raise ValueError(f"x: expected 1 to {MAX_TOKENS} rows (tokens), got M={m}")
+    if kx < 8 or kx % 8:
+        raise ValueError(f"x: expected K (its last dimension) a positive multiple of 8, got K={kx}")
+    if k is not None and kx != k:
+        raise ValueError(f"x: expected K={k} columns (the weight's K), got {kx}")
+    if device is not None and x.device != device:
+        raise ValueError(f"x: expected device {device} (where the weight lives), got {x.device}")
+    if not x.is_contiguous():
+        raise ValueError(f"x: expected a contiguous tensor, got strides {x.stride()}")
+    return m, kx
+
+
+def _check_aligned(**tensors: torch.Tensor) -> None:
+    for name, t in tensors.items():
+        if t.device.type == "cuda" and t.numel() and t.data_ptr() % _ALIGN:
+            raise ValueError(f"{name}: expected a base address aligned to {_ALIGN} bytes, got {t.data_ptr():#x}")
+
+
+def _check_bf16_weight(weight: object, device: torch.device) -> tuple[int, int]:
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight: expected a bf16 torch.Tensor, got {type(weight).__name__}")
+    if weight.dtype != torch.bfloat16:
+        raise TypeError(f"weight: expected dtype torch.bfloat16, got {weight.dtype}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight: expected a 2-D tensor [N, K], got shape {tuple(weight.shape)}")
+    if weight.device != device:
+        raise ValueError(f"weight: expected device {device} (where x lives), got {weight.device}")
+    if not weight.is_contiguous():
+        raise ValueError(f"weight: expected a contiguous tensor, got strides {weight.stride()}")
+    return weight.shape[0], weight.shape[1]
+
+
+def _k_of_planes(ae: object) -> int:
+    if not isinstance(ae, torch.Tensor) or ae.dim() != 2:
+        raise ValueError(f"ae: expected a 2-D uint8 tensor [N, K], got {getattr(ae, 'shape', type(ae).__name__)}")
+    k = ae.shape[1]
+    if k < 8 or k % 8:
+        raise ValueError(f"ae: expected K (its width) a positive multiple of 8, got {k}")
+    return k
+
+
+def _raise_on_failure(lib: ctypes.CDLL, rc: int, what: str) -> None:
+    if rc != 0:
+        raise RuntimeError(f"{what}: CUDA kernel launch failed ({rc}): {lib.specdec_cuda_last_error().decode()}")
+
+
+def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def _stream(device: torch.device) -> ctypes.c_void_p:
+    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
+@torch.library.custom_op("specdec::skinny_gemm_bf16", mutates_args=())
+def skinny_gemm_bf16(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``y [M, N] = x [M, K] @ weight [N, K]^T``, bf16, ``1 <= M <= 8``, ``K % 8 == 0``; CPU: ``F.linear``.
+
+    Example: see the module docstring.
+    """
+    m, k = _check_x(x, None, None)
+    n, kw = _check_bf16_weight(weight, x.device)
+    if kw != k:
+        raise ValueError(f"weight: expected K={k} columns (x's K), got shape {tuple(weight.shape)}")
+    if x.device.type != "cuda" or n == 0:
+        return F.linear(x, weight)
+    _check_aligned(x=x, weight=weight)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
+    lib = load_library()
+    with torch.cuda.device(x.device):
+        rc = lib.specdec_skinny_gemm_bf16(_ptr(x), _ptr(weight), _ptr(out), m, n, k, _stream(x.device))
+    _raise_on_failure(lib, rc, "skinny_gemm_bf16")
+    return out
+
+
+@skinny_gemm_bf16.register_fake
+def _(x, weight):
+    _check_x(x, None, None)
+    n, _ = _check_bf16_weight(weight, x.device)
+    return x.new_empty(x.shape[0], n)
+
+
+def _w12_reference(x, ae, nib, base, esc_ptr, esc_pos, esc_bits):
+    from specdec.formats.w12 import W12Tensor, w12_linear_reference
+
+    return w12_linear_reference(x, W12Tensor(ae, nib, base, esc_ptr, esc_pos, esc_bits, tuple(ae.shape)))
+
+
+def _q_reference(x, ae, base):
+    from specdec.formats.w12 import W12Tensor, q_linear_reference
+
+    n, k = ae.shape
+    no_nib = torch.zeros(n, k // 2, dtype=torch.uint8, device=ae.device)
+    no_esc_ptr = torch.zeros(num_escape_tiles(n, k) + 1, dtype=torch.int32, device=ae.device)
+    no_esc = torch.zeros(0, dtype=torch.int16, device=ae.device)
+    return q_linear_reference(x, W12Tensor(ae, no_nib, base, no_esc_ptr, no_esc, no_esc, (n, k)))
+
+
+@torch.library.custom_op("specdec::w12_gemm_small_m", mutates_args=())
+def w12_gemm_small_m(
+    x: torch.Tensor,
+    ae: torch.Tensor,
+    nib: torch.Tensor,
+    base: torch.Tensor,
+    esc_ptr: torch.Tensor,
+    esc_pos: torch.Tensor,
+    esc_bits: torch.Tensor,
+) -> torch.Tensor:
+    """Exact ``y [M, N] = x [M, K] @ W^T`` with W ``[N, K]`` as its W12 planes; ``1 <= M <= 8``, ``K % 8 == 0``.
+
+    The kernel decodes the weights bit-exactly in registers (escaped slots hold a signed zero; each escape is
+    added as ``x[:, col] * value`` in fp32 by the CTA that owns its row). The output is not bit-equal to
+    cuBLAS (another summation order). CPU: :func:`specdec.formats.w12_linear_reference`.
+    Example: see the module docstring.
+    """
+    k = _k_of_planes(ae)
+    m, _ = _check_x(x, k, ae.device)
+    n, _ = _check_planes(ae, nib, base, k)
+    _check_escapes(esc_ptr, esc_pos, esc_bits, n, k, ae.device)
+    if x.device.type != "cuda" or n == 0:
+        return _w12_reference(x, ae, nib, base, esc_ptr, esc_pos, esc_bits)
+    _check_aligned(x=x, ae=ae, nib=nib)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
+    lib = load_library()
+    with torch.cuda.device(x.device):
+        rc = lib.specdec_w12_gemm_small_m(
+            _ptr(x),
+            _ptr(ae),
+            _ptr(nib),
+            _ptr(base),
+            _ptr(esc_ptr),
+            _ptr(esc_pos),
+            _ptr(esc_bits),
+            _ptr(out),
+            m,
+            n,
+            k,
+            _stream(x.device),
+        )
+    _raise_on_failure(lib, rc, "w12_gemm_small_m")
+    return out
+
+
+@w12_gemm_small_m.register_fake
+def _(x, ae, nib, base, esc_ptr, esc_pos, esc_bits):
+    k = _k_of_planes(ae)
+    _check_x(x, k, ae.device)
+    return x.new_empty(x.shape[0], ae.shape[0])
+
+
+@torch.library.custom_op("specdec::q_gemm_small_m", mutates_args=())
+def q_gemm_small_m(x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """``y [M, N] = x [M, K] @ Q^T`` with Q the 8-bit view of the W12 planes (``ae`` and ``base`` only).
+
+    ``1 <= M <= 8``, ``K % 8 == 0``; low mantissa nibble at the midpoint, escapes not patched (proposals only).
+    CPU: :func:`specdec.formats.q_linear_reference`. Example: see the module docstring.
+    """
+    k = _k_of_planes(ae)
+    m, _ = _check_x(x, k, ae.device)
+    n, _ = _check_planes(ae, None, base, k)
+    if x.device.type != "cuda" or n == 0:
+        return _q_reference(x, ae, base)
+    _check_aligned(x=x, ae=ae)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
+    lib = load_library()
+    with torch.cuda.device(x.device):
+        rc = lib.specdec_q_gemm_small_m(_ptr(x), _ptr(ae), _ptr(base), _ptr(out), m, n, k, _stream(x.device))
+    _raise_on_failure(lib, rc, "q_gemm_small_m")
+    return out
+
+
+@q_gemm_small_m.register_fake
+def _(x, ae, base):
+    k = _k_of_planes(ae)
+    _check_x(x, k, ae.device)
+    return x.new_empty(x.shape[0], ae.shape[0])
+
+
+def launch_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
+    """The kernel's launch plan for a shape (host code of the library; needs the built library, not a GPU).
+
+    Returns ``row_tiles_per_cta`` (16-row tiles per CTA), ``k_splits`` (CTAs of a cluster splitting K),
+    ``chunks`` (K chunks), ``ctas_x`` (row blocks) and ``shared_bytes`` (dynamic shared memory per CTA).
+
+    Example (needs the built library, so not run as a doctest): ``launch_plan("w12", 1, 4096, 4096, 132)``
+    gives ``k_splits == 2`` (256 row tiles of 16 are under 2 CTAs per SM, so K is split over 2-CTA clusters).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
+    lib = load_library()
+    out = (ctypes.c_int * 5)()
+    rc = lib.specdec_skinny_plan(KINDS[kind], m, n, k, sms, out)
+    if rc != 0:
+        raise ValueError(
+            f"launch_plan: expected 1 <= m <= 8, n >= 1, k a positive multiple of 8 and sms >= 1, got m={m} n={n} k={k} sms={sms}"
+        )
+    keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes")
+    return dict(zip(keys, list(out)))

@@ -1,0 +1,98 @@
+"""Static SASS report of the skinny GEMM kernels: main-loop instruction mix and instructions per weight.
+
+Reads ``cuobjdump -sass`` text of ``build/specdec_cuda_kernels.so``, finds in each kernel the loop whose body
+holds the unrolled batch (the backward branch whose body has the most ``HMMA``), and prints per kernel the
+load widths, the opcode counts of that body and the instructions per weight per thread
+(body length / weights per lane per batch). Run where a ``cuobjdump`` exists (the CUDA toolkit, or the one
+in Triton's wheel)::
+
+    python -m specdec.kernels.cuda.sass_report --cuobjdump PATH/cuobjdump build/specdec_cuda_kernels.so
+
+Example (on a saved dump)::
+
+    >>> report = analyse_kernel(["/*0000*/ HMMA.16816.F32.BF16 R0, R4, R8, R0 ;", "/*0010*/ @P0 BRA 0x0 ;"], 8)
+    >>> report["loop_instructions"], report["instructions_per_weight"]
+    (2, 0.25)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+from collections import Counter
+
+# Weights one lane handles per unrolled batch (kUnroll = 4 chunks, rows g and g + 8).
+WEIGHTS_PER_LANE_PER_BATCH = {"0": 4 * 2 * 8, "1": 4 * 2 * 16, "2": 4 * 2 * 16}
+KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q"}
+_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
+
+
+def parse(lines: list[str]) -> list[tuple[int, str, str]]:
+    """SASS text lines -> ``(address, opcode, operands)`` per instruction."""
+    out = []
+    for line in lines:
+        m = _LINE.search(line)
+        if m:
+            out.append((int(m.group(1), 16), m.group(3), m.group(4)))
+    return out
+
+
+def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
+    """Opcode mix of the loop with the most HMMA and its instructions per weight (per lane)."""
+    ins = parse(lines)
+    addr_index = {a: i for i, (a, _, _) in enumerate(ins)}
+    best = None
+    for i, (addr, op, rest) in enumerate(ins):
+        if op != "BRA":
+            continue
+        target = re.search(r"0x([0-9a-f]+)", rest)
+        if not target:
+            continue
+        t = int(target.group(1), 16)
+        if t > addr or t not in addr_index:
+            continue
+        body = ins[addr_index[t] : i + 1]
+        hmma = sum(o.startswith("HMMA") for _, o, _ in body)
+        if best is None or hmma > best[0]:
+            best = (hmma, body)
+    if best is None:
+        return {"loop_instructions": 0}
+    body = best[1]
+    mix = Counter(o for _, o, _ in body)
+    return {
+        "loop_instructions": len(body),
+        "hmma": best[0],
+        "instructions_per_weight": len(body) / weights_per_batch,
+        "mix": dict(mix.most_common()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("library", help="the .so (or a text file of cuobjdump -sass output with --text)")
+    parser.add_argument("--cuobjdump", default="cuobjdump")
+    parser.add_argument("--text", action="store_true", help="the argument is already SASS text")
+    args = parser.parse_args()
+    if args.text:
+        text = open(args.library).read()
+    else:
+        text = subprocess.run([args.cuobjdump, "-sass", args.library], capture_output=True, text=True, check=True).stdout
+    loads = Counter(re.findall(r"\b(LDG[A-Z0-9_.]*|LDL[A-Z0-9_.]*|STL[A-Z0-9_.]*)", text))
+    print("loads/local memory in the whole library:", dict(loads))
+    for block in text.split("Function : ")[1:]:
+        name = block.split("\n", 1)[0].strip()
+        m = re.search(r"kernelILi(\d)ELb(\d)E", name)
+        if not m:
+            continue
+        kind, vec16 = m.group(1), m.group(2)
+        rep = analyse_kernel(block.split("\n"), WEIGHTS_PER_LANE_PER_BATCH[kind])
+        print(
+            f"{KIND_NAMES[kind]:5s} vec16={vec16}: loop {rep['loop_instructions']} instr, {rep.get('hmma')} HMMA, "
+            f"{rep.get('instructions_per_weight', float('nan')):.2f} instr/weight/lane"
+        )
+        print("   ", ", ".join(f"{k} {v}" for k, v in list(rep.get("mix", {}).items())[:14]))
+
+
+if __name__ == "__main__":
+    main()

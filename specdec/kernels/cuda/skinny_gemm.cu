@@ -1,0 +1,531 @@
+// Weight-streaming GEMMs for few tokens: y[M, N] = x[M, K] @ W^T, bf16 x and y, fp32 accumulation, M <= 8.
+//
+// Three weight formats (README.md beside this file has the math, the byte floor and the predictions):
+//   bf16 W [N, K];  W12 exact (planes ae/nib/base + escape tiles, specdec/formats/w12.py);  Q view (ae + base).
+//
+// Layout of the work. A warp owns a tile of 16 weight rows and walks K in chunks. Inside a chunk the 4 lanes
+// of a quad (same lane / 4 = g) read one contiguous piece each of rows g and g + 8: 16 weights for W12 / Q
+// (one 16-byte load of ae, one 8-byte load of nib per row), 8 weights for bf16 (one 16-byte load per row),
+// so a quad covers 64 contiguous bytes of ae (32 of nib, 64 of bf16) per row and load: whole sectors.
+// The decoded bf16x2 words are the A operand of mma.sync m16n8k16 (weight rows = MMA rows), the tokens the
+// B operand (n = 8, tokens >= M are zeros). Every weight row uses the same permutation of k inside a chunk,
+// so the B fragment is x permuted the same way: lane (g, t) needs x[g, piece t] for the whole chunk, which
+// sits contiguously in shared memory (two conflict-free 16-byte loads per chunk for W12 / Q, one for bf16).
+//
+// A CTA (8 warps) owns rt_per_cta row tiles; its warps split the CTA's K range (a contiguous share each) and add
+// their partial sums in shared memory in a fixed order. For small N the K range is also split over the CTAs
+// of a thread-block cluster (k_splits <= 8 along gridDim.y): each CTA reduces its share of the rows by
+// reading the other CTAs' partials through distributed shared memory, in rank order (deterministic, no
+// atomics, no second launch). The CTA that owns a row applies that row's escapes at the end: the plane
+// slot holds a signed zero, so the correction is x[m, col] * value in fp32, in the stored order.
+//
+// Build (see build.py): nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static
+//   skinny_gemm.cu -o build/specdec_cuda_kernels.so
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kUnroll = 4;        // chunks whose loads are issued before the first is used
+constexpr int kMaxTokens = 8;
+constexpr int kMaxClusterSplits = 8;
+constexpr int kEscapeTile = 256;  // specdec.kernels.w12_gemm.ESCAPE_TILE
+constexpr int kXBytesSoft = 64 * 1024;   // x staging per CTA above which K is split over more CTAs
+constexpr int kXBytesHard = 200 * 1024;  // dynamic shared memory limit requested for the kernels
+constexpr int kMinChunksPerWarp = 4;
+
+enum Kind : int { kBf16 = 0, kW12 = 1, kQ = 2 };
+
+// Weights (k) per chunk per row: 4 lanes x piece.
+template <int KIND>
+struct Traits {
+  static constexpr int kPiece = KIND == kBf16 ? 8 : 16;  // weights per lane per row per chunk
+  static constexpr int kChunk = 4 * kPiece;
+  static constexpr int kXUnits = kPiece / 8;             // 16-byte x units per lane per chunk
+};
+
+struct Params {
+  const uint16_t* x;         // [M, K] bf16 bits
+  const uint8_t* w;          // bf16 weight [N, K] (as bytes) or ae [N, K]
+  const uint8_t* nib;        // [N, K / 2]
+  const uint8_t* base;       // [N]
+  const int32_t* esc_ptr;    // [ceil(N/256) * ceil(K/256) + 1]
+  const uint16_t* esc_pos;   // [E]
+  const uint16_t* esc_bits;  // [E]
+  uint16_t* y;               // [M, N] bf16 bits
+  int M, N, K;
+  int rt_per_cta;  // row tiles (16 rows) per CTA: 1, 2, 4 or 8; warps per row tile = 8 / rt_per_cta
+  int k_splits;    // CTAs of a cluster sharing the row block, each a slice of K
+  int n_chunks;    // ceil(K / chunk)
+};
+
+// Chunk registers of one lane: rows g and g + 8.
+template <int KIND, bool VEC16>
+struct ChunkRegs;
+template <bool VEC16>
+struct ChunkRegs<kBf16, VEC16> {
+  uint4 w[2];
+};
+template <bool VEC16>
+struct ChunkRegs<kW12, VEC16> {
+  uint4 ae[2];
+  uint2 nib[2];
+};
+template <bool VEC16>
+struct ChunkRegs<kQ, VEC16> {
+  uint4 ae[2];
+};
+
+__device__ __forceinline__ uint4 ldg_stream128(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint2 ldg_stream64(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t ldg_stream32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// Loads of one chunk for rows (row0, row1); CHECK: the chunk may run past K (pieces past K read as zero).
+template <int KIND, bool VEC16, bool CHECK>
+__device__ __forceinline__ void load_chunk(ChunkRegs<KIND, VEC16>& r, const Params& p, int row0, int row1, int chunk, int t) {
+  constexpr int P = Traits<KIND>::kPiece;
+  const int k0 = chunk * Traits<KIND>::kChunk + P * t;  // first k of this lane's piece
+  const size_t K = p.K;
+  const int rows[2] = {row0, row1};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (KIND == kBf16) {
+      const uint8_t* ptr = p.w + (rows[i] * K + k0) * 2;
+      r.w[i] = (!CHECK || k0 < p.K) ? ldg_stream128(ptr) : make_uint4(0, 0, 0, 0);
+    } else {
+      const uint8_t* pa = p.w + rows[i] * K + k0;
+      const uint8_t* pn = p.nib + rows[i] * (K / 2) + k0 / 2;
+      if constexpr (VEC16) {
+        // K % 16 == 0: rows start 16-byte aligned (ae) and 8-byte aligned (nib); a piece is all in or all out.
+        const bool in = !CHECK || k0 < p.K;
+        r.ae[i] = in ? ldg_stream128(pa) : make_uint4(0, 0, 0, 0);
+        if constexpr (KIND == kW12) r.nib[i] = in ? ldg_stream64(pn) : make_uint2(0, 0);
+      } else {
+        // K % 16 == 8: 8-byte ae loads, 4-byte nib loads, each half-piece checked on its own.
+        const bool in0 = !CHECK || k0 < p.K;
+        const bool in1 = !CHECK || k0 + 8 < p.K;
+        uint2 a0 = in0 ? ldg_stream64(pa) : make_uint2(0, 0);
+        uint2 a1 = in1 ? ldg_stream64(pa + 8) : make_uint2(0, 0);
+        r.ae[i] = make_uint4(a0.x, a0.y, a1.x, a1.y);
+        if constexpr (KIND == kW12) {
+          r.nib[i].x = in0 ? ldg_stream32(pn) : 0u;
+          r.nib[i].y = in1 ? ldg_stream32(pn + 4) : 0u;
+        }
+      }
+    }
+  }
+}
+
+// Adds B to each 16-bit half of t that is nonzero (halves <= 0x07FF): B = base << 7 (exact) or
+// base << 7 | 8 (Q view: the midpoint nibble with the base). min(t, 1) per half (VIMNMX.U16x2, a Hopper DPX
+// instruction) is the nonzero flag of each half, and flags * B + t is one IMAD: B < 2^15, so the low half's
+// product never reaches the high half.
+__device__ __forceinline__ uint32_t add_base_if_nonzero(uint32_t t, uint32_t B) {
+  return __vminu2(t, 0x00010001u) * B + t;
+}
+
+// One AE word (bytes k0, k2, k1, k3) and the nibble pairs of (k0, k1), (k2, k3) -> bf16x2 words.
+__device__ __forceinline__ void decode_exact(uint32_t w, uint32_t nA, uint32_t nB, uint32_t X, uint32_t& pA, uint32_t& pB) {
+  const uint32_t tA = ((w << 4) & 0x07F007F0u) | nA;
+  const uint32_t tB = ((w >> 4) & 0x07F007F0u) | nB;
+  pA = add_base_if_nonzero(tA, X) | ((w << 8) & 0x80008000u);
+  pB = add_base_if_nonzero(tB, X) | (w & 0x80008000u);
+}
+
+__device__ __forceinline__ void decode_q(uint32_t w, uint32_t X, uint32_t& pA, uint32_t& pB) {
+  const uint32_t tA = (w << 4) & 0x07F007F0u;
+  const uint32_t tB = (w >> 4) & 0x07F007F0u;
+  pA = add_base_if_nonzero(tA, X) | ((w << 8) & 0x80008000u);
+  pB = add_base_if_nonzero(tB, X) | (w & 0x80008000u);
+}
+
+__device__ __forceinline__ uint32_t comp(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Decode one chunk and multiply it into acc. xs: this lane's x units of the chunk (zeros when g >= M).
+template <int KIND, bool VEC16>
+__device__ __forceinline__ void compute_chunk(float (&acc)[4], const ChunkRegs<KIND, VEC16>& r, const uint4 (&xs)[2],
+                                              uint32_t X0, uint32_t X1) {
+  if constexpr (KIND == kBf16) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+      mma_16816(acc, comp(r.w[0], 2 * s), comp(r.w[1], 2 * s), comp(r.w[0], 2 * s + 1), comp(r.w[1], 2 * s + 1),
+                comp(xs[0], 2 * s), comp(xs[0], 2 * s + 1));
+  } else {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      // AE word s covers k 4s..4s+3 of the piece: pairs (4s, 4s+1) -> A cols 2t.., (4s+2, 4s+3) -> A cols 2t+8..
+      uint32_t a0, a2, a1, a3;
+      if constexpr (KIND == kW12) {
+        const uint32_t n0 = (s >> 1) == 0 ? r.nib[0].x : r.nib[0].y;
+        const uint32_t n1 = (s >> 1) == 0 ? r.nib[1].x : r.nib[1].y;
+        const int shA = (s & 1) ? 8 : 0;
+        decode_exact(comp(r.ae[0], s), (n0 >> shA) & 0x000F000Fu, (n0 >> (shA + 4)) & 0x000F000Fu, X0, a0, a2);
+        decode_exact(comp(r.ae[1], s), (n1 >> shA) & 0x000F000Fu, (n1 >> (shA + 4)) & 0x000F000Fu, X1, a1, a3);
+      } else {
+        decode_q(comp(r.ae[0], s), X0, a0, a2);
+        decode_q(comp(r.ae[1], s), X1, a1, a3);
+      }
+      const uint4& xu = xs[s >> 1];
+      mma_16816(acc, a0, a1, a2, a3, comp(xu, 2 * (s & 1)), comp(xu, 2 * (s & 1) + 1));
+    }
+  }
+}
+
+template <int KIND, bool VEC16>
+__global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p) {
+  using T = Traits<KIND>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int M = p.M;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int rt = warp % p.rt_per_cta;
+  const int warps_per_tile = kWarps / p.rt_per_cta;
+  const int wk = warp / p.rt_per_cta;
+  const int split = blockIdx.y;
+  const int c_lo = static_cast<int>((static_cast<long long>(split) * p.n_chunks) / p.k_splits);
+  const int c_hi = static_cast<int>((static_cast<long long>(split + 1) * p.n_chunks) / p.k_splits);
+  const int cta_rows = p.rt_per_cta * 16;
+  const int row_block = blockIdx.x * cta_rows;
+
+  // x of this CTA's K range, in the order lanes read it: unit ((c * XU + h) * M + g) * 4 + t holds
+  // x[g, c * chunk + piece * t + 8 h .. + 8].
+  uint4* xs_smem = reinterpret_cast<uint4*>(smem);
+  const int n_chunks_cta = c_hi - c_lo;
+  const int x_units = n_chunks_cta * T::kXUnits * M * 4;
+  for (int u = tid; u < x_units; u += kThreads) {
+    const int ut = u & 3;
+    const int ug = (u >> 2) % M;
+    const int uh = (u / (4 * M)) % T::kXUnits;
+    const int uc = u / (4 * M * T::kXUnits);
+    const int k = (c_lo + uc) * T::kChunk + T::kPiece * ut + 8 * uh;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (k < p.K) v = *reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(ug) * p.K + k);
+    xs_smem[u] = v;
+  }
+  float* red = reinterpret_cast<float*>(smem + ((x_units * 16 + 15) / 16) * 16);  // [8 warps][16 rows][8 tokens]
+  __syncthreads();
+
+  const int row_g = min(row_block + rt * 16 + g, p.N - 1);  // rows past N read the last row; never stored
+  const int row_h = min(row_block + rt * 16 + g + 8, p.N - 1);
+  uint32_t X0 = 0, X1 = 0;
+  if constexpr (KIND == kW12) {
+    X0 = static_cast<uint32_t>(p.base[row_g]) << 7;
+    X1 = static_cast<uint32_t>(p.base[row_h]) << 7;
+  } else if constexpr (KIND == kQ) {
+    X0 = (static_cast<uint32_t>(p.base[row_g]) << 7) | 8u;
+    X1 = (static_cast<uint32_t>(p.base[row_h]) << 7) | 8u;
+  }
+  // Tokens >= M read token M - 1: the MMA columns are independent and those outputs are never stored.
+  const int g_x = min(g, M - 1);
+
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  const int n_full = p.K / T::kChunk;  // chunks entirely inside K
+  // This warp's chunks: a contiguous share [first, last) of the CTA's range.
+  const int n_cta = c_hi - c_lo;
+  const int first = c_lo + (wk * n_cta) / warps_per_tile;
+  const int last = c_lo + ((wk + 1) * n_cta) / warps_per_tile;
+  const int full_end = max(first, min(last, n_full));
+  const uint4* x_lane = xs_smem + ((first - c_lo) * T::kXUnits * M + g_x) * 4 + t;
+  const int x_chunk_stride = T::kXUnits * M * 4;
+
+  auto x_units_of = [&](int i, uint4 (&xs)[2]) {
+#pragma unroll
+    for (int h = 0; h < T::kXUnits; ++h) xs[h] = x_lane[i * x_chunk_stride + h * M * 4];
+    if constexpr (T::kXUnits == 1) xs[1] = make_uint4(0, 0, 0, 0);
+  };
+
+  int i = 0;
+  const int n_mine_full = full_end - first;
+  for (; i + kUnroll <= n_mine_full; i += kUnroll) {
+    ChunkRegs<KIND, VEC16> regs[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) load_chunk<KIND, VEC16, false>(regs[u], p, row_g, row_h, first + i + u, t);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      uint4 xs[2];
+      x_units_of(i + u, xs);
+      compute_chunk<KIND, VEC16>(acc, regs[u], xs, X0, X1);
+    }
+  }
+  for (; first + i < last; ++i) {
+    const int chunk = first + i;
+    ChunkRegs<KIND, VEC16> regs;
+    if (chunk < n_full)
+      load_chunk<KIND, VEC16, false>(regs, p, row_g, row_h, chunk, t);
+    else
+      load_chunk<KIND, VEC16, true>(regs, p, row_g, row_h, chunk, t);
+    uint4 xs[2];
+    x_units_of(i, xs);
+    compute_chunk<KIND, VEC16>(acc, regs, xs, X0, X1);
+  }
+
+  // acc: rows (g, g + 8) of the tile, tokens (2t, 2t + 1). Warp partials -> red[warp], summed per row tile
+  // over its warps in warp order into the slot of the tile's first warp (index rt).
+  float* mine = red + warp * 128;
+  mine[g * 8 + 2 * t] = acc[0];
+  mine[g * 8 + 2 * t + 1] = acc[1];
+  mine[(g + 8) * 8 + 2 * t] = acc[2];
+  mine[(g + 8) * 8 + 2 * t + 1] = acc[3];
+  __syncthreads();
+  for (int e = tid; e < cta_rows * 8; e += kThreads) {
+    const int tile = e / 128, within = e % 128;
+    float s = red[tile * 128 + within];
+    for (int w = 1; w < warps_per_tile; ++w) s += red[(w * p.rt_per_cta + tile) * 128 + within];
+    red[tile * 128 + within] = s;  // warp index tile (wk = 0) holds the CTA's partial of that tile
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  if (p.k_splits > 1) cluster.sync();
+  else __syncthreads();
+
+  // This CTA finishes rows [r_lo, r_hi) of the row block: sums the k-split partials in rank order, adds the
+  // escapes of each row in stored order, rounds to bf16.
+  const int r_lo = (split * cta_rows) / p.k_splits;
+  const int r_hi = ((split + 1) * cta_rows) / p.k_splits;
+  for (int rl = r_lo + tid; rl < r_hi; rl += kThreads) {
+    float out[kMaxTokens];
+#pragma unroll
+    for (int m = 0; m < kMaxTokens; ++m) out[m] = 0.f;
+    for (int q = 0; q < p.k_splits; ++q) {
+      const float* part = red;
+      if (p.k_splits > 1) part = cluster.map_shared_rank(red, q);
+#pragma unroll
+      for (int m = 0; m < kMaxTokens; ++m)
+        if (m < M) out[m] += part[rl * 8 + m];
+    }
+    const int row = row_block + rl;
+    if (row >= p.N) continue;
+    if constexpr (KIND == kW12) {
+      const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+      const int tile0 = (row / kEscapeTile) * col_tiles;
+      const int want = row % kEscapeTile;
+      for (int ct = 0; ct < col_tiles; ++ct) {
+        const int e0 = p.esc_ptr[tile0 + ct], e1 = p.esc_ptr[tile0 + ct + 1];
+        for (int e = e0; e < e1; ++e) {
+          const uint32_t pos = p.esc_pos[e];
+          if (static_cast<int>(pos >> 8) != want) continue;
+          const int col = ct * kEscapeTile + static_cast<int>(pos & 0xFF);
+          const float v = __uint_as_float(static_cast<uint32_t>(p.esc_bits[e]) << 16);
+#pragma unroll
+          for (int m = 0; m < kMaxTokens; ++m)
+            if (m < M) out[m] = fmaf(__uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + col]) << 16), v, out[m]);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kMaxTokens; ++m) {
+      if (m < M) {
+        // round to nearest even; NaN stays NaN (quiet bit set)
+        const uint32_t b = __float_as_uint(out[m]);
+        uint16_t h;
+        if ((b & 0x7FFFFFFFu) > 0x7F800000u) h = static_cast<uint16_t>((b >> 16) | 0x0040u);
+        else h = static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+        p.y[static_cast<size_t>(m) * p.N + row] = h;
+      }
+    }
+  }
+  if (p.k_splits > 1) cluster.sync();  // the other CTAs' reads of this CTA's partials are done
+}
+
+// Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory.
+struct Plan {
+  int rt_per_cta, k_splits, n_chunks, grid_x, smem_bytes;
+};
+
+int chunk_of(int kind) { return kind == kBf16 ? 32 : 64; }
+
+int x_bytes(int kind, int M, int n_chunks, int splits) {
+  const int per_cta = (n_chunks + splits - 1) / splits;
+  return per_cta * chunk_of(kind) * M * 2;
+}
+
+Plan make_plan(int kind, int M, int N, int K, int sms) {
+  Plan pl{};
+  pl.n_chunks = (K + chunk_of(kind) - 1) / chunk_of(kind);
+  const int tiles = (N + 15) / 16;
+  const int target = 2 * sms;  // two 8-warp CTAs per SM
+  pl.rt_per_cta = 1;
+  for (int rt = 8; rt >= 1; rt /= 2) {
+    if ((tiles + rt - 1) / rt >= target) {
+      pl.rt_per_cta = rt;
+      break;
+    }
+  }
+  const int warps_per_tile = kWarps / pl.rt_per_cta;
+  const int blocks = (tiles + pl.rt_per_cta - 1) / pl.rt_per_cta;
+  pl.k_splits = 1;
+  while (pl.k_splits < kMaxClusterSplits) {
+    const bool want_more = blocks * pl.k_splits < target || x_bytes(kind, M, pl.n_chunks, pl.k_splits) > kXBytesSoft;
+    const bool room = pl.n_chunks / (2 * pl.k_splits) / warps_per_tile >= kMinChunksPerWarp;
+    const bool must = x_bytes(kind, M, pl.n_chunks, pl.k_splits) > kXBytesHard - 4096;
+    if (!(must || (want_more && room))) break;
+    pl.k_splits *= 2;
+  }
+  pl.grid_x = blocks;
+  const int xb = (x_bytes(kind, M, pl.n_chunks, pl.k_splits) + 15) / 16 * 16;
+  pl.smem_bytes = xb + kWarps * 128 * 4;
+  return pl;
+}
+
+thread_local char g_error[512] = "";
+
+int fail(const char* what, cudaError_t err) {
+  snprintf(g_error, sizeof(g_error), "%s: %s", what, cudaGetErrorString(err));
+  return 1;
+}
+
+int sm_count() {
+  static int cached[64] = {0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return -1;
+  if (dev < 64 && cached[dev]) return cached[dev];
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return -1;
+  if (dev < 64) cached[dev] = sms;
+  return sms;
+}
+
+template <int KIND, bool VEC16>
+int launch(Params p, cudaStream_t stream) {
+  static bool attr_set = false;  // first call happens before any graph capture (warm-up)
+  if (!attr_set) {
+    cudaError_t e = cudaFuncSetAttribute(skinny_gemm_kernel<KIND, VEC16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kXBytesHard);
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+    attr_set = true;
+  }
+  const int sms = sm_count();
+  if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  const Plan pl = make_plan(KIND, p.M, p.N, p.K, sms);
+  if (pl.smem_bytes > kXBytesHard) {
+    snprintf(g_error, sizeof(g_error), "K=%d with M=%d needs %d bytes of shared memory per CTA (limit %d)", p.K, p.M,
+             pl.smem_bytes, kXBytesHard);
+    return 2;
+  }
+  p.rt_per_cta = pl.rt_per_cta;
+  p.k_splits = pl.k_splits;
+  p.n_chunks = pl.n_chunks;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(pl.grid_x, pl.k_splits, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = pl.smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = pl.k_splits;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<KIND, VEC16>, p);
+  if (e != cudaSuccess) return fail("cudaLaunchKernelEx", e);
+  return 0;
+}
+
+int check_sizes(int M, int N, int K) {
+  if (M < 1 || M > kMaxTokens || N < 1 || K < 8 || K % 8 != 0) {
+    snprintf(g_error, sizeof(g_error), "expected 1 <= M <= 8, N >= 1, K >= 8 and K %% 8 == 0, got M=%d N=%d K=%d", M, N, K);
+    return 3;
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Message of the last failed call of this thread ("" after none).
+const char* specdec_cuda_last_error() { return g_error; }
+
+// Launch plan for (kind 0 bf16 / 1 W12 / 2 Q, M, N, K) on a GPU with `sms` multiprocessors; host only.
+// out[0] row tiles per CTA, out[1] K splits (cluster size), out[2] chunks, out[3] grid x, out[4] shared bytes.
+int specdec_skinny_plan(int kind, int M, int N, int K, int sms, int* out) {
+  if (kind < 0 || kind > 2 || sms < 1) return 3;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  const Plan pl = make_plan(kind, M, N, K, sms);
+  out[0] = pl.rt_per_cta;
+  out[1] = pl.k_splits;
+  out[2] = pl.n_chunks;
+  out[3] = pl.grid_x;
+  out[4] = pl.smem_bytes;
+  return 0;
+}
+
+// y[M, N] = x[M, K] @ w[N, K]^T, all bf16, contiguous, 16-byte aligned.
+int specdec_skinny_gemm_bf16(const void* x, const void* w, void* y, int M, int N, int K, void* stream) {
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  Params p{};
+  p.x = static_cast<const uint16_t*>(x);
+  p.w = static_cast<const uint8_t*>(w);
+  p.y = static_cast<uint16_t*>(y);
+  p.M = M, p.N = N, p.K = K;
+  return launch<kBf16, true>(p, static_cast<cudaStream_t>(stream));
+}
+
+// W12 exact: planes of specdec/formats/w12.py (k_padded == K since K % 8 == 0).
+int specdec_w12_gemm_small_m(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                             const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* stream) {
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  Params p{};
+  p.x = static_cast<const uint16_t*>(x);
+  p.w = static_cast<const uint8_t*>(ae);
+  p.nib = static_cast<const uint8_t*>(nib);
+  p.base = static_cast<const uint8_t*>(base);
+  p.esc_ptr = static_cast<const int32_t*>(esc_ptr);
+  p.esc_pos = static_cast<const uint16_t*>(esc_pos);
+  p.esc_bits = static_cast<const uint16_t*>(esc_bits);
+  p.y = static_cast<uint16_t*>(y);
+  p.M = M, p.N = N, p.K = K;
+  if (K % 16 == 0) return launch<kW12, true>(p, static_cast<cudaStream_t>(stream));
+  return launch<kW12, false>(p, static_cast<cudaStream_t>(stream));
+}
+
+// Q view: ae plane and bases only.
+int specdec_q_gemm_small_m(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* stream) {
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  Params p{};
+  p.x = static_cast<const uint16_t*>(x);
+  p.w = static_cast<const uint8_t*>(ae);
+  p.base = static_cast<const uint8_t*>(base);
+  p.y = static_cast<uint16_t*>(y);
+  p.M = M, p.N = N, p.K = K;
+  if (K % 16 == 0) return launch<kQ, true>(p, static_cast<cudaStream_t>(stream));
+  return launch<kQ, false>(p, static_cast<cudaStream_t>(stream));
+}
+
+}  // extern "C"

@@ -1,0 +1,38 @@
+"""The roofline benchmark's CPU smoke mode runs end to end; a kernel that decodes one weight wrong fails the run."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.kernels import bench_roofline
+from specdec.kernels.cuda import ops
+
+
+def test_smoke_mode_runs_and_checks_pass(tmp_path):
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["provenance"]["seed"] == 0 and result["decode_checks_passed"]
+    assert all(c["w12_decode_exact"] and c["q_decode_exact"] and c["escapes"] > 0 for c in result["decode_checks"])
+    assert [(r["linear"], r["M"]) for r in result["rows"]] == [("a", 1), ("a", 8), ("b", 1), ("b", 8)]
+    for row in result["rows"]:
+        for kind in bench_roofline.KERNELS:
+            assert row[f"{kind}_s"] > 0, (kind, row)
+    assert (tmp_path / "roofline.png").stat().st_size > 0
+
+
+def test_a_wrong_decoded_weight_fails_the_run(tmp_path, monkeypatch):
+    exact = ops.w12_gemm_small_m
+
+    def one_weight_off(x, *planes):
+        y = exact(x, *planes).clone()
+        if x.shape[0] == 8 and bool((x[:, 0] == 1).any()):  # the one-hot call that reads column 0
+            y[0, 2] = y[0, 2] + 1
+        return y
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", one_weight_off)
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
+    result = json.loads(out.read_text())
+    assert not result["decode_checks_passed"]
+    assert result["decode_checks"][0]["w12_first_mismatches"] == [[2, 0]]

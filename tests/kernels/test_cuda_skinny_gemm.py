@@ -1,0 +1,127 @@
+"""The CUDA skinny GEMM ops on CPU: argument checks, the reference path, fake shapes, and the library loader's errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from specdec.formats.w12 import W12Tensor, q_linear_reference, w12_linear_reference
+from specdec.kernels.cuda import KernelLibraryError, build, load_library
+from specdec.kernels.cuda.ops import q_gemm_small_m, skinny_gemm_bf16, w12_gemm_small_m
+
+
+def planted(n: int, k: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g) * 0.02
+    w[0, :] = 0.0
+    w[:, 1] = -0.0
+    w[1, 2] = 2.0**-130  # subnormal: an escape
+    w[2, 3] = 1e-30  # far below the window: an escape
+    w[n - 1, k - 1] = 300.0  # above the window: an escape
+    return w.to(torch.bfloat16).contiguous()
+
+
+def planes(w12: W12Tensor) -> tuple[torch.Tensor, ...]:
+    return (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 24, 64), (3, 17, 136), (8, 40, 8)])
+def test_cpu_path_is_the_reference_bit_for_bit(m, n, k):
+    w = planted(n, k)
+    w12 = W12Tensor.from_bf16(w)
+    assert w12.num_escapes >= 1
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    assert torch.equal(skinny_gemm_bf16(x, w), F.linear(x, w))
+    assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
+    assert torch.equal(q_gemm_small_m(x, w12.ae, w12.base), q_linear_reference(x, w12))
+    # the registered ops are the same functions
+    assert torch.equal(torch.ops.specdec.w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
+    # the exact op is not the Q view (the references differ on these weights)
+    assert not torch.equal(w12_linear_reference(x, w12), q_linear_reference(x, w12))
+
+
+def test_fake_implementations_give_the_output_shape():
+    w = planted(24, 64)
+    w12 = W12Tensor.from_bf16(w)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        x = mode.from_tensor(torch.zeros(5, 64, dtype=torch.bfloat16))
+        fake_planes = [mode.from_tensor(t) for t in planes(w12)]
+        assert tuple(torch.ops.specdec.skinny_gemm_bf16(x, mode.from_tensor(w)).shape) == (5, 24)
+        assert tuple(torch.ops.specdec.w12_gemm_small_m(x, *fake_planes).shape) == (5, 24)
+        assert tuple(torch.ops.specdec.q_gemm_small_m(x, fake_planes[0], fake_planes[2]).shape) == (5, 24)
+
+
+def _x(m=2, k=64, dtype=torch.bfloat16):
+    return torch.zeros(m, k, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    "make, exc, match",
+    [
+        (lambda w: (_x(dtype=torch.float32), w), TypeError, r"x: expected dtype torch.bfloat16, got torch.float32"),
+        (lambda w: (_x(m=0), w), ValueError, r"x: expected 1 to 8 rows \(tokens\), got M=0"),
+        (lambda w: (_x(m=9), w), ValueError, r"x: expected 1 to 8 rows \(tokens\), got M=9"),
+        (lambda w: (torch.zeros(2, 3, 64, dtype=torch.bfloat16), w), ValueError, r"x: expected a 2-D tensor \[M, K\]"),
+        (lambda w: (_x(k=60), w[:, :60].contiguous()), ValueError, r"x: expected K .* a positive multiple of 8, got K=60"),
+        (lambda w: (_x(k=128)[:, ::2], w), ValueError, r"x: expected a contiguous tensor"),
+        (lambda w: (_x(k=72), w), ValueError, r"weight: expected K=72 columns \(x's K\), got shape \(24, 64\)"),
+        (lambda w: (_x(), w.float()), TypeError, r"weight: expected dtype torch.bfloat16, got torch.float32"),
+        (lambda w: (_x(), w.t()), ValueError, r"weight: expected a contiguous tensor"),
+    ],
+)
+def test_bf16_op_rejects_bad_arguments(make, exc, match):
+    w = planted(24, 64)
+    with pytest.raises(exc, match=match):
+        skinny_gemm_bf16(*make(w))
+
+
+def test_w12_and_q_ops_reject_bad_planes():
+    w12 = W12Tensor.from_bf16(planted(24, 64))
+    ae, nib, base, esc_ptr, esc_pos, esc_bits = planes(w12)
+    x = _x()
+    with pytest.raises(ValueError, match=r"x: expected K=64 columns \(the weight's K\), got 72"):
+        w12_gemm_small_m(_x(k=72), *planes(w12))
+    with pytest.raises(ValueError, match=r"nib: expected shape \(24, 32\), got \(24, 16\)"):
+        w12_gemm_small_m(x, ae, nib[:, :16].contiguous(), base, esc_ptr, esc_pos, esc_bits)
+    with pytest.raises(TypeError, match=r"base: expected dtype torch.uint8, got torch.int32"):
+        w12_gemm_small_m(x, ae, nib, base.int(), esc_ptr, esc_pos, esc_bits)
+    with pytest.raises(ValueError, match=r"esc_ptr: expected shape \(2,\), got \(3,\)"):
+        w12_gemm_small_m(x, ae, nib, base, torch.zeros(3, dtype=torch.int32), esc_pos, esc_bits)
+    with pytest.raises(ValueError, match=r"esc_bits: expected shape"):
+        w12_gemm_small_m(x, ae, nib, base, esc_ptr, esc_pos, esc_bits[:0].contiguous())
+    with pytest.raises(ValueError, match=r"ae: expected K \(its width\) a positive multiple of 8, got 12"):
+        q_gemm_small_m(_x(k=12), torch.zeros(24, 12, dtype=torch.uint8), base)
+    with pytest.raises(ValueError, match=r"x: expected 1 to 8 rows \(tokens\), got M=16"):
+        q_gemm_small_m(_x(m=16), ae, base)
+
+
+def test_missing_library_named_in_the_error(monkeypatch, tmp_path):
+    missing = tmp_path / "nowhere" / "specdec_cuda_kernels.so"
+    monkeypatch.setenv(build.ENV_VAR, str(missing))
+    with pytest.raises(
+        KernelLibraryError, match=r"CUDA kernel library not found at .*nowhere/specdec_cuda_kernels.so \(SPECDEC_CUDA_KERNELS\)"
+    ):
+        load_library()
+
+
+def test_unloadable_library_is_a_clear_error(monkeypatch, tmp_path):
+    bogus = tmp_path / "bogus.so"
+    bogus.write_text("not a shared object")
+    monkeypatch.setenv(build.ENV_VAR, str(bogus))
+    with pytest.raises(KernelLibraryError, match=r"cannot load the CUDA kernel library .*bogus.so"):
+        load_library()
+
+
+def test_build_without_nvcc_says_so(monkeypatch, tmp_path):
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    with pytest.raises(KernelLibraryError, match=r"no nvcc found .* -arch=sm_90a -std=c\+\+17 --shared"):
+        build.build_kernels(tmp_path / "k.so")
+    # and the default path is not built silently either: the loader names the build command
+    monkeypatch.delenv(build.ENV_VAR, raising=False)
+    monkeypatch.setattr(build, "_DEFAULT", tmp_path / "absent.so")
+    with pytest.raises(KernelLibraryError, match=r"not found at .*absent.so; build it with `.*nvcc -O3 -arch=sm_90a"):
+        load_library()
