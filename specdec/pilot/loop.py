@@ -333,7 +333,7 @@ class Pilot:
                 self._gate_candidate(record, "memory:" + "+".join(used), "memory", replayed, float("nan"), current, winners)
         for exp in explorations:
             cand = exp.candidate
-            if not exp.direction and cand is not None:
+            if not exp.direction:
                 exp.direction = getattr(cand, "direction", "") or exp.agent
             if cand is None:
                 record.candidates.append(
