@@ -211,6 +211,7 @@ def drafter_choice(options: Mapping[str, Mapping[str, Any]], *, name: str = "dra
         fields=("drafter",),
     )
 
+
 for _direction in (
     Direction(
         "weight_format",

@@ -242,6 +242,7 @@ class Pilot:
 
         Each step applies the accepted entry (preconditions matching the system so far, best interval
         lower bound first) whose edit changes the system and touches no field an earlier step set.
+        With ``directions`` given to the pilot, entries of other mechanisms are left out.
 
         Example:
             >>> from specdec.pilot.gate import target_pass_timer
@@ -260,7 +261,7 @@ class Pilot:
         current, used, touched = spec, [], set()
         for _ in range(max_steps):
             for entry in self.memory.retrieve(current):
-                if not entry.spec_diff or touched & set(entry.spec_diff):
+                if not entry.spec_diff or touched & set(entry.spec_diff) or not self._allows(entry.mechanism):
                     continue
                 try:
                     proposed = current.apply_diff(entry.spec_diff)
@@ -273,6 +274,10 @@ class Pilot:
             else:
                 break
         return current, used
+
+    def _allows(self, mechanism: str) -> bool:
+        names = mechanism.removeprefix("memory:").split("+")
+        return self.allowed is None or all(name in self.allowed for name in names)
 
     def _remember(self, mechanism: str, base: SystemSpec, spec: SystemSpec, verdict: GateVerdict) -> None:
         self.memory.add(

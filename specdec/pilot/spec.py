@@ -98,7 +98,9 @@ def _random_target(knobs: Mapping[str, Any], spec: SystemSpec):
         cfg = TargetConfig(**shape)
     else:
         raise TypeError(f"target: shape expected a name or a mapping of TargetConfig fields, got {type(shape).__name__}")
-    return random_target(cfg, dtype=_DTYPES[spec.dtype], device=spec.device, max_seq_len=spec.max_seq_len, seed=knobs.get("seed", 0))
+    return random_target(
+        cfg, dtype=_DTYPES[spec.dtype], device=spec.device, max_seq_len=spec.max_seq_len, seed=knobs.get("seed", 0)
+    )
 
 
 ORACLE_REFERENCES: dict[str, list[torch.Tensor]] = {}
@@ -140,7 +142,10 @@ def _oracle_drafter(knobs: Mapping[str, Any], target, spec: SystemSpec):
             f"drafter: kind 'oracle' needs the target's reference decodes (add_oracle_references), none for target {spec.target!r}"
         )
     return OracleDrafter(
-        knobs.get("profile", "specpilot-one-level"), references=references, vocab_size=target.vocab_size, seed=knobs.get("seed", 1)
+        knobs.get("profile", "specpilot-one-level"),
+        references=references,
+        vocab_size=target.vocab_size,
+        seed=knobs.get("seed", 1),
     )
 
 
@@ -568,7 +573,9 @@ class TargetCache:
     def put(self, spec: SystemSpec, target: Any) -> None:
         """Record ``target`` as the one built for ``spec``'s weights."""
         if spec.graphs != bool(getattr(target, "uses_cuda_graphs", False)):
-            raise ValueError(f"target: expected a target {'with' if spec.graphs else 'without'} CUDA graphs for spec.graphs={spec.graphs}")
+            raise ValueError(
+                f"target: expected a target {'with' if spec.graphs else 'without'} CUDA graphs for spec.graphs={spec.graphs}"
+            )
         self._targets[self.key(spec)] = target
 
     def get(self, spec: SystemSpec) -> Any:
