@@ -302,7 +302,13 @@ class Pilot:
         return record
 
     def _gate_candidate(self, record, direction, agent, spec, raw_speedup, current, winners) -> None:
-        verdict = self._judge(spec, current)
+        try:
+            verdict = self._judge(spec, current)
+        except Exception as err:  # a candidate that cannot be built or run is rejected, the round goes on
+            error = f"the gate could not run it: {type(err).__name__}: {err}"
+            record.candidates.append(CandidateRecord(direction, agent, spec.diff(current), float(raw_speedup), None, error))
+            self.log(f"  {direction} ({agent}): {error}")
+            return
         record.candidates.append(CandidateRecord(direction, agent, spec.diff(current), float(raw_speedup), verdict))
         self._remember(direction, current, spec, verdict)
         state = "accepted" if verdict.accepted else "rejected: " + "; ".join(verdict.reasons)

@@ -222,3 +222,19 @@ def test_an_extra_cheating_agent_is_rejected_on_forcing_beside_honest_directions
     assert "accept_all" not in record.integrated
     with pytest.raises(TypeError, match="extra_agents"):
         Pilot(start, dev, pilot.gate, 24, extra_agents=[object()])
+
+
+def test_a_candidate_the_gate_cannot_build_is_recorded_and_the_round_goes_on(stock):
+    class BrokenAgent:
+        name = "broken"
+
+        def explore(self, direction, spec, budget):
+            broken = spec.with_changes(verifier={"kind": "specdec.verify:NoSuchVerifier"})
+            return Candidate("broken", broken, spec, {}, 2.0)
+
+    pilot = _pilot(stock, Memory(), ["draft_length"], per_round=1)
+    pilot.extra_agents = [BrokenAgent()]
+    record = pilot.run(rounds=1).rounds[0]
+    broken = [c for c in record.candidates if c.agent == "broken"]
+    assert len(broken) == 1 and broken[0].verdict is None and "NoSuchVerifier" in broken[0].error
+    assert record.integrated == ["draft_length"]
