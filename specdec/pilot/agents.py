@@ -94,7 +94,9 @@ class Agent(Protocol):
 class DevEvaluator:
     """``evaluate(candidate, base, effort) -> t_base / t_candidate`` on development prompts (picklable).
 
-    ``effort`` is how many of the prompts are timed (capped at all of them).
+    ``effort`` is how many of the prompts are timed (capped at all of them). ``targets``: a
+    :class:`~specdec.pilot.spec.TargetCache` to share with the loop (one copy of large weights); a
+    pickled evaluator starts with an empty cache.
 
     Example:
         >>> ev = DevEvaluator([torch.tensor([1, 2, 3, 1, 2, 3])], 8)
@@ -103,15 +105,23 @@ class DevEvaluator:
     """
 
     def __init__(
-        self, prompts: Sequence[torch.Tensor], max_new_tokens: int, *, seed: int = 0, timer: Callable[..., float] = wall_time
+        self,
+        prompts: Sequence[torch.Tensor],
+        max_new_tokens: int,
+        *,
+        seed: int = 0,
+        timer: Callable[..., float] = wall_time,
+        targets: TargetCache | None = None,
     ):
         self.prompts = [p.cpu() for p in prompts]
         if not self.prompts:
             raise ValueError("prompts: expected at least one 1-D token tensor, got none")
+        if targets is not None and not isinstance(targets, TargetCache):
+            raise TypeError(f"targets: expected a TargetCache, got {type(targets).__name__}")
         self.max_new_tokens = max_new_tokens
         self.seed = seed
         self.timer = timer
-        self.targets = TargetCache()
+        self.targets = targets if targets is not None else TargetCache()
 
     def __getstate__(self):
         return {**self.__dict__, "targets": TargetCache()}

@@ -13,7 +13,7 @@ from typing import Any
 
 from specdec.pilot.spec import SystemSpec
 
-__all__ = ["DIRECTIONS", "Direction", "Preconditions", "applicable", "register_direction"]
+__all__ = ["DIRECTIONS", "Direction", "Preconditions", "applicable", "drafter_choice", "register_direction"]
 
 
 @dataclass(frozen=True)
@@ -152,23 +152,65 @@ def _with_drafter(spec: SystemSpec, **knobs: Any) -> SystemSpec:
     return spec.with_changes(drafter={**spec.drafter, **knobs})
 
 
+_ANY_DRAFTER = ("ngram", "dflash", "dflash2", "dspark", "oracle")
+_BLOCK = ("dflash", "dflash2", "dspark")
+
+
 def _two_level(spec: SystemSpec, s: Mapping[str, Any]) -> SystemSpec:
     budget = s["budget"]
     new = spec.with_changes(verifier={"kind": "two_level", "budget": budget, "q_budget": budget, "gate": s["gate"]})
     if spec.drafter["kind"] == "ngram":
         return _with_drafter(new, max_paths=spec.drafter.get("max_paths", 1))
-    return _with_drafter(new, tree_budget=budget)
+    if spec.drafter["kind"] in _BLOCK:
+        return _with_drafter(new, tree_budget=budget)
+    return new  # a drafter without tree knobs (the oracle) proposes chains; the verifier changes alone
 
 
 def _tree(spec: SystemSpec, s: Mapping[str, Any]) -> SystemSpec:
     new = spec.with_changes(verifier={"kind": "tree", "budget": s["budget"]})
     if spec.drafter["kind"] == "ngram":
         return _with_drafter(new, max_paths=s["paths"])
-    return _with_drafter(new, tree_budget=s["budget"])
+    if spec.drafter["kind"] in _BLOCK:
+        return _with_drafter(new, tree_budget=s["budget"])
+    return new
 
 
-_ANY_DRAFTER = ("ngram", "dflash", "dflash2", "dspark")
-_BLOCK = ("dflash", "dflash2", "dspark")
+def drafter_choice(options: Mapping[str, Mapping[str, Any]], *, name: str = "drafter_choice") -> Direction:
+    """A direction that puts one of the deployment's drafters in place (from plain AR, or instead of another).
+
+    Which drafters exist depends on the deployment (a trained checkpoint, an n-gram table, a simulated
+    oracle), so this direction is made per deployment and registered with :func:`register_direction`.
+
+    Args:
+        options: a name per drafter section (``{"kind": ..., **knobs}``, as in :attr:`SystemSpec.drafter`).
+        name: the direction's registry name.
+
+    Example:
+        >>> d = drafter_choice({"ngram3": {"kind": "ngram", "max_ngram": 3}})
+        >>> d.apply(SystemSpec().autoregressive(), {"drafter": "ngram3"}).drafter
+        {'kind': 'ngram', 'max_ngram': 3}
+    """
+    if not isinstance(options, Mapping) or not options:
+        raise ValueError(f"options: expected a non-empty mapping of name -> drafter section, got {options!r}")
+    sections = {}
+    for key, section in options.items():
+        if not isinstance(section, Mapping) or not isinstance(section.get("kind"), str) or section["kind"] == "none":
+            raise ValueError(f"options[{key!r}]: expected a drafter section with a 'kind' other than 'none', got {section!r}")
+        sections[key] = dict(section)
+
+    def edit(spec: SystemSpec, settings: Mapping[str, Any]) -> SystemSpec:
+        return spec.with_changes(drafter=dict(sections[settings["drafter"]]))
+
+    return Direction(
+        name,
+        "decode with a drafter: every accepted draft token saves one target pass",
+        ("acceptance",),
+        Preconditions(),
+        {"drafter": tuple(sections)},
+        edit,
+        fields=("drafter",),
+    )
+
 
 for _direction in (
     Direction(

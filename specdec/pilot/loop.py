@@ -5,7 +5,9 @@ One round:
 1. profile the current system on the development prompts (:func:`specdec.pilot.profile.profile_system`);
 2. rank its gaps to the ceilings (:func:`specdec.pilot.cost.gaps`);
 3. pick directions: those memory says worked on matching systems first, then those addressing the
-   largest gaps; each goes to an agent (:func:`specdec.pilot.agents.explore_all`);
+   largest gaps; each goes to an agent (:func:`specdec.pilot.agents.explore_all`); with
+   ``replay_memory``, the first round also gates the system memory's accepted edits lead to
+   (:meth:`Pilot.remembered`), so a new deployment can start from what worked on a matching one;
 4. gate every candidate (:class:`specdec.pilot.gate.Gate`: token forcing on sealed prompts, speedup
    interval above 1);
 5. stack the winners that touch different spec fields and gate the stack; the better of the stack and
@@ -77,6 +79,7 @@ class RoundRecord:
         candidates: one :class:`CandidateRecord` per exploration.
         integrated: the mechanisms that became part of ``spec_after`` (empty: the system did not change).
         integration: the gate's verdict on the stack of winners (``None`` with fewer than two winners).
+        seconds: the round's wall time.
     """
 
     index: int
@@ -88,10 +91,12 @@ class RoundRecord:
     candidates: list[CandidateRecord] = field(default_factory=list)
     integrated: list[str] = field(default_factory=list)
     integration: GateVerdict | None = None
+    seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
+            "seconds": self.seconds,
             "index": self.index,
             "spec_before": self.spec_before.to_dict(),
             "spec_after": self.spec_after.to_dict(),
@@ -139,6 +144,11 @@ class Pilot:
         bandwidth: bytes/s for the ceilings (``None``: measured on this machine).
         stock_spec: the spec of the gate's stock target; systems with the same weights reuse it (they
             decode on it one after another and never change its weights).
+        targets: the :class:`TargetCache` systems are built from (share it with a :class:`DevEvaluator`
+            so that large weights exist once); default a new one.
+        extra_agents: agents asked every round besides the directions' (``explore(None, spec, budget)``),
+            e.g. an adversary whose candidates the gate must reject.
+        replay_memory: in the first round, also gate the system :meth:`remembered` builds from memory.
         log: receives one line per event.
 
     Example:
@@ -171,6 +181,9 @@ class Pilot:
         max_workers: int = 2,
         bandwidth: float | None = None,
         stock_spec: SystemSpec | None = None,
+        targets: TargetCache | None = None,
+        extra_agents: Sequence[Agent] = (),
+        replay_memory: bool = False,
         log: Callable[[str], None] = lambda line: None,
     ):
         if not isinstance(spec, SystemSpec):
@@ -187,13 +200,22 @@ class Pilot:
             raise ValueError(f"directions: unknown {unknown}; registered: {sorted(DIRECTIONS)}")
         self.spec, self.gate, self.max_new_tokens = spec, gate, max_new_tokens
         self.memory = memory if memory is not None else Memory(":memory:")
-        evaluator = DevEvaluator(self.dev_prompts, max_new_tokens)
-        self.agent_for = agent_for or (lambda direction: SearchAgent(evaluator))
         self.budget, self.directions_per_round = budget or Budget(), directions_per_round
         self.allowed = list(directions) if directions is not None else None
         self.executor, self.max_workers, self.bandwidth = executor, max_workers, bandwidth
         self.stock_spec, self.log = stock_spec, log
-        self.targets = TargetCache()
+        if targets is not None and not isinstance(targets, TargetCache):
+            raise TypeError(f"targets: expected a TargetCache, got {type(targets).__name__}")
+        self.extra_agents = list(extra_agents)
+        for i, agent in enumerate(self.extra_agents):
+            if not isinstance(agent, Agent):
+                raise TypeError(f"extra_agents[{i}]: expected an Agent (name, explore), got {type(agent).__name__}")
+        if not isinstance(replay_memory, bool):
+            raise TypeError(f"replay_memory: expected a bool, got {type(replay_memory).__name__}")
+        self.replay_memory = replay_memory
+        self.targets = targets if targets is not None else TargetCache()
+        evaluator = DevEvaluator(self.dev_prompts, max_new_tokens, targets=self.targets)
+        self.agent_for = agent_for or (lambda direction: SearchAgent(evaluator))
         if stock_spec is not None:
             self.targets.put(stock_spec, gate.checker.stock)
 
@@ -215,6 +237,48 @@ class Pilot:
         chosen += [d.name for d in by_gap if d.name not in chosen]
         return chosen[: self.directions_per_round]
 
+    def remembered(self, spec: SystemSpec, *, max_steps: int = 8) -> tuple[SystemSpec, list[str]]:
+        """The system memory leads to from ``spec``, and the mechanisms on the way.
+
+        Each step applies the accepted entry (preconditions matching the system so far, best interval
+        lower bound first) whose edit changes the system and touches no field an earlier step set.
+        With ``directions`` given to the pilot, entries of other mechanisms are left out.
+
+        Example:
+            >>> from specdec.pilot.gate import target_pass_timer
+            >>> from specdec.pilot.spec import build
+            >>> memory = Memory()
+            >>> start = SystemSpec().autoregressive()
+            >>> memory.add(MemoryEntry("drafter_choice", preconditions_of(start), {"drafter": {"kind": "ngram"}}, 2.0, 1.5, 2.5,
+            ...                        "PASS", True))
+            >>> memory.add(MemoryEntry("draft_length", preconditions_of(SystemSpec()), {"num_draft_tokens": 8}, 1.2, 1.1, 1.3,
+            ...                        "PASS", True))
+            >>> gate = Gate(build(start).target, [torch.tensor([1, 2, 3])], 8, timer=target_pass_timer)
+            >>> spec, used = Pilot(start, [torch.tensor([1, 2])], gate, 8, memory=memory).remembered(start)
+            >>> used, spec.drafter, spec.num_draft_tokens
+            (['drafter_choice', 'draft_length'], {'kind': 'ngram'}, 8)
+        """
+        current, used, touched = spec, [], set()
+        for _ in range(max_steps):
+            for entry in self.memory.retrieve(current):
+                if not entry.spec_diff or touched & set(entry.spec_diff) or not self._allows(entry.mechanism):
+                    continue
+                try:
+                    proposed = current.apply_diff(entry.spec_diff)
+                except (TypeError, ValueError):  # an entry written by another specdec's schema
+                    continue
+                if proposed != current:
+                    current, touched = proposed, touched | set(entry.spec_diff)
+                    used.append(entry.mechanism)
+                    break
+            else:
+                break
+        return current, used
+
+    def _allows(self, mechanism: str) -> bool:
+        names = mechanism.removeprefix("memory:").split("+")
+        return self.allowed is None or all(name in self.allowed for name in names)
+
     def _remember(self, mechanism: str, base: SystemSpec, spec: SystemSpec, verdict: GateVerdict) -> None:
         self.memory.add(
             MemoryEntry(
@@ -232,6 +296,27 @@ class Pilot:
 
     def run_round(self, index: int, current: SystemSpec) -> RoundRecord:
         """One round from ``current``; returns its record (``spec_after`` is the new current system)."""
+        started = time.perf_counter()
+        record = self._run_round(index, current)
+        record.seconds = time.perf_counter() - started
+        return record
+
+    def _gate_candidate(self, record, direction, agent, spec, raw_speedup, current, winners) -> None:
+        try:
+            verdict = self._judge(spec, current)
+        except Exception as err:  # a candidate that cannot be built or run is rejected, the round goes on
+            error = f"the gate could not run it: {type(err).__name__}: {err}"
+            record.candidates.append(CandidateRecord(direction, agent, spec.diff(current), float(raw_speedup), None, error))
+            self.log(f"  {direction} ({agent}): {error}")
+            return
+        record.candidates.append(CandidateRecord(direction, agent, spec.diff(current), float(raw_speedup), verdict))
+        self._remember(direction, current, spec, verdict)
+        state = "accepted" if verdict.accepted else "rejected: " + "; ".join(verdict.reasons)
+        self.log(f"  {direction} ({agent}): raw {raw_speedup:.2f}x, gated {verdict.speedup:.2f}x {state}")
+        if verdict.accepted:
+            winners.append((direction, spec, verdict))
+
+    def _run_round(self, index: int, current: SystemSpec) -> RoundRecord:
         system = self.targets.build(current)
         profile = profile_system(
             system, [p.to(system.target.device) for p in self.dev_prompts], self.max_new_tokens, bandwidth=self.bandwidth
@@ -250,10 +335,17 @@ class Pilot:
         )
         names = self.choose_directions(current, ranked)
         jobs = [(self.agent_for(DIRECTIONS[n]), n, current, self.budget) for n in names]
+        jobs += [(agent, None, current, self.budget) for agent in self.extra_agents]
         explorations = explore_all(jobs, executor=self.executor, max_workers=self.max_workers)
         winners = []
+        if self.replay_memory and index == 0:
+            replayed, used = self.remembered(current)
+            if used:
+                self._gate_candidate(record, "memory:" + "+".join(used), "memory", replayed, float("nan"), current, winners)
         for exp in explorations:
             cand = exp.candidate
+            if not exp.direction:
+                exp.direction = getattr(cand, "direction", "") or exp.agent
             if cand is None:
                 record.candidates.append(
                     CandidateRecord(exp.direction, exp.agent, {}, float("nan"), None, exp.error or "nothing proposed")
@@ -265,15 +357,7 @@ class Pilot:
                     CandidateRecord(exp.direction, exp.agent, {}, float("nan"), None, "candidate.spec is not a SystemSpec")
                 )
                 continue
-            verdict = self._judge(cand.spec, current)
-            record.candidates.append(
-                CandidateRecord(exp.direction, exp.agent, cand.spec.diff(current), float(cand.raw_speedup), verdict)
-            )
-            self._remember(exp.direction, current, cand.spec, verdict)
-            state = "accepted" if verdict.accepted else "rejected: " + "; ".join(verdict.reasons)
-            self.log(f"  {exp.direction} ({exp.agent}): raw {cand.raw_speedup:.2f}x, gated {verdict.speedup:.2f}x {state}")
-            if verdict.accepted:
-                winners.append((exp.direction, cand.spec, verdict))
+            self._gate_candidate(record, exp.direction, exp.agent, cand.spec, cand.raw_speedup, current, winners)
         if not winners:
             return record
         winners.sort(key=lambda w: -w[2].ci95[0])

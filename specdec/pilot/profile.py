@@ -1,8 +1,9 @@
 """Profiles and ceilings: where a decode system's time goes per round, and how low each part could go.
 
-Stage times come from :class:`specdec.GenerationStats` (draft, verify, other; the target's commit is an
-index update inside the verifier, so it is counted in ``verify`` there and its own stage is ``0``
-unless a profile measured it separately). Ceilings come from the same machine: a copy-bandwidth probe
+Stage times come from :class:`specdec.GenerationStats` (draft, verify, other). The target's commit runs
+inside the verifier, so ``GenerationStats`` counts it in ``verify``; :func:`profile_system` times every
+``target.commit`` call of the profiled run (:class:`CommitTimer`, synchronised on CUDA) and moves that
+time from ``verify`` to ``commit``. Ceilings come from the same machine: a copy-bandwidth probe
 (:func:`copy_bandwidth`, CUDA events on a GPU, host timers elsewhere), the bytes each pass must read
 (:func:`module_bytes`) and the acceptance ceiling from the drafter's statistics
 (:func:`acceptance_ceiling`). :func:`kernel_table` lists per-kernel times from ``torch.profiler``.
@@ -21,6 +22,7 @@ import torch
 __all__ = [
     "STAGES",
     "Ceilings",
+    "CommitTimer",
     "KernelTime",
     "RoundProfile",
     "acceptance_ceiling",
@@ -188,6 +190,55 @@ class RoundProfile:
         return out
 
 
+class CommitTimer:
+    """Within a ``with`` block, time every ``target.commit`` call (seconds in :attr:`seconds`, calls in :attr:`calls`).
+
+    On CUDA each call is synchronised before and after, so the time is the commit's device work (the
+    KV moves of a tree path) and not only its launch; the profiled run pays those syncs, the gate's
+    timings do not.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> with CommitTimer(target) as timer:
+        ...     _ = target(torch.tensor([[1, 2, 3]])); target.commit(3)
+        >>> timer.calls, timer.seconds > 0, "commit" in vars(target)
+        (1, True, False)
+    """
+
+    def __init__(self, target: Any):
+        if not callable(getattr(target, "commit", None)):
+            raise TypeError(f"target: expected an object with a commit method, got {type(target).__name__}")
+        self.target, self.seconds, self.calls = target, 0.0, 0
+        self._cuda = getattr(getattr(target, "device", None), "type", None) == "cuda"
+
+    def __enter__(self) -> CommitTimer:
+        inner = self.target.commit
+        self._own = "commit" in vars(self.target)
+        self._previous = vars(self.target).get("commit")
+
+        def timed_commit(*args: Any, **kwargs: Any) -> Any:
+            if self._cuda:
+                torch.cuda.synchronize(self.target.device)
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                if self._cuda:
+                    torch.cuda.synchronize(self.target.device)
+                self.seconds += time.perf_counter() - t0
+                self.calls += 1
+
+        object.__setattr__(self.target, "commit", timed_commit)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._own:
+            object.__setattr__(self.target, "commit", self._previous)
+        else:
+            object.__delattr__(self.target, "commit")
+
+
 def _stats_of(system, prompts, max_new_tokens: int, seed: int):
     from specdec.generation import GenerationStats
 
@@ -257,11 +308,19 @@ def profile_system(
         ar_system = build(system.spec.autoregressive(), target=system.target)
     _stats_of(system, prompts[:1], min(4, max_new_tokens), seed)  # warm-up
     ar = _stats_of(ar_system, prompts, max_new_tokens, seed)
-    spec = _stats_of(system, prompts, max_new_tokens, seed)
+    with CommitTimer(system.target) as commits:
+        spec = _stats_of(system, prompts, max_new_tokens, seed)
     rounds = spec.rounds if spec.rounds else max(spec.target_passes - len(prompts), 1)
     decode_tokens = spec.new_tokens - len(prompts)  # the prefill emits each prompt's first token
     tau = max(decode_tokens / rounds, 1.0)
-    stages = {"draft": spec.draft_s / rounds, "verify": spec.verify_s / rounds, "commit": 0.0, "other": spec.other_s / rounds}
+    # GenerationStats counts the commits (the prefill's too) in verify: move them to their own stage
+    commit_s = min(commits.seconds, spec.verify_s)
+    stages = {
+        "draft": spec.draft_s / rounds,
+        "verify": (spec.verify_s - commit_s) / rounds,
+        "commit": commit_s / rounds,
+        "other": spec.other_s / rounds,
+    }
     t_ar = ar.total_s / max(ar.new_tokens, 1)
     ceilings = measure_ceilings(system, spec.accepted_histogram, bandwidth=bandwidth)
     return RoundProfile(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ __all__ = [
     "BuiltSystem",
     "SystemSpec",
     "TargetCache",
+    "add_oracle_references",
     "build",
     "register_drafter",
     "register_target",
@@ -82,6 +83,72 @@ def _path_target(knobs: Mapping[str, Any], spec: SystemSpec):
     )
 
 
+def _random_target(knobs: Mapping[str, Any], spec: SystemSpec):
+    from specdec.models import SHAPES, TargetConfig, random_target
+
+    unknown = sorted(set(knobs) - {"shape", "seed"})
+    if unknown or "shape" not in knobs:
+        raise ValueError(f"target: kind 'random' expects knobs 'shape' (and 'seed'), got {dict(knobs)!r}")
+    shape = knobs["shape"]
+    if isinstance(shape, str):
+        if shape not in SHAPES:
+            raise ValueError(f"target: shape expected one of {sorted(SHAPES)} or a mapping of TargetConfig fields, got {shape!r}")
+        cfg = SHAPES[shape]
+    elif isinstance(shape, Mapping):
+        cfg = TargetConfig(**shape)
+    else:
+        raise TypeError(f"target: shape expected a name or a mapping of TargetConfig fields, got {type(shape).__name__}")
+    return random_target(
+        cfg, dtype=_DTYPES[spec.dtype], device=spec.device, max_seq_len=spec.max_seq_len, seed=knobs.get("seed", 0)
+    )
+
+
+ORACLE_REFERENCES: dict[str, list[torch.Tensor]] = {}
+"""Reference decodes the ``oracle`` drafter proposes from, by target (see :func:`add_oracle_references`)."""
+
+
+def _target_key(target_section: Mapping[str, Any]) -> str:
+    return json.dumps(dict(target_section), sort_keys=True)
+
+
+def add_oracle_references(target_section: Mapping[str, Any], sequences: Sequence[torch.Tensor]) -> None:
+    """Record the stock target's own greedy decodes (prompt + continuation, 1-D) for the ``oracle`` drafter kind.
+
+    The ``oracle`` kind (:class:`specdec.OracleDrafter`: simulated acceptance) proposes from the references of
+    the spec's target section, so a spec diff naming it carries over between deployments.
+
+    Example:
+        >>> add_oracle_references({"kind": "tiny", "seed": 0}, [torch.tensor([1, 2, 3, 4])])
+        >>> system = build(SystemSpec(drafter={"kind": "oracle", "profile": "dspark-qwen3-8b-gsm8k"}))
+        >>> system.drafter.label, len(system.drafter.references)
+        ('simulated acceptance', 1)
+        >>> ORACLE_REFERENCES.clear()
+    """
+    sequences = list(sequences)
+    if any(not isinstance(s, torch.Tensor) or s.ndim != 1 for s in sequences):
+        raise TypeError("sequences: expected 1-D token tensors (prompt followed by the target's greedy continuation)")
+    ORACLE_REFERENCES.setdefault(_target_key(target_section), []).extend(s.detach().cpu().long() for s in sequences)
+
+
+def _oracle_drafter(knobs: Mapping[str, Any], target, spec: SystemSpec):
+    from specdec.drafters.oracle import OracleDrafter
+
+    unknown = sorted(set(knobs) - {"profile", "seed"})
+    if unknown:
+        raise ValueError(f"drafter: kind 'oracle' takes the knobs 'profile' and 'seed', got {dict(knobs)!r}")
+    references = ORACLE_REFERENCES.get(_target_key(spec.target))
+    if not references:
+        raise ValueError(
+            f"drafter: kind 'oracle' needs the target's reference decodes (add_oracle_references), none for target {spec.target!r}"
+        )
+    return OracleDrafter(
+        knobs.get("profile", "specpilot-one-level"),
+        references=references,
+        vocab_size=target.vocab_size,
+        seed=knobs.get("seed", 1),
+    )
+
+
 def _ngram_drafter(knobs: Mapping[str, Any], target, spec: SystemSpec):
     from specdec.drafters import NGramDrafter
 
@@ -126,7 +193,7 @@ def _tree_verifier(knobs: Mapping[str, Any], spec: SystemSpec):
     return TreeVerifier(**knobs)
 
 
-TARGETS: dict[str, Callable] = {"tiny": _tiny_target, "smollm2": _smollm2_target, "path": _path_target}
+TARGETS: dict[str, Callable] = {"tiny": _tiny_target, "smollm2": _smollm2_target, "path": _path_target, "random": _random_target}
 """Target kinds: ``factory(knobs, spec) -> Target``."""
 
 DRAFTERS: dict[str, Callable] = {
@@ -134,6 +201,7 @@ DRAFTERS: dict[str, Callable] = {
     "dflash": _block_drafter("DFlashDrafter"),
     "dflash2": _block_drafter("DFlash2Drafter"),
     "dspark": _block_drafter("DSparkDrafter"),
+    "oracle": _oracle_drafter,
 }
 """Drafter kinds: ``factory(knobs, target, spec) -> Drafter``; the kind ``"none"`` is plain AR decoding."""
 
@@ -234,12 +302,15 @@ class SystemSpec:
 
     Attributes:
         target: ``{"kind": ..., **knobs}``; kinds in :data:`TARGETS`: ``tiny`` (knobs: those of
-            :func:`specdec.testing.tiny_hf_model`), ``smollm2``, ``path`` (knob ``path``).
+            :func:`specdec.testing.tiny_hf_model`), ``smollm2``, ``path`` (knob ``path``), ``random``
+            (random weights at a real shape: knob ``shape``, a name of :data:`specdec.models.SHAPES` or a
+            mapping of :class:`~specdec.models.TargetConfig` fields, and ``seed``).
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...
         max_seq_len: the target's KV capacity.
         weight_format: ``"bf16"`` (plain weights in ``dtype``) or ``"w12"``.
-        drafter: ``{"kind": ..., **knobs}``; kinds in :data:`DRAFTERS`, or ``{"kind": "none"}`` (AR).
+        drafter: ``{"kind": ..., **knobs}``; kinds in :data:`DRAFTERS`, or ``{"kind": "none"}`` (AR). The
+            ``oracle`` kind is simulated acceptance (knobs ``profile``, ``seed``; see :func:`add_oracle_references`).
         verifier: ``{"kind": ..., **knobs}``; kinds in :data:`VERIFIERS` (``chain``; ``tree`` with ``budget``;
             ``two_level`` with ``budget``, ``q_budget``, ``gate``).
         num_draft_tokens: the most tokens the drafter proposes per round.
@@ -455,7 +526,7 @@ def build(spec: SystemSpec, *, target: Any = None) -> BuiltSystem:
     if target is None:
         knobs = {k: v for k, v in spec.target.items() if k != "kind"}
         target = _make(TARGETS, spec.target["kind"], "target", knobs, spec)
-        if spec.weight_format == "w12" and spec.target["kind"] == "tiny":
+        if spec.weight_format == "w12" and spec.target["kind"] in ("tiny", "random"):
             from specdec.formats import convert
 
             convert(target)
@@ -477,9 +548,10 @@ def build(spec: SystemSpec, *, target: Any = None) -> BuiltSystem:
 
 
 class TargetCache:
-    """Built targets by the spec fields that decide their weights, so systems on the same weights share one.
+    """Built targets by the spec fields that decide their weights and graphs, so systems on the same weights share one.
 
-    Specs with ``graphs=True`` are built fresh (capturing graphs changes the target).
+    A spec with ``graphs=True`` gets its own target (capturing graphs changes it), shared by every such
+    spec on the same weights: at most two copies of the weights, one plain and one with graphs.
 
     Example:
         >>> cache = TargetCache()
@@ -488,28 +560,34 @@ class TargetCache:
         (True, False)
     """
 
-    KEYS = ("target", "dtype", "device", "max_seq_len", "weight_format")
+    KEYS = ("target", "dtype", "device", "max_seq_len", "weight_format", "graphs")
 
     def __init__(self):
         self._targets: dict[str, Any] = {}
 
     @classmethod
     def key(cls, spec: SystemSpec) -> str:
-        """The weights-deciding fields of ``spec`` as text."""
+        """The weights- and graphs-deciding fields of ``spec`` as text."""
         return json.dumps({k: getattr(spec, k) for k in cls.KEYS}, sort_keys=True)
 
     def put(self, spec: SystemSpec, target: Any) -> None:
         """Record ``target`` as the one built for ``spec``'s weights."""
+        if spec.graphs != bool(getattr(target, "uses_cuda_graphs", False)):
+            raise ValueError(
+                f"target: expected a target {'with' if spec.graphs else 'without'} CUDA graphs for spec.graphs={spec.graphs}"
+            )
         self._targets[self.key(spec)] = target
 
     def get(self, spec: SystemSpec) -> Any:
-        """The target for ``spec``'s weights (built on first use); ``None`` for a spec with graphs."""
-        if spec.graphs:
-            return None
+        """The target for ``spec``'s weights and graphs setting (built on first use)."""
         key = self.key(spec)
         if key not in self._targets:
             self._targets[key] = build(spec.autoregressive()).target
         return self._targets[key]
+
+    def clear(self) -> None:
+        """Drop every target (frees their memory once no system holds them)."""
+        self._targets.clear()
 
     def build(self, spec: SystemSpec) -> BuiltSystem:
         """:func:`build` with the cached target."""

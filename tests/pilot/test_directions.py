@@ -1,6 +1,6 @@
 import pytest
 
-from specdec.pilot.directions import DIRECTIONS, Direction, Preconditions, applicable, register_direction
+from specdec.pilot.directions import DIRECTIONS, Direction, Preconditions, applicable, drafter_choice, register_direction
 from specdec.pilot.spec import SystemSpec
 
 
@@ -60,3 +60,28 @@ def test_two_level_direction_builds_a_lossless_system():
     out = system.generate(prompt, 12)
     assert torch.equal(out.tokens, sd.generate(system.target, prompt, 12).tokens)
     assert system.verifier.stats.q_passes > 0
+
+
+def test_drafter_choice_puts_a_drafter_on_plain_ar_and_checks_its_options():
+    d = drafter_choice({"ngram2": {"kind": "ngram", "max_ngram": 2}, "ngram4": {"kind": "ngram", "max_ngram": 4}})
+    ar = SystemSpec().autoregressive()
+    assert d.applies(ar) and d.settings() == [{"drafter": "ngram2"}, {"drafter": "ngram4"}]
+    assert d.apply(ar, {"drafter": "ngram4"}).drafter == {"kind": "ngram", "max_ngram": 4}
+    with pytest.raises(ValueError, match="settings"):
+        d.apply(ar, {"drafter": "dflash"})
+    with pytest.raises(ValueError, match="options"):
+        drafter_choice({})
+    with pytest.raises(ValueError, match="options\\['ar'\\]"):
+        drafter_choice({"ar": {"kind": "none"}})
+
+
+def test_verifier_directions_leave_a_chain_only_drafter_unchanged():
+    oracle = SystemSpec(drafter={"kind": "oracle", "profile": "specpilot-one-level"})
+    names = [d.name for d in applicable(oracle)]
+    assert {"draft_length", "tree_verifier", "two_level_verifier", "chain_verifier"} <= set(names)
+    two_level = DIRECTIONS["two_level_verifier"].apply(oracle, {"budget": 32, "gate": "auto"})
+    tree = DIRECTIONS["tree_verifier"].apply(oracle, {"budget": 16, "paths": 2})
+    assert two_level.drafter == oracle.drafter and two_level.verifier["kind"] == "two_level"
+    assert tree.drafter == oracle.drafter and tree.verifier == {"kind": "tree", "budget": 16}
+    block = SystemSpec(drafter={"kind": "dflash", "path": "smollm2"})
+    assert DIRECTIONS["tree_verifier"].apply(block, {"budget": 16, "paths": 2}).drafter["tree_budget"] == 16

@@ -1,12 +1,13 @@
 import pytest
 import torch
 
-from specdec.pilot.agents import Budget, Candidate, SearchAgent
-from specdec.pilot.directions import DIRECTIONS, Direction, Preconditions, register_direction
-from specdec.pilot.gate import Gate
+from specdec.pilot.agents import Budget, Candidate, DevEvaluator, SearchAgent
+from specdec.pilot.directions import DIRECTIONS, Direction, Preconditions, drafter_choice, register_direction
+from specdec.pilot.gate import Gate, target_pass_timer
 from specdec.pilot.loop import Pilot
-from specdec.pilot.memory import Memory
+from specdec.pilot.memory import Memory, MemoryEntry, preconditions_of
 from specdec.pilot.spec import SystemSpec, build
+from specdec.testing.cheating import CheatingAgent
 
 DEV = [torch.tensor([1, 2, 3, 1, 2, 3, 1, 2])]
 SEALED = [torch.tensor([4, 5, 6, 4, 5, 6])]
@@ -120,3 +121,120 @@ def test_a_failing_candidate_does_not_become_the_spec(stock):
     cand = result.rounds[0].candidates[0]
     assert cand.raw_speedup == 1.5 and not cand.accepted and cand.verdict.speedup < 1
     assert result.final == START
+
+
+AR_START = START.autoregressive()
+
+
+def _register_ngram_choice():
+    register_direction(drafter_choice({"ngram3": {"kind": "ngram", "max_ngram": 3}}), replace=True)
+
+
+def _from_ar(stock, memory, replay):
+    return Pilot(
+        AR_START,
+        DEV,
+        Gate(stock, SEALED, 16, timer=timer),
+        16,
+        memory=memory,
+        bandwidth=1e9,
+        agent_for=lambda d: SearchAgent(evaluate),
+        budget=Budget(12),
+        directions=["drafter_choice", "draft_length"],
+        directions_per_round=2,
+        stock_spec=AR_START,
+        replay_memory=replay,
+    )
+
+
+def test_a_new_deployment_replays_memory_and_reaches_the_spec_in_fewer_rounds(stock):
+    _register_ngram_choice()
+    try:
+        memory = Memory()
+        first = _from_ar(stock, memory, replay=True).run(rounds=3)
+        # from AR only the drafter choice applies; the draft length follows in the next round
+        assert first.rounds[0].integrated == ["drafter_choice"] and first.rounds[1].integrated == ["draft_length"]
+        assert first.final.drafter == {"kind": "ngram", "max_ngram": 3} and first.final.num_draft_tokens == 12
+
+        replayed = _from_ar(stock, memory, replay=True).run(rounds=1)
+        record = replayed.rounds[0]
+        assert record.integrated == ["memory:drafter_choice+draft_length"]
+        assert record.spec_after == first.final
+        memory_candidate = record.candidates[0]
+        assert memory_candidate.agent == "memory" and memory_candidate.accepted and memory_candidate.verdict.forcing_passed
+        assert record.seconds > 0
+
+        empty = _from_ar(stock, Memory(), replay=True).run(rounds=1)
+        assert empty.final != first.final  # one round from an empty memory does not get there
+    finally:
+        del DIRECTIONS["drafter_choice"]
+
+
+def test_remembered_follows_matching_entries_and_skips_mechanisms_not_allowed(stock):
+    memory = Memory()
+    memory.add(
+        MemoryEntry("drafter_choice", preconditions_of(AR_START), {"drafter": dict(START.drafter)}, 2.0, 1.5, 2.5, "PASS", True)
+    )
+    memory.add(MemoryEntry("draft_length", preconditions_of(START), {"num_draft_tokens": 8}, 1.2, 1.1, 1.3, "PASS", True))
+    memory.add(
+        MemoryEntry(
+            "ngram_order", preconditions_of(START), {"drafter": {"kind": "ngram", "max_ngram": 5}}, 3.0, 2.9, 3.1, "PASS", True
+        )
+    )
+    memory.add(MemoryEntry("draft_length", preconditions_of(START), {"num_draft_tokens": 6}, 9.0, 8.0, 10.0, "FAIL", False))
+    pilot = Pilot(AR_START, DEV, Gate(stock, SEALED, 16, timer=timer), 16, memory=memory, stock_spec=AR_START)
+    spec, used = pilot.remembered(AR_START)
+    # the drafter field is set once (ngram_order's later edit of it is skipped); the rejected entry is never used
+    assert used == ["drafter_choice", "draft_length"]
+    assert spec == START.with_changes(num_draft_tokens=8)
+    only_drafter = Pilot(
+        AR_START, DEV, Gate(stock, SEALED, 16, timer=timer), 16, memory=memory, stock_spec=AR_START, directions=["draft_length"]
+    )
+    assert only_drafter.remembered(AR_START) == (AR_START, [])
+
+
+def test_an_extra_cheating_agent_is_rejected_on_forcing_beside_honest_directions():
+    start = SystemSpec(
+        target={"kind": "tiny", "seed": 0, "weight_scale": 4.0}, drafter={"kind": "ngram", "max_ngram": 2}, num_draft_tokens=4
+    )
+    dev = [torch.tensor([20, 21, 22, 20, 21, 22, 20, 21])]
+    sealed = [torch.tensor([7, 8, 9, 7, 8, 9, 7, 8]), torch.tensor([11, 12, 11, 12, 11, 12])]
+    stock = build(start.autoregressive()).target
+    evaluator = DevEvaluator(dev, 24, timer=target_pass_timer)
+    pilot = Pilot(
+        start,
+        dev,
+        Gate(stock, sealed, 24, timer=target_pass_timer),
+        24,
+        memory=Memory(),
+        bandwidth=1e9,
+        agent_for=lambda d: SearchAgent(evaluator),
+        budget=Budget(4),
+        directions=["draft_length"],
+        directions_per_round=1,
+        stock_spec=start.autoregressive(),
+        extra_agents=[CheatingAgent(evaluator)],
+    )
+    record = pilot.run(rounds=1).rounds[0]
+    cheats = [c for c in record.candidates if c.agent == "cheating"]
+    assert len(cheats) == 1 and cheats[0].direction == "accept_all"
+    assert not cheats[0].accepted and not cheats[0].verdict.forcing_passed
+    assert "accept_all" not in record.integrated
+    with pytest.raises(TypeError, match="extra_agents"):
+        Pilot(start, dev, pilot.gate, 24, extra_agents=[object()])
+
+
+def test_a_candidate_the_gate_cannot_build_is_recorded_and_the_round_goes_on(stock):
+    class BrokenAgent:
+        name = "broken"
+
+        def explore(self, direction, spec, budget):
+            broken = spec.with_changes(verifier={"kind": "specdec.verify:NoSuchVerifier"})
+            return Candidate("broken", broken, spec, {}, 2.0)
+
+    pilot = _pilot(stock, Memory(), ["draft_length"], per_round=1)
+    pilot.extra_agents = [BrokenAgent()]
+    record = pilot.run(rounds=1).rounds[0]
+    broken = [c for c in record.candidates if c.agent == "broken"]
+    assert len(broken) == 1 and broken[0].verdict is None and "NoSuchVerifier" in broken[0].error
+    assert record.integrated == ["draft_length"]

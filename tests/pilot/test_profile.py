@@ -1,9 +1,12 @@
+import time
+
 import pytest
 import torch
 
 import specdec as sd
 from specdec.pilot.profile import (
     STAGES,
+    CommitTimer,
     acceptance_ceiling,
     copy_bandwidth,
     kernel_table,
@@ -44,12 +47,42 @@ def test_profile_matches_the_generation_stats_it_is_built_from():
     system = build(SystemSpec(num_draft_tokens=3))
     profile = profile_system(system, [PROMPT], 24, bandwidth=1e9)
     stats = system.generate(PROMPT[None], 24, seed=0).stats
-    assert set(profile.stages) == set(STAGES) and profile.stages["commit"] == 0.0
+    assert set(profile.stages) == set(STAGES) and profile.stages["commit"] > 0.0
     assert profile.tokens == 24 and profile.rounds == stats.rounds
     assert profile.tau == pytest.approx((24 - 1) / stats.rounds)
     assert profile.accepted_histogram == stats.accepted_histogram
     assert profile.ceilings.stages["verify"] == pytest.approx(module_bytes(system.target) / 1e9)
     assert profile.ceilings.tau <= 1 + 3
+
+
+def test_commit_time_is_its_own_stage_and_leaves_verify():
+    system = build(SystemSpec(num_draft_tokens=3))
+    commit = system.target.commit
+    delay = 0.01
+
+    def slow_commit(*args, **kwargs):
+        time.sleep(delay)
+        return commit(*args, **kwargs)
+
+    object.__setattr__(system.target, "commit", slow_commit)
+    try:
+        profile = profile_system(system, [PROMPT], 24, bandwidth=1e9)
+    finally:
+        object.__delattr__(system.target, "commit")
+    # one commit per round plus the prefill's: at least one sleep per round lands in commit, none in verify
+    assert profile.stages["commit"] >= delay
+    assert profile.stages["verify"] < profile.stages["commit"]
+    assert "commit" not in vars(system.target) or vars(system.target)["commit"] is not slow_commit
+
+
+def test_commit_timer_restores_the_target_and_counts_calls():
+    system = build(SystemSpec())
+    with CommitTimer(system.target) as timer:
+        system.generate(PROMPT[None], 6, seed=0)
+    assert timer.calls >= 2 and timer.seconds > 0  # the prefill and at least one round
+    assert "commit" not in vars(system.target)
+    with pytest.raises(TypeError, match="target"):
+        CommitTimer(object())
 
 
 def test_ceilings_of_a_system_without_drafter_weights():

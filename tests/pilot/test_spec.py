@@ -4,7 +4,16 @@ import pytest
 import torch
 
 import specdec as sd
-from specdec.pilot.spec import SPEC_VERSION, VERIFIERS, SystemSpec, TargetCache, build, register_verifier
+from specdec.pilot.spec import (
+    ORACLE_REFERENCES,
+    SPEC_VERSION,
+    VERIFIERS,
+    SystemSpec,
+    TargetCache,
+    add_oracle_references,
+    build,
+    register_verifier,
+)
 
 
 def test_spec_round_trips_through_json_and_is_versioned():
@@ -97,3 +106,54 @@ def test_target_cache_shares_weights_only_between_equal_weight_fields():
     a = cache.get(SystemSpec(num_draft_tokens=2))
     assert cache.get(SystemSpec(drafter={"kind": "none"})) is a
     assert cache.get(SystemSpec(target={"kind": "tiny", "seed": 1})) is not a
+
+
+def test_target_cache_keeps_plain_and_graph_captured_targets_apart():
+    spec = SystemSpec()
+    assert TargetCache.key(spec) != TargetCache.key(spec.with_changes(graphs=True))
+    cache = TargetCache()
+    with pytest.raises(ValueError, match="CUDA graphs"):
+        cache.put(spec.with_changes(graphs=True), build(spec.autoregressive()).target)
+    target = cache.get(spec)
+    cache.clear()
+    assert cache.get(spec) is not target
+
+
+def test_random_target_kind_builds_a_shape_from_its_fields():
+    shape = {
+        "vocab_size": 128,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_layers": 2,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 16,
+        "model_type": "qwen3",
+    }
+    spec = SystemSpec(target={"kind": "random", "shape": shape, "seed": 3}, max_seq_len=64)
+    a, b = build(spec.autoregressive()).target, build(spec.autoregressive()).target
+    assert a.vocab_size == 128 and torch.equal(a.lm_head.weight, b.lm_head.weight)
+    with pytest.raises(ValueError, match="shape"):
+        build(SystemSpec(target={"kind": "random", "shape": "qwen3-9b"}))
+    with pytest.raises(ValueError, match="knobs"):
+        build(SystemSpec(target={"kind": "random", "shape": shape, "layers": 3}))
+
+
+def test_oracle_drafter_kind_proposes_the_targets_own_decode_and_needs_references():
+    spec = SystemSpec(
+        target={"kind": "tiny", "seed": 5}, drafter={"kind": "oracle", "profile": "dspark-qwen3-8b-gsm8k", "seed": 0}
+    )
+    with pytest.raises(ValueError, match="add_oracle_references"):
+        build(spec)
+    stock = build(spec.autoregressive()).target
+    prompt = torch.tensor([1, 2, 3, 4, 5])
+    ar = sd.generate(stock, prompt[None], 24)
+    add_oracle_references(spec.target, [torch.cat([prompt, ar.tokens[0]])])
+    try:
+        out = build(spec, target=stock).generate(prompt[None], 16, seed=0)
+        assert torch.equal(out.tokens[0], ar.tokens[0, :16])
+        assert out.stats.target_passes < 16  # drafts were accepted
+        with pytest.raises(ValueError, match="knobs"):
+            build(spec.with_changes(drafter={"kind": "oracle", "tree_budget": 8}), target=stock)
+    finally:
+        ORACLE_REFERENCES.clear()
