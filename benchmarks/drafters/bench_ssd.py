@@ -36,7 +36,7 @@ prompts. ``plain`` is the trained drafter with its target features; the SSD base
 :class:`BlockSteps`, the same drafter serving step scores one block forward per drafted block. A
 pre-drafted continuation after outcome ``(k, bonus)`` is anchored at the bonus token with the features
 verified before the round (the ``k`` accepted drafts and the bonus have none yet: the verification that
-makes them is what runs meanwhile). Every system must equal AR.
+makes them is what runs meanwhile), placed right after the rows with features. Every system must equal AR.
 
 Reported per system: tokens per target pass, ms per round, speedup over AR, round ratio, SSD cache hit
 rate (hits / (hits + misses), cold starts apart), pre-drafts per round, and overlap over no-overlap.
@@ -61,10 +61,9 @@ from benchmarks.common import provenance, provenance_line, write_json
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
 from specdec.drafters.oracle import PRESETS
-from specdec.drafters.ssd import CudaStreamTransport, SpeculativeSpeculationDrafter, ThreadTransport
+from specdec.drafters.ssd import CudaStreamTransport, GeometricFanOut, SpeculativeSpeculationDrafter, ThreadTransport
 
 T_START = time.perf_counter()
-GREEDY = SamplingConfig()
 LISTED = 16  # tokens given a distinct score per position by OracleSteps (the truth's rank is capped here)
 
 
@@ -92,7 +91,7 @@ class OracleSteps:
 
     Example:
         >>> d = OracleSteps(torch.tensor([1, 2, 3, 4, 5]), vocab_size=32, alpha=1.0, runner_up=0.5, block=3)
-        >>> d.propose(torch.tensor([1, 2]), 2, sampling=GREEDY, generator=None).tokens.tolist(), d.forwards
+        >>> d.propose(torch.tensor([1, 2]), 2, sampling=SamplingConfig(), generator=None).tokens.tolist(), d.forwards
         ([3, 4], 1)
     """
 
@@ -125,36 +124,36 @@ class OracleSteps:
         self.values = torch.arange(LISTED, 0, -1, dtype=torch.float32, device=self.device)  # 16 .. 1
         self.right_rate = sum(right) / max(1, len(right))
         self.forwards = 0
-        self._last_n, self._steps = -1, 0
+        self.last_n, self.steps_in_block = -1, 0
 
     def reset(self) -> None:
-        self._last_n, self._steps = -1, 0
+        self.last_n, self.steps_in_block = -1, 0
 
-    def _charge(self, n: int, step: bool) -> None:
-        if not step or n != self._last_n + 1 or self._steps >= self.block:
+    def charge_forward(self, n: int, step: bool) -> None:
+        if not step or n != self.last_n + 1 or self.steps_in_block >= self.block:
             self.forwards += 1
-            self._steps = 0
+            self.steps_in_block = 0
             if self.cost is not None:
                 self.cost()
-        self._steps += 1
-        self._last_n = n
+        self.steps_in_block += 1
+        self.last_n = n
 
-    def _row(self, index: torch.Tensor) -> torch.Tensor:
+    def score_row(self, index: torch.Tensor) -> torch.Tensor:
         row = torch.full((self.vocab_size,), -30.0, device=self.device)
         return row.scatter_(0, index, self.values[: index.numel()])
 
     def propose(self, context, max_tokens, *, sampling, generator) -> DraftProposal:
         n = context.numel()
-        self._charge(n, step=max_tokens == 1)
+        self.charge_forward(n, step=max_tokens == 1)
         limit = self.reference.numel()
         if max_tokens != 1:
             k = max(0, min(int(max_tokens), self.block, limit - n))
             return DraftProposal(tokens=self.top[n : n + k].clone())
         if n >= limit:
-            scores = self._row(torch.tensor([n % self.vocab_size], device=self.device))
+            scores = self.score_row(torch.tensor([n % self.vocab_size], device=self.device))
         else:
             on_ref = (context == self.reference[:n]).all()
-            scores = torch.where(on_ref, self._row(self.on_index[n]), self._row(self.off_index[n]))
+            scores = torch.where(on_ref, self.score_row(self.on_index[n]), self.score_row(self.off_index[n]))
         scores = torch.log_softmax(scores, -1)
         return DraftProposal(tokens=scores.argmax().view(1), tree_logprobs=scores[None])
 
@@ -163,15 +162,17 @@ class BlockSteps:
     """A feature-conditioned block drafter serving next-token scores, one block forward per drafted block.
 
     A step call that extends the previous one by a token (within the block) reads the next row of the
-    block already drafted; any other call drafts a new block anchored at the context's last token with
-    the features ingested so far (:meth:`ingest`), which may end before ``context[:-2]``.
+    block already drafted; any other call drafts a new block anchored at the context's last token. The
+    drafter holds features of ``F`` rows (:meth:`ingest`); a context longer than ``F + 1`` (a pre-draft
+    after an outcome whose accepted drafts and bonus have no features yet) is drafted as
+    ``context[:F] + context[-1:]``: the anchor placed right after the rows with features.
 
     Example:
         >>> from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
         >>> from specdec.testing import tiny_target
         >>> target = tiny_target(seed=0)
         >>> steps = BlockSteps(DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target))
-        >>> steps.reset(); steps.propose(torch.tensor([5, 6, 7]), 1, sampling=GREEDY, generator=None).tree_logprobs.shape
+        >>> steps.reset(); steps.propose(torch.tensor([5, 6, 7]), 1, sampling=SamplingConfig(), generator=None).tree_logprobs.shape
         torch.Size([1, 97])
     """
 
@@ -180,33 +181,33 @@ class BlockSteps:
         self.vocab_size = drafter.vocab_size
         self.block = drafter.max_draft_tokens
         self.forwards = 0
-        self._rows: torch.Tensor | None = None
-        self._anchor = -1
-        self._last_n = -1
+        self.block_rows: torch.Tensor | None = None
+        self.anchor = -1
+        self.last_n = -1
 
     def reset(self) -> None:
         self.drafter.reset()
-        self._rows, self._anchor, self._last_n = None, -1, -1
+        self.block_rows, self.anchor, self.last_n = None, -1, -1
 
     def ingest(self, context: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
-        """Take the target features of the rows committed since the last call (``[r, taps, H]``)."""
-        self.drafter._ingest(context, target_hidden)
-        self._rows, self._last_n = None, -1
+        """Take the target features ``[r, taps, H]`` of the rows committed since the last call (a zero-token proposal)."""
+        self.drafter.propose(context, 0, sampling=SamplingConfig(), generator=None, target_hidden=target_hidden)
+        self.block_rows, self.last_n = None, -1
 
     @torch.no_grad()
     def propose(self, context, max_tokens, *, sampling, generator) -> DraftProposal:
         if max_tokens != 1:
             raise ValueError(f"max_tokens: BlockSteps serves one-token steps, got {max_tokens!r}")
         n = context.numel()
-        if self._rows is None or n != self._last_n + 1 or n - self._anchor >= self.block:
-            d = self.drafter
-            first = d.first_predicting_row
-            hidden = d._block_hidden(context)[first : first + self.block]
-            self._rows = d._draft(context, hidden, self.block, GREEDY, None).tree_logprobs
-            self._anchor = n
+        if self.block_rows is None or n != self.last_n + 1 or n - self.anchor >= self.block:
+            featured = self.drafter.cache.length
+            anchored = context if n <= featured + 1 else torch.cat([context[:featured], context[-1:]])
+            proposal = self.drafter.propose(anchored, self.block, sampling=SamplingConfig(), generator=None)
+            self.block_rows = proposal.tree_logprobs
+            self.anchor = n
             self.forwards += 1
-        self._last_n = n
-        scores = self._rows[n - self._anchor]
+        self.last_n = n
+        scores = self.block_rows[n - self.anchor]
         return DraftProposal(tokens=scores.argmax().view(1), tree_logprobs=scores[None])
 
 
@@ -229,6 +230,19 @@ class FeatureForwarding:
         self.ssd.peek(context, sampling)  # the pre-draft job in flight is done before the drafter's cache changes
         self.steps.ingest(context, target_hidden)
         return self.ssd.propose(context, max_tokens, sampling=sampling, generator=generator)
+
+
+def drafter_inputs(drafter, target, prefix: int):
+    """A random context ``[prefix]`` and target features ``[prefix - 1, taps, H]`` for timing a drafter step."""
+    g = torch.Generator(device=target.device).manual_seed(9)
+    ctx = torch.randint(0, target.vocab_size, (prefix,), device=target.device, generator=g)
+    shape = (prefix - 1, len(drafter.target_layer_ids), target.config.hidden_size)
+    return ctx, torch.randn(shape, device=target.device, dtype=target.dtype, generator=g)
+
+
+def fan_out_policy(name: str, budget: int):
+    """``B`` continuations per round: the capped geometric split (online estimates) or the uniform one."""
+    return GeometricFanOut(budget) if name == "geometric" else budget
 
 
 def overlap_transport(device: torch.device):
@@ -342,7 +356,7 @@ def run_systems(target, prompt, new_tokens, k, fan_outs, make_plain, make_ssd, *
 
 
 def sim_mode(args, prov) -> dict:
-    from benchmarks.decode.bench_drafters import DRAFTERS, QWEN3_MASK, TAPS, _inputs, build_model, verify_shape_reference
+    from benchmarks.decode.bench_drafters import DRAFTERS, QWEN3_MASK, TAPS, build_model, verify_shape_reference
     from specdec.models import QWEN3_8B, TargetConfig, random_target
 
     profile = PRESETS[args.profile]
@@ -375,7 +389,7 @@ def sim_mode(args, prov) -> dict:
         "prefix": args.prefix,
         "new_tokens": args.tokens,
         "overlap_transport": "cuda side stream" if cuda else "worker thread (CPU stand-in)",
-        "fan_out_policy": "uniform",
+        "fan_out_policy": args.fan_out_policy,
     }
     gen = torch.Generator().manual_seed(0)
 
@@ -391,13 +405,13 @@ def sim_mode(args, prov) -> dict:
             block.enable_cuda_graphs(max_ctx)
         else:
             block.enable_static_cache(max_ctx)
-        ctx, feats = _inputs(block, target, args.prefix)
+        ctx, feats = drafter_inputs(block, target, args.prefix)
         block.reset()
-        block.propose(ctx, block.max_draft_tokens, sampling=GREEDY, generator=None, target_hidden=feats)
+        block.propose(ctx, block.max_draft_tokens, sampling=SamplingConfig(), generator=None, target_hidden=feats)
 
         def cost():
             block.cache.crop(args.prefix - 1 - 5)
-            block.propose(ctx, block.max_draft_tokens, sampling=GREEDY, generator=None, target_hidden=feats[-5:])
+            block.propose(ctx, block.max_draft_tokens, sampling=SamplingConfig(), generator=None, target_hidden=feats[-5:])
 
         for _ in range(3):  # graphs captured here, on the main thread, before any side-stream job runs
             cost()
@@ -411,7 +425,7 @@ def sim_mode(args, prov) -> dict:
 
         def make_ssd(b, transport):
             t = "sequential" if transport == "sequential" else overlap_transport(device)
-            return SpeculativeSpeculationDrafter(make_steps(), fan_out=b, transport=t)
+            return SpeculativeSpeculationDrafter(make_steps(), fan_out=fan_out_policy(args.fan_out_policy, b), transport=t)
 
         rows, ar = run_systems(
             target, prompt, tokens, k, fan_outs, make_steps, make_ssd, budget_s=args.budget_s, warm_tokens=16, strict=strict
@@ -454,7 +468,7 @@ def real_mode(args, prov) -> dict:
     def make_ssd(b, transport):
         steps = BlockSteps(sd.load_drafter(path, target))
         t = "sequential" if transport == "sequential" else overlap_transport(device)
-        return FeatureForwarding(SpeculativeSpeculationDrafter(steps, fan_out=b, transport=t), steps)
+        return FeatureForwarding(SpeculativeSpeculationDrafter(steps, fan_out=fan_out_policy(args.fan_out_policy, b), transport=t), steps)
 
     result = {
         "mode": "real",
@@ -463,6 +477,7 @@ def real_mode(args, prov) -> dict:
         "prompts": f"HumanEval 0..{args.prompts - 1} (held out from the drafter's training)",
         "new_tokens": args.tokens,
         "num_draft_tokens": k,
+        "fan_out_policy": args.fan_out_policy,
         "overlap_transport": "cuda side stream" if cuda else "worker thread (CPU stand-in)",
         "per_prompt": [],
         "note": "SSD pre-drafts are anchored at the bonus token with the features verified before the round",
@@ -508,6 +523,7 @@ def main() -> None:
     ap.add_argument("--runner-up", type=float, default=0.5, help="P(the truth is the drafter's 2nd choice | 1st wrong)")
     ap.add_argument("--drafter", default="dspark-b7", help="block drafter whose forward is the cost (bench_drafters.DRAFTERS)")
     ap.add_argument("--fan-outs", default="2,8", help="SSD pre-draft budgets B to measure")
+    ap.add_argument("--fan-out-policy", default="geometric", choices=("geometric", "uniform"))
     ap.add_argument("--prefix", type=int, default=512)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--check-layers", type=int, default=4, help="layers of the float32 check target (8B width on the GPU)")
