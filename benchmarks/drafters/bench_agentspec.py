@@ -62,7 +62,9 @@ def make_arms(pieces: TokenPieces) -> dict:
     }
 
 
-def run(workload: dict, num_draft_tokens: int, *, progress: bool = True, device: str = "cpu", budget_s: float = float("inf")) -> dict:
+def run(
+    workload: dict, num_draft_tokens: int, *, progress: bool = True, device: str = "cpu", budget_s: float = float("inf")
+) -> dict:
     """Decode the workload's requests with every arm; past ``budget_s`` seconds no new request starts (one always runs)."""
     started = time.perf_counter()
     tokenizer = smollm2_tokenizer()

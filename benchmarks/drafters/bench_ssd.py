@@ -52,6 +52,7 @@ import argparse
 import dataclasses
 import math
 import os
+import sys
 import time
 
 import torch
@@ -309,10 +310,13 @@ def print_table(title: str, rows: dict) -> None:
 def run_systems(target, prompt, new_tokens, k, fan_outs, make_plain, make_ssd, *, budget_s, warm_tokens, strict, rows=None):
     """AR, plain, then per fan-out SSD sequential and overlapped; each after a warm-up call."""
     rows = {} if rows is None else rows
-    ar, ar_s = None, None
+    ar = None
     systems = [("ar", None), ("plain", make_plain)]
     for b in fan_outs:
-        systems += [(f"ssd-seq-{b}", lambda b=b: make_ssd(b, "sequential")), (f"ssd-overlap-{b}", lambda b=b: make_ssd(b, "overlap"))]
+        systems += [
+            (f"ssd-seq-{b}", lambda b=b: make_ssd(b, "sequential")),
+            (f"ssd-overlap-{b}", lambda b=b: make_ssd(b, "overlap")),
+        ]
     for name, make in systems:
         if time.perf_counter() - T_START > budget_s:
             rows[name] = {"skipped": "wall-time budget"}
@@ -338,12 +342,13 @@ def run_systems(target, prompt, new_tokens, k, fan_outs, make_plain, make_ssd, *
             "verify_s": st.verify_s,
         }
         if ar is None:
-            ar, ar_s = out, secs
+            ar = out
             row["equal_to_ar"] = True
         else:
             row["equal_to_ar"] = bool(torch.equal(out.tokens.cpu(), ar.tokens.cpu()))
             if strict and not row["equal_to_ar"]:
-                raise AssertionError(f"{name}: output differs from AR (float32 must be exact)")
+                # recorded, not raised: the timing runs after it still run; main() exits non-zero
+                log(f"{name}: MISMATCH, output differs from AR in float32 (must be exact)")
         base = getattr(getattr(kw.get("drafter"), "ssd", kw.get("drafter")), "base", kw.get("drafter"))
         if hasattr(base, "forwards"):
             row["block_forwards_per_round"] = base.forwards / rounds
@@ -433,9 +438,6 @@ def sim_mode(args, prov) -> dict:
         ref_tail = reference[args.prefix : args.prefix + tokens].cpu()
         for row in rows.values():
             row["ar_follows_reference"] = bool(torch.equal(ar.tokens[0].cpu()[: ref_tail.numel()], ref_tail))
-        del target, block
-        if cuda:
-            torch.cuda.empty_cache()
         return rows
 
     check_layers = args.check_layers if cuda else 2
@@ -443,7 +445,10 @@ def sim_mode(args, prov) -> dict:
         "layers": check_layers or cfg.num_layers,
         "rows": case(torch.float32, check_layers, True, args.check_tokens),
     }
-    log("float32 check passed: every system equal to AR")
+    check_ok = all(r.get("equal_to_ar", True) for r in result["check_float32"]["rows"].values())
+    log(f"float32 check: every system equal to AR: {check_ok}")
+    if cuda:
+        torch.cuda.empty_cache()  # the check target's memory, freed when its case returned
     write_json(args.out, result, prov)
     result["rows"] = case(torch.bfloat16 if cuda else torch.float32, 0, False, args.tokens)
     result["timing_dtype"] = "bfloat16" if cuda else "float32"
@@ -468,7 +473,9 @@ def real_mode(args, prov) -> dict:
     def make_ssd(b, transport):
         steps = BlockSteps(sd.load_drafter(path, target))
         t = "sequential" if transport == "sequential" else overlap_transport(device)
-        return FeatureForwarding(SpeculativeSpeculationDrafter(steps, fan_out=fan_out_policy(args.fan_out_policy, b), transport=t), steps)
+        return FeatureForwarding(
+            SpeculativeSpeculationDrafter(steps, fan_out=fan_out_policy(args.fan_out_policy, b), transport=t), steps
+        )
 
     result = {
         "mode": "real",
@@ -510,6 +517,7 @@ def real_mode(args, prov) -> dict:
         if name.startswith("ssd"):
             t["hit_rate"] = t["hits"] / max(1, t["hits"] + t["misses"])
     summarise(totals)
+    result["prompts_run"] = len(result["per_prompt"])
     result["rows"] = totals
     return result
 
@@ -525,7 +533,7 @@ def main() -> None:
     ap.add_argument("--fan-outs", default="2,8", help="SSD pre-draft budgets B to measure")
     ap.add_argument("--fan-out-policy", default="geometric", choices=("geometric", "uniform"))
     ap.add_argument("--prefix", type=int, default=512)
-    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--tokens", type=int, default=None, help="new tokens per generate call (default 256, --real 64)")
     ap.add_argument("--check-layers", type=int, default=4, help="layers of the float32 check target (8B width on the GPU)")
     ap.add_argument("--check-tokens", type=int, default=48)
     ap.add_argument("--prompts", type=int, default=3)
@@ -533,6 +541,8 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=100.0, help="start no new system past this wall time")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.tokens is None:
+        args.tokens = 64 if args.real else 256
     if args.smoke:
         args.budget_s = float("inf")  # every path runs, however slow the CPU
         if args.real:
@@ -546,6 +556,8 @@ def main() -> None:
     print(provenance_line(prov), flush=True)
     torch.manual_seed(0)
     result = real_mode(args, prov) if args.real else sim_mode(args, prov)
+    exact_rows = result["check_float32"]["rows"] if "check_float32" in result else result["rows"]
+    result["float32_all_equal_to_ar"] = all(r.get("equal_to_ar", True) for r in exact_rows.values())
     result["wall_s"] = time.perf_counter() - T_START
     path = write_json(args.out, result, prov)
     print(f"wrote {path}")
@@ -553,6 +565,9 @@ def main() -> None:
         print_table(f"float32 check ({result['check_float32']['layers']} layers)", result["check_float32"]["rows"])
     title = f"{result['mode']} {result.get('label', result.get('model'))} on {result['device']}"
     print_table(title + "  (goals: ratio >= 0.85, ovl/seq >= 1.3)", result["rows"])
+    if not result["float32_all_equal_to_ar"]:
+        print("FAILED: a float32 speculative output differs from AR")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,9 @@ def test_sim_smoke_run_writes_every_system_equal_to_ar(tmp_path, monkeypatch):
     for rows in (result["check_float32"]["rows"], result["rows"]):
         assert set(rows) == {"ar", "plain", "ssd-seq-2", "ssd-overlap-2"}
         assert all(row["equal_to_ar"] for row in rows.values())
-        assert rows["ssd-seq-2"]["tokens_per_pass"] == rows["plain"]["tokens_per_pass"] == rows["ssd-overlap-2"]["tokens_per_pass"]
+        assert (
+            rows["ssd-seq-2"]["tokens_per_pass"] == rows["plain"]["tokens_per_pass"] == rows["ssd-overlap-2"]["tokens_per_pass"]
+        )
         assert rows["plain"]["tokens_per_pass"] > 2.0
         assert 0.0 <= rows["ssd-overlap-2"]["hit_rate"] <= 1.0
         assert rows["ssd-overlap-2"]["overlap_over_no_overlap"] > 0
