@@ -307,9 +307,13 @@ def print_table(title: str, rows: dict) -> None:
         )
 
 
-def run_systems(target, prompt, new_tokens, k, fan_outs, make_plain, make_ssd, *, budget_s, warm_tokens, strict, rows=None):
-    """AR, plain, then per fan-out SSD sequential and overlapped; each after a warm-up call."""
-    rows = {} if rows is None else rows
+def run_systems(target, prompt, new_tokens, k, fan_outs, make_plain, make_ssd, *, budget_s, warm_tokens, strict, reference=None):
+    """AR, plain, then per fan-out SSD sequential and overlapped; each after a warm-up call.
+
+    With ``reference [L]`` (prompt + the continuation the oracle drafts from), each row records whether
+    its output followed it (when not, the simulated acceptance did not hold past the first difference).
+    """
+    rows = {}
     ar = None
     systems = [("ar", None), ("plain", make_plain)]
     for b in fan_outs:
@@ -349,6 +353,11 @@ def run_systems(target, prompt, new_tokens, k, fan_outs, make_plain, make_ssd, *
             if strict and not row["equal_to_ar"]:
                 # recorded, not raised: the timing runs after it still run; main() exits non-zero
                 log(f"{name}: MISMATCH, output differs from AR in float32 (must be exact)")
+        if reference is not None:
+            tail = reference[prompt.shape[1] :][: out.tokens.shape[1]].cpu()
+            same = out.tokens[0].cpu()[: tail.numel()] == tail
+            row["follows_reference"] = bool(same.all())
+            row["first_off_reference"] = None if row["follows_reference"] else int((~same).nonzero()[0, 0])
         base = getattr(getattr(kw.get("drafter"), "ssd", kw.get("drafter")), "base", kw.get("drafter"))
         if hasattr(base, "forwards"):
             row["block_forwards_per_round"] = base.forwards / rounds
@@ -432,12 +441,19 @@ def sim_mode(args, prov) -> dict:
             t = "sequential" if transport == "sequential" else overlap_transport(device)
             return SpeculativeSpeculationDrafter(make_steps(), fan_out=fan_out_policy(args.fan_out_policy, b), transport=t)
 
-        rows, ar = run_systems(
-            target, prompt, tokens, k, fan_outs, make_steps, make_ssd, budget_s=args.budget_s, warm_tokens=16, strict=strict
+        rows, _ = run_systems(
+            target,
+            prompt,
+            tokens,
+            k,
+            fan_outs,
+            make_steps,
+            make_ssd,
+            budget_s=args.budget_s,
+            warm_tokens=16,
+            strict=strict,
+            reference=reference,
         )
-        ref_tail = reference[args.prefix : args.prefix + tokens].cpu()
-        for row in rows.values():
-            row["ar_follows_reference"] = bool(torch.equal(ar.tokens[0].cpu()[: ref_tail.numel()], ref_tail))
         return rows
 
     check_layers = args.check_layers if cuda else 2

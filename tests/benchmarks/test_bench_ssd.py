@@ -66,7 +66,7 @@ def test_sim_smoke_run_writes_every_system_equal_to_ar(tmp_path, monkeypatch):
     result = json.loads(out.read_text())
     for rows in (result["check_float32"]["rows"], result["rows"]):
         assert set(rows) == {"ar", "plain", "ssd-seq-2", "ssd-overlap-2"}
-        assert all(row["equal_to_ar"] for row in rows.values())
+        assert all(row["equal_to_ar"] and row["follows_reference"] for row in rows.values())
         assert (
             rows["ssd-seq-2"]["tokens_per_pass"] == rows["plain"]["tokens_per_pass"] == rows["ssd-overlap-2"]["tokens_per_pass"]
         )
