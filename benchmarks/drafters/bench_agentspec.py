@@ -1,4 +1,4 @@
-"""AgentSpec on the CPU: tokens per target pass and wall-clock speedup on an agent-like workload.
+"""AgentSpec on the CPU or a GPU: tokens per target pass and wall-clock speedup on an agent-like workload.
 
 Workload: :mod:`benchmarks.drafters.agentspec_workload` (multi-turn HumanEval code repair with tool
 calls and code blocks, every turn the SmolLM2-135M target's own greedy answer), read from its cached
@@ -21,6 +21,11 @@ drafts per round, wall seconds (draft and verify parts) and speedup over AR in w
 drafters keep their history across requests (that is the point); each arm starts from an empty one.
 
     python -m benchmarks.drafters.bench_agentspec --out benchmarks/results/bench_agentspec_cpu_2026-12-02.json
+    python -m benchmarks.drafters.bench_agentspec --device cuda --budget-s 40 --out $OUT/bench_agentspec_h200.json
+
+Batch 1 only: :class:`specdec.Engine` takes one drafter per request (a factory) or one stateless shared
+drafter, while AgentSpec shares its history across requests and sizes drafts over the batch, which
+the engine does not hand a drafter.
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ from specdec.drafters.agentspec import TokenPieces
 AGENT = "coder"
 
 
+def sync(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
 def make_arms(pieces: TokenPieces) -> dict:
     return {
         "ar": None,
@@ -52,9 +62,13 @@ def make_arms(pieces: TokenPieces) -> dict:
     }
 
 
-def run(workload: dict, num_draft_tokens: int, *, progress: bool = True) -> dict:
+def run(
+    workload: dict, num_draft_tokens: int, *, progress: bool = True, device: str = "cpu", budget_s: float = float("inf")
+) -> dict:
+    """Decode the workload's requests with every arm; past ``budget_s`` seconds no new request starts (one always runs)."""
+    started = time.perf_counter()
     tokenizer = smollm2_tokenizer()
-    target = smollm2_target(progress=False, max_seq_len=4096)
+    target = smollm2_target(progress=False, max_seq_len=4096, device=device)
     pieces = TokenPieces.from_tokenizer(tokenizer)
     arms = make_arms(pieces)
     totals = {
@@ -64,10 +78,12 @@ def run(workload: dict, num_draft_tokens: int, *, progress: bool = True) -> dict
     equal_to_ar = {name: True for name in arms}
     equal_to_cached = {name: True for name in arms}
     rows = []
-    warm = torch.tensor([workload["requests"][0]["prompt_ids"][:32]])
+    warm = torch.tensor([workload["requests"][0]["prompt_ids"][:32]], device=device)
     sd.generate(target, warm, 4)
     for request in workload["requests"]:
-        prompt = torch.tensor([request["prompt_ids"]])
+        if rows and time.perf_counter() - started > budget_s:
+            break
+        prompt = torch.tensor([request["prompt_ids"]], device=device)
         cached = torch.tensor(request["output_ids"])
         max_new = len(request["output_ids"])
         row = {"query": request["query"], "turn": request["turn"], "prompt_tokens": prompt.shape[1]}
@@ -75,8 +91,10 @@ def run(workload: dict, num_draft_tokens: int, *, progress: bool = True) -> dict
         for name, drafter in arms.items():
             if isinstance(drafter, AgentSpecDrafter):
                 drafter.begin_request(agent=AGENT, query=request["query"])
+            sync(device)
             start = time.perf_counter()
             out = sd.generate(target, prompt, max_new, drafter=drafter, num_draft_tokens=num_draft_tokens)
+            sync(device)
             wall = time.perf_counter() - start
             tokens = out.tokens[0]
             if isinstance(drafter, AgentSpecDrafter):
@@ -85,7 +103,7 @@ def run(workload: dict, num_draft_tokens: int, *, progress: bool = True) -> dict
             if name == "ar":
                 ar_tokens = tokens
             equal_to_ar[name] &= torch.equal(tokens, ar_tokens)
-            equal_to_cached[name] &= torch.equal(tokens, cached)
+            equal_to_cached[name] &= torch.equal(tokens.cpu(), cached)
             stats = out.stats
             t = totals[name]
             t["new_tokens"] += stats.new_tokens
@@ -119,7 +137,12 @@ def run(workload: dict, num_draft_tokens: int, *, progress: bool = True) -> dict
         if isinstance(drafter, AgentSpecDrafter):
             results[name]["fallback_rounds"] = drafter.fallback_rounds
             results[name]["drafter_rounds"] = drafter.rounds
-    return {"arms": results, "requests": rows}
+    return {
+        "arms": results,
+        "requests": rows,
+        "requests_run": len(rows),
+        "requests_in_workload": len(workload["requests"]),
+    }
 
 
 def main() -> None:
@@ -130,6 +153,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--num-draft-tokens", type=int, default=6)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no new request past this wall time")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (the workload must be cached: building it runs on the CPU)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -137,7 +162,7 @@ def main() -> None:
     print(provenance_line(prov))
     workload = load_or_build(args.workload, args.problems, args.turns, args.max_new_tokens)
     load_before = os.getloadavg()
-    result = run(workload, args.num_draft_tokens)
+    result = run(workload, args.num_draft_tokens, device=args.device, budget_s=args.budget_s)
     result = {
         "load_average_1_5_15_before": [round(x, 2) for x in load_before],
         "load_average_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
@@ -145,9 +170,11 @@ def main() -> None:
         "workload_provenance": workload["provenance"],
         "threads": args.threads,
         "num_draft_tokens": args.num_draft_tokens,
-        "target": "SmolLM2-135M-Instruct fp32, CPU, greedy",
+        "target": f"SmolLM2-135M-Instruct fp32, {args.device}, greedy",
+        "device": args.device,
         **result,
     }
+    print(f"{result['requests_run']} of {result['requests_in_workload']} requests ({args.device})")
     for name, r in result["arms"].items():
         print(
             f"{name:24s} tokens/pass {r['tokens_per_pass']:.3f}  wall {r['wall_s']:.1f}s  speedup vs AR {r['speedup_vs_ar_wall']:.3f}  "
