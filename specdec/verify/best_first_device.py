@@ -12,8 +12,9 @@ Method (``B = budget``, ``K = min(B, V, top_k)`` ranked children per depth):
 2. Beam per depth: ``C_1`` = the ``K`` depth-1 prefixes (padded to ``B`` with ``-inf``); ``C_{d+1}`` = the
    best ``B`` of the ``B * K`` extensions of ``C_d`` by (score desc, rank tuple asc). ``C_d`` is kept in
    rank-tuple (lexicographic) order, so the extension ``(C_d[i], r)`` sits at flat index ``i * K + r`` and
-   that index *is* its lexicographic position: a stable descending sort on the scores then breaks ties
-   exactly by the rank tuple.
+   that index *is* its lexicographic position: keeping every score above the ``B``-th one and then the
+   lowest indices among those equal to it breaks ties exactly by the rank tuple, and leaves ``C_{d+1}``
+   in lexicographic order without a sort.
 3. Union of all ``C_d`` laid out ``[D, B]`` (flat index = (depth, lexicographic position)), one stable
    descending sort on the scores: the global order (score desc, depth asc, rank tuple asc). The first
    ``B`` entries with a finite score are the nodes.
@@ -42,14 +43,16 @@ from specdec.verify.best_first import _check_budget, _check_logprobs
 
 __all__ = ["best_first_tree_device"]
 
+
 def _ranked_children(lp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-``k`` of ``lp [D, V]``: float64 values and int64 ids ``[D, k]``, ties by smaller id.
 
     ``topk`` gives the right values but an unspecified choice among entries equal to the ``k``-th value, so
     the chosen set is rebuilt: every entry above that value, then the smallest ids among the equal ones,
-    compacted in id order with a cumulative sum, and a stable descending sort of those ``k`` values puts
-    equal log-probs in id order. Only elementwise ops, two cumulative sums and one scatter over ``[D, V]``:
-    a float ``topk`` costs far less than a ``topk`` over unique int64 keys on a large vocabulary.
+    compacted in id order, and a stable descending sort of those ``k`` values puts
+    equal log-probs in id order. Only elementwise ops and two cumulative sums over ``[D, V]``, then a
+    batched binary search for the ``k`` chosen positions (a scatter would pile every unchosen entry onto one
+    spare address).
     """
     lp = lp + 0.0  # -0.0 -> +0.0: equal log-probs must compare equal and rank by id
     depths, vocab = lp.shape
@@ -62,12 +65,25 @@ def _ranked_children(lp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     tied = lp == kth
     room = k - above.sum(-1, keepdim=True)  # [D, 1] >= 1: how many of the tied entries are kept
     chosen = above | (tied & (tied.cumsum(-1) <= room))  # [D, V], exactly k per row
-    slot = torch.where(chosen, chosen.cumsum(-1) - 1, k)  # [D, V]: position among the chosen, or a spare slot
-    by_id = torch.zeros(depths, k + 1, dtype=torch.long, device=lp.device)
-    by_id.scatter_(1, slot, torch.arange(vocab, device=lp.device).expand(depths, vocab))
-    by_id = by_id[:, :k]  # [D, k] chosen ids, ascending
+    # the j-th chosen id is the first position where the running count of chosen entries reaches j + 1
+    wanted = torch.arange(1, k + 1, device=lp.device).expand(depths, k).contiguous()
+    by_id = torch.searchsorted(chosen.cumsum(-1), wanted)  # [D, k] chosen ids, ascending
     values, order = torch.sort(lp.gather(-1, by_id), dim=-1, descending=True, stable=True)
     return values.double(), by_id.gather(-1, order)
+
+
+def _best_in_index_order(scores: torch.Tensor, count: int) -> torch.Tensor:
+    """Indices, ascending, of the ``count`` highest of ``scores [N]``, equal scores by smaller index.
+
+    The same set as ``_first_by_score(scores, count).sort().values`` without a sort: ``topk`` gives the
+    ``count``-th value, every score above it is kept, then the lowest indices among the scores equal to it.
+    """
+    kth = torch.topk(scores, count).values[-1]
+    above = scores > kth
+    tied = scores == kth
+    chosen = above | (tied & (tied.cumsum(0) <= count - above.sum()))  # [N], exactly count entries
+    wanted = torch.arange(1, count + 1, device=scores.device)
+    return torch.searchsorted(chosen.cumsum(0), wanted)  # [count] ascending
 
 
 def _first_by_score(scores: torch.Tensor, count: int) -> torch.Tensor:
@@ -133,7 +149,7 @@ def best_first_tree_device(
     level_scores, level_ranks, level_parents = [score], [rank], [parent]
     for depth in range(1, depths):
         extensions = (score[:, None] + values[depth][None, :]).reshape(-1)  # [B * k], index = lexicographic position
-        kept = _first_by_score(extensions, budget).sort().values  # [B], back in lexicographic order
+        kept = _best_in_index_order(extensions, budget)  # [B] in lexicographic order
         score = extensions[kept]
         level_scores.append(score)
         level_ranks.append(kept % k)
