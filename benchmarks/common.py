@@ -172,7 +172,8 @@ def provenance(seed: int | None) -> dict:
     """Where a result comes from: code, machine, library versions, seed, command line and UTC date.
 
     Keys (``PROVENANCE_FIELDS``): ``specdec`` version, ``git_commit`` and ``git_dirty`` (tracked files
-    changed; ``None`` outside a git checkout), ``gpu`` name and NVIDIA ``driver`` version (``None``
+    changed; ``None`` outside a git checkout, or when ``$SPECDEC_GIT_COMMIT`` names the commit of a copied
+    tree), ``gpu`` name and NVIDIA ``driver`` version (``None``
     without CUDA), ``torch``, ``triton``, ``transformers`` and ``cuda`` versions, ``seed`` (``None``
     when the benchmark draws no random numbers), ``command`` (as typed, ``python -m ...``) and
     ``date_utc`` (ISO 8601).
@@ -186,8 +187,10 @@ def provenance(seed: int | None) -> dict:
 
     if seed is not None and not isinstance(seed, int):
         raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
-    commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    # A copy of the working tree whose .git is older than its files (a remote machine's) names the commit
+    # its files were taken from in SPECDEC_GIT_COMMIT; whether they were changed since is then unknown.
+    commit = os.environ.get("SPECDEC_GIT_COMMIT") or _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit and "SPECDEC_GIT_COMMIT" not in os.environ else None
     cuda = torch.cuda.is_available()
     return {
         "specdec": specdec.__version__,
