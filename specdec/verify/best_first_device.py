@@ -6,15 +6,13 @@ with output shapes that depend only on ``budget``, so it can run inside a captur
 
 Method (``B = budget``, ``K = min(B, V, top_k)`` ranked children per depth):
 
-1. Rank each depth's children by (log-prob desc, token id asc): a float ``topk`` finds the ``K``-th value,
-   the entries above it and the smallest ids among those equal to it are kept, and a stable sort orders
-   them, so ties never depend on ``topk``.
+1. Rank each depth's children by (log-prob desc, token id asc) with one ``topk`` over unique int64 keys
+   (the float's order-preserving bits above, ``V - 1 - id`` below), so ties never depend on ``topk``.
 2. Beam per depth: ``C_1`` = the ``K`` depth-1 prefixes (padded to ``B`` with ``-inf``); ``C_{d+1}`` = the
    best ``B`` of the ``B * K`` extensions of ``C_d`` by (score desc, rank tuple asc). ``C_d`` is kept in
    rank-tuple (lexicographic) order, so the extension ``(C_d[i], r)`` sits at flat index ``i * K + r`` and
-   that index *is* its lexicographic position: keeping every score above the ``B``-th one and then the
-   lowest indices among those equal to it breaks ties exactly by the rank tuple, and leaves ``C_{d+1}``
-   in lexicographic order without a sort.
+   that index *is* its lexicographic position: a stable descending sort on the scores then breaks ties
+   exactly by the rank tuple.
 3. Union of all ``C_d`` laid out ``[D, B]`` (flat index = (depth, lexicographic position)), one stable
    descending sort on the scores: the global order (score desc, depth asc, rank tuple asc). The first
    ``B`` entries with a finite score are the nodes.
@@ -43,47 +41,24 @@ from specdec.verify.best_first import _check_budget, _check_logprobs
 
 __all__ = ["best_first_tree_device"]
 
+_INT32_MAGNITUDE = 0x7FFFFFFF
+
 
 def _ranked_children(lp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-``k`` of ``lp [D, V]``: float64 values and int64 ids ``[D, k]``, ties by smaller id.
-
-    ``topk`` gives the right values but an unspecified choice among entries equal to the ``k``-th value, so
-    the chosen set is rebuilt: every entry above that value, then the smallest ids among the equal ones,
-    compacted in id order, and a stable descending sort of those ``k`` values puts
-    equal log-probs in id order. Only elementwise ops and two cumulative sums over ``[D, V]``, then a
-    batched binary search for the ``k`` chosen positions (a scatter would pile every unchosen entry onto one
-    spare address).
-    """
-    lp = lp + 0.0  # -0.0 -> +0.0: equal log-probs must compare equal and rank by id
-    depths, vocab = lp.shape
+    """Top-``k`` of ``lp [D, V]``: float64 values and int64 ids ``[D, k]``, ties by smaller id."""
+    lp = lp + 0.0  # -0.0 -> +0.0: equal log-probs must get equal keys
+    vocab = lp.shape[-1]
     if lp.dtype == torch.float64:
         values, ids = torch.sort(lp, dim=-1, descending=True, stable=True)
         return values[:, :k], ids[:, :k]
-    lp = lp.float()
-    kth = torch.topk(lp, k, dim=-1).values[:, -1:]  # [D, 1]
-    above = lp > kth
-    tied = lp == kth
-    room = k - above.sum(-1, keepdim=True)  # [D, 1] >= 1: how many of the tied entries are kept
-    chosen = above | (tied & (tied.cumsum(-1) <= room))  # [D, V], exactly k per row
-    # the j-th chosen id is the first position where the running count of chosen entries reaches j + 1
-    wanted = torch.arange(1, k + 1, device=lp.device).expand(depths, k).contiguous()
-    by_id = torch.searchsorted(chosen.cumsum(-1), wanted)  # [D, k] chosen ids, ascending
-    values, order = torch.sort(lp.gather(-1, by_id), dim=-1, descending=True, stable=True)
-    return values.double(), by_id.gather(-1, order)
-
-
-def _best_in_index_order(scores: torch.Tensor, count: int) -> torch.Tensor:
-    """Indices, ascending, of the ``count`` highest of ``scores [N]``, equal scores by smaller index.
-
-    The same set as ``_first_by_score(scores, count).sort().values`` without a sort: ``topk`` gives the
-    ``count``-th value, every score above it is kept, then the lowest indices among the scores equal to it.
-    """
-    kth = torch.topk(scores, count).values[-1]
-    above = scores > kth
-    tied = scores == kth
-    chosen = above | (tied & (tied.cumsum(0) <= count - above.sum()))  # [N], exactly count entries
-    wanted = torch.arange(1, count + 1, device=scores.device)
-    return torch.searchsorted(chosen.cumsum(0), wanted)  # [count] ascending
+    bits = lp.float().view(torch.int32)
+    # signed-int order of these keys = float order (negative floats: magnitude bits flipped)
+    ordered = torch.where(bits < 0, bits ^ _INT32_MAGNITUDE, bits).long()
+    reversed_ids = torch.arange(vocab - 1, -1, -1, device=lp.device)  # [V]: larger for a smaller id
+    keys = ordered * (1 << 32) + reversed_ids  # [D, V], unique per row
+    top = torch.topk(keys, k, dim=-1).values  # [D, k], descending
+    ids = vocab - 1 - (top & 0xFFFFFFFF)
+    return lp.gather(-1, ids).double(), ids
 
 
 def _first_by_score(scores: torch.Tensor, count: int) -> torch.Tensor:
@@ -149,7 +124,7 @@ def best_first_tree_device(
     level_scores, level_ranks, level_parents = [score], [rank], [parent]
     for depth in range(1, depths):
         extensions = (score[:, None] + values[depth][None, :]).reshape(-1)  # [B * k], index = lexicographic position
-        kept = _best_in_index_order(extensions, budget)  # [B] in lexicographic order
+        kept = _first_by_score(extensions, budget).sort().values  # [B], back in lexicographic order
         score = extensions[kept]
         level_scores.append(score)
         level_ranks.append(kept % k)

@@ -198,12 +198,6 @@ def _ranked_children_topk_choice_among_ties(lp, k):
     return values.double(), top.indices.gather(-1, order)
 
 
-def _best_in_index_order_ties_by_larger_index(scores, count):
-    """Mutant: the beam keeps equal extension scores of larger rank tuple first."""
-    n = scores.shape[0]
-    return (n - 1 - torch.sort(scores.flip(0), descending=True, stable=True).indices[:count]).sort().values
-
-
 def _first_by_score_ties_by_larger_index(scores, count):
     """Mutant: equal prefix scores ordered by larger rank tuple (and deeper first across depths)."""
     n = scores.shape[0]
@@ -215,13 +209,11 @@ def _first_by_score_ties_by_larger_index(scores, count):
     [
         ("_ranked_children", _ranked_children_ties_by_larger_id),
         ("_ranked_children", _ranked_children_topk_choice_among_ties),
-        ("_best_in_index_order", _best_in_index_order_ties_by_larger_index),
         ("_first_by_score", _first_by_score_ties_by_larger_index),
     ],
     ids=[
         "mutant-children-ties-larger-id",
         "mutant-children-topk-choice-among-ties",
-        "mutant-beam-ties-larger-rank-tuple",
         "mutant-prefix-ties-larger-rank-tuple",
     ],
 )
