@@ -318,3 +318,17 @@ def test_mutation_zero_code_needs_the_masked_base():
     zeros = w == 0
     assert not torch.equal(naive_bits[zeros].to(torch.int16), bits(w)[zeros])
     assert torch.equal(bits(decode_tiles(w12, config=SMALL))[zeros], bits(w)[zeros])
+
+
+@pytest.mark.parametrize("m", [1, 16, 33, 65, 128])
+@pytest.mark.parametrize("k", [576, 4096, 12288])
+def test_default_tiles_fit_the_shared_memory_budget(monkeypatch, m, k):
+    """The H200 refused (128, 64, 256) x 3 stages (237,568 B > 232,448 B) for a 65-row verify pass."""
+    import specdec.kernels.w12_gemm as w12_gemm
+
+    monkeypatch.setattr(w12_gemm, "INTERPRET", False)
+    monkeypatch.setattr(w12_gemm, "_num_sms", lambda device: 132)
+    config = w12_gemm.default_config(m, 4096, k, torch.device("cpu"))
+    need = w12_gemm.shared_memory_estimate(config.block_m, config.block_n, config.block_k, config.num_stages)
+    assert need <= w12_gemm.SHARED_MEMORY_BUDGET < 232_448
+    assert config.block_m >= min(m, 128)
