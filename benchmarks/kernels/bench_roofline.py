@@ -10,7 +10,7 @@ its AE plane and bases), ratio to cuBLAS bf16 and to the copy bandwidth of the s
 
 Correctness first, in the same run:
 * decoded weights bit-exact: the CUDA W12 kernel on one-hot rows of x (output column n of row m is then
-  exactly the weight ``W[n, k0 + m]``) over every column of two shapes with planted escapes (subnormals,
+  exactly the weight ``W[n, k0 + m]``) over every column of three shapes with planted escapes (subnormals,
   weights far below the window, outliers, a crowded escape tile, signed zeros, zero rows and columns), one
   with K % 16 = 8 and N % 16 != 0; the same for the Q kernel against ``q_view()``; recorded for bf16;
 * the W12 kernel gives the same bits twice (its reductions run in a fixed order);
@@ -51,8 +51,9 @@ from specdec.models.shapes import SHAPES
 MS = (1, 2, 4, 8)
 MODELS = ("qwen3-8b", "qwen3-32b")
 SMOKE_SHAPES = {"smoke": {"a": (40, 64), "b": (24, 136)}}
-# Shapes of the one-hot decode check: (N, K); the second has K % 16 = 8, K % 64 != 0 and N % 16 != 0.
-DECODE_SHAPES = ((520, 2048), (300, 1032))
+# Shapes of the one-hot decode check: (N, K); the second has K % 16 = 8, K % 64 != 0 and N % 16 != 0; the
+# third splits its 33 W12 / Q chunks unevenly over an 8-CTA cluster (shares of 4 and 5 chunks).
+DECODE_SHAPES = ((520, 2048), (300, 1032), (520, 2056))
 SMOKE_DECODE_SHAPES = ((24, 64), (20, 40))
 SANITIZE_SHAPE = (300, 1032)
 KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_bf16", "cuda_w12", "cuda_q")

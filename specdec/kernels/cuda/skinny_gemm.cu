@@ -261,7 +261,10 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
       xs_smem[u] = make_uint4(0, 0, 0, 0);
   }
   cp_async_commit();
-  float* red = reinterpret_cast<float*>(smem + ((x_units * 16 + 15) / 16) * 16);  // [8 warps][16 rows][8 tokens]
+  // [8 warps][16 rows][8 tokens], at the same offset in every CTA of the cluster (read through distributed
+  // shared memory by rank), so placed after the largest K share of x, not this CTA's.
+  const int max_chunks_cta = (p.n_chunks + p.k_splits - 1) / p.k_splits;
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(max_chunks_cta) * T::kXUnits * M * 4 * 16);
 
   const int row_g = min(row_block + rt * 16 + g, p.N - 1);  // rows past N read the last row; never stored
   const int row_h = min(row_block + rt * 16 + g + 8, p.N - 1);
@@ -276,8 +279,6 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
       if (first_chunk + u < last_chunk && k0 < p.K) prefetch_chunk<KIND>(p, row_g, row_h, k0);
     }
   }
-  cp_async_wait_all();
-  __syncthreads();
   uint32_t X0 = 0, X1 = 0;
   if constexpr (KIND == kW12) {
     X0 = static_cast<uint32_t>(p.base[row_g]) << 7;
@@ -286,6 +287,8 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
     X0 = (static_cast<uint32_t>(p.base[row_g]) << 7) | 8u;
     X1 = (static_cast<uint32_t>(p.base[row_h]) << 7) | 8u;
   }
+  cp_async_wait_all();
+  __syncthreads();
   // Tokens >= M read token M - 1: the MMA columns are independent and those outputs are never stored.
   const int g_x = min(g, M - 1);
 
