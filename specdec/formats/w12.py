@@ -512,9 +512,10 @@ def _cuda_small_m(x: torch.Tensor, w: W12Tensor, view: str) -> torch.Tensor:
     import specdec.kernels.cuda.ops  # noqa: F401  (registers torch.ops.specdec.*)
 
     k = w.shape[1]
-    x2 = x.reshape(-1, k)
-    if not x2.is_contiguous() or x2.data_ptr() % 16:
-        x2 = x2.clone(memory_format=torch.contiguous_format)
+    x2 = x.reshape(-1, k).contiguous()
+    # the kernel's 16-byte loads need an aligned base (traced tensors have no address; the op checks it at run time)
+    if not torch.compiler.is_compiling() and x2.data_ptr() % 16:
+        x2 = x2.clone()
     if view == "q":
         y = torch.ops.specdec.q_gemm_small_m(x2, w.ae, w.base)
     else:

@@ -82,3 +82,14 @@ def test_weight_accepts_the_cuda_backend_and_names_the_choices():
     assert W12Tensor(*planes, tuple(w.shape), "cuda").linear_backend == "cuda"
     with pytest.raises(ValueError, match=r"linear_backend: expected 'auto', 'cuda', 'triton' or 'torch', got 'x'"):
         W12Tensor(*planes, tuple(w.shape), "x")
+
+
+def test_cuda_call_glue_keeps_leading_dims_and_view():
+    # On CPU the custom ops run their references, so this checks the reshaping and the view choice.
+    w = _weight()
+    wide = torch.randn(2, 1, 72, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    x = wide[..., 3:67]  # not contiguous, base not 16-byte aligned
+    y = w12_module._cuda_small_m(x, w, "exact")
+    assert y.shape == (2, 1, 24)
+    assert torch.equal(y, w12_linear_reference(x.contiguous(), w))
+    assert torch.equal(w12_module._cuda_small_m(x, w, "q"), q_linear_reference(x.contiguous(), w))
