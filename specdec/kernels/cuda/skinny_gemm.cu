@@ -41,6 +41,9 @@ constexpr int kMaxClusterSplits = 8;
 constexpr int kEscapeTile = 256;  // specdec.kernels.w12_gemm.ESCAPE_TILE
 constexpr int kXBytesHard = 200 * 1024;  // dynamic shared memory limit requested for the kernels
 constexpr int kMinChunksPerWarp = 4;
+// Shared memory after x: warp partials [8][16][8] fp32, the escape round (int2 + row byte per thread, counts);
+// W12 adds the band's escape offsets after it.
+constexpr int kSmemFixed = kWarps * 128 * 4 + kThreads * 9 + kWarps * 4;
 
 enum Kind : int { kBf16 = 0, kW12 = 1, kQ = 2 };
 
@@ -143,6 +146,10 @@ __device__ __forceinline__ void load_chunk(ChunkRegs<KIND, VEC16>& r, const Para
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* gmem_src) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(gmem_src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
@@ -260,11 +267,17 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
     else
       xs_smem[u] = make_uint4(0, 0, 0, 0);
   }
-  cp_async_commit();
   // [8 warps][16 rows][8 tokens], at the same offset in every CTA of the cluster (read through distributed
   // shared memory by rank), so placed after the largest K share of x, not this CTA's.
   const int max_chunks_cta = (p.n_chunks + p.k_splits - 1) / p.k_splits;
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(max_chunks_cta) * T::kXUnits * M * 4 * 16);
+  // W12: the escape offsets of this CTA's 256-row band (col_tiles + 1 of them), for the escape pass.
+  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + kSmemFixed);
+  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+  const int tile0 = (row_block / kEscapeTile) * col_tiles;
+  if constexpr (KIND == kW12)
+    for (int i = tid; i <= col_tiles; i += kThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
+  cp_async_commit();
 
   const int row_g = min(row_block + rt * 16 + g, p.N - 1);  // rows past N read the last row; never stored
   const int row_h = min(row_block + rt * 16 + g + 8, p.N - 1);
@@ -378,10 +391,8 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
     int2* esc_list = reinterpret_cast<int2*>(red + kWarps * 128);   // (column, value bits) [kThreads]
     unsigned char* esc_row = reinterpret_cast<unsigned char*>(esc_list + kThreads);  // row - r_lo [kThreads]
     int* warp_kept = reinterpret_cast<int*>(esc_row + kThreads);     // [kWarps]
-    const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
-    const int tile0 = (row_block / kEscapeTile) * col_tiles;
     const int band_row = row_block % kEscapeTile + r_lo;  // row of the band that is this CTA's r_lo
-    const int e_begin = p.esc_ptr[tile0], e_end = p.esc_ptr[tile0 + col_tiles];
+    const int e_begin = band_ptr[0], e_end = band_ptr[col_tiles];
     for (int e_round = e_begin; e_round < e_end; e_round += kThreads) {
       const int e = e_round + tid;
       bool keep = false;
@@ -394,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
           int lo = 0, hi = col_tiles - 1;  // column tile of e: the last with esc_ptr <= e
           while (lo < hi) {
             const int mid = (lo + hi + 1) >> 1;
-            if (p.esc_ptr[tile0 + mid] <= e) lo = mid;
+            if (band_ptr[mid] <= e) lo = mid;
             else hi = mid - 1;
           }
           col = lo * kEscapeTile + static_cast<int>(pos & 0xFF);
@@ -458,8 +469,7 @@ int x_bytes(int kind, int M, int n_chunks, int splits) {
   return per_cta * chunk_of(kind) * M * 2;
 }
 
-// Shared memory besides x: warp partials [8][16][8] fp32, the escape round (int2 + row byte per thread, counts).
-constexpr int kSmemFixed = kWarps * 128 * 4 + kThreads * 9 + kWarps * 4;
+int band_ptr_bytes(int kind, int K) { return kind == kW12 ? ((K + kEscapeTile - 1) / kEscapeTile + 1) * 4 : 0; }
 
 double bytes_per_weight(int kind) { return kind == kBf16 ? 2.0 : kind == kW12 ? 1.5 : 1.0; }
 
@@ -478,7 +488,7 @@ Plan make_plan(int kind, int M, int N, int K, int sms) {
     const int warps_per_tile = kWarps / rt;
     const int blocks = (tiles + rt - 1) / rt;
     for (int ks = 1; ks <= kMaxClusterSplits; ks *= 2) {
-      if (x_bytes(kind, M, pl.n_chunks, ks) + kSmemFixed + 16 > kXBytesHard) continue;
+      if (x_bytes(kind, M, pl.n_chunks, ks) + kSmemFixed + band_ptr_bytes(kind, K) + 16 > kXBytesHard) continue;
       const double per_warp = static_cast<double>(pl.n_chunks) / (ks * warps_per_tile);
       if (ks > 1 && per_warp < kMinChunksPerWarp) continue;
       const long long ctas = static_cast<long long>(blocks) * ks;
@@ -502,7 +512,7 @@ Plan make_plan(int kind, int M, int N, int K, int sms) {
   }
   pl.grid_x = (tiles + pl.rt_per_cta - 1) / pl.rt_per_cta;
   const int xb = (x_bytes(kind, M, pl.n_chunks, pl.k_splits) + 15) / 16 * 16;
-  pl.smem_bytes = xb + kSmemFixed;
+  pl.smem_bytes = xb + kSmemFixed + band_ptr_bytes(kind, K);
   return pl;
 }
 
