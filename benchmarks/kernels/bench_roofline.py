@@ -55,7 +55,8 @@ SMOKE_SHAPES = {"smoke": {"a": (40, 64), "b": (24, 136)}}
 # third splits its 33 W12 / Q chunks unevenly over an 8-CTA cluster (shares of 4 and 5 chunks).
 DECODE_SHAPES = ((520, 2048), (300, 1032), (520, 2056))
 SMOKE_DECODE_SHAPES = ((24, 64), (20, 40))
-SANITIZE_SHAPE = (300, 1032)
+# compute-sanitizer shapes: K % 16 = 8 without K splits (W12), and uneven 8-CTA K splits with escapes
+SANITIZE_SHAPES = ((300, 1032), (520, 2056))
 KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_bf16", "cuda_w12", "cuda_q")
 
 
@@ -549,18 +550,18 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.time()
 
     if args.sanitize:
-        n, k = SANITIZE_SHAPE
-        w = planted_weight(n, k, gen, device)
         from specdec.formats.w12 import W12Tensor
 
-        w12 = W12Tensor.from_bf16(w)
-        for m in (1, 8):
-            x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
-            ops.skinny_gemm_bf16(x, w)
-            ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-            ops.q_gemm_small_m(x, w12.ae, w12.base)
-        sync(device)
-        print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
+        for n, k in SANITIZE_SHAPES:
+            w = planted_weight(n, k, gen, device)
+            w12 = W12Tensor.from_bf16(w)
+            for m in (1, 8):
+                x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+                ops.skinny_gemm_bf16(x, w)
+                ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                ops.q_gemm_small_m(x, w12.ae, w12.base)
+            sync(device)
+            print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
         return 0
 
     if args.ar_step:
