@@ -10,7 +10,7 @@ its AE plane and bases), ratio to cuBLAS bf16 and to the copy bandwidth of the s
 
 Correctness first, in the same run:
 * decoded weights bit-exact: the CUDA W12 kernel on one-hot rows of x (output column n of row m is then
-  exactly the weight ``W[n, k0 + m]``) over every column of two shapes with planted escapes (subnormals,
+  exactly the weight ``W[n, k0 + m]``) over every column of three shapes with planted escapes (subnormals,
   weights far below the window, outliers, a crowded escape tile, signed zeros, zero rows and columns), one
   with K % 16 = 8 and N % 16 != 0; the same for the Q kernel against ``q_view()``; recorded for bf16;
 * the W12 kernel gives the same bits twice (its reductions run in a fixed order);
@@ -21,6 +21,15 @@ Correctness first, in the same run:
     python -m benchmarks.kernels.bench_roofline --smoke                      # CPU, reference paths, tiny shapes
     compute-sanitizer --tool memcheck python -m benchmarks.kernels.bench_roofline --sanitize
     python -m benchmarks.kernels.bench_roofline --plot-only roofline.json    # redraw the PNG from a JSON
+    python -m benchmarks.kernels.bench_roofline --ar-step --out $OUT/ar_step.json   # GPU; add --smoke on a CPU
+
+The AR-step part (``--ar-step``): the Qwen3-8B-shaped lean target (random bf16 weights, ``random_target``) and
+the same weights converted to W12 (``specdec.formats.convert``), both running their one-token decode step as
+CUDA-graph replays (CPU smoke: the same static path without capture, tiny shapes). Reported per target: time
+per step against the weight-read floor (linear weight bytes / copy bandwidth), the W12 step with the Triton
+path forced (``SPECDEC_W12_CUDA=0``) for comparison, and, teacher-forced along the bf16 target's greedy
+tokens, whether the W12 target picks the same 32 tokens and the largest ``|logit difference|`` (W12 holds the
+same weights, but its GEMMs reduce in another order, so the logits need not be bitwise equal).
 """
 
 from __future__ import annotations
@@ -42,10 +51,12 @@ from specdec.models.shapes import SHAPES
 MS = (1, 2, 4, 8)
 MODELS = ("qwen3-8b", "qwen3-32b")
 SMOKE_SHAPES = {"smoke": {"a": (40, 64), "b": (24, 136)}}
-# Shapes of the one-hot decode check: (N, K); the second has K % 16 = 8, K % 64 != 0 and N % 16 != 0.
-DECODE_SHAPES = ((520, 2048), (300, 1032))
+# Shapes of the one-hot decode check: (N, K); the second has K % 16 = 8, K % 64 != 0 and N % 16 != 0; the
+# third splits its 33 W12 / Q chunks unevenly over an 8-CTA cluster (shares of 4 and 5 chunks).
+DECODE_SHAPES = ((520, 2048), (300, 1032), (520, 2056))
 SMOKE_DECODE_SHAPES = ((24, 64), (20, 40))
-SANITIZE_SHAPE = (300, 1032)
+# compute-sanitizer shapes: K % 16 = 8 without K splits (W12), and uneven 8-CTA K splits with escapes
+SANITIZE_SHAPES = ((300, 1032), (520, 2056))
 KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_bf16", "cuda_w12", "cuda_q")
 
 
@@ -193,6 +204,8 @@ def bench_shape(
     planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
     w8 = w.to(torch.float8_e4m3fn)
     one = torch.ones((), device=device)
+    # the Triton columns run Triton even where "auto" would pick the CUDA small-M kernel (reference on CPU)
+    triton_backend = "triton" if device.type == "cuda" else "torch"
     for m in args.ms:
         if time.time() - t_start > args.budget_s:
             print(f"budget reached: {model}/{lname} M={m} and later cases not run", flush=True)
@@ -214,8 +227,8 @@ def bench_shape(
         )
         fns = {
             "cublas_bf16": (lambda: F.linear(x, w), y32, err_cublas),
-            "triton_w12": (lambda: w12_linear(x, w12), y32, err_cublas),
-            "triton_q": (lambda: q_linear(x, w12), yq32, err_cublas_q),
+            "triton_w12": (lambda: w12_linear(x, w12, backend=triton_backend), y32, err_cublas),
+            "triton_q": (lambda: q_linear(x, w12, backend=triton_backend), yq32, err_cublas_q),
             "cuda_bf16": (lambda: ops.skinny_gemm_bf16(x, w), y32, err_cublas),
             "cuda_w12": (lambda: ops.w12_gemm_small_m(x, *planes), y32, err_cublas),
             "cuda_q": (lambda: ops.q_gemm_small_m(x, w12.ae, w12.base), yq32, err_cublas_q),
@@ -300,6 +313,183 @@ def plot(result: dict, path: Path) -> str | None:
     return None
 
 
+AR_MODEL = "qwen3-8b"
+AR_TOKENS = 32
+AR_PROMPT = 16
+
+
+def linear_weight_bytes(target: torch.nn.Module) -> int:
+    """Bytes a decode step reads from the linears' weights (W12: its planes; the embedding gather is not counted).
+
+    Example:
+        >>> linear_weight_bytes(torch.nn.Sequential(torch.nn.Linear(4, 2, bias=False)))
+        32
+    """
+    from specdec.formats.w12 import W12Tensor
+
+    total = 0
+    for mod in target.modules():
+        if isinstance(mod, torch.nn.Linear):
+            w = mod.weight
+            total += int(w.nbytes) if isinstance(w, W12Tensor) else w.numel() * w.element_size()
+    return total
+
+
+def _step_time_s(step: Callable[[], object], device: torch.device, iters: int) -> float:
+    """Seconds per ``step()``: CUDA events around back-to-back replays on CUDA, wall clock on CPU."""
+    step()
+    if device.type == "cuda":
+        from benchmarks.common import mean_time_ms
+
+        return mean_time_ms(step, iters, warmup=2) / 1e3
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    return (time.perf_counter() - t0) / iters
+
+
+def _use_step_graphs(target, device: torch.device) -> None:
+    # CUDA: graph replays of the one-row step; CPU: the same fixed-shape body, run eagerly.
+    if device.type == "cuda":
+        target.enable_cuda_graphs(buckets=(1,))
+    else:
+        target.enable_static_path(buckets=(1,))
+
+
+def ar_step(args, device: torch.device, t_start: float) -> dict:
+    """The decode step of the bf16 lean target and of its W12 conversion: time, floor, token and logit agreement."""
+    import specdec.formats.w12 as w12_format
+    from specdec.formats import convert
+    from specdec.models import random_target
+
+    if args.smoke:
+        from specdec.testing import tiny_target
+
+        cfg, max_seq_len, iters = tiny_target(seed=0).config, 128, 3
+    else:
+        cfg, max_seq_len, iters = SHAPES[AR_MODEL], 256, 50
+    result: dict = dict(model="tiny" if args.smoke else AR_MODEL, tokens=AR_TOKENS, prompt=AR_PROMPT)
+
+    def over_budget(what: str) -> bool:
+        if time.time() - t_start > args.ar_budget_s:
+            print(f"AR step: budget reached, not run: {what}", flush=True)
+            result.setdefault("skipped", []).append(what)
+            return True
+        return False
+
+    t0 = time.time()
+    bf16 = random_target(cfg, dtype=torch.bfloat16, device=device, max_seq_len=max_seq_len, seed=0)
+    w12 = random_target(cfg, dtype=torch.bfloat16, device=device, max_seq_len=max_seq_len, seed=0)
+    report = convert(w12)
+    result["build_s"] = time.time() - t0
+    result["w12_bits_per_weight"] = report.bits_per_weight
+    lm_head = w12.lm_head.weight
+    probe = torch.zeros(1, lm_head.shape[1], dtype=torch.bfloat16, device=device)
+    result["w12_linear_path"] = w12_format.linear_path(probe, lm_head)
+    for name, target in (("bf16", bf16), ("w12", w12)):
+        result[f"{name}_weight_bytes"] = linear_weight_bytes(target)
+        result[f"{name}_floor_s"] = result[f"{name}_weight_bytes"] / args.copy_bw
+        _use_step_graphs(target, device)
+
+    gen = torch.Generator(device=device).manual_seed(1)
+    prompt = torch.randint(0, cfg.vocab_size, (1, AR_PROMPT), generator=gen, device=device)
+    # Greedy along the bf16 target's tokens; the W12 target is fed the same tokens (teacher forcing), so its
+    # free-running greedy output equals the bf16 one exactly when every step's argmax agrees.
+    if not over_budget("greedy agreement"):
+        for target in (bf16, w12):
+            target.reset()
+        outs = [target(prompt).logits[0, -1] for target in (bf16, w12)]
+        for target in (bf16, w12):
+            target.commit(AR_PROMPT)
+        agree, max_diff, first_mismatch, tokens = [], 0.0, None, []
+        for i in range(AR_TOKENS):
+            tok_bf16, tok_w12 = outs[0].argmax(), outs[1].argmax()
+            max_diff = max(max_diff, (outs[0].float() - outs[1].float()).abs().max().item())
+            same = bool(tok_bf16 == tok_w12)
+            agree.append(same)
+            if not same and first_mismatch is None:
+                first_mismatch = i
+            tokens.append(int(tok_bf16))
+            if i + 1 < AR_TOKENS:
+                step_in = tok_bf16.view(1, 1)
+                outs = [target(step_in).logits[0, -1] for target in (bf16, w12)]
+                for target in (bf16, w12):
+                    target.commit(1)
+        result.update(
+            greedy_tokens_equal=all(agree),
+            greedy_first_mismatch=first_mismatch,
+            greedy_tokens_bf16=tokens,
+            max_abs_logit_diff=max_diff,
+        )
+        print(
+            f"AR step greedy {AR_TOKENS} tokens: W12 == bf16 {all(agree)} (first mismatch {first_mismatch}), "
+            f"max |logit diff| {max_diff:.4g}",
+            flush=True,
+        )
+
+    token = torch.zeros(1, 1, dtype=torch.long, device=device)
+    for name, target in (("bf16", bf16), ("w12", w12)):
+        if over_budget(f"{name} step time"):
+            continue
+        target.reset()
+        target(prompt)
+        target.commit(AR_PROMPT)
+
+        def step(target=target):
+            target(token)
+            target.truncate(AR_PROMPT)
+
+        result[f"{name}_step_s"] = _step_time_s(step, device, iters)
+        result[f"{name}_x_floor"] = result[f"{name}_step_s"] / result[f"{name}_floor_s"]
+        print(f"AR step {name}: {result[f'{name}_step_s'] * 1e3:.3f} ms ({result[f'{name}_x_floor']:.2f}x its floor)", flush=True)
+    if "bf16_step_s" in result and "w12_step_s" in result:
+        result["w12_vs_bf16_step"] = result["w12_step_s"] / result["bf16_step_s"]
+    if not over_budget("w12 step time, Triton path"):
+        previous = os.environ.get(w12_format.CUDA_SMALL_M_ENV)
+        os.environ[w12_format.CUDA_SMALL_M_ENV] = "0"
+        try:
+            w12.disable_static_path()
+            _use_step_graphs(w12, device)  # captured again, now through Triton
+            w12(prompt)
+            w12.commit(AR_PROMPT)
+            result["w12_triton_linear_path"] = w12_format.linear_path(probe, lm_head)
+
+            def step_triton(target=w12):
+                target(token)
+                target.truncate(AR_PROMPT)
+
+            result["w12_triton_step_s"] = _step_time_s(step_triton, device, iters)
+            print(f"AR step w12 (Triton path): {result['w12_triton_step_s'] * 1e3:.3f} ms", flush=True)
+        finally:
+            if previous is None:
+                os.environ.pop(w12_format.CUDA_SMALL_M_ENV, None)
+            else:
+                os.environ[w12_format.CUDA_SMALL_M_ENV] = previous
+    del bf16, w12
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    result["wall_s"] = time.time() - t_start
+    return result
+
+
+def ar_summary_lines(result: dict) -> list[str]:
+    def ms(key):
+        return f"{result[key] * 1e3:.3f} ms" if key in result else "n/a"
+
+    def ratio(key):
+        return f"{result[key]:.2f}x" if key in result else "n/a"
+
+    return [
+        f"AR step {result['model']}: W12 linears via {result.get('w12_linear_path')}, {result.get('w12_bits_per_weight', 0):.3f} bits/weight",
+        f"{'target':18s} {'step':>12s} {'floor':>12s} {'x floor':>8s}",
+        f"{'bf16':18s} {ms('bf16_step_s'):>12s} {ms('bf16_floor_s'):>12s} {ratio('bf16_x_floor'):>8s}",
+        f"{'w12':18s} {ms('w12_step_s'):>12s} {ms('w12_floor_s'):>12s} {ratio('w12_x_floor'):>8s}",
+        f"{'w12 (Triton path)':18s} {ms('w12_triton_step_s'):>12s}",
+        f"W12 step / bf16 step {ratio('w12_vs_bf16_step')}; greedy {result['tokens']} tokens equal: "
+        f"{result.get('greedy_tokens_equal')}, max |logit diff| {result.get('max_abs_logit_diff')}",
+    ]
+
+
 def summary_lines(result: dict) -> list[str]:
     rows = [r for r in result["rows"] if "M" in r]
     lines = [
@@ -331,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
     parser.add_argument("--reps", type=int, default=10, help="graph replays (median)")
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--ar-step", action="store_true", help="only the AR-step part (bf16 vs W12 lean target)")
+    parser.add_argument("--ar-budget-s", type=float, default=55.0, help="AR step: no new phase starts after this")
     args = parser.parse_args(argv)
     if args.plot_only:
         src = Path(args.plot_only)
@@ -358,18 +550,30 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.time()
 
     if args.sanitize:
-        n, k = SANITIZE_SHAPE
-        w = planted_weight(n, k, gen, device)
         from specdec.formats.w12 import W12Tensor
 
-        w12 = W12Tensor.from_bf16(w)
-        for m in (1, 8):
-            x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
-            ops.skinny_gemm_bf16(x, w)
-            ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-            ops.q_gemm_small_m(x, w12.ae, w12.base)
-        sync(device)
-        print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
+        for n, k in SANITIZE_SHAPES:
+            w = planted_weight(n, k, gen, device)
+            w12 = W12Tensor.from_bf16(w)
+            for m in (1, 8):
+                x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+                ops.skinny_gemm_bf16(x, w)
+                ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                ops.q_gemm_small_m(x, w12.ae, w12.base)
+            sync(device)
+            print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
+        return 0
+
+    if args.ar_step:
+        args.copy_bw = copy_bandwidth(device)
+        result = ar_step(args, device, t_start)
+        result.update(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (static path, no graphs)")
+        result["copy_bandwidth_bytes_per_s"] = args.copy_bw
+        out = write_json(args.out, result, prov, indent=1)
+        print(f"wrote {out}")
+        print(provenance_line(prov))
+        for line in ar_summary_lines(result):
+            print(line)
         return 0
 
     args.ms = (1, 8) if args.smoke else MS

@@ -42,8 +42,10 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -71,6 +73,9 @@ __all__ = [
     "convert",
     "w12_linear",
     "q_linear",
+    "linear_path",
+    "cuda_small_m_available",
+    "CUDA_SMALL_M_ENV",
     "w12_linear_reference",
     "q_linear_reference",
     "decode_tiles",
@@ -230,8 +235,8 @@ class W12Tensor(torch.Tensor):
         self.esc_ptr = esc_ptr
         self.esc_pos = esc_pos
         self.esc_bits = esc_bits
-        if linear_backend not in ("auto", "triton", "torch"):
-            raise ValueError(f"linear_backend: expected 'auto', 'triton' or 'torch', got {linear_backend!r}")
+        if linear_backend not in _BACKENDS:
+            raise ValueError(f"linear_backend: expected 'auto', 'cuda', 'triton' or 'torch', got {linear_backend!r}")
         self.linear_backend = linear_backend
         if linear_view not in ("exact", "q"):
             raise ValueError(f"linear_view: expected 'exact' or 'q', got {linear_view!r}")
@@ -417,6 +422,107 @@ class W12Tensor(torch.Tensor):
         return func(*args, **kwargs)
 
 
+_BACKENDS = ("auto", "cuda", "triton", "torch")
+# Largest number of rows (tokens) the CUDA small-M kernels take.
+_CUDA_MAX_ROWS = 8
+CUDA_SMALL_M_ENV = "SPECDEC_W12_CUDA"
+
+
+@torch.compiler.assume_constant_result
+@functools.cache
+def cuda_small_m_available() -> bool:
+    """Whether the CUDA small-M kernels of :mod:`specdec.kernels.cuda` can run: a GPU and the built library.
+
+    Never builds the library (``python -c "import specdec.kernels.cuda as c; c.build_kernels()"`` does).
+    Cached for the process.
+
+    Example::
+
+        >>> isinstance(cuda_small_m_available(), bool)
+        True
+    """
+    if not torch.cuda.is_available():
+        return False
+    from specdec.kernels.cuda.build import KernelLibraryError, load_library
+
+    try:
+        load_library(build_if_missing=False)
+    except KernelLibraryError as err:
+        logger.info("W12 linears use Triton: %s", err)
+        return False
+    return True
+
+
+def linear_path(
+    x: torch.Tensor, w: W12Tensor, bias: torch.Tensor | None = None, *, backend: str = "auto", plain: bool = True
+) -> str:
+    """Which implementation :func:`w12_linear` / :func:`q_linear` run: ``"torch"``, ``"triton"`` or ``"cuda"``.
+
+    ``"auto"``: the pure-PyTorch reference off CUDA; on CUDA the CUDA small-M kernel
+    (:func:`specdec.kernels.cuda.w12_gemm_small_m` / ``q_gemm_small_m``) when ``x`` has at most 8 rows, there is
+    no bias, ``K % 8 == 0``, the call is ``plain`` (no ``rebias`` / ``config``), the library loads
+    (:func:`cuda_small_m_available`) and ``$SPECDEC_W12_CUDA`` is not ``0``; else Triton. ``"cuda"`` asks for the
+    CUDA kernel and raises ``ValueError`` where it cannot run. ``SPECDEC_W12_CUDA=0`` (or ``linear_backend="triton"``
+    on the weight) forces the Triton path, e.g. to compare the two.
+
+    Args:
+        x: bf16 ``[..., K]``; its leading dimensions multiply to the row count M.
+        w: :class:`W12Tensor` ``[N, K]``.
+        bias: optional bf16 ``[N]``.
+        backend: ``"auto"``, ``"cuda"``, ``"triton"`` or ``"torch"``.
+        plain: ``False`` when the caller asks for Triton-only options.
+
+    Example::
+
+        >>> w = W12Tensor.from_bf16(torch.ones(4, 8, dtype=torch.bfloat16))
+        >>> linear_path(torch.ones(1, 8, dtype=torch.bfloat16), w)
+        'torch'
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend: expected 'auto', 'cuda', 'triton' or 'torch', got {backend!r}")
+    if backend in ("triton", "torch"):
+        return resolve_backend(backend, x.device)
+    k = w.shape[1]
+    rows = x.numel() // k if k else 0
+    reasons = []
+    if x.device.type != "cuda":
+        reasons.append(f"x is on {x.device}")
+    if not 1 <= rows <= _CUDA_MAX_ROWS:
+        reasons.append(f"x has {rows} rows (at most {_CUDA_MAX_ROWS})")
+    if bias is not None:
+        reasons.append("a bias is given")
+    if k % 8:
+        reasons.append(f"K={k} is not a multiple of 8")
+    if not plain:
+        reasons.append("rebias or config asks for Triton")
+    if backend == "cuda":
+        if not reasons and not cuda_small_m_available():
+            reasons.append("the CUDA kernel library does not load")
+        if reasons:
+            raise ValueError(f"backend: 'cuda' cannot run here: {'; '.join(reasons)}")
+        return "cuda"
+    if x.device.type != "cuda":
+        return "torch"
+    if reasons or os.environ.get(CUDA_SMALL_M_ENV, "1") == "0" or not cuda_small_m_available():
+        return "triton"
+    return "cuda"
+
+
+def _cuda_small_m(x: torch.Tensor, w: W12Tensor, view: str) -> torch.Tensor:
+    import specdec.kernels.cuda.ops  # noqa: F401  (registers torch.ops.specdec.*)
+
+    k = w.shape[1]
+    x2 = x.reshape(-1, k).contiguous()
+    # the kernel's 16-byte loads need an aligned base (traced tensors have no address; the op checks it at run time)
+    if not torch.compiler.is_compiling() and x2.data_ptr() % 16:
+        x2 = x2.clone()
+    if view == "q":
+        y = torch.ops.specdec.q_gemm_small_m(x2, w.ae, w.base)
+    else:
+        y = torch.ops.specdec.w12_gemm_small_m(x2, w.ae, w.nib, w.base, w.esc_ptr, w.esc_pos, w.esc_bits)
+    return y.reshape(*x.shape[:-1], w.shape[0])
+
+
 def _check_linear_inputs(x: object, w: object, bias: object) -> None:
     if not isinstance(x, torch.Tensor) or isinstance(x, W12Tensor):
         raise TypeError(f"x: expected a bf16 torch.Tensor, got {type(x).__name__}")
@@ -481,7 +587,8 @@ def w12_linear(
         backend: ``"torch"`` decodes and calls ``F.linear`` (bit-identical to the bf16 layer);
             ``"triton"`` runs the fused kernel :func:`specdec.kernels.w12_gemm.w12_matmul` (weights
             bit-identical inside the GEMM; output equal to the same kernel on bf16 weights);
-            ``"auto"`` = Triton on CUDA, else torch.
+            ``"cuda"`` the CUDA small-M kernel :func:`specdec.kernels.cuda.w12_gemm_small_m` (at most 8 rows);
+            ``"auto"``: see :func:`linear_path` (CUDA kernel for at most 8 rows on CUDA, else Triton; torch off CUDA).
         rebias: Triton only. Build weights with exponent ``112 + E`` (the row base leaves the
             inner loop) and scale the fp32 accumulator by ``2^(base-112)``. Equal to the exact
             kernel while every product and partial sum stays a normal fp32 number in both scalings
@@ -499,8 +606,11 @@ def w12_linear(
         tensor([[ 3., -1.]], dtype=torch.bfloat16)
     """
     _check_linear_inputs(x, w, bias)
-    if resolve_backend(backend, x.device) == "torch":
+    path = linear_path(x, w, bias, backend=backend, plain=not rebias and config is None)
+    if path == "torch":
         return w12_linear_reference(x, w, bias)
+    if path == "cuda":
+        return _cuda_small_m(x, w, "exact")
     return w12_matmul(
         x,
         w.ae,
@@ -538,8 +648,11 @@ def q_linear(
         tensor([[3.1875]], dtype=torch.bfloat16)
     """
     _check_linear_inputs(x, w, bias)
-    if resolve_backend(backend, x.device) == "torch":
+    path = linear_path(x, w, bias, backend=backend, plain=config is None)
+    if path == "torch":
         return q_linear_reference(x, w, bias)
+    if path == "cuda":
+        return _cuda_small_m(x, w, "q")
     return q_matmul(x, w.ae, w.base, k=w.shape[1], bias=bias, config=config)
 
 

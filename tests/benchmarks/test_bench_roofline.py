@@ -36,3 +36,16 @@ def test_a_wrong_decoded_weight_fails_the_run(tmp_path, monkeypatch):
     result = json.loads(out.read_text())
     assert not result["decode_checks_passed"]
     assert result["decode_checks"][0]["w12_first_mismatches"] == [[2, 0]]
+
+
+def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
+    out = tmp_path / "ar_step.json"
+    assert bench_roofline.main(["--smoke", "--ar-step", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    # on CPU both targets run the same F.linear on the same bf16 weights: the logits are equal
+    assert result["greedy_tokens_equal"] and result["max_abs_logit_diff"] == 0.0
+    assert len(result["greedy_tokens_bf16"]) == bench_roofline.AR_TOKENS
+    assert result["w12_linear_path"] == "torch"
+    assert result["w12_weight_bytes"] < result["bf16_weight_bytes"]
+    for key in ("bf16_step_s", "w12_step_s", "w12_triton_step_s"):
+        assert result[key] > 0, key

@@ -125,3 +125,25 @@ def test_build_without_nvcc_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "_DEFAULT", tmp_path / "absent.so")
     with pytest.raises(KernelLibraryError, match=r"not found at .*absent.so; build it with `.*nvcc -O3 -arch=sm_90a"):
         load_library()
+
+
+def _library_or_skip():
+    try:
+        return load_library()
+    except KernelLibraryError as err:  # no nvcc and no built library on this machine
+        pytest.skip(f"CUDA kernel library unavailable: {err}")
+
+
+@pytest.mark.parametrize("kind", ["bf16", "w12", "q"])
+def test_plan_shares_staged_x_over_many_rows_and_fills_the_gpu(kind):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    sms = 132
+    for m, n, k in [(8, 5120, 25600), (8, 4096, 12288), (1, 4096, 4096), (8, 6144, 4096), (1, 151936, 4096)]:
+        plan = launch_plan(kind, m, n, k, sms)
+        rows_per_cta = 16 * plan["row_tiles_per_cta"]
+        assert rows_per_cta >= 64, (kind, m, n, k, plan)  # x bytes through L2 <= 2M/(64 x bytes/weight) of the weights
+        ctas = plan["ctas_x"] * plan["k_splits"]
+        assert ctas >= 0.9 * sms, (kind, m, n, k, plan)
+        assert plan["shared_bytes"] <= 200 * 1024

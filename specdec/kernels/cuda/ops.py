@@ -235,8 +235,9 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
     Returns ``row_tiles_per_cta`` (16-row tiles per CTA), ``k_splits`` (CTAs of a cluster splitting K),
     ``chunks`` (K chunks), ``ctas_x`` (row blocks) and ``shared_bytes`` (dynamic shared memory per CTA).
 
-    Example (needs the built library, so not run as a doctest): ``launch_plan("w12", 1, 4096, 4096, 132)``
-    gives ``k_splits == 2`` (256 row tiles of 16 are under 2 CTAs per SM, so K is split over 2-CTA clusters).
+    Example (needs the built library, so not run as a doctest): ``launch_plan("w12", 8, 5120, 25600, 132)``
+    gives ``row_tiles_per_cta == 8`` and ``k_splits == 8`` (128 rows share each staged ``x`` value; 40 row blocks
+    times 8 K splits fill the 132 SMs).
     """
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")

@@ -39,9 +39,11 @@ constexpr int kUnroll = 4;        // chunks whose loads are issued before the fi
 constexpr int kMaxTokens = 8;
 constexpr int kMaxClusterSplits = 8;
 constexpr int kEscapeTile = 256;  // specdec.kernels.w12_gemm.ESCAPE_TILE
-constexpr int kXBytesSoft = 64 * 1024;   // x staging per CTA above which K is split over more CTAs
 constexpr int kXBytesHard = 200 * 1024;  // dynamic shared memory limit requested for the kernels
 constexpr int kMinChunksPerWarp = 4;
+// Shared memory after x: warp partials [8][16][8] fp32, the escape round (int2 + row byte per thread, counts);
+// W12 adds the band's escape offsets after it.
+constexpr int kSmemFixed = kWarps * 128 * 4 + kThreads * 9 + kWarps * 4;
 
 enum Kind : int { kBf16 = 0, kW12 = 1, kQ = 2 };
 
@@ -141,6 +143,34 @@ __device__ __forceinline__ void load_chunk(ChunkRegs<KIND, VEC16>& r, const Para
   }
 }
 
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* gmem_src) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// L2 prefetch of one lane's piece (first k = k0 < K) of rows (row0, row1).
+template <int KIND>
+__device__ __forceinline__ void prefetch_chunk(const Params& p, int row0, int row1, int k0) {
+  const size_t K = p.K;
+  const int rows[2] = {row0, row1};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (KIND == kBf16) {
+      prefetch_l2(p.w + (rows[i] * K + k0) * 2);
+    } else {
+      prefetch_l2(p.w + rows[i] * K + k0);
+      if constexpr (KIND == kW12) prefetch_l2(p.nib + rows[i] * (K / 2) + k0 / 2);
+    }
+  }
+}
+
 // Adds B to each 16-bit half of t that is nonzero (halves <= 0x07FF): B = base << 7 (exact) or
 // base << 7 | 8 (Q view: the midpoint nibble with the base). min(t, 1) per half (VIMNMX.U16x2, a Hopper DPX
 // instruction) is the nonzero flag of each half, and flags * B + t is one IMAD: B < 2^15, so the low half's
@@ -232,15 +262,36 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
     const int uh = (u / (4 * M)) % T::kXUnits;
     const int uc = u / (4 * M * T::kXUnits);
     const int k = (c_lo + uc) * T::kChunk + T::kPiece * ut + 8 * uh;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (k < p.K) v = *reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(ug) * p.K + k);
-    xs_smem[u] = v;
+    if (k < p.K)
+      cp_async16(xs_smem + u, p.x + static_cast<size_t>(ug) * p.K + k);
+    else
+      xs_smem[u] = make_uint4(0, 0, 0, 0);
   }
-  float* red = reinterpret_cast<float*>(smem + ((x_units * 16 + 15) / 16) * 16);  // [8 warps][16 rows][8 tokens]
-  __syncthreads();
+  // [8 warps][16 rows][8 tokens], at the same offset in every CTA of the cluster (read through distributed
+  // shared memory by rank), so placed after the largest K share of x, not this CTA's.
+  const int max_chunks_cta = (p.n_chunks + p.k_splits - 1) / p.k_splits;
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(max_chunks_cta) * T::kXUnits * M * 4 * 16);
+  // W12: the escape offsets of this CTA's 256-row band (col_tiles + 1 of them), for the escape pass.
+  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + kSmemFixed);
+  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+  const int tile0 = (row_block / kEscapeTile) * col_tiles;
+  if constexpr (KIND == kW12)
+    for (int i = tid; i <= col_tiles; i += kThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
+  cp_async_commit();
 
   const int row_g = min(row_block + rt * 16 + g, p.N - 1);  // rows past N read the last row; never stored
   const int row_h = min(row_block + rt * 16 + g + 8, p.N - 1);
+  {
+    // While x arrives: ask L2 for this warp's first batch of weight lines.
+    const int n_cta_chunks = c_hi - c_lo;
+    const int first_chunk = c_lo + (wk * n_cta_chunks) / warps_per_tile;
+    const int last_chunk = c_lo + ((wk + 1) * n_cta_chunks) / warps_per_tile;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k0 = (first_chunk + u) * T::kChunk + T::kPiece * t;
+      if (first_chunk + u < last_chunk && k0 < p.K) prefetch_chunk<KIND>(p, row_g, row_h, k0);
+    }
+  }
   uint32_t X0 = 0, X1 = 0;
   if constexpr (KIND == kW12) {
     X0 = static_cast<uint32_t>(p.base[row_g]) << 7;
@@ -249,6 +300,8 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
     X0 = (static_cast<uint32_t>(p.base[row_g]) << 7) | 8u;
     X1 = (static_cast<uint32_t>(p.base[row_h]) << 7) | 8u;
   }
+  cp_async_wait_all();
+  __syncthreads();
   // Tokens >= M read token M - 1: the MMA columns are independent and those outputs are never stored.
   const int g_x = min(g, M - 1);
 
@@ -311,14 +364,17 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
   if (p.k_splits > 1) cluster.sync();
   else __syncthreads();
 
-  // This CTA finishes rows [r_lo, r_hi) of the row block: sums the k-split partials in rank order, adds the
-  // escapes of each row in stored order, rounds to bf16.
+  // This CTA finishes rows [r_lo, r_hi) of the row block (at most one per thread): sums the k-split partials
+  // in rank order, adds the escapes of each row in stored order, rounds to bf16.
   const int r_lo = (split * cta_rows) / p.k_splits;
   const int r_hi = ((split + 1) * cta_rows) / p.k_splits;
-  for (int rl = r_lo + tid; rl < r_hi; rl += kThreads) {
-    float out[kMaxTokens];
+  const int rl = r_lo + tid;
+  const bool has_row = rl < r_hi;
+  const int row = row_block + rl;
+  float out[kMaxTokens];
 #pragma unroll
-    for (int m = 0; m < kMaxTokens; ++m) out[m] = 0.f;
+  for (int m = 0; m < kMaxTokens; ++m) out[m] = 0.f;
+  if (has_row) {
     for (int q = 0; q < p.k_splits; ++q) {
       const float* part = red;
       if (p.k_splits > 1) part = cluster.map_shared_rank(red, q);
@@ -326,25 +382,66 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
       for (int m = 0; m < kMaxTokens; ++m)
         if (m < M) out[m] += part[rl * 8 + m];
     }
-    const int row = row_block + rl;
-    if (row >= p.N) continue;
-    if constexpr (KIND == kW12) {
-      const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
-      const int tile0 = (row / kEscapeTile) * col_tiles;
-      const int want = row % kEscapeTile;
-      for (int ct = 0; ct < col_tiles; ++ct) {
-        const int e0 = p.esc_ptr[tile0 + ct], e1 = p.esc_ptr[tile0 + ct + 1];
-        for (int e = e0; e < e1; ++e) {
-          const uint32_t pos = p.esc_pos[e];
-          if (static_cast<int>(pos >> 8) != want) continue;
-          const int col = ct * kEscapeTile + static_cast<int>(pos & 0xFF);
-          const float v = __uint_as_float(static_cast<uint32_t>(p.esc_bits[e]) << 16);
-#pragma unroll
-          for (int m = 0; m < kMaxTokens; ++m)
-            if (m < M) out[m] = fmaf(__uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + col]) << 16), v, out[m]);
+  }
+  if constexpr (KIND == kW12) {
+    // The escapes of the CTA's 256-row band are contiguous (tiles row-major). Rounds of kThreads escapes: each
+    // thread tests one, those of rows [r_lo, r_hi) are packed in stored order (ballot + prefix) into shared
+    // memory, then every row thread adds its own in that order: the same fmas in the same order as a serial
+    // walk of the band.
+    int2* esc_list = reinterpret_cast<int2*>(red + kWarps * 128);   // (column, value bits) [kThreads]
+    unsigned char* esc_row = reinterpret_cast<unsigned char*>(esc_list + kThreads);  // row - r_lo [kThreads]
+    int* warp_kept = reinterpret_cast<int*>(esc_row + kThreads);     // [kWarps]
+    const int band_row = row_block % kEscapeTile + r_lo;  // row of the band that is this CTA's r_lo
+    const int e_begin = band_ptr[0], e_end = band_ptr[col_tiles];
+    for (int e_round = e_begin; e_round < e_end; e_round += kThreads) {
+      const int e = e_round + tid;
+      bool keep = false;
+      int col = 0, rloc = 0;
+      uint32_t bits = 0;
+      if (e < e_end) {
+        const uint32_t pos = p.esc_pos[e];
+        rloc = static_cast<int>(pos >> 8) - band_row;
+        if (rloc >= 0 && rloc < r_hi - r_lo) {
+          int lo = 0, hi = col_tiles - 1;  // column tile of e: the last with esc_ptr <= e
+          while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (band_ptr[mid] <= e) lo = mid;
+            else hi = mid - 1;
+          }
+          col = lo * kEscapeTile + static_cast<int>(pos & 0xFF);
+          bits = static_cast<uint32_t>(p.esc_bits[e]) << 16;
+          keep = true;
         }
       }
+      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
+      if (lane == 0) warp_kept[warp] = __popc(ballot);
+      __syncthreads();
+      int offset = __popc(ballot & ((1u << lane) - 1u)), total = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const int c = warp_kept[w];
+        if (w < warp) offset += c;
+        total += c;
+      }
+      if (keep) {
+        esc_list[offset] = make_int2(col, static_cast<int>(bits));
+        esc_row[offset] = static_cast<unsigned char>(rloc);
+      }
+      __syncthreads();
+      if (has_row) {
+        for (int j = 0; j < total; ++j) {
+          if (esc_row[j] != rl - r_lo) continue;
+          const int2 en = esc_list[j];
+          const float v = __int_as_float(en.y);
+#pragma unroll
+          for (int m = 0; m < kMaxTokens; ++m)
+            if (m < M) out[m] = fmaf(__uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + en.x]) << 16), v, out[m]);
+        }
+      }
+      __syncthreads();
     }
+  }
+  if (has_row && row < p.N) {
 #pragma unroll
     for (int m = 0; m < kMaxTokens; ++m) {
       if (m < M) {
@@ -372,31 +469,50 @@ int x_bytes(int kind, int M, int n_chunks, int splits) {
   return per_cta * chunk_of(kind) * M * 2;
 }
 
+int band_ptr_bytes(int kind, int K) { return kind == kW12 ? ((K + kEscapeTile - 1) / kEscapeTile + 1) * 4 : 0; }
+
+double bytes_per_weight(int kind) { return kind == kBf16 ? 2.0 : kind == kW12 ? 1.5 : 1.0; }
+
+// Picks (row tiles per CTA, K splits) by a score: how evenly the CTAs spread over the SMs, the loads in
+// flight per SM, the per-warp fixed cost against its stream (chunks / (chunks + kUnroll)) and the x staging
+// traffic through L2 (x bytes per weight byte = 2 M / (rows per CTA x bytes per weight)). Ties go to more
+// rows per CTA and fewer splits.
 Plan make_plan(int kind, int M, int N, int K, int sms) {
   Plan pl{};
   pl.n_chunks = (K + chunk_of(kind) - 1) / chunk_of(kind);
   const int tiles = (N + 15) / 16;
-  const int target = 2 * sms;  // two 8-warp CTAs per SM
+  double best = -1.0;
   pl.rt_per_cta = 1;
+  pl.k_splits = kMaxClusterSplits;
   for (int rt = 8; rt >= 1; rt /= 2) {
-    if ((tiles + rt - 1) / rt >= target) {
-      pl.rt_per_cta = rt;
-      break;
+    const int warps_per_tile = kWarps / rt;
+    const int blocks = (tiles + rt - 1) / rt;
+    for (int ks = 1; ks <= kMaxClusterSplits; ks *= 2) {
+      if (x_bytes(kind, M, pl.n_chunks, ks) + kSmemFixed + band_ptr_bytes(kind, K) + 16 > kXBytesHard) continue;
+      const double per_warp = static_cast<double>(pl.n_chunks) / (ks * warps_per_tile);
+      if (ks > 1 && per_warp < kMinChunksPerWarp) continue;
+      const long long ctas = static_cast<long long>(blocks) * ks;
+      // One 8-warp CTA keeps ~48 KB of loads in flight, above an SM's share of the bandwidth-latency product
+      // (~30 KB), so an idle SM costs in full and an SM with one CTA more than another costs about half.
+      const long long per_sm = (ctas + sms - 1) / sms;
+      const double balance = static_cast<double>(ctas) / static_cast<double>(per_sm * sms);
+      double fill = ctas < sms ? static_cast<double>(ctas) / sms : 0.5 + 0.5 * balance;
+      // Loads in flight per SM against ~48 KB (the ~30 KB share with a margin): bf16 / Q CTAs hold 32 KB.
+      const double ctas_per_sm = static_cast<double>(ctas < 2LL * sms ? ctas : 2LL * sms) / sms;
+      const double in_flight = ctas_per_sm * kUnroll * 16 * chunk_of(kind) * bytes_per_weight(kind) * kWarps;
+      fill *= in_flight < 48.0 * 1024 ? in_flight / (48.0 * 1024) : 1.0;
+      const double x_traffic = 2.0 * M / (16.0 * rt * bytes_per_weight(kind));
+      const double score = fill * per_warp / (per_warp + kUnroll) / (1.0 + 0.4 * x_traffic);
+      if (score > best * (1.0 + 1e-9)) {
+        best = score;
+        pl.rt_per_cta = rt;
+        pl.k_splits = ks;
+      }
     }
   }
-  const int warps_per_tile = kWarps / pl.rt_per_cta;
-  const int blocks = (tiles + pl.rt_per_cta - 1) / pl.rt_per_cta;
-  pl.k_splits = 1;
-  while (pl.k_splits < kMaxClusterSplits) {
-    const bool want_more = blocks * pl.k_splits < target || x_bytes(kind, M, pl.n_chunks, pl.k_splits) > kXBytesSoft;
-    const bool room = pl.n_chunks / (2 * pl.k_splits) / warps_per_tile >= kMinChunksPerWarp;
-    const bool must = x_bytes(kind, M, pl.n_chunks, pl.k_splits) > kXBytesHard - 4096;
-    if (!(must || (want_more && room))) break;
-    pl.k_splits *= 2;
-  }
-  pl.grid_x = blocks;
+  pl.grid_x = (tiles + pl.rt_per_cta - 1) / pl.rt_per_cta;
   const int xb = (x_bytes(kind, M, pl.n_chunks, pl.k_splits) + 15) / 16 * 16;
-  pl.smem_bytes = xb + kWarps * 128 * 4;
+  pl.smem_bytes = xb + kSmemFixed + band_ptr_bytes(kind, K);
   return pl;
 }
 

@@ -1,0 +1,95 @@
+"""Which implementation a W12 linear runs: the reference off CUDA, the CUDA small-M kernel for few rows, else Triton."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from specdec.formats import w12 as w12_module
+from specdec.formats.w12 import CUDA_SMALL_M_ENV, W12Tensor, linear_path, q_linear_reference, w12_linear_reference
+
+
+def _weight(n: int = 24, k: int = 64) -> W12Tensor:
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(n, k, generator=g) * 0.02).to(torch.bfloat16)
+    w[1, 2] = 2.0**-130  # an escape
+    return W12Tensor.from_bf16(w)
+
+
+def _cuda_rows(rows: int, k: int = 64):
+    """A bf16 ``[rows, k]`` tensor that reports device cuda (fake: no GPU needed)."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        return torch.empty(rows, k, dtype=torch.bfloat16, device="cuda")
+
+
+def test_cpu_runs_the_reference_and_never_the_cuda_kernel(monkeypatch):
+    def no_cuda(*args, **kwargs):
+        raise AssertionError("the CUDA kernel path was taken on CPU")
+
+    monkeypatch.setattr(w12_module, "_cuda_small_m", no_cuda)
+    w = _weight()
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    assert linear_path(x, w) == "torch"
+    assert torch.equal(F.linear(x, w), w12_linear_reference(x, w))
+    assert torch.equal(F.linear(x, w.as_q_weight()), q_linear_reference(x, w))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8])
+def test_cuda_kernel_for_at_most_8_rows_when_the_library_loads(monkeypatch, rows):
+    monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
+    monkeypatch.delenv(CUDA_SMALL_M_ENV, raising=False)
+    assert linear_path(_cuda_rows(rows), _weight()) == "cuda"
+
+
+def test_triton_where_the_cuda_kernel_does_not_apply(monkeypatch):
+    monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
+    monkeypatch.delenv(CUDA_SMALL_M_ENV, raising=False)
+    w = _weight()
+    assert linear_path(_cuda_rows(9), w) == "triton"  # more rows than the kernel takes
+    assert linear_path(_cuda_rows(1), w, torch.zeros(24, dtype=torch.bfloat16)) == "triton"  # bias
+    assert linear_path(_cuda_rows(1), w, plain=False) == "triton"  # rebias / config
+    assert linear_path(_cuda_rows(1), w, backend="triton") == "triton"  # the weight's backend asks for Triton
+    monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: False)
+    assert linear_path(_cuda_rows(1), w) == "triton"  # no library
+
+
+def test_env_forces_the_triton_path(monkeypatch):
+    monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
+    monkeypatch.setenv(CUDA_SMALL_M_ENV, "0")
+    assert linear_path(_cuda_rows(1), _weight()) == "triton"
+
+
+def test_explicit_cuda_backend_says_why_it_cannot_run(monkeypatch):
+    monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
+    w = _weight()
+    with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x has 9 rows \(at most 8\)"):
+        linear_path(_cuda_rows(9), w, backend="cuda")
+    with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x is on cpu"):
+        linear_path(torch.ones(1, 64, dtype=torch.bfloat16), w, backend="cuda")
+    monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: False)
+    with pytest.raises(ValueError, match=r"the CUDA kernel library does not load"):
+        linear_path(_cuda_rows(1), w, backend="cuda")
+    with pytest.raises(ValueError, match=r"backend: expected 'auto', 'cuda', 'triton' or 'torch', got 'cublas'"):
+        linear_path(_cuda_rows(1), w, backend="cublas")
+
+
+def test_weight_accepts_the_cuda_backend_and_names_the_choices():
+    w = _weight()
+    planes = (w.ae, w.nib, w.base, w.esc_ptr, w.esc_pos, w.esc_bits)
+    assert W12Tensor(*planes, tuple(w.shape), "cuda").linear_backend == "cuda"
+    with pytest.raises(ValueError, match=r"linear_backend: expected 'auto', 'cuda', 'triton' or 'torch', got 'x'"):
+        W12Tensor(*planes, tuple(w.shape), "x")
+
+
+def test_cuda_call_glue_keeps_leading_dims_and_view():
+    # On CPU the custom ops run their references, so this checks the reshaping and the view choice.
+    w = _weight()
+    wide = torch.randn(2, 1, 72, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    x = wide[..., 3:67]  # not contiguous, base not 16-byte aligned
+    y = w12_module._cuda_small_m(x, w, "exact")
+    assert y.shape == (2, 1, 24)
+    assert torch.equal(y, w12_linear_reference(x.contiguous(), w))
+    assert torch.equal(w12_module._cuda_small_m(x, w, "q"), q_linear_reference(x.contiguous(), w))
