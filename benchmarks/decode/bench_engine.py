@@ -139,7 +139,10 @@ def enable_graphs(ragged: RaggedDenseTarget, cuda: bool, disabled: bool) -> dict
     if not cuda or disabled:
         ragged.enable_static_path()
         return {"mode": "static_path", "check_equal": None, "error": None}
-    rows = [RequestRows(0, torch.arange(5, device=ragged.device)[None]), RequestRows(1, torch.arange(3, device=ragged.device)[None])]
+    rows = [
+        RequestRows(0, torch.arange(5, device=ragged.device)[None]),
+        RequestRows(1, torch.arange(3, device=ragged.device)[None]),
+    ]
     try:
         ragged.enable_static_path()
         eager = [o.logits.clone() for o in ragged.forward(rows)]
@@ -276,10 +279,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # the reference: every request alone (concurrency 1, batched AR on the packed engine), untimed
     t0 = time.perf_counter()
-    alone = decode(target_of("packed"), prompts, concurrency=1, drafter=NGramDrafter(), num_draft_tokens=0,
-                   max_new_tokens=args.new_tokens)["tokens"]
+    alone = decode(
+        target_of("packed"), prompts, concurrency=1, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=args.new_tokens
+    )["tokens"]
     result["alone_reference_s"] = time.perf_counter() - t0
-    print(f"alone reference: {len(prompts)} requests x {args.new_tokens} tokens in {result['alone_reference_s']:.1f} s", flush=True)
+    print(
+        f"alone reference: {len(prompts)} requests x {args.new_tokens} tokens in {result['alone_reference_s']:.1f} s", flush=True
+    )
     tables: dict[tuple[str, int], StepTimeTable] = {}
     batched_ar: dict[tuple[str, int], list[torch.Tensor]] = {}
     for layout, c, name in cases(levels):
@@ -305,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
             )["tokens"]
         # request i's oracle knows the continuations its target gives it: batched AR and alone (they differ
         # where bf16 rounding of other row counts flips a near-tie); the warm-up run adds this system's own
-        refs = [[torch.cat([p.cpu(), t]) for t in (batched_ar[layout, c][i], alone[i])] for i, p in enumerate(batch)] if spec else None
+        refs = (
+            [[torch.cat([p.cpu(), t]) for t in (batched_ar[layout, c][i], alone[i])] for i, p in enumerate(batch)]
+            if spec
+            else None
+        )
 
         def run_once(references):
             return decode(
