@@ -11,6 +11,11 @@ Acceptance is simulated (:class:`specdec.OracleDrafter`, preset ``specpilot-one-
 own greedy continuation with misses drawn from SpecPilot's reported one-level acceptance), since random
 weights give a real drafter nothing to learn. The weights are random bf16 at the Qwen3-8B shape.
 
+Each case runs once untimed (CUDA graphs captured; each request's own output, added as its oracle's first
+reference, since in bf16 a batched or verify pass rounds differently from AR and the output drifts from
+the AR continuation the oracle would otherwise follow) and then timed; ``equal_to_warmup`` records whether
+the timed outputs repeat the warm-up's. The goal cases (concurrency >= 16) run first, the ablations after.
+
 Correctness: concurrency 1 runs every request alone, which is the reference. The ``packed`` layout is
 not batch-invariant in bf16 (a row's GEMM result depends on how many rows share the call), so every
 batched run's requests are compared with their alone output and the mismatches are counted, not
