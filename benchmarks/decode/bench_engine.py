@@ -11,6 +11,11 @@ Acceptance is simulated (:class:`specdec.OracleDrafter`, preset ``specpilot-one-
 own greedy continuation with misses drawn from SpecPilot's reported one-level acceptance), since random
 weights give a real drafter nothing to learn. The weights are random bf16 at the Qwen3-8B shape.
 
+Each case runs once untimed (CUDA graphs captured; each request's own output, added as its oracle's first
+reference, since in bf16 a batched or verify pass rounds differently from AR and the output drifts from
+the AR continuation the oracle would otherwise follow) and then timed; ``equal_to_warmup`` records whether
+the timed outputs repeat the warm-up's. The goal cases (concurrency >= 16) run first, the ablations after.
+
 Correctness: concurrency 1 runs every request alone, which is the reference. The ``packed`` layout is
 not batch-invariant in bf16 (a row's GEMM result depends on how many rows share the call), so every
 batched run's requests are compared with their alone output and the mismatches are counted, not
@@ -39,7 +44,7 @@ from specdec.engine import Engine
 from specdec.engine.budget import StepTimeTable
 from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
-from specdec.models.ragged import RaggedDenseTarget
+from specdec.models.ragged import RaggedDenseTarget, RequestRows
 
 TINY = TargetConfig(
     vocab_size=512,
@@ -96,6 +101,7 @@ def decode(ragged, prompts, *, concurrency, drafter, num_draft_tokens, verify_bu
     tokens = [engine.output(rid).cpu() for rid in ids]
     latency = sorted(finished[rid] - joined[rid] for rid in ids)
     rounds = sum(engine.request(rid).rounds for rid in ids)
+    unmatched = sum(getattr(engine.request(rid).drafter, "unmatched_rounds", 0) for rid in ids)
     accepted = sum(engine.request(rid).accepted for rid in ids)
     return dict(
         tokens=tokens,
@@ -105,9 +111,58 @@ def decode(ragged, prompts, *, concurrency, drafter, num_draft_tokens, verify_bu
         latency_s_median=latency[len(latency) // 2],
         latency_s_max=latency[-1],
         target_passes=engine.target_passes,
+        ms_per_pass=1e3 * seconds / max(1, engine.target_passes),
+        unmatched_rounds=unmatched,
         accepted_per_round=accepted / max(1, rounds),
         budget_nodes_per_pass=sum(nodes) / max(1, len(nodes)) if verify_budget is not None else None,
     )
+
+
+def cases(levels: list[int]) -> list[tuple[str, int, str]]:
+    """``(layout, concurrency, system)`` in run order: the goal cases (concurrency >= 16, or the largest one)
+    first, AR before speculative, then the verify-budget ablation, the lower concurrencies, the layout ablation.
+
+    Example:
+        >>> cases([1, 16])[:3]
+        [('packed', 16, 'AR'), ('packed', 16, 'spec, budget auto'), ('packed', 16, 'spec, budget off')]
+    """
+    goal = [c for c in levels if c >= 16] or [max(levels)]
+    rest = sorted((c for c in levels if c not in goal), reverse=True)
+    order = [("packed", c, name) for c in goal for name in ("AR", "spec, budget auto")]
+    order += [("packed", c, "spec, budget off") for c in goal]
+    order += [("packed", c, name) for c in rest for name in ("AR", "spec, budget auto", "spec, budget off")]
+    order += [("per_request", c, name) for c in goal + rest if c > 1 for name in ("AR", "spec, budget auto")]
+    return order
+
+
+def enable_graphs(ragged: RaggedDenseTarget, cuda: bool, disabled: bool) -> dict:
+    """CUDA graphs on the packed target (on CPU: the same bucketed static path, eagerly).
+
+    On CUDA a two-request forward is run as a replay and on the eager static path and compared; a
+    capture that raises falls back to the eager static path, and the error is recorded.
+    """
+    if not cuda or disabled:
+        ragged.enable_static_path()
+        return {"mode": "static_path", "check_equal": None, "error": None}
+    rows = [
+        RequestRows(0, torch.arange(5, device=ragged.device)[None]),
+        RequestRows(1, torch.arange(3, device=ragged.device)[None]),
+    ]
+    try:
+        ragged.enable_static_path()
+        eager = [o.logits.clone() for o in ragged.forward(rows)]
+        ragged.enable_cuda_graphs()
+        replayed = [o.logits.clone() for o in ragged.forward(rows)]
+        equal = all(torch.equal(a, b) for a, b in zip(eager, replayed))
+        info = {"mode": "cuda_graphs", "check_equal": equal, "error": None}
+        ragged.enable_cuda_graphs()  # drop the check's graphs
+    except Exception as err:  # recorded: the run goes on without graphs
+        ragged.enable_static_path()
+        info = {"mode": "static_path", "check_equal": None, "error": f"{type(err).__name__}: {err}"}
+    for slot in (0, 1):
+        ragged.reset(slot)
+    print(f"packed target: {info}", flush=True)
+    return info
 
 
 def plot(result: dict, path: Path) -> str | None:
@@ -146,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--profile", default="specpilot-one-level", choices=sorted(PRESETS))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument("--no-graphs", action="store_true", help="packed target on the eager static path, no CUDA graphs")
     ap.add_argument("--wall-budget-s", type=float, default=140.0, help="start no new case past this many seconds")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_engine.json"))
     args = ap.parse_args(argv)
@@ -206,18 +262,44 @@ def main(argv: list[str] | None = None) -> int:
             return True
         return False
 
-    alone: list[torch.Tensor] | None = None
-    for layout in ("packed", "per_request"):
-        ragged = RaggedDenseTarget(dense, slots=slots, max_seq_len=max_seq_len, layout=layout)
-        warm = decode(ragged, prompts[:2], concurrency=2, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=4)
-        del warm
-        for c in levels:
-            batch = prompts if c == 1 else prompts[:c]
-            if layout == "per_request" and c == 1:
-                continue  # alone, the two layouts run the same shapes
-            if over_budget(f"{layout} c={c}"):
-                continue
-            table = StepTimeTable.profile(
+    targets: dict[str, RaggedDenseTarget] = {}
+
+    def target_of(layout: str) -> RaggedDenseTarget:
+        """One ragged target per layout; the packed one replays CUDA graphs (the static path on CPU)."""
+        if layout not in targets:
+            ragged = RaggedDenseTarget(dense, slots=slots, max_seq_len=max_seq_len, layout=layout)
+            if layout == "packed":
+                result["graphs"] = enable_graphs(ragged, cuda, args.no_graphs)
+            targets[layout] = ragged
+        return targets[layout]
+
+    def oracle_factory(references):
+        made = iter(range(len(references)))
+
+        def oracle():
+            i = next(made)
+            return OracleDrafter(profile, references=list(references[i]), vocab_size=cfg.vocab_size, seed=i)
+
+        return oracle
+
+    # the reference: every request alone (concurrency 1, batched AR on the packed engine), untimed
+    t0 = time.perf_counter()
+    alone = decode(
+        target_of("packed"), prompts, concurrency=1, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=args.new_tokens
+    )["tokens"]
+    result["alone_reference_s"] = time.perf_counter() - t0
+    print(
+        f"alone reference: {len(prompts)} requests x {args.new_tokens} tokens in {result['alone_reference_s']:.1f} s", flush=True
+    )
+    tables: dict[tuple[str, int], StepTimeTable] = {}
+    batched_ar: dict[tuple[str, int], list[torch.Tensor]] = {}
+    for layout, c, name in cases(levels):
+        if over_budget(f"{layout} c={c} {name}"):
+            continue
+        ragged = target_of(layout)
+        batch = prompts if c == 1 else prompts[:c]
+        if (layout, c) not in tables:
+            tables[layout, c] = StepTimeTable.profile(
                 ragged,
                 rows=tuple(c * m for m in (1, 2, 4, 8, 16)),
                 requests=c,
@@ -225,79 +307,75 @@ def main(argv: list[str] | None = None) -> int:
                 reps=1 if args.smoke else 3,
                 warmup=1,
             )
-            ar = decode(ragged, batch, concurrency=c, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=args.new_tokens)
-            if c == 1 and layout == "packed":
-                alone = ar["tokens"]
-            # request i's oracle knows its batched-AR continuation and its alone one (they differ where packing flips a near-tie)
-            own = [[torch.cat([p.cpu(), t])] for p, t in zip(batch, ar["tokens"])]
-            if alone is not None:
-                for refs, p, a in zip(own, batch, alone):
-                    refs.append(torch.cat([p.cpu(), a]))
+        table = tables[layout, c]
+        budget = {"AR": None, "spec, budget auto": "auto", "spec, budget off": None}[name]
+        spec = name != "AR"
+        if spec and (layout, c) not in batched_ar:
+            batched_ar[layout, c] = decode(
+                ragged, batch, concurrency=c, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=args.new_tokens
+            )["tokens"]
+        # request i's oracle knows the continuations its target gives it: batched AR and alone (they differ
+        # where bf16 rounding of other row counts flips a near-tie); the warm-up run adds this system's own
+        refs = (
+            [[torch.cat([p.cpu(), t]) for t in (batched_ar[layout, c][i], alone[i])] for i, p in enumerate(batch)]
+            if spec
+            else None
+        )
 
-            def oracle_factory(references=own):
-                made = iter(range(len(references)))
+        def run_once(references):
+            return decode(
+                ragged,
+                batch,
+                concurrency=c,
+                drafter=oracle_factory(references) if spec else NGramDrafter(),
+                num_draft_tokens=k if spec else 0,
+                verify_budget=budget if spec and budget else None,
+                step_time=table if spec and budget else None,
+                max_new_tokens=args.new_tokens,
+            )
 
-                def oracle():
-                    i = next(made)
-                    return OracleDrafter(profile, references=references[i], vocab_size=cfg.vocab_size, seed=i)
-
-                return oracle
-
-            systems = [("AR", ar)]
-            if layout == "packed":
-                runs = (("spec, budget auto", "auto"), ("spec, budget off", None))
-            else:
-                runs = (("spec, budget auto", "auto"),)
-            for name, budget in runs:
-                if over_budget(f"{layout} c={c} {name}"):
-                    continue
-                run = decode(
-                    ragged,
-                    batch,
-                    concurrency=c,
-                    drafter=oracle_factory(),
-                    num_draft_tokens=k,
-                    verify_budget=budget,
-                    step_time=table if budget else None,
-                    max_new_tokens=args.new_tokens,
-                )
-                systems.append((name, run))
-            for name, run in systems:
-                mismatches = None if alone is None else sum(not torch.equal(t, a) for t, a in zip(run["tokens"], alone))
-                equal_ar = all(torch.equal(t, a) for t, a in zip(run["tokens"], ar["tokens"]))
-                if dtype == torch.float32 and name != "AR" and not equal_ar:
-                    failed = True
-                row = {key: v for key, v in run.items() if key != "tokens"}
-                row.update(
-                    layout=layout,
-                    concurrency=c,
-                    requests=len(batch),
-                    system=name,
-                    equal_to_batched_ar=equal_ar,
-                    mismatches_vs_alone=mismatches,
-                    speedup_vs_ar=run["tokens_per_s"] / ar["tokens_per_s"],
-                    step_time_ms=dict(rows=list(table.rows), ms=list(table.ms)),
-                )
-                result["rows"].append(row)
-                print(
-                    f"[{layout:11s} c={c:2d}] {name:18s} {row['tokens_per_s']:9.1f} tok/s  x AR {row['speedup_vs_ar']:5.2f}  "
-                    f"acc/round {row['accepted_per_round']:5.2f}  passes {row['target_passes']:4d}  "
-                    f"mismatch vs alone {mismatches}  = AR {equal_ar}",
-                    flush=True,
-                )
-            write_json(out_path, result, prov)  # after each case: a run cut short keeps what it measured
-        del ragged
-        if cuda:
-            torch.cuda.empty_cache()
+        warm = run_once(refs)  # untimed: captures this case's graphs and gives each request's own output
+        if spec:
+            refs = [[torch.cat([p.cpu(), t]), *r] for p, t, r in zip(batch, warm["tokens"], refs)]  # own output first
+        run = run_once(refs)
+        ar_tokens = run["tokens"] if not spec else batched_ar[layout, c]
+        mismatches = sum(not torch.equal(t, a) for t, a in zip(run["tokens"], alone))
+        equal_ar = all(torch.equal(t, a) for t, a in zip(run["tokens"], ar_tokens))
+        if dtype == torch.float32 and spec and not equal_ar:
+            failed = True
+        row = {key: v for key, v in run.items() if key != "tokens"}
+        row.update(
+            layout=layout,
+            concurrency=c,
+            requests=len(batch),
+            system=name,
+            equal_to_batched_ar=equal_ar,
+            equal_to_warmup=all(torch.equal(t, w) for t, w in zip(run["tokens"], warm["tokens"])),
+            warmup_unmatched_rounds=warm["unmatched_rounds"],
+            mismatches_vs_alone=mismatches,
+            step_time_ms=dict(rows=list(table.rows), ms=list(table.ms)),
+        )
+        result["rows"].append(row)
+        ar_row = next((r for r in result["rows"] if (r["layout"], r["concurrency"], r["system"]) == (layout, c, "AR")), None)
+        row["speedup_vs_ar"] = None if ar_row is None else row["tokens_per_s"] / ar_row["tokens_per_s"]
+        speedup = "  n/a" if row["speedup_vs_ar"] is None else f"{row['speedup_vs_ar']:5.2f}"
+        print(
+            f"[{layout:11s} c={c:2d}] {name:18s} {row['tokens_per_s']:9.1f} tok/s  x AR {speedup}  "
+            f"acc/round {row['accepted_per_round']:5.2f}  passes {row['target_passes']:4d}  ms/pass {row['ms_per_pass']:6.2f}  "
+            f"unmatched {row['unmatched_rounds']}  mismatch vs alone {mismatches}  = AR {equal_ar}  = warm-up {row['equal_to_warmup']}",
+            flush=True,
+        )
+        write_json(out_path, result, prov)  # after each case: a run cut short keeps what it measured
     result["plot"] = plot(result, out_path.with_suffix(".png"))
     result["wall_s"] = time.perf_counter() - t_start
     write_json(out_path, result, prov)
     print(f"\nwrote {out_path} ({result['plot']}); wall {result['wall_s']:.1f} s; skipped {result['skipped']}")
-    print("layout       c   system              tok/s    x AR  lat med s  acc/round  mismatch/alone")
+    print("layout       c   system              tok/s    x AR  lat med s  acc/round  mismatch/alone  =warm-up")
     for row in result["rows"]:
         print(
-            f"{row['layout']:11s} {row['concurrency']:3d}  {row['system']:18s} {row['tokens_per_s']:8.1f}  {row['speedup_vs_ar']:5.2f}  "
-            f"{row['latency_s_median']:9.3f}  {row['accepted_per_round']:9.2f}  {row['mismatches_vs_alone']}"
+            f"{row['layout']:11s} {row['concurrency']:3d}  {row['system']:18s} {row['tokens_per_s']:8.1f}  "
+            f"{'  n/a' if row['speedup_vs_ar'] is None else format(row['speedup_vs_ar'], '5.2f')}  "
+            f"{row['latency_s_median']:9.3f}  {row['accepted_per_round']:9.2f}  {row['mismatches_vs_alone']:14d}  {row['equal_to_warmup']}"
         )
     return 1 if failed else 0
 

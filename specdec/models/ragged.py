@@ -28,10 +28,12 @@ import torch
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.models.dense import DecoderLayer, DenseTarget, _rotate_half, compact_kv, prefix_attention_mask
+from specdec.models.graphs import StaticGraphs, pick_bucket
 
-__all__ = ["LAYOUTS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
+__all__ = ["LAYOUTS", "ROW_BUCKETS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
 
 LAYOUTS = ("per_request", "packed")
+ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
 @dataclass(eq=False)
@@ -74,7 +76,9 @@ class RaggedDenseTarget:
         layout: ``"per_request"`` (batch-invariant: each request's linear layers run on its rows alone)
             or ``"packed"`` (one GEMM per linear layer over all rows); see the module docstring.
 
-    The KV cache is ``[S, Hkv, max_seq_len, D]`` per layer, allocated once.
+    The KV cache is ``[S, Hkv, max_seq_len, D]`` per layer (``[S + 1, ...]`` for ``"packed"``: one scratch slot
+    for padding rows), allocated once. On a GPU, :meth:`enable_cuda_graphs` makes ``packed`` forwards graph
+    replays bucketed by row counts and attended length.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -109,11 +113,15 @@ class RaggedDenseTarget:
         self.max_seq_len = max_seq_len
         self.layout = layout
         cfg = target.config
-        shape = (slots, cfg.num_kv_heads, max_seq_len, cfg.head_dim)
+        # the packed layout keeps one scratch slot (index ``slots``) for the padding rows of bucketed forwards
+        shape = (slots + (layout == "packed"), cfg.num_kv_heads, max_seq_len, cfg.head_dim)
         self.k_caches = [torch.zeros(shape, dtype=target.dtype, device=target.device) for _ in target.layers]
         self.v_caches = [torch.zeros(shape, dtype=target.dtype, device=target.device) for _ in target.layers]
         self.lengths = [0] * slots
         self._last_rows = [0] * slots
+        self._graphs: StaticGraphs | None = None
+        self._buckets: tuple[int, ...] = ()
+        self._span_step = 1
 
     @property
     def config(self):
@@ -272,6 +280,20 @@ class RaggedDenseTarget:
         """
         hidden_layers = tuple(hidden_layers)
         self._check_rows(requests, hidden_layers)
+        if self.layout == "packed":
+            outs = self._run_packed(requests, hidden_layers)
+        else:
+            outs = self._run_per_request(requests, hidden_layers)
+        for req in requests:
+            self._last_rows[req.slot] = req.tokens.shape[1]
+        return outs
+
+    def _cache(self, layer: int, seg: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        slot, kv_len = seg["slot"], seg["kv_len"]
+        return self.k_caches[layer][slot : slot + 1, :, :kv_len], self.v_caches[layer][slot : slot + 1, :, :kv_len]
+
+    def _run_per_request(self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...]) -> list[TargetOutput]:
+        """Every op on each request's rows alone: the batch-1 forward's shapes, layer after layer."""
         target, device = self.target, self.device
         segments = []
         for req in requests:
@@ -285,25 +307,9 @@ class RaggedDenseTarget:
                     "slots": length + new,
                     "mask": prefix_attention_mask(length, seqlen, req.mask, device),
                     "kv_len": length + seqlen,
-                    "rows": seqlen,
                 }
             )
         xs = [target.embed(req.tokens) for req in requests]  # each [1, T_i, hidden]
-        if self.layout == "per_request":
-            outs = self._run_per_request(xs, segments, hidden_layers)
-        else:
-            outs = self._run_packed(xs, segments, hidden_layers)
-        for req in requests:
-            self._last_rows[req.slot] = req.tokens.shape[1]
-        return outs
-
-    def _cache(self, layer: int, seg: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        slot, kv_len = seg["slot"], seg["kv_len"]
-        return self.k_caches[layer][slot : slot + 1, :, :kv_len], self.v_caches[layer][slot : slot + 1, :, :kv_len]
-
-    def _run_per_request(self, xs, segments, hidden_layers) -> list[TargetOutput]:
-        """Every op on each request's rows alone: the batch-1 forward's shapes, layer after layer."""
-        target = self.target
         taps = [{0: x} if 0 in hidden_layers else {} for x in xs]
         for i, layer in enumerate(target.layers):
             for j, seg in enumerate(segments):
@@ -319,34 +325,163 @@ class RaggedDenseTarget:
             outs.append(TargetOutput(logits=target.lm_head(x).float(), hidden=tuple(taps[j][h] for h in hidden_layers)))
         return outs
 
-    def _run_packed(self, xs, segments, hidden_layers) -> list[TargetOutput]:
+    def enable_cuda_graphs(self, buckets: Sequence[int] = ROW_BUCKETS, *, span_step: int = 64) -> None:
+        """Run ``packed`` forwards as CUDA-graph replays, one graph per bucket (see :meth:`enable_static_path`).
+
+        A graph is captured at the first forward of each key ``(total rows, rows per request, attended
+        span, hidden_layers)``; a replay needs no host work beyond copying the inputs into static buffers.
+        """
+        if self.device.type != "cuda":
+            raise ValueError(f"enable_cuda_graphs: expected a CUDA target, got device {self.device}")
+        self._enable_static(buckets, span_step, capture=True)
+
+    def enable_static_path(self, buckets: Sequence[int] = ROW_BUCKETS, *, span_step: int = 64) -> None:
+        """Run ``packed`` forwards through the fixed-shape body that CUDA graphs capture, eagerly (any device).
+
+        A forward of ``R`` rows (at most ``Tmax`` per request, longest attended length ``Lmax``) runs in the
+        bucket ``(Rb, Tb, Lb)``: ``Rb`` and ``Tb`` the smallest of ``buckets`` ``>= R`` and ``>= Tmax``, ``Lb``
+        ``Lmax`` rounded up to a multiple of ``span_step`` (at most ``max_seq_len``). The padding rows run in a
+        scratch slot no request owns, so they never touch a request's cache or rows; real rows agree with
+        the unpadded forward to rounding (bitwise when the bucket is the forward's own shape). A forward
+        with more rows than the largest bucket (a long prefill) runs the unpadded body.
+
+        Args:
+            buckets: ascending row counts (>= 1), for the total rows and the rows per request.
+            span_step: the attended length's rounding (>= 1).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> ragged = RaggedDenseTarget(tiny_target(seed=0), slots=2, layout="packed")
+            >>> ragged.enable_static_path((1, 4), span_step=8)
+            >>> [o.logits.shape[1] for o in ragged.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))])]
+            [3]
+            >>> ragged.static_keys
+            [(4, 4, 8, ())]
+        """
+        self._enable_static(buckets, span_step, capture=False)
+
+    def disable_static_path(self) -> None:
+        """Back to unpadded eager forwards (drops any graphs)."""
+        self._graphs = None
+        self._buckets = ()
+
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        """Whether ``packed`` forwards replay CUDA graphs (bool)."""
+        return self._graphs is not None and self._graphs.capture
+
+    @property
+    def static_keys(self) -> list[tuple]:
+        """The buckets ``(Rb, Tb, Lb, hidden_layers)`` static forwards have run in so far (list)."""
+        return [] if self._graphs is None else list(self._graphs._buffers)
+
+    def _enable_static(self, buckets: Sequence[int], span_step: int, *, capture: bool) -> None:
+        if self.layout != "packed":
+            raise ValueError(f"layout: static forwards and CUDA graphs need layout 'packed', this target runs {self.layout!r}")
+        buckets = tuple(buckets)
+        if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+            raise ValueError(f"buckets: expected positive int row counts, got {buckets}")
+        if isinstance(span_step, bool) or not isinstance(span_step, int) or span_step < 1:
+            raise ValueError(f"span_step: expected an int >= 1, got {span_step!r}")
+        self._buckets = tuple(sorted(set(buckets)))
+        self._span_step = span_step
+        self._graphs = StaticGraphs(self.device, capture=capture)
+
+    def _bucket(self, num_rows: int, max_rows: int, max_len: int) -> tuple[int, int, int] | None:
+        if self._graphs is None:
+            return None
+        rows_b, per_request_b = pick_bucket(self._buckets, num_rows), pick_bucket(self._buckets, max_rows)
+        if rows_b is None or per_request_b is None:
+            return None
+        span = min(self.max_seq_len, -(-max_len // self._span_step) * self._span_step)
+        return rows_b, per_request_b, span
+
+    def _run_packed(self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...]) -> list[TargetOutput]:
+        """Pack the rows' indices on the host (one copy to the device), run :meth:`_packed_body`, split per request."""
+        device, scratch = self.device, self.slots
+        lengths = [self.lengths[req.slot] for req in requests]
+        rows = [req.tokens.shape[1] for req in requests]
+        num_rows, max_rows = sum(rows), max(rows)
+        max_len = max(n + t for n, t in zip(lengths, rows))
+        bucket = self._bucket(num_rows, max_rows, max_len)
+        rows_b, per_request_b, span = (num_rows, max_rows, max_len) if bucket is None else bucket
+        # per row: its slot, its index within its request, its request's committed length; padding rows
+        # live in the scratch slot at cache position 0
+        row_slot, row_index, row_len = [scratch] * rows_b, [0] * rows_b, [0] * rows_b
+        start = 0
+        for req, length, seqlen in zip(requests, lengths, rows):
+            row_slot[start : start + seqlen] = [req.slot] * seqlen
+            row_index[start : start + seqlen] = range(seqlen)
+            row_len[start : start + seqlen] = [length] * seqlen
+            start += seqlen
+        index = torch.tensor([row_slot, row_index, row_len], dtype=torch.long)
+        if bucket is None:
+            buf = self._packed_buffers(rows_b, per_request_b, span)
+        else:
+            key = (*bucket, hidden_layers)
+            buf = self._graphs.buffers(key, lambda: self._packed_buffers(rows_b, per_request_b, span))
+        buf["index"].copy_(index, non_blocking=True)
+        buf["tokens"][:, :num_rows].copy_(torch.cat([req.tokens for req in requests], dim=1))
+        local = buf["local"]  # [Rb, Tb]: row r sees its request's new row c
+        torch.le(torch.arange(per_request_b, device=device)[None], buf["index"][1][:, None], out=local)  # causal
+        positions = buf["positions"]
+        torch.add(buf["index"][2], buf["index"][1], out=positions[0])
+        start = 0
+        for req, seqlen in zip(requests, rows):
+            if req.mask is not None:
+                local[start : start + seqlen, :seqlen] = req.mask
+            if req.positions is not None:
+                positions[:, start : start + seqlen] = req.positions
+            start += seqlen
+        if bucket is None:
+            logits, taps = self._packed_body(buf, hidden_layers)
+        else:
+            logits, taps = self._graphs.run(key, lambda: self._packed_body(buf, hidden_layers))
+            # the graph's outputs are overwritten by its next replay
+            logits, taps = logits[:, :num_rows].clone(), tuple(t[:, :num_rows].clone() for t in taps)
+        bounds = [0]
+        for seqlen in rows:
+            bounds.append(bounds[-1] + seqlen)
+        return [
+            TargetOutput(logits=logits[:, a:b], hidden=tuple(t[:, a:b] for t in taps)) for a, b in zip(bounds[:-1], bounds[1:])
+        ]
+
+    def _packed_buffers(self, rows: int, per_request: int, span: int) -> dict[str, torch.Tensor]:
+        device = self.device
+        return {
+            "tokens": torch.zeros(1, rows, dtype=torch.long, device=device),
+            "index": torch.zeros(3, rows, dtype=torch.long, device=device),  # row -> slot, index in request, length
+            "positions": torch.zeros(1, rows, dtype=torch.long, device=device),
+            "local": torch.zeros(rows, per_request, dtype=torch.bool, device=device),
+            "span": torch.arange(span, device=device),
+        }
+
+    def _packed_body(self, buf: dict[str, torch.Tensor], hidden_layers: tuple[int, ...]):
         """Each linear layer once over all rows ``[1, R, .]``; RoPE, the K/V writes and attention batched too.
 
-        Attention runs as one ``scaled_dot_product_attention`` over every slot ``[S, Hkv, G * Tmax, Lmax]``:
-        each request's rows go to its slot (padded to ``Tmax`` rows), attend its own cache up to ``Lmax`` (the
-        longest request's length) under its prefix-and-tree mask; slots and rows without a request attend
-        slot position 0 only and their outputs are dropped. So a forward costs the same number of kernel
-        launches whatever the number of requests.
+        Reads only ``buf`` (fixed shapes), so CUDA graphs can capture it. Attention runs as one
+        ``scaled_dot_product_attention`` over every slot ``[S + 1, Hkv, G * Tb, Lb]``: each request's rows go
+        to its slot (padded to ``Tb`` rows) and attend its own cache under its prefix-and-tree mask; slots and
+        rows without a request attend slot position 0 only and their outputs are dropped. So a forward
+        costs the same number of kernel launches whatever the number of requests.
         """
         target, cfg = self.target, self.config
-        device = self.device
-        rows = [seg["rows"] for seg in segments]
-        bounds = torch.tensor([0, *rows]).cumsum(0).tolist()
-        max_rows, max_len = max(rows), max(seg["kv_len"] for seg in segments)
-        row_slot = torch.cat([torch.full((seg["rows"],), seg["slot"], dtype=torch.long) for seg in segments]).to(device)
-        row_index = torch.cat([torch.arange(seg["rows"]) for seg in segments]).to(device)  # [R] row within its request
-        row_cache = torch.cat([seg["slots"] for seg in segments])  # [R] cache position of each row
-        cos = torch.cat([seg["rope"][0] for seg in segments], dim=2)  # [1, 1, R, D]
-        sin = torch.cat([seg["rope"][1] for seg in segments], dim=2)
-        mask = torch.zeros(self.slots, 1, max_rows, max_len, dtype=torch.bool, device=device)
-        mask[:, :, :, 0] = True  # padding rows attend one slot: finite, discarded
-        for seg in segments:
-            mask[seg["slot"], 0, : seg["rows"], : seg["kv_len"]] = seg["mask"][0, 0]
+        tokens, (row_slot, row_index, row_len), local = buf["tokens"], buf["index"], buf["local"]
+        num_rows, per_request = local.shape
+        span = buf["span"]  # [Lb] cache positions 0..Lb-1
+        row_cache = row_len + row_index  # [R] cache position of each row
+        rel = span[None] - row_len[:, None]  # [R, Lb] column relative to the row's first new row
+        own = local.gather(1, rel.clamp(0, per_request - 1)) & (rel >= 0) & (rel < per_request)
+        visible = (rel < 0) | own  # [R, Lb]; padding rows (length 0, index 0) see column 0 only
+        mask = torch.zeros(self.slots + 1, per_request, span.numel(), dtype=torch.bool, device=span.device)
+        mask[:, :, 0] = True  # rows without a request attend one slot: finite, discarded
+        mask[row_slot, row_index] = visible
         group = cfg.num_heads // cfg.num_kv_heads
-        mask = mask.repeat(1, 1, group, 1) if group > 1 else mask  # [S, 1, G * Tmax, Lmax]
-        x = torch.cat(xs, dim=1)  # [1, R, hidden]
-        num_rows = x.shape[1]
+        mask = mask[:, None].repeat(1, 1, group, 1) if group > 1 else mask[:, None]  # [S + 1, 1, G * Tb, Lb]
+        cos, sin = target._rope(buf["positions"])  # [1, 1, R, D]
+        x = target.embed(tokens)  # [1, R, hidden]
         taps = {0: x} if 0 in hidden_layers else {}
+        max_len = span.numel()
         for i, layer in enumerate(target.layers):
             attn = layer.attn
             qkv = attn.wqkv(layer.attn_norm(x))  # [1, R, q + 2 kv]
@@ -359,16 +494,16 @@ class RaggedDenseTarget:
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [1, H, R, D]
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            k_cache, v_cache = self.k_caches[i], self.v_caches[i]  # [S, Hkv, max_seq_len, D]
+            k_cache, v_cache = self.k_caches[i], self.v_caches[i]  # [S + 1, Hkv, max_seq_len, D]
             k_cache[row_slot, :, row_cache] = k[0].transpose(0, 1)  # [R, Hkv, D]
             v_cache[row_slot, :, row_cache] = v[0].transpose(0, 1)
-            queries = q.new_zeros(self.slots, cfg.num_heads, max_rows, cfg.head_dim)
+            queries = q.new_zeros(self.slots + 1, cfg.num_heads, per_request, cfg.head_dim)
             queries[row_slot, :, row_index] = q[0].transpose(0, 1)  # [R, H, D]
-            queries = queries.reshape(self.slots, cfg.num_kv_heads, group * max_rows, cfg.head_dim)
+            queries = queries.reshape(self.slots + 1, cfg.num_kv_heads, group * per_request, cfg.head_dim)
             out = torch.nn.functional.scaled_dot_product_attention(
                 queries, k_cache[:, :, :max_len], v_cache[:, :, :max_len], attn_mask=mask
-            )  # [S, Hkv, G * Tmax, D]
-            out = out.reshape(self.slots, cfg.num_heads, max_rows, cfg.head_dim)[row_slot, :, row_index]  # [R, H, D]
+            )  # [S + 1, Hkv, G * Tb, D]
+            out = out.reshape(self.slots + 1, cfg.num_heads, per_request, cfg.head_dim)[row_slot, :, row_index]  # [R, H, D]
             x = x + attn.wo(out.reshape(1, num_rows, cfg.num_heads * cfg.head_dim))
             x = x + layer.mlp(layer.mlp_norm(x))
             if i + 1 in hidden_layers:
@@ -376,14 +511,7 @@ class RaggedDenseTarget:
         x = target.norm(x)
         if len(target.layers) in hidden_layers:
             taps[len(target.layers)] = x
-        logits = target.lm_head(x).float()
-        return [
-            TargetOutput(
-                logits=logits[:, bounds[j] : bounds[j + 1]],
-                hidden=tuple(taps[h][:, bounds[j] : bounds[j + 1]] for h in hidden_layers),
-            )
-            for j in range(len(segments))
-        ]
+        return target.lm_head(x).float(), tuple(taps[h] for h in hidden_layers)
 
 
 class SlotTarget:

@@ -5,6 +5,9 @@
   (hypothesis), across commits of tree paths;
 * layout ``"packed"``: one request alone is bitwise equal; several agree to rounding, prefills, tree rows
   over committed prefixes of different lengths and tree-path commits included (hypothesis);
+* the bucketed static forward (what CUDA graphs capture; padding rows in a scratch slot, a longer attended
+  span) agrees with the unpadded packed forward to rounding and is bitwise equal when the bucket is the
+  forward's own shape; it leaves idle slots untouched;
 * commits, resets and truncations touch only their slot; the weights are the dense target's own;
 * bad rows raise before any work and leave every slot as it was;
 * a slot is a batch-1 Target: ``generate`` on it equals ``generate`` on the dense target.
@@ -139,6 +142,83 @@ def test_packed_layout_follows_per_request_through_trees_and_commits(lengths, no
             keep = torch.tensor([0, 1]) if rows.tokens.shape[1] > 1 else torch.tensor([0])  # root, first node (a root child)
             packed.commit(rows.slot, keep)
             exact.commit(rows.slot, keep)
+
+
+@settings(max_examples=8)
+@given(
+    lengths=st.lists(st.integers(1, 10), min_size=1, max_size=4),
+    nodes=st.lists(st.integers(0, 6), min_size=4, max_size=4),
+    seed=st.integers(0, 1000),
+    qwen=st.booleans(),
+)
+def test_bucketed_static_forward_agrees_with_the_unpadded_packed_forward(lengths, nodes, seed, qwen):
+    """Padding rows (scratch slot) and a longer attended span change no real row, no request's cache, no idle slot."""
+    dense = QWEN3 if qwen else DENSE
+    gen = torch.Generator().manual_seed(seed)
+    static = RaggedDenseTarget(dense, slots=5, layout="packed")
+    static.enable_static_path((1, 2, 4, 8, 16, 64), span_step=16)
+    plain = RaggedDenseTarget(dense, slots=5, layout="packed")
+    slots = torch.randperm(5, generator=gen)[: len(lengths)].tolist()
+    idle = [s for s in range(5) if s not in slots]
+    prompts = [RequestRows(s, torch.randint(0, VOCAB, (1, n), generator=gen)) for s, n in zip(slots, lengths)]
+    taps = (0, 1, dense.config.num_layers)
+
+    def check(requests):
+        before = [k[idle].clone() for k in static.k_caches + static.v_caches]
+        for out, ref in zip(static.forward(requests, hidden_layers=taps), plain.forward(requests, hidden_layers=taps)):
+            assert out.logits.shape == ref.logits.shape
+            torch.testing.assert_close(out.logits, ref.logits, rtol=1e-5, atol=1e-5)
+            for a, b in zip(out.hidden, ref.hidden):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        assert all(torch.equal(k[idle], old) for k, old in zip(static.k_caches + static.v_caches, before))
+
+    check(prompts)
+    for rows in prompts:
+        static.commit(rows.slot, rows.tokens.shape[1])
+        plain.commit(rows.slot, rows.tokens.shape[1])
+    for round_nodes in (nodes, nodes[::-1]):
+        order = torch.randperm(len(slots), generator=gen).tolist()
+        requests = []
+        for j in order:
+            tree = random_tree(gen, round_nodes[j % 4])
+            root = torch.randint(0, VOCAB, (1,), generator=gen)
+            requests.append(RequestRows.from_plan(slots[j], VerifyPlan.for_tree(root, tree, prefix_len=plain.length(slots[j]))))
+        check(requests)
+        for rows in requests:
+            keep = torch.tensor([0, 1]) if rows.tokens.shape[1] > 1 else torch.tensor([0])
+            static.commit(rows.slot, keep)
+            plain.commit(rows.slot, keep)
+        for s in slots:
+            used = static.length(s)
+            for a, b in zip(static.k_caches + static.v_caches, plain.k_caches + plain.v_caches):
+                torch.testing.assert_close(a[s, :, :used], b[s, :, :used], rtol=1e-5, atol=1e-5)
+    assert static.static_keys and all(key[0] in (1, 2, 4, 8, 16, 64) and key[2] % 16 == 0 for key in static.static_keys)
+
+
+def test_static_forward_is_bitwise_the_unpadded_one_when_the_bucket_is_its_own_shape():
+    gen = torch.Generator().manual_seed(3)
+    prompts = [RequestRows(s, torch.randint(0, VOCAB, (1, n), generator=gen)) for s, n in ((2, 5), (0, 3))]
+    static = RaggedDenseTarget(DENSE, slots=3, layout="packed")
+    static.enable_static_path((5, 8), span_step=5)  # 8 rows, at most 5 per request, attended span 5
+    plain = RaggedDenseTarget(DENSE, slots=3, layout="packed")
+    for out, ref in zip(static.forward(prompts, hidden_layers=(1,)), plain.forward(prompts, hidden_layers=(1,))):
+        assert torch.equal(out.logits, ref.logits) and torch.equal(out.hidden[0], ref.hidden[0])
+    assert static.static_keys == [(8, 5, 5, (1,))]
+    assert all(torch.equal(a[:3], b[:3]) for a, b in zip(static.k_caches, plain.k_caches))
+    static.disable_static_path()
+    assert static.static_keys == [] and not static.uses_cuda_graphs
+
+
+def test_static_path_errors():
+    with pytest.raises(ValueError, match="layout: static forwards and CUDA graphs need layout 'packed'"):
+        RaggedDenseTarget(DENSE, slots=2).enable_static_path()
+    packed = RaggedDenseTarget(DENSE, slots=2, layout="packed")
+    with pytest.raises(ValueError, match="buckets: expected positive int row counts"):
+        packed.enable_static_path((0, 4))
+    with pytest.raises(ValueError, match="span_step: expected an int >= 1, got 0"):
+        packed.enable_static_path((4,), span_step=0)
+    with pytest.raises(ValueError, match="enable_cuda_graphs: expected a CUDA target, got device cpu"):
+        packed.enable_cuda_graphs()
 
 
 def test_commit_reset_and_truncate_touch_only_their_slot():
