@@ -16,9 +16,9 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
 mode=${1:-}
 if [ "$mode" = sim ]; then
-timeout 120 python3 -m benchmarks.drafters.bench_ssd --budget-s 95 --out "$OUT/bench_ssd_sim.json" 2>&1 | tee "$OUT/bench_ssd_sim.log"
+timeout 120 python3 -m benchmarks.drafters.bench_ssd --budget-s 95 --dump-stacks-after-s 112 --out "$OUT/bench_ssd_sim.json" 2>&1 | tee "$OUT/bench_ssd_sim.log"
 elif [ "$mode" = real ]; then
-timeout 30 python3 -m benchmarks.drafters.bench_ssd --real --budget-s 20 --out "$OUT/bench_ssd_real.json" 2>&1 | tee "$OUT/bench_ssd_real.log"
+timeout 30 python3 -m benchmarks.drafters.bench_ssd --real --budget-s 20 --dump-stacks-after-s 27 --out "$OUT/bench_ssd_real.json" 2>&1 | tee "$OUT/bench_ssd_real.log"
 timeout 30 python3 -m benchmarks.drafters.bench_agentspec --device cuda --budget-s 10 --out "$OUT/bench_agentspec_h200.json" 2>&1 | tee "$OUT/bench_agentspec_h200.log"
 else
 echo "usage: bash benchmarks/run_h200_ssd.sh sim|real" >&2

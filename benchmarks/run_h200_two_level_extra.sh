@@ -14,20 +14,21 @@
 # from the 2026-12-01/02 runs: 4B graphed step ~7 ms bf16, 8B 16-row exact pass 10.4 ms, forcing_gpu ~7 ms per
 # round), ~45 s for real. Caps: sim 55 + 35 + 60 = 150 s, real 60 s; each script also stops starting new cases at
 # its --budget-s and still writes its JSON and summary.
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_two_level_extra.sh [sim|real]   (writes to $OUT)
+#   passes:         items 1 and 2 only (caps 55 + 35 s).
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_two_level_extra.sh [sim|passes|real]   (writes to $OUT)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
 mode=${1:-sim}
-if [ "$mode" != sim ] && [ "$mode" != real ]; then echo "mode: expected sim or real, got $mode" >&2; exit 2; fi
-if [ "$mode" = sim ]; then
+if [ "$mode" != sim ] && [ "$mode" != real ] && [ "$mode" != passes ]; then echo "mode: expected sim, passes or real, got $mode" >&2; exit 2; fi
+if [ "$mode" = sim ] || [ "$mode" = passes ]; then
 timeout 55 python3 -m benchmarks.decode.bench_two_level --shape qwen3.5-4b-hybrid --variants fp32-dense,bf16-packed --system-variants fp32-dense --tokens 96 --reps 10 --budget-s 38 --out "$OUT/bench_two_level_hybrid.json" 2>&1 | tee "$OUT/bench_two_level_hybrid.log"
 timeout 35 python3 -m benchmarks.decode.bench_two_level --shape qwen3-8b --variants w12-packed,bf16-packed --system-variants w12-packed --profiles specpilot-one-level --systems "tree,two-level always" --tokens 64 --reps 10 --budget-s 22 --out "$OUT/bench_two_level_w12.json" 2>&1 | tee "$OUT/bench_two_level_w12.log"
-timeout 60 python3 -m benchmarks.decode.forcing_two_level_gpu --budget-s 28 --out "$OUT" 2>&1 | tee "$OUT/forcing_two_level_gpu.log"
+[ "$mode" = sim ] && timeout 60 python3 -m benchmarks.decode.forcing_two_level_gpu --budget-s 28 --out "$OUT" 2>&1 | tee "$OUT/forcing_two_level_gpu.log"
 echo "=== summary ==="
 tail -n 20 "$OUT/bench_two_level_hybrid.log"
 tail -n 12 "$OUT/bench_two_level_w12.log"
-tail -n 6 "$OUT/forcing_two_level_gpu.log"
+[ "$mode" = sim ] && tail -n 6 "$OUT/forcing_two_level_gpu.log"
 fi
 if [ "$mode" = real ]; then
 timeout 60 python3 -m benchmarks.decode.bench_two_level_real --device cuda --prompts 6 --new-tokens 64 --budget-s 40 --out "$OUT/bench_two_level_real_cuda.json" 2>&1 | tee "$OUT/bench_two_level_real_cuda.log"

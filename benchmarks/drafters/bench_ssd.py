@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import math
 import os
 import sys
@@ -307,7 +308,9 @@ def print_table(title: str, rows: dict) -> None:
         )
 
 
-def run_systems(target, prompt, new_tokens, k, fan_outs, make_plain, make_ssd, *, budget_s, warm_tokens, strict, reference=None):
+def run_systems(
+    target, prompt, new_tokens, k, fan_outs, make_plain, make_ssd, *, budget_s, warm_tokens, strict, reference=None, on_row=None
+):
     """AR, plain, then per fan-out SSD sequential and overlapped; each after a warm-up call.
 
     With ``reference [L]`` (prompt + the continuation the oracle drafts from), each row records whether
@@ -316,11 +319,9 @@ def run_systems(target, prompt, new_tokens, k, fan_outs, make_plain, make_ssd, *
     rows = {}
     ar = None
     systems = [("ar", None), ("plain", make_plain)]
-    for b in fan_outs:
-        systems += [
-            (f"ssd-seq-{b}", lambda b=b: make_ssd(b, "sequential")),
-            (f"ssd-overlap-{b}", lambda b=b: make_ssd(b, "overlap")),
-        ]
+    # every sequential system before any overlapped one: the side-stream path is the one not yet run on a GPU
+    systems += [(f"ssd-seq-{b}", lambda b=b: make_ssd(b, "sequential")) for b in fan_outs]
+    systems += [(f"ssd-overlap-{b}", lambda b=b: make_ssd(b, "overlap")) for b in fan_outs]
     for name, make in systems:
         if time.perf_counter() - T_START > budget_s:
             rows[name] = {"skipped": "wall-time budget"}
@@ -365,6 +366,8 @@ def run_systems(target, prompt, new_tokens, k, fan_outs, make_plain, make_ssd, *
             row.update(ssd_stats(kw["drafter"], rounds))
         rows[name] = row
         log(f"{name}: {row['tokens_per_pass']:.2f} tok/pass, {row['round_ms']:.2f} ms/round, equal to AR {row['equal_to_ar']}")
+        if on_row is not None:
+            on_row(rows)
     summarise(rows)
     return rows, ar
 
@@ -407,7 +410,7 @@ def sim_mode(args, prov) -> dict:
     }
     gen = torch.Generator().manual_seed(0)
 
-    def case(dtype, layers, strict, tokens):
+    def case(dtype, layers, strict, tokens, key):
         c = dataclasses.replace(cfg, num_layers=layers) if layers else cfg
         target = random_target(c, dtype=dtype, device=device, max_seq_len=max_ctx)
         if cuda:
@@ -453,21 +456,21 @@ def sim_mode(args, prov) -> dict:
             warm_tokens=16,
             strict=strict,
             reference=reference,
+            on_row=lambda rows: write_json(args.out, {**result, key: rows}, prov),  # partial results survive a kill
         )
         return rows
 
+    # the timing case first: the measurement the goals are about
+    result["timing_dtype"] = "bfloat16" if cuda else "float32"
+    result["rows"] = case(torch.bfloat16 if cuda else torch.float32, 0, False, args.tokens, "rows")
+    write_json(args.out, result, prov)
+    if cuda:
+        torch.cuda.empty_cache()  # the timing target's memory, freed when its case returned
     check_layers = args.check_layers if cuda else 2
-    result["check_float32"] = {
-        "layers": check_layers or cfg.num_layers,
-        "rows": case(torch.float32, check_layers, True, args.check_tokens),
-    }
+    result["check_float32"] = {"layers": check_layers or cfg.num_layers}
+    result["check_float32"]["rows"] = case(torch.float32, check_layers, True, args.check_tokens, "check_float32_rows")
     check_ok = all(r.get("equal_to_ar", True) for r in result["check_float32"]["rows"].values())
     log(f"float32 check: every system equal to AR: {check_ok}")
-    if cuda:
-        torch.cuda.empty_cache()  # the check target's memory, freed when its case returned
-    write_json(args.out, result, prov)
-    result["rows"] = case(torch.bfloat16 if cuda else torch.float32, 0, False, args.tokens)
-    result["timing_dtype"] = "bfloat16" if cuda else "float32"
     return result
 
 
@@ -556,7 +559,12 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=7, help="drafts per round (--real)")
     ap.add_argument("--budget-s", type=float, default=100.0, help="start no new system past this wall time")
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--dump-stacks-after-s", type=float, default=None, help="print every thread's stack and exit if still running then"
+    )
     args = ap.parse_args()
+    if args.dump_stacks_after_s is not None:
+        faulthandler.dump_traceback_later(args.dump_stacks_after_s, exit=True)
     if args.tokens is None:
         args.tokens = 64 if args.real else 256
     if args.smoke:
