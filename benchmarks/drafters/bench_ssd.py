@@ -53,6 +53,7 @@ import dataclasses
 import faulthandler
 import math
 import os
+import signal
 import sys
 import time
 
@@ -559,12 +560,9 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=7, help="drafts per round (--real)")
     ap.add_argument("--budget-s", type=float, default=100.0, help="start no new system past this wall time")
     ap.add_argument("--out", default=None)
-    ap.add_argument(
-        "--dump-stacks-after-s", type=float, default=None, help="print every thread's stack and exit if still running then"
-    )
     args = ap.parse_args()
-    if args.dump_stacks_after_s is not None:
-        faulthandler.dump_traceback_later(args.dump_stacks_after_s, exit=True)
+    # `timeout -s USR1` in the runner makes a run stuck past its cap print where every thread is
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if args.tokens is None:
         args.tokens = 64 if args.real else 256
     if args.smoke:

@@ -238,3 +238,17 @@ def test_a_candidate_the_gate_cannot_build_is_recorded_and_the_round_goes_on(sto
     broken = [c for c in record.candidates if c.agent == "broken"]
     assert len(broken) == 1 and broken[0].verdict is None and "NoSuchVerifier" in broken[0].error
     assert record.integrated == ["draft_length"]
+
+
+def test_a_faster_stack_replaces_the_best_single_winner_even_when_measured_with_more_spread():
+    """The H200 8B round: graphs alone 5.96x (tight interval), graphs + drafter 13.15x (wide): the stack must win."""
+    from specdec.pilot.gate import GateVerdict
+    from specdec.pilot.loop import prefer_stack
+
+    def verdict(speedup, low, high, accepted=True):
+        return GateVerdict(accepted, accepted, [], speedup, (low, high), [speedup] * 3)
+
+    graphs_alone = verdict(5.96, 5.5, 6.4)
+    assert prefer_stack(verdict(13.15, 2.0, 80.0), graphs_alone)
+    assert not prefer_stack(verdict(4.0, 3.9, 4.1), graphs_alone)
+    assert not prefer_stack(verdict(13.15, 2.0, 80.0, accepted=False), graphs_alone)
