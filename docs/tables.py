@@ -359,16 +359,31 @@ def two_level_h200_extra(results: Results) -> str:
     real = results("bench_two_level_real_h200_2026-12-02.json")["totals"]
     ar_seconds = real["AR"]["seconds"]
     real_rows = [
-        [name, f"{t['tokens_per_exact_pass']:.2f}", f"{t['seconds']:.2f}", f"{ar_seconds / t['seconds']:.2f}x", _yes_no(t["all_equal"])]
+        [
+            name,
+            f"{t['tokens_per_exact_pass']:.2f}",
+            f"{t['seconds']:.2f}",
+            f"{ar_seconds / t['seconds']:.2f}x",
+            _yes_no(t["all_equal"]),
+        ]
         for name, t in real.items()
     ]
     passes = _pass_time_rows(results("bench_two_level_w12_h200_2026-12-02.json"), "Qwen3-8B")
     passes += _pass_time_rows(results("bench_two_level_hybrid_h200_2026-12-02.json"), "Qwen3.5-4B hybrid")
     decoding = [
-        [shape, f"`{r['variant']}`", r["system"], f"{r['tokens_per_exact_pass']:.2f}", f"{r['speedup_vs_ar']:.2f}x",
-         _yes_no(r["equal_to_ar"]), str(r["unmatched_rounds"])]
-        for name, shape in (("bench_two_level_w12_h200_2026-12-02.json", "Qwen3-8B"),
-                            ("bench_two_level_hybrid_h200_2026-12-02.json", "Qwen3.5-4B hybrid"))
+        [
+            shape,
+            f"`{r['variant']}`",
+            r["system"],
+            f"{r['tokens_per_exact_pass']:.2f}",
+            f"{r['speedup_vs_ar']:.2f}x",
+            _yes_no(r["equal_to_ar"]),
+            str(r["unmatched_rounds"]),
+        ]
+        for name, shape in (
+            ("bench_two_level_w12_h200_2026-12-02.json", "Qwen3-8B"),
+            ("bench_two_level_hybrid_h200_2026-12-02.json", "Qwen3.5-4B hybrid"),
+        )
         for r in results(name)["rows"]
     ]
     forcing = results("forcing_two_level_gpu_h200_2026-12-02.json")
@@ -379,8 +394,11 @@ def two_level_h200_extra(results: Results) -> str:
             sci(forcing["lossless_report"]["mismatch_rate"], 2),
             forcing["lossless_report"]["verdict"],
         ],
-        ["same + exact pass reusing the Q logits (`QChainHandOff`)", sci(forcing["faulty_report"]["mismatch_rate"], 2),
-         forcing["faulty_report"]["verdict"]],
+        [
+            "same + exact pass reusing the Q logits (`QChainHandOff`)",
+            sci(forcing["faulty_report"]["mismatch_rate"], 2),
+            forcing["faulty_report"]["verdict"],
+        ],
     ]
     return "\n\n".join(
         [
@@ -508,7 +526,9 @@ def pilot_h200(results: Results) -> str:
     for label, run in (("simulated", sim), ("real", real)):
         comparison = run["deployment1"]["comparison"]
         met = "met" if comparison["goal_pilot_at_least_best_hand"] else "not met"
-        goals.append(f"{label}: pilot / best hand ({comparison['best_hand']}) {comparison['pilot_over_best_hand']:.2f}x, goal >= 1 {met}")
+        goals.append(
+            f"{label}: pilot / best hand ({comparison['best_hand']}) {comparison['pilot_over_best_hand']:.2f}x, goal >= 1 {met}"
+        )
     second = sim["deployment2"]
     final = second["from_memory"]["final"]
     low, high = final["ci95"]
