@@ -336,7 +336,239 @@ def two_level(results: Results) -> str:
     return markdown_table(header, rows)
 
 
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "NO"
+
+
+def _pass_time_rows(run: dict, shape: str) -> list[list[str]]:
+    return [
+        [
+            shape,
+            f"`{p['variant']}`",
+            str(p["rows"]),
+            f"{p['exact_ms']:.2f}",
+            f"{p['q_ms']:.2f}",
+            f"{p['q_over_exact']:.2f}",
+            f"{p['byte_ratio']:.2f}",
+        ]
+        for p in run["pass_times"]
+    ]
+
+
+def two_level_h200_extra(results: Results) -> str:
+    real = results("bench_two_level_real_h200_2026-12-02.json")["totals"]
+    ar_seconds = real["AR"]["seconds"]
+    real_rows = [
+        [
+            name,
+            f"{t['tokens_per_exact_pass']:.2f}",
+            f"{t['seconds']:.2f}",
+            f"{ar_seconds / t['seconds']:.2f}x",
+            _yes_no(t["all_equal"]),
+        ]
+        for name, t in real.items()
+    ]
+    passes = _pass_time_rows(results("bench_two_level_w12_h200_2026-12-02.json"), "Qwen3-8B")
+    passes += _pass_time_rows(results("bench_two_level_hybrid_h200_2026-12-02.json"), "Qwen3.5-4B hybrid")
+    decoding = [
+        [
+            shape,
+            f"`{r['variant']}`",
+            r["system"],
+            f"{r['tokens_per_exact_pass']:.2f}",
+            f"{r['speedup_vs_ar']:.2f}x",
+            _yes_no(r["equal_to_ar"]),
+            str(r["unmatched_rounds"]),
+        ]
+        for name, shape in (
+            ("bench_two_level_w12_h200_2026-12-02.json", "Qwen3-8B"),
+            ("bench_two_level_hybrid_h200_2026-12-02.json", "Qwen3.5-4B hybrid"),
+        )
+        for r in results(name)["rows"]
+    ]
+    forcing = results("forcing_two_level_gpu_h200_2026-12-02.json")
+    same = forcing["two_level_vs_ar"]
+    forcing_rows = [
+        [
+            f"two-level, every round ({same['identical_sequences']}/{same['of']} sequences identical to AR in bf16)",
+            sci(forcing["lossless_report"]["mismatch_rate"], 2),
+            forcing["lossless_report"]["verdict"],
+        ],
+        [
+            "same + exact pass reusing the Q logits (`QChainHandOff`)",
+            sci(forcing["faulty_report"]["mismatch_rate"], 2),
+            forcing["faulty_report"]["verdict"],
+        ],
+    ]
+    return "\n\n".join(
+        [
+            markdown_table(["system", "tokens / exact pass", "wall s", "x AR", "== AR"], real_rows),
+            markdown_table(["shape", "variant", "rows", "exact ms", "Q ms", "Q / exact", "Q / exact weight bytes"], passes),
+            markdown_table(["shape", "variant", "system", "tokens / exact pass", "x AR", "== AR", "unmatched rounds"], decoding),
+            markdown_table(["candidate", "mismatch rate", "verdict"], forcing_rows),
+        ]
+    )
+
+
+ROOFLINE_KERNELS = {
+    "cuda_w12": "CUDA W12 exact",
+    "cuda_q": "CUDA Q view",
+    "cuda_bf16": "CUDA bf16",
+    "triton_w12": "Triton W12 exact",
+    "triton_q": "Triton Q view",
+    "cublas_fp8": "cuBLAS fp8",
+    "cublas_bf16": "cuBLAS bf16",
+}
+
+
+def cuda_roofline(results: Results) -> str:
+    run = results("roofline_h200_2026-12-02_run2.json")
+    ms = sorted({r["M"] for r in run["rows"]})
+    rows = []
+    for key, label in ROOFLINE_KERNELS.items():
+        ratios = [r[f"{key}_vs_cublas_bf16"] for r in run["rows"]]
+        fractions = [r[f"{key}_frac_of_copy"] for r in run["rows"]]
+        rows.append([label, f"{min(ratios):.2f}-{max(ratios):.2f}x", f"{min(fractions):.2f}-{max(fractions):.2f}"])
+    header = [f"kernel ({len(run['rows'])} rows: M = {', '.join(map(str, ms))})", "vs cuBLAS bf16", "fraction of copy bandwidth"]
+    step = results("ar_step_w12_h200_2026-12-02.json")
+    step_rows = [
+        ["bf16", f"{step['bf16_step_s'] * 1e3:.2f} ms", f"{step['bf16_floor_s'] * 1e3:.2f} ms", f"{step['bf16_x_floor']:.2f}x"],
+        [
+            f"W12 (`{step['w12_linear_path']}` linears)",
+            f"{step['w12_step_s'] * 1e3:.2f} ms",
+            f"{step['w12_floor_s'] * 1e3:.2f} ms",
+            f"{step['w12_x_floor']:.2f}x",
+        ],
+        ["W12 (`triton` linears)", f"{step['w12_triton_step_s'] * 1e3:.2f} ms", "", ""],
+    ]
+    summary = (
+        f"copy bandwidth {run['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; decode checked bit for bit: "
+        f"{_yes_no(run['decode_checks_passed'])}. AR step W12 / bf16: {step['w12_vs_bf16_step']:.2f}x; "
+        f"greedy tokens W12 == bf16 ({step['tokens']} tokens): {_yes_no(step['greedy_tokens_equal'])}"
+    )
+    return "\n\n".join(
+        [
+            markdown_table(header, rows),
+            markdown_table(["Qwen3-8B AR step", "step", "weight-read floor", "x floor"], step_rows),
+            summary,
+        ]
+    )
+
+
+def _ssd_rows(systems: dict, label: str) -> list[list[str]]:
+    ar_seconds = systems["ar"]["seconds"]
+    rows = []
+    for name, s in systems.items():
+        speedup = ar_seconds / s["seconds"]
+        hit_rate = f"{s['hit_rate']:.2f}" if "hit_rate" in s else ""
+        rows.append(
+            [
+                label,
+                name,
+                f"{s['tokens_per_pass']:.2f}",
+                f"{s['round_ms']:.1f}",
+                f"{speedup:.2f}x",
+                f"{speedup / s['tokens_per_pass']:.2f}",
+                hit_rate,
+                _yes_no(s["equal_to_ar"]),
+            ]
+        )
+    return rows
+
+
+def ssd_h200(results: Results) -> str:
+    sim = results("bench_ssd_sim_h200_2026-12-02.json")
+    real = results("bench_ssd_real_h200_2026-12-02.json")
+    rows = _ssd_rows(sim["rows"], "Qwen3-8B shape, simulated")
+    for prompt in real["per_prompt"]:
+        rows += _ssd_rows(prompt, "SmolLM2 + DFlash, real")
+    header = ["run", "system", "tokens / pass", "ms / round", "x AR", "x AR / tokens per pass", "pre-draft hit rate", "== AR"]
+    return markdown_table(header, rows)
+
+
+def agentspec_h200(results: Results) -> str:
+    arms = results("bench_agentspec_h200_2026-12-02.json")["arms"]
+    rows = [
+        [name, f"{a['tokens_per_pass']:.2f}", f"{a['speedup_vs_ar_wall']:.2f}x", _yes_no(a["equal_to_ar"])]
+        for name, a in arms.items()
+    ]
+    return markdown_table(["system", "tokens / pass", "x AR (wall)", "== AR"], rows)
+
+
+def _pilot_rows(comparison: dict, label: str) -> list[list[str]]:
+    systems = {"pilot": comparison["pilot"]} | {f"hand: {name}": run for name, run in comparison["hand"].items()}
+    rows = []
+    for name, run in systems.items():
+        if run is None:
+            rows.append([label, name, "not measured", "", "", ""])
+            continue
+        low, high = run["ci95"]
+        rows.append(
+            [
+                label,
+                name,
+                f"{run['speedup_vs_ar']:.2f}x",
+                f"{low:.2f}-{high:.2f}",
+                "PASS" if run["forcing_passed"] else "FAIL",
+                _yes_no(run["equal_to_ar"]),
+            ]
+        )
+    return rows
+
+
+def pilot_h200(results: Results) -> str:
+    sim = results("pilot_sim_h200_2026-12-02/pilot_sim.json")
+    real = results("pilot_real_h200_2026-12-02/pilot_real.json")
+    rows = _pilot_rows(sim["deployment1"]["comparison"], "Qwen3-8B shape, random weights, simulated")
+    rows += _pilot_rows(real["deployment1"]["comparison"], "SmolLM2-135M, real")
+    table = markdown_table(["target", "system", "x AR", "95% CI", "forcing", "== AR"], rows)
+    goals = []
+    for label, run in (("simulated", sim), ("real", real)):
+        comparison = run["deployment1"]["comparison"]
+        met = "met" if comparison["goal_pilot_at_least_best_hand"] else "not met"
+        goals.append(
+            f"{label}: pilot / best hand ({comparison['best_hand']}) {comparison['pilot_over_best_hand']:.2f}x, goal >= 1 {met}"
+        )
+    second = sim["deployment2"]
+    final = second["from_memory"]["final"]
+    low, high = final["ci95"]
+    goals.append(
+        f"second deployment ({second['target']['shape']}, random weights) from memory: {final['speedup_vs_ar']:.2f}x AR "
+        f"({low:.2f}-{high:.2f}), == AR {_yes_no(final['equal_to_ar'])}; from empty memory: "
+        + ("not measured" if second["from_empty_memory"] is None else "measured")
+    )
+    return table + "\n\n" + "; ".join(goals)
+
+
+def engine_h200(results: Results) -> str:
+    run = results("bench_engine_h200_2026-12-02_run2.json")
+    rows = []
+    for r in sorted(run["rows"], key=lambda r: (r["layout"], r["concurrency"], r["system"])):
+        accepted = f"{r['accepted_per_round']:.2f}" if r["system"] != "AR" else ""
+        rows.append(
+            [
+                r["layout"],
+                str(r["concurrency"]),
+                r["system"],
+                f"{r['tokens_per_s']:.0f}",
+                f"{r['speedup_vs_ar']:.2f}x",
+                accepted,
+                _yes_no(r["equal_to_warmup"]),
+                str(r["mismatches_vs_alone"]),
+            ]
+        )
+    header = ["layout", "concurrency", "system", "tok/s", "x AR", "accepted / round", "== warm-up", "mismatches vs alone"]
+    note = f"oracle profile `{run['profile']}`: {run['profile_tokens_per_round']:.1f} tokens per round"
+    return markdown_table(header, rows) + "\n\n" + note
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
+    "two-level-h200-extra": two_level_h200_extra,
+    "cuda-roofline": cuda_roofline,
+    "ssd-h200": ssd_h200,
+    "agentspec-h200": agentspec_h200,
+    "pilot-h200": pilot_h200,
+    "engine-h200": engine_h200,
     "two-level": two_level,
     "hybrid-graphs": hybrid_graphs,
     "decode-steps": decode_steps,
