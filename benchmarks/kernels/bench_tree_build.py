@@ -7,9 +7,7 @@ budgets 16 / 32 / 64. Variants:
   Python, the tree copied back (its syncs included);
 - ``device_eager_ms``: ``best_first_tree_device(lp, budget)`` launched op by op;
 - ``device_graph_ms``: the same captured in one CUDA graph and replayed (the way a decode step would
-  run it);
-- ``rank_graph_ms``: its first stage alone (each depth's children ranked over the vocabulary), captured
-  the same way; the rest of ``device_graph_ms`` is the per-depth beam and the final merge.
+  run it).
 
 Each timing is the median over ``--reps`` calls between CUDA events (``median_time_ms``). Before any
 timing, the device outputs (eager, and the graph's after new log-probs are copied into its input) are
@@ -28,7 +26,6 @@ import torch
 
 from benchmarks.common import capture_cuda_graph, median_time_ms, provenance, provenance_line, write_json
 from specdec.verify import best_first_tree, best_first_tree_device
-from specdec.verify.best_first_device import _ranked_children
 
 VOCAB = 151936  # Qwen3-8B
 DEPTH = 16
@@ -73,14 +70,12 @@ def bench_budget(budget: int, depth: int, vocab: int, reps: int, gen: torch.Gene
         replay()
         torch.cuda.synchronize()
         row["checks"]["graph_equals_host"] = equals_host(fresh, budget, static_out)
-        rank_replay = capture_cuda_graph(lambda: _ranked_children(static_lp, min(budget, vocab)))
     row["passed"] = all(row["checks"].values())
     if not row["passed"]:
         return row
     row["host_ms"] = median_time_ms(lambda: best_first_tree(lp, budget), reps, device=device)
     row["device_eager_ms"] = median_time_ms(lambda: best_first_tree_device(lp, budget), reps, device=device)
     row["device_graph_ms"] = median_time_ms(replay, reps, device=device) if replay is not None else None
-    row["rank_graph_ms"] = median_time_ms(rank_replay, reps, device=device) if replay is not None else None
     return row
 
 
@@ -104,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator().manual_seed(seed)
     rows = [bench_budget(budget, depth, vocab, reps, gen, device) for budget in budgets]
     print(f"V = {vocab}, D = {depth}, float32 log-probs on {device}, median of {reps}")
-    print(f"{'budget':>6} {'host ms':>9} {'eager ms':>9} {'graph ms':>9} {'rank ms':>9} {'host/graph':>10}")
+    print(f"{'budget':>6} {'host ms':>9} {'eager ms':>9} {'graph ms':>9} {'host/graph':>10}")
     for row in rows:
         if not row["passed"]:
             print(f"{row['budget']:>6} CHECK FAILED {row['checks']}: not timed")
@@ -112,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         graph = row["device_graph_ms"]
         ratio = f"{row['host_ms'] / graph:>10.1f}" if graph else f"{'-':>10}"
         graph_text = f"{graph:>9.3f}" if graph is not None else f"{'-':>9}"
-        rank_text = f"{row['rank_graph_ms']:>9.3f}" if graph is not None else f"{'-':>9}"
-        print(f"{row['budget']:>6} {row['host_ms']:>9.3f} {row['device_eager_ms']:>9.3f} {graph_text} {rank_text} {ratio}")
+        print(f"{row['budget']:>6} {row['host_ms']:>9.3f} {row['device_eager_ms']:>9.3f} {graph_text} {ratio}")
     passed = all(row["passed"] for row in rows)
     result = {"vocab": vocab, "depth": depth, "dtype": torch.float32, "device": str(device), "reps": reps, "passed": passed}
     path = write_json(args.out, {**result, "rows": rows}, prov)

@@ -97,8 +97,28 @@ class Sizes:
         return Sizes(**{**self.__dict__, "max_new_tokens": max_new_tokens, "sealed_prompts": sealed_prompts})
 
 
-GPU_SIZES = Sizes(64, 48, 1, 2, 6, 3, 3, 3, 2)
-SMOKE_SIZES = Sizes(16, 24, 1, 1, 3, 2, 2, 2, 1)
+GPU_SIZES = dict(
+    prompt_tokens=64,
+    max_new_tokens=48,
+    dev_prompts=1,
+    sealed_prompts=2,
+    evaluations=6,
+    rounds=3,
+    directions_per_round=3,
+    carry_rounds=3,
+    carry_directions_per_round=2,
+)
+SMOKE_SIZES = dict(
+    prompt_tokens=16,
+    max_new_tokens=24,
+    dev_prompts=1,
+    sealed_prompts=1,
+    evaluations=3,
+    rounds=2,
+    directions_per_round=2,
+    carry_rounds=2,
+    carry_directions_per_round=1,
+)
 
 
 @dataclass
@@ -456,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("no CUDA device: run with --smoke on the CPU")
     device = torch.device("cuda" if cuda else "cpu")
     dtype = args.dtype if cuda else "float32"
-    sizes = GPU_SIZES if cuda else SMOKE_SIZES
+    sizes = Sizes(**(GPU_SIZES if cuda else SMOKE_SIZES))
     budget = args.budget_seconds or (150.0 if args.smoke else 225.0 if args.mode == "sim" else 105.0)
     # on the CPU the tiny models' wall times are launch noise: the smoke run counts target passes instead
     timer = wall_time if cuda else target_pass_timer

@@ -180,7 +180,11 @@ def test_runners_state_their_time_and_run_modules_within_one_call(runner):
     assert commands, rel(runner)
     caps = []
     for line in commands:
-        found = re.search(r"^timeout (\d+) python3? -m (benchmarks(?:\.\w+)+)\b", line)
+        # `timeout [-s SIGNAL] [-k SECONDS] CAP [compute-sanitizer OPTIONS] python3 -m benchmarks...`, maybe indented
+        found = re.search(
+            r"^\s*timeout (?:-s \w+ )?(?:-k \d+ )?(\d+) (?:compute-sanitizer (?:--?[\w-]+ \w+ )*)?python3? -m (benchmarks(?:\.\w+)+)\b",
+            line,
+        )
         assert found, f"{rel(runner)}: expected 'timeout N python3 -m benchmarks...', got {line!r}"
         caps.append(int(found[1]))
         assert found[2] in MODULES, f"{rel(runner)}: no module {found[2]}"

@@ -4,7 +4,7 @@
 # time and the tail of its log.
 # Time: the sum of the runners' caps (each runner's header states its own).
 # Usage (repo root, on the GPU machine):
-#   bash benchmarks/run_h200_many.sh run_h200_ssd.sh:sim run_h200_engine.sh    (RUNNER[:ARGUMENT] ...)
+#   bash benchmarks/h200_many.sh run_h200_ssd.sh:sim run_h200_engine.sh    (RUNNER[:ARGUMENT] ...)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
