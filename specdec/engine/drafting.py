@@ -74,8 +74,13 @@ class BatchDrafter(Protocol):
 
 def _check_batch(drafter, slots, contexts, max_tokens, samplings, generators, target_hiddens) -> None:
     n = len(slots)
-    for name, seq in (("contexts", contexts), ("max_tokens", max_tokens), ("samplings", samplings),
-                      ("generators", generators), ("target_hiddens", target_hiddens)):
+    for name, seq in (
+        ("contexts", contexts),
+        ("max_tokens", max_tokens),
+        ("samplings", samplings),
+        ("generators", generators),
+        ("target_hiddens", target_hiddens),
+    ):
         if len(seq) != n:
             raise ValueError(f"{name}: expected one entry per slot ({n}), got {len(seq)}")
     if len(set(slots)) != n:
@@ -267,7 +272,9 @@ class LoopDrafter:
         """Each request's drafter's ``propose`` (with its ``target_hidden`` when it has feature taps), in order."""
         _check_batch(self, slots, contexts, max_tokens, samplings, generators, target_hiddens)
         proposals = []
-        for slot, context, k, sampling, generator, hidden in zip(slots, contexts, max_tokens, samplings, generators, target_hiddens):
+        for slot, context, k, sampling, generator, hidden in zip(
+            slots, contexts, max_tokens, samplings, generators, target_hiddens
+        ):
             drafter = self.drafters[slot]
             if drafter is None:
                 raise ValueError(f"slots: slot {slot} has no request (reset(slot) starts one)")

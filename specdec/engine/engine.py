@@ -194,7 +194,9 @@ class Engine:
                     "pass batched_drafting=True, got batched_drafting=False"
                 )
             if drafter.slots < max_batch:
-                raise ValueError(f"drafter: expected a BatchDrafter with at least max_batch={max_batch} slots, got {drafter.slots}")
+                raise ValueError(
+                    f"drafter: expected a BatchDrafter with at least max_batch={max_batch} slots, got {drafter.slots}"
+                )
             self._batch_drafter = self._check_drafter(drafter)
         elif isinstance(drafter, Drafter) and not isinstance(drafter, type):
             self._shared_drafter: Drafter | None = drafter
@@ -449,7 +451,9 @@ class Engine:
         """The request's drafter proposal for this round (checked for type and size)."""
         k = self._draft_size(state)
         extra = {"target_hidden": state.fresh_hidden} if self._taps_of(state.drafter) else {}
-        proposal = state.drafter.propose(state.buf[: state.length], k, sampling=state.sampling, generator=state.generator, **extra)
+        proposal = state.drafter.propose(
+            state.buf[: state.length], k, sampling=state.sampling, generator=state.generator, **extra
+        )
         return self._take_proposal(state, proposal, k)
 
     def _take_proposal(self, state: RequestState, proposal: object, k: int) -> DraftProposal:

@@ -162,8 +162,13 @@ def test_ngram_drafter_keeps_its_per_request_calls_and_outputs():
     outputs = engine.run()
     for i, p in enumerate(prompts):
         alone = sd.generate(
-            TARGET, p[None], max_new_tokens=10, drafter=NGramDrafter(max_ngram=2), verifier=TreeVerifier(budget=6),
-            temperature=1.0, seed=i,
+            TARGET,
+            p[None],
+            max_new_tokens=10,
+            drafter=NGramDrafter(max_ngram=2),
+            verifier=TreeVerifier(budget=6),
+            temperature=1.0,
+            seed=i,
         )
         assert torch.equal(outputs[ids[i]], alone.tokens[0])
 
