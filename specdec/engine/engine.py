@@ -199,7 +199,7 @@ class Engine:
                 )
             self._batch_drafter = self._check_drafter(drafter)
         elif isinstance(drafter, Drafter) and not isinstance(drafter, type):
-            self._shared_drafter: Drafter | None = drafter
+            self._shared_drafter = drafter
             self._drafter_factory = None
             self._check_drafter(drafter)
         elif callable(drafter):
