@@ -60,6 +60,21 @@ class ModelDrafter:
         self._cached = torch.zeros(0, dtype=torch.long, device=self.device)
         self.target.reset()
 
+    def batched(self, *, slots: int, layout: str = "packed"):
+        """A :class:`~specdec.engine.drafting.BatchedModelDrafter` over this drafter's model: one forward per draft step for ``slots`` requests.
+
+        Each request gets its own KV slot over the same weights; per request, tokens are drawn as
+        :meth:`propose` draws them. Needs a specdec :class:`~specdec.models.DenseTarget` model.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> ModelDrafter(tiny_target(seed=1)).batched(slots=4).slots
+            4
+        """
+        from specdec.engine.drafting import BatchedModelDrafter
+
+        return BatchedModelDrafter(self.target, slots=slots, layout=layout, vocab_size=self.vocab_size)
+
     def _common_prefix(self, context: torch.Tensor) -> int:
         n = min(self._cached.numel(), context.numel() - 1)  # always feed at least the newest token
         if n <= 0:

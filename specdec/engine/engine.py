@@ -26,6 +26,7 @@ from specdec.contracts.drafter import Drafter
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate
+from specdec.engine.drafting import BatchDrafter
 from specdec.engine.rounds import accept_round, check_verifier, plan_round, truncate_chain
 from specdec.generation import StopCondition, check_proposal_size
 from specdec.models.dense import DenseTarget
@@ -79,7 +80,7 @@ class RequestState:
     max_new_tokens: int
     sampling: SamplingConfig
     generator: torch.Generator | None
-    drafter: Drafter
+    drafter: Drafter | None
     stop: StopCondition
     on_tokens: Callable[[torch.Tensor], None] | None
     buf: torch.Tensor
@@ -131,6 +132,15 @@ class Engine:
             greedy decoding away from near-ties).
         step_time: a :class:`~specdec.engine.budget.StepTimeTable` of this target's ragged forward;
             required by ``"auto"``, optional with an int, refused without a budget.
+        batched_drafting: draft for every running request with one call per round (default ``False``:
+            each request's drafter proposes in turn). The drafter is then a
+            :class:`~specdec.engine.drafting.BatchDrafter` (e.g. a
+            :class:`~specdec.engine.drafting.BatchedModelDrafter` with ``slots >= max_batch``), or a drafter
+            (or factory, called once here to see its kind) with a ``batched(slots=...)`` method, such as
+            :class:`~specdec.drafters.ModelDrafter`, whose batched form drafts with one draft-model forward
+            per draft step over all requests (its ``"packed"`` layout: drafts agree with the unbatched ones
+            to rounding, outputs stay exact). Other drafters (n-gram, oracle: no forward to batch) keep
+            their per-request calls.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -157,6 +167,7 @@ class Engine:
         layout: str | None = None,
         verify_budget: int | str | None = None,
         step_time: StepTimeTable | None = None,
+        batched_drafting: bool = False,
     ):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch: expected an int >= 1, got {max_batch!r}")
@@ -170,16 +181,36 @@ class Engine:
             self.target = RaggedDenseTarget(target, slots=max_batch, layout="per_request" if layout is None else layout)
         else:
             raise TypeError(f"target: expected a DenseTarget or a RaggedDenseTarget, got {type(target).__name__}")
+        if not isinstance(batched_drafting, bool):
+            raise TypeError(f"batched_drafting: expected a bool, got {type(batched_drafting).__name__}")
+        self._batch_drafter: BatchDrafter | None = None
+        self._shared_drafter: Drafter | None = None
+        self._drafter_factory = None
         # a class is a factory even though its attributes make it look like a Drafter instance
-        if isinstance(drafter, Drafter) and not isinstance(drafter, type):
-            self._shared_drafter: Drafter | None = drafter
+        if isinstance(drafter, BatchDrafter) and not isinstance(drafter, type):
+            if not batched_drafting:
+                raise ValueError(
+                    f"drafter: a BatchDrafter ({type(drafter).__name__}) drafts for all requests at once; "
+                    "pass batched_drafting=True, got batched_drafting=False"
+                )
+            if drafter.slots < max_batch:
+                raise ValueError(
+                    f"drafter: expected a BatchDrafter with at least max_batch={max_batch} slots, got {drafter.slots}"
+                )
+            self._batch_drafter = self._check_drafter(drafter)
+        elif isinstance(drafter, Drafter) and not isinstance(drafter, type):
+            self._shared_drafter = drafter
             self._drafter_factory = None
             self._check_drafter(drafter)
         elif callable(drafter):
-            self._shared_drafter = None
             self._drafter_factory = drafter
         else:
             raise TypeError(f"drafter: expected a Drafter or a callable returning one, got {type(drafter).__name__}")
+        if batched_drafting and self._batch_drafter is None:
+            probe = self._shared_drafter if self._drafter_factory is None else self._check_drafter(self._drafter_factory())
+            if callable(getattr(probe, "batched", None)):
+                self._batch_drafter = self._check_drafter(probe.batched(slots=max_batch))
+        self.batched_drafting = batched_drafting
         self.verifier = check_verifier(ChainVerifier() if verifier is None else verifier)
         if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 0:
             raise ValueError(f"num_draft_tokens: expected an int >= 0, got {num_draft_tokens!r}")
@@ -205,7 +236,7 @@ class Engine:
         self.target_passes = 0
 
     def _check_drafter(self, drafter: object) -> Drafter:
-        if not isinstance(drafter, Drafter) or isinstance(drafter, type):
+        if isinstance(drafter, type) or not isinstance(drafter, (Drafter, BatchDrafter)):
             raise TypeError(f"drafter: expected a Drafter (reset() and propose()), got {type(drafter).__name__}")
         if drafter.vocab_size is not None and drafter.vocab_size != self.target.vocab_size:
             raise ValueError(f"drafter: vocabulary size {drafter.vocab_size} differs from the target's {self.target.vocab_size}")
@@ -217,8 +248,11 @@ class Engine:
         return drafter
 
     @staticmethod
-    def _taps_of(drafter: Drafter) -> tuple[int, ...]:
+    def _taps_of(drafter: Drafter | BatchDrafter) -> tuple[int, ...]:
         return tuple(getattr(drafter, "target_layer_ids", ()) or ())
+
+    def _taps_for(self, state: RequestState) -> tuple[int, ...]:
+        return self._taps_of(self._batch_drafter if self._batch_drafter is not None else state.drafter)
 
     def add_request(
         self,
@@ -294,7 +328,12 @@ class Engine:
             if request_id in self._requests:
                 raise ValueError(f"request_id: {request_id!r} is already in use (pop() a finished request to reuse its id)")
         stop = StopCondition(eos_token_id, vocab_size=target.vocab_size, device=target.device)
-        drafter = self._shared_drafter if self._drafter_factory is None else self._check_drafter(self._drafter_factory())
+        if self._batch_drafter is not None:
+            drafter = None
+        elif self._drafter_factory is None:
+            drafter = self._shared_drafter
+        else:
+            drafter = self._check_drafter(self._drafter_factory())
         plen = prompt.numel()
         # room for a round that emits up to num_draft_tokens + 1 tokens past max_new_tokens - 1
         buf = torch.empty(plen + max_new_tokens + self.num_draft_tokens + 1, dtype=torch.long, device=target.device)
@@ -395,23 +434,50 @@ class Engine:
             state.slot = self._free_slots.pop(0)
             state.status = RUNNING
             self.target.reset(state.slot)
-            state.drafter.reset()
+            if self._batch_drafter is not None:
+                self._batch_drafter.reset(state.slot)
+            else:
+                state.drafter.reset()
             self._running.append(state.request_id)
             joined.append(state)
         return joined
 
+    def _draft_size(self, state: RequestState) -> int:
+        """The most tokens the request's drafter may propose this round."""
+        emitted = state.length - state.prompt.numel()
+        return max(0, min(self.num_draft_tokens, state.max_new_tokens - emitted - 1, self.target.room(state.slot) - 1))
+
     def _propose(self, state: RequestState) -> DraftProposal:
         """The request's drafter proposal for this round (checked for type and size)."""
-        target, slot, length = self.target, state.slot, state.length
-        plen = state.prompt.numel()
-        k = max(0, min(self.num_draft_tokens, state.max_new_tokens - (length - plen) - 1, target.room(slot) - 1))
+        k = self._draft_size(state)
         extra = {"target_hidden": state.fresh_hidden} if self._taps_of(state.drafter) else {}
-        proposal = state.drafter.propose(state.buf[:length], k, sampling=state.sampling, generator=state.generator, **extra)
+        proposal = state.drafter.propose(
+            state.buf[: state.length], k, sampling=state.sampling, generator=state.generator, **extra
+        )
+        return self._take_proposal(state, proposal, k)
+
+    def _take_proposal(self, state: RequestState, proposal: object, k: int) -> DraftProposal:
         if not isinstance(proposal, DraftProposal):
             raise TypeError(f"drafter: propose() returned {type(proposal).__name__}, expected a DraftProposal")
         check_proposal_size(proposal, k)
         state.pending = {"proposal": proposal}
         return proposal
+
+    def _propose_batch(self, states: list[RequestState]) -> list[tuple[object, int]]:
+        """Every drafting request's proposal from one :meth:`BatchDrafter.propose_batch` call, with its size limit."""
+        sizes = [self._draft_size(state) for state in states]
+        proposals = self._batch_drafter.propose_batch(
+            [state.slot for state in states],
+            [state.buf[: state.length] for state in states],
+            sizes,
+            samplings=[state.sampling for state in states],
+            generators=[state.generator for state in states],
+            target_hiddens=[state.fresh_hidden for state in states],
+        )
+        if not isinstance(proposals, (list, tuple)) or len(proposals) != len(states):
+            got = len(proposals) if isinstance(proposals, (list, tuple)) else type(proposals).__name__
+            raise TypeError(f"drafter: propose_batch() expected to return {len(states)} proposals, got {got}")
+        return list(zip(proposals, sizes))
 
     def _candidates(self, state: RequestState) -> list[float]:
         """Under a verify budget: the nodes the request could verify, as non-increasing expected gains.
@@ -497,11 +563,23 @@ class Engine:
         fresh = {id(s) for s in joined}
         failures: list[tuple[RequestState, Exception]] = []
         proposed = []
-        for state in states:
-            if id(state) in fresh:
+        drafting = [state for state in states if id(state) not in fresh]
+        batch: list = []
+        if self._batch_drafter is not None and drafting:
+            try:
+                batch = self._propose_batch(drafting)
+            except Exception as err:  # one call drafted for all of them: all of them fail, joining requests go on
+                for state in drafting:
+                    self._fail(state, err)
+                    failures.append((state, err))
+        for i, state in enumerate(drafting):
+            if state.status != RUNNING:
                 continue
             try:
-                self._propose(state)
+                if self._batch_drafter is not None:
+                    self._take_proposal(state, *batch[i])
+                else:
+                    self._propose(state)
                 gains = self._candidates(state) if self.verify_budget is not None else None
                 proposed.append((state, gains))
             except Exception as err:  # the request fails alone; its companions' round goes on
@@ -523,12 +601,12 @@ class Engine:
                 self._fail(state, err)
                 failures.append((state, err))
         emitted: dict[Hashable, torch.Tensor] = {}
-        taps = sorted({layer for state in planned for layer in self._taps_of(state.drafter)})
+        taps = sorted({layer for state in planned for layer in self._taps_for(state)})
         outs = self.target.forward(rows, hidden_layers=taps) if rows else []
         self.target_passes += bool(rows)
         for state, out in zip(planned, outs):
             try:
-                hidden = [out.hidden[taps.index(layer)][0] for layer in self._taps_of(state.drafter)]  # each [T_i, H]
+                hidden = [out.hidden[taps.index(layer)][0] for layer in self._taps_for(state)]  # each [T_i, H]
                 emitted[state.request_id] = self._finish_round(state, out.logits[0], hidden, fresh=id(state) in fresh)
             except Exception as err:
                 self._fail(state, err)
