@@ -25,7 +25,7 @@ def test_ray_tasks_give_the_serial_results_in_job_order(local_ray):
     jobs = [(SearchAgent(evaluate), name, SystemSpec(), Budget(8)) for name in best]
     start = time.perf_counter()
     results = explore_all(jobs, executor="ray", num_gpus=0)
-    assert time.perf_counter() - start < 60
+    assert time.perf_counter() - start < 180  # a hang guard with room for a loaded 2-core machine (63 s seen)
     assert [r.direction for r in results] == list(best)
     assert results[0].candidate.settings == {"num_draft_tokens": 8}
     assert results[1].candidate.settings == {"max_ngram": 5}
