@@ -247,6 +247,9 @@ class RaggedHybridTarget:
         """Every entry checked (the batch-1 target's checks on its slot); returns each request's tree parents."""
         if not isinstance(requests, (list, tuple)) or not requests:
             raise ValueError(f"requests: expected a non-empty list of RequestRows, got {requests!r}")
+        for layer in hidden_layers:
+            if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= self.config.num_layers:
+                raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer!r}")
         seen: set[int] = set()
         parents = []
         for i, req in enumerate(requests):
@@ -258,7 +261,7 @@ class RaggedHybridTarget:
             seen.add(slot)
             with self._bound(slot) as target:
                 try:
-                    target._check_inputs(req.tokens, req.positions, req.mask, hidden_layers)
+                    target._check_inputs(req.tokens, req.positions, req.mask, ())
                     parents.append(target._checked_parents(req.tokens.shape[1], req.mask, None))
                 except (TypeError, ValueError) as err:
                     raise type(err)(f"requests[{i}] (slot {slot}): {err}") from err
