@@ -113,7 +113,9 @@ class RaggedHybridTarget:
         self.k_caches = [torch.zeros(kv_shape, dtype=dtype, device=device) for _ in range(n_attn)]
         self.v_caches = [torch.zeros(kv_shape, dtype=dtype, device=device) for _ in range(n_attn)]
         self.recurrent = torch.zeros(slots, state_slots, n_gdn, hv, dk, dv, dtype=torch.float32, device=device)
-        self.conv = torch.zeros(slots, state_slots, n_gdn, cfg.conv_dim, cfg.linear_conv_kernel_dim - 1, dtype=dtype, device=device)
+        self.conv = torch.zeros(
+            slots, state_slots, n_gdn, cfg.conv_dim, cfg.linear_conv_kernel_dim - 1, dtype=dtype, device=device
+        )
         self._states = [self._empty_state(s) for s in range(slots)]
 
     def _empty_state(self, slot: int) -> dict:

@@ -89,7 +89,9 @@ def test_each_request_on_a_hybrid_target_equals_generate_alone(lengths, max_batc
     outputs = engine.run()
     for i, prompt in enumerate(prompts):
         expected = alone(prompt, verifier, news[i])
-        assert torch.equal(outputs[ids[i]], expected.tokens[0]), f"request {i} (prompt length {prompt.numel()}) differs from alone"
+        assert torch.equal(outputs[ids[i]], expected.tokens[0]), (
+            f"request {i} (prompt length {prompt.numel()}) differs from alone"
+        )
         assert_same_rounds(engine.request(ids[i]), expected)
 
 
@@ -126,7 +128,9 @@ def test_tree_rounds_that_accept_a_second_branch_equal_generate_alone():
     ids = [engine.add_request(p, max_new_tokens=12 + i) for i, p in enumerate(prompts)]
     outputs = engine.run()
     for i, prompt in enumerate(prompts):
-        expected = sd.generate(TARGET, prompt[None], max_new_tokens=12 + i, drafter=DetourDrafter(), verifier=TreeVerifier(budget=6))
+        expected = sd.generate(
+            TARGET, prompt[None], max_new_tokens=12 + i, drafter=DetourDrafter(), verifier=TreeVerifier(budget=6)
+        )
         assert torch.equal(outputs[ids[i]], expected.tokens[0])
         assert_same_rounds(engine.request(ids[i]), expected)
         assert engine.request(ids[i]).accepted >= 6  # the second branch was accepted in most rounds
