@@ -192,6 +192,22 @@ class RaggedHybridTarget:
         """
         return self._states[self._check_slot(slot)]["length"]
 
+    def recurrent_states(self, slot: int) -> torch.Tensor:
+        """``[num_gdn_layers, Hv, dk, dv]`` fp32 committed recurrent states of ``slot`` (a view).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> RaggedHybridTarget(tiny_target("qwen3_5_text", seed=0), slots=2).recurrent_states(1).shape
+            torch.Size([1, 4, 8, 8])
+        """
+        state = self._states[self._check_slot(slot)]
+        return state["_rec"][state["_slot"]]
+
+    def conv_states(self, slot: int) -> torch.Tensor:
+        """``[num_gdn_layers, conv_dim, W - 1]`` committed conv states of ``slot``, oldest column first (a view)."""
+        state = self._states[self._check_slot(slot)]
+        return state["_conv"][state["_slot"]]
+
     def room(self, slot: int) -> int:
         """Tokens that still fit in ``slot``: ``max_seq_len - length(slot)``."""
         return self.max_seq_len - self.length(slot)

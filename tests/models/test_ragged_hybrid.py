@@ -95,7 +95,8 @@ def test_per_request_logits_equal_the_batch1_hybrid_forward(lengths, nodes, seed
     for j, out in enumerate(outs):
         ref = replay(ALONE, histories[j])(torch.tensor([[5]]))
         assert torch.equal(out.logits, ref.logits)
-        assert torch.equal(ragged.recurrent[slots[j], ragged._states[slots[j]]["_slot"]], ALONE.recurrent_states)
+        assert torch.equal(ragged.recurrent_states(slots[j]), ALONE.recurrent_states)
+        assert torch.equal(ragged.conv_states(slots[j]), ALONE.conv_states)
 
 
 def test_the_hybrid_targets_own_cache_is_left_as_it_was():
