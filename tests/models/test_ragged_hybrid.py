@@ -5,6 +5,7 @@
   (the GDN states follow the accepted path exactly as on the batch-1 target);
 * commits, resets and truncations touch only their slot; the hybrid target's own cache is left as it was;
 * bad rows raise before any work and leave every slot as it was; layouts other than ``"per_request"`` are refused;
+* the Qwen3-Next layout (sparse MoE MLPs) is batch-invariant too;
 * a slot is a batch-1 Target: ``generate`` on it equals ``generate`` on the hybrid target.
 """
 
@@ -194,3 +195,21 @@ def test_a_slot_is_a_batch1_target_that_generates_like_the_hybrid_target():
     assert ragged.length(0) == 3
     with pytest.raises(ValueError, match="view: expected one of"):
         slot.forward(torch.tensor([[1]]), view="q")
+
+
+def test_qwen3_next_layout_with_moe_layers_is_batch_invariant_too():
+    target, alone = (tiny_target("qwen3_next", seed=4, max_seq_len=SEQ) for _ in range(2))
+    ragged = RaggedHybridTarget(target, slots=2)
+    prompts = [torch.tensor([[3, 1, 4, 1, 5]]), torch.tensor([[9, 2]])]
+    outs = ragged.forward([RequestRows(1, prompts[1]), RequestRows(0, prompts[0])])
+    ragged.commit(1, 2)
+    ragged.commit(0, 5)
+    plan = VerifyPlan.for_tree(torch.tensor([6]), Tree(tokens=[7, 8, 9], parents=[-1, -1, 1]), prefix_len=5)
+    tree_out = ragged.forward([RequestRows.from_plan(0, plan), RequestRows(1, torch.tensor([[2, 6]]))])[0]
+    ragged.commit(0, torch.tensor([0, 2, 3]))
+    last = ragged.forward([RequestRows(0, torch.tensor([[1]]))])[0]
+    assert torch.equal(outs[1].logits, alone(prompts[0]).logits)
+    alone.commit(5)
+    assert torch.equal(tree_out.logits, alone.run_plan(plan).logits)
+    alone.commit(torch.tensor([0, 2, 3]))
+    assert torch.equal(last.logits, alone(torch.tensor([[1]])).logits)
