@@ -30,7 +30,9 @@ from specdec.engine.drafting import BatchDrafter
 from specdec.engine.rounds import accept_round, check_verifier, plan_round, truncate_chain
 from specdec.generation import StopCondition, check_proposal_size
 from specdec.models.dense import DenseTarget
+from specdec.models.hybrid import HybridTarget
 from specdec.models.ragged import RaggedDenseTarget, RequestRows
+from specdec.models.ragged_hybrid import RaggedHybridTarget
 from specdec.verify.chain import ChainVerifier
 from specdec.verify.processors import process_logits
 from specdec.verify.sampling import logits_to_probs, sample
@@ -107,7 +109,9 @@ class Engine:
 
     Args:
         target: a :class:`~specdec.models.DenseTarget` (the engine builds ``max_batch`` KV slots over its
-            weights) or a :class:`~specdec.models.ragged.RaggedDenseTarget` (its slots are used).
+            weights), a :class:`~specdec.models.HybridTarget` (``max_batch`` slots of KV and GDN states:
+            a :class:`~specdec.models.ragged_hybrid.RaggedHybridTarget`, layout ``"per_request"`` only), or a
+            ``RaggedDenseTarget`` / ``RaggedHybridTarget`` (its slots are used).
         drafter: a zero-argument callable returning a fresh :class:`~specdec.contracts.Drafter` per
             request (the way for drafters with a cache, e.g. ``lambda: ModelDrafter(draft_model())``), or
             one drafter shared by every request, which must keep no state between calls that its
@@ -158,7 +162,7 @@ class Engine:
 
     def __init__(
         self,
-        target: DenseTarget | RaggedDenseTarget,
+        target: DenseTarget | HybridTarget | RaggedDenseTarget | RaggedHybridTarget,
         drafter: Drafter | Callable[[], Drafter],
         verifier: ChainVerifier | TreeVerifier | None = None,
         *,
@@ -171,16 +175,21 @@ class Engine:
     ):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch: expected an int >= 1, got {max_batch!r}")
-        if isinstance(target, RaggedDenseTarget):
+        if isinstance(target, (RaggedDenseTarget, RaggedHybridTarget)):
             if max_batch > target.slots:
                 raise ValueError(f"max_batch: expected at most the target's {target.slots} slots, got {max_batch}")
             if layout is not None and layout != target.layout:
-                raise ValueError(f"layout: the RaggedDenseTarget given runs layout {target.layout!r}, got {layout!r}")
+                raise ValueError(f"layout: the {type(target).__name__} given runs layout {target.layout!r}, got {layout!r}")
             self.target = target
         elif isinstance(target, DenseTarget):
             self.target = RaggedDenseTarget(target, slots=max_batch, layout="per_request" if layout is None else layout)
+        elif isinstance(target, HybridTarget):
+            self.target = RaggedHybridTarget(target, slots=max_batch, layout="per_request" if layout is None else layout)
         else:
-            raise TypeError(f"target: expected a DenseTarget or a RaggedDenseTarget, got {type(target).__name__}")
+            raise TypeError(
+                f"target: expected a DenseTarget or a RaggedDenseTarget, a HybridTarget or a RaggedHybridTarget, "
+                f"got {type(target).__name__}"
+            )
         if not isinstance(batched_drafting, bool):
             raise TypeError(f"batched_drafting: expected a bool, got {type(batched_drafting).__name__}")
         self._batch_drafter: BatchDrafter | None = None

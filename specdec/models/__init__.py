@@ -9,6 +9,7 @@ from specdec.models.hf import HFTarget
 from specdec.models.hybrid import HybridConfig, HybridTarget, build_hybrid_target, random_hybrid_target
 from specdec.models.loading import build_target, empty_target, load_target, random_target, save_hf_checkpoint
 from specdec.models.ragged import RaggedDenseTarget, RequestRows, SlotTarget
+from specdec.models.ragged_hybrid import HybridSlotTarget, RaggedHybridTarget
 from specdec.models.shapes import QWEN3_0_6B, QWEN3_8B, QWEN3_32B, SHAPES
 
 __all__ = [
@@ -17,11 +18,13 @@ __all__ = [
     "HFTarget",
     "HYBRID_MODEL_TYPES",
     "HybridConfig",
+    "HybridSlotTarget",
     "HybridTarget",
     "LeanTarget",
     "QWEN3_0_6B",
     "QWEN3_8B",
     "RaggedDenseTarget",
+    "RaggedHybridTarget",
     "RequestRows",
     "SlotTarget",
     "QWEN3_32B",

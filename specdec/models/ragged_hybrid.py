@@ -1,0 +1,349 @@
+"""Several requests on one hybrid target: per-request GDN states and KV slots over shared weights.
+
+:class:`RaggedHybridTarget` is :class:`~specdec.models.ragged.RaggedDenseTarget`'s counterpart for a
+:class:`~specdec.models.hybrid.HybridTarget` (Gated DeltaNet layers with a recurrent state and a conv
+state, gated attention layers with a KV cache). Each of its ``S`` slots owns everything a batch-1
+hybrid target keeps per request: the KV cache of every attention layer, a ring of committed GDN
+recurrent and conv states of every GDN layer, its committed length, and what its last forward left for
+the commit (the rows' pre-conv activations, keys, values, gates and the tree's parents).
+
+Layout ``"per_request"`` only: a forward runs each request's rows through the batch-1 hybrid code path
+with that request's slot bound to the shared modules, so every request's logits are ``torch.equal`` to
+the batch-1 :class:`~specdec.models.hybrid.HybridTarget`'s for the same history, whatever its companions
+and their order; a commit replays the accepted tree path into the slot's GDN state exactly as the
+batch-1 target does. The hybrid target's own batch-1 state is restored after every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+
+from specdec.contracts.plan import VerifyPlan
+from specdec.contracts.target import TargetOutput
+from specdec.models.hybrid import HybridTarget
+from specdec.models.ragged import RequestRows, SlotTarget
+
+__all__ = ["HYBRID_LAYOUTS", "HybridSlotTarget", "RaggedHybridTarget"]
+
+HYBRID_LAYOUTS = ("per_request",)
+
+# the attributes of a HybridTarget that hold one request's cache and the bookkeeping of its last forward
+_STATE = (
+    "k_caches",
+    "v_caches",
+    "_rec",
+    "_conv",
+    "_state_slots",
+    "max_seq_len",
+    "length",
+    "_last_rows",
+    "_last_view",
+    "_slot",
+    "_slot_len",
+    "_stash",
+    "_last_parents",
+    "_last_static",
+)
+
+
+class RaggedHybridTarget:
+    """``slots`` request caches (KV + GDN states) over one :class:`~specdec.models.hybrid.HybridTarget`'s weights.
+
+    Args:
+        target: the hybrid target whose modules every slot runs; its own batch-1 cache is left as it was.
+        slots: request slots ``S`` (>= 1).
+        max_seq_len: tokens per slot; default ``target.max_seq_len``.
+        state_slots: GDN states kept per request slot (a ring, >= 2): :meth:`truncate` can go back to the
+            lengths of the slot's last ``state_slots - 1`` commits, as on the batch-1 target.
+        layout: ``"per_request"`` (the only layout: batch-invariant, see the module docstring).
+
+    Memory per slot: ``num_attention_layers x 2 x [Hkv, max_seq_len, D]`` of KV and ``state_slots x``
+    the GDN states (``[num_gdn_layers, Hv, dk, dv]`` fp32 and ``[num_gdn_layers, conv_dim, W - 1]``).
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> hybrid = tiny_target("qwen3_5_text", seed=0)
+        >>> ragged = RaggedHybridTarget(hybrid, slots=2)
+        >>> outs = ragged.forward([RequestRows(0, torch.tensor([[1, 2, 3]])), RequestRows(1, torch.tensor([[4, 5]]))])
+        >>> [o.logits.shape[1] for o in outs]
+        [3, 2]
+        >>> ragged.commit(0, 3); ragged.commit(1, torch.tensor([0])); ragged.lengths
+        [3, 1]
+        >>> torch.equal(outs[0].logits, hybrid(torch.tensor([[1, 2, 3]])).logits)
+        True
+    """
+
+    def __init__(
+        self,
+        target: HybridTarget,
+        *,
+        slots: int,
+        max_seq_len: int | None = None,
+        state_slots: int = 2,
+        layout: str = "per_request",
+    ):
+        if not isinstance(target, HybridTarget):
+            raise TypeError(f"target: expected a specdec HybridTarget, got {type(target).__name__}")
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots: expected an int >= 1, got {slots!r}")
+        if max_seq_len is None:
+            max_seq_len = target.max_seq_len
+        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 2:
+            raise ValueError(f"max_seq_len: expected an int >= 2, got {max_seq_len!r}")
+        if isinstance(state_slots, bool) or not isinstance(state_slots, int) or state_slots < 2:
+            raise ValueError(f"state_slots: expected an int >= 2, got {state_slots!r}")
+        if layout not in HYBRID_LAYOUTS:
+            raise ValueError(
+                f"layout: a hybrid target runs only {HYBRID_LAYOUTS} (its GDN states are per request), got {layout!r}"
+            )
+        self.target = target
+        self.slots = slots
+        self.max_seq_len = max_seq_len
+        self.state_slots = state_slots
+        self.layout = layout
+        cfg = target.config
+        n_attn, n_gdn = len(cfg.attention_layers), len(cfg.gdn_layers)
+        hv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        dtype, device = target.dtype, target.device
+        kv_shape = (slots, cfg.num_kv_heads, max_seq_len, cfg.head_dim)
+        # [S, ...] buffers; slot s owns index s (a contiguous view with the batch-1 cache's shape and strides)
+        self.k_caches = [torch.zeros(kv_shape, dtype=dtype, device=device) for _ in range(n_attn)]
+        self.v_caches = [torch.zeros(kv_shape, dtype=dtype, device=device) for _ in range(n_attn)]
+        self.recurrent = torch.zeros(slots, state_slots, n_gdn, hv, dk, dv, dtype=torch.float32, device=device)
+        self.conv = torch.zeros(
+            slots, state_slots, n_gdn, cfg.conv_dim, cfg.linear_conv_kernel_dim - 1, dtype=dtype, device=device
+        )
+        self._states = [self._empty_state(s) for s in range(slots)]
+
+    def _empty_state(self, slot: int) -> dict:
+        return {
+            "k_caches": [k[slot : slot + 1] for k in self.k_caches],
+            "v_caches": [v[slot : slot + 1] for v in self.v_caches],
+            "_rec": self.recurrent[slot],
+            "_conv": self.conv[slot],
+            "_state_slots": self.state_slots,
+            "max_seq_len": self.max_seq_len,
+            "length": 0,
+            "_last_rows": 0,
+            "_last_view": "exact",
+            "_slot": 0,
+            "_slot_len": [0] + [-1] * (self.state_slots - 1),
+            "_stash": None,
+            "_last_parents": None,
+            "_last_static": None,
+        }
+
+    @contextmanager
+    def _bound(self, slot: int) -> Iterator[HybridTarget]:
+        """The shared target holding ``slot``'s cache and bookkeeping (eager path); its own are put back after."""
+        target, state = self.target, self._states[slot]
+        own = {name: getattr(target, name) for name in (*_STATE, "_graphs", "_buckets")}
+        for name in _STATE:
+            setattr(target, name, state[name])
+        target._graphs, target._buckets = None, ()  # graphs hold the target's own buffers
+        try:
+            yield target
+        finally:
+            for name in _STATE:
+                state[name] = getattr(target, name)
+            for name, value in own.items():
+                setattr(target, name, value)
+
+    @property
+    def config(self):
+        """The shared target's config."""
+        return self.target.config
+
+    @property
+    def vocab_size(self) -> int:
+        """``V``, the size of the logits' last dimension (int)."""
+        return self.target.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the weights and the caches (:class:`torch.device`)."""
+        return self.target.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the weights and KV caches; GDN recurrent states and logits are float32 (:class:`torch.dtype`)."""
+        return self.target.dtype
+
+    @property
+    def lengths(self) -> list[int]:
+        """Committed tokens of every slot (a new list)."""
+        return [state["length"] for state in self._states]
+
+    def _check_slot(self, slot: int, name: str = "slot") -> int:
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.slots:
+            raise ValueError(f"{name}: expected an int in [0, {self.slots}), got {slot!r}")
+        return slot
+
+    def length(self, slot: int) -> int:
+        """Committed tokens of ``slot``.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> RaggedHybridTarget(tiny_target("qwen3_5_text", seed=0), slots=2).length(1)
+            0
+        """
+        return self._states[self._check_slot(slot)]["length"]
+
+    def recurrent_states(self, slot: int) -> torch.Tensor:
+        """``[num_gdn_layers, Hv, dk, dv]`` fp32 committed recurrent states of ``slot`` (a view).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> RaggedHybridTarget(tiny_target("qwen3_5_text", seed=0), slots=2).recurrent_states(1).shape
+            torch.Size([1, 4, 8, 8])
+        """
+        state = self._states[self._check_slot(slot)]
+        return state["_rec"][state["_slot"]]
+
+    def conv_states(self, slot: int) -> torch.Tensor:
+        """``[num_gdn_layers, conv_dim, W - 1]`` committed conv states of ``slot``, oldest column first (a view)."""
+        state = self._states[self._check_slot(slot)]
+        return state["_conv"][state["_slot"]]
+
+    def room(self, slot: int) -> int:
+        """Tokens that still fit in ``slot``: ``max_seq_len - length(slot)``."""
+        return self.max_seq_len - self.length(slot)
+
+    def reset(self, slot: int) -> None:
+        """Empty ``slot``: length 0, zero GDN states (nothing is reallocated; the other slots are untouched)."""
+        with self._bound(self._check_slot(slot)) as target:
+            target.reset()
+
+    def truncate(self, slot: int, length: int) -> None:
+        """Roll ``slot`` back to ``length`` committed tokens: 0, its length, or a length its state ring still holds.
+
+        Any other length raises ``ValueError`` (a recurrent state cannot be cut back), as on the batch-1 target.
+        """
+        with self._bound(self._check_slot(slot)) as target:
+            target.truncate(length)
+
+    def discard(self, slot: int) -> None:
+        """Drop the scratch rows of ``slot``'s last forward (its committed cache and states are unchanged)."""
+        with self._bound(self._check_slot(slot)) as target:
+            target.discard()
+
+    def commit(self, slot: int, accepted: int | torch.Tensor) -> None:
+        """Keep rows of ``slot``'s last forward: replay their path into its GDN states, compact its K/V.
+
+        Args:
+            slot: the request's slot.
+            accepted: ``n`` keeps the first ``n`` rows (a path: a chain forward); an int64 tensor ``[n]`` of
+                rows forming a root-to-node path of the last forward's tree (ascending, each row a child of
+                the previous), as for :meth:`HybridTarget.commit`.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> ragged = RaggedHybridTarget(tiny_target("qwen3_5_text", seed=0), slots=2)
+            >>> mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)  # rows 1, 2 siblings
+            >>> _ = ragged.forward([RequestRows(1, torch.tensor([[1, 2, 3]]), mask=mask)])
+            >>> ragged.commit(1, torch.tensor([0, 2])); ragged.lengths
+            [0, 2]
+        """
+        with self._bound(self._check_slot(slot)) as target:
+            target.commit(accepted)
+
+    def slot_target(self, slot: int) -> HybridSlotTarget:
+        """A batch-1 :class:`~specdec.contracts.Target` over ``slot`` (prefill, drafters' tests, batch-1 verifiers).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.contracts import Target
+            >>> isinstance(RaggedHybridTarget(tiny_target("qwen3_5_text", seed=0), slots=2).slot_target(1), Target)
+            True
+        """
+        return HybridSlotTarget(self, self._check_slot(slot))
+
+    def _check_rows(self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...]) -> list[torch.Tensor | None]:
+        """Every entry checked (the batch-1 target's checks on its slot); returns each request's tree parents."""
+        if not isinstance(requests, (list, tuple)) or not requests:
+            raise ValueError(f"requests: expected a non-empty list of RequestRows, got {requests!r}")
+        for layer in hidden_layers:
+            if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= self.config.num_layers:
+                raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer!r}")
+        seen: set[int] = set()
+        parents = []
+        for i, req in enumerate(requests):
+            if not isinstance(req, RequestRows):
+                raise TypeError(f"requests[{i}]: expected RequestRows, got {type(req).__name__}")
+            slot = self._check_slot(req.slot, f"requests[{i}].slot")
+            if slot in seen:
+                raise ValueError(f"requests[{i}].slot: slot {slot} appears twice in one forward (one entry per request)")
+            seen.add(slot)
+            with self._bound(slot) as target:
+                try:
+                    target._check_inputs(req.tokens, req.positions, req.mask, ())
+                    parents.append(target._checked_parents(req.tokens.shape[1], req.mask, None))
+                except (TypeError, ValueError) as err:
+                    raise type(err)(f"requests[{i}] (slot {slot}): {err}") from err
+        return parents
+
+    @torch.no_grad()
+    def forward(self, requests: Sequence[RequestRows], *, hidden_layers: Sequence[int] = ()) -> list[TargetOutput]:
+        """Run the new rows of several requests; each request's rows read only its own slot's cache and states.
+
+        Every entry is checked before any work, so a bad entry leaves every slot as it was. A request's
+        ``mask`` must be the ancestor-or-self mask of its rows' tree (parent = nearest earlier row it sees).
+
+        Args:
+            requests: one :class:`~specdec.models.ragged.RequestRows` per request (distinct slots), any order.
+            hidden_layers: layer outputs to return per request (HF ``hidden_states`` numbering).
+
+        Returns:
+            one :class:`~specdec.contracts.TargetOutput` per entry of ``requests``, in their order, with
+            float32 ``logits [1, T_i, V]`` and ``[1, T_i, hidden_size]`` per tap.
+        """
+        hidden_layers = tuple(hidden_layers)
+        parents = self._check_rows(requests, hidden_layers)
+        return [self._forward_checked(req, tree, hidden_layers) for req, tree in zip(requests, parents)]
+
+    def _forward_checked(self, req: RequestRows, parents: torch.Tensor | None, hidden_layers: tuple[int, ...]) -> TargetOutput:
+        with self._bound(req.slot) as target:
+            return target._forward_rows(req.tokens, req.positions, req.mask, parents, hidden_layers, "exact")
+
+
+class HybridSlotTarget(SlotTarget):
+    """One slot of a :class:`RaggedHybridTarget` seen as a batch-1 :class:`~specdec.contracts.Target`.
+
+    Its forward honours ``tree_parents`` (the rows' tree, which the GDN states follow) like
+    :meth:`HybridTarget.forward`.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> slot = RaggedHybridTarget(tiny_target("qwen3_5_text", seed=0), slots=2).slot_target(0)
+        >>> _ = slot.forward(torch.tensor([[1, 2, 3]]), tree_parents=torch.tensor([-1, 0, 0])); slot.commit(torch.tensor([0, 2]))
+        >>> slot.length, slot.room()
+        (2, 254)
+    """
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        *,
+        hidden_layers: Sequence[int] = (),
+        tree_parents: torch.Tensor | None = None,
+        view: str = "exact",
+    ) -> TargetOutput:
+        """The batch-1 :meth:`HybridTarget.forward` on this slot (``view`` ``"exact"`` only)."""
+        if view != "exact":
+            raise ValueError(f"view: expected one of ('exact',) (this target's weight_views), got {view!r}")
+        ragged = self.ragged
+        with torch.no_grad(), ragged._bound(self.slot) as target:
+            return target.forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents)
+
+    __call__ = forward
+
+    def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact") -> TargetOutput:
+        """The forward of a :class:`~specdec.contracts.VerifyPlan` on this slot (its tree's parents)."""
+        return self.forward(
+            plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents, view=view
+        )

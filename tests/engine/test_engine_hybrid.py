@@ -1,0 +1,136 @@
+"""Engine on a hybrid (Gated DeltaNet + attention) target: every request's tokens equal ``generate`` alone.
+
+* fp32 greedy, chain and tree verification (branching n-gram trees), n-gram drafter: each request's tokens (and its rounds) are
+  ``torch.equal`` to :func:`specdec.generate` of that request alone on the batch-1 hybrid target, for
+  prompts of different lengths, any arrival order and batch size (hypothesis);
+* a request joining between steps and a cancelled companion change nobody's tokens;
+* the engine builds a ``RaggedHybridTarget`` for a ``HybridTarget`` and refuses the ``"packed"`` layout.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specdec as sd
+from specdec.contracts import DraftProposal, SamplingConfig
+from specdec.drafters import ModelDrafter, NGramDrafter
+from specdec.engine import Engine
+from specdec.models.ragged_hybrid import RaggedHybridTarget
+from specdec.testing import tiny_target
+from specdec.verify import ChainVerifier, TreeVerifier
+
+SEQ = 64
+TARGET = tiny_target("qwen3_5_text", seed=0, max_seq_len=SEQ)
+VERIFIERS = {"chain": ChainVerifier, "tree": lambda: TreeVerifier(budget=6)}
+# tree rounds get branching n-gram trees (up to 3 merged continuations), so commits follow non-first paths
+DRAFTERS = {"chain": lambda: NGramDrafter(max_ngram=2), "tree": lambda: NGramDrafter(max_ngram=2, max_paths=3)}
+
+
+class DetourDrafter:
+    """A tree whose first branch is a miss and whose second is the target's greedy continuation.
+
+    Greedy verification then accepts the second branch, so every commit keeps a path that is not the
+    tree's first one: the GDN state must follow it (a per-request drafter: it keeps a copy of the target).
+    """
+
+    vocab_size = None
+
+    def __init__(self):
+        self._oracle = ModelDrafter(copy.deepcopy(TARGET))
+
+    def reset(self) -> None:
+        self._oracle.reset()
+
+    def propose(self, context, max_tokens, *, sampling, generator) -> DraftProposal:
+        if max_tokens < 2:
+            return DraftProposal(tokens=torch.zeros(0, dtype=torch.long))
+        truth = self._oracle.propose(context, max_tokens - 1, sampling=SamplingConfig(), generator=None).tokens
+        miss = (truth[:1] + 1) % TARGET.vocab_size
+        parents = torch.tensor([-1, -1] + list(range(1, truth.numel())))
+        return DraftProposal(tokens=torch.cat([miss, truth]), parents=parents)
+
+
+def prompts_of(lengths, seed):
+    gen = torch.Generator().manual_seed(seed)
+    # a small alphabet makes the n-gram drafter find matches, so rounds accept several tokens
+    return [torch.randint(0, 6, (n,), generator=gen) * 7 for n in lengths]
+
+
+def alone(prompt, verifier, max_new_tokens):
+    return sd.generate(
+        TARGET, prompt[None], max_new_tokens=max_new_tokens, drafter=DRAFTERS[verifier](), verifier=VERIFIERS[verifier]()
+    )
+
+
+def assert_same_rounds(state, out):
+    stats = out.per_request[0]
+    assert (state.rounds, state.accepted) == (stats.rounds, sum(n * c for n, c in enumerate(stats.accepted_histogram)))
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 12), min_size=1, max_size=3),
+    max_batch=st.integers(1, 3),
+    verifier=st.sampled_from(sorted(VERIFIERS)),
+    seed=st.integers(0, 10_000),
+)
+def test_each_request_on_a_hybrid_target_equals_generate_alone(lengths, max_batch, verifier, seed):
+    prompts = prompts_of(lengths, seed)
+    news = [6 + (seed + i) % 9 for i in range(len(prompts))]
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
+    engine = Engine(TARGET, DRAFTERS[verifier](), VERIFIERS[verifier](), max_batch=max_batch)
+    assert isinstance(engine.target, RaggedHybridTarget)
+    ids = {i: engine.add_request(prompts[i], max_new_tokens=news[i]) for i in order}
+    outputs = engine.run()
+    for i, prompt in enumerate(prompts):
+        expected = alone(prompt, verifier, news[i])
+        assert torch.equal(outputs[ids[i]], expected.tokens[0]), (
+            f"request {i} (prompt length {prompt.numel()}) differs from alone"
+        )
+        assert_same_rounds(engine.request(ids[i]), expected)
+
+
+@pytest.mark.parametrize("verifier", sorted(VERIFIERS))
+def test_a_late_request_and_a_cancelled_companion_change_nothing_on_a_hybrid_target(verifier):
+    prompts = prompts_of([9, 3, 12], seed=1)
+    engine = Engine(TARGET, DRAFTERS[verifier](), VERIFIERS[verifier](), max_batch=2)
+    first = engine.add_request(prompts[0], max_new_tokens=16)
+    doomed = engine.add_request(prompts[1], max_new_tokens=16)
+    engine.step()
+    engine.step()
+    engine.cancel(doomed)
+    late = engine.add_request(prompts[2], max_new_tokens=12)
+    outputs = engine.run()
+    assert torch.equal(outputs[first], alone(prompts[0], verifier, 16).tokens[0])
+    assert torch.equal(outputs[late], alone(prompts[2], verifier, 12).tokens[0])
+    assert engine.status(doomed) == "cancelled"
+
+
+def test_engine_hybrid_target_selection_errors():
+    with pytest.raises(ValueError, match=r"layout: a hybrid target runs only \('per_request',\).*got 'packed'"):
+        Engine(TARGET, NGramDrafter(), max_batch=2, layout="packed")
+    ragged = RaggedHybridTarget(TARGET, slots=2)
+    with pytest.raises(ValueError, match="max_batch: expected at most the target's 2 slots, got 3"):
+        Engine(ragged, NGramDrafter(), max_batch=3)
+    with pytest.raises(ValueError, match="layout: the RaggedHybridTarget given runs layout 'per_request', got 'packed'"):
+        Engine(ragged, NGramDrafter(), max_batch=2, layout="packed")
+    assert Engine(ragged, NGramDrafter(), max_batch=2).target is ragged
+
+
+def test_tree_rounds_that_accept_a_second_branch_equal_generate_alone():
+    prompts = prompts_of([7, 2, 10], seed=3)
+    engine = Engine(TARGET, DetourDrafter, TreeVerifier(budget=6), max_batch=3)
+    ids = [engine.add_request(p, max_new_tokens=12 + i) for i, p in enumerate(prompts)]
+    outputs = engine.run()
+    for i, prompt in enumerate(prompts):
+        expected = sd.generate(
+            TARGET, prompt[None], max_new_tokens=12 + i, drafter=DetourDrafter(), verifier=TreeVerifier(budget=6)
+        )
+        assert torch.equal(outputs[ids[i]], expected.tokens[0])
+        assert_same_rounds(engine.request(ids[i]), expected)
+        assert engine.request(ids[i]).accepted >= 6  # the second branch was accepted in most rounds
