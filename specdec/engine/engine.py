@@ -2,7 +2,8 @@
 
 Each :meth:`Engine.step` is one round for every running request: requests that just joined are
 prefilled, the others get their drafter's proposal and their verifier's plan; the rows of all of them
-go through ONE ragged target forward (:class:`~specdec.models.ragged.RaggedDenseTarget`); then each
+go through ONE ragged target forward (:class:`~specdec.models.ragged.RaggedDenseTarget`, or
+:class:`~specdec.models.ragged_hybrid.RaggedHybridTarget` for a hybrid target); then each
 request accepts from its own logits with its own generator and commits into its own KV slot. Requests
 join (:meth:`Engine.add_request`) and leave (finish or :meth:`Engine.cancel`) between steps; a request
 added while every slot is busy waits for one.
