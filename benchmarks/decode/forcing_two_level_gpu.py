@@ -37,44 +37,7 @@ from benchmarks.decode.forcing_gpu import SHAPES
 from specdec.forcing import TokenForcingChecker
 from specdec.models import DenseTarget
 from specdec.models.config import TargetConfig
-from specdec.testing.faults import TargetFault
-
-
-class QChainHandOff(TargetFault):
-    """Planted fault: the exact pass reuses the Q pass's logits for the rows the two passes share.
-
-    With chain drafts the exact pass's first rows (the root and the Q chain C) are the Q pass's first
-    rows, same tokens at the same positions: the shortcut a fused implementation could take, and wrong,
-    since the Q logits come from the 8-bit weights.
-
-    Example:
-        >>> from specdec.testing import tiny_target
-        >>> fault = QChainHandOff(tiny_target(seed=0))
-        >>> ids = torch.tensor([[1, 2, 3]])
-        >>> q = fault.forward(ids, view="q").logits; fault.discard()
-        >>> torch.equal(fault.forward(ids).logits, q)        # the exact pass now returns the Q logits
-        True
-    """
-
-    def __init__(self, target):
-        super().__init__(target)
-        self.last_q_pass: tuple[torch.Tensor, torch.Tensor] | None = None  # (tokens [T], logits [1, T, V]) of the last Q pass
-
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None, view="exact"):
-        """The wrapped forward; an exact forward right after a Q forward takes the Q logits on their shared rows."""
-        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
-        if view == "q":
-            self.last_q_pass = (tokens[0].clone(), out.logits.clone())
-        elif self.last_q_pass is not None:
-            q_tokens, q_logits = self.last_q_pass
-            self.last_q_pass = None
-            n = min(q_tokens.numel(), tokens.shape[1])
-            differs = (q_tokens[:n] != tokens[0, :n]).nonzero()
-            shared = n if differs.numel() == 0 else int(differs[0, 0])
-            logits = out.logits.clone()
-            logits[:, :shared] = q_logits[:, :shared]
-            out = type(out)(logits=logits, hidden=out.hidden)
-        return out
+from specdec.testing.faults import QChainHandOff
 
 
 def random_target(shape: str, logit_std: float, dtype, device, max_seq_len: int, seed: int) -> DenseTarget:

@@ -21,7 +21,6 @@ logits agree with the batch-1 forward to rounding, not bitwise.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -29,6 +28,7 @@ from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.models.dense import DecoderLayer, DenseTarget, _rotate_half, compact_kv, prefix_attention_mask
 from specdec.models.graphs import StaticGraphs, pick_bucket
+from specdec.models.slots import RequestRows, RequestSlots
 
 __all__ = ["LAYOUTS", "ROW_BUCKETS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
 
@@ -36,35 +36,7 @@ LAYOUTS = ("per_request", "packed")
 ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
-@dataclass(eq=False)
-class RequestRows:
-    """The new rows of one request in a ragged forward.
-
-    Attributes:
-        slot: the request's KV slot (``0 <= slot < slots``).
-        tokens: ``[1, T]`` int64.
-        positions: ``[1, T]`` int64 RoPE positions; ``None`` = ``length + arange(T)`` (a chain).
-        mask: ``[T, T]`` bool over the request's own new rows (its committed prefix is always visible);
-            ``None`` = causal.
-
-    Example:
-        >>> plan = VerifyPlan.chain(torch.tensor([3]), torch.tensor([4, 5]), prefix_len=0)
-        >>> RequestRows.from_plan(1, plan).tokens.tolist()
-        [[3, 4, 5]]
-    """
-
-    slot: int
-    tokens: torch.Tensor
-    positions: torch.Tensor | None = None
-    mask: torch.Tensor | None = None
-
-    @classmethod
-    def from_plan(cls, slot: int, plan: VerifyPlan) -> RequestRows:
-        """The rows of a :class:`~specdec.contracts.VerifyPlan` (its tokens, positions and mask) in ``slot``."""
-        return cls(slot=slot, tokens=plan.tokens, positions=plan.positions, mask=plan.mask)
-
-
-class RaggedDenseTarget:
+class RaggedDenseTarget(RequestSlots):
     """``slots`` request caches over one :class:`~specdec.models.dense.DenseTarget`'s weights.
 
     Args:
@@ -100,12 +72,7 @@ class RaggedDenseTarget:
         kinds = sorted({type(layer).__name__ for layer in target.layers if not isinstance(layer, DecoderLayer)})
         if kinds:
             raise TypeError(f"target: expected dense DecoderLayer layers only, got {kinds}")
-        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-            raise ValueError(f"slots: expected an int >= 1, got {slots!r}")
-        if max_seq_len is None:
-            max_seq_len = target.max_seq_len
-        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 2:
-            raise ValueError(f"max_seq_len: expected an int >= 2, got {max_seq_len!r}")
+        slots, max_seq_len = self._checked_sizes(slots, max_seq_len, target.max_seq_len)
         if layout not in LAYOUTS:
             raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
         self.target = target
@@ -123,31 +90,6 @@ class RaggedDenseTarget:
         self._buckets: tuple[int, ...] = ()
         self._span_step = 1
 
-    @property
-    def config(self):
-        """The shared target's config."""
-        return self.target.config
-
-    @property
-    def vocab_size(self) -> int:
-        """``V``, the size of the logits' last dimension (int)."""
-        return self.target.vocab_size
-
-    @property
-    def device(self) -> torch.device:
-        """The device of the weights and the caches (:class:`torch.device`)."""
-        return self.target.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of the weights and caches; logits are float32 (:class:`torch.dtype`)."""
-        return self.target.dtype
-
-    def _check_slot(self, slot: int, name: str = "slot") -> int:
-        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.slots:
-            raise ValueError(f"{name}: expected an int in [0, {self.slots}), got {slot!r}")
-        return slot
-
     def length(self, slot: int) -> int:
         """Committed tokens of ``slot``.
 
@@ -157,10 +99,6 @@ class RaggedDenseTarget:
             0
         """
         return self.lengths[self._check_slot(slot)]
-
-    def room(self, slot: int) -> int:
-        """Tokens that still fit in ``slot``: ``max_seq_len - length(slot)``."""
-        return self.max_seq_len - self.lengths[self._check_slot(slot)]
 
     def reset(self, slot: int) -> None:
         """Empty ``slot`` (its length becomes 0; nothing is reallocated, the other slots are untouched)."""
@@ -230,17 +168,9 @@ class RaggedDenseTarget:
         return SlotTarget(self, self._check_slot(slot))
 
     def _check_rows(self, requests: Sequence[RequestRows], hidden_layers: Sequence[int]) -> None:
-        if not isinstance(requests, (list, tuple)) or not requests:
-            raise ValueError(f"requests: expected a non-empty list of RequestRows, got {requests!r}")
-        seen: set[int] = set()
+        self._check_request_list(requests, hidden_layers)
         for i, req in enumerate(requests):
-            if not isinstance(req, RequestRows):
-                raise TypeError(f"requests[{i}]: expected RequestRows, got {type(req).__name__}")
-            slot = self._check_slot(req.slot, f"requests[{i}].slot")
-            if slot in seen:
-                raise ValueError(f"requests[{i}].slot: slot {slot} appears twice in one forward (one entry per request)")
-            seen.add(slot)
-            tokens = req.tokens
+            slot, tokens = req.slot, req.tokens
             if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long or tokens.shape[0] != 1:
                 desc = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
                 raise TypeError(f"requests[{i}].tokens: expected an int64 tensor [1, T], got {desc}")
@@ -260,9 +190,6 @@ class RaggedDenseTarget:
                 raise ValueError(
                     f"requests[{i}].mask: expected bool [{seqlen}, {seqlen}], got {req.mask.dtype} {tuple(req.mask.shape)}"
                 )
-        for layer in hidden_layers:
-            if not 0 <= layer <= self.config.num_layers:
-                raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer}")
 
     @torch.no_grad()
     def forward(self, requests: Sequence[RequestRows], *, hidden_layers: Sequence[int] = ()) -> list[TargetOutput]:

@@ -24,7 +24,8 @@ import torch
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.models.hybrid import HybridTarget
-from specdec.models.ragged import RequestRows, SlotTarget
+from specdec.models.ragged import SlotTarget
+from specdec.models.slots import RequestRows, RequestSlots
 
 __all__ = ["HYBRID_LAYOUTS", "HybridSlotTarget", "RaggedHybridTarget"]
 
@@ -49,7 +50,7 @@ _STATE = (
 )
 
 
-class RaggedHybridTarget:
+class RaggedHybridTarget(RequestSlots):
     """``slots`` request caches (KV + GDN states) over one :class:`~specdec.models.hybrid.HybridTarget`'s weights.
 
     Args:
@@ -87,12 +88,7 @@ class RaggedHybridTarget:
     ):
         if not isinstance(target, HybridTarget):
             raise TypeError(f"target: expected a specdec HybridTarget, got {type(target).__name__}")
-        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-            raise ValueError(f"slots: expected an int >= 1, got {slots!r}")
-        if max_seq_len is None:
-            max_seq_len = target.max_seq_len
-        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 2:
-            raise ValueError(f"max_seq_len: expected an int >= 2, got {max_seq_len!r}")
+        slots, max_seq_len = self._checked_sizes(slots, max_seq_len, target.max_seq_len)
         if isinstance(state_slots, bool) or not isinstance(state_slots, int) or state_slots < 2:
             raise ValueError(f"state_slots: expected an int >= 2, got {state_slots!r}")
         if layout not in HYBRID_LAYOUTS:
@@ -153,21 +149,6 @@ class RaggedHybridTarget:
                 setattr(target, name, value)
 
     @property
-    def config(self):
-        """The shared target's config."""
-        return self.target.config
-
-    @property
-    def vocab_size(self) -> int:
-        """``V``, the size of the logits' last dimension (int)."""
-        return self.target.vocab_size
-
-    @property
-    def device(self) -> torch.device:
-        """The device of the weights and the caches (:class:`torch.device`)."""
-        return self.target.device
-
-    @property
     def dtype(self) -> torch.dtype:
         """The dtype of the weights and KV caches; GDN recurrent states and logits are float32 (:class:`torch.dtype`)."""
         return self.target.dtype
@@ -176,11 +157,6 @@ class RaggedHybridTarget:
     def lengths(self) -> list[int]:
         """Committed tokens of every slot (a new list)."""
         return [state["length"] for state in self._states]
-
-    def _check_slot(self, slot: int, name: str = "slot") -> int:
-        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.slots:
-            raise ValueError(f"{name}: expected an int in [0, {self.slots}), got {slot!r}")
-        return slot
 
     def length(self, slot: int) -> int:
         """Committed tokens of ``slot``.
@@ -207,10 +183,6 @@ class RaggedHybridTarget:
         """``[num_gdn_layers, conv_dim, W - 1]`` committed conv states of ``slot``, oldest column first (a view)."""
         state = self._states[self._check_slot(slot)]
         return state["_conv"][state["_slot"]]
-
-    def room(self, slot: int) -> int:
-        """Tokens that still fit in ``slot``: ``max_seq_len - length(slot)``."""
-        return self.max_seq_len - self.length(slot)
 
     def reset(self, slot: int) -> None:
         """Empty ``slot``: length 0, zero GDN states (nothing is reallocated; the other slots are untouched)."""
@@ -263,20 +235,10 @@ class RaggedHybridTarget:
 
     def _check_rows(self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...]) -> list[torch.Tensor | None]:
         """Every entry checked (the batch-1 target's checks on its slot); returns each request's tree parents."""
-        if not isinstance(requests, (list, tuple)) or not requests:
-            raise ValueError(f"requests: expected a non-empty list of RequestRows, got {requests!r}")
-        for layer in hidden_layers:
-            if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= self.config.num_layers:
-                raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer!r}")
-        seen: set[int] = set()
+        self._check_request_list(requests, hidden_layers)
         parents = []
         for i, req in enumerate(requests):
-            if not isinstance(req, RequestRows):
-                raise TypeError(f"requests[{i}]: expected RequestRows, got {type(req).__name__}")
-            slot = self._check_slot(req.slot, f"requests[{i}].slot")
-            if slot in seen:
-                raise ValueError(f"requests[{i}].slot: slot {slot} appears twice in one forward (one entry per request)")
-            seen.add(slot)
+            slot = req.slot
             with self._bound(slot) as target:
                 try:
                     target._check_inputs(req.tokens, req.positions, req.mask, ())

@@ -16,6 +16,8 @@ Faults:
 * :class:`PositionShiftFault` -- RoPE positions off by ``shift`` (an off-by-one position bug).
 * :class:`StaleStateFault` -- rejected draft rows stay in the state after rollback (a recurrent state
   that is not restored; inert under plain autoregressive decoding, where nothing is rejected).
+* :class:`QChainHandOff` -- an exact pass that reuses the previous Q pass's logits on their shared rows (a
+  two-level verifier's shortcut that commits 8-bit results).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import check_target
 
-__all__ = ["LogitBiasFault", "LogitNoiseFault", "PositionShiftFault", "StaleStateFault", "TargetFault"]
+__all__ = ["LogitBiasFault", "LogitNoiseFault", "PositionShiftFault", "QChainHandOff", "StaleStateFault", "TargetFault"]
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -375,3 +377,40 @@ class StaleStateFault(TargetFault):
             self.target.commit(rows)
         else:
             self.target.commit(accepted)
+
+
+class QChainHandOff(TargetFault):
+    """Planted fault: the exact pass reuses the Q pass's logits for the rows the two passes share.
+
+    With chain drafts the exact pass's first rows (the root and the Q chain C) are the Q pass's first
+    rows, same tokens at the same positions: the shortcut a fused implementation could take, and wrong,
+    since the Q logits come from the 8-bit weights. Two-level verification must fail token forcing under it.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> fault = QChainHandOff(tiny_target(seed=0))
+        >>> ids = torch.tensor([[1, 2, 3]])
+        >>> q = fault.forward(ids, view="q").logits; fault.discard()
+        >>> torch.equal(fault.forward(ids).logits, q)        # the exact pass now returns the Q logits
+        True
+    """
+
+    def __init__(self, target):
+        super().__init__(target)
+        self.last_q_pass: tuple[torch.Tensor, torch.Tensor] | None = None  # (tokens [T], logits [1, T, V]) of the last Q pass
+
+    def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None, view="exact"):
+        """The wrapped forward; an exact forward right after a Q forward takes the Q logits on their shared rows."""
+        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
+        if view == "q":
+            self.last_q_pass = (tokens[0].clone(), out.logits.clone())
+        elif self.last_q_pass is not None:
+            q_tokens, q_logits = self.last_q_pass
+            self.last_q_pass = None
+            n = min(q_tokens.numel(), tokens.shape[1])
+            differs = (q_tokens[:n] != tokens[0, :n]).nonzero()
+            shared = n if differs.numel() == 0 else int(differs[0, 0])
+            logits = out.logits.clone()
+            logits[:, :shared] = q_logits[:, :shared]
+            out = type(out)(logits=logits, hidden=out.hidden)
+        return out

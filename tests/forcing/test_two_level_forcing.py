@@ -8,37 +8,9 @@ import torch
 import specdec as sd
 from specdec.forcing import TokenForcingChecker
 from specdec.testing import tiny_target
-from specdec.testing.faults import TargetFault
+from specdec.testing.faults import QChainHandOff
 
 NEW_TOKENS = 128
-
-
-class QChainHandOff(TargetFault):
-    """Planted fault: the exact pass reuses the Q pass's logits for the rows the two passes share.
-
-    With chain drafts the exact pass's first rows (the root and the Q chain C) are the Q pass's first
-    rows, same tokens at the same positions: the shortcut a fused implementation could take, and wrong,
-    since the Q logits come from the 8-bit weights.
-    """
-
-    def __init__(self, target):
-        super().__init__(target)
-        self._q: tuple[torch.Tensor, torch.Tensor] | None = None  # (tokens [T], logits [1, T, V]) of the last Q pass
-
-    def forward(self, tokens, positions=None, mask=None, *, hidden_layers=(), tree_parents=None, view="exact"):
-        out = super().forward(tokens, positions, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
-        if view == "q":
-            self._q = (tokens[0].clone(), out.logits.clone())
-        elif self._q is not None:
-            q_tokens, q_logits = self._q
-            self._q = None
-            n = min(q_tokens.numel(), tokens.shape[1])
-            differs = (q_tokens[:n] != tokens[0, :n]).nonzero()
-            shared = n if differs.numel() == 0 else int(differs[0, 0])
-            logits = out.logits.clone()
-            logits[:, :shared] = q_logits[:, :shared]
-            out = type(out)(logits=logits, hidden=out.hidden)
-        return out
 
 
 @pytest.fixture(scope="module")
