@@ -61,7 +61,7 @@ class ModelDrafter:
         self.target.reset()
 
     def batched(self, *, slots: int, layout: str = "packed"):
-        """A :class:`~specdec.engine.drafting.BatchedModelDrafter` over this drafter's model: one forward per draft step for ``slots`` requests.
+        """A :class:`~specdec.drafters.batched_model.BatchedModelDrafter` over this drafter's model: one forward per draft step for ``slots`` requests.
 
         Each request gets its own KV slot over the same weights; per request, tokens are drawn as
         :meth:`propose` draws them. Needs a specdec :class:`~specdec.models.DenseTarget` model.
@@ -71,7 +71,7 @@ class ModelDrafter:
             >>> ModelDrafter(tiny_target(seed=1)).batched(slots=4).slots
             4
         """
-        from specdec.engine.drafting import BatchedModelDrafter
+        from specdec.drafters.batched_model import BatchedModelDrafter
 
         return BatchedModelDrafter(self.target, slots=slots, layout=layout, vocab_size=self.vocab_size)
 

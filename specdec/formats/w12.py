@@ -53,12 +53,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.kernels.cuda.ops import register_cpu_reference
 from specdec.kernels.w12_gemm import (
     REBIAS_EXPONENT,
     W12KernelConfig,
     check_planes,
     decode_w12_tiles,
     escape_coordinates,
+    num_escape_tiles,
     pack_escape_tiles,
     q_matmul,
     resolve_backend,
@@ -918,3 +920,19 @@ def load_into(module: nn.Module, path: str) -> None:
                 if isinstance(target, W12Tensor):
                     raise ValueError(f"{name}: module holds a W12 weight but the file holds a plain tensor")
                 target.copy_(value)
+
+
+def _w12_planes_reference(x, ae, nib, base, esc_ptr, esc_pos, esc_bits):
+    return w12_linear_reference(x, W12Tensor(ae, nib, base, esc_ptr, esc_pos, esc_bits, tuple(ae.shape)))
+
+
+def _q_plane_reference(x, ae, base):
+    n, k = ae.shape
+    no_nib = torch.zeros(n, k // 2, dtype=torch.uint8, device=ae.device)
+    no_esc_ptr = torch.zeros(num_escape_tiles(n, k) + 1, dtype=torch.int32, device=ae.device)
+    no_esc = torch.zeros(0, dtype=torch.int16, device=ae.device)
+    return q_linear_reference(x, W12Tensor(ae, no_nib, base, no_esc_ptr, no_esc, no_esc, (n, k)))
+
+
+register_cpu_reference("w12", _w12_planes_reference)
+register_cpu_reference("q", _q_plane_reference)

@@ -27,12 +27,13 @@ Example (CPU: the reference path)::
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from specdec.kernels.cuda.build import load_library
-from specdec.kernels.w12_gemm import _check_escapes, _check_planes, num_escape_tiles
+from specdec.kernels.w12_gemm import _check_escapes, _check_planes
 
 __all__ = ["skinny_gemm_bf16", "w12_gemm_small_m", "q_gemm_small_m", "launch_plan", "MAX_TOKENS", "KINDS"]
 
@@ -133,20 +134,39 @@ def _(x, weight):
     return x.new_empty(x.shape[0], n)
 
 
-def _w12_reference(x, ae, nib, base, esc_ptr, esc_pos, esc_bits):
-    from specdec.formats.w12 import W12Tensor, w12_linear_reference
+_CPU_REFERENCES: dict[str, Callable[..., torch.Tensor]] = {}
 
-    return w12_linear_reference(x, W12Tensor(ae, nib, base, esc_ptr, esc_pos, esc_bits, tuple(ae.shape)))
+
+def register_cpu_reference(op: str, fn: Callable[..., torch.Tensor]) -> None:
+    """Set the pure-PyTorch function the ``"w12"`` or ``"q"`` op runs off CUDA.
+
+    The decode lives a layer above the kernels, in :mod:`specdec.formats.w12`, which registers both when it
+    is imported (``import specdec`` does).
+
+    Example:
+        >>> import specdec.formats  # registers the references
+        >>> sorted(_CPU_REFERENCES)
+        ['q', 'w12']
+    """
+    if op not in ("w12", "q"):
+        raise ValueError(f"op: expected 'w12' or 'q', got {op!r}")
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+    _CPU_REFERENCES[op] = fn
+
+
+def _cpu_reference(op: str) -> Callable[..., torch.Tensor]:
+    if op not in _CPU_REFERENCES:
+        raise RuntimeError(f"the {op} GEMM off CUDA runs the reference of specdec.formats: import specdec.formats first")
+    return _CPU_REFERENCES[op]
+
+
+def _w12_reference(x, ae, nib, base, esc_ptr, esc_pos, esc_bits):
+    return _cpu_reference("w12")(x, ae, nib, base, esc_ptr, esc_pos, esc_bits)
 
 
 def _q_reference(x, ae, base):
-    from specdec.formats.w12 import W12Tensor, q_linear_reference
-
-    n, k = ae.shape
-    no_nib = torch.zeros(n, k // 2, dtype=torch.uint8, device=ae.device)
-    no_esc_ptr = torch.zeros(num_escape_tiles(n, k) + 1, dtype=torch.int32, device=ae.device)
-    no_esc = torch.zeros(0, dtype=torch.int16, device=ae.device)
-    return q_linear_reference(x, W12Tensor(ae, no_nib, base, no_esc_ptr, no_esc, no_esc, (n, k)))
+    return _cpu_reference("q")(x, ae, base)
 
 
 @torch.library.custom_op("specdec::w12_gemm_small_m", mutates_args=())

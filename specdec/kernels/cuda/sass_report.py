@@ -69,6 +69,7 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
 
 
 def main() -> None:
+    """Command line: print the per-kernel SASS counts of a built library (``python -m specdec.kernels.cuda.sass_report LIB``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("library", help="the .so (or a text file of cuobjdump -sass output with --text)")
     parser.add_argument("--cuobjdump", default="cuobjdump")
