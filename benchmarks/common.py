@@ -49,6 +49,20 @@ PROVENANCE_FIELDS = (
 )
 
 
+TINY_QWEN3 = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    qk_norm=True,
+    model_type="qwen3",
+)
+"""The Qwen3-style config fields of the CPU smoke runs' tiny stand-in target (``TargetConfig(**TINY_QWEN3)``)."""
+
+
 def _device(device: torch.device | str | None) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import provenance, provenance_line, write_json
+from benchmarks.common import TINY_QWEN3, provenance, provenance_line, write_json
 from specdec.drafters import NGramDrafter
 from specdec.drafters.oracle import PRESETS, OracleDrafter
 from specdec.engine import Engine
@@ -46,17 +46,7 @@ from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
 from specdec.models.ragged import RaggedDenseTarget, RequestRows
 
-TINY = TargetConfig(
-    vocab_size=512,
-    hidden_size=64,
-    intermediate_size=128,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
-    qk_norm=True,
-    model_type="qwen3",
-)
+TINY = TargetConfig(**TINY_QWEN3)
 
 
 def sync(device: torch.device) -> None:

@@ -43,24 +43,14 @@ import time
 
 import torch
 
-from benchmarks.common import capture_cuda_graph, median_time_ms, provenance, provenance_line, write_json
+from benchmarks.common import TINY_QWEN3, capture_cuda_graph, median_time_ms, provenance, provenance_line, write_json
 from specdec.drafters.base import DraftProposal
 from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import Tree, TreeVerifier, best_first_tree, tree_positions
 
-TINY = TargetConfig(
-    vocab_size=512,
-    hidden_size=64,
-    intermediate_size=128,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
-    qk_norm=True,
-    model_type="qwen3",
-)
+TINY = TargetConfig(**TINY_QWEN3)
 DRAFT_DEPTH = 8
 
 

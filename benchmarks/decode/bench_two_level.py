@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 import specdec as sd
-from benchmarks.common import median_time_ms, provenance, provenance_line, write_json
+from benchmarks.common import TINY_QWEN3, median_time_ms, provenance, provenance_line, write_json
 from benchmarks.decode.bench_hybrid import QWEN3_5_4B, SMOKE
 from specdec.contracts import Tree, VerifyPlan
 from specdec.formats import W12Tensor, convert
@@ -54,17 +54,7 @@ from specdec.models.config import TargetConfig
 from specdec.models.hybrid import random_hybrid_target
 from specdec.models.weight_views import Q_STORAGES
 
-TINY = TargetConfig(
-    vocab_size=512,
-    hidden_size=64,
-    intermediate_size=128,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
-    qk_norm=True,
-    model_type="qwen3",
-)
+TINY = TargetConfig(**TINY_QWEN3)
 
 SHAPES = {"qwen3-8b": (QWEN3_8B, TINY), "qwen3.5-4b-hybrid": (QWEN3_5_4B, SMOKE)}  # (GPU shape, CPU smoke shape)
 WEIGHTS = dict(fp32=(torch.float32, "bf16"), bf16=(torch.bfloat16, "bf16"), w12=(torch.bfloat16, "w12"))

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import provenance, provenance_line, write_json
+from benchmarks.common import TINY_QWEN3, provenance, provenance_line, write_json
 from specdec.drafters.oracle import PRESETS
 from specdec.pilot.agents import Budget, DevEvaluator, SearchAgent
 from specdec.pilot.directions import DIRECTIONS, drafter_choice, register_direction
@@ -65,17 +65,7 @@ SIM_DIRECTIONS = ("drafter_choice", "draft_length", "cuda_graphs", "two_level_ve
 CARRY_GPU_DIRECTIONS = tuple(d for d in SIM_DIRECTIONS if d != "cuda_graphs")
 REAL_DIRECTIONS = ("drafter_choice", "draft_length", "cuda_graphs", "block_drafter_tree", "chain_verifier")
 
-TINY_DENSE = dict(
-    vocab_size=512,
-    hidden_size=64,
-    intermediate_size=128,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
-    qk_norm=True,
-    model_type="qwen3",
-)
+TINY_DENSE = dict(TINY_QWEN3)
 TINY_DENSE_DEEPER = {**TINY_DENSE, "num_layers": 4, "hidden_size": 96, "intermediate_size": 192}
 
 
