@@ -28,7 +28,22 @@ from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
 from specdec.drafters.batched_model import BatchedModelDrafter, check_batch_arguments
 
-__all__ = ["BatchDrafter", "BatchedModelDrafter", "LoopDrafter"]
+__all__ = ["BatchDrafter", "BatchableDrafter", "BatchedModelDrafter", "LoopDrafter"]
+
+
+@runtime_checkable
+class BatchableDrafter(Protocol):
+    """A per-request drafter that has a batched form (:class:`~specdec.drafters.ModelDrafter` has).
+
+    Example:
+        >>> from specdec.drafters import ModelDrafter, NGramDrafter
+        >>> from specdec.testing import tiny_target
+        >>> isinstance(ModelDrafter(tiny_target(seed=1)), BatchableDrafter), isinstance(NGramDrafter(), BatchableDrafter)
+        (True, False)
+    """
+
+    def batched(self, *, slots: int, layout: str = "packed") -> BatchDrafter:
+        """The :class:`BatchDrafter` drafting for ``slots`` requests at once."""
 
 
 @runtime_checkable

@@ -27,7 +27,7 @@ from specdec.contracts.drafter import Drafter
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate
-from specdec.engine.drafting import BatchDrafter
+from specdec.engine.drafting import BatchableDrafter, BatchDrafter
 from specdec.engine.rounds import accept_round, check_verifier, plan_round, truncate_chain
 from specdec.generation import StopCondition, check_proposal_size
 from specdec.models.dense import DenseTarget
@@ -218,7 +218,7 @@ class Engine:
             raise TypeError(f"drafter: expected a Drafter or a callable returning one, got {type(drafter).__name__}")
         if batched_drafting and self._batch_drafter is None:
             probe = self._shared_drafter if self._drafter_factory is None else self._check_drafter(self._drafter_factory())
-            if callable(getattr(probe, "batched", None)):
+            if isinstance(probe, BatchableDrafter):
                 self._batch_drafter = self._check_drafter(probe.batched(slots=max_batch))
         self.batched_drafting = batched_drafting
         self.verifier = check_verifier(ChainVerifier() if verifier is None else verifier)
