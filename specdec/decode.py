@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec.contracts.drafter import Drafter
+from specdec.contracts.drafter import Drafter, FinishingDrafter
 from specdec.contracts.sampling import SamplingConfig
 from specdec.generation import (
     GenerationOutput,
@@ -113,9 +113,13 @@ def generate(
     outputs, per_request = [], []
     for prompt, row_seed in zip(requests.prompts, request_seeds(seed, len(requests.prompts))):
         generator = None if row_seed is None else torch.Generator(device=target.device).manual_seed(row_seed)
-        tokens, stats = _generate_one(
-            target, prompt, max_new_tokens, drafter, verifier, sampling, generator, num_draft_tokens, stop, stream
-        )
+        try:
+            tokens, stats = _generate_one(
+                target, prompt, max_new_tokens, drafter, verifier, sampling, generator, num_draft_tokens, stop, stream
+            )
+        finally:
+            if isinstance(drafter, FinishingDrafter):
+                drafter.finish()
         outputs.append(tokens)
         per_request.append(stats)
     return build_output(outputs, per_request, as_list=requests.as_list, text_form=requests.text_form, tokenizer=tokenizer)

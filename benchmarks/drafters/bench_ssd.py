@@ -74,6 +74,9 @@ def log(msg: str) -> None:
     print(f"[{time.perf_counter() - T_START:6.1f}s] {msg}", flush=True)
 
 
+WATCHDOG_S = 30.0
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -328,6 +331,8 @@ def run_systems(
             rows[name] = {"skipped": "wall-time budget"}
             log(f"{name}: skipped (budget)")
             continue
+        # a system past the watchdog prints every thread's stack once and keeps running (the runner's cap kills)
+        faulthandler.dump_traceback_later(WATCHDOG_S, repeat=False)
         kw = {} if make is None else None
         if make is not None:
             timed_generate(target, prompt, warm_tokens, drafter=make(), num_draft_tokens=k)  # warm-up
@@ -336,6 +341,7 @@ def run_systems(
         else:
             timed_generate(target, prompt, warm_tokens)
         out, secs = timed_generate(target, prompt, new_tokens, **kw)
+        faulthandler.cancel_dump_traceback_later()
         st = out.stats
         rounds = max(1, st.target_passes - 1)
         row = {
@@ -559,10 +565,13 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--k", type=int, default=7, help="drafts per round (--real)")
     ap.add_argument("--budget-s", type=float, default=100.0, help="start no new system past this wall time")
+    ap.add_argument("--watchdog-s", type=float, default=30.0, help="print every thread's stack when one system runs this long")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     # `timeout -s USR1` in the runner makes a run stuck past its cap print where every thread is
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    global WATCHDOG_S
+    WATCHDOG_S = args.watchdog_s
     if args.tokens is None:
         args.tokens = 64 if args.real else 256
     if args.smoke:

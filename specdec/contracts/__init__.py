@@ -4,11 +4,11 @@
 * :class:`DraftProposal` -- a drafter's answer for a round, validated in one place.
 * :class:`VerifyPlan` -- the rows and topology of one verify pass, built once per round.
 * :class:`VerifyResult` -- a verifier's answer for a round.
-* :class:`Drafter`, :class:`SamplingConfig`, :class:`Tree` -- the drafter protocol, the sampling
+* :class:`Drafter` (and :class:`FinishingDrafter`, for drafters with work in flight), :class:`SamplingConfig`, :class:`Tree` -- the drafter protocol, the sampling
   settings and draft trees.
 """
 
-from specdec.contracts.drafter import Drafter
+from specdec.contracts.drafter import Drafter, FinishingDrafter
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.proposal import DraftProposal, validate_proposal
 from specdec.contracts.result import VerifyResult
@@ -19,6 +19,7 @@ from specdec.contracts.tree import Tree, tree_attention_mask, tree_positions
 __all__ = [
     "DraftProposal",
     "Drafter",
+    "FinishingDrafter",
     "SamplingConfig",
     "Target",
     "TargetOutput",

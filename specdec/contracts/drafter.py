@@ -70,3 +70,23 @@ class Drafter(Protocol):
             >>> drafter.propose(torch.tensor([7, 8, 9, 4, 7, 8]), 2, sampling=SamplingConfig(), generator=None).tokens
             tensor([9, 4])
         """
+
+
+@runtime_checkable
+class FinishingDrafter(Protocol):
+    """A drafter with work that can outlive a request's last round (SSD's pre-draft of the next round).
+
+    :func:`specdec.generate` calls ``finish()`` once when a request ends (after its last round, or when
+    an error stops it), so the drafter's work in flight is done or dropped before ``generate`` returns
+    and nothing keeps using the drafter (or a model it shares) behind the caller's back.
+
+    Example:
+        >>> from specdec.drafters import ModelDrafter, NGramDrafter, SpeculativeSpeculationDrafter
+        >>> from specdec.testing import tiny_target
+        >>> ssd = SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0)))
+        >>> isinstance(ssd, FinishingDrafter), isinstance(NGramDrafter(), FinishingDrafter)
+        (True, False)
+    """
+
+    def finish(self) -> None:
+        """End the request: wait for (and discard) work still in flight; the next request starts with ``reset()``."""

@@ -194,6 +194,23 @@ class SpeculativeSpeculationDrafter:
         self.cache.replace({})
         self.base.reset()
 
+    def finish(self) -> None:
+        """End the request: wait for the pre-draft in flight (it keeps running on the transport's worker
+        otherwise, using the base drafter after ``generate`` returned) and drop its cache entries: the
+        round they were drafted for is never verified. Its time still counts in ``stats.predraft_s``.
+
+        Example:
+            >>> from specdec.drafters import ModelDrafter
+            >>> from specdec.testing import tiny_target
+            >>> ssd = SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0)), transport="thread")
+            >>> ssd.reset(); _ = ssd.propose(torch.tensor([3, 4]), 2, sampling=SamplingConfig(), generator=None)
+            >>> ssd.finish(); ssd.transport.wait() is None
+            True
+        """
+        self._collect()
+        self._pending = None
+        self.cache.replace({})
+
     def _collect(self) -> None:
         pending = self._pending
         if pending is None or pending.collected:

@@ -117,3 +117,45 @@ def test_several_requests_reset_the_cache():
     for prompt, tokens in zip(prompts, out.tokens):
         assert torch.equal(tokens, autoregressive(tuple(prompt.tolist()), 8)[0])
     assert drafter.stats.cold_starts == 2
+
+
+class DeferredTransport:
+    """Holds each pre-draft job until ``wait()`` runs it: what is still held after ``generate`` is work in flight."""
+
+    def __init__(self):
+        self.held = None
+
+    def submit(self, job) -> None:
+        assert self.held is None, "submit with a job still held"
+        self.held = job
+
+    def wait(self):
+        job, self.held = self.held, None
+        return None if job is None else job()
+
+    def close(self) -> None:
+        self.held = None
+
+
+def test_generate_leaves_no_predraft_in_flight():
+    # a job left running after generate returns keeps using the base drafter (and any model it shares)
+    # while the caller moves on: the next request, another drafter over the same model, a timer
+    transport = DeferredTransport()
+    drafter = SpeculativeSpeculationDrafter(ModelDrafter(draft_model(0)), fan_out=8, transport=transport)
+    prompt = torch.tensor([[3, 1, 4, 1, 5]])
+    out = specdec.generate(target(), prompt, max_new_tokens=10, drafter=drafter, num_draft_tokens=3)
+    assert transport.held is None
+    assert drafter.stats.hits > 0 and torch.equal(out.tokens, autoregressive((3, 1, 4, 1, 5), 10))
+
+
+def test_generate_finishes_the_drafter_when_the_round_fails():
+    transport = DeferredTransport()
+    drafter = SpeculativeSpeculationDrafter(ModelDrafter(draft_model(0)), fan_out=2, transport=transport)
+
+    class FailingVerifier(ChainVerifier):
+        def verify(self, *args, **kwargs):
+            raise RuntimeError("planted")
+
+    with pytest.raises(RuntimeError, match="planted"):
+        specdec.generate(target(), torch.tensor([[3, 1, 4]]), max_new_tokens=6, drafter=drafter, verifier=FailingVerifier())
+    assert transport.held is None
