@@ -414,18 +414,20 @@ def sim_mode(args, prov) -> dict:
         "new_tokens": args.tokens,
         "overlap_transport": "cuda side stream" if cuda else "worker thread (CPU stand-in)",
         "fan_out_policy": args.fan_out_policy,
+        "target_graphs": args.target_graphs if cuda else "off",
+        "drafter_graphs": args.drafter_graphs if cuda else "off",
     }
     gen = torch.Generator().manual_seed(0)
 
     def case(dtype, layers, strict, tokens, key):
         c = dataclasses.replace(cfg, num_layers=layers) if layers else cfg
         target = random_target(c, dtype=dtype, device=device, max_seq_len=max_ctx)
-        if cuda:
+        if cuda and args.target_graphs == "on":
             target.enable_cuda_graphs(buckets=(1, 8))
         prompt = torch.randint(0, c.vocab_size, (1, args.prefix), generator=gen).to(device)
         cls = DRAFTERS[args.drafter][0]
         block = cls(build_model(args.drafter, target, [t for t in taps if t < c.num_layers] or [0], mask), target)
-        if cuda:
+        if cuda and args.drafter_graphs == "on":
             block.enable_cuda_graphs(max_ctx)
         else:
             block.enable_static_cache(max_ctx)
@@ -565,6 +567,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--k", type=int, default=7, help="drafts per round (--real)")
     ap.add_argument("--budget-s", type=float, default=100.0, help="start no new system past this wall time")
+    ap.add_argument("--target-graphs", default="on", choices=("on", "off"), help="CUDA graphs for the target's steps (sim)")
+    ap.add_argument("--drafter-graphs", default="on", choices=("on", "off"), help="CUDA graphs for the cost drafter (sim)")
     ap.add_argument("--watchdog-s", type=float, default=30.0, help="print every thread's stack when one system runs this long")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
