@@ -4,10 +4,10 @@
 # NVTX ranges, one profiled launch each), parsed into a per-kernel table with a limiter verdict.
 # Expected time on one H200: ~1.5 min (torch start ~10 s, planted weights and W12 conversion ~10 s, 48-55 kernels
 # profiled with the sections below, ~10-20 replay passes each, ~30-50 s; parse ~5 s; nvcc adds 15-25 s when
-# build/specdec_cuda_kernels.so was not carried). Caps: nvcc 40 s; ncu 70 s (the launch program's own budget, 35 s,
+# build/specdec_cuda_kernels.so was not carried). Caps: nvcc 40 s; ncu --version 10 s; ncu 70 s (the launch program's own budget, 35 s,
 # stops starting new shapes so ncu can still print its CSV); one retry with the basic section set, 40 s, only when
 # the first attempt failed within 20 s (an option this ncu does not know); then either the parse, 20 s, or, without
-# a profile, the same launches timed with CUDA events, 30 s: at most 40 + 70 + 30 = 140 s on any path (cap 150 s).
+# a profile, the same launches timed with CUDA events, 30 s: at most 40 + 10 + 70 + 30 = 150 s on any path.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh   (ROOFLINE=roofline.json to take its copy
 # bandwidth; writes ncu_raw.csv, ncu_launch.json, ncu_profile.json and logs to $OUT)
 set -u -o pipefail
@@ -37,9 +37,9 @@ show_ncu_errors() {
 }
 
 ncu_ok=0
-rm -f "$OUT/ncu_raw.csv"
+rm -f "$OUT/ncu_raw.csv" "$OUT/ncu_launch.json"
 if command -v ncu >/dev/null; then
-  ncu --version | tail -n 1
+  timeout 10 ncu --version | tail -n 1
   t0=$SECONDS
   timeout 70 ncu "${NCU_COMMON[@]}" "${NCU_SECTIONS[@]}" --log-file "$OUT/ncu_raw.csv" python3 -m benchmarks.kernels.profile_ncu --launch --budget-s 35 --out "$OUT/ncu_launch.json" > "$OUT/ncu_launch.log" 2>&1
   rc=$?
@@ -61,7 +61,9 @@ fi
 
 if [ "$ncu_ok" = 1 ]; then
   tail -n 2 "$OUT/ncu_launch.log"
-  timeout 20 python3 -m benchmarks.kernels.profile_ncu --parse "$OUT/ncu_raw.csv" --manifest "$OUT/ncu_launch.json" ${ROOFLINE:+--roofline "$ROOFLINE"} --out "$OUT/ncu_profile.json" > "$OUT/ncu_parse.log" 2>&1
+  MANIFEST=()  # the launch program's JSON (weight bytes, copy bandwidth), when it got as far as writing it
+  if [ -f "$OUT/ncu_launch.json" ]; then MANIFEST=(--manifest "$OUT/ncu_launch.json"); fi
+  timeout 20 python3 -m benchmarks.kernels.profile_ncu --parse "$OUT/ncu_raw.csv" ${MANIFEST[@]+"${MANIFEST[@]}"} ${ROOFLINE:+--roofline "$ROOFLINE"} --out "$OUT/ncu_profile.json" > "$OUT/ncu_parse.log" 2>&1
   echo "=== ncu profile (parse exit $?) ==="
   tail -n 60 "$OUT/ncu_parse.log"
 else

@@ -271,8 +271,8 @@ def parse_number(text: str, unit: str = "") -> float | None:
 def read_raw_csv(text: str) -> list[dict[str, float | str | None]]:
     """Rows of ncu's raw page (CSV): one dict per kernel, metric values in base units, text columns as text.
 
-    Lines of the tool's log (starting with ``==``) and anything before the header row (the row whose first
-    field is ``ID``) are skipped; the row after the header holds the units.
+    Lines of the tool's log (starting with ``==``), anything before the header row (the row whose first field
+    is ``ID``) and rows whose first field is not a kernel ID are skipped; the row after the header holds the units.
 
     Example:
         >>> raw = '==PROF== done\\n"ID","Kernel Name","gpu__time_duration.sum"\\n"","","usecond"\\n"0","k","1,500"\\n'
@@ -294,7 +294,7 @@ def read_raw_csv(text: str) -> list[dict[str, float | str | None]]:
     text_columns = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Device", "CC"}
     rows = []
     for rec in records[first:]:
-        if not rec or not any(field.strip() for field in rec):
+        if not rec or not rec[0].strip().isdigit():  # kernel rows start with their numeric ID; anything else is log
             continue
         row: dict[str, float | str | None] = {}
         for i, name in enumerate(header):
