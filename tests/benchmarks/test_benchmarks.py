@@ -180,9 +180,9 @@ def test_runners_state_their_time_and_run_modules_within_one_call(runner):
     assert commands, rel(runner)
     caps = []
     for line in commands:
-        # `timeout [-s SIGNAL] [-k SECONDS] CAP [compute-sanitizer OPTIONS] python3 -m benchmarks...`, maybe indented
+        # `timeout [-s SIGNAL] [-k SECONDS] CAP [compute-sanitizer OPTIONS | ncu ARGS] python3 -m benchmarks...`, maybe indented
         found = re.search(
-            r"^\s*timeout (?:-s \w+ )?(?:-k \d+ )?(\d+) (?:compute-sanitizer (?:--?[\w-]+ \w+ )*)?python3? -m (benchmarks(?:\.\w+)+)\b",
+            r"^\s*timeout (?:-s \w+ )?(?:-k \d+ )?(\d+) (?:compute-sanitizer (?:--?[\w-]+ \w+ )*|ncu (?:\S+ )*?)?python3? -m (benchmarks(?:\.\w+)+)\b",
             line,
         )
         assert found, f"{rel(runner)}: expected 'timeout N python3 -m benchmarks...', got {line!r}"

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Hardware counters (Nsight Compute) of the decode-size weight-streaming GEMMs: cuBLAS bf16 and the CUDA bf16 / W12 /
+# Q skinny kernels on the Qwen3-8B o, qkv, lm_head, gate_up, down and Qwen3-32B down shapes at M = 1 and 8 (48
+# NVTX ranges, one profiled launch each), parsed into a per-kernel table with a limiter verdict.
+# Expected time on one H200: ~1.5 min (torch start ~10 s, planted weights and W12 conversion ~10 s, 48-55 kernels
+# profiled with the sections below, ~10-20 replay passes each, ~30-50 s; parse ~5 s; nvcc adds 15-25 s when
+# build/specdec_cuda_kernels.so was not carried). Caps: nvcc 40 s; ncu --version 10 s; ncu 70 s (the launch program's own budget, 35 s,
+# stops starting new shapes so ncu can still print its CSV); one retry with the basic section set, 40 s, only when
+# the first attempt failed within 20 s (an option this ncu does not know); then either the parse, 20 s, or, without
+# a profile, the same launches timed with CUDA events, 30 s: at most 40 + 10 + 70 + 30 = 150 s on any path.
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh   (ROOFLINE=roofline.json to take its copy
+# bandwidth; writes ncu_raw.csv, ncu_launch.json, ncu_profile.json and logs to $OUT)
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-.}
+SO=${SPECDEC_CUDA_KERNELS:-build/specdec_cuda_kernels.so}
+if [ ! -f "$SO" ]; then
+  echo "building $SO"
+  mkdir -p "$(dirname "$SO")"
+  timeout 40 nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static -Xptxas -v \
+    specdec/kernels/cuda/skinny_gemm.cu -o "$SO" 2>&1 | grep -E "registers|spill" | tee "$OUT/ncu_build.log"
+fi
+METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_eligible.avg.per_cycle_active,launch__registers_per_thread,launch__waves_per_multiprocessor
+# Only the calls between cudaProfilerStart/Stop (one per NVTX range) are profiled; kernels carry their range's name.
+NCU_COMMON=(--clock-control none --profile-from-start off --nvtx --print-nvtx-rename kernel --csv --page raw --print-units base)
+NCU_SECTIONS=(--section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis --metrics "$METRICS")
+NCU_BASIC=(--set basic --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum)
+
+profiled() {  # at least one kernel row (a quoted numeric ID) in the CSV
+  grep -q '^"[0-9]' "$OUT/ncu_raw.csv" 2>/dev/null
+}
+show_ncu_errors() {
+  echo "ncu gave no profile ($1). Its errors (LibraryNotLoaded: ncu cannot load its injection library on this runtime):"
+  grep -h -E "==ERROR==|LibraryNotLoaded|ERR_NVGPUCTRPERM|Error|error" "$OUT/ncu_raw.csv" "$OUT/ncu_launch.log" 2>/dev/null | head -n 15
+  echo "--- tail of the launch log ---"
+  tail -n 5 "$OUT/ncu_launch.log" 2>/dev/null
+}
+
+ncu_ok=0
+rm -f "$OUT/ncu_raw.csv" "$OUT/ncu_launch.json"
+if command -v ncu >/dev/null; then
+  timeout 10 ncu --version | tail -n 1
+  t0=$SECONDS
+  timeout 70 ncu "${NCU_COMMON[@]}" "${NCU_SECTIONS[@]}" --log-file "$OUT/ncu_raw.csv" python3 -m benchmarks.kernels.profile_ncu --launch --budget-s 35 --out "$OUT/ncu_launch.json" > "$OUT/ncu_launch.log" 2>&1
+  rc=$?
+  if profiled; then
+    ncu_ok=1
+  else
+    show_ncu_errors "exit $rc after $((SECONDS - t0)) s, sections ${NCU_SECTIONS[*]}"
+    if [ $((SECONDS - t0)) -lt 20 ]; then
+      echo "retrying with --set basic"
+      rm -f "$OUT/ncu_raw.csv"
+      timeout 40 ncu "${NCU_COMMON[@]}" "${NCU_BASIC[@]}" --log-file "$OUT/ncu_raw.csv" python3 -m benchmarks.kernels.profile_ncu --launch --budget-s 20 --out "$OUT/ncu_launch.json" > "$OUT/ncu_launch.log" 2>&1
+      rc=$?
+      if profiled; then ncu_ok=1; else show_ncu_errors "retry, exit $rc"; fi
+    fi
+  fi
+else
+  echo "ncu not found on the PATH: no counters"
+fi
+
+if [ "$ncu_ok" = 1 ]; then
+  tail -n 2 "$OUT/ncu_launch.log"
+  MANIFEST=()  # the launch program's JSON (weight bytes, copy bandwidth), when it got as far as writing it
+  if [ -f "$OUT/ncu_launch.json" ]; then MANIFEST=(--manifest "$OUT/ncu_launch.json"); fi
+  timeout 20 python3 -m benchmarks.kernels.profile_ncu --parse "$OUT/ncu_raw.csv" ${MANIFEST[@]+"${MANIFEST[@]}"} ${ROOFLINE:+--roofline "$ROOFLINE"} --out "$OUT/ncu_profile.json" > "$OUT/ncu_parse.log" 2>&1
+  echo "=== ncu profile (parse exit $?) ==="
+  tail -n 60 "$OUT/ncu_parse.log"
+else
+  echo "=== no counters: the same launches timed with CUDA events instead ==="
+  timeout 30 python3 -m benchmarks.kernels.profile_ncu --launch --time-reps 10 --budget-s 18 --out "$OUT/ncu_fallback_timing.json" > "$OUT/ncu_fallback.log" 2>&1
+  echo "=== CUDA-event timing (exit $?) ==="
+  tail -n 60 "$OUT/ncu_fallback.log"
+fi

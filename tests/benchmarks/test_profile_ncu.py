@@ -1,0 +1,133 @@
+"""The Nsight Compute profile: the CPU launch path, and the raw-CSV parser's numbers and limiter verdicts.
+
+``ncu_raw_fixture.csv`` is written in ncu's raw-page layout (tool log lines around it, a row of names, a row of
+units with decimal prefixes, thousands separators inside quotes, two kernels in one NVTX range, a kernel ncu
+did not rename and whose metrics are empty); its numbers are chosen by hand so that each rule of the verdict
+decides one range.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.kernels import profile_ncu
+
+FIXTURE = Path(__file__).with_name("ncu_raw_fixture.csv")
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ncu") / "ncu_profile.json"
+    assert profile_ncu.main(["--parse", str(FIXTURE), "--copy-tbs", "4.2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    return result, {r["range"]: r for r in result["records"]}
+
+
+def test_each_rule_decides_the_range_built_for_it(parsed):
+    _, by_range = parsed
+    assert {name: r["limiter"] for name, r in by_range.items()} == {
+        "cuda_q|8b_lm_head[151936x4096]|M=1": "dram-bound",  # DRAM 88.2 % of peak
+        "cuda_w12|8b_lm_head[151936x4096]|M=1": "issue-bound",  # issue slots 75.5 %, DRAM 55 %, math stalls on top
+        "cuda_bf16|8b_o[4096x4096]|M=8": "launch/tail-bound",  # 8 us, 0.97 waves, DRAM 79.9 % (just under 80)
+        "cuda_w12|8b_o[4096x4096]|M=8": "latency-bound",  # DRAM 35 %, long_scoreboard on top, 0.4 eligible warps
+        "cublas_bf16|32b_down[5120x25600]|M=8": "mixed",  # DRAM 70 %, issue 20 %, 1.5 eligible warps
+        "void gemv2T_kernel_val<int, int, __nv_bfloat16, 128, 16, 4>(float, float)": "unknown",  # metrics empty
+    }
+    assert by_range["cuda_bf16|8b_o[4096x4096]|M=8"]["also"] == []
+    assert by_range["cuda_w12|8b_lm_head[151936x4096]|M=1"]["also"] == []
+
+
+def test_units_separators_and_the_bandwidth_against_the_copy(parsed):
+    result, by_range = parsed
+    assert result["kernels_in_csv"] == 7 and result["copy_bandwidth_bytes_per_s"] == pytest.approx(4.2e12)
+    q = by_range["cuda_q|8b_lm_head[151936x4096]|M=1"]
+    assert q["duration_s"] == pytest.approx(150e-6)  # "150,000" nsecond
+    assert q["dram_read_bytes"] == pytest.approx(623.03e6) and q["dram_write_bytes"] == pytest.approx(12.5e3)
+    assert q["dram_bytes_per_s"] == pytest.approx((623.03e6 + 12.5e3) / 150e-6)
+    assert q["frac_of_copy"] == pytest.approx((623.03e6 + 12.5e3) / 150e-6 / 4.2e12)
+    assert q["dram_pct"] == pytest.approx(88.2)  # dram__throughput, the second name tried
+    assert (q["registers"], q["waves"], q["occupancy_pct"], q["issue_pct"], q["ipc"]) == (64.0, 4.5, 45.1, 40.0, 1.6)
+    assert q["N"] == 151936 and q["K"] == 4096 and q["M"] == 1 and q["kernel"] == "cuda_q" and q["attributed"]
+
+
+def test_stall_shares_leave_out_the_selected_state(parsed):
+    _, by_range = parsed
+    w12 = by_range["cuda_w12|8b_o[4096x4096]|M=8"]
+    # long_scoreboard 6.0, wait 1.5, barrier 0.5 of 8.0 stall cycles ("selected" 1.0 is issuing, not a stall)
+    assert w12["top_stalls"] == [["long_scoreboard", 0.75], ["wait", 0.1875], ["barrier", 0.0625]]
+
+
+def test_kernels_of_one_range_are_added(parsed):
+    _, by_range = parsed
+    cublas = by_range["cublas_bf16|32b_down[5120x25600]|M=8"]
+    assert cublas["kernels"] == 2
+    assert cublas["duration_s"] == pytest.approx(85e-6)
+    assert cublas["dram_read_bytes"] == pytest.approx(262.7e6)
+    assert cublas["registers"] == 168.0 and cublas["dram_pct"] == 70.0  # rates of the longer kernel
+
+
+def test_a_missing_metric_is_null(parsed):
+    _, by_range = parsed
+    gemv = by_range["void gemv2T_kernel_val<int, int, __nv_bfloat16, 128, 16, 4>(float, float)"]
+    assert not gemv["attributed"] and gemv["registers"] == 40.0 and gemv["duration_s"] == pytest.approx(12e-6)
+    assert gemv["dram_read_bytes"] is None and gemv["dram_pct"] is None and gemv["frac_of_copy"] is None
+    assert gemv["top_stalls"] == []
+
+
+@pytest.mark.parametrize(
+    ("metrics", "expected"),
+    [
+        (dict(dram_pct=80.0), "dram-bound"),
+        (dict(dram_pct=79.99), "mixed"),
+        (dict(dram_pct=50.0, issue_pct=70.0), "issue-bound"),
+        (dict(duration_s=9.9e-6), "launch/tail-bound"),
+        (dict(waves=0.99), "launch/tail-bound"),
+        (dict(dram_pct=59.9), "latency-bound"),
+        (dict(dram_pct=59.9, eligible_warps=1.0), "mixed"),
+        (dict(dram_pct=59.9, stalls=[("math_pipe_throttle", 0.6), ("long_scoreboard", 0.4)]), "mixed"),
+        (dict(dram_pct=None), "unknown"),
+    ],
+)
+def test_thresholds_at_their_edges(metrics, expected):
+    base = dict(dram_pct=70.0, issue_pct=20.0, duration_s=50e-6, waves=3.0, eligible_warps=0.5, stalls=[("long_scoreboard", 0.8)])
+    assert profile_ncu.verdict({**base, **metrics})[0] == expected
+
+
+def test_smoke_launch_names_every_range_and_the_parser_reads_them_back(tmp_path):
+    manifest = tmp_path / "ncu_launch.json"
+    assert profile_ncu.main(["--launch", "--smoke", "--time-reps", "1", "--out", str(manifest)]) == 0
+    launched = json.loads(manifest.read_text())
+    assert launched["provenance"]["seed"] == 0 and launched["skipped"] == []
+    ranges = launched["ranges"]
+    assert len(ranges) == 2 * len(profile_ncu.MS) * len(profile_ncu.KERNELS)
+    assert [r["kernel"] for r in ranges[:4]] == list(profile_ncu.KERNELS)
+    assert all(re.fullmatch(profile_ncu.RANGE_PATTERN, r["range"]) and r["time_s"] > 0 for r in ranges)
+    w12 = next(r for r in ranges if r["kernel"] == "cuda_w12")
+    bf16 = next(r for r in ranges if r["kernel"] == "cuda_bf16")
+    assert bf16["weight_bytes"] == 2 * bf16["N"] * bf16["K"] and w12["escapes"] > 0
+    # a raw page as ncu writes it when it did not rename the kernels: attributed to the ranges in launch order
+    header = '"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum"\n"","","nsecond","byte"\n'
+    body = "".join(f'"{i}","skinny_gemm_kernel<{i}>","2,000","{r["weight_bytes"]}"\n' for i, r in enumerate(ranges))
+    raw = tmp_path / "raw.csv"
+    raw.write_text(header + body)
+    out = tmp_path / "profile.json"
+    assert profile_ncu.main(["--parse", str(raw), "--manifest", str(manifest), "--out", str(out)]) == 0
+    records = json.loads(out.read_text())["records"]
+    assert [r["range"] for r in records] == [r["range"] for r in ranges]
+    assert all(r["attributed"] and r["dram_read_over_weight"] == 1.0 for r in records)
+    assert records[0]["weight_bytes_per_s"] == pytest.approx(ranges[0]["weight_bytes"] / 2e-6)
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="--copy-tbs"):
+        profile_ncu.main(["--parse", str(FIXTURE), "--copy-tbs", "0", "--out", str(tmp_path / "p.json")])
+    with pytest.raises(ValueError, match="kernel"):
+        profile_ncu.range_name("cutlass", "qwen3-8b", "o", 4096, 4096, 1)
+    with pytest.raises(TypeError, match="text"):
+        profile_ncu.read_raw_csv(b"ID")
+    with pytest.raises(SystemExit):
+        profile_ncu.main(["--launch", "--smoke", "--time-reps", "-1"])
