@@ -16,6 +16,7 @@ alone.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from specdec.contracts.sampling import SamplingConfig
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate
 from specdec.engine.drafting import BatchableDrafter, BatchDrafter
 from specdec.engine.rounds import accept_round, check_verifier, plan_round, truncate_chain
+from specdec.engine.two_level import TwoLevelRequest, TwoLevelRounds
 from specdec.generation import StopCondition, check_proposal_size
 from specdec.models.dense import DenseTarget
 from specdec.models.hybrid import HybridTarget
@@ -38,6 +40,7 @@ from specdec.verify.chain import ChainVerifier
 from specdec.verify.processors import process_logits
 from specdec.verify.sampling import logits_to_probs, sample
 from specdec.verify.tree import TreeVerifier
+from specdec.verify.two_level import TwoLevelVerifier
 
 __all__ = ["Engine", "RequestFailed", "RequestState"]
 
@@ -97,6 +100,7 @@ class RequestState:
     fresh_hidden: torch.Tensor | None = None
     pending: dict = field(default_factory=dict)
     estimator: AcceptanceEstimator = field(default_factory=AcceptanceEstimator)
+    two_level: TwoLevelRequest | None = None
 
     @property
     def tokens(self) -> torch.Tensor:
@@ -165,7 +169,7 @@ class Engine:
         self,
         target: DenseTarget | HybridTarget | RaggedDenseTarget | RaggedHybridTarget,
         drafter: Drafter | Callable[[], Drafter],
-        verifier: ChainVerifier | TreeVerifier | None = None,
+        verifier: ChainVerifier | TreeVerifier | TwoLevelVerifier | None = None,
         *,
         max_batch: int,
         num_draft_tokens: int = 4,
@@ -221,7 +225,24 @@ class Engine:
             if isinstance(probe, BatchableDrafter):
                 self._batch_drafter = self._check_drafter(probe.batched(slots=max_batch))
         self.batched_drafting = batched_drafting
-        self.verifier = check_verifier(ChainVerifier() if verifier is None else verifier)
+        verifier = ChainVerifier() if verifier is None else verifier
+        self.two_level: TwoLevelRounds | None = None
+        if type(verifier) is TwoLevelVerifier:
+            self.two_level = TwoLevelRounds(verifier)
+            self.two_level.check_target(self.target)
+            if verify_budget is not None:
+                raise ValueError(
+                    "verify_budget: a global verify budget cannot yet allocate a TwoLevelVerifier's exact-pass nodes "
+                    f"(they are chosen after the Q pass and the second draft); got verify_budget={verify_budget!r} "
+                    "with verifier=TwoLevelVerifier: pass verify_budget=None, or a TreeVerifier"
+                )
+            self.verifier = verifier
+        elif type(verifier) in (ChainVerifier, TreeVerifier):
+            self.verifier = check_verifier(verifier)
+        else:
+            raise TypeError(
+                f"verifier: expected a ChainVerifier, a TreeVerifier or a TwoLevelVerifier, got {type(verifier).__name__}"
+            )
         if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 0:
             raise ValueError(f"num_draft_tokens: expected an int >= 0, got {num_draft_tokens!r}")
         if verify_budget is not None and verify_budget != "auto":
@@ -244,6 +265,7 @@ class Engine:
         self._free_slots = list(range(max_batch))
         self._ids = count()
         self.target_passes = 0
+        self._exact_seconds = 0.0
 
     def _check_drafter(self, drafter: object) -> Drafter:
         if isinstance(drafter, type) or not isinstance(drafter, (Drafter, BatchDrafter)):
@@ -505,6 +527,8 @@ class Engine:
 
     def _plan(self, state: RequestState, nodes: int | None = None) -> RequestRows:
         """The request's verify rows for the shared forward; ``nodes`` = its budget's node count (else all)."""
+        if self.two_level is not None:
+            return self.two_level.rows(self.target, state)
         target, slot = self.target, state.slot
         proposal, tree = state.pending["proposal"], state.pending.get("tree")
         if nodes is not None:
@@ -568,6 +592,7 @@ class Engine:
             >>> {rid: t.shape[0] for rid, t in engine.step().items()}   # the prefills, one token each
             {0: 1, 1: 1}
         """
+        step_start = time.perf_counter()
         joined = self._admit()
         states = [self._requests[rid] for rid in self._running]
         fresh = {id(s) for s in joined}
@@ -596,6 +621,8 @@ class Engine:
                 self._fail(state, err)
                 failures.append((state, err))
         nodes = self._allocate(joined, proposed)
+        if self.two_level is not None:
+            self.two_level.prepare(self, [state for state, _ in proposed if state.status == RUNNING], failures, step_start)
         planned, rows = [], []
         for state in states:
             if state.status != RUNNING:
@@ -612,8 +639,10 @@ class Engine:
                 failures.append((state, err))
         emitted: dict[Hashable, torch.Tensor] = {}
         taps = sorted({layer for state in planned for layer in self._taps_for(state)})
+        forward_start = time.perf_counter()
         outs = self.target.forward(rows, hidden_layers=taps) if rows else []
         self.target_passes += bool(rows)
+        self._exact_seconds = time.perf_counter() - forward_start
         for state, out in zip(planned, outs):
             try:
                 hidden = [out.hidden[taps.index(layer)][0] for layer in self._taps_for(state)]  # each [T_i, H]
@@ -662,15 +691,18 @@ class Engine:
         else:
             pending, state.pending = state.pending, {}
             plan, proposal = pending["plan"], pending["verified"]
-            outcome = accept_round(
-                self.verifier,
-                plan,
-                logits,
-                proposal,
-                sampling=state.sampling,
-                generator=state.generator,
-                context=state.buf[: state.length],
-            )
+            if self.two_level is not None:
+                outcome = self.two_level.accept(state, pending, logits)
+            else:
+                outcome = accept_round(
+                    self.verifier,
+                    plan,
+                    logits,
+                    proposal,
+                    sampling=state.sampling,
+                    generator=state.generator,
+                    context=state.buf[: state.length],
+                )
             self.target.commit(state.slot, outcome.commit)
             if hidden:
                 kept = outcome.commit if isinstance(outcome.commit, torch.Tensor) else torch.arange(outcome.commit)
@@ -679,7 +711,11 @@ class Engine:
                 state.estimator.observe(
                     pending["proposal"], nodes=pending["nodes"], accepted=outcome.num_accepted, tree=pending["tree"]
                 )
+            if self.two_level is not None:
+                self.two_level.finish(state, pending, outcome.num_accepted, self._exact_seconds)
             m = outcome.emitted.numel()
+            if state.length + m > state.buf.numel():  # a two-level round may emit more than num_draft_tokens + 1
+                state.buf = torch.cat([state.buf, state.buf.new_empty(state.length + m - state.buf.numel())])
             state.buf[state.length : state.length + m] = outcome.emitted
             state.length += m
             state.rounds += 1
