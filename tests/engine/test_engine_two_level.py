@@ -287,3 +287,29 @@ def test_two_level_engine_argument_errors():
         Engine(TARGET, NGramDrafter(), "tree", max_batch=1)
     engine = Engine(TARGET, NGramDrafter(), TreeVerifier(), max_batch=1)
     assert engine.two_level is None
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_batched_drafting_drafts_twice_per_round_as_the_drafter_alone(temperature):
+    """One ``propose_batch`` call per draft (first and second) for all requests; the per-request layout is exact."""
+    batch = ModelDrafter(DRAFT_MODELS[0]).batched(slots=2, layout="per_request")
+    calls = []
+    propose_batch = batch.propose_batch
+    batch.propose_batch = lambda slots, *a, **kw: calls.append(len(slots)) or propose_batch(slots, *a, **kw)
+    prompts = prompts_of([6, 9, 4], seed=9)
+    engine = Engine(TARGET, batch, verifier("alternate"), max_batch=2, batched_drafting=True)
+    ids = [engine.add_request(p, max_new_tokens=11, temperature=temperature, seed=i) for i, p in enumerate(prompts)]
+    per_step = []
+    while engine.has_work:
+        before = len(calls)
+        engine.step()
+        per_step.append(len(calls) - before)
+    assert max(per_step) == 2  # draft 1 for every drafting request, then draft 2 for the two-level ones
+    outputs = {rid: engine.output(rid) for rid in ids}
+    for i, (rid, p) in enumerate(zip(ids, prompts)):
+        v = verifier("alternate")
+        alone = sd.generate(
+            TARGET, p[None], 11, drafter=ModelDrafter(DRAFT_MODELS[3]), verifier=v, temperature=temperature, seed=i
+        )
+        assert torch.equal(outputs[rid], alone.tokens[0])
+        assert counters(engine.request(rid).two_level.stats) == counters(v.stats)
