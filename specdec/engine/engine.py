@@ -6,7 +6,9 @@ go through ONE ragged target forward (:class:`~specdec.models.ragged.RaggedDense
 :class:`~specdec.models.ragged_hybrid.RaggedHybridTarget` for a hybrid target); then each
 request accepts from its own logits with its own generator and commits into its own KV slot. Requests
 join (:meth:`Engine.add_request`) and leave (finish or :meth:`Engine.cancel`) between steps; a request
-added while every slot is busy waits for one.
+added while every slot is busy waits for one. With a two-level verifier, the step first runs one Q
+forward (the target's 8-bit weight view) for its two-level requests and drafts again for them
+(:mod:`specdec.engine.two_level`); the exact pass is still one forward for all.
 
 Batch invariance: with the ``"per_request"`` layout a request's tokens are exactly those
 :func:`specdec.generate` gives it alone (same drafter kind, verifier, sampling and seed), whatever its
@@ -122,7 +124,13 @@ class Engine:
             one drafter shared by every request, which must keep no state between calls that its
             proposals depend on (:class:`~specdec.drafters.NGramDrafter`). A drafter with feature taps
             (``target_layer_ids``) receives its request's ``target_hidden`` rows, as in :func:`specdec.generate`.
-        verifier: a :class:`~specdec.verify.ChainVerifier` (default) or :class:`~specdec.verify.TreeVerifier`.
+        verifier: a :class:`~specdec.verify.ChainVerifier` (default), a :class:`~specdec.verify.TreeVerifier`, or a
+            :class:`~specdec.verify.TwoLevelVerifier`: then each request has its own copy of the verifier's gate;
+            the two-level requests of a step share ONE Q forward (``view=verifier.view``, never committed),
+            draft again, and their exact rows join the step's one exact forward beside the one-level
+            (tree) requests; each request's tokens and draws equal its ``generate`` output alone
+            (:mod:`specdec.engine.two_level`; per-request stats in ``request(id).two_level``). Not
+            combined with ``verify_budget``.
         max_batch: requests decoded at once (the KV slots of a ``DenseTarget``; ``<=`` the slots of a
             ``RaggedDenseTarget``).
         num_draft_tokens: the most tokens a drafter may propose per round.

@@ -168,7 +168,11 @@ class TwoLevelRounds:
         """The request's Q chain and its draft-2 arguments, from its rows of the Q forward."""
         target, pending = engine.target, state.pending
         chain, chain_rows = self.verifier.q_chain(
-            pending["q_plan"], out.logits[0], sampling=state.sampling, context=state.buf[: state.length], room=target.room(state.slot)
+            pending["q_plan"],
+            out.logits[0],
+            sampling=state.sampling,
+            context=state.buf[: state.length],
+            room=target.room(state.slot),
         )
         mine = engine._taps_for(state)
         q_hidden = torch.stack([out.hidden[taps.index(layer)][0] for layer in mine], dim=1) if mine else None
@@ -208,7 +212,10 @@ class TwoLevelRounds:
                     second = proposals[i]
                 else:
                     second = state.drafter.propose(
-                        pending["context2"], pending["k2"], sampling=state.sampling, generator=state.generator,
+                        pending["context2"],
+                        pending["k2"],
+                        sampling=state.sampling,
+                        generator=state.generator,
                         **pending["draft2_extra"],
                     )
                 if not isinstance(second, DraftProposal):
@@ -246,8 +253,13 @@ class TwoLevelRounds:
         pending["accept_start"] = time.perf_counter()
         if not pending["two_level"]:
             outcome = accept_round(
-                self.verifier.one_level, pending["plan"], logits, pending["proposal"],
-                sampling=state.sampling, generator=state.generator, context=context,
+                self.verifier.one_level,
+                pending["plan"],
+                logits,
+                pending["proposal"],
+                sampling=state.sampling,
+                generator=state.generator,
+                context=context,
             )
             rnd = TwoLevelRound(False, None, None, None, pending["plan"].tree, outcome.num_accepted)
         else:

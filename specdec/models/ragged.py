@@ -357,7 +357,9 @@ class RaggedDenseTarget(RequestSlots):
         span = min(self.max_seq_len, -(-max_len // self._span_step) * self._span_step)
         return rows_b, per_request_b, span
 
-    def _run_packed(self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...], view: str = "exact") -> list[TargetOutput]:
+    def _run_packed(
+        self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...], view: str = "exact"
+    ) -> list[TargetOutput]:
         """Pack the rows' indices on the host (one copy to the device), run :meth:`_packed_body`, split per request."""
         device, scratch = self.device, self.slots
         lengths = [self.lengths[req.slot] for req in requests]

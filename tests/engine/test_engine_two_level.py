@@ -109,9 +109,7 @@ def test_each_request_equals_generate_alone_draw_for_draw(lengths, max_batch, dr
     outputs = engine.run()
     for k, i in enumerate(order):
         v, d = verifier(gate), make_drafter(drafter)
-        out = sd.generate(
-            TARGET, prompts[i][None], news[i], drafter=d, verifier=v, temperature=temperature, seed=seed + i
-        )
+        out = sd.generate(TARGET, prompts[i][None], news[i], drafter=d, verifier=v, temperature=temperature, seed=seed + i)
         state = engine.request(ids[i])
         assert torch.equal(outputs[ids[i]], out.tokens[0]), f"request {i} differs from alone"
         stats = out.per_request[0]
@@ -198,6 +196,7 @@ def test_a_bad_q_view_leaves_every_output_exact(monkeypatch):
             assert torch.equal(outputs[rid], expected), name
             v = verifier("always")  # the same target, so the same (bad) Q view: the same rounds alone
             alone = sd.generate(target, p[None], 16, drafter=NGramDrafter(max_ngram=2), verifier=v)
+            assert torch.equal(alone.tokens[0], expected), name
             assert counters(engine.request(rid).two_level.stats) == counters(v.stats), name
         stats = [engine.request(rid).two_level.stats for rid in ids]
         agreement[name] = sum(s.chain_agreed for s in stats) / sum(s.chain_tokens for s in stats)
@@ -231,7 +230,9 @@ def test_mutant_accepting_from_the_q_logits_breaks_equality(monkeypatch):
     assert any(not torch.equal(outputs[rid], expected) for rid, expected in zip(ids, ar))
 
 
-@pytest.mark.parametrize("ragged", [RaggedDenseTarget(TARGET, slots=2), RaggedHybridTarget(HYBRID, slots=2)], ids=["dense", "hybrid"])
+@pytest.mark.parametrize(
+    "ragged", [RaggedDenseTarget(TARGET, slots=2), RaggedHybridTarget(HYBRID, slots=2)], ids=["dense", "hybrid"]
+)
 def test_ragged_q_forward_equals_the_batch_one_q_view_and_its_rows_are_never_committed(ragged):
     batch1 = ragged.target
     tokens = torch.tensor([[3, 1, 4, 1, 5]])
