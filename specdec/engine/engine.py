@@ -81,6 +81,9 @@ class RequestState:
         error: the exception of a failed request, else ``None``.
         slot: its KV slot while running, else ``None``.
         rounds, accepted: verify rounds run and draft tokens accepted so far.
+        two_level: with a :class:`~specdec.verify.TwoLevelVerifier`, the request's
+            :class:`~specdec.engine.two_level.TwoLevelRequest` (its gate, stats and last round) from its first
+            round on; else ``None``.
     """
 
     request_id: Hashable

@@ -4,7 +4,10 @@
   and the generator state at every drafter call are those of ``specdec.generate(..., verifier=TwoLevelVerifier)``
   alone, for n-gram and model drafters, gates "always", "never" and alternating (mixed batches: some requests
   one-level, some two-level in the same step), any arrival order and companions (hypothesis);
+* the same on the hybrid target (hypothesis: arrival orders, companions, gates, greedy and seeded T > 0);
 * greedy output equals autoregressive decoding on the dense target in both layouts and on the hybrid target;
+* with batched drafting, draft 2 is one ``propose_batch`` call for the step's two-level requests, and the
+  per-request layout keeps every request equal to ``generate`` alone;
 * a drafter with feature taps gets the Q features for its second draft and the exact ones after the commit;
 * a deliberately bad Q view leaves every output exact (agreement drops);
 * mutants: accepting from the Q logits breaks equality; a Q row cannot be committed on a ragged target;
@@ -146,6 +149,34 @@ def test_greedy_outputs_equal_autoregressive_in_both_layouts(layout, gate):
     for i, (rid, p) in enumerate(zip(ids, prompts)):
         assert torch.equal(outputs[rid], sd.generate(TARGET, p[None], 14 + i).tokens[0])
     assert engine.two_level.q_passes > 0
+
+
+@settings(max_examples=4, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 10), min_size=1, max_size=3),
+    max_batch=st.integers(1, 3),
+    gate=st.sampled_from(sorted(GATES)),
+    seed=st.integers(0, 10_000),
+)
+def test_hybrid_requests_in_any_order_and_company_equal_generate_alone(lengths, max_batch, gate, seed):
+    prompts = prompts_of(lengths, seed)
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
+    engine = Engine(HYBRID, lambda: NGramDrafter(max_ngram=2, max_paths=2), verifier(gate), max_batch=max_batch)
+    ids = {i: engine.add_request(prompts[i], max_new_tokens=10, temperature=float(i % 2), seed=seed + i) for i in order}
+    outputs = engine.run()
+    for i, p in enumerate(prompts):
+        v = verifier(gate)
+        alone = sd.generate(
+            HYBRID,
+            p[None],
+            10,
+            drafter=NGramDrafter(max_ngram=2, max_paths=2),
+            verifier=v,
+            temperature=float(i % 2),
+            seed=seed + i,
+        )
+        assert torch.equal(outputs[ids[i]], alone.tokens[0]), f"request {i} differs from alone"
+        assert counters(engine.request(ids[i]).two_level.stats) == counters(v.stats)
 
 
 @pytest.mark.parametrize("gate", ["always", "alternate"])
