@@ -243,7 +243,7 @@ class Engine:
             self.two_level.check_target(self.target)
             if verify_budget is not None:
                 raise ValueError(
-                    "verify_budget: a global verify budget cannot yet allocate a TwoLevelVerifier's exact-pass nodes "
+                    "verify_budget: a global verify budget does not allocate a TwoLevelVerifier's exact-pass nodes "
                     f"(they are chosen after the Q pass and the second draft); got verify_budget={verify_budget!r} "
                     "with verifier=TwoLevelVerifier: pass verify_budget=None, or a TreeVerifier"
                 )
