@@ -6,7 +6,9 @@ go through ONE ragged target forward (:class:`~specdec.models.ragged.RaggedDense
 :class:`~specdec.models.ragged_hybrid.RaggedHybridTarget` for a hybrid target); then each
 request accepts from its own logits with its own generator and commits into its own KV slot. Requests
 join (:meth:`Engine.add_request`) and leave (finish or :meth:`Engine.cancel`) between steps; a request
-added while every slot is busy waits for one.
+added while every slot is busy waits for one. With a two-level verifier, the step first runs one Q
+forward (the target's 8-bit weight view) for its two-level requests and drafts again for them
+(:mod:`specdec.engine.two_level`); the exact pass is still one forward for all.
 
 Batch invariance: with the ``"per_request"`` layout a request's tokens are exactly those
 :func:`specdec.generate` gives it alone (same drafter kind, verifier, sampling and seed), whatever its
@@ -16,6 +18,7 @@ alone.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from specdec.contracts.sampling import SamplingConfig
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate
 from specdec.engine.drafting import BatchableDrafter, BatchDrafter
 from specdec.engine.rounds import accept_round, check_verifier, plan_round, truncate_chain
+from specdec.engine.two_level import TwoLevelRequest, TwoLevelRounds
 from specdec.generation import StopCondition, check_proposal_size
 from specdec.models.dense import DenseTarget
 from specdec.models.hybrid import HybridTarget
@@ -38,6 +42,7 @@ from specdec.verify.chain import ChainVerifier
 from specdec.verify.processors import process_logits
 from specdec.verify.sampling import logits_to_probs, sample
 from specdec.verify.tree import TreeVerifier
+from specdec.verify.two_level import TwoLevelVerifier
 
 __all__ = ["Engine", "RequestFailed", "RequestState"]
 
@@ -76,6 +81,9 @@ class RequestState:
         error: the exception of a failed request, else ``None``.
         slot: its KV slot while running, else ``None``.
         rounds, accepted: verify rounds run and draft tokens accepted so far.
+        two_level: with a :class:`~specdec.verify.TwoLevelVerifier`, the request's
+            :class:`~specdec.engine.two_level.TwoLevelRequest` (its gate, stats and last round) from its first
+            round on; else ``None``.
     """
 
     request_id: Hashable
@@ -97,6 +105,7 @@ class RequestState:
     fresh_hidden: torch.Tensor | None = None
     pending: dict = field(default_factory=dict)
     estimator: AcceptanceEstimator = field(default_factory=AcceptanceEstimator)
+    two_level: TwoLevelRequest | None = None
 
     @property
     def tokens(self) -> torch.Tensor:
@@ -118,7 +127,13 @@ class Engine:
             one drafter shared by every request, which must keep no state between calls that its
             proposals depend on (:class:`~specdec.drafters.NGramDrafter`). A drafter with feature taps
             (``target_layer_ids``) receives its request's ``target_hidden`` rows, as in :func:`specdec.generate`.
-        verifier: a :class:`~specdec.verify.ChainVerifier` (default) or :class:`~specdec.verify.TreeVerifier`.
+        verifier: a :class:`~specdec.verify.ChainVerifier` (default), a :class:`~specdec.verify.TreeVerifier`, or a
+            :class:`~specdec.verify.TwoLevelVerifier`: then each request has its own copy of the verifier's gate;
+            the two-level requests of a step share ONE Q forward (``view=verifier.view``, never committed),
+            draft again, and their exact rows join the step's one exact forward beside the one-level
+            (tree) requests; each request's tokens and draws equal its ``generate`` output alone
+            (:mod:`specdec.engine.two_level`; per-request stats in ``request(id).two_level``). Not
+            combined with ``verify_budget``.
         max_batch: requests decoded at once (the KV slots of a ``DenseTarget``; ``<=`` the slots of a
             ``RaggedDenseTarget``).
         num_draft_tokens: the most tokens a drafter may propose per round.
@@ -165,7 +180,7 @@ class Engine:
         self,
         target: DenseTarget | HybridTarget | RaggedDenseTarget | RaggedHybridTarget,
         drafter: Drafter | Callable[[], Drafter],
-        verifier: ChainVerifier | TreeVerifier | None = None,
+        verifier: ChainVerifier | TreeVerifier | TwoLevelVerifier | None = None,
         *,
         max_batch: int,
         num_draft_tokens: int = 4,
@@ -221,7 +236,24 @@ class Engine:
             if isinstance(probe, BatchableDrafter):
                 self._batch_drafter = self._check_drafter(probe.batched(slots=max_batch))
         self.batched_drafting = batched_drafting
-        self.verifier = check_verifier(ChainVerifier() if verifier is None else verifier)
+        verifier = ChainVerifier() if verifier is None else verifier
+        self.two_level: TwoLevelRounds | None = None
+        if type(verifier) is TwoLevelVerifier:
+            self.two_level = TwoLevelRounds(verifier)
+            self.two_level.check_target(self.target)
+            if verify_budget is not None:
+                raise ValueError(
+                    "verify_budget: a global verify budget does not allocate a TwoLevelVerifier's exact-pass nodes "
+                    f"(they are chosen after the Q pass and the second draft); got verify_budget={verify_budget!r} "
+                    "with verifier=TwoLevelVerifier: pass verify_budget=None, or a TreeVerifier"
+                )
+            self.verifier = verifier
+        elif type(verifier) in (ChainVerifier, TreeVerifier):
+            self.verifier = check_verifier(verifier)
+        else:
+            raise TypeError(
+                f"verifier: expected a ChainVerifier, a TreeVerifier or a TwoLevelVerifier, got {type(verifier).__name__}"
+            )
         if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 0:
             raise ValueError(f"num_draft_tokens: expected an int >= 0, got {num_draft_tokens!r}")
         if verify_budget is not None and verify_budget != "auto":
@@ -244,6 +276,7 @@ class Engine:
         self._free_slots = list(range(max_batch))
         self._ids = count()
         self.target_passes = 0
+        self._exact_seconds = 0.0
 
     def _check_drafter(self, drafter: object) -> Drafter:
         if isinstance(drafter, type) or not isinstance(drafter, (Drafter, BatchDrafter)):
@@ -505,6 +538,8 @@ class Engine:
 
     def _plan(self, state: RequestState, nodes: int | None = None) -> RequestRows:
         """The request's verify rows for the shared forward; ``nodes`` = its budget's node count (else all)."""
+        if self.two_level is not None:
+            return self.two_level.rows(self.target, state)
         target, slot = self.target, state.slot
         proposal, tree = state.pending["proposal"], state.pending.get("tree")
         if nodes is not None:
@@ -568,6 +603,7 @@ class Engine:
             >>> {rid: t.shape[0] for rid, t in engine.step().items()}   # the prefills, one token each
             {0: 1, 1: 1}
         """
+        step_start = time.perf_counter()
         joined = self._admit()
         states = [self._requests[rid] for rid in self._running]
         fresh = {id(s) for s in joined}
@@ -596,6 +632,8 @@ class Engine:
                 self._fail(state, err)
                 failures.append((state, err))
         nodes = self._allocate(joined, proposed)
+        if self.two_level is not None:
+            self.two_level.prepare(self, [state for state, _ in proposed if state.status == RUNNING], failures, step_start)
         planned, rows = [], []
         for state in states:
             if state.status != RUNNING:
@@ -612,8 +650,10 @@ class Engine:
                 failures.append((state, err))
         emitted: dict[Hashable, torch.Tensor] = {}
         taps = sorted({layer for state in planned for layer in self._taps_for(state)})
+        forward_start = time.perf_counter()
         outs = self.target.forward(rows, hidden_layers=taps) if rows else []
         self.target_passes += bool(rows)
+        self._exact_seconds = time.perf_counter() - forward_start
         for state, out in zip(planned, outs):
             try:
                 hidden = [out.hidden[taps.index(layer)][0] for layer in self._taps_for(state)]  # each [T_i, H]
@@ -662,15 +702,18 @@ class Engine:
         else:
             pending, state.pending = state.pending, {}
             plan, proposal = pending["plan"], pending["verified"]
-            outcome = accept_round(
-                self.verifier,
-                plan,
-                logits,
-                proposal,
-                sampling=state.sampling,
-                generator=state.generator,
-                context=state.buf[: state.length],
-            )
+            if self.two_level is not None:
+                outcome = self.two_level.accept(state, pending, logits)
+            else:
+                outcome = accept_round(
+                    self.verifier,
+                    plan,
+                    logits,
+                    proposal,
+                    sampling=state.sampling,
+                    generator=state.generator,
+                    context=state.buf[: state.length],
+                )
             self.target.commit(state.slot, outcome.commit)
             if hidden:
                 kept = outcome.commit if isinstance(outcome.commit, torch.Tensor) else torch.arange(outcome.commit)
@@ -679,7 +722,11 @@ class Engine:
                 state.estimator.observe(
                     pending["proposal"], nodes=pending["nodes"], accepted=outcome.num_accepted, tree=pending["tree"]
                 )
+            if self.two_level is not None:
+                self.two_level.finish(state, pending, outcome.num_accepted, self._exact_seconds)
             m = outcome.emitted.numel()
+            if state.length + m > state.buf.numel():  # a two-level round may emit more than num_draft_tokens + 1
+                state.buf = torch.cat([state.buf, state.buf.new_empty(state.length + m - state.buf.numel())])
             state.buf[state.length : state.length + m] = outcome.emitted
             state.length += m
             state.rounds += 1

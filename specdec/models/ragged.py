@@ -29,6 +29,7 @@ from specdec.contracts.target import TargetOutput
 from specdec.models.dense import DecoderLayer, DenseTarget, _rotate_half, compact_kv, prefix_attention_mask
 from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.slots import RequestRows, RequestSlots
+from specdec.models.weight_views import WEIGHT_VIEWS
 
 __all__ = ["LAYOUTS", "ROW_BUCKETS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
 
@@ -86,6 +87,7 @@ class RaggedDenseTarget(RequestSlots):
         self.v_caches = [torch.zeros(shape, dtype=target.dtype, device=target.device) for _ in target.layers]
         self.lengths = [0] * slots
         self._last_rows = [0] * slots
+        self._last_views = ["exact"] * slots
         self._graphs: StaticGraphs | None = None
         self._buckets: tuple[int, ...] = ()
         self._span_step = 1
@@ -105,6 +107,7 @@ class RaggedDenseTarget(RequestSlots):
         self._check_slot(slot)
         self.lengths[slot] = 0
         self._last_rows[slot] = 0
+        self._last_views[slot] = "exact"
 
     def truncate(self, slot: int, length: int) -> None:
         """Roll ``slot`` back to its first ``length`` committed tokens (``0 <= length <= length(slot)``)."""
@@ -113,11 +116,13 @@ class RaggedDenseTarget(RequestSlots):
             raise ValueError(f"length: expected 0 <= length <= {self.lengths[slot]}, got {length!r}")
         self.lengths[slot] = length
         self._last_rows[slot] = 0
+        self._last_views[slot] = "exact"
 
     def discard(self, slot: int) -> None:
         """Drop the scratch rows of ``slot``'s last forward (its committed cache is unchanged)."""
         self._check_slot(slot)
         self._last_rows[slot] = 0
+        self._last_views[slot] = "exact"
 
     def commit(self, slot: int, accepted: int | torch.Tensor) -> None:
         """Keep rows of ``slot``'s last forward and advance its length (the other slots are untouched).
@@ -136,6 +141,11 @@ class RaggedDenseTarget(RequestSlots):
             [0, 2]
         """
         self._check_slot(slot)
+        if self._last_views[slot] != "exact":
+            raise RuntimeError(
+                f"commit: slot {slot}'s last forward ran the {self._last_views[slot]!r} weight view; its rows are proposals "
+                "and are never committed (discard(slot) them, then run the exact view)"
+            )
         last = self._last_rows[slot]
         if isinstance(accepted, int) and not isinstance(accepted, bool):
             if not 0 <= accepted <= last:
@@ -155,6 +165,7 @@ class RaggedDenseTarget(RequestSlots):
             raise TypeError(f"accepted: expected an int or a 1-D int64 tensor, got {desc}")
         self.lengths[slot] += n
         self._last_rows[slot] = 0
+        self._last_views[slot] = "exact"
 
     def slot_target(self, slot: int) -> SlotTarget:
         """A batch-1 :class:`~specdec.contracts.Target` over ``slot`` (for prefill, drafters' tests, batch-1 verifiers).
@@ -191,8 +202,15 @@ class RaggedDenseTarget(RequestSlots):
                     f"requests[{i}].mask: expected bool [{seqlen}, {seqlen}], got {req.mask.dtype} {tuple(req.mask.shape)}"
                 )
 
+    @property
+    def weight_views(self) -> tuple[str, ...]:
+        """``("exact", "q")``: the shared target's exact weights and its 8-bit A+E view (tuple of str)."""
+        return WEIGHT_VIEWS
+
     @torch.no_grad()
-    def forward(self, requests: Sequence[RequestRows], *, hidden_layers: Sequence[int] = ()) -> list[TargetOutput]:
+    def forward(
+        self, requests: Sequence[RequestRows], *, hidden_layers: Sequence[int] = (), view: str = "exact"
+    ) -> list[TargetOutput]:
         """Run the new rows of several requests in one call; each request's K/V go to its slot's scratch rows.
 
         Every argument is checked before any work, so a bad entry leaves every slot as it was.
@@ -200,19 +218,35 @@ class RaggedDenseTarget(RequestSlots):
         Args:
             requests: one :class:`RequestRows` per request (distinct slots), in any order.
             hidden_layers: layer outputs to return per request (HF ``hidden_states`` numbering).
+            view: ``"exact"`` or ``"q"`` (the shared target's 8-bit A+E weights, as for
+                :meth:`DenseTarget.forward <specdec.models.dense.DenseTarget.forward>`): a ``"q"`` forward
+                reads the slots' committed K/V and writes only their scratch rows, which :meth:`commit`
+                refuses (:meth:`discard` them).
 
         Returns:
             one :class:`~specdec.contracts.TargetOutput` per entry of ``requests``, in their order, with
             float32 ``logits [1, T_i, V]`` and ``[1, T_i, hidden_size]`` per tap.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> dense = tiny_target(seed=0)
+            >>> ragged = RaggedDenseTarget(dense, slots=2)
+            >>> q = ragged.forward([RequestRows(1, torch.tensor([[1, 2, 3]]))], view="q")[0]
+            >>> torch.equal(q.logits, dense(torch.tensor([[1, 2, 3]]), view="q").logits)
+            True
         """
         hidden_layers = tuple(hidden_layers)
+        if view not in WEIGHT_VIEWS:
+            raise ValueError(f"view: expected one of {WEIGHT_VIEWS} (this target's weight_views), got {view!r}")
         self._check_rows(requests, hidden_layers)
-        if self.layout == "packed":
-            outs = self._run_packed(requests, hidden_layers)
-        else:
-            outs = self._run_per_request(requests, hidden_layers)
+        with self.target._views.use(view):
+            if self.layout == "packed":
+                outs = self._run_packed(requests, hidden_layers, view)
+            else:
+                outs = self._run_per_request(requests, hidden_layers)
         for req in requests:
             self._last_rows[req.slot] = req.tokens.shape[1]
+            self._last_views[req.slot] = view
         return outs
 
     def _cache(self, layer: int, seg: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -323,7 +357,9 @@ class RaggedDenseTarget(RequestSlots):
         span = min(self.max_seq_len, -(-max_len // self._span_step) * self._span_step)
         return rows_b, per_request_b, span
 
-    def _run_packed(self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...]) -> list[TargetOutput]:
+    def _run_packed(
+        self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...], view: str = "exact"
+    ) -> list[TargetOutput]:
         """Pack the rows' indices on the host (one copy to the device), run :meth:`_packed_body`, split per request."""
         device, scratch = self.device, self.slots
         lengths = [self.lengths[req.slot] for req in requests]
@@ -345,7 +381,8 @@ class RaggedDenseTarget(RequestSlots):
         if bucket is None:
             buf = self._packed_buffers(rows_b, per_request_b, span)
         else:
-            key = (*bucket, hidden_layers)
+            # a captured graph holds the weights it was captured with: one graph per weight view
+            key = (*bucket, hidden_layers) if view == "exact" else (*bucket, hidden_layers, view)
             buf = self._graphs.buffers(key, lambda: self._packed_buffers(rows_b, per_request_b, span))
         buf["index"].copy_(index, non_blocking=True)
         buf["tokens"][:, :num_rows].copy_(torch.cat([req.tokens for req in requests], dim=1))

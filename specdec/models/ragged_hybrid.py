@@ -26,6 +26,7 @@ from specdec.contracts.target import TargetOutput
 from specdec.models.hybrid import HybridTarget
 from specdec.models.ragged import SlotTarget
 from specdec.models.slots import RequestRows, RequestSlots
+from specdec.models.weight_views import WEIGHT_VIEWS
 
 __all__ = ["HYBRID_LAYOUTS", "HybridSlotTarget", "RaggedHybridTarget"]
 
@@ -247,8 +248,15 @@ class RaggedHybridTarget(RequestSlots):
                     raise type(err)(f"requests[{i}] (slot {slot}): {err}") from err
         return parents
 
+    @property
+    def weight_views(self) -> tuple[str, ...]:
+        """``("exact", "q")``: the shared target's exact weights and its 8-bit A+E view (tuple of str)."""
+        return WEIGHT_VIEWS
+
     @torch.no_grad()
-    def forward(self, requests: Sequence[RequestRows], *, hidden_layers: Sequence[int] = ()) -> list[TargetOutput]:
+    def forward(
+        self, requests: Sequence[RequestRows], *, hidden_layers: Sequence[int] = (), view: str = "exact"
+    ) -> list[TargetOutput]:
         """Run the new rows of several requests; each request's rows read only its own slot's cache and states.
 
         Every entry is checked before any work, so a bad entry leaves every slot as it was. A request's
@@ -257,18 +265,32 @@ class RaggedHybridTarget(RequestSlots):
         Args:
             requests: one :class:`~specdec.models.ragged.RequestRows` per request (distinct slots), any order.
             hidden_layers: layer outputs to return per request (HF ``hidden_states`` numbering).
+            view: ``"exact"`` or ``"q"`` (the 8-bit A+E weights, as for :meth:`HybridTarget.forward
+                <specdec.models.hybrid.HybridTarget.forward>`): a ``"q"`` forward only reads the slots' committed
+                K/V and GDN states, and :meth:`commit` refuses its rows (:meth:`discard` them).
 
         Returns:
             one :class:`~specdec.contracts.TargetOutput` per entry of ``requests``, in their order, with
             float32 ``logits [1, T_i, V]`` and ``[1, T_i, hidden_size]`` per tap.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> hybrid = tiny_target("qwen3_5_text", seed=0)
+            >>> q = RaggedHybridTarget(hybrid, slots=2).forward([RequestRows(1, torch.tensor([[1, 2]]))], view="q")[0]
+            >>> torch.equal(q.logits, hybrid(torch.tensor([[1, 2]]), view="q").logits)
+            True
         """
         hidden_layers = tuple(hidden_layers)
+        if view not in WEIGHT_VIEWS:
+            raise ValueError(f"view: expected one of {WEIGHT_VIEWS} (this target's weight_views), got {view!r}")
         parents = self._check_rows(requests, hidden_layers)
-        return [self._forward_checked(req, tree, hidden_layers) for req, tree in zip(requests, parents)]
+        return [self._forward_checked(req, tree, hidden_layers, view) for req, tree in zip(requests, parents)]
 
-    def _forward_checked(self, req: RequestRows, parents: torch.Tensor | None, hidden_layers: tuple[int, ...]) -> TargetOutput:
+    def _forward_checked(
+        self, req: RequestRows, parents: torch.Tensor | None, hidden_layers: tuple[int, ...], view: str = "exact"
+    ) -> TargetOutput:
         with self._bound(req.slot) as target:
-            return target._forward_rows(req.tokens, req.positions, req.mask, parents, hidden_layers, "exact")
+            return target._forward_rows(req.tokens, req.positions, req.mask, parents, hidden_layers, view)
 
 
 class HybridSlotTarget(SlotTarget):

@@ -47,7 +47,7 @@ from specdec.verify.processors import process_logits, row_prefixes
 from specdec.verify.sampling import logits_to_probs
 from specdec.verify.tree import TreeVerifier
 from specdec.verify.two_level_gate import TwoLevelGate
-from specdec.verify.walks import greedy_walk, sample_and_match
+from specdec.verify.walks import TreeWalk, greedy_walk, sample_and_match
 
 __all__ = ["STAGES", "TwoLevelRound", "TwoLevelStats", "TwoLevelVerifier", "join_chain_and_subtree"]
 
@@ -308,51 +308,184 @@ class TwoLevelVerifier:
         self._last_end = (end, target.length)
         return result
 
+    @property
+    def one_level(self) -> TreeVerifier:
+        """The :class:`TreeVerifier` of a one-level round (``budget`` nodes, proposals already validated here)."""
+        return self._exact_level
+
+    def q_plan(self, proposal: DraftProposal, root: torch.Tensor, *, prefix_len: int, room: int) -> VerifyPlan:
+        """The Q pass's plan: T1 (``proposal`` as a tree of at most ``q_budget`` nodes) below ``root``.
+
+        Args:
+            proposal: the first draft (validated by the caller when :attr:`validate_proposals`).
+            root: ``[1]`` int64, the newest emitted token.
+            prefix_len, room: the request's committed length and free cache slots.
+
+        Example:
+            >>> v = TwoLevelVerifier(budget=4, q_budget=4)
+            >>> v.q_plan(DraftProposal(torch.tensor([5, 6, 7])), torch.tensor([3]), prefix_len=4, room=10).tokens.tolist()
+            [[3, 5, 6, 7]]
+        """
+        tree1 = self._q_level.build_tree(proposal, room=room).to(root.device)
+        return VerifyPlan.for_tree(root, tree1, prefix_len=prefix_len)
+
+    def q_chain(
+        self, q_plan: VerifyPlan, q_logits: torch.Tensor, *, sampling: SamplingConfig, context: torch.Tensor, room: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The greedy walk of the Q logits over T1: ``(chain [m + 1], rows [m + 1])``, cut to the exact pass's room.
+
+        Args:
+            q_plan: from :meth:`q_plan`.
+            q_logits: ``[N1 + 1, V]`` float32, the Q pass's logits of the plan's rows.
+            sampling: the request's law (its prefix-dependent processors apply to the Q logits too).
+            context: ``[n]`` every token so far, root last.
+            room: the request's free cache slots.
+
+        Returns:
+            C then the Q next token, and the plan rows whose logits chose them (root row first).
+
+        Example:
+            >>> v = TwoLevelVerifier(budget=4, q_budget=2)
+            >>> plan = v.q_plan(DraftProposal(torch.tensor([1, 0])), torch.tensor([0]), prefix_len=1, room=10)
+            >>> logits = torch.eye(2)[[1, 0, 1]]       # row 0 picks 1, row 1 picks 0, row 2 picks 1
+            >>> [t.tolist() for t in v.q_chain(plan, logits, sampling=SamplingConfig(), context=torch.tensor([0]), room=10)]
+            [[1, 0, 1], [0, 1, 2]]
+        """
+        if sampling.needs_prefix:
+            q_logits = process_logits(q_logits, row_prefixes(context, q_plan), sampling)
+        q_walk = greedy_walk(q_plan.tree, q_logits)  # the Q pass proposes; it never samples
+        limit = min(self.budget, room - 1)
+        return q_walk.emitted[:limit], q_walk.rows[:limit]
+
+    def second_draft_request(
+        self, context: torch.Tensor, chain: torch.Tensor, chain_rows: torch.Tensor, q_hidden: torch.Tensor | None, *, room: int
+    ) -> tuple[torch.Tensor, int, dict]:
+        """What the drafter's second call gets: ``(context2 [n + m + 1], k2, extra keyword arguments)``.
+
+        Args:
+            context: ``[n]`` every token so far, root last.
+            chain, chain_rows: from :meth:`q_chain`.
+            q_hidden: ``[N1 + 1, taps, H]`` the Q pass's taps of T1's rows, or ``None`` (a drafter without taps).
+            room: the request's free cache slots.
+
+        ``k2`` is the subtree's node budget (0: no second draft, the drafter is not called); ``extra`` holds
+        ``target_hidden [m + 1, taps, H]`` (the Q features of ``r C``) when ``q_hidden`` is given.
+
+        Example:
+            >>> v = TwoLevelVerifier(budget=4)
+            >>> ctx, k2, extra = v.second_draft_request(torch.tensor([1, 2]), torch.tensor([3, 4]), torch.tensor([0, 1]), None, room=9)
+            >>> ctx.tolist(), k2, extra
+            ([1, 2, 3, 4], 2, {})
+        """
+        device = chain.device
+        k2 = max(0, min(self.budget, room - 1) - chain.numel())
+        extra = {} if q_hidden is None else {"target_hidden": q_hidden[chain_rows.to(q_hidden.device)]}
+        return torch.cat([context.to(device), chain]), k2, extra
+
+    def exact_plan(
+        self,
+        chain: torch.Tensor,
+        second: DraftProposal | None,
+        k2: int,
+        root: torch.Tensor,
+        *,
+        prefix_len: int,
+        vocab_size: int,
+    ) -> tuple[Tree, VerifyPlan]:
+        """The exact pass's subtree T2 and plan over ``[root, C, c*, T2]``.
+
+        Args:
+            chain: ``[m + 1]`` from :meth:`q_chain`.
+            second: the drafter's second proposal, or ``None`` when ``k2 == 0`` (no subtree).
+            k2: the subtree budget of :meth:`second_draft_request`.
+            root: ``[1]`` int64; prefix_len: the request's committed length; vocab_size: the target's ``V``.
+
+        Example:
+            >>> v = TwoLevelVerifier(budget=4)
+            >>> sub, plan = v.exact_plan(torch.tensor([3, 4]), DraftProposal(torch.tensor([5, 6])), 2, torch.tensor([2]),
+            ...                          prefix_len=5, vocab_size=97)
+            >>> sub.tokens.tolist(), plan.tokens.tolist()
+            ([5, 6], [[2, 3, 4, 5, 6]])
+        """
+        subtree = Tree._unchecked_chain(chain[:0])
+        if second is not None:
+            if self.validate_proposals:
+                second.validate(vocab_size=vocab_size)
+            subtree = self._exact_level.build_tree(second, room=k2 + 1)
+        tree = join_chain_and_subtree(chain, subtree)
+        return subtree, VerifyPlan.for_tree(root, tree, prefix_len=prefix_len)
+
+    @staticmethod
+    def accept_exact(
+        plan: VerifyPlan,
+        logits: torch.Tensor,
+        *,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        context: torch.Tensor,
+    ) -> TreeWalk:
+        """Acceptance of the exact pass: the greedy walk, or sample-and-match with ``generator``.
+
+        Returns a :class:`~specdec.verify.walks.TreeWalk` (``emitted [n + 1]``, ``num_accepted``, ``rows [n + 1]``).
+
+        Args:
+            plan: from :meth:`exact_plan`.
+            logits: ``[N + 1, V]`` float32, the EXACT pass's logits of the plan's rows (never the Q pass's).
+            sampling, generator: the request's law and RNG (the round's only target draws).
+            context: ``[n]`` every token so far, root last (read when ``sampling.needs_prefix``).
+
+        Example:
+            >>> plan = VerifyPlan.for_tree(torch.tensor([0]), Tree(tokens=[1], parents=[-1]), prefix_len=1)
+            >>> walk = TwoLevelVerifier.accept_exact(plan, torch.eye(2)[[1, 1]], sampling=SamplingConfig(), generator=None,
+            ...                                      context=torch.tensor([0]))
+            >>> walk.emitted.tolist(), walk.num_accepted
+            ([1, 1], 1)
+        """
+        if sampling.needs_prefix:
+            logits = process_logits(logits, row_prefixes(context, plan), sampling)
+        if sampling.greedy:
+            return greedy_walk(plan.tree, logits)
+        return sample_and_match(plan.tree, logits_to_probs(logits, sampling), generator=generator)
+
+    @staticmethod
+    def record_two_level_round(stats: TwoLevelStats, chain: torch.Tensor, num_accepted: int) -> None:
+        """Add a two-level round's Q-pass and agreement counters to ``stats`` (the round totals are the caller's).
+
+        Example:
+            >>> s = TwoLevelStats(); TwoLevelVerifier.record_two_level_round(s, torch.tensor([4, 5, 6]), 2)
+            >>> s.q_passes, s.chain_tokens, s.chain_agreed, s.chain_full
+            (1, 3, 2, 0)
+        """
+        m1 = chain.numel()
+        stats.q_passes += 1
+        stats.two_level_rounds += 1
+        stats.chain_tokens += m1
+        stats.chain_agreed += min(num_accepted, m1)
+        stats.chain_full += int(num_accepted >= m1)
+
     def _two_level(self, target, root, proposal, sampling, generator, taps, context, drafter):
         device = target.device
-        stats = self.stats
         t = time.perf_counter()
-        tree1 = self._q_level.build_tree(proposal, room=target.room()).to(device)
         if not target.supports_trees:
             raise ValueError(
                 f"target: {type(target).__name__} verifies chains only (supports_trees is False); two-level needs trees"
             )
-        plan1 = VerifyPlan.for_tree(root, tree1, prefix_len=target.length)
+        plan1 = self.q_plan(proposal, root, prefix_len=target.length, room=target.room())
         q_out = target.run_plan(plan1, hidden_layers=taps, view=self.view)
         target.discard()
-        q_logits = q_out.logits[0]
-        if sampling.needs_prefix:
-            q_logits = process_logits(q_logits, row_prefixes(context, plan1), sampling)
-        q_walk = greedy_walk(tree1, q_logits)  # the Q pass proposes; it never samples
-        # [m + 1]: C, then the Q next token; cut to what the exact pass may hold (budget, cache room)
-        limit = min(self.budget, target.room() - 1)
-        chain, chain_rows = q_walk.emitted[:limit], q_walk.rows[:limit]
-        stats.q_passes += 1
+        chain, chain_rows = self.q_chain(plan1, q_out.logits[0], sampling=sampling, context=context, room=target.room())
         t = self._mark(device, "q_pass", t)
 
-        k2 = max(0, min(self.budget, target.room() - 1) - chain.numel())
-        subtree = Tree._unchecked_chain(chain[:0])
+        q_hidden = torch.stack([h[0] for h in q_out.hidden], dim=1) if taps else None
+        context2, k2, extra = self.second_draft_request(context, chain, chain_rows, q_hidden, room=target.room())
+        second = None
         if k2 > 0:
-            extra = {}
-            if taps:
-                extra["target_hidden"] = torch.stack([h[0] for h in q_out.hidden], dim=1)[chain_rows.to(device)]
-            context2 = torch.cat([context.to(device), chain])
             second = drafter.propose(context2, k2, sampling=sampling, generator=generator, **extra)
-            if self.validate_proposals:
-                second.validate(vocab_size=target.vocab_size)
-            subtree = self._exact_level.build_tree(second, room=k2 + 1)
+        subtree, plan = self.exact_plan(chain, second, k2, root, prefix_len=target.length, vocab_size=target.vocab_size)
         t = self._mark(device, "draft2", t)
 
-        tree = join_chain_and_subtree(chain, subtree)
-        plan = VerifyPlan.for_tree(root, tree, prefix_len=target.length)
         out = target.run_plan(plan, hidden_layers=taps)
-        logits = out.logits[0]
-        if sampling.needs_prefix:
-            logits = process_logits(logits, row_prefixes(context, plan), sampling)
-        if sampling.greedy:
-            walk = greedy_walk(tree, logits)
-        else:
-            walk = sample_and_match(tree, logits_to_probs(logits, sampling), generator=generator)
+        walk = self.accept_exact(plan, out.logits[0], sampling=sampling, generator=generator, context=context)
         t = self._mark(device, "exact", t)
 
         target.commit(plan.accepted_rows(walk.num_accepted, walk.rows))
@@ -360,10 +493,6 @@ class TwoLevelVerifier:
         if taps:
             hidden = torch.stack([h[0] for h in out.hidden], dim=1)[walk.rows.to(device)]
         self._mark(device, "commit", t)
-        m1 = chain.numel()
-        stats.two_level_rounds += 1
-        stats.chain_tokens += m1
-        stats.chain_agreed += min(walk.num_accepted, m1)
-        stats.chain_full += int(walk.num_accepted >= m1)
-        rnd = TwoLevelRound(True, tree1, chain, subtree, tree, walk.num_accepted)
+        self.record_two_level_round(self.stats, chain, walk.num_accepted)
+        rnd = TwoLevelRound(True, plan1.tree, chain, subtree, plan.tree, walk.num_accepted)
         return VerifyResult(emitted=walk.emitted, num_accepted=walk.num_accepted, hidden=hidden), rnd

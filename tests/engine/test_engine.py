@@ -320,8 +320,9 @@ class GreedyDrafter(NGramDrafter):
 
 
 def test_engine_argument_errors():
-    with pytest.raises(TypeError, match="verifier: expected a ChainVerifier or a TreeVerifier, got TwoLevelVerifier"):
-        Engine(TARGET, NGramDrafter(), TwoLevelVerifier(), max_batch=1)
+    with pytest.raises(TypeError, match="verifier: expected a ChainVerifier, a TreeVerifier or a TwoLevelVerifier, got NGramDrafter"):
+        Engine(TARGET, NGramDrafter(), NGramDrafter(), max_batch=1)
+    assert isinstance(Engine(TARGET, NGramDrafter(), TwoLevelVerifier(), max_batch=1).verifier, TwoLevelVerifier)
     with pytest.raises(ValueError, match=r"drafter: target_layer_ids expected indices in \[0, 2\], got 5"):
         Engine(TARGET, TappedDrafter(), max_batch=1)
     with pytest.raises(ValueError, match="drafter: vocabulary size 98 differs from the target's 97"):
