@@ -129,6 +129,10 @@ UNIT_SCALE = {
     "usecond": 1e-6,
     "msecond": 1e-3,
     "second": 1.0,
+    "ns": 1e-9,
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
     "byte": 1.0,
     "Kbyte": 1e3,
     "Mbyte": 1e6,
@@ -250,6 +254,8 @@ def parse_number(text: str, unit: str = "") -> float | None:
     Example:
         >>> parse_number("1,234.5", "usecond")
         0.0012345
+        >>> parse_number("12,832", "ns")  # ncu 2025.3 writes durations in ns under --print-units base
+        1.2832e-05
         >>> parse_number("n/a") is None
         True
     """

@@ -131,3 +131,9 @@ def test_bad_arguments_are_refused(tmp_path):
         profile_ncu.read_raw_csv(b"ID")
     with pytest.raises(SystemExit):
         profile_ncu.main(["--launch", "--smoke", "--time-reps", "-1"])
+
+
+@pytest.mark.parametrize(("unit", "seconds"), [("ns", 12_832e-9), ("nsecond", 12_832e-9), ("us", 12_832e-6), ("ms", 12.832)])
+def test_short_time_units_are_scaled(unit, seconds):
+    # ncu 2025.3 with --print-units base labels gpu__time_duration in "ns" (the H200 run of 2026-12-02)
+    assert profile_ncu.parse_number("12,832", unit) == pytest.approx(seconds)

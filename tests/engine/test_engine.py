@@ -320,7 +320,9 @@ class GreedyDrafter(NGramDrafter):
 
 
 def test_engine_argument_errors():
-    with pytest.raises(TypeError, match="verifier: expected a ChainVerifier, a TreeVerifier or a TwoLevelVerifier, got NGramDrafter"):
+    with pytest.raises(
+        TypeError, match="verifier: expected a ChainVerifier, a TreeVerifier or a TwoLevelVerifier, got NGramDrafter"
+    ):
         Engine(TARGET, NGramDrafter(), NGramDrafter(), max_batch=1)
     assert isinstance(Engine(TARGET, NGramDrafter(), TwoLevelVerifier(), max_batch=1).verifier, TwoLevelVerifier)
     with pytest.raises(ValueError, match=r"drafter: target_layer_ids expected indices in \[0, 2\], got 5"):
