@@ -179,6 +179,16 @@ class AgentSpecDrafter:
 
         From the request's partition, else (``fallback``) the global index; from the global index only
         with ``isolate=False``. Returns the :class:`Redundancy` and whether the fallback found the candidates.
+
+        Example:
+            >>> from specdec.testing.tokenizers import tiny_tokenizer
+            >>> d = AgentSpecDrafter(TokenPieces.from_tokenizer(tiny_tokenizer()), min_ngram=1)
+            >>> d.add_history(torch.tensor([4, 5, 6, 7]), agent="other", query=0)
+            >>> request = RequestStream("coder", 0, d.default_spec)
+            >>> request.ingest(d.index, d.pieces, [9, 5])
+            >>> redundancy, fell_back = d.retrieve(request, [9, 5], 2)
+            >>> redundancy.path, fell_back                    # nothing in ("coder", 0, ...): the global index
+            ((6, 7), True)
         """
         suffix = ids[-self.index.max_ngram :]
         if self.isolate:
