@@ -335,7 +335,7 @@ def run_engine(
             )
     ar_wall = results["ar"]["wall_s"]
     ngram_wall = results["ngram"].get("wall_s")
-    for name, result in results.items():
+    for result in results.values():
         if "wall_s" in result:
             result["speedup_vs_ar_wall"] = round(ar_wall / result["wall_s"], 3)
             result["speedup_vs_ngram_wall"] = round(ngram_wall / result["wall_s"], 3) if ngram_wall else None

@@ -118,7 +118,7 @@ def test_a_drafter_without_per_request_arguments_refuses_them(batched):
 def test_agentspec_in_the_engine_equals_generate_alone(max_batch, isolate):
     engine = Engine(TARGET, AgentSpecDrafter(PIECES, min_ngram=1, isolate=isolate), max_batch=max_batch, batched_drafting=True)
     ids = []
-    for turn in range(2):
+    for _ in range(2):
         for i, prompt in enumerate(PROMPTS):
             request = {"agent": i % 2, "query": i} if i != 2 else None
             ids.append((engine.add_request(torch.tensor(prompt), max_new_tokens=24 + 4 * i, drafter_request=request), prompt, i))
