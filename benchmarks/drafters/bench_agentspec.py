@@ -230,7 +230,9 @@ def make_engine(name: str, target, pieces: TokenPieces, *, concurrency: int, num
     return Engine(target, drafter, num_draft_tokens=num_draft_tokens, batched_drafting=True, **common), drafter
 
 
-def schedule(engine: Engine, requests: list[dict], device: str, *, agentspec: bool) -> tuple[list[torch.Tensor], list[tuple], list, int]:
+def schedule(
+    engine: Engine, requests: list[dict], device: str, *, agentspec: bool
+) -> tuple[list[torch.Tensor], list[tuple], list, int]:
     """Run ``requests`` through ``engine`` in order, a problem's next turn joining once its previous turn finished.
 
     Returns every request's output and ``(verify rounds, accepted drafts)`` (in ``requests`` order), the
@@ -297,7 +299,9 @@ def run_engine(
             if progress:
                 print(f"{name}: skipped (budget)", flush=True)
             continue
-        engine, drafter = make_engine(name, target, pieces, concurrency=concurrency, num_draft_tokens=num_draft_tokens, layout=layout)
+        engine, drafter = make_engine(
+            name, target, pieces, concurrency=concurrency, num_draft_tokens=num_draft_tokens, layout=layout
+        )
         sync(device)
         start = time.perf_counter()
         outputs, events, counts, peak = schedule(engine, requests, device, agentspec=name.startswith("agentspec"))
@@ -319,7 +323,9 @@ def run_engine(
             "request_passes": request_passes,
             "tokens_per_request_pass": round(new_tokens / request_passes, 3),
             "mean_accepted_per_round": round(sum(a for _, a in counts) / rounds, 3) if rounds else None,
-            "equal_to_cached_workload": all(torch.equal(o.cpu(), torch.tensor(r["output_ids"])) for o, r in zip(outputs, requests)),
+            "equal_to_cached_workload": all(
+                torch.equal(o.cpu(), torch.tensor(r["output_ids"])) for o, r in zip(outputs, requests)
+            ),
             "equal_to_ar": all(torch.equal(o, a) for o, a in zip(outputs, ar_outputs)),
             "max_running": peak,
         }
@@ -356,9 +362,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--num-draft-tokens", type=int, default=6)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no new request (batch 1) or arm (engine) past this wall time")
+    parser.add_argument(
+        "--budget-s", type=float, default=float("inf"), help="start no new request (batch 1) or arm (engine) past this wall time"
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the workload must be cached: building it runs on the CPU)")
-    parser.add_argument("--concurrency", type=int, default=1, help="1: one request at a time (sd.generate); N >= 2: sd.Engine, max_batch N")
+    parser.add_argument(
+        "--concurrency", type=int, default=1, help="1: one request at a time (sd.generate); N >= 2: sd.Engine, max_batch N"
+    )
     parser.add_argument("--layout", default="per_request", choices=("per_request", "packed"), help="the engine's ragged layout")
     parser.add_argument("--smoke", action="store_true", help="the tiny target and a tiny workload on the CPU (same code path)")
     parser.add_argument("--out", type=Path, default=None)
@@ -416,7 +426,9 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if args.out is not None:
         print(write_json(args.out, result, prov))
-    print(f"{result['requests_run']} of {result['requests_in_workload']} requests ({args.device}, concurrency {args.concurrency})")
+    print(
+        f"{result['requests_run']} of {result['requests_in_workload']} requests ({args.device}, concurrency {args.concurrency})"
+    )
     for name, r in result["arms"].items():
         if "skipped" in r:
             print(f"{name:24s} skipped ({r['skipped']})")
