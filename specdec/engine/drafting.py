@@ -28,7 +28,7 @@ from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
 from specdec.drafters.batched_model import BatchedModelDrafter, check_batch_arguments
 
-__all__ = ["BatchDrafter", "BatchableDrafter", "BatchedModelDrafter", "LoopDrafter"]
+__all__ = ["BatchDrafter", "BatchableDrafter", "BatchedModelDrafter", "LoopDrafter", "RequestAwareDrafter"]
 
 
 @runtime_checkable
@@ -83,6 +83,36 @@ class BatchDrafter(Protocol):
         target_hiddens: Sequence[torch.Tensor | None],
     ) -> list[DraftProposal]:
         """One proposal per request: request ``i`` is in ``slots[i]`` with ``contexts[i] [n_i]`` and may get ``max_tokens[i]``."""
+
+
+@runtime_checkable
+class RequestAwareDrafter(Protocol):
+    """A :class:`BatchDrafter` that takes per-request arguments and hears when a request ends.
+
+    :meth:`Engine.add_request <specdec.engine.Engine.add_request>` hands its ``drafter_request`` mapping to
+    ``check_request(**drafter_request)`` at once (bad arguments raise there, before the request is stored),
+    then, when the request joins, to ``begin_request(slot, **drafter_request)`` right after ``reset(slot)``.
+    The engine calls ``end_request(slot, tokens)`` when the request finishes, is cancelled or fails, with
+    ``tokens [n]`` int64: its prompt then every token it emitted (stops applied).
+    :class:`~specdec.drafters.agentspec.AgentSpecBatchDrafter` is one (``agent``, ``query``, ``spec``).
+
+    Example:
+        >>> from specdec.drafters import AgentSpecDrafter, NGramDrafter
+        >>> from specdec.drafters.agentspec import TokenPieces
+        >>> from specdec.testing.tokenizers import tiny_tokenizer
+        >>> agentspec = AgentSpecDrafter(TokenPieces.from_tokenizer(tiny_tokenizer())).batched(slots=2)
+        >>> isinstance(agentspec, RequestAwareDrafter), isinstance(LoopDrafter(NGramDrafter(), slots=2), RequestAwareDrafter)
+        (True, False)
+    """
+
+    def check_request(self, **request: object) -> None:
+        """Raise ``TypeError`` / ``ValueError`` for arguments :meth:`begin_request` would refuse; store nothing."""
+
+    def begin_request(self, slot: int, **request: object) -> None:
+        """Give the request just started in ``slot`` (by ``reset(slot)``) its arguments."""
+
+    def end_request(self, slot: int, tokens: torch.Tensor) -> None:
+        """The request in ``slot`` is over; ``tokens [n]`` is its prompt and output."""
 
 
 class LoopDrafter:

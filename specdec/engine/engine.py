@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -30,7 +30,7 @@ from specdec.contracts.drafter import Drafter
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate
-from specdec.engine.drafting import BatchableDrafter, BatchDrafter
+from specdec.engine.drafting import BatchableDrafter, BatchDrafter, RequestAwareDrafter
 from specdec.engine.rounds import accept_round, check_verifier, plan_round, truncate_chain
 from specdec.engine.two_level import TwoLevelRequest, TwoLevelRounds
 from specdec.generation import StopCondition, check_proposal_size
@@ -84,6 +84,7 @@ class RequestState:
         two_level: with a :class:`~specdec.verify.TwoLevelVerifier`, the request's
             :class:`~specdec.engine.two_level.TwoLevelRequest` (its gate, stats and last round) from its first
             round on; else ``None``.
+        drafter_request: the per-request drafter arguments given to :meth:`Engine.add_request`.
     """
 
     request_id: Hashable
@@ -104,6 +105,7 @@ class RequestState:
     error: Exception | None = None
     fresh_hidden: torch.Tensor | None = None
     pending: dict = field(default_factory=dict)
+    drafter_request: dict = field(default_factory=dict)
     estimator: AcceptanceEstimator = field(default_factory=AcceptanceEstimator)
     two_level: TwoLevelRequest | None = None
 
@@ -159,8 +161,11 @@ class Engine:
             (or factory, called once here to see its kind) with a ``batched(slots=...)`` method, such as
             :class:`~specdec.drafters.ModelDrafter`, whose batched form drafts with one draft-model forward
             per draft step over all requests (its ``"packed"`` layout: drafts agree with the unbatched ones
-            to rounding, outputs stay exact). Other drafters (n-gram, oracle: no forward to batch) keep
-            their per-request calls.
+            to rounding, outputs stay exact), or :class:`~specdec.drafters.AgentSpecDrafter` (one history
+            shared by all requests). Other drafters (n-gram, oracle: no forward to batch) keep
+            their per-request calls. A batched drafter that is a
+            :class:`~specdec.engine.drafting.RequestAwareDrafter` gets each request's ``drafter_request``
+            (see :meth:`add_request`) when it joins, and its prompt and output when it ends.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -236,6 +241,7 @@ class Engine:
             if isinstance(probe, BatchableDrafter):
                 self._batch_drafter = self._check_drafter(probe.batched(slots=max_batch))
         self.batched_drafting = batched_drafting
+        self._request_aware = isinstance(self._batch_drafter, RequestAwareDrafter)
         verifier = ChainVerifier() if verifier is None else verifier
         self.two_level: TwoLevelRounds | None = None
         if type(verifier) is TwoLevelVerifier:
@@ -310,6 +316,7 @@ class Engine:
         eos_token_id: int | Sequence[int] | None = None,
         request_id: Hashable | None = None,
         on_tokens: Callable[[torch.Tensor], None] | None = None,
+        drafter_request: Mapping[str, object] | None = None,
     ) -> Hashable:
         """Queue a request; it joins the running batch at the next :meth:`step` with a free slot.
 
@@ -326,6 +333,9 @@ class Engine:
             eos_token_id: stop after emitting any of these ids.
             request_id: any hashable id not in use; default the next integer.
             on_tokens: called with ``[m]`` int64 new tokens each step that emits some (streaming).
+            drafter_request: keyword arguments for this request's drafter, e.g. AgentSpec's
+                ``dict(agent=..., query=..., spec=...)``; only a batched drafter that is a
+                :class:`~specdec.engine.drafting.RequestAwareDrafter` takes them (it checks them here).
 
         Returns:
             the request's id.
@@ -370,6 +380,16 @@ class Engine:
                 raise TypeError(f"request_id: expected a hashable id, got {type(request_id).__name__}") from None
             if request_id in self._requests:
                 raise ValueError(f"request_id: {request_id!r} is already in use (pop() a finished request to reuse its id)")
+        if drafter_request is not None:
+            if not isinstance(drafter_request, Mapping) or not all(isinstance(k, str) for k in drafter_request):
+                raise TypeError(f"drafter_request: expected a mapping of argument names to values, got {drafter_request!r}")
+            if not self._request_aware:
+                drafter_kind = type(self._batch_drafter or self._shared_drafter or self._drafter_factory).__name__
+                raise TypeError(
+                    f"drafter_request: the engine's drafter ({drafter_kind}) takes no per-request arguments; expected "
+                    f"a batched drafter with begin_request(slot, **kw) (a RequestAwareDrafter), got {dict(drafter_request)!r}"
+                )
+            self._batch_drafter.check_request(**drafter_request)
         stop = StopCondition(eos_token_id, vocab_size=target.vocab_size, device=target.device)
         if self._batch_drafter is not None:
             drafter = None
@@ -394,6 +414,7 @@ class Engine:
             buf=buf,
             length=plen,
             scanned=plen,
+            drafter_request=dict(drafter_request or {}),
         )
         self._waiting.append(request_id)
         return request_id
@@ -449,10 +470,13 @@ class Engine:
         state.status = CANCELLED
 
     def _release(self, state: RequestState) -> None:
+        slot = state.slot
         self._running.remove(state.request_id)
-        self.target.reset(state.slot)
-        self._free_slots.append(state.slot)
+        self.target.reset(slot)
+        self._free_slots.append(slot)
         state.slot = None
+        if self._request_aware:
+            self._batch_drafter.end_request(slot, state.buf[: state.scanned])
 
     @property
     def has_work(self) -> bool:
@@ -479,6 +503,8 @@ class Engine:
             self.target.reset(state.slot)
             if self._batch_drafter is not None:
                 self._batch_drafter.reset(state.slot)
+                if self._request_aware:
+                    self._batch_drafter.begin_request(state.slot, **state.drafter_request)
             else:
                 state.drafter.reset()
             self._running.append(state.request_id)

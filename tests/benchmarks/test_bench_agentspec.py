@@ -45,3 +45,42 @@ def test_a_cached_workload_with_the_same_settings_is_reused(tmp_path, monkeypatc
     assert agentspec_workload.load_or_build(path, [0], 1, 8)["requests"] == []
     with pytest.raises(AssertionError, match="rebuilt"):
         agentspec_workload.load_or_build(path, [0, 1], 1, 8)
+
+
+def test_engine_schedule_adds_a_turn_only_after_the_previous_turn_finished():
+    from benchmarks.drafters import bench_agentspec
+    from specdec.drafters.agentspec import TokenPieces
+    from specdec.testing import tiny_target
+    from specdec.testing.tokenizers import tiny_tokenizer
+
+    target, pieces = tiny_target(seed=0, max_seq_len=128), TokenPieces.from_tokenizer(tiny_tokenizer())
+    requests = bench_agentspec.tiny_workload(target, problems=3, turns=3, max_new_tokens=6)["requests"]
+    engine, _ = bench_agentspec.make_engine("agentspec", target, pieces, concurrency=2, num_draft_tokens=4, layout="per_request")
+    outputs, events, _, peak = bench_agentspec.schedule(engine, requests, "cpu", agentspec=True)
+    position = {(kind, q, t): i for i, (_, kind, q, t) in enumerate(events)}
+    assert len(position) == 2 * len(requests)
+    for r in requests:
+        if r["turn"]:
+            assert position[("add", r["query"], r["turn"])] > position[("finish", r["query"], r["turn"] - 1)]
+    assert peak == 2
+    assert all(o.tolist() == r["output_ids"] for o, r in zip(outputs, requests))
+
+
+def test_engine_smoke_run_writes_every_arm_equal_to_ar(tmp_path):
+    from benchmarks.drafters import bench_agentspec
+
+    out = tmp_path / "c3.json"
+    result = bench_agentspec.main(["--smoke", "--concurrency", "3", "--out", str(out)])
+    assert set(result["arms"]) == {"ar", "ngram", "agentspec", "agentspec_no_structure"}
+    for name, arm in result["arms"].items():
+        assert arm["equal_to_ar"] and arm["equal_to_cached_workload"], name
+        assert arm["new_tokens"] == sum(len(r["output_ids"]) for r in bench_agentspec.tiny_workload(*_tiny_args())["requests"])
+    assert result["arms"]["agentspec"]["max_running"] == 3
+    saved = json.loads(out.read_text())
+    assert saved["concurrency"] == 3 and saved["provenance"]["command"]
+
+
+def _tiny_args():
+    from specdec.testing import tiny_target
+
+    return tiny_target(seed=0, max_seq_len=256), 4, 3, 12

@@ -7,12 +7,13 @@ from collections.abc import Hashable
 import torch
 
 from specdec.contracts.proposal import DraftProposal
+from specdec.drafters.agentspec.batched import AgentSpecBatchDrafter
 from specdec.drafters.agentspec.budget import BudgetAllocator
 from specdec.drafters.agentspec.redundancy import Redundancy, RedundancyScorer
+from specdec.drafters.agentspec.request import RequestStream, check_structure, token_ids
 from specdec.drafters.agentspec.structure import StructureSpec
 from specdec.drafters.agentspec.suffix_index import PartitionedSuffixIndex
 from specdec.drafters.agentspec.token_pieces import TokenPieces
-from specdec.drafters.agentspec.tracker import BlockTracker, TrackerState
 
 
 class AgentSpecDrafter:
@@ -32,6 +33,10 @@ class AgentSpecDrafter:
     :class:`BudgetAllocator`'s ``L = max(|CT*|, floor(B_t * g / sum g))`` for a batch of one request,
     cut to ``max_tokens``. Proposals are deterministic (``draft_probs=None``), so the chain
     verifier's deterministic-proposal rule keeps the target's law exactly.
+
+    In a continuous-batching :class:`~specdec.Engine`, use its batched form (:meth:`batched`, which
+    ``Engine(..., batched_drafting=True)`` builds): one history shared by every slot, per-request
+    structure from ``add_request(..., drafter_request=...)``, draft lengths sized over the batch.
 
     ``isolate=False`` is the ablation without structure: one global index for every agent, query
     and block (still shared across requests).
@@ -96,10 +101,7 @@ class AgentSpecDrafter:
         self.last: Redundancy | None = None
         self.rounds = 0
         self.fallback_rounds = 0
-        self._stream: int | None = None
-        self._tracker: BlockTracker | None = None
-        self._states: list[TrackerState] = []
-        self._first_length = 0
+        self._request: RequestStream | None = None
 
     def begin_request(self, *, agent: Hashable, query: Hashable, spec: StructureSpec | None = None) -> None:
         """Set the structure of the requests that follow: agent id, query id and block spec.
@@ -113,15 +115,33 @@ class AgentSpecDrafter:
             >>> d.begin_request(agent=0, query=3); (d.agent, d.query)
             (0, 3)
         """
-        for name, value in (("agent", agent), ("query", query)):
-            try:
-                hash(value)
-            except TypeError:
-                raise TypeError(f"{name}: expected a hashable id, got {type(value).__name__}") from None
-        if spec is not None and not isinstance(spec, StructureSpec):
-            raise TypeError(f"spec: expected a StructureSpec or None, got {type(spec).__name__}")
+        check_structure(agent=agent, query=query, spec=spec)
         self.agent, self.query = agent, query
         self.spec = self.default_spec if spec is None else spec
+
+    def batched(self, *, slots: int, layout: str = "packed") -> AgentSpecBatchDrafter:
+        """This drafter for ``slots`` requests at once, sharing its history: an :class:`AgentSpecBatchDrafter`.
+
+        What an :class:`~specdec.Engine` with ``batched_drafting=True`` builds from it; per-request
+        structure then goes through ``Engine.add_request(..., drafter_request=dict(agent=..., query=..., spec=...))``.
+        ``layout`` is accepted for the batched-drafter protocol and must be ``"packed"`` or
+        ``"per_request"``: it has no effect here (retrieval runs no forward).
+
+        Example:
+            >>> import specdec as sd
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.testing.tokenizers import tiny_tokenizer
+            >>> tok, target = tiny_tokenizer(), tiny_target(seed=0)
+            >>> drafter = AgentSpecDrafter(TokenPieces.from_tokenizer(tok))
+            >>> engine = sd.Engine(target, drafter, max_batch=2, batched_drafting=True)
+            >>> prompt = torch.tensor(tok("qq the cat qq the cat").input_ids)
+            >>> a = engine.add_request(prompt, max_new_tokens=8, drafter_request=dict(agent="coder", query=0))
+            >>> torch.equal(engine.run()[a], sd.generate(target, prompt[None], 8).tokens[0])
+            True
+        """
+        if layout not in ("packed", "per_request"):
+            raise ValueError(f"layout: expected 'packed' or 'per_request', got {layout!r}")
+        return AgentSpecBatchDrafter(self, slots=slots)
 
     def reset(self) -> None:
         """Close the current request: its generated tokens become history; the next one starts fresh.
@@ -130,26 +150,9 @@ class AgentSpecDrafter:
             >>> from specdec.testing.tokenizers import tiny_tokenizer
             >>> AgentSpecDrafter(TokenPieces.from_tokenizer(tiny_tokenizer())).reset()
         """
-        if self._stream is not None:
-            # the first context is the prompt plus the first generated token
-            self.index.streams[self._stream].searchable_from = max(0, self._first_length - 1)
-        self._stream = None
-        self._tracker = None
-        self._states = []
-        self._first_length = 0
-
-    def _partition(self) -> tuple:
-        return (self.agent, self.query, self._tracker.block)
-
-    def _ids(self, name: str, tokens) -> list[int]:
-        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
-            got = f"shape {tuple(tokens.shape)} {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise TypeError(f"{name}: expected a 1-D integer tensor, got {got}")
-        ids = tokens.tolist()
-        if ids and not (0 <= min(ids) and max(ids) < len(self.pieces)):
-            bad = next(t for t in ids if not 0 <= t < len(self.pieces))
-            raise ValueError(f"{name}: expected token ids in [0, {len(self.pieces)}) (the pieces table), got {bad}")
-        return ids
+        if self._request is not None:
+            self._request.close(self.index)
+        self._request = None
 
     def observe(self, context: torch.Tensor) -> None:
         """Bring the current request's stream to ``context [n]`` without proposing.
@@ -163,32 +166,41 @@ class AgentSpecDrafter:
             >>> d.observe(torch.tensor([5, 6, 7])); len(d.index.streams[0].tokens)
             3
         """
-        ids = self._ids("context", context)
+        ids = token_ids("context", context, self.pieces)
         self._ingest(ids)
 
     def _ingest(self, ids: list[int]) -> None:
-        if self._stream is None:
-            self._tracker = BlockTracker(self.spec)
-            self._states = [self._tracker.state]
-            self._stream = self.index.new_stream(self._partition())
-            self._first_length = len(ids)
-        stream = self.index.streams[self._stream]
-        have = stream.tokens
-        common = 0
-        limit = min(len(have), len(ids))
-        if have[:limit] == ids[:limit]:
-            common = limit
+        if self._request is None:
+            self._request = RequestStream(self.agent, self.query, self.spec)
+        self._request.ingest(self.index, self.pieces, ids)
+
+    def retrieve(self, request: RequestStream, ids: list[int], depth: int) -> tuple[Redundancy, bool]:
+        """The scored candidates (at most ``depth`` tokens each) after ``ids``, the request's ingested context.
+
+        From the request's partition, else (``fallback``) the global index; from the global index only
+        with ``isolate=False``. Returns the :class:`Redundancy` and whether the fallback found the candidates.
+
+        Example:
+            >>> from specdec.testing.tokenizers import tiny_tokenizer
+            >>> d = AgentSpecDrafter(TokenPieces.from_tokenizer(tiny_tokenizer()), min_ngram=1)
+            >>> d.add_history(torch.tensor([4, 5, 6, 7]), agent="other", query=0)
+            >>> request = RequestStream("coder", 0, d.default_spec)
+            >>> request.ingest(d.index, d.pieces, [9, 5])
+            >>> redundancy, fell_back = d.retrieve(request, [9, 5], 2)
+            >>> redundancy.path, fell_back                    # nothing in ("coder", 0, ...): the global index
+            ((6, 7), True)
+        """
+        suffix = ids[-self.index.max_ngram :]
+        if self.isolate:
+            found = self.index.continuations(
+                suffix, request.partition(), depth=depth, max_candidates=self.max_candidates, cut_at_block_end=True
+            )
+            if not found and self.fallback:
+                found = self.index.continuations(suffix, None, depth=depth, max_candidates=self.max_candidates)
+                return self.scorer.score(found), bool(found)
         else:
-            while have[common] == ids[common]:
-                common += 1
-        if common < len(have):
-            self.index.truncate(self._stream, common)
-            self._tracker.restore(self._states[common])
-            del self._states[common + 1 :]
-        for token in ids[common:]:
-            self._tracker.feed(self.pieces.pieces[token])
-            self._states.append(self._tracker.state)
-            self.index.append(self._stream, token, self._partition())
+            found = self.index.continuations(suffix, None, depth=depth, max_candidates=self.max_candidates)
+        return self.scorer.score(found), False
 
     def add_history(self, tokens: torch.Tensor, *, agent: Hashable, query: Hashable, spec: StructureSpec | None = None) -> None:
         """Index a finished sequence ``tokens [n]`` (every position searchable) under ``agent``/``query``.
@@ -204,14 +216,9 @@ class AgentSpecDrafter:
             >>> d.propose(torch.tensor([1, 5, 6]), 4, sampling=SamplingConfig(), generator=None).tokens
             tensor([7, 8])
         """
-        ids = self._ids("tokens", tokens)
-        saved = (self.agent, self.query, self.spec, self._stream, self._tracker, self._states, self._first_length)
-        try:
-            self.begin_request(agent=agent, query=query, spec=spec)
-            self._stream = None
-            self._ingest(ids)
-        finally:
-            self.agent, self.query, self.spec, self._stream, self._tracker, self._states, self._first_length = saved
+        ids = token_ids("tokens", tokens, self.pieces)
+        check_structure(agent=agent, query=query, spec=spec)
+        RequestStream(agent, query, self.default_spec if spec is None else spec).ingest(self.index, self.pieces, ids)
 
     def propose(self, context, max_tokens, *, sampling, generator) -> DraftProposal:
         """Up to ``max_tokens`` drafts after ``context [n]`` from the request's partition.
@@ -232,24 +239,16 @@ class AgentSpecDrafter:
             >>> d.propose(torch.tensor([4, 5, 9, 4, 5]), 3, sampling=SamplingConfig(), generator=None).tokens
             tensor([9, 4, 5])
         """
-        ids = self._ids("context", context)
+        ids = token_ids("context", context, self.pieces)
         self._ingest(ids)
         self.rounds += 1
         empty = DraftProposal(tokens=context.new_zeros(0))
         if max_tokens <= 0:
             self.last = None
             return empty
-        suffix = ids[-self.index.max_ngram :]
-        if self.isolate:
-            found = self.index.continuations(
-                suffix, self._partition(), depth=max_tokens, max_candidates=self.max_candidates, cut_at_block_end=True
-            )
-            if not found and self.fallback:
-                found = self.index.continuations(suffix, None, depth=max_tokens, max_candidates=self.max_candidates)
-                self.fallback_rounds += bool(found)
-        else:
-            found = self.index.continuations(suffix, None, depth=max_tokens, max_candidates=self.max_candidates)
-        self.last = redundancy = self.scorer.score(found)
+        redundancy, fell_back = self.retrieve(self._request, ids, max_tokens)
+        self.last = redundancy
+        self.fallback_rounds += fell_back
         (length,) = self.allocator.allocate([redundancy.score], [redundancy.confident_length])
         length = min(length, max_tokens, len(redundancy.path))
         if length == 0:
