@@ -365,9 +365,7 @@ def newest_rows(newest: list[dict], older: list[dict], kind: Callable[[dict], tu
 def _two_level_pass_rows(results: Results) -> list[list[str]]:
     rows = []
     for shape, name, older_name in TWO_LEVEL_SHAPE_RUNS:
-        passes = newest_rows(
-            results(name)["pass_times"], results(older_name)["pass_times"], lambda p: (p["variant"], p["rows"])
-        )
+        passes = newest_rows(results(name)["pass_times"], results(older_name)["pass_times"], lambda p: (p["variant"], p["rows"]))
         rows += [
             [
                 shape,
@@ -439,7 +437,8 @@ def two_level_h200_extra(results: Results) -> str:
         [
             markdown_table(["system", "tokens / exact pass", "wall s", "x AR", "== AR"], real_rows),
             markdown_table(
-                ["shape", "variant", "rows", "exact ms", "Q ms", "Q / exact", "Q / exact weight bytes"], _two_level_pass_rows(results)
+                ["shape", "variant", "rows", "exact ms", "Q ms", "Q / exact", "Q / exact weight bytes"],
+                _two_level_pass_rows(results),
             ),
             markdown_table(
                 [
@@ -539,7 +538,19 @@ def cuda_ncu(results: Results) -> str:
                 limiter,
             ]
         )
-    header = ["range", "us", "TB/s", "of copy", "DRAM %", "occupancy %", "issue %", "waves", "regs", "top stall (share)", "limiter"]
+    header = [
+        "range",
+        "us",
+        "TB/s",
+        "of copy",
+        "DRAM %",
+        "occupancy %",
+        "issue %",
+        "waves",
+        "regs",
+        "top stall (share)",
+        "limiter",
+    ]
     summary = []
     for kernel in NCU_KERNELS:
         mine = [r for r in records if r["kernel"] == kernel]
