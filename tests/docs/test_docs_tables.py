@@ -92,3 +92,50 @@ def test_check_mode_reports_a_stale_doc(tmp_path, monkeypatch, capsys):
     assert "stale.md" in capsys.readouterr().out
     assert tables.main([]) == 0
     assert tables.main(["--check"]) == 0
+
+
+def _copy_of_results(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(tables.RESULTS, results)
+    return results
+
+
+def test_two_level_systems_come_from_run2_with_older_rows_only_where_run2_has_none(tmp_path):
+    results = _copy_of_results(tmp_path)
+    path = results / "bench_two_level_hybrid_h200_2026-12-02_run2.json"
+    data = json.loads(path.read_text())
+    kept = [r for r in data["rows"] if (r["system"], r["profile"]) != ("chain", "specpilot-one-level")]
+    assert len(kept) == len(data["rows"]) - 1
+    data["rows"] = kept
+    path.write_text(json.dumps(data))
+    doc = (ROOT / "docs" / "two_level.md").read_text()
+    assert "(first run)" not in doc
+    rendered = tables.render(doc, tables.Results(results))
+    older_chain = (
+        "| Qwen3.5-4B hybrid | `fp32-dense` | `specpilot-one-level` | chain (first run) | 5.05 |  | 2.12x | yes | 19 | 0 |"
+    )
+    assert older_chain in rendered
+    assert rendered.count("(first run)") == 1  # the older W12 tree row stays hidden behind run2's
+
+
+def test_engine_table_reads_every_run3_row(tmp_path):
+    results = _copy_of_results(tmp_path)
+    path = results / "bench_engine_h200_2026-12-02_run3.json"
+    data = json.loads(path.read_text())
+    goal = next(r for r in data["rows"] if (r["layout"], r["concurrency"], r["system"]) == ("packed", 16, "spec, budget auto"))
+    goal["speedup_vs_ar"] = 4.25
+    goal["mismatches_vs_alone"] = 3
+    path.write_text(json.dumps(data))
+    rendered = tables.render((ROOT / "docs" / "engine.md").read_text(), tables.Results(results))
+    assert "| packed | 16 | spec, budget auto | 541 | 4.25x | 1.34 s | 2.04 | 3 |" in rendered
+    assert "budget auto: 4.25x AR, goal >= 4.0x met" in rendered
+
+
+def test_ncu_table_refuses_an_unattributed_range(tmp_path):
+    results = _copy_of_results(tmp_path)
+    path = results / "ncu_profile_h200_2026-12-02.json"
+    data = json.loads(path.read_text())
+    data["records"][0]["attributed"] = False
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="cublas_bf16\\|8b_o"):
+        tables.render("<!-- table: cuda-ncu -->\n<!-- /table -->\n", tables.Results(results))
