@@ -4,7 +4,7 @@
 #         DSpark b7 drafter's forward as the draft cost: AR, plain, SSD sequential then overlapped at fan-out 2
 #         and 8, 256 tokens; then a float32 check on a 4-layer 8B-width target (every system equal to AR).
 #   real: SmolLM2-135M + its trained drafter on held-out HumanEval prompts (float32, every output equal to AR;
-#         no prompt starts past 20 s), then AgentSpec on the cached workload on CUDA at batch 1 (no request past
+#         no prompt starts past 10 s: one prompt's six systems took ~13 s on 2026-12-02, after ~5 s of loading), then AgentSpec on the cached workload on CUDA at batch 1 (no request past
 #         10 s), then AgentSpec in sd.Engine at concurrency 16 (float32, eager, packed layout) on the 16-problem x
 #         3-turn workload, arms ar / ngram / agentspec / agentspec_no_structure (no arm starts past 12 s).
 # Expected time on one H200: ~2.3 min for sim, three runs that differ in how the overlapped pre-draft replays
@@ -33,7 +33,7 @@ timeout -s USR1 -k 5 35 python3 -m benchmarks.drafters.bench_ssd --budget-s 25 -
 echo "=== summary ==="
 for f in drafter_eager thread; do echo "--- $f"; grep -E "^ssd|^plain|^ar|tok/pass" "$OUT/bench_ssd_sim_$f.log" | tail -n 8; done
 elif [ "$mode" = real ]; then
-timeout -s USR1 -k 4 26 python3 -m benchmarks.drafters.bench_ssd --real --budget-s 20 --out "$OUT/bench_ssd_real.json" 2>&1 | tee "$OUT/bench_ssd_real.log"
+timeout -s USR1 -k 4 26 python3 -m benchmarks.drafters.bench_ssd --real --budget-s 10 --out "$OUT/bench_ssd_real.json" 2>&1 | tee "$OUT/bench_ssd_real.log"
 timeout 28 python3 -m benchmarks.drafters.bench_agentspec --device cuda --budget-s 10 --out "$OUT/bench_agentspec_h200.json" 2>&1 | tee "$OUT/bench_agentspec_h200.log"
 timeout 30 python3 -m benchmarks.drafters.bench_agentspec --device cuda --concurrency 16 --layout packed \
   --workload benchmarks/results/agentspec_workload_16x3_cpu.json --problems $(seq -s ' ' 0 15) --turns 3 --max-new-tokens 32 \

@@ -106,9 +106,10 @@ class CudaStreamTransport(ThreadTransport):
     GPU runs both.
 
     Known limitation: on an H200 (torch 2.11, CUDA 13) a base drafter that replays CUDA graphs inside the
-    job, while the caller replays the target's graphs, hung the process (the worker's job finished; the
-    caller's stream never completed its next host read). With the drafter run eagerly the same schedule
-    runs. Give this transport a base drafter without CUDA graphs until the cause is known.
+    job, while the caller replays the target's graphs, hung the process in four runs of four: host reads on
+    both streams never returned (the GPU work of the two streams did not finish). With the drafter run
+    eagerly, or with both on one stream (:class:`ThreadTransport`), the same schedule runs. Give this
+    transport a base drafter without CUDA graphs until the cause is known.
 
     Args:
         device: the CUDA device of the drafter.
