@@ -600,8 +600,14 @@ def ssd_h200(results: Results) -> str:
     eager = results("bench_ssd_sim_drafter_eager_h200_2026-12-02.json")
     if eager["drafter_graphs"] != "off":
         raise ValueError(f"bench_ssd_sim_drafter_eager: expected drafter_graphs 'off', got {eager['drafter_graphs']!r}")
+    eager2 = results("bench_ssd_sim_drafter_eager_h200_2026-12-02_run2.json")
+    thread = results("bench_ssd_sim_thread_h200_2026-12-02.json")
+    if thread["overlap_transport"] != "worker thread, default stream":
+        raise ValueError(f"bench_ssd_sim_thread: expected the one-stream transport, got {thread['overlap_transport']!r}")
     rows = _ssd_rows(sim["rows"], "Qwen3-8B shape, simulated")
     rows += _ssd_rows(eager["rows"], "Qwen3-8B shape, simulated, cost drafter eager")
+    rows += _ssd_rows(eager2["rows"], "Qwen3-8B shape, simulated, cost drafter eager (second run)")
+    rows += _ssd_rows(thread["rows"], "Qwen3-8B shape, simulated, graphs, worker thread on one stream")
     for prompt in real["per_prompt"]:
         rows += _ssd_rows(prompt, "SmolLM2 + DFlash, real")
     header = ["run", "system", "tokens / pass", "ms / round", "x AR", "x AR / tokens per pass", "pre-draft hit rate", "== AR"]
@@ -609,12 +615,27 @@ def ssd_h200(results: Results) -> str:
 
 
 def agentspec_h200(results: Results) -> str:
-    arms = results("bench_agentspec_h200_2026-12-02.json")["arms"]
-    rows = [
-        [name, f"{a['tokens_per_pass']:.2f}", f"{a['speedup_vs_ar_wall']:.2f}x", _yes_no(a["equal_to_ar"])]
-        for name, a in arms.items()
-    ]
-    return markdown_table(["system", "tokens / pass", "x AR (wall)", "== AR"], rows)
+    rows = []
+    for name, machine in (
+        ("bench_agentspec_h200_2026-12-02_run2.json", "H200"),
+        ("bench_agentspec_h200_c16_2026-12-02.json", "H200"),
+        ("bench_agentspec_cpu_c16_2026-12-02.json", "CPU"),
+    ):
+        run = results(name)
+        concurrency = run.get("concurrency", 1)
+        for arm, a in run["arms"].items():
+            per_request = a.get("tokens_per_request_pass", a["tokens_per_pass"])
+            rows.append(
+                [
+                    machine,
+                    str(concurrency),
+                    arm,
+                    f"{per_request:.2f}",
+                    f"{a['speedup_vs_ar_wall']:.2f}x",
+                    _yes_no(a["equal_to_ar"]),
+                ]
+            )
+    return markdown_table(["machine", "concurrency", "system", "tokens / request pass", "x AR (wall)", "== AR"], rows)
 
 
 def _pilot_rows(comparison: dict, label: str) -> list[list[str]]:
