@@ -26,7 +26,7 @@ from itertools import count
 
 import torch
 
-from specdec.contracts.drafter import Drafter
+from specdec.contracts.drafter import Drafter, FinishingDrafter
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate
@@ -477,6 +477,8 @@ class Engine:
         state.slot = None
         if self._request_aware:
             self._batch_drafter.end_request(slot, state.buf[: state.scanned])
+        if isinstance(state.drafter, FinishingDrafter):
+            state.drafter.finish()
 
     @property
     def has_work(self) -> bool:

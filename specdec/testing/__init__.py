@@ -28,8 +28,10 @@ from specdec.testing.laws import (
 )
 from specdec.testing.models import tiny_hf_model, tiny_target
 from specdec.testing.tokenizers import tiny_tokenizer
+from specdec.testing.transports import HeldJobTransport
 
 __all__ = [
+    "HeldJobTransport",
     "ForcedDrafter",
     "LogitBiasFault",
     "LogitNoiseFault",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import specdec
 from specdec.drafters import ModelDrafter
 from specdec.drafters.ssd import BatchAwareBackup, GeometricFanOut, SaguaroTransform, SpeculativeSpeculationDrafter
-from specdec.testing import tiny_target
+from specdec.testing import HeldJobTransport, tiny_target
 from specdec.verify import ChainVerifier, TreeVerifier
 
 
@@ -119,28 +119,10 @@ def test_several_requests_reset_the_cache():
     assert drafter.stats.cold_starts == 2
 
 
-class DeferredTransport:
-    """Holds each pre-draft job until ``wait()`` runs it: what is still held after ``generate`` is work in flight."""
-
-    def __init__(self):
-        self.held = None
-
-    def submit(self, job) -> None:
-        assert self.held is None, "submit with a job still held"
-        self.held = job
-
-    def wait(self):
-        job, self.held = self.held, None
-        return None if job is None else job()
-
-    def close(self) -> None:
-        self.held = None
-
-
 def test_generate_leaves_no_predraft_in_flight():
     # a job left running after generate returns keeps using the base drafter (and any model it shares)
     # while the caller moves on: the next request, another drafter over the same model, a timer
-    transport = DeferredTransport()
+    transport = HeldJobTransport()
     drafter = SpeculativeSpeculationDrafter(ModelDrafter(draft_model(0)), fan_out=8, transport=transport)
     prompt = torch.tensor([[3, 1, 4, 1, 5]])
     out = specdec.generate(target(), prompt, max_new_tokens=10, drafter=drafter, num_draft_tokens=3)
@@ -149,7 +131,7 @@ def test_generate_leaves_no_predraft_in_flight():
 
 
 def test_generate_finishes_the_drafter_when_the_round_fails():
-    transport = DeferredTransport()
+    transport = HeldJobTransport()
     drafter = SpeculativeSpeculationDrafter(ModelDrafter(draft_model(0)), fan_out=2, transport=transport)
 
     class FailingVerifier(ChainVerifier):
