@@ -105,8 +105,10 @@ class SpeculativeSpeculationDrafter:
             :class:`~specdec.contracts.Drafter`, or a :class:`BatchAwareBackup` choosing per row.
         transform: a :class:`SaguaroTransform` applied to every sampled draft law (drawn from and reported).
         predictor: ranks outcomes (default :class:`OutcomePredictor`).
-        transport: where pre-draft jobs run: ``None`` (a CUDA side stream for CUDA contexts, else inline),
-            ``"sequential"``, ``"thread"``, or a :class:`PredraftTransport`.
+        transport: where pre-draft jobs run: ``None`` or ``"sequential"`` (inline, before the verify pass),
+            ``"thread"`` (a worker thread), ``"stream"`` (a worker thread issuing on a CUDA side stream, made
+            on the first context's device: :class:`CudaStreamTransport`, see its known limitation with
+            graph-replaying drafters), or a :class:`PredraftTransport`.
         sampler: ``(probs [V], generator) -> token``, every draw (default :func:`specdec.verify.sample`).
 
     Attributes:
@@ -157,10 +159,10 @@ class SpeculativeSpeculationDrafter:
             raise TypeError(f"transform: expected a SaguaroTransform or None, got {type(transform).__name__}")
         if transport is not None and not isinstance(transport, (str, PredraftTransport)):
             raise TypeError(
-                f"transport: expected None, 'sequential', 'thread' or a PredraftTransport, got {type(transport).__name__}"
+                f"transport: expected None, 'sequential', 'thread', 'stream' or a PredraftTransport, got {type(transport).__name__}"
             )
-        if isinstance(transport, str) and transport not in ("sequential", "thread"):
-            raise ValueError(f"transport: expected 'sequential' or 'thread', got {transport!r}")
+        if isinstance(transport, str) and transport not in ("sequential", "thread", "stream"):
+            raise ValueError(f"transport: expected 'sequential', 'thread' or 'stream', got {transport!r}")
         if not callable(sampler):
             raise TypeError(f"sampler: expected a callable (probs, generator) -> token, got {type(sampler).__name__}")
         self.base = base
@@ -171,7 +173,13 @@ class SpeculativeSpeculationDrafter:
         self.predictor = predictor if predictor is not None else OutcomePredictor()
         self.sampler = sampler
         self.transport: PredraftTransport | None = (
-            SequentialTransport() if transport == "sequential" else ThreadTransport() if transport == "thread" else transport
+            SequentialTransport()
+            if transport in (None, "sequential")
+            else ThreadTransport()
+            if transport == "thread"
+            else None
+            if transport == "stream"
+            else transport
         )
         self.stats = SpeculationStats()
         self.cache = SpeculationCache()
@@ -305,7 +313,9 @@ class SpeculativeSpeculationDrafter:
         if not isinstance(context, torch.Tensor) or context.ndim != 1 or context.numel() == 0:
             raise ValueError(f"context: expected a non-empty 1-D tensor of token ids, got {getattr(context, 'shape', context)!r}")
         if self.transport is None:
-            self.transport = CudaStreamTransport(context.device) if context.device.type == "cuda" else SequentialTransport()
+            if context.device.type != "cuda":
+                raise ValueError(f"transport: 'stream' needs a CUDA context, got a context on {context.device}")
+            self.transport = CudaStreamTransport(context.device)
         pending = self._pending
         self._collect()
         entry = None

@@ -19,6 +19,7 @@ from specdec.drafters.ssd import (
     RandomBackup,
     SaguaroTransform,
     SpeculationCache,
+    SequentialTransport,
     SpeculativeSpeculationDrafter,
     VerificationOutcome,
     apportion,
@@ -150,3 +151,13 @@ def test_drafter_argument_errors_name_the_argument():
     with pytest.raises(ValueError, match="max_tokens"):
         SpeculativeSpeculationDrafter(base).propose(torch.tensor([1]), -1, sampling=SamplingConfig(), generator=None)
     assert math.isclose(sum(geometric_fan_out(10, 3, 0.9, 1.0)), 10)
+
+
+def test_default_transport_is_inline_and_the_side_stream_needs_cuda():
+    # the side stream is opt-in: with a graph-replaying base drafter it hung on the H200 (CudaStreamTransport)
+    base = LawDrafter(MarkovLaw(4, seed=0))
+    assert isinstance(SpeculativeSpeculationDrafter(base).transport, SequentialTransport)
+    stream = SpeculativeSpeculationDrafter(base, transport="stream")
+    stream.reset()
+    with pytest.raises(ValueError, match="transport: 'stream' needs a CUDA context"):
+        stream.propose(torch.tensor([1, 2]), 2, sampling=SamplingConfig(), generator=None)
