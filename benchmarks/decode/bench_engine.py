@@ -191,12 +191,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--profile", default="specpilot-one-level", choices=sorted(PRESETS))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument(
+        "--matmul-precision",
+        default="highest",
+        choices=("highest", "high"),
+        help="float32 matmuls: 'highest' (IEEE float32) or 'high' (TF32 tensor cores; torch.set_float32_matmul_precision)",
+    )
     ap.add_argument("--no-graphs", action="store_true", help="packed target on the eager static path, no CUDA graphs")
     ap.add_argument("--wall-budget-s", type=float, default=140.0, help="start no new case past this many seconds")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_engine.json"))
     args = ap.parse_args(argv)
 
     t_start = time.perf_counter()
+    torch.set_float32_matmul_precision(args.matmul_precision)
     prov = provenance(seed=0)
     print(provenance_line(prov), flush=True)
     cuda = torch.cuda.is_available() and not args.smoke
@@ -230,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     result = dict(
         model="qwen3-8b" if cuda else "tiny",
         dtype=str(dtype),
+        float32_matmul_precision=args.matmul_precision,
         device=str(device),
         label=OracleDrafter.label,
         profile=args.profile,
