@@ -215,9 +215,13 @@ class SpeculativeSpeculationDrafter:
             >>> ssd.finish(); ssd.transport.wait() is None
             True
         """
-        self._collect()
-        self._pending = None
+        pending, self._pending = self._pending, None
         self.cache.replace({})
+        if pending is not None and not pending.collected:
+            result: _PredraftResult | None = self.transport.wait()  # a job that raised raises here
+            if result is not None:  # None: its error was already raised (and the request stopped) at collection
+                self.stats.predrafts += len(result.entries)
+                self.stats.predraft_s += result.seconds
 
     def _collect(self) -> None:
         pending = self._pending

@@ -141,3 +141,19 @@ def test_generate_finishes_the_drafter_when_the_round_fails():
     with pytest.raises(RuntimeError, match="planted"):
         specdec.generate(target(), torch.tensor([[3, 1, 4]]), max_new_tokens=6, drafter=drafter, verifier=FailingVerifier())
     assert transport.held is None
+
+
+def test_a_failing_predraft_surfaces_its_own_error_through_generate():
+    class FailingSecondStep(ModelDrafter):
+        calls = 0
+
+        def propose(self, *args, **kwargs):
+            FailingSecondStep.calls += 1
+            if FailingSecondStep.calls > 6:
+                raise RuntimeError("planted pre-draft failure")
+            return super().propose(*args, **kwargs)
+
+    drafter = SpeculativeSpeculationDrafter(FailingSecondStep(draft_model(0)), fan_out=2, transport="thread")
+    with pytest.raises(RuntimeError, match="planted pre-draft failure"):
+        specdec.generate(target(), torch.tensor([[3, 1, 4, 1, 5]]), max_new_tokens=12, drafter=drafter, num_draft_tokens=3)
+    drafter.transport.close()
