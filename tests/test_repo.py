@@ -52,7 +52,7 @@ def _python_sources() -> list[Path]:
 
 
 def test_no_section_banners():
-    """House style: a section banner (`# ----`, `# ====`, `# ---- Title ----`) becomes a module instead."""
+    """House style: no section banners (comment lines of dashes or equals signs, or a title framed by dashes); make a module."""
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
         for path in _python_sources()
