@@ -42,3 +42,21 @@ def test_tests_mirror_the_package():
             continue
         mirrored = package.joinpath(*rel.parts)
         assert mirrored.is_dir() or mirrored.with_suffix(".py").is_file(), f"tests/{rel} mirrors nothing under specdec/"
+
+
+BANNER = re.compile(r"^\s*# ?(-{4,}|={4,})|# -{3,} .* -{3,}")
+
+
+def _python_sources() -> list[Path]:
+    return sorted(p for folder in ("specdec", "tests", "benchmarks", "examples", "docs") for p in (ROOT / folder).rglob("*.py"))
+
+
+def test_no_section_banners():
+    """House style: no section banners (comment lines of dashes or equals signs, or a title framed by dashes); make a module."""
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in _python_sources()
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if BANNER.search(line)
+    ]
+    assert not found, "section banners:\n" + "\n".join(found)

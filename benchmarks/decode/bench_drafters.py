@@ -128,9 +128,7 @@ def drafter_bytes(model: BlockDraftModel, target) -> dict:
     return {"drafter_weight_bytes": own, "lm_head_bytes": lm, "read_bytes": own + lm}
 
 
-# --------------------------------------------------------------------------------------------------
 # Part 1: correctness of the fast path, then timings
-# --------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def check_paths(graph, static, dynamic, target, prefix: int, max_new: int) -> dict:
     """Same rounds through the three paths; graph vs static must be identical."""
@@ -460,7 +458,7 @@ def main() -> None:
             write_json(args.out, results, prov)
 
     log(f"target built ({gpu})")
-    # ---- Part 1 ----
+    # Part 1: each drafter checked (graph == static eager), then its draft step timed
     fast_label = "graph" if device.type == "cuda" else "static (eager, smoke)"
     graph_drafters = {}
     for name, (cls, _, _) in DRAFTERS.items():
@@ -499,7 +497,7 @@ def main() -> None:
     save()
     log(f"AR step {ar_ms:.3f} ms, verify of 8 rows {verify_ms:.3f} ms")
 
-    # ---- Part 2: the same prompt decoded AR, then with simulated acceptance ----
+    # Part 2: the same prompt decoded AR, then with simulated acceptance
     prompt = torch.randint(0, target.vocab_size, (1, args.prefix), device=device)
     sd.generate(target, prompt, 16)  # warm-up
     ar, ar_s = timed_generate(target, prompt, args.new_tokens)

@@ -60,9 +60,6 @@ def poison_after_commit(target: HybridTarget) -> HybridTarget:
     return target
 
 
-# ---- against transformers -------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("model_type", LAYOUTS)
 def test_logits_and_hidden_match_transformers(model_type):
     hf = hf_model(model_type, seed=3)
@@ -95,8 +92,6 @@ def test_greedy_ar_equals_hf_generate(model_type):
     ours = sd.generate(target, prompt, max_new_tokens=32)
     assert torch.equal(ours.tokens, ref)
 
-
-# ---- speculative == AR --------------------------------------------------------------------------
 
 PROMPT = torch.tensor([[5, 9, 2, 7, 5, 9, 2, 7, 5]])
 
@@ -151,7 +146,7 @@ def test_speculative_equals_ar(model_type, verifier, kind):
         assert any(isinstance(c, list) and c != list(range(len(c))) for c in commits), commits
 
 
-# ---- tree rows and commit against clean runs ----------------------------------------------------
+# tree rows and commit against clean runs
 
 PREFIX = torch.tensor([[3, 14, 15, 92, 65, 35]])
 WINDOW = torch.tensor([[89, 79, 32, 38, 46, 26, 43]])
@@ -268,9 +263,6 @@ def test_truncate_goes_back_exactly_to_held_lengths():
     small.truncate(2)
 
 
-# ---- mutation tests ------------------------------------------------------------------------------
-
-
 def test_mutation_conv_window_not_following_ancestors_is_caught(monkeypatch):
     real = layers_mod.tree_causal_conv
 
@@ -324,9 +316,6 @@ def test_mutation_decay_dropped_is_caught(monkeypatch):
     # the tree-vs-chain checks cannot see a decay dropped consistently (both sides lack it): the
     # comparison with transformers above is the guard
     assert tree_row_error("qwen3_5_text") < 1e-4
-
-
-# ---- bad input -----------------------------------------------------------------------------------
 
 
 def test_errors_name_the_argument():

@@ -231,9 +231,7 @@ def test_position_weights_and_default_layers():
     assert default_target_layer_ids(2, 3) == (0, 1)
 
 
-# --------------------------------------------------------------------------------------------------
 # The batched paths used at real scale
-# --------------------------------------------------------------------------------------------------
 def test_batched_block_logits_equal_per_sequence(target, trained, data):
     """A padded batch of sequences of different lengths gives each sequence's own logits."""
     model, _ = trained

@@ -61,9 +61,7 @@ def unpoison(target):
     target.__dict__.pop("commit", None)
 
 
-# --------------------------------------------------------------------------------------------------
 # drafters that know the greedy continuation and hide it inside a tree
-# --------------------------------------------------------------------------------------------------
 class RankNoiseDrafter:
     """Per-depth draft laws in which the true next token sits at a random rank in [0, max_rank].
 
@@ -135,9 +133,6 @@ class PathsDrafter:
         return TreeProposal(tokens=spine, draft_probs=None, tree=tree)
 
 
-# --------------------------------------------------------------------------------------------------
-# greedy: tree speculative == autoregressive
-# --------------------------------------------------------------------------------------------------
 @settings(
     max_examples=20,
     derandomize=True,
@@ -223,9 +218,6 @@ def test_chain_tree_logits_are_bitwise_the_chain_forward():
     assert torch.equal(chain_logits, tree_logits)
 
 
-# --------------------------------------------------------------------------------------------------
-# sampling
-# --------------------------------------------------------------------------------------------------
 def test_chain_tree_has_the_chain_verifier_law():
     """Deterministic proposal on a chain: ChainVerifier's accept/residual law == sample-and-match."""
     vocab, k = 3, 3
@@ -357,9 +349,6 @@ def test_sampled_tree_generate_is_seeded():
     assert torch.equal(a.tokens, b.tokens) and not torch.equal(a.tokens, c.tokens)
 
 
-# --------------------------------------------------------------------------------------------------
-# bad input, before any forward
-# --------------------------------------------------------------------------------------------------
 def test_tree_verifier_rejects_bad_input_before_the_forward():
     target = target_for("llama", 0, 16)
     target.reset()
@@ -404,9 +393,7 @@ def test_tree_verifier_caps_the_built_tree_to_the_cache_room():
     assert verifier.last_tree.num_nodes == 5  # room 6 = root + 5 nodes
 
 
-# --------------------------------------------------------------------------------------------------
 # mutation tests: the equality check catches a broken verifier
-# --------------------------------------------------------------------------------------------------
 class NoCompactionTree(TreeVerifier):
     """Mutant: keeps the first n + 1 verify rows instead of the accepted path's rows."""
 

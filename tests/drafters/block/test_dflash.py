@@ -65,9 +65,6 @@ def _features(target, drafter, context):
     return torch.stack([h[0] for h in out.hidden], dim=1)  # [n - 1, taps, H]
 
 
-# ------------------------------------------------------------------------------------------------
-# Published formats
-# ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ARCHS, ids=IDS.get)
 def test_fixture_round_trip_reproduces_forward(arch, folders, small_target):
     config = json.loads((folders[arch] / "config.json").read_text())
@@ -217,9 +214,6 @@ def test_grouped_conv_reference():
             assert abs(float(out[i, c]) - float(want)) < 1e-5
 
 
-# ------------------------------------------------------------------------------------------------
-# Exactness in generate
-# ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
 @pytest.mark.parametrize("arch", ARCHS, ids=IDS.get)
 def test_greedy_generate_equals_autoregressive(arch, tree, folders, small_target):
@@ -250,9 +244,7 @@ def test_rollback_and_reset(folders, small_target):
         drafter.propose(ctx, 4, sampling=SamplingConfig(), generator=None, target_hidden=feats[:1])
 
 
-# ------------------------------------------------------------------------------------------------
 # T > 0: draft_probs is the law the tokens were drawn from
-# ------------------------------------------------------------------------------------------------
 def _law_p_value(drafter, target, draws: int = 400) -> float:
     """Chi-square of observed draft tokens against the summed reported laws, over every position."""
     ctx = torch.tensor([1, 2, 3, 4, 5, 0, 1])
@@ -283,9 +275,6 @@ def test_sampled_law_is_reported_law(arch, folders, small_target, monkeypatch):
     assert _law_p_value(drafter, small_target, draws=200) < 1e-6
 
 
-# ------------------------------------------------------------------------------------------------
-# Bad input
-# ------------------------------------------------------------------------------------------------
 def _write(folder, cfg, target, seed=0):
     from safetensors.torch import save_file
 

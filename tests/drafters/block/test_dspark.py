@@ -124,9 +124,6 @@ def test_mutation_scheduler_without_early_stop_is_caught():
     assert total_variation(spec, autoregressive_law(target_logits, (0,), 3, sampling=SAMPLING)) > 0.1
 
 
-# ------------------------------------------------------------------------------------------------
-# The drafter
-# ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def dspark(tmp_path_factory):
     target = tiny_target(seed=0, vocab_size=6)

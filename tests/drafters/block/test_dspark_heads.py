@@ -75,9 +75,6 @@ def test_round_trip(head, folders, small_target):
         assert torch.equal(tensor, loaded.state_dict()[name]), name
 
 
-# ------------------------------------------------------------------------------------------------
-# The bias against the formulas written out
-# ------------------------------------------------------------------------------------------------
 def _reference_bias(model, head, prevs, hidden):
     """The spec's formulas with explicit matrices, position by position (``s_0 = 0``)."""
     w1 = model.markov_head.markov_w1.weight.double()  # [V, r]
@@ -177,9 +174,6 @@ def test_tree_child_logprobs_follow_the_path(head, folders, small_target, monkey
     assert (head == "rnn") == bool((a - b).abs().max() > 1e-6)
 
 
-# ------------------------------------------------------------------------------------------------
-# Exactness in generate
-# ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
 @pytest.mark.parametrize("head", ["gated", "rnn"])
 def test_greedy_generate_equals_autoregressive(head, tree, folders, small_target):
@@ -236,9 +230,6 @@ def test_sampled_generate_matches_autoregressive_law(head, folders, small_target
     assert two_sample_chi2(spec, ar, context=1).p_value > 1e-3
 
 
-# ------------------------------------------------------------------------------------------------
-# Bad input
-# ------------------------------------------------------------------------------------------------
 def test_bad_head_configs_name_the_field(tmp_path, small_target):
     with pytest.raises(ValueError, match="markov_head_type.*'lstm'"):
         read_dspark_config(fixture_config("Qwen3DSparkModel", small_target, markov_head_type="lstm"))

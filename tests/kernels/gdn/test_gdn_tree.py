@@ -82,9 +82,6 @@ def some_path(parents: torch.Tensor, leaf: int) -> list[int]:
     return path[::-1]
 
 
-# --------------------------------------------------------------------------------------------------
-# topology
-# --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
 def test_tree_meta_covers_every_node_once(kind):
     for n in (1, 2, 7, 13):
@@ -108,9 +105,6 @@ def test_tree_meta_covers_every_node_once(kind):
         assert sorted(emitted) == list(range(n))
 
 
-# --------------------------------------------------------------------------------------------------
-# the reference against transformers
-# --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("hk,hv", [(1, 1), (2, 4), (1, 3), (2, 6)], ids=lambda x: str(x))
 def test_naive_chain_equals_transformers_recurrence(hk, hv):
     n, dk, dv = 11, 16, 8
@@ -142,9 +136,6 @@ def test_naive_padding_nodes_leave_state_unchanged():
     assert torch.equal(states[1], states[0])
 
 
-# --------------------------------------------------------------------------------------------------
-# fast paths against the reference
-# --------------------------------------------------------------------------------------------------
 TRITON_CASES = [
     # kind, n, hk, hv, dk, dv
     ("chain", 9, 1, 1, 16, 16),
@@ -229,9 +220,6 @@ def test_triton_bf16_inputs_and_commit_edge_cases():
     assert torch.equal(gdn.gdn_tree_commit(k, v, g, beta, [], s0, backend="torch"), s0)
 
 
-# --------------------------------------------------------------------------------------------------
-# short causal conv
-# --------------------------------------------------------------------------------------------------
 def conv_inputs(n, c, s, w, seed, bias=True):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, c, generator=gen)
@@ -288,9 +276,7 @@ def test_conv_state_commit_equals_transformers_update():
     assert torch.equal(new[1], gdn.conv_state_commit(x.flip(0), [3], state + 1))
 
 
-# --------------------------------------------------------------------------------------------------
 # mutation tests: each guard, broken on purpose, must be caught by the same comparisons
-# --------------------------------------------------------------------------------------------------
 def _tree_problem(n=10, hv=2):
     parents = make_parents("forest", n, seed=2)
     q, k, v, g, beta, s0 = make_inputs(n, 1, hv, 16, 16, seed=9)
@@ -355,9 +341,6 @@ def test_mutation_grouped_heads_convention():
         assert_matches(wrong, o_ref[0])
 
 
-# --------------------------------------------------------------------------------------------------
-# bad input
-# --------------------------------------------------------------------------------------------------
 def test_bad_input_raises_clear_errors():
     n = 4
     q, k, v, g, beta, s0 = make_inputs(n, 1, 2, 8, 8, seed=0)

@@ -133,9 +133,7 @@ def test_dense_rejects_too_many_nodes():
         )
 
 
-# --------------------------------------------------------------------------------------------------
 # mutation tests: each guard, broken on purpose, must be caught by the same comparison
-# --------------------------------------------------------------------------------------------------
 @triton.jit
 def _decay_without_exp(gam_i, gam_j, anc):
     return tl.where(anc, 1.0, 0.0) + 0.0 * gam_i[:, None] + 0.0 * gam_j[None, :]
