@@ -628,7 +628,11 @@ def main(argv: list[str] | None = None) -> int:
         args.calls, args.reps = 2, 2
     args.copy_bw = copy_bandwidth(device)
     checks = decode_checks(
-        SMOKE_DECODE_SHAPES if args.smoke else DECODE_SHAPES, gen, device, ops, SMOKE_V3_DECODE_SHAPES if args.smoke else V3_DECODE_SHAPES
+        SMOKE_DECODE_SHAPES if args.smoke else DECODE_SHAPES,
+        gen,
+        device,
+        ops,
+        SMOKE_V3_DECODE_SHAPES if args.smoke else V3_DECODE_SHAPES,
     )
     checks_passed = all(
         c.get("w12_decode_exact", True)
