@@ -14,6 +14,8 @@ Correctness first, in the same run:
   weights far below the window, outliers, a crowded escape tile, signed zeros, zero rows and columns), one
   with K % 16 = 8 and N % 16 != 0; the same for the Q kernel against ``q_view()``; recorded for bf16;
 * the W12 kernel gives the same bits twice (its reductions run in a fixed order);
+* the same two checks for the streaming W12 kernel (``cuda_w12_v3``: ``SPECDEC_W12_CUDA_VARIANT=v3``), plus one
+  shape of its own that uses 16-CTA clusters;
 * every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
   within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
 
@@ -57,7 +59,24 @@ DECODE_SHAPES = ((520, 2048), (300, 1032), (520, 2056))
 SMOKE_DECODE_SHAPES = ((24, 64), (20, 40))
 # compute-sanitizer shapes: K % 16 = 8 without K splits (W12), and uneven 8-CTA K splits with escapes
 SANITIZE_SHAPES = ((300, 1032), (520, 2056))
-KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_bf16", "cuda_w12", "cuda_q")
+# The streaming W12 kernel (SPECDEC_W12_CUDA_VARIANT=v3) also on a shape whose plan uses 16-CTA clusters with
+# uneven K shares (65 chunks), K % 16 = 8 and a partial last 64-row block.
+V3_DECODE_SHAPES = ((130, 4104),)
+SMOKE_V3_DECODE_SHAPES = ((20, 48),)
+KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_bf16", "cuda_w12", "cuda_q", "cuda_w12_v3")
+
+
+def w12_v3(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
+    """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` for this call (the previous value restored)."""
+    old = os.environ.get(ops.W12_VARIANT_ENV)
+    os.environ[ops.W12_VARIANT_ENV] = "v3"
+    try:
+        return ops.w12_gemm_small_m(x, *planes)
+    finally:
+        if old is None:
+            del os.environ[ops.W12_VARIANT_ENV]
+        else:
+            os.environ[ops.W12_VARIANT_ENV] = old
 
 
 def linear_shapes(model: str) -> dict[str, tuple[int, int]]:
@@ -151,8 +170,11 @@ def one_hot_columns(op: Callable[[torch.Tensor], torch.Tensor], n: int, k: int, 
     return torch.cat(cols, dim=1)
 
 
-def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops) -> list[dict]:
-    """One-hot decode check of the W12, Q and bf16 kernels on planted weights (bit-exact; -0 compares as +0)."""
+def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_shapes=()) -> list[dict]:
+    """One-hot decode check of the W12 (both variants), Q and bf16 kernels on planted weights (bit-exact; -0 as +0).
+
+    ``v3_shapes``: further shapes checked with the streaming W12 kernel only.
+    """
     from specdec.formats.w12 import W12Tensor
 
     out = []
@@ -163,6 +185,8 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops) -> li
         row = dict(N=n, K=k, escapes=w12.num_escapes)
         got = one_hot_columns(lambda x: ops.w12_gemm_small_m(x, *planes), n, k, device)
         row["w12_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(w)))
+        got_v3 = one_hot_columns(lambda x: w12_v3(ops, x, *planes), n, k, device)
+        row["w12_v3_decode_exact"] = bool(torch.equal(zero_sign(got_v3), zero_sign(w)))
         got_q = one_hot_columns(lambda x: ops.q_gemm_small_m(x, w12.ae, w12.base), n, k, device)
         row["q_decode_exact"] = bool(torch.equal(zero_sign(got_q), zero_sign(w12.q_view())))
         got_b = one_hot_columns(lambda x: ops.skinny_gemm_bf16(x, w), n, k, device)
@@ -170,13 +194,34 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops) -> li
         x = torch.randn(8, k, generator=gen, device=device).to(torch.bfloat16)
         # fixed-order reductions (warps, then cluster ranks, then escapes): the same bits on every run
         row["w12_deterministic"] = bool(torch.equal(ops.w12_gemm_small_m(x, *planes), ops.w12_gemm_small_m(x, *planes)))
+        row["w12_v3_deterministic"] = bool(torch.equal(w12_v3(ops, x, *planes), w12_v3(ops, x, *planes)))
         if not row["w12_decode_exact"]:
             bad = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
             row["w12_first_mismatches"] = bad
+        if not row["w12_v3_decode_exact"]:
+            row["w12_v3_first_mismatches"] = (zero_sign(got_v3) != zero_sign(w)).nonzero()[:5].tolist()
         out.append(row)
         print(
             f"decode check N={n} K={k} escapes={w12.num_escapes}: w12 {row['w12_decode_exact']} "
-            f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']} deterministic {row['w12_deterministic']}",
+            f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']} deterministic {row['w12_deterministic']} "
+            f"w12_v3 {row['w12_v3_decode_exact']} deterministic {row['w12_v3_deterministic']}",
+            flush=True,
+        )
+    for n, k in v3_shapes:
+        w = planted_weight(n, k, gen, device)
+        w12 = W12Tensor.from_bf16(w)
+        planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+        row = dict(N=n, K=k, escapes=w12.num_escapes, only="w12_v3")
+        got = one_hot_columns(lambda x: w12_v3(ops, x, *planes), n, k, device)
+        row["w12_v3_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(w)))
+        x = torch.randn(8, k, generator=gen, device=device).to(torch.bfloat16)
+        row["w12_v3_deterministic"] = bool(torch.equal(w12_v3(ops, x, *planes), w12_v3(ops, x, *planes)))
+        if not row["w12_v3_decode_exact"]:
+            row["w12_v3_first_mismatches"] = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
+        out.append(row)
+        print(
+            f"decode check N={n} K={k} escapes={w12.num_escapes}: w12_v3 {row['w12_v3_decode_exact']} "
+            f"deterministic {row['w12_v3_deterministic']}",
             flush=True,
         )
     return out
@@ -187,7 +232,7 @@ def weight_bytes(kind: str, n: int, k: int, w12) -> int:
         return 2 * n * k
     if kind == "cublas_fp8":
         return n * k
-    if kind in ("triton_w12", "cuda_w12"):
+    if kind in ("triton_w12", "cuda_w12", "cuda_w12_v3"):
         return int(w12.nbytes)
     return int(w12.ae.numel() + w12.base.numel())  # Q view: AE plane and bases
 
@@ -232,6 +277,7 @@ def bench_shape(
             "cuda_bf16": (lambda: ops.skinny_gemm_bf16(x, w), y32, err_cublas),
             "cuda_w12": (lambda: ops.w12_gemm_small_m(x, *planes), y32, err_cublas),
             "cuda_q": (lambda: ops.q_gemm_small_m(x, w12.ae, w12.base), yq32, err_cublas_q),
+            "cuda_w12_v3": (lambda: w12_v3(ops, x, *planes), y32, err_cublas),
         }
         mp = max(16, (m + 15) // 16 * 16)
         x8 = torch.zeros(mp, k, device=device, dtype=torch.float8_e4m3fn)
@@ -559,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
                 x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
                 ops.skinny_gemm_bf16(x, w)
                 ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                w12_v3(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 ops.q_gemm_small_m(x, w12.ae, w12.base)
             sync(device)
             print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
@@ -580,8 +627,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.calls, args.reps = 2, 2
     args.copy_bw = copy_bandwidth(device)
-    checks = decode_checks(SMOKE_DECODE_SHAPES if args.smoke else DECODE_SHAPES, gen, device, ops)
-    checks_passed = all(c["w12_decode_exact"] and c["q_decode_exact"] and c["w12_deterministic"] for c in checks)
+    checks = decode_checks(
+        SMOKE_DECODE_SHAPES if args.smoke else DECODE_SHAPES,
+        gen,
+        device,
+        ops,
+        SMOKE_V3_DECODE_SHAPES if args.smoke else V3_DECODE_SHAPES,
+    )
+    checks_passed = all(
+        c.get("w12_decode_exact", True)
+        and c.get("q_decode_exact", True)
+        and c.get("w12_deterministic", True)
+        and c["w12_v3_decode_exact"]
+        and c["w12_v3_deterministic"]
+        for c in checks
+    )
     shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}
     rows = []
     for model, lins in shapes.items():

@@ -13,7 +13,10 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path):
     assert bench_roofline.main(["--smoke", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["provenance"]["seed"] == 0 and result["decode_checks_passed"]
-    assert all(c["w12_decode_exact"] and c["q_decode_exact"] and c["escapes"] > 0 for c in result["decode_checks"])
+    shared = [c for c in result["decode_checks"] if "only" not in c]
+    assert shared and all(c["w12_decode_exact"] and c["q_decode_exact"] and c["escapes"] > 0 for c in shared)
+    assert all(c["w12_v3_decode_exact"] and c["w12_v3_deterministic"] for c in result["decode_checks"])
+    assert any(c.get("only") == "w12_v3" for c in result["decode_checks"])
     assert [(r["linear"], r["M"]) for r in result["rows"]] == [("a", 1), ("a", 8), ("b", 1), ("b", 8)]
     for row in result["rows"]:
         for kind in bench_roofline.KERNELS:
@@ -49,3 +52,21 @@ def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
     assert result["w12_weight_bytes"] < result["bf16_weight_bytes"]
     for key in ("bf16_step_s", "w12_step_s", "w12_triton_step_s"):
         assert result[key] > 0, key
+
+
+def test_a_wrong_weight_of_the_streaming_w12_kernel_alone_fails_the_run(tmp_path, monkeypatch):
+    exact = ops.w12_gemm_small_m
+
+    def off_under_v3(x, *planes):
+        y = exact(x, *planes).clone()
+        if ops.w12_variant() == "v3" and x.shape[0] == 8 and bool((x[:, 0] == 1).any()):
+            y[0, 2] = y[0, 2] + 1
+        return y
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v3)
+    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
+    first = json.loads(out.read_text())["decode_checks"][0]
+    assert first["w12_decode_exact"] and not first["w12_v3_decode_exact"]
+    assert first["w12_v3_first_mismatches"] == [[2, 0]]

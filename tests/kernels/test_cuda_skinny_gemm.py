@@ -147,3 +147,38 @@ def test_plan_shares_staged_x_over_many_rows_and_fills_the_gpu(kind):
         ctas = plan["ctas_x"] * plan["k_splits"]
         assert ctas >= 0.9 * sms, (kind, m, n, k, plan)
         assert plan["shared_bytes"] <= 200 * 1024
+
+
+def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
+    from specdec.kernels.cuda.ops import W12_VARIANT_ENV, w12_variant
+
+    w12 = W12Tensor.from_bf16(planted(24, 64))
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    monkeypatch.delenv(W12_VARIANT_ENV, raising=False)
+    assert w12_variant() == "v1"
+    monkeypatch.setenv(W12_VARIANT_ENV, "v3")
+    assert w12_variant() == "v3"
+    # CPU: both variants run the reference
+    assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
+    monkeypatch.setenv(W12_VARIANT_ENV, "v2")
+    with pytest.raises(ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3'\) or unset, got 'v2'"):
+        w12_gemm_small_m(x, *planes(w12))
+
+
+def test_streaming_w12_plan_fits_shared_memory_and_fills_the_gpu():
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    sms = 132
+    for m, n, k in [(8, 5120, 25600), (8, 4096, 12288), (1, 4096, 4096), (8, 6144, 4096), (1, 151936, 4096), (8, 151936, 4096)]:
+        plan = launch_plan("w12_v3", m, n, k, sms)
+        assert plan["row_tiles_per_cta"] == 4 and plan["ctas_x"] == -(-n // 64)
+        assert plan["k_splits"] in (1, 2, 4, 8, 16)
+        per_cta = -(-plan["chunks"] // plan["k_splits"])
+        assert per_cta * 64 * m * 2 <= 48 * 1024, (m, n, k, plan)  # the K slice of x fits
+        assert per_cta >= 4 or plan["k_splits"] == 1
+        # at least one full wave of 7 CTAs per SM (2 where the rows allow it with >= 4 chunks per CTA)
+        assert plan["ctas_x"] * plan["k_splits"] >= 7 * sms or plan["k_splits"] == 16, (m, n, k, plan)
+    assert launch_plan("w12_v3", 1, 4096, 4096, sms, max_cluster=8)["k_splits"] == 8
+    with pytest.raises(ValueError, match="max_cluster: expected 8 or 16"):
+        launch_plan("w12_v3", 1, 4096, 4096, sms, max_cluster=4)

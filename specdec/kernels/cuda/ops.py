@@ -6,6 +6,11 @@ accumulation, ``K`` a multiple of 8. On CUDA tensors the kernel of ``skinny_gemm
 runs (``F.linear`` on the bf16 weight, on ``W12Tensor.to_bf16()`` or on ``W12Tensor.q_view()``). Each op has a
 fake (meta) implementation, so ``torch.compile`` and graph tracing see its output shape without running it.
 
+``SPECDEC_W12_CUDA_VARIANT`` (read on every call) picks the W12 kernel: unset or ``"v1"`` the default kernel,
+``"v3"`` the streaming kernel without barriers in its K loop (``specdec_w12_gemm_small_m_v3``: 64-row CTAs, K split
+over clusters of up to 16 CTAs, three chunks of loads in flight per lane; README.md beside the kernels). Both
+decode bit-exactly; they sum in different orders, so their outputs may differ in the last bits.
+
 W12 planes are those of :class:`specdec.formats.W12Tensor` (``ae``, ``nib``, ``base``, ``esc_ptr``, ``esc_pos``,
 ``esc_bits``); with ``K % 8 == 0`` the planes are unpadded (``ae`` is ``[N, K]``).
 
@@ -27,6 +32,7 @@ Example (CPU: the reference path)::
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Callable
 
 import torch
@@ -35,10 +41,22 @@ import torch.nn.functional as F
 from specdec.kernels.cuda.build import load_library
 from specdec.kernels.w12_gemm import _check_escapes, _check_planes
 
-__all__ = ["skinny_gemm_bf16", "w12_gemm_small_m", "q_gemm_small_m", "launch_plan", "MAX_TOKENS", "KINDS"]
+__all__ = [
+    "skinny_gemm_bf16",
+    "w12_gemm_small_m",
+    "q_gemm_small_m",
+    "launch_plan",
+    "w12_variant",
+    "MAX_TOKENS",
+    "KINDS",
+    "W12_VARIANT_ENV",
+    "W12_VARIANTS",
+]
 
 MAX_TOKENS = 8
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
+W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
+W12_VARIANTS = ("v1", "v3")
 # Byte alignment the kernels' vector loads need of every plane's base address.
 _ALIGN = 16
 
@@ -96,6 +114,24 @@ def _k_of_planes(ae: object) -> int:
 def _raise_on_failure(lib: ctypes.CDLL, rc: int, what: str) -> None:
     if rc != 0:
         raise RuntimeError(f"{what}: CUDA kernel launch failed ({rc}): {lib.specdec_cuda_last_error().decode()}")
+
+
+def w12_variant() -> str:
+    """The W12 CUDA kernel :func:`w12_gemm_small_m` runs now: ``$SPECDEC_W12_CUDA_VARIANT``, ``"v1"`` when unset.
+
+    Raises ValueError for any other value than those of ``W12_VARIANTS``.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop("SPECDEC_W12_CUDA_VARIANT", None) and None
+        >>> w12_variant()
+        'v1'
+    """
+    value = os.environ.get(W12_VARIANT_ENV, "") or "v1"
+    if value not in W12_VARIANTS:
+        raise ValueError(f"{W12_VARIANT_ENV}: expected one of {W12_VARIANTS} or unset, got {value!r}")
+    return value
 
 
 def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
@@ -183,9 +219,11 @@ def w12_gemm_small_m(
 
     The kernel decodes the weights bit-exactly in registers (escaped slots hold a signed zero; each escape is
     added as ``x[:, col] * value`` in fp32 by the CTA that owns its row). The output is not bit-equal to
-    cuBLAS (another summation order). CPU: :func:`specdec.formats.w12_linear_reference`.
+    cuBLAS (another summation order). ``$SPECDEC_W12_CUDA_VARIANT`` picks the kernel (:func:`w12_variant`; the
+    CPU reference is the same for both). CPU: :func:`specdec.formats.w12_linear_reference`.
     Example: see the module docstring.
     """
+    variant = w12_variant()
     k = _k_of_planes(ae)
     m, _ = _check_x(x, k, ae.device)
     n, _ = _check_planes(ae, nib, base, k)
@@ -195,8 +233,9 @@ def w12_gemm_small_m(
     _check_aligned(x=x, ae=ae, nib=nib)
     out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     lib = load_library()
+    kernel = lib.specdec_w12_gemm_small_m_v3 if variant == "v3" else lib.specdec_w12_gemm_small_m
     with torch.cuda.device(x.device):
-        rc = lib.specdec_w12_gemm_small_m(
+        rc = kernel(
             _ptr(x),
             _ptr(ae),
             _ptr(nib),
@@ -210,7 +249,7 @@ def w12_gemm_small_m(
             k,
             _stream(x.device),
         )
-    _raise_on_failure(lib, rc, "w12_gemm_small_m")
+    _raise_on_failure(lib, rc, f"w12_gemm_small_m ({variant})")
     return out
 
 
@@ -249,7 +288,7 @@ def _(x, ae, base):
     return x.new_empty(x.shape[0], ae.shape[0])
 
 
-def launch_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
+def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int = 16) -> dict[str, int]:
     """The kernel's launch plan for a shape (host code of the library; needs the built library, not a GPU).
 
     Returns ``row_tiles_per_cta`` (16-row tiles per CTA), ``k_splits`` (CTAs of a cluster splitting K),
@@ -257,13 +296,20 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
 
     Example (needs the built library, so not run as a doctest): ``launch_plan("w12", 8, 5120, 25600, 132)``
     gives ``row_tiles_per_cta == 8`` and ``k_splits == 8`` (128 rows share each staged ``x`` value; 40 row blocks
-    times 8 K splits fill the 132 SMs).
+    times 8 K splits fill the 132 SMs). ``kind="w12_v3"`` gives the plan of the streaming W12 kernel
+    (``row_tiles_per_cta`` is then its 4 tiles of 64-row CTAs, ``k_splits`` its cluster size, at most
+    ``max_cluster``: 16 where the GPU allows non-portable clusters, else 8).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
+    if kind not in (*KINDS, "w12_v3"):
+        raise ValueError(f"kind: expected one of {sorted((*KINDS, 'w12_v3'))}, got {kind!r}")
+    if max_cluster not in (8, 16):
+        raise ValueError(f"max_cluster: expected 8 or 16 (CTAs per cluster), got {max_cluster}")
     lib = load_library()
     out = (ctypes.c_int * 5)()
-    rc = lib.specdec_skinny_plan(KINDS[kind], m, n, k, sms, out)
+    if kind == "w12_v3":
+        rc = lib.specdec_w12_v3_plan(m, n, k, sms, max_cluster, out)
+    else:
+        rc = lib.specdec_skinny_plan(KINDS[kind], m, n, k, sms, out)
     if rc != 0:
         raise ValueError(
             f"launch_plan: expected 1 <= m <= 8, n >= 1, k a positive multiple of 8 and sms >= 1, got m={m} n={n} k={k} sms={sms}"

@@ -11,8 +11,8 @@ in Triton's wheel)::
 Example (on a saved dump)::
 
     >>> report = analyse_kernel(["/*0000*/ HMMA.16816.F32.BF16 R0, R4, R8, R0 ;", "/*0010*/ @P0 BRA 0x0 ;"], 8)
-    >>> report["loop_instructions"], report["instructions_per_weight"]
-    (2, 0.25)
+    >>> report["loop_instructions"], report["instructions_per_weight"], report["barriers"]
+    (2, 0.25, 0)
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import re
 import subprocess
 from collections import Counter
 
-# Weights one lane handles per unrolled batch (kUnroll = 4 chunks, rows g and g + 8).
-WEIGHTS_PER_LANE_PER_BATCH = {"0": 4 * 2 * 8, "1": 4 * 2 * 16, "2": 4 * 2 * 16}
-KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q"}
+# Weights one lane handles per unrolled batch (kUnroll = 4 chunks, rows g and g + 8); the W12 streaming kernel
+# (w12_stream_kernel, ``w12_v3``) unrolls its ring of kStreamDepth = 3 chunks.
+WEIGHTS_PER_LANE_PER_BATCH = {"0": 4 * 2 * 8, "1": 4 * 2 * 16, "2": 4 * 2 * 16, "w12_v3": 3 * 2 * 16}
+KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q", "w12_v3": "w12_v3"}
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
 
 
@@ -64,6 +65,7 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
         "loop_instructions": len(body),
         "hmma": best[0],
         "instructions_per_weight": len(body) / weights_per_batch,
+        "barriers": sum(o.startswith(("BAR", "UCGABAR")) for _, o, _ in body),
         "mix": dict(mix.most_common()),
     }
 
@@ -84,13 +86,18 @@ def main() -> None:
     for block in text.split("Function : ")[1:]:
         name = block.split("\n", 1)[0].strip()
         m = re.search(r"kernelILi(\d)ELb(\d)E", name)
-        if not m:
+        stream = re.search(r"w12_stream_kernelILb(\d)E", name)
+        if m:
+            kind, vec16 = m.group(1), m.group(2)
+        elif stream:
+            kind, vec16 = "w12_v3", stream.group(1)
+        else:
             continue
-        kind, vec16 = m.group(1), m.group(2)
         rep = analyse_kernel(block.split("\n"), WEIGHTS_PER_LANE_PER_BATCH[kind])
         print(
             f"{KIND_NAMES[kind]:5s} vec16={vec16}: loop {rep['loop_instructions']} instr, {rep.get('hmma')} HMMA, "
-            f"{rep.get('instructions_per_weight', float('nan')):.2f} instr/weight/lane"
+            f"{rep.get('instructions_per_weight', float('nan')):.2f} instr/weight/lane, "
+            f"{rep.get('barriers', 0)} barrier instructions in the loop"
         )
         print("   ", ", ".join(f"{k} {v}" for k, v in list(rep.get("mix", {}).items())[:14]))
 

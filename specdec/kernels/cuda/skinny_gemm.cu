@@ -457,6 +457,203 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(const Params p
   if (p.k_splits > 1) cluster.sync();  // the other CTAs' reads of this CTA's partials are done
 }
 
+// The W12 kernel without barriers in its K loop (README.md, "W12 without barriers in the K loop").
+// A CTA of 4 warps owns 64 rows (one 16-row tile per warp) and one K slice; every warp walks the whole slice
+// for its tile, so no partials are combined inside the CTA. The slice's x is staged in shared memory once,
+// after the first weight loads are issued; the loop keeps kStreamDepth chunks of loads in flight per lane
+// (a ring of registers: chunk i + depth is requested right after chunk i is multiplied). K splits are the
+// CTAs of a cluster (gridDim.y); after the loop each CTA reduces its share of the rows over the cluster's
+// partials in rank order through distributed shared memory and applies those rows' escapes.
+constexpr int kStreamWarps = 4;
+constexpr int kStreamThreads = kStreamWarps * 32;
+constexpr int kStreamRows = kStreamWarps * 16;
+constexpr int kStreamDepth = 3;
+constexpr int kStreamMaxSplits = 16;          // non-portable cluster size on sm_90
+constexpr int kStreamXSliceMax = 48 * 1024;   // bytes of x per CTA
+constexpr int kStreamMinChunksPerWarp = 4;
+constexpr int kStreamCtasPerSm = 7;           // by registers (<= 72 a thread)
+// Partials [64 rows][8 tokens] fp32, then the escape round: (col, bits) int2 and row byte per thread, counts.
+constexpr int kStreamSmemFixed = kStreamRows * 8 * 4 + kStreamThreads * 9 + kStreamWarps * 4;
+
+template <bool VEC16>
+__global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_kernel(const Params p) {
+  using T = Traits<kW12>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int M = p.M;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int split = blockIdx.y;
+  const int c_lo = static_cast<int>((static_cast<long long>(split) * p.n_chunks) / p.k_splits);
+  const int c_hi = static_cast<int>((static_cast<long long>(split + 1) * p.n_chunks) / p.k_splits);
+  const int n_mine = c_hi - c_lo;
+  const int row_block = blockIdx.x * kStreamRows;
+  const int row_g = min(row_block + warp * 16 + g, p.N - 1);  // rows past N read the last row; never stored
+  const int row_h = min(row_block + warp * 16 + g + 8, p.N - 1);
+
+  // The first chunks' loads go out before anything waits.
+  ChunkRegs<kW12, VEC16> ring[kStreamDepth];
+#pragma unroll
+  for (int u = 0; u < kStreamDepth; ++u)
+    if (u < n_mine) load_chunk<kW12, VEC16, true>(ring[u], p, row_g, row_h, c_lo + u, t);
+
+  // x of the slice in lane order (unit ((c * XU + h) * M + g) * 4 + t = x[g, c * chunk + piece * t + 8 h ..]),
+  // and the escape offsets of the CTA's 256-row band.
+  uint4* xs_smem = reinterpret_cast<uint4*>(smem);
+  const int x_units = n_mine * T::kXUnits * M * 4;
+  for (int u = tid; u < x_units; u += kStreamThreads) {
+    const int ut = u & 3;
+    const int ug = (u >> 2) % M;
+    const int uh = (u / (4 * M)) % T::kXUnits;
+    const int uc = u / (4 * M * T::kXUnits);
+    const int k = (c_lo + uc) * T::kChunk + T::kPiece * ut + 8 * uh;
+    if (k < p.K)
+      cp_async16(xs_smem + u, p.x + static_cast<size_t>(ug) * p.K + k);
+    else
+      xs_smem[u] = make_uint4(0, 0, 0, 0);
+  }
+  // Same offset in every CTA of the cluster (read by rank): after the largest slice's x.
+  const int max_chunks_cta = (p.n_chunks + p.k_splits - 1) / p.k_splits;
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(max_chunks_cta) * T::kXUnits * M * 4 * 16);
+  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + kStreamSmemFixed);
+  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+  const int tile0 = (row_block / kEscapeTile) * col_tiles;
+  for (int i = tid; i <= col_tiles; i += kStreamThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
+  cp_async_commit();
+  const uint32_t X0 = static_cast<uint32_t>(p.base[row_g]) << 7;
+  const uint32_t X1 = static_cast<uint32_t>(p.base[row_h]) << 7;
+  cp_async_wait_all();
+  __syncthreads();
+
+  const int g_x = min(g, M - 1);  // tokens >= M read token M - 1; those outputs are never stored
+  const uint4* x_lane = xs_smem + g_x * 4 + t;
+  const int x_chunk_stride = T::kXUnits * M * 4;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  auto x_units_of = [&](int i, uint4 (&xs)[2]) {
+    xs[0] = x_lane[i * x_chunk_stride];
+    xs[1] = x_lane[i * x_chunk_stride + M * 4];
+  };
+  // Steady state: every slot's next chunk exists and lies inside K (no checks, no branches in the body).
+  const int n_full_mine = min(c_hi, p.K / T::kChunk) - c_lo;
+  int i = 0;
+  for (; i + 2 * kStreamDepth <= n_full_mine; i += kStreamDepth) {
+#pragma unroll
+    for (int u = 0; u < kStreamDepth; ++u) {
+      uint4 xs[2];
+      x_units_of(i + u, xs);
+      compute_chunk<kW12, VEC16>(acc, ring[u], xs, X0, X1);
+      load_chunk<kW12, VEC16, false>(ring[u], p, row_g, row_h, c_lo + i + u + kStreamDepth, t);
+    }
+  }
+  for (; i < n_mine; i += kStreamDepth) {
+#pragma unroll
+    for (int u = 0; u < kStreamDepth; ++u) {
+      if (i + u < n_mine) {
+        uint4 xs[2];
+        x_units_of(i + u, xs);
+        compute_chunk<kW12, VEC16>(acc, ring[u], xs, X0, X1);
+        if (i + u + kStreamDepth < n_mine) load_chunk<kW12, VEC16, true>(ring[u], p, row_g, row_h, c_lo + i + u + kStreamDepth, t);
+      }
+    }
+  }
+
+  // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token].
+  float* mine = red + warp * 16 * 8;
+  mine[g * 8 + 2 * t] = acc[0];
+  mine[g * 8 + 2 * t + 1] = acc[1];
+  mine[(g + 8) * 8 + 2 * t] = acc[2];
+  mine[(g + 8) * 8 + 2 * t + 1] = acc[3];
+  cg::cluster_group cluster = cg::this_cluster();
+  if (p.k_splits > 1) cluster.sync();
+  else __syncthreads();
+
+  // Rows [r_lo, r_hi) of the block are this CTA's: K-split partials in rank order, then escapes in stored order.
+  const int r_lo = (split * kStreamRows) / p.k_splits;
+  const int r_hi = ((split + 1) * kStreamRows) / p.k_splits;
+  const int rl = r_lo + tid;
+  const bool has_row = rl < r_hi;
+  const int row = row_block + rl;
+  float out[kMaxTokens];
+#pragma unroll
+  for (int m = 0; m < kMaxTokens; ++m) out[m] = 0.f;
+  if (has_row) {
+    for (int q = 0; q < p.k_splits; ++q) {
+      const float* part = red;
+      if (p.k_splits > 1) part = cluster.map_shared_rank(red, q);
+#pragma unroll
+      for (int m = 0; m < kMaxTokens; ++m)
+        if (m < M) out[m] += part[rl * 8 + m];
+    }
+  }
+  {
+    int2* esc_list = reinterpret_cast<int2*>(red + kStreamRows * 8);                   // [kStreamThreads]
+    unsigned char* esc_row = reinterpret_cast<unsigned char*>(esc_list + kStreamThreads);  // [kStreamThreads]
+    int* warp_kept = reinterpret_cast<int*>(esc_row + kStreamThreads);                   // [kStreamWarps]
+    const int band_row = row_block % kEscapeTile + r_lo;
+    const int e_begin = band_ptr[0], e_end = band_ptr[col_tiles];
+    for (int e_round = e_begin; e_round < e_end; e_round += kStreamThreads) {
+      const int e = e_round + tid;
+      bool keep = false;
+      int col = 0, rloc = 0;
+      uint32_t bits = 0;
+      if (e < e_end) {
+        const uint32_t pos = p.esc_pos[e];
+        rloc = static_cast<int>(pos >> 8) - band_row;
+        if (rloc >= 0 && rloc < r_hi - r_lo) {
+          int lo = 0, hi = col_tiles - 1;  // column tile of e: the last with esc_ptr <= e
+          while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (band_ptr[mid] <= e) lo = mid;
+            else hi = mid - 1;
+          }
+          col = lo * kEscapeTile + static_cast<int>(pos & 0xFF);
+          bits = static_cast<uint32_t>(p.esc_bits[e]) << 16;
+          keep = true;
+        }
+      }
+      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, keep);
+      if (lane == 0) warp_kept[warp] = __popc(ballot);
+      __syncthreads();
+      int offset = __popc(ballot & ((1u << lane) - 1u)), total = 0;
+#pragma unroll
+      for (int w = 0; w < kStreamWarps; ++w) {
+        const int c = warp_kept[w];
+        if (w < warp) offset += c;
+        total += c;
+      }
+      if (keep) {
+        esc_list[offset] = make_int2(col, static_cast<int>(bits));
+        esc_row[offset] = static_cast<unsigned char>(rloc);
+      }
+      __syncthreads();
+      if (has_row) {
+        for (int j = 0; j < total; ++j) {
+          if (esc_row[j] != rl - r_lo) continue;
+          const int2 en = esc_list[j];
+          const float v = __int_as_float(en.y);
+#pragma unroll
+          for (int m = 0; m < kMaxTokens; ++m)
+            if (m < M) out[m] = fmaf(__uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + en.x]) << 16), v, out[m]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+  if (has_row && row < p.N) {
+#pragma unroll
+    for (int m = 0; m < kMaxTokens; ++m) {
+      if (m < M) {
+        const uint32_t b = __float_as_uint(out[m]);
+        uint16_t h;
+        if ((b & 0x7FFFFFFFu) > 0x7F800000u) h = static_cast<uint16_t>((b >> 16) | 0x0040u);
+        else h = static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+        p.y[static_cast<size_t>(m) * p.N + row] = h;
+      }
+    }
+  }
+  if (p.k_splits > 1) cluster.sync();  // the other CTAs' reads of this CTA's partials are done
+}
+
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory.
 struct Plan {
   int rt_per_cta, k_splits, n_chunks, grid_x, smem_bytes;
@@ -516,6 +713,32 @@ Plan make_plan(int kind, int M, int N, int K, int sms) {
   return pl;
 }
 
+// Launch plan of w12_stream_kernel: 64-row blocks along x, K splits (cluster size) along y. The x slice of a
+// CTA must fit kStreamXSliceMax; each CTA keeps >= kStreamMinChunksPerWarp chunks when K is split. Waves are
+// counted as CTAs / (SMs x resident CTAs per SM); the plan takes the fewest splits that give >= 2 waves, else
+// the most splits allowed (the fullest single wave).
+Plan make_stream_plan(int M, int N, int K, int sms, int max_splits) {
+  Plan pl{};
+  pl.n_chunks = (K + 63) / 64;
+  pl.rt_per_cta = kStreamWarps;
+  pl.grid_x = (N + kStreamRows - 1) / kStreamRows;
+  pl.k_splits = 0;
+  for (int ks = 1; ks <= max_splits; ks *= 2) {
+    const int per_cta = (pl.n_chunks + ks - 1) / ks;
+    if (per_cta * 64 * M * 2 > kStreamXSliceMax) continue;
+    if (ks > 1 && pl.n_chunks / ks < kStreamMinChunksPerWarp) break;
+    pl.k_splits = ks;
+    const int smem = per_cta * 64 * M * 2 + kStreamSmemFixed + band_ptr_bytes(kW12, K);
+    int per_sm = (227 * 1024) / (smem + 1024);
+    if (per_sm > kStreamCtasPerSm) per_sm = kStreamCtasPerSm;
+    if (static_cast<long long>(pl.grid_x) * ks >= 2LL * sms * per_sm) break;
+  }
+  if (pl.k_splits == 0) pl.k_splits = max_splits;  // too large a slice even at the most splits: launch refuses it
+  const int per_cta = (pl.n_chunks + pl.k_splits - 1) / pl.k_splits;
+  pl.smem_bytes = per_cta * 64 * M * 2 + kStreamSmemFixed + band_ptr_bytes(kW12, K);
+  return pl;
+}
+
 thread_local char g_error[512] = "";
 
 int fail(const char* what, cudaError_t err) {
@@ -566,6 +789,47 @@ int launch(Params p, cudaStream_t stream) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   cudaError_t e = cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<KIND, VEC16>, p);
+  if (e != cudaSuccess) return fail("cudaLaunchKernelEx", e);
+  return 0;
+}
+
+template <bool VEC16>
+int launch_stream(Params p, cudaStream_t stream) {
+  static int max_splits = 0;  // set on the first call, before any graph capture (warm-up)
+  if (max_splits == 0) {
+    cudaError_t e = cudaFuncSetAttribute(w12_stream_kernel<VEC16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         kStreamXSliceMax + kStreamSmemFixed + 4096);
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+    // Clusters of 16 are non-portable: allowed on sm_90 when asked for.
+    max_splits = cudaFuncSetAttribute(w12_stream_kernel<VEC16>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess
+                     ? kStreamMaxSplits
+                     : kMaxClusterSplits;
+    cudaGetLastError();
+  }
+  const int sms = sm_count();
+  if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  const Plan pl = make_stream_plan(p.M, p.N, p.K, sms, max_splits);
+  if (pl.smem_bytes > kStreamXSliceMax + kStreamSmemFixed + 4096) {
+    snprintf(g_error, sizeof(g_error), "K=%d with M=%d needs %d bytes of shared memory per CTA (limit %d)", p.K, p.M,
+             pl.smem_bytes, kStreamXSliceMax + kStreamSmemFixed + 4096);
+    return 2;
+  }
+  p.rt_per_cta = pl.rt_per_cta;
+  p.k_splits = pl.k_splits;
+  p.n_chunks = pl.n_chunks;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(pl.grid_x, pl.k_splits, 1);
+  cfg.blockDim = dim3(kStreamThreads, 1, 1);
+  cfg.dynamicSmemBytes = pl.smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = pl.k_splits;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, w12_stream_kernel<VEC16>, p);
   if (e != cudaSuccess) return fail("cudaLaunchKernelEx", e);
   return 0;
 }
@@ -628,6 +892,40 @@ int specdec_w12_gemm_small_m(const void* x, const void* ae, const void* nib, con
   p.M = M, p.N = N, p.K = K;
   if (K % 16 == 0) return launch<kW12, true>(p, static_cast<cudaStream_t>(stream));
   return launch<kW12, false>(p, static_cast<cudaStream_t>(stream));
+}
+
+// W12 exact, the kernel without barriers in its K loop (64-row CTAs, cluster K splits up to 16); same planes
+// and result contract as specdec_w12_gemm_small_m.
+int specdec_w12_gemm_small_m_v3(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                                const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* stream) {
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  Params p{};
+  p.x = static_cast<const uint16_t*>(x);
+  p.w = static_cast<const uint8_t*>(ae);
+  p.nib = static_cast<const uint8_t*>(nib);
+  p.base = static_cast<const uint8_t*>(base);
+  p.esc_ptr = static_cast<const int32_t*>(esc_ptr);
+  p.esc_pos = static_cast<const uint16_t*>(esc_pos);
+  p.esc_bits = static_cast<const uint16_t*>(esc_bits);
+  p.y = static_cast<uint16_t*>(y);
+  p.M = M, p.N = N, p.K = K;
+  if (K % 16 == 0) return launch_stream<true>(p, static_cast<cudaStream_t>(stream));
+  return launch_stream<false>(p, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_w12_gemm_small_m_v3 on `sms` multiprocessors with clusters of up to `max_splits` CTAs
+// (16 where non-portable clusters are allowed, else 8); host only. out as specdec_skinny_plan.
+int specdec_w12_v3_plan(int M, int N, int K, int sms, int max_splits, int* out) {
+  if (sms < 1 || (max_splits != kMaxClusterSplits && max_splits != kStreamMaxSplits)) return 3;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  const Plan pl = make_stream_plan(M, N, K, sms, max_splits);
+  out[0] = pl.rt_per_cta;
+  out[1] = pl.k_splits;
+  out[2] = pl.n_chunks;
+  out[3] = pl.grid_x;
+  out[4] = pl.smem_bytes;
+  return 0;
 }
 
 // Q view: ae plane and bases only.
