@@ -114,6 +114,22 @@ def test_unloadable_library_is_a_clear_error(monkeypatch, tmp_path):
         load_library()
 
 
+def test_library_from_an_older_source_is_a_clear_error(monkeypatch, tmp_path):
+    # a build/ library compiled before an entry point was added: loading must say "rebuild", not AttributeError
+    class OlderLibrary:
+        def __getattr__(self, name):
+            if name == "specdec_w12_gemm_small_m_v3":
+                raise AttributeError(f"undefined symbol: {name}")
+            return type("Fn", (), {})()
+
+    stale = tmp_path / "stale.so"
+    stale.write_bytes(b"")
+    monkeypatch.setenv(build.ENV_VAR, str(stale))
+    monkeypatch.setattr(build.ctypes, "CDLL", lambda path: OlderLibrary())
+    with pytest.raises(KernelLibraryError, match=r"stale.so does not match skinny_gemm.cu .*undefined symbol.*rebuild it"):
+        load_library()
+
+
 def test_build_without_nvcc_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(build.shutil, "which", lambda name: None)
     monkeypatch.delenv("CUDA_HOME", raising=False)

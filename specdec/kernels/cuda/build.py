@@ -108,7 +108,8 @@ def load_library(*, build_if_missing: bool = True) -> ctypes.CDLL:
 
     When the file is missing and the path is the default one, it is built first if nvcc exists
     (``build_if_missing``). A path given through ``$SPECDEC_CUDA_KERNELS`` is never built: a missing
-    file there raises :class:`KernelLibraryError` naming the path and how to build it.
+    file there raises :class:`KernelLibraryError` naming the path and how to build it, and so does a library
+    built from an older source (an entry point missing).
     """
     path = library_path()
     key = str(path)
@@ -130,7 +131,13 @@ def load_library(*, build_if_missing: bool = True) -> ctypes.CDLL:
             lib = ctypes.CDLL(str(path))
         except OSError as exc:
             raise KernelLibraryError(f"cannot load the CUDA kernel library {path}: {exc}") from exc
-        _declare(lib)
+        try:
+            _declare(lib)
+        except AttributeError as exc:  # a library built from an older skinny_gemm.cu lacks the newer entry points
+            raise KernelLibraryError(
+                f"the CUDA kernel library {path} does not match {SOURCE.name} ({exc}); rebuild it with "
+                f"`{' '.join(build_command(path))}` (or specdec.kernels.cuda.build_kernels())"
+            ) from exc
         _loaded[key] = lib
         return lib
 
