@@ -82,9 +82,10 @@ class GreedyLawDrafter(ModelDrafter):
         return type(proposal)(tokens=tokens, draft_probs=proposal.draft_probs, tree_logprobs=proposal.tree_logprobs)
 
 
-@pytest.mark.parametrize("which", range(len(PROMPTS)))
+@pytest.mark.parametrize("which", [0, 1])
 def test_enumerated_engine_law_equals_autoregressive_law(monkeypatch, which):
-    # request 0 and 2 draft deterministically (n-gram), request 1 samples its drafts (model drafter)
+    # requests 0 and 2 draft deterministically (n-gram), request 1 samples its drafts (model drafter);
+    # request 2 is a companion only: it drafts as request 0 does
     law = enumerate_request_law(monkeypatch, lambda: build_engine([ngram, model, ngram]), which)
     expected = autoregressive_law(target_logits, PROMPTS[which], NEW_TOKENS, sampling=SAMPLING)
     assert abs(sum(law.values()) - 1.0) < 1e-9
@@ -98,7 +99,7 @@ def test_enumeration_sees_a_drafter_that_misreports_its_law(monkeypatch):
     assert total_variation(law, expected) > 1e-3
 
 
-def chi_square_p(drafters, *, runs=1504, wave=16):
+def chi_square_p(drafters, *, runs=640, wave=16):
     """Chi-square of the joint law of generated tokens 2 and 3 (the ones speculation decides) of ``runs``
     requests of one prompt with seeds 0..runs-1, ``wave`` at a time through one engine; the request at
     position i of a wave is drafted by ``drafters[i]()``."""
@@ -138,6 +139,6 @@ def greedy_claiming_softmax(model, scorer):
 
 
 def test_chi_square_catches_greedy_drafting_with_sampled_law():
-    models = small_draft_models()
-    drafters = [functools.partial(greedy_claiming_softmax, m, s) for m, s in zip(models, models[::-1])]
+    scorer = _small_drafter_model()  # reset before each use, so one serves every drafter
+    drafters = [functools.partial(greedy_claiming_softmax, m, scorer) for m in small_draft_models()]
     assert chi_square_p(drafters) < 1e-6
