@@ -1,0 +1,144 @@
+"""Engine output law at T > 0: each request's tokens follow the target's autoregressive law.
+
+* exact, by enumeration: every branch of one request's draws (its first token, the model drafter's drafts,
+  the chain rule's accept/reject and residual or bonus token) is run through a real engine with companions
+  of other prompts, seeds and drafters; the enumerated law of the request's output equals
+  :func:`~specdec.testing.laws.exact.autoregressive_law` of the target (total variation < 1e-9), and a
+  drafter that drafts greedily but reports a softmax law is far from it;
+* sampled: many seeded requests of one prompt through the engine, chi-square of the speculated tokens
+  against the exact law (the helpers of ``tests/decode/test_generate_sampling.py``); the greedy drafter
+  claiming a softmax law and an engine whose requests share one generator are caught.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from engine_law_helpers import enumerate_request_law
+
+from specdec.contracts import SamplingConfig
+from specdec.drafters import ModelDrafter, NGramDrafter
+from specdec.engine import Engine
+from specdec.testing import tiny_target
+from specdec.testing.laws import autoregressive_law, one_sample_chi2, total_variation
+from specdec.verify import ChainVerifier
+
+DECODE_TESTS = str(Path(__file__).resolve().parents[1] / "decode")
+if DECODE_TESTS not in sys.path:
+    sys.path.insert(0, DECODE_TESTS)
+from test_generate_sampling import V_SMALL, GreedyDrafterClaimingSoftmax, _exact_law_3, _small_drafter_model, _small_target  # noqa: E402
+
+VOCAB = 4
+NEW_TOKENS = 3
+SAMPLING = SamplingConfig(temperature=1.0)
+PROMPTS = ([1, 2, 3], [3, 3], [0, 2, 1, 1])
+
+
+@functools.cache
+def law_target():
+    return tiny_target(seed=21, vocab_size=VOCAB, hidden_size=16, intermediate_size=32, max_seq_len=16, dtype=torch.float64)
+
+
+@functools.cache
+def law_draft_model():
+    return tiny_target(seed=22, vocab_size=VOCAB, hidden_size=16, intermediate_size=32, max_seq_len=16, dtype=torch.float64)
+
+
+def target_logits(context: tuple[int, ...]) -> torch.Tensor:
+    target = law_target()
+    target.reset()
+    logits = target(torch.tensor([context])).logits[0, -1]
+    target.reset()
+    return logits
+
+
+def build_engine(drafters):
+    """The same engine every call: one request per prompt, request i drafted by ``drafters[i]()``, seed 10 + i."""
+    queue = iter(drafters)
+    engine = Engine(law_target(), lambda: next(queue)(), ChainVerifier(), max_batch=len(PROMPTS), num_draft_tokens=2)
+    ids = [engine.add_request(p, max_new_tokens=NEW_TOKENS, sampling=SAMPLING, seed=10 + i) for i, p in enumerate(PROMPTS)]
+    return engine, ids
+
+
+def ngram():
+    return NGramDrafter(max_ngram=2)
+
+
+def model():
+    return ModelDrafter(law_draft_model())
+
+
+class GreedyLawDrafter(ModelDrafter):
+    """Bug: drafts the argmax but reports the draft model's softmax as the law it drew from."""
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        proposal = super().propose(context, max_tokens, sampling=sampling, generator=generator)
+        tokens = proposal.tokens if proposal.tree_logprobs is None else proposal.tree_logprobs.argmax(-1)
+        return type(proposal)(tokens=tokens, draft_probs=proposal.draft_probs, tree_logprobs=proposal.tree_logprobs)
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_enumerated_engine_law_equals_autoregressive_law(monkeypatch, which):
+    # requests 0 and 2 draft deterministically (n-gram), request 1 samples its drafts (model drafter);
+    # request 2 is a companion only: it drafts as request 0 does
+    law = enumerate_request_law(monkeypatch, lambda: build_engine([ngram, model, ngram]), which)
+    expected = autoregressive_law(target_logits, PROMPTS[which], NEW_TOKENS, sampling=SAMPLING)
+    assert abs(sum(law.values()) - 1.0) < 1e-9
+    assert total_variation(law, expected) < 1e-9
+
+
+def test_enumeration_sees_a_drafter_that_misreports_its_law(monkeypatch):
+    law = enumerate_request_law(monkeypatch, lambda: build_engine([ngram, lambda: GreedyLawDrafter(law_draft_model()), ngram]), 1)
+    expected = autoregressive_law(target_logits, PROMPTS[1], NEW_TOKENS, sampling=SAMPLING)
+    assert abs(sum(law.values()) - 1.0) < 1e-9
+    assert total_variation(law, expected) > 1e-3
+
+
+def chi_square_p(drafters, *, runs=640, wave=16):
+    """Chi-square of the joint law of generated tokens 2 and 3 (the ones speculation decides) of ``runs``
+    requests of one prompt with seeds 0..runs-1, ``wave`` at a time through one engine; the request at
+    position i of a wave is drafted by ``drafters[i]()``."""
+    target = _small_target()
+    prompt = [1, 2, 3]
+    sampling = SamplingConfig(temperature=1.0)
+    exact = _exact_law_3(target, prompt, sampling).sum(0)  # [V, V] over (token 2, token 3)
+    law = {(b, c): float(exact[b, c]) for b, c in itertools.product(range(V_SMALL), repeat=2)}
+    queue = itertools.cycle(drafters)
+    engine = Engine(target, lambda: next(queue)(), ChainVerifier(), max_batch=wave, num_draft_tokens=2)
+    samples = []
+    for first in range(0, runs, wave):
+        ids = [engine.add_request(prompt, max_new_tokens=3, sampling=sampling, seed=seed) for seed in range(first, first + wave)]
+        outputs = engine.run()
+        samples += [outputs[i][1:] for i in ids]
+    return one_sample_chi2(torch.stack(samples), law).p_value
+
+
+@functools.cache
+def small_draft_models(count: int = 16) -> list:
+    return [_small_drafter_model() for _ in range(count)]
+
+
+@pytest.mark.parametrize("kind", ["model-drafter", "ngram-deterministic"])
+def test_chi_square_sampled_engine_runs_match_target_law(kind):
+    if kind == "model-drafter":
+        drafters = [functools.partial(ModelDrafter, m) for m in small_draft_models()]
+    else:
+        drafters = [functools.partial(NGramDrafter, max_ngram=2)]
+    assert chi_square_p(drafters) > 1e-3
+
+
+def greedy_claiming_softmax(model, scorer):
+    drafter = GreedyDrafterClaimingSoftmax(model)
+    drafter.scorer = scorer
+    return drafter
+
+
+def test_chi_square_catches_greedy_drafting_with_sampled_law():
+    scorer = _small_drafter_model()  # reset before each use, so one serves every drafter
+    drafters = [functools.partial(greedy_claiming_softmax, m, scorer) for m in small_draft_models()]
+    assert chi_square_p(drafters) < 1e-6
