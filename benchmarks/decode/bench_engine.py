@@ -9,7 +9,10 @@ per request instead of once per round).
 
 Acceptance is simulated (:class:`specdec.OracleDrafter`, preset ``specpilot-one-level``: the target's
 own greedy continuation with misses drawn from SpecPilot's reported one-level acceptance), since random
-weights give a real drafter nothing to learn. The weights are random bf16 at the Qwen3-8B shape.
+weights give a real drafter nothing to learn. The weights are random bf16 at the Qwen3-8B shape; with
+``--weights planted`` their embedding and head carry a planted successor rule
+(:func:`specdec.models.plant_successor_rule`): the greedy continuation is then known and no bf16 rounding of
+any batch shape moves it, so the simulated acceptance holds in bf16 and every output must equal AR.
 
 Each case runs once untimed (CUDA graphs captured; each request's own output, added as its oracle's first
 reference, since in bf16 a batched or verify pass rounds differently from AR and the output drifts from
@@ -19,8 +22,8 @@ the timed outputs repeat the warm-up's. The goal cases (concurrency >= 16) run f
 Correctness: concurrency 1 runs every request alone, which is the reference. The ``packed`` layout is
 not batch-invariant in bf16 (a row's GEMM result depends on how many rows share the call), so every
 batched run's requests are compared with their alone output and the mismatches are counted, not
-hidden. With ``--dtype float32`` the script requires every speculative run to equal AR of the same
-concurrency (``torch.equal``) and exits 1 otherwise.
+hidden. With ``--dtype float32`` or ``--weights planted`` the script requires every speculative run to equal AR
+of the same concurrency (``torch.equal``) and exits 1 otherwise.
 
 Run on a GPU machine: ``python -m benchmarks.decode.bench_engine`` (writes ``$OUT/bench_engine.json``
 and ``bench_engine.png``). CPU smoke test (same code path, tiny float32 model):
@@ -44,6 +47,7 @@ from specdec.engine import Engine
 from specdec.engine.budget import StepTimeTable
 from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
+from specdec.models.planted import plant_successor_rule, successor_chain
 from specdec.models.ragged import RaggedDenseTarget, RequestRows
 
 TINY = TargetConfig(**TINY_QWEN3)
@@ -173,7 +177,8 @@ def plot(result: dict, path: Path) -> str | None:
         ax.plot([r["concurrency"] for r in rows], [r["tokens_per_s"] for r in rows], marker="o", label=f"{system} ({layout})")
     ax.set_xlabel("concurrency (requests per forward)")
     ax.set_ylabel("tokens / s")
-    ax.set_title(f"Engine, {result['model']} {result['dtype']}, {result['label']}", fontsize=9)
+    weights = "planted successor rule" if result.get("weights") == "planted" else "random weights"
+    ax.set_title(f"Engine, {result['model']} {result['dtype']} ({weights}), {result['label']}", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -196,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         default="highest",
         choices=("highest", "high"),
         help="float32 matmuls: 'highest' (IEEE float32) or 'high' (TF32 tensor cores; torch.set_float32_matmul_precision)",
+    )
+    ap.add_argument(
+        "--weights",
+        default="random",
+        choices=("random", "planted"),
+        help="random weights, or random weights with a planted successor rule (a greedy continuation no rounding moves)",
     )
     ap.add_argument("--no-graphs", action="store_true", help="packed target on the eager static path, no CUDA graphs")
     ap.add_argument("--wall-budget-s", type=float, default=140.0, help="start no new case past this many seconds")
@@ -231,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(0)
     dense = DenseTarget(cfg, max_seq_len=max_seq_len, dtype=dtype, device=device).eval().requires_grad_(False)
+    successor = plant_successor_rule(dense) if args.weights == "planted" else None
     gen = torch.Generator().manual_seed(0)
     lengths = torch.randint(args.prompt_len - spread, args.prompt_len + spread + 1, (args.requests,), generator=gen).tolist()
     prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen).to(device) for n in lengths]
@@ -238,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         model="qwen3-8b" if cuda else "tiny",
         dtype=str(dtype),
         float32_matmul_precision=args.matmul_precision,
+        weights=args.weights,
         device=str(device),
         label=OracleDrafter.label,
         profile=args.profile,
@@ -286,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
         target_of("packed"), prompts, concurrency=1, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=args.new_tokens
     )["tokens"]
     result["alone_reference_s"] = time.perf_counter() - t0
+    if successor is not None:
+        result["alone_equal_to_planted_chain"] = all(
+            torch.equal(t, successor_chain(successor, int(p[-1]), t.numel())) for p, t in zip(prompts, alone)
+        )
+        failed = failed or not result["alone_equal_to_planted_chain"]
+        print(f"alone outputs follow the planted chain: {result['alone_equal_to_planted_chain']}", flush=True)
     print(
         f"alone reference: {len(prompts)} requests x {args.new_tokens} tokens in {result['alone_reference_s']:.1f} s", flush=True
     )
@@ -339,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         ar_tokens = run["tokens"] if not spec else batched_ar[layout, c]
         mismatches = sum(not torch.equal(t, a) for t, a in zip(run["tokens"], alone))
         equal_ar = all(torch.equal(t, a) for t, a in zip(run["tokens"], ar_tokens))
-        if dtype == torch.float32 and spec and not equal_ar:
+        if (dtype == torch.float32 or successor is not None) and spec and not equal_ar:
             failed = True
         row = {key: v for key, v in run.items() if key != "tokens"}
         row.update(

@@ -8,6 +8,7 @@ from specdec.models.graphs import StaticGraphs
 from specdec.models.hf import HFTarget
 from specdec.models.hybrid import HybridConfig, HybridTarget, build_hybrid_target, random_hybrid_target
 from specdec.models.loading import build_target, empty_target, load_target, random_target, save_hf_checkpoint
+from specdec.models.planted import plant_successor_rule, successor_chain
 from specdec.models.ragged import RaggedDenseTarget, RequestRows, SlotTarget
 from specdec.models.ragged_hybrid import HybridSlotTarget, RaggedHybridTarget
 from specdec.models.shapes import QWEN3_0_6B, QWEN3_8B, QWEN3_32B, SHAPES
@@ -38,7 +39,9 @@ __all__ = [
     "build_target",
     "empty_target",
     "load_target",
+    "plant_successor_rule",
     "random_hybrid_target",
     "random_target",
     "save_hf_checkpoint",
+    "successor_chain",
 ]
