@@ -295,8 +295,7 @@ def test_packed_prefill_longer_than_the_padded_gdn_call_runs_its_own_call(monkey
     monkeypatch.setattr(ragged_hybrid_packed, "gdn_tree", counted)
     packed, ref = pair(slots=3, max_seq_len=96)
     gen = torch.Generator().manual_seed(0)
-    rows = [RequestRows(0, torch.randint(0, VOCAB, (1, 3), generator=gen)), RequestRows(1, torch.randint(0, VOCAB, (1, 70), generator=gen))]
-    rows.append(RequestRows(2, torch.randint(0, VOCAB, (1, 1), generator=gen)))
+    rows = [RequestRows(s, torch.randint(0, VOCAB, (1, n), generator=gen)) for s, n in ((0, 3), (1, 70), (2, 1))]
     for j, (got, want) in enumerate(zip(packed.forward(rows), ref.forward(rows))):
         assert_close(got.logits, want.logits, f"request {j}")
     # per GDN layer: the two short requests padded to 3 rows in one call, the 70-row prefill alone
@@ -312,9 +311,16 @@ def test_packed_prefill_longer_than_the_padded_gdn_call_runs_its_own_call(monkey
 def test_packed_runs_every_linear_layer_once_over_all_rows():
     rows_seen = defaultdict(list)
     linears = [(name, m) for name, m in HYBRID.named_modules() if isinstance(m, torch.nn.Linear)]
-    hooks = [m.register_forward_hook(lambda mod, args, out, name=name: rows_seen[name].append(args[0].shape[-2])) for name, m in linears]
+    hooks = [
+        m.register_forward_hook(lambda mod, args, out, name=name: rows_seen[name].append(args[0].shape[-2]))
+        for name, m in linears
+    ]
     packed, ref = pair(slots=3)
-    rows = [RequestRows(2, torch.tensor([[1, 2, 3]])), RequestRows(0, torch.tensor([[4]])), RequestRows(1, torch.tensor([[5, 6]]))]
+    rows = [
+        RequestRows(2, torch.tensor([[1, 2, 3]])),
+        RequestRows(0, torch.tensor([[4]])),
+        RequestRows(1, torch.tensor([[5, 6]])),
+    ]
     try:
         packed.forward(rows)
         once = dict(rows_seen)
