@@ -82,18 +82,21 @@ def _gdn_calls(ragged, segments: Sequence[_Segment]) -> tuple[list[_GdnCall], to
     for group in groups:
         width = max(seg.rows for seg in group)
         parents = torch.full((len(group), width), -1, dtype=torch.long, device=device)
-        rows, batch, node = [], [], []
         for b, seg in enumerate(group):
-            chain = torch.arange(-1, seg.rows - 1, device=device)
-            parents[b, : seg.rows] = chain if seg.parents is None else seg.parents
-            rows.append(torch.arange(seg.start, seg.stop, device=device))
-            batch.append(torch.full((seg.rows,), b, dtype=torch.long, device=device))
-            node.append(torch.arange(seg.rows, device=device))
+            if seg.parents is None:
+                parents[b, : seg.rows] = torch.arange(-1, seg.rows - 1, device=device)
+            else:
+                parents[b, : seg.rows] = seg.parents
+        # per real row: packed row, request in the call, node in its tree; then per request: slot, ring entry
+        index = [[r for seg in group for r in range(seg.start, seg.stop)]]
+        index.append([b for b, seg in enumerate(group) for _ in range(seg.rows)])
+        index.append([t for seg in group for t in range(seg.rows)])
+        rows, batch, node = torch.tensor(index, dtype=torch.long).to(device)
         meta = build_tree_meta(parents, validate=False)
         call = _GdnCall(
-            rows=torch.cat(rows),
-            batch=torch.cat(batch),
-            node=torch.cat(node),
+            rows=rows,
+            batch=batch,
+            node=node,
             slots=torch.tensor([seg.slot for seg in group], device=device),
             ring=torch.tensor([ragged._states[seg.slot]["_slot"] for seg in group], device=device),
             meta=meta,

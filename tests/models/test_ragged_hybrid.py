@@ -362,3 +362,26 @@ def test_packed_qwen3_next_layout_with_moe_layers_agrees_with_per_request():
         for slot, n in accepted.items():
             packed.commit(slot, n)
             ref.commit(slot, n)
+
+
+@pytest.mark.parametrize("gdn_method", ["naive", "wy"])
+def test_packed_gdn_call_over_padded_trees_agrees_for_each_gdn_method(gdn_method):
+    target = tiny_target("qwen3_5_text", seed=0, max_seq_len=SEQ)
+    target.gdn_method = gdn_method  # the sequential reference, or the dense WY solve over the padded [B, Tb] trees
+    packed, ref = RaggedHybridTarget(target, slots=3, layout="packed"), RaggedHybridTarget(target, slots=3)
+    plan = VerifyPlan.for_tree(torch.tensor([6]), Tree(tokens=[7, 8, 9, 4], parents=[-1, -1, 1, 0]), prefix_len=4)
+    rounds = [
+        ([RequestRows(2, torch.tensor([[9]])), RequestRows(0, torch.tensor([[3, 1, 4, 1]]))], {2: 1, 0: 4}),
+        (
+            [RequestRows(1, torch.tensor([[5, 2]])), RequestRows.from_plan(0, plan), RequestRows(2, torch.tensor([[2]]))],
+            {0: torch.tensor([0, 2, 3]), 2: 1},
+        ),
+        ([RequestRows(0, torch.tensor([[1]])), RequestRows(2, torch.tensor([[8, 7, 6]]))], {}),
+    ]
+    for rows, accepted in rounds:
+        for j, (got, want) in enumerate(zip(packed.forward(rows), ref.forward(rows))):
+            assert_close(got.logits, want.logits, f"request {j}")
+        for slot, n in accepted.items():
+            packed.commit(slot, n)
+            ref.commit(slot, n)
+            assert_close(packed.recurrent_states(slot), ref.recurrent_states(slot), f"recurrent states of slot {slot}")
