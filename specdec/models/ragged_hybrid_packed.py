@@ -87,7 +87,7 @@ def _gdn_calls(ragged, segments: Sequence[_Segment]) -> tuple[list[_GdnCall], to
                 parents[b, : seg.rows] = torch.arange(-1, seg.rows - 1, device=device)
             else:
                 parents[b, : seg.rows] = seg.parents
-        # per real row: packed row, request in the call, node in its tree; then per request: slot, ring entry
+        # per real row: its packed row, its request in the call, its node in that request's tree
         index = [[r for seg in group for r in range(seg.start, seg.stop)]]
         index.append([b for b, seg in enumerate(group) for _ in range(seg.rows)])
         index.append([t for seg in group for t in range(seg.rows)])
