@@ -7,11 +7,21 @@ hybrid target keeps per request: the KV cache of every attention layer, a ring o
 recurrent and conv states of every GDN layer, its committed length, and what its last forward left for
 the commit (the rows' pre-conv activations, keys, values, gates and the tree's parents).
 
-Layout ``"per_request"`` only: a forward runs each request's rows through the batch-1 hybrid code path
-with that request's slot bound to the shared modules, so every request's logits are ``torch.equal`` to
-the batch-1 :class:`~specdec.models.hybrid.HybridTarget`'s for the same history, whatever its companions
-and their order; a commit replays the accepted tree path into the slot's GDN state exactly as the
-batch-1 target does. The hybrid target's own batch-1 state is restored after every call.
+Layouts (:data:`HYBRID_LAYOUTS`):
+
+* ``"per_request"`` (default): a forward runs each request's rows through the batch-1 hybrid code path
+  with that request's slot bound to the shared modules, so every request's logits are ``torch.equal`` to
+  the batch-1 :class:`~specdec.models.hybrid.HybridTarget`'s for the same history, whatever its companions
+  and their order. Every weight matrix is read once per request per forward.
+* ``"packed"``: every linear layer, norm, MLP and the lm_head run once over all requests' rows; the GDN
+  conv and recurrence (one batched kernel call per layer from the requests' own committed states) and the
+  attention over each request's own KV slot stay per request
+  (:func:`~specdec.models.ragged_hybrid_packed.packed_hybrid_forward`). Logits agree with the batch-1
+  forward to float32 rounding, not bitwise.
+
+In both, a commit replays the accepted tree path into the slot's GDN state exactly as the batch-1 target
+does (the same code: a forward leaves each slot what the batch-1 forward leaves for its commit). The hybrid
+target's own batch-1 state is restored after every call.
 """
 
 from __future__ import annotations
@@ -25,12 +35,13 @@ from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.models.hybrid import HybridTarget
 from specdec.models.ragged import SlotTarget
+from specdec.models.ragged_hybrid_packed import packed_hybrid_forward
 from specdec.models.slots import RequestRows, RequestSlots
 from specdec.models.weight_views import WEIGHT_VIEWS
 
 __all__ = ["HYBRID_LAYOUTS", "HybridSlotTarget", "RaggedHybridTarget"]
 
-HYBRID_LAYOUTS = ("per_request",)
+HYBRID_LAYOUTS = ("per_request", "packed")
 
 # the attributes of a HybridTarget that hold one request's cache and the bookkeeping of its last forward
 _STATE = (
@@ -60,7 +71,8 @@ class RaggedHybridTarget(RequestSlots):
         max_seq_len: tokens per slot; default ``target.max_seq_len``.
         state_slots: GDN states kept per request slot (a ring, >= 2): :meth:`truncate` can go back to the
             lengths of the slot's last ``state_slots - 1`` commits, as on the batch-1 target.
-        layout: ``"per_request"`` (the only layout: batch-invariant, see the module docstring).
+        layout: ``"per_request"`` (batch-invariant: each request runs the batch-1 code path) or ``"packed"``
+            (one GEMM per linear layer over all requests' rows); see the module docstring.
 
     Memory per slot: ``num_attention_layers x 2 x [Hkv, max_seq_len, D]`` of KV and ``state_slots x``
     the GDN states (``[num_gdn_layers, Hv, dk, dv]`` fp32 and ``[num_gdn_layers, conv_dim, W - 1]``).
@@ -93,9 +105,7 @@ class RaggedHybridTarget(RequestSlots):
         if isinstance(state_slots, bool) or not isinstance(state_slots, int) or state_slots < 2:
             raise ValueError(f"state_slots: expected an int >= 2, got {state_slots!r}")
         if layout not in HYBRID_LAYOUTS:
-            raise ValueError(
-                f"layout: a hybrid target runs only {HYBRID_LAYOUTS} (its GDN states are per request), got {layout!r}"
-            )
+            raise ValueError(f"layout: expected one of {HYBRID_LAYOUTS}, got {layout!r}")
         self.target = target
         self.slots = slots
         self.max_seq_len = max_seq_len
@@ -284,6 +294,8 @@ class RaggedHybridTarget(RequestSlots):
         if view not in WEIGHT_VIEWS:
             raise ValueError(f"view: expected one of {WEIGHT_VIEWS} (this target's weight_views), got {view!r}")
         parents = self._check_rows(requests, hidden_layers)
+        if self.layout == "packed":
+            return packed_hybrid_forward(self, requests, parents, hidden_layers, view)
         return [self._forward_checked(req, tree, hidden_layers, view) for req, tree in zip(requests, parents)]
 
     def _forward_checked(

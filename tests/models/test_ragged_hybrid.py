@@ -4,12 +4,18 @@
   prefills, chain and tree rows, any companions and any order (hypothesis), across commits of tree paths
   (the GDN states follow the accepted path exactly as on the batch-1 target);
 * commits, resets and truncations touch only their slot; the hybrid target's own cache is left as it was;
-* bad rows raise before any work and leave every slot as it was; layouts other than ``"per_request"`` are refused;
+* bad rows raise before any work and leave every slot as it was (both layouts); unknown layouts are refused;
 * the Qwen3-Next layout (sparse MoE MLPs) is batch-invariant too;
-* a slot is a batch-1 Target: ``generate`` on it equals ``generate`` on the hybrid target.
+* a slot is a batch-1 Target: ``generate`` on it equals ``generate`` on the hybrid target;
+* layout ``"packed"``: logits, taps and committed GDN states agree with ``"per_request"`` to float32 rounding over
+  rounds of prefills, chains, trees and 1-row requests with different prefix lengths, random accepted paths and
+  truncations (hypothesis), a prefill longer than the padded GDN call, the ``"q"`` view and the MoE layout; every
+  linear layer runs once per forward over all rows and each GDN layer's kernel once for the short requests.
 """
 
 from __future__ import annotations
+
+from collections import defaultdict
 
 import pytest
 import torch
@@ -19,6 +25,7 @@ from hypothesis import strategies as st
 import specdec as sd
 from specdec.contracts import Tree, VerifyPlan, check_target
 from specdec.drafters import NGramDrafter
+from specdec.models import ragged_hybrid_packed
 from specdec.models.ragged import RequestRows
 from specdec.models.ragged_hybrid import RaggedHybridTarget
 from specdec.testing import tiny_target
@@ -147,8 +154,9 @@ def test_commit_reset_and_truncate_touch_only_their_slot():
         ragged.commit(1, torch.tensor([1, 2]))
 
 
-def test_bad_rows_raise_before_any_work():
-    ragged = RaggedHybridTarget(HYBRID, slots=2, max_seq_len=8)
+@pytest.mark.parametrize("layout", ["per_request", "packed"])
+def test_bad_rows_raise_before_any_work(layout):
+    ragged = RaggedHybridTarget(HYBRID, slots=2, max_seq_len=8, layout=layout)
     ragged.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))])
     ragged.commit(0, 3)
     caches = [k.clone() for k in ragged.k_caches]
@@ -180,8 +188,8 @@ def test_constructor_errors():
         RaggedHybridTarget(HYBRID, slots=0)
     with pytest.raises(ValueError, match="state_slots: expected an int >= 2, got 1"):
         RaggedHybridTarget(HYBRID, slots=1, state_slots=1)
-    with pytest.raises(ValueError, match=r"layout: a hybrid target runs only \('per_request',\).*got 'packed'"):
-        RaggedHybridTarget(HYBRID, slots=1, layout="packed")
+    with pytest.raises(ValueError, match=r"layout: expected one of \('per_request', 'packed'\), got 'paged'"):
+        RaggedHybridTarget(HYBRID, slots=1, layout="paged")
 
 
 def test_a_slot_is_a_batch1_target_that_generates_like_the_hybrid_target():
@@ -213,3 +221,167 @@ def test_qwen3_next_layout_with_moe_layers_is_batch_invariant_too():
     assert torch.equal(tree_out.logits, alone.run_plan(plan).logits)
     alone.commit(torch.tensor([0, 2, 3]))
     assert torch.equal(last.logits, alone(torch.tensor([[1]])).logits)
+
+
+def assert_close(got, want, what):
+    # packed GEMMs change a row's last float32 bits; a wrong state or slot moves logits by far more than this
+    torch.testing.assert_close(got, want, rtol=0.0, atol=1e-4, msg=lambda m: f"{what}: {m}")
+
+
+def pair(**kwargs):
+    """A packed target and the per_request reference over the same weights."""
+    return RaggedHybridTarget(HYBRID, layout="packed", **kwargs), RaggedHybridTarget(HYBRID, **kwargs)
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+    nodes=st.lists(st.integers(0, 5), min_size=3, max_size=3),
+    seed=st.integers(0, 1000),
+)
+def test_packed_logits_and_states_agree_with_per_request(lengths, nodes, seed):
+    gen = torch.Generator().manual_seed(seed)
+    packed, ref = pair(slots=4, state_slots=3)
+    slots = torch.randperm(4, generator=gen)[: len(lengths)].tolist()
+    prompts = [torch.randint(0, VOCAB, (n,), generator=gen) for n in lengths]
+    taps = (0, 1, HYBRID.config.num_layers)
+    rows = [RequestRows(s, p[None]) for s, p in zip(slots, prompts)]
+    for j, (got, want) in enumerate(zip(packed.forward(rows, hidden_layers=taps), ref.forward(rows, hidden_layers=taps))):
+        assert_close(got.logits, want.logits, f"prefill of request {j}")
+        for tap, a, b in zip(taps, got.hidden, want.hidden):
+            assert_close(a, b, f"tap {tap} of request {j}")
+    committed = {s: [p.numel()] for s, p in zip(slots, prompts)}
+    for s, p in zip(slots, prompts):
+        packed.commit(s, p.numel())
+        ref.commit(s, p.numel())
+    for round_nodes in (nodes, nodes[::-1], nodes):
+        # a random non-empty subset of the requests in a random order: the others sit idle this round
+        order = torch.randperm(len(slots), generator=gen).tolist()[: int(torch.randint(1, len(slots) + 1, (), generator=gen))]
+        plans = {}
+        for j in order:
+            tree = random_tree(gen, round_nodes[j % 3])  # 0 nodes: the root row alone
+            root = torch.randint(0, VOCAB, (1,), generator=gen)
+            plans[j] = VerifyPlan.for_tree(root, tree, prefix_len=packed.length(slots[j]))
+        rows = [RequestRows.from_plan(slots[j], plans[j]) for j in order]
+        for j, got, want in zip(order, packed.forward(rows), ref.forward(rows)):
+            assert_close(got.logits, want.logits, f"request {j} (slot {slots[j]}, prefix {packed.length(slots[j])})")
+        for j in order:
+            path = root_path(plans[j].tree, int(torch.randint(-1, plans[j].tree.num_nodes, (), generator=gen)))
+            packed.commit(slots[j], path)
+            ref.commit(slots[j], path)
+            committed[slots[j]].append(packed.length(slots[j]))
+        assert packed.lengths == ref.lengths
+        for s in slots:
+            assert_close(packed.recurrent_states(s), ref.recurrent_states(s), f"recurrent states of slot {s}")
+            assert_close(packed.conv_states(s), ref.conv_states(s), f"conv states of slot {s}")
+    # back to the length before each slot's last commit (still in its 3-entry ring), then one chain row each
+    for s in slots:
+        back = committed[s][-2] if len(committed[s]) > 1 else 0
+        packed.truncate(s, back)
+        ref.truncate(s, back)
+    rows = [RequestRows(s, torch.tensor([[5]])) for s in slots]
+    for s, got, want in zip(slots, packed.forward(rows), ref.forward(rows)):
+        assert_close(got.logits, want.logits, f"slot {s} after its truncation")
+
+
+def test_packed_prefill_longer_than_the_padded_gdn_call_runs_its_own_call(monkeypatch):
+    calls = []
+    gdn_tree = ragged_hybrid_packed.gdn_tree
+
+    def counted(q, *args, **kwargs):
+        calls.append(tuple(q.shape[:2]))
+        return gdn_tree(q, *args, **kwargs)
+
+    monkeypatch.setattr(ragged_hybrid_packed, "gdn_tree", counted)
+    packed, ref = pair(slots=3, max_seq_len=96)
+    gen = torch.Generator().manual_seed(0)
+    rows = [RequestRows(s, torch.randint(0, VOCAB, (1, n), generator=gen)) for s, n in ((0, 3), (1, 70), (2, 1))]
+    for j, (got, want) in enumerate(zip(packed.forward(rows), ref.forward(rows))):
+        assert_close(got.logits, want.logits, f"request {j}")
+    # per GDN layer: the two short requests padded to 3 rows in one call, the 70-row prefill alone
+    assert calls == [(2, 3), (1, 70)] * len(HYBRID.config.gdn_layers)
+    for req in rows:
+        packed.commit(req.slot, req.tokens.shape[1])
+        ref.commit(req.slot, req.tokens.shape[1])
+    rows = [RequestRows(s, torch.tensor([[s + 1, 4]])) for s in (2, 1, 0)]
+    for j, (got, want) in enumerate(zip(packed.forward(rows), ref.forward(rows))):
+        assert_close(got.logits, want.logits, f"request {j} after the commits")
+
+
+def test_packed_runs_every_linear_layer_once_over_all_rows():
+    rows_seen = defaultdict(list)
+    linears = [(name, m) for name, m in HYBRID.named_modules() if isinstance(m, torch.nn.Linear)]
+    hooks = [
+        m.register_forward_hook(lambda mod, args, out, name=name: rows_seen[name].append(args[0].shape[-2]))
+        for name, m in linears
+    ]
+    packed, ref = pair(slots=3)
+    rows = [
+        RequestRows(2, torch.tensor([[1, 2, 3]])),
+        RequestRows(0, torch.tensor([[4]])),
+        RequestRows(1, torch.tensor([[5, 6]])),
+    ]
+    try:
+        packed.forward(rows)
+        once = dict(rows_seen)
+        rows_seen.clear()
+        ref.forward(rows)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert once == {name: [6] for name, _ in linears}
+    assert dict(rows_seen) == {name: [3, 1, 2] for name, _ in linears}
+
+
+def test_packed_q_view_agrees_and_its_rows_are_never_committed():
+    packed, ref = pair(slots=2)
+    for target in (packed, ref):
+        target.forward([RequestRows(1, torch.tensor([[1, 2, 3, 4]]))])
+        target.commit(1, 4)
+    rows = [RequestRows(0, torch.tensor([[5, 6]])), RequestRows(1, torch.tensor([[7]]))]
+    for j, (got, want) in enumerate(zip(packed.forward(rows, view="q"), ref.forward(rows, view="q"))):
+        assert_close(got.logits, want.logits, f"q view of request {j}")
+    with pytest.raises(RuntimeError, match="commit: the last forward ran the 'q' weight view"):
+        packed.commit(1, 1)
+    packed.discard(1)
+    assert packed.lengths == [0, 4]
+
+
+def test_packed_qwen3_next_layout_with_moe_layers_agrees_with_per_request():
+    target = tiny_target("qwen3_next", seed=4, max_seq_len=SEQ)
+    packed, ref = RaggedHybridTarget(target, slots=2, layout="packed"), RaggedHybridTarget(target, slots=2)
+    plan = VerifyPlan.for_tree(torch.tensor([6]), Tree(tokens=[7, 8, 9], parents=[-1, -1, 1]), prefix_len=5)
+    rounds = [
+        ([RequestRows(1, torch.tensor([[9, 2]])), RequestRows(0, torch.tensor([[3, 1, 4, 1, 5]]))], {1: 2, 0: 5}),
+        ([RequestRows.from_plan(0, plan), RequestRows(1, torch.tensor([[2, 6]]))], {0: torch.tensor([0, 2, 3]), 1: 1}),
+        ([RequestRows(0, torch.tensor([[1]])), RequestRows(1, torch.tensor([[8]]))], {}),
+    ]
+    for rows, accepted in rounds:
+        for j, (got, want) in enumerate(zip(packed.forward(rows), ref.forward(rows))):
+            assert_close(got.logits, want.logits, f"request {j}")
+        for slot, n in accepted.items():
+            packed.commit(slot, n)
+            ref.commit(slot, n)
+
+
+@pytest.mark.parametrize("gdn_method", ["naive", "wy"])
+def test_packed_gdn_call_over_padded_trees_agrees_for_each_gdn_method(gdn_method):
+    target = tiny_target("qwen3_5_text", seed=0, max_seq_len=SEQ)
+    target.gdn_method = gdn_method  # the sequential reference, or the dense WY solve over the padded [B, Tb] trees
+    packed, ref = RaggedHybridTarget(target, slots=3, layout="packed"), RaggedHybridTarget(target, slots=3)
+    plan = VerifyPlan.for_tree(torch.tensor([6]), Tree(tokens=[7, 8, 9, 4], parents=[-1, -1, 1, 0]), prefix_len=4)
+    rounds = [
+        ([RequestRows(2, torch.tensor([[9]])), RequestRows(0, torch.tensor([[3, 1, 4, 1]]))], {2: 1, 0: 4}),
+        (
+            [RequestRows(1, torch.tensor([[5, 2]])), RequestRows.from_plan(0, plan), RequestRows(2, torch.tensor([[2]]))],
+            {0: torch.tensor([0, 2, 3]), 2: 1},
+        ),
+        ([RequestRows(0, torch.tensor([[1]])), RequestRows(2, torch.tensor([[8, 7, 6]]))], {}),
+    ]
+    for rows, accepted in rounds:
+        for j, (got, want) in enumerate(zip(packed.forward(rows), ref.forward(rows))):
+            assert_close(got.logits, want.logits, f"request {j}")
+        for slot, n in accepted.items():
+            packed.commit(slot, n)
+            ref.commit(slot, n)
+            assert_close(packed.recurrent_states(slot), ref.recurrent_states(slot), f"recurrent states of slot {slot}")
