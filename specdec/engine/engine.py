@@ -122,7 +122,7 @@ class Engine:
     Args:
         target: a :class:`~specdec.models.DenseTarget` (the engine builds ``max_batch`` KV slots over its
             weights), a :class:`~specdec.models.HybridTarget` (``max_batch`` slots of KV and GDN states:
-            a :class:`~specdec.models.ragged_hybrid.RaggedHybridTarget`, layout ``"per_request"`` only), or a
+            a :class:`~specdec.models.ragged_hybrid.RaggedHybridTarget`, layout ``"per_request"`` or ``"packed"``), or a
             ``RaggedDenseTarget`` / ``RaggedHybridTarget`` (its slots are used).
         drafter: a zero-argument callable returning a fresh :class:`~specdec.contracts.Drafter` per
             request (the way for drafters with a cache, e.g. ``lambda: ModelDrafter(draft_model())``), or
