@@ -98,6 +98,27 @@ class StepTimeTable:
         x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
         return y0 + (y1 - y0) * (rows - x0) / (x1 - x0)
 
+    def over(self, first: int, count: int) -> list[float]:
+        """``[self(first), self(first + 1), ..., self(first + count - 1)]`` in one walk of the table.
+
+        Example:
+            >>> StepTimeTable(rows=(2, 4), ms=(10.0, 20.0)).over(1, 5)
+            [10.0, 10.0, 15.0, 20.0, 25.0]
+        """
+        _check_positive_int("first", first)
+        _check_positive_int("count", count, minimum=0)
+        xs, ys = self.rows, self.ms
+        out, i = [], 1
+        for rows in range(first, first + count):
+            if rows <= xs[0] or len(xs) == 1:
+                out.append(ys[0])
+                continue
+            while i < len(xs) - 1 and xs[i] < rows:
+                i += 1
+            x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+            out.append(y0 + (y1 - y0) * (rows - x0) / (x1 - x0))
+        return out
+
     def to_json(self) -> str:
         """The table as a JSON string (``rows``, ``ms``, ``meta``)."""
         return json.dumps({"rows": list(self.rows), "ms": list(self.ms), "meta": self.meta})
@@ -267,10 +288,11 @@ def allocate(
     ranked = sorted(((-g, r, j) for r, row in enumerate(values) for j, g in enumerate(row)))
     cap = len(ranked) if max_nodes is None else min(len(ranked), max_nodes)
     best_total, best_value, gained = 0, None, float(base_tokens)
+    times = step_time.over(fixed_rows, cap + 1) if step_time is not None else None
     for total in range(cap + 1):
         if total:
             gained += -ranked[total - 1][0]
-        value = gained / step_time(fixed_rows + total) if step_time is not None else gained
+        value = gained / times[total] if times is not None else gained
         if best_value is None or value > best_value:
             best_total, best_value = total, value
     counts = [0] * len(values)
@@ -359,21 +381,26 @@ class AcceptanceEstimator:
             return picked.clamp(0.0, 1.0).cumprod(0).tolist()
         return None
 
-    def _survival(self, depth: int) -> float:
-        s = 1.0
-        for i in range(depth):
+    def _survivals(self, max_depth: int) -> list[float]:
+        """``[P(reach depth 0), ..., P(reach depth max_depth)]``: products of the depths' posterior means."""
+        out, s = [1.0], 1.0
+        for i in range(max_depth):
             reached = self.reached[i] if i < len(self.reached) else 0
             passed = self.passed[i] if i < len(self.passed) else 0
             s *= (passed + self.prior_accept) / (reached + self.prior_accept + self.prior_reject)
-        return s
+            out.append(s)
+        return out
 
     def raw_gains(self, proposal: DraftProposal, tree: Tree | None = None) -> tuple[list[float], bool]:
         """``(gains before calibration, scored)``: per node (of ``tree`` if given, else of the chain)."""
         scores = self._scores(proposal, tree)
         if scores is not None:
             return scores, True
-        depths = tree.depth.tolist() if tree is not None else list(range(1, proposal.num_tokens + 1))
-        return [self._survival(d) for d in depths], False
+        if tree is None:
+            return self._survivals(proposal.num_tokens)[1:], False
+        depths = tree.depth.tolist()
+        survival = self._survivals(max(depths, default=0))
+        return [survival[d] for d in depths], False
 
     def gains(self, proposal: DraftProposal, tree: Tree | None = None) -> list[float]:
         """Non-increasing expected accepted tokens of each node, in node order (``[k]`` floats).
@@ -398,9 +425,9 @@ class AcceptanceEstimator:
         _check_positive_int("accepted", accepted, minimum=0)
         if accepted > nodes:
             raise ValueError(f"accepted: expected at most nodes = {nodes}, got {accepted}")
-        raw, scored = self.raw_gains(proposal, tree)
-        if scored:
-            self.scored_predicted += sum(raw[:nodes])
+        scores = self._scores(proposal, tree)
+        if scores is not None:
+            self.scored_predicted += sum(scores[:nodes])
             self.scored_accepted += accepted
             return
         deepest = nodes if tree is None else (int(tree.depth[:nodes].max()) if nodes else 0)

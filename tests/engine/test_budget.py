@@ -239,3 +239,15 @@ def test_allocation_does_not_read_the_rounds_target_pass(monkeypatch):
     assert perturbed[:4] == plain[:4]  # up to and including the perturbed step: the same decisions
     assert sum(perturbed[3].values()) == 4
     assert perturbed[4:] != plain[4:]  # later rounds do learn from the perturbed pass
+
+
+def test_step_table_over_equals_each_call():
+    table = StepTimeTable(rows=(3, 8, 9, 40), ms=(2.0, 2.5, 4.0, 4.0))
+    for first in (1, 2, 3, 7, 9, 39, 41):
+        assert table.over(first, 12) == [table(r) for r in range(first, first + 12)]
+    assert StepTimeTable(rows=(5,), ms=(1.5,)).over(1, 3) == [1.5, 1.5, 1.5]
+    assert table.over(4, 0) == []
+    with pytest.raises(ValueError, match="first"):
+        table.over(0, 2)
+    with pytest.raises(ValueError, match="count"):
+        table.over(1, -1)
