@@ -112,7 +112,7 @@ def decode(ragged, prompts, *, concurrency, drafter, num_draft_tokens, verify_bu
     )
 
 
-def cases(levels: list[int]) -> list[tuple[str, int, str]]:
+def cases(levels: list[int], layouts: tuple[str, ...] = ("packed", "per_request")) -> list[tuple[str, int, str]]:
     """``(layout, concurrency, system)`` in run order: the goal cases (concurrency >= 16, or the largest one)
     first, AR before speculative, then the verify-budget ablation, the lower concurrencies, the layout ablation.
 
@@ -126,7 +126,7 @@ def cases(levels: list[int]) -> list[tuple[str, int, str]]:
     order += [("packed", c, "spec, budget off") for c in goal]
     order += [("packed", c, name) for c in rest for name in ("AR", "spec, budget auto", "spec, budget off")]
     order += [("per_request", c, name) for c in goal + rest if c > 1 for name in ("AR", "spec, budget auto")]
-    return order
+    return [case for case in order if case[0] in layouts]
 
 
 def enable_graphs(ragged: RaggedDenseTarget, cuda: bool, disabled: bool) -> dict:
@@ -208,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("random", "planted"),
         help="random weights, or random weights with a planted successor rule (a greedy continuation no rounding moves)",
     )
+    ap.add_argument(
+        "--layouts",
+        default="packed,per_request",
+        help="comma-separated layouts to run: packed (the engine's), per_request (the layout ablation)",
+    )
     ap.add_argument("--no-graphs", action="store_true", help="packed target on the eager static path, no CUDA graphs")
     ap.add_argument("--wall-budget-s", type=float, default=140.0, help="start no new case past this many seconds")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_engine.json"))
@@ -223,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.concurrency, args.requests, args.prompt_len, args.new_tokens = "1,2,4", 4, 8, 8
     levels = [int(c) for c in args.concurrency.split(",")]
+    layouts = tuple(args.layouts.split(","))
+    if not layouts or not set(layouts) <= {"packed", "per_request"}:
+        raise ValueError(f"--layouts: expected a comma-separated subset of packed,per_request, got {args.layouts!r}")
     if max(levels) > args.requests:
         raise ValueError(f"--requests: expected at least the largest concurrency {max(levels)}, got {args.requests}")
     profile = PRESETS[args.profile]
@@ -310,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     tables: dict[tuple[str, int], StepTimeTable] = {}
     batched_ar: dict[tuple[str, int], list[torch.Tensor]] = {}
-    for layout, c, name in cases(levels):
+    for layout, c, name in cases(levels, layouts):
         if over_budget(f"{layout} c={c} {name}"):
             continue
         ragged = target_of(layout)
