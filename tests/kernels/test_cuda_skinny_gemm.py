@@ -229,9 +229,7 @@ def test_split_k_w12_plan_keeps_the_partials_small_and_fills_the_gpu(m, n, k):
     fits_x = next(s for s in range(1, chunks + 1) if -(-chunks // s) * 64 * m * 2 <= 48 * 1024)
     assert within_limits(ks) or (ks == fits_x and ks > 1) or ks == 1, plan
     waves = blocks * ks / (sms * ctas_per_sm(ks))
-    fewer_reach_two_waves = any(
-        within_limits(s) and blocks * s >= 2 * sms * ctas_per_sm(s) for s in range(max(1, fits_x), ks)
-    )
+    fewer_reach_two_waves = any(within_limits(s) and blocks * s >= 2 * sms * ctas_per_sm(s) for s in range(max(1, fits_x), ks))
     assert not fewer_reach_two_waves, plan  # the fewest splits that give two waves
     if waves < 2:  # two waves out of reach: as many splits as the limits allow
         assert not within_limits(ks + 1) or ks + 1 > 64, plan

@@ -256,7 +256,7 @@ def w12_gemm_small_m(
     The kernel decodes the weights bit-exactly in registers (escaped slots hold a signed zero; each escape is
     added as ``x[:, col] * value`` in fp32 by the CTA that owns its row). The output is not bit-equal to
     cuBLAS (another summation order). ``$SPECDEC_W12_CUDA_VARIANT`` picks the kernel (:func:`w12_variant`; the
-    CPU reference is the same for both). CPU: :func:`specdec.formats.w12_linear_reference`.
+    CPU reference is the same for all). CPU: :func:`specdec.formats.w12_linear_reference`.
     Example: see the module docstring.
     """
     variant = w12_variant()
