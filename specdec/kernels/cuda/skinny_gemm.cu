@@ -633,7 +633,7 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
 // exit at once. Counters must be 0 when the launch starts; partials need no initial value.
 template <bool VEC16>
 __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm)
-    w12_split_kernel(const Params p, float* __restrict__ partials, unsigned int* __restrict__ counters) {
+    w12_split_kernel(const Params p, float* partials, unsigned int* counters) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int arrived_last;
   const int M = p.M;
