@@ -16,6 +16,10 @@ Correctness first, in the same run:
 * the W12 kernel gives the same bits twice (its reductions run in a fixed order);
 * the same two checks for the streaming W12 kernel (``cuda_w12_v3``: ``SPECDEC_W12_CUDA_VARIANT=v3``), plus one
   shape of its own that uses 16-CTA clusters;
+* the same two checks for the W12 kernel with K split over independent CTAs (``cuda_w12_v4``:
+  ``SPECDEC_W12_CUDA_VARIANT=v4``), plus shapes of its own whose plans use many uneven splits, at M = 8 and, with
+  one-hot single-token calls, at M = 1 (every call reuses the workspace, so these also check that each launch
+  leaves its counters at zero);
 * every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
   within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
 
@@ -63,13 +67,31 @@ SANITIZE_SHAPES = ((300, 1032), (520, 2056))
 # uneven K shares (65 chunks), K % 16 = 8 and a partial last 64-row block.
 V3_DECODE_SHAPES = ((130, 4104),)
 SMOKE_V3_DECODE_SHAPES = ((20, 48),)
-KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_bf16", "cuda_w12", "cuda_q", "cuda_w12_v3")
+# The W12 kernel with K split over independent CTAs (SPECDEC_W12_CUDA_VARIANT=v4): (N, K, M of the one-hot calls).
+# 72 x 25608 at M = 8: 30 uneven splits of 401 chunks (13-14 each), K % 16 = 8, a partial second 64-row block;
+# 72 x 4104 at M = 1: 16 uneven splits of 65 chunks (4-5 each).
+V4_DECODE_SHAPES = ((72, 25608, 8), (72, 4104, 1))
+SMOKE_V4_DECODE_SHAPES = ((20, 48, 8), (24, 64, 1))
+KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_bf16", "cuda_w12", "cuda_q", "cuda_w12_v3", "cuda_w12_v4")
 
 
 def w12_v3(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
     """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` for this call (the previous value restored)."""
     old = os.environ.get(ops.W12_VARIANT_ENV)
     os.environ[ops.W12_VARIANT_ENV] = "v3"
+    try:
+        return ops.w12_gemm_small_m(x, *planes)
+    finally:
+        if old is None:
+            del os.environ[ops.W12_VARIANT_ENV]
+        else:
+            os.environ[ops.W12_VARIANT_ENV] = old
+
+
+def w12_v4(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
+    """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v4`` for this call (the previous value restored)."""
+    old = os.environ.get(ops.W12_VARIANT_ENV)
+    os.environ[ops.W12_VARIANT_ENV] = "v4"
     try:
         return ops.w12_gemm_small_m(x, *planes)
     finally:
@@ -160,20 +182,23 @@ def zero_sign(t: torch.Tensor) -> torch.Tensor:
     return bits
 
 
-def one_hot_columns(op: Callable[[torch.Tensor], torch.Tensor], n: int, k: int, device: torch.device) -> torch.Tensor:
-    """The weight ``[n, k]`` read back through ``op(x)`` with one-hot x rows, 8 columns per call (bf16)."""
+def one_hot_columns(
+    op: Callable[[torch.Tensor], torch.Tensor], n: int, k: int, device: torch.device, rows: int = 8
+) -> torch.Tensor:
+    """The weight ``[n, k]`` read back through ``op(x)`` with one-hot x rows, ``rows`` (a divisor of 8) columns per call."""
     cols = []
-    for k0 in range(0, k, 8):
-        x = torch.zeros(8, k, dtype=torch.bfloat16, device=device)
-        x[torch.arange(8), k0 + torch.arange(8)] = 1.0
-        cols.append(op(x).T)  # [n, 8]
+    for k0 in range(0, k, rows):
+        x = torch.zeros(rows, k, dtype=torch.bfloat16, device=device)
+        x[torch.arange(rows), k0 + torch.arange(rows)] = 1.0
+        cols.append(op(x).T)  # [n, rows]
     return torch.cat(cols, dim=1)
 
 
-def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_shapes=()) -> list[dict]:
-    """One-hot decode check of the W12 (both variants), Q and bf16 kernels on planted weights (bit-exact; -0 as +0).
+def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_shapes=(), v4_shapes=()) -> list[dict]:
+    """One-hot decode check of the W12 (every variant), Q and bf16 kernels on planted weights (bit-exact; -0 as +0).
 
-    ``v3_shapes``: further shapes checked with the streaming W12 kernel only.
+    ``v3_shapes``: further ``(N, K)`` checked with the streaming W12 kernel only; ``v4_shapes``: further
+    ``(N, K, M)`` checked with the split-K W12 kernel only, with ``M`` one-hot rows per call.
     """
     from specdec.formats.w12 import W12Tensor
 
@@ -187,6 +212,8 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_sh
         row["w12_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(w)))
         got_v3 = one_hot_columns(lambda x: w12_v3(ops, x, *planes), n, k, device)
         row["w12_v3_decode_exact"] = bool(torch.equal(zero_sign(got_v3), zero_sign(w)))
+        got_v4 = one_hot_columns(lambda x: w12_v4(ops, x, *planes), n, k, device)
+        row["w12_v4_decode_exact"] = bool(torch.equal(zero_sign(got_v4), zero_sign(w)))
         got_q = one_hot_columns(lambda x: ops.q_gemm_small_m(x, w12.ae, w12.base), n, k, device)
         row["q_decode_exact"] = bool(torch.equal(zero_sign(got_q), zero_sign(w12.q_view())))
         got_b = one_hot_columns(lambda x: ops.skinny_gemm_bf16(x, w), n, k, device)
@@ -195,16 +222,20 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_sh
         # fixed-order reductions (warps, then cluster ranks, then escapes): the same bits on every run
         row["w12_deterministic"] = bool(torch.equal(ops.w12_gemm_small_m(x, *planes), ops.w12_gemm_small_m(x, *planes)))
         row["w12_v3_deterministic"] = bool(torch.equal(w12_v3(ops, x, *planes), w12_v3(ops, x, *planes)))
+        row["w12_v4_deterministic"] = bool(torch.equal(w12_v4(ops, x, *planes), w12_v4(ops, x, *planes)))
         if not row["w12_decode_exact"]:
             bad = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
             row["w12_first_mismatches"] = bad
         if not row["w12_v3_decode_exact"]:
             row["w12_v3_first_mismatches"] = (zero_sign(got_v3) != zero_sign(w)).nonzero()[:5].tolist()
+        if not row["w12_v4_decode_exact"]:
+            row["w12_v4_first_mismatches"] = (zero_sign(got_v4) != zero_sign(w)).nonzero()[:5].tolist()
         out.append(row)
         print(
             f"decode check N={n} K={k} escapes={w12.num_escapes}: w12 {row['w12_decode_exact']} "
             f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']} deterministic {row['w12_deterministic']} "
-            f"w12_v3 {row['w12_v3_decode_exact']} deterministic {row['w12_v3_deterministic']}",
+            f"w12_v3 {row['w12_v3_decode_exact']} deterministic {row['w12_v3_deterministic']} "
+            f"w12_v4 {row['w12_v4_decode_exact']} deterministic {row['w12_v4_deterministic']}",
             flush=True,
         )
     for n, k in v3_shapes:
@@ -224,6 +255,23 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_sh
             f"deterministic {row['w12_v3_deterministic']}",
             flush=True,
         )
+    for n, k, m in v4_shapes:
+        w = planted_weight(n, k, gen, device)
+        w12 = W12Tensor.from_bf16(w)
+        planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+        row = dict(N=n, K=k, M=m, escapes=w12.num_escapes, only="w12_v4")
+        got = one_hot_columns(lambda x: w12_v4(ops, x, *planes), n, k, device, rows=m)
+        row["w12_v4_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(w)))
+        x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+        row["w12_v4_deterministic"] = bool(torch.equal(w12_v4(ops, x, *planes), w12_v4(ops, x, *planes)))
+        if not row["w12_v4_decode_exact"]:
+            row["w12_v4_first_mismatches"] = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
+        out.append(row)
+        print(
+            f"decode check N={n} K={k} M={m} escapes={w12.num_escapes}: w12_v4 {row['w12_v4_decode_exact']} "
+            f"deterministic {row['w12_v4_deterministic']}",
+            flush=True,
+        )
     return out
 
 
@@ -232,7 +280,7 @@ def weight_bytes(kind: str, n: int, k: int, w12) -> int:
         return 2 * n * k
     if kind == "cublas_fp8":
         return n * k
-    if kind in ("triton_w12", "cuda_w12", "cuda_w12_v3"):
+    if kind in ("triton_w12", "cuda_w12", "cuda_w12_v3", "cuda_w12_v4"):
         return int(w12.nbytes)
     return int(w12.ae.numel() + w12.base.numel())  # Q view: AE plane and bases
 
@@ -278,6 +326,7 @@ def bench_shape(
             "cuda_w12": (lambda: ops.w12_gemm_small_m(x, *planes), y32, err_cublas),
             "cuda_q": (lambda: ops.q_gemm_small_m(x, w12.ae, w12.base), yq32, err_cublas_q),
             "cuda_w12_v3": (lambda: w12_v3(ops, x, *planes), y32, err_cublas),
+            "cuda_w12_v4": (lambda: w12_v4(ops, x, *planes), y32, err_cublas),
         }
         mp = max(16, (m + 15) // 16 * 16)
         x8 = torch.zeros(mp, k, device=device, dtype=torch.float8_e4m3fn)
@@ -606,6 +655,7 @@ def main(argv: list[str] | None = None) -> int:
                 ops.skinny_gemm_bf16(x, w)
                 ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v3(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                w12_v4(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 ops.q_gemm_small_m(x, w12.ae, w12.base)
             sync(device)
             print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
@@ -633,13 +683,16 @@ def main(argv: list[str] | None = None) -> int:
         device,
         ops,
         SMOKE_V3_DECODE_SHAPES if args.smoke else V3_DECODE_SHAPES,
+        SMOKE_V4_DECODE_SHAPES if args.smoke else V4_DECODE_SHAPES,
     )
     checks_passed = all(
         c.get("w12_decode_exact", True)
         and c.get("q_decode_exact", True)
         and c.get("w12_deterministic", True)
-        and c["w12_v3_decode_exact"]
-        and c["w12_v3_deterministic"]
+        and c.get("w12_v3_decode_exact", True)
+        and c.get("w12_v3_deterministic", True)
+        and c.get("w12_v4_decode_exact", True)
+        and c.get("w12_v4_deterministic", True)
         for c in checks
     )
     shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}

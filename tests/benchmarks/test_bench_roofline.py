@@ -15,8 +15,14 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path):
     assert result["provenance"]["seed"] == 0 and result["decode_checks_passed"]
     shared = [c for c in result["decode_checks"] if "only" not in c]
     assert shared and all(c["w12_decode_exact"] and c["q_decode_exact"] and c["escapes"] > 0 for c in shared)
-    assert all(c["w12_v3_decode_exact"] and c["w12_v3_deterministic"] for c in result["decode_checks"])
+    assert all(
+        c["w12_v3_decode_exact"] and c["w12_v3_deterministic"] for c in result["decode_checks"] if c.get("only") != "w12_v4"
+    )
     assert any(c.get("only") == "w12_v3" for c in result["decode_checks"])
+    assert all(
+        c["w12_v4_decode_exact"] and c["w12_v4_deterministic"] for c in result["decode_checks"] if c.get("only") != "w12_v3"
+    )
+    assert sorted(c["M"] for c in result["decode_checks"] if c.get("only") == "w12_v4") == [1, 8]
     assert [(r["linear"], r["M"]) for r in result["rows"]] == [("a", 1), ("a", 8), ("b", 1), ("b", 8)]
     for row in result["rows"]:
         for kind in bench_roofline.KERNELS:
@@ -70,3 +76,22 @@ def test_a_wrong_weight_of_the_streaming_w12_kernel_alone_fails_the_run(tmp_path
     first = json.loads(out.read_text())["decode_checks"][0]
     assert first["w12_decode_exact"] and not first["w12_v3_decode_exact"]
     assert first["w12_v3_first_mismatches"] == [[2, 0]]
+
+
+def test_a_wrong_weight_of_the_split_k_w12_kernel_alone_fails_the_run(tmp_path, monkeypatch):
+    exact = ops.w12_gemm_small_m
+
+    def off_under_v4_at_one_token(x, *planes):
+        y = exact(x, *planes).clone()
+        if ops.w12_variant() == "v4" and x.shape[0] == 1 and bool(x[0, 3] == 1):  # the single-token call reading column 3
+            y[0, 2] = y[0, 2] + 1
+        return y
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v4_at_one_token)
+    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
+    checks = json.loads(out.read_text())["decode_checks"]
+    assert all(c.get("w12_decode_exact", True) and c.get("w12_v3_decode_exact", True) for c in checks)
+    bad = [c for c in checks if not c.get("w12_v4_decode_exact", True)]
+    assert [(c["only"], c["M"], c["w12_v4_first_mismatches"]) for c in bad] == [("w12_v4", 1, [[2, 3]])]

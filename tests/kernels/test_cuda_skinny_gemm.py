@@ -176,8 +176,11 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
     assert w12_variant() == "v3"
     # CPU: both variants run the reference
     assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
+    monkeypatch.setenv(W12_VARIANT_ENV, "v4")
+    assert w12_variant() == "v4"
+    assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
     monkeypatch.setenv(W12_VARIANT_ENV, "v2")
-    with pytest.raises(ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3'\) or unset, got 'v2'"):
+    with pytest.raises(ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4'\) or unset, got 'v2'"):
         w12_gemm_small_m(x, *planes(w12))
 
 
@@ -198,3 +201,65 @@ def test_streaming_w12_plan_fits_shared_memory_and_fills_the_gpu():
     assert launch_plan("w12_v3", 1, 4096, 4096, sms, max_cluster=8)["k_splits"] == 8
     with pytest.raises(ValueError, match="max_cluster: expected 8 or 16"):
         launch_plan("w12_v3", 1, 4096, 4096, sms, max_cluster=4)
+
+
+DECODE_SHAPES = [(8, 5120, 25600), (8, 4096, 12288), (1, 4096, 4096), (8, 4096, 4096), (8, 6144, 4096), (1, 24576, 4096)]
+DECODE_SHAPES += [(1, 151936, 4096), (8, 151936, 4096), (1, 4096, 12288), (1, 5120, 25600), (8, 72, 25608), (1, 300, 1032)]
+
+
+@pytest.mark.parametrize("m,n,k", DECODE_SHAPES)
+def test_split_k_w12_plan_keeps_the_partials_small_and_fills_the_gpu(m, n, k):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    sms, per_sm = 132, 7
+    plan = launch_plan("w12_v4", m, n, k, sms)
+    ks, chunks, blocks = plan["k_splits"], plan["chunks"], plan["ctas_x"]
+    assert plan["row_tiles_per_cta"] == 4 and blocks == -(-n // 64) and chunks == -(-k // 64)
+    per_cta = -(-chunks // ks)
+    assert per_cta * 64 * m * 2 <= 48 * 1024, plan  # the K slice of x fits
+
+    def within_limits(splits):  # >= 4 chunks per CTA, partials (M N splits fp32, written + read) <= 5 % of 1.5 N K
+        return splits <= 64 and chunks // splits >= 4 and 8 * m * n * splits <= 0.05 * 1.5 * n * k
+
+    def ctas_per_sm(splits):
+        smem = -(-chunks // splits) * 64 * m * 2 + plan["shared_bytes"] - per_cta * 64 * m * 2
+        return min(per_sm, (227 * 1024) // (smem + 1024))
+
+    fits_x = next(s for s in range(1, chunks + 1) if -(-chunks // s) * 64 * m * 2 <= 48 * 1024)
+    assert within_limits(ks) or (ks == fits_x and ks > 1) or ks == 1, plan
+    waves = blocks * ks / (sms * ctas_per_sm(ks))
+    fewer_reach_two_waves = any(within_limits(s) and blocks * s >= 2 * sms * ctas_per_sm(s) for s in range(max(1, fits_x), ks))
+    assert not fewer_reach_two_waves, plan  # the fewest splits that give two waves
+    if waves < 2:  # two waves out of reach: as many splits as the limits allow
+        assert not within_limits(ks + 1) or ks + 1 > 64, plan
+    counters = -(-blocks * 4 // 256) * 256
+    assert plan["workspace_bytes"] == (0 if ks == 1 else counters + blocks * ks * 64 * m * 4), plan
+
+
+def test_split_k_w12_plan_examples():
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    # 8B down at M = 1: 29 splits of 192 chunks reach 2 waves (1856 CTAs on 132 x 7 slots); at M = 8 the partials'
+    # 5 % cap stops at 14 splits (896 CTAs, under one wave); lm_head at M = 8: 2 splits for x to fit 48 KB.
+    assert launch_plan("w12_v4", 1, 4096, 12288, 132)["k_splits"] == 29
+    assert launch_plan("w12_v4", 8, 4096, 12288, 132)["k_splits"] == 14
+    assert launch_plan("w12_v4", 8, 151936, 4096, 132)["k_splits"] == 2
+    assert launch_plan("w12_v4", 1, 151936, 4096, 132)["workspace_bytes"] == 0
+    with pytest.raises(ValueError, match="sms: expected a positive multiprocessor count, got 0"):
+        launch_plan("w12_v4", 1, 4096, 4096, 0)
+
+
+def test_split_k_workspace_is_made_once_per_device_and_size_and_zeroed():
+    from specdec.kernels.cuda import ops
+
+    cpu = torch.device("cpu")
+    first = ops.w12_workspace(cpu, 1030)
+    assert first.dtype == torch.int32 and first.numel() == 258 and not first.any()
+    first[0] = 5  # a launch leaves its counters zero; the cache hands the same tensor back untouched
+    assert ops.w12_workspace(cpu, 1030) is first
+    assert ops.w12_workspace(cpu, 1034) is not first
+    with pytest.raises(ValueError, match="nbytes: expected a positive workspace size, got 0"):
+        ops.w12_workspace(cpu, 0)
+    first[0] = 0

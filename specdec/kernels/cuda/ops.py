@@ -8,8 +8,10 @@ fake (meta) implementation, so ``torch.compile`` and graph tracing see its outpu
 
 ``SPECDEC_W12_CUDA_VARIANT`` (read on every call) picks the W12 kernel: unset or ``"v1"`` the default kernel,
 ``"v3"`` the streaming kernel without barriers in its K loop (``specdec_w12_gemm_small_m_v3``: 64-row CTAs, K split
-over clusters of up to 16 CTAs, three chunks of loads in flight per lane; README.md beside the kernels). Both
-decode bit-exactly; they sum in different orders, so their outputs may differ in the last bits.
+over clusters of up to 16 CTAs, three chunks of loads in flight per lane; README.md beside the kernels), ``"v4"``
+the same K loop with K split over independent CTAs (``specdec_w12_gemm_small_m_v4``: the last CTA of a row block
+sums the partials from a workspace in split order; :func:`w12_workspace`). All decode bit-exactly; they sum in
+different orders, so their outputs may differ in the last bits.
 
 W12 planes are those of :class:`specdec.formats.W12Tensor` (``ae``, ``nib``, ``base``, ``esc_ptr``, ``esc_pos``,
 ``esc_bits``); with ``K % 8 == 0`` the planes are unpadded (``ae`` is ``[N, K]``).
@@ -47,6 +49,7 @@ __all__ = [
     "q_gemm_small_m",
     "launch_plan",
     "w12_variant",
+    "w12_workspace",
     "MAX_TOKENS",
     "KINDS",
     "W12_VARIANT_ENV",
@@ -56,7 +59,7 @@ __all__ = [
 MAX_TOKENS = 8
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
 W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
-W12_VARIANTS = ("v1", "v3")
+W12_VARIANTS = ("v1", "v3", "v4")
 # Byte alignment the kernels' vector loads need of every plane's base address.
 _ALIGN = 16
 
@@ -132,6 +135,39 @@ def w12_variant() -> str:
     if value not in W12_VARIANTS:
         raise ValueError(f"{W12_VARIANT_ENV}: expected one of {W12_VARIANTS} or unset, got {value!r}")
     return value
+
+
+_WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def w12_workspace(device: torch.device, nbytes: int) -> torch.Tensor:
+    """The ``SPECDEC_W12_CUDA_VARIANT=v4`` kernel's workspace of ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
+
+    One tensor per (device, size), zeroed once when it is made and kept for the life of the process (a CUDA
+    graph that captured a launch keeps using its address). The kernel leaves its counters zero after every
+    launch, so no launch clears it. Launches sharing a workspace must not run concurrently: the ops run on
+    ``torch.cuda.current_stream()``, one launch after another. Raises RuntimeError when the workspace would be made
+    during CUDA graph capture (call the op once on that shape before capturing), ValueError for ``nbytes < 1``.
+
+    Example (CPU tensors stand for the device's)::
+
+        >>> w12_workspace(torch.device("cpu"), 10).shape
+        torch.Size([3])
+    """
+    if nbytes < 1:
+        raise ValueError(f"nbytes: expected a positive workspace size, got {nbytes}")
+    index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else -1)
+    key = (index, nbytes)
+    ws = _WORKSPACES.get(key)
+    if ws is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                f"w12_gemm_small_m (v4): its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
+                "call the op once on this shape before capturing"
+            )
+        ws = torch.zeros(-(-nbytes // 4), dtype=torch.int32, device=device)
+        _WORKSPACES[key] = ws
+    return ws
 
 
 def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
@@ -220,7 +256,7 @@ def w12_gemm_small_m(
     The kernel decodes the weights bit-exactly in registers (escaped slots hold a signed zero; each escape is
     added as ``x[:, col] * value`` in fp32 by the CTA that owns its row). The output is not bit-equal to
     cuBLAS (another summation order). ``$SPECDEC_W12_CUDA_VARIANT`` picks the kernel (:func:`w12_variant`; the
-    CPU reference is the same for both). CPU: :func:`specdec.formats.w12_linear_reference`.
+    CPU reference is the same for all). CPU: :func:`specdec.formats.w12_linear_reference`.
     Example: see the module docstring.
     """
     variant = w12_variant()
@@ -234,21 +270,16 @@ def w12_gemm_small_m(
     out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     lib = load_library()
     kernel = lib.specdec_w12_gemm_small_m_v3 if variant == "v3" else lib.specdec_w12_gemm_small_m
+    args = (_ptr(x), _ptr(ae), _ptr(nib), _ptr(base), _ptr(esc_ptr), _ptr(esc_pos), _ptr(esc_bits), _ptr(out), m, n, k)
     with torch.cuda.device(x.device):
-        rc = kernel(
-            _ptr(x),
-            _ptr(ae),
-            _ptr(nib),
-            _ptr(base),
-            _ptr(esc_ptr),
-            _ptr(esc_pos),
-            _ptr(esc_bits),
-            _ptr(out),
-            m,
-            n,
-            k,
-            _stream(x.device),
-        )
+        if variant == "v4":
+            plan = (ctypes.c_longlong * 6)()
+            _raise_on_failure(lib, lib.specdec_w12_v4_plan(m, n, k, 0, plan), "w12_gemm_small_m (v4) plan")
+            nbytes = plan[5]
+            ws_ptr = _ptr(w12_workspace(x.device, nbytes)) if nbytes else ctypes.c_void_p(None)
+            rc = lib.specdec_w12_gemm_small_m_v4(*args, ws_ptr, nbytes, _stream(x.device))
+        else:
+            rc = kernel(*args, _stream(x.device))
     _raise_on_failure(lib, rc, f"w12_gemm_small_m ({variant})")
     return out
 
@@ -298,15 +329,26 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
     gives ``row_tiles_per_cta == 8`` and ``k_splits == 8`` (128 rows share each staged ``x`` value; 40 row blocks
     times 8 K splits fill the 132 SMs). ``kind="w12_v3"`` gives the plan of the streaming W12 kernel
     (``row_tiles_per_cta`` is then its 4 tiles of 64-row CTAs, ``k_splits`` its cluster size, at most
-    ``max_cluster``: 16 where the GPU allows non-portable clusters, else 8).
+    ``max_cluster``: 16 where the GPU allows non-portable clusters, else 8). ``kind="w12_v4"``: the same kernel
+    shape with K split over independent CTAs (``k_splits`` of them per row block, no cluster), plus
+    ``workspace_bytes`` (row-block counters and fp32 partials; 0 without K splits).
     """
-    if kind not in (*KINDS, "w12_v3"):
-        raise ValueError(f"kind: expected one of {sorted((*KINDS, 'w12_v3'))}, got {kind!r}")
+    kinds = (*KINDS, "w12_v3", "w12_v4")
+    if kind not in kinds:
+        raise ValueError(f"kind: expected one of {sorted(kinds)}, got {kind!r}")
     if max_cluster not in (8, 16):
         raise ValueError(f"max_cluster: expected 8 or 16 (CTAs per cluster), got {max_cluster}")
+    if sms < 1:
+        raise ValueError(f"sms: expected a positive multiprocessor count, got {sms}")
     lib = load_library()
     out = (ctypes.c_int * 5)()
-    if kind == "w12_v3":
+    if kind == "w12_v4":
+        wide = (ctypes.c_longlong * 6)()
+        rc = lib.specdec_w12_v4_plan(m, n, k, sms, wide)
+        if rc == 0:
+            keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes", "workspace_bytes")
+            return dict(zip(keys, list(wide)))
+    elif kind == "w12_v3":
         rc = lib.specdec_w12_v3_plan(m, n, k, sms, max_cluster, out)
     else:
         rc = lib.specdec_skinny_plan(KINDS[kind], m, n, k, sms, out)

@@ -23,9 +23,9 @@ import subprocess
 from collections import Counter
 
 # Weights one lane handles per unrolled batch (kUnroll = 4 chunks, rows g and g + 8); the W12 streaming kernel
-# (w12_stream_kernel, ``w12_v3``) unrolls its ring of kStreamDepth = 3 chunks.
-WEIGHTS_PER_LANE_PER_BATCH = {"0": 4 * 2 * 8, "1": 4 * 2 * 16, "2": 4 * 2 * 16, "w12_v3": 3 * 2 * 16}
-KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q", "w12_v3": "w12_v3"}
+# kernels (w12_stream_kernel ``w12_v3``, w12_split_kernel ``w12_v4``) unroll their ring of kStreamDepth = 3 chunks.
+WEIGHTS_PER_LANE_PER_BATCH = {"0": 4 * 2 * 8, "1": 4 * 2 * 16, "2": 4 * 2 * 16, "w12_v3": 3 * 2 * 16, "w12_v4": 3 * 2 * 16}
+KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q", "w12_v3": "w12_v3", "w12_v4": "w12_v4"}
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
 
 
@@ -87,10 +87,13 @@ def main() -> None:
         name = block.split("\n", 1)[0].strip()
         m = re.search(r"kernelILi(\d)ELb(\d)E", name)
         stream = re.search(r"w12_stream_kernelILb(\d)E", name)
+        split = re.search(r"w12_split_kernelILb(\d)E", name)
         if m:
             kind, vec16 = m.group(1), m.group(2)
         elif stream:
             kind, vec16 = "w12_v3", stream.group(1)
+        elif split:
+            kind, vec16 = "w12_v4", split.group(1)
         else:
             continue
         rep = analyse_kernel(block.split("\n"), WEIGHTS_PER_LANE_PER_BATCH[kind])

@@ -484,19 +484,29 @@ constexpr int kStreamCtasPerSm = 7;           // by registers (<= 72 a thread)
 // Partials [64 rows][8 tokens] fp32, then the escape round: (col, bits) int2 and row byte per thread, counts.
 constexpr int kStreamSmemFixed = kStreamRows * 8 * 4 + kStreamThreads * 9 + kStreamWarps * 4;
 
+// Shared memory of the streaming kernels: x of the largest K slice, then the partials [64 rows][8 tokens] (at
+// the same offset in every CTA of a launch), then the escape round, then the band's escape offsets.
+__device__ __forceinline__ float* stream_partials(unsigned char* smem, const Params& p) {
+  const int max_chunks_cta = (p.n_chunks + p.k_splits - 1) / p.k_splits;
+  return reinterpret_cast<float*>(smem + static_cast<size_t>(max_chunks_cta) * Traits<kW12>::kXUnits * p.M * 4 * 16);
+}
+__device__ __forceinline__ int* stream_band_ptr(float* partials) {
+  return reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(partials) + kStreamSmemFixed);
+}
+
+// Prologue and K loop of the streaming kernels for chunks [c_lo, c_hi) of the 64-row block at row_block: the
+// first kStreamDepth chunks' loads go out, x of the slice and the band's escape offsets are staged (cp.async,
+// then the one barrier), and the loop keeps kStreamDepth chunks of loads in flight with no barrier.
+// acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1), summed over the slice in k order.
 template <bool VEC16>
-__global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_kernel(const Params p) {
+__device__ __forceinline__ void stream_k_slice(const Params& p, int c_lo, int c_hi, int row_block, unsigned char* smem,
+                                               int* band_ptr, float (&acc)[4]) {
   using T = Traits<kW12>;
-  extern __shared__ __align__(16) unsigned char smem[];
   const int M = p.M;
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int split = blockIdx.y;
-  const int c_lo = static_cast<int>((static_cast<long long>(split) * p.n_chunks) / p.k_splits);
-  const int c_hi = static_cast<int>((static_cast<long long>(split + 1) * p.n_chunks) / p.k_splits);
   const int n_mine = c_hi - c_lo;
-  const int row_block = blockIdx.x * kStreamRows;
   const int row_g = min(row_block + warp * 16 + g, p.N - 1);  // rows past N read the last row; never stored
   const int row_h = min(row_block + warp * 16 + g + 8, p.N - 1);
 
@@ -521,10 +531,6 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
     else
       xs_smem[u] = make_uint4(0, 0, 0, 0);
   }
-  // Same offset in every CTA of the cluster (read by rank): after the largest slice's x.
-  const int max_chunks_cta = (p.n_chunks + p.k_splits - 1) / p.k_splits;
-  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(max_chunks_cta) * T::kXUnits * M * 4 * 16);
-  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + kStreamSmemFixed);
   const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
   const int tile0 = (row_block / kEscapeTile) * col_tiles;
   for (int i = tid; i <= col_tiles; i += kStreamThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
@@ -537,7 +543,8 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
   const int g_x = min(g, M - 1);  // tokens >= M read token M - 1; those outputs are never stored
   const uint4* x_lane = xs_smem + g_x * 4 + t;
   const int x_chunk_stride = T::kXUnits * M * 4;
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) acc[j] = 0.f;
   auto x_units_of = [&](int i, uint4 (&xs)[2]) {
     xs[0] = x_lane[i * x_chunk_stride];
     xs[1] = x_lane[i * x_chunk_stride + M * 4];
@@ -565,6 +572,24 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
       }
     }
   }
+}
+
+template <bool VEC16>
+__global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_kernel(const Params p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int M = p.M;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int split = blockIdx.y;
+  const int c_lo = static_cast<int>((static_cast<long long>(split) * p.n_chunks) / p.k_splits);
+  const int c_hi = static_cast<int>((static_cast<long long>(split + 1) * p.n_chunks) / p.k_splits);
+  const int row_block = blockIdx.x * kStreamRows;
+  float* red = stream_partials(smem, p);  // read by rank through DSMEM: the same offset in every CTA
+  int* band_ptr = stream_band_ptr(red);
+  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+  float acc[4];
+  stream_k_slice<VEC16>(p, c_lo, c_hi, row_block, smem, band_ptr, acc);
 
   // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token].
   float* mine = red + warp * 16 * 8;
@@ -598,6 +623,87 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
                                    red + kStreamRows * 8, out);
   if (has_row && row < p.N) store_bf16_row(p, row, M, out);
   if (p.k_splits > 1) cluster.sync();  // the other CTAs' reads of this CTA's partials are done
+}
+
+// The W12 kernel with K split over independent CTAs (README.md, "W12 with K split over independent CTAs"): the
+// prologue and K loop of w12_stream_kernel, no clusters. With k_splits > 1 each CTA writes its fp32 partial
+// tile [64 rows][M tokens] to `partials` at (row block, split), then bumps the row block's counter; the CTA
+// that arrives last sums the partials in split order 0..k_splits-1 (the same bits whatever the arrival
+// order), applies the escapes, stores bf16 and sets the counter back to 0 for the next launch. The others
+// exit at once. Counters must be 0 when the launch starts; partials need no initial value.
+template <bool VEC16>
+__global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm)
+    w12_split_kernel(const Params p, float* partials, unsigned int* counters) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int arrived_last;
+  const int M = p.M;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int split = blockIdx.y;
+  const int c_lo = static_cast<int>((static_cast<long long>(split) * p.n_chunks) / p.k_splits);
+  const int c_hi = static_cast<int>((static_cast<long long>(split + 1) * p.n_chunks) / p.k_splits);
+  const int row_block = blockIdx.x * kStreamRows;
+  float* red = stream_partials(smem, p);
+  int* band_ptr = stream_band_ptr(red);
+  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+  float acc[4];
+  stream_k_slice<VEC16>(p, c_lo, c_hi, row_block, smem, band_ptr, acc);
+
+  // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token].
+  float* mine = red + warp * 16 * 8;
+  mine[g * 8 + 2 * t] = acc[0];
+  mine[g * 8 + 2 * t + 1] = acc[1];
+  mine[(g + 8) * 8 + 2 * t] = acc[2];
+  mine[(g + 8) * 8 + 2 * t + 1] = acc[3];
+  __syncthreads();
+
+  const int tile_values = kStreamRows * M;  // [64 rows][M tokens], row-major
+  if (p.k_splits > 1) {
+    float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * tile_values;
+    float* own = tiles + static_cast<size_t>(split) * tile_values;
+    for (int e = tid; e < tile_values; e += kStreamThreads) own[e] = red[(e / M) * 8 + e % M];
+    __threadfence();  // this CTA's partial is visible device-wide before its arrival is counted
+    __syncthreads();
+    if (tid == 0) {
+      const unsigned int before = atomicAdd(counters + blockIdx.x, 1u);
+      arrived_last = before == static_cast<unsigned int>(p.k_splits - 1);
+      if (arrived_last) counters[blockIdx.x] = 0u;  // every split has arrived: ready for the next launch
+    }
+    __syncthreads();
+    if (!arrived_last) return;
+    __threadfence();
+    // Sum in split order from 0.f; the loads of 8 splits go out before their adds (L2, past L1).
+    for (int e = tid; e < tile_values; e += kStreamThreads) {
+      float s = 0.f;
+      for (int q0 = 0; q0 < p.k_splits; q0 += 8) {
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = q0 + j < p.k_splits ? __ldcg(tiles + static_cast<size_t>(q0 + j) * tile_values + e) : 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (q0 + j < p.k_splits) s += v[j];
+      }
+      red[(e / M) * 8 + e % M] = s;
+    }
+    __syncthreads();
+  }
+
+  // Thread r < 64 finishes row r of the block: its sum (0.f + the splits' partials), then its escapes in stored
+  // order, then bf16.
+  const bool has_row = tid < kStreamRows;
+  const int row = row_block + tid;
+  float out[kMaxTokens];
+#pragma unroll
+  for (int m = 0; m < kMaxTokens; ++m) out[m] = 0.f;
+  if (has_row) {
+#pragma unroll
+    for (int m = 0; m < kMaxTokens; ++m)
+      if (m < M) out[m] += red[tid * 8 + m];
+  }
+  add_band_escapes<kStreamThreads>(p, band_ptr, col_tiles, row_block % kEscapeTile, kStreamRows, has_row, tid, M,
+                                   red + kStreamRows * 8, out);
+  if (has_row && row < p.N) store_bf16_row(p, row, M, out);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory.
@@ -683,6 +789,55 @@ Plan make_stream_plan(int M, int N, int K, int sms, int max_splits) {
   const int per_cta = (pl.n_chunks + pl.k_splits - 1) / pl.k_splits;
   pl.smem_bytes = per_cta * 64 * M * 2 + kStreamSmemFixed + band_ptr_bytes(kW12, K);
   return pl;
+}
+
+// Launch plan of w12_split_kernel: 64-row blocks along x, K splits along y (independent CTAs). The splits: the
+// fewest that give >= kSplitWaves waves (CTAs / (SMs x resident CTAs per SM)) within three limits: >=
+// kStreamMinChunksPerWarp chunks per CTA, at most kSplitMaxSplits, and the partials' traffic (M N splits x 4
+// bytes, written once and read once) <= kSplitPartialShare of the W12 weight bytes (1.5 N K); where no such
+// count reaches the waves, the most splits within the limits. Always at least the fewest splits whose x slice
+// fits kStreamXSliceMax.
+constexpr int kSplitWaves = 2;
+constexpr int kSplitMaxSplits = 64;
+constexpr double kSplitPartialShare = 0.05;
+constexpr int kSplitCounterAlign = 256;  // bytes: the partials start 256-byte aligned after the counters
+
+int stream_ctas_per_sm(int smem_bytes) {
+  const int per_sm = (227 * 1024) / (smem_bytes + 1024);
+  return per_sm < kStreamCtasPerSm ? per_sm : kStreamCtasPerSm;
+}
+
+Plan make_split_plan(int M, int N, int K, int sms) {
+  Plan pl{};
+  pl.n_chunks = (K + 63) / 64;
+  pl.rt_per_cta = kStreamWarps;
+  pl.grid_x = (N + kStreamRows - 1) / kStreamRows;
+  auto smem_of = [&](int ks) { return (pl.n_chunks + ks - 1) / ks * 64 * M * 2 + kStreamSmemFixed + band_ptr_bytes(kW12, K); };
+  int fit = 1;  // fewest splits whose x slice fits
+  while (fit < pl.n_chunks && (pl.n_chunks + fit - 1) / fit * 64 * M * 2 > kStreamXSliceMax) ++fit;
+  int most = pl.n_chunks / kStreamMinChunksPerWarp;
+  const double traffic_cap = kSplitPartialShare * 1.5 * static_cast<double>(K) / (8.0 * M);  // splits
+  if (most > traffic_cap) most = static_cast<int>(traffic_cap);
+  if (most > kSplitMaxSplits) most = kSplitMaxSplits;
+  if (most < fit) most = fit;
+  pl.k_splits = most;
+  for (int ks = fit; ks <= most; ++ks) {
+    const long long slots = static_cast<long long>(sms) * stream_ctas_per_sm(smem_of(ks));
+    if (static_cast<long long>(pl.grid_x) * ks >= kSplitWaves * slots) {
+      pl.k_splits = ks;
+      break;
+    }
+  }
+  pl.smem_bytes = smem_of(pl.k_splits);
+  return pl;
+}
+
+// Workspace of w12_split_kernel: row-block counters (zero between launches), then the partials
+// [grid_x][k_splits][64 rows][M tokens] fp32; none without K splits.
+long long split_workspace_bytes(const Plan& pl, int M) {
+  if (pl.k_splits == 1) return 0;
+  const long long counters = (static_cast<long long>(pl.grid_x) * 4 + kSplitCounterAlign - 1) / kSplitCounterAlign * kSplitCounterAlign;
+  return counters + static_cast<long long>(pl.grid_x) * pl.k_splits * kStreamRows * M * 4;
 }
 
 thread_local char g_error[512] = "";
@@ -780,6 +935,42 @@ int launch_stream(Params p, cudaStream_t stream) {
   return 0;
 }
 
+template <bool VEC16>
+int launch_split(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  static bool attr_set = false;  // first call happens before any graph capture (warm-up)
+  if (!attr_set) {
+    cudaError_t e = cudaFuncSetAttribute(w12_split_kernel<VEC16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         kStreamXSliceMax + kStreamSmemFixed + 4096);
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+    attr_set = true;
+  }
+  const int sms = sm_count();
+  if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  const Plan pl = make_split_plan(p.M, p.N, p.K, sms);
+  if (pl.smem_bytes > kStreamXSliceMax + kStreamSmemFixed + 4096) {
+    snprintf(g_error, sizeof(g_error), "K=%d with M=%d needs %d bytes of shared memory per CTA (limit %d)", p.K, p.M,
+             pl.smem_bytes, kStreamXSliceMax + kStreamSmemFixed + 4096);
+    return 2;
+  }
+  const long long need = split_workspace_bytes(pl, p.M);
+  if (workspace_bytes < need || (need > 0 && workspace == nullptr)) {
+    snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", p.M, p.N, p.K, need,
+             workspace == nullptr ? 0LL : workspace_bytes);
+    return 2;
+  }
+  p.rt_per_cta = pl.rt_per_cta;
+  p.k_splits = pl.k_splits;
+  p.n_chunks = pl.n_chunks;
+  unsigned char* ws = static_cast<unsigned char*>(workspace);
+  const long long counter_bytes = need > 0 ? need - static_cast<long long>(pl.grid_x) * pl.k_splits * kStreamRows * p.M * 4 : 0;
+  unsigned int* counters = reinterpret_cast<unsigned int*>(ws);
+  float* partials = need > 0 ? reinterpret_cast<float*>(ws + counter_bytes) : nullptr;
+  w12_split_kernel<VEC16><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(kStreamThreads, 1, 1), pl.smem_bytes, stream>>>(p, partials, counters);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fail("w12_split_kernel launch", e);
+  return 0;
+}
+
 int check_sizes(int M, int N, int K) {
   if (M < 1 || M > kMaxTokens || N < 1 || K < 8 || K % 8 != 0) {
     snprintf(g_error, sizeof(g_error), "expected 1 <= M <= 8, N >= 1, K >= 8 and K %% 8 == 0, got M=%d N=%d K=%d", M, N, K);
@@ -871,6 +1062,48 @@ int specdec_w12_v3_plan(int M, int N, int K, int sms, int max_splits, int* out) 
   out[2] = pl.n_chunks;
   out[3] = pl.grid_x;
   out[4] = pl.smem_bytes;
+  return 0;
+}
+
+// W12 exact with K split over independent CTAs (64-row CTAs, the last CTA of a row block reduces); same planes
+// and result contract as specdec_w12_gemm_small_m. `workspace`: at least specdec_w12_v4_plan's out[5] bytes for
+// the current device (may be null when that is 0), 16-byte aligned, its counters zero before the first launch
+// (each launch leaves them zero). Launches sharing a workspace must not run concurrently.
+int specdec_w12_gemm_small_m_v4(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                                const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
+                                long long workspace_bytes, void* stream) {
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  Params p{};
+  p.x = static_cast<const uint16_t*>(x);
+  p.w = static_cast<const uint8_t*>(ae);
+  p.nib = static_cast<const uint8_t*>(nib);
+  p.base = static_cast<const uint8_t*>(base);
+  p.esc_ptr = static_cast<const int32_t*>(esc_ptr);
+  p.esc_pos = static_cast<const uint16_t*>(esc_pos);
+  p.esc_bits = static_cast<const uint16_t*>(esc_bits);
+  p.y = static_cast<uint16_t*>(y);
+  p.M = M, p.N = N, p.K = K;
+  if (K % 16 == 0) return launch_split<true>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+  return launch_split<false>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_w12_gemm_small_m_v4 on `sms` multiprocessors (sms = 0: the current device's); host
+// only. out[0..4] as specdec_skinny_plan (out[1]: K splits, independent CTAs), out[5] the workspace bytes.
+int specdec_w12_v4_plan(int M, int N, int K, int sms, long long* out) {
+  if (sms < 0) return 3;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  if (sms == 0) {
+    sms = sm_count();
+    if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  }
+  const Plan pl = make_split_plan(M, N, K, sms);
+  out[0] = pl.rt_per_cta;
+  out[1] = pl.k_splits;
+  out[2] = pl.n_chunks;
+  out[3] = pl.grid_x;
+  out[4] = pl.smem_bytes;
+  out[5] = split_workspace_bytes(pl, M);
   return 0;
 }
 
