@@ -2,7 +2,8 @@
 # Hardware counters (Nsight Compute) of the decode-size weight-streaming GEMMs: cuBLAS bf16 and the CUDA bf16 / W12 /
 # W12 streaming (v3) / W12 split-K (v4) / Q skinny kernels on the Qwen3-8B o, qkv, lm_head, gate_up, down and Qwen3-32B
 # down shapes at M = 1 and 8 (72 NVTX ranges, one profiled launch each), parsed into a per-kernel table with a limiter
-# verdict. Expected time on one H200: ~1.5-2 min (55 s measured on 2026-12-02 with the 48 ranges before v3; torch
+# verdict.
+# Expected time on one H200: ~1.5 min (50 s measured on 2026-12-02 with the 60 ranges before v4; torch
 # start ~10 s, planted weights and W12 conversion ~10 s, 72-85 kernels
 # profiled with the sections below, ~10-20 replay passes each, ~30-50 s; parse ~5 s; nvcc adds 15-25 s when
 # build/specdec_cuda_kernels.so was not carried). Caps: nvcc 40 s; ncu --version 10 s; ncu 70 s (the launch program's own budget, 35 s,
