@@ -63,8 +63,8 @@ class Shape:
     requests: tuple[int, ...]
 
 
-QWEN3_8B = Shape(num_heads=32, num_kv_heads=8, head_dim=128, max_seq_len=2048, prefix=(128, 1024), rows=(1, 16), requests=(16, 24))
-SMOKE = Shape(num_heads=4, num_kv_heads=2, head_dim=16, max_seq_len=48, prefix=(4, 30), rows=(1, 6), requests=(3, 4))
+QWEN3_8B = dict(num_heads=32, num_kv_heads=8, head_dim=128, max_seq_len=2048, prefix=(128, 1024), rows=(1, 16), requests=(16, 24))
+SMOKE = dict(num_heads=4, num_kv_heads=2, head_dim=16, max_seq_len=48, prefix=(4, 30), rows=(1, 6), requests=(3, 4))
 VARIANTS = {
     "sdpa": None,
     "flex": dict(block_size=128, kernel_options=None),
@@ -236,11 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     prov = provenance(seed)
     print(provenance_line(prov), flush=True)
     if args.smoke:
-        device, shape, reps, warmup = torch.device("cpu"), SMOKE, 2, 1
+        device, shape, reps, warmup = torch.device("cpu"), Shape(**SMOKE), 2, 1
     else:
         if not torch.cuda.is_available():
             parser.error("needs CUDA; use --smoke on a CPU")
-        device, shape, reps, warmup = torch.device("cuda"), QWEN3_8B, args.reps, 3
+        device, shape, reps, warmup = torch.device("cuda"), Shape(**QWEN3_8B), args.reps, 3
     start = time.perf_counter()
     cases, skipped = [], []
     result = {"device": str(device), "shape": shape.__dict__, "layers": LAYERS, "reps": reps, "budget_s": args.budget_s}
