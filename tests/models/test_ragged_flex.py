@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specdec as sd
+import specdec.models.ragged as ragged_module
 from specdec.contracts import Tree, VerifyPlan
 from specdec.drafters import NGramDrafter
 from specdec.engine import Engine
@@ -214,3 +215,19 @@ def test_bad_attention_arguments():
     with pytest.raises(ValueError, match="enable_cuda_graphs: attention 'flex' builds its block mask with create_block_mask"):
         flex.enable_cuda_graphs()
     assert not flex.uses_cuda_graphs
+
+
+def test_a_flex_forward_attends_through_flex_once_per_layer(monkeypatch):
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape)  # queries [1, H, R, D]
+        return flex(*args, **kwargs)
+
+    flex = ragged_module.flex_over_slots
+    monkeypatch.setattr(ragged_module, "flex_over_slots", counting)
+    target = RaggedDenseTarget(DENSE, slots=2, layout="packed", attention="flex")
+    target.forward([RequestRows(0, torch.tensor([[1, 2, 3]])), RequestRows(1, torch.tensor([[4]]))])
+    assert calls == [torch.Size([1, DENSE.config.num_heads, 4, DENSE.config.head_dim])] * DENSE.config.num_layers
+    RaggedDenseTarget(DENSE, slots=2, layout="packed").forward([RequestRows(0, torch.tensor([[1]]))])
+    assert len(calls) == DENSE.config.num_layers
