@@ -15,7 +15,8 @@ request's rows alone, with exactly the shapes of the batch-1 forward: a request'
 companions. The layout ``"packed"`` runs each linear layer once over all rows (what makes batching pay
 on an accelerator) and batches RoPE, the cache writes and the attention over all requests (one masked
 attention call over the slots, so the launches per forward do not grow with the number of requests); its
-logits agree with the batch-1 forward to rounding, not bitwise.
+logits agree with the batch-1 forward to rounding, not bitwise. Its attention runs as SDPA over the slots
+(default) or through FlexAttention over the packed rows (:mod:`specdec.models.packed_attention`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,19 @@ from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.models.dense import DecoderLayer, DenseTarget, _rotate_half, compact_kv, prefix_attention_mask
 from specdec.models.graphs import StaticGraphs, pick_bucket
+from specdec.models.packed_attention import (
+    ATTENTIONS,
+    flex_over_slots,
+    long_kv_view,
+    packed_block_mask,
+    sdpa_over_slots,
+    slot_major_cache,
+    slot_mask,
+)
 from specdec.models.slots import RequestRows, RequestSlots
 from specdec.models.weight_views import WEIGHT_VIEWS
 
-__all__ = ["LAYOUTS", "ROW_BUCKETS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
+__all__ = ["ATTENTIONS", "LAYOUTS", "ROW_BUCKETS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
 
 LAYOUTS = ("per_request", "packed")
 ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -48,10 +58,18 @@ class RaggedDenseTarget(RequestSlots):
             target has, and a request's rounds are shaped as they would be alone).
         layout: ``"per_request"`` (batch-invariant: each request's linear layers run on its rows alone)
             or ``"packed"`` (one GEMM per linear layer over all rows); see the module docstring.
+        attention: how ``"packed"`` forwards attend (:data:`~specdec.models.packed_attention.ATTENTIONS`):
+            ``"sdpa"`` (default; each request's rows scattered into its slot, one masked SDPA over all
+            slots) or ``"flex"`` (``flex_attention`` of the packed rows over every slot's cache seen as one
+            long KV, under a block mask built each forward from the rows' slots, lengths and tree masks;
+            compiled on CUDA, eager on CPU). ``"flex"`` needs ``layout="packed"`` and runs without CUDA
+            graphs (its block mask is built by ``create_block_mask``, which a graph cannot capture);
+            :meth:`enable_static_path` still buckets its shapes.
 
     The KV cache is ``[S, Hkv, max_seq_len, D]`` per layer (``[S + 1, ...]`` for ``"packed"``: one scratch slot
-    for padding rows), allocated once. On a GPU, :meth:`enable_cuda_graphs` makes ``packed`` forwards graph
-    replays bucketed by row counts and attended length.
+    for padding rows), allocated once (heads-first in memory for ``"flex"``, so the long KV is a view). On a
+    GPU, :meth:`enable_cuda_graphs` makes ``packed`` ``"sdpa"`` forwards graph replays bucketed by row counts
+    and attended length.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -67,7 +85,15 @@ class RaggedDenseTarget(RequestSlots):
         True
     """
 
-    def __init__(self, target: DenseTarget, *, slots: int, max_seq_len: int | None = None, layout: str = "per_request"):
+    def __init__(
+        self,
+        target: DenseTarget,
+        *,
+        slots: int,
+        max_seq_len: int | None = None,
+        layout: str = "per_request",
+        attention: str = "sdpa",
+    ):
         if not isinstance(target, DenseTarget):
             raise TypeError(f"target: expected a specdec DenseTarget, got {type(target).__name__}")
         kinds = sorted({type(layer).__name__ for layer in target.layers if not isinstance(layer, DecoderLayer)})
@@ -76,15 +102,24 @@ class RaggedDenseTarget(RequestSlots):
         slots, max_seq_len = self._checked_sizes(slots, max_seq_len, target.max_seq_len)
         if layout not in LAYOUTS:
             raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention: expected one of {ATTENTIONS}, got {attention!r}")
+        if attention == "flex" and layout != "packed":
+            raise ValueError(f"attention: 'flex' runs the packed rows of layout 'packed', got layout {layout!r}")
         self.target = target
         self.slots = slots
         self.max_seq_len = max_seq_len
         self.layout = layout
+        self.attention = attention
         cfg = target.config
         # the packed layout keeps one scratch slot (index ``slots``) for the padding rows of bucketed forwards
         shape = (slots + (layout == "packed"), cfg.num_kv_heads, max_seq_len, cfg.head_dim)
-        self.k_caches = [torch.zeros(shape, dtype=target.dtype, device=target.device) for _ in target.layers]
-        self.v_caches = [torch.zeros(shape, dtype=target.dtype, device=target.device) for _ in target.layers]
+        if attention == "flex":
+            self.k_caches = [slot_major_cache(*shape, dtype=target.dtype, device=target.device) for _ in target.layers]
+            self.v_caches = [slot_major_cache(*shape, dtype=target.dtype, device=target.device) for _ in target.layers]
+        else:
+            self.k_caches = [torch.zeros(shape, dtype=target.dtype, device=target.device) for _ in target.layers]
+            self.v_caches = [torch.zeros(shape, dtype=target.dtype, device=target.device) for _ in target.layers]
         self.lengths = [0] * slots
         self._last_rows = [0] * slots
         self._last_views = ["exact"] * slots
@@ -291,7 +326,14 @@ class RaggedDenseTarget(RequestSlots):
 
         A graph is captured at the first forward of each key ``(total rows, rows per request, attended
         span, hidden_layers)``; a replay needs no host work beyond copying the inputs into static buffers.
+        Not with ``attention="flex"`` (its block mask is built on each forward, outside any graph): that
+        raises ``ValueError``; :meth:`enable_static_path` buckets its shapes without graphs.
         """
+        if self.attention == "flex":
+            raise ValueError(
+                "enable_cuda_graphs: attention 'flex' builds its block mask with create_block_mask on every forward, "
+                "which a CUDA graph cannot capture; use attention='sdpa' for graphs, or enable_static_path() for flex"
+            )
         if self.device.type != "cuda":
             raise ValueError(f"enable_cuda_graphs: expected a CUDA target, got device {self.device}")
         self._enable_static(buckets, span_step, capture=True)
@@ -423,29 +465,28 @@ class RaggedDenseTarget(RequestSlots):
     def _packed_body(self, buf: dict[str, torch.Tensor], hidden_layers: tuple[int, ...]):
         """Each linear layer once over all rows ``[1, R, .]``; RoPE, the K/V writes and attention batched too.
 
-        Reads only ``buf`` (fixed shapes), so CUDA graphs can capture it. Attention runs as one
-        ``scaled_dot_product_attention`` over every slot ``[S + 1, Hkv, G * Tb, Lb]``: each request's rows go
-        to its slot (padded to ``Tb`` rows) and attend its own cache under its prefix-and-tree mask; slots and
-        rows without a request attend slot position 0 only and their outputs are dropped. So a forward
+        Reads only ``buf`` (fixed shapes), so CUDA graphs can capture it (``"sdpa"``). Attention with
+        ``"sdpa"`` runs as one ``scaled_dot_product_attention`` over every slot ``[S + 1, Hkv, G * Tb, Lb]``:
+        each request's rows go to its slot (padded to ``Tb`` rows) and attend its own cache under its
+        prefix-and-tree mask; slots and rows without a request attend slot position 0 only and their
+        outputs are dropped. With ``"flex"`` the packed queries ``[1, H, R, D]`` attend the long KV
+        ``[1, Hkv, (S + 1) * max_seq_len, D]`` under one block mask per forward. Either way a forward
         costs the same number of kernel launches whatever the number of requests.
         """
         target, cfg = self.target, self.config
         tokens, (row_slot, row_index, row_len), local = buf["tokens"], buf["index"], buf["local"]
-        num_rows, per_request = local.shape
-        span = buf["span"]  # [Lb] cache positions 0..Lb-1
+        num_rows = local.shape[0]
+        max_len = buf["span"].numel()  # Lb
         row_cache = row_len + row_index  # [R] cache position of each row
-        rel = span[None] - row_len[:, None]  # [R, Lb] column relative to the row's first new row
-        own = local.gather(1, rel.clamp(0, per_request - 1)) & (rel >= 0) & (rel < per_request)
-        visible = (rel < 0) | own  # [R, Lb]; padding rows (length 0, index 0) see column 0 only
-        mask = torch.zeros(self.slots + 1, per_request, span.numel(), dtype=torch.bool, device=span.device)
-        mask[:, :, 0] = True  # rows without a request attend one slot: finite, discarded
-        mask[row_slot, row_index] = visible
-        group = cfg.num_heads // cfg.num_kv_heads
-        mask = mask[:, None].repeat(1, 1, group, 1) if group > 1 else mask[:, None]  # [S + 1, 1, G * Tb, Lb]
+        # padding rows (scratch slot, length 0, index 0) see their slot's position 0 only: finite, discarded
+        if self.attention == "flex":
+            block_mask = packed_block_mask(row_slot, row_len, local, num_slots=self.slots + 1, max_seq_len=self.max_seq_len)
+        else:
+            group = cfg.num_heads // cfg.num_kv_heads
+            mask = slot_mask(row_slot, row_index, row_len, local, max_len, num_slots=self.slots + 1, group=group)
         cos, sin = target._rope(buf["positions"])  # [1, 1, R, D]
         x = target.embed(tokens)  # [1, R, hidden]
         taps = {0: x} if 0 in hidden_layers else {}
-        max_len = span.numel()
         for i, layer in enumerate(target.layers):
             attn = layer.attn
             qkv = attn.wqkv(layer.attn_norm(x))  # [1, R, q + 2 kv]
@@ -461,13 +502,10 @@ class RaggedDenseTarget(RequestSlots):
             k_cache, v_cache = self.k_caches[i], self.v_caches[i]  # [S + 1, Hkv, max_seq_len, D]
             k_cache[row_slot, :, row_cache] = k[0].transpose(0, 1)  # [R, Hkv, D]
             v_cache[row_slot, :, row_cache] = v[0].transpose(0, 1)
-            queries = q.new_zeros(self.slots + 1, cfg.num_heads, per_request, cfg.head_dim)
-            queries[row_slot, :, row_index] = q[0].transpose(0, 1)  # [R, H, D]
-            queries = queries.reshape(self.slots + 1, cfg.num_kv_heads, group * per_request, cfg.head_dim)
-            out = torch.nn.functional.scaled_dot_product_attention(
-                queries, k_cache[:, :, :max_len], v_cache[:, :, :max_len], attn_mask=mask
-            )  # [S + 1, Hkv, G * Tb, D]
-            out = out.reshape(self.slots + 1, cfg.num_heads, per_request, cfg.head_dim)[row_slot, :, row_index]  # [R, H, D]
+            if self.attention == "flex":
+                out = flex_over_slots(q, long_kv_view(k_cache), long_kv_view(v_cache), block_mask)  # [R, H, D]
+            else:
+                out = sdpa_over_slots(q, k_cache[:, :, :max_len], v_cache[:, :, :max_len], row_slot, row_index, mask)
             x = x + attn.wo(out.reshape(1, num_rows, cfg.num_heads * cfg.head_dim))
             x = x + layer.mlp(layer.mlp_norm(x))
             if i + 1 in hidden_layers:
