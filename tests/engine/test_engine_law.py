@@ -5,6 +5,9 @@
   of other prompts, seeds and drafters; the enumerated law of the request's output equals
   :func:`~specdec.testing.laws.exact.autoregressive_law` of the target (total variation < 1e-9), and a
   drafter that drafts greedily but reports a softmax law is far from it;
+* exact, by enumeration, with a :class:`~specdec.verify.TreeVerifier`: every draw of every verify row of the
+  tree walk is a branch; a request whose drafter's best-first trees have sibling nodes follows the target's
+  law (total variation < 1e-12), and two biased walks patched into the engine's round are far from it;
 * sampled: many seeded requests of one prompt through the engine, chi-square of the speculated tokens
   against the exact law (the helpers of ``tests/decode/test_generate_sampling.py``); the greedy drafter
   claiming a softmax law and an engine whose requests share one generator are caught.
@@ -29,7 +32,7 @@ from specdec.testing import tiny_target
 from specdec.testing.laws import autoregressive_law, one_sample_chi2, total_variation
 from specdec.verify import ChainVerifier, TreeVerifier
 from specdec.verify import walks as walks_module
-from specdec.verify.walks import match_walk
+from specdec.verify.walks import match_walk, sample_and_match
 
 DECODE_TESTS = str(Path(__file__).resolve().parents[1] / "decode")
 if DECODE_TESTS not in sys.path:
@@ -186,7 +189,9 @@ def build_tree_engine(drafters):
     engine = Engine(
         tree_law_target(), lambda: next(queue)(), TreeVerifier(budget=2, top_k=2), max_batch=len(TREE_PROMPTS), num_draft_tokens=2
     )
-    ids = [engine.add_request(p, max_new_tokens=TREE_NEW_TOKENS, sampling=SAMPLING, seed=20 + i) for i, p in enumerate(TREE_PROMPTS)]
+    ids = [
+        engine.add_request(p, max_new_tokens=TREE_NEW_TOKENS, sampling=SAMPLING, seed=20 + i) for i, p in enumerate(TREE_PROMPTS)
+    ]
     return engine, ids
 
 
@@ -201,7 +206,15 @@ def tree_drafters():
 
 def test_enumerated_tree_engine_law_equals_autoregressive_law(monkeypatch):
     # request 2 verifies trees in the same passes as request 0, from its own prompt and generator
+    sibling_counts = []
+
+    def recording_walk(tree, target_probs, *, generator=None):
+        sibling_counts.append(int((tree.parents == -1).sum()))
+        return sample_and_match(tree, target_probs, generator=generator)
+
+    monkeypatch.setattr(rounds_module, "sample_and_match", recording_walk)
     law = enumerate_request_law(monkeypatch, lambda: build_tree_engine(tree_drafters()), 0)
+    assert max(sibling_counts) == 2  # the walks had two root children to choose from
     expected = autoregressive_law(tree_target_logits, TREE_PROMPTS[0], TREE_NEW_TOKENS, sampling=SAMPLING)
     assert abs(sum(law.values()) - 1.0) < 1e-12
     assert total_variation(law, expected) < 1e-12
@@ -218,7 +231,9 @@ def walk_drawing_every_row_from_the_root_law(tree, target_probs, *, generator=No
     return match_walk(tree, walks_module.sample(target_probs[:1].expand_as(target_probs).contiguous(), generator))
 
 
-@pytest.mark.parametrize("walk", [walk_reusing_the_root_draw, walk_drawing_every_row_from_the_root_law], ids=["reused-draw", "root-law"])
+@pytest.mark.parametrize(
+    "walk", [walk_reusing_the_root_draw, walk_drawing_every_row_from_the_root_law], ids=["reused-draw", "root-law"]
+)
 def test_enumeration_sees_a_biased_tree_walk_in_the_engine(monkeypatch, walk):
     monkeypatch.setattr(rounds_module, "sample_and_match", walk)
     law = enumerate_request_law(monkeypatch, lambda: build_tree_engine(tree_drafters()), 0)
