@@ -4,7 +4,9 @@
 draws: the request's generator is replaced by a script that replays a prefix of choices, then stops the run
 at the first new draw, which becomes a branch point weighted by its probability. Its companions draw from
 their own seeded generators, as usual. Every draw site of a chain round is scripted: the engine's first
-token, the model drafter's tokens, the chain rule's acceptance uniforms and its residual or bonus token. The
+token, the model drafter's tokens, the chain rule's acceptance uniforms and its residual or bonus token; of a
+tree round, the draw at every verify row of :func:`~specdec.verify.walks.sample_and_match`, one branch point
+per row in row order (a law of ``[N + 1, V]`` is ``N + 1`` draws). The
 chain rule's laws are :func:`specdec.verify.chain.chain_laws` evaluated in float64 on renormalised laws, as
 the law harness does (:func:`specdec.testing.laws.exact.reference_chain_decide`): float32 laws would put a
 1e-7 rounding floor under the comparison.
@@ -19,6 +21,7 @@ import torch
 from specdec.drafters import model as model_drafter_module
 from specdec.engine import engine as engine_module
 from specdec.verify import chain as chain_module
+from specdec.verify import walks as walks_module
 
 
 class NewDraw(BaseException):
@@ -84,24 +87,23 @@ def _normalised(probs: torch.Tensor) -> torch.Tensor:
 
 
 def scripted_engine(monkeypatch, draws_of) -> None:
-    """Patch every draw site of a chain round; ``draws_of()`` is the current :class:`ScriptedDraws`."""
+    """Patch every draw site of a chain or tree round; ``draws_of()`` is the current :class:`ScriptedDraws`."""
     real_sample, real_chain_laws = chain_module.sample, chain_module.chain_laws
 
     def sample(probs, generator=None):
         draws = draws_of()
         if generator is not draws.generator:
             return real_sample(probs, generator)
-        if probs.numel() != probs.shape[-1]:
-            raise AssertionError(f"a scripted draw of {tuple(probs.shape)} laws at once")
-        token = draws.choose(_normalised(probs.reshape(-1)).tolist())
-        return torch.tensor(token, device=probs.device).reshape(probs.shape[:-1])
+        rows = _normalised(probs.reshape(-1, probs.shape[-1]))
+        tokens = [draws.choose(row.tolist()) for row in rows]  # one draw per law, in row order
+        return torch.tensor(tokens, device=probs.device).reshape(probs.shape[:-1])
 
     def chain_laws(target_probs, draft_tokens, draft_probs):
         laws = real_chain_laws(_normalised(target_probs), draft_tokens, None if draft_probs is None else _normalised(draft_probs))
         draws_of().pending_accept = laws.accept_probs.tolist()
         return laws
 
-    for module in (chain_module, engine_module, model_drafter_module):
+    for module in (chain_module, engine_module, model_drafter_module, walks_module):
         monkeypatch.setattr(module, "sample", sample)
     monkeypatch.setattr(chain_module, "chain_laws", chain_laws)
     monkeypatch.setattr(chain_module, "torch", _TorchWithScriptedRand(draws_of))

@@ -5,6 +5,9 @@
   of other prompts, seeds and drafters; the enumerated law of the request's output equals
   :func:`~specdec.testing.laws.exact.autoregressive_law` of the target (total variation < 1e-9), and a
   drafter that drafts greedily but reports a softmax law is far from it;
+* exact, by enumeration, with a :class:`~specdec.verify.TreeVerifier`: every draw of every verify row of the
+  tree walk is a branch; a request whose drafter's best-first trees have sibling nodes follows the target's
+  law (total variation < 1e-12), and two biased walks patched into the engine's round are far from it;
 * sampled: many seeded requests of one prompt through the engine, chi-square of the speculated tokens
   against the exact law (the helpers of ``tests/decode/test_generate_sampling.py``); the greedy drafter
   claiming a softmax law and an engine whose requests share one generator are caught.
@@ -24,9 +27,12 @@ from engine_law_helpers import enumerate_request_law
 from specdec.contracts import SamplingConfig
 from specdec.drafters import ModelDrafter, NGramDrafter
 from specdec.engine import Engine
+from specdec.engine import rounds as rounds_module
 from specdec.testing import tiny_target
 from specdec.testing.laws import autoregressive_law, one_sample_chi2, total_variation
-from specdec.verify import ChainVerifier
+from specdec.verify import ChainVerifier, TreeVerifier
+from specdec.verify import walks as walks_module
+from specdec.verify.walks import match_walk, sample_and_match
 
 DECODE_TESTS = str(Path(__file__).resolve().parents[1] / "decode")
 if DECODE_TESTS not in sys.path:
@@ -142,3 +148,95 @@ def test_chi_square_catches_greedy_drafting_with_sampled_law():
     scorer = _small_drafter_model()  # reset before each use, so one serves every drafter
     drafters = [functools.partial(greedy_claiming_softmax, m, scorer) for m in small_draft_models()]
     assert chi_square_p(drafters) < 1e-6
+
+
+TREE_VOCAB = 3
+TREE_NEW_TOKENS = 3
+TREE_PROMPTS = ([1, 2, 0], [2, 2], [0, 1, 1, 2])
+
+
+@functools.cache
+def tree_law_target():
+    return tiny_target(seed=31, vocab_size=TREE_VOCAB, hidden_size=16, intermediate_size=32, max_seq_len=24, dtype=torch.float64)
+
+
+@functools.cache
+def tree_law_draft_model(copy: int):
+    """The same draft model, one copy per drafter of an engine (a drafter keeps its context in the model's cache)."""
+    return tiny_target(seed=32, vocab_size=TREE_VOCAB, hidden_size=16, intermediate_size=32, max_seq_len=24, dtype=torch.float64)
+
+
+def tree_target_logits(context: tuple[int, ...]) -> torch.Tensor:
+    target = tree_law_target()
+    target.reset()
+    logits = target(torch.tensor([context])).logits[0, -1]
+    target.reset()
+    return logits
+
+
+class GreedyTreeDrafter(ModelDrafter):
+    """The draft model's greedy chain with its per-depth log-probs: a TreeVerifier grows a best-first tree from
+    them (several children per node), and the drafter draws nothing from the request's generator."""
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        return super().propose(context, max_tokens, sampling=SamplingConfig(), generator=None)
+
+
+def build_tree_engine(drafters):
+    """One request per tree prompt, request i drafted by ``drafters[i]()``, seed 20 + i. After the first token a
+    round may draft one token, so a tree is the draft model's two likeliest next tokens, siblings of the root."""
+    queue = iter(drafters)
+    engine = Engine(
+        tree_law_target(), lambda: next(queue)(), TreeVerifier(budget=2, top_k=2), max_batch=len(TREE_PROMPTS), num_draft_tokens=2
+    )
+    ids = [
+        engine.add_request(p, max_new_tokens=TREE_NEW_TOKENS, sampling=SAMPLING, seed=20 + i) for i, p in enumerate(TREE_PROMPTS)
+    ]
+    return engine, ids
+
+
+def greedy_tree(copy: int):
+    return functools.partial(GreedyTreeDrafter, tree_law_draft_model(copy))
+
+
+def tree_drafters():
+    """Requests 0 and 2 propose trees, request 1 (a companion) an n-gram chain."""
+    return [greedy_tree(0), ngram, greedy_tree(2)]
+
+
+def test_enumerated_tree_engine_law_equals_autoregressive_law(monkeypatch):
+    # request 2 verifies trees in the same passes as request 0, from its own prompt and generator
+    sibling_counts = []
+
+    def recording_walk(tree, target_probs, *, generator=None):
+        sibling_counts.append(int((tree.parents == -1).sum()))
+        return sample_and_match(tree, target_probs, generator=generator)
+
+    monkeypatch.setattr(rounds_module, "sample_and_match", recording_walk)
+    law = enumerate_request_law(monkeypatch, lambda: build_tree_engine(tree_drafters()), 0)
+    assert max(sibling_counts) == 2  # the walks had two root children to choose from
+    expected = autoregressive_law(tree_target_logits, TREE_PROMPTS[0], TREE_NEW_TOKENS, sampling=SAMPLING)
+    assert abs(sum(law.values()) - 1.0) < 1e-12
+    assert total_variation(law, expected) < 1e-12
+
+
+def walk_reusing_the_root_draw(tree, target_probs, *, generator=None):
+    """Bug: one draw per row, but every row is matched against the root's draw."""
+    draws = walks_module.sample(target_probs, generator)
+    return match_walk(tree, draws[:1].expand(draws.shape[0]).clone())
+
+
+def walk_drawing_every_row_from_the_root_law(tree, target_probs, *, generator=None):
+    """Bug: a node's row is drawn from the root row's law, not its own (the law of the token after the node)."""
+    return match_walk(tree, walks_module.sample(target_probs[:1].expand_as(target_probs).contiguous(), generator))
+
+
+@pytest.mark.parametrize(
+    "walk", [walk_reusing_the_root_draw, walk_drawing_every_row_from_the_root_law], ids=["reused-draw", "root-law"]
+)
+def test_enumeration_sees_a_biased_tree_walk_in_the_engine(monkeypatch, walk):
+    monkeypatch.setattr(rounds_module, "sample_and_match", walk)
+    law = enumerate_request_law(monkeypatch, lambda: build_tree_engine(tree_drafters()), 0)
+    expected = autoregressive_law(tree_target_logits, TREE_PROMPTS[0], TREE_NEW_TOKENS, sampling=SAMPLING)
+    assert abs(sum(law.values()) - 1.0) < 1e-12
+    assert total_variation(law, expected) > 1e-3
