@@ -123,7 +123,14 @@ def reference(queries: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 
 
 def run_case(
-    num_requests: int, dtype: torch.dtype, variants: list[str], shape: Shape, reps: int, warmup: int, device: torch.device, seed: int
+    num_requests: int,
+    dtype: torch.dtype,
+    variants: list[str],
+    shape: Shape,
+    reps: int,
+    warmup: int,
+    device: torch.device,
+    seed: int,
 ) -> dict:
     gen = torch.Generator().manual_seed(seed + num_requests)
     requests = random_requests(num_requests, shape, gen)
@@ -169,7 +176,12 @@ def run_case(
 
                 def build_mask(options=options):
                     return packed_block_mask(
-                        row_slot, row_len, local, num_slots=num_slots, max_seq_len=shape.max_seq_len, block_size=options["block_size"]
+                        row_slot,
+                        row_len,
+                        local,
+                        num_slots=num_slots,
+                        max_seq_len=shape.max_seq_len,
+                        block_size=options["block_size"],
                     )
 
                 def attend(block_mask, options=options):
@@ -207,7 +219,9 @@ def plan_jobs(shape: Shape, smoke: bool) -> list[tuple[int, torch.dtype, list[st
 
 
 def summary(cases: list[dict]) -> list[str]:
-    lines = [f"{'n':>3} {'dtype':>9} {'rows':>5} {'span':>5} {'variant':>9} {'err':>9} {'mask ms':>8} {'attn ms':>8} {'fwd ms':>8} {'vs sdpa':>8}"]
+    lines = [
+        f"{'n':>3} {'dtype':>9} {'rows':>5} {'span':>5} {'variant':>9} {'err':>9} {'mask ms':>8} {'attn ms':>8} {'fwd ms':>8} {'vs sdpa':>8}"
+    ]
     sdpa_ms = {(c["requests"], c["dtype"]): c["variants"]["sdpa"].get("forward_ms") for c in cases if "sdpa" in c["variants"]}
     for case in cases:
         sdpa = sdpa_ms.get((case["requests"], case["dtype"]))
@@ -254,8 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     passed = bool(cases) and all(row["passed"] for case in cases for row in case["variants"].values())
     path = write_json(args.out, {**result, "passed": passed, "cases": cases, "skipped": skipped}, prov)
     print(f"wrote {path}; skipped past the budget: {len(skipped)} case(s)")
-    print(f"one layer's attention, {shape.num_heads} q / {shape.num_kv_heads} kv heads, head_dim {shape.head_dim}, on {device}; "
-          f"fwd = mask + {LAYERS} x attn")
+    print(
+        f"one layer's attention, {shape.num_heads} q / {shape.num_kv_heads} kv heads, head_dim {shape.head_dim}, on {device}; "
+        f"fwd = mask + {LAYERS} x attn"
+    )
     for line in summary(cases):
         print(line)
     return 0 if passed else 1

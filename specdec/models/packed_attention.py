@@ -93,7 +93,14 @@ def long_kv_view(cache: torch.Tensor) -> torch.Tensor:
 
 
 def slot_mask(
-    row_slot: torch.Tensor, row_index: torch.Tensor, row_len: torch.Tensor, local: torch.Tensor, span: int, *, num_slots: int, group: int
+    row_slot: torch.Tensor,
+    row_index: torch.Tensor,
+    row_len: torch.Tensor,
+    local: torch.Tensor,
+    span: int,
+    *,
+    num_slots: int,
+    group: int,
 ) -> torch.Tensor:
     """The boolean mask ``[num_slots, 1, group * Tb, span]`` of :func:`sdpa_over_slots`.
 
@@ -225,7 +232,12 @@ def _compiled_flex_attention():
 
 
 def flex_over_slots(
-    queries: torch.Tensor, k_long: torch.Tensor, v_long: torch.Tensor, block_mask: BlockMask, *, kernel_options: dict | None = None
+    queries: torch.Tensor,
+    k_long: torch.Tensor,
+    v_long: torch.Tensor,
+    block_mask: BlockMask,
+    *,
+    kernel_options: dict | None = None,
 ) -> torch.Tensor:
     """Packed rows' attention through ``flex_attention`` over the long KV; returns ``[R, H, D]``.
 
@@ -247,7 +259,9 @@ def flex_over_slots(
         torch.Size([2, 2, 8])
     """
     if queries.device.type == "cuda":
-        out = _compiled_flex_attention()(queries, k_long, v_long, block_mask=block_mask, enable_gqa=True, kernel_options=kernel_options)
+        out = _compiled_flex_attention()(
+            queries, k_long, v_long, block_mask=block_mask, enable_gqa=True, kernel_options=kernel_options
+        )
     else:
         with warnings.catch_warnings():
             # eager flex_attention is the intended path off CUDA; its advice to compile does not apply

@@ -147,7 +147,10 @@ def test_rows_never_see_other_slots_or_stale_rows():
     gen = torch.Generator().manual_seed(11)
     flex = RaggedDenseTarget(DENSE, slots=3, layout="packed", attention="flex")
     clean = RaggedDenseTarget(DENSE, slots=3, layout="packed", attention="flex")
-    prefill = [RequestRows(0, torch.randint(0, VOCAB, (1, 6), generator=gen)), RequestRows(2, torch.randint(0, VOCAB, (1, 3), generator=gen))]
+    prefill = [
+        RequestRows(0, torch.randint(0, VOCAB, (1, 6), generator=gen)),
+        RequestRows(2, torch.randint(0, VOCAB, (1, 3), generator=gen)),
+    ]
     for target in (flex, clean):
         target.forward(prefill)
         target.commit(0, 6)
@@ -158,7 +161,10 @@ def test_rows_never_see_other_slots_or_stale_rows():
         k[0, :, 6:] = float("nan")  # past slot 0's prefix: its new rows are written there, then stale
         k[2, :, 3:] = float("nan")
     tree = Tree(tokens=[4, 5, 6, 7], parents=[-1, -1, 0, 2])
-    requests = [RequestRows.from_plan(0, VerifyPlan.for_tree(torch.tensor([3]), tree, prefix_len=6)), RequestRows(2, torch.tensor([[8]]))]
+    requests = [
+        RequestRows.from_plan(0, VerifyPlan.for_tree(torch.tensor([3]), tree, prefix_len=6)),
+        RequestRows(2, torch.tensor([[8]])),
+    ]
     for out, ref in zip(flex.forward(requests), clean.forward(requests)):
         assert torch.isfinite(out.logits).all()
         torch.testing.assert_close(out.logits, ref.logits, **TOL)
