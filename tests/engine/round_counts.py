@@ -125,9 +125,12 @@ def counting(target) -> Iterator[DeviceWorkCounter]:
         patched[name] = original
 
         def method(self, *args, **kwargs):
+            device = counter.is_device(self) and not counter.paused
             counter.read(self)
             with counter.pause():
-                return original(self, *args, **kwargs)
+                value = original(self, *args, **kwargs)
+                # on a GPU the value read is a new host tensor; on the CPU ``cpu()`` returns the tensor itself
+                return value.clone() if device and value is self else value
 
         setattr(torch.Tensor, name, method)
 
