@@ -146,10 +146,11 @@ def counting(target) -> Iterator[DeviceWorkCounter]:
             setattr(torch.Tensor, name, original)
 
 
-def engine_rounds(engine, target, prompts, *, max_new_tokens: int) -> list[tuple[int, int, int]]:
+def engine_rounds(engine, target, prompts, *, max_new_tokens: int, per_op: bool = False) -> list[tuple]:
     """Run ``prompts`` through ``engine``; per step: ``(running requests, device ops, device reads)``.
 
-    The prompts are marked device tensors (``add_request`` wants them on the target's device).
+    With ``per_op``, each step's tuple ends with its ``{op name: count}``. The prompts are marked device
+    tensors (``add_request`` wants them on the target's device).
     """
     rounds = []
     with counting(target) as counter:
@@ -158,9 +159,10 @@ def engine_rounds(engine, target, prompts, *, max_new_tokens: int) -> list[tuple
             engine.add_request(p, max_new_tokens=max_new_tokens)
         while engine.has_work:
             counter.ops = counter.reads = 0
+            counter.per_op = {}
             running = len(engine.running) + len(engine.waiting)
             engine.step()
-            rounds.append((running, counter.ops, counter.reads))
+            rounds.append((running, counter.ops, counter.reads, counter.per_op) if per_op else (running, counter.ops, counter.reads))
     return rounds
 
 
