@@ -793,9 +793,9 @@ class Engine:
             return {}
         values = torch.cat(parts).argmax(-1).tolist()  # the round's one device read for these requests
         argmaxes, start = {}, 0
-        for owner, count in owners:
-            argmaxes[owner] = values[start : start + count]
-            start += count
+        for owner, num_rows in owners:
+            argmaxes[owner] = values[start : start + num_rows]
+            start += num_rows
         return argmaxes
 
     def _allocate(self, joined: list[RequestState], proposed: list) -> dict[Hashable, int]:

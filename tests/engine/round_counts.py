@@ -162,7 +162,9 @@ def engine_rounds(engine, target, prompts, *, max_new_tokens: int, per_op: bool 
             counter.per_op = {}
             running = len(engine.running) + len(engine.waiting)
             engine.step()
-            rounds.append((running, counter.ops, counter.reads, counter.per_op) if per_op else (running, counter.ops, counter.reads))
+            rounds.append(
+                (running, counter.ops, counter.reads, counter.per_op) if per_op else (running, counter.ops, counter.reads)
+            )
     return rounds
 
 

@@ -77,7 +77,10 @@ def test_a_bad_host_proposal_fails_its_request_with_the_validate_message():
     engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=8)
     engine.add_request(torch.tensor([4, 5]), max_new_tokens=8)
     engine.step()
-    with pytest.raises(RequestFailed, match=r"request 1 failed: ValueError: proposal.tokens: expected token ids in \[0, 97\), got tokens\[0\] = 97"):
+    with pytest.raises(
+        RequestFailed,
+        match=r"request 1 failed: ValueError: proposal.tokens: expected token ids in \[0, 97\), got tokens\[0\] = 97",
+    ):
         engine.step()
     assert engine.status(1) == "failed"
 
