@@ -43,6 +43,7 @@ from specdec.verify.processors import process_logits
 from specdec.verify.sampling import logits_to_probs, sample
 from specdec.verify.tree import TreeVerifier
 from specdec.verify.two_level import TwoLevelVerifier
+from specdec.verify.walks import greedy_walk_tokens
 
 __all__ = ["Engine", "RequestFailed", "RequestState"]
 
@@ -116,6 +117,20 @@ class RequestState:
         """``[m]`` int64 on the device of :attr:`buf`, the tokens emitted so far (stops applied; at most ``max_new_tokens``)."""
         plen = self.prompt.numel()
         return self.buf[plen : self.scanned].clone()
+
+
+@dataclass
+class _HostRows:
+    """A host-decided request's verify rows before they are shipped to the device with its companions'.
+
+    Attributes:
+        tokens: ``T`` ints, the rows' tokens ``[root, node_0, ...]``.
+        positions, mask: the plan's ``[1, T]`` positions and ``[T, T]`` mask (``None`` for a chain).
+    """
+
+    tokens: list[int]
+    positions: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
 
 
 class Engine:
@@ -561,9 +576,9 @@ class Engine:
         proposal.validate(vocab_size=vocab_size)
 
     def _host_greedy(self, state: RequestState) -> bool:
-        """Whether the request's round is decided from host argmax values (greedy chain, one-level, no processors)."""
+        """Whether the request's round is decided from host argmax values (greedy, one-level, no logits processors)."""
         sampling = state.sampling
-        return self.two_level is None and type(self.verifier) is ChainVerifier and sampling.greedy and not sampling.needs_prefix
+        return self.two_level is None and sampling.greedy and not sampling.needs_prefix
 
     def _on_target_device(self, proposal: DraftProposal) -> DraftProposal:
         """``proposal`` with its tensors on the target's device (the per-request acceptance reads them there)."""
@@ -610,11 +625,11 @@ class Engine:
         state.pending["tree"] = tree
         return state.estimator.gains(proposal, tree)
 
-    def _plan(self, state: RequestState, nodes: int | None = None) -> RequestRows | list[int]:
+    def _plan(self, state: RequestState, nodes: int | None = None) -> RequestRows | _HostRows:
         """The request's verify rows for the shared forward; ``nodes`` = its budget's node count (else all).
 
-        A round decided on the host (:meth:`_host_greedy`) returns its row tokens ``[root, d_1, ..., d_k]``
-        as ints; the step ships every such request's rows to the device in one copy.
+        A round decided on the host (:meth:`_host_greedy`) plans on the host and returns :class:`_HostRows`;
+        the step ships every such request's row tokens to the device in one copy.
         """
         if self.two_level is not None:
             return self.two_level.rows(self.target, state)
@@ -625,14 +640,26 @@ class Engine:
                 tree = tree.truncate(nodes)
             else:
                 proposal = truncate_chain(proposal, nodes)
-        if self._host_greedy(state):
+        if self._host_greedy(state) and type(self.verifier) is ChainVerifier:
             if self.verifier.validate_proposals:
                 self._validate(proposal)
             if not isinstance(proposal.tokens, torch.Tensor) or proposal.tokens.ndim != 1:
                 raise ValueError(f"drafts: expected a 1-D tensor of token ids, got {getattr(proposal.tokens, 'shape', None)}")
             drafts = proposal.tokens.tolist() if proposal.tokens.numel() else []
             state.pending.update(verified=proposal, nodes=nodes, drafts=drafts)
-            return [int(state.buf[state.length - 1]), *drafts]
+            return _HostRows([int(state.buf[state.length - 1]), *drafts])
+        if self._host_greedy(state):  # a tree, planned on the host (where the engine keeps the root)
+            plan = plan_round(
+                self.verifier,
+                proposal,
+                state.buf[state.length - 1 : state.length],
+                prefix_len=target.length(slot),
+                room=target.room(slot),
+                vocab_size=target.vocab_size,
+                tree=tree,
+            )
+            state.pending.update(plan=plan, verified=proposal, nodes=nodes)
+            return _HostRows(plan.tokens[0].tolist(), plan.positions, plan.mask)
         proposal = self._on_target_device(proposal)
         plan = plan_round(
             self.verifier,
@@ -765,15 +792,24 @@ class Engine:
         return emitted
 
     def _ship_host_rows(self, planned: list[RequestState], rows: list) -> list[RequestRows]:
-        """Every host-decided request's row tokens to the target's device in one copy, as views of it."""
-        host = [(i, r) for i, r in enumerate(rows) if not isinstance(r, RequestRows)]
+        """Every host-decided request's row tokens to the target's device in one copy, as views of it.
+
+        A tree's positions and mask go with their own copies.
+        """
+        host = [(i, r) for i, r in enumerate(rows) if isinstance(r, _HostRows)]
         if not host:
             return rows
-        flat = torch.tensor([t for _, r in host for t in r], dtype=torch.long, device=self.target.device)
+        device = self.target.device
+        flat = torch.tensor([t for _, r in host for t in r.tokens], dtype=torch.long, device=device)
         start = 0
         for i, r in host:
-            rows[i] = RequestRows(planned[i].slot, flat[start : start + len(r)][None])
-            start += len(r)
+            rows[i] = RequestRows(
+                planned[i].slot,
+                flat[start : start + len(r.tokens)][None],
+                positions=None if r.positions is None else r.positions.to(device),
+                mask=None if r.mask is None else r.mask.to(device),
+            )
+            start += len(r.tokens)
         return rows
 
     def _host_argmaxes(self, planned: list[RequestState], outs: list, fresh: set) -> dict[int, list[int]]:
@@ -837,11 +873,19 @@ class Engine:
         else:
             pending, state.pending = state.pending, {}
             proposal = pending["verified"]
-            if argmaxes is not None:
+            if argmaxes is not None and "drafts" in pending:
                 drafts = pending["drafts"]
                 n, bonus = greedy_chain_accept_tokens(drafts, argmaxes)
                 emitted = torch.tensor([*drafts[:n], bonus], dtype=torch.long, device=self._token_device)
                 outcome = RoundOutcome(emitted=emitted, num_accepted=n, commit=n + 1)
+            elif argmaxes is not None:
+                plan = pending["plan"]
+                walk = greedy_walk_tokens(plan.tree, argmaxes)
+                outcome = RoundOutcome(
+                    emitted=walk.emitted,
+                    num_accepted=walk.num_accepted,
+                    commit=plan.accepted_rows(walk.num_accepted, walk.rows),
+                )
             elif self.two_level is not None:
                 outcome = self.two_level.accept(state, pending, logits)
             else:

@@ -97,3 +97,26 @@ def test_greedy_and_sampled_requests_mixed_keep_their_generate_output():
     for i, (p, t) in enumerate(zip(prompts, temperatures)):
         alone = sd.generate(target, p[None], max_new_tokens=12, drafter=NGramDrafter(max_ngram=2), temperature=t, seed=i)
         assert torch.equal(outputs[i], alone.tokens[0])
+
+
+def test_a_greedy_tree_round_reads_the_device_once_and_keeps_the_generate_output():
+    from specdec.models.ragged import RaggedDenseTarget
+    from specdec.verify import TreeVerifier
+
+    target = tiny_target(seed=0, max_seq_len=64)
+    ragged = RaggedDenseTarget(target, slots=4, layout="packed")
+    gen = torch.Generator().manual_seed(5)
+    # repetitive prompts: the n-gram drafter finds several continuations, so its trees branch
+    prompts = [torch.randint(1, 6, (n,), generator=gen) for n in (9, 6, 12, 7)]
+    engine = Engine(
+        ragged, NGramDrafter(max_ngram=2, max_paths=3), verifier=TreeVerifier(budget=6), max_batch=4, num_draft_tokens=4
+    )
+    rounds = engine_rounds(engine, ragged, prompts, max_new_tokens=12, per_op=True)
+    for _, _, reads, per_op in rounds:
+        assert reads == 1 and {op: n for op, n in per_op.items() if op not in VIEWS} == {"cat": 1, "argmax": 1}, per_op
+    assert any(engine.request(i).accepted for i in range(4))
+    for i, p in enumerate(prompts):
+        alone = sd.generate(
+            target, p[None], max_new_tokens=12, drafter=NGramDrafter(max_ngram=2, max_paths=3), verifier=TreeVerifier(budget=6)
+        )
+        assert torch.equal(engine.output(i), alone.tokens[0])
