@@ -10,6 +10,13 @@ added while every slot is busy waits for one. With a two-level verifier, the ste
 forward (the target's 8-bit weight view) for its two-level requests and drafts again for them
 (:mod:`specdec.engine.two_level`); the exact pass is still one forward for all.
 
+Host work per round: each request's tokens live on the host (appends, stop scans and the contexts of
+drafters that read tokens on the host cost no device op). The greedy requests (one-level, no logits
+processors) are decided from ONE argmax over all their verify rows and ONE read of it to the host
+(:func:`~specdec.verify.chain.greedy_chain_accept_tokens`, :func:`~specdec.verify.walks.greedy_walk_tokens`:
+the verifier's own rule on the same argmax values), and their row tokens reach the device in one copy;
+sampled requests accept from their own logits with their own generator, as alone.
+
 Batch invariance: with the ``"per_request"`` layout a request's tokens are exactly those
 :func:`specdec.generate` gives it alone (same drafter kind, verifier, sampling and seed), whatever its
 companions and arrival order, because its rounds have the shapes, logits and random draws they have
@@ -48,6 +55,7 @@ from specdec.verify.walks import greedy_walk_tokens
 __all__ = ["Engine", "RequestFailed", "RequestState"]
 
 WAITING, RUNNING, FINISHED, CANCELLED, FAILED = "waiting", "running", "finished", "cancelled", "failed"
+PROPOSAL_EXTRAS = tuple(f.name for f in fields(DraftProposal) if f.name != "tokens")
 
 
 class RequestFailed(RuntimeError):
@@ -292,6 +300,7 @@ class Engine:
         # Requests' tokens live on the host: appends, stop scans, roots and host-reading drafters' contexts
         # cost no device op. Two-level rounds read them on the device.
         self._token_device = torch.device("cpu") if self.two_level is None else self.target.device
+        self._device = self.target.device
         self.num_draft_tokens = num_draft_tokens
         self.verify_budget = verify_budget
         self.step_time = step_time
@@ -551,17 +560,25 @@ class Engine:
         """``tokens`` where the requests' tokens live (a device-to-host read when that is the host)."""
         return tokens.cpu() if self._token_device.type == "cpu" else tokens.to(self._token_device)
 
+    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
+        """``host`` on the target's device without a stream synchronisation.
+
+        A pageable host tensor's non-blocking copy is staged before the call returns, so the host tensor
+        may change right after.
+        """
+        return host.to(self._device, non_blocking=True)
+
     def _context(self, drafter: object, state: RequestState) -> torch.Tensor:
         """The request's tokens so far for ``drafter``: on the host for a drafter with ``host_context = True``
         (it reads tokens on the host: no copy), else on the target's device."""
         context = state.buf[: state.length]
-        return context if getattr(drafter, "host_context", False) else context.to(self.target.device)
+        return context if getattr(drafter, "host_context", False) else self._to_device(context)
 
     def _validate(self, proposal: DraftProposal) -> None:
         """``proposal.validate``, decided on the host without a tensor op for a host proposal of token ids only."""
         vocab_size = self.target.vocab_size
         tokens = proposal.tokens
-        tokens_only = all(getattr(proposal, f.name) is None for f in fields(proposal) if f.name != "tokens")
+        tokens_only = all(getattr(proposal, name) is None for name in PROPOSAL_EXTRAS)
         if (
             tokens_only
             and isinstance(tokens, torch.Tensor)
@@ -582,11 +599,16 @@ class Engine:
 
     def _on_target_device(self, proposal: DraftProposal) -> DraftProposal:
         """``proposal`` with its tensors on the target's device (the per-request acceptance reads them there)."""
-        device = self.target.device
-        if proposal.tokens.device == device:
+        if proposal.tokens.device == self._device:
             return proposal
-        moved = {f.name: getattr(proposal, f.name) for f in fields(proposal)}
-        return replace(proposal, **{name: None if value is None else value.to(device) for name, value in moved.items()})
+        moved = {}
+        for f in fields(proposal):
+            value = getattr(proposal, f.name)
+            if isinstance(value, torch.Tensor):
+                moved[f.name] = self._to_device(value)
+            elif value is not None:  # a Tree
+                moved[f.name] = value.to(self._device)
+        return replace(proposal, **moved)
 
     def _take_proposal(self, state: RequestState, proposal: object, k: int) -> DraftProposal:
         if not isinstance(proposal, DraftProposal):
@@ -644,7 +666,8 @@ class Engine:
             if self.verifier.validate_proposals:
                 self._validate(proposal)
             if not isinstance(proposal.tokens, torch.Tensor) or proposal.tokens.ndim != 1:
-                raise ValueError(f"drafts: expected a 1-D tensor of token ids, got {getattr(proposal.tokens, 'shape', None)}")
+                got = getattr(proposal.tokens, "shape", type(proposal.tokens).__name__)
+                raise ValueError(f"drafts: expected a 1-D tensor of token ids, got {got}")
             drafts = proposal.tokens.tolist() if proposal.tokens.numel() else []
             state.pending.update(verified=proposal, nodes=nodes, drafts=drafts)
             return _HostRows([int(state.buf[state.length - 1]), *drafts])
@@ -664,7 +687,7 @@ class Engine:
         plan = plan_round(
             self.verifier,
             proposal,
-            state.buf[state.length - 1 : state.length].to(target.device),
+            self._to_device(state.buf[state.length - 1 : state.length]),
             prefix_len=target.length(slot),
             room=target.room(slot),
             vocab_size=target.vocab_size,
@@ -799,15 +822,14 @@ class Engine:
         host = [(i, r) for i, r in enumerate(rows) if isinstance(r, _HostRows)]
         if not host:
             return rows
-        device = self.target.device
-        flat = torch.tensor([t for _, r in host for t in r.tokens], dtype=torch.long, device=device)
+        flat = self._to_device(torch.tensor([t for _, r in host for t in r.tokens], dtype=torch.long))
         start = 0
         for i, r in host:
             rows[i] = RequestRows(
                 planned[i].slot,
                 flat[start : start + len(r.tokens)][None],
-                positions=None if r.positions is None else r.positions.to(device),
-                mask=None if r.mask is None else r.mask.to(device),
+                positions=None if r.positions is None else self._to_device(r.positions),
+                mask=None if r.mask is None else self._to_device(r.mask),
             )
             start += len(r.tokens)
         return rows
@@ -896,7 +918,7 @@ class Engine:
                     proposal,
                     sampling=state.sampling,
                     generator=state.generator,
-                    context=state.buf[: state.length].to(logits.device),
+                    context=self._to_device(state.buf[: state.length]),
                 )
             self.target.commit(state.slot, outcome.commit)
             if hidden:
