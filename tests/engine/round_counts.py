@@ -13,6 +13,10 @@ synchronisation. On the CPU both are cheap, so the counter decides what WOULD li
   ``cpu`` / ``numpy`` of one, count as one device read (its value goes to the host, which becomes a host
   tensor).
 
+Not counted: copies of host data to the device (on the CPU they look like host work). The engine makes
+one per round for all host-decided requests' row tokens, plus one per request for the context of a
+drafter that reads it on the device, and for a tree's positions and mask; all without a stream sync.
+
 Nothing is counted inside the target's forward (the forward is the work being amortised) and device
 storages are kept alive while counting, so a freed device storage is never mistaken for a host one.
 
