@@ -30,6 +30,7 @@ class NGramDrafter:
     """
 
     vocab_size = None
+    host_context = True  # it reads tokens on the host: an engine may hand it its context there
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, *, max_paths: int = 1, depth: int | None = None):
         if not 1 <= min_ngram <= max_ngram:

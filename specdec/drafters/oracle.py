@@ -169,6 +169,13 @@ class OracleDrafter:
 
     label = SIMULATED
 
+    @property
+    def host_context(self) -> bool:
+        """Whether an engine may hand this drafter its context on the host (bool): ``True`` without a
+        wrapped drafter, since the reference lookup reads tokens on the host; a wrapped drafter gets the
+        context where its engine keeps it for drafters (the target's device)."""
+        return self.wrap is None
+
     def __init__(
         self,
         profile: AcceptanceProfile | str,

@@ -10,6 +10,13 @@ added while every slot is busy waits for one. With a two-level verifier, the ste
 forward (the target's 8-bit weight view) for its two-level requests and drafts again for them
 (:mod:`specdec.engine.two_level`); the exact pass is still one forward for all.
 
+Host work per round: each request's tokens live on the host (appends, stop scans and the contexts of
+drafters that read tokens on the host cost no device op). The greedy requests (one-level, no logits
+processors) are decided from ONE argmax over all their verify rows and ONE read of it to the host
+(:func:`~specdec.verify.chain.greedy_chain_accept_tokens`, :func:`~specdec.verify.walks.greedy_walk_tokens`:
+the verifier's own rule on the same argmax values), and their row tokens reach the device in one copy;
+sampled requests accept from their own logits with their own generator, as alone.
+
 Batch invariance: with the ``"per_request"`` layout a request's tokens are exactly those
 :func:`specdec.generate` gives it alone (same drafter kind, verifier, sampling and seed), whatever its
 companions and arrival order, because its rounds have the shapes, logits and random draws they have
@@ -21,7 +28,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from itertools import count
 
 import torch
@@ -31,22 +38,24 @@ from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate
 from specdec.engine.drafting import BatchableDrafter, BatchDrafter, RequestAwareDrafter
-from specdec.engine.rounds import accept_round, check_verifier, plan_round, truncate_chain
+from specdec.engine.rounds import RoundOutcome, accept_round, check_verifier, plan_round, truncate_chain
 from specdec.engine.two_level import TwoLevelRequest, TwoLevelRounds
 from specdec.generation import StopCondition, check_proposal_size
 from specdec.models.dense import DenseTarget
 from specdec.models.hybrid import HybridTarget
 from specdec.models.ragged import RaggedDenseTarget, RequestRows
 from specdec.models.ragged_hybrid import RaggedHybridTarget
-from specdec.verify.chain import ChainVerifier
+from specdec.verify.chain import ChainVerifier, greedy_chain_accept_tokens
 from specdec.verify.processors import process_logits
 from specdec.verify.sampling import logits_to_probs, sample
 from specdec.verify.tree import TreeVerifier
 from specdec.verify.two_level import TwoLevelVerifier
+from specdec.verify.walks import greedy_walk_tokens
 
 __all__ = ["Engine", "RequestFailed", "RequestState"]
 
 WAITING, RUNNING, FINISHED, CANCELLED, FAILED = "waiting", "running", "finished", "cancelled", "failed"
+PROPOSAL_EXTRAS = tuple(f.name for f in fields(DraftProposal) if f.name != "tokens")
 
 
 class RequestFailed(RuntimeError):
@@ -85,6 +94,8 @@ class RequestState:
             :class:`~specdec.engine.two_level.TwoLevelRequest` (its gate, stats and last round) from its first
             round on; else ``None``.
         drafter_request: the per-request drafter arguments given to :meth:`Engine.add_request`.
+        buf: the prompt then every emitted token, on the host (on the target's device with a
+            :class:`~specdec.verify.TwoLevelVerifier`, whose rounds read it there); ``length`` of it are filled.
     """
 
     request_id: Hashable
@@ -111,9 +122,23 @@ class RequestState:
 
     @property
     def tokens(self) -> torch.Tensor:
-        """``[m]`` int64, the tokens emitted so far (stops applied; at most ``max_new_tokens``)."""
+        """``[m]`` int64 on the device of :attr:`buf`, the tokens emitted so far (stops applied; at most ``max_new_tokens``)."""
         plen = self.prompt.numel()
         return self.buf[plen : self.scanned].clone()
+
+
+@dataclass
+class _HostRows:
+    """A host-decided request's verify rows before they are shipped to the device with its companions'.
+
+    Attributes:
+        tokens: ``T`` ints, the rows' tokens ``[root, node_0, ...]``.
+        positions, mask: the plan's ``[1, T]`` positions and ``[T, T]`` mask (``None`` for a chain).
+    """
+
+    tokens: list[int]
+    positions: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
 
 
 class Engine:
@@ -272,6 +297,10 @@ class Engine:
         if verify_budget is None and step_time is not None:
             raise ValueError("step_time: only read with a verify_budget, got a table with verify_budget=None")
         self.max_batch = max_batch
+        # Requests' tokens live on the host: appends, stop scans, roots and host-reading drafters' contexts
+        # cost no device op. Two-level rounds read them on the device.
+        self._token_device = torch.device("cpu") if self.two_level is None else self.target.device
+        self._device = self.target.device
         self.num_draft_tokens = num_draft_tokens
         self.verify_budget = verify_budget
         self.step_time = step_time
@@ -390,7 +419,7 @@ class Engine:
                     f"a batched drafter with begin_request(slot, **kw) (a RequestAwareDrafter), got {dict(drafter_request)!r}"
                 )
             self._batch_drafter.check_request(**drafter_request)
-        stop = StopCondition(eos_token_id, vocab_size=target.vocab_size, device=target.device)
+        stop = StopCondition(eos_token_id, vocab_size=target.vocab_size, device=self._token_device)
         if self._batch_drafter is not None:
             drafter = None
         elif self._drafter_factory is None:
@@ -399,8 +428,8 @@ class Engine:
             drafter = self._check_drafter(self._drafter_factory())
         plen = prompt.numel()
         # room for a round that emits up to num_draft_tokens + 1 tokens past max_new_tokens - 1
-        buf = torch.empty(plen + max_new_tokens + self.num_draft_tokens + 1, dtype=torch.long, device=target.device)
-        buf[:plen] = prompt
+        buf = torch.empty(plen + max_new_tokens + self.num_draft_tokens + 1, dtype=torch.long, device=self._token_device)
+        buf[:plen] = self._to_token_device(prompt)
         generator = None if seed is None else torch.Generator(device=target.device).manual_seed(seed)
         self._requests[request_id] = RequestState(
             request_id=request_id,
@@ -523,9 +552,63 @@ class Engine:
         k = self._draft_size(state)
         extra = {"target_hidden": state.fresh_hidden} if self._taps_of(state.drafter) else {}
         proposal = state.drafter.propose(
-            state.buf[: state.length], k, sampling=state.sampling, generator=state.generator, **extra
+            self._context(state.drafter, state), k, sampling=state.sampling, generator=state.generator, **extra
         )
         return self._take_proposal(state, proposal, k)
+
+    def _to_token_device(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens`` where the requests' tokens live (a device-to-host read when that is the host)."""
+        return tokens.cpu() if self._token_device.type == "cpu" else tokens.to(self._token_device)
+
+    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
+        """``host`` on the target's device without a stream synchronisation.
+
+        A pageable host tensor's non-blocking copy is staged before the call returns, so the host tensor
+        may change right after.
+        """
+        return host.to(self._device, non_blocking=True)
+
+    def _context(self, drafter: object, state: RequestState) -> torch.Tensor:
+        """The request's tokens so far for ``drafter``: on the host for a drafter with ``host_context = True``
+        (it reads tokens on the host: no copy), else on the target's device."""
+        context = state.buf[: state.length]
+        return context if getattr(drafter, "host_context", False) else self._to_device(context)
+
+    def _validate(self, proposal: DraftProposal) -> None:
+        """``proposal.validate``, decided on the host without a tensor op for a host proposal of token ids only."""
+        vocab_size = self.target.vocab_size
+        tokens = proposal.tokens
+        tokens_only = all(getattr(proposal, name) is None for name in PROPOSAL_EXTRAS)
+        if (
+            tokens_only
+            and isinstance(tokens, torch.Tensor)
+            and tokens.device.type == "cpu"
+            and tokens.ndim == 1
+            and not tokens.is_floating_point()
+            and not tokens.is_complex()
+            and tokens.dtype != torch.bool
+            and all(0 <= t < vocab_size for t in tokens.tolist())
+        ):
+            return
+        proposal.validate(vocab_size=vocab_size)
+
+    def _host_greedy(self, state: RequestState) -> bool:
+        """Whether the request's round is decided from host argmax values (greedy, one-level, no logits processors)."""
+        sampling = state.sampling
+        return self.two_level is None and sampling.greedy and not sampling.needs_prefix
+
+    def _on_target_device(self, proposal: DraftProposal) -> DraftProposal:
+        """``proposal`` with its tensors on the target's device (the per-request acceptance reads them there)."""
+        if proposal.tokens.device == self._device:
+            return proposal
+        moved = {}
+        for f in fields(proposal):
+            value = getattr(proposal, f.name)
+            if isinstance(value, torch.Tensor):
+                moved[f.name] = self._to_device(value)
+            elif value is not None:  # a Tree
+                moved[f.name] = value.to(self._device)
+        return replace(proposal, **moved)
 
     def _take_proposal(self, state: RequestState, proposal: object, k: int) -> DraftProposal:
         if not isinstance(proposal, DraftProposal):
@@ -539,7 +622,7 @@ class Engine:
         sizes = [self._draft_size(state) for state in states]
         proposals = self._batch_drafter.propose_batch(
             [state.slot for state in states],
-            [state.buf[: state.length] for state in states],
+            [self._context(self._batch_drafter, state) for state in states],
             sizes,
             samplings=[state.sampling for state in states],
             generators=[state.generator for state in states],
@@ -557,15 +640,19 @@ class Engine:
         """
         proposal = state.pending["proposal"]
         if self.verifier.validate_proposals:
-            proposal.validate(vocab_size=self.target.vocab_size)
+            self._validate(proposal)
         tree = None
         if type(self.verifier) is TreeVerifier:
             tree = self.verifier.build_tree(proposal, room=self.target.room(state.slot))
         state.pending["tree"] = tree
         return state.estimator.gains(proposal, tree)
 
-    def _plan(self, state: RequestState, nodes: int | None = None) -> RequestRows:
-        """The request's verify rows for the shared forward; ``nodes`` = its budget's node count (else all)."""
+    def _plan(self, state: RequestState, nodes: int | None = None) -> RequestRows | _HostRows:
+        """The request's verify rows for the shared forward; ``nodes`` = its budget's node count (else all).
+
+        A round decided on the host (:meth:`_host_greedy`) plans on the host and returns :class:`_HostRows`;
+        the step ships every such request's row tokens to the device in one copy.
+        """
         if self.two_level is not None:
             return self.two_level.rows(self.target, state)
         target, slot = self.target, state.slot
@@ -575,10 +662,32 @@ class Engine:
                 tree = tree.truncate(nodes)
             else:
                 proposal = truncate_chain(proposal, nodes)
+        if self._host_greedy(state) and type(self.verifier) is ChainVerifier:
+            if self.verifier.validate_proposals:
+                self._validate(proposal)
+            if not isinstance(proposal.tokens, torch.Tensor) or proposal.tokens.ndim != 1:
+                got = getattr(proposal.tokens, "shape", type(proposal.tokens).__name__)
+                raise ValueError(f"drafts: expected a 1-D tensor of token ids, got {got}")
+            drafts = proposal.tokens.tolist() if proposal.tokens.numel() else []
+            state.pending.update(verified=proposal, nodes=nodes, drafts=drafts)
+            return _HostRows([int(state.buf[state.length - 1]), *drafts])
+        if self._host_greedy(state):  # a tree, planned on the host (where the engine keeps the root)
+            plan = plan_round(
+                self.verifier,
+                proposal,
+                state.buf[state.length - 1 : state.length],
+                prefix_len=target.length(slot),
+                room=target.room(slot),
+                vocab_size=target.vocab_size,
+                tree=tree,
+            )
+            state.pending.update(plan=plan, verified=proposal, nodes=nodes)
+            return _HostRows(plan.tokens[0].tolist(), plan.positions, plan.mask)
+        proposal = self._on_target_device(proposal)
         plan = plan_round(
             self.verifier,
             proposal,
-            state.buf[state.length - 1 : state.length],
+            self._to_device(state.buf[state.length - 1 : state.length]),
             prefix_len=target.length(slot),
             room=target.room(slot),
             vocab_size=target.vocab_size,
@@ -587,13 +696,20 @@ class Engine:
         state.pending.update(plan=plan, verified=proposal, nodes=nodes)
         return RequestRows.from_plan(slot, plan)
 
-    def _pick_first(self, state: RequestState, logits: torch.Tensor) -> None:
-        """The token after the prompt from the prefill's last row, drawn as :func:`specdec.generate` draws it."""
+    def _pick_first(self, state: RequestState, logits: torch.Tensor, argmax: int | None = None) -> None:
+        """The token after the prompt from the prefill's last row, drawn as :func:`specdec.generate` draws it.
+
+        ``argmax``: the row's argmax already read to the host, for a :meth:`_host_greedy` request.
+        """
+        if argmax is not None:
+            state.buf[state.length] = argmax
+            state.length += 1
+            return
         prompt, sampling = state.prompt, state.sampling
         if sampling.needs_prefix:
             logits = process_logits(logits[None], [prompt], sampling)[0]
         token = logits.argmax(-1) if sampling.greedy else sample(logits_to_probs(logits, sampling), state.generator)
-        state.buf[state.length] = token
+        state.buf[state.length] = self._to_token_device(token)
         state.length += 1
 
     def _scan(self, state: RequestState) -> torch.Tensor:
@@ -676,16 +792,20 @@ class Engine:
             except Exception as err:
                 self._fail(state, err)
                 failures.append((state, err))
+        rows = self._ship_host_rows(planned, rows)
         emitted: dict[Hashable, torch.Tensor] = {}
         taps = sorted({layer for state in planned for layer in self._taps_for(state)})
         forward_start = time.perf_counter()
         outs = self.target.forward(rows, hidden_layers=taps) if rows else []
         self.target_passes += bool(rows)
         self._exact_seconds = time.perf_counter() - forward_start
+        argmaxes = self._host_argmaxes(planned, outs, fresh)
         for state, out in zip(planned, outs):
             try:
                 hidden = [out.hidden[taps.index(layer)][0] for layer in self._taps_for(state)]  # each [T_i, H]
-                emitted[state.request_id] = self._finish_round(state, out.logits[0], hidden, fresh=id(state) in fresh)
+                emitted[state.request_id] = self._finish_round(
+                    state, out.logits[0], hidden, fresh=id(state) in fresh, argmaxes=argmaxes.get(id(state))
+                )
             except Exception as err:
                 self._fail(state, err)
                 failures.append((state, err))
@@ -693,6 +813,48 @@ class Engine:
             state, err = failures[0]
             raise RequestFailed(state.request_id, err, emitted) from err
         return emitted
+
+    def _ship_host_rows(self, planned: list[RequestState], rows: list) -> list[RequestRows]:
+        """Every host-decided request's row tokens to the target's device in one copy, as views of it.
+
+        A tree's positions and mask go with their own copies.
+        """
+        host = [(i, r) for i, r in enumerate(rows) if isinstance(r, _HostRows)]
+        if not host:
+            return rows
+        flat = self._to_device(torch.tensor([t for _, r in host for t in r.tokens], dtype=torch.long))
+        start = 0
+        for i, r in host:
+            rows[i] = RequestRows(
+                planned[i].slot,
+                flat[start : start + len(r.tokens)][None],
+                positions=None if r.positions is None else self._to_device(r.positions),
+                mask=None if r.mask is None else self._to_device(r.mask),
+            )
+            start += len(r.tokens)
+        return rows
+
+    def _host_argmaxes(self, planned: list[RequestState], outs: list, fresh: set) -> dict[int, list[int]]:
+        """The argmax of every row a host-decided request reads (a prefill: its last row), with ONE device read.
+
+        One argmax over the concatenated rows of all of them; ``{id(state): [its rows' argmax]}``. The
+        values equal each request's own ``argmax(-1)``: the same op over the same rows, ties to the first index.
+        """
+        parts, owners = [], []
+        for state, out in zip(planned, outs):
+            if state.status != RUNNING or not self._host_greedy(state):
+                continue
+            logits = out.logits[0]
+            parts.append(logits[-1:] if id(state) in fresh else logits)
+            owners.append((id(state), parts[-1].shape[0]))
+        if not parts:
+            return {}
+        values = torch.cat(parts).argmax(-1).tolist()  # the round's one device read for these requests
+        argmaxes, start = {}, 0
+        for owner, num_rows in owners:
+            argmaxes[owner] = values[start : start + num_rows]
+            start += num_rows
+        return argmaxes
 
     def _allocate(self, joined: list[RequestState], proposed: list) -> dict[Hashable, int]:
         """Node counts per verifying request under the verify budget (``{}`` without one)."""
@@ -717,30 +879,46 @@ class Engine:
         self.last_allocation = {state.request_id: n for (state, _), n in zip(proposed, counts)}
         return dict(self.last_allocation)
 
-    def _finish_round(self, state: RequestState, logits: torch.Tensor, hidden: list, *, fresh: bool) -> torch.Tensor:
+    def _finish_round(
+        self, state: RequestState, logits: torch.Tensor, hidden: list, *, fresh: bool, argmaxes: list[int] | None = None
+    ) -> torch.Tensor:
         """Accept from the request's logits ``[T_i, V]``, commit, append, apply stops, stream; the new tokens.
 
         ``hidden``: the request's taps, each ``[T_i, H]``; the committed rows' become its drafter's next
-        ``target_hidden [rows, taps, H]``.
+        ``target_hidden [rows, taps, H]``. ``argmaxes``: for a host-decided request, the argmax of its rows
+        (of its last row for a prefill) already on the host; its round reads nothing else from the device.
         """
         if fresh:
             self.target.commit(state.slot, state.prompt.numel())
             state.fresh_hidden = torch.stack(hidden, dim=1) if hidden else None
-            self._pick_first(state, logits[-1])
+            self._pick_first(state, logits[-1], None if argmaxes is None else argmaxes[-1])
         else:
             pending, state.pending = state.pending, {}
-            plan, proposal = pending["plan"], pending["verified"]
-            if self.two_level is not None:
+            proposal = pending["verified"]
+            if argmaxes is not None and "drafts" in pending:
+                drafts = pending["drafts"]
+                n, bonus = greedy_chain_accept_tokens(drafts, argmaxes)
+                emitted = torch.tensor([*drafts[:n], bonus], dtype=torch.long, device=self._token_device)
+                outcome = RoundOutcome(emitted=emitted, num_accepted=n, commit=n + 1)
+            elif argmaxes is not None:
+                plan = pending["plan"]
+                walk = greedy_walk_tokens(plan.tree, argmaxes)
+                outcome = RoundOutcome(
+                    emitted=walk.emitted,
+                    num_accepted=walk.num_accepted,
+                    commit=plan.accepted_rows(walk.num_accepted, walk.rows),
+                )
+            elif self.two_level is not None:
                 outcome = self.two_level.accept(state, pending, logits)
             else:
                 outcome = accept_round(
                     self.verifier,
-                    plan,
+                    pending["plan"],
                     logits,
                     proposal,
                     sampling=state.sampling,
                     generator=state.generator,
-                    context=state.buf[: state.length],
+                    context=self._to_device(state.buf[: state.length]),
                 )
             self.target.commit(state.slot, outcome.commit)
             if hidden:
@@ -755,7 +933,7 @@ class Engine:
             m = outcome.emitted.numel()
             if state.length + m > state.buf.numel():  # a two-level round may emit more than num_draft_tokens + 1
                 state.buf = torch.cat([state.buf, state.buf.new_empty(state.length + m - state.buf.numel())])
-            state.buf[state.length : state.length + m] = outcome.emitted
+            state.buf[state.length : state.length + m] = self._to_token_device(outcome.emitted)
             state.length += m
             state.rounds += 1
             state.accepted += outcome.num_accepted

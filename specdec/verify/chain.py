@@ -30,7 +30,7 @@ from specdec.contracts.target import Target, check_target
 from specdec.verify.processors import process_logits, row_prefixes
 from specdec.verify.sampling import logits_to_probs, sample
 
-__all__ = ["ChainLaws", "ChainVerifier", "VerifyResult", "chain_accept", "chain_laws"]
+__all__ = ["ChainLaws", "ChainVerifier", "VerifyResult", "chain_accept", "chain_laws", "greedy_chain_accept_tokens"]
 
 
 @dataclass
@@ -115,6 +115,32 @@ def chain_accept(
     n = int(accepted.cumprod(0).sum())
     law = laws.bonus_probs if n == k else laws.residual_probs[n]
     return n, sample(law, generator)
+
+
+def greedy_chain_accept_tokens(draft_tokens: Sequence[int], target_tokens: Sequence[int]) -> tuple[int, int]:
+    """Greedy chain acceptance from host tokens: ``(num_accepted, bonus_token)`` as Python ints.
+
+    The rule of :func:`chain_accept` with greedy sampling, given the target argmax of every verify row
+    already read to the host (``target_logits.argmax(-1).tolist()``): accept while ``draft_tokens[i]``
+    equals ``target_tokens[i]``, then emit ``target_tokens[n]``. Given the argmax of the same logits it
+    decides exactly what :func:`chain_accept` decides, ties included: both take the same argmax over
+    the same values, whose ties resolve to the first maximal index.
+
+    Args:
+        draft_tokens: ``k`` proposed token ids.
+        target_tokens: ``k + 1`` target argmax ids of the verify rows ``[root, d_1, ..., d_k]``.
+
+    Example:
+        >>> greedy_chain_accept_tokens([1, 1], [1, 0, 1])
+        (1, 0)
+    """
+    k = len(draft_tokens)
+    if len(target_tokens) != k + 1:
+        raise ValueError(f"target_tokens: expected k + 1 = {k + 1} ids (one per verify row), got {len(target_tokens)}")
+    n = 0
+    while n < k and draft_tokens[n] == target_tokens[n]:
+        n += 1
+    return n, target_tokens[n]
 
 
 class ChainVerifier:

@@ -97,6 +97,55 @@ def greedy_walk(tree: Tree, target_logits: torch.Tensor) -> TreeWalk:
     return match_walk(tree, target_logits.argmax(-1))
 
 
+def greedy_walk_tokens(tree: Tree, target_tokens: list[int]) -> TreeWalk:
+    """Greedy tree acceptance from host tokens: :func:`greedy_walk` given the argmax already on the host.
+
+    ``target_tokens`` is the target argmax of every verify row read to the host
+    (``target_logits.argmax(-1).tolist()``). The walk is :func:`match_walk`'s: from the root, move to
+    the first child (lowest node index) whose token equals the row's argmax; the argmax of the first
+    row without such a child is the bonus. Given the argmax of the same logits it decides exactly what
+    :func:`greedy_walk` decides, ties included: both take the same argmax over the same values, whose
+    ties resolve to the first maximal index. The tree's tokens and parents are read with one
+    ``tolist`` each (free for a tree on the host); ``rows`` and ``emitted`` are on the tree's device.
+
+    Args:
+        tree: the draft tree (``N`` nodes).
+        target_tokens: ``N + 1`` ints, the argmax of the rows ``[root, node_0, ..., node_{N-1}]``.
+
+    Example:
+        >>> tree = Tree(tokens=[7, 8, 9], parents=[-1, -1, 1])
+        >>> walk = greedy_walk_tokens(tree, [8, 0, 9, 4])   # root -> 8 -> 9, then bonus 4
+        >>> walk.rows.tolist(), walk.emitted.tolist(), walk.num_accepted
+        ([0, 2, 3], [8, 9, 4], 2)
+    """
+    if not isinstance(tree, Tree):
+        raise TypeError(f"tree: expected a Tree, got {type(tree).__name__}")
+    n = tree.num_nodes
+    if not isinstance(target_tokens, (list, tuple)) or len(target_tokens) != n + 1:
+        got = len(target_tokens) if isinstance(target_tokens, (list, tuple)) else type(target_tokens).__name__
+        raise ValueError(f"target_tokens: expected a list of {n + 1} ints (root + {n} nodes), got {got}")
+    tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
+    children: list[list[int]] = [[] for _ in range(n + 1)]  # per row, its child nodes in node order
+    for node, parent in enumerate(parents):
+        children[parent + 1].append(node)
+    rows, emitted, row = [0], [], 0
+    while True:
+        choice = target_tokens[row]
+        node = next((c for c in children[row] if tokens[c] == choice), None)
+        if node is None:
+            break
+        emitted.append(tokens[node])
+        row = node + 1
+        rows.append(row)
+    emitted.append(target_tokens[row])
+    device = tree.device
+    return TreeWalk(
+        rows=torch.tensor(rows, dtype=torch.long, device=device),
+        emitted=torch.tensor(emitted, dtype=torch.long, device=device),
+        num_accepted=len(rows) - 1,
+    )
+
+
 def sample_and_match(tree: Tree, target_probs: torch.Tensor, *, generator: torch.Generator | None = None) -> TreeWalk:
     """Sampled tree acceptance: draw the target token at every row, follow the matching child.
 

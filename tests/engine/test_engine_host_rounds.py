@@ -1,0 +1,122 @@
+"""Engine greedy rounds: one device read per round for all requests, nothing but views, one cat and one argmax.
+
+Counted with :mod:`round_counts` (device work outside the target forward, by data flow from the
+forward's outputs and the prompts) at concurrency 16 on the tiny Qwen3-shape target: AR (no drafts) and
+an oracle drafter (chain, greedy). Also: a bad host proposal still fails its request with the message
+of :meth:`DraftProposal.validate`, and greedy and sampled requests mixed in one engine each keep their
+``generate`` output.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from round_counts import engine_rounds, tiny_engine
+
+import specdec as sd
+from specdec.contracts import DraftProposal
+from specdec.drafters import NGramDrafter
+from specdec.engine import Engine, RequestFailed
+from specdec.testing import tiny_target
+
+VIEWS = {"select", "slice", "unsqueeze", "view", "alias", "squeeze", "expand"}
+NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def ar_rounds():
+    engine, ragged, prompts = tiny_engine(concurrency=16, spec=False, max_new_tokens=NEW_TOKENS)
+    return engine_rounds(engine, ragged, prompts, max_new_tokens=NEW_TOKENS, per_op=True), engine
+
+
+@pytest.fixture(scope="module")
+def spec_rounds():
+    engine, ragged, prompts = tiny_engine(concurrency=16, spec=True, max_new_tokens=NEW_TOKENS)
+    return engine_rounds(engine, ragged, prompts, max_new_tokens=NEW_TOKENS, per_op=True), engine
+
+
+@pytest.mark.parametrize("case", ["ar_rounds", "spec_rounds"])
+def test_a_greedy_round_reads_the_device_once(case, request):
+    rounds, _ = request.getfixturevalue(case)
+    assert rounds[0][0] == 16 and len(rounds) > 2
+    for running, _, reads, per_op in rounds:
+        assert running >= 1 and reads == 1, (running, reads, per_op)
+        launched = {op: n for op, n in per_op.items() if op not in VIEWS}
+        assert launched == {"cat": 1, "argmax": 1}, launched
+
+
+def test_the_oracle_rounds_accept_drafts_and_equal_ar(ar_rounds, spec_rounds):
+    (ar, ar_engine), (spec, spec_engine) = ar_rounds, spec_rounds
+    assert len(spec) < len(ar)  # drafts were accepted: fewer rounds for the same tokens
+    for rid in range(16):
+        assert torch.equal(spec_engine.output(rid), ar_engine.output(rid))
+
+
+class OutOfRange:
+    """A drafter proposing one token id past the vocabulary, on the host."""
+
+    vocab_size = None
+    host_context = True
+
+    def reset(self):
+        pass
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        return DraftProposal(tokens=torch.tensor([97]))
+
+
+def test_a_bad_host_proposal_fails_its_request_with_the_validate_message():
+    target = tiny_target(seed=0, max_seq_len=64)
+    made = []
+
+    def factory():
+        made.append(OutOfRange() if len(made) == 1 else NGramDrafter(max_ngram=2))
+        return made[-1]
+
+    engine = Engine(target, factory, max_batch=2)
+    engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=8)
+    engine.add_request(torch.tensor([4, 5]), max_new_tokens=8)
+    engine.step()
+    with pytest.raises(
+        RequestFailed,
+        match=r"request 1 failed: ValueError: proposal.tokens: expected token ids in \[0, 97\), got tokens\[0\] = 97",
+    ):
+        engine.step()
+    assert engine.status(1) == "failed"
+
+
+def test_greedy_and_sampled_requests_mixed_keep_their_generate_output():
+    target = tiny_target(seed=0, max_seq_len=64)
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(1, 97, (n,), generator=gen) for n in (5, 3, 8, 4)]
+    temperatures = [0.0, 1.0, 0.0, 0.7]
+    engine = Engine(target, NGramDrafter(max_ngram=2), max_batch=4)
+    for i, (p, t) in enumerate(zip(prompts, temperatures)):
+        engine.add_request(p, max_new_tokens=12, temperature=t, seed=i)
+    outputs = engine.run()
+    for i, (p, t) in enumerate(zip(prompts, temperatures)):
+        alone = sd.generate(target, p[None], max_new_tokens=12, drafter=NGramDrafter(max_ngram=2), temperature=t, seed=i)
+        assert torch.equal(outputs[i], alone.tokens[0])
+
+
+def test_a_greedy_tree_round_reads_the_device_once_and_keeps_the_generate_output():
+    from specdec.models.ragged import RaggedDenseTarget
+    from specdec.verify import TreeVerifier
+
+    target = tiny_target(seed=0, max_seq_len=64)
+    ragged = RaggedDenseTarget(target, slots=4, layout="packed")
+    gen = torch.Generator().manual_seed(5)
+    # repetitive prompts: the n-gram drafter finds several continuations, so its trees branch
+    prompts = [torch.randint(1, 6, (n,), generator=gen) for n in (9, 6, 12, 7)]
+    engine = Engine(
+        ragged, NGramDrafter(max_ngram=2, max_paths=3), verifier=TreeVerifier(budget=6), max_batch=4, num_draft_tokens=4
+    )
+    rounds = engine_rounds(engine, ragged, prompts, max_new_tokens=12, per_op=True)
+    for _, _, reads, per_op in rounds:
+        assert reads == 1 and {op: n for op, n in per_op.items() if op not in VIEWS} == {"cat": 1, "argmax": 1}, per_op
+    assert any(engine.request(i).accepted for i in range(4))
+    for i, p in enumerate(prompts):
+        alone = sd.generate(
+            target, p[None], max_new_tokens=12, drafter=NGramDrafter(max_ngram=2, max_paths=3), verifier=TreeVerifier(budget=6)
+        )
+        assert torch.equal(engine.output(i), alone.tokens[0])
