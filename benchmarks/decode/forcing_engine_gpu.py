@@ -154,7 +154,11 @@ def main(argv=None) -> int:
     parser.add_argument("--logit-std", type=float, default=4.0)
     parser.add_argument("--num-draft-tokens", type=int, default=6)
     parser.add_argument("--chunk-size", type=int, default=512)
-    parser.add_argument("--no-graphs", action="store_true", help="ragged targets on the eager static path, no CUDA graphs")
+    parser.add_argument(
+        "--no-graphs",
+        action="store_true",
+        help="no CUDA graphs: the stock target eager, the ragged targets on the eager static path",
+    )
     parser.add_argument("--no-auto", action="store_true", help="skip the verify_budget='auto' candidate")
     parser.add_argument("--wall-budget-s", type=float, default=170.0, help="no engine case starts past this many seconds")
     parser.add_argument("--seed", type=int, default=0)
@@ -183,9 +187,9 @@ def main(argv=None) -> int:
     k, n = args.num_draft_tokens, args.num_prompts
     max_seq_len = args.max_prompt_len + args.max_new_tokens + k + 8
     target = build_target(args.shape, args.logit_std, dtype, device, max_seq_len, args.seed)
-    if cuda:
-        # decode steps (1 row) of the stock system replay CUDA graphs
-        target.enable_cuda_graphs(buckets=(1, 2, 4, 8))
+    if not args.no_graphs:
+        # decode steps (1 row) of the stock system replay CUDA graphs (on the CPU: the same static path, eagerly)
+        (target.enable_cuda_graphs if cuda else target.enable_static_path)(buckets=(1, 2, 4, 8))
     times = {"build": time.perf_counter() - t_start}
     gen = torch.Generator().manual_seed(args.seed + 2)
     lengths = torch.randint(args.min_prompt_len, args.max_prompt_len + 1, (n,), generator=gen).tolist()
