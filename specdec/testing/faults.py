@@ -18,6 +18,9 @@ Faults:
   that is not restored; inert under plain autoregressive decoding, where nothing is rejected).
 * :class:`QChainHandOff` -- an exact pass that reuses the previous Q pass's logits on their shared rows (a
   two-level verifier's shortcut that commits 8-bit results).
+* :class:`SlotLogitBiasFault` -- a ragged target (what :class:`specdec.engine.Engine` batches on) that adds
+  ``LogitBiasFault``'s bias to the rows of ONE slot only (cross-talk or bookkeeping between a batched
+  engine's requests: one request's logits touched, its companions' not).
 """
 
 from __future__ import annotations
@@ -27,9 +30,19 @@ from collections.abc import Sequence
 import torch
 
 from specdec.contracts.plan import VerifyPlan
-from specdec.contracts.target import check_target
+from specdec.contracts.target import TargetOutput, check_target
+from specdec.models.dense import DenseTarget
+from specdec.models.ragged import RaggedDenseTarget, RequestRows
 
-__all__ = ["LogitBiasFault", "LogitNoiseFault", "PositionShiftFault", "QChainHandOff", "StaleStateFault", "TargetFault"]
+__all__ = [
+    "LogitBiasFault",
+    "LogitNoiseFault",
+    "PositionShiftFault",
+    "QChainHandOff",
+    "SlotLogitBiasFault",
+    "StaleStateFault",
+    "TargetFault",
+]
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -414,3 +427,108 @@ class QChainHandOff(TargetFault):
             logits[:, :shared] = q_logits[:, :shared]
             out = type(out)(logits=logits, hidden=out.hidden)
         return out
+
+
+class SlotLogitBiasFault(RaggedDenseTarget):
+    """A ragged target whose slot ``slot`` gets ``+bias`` on every ``every``-th vocabulary id from generated
+    position ``after`` on; every other slot is the clean :class:`~specdec.models.ragged.RaggedDenseTarget`.
+
+    The fault of a batched engine that mixes up its requests (a bias, a cache row or a bookkeeping entry
+    applied to the wrong request): one request's outputs are wrong, its companions' are not. Generated
+    positions count from the faulted slot's prefill, the first forward after :meth:`reset` of that slot: a row at
+    position ``pos`` decides generated position ``pos + 1 - prompt_len``, as in :class:`TargetFault`. Every weight
+    view is faulted.
+
+    Args:
+        target: the :class:`~specdec.models.DenseTarget` whose weights every slot runs.
+        slot: the faulted slot (``0 <= slot < slots``); an :class:`~specdec.engine.Engine` gives its ``i``-th
+            request slot ``i`` while no request has left.
+        bias: added logit (finite, may be negative).
+        every: period of the biased ids ``0, every, 2 * every, ...``.
+        after: first generated position of the faulted slot's request that is biased.
+        slots, max_seq_len, layout: as for :class:`~specdec.models.ragged.RaggedDenseTarget`.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> dense = tiny_target(seed=0)
+        >>> fault = SlotLogitBiasFault(dense, slots=2, slot=1, bias=2.0, every=7, after=0)
+        >>> clean = RaggedDenseTarget(dense, slots=2)
+        >>> rows = [RequestRows(0, torch.tensor([[1, 2, 3]])), RequestRows(1, torch.tensor([[4, 5]]))]
+        >>> (faulty0, faulty1), (clean0, clean1) = fault.forward(rows), clean.forward(rows)
+        >>> torch.equal(faulty0.logits, clean0.logits)      # slot 0 untouched
+        True
+        >>> (faulty1.logits - clean1.logits)[0, :, :8]      # slot 1: its prefill's last row decides position 0
+        tensor([[0., 0., 0., 0., 0., 0., 0., 0.],
+                [2., 0., 0., 0., 0., 0., 0., 2.]])
+    """
+
+    def __init__(
+        self,
+        target: DenseTarget,
+        *,
+        slots: int,
+        slot: int,
+        bias: float = 2.0,
+        every: int = 7,
+        after: int = 2048,
+        max_seq_len: int | None = None,
+        layout: str = "per_request",
+    ):
+        super().__init__(target, slots=slots, max_seq_len=max_seq_len, layout=layout)
+        self.slot = self._check_slot(slot)
+        if not (isinstance(bias, (int, float)) and not isinstance(bias, bool) and abs(bias) < float("inf")):
+            raise ValueError(f"bias: expected a finite float, got {bias!r}")
+        self.bias = float(bias)
+        self.every = _check_int("every", every, 1)
+        self.after = _check_int("after", after, 0)
+        self.prompt_len: int | None = None
+
+    def reset(self, slot: int) -> None:
+        """Empty ``slot``; for the faulted slot, also forget its prompt length (its next forward is a prefill).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> fault = SlotLogitBiasFault(tiny_target(seed=0), slots=2, slot=0, after=0)
+            >>> _ = fault.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))]); fault.prompt_len
+            3
+            >>> fault.reset(0); fault.prompt_len is None
+            True
+        """
+        super().reset(slot)
+        if slot == self.slot:
+            self.prompt_len = None
+
+    def forward(
+        self, requests: Sequence[RequestRows], *, hidden_layers: Sequence[int] = (), view: str = "exact"
+    ) -> list[TargetOutput]:
+        """The clean ragged forward, then ``+bias`` on ids ``0, every, ...`` of the faulted slot's active rows.
+
+        Arguments and result as :meth:`RaggedDenseTarget.forward <specdec.models.ragged.RaggedDenseTarget.forward>`:
+        one :class:`~specdec.contracts.TargetOutput` per entry of ``requests``, logits ``[1, T_i, V]``.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> fault = SlotLogitBiasFault(tiny_target(seed=0), slots=1, slot=0, bias=2.0, every=7, after=2)
+            >>> _ = fault.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))]); fault.commit(0, 3)  # decides position 0
+            >>> out = fault.forward([RequestRows(0, torch.tensor([[4, 5, 6]]))])[0]                # positions 1, 2, 3
+            >>> clean = RaggedDenseTarget(fault.target, slots=1)
+            >>> _ = clean.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))]); clean.commit(0, 3)
+            >>> (out.logits - clean.forward([RequestRows(0, torch.tensor([[4, 5, 6]]))])[0].logits)[0, :, :8].round()
+            tensor([[0., 0., 0., 0., 0., 0., 0., 0.],
+                    [2., 0., 0., 0., 0., 0., 0., 2.],
+                    [2., 0., 0., 0., 0., 0., 0., 2.]])
+        """
+        outs = super().forward(requests, hidden_layers=hidden_layers, view=view)  # checks every argument first
+        for req, out in zip(requests, outs):
+            if req.slot != self.slot:
+                continue
+            length, rows = self.lengths[req.slot], req.tokens.shape[1]
+            if self.prompt_len is None:
+                self.prompt_len = length + rows
+            positions = req.positions
+            if positions is None:
+                positions = (length + torch.arange(rows, device=out.logits.device))[None]
+            active = positions.to(out.logits.device) + 1 - self.prompt_len >= self.after  # [1, T]
+            biased = (torch.arange(out.logits.shape[-1], device=out.logits.device) % self.every == 0).float()  # [V]
+            out.logits = out.logits + self.bias * active[..., None].float() * biased
+        return outs
