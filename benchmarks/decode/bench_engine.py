@@ -22,7 +22,10 @@ the timed outputs repeat the warm-up's. The goal cases (concurrency >= 16) run f
 Correctness: concurrency 1 runs every request alone, which is the reference. The ``packed`` layout is
 not batch-invariant in bf16 (a row's GEMM result depends on how many rows share the call), so every
 batched run's requests are compared with their alone output and the mismatches are counted, not
-hidden. With ``--dtype float32`` or ``--weights planted`` the script requires every speculative run to equal AR
+hidden. The ``budget auto`` system allocates against the step-time table plus a constant per round: the host
+work of the engine's round, the AR run's time per pass minus the table's time at its row count.
+
+With ``--dtype float32`` or ``--weights planted`` the script requires every speculative run to equal AR
 of the same concurrency (``torch.equal``) and exits 1 otherwise.
 
 Run on a GPU machine: ``python -m benchmarks.decode.bench_engine`` (writes ``$OUT/bench_engine.json``
@@ -333,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
                 warmup=1,
             )
         table = tables[layout, c]
+        # the budget weighs tokens against the time of a whole round: the forward's table plus the engine's
+        # host work per round, taken from this layout's AR run at the same concurrency when it ran
+        ar_done = next((r for r in result["rows"] if (r["layout"], r["concurrency"], r["system"]) == (layout, c, "AR")), None)
+        host_ms = 0.0 if ar_done is None else max(0.0, ar_done["ms_per_pass"] - table(c))
+        round_table = StepTimeTable(rows=table.rows, ms=tuple(m + host_ms for m in table.ms))
         budget = {"AR": None, "spec, budget auto": "auto", "spec, budget off": None}[name]
         spec = name != "AR"
         if spec and (layout, c) not in batched_ar:
@@ -355,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                 drafter=oracle_factory(references) if spec else NGramDrafter(),
                 num_draft_tokens=k if spec else 0,
                 verify_budget=budget if spec and budget else None,
-                step_time=table if spec and budget else None,
+                step_time=round_table if spec and budget else None,
                 max_new_tokens=args.new_tokens,
             )
 
@@ -379,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             warmup_unmatched_rounds=warm["unmatched_rounds"],
             mismatches_vs_alone=mismatches,
             step_time_ms=dict(rows=list(table.rows), ms=list(table.ms)),
+            budget_host_ms_per_round=host_ms if spec and budget else None,
         )
         result["rows"].append(row)
         ar_row = next((r for r in result["rows"] if (r["layout"], r["concurrency"], r["system"]) == (layout, c, "AR")), None)

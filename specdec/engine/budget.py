@@ -332,7 +332,9 @@ class AcceptanceEstimator:
       rounds, capped at 1.
     * Otherwise a node at depth ``d`` gains ``prod_{i <= d} alpha_i``, with ``alpha_i`` the posterior mean
       of the conditional acceptance at depth ``i`` (a ``Beta(prior_accept, prior_reject)`` prior updated
-      by every round that reached depth ``i``).
+      by every round that reached depth ``i``). A depth no verified round has reached yet takes the pooled
+      posterior mean of all depths reached so far: a budget that verifies only the first few nodes never
+      observes the deeper ones, and their bare prior would keep them unallocated for good.
 
     Gains are made non-increasing in node order by a running minimum (a node never gains more than
     one verified before it), so :func:`allocate` takes prefixes.
@@ -383,11 +385,13 @@ class AcceptanceEstimator:
 
     def _survivals(self, max_depth: int) -> list[float]:
         """``[P(reach depth 0), ..., P(reach depth max_depth)]``: products of the depths' posterior means."""
+        prior = self.prior_accept + self.prior_reject
+        pooled = (sum(self.passed) + self.prior_accept) / (sum(self.reached) + prior)
         out, s = [1.0], 1.0
         for i in range(max_depth):
             reached = self.reached[i] if i < len(self.reached) else 0
             passed = self.passed[i] if i < len(self.passed) else 0
-            s *= (passed + self.prior_accept) / (reached + self.prior_accept + self.prior_reject)
+            s *= (passed + self.prior_accept) / (reached + prior) if reached else pooled
             out.append(s)
         return out
 

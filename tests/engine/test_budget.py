@@ -251,3 +251,17 @@ def test_step_table_over_equals_each_call():
         table.over(0, 2)
     with pytest.raises(ValueError, match="count"):
         table.over(1, -1)
+
+
+def test_estimator_gives_unreached_depths_the_pooled_rate():
+    """A budget that verified 3 nodes saw nothing deeper; depth 4 on takes what depths 1-3 showed, not the bare prior."""
+    est = AcceptanceEstimator()
+    chain = DraftProposal(torch.arange(8))
+    for _ in range(30):
+        est.observe(chain, nodes=3, accepted=3)  # every verified node accepted, depths 4+ never verified
+    gains = est.gains(chain)
+    own = [(30 + 1) / (30 + 2)] * 3
+    pooled = (90 + 1) / (90 + 2)
+    expected = [own[0], own[0] ** 2, own[0] ** 3] + [own[0] ** 3 * pooled**k for k in range(1, 6)]
+    assert gains == pytest.approx(expected)
+    assert gains[7] > 0.8  # the bare Beta(1, 1) prior would give 0.97^3 * 0.5^5 = 0.03
