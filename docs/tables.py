@@ -712,7 +712,33 @@ ENGINE_GOAL = 4.0  # speculative over batched AR, packed layout, budget auto, co
 
 
 def engine_h200(results: Results) -> str:
-    run = results("bench_engine_h200_2026-12-02_run3.json")
+    """The bf16 run on planted weights (the headline), goal cases re-run after the budget changes beside it."""
+    table = _engine_table(results("bench_engine_h200_2026-12-02_run5.json"))
+    goal = results("bench_engine_h200_2026-12-02_run6_goal.json")
+    rows = []
+    for r in sorted(goal["rows"], key=lambda r: (r["concurrency"], r["system"])):
+        accepted = f"{r['accepted_per_round']:.2f}" if r["system"] != "AR" else ""
+        nodes = "" if r.get("budget_nodes_per_pass") is None else f"{r['budget_nodes_per_pass']:.1f}"
+        rows.append(
+            [
+                str(r["concurrency"]),
+                r["system"],
+                f"{r['tokens_per_s']:.0f}",
+                f"{r['speedup_vs_ar']:.2f}x",
+                f"{r['ms_per_pass']:.2f}",
+                accepted,
+                nodes,
+            ]
+        )
+    header = ["concurrency", "system", "tok/s", "x AR", "ms a pass", "accepted / round", "budget nodes a pass"]
+    return table + "\n\nGoal cases re-run (`run6_goal`):\n\n" + markdown_table(header, rows)
+
+
+def engine_h200_float32(results: Results) -> str:
+    return _engine_table(results("bench_engine_h200_2026-12-02_run3.json"))
+
+
+def _engine_table(run: dict) -> str:
     rows = []
     for r in sorted(run["rows"], key=lambda r: (r["layout"], r["concurrency"], r["system"])):
         accepted = f"{r['accepted_per_round']:.2f}" if r["system"] != "AR" else ""
@@ -732,13 +758,53 @@ def engine_h200(results: Results) -> str:
     goal = next(r for r in run["rows"] if (r["layout"], r["concurrency"], r["system"]) == ("packed", 16, "spec, budget auto"))
     met = "met" if goal["speedup_vs_ar"] >= ENGINE_GOAL else "not met"
     notes = [
-        f"{run['dtype'].removeprefix('torch.')}, oracle profile `{run['profile']}`: {run['profile_tokens_per_round']:.1f} tokens per round",
+        f"{run['dtype'].removeprefix('torch.')}"
+        + (", planted successor rule" if run.get("weights") == "planted" else "")
+        + f", {run['new_tokens']} new tokens, oracle profile `{run['profile']}`: {run['profile_tokens_per_round']:.1f} tokens per round",
         f"every output equal to batched AR: {_yes_no(all(r['equal_to_batched_ar'] for r in run['rows']))}",
         f"equal to its warm-up: {_yes_no(all(r['equal_to_warmup'] for r in run['rows']))}",
         f"packed, concurrency 16, budget auto: {goal['speedup_vs_ar']:.2f}x AR, goal >= {ENGINE_GOAL}x {met}",
         "not run (wall budget): " + (", ".join(f"`{case}`" for case in run["skipped"]) or "none"),
     ]
     return markdown_table(header, rows) + "\n\n" + "; ".join(notes)
+
+
+def forcing_engine_h200(results: Results) -> str:
+    run = results("forcing_engine_h200_2026-12-02.json")
+    rows = []
+    for name, c in run["candidates"].items():
+        rep = c["report"]
+        rows.append(
+            [
+                name,
+                str(rep["num_tokens"]),
+                str(rep["num_mismatches"]),
+                f"{rep['mismatch_rate']:.2e}",
+                f"{rep['null_rate']:.2e}",
+                str(rep["num_large_margin_events"]),
+                f"{c['identical_to_stock']}/{len(c['slots'])}",
+                rep["verdict"],
+                _yes_no(run["verdict_as_expected"][name]),
+            ]
+        )
+    s = run["settings"]
+    header = [
+        "candidate",
+        "tokens",
+        "mismatches",
+        "rate",
+        "null rate",
+        "large-margin events",
+        "identical to alone",
+        "verdict",
+        "as expected",
+    ]
+    summary = (
+        f"{s['num_prompts']} requests x {s['max_new_tokens']} tokens, {s['shape']} {s['dtype']} random weights (logit std "
+        f"{s['logit_std']:g}), packed engine, n-gram k = {s['num_draft_tokens']}; fault: +{s['bias']:g} on every {s['every']}th id "
+        f"of slot {s['fault_slot']}'s logits from position {s['after']}; expected outcome: {_yes_no(run['expected_outcome'])}"
+    )
+    return markdown_table(header, rows) + "\n\n" + summary
 
 
 TABLES: dict[str, Callable[[Results], str]] = {
@@ -749,6 +815,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "agentspec-h200": agentspec_h200,
     "pilot-h200": pilot_h200,
     "engine-h200": engine_h200,
+    "engine-h200-float32": engine_h200_float32,
+    "forcing-engine-h200": forcing_engine_h200,
     "two-level": two_level,
     "hybrid-graphs": hybrid_graphs,
     "decode-steps": decode_steps,

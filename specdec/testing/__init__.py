@@ -4,7 +4,14 @@ Researchers use these to property-test their own decode loops the way specdec te
 """
 
 from specdec.testing.drafters import ForcedDrafter, RandomDrafter
-from specdec.testing.faults import LogitBiasFault, LogitNoiseFault, PositionShiftFault, StaleStateFault, TargetFault
+from specdec.testing.faults import (
+    LogitBiasFault,
+    LogitNoiseFault,
+    PositionShiftFault,
+    SlotLogitBiasFault,
+    StaleStateFault,
+    TargetFault,
+)
 from specdec.testing.laws import (
     MarkovDrafter,
     MarkovLaw,
@@ -40,6 +47,7 @@ __all__ = [
     "MarkovTarget",
     "PositionShiftFault",
     "RandomDrafter",
+    "SlotLogitBiasFault",
     "StaleStateFault",
     "TargetFault",
     "argmax_rate_test",
