@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Hardware counters (Nsight Compute) of the decode-size weight-streaming GEMMs: cuBLAS bf16 and the CUDA bf16 / W12 /
-# W12 streaming (v3) / W12 split-K (v4) / Q skinny kernels on the Qwen3-8B o, qkv, lm_head, gate_up, down and Qwen3-32B
-# down shapes at M = 1 and 8 (72 NVTX ranges, one profiled launch each), parsed into a per-kernel table with a limiter
-# verdict.
+# W12 streaming (v3) / W12 split-K (v4) / W12 bulk-copy (v5) / Q skinny kernels on the Qwen3-8B o, qkv, lm_head, gate_up,
+# down and Qwen3-32B down shapes at M = 1 and 8 (84 NVTX ranges, one profiled launch each), parsed into a per-kernel
+# table with a limiter verdict.
 # Expected time on one H200: ~1.5 min (50 s measured on 2026-12-02 with the 60 ranges before v4; torch
-# start ~10 s, planted weights and W12 conversion ~10 s, 72-85 kernels
+# start ~10 s, planted weights and W12 conversion ~10 s, 84-100 kernels
 # profiled with the sections below, ~10-20 replay passes each, ~30-50 s; parse ~5 s; nvcc adds 15-25 s when
 # build/specdec_cuda_kernels.so was not carried). Caps: nvcc 40 s; ncu --version 10 s; ncu 70 s (the launch program's own budget, 35 s,
 # stops starting new shapes so ncu can still print its CSV); one retry with the basic section set, 40 s, only when
@@ -67,10 +67,10 @@ if [ "$ncu_ok" = 1 ]; then
   if [ -f "$OUT/ncu_launch.json" ]; then MANIFEST=(--manifest "$OUT/ncu_launch.json"); fi
   timeout 20 python3 -m benchmarks.kernels.profile_ncu --parse "$OUT/ncu_raw.csv" ${MANIFEST[@]+"${MANIFEST[@]}"} ${ROOFLINE:+--roofline "$ROOFLINE"} --out "$OUT/ncu_profile.json" > "$OUT/ncu_parse.log" 2>&1
   echo "=== ncu profile (parse exit $?) ==="
-  tail -n 90 "$OUT/ncu_parse.log"
+  tail -n 100 "$OUT/ncu_parse.log"
 else
   echo "=== no counters: the same launches timed with CUDA events instead ==="
   timeout 30 python3 -m benchmarks.kernels.profile_ncu --launch --time-reps 10 --budget-s 18 --out "$OUT/ncu_fallback_timing.json" > "$OUT/ncu_fallback.log" 2>&1
   echo "=== CUDA-event timing (exit $?) ==="
-  tail -n 90 "$OUT/ncu_fallback.log"
+  tail -n 100 "$OUT/ncu_fallback.log"
 fi
