@@ -29,6 +29,8 @@ Correctness first, in the same run:
     python -m benchmarks.kernels.bench_roofline --out $OUT/roofline.json     # GPU; PNG beside the JSON
     python -m benchmarks.kernels.bench_roofline --smoke                      # CPU, reference paths, tiny shapes
     compute-sanitizer --tool memcheck python -m benchmarks.kernels.bench_roofline --sanitize
+    python -m benchmarks.kernels.bench_roofline --v5-probe --out $OUT/v5_probe.json   # the v5 kernel alone, first
+    python -m benchmarks.kernels.bench_roofline --skip-v5 ...                 # any mode above without the v5 kernel
     python -m benchmarks.kernels.bench_roofline --plot-only roofline.json    # redraw the PNG from a JSON
     python -m benchmarks.kernels.bench_roofline --ar-step --out $OUT/ar_step.json   # GPU; add --smoke on a CPU
 
@@ -83,6 +85,10 @@ SMOKE_V5_DECODE_SHAPES = ((20, 96, 8), (24, 64, 1))
 # compute-sanitizer shapes of the v5 kernel alone (K % 32 == 0; the shared ones above run its v4 path): 9 stages,
 # the last 32 k long, 4 uneven splits at M = 1 and 2 at M = 8, a partial last 64-row block, escapes.
 V5_SANITIZE_SHAPES = ((300, 1056),)
+# The v5 probe, run on its own before the main run (a kernel that faults or never finishes must not take the
+# other kernels' results with it): (N, K, M), against the fp32 product with the timed run's tolerance.
+V5_PROBE_CASES = ((520, 2048, 8), (300, 1056, 1), (300, 1056, 8), (4096, 4096, 8))
+SMOKE_V5_PROBE_CASES = ((24, 64, 1), (20, 96, 8))
 KERNELS = (
     "cublas_bf16",
     "cublas_fp8",
@@ -230,12 +236,13 @@ def one_hot_columns(
 
 
 def decode_checks(
-    shapes, gen: torch.Generator, device: torch.device, ops, v3_shapes=(), v4_shapes=(), v5_shapes=()
+    shapes, gen: torch.Generator, device: torch.device, ops, v3_shapes=(), v4_shapes=(), v5_shapes=(), with_v5: bool = True
 ) -> list[dict]:
     """One-hot decode check of the W12 (every variant), Q and bf16 kernels on planted weights (bit-exact; -0 as +0).
 
     ``v3_shapes``: further ``(N, K)`` checked with the streaming W12 kernel only; ``v4_shapes`` / ``v5_shapes``:
     further ``(N, K, M)`` checked with the split-K / bulk-copy W12 kernel only, with ``M`` one-hot rows per call.
+    ``with_v5=False``: the bulk-copy kernel is not called at all (no ``w12_v5_*`` keys, ``v5_shapes`` ignored).
     """
     from specdec.formats.w12 import W12Tensor
 
@@ -251,8 +258,9 @@ def decode_checks(
         row["w12_v3_decode_exact"] = bool(torch.equal(zero_sign(got_v3), zero_sign(w)))
         got_v4 = one_hot_columns(lambda x: w12_v4(ops, x, *planes), n, k, device)
         row["w12_v4_decode_exact"] = bool(torch.equal(zero_sign(got_v4), zero_sign(w)))
-        got_v5 = one_hot_columns(lambda x: w12_v5(ops, x, *planes), n, k, device)
-        row["w12_v5_decode_exact"] = bool(torch.equal(zero_sign(got_v5), zero_sign(w)))
+        if with_v5:
+            got_v5 = one_hot_columns(lambda x: w12_v5(ops, x, *planes), n, k, device)
+            row["w12_v5_decode_exact"] = bool(torch.equal(zero_sign(got_v5), zero_sign(w)))
         got_q = one_hot_columns(lambda x: ops.q_gemm_small_m(x, w12.ae, w12.base), n, k, device)
         row["q_decode_exact"] = bool(torch.equal(zero_sign(got_q), zero_sign(w12.q_view())))
         got_b = one_hot_columns(lambda x: ops.skinny_gemm_bf16(x, w), n, k, device)
@@ -262,7 +270,8 @@ def decode_checks(
         row["w12_deterministic"] = bool(torch.equal(ops.w12_gemm_small_m(x, *planes), ops.w12_gemm_small_m(x, *planes)))
         row["w12_v3_deterministic"] = bool(torch.equal(w12_v3(ops, x, *planes), w12_v3(ops, x, *planes)))
         row["w12_v4_deterministic"] = bool(torch.equal(w12_v4(ops, x, *planes), w12_v4(ops, x, *planes)))
-        row["w12_v5_deterministic"] = bool(torch.equal(w12_v5(ops, x, *planes), w12_v5(ops, x, *planes)))
+        if with_v5:
+            row["w12_v5_deterministic"] = bool(torch.equal(w12_v5(ops, x, *planes), w12_v5(ops, x, *planes)))
         if not row["w12_decode_exact"]:
             bad = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
             row["w12_first_mismatches"] = bad
@@ -270,7 +279,7 @@ def decode_checks(
             row["w12_v3_first_mismatches"] = (zero_sign(got_v3) != zero_sign(w)).nonzero()[:5].tolist()
         if not row["w12_v4_decode_exact"]:
             row["w12_v4_first_mismatches"] = (zero_sign(got_v4) != zero_sign(w)).nonzero()[:5].tolist()
-        if not row["w12_v5_decode_exact"]:
+        if not row.get("w12_v5_decode_exact", True):
             row["w12_v5_first_mismatches"] = (zero_sign(got_v5) != zero_sign(w)).nonzero()[:5].tolist()
         out.append(row)
         print(
@@ -278,7 +287,7 @@ def decode_checks(
             f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']} deterministic {row['w12_deterministic']} "
             f"w12_v3 {row['w12_v3_decode_exact']} deterministic {row['w12_v3_deterministic']} "
             f"w12_v4 {row['w12_v4_decode_exact']} deterministic {row['w12_v4_deterministic']} "
-            f"w12_v5 {row['w12_v5_decode_exact']} deterministic {row['w12_v5_deterministic']}",
+            f"w12_v5 {row.get('w12_v5_decode_exact', 'not run')} deterministic {row.get('w12_v5_deterministic', 'not run')}",
             flush=True,
         )
     for n, k in v3_shapes:
@@ -298,7 +307,7 @@ def decode_checks(
             f"deterministic {row['w12_v3_deterministic']}",
             flush=True,
         )
-    for variant, call, only_shapes in (("v4", w12_v4, v4_shapes), ("v5", w12_v5, v5_shapes)):
+    for variant, call, only_shapes in (("v4", w12_v4, v4_shapes), ("v5", w12_v5, v5_shapes if with_v5 else ())):
         for n, k, m in only_shapes:
             w = planted_weight(n, k, gen, device)
             w12 = W12Tensor.from_bf16(w)
@@ -373,6 +382,8 @@ def bench_shape(
             "cuda_w12_v4": (lambda: w12_v4(ops, x, *planes), y32, err_cublas),
             "cuda_w12_v5": (lambda: w12_v5(ops, x, *planes), y32, err_cublas),
         }
+        if args.skip_v5:
+            del fns["cuda_w12_v5"]
         mp = max(16, (m + 15) // 16 * 16)
         x8 = torch.zeros(mp, k, device=device, dtype=torch.float8_e4m3fn)
         x8[:m] = x.to(torch.float8_e4m3fn)
@@ -404,7 +415,9 @@ def bench_shape(
         rows.append(row)
         print(
             f"{model:9s} {lname:8s} M={m}  cublas {row.get('cublas_bf16_s', float('nan')) * 1e6:8.1f} us  "
-            + "  ".join(f"{kind[:10]} {row.get(kind + '_vs_cublas_bf16', float('nan')):.2f}x" for kind in KERNELS[1:]),
+            + "  ".join(
+                f"{kind.removeprefix('cuda_')} {row.get(kind + '_vs_cublas_bf16', float('nan')):.2f}x" for kind in KERNELS[1:]
+            ),
             flush=True,
         )
     return rows
@@ -635,6 +648,7 @@ def summary_lines(result: dict) -> list[str]:
     lines = [
         f"copy bandwidth {result['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s on {result['device']}; "
         f"decode checks: {result['decode_checks_passed']}; rows {len(rows)}"
+        + (f"; left out: {', '.join(result['kernels_left_out'])}" if result.get("kernels_left_out") else "")
     ]
     lines.append(
         f"{'kernel':12s} {'vs cuBLAS bf16 min':>18s} {'max':>6s} {'frac of copy min':>17s} {'max':>6s} {'failed/missing':>15s}"
@@ -651,11 +665,43 @@ def summary_lines(result: dict) -> list[str]:
     return lines
 
 
+def v5_probe(cases, gen: torch.Generator, device: torch.device, ops) -> list[dict]:
+    """Runs the bulk-copy W12 kernel once per ``(N, K, M)`` case and checks it against the fp32 product.
+
+    Tolerance as in the timed run: ``2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7`` per element. Returns one
+    dict per case (``ok``, ``max_err``); a case that raises is recorded with its error and ``ok=False``.
+    """
+    from specdec.formats.w12 import W12Tensor
+
+    out = []
+    for n, k, m in cases:
+        row = dict(N=n, K=k, M=m)
+        try:
+            w = planted_weight(n, k, gen, device)
+            w12 = W12Tensor.from_bf16(w)
+            x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+            y32 = x.float() @ w.float().T
+            err_ref = (F.linear(x, w).float() - y32).abs().max().item()
+            y = w12_v5(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+            sync(device)
+            err = (y.float() - y32).abs()
+            row["max_err"] = err.max().item()
+            row["ok"] = bool((err <= 2 * err_ref + y32.abs() * 2**-7).all())
+        except Exception as exc:  # recorded; the runner then leaves the kernel out of the main run
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            row["ok"] = False
+        out.append(row)
+        print(f"v5 probe N={n} K={k} M={m}: {'ok' if row['ok'] else 'FAILED'} {row.get('max_err', row.get('error'))}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "roofline.json"))
     parser.add_argument("--smoke", action="store_true", help="CPU: reference paths only, tiny shapes")
     parser.add_argument("--sanitize", action="store_true", help="one small shape, every CUDA kernel once (for compute-sanitizer)")
+    parser.add_argument("--v5-probe", action="store_true", help="only run the v5 W12 kernel on a few shapes and check it")
+    parser.add_argument("--skip-v5", action="store_true", help="leave the v5 W12 kernel out (timing, checks, sanitize)")
     parser.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     parser.add_argument("--budget-s", type=float, default=150.0, help="no new case starts after this many seconds")
     parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
@@ -689,6 +735,14 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator(device=device).manual_seed(seed)
     t_start = time.time()
 
+    if args.v5_probe:
+        probe = v5_probe(SMOKE_V5_PROBE_CASES if args.smoke else V5_PROBE_CASES, gen, device, ops)
+        passed = all(c["ok"] for c in probe)
+        write_json(args.out, dict(v5_probe=probe, v5_probe_passed=passed, wall_s=time.time() - t_start), prov, indent=1)
+        print(provenance_line(prov))
+        print(f"v5 probe: {'passed' if passed else 'FAILED'} ({len(probe)} cases)")
+        return 0 if passed else 1
+
     if args.sanitize:
         from specdec.formats.w12 import W12Tensor
 
@@ -701,11 +755,12 @@ def main(argv: list[str] | None = None) -> int:
                 ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v3(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v4(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-                w12_v5(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                if not args.skip_v5:
+                    w12_v5(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 ops.q_gemm_small_m(x, w12.ae, w12.base)
             sync(device)
             print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
-        for n, k in V5_SANITIZE_SHAPES:
+        for n, k in () if args.skip_v5 else V5_SANITIZE_SHAPES:
             w = planted_weight(n, k, gen, device)
             w12 = W12Tensor.from_bf16(w)
             for m in (1, 8):
@@ -739,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
         SMOKE_V3_DECODE_SHAPES if args.smoke else V3_DECODE_SHAPES,
         SMOKE_V4_DECODE_SHAPES if args.smoke else V4_DECODE_SHAPES,
         SMOKE_V5_DECODE_SHAPES if args.smoke else V5_DECODE_SHAPES,
+        with_v5=not args.skip_v5,
     )
     checks_passed = all(
         c.get("w12_decode_exact", True)
@@ -777,6 +833,7 @@ def main(argv: list[str] | None = None) -> int:
         tolerance="|y - y_fp32| <= 2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7 per element (Q: against q_view's fp32 product)",
         decode_checks=checks,
         decode_checks_passed=checks_passed,
+        kernels_left_out=["cuda_w12_v5"] if args.skip_v5 else [],
         wall_s=time.time() - t_start,
         rows=rows,
     )

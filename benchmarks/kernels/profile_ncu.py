@@ -226,6 +226,8 @@ def launch(args, device: torch.device, t_start: float) -> dict:
         for m in MS:
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
             for kernel, fn in case_functions(x, w, w12, ops).items():
+                if kernel in args.skip_kernels:
+                    continue
                 name = range_name(kernel, model, lname, n, k, m)
                 entry = dict(range=name, kernel=kernel, model=model, linear=lname, N=n, K=k, M=m)
                 entry["weight_bytes"] = weight_bytes(kernel, n, k, w12)
@@ -243,7 +245,7 @@ def launch(args, device: torch.device, t_start: float) -> dict:
         del w, w12
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        print(f"launched {model}/{lname} [{n}x{k}] M={MS}: {len(KERNELS)} kernels each", flush=True)
+        print(f"launched {model}/{lname} [{n}x{k}] M={MS}: {len(KERNELS) - len(args.skip_kernels)} kernels each", flush=True)
     return dict(ranges=entries, skipped=skipped, wall_s=time.time() - t_start)
 
 
@@ -515,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=45.0, help="--launch: no new shape starts after this")
     parser.add_argument("--time-reps", type=int, default=0, help="--launch: also time each case (median of N graph replays)")
     parser.add_argument("--calls", type=int, default=10, help="--launch --time-reps: calls per CUDA graph")
+    parser.add_argument(
+        "--skip-kernel", dest="skip_kernels", action="append", default=[], choices=KERNELS, help="--launch: leave this kernel out"
+    )
     parser.add_argument("--manifest", default=None, help="--parse: the --launch JSON (weight bytes, copy bandwidth)")
     parser.add_argument("--roofline", default=None, help="--parse: a bench_roofline JSON whose copy bandwidth to use")
     parser.add_argument("--copy-tbs", type=float, default=None, help="--parse: copy bandwidth in TB/s (overrides the JSONs)")
@@ -544,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     result.update(
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (reference ops)",
         copy_bandwidth_bytes_per_s=copy_bw,
-        kernels=KERNELS,
+        kernels=tuple(k for k in KERNELS if k not in args.skip_kernels),
         ms=MS,
     )
     out = write_json(args.out or os.path.join(out_dir, "ncu_launch.json"), result, prov, indent=1)

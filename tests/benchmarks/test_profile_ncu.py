@@ -138,3 +138,13 @@ def test_bad_arguments_are_refused(tmp_path):
 def test_short_time_units_are_scaled(unit, seconds):
     # ncu 2025.3 with --print-units base labels gpu__time_duration in "ns" (the H200 run of 2026-12-02)
     assert profile_ncu.parse_number("12,832", unit) == pytest.approx(seconds)
+
+
+def test_smoke_launch_leaves_a_skipped_kernel_out(tmp_path):
+    manifest = tmp_path / "ncu_launch.json"
+    assert profile_ncu.main(["--launch", "--smoke", "--skip-kernel", "cuda_w12_v5", "--out", str(manifest)]) == 0
+    launched = json.loads(manifest.read_text())
+    kept = [k for k in profile_ncu.KERNELS if k != "cuda_w12_v5"]
+    assert launched["kernels"] == kept
+    assert len(launched["ranges"]) == 2 * len(profile_ncu.MS) * len(kept)
+    assert not any(r["kernel"] == "cuda_w12_v5" for r in launched["ranges"])
