@@ -20,12 +20,17 @@ Correctness first, in the same run:
   ``SPECDEC_W12_CUDA_VARIANT=v4``), plus shapes of its own whose plans use many uneven splits, at M = 8 and, with
   one-hot single-token calls, at M = 1 (every call reuses the workspace, so these also check that each launch
   leaves its counters at zero);
+* the same two checks for the W12 kernel fed by bulk copies into shared-memory stages (``cuda_w12_v5``:
+  ``SPECDEC_W12_CUDA_VARIANT=v5``; K % 32 != 0 runs the v4 kernel), plus shapes of its own with K % 32 == 0: many
+  uneven splits and a last stage that ends inside K, at M = 8 and with one-hot single-token calls at M = 1;
 * every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
   within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
 
     python -m benchmarks.kernels.bench_roofline --out $OUT/roofline.json     # GPU; PNG beside the JSON
     python -m benchmarks.kernels.bench_roofline --smoke                      # CPU, reference paths, tiny shapes
     compute-sanitizer --tool memcheck python -m benchmarks.kernels.bench_roofline --sanitize
+    python -m benchmarks.kernels.bench_roofline --v5-probe --out $OUT/v5_probe.json   # the v5 kernel alone, first
+    python -m benchmarks.kernels.bench_roofline --skip-v5 ...                 # any mode above without the v5 kernel
     python -m benchmarks.kernels.bench_roofline --plot-only roofline.json    # redraw the PNG from a JSON
     python -m benchmarks.kernels.bench_roofline --ar-step --out $OUT/ar_step.json   # GPU; add --smoke on a CPU
 
@@ -72,7 +77,30 @@ SMOKE_V3_DECODE_SHAPES = ((20, 48),)
 # 72 x 4104 at M = 1: 16 uneven splits of 65 chunks (4-5 each).
 V4_DECODE_SHAPES = ((72, 25608, 8), (72, 4104, 1))
 SMOKE_V4_DECODE_SHAPES = ((20, 48, 8), (24, 64, 1))
-KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_bf16", "cuda_w12", "cuda_q", "cuda_w12_v3", "cuda_w12_v4")
+# The W12 kernel fed by bulk copies (SPECDEC_W12_CUDA_VARIANT=v5; stages of 128 k): (N, K, M of the one-hot calls).
+# 72 x 25632 at M = 8: 60 uneven splits of 201 stages (3-4 each), the last stage 32 k long, a partial second
+# 64-row block; 72 x 4128 at M = 1: 16 uneven splits of 33 stages (2-3 each), the last 32 k long.
+V5_DECODE_SHAPES = ((72, 25632, 8), (72, 4128, 1))
+SMOKE_V5_DECODE_SHAPES = ((20, 96, 8), (24, 64, 1))
+# compute-sanitizer shapes of the v5 kernel alone (K % 32 == 0; the shared ones above run its v4 path): 9 stages,
+# the last 32 k long, 4 uneven splits at M = 1 and 2 at M = 8, a partial last 64-row block, escapes.
+V5_SANITIZE_SHAPES = ((300, 1056),)
+# The v5 probe, run on its own before the main run (a kernel that faults or never finishes must not take the
+# other kernels' results with it): (N, K, M), against the fp32 product with the timed run's tolerance.
+V5_PROBE_CASES = ((520, 2048, 8), (300, 1056, 1), (300, 1056, 8), (4096, 4096, 8))
+SMOKE_V5_PROBE_CASES = ((24, 64, 1), (20, 96, 8))
+KERNELS = (
+    "cublas_bf16",
+    "cublas_fp8",
+    "triton_w12",
+    "triton_q",
+    "cuda_bf16",
+    "cuda_w12",
+    "cuda_q",
+    "cuda_w12_v3",
+    "cuda_w12_v4",
+    "cuda_w12_v5",
+)
 
 
 def w12_v3(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
@@ -92,6 +120,19 @@ def w12_v4(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
     """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v4`` for this call (the previous value restored)."""
     old = os.environ.get(ops.W12_VARIANT_ENV)
     os.environ[ops.W12_VARIANT_ENV] = "v4"
+    try:
+        return ops.w12_gemm_small_m(x, *planes)
+    finally:
+        if old is None:
+            del os.environ[ops.W12_VARIANT_ENV]
+        else:
+            os.environ[ops.W12_VARIANT_ENV] = old
+
+
+def w12_v5(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
+    """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v5`` for this call (the previous value restored)."""
+    old = os.environ.get(ops.W12_VARIANT_ENV)
+    os.environ[ops.W12_VARIANT_ENV] = "v5"
     try:
         return ops.w12_gemm_small_m(x, *planes)
     finally:
@@ -194,11 +235,14 @@ def one_hot_columns(
     return torch.cat(cols, dim=1)
 
 
-def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_shapes=(), v4_shapes=()) -> list[dict]:
+def decode_checks(
+    shapes, gen: torch.Generator, device: torch.device, ops, v3_shapes=(), v4_shapes=(), v5_shapes=(), with_v5: bool = True
+) -> list[dict]:
     """One-hot decode check of the W12 (every variant), Q and bf16 kernels on planted weights (bit-exact; -0 as +0).
 
-    ``v3_shapes``: further ``(N, K)`` checked with the streaming W12 kernel only; ``v4_shapes``: further
-    ``(N, K, M)`` checked with the split-K W12 kernel only, with ``M`` one-hot rows per call.
+    ``v3_shapes``: further ``(N, K)`` checked with the streaming W12 kernel only; ``v4_shapes`` / ``v5_shapes``:
+    further ``(N, K, M)`` checked with the split-K / bulk-copy W12 kernel only, with ``M`` one-hot rows per call.
+    ``with_v5=False``: the bulk-copy kernel is not called at all (no ``w12_v5_*`` keys, ``v5_shapes`` ignored).
     """
     from specdec.formats.w12 import W12Tensor
 
@@ -214,6 +258,9 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_sh
         row["w12_v3_decode_exact"] = bool(torch.equal(zero_sign(got_v3), zero_sign(w)))
         got_v4 = one_hot_columns(lambda x: w12_v4(ops, x, *planes), n, k, device)
         row["w12_v4_decode_exact"] = bool(torch.equal(zero_sign(got_v4), zero_sign(w)))
+        if with_v5:
+            got_v5 = one_hot_columns(lambda x: w12_v5(ops, x, *planes), n, k, device)
+            row["w12_v5_decode_exact"] = bool(torch.equal(zero_sign(got_v5), zero_sign(w)))
         got_q = one_hot_columns(lambda x: ops.q_gemm_small_m(x, w12.ae, w12.base), n, k, device)
         row["q_decode_exact"] = bool(torch.equal(zero_sign(got_q), zero_sign(w12.q_view())))
         got_b = one_hot_columns(lambda x: ops.skinny_gemm_bf16(x, w), n, k, device)
@@ -223,6 +270,8 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_sh
         row["w12_deterministic"] = bool(torch.equal(ops.w12_gemm_small_m(x, *planes), ops.w12_gemm_small_m(x, *planes)))
         row["w12_v3_deterministic"] = bool(torch.equal(w12_v3(ops, x, *planes), w12_v3(ops, x, *planes)))
         row["w12_v4_deterministic"] = bool(torch.equal(w12_v4(ops, x, *planes), w12_v4(ops, x, *planes)))
+        if with_v5:
+            row["w12_v5_deterministic"] = bool(torch.equal(w12_v5(ops, x, *planes), w12_v5(ops, x, *planes)))
         if not row["w12_decode_exact"]:
             bad = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
             row["w12_first_mismatches"] = bad
@@ -230,12 +279,15 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_sh
             row["w12_v3_first_mismatches"] = (zero_sign(got_v3) != zero_sign(w)).nonzero()[:5].tolist()
         if not row["w12_v4_decode_exact"]:
             row["w12_v4_first_mismatches"] = (zero_sign(got_v4) != zero_sign(w)).nonzero()[:5].tolist()
+        if not row.get("w12_v5_decode_exact", True):
+            row["w12_v5_first_mismatches"] = (zero_sign(got_v5) != zero_sign(w)).nonzero()[:5].tolist()
         out.append(row)
         print(
             f"decode check N={n} K={k} escapes={w12.num_escapes}: w12 {row['w12_decode_exact']} "
             f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']} deterministic {row['w12_deterministic']} "
             f"w12_v3 {row['w12_v3_decode_exact']} deterministic {row['w12_v3_deterministic']} "
-            f"w12_v4 {row['w12_v4_decode_exact']} deterministic {row['w12_v4_deterministic']}",
+            f"w12_v4 {row['w12_v4_decode_exact']} deterministic {row['w12_v4_deterministic']} "
+            f"w12_v5 {row.get('w12_v5_decode_exact', 'not run')} deterministic {row.get('w12_v5_deterministic', 'not run')}",
             flush=True,
         )
     for n, k in v3_shapes:
@@ -255,23 +307,24 @@ def decode_checks(shapes, gen: torch.Generator, device: torch.device, ops, v3_sh
             f"deterministic {row['w12_v3_deterministic']}",
             flush=True,
         )
-    for n, k, m in v4_shapes:
-        w = planted_weight(n, k, gen, device)
-        w12 = W12Tensor.from_bf16(w)
-        planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-        row = dict(N=n, K=k, M=m, escapes=w12.num_escapes, only="w12_v4")
-        got = one_hot_columns(lambda x: w12_v4(ops, x, *planes), n, k, device, rows=m)
-        row["w12_v4_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(w)))
-        x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
-        row["w12_v4_deterministic"] = bool(torch.equal(w12_v4(ops, x, *planes), w12_v4(ops, x, *planes)))
-        if not row["w12_v4_decode_exact"]:
-            row["w12_v4_first_mismatches"] = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
-        out.append(row)
-        print(
-            f"decode check N={n} K={k} M={m} escapes={w12.num_escapes}: w12_v4 {row['w12_v4_decode_exact']} "
-            f"deterministic {row['w12_v4_deterministic']}",
-            flush=True,
-        )
+    for variant, call, only_shapes in (("v4", w12_v4, v4_shapes), ("v5", w12_v5, v5_shapes if with_v5 else ())):
+        for n, k, m in only_shapes:
+            w = planted_weight(n, k, gen, device)
+            w12 = W12Tensor.from_bf16(w)
+            planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+            row = dict(N=n, K=k, M=m, escapes=w12.num_escapes, only=f"w12_{variant}")
+            got = one_hot_columns(lambda x: call(ops, x, *planes), n, k, device, rows=m)
+            row[f"w12_{variant}_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(w)))
+            x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+            row[f"w12_{variant}_deterministic"] = bool(torch.equal(call(ops, x, *planes), call(ops, x, *planes)))
+            if not row[f"w12_{variant}_decode_exact"]:
+                row[f"w12_{variant}_first_mismatches"] = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
+            out.append(row)
+            print(
+                f"decode check N={n} K={k} M={m} escapes={w12.num_escapes}: w12_{variant} "
+                f"{row[f'w12_{variant}_decode_exact']} deterministic {row[f'w12_{variant}_deterministic']}",
+                flush=True,
+            )
     return out
 
 
@@ -280,7 +333,7 @@ def weight_bytes(kind: str, n: int, k: int, w12) -> int:
         return 2 * n * k
     if kind == "cublas_fp8":
         return n * k
-    if kind in ("triton_w12", "cuda_w12", "cuda_w12_v3", "cuda_w12_v4"):
+    if kind in ("triton_w12", "cuda_w12", "cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5"):
         return int(w12.nbytes)
     return int(w12.ae.numel() + w12.base.numel())  # Q view: AE plane and bases
 
@@ -327,7 +380,10 @@ def bench_shape(
             "cuda_q": (lambda: ops.q_gemm_small_m(x, w12.ae, w12.base), yq32, err_cublas_q),
             "cuda_w12_v3": (lambda: w12_v3(ops, x, *planes), y32, err_cublas),
             "cuda_w12_v4": (lambda: w12_v4(ops, x, *planes), y32, err_cublas),
+            "cuda_w12_v5": (lambda: w12_v5(ops, x, *planes), y32, err_cublas),
         }
+        if args.skip_v5:
+            del fns["cuda_w12_v5"]
         mp = max(16, (m + 15) // 16 * 16)
         x8 = torch.zeros(mp, k, device=device, dtype=torch.float8_e4m3fn)
         x8[:m] = x.to(torch.float8_e4m3fn)
@@ -359,7 +415,9 @@ def bench_shape(
         rows.append(row)
         print(
             f"{model:9s} {lname:8s} M={m}  cublas {row.get('cublas_bf16_s', float('nan')) * 1e6:8.1f} us  "
-            + "  ".join(f"{kind[:10]} {row.get(kind + '_vs_cublas_bf16', float('nan')):.2f}x" for kind in KERNELS[1:]),
+            + "  ".join(
+                f"{kind.removeprefix('cuda_')} {row.get(kind + '_vs_cublas_bf16', float('nan')):.2f}x" for kind in KERNELS[1:]
+            ),
             flush=True,
         )
     return rows
@@ -590,6 +648,7 @@ def summary_lines(result: dict) -> list[str]:
     lines = [
         f"copy bandwidth {result['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s on {result['device']}; "
         f"decode checks: {result['decode_checks_passed']}; rows {len(rows)}"
+        + (f"; left out: {', '.join(result['kernels_left_out'])}" if result.get("kernels_left_out") else "")
     ]
     lines.append(
         f"{'kernel':12s} {'vs cuBLAS bf16 min':>18s} {'max':>6s} {'frac of copy min':>17s} {'max':>6s} {'failed/missing':>15s}"
@@ -606,11 +665,43 @@ def summary_lines(result: dict) -> list[str]:
     return lines
 
 
+def v5_probe(cases, gen: torch.Generator, device: torch.device, ops) -> list[dict]:
+    """Runs the bulk-copy W12 kernel once per ``(N, K, M)`` case and checks it against the fp32 product.
+
+    Tolerance as in the timed run: ``2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7`` per element. Returns one
+    dict per case (``ok``, ``max_err``); a case that raises is recorded with its error and ``ok=False``.
+    """
+    from specdec.formats.w12 import W12Tensor
+
+    out = []
+    for n, k, m in cases:
+        row = dict(N=n, K=k, M=m)
+        try:
+            w = planted_weight(n, k, gen, device)
+            w12 = W12Tensor.from_bf16(w)
+            x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+            y32 = x.float() @ w.float().T
+            err_ref = (F.linear(x, w).float() - y32).abs().max().item()
+            y = w12_v5(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+            sync(device)
+            err = (y.float() - y32).abs()
+            row["max_err"] = err.max().item()
+            row["ok"] = bool((err <= 2 * err_ref + y32.abs() * 2**-7).all())
+        except Exception as exc:  # recorded; the runner then leaves the kernel out of the main run
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            row["ok"] = False
+        out.append(row)
+        print(f"v5 probe N={n} K={k} M={m}: {'ok' if row['ok'] else 'FAILED'} {row.get('max_err', row.get('error'))}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "roofline.json"))
     parser.add_argument("--smoke", action="store_true", help="CPU: reference paths only, tiny shapes")
     parser.add_argument("--sanitize", action="store_true", help="one small shape, every CUDA kernel once (for compute-sanitizer)")
+    parser.add_argument("--v5-probe", action="store_true", help="only run the v5 W12 kernel on a few shapes and check it")
+    parser.add_argument("--skip-v5", action="store_true", help="leave the v5 W12 kernel out (timing, checks, sanitize)")
     parser.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     parser.add_argument("--budget-s", type=float, default=150.0, help="no new case starts after this many seconds")
     parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
@@ -644,6 +735,14 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator(device=device).manual_seed(seed)
     t_start = time.time()
 
+    if args.v5_probe:
+        probe = v5_probe(SMOKE_V5_PROBE_CASES if args.smoke else V5_PROBE_CASES, gen, device, ops)
+        passed = all(c["ok"] for c in probe)
+        write_json(args.out, dict(v5_probe=probe, v5_probe_passed=passed, wall_s=time.time() - t_start), prov, indent=1)
+        print(provenance_line(prov))
+        print(f"v5 probe: {'passed' if passed else 'FAILED'} ({len(probe)} cases)")
+        return 0 if passed else 1
+
     if args.sanitize:
         from specdec.formats.w12 import W12Tensor
 
@@ -656,9 +755,19 @@ def main(argv: list[str] | None = None) -> int:
                 ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v3(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v4(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                if not args.skip_v5:
+                    w12_v5(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 ops.q_gemm_small_m(x, w12.ae, w12.base)
             sync(device)
             print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
+        for n, k in () if args.skip_v5 else V5_SANITIZE_SHAPES:
+            w = planted_weight(n, k, gen, device)
+            w12 = W12Tensor.from_bf16(w)
+            for m in (1, 8):
+                x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+                w12_v5(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+            sync(device)
+            print(f"sanitize: the v5 W12 kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
         return 0
 
     if args.ar_step:
@@ -684,6 +793,8 @@ def main(argv: list[str] | None = None) -> int:
         ops,
         SMOKE_V3_DECODE_SHAPES if args.smoke else V3_DECODE_SHAPES,
         SMOKE_V4_DECODE_SHAPES if args.smoke else V4_DECODE_SHAPES,
+        SMOKE_V5_DECODE_SHAPES if args.smoke else V5_DECODE_SHAPES,
+        with_v5=not args.skip_v5,
     )
     checks_passed = all(
         c.get("w12_decode_exact", True)
@@ -693,6 +804,8 @@ def main(argv: list[str] | None = None) -> int:
         and c.get("w12_v3_deterministic", True)
         and c.get("w12_v4_decode_exact", True)
         and c.get("w12_v4_deterministic", True)
+        and c.get("w12_v5_decode_exact", True)
+        and c.get("w12_v5_deterministic", True)
         for c in checks
     )
     shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}
@@ -720,6 +833,7 @@ def main(argv: list[str] | None = None) -> int:
         tolerance="|y - y_fp32| <= 2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7 per element (Q: against q_view's fp32 product)",
         decode_checks=checks,
         decode_checks_passed=checks_passed,
+        kernels_left_out=["cuda_w12_v5"] if args.skip_v5 else [],
         wall_s=time.time() - t_start,
         rows=rows,
     )

@@ -5,9 +5,9 @@ Two roles.
 ``--launch`` is the program ``ncu`` runs. It builds the planted weights of ``bench_roofline`` for a fixed case
 list (Qwen3-8B o, qkv, lm_head, gate_up, down and the Qwen3-32B down, M = 1 and 8) and launches, per case and
 kernel (cuBLAS bf16 ``F.linear``, the CUDA ``specdec::skinny_gemm_bf16``, ``w12_gemm_small_m`` and
-``q_gemm_small_m``, and ``w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` / ``v4`` as ``cuda_w12_v3`` /
-``cuda_w12_v4``), one untimed warm call, then exactly one call between ``cudaProfilerStart`` and
-``cudaProfilerStop`` inside an NVTX range named ``<kernel>|<shape>|M=<m>`` (72 ranges). Run under
+``q_gemm_small_m``, and ``w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` / ``v4`` / ``v5`` as
+``cuda_w12_v3`` / ``cuda_w12_v4`` / ``cuda_w12_v5``), one untimed warm call, then exactly one call between
+``cudaProfilerStart`` and ``cudaProfilerStop`` inside an NVTX range named ``<kernel>|<shape>|M=<m>`` (84 ranges). Run under
 ``ncu --profile-from-start off --nvtx --print-nvtx-rename kernel``, only those calls are profiled and each
 profiled kernel carries its range's name. It writes a manifest (``--out``: one entry per range, in launch
 order, with the weight bytes the kernel must read and the copy bandwidth of the same process). With
@@ -70,10 +70,11 @@ from benchmarks.kernels.bench_roofline import (
     time_per_call,
     w12_v3,
     w12_v4,
+    w12_v5,
     weight_bytes,
 )
 
-KERNELS = ("cublas_bf16", "cuda_bf16", "cuda_w12", "cuda_q", "cuda_w12_v3", "cuda_w12_v4")
+KERNELS = ("cublas_bf16", "cuda_bf16", "cuda_w12", "cuda_q", "cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5")
 MS = (1, 8)
 # (model, linear) in launch order: the shapes the roofline notes ask about first (8B o, lm_head) early.
 CASES = (
@@ -195,6 +196,7 @@ def case_functions(x: torch.Tensor, w: torch.Tensor, w12, ops) -> dict:
         "cuda_q": lambda: ops.q_gemm_small_m(x, w12.ae, w12.base),
         "cuda_w12_v3": lambda: w12_v3(ops, x, *planes),
         "cuda_w12_v4": lambda: w12_v4(ops, x, *planes),
+        "cuda_w12_v5": lambda: w12_v5(ops, x, *planes),
     }
 
 
@@ -224,6 +226,8 @@ def launch(args, device: torch.device, t_start: float) -> dict:
         for m in MS:
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
             for kernel, fn in case_functions(x, w, w12, ops).items():
+                if kernel in args.skip_kernels:
+                    continue
                 name = range_name(kernel, model, lname, n, k, m)
                 entry = dict(range=name, kernel=kernel, model=model, linear=lname, N=n, K=k, M=m)
                 entry["weight_bytes"] = weight_bytes(kernel, n, k, w12)
@@ -241,7 +245,7 @@ def launch(args, device: torch.device, t_start: float) -> dict:
         del w, w12
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        print(f"launched {model}/{lname} [{n}x{k}] M={MS}: {len(KERNELS)} kernels each", flush=True)
+        print(f"launched {model}/{lname} [{n}x{k}] M={MS}: {len(KERNELS) - len(args.skip_kernels)} kernels each", flush=True)
     return dict(ranges=entries, skipped=skipped, wall_s=time.time() - t_start)
 
 
@@ -513,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=45.0, help="--launch: no new shape starts after this")
     parser.add_argument("--time-reps", type=int, default=0, help="--launch: also time each case (median of N graph replays)")
     parser.add_argument("--calls", type=int, default=10, help="--launch --time-reps: calls per CUDA graph")
+    parser.add_argument(
+        "--skip-kernel", dest="skip_kernels", action="append", default=[], choices=KERNELS, help="--launch: leave this kernel out"
+    )
     parser.add_argument("--manifest", default=None, help="--parse: the --launch JSON (weight bytes, copy bandwidth)")
     parser.add_argument("--roofline", default=None, help="--parse: a bench_roofline JSON whose copy bandwidth to use")
     parser.add_argument("--copy-tbs", type=float, default=None, help="--parse: copy bandwidth in TB/s (overrides the JSONs)")
@@ -542,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     result.update(
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (reference ops)",
         copy_bandwidth_bytes_per_s=copy_bw,
-        kernels=KERNELS,
+        kernels=tuple(k for k in KERNELS if k not in args.skip_kernels),
         ms=MS,
     )
     out = write_json(args.out or os.path.join(out_dir, "ncu_launch.json"), result, prov, indent=1)

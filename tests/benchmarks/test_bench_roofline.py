@@ -15,14 +15,13 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path):
     assert result["provenance"]["seed"] == 0 and result["decode_checks_passed"]
     shared = [c for c in result["decode_checks"] if "only" not in c]
     assert shared and all(c["w12_decode_exact"] and c["q_decode_exact"] and c["escapes"] > 0 for c in shared)
-    assert all(
-        c["w12_v3_decode_exact"] and c["w12_v3_deterministic"] for c in result["decode_checks"] if c.get("only") != "w12_v4"
-    )
-    assert any(c.get("only") == "w12_v3" for c in result["decode_checks"])
-    assert all(
-        c["w12_v4_decode_exact"] and c["w12_v4_deterministic"] for c in result["decode_checks"] if c.get("only") != "w12_v3"
-    )
-    assert sorted(c["M"] for c in result["decode_checks"] if c.get("only") == "w12_v4") == [1, 8]
+    checks = result["decode_checks"]
+    for variant in ("v3", "v4", "v5"):  # the shared shapes and the variant's own
+        mine = [c for c in checks if c.get("only", f"w12_{variant}") == f"w12_{variant}"]
+        assert len(mine) > len(shared), variant
+        assert all(c[f"w12_{variant}_decode_exact"] and c[f"w12_{variant}_deterministic"] for c in mine), variant
+    assert sorted(c["M"] for c in checks if c.get("only") == "w12_v4") == [1, 8]
+    assert sorted(c["M"] for c in checks if c.get("only") == "w12_v5") == [1, 8]
     assert [(r["linear"], r["M"]) for r in result["rows"]] == [("a", 1), ("a", 8), ("b", 1), ("b", 8)]
     for row in result["rows"]:
         for kind in bench_roofline.KERNELS:
@@ -95,3 +94,61 @@ def test_a_wrong_weight_of_the_split_k_w12_kernel_alone_fails_the_run(tmp_path, 
     assert all(c.get("w12_decode_exact", True) and c.get("w12_v3_decode_exact", True) for c in checks)
     bad = [c for c in checks if not c.get("w12_v4_decode_exact", True)]
     assert [(c["only"], c["M"], c["w12_v4_first_mismatches"]) for c in bad] == [("w12_v4", 1, [[2, 3]])]
+
+
+def test_a_wrong_weight_of_the_bulk_copy_w12_kernel_alone_fails_the_run(tmp_path, monkeypatch):
+    exact = ops.w12_gemm_small_m
+
+    def off_under_v5_at_one_token(x, *planes):
+        y = exact(x, *planes).clone()
+        if ops.w12_variant() == "v5" and x.shape[0] == 1 and bool(x[0, 5] == 1):  # the single-token call reading column 5
+            y[0, 1] = y[0, 1] + 1
+        return y
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v5_at_one_token)
+    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
+    checks = json.loads(out.read_text())["decode_checks"]
+    assert all(c.get(f"w12{v}_decode_exact", True) for c in checks for v in ("", "_v3", "_v4"))
+    bad = [c for c in checks if not c.get("w12_v5_decode_exact", True)]
+    assert [(c["only"], c["M"], c["w12_v5_first_mismatches"]) for c in bad] == [("w12_v5", 1, [[1, 5]])]
+
+
+def test_v5_probe_checks_every_case_and_fails_on_a_wrong_output(tmp_path, monkeypatch):
+    out = tmp_path / "probe.json"
+    assert bench_roofline.main(["--smoke", "--v5-probe", "--out", str(out)]) == 0
+    probe = json.loads(out.read_text())
+    assert probe["v5_probe_passed"] and [(c["N"], c["K"], c["M"]) for c in probe["v5_probe"]] == list(
+        bench_roofline.SMOKE_V5_PROBE_CASES
+    )
+    exact = ops.w12_gemm_small_m
+
+    def off_under_v5(x, *planes):
+        y = exact(x, *planes).clone()
+        if ops.w12_variant() == "v5" and x.shape[0] == 8:
+            y[3, 0] = y[3, 0] + 64
+        return y
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v5)
+    assert bench_roofline.main(["--smoke", "--v5-probe", "--out", str(out)]) == 1
+    assert [c["ok"] for c in json.loads(out.read_text())["v5_probe"]] == [True, False]
+
+
+def test_skip_v5_leaves_the_kernel_out_of_checks_and_timing(tmp_path, monkeypatch):
+    exact = ops.w12_gemm_small_m
+    variants = []
+
+    def recording(x, *planes):
+        variants.append(ops.w12_variant())
+        return exact(x, *planes)
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", recording)
+    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--skip-v5", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert "v5" not in variants and {"v1", "v3", "v4"} <= set(variants)
+    assert result["kernels_left_out"] == ["cuda_w12_v5"]
+    assert not any(key.startswith("w12_v5") for c in result["decode_checks"] for key in c)
+    assert all("cuda_w12_v5_s" not in r and r["cuda_w12_v4_s"] > 0 for r in result["rows"])

@@ -105,7 +105,7 @@ def test_smoke_launch_names_every_range_and_the_parser_reads_them_back(tmp_path)
     ranges = launched["ranges"]
     assert len(ranges) == 2 * len(profile_ncu.MS) * len(profile_ncu.KERNELS)
     assert [r["kernel"] for r in ranges[: len(profile_ncu.KERNELS)]] == list(profile_ncu.KERNELS)
-    assert "cuda_w12_v3" in profile_ncu.KERNELS and "cuda_w12_v4" in profile_ncu.KERNELS
+    assert {"cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5"} <= set(profile_ncu.KERNELS)
     assert all(re.fullmatch(profile_ncu.RANGE_PATTERN, r["range"]) and r["time_s"] > 0 for r in ranges)
     w12 = next(r for r in ranges if r["kernel"] == "cuda_w12")
     bf16 = next(r for r in ranges if r["kernel"] == "cuda_bf16")
@@ -138,3 +138,13 @@ def test_bad_arguments_are_refused(tmp_path):
 def test_short_time_units_are_scaled(unit, seconds):
     # ncu 2025.3 with --print-units base labels gpu__time_duration in "ns" (the H200 run of 2026-12-02)
     assert profile_ncu.parse_number("12,832", unit) == pytest.approx(seconds)
+
+
+def test_smoke_launch_leaves_a_skipped_kernel_out(tmp_path):
+    manifest = tmp_path / "ncu_launch.json"
+    assert profile_ncu.main(["--launch", "--smoke", "--skip-kernel", "cuda_w12_v5", "--out", str(manifest)]) == 0
+    launched = json.loads(manifest.read_text())
+    kept = [k for k in profile_ncu.KERNELS if k != "cuda_w12_v5"]
+    assert launched["kernels"] == kept
+    assert len(launched["ranges"]) == 2 * len(profile_ncu.MS) * len(kept)
+    assert not any(r["kernel"] == "cuda_w12_v5" for r in launched["ranges"])

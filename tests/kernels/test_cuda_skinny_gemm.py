@@ -179,8 +179,13 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.setenv(W12_VARIANT_ENV, "v4")
     assert w12_variant() == "v4"
     assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
+    monkeypatch.setenv(W12_VARIANT_ENV, "v5")
+    assert w12_variant() == "v5"
+    assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
     monkeypatch.setenv(W12_VARIANT_ENV, "v2")
-    with pytest.raises(ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4'\) or unset, got 'v2'"):
+    with pytest.raises(
+        ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5'\) or unset, got 'v2'"
+    ):
         w12_gemm_small_m(x, *planes(w12))
 
 
@@ -263,3 +268,47 @@ def test_split_k_workspace_is_made_once_per_device_and_size_and_zeroed():
     with pytest.raises(ValueError, match="nbytes: expected a positive workspace size, got 0"):
         ops.w12_workspace(cpu, 0)
     first[0] = 0
+
+
+BULK_SHAPES = DECODE_SHAPES + [(8, 72, 25632), (1, 72, 4128), (1, 300, 1056), (8, 300, 1056), (8, 520, 2048)]
+
+
+@pytest.mark.parametrize("m,n,k", BULK_SHAPES)
+def test_bulk_copy_w12_plan_fits_two_ctas_per_sm_and_fills_the_gpu(m, n, k):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    sms = 132
+    plan = launch_plan("w12_v5", m, n, k, sms)
+    if k % 32:  # nib rows not 16-byte aligned: the split-K kernel and its plan run
+        assert plan == {**launch_plan("w12_v4", m, n, k, sms), "bulk_copies": 0}
+        return
+    ks, stages, blocks = plan["k_splits"], plan["chunks"], plan["ctas_x"]
+    assert plan["bulk_copies"] == 1 and plan["row_tiles_per_cta"] == 4
+    assert blocks == -(-n // 64) and stages == -(-k // 128)
+    assert plan["shared_bytes"] <= 110 * 1024 and 2 * (plan["shared_bytes"] + 1024) <= 227 * 1024, plan
+    slots = 2 * sms
+
+    def within_limits(splits):  # >= 2 stages per CTA, <= 64 splits, partials (fp32, written + read) <= 10 % of 1.5 N K
+        return splits <= 64 and stages // splits >= 2 and 8 * m * n * splits <= 0.10 * 1.5 * n * k
+
+    assert within_limits(ks) or ks == 1, plan
+    assert not any(within_limits(s) and blocks * s >= 2 * slots for s in range(1, ks)), plan  # the fewest for 2 waves
+    if blocks * ks < 2 * slots:  # two waves out of reach: as many splits as the limits allow
+        assert not within_limits(ks + 1), plan
+    counters = -(-blocks * 4 // 256) * 256
+    assert plan["workspace_bytes"] == (0 if ks == 1 else counters + blocks * ks * 64 * m * 4), plan
+
+
+@pytest.mark.parametrize("m", [1, 8])
+def test_bulk_copy_w12_plan_gives_two_waves_on_every_model_shape(m):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    # (N, K): Qwen3-8B o, qkv, gate_up, down, lm_head; Qwen3-32B down. Splits: o 9, qkv 6, gate_up 2, down 9,
+    # lm_head 1, 32B down 7 at both M (8B o at M = 8: 8 x 8 x 4096 x 9 bytes of partials, 9.4 % of its W12 bytes).
+    expected = {(4096, 4096): 9, (6144, 4096): 6, (24576, 4096): 2, (4096, 12288): 9, (151936, 4096): 1, (5120, 25600): 7}
+    for (n, k), splits in expected.items():
+        plan = launch_plan("w12_v5", m, n, k, 132)
+        assert plan["k_splits"] == splits, (n, k, plan)
+        assert plan["ctas_x"] * plan["k_splits"] >= 2 * 2 * 132, (n, k, plan)

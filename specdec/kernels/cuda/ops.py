@@ -10,8 +10,11 @@ fake (meta) implementation, so ``torch.compile`` and graph tracing see its outpu
 ``"v3"`` the streaming kernel without barriers in its K loop (``specdec_w12_gemm_small_m_v3``: 64-row CTAs, K split
 over clusters of up to 16 CTAs, three chunks of loads in flight per lane; README.md beside the kernels), ``"v4"``
 the same K loop with K split over independent CTAs (``specdec_w12_gemm_small_m_v4``: the last CTA of a row block
-sums the partials from a workspace in split order; :func:`w12_workspace`). All decode bit-exactly; they sum in
-different orders, so their outputs may differ in the last bits.
+sums the partials from a workspace in split order; :func:`w12_workspace`), ``"v5"`` the same split over
+independent CTAs fed by bulk copies (``specdec_w12_gemm_small_m_v5``: a producer warp copies each K stage's
+planes and ``x`` into a ring of shared-memory stages, four consumer warps decode from there; ``K % 32 != 0``
+runs the ``"v4"`` kernel). All decode bit-exactly; they sum in different orders, so their outputs may differ in
+the last bits.
 
 W12 planes are those of :class:`specdec.formats.W12Tensor` (``ae``, ``nib``, ``base``, ``esc_ptr``, ``esc_pos``,
 ``esc_bits``); with ``K % 8 == 0`` the planes are unpadded (``ae`` is ``[N, K]``).
@@ -59,7 +62,7 @@ __all__ = [
 MAX_TOKENS = 8
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
 W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
-W12_VARIANTS = ("v1", "v3", "v4")
+W12_VARIANTS = ("v1", "v3", "v4", "v5")
 # Byte alignment the kernels' vector loads need of every plane's base address.
 _ALIGN = 16
 
@@ -141,7 +144,7 @@ _WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def w12_workspace(device: torch.device, nbytes: int) -> torch.Tensor:
-    """The ``SPECDEC_W12_CUDA_VARIANT=v4`` kernel's workspace of ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
+    """The workspace of the ``SPECDEC_W12_CUDA_VARIANT=v4`` / ``v5`` kernels, ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
 
     One tensor per (device, size), zeroed once when it is made and kept for the life of the process (a CUDA
     graph that captured a launch keeps using its address). The kernel leaves its counters zero after every
@@ -162,7 +165,7 @@ def w12_workspace(device: torch.device, nbytes: int) -> torch.Tensor:
     if ws is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(
-                f"w12_gemm_small_m (v4): its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
+                f"w12_gemm_small_m (v4 / v5): its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
                 "call the op once on this shape before capturing"
             )
         ws = torch.zeros(-(-nbytes // 4), dtype=torch.int32, device=device)
@@ -272,12 +275,14 @@ def w12_gemm_small_m(
     kernel = lib.specdec_w12_gemm_small_m_v3 if variant == "v3" else lib.specdec_w12_gemm_small_m
     args = (_ptr(x), _ptr(ae), _ptr(nib), _ptr(base), _ptr(esc_ptr), _ptr(esc_pos), _ptr(esc_bits), _ptr(out), m, n, k)
     with torch.cuda.device(x.device):
-        if variant == "v4":
-            plan = (ctypes.c_longlong * 6)()
-            _raise_on_failure(lib, lib.specdec_w12_v4_plan(m, n, k, 0, plan), "w12_gemm_small_m (v4) plan")
+        if variant in ("v4", "v5"):
+            plan_of = lib.specdec_w12_v5_plan if variant == "v5" else lib.specdec_w12_v4_plan
+            run = lib.specdec_w12_gemm_small_m_v5 if variant == "v5" else lib.specdec_w12_gemm_small_m_v4
+            plan = (ctypes.c_longlong * 7)()
+            _raise_on_failure(lib, plan_of(m, n, k, 0, plan), f"w12_gemm_small_m ({variant}) plan")
             nbytes = plan[5]
             ws_ptr = _ptr(w12_workspace(x.device, nbytes)) if nbytes else ctypes.c_void_p(None)
-            rc = lib.specdec_w12_gemm_small_m_v4(*args, ws_ptr, nbytes, _stream(x.device))
+            rc = run(*args, ws_ptr, nbytes, _stream(x.device))
         else:
             rc = kernel(*args, _stream(x.device))
     _raise_on_failure(lib, rc, f"w12_gemm_small_m ({variant})")
@@ -331,9 +336,12 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
     (``row_tiles_per_cta`` is then its 4 tiles of 64-row CTAs, ``k_splits`` its cluster size, at most
     ``max_cluster``: 16 where the GPU allows non-portable clusters, else 8). ``kind="w12_v4"``: the same kernel
     shape with K split over independent CTAs (``k_splits`` of them per row block, no cluster), plus
-    ``workspace_bytes`` (row-block counters and fp32 partials; 0 without K splits).
+    ``workspace_bytes`` (row-block counters and fp32 partials; 0 without K splits). ``kind="w12_v5"``: the
+    bulk-copy kernel's plan, the keys of ``"w12_v4"`` plus ``bulk_copies`` (1, or 0 where ``k % 32 != 0`` and the
+    ``"w12_v4"`` kernel and plan run instead); with ``bulk_copies == 1`` ``chunks`` counts K stages of 128
+    weights, split evenly over ``k_splits`` CTAs per 64-row block.
     """
-    kinds = (*KINDS, "w12_v3", "w12_v4")
+    kinds = (*KINDS, "w12_v3", "w12_v4", "w12_v5")
     if kind not in kinds:
         raise ValueError(f"kind: expected one of {sorted(kinds)}, got {kind!r}")
     if max_cluster not in (8, 16):
@@ -342,11 +350,13 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
         raise ValueError(f"sms: expected a positive multiprocessor count, got {sms}")
     lib = load_library()
     out = (ctypes.c_int * 5)()
-    if kind == "w12_v4":
-        wide = (ctypes.c_longlong * 6)()
-        rc = lib.specdec_w12_v4_plan(m, n, k, sms, wide)
+    if kind in ("w12_v4", "w12_v5"):
+        wide = (ctypes.c_longlong * 7)()
+        rc = (lib.specdec_w12_v5_plan if kind == "w12_v5" else lib.specdec_w12_v4_plan)(m, n, k, sms, wide)
         if rc == 0:
             keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes", "workspace_bytes")
+            if kind == "w12_v5":
+                keys += ("bulk_copies",)
             return dict(zip(keys, list(wide)))
     elif kind == "w12_v3":
         rc = lib.specdec_w12_v3_plan(m, n, k, sms, max_cluster, out)

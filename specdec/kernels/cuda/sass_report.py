@@ -1,7 +1,7 @@
 """Static SASS report of the skinny GEMM kernels: main-loop instruction mix and instructions per weight.
 
 Reads ``cuobjdump -sass`` text of ``build/specdec_cuda_kernels.so``, finds in each kernel the loop whose body
-holds the unrolled batch (the backward branch whose body has the most ``HMMA``), and prints per kernel the
+holds the unrolled batch (the backward branch whose body has the most ``HMMA`` and no ``EXIT``), and prints per kernel the
 load widths, the opcode counts of that body and the instructions per weight per thread
 (body length / weights per lane per batch). Run where a ``cuobjdump`` exists (the CUDA toolkit, or the one
 in Triton's wheel)::
@@ -23,9 +23,19 @@ import subprocess
 from collections import Counter
 
 # Weights one lane handles per unrolled batch (kUnroll = 4 chunks, rows g and g + 8); the W12 streaming kernel
-# kernels (w12_stream_kernel ``w12_v3``, w12_split_kernel ``w12_v4``) unroll their ring of kStreamDepth = 3 chunks.
-WEIGHTS_PER_LANE_PER_BATCH = {"0": 4 * 2 * 8, "1": 4 * 2 * 16, "2": 4 * 2 * 16, "w12_v3": 3 * 2 * 16, "w12_v4": 3 * 2 * 16}
-KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q", "w12_v3": "w12_v3", "w12_v4": "w12_v4"}
+# kernels (w12_stream_kernel ``w12_v3``, w12_split_kernel ``w12_v4``) unroll their ring of kStreamDepth = 3 chunks; the
+# bulk-copy kernel (w12_bulk_kernel ``w12_v5``) consumes one stage of 2 chunks per iteration.
+WEIGHTS_PER_LANE_PER_BATCH = {
+    "0": 4 * 2 * 8,
+    "1": 4 * 2 * 16,
+    "2": 4 * 2 * 16,
+    "w12_v3": 3 * 2 * 16,
+    "w12_v4": 3 * 2 * 16,
+    "w12_v5": 2 * 2 * 16,
+}
+KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q", "w12_v3": "w12_v3", "w12_v4": "w12_v4", "w12_v5": "w12_v5"}
+# Whole-kernel opcodes of the bulk-copy pipeline: the bulk copies and the mbarrier operations.
+ASYNC_OPCODES = ("UBLKCP", "SYNCS")
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
 
 
@@ -54,6 +64,8 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
         if t > addr or t not in addr_index:
             continue
         body = ins[addr_index[t] : i + 1]
+        if any(o == "EXIT" for _, o, _ in body):  # a jump back from an out-of-line path (a retry), not a loop
+            continue
         hmma = sum(o.startswith("HMMA") for _, o, _ in body)
         if best is None or hmma > best[0]:
             best = (hmma, body)
@@ -67,6 +79,7 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
         "instructions_per_weight": len(body) / weights_per_batch,
         "barriers": sum(o.startswith(("BAR", "UCGABAR")) for _, o, _ in body),
         "mix": dict(mix.most_common()),
+        "async_in_kernel": {p: sum(o.startswith(p) for _, o, _ in ins) for p in ASYNC_OPCODES},
     }
 
 
@@ -88,19 +101,23 @@ def main() -> None:
         m = re.search(r"kernelILi(\d)ELb(\d)E", name)
         stream = re.search(r"w12_stream_kernelILb(\d)E", name)
         split = re.search(r"w12_split_kernelILb(\d)E", name)
+        bulk = "w12_bulk_kernel" in name
         if m:
             kind, vec16 = m.group(1), m.group(2)
         elif stream:
             kind, vec16 = "w12_v3", stream.group(1)
         elif split:
             kind, vec16 = "w12_v4", split.group(1)
+        elif bulk:
+            kind, vec16 = "w12_v5", "1"
         else:
             continue
         rep = analyse_kernel(block.split("\n"), WEIGHTS_PER_LANE_PER_BATCH[kind])
         print(
             f"{KIND_NAMES[kind]:5s} vec16={vec16}: loop {rep['loop_instructions']} instr, {rep.get('hmma')} HMMA, "
             f"{rep.get('instructions_per_weight', float('nan')):.2f} instr/weight/lane, "
-            f"{rep.get('barriers', 0)} barrier instructions in the loop"
+            f"{rep.get('barriers', 0)} barrier instructions in the loop, in the kernel "
+            + ", ".join(f"{k} {v}" for k, v in rep.get("async_in_kernel", {}).items())
         )
         print("   ", ", ".join(f"{k} {v}" for k, v in list(rep.get("mix", {}).items())[:14]))
 

@@ -625,44 +625,25 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
   if (p.k_splits > 1) cluster.sync();  // the other CTAs' reads of this CTA's partials are done
 }
 
-// The W12 kernel with K split over independent CTAs (README.md, "W12 with K split over independent CTAs"): the
-// prologue and K loop of w12_stream_kernel, no clusters. With k_splits > 1 each CTA writes its fp32 partial
-// tile [64 rows][M tokens] to `partials` at (row block, split), then bumps the row block's counter; the CTA
-// that arrives last sums the partials in split order 0..k_splits-1 (the same bits whatever the arrival
-// order), applies the escapes, stores bf16 and sets the counter back to 0 for the next launch. The others
-// exit at once. Counters must be 0 when the launch starts; partials need no initial value.
-template <bool VEC16>
-__global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm)
-    w12_split_kernel(const Params p, float* partials, unsigned int* counters) {
-  extern __shared__ __align__(16) unsigned char smem[];
+// After the K loop of a split-K kernel (THREADS threads, all of them here): red holds the CTA's partial
+// [64 rows][8 tokens] and band_ptr the band's escape offsets, both visible to every thread. With k_splits > 1 the
+// CTA writes its partial tile [64 rows][M tokens] to `partials` at (row block, split), then bumps the row block's
+// counter; the CTA that arrives last sums the partials in split order 0..k_splits-1 (the same bits whatever the
+// arrival order), applies the escapes, stores bf16 and sets the counter back to 0 for the next launch. The others
+// return at once. Counters must be 0 when the launch starts; partials need no initial value.
+template <int THREADS>
+__device__ __forceinline__ void finish_split_row_block(const Params& p, float* red, const int* band_ptr, float* partials,
+                                                       unsigned int* counters, int split) {
   __shared__ int arrived_last;
   const int M = p.M;
   const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const int split = blockIdx.y;
-  const int c_lo = static_cast<int>((static_cast<long long>(split) * p.n_chunks) / p.k_splits);
-  const int c_hi = static_cast<int>((static_cast<long long>(split + 1) * p.n_chunks) / p.k_splits);
   const int row_block = blockIdx.x * kStreamRows;
-  float* red = stream_partials(smem, p);
-  int* band_ptr = stream_band_ptr(red);
   const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
-  float acc[4];
-  stream_k_slice<VEC16>(p, c_lo, c_hi, row_block, smem, band_ptr, acc);
-
-  // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token].
-  float* mine = red + warp * 16 * 8;
-  mine[g * 8 + 2 * t] = acc[0];
-  mine[g * 8 + 2 * t + 1] = acc[1];
-  mine[(g + 8) * 8 + 2 * t] = acc[2];
-  mine[(g + 8) * 8 + 2 * t + 1] = acc[3];
-  __syncthreads();
-
   const int tile_values = kStreamRows * M;  // [64 rows][M tokens], row-major
   if (p.k_splits > 1) {
     float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * tile_values;
     float* own = tiles + static_cast<size_t>(split) * tile_values;
-    for (int e = tid; e < tile_values; e += kStreamThreads) own[e] = red[(e / M) * 8 + e % M];
+    for (int e = tid; e < tile_values; e += THREADS) own[e] = red[(e / M) * 8 + e % M];
     __threadfence();  // this CTA's partial is visible device-wide before its arrival is counted
     __syncthreads();
     if (tid == 0) {
@@ -674,7 +655,7 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm)
     if (!arrived_last) return;
     __threadfence();
     // Sum in split order from 0.f; the loads of 8 splits go out before their adds (L2, past L1).
-    for (int e = tid; e < tile_values; e += kStreamThreads) {
+    for (int e = tid; e < tile_values; e += THREADS) {
       float s = 0.f;
       for (int q0 = 0; q0 < p.k_splits; q0 += 8) {
         float v[8];
@@ -701,9 +682,232 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm)
     for (int m = 0; m < kMaxTokens; ++m)
       if (m < M) out[m] += red[tid * 8 + m];
   }
-  add_band_escapes<kStreamThreads>(p, band_ptr, col_tiles, row_block % kEscapeTile, kStreamRows, has_row, tid, M,
-                                   red + kStreamRows * 8, out);
+  add_band_escapes<THREADS>(p, band_ptr, col_tiles, row_block % kEscapeTile, kStreamRows, has_row, tid, M, red + kStreamRows * 8,
+                            out);
   if (has_row && row < p.N) store_bf16_row(p, row, M, out);
+}
+
+// The W12 kernel with K split over independent CTAs (README.md, "W12 with K split over independent CTAs"): the
+// prologue and K loop of w12_stream_kernel, no clusters, then finish_split_row_block (the last CTA of a row
+// block reduces the partials in split order).
+template <bool VEC16>
+__global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm)
+    w12_split_kernel(const Params p, float* partials, unsigned int* counters) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int split = blockIdx.y;
+  const int c_lo = static_cast<int>((static_cast<long long>(split) * p.n_chunks) / p.k_splits);
+  const int c_hi = static_cast<int>((static_cast<long long>(split + 1) * p.n_chunks) / p.k_splits);
+  const int row_block = blockIdx.x * kStreamRows;
+  float* red = stream_partials(smem, p);
+  int* band_ptr = stream_band_ptr(red);
+  float acc[4];
+  stream_k_slice<VEC16>(p, c_lo, c_hi, row_block, smem, band_ptr, acc);
+
+  // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token].
+  float* mine = red + warp * 16 * 8;
+  mine[g * 8 + 2 * t] = acc[0];
+  mine[g * 8 + 2 * t + 1] = acc[1];
+  mine[(g + 8) * 8 + 2 * t] = acc[2];
+  mine[(g + 8) * 8 + 2 * t + 1] = acc[3];
+  __syncthreads();
+
+  finish_split_row_block<kStreamThreads>(p, red, band_ptr, partials, counters, split);
+}
+
+// The W12 kernel fed by bulk copies (README.md, "W12 through a bulk-copy pipeline"): 64-row CTAs of 4 consumer
+// warps (one 16-row tile each) and one producer warp. K goes in stages of kBulkStageK weights; a stage in
+// shared memory holds, for the CTA's 64 rows, the ae bytes [64][kBulkStageK] and nib bytes [64][kBulkStageK / 2]
+// of those k, and x [M][kBulkStageK] (token rows padded by 16 bytes: conflict-free 16-byte loads). The producer
+// fills a ring of kBulkStages stages with cp.async.bulk (one copy per plane and row, one per token row; rows
+// past N copy row N - 1, never stored), each stage guarded by a full barrier (the producer's arrive with the
+// stage's byte count, completed by the copies) and an empty barrier (one arrive per consumer warp once it has
+// read the stage). Consumers wait on mbarriers only: no CTA barrier in the loop. K is split over independent
+// CTAs as in w12_split_kernel, and the same finish_split_row_block reduces, applies the escapes and stores.
+// Needs K % 32 == 0 (every nib row starts 16-byte aligned); the entry point runs w12_split_kernel otherwise.
+constexpr int kBulkStageK = 128;  // weights per row per stage: 2 chunks
+constexpr int kBulkStages = 6;
+constexpr int kBulkConsumerWarps = kStreamWarps;
+constexpr int kBulkThreads = (kBulkConsumerWarps + 1) * 32;
+constexpr int kBulkXRowBytes = kBulkStageK * 2 + 16;
+constexpr int kBulkCtasPerSm = 2;
+constexpr int kBulkMinStagesPerCta = 2;
+constexpr double kBulkPartialShare = 0.10;
+// After the ring: partials [64 rows][8 tokens] fp32, the escape round of kBulkThreads threads, then the band's
+// escape offsets.
+constexpr int kBulkSmemFixed = kStreamRows * 8 * 4 + kBulkThreads * 9 + (kBulkThreads / 32) * 4;
+
+__host__ __device__ constexpr int bulk_stage_bytes(int M) {
+  return kStreamRows * kBulkStageK + kStreamRows * (kBulkStageK / 2) + M * kBulkXRowBytes;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory; its
+// completion counts `bytes` on the barrier. `policy`: an L2 cache policy (createpolicy).
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ uint64_t l2_evict_last() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// One stage (2 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes, x of token
+// g_x, decode and MMA. CHECK: the stage may end before kBulkStageK (pieces at or past K read as zero).
+template <bool CHECK>
+__device__ __forceinline__ void consume_stage(const unsigned char* st, int M, int k0, int K, int tile_row, int g_x, int t,
+                                              uint32_t X0, uint32_t X1, float (&acc)[4]) {
+  const unsigned char* ae = st;
+  const unsigned char* nib = st + kStreamRows * kBulkStageK;
+  const unsigned char* xr = nib + kStreamRows * (kBulkStageK / 2) + g_x * kBulkXRowBytes;
+  (void)M;
+#pragma unroll
+  for (int c = 0; c < kBulkStageK / 64; ++c) {
+    const bool in = !CHECK || k0 + c * 64 + 16 * t < K;
+    if (CHECK && k0 + c * 64 >= K) break;  // uniform: the chunk lies past K
+    ChunkRegs<kW12, true> r;
+    uint4 xs[2];
+    const int pa = c * 64 + 16 * t, pn = c * 32 + 8 * t, px = c * 128 + 32 * t;
+    r.ae[0] = in ? *reinterpret_cast<const uint4*>(ae + tile_row * kBulkStageK + pa) : make_uint4(0, 0, 0, 0);
+    r.ae[1] = in ? *reinterpret_cast<const uint4*>(ae + (tile_row + 8) * kBulkStageK + pa) : make_uint4(0, 0, 0, 0);
+    r.nib[0] = in ? *reinterpret_cast<const uint2*>(nib + tile_row * (kBulkStageK / 2) + pn) : make_uint2(0, 0);
+    r.nib[1] = in ? *reinterpret_cast<const uint2*>(nib + (tile_row + 8) * (kBulkStageK / 2) + pn) : make_uint2(0, 0);
+    xs[0] = in ? *reinterpret_cast<const uint4*>(xr + px) : make_uint4(0, 0, 0, 0);
+    xs[1] = in ? *reinterpret_cast<const uint4*>(xr + px + 16) : make_uint4(0, 0, 0, 0);
+    compute_chunk<kW12, true>(acc, r, xs, X0, X1);
+  }
+}
+
+__global__ void __launch_bounds__(kBulkThreads, kBulkCtasPerSm) w12_bulk_kernel(const Params p, float* partials, unsigned int* counters) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ __align__(8) uint64_t full_bar[kBulkStages];
+  __shared__ __align__(8) uint64_t empty_bar[kBulkStages];
+  const int M = p.M;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int split = blockIdx.y;
+  const int n_stages = (p.K + kBulkStageK - 1) / kBulkStageK;
+  const int s_lo = static_cast<int>((static_cast<long long>(split) * n_stages) / p.k_splits);
+  const int s_hi = static_cast<int>((static_cast<long long>(split + 1) * n_stages) / p.k_splits);
+  const int n_mine = s_hi - s_lo;
+  const int row_block = blockIdx.x * kStreamRows;
+  const int stage_bytes = bulk_stage_bytes(M);
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kBulkStages) * stage_bytes);
+  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + kBulkSmemFixed);
+  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+  const int tile0 = (row_block / kEscapeTile) * col_tiles;
+
+  if (tid == 0) {
+    for (int s = 0; s < kBulkStages; ++s) {
+      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&empty_bar[s]), kBulkConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  // The band's escape offsets, waited for after the loop.
+  for (int i = tid; i <= col_tiles; i += kBulkThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
+  cp_async_commit();
+  __syncthreads();
+
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  const int g = lane >> 2, t = lane & 3;
+  if (warp == kBulkConsumerWarps) {
+    // Producer: lane l copies rows l and l + 32 of both planes, lanes < M token row l of x.
+    const uint64_t stream = l2_evict_first();
+    const uint64_t keep = l2_evict_last();
+    const size_t K = p.K;
+    const int rows[2] = {min(row_block + lane, p.N - 1), min(row_block + lane + 32, p.N - 1)};
+    int s = 0;
+    uint32_t round = 0;
+    for (int it = 0; it < n_mine; ++it) {
+      if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+      const int k0 = (s_lo + it) * kBulkStageK;
+      const int k_len = min(kBulkStageK, p.K - k0);  // a multiple of 32
+      const uint32_t full = smem_addr(&full_bar[s]);
+      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(kStreamRows * (k_len + k_len / 2) + M * k_len * 2));
+      __syncwarp();
+      unsigned char* st = smem + static_cast<size_t>(s) * stage_bytes;
+      const uint32_t ae_dst = smem_addr(st), nib_dst = smem_addr(st + kStreamRows * kBulkStageK);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = lane + 32 * i;
+        bulk_copy(ae_dst + r * kBulkStageK, p.w + rows[i] * K + k0, k_len, full, stream);
+        bulk_copy(nib_dst + r * (kBulkStageK / 2), p.nib + rows[i] * (K / 2) + k0 / 2, k_len / 2, full, stream);
+      }
+      if (lane < M)
+        bulk_copy(nib_dst + kStreamRows * (kBulkStageK / 2) + lane * kBulkXRowBytes, p.x + static_cast<size_t>(lane) * K + k0,
+                  k_len * 2, full, keep);
+      if (++s == kBulkStages) s = 0, ++round;
+    }
+  } else {
+    // Consumers: warp w owns rows 16 w .. 16 w + 15 of the block.
+    const int tile_row = warp * 16 + g;
+    const uint32_t X0 = static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7;
+    const uint32_t X1 = static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7;
+    const int g_x = min(g, M - 1);  // tokens >= M read token M - 1; those outputs are never stored
+    const int n_full = min(s_hi, p.K / kBulkStageK) - s_lo;  // stages entirely inside K
+    int s = 0;
+    uint32_t round = 0;
+    auto release = [&]() {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
+      if (++s == kBulkStages) s = 0, ++round;
+    };
+    int it = 0;
+    for (; it < n_full; ++it) {
+      mbar_wait(smem_addr(&full_bar[s]), round & 1);
+      consume_stage<false>(smem + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, t, X0, X1, acc);
+      release();
+    }
+    for (; it < n_mine; ++it) {  // the stage that ends at K
+      mbar_wait(smem_addr(&full_bar[s]), round & 1);
+      consume_stage<true>(smem + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K, tile_row, g_x, t, X0,
+                          X1, acc);
+      release();
+    }
+    // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token].
+    float* mine = red + warp * 16 * 8;
+    mine[g * 8 + 2 * t] = acc[0];
+    mine[g * 8 + 2 * t + 1] = acc[1];
+    mine[(g + 8) * 8 + 2 * t] = acc[2];
+    mine[(g + 8) * 8 + 2 * t + 1] = acc[3];
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  finish_split_row_block<kBulkThreads>(p, red, band_ptr, partials, counters, split);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory.
@@ -829,6 +1033,40 @@ Plan make_split_plan(int M, int N, int K, int sms) {
     }
   }
   pl.smem_bytes = smem_of(pl.k_splits);
+  return pl;
+}
+
+// Launch plan of w12_bulk_kernel: 64-row blocks along x, K splits along y (independent CTAs), stages of
+// kBulkStageK weights split evenly. The splits: the fewest that give >= kSplitWaves waves (CTAs / (SMs x
+// resident CTAs per SM, 2 by shared memory)) within >= kBulkMinStagesPerCta stages per CTA, at most
+// kSplitMaxSplits and partial traffic (M N splits x 8 bytes) <= kBulkPartialShare of the W12 weight bytes; where
+// no count reaches the waves, the most splits within the limits. n_chunks holds the stage count.
+int bulk_ctas_per_sm(int smem_bytes) {
+  const int per_sm = (227 * 1024) / (smem_bytes + 1024);
+  return per_sm < kBulkCtasPerSm ? per_sm : kBulkCtasPerSm;
+}
+
+int bulk_smem_bytes(int M, int K) { return kBulkStages * bulk_stage_bytes(M) + kBulkSmemFixed + band_ptr_bytes(kW12, K); }
+
+Plan make_bulk_plan(int M, int N, int K, int sms) {
+  Plan pl{};
+  pl.n_chunks = (K + kBulkStageK - 1) / kBulkStageK;
+  pl.rt_per_cta = kStreamWarps;
+  pl.grid_x = (N + kStreamRows - 1) / kStreamRows;
+  pl.smem_bytes = bulk_smem_bytes(M, K);
+  const long long slots = static_cast<long long>(sms) * bulk_ctas_per_sm(pl.smem_bytes);
+  int most = pl.n_chunks / kBulkMinStagesPerCta;
+  const double traffic_cap = kBulkPartialShare * 1.5 * static_cast<double>(K) / (8.0 * M);  // splits
+  if (most > traffic_cap) most = static_cast<int>(traffic_cap);
+  if (most > kSplitMaxSplits) most = kSplitMaxSplits;
+  if (most < 1) most = 1;
+  pl.k_splits = most;
+  for (int ks = 1; ks <= most; ++ks) {
+    if (static_cast<long long>(pl.grid_x) * ks >= kSplitWaves * slots) {
+      pl.k_splits = ks;
+      break;
+    }
+  }
   return pl;
 }
 
@@ -971,6 +1209,44 @@ int launch_split(Params p, void* workspace, long long workspace_bytes, cudaStrea
   return 0;
 }
 
+int launch_bulk(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  static bool attr_set = false;  // first call happens before any graph capture (warm-up)
+  const int smem_max = bulk_smem_bytes(kMaxTokens, 1 << 20);
+  if (!attr_set) {
+    cudaError_t e = cudaFuncSetAttribute(w12_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+    // Two CTAs of ~80-90 KB per SM need the largest shared-memory carveout; the kernel does not use L1.
+    e = cudaFuncSetAttribute(w12_bulk_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
+    attr_set = true;
+  }
+  const int sms = sm_count();
+  if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  const Plan pl = make_bulk_plan(p.M, p.N, p.K, sms);
+  if (pl.smem_bytes > smem_max) {
+    snprintf(g_error, sizeof(g_error), "K=%d with M=%d needs %d bytes of shared memory per CTA (limit %d)", p.K, p.M,
+             pl.smem_bytes, smem_max);
+    return 2;
+  }
+  const long long need = split_workspace_bytes(pl, p.M);
+  if (workspace_bytes < need || (need > 0 && workspace == nullptr)) {
+    snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", p.M, p.N, p.K, need,
+             workspace == nullptr ? 0LL : workspace_bytes);
+    return 2;
+  }
+  p.rt_per_cta = pl.rt_per_cta;
+  p.k_splits = pl.k_splits;
+  p.n_chunks = (p.K + 63) / 64;
+  unsigned char* ws = static_cast<unsigned char*>(workspace);
+  const long long counter_bytes = need > 0 ? need - static_cast<long long>(pl.grid_x) * pl.k_splits * kStreamRows * p.M * 4 : 0;
+  unsigned int* counters = reinterpret_cast<unsigned int*>(ws);
+  float* partials = need > 0 ? reinterpret_cast<float*>(ws + counter_bytes) : nullptr;
+  w12_bulk_kernel<<<dim3(pl.grid_x, pl.k_splits, 1), dim3(kBulkThreads, 1, 1), pl.smem_bytes, stream>>>(p, partials, counters);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fail("w12_bulk_kernel launch", e);
+  return 0;
+}
+
 int check_sizes(int M, int N, int K) {
   if (M < 1 || M > kMaxTokens || N < 1 || K < 8 || K % 8 != 0) {
     snprintf(g_error, sizeof(g_error), "expected 1 <= M <= 8, N >= 1, K >= 8 and K %% 8 == 0, got M=%d N=%d K=%d", M, N, K);
@@ -1104,6 +1380,53 @@ int specdec_w12_v4_plan(int M, int N, int K, int sms, long long* out) {
   out[3] = pl.grid_x;
   out[4] = pl.smem_bytes;
   out[5] = split_workspace_bytes(pl, M);
+  return 0;
+}
+
+// W12 exact through the bulk-copy pipeline (64-row CTAs of 4 consumer warps and a producer warp, K split over
+// independent CTAs as in v4); same planes, workspace contract and result contract as specdec_w12_gemm_small_m_v4,
+// with specdec_w12_v5_plan's out[5] bytes of workspace. K % 32 != 0: runs specdec_w12_gemm_small_m_v4 (its plan
+// is then the one specdec_w12_v5_plan returns).
+int specdec_w12_gemm_small_m_v5(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                                const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
+                                long long workspace_bytes, void* stream) {
+  if (K % 32 != 0)
+    return specdec_w12_gemm_small_m_v4(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes,
+                                       stream);
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  Params p{};
+  p.x = static_cast<const uint16_t*>(x);
+  p.w = static_cast<const uint8_t*>(ae);
+  p.nib = static_cast<const uint8_t*>(nib);
+  p.base = static_cast<const uint8_t*>(base);
+  p.esc_ptr = static_cast<const int32_t*>(esc_ptr);
+  p.esc_pos = static_cast<const uint16_t*>(esc_pos);
+  p.esc_bits = static_cast<const uint16_t*>(esc_bits);
+  p.y = static_cast<uint16_t*>(y);
+  p.M = M, p.N = N, p.K = K;
+  return launch_bulk(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_w12_gemm_small_m_v5 on `sms` multiprocessors (sms = 0: the current device's); host only.
+// out[0..5] as specdec_w12_v4_plan except out[2]: K stages of 128 weights (chunks of 64 where out[6] == 0);
+// out[6] 1 when the bulk-copy kernel runs (K % 32 == 0), 0 when v4's kernel and plan do.
+int specdec_w12_v5_plan(int M, int N, int K, int sms, long long* out) {
+  if (sms < 0) return 3;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  if (sms == 0) {
+    sms = sm_count();
+    if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  }
+  const bool bulk = K % 32 == 0;
+  const Plan pl = bulk ? make_bulk_plan(M, N, K, sms) : make_split_plan(M, N, K, sms);
+  out[0] = pl.rt_per_cta;
+  out[1] = pl.k_splits;
+  out[2] = pl.n_chunks;
+  out[3] = pl.grid_x;
+  out[4] = pl.smem_bytes;
+  out[5] = split_workspace_bytes(pl, M);
+  out[6] = bulk ? 1 : 0;
   return 0;
 }
 
