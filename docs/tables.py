@@ -464,6 +464,7 @@ ROOFLINE_KERNELS = {
     "cuda_w12": "CUDA W12 exact",
     "cuda_w12_v3": "CUDA W12 exact, streaming (v3)",
     "cuda_w12_v4": "CUDA W12 exact, split K over CTAs (v4)",
+    "cuda_w12_v5": "CUDA W12 exact, bulk-copy pipeline (v5)",
     "cuda_q": "CUDA Q view",
     "cuda_bf16": "CUDA bf16",
     "triton_w12": "Triton W12 exact",
@@ -474,7 +475,7 @@ ROOFLINE_KERNELS = {
 
 
 def cuda_roofline(results: Results) -> str:
-    run = results("roofline_h200_2026-12-02_run4.json")
+    run = results("roofline_h200_2026-12-02_run5.json")
     ms = sorted({r["M"] for r in run["rows"]})
     rows = []
     for key, label in ROOFLINE_KERNELS.items():
@@ -482,7 +483,7 @@ def cuda_roofline(results: Results) -> str:
         fractions = [r[f"{key}_frac_of_copy"] for r in run["rows"]]
         rows.append([label, f"{min(ratios):.2f}-{max(ratios):.2f}x", f"{min(fractions):.2f}-{max(fractions):.2f}"])
     header = [f"kernel ({len(run['rows'])} rows: M = {', '.join(map(str, ms))})", "vs cuBLAS bf16", "fraction of copy bandwidth"]
-    step = results("ar_step_w12_h200_2026-12-02_run3.json")
+    step = results("ar_step_w12_h200_2026-12-02_run4.json")
     step_rows = [
         ["bf16", f"{step['bf16_step_s'] * 1e3:.2f} ms", f"{step['bf16_floor_s'] * 1e3:.2f} ms", f"{step['bf16_x_floor']:.2f}x"],
         [
