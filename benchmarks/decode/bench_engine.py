@@ -197,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=24, help="prompts; concurrency 1 decodes each alone (the reference)")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument(
+        "--waves",
+        type=int,
+        default=1,
+        help="at concurrency c > 1, decode waves x c requests through the c slots (continuous batching; 1 = one closed batch)",
+    )
     ap.add_argument("--profile", default="specpilot-one-level", choices=sorted(PRESETS))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     ap.add_argument(
@@ -231,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.concurrency, args.requests, args.prompt_len, args.new_tokens = "1,2,4", 4, 8, 8
     levels = [int(c) for c in args.concurrency.split(",")]
+    if args.waves < 1:
+        raise ValueError(f"--waves: expected an int >= 1, got {args.waves}")
     layouts = tuple(args.layouts.split(","))
     if not layouts or not set(layouts) <= {"packed", "per_request"}:
         raise ValueError(f"--layouts: expected a comma-separated subset of packed,per_request, got {args.layouts!r}")
@@ -270,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         num_draft_tokens=k,
         prompt_lengths=lengths,
         new_tokens=args.new_tokens,
+        waves=args.waves,
         kv_bytes_per_layout=kv,
         rows=[],
         skipped=[],
@@ -325,7 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         if over_budget(f"{layout} c={c} {name}"):
             continue
         ragged = target_of(layout)
-        batch = prompts if c == 1 else prompts[:c]
+        # concurrency c: c slots kept busy by `waves` x c requests (prompts reused in turn), so the tail of the
+        # last requests weighs 1 / waves of the run; concurrency 1 decodes every prompt once
+        order = list(range(len(prompts))) if c == 1 else [i % len(prompts) for i in range(c * args.waves)]
+        batch = [prompts[i] for i in order]
         if (layout, c) not in tables:
             tables[layout, c] = StepTimeTable.profile(
                 ragged,
@@ -350,7 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         # request i's oracle knows the continuations its target gives it: batched AR and alone (they differ
         # where bf16 rounding of other row counts flips a near-tie); the warm-up run adds this system's own
         refs = (
-            [[torch.cat([p.cpu(), t]) for t in (batched_ar[layout, c][i], alone[i])] for i, p in enumerate(batch)]
+            [
+                [torch.cat([p.cpu(), t]) for t in (batched_ar[layout, c][j], alone[i])]
+                for j, (i, p) in enumerate(zip(order, batch))
+            ]
             if spec
             else None
         )
@@ -372,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             refs = [[torch.cat([p.cpu(), t]), *r] for p, t, r in zip(batch, warm["tokens"], refs)]  # own output first
         run = run_once(refs)
         ar_tokens = run["tokens"] if not spec else batched_ar[layout, c]
-        mismatches = sum(not torch.equal(t, a) for t, a in zip(run["tokens"], alone))
+        mismatches = sum(not torch.equal(t, alone[i]) for t, i in zip(run["tokens"], order))
         equal_ar = all(torch.equal(t, a) for t, a in zip(run["tokens"], ar_tokens))
         if (dtype == torch.float32 or successor is not None) and spec and not equal_ar:
             failed = True

@@ -339,9 +339,16 @@ class AcceptanceEstimator:
     Gains are made non-increasing in node order by a running minimum (a node never gains more than
     one verified before it), so :func:`allocate` takes prefixes.
 
+    With a ``pool`` (an estimator every request of a batch feeds, see :class:`~specdec.engine.Engine`),
+    the prior of each depth is centred on the pool's posterior mean at that depth, with the same
+    strength ``prior_accept + prior_reject``, and the score calibration's prior ratio is the pool's: a
+    request that has verified few rounds borrows what its companions' rounds showed, and its own rounds
+    take over as they accumulate. The pool only ever holds verified rounds, so this stays non-anticipating.
+
     Args:
         prior_accept, prior_reject: the Beta prior of each depth's acceptance (``> 0``).
         prior_tokens: pseudo-tokens of the score calibration's prior (``> 0``).
+        pool: an estimator whose posterior is this one's prior; :meth:`observe` feeds it too.
 
     Example:
         >>> est = AcceptanceEstimator()
@@ -352,11 +359,21 @@ class AcceptanceEstimator:
         [0.667, 0.444]
     """
 
-    def __init__(self, *, prior_accept: float = 1.0, prior_reject: float = 1.0, prior_tokens: float = 1.0):
+    def __init__(
+        self,
+        *,
+        prior_accept: float = 1.0,
+        prior_reject: float = 1.0,
+        prior_tokens: float = 1.0,
+        pool: AcceptanceEstimator | None = None,
+    ):
         for name, value in (("prior_accept", prior_accept), ("prior_reject", prior_reject), ("prior_tokens", prior_tokens)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+        if pool is not None and not isinstance(pool, AcceptanceEstimator):
+            raise TypeError(f"pool: expected an AcceptanceEstimator or None, got {type(pool).__name__}")
         self.prior_accept, self.prior_reject, self.prior_tokens = float(prior_accept), float(prior_reject), float(prior_tokens)
+        self.pool = pool
         self.reached: list[int] = []
         self.passed: list[int] = []
         self.scored_predicted = 0.0
@@ -383,17 +400,34 @@ class AcceptanceEstimator:
             return picked.clamp(0.0, 1.0).cumprod(0).tolist()
         return None
 
-    def _survivals(self, max_depth: int) -> list[float]:
-        """``[P(reach depth 0), ..., P(reach depth max_depth)]``: products of the depths' posterior means."""
-        prior = self.prior_accept + self.prior_reject
-        pooled = (sum(self.passed) + self.prior_accept) / (sum(self.reached) + prior)
-        out, s = [1.0], 1.0
+    def _rates(self, max_depth: int) -> list[float]:
+        """Posterior mean of the conditional acceptance at depths ``1..max_depth``."""
+        strength = self.prior_accept + self.prior_reject
+        means = self.pool._rates(max_depth) if self.pool is not None else [self.prior_accept / strength] * max_depth
+        # without a pool, a depth never reached takes the pooled rate of the depths that were
+        pooled = (sum(self.passed) + self.prior_accept) / (sum(self.reached) + strength)
+        rates = []
         for i in range(max_depth):
             reached = self.reached[i] if i < len(self.reached) else 0
             passed = self.passed[i] if i < len(self.passed) else 0
-            s *= (passed + self.prior_accept) / (reached + prior) if reached else pooled
+            if reached:
+                rates.append((passed + strength * means[i]) / (reached + strength))
+            else:
+                rates.append(means[i] if self.pool is not None else pooled)
+        return rates
+
+    def _survivals(self, max_depth: int) -> list[float]:
+        """``[P(reach depth 0), ..., P(reach depth max_depth)]``: products of the depths' posterior means."""
+        out, s = [1.0], 1.0
+        for rate in self._rates(max_depth):
+            s *= rate
             out.append(s)
         return out
+
+    def _score_scale(self) -> float:
+        """Calibration of the drafter's scores: (accepted + prior) / (predicted + prior), the prior ratio the pool's."""
+        ratio = self.pool._score_scale() if self.pool is not None else 1.0
+        return (self.scored_accepted + self.prior_tokens * ratio) / (self.scored_predicted + self.prior_tokens)
 
     def raw_gains(self, proposal: DraftProposal, tree: Tree | None = None) -> tuple[list[float], bool]:
         """``(gains before calibration, scored)``: per node (of ``tree`` if given, else of the chain)."""
@@ -415,7 +449,7 @@ class AcceptanceEstimator:
         """
         raw, scored = self.raw_gains(proposal, tree)
         if scored:
-            scale = (self.scored_accepted + self.prior_tokens) / (self.scored_predicted + self.prior_tokens)
+            scale = self._score_scale()
             raw = [min(1.0, g * scale) for g in raw]
         out, low = [], 1.0
         for g in raw:
@@ -429,6 +463,8 @@ class AcceptanceEstimator:
         _check_positive_int("accepted", accepted, minimum=0)
         if accepted > nodes:
             raise ValueError(f"accepted: expected at most nodes = {nodes}, got {accepted}")
+        if self.pool is not None:
+            self.pool.observe(proposal, nodes=nodes, accepted=accepted, tree=tree)
         scores = self._scores(proposal, tree)
         if scores is not None:
             self.scored_predicted += sum(scores[:nodes])

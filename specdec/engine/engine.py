@@ -179,6 +179,11 @@ class Engine:
             greedy decoding away from near-ties).
         step_time: a :class:`~specdec.engine.budget.StepTimeTable` of this target's ragged forward;
             required by ``"auto"``, optional with an int, refused without a budget.
+        pooled_acceptance: under a verify budget, each request's acceptance estimate starts from what all
+            requests' verified rounds showed (an :class:`~specdec.engine.budget.AcceptanceEstimator` with a
+            ``pool`` shared by the engine), so a new request, or a depth it never verified, is not stuck at
+            the bare prior (default ``True``). ``False``: each request learns from its own rounds alone, so
+            its allocation depends on its companions only through the budget itself.
         batched_drafting: draft for every running request with one call per round (default ``False``:
             each request's drafter proposes in turn). The drafter is then a
             :class:`~specdec.engine.drafting.BatchDrafter` (e.g. a
@@ -218,6 +223,7 @@ class Engine:
         verify_budget: int | str | None = None,
         step_time: StepTimeTable | None = None,
         batched_drafting: bool = False,
+        pooled_acceptance: bool = True,
     ):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch: expected an int >= 1, got {max_batch!r}")
@@ -304,6 +310,9 @@ class Engine:
         self.num_draft_tokens = num_draft_tokens
         self.verify_budget = verify_budget
         self.step_time = step_time
+        if not isinstance(pooled_acceptance, bool):
+            raise TypeError(f"pooled_acceptance: expected a bool, got {type(pooled_acceptance).__name__}")
+        self.acceptance_pool = AcceptanceEstimator() if pooled_acceptance else None
         self.last_allocation: dict[Hashable, int] = {}
         self._requests: dict[Hashable, RequestState] = {}
         self._waiting: deque[Hashable] = deque()
@@ -444,6 +453,7 @@ class Engine:
             length=plen,
             scanned=plen,
             drafter_request=dict(drafter_request or {}),
+            estimator=AcceptanceEstimator(pool=self.acceptance_pool),
         )
         self._waiting.append(request_id)
         return request_id

@@ -265,3 +265,35 @@ def test_estimator_gives_unreached_depths_the_pooled_rate():
     expected = [own[0], own[0] ** 2, own[0] ** 3] + [own[0] ** 3 * pooled**k for k in range(1, 6)]
     assert gains == pytest.approx(expected)
     assert gains[7] > 0.8  # the bare Beta(1, 1) prior would give 0.97^3 * 0.5^5 = 0.03
+
+
+def test_a_request_borrows_the_pool_until_its_own_rounds_take_over():
+    pool = AcceptanceEstimator()
+    chain = DraftProposal(torch.arange(6))
+    for _ in range(50):
+        pool.observe(chain, nodes=6, accepted=6)  # the batch so far: every node accepted
+    fresh = AcceptanceEstimator(pool=pool)
+    lone = AcceptanceEstimator()
+    assert fresh.gains(chain) == pytest.approx(pool.gains(chain))
+    assert fresh.gains(chain)[5] > 0.8 > lone.gains(chain)[5]
+    for _ in range(40):
+        fresh.observe(chain, nodes=6, accepted=0)  # this request's drafter misses at once
+    assert fresh.gains(chain)[0] < 0.1
+    assert pool.reached[0] == 90  # its rounds fed the pool too
+
+
+def test_engine_requests_share_one_acceptance_pool():
+    target = tiny_target(seed=0)
+    table = StepTimeTable(rows=(1, 64), ms=(1.0, 2.0))
+    engine = Engine(target, NGramDrafter(), max_batch=2, num_draft_tokens=3, verify_budget="auto", step_time=table)
+    ids = [engine.add_request(torch.tensor(p), max_new_tokens=12) for p in ([1, 2, 3, 1, 2], [4, 5, 4, 5, 4])]
+    engine.run()
+    states = [engine.request(rid) for rid in ids]
+    assert all(s.estimator.pool is engine.acceptance_pool for s in states)
+    assert sum(engine.acceptance_pool.reached[:1]) == sum(s.estimator.reached[0] for s in states if s.estimator.reached)
+    alone = Engine(target, NGramDrafter(), max_batch=2, verify_budget="auto", step_time=table, pooled_acceptance=False)
+    assert alone.acceptance_pool is None
+    with pytest.raises(TypeError, match="pooled_acceptance"):
+        Engine(target, NGramDrafter(), max_batch=2, pooled_acceptance=1)
+    with pytest.raises(TypeError, match="pool"):
+        AcceptanceEstimator(pool=object())
