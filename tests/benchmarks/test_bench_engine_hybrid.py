@@ -24,6 +24,7 @@ def test_hybrid_cache_bytes_are_what_the_ragged_target_allocates():
     cfg = bench_engine.TINY_HYBRID
     hybrid = random_hybrid_target(cfg, dtype=torch.bfloat16, device="cpu", max_seq_len=12, state_slots=2)
     ragged = RaggedHybridTarget(hybrid, slots=3, max_seq_len=12, state_slots=2)
+
     def size(tensor):
         return tensor.numel() * tensor.element_size()
 
