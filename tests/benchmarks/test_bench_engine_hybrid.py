@@ -16,6 +16,8 @@ def test_hybrid_smoke_runs_both_layouts_and_every_output_equals_ar(tmp_path):
     result = json.loads(out.read_text())
     assert result["model"] == "tiny-hybrid" and result["graphs"]["mode"] == "eager"
     assert result["alone_equal_to_planted_chain"] and result["skipped"] == []
+    # prefills on both sides of the 64 rows a batched GDN call takes, as with the GPU run's 128-token prompts
+    assert min(result["prompt_lengths"]) <= 64 < max(result["prompt_lengths"])
     assert {(r["layout"], r["concurrency"]) for r in result["rows"]} >= {("packed", 4), ("per_request", 4)}
     assert all(r["equal_to_batched_ar"] and r["mismatches_vs_alone"] == 0 for r in result["rows"])
 
