@@ -1,4 +1,4 @@
-"""The engine at concurrency 1, 4, 16, 24: batched speculative decoding against batched AR, Qwen3-8B shape.
+"""The engine at concurrency 1, 4, 16, 24: batched speculative decoding against batched AR, Qwen3-8B or Qwen3.5-4B shape.
 
 Question: how many tokens per second does :class:`specdec.engine.Engine` deliver when it verifies
 every running request in one target forward, against batched AR decoding on the same engine (the
@@ -28,9 +28,17 @@ work of the engine's round, the AR run's time per pass minus the table's time at
 With ``--dtype float32`` or ``--weights planted`` the script requires every speculative run to equal AR
 of the same concurrency (``torch.equal``) and exits 1 otherwise.
 
+``--model qwen3.5-4b`` runs the same cases on a random hybrid target at the Qwen3.5-4B shape (24 Gated
+DeltaNet + 8 gated attention layers; :func:`specdec.models.hybrid.random_hybrid_target`) through
+:class:`~specdec.models.ragged_hybrid.RaggedHybridTarget`: ``packed`` runs every linear layer once over all
+requests and the GDN kernels batched over the requests' padded trees, ``per_request`` runs each request through
+the batch-1 code path. Neither has CUDA graphs (every forward and commit is eager, launch-bound: about 77 ms a
+batch-1 AR step on an H200); the JSON records ``graphs.mode = "eager"``. Each slot holds, beside its attention
+KV, two GDN recurrent states (float32) and two conv states per GDN layer (``gdn_state_bytes_per_layout``).
+
 Run on a GPU machine: ``python -m benchmarks.decode.bench_engine`` (writes ``$OUT/bench_engine.json``
 and ``bench_engine.png``). CPU smoke test (same code path, tiny float32 model):
-``python -m benchmarks.decode.bench_engine --smoke``.
+``python -m benchmarks.decode.bench_engine --smoke`` (``--smoke --model qwen3.5-4b``: a tiny float32 hybrid).
 """
 
 from __future__ import annotations
@@ -44,14 +52,18 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import TINY_QWEN3, provenance, provenance_line, write_json
+from benchmarks.decode.bench_hybrid import QWEN3_5_4B
+from benchmarks.decode.bench_hybrid import SMOKE as TINY_HYBRID
 from specdec.drafters import NGramDrafter
 from specdec.drafters.oracle import PRESETS, OracleDrafter
 from specdec.engine import Engine
 from specdec.engine.budget import StepTimeTable
 from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
+from specdec.models.hybrid import HybridConfig, random_hybrid_target
 from specdec.models.planted import plant_successor_rule, successor_chain
 from specdec.models.ragged import RaggedDenseTarget, RequestRows
+from specdec.models.ragged_hybrid import RaggedHybridTarget
 
 TINY = TargetConfig(**TINY_QWEN3)
 
@@ -65,6 +77,27 @@ def kv_bytes(cfg: TargetConfig, dtype: torch.dtype, slots: int, max_seq_len: int
     """Bytes of the ragged target's KV cache: layers x kv heads x head dim x (K, V) x dtype bytes per token."""
     per_token = cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2 * torch.finfo(dtype).bits // 8
     return per_token * slots * max_seq_len
+
+
+def hybrid_cache_bytes(cfg: HybridConfig, dtype: torch.dtype, slots: int, max_seq_len: int, state_slots: int = 2) -> dict:
+    """Bytes of a :class:`RaggedHybridTarget`'s caches: attention KV, and the GDN states of every slot's state ring.
+
+    ``kv``: attention layers x kv heads x head dim x (K, V) x dtype bytes per token; ``gdn_states``: per slot
+    ``state_slots`` x GDN layers x (the float32 recurrent state ``[Hv, dk, dv]`` + the conv state
+    ``[conv_dim, W - 1]`` in ``dtype``), whatever the tokens.
+
+    Example:
+        >>> hybrid_cache_bytes(TINY_HYBRID, torch.float32, slots=2, max_seq_len=10)
+        {'kv': 5120, 'gdn_states': 233472}
+    """
+    width = torch.finfo(dtype).bits // 8
+    kv_per_token = len(cfg.attention_layers) * cfg.num_kv_heads * cfg.head_dim * 2 * width
+    recurrent = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+    conv = cfg.conv_dim * (cfg.linear_conv_kernel_dim - 1) * width
+    return {
+        "kv": kv_per_token * slots * max_seq_len,
+        "gdn_states": slots * state_slots * len(cfg.gdn_layers) * (recurrent + conv),
+    }
 
 
 def decode(ragged, prompts, *, concurrency, drafter, num_draft_tokens, verify_budget=None, step_time=None, max_new_tokens):
@@ -193,6 +226,12 @@ def plot(result: dict, path: Path) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="CPU run of the same code path on a tiny float32 model")
+    ap.add_argument(
+        "--model",
+        default="qwen3-8b",
+        choices=("qwen3-8b", "qwen3.5-4b"),
+        help="dense Qwen3-8B shape, or the Qwen3.5-4B hybrid shape (Gated DeltaNet + attention, eager: no CUDA graphs)",
+    )
     ap.add_argument("--concurrency", default="1,4,16,24")
     ap.add_argument("--requests", type=int, default=24, help="prompts; concurrency 1 decodes each alone (the reference)")
     ap.add_argument("--prompt-len", type=int, default=128)
@@ -233,9 +272,15 @@ def main(argv: list[str] | None = None) -> int:
     print(provenance_line(prov), flush=True)
     cuda = torch.cuda.is_available() and not args.smoke
     device = torch.device("cuda" if cuda else "cpu")
-    cfg, dtype = (QWEN3_8B, getattr(torch, args.dtype)) if cuda else (TINY, torch.float32)
+    hybrid = args.model == "qwen3.5-4b"
+    if hybrid:
+        cfg, dtype = (QWEN3_5_4B, getattr(torch, args.dtype)) if cuda else (TINY_HYBRID, torch.float32)
+    else:
+        cfg, dtype = (QWEN3_8B, getattr(torch, args.dtype)) if cuda else (TINY, torch.float32)
     if args.smoke:
         args.concurrency, args.requests, args.prompt_len, args.new_tokens = "1,2,4", 4, 8, 8
+        if hybrid:  # prompts of 56-88 tokens: prefills past the 64 rows of the batched GDN call run their own, as on the GPU
+            args.prompt_len = 72
     levels = [int(c) for c in args.concurrency.split(",")]
     if args.waves < 1:
         raise ValueError(f"--waves: expected an int >= 1, got {args.waves}")
@@ -249,8 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     spread = min(16, args.prompt_len // 4)  # prompt lengths prompt_len +- spread
     max_seq_len = args.prompt_len + spread + args.new_tokens + k + 8
     slots = max(levels)
-    kv = kv_bytes(cfg, dtype, slots, max_seq_len)
-    if cuda:
+    if hybrid:
+        cache = hybrid_cache_bytes(cfg, dtype, slots, max_seq_len)
+        kv = cache["kv"]
+    else:
+        kv = kv_bytes(cfg, dtype, slots, max_seq_len)
+    if cuda and not hybrid:
         free, _ = torch.cuda.mem_get_info(device)
         weights = 2 * cfg.vocab_size * cfg.hidden_size * 2 + cfg.num_layers * 12 * cfg.hidden_size**2 * 2  # rough
         if 2 * kv + weights > free:
@@ -258,15 +307,28 @@ def main(argv: list[str] | None = None) -> int:
                 f"--concurrency: {slots} slots x {max_seq_len} tokens need {2 * kv / 1e9:.1f} GB of KV, {free / 1e9:.1f} GB free"
             )
     print(f"KV per layout: {slots} slots x {max_seq_len} tokens = {kv / 1e9:.3f} GB", flush=True)
+    if hybrid:
+        print(f"GDN states per layout: {slots} slots x 2 ring entries = {cache['gdn_states'] / 1e9:.3f} GB", flush=True)
 
     torch.manual_seed(0)
-    dense = DenseTarget(cfg, max_seq_len=max_seq_len, dtype=dtype, device=device).eval().requires_grad_(False)
-    successor = plant_successor_rule(dense) if args.weights == "planted" else None
+    if hybrid:
+        base = random_hybrid_target(cfg, dtype=dtype, device=device, max_seq_len=max_seq_len, seed=0, state_slots=2)
+        if cuda:  # both layouts' caches, beside the weights already on the device
+            free, _ = torch.cuda.mem_get_info(device)
+            need = 2 * (cache["kv"] + cache["gdn_states"])
+            if need > free:
+                raise ValueError(
+                    f"--concurrency: {slots} slots x {max_seq_len} tokens need {need / 1e9:.1f} GB of KV and GDN states "
+                    f"for two layouts, {free / 1e9:.1f} GB free"
+                )
+    else:
+        base = DenseTarget(cfg, max_seq_len=max_seq_len, dtype=dtype, device=device).eval().requires_grad_(False)
+    successor = plant_successor_rule(base) if args.weights == "planted" else None
     gen = torch.Generator().manual_seed(0)
     lengths = torch.randint(args.prompt_len - spread, args.prompt_len + spread + 1, (args.requests,), generator=gen).tolist()
     prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen).to(device) for n in lengths]
     result = dict(
-        model="qwen3-8b" if cuda else "tiny",
+        model=("qwen3.5-4b" if cuda else "tiny-hybrid") if hybrid else ("qwen3-8b" if cuda else "tiny"),
         dtype=str(dtype),
         float32_matmul_precision=args.matmul_precision,
         weights=args.weights,
@@ -283,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         rows=[],
         skipped=[],
     )
+    if hybrid:
+        result["gdn_state_bytes_per_layout"] = cache["gdn_states"]
     out_path = Path(args.out)
     failed = False
 
@@ -293,14 +357,20 @@ def main(argv: list[str] | None = None) -> int:
             return True
         return False
 
-    targets: dict[str, RaggedDenseTarget] = {}
+    targets: dict[str, RaggedDenseTarget | RaggedHybridTarget] = {}
 
-    def target_of(layout: str) -> RaggedDenseTarget:
-        """One ragged target per layout; the packed one replays CUDA graphs (the static path on CPU)."""
+    def target_of(layout: str) -> RaggedDenseTarget | RaggedHybridTarget:
+        """One ragged target per layout; the dense packed one replays CUDA graphs (the static path on CPU), a hybrid runs eagerly."""
         if layout not in targets:
-            ragged = RaggedDenseTarget(dense, slots=slots, max_seq_len=max_seq_len, layout=layout)
-            if layout == "packed":
-                result["graphs"] = enable_graphs(ragged, cuda, args.no_graphs)
+            if hybrid:
+                ragged = RaggedHybridTarget(base, slots=slots, max_seq_len=max_seq_len, layout=layout)
+                if layout == "packed":
+                    result["graphs"] = {"mode": "eager", "check_equal": None, "error": None}
+                    print(f"packed hybrid target: {result['graphs']} (no CUDA graphs for ragged hybrids)", flush=True)
+            else:
+                ragged = RaggedDenseTarget(base, slots=slots, max_seq_len=max_seq_len, layout=layout)
+                if layout == "packed":
+                    result["graphs"] = enable_graphs(ragged, cuda, args.no_graphs)
             targets[layout] = ragged
         return targets[layout]
 

@@ -142,7 +142,8 @@ class StepTimeTable:
         reps: int = 5,
         warmup: int = 2,
     ) -> StepTimeTable:
-        """Time :meth:`RaggedDenseTarget.forward <specdec.models.ragged.RaggedDenseTarget.forward>` at each total row count.
+        """Time a ragged target's forward (:class:`~specdec.models.ragged.RaggedDenseTarget` or
+        :class:`~specdec.models.ragged_hybrid.RaggedHybridTarget`) at each total row count.
 
         Each forward spreads its rows as evenly as it can over ``min(requests, rows)`` slots, each slot
         holding ``prefix_len`` committed tokens (random ids), with causal masks; the median of ``reps``
@@ -150,7 +151,7 @@ class StepTimeTable:
         non-decreasing by a running maximum (the raw medians are kept in ``meta["measured_ms"]``).
 
         Args:
-            target: a :class:`~specdec.models.ragged.RaggedDenseTarget` with ``slots >= requests``.
+            target: a ``RaggedDenseTarget`` or ``RaggedHybridTarget`` with ``slots >= requests``.
             rows: total row counts to time, strictly increasing.
             requests: requests per forward (the engine's concurrency).
             prefix_len: committed tokens per request.
@@ -165,9 +166,10 @@ class StepTimeTable:
             ((2, 8), 2)
         """
         from specdec.models.ragged import RaggedDenseTarget, RequestRows
+        from specdec.models.ragged_hybrid import RaggedHybridTarget
 
-        if not isinstance(target, RaggedDenseTarget):
-            raise TypeError(f"target: expected a RaggedDenseTarget, got {type(target).__name__}")
+        if not isinstance(target, (RaggedDenseTarget, RaggedHybridTarget)):
+            raise TypeError(f"target: expected a RaggedDenseTarget or RaggedHybridTarget, got {type(target).__name__}")
         _check_positive_int("requests", requests)
         if requests > target.slots:
             raise ValueError(f"requests: expected at most the target's {target.slots} slots, got {requests}")

@@ -102,6 +102,19 @@ def test_profile_times_the_ragged_forward_and_leaves_the_slots_empty():
         StepTimeTable.profile(ragged, rows=(1, 64), prefix_len=60)
 
 
+def test_profile_times_a_hybrid_ragged_target_in_either_layout():
+    from specdec.models.ragged_hybrid import RaggedHybridTarget
+
+    hybrid = tiny_target("qwen3_5_text", seed=0, max_seq_len=SEQ)
+    for layout in ("packed", "per_request"):
+        ragged = RaggedHybridTarget(hybrid, slots=2, layout=layout)
+        table = StepTimeTable.profile(ragged, rows=(2, 8), requests=2, prefix_len=8, reps=1, warmup=0)
+        assert table.rows == (2, 8) and table.meta["layout"] == layout and table.ms[0] > 0
+        assert ragged.lengths == [0, 0]
+    with pytest.raises(TypeError, match="RaggedHybridTarget"):
+        StepTimeTable.profile(hybrid, rows=(1, 2))
+
+
 def test_estimator_learns_depth_acceptance_from_past_rounds_only():
     est = AcceptanceEstimator()
     chain = DraftProposal(torch.tensor([1, 2, 3]))

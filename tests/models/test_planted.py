@@ -8,6 +8,7 @@ from specdec.drafters import NGramDrafter
 from specdec.engine import Engine
 from specdec.models.planted import plant_successor_rule, successor_chain
 from specdec.models.ragged import RaggedDenseTarget
+from specdec.models.ragged_hybrid import RaggedHybridTarget
 from specdec.testing import tiny_target
 
 
@@ -55,6 +56,37 @@ def test_bf16_packed_batches_equal_the_chain_for_every_request():
     target = _untied(torch.bfloat16)
     succ = plant_successor_rule(target, seed=5)
     ragged = RaggedDenseTarget(target, slots=4, max_seq_len=96, layout="packed")
+    prompts = _prompts(target.vocab_size, 6, seed=2)
+    engine = Engine(ragged, NGramDrafter(), max_batch=4, num_draft_tokens=3)
+    ids = [engine.add_request(p, max_new_tokens=16) for p in prompts]
+    engine.run()
+    for rid, p in zip(ids, prompts):
+        assert torch.equal(engine.output(rid), successor_chain(succ, int(p[-1]), 16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hybrid_greedy_decoding_follows_the_planted_chain(dtype):
+    """Gated DeltaNet + attention layers and the (1 + w) final norm: the embedding still dominates the stream."""
+    target = tiny_target("qwen3_5_text", seed=0, tie_word_embeddings=False, dtype=dtype)
+    succ = plant_successor_rule(target, seed=3)
+    for prompt in _prompts(target.vocab_size, 4):
+        out = sd.generate(target, prompt[None], max_new_tokens=24).tokens[0]
+        assert torch.equal(out, successor_chain(succ, int(prompt[-1]), 24))
+
+
+def test_unplanted_hybrid_does_not_follow_a_chain():
+    target = tiny_target("qwen3_5_text", seed=0, tie_word_embeddings=False)
+    succ = torch.randperm(target.vocab_size, generator=torch.Generator().manual_seed(3))
+    prompt = torch.tensor([3, 1, 4])
+    out = sd.generate(target, prompt[None], max_new_tokens=12).tokens[0]
+    assert not torch.equal(out, successor_chain(succ, 4, 12))
+
+
+@pytest.mark.parametrize("layout", ["packed", "per_request"])
+def test_bf16_hybrid_engine_batches_equal_the_chain_for_every_request(layout):
+    target = tiny_target("qwen3_5_text", seed=0, tie_word_embeddings=False, dtype=torch.bfloat16)
+    succ = plant_successor_rule(target, seed=5)
+    ragged = RaggedHybridTarget(target, slots=4, max_seq_len=96, layout=layout)
     prompts = _prompts(target.vocab_size, 6, seed=2)
     engine = Engine(ragged, NGramDrafter(), max_batch=4, num_draft_tokens=3)
     ids = [engine.add_request(p, max_new_tokens=16) for p in prompts]
