@@ -9,19 +9,21 @@ the table's last entry scale linearly). Every speculative output is checked equa
 
 This is a model, not a measurement: it leaves out how host work grows with draft rows and requests.
 
-Run: ``python -m benchmarks.decode.model_engine_budget --requests 64`` (CPU, about a minute; prints a table).
+Run (repository root): ``python -m benchmarks.decode.model_engine_budget --requests 64`` (CPU, about a minute;
+prints a table, writes ``$OUT/model_engine_budget.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
 
-from benchmarks.common import TINY_QWEN3
+from benchmarks.common import TINY_QWEN3, provenance, provenance_line, write_json
 from specdec.drafters import NGramDrafter
 from specdec.drafters.oracle import PRESETS, OracleDrafter
 from specdec.engine import Engine
@@ -29,8 +31,6 @@ from specdec.engine.budget import StepTimeTable
 from specdec.models import DenseTarget
 from specdec.models.config import TargetConfig
 from specdec.models.ragged import RaggedDenseTarget
-
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def charged_ms(table: StepTimeTable, rows: int, host_ms: float) -> float:
@@ -50,9 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16, help="engine slots")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--profile", default="specpilot-one-level", choices=sorted(PRESETS))
-    ap.add_argument("--table-from", default=str(RESULTS / "bench_engine_h200_2026-12-02_run5.json"))
+    ap.add_argument("--table-from", default="benchmarks/results/bench_engine_h200_2026-12-02_run5.json")
     ap.add_argument("--host-ms", type=float, default=1.8, help="host work charged to every forward")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "model_engine_budget.json"))
     args = ap.parse_args(argv)
+    prov = provenance(seed=0)
+    print(provenance_line(prov), flush=True)
     if args.requests < args.concurrency:
         raise ValueError(f"--requests: expected at least --concurrency {args.concurrency}, got {args.requests}")
     run = json.loads(Path(args.table_from).read_text())
@@ -117,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{'AR':20s} {len(ar_rows):6d}  {sum(ar_rows) / len(ar_rows):9.0f}  {ar_ms:11.0f}  {total / ar_ms * 1e3:5.0f}  1.00  True"
     )
     failed = False
+    result = dict(
+        settings=vars(args),
+        step_time_ms=dict(rows=list(table.rows), ms=list(table.ms)),
+        systems=[dict(system="AR", passes=len(ar_rows), rows_per_pass=sum(ar_rows) / len(ar_rows), modelled_ms=ar_ms)],
+    )
     for name, budget, pooled in (
         ("budget off", None, True),
         ("budget auto, own", "auto", False),
@@ -128,6 +136,17 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{name:20s} {len(rows):6d}  {sum(rows) / len(rows):9.0f}  {ms:11.0f}  {total / ms * 1e3:5.0f}  {ar_ms / ms:4.2f}  {equal}"
         )
+        result["systems"].append(
+            dict(
+                system=name,
+                passes=len(rows),
+                rows_per_pass=sum(rows) / len(rows),
+                modelled_ms=ms,
+                x_ar=ar_ms / ms,
+                equal_to_ar=equal,
+            )
+        )
+    write_json(Path(args.out), result, prov)
     return 1 if failed else 0
 
 
