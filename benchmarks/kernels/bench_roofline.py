@@ -23,6 +23,8 @@ Correctness first, in the same run:
 * the same two checks for the W12 kernel fed by bulk copies into shared-memory stages (``cuda_w12_v5``:
   ``SPECDEC_W12_CUDA_VARIANT=v5``; K % 32 != 0 runs the v4 kernel), plus shapes of its own with K % 32 == 0: many
   uneven splits and a last stage that ends inside K, at M = 8 and with one-hot single-token calls at M = 1;
+* the same checks, on the same shapes, for that kernel with four producer warps issuing the copies (``cuda_w12_v6``:
+  ``SPECDEC_W12_CUDA_VARIANT=v6``);
 * every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
   within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
 
@@ -31,6 +33,7 @@ Correctness first, in the same run:
     compute-sanitizer --tool memcheck python -m benchmarks.kernels.bench_roofline --sanitize
     python -m benchmarks.kernels.bench_roofline --v5-probe --out $OUT/v5_probe.json   # the v5 kernel alone, first
     python -m benchmarks.kernels.bench_roofline --skip-v5 ...                 # any mode above without the v5 kernel
+    python -m benchmarks.kernels.bench_roofline --v6-probe / --skip-v6 ...    # the same for the v6 kernel
     python -m benchmarks.kernels.bench_roofline --plot-only roofline.json    # redraw the PNG from a JSON
     python -m benchmarks.kernels.bench_roofline --ar-step --out $OUT/ar_step.json   # GPU; add --smoke on a CPU
 
@@ -89,6 +92,8 @@ V5_SANITIZE_SHAPES = ((300, 1056),)
 # other kernels' results with it): (N, K, M), against the fp32 product with the timed run's tolerance.
 V5_PROBE_CASES = ((520, 2048, 8), (300, 1056, 1), (300, 1056, 8), (4096, 4096, 8))
 SMOKE_V5_PROBE_CASES = ((24, 64, 1), (20, 96, 8))
+# The bulk-copy kernels: one producer warp (v5) and four (v6); v6 runs v5's check, sanitizer and probe shapes.
+BULK_VARIANTS = ("v5", "v6")
 KERNELS = (
     "cublas_bf16",
     "cublas_fp8",
@@ -100,6 +105,7 @@ KERNELS = (
     "cuda_w12_v3",
     "cuda_w12_v4",
     "cuda_w12_v5",
+    "cuda_w12_v6",
 )
 
 
@@ -140,6 +146,24 @@ def w12_v5(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
             del os.environ[ops.W12_VARIANT_ENV]
         else:
             os.environ[ops.W12_VARIANT_ENV] = old
+
+
+def w12_v6(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
+    """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v6`` for this call (the previous value restored)."""
+    old = os.environ.get(ops.W12_VARIANT_ENV)
+    os.environ[ops.W12_VARIANT_ENV] = "v6"
+    try:
+        return ops.w12_gemm_small_m(x, *planes)
+    finally:
+        if old is None:
+            del os.environ[ops.W12_VARIANT_ENV]
+        else:
+            os.environ[ops.W12_VARIANT_ENV] = old
+
+
+def bulk_call(variant: str) -> Callable[..., torch.Tensor]:
+    """The call of a bulk-copy W12 kernel by variant name: ``bulk_call("v6") is w12_v6``."""
+    return {"v5": w12_v5, "v6": w12_v6}[variant]
 
 
 def linear_shapes(model: str) -> dict[str, tuple[int, int]]:
@@ -236,14 +260,24 @@ def one_hot_columns(
 
 
 def decode_checks(
-    shapes, gen: torch.Generator, device: torch.device, ops, v3_shapes=(), v4_shapes=(), v5_shapes=(), with_v5: bool = True
+    shapes,
+    gen: torch.Generator,
+    device: torch.device,
+    ops,
+    v3_shapes=(),
+    v4_shapes=(),
+    v5_shapes=(),
+    with_v5: bool = True,
+    with_v6: bool = True,
 ) -> list[dict]:
     """One-hot decode check of the W12 (every variant), Q and bf16 kernels on planted weights (bit-exact; -0 as +0).
 
     ``v3_shapes``: further ``(N, K)`` checked with the streaming W12 kernel only; ``v4_shapes`` / ``v5_shapes``:
-    further ``(N, K, M)`` checked with the split-K / bulk-copy W12 kernel only, with ``M`` one-hot rows per call.
-    ``with_v5=False``: the bulk-copy kernel is not called at all (no ``w12_v5_*`` keys, ``v5_shapes`` ignored).
+    further ``(N, K, M)`` checked with the split-K / bulk-copy W12 kernels only (``v5_shapes`` with both bulk-copy
+    variants, v5 and v6), with ``M`` one-hot rows per call. ``with_v5=False`` / ``with_v6=False``: that bulk-copy
+    kernel is not called at all (no ``w12_v5_*`` / ``w12_v6_*`` keys).
     """
+    bulk = [v for v, on in (("v5", with_v5), ("v6", with_v6)) if on]
     from specdec.formats.w12 import W12Tensor
 
     out = []
@@ -258,9 +292,10 @@ def decode_checks(
         row["w12_v3_decode_exact"] = bool(torch.equal(zero_sign(got_v3), zero_sign(w)))
         got_v4 = one_hot_columns(lambda x: w12_v4(ops, x, *planes), n, k, device)
         row["w12_v4_decode_exact"] = bool(torch.equal(zero_sign(got_v4), zero_sign(w)))
-        if with_v5:
-            got_v5 = one_hot_columns(lambda x: w12_v5(ops, x, *planes), n, k, device)
-            row["w12_v5_decode_exact"] = bool(torch.equal(zero_sign(got_v5), zero_sign(w)))
+        got_bulk = {}
+        for v in bulk:
+            got_bulk[v] = one_hot_columns(lambda x, v=v: bulk_call(v)(ops, x, *planes), n, k, device)
+            row[f"w12_{v}_decode_exact"] = bool(torch.equal(zero_sign(got_bulk[v]), zero_sign(w)))
         got_q = one_hot_columns(lambda x: ops.q_gemm_small_m(x, w12.ae, w12.base), n, k, device)
         row["q_decode_exact"] = bool(torch.equal(zero_sign(got_q), zero_sign(w12.q_view())))
         got_b = one_hot_columns(lambda x: ops.skinny_gemm_bf16(x, w), n, k, device)
@@ -270,8 +305,8 @@ def decode_checks(
         row["w12_deterministic"] = bool(torch.equal(ops.w12_gemm_small_m(x, *planes), ops.w12_gemm_small_m(x, *planes)))
         row["w12_v3_deterministic"] = bool(torch.equal(w12_v3(ops, x, *planes), w12_v3(ops, x, *planes)))
         row["w12_v4_deterministic"] = bool(torch.equal(w12_v4(ops, x, *planes), w12_v4(ops, x, *planes)))
-        if with_v5:
-            row["w12_v5_deterministic"] = bool(torch.equal(w12_v5(ops, x, *planes), w12_v5(ops, x, *planes)))
+        for v in bulk:
+            row[f"w12_{v}_deterministic"] = bool(torch.equal(bulk_call(v)(ops, x, *planes), bulk_call(v)(ops, x, *planes)))
         if not row["w12_decode_exact"]:
             bad = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
             row["w12_first_mismatches"] = bad
@@ -279,15 +314,19 @@ def decode_checks(
             row["w12_v3_first_mismatches"] = (zero_sign(got_v3) != zero_sign(w)).nonzero()[:5].tolist()
         if not row["w12_v4_decode_exact"]:
             row["w12_v4_first_mismatches"] = (zero_sign(got_v4) != zero_sign(w)).nonzero()[:5].tolist()
-        if not row.get("w12_v5_decode_exact", True):
-            row["w12_v5_first_mismatches"] = (zero_sign(got_v5) != zero_sign(w)).nonzero()[:5].tolist()
+        for v in bulk:
+            if not row[f"w12_{v}_decode_exact"]:
+                row[f"w12_{v}_first_mismatches"] = (zero_sign(got_bulk[v]) != zero_sign(w)).nonzero()[:5].tolist()
         out.append(row)
         print(
             f"decode check N={n} K={k} escapes={w12.num_escapes}: w12 {row['w12_decode_exact']} "
             f"q {row['q_decode_exact']} bf16 {row['bf16_one_hot_exact']} deterministic {row['w12_deterministic']} "
             f"w12_v3 {row['w12_v3_decode_exact']} deterministic {row['w12_v3_deterministic']} "
             f"w12_v4 {row['w12_v4_decode_exact']} deterministic {row['w12_v4_deterministic']} "
-            f"w12_v5 {row.get('w12_v5_decode_exact', 'not run')} deterministic {row.get('w12_v5_deterministic', 'not run')}",
+            + " ".join(
+                f"w12_{v} {row.get(f'w12_{v}_decode_exact', 'not run')} deterministic {row.get(f'w12_{v}_deterministic', 'not run')}"
+                for v in BULK_VARIANTS
+            ),
             flush=True,
         )
     for n, k in v3_shapes:
@@ -307,7 +346,8 @@ def decode_checks(
             f"deterministic {row['w12_v3_deterministic']}",
             flush=True,
         )
-    for variant, call, only_shapes in (("v4", w12_v4, v4_shapes), ("v5", w12_v5, v5_shapes if with_v5 else ())):
+    own = [("v4", w12_v4, v4_shapes)] + [(v, bulk_call(v), v5_shapes) for v in bulk]
+    for variant, call, only_shapes in own:
         for n, k, m in only_shapes:
             w = planted_weight(n, k, gen, device)
             w12 = W12Tensor.from_bf16(w)
@@ -333,7 +373,7 @@ def weight_bytes(kind: str, n: int, k: int, w12) -> int:
         return 2 * n * k
     if kind == "cublas_fp8":
         return n * k
-    if kind in ("triton_w12", "cuda_w12", "cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5"):
+    if kind in ("triton_w12", "cuda_w12", "cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6"):
         return int(w12.nbytes)
     return int(w12.ae.numel() + w12.base.numel())  # Q view: AE plane and bases
 
@@ -381,9 +421,10 @@ def bench_shape(
             "cuda_w12_v3": (lambda: w12_v3(ops, x, *planes), y32, err_cublas),
             "cuda_w12_v4": (lambda: w12_v4(ops, x, *planes), y32, err_cublas),
             "cuda_w12_v5": (lambda: w12_v5(ops, x, *planes), y32, err_cublas),
+            "cuda_w12_v6": (lambda: w12_v6(ops, x, *planes), y32, err_cublas),
         }
-        if args.skip_v5:
-            del fns["cuda_w12_v5"]
+        for kind in left_out(args):
+            del fns[kind]
         mp = max(16, (m + 15) // 16 * 16)
         x8 = torch.zeros(mp, k, device=device, dtype=torch.float8_e4m3fn)
         x8[:m] = x.to(torch.float8_e4m3fn)
@@ -665,8 +706,13 @@ def summary_lines(result: dict) -> list[str]:
     return lines
 
 
-def v5_probe(cases, gen: torch.Generator, device: torch.device, ops) -> list[dict]:
-    """Runs the bulk-copy W12 kernel once per ``(N, K, M)`` case and checks it against the fp32 product.
+def left_out(args) -> list[str]:
+    """The bulk-copy kernels ``--skip-v5`` / ``--skip-v6`` leave out, as timed-column names."""
+    return [f"cuda_w12_{v}" for v in BULK_VARIANTS if getattr(args, f"skip_{v}")]
+
+
+def v5_probe(cases, gen: torch.Generator, device: torch.device, ops, variant: str = "v5") -> list[dict]:
+    """Runs the bulk-copy W12 kernel ``variant`` (``"v5"`` or ``"v6"``) once per ``(N, K, M)`` case and checks it against the fp32 product.
 
     Tolerance as in the timed run: ``2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7`` per element. Returns one
     dict per case (``ok``, ``max_err``); a case that raises is recorded with its error and ``ok=False``.
@@ -682,7 +728,7 @@ def v5_probe(cases, gen: torch.Generator, device: torch.device, ops) -> list[dic
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
             y32 = x.float() @ w.float().T
             err_ref = (F.linear(x, w).float() - y32).abs().max().item()
-            y = w12_v5(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+            y = bulk_call(variant)(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
             sync(device)
             err = (y.float() - y32).abs()
             row["max_err"] = err.max().item()
@@ -691,7 +737,10 @@ def v5_probe(cases, gen: torch.Generator, device: torch.device, ops) -> list[dic
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
             row["ok"] = False
         out.append(row)
-        print(f"v5 probe N={n} K={k} M={m}: {'ok' if row['ok'] else 'FAILED'} {row.get('max_err', row.get('error'))}", flush=True)
+        print(
+            f"{variant} probe N={n} K={k} M={m}: {'ok' if row['ok'] else 'FAILED'} {row.get('max_err', row.get('error'))}",
+            flush=True,
+        )
     return out
 
 
@@ -702,6 +751,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sanitize", action="store_true", help="one small shape, every CUDA kernel once (for compute-sanitizer)")
     parser.add_argument("--v5-probe", action="store_true", help="only run the v5 W12 kernel on a few shapes and check it")
     parser.add_argument("--skip-v5", action="store_true", help="leave the v5 W12 kernel out (timing, checks, sanitize)")
+    parser.add_argument("--v6-probe", action="store_true", help="only run the v6 W12 kernel on a few shapes and check it")
+    parser.add_argument("--skip-v6", action="store_true", help="leave the v6 W12 kernel out (timing, checks, sanitize)")
     parser.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     parser.add_argument("--budget-s", type=float, default=150.0, help="no new case starts after this many seconds")
     parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
@@ -735,12 +786,16 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator(device=device).manual_seed(seed)
     t_start = time.time()
 
-    if args.v5_probe:
-        probe = v5_probe(SMOKE_V5_PROBE_CASES if args.smoke else V5_PROBE_CASES, gen, device, ops)
+    if args.v5_probe and args.v6_probe:
+        parser.error("--v5-probe and --v6-probe: expected one of them, got both")
+    if args.v5_probe or args.v6_probe:
+        variant = "v5" if args.v5_probe else "v6"
+        probe = v5_probe(SMOKE_V5_PROBE_CASES if args.smoke else V5_PROBE_CASES, gen, device, ops, variant)
         passed = all(c["ok"] for c in probe)
-        write_json(args.out, dict(v5_probe=probe, v5_probe_passed=passed, wall_s=time.time() - t_start), prov, indent=1)
+        record = {f"{variant}_probe": probe, f"{variant}_probe_passed": passed, "wall_s": time.time() - t_start}
+        write_json(args.out, record, prov, indent=1)
         print(provenance_line(prov))
-        print(f"v5 probe: {'passed' if passed else 'FAILED'} ({len(probe)} cases)")
+        print(f"{variant} probe: {'passed' if passed else 'FAILED'} ({len(probe)} cases)")
         return 0 if passed else 1
 
     if args.sanitize:
@@ -755,19 +810,21 @@ def main(argv: list[str] | None = None) -> int:
                 ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v3(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v4(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-                if not args.skip_v5:
-                    w12_v5(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                for v in BULK_VARIANTS:
+                    if not getattr(args, f"skip_{v}"):
+                        bulk_call(v)(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 ops.q_gemm_small_m(x, w12.ae, w12.base)
             sync(device)
             print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
-        for n, k in () if args.skip_v5 else V5_SANITIZE_SHAPES:
-            w = planted_weight(n, k, gen, device)
-            w12 = W12Tensor.from_bf16(w)
-            for m in (1, 8):
-                x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
-                w12_v5(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-            sync(device)
-            print(f"sanitize: the v5 W12 kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
+        for v in BULK_VARIANTS:
+            for n, k in () if getattr(args, f"skip_{v}") else V5_SANITIZE_SHAPES:
+                w = planted_weight(n, k, gen, device)
+                w12 = W12Tensor.from_bf16(w)
+                for m in (1, 8):
+                    x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+                    bulk_call(v)(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                sync(device)
+                print(f"sanitize: the {v} W12 kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
         return 0
 
     if args.ar_step:
@@ -795,6 +852,7 @@ def main(argv: list[str] | None = None) -> int:
         SMOKE_V4_DECODE_SHAPES if args.smoke else V4_DECODE_SHAPES,
         SMOKE_V5_DECODE_SHAPES if args.smoke else V5_DECODE_SHAPES,
         with_v5=not args.skip_v5,
+        with_v6=not args.skip_v6,
     )
     checks_passed = all(
         c.get("w12_decode_exact", True)
@@ -806,6 +864,8 @@ def main(argv: list[str] | None = None) -> int:
         and c.get("w12_v4_deterministic", True)
         and c.get("w12_v5_decode_exact", True)
         and c.get("w12_v5_deterministic", True)
+        and c.get("w12_v6_decode_exact", True)
+        and c.get("w12_v6_deterministic", True)
         for c in checks
     )
     shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}
@@ -833,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
         tolerance="|y - y_fp32| <= 2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7 per element (Q: against q_view's fp32 product)",
         decode_checks=checks,
         decode_checks_passed=checks_passed,
-        kernels_left_out=["cuda_w12_v5"] if args.skip_v5 else [],
+        kernels_left_out=left_out(args),
         wall_s=time.time() - t_start,
         rows=rows,
     )

@@ -16,12 +16,13 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path):
     shared = [c for c in result["decode_checks"] if "only" not in c]
     assert shared and all(c["w12_decode_exact"] and c["q_decode_exact"] and c["escapes"] > 0 for c in shared)
     checks = result["decode_checks"]
-    for variant in ("v3", "v4", "v5"):  # the shared shapes and the variant's own
+    for variant in ("v3", "v4", "v5", "v6"):  # the shared shapes and the variant's own
         mine = [c for c in checks if c.get("only", f"w12_{variant}") == f"w12_{variant}"]
         assert len(mine) > len(shared), variant
         assert all(c[f"w12_{variant}_decode_exact"] and c[f"w12_{variant}_deterministic"] for c in mine), variant
     assert sorted(c["M"] for c in checks if c.get("only") == "w12_v4") == [1, 8]
     assert sorted(c["M"] for c in checks if c.get("only") == "w12_v5") == [1, 8]
+    assert sorted(c["M"] for c in checks if c.get("only") == "w12_v6") == [1, 8]
     assert [(r["linear"], r["M"]) for r in result["rows"]] == [("a", 1), ("a", 8), ("b", 1), ("b", 8)]
     for row in result["rows"]:
         for kind in bench_roofline.KERNELS:
@@ -152,3 +153,65 @@ def test_skip_v5_leaves_the_kernel_out_of_checks_and_timing(tmp_path, monkeypatc
     assert result["kernels_left_out"] == ["cuda_w12_v5"]
     assert not any(key.startswith("w12_v5") for c in result["decode_checks"] for key in c)
     assert all("cuda_w12_v5_s" not in r and r["cuda_w12_v4_s"] > 0 for r in result["rows"])
+
+
+def test_a_wrong_weight_of_the_four_producer_bulk_copy_kernel_alone_fails_the_run(tmp_path, monkeypatch):
+    exact = ops.w12_gemm_small_m
+
+    def off_under_v6_at_eight_tokens(x, *planes):
+        y = exact(x, *planes).clone()
+        if ops.w12_variant() == "v6" and x.shape[0] == 8 and bool((x[:, 0] == 1).any()):  # the call reading column 0
+            y[0, 4] = y[0, 4] + 1
+        return y
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v6_at_eight_tokens)
+    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
+    checks = json.loads(out.read_text())["decode_checks"]
+    assert all(c.get(f"w12{v}_decode_exact", True) for c in checks for v in ("", "_v3", "_v4", "_v5"))
+    bad = [(c.get("only", "shared"), c["w12_v6_first_mismatches"]) for c in checks if not c.get("w12_v6_decode_exact", True)]
+    # the shared shapes and v6's own M = 8 shape: row 4 of column 0 is off
+    assert bad and all(first == [[4, 0]] for _, first in bad) and ("w12_v6", [[4, 0]]) in bad
+
+
+def test_v6_probe_runs_the_v6_kernel_and_fails_on_its_wrong_output(tmp_path, monkeypatch):
+    exact = ops.w12_gemm_small_m
+    variants = []
+
+    def off_under_v6(x, *planes):
+        variants.append(ops.w12_variant())
+        y = exact(x, *planes).clone()
+        if ops.w12_variant() == "v6" and x.shape[0] == 1:
+            y[0, 3] = y[0, 3] + 64
+        return y
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v6)
+    out = tmp_path / "probe.json"
+    assert bench_roofline.main(["--smoke", "--v6-probe", "--out", str(out)]) == 1
+    probe = json.loads(out.read_text())
+    assert not probe["v6_probe_passed"] and [c["ok"] for c in probe["v6_probe"]] == [False, True]
+    assert set(variants) == {"v6"}
+    assert bench_roofline.main(["--smoke", "--v5-probe", "--out", str(out)]) == 0  # v5 is not affected
+
+
+def test_skip_v6_leaves_only_that_kernel_out(tmp_path, monkeypatch):
+    exact = ops.w12_gemm_small_m
+    variants = []
+
+    def recording(x, *planes):
+        variants.append(ops.w12_variant())
+        return exact(x, *planes)
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", recording)
+    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--skip-v6", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert "v6" not in variants and {"v1", "v3", "v4", "v5"} <= set(variants)
+    assert result["kernels_left_out"] == ["cuda_w12_v6"]
+    assert not any(key.startswith("w12_v6") for c in result["decode_checks"] for key in c)
+    assert all("cuda_w12_v6_s" not in r and r["cuda_w12_v5_s"] > 0 for r in result["rows"])
+    variants.clear()
+    assert bench_roofline.main(["--smoke", "--sanitize", "--skip-v5", "--skip-v6", "--out", str(out)]) == 0
+    assert "v5" not in variants and "v6" not in variants and "v4" in variants

@@ -105,7 +105,7 @@ def test_smoke_launch_names_every_range_and_the_parser_reads_them_back(tmp_path)
     ranges = launched["ranges"]
     assert len(ranges) == 2 * len(profile_ncu.MS) * len(profile_ncu.KERNELS)
     assert [r["kernel"] for r in ranges[: len(profile_ncu.KERNELS)]] == list(profile_ncu.KERNELS)
-    assert {"cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5"} <= set(profile_ncu.KERNELS)
+    assert {"cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6"} <= set(profile_ncu.KERNELS)
     assert all(re.fullmatch(profile_ncu.RANGE_PATTERN, r["range"]) and r["time_s"] > 0 for r in ranges)
     w12 = next(r for r in ranges if r["kernel"] == "cuda_w12")
     bf16 = next(r for r in ranges if r["kernel"] == "cuda_bf16")
@@ -148,3 +148,28 @@ def test_smoke_launch_leaves_a_skipped_kernel_out(tmp_path):
     assert launched["kernels"] == kept
     assert len(launched["ranges"]) == 2 * len(profile_ncu.MS) * len(kept)
     assert not any(r["kernel"] == "cuda_w12_v5" for r in launched["ranges"])
+
+
+def test_smoke_launch_runs_the_v6_kernel_and_skips_both_bulk_copy_kernels(tmp_path, monkeypatch):
+    from specdec.kernels.cuda import ops
+
+    exact = ops.w12_gemm_small_m
+    variants = []
+
+    def recording(x, *planes):
+        variants.append(ops.w12_variant())
+        return exact(x, *planes)
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", recording)
+    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+    manifest = tmp_path / "ncu_launch.json"
+    assert profile_ncu.main(["--launch", "--smoke", "--out", str(manifest)]) == 0
+    assert "v6" in variants and "v5" in variants
+    assert any(r["kernel"] == "cuda_w12_v6" for r in json.loads(manifest.read_text())["ranges"])
+    variants.clear()
+    skip = ["--skip-kernel", "cuda_w12_v5", "--skip-kernel", "cuda_w12_v6"]
+    assert profile_ncu.main(["--launch", "--smoke", *skip, "--out", str(manifest)]) == 0
+    assert "v5" not in variants and "v6" not in variants and "v4" in variants
+    assert json.loads(manifest.read_text())["kernels"] == [
+        k for k in profile_ncu.KERNELS if k not in ("cuda_w12_v5", "cuda_w12_v6")
+    ]

@@ -182,9 +182,12 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.setenv(W12_VARIANT_ENV, "v5")
     assert w12_variant() == "v5"
     assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
+    monkeypatch.setenv(W12_VARIANT_ENV, "v6")
+    assert w12_variant() == "v6"
+    assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
     monkeypatch.setenv(W12_VARIANT_ENV, "v2")
     with pytest.raises(
-        ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5'\) or unset, got 'v2'"
+        ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5', 'v6'\) or unset, got 'v2'"
     ):
         w12_gemm_small_m(x, *planes(w12))
 
@@ -312,3 +315,17 @@ def test_bulk_copy_w12_plan_gives_two_waves_on_every_model_shape(m):
         plan = launch_plan("w12_v5", m, n, k, 132)
         assert plan["k_splits"] == splits, (n, k, plan)
         assert plan["ctas_x"] * plan["k_splits"] >= 2 * 2 * 132, (n, k, plan)
+
+
+@pytest.mark.parametrize("m,n,k", BULK_SHAPES)
+def test_four_producer_bulk_copy_plan_is_the_one_producer_plan_with_a_larger_cta(m, n, k):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    one, four = launch_plan("w12_v5", m, n, k, 132), launch_plan("w12_v6", m, n, k, 132)
+    if k % 32:  # both run the split-K kernel and its plan
+        assert four == one
+        return
+    # 96 more threads in the escape round (int2 + row byte each) and 3 more warps' counts
+    assert four == {**one, "shared_bytes": one["shared_bytes"] + 96 * 9 + 3 * 4}, (four, one)
+    assert 2 * (four["shared_bytes"] + 1024) <= 227 * 1024  # still two CTAs per SM

@@ -164,5 +164,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_w12_gemm_small_m_v5.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p, ctypes.c_longlong, p]
     lib.specdec_w12_v5_plan.restype = i
     lib.specdec_w12_v5_plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
+    lib.specdec_w12_gemm_small_m_v6.restype = i
+    lib.specdec_w12_gemm_small_m_v6.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p, ctypes.c_longlong, p]
+    lib.specdec_w12_v6_plan.restype = i
+    lib.specdec_w12_v6_plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
     lib.specdec_q_gemm_small_m.restype = i
     lib.specdec_q_gemm_small_m.argtypes = [p, p, p, p, i, i, i, p]

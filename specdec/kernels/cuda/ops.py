@@ -62,7 +62,7 @@ __all__ = [
 MAX_TOKENS = 8
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
 W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
-W12_VARIANTS = ("v1", "v3", "v4", "v5")
+W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6")
 # Byte alignment the kernels' vector loads need of every plane's base address.
 _ALIGN = 16
 
@@ -144,7 +144,7 @@ _WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def w12_workspace(device: torch.device, nbytes: int) -> torch.Tensor:
-    """The workspace of the ``SPECDEC_W12_CUDA_VARIANT=v4`` / ``v5`` kernels, ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
+    """The workspace of the ``SPECDEC_W12_CUDA_VARIANT=v4`` / ``v5`` / ``v6`` kernels, ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
 
     One tensor per (device, size), zeroed once when it is made and kept for the life of the process (a CUDA
     graph that captured a launch keeps using its address). The kernel leaves its counters zero after every
@@ -165,7 +165,7 @@ def w12_workspace(device: torch.device, nbytes: int) -> torch.Tensor:
     if ws is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(
-                f"w12_gemm_small_m (v4 / v5): its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
+                f"w12_gemm_small_m (v4 / v5 / v6): its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
                 "call the op once on this shape before capturing"
             )
         ws = torch.zeros(-(-nbytes // 4), dtype=torch.int32, device=device)
@@ -275,9 +275,9 @@ def w12_gemm_small_m(
     kernel = lib.specdec_w12_gemm_small_m_v3 if variant == "v3" else lib.specdec_w12_gemm_small_m
     args = (_ptr(x), _ptr(ae), _ptr(nib), _ptr(base), _ptr(esc_ptr), _ptr(esc_pos), _ptr(esc_bits), _ptr(out), m, n, k)
     with torch.cuda.device(x.device):
-        if variant in ("v4", "v5"):
-            plan_of = lib.specdec_w12_v5_plan if variant == "v5" else lib.specdec_w12_v4_plan
-            run = lib.specdec_w12_gemm_small_m_v5 if variant == "v5" else lib.specdec_w12_gemm_small_m_v4
+        if variant in ("v4", "v5", "v6"):
+            plan_of = getattr(lib, f"specdec_w12_{variant}_plan")
+            run = getattr(lib, f"specdec_w12_gemm_small_m_{variant}")
             plan = (ctypes.c_longlong * 7)()
             _raise_on_failure(lib, plan_of(m, n, k, 0, plan), f"w12_gemm_small_m ({variant}) plan")
             nbytes = plan[5]
@@ -339,9 +339,10 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
     ``workspace_bytes`` (row-block counters and fp32 partials; 0 without K splits). ``kind="w12_v5"``: the
     bulk-copy kernel's plan, the keys of ``"w12_v4"`` plus ``bulk_copies`` (1, or 0 where ``k % 32 != 0`` and the
     ``"w12_v4"`` kernel and plan run instead); with ``bulk_copies == 1`` ``chunks`` counts K stages of 128
-    weights, split evenly over ``k_splits`` CTAs per 64-row block.
+    weights, split evenly over ``k_splits`` CTAs per 64-row block. ``kind="w12_v6"``: the bulk-copy kernel with four
+    producer warps, the keys and plan of ``"w12_v5"`` (``shared_bytes`` of its larger CTA).
     """
-    kinds = (*KINDS, "w12_v3", "w12_v4", "w12_v5")
+    kinds = (*KINDS, "w12_v3", "w12_v4", "w12_v5", "w12_v6")
     if kind not in kinds:
         raise ValueError(f"kind: expected one of {sorted(kinds)}, got {kind!r}")
     if max_cluster not in (8, 16):
@@ -350,12 +351,12 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
         raise ValueError(f"sms: expected a positive multiprocessor count, got {sms}")
     lib = load_library()
     out = (ctypes.c_int * 5)()
-    if kind in ("w12_v4", "w12_v5"):
+    if kind in ("w12_v4", "w12_v5", "w12_v6"):
         wide = (ctypes.c_longlong * 7)()
-        rc = (lib.specdec_w12_v5_plan if kind == "w12_v5" else lib.specdec_w12_v4_plan)(m, n, k, sms, wide)
+        rc = getattr(lib, f"specdec_{kind}_plan")(m, n, k, sms, wide)
         if rc == 0:
             keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes", "workspace_bytes")
-            if kind == "w12_v5":
+            if kind in ("w12_v5", "w12_v6"):
                 keys += ("bulk_copies",)
             return dict(zip(keys, list(wide)))
     elif kind == "w12_v3":

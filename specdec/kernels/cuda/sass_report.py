@@ -24,7 +24,8 @@ from collections import Counter
 
 # Weights one lane handles per unrolled batch (kUnroll = 4 chunks, rows g and g + 8); the W12 streaming kernel
 # kernels (w12_stream_kernel ``w12_v3``, w12_split_kernel ``w12_v4``) unroll their ring of kStreamDepth = 3 chunks; the
-# bulk-copy kernel (w12_bulk_kernel ``w12_v5``) consumes one stage of 2 chunks per iteration.
+# bulk-copy kernels (w12_bulk_kernel: ``w12_v5`` with one producer warp, ``w12_v6`` with four) consume one stage of 2
+# chunks per iteration.
 WEIGHTS_PER_LANE_PER_BATCH = {
     "0": 4 * 2 * 8,
     "1": 4 * 2 * 16,
@@ -32,8 +33,9 @@ WEIGHTS_PER_LANE_PER_BATCH = {
     "w12_v3": 3 * 2 * 16,
     "w12_v4": 3 * 2 * 16,
     "w12_v5": 2 * 2 * 16,
+    "w12_v6": 2 * 2 * 16,
 }
-KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q", "w12_v3": "w12_v3", "w12_v4": "w12_v4", "w12_v5": "w12_v5"}
+KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q", "w12_v3": "w12_v3", "w12_v4": "w12_v4", "w12_v5": "w12_v5", "w12_v6": "w12_v6"}
 # Whole-kernel opcodes of the bulk-copy pipeline: the bulk copies and the mbarrier operations.
 ASYNC_OPCODES = ("UBLKCP", "SYNCS")
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
@@ -101,7 +103,7 @@ def main() -> None:
         m = re.search(r"kernelILi(\d)ELb(\d)E", name)
         stream = re.search(r"w12_stream_kernelILb(\d)E", name)
         split = re.search(r"w12_split_kernelILb(\d)E", name)
-        bulk = "w12_bulk_kernel" in name
+        bulk = re.search(r"w12_bulk_kernelILi(\d)E", name)
         if m:
             kind, vec16 = m.group(1), m.group(2)
         elif stream:
@@ -109,7 +111,7 @@ def main() -> None:
         elif split:
             kind, vec16 = "w12_v4", split.group(1)
         elif bulk:
-            kind, vec16 = "w12_v5", "1"
+            kind, vec16 = ("w12_v5" if bulk.group(1) == "1" else "w12_v6"), "1"
         else:
             continue
         rep = analyse_kernel(block.split("\n"), WEIGHTS_PER_LANE_PER_BATCH[kind])

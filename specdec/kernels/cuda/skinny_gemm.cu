@@ -727,17 +727,23 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm)
 // read the stage). Consumers wait on mbarriers only: no CTA barrier in the loop. K is split over independent
 // CTAs as in w12_split_kernel, and the same finish_split_row_block reduces, applies the escapes and stores.
 // Needs K % 32 == 0 (every nib row starts 16-byte aligned); the entry point runs w12_split_kernel otherwise.
+// PRODUCER_WARPS: 1 (one producer warp issues all of a stage's copies) or kBulkConsumerWarps (producer warp q
+// issues the copies of rows 16 q .. 16 q + 15 of both planes and of token rows q and q + 4 of x). A bulk copy
+// takes its operands from uniform registers, so the copies of one warp's lanes issue one after another; more
+// producer warps issue on more schedulers at once.
 constexpr int kBulkStageK = 128;  // weights per row per stage: 2 chunks
 constexpr int kBulkStages = 6;
 constexpr int kBulkConsumerWarps = kStreamWarps;
-constexpr int kBulkThreads = (kBulkConsumerWarps + 1) * 32;
+__host__ __device__ constexpr int bulk_threads(int producer_warps) { return (kBulkConsumerWarps + producer_warps) * 32; }
 constexpr int kBulkXRowBytes = kBulkStageK * 2 + 16;
 constexpr int kBulkCtasPerSm = 2;
 constexpr int kBulkMinStagesPerCta = 2;
 constexpr double kBulkPartialShare = 0.10;
-// After the ring: partials [64 rows][8 tokens] fp32, the escape round of kBulkThreads threads, then the band's
-// escape offsets.
-constexpr int kBulkSmemFixed = kStreamRows * 8 * 4 + kBulkThreads * 9 + (kBulkThreads / 32) * 4;
+// After the ring: partials [64 rows][8 tokens] fp32, the escape round of bulk_threads(producer_warps) threads, then
+// the band's escape offsets.
+__host__ __device__ constexpr int bulk_smem_fixed(int producer_warps) {
+  return kStreamRows * 8 * 4 + bulk_threads(producer_warps) * 9 + (bulk_threads(producer_warps) / 32) * 4;
+}
 
 __host__ __device__ constexpr int bulk_stage_bytes(int M) {
   return kStreamRows * kBulkStageK + kStreamRows * (kBulkStageK / 2) + M * kBulkXRowBytes;
@@ -810,7 +816,11 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, in
   }
 }
 
-__global__ void __launch_bounds__(kBulkThreads, kBulkCtasPerSm) w12_bulk_kernel(const Params p, float* partials, unsigned int* counters) {
+template <int PRODUCER_WARPS>
+__global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
+    w12_bulk_kernel(const Params p, float* partials, unsigned int* counters) {
+  constexpr int kBulkThreads = bulk_threads(PRODUCER_WARPS);
+  constexpr int kBulkSmemFixed = bulk_smem_fixed(PRODUCER_WARPS);
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(8) uint64_t full_bar[kBulkStages];
   __shared__ __align__(8) uint64_t empty_bar[kBulkStages];
@@ -831,7 +841,7 @@ __global__ void __launch_bounds__(kBulkThreads, kBulkCtasPerSm) w12_bulk_kernel(
 
   if (tid == 0) {
     for (int s = 0; s < kBulkStages; ++s) {
-      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&full_bar[s]), PRODUCER_WARPS);
       mbar_init(smem_addr(&empty_bar[s]), kBulkConsumerWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -844,7 +854,44 @@ __global__ void __launch_bounds__(kBulkThreads, kBulkCtasPerSm) w12_bulk_kernel(
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   const int g = lane >> 2, t = lane & 3;
-  if (warp == kBulkConsumerWarps) {
+  if (PRODUCER_WARPS > 1 && warp >= kBulkConsumerWarps) {
+    // Producer warp q: lanes l < 16 copy the ae row 16 q + l, lanes l >= 16 the nib row 16 q + l - 16; lanes 0 and
+    // 1 also token rows q and q + 4 of x where < M. Race-free with the full barrier initialised to PRODUCER_WARPS
+    // arrivals: each warp's lane 0 arrives with expect_tx of that warp's bytes, and __syncwarp orders it before
+    // any lane's copy of the warp is issued, so every warp's bytes are counted before any of them can complete;
+    // the phase completes only once all PRODUCER_WARPS warps have arrived and all their bytes have landed. A
+    // warp arrives for the next round of a stage only after its empty barrier, i.e. after that phase completed.
+    const int q = warp - kBulkConsumerWarps;
+    const uint64_t stream = l2_evict_first();
+    const uint64_t keep = l2_evict_last();
+    const size_t K = p.K;
+    const bool is_ae = lane < 16;
+    const int r = 16 * q + (lane & 15);
+    const int row = min(row_block + r, p.N - 1);
+    const int x_row = q + 4 * lane;  // lanes 0 and 1
+    const bool copies_x = lane < 2 && x_row < M;
+    const int x_rows = (q < M) + (q + 4 < M);
+    int s = 0;
+    uint32_t round = 0;
+    for (int it = 0; it < n_mine; ++it) {
+      if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+      const int k0 = (s_lo + it) * kBulkStageK;
+      const int k_len = min(kBulkStageK, p.K - k0);  // a multiple of 32
+      const uint32_t full = smem_addr(&full_bar[s]);
+      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(16 * (k_len + k_len / 2) + x_rows * k_len * 2));
+      __syncwarp();
+      unsigned char* st = smem + static_cast<size_t>(s) * stage_bytes;
+      const uint32_t ae_dst = smem_addr(st), nib_dst = smem_addr(st + kStreamRows * kBulkStageK);
+      if (is_ae)
+        bulk_copy(ae_dst + r * kBulkStageK, p.w + row * K + k0, k_len, full, stream);
+      else
+        bulk_copy(nib_dst + r * (kBulkStageK / 2), p.nib + row * (K / 2) + k0 / 2, k_len / 2, full, stream);
+      if (copies_x)
+        bulk_copy(nib_dst + kStreamRows * (kBulkStageK / 2) + x_row * kBulkXRowBytes, p.x + static_cast<size_t>(x_row) * K + k0,
+                  k_len * 2, full, keep);
+      if (++s == kBulkStages) s = 0, ++round;
+    }
+  } else if (PRODUCER_WARPS == 1 && warp == kBulkConsumerWarps) {
     // Producer: lane l copies rows l and l + 32 of both planes, lanes < M token row l of x.
     const uint64_t stream = l2_evict_first();
     const uint64_t keep = l2_evict_last();
@@ -1046,14 +1093,16 @@ int bulk_ctas_per_sm(int smem_bytes) {
   return per_sm < kBulkCtasPerSm ? per_sm : kBulkCtasPerSm;
 }
 
-int bulk_smem_bytes(int M, int K) { return kBulkStages * bulk_stage_bytes(M) + kBulkSmemFixed + band_ptr_bytes(kW12, K); }
+int bulk_smem_bytes(int M, int K, int producer_warps) {
+  return kBulkStages * bulk_stage_bytes(M) + bulk_smem_fixed(producer_warps) + band_ptr_bytes(kW12, K);
+}
 
-Plan make_bulk_plan(int M, int N, int K, int sms) {
+Plan make_bulk_plan(int M, int N, int K, int sms, int producer_warps) {
   Plan pl{};
   pl.n_chunks = (K + kBulkStageK - 1) / kBulkStageK;
   pl.rt_per_cta = kStreamWarps;
   pl.grid_x = (N + kStreamRows - 1) / kStreamRows;
-  pl.smem_bytes = bulk_smem_bytes(M, K);
+  pl.smem_bytes = bulk_smem_bytes(M, K, producer_warps);
   const long long slots = static_cast<long long>(sms) * bulk_ctas_per_sm(pl.smem_bytes);
   int most = pl.n_chunks / kBulkMinStagesPerCta;
   const double traffic_cap = kBulkPartialShare * 1.5 * static_cast<double>(K) / (8.0 * M);  // splits
@@ -1209,20 +1258,21 @@ int launch_split(Params p, void* workspace, long long workspace_bytes, cudaStrea
   return 0;
 }
 
+template <int PRODUCER_WARPS>
 int launch_bulk(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   static bool attr_set = false;  // first call happens before any graph capture (warm-up)
-  const int smem_max = bulk_smem_bytes(kMaxTokens, 1 << 20);
+  const int smem_max = bulk_smem_bytes(kMaxTokens, 1 << 20, PRODUCER_WARPS);
   if (!attr_set) {
-    cudaError_t e = cudaFuncSetAttribute(w12_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    cudaError_t e = cudaFuncSetAttribute(w12_bulk_kernel<PRODUCER_WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
     // Two CTAs of ~80-90 KB per SM need the largest shared-memory carveout; the kernel does not use L1.
-    e = cudaFuncSetAttribute(w12_bulk_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    e = cudaFuncSetAttribute(w12_bulk_kernel<PRODUCER_WARPS>, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
     attr_set = true;
   }
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  const Plan pl = make_bulk_plan(p.M, p.N, p.K, sms);
+  const Plan pl = make_bulk_plan(p.M, p.N, p.K, sms, PRODUCER_WARPS);
   if (pl.smem_bytes > smem_max) {
     snprintf(g_error, sizeof(g_error), "K=%d with M=%d needs %d bytes of shared memory per CTA (limit %d)", p.K, p.M,
              pl.smem_bytes, smem_max);
@@ -1241,7 +1291,8 @@ int launch_bulk(Params p, void* workspace, long long workspace_bytes, cudaStream
   const long long counter_bytes = need > 0 ? need - static_cast<long long>(pl.grid_x) * pl.k_splits * kStreamRows * p.M * 4 : 0;
   unsigned int* counters = reinterpret_cast<unsigned int*>(ws);
   float* partials = need > 0 ? reinterpret_cast<float*>(ws + counter_bytes) : nullptr;
-  w12_bulk_kernel<<<dim3(pl.grid_x, pl.k_splits, 1), dim3(kBulkThreads, 1, 1), pl.smem_bytes, stream>>>(p, partials, counters);
+  w12_bulk_kernel<PRODUCER_WARPS>
+      <<<dim3(pl.grid_x, pl.k_splits, 1), dim3(bulk_threads(PRODUCER_WARPS), 1, 1), pl.smem_bytes, stream>>>(p, partials, counters);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail("w12_bulk_kernel launch", e);
   return 0;
@@ -1383,13 +1434,10 @@ int specdec_w12_v4_plan(int M, int N, int K, int sms, long long* out) {
   return 0;
 }
 
-// W12 exact through the bulk-copy pipeline (64-row CTAs of 4 consumer warps and a producer warp, K split over
-// independent CTAs as in v4); same planes, workspace contract and result contract as specdec_w12_gemm_small_m_v4,
-// with specdec_w12_v5_plan's out[5] bytes of workspace. K % 32 != 0: runs specdec_w12_gemm_small_m_v4 (its plan
-// is then the one specdec_w12_v5_plan returns).
-int specdec_w12_gemm_small_m_v5(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
-                                const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
-                                long long workspace_bytes, void* stream) {
+// The bulk-copy entry points with `producer_warps` (1 or kBulkConsumerWarps) producer warps per CTA.
+static int run_bulk(int producer_warps, const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                    const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
+                    long long workspace_bytes, void* stream) {
   if (K % 32 != 0)
     return specdec_w12_gemm_small_m_v4(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes,
                                        stream);
@@ -1405,13 +1453,11 @@ int specdec_w12_gemm_small_m_v5(const void* x, const void* ae, const void* nib, 
   p.esc_bits = static_cast<const uint16_t*>(esc_bits);
   p.y = static_cast<uint16_t*>(y);
   p.M = M, p.N = N, p.K = K;
-  return launch_bulk(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+  if (producer_warps == 1) return launch_bulk<1>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+  return launch_bulk<kBulkConsumerWarps>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
 
-// Launch plan of specdec_w12_gemm_small_m_v5 on `sms` multiprocessors (sms = 0: the current device's); host only.
-// out[0..5] as specdec_w12_v4_plan except out[2]: K stages of 128 weights (chunks of 64 where out[6] == 0);
-// out[6] 1 when the bulk-copy kernel runs (K % 32 == 0), 0 when v4's kernel and plan do.
-int specdec_w12_v5_plan(int M, int N, int K, int sms, long long* out) {
+static int bulk_plan(int producer_warps, int M, int N, int K, int sms, long long* out) {
   if (sms < 0) return 3;
   if (int rc = check_sizes(M, N, K)) return rc;
   if (sms == 0) {
@@ -1419,7 +1465,7 @@ int specdec_w12_v5_plan(int M, int N, int K, int sms, long long* out) {
     if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
   }
   const bool bulk = K % 32 == 0;
-  const Plan pl = bulk ? make_bulk_plan(M, N, K, sms) : make_split_plan(M, N, K, sms);
+  const Plan pl = bulk ? make_bulk_plan(M, N, K, sms, producer_warps) : make_split_plan(M, N, K, sms);
   out[0] = pl.rt_per_cta;
   out[1] = pl.k_splits;
   out[2] = pl.n_chunks;
@@ -1429,6 +1475,33 @@ int specdec_w12_v5_plan(int M, int N, int K, int sms, long long* out) {
   out[6] = bulk ? 1 : 0;
   return 0;
 }
+
+// W12 exact through the bulk-copy pipeline (64-row CTAs of 4 consumer warps and a producer warp, K split over
+// independent CTAs as in v4); same planes, workspace contract and result contract as specdec_w12_gemm_small_m_v4,
+// with specdec_w12_v5_plan's out[5] bytes of workspace. K % 32 != 0: runs specdec_w12_gemm_small_m_v4 (its plan
+// is then the one specdec_w12_v5_plan returns).
+int specdec_w12_gemm_small_m_v5(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                                const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
+                                long long workspace_bytes, void* stream) {
+  return run_bulk(1, x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes, stream);
+}
+
+// The same with 4 producer warps (one per 16-row tile) issuing the stage's copies: same contracts, the workspace
+// of specdec_w12_v6_plan's out[5].
+int specdec_w12_gemm_small_m_v6(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                                const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
+                                long long workspace_bytes, void* stream) {
+  return run_bulk(kBulkConsumerWarps, x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes,
+                  stream);
+}
+
+// Launch plan of specdec_w12_gemm_small_m_v5 on `sms` multiprocessors (sms = 0: the current device's); host only.
+// out[0..5] as specdec_w12_v4_plan except out[2]: K stages of 128 weights (chunks of 64 where out[6] == 0);
+// out[6] 1 when the bulk-copy kernel runs (K % 32 == 0), 0 when v4's kernel and plan do.
+int specdec_w12_v5_plan(int M, int N, int K, int sms, long long* out) { return bulk_plan(1, M, N, K, sms, out); }
+
+// Launch plan of specdec_w12_gemm_small_m_v6, as specdec_w12_v5_plan (out[4]: its larger CTA's shared memory).
+int specdec_w12_v6_plan(int M, int N, int K, int sms, long long* out) { return bulk_plan(kBulkConsumerWarps, M, N, K, sms, out); }
 
 // Q view: ae plane and bases only.
 int specdec_q_gemm_small_m(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* stream) {
