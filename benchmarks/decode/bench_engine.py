@@ -265,7 +265,7 @@ def pair_systems(trained, target, *, tree_budget: int) -> dict:
         >>> target = tiny_target(seed=0)
         >>> trained = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
         >>> {name: k for name, (_, _, k) in pair_systems(trained, target, tree_budget=5).items()}
-        {'trained chain': 3, 'trained tree': 5, 'n-gram': 3}
+        {'trained chain': 7, 'trained tree': 5, 'n-gram': 7}
     """
     kind, k = type(trained), trained.max_draft_tokens
     return {
