@@ -36,14 +36,27 @@ the batch-1 code path. Neither has CUDA graphs (every forward and commit is eage
 batch-1 AR step on an H200); the JSON records ``graphs.mode = "eager"``. Each slot holds, beside its attention
 KV, two GDN recurrent states (float32) and two conv states per GDN layer (``gdn_state_bytes_per_layout``).
 
+``--model smollm2-pair`` runs the real pair: SmolLM2-135M-Instruct (:func:`specdec.data.smollm2_target`, bf16 on
+CUDA, float32 on the CPU) and the trained DFlash drafter that ships with specdec, on held-out HumanEval prompts
+(problems 0..N-1, chat template; the drafter never trained on 0..39), greedy, each request stopping at the
+target's EOS. Acceptance is real (no oracle, no planted weights: ``--weights``, ``--profile`` and
+``--prompt-len`` are refused). Spec systems: the trained drafter as a chain (``num_draft_tokens`` = its block's
+7 drafts) and as a tree (``load_drafter(..., tree_budget=B)`` with ``TreeVerifier(B)``, ``--tree-budget``), and
+:class:`~specdec.drafters.NGramDrafter` as a chain of 7, each with the verify budget auto and off. The trained
+drafter drafts batched (``Engine(batched_drafting=True)``) when it has a ``batched(...)`` form, else per request,
+eagerly; the JSON records which (``drafting``). In float32 every speculative output must equal batched AR; in
+bf16 the mismatches against batched AR and alone are counted (near-ties may flip), not failed on.
+
 Run on a GPU machine: ``python -m benchmarks.decode.bench_engine`` (writes ``$OUT/bench_engine.json``
 and ``bench_engine.png``). CPU smoke test (same code path, tiny float32 model):
-``python -m benchmarks.decode.bench_engine --smoke`` (``--smoke --model qwen3.5-4b``: a tiny float32 hybrid).
+``python -m benchmarks.decode.bench_engine --smoke`` (``--smoke --model qwen3.5-4b``: a tiny float32 hybrid; ``--smoke --model smollm2-pair``: the real pair in float32,
+2 prompts, 4 new tokens).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -54,18 +67,23 @@ import torch
 from benchmarks.common import TINY_QWEN3, provenance, provenance_line, write_json
 from benchmarks.decode.bench_hybrid import QWEN3_5_4B
 from benchmarks.decode.bench_hybrid import SMOKE as TINY_HYBRID
-from specdec.drafters import NGramDrafter
+from specdec import data
+from specdec.drafters import NGramDrafter, load_drafter
+from specdec.drafters.block.config import read_drafter_config
 from specdec.drafters.oracle import PRESETS, OracleDrafter
 from specdec.engine import Engine
 from specdec.engine.budget import StepTimeTable
+from specdec.engine.drafting import BatchableDrafter
 from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
 from specdec.models.hybrid import HybridConfig, random_hybrid_target
 from specdec.models.planted import plant_successor_rule, successor_chain
 from specdec.models.ragged import RaggedDenseTarget, RequestRows
 from specdec.models.ragged_hybrid import RaggedHybridTarget
+from specdec.verify import ChainVerifier, TreeVerifier
 
 TINY = TargetConfig(**TINY_QWEN3)
+HELD_OUT_PROBLEMS = 40  # HumanEval problems 0..39: never in the shipped SmolLM2 drafter's training data
 
 
 def sync(device: torch.device) -> None:
@@ -100,17 +118,35 @@ def hybrid_cache_bytes(cfg: HybridConfig, dtype: torch.dtype, slots: int, max_se
     }
 
 
-def decode(ragged, prompts, *, concurrency, drafter, num_draft_tokens, verify_budget=None, step_time=None, max_new_tokens):
-    """Run ``prompts`` through one engine of ``concurrency`` slots; tokens, wall seconds, per-request latency, rounds."""
+def decode(
+    ragged,
+    prompts,
+    *,
+    concurrency,
+    drafter,
+    num_draft_tokens,
+    verify_budget=None,
+    step_time=None,
+    max_new_tokens,
+    verifier=None,
+    batched_drafting=False,
+    eos_token_id=None,
+):
+    """Run ``prompts`` through one engine of ``concurrency`` slots; tokens, wall seconds, per-request latency, rounds.
+
+    ``verifier`` (default a chain), ``batched_drafting`` and ``eos_token_id`` go to the :class:`Engine` and its requests.
+    """
     engine = Engine(
         ragged,
         drafter,
+        verifier,
         max_batch=concurrency,
         num_draft_tokens=num_draft_tokens,
         verify_budget=verify_budget,
         step_time=step_time,
+        batched_drafting=batched_drafting,
     )
-    ids = [engine.add_request(p, max_new_tokens=max_new_tokens) for p in prompts]
+    ids = [engine.add_request(p, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id) for p in prompts]
     joined, finished, nodes = {}, {}, []
     device = ragged.device
     sync(device)
@@ -148,21 +184,99 @@ def decode(ragged, prompts, *, concurrency, drafter, num_draft_tokens, verify_bu
     )
 
 
-def cases(levels: list[int], layouts: tuple[str, ...] = ("packed", "per_request")) -> list[tuple[str, int, str]]:
+def load_pair(
+    requests: int, new_tokens: int, tree_budget: int, *, dtype: torch.dtype, device: torch.device, prompt_tail: int | None = None
+):
+    """SmolLM2-135M-Instruct, its trained DFlash drafter, and the chat prompts of HumanEval problems ``0 .. requests - 1``.
+
+    Returns ``(target, drafter, prompts, max_seq_len)``: a :class:`DenseTarget` of ``max_seq_len`` (the longest
+    prompt + ``new_tokens`` + room for a round of a block or a ``tree_budget`` tree), the drafter from
+    ``load_drafter`` over it, and ``prompts`` as ``[P_i]`` int64 tensors on ``device`` (with ``prompt_tail``, each
+    prompt's last ``prompt_tail`` tokens: the CPU smoke run's short prefills). Needs the SmolLM2
+    checkpoint (or its GGUF), the tokenizer and the HumanEval file (:mod:`specdec.data`).
+
+    Example:
+        >>> target, drafter, prompts, max_seq_len = load_pair(2, 4, 16, dtype=torch.float32, device=torch.device("cpu"))  # doctest: +SKIP
+        >>> type(drafter).__name__, drafter.max_draft_tokens, len(prompts)  # doctest: +SKIP
+        ('DFlashDrafter', 7, 2)
+    """
+    if isinstance(requests, bool) or not isinstance(requests, int) or not 1 <= requests <= HELD_OUT_PROBLEMS:
+        raise ValueError(
+            f"--requests: expected 1..{HELD_OUT_PROBLEMS} (the held-out HumanEval problems) for smollm2-pair, got {requests!r}"
+        )
+    tokenizer = data.smollm2_tokenizer()
+    prompts = [data.chat_prompt_ids(tokenizer, p)[0].to(device) for p in data.humaneval_prompts(range(requests))]
+    if prompt_tail is not None:
+        prompts = [p[-prompt_tail:] for p in prompts]
+    path = data.smollm2_drafter_path()
+    block = read_drafter_config(json.loads((Path(path) / "config.json").read_text())).block_size
+    max_seq_len = max(p.numel() for p in prompts) + new_tokens + max(block, tree_budget) + 8
+    target = data.smollm2_target(dtype=dtype, device=device, max_seq_len=max_seq_len, progress=False)
+    target.eval().requires_grad_(False)
+    return target, load_drafter(path, target), prompts, max_seq_len
+
+
+def cases(
+    levels: list[int], layouts: tuple[str, ...] = ("packed", "per_request"), spec_systems: tuple[str, ...] = ("spec",)
+) -> list[tuple[str, int, str]]:
     """``(layout, concurrency, system)`` in run order: the goal cases (concurrency >= 16, or the largest one)
     first, AR before speculative, then the verify-budget ablation, the lower concurrencies, the layout ablation.
+    Each of ``spec_systems`` runs as ``"<system>, budget auto"`` and ``"<system>, budget off"``.
 
     Example:
         >>> cases([1, 16])[:3]
         [('packed', 16, 'AR'), ('packed', 16, 'spec, budget auto'), ('packed', 16, 'spec, budget off')]
+        >>> [name for _, c, name in cases([4], ("packed",), ("chain", "n-gram"))]
+        ['AR', 'chain, budget auto', 'n-gram, budget auto', 'chain, budget off', 'n-gram, budget off']
     """
+    auto = tuple(f"{s}, budget auto" for s in spec_systems)
+    off = tuple(f"{s}, budget off" for s in spec_systems)
     goal = [c for c in levels if c >= 16] or [max(levels)]
     rest = sorted((c for c in levels if c not in goal), reverse=True)
-    order = [("packed", c, name) for c in goal for name in ("AR", "spec, budget auto")]
-    order += [("packed", c, "spec, budget off") for c in goal]
-    order += [("packed", c, name) for c in rest for name in ("AR", "spec, budget auto", "spec, budget off")]
-    order += [("per_request", c, name) for c in goal + rest if c > 1 for name in ("AR", "spec, budget auto")]
+    order = [("packed", c, name) for c in goal for name in ("AR", *auto)]
+    order += [("packed", c, name) for c in goal for name in off]
+    order += [("packed", c, name) for c in rest for name in ("AR", *auto, *off)]
+    order += [("per_request", c, name) for c in goal + rest if c > 1 for name in ("AR", *auto)]
     return [case for case in order if case[0] in layouts]
+
+
+def split_system(name: str) -> tuple[str | None, str | None]:
+    """A case name's spec system and verify budget: ``(None, None)`` for AR.
+
+    Example:
+        >>> split_system("trained tree, budget auto"), split_system("AR")
+        (('trained tree', 'auto'), (None, None))
+    """
+    if name == "AR":
+        return None, None
+    system, budget = name.rsplit(", budget ", 1)
+    return system, {"auto": "auto", "off": None}[budget]
+
+
+def pair_systems(trained, target, *, tree_budget: int) -> dict:
+    """The real pair's spec systems: name -> ``(drafter factory or shared drafter, verifier factory, num_draft_tokens)``.
+
+    ``trained`` is the loaded DFlash drafter; each request gets its own drafter over the same draft model
+    (its draft cache is per request), built for a chain or for best-first trees of ``tree_budget`` nodes.
+
+    Example:
+        >>> from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> trained = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
+        >>> {name: k for name, (_, _, k) in pair_systems(trained, target, tree_budget=5).items()}
+        {'trained chain': 7, 'trained tree': 5, 'n-gram': 7}
+    """
+    kind, k = type(trained), trained.max_draft_tokens
+    return {
+        "trained chain": (lambda: kind(trained.model, target), ChainVerifier, k),
+        "trained tree": (
+            lambda: kind(trained.model, target, tree_budget=tree_budget),
+            lambda: TreeVerifier(tree_budget),
+            tree_budget,
+        ),
+        "n-gram": (NGramDrafter(), ChainVerifier, k),
+    }
 
 
 def enable_graphs(ragged: RaggedDenseTarget, cuda: bool, disabled: bool) -> dict:
@@ -213,7 +327,7 @@ def plot(result: dict, path: Path) -> str | None:
         ax.plot([r["concurrency"] for r in rows], [r["tokens_per_s"] for r in rows], marker="o", label=f"{system} ({layout})")
     ax.set_xlabel("concurrency (requests per forward)")
     ax.set_ylabel("tokens / s")
-    weights = "planted successor rule" if result.get("weights") == "planted" else "random weights"
+    weights = {"planted": "planted successor rule", "real": "real weights"}.get(result.get("weights"), "random weights")
     ax.set_title(f"Engine, {result['model']} {result['dtype']} ({weights}), {result['label']}", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
@@ -223,18 +337,22 @@ def plot(result: dict, path: Path) -> str | None:
     return str(path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--help``)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="CPU run of the same code path on a tiny float32 model")
     ap.add_argument(
         "--model",
         default="qwen3-8b",
-        choices=("qwen3-8b", "qwen3.5-4b"),
-        help="dense Qwen3-8B shape, or the Qwen3.5-4B hybrid shape (Gated DeltaNet + attention, eager: no CUDA graphs)",
+        choices=("qwen3-8b", "qwen3.5-4b", "smollm2-pair"),
+        help="dense Qwen3-8B shape, the Qwen3.5-4B hybrid shape (Gated DeltaNet + attention, eager: no CUDA graphs), "
+        "or the real SmolLM2-135M-Instruct with its trained DFlash drafter (held-out HumanEval prompts, real acceptance)",
     )
     ap.add_argument("--concurrency", default="1,4,16,24")
     ap.add_argument("--requests", type=int, default=24, help="prompts; concurrency 1 decodes each alone (the reference)")
-    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument(
+        "--prompt-len", type=int, default=None, help="random prompts' mean length (default 128; not for smollm2-pair)"
+    )
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument(
         "--waves",
@@ -242,7 +360,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="at concurrency c > 1, decode waves x c requests through the c slots (continuous batching; 1 = one closed batch)",
     )
-    ap.add_argument("--profile", default="specpilot-one-level", choices=sorted(PRESETS))
+    ap.add_argument(
+        "--profile",
+        default=None,
+        choices=sorted(PRESETS),
+        help="simulated acceptance (default specpilot-one-level; not for smollm2-pair)",
+    )
+    ap.add_argument("--tree-budget", type=int, default=16, help="smollm2-pair: nodes of the trained drafter's best-first tree")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     ap.add_argument(
         "--matmul-precision",
@@ -252,9 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--weights",
-        default="random",
+        default=None,
         choices=("random", "planted"),
-        help="random weights, or random weights with a planted successor rule (a greedy continuation no rounding moves)",
+        help="random weights (default), or random weights with a planted successor rule (a greedy continuation no rounding "
+        "moves); not for smollm2-pair, whose weights are real",
     )
     ap.add_argument(
         "--layouts",
@@ -264,8 +389,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-graphs", action="store_true", help="packed target on the eager static path, no CUDA graphs")
     ap.add_argument("--wall-budget-s", type=float, default=140.0, help="start no new case past this many seconds")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_engine.json"))
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 1 if an output that must equal AR does not. The smollm2-pair smoke run takes one CPU thread
+    (two BLAS threads on a busy 2-core machine ran its 2-row matmuls ~50x slower than one); restored after."""
+    args = parse_args(argv)
+    threads = torch.get_num_threads()
+    if args.smoke and args.model == "smollm2-pair":
+        torch.set_num_threads(1)
+    try:
+        return run(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The cases of the parsed command line ``args``; writes the JSON and prints the summary table last."""
+    pair = args.model == "smollm2-pair"
+    if pair:
+        for flag, value in (("--weights", args.weights), ("--profile", args.profile), ("--prompt-len", args.prompt_len)):
+            if value is not None:
+                raise ValueError(
+                    f"{flag}: --model smollm2-pair runs the real SmolLM2-135M-Instruct weights, the trained drafter's real "
+                    f"acceptance and held-out HumanEval prompts; expected no {flag}, got {value!r}"
+                )
+        if isinstance(args.tree_budget, bool) or args.tree_budget < 1:
+            raise ValueError(f"--tree-budget: expected an int >= 1, got {args.tree_budget!r}")
+    args.weights = args.weights or "random"
+    args.profile = args.profile or "specpilot-one-level"
+    args.prompt_len = 128 if args.prompt_len is None else args.prompt_len
     t_start = time.perf_counter()
     torch.set_float32_matmul_precision(args.matmul_precision)
     prov = provenance(seed=0)
@@ -273,11 +427,15 @@ def main(argv: list[str] | None = None) -> int:
     cuda = torch.cuda.is_available() and not args.smoke
     device = torch.device("cuda" if cuda else "cpu")
     hybrid = args.model == "qwen3.5-4b"
-    if hybrid:
+    if pair:  # the config comes with the checkpoint
+        cfg, dtype = None, getattr(torch, args.dtype) if cuda else torch.float32
+    elif hybrid:
         cfg, dtype = (QWEN3_5_4B, getattr(torch, args.dtype)) if cuda else (TINY_HYBRID, torch.float32)
     else:
         cfg, dtype = (QWEN3_8B, getattr(torch, args.dtype)) if cuda else (TINY, torch.float32)
-    if args.smoke:
+    if args.smoke and pair:  # the real 135M model on the CPU: two prompts cut to their last 32 tokens, a few new tokens
+        args.concurrency, args.requests, args.new_tokens, args.layouts = "1,2", 2, 6, "packed"
+    elif args.smoke:
         args.concurrency, args.requests, args.prompt_len, args.new_tokens = "1,2,4", 4, 8, 8
         if hybrid:  # prompts of 56-88 tokens: prefills past the 64 rows of the batched GDN call run their own, as on the GPU
             args.prompt_len = 72
@@ -289,10 +447,22 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--layouts: expected a comma-separated subset of packed,per_request, got {args.layouts!r}")
     if max(levels) > args.requests:
         raise ValueError(f"--requests: expected at least the largest concurrency {max(levels)}, got {args.requests}")
-    profile = PRESETS[args.profile]
-    k = profile.num_drafts
-    spread = min(16, args.prompt_len // 4)  # prompt lengths prompt_len +- spread
-    max_seq_len = args.prompt_len + spread + args.new_tokens + k + 8
+    if pair:
+        base, trained, prompts, max_seq_len = load_pair(
+            args.requests, args.new_tokens, args.tree_budget, dtype=dtype, device=device, prompt_tail=32 if args.smoke else None
+        )
+        cfg, k, profile = base.config, trained.max_draft_tokens, None
+        lengths = [p.numel() for p in prompts]
+        prefix_len = round(sum(lengths) / len(lengths))
+        systems = pair_systems(trained, base, tree_budget=args.tree_budget)
+        # batched drafting where the drafter has a batched form; a block drafter has none and drafts per request
+        trained_batched = isinstance(trained, BatchableDrafter)
+    else:
+        profile = PRESETS[args.profile]
+        k = profile.num_drafts
+        spread = min(16, args.prompt_len // 4)  # prompt lengths prompt_len +- spread
+        max_seq_len = args.prompt_len + spread + args.new_tokens + k + 8
+        prefix_len = args.prompt_len
     slots = max(levels)
     if hybrid:
         cache = hybrid_cache_bytes(cfg, dtype, slots, max_seq_len)
@@ -311,7 +481,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"GDN states per layout: {slots} slots x 2 ring entries = {cache['gdn_states'] / 1e9:.3f} GB", flush=True)
 
     torch.manual_seed(0)
-    if hybrid:
+    if pair:
+        pass  # loaded above, with its prompts
+    elif hybrid:
         base = random_hybrid_target(cfg, dtype=dtype, device=device, max_seq_len=max_seq_len, seed=0, state_slots=2)
         if cuda:  # both layouts' caches, beside the weights already on the device
             free, _ = torch.cuda.mem_get_info(device)
@@ -323,20 +495,26 @@ def main(argv: list[str] | None = None) -> int:
                 )
     else:
         base = DenseTarget(cfg, max_seq_len=max_seq_len, dtype=dtype, device=device).eval().requires_grad_(False)
-    successor = plant_successor_rule(base) if args.weights == "planted" else None
-    gen = torch.Generator().manual_seed(0)
-    lengths = torch.randint(args.prompt_len - spread, args.prompt_len + spread + 1, (args.requests,), generator=gen).tolist()
-    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen).to(device) for n in lengths]
+    successor = plant_successor_rule(base) if args.weights == "planted" and not pair else None
+    if not pair:
+        gen = torch.Generator().manual_seed(0)
+        lengths = torch.randint(args.prompt_len - spread, args.prompt_len + spread + 1, (args.requests,), generator=gen).tolist()
+        prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen).to(device) for n in lengths]
+    eos = (list(base.config.eos_token_ids) or None) if pair else None
+    if pair:
+        model = "smollm2-135m-instruct + dflash"
+    else:
+        model = ("qwen3.5-4b" if cuda else "tiny-hybrid") if hybrid else ("qwen3-8b" if cuda else "tiny")
     result = dict(
-        model=("qwen3.5-4b" if cuda else "tiny-hybrid") if hybrid else ("qwen3-8b" if cuda else "tiny"),
+        model=model,
         dtype=str(dtype),
         float32_matmul_precision=args.matmul_precision,
-        weights=args.weights,
+        weights="real" if pair else args.weights,
         device=str(device),
-        label=OracleDrafter.label,
-        profile=args.profile,
-        profile_source=profile.source,
-        profile_tokens_per_round=profile.tokens_per_round,
+        label="real acceptance (trained DFlash drafter, n-gram)" if pair else OracleDrafter.label,
+        profile=None if pair else args.profile,
+        profile_source=None if pair else profile.source,
+        profile_tokens_per_round=None if pair else profile.tokens_per_round,
         num_draft_tokens=k,
         prompt_lengths=lengths,
         new_tokens=args.new_tokens,
@@ -347,6 +525,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     if hybrid:
         result["gdn_state_bytes_per_layout"] = cache["gdn_states"]
+    if pair:
+        result.update(
+            target="SmolLM2-135M-Instruct (specdec.data.smollm2_target), greedy, each request stops at EOS",
+            drafter=f"trained DFlash drafter {data.smollm2_drafter_path().name} ({type(trained).__name__}, block {trained.block_size})",
+            prompts=f"HumanEval 0..{args.requests - 1}, chat template (held out from the drafter's training: 0..39)",
+            eos_token_ids=eos,
+            tree_budget=args.tree_budget,
+            systems={
+                name: dict(verifier=make_verifier().__class__.__name__, num_draft_tokens=n)
+                for name, (_, make_verifier, n) in systems.items()
+            },
+            drafting={
+                "trained": "batched (Engine batched_drafting=True)"
+                if trained_batched
+                else f"per request, eager: {type(trained).__name__} has no batched(...) form (batched_drafting=False)",
+                "n-gram": "per request (no forward to batch)",
+            },
+            equality=(
+                "float32: every speculative output must equal batched AR (torch.equal; exit 1 otherwise). bf16: "
+                "mismatches vs batched AR and vs alone are counted, not failed on: a verify pass of other row "
+                "counts rounds differently and real weights have near-ties that may flip"
+            ),
+        )
     out_path = Path(args.out)
     failed = False
 
@@ -386,7 +587,13 @@ def main(argv: list[str] | None = None) -> int:
     # the reference: every request alone (concurrency 1, batched AR on the packed engine), untimed
     t0 = time.perf_counter()
     alone = decode(
-        target_of("packed"), prompts, concurrency=1, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=args.new_tokens
+        target_of("packed"),
+        prompts,
+        concurrency=1,
+        drafter=NGramDrafter(),
+        num_draft_tokens=0,
+        max_new_tokens=args.new_tokens,
+        eos_token_id=eos,
     )["tokens"]
     result["alone_reference_s"] = time.perf_counter() - t0
     if successor is not None:
@@ -400,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     tables: dict[tuple[str, int], StepTimeTable] = {}
     batched_ar: dict[tuple[str, int], list[torch.Tensor]] = {}
-    for layout, c, name in cases(levels, layouts):
+    for layout, c, name in cases(levels, layouts, tuple(systems) if pair else ("spec",)):
         if over_budget(f"{layout} c={c} {name}"):
             continue
         ragged = target_of(layout)
@@ -413,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
                 ragged,
                 rows=tuple(c * m for m in (1, 2, 4, 8, 16)),
                 requests=c,
-                prefix_len=args.prompt_len,
+                prefix_len=prefix_len,
                 reps=1 if args.smoke else 3,
                 warmup=1,
             )
@@ -423,11 +630,17 @@ def main(argv: list[str] | None = None) -> int:
         ar_done = next((r for r in result["rows"] if (r["layout"], r["concurrency"], r["system"]) == (layout, c, "AR")), None)
         host_ms = 0.0 if ar_done is None else max(0.0, ar_done["ms_per_pass"] - table(c))
         round_table = StepTimeTable(rows=table.rows, ms=tuple(m + host_ms for m in table.ms))
-        budget = {"AR": None, "spec, budget auto": "auto", "spec, budget off": None}[name]
-        spec = name != "AR"
+        system, budget = split_system(name)
+        spec = system is not None
         if spec and (layout, c) not in batched_ar:
             batched_ar[layout, c] = decode(
-                ragged, batch, concurrency=c, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=args.new_tokens
+                ragged,
+                batch,
+                concurrency=c,
+                drafter=NGramDrafter(),
+                num_draft_tokens=0,
+                max_new_tokens=args.new_tokens,
+                eos_token_id=eos,
             )["tokens"]
         # request i's oracle knows the continuations its target gives it: batched AR and alone (they differ
         # where bf16 rounding of other row counts flips a near-tie); the warm-up run adds this system's own
@@ -436,29 +649,44 @@ def main(argv: list[str] | None = None) -> int:
                 [torch.cat([p.cpu(), t]) for t in (batched_ar[layout, c][j], alone[i])]
                 for j, (i, p) in enumerate(zip(order, batch))
             ]
-            if spec
+            if spec and not pair
             else None
         )
+        if pair and spec:
+            drafter, make_verifier, num_drafts = systems[system]
+            batched_drafting = trained_batched and system.startswith("trained")
+        else:
+            make_verifier, num_drafts, batched_drafting = ChainVerifier, k if spec else 0, False
 
         def run_once(references):
+            if not spec:
+                drafter_of_run = NGramDrafter()
+            elif pair:
+                drafter_of_run = drafter
+            else:
+                drafter_of_run = oracle_factory(references)
             return decode(
                 ragged,
                 batch,
                 concurrency=c,
-                drafter=oracle_factory(references) if spec else NGramDrafter(),
-                num_draft_tokens=k if spec else 0,
+                drafter=drafter_of_run,
+                num_draft_tokens=num_drafts,
                 verify_budget=budget if spec and budget else None,
                 step_time=round_table if spec and budget else None,
                 max_new_tokens=args.new_tokens,
+                verifier=make_verifier(),
+                batched_drafting=batched_drafting,
+                eos_token_id=eos,
             )
 
         warm = run_once(refs)  # untimed: captures this case's graphs and gives each request's own output
-        if spec:
+        if refs is not None:
             refs = [[torch.cat([p.cpu(), t]), *r] for p, t, r in zip(batch, warm["tokens"], refs)]  # own output first
         run = run_once(refs)
         ar_tokens = run["tokens"] if not spec else batched_ar[layout, c]
         mismatches = sum(not torch.equal(t, alone[i]) for t, i in zip(run["tokens"], order))
-        equal_ar = all(torch.equal(t, a) for t, a in zip(run["tokens"], ar_tokens))
+        mismatches_ar = sum(not torch.equal(t, a) for t, a in zip(run["tokens"], ar_tokens))
+        equal_ar = mismatches_ar == 0
         if (dtype == torch.float32 or successor is not None) and spec and not equal_ar:
             failed = True
         row = {key: v for key, v in run.items() if key != "tokens"}
@@ -471,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
             equal_to_warmup=all(torch.equal(t, w) for t, w in zip(run["tokens"], warm["tokens"])),
             warmup_unmatched_rounds=warm["unmatched_rounds"],
             mismatches_vs_alone=mismatches,
+            mismatches_vs_batched_ar=mismatches_ar,
             step_time_ms=dict(rows=list(table.rows), ms=list(table.ms)),
             budget_host_ms_per_round=host_ms if spec and budget else None,
         )
@@ -479,9 +708,9 @@ def main(argv: list[str] | None = None) -> int:
         row["speedup_vs_ar"] = None if ar_row is None else row["tokens_per_s"] / ar_row["tokens_per_s"]
         speedup = "  n/a" if row["speedup_vs_ar"] is None else f"{row['speedup_vs_ar']:5.2f}"
         print(
-            f"[{layout:11s} c={c:2d}] {name:18s} {row['tokens_per_s']:9.1f} tok/s  x AR {speedup}  "
+            f"[{layout:11s} c={c:2d}] {name:26s} {row['tokens_per_s']:9.1f} tok/s  x AR {speedup}  "
             f"acc/round {row['accepted_per_round']:5.2f}  passes {row['target_passes']:4d}  ms/pass {row['ms_per_pass']:6.2f}  "
-            f"unmatched {row['unmatched_rounds']}  mismatch vs alone {mismatches}  = AR {equal_ar}  = warm-up {row['equal_to_warmup']}",
+            f"unmatched {row['unmatched_rounds']}  mismatch vs alone {mismatches} vs AR {mismatches_ar}  = warm-up {row['equal_to_warmup']}",
             flush=True,
         )
         write_json(out_path, result, prov)  # after each case: a run cut short keeps what it measured
@@ -489,12 +718,12 @@ def main(argv: list[str] | None = None) -> int:
     result["wall_s"] = time.perf_counter() - t_start
     write_json(out_path, result, prov)
     print(f"\nwrote {out_path} ({result['plot']}); wall {result['wall_s']:.1f} s; skipped {result['skipped']}")
-    print("layout       c   system              tok/s    x AR  lat med s  acc/round  mismatch/alone  =warm-up")
+    print(f"layout       c   {'system':26s}    tok/s   x AR  lat med s  acc/round  mismatch/alone  mismatch/AR  =warm-up")
     for row in result["rows"]:
         print(
-            f"{row['layout']:11s} {row['concurrency']:3d}  {row['system']:18s} {row['tokens_per_s']:8.1f}  "
+            f"{row['layout']:11s} {row['concurrency']:3d}  {row['system']:26s} {row['tokens_per_s']:8.1f}  "
             f"{'  n/a' if row['speedup_vs_ar'] is None else format(row['speedup_vs_ar'], '5.2f')}  "
-            f"{row['latency_s_median']:9.3f}  {row['accepted_per_round']:9.2f}  {row['mismatches_vs_alone']:14d}  {row['equal_to_warmup']}"
+            f"{row['latency_s_median']:9.3f}  {row['accepted_per_round']:9.2f}  {row['mismatches_vs_alone']:14d}  {row['mismatches_vs_batched_ar']:11d}  {row['equal_to_warmup']}"
         )
     return 1 if failed else 0
 
