@@ -109,10 +109,10 @@ KERNELS = (
 )
 
 
-def w12_v3(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
-    """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` for this call (the previous value restored)."""
+def w12_variant(ops, variant: str, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
+    """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=variant`` for this call (the previous value restored)."""
     old = os.environ.get(ops.W12_VARIANT_ENV)
-    os.environ[ops.W12_VARIANT_ENV] = "v3"
+    os.environ[ops.W12_VARIANT_ENV] = variant
     try:
         return ops.w12_gemm_small_m(x, *planes)
     finally:
@@ -120,45 +120,26 @@ def w12_v3(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
             del os.environ[ops.W12_VARIANT_ENV]
         else:
             os.environ[ops.W12_VARIANT_ENV] = old
+
+
+def w12_v3(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
+    """The streaming W12 kernel (v3)."""
+    return w12_variant(ops, "v3", x, *planes)
 
 
 def w12_v4(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
-    """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v4`` for this call (the previous value restored)."""
-    old = os.environ.get(ops.W12_VARIANT_ENV)
-    os.environ[ops.W12_VARIANT_ENV] = "v4"
-    try:
-        return ops.w12_gemm_small_m(x, *planes)
-    finally:
-        if old is None:
-            del os.environ[ops.W12_VARIANT_ENV]
-        else:
-            os.environ[ops.W12_VARIANT_ENV] = old
+    """The W12 kernel with K split over independent CTAs (v4)."""
+    return w12_variant(ops, "v4", x, *planes)
 
 
 def w12_v5(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
-    """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v5`` for this call (the previous value restored)."""
-    old = os.environ.get(ops.W12_VARIANT_ENV)
-    os.environ[ops.W12_VARIANT_ENV] = "v5"
-    try:
-        return ops.w12_gemm_small_m(x, *planes)
-    finally:
-        if old is None:
-            del os.environ[ops.W12_VARIANT_ENV]
-        else:
-            os.environ[ops.W12_VARIANT_ENV] = old
+    """The W12 kernel fed by bulk copies from one producer warp (v5)."""
+    return w12_variant(ops, "v5", x, *planes)
 
 
 def w12_v6(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
-    """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v6`` for this call (the previous value restored)."""
-    old = os.environ.get(ops.W12_VARIANT_ENV)
-    os.environ[ops.W12_VARIANT_ENV] = "v6"
-    try:
-        return ops.w12_gemm_small_m(x, *planes)
-    finally:
-        if old is None:
-            del os.environ[ops.W12_VARIANT_ENV]
-        else:
-            os.environ[ops.W12_VARIANT_ENV] = old
+    """The W12 kernel fed by bulk copies from four producer warps (v6)."""
+    return w12_variant(ops, "v6", x, *planes)
 
 
 def bulk_call(variant: str) -> Callable[..., torch.Tensor]:

@@ -60,57 +60,47 @@ def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
         assert result[key] > 0, key
 
 
-def test_a_wrong_weight_of_the_streaming_w12_kernel_alone_fails_the_run(tmp_path, monkeypatch):
+def smoke_with_a_wrong_weight(tmp_path, monkeypatch, variant, reads, cell, delta=1):
+    """The smoke run with ``w12_gemm_small_m`` off by ``delta`` at output ``cell`` under ``variant`` in the calls ``reads(x)``."""
     exact = ops.w12_gemm_small_m
 
-    def off_under_v3(x, *planes):
+    def off(x, *planes):
         y = exact(x, *planes).clone()
-        if ops.w12_variant() == "v3" and x.shape[0] == 8 and bool((x[:, 0] == 1).any()):
-            y[0, 2] = y[0, 2] + 1
+        if ops.w12_variant() == variant and reads(x):
+            y[cell] = y[cell] + delta
         return y
 
-    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v3)
+    monkeypatch.setattr(ops, "w12_gemm_small_m", off)
     monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
     out = tmp_path / "roofline.json"
-    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
-    first = json.loads(out.read_text())["decode_checks"][0]
+    return bench_roofline.main(["--smoke", "--out", str(out)]), json.loads(out.read_text())
+
+
+def test_a_wrong_weight_of_the_streaming_w12_kernel_alone_fails_the_run(tmp_path, monkeypatch):
+    rc, result = smoke_with_a_wrong_weight(
+        tmp_path, monkeypatch, "v3", lambda x: x.shape[0] == 8 and bool((x[:, 0] == 1).any()), (0, 2)
+    )
+    assert rc == 1
+    first = result["decode_checks"][0]
     assert first["w12_decode_exact"] and not first["w12_v3_decode_exact"]
     assert first["w12_v3_first_mismatches"] == [[2, 0]]
 
 
 def test_a_wrong_weight_of_the_split_k_w12_kernel_alone_fails_the_run(tmp_path, monkeypatch):
-    exact = ops.w12_gemm_small_m
-
-    def off_under_v4_at_one_token(x, *planes):
-        y = exact(x, *planes).clone()
-        if ops.w12_variant() == "v4" and x.shape[0] == 1 and bool(x[0, 3] == 1):  # the single-token call reading column 3
-            y[0, 2] = y[0, 2] + 1
-        return y
-
-    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v4_at_one_token)
-    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
-    out = tmp_path / "roofline.json"
-    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
-    checks = json.loads(out.read_text())["decode_checks"]
+    # the single-token call reading column 3
+    rc, result = smoke_with_a_wrong_weight(tmp_path, monkeypatch, "v4", lambda x: x.shape[0] == 1 and bool(x[0, 3] == 1), (0, 2))
+    assert rc == 1
+    checks = result["decode_checks"]
     assert all(c.get("w12_decode_exact", True) and c.get("w12_v3_decode_exact", True) for c in checks)
     bad = [c for c in checks if not c.get("w12_v4_decode_exact", True)]
     assert [(c["only"], c["M"], c["w12_v4_first_mismatches"]) for c in bad] == [("w12_v4", 1, [[2, 3]])]
 
 
 def test_a_wrong_weight_of_the_bulk_copy_w12_kernel_alone_fails_the_run(tmp_path, monkeypatch):
-    exact = ops.w12_gemm_small_m
-
-    def off_under_v5_at_one_token(x, *planes):
-        y = exact(x, *planes).clone()
-        if ops.w12_variant() == "v5" and x.shape[0] == 1 and bool(x[0, 5] == 1):  # the single-token call reading column 5
-            y[0, 1] = y[0, 1] + 1
-        return y
-
-    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v5_at_one_token)
-    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
-    out = tmp_path / "roofline.json"
-    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
-    checks = json.loads(out.read_text())["decode_checks"]
+    # the single-token call reading column 5
+    rc, result = smoke_with_a_wrong_weight(tmp_path, monkeypatch, "v5", lambda x: x.shape[0] == 1 and bool(x[0, 5] == 1), (0, 1))
+    assert rc == 1
+    checks = result["decode_checks"]
     assert all(c.get(f"w12{v}_decode_exact", True) for c in checks for v in ("", "_v3", "_v4"))
     bad = [c for c in checks if not c.get("w12_v5_decode_exact", True)]
     assert [(c["only"], c["M"], c["w12_v5_first_mismatches"]) for c in bad] == [("w12_v5", 1, [[1, 5]])]
@@ -136,16 +126,8 @@ def test_v5_probe_checks_every_case_and_fails_on_a_wrong_output(tmp_path, monkey
     assert [c["ok"] for c in json.loads(out.read_text())["v5_probe"]] == [True, False]
 
 
-def test_skip_v5_leaves_the_kernel_out_of_checks_and_timing(tmp_path, monkeypatch):
-    exact = ops.w12_gemm_small_m
-    variants = []
-
-    def recording(x, *planes):
-        variants.append(ops.w12_variant())
-        return exact(x, *planes)
-
-    monkeypatch.setattr(ops, "w12_gemm_small_m", recording)
-    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+def test_skip_v5_leaves_the_kernel_out_of_checks_and_timing(tmp_path, w12_variants_called):
+    variants = w12_variants_called
     out = tmp_path / "roofline.json"
     assert bench_roofline.main(["--smoke", "--skip-v5", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
@@ -156,19 +138,12 @@ def test_skip_v5_leaves_the_kernel_out_of_checks_and_timing(tmp_path, monkeypatc
 
 
 def test_a_wrong_weight_of_the_four_producer_bulk_copy_kernel_alone_fails_the_run(tmp_path, monkeypatch):
-    exact = ops.w12_gemm_small_m
-
-    def off_under_v6_at_eight_tokens(x, *planes):
-        y = exact(x, *planes).clone()
-        if ops.w12_variant() == "v6" and x.shape[0] == 8 and bool((x[:, 0] == 1).any()):  # the call reading column 0
-            y[0, 4] = y[0, 4] + 1
-        return y
-
-    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v6_at_eight_tokens)
-    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
-    out = tmp_path / "roofline.json"
-    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
-    checks = json.loads(out.read_text())["decode_checks"]
+    # the calls at eight tokens reading column 0
+    rc, result = smoke_with_a_wrong_weight(
+        tmp_path, monkeypatch, "v6", lambda x: x.shape[0] == 8 and bool((x[:, 0] == 1).any()), (0, 4)
+    )
+    assert rc == 1
+    checks = result["decode_checks"]
     assert all(c.get(f"w12{v}_decode_exact", True) for c in checks for v in ("", "_v3", "_v4", "_v5"))
     bad = [(c.get("only", "shared"), c["w12_v6_first_mismatches"]) for c in checks if not c.get("w12_v6_decode_exact", True)]
     # the shared shapes and v6's own M = 8 shape: row 4 of column 0 is off
@@ -195,16 +170,8 @@ def test_v6_probe_runs_the_v6_kernel_and_fails_on_its_wrong_output(tmp_path, mon
     assert bench_roofline.main(["--smoke", "--v5-probe", "--out", str(out)]) == 0  # v5 is not affected
 
 
-def test_skip_v6_leaves_only_that_kernel_out(tmp_path, monkeypatch):
-    exact = ops.w12_gemm_small_m
-    variants = []
-
-    def recording(x, *planes):
-        variants.append(ops.w12_variant())
-        return exact(x, *planes)
-
-    monkeypatch.setattr(ops, "w12_gemm_small_m", recording)
-    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+def test_skip_v6_leaves_only_that_kernel_out(tmp_path, w12_variants_called):
+    variants = w12_variants_called
     out = tmp_path / "roofline.json"
     assert bench_roofline.main(["--smoke", "--skip-v6", "--out", str(out)]) == 0
     result = json.loads(out.read_text())

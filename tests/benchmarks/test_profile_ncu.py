@@ -150,18 +150,8 @@ def test_smoke_launch_leaves_a_skipped_kernel_out(tmp_path):
     assert not any(r["kernel"] == "cuda_w12_v5" for r in launched["ranges"])
 
 
-def test_smoke_launch_runs_the_v6_kernel_and_skips_both_bulk_copy_kernels(tmp_path, monkeypatch):
-    from specdec.kernels.cuda import ops
-
-    exact = ops.w12_gemm_small_m
-    variants = []
-
-    def recording(x, *planes):
-        variants.append(ops.w12_variant())
-        return exact(x, *planes)
-
-    monkeypatch.setattr(ops, "w12_gemm_small_m", recording)
-    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+def test_smoke_launch_runs_the_v6_kernel_and_skips_both_bulk_copy_kernels(tmp_path, w12_variants_called):
+    variants = w12_variants_called
     manifest = tmp_path / "ncu_launch.json"
     assert profile_ncu.main(["--launch", "--smoke", "--out", str(manifest)]) == 0
     assert "v6" in variants and "v5" in variants

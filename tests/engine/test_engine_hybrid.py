@@ -71,24 +71,35 @@ def alone(prompt, verifier, max_new_tokens):
     )
 
 
+PACKED = RaggedHybridTarget(TARGET, slots=3, layout="packed")
+
+
+def alone_on(ragged, prompt, drafter, verifier, max_new_tokens):
+    """``prompt`` as the only request of an engine over ``ragged``: its tokens and its request state."""
+    engine = Engine(ragged, drafter, verifier, max_batch=1)
+    rid = engine.add_request(prompt, max_new_tokens=max_new_tokens)
+    return engine.run()[rid], engine.request(rid)
+
+
 def assert_same_rounds(state, out):
     stats = out.per_request[0]
     assert (state.rounds, state.accepted) == (stats.rounds, sum(n * c for n, c in enumerate(stats.accepted_histogram)))
 
 
-@settings(max_examples=6, deadline=None)
+@pytest.mark.parametrize("layout", ["per_request", "packed"])
+@settings(max_examples=5, deadline=None)
 @given(
     lengths=st.lists(st.integers(1, 12), min_size=1, max_size=3),
     max_batch=st.integers(1, 3),
     verifier=st.sampled_from(sorted(VERIFIERS)),
     seed=st.integers(0, 10_000),
 )
-def test_each_request_on_a_hybrid_target_equals_generate_alone(lengths, max_batch, verifier, seed):
+def test_each_request_on_a_hybrid_target_equals_generate_alone(layout, lengths, max_batch, verifier, seed):
     prompts = prompts_of(lengths, seed)
     news = [6 + (seed + i) % 9 for i in range(len(prompts))]
     order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
-    engine = Engine(TARGET, DRAFTERS[verifier](), VERIFIERS[verifier](), max_batch=max_batch)
-    assert isinstance(engine.target, RaggedHybridTarget)
+    engine = Engine(TARGET, DRAFTERS[verifier](), VERIFIERS[verifier](), max_batch=max_batch, layout=layout)
+    assert isinstance(engine.target, RaggedHybridTarget) and engine.target.layout == layout
     ids = {i: engine.add_request(prompts[i], max_new_tokens=news[i]) for i in order}
     outputs = engine.run()
     for i, prompt in enumerate(prompts):
@@ -97,12 +108,17 @@ def test_each_request_on_a_hybrid_target_equals_generate_alone(lengths, max_batc
             f"request {i} (prompt length {prompt.numel()}) differs from alone"
         )
         assert_same_rounds(engine.request(ids[i]), expected)
+        if layout == "packed":  # and from the same request alone on a packed target of the same weights
+            tokens, state = alone_on(PACKED, prompt, DRAFTERS[verifier](), VERIFIERS[verifier](), news[i])
+            assert torch.equal(outputs[ids[i]], tokens)
+            assert (engine.request(ids[i]).rounds, engine.request(ids[i]).accepted) == (state.rounds, state.accepted)
 
 
+@pytest.mark.parametrize("layout", ["per_request", "packed"])
 @pytest.mark.parametrize("verifier", sorted(VERIFIERS))
-def test_a_late_request_and_a_cancelled_companion_change_nothing_on_a_hybrid_target(verifier):
+def test_a_late_request_and_a_cancelled_companion_change_nothing_on_a_hybrid_target(verifier, layout):
     prompts = prompts_of([9, 3, 12], seed=1)
-    engine = Engine(TARGET, DRAFTERS[verifier](), VERIFIERS[verifier](), max_batch=2)
+    engine = Engine(TARGET, DRAFTERS[verifier](), VERIFIERS[verifier](), max_batch=2, layout=layout)
     first = engine.add_request(prompts[0], max_new_tokens=16)
     doomed = engine.add_request(prompts[1], max_new_tokens=16)
     engine.step()
@@ -112,6 +128,9 @@ def test_a_late_request_and_a_cancelled_companion_change_nothing_on_a_hybrid_tar
     outputs = engine.run()
     assert torch.equal(outputs[first], alone(prompts[0], verifier, 16).tokens[0])
     assert torch.equal(outputs[late], alone(prompts[2], verifier, 12).tokens[0])
+    if layout == "packed":
+        assert torch.equal(outputs[first], alone_on(PACKED, prompts[0], DRAFTERS[verifier](), VERIFIERS[verifier](), 16)[0])
+        assert torch.equal(outputs[late], alone_on(PACKED, prompts[2], DRAFTERS[verifier](), VERIFIERS[verifier](), 12)[0])
     assert engine.status(doomed) == "cancelled"
 
 
@@ -128,9 +147,10 @@ def test_engine_hybrid_target_selection_errors():
     assert Engine(ragged, NGramDrafter(), max_batch=2).target is ragged
 
 
-def test_tree_rounds_that_accept_a_second_branch_equal_generate_alone():
+@pytest.mark.parametrize("layout", ["per_request", "packed"])
+def test_tree_rounds_that_accept_a_second_branch_equal_generate_alone(layout):
     prompts = prompts_of([7, 2, 10], seed=3)
-    engine = Engine(TARGET, DetourDrafter, TreeVerifier(budget=6), max_batch=3)
+    engine = Engine(TARGET, DetourDrafter, TreeVerifier(budget=6), max_batch=3, layout=layout)
     ids = [engine.add_request(p, max_new_tokens=12 + i) for i, p in enumerate(prompts)]
     outputs = engine.run()
     for i, prompt in enumerate(prompts):
@@ -140,62 +160,7 @@ def test_tree_rounds_that_accept_a_second_branch_equal_generate_alone():
         assert torch.equal(outputs[ids[i]], expected.tokens[0])
         assert_same_rounds(engine.request(ids[i]), expected)
         assert engine.request(ids[i]).accepted >= 6  # the second branch was accepted in most rounds
-
-
-PACKED = RaggedHybridTarget(TARGET, slots=3, layout="packed")
-
-
-def alone_on(ragged, prompt, drafter, verifier, max_new_tokens):
-    """``prompt`` as the only request of an engine over ``ragged``: its tokens and its request state."""
-    engine = Engine(ragged, drafter, verifier, max_batch=1)
-    rid = engine.add_request(prompt, max_new_tokens=max_new_tokens)
-    return engine.run()[rid], engine.request(rid)
-
-
-@settings(max_examples=5, deadline=None)
-@given(
-    lengths=st.lists(st.integers(1, 12), min_size=1, max_size=3),
-    max_batch=st.integers(1, 3),
-    verifier=st.sampled_from(sorted(VERIFIERS)),
-    seed=st.integers(0, 10_000),
-)
-def test_each_request_on_a_packed_hybrid_target_equals_its_tokens_alone(lengths, max_batch, verifier, seed):
-    prompts = prompts_of(lengths, seed)
-    news = [6 + (seed + i) % 9 for i in range(len(prompts))]
-    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
-    engine = Engine(PACKED, DRAFTERS[verifier](), VERIFIERS[verifier](), max_batch=max_batch)
-    ids = {i: engine.add_request(prompts[i], max_new_tokens=news[i]) for i in order}
-    outputs = engine.run()
-    for i, prompt in enumerate(prompts):
-        tokens, state = alone_on(PACKED, prompt, DRAFTERS[verifier](), VERIFIERS[verifier](), news[i])
-        assert torch.equal(outputs[ids[i]], tokens), f"request {i} (prompt length {prompt.numel()}) differs from alone"
-        assert (engine.request(ids[i]).rounds, engine.request(ids[i]).accepted) == (state.rounds, state.accepted)
-        assert torch.equal(outputs[ids[i]], alone(prompt, verifier, news[i]).tokens[0])
-
-
-def test_packed_tree_rounds_that_accept_a_second_branch_equal_their_tokens_alone():
-    prompts = prompts_of([7, 2, 10], seed=3)
-    engine = Engine(PACKED, DetourDrafter, TreeVerifier(budget=6), max_batch=3)
-    ids = [engine.add_request(p, max_new_tokens=12 + i) for i, p in enumerate(prompts)]
-    outputs = engine.run()
-    for i, prompt in enumerate(prompts):
-        tokens, state = alone_on(PACKED, prompt, DetourDrafter(), TreeVerifier(budget=6), 12 + i)
-        assert torch.equal(outputs[ids[i]], tokens)
-        assert (engine.request(ids[i]).rounds, engine.request(ids[i]).accepted) == (state.rounds, state.accepted)
-        assert engine.request(ids[i]).accepted >= 6  # the second branch was accepted in most rounds
-
-
-@pytest.mark.parametrize("verifier", sorted(VERIFIERS))
-def test_a_late_request_and_a_cancelled_companion_change_nothing_on_a_packed_hybrid_target(verifier):
-    prompts = prompts_of([9, 3, 12], seed=1)
-    engine = Engine(PACKED, DRAFTERS[verifier](), VERIFIERS[verifier](), max_batch=2)
-    first = engine.add_request(prompts[0], max_new_tokens=16)
-    doomed = engine.add_request(prompts[1], max_new_tokens=16)
-    engine.step()
-    engine.step()
-    engine.cancel(doomed)
-    late = engine.add_request(prompts[2], max_new_tokens=12)
-    outputs = engine.run()
-    assert torch.equal(outputs[first], alone_on(PACKED, prompts[0], DRAFTERS[verifier](), VERIFIERS[verifier](), 16)[0])
-    assert torch.equal(outputs[late], alone_on(PACKED, prompts[2], DRAFTERS[verifier](), VERIFIERS[verifier](), 12)[0])
-    assert engine.status(doomed) == "cancelled"
+        if layout == "packed":
+            tokens, state = alone_on(PACKED, prompt, DetourDrafter(), TreeVerifier(budget=6), 12 + i)
+            assert torch.equal(outputs[ids[i]], tokens)
+            assert (engine.request(ids[i]).rounds, engine.request(ids[i]).accepted) == (state.rounds, state.accepted)

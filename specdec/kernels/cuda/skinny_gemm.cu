@@ -1145,6 +1145,67 @@ int sm_count() {
   return sms;
 }
 
+// 0 when the plan's dynamic shared memory fits `limit`, else 2 with the message set.
+int check_smem(const Plan& pl, const Params& p, int limit) {
+  if (pl.smem_bytes <= limit) return 0;
+  snprintf(g_error, sizeof(g_error), "K=%d with M=%d needs %d bytes of shared memory per CTA (limit %d)", p.K, p.M, pl.smem_bytes,
+           limit);
+  return 2;
+}
+
+// The split-K workspace of a plan: per-row-block counters first, then the fp32 partials; 2 with the message set
+// when `workspace` is smaller than the plan needs.
+int split_buffers(const Plan& pl, const Params& p, void* workspace, long long workspace_bytes, float** partials,
+                  unsigned int** counters) {
+  const long long need = split_workspace_bytes(pl, p.M);
+  if (workspace_bytes < need || (need > 0 && workspace == nullptr)) {
+    snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", p.M, p.N, p.K, need,
+             workspace == nullptr ? 0LL : workspace_bytes);
+    return 2;
+  }
+  unsigned char* ws = static_cast<unsigned char*>(workspace);
+  const long long counter_bytes = need > 0 ? need - static_cast<long long>(pl.grid_x) * pl.k_splits * kStreamRows * p.M * 4 : 0;
+  *counters = reinterpret_cast<unsigned int*>(ws);
+  *partials = need > 0 ? reinterpret_cast<float*>(ws + counter_bytes) : nullptr;
+  return 0;
+}
+
+// `kernel` over (grid_x, k_splits) CTAs of `threads` threads, the K splits of a row block one thread-block cluster.
+template <typename Kernel>
+int launch_in_clusters(Kernel kernel, const Plan& pl, int threads, cudaStream_t stream, const Params& p) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(pl.grid_x, pl.k_splits, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.dynamicSmemBytes = pl.smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = pl.k_splits;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
+  if (e != cudaSuccess) return fail("cudaLaunchKernelEx", e);
+  return 0;
+}
+
+// The kernel parameters of a W12 call: planes of specdec/formats/w12.py.
+Params w12_params(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr, const void* esc_pos,
+                  const void* esc_bits, void* y, int M, int N, int K) {
+  Params p{};
+  p.x = static_cast<const uint16_t*>(x);
+  p.w = static_cast<const uint8_t*>(ae);
+  p.nib = static_cast<const uint8_t*>(nib);
+  p.base = static_cast<const uint8_t*>(base);
+  p.esc_ptr = static_cast<const int32_t*>(esc_ptr);
+  p.esc_pos = static_cast<const uint16_t*>(esc_pos);
+  p.esc_bits = static_cast<const uint16_t*>(esc_bits);
+  p.y = static_cast<uint16_t*>(y);
+  p.M = M, p.N = N, p.K = K;
+  return p;
+}
+
 template <int KIND, bool VEC16>
 int launch(Params p, cudaStream_t stream) {
   static bool attr_set = false;  // first call happens before any graph capture (warm-up)
@@ -1156,29 +1217,11 @@ int launch(Params p, cudaStream_t stream) {
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
   const Plan pl = make_plan(KIND, p.M, p.N, p.K, sms);
-  if (pl.smem_bytes > kXBytesHard) {
-    snprintf(g_error, sizeof(g_error), "K=%d with M=%d needs %d bytes of shared memory per CTA (limit %d)", p.K, p.M,
-             pl.smem_bytes, kXBytesHard);
-    return 2;
-  }
+  if (int rc = check_smem(pl, p, kXBytesHard)) return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(pl.grid_x, pl.k_splits, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = pl.smem_bytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = pl.k_splits;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, skinny_gemm_kernel<KIND, VEC16>, p);
-  if (e != cudaSuccess) return fail("cudaLaunchKernelEx", e);
-  return 0;
+  return launch_in_clusters(skinny_gemm_kernel<KIND, VEC16>, pl, kThreads, stream, p);
 }
 
 template <bool VEC16>
@@ -1197,29 +1240,11 @@ int launch_stream(Params p, cudaStream_t stream) {
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
   const Plan pl = make_stream_plan(p.M, p.N, p.K, sms, max_splits);
-  if (pl.smem_bytes > kStreamXSliceMax + kStreamSmemFixed + 4096) {
-    snprintf(g_error, sizeof(g_error), "K=%d with M=%d needs %d bytes of shared memory per CTA (limit %d)", p.K, p.M,
-             pl.smem_bytes, kStreamXSliceMax + kStreamSmemFixed + 4096);
-    return 2;
-  }
+  if (int rc = check_smem(pl, p, kStreamXSliceMax + kStreamSmemFixed + 4096)) return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(pl.grid_x, pl.k_splits, 1);
-  cfg.blockDim = dim3(kStreamThreads, 1, 1);
-  cfg.dynamicSmemBytes = pl.smem_bytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = pl.k_splits;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, w12_stream_kernel<VEC16>, p);
-  if (e != cudaSuccess) return fail("cudaLaunchKernelEx", e);
-  return 0;
+  return launch_in_clusters(w12_stream_kernel<VEC16>, pl, kStreamThreads, stream, p);
 }
 
 template <bool VEC16>
@@ -1234,24 +1259,13 @@ int launch_split(Params p, void* workspace, long long workspace_bytes, cudaStrea
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
   const Plan pl = make_split_plan(p.M, p.N, p.K, sms);
-  if (pl.smem_bytes > kStreamXSliceMax + kStreamSmemFixed + 4096) {
-    snprintf(g_error, sizeof(g_error), "K=%d with M=%d needs %d bytes of shared memory per CTA (limit %d)", p.K, p.M,
-             pl.smem_bytes, kStreamXSliceMax + kStreamSmemFixed + 4096);
-    return 2;
-  }
-  const long long need = split_workspace_bytes(pl, p.M);
-  if (workspace_bytes < need || (need > 0 && workspace == nullptr)) {
-    snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", p.M, p.N, p.K, need,
-             workspace == nullptr ? 0LL : workspace_bytes);
-    return 2;
-  }
+  if (int rc = check_smem(pl, p, kStreamXSliceMax + kStreamSmemFixed + 4096)) return rc;
+  float* partials = nullptr;
+  unsigned int* counters = nullptr;
+  if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
-  unsigned char* ws = static_cast<unsigned char*>(workspace);
-  const long long counter_bytes = need > 0 ? need - static_cast<long long>(pl.grid_x) * pl.k_splits * kStreamRows * p.M * 4 : 0;
-  unsigned int* counters = reinterpret_cast<unsigned int*>(ws);
-  float* partials = need > 0 ? reinterpret_cast<float*>(ws + counter_bytes) : nullptr;
   w12_split_kernel<VEC16><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(kStreamThreads, 1, 1), pl.smem_bytes, stream>>>(p, partials, counters);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail("w12_split_kernel launch", e);
@@ -1273,24 +1287,13 @@ int launch_bulk(Params p, void* workspace, long long workspace_bytes, cudaStream
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
   const Plan pl = make_bulk_plan(p.M, p.N, p.K, sms, PRODUCER_WARPS);
-  if (pl.smem_bytes > smem_max) {
-    snprintf(g_error, sizeof(g_error), "K=%d with M=%d needs %d bytes of shared memory per CTA (limit %d)", p.K, p.M,
-             pl.smem_bytes, smem_max);
-    return 2;
-  }
-  const long long need = split_workspace_bytes(pl, p.M);
-  if (workspace_bytes < need || (need > 0 && workspace == nullptr)) {
-    snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", p.M, p.N, p.K, need,
-             workspace == nullptr ? 0LL : workspace_bytes);
-    return 2;
-  }
+  if (int rc = check_smem(pl, p, smem_max)) return rc;
+  float* partials = nullptr;
+  unsigned int* counters = nullptr;
+  if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = (p.K + 63) / 64;
-  unsigned char* ws = static_cast<unsigned char*>(workspace);
-  const long long counter_bytes = need > 0 ? need - static_cast<long long>(pl.grid_x) * pl.k_splits * kStreamRows * p.M * 4 : 0;
-  unsigned int* counters = reinterpret_cast<unsigned int*>(ws);
-  float* partials = need > 0 ? reinterpret_cast<float*>(ws + counter_bytes) : nullptr;
   w12_bulk_kernel<PRODUCER_WARPS>
       <<<dim3(pl.grid_x, pl.k_splits, 1), dim3(bulk_threads(PRODUCER_WARPS), 1, 1), pl.smem_bytes, stream>>>(p, partials, counters);
   cudaError_t e = cudaGetLastError();
@@ -1344,16 +1347,7 @@ int specdec_w12_gemm_small_m(const void* x, const void* ae, const void* nib, con
                              const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* stream) {
   g_error[0] = 0;
   if (int rc = check_sizes(M, N, K)) return rc;
-  Params p{};
-  p.x = static_cast<const uint16_t*>(x);
-  p.w = static_cast<const uint8_t*>(ae);
-  p.nib = static_cast<const uint8_t*>(nib);
-  p.base = static_cast<const uint8_t*>(base);
-  p.esc_ptr = static_cast<const int32_t*>(esc_ptr);
-  p.esc_pos = static_cast<const uint16_t*>(esc_pos);
-  p.esc_bits = static_cast<const uint16_t*>(esc_bits);
-  p.y = static_cast<uint16_t*>(y);
-  p.M = M, p.N = N, p.K = K;
+  const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
   if (K % 16 == 0) return launch<kW12, true>(p, static_cast<cudaStream_t>(stream));
   return launch<kW12, false>(p, static_cast<cudaStream_t>(stream));
 }
@@ -1364,16 +1358,7 @@ int specdec_w12_gemm_small_m_v3(const void* x, const void* ae, const void* nib, 
                                 const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* stream) {
   g_error[0] = 0;
   if (int rc = check_sizes(M, N, K)) return rc;
-  Params p{};
-  p.x = static_cast<const uint16_t*>(x);
-  p.w = static_cast<const uint8_t*>(ae);
-  p.nib = static_cast<const uint8_t*>(nib);
-  p.base = static_cast<const uint8_t*>(base);
-  p.esc_ptr = static_cast<const int32_t*>(esc_ptr);
-  p.esc_pos = static_cast<const uint16_t*>(esc_pos);
-  p.esc_bits = static_cast<const uint16_t*>(esc_bits);
-  p.y = static_cast<uint16_t*>(y);
-  p.M = M, p.N = N, p.K = K;
+  const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
   if (K % 16 == 0) return launch_stream<true>(p, static_cast<cudaStream_t>(stream));
   return launch_stream<false>(p, static_cast<cudaStream_t>(stream));
 }
@@ -1401,16 +1386,7 @@ int specdec_w12_gemm_small_m_v4(const void* x, const void* ae, const void* nib, 
                                 long long workspace_bytes, void* stream) {
   g_error[0] = 0;
   if (int rc = check_sizes(M, N, K)) return rc;
-  Params p{};
-  p.x = static_cast<const uint16_t*>(x);
-  p.w = static_cast<const uint8_t*>(ae);
-  p.nib = static_cast<const uint8_t*>(nib);
-  p.base = static_cast<const uint8_t*>(base);
-  p.esc_ptr = static_cast<const int32_t*>(esc_ptr);
-  p.esc_pos = static_cast<const uint16_t*>(esc_pos);
-  p.esc_bits = static_cast<const uint16_t*>(esc_bits);
-  p.y = static_cast<uint16_t*>(y);
-  p.M = M, p.N = N, p.K = K;
+  const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
   if (K % 16 == 0) return launch_split<true>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
   return launch_split<false>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
@@ -1443,16 +1419,7 @@ static int run_bulk(int producer_warps, const void* x, const void* ae, const voi
                                        stream);
   g_error[0] = 0;
   if (int rc = check_sizes(M, N, K)) return rc;
-  Params p{};
-  p.x = static_cast<const uint16_t*>(x);
-  p.w = static_cast<const uint8_t*>(ae);
-  p.nib = static_cast<const uint8_t*>(nib);
-  p.base = static_cast<const uint8_t*>(base);
-  p.esc_ptr = static_cast<const int32_t*>(esc_ptr);
-  p.esc_pos = static_cast<const uint16_t*>(esc_pos);
-  p.esc_bits = static_cast<const uint16_t*>(esc_bits);
-  p.y = static_cast<uint16_t*>(y);
-  p.M = M, p.N = N, p.K = K;
+  const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
   if (producer_warps == 1) return launch_bulk<1>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
   return launch_bulk<kBulkConsumerWarps>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }

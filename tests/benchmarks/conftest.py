@@ -1,0 +1,20 @@
+"""Fixtures of the benchmark script tests."""
+
+import pytest
+
+
+@pytest.fixture
+def w12_variants_called(monkeypatch):
+    """The W12 kernel variant (``ops.w12_variant()``) of every ``ops.w12_gemm_small_m`` call made during the test."""
+    from specdec.kernels.cuda import ops
+
+    exact = ops.w12_gemm_small_m
+    variants = []
+
+    def recording(x, *planes):
+        variants.append(ops.w12_variant())
+        return exact(x, *planes)
+
+    monkeypatch.setattr(ops, "w12_gemm_small_m", recording)
+    monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+    return variants
