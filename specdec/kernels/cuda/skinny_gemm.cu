@@ -23,6 +23,7 @@
 //   skinny_gemm.cu -o build/specdec_cuda_kernels.so
 
 #include <cooperative_groups.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -792,12 +793,13 @@ __device__ __forceinline__ uint64_t l2_evict_last() {
 
 // One stage (2 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes, x of token
 // g_x, decode and MMA. CHECK: the stage may end before kBulkStageK (pieces at or past K read as zero).
-template <bool CHECK>
+// X_ROW_BYTES: the stride of x's token rows in the stage.
+template <bool CHECK, int X_ROW_BYTES>
 __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, int k0, int K, int tile_row, int g_x, int t,
                                               uint32_t X0, uint32_t X1, float (&acc)[4]) {
   const unsigned char* ae = st;
   const unsigned char* nib = st + kStreamRows * kBulkStageK;
-  const unsigned char* xr = nib + kStreamRows * (kBulkStageK / 2) + g_x * kBulkXRowBytes;
+  const unsigned char* xr = nib + kStreamRows * (kBulkStageK / 2) + g_x * X_ROW_BYTES;
   (void)M;
 #pragma unroll
   for (int c = 0; c < kBulkStageK / 64; ++c) {
@@ -814,6 +816,50 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, in
     xs[1] = in ? *reinterpret_cast<const uint4*>(xr + px + 16) : make_uint4(0, 0, 0, 0);
     compute_chunk<kW12, true>(acc, r, xs, X0, X1);
   }
+}
+
+// The consumer side of a bulk-copy ring (kBulkStages stages of `stage_bytes` at `ring`, full / empty barriers):
+// consumer warp `warp` owns rows 16 warp .. 16 warp + 15 of the 64-row block, consumes the CTA's stages
+// s_lo .. s_hi - 1 in k order, releases each stage with one arrive per warp, then writes its sums to
+// red[row][token]. X_ROW_BYTES: the stride of x's token rows in a stage.
+template <int X_ROW_BYTES>
+__device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
+                                             uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
+                                             float* red) {
+  const int M = p.M;
+  const int n_mine = s_hi - s_lo;
+  const int g = lane >> 2, t = lane & 3;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  const int tile_row = warp * 16 + g;
+  const uint32_t X0 = static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7;
+  const uint32_t X1 = static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7;
+  const int g_x = min(g, M - 1);  // tokens >= M read token M - 1; those outputs are never stored
+  const int n_full = min(s_hi, p.K / kBulkStageK) - s_lo;  // stages entirely inside K
+  int s = 0;
+  uint32_t round = 0;
+  auto release = [&]() {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
+    if (++s == kBulkStages) s = 0, ++round;
+  };
+  int it = 0;
+  for (; it < n_full; ++it) {
+    mbar_wait(smem_addr(&full_bar[s]), round & 1);
+    consume_stage<false, X_ROW_BYTES>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, t, X0, X1, acc);
+    release();
+  }
+  for (; it < n_mine; ++it) {  // the stage that ends at K
+    mbar_wait(smem_addr(&full_bar[s]), round & 1);
+    consume_stage<true, X_ROW_BYTES>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K, tile_row,
+                                     g_x, t, X0, X1, acc);
+    release();
+  }
+  // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token].
+  float* mine = red + warp * 16 * 8;
+  mine[g * 8 + 2 * t] = acc[0];
+  mine[g * 8 + 2 * t + 1] = acc[1];
+  mine[(g + 8) * 8 + 2 * t] = acc[2];
+  mine[(g + 8) * 8 + 2 * t + 1] = acc[3];
 }
 
 template <int PRODUCER_WARPS>
@@ -852,8 +898,6 @@ __global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
   cp_async_commit();
   __syncthreads();
 
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  const int g = lane >> 2, t = lane & 3;
   if (PRODUCER_WARPS > 1 && warp >= kBulkConsumerWarps) {
     // Producer warp q: lanes l < 16 copy the ae row 16 q + l, lanes l >= 16 the nib row 16 q + l - 16; lanes 0 and
     // 1 also token rows q and q + 4 of x where < M. Race-free with the full barrier initialised to PRODUCER_WARPS
@@ -920,41 +964,93 @@ __global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
       if (++s == kBulkStages) s = 0, ++round;
     }
   } else {
-    // Consumers: warp w owns rows 16 w .. 16 w + 15 of the block.
-    const int tile_row = warp * 16 + g;
-    const uint32_t X0 = static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7;
-    const uint32_t X1 = static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7;
-    const int g_x = min(g, M - 1);  // tokens >= M read token M - 1; those outputs are never stored
-    const int n_full = min(s_hi, p.K / kBulkStageK) - s_lo;  // stages entirely inside K
-    int s = 0;
-    uint32_t round = 0;
-    auto release = [&]() {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
-      if (++s == kBulkStages) s = 0, ++round;
-    };
-    int it = 0;
-    for (; it < n_full; ++it) {
-      mbar_wait(smem_addr(&full_bar[s]), round & 1);
-      consume_stage<false>(smem + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, t, X0, X1, acc);
-      release();
-    }
-    for (; it < n_mine; ++it) {  // the stage that ends at K
-      mbar_wait(smem_addr(&full_bar[s]), round & 1);
-      consume_stage<true>(smem + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K, tile_row, g_x, t, X0,
-                          X1, acc);
-      release();
-    }
-    // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token].
-    float* mine = red + warp * 16 * 8;
-    mine[g * 8 + 2 * t] = acc[0];
-    mine[g * 8 + 2 * t + 1] = acc[1];
-    mine[(g + 8) * 8 + 2 * t] = acc[2];
-    mine[(g + 8) * 8 + 2 * t + 1] = acc[3];
+    consume_ring<kBulkXRowBytes>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, red);
   }
   cp_async_wait_all();
   __syncthreads();
   finish_split_row_block<kBulkThreads>(p, red, band_ptr, partials, counters, split);
+}
+
+// The W12 kernel fed by tensor-map copies (README.md, "W12 through tensor-map copies"): w12_bulk_kernel's ring,
+// consumers, plan and split-K epilogue, with one producer thread issuing three 2-D TMA copies per stage (a box of
+// [64 rows][kBulkStageK] ae bytes, one of [64][kBulkStageK / 2] nib bytes, one of [M tokens][kBulkStageK] x values)
+// instead of one bulk copy per row and plane. Boxes are described by tensor maps built on the host; the parts of a
+// box past N rows or past K read as zeros and count their bytes, so every stage completes kTmaStageTx(M) bytes. x
+// lands with rows of kTmaXRowBytes (unpadded: the x loads of the two token rows of a quarter-warp share banks).
+// Needs K % 32 == 0 (16-byte nib row strides) and 16-byte aligned planes and x.
+constexpr int kTmaXRowBytes = kBulkStageK * 2;
+constexpr int kTmaAlign = 128;  // shared-memory alignment of a tensor-map destination
+__host__ __device__ constexpr int tma_stage_bytes(int M) {
+  return kStreamRows * kBulkStageK + kStreamRows * (kBulkStageK / 2) + M * kTmaXRowBytes;  // a multiple of 128
+}
+
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], "
+      "%5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(row), "r"(bar), "l"(policy)
+      : "memory");
+}
+
+__global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
+    w12_tma_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
+                   const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
+  constexpr int kTmaThreads = bulk_threads(1);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kBulkStages];
+  __shared__ __align__(8) uint64_t empty_bar[kBulkStages];
+  unsigned char* smem = smem_raw + ((kTmaAlign - (smem_addr(smem_raw) & (kTmaAlign - 1))) & (kTmaAlign - 1));
+  const int M = p.M;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int split = blockIdx.y;
+  const int n_stages = (p.K + kBulkStageK - 1) / kBulkStageK;
+  const int s_lo = static_cast<int>((static_cast<long long>(split) * n_stages) / p.k_splits);
+  const int s_hi = static_cast<int>((static_cast<long long>(split + 1) * n_stages) / p.k_splits);
+  const int row_block = blockIdx.x * kStreamRows;
+  const int stage_bytes = tma_stage_bytes(M);
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kBulkStages) * stage_bytes);
+  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + bulk_smem_fixed(1));
+  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+  const int tile0 = (row_block / kEscapeTile) * col_tiles;
+
+  if (tid == 0) {
+    for (int s = 0; s < kBulkStages; ++s) {
+      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&empty_bar[s]), kBulkConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  for (int i = tid; i <= col_tiles; i += kTmaThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
+  cp_async_commit();
+  __syncthreads();
+
+  if (warp == kBulkConsumerWarps) {
+    if (lane == 0) {
+      const uint64_t stream = l2_evict_first();
+      const uint64_t keep = l2_evict_last();
+      const uint32_t tx = static_cast<uint32_t>(stage_bytes);  // whole boxes, zeros past N and K included
+      int s = 0;
+      uint32_t round = 0;
+      for (int it = 0; it < s_hi - s_lo; ++it) {
+        if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+        const int k0 = (s_lo + it) * kBulkStageK;
+        const uint32_t full = smem_addr(&full_bar[s]);
+        mbar_arrive_expect_tx(full, tx);
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(s) * stage_bytes);
+        tma_load_2d(st, &ae_map, k0, row_block, full, stream);
+        tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row_block, full, stream);
+        tma_load_2d(st + kStreamRows * kBulkStageK + kStreamRows * (kBulkStageK / 2), &x_map, k0, 0, full, keep);
+        if (++s == kBulkStages) s = 0, ++round;
+      }
+    }
+  } else {
+    consume_ring<kTmaXRowBytes>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, red);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  finish_split_row_block<kTmaThreads>(p, red, band_ptr, partials, counters, split);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory.
@@ -1093,16 +1189,21 @@ int bulk_ctas_per_sm(int smem_bytes) {
   return per_sm < kBulkCtasPerSm ? per_sm : kBulkCtasPerSm;
 }
 
-int bulk_smem_bytes(int M, int K, int producer_warps) {
-  return kBulkStages * bulk_stage_bytes(M) + bulk_smem_fixed(producer_warps) + band_ptr_bytes(kW12, K);
+// A ring's pipeline: the number of producer warps issuing bulk copies (w12_bulk_kernel: 1 or
+// kBulkConsumerWarps), or kTmaPipeline (w12_tma_kernel: one thread issuing tensor-map copies).
+constexpr int kTmaPipeline = 0;
+
+int bulk_smem_bytes(int M, int K, int pipeline) {
+  if (pipeline == kTmaPipeline) return kBulkStages * tma_stage_bytes(M) + bulk_smem_fixed(1) + band_ptr_bytes(kW12, K) + kTmaAlign;
+  return kBulkStages * bulk_stage_bytes(M) + bulk_smem_fixed(pipeline) + band_ptr_bytes(kW12, K);
 }
 
-Plan make_bulk_plan(int M, int N, int K, int sms, int producer_warps) {
+Plan make_bulk_plan(int M, int N, int K, int sms, int pipeline) {
   Plan pl{};
   pl.n_chunks = (K + kBulkStageK - 1) / kBulkStageK;
   pl.rt_per_cta = kStreamWarps;
   pl.grid_x = (N + kStreamRows - 1) / kStreamRows;
-  pl.smem_bytes = bulk_smem_bytes(M, K, producer_warps);
+  pl.smem_bytes = bulk_smem_bytes(M, K, pipeline);
   const long long slots = static_cast<long long>(sms) * bulk_ctas_per_sm(pl.smem_bytes);
   int most = pl.n_chunks / kBulkMinStagesPerCta;
   const double traffic_cap = kBulkPartialShare * 1.5 * static_cast<double>(K) / (8.0 * M);  // splits
@@ -1301,6 +1402,84 @@ int launch_bulk(Params p, void* workspace, long long workspace_bytes, cudaStream
   return 0;
 }
 
+using TensorMapEncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                          const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                          CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled from the driver, through the runtime (no link against libcuda); nullptr when missing.
+TensorMapEncodeTiled tensor_map_encoder() {
+  static TensorMapEncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return static_cast<TensorMapEncodeTiled>(nullptr);
+    return reinterpret_cast<TensorMapEncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// A 2-D row-major tensor [rows][inner] of `type` at `base` (row stride `row_bytes`), read in boxes of
+// [box_rows][box_inner]; elements past its edges read as zeros. 2 with the message set on failure.
+int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsigned long long inner, unsigned long long rows,
+              unsigned long long row_bytes, unsigned int box_inner, unsigned int box_rows, const char* what) {
+  const TensorMapEncodeTiled encode = tensor_map_encoder();
+  if (encode == nullptr) {
+    snprintf(g_error, sizeof(g_error), "cuTensorMapEncodeTiled is not available from the driver");
+    return 2;
+  }
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0) {
+    snprintf(g_error, sizeof(g_error), "%s: expected a 16-byte aligned address for a tensor map, got %p", what, base);
+    return 2;
+  }
+  const cuuint64_t dims[2] = {inner, rows};
+  const cuuint64_t strides[1] = {row_bytes};
+  const cuuint32_t box[2] = {box_inner, box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    snprintf(g_error, sizeof(g_error), "cuTensorMapEncodeTiled(%s, %llu x %llu, box %u x %u): error %d", what, rows, inner, box_rows,
+             box_inner, static_cast<int>(r));
+    return 2;
+  }
+  return 0;
+}
+
+int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  static bool attr_set = false;  // first call happens before any graph capture (warm-up)
+  const int smem_max = bulk_smem_bytes(kMaxTokens, 1 << 20, kTmaPipeline);
+  if (!attr_set) {
+    cudaError_t e = cudaFuncSetAttribute(w12_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+    e = cudaFuncSetAttribute(w12_tma_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
+    attr_set = true;
+  }
+  const int sms = sm_count();
+  if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  const Plan pl = make_bulk_plan(p.M, p.N, p.K, sms, kTmaPipeline);
+  if (int rc = check_smem(pl, p, smem_max)) return rc;
+  float* partials = nullptr;
+  unsigned int* counters = nullptr;
+  if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
+  CUtensorMap ae_map, nib_map, x_map;
+  const unsigned long long K = p.K, N = p.N;
+  if (int rc = encode_2d(&ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, kBulkStageK, kStreamRows, "ae")) return rc;
+  if (int rc = encode_2d(&nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, kBulkStageK / 2, kStreamRows, "nib"))
+    return rc;
+  if (int rc = encode_2d(&x_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.x, K, p.M, 2 * K, kBulkStageK, p.M, "x")) return rc;
+  p.rt_per_cta = pl.rt_per_cta;
+  p.k_splits = pl.k_splits;
+  p.n_chunks = (p.K + 63) / 64;
+  w12_tma_kernel<<<dim3(pl.grid_x, pl.k_splits, 1), dim3(bulk_threads(1), 1, 1), pl.smem_bytes, stream>>>(p, partials, counters, ae_map,
+                                                                                                          nib_map, x_map);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fail("w12_tma_kernel launch", e);
+  return 0;
+}
+
 int check_sizes(int M, int N, int K) {
   if (M < 1 || M > kMaxTokens || N < 1 || K < 8 || K % 8 != 0) {
     snprintf(g_error, sizeof(g_error), "expected 1 <= M <= 8, N >= 1, K >= 8 and K %% 8 == 0, got M=%d N=%d K=%d", M, N, K);
@@ -1410,8 +1589,8 @@ int specdec_w12_v4_plan(int M, int N, int K, int sms, long long* out) {
   return 0;
 }
 
-// The bulk-copy entry points with `producer_warps` (1 or kBulkConsumerWarps) producer warps per CTA.
-static int run_bulk(int producer_warps, const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+// The ring entry points: `pipeline` 1 or kBulkConsumerWarps producer warps issuing bulk copies, or kTmaPipeline.
+static int run_bulk(int pipeline, const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
                     const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
                     long long workspace_bytes, void* stream) {
   if (K % 32 != 0)
@@ -1420,11 +1599,12 @@ static int run_bulk(int producer_warps, const void* x, const void* ae, const voi
   g_error[0] = 0;
   if (int rc = check_sizes(M, N, K)) return rc;
   const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
-  if (producer_warps == 1) return launch_bulk<1>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+  if (pipeline == kTmaPipeline) return launch_tma(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+  if (pipeline == 1) return launch_bulk<1>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
   return launch_bulk<kBulkConsumerWarps>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
 
-static int bulk_plan(int producer_warps, int M, int N, int K, int sms, long long* out) {
+static int bulk_plan(int pipeline, int M, int N, int K, int sms, long long* out) {
   if (sms < 0) return 3;
   if (int rc = check_sizes(M, N, K)) return rc;
   if (sms == 0) {
@@ -1432,7 +1612,7 @@ static int bulk_plan(int producer_warps, int M, int N, int K, int sms, long long
     if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
   }
   const bool bulk = K % 32 == 0;
-  const Plan pl = bulk ? make_bulk_plan(M, N, K, sms, producer_warps) : make_split_plan(M, N, K, sms);
+  const Plan pl = bulk ? make_bulk_plan(M, N, K, sms, pipeline) : make_split_plan(M, N, K, sms);
   out[0] = pl.rt_per_cta;
   out[1] = pl.k_splits;
   out[2] = pl.n_chunks;
@@ -1469,6 +1649,18 @@ int specdec_w12_v5_plan(int M, int N, int K, int sms, long long* out) { return b
 
 // Launch plan of specdec_w12_gemm_small_m_v6, as specdec_w12_v5_plan (out[4]: its larger CTA's shared memory).
 int specdec_w12_v6_plan(int M, int N, int K, int sms, long long* out) { return bulk_plan(kBulkConsumerWarps, M, N, K, sms, out); }
+
+// W12 exact through tensor-map copies (w12_tma_kernel: v5's ring, consumers and split-K epilogue, one producer
+// thread issuing one 2-D copy per plane and one of x per stage): same contracts as specdec_w12_gemm_small_m_v5,
+// with specdec_w12_v7_plan's out[5] bytes of workspace; also needs 16-byte aligned x, ae and nib (error 2 otherwise).
+int specdec_w12_gemm_small_m_v7(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                                const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
+                                long long workspace_bytes, void* stream) {
+  return run_bulk(kTmaPipeline, x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes, stream);
+}
+
+// Launch plan of specdec_w12_gemm_small_m_v7, as specdec_w12_v5_plan (out[4]: its shared memory, x rows unpadded).
+int specdec_w12_v7_plan(int M, int N, int K, int sms, long long* out) { return bulk_plan(kTmaPipeline, M, N, K, sms, out); }
 
 // Q view: ae plane and bases only.
 int specdec_q_gemm_small_m(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* stream) {
