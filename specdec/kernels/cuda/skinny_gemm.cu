@@ -1183,7 +1183,8 @@ Plan make_split_plan(int M, int N, int K, int sms) {
 // kBulkStageK weights split evenly. The splits: the fewest that give >= kSplitWaves waves (CTAs / (SMs x
 // resident CTAs per SM, 2 by shared memory)) within >= kBulkMinStagesPerCta stages per CTA, at most
 // kSplitMaxSplits and partial traffic (M N splits x 8 bytes) <= kBulkPartialShare of the W12 weight bytes; where
-// no count reaches the waves, the most splits within the limits. n_chunks holds the stage count.
+// no count reaches the waves, the most splits within the limits. n_chunks holds the stage count. The tensor-map
+// pipeline (kTmaPipeline) keeps the limits and picks the splits by the length of the last wave instead (below).
 int bulk_ctas_per_sm(int smem_bytes) {
   const int per_sm = (227 * 1024) / (smem_bytes + 1024);
   return per_sm < kBulkCtasPerSm ? per_sm : kBulkCtasPerSm;
@@ -1192,6 +1193,8 @@ int bulk_ctas_per_sm(int smem_bytes) {
 // A ring's pipeline: the number of producer warps issuing bulk copies (w12_bulk_kernel: 1 or
 // kBulkConsumerWarps), or kTmaPipeline (w12_tma_kernel: one thread issuing tensor-map copies).
 constexpr int kTmaPipeline = 0;
+// A CTA's time besides its stages (launch, filling the ring, the split reduction), in stages.
+constexpr int kTmaFixedStages = 2;
 
 int bulk_smem_bytes(int M, int K, int pipeline) {
   if (pipeline == kTmaPipeline) return kBulkStages * tma_stage_bytes(M) + bulk_smem_fixed(1) + band_ptr_bytes(kW12, K) + kTmaAlign;
@@ -1211,6 +1214,17 @@ Plan make_bulk_plan(int M, int N, int K, int sms, int pipeline) {
   if (most > kSplitMaxSplits) most = kSplitMaxSplits;
   if (most < 1) most = 1;
   pl.k_splits = most;
+  if (pipeline == kTmaPipeline) {
+    // Waves of equal CTAs end together, so a last wave that is partly full costs a whole one: the splits that
+    // minimise (waves rounded up) x (stages per CTA + kTmaFixedStages), the fewest on a tie.
+    double best = -1.0;
+    for (int ks = 1; ks <= most; ++ks) {
+      const long long waves = (static_cast<long long>(pl.grid_x) * ks + slots - 1) / slots;
+      const double cost = static_cast<double>(waves) * ((pl.n_chunks + ks - 1) / ks + kTmaFixedStages);
+      if (best < 0.0 || cost < best) best = cost, pl.k_splits = ks;
+    }
+    return pl;
+  }
   for (int ks = 1; ks <= most; ++ks) {
     if (static_cast<long long>(pl.grid_x) * ks >= kSplitWaves * slots) {
       pl.k_splits = ks;
