@@ -3,11 +3,11 @@
 # on the Qwen3-8B and Qwen3-32B linear shapes, against the copy bandwidth of the same run; then the AR step of the
 # Qwen3-8B-shaped lean target, bf16 vs W12 weights (CUDA graphs); then the CUDA kernels once under
 # compute-sanitizer memcheck.
-# Expected time on one H200: ~2.5 min (83 s measured on 2026-12-02 with the .so carried, before the v5 kernel: main
-# part ~35 s of timing after ~10 s of torch start, AR step ~20 s, sanitizer ~25 s; each bulk-copy kernel (v5, v6)
+# Expected time on one H200: ~3 min (83 s measured on 2026-12-02 with the .so carried, before the v5 kernel: main
+# part ~35 s of timing after ~10 s of torch start, AR step ~20 s, sanitizer ~25 s; each staged kernel (v5, v6, v7)
 # adds a probe of ~15 s (torch start, four small shapes), ~8 s of timing and decode checks and ~3 s of sanitizer;
-# nvcc adds 15-25 s when build/specdec_cuda_kernels.so was not carried). Caps: nvcc 90 s, v5 probe 30 s, v6 probe
-# 30 s, main 88 s (budget 68 s: the v4, v5 and v6 kernels add a column each), AR step 65 s (budget 50 s), sanitizer
+# nvcc adds 15-25 s when build/specdec_cuda_kernels.so was not carried). Caps: nvcc 90 s, each probe 30 s (three),
+# main 98 s (budget 78 s: the v4, v5, v6 and v7 kernels add a column each), AR step 65 s (budget 50 s), sanitizer
 # 55 s; no new case starts past a budget (JSON and summary are still written).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_roofline.sh   (writes JSON, PNG and logs to $OUT)
 set -u -o pipefail
@@ -20,23 +20,18 @@ if [ ! -f "$SO" ]; then
   timeout 90 nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static -Xptxas -v \
     specdec/kernels/cuda/skinny_gemm.cu -o "$SO" 2>&1 | grep -E "registers|spill" | tee "$OUT/roofline_build.log"
 fi
-# Each bulk-copy kernel alone first: if it faults or does not finish, the main run and the sanitizer leave it out.
+# Each staged kernel alone first: if it faults or does not finish, the main run and the sanitizer leave it out.
 SKIP_BULK=()
-timeout 30 python3 -m benchmarks.kernels.bench_roofline --v5-probe --out "$OUT/v5_probe_h200.json" > "$OUT/v5_probe.log" 2>&1
-rc_probe=$?
-tail -n 6 "$OUT/v5_probe.log"
-if [ "$rc_probe" != 0 ]; then
-  echo "v5 probe: exit $rc_probe (124 = timed out); cuda_w12_v5 left out of the main run and the sanitizer"
-  SKIP_BULK+=(--skip-v5)
-fi
-timeout 30 python3 -m benchmarks.kernels.bench_roofline --v6-probe --out "$OUT/v6_probe_h200.json" > "$OUT/v6_probe.log" 2>&1
-rc_probe=$?
-tail -n 6 "$OUT/v6_probe.log"
-if [ "$rc_probe" != 0 ]; then
-  echo "v6 probe: exit $rc_probe (124 = timed out); cuda_w12_v6 left out of the main run and the sanitizer"
-  SKIP_BULK+=(--skip-v6)
-fi
-timeout 88 python3 -m benchmarks.kernels.bench_roofline --budget-s 68 ${SKIP_BULK[@]+"${SKIP_BULK[@]}"} --out "$OUT/roofline_h200.json" 2>&1 | tee "$OUT/roofline.log"
+for v in v5 v6 v7; do
+  timeout 30 python3 -m benchmarks.kernels.bench_roofline --probe "$v" --out "$OUT/${v}_probe_h200.json" > "$OUT/${v}_probe.log" 2>&1
+  rc_probe=$?
+  tail -n 6 "$OUT/${v}_probe.log"
+  if [ "$rc_probe" != 0 ]; then
+    echo "$v probe: exit $rc_probe (124 = timed out); cuda_w12_$v left out of the main run and the sanitizer"
+    SKIP_BULK+=(--skip-variant "$v")
+  fi
+done
+timeout 98 python3 -m benchmarks.kernels.bench_roofline --budget-s 78 ${SKIP_BULK[@]+"${SKIP_BULK[@]}"} --out "$OUT/roofline_h200.json" 2>&1 | tee "$OUT/roofline.log"
 rc=$?
 timeout 65 python3 -m benchmarks.kernels.bench_roofline --ar-step --ar-budget-s 50 --out "$OUT/ar_step_h200.json" 2>&1 | tee "$OUT/ar_step.log"
 rc_ar=$?

@@ -24,16 +24,16 @@ Correctness first, in the same run:
   ``SPECDEC_W12_CUDA_VARIANT=v5``; K % 32 != 0 runs the v4 kernel), plus shapes of its own with K % 32 == 0: many
   uneven splits and a last stage that ends inside K, at M = 8 and with one-hot single-token calls at M = 1;
 * the same checks, on the same shapes, for that kernel with four producer warps issuing the copies (``cuda_w12_v6``:
-  ``SPECDEC_W12_CUDA_VARIANT=v6``);
+  ``SPECDEC_W12_CUDA_VARIANT=v6``) and for that pipeline fed by 2-D TMA copies through tensor maps (``cuda_w12_v7``:
+  ``SPECDEC_W12_CUDA_VARIANT=v7``);
 * every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
   within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
 
     python -m benchmarks.kernels.bench_roofline --out $OUT/roofline.json     # GPU; PNG beside the JSON
     python -m benchmarks.kernels.bench_roofline --smoke                      # CPU, reference paths, tiny shapes
     compute-sanitizer --tool memcheck python -m benchmarks.kernels.bench_roofline --sanitize
-    python -m benchmarks.kernels.bench_roofline --v5-probe --out $OUT/v5_probe.json   # the v5 kernel alone, first
-    python -m benchmarks.kernels.bench_roofline --skip-v5 ...                 # any mode above without the v5 kernel
-    python -m benchmarks.kernels.bench_roofline --v6-probe / --skip-v6 ...    # the same for the v6 kernel
+    python -m benchmarks.kernels.bench_roofline --probe v5 --out $OUT/v5_probe.json   # one staged kernel alone, first
+    python -m benchmarks.kernels.bench_roofline --skip-variant v5 ...        # any mode above without it (repeatable)
     python -m benchmarks.kernels.bench_roofline --plot-only roofline.json    # redraw the PNG from a JSON
     python -m benchmarks.kernels.bench_roofline --ar-step --out $OUT/ar_step.json   # GPU; add --smoke on a CPU
 
@@ -92,8 +92,10 @@ V5_SANITIZE_SHAPES = ((300, 1056),)
 # other kernels' results with it): (N, K, M), against the fp32 product with the timed run's tolerance.
 V5_PROBE_CASES = ((520, 2048, 8), (300, 1056, 1), (300, 1056, 8), (4096, 4096, 8))
 SMOKE_V5_PROBE_CASES = ((24, 64, 1), (20, 96, 8))
-# The bulk-copy kernels: one producer warp (v5) and four (v6); v6 runs v5's check, sanitizer and probe shapes.
-BULK_VARIANTS = ("v5", "v6")
+# The kernels fed by copies into shared-memory stages: bulk copies from one producer warp (v5) and from four (v6),
+# 2-D TMA copies through tensor maps (v7); each runs v5's check, sanitizer and probe shapes and can be probed alone
+# (--probe) and left out (--skip-variant).
+BULK_VARIANTS = ("v5", "v6", "v7")
 KERNELS = (
     "cublas_bf16",
     "cublas_fp8",
@@ -106,6 +108,7 @@ KERNELS = (
     "cuda_w12_v4",
     "cuda_w12_v5",
     "cuda_w12_v6",
+    "cuda_w12_v7",
 )
 
 
@@ -142,9 +145,14 @@ def w12_v6(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
     return w12_variant(ops, "v6", x, *planes)
 
 
+def w12_v7(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
+    """The W12 kernel fed by 2-D TMA copies through tensor maps (v7)."""
+    return w12_variant(ops, "v7", x, *planes)
+
+
 def bulk_call(variant: str) -> Callable[..., torch.Tensor]:
-    """The call of a bulk-copy W12 kernel by variant name: ``bulk_call("v6") is w12_v6``."""
-    return {"v5": w12_v5, "v6": w12_v6}[variant]
+    """The call of a staged W12 kernel by its name in ``BULK_VARIANTS``: ``bulk_call("v6") is w12_v6``."""
+    return {"v5": w12_v5, "v6": w12_v6, "v7": w12_v7}[variant]
 
 
 def linear_shapes(model: str) -> dict[str, tuple[int, int]]:
@@ -248,17 +256,15 @@ def decode_checks(
     v3_shapes=(),
     v4_shapes=(),
     v5_shapes=(),
-    with_v5: bool = True,
-    with_v6: bool = True,
+    bulk=BULK_VARIANTS,
 ) -> list[dict]:
     """One-hot decode check of the W12 (every variant), Q and bf16 kernels on planted weights (bit-exact; -0 as +0).
 
     ``v3_shapes``: further ``(N, K)`` checked with the streaming W12 kernel only; ``v4_shapes`` / ``v5_shapes``:
-    further ``(N, K, M)`` checked with the split-K / bulk-copy W12 kernels only (``v5_shapes`` with both bulk-copy
-    variants, v5 and v6), with ``M`` one-hot rows per call. ``with_v5=False`` / ``with_v6=False``: that bulk-copy
-    kernel is not called at all (no ``w12_v5_*`` / ``w12_v6_*`` keys).
+    further ``(N, K, M)`` checked with the split-K / staged W12 kernels only (``v5_shapes`` with every variant of
+    ``bulk``), with ``M`` one-hot rows per call. ``bulk``: the staged variants (of ``BULK_VARIANTS``) to check; the
+    others are not called at all (no ``w12_<variant>_*`` keys).
     """
-    bulk = [v for v, on in (("v5", with_v5), ("v6", with_v6)) if on]
     from specdec.formats.w12 import W12Tensor
 
     out = []
@@ -349,12 +355,24 @@ def decode_checks(
     return out
 
 
+def decode_checks_passed(checks: list[dict]) -> bool:
+    """Every W12 and Q decode check and every determinism check of ``decode_checks`` holds (bf16 is only recorded).
+
+    Example:
+        >>> decode_checks_passed([dict(w12_decode_exact=True, w12_v7_deterministic=True, bf16_one_hot_exact=False)])
+        True
+        >>> decode_checks_passed([dict(q_decode_exact=True), dict(w12_v6_decode_exact=False)])
+        False
+    """
+    return all(passed for c in checks for key, passed in c.items() if key.endswith(("_decode_exact", "_deterministic")))
+
+
 def weight_bytes(kind: str, n: int, k: int, w12) -> int:
     if kind in ("cublas_bf16", "cuda_bf16"):
         return 2 * n * k
     if kind == "cublas_fp8":
         return n * k
-    if kind in ("triton_w12", "cuda_w12", "cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6"):
+    if kind == "triton_w12" or kind.startswith("cuda_w12"):  # every CUDA W12 variant reads all planes
         return int(w12.nbytes)
     return int(w12.ae.numel() + w12.base.numel())  # Q view: AE plane and bases
 
@@ -401,8 +419,7 @@ def bench_shape(
             "cuda_q": (lambda: ops.q_gemm_small_m(x, w12.ae, w12.base), yq32, err_cublas_q),
             "cuda_w12_v3": (lambda: w12_v3(ops, x, *planes), y32, err_cublas),
             "cuda_w12_v4": (lambda: w12_v4(ops, x, *planes), y32, err_cublas),
-            "cuda_w12_v5": (lambda: w12_v5(ops, x, *planes), y32, err_cublas),
-            "cuda_w12_v6": (lambda: w12_v6(ops, x, *planes), y32, err_cublas),
+            **{f"cuda_w12_{v}": (lambda v=v: bulk_call(v)(ops, x, *planes), y32, err_cublas) for v in BULK_VARIANTS},
         }
         for kind in left_out(args):
             del fns[kind]
@@ -457,7 +474,8 @@ def plot(result: dict, path: Path) -> str | None:
     rows = [r for r in result["rows"] if "M" in r]
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, kind in enumerate(KERNELS):
-        color = f"C{i}"
+        # ten colours in the cycle: the kernels past the tenth repeat a colour with dashed lines
+        color, style = f"C{i % 10}", "-" if i < 10 else "--"
         for shape in sorted({(r["model"], r["linear"]) for r in rows}):
             pts = [
                 (r["M"], r[f"{kind}_bytes_per_s"] / 1e12)
@@ -465,14 +483,14 @@ def plot(result: dict, path: Path) -> str | None:
                 if (r["model"], r["linear"]) == shape and f"{kind}_bytes_per_s" in r
             ]
             if pts:
-                ax.plot(*zip(*pts), color=color, alpha=0.15, lw=0.8)
+                ax.plot(*zip(*pts), color=color, ls=style, alpha=0.15, lw=0.8)
         med = []
         for m in sorted({r["M"] for r in rows}):
             vals = [r[f"{kind}_bytes_per_s"] / 1e12 for r in rows if r["M"] == m and f"{kind}_bytes_per_s" in r]
             if vals:
                 med.append((m, statistics.median(vals)))
         if med:
-            ax.plot(*zip(*med), color=color, marker="o", label=kind)
+            ax.plot(*zip(*med), color=color, ls=style, marker="o", label=kind)
     bw = result.get("copy_bandwidth_bytes_per_s")
     if bw and bw == bw:
         ax.axhline(bw / 1e12, color="k", ls="--", label=f"copy {bw / 1e12:.2f} TB/s")
@@ -688,12 +706,17 @@ def summary_lines(result: dict) -> list[str]:
 
 
 def left_out(args) -> list[str]:
-    """The bulk-copy kernels ``--skip-v5`` / ``--skip-v6`` leave out, as timed-column names."""
-    return [f"cuda_w12_{v}" for v in BULK_VARIANTS if getattr(args, f"skip_{v}")]
+    """The staged kernels ``--skip-variant`` leaves out, as timed-column names in ``BULK_VARIANTS`` order."""
+    return [f"cuda_w12_{v}" for v in BULK_VARIANTS if v in args.skip_variants]
 
 
-def v5_probe(cases, gen: torch.Generator, device: torch.device, ops, variant: str = "v5") -> list[dict]:
-    """Runs the bulk-copy W12 kernel ``variant`` (``"v5"`` or ``"v6"``) once per ``(N, K, M)`` case and checks it against the fp32 product.
+def kept_bulk(args) -> tuple[str, ...]:
+    """The staged variants this run calls: ``BULK_VARIANTS`` less those of ``--skip-variant``."""
+    return tuple(v for v in BULK_VARIANTS if v not in args.skip_variants)
+
+
+def bulk_probe(cases, gen: torch.Generator, device: torch.device, ops, variant: str) -> list[dict]:
+    """Runs the staged W12 kernel ``variant`` (one of ``BULK_VARIANTS``) once per ``(N, K, M)`` case and checks it against the fp32 product.
 
     Tolerance as in the timed run: ``2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7`` per element. Returns one
     dict per case (``ok``, ``max_err``); a case that raises is recorded with its error and ``ok=False``.
@@ -730,10 +753,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "roofline.json"))
     parser.add_argument("--smoke", action="store_true", help="CPU: reference paths only, tiny shapes")
     parser.add_argument("--sanitize", action="store_true", help="one small shape, every CUDA kernel once (for compute-sanitizer)")
-    parser.add_argument("--v5-probe", action="store_true", help="only run the v5 W12 kernel on a few shapes and check it")
-    parser.add_argument("--skip-v5", action="store_true", help="leave the v5 W12 kernel out (timing, checks, sanitize)")
-    parser.add_argument("--v6-probe", action="store_true", help="only run the v6 W12 kernel on a few shapes and check it")
-    parser.add_argument("--skip-v6", action="store_true", help="leave the v6 W12 kernel out (timing, checks, sanitize)")
+    parser.add_argument(
+        "--probe", choices=BULK_VARIANTS, default=None, help="only run this staged W12 kernel on a few shapes and check it"
+    )
+    parser.add_argument(
+        "--skip-variant",
+        dest="skip_variants",
+        action="append",
+        default=[],
+        choices=BULK_VARIANTS,
+        help="leave this staged W12 kernel out (timing, checks, sanitize); repeatable",
+    )
     parser.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     parser.add_argument("--budget-s", type=float, default=150.0, help="no new case starts after this many seconds")
     parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
@@ -767,11 +797,9 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator(device=device).manual_seed(seed)
     t_start = time.time()
 
-    if args.v5_probe and args.v6_probe:
-        parser.error("--v5-probe and --v6-probe: expected one of them, got both")
-    if args.v5_probe or args.v6_probe:
-        variant = "v5" if args.v5_probe else "v6"
-        probe = v5_probe(SMOKE_V5_PROBE_CASES if args.smoke else V5_PROBE_CASES, gen, device, ops, variant)
+    if args.probe:
+        variant = args.probe
+        probe = bulk_probe(SMOKE_V5_PROBE_CASES if args.smoke else V5_PROBE_CASES, gen, device, ops, variant)
         passed = all(c["ok"] for c in probe)
         record = {f"{variant}_probe": probe, f"{variant}_probe_passed": passed, "wall_s": time.time() - t_start}
         write_json(args.out, record, prov, indent=1)
@@ -791,14 +819,13 @@ def main(argv: list[str] | None = None) -> int:
                 ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v3(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v4(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-                for v in BULK_VARIANTS:
-                    if not getattr(args, f"skip_{v}"):
-                        bulk_call(v)(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                for v in kept_bulk(args):
+                    bulk_call(v)(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 ops.q_gemm_small_m(x, w12.ae, w12.base)
             sync(device)
             print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
-        for v in BULK_VARIANTS:
-            for n, k in () if getattr(args, f"skip_{v}") else V5_SANITIZE_SHAPES:
+        for v in kept_bulk(args):
+            for n, k in V5_SANITIZE_SHAPES:
                 w = planted_weight(n, k, gen, device)
                 w12 = W12Tensor.from_bf16(w)
                 for m in (1, 8):
@@ -832,23 +859,9 @@ def main(argv: list[str] | None = None) -> int:
         SMOKE_V3_DECODE_SHAPES if args.smoke else V3_DECODE_SHAPES,
         SMOKE_V4_DECODE_SHAPES if args.smoke else V4_DECODE_SHAPES,
         SMOKE_V5_DECODE_SHAPES if args.smoke else V5_DECODE_SHAPES,
-        with_v5=not args.skip_v5,
-        with_v6=not args.skip_v6,
+        bulk=kept_bulk(args),
     )
-    checks_passed = all(
-        c.get("w12_decode_exact", True)
-        and c.get("q_decode_exact", True)
-        and c.get("w12_deterministic", True)
-        and c.get("w12_v3_decode_exact", True)
-        and c.get("w12_v3_deterministic", True)
-        and c.get("w12_v4_decode_exact", True)
-        and c.get("w12_v4_deterministic", True)
-        and c.get("w12_v5_decode_exact", True)
-        and c.get("w12_v5_deterministic", True)
-        and c.get("w12_v6_decode_exact", True)
-        and c.get("w12_v6_deterministic", True)
-        for c in checks
-    )
+    checks_passed = decode_checks_passed(checks)
     shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}
     rows = []
     for model, lins in shapes.items():

@@ -5,9 +5,9 @@ Two roles.
 ``--launch`` is the program ``ncu`` runs. It builds the planted weights of ``bench_roofline`` for a fixed case
 list (Qwen3-8B o, qkv, lm_head, gate_up, down and the Qwen3-32B down, M = 1 and 8) and launches, per case and
 kernel (cuBLAS bf16 ``F.linear``, the CUDA ``specdec::skinny_gemm_bf16``, ``w12_gemm_small_m`` and
-``q_gemm_small_m``, and ``w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` / ``v4`` / ``v5`` / ``v6`` as
-``cuda_w12_v3`` / ``cuda_w12_v4`` / ``cuda_w12_v5`` / ``cuda_w12_v6``), one untimed warm call, then exactly one call
-between ``cudaProfilerStart`` and ``cudaProfilerStop`` inside an NVTX range named ``<kernel>|<shape>|M=<m>`` (96 ranges). Run under
+``q_gemm_small_m``, and ``w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` / ``v4`` / ``v5`` / ``v6`` / ``v7``
+as ``cuda_w12_v3`` ... ``cuda_w12_v7``), one untimed warm call, then exactly one call between ``cudaProfilerStart``
+and ``cudaProfilerStop`` inside an NVTX range named ``<kernel>|<shape>|M=<m>`` (108 ranges). Run under
 ``ncu --profile-from-start off --nvtx --print-nvtx-rename kernel``, only those calls are profiled and each
 profiled kernel carries its range's name. It writes a manifest (``--out``: one entry per range, in launch
 order, with the weight bytes the kernel must read and the copy bandwidth of the same process). With
@@ -63,19 +63,29 @@ import torch.nn.functional as F
 
 from benchmarks.common import copy_bandwidth, provenance, provenance_line, write_json
 from benchmarks.kernels.bench_roofline import (
+    BULK_VARIANTS,
     SMOKE_SHAPES,
+    bulk_call,
     linear_shapes,
     planted_weight,
     sync,
     time_per_call,
     w12_v3,
     w12_v4,
-    w12_v5,
-    w12_v6,
     weight_bytes,
 )
 
-KERNELS = ("cublas_bf16", "cuda_bf16", "cuda_w12", "cuda_q", "cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6")
+KERNELS = (
+    "cublas_bf16",
+    "cuda_bf16",
+    "cuda_w12",
+    "cuda_q",
+    "cuda_w12_v3",
+    "cuda_w12_v4",
+    "cuda_w12_v5",
+    "cuda_w12_v6",
+    "cuda_w12_v7",
+)
 MS = (1, 8)
 # (model, linear) in launch order: the shapes the roofline notes ask about first (8B o, lm_head) early.
 CASES = (
@@ -197,8 +207,7 @@ def case_functions(x: torch.Tensor, w: torch.Tensor, w12, ops) -> dict:
         "cuda_q": lambda: ops.q_gemm_small_m(x, w12.ae, w12.base),
         "cuda_w12_v3": lambda: w12_v3(ops, x, *planes),
         "cuda_w12_v4": lambda: w12_v4(ops, x, *planes),
-        "cuda_w12_v5": lambda: w12_v5(ops, x, *planes),
-        "cuda_w12_v6": lambda: w12_v6(ops, x, *planes),
+        **{f"cuda_w12_{v}": (lambda v=v: bulk_call(v)(ops, x, *planes)) for v in BULK_VARIANTS},
     }
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.kernels import bench_roofline
 from specdec.kernels.cuda import ops
 
@@ -16,13 +18,13 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path):
     shared = [c for c in result["decode_checks"] if "only" not in c]
     assert shared and all(c["w12_decode_exact"] and c["q_decode_exact"] and c["escapes"] > 0 for c in shared)
     checks = result["decode_checks"]
-    for variant in ("v3", "v4", "v5", "v6"):  # the shared shapes and the variant's own
+    assert bench_roofline.BULK_VARIANTS == ("v5", "v6", "v7")
+    for variant in ("v3", "v4", *bench_roofline.BULK_VARIANTS):  # the shared shapes and the variant's own
         mine = [c for c in checks if c.get("only", f"w12_{variant}") == f"w12_{variant}"]
         assert len(mine) > len(shared), variant
         assert all(c[f"w12_{variant}_decode_exact"] and c[f"w12_{variant}_deterministic"] for c in mine), variant
-    assert sorted(c["M"] for c in checks if c.get("only") == "w12_v4") == [1, 8]
-    assert sorted(c["M"] for c in checks if c.get("only") == "w12_v5") == [1, 8]
-    assert sorted(c["M"] for c in checks if c.get("only") == "w12_v6") == [1, 8]
+    for variant in ("v4", *bench_roofline.BULK_VARIANTS):
+        assert sorted(c["M"] for c in checks if c.get("only") == f"w12_{variant}") == [1, 8], variant
     assert [(r["linear"], r["M"]) for r in result["rows"]] == [("a", 1), ("a", 8), ("b", 1), ("b", 8)]
     for row in result["rows"]:
         for kind in bench_roofline.KERNELS:
@@ -96,89 +98,89 @@ def test_a_wrong_weight_of_the_split_k_w12_kernel_alone_fails_the_run(tmp_path, 
     assert [(c["only"], c["M"], c["w12_v4_first_mismatches"]) for c in bad] == [("w12_v4", 1, [[2, 3]])]
 
 
-def test_a_wrong_weight_of_the_bulk_copy_w12_kernel_alone_fails_the_run(tmp_path, monkeypatch):
-    # the single-token call reading column 5
-    rc, result = smoke_with_a_wrong_weight(tmp_path, monkeypatch, "v5", lambda x: x.shape[0] == 1 and bool(x[0, 5] == 1), (0, 1))
-    assert rc == 1
+BULK = bench_roofline.BULK_VARIANTS
+
+
+def others_exact(checks: list[dict], variant: str) -> bool:
+    """Every W12 decode check of ``checks`` holds but those of ``variant``."""
+    return all(
+        c.get(f"w12{v}_decode_exact", True) for c in checks for v in ("", "_v3", "_v4", *(f"_{b}" for b in BULK if b != variant))
+    )
+
+
+@pytest.mark.parametrize("variant", BULK)
+def test_a_wrong_weight_of_one_staged_kernel_alone_fails_the_run(tmp_path, monkeypatch, variant):
+    # the single-token calls reading column 5 (the variant's own M = 1 shape) and the 8-token calls reading column 0
+    def reads(x):
+        return bool(x[0, 5] == 1) if x.shape[0] == 1 else x.shape[0] == 8 and bool((x[:, 0] == 1).any())
+
+    rc, result = smoke_with_a_wrong_weight(tmp_path, monkeypatch, variant, reads, (0, 4))
+    assert rc == 1 and not result["decode_checks_passed"]
     checks = result["decode_checks"]
-    assert all(c.get(f"w12{v}_decode_exact", True) for c in checks for v in ("", "_v3", "_v4"))
-    bad = [c for c in checks if not c.get("w12_v5_decode_exact", True)]
-    assert [(c["only"], c["M"], c["w12_v5_first_mismatches"]) for c in bad] == [("w12_v5", 1, [[1, 5]])]
+    assert others_exact(checks, variant)
+    bad = [
+        (c.get("only", "shared"), c.get("M"), c[f"w12_{variant}_first_mismatches"])
+        for c in checks
+        if not c.get(f"w12_{variant}_decode_exact", True)
+    ]
+    # row 4 of column 0 on the shared shapes and the variant's own M = 8 shape, row 4 of column 5 on its M = 1 shape
+    mine = f"w12_{variant}"
+    shared = [("shared", None, [[4, 0]])] * len(bench_roofline.SMOKE_DECODE_SHAPES)
+    assert sorted(bad, key=str) == sorted([*shared, (mine, 8, [[4, 0]]), (mine, 1, [[4, 5]])], key=str)
 
 
-def test_v5_probe_checks_every_case_and_fails_on_a_wrong_output(tmp_path, monkeypatch):
+@pytest.mark.parametrize("variant", BULK)
+def test_probe_runs_only_its_kernel_and_fails_on_its_wrong_output(tmp_path, monkeypatch, variant):
     out = tmp_path / "probe.json"
-    assert bench_roofline.main(["--smoke", "--v5-probe", "--out", str(out)]) == 0
+    assert bench_roofline.main(["--smoke", "--probe", variant, "--out", str(out)]) == 0
     probe = json.loads(out.read_text())
-    assert probe["v5_probe_passed"] and [(c["N"], c["K"], c["M"]) for c in probe["v5_probe"]] == list(
+    assert probe[f"{variant}_probe_passed"] and [(c["N"], c["K"], c["M"]) for c in probe[f"{variant}_probe"]] == list(
         bench_roofline.SMOKE_V5_PROBE_CASES
     )
     exact = ops.w12_gemm_small_m
+    variants = []
 
-    def off_under_v5(x, *planes):
+    def off_under_variant(x, *planes):
+        variants.append(ops.w12_variant())
         y = exact(x, *planes).clone()
-        if ops.w12_variant() == "v5" and x.shape[0] == 8:
+        if ops.w12_variant() == variant and x.shape[0] == 8:
             y[3, 0] = y[3, 0] + 64
         return y
 
-    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v5)
-    assert bench_roofline.main(["--smoke", "--v5-probe", "--out", str(out)]) == 1
-    assert [c["ok"] for c in json.loads(out.read_text())["v5_probe"]] == [True, False]
-
-
-def test_skip_v5_leaves_the_kernel_out_of_checks_and_timing(tmp_path, w12_variants_called):
-    variants = w12_variants_called
-    out = tmp_path / "roofline.json"
-    assert bench_roofline.main(["--smoke", "--skip-v5", "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
-    assert "v5" not in variants and {"v1", "v3", "v4"} <= set(variants)
-    assert result["kernels_left_out"] == ["cuda_w12_v5"]
-    assert not any(key.startswith("w12_v5") for c in result["decode_checks"] for key in c)
-    assert all("cuda_w12_v5_s" not in r and r["cuda_w12_v4_s"] > 0 for r in result["rows"])
-
-
-def test_a_wrong_weight_of_the_four_producer_bulk_copy_kernel_alone_fails_the_run(tmp_path, monkeypatch):
-    # the calls at eight tokens reading column 0
-    rc, result = smoke_with_a_wrong_weight(
-        tmp_path, monkeypatch, "v6", lambda x: x.shape[0] == 8 and bool((x[:, 0] == 1).any()), (0, 4)
-    )
-    assert rc == 1
-    checks = result["decode_checks"]
-    assert all(c.get(f"w12{v}_decode_exact", True) for c in checks for v in ("", "_v3", "_v4", "_v5"))
-    bad = [(c.get("only", "shared"), c["w12_v6_first_mismatches"]) for c in checks if not c.get("w12_v6_decode_exact", True)]
-    # the shared shapes and v6's own M = 8 shape: row 4 of column 0 is off
-    assert bad and all(first == [[4, 0]] for _, first in bad) and ("w12_v6", [[4, 0]]) in bad
-
-
-def test_v6_probe_runs_the_v6_kernel_and_fails_on_its_wrong_output(tmp_path, monkeypatch):
-    exact = ops.w12_gemm_small_m
-    variants = []
-
-    def off_under_v6(x, *planes):
-        variants.append(ops.w12_variant())
-        y = exact(x, *planes).clone()
-        if ops.w12_variant() == "v6" and x.shape[0] == 1:
-            y[0, 3] = y[0, 3] + 64
-        return y
-
-    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_v6)
-    out = tmp_path / "probe.json"
-    assert bench_roofline.main(["--smoke", "--v6-probe", "--out", str(out)]) == 1
+    monkeypatch.setattr(ops, "w12_gemm_small_m", off_under_variant)
+    assert bench_roofline.main(["--smoke", "--probe", variant, "--out", str(out)]) == 1
     probe = json.loads(out.read_text())
-    assert not probe["v6_probe_passed"] and [c["ok"] for c in probe["v6_probe"]] == [False, True]
-    assert set(variants) == {"v6"}
-    assert bench_roofline.main(["--smoke", "--v5-probe", "--out", str(out)]) == 0  # v5 is not affected
+    assert not probe[f"{variant}_probe_passed"] and [c["ok"] for c in probe[f"{variant}_probe"]] == [True, False]
+    assert set(variants) == {variant}
+    for other in BULK:  # the others are not affected
+        if other != variant:
+            assert bench_roofline.main(["--smoke", "--probe", other, "--out", str(out)]) == 0, other
 
 
-def test_skip_v6_leaves_only_that_kernel_out(tmp_path, w12_variants_called):
+def test_probe_and_skip_refuse_an_unknown_variant(tmp_path):
+    for flag in ("--probe", "--skip-variant"):
+        with pytest.raises(SystemExit):
+            bench_roofline.main(["--smoke", flag, "v4", "--out", str(tmp_path / "r.json")])
+
+
+@pytest.mark.parametrize("variant", BULK)
+def test_skip_variant_leaves_only_that_kernel_out(tmp_path, w12_variants_called, variant):
     variants = w12_variants_called
     out = tmp_path / "roofline.json"
-    assert bench_roofline.main(["--smoke", "--skip-v6", "--out", str(out)]) == 0
+    assert bench_roofline.main(["--smoke", "--skip-variant", variant, "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert "v6" not in variants and {"v1", "v3", "v4", "v5"} <= set(variants)
-    assert result["kernels_left_out"] == ["cuda_w12_v6"]
-    assert not any(key.startswith("w12_v6") for c in result["decode_checks"] for key in c)
-    assert all("cuda_w12_v6_s" not in r and r["cuda_w12_v5_s"] > 0 for r in result["rows"])
+    assert variant not in variants and {"v1", "v3", "v4", *BULK} - {variant} <= set(variants)
+    assert result["kernels_left_out"] == [f"cuda_w12_{variant}"]
+    assert not any(key.startswith(f"w12_{variant}") for c in result["decode_checks"] for key in c)
+    kept = [f"cuda_w12_{v}_s" for v in BULK if v != variant]
+    assert all(f"cuda_w12_{variant}_s" not in r and all(r[key] > 0 for key in kept) for r in result["rows"])
+
+
+def test_skip_variant_repeated_leaves_every_staged_kernel_out_of_the_sanitizer(tmp_path, w12_variants_called):
+    variants = w12_variants_called
+    skips = [arg for v in BULK for arg in ("--skip-variant", v)]
+    assert bench_roofline.main(["--smoke", "--sanitize", *skips, "--out", str(tmp_path / "r.json")]) == 0
+    assert not set(BULK) & set(variants) and "v4" in variants
     variants.clear()
-    assert bench_roofline.main(["--smoke", "--sanitize", "--skip-v5", "--skip-v6", "--out", str(out)]) == 0
-    assert "v5" not in variants and "v6" not in variants and "v4" in variants
+    assert bench_roofline.main(["--smoke", "--sanitize", "--skip-variant", "v7", "--out", str(tmp_path / "r.json")]) == 0
+    assert "v7" not in variants and {"v5", "v6"} <= set(variants)

@@ -172,20 +172,39 @@ RUNNERS = sorted(BENCH.glob("run_*.sh"))
 LIMIT_S = 600
 
 
+def runner_commands(text: str) -> list[tuple[str, int]]:
+    """Each python command line of a runner with how often it runs: the item count of its ``for V in ...; do`` loop, else 1."""
+    commands, runs = [], 1
+    for line in text.splitlines():
+        loop = re.match(r"^\s*for \w+ in ([^;]+); do\s*$", line)
+        if loop:
+            runs = len(loop[1].split())
+        elif re.match(r"^\s*done\b", line):
+            runs = 1
+        elif re.search(r"\bpython3?\b", line) and not line.startswith("#"):
+            commands.append((line, runs))
+    return commands
+
+
+def test_commands_inside_a_loop_count_once_per_item():
+    text = 'timeout 5 python3 -m benchmarks.a\nfor v in v5 v6 v7; do\n  timeout 30 python3 -m benchmarks.b "$v"\ndone\n'
+    assert [runs for _, runs in runner_commands(text)] == [1, 3]
+
+
 @pytest.mark.parametrize("runner", RUNNERS, ids=rel)
 def test_runners_state_their_time_and_run_modules_within_one_call(runner):
     text = runner.read_text()
     assert re.search(r"^# Expected time on one H200: ~\d", text, re.M), f"{rel(runner)}: no expected time"
-    commands = [line for line in text.splitlines() if re.search(r"\bpython3?\b", line) and not line.startswith("#")]
+    commands = runner_commands(text)
     assert commands, rel(runner)
     caps = []
-    for line in commands:
+    for line, runs in commands:
         # `timeout [-s SIGNAL] [-k SECONDS] CAP [compute-sanitizer OPTIONS | ncu ARGS] python3 -m benchmarks...`, maybe indented
         found = re.search(
             r"^\s*timeout (?:-s \w+ )?(?:-k \d+ )?(\d+) (?:compute-sanitizer (?:--?[\w-]+ \w+ )*|ncu (?:\S+ )*?)?python3? -m (benchmarks(?:\.\w+)+)\b",
             line,
         )
         assert found, f"{rel(runner)}: expected 'timeout N python3 -m benchmarks...', got {line!r}"
-        caps.append(int(found[1]))
+        caps.extend([int(found[1])] * runs)
         assert found[2] in MODULES, f"{rel(runner)}: no module {found[2]}"
     assert sum(caps) <= LIMIT_S - 30, f"{rel(runner)}: caps {caps} exceed one {LIMIT_S}-s call"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.kernels import profile_ncu
+from benchmarks.kernels.bench_roofline import BULK_VARIANTS
 
 FIXTURE = Path(__file__).with_name("ncu_raw_fixture.csv")
 
@@ -105,7 +106,7 @@ def test_smoke_launch_names_every_range_and_the_parser_reads_them_back(tmp_path)
     ranges = launched["ranges"]
     assert len(ranges) == 2 * len(profile_ncu.MS) * len(profile_ncu.KERNELS)
     assert [r["kernel"] for r in ranges[: len(profile_ncu.KERNELS)]] == list(profile_ncu.KERNELS)
-    assert {"cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6"} <= set(profile_ncu.KERNELS)
+    assert {"cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6", "cuda_w12_v7"} <= set(profile_ncu.KERNELS)
     assert all(re.fullmatch(profile_ncu.RANGE_PATTERN, r["range"]) and r["time_s"] > 0 for r in ranges)
     w12 = next(r for r in ranges if r["kernel"] == "cuda_w12")
     bf16 = next(r for r in ranges if r["kernel"] == "cuda_bf16")
@@ -150,16 +151,18 @@ def test_smoke_launch_leaves_a_skipped_kernel_out(tmp_path):
     assert not any(r["kernel"] == "cuda_w12_v5" for r in launched["ranges"])
 
 
-def test_smoke_launch_runs_the_v6_kernel_and_skips_both_bulk_copy_kernels(tmp_path, w12_variants_called):
+def test_smoke_launch_runs_every_staged_kernel_and_skips_them_all(tmp_path, w12_variants_called):
     variants = w12_variants_called
+    staged = BULK_VARIANTS
     manifest = tmp_path / "ncu_launch.json"
     assert profile_ncu.main(["--launch", "--smoke", "--out", str(manifest)]) == 0
-    assert "v6" in variants and "v5" in variants
-    assert any(r["kernel"] == "cuda_w12_v6" for r in json.loads(manifest.read_text())["ranges"])
+    assert set(staged) <= set(variants)
+    launched = {r["kernel"] for r in json.loads(manifest.read_text())["ranges"]}
+    assert {f"cuda_w12_{v}" for v in staged} <= launched
     variants.clear()
-    skip = ["--skip-kernel", "cuda_w12_v5", "--skip-kernel", "cuda_w12_v6"]
+    skip = [arg for v in staged for arg in ("--skip-kernel", f"cuda_w12_{v}")]
     assert profile_ncu.main(["--launch", "--smoke", *skip, "--out", str(manifest)]) == 0
-    assert "v5" not in variants and "v6" not in variants and "v4" in variants
+    assert not set(staged) & set(variants) and "v4" in variants
     assert json.loads(manifest.read_text())["kernels"] == [
-        k for k in profile_ncu.KERNELS if k not in ("cuda_w12_v5", "cuda_w12_v6")
+        k for k in profile_ncu.KERNELS if k not in {f"cuda_w12_{v}" for v in staged}
     ]

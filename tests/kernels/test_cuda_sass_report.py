@@ -1,22 +1,52 @@
-"""The SASS report names each bulk-copy kernel instantiation by its variant (one producer warp: v5, four: v6)."""
+"""The SASS report names each staged kernel by its variant (bulk copies from one producer warp: v5, four: v6; TMA: v7)."""
 
 from __future__ import annotations
 
 import sys
 
+import pytest
+
 from specdec.kernels.cuda import sass_report
 
+BULK_ONE = "_ZN12_GLOBAL__N_115w12_bulk_kernelILi1EEEvNS_6ParamsEPfPj"
+BULK_FOUR = "_ZN12_GLOBAL__N_115w12_bulk_kernelILi4EEEvNS_6ParamsEPfPj"
+TMA = "_ZN12_GLOBAL__N_114w12_tma_kernelENS_6ParamsEPfPj"
+# template arguments shaped like the skinny kernel's: the TMA kernel must still be found by its own name
+TMA_TEMPLATE = "_ZN12_GLOBAL__N_114w12_tma_kernelILi1ELb1EEEvNS_6ParamsEPK14CUtensorMap_stPfPj"
 
-def test_bulk_copy_instantiations_are_reported_as_v5_and_v6(tmp_path, monkeypatch, capsys):
-    loop = ["/*0000*/ HMMA.16816.F32.BF16 R0, R4, R8, R0 ;", "/*0010*/ UBLKCP.S.G [UR4], [UR6], UR8 ;", "/*0020*/ @P0 BRA 0x0 ;"]
-    dump = "".join(
-        f"Function : _ZN12_GLOBAL__N_115w12_bulk_kernelILi{warps}EEEvNS_6ParamsEPfPj\n" + "\n".join(loop) + "\n"
-        for warps in (4, 1)
-    )
+
+def test_staged_instantiations_are_reported_by_variant(tmp_path, monkeypatch, capsys):
+    loop = [
+        "/*0000*/ HMMA.16816.F32.BF16 R0, R4, R8, R0 ;",
+        "/*0010*/ UBLKCP.S.G [UR4], [UR6], UR8 ;",
+        "/*0020*/ UTMALDG.2D [UR8], [UR4] ;",
+        "/*0030*/ @P0 BRA 0x0 ;",
+    ]
+    dump = "".join(f"Function : {name}\n" + "\n".join(loop) + "\n" for name in (BULK_FOUR, BULK_ONE, TMA))
     text = tmp_path / "sass.txt"
     text.write_text(dump)
     monkeypatch.setattr(sys, "argv", ["sass_report", "--text", str(text)])
     sass_report.main()
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("w12_")]
-    assert [line.split()[0] for line in lines] == ["w12_v6", "w12_v5"]
-    assert all("loop 3 instr, 1 HMMA, 0.05 instr/weight/lane" in line and "UBLKCP 1" in line for line in lines)
+    assert [line.split()[0] for line in lines] == ["w12_v6", "w12_v5", "w12_v7"]
+    # 4 instructions over 2 stages x 2 rows x 16 weights per lane
+    assert all("loop 4 instr, 1 HMMA, 0.06 instr/weight/lane" in line for line in lines), lines
+    assert all("UBLKCP 1" in line and "UTMALDG 1" in line for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        (TMA, ("w12_v7", "1")),
+        (TMA_TEMPLATE, ("w12_v7", "1")),
+        (BULK_ONE, ("w12_v5", "1")),
+        (BULK_FOUR, ("w12_v6", "1")),
+        ("_ZN12_GLOBAL__N_117w12_split_kernelILb0EEEvNS_6ParamsEPfPj", ("w12_v4", "0")),
+        ("_ZN12_GLOBAL__N_118w12_stream_kernelILb1EEEvNS_6ParamsE", ("w12_v3", "1")),
+        ("_ZN12_GLOBAL__N_118skinny_gemm_kernelILi2ELb0EEEvNS_6ParamsE", ("2", "0")),
+        ("_ZN12_GLOBAL__N_111zero_kernelEPfi", None),
+    ],
+    ids=["tma", "tma-template", "bulk-one", "bulk-four", "split", "stream", "skinny-q", "unknown"],
+)
+def test_kernel_kind_of_each_mangled_name(name, kind):
+    assert sass_report.kernel_kind(name) == kind

@@ -166,28 +166,21 @@ def test_plan_shares_staged_x_over_many_rows_and_fills_the_gpu(kind):
 
 
 def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
-    from specdec.kernels.cuda.ops import W12_VARIANT_ENV, w12_variant
+    from specdec.kernels.cuda.ops import W12_VARIANT_ENV, W12_VARIANTS, w12_variant
 
     w12 = W12Tensor.from_bf16(planted(24, 64))
     x = torch.randn(2, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     monkeypatch.delenv(W12_VARIANT_ENV, raising=False)
     assert w12_variant() == "v1"
-    monkeypatch.setenv(W12_VARIANT_ENV, "v3")
-    assert w12_variant() == "v3"
-    # CPU: both variants run the reference
-    assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
-    monkeypatch.setenv(W12_VARIANT_ENV, "v4")
-    assert w12_variant() == "v4"
-    assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
-    monkeypatch.setenv(W12_VARIANT_ENV, "v5")
-    assert w12_variant() == "v5"
-    assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
-    monkeypatch.setenv(W12_VARIANT_ENV, "v6")
-    assert w12_variant() == "v6"
-    assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12))
+    assert W12_VARIANTS == ("v1", "v3", "v4", "v5", "v6", "v7")
+    for variant in W12_VARIANTS:
+        monkeypatch.setenv(W12_VARIANT_ENV, variant)
+        assert w12_variant() == variant
+        # CPU: every variant runs the reference
+        assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12)), variant
     monkeypatch.setenv(W12_VARIANT_ENV, "v2")
     with pytest.raises(
-        ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5', 'v6'\) or unset, got 'v2'"
+        ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5', 'v6', 'v7'\) or unset, got 'v2'"
     ):
         w12_gemm_small_m(x, *planes(w12))
 
@@ -329,3 +322,18 @@ def test_four_producer_bulk_copy_plan_is_the_one_producer_plan_with_a_larger_cta
     # 96 more threads in the escape round (int2 + row byte each) and 3 more warps' counts
     assert four == {**one, "shared_bytes": one["shared_bytes"] + 96 * 9 + 3 * 4}, (four, one)
     assert 2 * (four["shared_bytes"] + 1024) <= 227 * 1024  # still two CTAs per SM
+
+
+@pytest.mark.parametrize("m,n,k", BULK_SHAPES)
+def test_tma_plan_is_the_one_producer_plan_with_its_own_stage_ring(m, n, k):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    one, tma = launch_plan("w12_v5", m, n, k, 132), launch_plan("w12_v7", m, n, k, 132)
+    if k % 32:  # the split-K kernel and its plan run
+        assert tma == one == {**launch_plan("w12_v4", m, n, k, 132), "bulk_copies": 0}
+        return
+    # the same splits, stages and workspace; only the shared memory of the stage ring may differ
+    assert {**tma, "shared_bytes": one["shared_bytes"]} == one and tma["bulk_copies"] == 1, (tma, one)
+    # the splits count on two resident CTAs per SM, so the CTA must still fit twice
+    assert 0 < tma["shared_bytes"] and 2 * (tma["shared_bytes"] + 1024) <= 227 * 1024, tma

@@ -31,6 +31,9 @@ SOURCE = Path(__file__).with_name("skinny_gemm.cu")
 ENV_VAR = "SPECDEC_CUDA_KERNELS"
 _REPO_ROOT = Path(__file__).resolve().parents[3]
 _DEFAULT = _REPO_ROOT / "build" / "specdec_cuda_kernels.so"
+# The W12 kernels with K split over independent CTAs share one C contract: ``specdec_w12_gemm_small_m_<variant>``
+# (planes, output, sizes, workspace and its bytes, stream) and ``specdec_w12_<variant>_plan`` (seven int64 values).
+SPLIT_K_VARIANTS = ("v4", "v5", "v6", "v7")
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
 
@@ -156,17 +159,11 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_w12_gemm_small_m_v3.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p]
     lib.specdec_w12_v3_plan.restype = i
     lib.specdec_w12_v3_plan.argtypes = [i, i, i, i, i, ctypes.POINTER(ctypes.c_int)]
-    lib.specdec_w12_gemm_small_m_v4.restype = i
-    lib.specdec_w12_gemm_small_m_v4.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p, ctypes.c_longlong, p]
-    lib.specdec_w12_v4_plan.restype = i
-    lib.specdec_w12_v4_plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
-    lib.specdec_w12_gemm_small_m_v5.restype = i
-    lib.specdec_w12_gemm_small_m_v5.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p, ctypes.c_longlong, p]
-    lib.specdec_w12_v5_plan.restype = i
-    lib.specdec_w12_v5_plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
-    lib.specdec_w12_gemm_small_m_v6.restype = i
-    lib.specdec_w12_gemm_small_m_v6.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p, ctypes.c_longlong, p]
-    lib.specdec_w12_v6_plan.restype = i
-    lib.specdec_w12_v6_plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
+    for variant in SPLIT_K_VARIANTS:
+        run, plan = getattr(lib, f"specdec_w12_gemm_small_m_{variant}"), getattr(lib, f"specdec_w12_{variant}_plan")
+        run.restype = i
+        run.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p, ctypes.c_longlong, p]
+        plan.restype = i
+        plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
     lib.specdec_q_gemm_small_m.restype = i
     lib.specdec_q_gemm_small_m.argtypes = [p, p, p, p, i, i, i, p]

@@ -13,8 +13,10 @@ the same K loop with K split over independent CTAs (``specdec_w12_gemm_small_m_v
 sums the partials from a workspace in split order; :func:`w12_workspace`), ``"v5"`` the same split over
 independent CTAs fed by bulk copies (``specdec_w12_gemm_small_m_v5``: a producer warp copies each K stage's
 planes and ``x`` into a ring of shared-memory stages, four consumer warps decode from there; ``K % 32 != 0``
-runs the ``"v4"`` kernel). All decode bit-exactly; they sum in different orders, so their outputs may differ in
-the last bits.
+runs the ``"v4"`` kernel), ``"v6"`` that pipeline with four producer warps issuing the copies
+(``specdec_w12_gemm_small_m_v6``) and ``"v7"`` that pipeline with its producer issuing one 2-D TMA copy per plane
+per stage through tensor maps (``specdec_w12_gemm_small_m_v7``); both fall back as ``"v5"`` does. All decode
+bit-exactly; they sum in different orders, so their outputs may differ in the last bits.
 
 W12 planes are those of :class:`specdec.formats.W12Tensor` (``ae``, ``nib``, ``base``, ``esc_ptr``, ``esc_pos``,
 ``esc_bits``); with ``K % 8 == 0`` the planes are unpadded (``ae`` is ``[N, K]``).
@@ -43,7 +45,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from specdec.kernels.cuda.build import load_library
+from specdec.kernels.cuda.build import SPLIT_K_VARIANTS, load_library
 from specdec.kernels.w12_gemm import _check_escapes, _check_planes
 
 __all__ = [
@@ -62,7 +64,9 @@ __all__ = [
 MAX_TOKENS = 8
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
 W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
-W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6")
+W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7")
+# The split-K variants fed by copies into shared-memory stages: their plans also say whether the copies run.
+_STAGED_VARIANTS = ("v5", "v6", "v7")
 # Byte alignment the kernels' vector loads need of every plane's base address.
 _ALIGN = 16
 
@@ -144,7 +148,7 @@ _WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def w12_workspace(device: torch.device, nbytes: int) -> torch.Tensor:
-    """The workspace of the ``SPECDEC_W12_CUDA_VARIANT=v4`` / ``v5`` / ``v6`` kernels, ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
+    """The workspace of the split-K W12 kernels (``SPECDEC_W12_CUDA_VARIANT`` v4 to v7), ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
 
     One tensor per (device, size), zeroed once when it is made and kept for the life of the process (a CUDA
     graph that captured a launch keeps using its address). The kernel leaves its counters zero after every
@@ -165,7 +169,7 @@ def w12_workspace(device: torch.device, nbytes: int) -> torch.Tensor:
     if ws is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(
-                f"w12_gemm_small_m (v4 / v5 / v6): its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
+                f"w12_gemm_small_m ({' / '.join(SPLIT_K_VARIANTS)}): its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
                 "call the op once on this shape before capturing"
             )
         ws = torch.zeros(-(-nbytes // 4), dtype=torch.int32, device=device)
@@ -275,7 +279,7 @@ def w12_gemm_small_m(
     kernel = lib.specdec_w12_gemm_small_m_v3 if variant == "v3" else lib.specdec_w12_gemm_small_m
     args = (_ptr(x), _ptr(ae), _ptr(nib), _ptr(base), _ptr(esc_ptr), _ptr(esc_pos), _ptr(esc_bits), _ptr(out), m, n, k)
     with torch.cuda.device(x.device):
-        if variant in ("v4", "v5", "v6"):
+        if variant in SPLIT_K_VARIANTS:
             plan_of = getattr(lib, f"specdec_w12_{variant}_plan")
             run = getattr(lib, f"specdec_w12_gemm_small_m_{variant}")
             plan = (ctypes.c_longlong * 7)()
@@ -340,9 +344,11 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
     bulk-copy kernel's plan, the keys of ``"w12_v4"`` plus ``bulk_copies`` (1, or 0 where ``k % 32 != 0`` and the
     ``"w12_v4"`` kernel and plan run instead); with ``bulk_copies == 1`` ``chunks`` counts K stages of 128
     weights, split evenly over ``k_splits`` CTAs per 64-row block. ``kind="w12_v6"``: the bulk-copy kernel with four
-    producer warps, the keys and plan of ``"w12_v5"`` (``shared_bytes`` of its larger CTA).
+    producer warps, the keys and plan of ``"w12_v5"`` (``shared_bytes`` of its larger CTA). ``kind="w12_v7"``: the
+    pipeline of ``"w12_v5"`` fed by 2-D TMA copies through tensor maps, the keys of ``"w12_v5"`` (``shared_bytes`` of
+    its own stage ring).
     """
-    kinds = (*KINDS, "w12_v3", "w12_v4", "w12_v5", "w12_v6")
+    kinds = (*KINDS, "w12_v3", *(f"w12_{v}" for v in SPLIT_K_VARIANTS))
     if kind not in kinds:
         raise ValueError(f"kind: expected one of {sorted(kinds)}, got {kind!r}")
     if max_cluster not in (8, 16):
@@ -351,12 +357,12 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
         raise ValueError(f"sms: expected a positive multiprocessor count, got {sms}")
     lib = load_library()
     out = (ctypes.c_int * 5)()
-    if kind in ("w12_v4", "w12_v5", "w12_v6"):
+    if kind.removeprefix("w12_") in SPLIT_K_VARIANTS:
         wide = (ctypes.c_longlong * 7)()
         rc = getattr(lib, f"specdec_{kind}_plan")(m, n, k, sms, wide)
         if rc == 0:
             keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes", "workspace_bytes")
-            if kind in ("w12_v5", "w12_v6"):
+            if kind.removeprefix("w12_") in _STAGED_VARIANTS:
                 keys += ("bulk_copies",)
             return dict(zip(keys, list(wide)))
     elif kind == "w12_v3":

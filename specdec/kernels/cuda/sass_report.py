@@ -24,8 +24,8 @@ from collections import Counter
 
 # Weights one lane handles per unrolled batch (kUnroll = 4 chunks, rows g and g + 8); the W12 streaming kernel
 # kernels (w12_stream_kernel ``w12_v3``, w12_split_kernel ``w12_v4``) unroll their ring of kStreamDepth = 3 chunks; the
-# bulk-copy kernels (w12_bulk_kernel: ``w12_v5`` with one producer warp, ``w12_v6`` with four) consume one stage of 2
-# chunks per iteration.
+# bulk-copy kernels (w12_bulk_kernel: ``w12_v5`` with one producer warp, ``w12_v6`` with four) and the TMA kernel
+# (w12_tma_kernel: ``w12_v7``) consume one stage of 2 chunks per iteration.
 WEIGHTS_PER_LANE_PER_BATCH = {
     "0": 4 * 2 * 8,
     "1": 4 * 2 * 16,
@@ -34,10 +34,12 @@ WEIGHTS_PER_LANE_PER_BATCH = {
     "w12_v4": 3 * 2 * 16,
     "w12_v5": 2 * 2 * 16,
     "w12_v6": 2 * 2 * 16,
+    "w12_v7": 2 * 2 * 16,
 }
-KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q", "w12_v3": "w12_v3", "w12_v4": "w12_v4", "w12_v5": "w12_v5", "w12_v6": "w12_v6"}
-# Whole-kernel opcodes of the bulk-copy pipeline: the bulk copies and the mbarrier operations.
-ASYNC_OPCODES = ("UBLKCP", "SYNCS")
+# Printed names of the skinny kernel's template kinds; the W12 variants print as their kind.
+KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q"}
+# Whole-kernel opcodes of the copy pipelines: the bulk copies, the TMA tensor copies and the mbarrier operations.
+ASYNC_OPCODES = ("UBLKCP", "UTMALDG", "SYNCS")
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
 
 
@@ -85,6 +87,38 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
     }
 
 
+def kernel_kind(name: str) -> tuple[str, str] | None:
+    """``(kind, vec16)`` of a mangled kernel name: a key of ``WEIGHTS_PER_LANE_PER_BATCH`` and the 16-byte-load flag.
+
+    The W12 variants' own kernels are matched first (their template arguments may look like the skinny kernel's);
+    ``None`` for a kernel the report does not know.
+
+    Example::
+
+        >>> kernel_kind("_ZN12_GLOBAL__N_118skinny_gemm_kernelILi1ELb1EEEvNS_6ParamsE")
+        ('1', '1')
+        >>> kernel_kind("_ZN12_GLOBAL__N_115w12_bulk_kernelILi4EEEvNS_6ParamsEPfPj")
+        ('w12_v6', '1')
+        >>> kernel_kind("_ZN12_GLOBAL__N_114w12_tma_kernelENS_6ParamsEPfPj")
+        ('w12_v7', '1')
+    """
+    if "w12_tma_kernel" in name:
+        return "w12_v7", "1"
+    bulk = re.search(r"w12_bulk_kernelILi(\d)E", name)
+    if bulk:
+        return ("w12_v5" if bulk.group(1) == "1" else "w12_v6"), "1"
+    stream = re.search(r"w12_stream_kernelILb(\d)E", name)
+    if stream:
+        return "w12_v3", stream.group(1)
+    split = re.search(r"w12_split_kernelILb(\d)E", name)
+    if split:
+        return "w12_v4", split.group(1)
+    skinny = re.search(r"kernelILi(\d)ELb(\d)E", name)
+    if skinny:
+        return skinny.group(1), skinny.group(2)
+    return None
+
+
 def main() -> None:
     """Command line: print the per-kernel SASS counts of a built library (``python -m specdec.kernels.cuda.sass_report LIB``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -99,24 +133,13 @@ def main() -> None:
     loads = Counter(re.findall(r"\b(LDG[A-Z0-9_.]*|LDL[A-Z0-9_.]*|STL[A-Z0-9_.]*)", text))
     print("loads/local memory in the whole library:", dict(loads))
     for block in text.split("Function : ")[1:]:
-        name = block.split("\n", 1)[0].strip()
-        m = re.search(r"kernelILi(\d)ELb(\d)E", name)
-        stream = re.search(r"w12_stream_kernelILb(\d)E", name)
-        split = re.search(r"w12_split_kernelILb(\d)E", name)
-        bulk = re.search(r"w12_bulk_kernelILi(\d)E", name)
-        if m:
-            kind, vec16 = m.group(1), m.group(2)
-        elif stream:
-            kind, vec16 = "w12_v3", stream.group(1)
-        elif split:
-            kind, vec16 = "w12_v4", split.group(1)
-        elif bulk:
-            kind, vec16 = ("w12_v5" if bulk.group(1) == "1" else "w12_v6"), "1"
-        else:
+        found = kernel_kind(block.split("\n", 1)[0].strip())
+        if found is None:
             continue
+        kind, vec16 = found
         rep = analyse_kernel(block.split("\n"), WEIGHTS_PER_LANE_PER_BATCH[kind])
         print(
-            f"{KIND_NAMES[kind]:5s} vec16={vec16}: loop {rep['loop_instructions']} instr, {rep.get('hmma')} HMMA, "
+            f"{KIND_NAMES.get(kind, kind):5s} vec16={vec16}: loop {rep['loop_instructions']} instr, {rep.get('hmma')} HMMA, "
             f"{rep.get('instructions_per_weight', float('nan')):.2f} instr/weight/lane, "
             f"{rep.get('barriers', 0)} barrier instructions in the loop, in the kernel "
             + ", ".join(f"{k} {v}" for k, v in rep.get("async_in_kernel", {}).items())
