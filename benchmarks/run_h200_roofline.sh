@@ -3,12 +3,12 @@
 # on the Qwen3-8B and Qwen3-32B linear shapes, against the copy bandwidth of the same run; then the AR step of the
 # Qwen3-8B-shaped lean target, bf16 vs W12 weights (CUDA graphs); then the CUDA kernels once under
 # compute-sanitizer memcheck.
-# Expected time on one H200: ~3 min (83 s measured on 2026-12-02 with the .so carried, before the v5 kernel: main
+# Expected time on one H200: ~3.5 min (83 s measured on 2026-12-02 with the .so carried, before the v5 kernel: main
 # part ~35 s of timing after ~10 s of torch start, AR step ~20 s, sanitizer ~25 s; each staged kernel (v5, v6, v7)
 # adds a probe of ~15 s (torch start, four small shapes), ~8 s of timing and decode checks and ~3 s of sanitizer;
 # nvcc adds 15-25 s when build/specdec_cuda_kernels.so was not carried). Caps: nvcc 90 s, each probe 30 s (three),
-# main 98 s (budget 78 s: the v4, v5, v6 and v7 kernels add a column each), AR step 65 s (budget 50 s), sanitizer
-# 55 s; no new case starts past a budget (JSON and summary are still written).
+# main 98 s (budget 78 s: the v4, v5, v6 and v7 kernels add a column each), AR step 65 s (budget 50 s) twice (W12 linears
+# with the default kernel, then with v7 where its probe passed), sanitizer 55 s; no new case starts past a budget (JSON and summary are still written).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_roofline.sh   (writes JSON, PNG and logs to $OUT)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -35,6 +35,12 @@ timeout 98 python3 -m benchmarks.kernels.bench_roofline --budget-s 78 ${SKIP_BUL
 rc=$?
 timeout 65 python3 -m benchmarks.kernels.bench_roofline --ar-step --ar-budget-s 50 --out "$OUT/ar_step_h200.json" 2>&1 | tee "$OUT/ar_step.log"
 rc_ar=$?
+# The same step with the tensor-map W12 kernel (v7) in every W12 linear, when its probe passed.
+if [[ " ${SKIP_BULK[*]-} " != *" v7 "* ]]; then
+  export SPECDEC_W12_CUDA_VARIANT=v7
+  timeout 65 python3 -m benchmarks.kernels.bench_roofline --ar-step --ar-budget-s 50 --out "$OUT/ar_step_v7_h200.json" 2>&1 | tee "$OUT/ar_step_v7.log"
+  unset SPECDEC_W12_CUDA_VARIANT
+fi
 if command -v compute-sanitizer >/dev/null; then
   timeout 55 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m benchmarks.kernels.bench_roofline --sanitize ${SKIP_BULK[@]+"${SKIP_BULK[@]}"} > "$OUT/roofline_sanitize.log" 2>&1
   echo "compute-sanitizer memcheck: exit $? (0 = clean, 9 = errors, 124 = timed out); tail:"
@@ -44,5 +50,6 @@ else
 fi
 echo "=== AR step (exit $rc_ar) ==="
 tail -n 7 "$OUT/ar_step.log"
+[ -f "$OUT/ar_step_v7.log" ] && { echo "=== AR step, W12 kernel v7 ==="; tail -n 4 "$OUT/ar_step_v7.log"; }
 echo "=== summary (main run exit $rc) ==="
 tail -n 10 "$OUT/roofline.log"

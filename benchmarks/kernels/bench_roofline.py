@@ -579,6 +579,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
     lm_head = w12.lm_head.weight
     probe = torch.zeros(1, lm_head.shape[1], dtype=torch.bfloat16, device=device)
     result["w12_linear_path"] = w12_format.linear_path(probe, lm_head)
+    result["w12_cuda_variant"] = os.environ.get("SPECDEC_W12_CUDA_VARIANT") or "v1"
     for name, target in (("bf16", bf16), ("w12", w12)):
         result[f"{name}_weight_bytes"] = linear_weight_bytes(target)
         result[f"{name}_floor_s"] = result[f"{name}_weight_bytes"] / args.copy_bw
@@ -673,7 +674,7 @@ def ar_summary_lines(result: dict) -> list[str]:
         return f"{result[key]:.2f}x" if key in result else "n/a"
 
     return [
-        f"AR step {result['model']}: W12 linears via {result.get('w12_linear_path')}, {result.get('w12_bits_per_weight', 0):.3f} bits/weight",
+        f"AR step {result['model']}: W12 linears via {result.get('w12_linear_path')} (kernel {result.get('w12_cuda_variant')}), {result.get('w12_bits_per_weight', 0):.3f} bits/weight",
         f"{'target':18s} {'step':>12s} {'floor':>12s} {'x floor':>8s}",
         f"{'bf16':18s} {ms('bf16_step_s'):>12s} {ms('bf16_floor_s'):>12s} {ratio('bf16_x_floor'):>8s}",
         f"{'w12':18s} {ms('w12_step_s'):>12s} {ms('w12_floor_s'):>12s} {ratio('w12_x_floor'):>8s}",

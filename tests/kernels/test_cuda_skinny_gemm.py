@@ -325,7 +325,7 @@ def test_four_producer_bulk_copy_plan_is_the_one_producer_plan_with_a_larger_cta
 
 
 @pytest.mark.parametrize("m,n,k", BULK_SHAPES)
-def test_tma_plan_is_the_one_producer_plan_with_its_own_stage_ring(m, n, k):
+def test_tma_plan_keeps_the_bulk_limits_and_takes_the_cheapest_last_wave(m, n, k):
     from specdec.kernels.cuda.ops import launch_plan
 
     _library_or_skip()
@@ -333,7 +333,31 @@ def test_tma_plan_is_the_one_producer_plan_with_its_own_stage_ring(m, n, k):
     if k % 32:  # the split-K kernel and its plan run
         assert tma == one == {**launch_plan("w12_v4", m, n, k, 132), "bulk_copies": 0}
         return
-    # the same splits, stages and workspace; only the shared memory of the stage ring may differ
-    assert {**tma, "shared_bytes": one["shared_bytes"]} == one and tma["bulk_copies"] == 1, (tma, one)
+    assert tma["bulk_copies"] == 1 and (tma["chunks"], tma["ctas_x"]) == (one["chunks"], one["ctas_x"]), (tma, one)
     # the splits count on two resident CTAs per SM, so the CTA must still fit twice
     assert 0 < tma["shared_bytes"] and 2 * (tma["shared_bytes"] + 1024) <= 227 * 1024, tma
+    stages, blocks, slots = tma["chunks"], tma["ctas_x"], 2 * 132
+
+    def allowed(ks):  # v5's limits: >= 2 stages per CTA, <= 64 splits, partials <= 10 % of the W12 bytes
+        return ks == 1 or (ks <= stages // 2 and ks <= 64 and 8 * m * ks <= 0.10 * 1.5 * k)
+
+    def cost(ks):  # whole waves x (stages per CTA + 2)
+        return -(-blocks * ks // slots) * (-(-stages // ks) + 2)
+
+    ks = tma["k_splits"]
+    assert allowed(ks), tma
+    assert all(cost(other) >= cost(ks) for other in range(1, 65) if allowed(other)), tma
+    assert all(cost(other) > cost(ks) for other in range(1, ks) if allowed(other)), tma  # the fewest on a tie
+    counters = -(-blocks * 4 // 256) * 256
+    assert tma["workspace_bytes"] == (0 if ks == 1 else counters + blocks * ks * 64 * m * 4), tma
+
+
+@pytest.mark.parametrize("m", [1, 8])
+def test_tma_plan_on_the_model_shapes_fills_whole_waves(m):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    # (N, K): Qwen3-8B o, qkv, gate_up, down, lm_head; Qwen3-32B down (v5's plan: 9, 6, 2, 9, 1, 7 splits)
+    expected = {(4096, 4096): 4, (6144, 4096): 2, (24576, 4096): 2, (4096, 12288): 4, (151936, 4096): 1, (5120, 25600): 3}
+    for (n, k), splits in expected.items():
+        assert launch_plan("w12_v7", m, n, k, 132)["k_splits"] == splits, (n, k)
