@@ -273,7 +273,7 @@ def decode_checks(
         w12 = W12Tensor.from_bf16(w)
         planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
         row = dict(N=n, K=k, escapes=w12.num_escapes)
-        got = one_hot_columns(lambda x: ops.w12_gemm_small_m(x, *planes), n, k, device)
+        got = one_hot_columns(lambda x: w12_variant(ops, "v1", x, *planes), n, k, device)
         row["w12_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(w)))
         got_v3 = one_hot_columns(lambda x: w12_v3(ops, x, *planes), n, k, device)
         row["w12_v3_decode_exact"] = bool(torch.equal(zero_sign(got_v3), zero_sign(w)))
@@ -289,7 +289,7 @@ def decode_checks(
         row["bf16_one_hot_exact"] = bool(torch.equal(zero_sign(got_b), zero_sign(w)))
         x = torch.randn(8, k, generator=gen, device=device).to(torch.bfloat16)
         # fixed-order reductions (warps, then cluster ranks, then escapes): the same bits on every run
-        row["w12_deterministic"] = bool(torch.equal(ops.w12_gemm_small_m(x, *planes), ops.w12_gemm_small_m(x, *planes)))
+        row["w12_deterministic"] = bool(torch.equal(w12_variant(ops, "v1", x, *planes), w12_variant(ops, "v1", x, *planes)))
         row["w12_v3_deterministic"] = bool(torch.equal(w12_v3(ops, x, *planes), w12_v3(ops, x, *planes)))
         row["w12_v4_deterministic"] = bool(torch.equal(w12_v4(ops, x, *planes), w12_v4(ops, x, *planes)))
         for v in bulk:
@@ -415,7 +415,7 @@ def bench_shape(
             "triton_w12": (lambda: w12_linear(x, w12, backend=triton_backend), y32, err_cublas),
             "triton_q": (lambda: q_linear(x, w12, backend=triton_backend), yq32, err_cublas_q),
             "cuda_bf16": (lambda: ops.skinny_gemm_bf16(x, w), y32, err_cublas),
-            "cuda_w12": (lambda: ops.w12_gemm_small_m(x, *planes), y32, err_cublas),
+            "cuda_w12": (lambda: w12_variant(ops, "v1", x, *planes), y32, err_cublas),
             "cuda_q": (lambda: ops.q_gemm_small_m(x, w12.ae, w12.base), yq32, err_cublas_q),
             "cuda_w12_v3": (lambda: w12_v3(ops, x, *planes), y32, err_cublas),
             "cuda_w12_v4": (lambda: w12_v4(ops, x, *planes), y32, err_cublas),
@@ -579,7 +579,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
     lm_head = w12.lm_head.weight
     probe = torch.zeros(1, lm_head.shape[1], dtype=torch.bfloat16, device=device)
     result["w12_linear_path"] = w12_format.linear_path(probe, lm_head)
-    result["w12_cuda_variant"] = os.environ.get("SPECDEC_W12_CUDA_VARIANT") or "v1"
+    result["w12_cuda_variant"] = os.environ.get("SPECDEC_W12_CUDA_VARIANT") or "default (v7 where K % 32 == 0, else v1)"
     for name, target in (("bf16", bf16), ("w12", w12)):
         result[f"{name}_weight_bytes"] = linear_weight_bytes(target)
         result[f"{name}_floor_s"] = result[f"{name}_weight_bytes"] / args.copy_bw
@@ -817,7 +817,7 @@ def main(argv: list[str] | None = None) -> int:
             for m in (1, 8):
                 x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
                 ops.skinny_gemm_bf16(x, w)
-                ops.w12_gemm_small_m(x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                w12_variant(ops, "v1", x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v3(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 w12_v4(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
                 for v in kept_bulk(args):

@@ -72,6 +72,7 @@ from benchmarks.kernels.bench_roofline import (
     time_per_call,
     w12_v3,
     w12_v4,
+    w12_variant,
     weight_bytes,
 )
 
@@ -203,7 +204,7 @@ def case_functions(x: torch.Tensor, w: torch.Tensor, w12, ops) -> dict:
     return {
         "cublas_bf16": lambda: F.linear(x, w),
         "cuda_bf16": lambda: ops.skinny_gemm_bf16(x, w),
-        "cuda_w12": lambda: ops.w12_gemm_small_m(x, *planes),
+        "cuda_w12": lambda: w12_variant(ops, "v1", x, *planes),
         "cuda_q": lambda: ops.q_gemm_small_m(x, w12.ae, w12.base),
         "cuda_w12_v3": lambda: w12_v3(ops, x, *planes),
         "cuda_w12_v4": lambda: w12_v4(ops, x, *planes),

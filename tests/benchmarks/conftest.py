@@ -5,14 +5,14 @@ import pytest
 
 @pytest.fixture
 def w12_variants_called(monkeypatch):
-    """The W12 kernel variant (``ops.w12_variant()``) of every ``ops.w12_gemm_small_m`` call made during the test."""
+    """The W12 kernel variant (``ops.w12_variant(K)``) of every ``ops.w12_gemm_small_m`` call made during the test."""
     from specdec.kernels.cuda import ops
 
     exact = ops.w12_gemm_small_m
     variants = []
 
     def recording(x, *planes):
-        variants.append(ops.w12_variant())
+        variants.append(ops.w12_variant(x.shape[1]))
         return exact(x, *planes)
 
     monkeypatch.setattr(ops, "w12_gemm_small_m", recording)

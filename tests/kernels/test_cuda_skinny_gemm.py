@@ -171,7 +171,11 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
     w12 = W12Tensor.from_bf16(planted(24, 64))
     x = torch.randn(2, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     monkeypatch.delenv(W12_VARIANT_ENV, raising=False)
+    # unset: the tensor-map kernel where it runs (K % 32 == 0), the register kernel elsewhere
+    assert [w12_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v7", "v7", "v1", "v1", "v1"]
     assert w12_variant() == "v1"
+    monkeypatch.setenv(W12_VARIANT_ENV, "v4")
+    assert w12_variant(4096) == "v4"  # a set variable wins at any K
     assert W12_VARIANTS == ("v1", "v3", "v4", "v5", "v6", "v7")
     for variant in W12_VARIANTS:
         monkeypatch.setenv(W12_VARIANT_ENV, variant)

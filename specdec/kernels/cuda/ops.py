@@ -126,19 +126,21 @@ def _raise_on_failure(lib: ctypes.CDLL, rc: int, what: str) -> None:
         raise RuntimeError(f"{what}: CUDA kernel launch failed ({rc}): {lib.specdec_cuda_last_error().decode()}")
 
 
-def w12_variant() -> str:
-    """The W12 CUDA kernel :func:`w12_gemm_small_m` runs now: ``$SPECDEC_W12_CUDA_VARIANT``, ``"v1"`` when unset.
+def w12_variant(k: int | None = None) -> str:
+    """The W12 CUDA kernel :func:`w12_gemm_small_m` runs now for weights of width ``k``: ``$SPECDEC_W12_CUDA_VARIANT``.
 
-    Raises ValueError for any other value than those of ``W12_VARIANTS``.
+    Unset: ``"v7"`` (the tensor-map kernel, the fastest on every measured shape) where ``k % 32 == 0``, else ``"v1"``
+    (the register kernel; ``k=None`` stands for such a width). Raises ValueError for any other value than those of
+    ``W12_VARIANTS``.
 
     Example::
 
         >>> import os
         >>> os.environ.pop("SPECDEC_W12_CUDA_VARIANT", None) and None
-        >>> w12_variant()
-        'v1'
+        >>> w12_variant(4096), w12_variant(4104), w12_variant()
+        ('v7', 'v1', 'v1')
     """
-    value = os.environ.get(W12_VARIANT_ENV, "") or "v1"
+    value = os.environ.get(W12_VARIANT_ENV, "") or ("v7" if k is not None and k % 32 == 0 else "v1")
     if value not in W12_VARIANTS:
         raise ValueError(f"{W12_VARIANT_ENV}: expected one of {W12_VARIANTS} or unset, got {value!r}")
     return value
@@ -266,8 +268,8 @@ def w12_gemm_small_m(
     CPU reference is the same for all). CPU: :func:`specdec.formats.w12_linear_reference`.
     Example: see the module docstring.
     """
-    variant = w12_variant()
     k = _k_of_planes(ae)
+    variant = w12_variant(k)
     m, _ = _check_x(x, k, ae.device)
     n, _ = _check_planes(ae, nib, base, k)
     _check_escapes(esc_ptr, esc_pos, esc_bits, n, k, ae.device)
