@@ -632,7 +632,7 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
 // counter; the CTA that arrives last sums the partials in split order 0..k_splits-1 (the same bits whatever the
 // arrival order), applies the escapes, stores bf16 and sets the counter back to 0 for the next launch. The others
 // return at once. Counters must be 0 when the launch starts; partials need no initial value.
-template <int THREADS>
+template <int THREADS, bool ESCAPES = true>
 __device__ __forceinline__ void finish_split_row_block(const Params& p, float* red, const int* band_ptr, float* partials,
                                                        unsigned int* counters, int split) {
   __shared__ int arrived_last;
@@ -683,8 +683,9 @@ __device__ __forceinline__ void finish_split_row_block(const Params& p, float* r
     for (int m = 0; m < kMaxTokens; ++m)
       if (m < M) out[m] += red[tid * 8 + m];
   }
-  add_band_escapes<THREADS>(p, band_ptr, col_tiles, row_block % kEscapeTile, kStreamRows, has_row, tid, M, red + kStreamRows * 8,
-                            out);
+  if constexpr (ESCAPES)
+    add_band_escapes<THREADS>(p, band_ptr, col_tiles, row_block % kEscapeTile, kStreamRows, has_row, tid, M, red + kStreamRows * 8,
+                              out);
   if (has_row && row < p.N) store_bf16_row(p, row, M, out);
 }
 
@@ -793,36 +794,38 @@ __device__ __forceinline__ uint64_t l2_evict_last() {
 
 // One stage (2 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes, x of token
 // g_x, decode and MMA. CHECK: the stage may end before kBulkStageK (pieces at or past K read as zero).
-// X_ROW_BYTES: the stride of x's token rows in the stage.
-template <bool CHECK, int X_ROW_BYTES>
+// X_ROW_BYTES: the stride of x's token rows in the stage. KIND kW12: the stage holds ae, nib, x; kQ: ae, x.
+template <bool CHECK, int X_ROW_BYTES, int KIND = kW12>
 __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, int k0, int K, int tile_row, int g_x, int t,
                                               uint32_t X0, uint32_t X1, float (&acc)[4]) {
   const unsigned char* ae = st;
   const unsigned char* nib = st + kStreamRows * kBulkStageK;
-  const unsigned char* xr = nib + kStreamRows * (kBulkStageK / 2) + g_x * X_ROW_BYTES;
+  const unsigned char* xr = (KIND == kW12 ? nib + kStreamRows * (kBulkStageK / 2) : nib) + g_x * X_ROW_BYTES;
   (void)M;
 #pragma unroll
   for (int c = 0; c < kBulkStageK / 64; ++c) {
     const bool in = !CHECK || k0 + c * 64 + 16 * t < K;
     if (CHECK && k0 + c * 64 >= K) break;  // uniform: the chunk lies past K
-    ChunkRegs<kW12, true> r;
+    ChunkRegs<KIND, true> r;
     uint4 xs[2];
     const int pa = c * 64 + 16 * t, pn = c * 32 + 8 * t, px = c * 128 + 32 * t;
     r.ae[0] = in ? *reinterpret_cast<const uint4*>(ae + tile_row * kBulkStageK + pa) : make_uint4(0, 0, 0, 0);
     r.ae[1] = in ? *reinterpret_cast<const uint4*>(ae + (tile_row + 8) * kBulkStageK + pa) : make_uint4(0, 0, 0, 0);
-    r.nib[0] = in ? *reinterpret_cast<const uint2*>(nib + tile_row * (kBulkStageK / 2) + pn) : make_uint2(0, 0);
-    r.nib[1] = in ? *reinterpret_cast<const uint2*>(nib + (tile_row + 8) * (kBulkStageK / 2) + pn) : make_uint2(0, 0);
+    if constexpr (KIND == kW12) {
+      r.nib[0] = in ? *reinterpret_cast<const uint2*>(nib + tile_row * (kBulkStageK / 2) + pn) : make_uint2(0, 0);
+      r.nib[1] = in ? *reinterpret_cast<const uint2*>(nib + (tile_row + 8) * (kBulkStageK / 2) + pn) : make_uint2(0, 0);
+    }
     xs[0] = in ? *reinterpret_cast<const uint4*>(xr + px) : make_uint4(0, 0, 0, 0);
     xs[1] = in ? *reinterpret_cast<const uint4*>(xr + px + 16) : make_uint4(0, 0, 0, 0);
-    compute_chunk<kW12, true>(acc, r, xs, X0, X1);
+    compute_chunk<KIND, true>(acc, r, xs, X0, X1);
   }
 }
 
 // The consumer side of a bulk-copy ring (kBulkStages stages of `stage_bytes` at `ring`, full / empty barriers):
 // consumer warp `warp` owns rows 16 warp .. 16 warp + 15 of the 64-row block, consumes the CTA's stages
 // s_lo .. s_hi - 1 in k order, releases each stage with one arrive per warp, then writes its sums to
-// red[row][token]. X_ROW_BYTES: the stride of x's token rows in a stage.
-template <int X_ROW_BYTES>
+// red[row][token]. X_ROW_BYTES: the stride of x's token rows in a stage; KIND: kW12 or kQ (consume_stage).
+template <int X_ROW_BYTES, int KIND = kW12>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                              float* red) {
@@ -831,8 +834,9 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
   const int g = lane >> 2, t = lane & 3;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   const int tile_row = warp * 16 + g;
-  const uint32_t X0 = static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7;
-  const uint32_t X1 = static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7;
+  const uint32_t mid = KIND == kQ ? 8u : 0u;  // the Q view's nibble: the midpoint
+  const uint32_t X0 = (static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7) | mid;
+  const uint32_t X1 = (static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7) | mid;
   const int g_x = min(g, M - 1);  // tokens >= M read token M - 1; those outputs are never stored
   const int n_full = min(s_hi, p.K / kBulkStageK) - s_lo;  // stages entirely inside K
   int s = 0;
@@ -845,12 +849,12 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
   int it = 0;
   for (; it < n_full; ++it) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
-    consume_stage<false, X_ROW_BYTES>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, t, X0, X1, acc);
+    consume_stage<false, X_ROW_BYTES, KIND>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, t, X0, X1, acc);
     release();
   }
   for (; it < n_mine; ++it) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
-    consume_stage<true, X_ROW_BYTES>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K, tile_row,
+    consume_stage<true, X_ROW_BYTES, KIND>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K, tile_row,
                                      g_x, t, X0, X1, acc);
     release();
   }
@@ -971,17 +975,18 @@ __global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
   finish_split_row_block<kBulkThreads>(p, red, band_ptr, partials, counters, split);
 }
 
-// The W12 kernel fed by tensor-map copies (README.md, "W12 through tensor-map copies"): w12_bulk_kernel's ring,
-// consumers, plan and split-K epilogue, with one producer thread issuing three 2-D TMA copies per stage (a box of
-// [64 rows][kBulkStageK] ae bytes, one of [64][kBulkStageK / 2] nib bytes, one of [M tokens][kBulkStageK] x values)
-// instead of one bulk copy per row and plane. Boxes are described by tensor maps built on the host; the parts of a
-// box past N rows or past K read as zeros and count their bytes, so every stage completes kTmaStageTx(M) bytes. x
-// lands with rows of kTmaXRowBytes (unpadded: the x loads of the two token rows of a quarter-warp share banks).
-// Needs K % 32 == 0 (16-byte nib row strides) and 16-byte aligned planes and x.
+// The W12 and Q kernels fed by tensor-map copies (README.md, "W12 through tensor-map copies"): w12_bulk_kernel's
+// ring, consumers and split-K epilogue, with one producer thread issuing 2-D TMA copies per stage (a box of
+// [64 rows][kBulkStageK] ae bytes, for W12 one of [64][kBulkStageK / 2] nib bytes, one of [M tokens][kBulkStageK] x
+// values) instead of one bulk copy per row and plane. Boxes are described by tensor maps built on the host; the
+// parts of a box past N rows or past K read as zeros and count their bytes, so every stage completes
+// tma_stage_bytes(KIND, M) bytes. x lands with rows of kTmaXRowBytes (unpadded: the x loads of the two token rows of
+// a quarter-warp share banks). KIND kW12: exact, escapes added by the epilogue; kQ: the Q view (ae and bases only,
+// no escapes). Needs K % 32 == 0 (16-byte nib row strides) and 16-byte aligned planes and x.
 constexpr int kTmaXRowBytes = kBulkStageK * 2;
 constexpr int kTmaAlign = 128;  // shared-memory alignment of a tensor-map destination
-__host__ __device__ constexpr int tma_stage_bytes(int M) {
-  return kStreamRows * kBulkStageK + kStreamRows * (kBulkStageK / 2) + M * kTmaXRowBytes;  // a multiple of 128
+__host__ __device__ constexpr int tma_stage_bytes(int kind, int M) {
+  return kStreamRows * kBulkStageK + (kind == kW12 ? kStreamRows * (kBulkStageK / 2) : 0) + M * kTmaXRowBytes;  // x 128
 }
 
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
@@ -992,8 +997,9 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+template <int KIND>
 __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
-    w12_tma_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
+    tma_gemm_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                    const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
   constexpr int kTmaThreads = bulk_threads(1);
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1008,7 +1014,7 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
   const int s_lo = static_cast<int>((static_cast<long long>(split) * n_stages) / p.k_splits);
   const int s_hi = static_cast<int>((static_cast<long long>(split + 1) * n_stages) / p.k_splits);
   const int row_block = blockIdx.x * kStreamRows;
-  const int stage_bytes = tma_stage_bytes(M);
+  const int stage_bytes = tma_stage_bytes(KIND, M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kBulkStages) * stage_bytes);
   int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + bulk_smem_fixed(1));
   const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
@@ -1022,7 +1028,8 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  for (int i = tid; i <= col_tiles; i += kTmaThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
+  if constexpr (KIND == kW12)
+    for (int i = tid; i <= col_tiles; i += kTmaThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
   cp_async_commit();
   __syncthreads();
 
@@ -1040,17 +1047,17 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
         mbar_arrive_expect_tx(full, tx);
         const uint32_t st = smem_addr(smem + static_cast<size_t>(s) * stage_bytes);
         tma_load_2d(st, &ae_map, k0, row_block, full, stream);
-        tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row_block, full, stream);
-        tma_load_2d(st + kStreamRows * kBulkStageK + kStreamRows * (kBulkStageK / 2), &x_map, k0, 0, full, keep);
+        if constexpr (KIND == kW12) tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row_block, full, stream);
+        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, k0, 0, full, keep);
         if (++s == kBulkStages) s = 0, ++round;
       }
     }
   } else {
-    consume_ring<kTmaXRowBytes>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, red);
+    consume_ring<kTmaXRowBytes, KIND>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, red);
   }
   cp_async_wait_all();
   __syncthreads();
-  finish_split_row_block<kTmaThreads>(p, red, band_ptr, partials, counters, split);
+  finish_split_row_block<kTmaThreads, KIND == kW12>(p, red, band_ptr, partials, counters, split);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory.
@@ -1191,13 +1198,17 @@ int bulk_ctas_per_sm(int smem_bytes) {
 }
 
 // A ring's pipeline: the number of producer warps issuing bulk copies (w12_bulk_kernel: 1 or
-// kBulkConsumerWarps), or kTmaPipeline (w12_tma_kernel: one thread issuing tensor-map copies).
+// kBulkConsumerWarps), or one thread issuing tensor-map copies (tma_gemm_kernel): kTmaPipeline for W12,
+// kTmaQPipeline for the Q view.
 constexpr int kTmaPipeline = 0;
+constexpr int kTmaQPipeline = -1;
+constexpr bool is_tma(int pipeline) { return pipeline == kTmaPipeline || pipeline == kTmaQPipeline; }
 // A CTA's time besides its stages (launch, filling the ring, the split reduction), in stages.
 constexpr int kTmaFixedStages = 2;
 
 int bulk_smem_bytes(int M, int K, int pipeline) {
-  if (pipeline == kTmaPipeline) return kBulkStages * tma_stage_bytes(M) + bulk_smem_fixed(1) + band_ptr_bytes(kW12, K) + kTmaAlign;
+  if (pipeline == kTmaPipeline) return kBulkStages * tma_stage_bytes(kW12, M) + bulk_smem_fixed(1) + band_ptr_bytes(kW12, K) + kTmaAlign;
+  if (pipeline == kTmaQPipeline) return kBulkStages * tma_stage_bytes(kQ, M) + bulk_smem_fixed(1) + kTmaAlign;
   return kBulkStages * bulk_stage_bytes(M) + bulk_smem_fixed(pipeline) + band_ptr_bytes(kW12, K);
 }
 
@@ -1209,12 +1220,13 @@ Plan make_bulk_plan(int M, int N, int K, int sms, int pipeline) {
   pl.smem_bytes = bulk_smem_bytes(M, K, pipeline);
   const long long slots = static_cast<long long>(sms) * bulk_ctas_per_sm(pl.smem_bytes);
   int most = pl.n_chunks / kBulkMinStagesPerCta;
-  const double traffic_cap = kBulkPartialShare * 1.5 * static_cast<double>(K) / (8.0 * M);  // splits
+  const double weight_bytes = pipeline == kTmaQPipeline ? 1.0 : 1.5;  // per weight
+  const double traffic_cap = kBulkPartialShare * weight_bytes * static_cast<double>(K) / (8.0 * M);  // splits
   if (most > traffic_cap) most = static_cast<int>(traffic_cap);
   if (most > kSplitMaxSplits) most = kSplitMaxSplits;
   if (most < 1) most = 1;
   pl.k_splits = most;
-  if (pipeline == kTmaPipeline) {
+  if (is_tma(pipeline)) {
     // Waves of equal CTAs end together, so a last wave that is partly full costs a whole one: the splits that
     // minimise (waves rounded up) x (stages per CTA + kTmaFixedStages), the fewest on a tie.
     double best = -1.0;
@@ -1461,19 +1473,21 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
   return 0;
 }
 
+template <int KIND>
 int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  constexpr int pipeline = KIND == kW12 ? kTmaPipeline : kTmaQPipeline;
   static bool attr_set = false;  // first call happens before any graph capture (warm-up)
-  const int smem_max = bulk_smem_bytes(kMaxTokens, 1 << 20, kTmaPipeline);
+  const int smem_max = bulk_smem_bytes(kMaxTokens, 1 << 20, pipeline);
   if (!attr_set) {
-    cudaError_t e = cudaFuncSetAttribute(w12_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    cudaError_t e = cudaFuncSetAttribute(tma_gemm_kernel<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
-    e = cudaFuncSetAttribute(w12_tma_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    e = cudaFuncSetAttribute(tma_gemm_kernel<KIND>, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
     attr_set = true;
   }
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  const Plan pl = make_bulk_plan(p.M, p.N, p.K, sms, kTmaPipeline);
+  const Plan pl = make_bulk_plan(p.M, p.N, p.K, sms, pipeline);
   if (int rc = check_smem(pl, p, smem_max)) return rc;
   float* partials = nullptr;
   unsigned int* counters = nullptr;
@@ -1481,16 +1495,20 @@ int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_
   CUtensorMap ae_map, nib_map, x_map;
   const unsigned long long K = p.K, N = p.N;
   if (int rc = encode_2d(&ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, kBulkStageK, kStreamRows, "ae")) return rc;
-  if (int rc = encode_2d(&nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, kBulkStageK / 2, kStreamRows, "nib"))
-    return rc;
+  if (KIND == kW12) {
+    if (int rc = encode_2d(&nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, kBulkStageK / 2, kStreamRows, "nib"))
+      return rc;
+  } else {
+    nib_map = ae_map;  // not read by the Q kernel
+  }
   if (int rc = encode_2d(&x_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.x, K, p.M, 2 * K, kBulkStageK, p.M, "x")) return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = (p.K + 63) / 64;
-  w12_tma_kernel<<<dim3(pl.grid_x, pl.k_splits, 1), dim3(bulk_threads(1), 1, 1), pl.smem_bytes, stream>>>(p, partials, counters, ae_map,
-                                                                                                          nib_map, x_map);
+  tma_gemm_kernel<KIND><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(bulk_threads(1), 1, 1), pl.smem_bytes, stream>>>(
+      p, partials, counters, ae_map, nib_map, x_map);
   cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return fail("w12_tma_kernel launch", e);
+  if (e != cudaSuccess) return fail("tma_gemm_kernel launch", e);
   return 0;
 }
 
@@ -1613,7 +1631,7 @@ static int run_bulk(int pipeline, const void* x, const void* ae, const void* nib
   g_error[0] = 0;
   if (int rc = check_sizes(M, N, K)) return rc;
   const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
-  if (pipeline == kTmaPipeline) return launch_tma(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+  if (pipeline == kTmaPipeline) return launch_tma<kW12>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
   if (pipeline == 1) return launch_bulk<1>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
   return launch_bulk<kBulkConsumerWarps>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
@@ -1664,7 +1682,7 @@ int specdec_w12_v5_plan(int M, int N, int K, int sms, long long* out) { return b
 // Launch plan of specdec_w12_gemm_small_m_v6, as specdec_w12_v5_plan (out[4]: its larger CTA's shared memory).
 int specdec_w12_v6_plan(int M, int N, int K, int sms, long long* out) { return bulk_plan(kBulkConsumerWarps, M, N, K, sms, out); }
 
-// W12 exact through tensor-map copies (w12_tma_kernel: v5's ring, consumers and split-K epilogue, one producer
+// W12 exact through tensor-map copies (tma_gemm_kernel<kW12>: v5's ring, consumers and split-K epilogue, one producer
 // thread issuing one 2-D copy per plane and one of x per stage): same contracts as specdec_w12_gemm_small_m_v5,
 // with specdec_w12_v7_plan's out[5] bytes of workspace; also needs 16-byte aligned x, ae and nib (error 2 otherwise).
 int specdec_w12_gemm_small_m_v7(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
@@ -1688,6 +1706,46 @@ int specdec_q_gemm_small_m(const void* x, const void* ae, const void* base, void
   p.M = M, p.N = N, p.K = K;
   if (K % 16 == 0) return launch<kQ, true>(p, static_cast<cudaStream_t>(stream));
   return launch<kQ, false>(p, static_cast<cudaStream_t>(stream));
+}
+
+// The Q view through tensor-map copies (tma_gemm_kernel<kQ>: the W12 v7 pipeline with the ae plane only, the bases'
+// midpoint nibble, no escapes; K split over independent CTAs with its own workspace of specdec_q_v2_plan's out[5]
+// bytes, the W12 split-K contract). K % 32 != 0: runs specdec_q_gemm_small_m (workspace unused). Needs 16-byte
+// aligned x and ae (error 2 otherwise).
+int specdec_q_gemm_small_m_v2(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* workspace,
+                              long long workspace_bytes, void* stream) {
+  if (K % 32 != 0) return specdec_q_gemm_small_m(x, ae, base, y, M, N, K, stream);
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  Params p{};
+  p.x = static_cast<const uint16_t*>(x);
+  p.w = static_cast<const uint8_t*>(ae);
+  p.base = static_cast<const uint8_t*>(base);
+  p.y = static_cast<uint16_t*>(y);
+  p.M = M, p.N = N, p.K = K;
+  return launch_tma<kQ>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_q_gemm_small_m_v2 on `sms` multiprocessors (0: the current device's); host only. out[0..6]
+// as specdec_w12_v5_plan's; out[6] 0 when the register kernel runs (K % 32 != 0: then out[1] == 1, out[5] == 0 and
+// out[0], out[2..4] are specdec_skinny_plan's).
+int specdec_q_v2_plan(int M, int N, int K, int sms, long long* out) {
+  if (sms < 0) return 3;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  if (sms == 0) {
+    sms = sm_count();
+    if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  }
+  const bool tma = K % 32 == 0;
+  const Plan pl = tma ? make_bulk_plan(M, N, K, sms, kTmaQPipeline) : make_plan(kQ, M, N, K, sms);
+  out[0] = pl.rt_per_cta;
+  out[1] = pl.k_splits;
+  out[2] = pl.n_chunks;
+  out[3] = pl.grid_x;
+  out[4] = pl.smem_bytes;
+  out[5] = tma ? split_workspace_bytes(pl, M) : 0;
+  out[6] = tma ? 1 : 0;
+  return 0;
 }
 
 }  // extern "C"
