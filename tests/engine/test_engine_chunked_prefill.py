@@ -52,7 +52,6 @@ def prompts_of(lengths, seed=4):
 PROMPTS = prompts_of(PROMPT_LENGTHS)
 
 
-
 def ngram(base):
     return NGramDrafter(max_ngram=2)
 
@@ -236,7 +235,6 @@ class TappedDrafter:
 
 @pytest.mark.parametrize("cap", [None, 5])
 def test_a_tapped_drafter_gets_every_prompt_rows_features_at_its_first_round(cap):
-    made = []
     drafters = []
     engine = Engine(
         DENSE, lambda: drafters.append(TappedDrafter()) or drafters[-1], max_batch=2, num_draft_tokens=1, max_pass_rows=cap
