@@ -355,12 +355,13 @@ class Engine:
         self._exact_seconds = 0.0
 
     @property
-    def round_rows(self) -> int:
-        """The most rows one request's verify round can hold: its root and every node it may verify (int).
+    def round_rows(self) -> int | None:
+        """The most rows one request's verify round can hold: its root and every node it may verify.
 
         ``1 + num_draft_tokens``; with a :class:`~specdec.verify.TreeVerifier` and drafts, ``1 +
         max(num_draft_tokens, budget)`` (the verifier grows a best-first tree of up to ``budget`` nodes from
-        a chain's draft laws).
+        a chain's draft laws); ``None`` with a :class:`~specdec.verify.TwoLevelVerifier`, whose exact rows
+        are chosen after its Q pass.
 
         Example:
             >>> from specdec.testing import tiny_target
@@ -368,6 +369,8 @@ class Engine:
             >>> Engine(tiny_target(seed=0), NGramDrafter(), TreeVerifier(budget=8), max_batch=2, num_draft_tokens=4).round_rows
             9
         """
+        if self.two_level is not None:
+            return None
         k = self.num_draft_tokens
         if type(self.verifier) is TreeVerifier and k:
             return 1 + max(k, self.verifier.budget)
@@ -375,23 +378,24 @@ class Engine:
 
     def _resolve_max_pass_rows(self, max_pass_rows: object) -> int | None:
         """The cap of ``max_pass_rows`` (``"auto"`` resolved against the target's row buckets), checked."""
-        # without a verify budget a forward may hold max_batch full rounds; with one, the roots
-        needed = self.max_batch if self.verify_budget is not None else self.max_batch * self.round_rows
         if max_pass_rows is None:
             return None
-        if isinstance(max_pass_rows, str) and max_pass_rows == "auto":
-            buckets = self.target.row_buckets
-            if not buckets or self.two_level is not None or buckets[-1] < needed:
-                return None
-            return buckets[-1]
-        if isinstance(max_pass_rows, bool) or not isinstance(max_pass_rows, int) or max_pass_rows < 1:
+        auto = isinstance(max_pass_rows, str) and max_pass_rows == "auto"
+        if not auto and (isinstance(max_pass_rows, bool) or not isinstance(max_pass_rows, int) or max_pass_rows < 1):
             raise ValueError(f"max_pass_rows: expected None, 'auto' or an int >= 1, got {max_pass_rows!r}")
+        if auto and self.two_level is not None:
+            return None
         if self.two_level is not None:
             raise ValueError(
                 "max_pass_rows: a TwoLevelVerifier's exact rows are chosen after its Q pass and second draft, so no "
                 f"cap can be planned for them; got max_pass_rows={max_pass_rows} with verifier=TwoLevelVerifier: "
                 "pass max_pass_rows=None"
             )
+        # without a verify budget a forward may hold max_batch full rounds; with one, the roots
+        needed = self.max_batch if self.verify_budget is not None else self.max_batch * self.round_rows
+        if auto:
+            buckets = self.target.row_buckets
+            return buckets[-1] if buckets and buckets[-1] >= needed else None
         if max_pass_rows < self.max_batch:
             raise ValueError(
                 f"max_pass_rows: expected at least max_batch={self.max_batch} (each running request's root row goes "

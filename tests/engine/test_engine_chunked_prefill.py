@@ -3,8 +3,8 @@
 * fp32 greedy: every request's tokens with the cap are ``torch.equal`` to its tokens without it and to
   :func:`specdec.generate` alone, on dense and hybrid ragged targets (``per_request`` and ``packed``, a
   bucketed static path with the default ``"auto"`` cap), chain and tree verification, n-gram drafts and drafts
-  that are always accepted, the verify budget off,
-  an int and ``"auto"``, for caps down to the smallest each rule allows (prompts in 3 or more chunks);
+  that are always accepted, the verify budget off, an int and ``"auto"``, for caps down to the smallest each
+  rule allows (prompts in 3 or more chunks);
 * no forward holds more rows than the cap (every forward's rows counted); a prompt chunk that is not its
   last emits nothing; without a budget the prefill chunks fill exactly the rows the verify rows leave;
 * under a budget the allocation sees the prefill chunks as fixed rows and keeps the draft nodes under the cap;
@@ -266,6 +266,7 @@ def test_auto_is_the_largest_row_bucket_where_the_rules_allow_it():
     assert cap(packed, TreeVerifier(budget=4), num_draft_tokens=2) == 16  # 3 x (1 + 4)
     assert cap(packed, TreeVerifier(budget=5), num_draft_tokens=2) is None  # 3 x (1 + 5)
     assert cap(packed, TwoLevelVerifier(4, 4), num_draft_tokens=2) is None
+    assert Engine(packed, NGramDrafter(), TwoLevelVerifier(4, 4), max_batch=3).round_rows is None
     assert cap(packed, max_pass_rows=None) is None
     assert cap(RaggedDenseTarget(DENSE, slots=3, layout="packed"), max_pass_rows=ROW_BUCKETS[-1]) == ROW_BUCKETS[-1]
     packed.disable_static_path()
