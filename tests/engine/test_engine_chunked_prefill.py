@@ -8,6 +8,7 @@
 * no forward holds more rows than the cap (every forward's rows counted); a prompt chunk that is not its
   last emits nothing; without a budget the prefill chunks fill exactly the rows the verify rows leave;
 * under a budget the allocation sees the prefill chunks as fixed rows and keeps the draft nodes under the cap;
+* a request cancelled between its chunks frees its slot; the others' tokens are unchanged;
 * a drafter with feature taps gets every prompt row's features at its first round, as from one prefill;
 * ``"auto"`` is the target's largest row bucket where the rules allow it, else no cap;
 * a cap that cannot hold the roots, or without a budget ``max_batch`` full rounds, raises at construction.
@@ -214,6 +215,23 @@ def test_the_budget_sees_prefill_chunks_as_fixed_rows_and_fits_nodes_under_the_c
     # fixed rows = prefill chunk + root + the first-node floor (when it fits); nodes only in what is left
     assert calls == [(6, 6, 0), (6, 6, 0), (5, 6, 1), (4, 6, 2)]
     assert passes == [[2], [1, 5], [1, 5], [3, 3], [3, 3]]  # every forward after the first fills the cap
+
+
+def test_a_request_cancelled_between_chunks_frees_its_slot_for_the_next():
+    engine = Engine(DENSE, NGramDrafter(max_ngram=2), max_batch=2, num_draft_tokens=K, max_pass_rows=8)
+    first = engine.add_request(PROMPTS[4], max_new_tokens=10)
+    cut = engine.add_request(PROMPTS[0], max_new_tokens=5)  # 60 prompt rows
+    late = engine.add_request(PROMPTS[3], max_new_tokens=6)
+    engine.step()
+    engine.step()
+    assert 0 < engine.request(cut).prefilled < 60 and engine.waiting == (late,)
+    engine.cancel(cut)
+    outputs = engine.run()
+    assert engine.status(cut) == "cancelled" and engine.output(cut).numel() == 0
+    for rid, p, n in ((first, PROMPTS[4], 10), (late, PROMPTS[3], 6)):
+        assert torch.equal(
+            outputs[rid], sd.generate(DENSE, p[None], max_new_tokens=n, drafter=NGramDrafter(max_ngram=2)).tokens[0]
+        )
 
 
 class TappedDrafter:
