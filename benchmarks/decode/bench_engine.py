@@ -28,6 +28,14 @@ work of the engine's round, the AR run's time per pass minus the table's time at
 With ``--dtype float32`` or ``--weights planted`` the script requires every speculative run to equal AR
 of the same concurrency (``torch.equal``) and exits 1 otherwise.
 
+Every engine, AR included, caps the rows of one target forward (``--max-pass-rows``, default ``auto``: the
+packed target's largest graph bucket, 256, where the engine can hold every forward within it; a hybrid or
+``per_request`` target has no buckets, so no cap): a joining request's prompt is prefilled in chunks beside the
+other requests' verify rows instead of pushing a forward past the largest bucket, where it would run eagerly.
+Budget-off cases whose ``max_batch`` full rounds exceed the bucket (24 x 16 rows) run without a cap. Each row
+records the cap applied (``max_pass_rows``), the forwards past the largest bucket (``eager_passes``), the largest
+forward and the prompt rows (``prefill_rows``).
+
 ``--model qwen3.5-4b`` runs the same cases on a random hybrid target at the Qwen3.5-4B shape (24 Gated
 DeltaNet + 8 gated attention layers; :func:`specdec.models.hybrid.random_hybrid_target`) through
 :class:`~specdec.models.ragged_hybrid.RaggedHybridTarget`: ``packed`` runs every linear layer once over all
@@ -131,10 +139,25 @@ def decode(
     verifier=None,
     batched_drafting=False,
     eos_token_id=None,
+    max_pass_rows="auto",
 ):
     """Run ``prompts`` through one engine of ``concurrency`` slots; tokens, wall seconds, per-request latency, rounds.
 
-    ``verifier`` (default a chain), ``batched_drafting`` and ``eos_token_id`` go to the :class:`Engine` and its requests.
+    ``verifier`` (default a chain), ``batched_drafting``, ``max_pass_rows`` and ``eos_token_id`` go to the
+    :class:`Engine` and its requests. Besides the times: the cap the engine applied (``max_pass_rows``, ``None``
+    = none), the prompt rows its forwards held (``prefill_rows``), its largest forward (``max_rows_per_pass``) and
+    the forwards past the target's largest row bucket (``eager_passes``: run eagerly, outside any CUDA graph;
+    ``None`` for a target without buckets, whose every forward is eager).
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> ragged = RaggedDenseTarget(tiny_target(seed=0), slots=2, layout="packed")
+        >>> ragged.enable_static_path((1, 2, 4, 8))
+        >>> prompts = [torch.arange(1, 13), torch.arange(2, 9)]  # 19 prompt rows
+        >>> run = {cap: decode(ragged, prompts, concurrency=2, drafter=NGramDrafter(), num_draft_tokens=0, max_new_tokens=3,
+        ...                    max_pass_rows=cap) for cap in (None, "auto")}
+        >>> [(r["max_pass_rows"], r["eager_passes"], r["max_rows_per_pass"], r["prefill_rows"]) for r in run.values()]
+        [(None, 1, 19, 19), (8, 0, 8, 19)]
     """
     engine = Engine(
         ragged,
@@ -145,9 +168,10 @@ def decode(
         verify_budget=verify_budget,
         step_time=step_time,
         batched_drafting=batched_drafting,
+        max_pass_rows=max_pass_rows,
     )
     ids = [engine.add_request(p, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id) for p in prompts]
-    joined, finished, nodes = {}, {}, []
+    joined, finished, nodes, pass_rows = {}, {}, [], []
     device = ragged.device
     sync(device)
     t0 = time.perf_counter()
@@ -157,6 +181,7 @@ def decode(
         engine.step()
         now = time.perf_counter() - t0
         nodes.append(sum(engine.last_allocation.values()))
+        pass_rows.append(engine.last_pass_rows)
         for rid in ids:
             if rid in waiting and rid not in engine.waiting:
                 joined[rid] = before
@@ -169,6 +194,7 @@ def decode(
     rounds = sum(engine.request(rid).rounds for rid in ids)
     unmatched = sum(getattr(engine.request(rid).drafter, "unmatched_rounds", 0) for rid in ids)
     accepted = sum(engine.request(rid).accepted for rid in ids)
+    buckets = ragged.row_buckets
     return dict(
         tokens=tokens,
         seconds=seconds,
@@ -181,6 +207,10 @@ def decode(
         unmatched_rounds=unmatched,
         accepted_per_round=accepted / max(1, rounds),
         budget_nodes_per_pass=sum(nodes) / max(1, len(nodes)) if verify_budget is not None else None,
+        max_pass_rows=engine.max_pass_rows,
+        prefill_rows=engine.prefill_rows,
+        max_rows_per_pass=max(pass_rows, default=0),
+        eager_passes=sum(rows > buckets[-1] for rows in pass_rows) if buckets else None,
     )
 
 
@@ -337,6 +367,20 @@ def plot(result: dict, path: Path) -> str | None:
     return str(path)
 
 
+def pass_rows_arg(text: str) -> int | str | None:
+    """``--max-pass-rows``: ``"auto"``, ``"none"`` (no cap) or a positive int.
+
+    Example:
+        >>> pass_rows_arg("auto"), pass_rows_arg("none"), pass_rows_arg("256")
+        ('auto', None, 256)
+    """
+    if text in ("auto", "none"):
+        return None if text == "none" else text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or an int >= 1, got {text!r}")
+    return int(text)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (``--help``)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -387,6 +431,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated layouts to run: packed (the engine's), per_request (the layout ablation)",
     )
     ap.add_argument("--no-graphs", action="store_true", help="packed target on the eager static path, no CUDA graphs")
+    ap.add_argument(
+        "--max-pass-rows",
+        default="auto",
+        type=pass_rows_arg,
+        help="the Engine's cap on the rows of one target forward (chunked prefill): 'auto' (default: the target's "
+        "largest row bucket where the engine can hold every forward within it), 'none', or an int",
+    )
     ap.add_argument("--wall-budget-s", type=float, default=140.0, help="start no new case past this many seconds")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_engine.json"))
     return ap.parse_args(argv)
@@ -516,6 +567,7 @@ def run(args: argparse.Namespace) -> int:
         profile_source=None if pair else profile.source,
         profile_tokens_per_round=None if pair else profile.tokens_per_round,
         num_draft_tokens=k,
+        max_pass_rows_arg=args.max_pass_rows,
         prompt_lengths=lengths,
         new_tokens=args.new_tokens,
         waves=args.waves,
@@ -594,6 +646,7 @@ def run(args: argparse.Namespace) -> int:
         num_draft_tokens=0,
         max_new_tokens=args.new_tokens,
         eos_token_id=eos,
+        max_pass_rows=args.max_pass_rows,
     )["tokens"]
     result["alone_reference_s"] = time.perf_counter() - t0
     if successor is not None:
@@ -641,6 +694,7 @@ def run(args: argparse.Namespace) -> int:
                 num_draft_tokens=0,
                 max_new_tokens=args.new_tokens,
                 eos_token_id=eos,
+                max_pass_rows=args.max_pass_rows,
             )["tokens"]
         # request i's oracle knows the continuations its target gives it: batched AR and alone (they differ
         # where bf16 rounding of other row counts flips a near-tie); the warm-up run adds this system's own
@@ -677,6 +731,7 @@ def run(args: argparse.Namespace) -> int:
                 verifier=make_verifier(),
                 batched_drafting=batched_drafting,
                 eos_token_id=eos,
+                max_pass_rows=args.max_pass_rows,
             )
 
         warm = run_once(refs)  # untimed: captures this case's graphs and gives each request's own output
@@ -710,6 +765,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"[{layout:11s} c={c:2d}] {name:26s} {row['tokens_per_s']:9.1f} tok/s  x AR {speedup}  "
             f"acc/round {row['accepted_per_round']:5.2f}  passes {row['target_passes']:4d}  ms/pass {row['ms_per_pass']:6.2f}  "
+            f"cap {row['max_pass_rows']}  eager passes {row['eager_passes']}  prefill rows {row['prefill_rows']}  "
             f"unmatched {row['unmatched_rounds']}  mismatch vs alone {mismatches} vs AR {mismatches_ar}  = warm-up {row['equal_to_warmup']}",
             flush=True,
         )

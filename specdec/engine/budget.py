@@ -248,6 +248,7 @@ def allocate(
     fixed_rows: int,
     step_time: StepTimeTable | None = None,
     max_nodes: int | None = None,
+    max_rows: int | None = None,
 ) -> list[int]:
     """Draft nodes per request maximising expected tokens per unit of batch time (see the module docstring).
 
@@ -255,15 +256,18 @@ def allocate(
         gains: ``gains[r]`` non-increasing expected extra accepted tokens of request ``r``'s 1st, 2nd, ...
             node (its length is the most nodes ``r`` can verify).
         base_tokens: tokens the forward emits whatever the allocation (one bonus token per verifying
-            request, one per prefill).
-        fixed_rows: rows the forward holds whatever the allocation (root rows, prefill rows), ``>= 1``.
-        step_time: ``T(R)``; ``None`` maximises tokens under ``max_nodes`` alone (every positive gain
-            that fits).
+            request, one per prefill that ends in this forward).
+        fixed_rows: rows the forward holds whatever the allocation (root rows, prefill chunk rows), ``>= 1``.
+        step_time: ``T(R)``; ``None`` maximises tokens under ``max_nodes`` / ``max_rows`` alone (every
+            positive gain that fits).
         max_nodes: the most nodes over all requests; ``None`` = no cap beyond ``gains``' lengths.
+        max_rows: the most rows of the forward, ``fixed_rows`` included (so at most ``max_rows -
+            fixed_rows`` nodes); ``None`` = no cap.
 
     Returns:
-        ``n_r`` per request, ``0 <= n_r <= len(gains[r])``, ``sum n_r <= max_nodes``; among totals with
-        the same objective the smallest is chosen, among equal gains the earlier request.
+        ``n_r`` per request, ``0 <= n_r <= len(gains[r])``, ``sum n_r <= max_nodes`` and
+        ``fixed_rows + sum n_r <= max_rows``; among totals with the same objective the smallest is chosen,
+        among equal gains the earlier request.
 
     Example:
         >>> table = StepTimeTable(rows=(2, 4, 8), ms=(10.0, 10.0, 20.0))
@@ -271,6 +275,8 @@ def allocate(
         [2, 0]
         >>> allocate([[0.9, 0.8, 0.1], [0.5, 0.4]], base_tokens=2, fixed_rows=2, max_nodes=3)
         [2, 1]
+        >>> allocate([[0.9, 0.8, 0.1], [0.5, 0.4]], base_tokens=2, fixed_rows=2, max_nodes=3, max_rows=4)
+        [2, 0]
     """
     values = _check_gains(gains)
     if (
@@ -285,10 +291,19 @@ def allocate(
         raise TypeError(f"step_time: expected a StepTimeTable or None, got {type(step_time).__name__}")
     if max_nodes is not None:
         _check_positive_int("max_nodes", max_nodes, minimum=0)
-    if step_time is None and max_nodes is None:
-        raise ValueError("step_time: expected a StepTimeTable when max_nodes is None (nothing else bounds the allocation)")
+    if max_rows is not None:
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < fixed_rows:
+            raise ValueError(f"max_rows: expected None or an int >= fixed_rows = {fixed_rows}, got {max_rows!r}")
+    if step_time is None and max_nodes is None and max_rows is None:
+        raise ValueError(
+            "step_time: expected a StepTimeTable when max_nodes and max_rows are None (nothing else bounds the allocation)"
+        )
     ranked = sorted(((-g, r, j) for r, row in enumerate(values) for j, g in enumerate(row)))
-    cap = len(ranked) if max_nodes is None else min(len(ranked), max_nodes)
+    cap = len(ranked)
+    if max_nodes is not None:
+        cap = min(cap, max_nodes)
+    if max_rows is not None:
+        cap = min(cap, max_rows - fixed_rows)
     best_total, best_value, gained = 0, None, float(base_tokens)
     times = step_time.over(fixed_rows, cap + 1) if step_time is not None else None
     for total in range(cap + 1):

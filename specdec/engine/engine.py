@@ -1,8 +1,9 @@
 """``Engine``: speculative decoding of many requests, one target pass per round for all of them.
 
 Each :meth:`Engine.step` is one round for every running request: requests that just joined are
-prefilled, the others get their drafter's proposal and their verifier's plan; the rows of all of them
-go through ONE ragged target forward (:class:`~specdec.models.ragged.RaggedDenseTarget`, or
+prefilled (in chunks across steps when a forward's rows are capped, ``max_pass_rows``), the others get
+their drafter's proposal and their verifier's plan; the rows of all of them go through ONE ragged target
+forward (:class:`~specdec.models.ragged.RaggedDenseTarget`, or
 :class:`~specdec.models.ragged_hybrid.RaggedHybridTarget` for a hybrid target); then each
 request accepts from its own logits with its own generator and commits into its own KV slot. Requests
 join (:meth:`Engine.add_request`) and leave (finish or :meth:`Engine.cancel`) between steps; a request
@@ -89,6 +90,8 @@ class RequestState:
         status: ``"waiting"``, ``"running"``, ``"finished"``, ``"cancelled"`` or ``"failed"``.
         error: the exception of a failed request, else ``None``.
         slot: its KV slot while running, else ``None``.
+        prefilled: prompt tokens in the request's slot so far; the request drafts once it holds the whole
+            prompt (under ``max_pass_rows`` a prompt is prefilled in chunks over several steps).
         rounds, accepted: verify rounds run and draft tokens accepted so far.
         two_level: with a :class:`~specdec.verify.TwoLevelVerifier`, the request's
             :class:`~specdec.engine.two_level.TwoLevelRequest` (its gate, stats and last round) from its first
@@ -111,10 +114,12 @@ class RequestState:
     scanned: int
     status: str = WAITING
     slot: int | None = None
+    prefilled: int = 0
     rounds: int = 0
     accepted: int = 0
     error: Exception | None = None
     fresh_hidden: torch.Tensor | None = None
+    prefill_hidden: list = field(default_factory=list)
     pending: dict = field(default_factory=dict)
     drafter_request: dict = field(default_factory=dict)
     estimator: AcceptanceEstimator = field(default_factory=AcceptanceEstimator)
@@ -196,6 +201,29 @@ class Engine:
             their per-request calls. A batched drafter that is a
             :class:`~specdec.engine.drafting.RequestAwareDrafter` gets each request's ``drafter_request``
             (see :meth:`add_request`) when it joins, and its prompt and output when it ends.
+        max_pass_rows: the most rows one target forward holds (chunked prefill). A joining request's prompt
+            then goes in chunks over successive steps, each in the same forward as the other requests' verify
+            rows, filling the rows they leave under the cap; the request emits its first token after its last
+            chunk, and its drafter starts from the whole prompt (``target_hidden`` of every prompt row), as
+            without chunks. Without a verify budget every request still verifies all its drafter proposed, so
+            the cap must hold ``max_batch`` full rounds (``max_batch x`` :attr:`round_rows`) and prefill chunks
+            take the rows left over; with a verify budget each verifying request's root row comes first, then
+            the prefill chunks (fixed rows of the budget's allocation), and the budget fits draft nodes in
+            what is left. ``"auto"`` (default): the target's largest row bucket
+            (:attr:`~specdec.models.slots.RequestSlots.row_buckets`; a forward past it runs eagerly, outside
+            any CUDA graph) when the target has buckets and that many rows meet the rule above, else ``None``
+            (no cap: a prompt is prefilled in one forward). Not with a ``TwoLevelVerifier`` (its exact rows
+            are known only after its Q pass). A prompt prefilled in chunks rounds differently from one
+            prefilled whole (a GEMM's rows depend on how many rows share it), so its tokens equal its output
+            alone where the logits do not depend on row counts (exact arithmetic, greedy decoding away
+            from near-ties), as under a verify budget.
+
+    Attributes:
+        max_pass_rows: the cap in force (``"auto"`` resolved), or ``None``.
+        target_passes: exact target forwards run so far (one per step with rows).
+        prefill_rows: prompt rows those forwards held in all.
+        last_pass_rows: rows of the last step's exact forward (0 when it ran none).
+        last_allocation: ``{request_id: draft nodes}`` the verify budget gave in the last step.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -224,6 +252,7 @@ class Engine:
         step_time: StepTimeTable | None = None,
         batched_drafting: bool = False,
         pooled_acceptance: bool = True,
+        max_pass_rows: int | str | None = "auto",
     ):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch: expected an int >= 1, got {max_batch!r}")
@@ -313,6 +342,7 @@ class Engine:
         if not isinstance(pooled_acceptance, bool):
             raise TypeError(f"pooled_acceptance: expected a bool, got {type(pooled_acceptance).__name__}")
         self.acceptance_pool = AcceptanceEstimator() if pooled_acceptance else None
+        self.max_pass_rows = self._resolve_max_pass_rows(max_pass_rows)
         self.last_allocation: dict[Hashable, int] = {}
         self._requests: dict[Hashable, RequestState] = {}
         self._waiting: deque[Hashable] = deque()
@@ -320,7 +350,64 @@ class Engine:
         self._free_slots = list(range(max_batch))
         self._ids = count()
         self.target_passes = 0
+        self.prefill_rows = 0
+        self.last_pass_rows = 0
         self._exact_seconds = 0.0
+
+    @property
+    def round_rows(self) -> int | None:
+        """The most rows one request's verify round can hold: its root and every node it may verify.
+
+        ``1 + num_draft_tokens``; with a :class:`~specdec.verify.TreeVerifier` and drafts, ``1 +
+        max(num_draft_tokens, budget)`` (the verifier grows a best-first tree of up to ``budget`` nodes from
+        a chain's draft laws); ``None`` with a :class:`~specdec.verify.TwoLevelVerifier`, whose exact rows
+        are chosen after its Q pass.
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> from specdec.drafters import NGramDrafter
+            >>> Engine(tiny_target(seed=0), NGramDrafter(), TreeVerifier(budget=8), max_batch=2, num_draft_tokens=4).round_rows
+            9
+        """
+        if self.two_level is not None:
+            return None
+        k = self.num_draft_tokens
+        if type(self.verifier) is TreeVerifier and k:
+            return 1 + max(k, self.verifier.budget)
+        return 1 + k
+
+    def _resolve_max_pass_rows(self, max_pass_rows: object) -> int | None:
+        """The cap of ``max_pass_rows`` (``"auto"`` resolved against the target's row buckets), checked."""
+        if max_pass_rows is None:
+            return None
+        auto = isinstance(max_pass_rows, str) and max_pass_rows == "auto"
+        if not auto and (isinstance(max_pass_rows, bool) or not isinstance(max_pass_rows, int) or max_pass_rows < 1):
+            raise ValueError(f"max_pass_rows: expected None, 'auto' or an int >= 1, got {max_pass_rows!r}")
+        if auto and self.two_level is not None:
+            return None
+        if self.two_level is not None:
+            raise ValueError(
+                "max_pass_rows: a TwoLevelVerifier's exact rows are chosen after its Q pass and second draft, so no "
+                f"cap can be planned for them; got max_pass_rows={max_pass_rows} with verifier=TwoLevelVerifier: "
+                "pass max_pass_rows=None"
+            )
+        # without a verify budget a forward may hold max_batch full rounds; with one, the roots
+        needed = self.max_batch if self.verify_budget is not None else self.max_batch * self.round_rows
+        if auto:
+            buckets = self.target.row_buckets
+            return buckets[-1] if buckets and buckets[-1] >= needed else None
+        if max_pass_rows < self.max_batch:
+            raise ValueError(
+                f"max_pass_rows: expected at least max_batch={self.max_batch} (each running request's root row goes "
+                f"into every forward), got {max_pass_rows}"
+            )
+        if max_pass_rows < needed:
+            raise ValueError(
+                f"max_pass_rows: without a verify budget every request verifies all its drafter proposes, so a forward "
+                f"must hold max_batch={self.max_batch} full rounds of {self.round_rows} rows ({needed} rows), got "
+                f"{max_pass_rows}: pass a verify_budget (it fits draft nodes under the cap), a larger max_pass_rows, or None"
+            )
+        return max_pass_rows
 
     def _check_drafter(self, drafter: object) -> Drafter:
         if isinstance(drafter, type) or not isinstance(drafter, (Drafter, BatchDrafter)):
@@ -514,6 +601,7 @@ class Engine:
         self.target.reset(slot)
         self._free_slots.append(slot)
         state.slot = None
+        state.prefill_hidden = []
         if self._request_aware:
             self._batch_drafter.end_request(slot, state.buf[: state.scanned])
         if isinstance(state.drafter, FinishingDrafter):
@@ -738,12 +826,14 @@ class Engine:
     def step(self) -> dict[Hashable, torch.Tensor]:
         """One round for every running request, with one target forward for all of them.
 
-        Waiting requests join first (as many as there are free slots); a joining request's round is its
-        prefill and first token. Requests that finish in this round leave it, freeing their slots.
+        Waiting requests join first (as many as there are free slots); a joining request's rounds are its
+        prefill, in one forward or, under :attr:`max_pass_rows`, in chunks over several steps, then its first
+        token. Requests that finish in this round leave it, freeing their slots.
 
         Returns:
-            ``{request_id: [m] int64}``, the tokens each request emitted in this round (streamed to its
-            ``on_tokens`` too); empty when there was nothing to run.
+            ``{request_id: [m] int64}``, the tokens each request in the forward emitted in this round (streamed
+            to its ``on_tokens`` too; ``m = 0`` for a prompt chunk that is not its last); empty when there
+            was nothing to run.
 
         Raises:
             RequestFailed: a request's drafter, proposal, acceptance or ``on_tokens`` raised; that request
@@ -758,12 +848,12 @@ class Engine:
             {0: 1, 1: 1}
         """
         step_start = time.perf_counter()
-        joined = self._admit()
+        self._admit()
         states = [self._requests[rid] for rid in self._running]
-        fresh = {id(s) for s in joined}
         failures: list[tuple[RequestState, Exception]] = []
         proposed = []
-        drafting = [state for state in states if id(state) not in fresh]
+        drafting = [state for state in states if state.prefilled == state.prompt.numel()]
+        prefilling = [state for state in states if state.prefilled < state.prompt.numel()]
         batch: list = []
         if self._batch_drafter is not None and drafting:
             try:
@@ -785,36 +875,50 @@ class Engine:
             except Exception as err:  # the request fails alone; its companions' round goes on
                 self._fail(state, err)
                 failures.append((state, err))
-        nodes = self._allocate(joined, proposed)
+        chunks: dict[int, slice] = {}
+        if self.verify_budget is not None:
+            # the roots first, then the prefill chunks; the budget fits draft nodes in the rows left under the cap
+            chunks = self._prefill_chunks(prefilling, used_rows=len(proposed))
+        nodes = self._allocate(prefilling, chunks, proposed)
         if self.two_level is not None:
             self.two_level.prepare(self, [state for state, _ in proposed if state.status == RUNNING], failures, step_start)
-        planned, rows = [], []
-        for state in states:
+        verify_rows = {}
+        for state in drafting:
             if state.status != RUNNING:
                 continue
             try:
-                rows.append(
-                    RequestRows(state.slot, state.prompt[None])
-                    if id(state) in fresh
-                    else self._plan(state, nodes.get(state.request_id))
-                )
-                planned.append(state)
+                verify_rows[id(state)] = self._plan(state, nodes.get(state.request_id))
             except Exception as err:
                 self._fail(state, err)
                 failures.append((state, err))
+        if self.verify_budget is None:
+            # every request verifies all it proposed; the prefill chunks take the rows left under the cap
+            used = sum(len(r.tokens) if isinstance(r, _HostRows) else r.tokens.shape[1] for r in verify_rows.values())
+            chunks = self._prefill_chunks(prefilling, used_rows=used)
+        planned, rows = [], []
+        for state in states:
+            if id(state) in verify_rows and state.status == RUNNING:
+                rows.append(verify_rows[id(state)])
+            elif id(state) in chunks:
+                rows.append(RequestRows(state.slot, state.prompt[None, chunks[id(state)]]))
+            else:
+                continue
+            planned.append(state)
         rows = self._ship_host_rows(planned, rows)
         emitted: dict[Hashable, torch.Tensor] = {}
         taps = sorted({layer for state in planned for layer in self._taps_for(state)})
         forward_start = time.perf_counter()
         outs = self.target.forward(rows, hidden_layers=taps) if rows else []
         self.target_passes += bool(rows)
+        self.last_pass_rows = sum(r.tokens.shape[1] for r in rows)
+        self.prefill_rows += sum(c.stop - c.start for c in chunks.values())
         self._exact_seconds = time.perf_counter() - forward_start
-        argmaxes = self._host_argmaxes(planned, outs, fresh)
+        argmaxes = self._host_argmaxes(planned, outs, chunks)
         for state, out in zip(planned, outs):
             try:
                 hidden = [out.hidden[taps.index(layer)][0] for layer in self._taps_for(state)]  # each [T_i, H]
                 emitted[state.request_id] = self._finish_round(
-                    state, out.logits[0], hidden, fresh=id(state) in fresh, argmaxes=argmaxes.get(id(state))
+                    state, out.logits[0], hidden, chunk=chunks.get(id(state)), argmaxes=argmaxes.get(id(state))
                 )
             except Exception as err:
                 self._fail(state, err)
@@ -823,6 +927,24 @@ class Engine:
             state, err = failures[0]
             raise RequestFailed(state.request_id, err, emitted) from err
         return emitted
+
+    def _prefill_chunks(self, prefilling: list[RequestState], *, used_rows: int) -> dict[int, slice]:
+        """``{id(state): prompt rows}`` of this step's forward for the requests still prefilling, in join order.
+
+        Each takes the rest of its prompt, or what is left of :attr:`max_pass_rows` after ``used_rows``
+        (the verify rows) and the chunks before it; a request left no row waits for the next step.
+        """
+        room = None if self.max_pass_rows is None else self.max_pass_rows - used_rows
+        chunks = {}
+        for state in prefilling:
+            left = state.prompt.numel() - state.prefilled
+            rows = left if room is None else min(left, room)
+            if rows <= 0:
+                break
+            chunks[id(state)] = slice(state.prefilled, state.prefilled + rows)
+            if room is not None:
+                room -= rows
+        return chunks
 
     def _ship_host_rows(self, planned: list[RequestState], rows: list) -> list[RequestRows]:
         """Every host-decided request's row tokens to the target's device in one copy, as views of it.
@@ -844,18 +966,23 @@ class Engine:
             start += len(r.tokens)
         return rows
 
-    def _host_argmaxes(self, planned: list[RequestState], outs: list, fresh: set) -> dict[int, list[int]]:
-        """The argmax of every row a host-decided request reads (a prefill: its last row), with ONE device read.
+    def _host_argmaxes(self, planned: list[RequestState], outs: list, chunks: dict[int, slice]) -> dict[int, list[int]]:
+        """The argmax of every row a host-decided request reads, with ONE device read.
 
-        One argmax over the concatenated rows of all of them; ``{id(state): [its rows' argmax]}``. The
-        values equal each request's own ``argmax(-1)``: the same op over the same rows, ties to the first index.
+        A verifying request reads all its rows, a prefill its last chunk's last row (an earlier chunk
+        reads none). One argmax over the concatenated rows of all of them; ``{id(state): [its rows'
+        argmax]}``. The values equal each request's own ``argmax(-1)``: the same op over the same rows, ties
+        to the first index.
         """
         parts, owners = [], []
         for state, out in zip(planned, outs):
             if state.status != RUNNING or not self._host_greedy(state):
                 continue
+            chunk = chunks.get(id(state))
+            if chunk is not None and chunk.stop < state.prompt.numel():
+                continue
             logits = out.logits[0]
-            parts.append(logits[-1:] if id(state) in fresh else logits)
+            parts.append(logits if chunk is None else logits[-1:])
             owners.append((id(state), parts[-1].shape[0]))
         if not parts:
             return {}
@@ -866,41 +993,66 @@ class Engine:
             start += num_rows
         return argmaxes
 
-    def _allocate(self, joined: list[RequestState], proposed: list) -> dict[Hashable, int]:
-        """Node counts per verifying request under the verify budget (``{}`` without one)."""
+    def _allocate(self, prefilling: list[RequestState], chunks: dict[int, slice], proposed: list) -> dict[Hashable, int]:
+        """Node counts per verifying request under the verify budget (``{}`` without one).
+
+        The forward's fixed rows are the prefill ``chunks`` (of requests in ``prefilling``), one root per
+        verifying request and the first-node floors; the nodes fit in what :attr:`max_pass_rows` leaves.
+        """
         self.last_allocation = {}
         if self.verify_budget is None or not proposed:
             return {}
+        prefill = sum(c.stop - c.start for c in chunks.values())
+        # a prefill whose last chunk is in this forward emits its first token
+        first_tokens = sum(1 for s in prefilling if id(s) in chunks and chunks[id(s)].stop == s.prompt.numel())
+        room = None if self.max_pass_rows is None else self.max_pass_rows - prefill - len(proposed)
         # every request with a draft verifies its first node: a request given none would never be observed,
         # and its estimator could never learn that its drafter is better than the prior says
         floors = [min(1, len(gains)) for _, gains in proposed]
-        if self.verify_budget != "auto" and sum(floors) > self.verify_budget:
-            floors = [0] * len(proposed)  # an int budget is a hard cap, floors included
-        fixed = sum(state.prompt.numel() for state in joined) + len(proposed) + sum(floors)
-        base = len(joined) + len(proposed) + sum(gains[0] for (_, gains), f in zip(proposed, floors) if f)
+        int_budget = None if self.verify_budget == "auto" else self.verify_budget
+        if (int_budget is not None and sum(floors) > int_budget) or (room is not None and sum(floors) > room):
+            floors = [0] * len(proposed)  # an int budget and the row cap are hard caps, floors included
+        fixed = prefill + len(proposed) + sum(floors)
+        base = first_tokens + len(proposed) + sum(gains[0] for (_, gains), f in zip(proposed, floors) if f)
         extra = allocate(
             [gains[f:] for (_, gains), f in zip(proposed, floors)],
             base_tokens=base,
             fixed_rows=fixed,
             step_time=self.step_time,
-            max_nodes=None if self.verify_budget == "auto" else max(0, self.verify_budget - sum(floors)),
+            max_nodes=None if int_budget is None else max(0, int_budget - sum(floors)),
+            max_rows=self.max_pass_rows,
         )
         counts = [f + n for f, n in zip(floors, extra)]
         self.last_allocation = {state.request_id: n for (state, _), n in zip(proposed, counts)}
         return dict(self.last_allocation)
 
     def _finish_round(
-        self, state: RequestState, logits: torch.Tensor, hidden: list, *, fresh: bool, argmaxes: list[int] | None = None
+        self,
+        state: RequestState,
+        logits: torch.Tensor,
+        hidden: list,
+        *,
+        chunk: slice | None = None,
+        argmaxes: list[int] | None = None,
     ) -> torch.Tensor:
         """Accept from the request's logits ``[T_i, V]``, commit, append, apply stops, stream; the new tokens.
 
         ``hidden``: the request's taps, each ``[T_i, H]``; the committed rows' become its drafter's next
-        ``target_hidden [rows, taps, H]``. ``argmaxes``: for a host-decided request, the argmax of its rows
-        (of its last row for a prefill) already on the host; its round reads nothing else from the device.
+        ``target_hidden [rows, taps, H]``. ``chunk``: the prompt rows these were, for a prefill; its last
+        chunk draws the first token. ``argmaxes``: for a host-decided request, the argmax of its rows (of
+        its last row for a prefill's last chunk) already on the host; its round reads nothing else from
+        the device.
         """
-        if fresh:
-            self.target.commit(state.slot, state.prompt.numel())
-            state.fresh_hidden = torch.stack(hidden, dim=1) if hidden else None
+        if chunk is not None:
+            self.target.commit(state.slot, chunk.stop - chunk.start)
+            state.prefilled = chunk.stop
+            if hidden:
+                state.prefill_hidden.append(torch.stack(hidden, dim=1))  # [rows, taps, H]
+            if state.prefilled < state.prompt.numel():
+                return state.buf.new_empty(0)
+            parts, state.prefill_hidden = state.prefill_hidden, []
+            # the drafter's first target_hidden: every prompt row, as from a prefill in one forward
+            state.fresh_hidden = (parts[0] if len(parts) == 1 else torch.cat(parts)) if parts else None
             self._pick_first(state, logits[-1], None if argmaxes is None else argmaxes[-1])
         else:
             pending, state.pending = state.pending, {}

@@ -369,6 +369,12 @@ class RaggedDenseTarget(RequestSlots):
         self._buckets = ()
 
     @property
+    def row_buckets(self) -> tuple[int, ...]:
+        """The ``buckets`` of :meth:`enable_static_path` / :meth:`enable_cuda_graphs`, ascending; ``()`` without
+        them (tuple of int). A forward of more rows than the last one runs unpadded and eagerly."""
+        return self._buckets
+
+    @property
     def uses_cuda_graphs(self) -> bool:
         """Whether ``packed`` forwards replay CUDA graphs (bool)."""
         return self._graphs is not None and self._graphs.capture

@@ -94,6 +94,23 @@ class RequestSlots:
         """The dtype of the weights and KV caches; logits are float32 (:class:`torch.dtype`)."""
         return self.target.dtype
 
+    @property
+    def row_buckets(self) -> tuple[int, ...]:
+        """Ascending total row counts whose forwards run a fixed-shape body (a CUDA graph replay, or its eager
+        static path); ``()`` when every forward runs at its own shape. A forward of more rows than the last
+        bucket runs unpadded and eagerly, outside any graph (tuple of int).
+
+        Example:
+            >>> from specdec.models.ragged import RaggedDenseTarget
+            >>> from specdec.testing import tiny_target
+            >>> ragged = RaggedDenseTarget(tiny_target(seed=0), slots=2, layout="packed")
+            >>> before = ragged.row_buckets
+            >>> ragged.enable_static_path((1, 4, 16))
+            >>> before, ragged.row_buckets
+            ((), (1, 4, 16))
+        """
+        return ()
+
     def length(self, slot: int) -> int:
         """Committed tokens of ``slot``."""
         raise NotImplementedError

@@ -1,6 +1,7 @@
 """Global verify budget: the allocator against brute force, the step-time table, the estimator, the Engine option.
 
-* :func:`allocate` reaches the brute-force optimum of expected tokens per unit of batch time (hypothesis);
+* :func:`allocate` reaches the brute-force optimum of expected tokens per unit of batch time, under a node cap
+  and a row cap (hypothesis);
 * the allocation of a round is decided before the round's target pass: changing that pass's logits
   does not change it (non-anticipating);
 * with the budget on, every request's output in fp32 greedy is ``torch.equal`` to plain AR decoding;
@@ -42,10 +43,12 @@ table_strategy = st.lists(st.floats(0.1, 5.0), min_size=2, max_size=4).map(
 )
 
 
-def brute_force(gains, *, base_tokens, fixed_rows, step_time, max_nodes):
+def brute_force(gains, *, base_tokens, fixed_rows, step_time, max_nodes, max_rows=None):
     best = None
     for counts in itertools.product(*(range(len(row) + 1) for row in gains)):
         if max_nodes is not None and sum(counts) > max_nodes:
+            continue
+        if max_rows is not None and fixed_rows + sum(counts) > max_rows:
             continue
         tokens = base_tokens + sum(sum(row[:n]) for row, n in zip(gains, counts))
         value = tokens / step_time(fixed_rows + sum(counts)) if step_time is not None else tokens
@@ -60,16 +63,19 @@ def brute_force(gains, *, base_tokens, fixed_rows, step_time, max_nodes):
     base=st.integers(0, 4),
     fixed=st.integers(1, 6),
     cap=st.one_of(st.none(), st.integers(0, 8)),
+    room=st.one_of(st.none(), st.integers(0, 8)),
     timed=st.booleans(),
 )
-def test_allocation_reaches_the_brute_force_optimum(gains, table, base, fixed, cap, timed):
-    step_time = table if timed or cap is None else None
-    counts = allocate(gains, base_tokens=base, fixed_rows=fixed, step_time=step_time, max_nodes=cap)
+def test_allocation_reaches_the_brute_force_optimum(gains, table, base, fixed, cap, room, timed):
+    step_time = table if timed or (cap is None and room is None) else None
+    max_rows = None if room is None else fixed + room  # a row cap: at most `room` nodes beside the fixed rows
+    counts = allocate(gains, base_tokens=base, fixed_rows=fixed, step_time=step_time, max_nodes=cap, max_rows=max_rows)
     assert len(counts) == len(gains)
     assert all(0 <= n <= len(row) for n, row in zip(counts, gains))
     assert cap is None or sum(counts) <= cap
+    assert max_rows is None or fixed + sum(counts) <= max_rows
     got = expected_tokens_per_ms(gains, counts, base_tokens=base, fixed_rows=fixed, step_time=step_time)
-    best = brute_force(gains, base_tokens=base, fixed_rows=fixed, step_time=step_time, max_nodes=cap)
+    best = brute_force(gains, base_tokens=base, fixed_rows=fixed, step_time=step_time, max_nodes=cap, max_rows=max_rows)
     assert got == pytest.approx(best, rel=1e-12, abs=1e-12)
 
 
@@ -156,6 +162,9 @@ def test_bad_budget_inputs_raise_naming_the_argument():
         allocate([[0.5]], base_tokens=1, fixed_rows=1)
     with pytest.raises(ValueError, match="max_nodes"):
         allocate([[0.5]], base_tokens=1, fixed_rows=1, max_nodes=-1)
+    with pytest.raises(ValueError, match="max_rows: expected None or an int >= fixed_rows = 3, got 2"):
+        allocate([[0.5]], base_tokens=1, fixed_rows=3, max_rows=2)
+    assert allocate([[0.5, 0.4]], base_tokens=1, fixed_rows=3, max_rows=4) == [1]  # max_rows alone bounds it
     with pytest.raises(ValueError, match="rows: expected strictly increasing"):
         StepTimeTable(rows=(2, 2), ms=(1.0, 1.0))
     with pytest.raises(ValueError, match="ms: expected times non-decreasing"):

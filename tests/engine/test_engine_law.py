@@ -3,8 +3,9 @@
 * exact, by enumeration: every branch of one request's draws (its first token, the model drafter's drafts,
   the chain rule's accept/reject and residual or bonus token) is run through a real engine with companions
   of other prompts, seeds and drafters; the enumerated law of the request's output equals
-  :func:`~specdec.testing.laws.exact.autoregressive_law` of the target (total variation < 1e-9), and a
-  drafter that drafts greedily but reports a softmax law is far from it;
+  :func:`~specdec.testing.laws.exact.autoregressive_law` of the target (total variation < 1e-9), also when
+  the request's prompt is prefilled in chunks under a row cap; a drafter that drafts greedily but reports a
+  softmax law is far from it;
 * exact, by enumeration, with a :class:`~specdec.verify.TreeVerifier`: every draw of every verify row of the
   tree walk is a branch; a request whose drafter's best-first trees have sibling nodes follows the target's
   law (total variation < 1e-12), and two biased walks patched into the engine's round are far from it;
@@ -63,10 +64,12 @@ def target_logits(context: tuple[int, ...]) -> torch.Tensor:
     return logits
 
 
-def build_engine(drafters):
+def build_engine(drafters, **engine_kwargs):
     """The same engine every call: one request per prompt, request i drafted by ``drafters[i]()``, seed 10 + i."""
     queue = iter(drafters)
-    engine = Engine(law_target(), lambda: next(queue)(), ChainVerifier(), max_batch=len(PROMPTS), num_draft_tokens=2)
+    engine = Engine(
+        law_target(), lambda: next(queue)(), ChainVerifier(), max_batch=len(PROMPTS), num_draft_tokens=2, **engine_kwargs
+    )
     ids = [engine.add_request(p, max_new_tokens=NEW_TOKENS, sampling=SAMPLING, seed=10 + i) for i, p in enumerate(PROMPTS)]
     return engine, ids
 
@@ -94,6 +97,20 @@ def test_enumerated_engine_law_equals_autoregressive_law(monkeypatch, which):
     # request 2 is a companion only: it drafts as request 0 does
     law = enumerate_request_law(monkeypatch, lambda: build_engine([ngram, model, ngram]), which)
     expected = autoregressive_law(target_logits, PROMPTS[which], NEW_TOKENS, sampling=SAMPLING)
+    assert abs(sum(law.values()) - 1.0) < 1e-9
+    assert total_variation(law, expected) < 1e-9
+
+
+def test_enumerated_engine_law_with_chunked_prefill_equals_autoregressive_law(monkeypatch):
+    # 4 rows a forward, a budget of 2 nodes: request 2's prompt goes in two chunks beside the others' rows, its first
+    # token is drawn from the last chunk's last row, and its drafts are verified in the rows the prefills leave
+    chunked = functools.partial(build_engine, [ngram, model, ngram], max_pass_rows=4, verify_budget=2)
+    engine, ids = chunked()
+    engine.step()
+    engine.step()
+    assert engine.request(ids[2]).prefilled == 2 and engine.output(ids[2]).numel() == 0  # half its prompt, no token yet
+    law = enumerate_request_law(monkeypatch, chunked, 2)
+    expected = autoregressive_law(target_logits, PROMPTS[2], NEW_TOKENS, sampling=SAMPLING)
     assert abs(sum(law.values()) - 1.0) < 1e-9
     assert total_variation(law, expected) < 1e-9
 

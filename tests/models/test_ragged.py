@@ -8,6 +8,9 @@
 * the bucketed static forward (what CUDA graphs capture; padding rows in a scratch slot, a longer attended
   span) agrees with the unpadded packed forward to rounding and is bitwise equal when the bucket is the
   forward's own shape; it leaves idle slots untouched;
+* a prompt in chunks (chunked prefill) continues from the slot's committed length, beside other requests' rows,
+  in every layout and on the static path: bitwise the batch-1 target's chunks (per_request), the whole prompt's
+  logits to rounding;
 * commits, resets and truncations touch only their slot; the weights are the dense target's own;
 * bad rows raise before any work and leave every slot as it was;
 * a slot is a batch-1 Target: ``generate`` on it equals ``generate`` on the dense target.
@@ -205,8 +208,43 @@ def test_static_forward_is_bitwise_the_unpadded_one_when_the_bucket_is_its_own_s
         assert torch.equal(out.logits, ref.logits) and torch.equal(out.hidden[0], ref.hidden[0])
     assert static.static_keys == [(8, 5, 5, (1,))]
     assert all(torch.equal(a[:3], b[:3]) for a, b in zip(static.k_caches, plain.k_caches))
+    assert static.row_buckets == (5, 8)
     static.disable_static_path()
-    assert static.static_keys == [] and not static.uses_cuda_graphs
+    assert static.static_keys == [] and not static.uses_cuda_graphs and static.row_buckets == ()
+
+
+CHUNKS = ((0, 7), (7, 20), (20, 29), (29, 30))
+
+
+@pytest.mark.parametrize("layout", ["per_request", "packed", "static"])
+def test_a_prompt_in_chunks_continues_from_the_slots_committed_length(layout):
+    """A slot holding a prompt's earlier chunks takes the next one at positions ``length + i`` (chunked prefill),
+    beside another request's verify rows: the chunks' logits are the whole prompt's to rounding (per_request:
+    bitwise the batch-1 target's over the same chunks), and the slot then continues as after one prefill."""
+    gen = torch.Generator().manual_seed(5)
+    prompt = torch.randint(0, VOCAB, (1, 30), generator=gen)
+    ragged = RaggedDenseTarget(DENSE, slots=2, layout="per_request" if layout == "per_request" else "packed")
+    if layout == "static":
+        ragged.enable_static_path((1, 4, 16))  # every forward below fits the 16-row bucket
+    ragged.forward([RequestRows(0, torch.tensor([[3, 1, 4, 1, 5]]))])
+    ragged.commit(0, 5)
+    chunked, alone = [], replay(ALONE, [])
+    for a, b in CHUNKS:
+        _, out = ragged.forward([RequestRows(0, torch.tensor([[9, 2]])), RequestRows(1, prompt[:, a:b])])
+        ragged.discard(0)
+        ragged.commit(1, b - a)
+        chunked.append(out.logits)
+        if layout == "per_request":
+            assert torch.equal(out.logits, alone(prompt[:, a:b]).logits)
+            alone.commit(b - a)
+    whole = replay(ALONE, [])(prompt).logits
+    assert ragged.length(1) == 30
+    torch.testing.assert_close(torch.cat(chunked, dim=1), whole, rtol=0, atol=1e-5)
+    after = ragged.forward([RequestRows(1, torch.tensor([[8, 6]]))])[0].logits
+    alone = replay(ALONE, [(RequestRows(1, prompt), 30)])
+    torch.testing.assert_close(after, alone(torch.tensor([[8, 6]])).logits, rtol=0, atol=1e-5)
+    if layout == "static":
+        assert max(key[0] for key in ragged.static_keys) == 16
 
 
 def test_static_path_errors():

@@ -3,6 +3,8 @@
 * every request's logits (and hidden taps) are ``torch.equal`` to the batch-1 forward of the same rows, for
   prefills, chain and tree rows, any companions and any order (hypothesis), across commits of tree paths
   (the GDN states follow the accepted path exactly as on the batch-1 target);
+* a prompt in chunks (chunked prefill) continues from the slot's committed length and GDN states, in both
+  layouts: bitwise the batch-1 target's chunks and states (per_request), the whole prompt's to rounding;
 * commits, resets and truncations touch only their slot; the hybrid target's own cache is left as it was;
 * bad rows raise before any work and leave every slot as it was (both layouts); unknown layouts are refused;
 * the Qwen3-Next layout (sparse MoE MLPs) is batch-invariant too;
@@ -123,6 +125,38 @@ def test_the_hybrid_targets_own_cache_is_left_as_it_was():
     ragged.reset(1)
     assert target.length == 3 and torch.equal(target.recurrent_states, states)
     assert torch.equal(target(torch.tensor([[9, 4]])).logits, expected)
+
+
+@pytest.mark.parametrize("layout", ["per_request", "packed"])
+def test_a_prompt_in_chunks_continues_from_the_slots_committed_states(layout):
+    """A slot holding a prompt's earlier chunks takes the next one from its committed length and GDN states
+    (chunked prefill), beside another request's verify rows: the chunks' logits are the whole prompt's to
+    rounding (per_request: bitwise the batch-1 target's over the same chunks), and so are the states after."""
+    gen = torch.Generator().manual_seed(5)
+    prompt = torch.randint(0, VOCAB, (1, 40), generator=gen)
+    ragged = RaggedHybridTarget(HYBRID, slots=2, layout=layout)
+    ragged.forward([RequestRows(0, torch.tensor([[3, 1, 4, 1, 5]]))])
+    ragged.commit(0, 5)
+    chunked, alone = [], replay(ALONE, [])
+    for a, b in ((0, 7), (7, 20), (20, 39), (39, 40)):
+        _, out = ragged.forward([RequestRows(0, torch.tensor([[9, 2]])), RequestRows(1, prompt[:, a:b])])
+        ragged.discard(0)
+        ragged.commit(1, b - a)
+        chunked.append(out.logits)
+        if layout == "per_request":
+            assert torch.equal(out.logits, alone(prompt[:, a:b]).logits)
+            alone.commit(b - a)
+    if layout == "per_request":
+        assert torch.equal(ragged.recurrent_states(1), alone.recurrent_states)
+        assert torch.equal(ragged.conv_states(1), alone.conv_states)
+    whole = replay(ALONE, [])(prompt).logits
+    ALONE.commit(40)
+    assert ragged.length(1) == 40
+    torch.testing.assert_close(torch.cat(chunked, dim=1), whole, rtol=0, atol=1e-5)
+    torch.testing.assert_close(ragged.recurrent_states(1), ALONE.recurrent_states, rtol=0, atol=1e-5)
+    torch.testing.assert_close(ragged.conv_states(1), ALONE.conv_states, rtol=0, atol=1e-5)
+    after = ragged.forward([RequestRows(1, torch.tensor([[8, 6]]))])[0].logits
+    torch.testing.assert_close(after, ALONE(torch.tensor([[8, 6]])).logits, rtol=0, atol=1e-5)
 
 
 def test_commit_reset_and_truncate_touch_only_their_slot():

@@ -1,0 +1,58 @@
+"""The engine benchmark's dense path: its CPU smoke run records the row cap, the prefill rows and the eager forwards."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from benchmarks.decode import bench_engine
+from specdec.drafters import NGramDrafter
+from specdec.models.ragged import ROW_BUCKETS, RaggedDenseTarget
+from specdec.testing import tiny_target
+
+
+def test_smoke_rows_record_the_cap_the_prefill_rows_and_no_eager_forward(tmp_path):
+    out = tmp_path / "bench_engine.json"
+    argv = ["--smoke", "--weights", "planted", "--waves", "2", "--layouts", "packed", "--wall-budget-s", "600", "--out", str(out)]
+    assert bench_engine.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result["max_pass_rows_arg"] == "auto" and result["graphs"]["mode"] == "static_path"
+    lengths = result["prompt_lengths"]
+    for row in result["rows"]:
+        c = row["concurrency"]
+        batch = lengths if c == 1 else [lengths[i % len(lengths)] for i in range(c * 2)]
+        assert row["max_pass_rows"] == ROW_BUCKETS[-1]  # "auto": the static path's largest bucket
+        assert row["eager_passes"] == 0 and row["max_rows_per_pass"] <= ROW_BUCKETS[-1]
+        assert row["prefill_rows"] == sum(batch)
+        assert row["equal_to_batched_ar"] and row["mismatches_vs_alone"] == 0
+
+
+def test_decode_counts_forwards_past_the_largest_bucket_and_the_cap_removes_them():
+    ragged = RaggedDenseTarget(tiny_target(seed=0), slots=3, layout="packed")
+    ragged.enable_static_path((1, 2, 4, 8))
+    prompts = [torch.arange(1, 14), torch.arange(3, 12), torch.arange(5, 9)]  # 26 prompt rows
+    runs = {
+        cap: bench_engine.decode(
+            ragged, prompts, concurrency=3, drafter=NGramDrafter(), num_draft_tokens=1, max_new_tokens=4, max_pass_rows=cap
+        )
+        for cap in (None, "auto", 7)
+    }
+    assert runs[None]["eager_passes"] == 1 and runs[None]["max_rows_per_pass"] == 26  # the prefills in one forward
+    assert runs["auto"]["max_pass_rows"] == 8 and runs["auto"]["eager_passes"] == 0 and runs["auto"]["max_rows_per_pass"] == 8
+    assert runs[7]["eager_passes"] == 0 and runs[7]["max_rows_per_pass"] == 7
+    assert all(run["prefill_rows"] == 26 for run in runs.values())
+    for a, b in zip(runs[None]["tokens"], runs[7]["tokens"]):
+        assert torch.equal(a, b)
+    unbucketed = RaggedDenseTarget(tiny_target(seed=0), slots=3, layout="packed")
+    run = bench_engine.decode(unbucketed, prompts, concurrency=3, drafter=NGramDrafter(), num_draft_tokens=1, max_new_tokens=4)
+    assert run["max_pass_rows"] is None and run["eager_passes"] is None  # no buckets: every forward is eager
+
+
+def test_max_pass_rows_argument():
+    assert bench_engine.parse_args(["--max-pass-rows", "none"]).max_pass_rows is None
+    assert bench_engine.parse_args(["--max-pass-rows", "96"]).max_pass_rows == 96
+    assert bench_engine.parse_args([]).max_pass_rows == "auto"
+    for bad in ("0", "-4", "big"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"expected 'auto', 'none' or an int >= 1, got '{bad}'"):
+            bench_engine.pass_rows_arg(bad)
