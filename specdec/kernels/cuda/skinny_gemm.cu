@@ -1739,7 +1739,7 @@ int specdec_q_v2_plan(int M, int N, int K, int sms, long long* out) {
   const bool tma = K % 32 == 0;
   const Plan pl = tma ? make_bulk_plan(M, N, K, sms, kTmaQPipeline) : make_plan(kQ, M, N, K, sms);
   out[0] = pl.rt_per_cta;
-  out[1] = pl.k_splits;
+  out[1] = tma ? pl.k_splits : 1;  // the register kernel splits K inside clusters, without a workspace
   out[2] = pl.n_chunks;
   out[3] = pl.grid_x;
   out[4] = pl.smem_bytes;
