@@ -5,9 +5,10 @@ cuBLAS bf16 (``F.linear``), cuBLAS fp8 with one scale per tensor (``torch._scale
 lossy reference), the Triton W12 exact and Q-view kernels (``specdec.formats.w12_linear`` / ``q_linear``)
 and the CUDA kernels of ``specdec/kernels/cuda`` (``specdec::skinny_gemm_bf16``, ``specdec::w12_gemm_small_m``,
 ``specdec::q_gemm_small_m``; ``cuda_w12`` and ``cuda_q`` pinned to the register kernels, ``SPECDEC_W12_CUDA_VARIANT=v1``
-and ``SPECDEC_Q_CUDA_VARIANT=v1``, the other variants in columns of their own). Time per call: a CUDA graph of ``--calls`` (20) calls, median of ``--reps``
-replays. Reported: time, weight bytes/s (the bytes each kernel must read: bf16 2, fp8 1, W12 its planes, Q
-its AE plane and bases), ratio to cuBLAS bf16 and to the copy bandwidth of the same run.
+and ``SPECDEC_Q_CUDA_VARIANT=v1``, the other variants in columns of their own). Time per call: a CUDA graph of
+``--calls`` (20) calls, median of ``--reps`` replays. Reported: time, weight bytes/s (the bytes each kernel must
+read: bf16 2, fp8 1, W12 its planes, Q its AE plane and bases), ratio to cuBLAS bf16 and to the copy bandwidth of the
+same run.
 
 Correctness first, in the same run:
 * decoded weights bit-exact: the CUDA W12 kernel on one-hot rows of x (output column n of row m is then
