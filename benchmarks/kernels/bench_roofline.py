@@ -4,9 +4,11 @@ Per Qwen3-8B / Qwen3-32B linear shape (random weights, ``specdec/models/shapes.p
 cuBLAS bf16 (``F.linear``), cuBLAS fp8 with one scale per tensor (``torch._scaled_mm``, M padded to 16; the
 lossy reference), the Triton W12 exact and Q-view kernels (``specdec.formats.w12_linear`` / ``q_linear``)
 and the CUDA kernels of ``specdec/kernels/cuda`` (``specdec::skinny_gemm_bf16``, ``specdec::w12_gemm_small_m``,
-``specdec::q_gemm_small_m``). Time per call: a CUDA graph of ``--calls`` (20) calls, median of ``--reps``
-replays. Reported: time, weight bytes/s (the bytes each kernel must read: bf16 2, fp8 1, W12 its planes, Q
-its AE plane and bases), ratio to cuBLAS bf16 and to the copy bandwidth of the same run.
+``specdec::q_gemm_small_m``; ``cuda_w12`` and ``cuda_q`` pinned to the register kernels, ``SPECDEC_W12_CUDA_VARIANT=v1``
+and ``SPECDEC_Q_CUDA_VARIANT=v1``, the other variants in columns of their own). Time per call: a CUDA graph of
+``--calls`` (20) calls, median of ``--reps`` replays. Reported: time, weight bytes/s (the bytes each kernel must
+read: bf16 2, fp8 1, W12 its planes, Q its AE plane and bases), ratio to cuBLAS bf16 and to the copy bandwidth of the
+same run.
 
 Correctness first, in the same run:
 * decoded weights bit-exact: the CUDA W12 kernel on one-hot rows of x (output column n of row m is then
@@ -26,6 +28,8 @@ Correctness first, in the same run:
 * the same checks, on the same shapes, for that kernel with four producer warps issuing the copies (``cuda_w12_v6``:
   ``SPECDEC_W12_CUDA_VARIANT=v6``) and for that pipeline fed by 2-D TMA copies through tensor maps (``cuda_w12_v7``:
   ``SPECDEC_W12_CUDA_VARIANT=v7``);
+* the same two checks, on the same shapes, for the Q view on that tensor-map pipeline (``cuda_q_v2``:
+  ``SPECDEC_Q_CUDA_VARIANT=v2``; K % 32 != 0 runs the register Q kernel) against ``q_view()``;
 * every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
   within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
 
@@ -34,6 +38,7 @@ Correctness first, in the same run:
     compute-sanitizer --tool memcheck python -m benchmarks.kernels.bench_roofline --sanitize
     python -m benchmarks.kernels.bench_roofline --probe v5 --out $OUT/v5_probe.json   # one staged kernel alone, first
     python -m benchmarks.kernels.bench_roofline --skip-variant v5 ...        # any mode above without it (repeatable)
+    (--probe and --skip-variant take v5, v6, v7 and q_v2)
     python -m benchmarks.kernels.bench_roofline --plot-only roofline.json    # redraw the PNG from a JSON
     python -m benchmarks.kernels.bench_roofline --ar-step --out $OUT/ar_step.json   # GPU; add --smoke on a CPU
 
@@ -49,6 +54,7 @@ same weights, but its GEMMs reduce in another order, so the logits need not be b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -92,10 +98,12 @@ V5_SANITIZE_SHAPES = ((300, 1056),)
 # other kernels' results with it): (N, K, M), against the fp32 product with the timed run's tolerance.
 V5_PROBE_CASES = ((520, 2048, 8), (300, 1056, 1), (300, 1056, 8), (4096, 4096, 8))
 SMOKE_V5_PROBE_CASES = ((24, 64, 1), (20, 96, 8))
-# The kernels fed by copies into shared-memory stages: bulk copies from one producer warp (v5) and from four (v6),
-# 2-D TMA copies through tensor maps (v7); each runs v5's check, sanitizer and probe shapes and can be probed alone
-# (--probe) and left out (--skip-variant).
+# The W12 kernels fed by copies into shared-memory stages: bulk copies from one producer warp (v5) and from four (v6),
+# 2-D TMA copies through tensor maps (v7).
 BULK_VARIANTS = ("v5", "v6", "v7")
+# Those and the Q view on the tensor-map pipeline (SPECDEC_Q_CUDA_VARIANT=v2): each runs v5's check, sanitizer and
+# probe shapes and can be probed alone (--probe) and left out (--skip-variant).
+PROBE_VARIANTS = (*BULK_VARIANTS, "q_v2")
 KERNELS = (
     "cublas_bf16",
     "cublas_fp8",
@@ -109,20 +117,42 @@ KERNELS = (
     "cuda_w12_v5",
     "cuda_w12_v6",
     "cuda_w12_v7",
+    "cuda_q_v2",
 )
+
+
+@contextlib.contextmanager
+def variant_env(env: str, variant: str):
+    """``os.environ[env] = variant`` inside the block; afterwards the previous value, or none, again.
+
+    Example:
+        >>> with variant_env("SPECDEC_EXAMPLE_VARIANT", "v2"):
+        ...     os.environ["SPECDEC_EXAMPLE_VARIANT"]
+        'v2'
+        >>> "SPECDEC_EXAMPLE_VARIANT" in os.environ
+        False
+    """
+    old = os.environ.get(env)
+    os.environ[env] = variant
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[env]
+        else:
+            os.environ[env] = old
 
 
 def w12_variant(ops, variant: str, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
     """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=variant`` for this call (the previous value restored)."""
-    old = os.environ.get(ops.W12_VARIANT_ENV)
-    os.environ[ops.W12_VARIANT_ENV] = variant
-    try:
+    with variant_env(ops.W12_VARIANT_ENV, variant):
         return ops.w12_gemm_small_m(x, *planes)
-    finally:
-        if old is None:
-            del os.environ[ops.W12_VARIANT_ENV]
-        else:
-            os.environ[ops.W12_VARIANT_ENV] = old
+
+
+def q_variant(ops, variant: str, x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """``ops.q_gemm_small_m`` with ``SPECDEC_Q_CUDA_VARIANT=variant`` for this call (the previous value restored)."""
+    with variant_env(ops.Q_VARIANT_ENV, variant):
+        return ops.q_gemm_small_m(x, ae, base)
 
 
 def w12_v3(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
@@ -153,6 +183,28 @@ def w12_v7(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
 def bulk_call(variant: str) -> Callable[..., torch.Tensor]:
     """The call of a staged W12 kernel by its name in ``BULK_VARIANTS``: ``bulk_call("v6") is w12_v6``."""
     return {"v5": w12_v5, "v6": w12_v6, "v7": w12_v7}[variant]
+
+
+def probe_call(ops, variant: str) -> Callable[[torch.Tensor, object], torch.Tensor]:
+    """``(x, w12) -> y`` with the kernel ``variant`` of ``PROBE_VARIANTS`` (``"q_v2"``: the Q view of ``w12``)."""
+    if variant == "q_v2":
+        return lambda x, w12: q_variant(ops, "v2", x, w12.ae, w12.base)
+    return lambda x, w12: bulk_call(variant)(ops, x, *w12_planes(w12))
+
+
+def column(variant: str) -> str:
+    """The timed column of a kernel of ``PROBE_VARIANTS``.
+
+    Example:
+        >>> column("v5"), column("q_v2")
+        ('cuda_w12_v5', 'cuda_q_v2')
+    """
+    return f"cuda_{variant}" if variant.startswith("q_") else f"cuda_w12_{variant}"
+
+
+def w12_planes(w12) -> tuple[torch.Tensor, ...]:
+    """The planes of a ``W12Tensor`` in the order of ``ops.w12_gemm_small_m``."""
+    return (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
 
 
 def linear_shapes(model: str) -> dict[str, tuple[int, int]]:
@@ -257,13 +309,15 @@ def decode_checks(
     v4_shapes=(),
     v5_shapes=(),
     bulk=BULK_VARIANTS,
+    q_v2=True,
 ) -> list[dict]:
-    """One-hot decode check of the W12 (every variant), Q and bf16 kernels on planted weights (bit-exact; -0 as +0).
+    """One-hot decode check of the W12 (every variant), Q (both) and bf16 kernels on planted weights (bit-exact; -0 as +0).
 
     ``v3_shapes``: further ``(N, K)`` checked with the streaming W12 kernel only; ``v4_shapes`` / ``v5_shapes``:
-    further ``(N, K, M)`` checked with the split-K / staged W12 kernels only (``v5_shapes`` with every variant of
-    ``bulk``), with ``M`` one-hot rows per call. ``bulk``: the staged variants (of ``BULK_VARIANTS``) to check; the
-    others are not called at all (no ``w12_<variant>_*`` keys).
+    further ``(N, K, M)`` checked with the split-K / staged kernels only (``v5_shapes`` with every variant of
+    ``bulk`` and the Q tensor-map kernel), with ``M`` one-hot rows per call. ``bulk``: the staged W12 variants (of
+    ``BULK_VARIANTS``) to check; the others are not called at all (no ``w12_<variant>_*`` keys). ``q_v2``: whether
+    the Q tensor-map kernel (``SPECDEC_Q_CUDA_VARIANT=v2``) is checked (``q_v2_*`` keys) or not called at all.
     """
     from specdec.formats.w12 import W12Tensor
 
@@ -271,7 +325,8 @@ def decode_checks(
     for n, k in shapes:
         w = planted_weight(n, k, gen, device)
         w12 = W12Tensor.from_bf16(w)
-        planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+        planes = w12_planes(w12)
+        wq = w12.q_view()
         row = dict(N=n, K=k, escapes=w12.num_escapes)
         got = one_hot_columns(lambda x: w12_variant(ops, "v1", x, *planes), n, k, device)
         row["w12_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(w)))
@@ -283,8 +338,11 @@ def decode_checks(
         for v in bulk:
             got_bulk[v] = one_hot_columns(lambda x, v=v: bulk_call(v)(ops, x, *planes), n, k, device)
             row[f"w12_{v}_decode_exact"] = bool(torch.equal(zero_sign(got_bulk[v]), zero_sign(w)))
-        got_q = one_hot_columns(lambda x: ops.q_gemm_small_m(x, w12.ae, w12.base), n, k, device)
-        row["q_decode_exact"] = bool(torch.equal(zero_sign(got_q), zero_sign(w12.q_view())))
+        got_q = one_hot_columns(lambda x: q_variant(ops, "v1", x, w12.ae, w12.base), n, k, device)
+        row["q_decode_exact"] = bool(torch.equal(zero_sign(got_q), zero_sign(wq)))
+        if q_v2:
+            got_q2 = one_hot_columns(lambda x: q_variant(ops, "v2", x, w12.ae, w12.base), n, k, device)
+            row["q_v2_decode_exact"] = bool(torch.equal(zero_sign(got_q2), zero_sign(wq)))
         got_b = one_hot_columns(lambda x: ops.skinny_gemm_bf16(x, w), n, k, device)
         row["bf16_one_hot_exact"] = bool(torch.equal(zero_sign(got_b), zero_sign(w)))
         x = torch.randn(8, k, generator=gen, device=device).to(torch.bfloat16)
@@ -294,6 +352,9 @@ def decode_checks(
         row["w12_v4_deterministic"] = bool(torch.equal(w12_v4(ops, x, *planes), w12_v4(ops, x, *planes)))
         for v in bulk:
             row[f"w12_{v}_deterministic"] = bool(torch.equal(bulk_call(v)(ops, x, *planes), bulk_call(v)(ops, x, *planes)))
+        if q_v2:
+            q2 = probe_call(ops, "q_v2")
+            row["q_v2_deterministic"] = bool(torch.equal(q2(x, w12), q2(x, w12)))
         if not row["w12_decode_exact"]:
             bad = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
             row["w12_first_mismatches"] = bad
@@ -304,6 +365,8 @@ def decode_checks(
         for v in bulk:
             if not row[f"w12_{v}_decode_exact"]:
                 row[f"w12_{v}_first_mismatches"] = (zero_sign(got_bulk[v]) != zero_sign(w)).nonzero()[:5].tolist()
+        if q_v2 and not row["q_v2_decode_exact"]:
+            row["q_v2_first_mismatches"] = (zero_sign(got_q2) != zero_sign(wq)).nonzero()[:5].tolist()
         out.append(row)
         print(
             f"decode check N={n} K={k} escapes={w12.num_escapes}: w12 {row['w12_decode_exact']} "
@@ -311,8 +374,8 @@ def decode_checks(
             f"w12_v3 {row['w12_v3_decode_exact']} deterministic {row['w12_v3_deterministic']} "
             f"w12_v4 {row['w12_v4_decode_exact']} deterministic {row['w12_v4_deterministic']} "
             + " ".join(
-                f"w12_{v} {row.get(f'w12_{v}_decode_exact', 'not run')} deterministic {row.get(f'w12_{v}_deterministic', 'not run')}"
-                for v in BULK_VARIANTS
+                f"{name} {row.get(f'{name}_decode_exact', 'not run')} deterministic {row.get(f'{name}_deterministic', 'not run')}"
+                for name in (*(f"w12_{v}" for v in BULK_VARIANTS), "q_v2")
             ),
             flush=True,
         )
@@ -333,23 +396,27 @@ def decode_checks(
             f"deterministic {row['w12_v3_deterministic']}",
             flush=True,
         )
-    own = [("v4", w12_v4, v4_shapes)] + [(v, bulk_call(v), v5_shapes) for v in bulk]
-    for variant, call, only_shapes in own:
+    # (key prefix, call (x, w12) -> y, shapes, whether it computes the Q view)
+    own = [("w12_v4", lambda x, w12: w12_v4(ops, x, *w12_planes(w12)), v4_shapes, False)]
+    own += [(f"w12_{v}", probe_call(ops, v), v5_shapes, False) for v in bulk]
+    if q_v2:
+        own.append(("q_v2", probe_call(ops, "q_v2"), v5_shapes, True))
+    for name, call, only_shapes, q_view in own:
         for n, k, m in only_shapes:
             w = planted_weight(n, k, gen, device)
             w12 = W12Tensor.from_bf16(w)
-            planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-            row = dict(N=n, K=k, M=m, escapes=w12.num_escapes, only=f"w12_{variant}")
-            got = one_hot_columns(lambda x: call(ops, x, *planes), n, k, device, rows=m)
-            row[f"w12_{variant}_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(w)))
+            expected = w12.q_view() if q_view else w
+            row = dict(N=n, K=k, M=m, escapes=w12.num_escapes, only=name)
+            got = one_hot_columns(lambda x: call(x, w12), n, k, device, rows=m)
+            row[f"{name}_decode_exact"] = bool(torch.equal(zero_sign(got), zero_sign(expected)))
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
-            row[f"w12_{variant}_deterministic"] = bool(torch.equal(call(ops, x, *planes), call(ops, x, *planes)))
-            if not row[f"w12_{variant}_decode_exact"]:
-                row[f"w12_{variant}_first_mismatches"] = (zero_sign(got) != zero_sign(w)).nonzero()[:5].tolist()
+            row[f"{name}_deterministic"] = bool(torch.equal(call(x, w12), call(x, w12)))
+            if not row[f"{name}_decode_exact"]:
+                row[f"{name}_first_mismatches"] = (zero_sign(got) != zero_sign(expected)).nonzero()[:5].tolist()
             out.append(row)
             print(
-                f"decode check N={n} K={k} M={m} escapes={w12.num_escapes}: w12_{variant} "
-                f"{row[f'w12_{variant}_decode_exact']} deterministic {row[f'w12_{variant}_deterministic']}",
+                f"decode check N={n} K={k} M={m} escapes={w12.num_escapes}: {name} "
+                f"{row[f'{name}_decode_exact']} deterministic {row[f'{name}_deterministic']}",
                 flush=True,
             )
     return out
@@ -374,7 +441,7 @@ def weight_bytes(kind: str, n: int, k: int, w12) -> int:
         return n * k
     if kind == "triton_w12" or kind.startswith("cuda_w12"):  # every CUDA W12 variant reads all planes
         return int(w12.nbytes)
-    return int(w12.ae.numel() + w12.base.numel())  # Q view: AE plane and bases
+    return int(w12.ae.numel() + w12.base.numel())  # Q view (triton_q, cuda_q, cuda_q_v2): AE plane and bases
 
 
 def bench_shape(
@@ -386,7 +453,7 @@ def bench_shape(
     w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
     w12 = W12Tensor.from_bf16(w)
     wq = w12.q_view()
-    planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+    planes = w12_planes(w12)
     w8 = w.to(torch.float8_e4m3fn)
     one = torch.ones((), device=device)
     # the Triton columns run Triton even where "auto" would pick the CUDA small-M kernel (reference on CPU)
@@ -416,10 +483,11 @@ def bench_shape(
             "triton_q": (lambda: q_linear(x, w12, backend=triton_backend), yq32, err_cublas_q),
             "cuda_bf16": (lambda: ops.skinny_gemm_bf16(x, w), y32, err_cublas),
             "cuda_w12": (lambda: w12_variant(ops, "v1", x, *planes), y32, err_cublas),
-            "cuda_q": (lambda: ops.q_gemm_small_m(x, w12.ae, w12.base), yq32, err_cublas_q),
+            "cuda_q": (lambda: q_variant(ops, "v1", x, w12.ae, w12.base), yq32, err_cublas_q),
             "cuda_w12_v3": (lambda: w12_v3(ops, x, *planes), y32, err_cublas),
             "cuda_w12_v4": (lambda: w12_v4(ops, x, *planes), y32, err_cublas),
             **{f"cuda_w12_{v}": (lambda v=v: bulk_call(v)(ops, x, *planes), y32, err_cublas) for v in BULK_VARIANTS},
+            "cuda_q_v2": (lambda: q_variant(ops, "v2", x, w12.ae, w12.base), yq32, err_cublas_q),
         }
         for kind in left_out(args):
             del fns[kind]
@@ -707,8 +775,8 @@ def summary_lines(result: dict) -> list[str]:
 
 
 def left_out(args) -> list[str]:
-    """The staged kernels ``--skip-variant`` leaves out, as timed-column names in ``BULK_VARIANTS`` order."""
-    return [f"cuda_w12_{v}" for v in BULK_VARIANTS if v in args.skip_variants]
+    """The kernels ``--skip-variant`` leaves out, as timed-column names in ``PROBE_VARIANTS`` order."""
+    return [column(v) for v in PROBE_VARIANTS if v in args.skip_variants]
 
 
 def kept_bulk(args) -> tuple[str, ...]:
@@ -716,11 +784,12 @@ def kept_bulk(args) -> tuple[str, ...]:
     return tuple(v for v in BULK_VARIANTS if v not in args.skip_variants)
 
 
-def bulk_probe(cases, gen: torch.Generator, device: torch.device, ops, variant: str) -> list[dict]:
-    """Runs the staged W12 kernel ``variant`` (one of ``BULK_VARIANTS``) once per ``(N, K, M)`` case and checks it against the fp32 product.
+def variant_probe(cases, gen: torch.Generator, device: torch.device, ops, variant: str) -> list[dict]:
+    """Runs the kernel ``variant`` (one of ``PROBE_VARIANTS``) once per ``(N, K, M)`` case and checks it against the fp32 product.
 
-    Tolerance as in the timed run: ``2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7`` per element. Returns one
-    dict per case (``ok``, ``max_err``); a case that raises is recorded with its error and ``ok=False``.
+    The product of the weight (``"q_v2"``: of its Q view); tolerance as in the timed run:
+    ``2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7`` per element. Returns one dict per case (``ok``,
+    ``max_err``); a case that raises is recorded with its error and ``ok=False``.
     """
     from specdec.formats.w12 import W12Tensor
 
@@ -730,10 +799,11 @@ def bulk_probe(cases, gen: torch.Generator, device: torch.device, ops, variant: 
         try:
             w = planted_weight(n, k, gen, device)
             w12 = W12Tensor.from_bf16(w)
+            expected = w12.q_view() if variant == "q_v2" else w
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
-            y32 = x.float() @ w.float().T
-            err_ref = (F.linear(x, w).float() - y32).abs().max().item()
-            y = bulk_call(variant)(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+            y32 = x.float() @ expected.float().T
+            err_ref = (F.linear(x, expected).float() - y32).abs().max().item()
+            y = probe_call(ops, variant)(x, w12)
             sync(device)
             err = (y.float() - y32).abs()
             row["max_err"] = err.max().item()
@@ -755,15 +825,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="CPU: reference paths only, tiny shapes")
     parser.add_argument("--sanitize", action="store_true", help="one small shape, every CUDA kernel once (for compute-sanitizer)")
     parser.add_argument(
-        "--probe", choices=BULK_VARIANTS, default=None, help="only run this staged W12 kernel on a few shapes and check it"
+        "--probe", choices=PROBE_VARIANTS, default=None, help="only run this staged kernel on a few shapes and check it"
     )
     parser.add_argument(
         "--skip-variant",
         dest="skip_variants",
         action="append",
         default=[],
-        choices=BULK_VARIANTS,
-        help="leave this staged W12 kernel out (timing, checks, sanitize); repeatable",
+        choices=PROBE_VARIANTS,
+        help="leave this staged kernel out (timing, checks, sanitize); repeatable",
     )
     parser.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     parser.add_argument("--budget-s", type=float, default=150.0, help="no new case starts after this many seconds")
@@ -800,7 +870,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.probe:
         variant = args.probe
-        probe = bulk_probe(SMOKE_V5_PROBE_CASES if args.smoke else V5_PROBE_CASES, gen, device, ops, variant)
+        probe = variant_probe(SMOKE_V5_PROBE_CASES if args.smoke else V5_PROBE_CASES, gen, device, ops, variant)
         passed = all(c["ok"] for c in probe)
         record = {f"{variant}_probe": probe, f"{variant}_probe_passed": passed, "wall_s": time.time() - t_start}
         write_json(args.out, record, prov, indent=1)
@@ -811,29 +881,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.sanitize:
         from specdec.formats.w12 import W12Tensor
 
+        staged = [v for v in PROBE_VARIANTS if v not in args.skip_variants]
         for n, k in SANITIZE_SHAPES:
             w = planted_weight(n, k, gen, device)
             w12 = W12Tensor.from_bf16(w)
+            planes = w12_planes(w12)
             for m in (1, 8):
                 x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
                 ops.skinny_gemm_bf16(x, w)
-                w12_variant(ops, "v1", x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-                w12_v3(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-                w12_v4(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-                for v in kept_bulk(args):
-                    bulk_call(v)(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-                ops.q_gemm_small_m(x, w12.ae, w12.base)
+                w12_variant(ops, "v1", x, *planes)
+                w12_v3(ops, x, *planes)
+                w12_v4(ops, x, *planes)
+                q_variant(ops, "v1", x, w12.ae, w12.base)
+                for v in staged:
+                    probe_call(ops, v)(x, w12)
             sync(device)
             print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
-        for v in kept_bulk(args):
+        for v in staged:
             for n, k in V5_SANITIZE_SHAPES:
                 w = planted_weight(n, k, gen, device)
                 w12 = W12Tensor.from_bf16(w)
                 for m in (1, 8):
                     x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
-                    bulk_call(v)(ops, x, w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+                    probe_call(ops, v)(x, w12)
                 sync(device)
-                print(f"sanitize: the {v} W12 kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
+                print(f"sanitize: the {column(v)} kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
         return 0
 
     if args.ar_step:
@@ -861,6 +933,7 @@ def main(argv: list[str] | None = None) -> int:
         SMOKE_V4_DECODE_SHAPES if args.smoke else V4_DECODE_SHAPES,
         SMOKE_V5_DECODE_SHAPES if args.smoke else V5_DECODE_SHAPES,
         bulk=kept_bulk(args),
+        q_v2="q_v2" not in args.skip_variants,
     )
     checks_passed = decode_checks_passed(checks)
     shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}

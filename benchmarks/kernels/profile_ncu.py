@@ -5,9 +5,11 @@ Two roles.
 ``--launch`` is the program ``ncu`` runs. It builds the planted weights of ``bench_roofline`` for a fixed case
 list (Qwen3-8B o, qkv, lm_head, gate_up, down and the Qwen3-32B down, M = 1 and 8) and launches, per case and
 kernel (cuBLAS bf16 ``F.linear``, the CUDA ``specdec::skinny_gemm_bf16``, ``w12_gemm_small_m`` and
-``q_gemm_small_m``, and ``w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` / ``v4`` / ``v5`` / ``v6`` / ``v7``
-as ``cuda_w12_v3`` ... ``cuda_w12_v7``), one untimed warm call, then exactly one call between ``cudaProfilerStart``
-and ``cudaProfilerStop`` inside an NVTX range named ``<kernel>|<shape>|M=<m>`` (108 ranges). Run under
+``q_gemm_small_m`` with their register kernels (``SPECDEC_W12_CUDA_VARIANT=v1``, ``SPECDEC_Q_CUDA_VARIANT=v1``),
+``w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` / ``v4`` / ``v5`` / ``v6`` / ``v7`` as ``cuda_w12_v3`` ...
+``cuda_w12_v7``, and ``q_gemm_small_m`` with ``SPECDEC_Q_CUDA_VARIANT=v2`` as ``cuda_q_v2``), one untimed warm call,
+then exactly one call between ``cudaProfilerStart`` and ``cudaProfilerStop`` inside an NVTX range named
+``<kernel>|<shape>|M=<m>`` (120 ranges). Run under
 ``ncu --profile-from-start off --nvtx --print-nvtx-rename kernel``, only those calls are profiled and each
 profiled kernel carries its range's name. It writes a manifest (``--out``: one entry per range, in launch
 order, with the weight bytes the kernel must read and the copy bandwidth of the same process). With
@@ -68,6 +70,7 @@ from benchmarks.kernels.bench_roofline import (
     bulk_call,
     linear_shapes,
     planted_weight,
+    q_variant,
     sync,
     time_per_call,
     w12_v3,
@@ -86,6 +89,7 @@ KERNELS = (
     "cuda_w12_v5",
     "cuda_w12_v6",
     "cuda_w12_v7",
+    "cuda_q_v2",
 )
 MS = (1, 8)
 # (model, linear) in launch order: the shapes the roofline notes ask about first (8B o, lm_head) early.
@@ -205,10 +209,11 @@ def case_functions(x: torch.Tensor, w: torch.Tensor, w12, ops) -> dict:
         "cublas_bf16": lambda: F.linear(x, w),
         "cuda_bf16": lambda: ops.skinny_gemm_bf16(x, w),
         "cuda_w12": lambda: w12_variant(ops, "v1", x, *planes),
-        "cuda_q": lambda: ops.q_gemm_small_m(x, w12.ae, w12.base),
+        "cuda_q": lambda: q_variant(ops, "v1", x, w12.ae, w12.base),
         "cuda_w12_v3": lambda: w12_v3(ops, x, *planes),
         "cuda_w12_v4": lambda: w12_v4(ops, x, *planes),
         **{f"cuda_w12_{v}": (lambda v=v: bulk_call(v)(ops, x, *planes)) for v in BULK_VARIANTS},
+        "cuda_q_v2": lambda: q_variant(ops, "v2", x, w12.ae, w12.base),
     }
 
 

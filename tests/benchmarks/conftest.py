@@ -18,3 +18,20 @@ def w12_variants_called(monkeypatch):
     monkeypatch.setattr(ops, "w12_gemm_small_m", recording)
     monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
     return variants
+
+
+@pytest.fixture
+def q_variants_called(monkeypatch):
+    """``(ops.q_variant(K), M, K)`` of every ``ops.q_gemm_small_m`` call made during the test (``x`` is ``[M, K]``)."""
+    from specdec.kernels.cuda import ops
+
+    exact = ops.q_gemm_small_m
+    calls = []
+
+    def recording(x, ae, base):
+        calls.append((ops.q_variant(x.shape[1]), *x.shape))
+        return exact(x, ae, base)
+
+    monkeypatch.setattr(ops, "q_gemm_small_m", recording)
+    monkeypatch.delenv(ops.Q_VARIANT_ENV, raising=False)
+    return calls

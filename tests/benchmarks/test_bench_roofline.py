@@ -10,7 +10,7 @@ from benchmarks.kernels import bench_roofline
 from specdec.kernels.cuda import ops
 
 
-def test_smoke_mode_runs_and_checks_pass(tmp_path):
+def test_smoke_mode_runs_and_checks_pass(tmp_path, q_variants_called):
     out = tmp_path / "roofline.json"
     assert bench_roofline.main(["--smoke", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
@@ -25,11 +25,18 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path):
         assert all(c[f"w12_{variant}_decode_exact"] and c[f"w12_{variant}_deterministic"] for c in mine), variant
     for variant in ("v4", *bench_roofline.BULK_VARIANTS):
         assert sorted(c["M"] for c in checks if c.get("only") == f"w12_{variant}") == [1, 8], variant
+    # the Q tensor-map kernel: the shared shapes and the staged kernels' own, against q_view()
+    mine = [c for c in checks if c.get("only", "q_v2") == "q_v2"]
+    assert sorted(c.get("M", 0) for c in mine) == [0] * len(shared) + [1, 8]
+    assert all(c["q_v2_decode_exact"] and c["q_v2_deterministic"] for c in mine)
     assert [(r["linear"], r["M"]) for r in result["rows"]] == [("a", 1), ("a", 8), ("b", 1), ("b", 8)]
     for row in result["rows"]:
         for kind in bench_roofline.KERNELS:
             assert row[f"{kind}_s"] > 0, (kind, row)
     assert (tmp_path / "roofline.png").stat().st_size > 0
+    # the cuda_q column at M = 1 (no register-kernel check calls one token) runs v1 even at K = 64, where it would run
+    # v2 unpinned; the cuda_q_v2 column runs v2 at any K
+    assert {("v1", 1, 64), ("v1", 1, 136), ("v2", 1, 64), ("v2", 1, 136)} <= set(q_variants_called)
 
 
 def test_a_wrong_decoded_weight_fails_the_run(tmp_path, monkeypatch):
@@ -62,18 +69,20 @@ def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
         assert result[key] > 0, key
 
 
-def smoke_with_a_wrong_weight(tmp_path, monkeypatch, variant, reads, cell, delta=1):
-    """The smoke run with ``w12_gemm_small_m`` off by ``delta`` at output ``cell`` under ``variant`` in the calls ``reads(x)``."""
-    exact = ops.w12_gemm_small_m
+def smoke_with_a_wrong_weight(tmp_path, monkeypatch, variant, reads, cell, delta=1, op="w12"):
+    """The smoke run with ``<op>_gemm_small_m`` (``op``: "w12" or "q") off by ``delta`` at output ``cell`` under ``variant`` in the calls ``reads(x)``."""
+    exact = getattr(ops, f"{op}_gemm_small_m")
+    variant_now = getattr(ops, f"{op}_variant")
 
     def off(x, *planes):
         y = exact(x, *planes).clone()
-        if ops.w12_variant() == variant and reads(x):
+        if variant_now() == variant and reads(x):
             y[cell] = y[cell] + delta
         return y
 
-    monkeypatch.setattr(ops, "w12_gemm_small_m", off)
+    monkeypatch.setattr(ops, f"{op}_gemm_small_m", off)
     monkeypatch.delenv(ops.W12_VARIANT_ENV, raising=False)
+    monkeypatch.delenv(ops.Q_VARIANT_ENV, raising=False)
     out = tmp_path / "roofline.json"
     return bench_roofline.main(["--smoke", "--out", str(out)]), json.loads(out.read_text())
 
@@ -101,8 +110,8 @@ def test_a_wrong_weight_of_the_split_k_w12_kernel_alone_fails_the_run(tmp_path, 
 BULK = bench_roofline.BULK_VARIANTS
 
 
-def others_exact(checks: list[dict], variant: str) -> bool:
-    """Every W12 decode check of ``checks`` holds but those of ``variant``."""
+def others_exact(checks: list[dict], variant: str | None) -> bool:
+    """Every W12 decode check of ``checks`` holds but those of ``variant`` (``None``: every one)."""
     return all(
         c.get(f"w12{v}_decode_exact", True) for c in checks for v in ("", "_v3", "_v4", *(f"_{b}" for b in BULK if b != variant))
     )
@@ -110,11 +119,7 @@ def others_exact(checks: list[dict], variant: str) -> bool:
 
 @pytest.mark.parametrize("variant", BULK)
 def test_a_wrong_weight_of_one_staged_kernel_alone_fails_the_run(tmp_path, monkeypatch, variant):
-    # the single-token calls reading column 5 (the variant's own M = 1 shape) and the 8-token calls reading column 0
-    def reads(x):
-        return bool(x[0, 5] == 1) if x.shape[0] == 1 else x.shape[0] == 8 and bool((x[:, 0] == 1).any())
-
-    rc, result = smoke_with_a_wrong_weight(tmp_path, monkeypatch, variant, reads, (0, 4))
+    rc, result = smoke_with_a_wrong_weight(tmp_path, monkeypatch, variant, reads_column_5_alone_or_column_0_of_eight, (0, 4))
     assert rc == 1 and not result["decode_checks_passed"]
     checks = result["decode_checks"]
     assert others_exact(checks, variant)
@@ -127,6 +132,24 @@ def test_a_wrong_weight_of_one_staged_kernel_alone_fails_the_run(tmp_path, monke
     mine = f"w12_{variant}"
     shared = [("shared", None, [[4, 0]])] * len(bench_roofline.SMOKE_DECODE_SHAPES)
     assert sorted(bad, key=str) == sorted([*shared, (mine, 8, [[4, 0]]), (mine, 1, [[4, 5]])], key=str)
+
+
+def reads_column_5_alone_or_column_0_of_eight(x) -> bool:
+    """The single-token calls reading column 5 (a staged kernel's own M = 1 shape) and the 8-token calls reading column 0."""
+    return bool(x[0, 5] == 1) if x.shape[0] == 1 else x.shape[0] == 8 and bool((x[:, 0] == 1).any())
+
+
+def test_a_wrong_weight_of_the_q_tensor_map_kernel_alone_fails_the_run(tmp_path, monkeypatch):
+    rc, result = smoke_with_a_wrong_weight(tmp_path, monkeypatch, "v2", reads_column_5_alone_or_column_0_of_eight, (0, 4), op="q")
+    assert rc == 1 and not result["decode_checks_passed"]
+    checks = result["decode_checks"]
+    assert others_exact(checks, None) and all(c.get("q_decode_exact", True) for c in checks)
+    bad = [
+        (c.get("only", "shared"), c.get("M"), c["q_v2_first_mismatches"]) for c in checks if not c.get("q_v2_decode_exact", True)
+    ]
+    # row 4 of column 0 on the shared shapes and the staged kernels' M = 8 shape, row 4 of column 5 on their M = 1 shape
+    shared = [("shared", None, [[4, 0]])] * len(bench_roofline.SMOKE_DECODE_SHAPES)
+    assert sorted(bad, key=str) == sorted([*shared, ("q_v2", 8, [[4, 0]]), ("q_v2", 1, [[4, 5]])], key=str)
 
 
 @pytest.mark.parametrize("variant", BULK)
@@ -184,3 +207,51 @@ def test_skip_variant_repeated_leaves_every_staged_kernel_out_of_the_sanitizer(t
     variants.clear()
     assert bench_roofline.main(["--smoke", "--sanitize", "--skip-variant", "v7", "--out", str(tmp_path / "r.json")]) == 0
     assert "v7" not in variants and {"v5", "v6"} <= set(variants)
+
+
+def test_q_probe_runs_only_the_q_tensor_map_kernel_and_fails_on_its_wrong_output(tmp_path, monkeypatch, w12_variants_called):
+    out = tmp_path / "probe.json"
+    assert bench_roofline.main(["--smoke", "--probe", "q_v2", "--out", str(out)]) == 0
+    probe = json.loads(out.read_text())
+    assert probe["q_v2_probe_passed"] and [(c["N"], c["K"], c["M"]) for c in probe["q_v2_probe"]] == list(
+        bench_roofline.SMOKE_V5_PROBE_CASES
+    )
+    assert w12_variants_called == []  # no W12 kernel runs
+    exact = ops.q_gemm_small_m
+    variants = []
+
+    def off_under_v2(x, ae, base):
+        variants.append(ops.q_variant())
+        y = exact(x, ae, base).clone()
+        if ops.q_variant() == "v2" and x.shape[0] == 8:
+            y[3, 0] = y[3, 0] + 64
+        return y
+
+    monkeypatch.setattr(ops, "q_gemm_small_m", off_under_v2)
+    assert bench_roofline.main(["--smoke", "--probe", "q_v2", "--out", str(out)]) == 1
+    probe = json.loads(out.read_text())
+    assert not probe["q_v2_probe_passed"] and [c["ok"] for c in probe["q_v2_probe"]] == [True, False]
+    assert set(variants) == {"v2"}
+    assert bench_roofline.main(["--smoke", "--probe", "v7", "--out", str(out)]) == 0  # the W12 kernels are not affected
+
+
+def test_skip_variant_q_v2_leaves_only_the_q_tensor_map_kernel_out(tmp_path, w12_variants_called, q_variants_called):
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--skip-variant", "q_v2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert {v for v, *_ in q_variants_called} == {"v1"} and {"v1", "v3", "v4", *BULK} <= set(w12_variants_called)
+    assert result["kernels_left_out"] == ["cuda_q_v2"] and result["decode_checks_passed"]
+    assert not any(key.startswith("q_v2") for c in result["decode_checks"] for key in c)
+    assert all("cuda_q_v2_s" not in r and r["cuda_q_s"] > 0 and r["cuda_w12_v7_s"] > 0 for r in result["rows"])
+
+
+def test_sanitize_runs_the_q_tensor_map_kernel_unless_skipped(tmp_path, q_variants_called):
+    assert bench_roofline.main(["--smoke", "--sanitize", "--out", str(tmp_path / "r.json")]) == 0
+    # the shared shapes (K % 32 != 0 in the GPU run) and the staged kernels' own shapes (K % 32 == 0)
+    assert {v for v, *_ in q_variants_called} == {"v1", "v2"}
+    assert sum(v == "v2" for v, *_ in q_variants_called) == 2 * (
+        len(bench_roofline.SANITIZE_SHAPES) + len(bench_roofline.V5_SANITIZE_SHAPES)
+    )
+    q_variants_called.clear()
+    assert bench_roofline.main(["--smoke", "--sanitize", "--skip-variant", "q_v2", "--out", str(tmp_path / "r.json")]) == 0
+    assert {v for v, *_ in q_variants_called} == {"v1"}

@@ -106,7 +106,7 @@ def test_smoke_launch_names_every_range_and_the_parser_reads_them_back(tmp_path)
     ranges = launched["ranges"]
     assert len(ranges) == 2 * len(profile_ncu.MS) * len(profile_ncu.KERNELS)
     assert [r["kernel"] for r in ranges[: len(profile_ncu.KERNELS)]] == list(profile_ncu.KERNELS)
-    assert {"cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6", "cuda_w12_v7"} <= set(profile_ncu.KERNELS)
+    assert {"cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6", "cuda_w12_v7", "cuda_q_v2"} <= set(profile_ncu.KERNELS)
     assert all(re.fullmatch(profile_ncu.RANGE_PATTERN, r["range"]) and r["time_s"] > 0 for r in ranges)
     w12 = next(r for r in ranges if r["kernel"] == "cuda_w12")
     bf16 = next(r for r in ranges if r["kernel"] == "cuda_bf16")
@@ -166,3 +166,16 @@ def test_smoke_launch_runs_every_staged_kernel_and_skips_them_all(tmp_path, w12_
     assert json.loads(manifest.read_text())["kernels"] == [
         k for k in profile_ncu.KERNELS if k not in {f"cuda_w12_{v}" for v in staged}
     ]
+
+
+def test_smoke_launch_pins_the_q_column_to_the_register_kernel_and_skips_q_v2(tmp_path, q_variants_called):
+    manifest = tmp_path / "ncu_launch.json"
+    assert profile_ncu.main(["--launch", "--smoke", "--out", str(manifest)]) == 0
+    # K = 64 would run v2 unpinned: cuda_q runs v1 there, cuda_q_v2 runs v2 at any K, once warm and once profiled
+    assert sorted(q_variants_called) == sorted(
+        (variant, m, k) for variant in ("v1", "v2") for k in (64, 136) for m in profile_ncu.MS for _ in range(2)
+    )
+    q_variants_called.clear()
+    assert profile_ncu.main(["--launch", "--smoke", "--skip-kernel", "cuda_q_v2", "--out", str(manifest)]) == 0
+    assert {v for v, *_ in q_variants_called} == {"v1"}
+    assert "cuda_q_v2" not in json.loads(manifest.read_text())["kernels"]

@@ -1,4 +1,4 @@
-"""The SASS report names each staged kernel by its variant (bulk copies from one producer warp: v5, four: v6; TMA: v7)."""
+"""The SASS report names each staged kernel by its variant (bulk copies from one producer warp: v5, four: v6; TMA: W12 v7, Q v2)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from specdec.kernels.cuda import sass_report
 
 BULK_ONE = "_ZN12_GLOBAL__N_115w12_bulk_kernelILi1EEEvNS_6ParamsEPfPj"
 BULK_FOUR = "_ZN12_GLOBAL__N_115w12_bulk_kernelILi4EEEvNS_6ParamsEPfPj"
-TMA = "_ZN12_GLOBAL__N_114w12_tma_kernelENS_6ParamsEPfPj"
-# template arguments shaped like the skinny kernel's: the TMA kernel must still be found by its own name
-TMA_TEMPLATE = "_ZN12_GLOBAL__N_114w12_tma_kernelILi1ELb1EEEvNS_6ParamsEPK14CUtensorMap_stPfPj"
+# the tensor-map kernel's instantiations, named as nvcc mangles them inside the file's anonymous namespace
+TMA_W12 = "_ZN47_GLOBAL__N__4f1b1fa3_14_skinny_gemm_cu_17e8135d15tma_gemm_kernelILi1EEEvNS_6ParamsEPfPj14CUtensorMap_stS4_S4_"
+TMA_Q = "_ZN47_GLOBAL__N__4f1b1fa3_14_skinny_gemm_cu_17e8135d15tma_gemm_kernelILi2EEEvNS_6ParamsEPfPj14CUtensorMap_stS4_S4_"
 
 
 def test_staged_instantiations_are_reported_by_variant(tmp_path, monkeypatch, capsys):
@@ -22,13 +22,13 @@ def test_staged_instantiations_are_reported_by_variant(tmp_path, monkeypatch, ca
         "/*0020*/ UTMALDG.2D [UR8], [UR4] ;",
         "/*0030*/ @P0 BRA 0x0 ;",
     ]
-    dump = "".join(f"Function : {name}\n" + "\n".join(loop) + "\n" for name in (BULK_FOUR, BULK_ONE, TMA))
+    dump = "".join(f"Function : {name}\n" + "\n".join(loop) + "\n" for name in (BULK_FOUR, BULK_ONE, TMA_W12, TMA_Q))
     text = tmp_path / "sass.txt"
     text.write_text(dump)
     monkeypatch.setattr(sys, "argv", ["sass_report", "--text", str(text)])
     sass_report.main()
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("w12_")]
-    assert [line.split()[0] for line in lines] == ["w12_v6", "w12_v5", "w12_v7"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("w12_", "q_"))]
+    assert [line.split()[0] for line in lines] == ["w12_v6", "w12_v5", "w12_v7", "q_v2"]
     # 4 instructions over 2 stages x 2 rows x 16 weights per lane
     assert all("loop 4 instr, 1 HMMA, 0.06 instr/weight/lane" in line for line in lines), lines
     assert all("UBLKCP 1" in line and "UTMALDG 1" in line for line in lines), lines
@@ -37,8 +37,9 @@ def test_staged_instantiations_are_reported_by_variant(tmp_path, monkeypatch, ca
 @pytest.mark.parametrize(
     ("name", "kind"),
     [
-        (TMA, ("w12_v7", "1")),
-        (TMA_TEMPLATE, ("w12_v7", "1")),
+        (TMA_W12, ("w12_v7", "1")),
+        (TMA_Q, ("q_v2", "1")),
+        (TMA_Q.replace("ILi2E", "ILi0E"), None),
         (BULK_ONE, ("w12_v5", "1")),
         (BULK_FOUR, ("w12_v6", "1")),
         ("_ZN12_GLOBAL__N_117w12_split_kernelILb0EEEvNS_6ParamsEPfPj", ("w12_v4", "0")),
@@ -46,7 +47,7 @@ def test_staged_instantiations_are_reported_by_variant(tmp_path, monkeypatch, ca
         ("_ZN12_GLOBAL__N_118skinny_gemm_kernelILi2ELb0EEEvNS_6ParamsE", ("2", "0")),
         ("_ZN12_GLOBAL__N_111zero_kernelEPfi", None),
     ],
-    ids=["tma", "tma-template", "bulk-one", "bulk-four", "split", "stream", "skinny-q", "unknown"],
+    ids=["tma-w12", "tma-q", "tma-unknown-kind", "bulk-one", "bulk-four", "split", "stream", "skinny-q", "unknown"],
 )
 def test_kernel_kind_of_each_mangled_name(name, kind):
     assert sass_report.kernel_kind(name) == kind

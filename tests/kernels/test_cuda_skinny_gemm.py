@@ -114,11 +114,12 @@ def test_unloadable_library_is_a_clear_error(monkeypatch, tmp_path):
         load_library()
 
 
-def test_library_from_an_older_source_is_a_clear_error(monkeypatch, tmp_path):
+@pytest.mark.parametrize("missing", ["specdec_w12_gemm_small_m_v3", "specdec_q_gemm_small_m_v2", "specdec_q_v2_plan"])
+def test_library_from_an_older_source_is_a_clear_error(monkeypatch, tmp_path, missing):
     # a build/ library compiled before an entry point was added: loading must say "rebuild", not AttributeError
     class OlderLibrary:
         def __getattr__(self, name):
-            if name == "specdec_w12_gemm_small_m_v3":
+            if name == missing:
                 raise AttributeError(f"undefined symbol: {name}")
             return type("Fn", (), {})()
 
@@ -187,6 +188,33 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
         ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5', 'v6', 'v7'\) or unset, got 'v2'"
     ):
         w12_gemm_small_m(x, *planes(w12))
+
+
+def test_q_variant_is_read_on_every_call_and_checked(monkeypatch):
+    from specdec.kernels.cuda.ops import Q_VARIANT_ENV, Q_VARIANTS, W12_VARIANT_ENV, q_variant
+
+    w12 = W12Tensor.from_bf16(planted(24, 64))
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    monkeypatch.delenv(Q_VARIANT_ENV, raising=False)
+    # unset: the tensor-map kernel where it runs (K % 32 == 0), the register kernel elsewhere
+    assert [q_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v2", "v2", "v1", "v1", "v1"]
+    assert q_variant() == "v1"
+    # the W12 variable steers the W12 kernel only (v2 is no W12 variant)
+    monkeypatch.setenv(W12_VARIANT_ENV, "v2")
+    assert q_variant(4096) == "v2"
+    assert torch.equal(q_gemm_small_m(x, w12.ae, w12.base), q_linear_reference(x, w12))
+    monkeypatch.delenv(W12_VARIANT_ENV)
+    monkeypatch.setenv(Q_VARIANT_ENV, "v1")
+    assert q_variant(4096) == "v1"  # a set variable wins at any K
+    assert Q_VARIANTS == ("v1", "v2")
+    for variant in Q_VARIANTS:
+        monkeypatch.setenv(Q_VARIANT_ENV, variant)
+        assert q_variant() == variant
+        # CPU: every variant runs the reference
+        assert torch.equal(q_gemm_small_m(x, w12.ae, w12.base), q_linear_reference(x, w12)), variant
+    monkeypatch.setenv(Q_VARIANT_ENV, "v7")
+    with pytest.raises(ValueError, match=r"SPECDEC_Q_CUDA_VARIANT: expected one of \('v1', 'v2'\) or unset, got 'v7'"):
+        q_gemm_small_m(x, w12.ae, w12.base)
 
 
 def test_streaming_w12_plan_fits_shared_memory_and_fills_the_gpu():
@@ -260,14 +288,63 @@ def test_split_k_workspace_is_made_once_per_device_and_size_and_zeroed():
     from specdec.kernels.cuda import ops
 
     cpu = torch.device("cpu")
-    first = ops.w12_workspace(cpu, 1030)
+    first = ops.split_k_workspace(cpu, 1030)
     assert first.dtype == torch.int32 and first.numel() == 258 and not first.any()
     first[0] = 5  # a launch leaves its counters zero; the cache hands the same tensor back untouched
-    assert ops.w12_workspace(cpu, 1030) is first
-    assert ops.w12_workspace(cpu, 1034) is not first
+    assert ops.split_k_workspace(cpu, 1030) is first
+    assert ops.split_k_workspace(cpu, 1034) is not first
     with pytest.raises(ValueError, match="nbytes: expected a positive workspace size, got 0"):
-        ops.w12_workspace(cpu, 0)
+        ops.split_k_workspace(cpu, 0)
     first[0] = 0
+
+
+def test_split_k_workspace_is_never_made_during_graph_capture(monkeypatch):
+    from specdec.kernels.cuda import ops
+
+    # checked before any allocation, so a CPU-only machine sees the refusal too
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(
+        RuntimeError,
+        match=r"q_gemm_small_m \(v2\): its 12344-byte workspace on cuda:0 would be made during CUDA graph capture; "
+        r"call the op once on this shape before capturing",
+    ):
+        ops.split_k_workspace(torch.device("cuda", 0), 12344, op="q_gemm_small_m (v2)")
+
+
+def test_split_k_launch_hands_the_planned_workspace_to_the_kernel():
+    from specdec.kernels.cuda import ops
+
+    class Library:
+        def specdec_cuda_last_error(self):
+            return b"M=9 is not a token count"
+
+    calls = []
+
+    def plan_of(nbytes, rc=0):
+        def plan(m, n, k, sms, out):
+            calls.append(("plan", m, n, k, sms))
+            out[5] = nbytes
+            return rc
+
+        return plan
+
+    def run(*args):
+        calls.append(("run", *args))
+        return 0
+
+    cpu = torch.device("cpu")
+    args = ("x", "ae", "base", "y", 8, 72, 4128)
+    for nbytes in (2052, 0):
+        calls.clear()
+        assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(nbytes), run, args, 8, 72, 4128, cpu, "s") == 0
+        assert calls[0] == ("plan", 8, 72, 4128, 0)  # sms = 0: the current device's multiprocessors
+        *given, ws_ptr, ws_bytes, stream = calls[1][1:]
+        assert tuple(given) == args and (ws_bytes, stream) == (nbytes, "s")
+        assert ws_ptr.value == (ops.split_k_workspace(cpu, nbytes).data_ptr() if nbytes else None)
+    calls.clear()
+    with pytest.raises(RuntimeError, match=r"q_gemm_small_m \(v2\) plan: CUDA kernel launch failed \(3\): M=9 is not"):
+        ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(0, rc=3), run, args, 8, 72, 4128, cpu, "s")
+    assert [c[0] for c in calls] == ["plan"]  # no launch after a failed plan
 
 
 BULK_SHAPES = DECODE_SHAPES + [(8, 72, 25632), (1, 72, 4128), (1, 300, 1056), (8, 300, 1056), (8, 520, 2048)]
@@ -365,3 +442,36 @@ def test_tma_plan_on_the_model_shapes_fills_whole_waves(m):
     expected = {(4096, 4096): 4, (6144, 4096): 2, (24576, 4096): 2, (4096, 12288): 4, (151936, 4096): 1, (5120, 25600): 3}
     for (n, k), splits in expected.items():
         assert launch_plan("w12_v7", m, n, k, 132)["k_splits"] == splits, (n, k)
+
+
+@pytest.mark.parametrize("m,n,k", BULK_SHAPES)
+def test_q_tensor_map_plan_is_the_w12_pipeline_without_the_nib_plane(m, n, k):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    q = launch_plan("q_v2", m, n, k, 132)
+    if k % 32:  # the register Q kernel runs: its plan, with no K splits over independent CTAs and no workspace
+        register = launch_plan("q", m, n, k, 132)
+        assert q == {**register, "k_splits": 1, "workspace_bytes": 0, "bulk_copies": 0}, (q, register)
+        return
+    ks, stages, blocks = q["k_splits"], q["chunks"], q["ctas_x"]
+    assert q["bulk_copies"] == 1 and q["row_tiles_per_cta"] == 4, q
+    assert blocks == -(-n // 64) and stages == -(-k // 128), q  # 64-row blocks, stages of 128 weights
+    assert 1 <= ks <= min(64, stages), q
+    # a stage holds the AE plane and x, not the nib plane: less shared memory than the W12 kernel's, still two CTAs per SM
+    w12 = launch_plan("w12_v7", m, n, k, 132)
+    assert 0 < q["shared_bytes"] < w12["shared_bytes"] and 2 * (q["shared_bytes"] + 1024) <= 227 * 1024, (q, w12)
+    # the W12 split-K workspace: row-block counters, then fp32 partials [row blocks][splits][64 rows][M]
+    counters = -(-blocks * 4 // 256) * 256
+    assert q["workspace_bytes"] == (0 if ks == 1 else counters + blocks * ks * 64 * m * 4), q
+
+
+@pytest.mark.parametrize("m", [1, 8])
+def test_q_tensor_map_plan_on_the_model_shapes_fills_the_gpu(m):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    # (N, K): Qwen3-8B o, qkv, gate_up, down, lm_head; Qwen3-32B down
+    for n, k in [(4096, 4096), (6144, 4096), (24576, 4096), (4096, 12288), (151936, 4096), (5120, 25600)]:
+        plan = launch_plan("q_v2", m, n, k, 132)
+        assert plan["bulk_copies"] == 1 and plan["ctas_x"] * plan["k_splits"] >= 132, (n, k, plan)

@@ -16,7 +16,14 @@ planes and ``x`` into a ring of shared-memory stages, four consumer warps decode
 runs the ``"v4"`` kernel), ``"v6"`` that pipeline with four producer warps issuing the copies
 (``specdec_w12_gemm_small_m_v6``) and ``"v7"`` that pipeline with its producer issuing one 2-D TMA copy per plane
 per stage through tensor maps (``specdec_w12_gemm_small_m_v7``); both fall back as ``"v5"`` does. All decode
-bit-exactly; they sum in different orders, so their outputs may differ in the last bits.
+bit-exactly; they sum in different orders, so their outputs may differ in the last bits. Unset, it is ``"v7"`` where
+``K % 32 == 0``, else ``"v1"`` (:func:`w12_variant`).
+
+``SPECDEC_Q_CUDA_VARIANT`` (read on every call) picks the Q-view kernel the same way (:func:`q_variant`): ``"v1"``
+the register kernel (``specdec_q_gemm_small_m``), ``"v2"`` the Q view on the tensor-map pipeline of ``"v7"``, K split
+over independent CTAs with the same workspace contract (``specdec_q_gemm_small_m_v2``; ``K % 32 != 0`` runs the
+``"v1"`` kernel); unset, ``"v2"`` where ``K % 32 == 0``, else ``"v1"``. Both decode the same Q view; they sum in
+different orders.
 
 W12 planes are those of :class:`specdec.formats.W12Tensor` (``ae``, ``nib``, ``base``, ``esc_ptr``, ``esc_pos``,
 ``esc_bits``); with ``K % 8 == 0`` the planes are unpadded (``ae`` is ``[N, K]``).
@@ -54,19 +61,26 @@ __all__ = [
     "q_gemm_small_m",
     "launch_plan",
     "w12_variant",
-    "w12_workspace",
+    "q_variant",
+    "split_k_workspace",
     "MAX_TOKENS",
     "KINDS",
     "W12_VARIANT_ENV",
     "W12_VARIANTS",
+    "Q_VARIANT_ENV",
+    "Q_VARIANTS",
 ]
 
 MAX_TOKENS = 8
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
 W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
 W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7")
-# The split-K variants fed by copies into shared-memory stages: their plans also say whether the copies run.
-_STAGED_VARIANTS = ("v5", "v6", "v7")
+Q_VARIANT_ENV = "SPECDEC_Q_CUDA_VARIANT"
+Q_VARIANTS = ("v1", "v2")
+# launch_plan kinds of the kernels with K split over independent CTAs -> their plan's entry point (seven int64 values).
+_SPLIT_K_PLANS = {**{f"w12_{v}": f"specdec_w12_{v}_plan" for v in SPLIT_K_VARIANTS}, "q_v2": "specdec_q_v2_plan"}
+# Those fed by copies into shared-memory stages: their plans also say whether the copies run.
+_STAGED_KINDS = ("w12_v5", "w12_v6", "w12_v7", "q_v2")
 # Byte alignment the kernels' vector loads need of every plane's base address.
 _ALIGN = 16
 
@@ -126,6 +140,14 @@ def _raise_on_failure(lib: ctypes.CDLL, rc: int, what: str) -> None:
         raise RuntimeError(f"{what}: CUDA kernel launch failed ({rc}): {lib.specdec_cuda_last_error().decode()}")
 
 
+def _variant(env: str, variants: tuple[str, ...], tensor_map: str, k: int | None) -> str:
+    # Unset: the tensor-map kernel where its copies run (K % 32 == 0), the register kernel "v1" elsewhere.
+    value = os.environ.get(env, "") or (tensor_map if k is not None and k % 32 == 0 else "v1")
+    if value not in variants:
+        raise ValueError(f"{env}: expected one of {variants} or unset, got {value!r}")
+    return value
+
+
 def w12_variant(k: int | None = None) -> str:
     """The W12 CUDA kernel :func:`w12_gemm_small_m` runs now for weights of width ``k``: ``$SPECDEC_W12_CUDA_VARIANT``.
 
@@ -140,27 +162,42 @@ def w12_variant(k: int | None = None) -> str:
         >>> w12_variant(4096), w12_variant(4104), w12_variant()
         ('v7', 'v1', 'v1')
     """
-    value = os.environ.get(W12_VARIANT_ENV, "") or ("v7" if k is not None and k % 32 == 0 else "v1")
-    if value not in W12_VARIANTS:
-        raise ValueError(f"{W12_VARIANT_ENV}: expected one of {W12_VARIANTS} or unset, got {value!r}")
-    return value
+    return _variant(W12_VARIANT_ENV, W12_VARIANTS, "v7", k)
+
+
+def q_variant(k: int | None = None) -> str:
+    """The Q-view CUDA kernel :func:`q_gemm_small_m` runs now for weights of width ``k``: ``$SPECDEC_Q_CUDA_VARIANT``.
+
+    Unset: ``"v2"`` (the Q view on the tensor-map pipeline) where ``k % 32 == 0``, else ``"v1"`` (the register
+    kernel; ``k=None`` stands for such a width). Raises ValueError for any other value than those of ``Q_VARIANTS``.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop("SPECDEC_Q_CUDA_VARIANT", None) and None
+        >>> q_variant(4096), q_variant(4104), q_variant()
+        ('v2', 'v1', 'v1')
+    """
+    return _variant(Q_VARIANT_ENV, Q_VARIANTS, "v2", k)
 
 
 _WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
 
 
-def w12_workspace(device: torch.device, nbytes: int) -> torch.Tensor:
-    """The workspace of the split-K W12 kernels (``SPECDEC_W12_CUDA_VARIANT`` v4 to v7), ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
+def split_k_workspace(device: torch.device, nbytes: int, *, op: str = "split_k_workspace") -> torch.Tensor:
+    """The workspace of the kernels with K split over independent CTAs, ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
 
-    One tensor per (device, size), zeroed once when it is made and kept for the life of the process (a CUDA
-    graph that captured a launch keeps using its address). The kernel leaves its counters zero after every
-    launch, so no launch clears it. Launches sharing a workspace must not run concurrently: the ops run on
-    ``torch.cuda.current_stream()``, one launch after another. Raises RuntimeError when the workspace would be made
-    during CUDA graph capture (call the op once on that shape before capturing), ValueError for ``nbytes < 1``.
+    Those kernels are W12 ``SPECDEC_W12_CUDA_VARIANT`` v4 to v7 and Q ``SPECDEC_Q_CUDA_VARIANT`` v2; each takes the
+    bytes its plan asks for. One tensor per (device, size), zeroed once when it is made and kept for the life of the
+    process (a CUDA graph that captured a launch keeps using its address). The kernels leave their counters zero
+    after every launch, so no launch clears it. Launches sharing a workspace must not run concurrently: the ops run
+    on ``torch.cuda.current_stream()``, one launch after another. Raises RuntimeError naming ``op`` when the
+    workspace would be made during CUDA graph capture (call the op once on that shape before capturing),
+    ValueError for ``nbytes < 1``.
 
     Example (CPU tensors stand for the device's)::
 
-        >>> w12_workspace(torch.device("cpu"), 10).shape
+        >>> split_k_workspace(torch.device("cpu"), 10).shape
         torch.Size([3])
     """
     if nbytes < 1:
@@ -171,7 +208,7 @@ def w12_workspace(device: torch.device, nbytes: int) -> torch.Tensor:
     if ws is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(
-                f"w12_gemm_small_m ({' / '.join(SPLIT_K_VARIANTS)}): its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
+                f"{op}: its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
                 "call the op once on this shape before capturing"
             )
         ws = torch.zeros(-(-nbytes // 4), dtype=torch.int32, device=device)
@@ -185,6 +222,16 @@ def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
 
 def _stream(device: torch.device) -> ctypes.c_void_p:
     return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _launch_split_k(lib, what: str, plan_of, run, args: tuple, m: int, n: int, k: int, device: torch.device, stream) -> int:
+    # A kernel with K split over independent CTAs: its plan on the current device (sms = 0) says how many workspace
+    # bytes it needs; it gets them after its other arguments, then the stream. Returns the launch's code.
+    plan = (ctypes.c_longlong * 7)()
+    _raise_on_failure(lib, plan_of(m, n, k, 0, plan), f"{what} plan")
+    nbytes = plan[5]
+    ws_ptr = _ptr(split_k_workspace(device, nbytes, op=what)) if nbytes else ctypes.c_void_p(None)
+    return run(*args, ws_ptr, nbytes, stream)
 
 
 @torch.library.custom_op("specdec::skinny_gemm_bf16", mutates_args=())
@@ -284,11 +331,7 @@ def w12_gemm_small_m(
         if variant in SPLIT_K_VARIANTS:
             plan_of = getattr(lib, f"specdec_w12_{variant}_plan")
             run = getattr(lib, f"specdec_w12_gemm_small_m_{variant}")
-            plan = (ctypes.c_longlong * 7)()
-            _raise_on_failure(lib, plan_of(m, n, k, 0, plan), f"w12_gemm_small_m ({variant}) plan")
-            nbytes = plan[5]
-            ws_ptr = _ptr(w12_workspace(x.device, nbytes)) if nbytes else ctypes.c_void_p(None)
-            rc = run(*args, ws_ptr, nbytes, _stream(x.device))
+            rc = _launch_split_k(lib, f"w12_gemm_small_m ({variant})", plan_of, run, args, m, n, k, x.device, _stream(x.device))
         else:
             rc = kernel(*args, _stream(x.device))
     _raise_on_failure(lib, rc, f"w12_gemm_small_m ({variant})")
@@ -307,9 +350,11 @@ def q_gemm_small_m(x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> tor
     """``y [M, N] = x [M, K] @ Q^T`` with Q the 8-bit view of the W12 planes (``ae`` and ``base`` only).
 
     ``1 <= M <= 8``, ``K % 8 == 0``; low mantissa nibble at the midpoint, escapes not patched (proposals only).
+    ``$SPECDEC_Q_CUDA_VARIANT`` picks the kernel (:func:`q_variant`; the CPU reference is the same for both).
     CPU: :func:`specdec.formats.q_linear_reference`. Example: see the module docstring.
     """
     k = _k_of_planes(ae)
+    variant = q_variant(k)
     m, _ = _check_x(x, k, ae.device)
     n, _ = _check_planes(ae, None, base, k)
     if x.device.type != "cuda" or n == 0:
@@ -317,9 +362,14 @@ def q_gemm_small_m(x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> tor
     _check_aligned(x=x, ae=ae)
     out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     lib = load_library()
+    args = (_ptr(x), _ptr(ae), _ptr(base), _ptr(out), m, n, k)
     with torch.cuda.device(x.device):
-        rc = lib.specdec_q_gemm_small_m(_ptr(x), _ptr(ae), _ptr(base), _ptr(out), m, n, k, _stream(x.device))
-    _raise_on_failure(lib, rc, "q_gemm_small_m")
+        if variant == "v2":
+            plan_of, run = lib.specdec_q_v2_plan, lib.specdec_q_gemm_small_m_v2
+            rc = _launch_split_k(lib, "q_gemm_small_m (v2)", plan_of, run, args, m, n, k, x.device, _stream(x.device))
+        else:
+            rc = lib.specdec_q_gemm_small_m(*args, _stream(x.device))
+    _raise_on_failure(lib, rc, f"q_gemm_small_m ({variant})")
     return out
 
 
@@ -348,9 +398,11 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
     weights, split evenly over ``k_splits`` CTAs per 64-row block. ``kind="w12_v6"``: the bulk-copy kernel with four
     producer warps, the keys and plan of ``"w12_v5"`` (``shared_bytes`` of its larger CTA). ``kind="w12_v7"``: the
     pipeline of ``"w12_v5"`` fed by 2-D TMA copies through tensor maps, the keys of ``"w12_v5"`` (``shared_bytes`` of
-    its own stage ring).
+    its own stage ring). ``kind="q_v2"``: the Q view on that tensor-map pipeline, the keys of ``"w12_v5"``, with
+    ``bulk_copies == 0`` where ``k % 32 != 0`` and the register Q kernel runs (then ``k_splits == 1`` and
+    ``workspace_bytes == 0``).
     """
-    kinds = (*KINDS, "w12_v3", *(f"w12_{v}" for v in SPLIT_K_VARIANTS))
+    kinds = (*KINDS, "w12_v3", *_SPLIT_K_PLANS)
     if kind not in kinds:
         raise ValueError(f"kind: expected one of {sorted(kinds)}, got {kind!r}")
     if max_cluster not in (8, 16):
@@ -359,12 +411,12 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
         raise ValueError(f"sms: expected a positive multiprocessor count, got {sms}")
     lib = load_library()
     out = (ctypes.c_int * 5)()
-    if kind.removeprefix("w12_") in SPLIT_K_VARIANTS:
+    if kind in _SPLIT_K_PLANS:
         wide = (ctypes.c_longlong * 7)()
-        rc = getattr(lib, f"specdec_{kind}_plan")(m, n, k, sms, wide)
+        rc = getattr(lib, _SPLIT_K_PLANS[kind])(m, n, k, sms, wide)
         if rc == 0:
             keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes", "workspace_bytes")
-            if kind.removeprefix("w12_") in _STAGED_VARIANTS:
+            if kind in _STAGED_KINDS:
                 keys += ("bulk_copies",)
             return dict(zip(keys, list(wide)))
     elif kind == "w12_v3":

@@ -24,8 +24,8 @@ from collections import Counter
 
 # Weights one lane handles per unrolled batch (kUnroll = 4 chunks, rows g and g + 8); the W12 streaming kernel
 # kernels (w12_stream_kernel ``w12_v3``, w12_split_kernel ``w12_v4``) unroll their ring of kStreamDepth = 3 chunks; the
-# bulk-copy kernels (w12_bulk_kernel: ``w12_v5`` with one producer warp, ``w12_v6`` with four) and the TMA kernel
-# (w12_tma_kernel: ``w12_v7``) consume one stage of 2 chunks per iteration.
+# bulk-copy kernels (w12_bulk_kernel: ``w12_v5`` with one producer warp, ``w12_v6`` with four) and the TMA kernels
+# (tma_gemm_kernel<1>: W12 ``w12_v7``, tma_gemm_kernel<2>: Q ``q_v2``) consume one stage of 2 chunks per iteration.
 WEIGHTS_PER_LANE_PER_BATCH = {
     "0": 4 * 2 * 8,
     "1": 4 * 2 * 16,
@@ -35,9 +35,12 @@ WEIGHTS_PER_LANE_PER_BATCH = {
     "w12_v5": 2 * 2 * 16,
     "w12_v6": 2 * 2 * 16,
     "w12_v7": 2 * 2 * 16,
+    "q_v2": 2 * 2 * 16,
 }
-# Printed names of the skinny kernel's template kinds; the W12 variants print as their kind.
+# Printed names of the skinny kernel's template kinds; the W12 and Q variants print as their kind.
 KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q"}
+# The tensor-map kernel's template kind (1 W12, 2 Q, as the skinny kernel's) -> its report name.
+TMA_KINDS = {"1": "w12_v7", "2": "q_v2"}
 # Whole-kernel opcodes of the copy pipelines: the bulk copies, the TMA tensor copies and the mbarrier operations.
 ASYNC_OPCODES = ("UBLKCP", "UTMALDG", "SYNCS")
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
@@ -90,7 +93,7 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
 def kernel_kind(name: str) -> tuple[str, str] | None:
     """``(kind, vec16)`` of a mangled kernel name: a key of ``WEIGHTS_PER_LANE_PER_BATCH`` and the 16-byte-load flag.
 
-    The W12 variants' own kernels are matched first (their template arguments may look like the skinny kernel's);
+    The variants' own kernels are matched first (their template arguments may look like the skinny kernel's);
     ``None`` for a kernel the report does not know.
 
     Example::
@@ -99,11 +102,12 @@ def kernel_kind(name: str) -> tuple[str, str] | None:
         ('1', '1')
         >>> kernel_kind("_ZN12_GLOBAL__N_115w12_bulk_kernelILi4EEEvNS_6ParamsEPfPj")
         ('w12_v6', '1')
-        >>> kernel_kind("_ZN12_GLOBAL__N_114w12_tma_kernelENS_6ParamsEPfPj")
-        ('w12_v7', '1')
+        >>> kernel_kind("_ZN12_GLOBAL__N_115tma_gemm_kernelILi2EEEvNS_6ParamsEPfPj14CUtensorMap_stS3_S3_")
+        ('q_v2', '1')
     """
-    if "w12_tma_kernel" in name:
-        return "w12_v7", "1"
+    tma = re.search(r"tma_gemm_kernelILi(\d)E", name)
+    if tma:
+        return (TMA_KINDS[tma.group(1)], "1") if tma.group(1) in TMA_KINDS else None
     bulk = re.search(r"w12_bulk_kernelILi(\d)E", name)
     if bulk:
         return ("w12_v5" if bulk.group(1) == "1" else "w12_v6"), "1"
