@@ -465,7 +465,10 @@ ROOFLINE_KERNELS = {
     "cuda_w12_v3": "CUDA W12 exact, streaming (v3)",
     "cuda_w12_v4": "CUDA W12 exact, split K over CTAs (v4)",
     "cuda_w12_v5": "CUDA W12 exact, bulk-copy pipeline (v5)",
+    "cuda_w12_v6": "CUDA W12 exact, bulk copies from four producer warps (v6)",
+    "cuda_w12_v7": "CUDA W12 exact, tensor-map pipeline (v7, the default)",
     "cuda_q": "CUDA Q view",
+    "cuda_q_v2": "CUDA Q view, tensor-map pipeline (v2, the default)",
     "cuda_bf16": "CUDA bf16",
     "triton_w12": "Triton W12 exact",
     "triton_q": "Triton Q view",
@@ -475,7 +478,7 @@ ROOFLINE_KERNELS = {
 
 
 def cuda_roofline(results: Results) -> str:
-    run = results("roofline_h200_2026-12-02_run5.json")
+    run = results("roofline_h200_2026-12-02_run8.json")
     ms = sorted({r["M"] for r in run["rows"]})
     rows = []
     for key, label in ROOFLINE_KERNELS.items():
@@ -483,7 +486,8 @@ def cuda_roofline(results: Results) -> str:
         fractions = [r[f"{key}_frac_of_copy"] for r in run["rows"]]
         rows.append([label, f"{min(ratios):.2f}-{max(ratios):.2f}x", f"{min(fractions):.2f}-{max(fractions):.2f}"])
     header = [f"kernel ({len(run['rows'])} rows: M = {', '.join(map(str, ms))})", "vs cuBLAS bf16", "fraction of copy bandwidth"]
-    step = results("ar_step_w12_h200_2026-12-02_run4.json")
+    step = results("ar_step_w12_h200_2026-12-02_run7.json")
+    register = results("ar_step_w12_v1_h200_2026-12-02.json")
     step_rows = [
         ["bf16", f"{step['bf16_step_s'] * 1e3:.2f} ms", f"{step['bf16_floor_s'] * 1e3:.2f} ms", f"{step['bf16_x_floor']:.2f}x"],
         [
@@ -491,6 +495,12 @@ def cuda_roofline(results: Results) -> str:
             f"{step['w12_step_s'] * 1e3:.2f} ms",
             f"{step['w12_floor_s'] * 1e3:.2f} ms",
             f"{step['w12_x_floor']:.2f}x",
+        ],
+        [
+            "W12 (`cuda` linears, register kernel v1)",
+            f"{register['w12_step_s'] * 1e3:.2f} ms",
+            f"{register['w12_floor_s'] * 1e3:.2f} ms",
+            f"{register['w12_x_floor']:.2f}x",
         ],
         ["W12 (`triton` linears)", f"{step['w12_triton_step_s'] * 1e3:.2f} ms", "", ""],
     ]
@@ -508,7 +518,7 @@ def cuda_roofline(results: Results) -> str:
     )
 
 
-NCU_KERNELS = ("cublas_bf16", "cuda_bf16", "cuda_w12", "cuda_w12_v3", "cuda_w12_v4", "cuda_q")
+NCU_KERNELS = ("cublas_bf16", "cuda_bf16", "cuda_w12", "cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6", "cuda_w12_v7", "cuda_q")
 
 
 def _span(values: list[float], digits: int = 0) -> str:
@@ -517,7 +527,7 @@ def _span(values: list[float], digits: int = 0) -> str:
 
 
 def cuda_ncu(results: Results) -> str:
-    run = results("ncu_profile_h200_2026-12-02_run3.json")
+    run = results("ncu_profile_h200_2026-12-02_run4.json")
     records = run["records"]
     unattributed = [r["range"] for r in records if not r["attributed"]]
     if unattributed:
@@ -713,9 +723,9 @@ ENGINE_GOAL = 4.0  # speculative over batched AR, packed layout, budget auto, co
 
 
 def engine_h200(results: Results) -> str:
-    """The bf16 run on planted weights (the headline), goal cases re-run after the budget changes beside it."""
+    """The bf16 run on planted weights (the headline, one closed batch), the goal cases under continuous batching beside it."""
     table = _engine_table(results("bench_engine_h200_2026-12-02_run5.json"))
-    goal = results("bench_engine_h200_2026-12-02_run6_goal.json")
+    goal = results("bench_engine_h200_2026-12-02_run8_goal.json")
     rows = []
     for r in sorted(goal["rows"], key=lambda r: (r["concurrency"], r["system"])):
         accepted = f"{r['accepted_per_round']:.2f}" if r["system"] != "AR" else ""
@@ -729,10 +739,16 @@ def engine_h200(results: Results) -> str:
                 f"{r['ms_per_pass']:.2f}",
                 accepted,
                 nodes,
+                str(r["eager_passes"]),
             ]
         )
-    header = ["concurrency", "system", "tok/s", "x AR", "ms a pass", "accepted / round", "budget nodes a pass"]
-    return table + "\n\nGoal cases re-run (`run6_goal`):\n\n" + markdown_table(header, rows)
+    header = ["concurrency", "system", "tok/s", "x AR", "ms a pass", "accepted / round", "budget nodes a pass", "eager passes"]
+    intro = (
+        f"Goal cases under continuous batching (`run8_goal`: {goal['waves']} x c requests through c slots, "
+        f"`--max-pass-rows {goal['max_pass_rows_arg']}`: a forward capped at the largest graph bucket where it holds "
+        "every round, prompts fed in chunks under it):"
+    )
+    return table + "\n\n" + intro + "\n\n" + markdown_table(header, rows)
 
 
 def engine_h200_float32(results: Results) -> str:
