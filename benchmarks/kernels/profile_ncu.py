@@ -78,19 +78,12 @@ from benchmarks.kernels.bench_roofline import (
     w12_variant,
     weight_bytes,
 )
-
-KERNELS = (
-    "cublas_bf16",
-    "cuda_bf16",
-    "cuda_w12",
-    "cuda_q",
-    "cuda_w12_v3",
-    "cuda_w12_v4",
-    "cuda_w12_v5",
-    "cuda_w12_v6",
-    "cuda_w12_v7",
-    "cuda_q_v2",
+from benchmarks.kernels.bench_roofline import (
+    KERNELS as ROOFLINE_KERNELS,
 )
+
+# The roofline's kernels less the lossy fp8 reference and the Triton kernels, in the roofline's order.
+KERNELS = tuple(k for k in ROOFLINE_KERNELS if k != "cublas_fp8" and not k.startswith("triton_"))
 MS = (1, 8)
 # (model, linear) in launch order: the shapes the roofline notes ask about first (8B o, lm_head) early.
 CASES = (

@@ -1399,25 +1399,36 @@ int launch_split(Params p, void* workspace, long long workspace_bytes, cudaStrea
   return 0;
 }
 
-template <int PRODUCER_WARPS>
-int launch_bulk(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  static bool attr_set = false;  // first call happens before any graph capture (warm-up)
-  const int smem_max = bulk_smem_bytes(kMaxTokens, 1 << 20, PRODUCER_WARPS);
+// What every ring kernel's launch does first: its shared-memory attributes once per process (the first call comes
+// before any graph capture, in the warm-up), the plan of `pipeline`, the shared-memory check and the split-K buffers.
+template <typename Kernel>
+int prepare_ring_launch(Kernel kernel, bool& attr_set, int pipeline, const Params& p, void* workspace, long long workspace_bytes,
+                        Plan* pl, float** partials, unsigned int** counters) {
+  const int smem_max = bulk_smem_bytes(kMaxTokens, 1 << 20, pipeline);
   if (!attr_set) {
-    cudaError_t e = cudaFuncSetAttribute(w12_bulk_kernel<PRODUCER_WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
-    // Two CTAs of ~80-90 KB per SM need the largest shared-memory carveout; the kernel does not use L1.
-    e = cudaFuncSetAttribute(w12_bulk_kernel<PRODUCER_WARPS>, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    // Two CTAs of ~60-90 KB per SM need the largest shared-memory carveout; the kernels do not use L1.
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
     attr_set = true;
   }
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  const Plan pl = make_bulk_plan(p.M, p.N, p.K, sms, PRODUCER_WARPS);
-  if (int rc = check_smem(pl, p, smem_max)) return rc;
+  *pl = make_bulk_plan(p.M, p.N, p.K, sms, pipeline);
+  if (int rc = check_smem(*pl, p, smem_max)) return rc;
+  return split_buffers(*pl, p, workspace, workspace_bytes, partials, counters);
+}
+
+template <int PRODUCER_WARPS>
+int launch_bulk(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  static bool attr_set = false;
+  Plan pl{};
   float* partials = nullptr;
   unsigned int* counters = nullptr;
-  if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
+  if (int rc = prepare_ring_launch(w12_bulk_kernel<PRODUCER_WARPS>, attr_set, PRODUCER_WARPS, p, workspace, workspace_bytes, &pl,
+                                   &partials, &counters))
+    return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = (p.K + 63) / 64;
@@ -1475,23 +1486,13 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
 
 template <int KIND>
 int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  constexpr int pipeline = KIND == kW12 ? kTmaPipeline : kTmaQPipeline;
-  static bool attr_set = false;  // first call happens before any graph capture (warm-up)
-  const int smem_max = bulk_smem_bytes(kMaxTokens, 1 << 20, pipeline);
-  if (!attr_set) {
-    cudaError_t e = cudaFuncSetAttribute(tma_gemm_kernel<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
-    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
-    e = cudaFuncSetAttribute(tma_gemm_kernel<KIND>, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
-    attr_set = true;
-  }
-  const int sms = sm_count();
-  if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  const Plan pl = make_bulk_plan(p.M, p.N, p.K, sms, pipeline);
-  if (int rc = check_smem(pl, p, smem_max)) return rc;
+  static bool attr_set = false;
+  Plan pl{};
   float* partials = nullptr;
   unsigned int* counters = nullptr;
-  if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
+  if (int rc = prepare_ring_launch(tma_gemm_kernel<KIND>, attr_set, KIND == kW12 ? kTmaPipeline : kTmaQPipeline, p, workspace,
+                                   workspace_bytes, &pl, &partials, &counters))
+    return rc;
   CUtensorMap ae_map, nib_map, x_map;
   const unsigned long long K = p.K, N = p.N;
   if (int rc = encode_2d(&ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, kBulkStageK, kStreamRows, "ae")) return rc;
