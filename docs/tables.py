@@ -518,7 +518,17 @@ def cuda_roofline(results: Results) -> str:
     )
 
 
-NCU_KERNELS = ("cublas_bf16", "cuda_bf16", "cuda_w12", "cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6", "cuda_w12_v7", "cuda_q")
+NCU_KERNELS = (
+    "cublas_bf16",
+    "cuda_bf16",
+    "cuda_w12",
+    "cuda_w12_v3",
+    "cuda_w12_v4",
+    "cuda_w12_v5",
+    "cuda_w12_v6",
+    "cuda_w12_v7",
+    "cuda_q",
+)
 
 
 def _span(values: list[float], digits: int = 0) -> str:
