@@ -83,7 +83,7 @@ from benchmarks.kernels.bench_roofline import (
 )
 
 # The roofline's kernels less the lossy fp8 reference and the Triton kernels, in the roofline's order.
-KERNELS = tuple(k for k in ROOFLINE_KERNELS if k != "cublas_fp8" and not k.startswith("triton_"))
+KERNELS = tuple(k for k in ROOFLINE_KERNELS if k not in ("cublas_fp8", "triton_w12", "triton_q"))
 MS = (1, 8)
 # (model, linear) in launch order: the shapes the roofline notes ask about first (8B o, lm_head) early.
 CASES = (

@@ -133,7 +133,7 @@ def test_engine_table_reads_every_run3_row(tmp_path):
 
 def test_ncu_table_refuses_an_unattributed_range(tmp_path):
     results = _copy_of_results(tmp_path)
-    path = results / "ncu_profile_h200_2026-12-02_run3.json"
+    path = results / "ncu_profile_h200_2026-12-02_run4.json"
     data = json.loads(path.read_text())
     data["records"][0]["attributed"] = False
     path.write_text(json.dumps(data))
