@@ -1521,6 +1521,28 @@ int check_sizes(int M, int N, int K) {
   return 0;
 }
 
+// The checks every plan entry point starts with, and `sms` resolved (0: the current device's); 0 when it may go on.
+int plan_prologue(int M, int N, int K, int* sms) {
+  if (*sms < 0) return 3;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  if (*sms == 0) {
+    *sms = sm_count();
+    if (*sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  }
+  return 0;
+}
+
+// A split-K plan into out[0..5] (row tiles per CTA, K splits, chunks or stages, grid x, shared bytes, workspace bytes);
+// `splits_with_workspace` false: a kernel that needs no workspace (out[1] = 1, out[5] = 0).
+void write_split_plan(const Plan& pl, int M, bool splits_with_workspace, long long* out) {
+  out[0] = pl.rt_per_cta;
+  out[1] = splits_with_workspace ? pl.k_splits : 1;
+  out[2] = pl.n_chunks;
+  out[3] = pl.grid_x;
+  out[4] = pl.smem_bytes;
+  out[5] = splits_with_workspace ? split_workspace_bytes(pl, M) : 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -1606,19 +1628,8 @@ int specdec_w12_gemm_small_m_v4(const void* x, const void* ae, const void* nib, 
 // Launch plan of specdec_w12_gemm_small_m_v4 on `sms` multiprocessors (sms = 0: the current device's); host
 // only. out[0..4] as specdec_skinny_plan (out[1]: K splits, independent CTAs), out[5] the workspace bytes.
 int specdec_w12_v4_plan(int M, int N, int K, int sms, long long* out) {
-  if (sms < 0) return 3;
-  if (int rc = check_sizes(M, N, K)) return rc;
-  if (sms == 0) {
-    sms = sm_count();
-    if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  }
-  const Plan pl = make_split_plan(M, N, K, sms);
-  out[0] = pl.rt_per_cta;
-  out[1] = pl.k_splits;
-  out[2] = pl.n_chunks;
-  out[3] = pl.grid_x;
-  out[4] = pl.smem_bytes;
-  out[5] = split_workspace_bytes(pl, M);
+  if (int rc = plan_prologue(M, N, K, &sms)) return rc;
+  write_split_plan(make_split_plan(M, N, K, sms), M, true, out);
   return 0;
 }
 
@@ -1638,20 +1649,9 @@ static int run_bulk(int pipeline, const void* x, const void* ae, const void* nib
 }
 
 static int bulk_plan(int pipeline, int M, int N, int K, int sms, long long* out) {
-  if (sms < 0) return 3;
-  if (int rc = check_sizes(M, N, K)) return rc;
-  if (sms == 0) {
-    sms = sm_count();
-    if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  }
+  if (int rc = plan_prologue(M, N, K, &sms)) return rc;
   const bool bulk = K % 32 == 0;
-  const Plan pl = bulk ? make_bulk_plan(M, N, K, sms, pipeline) : make_split_plan(M, N, K, sms);
-  out[0] = pl.rt_per_cta;
-  out[1] = pl.k_splits;
-  out[2] = pl.n_chunks;
-  out[3] = pl.grid_x;
-  out[4] = pl.smem_bytes;
-  out[5] = split_workspace_bytes(pl, M);
+  write_split_plan(bulk ? make_bulk_plan(M, N, K, sms, pipeline) : make_split_plan(M, N, K, sms), M, true, out);
   out[6] = bulk ? 1 : 0;
   return 0;
 }
@@ -1731,20 +1731,10 @@ int specdec_q_gemm_small_m_v2(const void* x, const void* ae, const void* base, v
 // as specdec_w12_v5_plan's; out[6] 0 when the register kernel runs (K % 32 != 0: then out[1] == 1, out[5] == 0 and
 // out[0], out[2..4] are specdec_skinny_plan's).
 int specdec_q_v2_plan(int M, int N, int K, int sms, long long* out) {
-  if (sms < 0) return 3;
-  if (int rc = check_sizes(M, N, K)) return rc;
-  if (sms == 0) {
-    sms = sm_count();
-    if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  }
+  if (int rc = plan_prologue(M, N, K, &sms)) return rc;
   const bool tma = K % 32 == 0;
-  const Plan pl = tma ? make_bulk_plan(M, N, K, sms, kTmaQPipeline) : make_plan(kQ, M, N, K, sms);
-  out[0] = pl.rt_per_cta;
-  out[1] = tma ? pl.k_splits : 1;  // the register kernel splits K inside clusters, without a workspace
-  out[2] = pl.n_chunks;
-  out[3] = pl.grid_x;
-  out[4] = pl.smem_bytes;
-  out[5] = tma ? split_workspace_bytes(pl, M) : 0;
+  // the register kernel splits K inside clusters, without a workspace
+  write_split_plan(tma ? make_bulk_plan(M, N, K, sms, kTmaQPipeline) : make_plan(kQ, M, N, K, sms), M, tma, out);
   out[6] = tma ? 1 : 0;
   return 0;
 }
