@@ -1699,12 +1699,7 @@ int specdec_w12_v7_plan(int M, int N, int K, int sms, long long* out) { return b
 int specdec_q_gemm_small_m(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* stream) {
   g_error[0] = 0;
   if (int rc = check_sizes(M, N, K)) return rc;
-  Params p{};
-  p.x = static_cast<const uint16_t*>(x);
-  p.w = static_cast<const uint8_t*>(ae);
-  p.base = static_cast<const uint8_t*>(base);
-  p.y = static_cast<uint16_t*>(y);
-  p.M = M, p.N = N, p.K = K;
+  const Params p = w12_params(x, ae, nullptr, base, nullptr, nullptr, nullptr, y, M, N, K);  // the Q view: ae and bases
   if (K % 16 == 0) return launch<kQ, true>(p, static_cast<cudaStream_t>(stream));
   return launch<kQ, false>(p, static_cast<cudaStream_t>(stream));
 }
@@ -1718,12 +1713,7 @@ int specdec_q_gemm_small_m_v2(const void* x, const void* ae, const void* base, v
   if (K % 32 != 0) return specdec_q_gemm_small_m(x, ae, base, y, M, N, K, stream);
   g_error[0] = 0;
   if (int rc = check_sizes(M, N, K)) return rc;
-  Params p{};
-  p.x = static_cast<const uint16_t*>(x);
-  p.w = static_cast<const uint8_t*>(ae);
-  p.base = static_cast<const uint8_t*>(base);
-  p.y = static_cast<uint16_t*>(y);
-  p.M = M, p.N = N, p.K = K;
+  const Params p = w12_params(x, ae, nullptr, base, nullptr, nullptr, nullptr, y, M, N, K);  // the Q view: ae and bases
   return launch_tma<kQ>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
 
