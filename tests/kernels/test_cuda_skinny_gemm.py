@@ -377,18 +377,29 @@ def test_bulk_copy_w12_plan_fits_two_ctas_per_sm_and_fills_the_gpu(m, n, k):
     assert plan["workspace_bytes"] == (0 if ks == 1 else counters + blocks * ks * 64 * m * 4), plan
 
 
+# (N, K): Qwen3-8B o, qkv, gate_up, down, lm_head; Qwen3-32B down.
+MODEL_SHAPES = ((4096, 4096), (6144, 4096), (24576, 4096), (4096, 12288), (151936, 4096), (5120, 25600))
+
+
 @pytest.mark.parametrize("m", [1, 8])
-def test_bulk_copy_w12_plan_gives_two_waves_on_every_model_shape(m):
+@pytest.mark.parametrize(
+    ("kind", "splits"),
+    [
+        # the fewest splits reaching two waves (8B o at M = 8: 8 x 8 x 4096 x 9 bytes of partials, 9.4 % of its W12 bytes)
+        ("w12_v5", (9, 6, 2, 9, 1, 7)),
+        # the cheapest last wave: whole waves x (stages per CTA + 2)
+        ("w12_v7", (4, 2, 2, 4, 1, 3)),
+    ],
+)
+def test_staged_w12_plans_on_the_model_shapes(kind, splits, m):
     from specdec.kernels.cuda.ops import launch_plan
 
     _library_or_skip()
-    # (N, K): Qwen3-8B o, qkv, gate_up, down, lm_head; Qwen3-32B down. Splits: o 9, qkv 6, gate_up 2, down 9,
-    # lm_head 1, 32B down 7 at both M (8B o at M = 8: 8 x 8 x 4096 x 9 bytes of partials, 9.4 % of its W12 bytes).
-    expected = {(4096, 4096): 9, (6144, 4096): 6, (24576, 4096): 2, (4096, 12288): 9, (151936, 4096): 1, (5120, 25600): 7}
-    for (n, k), splits in expected.items():
-        plan = launch_plan("w12_v5", m, n, k, 132)
-        assert plan["k_splits"] == splits, (n, k, plan)
-        assert plan["ctas_x"] * plan["k_splits"] >= 2 * 2 * 132, (n, k, plan)
+    for (n, k), expected in zip(MODEL_SHAPES, splits, strict=True):
+        plan = launch_plan(kind, m, n, k, 132)
+        assert plan["k_splits"] == expected, (n, k, plan)
+        if kind == "w12_v5":
+            assert plan["ctas_x"] * plan["k_splits"] >= 2 * 2 * 132, (n, k, plan)
 
 
 @pytest.mark.parametrize("m,n,k", BULK_SHAPES)
@@ -431,17 +442,6 @@ def test_tma_plan_keeps_the_bulk_limits_and_takes_the_cheapest_last_wave(m, n, k
     assert all(cost(other) > cost(ks) for other in range(1, ks) if allowed(other)), tma  # the fewest on a tie
     counters = -(-blocks * 4 // 256) * 256
     assert tma["workspace_bytes"] == (0 if ks == 1 else counters + blocks * ks * 64 * m * 4), tma
-
-
-@pytest.mark.parametrize("m", [1, 8])
-def test_tma_plan_on_the_model_shapes_fills_whole_waves(m):
-    from specdec.kernels.cuda.ops import launch_plan
-
-    _library_or_skip()
-    # (N, K): Qwen3-8B o, qkv, gate_up, down, lm_head; Qwen3-32B down (v5's plan: 9, 6, 2, 9, 1, 7 splits)
-    expected = {(4096, 4096): 4, (6144, 4096): 2, (24576, 4096): 2, (4096, 12288): 4, (151936, 4096): 1, (5120, 25600): 3}
-    for (n, k), splits in expected.items():
-        assert launch_plan("w12_v7", m, n, k, 132)["k_splits"] == splits, (n, k)
 
 
 @pytest.mark.parametrize("m,n,k", BULK_SHAPES)
