@@ -8,7 +8,8 @@
 # No CUDA graphs for ragged hybrids: every forward and commit is eager (JSON graphs.mode = "eager"). The batch-1 AR
 # step of this shape is 76.8 ms eager (7.16 ms graphed; README, NOTES), launch-bound, so a round costs ~80 ms plus
 # a few ms per request for its attention calls and its GDN-state commit.
-# Expected time on one H200: ~3.3 min. Target built and planted ~15 s; the alone reference first (every request
+# Expected time on one H200: ~4 min (240 s measured on 2026-12-02, when c = 4 did not fit the wall budget and was
+# skipped; the estimate below assumed faster rounds). Target built and planted ~15 s; the alone reference first (every request
 # alone, untimed; it also stands for c = 1, whose timed cases would repeat it three times and do not fit): 24
 # requests x 32 tokens at ~85 ms a step, ~70 s; then the goal cases c = 16 (~40 s: step-time profile, AR, spec with
 # the budget, each run once untimed and once timed, spec with the budget off) and c = 24 (~55 s at ~0.3 s a round);
