@@ -4,8 +4,9 @@ Per Qwen3-8B / Qwen3-32B linear shape (random weights, ``specdec/models/shapes.p
 cuBLAS bf16 (``F.linear``), cuBLAS fp8 with one scale per tensor (``torch._scaled_mm``, M padded to 16; the
 lossy reference), the Triton W12 exact and Q-view kernels (``specdec.formats.w12_linear`` / ``q_linear``)
 and the CUDA kernels of ``specdec/kernels/cuda`` (``specdec::skinny_gemm_bf16``, ``specdec::w12_gemm_small_m``,
-``specdec::q_gemm_small_m``; ``cuda_w12`` and ``cuda_q`` pinned to the register kernels, ``SPECDEC_W12_CUDA_VARIANT=v1``
-and ``SPECDEC_Q_CUDA_VARIANT=v1``, the other variants in columns of their own). Time per call: a CUDA graph of
+``specdec::q_gemm_small_m``; ``cuda_bf16``, ``cuda_w12`` and ``cuda_q`` pinned to the register kernels,
+``SPECDEC_BF16_CUDA_VARIANT=v1``, ``SPECDEC_W12_CUDA_VARIANT=v1`` and ``SPECDEC_Q_CUDA_VARIANT=v1``, the other variants in
+columns of their own). Time per call: a CUDA graph of
 ``--calls`` (20) calls, median of ``--reps`` replays. Reported: time, weight bytes/s (the bytes each kernel must
 read: bf16 2, fp8 1, W12 its planes, Q its AE plane and bases), ratio to cuBLAS bf16 and to the copy bandwidth of the
 same run.
@@ -29,7 +30,8 @@ Correctness first, in the same run:
   ``SPECDEC_W12_CUDA_VARIANT=v6``) and for that pipeline fed by 2-D TMA copies through tensor maps (``cuda_w12_v7``:
   ``SPECDEC_W12_CUDA_VARIANT=v7``);
 * the same two checks, on the same shapes, for the Q view on that tensor-map pipeline (``cuda_q_v2``:
-  ``SPECDEC_Q_CUDA_VARIANT=v2``; K % 32 != 0 runs the register Q kernel) against ``q_view()``;
+  ``SPECDEC_Q_CUDA_VARIANT=v2``; K % 32 != 0 runs the register Q kernel) against ``q_view()``, and for plain bf16
+  weights on it (``cuda_bf16_v2``: ``SPECDEC_BF16_CUDA_VARIANT=v2``; one-hot rows give the weights back exactly);
 * every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
   within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
 
@@ -38,14 +40,15 @@ Correctness first, in the same run:
     compute-sanitizer --tool memcheck python -m benchmarks.kernels.bench_roofline --sanitize
     python -m benchmarks.kernels.bench_roofline --probe v5 --out $OUT/v5_probe.json   # one staged kernel alone, first
     python -m benchmarks.kernels.bench_roofline --skip-variant v5 ...        # any mode above without it (repeatable)
-    (--probe and --skip-variant take v5, v6, v7 and q_v2)
+    (--probe and --skip-variant take v5, v6, v7, q_v2 and bf16_v2)
     python -m benchmarks.kernels.bench_roofline --plot-only roofline.json    # redraw the PNG from a JSON
     python -m benchmarks.kernels.bench_roofline --ar-step --out $OUT/ar_step.json   # GPU; add --smoke on a CPU
 
 The AR-step part (``--ar-step``): the Qwen3-8B-shaped lean target (random bf16 weights, ``random_target``) and
 the same weights converted to W12 (``specdec.formats.convert``), both running their one-token decode step as
 CUDA-graph replays (CPU smoke: the same static path without capture, tiny shapes). Reported per target: time
-per step against the weight-read floor (linear weight bytes / copy bandwidth), the W12 step with the Triton
+per step against the weight-read floor (linear weight bytes / copy bandwidth), the verify step of
+``VERIFY_ROWS`` (16) rows against the one-token step (the goal: <= 1.10x), the W12 step with the Triton
 path forced (``SPECDEC_W12_CUDA=0``) for comparison, and, teacher-forced along the bf16 target's greedy
 tokens, whether the W12 target picks the same 32 tokens and the largest ``|logit difference|`` (W12 holds the
 same weights, but its GEMMs reduce in another order, so the logits need not be bitwise equal).
@@ -101,9 +104,10 @@ SMOKE_V5_PROBE_CASES = ((24, 64, 1), (20, 96, 8))
 # The W12 kernels fed by copies into shared-memory stages: bulk copies from one producer warp (v5) and from four (v6),
 # 2-D TMA copies through tensor maps (v7).
 BULK_VARIANTS = ("v5", "v6", "v7")
-# Those and the Q view on the tensor-map pipeline (SPECDEC_Q_CUDA_VARIANT=v2): each runs v5's check, sanitizer and
-# probe shapes and can be probed alone (--probe) and left out (--skip-variant).
-PROBE_VARIANTS = (*BULK_VARIANTS, "q_v2")
+# Those, the Q view and plain bf16 weights on the tensor-map pipeline (SPECDEC_Q_CUDA_VARIANT=v2,
+# SPECDEC_BF16_CUDA_VARIANT=v2): each runs v5's check, sanitizer and probe shapes and can be probed alone (--probe)
+# and left out (--skip-variant).
+PROBE_VARIANTS = (*BULK_VARIANTS, "q_v2", "bf16_v2")
 KERNELS = (
     "cublas_bf16",
     "cublas_fp8",
@@ -118,6 +122,7 @@ KERNELS = (
     "cuda_w12_v6",
     "cuda_w12_v7",
     "cuda_q_v2",
+    "cuda_bf16_v2",
 )
 
 
@@ -155,6 +160,12 @@ def q_variant(ops, variant: str, x: torch.Tensor, ae: torch.Tensor, base: torch.
         return ops.q_gemm_small_m(x, ae, base)
 
 
+def bf16_variant(ops, variant: str, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``ops.skinny_gemm_bf16`` with ``SPECDEC_BF16_CUDA_VARIANT=variant`` for this call (the previous value restored)."""
+    with variant_env(ops.BF16_VARIANT_ENV, variant):
+        return ops.skinny_gemm_bf16(x, weight)
+
+
 def w12_v3(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
     """The streaming W12 kernel (v3)."""
     return w12_variant(ops, "v3", x, *planes)
@@ -186,9 +197,19 @@ def bulk_call(variant: str) -> Callable[..., torch.Tensor]:
 
 
 def probe_call(ops, variant: str) -> Callable[[torch.Tensor, object], torch.Tensor]:
-    """``(x, w12) -> y`` with the kernel ``variant`` of ``PROBE_VARIANTS`` (``"q_v2"``: the Q view of ``w12``)."""
+    """``(x, w12) -> y`` with the kernel ``variant`` of ``PROBE_VARIANTS`` (``"q_v2"``: the Q view of ``w12``;
+    ``"bf16_v2"``: ``w12.to_bf16()``, decoded once per ``w12``)."""
     if variant == "q_v2":
         return lambda x, w12: q_variant(ops, "v2", x, w12.ae, w12.base)
+    if variant == "bf16_v2":
+        decoded: dict[int, tuple[object, torch.Tensor]] = {}
+
+        def bf16_v2(x, w12):
+            if id(w12) not in decoded:
+                decoded[id(w12)] = (w12, w12.to_bf16())  # the W12Tensor kept alive so its id is not reused
+            return bf16_variant(ops, "v2", x, decoded[id(w12)][1])
+
+        return bf16_v2
     return lambda x, w12: bulk_call(variant)(ops, x, *w12_planes(w12))
 
 
@@ -196,10 +217,10 @@ def column(variant: str) -> str:
     """The timed column of a kernel of ``PROBE_VARIANTS``.
 
     Example:
-        >>> column("v5"), column("q_v2")
-        ('cuda_w12_v5', 'cuda_q_v2')
+        >>> column("v5"), column("q_v2"), column("bf16_v2")
+        ('cuda_w12_v5', 'cuda_q_v2', 'cuda_bf16_v2')
     """
-    return f"cuda_{variant}" if variant.startswith("q_") else f"cuda_w12_{variant}"
+    return f"cuda_{variant}" if variant.startswith(("q_", "bf16_")) else f"cuda_w12_{variant}"
 
 
 def w12_planes(w12) -> tuple[torch.Tensor, ...]:
@@ -310,6 +331,7 @@ def decode_checks(
     v5_shapes=(),
     bulk=BULK_VARIANTS,
     q_v2=True,
+    bf16_v2=True,
 ) -> list[dict]:
     """One-hot decode check of the W12 (every variant), Q (both) and bf16 kernels on planted weights (bit-exact; -0 as +0).
 
@@ -317,7 +339,8 @@ def decode_checks(
     further ``(N, K, M)`` checked with the split-K / staged kernels only (``v5_shapes`` with every variant of
     ``bulk`` and the Q tensor-map kernel), with ``M`` one-hot rows per call. ``bulk``: the staged W12 variants (of
     ``BULK_VARIANTS``) to check; the others are not called at all (no ``w12_<variant>_*`` keys). ``q_v2``: whether
-    the Q tensor-map kernel (``SPECDEC_Q_CUDA_VARIANT=v2``) is checked (``q_v2_*`` keys) or not called at all.
+    the Q tensor-map kernel (``SPECDEC_Q_CUDA_VARIANT=v2``) is checked (``q_v2_*`` keys) or not called at all;
+    ``bf16_v2`` the same for the bf16 tensor-map kernel (``bf16_v2_*`` keys, on ``v5_shapes``).
     """
     from specdec.formats.w12 import W12Tensor
 
@@ -343,7 +366,7 @@ def decode_checks(
         if q_v2:
             got_q2 = one_hot_columns(lambda x: q_variant(ops, "v2", x, w12.ae, w12.base), n, k, device)
             row["q_v2_decode_exact"] = bool(torch.equal(zero_sign(got_q2), zero_sign(wq)))
-        got_b = one_hot_columns(lambda x: ops.skinny_gemm_bf16(x, w), n, k, device)
+        got_b = one_hot_columns(lambda x: bf16_variant(ops, "v1", x, w), n, k, device)
         row["bf16_one_hot_exact"] = bool(torch.equal(zero_sign(got_b), zero_sign(w)))
         x = torch.randn(8, k, generator=gen, device=device).to(torch.bfloat16)
         # fixed-order reductions (warps, then cluster ranks, then escapes): the same bits on every run
@@ -401,6 +424,8 @@ def decode_checks(
     own += [(f"w12_{v}", probe_call(ops, v), v5_shapes, False) for v in bulk]
     if q_v2:
         own.append(("q_v2", probe_call(ops, "q_v2"), v5_shapes, True))
+    if bf16_v2:
+        own.append(("bf16_v2", probe_call(ops, "bf16_v2"), v5_shapes, False))
     for name, call, only_shapes, q_view in own:
         for n, k, m in only_shapes:
             w = planted_weight(n, k, gen, device)
@@ -423,7 +448,8 @@ def decode_checks(
 
 
 def decode_checks_passed(checks: list[dict]) -> bool:
-    """Every W12 and Q decode check and every determinism check of ``decode_checks`` holds (bf16 is only recorded).
+    """Every ``*_decode_exact`` and ``*_deterministic`` check of ``decode_checks`` holds (the register bf16 kernel's
+    ``bf16_one_hot_exact`` is only recorded).
 
     Example:
         >>> decode_checks_passed([dict(w12_decode_exact=True, w12_v7_deterministic=True, bf16_one_hot_exact=False)])
@@ -435,7 +461,7 @@ def decode_checks_passed(checks: list[dict]) -> bool:
 
 
 def weight_bytes(kind: str, n: int, k: int, w12) -> int:
-    if kind in ("cublas_bf16", "cuda_bf16"):
+    if kind in ("cublas_bf16", "cuda_bf16", "cuda_bf16_v2"):
         return 2 * n * k
     if kind == "cublas_fp8":
         return n * k
@@ -481,7 +507,8 @@ def bench_shape(
             "cublas_bf16": (lambda: F.linear(x, w), y32, err_cublas),
             "triton_w12": (lambda: w12_linear(x, w12, backend=triton_backend), y32, err_cublas),
             "triton_q": (lambda: q_linear(x, w12, backend=triton_backend), yq32, err_cublas_q),
-            "cuda_bf16": (lambda: ops.skinny_gemm_bf16(x, w), y32, err_cublas),
+            "cuda_bf16": (lambda: bf16_variant(ops, "v1", x, w), y32, err_cublas),
+            "cuda_bf16_v2": (lambda: bf16_variant(ops, "v2", x, w), y32, err_cublas),
             "cuda_w12": (lambda: w12_variant(ops, "v1", x, *planes), y32, err_cublas),
             "cuda_q": (lambda: q_variant(ops, "v1", x, w12.ae, w12.base), yq32, err_cublas_q),
             "cuda_w12_v3": (lambda: w12_v3(ops, x, *planes), y32, err_cublas),
@@ -577,6 +604,7 @@ def plot(result: dict, path: Path) -> str | None:
 AR_MODEL = "qwen3-8b"
 AR_TOKENS = 32
 AR_PROMPT = 16
+VERIFY_ROWS = 16  # the verify step timed beside the one-token step: a chain of 15 drafts and its root
 
 
 def linear_weight_bytes(target: torch.nn.Module) -> int:
@@ -610,11 +638,11 @@ def _step_time_s(step: Callable[[], object], device: torch.device, iters: int) -
 
 
 def _use_step_graphs(target, device: torch.device) -> None:
-    # CUDA: graph replays of the one-row step; CPU: the same fixed-shape body, run eagerly.
+    # CUDA: graph replays of the one-row step and of the verify step; CPU: the same fixed-shape bodies, run eagerly.
     if device.type == "cuda":
-        target.enable_cuda_graphs(buckets=(1,))
+        target.enable_cuda_graphs(buckets=(1, VERIFY_ROWS))
     else:
-        target.enable_static_path(buckets=(1,))
+        target.enable_static_path(buckets=(1, VERIFY_ROWS))
 
 
 def ar_step(args, device: torch.device, t_start: float) -> dict:
@@ -629,7 +657,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         cfg, max_seq_len, iters = tiny_target(seed=0).config, 128, 3
     else:
         cfg, max_seq_len, iters = SHAPES[AR_MODEL], 256, 50
-    result: dict = dict(model="tiny" if args.smoke else AR_MODEL, tokens=AR_TOKENS, prompt=AR_PROMPT)
+    result: dict = dict(model="tiny" if args.smoke else AR_MODEL, tokens=AR_TOKENS, prompt=AR_PROMPT, verify_rows=VERIFY_ROWS)
 
     def over_budget(what: str) -> bool:
         if time.time() - t_start > args.ar_budget_s:
@@ -690,6 +718,8 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         )
 
     token = torch.zeros(1, 1, dtype=torch.long, device=device)
+    rows = torch.zeros(1, VERIFY_ROWS, dtype=torch.long, device=device)
+    result["w12_verify_linear_path"] = w12_format.linear_path(probe.expand(VERIFY_ROWS, -1), lm_head)
     for name, target in (("bf16", bf16), ("w12", w12)):
         if over_budget(f"{name} step time"):
             continue
@@ -697,13 +727,26 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         target(prompt)
         target.commit(AR_PROMPT)
 
-        def step(target=target):
-            target(token)
+        def step(target=target, tokens=token):
+            target(tokens)
             target.truncate(AR_PROMPT)
 
         result[f"{name}_step_s"] = _step_time_s(step, device, iters)
         result[f"{name}_x_floor"] = result[f"{name}_step_s"] / result[f"{name}_floor_s"]
         print(f"AR step {name}: {result[f'{name}_step_s'] * 1e3:.3f} ms ({result[f'{name}_x_floor']:.2f}x its floor)", flush=True)
+        if over_budget(f"{name} verify step time"):
+            continue
+
+        def verify(target=target, step=step):
+            step(target, rows)
+
+        result[f"{name}_verify_s"] = _step_time_s(verify, device, iters)
+        result[f"{name}_verify_x_step"] = result[f"{name}_verify_s"] / result[f"{name}_step_s"]
+        print(
+            f"verify step {name} ({VERIFY_ROWS} rows): {result[f'{name}_verify_s'] * 1e3:.3f} ms "
+            f"({result[f'{name}_verify_x_step']:.2f}x its one-token step)",
+            flush=True,
+        )
     if "bf16_step_s" in result and "w12_step_s" in result:
         result["w12_vs_bf16_step"] = result["w12_step_s"] / result["bf16_step_s"]
     if not over_budget("w12 step time, Triton path"):
@@ -747,6 +790,9 @@ def ar_summary_lines(result: dict) -> list[str]:
         f"{'bf16':18s} {ms('bf16_step_s'):>12s} {ms('bf16_floor_s'):>12s} {ratio('bf16_x_floor'):>8s}",
         f"{'w12':18s} {ms('w12_step_s'):>12s} {ms('w12_floor_s'):>12s} {ratio('w12_x_floor'):>8s}",
         f"{'w12 (Triton path)':18s} {ms('w12_triton_step_s'):>12s}",
+        f"verify step of {result.get('verify_rows')} rows: bf16 {ms('bf16_verify_s')} = {ratio('bf16_verify_x_step')} its step, "
+        f"w12 {ms('w12_verify_s')} = {ratio('w12_verify_x_step')} (W12 linears at {result.get('verify_rows')} rows via "
+        f"{result.get('w12_verify_linear_path')})",
         f"W12 step / bf16 step {ratio('w12_vs_bf16_step')}; greedy {result['tokens']} tokens equal: "
         f"{result.get('greedy_tokens_equal')}, max |logit diff| {result.get('max_abs_logit_diff')}",
     ]
@@ -888,7 +934,7 @@ def main(argv: list[str] | None = None) -> int:
             planes = w12_planes(w12)
             for m in (1, 8):
                 x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
-                ops.skinny_gemm_bf16(x, w)
+                bf16_variant(ops, "v1", x, w)
                 w12_variant(ops, "v1", x, *planes)
                 w12_v3(ops, x, *planes)
                 w12_v4(ops, x, *planes)
@@ -934,6 +980,7 @@ def main(argv: list[str] | None = None) -> int:
         SMOKE_V5_DECODE_SHAPES if args.smoke else V5_DECODE_SHAPES,
         bulk=kept_bulk(args),
         q_v2="q_v2" not in args.skip_variants,
+        bf16_v2="bf16_v2" not in args.skip_variants,
     )
     checks_passed = decode_checks_passed(checks)
     shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}

@@ -35,3 +35,20 @@ def q_variants_called(monkeypatch):
     monkeypatch.setattr(ops, "q_gemm_small_m", recording)
     monkeypatch.delenv(ops.Q_VARIANT_ENV, raising=False)
     return calls
+
+
+@pytest.fixture
+def bf16_variants_called(monkeypatch):
+    """``(ops.bf16_variant(K), M, K)`` of every ``ops.skinny_gemm_bf16`` call made during the test (``x`` is ``[M, K]``)."""
+    from specdec.kernels.cuda import ops
+
+    exact = ops.skinny_gemm_bf16
+    calls = []
+
+    def recording(x, weight):
+        calls.append((ops.bf16_variant(x.shape[1]), *x.shape))
+        return exact(x, weight)
+
+    monkeypatch.setattr(ops, "skinny_gemm_bf16", recording)
+    monkeypatch.delenv(ops.BF16_VARIANT_ENV, raising=False)
+    return calls

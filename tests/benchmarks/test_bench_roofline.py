@@ -65,8 +65,10 @@ def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
     assert len(result["greedy_tokens_bf16"]) == bench_roofline.AR_TOKENS
     assert result["w12_linear_path"] == "torch"
     assert result["w12_weight_bytes"] < result["bf16_weight_bytes"]
-    for key in ("bf16_step_s", "w12_step_s", "w12_triton_step_s"):
+    for key in ("bf16_step_s", "w12_step_s", "w12_triton_step_s", "bf16_verify_s", "w12_verify_s"):
         assert result[key] > 0, key
+    assert result["verify_rows"] == bench_roofline.VERIFY_ROWS == 16
+    assert result["bf16_verify_x_step"] == result["bf16_verify_s"] / result["bf16_step_s"]
 
 
 def smoke_with_a_wrong_weight(tmp_path, monkeypatch, variant, reads, cell, delta=1, op="w12"):
@@ -255,3 +257,58 @@ def test_sanitize_runs_the_q_tensor_map_kernel_unless_skipped(tmp_path, q_varian
     q_variants_called.clear()
     assert bench_roofline.main(["--smoke", "--sanitize", "--skip-variant", "q_v2", "--out", str(tmp_path / "r.json")]) == 0
     assert {v for v, *_ in q_variants_called} == {"v1"}
+
+
+def test_bf16_tensor_map_kernel_is_checked_timed_and_left_out_on_request(tmp_path, bf16_variants_called):
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    # its own one-hot checks on the staged kernels' shapes (M = 1 and 8), exact and deterministic
+    mine = [c for c in result["decode_checks"] if c.get("only") == "bf16_v2"]
+    assert sorted(c["M"] for c in mine) == [1, 8] and all(c["bf16_v2_decode_exact"] and c["bf16_v2_deterministic"] for c in mine)
+    assert all(r["cuda_bf16_v2_s"] > 0 and r["cuda_bf16_s"] > 0 for r in result["rows"])
+    # the cuda_bf16 column runs the register kernel even at K = 64, where it would run v2 unpinned
+    assert {("v1", 1, 64), ("v1", 8, 64), ("v2", 1, 64), ("v2", 8, 64)} <= set(bf16_variants_called)
+    bf16_variants_called.clear()
+    assert bench_roofline.main(["--smoke", "--skip-variant", "bf16_v2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert {v for v, *_ in bf16_variants_called} == {"v1"} and result["kernels_left_out"] == ["cuda_bf16_v2"]
+    assert not any(key.startswith("bf16_v2") for c in result["decode_checks"] for key in c)
+
+
+def test_a_wrong_weight_of_the_bf16_tensor_map_kernel_alone_fails_the_run(tmp_path, monkeypatch):
+    exact = ops.skinny_gemm_bf16
+
+    def off_under_v2(x, weight):
+        y = exact(x, weight).clone()
+        if ops.bf16_variant() == "v2" and reads_column_5_alone_or_column_0_of_eight(x):
+            y[0, 4] = y[0, 4] + 1
+        return y
+
+    monkeypatch.setattr(ops, "skinny_gemm_bf16", off_under_v2)
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
+    checks = json.loads(out.read_text())["decode_checks"]
+    bad = [(c["M"], c["bf16_v2_first_mismatches"]) for c in checks if not c.get("bf16_v2_decode_exact", True)]
+    assert sorted(bad) == [(1, [[4, 5]]), (8, [[4, 0]])]
+    assert others_exact(checks, None) and all(c.get("q_v2_decode_exact", True) for c in checks)
+
+
+def test_bf16_probe_runs_only_the_bf16_tensor_map_kernel_and_fails_on_its_wrong_output(
+    tmp_path, monkeypatch, w12_variants_called
+):
+    out = tmp_path / "probe.json"
+    assert bench_roofline.main(["--smoke", "--probe", "bf16_v2", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["bf16_v2_probe_passed"] and w12_variants_called == []
+    exact = ops.skinny_gemm_bf16
+
+    def off_under_v2(x, weight):
+        y = exact(x, weight).clone()
+        if ops.bf16_variant() == "v2" and x.shape[0] == 8:
+            y[3, 0] = y[3, 0] + 64
+        return y
+
+    monkeypatch.setattr(ops, "skinny_gemm_bf16", off_under_v2)
+    assert bench_roofline.main(["--smoke", "--probe", "bf16_v2", "--out", str(out)]) == 1
+    assert [c["ok"] for c in json.loads(out.read_text())["bf16_v2_probe"]] == [True, False]
+    assert bench_roofline.main(["--smoke", "--probe", "v7", "--out", str(out)]) == 0  # the W12 kernels are not affected

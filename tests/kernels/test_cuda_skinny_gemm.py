@@ -114,7 +114,16 @@ def test_unloadable_library_is_a_clear_error(monkeypatch, tmp_path):
         load_library()
 
 
-@pytest.mark.parametrize("missing", ["specdec_w12_gemm_small_m_v3", "specdec_q_gemm_small_m_v2", "specdec_q_v2_plan"])
+@pytest.mark.parametrize(
+    "missing",
+    [
+        "specdec_w12_gemm_small_m_v3",
+        "specdec_q_gemm_small_m_v2",
+        "specdec_q_v2_plan",
+        "specdec_skinny_gemm_bf16_v2",
+        "specdec_bf16_v2_plan",
+    ],
+)
 def test_library_from_an_older_source_is_a_clear_error(monkeypatch, tmp_path, missing):
     # a build/ library compiled before an entry point was added: loading must say "rebuild", not AttributeError
     class OlderLibrary:
@@ -475,3 +484,50 @@ def test_q_tensor_map_plan_on_the_model_shapes_fills_the_gpu(m):
     for n, k in [(4096, 4096), (6144, 4096), (24576, 4096), (4096, 12288), (151936, 4096), (5120, 25600)]:
         plan = launch_plan("q_v2", m, n, k, 132)
         assert plan["bulk_copies"] == 1 and plan["ctas_x"] * plan["k_splits"] >= 132, (n, k, plan)
+
+
+def test_bf16_variant_is_read_on_every_call_and_checked(monkeypatch):
+    from specdec.kernels.cuda.ops import BF16_VARIANT_ENV, BF16_VARIANTS, bf16_variant
+
+    monkeypatch.delenv(BF16_VARIANT_ENV, raising=False)
+    # unset: the tensor-map kernel where K % 32 == 0, the register kernel elsewhere
+    assert [bf16_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v2", "v2", "v1", "v1", "v1"]
+    assert bf16_variant() == "v1" and BF16_VARIANTS == ("v1", "v2")
+    monkeypatch.setenv(BF16_VARIANT_ENV, "v1")
+    assert bf16_variant(4096) == "v1"  # a set variable wins at any K
+    monkeypatch.setenv(BF16_VARIANT_ENV, "v7")
+    with pytest.raises(ValueError, match=r"SPECDEC_BF16_CUDA_VARIANT: expected one of \('v1', 'v2'\) or unset, got 'v7'"):
+        bf16_variant(4096)
+    # the op reads it on every call, before any work: also on the CPU reference path
+    with pytest.raises(ValueError, match="SPECDEC_BF16_CUDA_VARIANT"):
+        skinny_gemm_bf16(_x(), planted(24, 64))
+
+
+@pytest.mark.parametrize("m,n,k", BULK_SHAPES)
+def test_bf16_tensor_map_plan_is_the_staged_pipeline_with_bf16_stages(m, n, k):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    plan = launch_plan("bf16_v2", m, n, k, 132)
+    if k % 32:  # the register bf16 kernel runs: its plan, with no K splits over independent CTAs and no workspace
+        register = launch_plan("bf16", m, n, k, 132)
+        assert plan == {**register, "k_splits": 1, "workspace_bytes": 0, "bulk_copies": 0}, (plan, register)
+        return
+    ks, stages, blocks = plan["k_splits"], plan["chunks"], plan["ctas_x"]
+    assert plan["bulk_copies"] == 1 and plan["row_tiles_per_cta"] == 4, plan
+    assert blocks == -(-n // 64) and stages == -(-k // 128), plan
+    # five stages of [64 rows][128] bf16 weights and M x 128 x values, the fixed part after them: still two CTAs per SM
+    fixed = 64 * 8 * 4 + 160 * 9 + 5 * 4
+    assert plan["shared_bytes"] == 5 * (64 * 128 * 2 + m * 256) + fixed + 128, plan
+    assert 2 * (plan["shared_bytes"] + 1024) <= 227 * 1024, plan
+
+    def allowed(splits):  # the staged kernels' limits, with bf16's 2 bytes per weight in the partial-traffic cap
+        return splits == 1 or (splits <= stages // 2 and splits <= 64 and 8 * m * splits <= 0.10 * 2.0 * k)
+
+    def cost(splits):  # whole waves x (stages per CTA + 2)
+        return -(-blocks * splits // 264) * (-(-stages // splits) + 2)
+
+    assert allowed(ks) and all(cost(other) >= cost(ks) for other in range(1, 65) if allowed(other)), plan
+    assert all(cost(other) > cost(ks) for other in range(1, ks) if allowed(other)), plan  # the fewest on a tie
+    counters = -(-blocks * 4 // 256) * 256
+    assert plan["workspace_bytes"] == (0 if ks == 1 else counters + blocks * ks * 64 * m * 4), plan

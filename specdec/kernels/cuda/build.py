@@ -33,8 +33,8 @@ _REPO_ROOT = Path(__file__).resolve().parents[3]
 _DEFAULT = _REPO_ROOT / "build" / "specdec_cuda_kernels.so"
 # The W12 kernels with K split over independent CTAs share one C contract: ``specdec_w12_gemm_small_m_<variant>``
 # (planes, output, sizes, workspace and its bytes, stream) and ``specdec_w12_<variant>_plan`` (seven int64 values).
-# The Q kernel on the tensor-map pipeline follows it with the Q planes: ``specdec_q_gemm_small_m_v2`` and
-# ``specdec_q_v2_plan``.
+# The Q and bf16 kernels on the tensor-map pipeline follow it with their own operands: ``specdec_q_gemm_small_m_v2`` and
+# ``specdec_q_v2_plan``, ``specdec_skinny_gemm_bf16_v2`` and ``specdec_bf16_v2_plan``.
 SPLIT_K_VARIANTS = ("v4", "v5", "v6", "v7")
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
@@ -173,3 +173,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_q_gemm_small_m_v2.argtypes = [p, p, p, p, i, i, i, p, ctypes.c_longlong, p]
     lib.specdec_q_v2_plan.restype = i
     lib.specdec_q_v2_plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
+    lib.specdec_skinny_gemm_bf16_v2.restype = i
+    lib.specdec_skinny_gemm_bf16_v2.argtypes = [p, p, p, i, i, i, p, ctypes.c_longlong, p]
+    lib.specdec_bf16_v2_plan.restype = i
+    lib.specdec_bf16_v2_plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]

@@ -19,6 +19,11 @@ per stage through tensor maps (``specdec_w12_gemm_small_m_v7``); both fall back 
 bit-exactly; they sum in different orders, so their outputs may differ in the last bits. Unset, it is ``"v7"`` where
 ``K % 32 == 0``, else ``"v1"`` (:func:`w12_variant`).
 
+``SPECDEC_BF16_CUDA_VARIANT`` (read on every call) picks the bf16 kernel the same way (:func:`bf16_variant`): ``"v1"``
+the register kernel (``specdec_skinny_gemm_bf16``), ``"v2"`` plain bf16 weights on the tensor-map pipeline of
+``"v7"`` (``specdec_skinny_gemm_bf16_v2``, the same workspace contract; ``K % 32 != 0`` runs ``"v1"``); unset, ``"v2"``
+where ``K % 32 == 0``, else ``"v1"``. They sum in different orders.
+
 ``SPECDEC_Q_CUDA_VARIANT`` (read on every call) picks the Q-view kernel the same way (:func:`q_variant`): ``"v1"``
 the register kernel (``specdec_q_gemm_small_m``), ``"v2"`` the Q view on the tensor-map pipeline of ``"v7"``, K split
 over independent CTAs with the same workspace contract (``specdec_q_gemm_small_m_v2``; ``K % 32 != 0`` runs the
@@ -62,6 +67,7 @@ __all__ = [
     "launch_plan",
     "w12_variant",
     "q_variant",
+    "bf16_variant",
     "split_k_workspace",
     "MAX_TOKENS",
     "KINDS",
@@ -69,6 +75,8 @@ __all__ = [
     "W12_VARIANTS",
     "Q_VARIANT_ENV",
     "Q_VARIANTS",
+    "BF16_VARIANT_ENV",
+    "BF16_VARIANTS",
 ]
 
 MAX_TOKENS = 8
@@ -77,10 +85,16 @@ W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
 W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7")
 Q_VARIANT_ENV = "SPECDEC_Q_CUDA_VARIANT"
 Q_VARIANTS = ("v1", "v2")
+BF16_VARIANT_ENV = "SPECDEC_BF16_CUDA_VARIANT"
+BF16_VARIANTS = ("v1", "v2")
 # launch_plan kinds of the kernels with K split over independent CTAs -> their plan's entry point (seven int64 values).
-_SPLIT_K_PLANS = {**{f"w12_{v}": f"specdec_w12_{v}_plan" for v in SPLIT_K_VARIANTS}, "q_v2": "specdec_q_v2_plan"}
+_SPLIT_K_PLANS = {
+    **{f"w12_{v}": f"specdec_w12_{v}_plan" for v in SPLIT_K_VARIANTS},
+    "q_v2": "specdec_q_v2_plan",
+    "bf16_v2": "specdec_bf16_v2_plan",
+}
 # Those fed by copies into shared-memory stages: their plans also say whether the copies run.
-_STAGED_KINDS = ("w12_v5", "w12_v6", "w12_v7", "q_v2")
+_STAGED_KINDS = ("w12_v5", "w12_v6", "w12_v7", "q_v2", "bf16_v2")
 # Byte alignment the kernels' vector loads need of every plane's base address.
 _ALIGN = 16
 
@@ -181,13 +195,30 @@ def q_variant(k: int | None = None) -> str:
     return _variant(Q_VARIANT_ENV, Q_VARIANTS, "v2", k)
 
 
+def bf16_variant(k: int | None = None) -> str:
+    """The bf16 CUDA kernel :func:`skinny_gemm_bf16` runs now for weights of width ``k``: ``$SPECDEC_BF16_CUDA_VARIANT``.
+
+    Unset: ``"v2"`` (plain bf16 weights on the tensor-map pipeline) where ``k % 32 == 0``, else ``"v1"`` (the register
+    kernel; ``k=None`` stands for such a width). Raises ValueError for any other value than those of ``BF16_VARIANTS``.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop("SPECDEC_BF16_CUDA_VARIANT", None) and None
+        >>> bf16_variant(4096), bf16_variant(4104), bf16_variant()
+        ('v2', 'v1', 'v1')
+    """
+    return _variant(BF16_VARIANT_ENV, BF16_VARIANTS, "v2", k)
+
+
 _WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def split_k_workspace(device: torch.device, nbytes: int, *, op: str = "split_k_workspace") -> torch.Tensor:
     """The workspace of the kernels with K split over independent CTAs, ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
 
-    Those kernels are W12 ``SPECDEC_W12_CUDA_VARIANT`` v4 to v7 and Q ``SPECDEC_Q_CUDA_VARIANT`` v2; each takes the
+    Those kernels are W12 ``SPECDEC_W12_CUDA_VARIANT`` v4 to v7, Q ``SPECDEC_Q_CUDA_VARIANT`` v2 and bf16
+    ``SPECDEC_BF16_CUDA_VARIANT`` v2; each takes the
     bytes its plan asks for. One tensor per (device, size), zeroed once when it is made and kept for the life of the
     process (a CUDA graph that captured a launch keeps using its address). The kernels leave their counters zero
     after every launch, so no launch clears it. Launches sharing a workspace must not run concurrently: the ops run
@@ -238,20 +269,26 @@ def _launch_split_k(lib, what: str, plan_of, run, args: tuple, m: int, n: int, k
 def skinny_gemm_bf16(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``y [M, N] = x [M, K] @ weight [N, K]^T``, bf16, ``1 <= M <= 8``, ``K % 8 == 0``; CPU: ``F.linear``.
 
-    Example: see the module docstring.
+    ``$SPECDEC_BF16_CUDA_VARIANT`` picks the kernel (:func:`bf16_variant`). Example: see the module docstring.
     """
     m, k = _check_x(x, None, None)
     n, kw = _check_bf16_weight(weight, x.device)
     if kw != k:
         raise ValueError(f"weight: expected K={k} columns (x's K), got shape {tuple(weight.shape)}")
+    variant = bf16_variant(k)
     if x.device.type != "cuda" or n == 0:
         return F.linear(x, weight)
     _check_aligned(x=x, weight=weight)
     out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     lib = load_library()
+    args = (_ptr(x), _ptr(weight), _ptr(out), m, n, k)
     with torch.cuda.device(x.device):
-        rc = lib.specdec_skinny_gemm_bf16(_ptr(x), _ptr(weight), _ptr(out), m, n, k, _stream(x.device))
-    _raise_on_failure(lib, rc, "skinny_gemm_bf16")
+        if variant == "v2":
+            plan_of, run = lib.specdec_bf16_v2_plan, lib.specdec_skinny_gemm_bf16_v2
+            rc = _launch_split_k(lib, "skinny_gemm_bf16 (v2)", plan_of, run, args, m, n, k, x.device, _stream(x.device))
+        else:
+            rc = lib.specdec_skinny_gemm_bf16(*args, _stream(x.device))
+    _raise_on_failure(lib, rc, f"skinny_gemm_bf16 ({variant})")
     return out
 
 
@@ -400,7 +437,8 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
     pipeline of ``"w12_v5"`` fed by 2-D TMA copies through tensor maps, the keys of ``"w12_v5"`` (``shared_bytes`` of
     its own stage ring). ``kind="q_v2"``: the Q view on that tensor-map pipeline, the keys of ``"w12_v5"``, with
     ``bulk_copies == 0`` where ``k % 32 != 0`` and the register Q kernel runs (then ``k_splits == 1`` and
-    ``workspace_bytes == 0``).
+    ``workspace_bytes == 0``). ``kind="bf16_v2"``: bf16 weights on that tensor-map pipeline, the keys of ``"q_v2"``
+    (the register bf16 kernel's plan where ``k % 32 != 0``).
     """
     kinds = (*KINDS, "w12_v3", *_SPLIT_K_PLANS)
     if kind not in kinds:

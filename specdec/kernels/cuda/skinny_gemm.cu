@@ -792,6 +792,27 @@ __device__ __forceinline__ uint64_t l2_evict_last() {
   return policy;
 }
 
+// One stage (4 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
+// [64 rows][kBulkStageK] weights, x of token g_x after them, then MMA. CHECK and X_ROW_BYTES as in consume_stage.
+template <bool CHECK, int X_ROW_BYTES>
+__device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int k0, int K, int tile_row, int g_x, int t, float (&acc)[4]) {
+  constexpr int kRowBytes = kBulkStageK * 2;
+  const unsigned char* xr = st + kStreamRows * kRowBytes + g_x * X_ROW_BYTES;
+#pragma unroll
+  for (int c = 0; c < kBulkStageK / 32; ++c) {
+    const bool in = !CHECK || k0 + c * 32 + 8 * t < K;
+    if (CHECK && k0 + c * 32 >= K) break;  // uniform: the chunk lies past K
+    ChunkRegs<kBf16, true> r;
+    uint4 xs[2];
+    const int pw = c * 64 + 16 * t;  // this lane's 8 weights of the chunk (and their 8 x values), in bytes
+    r.w[0] = in ? *reinterpret_cast<const uint4*>(st + tile_row * kRowBytes + pw) : make_uint4(0, 0, 0, 0);
+    r.w[1] = in ? *reinterpret_cast<const uint4*>(st + (tile_row + 8) * kRowBytes + pw) : make_uint4(0, 0, 0, 0);
+    xs[0] = in ? *reinterpret_cast<const uint4*>(xr + pw) : make_uint4(0, 0, 0, 0);
+    xs[1] = make_uint4(0, 0, 0, 0);
+    compute_chunk<kBf16, true>(acc, r, xs, 0u, 0u);
+  }
+}
+
 // One stage (2 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes, x of token
 // g_x, decode and MMA. CHECK: the stage may end before kBulkStageK (pieces at or past K read as zero).
 // X_ROW_BYTES: the stride of x's token rows in the stage. KIND kW12: the stage holds ae, nib, x; kQ: ae, x.
@@ -824,8 +845,9 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, in
 // The consumer side of a bulk-copy ring (kBulkStages stages of `stage_bytes` at `ring`, full / empty barriers):
 // consumer warp `warp` owns rows 16 warp .. 16 warp + 15 of the 64-row block, consumes the CTA's stages
 // s_lo .. s_hi - 1 in k order, releases each stage with one arrive per warp, then writes its sums to
-// red[row][token]. X_ROW_BYTES: the stride of x's token rows in a stage; KIND: kW12 or kQ (consume_stage).
-template <int X_ROW_BYTES, int KIND = kW12>
+// red[row][token]. X_ROW_BYTES: the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16 (consume_stage);
+// STAGES: the ring's stages.
+template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                              float* red) {
@@ -835,8 +857,9 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   const int tile_row = warp * 16 + g;
   const uint32_t mid = KIND == kQ ? 8u : 0u;  // the Q view's nibble: the midpoint
-  const uint32_t X0 = (static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7) | mid;
-  const uint32_t X1 = (static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7) | mid;
+  // the rows' bases (bf16 weights have none)
+  const uint32_t X0 = KIND == kBf16 ? 0u : (static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7) | mid;
+  const uint32_t X1 = KIND == kBf16 ? 0u : (static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7) | mid;
   const int g_x = min(g, M - 1);  // tokens >= M read token M - 1; those outputs are never stored
   const int n_full = min(s_hi, p.K / kBulkStageK) - s_lo;  // stages entirely inside K
   int s = 0;
@@ -844,18 +867,25 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
   auto release = [&]() {
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
-    if (++s == kBulkStages) s = 0, ++round;
+    if (++s == STAGES) s = 0, ++round;
   };
   int it = 0;
   for (; it < n_full; ++it) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
-    consume_stage<false, X_ROW_BYTES, KIND>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, t, X0, X1, acc);
+    if constexpr (KIND == kBf16)
+      consume_bf16_stage<false, X_ROW_BYTES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, g_x, t, acc);
+    else
+      consume_stage<false, X_ROW_BYTES, KIND>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, t, X0, X1, acc);
     release();
   }
   for (; it < n_mine; ++it) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
-    consume_stage<true, X_ROW_BYTES, KIND>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K, tile_row,
-                                     g_x, t, X0, X1, acc);
+    if constexpr (KIND == kBf16)
+      consume_bf16_stage<true, X_ROW_BYTES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * kBulkStageK, p.K, tile_row, g_x,
+                                            t, acc);
+    else
+      consume_stage<true, X_ROW_BYTES, KIND>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K,
+                                             tile_row, g_x, t, X0, X1, acc);
     release();
   }
   // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token].
@@ -982,12 +1012,16 @@ __global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
 // parts of a box past N rows or past K read as zeros and count their bytes, so every stage completes
 // tma_stage_bytes(KIND, M) bytes. x lands with rows of kTmaXRowBytes (unpadded: the x loads of the two token rows of
 // a quarter-warp share banks). KIND kW12: exact, escapes added by the epilogue; kQ: the Q view (ae and bases only,
-// no escapes). Needs K % 32 == 0 (16-byte nib row strides) and 16-byte aligned planes and x.
+// no escapes); kBf16: plain bf16 weights, one box of [64 rows][kBulkStageK] bf16 (twice the W12 bytes a stage, so
+// the ring keeps tma_stages(kBf16) = 5 stages to leave room for two CTAs per SM). Needs K % 32 == 0 (16-byte nib
+// row strides; for bf16 whole 32-weight chunks) and 16-byte aligned planes and x.
 constexpr int kTmaXRowBytes = kBulkStageK * 2;
 constexpr int kTmaAlign = 128;  // shared-memory alignment of a tensor-map destination
 __host__ __device__ constexpr int tma_stage_bytes(int kind, int M) {
-  return kStreamRows * kBulkStageK + (kind == kW12 ? kStreamRows * (kBulkStageK / 2) : 0) + M * kTmaXRowBytes;  // x 128
+  return kStreamRows * kBulkStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kStreamRows * (kBulkStageK / 2) : 0) +
+         M * kTmaXRowBytes;
 }
+__host__ __device__ constexpr int tma_stages(int kind) { return kind == kBf16 ? 5 : kBulkStages; }
 
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
   asm volatile(
@@ -1002,9 +1036,10 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
     tma_gemm_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                    const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
   constexpr int kTmaThreads = bulk_threads(1);
+  constexpr int kStages = tma_stages(KIND);
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t full_bar[kBulkStages];
-  __shared__ __align__(8) uint64_t empty_bar[kBulkStages];
+  __shared__ __align__(8) uint64_t full_bar[kStages];
+  __shared__ __align__(8) uint64_t empty_bar[kStages];
   unsigned char* smem = smem_raw + ((kTmaAlign - (smem_addr(smem_raw) & (kTmaAlign - 1))) & (kTmaAlign - 1));
   const int M = p.M;
   const int tid = threadIdx.x;
@@ -1015,13 +1050,13 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
   const int s_hi = static_cast<int>((static_cast<long long>(split + 1) * n_stages) / p.k_splits);
   const int row_block = blockIdx.x * kStreamRows;
   const int stage_bytes = tma_stage_bytes(KIND, M);
-  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kBulkStages) * stage_bytes);
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
   int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + bulk_smem_fixed(1));
   const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
   const int tile0 = (row_block / kEscapeTile) * col_tiles;
 
   if (tid == 0) {
-    for (int s = 0; s < kBulkStages; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       mbar_init(smem_addr(&full_bar[s]), 1);
       mbar_init(smem_addr(&empty_bar[s]), kBulkConsumerWarps);
     }
@@ -1046,14 +1081,14 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
         const uint32_t full = smem_addr(&full_bar[s]);
         mbar_arrive_expect_tx(full, tx);
         const uint32_t st = smem_addr(smem + static_cast<size_t>(s) * stage_bytes);
-        tma_load_2d(st, &ae_map, k0, row_block, full, stream);
+        tma_load_2d(st, &ae_map, k0, row_block, full, stream);  // bf16: the weights
         if constexpr (KIND == kW12) tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row_block, full, stream);
         tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, k0, 0, full, keep);
-        if (++s == kBulkStages) s = 0, ++round;
+        if (++s == kStages) s = 0, ++round;
       }
     }
   } else {
-    consume_ring<kTmaXRowBytes, KIND>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, red);
+    consume_ring<kTmaXRowBytes, KIND, kStages>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, red);
   }
   cp_async_wait_all();
   __syncthreads();
@@ -1199,16 +1234,19 @@ int bulk_ctas_per_sm(int smem_bytes) {
 
 // A ring's pipeline: the number of producer warps issuing bulk copies (w12_bulk_kernel: 1 or
 // kBulkConsumerWarps), or one thread issuing tensor-map copies (tma_gemm_kernel): kTmaPipeline for W12,
-// kTmaQPipeline for the Q view.
+// kTmaQPipeline for the Q view, kTmaBf16Pipeline for bf16 weights.
 constexpr int kTmaPipeline = 0;
 constexpr int kTmaQPipeline = -1;
-constexpr bool is_tma(int pipeline) { return pipeline == kTmaPipeline || pipeline == kTmaQPipeline; }
+constexpr int kTmaBf16Pipeline = -2;
+constexpr bool is_tma(int pipeline) { return pipeline == kTmaPipeline || pipeline == kTmaQPipeline || pipeline == kTmaBf16Pipeline; }
+constexpr int tma_kind(int pipeline) { return pipeline == kTmaQPipeline ? kQ : pipeline == kTmaBf16Pipeline ? kBf16 : kW12; }
 // A CTA's time besides its stages (launch, filling the ring, the split reduction), in stages.
 constexpr int kTmaFixedStages = 2;
 
 int bulk_smem_bytes(int M, int K, int pipeline) {
   if (pipeline == kTmaPipeline) return kBulkStages * tma_stage_bytes(kW12, M) + bulk_smem_fixed(1) + band_ptr_bytes(kW12, K) + kTmaAlign;
   if (pipeline == kTmaQPipeline) return kBulkStages * tma_stage_bytes(kQ, M) + bulk_smem_fixed(1) + kTmaAlign;
+  if (pipeline == kTmaBf16Pipeline) return tma_stages(kBf16) * tma_stage_bytes(kBf16, M) + bulk_smem_fixed(1) + kTmaAlign;
   return kBulkStages * bulk_stage_bytes(M) + bulk_smem_fixed(pipeline) + band_ptr_bytes(kW12, K);
 }
 
@@ -1220,7 +1258,7 @@ Plan make_bulk_plan(int M, int N, int K, int sms, int pipeline) {
   pl.smem_bytes = bulk_smem_bytes(M, K, pipeline);
   const long long slots = static_cast<long long>(sms) * bulk_ctas_per_sm(pl.smem_bytes);
   int most = pl.n_chunks / kBulkMinStagesPerCta;
-  const double weight_bytes = pipeline == kTmaQPipeline ? 1.0 : 1.5;  // per weight
+  const double weight_bytes = is_tma(pipeline) ? bytes_per_weight(tma_kind(pipeline)) : 1.5;
   const double traffic_cap = kBulkPartialShare * weight_bytes * static_cast<double>(K) / (8.0 * M);  // splits
   if (most > traffic_cap) most = static_cast<int>(traffic_cap);
   if (most > kSplitMaxSplits) most = kSplitMaxSplits;
@@ -1490,17 +1528,21 @@ int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_
   Plan pl{};
   float* partials = nullptr;
   unsigned int* counters = nullptr;
-  if (int rc = prepare_ring_launch(tma_gemm_kernel<KIND>, attr_set, KIND == kW12 ? kTmaPipeline : kTmaQPipeline, p, workspace,
-                                   workspace_bytes, &pl, &partials, &counters))
+  constexpr int pipeline = KIND == kW12 ? kTmaPipeline : KIND == kQ ? kTmaQPipeline : kTmaBf16Pipeline;
+  if (int rc = prepare_ring_launch(tma_gemm_kernel<KIND>, attr_set, pipeline, p, workspace, workspace_bytes, &pl, &partials, &counters))
     return rc;
   CUtensorMap ae_map, nib_map, x_map;
   const unsigned long long K = p.K, N = p.N;
-  if (int rc = encode_2d(&ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, kBulkStageK, kStreamRows, "ae")) return rc;
+  if (KIND == kBf16) {
+    if (int rc = encode_2d(&ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, K, N, 2 * K, kBulkStageK, kStreamRows, "weight")) return rc;
+  } else if (int rc = encode_2d(&ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, kBulkStageK, kStreamRows, "ae")) {
+    return rc;
+  }
   if (KIND == kW12) {
     if (int rc = encode_2d(&nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, kBulkStageK / 2, kStreamRows, "nib"))
       return rc;
   } else {
-    nib_map = ae_map;  // not read by the Q kernel
+    nib_map = ae_map;  // not read by the Q and bf16 kernels
   }
   if (int rc = encode_2d(&x_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.x, K, p.M, 2 * K, kBulkStageK, p.M, "x")) return rc;
   p.rt_per_cta = pl.rt_per_cta;
@@ -1574,6 +1616,32 @@ int specdec_skinny_gemm_bf16(const void* x, const void* w, void* y, int M, int N
   p.y = static_cast<uint16_t*>(y);
   p.M = M, p.N = N, p.K = K;
   return launch<kBf16, true>(p, static_cast<cudaStream_t>(stream));
+}
+
+// The same product through tensor-map copies (tma_gemm_kernel<kBf16>: the W12 v7 ring, consumers and split-K epilogue
+// with plain bf16 weights), K split over independent CTAs with a workspace of specdec_bf16_v2_plan's out[5] bytes (the
+// W12 split-K contract). K % 32 != 0: runs specdec_skinny_gemm_bf16 (workspace unused). Needs 16-byte aligned x and w.
+int specdec_skinny_gemm_bf16_v2(const void* x, const void* w, void* y, int M, int N, int K, void* workspace, long long workspace_bytes,
+                                void* stream) {
+  if (K % 32 != 0) return specdec_skinny_gemm_bf16(x, w, y, M, N, K, stream);
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K)) return rc;
+  Params p{};
+  p.x = static_cast<const uint16_t*>(x);
+  p.w = static_cast<const uint8_t*>(w);
+  p.y = static_cast<uint16_t*>(y);
+  p.M = M, p.N = N, p.K = K;
+  return launch_tma<kBf16>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_skinny_gemm_bf16_v2, as specdec_q_v2_plan (out[6] 0 where K % 32 != 0 and the register kernel
+// runs, with specdec_skinny_plan's values).
+int specdec_bf16_v2_plan(int M, int N, int K, int sms, long long* out) {
+  if (int rc = plan_prologue(M, N, K, &sms)) return rc;
+  const bool tma = K % 32 == 0;
+  write_split_plan(tma ? make_bulk_plan(M, N, K, sms, kTmaBf16Pipeline) : make_plan(kBf16, M, N, K, sms), M, tma, out);
+  out[6] = tma ? 1 : 0;
+  return 0;
 }
 
 // W12 exact: planes of specdec/formats/w12.py (k_padded == K since K % 8 == 0).
