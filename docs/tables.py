@@ -469,7 +469,8 @@ ROOFLINE_KERNELS = {
     "cuda_w12_v7": "CUDA W12 exact, tensor-map pipeline (v7, the default)",
     "cuda_q": "CUDA Q view",
     "cuda_q_v2": "CUDA Q view, tensor-map pipeline (v2, the default)",
-    "cuda_bf16": "CUDA bf16",
+    "cuda_bf16": "CUDA bf16, register kernel (v1)",
+    "cuda_bf16_v2": "CUDA bf16, tensor-map pipeline (v2, the default)",
     "triton_w12": "Triton W12 exact",
     "triton_q": "Triton Q view",
     "cublas_fp8": "cuBLAS fp8",
@@ -478,7 +479,7 @@ ROOFLINE_KERNELS = {
 
 
 def cuda_roofline(results: Results) -> str:
-    run = results("roofline_h200_2026-12-02_run8.json")
+    run = results("roofline_h200_2026-12-02_run9.json")
     ms = sorted({r["M"] for r in run["rows"]})
     rows = []
     for key, label in ROOFLINE_KERNELS.items():
@@ -486,8 +487,8 @@ def cuda_roofline(results: Results) -> str:
         fractions = [r[f"{key}_frac_of_copy"] for r in run["rows"]]
         rows.append([label, f"{min(ratios):.2f}-{max(ratios):.2f}x", f"{min(fractions):.2f}-{max(fractions):.2f}"])
     header = [f"kernel ({len(run['rows'])} rows: M = {', '.join(map(str, ms))})", "vs cuBLAS bf16", "fraction of copy bandwidth"]
-    step = results("ar_step_w12_h200_2026-12-02_run7.json")
-    register = results("ar_step_w12_v1_h200_2026-12-02.json")
+    step = results("ar_step_w12_h200_2026-12-02_run8.json")
+    register = results("ar_step_w12_v1_h200_2026-12-02_run2.json")
     step_rows = [
         ["bf16", f"{step['bf16_step_s'] * 1e3:.2f} ms", f"{step['bf16_floor_s'] * 1e3:.2f} ms", f"{step['bf16_x_floor']:.2f}x"],
         [
@@ -507,7 +508,10 @@ def cuda_roofline(results: Results) -> str:
     summary = (
         f"copy bandwidth {run['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; decode checked bit for bit: "
         f"{_yes_no(run['decode_checks_passed'])}. AR step W12 / bf16: {step['w12_vs_bf16_step']:.2f}x; "
-        f"greedy tokens W12 == bf16 ({step['tokens']} tokens): {_yes_no(step['greedy_tokens_equal'])}"
+        f"greedy tokens W12 == bf16 ({step['tokens']} tokens): {_yes_no(step['greedy_tokens_equal'])}. Verify step of "
+        f"{step['verify_rows']} rows: bf16 {step['bf16_verify_s'] * 1e3:.2f} ms = {step['bf16_verify_x_step']:.2f}x its one-token "
+        f"step; W12 {step['w12_verify_s'] * 1e3:.2f} ms = {step['w12_verify_x_step']:.2f}x (its linears at "
+        f"{step['verify_rows']} rows run `{step['w12_verify_linear_path']}`)"
     )
     return "\n\n".join(
         [
