@@ -425,8 +425,6 @@ class W12Tensor(torch.Tensor):
 
 
 _BACKENDS = ("auto", "cuda", "triton", "torch")
-# Largest number of rows (tokens) the CUDA small-M kernels take.
-_CUDA_MAX_ROWS = 8
 CUDA_SMALL_M_ENV = "SPECDEC_W12_CUDA"
 
 
@@ -456,12 +454,19 @@ def cuda_small_m_available() -> bool:
 
 
 def linear_path(
-    x: torch.Tensor, w: W12Tensor, bias: torch.Tensor | None = None, *, backend: str = "auto", plain: bool = True
+    x: torch.Tensor,
+    w: W12Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    backend: str = "auto",
+    plain: bool = True,
+    view: str = "exact",
 ) -> str:
     """Which implementation :func:`w12_linear` / :func:`q_linear` run: ``"torch"``, ``"triton"`` or ``"cuda"``.
 
     ``"auto"``: the pure-PyTorch reference off CUDA; on CUDA the CUDA small-M kernel
-    (:func:`specdec.kernels.cuda.w12_gemm_small_m` / ``q_gemm_small_m``) when ``x`` has at most 8 rows, there is
+    (:func:`specdec.kernels.cuda.w12_gemm_small_m` / ``q_gemm_small_m``) when ``x`` has at most
+    ``max_tokens("w12" / "q", K)`` rows (16 for the tensor-map kernels where ``K % 32 == 0``, else 8), there is
     no bias, ``K % 8 == 0``, the call is ``plain`` (no ``rebias`` / ``config``), the library loads
     (:func:`cuda_small_m_available`) and ``$SPECDEC_W12_CUDA`` is not ``0``; else Triton. ``"cuda"`` asks for the
     CUDA kernel and raises ``ValueError`` where it cannot run. ``SPECDEC_W12_CUDA=0`` (or ``linear_backend="triton"``
@@ -473,6 +478,7 @@ def linear_path(
         bias: optional bf16 ``[N]``.
         backend: ``"auto"``, ``"cuda"``, ``"triton"`` or ``"torch"``.
         plain: ``False`` when the caller asks for Triton-only options.
+        view: ``"exact"`` (:func:`w12_linear`) or ``"q"`` (:func:`q_linear`): whose kernel's row limit applies.
 
     Example::
 
@@ -482,15 +488,20 @@ def linear_path(
     """
     if backend not in _BACKENDS:
         raise ValueError(f"backend: expected 'auto', 'cuda', 'triton' or 'torch', got {backend!r}")
+    if view not in ("exact", "q"):
+        raise ValueError(f"view: expected 'exact' or 'q', got {view!r}")
     if backend in ("triton", "torch"):
         return resolve_backend(backend, x.device)
+    from specdec.kernels.cuda.ops import max_tokens
+
     k = w.shape[1]
     rows = x.numel() // k if k else 0
+    max_rows = max_tokens("w12" if view == "exact" else "q", k)
     reasons = []
     if x.device.type != "cuda":
         reasons.append(f"x is on {x.device}")
-    if not 1 <= rows <= _CUDA_MAX_ROWS:
-        reasons.append(f"x has {rows} rows (at most {_CUDA_MAX_ROWS})")
+    if not 1 <= rows <= max_rows:
+        reasons.append(f"x has {rows} rows (at most {max_rows})")
     if bias is not None:
         reasons.append("a bias is given")
     if k % 8:
@@ -589,8 +600,9 @@ def w12_linear(
         backend: ``"torch"`` decodes and calls ``F.linear`` (bit-identical to the bf16 layer);
             ``"triton"`` runs the fused kernel :func:`specdec.kernels.w12_gemm.w12_matmul` (weights
             bit-identical inside the GEMM; output equal to the same kernel on bf16 weights);
-            ``"cuda"`` the CUDA small-M kernel :func:`specdec.kernels.cuda.w12_gemm_small_m` (at most 8 rows);
-            ``"auto"``: see :func:`linear_path` (CUDA kernel for at most 8 rows on CUDA, else Triton; torch off CUDA).
+            ``"cuda"`` the CUDA small-M kernel :func:`specdec.kernels.cuda.w12_gemm_small_m` (at most 8 rows, 16 with
+            the tensor-map kernel where ``K % 32 == 0``); ``"auto"``: see :func:`linear_path` (the CUDA kernel for
+            those row counts on CUDA, else Triton; torch off CUDA).
         rebias: Triton only. Build weights with exponent ``112 + E`` (the row base leaves the
             inner loop) and scale the fp32 accumulator by ``2^(base-112)``. Equal to the exact
             kernel while every product and partial sum stays a normal fp32 number in both scalings
@@ -650,7 +662,7 @@ def q_linear(
         tensor([[3.1875]], dtype=torch.bfloat16)
     """
     _check_linear_inputs(x, w, bias)
-    path = linear_path(x, w, bias, backend=backend, plain=config is None)
+    path = linear_path(x, w, bias, backend=backend, plain=config is None, view="q")
     if path == "torch":
         return q_linear_reference(x, w, bias)
     if path == "cuda":

@@ -42,13 +42,35 @@ def test_cuda_kernel_for_at_most_8_rows_when_the_library_loads(monkeypatch, rows
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     monkeypatch.delenv(CUDA_SMALL_M_ENV, raising=False)
     assert linear_path(_cuda_rows(rows), _weight()) == "cuda"
+    assert linear_path(_cuda_rows(rows, k=72), _weight(k=72)) == "cuda"  # the register kernel's width
+
+
+@pytest.mark.parametrize("rows", [9, 16])
+def test_cuda_kernel_for_9_to_16_rows_only_with_the_tensor_map_kernel(monkeypatch, rows):
+    from specdec.kernels.cuda.ops import Q_VARIANT_ENV, W12_VARIANT_ENV
+
+    monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
+    for env in (CUDA_SMALL_M_ENV, W12_VARIANT_ENV, Q_VARIANT_ENV):
+        monkeypatch.delenv(env, raising=False)
+    w = _weight()
+    # K % 32 == 0 with the default variants (W12 v7, Q v2): both views run the CUDA kernel
+    assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == "cuda"
+    assert linear_path(_cuda_rows(rows, k=72), _weight(k=72)) == "triton"  # K % 32 != 0: the register kernel, 8 rows
+    # each view follows its own kernel variable
+    monkeypatch.setenv(W12_VARIANT_ENV, "v1")
+    assert linear_path(_cuda_rows(rows), w) == "triton" and linear_path(_cuda_rows(rows), w, view="q") == "cuda"
+    monkeypatch.delenv(W12_VARIANT_ENV)
+    monkeypatch.setenv(Q_VARIANT_ENV, "v1")
+    assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == "triton"
+    with pytest.raises(ValueError, match=r"view: expected 'exact' or 'q', got 'fp8'"):
+        linear_path(_cuda_rows(rows), w, view="fp8")
 
 
 def test_triton_where_the_cuda_kernel_does_not_apply(monkeypatch):
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     monkeypatch.delenv(CUDA_SMALL_M_ENV, raising=False)
     w = _weight()
-    assert linear_path(_cuda_rows(9), w) == "triton"  # more rows than the kernel takes
+    assert linear_path(_cuda_rows(17), w) == "triton"  # more rows than the kernel takes
     assert linear_path(_cuda_rows(1), w, torch.zeros(24, dtype=torch.bfloat16)) == "triton"  # bias
     assert linear_path(_cuda_rows(1), w, plain=False) == "triton"  # rebias / config
     assert linear_path(_cuda_rows(1), w, backend="triton") == "triton"  # the weight's backend asks for Triton
@@ -65,8 +87,10 @@ def test_env_forces_the_triton_path(monkeypatch):
 def test_explicit_cuda_backend_says_why_it_cannot_run(monkeypatch):
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     w = _weight()
+    with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x has 17 rows \(at most 16\)"):
+        linear_path(_cuda_rows(17), w, backend="cuda")
     with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x has 9 rows \(at most 8\)"):
-        linear_path(_cuda_rows(9), w, backend="cuda")
+        linear_path(_cuda_rows(9, k=72), _weight(k=72), backend="cuda")
     with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x is on cpu"):
         linear_path(torch.ones(1, 64, dtype=torch.bfloat16), w, backend="cuda")
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: False)

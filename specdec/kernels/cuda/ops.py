@@ -1,7 +1,7 @@
 """The CUDA skinny GEMMs as torch custom ops: ``specdec::skinny_gemm_bf16``, ``specdec::w12_gemm_small_m``, ``specdec::q_gemm_small_m``.
 
-Each computes ``y [M, N] = x [M, K] @ W^T`` for a few tokens (``1 <= M <= 8``), bf16 in and out with fp32
-accumulation, ``K`` a multiple of 8. On CUDA tensors the kernel of ``skinny_gemm.cu`` runs on
+Each computes ``y [M, N] = x [M, K] @ W^T`` for a few tokens (``1 <= M <= 8``; up to 16 where the kernel that runs is
+a tensor-map one, :func:`max_tokens`), bf16 in and out with fp32 accumulation, ``K`` a multiple of 8. On CUDA tensors the kernel of ``skinny_gemm.cu`` runs on
 ``torch.cuda.current_stream()`` (so CUDA graphs capture it); on CPU tensors the pure-PyTorch reference
 runs (``F.linear`` on the bf16 weight, on ``W12Tensor.to_bf16()`` or on ``W12Tensor.q_view()``). Each op has a
 fake (meta) implementation, so ``torch.compile`` and graph tracing see its output shape without running it.
@@ -68,8 +68,10 @@ __all__ = [
     "w12_variant",
     "q_variant",
     "bf16_variant",
+    "max_tokens",
     "split_k_workspace",
     "MAX_TOKENS",
+    "TENSOR_MAP_MAX_TOKENS",
     "KINDS",
     "W12_VARIANT_ENV",
     "W12_VARIANTS",
@@ -80,6 +82,7 @@ __all__ = [
 ]
 
 MAX_TOKENS = 8
+TENSOR_MAP_MAX_TOKENS = 16  # two MMA n-tiles of 8 tokens
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
 W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
 W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7")
@@ -99,7 +102,7 @@ _STAGED_KINDS = ("w12_v5", "w12_v6", "w12_v7", "q_v2", "bf16_v2")
 _ALIGN = 16
 
 
-def _check_x(x: object, k: int | None, device: torch.device | None) -> tuple[int, int]:
+def _check_x(x: object, k: int | None, device: torch.device | None, max_rows: int = MAX_TOKENS) -> tuple[int, int]:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a bf16 torch.Tensor, got {type(x).__name__}")
     if x.dtype != torch.bfloat16:
@@ -107,8 +110,8 @@ def _check_x(x: object, k: int | None, device: torch.device | None) -> tuple[int
     if x.dim() != 2:
         raise ValueError(f"x: expected a 2-D tensor [M, K], got shape {tuple(x.shape)}")
     m, kx = x.shape
-    if not 1 <= m <= MAX_TOKENS:
-        raise ValueError(f"x: expected 1 to {MAX_TOKENS} rows (tokens), got M={m}")
+    if not 1 <= m <= max_rows:
+        raise ValueError(f"x: expected 1 to {max_rows} rows (tokens) at K={kx}, got M={m}")
     if kx < 8 or kx % 8:
         raise ValueError(f"x: expected K (its last dimension) a positive multiple of 8, got K={kx}")
     if k is not None and kx != k:
@@ -211,6 +214,36 @@ def bf16_variant(k: int | None = None) -> str:
     return _variant(BF16_VARIANT_ENV, BF16_VARIANTS, "v2", k)
 
 
+_TENSOR_MAP_VARIANTS = {"bf16": "v2", "w12": "v7", "q": "v2"}
+
+
+def max_tokens(op: str, k: int) -> int:
+    """The most rows (tokens) the op ``op`` (``"bf16"``, ``"w12"`` or ``"q"``) takes now for weights of width ``k``.
+
+    16 where the kernel its variant variable picks at ``k`` is the tensor-map one (bf16 ``"v2"``, W12 ``"v7"``, Q
+    ``"v2"``: two MMA n-tiles of 8 tokens) and ``k % 32 == 0``; 8 elsewhere. The CPU reference takes the same.
+
+    Example::
+
+        >>> import os
+        >>> for env in ("SPECDEC_W12_CUDA_VARIANT", "SPECDEC_Q_CUDA_VARIANT"):
+        ...     os.environ.pop(env, None) and None
+        >>> max_tokens("w12", 4096), max_tokens("w12", 4104), max_tokens("q", 4096)
+        (16, 8, 16)
+    """
+    variants = {"bf16": bf16_variant, "w12": w12_variant, "q": q_variant}
+    if op not in variants:
+        raise ValueError(f"op: expected one of {sorted(variants)}, got {op!r}")
+    tensor_map = k % 32 == 0 and variants[op](k) == _TENSOR_MAP_VARIANTS[op]
+    return TENSOR_MAP_MAX_TOKENS if tensor_map else MAX_TOKENS
+
+
+def _bf16_max_rows(x: object) -> int:
+    # the row limit of skinny_gemm_bf16 at x's width (checked by _check_x; a malformed x gets the plain limit)
+    width = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() == 2 else 0
+    return max_tokens("bf16", width) if width > 0 else MAX_TOKENS
+
+
 _WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
 
 
@@ -267,15 +300,15 @@ def _launch_split_k(lib, what: str, plan_of, run, args: tuple, m: int, n: int, k
 
 @torch.library.custom_op("specdec::skinny_gemm_bf16", mutates_args=())
 def skinny_gemm_bf16(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``y [M, N] = x [M, K] @ weight [N, K]^T``, bf16, ``1 <= M <= 8``, ``K % 8 == 0``; CPU: ``F.linear``.
+    """``y [M, N] = x [M, K] @ weight [N, K]^T``, bf16, ``1 <= M <= max_tokens("bf16", K)``, ``K % 8 == 0``; CPU: ``F.linear``.
 
     ``$SPECDEC_BF16_CUDA_VARIANT`` picks the kernel (:func:`bf16_variant`). Example: see the module docstring.
     """
-    m, k = _check_x(x, None, None)
+    m, k = _check_x(x, None, None, _bf16_max_rows(x))
+    variant = bf16_variant(k)
     n, kw = _check_bf16_weight(weight, x.device)
     if kw != k:
         raise ValueError(f"weight: expected K={k} columns (x's K), got shape {tuple(weight.shape)}")
-    variant = bf16_variant(k)
     if x.device.type != "cuda" or n == 0:
         return F.linear(x, weight)
     _check_aligned(x=x, weight=weight)
@@ -294,7 +327,7 @@ def skinny_gemm_bf16(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 @skinny_gemm_bf16.register_fake
 def _(x, weight):
-    _check_x(x, None, None)
+    _check_x(x, None, None, _bf16_max_rows(x))
     n, _ = _check_bf16_weight(weight, x.device)
     return x.new_empty(x.shape[0], n)
 
@@ -344,7 +377,7 @@ def w12_gemm_small_m(
     esc_pos: torch.Tensor,
     esc_bits: torch.Tensor,
 ) -> torch.Tensor:
-    """Exact ``y [M, N] = x [M, K] @ W^T`` with W ``[N, K]`` as its W12 planes; ``1 <= M <= 8``, ``K % 8 == 0``.
+    """Exact ``y [M, N] = x [M, K] @ W^T`` with W ``[N, K]`` as its W12 planes; ``1 <= M <= max_tokens("w12", K)``, ``K % 8 == 0``.
 
     The kernel decodes the weights bit-exactly in registers (escaped slots hold a signed zero; each escape is
     added as ``x[:, col] * value`` in fp32 by the CTA that owns its row). The output is not bit-equal to
@@ -354,7 +387,7 @@ def w12_gemm_small_m(
     """
     k = _k_of_planes(ae)
     variant = w12_variant(k)
-    m, _ = _check_x(x, k, ae.device)
+    m, _ = _check_x(x, k, ae.device, max_tokens("w12", k))
     n, _ = _check_planes(ae, nib, base, k)
     _check_escapes(esc_ptr, esc_pos, esc_bits, n, k, ae.device)
     if x.device.type != "cuda" or n == 0:
@@ -378,7 +411,7 @@ def w12_gemm_small_m(
 @w12_gemm_small_m.register_fake
 def _(x, ae, nib, base, esc_ptr, esc_pos, esc_bits):
     k = _k_of_planes(ae)
-    _check_x(x, k, ae.device)
+    _check_x(x, k, ae.device, max_tokens("w12", k))
     return x.new_empty(x.shape[0], ae.shape[0])
 
 
@@ -386,13 +419,13 @@ def _(x, ae, nib, base, esc_ptr, esc_pos, esc_bits):
 def q_gemm_small_m(x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
     """``y [M, N] = x [M, K] @ Q^T`` with Q the 8-bit view of the W12 planes (``ae`` and ``base`` only).
 
-    ``1 <= M <= 8``, ``K % 8 == 0``; low mantissa nibble at the midpoint, escapes not patched (proposals only).
+    ``1 <= M <= max_tokens("q", K)``, ``K % 8 == 0``; low mantissa nibble at the midpoint, escapes not patched (proposals only).
     ``$SPECDEC_Q_CUDA_VARIANT`` picks the kernel (:func:`q_variant`; the CPU reference is the same for both).
     CPU: :func:`specdec.formats.q_linear_reference`. Example: see the module docstring.
     """
     k = _k_of_planes(ae)
     variant = q_variant(k)
-    m, _ = _check_x(x, k, ae.device)
+    m, _ = _check_x(x, k, ae.device, max_tokens("q", k))
     n, _ = _check_planes(ae, None, base, k)
     if x.device.type != "cuda" or n == 0:
         return _q_reference(x, ae, base)
@@ -413,7 +446,7 @@ def q_gemm_small_m(x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> tor
 @q_gemm_small_m.register_fake
 def _(x, ae, base):
     k = _k_of_planes(ae)
-    _check_x(x, k, ae.device)
+    _check_x(x, k, ae.device, max_tokens("q", k))
     return x.new_empty(x.shape[0], ae.shape[0])
 
 
@@ -463,7 +496,8 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
         rc = lib.specdec_skinny_plan(KINDS[kind], m, n, k, sms, out)
     if rc != 0:
         raise ValueError(
-            f"launch_plan: expected 1 <= m <= 8, n >= 1, k a positive multiple of 8 and sms >= 1, got m={m} n={n} k={k} sms={sms}"
+            f"launch_plan: expected 1 <= m <= 8 (16 for the tensor-map kinds w12_v7, q_v2, bf16_v2 where k % 32 == 0), n >= 1, "
+            f"k a positive multiple of 8 and sms >= 1, got m={m} n={n} k={k} sms={sms}"
         )
     keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes")
     return dict(zip(keys, list(out)))

@@ -38,6 +38,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;        // chunks whose loads are issued before the first is used
 constexpr int kMaxTokens = 8;
+constexpr int kTmaMaxTokens = 16;  // the tensor-map kernels: two MMA n-tiles of 8 tokens
 constexpr int kMaxClusterSplits = 8;
 constexpr int kEscapeTile = 256;  // specdec.kernels.w12_gemm.ESCAPE_TILE
 constexpr int kXBytesHard = 200 * 1024;  // dynamic shared memory limit requested for the kernels
@@ -205,6 +206,23 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The A fragment of step s of a W12 / Q chunk: AE word s covers k 4s..4s+3 of the piece, pairs (4s, 4s+1) -> A cols
+// 2t.. (a0 row g, a1 row g + 8), (4s+2, 4s+3) -> A cols 2t+8.. (a2, a3).
+template <int KIND, bool VEC16>
+__device__ __forceinline__ void decode_step(const ChunkRegs<KIND, VEC16>& r, int s, uint32_t X0, uint32_t X1, uint32_t& a0,
+                                            uint32_t& a1, uint32_t& a2, uint32_t& a3) {
+  if constexpr (KIND == kW12) {
+    const uint32_t n0 = (s >> 1) == 0 ? r.nib[0].x : r.nib[0].y;
+    const uint32_t n1 = (s >> 1) == 0 ? r.nib[1].x : r.nib[1].y;
+    const int shA = (s & 1) ? 8 : 0;
+    decode_exact(comp(r.ae[0], s), (n0 >> shA) & 0x000F000Fu, (n0 >> (shA + 4)) & 0x000F000Fu, X0, a0, a2);
+    decode_exact(comp(r.ae[1], s), (n1 >> shA) & 0x000F000Fu, (n1 >> (shA + 4)) & 0x000F000Fu, X1, a1, a3);
+  } else {
+    decode_q(comp(r.ae[0], s), X0, a0, a2);
+    decode_q(comp(r.ae[1], s), X1, a1, a3);
+  }
+}
+
 // Decode one chunk and multiply it into acc. xs: this lane's x units of the chunk (zeros when g >= M).
 template <int KIND, bool VEC16>
 __device__ __forceinline__ void compute_chunk(float (&acc)[4], const ChunkRegs<KIND, VEC16>& r, const uint4 (&xs)[2],
@@ -217,20 +235,34 @@ __device__ __forceinline__ void compute_chunk(float (&acc)[4], const ChunkRegs<K
   } else {
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      // AE word s covers k 4s..4s+3 of the piece: pairs (4s, 4s+1) -> A cols 2t.., (4s+2, 4s+3) -> A cols 2t+8..
-      uint32_t a0, a2, a1, a3;
-      if constexpr (KIND == kW12) {
-        const uint32_t n0 = (s >> 1) == 0 ? r.nib[0].x : r.nib[0].y;
-        const uint32_t n1 = (s >> 1) == 0 ? r.nib[1].x : r.nib[1].y;
-        const int shA = (s & 1) ? 8 : 0;
-        decode_exact(comp(r.ae[0], s), (n0 >> shA) & 0x000F000Fu, (n0 >> (shA + 4)) & 0x000F000Fu, X0, a0, a2);
-        decode_exact(comp(r.ae[1], s), (n1 >> shA) & 0x000F000Fu, (n1 >> (shA + 4)) & 0x000F000Fu, X1, a1, a3);
-      } else {
-        decode_q(comp(r.ae[0], s), X0, a0, a2);
-        decode_q(comp(r.ae[1], s), X1, a1, a3);
-      }
+      uint32_t a0, a1, a2, a3;
+      decode_step(r, s, X0, X1, a0, a1, a2, a3);
       const uint4& xu = xs[s >> 1];
       mma_16816(acc, a0, a1, a2, a3, comp(xu, 2 * (s & 1)), comp(xu, 2 * (s & 1) + 1));
+    }
+  }
+}
+
+// compute_chunk for two n-tiles of tokens: the chunk decoded once, multiplied into acc (this lane's x units xs:
+// token g) and acc_hi (xs_hi: token g + 8).
+template <int KIND, bool VEC16>
+__device__ __forceinline__ void compute_chunk_two_tiles(float (&acc)[4], float (&acc_hi)[4], const ChunkRegs<KIND, VEC16>& r,
+                                                        const uint4 (&xs)[2], const uint4 (&xs_hi)[2], uint32_t X0, uint32_t X1) {
+  if constexpr (KIND == kBf16) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const uint32_t a0 = comp(r.w[0], 2 * s), a1 = comp(r.w[1], 2 * s), a2 = comp(r.w[0], 2 * s + 1), a3 = comp(r.w[1], 2 * s + 1);
+      mma_16816(acc, a0, a1, a2, a3, comp(xs[0], 2 * s), comp(xs[0], 2 * s + 1));
+      mma_16816(acc_hi, a0, a1, a2, a3, comp(xs_hi[0], 2 * s), comp(xs_hi[0], 2 * s + 1));
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t a0, a1, a2, a3;
+      decode_step(r, s, X0, X1, a0, a1, a2, a3);
+      const int j = 2 * (s & 1);
+      mma_16816(acc, a0, a1, a2, a3, comp(xs[s >> 1], j), comp(xs[s >> 1], j + 1));
+      mma_16816(acc_hi, a0, a1, a2, a3, comp(xs_hi[s >> 1], j), comp(xs_hi[s >> 1], j + 1));
     }
   }
 }
@@ -239,9 +271,9 @@ __device__ __forceinline__ void compute_chunk(float (&acc)[4], const ChunkRegs<K
 // thread tests one, those of rows [r_lo, r_lo + rows) are packed in stored order (ballot + prefix) into shared
 // memory at `scratch`, then every row thread adds its own in that order: the same fmas in the same order as a
 // serial walk of the band. `row_local` = the thread's row - r_lo.
-template <int THREADS>
+template <int THREADS, int TOK = kMaxTokens>
 __device__ __forceinline__ void add_band_escapes(const Params& p, const int* band_ptr, int col_tiles, int band_row, int rows,
-                                                 bool has_row, int row_local, int M, void* scratch, float (&out)[kMaxTokens]) {
+                                                 bool has_row, int row_local, int M, void* scratch, float (&out)[TOK]) {
   constexpr int kWarpsT = THREADS / 32;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int2* esc_list = reinterpret_cast<int2*>(scratch);                                // (column, value bits) [THREADS]
@@ -289,7 +321,7 @@ __device__ __forceinline__ void add_band_escapes(const Params& p, const int* ban
         const int2 en = esc_list[j];
         const float v = __int_as_float(en.y);
 #pragma unroll
-        for (int m = 0; m < kMaxTokens; ++m)
+        for (int m = 0; m < TOK; ++m)
           if (m < M) out[m] = fmaf(__uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + en.x]) << 16), v, out[m]);
       }
     }
@@ -298,9 +330,10 @@ __device__ __forceinline__ void add_band_escapes(const Params& p, const int* ban
 }
 
 // y[m, row] = out[m] as bf16, rounded to nearest even; NaN stays NaN (quiet bit set).
-__device__ __forceinline__ void store_bf16_row(const Params& p, int row, int M, const float (&out)[kMaxTokens]) {
+template <int TOK = kMaxTokens>
+__device__ __forceinline__ void store_bf16_row(const Params& p, int row, int M, const float (&out)[TOK]) {
 #pragma unroll
-  for (int m = 0; m < kMaxTokens; ++m) {
+  for (int m = 0; m < TOK; ++m) {
     if (m < M) {
       const uint32_t b = __float_as_uint(out[m]);
       uint16_t h;
@@ -632,7 +665,7 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
 // counter; the CTA that arrives last sums the partials in split order 0..k_splits-1 (the same bits whatever the
 // arrival order), applies the escapes, stores bf16 and sets the counter back to 0 for the next launch. The others
 // return at once. Counters must be 0 when the launch starts; partials need no initial value.
-template <int THREADS, bool ESCAPES = true>
+template <int THREADS, bool ESCAPES = true, int TOK = kMaxTokens>
 __device__ __forceinline__ void finish_split_row_block(const Params& p, float* red, const int* band_ptr, float* partials,
                                                        unsigned int* counters, int split) {
   __shared__ int arrived_last;
@@ -644,7 +677,7 @@ __device__ __forceinline__ void finish_split_row_block(const Params& p, float* r
   if (p.k_splits > 1) {
     float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * tile_values;
     float* own = tiles + static_cast<size_t>(split) * tile_values;
-    for (int e = tid; e < tile_values; e += THREADS) own[e] = red[(e / M) * 8 + e % M];
+    for (int e = tid; e < tile_values; e += THREADS) own[e] = red[(e / M) * TOK + e % M];
     __threadfence();  // this CTA's partial is visible device-wide before its arrival is counted
     __syncthreads();
     if (tid == 0) {
@@ -666,7 +699,7 @@ __device__ __forceinline__ void finish_split_row_block(const Params& p, float* r
         for (int j = 0; j < 8; ++j)
           if (q0 + j < p.k_splits) s += v[j];
       }
-      red[(e / M) * 8 + e % M] = s;
+      red[(e / M) * TOK + e % M] = s;
     }
     __syncthreads();
   }
@@ -675,18 +708,18 @@ __device__ __forceinline__ void finish_split_row_block(const Params& p, float* r
   // order, then bf16.
   const bool has_row = tid < kStreamRows;
   const int row = row_block + tid;
-  float out[kMaxTokens];
+  float out[TOK];
 #pragma unroll
-  for (int m = 0; m < kMaxTokens; ++m) out[m] = 0.f;
+  for (int m = 0; m < TOK; ++m) out[m] = 0.f;
   if (has_row) {
 #pragma unroll
-    for (int m = 0; m < kMaxTokens; ++m)
-      if (m < M) out[m] += red[tid * 8 + m];
+    for (int m = 0; m < TOK; ++m)
+      if (m < M) out[m] += red[tid * TOK + m];
   }
   if constexpr (ESCAPES)
-    add_band_escapes<THREADS>(p, band_ptr, col_tiles, row_block % kEscapeTile, kStreamRows, has_row, tid, M, red + kStreamRows * 8,
-                              out);
-  if (has_row && row < p.N) store_bf16_row(p, row, M, out);
+    add_band_escapes<THREADS, TOK>(p, band_ptr, col_tiles, row_block % kEscapeTile, kStreamRows, has_row, tid, M,
+                                   red + kStreamRows * TOK, out);
+  if (has_row && row < p.N) store_bf16_row<TOK>(p, row, M, out);
 }
 
 // The W12 kernel with K split over independent CTAs (README.md, "W12 with K split over independent CTAs"): the
@@ -743,8 +776,8 @@ constexpr int kBulkMinStagesPerCta = 2;
 constexpr double kBulkPartialShare = 0.10;
 // After the ring: partials [64 rows][8 tokens] fp32, the escape round of bulk_threads(producer_warps) threads, then
 // the band's escape offsets.
-__host__ __device__ constexpr int bulk_smem_fixed(int producer_warps) {
-  return kStreamRows * 8 * 4 + bulk_threads(producer_warps) * 9 + (bulk_threads(producer_warps) / 32) * 4;
+__host__ __device__ constexpr int bulk_smem_fixed(int producer_warps, int tokens = kMaxTokens) {
+  return kStreamRows * tokens * 4 + bulk_threads(producer_warps) * 9 + (bulk_threads(producer_warps) / 32) * 4;
 }
 
 __host__ __device__ constexpr int bulk_stage_bytes(int M) {
@@ -793,11 +826,14 @@ __device__ __forceinline__ uint64_t l2_evict_last() {
 }
 
 // One stage (4 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
-// [64 rows][kBulkStageK] weights, x of token g_x after them, then MMA. CHECK and X_ROW_BYTES as in consume_stage.
-template <bool CHECK, int X_ROW_BYTES>
-__device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int k0, int K, int tile_row, int g_x, int t, float (&acc)[4]) {
+// [64 rows][kBulkStageK] weights, x of token g_x after them, then MMA. CHECK, X_ROW_BYTES and TOK (with g_x_hi and
+// acc_hi) as in consume_stage.
+template <bool CHECK, int X_ROW_BYTES, int TOK = kMaxTokens>
+__device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int k0, int K, int tile_row, int g_x, int g_x_hi, int t,
+                                                   float (&acc)[4], float (&acc_hi)[4]) {
   constexpr int kRowBytes = kBulkStageK * 2;
   const unsigned char* xr = st + kStreamRows * kRowBytes + g_x * X_ROW_BYTES;
+  const unsigned char* xr_hi = st + kStreamRows * kRowBytes + g_x_hi * X_ROW_BYTES;
 #pragma unroll
   for (int c = 0; c < kBulkStageK / 32; ++c) {
     const bool in = !CHECK || k0 + c * 32 + 8 * t < K;
@@ -809,19 +845,29 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
     r.w[1] = in ? *reinterpret_cast<const uint4*>(st + (tile_row + 8) * kRowBytes + pw) : make_uint4(0, 0, 0, 0);
     xs[0] = in ? *reinterpret_cast<const uint4*>(xr + pw) : make_uint4(0, 0, 0, 0);
     xs[1] = make_uint4(0, 0, 0, 0);
-    compute_chunk<kBf16, true>(acc, r, xs, 0u, 0u);
+    if constexpr (TOK == 2 * kMaxTokens) {
+      uint4 xs_hi[2];
+      xs_hi[0] = in ? *reinterpret_cast<const uint4*>(xr_hi + pw) : make_uint4(0, 0, 0, 0);
+      xs_hi[1] = make_uint4(0, 0, 0, 0);
+      compute_chunk_two_tiles<kBf16, true>(acc, acc_hi, r, xs, xs_hi, 0u, 0u);
+    } else {
+      compute_chunk<kBf16, true>(acc, r, xs, 0u, 0u);
+    }
   }
 }
 
 // One stage (2 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes, x of token
 // g_x, decode and MMA. CHECK: the stage may end before kBulkStageK (pieces at or past K read as zero).
-// X_ROW_BYTES: the stride of x's token rows in the stage. KIND kW12: the stage holds ae, nib, x; kQ: ae, x.
-template <bool CHECK, int X_ROW_BYTES, int KIND = kW12>
-__device__ __forceinline__ void consume_stage(const unsigned char* st, int M, int k0, int K, int tile_row, int g_x, int t,
-                                              uint32_t X0, uint32_t X1, float (&acc)[4]) {
+// X_ROW_BYTES: the stride of x's token rows in the stage. KIND kW12: the stage holds ae, nib, x; kQ: ae, x. TOK: 8, or
+// 16 for a second n-tile of tokens (token g_x_hi into acc_hi; unused with 8).
+template <bool CHECK, int X_ROW_BYTES, int KIND = kW12, int TOK = kMaxTokens>
+__device__ __forceinline__ void consume_stage(const unsigned char* st, int M, int k0, int K, int tile_row, int g_x, int g_x_hi, int t,
+                                              uint32_t X0, uint32_t X1, float (&acc)[4], float (&acc_hi)[4]) {
   const unsigned char* ae = st;
   const unsigned char* nib = st + kStreamRows * kBulkStageK;
-  const unsigned char* xr = (KIND == kW12 ? nib + kStreamRows * (kBulkStageK / 2) : nib) + g_x * X_ROW_BYTES;
+  const unsigned char* x0 = KIND == kW12 ? nib + kStreamRows * (kBulkStageK / 2) : nib;
+  const unsigned char* xr = x0 + g_x * X_ROW_BYTES;
+  const unsigned char* xr_hi = x0 + g_x_hi * X_ROW_BYTES;
   (void)M;
 #pragma unroll
   for (int c = 0; c < kBulkStageK / 64; ++c) {
@@ -838,16 +884,23 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, in
     }
     xs[0] = in ? *reinterpret_cast<const uint4*>(xr + px) : make_uint4(0, 0, 0, 0);
     xs[1] = in ? *reinterpret_cast<const uint4*>(xr + px + 16) : make_uint4(0, 0, 0, 0);
-    compute_chunk<KIND, true>(acc, r, xs, X0, X1);
+    if constexpr (TOK == 2 * kMaxTokens) {
+      uint4 xs_hi[2];
+      xs_hi[0] = in ? *reinterpret_cast<const uint4*>(xr_hi + px) : make_uint4(0, 0, 0, 0);
+      xs_hi[1] = in ? *reinterpret_cast<const uint4*>(xr_hi + px + 16) : make_uint4(0, 0, 0, 0);
+      compute_chunk_two_tiles<KIND, true>(acc, acc_hi, r, xs, xs_hi, X0, X1);
+    } else {
+      compute_chunk<KIND, true>(acc, r, xs, X0, X1);
+    }
   }
 }
 
 // The consumer side of a bulk-copy ring (kBulkStages stages of `stage_bytes` at `ring`, full / empty barriers):
 // consumer warp `warp` owns rows 16 warp .. 16 warp + 15 of the 64-row block, consumes the CTA's stages
 // s_lo .. s_hi - 1 in k order, releases each stage with one arrive per warp, then writes its sums to
-// red[row][token]. X_ROW_BYTES: the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16 (consume_stage);
-// STAGES: the ring's stages.
-template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages>
+// red[row][token] (rows of TOK tokens). X_ROW_BYTES: the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16
+// (consume_stage); STAGES: the ring's stages; TOK: 8, or 16 for tokens 8..15 in a second MMA n-tile.
+template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                              float* red) {
@@ -855,12 +908,14 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
   const int n_mine = s_hi - s_lo;
   const int g = lane >> 2, t = lane & 3;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  float acc_hi[4] = {0.f, 0.f, 0.f, 0.f};
   const int tile_row = warp * 16 + g;
   const uint32_t mid = KIND == kQ ? 8u : 0u;  // the Q view's nibble: the midpoint
   // the rows' bases (bf16 weights have none)
   const uint32_t X0 = KIND == kBf16 ? 0u : (static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7) | mid;
   const uint32_t X1 = KIND == kBf16 ? 0u : (static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7) | mid;
   const int g_x = min(g, M - 1);  // tokens >= M read token M - 1; those outputs are never stored
+  const int g_x_hi = min(g + 8, M - 1);
   const int n_full = min(s_hi, p.K / kBulkStageK) - s_lo;  // stages entirely inside K
   int s = 0;
   uint32_t round = 0;
@@ -873,27 +928,35 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
   for (; it < n_full; ++it) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<false, X_ROW_BYTES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, g_x, t, acc);
+      consume_bf16_stage<false, X_ROW_BYTES, TOK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, g_x, g_x_hi, t, acc,
+                                                  acc_hi);
     else
-      consume_stage<false, X_ROW_BYTES, KIND>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, t, X0, X1, acc);
+      consume_stage<false, X_ROW_BYTES, KIND, TOK>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, g_x_hi, t, X0,
+                                                   X1, acc, acc_hi);
     release();
   }
   for (; it < n_mine; ++it) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<true, X_ROW_BYTES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * kBulkStageK, p.K, tile_row, g_x,
-                                            t, acc);
+      consume_bf16_stage<true, X_ROW_BYTES, TOK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * kBulkStageK, p.K, tile_row,
+                                                 g_x, g_x_hi, t, acc, acc_hi);
     else
-      consume_stage<true, X_ROW_BYTES, KIND>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K,
-                                             tile_row, g_x, t, X0, X1, acc);
+      consume_stage<true, X_ROW_BYTES, KIND, TOK>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K,
+                                                  tile_row, g_x, g_x_hi, t, X0, X1, acc, acc_hi);
     release();
   }
-  // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token].
-  float* mine = red + warp * 16 * 8;
-  mine[g * 8 + 2 * t] = acc[0];
-  mine[g * 8 + 2 * t + 1] = acc[1];
-  mine[(g + 8) * 8 + 2 * t] = acc[2];
-  mine[(g + 8) * 8 + 2 * t + 1] = acc[3];
+  // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token]; acc_hi: tokens (8 + 2t, 9 + 2t).
+  float* mine = red + warp * 16 * TOK;
+  mine[g * TOK + 2 * t] = acc[0];
+  mine[g * TOK + 2 * t + 1] = acc[1];
+  mine[(g + 8) * TOK + 2 * t] = acc[2];
+  mine[(g + 8) * TOK + 2 * t + 1] = acc[3];
+  if constexpr (TOK == 2 * kMaxTokens) {
+    mine[g * TOK + 8 + 2 * t] = acc_hi[0];
+    mine[g * TOK + 9 + 2 * t] = acc_hi[1];
+    mine[(g + 8) * TOK + 8 + 2 * t] = acc_hi[2];
+    mine[(g + 8) * TOK + 9 + 2 * t] = acc_hi[3];
+  }
 }
 
 template <int PRODUCER_WARPS>
@@ -1031,7 +1094,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-template <int KIND>
+template <int KIND, int TOK = kMaxTokens>
 __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
     tma_gemm_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                    const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
@@ -1051,7 +1114,7 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
   const int row_block = blockIdx.x * kStreamRows;
   const int stage_bytes = tma_stage_bytes(KIND, M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
-  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + bulk_smem_fixed(1));
+  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + bulk_smem_fixed(1, TOK));
   const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
   const int tile0 = (row_block / kEscapeTile) * col_tiles;
 
@@ -1088,11 +1151,11 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
       }
     }
   } else {
-    consume_ring<kTmaXRowBytes, KIND, kStages>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, red);
+    consume_ring<kTmaXRowBytes, KIND, kStages, TOK>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, red);
   }
   cp_async_wait_all();
   __syncthreads();
-  finish_split_row_block<kTmaThreads, KIND == kW12>(p, red, band_ptr, partials, counters, split);
+  finish_split_row_block<kTmaThreads, KIND == kW12, TOK>(p, red, band_ptr, partials, counters, split);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory.
@@ -1243,10 +1306,14 @@ constexpr int tma_kind(int pipeline) { return pipeline == kTmaQPipeline ? kQ : p
 // A CTA's time besides its stages (launch, filling the ring, the split reduction), in stages.
 constexpr int kTmaFixedStages = 2;
 
+// The token capacity of the tensor-map kernel that runs M tokens: one MMA n-tile of 8, or two.
+constexpr int tma_tokens(int M) { return M > kMaxTokens ? kTmaMaxTokens : kMaxTokens; }
+
 int bulk_smem_bytes(int M, int K, int pipeline) {
-  if (pipeline == kTmaPipeline) return kBulkStages * tma_stage_bytes(kW12, M) + bulk_smem_fixed(1) + band_ptr_bytes(kW12, K) + kTmaAlign;
-  if (pipeline == kTmaQPipeline) return kBulkStages * tma_stage_bytes(kQ, M) + bulk_smem_fixed(1) + kTmaAlign;
-  if (pipeline == kTmaBf16Pipeline) return tma_stages(kBf16) * tma_stage_bytes(kBf16, M) + bulk_smem_fixed(1) + kTmaAlign;
+  const int tma_fixed = bulk_smem_fixed(1, tma_tokens(M));
+  if (pipeline == kTmaPipeline) return kBulkStages * tma_stage_bytes(kW12, M) + tma_fixed + band_ptr_bytes(kW12, K) + kTmaAlign;
+  if (pipeline == kTmaQPipeline) return kBulkStages * tma_stage_bytes(kQ, M) + tma_fixed + kTmaAlign;
+  if (pipeline == kTmaBf16Pipeline) return tma_stages(kBf16) * tma_stage_bytes(kBf16, M) + tma_fixed + kTmaAlign;
   return kBulkStages * bulk_stage_bytes(M) + bulk_smem_fixed(pipeline) + band_ptr_bytes(kW12, K);
 }
 
@@ -1441,8 +1508,8 @@ int launch_split(Params p, void* workspace, long long workspace_bytes, cudaStrea
 // before any graph capture, in the warm-up), the plan of `pipeline`, the shared-memory check and the split-K buffers.
 template <typename Kernel>
 int prepare_ring_launch(Kernel kernel, bool& attr_set, int pipeline, const Params& p, void* workspace, long long workspace_bytes,
-                        Plan* pl, float** partials, unsigned int** counters) {
-  const int smem_max = bulk_smem_bytes(kMaxTokens, 1 << 20, pipeline);
+                        Plan* pl, float** partials, unsigned int** counters, int max_tokens = kMaxTokens) {
+  const int smem_max = bulk_smem_bytes(max_tokens, 1 << 20, pipeline);
   if (!attr_set) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
@@ -1522,14 +1589,16 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
   return 0;
 }
 
-template <int KIND>
-int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+// tma_gemm_kernel<KIND, TOK> on p (M <= TOK).
+template <int KIND, int TOK>
+int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   static bool attr_set = false;
   Plan pl{};
   float* partials = nullptr;
   unsigned int* counters = nullptr;
   constexpr int pipeline = KIND == kW12 ? kTmaPipeline : KIND == kQ ? kTmaQPipeline : kTmaBf16Pipeline;
-  if (int rc = prepare_ring_launch(tma_gemm_kernel<KIND>, attr_set, pipeline, p, workspace, workspace_bytes, &pl, &partials, &counters))
+  if (int rc = prepare_ring_launch(tma_gemm_kernel<KIND, TOK>, attr_set, pipeline, p, workspace, workspace_bytes, &pl, &partials,
+                                   &counters, TOK))
     return rc;
   CUtensorMap ae_map, nib_map, x_map;
   const unsigned long long K = p.K, N = p.N;
@@ -1548,25 +1617,37 @@ int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = (p.K + 63) / 64;
-  tma_gemm_kernel<KIND><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(bulk_threads(1), 1, 1), pl.smem_bytes, stream>>>(
+  tma_gemm_kernel<KIND, TOK><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(bulk_threads(1), 1, 1), pl.smem_bytes, stream>>>(
       p, partials, counters, ae_map, nib_map, x_map);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail("tma_gemm_kernel launch", e);
   return 0;
 }
 
-int check_sizes(int M, int N, int K) {
-  if (M < 1 || M > kMaxTokens || N < 1 || K < 8 || K % 8 != 0) {
-    snprintf(g_error, sizeof(g_error), "expected 1 <= M <= 8, N >= 1, K >= 8 and K %% 8 == 0, got M=%d N=%d K=%d", M, N, K);
+// The tensor-map kernel of KIND for p.M tokens: one MMA n-tile for M <= 8, two for 9..16.
+template <int KIND>
+int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  if (p.M > kMaxTokens) return launch_tma_tokens<KIND, kTmaMaxTokens>(p, workspace, workspace_bytes, stream);
+  return launch_tma_tokens<KIND, kMaxTokens>(p, workspace, workspace_bytes, stream);
+}
+
+// max_tokens: kMaxTokens, or kTmaMaxTokens for the tensor-map kernels (where K % 32 == 0).
+int check_sizes(int M, int N, int K, int max_tokens = kMaxTokens) {
+  if (M < 1 || M > max_tokens || N < 1 || K < 8 || K % 8 != 0) {
+    snprintf(g_error, sizeof(g_error), "expected 1 <= M <= %d, N >= 1, K >= 8 and K %% 8 == 0, got M=%d N=%d K=%d", max_tokens, M, N,
+             K);
     return 3;
   }
   return 0;
 }
 
+// The most tokens a staged entry point takes at width K: the tensor-map kernels' where they run (K % 32 == 0).
+int staged_max_tokens(int pipeline, int K) { return is_tma(pipeline) && K % 32 == 0 ? kTmaMaxTokens : kMaxTokens; }
+
 // The checks every plan entry point starts with, and `sms` resolved (0: the current device's); 0 when it may go on.
-int plan_prologue(int M, int N, int K, int* sms) {
+int plan_prologue(int M, int N, int K, int* sms, int max_tokens = kMaxTokens) {
   if (*sms < 0) return 3;
-  if (int rc = check_sizes(M, N, K)) return rc;
+  if (int rc = check_sizes(M, N, K, max_tokens)) return rc;
   if (*sms == 0) {
     *sms = sm_count();
     if (*sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
@@ -1625,7 +1706,7 @@ int specdec_skinny_gemm_bf16_v2(const void* x, const void* w, void* y, int M, in
                                 void* stream) {
   if (K % 32 != 0) return specdec_skinny_gemm_bf16(x, w, y, M, N, K, stream);
   g_error[0] = 0;
-  if (int rc = check_sizes(M, N, K)) return rc;
+  if (int rc = check_sizes(M, N, K, kTmaMaxTokens)) return rc;
   Params p{};
   p.x = static_cast<const uint16_t*>(x);
   p.w = static_cast<const uint8_t*>(w);
@@ -1637,7 +1718,7 @@ int specdec_skinny_gemm_bf16_v2(const void* x, const void* w, void* y, int M, in
 // Launch plan of specdec_skinny_gemm_bf16_v2, as specdec_q_v2_plan (out[6] 0 where K % 32 != 0 and the register kernel
 // runs, with specdec_skinny_plan's values).
 int specdec_bf16_v2_plan(int M, int N, int K, int sms, long long* out) {
-  if (int rc = plan_prologue(M, N, K, &sms)) return rc;
+  if (int rc = plan_prologue(M, N, K, &sms, staged_max_tokens(kTmaBf16Pipeline, K))) return rc;
   const bool tma = K % 32 == 0;
   write_split_plan(tma ? make_bulk_plan(M, N, K, sms, kTmaBf16Pipeline) : make_plan(kBf16, M, N, K, sms), M, tma, out);
   out[6] = tma ? 1 : 0;
@@ -1709,7 +1790,7 @@ static int run_bulk(int pipeline, const void* x, const void* ae, const void* nib
     return specdec_w12_gemm_small_m_v4(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes,
                                        stream);
   g_error[0] = 0;
-  if (int rc = check_sizes(M, N, K)) return rc;
+  if (int rc = check_sizes(M, N, K, staged_max_tokens(pipeline, K))) return rc;
   const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
   if (pipeline == kTmaPipeline) return launch_tma<kW12>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
   if (pipeline == 1) return launch_bulk<1>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
@@ -1717,7 +1798,7 @@ static int run_bulk(int pipeline, const void* x, const void* ae, const void* nib
 }
 
 static int bulk_plan(int pipeline, int M, int N, int K, int sms, long long* out) {
-  if (int rc = plan_prologue(M, N, K, &sms)) return rc;
+  if (int rc = plan_prologue(M, N, K, &sms, staged_max_tokens(pipeline, K))) return rc;
   const bool bulk = K % 32 == 0;
   write_split_plan(bulk ? make_bulk_plan(M, N, K, sms, pipeline) : make_split_plan(M, N, K, sms), M, true, out);
   out[6] = bulk ? 1 : 0;
@@ -1780,7 +1861,7 @@ int specdec_q_gemm_small_m_v2(const void* x, const void* ae, const void* base, v
                               long long workspace_bytes, void* stream) {
   if (K % 32 != 0) return specdec_q_gemm_small_m(x, ae, base, y, M, N, K, stream);
   g_error[0] = 0;
-  if (int rc = check_sizes(M, N, K)) return rc;
+  if (int rc = check_sizes(M, N, K, kTmaMaxTokens)) return rc;
   const Params p = w12_params(x, ae, nullptr, base, nullptr, nullptr, nullptr, y, M, N, K);  // the Q view: ae and bases
   return launch_tma<kQ>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
@@ -1789,7 +1870,7 @@ int specdec_q_gemm_small_m_v2(const void* x, const void* ae, const void* base, v
 // as specdec_w12_v5_plan's; out[6] 0 when the register kernel runs (K % 32 != 0: then out[1] == 1, out[5] == 0 and
 // out[0], out[2..4] are specdec_skinny_plan's).
 int specdec_q_v2_plan(int M, int N, int K, int sms, long long* out) {
-  if (int rc = plan_prologue(M, N, K, &sms)) return rc;
+  if (int rc = plan_prologue(M, N, K, &sms, staged_max_tokens(kTmaQPipeline, K))) return rc;
   const bool tma = K % 32 == 0;
   // the register kernel splits K inside clusters, without a workspace
   write_split_plan(tma ? make_bulk_plan(M, N, K, sms, kTmaQPipeline) : make_plan(kQ, M, N, K, sms), M, tma, out);
