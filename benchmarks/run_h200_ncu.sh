@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Hardware counters (Nsight Compute) of the decode-size weight-streaming GEMMs: cuBLAS bf16 and the CUDA bf16 / W12 /
 # W12 streaming (v3) / W12 split-K (v4) / W12 bulk-copy (v5: one producer warp, v6: four) / W12 TMA (v7) / Q skinny /
-# Q TMA (v2) kernels on the Qwen3-8B o, qkv, lm_head, gate_up, down and Qwen3-32B down shapes at M = 1 and 8 (120 NVTX
-# ranges, one profiled launch each), parsed into a per-kernel table with a limiter verdict.
+# Q TMA (v2) / bf16 TMA (v2) kernels on the Qwen3-8B o, qkv, lm_head, gate_up, down and Qwen3-32B down shapes at M = 1
+# and 8 (132 NVTX ranges, one profiled launch each), parsed into a per-kernel table with a limiter verdict.
 # Expected time on one H200: ~3.5 min (50 s measured on 2026-12-02 with the 60 ranges before v4; a probe of each
-# staged kernel (W12 v5, v6, v7 and Q v2) ~15 s (torch start, four small shapes); torch start ~10 s, planted weights
+# staged kernel (W12 v5, v6, v7, Q v2 and bf16 v2) ~15 s (torch start, four small shapes); torch start ~10 s, planted weights
 # and W12 conversion ~10 s, 120-134 kernels profiled with the sections below, ~10-20 replay passes each, ~45-70 s;
 # parse ~5 s; nvcc adds 15-25 s when build/specdec_cuda_kernels.so was not carried). Caps: nvcc 40 s; each probe 30 s
-# (four); ncu --version 10 s; ncu 78 s (the launch program's own budget, 40 s, stops starting new shapes so ncu can
+# (five); ncu --version 10 s; ncu 78 s (the launch program's own budget, 40 s, stops starting new shapes so ncu can
 # still print its CSV); one retry with the basic section set, 40 s, only when the first attempt failed within 20 s
 # (an option this ncu does not know); then either the parse, 20 s, or, without a profile, the same launches timed
-# with CUDA events, 30 s: at most 40 + 4 x 30 + 10 + 78 + 30 = 278 s on any path.
+# with CUDA events, 30 s: at most 40 + 5 x 30 + 10 + 78 + 30 = 308 s on any path.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh   (ROOFLINE=roofline.json to take its copy
 # bandwidth; writes ncu_raw.csv, ncu_launch.json, ncu_profile.json and logs to $OUT)
 set -u -o pipefail
@@ -41,11 +41,11 @@ show_ncu_errors() {
 
 # Each staged kernel alone first: if it faults or does not finish, the launches leave it out.
 SKIP_BULK=()
-for v in v5 v6 v7 q_v2; do
+for v in v5 v6 v7 q_v2 bf16_v2; do
   timeout 30 python3 -m benchmarks.kernels.bench_roofline --probe "$v" --out "$OUT/ncu_${v}_probe.json" > "$OUT/ncu_${v}_probe.log" 2>&1
   rc_probe=$?
   if [ "$rc_probe" != 0 ]; then
-    case "$v" in q_*) kernel="cuda_$v" ;; *) kernel="cuda_w12_$v" ;; esac
+    case "$v" in q_* | bf16_*) kernel="cuda_$v" ;; *) kernel="cuda_w12_$v" ;; esac
     echo "$v probe: exit $rc_probe (124 = timed out); $kernel left out of the profile"
     tail -n 6 "$OUT/ncu_${v}_probe.log"
     SKIP_BULK+=(--skip-kernel "$kernel")

@@ -186,6 +186,25 @@ def test_build_without_nvcc_says_so(monkeypatch, tmp_path):
         load_library()
 
 
+def test_build_replaces_the_library_only_when_nvcc_finished(tmp_path):
+    # a stand-in for nvcc: writes "new" to its -o path, or fails (exit 1) after writing half a file
+    def fake_nvcc(name: str, ok: bool):
+        script = tmp_path / name
+        body = 'echo new > "$out"' if ok else 'echo half > "$out"; exit 1'
+        script.write_text(f'#!/bin/sh\nwhile [ "$1" != "-o" ]; do shift; done; out="$2"\n{body}\n')
+        script.chmod(0o755)
+        return str(script)
+
+    lib = tmp_path / "lib" / "k.so"
+    lib.parent.mkdir()
+    lib.write_text("old\n")
+    with pytest.raises(KernelLibraryError, match="nvcc failed"):
+        build.build_kernels(lib, nvcc=fake_nvcc("bad", ok=False))
+    assert lib.read_text() == "old\n" and sorted(p.name for p in lib.parent.iterdir()) == ["k.so"]  # untouched, no leftovers
+    assert build.build_kernels(lib, nvcc=fake_nvcc("good", ok=True)) == lib
+    assert lib.read_text() == "new\n" and sorted(p.name for p in lib.parent.iterdir()) == ["k.so"]
+
+
 def _library_or_skip():
     try:
         return load_library()

@@ -94,10 +94,15 @@ def build_kernels(out: Path | str | None = None, *, nvcc: str | None = None, arc
             f"build elsewhere with: {' '.join(build_command(out))}"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = build_command(out, nvcc=compiler, arch=arch)
+    # nvcc writes a file of its own, renamed over `out` when complete: a process that loads `out` while another builds
+    # it (parallel test workers) sees the old library or the new one, never a half-written file
+    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    cmd = build_command(partial, nvcc=compiler, arch=arch)
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
+        partial.unlink(missing_ok=True)
         raise KernelLibraryError(f"nvcc failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-4000:]}")
+    os.replace(partial, out)
     return out
 
 
