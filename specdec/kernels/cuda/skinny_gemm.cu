@@ -1666,6 +1666,16 @@ void write_split_plan(const Plan& pl, int M, bool splits_with_workspace, long lo
   out[5] = splits_with_workspace ? split_workspace_bytes(pl, M) : 0;
 }
 
+// The plan of a tensor-map entry point (`pipeline`) into out[0..6]: its ring's where K % 32 == 0 (out[6] = 1), else the
+// register kernel of `kind` it runs instead (out[6] = 0; that kernel splits K inside clusters, without a workspace).
+int tensor_map_plan(int kind, int pipeline, int M, int N, int K, int sms, long long* out) {
+  if (int rc = plan_prologue(M, N, K, &sms, staged_max_tokens(pipeline, K))) return rc;
+  const bool tma = K % 32 == 0;
+  write_split_plan(tma ? make_bulk_plan(M, N, K, sms, pipeline) : make_plan(kind, M, N, K, sms), M, tma, out);
+  out[6] = tma ? 1 : 0;
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -1707,23 +1717,13 @@ int specdec_skinny_gemm_bf16_v2(const void* x, const void* w, void* y, int M, in
   if (K % 32 != 0) return specdec_skinny_gemm_bf16(x, w, y, M, N, K, stream);
   g_error[0] = 0;
   if (int rc = check_sizes(M, N, K, kTmaMaxTokens)) return rc;
-  Params p{};
-  p.x = static_cast<const uint16_t*>(x);
-  p.w = static_cast<const uint8_t*>(w);
-  p.y = static_cast<uint16_t*>(y);
-  p.M = M, p.N = N, p.K = K;
+  const Params p = w12_params(x, w, nullptr, nullptr, nullptr, nullptr, nullptr, y, M, N, K);  // the bf16 weights in ae's place
   return launch_tma<kBf16>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
 
 // Launch plan of specdec_skinny_gemm_bf16_v2, as specdec_q_v2_plan (out[6] 0 where K % 32 != 0 and the register kernel
 // runs, with specdec_skinny_plan's values).
-int specdec_bf16_v2_plan(int M, int N, int K, int sms, long long* out) {
-  if (int rc = plan_prologue(M, N, K, &sms, staged_max_tokens(kTmaBf16Pipeline, K))) return rc;
-  const bool tma = K % 32 == 0;
-  write_split_plan(tma ? make_bulk_plan(M, N, K, sms, kTmaBf16Pipeline) : make_plan(kBf16, M, N, K, sms), M, tma, out);
-  out[6] = tma ? 1 : 0;
-  return 0;
-}
+int specdec_bf16_v2_plan(int M, int N, int K, int sms, long long* out) { return tensor_map_plan(kBf16, kTmaBf16Pipeline, M, N, K, sms, out); }
 
 // W12 exact: planes of specdec/formats/w12.py (k_padded == K since K % 8 == 0).
 int specdec_w12_gemm_small_m(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
@@ -1869,13 +1869,6 @@ int specdec_q_gemm_small_m_v2(const void* x, const void* ae, const void* base, v
 // Launch plan of specdec_q_gemm_small_m_v2 on `sms` multiprocessors (0: the current device's); host only. out[0..6]
 // as specdec_w12_v5_plan's; out[6] 0 when the register kernel runs (K % 32 != 0: then out[1] == 1, out[5] == 0 and
 // out[0], out[2..4] are specdec_skinny_plan's).
-int specdec_q_v2_plan(int M, int N, int K, int sms, long long* out) {
-  if (int rc = plan_prologue(M, N, K, &sms, staged_max_tokens(kTmaQPipeline, K))) return rc;
-  const bool tma = K % 32 == 0;
-  // the register kernel splits K inside clusters, without a workspace
-  write_split_plan(tma ? make_bulk_plan(M, N, K, sms, kTmaQPipeline) : make_plan(kQ, M, N, K, sms), M, tma, out);
-  out[6] = tma ? 1 : 0;
-  return 0;
-}
+int specdec_q_v2_plan(int M, int N, int K, int sms, long long* out) { return tensor_map_plan(kQ, kTmaQPipeline, M, N, K, sms, out); }
 
 }  // extern "C"
