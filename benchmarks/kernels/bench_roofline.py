@@ -51,7 +51,9 @@ per step against the weight-read floor (linear weight bytes / copy bandwidth), t
 ``VERIFY_ROWS`` (16) rows against the one-token step (the goal: <= 1.10x), the W12 step with the Triton
 path forced (``SPECDEC_W12_CUDA=0``) for comparison, and, teacher-forced along the bf16 target's greedy
 tokens, whether the W12 target picks the same 32 tokens and the largest ``|logit difference|`` (W12 holds the
-same weights, but its GEMMs reduce in another order, so the logits need not be bitwise equal).
+same weights, but its GEMMs reduce in another order, so the logits need not be bitwise equal). On CUDA each target's
+one-token step is also profiled (``torch.profiler``, 5 replays): GPU time a step in GEMM, attention and other kernels,
+and the top kernels (``<target>_step_kernels``).
 """
 
 from __future__ import annotations
@@ -679,6 +681,59 @@ def _use_step_graphs(target, device: torch.device) -> None:
         target.enable_static_path(buckets=(1, VERIFY_ROWS))
 
 
+# Kernel-name fragments of the GEMM kernels (cuBLAS / CUTLASS, the specdec CUDA and Triton weight-streaming kernels) and
+# of the attention kernels, for the per-step breakdown of step_kernel_breakdown.
+GEMM_KERNEL_MARKS = ("gemm", "gemv", "xmma", "cutlass", "splitk", "skinny", "tma_gemm", "w12_", "_matmul")
+ATTENTION_KERNEL_MARKS = ("attention", "flash", "fmha", "sdpa")
+
+
+def kernel_category(name: str) -> str:
+    """``"gemm"``, ``"attention"`` or ``"other"`` for a CUDA kernel name (case-insensitive fragments).
+
+    Example:
+        >>> [kernel_category(n) for n in ("sm90_xmma_gemm_bf16", "fmha_cutlassF", "tma_gemm_kernel<1, 8>", "vectorized_elementwise")]
+        ['gemm', 'attention', 'gemm', 'other']
+    """
+    low = name.lower()
+    if any(mark in low for mark in ATTENTION_KERNEL_MARKS):
+        return "attention"
+    return "gemm" if any(mark in low for mark in GEMM_KERNEL_MARKS) else "other"
+
+
+def step_kernel_breakdown(step: Callable[[], object], device: torch.device, steps: int = 5, top: int = 8) -> dict:
+    """GPU time of ``step()`` by kernel category under ``torch.profiler`` (CUDA activities, graph replays included).
+
+    Returns per-step milliseconds of ``gemm``, ``attention`` and ``other`` kernels, their sum (``kernels_ms``), the
+    kernel launches a step (``kernels_per_step``) and the ``top`` kernels by time; an empty dict on CPU.
+    """
+    if device.type != "cuda":
+        return {}
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        sync(device)
+    totals: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
+    per_kernel: dict[str, float] = {}
+    launches = 0
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = event.device_time_total if hasattr(event, "device_time_total") else event.cuda_time_total
+        totals[kernel_category(event.name)] += us
+        per_kernel[event.name] = per_kernel.get(event.name, 0.0) + us
+        launches += 1
+    ranked = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]
+    out = {f"{key}_ms": v / 1e3 / steps for key, v in totals.items()}
+    out["kernels_ms"] = sum(totals.values()) / 1e3 / steps
+    out["kernels_per_step"] = launches / steps
+    out["top"] = [[name[:120], us / 1e3 / steps] for name, us in ranked]
+    return out
+
+
 def ar_step(args, device: torch.device, t_start: float) -> dict:
     """The decode step of the bf16 lean target and of its W12 conversion: time, floor, token and logit agreement."""
     import specdec.formats.w12 as w12_format
@@ -767,6 +822,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
 
         result[f"{name}_step_s"] = _step_time_s(step, device, iters)
         result[f"{name}_x_floor"] = result[f"{name}_step_s"] / result[f"{name}_floor_s"]
+        result[f"{name}_step_kernels"] = step_kernel_breakdown(step, device)
         print(f"AR step {name}: {result[f'{name}_step_s'] * 1e3:.3f} ms ({result[f'{name}_x_floor']:.2f}x its floor)", flush=True)
         if over_budget(f"{name} verify step time"):
             continue
@@ -829,6 +885,12 @@ def ar_summary_lines(result: dict) -> list[str]:
         f"{result.get('w12_verify_linear_path')})",
         f"W12 step / bf16 step {ratio('w12_vs_bf16_step')}; greedy {result['tokens']} tokens equal: "
         f"{result.get('greedy_tokens_equal')}, max |logit diff| {result.get('max_abs_logit_diff')}",
+        *(
+            f"{name} step kernels (torch.profiler): GEMM {k['gemm_ms']:.3f} ms, attention {k['attention_ms']:.3f} ms, other "
+            f"{k['other_ms']:.3f} ms in {k['kernels_per_step']:.0f} kernels"
+            for name in ("bf16", "w12")
+            if (k := result.get(f"{name}_step_kernels"))
+        ),
     ]
 
 
