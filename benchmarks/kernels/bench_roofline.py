@@ -681,9 +681,10 @@ def _use_step_graphs(target, device: torch.device) -> None:
         target.enable_static_path(buckets=(1, VERIFY_ROWS))
 
 
-# Kernel-name fragments of the GEMM kernels (cuBLAS / CUTLASS, the specdec CUDA and Triton weight-streaming kernels) and
+# Kernel-name fragments of the GEMM kernels (cuBLAS, whose Hopper kernels are named nvjet_*, CUTLASS, the specdec CUDA and
+# Triton weight-streaming kernels) and
 # of the attention kernels, for the per-step breakdown of step_kernel_breakdown.
-GEMM_KERNEL_MARKS = ("gemm", "gemv", "xmma", "cutlass", "splitk", "skinny", "tma_gemm", "w12_", "_matmul")
+GEMM_KERNEL_MARKS = ("gemm", "gemv", "nvjet", "xmma", "cutlass", "splitk", "skinny", "tma_gemm", "w12_", "_matmul")
 ATTENTION_KERNEL_MARKS = ("attention", "flash", "fmha", "sdpa")
 
 
@@ -691,7 +692,8 @@ def kernel_category(name: str) -> str:
     """``"gemm"``, ``"attention"`` or ``"other"`` for a CUDA kernel name (case-insensitive fragments).
 
     Example:
-        >>> [kernel_category(n) for n in ("sm90_xmma_gemm_bf16", "fmha_cutlassF", "tma_gemm_kernel<1, 8>", "vectorized_elementwise")]
+        >>> names = ("nvjet_sm90_tst_192x8_64x8_2x1_v_bz_TNT", "fmha_cutlassF", "tma_gemm_kernel<1, 8>", "vectorized_elementwise")
+        >>> [kernel_category(n) for n in names]
         ['gemm', 'attention', 'gemm', 'other']
     """
     low = name.lower()
