@@ -22,14 +22,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from specdec.contracts.host_ids import ids_tensor
 from specdec.drafters.base import DraftProposal
 from specdec.verify.sampling import SamplingConfig
 
 __all__ = ["PRESETS", "AcceptanceProfile", "OracleDrafter"]
 
 SIMULATED = "simulated acceptance"
+_UNIFORM_BLOCK = 256  # uniforms an OracleDrafter draws from its generator at a time
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,12 @@ PRESETS: dict[str, AcceptanceProfile] = {
 }
 
 
+def _int64_bytes(tokens: torch.Tensor) -> bytes:
+    """The bytes of ``tokens`` as int64 on the host: two sequences are equal when their bytes are."""
+    host = tokens if tokens.is_cpu else tokens.cpu()
+    return host.numpy().astype(np.int64, copy=False).tobytes()
+
+
 class OracleDrafter:
     """Propose the target's own continuation with misses drawn from an :class:`AcceptanceProfile`.
 
@@ -200,10 +209,15 @@ class OracleDrafter:
         self.vocab_size = vocab_size
         self.target_layer_ids = tuple(getattr(wrap, "target_layer_ids", ()) or ())
         self.references: list[torch.Tensor] = []
+        # each reference as host ints (the continuations) and as int64 bytes (the prefix test: one memcmp)
+        self._reference_ids: list[list[int]] = []
+        self._reference_bytes: list[bytes] = []
         for ref in references:
             self.add_reference(ref)
         self._seed = seed
         self._gen = torch.Generator().manual_seed(seed)
+        self._drawn: list[float] = []  # uniforms drawn from _gen, the first _next of them handed out
+        self._next = 0
         self.planned: list[int] = []
         self.unmatched_rounds = 0
         self._wrapped_s = 0.0
@@ -220,6 +234,8 @@ class OracleDrafter:
         if not isinstance(sequence, torch.Tensor) or sequence.ndim != 1:
             raise TypeError(f"sequence: expected a 1-D int tensor, got {getattr(sequence, 'shape', type(sequence).__name__)}")
         self.references.append(sequence.long())
+        self._reference_ids.append(sequence.tolist())
+        self._reference_bytes.append(_int64_bytes(sequence))
 
     def reset(self) -> None:
         """Start a request: resets the wrapped drafter, if any (the references and miss draws carry on).
@@ -230,15 +246,31 @@ class OracleDrafter:
         if self.wrap is not None:
             self.wrap.reset()
 
-    def _truth(self, context: torch.Tensor) -> torch.Tensor | None:
-        n = context.numel()
-        for ref in self.references:
-            if ref.numel() > n and torch.equal(ref[:n].to(context.device), context):
-                return ref[n:].to(context.device)
+    def _truth(self, context: torch.Tensor, limit: int) -> list[int] | None:
+        """Up to ``limit`` tokens after ``context`` in the first reference it is a proper prefix of, as host ints."""
+        prefix, n = _int64_bytes(context), context.numel()
+        for ids, packed in zip(self._reference_ids, self._reference_bytes):
+            if len(ids) > n and packed.startswith(prefix):
+                return ids[n : n + limit]
         return None
 
+    def _uniforms(self, k: int) -> list[float]:
+        """The next ``k`` uniforms of the miss draws: ``torch.rand(k, generator=..., dtype=torch.float64).tolist()``.
+
+        They are drawn a block at a time and handed out in order: a CPU generator's float64
+        stream is the same however it is cut into calls, so a round sees the values a call of its own
+        would draw, without a tensor op of its own.
+        """
+        while len(self._drawn) - self._next < k:
+            self._drawn = (
+                self._drawn[self._next :] + torch.rand(_UNIFORM_BLOCK, generator=self._gen, dtype=torch.float64).tolist()
+            )
+            self._next = 0
+        self._next += k
+        return self._drawn[self._next - k : self._next]
+
     def _draw_accepts(self, k: int) -> int:
-        u = torch.rand(k, generator=self._gen, dtype=torch.float64).tolist()
+        u = self._uniforms(k)
         m = 0
         while m < k and u[m] < self.profile.conditional[m]:
             m += 1
@@ -275,7 +307,7 @@ class OracleDrafter:
         """
         # the reference lookup reads the context on the host: do it before the wrapped drafter is
         # queued, while the device is idle after the previous verify, so it costs no pipeline drain
-        truth = self._truth(context)
+        truth = self._truth(context, min(int(max_tokens), self.profile.num_drafts))
         if self.wrap is not None:
             extra = {"target_hidden": target_hidden} if self.target_layer_ids else {}
             if context.device.type == "cuda":
@@ -292,13 +324,14 @@ class OracleDrafter:
         if truth is None:
             self.unmatched_rounds += 1
             return DraftProposal(tokens=context.new_zeros(0))
-        k = min(int(max_tokens), self.profile.num_drafts, truth.numel())
+        k = len(truth)
         m = self._draw_accepts(k)
         self.planned.append(m)
-        tokens = truth[:k].clone()
         if m < k:
-            tokens[m] = (truth[m] + 1) % self.vocab_size
-        return DraftProposal(tokens=tokens, draft_probs=None)
+            truth[m] = (truth[m] + 1) % self.vocab_size
+        # built on the host, then queued to the context's device without waiting for the wrapped drafter
+        tokens = ids_tensor(truth)
+        return DraftProposal(tokens=tokens if context.is_cpu else tokens.to(context.device, non_blocking=True), draft_probs=None)
 
     def __repr__(self) -> str:
         return f"OracleDrafter({self.profile.name or 'custom'}, {self.label}, {self.profile.tokens_per_round:.2f} tokens/round)"

@@ -20,18 +20,22 @@ chain or of a best-first tree, and that emits the target's law whatever its leng
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import math
+import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.tree import Tree
 
-__all__ = ["AcceptanceEstimator", "StepTimeTable", "allocate", "expected_tokens_per_ms"]
+__all__ = ["AcceptanceEstimator", "StepTimeTable", "allocate", "chain_gains", "expected_tokens_per_ms"]
 
 
 def _check_positive_int(name: str, value: object, minimum: int = 1) -> int:
@@ -64,6 +68,7 @@ class StepTimeTable:
     rows: tuple[int, ...]
     ms: tuple[float, ...]
     meta: dict = field(default_factory=dict, compare=False)
+    _times: list = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rows = tuple(self.rows) if isinstance(self.rows, (list, tuple)) else None
@@ -99,7 +104,7 @@ class StepTimeTable:
         return y0 + (y1 - y0) * (rows - x0) / (x1 - x0)
 
     def over(self, first: int, count: int) -> list[float]:
-        """``[self(first), self(first + 1), ..., self(first + count - 1)]`` in one walk of the table.
+        """``[self(first), self(first + 1), ..., self(first + count - 1)]``, each row count's time worked out once per table.
 
         Example:
             >>> StepTimeTable(rows=(2, 4), ms=(10.0, 20.0)).over(1, 5)
@@ -107,17 +112,19 @@ class StepTimeTable:
         """
         _check_positive_int("first", first)
         _check_positive_int("count", count, minimum=0)
-        xs, ys = self.rows, self.ms
-        out, i = [], 1
-        for rows in range(first, first + count):
-            if rows <= xs[0] or len(xs) == 1:
-                out.append(ys[0])
-                continue
-            while i < len(xs) - 1 and xs[i] < rows:
-                i += 1
-            x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-            out.append(y0 + (y1 - y0) * (rows - x0) / (x1 - x0))
-        return out
+        last = first + count - 1
+        known = self._times  # known[r - 1] = self(r)
+        if len(known) < last:
+            xs, ys, i = self.rows, self.ms, 1
+            for rows in range(len(known) + 1, last + 1):
+                if rows <= xs[0] or len(xs) == 1:
+                    known.append(ys[0])
+                    continue
+                while i < len(xs) - 1 and xs[i] < rows:
+                    i += 1
+                x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+                known.append(y0 + (y1 - y0) * (rows - x0) / (x1 - x0))
+        return known[first - 1 : last]
 
     def to_json(self) -> str:
         """The table as a JSON string (``rows``, ``ms``, ``meta``)."""
@@ -223,9 +230,29 @@ class StepTimeTable:
         return cls(rows=rows, ms=tuple(envelope), meta=meta)
 
 
+def _plain_falling_rows(gains: list | tuple) -> bool:
+    """Whether every row of ``gains`` is a list of floats, finite, ``>= 0`` and non-increasing: checked at C speed.
+
+    ``False`` says nothing: the per-gain checks of :func:`_check_gains` then decide, and word the error.
+    A NaN or an infinity makes the sum non-finite; a gain above the one before it makes its row differ
+    from the row sorted.
+    """
+    if not all(isinstance(row, (list, tuple)) for row in gains):
+        return False
+    every = list(itertools.chain.from_iterable(gains))
+    return (
+        set(map(type, every)) <= {float}
+        and math.isfinite(sum(every))
+        and min(every, default=0.0) >= 0.0
+        and all(list(row) == sorted(row, reverse=True) for row in gains)
+    )
+
+
 def _check_gains(gains: Sequence[Sequence[float]]) -> list[list[float]]:
     if not isinstance(gains, (list, tuple)):
         raise TypeError(f"gains: expected a list of per-request lists of floats, got {type(gains).__name__}")
+    if _plain_falling_rows(gains):
+        return [list(row) for row in gains]
     out = []
     for r, row in enumerate(gains):
         if not isinstance(row, (list, tuple)):
@@ -298,22 +325,36 @@ def allocate(
         raise ValueError(
             "step_time: expected a StepTimeTable when max_nodes and max_rows are None (nothing else bounds the allocation)"
         )
-    ranked = sorted(((-g, r, j) for r, row in enumerate(values) for j, g in enumerate(row)))
-    cap = len(ranked)
+    # every request's gains fall, so the best N nodes are the N largest gains of all: their sum over the
+    # falling order of all gains, one total at a time
+    falling = sorted(itertools.chain.from_iterable(values), reverse=True)
+    cap = len(falling)
     if max_nodes is not None:
         cap = min(cap, max_nodes)
     if max_rows is not None:
         cap = min(cap, max_rows - fixed_rows)
-    best_total, best_value, gained = 0, None, float(base_tokens)
-    times = step_time.over(fixed_rows, cap + 1) if step_time is not None else None
-    for total in range(cap + 1):
-        if total:
-            gained += -ranked[total - 1][0]
-        value = gained / times[total] if times is not None else gained
-        if best_value is None or value > best_value:
-            best_total, best_value = total, value
+    tokens = list(itertools.accumulate(falling[:cap], initial=float(base_tokens)))  # [cap + 1], by node total
+    objective = tokens if step_time is None else list(map(operator.truediv, tokens, step_time.over(fixed_rows, cap + 1)))
+    best_total = objective.index(max(objective))  # the first, so the smallest, of equal maxima
+    return _largest_counts(values, best_total, falling)
+
+
+def _largest_counts(values: list[list[float]], total: int, falling: list[float]) -> list[int]:
+    """How many of each request's (falling) gains are among the ``total`` largest, equal gains to earlier requests first.
+
+    ``falling``: every gain, largest first.
+    """
     counts = [0] * len(values)
-    for _, r, _ in ranked[:best_total]:
+    if total == 0:
+        return counts
+    threshold = -falling[total - 1]
+    # the gains above the threshold all go in; ties with it fill what is left, request by request (each row
+    # falls, so its negated gains rise and bisect finds both ends)
+    ties = []
+    for r, row in enumerate(values):
+        counts[r] = bisect.bisect_left(row, threshold, key=operator.neg)
+        ties += [r] * (bisect.bisect_right(row, threshold, lo=counts[r], key=operator.neg) - counts[r])
+    for r in ties[: total - sum(counts)]:
         counts[r] += 1
     return counts
 
@@ -395,13 +436,14 @@ class AcceptanceEstimator:
         self.passed: list[int] = []
         self.scored_predicted = 0.0
         self.scored_accepted = 0
+        self._observed = 0  # rounds observed so far
+        self._rates_memo: tuple[tuple, list[float]] | None = None
 
     @staticmethod
     def _scores(proposal: DraftProposal, tree: Tree | None) -> list[float] | None:
         """Raw path probabilities per node under the drafter, or ``None`` when it gave no scores."""
         k = proposal.num_tokens
-        nodes = k if tree is None else tree.num_nodes
-        if proposal.confidence is not None and proposal.confidence.numel() == nodes:
+        if proposal.confidence is not None and proposal.confidence.numel() == (k if tree is None else tree.num_nodes):
             return proposal.confidence.float().clamp(0.0, 1.0).tolist()
         if tree is not None:
             if tree.scores is None:
@@ -418,28 +460,34 @@ class AcceptanceEstimator:
         return None
 
     def _rates(self, max_depth: int) -> list[float]:
-        """Posterior mean of the conditional acceptance at depths ``1..max_depth``."""
+        """Posterior mean of the conditional acceptance at depths ``1..max_depth`` (read-only: kept until a round is observed).
+
+        Every request of a round asks its pool for the same rates, so they are worked out once per round.
+        """
+        means = self.pool._rates(max_depth) if self.pool is not None else None
+        # the rates are a function of the rounds observed here and of the pool's rates
+        key = (max_depth, self._observed, means)
+        if self._rates_memo is not None and self._rates_memo[0] == key:
+            return self._rates_memo[1]
         strength = self.prior_accept + self.prior_reject
-        means = self.pool._rates(max_depth) if self.pool is not None else [self.prior_accept / strength] * max_depth
-        # without a pool, a depth never reached takes the pooled rate of the depths that were
-        pooled = (sum(self.passed) + self.prior_accept) / (sum(self.reached) + strength)
-        rates = []
-        for i in range(max_depth):
-            reached = self.reached[i] if i < len(self.reached) else 0
-            passed = self.passed[i] if i < len(self.passed) else 0
-            if reached:
-                rates.append((passed + strength * means[i]) / (reached + strength))
-            else:
-                rates.append(means[i] if self.pool is not None else pooled)
+        if means is not None:
+            unreached = means
+        else:
+            means = [self.prior_accept / strength] * max_depth
+            # without a pool, a depth never reached takes the pooled rate of the depths that were
+            unreached = [(sum(self.passed) + self.prior_accept) / (sum(self.reached) + strength)] * max_depth
+        seen = min(max_depth, len(self.reached))
+        rates = [
+            (passed + strength * mean) / (reached + strength) if reached else fallback
+            for reached, passed, mean, fallback in zip(self.reached[:seen], self.passed[:seen], means, unreached)
+        ]
+        rates += unreached[seen:max_depth]
+        self._rates_memo = (key, rates)
         return rates
 
     def _survivals(self, max_depth: int) -> list[float]:
         """``[P(reach depth 0), ..., P(reach depth max_depth)]``: products of the depths' posterior means."""
-        out, s = [1.0], 1.0
-        for rate in self._rates(max_depth):
-            s *= rate
-            out.append(s)
-        return out
+        return list(itertools.accumulate(self._rates(max_depth), operator.mul, initial=1.0))
 
     def _score_scale(self) -> float:
         """Calibration of the drafter's scores: (accepted + prior) / (predicted + prior), the prior ratio the pool's."""
@@ -468,29 +516,75 @@ class AcceptanceEstimator:
         if scored:
             scale = self._score_scale()
             raw = [min(1.0, g * scale) for g in raw]
-        out, low = [], 1.0
-        for g in raw:
-            low = min(low, g)
-            out.append(low)
-        return out
+        return list(itertools.accumulate(raw, min, initial=1.0))[1:]
 
     def observe(self, proposal: DraftProposal, *, nodes: int, accepted: int, tree: Tree | None = None) -> None:
-        """Record a verified round: ``nodes`` nodes were checked (the first ones), ``accepted`` were accepted."""
+        """Record a verified round: ``nodes`` nodes were checked (the first ones), ``accepted`` were accepted.
+
+        The round goes into this estimator and every pool under it.
+        """
         _check_positive_int("nodes", nodes, minimum=0)
         _check_positive_int("accepted", accepted, minimum=0)
         if accepted > nodes:
             raise ValueError(f"accepted: expected at most nodes = {nodes}, got {accepted}")
-        if self.pool is not None:
-            self.pool.observe(proposal, nodes=nodes, accepted=accepted, tree=tree)
         scores = self._scores(proposal, tree)
+        deepest = nodes if tree is None else (int(tree.depth[:nodes].max()) if nodes else 0)
+        estimator = self
+        while estimator is not None:
+            estimator._record(scores, nodes=nodes, accepted=accepted, deepest=deepest)
+            estimator = estimator.pool
+
+    def _record(self, scores: list[float] | None, *, nodes: int, accepted: int, deepest: int) -> None:
+        """Add a checked round to this estimator's counts: the scores' calibration, or the depths it reached."""
+        self._observed += 1
         if scores is not None:
             self.scored_predicted += sum(scores[:nodes])
             self.scored_accepted += accepted
             return
-        deepest = nodes if tree is None else (int(tree.depth[:nodes].max()) if nodes else 0)
         for d in range(1, min(accepted + 1, deepest) + 1):
             while len(self.reached) < d:
                 self.reached.append(0)
                 self.passed.append(0)
             self.reached[d - 1] += 1
             self.passed[d - 1] += int(d <= accepted)
+
+
+def chain_gains(estimators: Sequence[AcceptanceEstimator], lengths: Sequence[int]) -> list[list[float]]:
+    """Each estimator's :meth:`~AcceptanceEstimator.gains` for a chain of ``lengths[r]`` drafts without scores, together.
+
+    Equal to ``[est.gains(DraftProposal(tokens)) for est, tokens in ...]`` with ``tokens [lengths[r]]`` and no
+    ``confidence``, ``tree_logprobs`` or ``draft_probs``: the same float operations, on ``[requests, depth]``
+    arrays (a round's requests cost a few array ops instead of a Python loop over depths each).
+
+    Example:
+        >>> pool = AcceptanceEstimator()
+        >>> a, b = AcceptanceEstimator(pool=pool), AcceptanceEstimator(pool=pool)
+        >>> a.observe(DraftProposal(torch.tensor([1, 2])), nodes=2, accepted=2)
+        >>> chain_gains([a, b], [2, 1]) == [a.gains(DraftProposal(torch.tensor([1, 2]))), b.gains(DraftProposal(torch.tensor([1])))]
+        True
+    """
+    if len(estimators) != len(lengths):
+        raise ValueError(f"lengths: expected one per estimator ({len(estimators)}), got {len(lengths)}")
+    for n in lengths:
+        _check_positive_int("lengths", n, minimum=0)
+    depth = max(lengths, default=0)
+    if depth == 0:
+        return [[] for _ in lengths]
+    strength = np.array([[est.prior_accept + est.prior_reject] for est in estimators])  # [R, 1]
+    means, unreached = [], []
+    for est, s in zip(estimators, strength[:, 0].tolist()):
+        if est.pool is not None:
+            means.append(est.pool._rates(depth))
+            unreached.append(means[-1])
+        else:
+            means.append([est.prior_accept / s] * depth)
+            unreached.append([(sum(est.passed) + est.prior_accept) / (sum(est.reached) + s)] * depth)
+    reached, passed = np.zeros((len(estimators), depth)), np.zeros((len(estimators), depth))  # [R, D]
+    for r, est in enumerate(estimators):
+        seen = min(depth, len(est.reached))
+        reached[r, :seen] = est.reached[:seen]
+        passed[r, :seen] = est.passed[:seen]
+    # AcceptanceEstimator._rates, then _survivals and the running minimum of gains, row by row
+    rates = np.where(reached > 0, (passed + strength * np.array(means)) / (reached + strength), np.array(unreached))
+    falling = np.minimum(np.minimum.accumulate(np.cumprod(rates, axis=1), axis=1), 1.0)
+    return [row[:n] for row, n in zip(falling.tolist(), lengths)]

@@ -32,12 +32,14 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from itertools import count
 
+import numpy as np
 import torch
 
 from specdec.contracts.drafter import Drafter, FinishingDrafter
+from specdec.contracts.host_ids import ids_tensor
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
-from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate
+from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate, chain_gains
 from specdec.engine.drafting import BatchableDrafter, BatchDrafter, RequestAwareDrafter
 from specdec.engine.rounds import RoundOutcome, accept_round, check_verifier, plan_round, truncate_chain
 from specdec.engine.two_level import TwoLevelRequest, TwoLevelRounds
@@ -57,6 +59,8 @@ __all__ = ["Engine", "RequestFailed", "RequestState"]
 
 WAITING, RUNNING, FINISHED, CANCELLED, FAILED = "waiting", "running", "finished", "cancelled", "failed"
 PROPOSAL_EXTRAS = tuple(f.name for f in fields(DraftProposal) if f.name != "tokens")
+# token id dtypes a host proposal is checked in on the host (any other goes to DraftProposal.validate)
+ID_DTYPES = frozenset((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
 
 
 class RequestFailed(RuntimeError):
@@ -99,6 +103,8 @@ class RequestState:
         drafter_request: the per-request drafter arguments given to :meth:`Engine.add_request`.
         buf: the prompt then every emitted token, on the host (on the target's device with a
             :class:`~specdec.verify.TwoLevelVerifier`, whose rounds read it there); ``length`` of it are filled.
+        host_buf: ``buf``'s NumPy view when the engine decides greedy rounds on the host (it reads and writes
+            single ids through it, without a tensor op); else ``None``.
     """
 
     request_id: Hashable
@@ -124,6 +130,7 @@ class RequestState:
     drafter_request: dict = field(default_factory=dict)
     estimator: AcceptanceEstimator = field(default_factory=AcceptanceEstimator)
     two_level: TwoLevelRequest | None = None
+    host_buf: np.ndarray | None = None
 
     @property
     def tokens(self) -> torch.Tensor:
@@ -541,6 +548,8 @@ class Engine:
             scanned=plen,
             drafter_request=dict(drafter_request or {}),
             estimator=AcceptanceEstimator(pool=self.acceptance_pool),
+            # a two-level round may grow buf, and never decides on the host
+            host_buf=buf.numpy() if self.two_level is None else None,
         )
         self._waiting.append(request_id)
         return request_id
@@ -672,23 +681,25 @@ class Engine:
         context = state.buf[: state.length]
         return context if getattr(drafter, "host_context", False) else self._to_device(context)
 
-    def _validate(self, proposal: DraftProposal) -> None:
-        """``proposal.validate``, decided on the host without a tensor op for a host proposal of token ids only."""
+    def _validate(self, proposal: DraftProposal) -> list[int] | None:
+        """``proposal.validate``, decided on the host without a tensor op for a host proposal of token ids only.
+
+        Returns the proposal's token ids as ints when it was decided that way (else ``None``).
+        """
         vocab_size = self.target.vocab_size
         tokens = proposal.tokens
-        tokens_only = all(getattr(proposal, name) is None for name in PROPOSAL_EXTRAS)
         if (
-            tokens_only
-            and isinstance(tokens, torch.Tensor)
-            and tokens.device.type == "cpu"
+            isinstance(tokens, torch.Tensor)
+            and tokens.is_cpu
             and tokens.ndim == 1
-            and not tokens.is_floating_point()
-            and not tokens.is_complex()
-            and tokens.dtype != torch.bool
-            and all(0 <= t < vocab_size for t in tokens.tolist())
+            and tokens.dtype in ID_DTYPES
+            and all(getattr(proposal, name) is None for name in PROPOSAL_EXTRAS)
         ):
-            return
+            ids = tokens.tolist()
+            if not ids or (min(ids) >= 0 and max(ids) < vocab_size):
+                return ids
         proposal.validate(vocab_size=vocab_size)
+        return None
 
     def _host_greedy(self, state: RequestState) -> bool:
         """Whether the request's round is decided from host argmax values (greedy, one-level, no logits processors)."""
@@ -731,19 +742,32 @@ class Engine:
             raise TypeError(f"drafter: propose_batch() expected to return {len(states)} proposals, got {got}")
         return list(zip(proposals, sizes))
 
-    def _candidates(self, state: RequestState) -> list[float]:
+    def _candidates(self, state: RequestState) -> list[float] | None:
         """Under a verify budget: the nodes the request could verify, as non-increasing expected gains.
 
-        Reads only the drafter's proposal and the request's past rounds (its estimator).
+        Reads only the drafter's proposal and the request's past rounds (its estimator). ``None`` for a chain
+        checked on the host as token ids only: :meth:`_with_chain_gains` works those out for all requests at once.
         """
         proposal = state.pending["proposal"]
         if self.verifier.validate_proposals:
-            self._validate(proposal)
+            state.pending["ids"] = self._validate(proposal)
         tree = None
         if type(self.verifier) is TreeVerifier:
             tree = self.verifier.build_tree(proposal, room=self.target.room(state.slot))
         state.pending["tree"] = tree
+        if tree is None and state.pending.get("ids") is not None:
+            return None
         return state.estimator.gains(proposal, tree)
+
+    def _with_chain_gains(
+        self, proposed: list[tuple[RequestState, list[float] | None]]
+    ) -> list[tuple[RequestState, list[float]]]:
+        """``proposed`` with the gains :meth:`_candidates` left to work out together (:func:`~specdec.engine.budget.chain_gains`)."""
+        chains = [state for state, gains in proposed if gains is None]
+        if not chains:
+            return proposed
+        together = iter(chain_gains([state.estimator for state in chains], [len(state.pending["ids"]) for state in chains]))
+        return [(state, next(together) if gains is None else gains) for state, gains in proposed]
 
     def _plan(self, state: RequestState, nodes: int | None = None) -> RequestRows | _HostRows:
         """The request's verify rows for the shared forward; ``nodes`` = its budget's node count (else all).
@@ -753,6 +777,10 @@ class Engine:
         """
         if self.two_level is not None:
             return self.two_level.rows(self.target, state)
+        if self._host_greedy(state) and type(self.verifier) is ChainVerifier:
+            drafts = self._host_chain_drafts(state, nodes)
+            state.pending.update(nodes=nodes, drafts=drafts)
+            return _HostRows([int(state.host_buf[state.length - 1]), *drafts])
         target, slot = self.target, state.slot
         proposal, tree = state.pending["proposal"], state.pending.get("tree")
         if nodes is not None:
@@ -760,15 +788,6 @@ class Engine:
                 tree = tree.truncate(nodes)
             else:
                 proposal = truncate_chain(proposal, nodes)
-        if self._host_greedy(state) and type(self.verifier) is ChainVerifier:
-            if self.verifier.validate_proposals:
-                self._validate(proposal)
-            if not isinstance(proposal.tokens, torch.Tensor) or proposal.tokens.ndim != 1:
-                got = getattr(proposal.tokens, "shape", type(proposal.tokens).__name__)
-                raise ValueError(f"drafts: expected a 1-D tensor of token ids, got {got}")
-            drafts = proposal.tokens.tolist() if proposal.tokens.numel() else []
-            state.pending.update(verified=proposal, nodes=nodes, drafts=drafts)
-            return _HostRows([int(state.buf[state.length - 1]), *drafts])
         if self._host_greedy(state):  # a tree, planned on the host (where the engine keeps the root)
             plan = plan_round(
                 self.verifier,
@@ -794,6 +813,27 @@ class Engine:
         state.pending.update(plan=plan, verified=proposal, nodes=nodes)
         return RequestRows.from_plan(slot, plan)
 
+    def _host_chain_drafts(self, state: RequestState, nodes: int | None) -> list[int]:
+        """The draft ids a greedy chain round verifies: its proposal's first ``nodes`` (all without a budget), checked.
+
+        Under a budget :meth:`_candidates` has already checked the whole proposal on the host, as token ids only
+        (so a chain), and kept its ids.
+        """
+        ids = state.pending.get("ids")
+        if ids is not None:
+            return ids if nodes is None else ids[:nodes]
+        proposal = state.pending["proposal"]
+        if nodes is not None:
+            proposal = truncate_chain(proposal, nodes)
+        if self.verifier.validate_proposals:
+            ids = self._validate(proposal)
+        if ids is None:
+            if not isinstance(proposal.tokens, torch.Tensor) or proposal.tokens.ndim != 1:
+                got = getattr(proposal.tokens, "shape", type(proposal.tokens).__name__)
+                raise ValueError(f"drafts: expected a 1-D tensor of token ids, got {got}")
+            ids = proposal.tokens.tolist() if proposal.tokens.numel() else []
+        return ids
+
     def _pick_first(self, state: RequestState, logits: torch.Tensor, argmax: int | None = None) -> None:
         """The token after the prompt from the prefill's last row, drawn as :func:`specdec.generate` draws it.
 
@@ -810,13 +850,18 @@ class Engine:
         state.buf[state.length] = self._to_token_device(token)
         state.length += 1
 
-    def _scan(self, state: RequestState) -> torch.Tensor:
-        """Apply stops to the tokens emitted since the last scan; finish the request when it is done."""
+    def _scan(self, state: RequestState, appended: list[int] | None = None) -> torch.Tensor:
+        """Apply stops to the tokens emitted since the last scan; finish the request when it is done.
+
+        ``appended``: the ids this round appended, when it had them as ints; they are exactly the tokens
+        since the last scan (every round scans what it appends), so the new tokens are made from them.
+        """
         plen = state.prompt.numel()
         limit = min(state.length, plen + state.max_new_tokens)
         end = state.stop.first_stop(state.buf, state.scanned, limit)
-        new = state.buf[state.scanned : limit if end is None else end].clone()
-        state.scanned = limit if end is None else end
+        stop = limit if end is None else end
+        new = state.buf[state.scanned : stop].clone() if appended is None else ids_tensor(appended[: stop - state.scanned])
+        state.scanned = stop
         if end is not None or state.length - plen >= state.max_new_tokens:
             self._release(state)
             state.status = FINISHED
@@ -877,6 +922,7 @@ class Engine:
                 failures.append((state, err))
         chunks: dict[int, slice] = {}
         if self.verify_budget is not None:
+            proposed = self._with_chain_gains(proposed)
             # the roots first, then the prefill chunks; the budget fits draft nodes in the rows left under the cap
             chunks = self._prefill_chunks(prefilling, used_rows=len(proposed))
         nodes = self._allocate(prefilling, chunks, proposed)
@@ -918,7 +964,7 @@ class Engine:
             try:
                 hidden = [out.hidden[taps.index(layer)][0] for layer in self._taps_for(state)]  # each [T_i, H]
                 emitted[state.request_id] = self._finish_round(
-                    state, out.logits[0], hidden, chunk=chunks.get(id(state)), argmaxes=argmaxes.get(id(state))
+                    state, out.logits, hidden, chunk=chunks.get(id(state)), argmaxes=argmaxes.get(id(state))
                 )
             except Exception as err:
                 self._fail(state, err)
@@ -954,16 +1000,15 @@ class Engine:
         host = [(i, r) for i, r in enumerate(rows) if isinstance(r, _HostRows)]
         if not host:
             return rows
-        flat = self._to_device(torch.tensor([t for _, r in host for t in r.tokens], dtype=torch.long))
-        start = 0
-        for i, r in host:
+        flat = self._to_device(ids_tensor([t for _, r in host for t in r.tokens]))
+        views = flat.view(1, -1).split([len(r.tokens) for _, r in host], dim=1)  # each [1, T_i]
+        for (i, r), tokens in zip(host, views):
             rows[i] = RequestRows(
                 planned[i].slot,
-                flat[start : start + len(r.tokens)][None],
+                tokens,
                 positions=None if r.positions is None else self._to_device(r.positions),
                 mask=None if r.mask is None else self._to_device(r.mask),
             )
-            start += len(r.tokens)
         return rows
 
     def _host_argmaxes(self, planned: list[RequestState], outs: list, chunks: dict[int, slice]) -> dict[int, list[int]]:
@@ -981,12 +1026,11 @@ class Engine:
             chunk = chunks.get(id(state))
             if chunk is not None and chunk.stop < state.prompt.numel():
                 continue
-            logits = out.logits[0]
-            parts.append(logits if chunk is None else logits[-1:])
-            owners.append((id(state), parts[-1].shape[0]))
+            parts.append(out.logits if chunk is None else out.logits[:, -1:])  # [1, rows, V]
+            owners.append((id(state), parts[-1].shape[1]))
         if not parts:
             return {}
-        values = torch.cat(parts).argmax(-1).tolist()  # the round's one device read for these requests
+        values = torch.cat(parts, dim=1).argmax(-1).tolist()[0]  # the round's one device read for these requests
         argmaxes, start = {}, 0
         for owner, num_rows in owners:
             argmaxes[owner] = values[start : start + num_rows]
@@ -1035,7 +1079,7 @@ class Engine:
         chunk: slice | None = None,
         argmaxes: list[int] | None = None,
     ) -> torch.Tensor:
-        """Accept from the request's logits ``[T_i, V]``, commit, append, apply stops, stream; the new tokens.
+        """Accept from the request's logits ``[1, T_i, V]``, commit, append, apply stops, stream; the new tokens.
 
         ``hidden``: the request's taps, each ``[T_i, H]``; the committed rows' become its drafter's next
         ``target_hidden [rows, taps, H]``. ``chunk``: the prompt rows these were, for a prefill; its last
@@ -1043,6 +1087,7 @@ class Engine:
         its last row for a prefill's last chunk) already on the host; its round reads nothing else from
         the device.
         """
+        ids = None
         if chunk is not None:
             self.target.commit(state.slot, chunk.stop - chunk.start)
             state.prefilled = chunk.stop
@@ -1053,56 +1098,60 @@ class Engine:
             parts, state.prefill_hidden = state.prefill_hidden, []
             # the drafter's first target_hidden: every prompt row, as from a prefill in one forward
             state.fresh_hidden = (parts[0] if len(parts) == 1 else torch.cat(parts)) if parts else None
-            self._pick_first(state, logits[-1], None if argmaxes is None else argmaxes[-1])
+            self._pick_first(state, logits[0, -1], None if argmaxes is None else argmaxes[-1])
         else:
             pending, state.pending = state.pending, {}
-            proposal = pending["verified"]
             if argmaxes is not None and "drafts" in pending:
+                # a greedy chain decided on the host: its tokens stay ints until they go out
                 drafts = pending["drafts"]
-                n, bonus = greedy_chain_accept_tokens(drafts, argmaxes)
-                emitted = torch.tensor([*drafts[:n], bonus], dtype=torch.long, device=self._token_device)
-                outcome = RoundOutcome(emitted=emitted, num_accepted=n, commit=n + 1)
-            elif argmaxes is not None:
-                plan = pending["plan"]
-                walk = greedy_walk_tokens(plan.tree, argmaxes)
-                outcome = RoundOutcome(
-                    emitted=walk.emitted,
-                    num_accepted=walk.num_accepted,
-                    commit=plan.accepted_rows(walk.num_accepted, walk.rows),
-                )
-            elif self.two_level is not None:
-                outcome = self.two_level.accept(state, pending, logits)
+                num_accepted, bonus = greedy_chain_accept_tokens(drafts, argmaxes)
+                ids, commit = [*drafts[:num_accepted], bonus], num_accepted + 1
             else:
-                outcome = accept_round(
-                    self.verifier,
-                    pending["plan"],
-                    logits,
-                    proposal,
-                    sampling=state.sampling,
-                    generator=state.generator,
-                    context=self._to_device(state.buf[: state.length]),
-                )
-            self.target.commit(state.slot, outcome.commit)
+                outcome = self._accept(state, pending, logits[0], argmaxes)
+                num_accepted, commit = outcome.num_accepted, outcome.commit
+            self.target.commit(state.slot, commit)
             if hidden:
-                kept = outcome.commit if isinstance(outcome.commit, torch.Tensor) else torch.arange(outcome.commit)
+                kept = commit if isinstance(commit, torch.Tensor) else torch.arange(commit)
                 state.fresh_hidden = torch.stack(hidden, dim=1)[kept.to(logits.device)]  # [n + 1, taps, H]
             if pending["nodes"] is not None:
-                state.estimator.observe(
-                    pending["proposal"], nodes=pending["nodes"], accepted=outcome.num_accepted, tree=pending["tree"]
-                )
+                state.estimator.observe(pending["proposal"], nodes=pending["nodes"], accepted=num_accepted, tree=pending["tree"])
             if self.two_level is not None:
-                self.two_level.finish(state, pending, outcome.num_accepted, self._exact_seconds)
-            m = outcome.emitted.numel()
-            if state.length + m > state.buf.numel():  # a two-level round may emit more than num_draft_tokens + 1
-                state.buf = torch.cat([state.buf, state.buf.new_empty(state.length + m - state.buf.numel())])
-            state.buf[state.length : state.length + m] = self._to_token_device(outcome.emitted)
-            state.length += m
+                self.two_level.finish(state, pending, num_accepted, self._exact_seconds)
+            if ids is not None:
+                state.host_buf[state.length : state.length + len(ids)] = ids
+                state.length += len(ids)
+            else:
+                m = outcome.emitted.numel()
+                if state.length + m > state.buf.numel():  # a two-level round may emit more than num_draft_tokens + 1
+                    state.buf = torch.cat([state.buf, state.buf.new_empty(state.length + m - state.buf.numel())])
+                state.buf[state.length : state.length + m] = self._to_token_device(outcome.emitted)
+                state.length += m
             state.rounds += 1
-            state.accepted += outcome.num_accepted
-        new = self._scan(state)
+            state.accepted += num_accepted
+        new = self._scan(state, ids)
         if state.on_tokens is not None and new.numel():
             state.on_tokens(new)
         return new
+
+    def _accept(self, state: RequestState, pending: dict, logits: torch.Tensor, argmaxes: list[int] | None) -> RoundOutcome:
+        """The request's round outcome from its rows' logits ``[T_i, V]``, or from their host ``argmaxes`` for a greedy tree."""
+        if argmaxes is not None:
+            plan = pending["plan"]
+            walk = greedy_walk_tokens(plan.tree, argmaxes)
+            return RoundOutcome(
+                emitted=walk.emitted, num_accepted=walk.num_accepted, commit=plan.accepted_rows(walk.num_accepted, walk.rows)
+            )
+        if self.two_level is not None:
+            return self.two_level.accept(state, pending, logits)
+        return accept_round(
+            self.verifier,
+            pending["plan"],
+            logits,
+            pending["verified"],
+            sampling=state.sampling,
+            generator=state.generator,
+            context=self._to_device(state.buf[: state.length]),
+        )
 
     def _fail(self, state: RequestState, err: Exception) -> None:
         if state.slot is not None:

@@ -177,9 +177,10 @@ def check_proposal_size(proposal: DraftProposal, max_tokens: int) -> None:
         ...
         ValueError: drafter: proposed 3 tokens / tree nodes, expected at most 2
     """
-    size = proposal.tree.num_nodes if proposal.tree is not None else proposal.num_tokens
-    if proposal.num_tokens > max_tokens or size > max_tokens:
-        raise ValueError(f"drafter: proposed {max(size, proposal.num_tokens)} tokens / tree nodes, expected at most {max_tokens}")
+    num_tokens = proposal.num_tokens
+    size = proposal.tree.num_nodes if proposal.tree is not None else num_tokens
+    if num_tokens > max_tokens or size > max_tokens:
+        raise ValueError(f"drafter: proposed {max(size, num_tokens)} tokens / tree nodes, expected at most {max_tokens}")
 
 
 def request_seeds(seed, batch: int) -> list[int | None]:

@@ -1,4 +1,4 @@
-"""OracleDrafter: hits its acceptance profile, never changes the output, wraps a real drafter."""
+"""OracleDrafter: looks its references up, hits its acceptance profile, never changes the output, wraps a real drafter."""
 
 from __future__ import annotations
 
@@ -105,3 +105,49 @@ def test_wraps_a_real_drafter(tmp_path):
     assert torch.equal(out.tokens, ar.tokens)
     assert oracle.wrapped_seconds > 0 and real.cache.length > 0
     assert out.stats.mean_accepted > 2
+
+
+def test_proposals_follow_the_first_reference_the_context_is_a_proper_prefix_of():
+    references = [torch.tensor([1, 2, 3, 4, 5]), torch.tensor([1, 2, 9, 9, 9, 9]), torch.tensor([7, 9])]
+
+    def oracle(conditional):
+        return OracleDrafter(AcceptanceProfile(conditional, source="test"), references=references, vocab_size=10)
+
+    def propose(drafter, context, k=3):
+        return drafter.propose(torch.tensor(context), k, sampling=SamplingConfig(), generator=None).tokens
+
+    hits = oracle((1.0, 1.0, 1.0))
+    assert propose(hits, [1, 2]).tolist() == [3, 4, 5]  # the first reference wins
+    assert propose(hits, [1, 2, 9]).tolist() == [9, 9, 9]
+    assert propose(hits, [7]).tolist() == [9]  # as many drafts as the reference has left
+    assert propose(hits, [1, 2], k=1).tolist() == [3]
+    proposal = propose(hits, [1, 2])
+    assert proposal.dtype == torch.long
+    proposal.fill_(0)  # the proposal is the drafter's own tensor: the reference is untouched
+    assert propose(hits, [1, 2]).tolist() == [3, 4, 5] and references[0].tolist() == [1, 2, 3, 4, 5]
+    for unmatched in ([7, 9], [1, 3], [2]):  # a whole reference, a wrong token, no reference
+        assert propose(hits, unmatched).numel() == 0
+    assert hits.unmatched_rounds == 3
+    misses = oracle((0.0, 0.0, 0.0))  # the miss is the truth + 1, wrapping around the vocabulary
+    assert propose(misses, [1, 2]).tolist() == [4, 4, 5] and propose(misses, [7]).tolist() == [0]
+    assert misses.planned == [0, 0]
+
+
+def test_miss_draws_are_those_of_one_rand_call_per_round():
+    """The drafter hands out its uniforms from blocks; each round's are still those of ``torch.rand(k)`` of its own."""
+    profile = AcceptanceProfile((0.99,) * 300, source="test")
+    reference = torch.arange(2000) % 97
+    oracle = OracleDrafter(profile, references=[reference], vocab_size=97, seed=3)
+    sizes = [0, 5, 300, 17, 256, 1, 299, 40, 255, 2]  # rounds within a block, across blocks, past a whole block
+    plain, generator, position = [], torch.Generator().manual_seed(3), 10
+    for k in sizes:
+        drafts = oracle.propose(reference[:position], k, sampling=SamplingConfig(), generator=None).tokens
+        uniforms = torch.rand(k, generator=generator, dtype=torch.float64).tolist()
+        m = next((j for j, u in enumerate(uniforms) if u >= 0.99), k)
+        plain.append(m)
+        truth = reference[position : position + k].clone()
+        if m < k:
+            truth[m] = (truth[m] + 1) % 97
+        assert torch.equal(drafts, truth)
+        position += 1
+    assert oracle.planned == plain and 0 < min(p for p in plain if p) < max(plain)

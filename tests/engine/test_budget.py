@@ -21,7 +21,7 @@ import specdec as sd
 from specdec.contracts import DraftProposal
 from specdec.drafters import ModelDrafter, NGramDrafter
 from specdec.engine import Engine
-from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate, expected_tokens_per_ms
+from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate, chain_gains, expected_tokens_per_ms
 from specdec.models.ragged import RaggedDenseTarget
 from specdec.testing import tiny_target
 from specdec.verify import ChainVerifier, TreeVerifier
@@ -77,6 +77,46 @@ def test_allocation_reaches_the_brute_force_optimum(gains, table, base, fixed, c
     got = expected_tokens_per_ms(gains, counts, base_tokens=base, fixed_rows=fixed, step_time=step_time)
     best = brute_force(gains, base_tokens=base, fixed_rows=fixed, step_time=step_time, max_nodes=cap, max_rows=max_rows)
     assert got == pytest.approx(best, rel=1e-12, abs=1e-12)
+
+
+def ranked_allocation(gains, *, base_tokens, fixed_rows, step_time, max_nodes, max_rows):
+    """The plain allocation: every node ranked by (-gain, request, depth), each total of the ranking scanned."""
+    ranked = sorted((-g, r, j) for r, row in enumerate(gains) for j, g in enumerate(row))
+    cap = len(ranked)
+    if max_nodes is not None:
+        cap = min(cap, max_nodes)
+    if max_rows is not None:
+        cap = min(cap, max_rows - fixed_rows)
+    best_total, best_value, gained = 0, None, float(base_tokens)
+    for total in range(cap + 1):
+        if total:
+            gained += -ranked[total - 1][0]
+        value = gained / step_time(fixed_rows + total) if step_time is not None else gained
+        if best_value is None or value > best_value:
+            best_total, best_value = total, value
+    counts = [0] * len(gains)
+    for _, r, _ in ranked[:best_total]:
+        counts[r] += 1
+    return counts
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    # few distinct values: equal gains across requests and equal objectives across totals are common
+    gains=st.lists(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), max_size=5).map(falling), min_size=1, max_size=4),
+    base=st.integers(0, 3),
+    fixed=st.integers(1, 4),
+    cap=st.one_of(st.none(), st.integers(0, 12)),
+    room=st.one_of(st.none(), st.integers(0, 12)),
+    timed=st.booleans(),
+)
+def test_allocation_equals_the_plain_ranking_ties_included(gains, base, fixed, cap, room, timed):
+    flat = StepTimeTable(rows=(1, 4, 32), ms=(2.0, 2.0, 4.0))  # flat, then one row costs what 0.25 tokens bring
+    step_time = flat if timed or (cap is None and room is None) else None
+    kwargs = dict(
+        base_tokens=base, fixed_rows=fixed, step_time=step_time, max_nodes=cap, max_rows=None if room is None else fixed + room
+    )
+    assert allocate(gains, **kwargs) == ranked_allocation(gains, **kwargs)
 
 
 def test_allocation_spends_rows_where_gains_are_and_stops_where_time_outgrows_them():
@@ -156,6 +196,11 @@ def test_bad_budget_inputs_raise_naming_the_argument():
         allocate([[0.5], [-0.1]], base_tokens=1, fixed_rows=1, step_time=table)
     with pytest.raises(TypeError, match="gains"):
         allocate("abc", base_tokens=1, fixed_rows=1, step_time=table)
+    for bad in ([float("nan")], [1.0, float("nan")], [float("inf"), 1.0], [True], [0.5, "0.1"]):
+        with pytest.raises(ValueError, match="gains\\[1\\]: expected finite gains >= 0"):
+            allocate([[0.5], bad], base_tokens=1, fixed_rows=1, step_time=table)
+    # ints and a negative zero are gains too
+    assert allocate([[1, 0], [0.5, -0.0]], base_tokens=1, fixed_rows=1, max_nodes=2) == [1, 1]
     with pytest.raises(ValueError, match="fixed_rows"):
         allocate([[0.5]], base_tokens=1, fixed_rows=0, step_time=table)
     with pytest.raises(ValueError, match="step_time"):
@@ -224,6 +269,27 @@ def test_outputs_with_a_global_budget_equal_ar_in_fp32_greedy(verifier, drafter,
         assert torch.equal(outputs[rid], ar)
 
 
+@pytest.mark.parametrize("budget", [3, "auto"])
+def test_each_forward_holds_the_roots_and_the_nodes_the_budget_gave(budget):
+    engine = Engine(
+        TARGET,
+        NGramDrafter(max_ngram=2),
+        max_batch=3,
+        num_draft_tokens=4,
+        verify_budget=budget,
+        step_time=TABLE if budget == "auto" else None,
+    )
+    for p in PROMPTS[:3]:
+        engine.add_request(torch.tensor(p), max_new_tokens=10)
+    engine.step()  # the prefills
+    nodes = []
+    while engine.has_work:
+        engine.step()
+        nodes.append(sum(engine.last_allocation.values()))
+        assert engine.last_pass_rows == len(engine.last_allocation) + nodes[-1]
+    assert any(n < 4 * 3 for n in nodes) and any(nodes)  # the budget cut some rounds short, and gave some nodes
+
+
 def test_a_budget_of_zero_nodes_decodes_autoregressively():
     engine = Engine(TARGET, NGramDrafter(max_ngram=2), max_batch=2, verify_budget=0)
     ids = [engine.add_request(torch.tensor(p), max_new_tokens=6) for p in PROMPTS[:2]]
@@ -269,6 +335,11 @@ def test_step_table_over_equals_each_call():
         assert table.over(first, 12) == [table(r) for r in range(first, first + 12)]
     assert StepTimeTable(rows=(5,), ms=(1.5,)).over(1, 3) == [1.5, 1.5, 1.5]
     assert table.over(4, 0) == []
+    fresh = StepTimeTable(rows=(3, 8, 9, 40), ms=(2.0, 2.5, 4.0, 4.0))
+    for first, count in ((30, 20), (1, 3), (2, 60), (45, 0), (7, 1)):  # the times worked out so far, in any order
+        assert fresh.over(first, count) == [table(r) for r in range(first, first + count)]
+    fresh.over(1, 3)[0] = -1.0  # the caller's own list
+    assert fresh.over(1, 3) == [2.0, 2.0, 2.0] and fresh == table
     with pytest.raises(ValueError, match="first"):
         table.over(0, 2)
     with pytest.raises(ValueError, match="count"):
@@ -302,6 +373,42 @@ def test_a_request_borrows_the_pool_until_its_own_rounds_take_over():
         fresh.observe(chain, nodes=6, accepted=0)  # this request's drafter misses at once
     assert fresh.gains(chain)[0] < 0.1
     assert pool.reached[0] == 90  # its rounds fed the pool too
+
+
+def test_a_request_reads_its_pool_as_it_is_now():
+    """A request's gains follow its pool between its own rounds: asked before the pool learns, asked after, or only after."""
+    chain = DraftProposal(torch.arange(4))
+
+    def gains_after_the_pool_learns(ask_before: bool):
+        pool = AcceptanceEstimator()
+        request, companion = AcceptanceEstimator(pool=pool), AcceptanceEstimator(pool=pool)
+        request.observe(chain, nodes=4, accepted=1)
+        before = request.gains(chain) if ask_before else None
+        for _ in range(10):
+            companion.observe(chain, nodes=4, accepted=4)  # only the pool learns
+        return before, request.gains(chain)
+
+    before, after = gains_after_the_pool_learns(ask_before=True)
+    assert after[3] > before[3]
+    assert after == gains_after_the_pool_learns(ask_before=False)[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rounds=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9), st.integers(0, 9)), max_size=30),
+    lengths=st.lists(st.integers(0, 9), min_size=4, max_size=4),
+    pooled=st.booleans(),
+)
+def test_chain_gains_equal_each_estimators_own(rounds, lengths, pooled):
+    """The gains of a round's requests worked out together equal each request's own, to the last bit."""
+    pool = AcceptanceEstimator(prior_accept=2.0, prior_reject=0.5) if pooled else None
+    estimators = [AcceptanceEstimator(pool=pool) for _ in range(3)] + [AcceptanceEstimator(prior_accept=0.3, prior_reject=3.0)]
+    for who, nodes, accepted in rounds:
+        estimators[who].observe(DraftProposal(torch.arange(9)), nodes=nodes, accepted=min(accepted, nodes))
+    own = [est.gains(DraftProposal(torch.arange(n))) for est, n in zip(estimators, lengths)]
+    assert chain_gains(estimators, lengths) == own
+    with pytest.raises(ValueError, match="lengths"):
+        chain_gains(estimators, lengths[:2])
 
 
 def test_engine_requests_share_one_acceptance_pool():

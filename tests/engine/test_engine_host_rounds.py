@@ -3,8 +3,9 @@
 Counted with :mod:`round_counts` (device work outside the target forward, by data flow from the
 forward's outputs and the prompts) at concurrency 16 on the tiny Qwen3-shape target: AR (no drafts) and
 an oracle drafter (chain, greedy). Also: a bad host proposal still fails its request with the message
-of :meth:`DraftProposal.validate`, and greedy and sampled requests mixed in one engine each keep their
-``generate`` output.
+of :meth:`DraftProposal.validate`, greedy and sampled requests mixed in one engine each keep their
+``generate`` output, and a greedy chain round's new tokens, cut at an EOS inside the round, are the
+request's output and copies of it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from round_counts import engine_rounds, tiny_engine
 import specdec as sd
 from specdec.contracts import DraftProposal
 from specdec.drafters import NGramDrafter
+from specdec.drafters.oracle import AcceptanceProfile, OracleDrafter
 from specdec.engine import Engine, RequestFailed
 from specdec.testing import tiny_target
 
@@ -85,6 +87,30 @@ def test_a_bad_host_proposal_fails_its_request_with_the_validate_message():
     assert engine.status(1) == "failed"
 
 
+@pytest.mark.parametrize(
+    "tokens, error, message",
+    [
+        (torch.tensor([-1]), ValueError, r"expected token ids in \[0, 97\), got tokens\[0\] = -1"),
+        (torch.tensor([1.0]), TypeError, "proposal.tokens: expected an integer dtype, got torch.float32"),
+        (torch.tensor([True]), TypeError, "proposal.tokens: expected an integer dtype, got torch.bool"),
+        (torch.tensor([[1, 2]]), ValueError, r"proposal.tokens: expected a 1-D tensor, got shape \(1, 2\)"),
+    ],
+    ids=["negative", "float", "bool", "2-D"],
+)
+@pytest.mark.parametrize("budget", [None, 4])
+def test_a_host_proposal_the_host_check_refuses_fails_with_the_validate_message(tokens, error, message, budget):
+    class Bad(OutOfRange):
+        def propose(self, context, max_tokens, *, sampling, generator):
+            return DraftProposal(tokens=tokens)
+
+    engine = Engine(tiny_target(seed=0, max_seq_len=64), lambda: Bad(), max_batch=1, verify_budget=budget)
+    engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=8)
+    engine.step()
+    with pytest.raises(RequestFailed, match=message) as failed:
+        engine.step()
+    assert isinstance(failed.value.error, error)
+
+
 def test_greedy_and_sampled_requests_mixed_keep_their_generate_output():
     target = tiny_target(seed=0, max_seq_len=64)
     gen = torch.Generator().manual_seed(3)
@@ -120,3 +146,27 @@ def test_a_greedy_tree_round_reads_the_device_once_and_keeps_the_generate_output
             target, p[None], max_new_tokens=12, drafter=NGramDrafter(max_ngram=2, max_paths=3), verifier=TreeVerifier(budget=6)
         )
         assert torch.equal(engine.output(i), alone.tokens[0])
+
+
+def test_a_greedy_chain_round_hands_out_copies_of_its_tokens_cut_at_an_eos_inside_it():
+    target = tiny_target(seed=0, max_seq_len=64)
+    prompt = torch.tensor([3, 1, 4, 1, 5])
+    free = sd.generate(target, prompt[None], max_new_tokens=20).tokens[0]
+    # every round accepts its 4 drafts and emits 5 tokens after the prefill's one: tokens 1-5, 6-10, ...;
+    # an EOS first seen at a position that does not end a round cuts its round short
+    position = next(i for i in range(2, 20) if i % 5 and int(free[i]) not in free[:i].tolist())
+    eos = int(free[position])
+    expected = sd.generate(target, prompt[None], max_new_tokens=20, eos_token_id=eos).tokens[0]
+    assert expected.numel() == position + 1
+    always = OracleDrafter(AcceptanceProfile((1.0,) * 4, source="test"), references=[torch.cat([prompt, free])], vocab_size=97)
+    engine = Engine(target, always, max_batch=1, num_draft_tokens=4)
+    streamed: list[torch.Tensor] = []
+    rid = engine.add_request(prompt, max_new_tokens=20, eos_token_id=eos, on_tokens=streamed.append)
+    stepped = []
+    while engine.has_work:
+        stepped += engine.step().values()
+    assert torch.equal(torch.cat(streamed), expected) and torch.equal(torch.cat(stepped), expected)
+    assert torch.equal(engine.output(rid), expected) and engine.request(rid).accepted == 4 * (len(stepped) - 1)
+    for tokens in stepped:
+        tokens.fill_(-1)
+    assert torch.equal(engine.output(rid), expected)  # what went out were copies
