@@ -234,8 +234,12 @@ def max_tokens(op: str, k: int) -> int:
     variants = {"bf16": bf16_variant, "w12": w12_variant, "q": q_variant}
     if op not in variants:
         raise ValueError(f"op: expected one of {sorted(variants)}, got {op!r}")
-    tensor_map = k % 32 == 0 and variants[op](k) == _TENSOR_MAP_VARIANTS[op]
-    return TENSOR_MAP_MAX_TOKENS if tensor_map else MAX_TOKENS
+    return _max_rows(op, variants[op](k), k)
+
+
+def _max_rows(op: str, variant: str, k: int) -> int:
+    # max_tokens for the variant the op has already read
+    return TENSOR_MAP_MAX_TOKENS if k % 32 == 0 and variant == _TENSOR_MAP_VARIANTS[op] else MAX_TOKENS
 
 
 def _bf16_max_rows(x: object) -> int:
@@ -387,7 +391,7 @@ def w12_gemm_small_m(
     """
     k = _k_of_planes(ae)
     variant = w12_variant(k)
-    m, _ = _check_x(x, k, ae.device, max_tokens("w12", k))
+    m, _ = _check_x(x, k, ae.device, _max_rows("w12", variant, k))
     n, _ = _check_planes(ae, nib, base, k)
     _check_escapes(esc_ptr, esc_pos, esc_bits, n, k, ae.device)
     if x.device.type != "cuda" or n == 0:
@@ -425,7 +429,7 @@ def q_gemm_small_m(x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> tor
     """
     k = _k_of_planes(ae)
     variant = q_variant(k)
-    m, _ = _check_x(x, k, ae.device, max_tokens("q", k))
+    m, _ = _check_x(x, k, ae.device, _max_rows("q", variant, k))
     n, _ = _check_planes(ae, None, base, k)
     if x.device.type != "cuda" or n == 0:
         return _q_reference(x, ae, base)
