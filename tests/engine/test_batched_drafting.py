@@ -9,7 +9,11 @@
   from the unbatched drafter's in the last bits, so its drafts are not guaranteed bitwise equal; outputs
   still equal autoregressive decoding in fp32 greedy (hypothesis, chain and tree);
 * the draft model runs one forward per draft step for all requests (not one per request per step);
-* drafters without a forward (n-gram) keep their per-request calls; bad arguments raise.
+* drafters without a forward (n-gram) keep their per-request calls; bad arguments raise;
+* block drafters (DFlash here) draft with one block forward per round for all requests; in the
+  ``"per_request"`` layout every request's tokens equal ``generate`` alone with the unbatched drafter's
+  static path (hypothesis, chain and tree, greedy and seeded T > 0), and by default (``"packed"``) outputs
+  equal autoregressive decoding in fp32 greedy.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from hypothesis import strategies as st
 import specdec as sd
 from specdec.contracts import SamplingConfig
 from specdec.drafters import ModelDrafter, NGramDrafter
+from specdec.drafters.block import BatchedBlockDrafter, BlockDraftModel, DFlashDrafter, fixture_config, random_block_model
 from specdec.engine import Engine
 from specdec.engine.drafting import BatchDrafter, BatchedModelDrafter, LoopDrafter
 from specdec.testing import tiny_target
@@ -226,3 +231,68 @@ def test_batched_drafting_argument_errors():
         drafter.propose_batch([0], ctx, [1, 2], **kw)
     with pytest.raises(TypeError, match=r"contexts\[0\]: expected a non-empty 1-D int64 tensor, got torch.float32"):
         drafter.propose_batch([0], [torch.tensor([1.0])], [1], **kw)
+
+
+def dflash_drafter(target=TARGET, model=None):
+    if model is None:
+        cfg = fixture_config("DFlashDraftModel", target, num_layers=2, target_layer_ids=[0, 1], block_size=5)
+        model = random_block_model(cfg, target, seed=3)
+    return DFlashDrafter(model, target)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 12), min_size=1, max_size=4),
+    max_batch=st.integers(1, 3),
+    verifier=st.sampled_from(sorted(VERIFIERS)),
+    temperature=st.sampled_from([0.0, 1.0]),
+    seed=st.integers(0, 10_000),
+)
+def test_block_drafter_batched_per_request_equals_generate_alone(lengths, max_batch, verifier, temperature, seed):
+    prompts = prompts_of(lengths, seed)
+    news = [5 + (seed + i) % 9 for i in range(len(prompts))]
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
+    head = dflash_drafter()
+    batch = head.batched(slots=max_batch, layout="per_request", max_context=SEQ)
+    engine = Engine(TARGET, batch, VERIFIERS[verifier](), max_batch=max_batch, batched_drafting=True)
+    ids = {i: engine.add_request(prompts[i], max_new_tokens=news[i], temperature=temperature, seed=seed + i) for i in order}
+    outputs = engine.run()
+    for i, prompt in enumerate(prompts):
+        alone_drafter = dflash_drafter(model=head.model)
+        alone_drafter.enable_static_cache(SEQ)
+        alone = sd.generate(
+            TARGET,
+            prompt[None],
+            max_new_tokens=news[i],
+            drafter=alone_drafter,
+            verifier=VERIFIERS[verifier](),
+            num_draft_tokens=4,
+            temperature=temperature,
+            seed=seed + i,
+        )
+        assert torch.equal(outputs[ids[i]], alone.tokens[0]), f"request {i} differs from alone"
+        assert engine.request(ids[i]).rounds == alone.per_request[0].rounds
+
+
+def test_block_drafter_packed_by_default_one_block_forward_per_round(monkeypatch):
+    forwards = []
+    original = BlockDraftModel.block_forward_slots
+
+    def counting(self, noise, *args, **kw):
+        forwards.append(noise.shape[0])
+        return original(self, noise, *args, **kw)
+
+    monkeypatch.setattr(BlockDraftModel, "block_forward_slots", counting)
+    model = dflash_drafter().model
+    engine = Engine(TARGET, lambda: dflash_drafter(model=model), max_batch=3, batched_drafting=True)
+    assert isinstance(engine._batch_drafter, BatchedBlockDrafter) and engine._batch_drafter.layout == "packed"
+    prompts = prompts_of([3, 9, 5], seed=1)
+    ids = [engine.add_request(p, max_new_tokens=12) for p in prompts]
+    engine.step()  # the prefills
+    forwards.clear()
+    engine.step()
+    assert forwards == [3]  # one block forward of three requests' blocks
+    outputs = engine.run()
+    for i, prompt in enumerate(prompts):
+        ar = sd.generate(TARGET, prompt[None], max_new_tokens=12)
+        assert torch.equal(outputs[ids[i]], ar.tokens[0]), f"request {i} differs from autoregressive decoding"

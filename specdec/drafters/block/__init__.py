@@ -3,12 +3,14 @@
 One module per part, each importing only the ones above it::
 
     config      BlockDrafterConfig, read_drafter_config / read_dspark_config, check_fits_target
-    cache       DraftKVCache, StaticDraftKVCache
+    cache       DraftKVCache, StaticDraftKVCache, SlotDraftKVCache
     backbone    BlockDraftModel (published parameter names), layer_visibility, grouped_dynamic_conv
     heads       DSpark's sequential heads (markov_step, block_bias, build_dspark_model)
     checkpoint  checkpoint folders <-> BlockDraftModel (load_block_model, load_dspark_model, export_state_dict)
     calibration DSpark confidence calibration (sequential temperature scaling, ECE)
+    ingest      where a round's feature rows go in the cache (check_features, kept_rows)
     graphs      the fixed-shape / CUDA-graph draft step (StaticDraftPath)
+    batched     BatchedBlockDrafter: one ingestion and one block forward per round for many requests
     drafter     BlockDrafter: feature ingestion and the block forward of one round
     dflash      DFlashDrafter, DFlash2Drafter
     scheduler   PrefixScheduler (DSpark's Algorithm 1)
@@ -20,7 +22,8 @@ One module per part, each importing only the ones above it::
 from specdec.drafters.block import calibration
 from specdec.drafters.block.auto import load_drafter
 from specdec.drafters.block.backbone import BlockDraftModel, grouped_dynamic_conv, layer_visibility
-from specdec.drafters.block.cache import DraftKVCache, StaticDraftKVCache
+from specdec.drafters.block.batched import BatchedBlockDrafter
+from specdec.drafters.block.cache import DraftKVCache, SlotDraftKVCache, StaticDraftKVCache
 from specdec.drafters.block.checkpoint import export_state_dict, load_block_model, load_dspark_model
 from specdec.drafters.block.config import BlockDrafterConfig, check_fits_target, read_drafter_config, read_dspark_config
 from specdec.drafters.block.dflash import DFlash2Drafter, DFlashDrafter
@@ -32,6 +35,7 @@ from specdec.drafters.block.scheduler import PrefixScheduler
 
 __all__ = [
     "HEAD_TYPES",
+    "BatchedBlockDrafter",
     "BlockDraftModel",
     "BlockDrafter",
     "BlockDrafterConfig",
@@ -40,6 +44,7 @@ __all__ = [
     "DSparkDrafter",
     "DraftKVCache",
     "PrefixScheduler",
+    "SlotDraftKVCache",
     "StaticDraftKVCache",
     "block_bias",
     "build_dspark_model",

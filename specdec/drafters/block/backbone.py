@@ -34,11 +34,11 @@ def grouped_dynamic_conv(x: torch.Tensor, dynamic: torch.Tensor, base: torch.Ten
     """Block-local causal convolution with per-row, per-group dynamic taps (DFlash2).
 
     ``out[i, c] = sum_t (base[t, c] + dynamic[i, t, c // group_size]) * x[i - t, c]``, with
-    ``x[i - t] = 0`` before the block start.
+    ``x[i - t] = 0`` before the block start. Leading dimensions are separate blocks (one per request).
 
     Args:
-        x: ``[T, H]``.
-        dynamic: ``[T, k, G]`` with ``G = H / group_size``.
+        x: ``[..., T, H]``.
+        dynamic: ``[..., T, k, G]`` with ``G = H / group_size``.
         base: ``[k, H]``.
 
     Example:
@@ -47,12 +47,12 @@ def grouped_dynamic_conv(x: torch.Tensor, dynamic: torch.Tensor, base: torch.Ten
         tensor([[1., 2.],
                 [4., 4.]])
     """
-    rows = x.shape[0]
+    rows = x.shape[-2]
     out = torch.zeros_like(x)
     for t in range(base.shape[0]):
-        shifted = x if t == 0 else F.pad(x[: rows - t], (0, 0, t, 0))  # [T, H]
+        shifted = x if t == 0 else F.pad(x[..., : rows - t, :], (0, 0, t, 0))  # [..., T, H]
         # each group's tap spread over its channels; a view + copy (repeat_interleave may read its size back from the device)
-        spread = dynamic[:, t, :, None].expand(rows, dynamic.shape[-1], group_size).reshape(rows, -1)  # [T, H]
+        spread = dynamic[..., t, :, None].expand(*x.shape[:-1], dynamic.shape[-1], group_size).reshape(x.shape)  # [..., T, H]
         taps = base[t].to(x.dtype) + spread
         out = out + taps * shifted
     return out
@@ -109,13 +109,13 @@ class GroupedDynamicCausalConv(nn.Module):
         self.kernel_projection = nn.Linear(hidden, 2 * kernel * (hidden // group), bias=False)
 
     def prepare(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x [T, H]`` -> ``(convolved x [T, H], output taps [T, k, G])`` for :meth:`finish`."""
-        # one projection of the sublayer input gives both halves: [T, 2, k, G]
-        dyn = self.kernel_projection(x).view(x.shape[0], 2, self.kernel, -1)
-        return grouped_dynamic_conv(x, dyn[:, 0], self.base_kernel[0], self.group), dyn[:, 1]
+        """``x [..., T, H]`` -> ``(convolved x [..., T, H], output taps [..., T, k, G])`` for :meth:`finish`."""
+        # one projection of the sublayer input gives both halves: [..., T, 2, k, G]
+        dyn = self.kernel_projection(x).view(*x.shape[:-1], 2, self.kernel, -1)
+        return grouped_dynamic_conv(x, dyn[..., 0, :, :], self.base_kernel[0], self.group), dyn[..., 1, :, :]
 
     def finish(self, x: torch.Tensor, dyn: torch.Tensor) -> torch.Tensor:
-        """The sublayer output ``x [T, H]`` convolved with ``base_kernel[1]`` plus the taps ``dyn [T, k, G]``."""
+        """The sublayer output ``x [..., T, H]`` convolved with ``base_kernel[1]`` plus the taps ``dyn [..., T, k, G]``."""
         return grouped_dynamic_conv(x, dyn, self.base_kernel[1], self.group)
 
 
@@ -221,8 +221,8 @@ class BlockDraftModel(nn.Module):
         return self
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(cos, sin)``, each ``[T, head_dim]`` in ``dtype``, of ``positions [T]`` (frequencies in float32)."""
-        freqs = positions.float()[:, None] * self.inv_freq.to(positions.device)[None]  # [T, D/2]
+        """``(cos, sin)``, each ``[..., T, head_dim]`` in ``dtype``, of ``positions [..., T]`` (frequencies in float32)."""
+        freqs = positions.float()[..., None] * self.inv_freq.to(positions.device)  # [..., T, D/2]
         emb = torch.cat([freqs, freqs], dim=-1)  # [T, D]
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
@@ -231,9 +231,11 @@ class BlockDraftModel(nn.Module):
         return self.hidden_norm(self.fc(features))
 
     def _kv(self, attn: _Attention, x: torch.Tensor, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x [..., T, H]`` -> roped keys and values ``[..., Hkv, T, D]``; ``cos``, ``sin`` broadcast to them."""
         cfg = self.cfg
-        k = attn.k_norm(attn.k_proj(x).view(x.shape[0], cfg.num_kv_heads, cfg.head_dim)).transpose(0, 1)  # [Hkv, T, D]
-        v = attn.v_proj(x).view(x.shape[0], cfg.num_kv_heads, cfg.head_dim).transpose(0, 1)
+        heads = (*x.shape[:-1], cfg.num_kv_heads, cfg.head_dim)
+        k = attn.k_norm(attn.k_proj(x).view(heads)).transpose(-3, -2)  # [..., Hkv, T, D]
+        v = attn.v_proj(x).view(heads).transpose(-3, -2)
         return k * cos + rotate_half(k) * sin, v
 
     def append_context(self, cache: DraftKVCache, context: torch.Tensor, positions: torch.Tensor) -> None:
@@ -250,14 +252,46 @@ class BlockDraftModel(nn.Module):
         this once per row count ``r``.
         """
         positions = start + torch.arange(context.shape[0], device=context.device)  # [r] slot = position
-        cos, sin = self.rope(positions, context.dtype)
+        self.append_context_slots(
+            [k[None] for k in cache.k], [v[None] for v in cache.v], context, torch.zeros_like(positions), positions
+        )
+
+    def append_context_slots(
+        self,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        context: torch.Tensor,
+        slots: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> None:
+        """Project ``context [r, H]`` (rows of :meth:`project_context`, of any requests) into per-request caches.
+
+        ``keys[i]``, ``values[i]``: layer ``i``'s ``[S, Hkv, P, D]`` (``S`` request slots of ``P``
+        positions). Row ``j`` goes to slot ``slots[j]`` at position ``positions[j]`` (its RoPE position);
+        ``slots``, ``positions``: ``[r]`` int64 on the device.
+
+        Example:
+            >>> from specdec.drafters.block import fixture_config, random_block_model
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> model = random_block_model(fixture_config("DFlashDraftModel", target), target)
+            >>> cfg = model.cfg
+            >>> keys = [torch.zeros(2, cfg.num_kv_heads, 8, cfg.head_dim) for _ in model.layers]
+            >>> values = [torch.zeros_like(k) for k in keys]
+            >>> rows = model.project_context(torch.randn(3, model.fc.in_features))
+            >>> model.append_context_slots(keys, values, rows, torch.tensor([1, 1, 0]), torch.tensor([0, 1, 0]))
+            >>> [int(keys[0][s].abs().sum(dim=(0, 2)).gt(0).sum()) for s in (0, 1)]   # positions written per slot
+            [1, 2]
+        """
+        cos, sin = self.rope(positions, context.dtype)  # [r, D]
         for i, layer in enumerate(self.layers):
             k, v = self._kv(layer.self_attn, context, cos, sin)  # [Hkv, r, D]
-            cache.k[i].index_copy_(1, positions, k)
-            cache.v[i].index_copy_(1, positions, v)
+            keys[i][slots, :, positions] = k.transpose(0, 1)  # [r, Hkv, D]
+            values[i][slots, :, positions] = v.transpose(0, 1)
 
     def _masks(self, q_pos: torch.Tensor, k_pos: torch.Tensor, base: torch.Tensor | None) -> list[torch.Tensor]:
-        """Per layer ``[B, K]`` bool visibility; layers with the same (causal, window) share one mask."""
+        """Per layer bool visibility ``[..., Q, K]`` of queries ``q_pos [..., Q, 1]`` on keys ``k_pos [..., K]``,
+        and ``base`` when given; layers with the same (causal, window) share one mask."""
         cfg = self.cfg
         built: dict[tuple[bool, int | None], torch.Tensor] = {}
         out = []
@@ -265,31 +299,36 @@ class BlockDraftModel(nn.Module):
             key = (cfg.layer_causal[i], cfg.sliding_window[i])
             if key not in built:
                 visible = layer_visibility(q_pos, k_pos, causal=cfg.layer_causal[i], window=cfg.sliding_window[i])
-                visible = visible.expand(q_pos.shape[0], k_pos.shape[-1])
+                visible = visible.expand(*q_pos.shape[:-1], k_pos.shape[-1])
                 built[key] = visible if base is None else visible & base
             out.append(built[key])
         return out
 
     def _layers(self, x: torch.Tensor, cos, sin, keys_values, masks: list[torch.Tensor]) -> torch.Tensor:
-        """The layer stack over the block rows ``x [B, H]``; ``keys_values(i, k_blk, v_blk)`` gives the
-        layer's full ``[Hkv, K, D]`` keys / values (context then block) that ``masks[i] [B, K]`` indexes."""
+        """The layer stack over ``n`` blocks' rows ``x [n, B, H]`` (``cos``, ``sin``: ``[n, B, D]``).
+
+        ``keys_values(i, k_blk, v_blk)`` takes the blocks' ``[n, Hkv, B, D]`` keys / values and gives the
+        layer's full ``[n, Hkv, K, D]`` ones (context and block) that ``masks[i] [n, B, K]`` indexes.
+        """
         cfg = self.cfg
-        rows = x.shape[0]
+        n, rows = x.shape[:2]
         group = cfg.num_heads // cfg.num_kv_heads
+        cos, sin = cos[:, None], sin[:, None]  # [n, 1, B, D]: shared by the heads
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
             h = layer.input_layernorm(x)
             kernel = None
             if layer.attention_conv is not None:
                 h, kernel = layer.attention_conv.prepare(h)
-            q = attn.q_norm(attn.q_proj(h).view(rows, cfg.num_heads, cfg.head_dim)).transpose(0, 1)  # [Hq, B, D]
+            q = attn.q_norm(attn.q_proj(h).view(n, rows, cfg.num_heads, cfg.head_dim)).transpose(1, 2)  # [n, Hq, B, D]
             q = q * cos + rotate_half(q) * sin
             k_blk, v_blk = self._kv(attn, h, cos, sin)
-            k, v = keys_values(i, k_blk, v_blk)  # [Hkv, K, D]
+            k, v = keys_values(i, k_blk, v_blk)  # [n, Hkv, K, D]
             # GQA without copying K/V: the q heads that share a kv head become extra query rows
-            q = q.reshape(cfg.num_kv_heads, group * rows, cfg.head_dim)  # [Hkv, G*B, D]
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=masks[i].repeat(group, 1))  # [Hkv, G*B, D]
-            out = out.reshape(cfg.num_heads, rows, cfg.head_dim).transpose(0, 1).reshape(rows, -1)  # [B, Hq*D]
+            q = q.reshape(n, cfg.num_kv_heads, group * rows, cfg.head_dim)  # [n, Hkv, G*B, D]
+            mask = masks[i].repeat(1, group, 1)[:, None]  # [n, 1, G*B, K]
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [n, Hkv, G*B, D]
+            out = out.reshape(n, cfg.num_heads, rows, cfg.head_dim).transpose(1, 2).reshape(n, rows, -1)  # [n, B, Hq*D]
             h = attn.o_proj(out)
             if kernel is not None:
                 h = layer.attention_conv.finish(h, kernel)
@@ -312,34 +351,70 @@ class BlockDraftModel(nn.Module):
         """
         ctx = cache.length
         cos, sin = self.rope(positions, noise.dtype)
-        q_pos = positions[:, None]  # [B, 1]
-        k_pos = torch.cat([torch.arange(ctx, device=noise.device), positions])[None]  # [1, S + B]
+        q_pos = positions[None, :, None]  # [1, B, 1]
+        k_pos = torch.cat([torch.arange(ctx, device=noise.device), positions])  # [S + B]
 
         def keys_values(i, k_blk, v_blk):
             k_ctx, v_ctx = cache.keys(i), cache.values(i)
             if k_ctx is None:
                 return k_blk, v_blk
-            return torch.cat([k_ctx, k_blk], dim=1), torch.cat([v_ctx, v_blk], dim=1)  # [Hkv, S + B, D]
+            return torch.cat([k_ctx[None], k_blk], dim=2), torch.cat([v_ctx[None], v_blk], dim=2)  # [1, Hkv, S + B, D]
 
-        return self._layers(noise, cos, sin, keys_values, self._masks(q_pos, k_pos, None))
+        return self._layers(noise[None], cos[None], sin[None], keys_values, self._masks(q_pos, k_pos, None))[0]
 
     def block_forward_static(self, noise: torch.Tensor, start: torch.Tensor, cache: StaticDraftKVCache) -> torch.Tensor:
         """:meth:`block_forward` on fixed shapes: the block starts at position ``start`` (a 0-d int64
         device tensor equal to the cached context rows); its K/V go to slots ``start + [0, B)`` and
         attention spans every slot of ``cache`` under a mask built from ``start`` on the device."""
-        rows = noise.shape[0]
-        positions = start + torch.arange(rows, device=noise.device)  # [B]
-        cos, sin = self.rope(positions, noise.dtype)
-        q_pos = positions[:, None]  # [B, 1]
-        k_pos = torch.arange(cache.slots, device=noise.device)[None]  # [1, K]: slot j sits at position j
-        in_use = k_pos < start + rows  # context rows and this block; later slots are stale scratch
+        keys, values = [k[None] for k in cache.k], [v[None] for v in cache.v]
+        return self.block_forward_slots(noise[None], start.reshape(1), keys, values)[0]
+
+    def block_forward_slots(
+        self,
+        noise: torch.Tensor,
+        starts: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        slots: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Draft hidden states ``[n, B, H]`` of ``n`` requests' blocks ``noise [n, B, H]``, each over its own cache.
+
+        Request ``j`` is in slot ``slots[j]`` of the per-layer caches ``keys[i]``, ``values[i]``
+        ``[S, Hkv, P, D]`` (``slots=None``: slot ``j``, and the caches hold exactly ``n`` slots); its
+        block starts at position ``starts[j]`` (its cached context rows). ``starts``, ``slots``: ``[n]``
+        int64 on the device. The blocks' K/V go to positions ``starts[j] + [0, B)`` of their slots
+        (scratch) and attention spans all ``P`` positions under a mask built on the device: fixed
+        shapes for a given ``n``, no host sync.
+
+        Example:
+            >>> from specdec.drafters.block import fixture_config, random_block_model
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> model = random_block_model(fixture_config("DFlashDraftModel", target), target)
+            >>> cfg = model.cfg
+            >>> keys = [torch.zeros(3, cfg.num_kv_heads, 32, cfg.head_dim) for _ in model.layers]
+            >>> values = [torch.zeros_like(k) for k in keys]
+            >>> noise = torch.randn(2, cfg.block_size, cfg.hidden_size)
+            >>> model.block_forward_slots(noise, torch.tensor([0, 5]), keys, values, slots=torch.tensor([2, 0])).shape
+            torch.Size([2, 8, 32])
+        """
+        n, rows = noise.shape[:2]
+        device = noise.device
+        positions = starts[:, None] + torch.arange(rows, device=device)  # [n, B]
+        cos, sin = self.rope(positions, noise.dtype)  # [n, B, D]
+        k_pos = torch.arange(keys[0].shape[2], device=device)  # [P]: position p sits at index p
+        # context rows and the block; later positions are stale scratch
+        in_use = k_pos < (starts + rows)[:, None, None]  # [n, 1, P]
+        index = torch.arange(n, device=device)[:, None] if slots is None else slots[:, None]  # [n, 1]
 
         def keys_values(i, k_blk, v_blk):
-            cache.k[i].index_copy_(1, positions, k_blk)
-            cache.v[i].index_copy_(1, positions, v_blk)
-            return cache.k[i], cache.v[i]
+            keys[i][index, :, positions] = k_blk.transpose(1, 2)  # [n, B, Hkv, D]
+            values[i][index, :, positions] = v_blk.transpose(1, 2)
+            if slots is None:
+                return keys[i], values[i]
+            return keys[i].index_select(0, slots), values[i].index_select(0, slots)
 
-        return self._layers(noise, cos, sin, keys_values, self._masks(q_pos, k_pos, in_use))
+        return self._layers(noise, cos, sin, keys_values, self._masks(positions[..., None], k_pos, in_use))
 
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """Target ``lm_head`` -> x ``output_multiplier`` -> ``tanh`` softcap; float32 ``[.., V]``."""

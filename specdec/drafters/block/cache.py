@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DraftKVCache", "StaticDraftKVCache"]
+__all__ = ["DraftKVCache", "SlotDraftKVCache", "StaticDraftKVCache"]
 
 
 class DraftKVCache:
@@ -117,3 +117,50 @@ class StaticDraftKVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"length: expected 0 <= length <= {self.length}, got {length}")
         self.length = length
+
+
+class SlotDraftKVCache:
+    """Preallocated draft caches of several requests, per layer ``[slots, Hkv, positions, D]``.
+
+    Slot ``s`` is laid out as one :class:`StaticDraftKVCache`: position ``p`` of its request sits at
+    index ``p``, a block's K/V are scratch after the context rows, and ``positions = max_context +
+    block_size`` rounded up to a multiple of 16. ``lengths[s]`` (context rows held by slot ``s``) is host
+    bookkeeping, so no round reads it back from the device.
+
+    Args:
+        num_layers, num_kv_heads, head_dim: the drafter's attention shape.
+        slots: requests it holds.
+        max_context: the most committed context rows one request may have.
+        block_size: rows of one draft block.
+
+    Example:
+        >>> cache = SlotDraftKVCache(1, 2, 4, slots=3, max_context=10, block_size=4, dtype=torch.float32, device="cpu")
+        >>> cache.k[0].shape, cache.lengths
+        (torch.Size([3, 2, 16, 4]), [0, 0, 0])
+    """
+
+    def __init__(
+        self, num_layers: int, num_kv_heads: int, head_dim: int, *, slots: int, max_context: int, block_size: int, dtype, device
+    ):
+        if isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1:
+            raise ValueError(f"max_context: expected an int >= 1, got {max_context!r}")
+        self.max_context = max_context
+        positions = -(-(max_context + block_size) // 16) * 16
+        # zeros, not empty: masked positions still enter the softmax-weighted sum as 0 * value, so they must be finite
+        shape = (slots, num_kv_heads, positions, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.lengths = [0] * slots
+
+    @property
+    def positions(self) -> int:
+        """Positions per slot, ``max_context + block_size`` rounded up to a multiple of 16 (int)."""
+        return self.k[0].shape[2] if self.k else 0
+
+    def reserve(self, length: int, *, name: str = "max_context") -> None:
+        """Raise ``ValueError`` (naming ``name``) unless ``length`` context rows fit in a slot."""
+        if length > self.max_context:
+            raise ValueError(
+                f"{name}: the batched draft cache holds at most {self.max_context} context rows a request "
+                f"(the max_context of batched()), got {length}"
+            )

@@ -64,8 +64,13 @@ class DFlashDrafter(BlockDrafter):
     architectures = (DFLASH, MUSE_ASSISTANT)
 
     def _graph_head(self, hidden, anchor):
-        logits = self.model.logits(hidden[1:], self.lm_head)  # [B - 1, V]
+        logits = self.model.logits(hidden[..., 1:, :], self.lm_head)  # [..., B - 1, V]
         return {"logits": logits, "greedy": logits.argmax(-1)}
+
+    def _graph_heads(self, hidden, anchors):
+        # one lm_head GEMM over every request's predicting rows
+        out = self._graph_head(hidden, anchors)
+        return [{name: value[j] for name, value in out.items()} for j in range(hidden.shape[0])]
 
     def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
         out = self._graph_out

@@ -7,10 +7,12 @@ import torch
 
 from specdec.drafters.base import DraftProposal
 from specdec.drafters.block.backbone import BlockDraftModel
+from specdec.drafters.block.batched import BatchedBlockDrafter
 from specdec.drafters.block.cache import DraftKVCache, StaticDraftKVCache
 from specdec.drafters.block.checkpoint import load_block_model
 from specdec.drafters.block.config import ARCHITECTURES, check_fits_target
 from specdec.drafters.block.graphs import StaticDraftPath
+from specdec.drafters.block.ingest import check_features, kept_rows
 from specdec.models.graphs import StaticGraphs
 from specdec.verify.sampling import SamplingConfig
 from specdec.verify.tree import best_first_tree
@@ -62,6 +64,8 @@ class BlockDrafter(StaticDraftPath):
         self.vocab_size = target.config.vocab_size
         self.target_layer_ids = model.cfg.hf_layer_ids
         self.tree_budget = _check_budget(tree_budget)
+        # the default slot size of the batched form: a request never holds more rows than the target
+        self._target_max_seq_len = target.max_seq_len
         self.cache: DraftKVCache | StaticDraftKVCache = DraftKVCache(model.cfg.num_layers)
         self.last_hidden: torch.Tensor | None = None
         # static path state (None / empty on the dynamic path)
@@ -91,6 +95,28 @@ class BlockDrafter(StaticDraftPath):
         """Whether rounds replay CUDA graphs (after :meth:`enable_cuda_graphs`) (bool)."""
         return self._graphs is not None and self._graphs.capture
 
+    def batched(self, *, slots: int, layout: str = "packed", max_context: int | None = None) -> BatchedBlockDrafter:
+        """The :class:`~specdec.drafters.block.BatchedBlockDrafter` drafting for ``slots`` requests at once.
+
+        One feature ingestion and one block forward per round for all of them, each request in its own
+        slot of a preallocated cache of ``max_context`` context rows (default: the target's
+        ``max_seq_len``). This drafter is the head (shared weights); its own cache is not used.
+        ``layout="per_request"`` gives proposals ``torch.equal`` to this drafter's static path
+        (:meth:`enable_static_cache` with the same ``max_context``), ``"packed"`` agrees to rounding.
+
+        Example:
+            >>> from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0, max_seq_len=64)
+            >>> drafter = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
+            >>> batch = drafter.batched(slots=4)
+            >>> batch.slots, batch.cache.max_context, batch.cache.k[0].shape[:1]
+            (4, 64, torch.Size([4]))
+        """
+        return BatchedBlockDrafter(
+            self, slots=slots, layout=layout, max_context=self._target_max_seq_len if max_context is None else max_context
+        )
+
     def reset(self) -> None:
         """Start a request: empty the draft cache (the static cache keeps its buffers) and drop pending features.
 
@@ -112,29 +138,15 @@ class BlockDrafter(StaticDraftPath):
     def _ingest(self, context: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
         self._graph_out = None
         n = context.numel()
-        rows = 0 if target_hidden is None else target_hidden.shape[0]
-        if target_hidden is not None:
-            taps = len(self.target_layer_ids)
-            if target_hidden.ndim != 3 or target_hidden.shape[1] != taps or target_hidden.shape[2] != self.cfg.hidden_size:
-                raise ValueError(
-                    f"target_hidden: expected [rows, {taps}, {self.cfg.hidden_size}] (rows, taps, hidden), got {tuple(target_hidden.shape)}"
-                )
+        rows = check_features(target_hidden, len(self.target_layer_ids), self.cfg.hidden_size)
         if self._pending is not None:
             # a previous _ingest whose block never ran: its rows go in first
             self._flush_pending()
         cached = self.cache.length
-        # features cover context[:-1]; the newest token (the anchor) has none yet
-        if cached + rows > n - 1:
-            keep = n - 1 - rows
-            if keep < 0:
-                raise ValueError(f"target_hidden: {rows} feature rows for a context of {n} tokens (expected at most {n - 1})")
+        keep = kept_rows(cached, rows, n)
+        if keep < cached:
             self.cache.crop(keep)
-            cached = keep
-        if cached + rows != n - 1:
-            raise ValueError(
-                f"target_hidden: the drafter holds features of {cached} rows and got {rows} more, but the context has "
-                f"{n - 1} committed rows before the anchor; pass the rows committed since the previous call"
-            )
+        cached = keep
         if not rows:
             return
         feats = target_hidden.reshape(rows, -1).to(self.model.fc.weight.dtype)  # [r, taps * H]

@@ -222,6 +222,25 @@ class DSparkDrafter(BlockDrafter):
             logits = logits / self.confidence_temperatures[: logits.shape[0]].to(logits.device)
         return torch.sigmoid(logits)
 
+    def _head_temperatures(self, device) -> torch.Tensor:
+        """``[B]`` temperatures of the per-round head: the static body's device copy, else ones or the calibration."""
+        if self._graph_temperatures is not None:
+            return self._graph_temperatures
+        t = self.confidence_temperatures
+        # x / 1 == x exactly, so the unset case matches the eager path's undivided logits
+        return (torch.ones(self.max_draft_tokens) if t is None else t).to(device)
+
+    def batched(self, *, slots: int, layout: str = "packed", max_context: int | None = None):
+        """:meth:`BlockDrafter.batched <specdec.drafters.block.BlockDrafter.batched>`; refused with a
+        ``PrefixScheduler``, which decides for one request (an engine's ``verify_budget`` allocates across them)."""
+        if self.scheduler is not None:
+            raise ValueError(
+                "scheduler: a PrefixScheduler cuts one request's chain (batch 1); the batched form drafts for many "
+                "(use Engine(..., verify_budget=...) to allocate across requests), got a PrefixScheduler; build the "
+                "DSparkDrafter with scheduler=None"
+            )
+        return super().batched(slots=slots, layout=layout, max_context=max_context)
+
     def _greedy_walk(self, base: torch.Tensor, hidden: torch.Tensor, anchor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Greedy left-to-right drafting over every row: ``base [B, V]`` float32 logits, ``hidden [B, H]``,
         ``anchor`` 0-d int64 -> ``(tokens [B], previous tokens [B])``, on the device with no host sync.
@@ -250,7 +269,7 @@ class DSparkDrafter(BlockDrafter):
         if getattr(self.model, "confidence_head", None) is not None:
             logits = self.confidence_logits(hidden, prevs)  # [B]
             out["confidence_logits"] = logits
-            out["confidence"] = torch.sigmoid(logits / self._graph_temperatures)
+            out["confidence"] = torch.sigmoid(logits / self._head_temperatures(logits.device))
         return out
 
     def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:

@@ -114,6 +114,11 @@ class StaticDraftPath:
         runs: fixed-shape, no host sync, no randomness. Default: nothing."""
         return {}
 
+    def _graph_heads(self, hidden: torch.Tensor, anchors: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        """:meth:`_graph_head` of each of ``n`` requests' blocks: ``hidden [n, B, H]``, ``anchors [n]``
+        int64 -> one dict a request. Default: one call per request (a subclass may batch them)."""
+        return [self._graph_head(hidden[j], anchors[j : j + 1]) for j in range(hidden.shape[0])]
+
     def _round_buffers(self, rows: int) -> dict[str, torch.Tensor]:
         """The static inputs of the ``rows``-row body: ``feats [rows, taps * H]`` and ``anchor [1]``."""
         taps = len(self.target_layer_ids)
