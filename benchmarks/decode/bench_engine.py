@@ -51,8 +51,10 @@ target's EOS. Acceptance is real (no oracle, no planted weights: ``--weights``, 
 ``--prompt-len`` are refused). Spec systems: the trained drafter as a chain (``num_draft_tokens`` = its block's
 7 drafts) and as a tree (``load_drafter(..., tree_budget=B)`` with ``TreeVerifier(B)``, ``--tree-budget``), and
 :class:`~specdec.drafters.NGramDrafter` as a chain of 7, each with the verify budget auto and off. The trained
-drafter drafts batched (``Engine(batched_drafting=True)``) when it has a ``batched(...)`` form, else per request,
-eagerly; the JSON records which (``drafting``). In float32 every speculative output must equal batched AR; in
+drafter drafts batched (``Engine(batched_drafting=True)``: one feature ingestion and one block forward a round for
+all requests, eager) when it has a ``batched(...)`` form, else per request; ``"trained chain, drafts per request"``
+is the chain with batched drafting switched off (one eager block forward per request a round); the JSON records
+which (``drafting``). In float32 every speculative output must equal batched AR; in
 bf16 the mismatches against batched AR and alone are counted (near-ties may flip), not failed on.
 
 Run on a GPU machine: ``python -m benchmarks.decode.bench_engine`` (writes ``$OUT/bench_engine.json``
@@ -81,7 +83,6 @@ from specdec.drafters.block.config import read_drafter_config
 from specdec.drafters.oracle import PRESETS, OracleDrafter
 from specdec.engine import Engine
 from specdec.engine.budget import StepTimeTable
-from specdec.engine.drafting import BatchableDrafter
 from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
 from specdec.models.hybrid import HybridConfig, random_hybrid_target
@@ -283,29 +284,47 @@ def split_system(name: str) -> tuple[str | None, str | None]:
     return system, {"auto": "auto", "off": None}[budget]
 
 
-def pair_systems(trained, target, *, tree_budget: int) -> dict:
-    """The real pair's spec systems: name -> ``(drafter factory or shared drafter, verifier factory, num_draft_tokens)``.
+def pair_systems(trained, target, *, tree_budget: int, slots: int, max_context: int) -> dict:
+    """The real pair's spec systems: name -> ``(drafter factory, shared drafter or BatchDrafter, verifier factory,
+    num_draft_tokens, batched drafting)``.
 
-    ``trained`` is the loaded DFlash drafter; each request gets its own drafter over the same draft model
-    (its draft cache is per request), built for a chain or for best-first trees of ``tree_budget`` nodes.
+    ``trained`` is the loaded DFlash drafter. ``"trained chain"`` and ``"trained tree"`` (best-first trees of
+    ``tree_budget`` nodes) draft batched: one :class:`~specdec.drafters.block.BatchedBlockDrafter` of ``slots``
+    slots (reused by every run: the engine resets a slot when a request joins) on its static path, with CUDA
+    graphs on a GPU (one replay a round for all requests). The chain then runs with one mechanism switched
+    off: ``"trained chain, batched eager"`` (the same batched drafter without the static path / graphs) and
+    ``"trained chain, drafts per request"`` (each request its own drafter, one eager block forward a round).
 
     Example:
         >>> from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
         >>> from specdec.testing import tiny_target
         >>> target = tiny_target(seed=0)
         >>> trained = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
-        >>> {name: k for name, (_, _, k) in pair_systems(trained, target, tree_budget=5).items()}
-        {'trained chain': 7, 'trained tree': 5, 'n-gram': 7}
+        >>> systems = pair_systems(trained, target, tree_budget=5, slots=4, max_context=64)
+        >>> {name: (k, batched) for name, (_, _, k, batched) in systems.items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'trained chain': (7, True), 'trained tree': (5, True), 'trained chain, batched eager': (7, True),
+         'trained chain, drafts per request': (7, False), 'n-gram': (7, False)}
     """
     kind, k = type(trained), trained.max_draft_tokens
+    cuda = trained.model.fc.weight.device.type == "cuda"
+
+    def batched(drafter, static: bool):
+        batch = drafter.batched(slots=slots, max_context=max_context)
+        if static:
+            batch.enable_cuda_graphs() if cuda else batch.enable_static_path()
+        return batch
+
     return {
-        "trained chain": (lambda: kind(trained.model, target), ChainVerifier, k),
+        "trained chain": (batched(kind(trained.model, target), True), ChainVerifier, k, True),
         "trained tree": (
-            lambda: kind(trained.model, target, tree_budget=tree_budget),
+            batched(kind(trained.model, target, tree_budget=tree_budget), True),
             lambda: TreeVerifier(tree_budget),
             tree_budget,
+            True,
         ),
-        "n-gram": (NGramDrafter(), ChainVerifier, k),
+        "trained chain, batched eager": (batched(kind(trained.model, target), False), ChainVerifier, k, True),
+        "trained chain, drafts per request": (lambda: kind(trained.model, target), ChainVerifier, k, False),
+        "n-gram": (NGramDrafter(), ChainVerifier, k, False),
     }
 
 
@@ -505,9 +524,7 @@ def run(args: argparse.Namespace) -> int:
         cfg, k, profile = base.config, trained.max_draft_tokens, None
         lengths = [p.numel() for p in prompts]
         prefix_len = round(sum(lengths) / len(lengths))
-        systems = pair_systems(trained, base, tree_budget=args.tree_budget)
-        # batched drafting where the drafter has a batched form; a block drafter has none and drafts per request
-        trained_batched = isinstance(trained, BatchableDrafter)
+        systems = pair_systems(trained, base, tree_budget=args.tree_budget, slots=max(levels), max_context=max_seq_len)
     else:
         profile = PRESETS[args.profile]
         k = profile.num_drafts
@@ -585,13 +602,13 @@ def run(args: argparse.Namespace) -> int:
             eos_token_ids=eos,
             tree_budget=args.tree_budget,
             systems={
-                name: dict(verifier=make_verifier().__class__.__name__, num_draft_tokens=n)
-                for name, (_, make_verifier, n) in systems.items()
+                name: dict(verifier=make_verifier().__class__.__name__, num_draft_tokens=n, batched_drafting=batched)
+                for name, (_, make_verifier, n, batched) in systems.items()
             },
             drafting={
-                "trained": "batched (Engine batched_drafting=True)"
-                if trained_batched
-                else f"per request, eager: {type(trained).__name__} has no batched(...) form (batched_drafting=False)",
+                "trained": "batched (Engine batched_drafting=True, BatchedBlockDrafter): one feature ingestion and one "
+                "block forward a round for all requests, as one CUDA graph replay (static path on the CPU); "
+                "'batched eager': the same without graphs; 'drafts per request': one eager block forward per request a round",
                 "n-gram": "per request (no forward to batch)",
             },
             equality=(
@@ -707,8 +724,7 @@ def run(args: argparse.Namespace) -> int:
             else None
         )
         if pair and spec:
-            drafter, make_verifier, num_drafts = systems[system]
-            batched_drafting = trained_batched and system.startswith("trained")
+            drafter, make_verifier, num_drafts, batched_drafting = systems[system]
         else:
             make_verifier, num_drafts, batched_drafting = ChainVerifier, k if spec else 0, False
 
@@ -774,10 +790,10 @@ def run(args: argparse.Namespace) -> int:
     result["wall_s"] = time.perf_counter() - t_start
     write_json(out_path, result, prov)
     print(f"\nwrote {out_path} ({result['plot']}); wall {result['wall_s']:.1f} s; skipped {result['skipped']}")
-    print(f"layout       c   {'system':26s}    tok/s   x AR  lat med s  acc/round  mismatch/alone  mismatch/AR  =warm-up")
+    print(f"layout       c   {'system':44s}    tok/s   x AR  lat med s  acc/round  mismatch/alone  mismatch/AR  =warm-up")
     for row in result["rows"]:
         print(
-            f"{row['layout']:11s} {row['concurrency']:3d}  {row['system']:26s} {row['tokens_per_s']:8.1f}  "
+            f"{row['layout']:11s} {row['concurrency']:3d}  {row['system']:44s} {row['tokens_per_s']:8.1f}  "
             f"{'  n/a' if row['speedup_vs_ar'] is None else format(row['speedup_vs_ar'], '5.2f')}  "
             f"{row['latency_s_median']:9.3f}  {row['accepted_per_round']:9.2f}  {row['mismatches_vs_alone']:14d}  {row['mismatches_vs_batched_ar']:11d}  {row['equal_to_warmup']}"
         )

@@ -296,3 +296,17 @@ def test_block_drafter_packed_by_default_one_block_forward_per_round(monkeypatch
     for i, prompt in enumerate(prompts):
         ar = sd.generate(TARGET, prompt[None], max_new_tokens=12)
         assert torch.equal(outputs[ids[i]], ar.tokens[0]), f"request {i} differs from autoregressive decoding"
+
+
+@pytest.mark.parametrize("verifier", sorted(VERIFIERS))
+def test_block_drafter_on_its_static_path_equals_autoregressive_greedy(verifier):
+    batch = dflash_drafter().batched(slots=3, max_context=SEQ)
+    batch.enable_static_path((0, 4, 8))  # padded rounds, and prompts projected eagerly first
+    engine = Engine(TARGET, batch, VERIFIERS[verifier](), max_batch=3, batched_drafting=True)
+    prompts = prompts_of([3, 9, 5, 12, 1], seed=4)
+    ids = [engine.add_request(p, max_new_tokens=14) for p in prompts]
+    outputs = engine.run()
+    for i, prompt in enumerate(prompts):
+        ar = sd.generate(TARGET, prompt[None], max_new_tokens=14)
+        assert torch.equal(outputs[ids[i]], ar.tokens[0]), f"request {i} differs from autoregressive decoding"
+    assert sum(engine.request(i).accepted for i in ids) > 0

@@ -24,6 +24,7 @@ from specdec.contracts.proposal import DraftProposal
 from specdec.drafters.batched_model import check_batch_arguments
 from specdec.drafters.block.cache import SlotDraftKVCache
 from specdec.drafters.block.ingest import check_features, kept_rows
+from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.ragged import LAYOUTS
 
 __all__ = ["BatchedBlockDrafter"]
@@ -45,6 +46,10 @@ class BatchedBlockDrafter:
             alone: proposals ``torch.equal`` to the unbatched drafter's static path).
         max_context: the most committed context rows a request may have (the slot size).
 
+    Attributes:
+        cache: the :class:`~specdec.drafters.block.SlotDraftKVCache` of ``slots + 1`` slots; the last one is
+            spare (the static path's padding rows and idle blocks write there).
+
     Example:
         >>> from specdec.contracts.sampling import SamplingConfig
         >>> from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
@@ -58,7 +63,7 @@ class BatchedBlockDrafter:
         >>> hiddens = [torch.stack(h, dim=2)[0] for h in feats]            # [rows, taps, H] each
         >>> props = batch.propose_batch([0, 1], contexts, [3, 2], samplings=[SamplingConfig()] * 2,
         ...                             generators=[None, None], target_hiddens=hiddens)
-        >>> [p.tokens.shape[0] for p in props], batch.cache.lengths
+        >>> [p.tokens.shape[0] for p in props], batch.cache.lengths[:2]     # context rows per slot
         ([3, 2], [3, 1])
     """
 
@@ -74,17 +79,86 @@ class BatchedBlockDrafter:
         self.target_layer_ids = tuple(drafter.target_layer_ids)
         cfg = drafter.cfg
         weight = drafter.model.fc.weight
+        # one slot more than requests: the static path's padding rows and idle blocks write there
         self.cache = SlotDraftKVCache(
             cfg.num_layers,
             cfg.num_kv_heads,
             cfg.head_dim,
-            slots=slots,
+            slots=slots + 1,
             max_context=max_context,
             block_size=cfg.block_size,
             dtype=weight.dtype,
             device=weight.device,
         )
         self._mask_ids = torch.full((cfg.block_size - 1,), cfg.mask_token_id, dtype=torch.long, device=weight.device)
+        self._graphs: StaticGraphs | None = None
+        self.row_buckets: tuple[int, ...] = ()
+
+    @property
+    def uses_static_path(self) -> bool:
+        """Whether rounds run the fixed-shape body (:meth:`enable_static_path`, :meth:`enable_cuda_graphs`) (bool)."""
+        return self._graphs is not None
+
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        """Whether rounds replay CUDA graphs (after :meth:`enable_cuda_graphs`) (bool)."""
+        return self._graphs is not None and self._graphs.capture
+
+    def enable_static_path(self, row_buckets: tuple[int, ...] | None = None) -> None:
+        """Run each round as one fixed-shape body, eagerly: what :meth:`enable_cuda_graphs` captures.
+
+        The body ingests the round's new feature rows padded to the smallest of ``row_buckets`` that holds
+        them (padding rows go to a spare slot), then runs the block of EVERY slot (idle slots write only
+        their scratch positions) and the drafter's head over all of them, with each slot's cached row
+        count and anchor held on the device: shapes depend only on the bucket. A round with more new rows
+        than the largest bucket (a prompt) projects them eagerly first. Default buckets: 0, then powers of
+        two from 8 up to ``slots x (max_draft_tokens + 1)`` (every request's accepted drafts and root).
+        Layout ``"packed"`` only; drafts agree with the eager packed path to rounding.
+
+        Example:
+            >>> from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
+            >>> from specdec.testing import tiny_target
+            >>> target = tiny_target(seed=0)
+            >>> drafter = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
+            >>> batch = drafter.batched(slots=3, max_context=64)
+            >>> batch.enable_static_path(); batch.row_buckets
+            (0, 8, 16, 32)
+        """
+        self._enable_static(row_buckets, capture=False)
+
+    def enable_cuda_graphs(self, row_buckets: tuple[int, ...] | None = None) -> None:
+        """:meth:`enable_static_path` with each bucket's body captured as a CUDA graph at its first round and
+        replayed after: a round is a few small host-to-device copies and one replay.
+
+        Raises:
+            ValueError: the drafter is not on a CUDA device, or the layout is not ``"packed"``.
+        """
+        device = self.cache.k[0].device
+        if device.type != "cuda":
+            raise ValueError(f"enable_cuda_graphs: expected a drafter on a CUDA device, got {device}")
+        self._enable_static(row_buckets, capture=True)
+
+    def _enable_static(self, row_buckets, *, capture: bool) -> None:
+        if self.layout != "packed":
+            raise ValueError(
+                f"layout: the static path runs every slot's block in one body (layout 'packed'), got {self.layout!r}"
+            )
+        if row_buckets is None:
+            most, bucket, buckets = self.slots * (self.max_draft_tokens + 1), 8, [0]
+            while buckets[-1] < most:
+                buckets.append(bucket)
+                bucket *= 2
+            row_buckets = tuple(buckets)
+        row_buckets = tuple(row_buckets)
+        if (
+            not row_buckets
+            or any(isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in row_buckets)
+            or list(row_buckets) != sorted(set(row_buckets))
+            or row_buckets[0] != 0
+        ):
+            raise ValueError(f"row_buckets: expected ascending distinct ints >= 0 starting at 0, got {row_buckets!r}")
+        self.row_buckets = row_buckets
+        self._graphs = StaticGraphs(self.cache.k[0].device, capture=capture)
 
     @property
     def max_draft_tokens(self) -> int:
@@ -124,6 +198,8 @@ class BatchedBlockDrafter:
             rows.append(r)
             cache.reserve(context.numel() - 1, name=f"contexts[{i}]")
         sizes = [max(0, min(int(k), drafter.max_draft_tokens)) for k in max_tokens]
+        if self._graphs is not None:
+            return self._propose_static(slots, contexts, sizes, samplings, generators, target_hiddens, kept, rows)
         requests = range(len(slots))
         groups = [list(requests)] if self.layout == "packed" else [[i] for i in requests]
         proposals: list[DraftProposal | None] = [None] * len(slots)
@@ -181,3 +257,85 @@ class BatchedBlockDrafter:
             drafter._graph_out = heads[j]
             rows = hidden[j, first : first + k]  # [k, H]
             proposals[i] = drafter._draft(contexts[i], rows, k, samplings[i], generators[i])
+
+    def _propose_static(self, slots, contexts, sizes, samplings, generators, target_hiddens, kept, rows) -> list[DraftProposal]:
+        """A round on the static path: the bucket's body (a replay under CUDA graphs), then each request's draft."""
+        drafter, cache = self.drafter, self.cache
+        total = sum(rows)
+        bucket = pick_bucket(self.row_buckets, total)
+        entries = [(slot, keep, r, hidden) for slot, keep, r, hidden in zip(slots, kept, rows, target_hiddens)]
+        if bucket is None:
+            # a prompt: projected eagerly, then the block of every slot alone
+            self._ingest(entries)
+            entries, bucket = [], 0
+        static = self._static_buffers(bucket)
+        if bucket:
+            feats, slot_ids, positions = [], [], []
+            for slot, keep, r, hidden in entries:
+                cache.lengths[slot] = keep + r
+                if r:
+                    feats.append(hidden.reshape(r, -1))
+                    slot_ids.append(torch.full((r,), slot, dtype=torch.long))
+                    positions.append(torch.arange(keep, keep + r))
+            pad = bucket - total
+            if pad:
+                feats.append(feats[0].new_zeros(pad, feats[0].shape[1]))
+                slot_ids.append(torch.full((pad,), self.slots, dtype=torch.long))  # the spare slot
+                positions.append(torch.arange(pad) % cache.positions)
+            static["feats"].copy_(torch.cat(feats), non_blocking=True)
+            static["row_slots"].copy_(torch.cat(slot_ids), non_blocking=True)
+            static["row_positions"].copy_(torch.cat(positions), non_blocking=True)
+        else:
+            for slot, keep, r, _ in entries:
+                cache.lengths[slot] = keep + r
+        drafting = [i for i, k in enumerate(sizes) if k]
+        if drafting:
+            where = torch.tensor([slots[i] for i in drafting], dtype=torch.long).to(cache.k[0].device, non_blocking=True)
+            static["anchors"].index_copy_(0, where, torch.cat([contexts[i][-1:] for i in drafting]).to(where.device))
+        # every slot's block starts after its context rows (idle slots: scratch only)
+        static["starts"].copy_(torch.tensor([*cache.lengths[: self.slots], 0], dtype=torch.long), non_blocking=True)
+        hidden, heads = self._graphs.run(bucket, self._static_body(bucket))
+        first = drafter.first_predicting_row
+        proposals = []
+        try:
+            for slot, context, k, sampling, generator in zip(slots, contexts, sizes, samplings, generators):
+                if not k:
+                    proposals.append(DraftProposal(tokens=context.new_zeros(0)))
+                    continue
+                drafter._graph_out = heads[slot]
+                proposals.append(drafter._draft(context, hidden[slot, first : first + k], k, sampling, generator))
+        finally:
+            drafter._graph_out = None
+        return proposals
+
+    def _static_buffers(self, bucket: int) -> dict[str, torch.Tensor]:
+        taps, cfg = len(self.target_layer_ids), self.drafter.cfg
+        dtype = self.drafter.model.fc.weight.dtype
+        n = self.slots + 1
+        return self._graphs.buffers(
+            bucket,
+            lambda: {
+                "feats": torch.zeros(bucket, taps * cfg.hidden_size, dtype=dtype),
+                "row_slots": torch.full((bucket,), self.slots, dtype=torch.long),
+                "row_positions": torch.zeros(bucket, dtype=torch.long),
+                "anchors": torch.full((n,), cfg.mask_token_id, dtype=torch.long),
+                "starts": torch.zeros(n, dtype=torch.long),
+            },
+        )
+
+    def _static_body(self, bucket: int):
+        """The fixed-shape round of ``bucket`` new rows: ingestion, every slot's block, the head of every block."""
+        static, drafter, cache = self._static_buffers(bucket), self.drafter, self.cache
+        model, cfg = drafter.model, drafter.cfg
+
+        def body():
+            if bucket:
+                context = model.project_context(static["feats"])  # [bucket, H]
+                model.append_context_slots(cache.k, cache.v, context, static["row_slots"], static["row_positions"])
+            anchors = static["anchors"]
+            ids = torch.cat([anchors[:, None], self._mask_ids.expand(anchors.shape[0], -1)], dim=1)  # [S + 1, B]
+            noise = drafter.embed(ids) * cfg.input_embedding_scale
+            hidden = model.block_forward_slots(noise.to(model.fc.weight.dtype), static["starts"], cache.k, cache.v)
+            return hidden, drafter._graph_heads(hidden, anchors)
+
+        return body

@@ -65,7 +65,7 @@ class DFlashDrafter(BlockDrafter):
 
     def _graph_head(self, hidden, anchor):
         logits = self.model.logits(hidden[..., 1:, :], self.lm_head)  # [..., B - 1, V]
-        return {"logits": logits, "greedy": logits.argmax(-1)}
+        return {"logits": logits, "greedy": logits.argmax(-1), "scores": torch.log_softmax(logits, dim=-1)}
 
     def _graph_heads(self, hidden, anchors):
         # one lm_head GEMM over every request's predicting rows
@@ -76,7 +76,7 @@ class DFlashDrafter(BlockDrafter):
         out = self._graph_out
         # static path: the logits (and greedy picks) of every predicting row came from the body
         logits = self.model.logits(hidden, self.lm_head) if out is None else out["logits"][:k]  # [k, V]
-        scores = torch.log_softmax(logits, dim=-1)
+        scores = torch.log_softmax(logits, dim=-1) if out is None else out["scores"][:k]  # row-wise: a slice is exact
         if sampling.greedy:
             tokens = logits.argmax(-1) if out is None else out["greedy"][:k].clone()
             return DraftProposal(tokens=tokens, tree_logprobs=scores)

@@ -110,8 +110,8 @@ class BlockDrafter(StaticDraftPath):
             >>> target = tiny_target(seed=0, max_seq_len=64)
             >>> drafter = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
             >>> batch = drafter.batched(slots=4)
-            >>> batch.slots, batch.cache.max_context, batch.cache.k[0].shape[:1]
-            (4, 64, torch.Size([4]))
+            >>> batch.slots, batch.cache.max_context
+            (4, 64)
         """
         return BatchedBlockDrafter(
             self, slots=slots, layout=layout, max_context=self._target_max_seq_len if max_context is None else max_context

@@ -89,10 +89,13 @@ def _script(num_requests: int, rounds: int, max_new: int, max_draft: int, seed: 
     return script
 
 
-def _run(case, target, layout, *, sampling, rounds=8, num_requests=4, poison=False, reference="static"):
-    """The same script through a batched drafter (3 slots) and one unbatched drafter per request."""
+def _run(case, target, layout, *, sampling, rounds=8, num_requests=4, poison=False, reference="static", row_buckets=None):
+    """The same script through a batched drafter (3 slots; on its static path with ``row_buckets``) and one
+    unbatched drafter per request."""
     batched_head = _drafter(case, target)
     batch = batched_head.batched(slots=3, layout=layout, max_context=MAX_CONTEXT)
+    if row_buckets is not None:
+        batch.enable_static_path(row_buckets)
     g = torch.Generator().manual_seed(5)
     tokens = [torch.randint(0, target.vocab_size, (TOKENS,), generator=g) for _ in range(num_requests)]
     feats = [torch.randn(TOKENS, 2, target.config.hidden_size, generator=g) for _ in range(num_requests)]
@@ -116,7 +119,7 @@ def _run(case, target, layout, *, sampling, rounds=8, num_requests=4, poison=Fal
             # finite junk everywhere a round must not read: other slots, and each slot past its rows
             junk = torch.Generator().manual_seed(r)
             for buf in batch.cache.k + batch.cache.v:
-                for s in range(batch.slots):
+                for s in range(batch.slots + 1):  # the spare slot too
                     start = batch.cache.lengths[s]
                     buf[s, :, start:] = 1e3 * torch.randn(buf[s, :, start:].shape, generator=junk)
         args = [(slot_of[i], tokens[i][:n], feats[i][n - 1 - rows : n - 1], k) for i, n, rows, k in entries]
@@ -177,20 +180,54 @@ def test_packed_layout_agrees_with_the_dynamic_path(case, temperature, target):
         assert not all(bitwise)
 
 
+@pytest.mark.parametrize("case", ["dflash-mixed", "dflash2", "dspark-rnn"])
+@pytest.mark.parametrize("temperature", [0.0, 0.9], ids=["greedy", "sampled"])
+def test_static_path_agrees_with_the_dynamic_path(case, temperature, target):
+    """Padded ingestion buckets (4, 8: the prompts and the longer catch-ups go eagerly first), every slot's block."""
+    pairs = _run(
+        case, target, "packed", sampling=SamplingConfig(temperature=temperature), reference="dynamic", row_buckets=(0, 4, 8)
+    )
+    assert sum(p.tokens.numel() for p, _ in pairs) > 0
+    for prop, ref in pairs:
+        assert torch.equal(prop.tokens, ref.tokens)
+        for name in ("draft_probs", "tree_logprobs"):
+            a, b = getattr(prop, name), getattr(ref, name)
+            assert (a is None) == (b is None), name
+            if a is not None:
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_static_path_arguments(target):
+    batch = _drafter("dflash-full", target).batched(slots=2, max_context=MAX_CONTEXT)
+    assert not batch.uses_static_path
+    for bad in ((), (4, 8), (0, 8, 4), (0, 4, 4), (0, -1), (0, 2.5)):
+        with pytest.raises(ValueError, match="row_buckets"):
+            batch.enable_static_path(bad)
+    with pytest.raises(ValueError, match="enable_cuda_graphs.*CUDA"):
+        batch.enable_cuda_graphs()
+    batch.enable_static_path()
+    assert batch.uses_static_path and not batch.uses_cuda_graphs
+    assert batch.row_buckets == (0, 8, 16)  # 2 slots x (4 drafts + root) = 10 rows at most
+    with pytest.raises(ValueError, match="layout.*packed.*per_request"):
+        _drafter("dflash-full", target).batched(slots=2, layout="per_request", max_context=20).enable_static_path()
+
+
 def _logprobs(pairs):
     return torch.cat([p.tree_logprobs for p, _ in pairs if p.tree_logprobs is not None])
 
 
-@pytest.mark.parametrize("layout", ["packed", "per_request"])
+@pytest.mark.parametrize("layout", ["packed", "per_request", "static"])
 def test_no_request_reads_another_slot_or_stale_positions(layout, target, monkeypatch):
-    clean = _logprobs(_run("dflash-mixed", target, layout, sampling=SamplingConfig()))
-    poisoned = _logprobs(_run("dflash-mixed", target, layout, sampling=SamplingConfig(), poison=True))
+    kw = {"row_buckets": (0, 4, 8)} if layout == "static" else {}
+    layout = "packed" if layout == "static" else layout
+    clean = _logprobs(_run("dflash-mixed", target, layout, sampling=SamplingConfig(), **kw))
+    poisoned = _logprobs(_run("dflash-mixed", target, layout, sampling=SamplingConfig(), poison=True, **kw))
     torch.testing.assert_close(poisoned, clean, rtol=0, atol=1e-6)
     # mutation: without the "position in use" mask the junk shows
     masks = BlockDraftModel._masks
     with monkeypatch.context() as m:
         m.setattr(BlockDraftModel, "_masks", lambda self, q, k, base: masks(self, q, k, None))
-        broken = _logprobs(_run("dflash-mixed", target, layout, sampling=SamplingConfig(), poison=True))
+        broken = _logprobs(_run("dflash-mixed", target, layout, sampling=SamplingConfig(), poison=True, **kw))
     assert not torch.allclose(broken, clean, atol=1e-3)
 
 
