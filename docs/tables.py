@@ -782,6 +782,34 @@ def engine_h200(results: Results) -> str:
     return table + "\n\n" + intro + "\n\n" + markdown_table(header, rows)
 
 
+def engine_real_h200(results: Results) -> str:
+    """The real SmolLM2 pair: each system's ratio to batched AR (budget auto / off) and its round time, per concurrency."""
+    run = results("bench_engine_real_h200_2026-12-02_run2.json")
+    rows = {(r["concurrency"], r["system"]): r for r in run["rows"]}
+    systems = [name for name in run["systems"]]
+    levels = sorted({r["concurrency"] for r in run["rows"]}, key=lambda c: (c < 16, c if c >= 16 else -c))
+    body = []
+    for c in levels:
+        ar = rows[c, "AR"]
+        cells = [str(c), f"{ar['tokens_per_s']:.0f} tok/s, {ar['ms_per_pass']:.2f} ms"]
+        for name in systems:
+            auto, off = rows.get((c, f"{name}, budget auto")), rows.get((c, f"{name}, budget off"))
+            ratio = " / ".join("not run" if r is None else f"{r['speedup_vs_ar']:.2f}x" for r in (auto, off))
+            ms = " / ".join("-" if r is None else f"{r['ms_per_pass']:.1f}" for r in (auto, off))
+            cells.append(f"{ratio} ({ms} ms)")
+        body.append(cells)
+    labels = {"trained chain": "trained chain (batched, CUDA graphs)", "trained tree": "trained tree (batched, CUDA graphs)"}
+    header = ["requests", "batched AR", *(labels.get(name, name) for name in systems)]
+    note = (
+        "x batched AR with the verify budget auto / off (ms a round in brackets); "
+        f"{run['dtype'].removeprefix('torch.')}, {run['new_tokens']} new tokens, {run['waves']} x c requests through c slots; "
+        f"mismatches vs batched AR: chains {max(r['mismatches_vs_batched_ar'] for r in run['rows'] if 'chain' in r['system'])}, "
+        f"trained tree up to {max(r['mismatches_vs_batched_ar'] for r in run['rows'] if 'tree' in r['system'])} "
+        "(bf16 near-ties under other row counts)"
+    )
+    return markdown_table(header, body) + "\n\n" + note
+
+
 def engine_h200_float32(results: Results) -> str:
     return _engine_table(results("bench_engine_h200_2026-12-02_run3.json"))
 
@@ -864,6 +892,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "pilot-h200": pilot_h200,
     "engine-h200": engine_h200,
     "engine-h200-float32": engine_h200_float32,
+    "engine-real-h200": engine_real_h200,
     "forcing-engine-h200": forcing_engine_h200,
     "two-level": two_level,
     "hybrid-graphs": hybrid_graphs,
