@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks.decode import bench_engine
-from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
+from specdec.drafters.block import BatchedBlockDrafter, DFlashDrafter, fixture_config, random_block_model
 from specdec.testing import tiny_target
 from specdec.verify import ChainVerifier, TreeVerifier
 
@@ -36,21 +36,32 @@ def test_pair_smoke_restores_the_thread_count(tmp_path):
     assert torch.get_num_threads() == before
 
 
-def test_pair_systems_give_each_request_its_own_drafter_over_one_draft_model():
+def test_pair_systems_draft_batched_over_one_draft_model_and_switch_each_mechanism_off():
     target = tiny_target(seed=0)
     trained = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
-    systems = bench_engine.pair_systems(trained, target, tree_budget=5)
-    assert list(systems) == ["trained chain", "trained tree", "n-gram"]
-    make_chain, chain_verifier, k = systems["trained chain"]
-    first, second = make_chain(), make_chain()
-    assert first is not second and first.model is trained.model is second.model
-    assert first.tree_budget is None and k == trained.max_draft_tokens
+    systems = bench_engine.pair_systems(trained, target, tree_budget=5, slots=3, max_context=64)
+    assert list(systems) == [
+        "trained chain",
+        "trained tree",
+        "trained chain, batched eager",
+        "trained chain, drafts per request",
+        "n-gram",
+    ]
+    chain, chain_verifier, k, batched = systems["trained chain"]
+    assert isinstance(chain, BatchedBlockDrafter) and batched and chain.uses_static_path  # graphs on a GPU
+    assert chain.drafter.model is trained.model and chain.drafter.tree_budget is None and chain.slots == 3
+    assert chain.cache.max_context == 64 and k == trained.max_draft_tokens
     assert type(chain_verifier()) is ChainVerifier
-    make_tree, tree_verifier, nodes = systems["trained tree"]
-    assert make_tree().tree_budget == 5 and nodes == 5
+    tree, tree_verifier, nodes, batched = systems["trained tree"]
+    assert isinstance(tree, BatchedBlockDrafter) and batched and tree.drafter.tree_budget == 5 and nodes == 5
     assert type(tree_verifier()) is TreeVerifier
-    ngram, ngram_verifier, ngram_k = systems["n-gram"]
-    assert type(ngram).__name__ == "NGramDrafter" and ngram_k == trained.max_draft_tokens
+    eager, _, _, batched = systems["trained chain, batched eager"]
+    assert isinstance(eager, BatchedBlockDrafter) and batched and not eager.uses_static_path
+    make_alone, _, _, batched = systems["trained chain, drafts per request"]
+    first, second = make_alone(), make_alone()
+    assert not batched and first is not second and first.model is trained.model is second.model
+    ngram, ngram_verifier, ngram_k, batched = systems["n-gram"]
+    assert type(ngram).__name__ == "NGramDrafter" and ngram_k == trained.max_draft_tokens and not batched
 
 
 def test_cases_run_every_spec_system_with_the_budget_auto_then_off():
