@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -96,13 +97,35 @@ def _check_tensor(name: str, value, *, ndim: int, floating: bool) -> torch.Tenso
 
 def validate_proposal(proposal: DraftProposal, *, vocab_size: int) -> None:
     """See :meth:`DraftProposal.validate`; the function form serves verifiers that take any proposal."""
+    checks = proposal_checks(proposal, vocab_size=vocab_size)
+    if not checks:
+        return
+    device = proposal.tokens.device
+    passed = torch.stack([ok.reshape(()).to(device) for ok, _ in checks]).tolist()  # the one host read
+    for ok, message in zip(passed, (m for _, m in checks)):
+        if not ok:
+            raise ValueError(message())
+
+
+def proposal_checks(proposal: DraftProposal, *, vocab_size: int) -> list[tuple[torch.Tensor, Callable[[], str]]]:
+    """The checks of :meth:`DraftProposal.validate` that need the device: ``(condition, message)`` pairs, each
+    condition a 0-d bool tensor that must be true, each message built (with device reads) only when it is not.
+
+    What the host can decide (types, shapes) raises here at once. A caller validating many proposals reads all
+    their conditions in one host read.
+
+    Example:
+        >>> checks = proposal_checks(DraftProposal(torch.tensor([3, 120])), vocab_size=100)
+        >>> [bool(ok) for ok, _ in checks], checks[0][1]()
+        ([False], 'proposal.tokens: expected token ids in [0, 100), got tokens[1] = 120')
+    """
     if not isinstance(proposal, DraftProposal):
         raise TypeError(f"proposal: expected a DraftProposal, got {type(proposal).__name__}")
     tokens = _check_tensor("proposal.tokens", proposal.tokens, ndim=1, floating=False)
     k = tokens.numel()
     # Each entry: (condition that must hold, a callable building the message). Conditions stay on the
     # device until the single host read below.
-    checks: list[tuple[torch.Tensor, object]] = []
+    checks: list[tuple[torch.Tensor, Callable[[], str]]] = []
 
     def first_bad(bad: torch.Tensor) -> int:
         return int(bad.nonzero()[0, 0])
@@ -197,9 +220,4 @@ def validate_proposal(proposal: DraftProposal, *, vocab_size: int) -> None:
             checks.append(
                 (in_unit.all(), lambda: f"proposal.confidence: expected values in [0, 1], got {float(conf[first_bad(~in_unit)])}")
             )
-    if not checks:
-        return
-    passed = torch.stack([ok.reshape(()).to(tokens.device) for ok, _ in checks]).tolist()  # the one host read
-    for ok, message in zip(passed, (m for _, m in checks)):
-        if not ok:
-            raise ValueError(message())
+    return checks

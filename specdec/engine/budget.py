@@ -440,24 +440,40 @@ class AcceptanceEstimator:
         self._rates_memo: tuple[tuple, list[float]] | None = None
 
     @staticmethod
-    def _scores(proposal: DraftProposal, tree: Tree | None) -> list[float] | None:
-        """Raw path probabilities per node under the drafter, or ``None`` when it gave no scores."""
+    def score_tensor(proposal: DraftProposal, tree: Tree | None = None) -> torch.Tensor | None:
+        """Raw path probabilities per node under the drafter (``[nodes]`` float32, where the proposal's tensors
+        are), or ``None`` when it gave no scores. A caller with many requests reads them all at once and passes
+        each request's list as ``scores`` to :meth:`gains` and :meth:`observe`.
+
+        Example:
+            >>> lp = torch.log(torch.tensor([[0.5, 0.5], [0.2, 0.8]]))
+            >>> AcceptanceEstimator.score_tensor(DraftProposal(torch.tensor([0, 1]), tree_logprobs=lp))
+            tensor([0.5000, 0.4000])
+        """
         k = proposal.num_tokens
         if proposal.confidence is not None and proposal.confidence.numel() == (k if tree is None else tree.num_nodes):
-            return proposal.confidence.float().clamp(0.0, 1.0).tolist()
+            return proposal.confidence.float().clamp(0.0, 1.0)
         if tree is not None:
             if tree.scores is None:
                 return None
-            return tree.scores.float().exp().clamp(0.0, 1.0).tolist()
+            return tree.scores.float().exp().clamp(0.0, 1.0)
         if k == 0:
-            return []
+            return torch.zeros(0)
         if proposal.tree_logprobs is not None:
             picked = proposal.tree_logprobs[:k].float().gather(1, proposal.tokens[:k, None]).squeeze(1)
-            return picked.cumsum(0).exp().clamp(0.0, 1.0).tolist()
+            return picked.cumsum(0).exp().clamp(0.0, 1.0)
         if proposal.draft_probs is not None:
             picked = proposal.draft_probs[:k].float().gather(1, proposal.tokens[:k, None]).squeeze(1)
-            return picked.clamp(0.0, 1.0).cumprod(0).tolist()
+            return picked.clamp(0.0, 1.0).cumprod(0)
         return None
+
+    @classmethod
+    def _scores(cls, proposal: DraftProposal, tree: Tree | None, scores: list[float] | None = None) -> list[float] | None:
+        """:meth:`score_tensor` as floats (``scores``: already read)."""
+        if scores is not None:
+            return scores
+        t = cls.score_tensor(proposal, tree)
+        return None if t is None else t.tolist()
 
     def _rates(self, max_depth: int) -> list[float]:
         """Posterior mean of the conditional acceptance at depths ``1..max_depth`` (read-only: kept until a round is observed).
@@ -494,9 +510,12 @@ class AcceptanceEstimator:
         ratio = self.pool._score_scale() if self.pool is not None else 1.0
         return (self.scored_accepted + self.prior_tokens * ratio) / (self.scored_predicted + self.prior_tokens)
 
-    def raw_gains(self, proposal: DraftProposal, tree: Tree | None = None) -> tuple[list[float], bool]:
-        """``(gains before calibration, scored)``: per node (of ``tree`` if given, else of the chain)."""
-        scores = self._scores(proposal, tree)
+    def raw_gains(
+        self, proposal: DraftProposal, tree: Tree | None = None, *, scores: list[float] | None = None
+    ) -> tuple[list[float], bool]:
+        """``(gains before calibration, scored)``: per node (of ``tree`` if given, else of the chain); ``scores``:
+        the proposal's :meth:`score_tensor` already read."""
+        scores = self._scores(proposal, tree, scores)
         if scores is not None:
             return scores, True
         if tree is None:
@@ -505,29 +524,32 @@ class AcceptanceEstimator:
         survival = self._survivals(max(depths, default=0))
         return [survival[d] for d in depths], False
 
-    def gains(self, proposal: DraftProposal, tree: Tree | None = None) -> list[float]:
+    def gains(self, proposal: DraftProposal, tree: Tree | None = None, *, scores: list[float] | None = None) -> list[float]:
         """Non-increasing expected accepted tokens of each node, in node order (``[k]`` floats).
 
         Args:
             proposal: this round's proposal (a chain unless ``tree`` is given).
             tree: the tree the verifier would check, nodes in its order (best-first trees carry scores).
+            scores: the proposal's :meth:`score_tensor` as floats, when already read (else read here).
         """
-        raw, scored = self.raw_gains(proposal, tree)
+        raw, scored = self.raw_gains(proposal, tree, scores=scores)
         if scored:
             scale = self._score_scale()
             raw = [min(1.0, g * scale) for g in raw]
         return list(itertools.accumulate(raw, min, initial=1.0))[1:]
 
-    def observe(self, proposal: DraftProposal, *, nodes: int, accepted: int, tree: Tree | None = None) -> None:
+    def observe(
+        self, proposal: DraftProposal, *, nodes: int, accepted: int, tree: Tree | None = None, scores: list[float] | None = None
+    ) -> None:
         """Record a verified round: ``nodes`` nodes were checked (the first ones), ``accepted`` were accepted.
 
-        The round goes into this estimator and every pool under it.
+        The round goes into this estimator and every pool under it. ``scores``: as for :meth:`gains`.
         """
         _check_positive_int("nodes", nodes, minimum=0)
         _check_positive_int("accepted", accepted, minimum=0)
         if accepted > nodes:
             raise ValueError(f"accepted: expected at most nodes = {nodes}, got {accepted}")
-        scores = self._scores(proposal, tree)
+        scores = self._scores(proposal, tree, scores)
         deepest = nodes if tree is None else (int(tree.depth[:nodes].max()) if nodes else 0)
         estimator = self
         while estimator is not None:

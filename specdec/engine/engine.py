@@ -37,7 +37,7 @@ import torch
 
 from specdec.contracts.drafter import Drafter, FinishingDrafter
 from specdec.contracts.host_ids import ids_tensor
-from specdec.contracts.proposal import DraftProposal
+from specdec.contracts.proposal import DraftProposal, proposal_checks
 from specdec.contracts.sampling import SamplingConfig
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate, chain_gains
 from specdec.engine.drafting import BatchableDrafter, BatchDrafter, RequestAwareDrafter
@@ -749,7 +749,7 @@ class Engine:
         checked on the host as token ids only: :meth:`_with_chain_gains` works those out for all requests at once.
         """
         proposal = state.pending["proposal"]
-        if self.verifier.validate_proposals:
+        if self.verifier.validate_proposals and not state.pending.get("validated"):
             state.pending["ids"] = self._validate(proposal)
         tree = None
         if type(self.verifier) is TreeVerifier:
@@ -757,7 +757,7 @@ class Engine:
         state.pending["tree"] = tree
         if tree is None and state.pending.get("ids") is not None:
             return None
-        return state.estimator.gains(proposal, tree)
+        return state.estimator.gains(proposal, tree, scores=state.pending.get("path_scores"))
 
     def _with_chain_gains(
         self, proposed: list[tuple[RequestState, list[float] | None]]
@@ -820,6 +820,8 @@ class Engine:
         (so a chain), and kept its ids.
         """
         ids = state.pending.get("ids")
+        if ids is None:
+            ids = state.pending.get("read_ids")  # read with the round's other device chains
         if ids is not None:
             return ids if nodes is None else ids[:nodes]
         proposal = state.pending["proposal"]
@@ -833,6 +835,62 @@ class Engine:
                 raise ValueError(f"drafts: expected a 1-D tensor of token ids, got {got}")
             ids = proposal.tokens.tolist() if proposal.tokens.numel() else []
         return ids
+
+    def _read_device_chains(self, states: list[RequestState]) -> None:
+        """The greedy chain rounds whose proposals :meth:`_validate` cannot decide on the host (ids on the device,
+        or laws and scores beside them): checked and read to the host together.
+
+        One device read for all of them: their token ids, every condition of ``DraftProposal.validate``
+        (when the verifier validates proposals) and, under a verify budget, the path scores its estimator
+        reads (``AcceptanceEstimator.score_tensor``). Each request keeps its ids as ints (``read_ids``) and its
+        scores (``path_scores``), and is marked validated. When any check fails, or a proposal is malformed on the host, nothing is marked,
+        and each request is checked alone later, so only a bad proposal's request fails, with its own message.
+        """
+        chains = []
+        for state in states:
+            tokens = state.pending["proposal"].tokens
+            if (
+                self._host_greedy(state)
+                and type(self.verifier) is ChainVerifier
+                and isinstance(tokens, torch.Tensor)
+                and tokens.ndim == 1
+                and tokens.dtype in ID_DTYPES
+                and not (tokens.is_cpu and all(getattr(state.pending["proposal"], name) is None for name in PROPOSAL_EXTRAS))
+            ):
+                chains.append(state)
+        if not chains:
+            return
+        proposals = [state.pending["proposal"] for state in chains]
+        device = proposals[0].tokens.device
+        conditions = []
+        if self.verifier.validate_proposals:
+            try:
+                for proposal in proposals:
+                    conditions += [
+                        ok.reshape(()).to(device) for ok, _ in proposal_checks(proposal, vocab_size=self.target.vocab_size)
+                    ]
+            except (TypeError, ValueError):
+                return
+        scores = [None] * len(proposals)
+        if self.verify_budget is not None:
+            scores = [AcceptanceEstimator.score_tensor(proposal) for proposal in proposals]
+        # float64 holds every id, every check (0 / 1) and every float32 score exactly
+        parts = [proposal.tokens.to(device, torch.float64) for proposal in proposals]
+        parts += [t.to(device, torch.float64) for t in scores if t is not None]
+        if conditions:
+            parts.append(torch.stack(conditions).to(torch.float64))
+        values = torch.cat(parts).tolist()  # the one device read
+        if not all(values[sum(p.numel() for p in parts) - len(conditions) :]):
+            return
+        at = 0
+        for state, proposal in zip(chains, proposals):
+            k = proposal.tokens.numel()
+            state.pending.update(read_ids=[int(v) for v in values[at : at + k]], validated=True)
+            at += k
+        for state, t in zip(chains, scores):
+            if t is not None:
+                state.pending["path_scores"] = values[at : at + t.numel()]
+                at += t.numel()
 
     def _pick_first(self, state: RequestState, logits: torch.Tensor, argmax: int | None = None) -> None:
         """The token after the prompt from the prefill's last row, drawn as :func:`specdec.generate` draws it.
@@ -915,9 +973,17 @@ class Engine:
                     self._take_proposal(state, *batch[i])
                 else:
                     self._propose(state)
+            except Exception as err:  # the request fails alone; its companions' round goes on
+                self._fail(state, err)
+                failures.append((state, err))
+        self._read_device_chains([state for state in drafting if state.status == RUNNING])
+        for state in drafting:
+            if state.status != RUNNING:
+                continue
+            try:
                 gains = self._candidates(state) if self.verify_budget is not None else None
                 proposed.append((state, gains))
-            except Exception as err:  # the request fails alone; its companions' round goes on
+            except Exception as err:
                 self._fail(state, err)
                 failures.append((state, err))
         chunks: dict[int, slice] = {}
@@ -1114,7 +1180,13 @@ class Engine:
                 kept = commit if isinstance(commit, torch.Tensor) else torch.arange(commit)
                 state.fresh_hidden = torch.stack(hidden, dim=1)[kept.to(logits.device)]  # [n + 1, taps, H]
             if pending["nodes"] is not None:
-                state.estimator.observe(pending["proposal"], nodes=pending["nodes"], accepted=num_accepted, tree=pending["tree"])
+                state.estimator.observe(
+                    pending["proposal"],
+                    nodes=pending["nodes"],
+                    accepted=num_accepted,
+                    tree=pending["tree"],
+                    scores=pending.get("path_scores"),
+                )
             if self.two_level is not None:
                 self.two_level.finish(state, pending, num_accepted, self._exact_seconds)
             if ids is not None:

@@ -170,3 +170,64 @@ def test_a_greedy_chain_round_hands_out_copies_of_its_tokens_cut_at_an_eos_insid
     for tokens in stepped:
         tokens.fill_(-1)
     assert torch.equal(engine.output(rid), expected)  # what went out were copies
+
+
+def _block_engine(concurrency: int, wrap=None, budget=None):
+    from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
+
+    target = tiny_target(seed=0, max_seq_len=64)
+    cfg = fixture_config("DFlashDraftModel", target, num_layers=1, target_layer_ids=[0, 1], block_size=5)
+    batch = DFlashDrafter(random_block_model(cfg, target, seed=3), target).batched(slots=concurrency, max_context=64)
+    batch.enable_static_path()
+    drafter = batch if wrap is None else wrap(batch)
+    engine = Engine(target, drafter, max_batch=concurrency, batched_drafting=True, verify_budget=budget)
+    gen = torch.Generator().manual_seed(1)
+    return engine, target, [torch.randint(0, 97, (n,), generator=gen) for n in (3, 7, 5, 9, 4, 6, 8, 2)[:concurrency]]
+
+
+@pytest.mark.parametrize("budget", [None, 12], ids=["no-budget", "budget"])
+@pytest.mark.parametrize("together", [True, False], ids=["together", "broken-on-purpose"])
+def test_device_proposals_of_a_round_are_checked_and_read_in_one_device_read(together, budget, monkeypatch):
+    """A block drafter's chains (ids, scores on the device): one read for every request's ids, checks and,
+    under a verify budget, the path scores its gains and its observation read."""
+    if not together:  # mutation: each request's proposal checked and read alone
+        monkeypatch.setattr(Engine, "_read_device_chains", lambda self, states: None)
+    engine, target, prompts = _block_engine(8, budget=budget)
+    rounds = engine_rounds(engine, engine.target, prompts, max_new_tokens=12)
+    full = [reads for running, _, reads in rounds[1:] if running == 8]
+    assert full, rounds
+    if together:
+        assert all(reads == 2 for reads in full), full  # the proposals, then the forward's argmaxes
+    else:
+        assert all(reads > 8 for reads in full), full
+    for i, prompt in enumerate(prompts):
+        assert torch.equal(engine.output(i), sd.generate(target, prompt[None], max_new_tokens=12).tokens[0])
+
+
+def test_a_bad_device_proposal_among_good_ones_fails_its_request_alone():
+    class OneBad:
+        """The batched block drafter, with request 2's first draft pushed past the vocabulary."""
+
+        def __init__(self, batch):
+            self.batch, self.slots, self.vocab_size = batch, batch.slots, batch.vocab_size
+            self.target_layer_ids = batch.target_layer_ids
+
+        def reset(self, slot):
+            self.batch.reset(slot)
+
+        def propose_batch(self, slots, *args, **kw):
+            props = self.batch.propose_batch(slots, *args, **kw)
+            for i, slot in enumerate(slots):
+                if slot == 2 and props[i].tokens.numel():
+                    props[i] = DraftProposal(tokens=props[i].tokens + 97, tree_logprobs=props[i].tree_logprobs)
+            return props
+
+    engine, target, prompts = _block_engine(4, wrap=OneBad)
+    ids = [engine.add_request(p, max_new_tokens=10) for p in prompts]
+    engine.step()
+    with pytest.raises(RequestFailed, match=r"request 2 failed: ValueError: proposal.tokens: expected token ids in \[0, 97\)"):
+        engine.step()
+    assert [engine.status(i) for i in ids] == ["running", "running", "failed", "running"]
+    outputs = engine.run()
+    for i in (0, 1, 3):
+        assert torch.equal(outputs[ids[i]], sd.generate(target, prompts[i][None], max_new_tokens=10).tokens[0])
