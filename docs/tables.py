@@ -614,6 +614,41 @@ def cuda_ncu(results: Results) -> str:
     return "\n\n".join([markdown_table(header, rows), markdown_table(summary_header, summary), scale])
 
 
+def cuda_ncu_tensor_map(results: Results) -> str:
+    """The tensor-map kernels (W12 v7, Q v2, bf16 v2) beside cuBLAS under Nsight Compute (run5)."""
+    run = results("ncu_profile_h200_2026-12-02_run5.json")
+    kernels = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2")
+    records = [r for r in run["records"] if r["kernel"] in kernels and r["attributed"]]
+    missing = set(kernels) - {r["kernel"] for r in records}
+    if missing:
+        raise ValueError(f"ncu run5: expected attributed ranges of {sorted(missing)}, found none")
+    order = {k: i for i, k in enumerate(kernels)}
+    rows = []
+    for r in sorted(records, key=lambda r: (r["shape"], r["M"], order[r["kernel"]])):
+        stall, share = r["top_stalls"][0]
+        rows.append(
+            [
+                f"{r['shape']} {r['N']}x{r['K']}, M = {r['M']}",
+                f"`{r['kernel']}`",
+                f"{r['duration_s'] * 1e6:.1f}",
+                f"{r['frac_of_copy']:.2f}",
+                f"{r['dram_pct']:.0f}",
+                f"{r['occupancy_pct']:.0f}",
+                f"{r['issue_pct']:.0f}",
+                f"{r['waves']:.2f}",
+                f"{stall} ({share:.2f})",
+                r["limiter"],
+            ]
+        )
+    header = ["shape", "kernel", "us", "of copy", "DRAM %", "occupancy %", "issue %", "waves", "top stall (share)", "limiter"]
+    skipped = ", ".join(results("ncu_launch_h200_2026-12-02_run5.json")["skipped"]) or "none"
+    note = (
+        f"copy bandwidth {run['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s ({run['copy_bandwidth_source']}); "
+        f"shapes not reached in the launch budget: {skipped}"
+    )
+    return markdown_table(header, rows) + "\n\n" + note
+
+
 def _ssd_rows(systems: dict, label: str) -> list[list[str]]:
     ar_seconds = systems["ar"]["seconds"]
     rows = []
@@ -784,7 +819,7 @@ def engine_h200(results: Results) -> str:
 
 def engine_real_h200(results: Results) -> str:
     """The real SmolLM2 pair: each system's ratio to batched AR (budget auto / off) and its round time, per concurrency."""
-    run = results("bench_engine_real_h200_2026-12-02_run2.json")
+    run = results("bench_engine_real_h200_2026-12-02_run3.json")
     rows = {(r["concurrency"], r["system"]): r for r in run["rows"]}
     systems = [name for name in run["systems"]]
     levels = sorted({r["concurrency"] for r in run["rows"]}, key=lambda c: (c < 16, c if c >= 16 else -c))
@@ -887,6 +922,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "two-level-h200-extra": two_level_h200_extra,
     "cuda-roofline": cuda_roofline,
     "cuda-ncu": cuda_ncu,
+    "cuda-ncu-tensor-map": cuda_ncu_tensor_map,
     "ssd-h200": ssd_h200,
     "agentspec-h200": agentspec_h200,
     "pilot-h200": pilot_h200,
