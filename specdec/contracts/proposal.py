@@ -107,40 +107,17 @@ def validate_proposal(proposal: DraftProposal, *, vocab_size: int) -> None:
             raise ValueError(message())
 
 
-def proposal_checks(proposal: DraftProposal, *, vocab_size: int) -> list[tuple[torch.Tensor, Callable[[], str]]]:
-    """The checks of :meth:`DraftProposal.validate` that need the device: ``(condition, message)`` pairs, each
-    condition a 0-d bool tensor that must be true, each message built (with device reads) only when it is not.
+def _first_bad(bad: torch.Tensor) -> int:
+    return int(bad.nonzero()[0, 0])
 
-    What the host can decide (types, shapes) raises here at once. A caller validating many proposals reads all
-    their conditions in one host read.
 
-    Example:
-        >>> checks = proposal_checks(DraftProposal(torch.tensor([3, 120])), vocab_size=100)
-        >>> [bool(ok) for ok, _ in checks], checks[0][1]()
-        ([False], 'proposal.tokens: expected token ids in [0, 100), got tokens[1] = 120')
-    """
+def _checked_on_host(proposal: DraftProposal, vocab_size: int):
+    """``(tokens, draft_probs, tree_logprobs)`` after the host's checks of them (types, dimensions, shapes)."""
     if not isinstance(proposal, DraftProposal):
         raise TypeError(f"proposal: expected a DraftProposal, got {type(proposal).__name__}")
     tokens = _check_tensor("proposal.tokens", proposal.tokens, ndim=1, floating=False)
     k = tokens.numel()
-    # Each entry: (condition that must hold, a callable building the message). Conditions stay on the
-    # device until the single host read below.
-    checks: list[tuple[torch.Tensor, Callable[[], str]]] = []
-
-    def first_bad(bad: torch.Tensor) -> int:
-        return int(bad.nonzero()[0, 0])
-
-    if k:
-        out_of_range = (tokens < 0) | (tokens >= vocab_size)
-        checks.append(
-            (
-                ~out_of_range.any(),
-                lambda: (
-                    f"proposal.tokens: expected token ids in [0, {vocab_size}), got tokens[{first_bad(out_of_range)}] = "
-                    f"{int(tokens[first_bad(out_of_range)])}"
-                ),
-            )
-        )
+    probs = logprobs = None
     if proposal.draft_probs is not None:
         probs = _check_tensor("proposal.draft_probs", proposal.draft_probs, ndim=2, floating=True)
         if tuple(probs.shape) != (k, vocab_size):
@@ -148,35 +125,98 @@ def proposal_checks(proposal: DraftProposal, *, vocab_size: int) -> list[tuple[t
                 f"proposal.draft_probs: expected shape ({k}, {vocab_size}) (one law per proposed token over the "
                 f"target's vocabulary), got {tuple(probs.shape)}"
             )
-        if k:
-            finite = torch.isfinite(probs).all(-1)  # [k]
-            nonneg = (probs >= 0).all(-1)
-            sums = probs.float().sum(-1)
-            summed = (sums - 1).abs() <= _PROB_SUM_TOLERANCE
-            checks.append(
-                (finite.all(), lambda: f"proposal.draft_probs: expected finite values, got NaN/inf in row {first_bad(~finite)}")
-            )
-            checks.append(
-                (
-                    nonneg.all(),
-                    lambda: f"proposal.draft_probs: expected values >= 0, got a negative entry in row {first_bad(~nonneg)}",
-                )
-            )
-            checks.append(
-                (
-                    summed.all() | ~finite.all(),
-                    lambda: (
-                        f"proposal.draft_probs: expected each row to sum to 1 (within {_PROB_SUM_TOLERANCE}), got row "
-                        f"{first_bad(~summed)} summing to {float(sums[first_bad(~summed)]):.6g}"
-                    ),
-                )
-            )
     if proposal.tree_logprobs is not None:
         logprobs = _check_tensor("proposal.tree_logprobs", proposal.tree_logprobs, ndim=2, floating=True)
         if logprobs.shape[1] != vocab_size:
             raise ValueError(f"proposal.tree_logprobs: expected shape (depth, {vocab_size}), got {tuple(logprobs.shape)}")
-        if logprobs.numel():
-            checks.append((~torch.isnan(logprobs).any(), lambda: "proposal.tree_logprobs: expected no NaN, got NaN"))
+    return tokens, probs, logprobs
+
+
+def _token_checks(tokens: torch.Tensor, vocab_size: int) -> list:
+    if not tokens.numel():
+        return []
+    out_of_range = (tokens < 0) | (tokens >= vocab_size)
+    return [
+        (
+            ~out_of_range.any(),
+            lambda: (
+                f"proposal.tokens: expected token ids in [0, {vocab_size}), got tokens[{_first_bad(out_of_range)}] = "
+                f"{int(tokens[_first_bad(out_of_range)])}"
+            ),
+        )
+    ]
+
+
+def _prob_checks(probs: torch.Tensor | None) -> list:
+    if probs is None or not probs.shape[0]:
+        return []
+    finite = torch.isfinite(probs).all(-1)  # [k]
+    nonneg = (probs >= 0).all(-1)
+    sums = probs.float().sum(-1)
+    summed = (sums - 1).abs() <= _PROB_SUM_TOLERANCE
+    return [
+        (finite.all(), lambda: f"proposal.draft_probs: expected finite values, got NaN/inf in row {_first_bad(~finite)}"),
+        (nonneg.all(), lambda: f"proposal.draft_probs: expected values >= 0, got a negative entry in row {_first_bad(~nonneg)}"),
+        (
+            summed.all() | ~finite.all(),
+            lambda: (
+                f"proposal.draft_probs: expected each row to sum to 1 (within {_PROB_SUM_TOLERANCE}), got row "
+                f"{_first_bad(~summed)} summing to {float(sums[_first_bad(~summed)]):.6g}"
+            ),
+        ),
+    ]
+
+
+def _logprob_checks(logprobs: torch.Tensor | None) -> list:
+    if logprobs is None or not logprobs.numel():
+        return []
+    return [(~torch.isnan(logprobs).any(), lambda: "proposal.tree_logprobs: expected no NaN, got NaN")]
+
+
+def proposals_pass_conditions(proposals, *, vocab_size: int) -> list[torch.Tensor]:
+    """0-d bool tensors, all true iff every proposal of ``proposals`` passes :meth:`DraftProposal.validate`.
+
+    Tokens, ``draft_probs`` and ``tree_logprobs`` of all proposals are checked together (a few kernels for any
+    number of proposals); a proposal with ``parents``, a ``tree`` or ``confidence`` adds its own checks. What the
+    host can decide raises at once, as ``validate`` raises it. A caller reads all conditions in one host read and,
+    when one fails, validates each proposal alone for its message.
+
+    Example:
+        >>> good, bad = DraftProposal(torch.tensor([3, 4])), DraftProposal(torch.tensor([120]))
+        >>> [bool(ok) for ok in proposals_pass_conditions([good, good], vocab_size=100)]
+        [True]
+        >>> [bool(ok) for ok in proposals_pass_conditions([good, bad], vocab_size=100)]
+        [False]
+    """
+    conditions, plain = [], []
+    for proposal in proposals:
+        if proposal.parents is None and proposal.tree is None and proposal.confidence is None:
+            plain.append(_checked_on_host(proposal, vocab_size))
+        else:
+            conditions += [ok for ok, _ in proposal_checks(proposal, vocab_size=vocab_size)]
+    for position, checks in ((0, _token_checks), (1, _prob_checks), (2, _logprob_checks)):
+        parts = [fields[position] for fields in plain if fields[position] is not None and fields[position].numel()]
+        if parts:
+            device = parts[0].device
+            joined = torch.cat([t.to(device) for t in parts])
+            conditions += [ok for ok, _ in (checks(joined, vocab_size) if position == 0 else checks(joined))]
+    return conditions
+
+
+def proposal_checks(proposal: DraftProposal, *, vocab_size: int) -> list[tuple[torch.Tensor, Callable[[], str]]]:
+    """The checks of :meth:`DraftProposal.validate` that need the device: ``(condition, message)`` pairs, each
+    condition a 0-d bool tensor that must be true, each message built (with device reads) only when it is not.
+
+    What the host can decide (types, shapes) raises here at once.
+
+    Example:
+        >>> checks = proposal_checks(DraftProposal(torch.tensor([3, 120])), vocab_size=100)
+        >>> [bool(ok) for ok, _ in checks], checks[0][1]()
+        ([False], 'proposal.tokens: expected token ids in [0, 100), got tokens[1] = 120')
+    """
+    tokens, probs, logprobs = _checked_on_host(proposal, vocab_size)
+    k = tokens.numel()
+    checks = _token_checks(tokens, vocab_size) + _prob_checks(probs) + _logprob_checks(logprobs)
     if proposal.parents is not None:
         parents = _check_tensor("proposal.parents", proposal.parents, ndim=1, floating=False)
         if parents.numel() != k:
@@ -189,7 +229,7 @@ def proposal_checks(proposal: DraftProposal, *, vocab_size: int) -> list[tuple[t
                     ~bad_parent.any(),
                     lambda: (
                         f"proposal.parents: expected -1 <= parents[i] < i (parents before children), got parents"
-                        f"[{first_bad(bad_parent)}] = {int(parents[first_bad(bad_parent)])}"
+                        f"[{_first_bad(bad_parent)}] = {int(parents[_first_bad(bad_parent)])}"
                     ),
                 )
             )
@@ -205,8 +245,8 @@ def proposal_checks(proposal: DraftProposal, *, vocab_size: int) -> list[tuple[t
                 (
                     ~tree_oob.any(),
                     lambda: (
-                        f"proposal.tree: expected token ids in [0, {vocab_size}), got tree.tokens[{first_bad(tree_oob)}] = "
-                        f"{int(tree.tokens[first_bad(tree_oob)])}"
+                        f"proposal.tree: expected token ids in [0, {vocab_size}), got tree.tokens[{_first_bad(tree_oob)}] = "
+                        f"{int(tree.tokens[_first_bad(tree_oob)])}"
                     ),
                 )
             )
@@ -218,6 +258,9 @@ def proposal_checks(proposal: DraftProposal, *, vocab_size: int) -> list[tuple[t
         if nodes:
             in_unit = (conf >= 0) & (conf <= 1)
             checks.append(
-                (in_unit.all(), lambda: f"proposal.confidence: expected values in [0, 1], got {float(conf[first_bad(~in_unit)])}")
+                (
+                    in_unit.all(),
+                    lambda: f"proposal.confidence: expected values in [0, 1], got {float(conf[_first_bad(~in_unit)])}",
+                )
             )
     return checks

@@ -37,7 +37,7 @@ import torch
 
 from specdec.contracts.drafter import Drafter, FinishingDrafter
 from specdec.contracts.host_ids import ids_tensor
-from specdec.contracts.proposal import DraftProposal, proposal_checks
+from specdec.contracts.proposal import DraftProposal, proposals_pass_conditions
 from specdec.contracts.sampling import SamplingConfig
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate, chain_gains
 from specdec.engine.drafting import BatchableDrafter, BatchDrafter, RequestAwareDrafter
@@ -865,10 +865,9 @@ class Engine:
         conditions = []
         if self.verifier.validate_proposals:
             try:
-                for proposal in proposals:
-                    conditions += [
-                        ok.reshape(()).to(device) for ok, _ in proposal_checks(proposal, vocab_size=self.target.vocab_size)
-                    ]
+                conditions = [
+                    ok.reshape(()).to(device) for ok in proposals_pass_conditions(proposals, vocab_size=self.target.vocab_size)
+                ]
             except (TypeError, ValueError):
                 return
         scores = [None] * len(proposals)
@@ -1177,8 +1176,9 @@ class Engine:
                 num_accepted, commit = outcome.num_accepted, outcome.commit
             self.target.commit(state.slot, commit)
             if hidden:
-                kept = commit if isinstance(commit, torch.Tensor) else torch.arange(commit)
-                state.fresh_hidden = torch.stack(hidden, dim=1)[kept.to(logits.device)]  # [n + 1, taps, H]
+                taps = torch.stack(hidden, dim=1)  # [T_i, taps, H]
+                # a chain keeps its first rows (a view); a tree its path's rows
+                state.fresh_hidden = taps[:commit] if isinstance(commit, int) else taps[commit.to(logits.device)]
             if pending["nodes"] is not None:
                 state.estimator.observe(
                     pending["proposal"],
