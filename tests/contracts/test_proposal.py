@@ -5,6 +5,7 @@ import torch
 
 import specdec as sd
 from specdec.contracts import DraftProposal, Tree
+from specdec.contracts.proposal import proposals_pass_conditions
 from specdec.testing import tiny_target
 
 V = 11
@@ -153,3 +154,38 @@ def test_validation_can_be_switched_off_for_a_trusted_drafter(verifier, monkeypa
     assert calls == []
     with pytest.raises(TypeError, match="validate_proposals: expected a bool"):
         sd.ChainVerifier(validate_proposals=1)
+
+
+def test_proposals_pass_conditions_fail_exactly_when_one_proposal_fails_validate():
+    """All of a round's proposals checked together: false iff ``validate`` refuses one of them, for every check."""
+    vocab = 6
+    g = torch.Generator().manual_seed(0)
+    law = torch.softmax(torch.randn(2, vocab, generator=g), -1)
+    good = [
+        DraftProposal(torch.tensor([1, 2]), tree_logprobs=law.log()),
+        DraftProposal(torch.tensor([3, 0]), draft_probs=law),
+        DraftProposal(torch.tensor([4]), parents=torch.tensor([-1])),
+        DraftProposal(torch.tensor([5, 1]), confidence=torch.tensor([0.5, 0.2])),
+        DraftProposal(torch.tensor([], dtype=torch.long)),
+    ]
+    bad = [
+        DraftProposal(torch.tensor([1, 6])),
+        DraftProposal(torch.tensor([1, 2]), tree_logprobs=torch.full((2, vocab), float("nan"))),
+        DraftProposal(torch.tensor([3, 0]), draft_probs=law * 2),
+        DraftProposal(torch.tensor([3, 0]), draft_probs=law.clone().index_fill_(1, torch.tensor([0]), -0.1)),
+        DraftProposal(torch.tensor([3, 0]), draft_probs=law.clone().index_fill_(1, torch.tensor([0]), float("inf"))),
+        DraftProposal(torch.tensor([4]), parents=torch.tensor([0])),
+        DraftProposal(torch.tensor([5, 1]), confidence=torch.tensor([0.5, 1.5])),
+    ]
+
+    def passes(proposals):
+        return all(bool(ok) for ok in proposals_pass_conditions(proposals, vocab_size=vocab))
+
+    assert passes(good)
+    for proposal in bad:
+        with pytest.raises(ValueError):
+            proposal.validate(vocab_size=vocab)
+        for where in range(len(good) + 1):
+            assert not passes([*good[:where], proposal, *good[where:]])
+    with pytest.raises(ValueError, match="draft_probs: expected shape"):
+        proposals_pass_conditions([good[0], DraftProposal(torch.tensor([1]), draft_probs=law)], vocab_size=vocab)
