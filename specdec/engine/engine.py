@@ -203,8 +203,10 @@ class Engine:
             (or factory, called once here to see its kind) with a ``batched(slots=...)`` method, such as
             :class:`~specdec.drafters.ModelDrafter`, whose batched form drafts with one draft-model forward
             per draft step over all requests (its ``"packed"`` layout: drafts agree with the unbatched ones
-            to rounding, outputs stay exact), or :class:`~specdec.drafters.AgentSpecDrafter` (one history
-            shared by all requests). Other drafters (n-gram, oracle: no forward to batch) keep
+            to rounding, outputs stay exact), a block drafter (DFlash, DFlash2, DSpark: one feature ingestion
+            and one block forward a round for all requests,
+            :class:`~specdec.drafters.block.BatchedBlockDrafter`), or
+            :class:`~specdec.drafters.AgentSpecDrafter` (one history shared by all requests). Other drafters (n-gram, oracle: no forward to batch) keep
             their per-request calls. A batched drafter that is a
             :class:`~specdec.engine.drafting.RequestAwareDrafter` gets each request's ``drafter_request``
             (see :meth:`add_request`) when it joins, and its prompt and output when it ends.
