@@ -49,6 +49,9 @@ class BatchedBlockDrafter:
     Attributes:
         cache: the :class:`~specdec.drafters.block.SlotDraftKVCache` of ``slots + 1`` slots; the last one is
             spare (the static path's padding rows and idle blocks write there).
+        host_context: ``True``: contexts may be host tensors (a round reads only each one's length and last
+            token), so :class:`~specdec.engine.Engine` passes its host copy instead of copying every context
+            to the device each round.
 
     Example:
         >>> from specdec.contracts.sampling import SamplingConfig
@@ -93,6 +96,9 @@ class BatchedBlockDrafter:
         self._mask_ids = torch.full((cfg.block_size - 1,), cfg.mask_token_id, dtype=torch.long, device=weight.device)
         self._graphs: StaticGraphs | None = None
         self.row_buckets: tuple[int, ...] = ()
+
+    # contexts may stay on the host (an engine then copies none): a round reads each one's length and last token
+    host_context = True
 
     @property
     def uses_static_path(self) -> bool:
@@ -160,6 +166,9 @@ class BatchedBlockDrafter:
         self.row_buckets = row_buckets
         self._graphs = StaticGraphs(self.cache.k[0].device, capture=capture)
 
+    def _no_tokens(self) -> torch.Tensor:
+        return torch.zeros(0, dtype=torch.long, device=self.cache.k[0].device)
+
     @property
     def max_draft_tokens(self) -> int:
         """The most tokens one request's round proposes (the drafter's, int)."""
@@ -213,7 +222,7 @@ class BatchedBlockDrafter:
             drafter._graph_out = None
         for i in requests:
             if proposals[i] is None:
-                proposals[i] = DraftProposal(tokens=contexts[i].new_zeros(0))
+                proposals[i] = DraftProposal(tokens=self._no_tokens())
         return proposals
 
     def _ingest(self, entries) -> None:
@@ -244,7 +253,7 @@ class BatchedBlockDrafter:
         drafter, cache = self.drafter, self.cache
         model, cfg = drafter.model, drafter.cfg
         device = cache.k[0].device
-        anchors = torch.cat([contexts[i][-1:].to(device) for i in group])  # [m]
+        anchors = torch.cat([contexts[i][-1:] for i in group]).to(device, non_blocking=True)  # [m]
         ids = torch.cat([anchors[:, None], self._mask_ids.expand(len(group), -1)], dim=1)  # [m, B]
         noise = drafter.embed(ids) * cfg.input_embedding_scale  # [m, B, H]
         starts = torch.tensor([cache.lengths[slots[i]] for i in group], dtype=torch.long).to(device, non_blocking=True)
@@ -256,7 +265,8 @@ class BatchedBlockDrafter:
             k = sizes[i]
             drafter._graph_out = heads[j]
             rows = hidden[j, first : first + k]  # [k, H]
-            proposals[i] = drafter._draft(contexts[i], rows, k, samplings[i], generators[i])
+            # the head reads only the context's last token (the anchor): its device copy
+            proposals[i] = drafter._draft(anchors[j : j + 1], rows, k, samplings[i], generators[i])
 
     def _propose_static(self, slots, contexts, sizes, samplings, generators, target_hiddens, kept, rows) -> list[DraftProposal]:
         """A round on the static path: the bucket's body (a replay under CUDA graphs), then each request's draft."""
@@ -291,19 +301,22 @@ class BatchedBlockDrafter:
         drafting = [i for i, k in enumerate(sizes) if k]
         if drafting:
             where = torch.tensor([slots[i] for i in drafting], dtype=torch.long).to(cache.k[0].device, non_blocking=True)
-            static["anchors"].index_copy_(0, where, torch.cat([contexts[i][-1:] for i in drafting]).to(where.device))
+            anchors = torch.cat([contexts[i][-1:] for i in drafting]).to(where.device, non_blocking=True)
+            static["anchors"].index_copy_(0, where, anchors)
         # every slot's block starts after its context rows (idle slots: scratch only)
         static["starts"].copy_(torch.tensor([*cache.lengths[: self.slots], 0], dtype=torch.long), non_blocking=True)
         hidden, heads = self._graphs.run(bucket, self._static_body(bucket))
         first = drafter.first_predicting_row
         proposals = []
         try:
-            for slot, context, k, sampling, generator in zip(slots, contexts, sizes, samplings, generators):
+            for slot, k, sampling, generator in zip(slots, sizes, samplings, generators):
                 if not k:
-                    proposals.append(DraftProposal(tokens=context.new_zeros(0)))
+                    proposals.append(DraftProposal(tokens=self._no_tokens()))
                     continue
                 drafter._graph_out = heads[slot]
-                proposals.append(drafter._draft(context, hidden[slot, first : first + k], k, sampling, generator))
+                # the head reads only the context's last token: the anchor the body used
+                anchor = static["anchors"][slot : slot + 1]
+                proposals.append(drafter._draft(anchor, hidden[slot, first : first + k], k, sampling, generator))
         finally:
             drafter._graph_out = None
         return proposals

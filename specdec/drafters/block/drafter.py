@@ -213,6 +213,7 @@ class BlockDrafter(StaticDraftPath):
         return self._draft(context, hidden, k, sampling, generator)
 
     def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
+        """The proposal from the predicting rows ``hidden [k, H]``; reads only ``context[-1]`` (the anchor)."""
         raise NotImplementedError
 
     def _tree_from(self, child_logprobs, depth: int, budget: int, device) -> DraftProposal:
