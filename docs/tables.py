@@ -819,7 +819,7 @@ def engine_h200(results: Results) -> str:
 
 def engine_real_h200(results: Results) -> str:
     """The real SmolLM2 pair: each system's ratio to batched AR (budget auto / off) and its round time, per concurrency."""
-    run = results("bench_engine_real_h200_2026-12-02_run4.json")
+    run = results("bench_engine_real_h200_2026-12-02_run5.json")
     rows = {(r["concurrency"], r["system"]): r for r in run["rows"]}
     systems = [name for name in run["systems"]]
     levels = sorted({r["concurrency"] for r in run["rows"]}, key=lambda c: (c < 16, c if c >= 16 else -c))
