@@ -63,6 +63,20 @@ PROPOSAL_EXTRAS = tuple(f.name for f in fields(DraftProposal) if f.name != "toke
 ID_DTYPES = frozenset((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
 
 
+def _id_tensor(tokens: object) -> bool:
+    """Whether ``tokens`` is a 1-D tensor of integer ids (on any device)."""
+    return isinstance(tokens, torch.Tensor) and tokens.ndim == 1 and tokens.dtype in ID_DTYPES
+
+
+def _host_ids_only(proposal: DraftProposal) -> bool:
+    """Whether the proposal is token ids on the host and nothing else: the host alone can check it."""
+    return (
+        _id_tensor(proposal.tokens)
+        and proposal.tokens.is_cpu
+        and all(getattr(proposal, name) is None for name in PROPOSAL_EXTRAS)
+    )
+
+
 class RequestFailed(RuntimeError):
     """A request failed during :meth:`Engine.step` (its drafter, proposal, acceptance or ``on_tokens`` raised).
 
@@ -206,8 +220,8 @@ class Engine:
             to rounding, outputs stay exact), a block drafter (DFlash, DFlash2, DSpark: one feature ingestion
             and one block forward a round for all requests,
             :class:`~specdec.drafters.block.BatchedBlockDrafter`), or
-            :class:`~specdec.drafters.AgentSpecDrafter` (one history shared by all requests). Other drafters (n-gram, oracle: no forward to batch) keep
-            their per-request calls. A batched drafter that is a
+            :class:`~specdec.drafters.AgentSpecDrafter` (one history shared by all requests). Other drafters
+            (n-gram, oracle: no forward to batch) keep their per-request calls. A batched drafter that is a
             :class:`~specdec.engine.drafting.RequestAwareDrafter` gets each request's ``drafter_request``
             (see :meth:`add_request`) when it joins, and its prompt and output when it ends.
         max_pass_rows: the most rows one target forward holds (chunked prefill). A joining request's prompt
@@ -689,15 +703,8 @@ class Engine:
         Returns the proposal's token ids as ints when it was decided that way (else ``None``).
         """
         vocab_size = self.target.vocab_size
-        tokens = proposal.tokens
-        if (
-            isinstance(tokens, torch.Tensor)
-            and tokens.is_cpu
-            and tokens.ndim == 1
-            and tokens.dtype in ID_DTYPES
-            and all(getattr(proposal, name) is None for name in PROPOSAL_EXTRAS)
-        ):
-            ids = tokens.tolist()
+        if _host_ids_only(proposal):
+            ids = proposal.tokens.tolist()
             if not ids or (min(ids) >= 0 and max(ids) < vocab_size):
                 return ids
         proposal.validate(vocab_size=vocab_size)
@@ -845,21 +852,18 @@ class Engine:
         One device read for all of them: their token ids, every condition of ``DraftProposal.validate``
         (when the verifier validates proposals) and, under a verify budget, the path scores its estimator
         reads (``AcceptanceEstimator.score_tensor``). Each request keeps its ids as ints (``read_ids``) and its
-        scores (``path_scores``), and is marked validated. When any check fails, or a proposal is malformed on the host, nothing is marked,
-        and each request is checked alone later, so only a bad proposal's request fails, with its own message.
+        scores (``path_scores``), and is marked validated. When any check fails, or a proposal is malformed on
+        the host, nothing is marked, and each request is checked alone later, so only a bad proposal's request
+        fails, with its own message.
         """
-        chains = []
-        for state in states:
-            tokens = state.pending["proposal"].tokens
-            if (
-                self._host_greedy(state)
-                and type(self.verifier) is ChainVerifier
-                and isinstance(tokens, torch.Tensor)
-                and tokens.ndim == 1
-                and tokens.dtype in ID_DTYPES
-                and not (tokens.is_cpu and all(getattr(state.pending["proposal"], name) is None for name in PROPOSAL_EXTRAS))
-            ):
-                chains.append(state)
+        chains = [
+            state
+            for state in states
+            if self._host_greedy(state)
+            and type(self.verifier) is ChainVerifier
+            and _id_tensor(state.pending["proposal"].tokens)
+            and not _host_ids_only(state.pending["proposal"])
+        ]
         if not chains:
             return
         proposals = [state.pending["proposal"] for state in chains]

@@ -225,17 +225,22 @@ class BatchedBlockDrafter:
                 proposals[i] = DraftProposal(tokens=self._no_tokens())
         return proposals
 
-    def _ingest(self, entries) -> None:
-        """The new feature rows of ``entries`` ``(slot, kept rows, new rows, features)`` into their slots, in one projection."""
-        cache, model = self.cache, self.drafter.model
+    def _new_rows(self, entries) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """``(features, slots, positions)`` of the new rows of ``entries`` ``(slot, kept rows, new rows, features)``,
+        per request with rows (host slot and position ids); each slot's length becomes its kept plus new rows."""
         feats, slot_ids, positions = [], [], []
         for slot, keep, r, hidden in entries:
-            cache.lengths[slot] = keep
+            self.cache.lengths[slot] = keep + r
             if r:
                 feats.append(hidden.reshape(r, -1))
                 slot_ids.append(torch.full((r,), slot, dtype=torch.long))
                 positions.append(torch.arange(keep, keep + r))
-                cache.lengths[slot] = keep + r
+        return feats, slot_ids, positions
+
+    def _ingest(self, entries) -> None:
+        """The new feature rows of ``entries`` ``(slot, kept rows, new rows, features)`` into their slots, in one projection."""
+        cache, model = self.cache, self.drafter.model
+        feats, slot_ids, positions = self._new_rows(entries)
         if not feats:
             return
         device = cache.k[0].device
@@ -279,14 +284,8 @@ class BatchedBlockDrafter:
             self._ingest(entries)
             entries, bucket = [], 0
         static = self._static_buffers(bucket)
+        feats, slot_ids, positions = self._new_rows(entries)
         if bucket:
-            feats, slot_ids, positions = [], [], []
-            for slot, keep, r, hidden in entries:
-                cache.lengths[slot] = keep + r
-                if r:
-                    feats.append(hidden.reshape(r, -1))
-                    slot_ids.append(torch.full((r,), slot, dtype=torch.long))
-                    positions.append(torch.arange(keep, keep + r))
             pad = bucket - total
             if pad:
                 feats.append(feats[0].new_zeros(pad, feats[0].shape[1]))
@@ -295,9 +294,6 @@ class BatchedBlockDrafter:
             static["feats"].copy_(torch.cat(feats), non_blocking=True)
             static["row_slots"].copy_(torch.cat(slot_ids), non_blocking=True)
             static["row_positions"].copy_(torch.cat(positions), non_blocking=True)
-        else:
-            for slot, keep, r, _ in entries:
-                cache.lengths[slot] = keep + r
         drafting = [i for i, k in enumerate(sizes) if k]
         if drafting:
             where = torch.tensor([slots[i] for i in drafting], dtype=torch.long).to(cache.k[0].device, non_blocking=True)

@@ -8,6 +8,13 @@ import torch
 __all__ = ["DraftKVCache", "SlotDraftKVCache", "StaticDraftKVCache"]
 
 
+def _positions(max_context: int, block_size: int) -> int:
+    """Positions a request's fixed-shape cache holds: ``max_context + block_size`` rounded up to a multiple of 16."""
+    if isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1:
+        raise ValueError(f"max_context: expected an int >= 1, got {max_context!r}")
+    return -(-(max_context + block_size) // 16) * 16
+
+
 class DraftKVCache:
     """The drafter's K/V of committed context rows, per layer ``[Hkv, S, D]``, with crop.
 
@@ -90,10 +97,8 @@ class StaticDraftKVCache:
     """
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, *, max_context: int, block_size: int, dtype, device):
-        if isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1:
-            raise ValueError(f"max_context: expected an int >= 1, got {max_context!r}")
         self.max_context = max_context
-        slots = -(-(max_context + block_size) // 16) * 16
+        slots = _positions(max_context, block_size)
         # zeros, not empty: masked slots still enter the softmax-weighted sum as 0 * value, so they must be finite
         self.k = [torch.zeros(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -142,10 +147,8 @@ class SlotDraftKVCache:
     def __init__(
         self, num_layers: int, num_kv_heads: int, head_dim: int, *, slots: int, max_context: int, block_size: int, dtype, device
     ):
-        if isinstance(max_context, bool) or not isinstance(max_context, int) or max_context < 1:
-            raise ValueError(f"max_context: expected an int >= 1, got {max_context!r}")
         self.max_context = max_context
-        positions = -(-(max_context + block_size) // 16) * 16
+        positions = _positions(max_context, block_size)
         # zeros, not empty: masked positions still enter the softmax-weighted sum as 0 * value, so they must be finite
         shape = (slots, num_kv_heads, positions, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]

@@ -223,12 +223,12 @@ class DSparkDrafter(BlockDrafter):
         return torch.sigmoid(logits)
 
     def _head_temperatures(self, device) -> torch.Tensor:
-        """``[B]`` temperatures of the per-round head: the static body's device copy, else ones or the calibration."""
-        if self._graph_temperatures is not None:
-            return self._graph_temperatures
-        t = self.confidence_temperatures
-        # x / 1 == x exactly, so the unset case matches the eager path's undivided logits
-        return (torch.ones(self.max_draft_tokens) if t is None else t).to(device)
+        """``[B]`` temperatures of the per-round head on the device: made at the first round (or by the static
+        path), kept in step with :meth:`calibrate`."""
+        if self._graph_temperatures is None:
+            self._graph_temperatures = torch.ones(self.max_draft_tokens, dtype=torch.float32, device=device)
+            self._sync_graph_temperatures()
+        return self._graph_temperatures
 
     def batched(self, *, slots: int, layout: str = "packed", max_context: int | None = None):
         """:meth:`BlockDrafter.batched <specdec.drafters.block.BlockDrafter.batched>`; refused with a
