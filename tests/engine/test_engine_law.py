@@ -9,6 +9,10 @@
 * exact, by enumeration, with a :class:`~specdec.verify.TreeVerifier`: every draw of every verify row of the
   tree walk is a branch; a request whose drafter's best-first trees have sibling nodes follows the target's
   law (total variation < 1e-12), and two biased walks patched into the engine's round are far from it;
+* exact, by enumeration, with a :class:`~specdec.verify.TwoLevelVerifier` (gate "always", in a vocabulary of
+  two to keep the branches few): the Q pass picks the chain, and when it is shorter than the exact budget the
+  drafter drafts again below the Q next token; every draw of the exact pass's sample-and-match is a branch.
+  The request follows the target's law (total variation < 1e-12) and a biased exact walk is far from it;
 * sampled: many seeded requests of one prompt through the engine, chi-square of the speculated tokens
   against the exact law (the helpers of ``tests/decode/test_generate_sampling.py``); the greedy drafter
   claiming a softmax law and an engine whose requests share one generator are caught.
@@ -31,7 +35,8 @@ from specdec.engine import Engine
 from specdec.engine import rounds as rounds_module
 from specdec.testing import tiny_target
 from specdec.testing.laws import autoregressive_law, one_sample_chi2, total_variation
-from specdec.verify import ChainVerifier, TreeVerifier
+from specdec.verify import ChainVerifier, TreeVerifier, TwoLevelVerifier
+from specdec.verify import two_level as two_level_module
 from specdec.verify import walks as walks_module
 from specdec.verify.walks import match_walk, sample_and_match
 
@@ -257,3 +262,71 @@ def test_enumeration_sees_a_biased_tree_walk_in_the_engine(monkeypatch, walk):
     expected = autoregressive_law(tree_target_logits, TREE_PROMPTS[0], TREE_NEW_TOKENS, sampling=SAMPLING)
     assert abs(sum(law.values()) - 1.0) < 1e-12
     assert total_variation(law, expected) > 1e-3
+
+
+TWO_LEVEL_VOCAB = 2
+
+
+@functools.cache
+def two_level_law_target():
+    return tiny_target(
+        seed=41, vocab_size=TWO_LEVEL_VOCAB, hidden_size=16, intermediate_size=32, max_seq_len=24, dtype=torch.float64
+    )
+
+
+@functools.cache
+def two_level_draft_model(copy: int):
+    return tiny_target(
+        seed=42, vocab_size=TWO_LEVEL_VOCAB, hidden_size=16, intermediate_size=32, max_seq_len=24, dtype=torch.float64
+    )
+
+
+def two_level_target_logits(context: tuple[int, ...]) -> torch.Tensor:
+    target = two_level_law_target()
+    target.reset()
+    logits = target(torch.tensor([context])).logits[0, -1]
+    target.reset()
+    return logits
+
+
+def build_two_level_engine():
+    """The tree prompts (in a vocabulary of two) through a two-level engine: exact budget 2, Q budget 1, two
+    children a node. When the Q pass rejects T1's one node, the chain is the Q next token alone and the drafter
+    drafts one more token below it; otherwise the chain fills the exact budget. Requests 0 and 2 draft the draft
+    model's greedy trees, request 1 n-gram chains."""
+    drafters = iter(
+        [GreedyTreeDrafter(two_level_draft_model(0)), NGramDrafter(max_ngram=2), GreedyTreeDrafter(two_level_draft_model(2))]
+    )
+    verifier = TwoLevelVerifier(budget=2, q_budget=1, top_k=2, gate="always")
+    engine = Engine(two_level_law_target(), lambda: next(drafters), verifier, max_batch=len(TREE_PROMPTS), num_draft_tokens=2)
+    prompts = [[t % TWO_LEVEL_VOCAB for t in p] for p in TREE_PROMPTS]
+    ids = [engine.add_request(p, max_new_tokens=TREE_NEW_TOKENS, sampling=SAMPLING, seed=20 + i) for i, p in enumerate(prompts)]
+    return engine, ids
+
+
+def two_level_expected_law():
+    prompt = [t % TWO_LEVEL_VOCAB for t in TREE_PROMPTS[0]]
+    return autoregressive_law(two_level_target_logits, prompt, TREE_NEW_TOKENS, sampling=SAMPLING)
+
+
+def test_enumerated_two_level_engine_law_equals_autoregressive_law(monkeypatch):
+    real = TwoLevelVerifier.exact_plan
+    second_drafts = []
+
+    def recording_plan(self, chain, second, k2, root, **kwargs):
+        subtree, plan = real(self, chain, second, k2, root, **kwargs)
+        second_drafts.append(subtree.num_nodes > 0)
+        return subtree, plan
+
+    monkeypatch.setattr(TwoLevelVerifier, "exact_plan", recording_plan)
+    law = enumerate_request_law(monkeypatch, build_two_level_engine, 0)
+    assert any(second_drafts) and not all(second_drafts)  # rounds with and without a second draft below c*
+    assert abs(sum(law.values()) - 1.0) < 1e-12
+    assert total_variation(law, two_level_expected_law()) < 1e-12
+
+
+def test_enumeration_sees_a_biased_exact_walk_of_the_two_level_engine(monkeypatch):
+    monkeypatch.setattr(two_level_module, "sample_and_match", walk_reusing_the_root_draw)
+    law = enumerate_request_law(monkeypatch, build_two_level_engine, 0)
+    assert abs(sum(law.values()) - 1.0) < 1e-12
+    assert total_variation(law, two_level_expected_law()) > 1e-3
