@@ -58,24 +58,27 @@ def conv_state_commit_static(x: torch.Tensor, path: torch.Tensor, conv_state: to
     """:func:`~specdec.kernels.gdn.conv_state_commit` without its host-side path checks (graph-capturable).
 
     Args:
-        x: ``[N, C]`` pre-conv rows of the verify step.
-        path: ``[L]`` int64 accepted rows, root to leaf, then ``-1`` padding (checked by the caller).
-        conv_state: ``[C, S]`` committed conv state.
+        x: ``[N, C]`` pre-conv rows of the verify step (batched: ``[B, N, C]``).
+        path: ``[L]`` int64 accepted rows, root to leaf, then ``-1`` padding (checked by the caller;
+            batched: ``[B, L]``, one request a row).
+        conv_state: ``[C, S]`` committed conv state (batched: ``[B, C, S]``).
 
     Returns:
-        ``[C, S]``: the committed columns followed by the path's, the last ``S`` kept.
+        ``[C, S]`` (batched ``[B, C, S]``): the committed columns followed by the path's, the last ``S`` kept.
 
     Example:
         >>> conv_state_commit_static(torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([0, 2, -1]), torch.tensor([[7.0, 8.0, 9.0]]))
         tensor([[9., 1., 3.]])
     """
+    if x.ndim == 2:
+        return conv_state_commit_static(x[None], path[None], conv_state[None])[0]
     s = conv_state.shape[-1]
-    accepted = (path >= 0).sum()
-    pos = accepted - s + torch.arange(s, device=path.device)  # [S] index into the accepted sequence
-    node = path.gather(0, pos.clamp(0, path.numel() - 1))
+    accepted = (path >= 0).sum(dim=1, keepdim=True)  # [B, 1]
+    pos = accepted - s + torch.arange(s, device=path.device)  # [B, S] index into the accepted sequence
+    node = path.gather(1, pos.clamp(0, path.shape[1] - 1))
     src = torch.where(pos >= 0, s + node, s + pos)  # into [old state columns | x rows]
-    ext = torch.cat([conv_state.t(), x.to(conv_state.dtype)], dim=0)  # [S + N, C]
-    return ext.index_select(0, src).t()
+    ext = torch.cat([conv_state.transpose(1, 2), x.to(conv_state.dtype)], dim=1)  # [B, S + N, C]
+    return ext.gather(1, src[..., None].expand(-1, -1, ext.shape[-1])).transpose(1, 2)
 
 
 class HybridTarget(LeanTarget):
@@ -453,6 +456,21 @@ class HybridTarget(LeanTarget):
                 root-to-node path of the last forward's tree (ascending; first row a child of the
                 committed prefix, each next row a child of the previous).
         """
+        rows, path = self._accepted_path(accepted)
+        n = len(rows)
+        if n:
+            nxt = self._free_slot()
+            if self._last_static is not None:
+                self._static_commit(path, nxt)
+            else:
+                self._eager_commit(path, rows, nxt)
+            self._slot = nxt
+            self._slot_len[nxt] = self.length + n
+        self._advance(n)
+        self._forget_last()
+
+    def _accepted_path(self, accepted: int | torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        """``accepted`` checked against the last forward's rows: ``(rows on the host, path [n] on the device)``."""
         self._accepted_count(accepted)
         if isinstance(accepted, int):
             rows = list(range(accepted))
@@ -469,17 +487,7 @@ class HybridTarget(LeanTarget):
                     f"accepted: expected a root-to-node path of the last forward's rows; row {r} at position {j} "
                     f"{'is out of range' if got is None else f'has parent {got}, not {want}'}"
                 )
-        n = len(rows)
-        if n:
-            nxt = self._free_slot()
-            if self._last_static is not None:
-                self._static_commit(path, nxt)
-            else:
-                self._eager_commit(path, rows, nxt)
-            self._slot = nxt
-            self._slot_len[nxt] = self.length + n
-        self._advance(n)
-        self._forget_last()
+        return rows, path
 
     def _eager_commit(self, path: torch.Tensor, rows: list[int], nxt: int) -> None:
         cur_rec, cur_conv = self.recurrent_states, self.conv_states

@@ -35,6 +35,7 @@ from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.models.hybrid import HybridTarget
 from specdec.models.ragged import SlotTarget
+from specdec.models.ragged_hybrid_commit import PendingCommit, flush_commits
 from specdec.models.ragged_hybrid_packed import packed_hybrid_forward
 from specdec.models.slots import RequestRows, RequestSlots
 from specdec.models.weight_views import WEIGHT_VIEWS
@@ -124,6 +125,7 @@ class RaggedHybridTarget(RequestSlots):
             slots, state_slots, n_gdn, cfg.conv_dim, cfg.linear_conv_kernel_dim - 1, dtype=dtype, device=device
         )
         self._states = [self._empty_state(s) for s in range(slots)]
+        self._pending: list[PendingCommit] = []
 
     def _empty_state(self, slot: int) -> dict:
         return {
@@ -141,11 +143,19 @@ class RaggedHybridTarget(RequestSlots):
             "_stash": None,
             "_last_parents": None,
             "_last_static": None,
+            "_packed": None,  # (the last packed forward's GDN rows, the slot's first row there), until it commits
         }
 
     @contextmanager
-    def _bound(self, slot: int) -> Iterator[HybridTarget]:
-        """The shared target holding ``slot``'s cache and bookkeeping (eager path); its own are put back after."""
+    def _bound(self, slot: int, *, flush: bool = True) -> Iterator[HybridTarget]:
+        """The shared target holding ``slot``'s cache and bookkeeping (eager path); its own are put back after.
+
+        With ``flush`` (every caller but the packed commit) the pending commits are written first and the
+        slot's last packed forward is forgotten: what runs next is a batch-1 operation on the slot.
+        """
+        if flush:
+            self._flush()
+            self._states[slot]["_packed"] = None
         target, state = self.target, self._states[slot]
         own = {name: getattr(target, name) for name in (*_STATE, "_graphs", "_buckets")}
         for name in _STATE:
@@ -158,6 +168,12 @@ class RaggedHybridTarget(RequestSlots):
                 state[name] = getattr(target, name)
             for name, value in own.items():
                 setattr(target, name, value)
+
+    def _flush(self) -> None:
+        """Write the pending commits of the last packed forward (:mod:`~specdec.models.ragged_hybrid_commit`)."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            flush_commits(self, pending)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -188,11 +204,13 @@ class RaggedHybridTarget(RequestSlots):
             torch.Size([1, 4, 8, 8])
         """
         state = self._states[self._check_slot(slot)]
+        self._flush()
         return state["_rec"][state["_slot"]]
 
     def conv_states(self, slot: int) -> torch.Tensor:
         """``[num_gdn_layers, conv_dim, W - 1]`` committed conv states of ``slot``, oldest column first (a view)."""
         state = self._states[self._check_slot(slot)]
+        self._flush()
         return state["_conv"][state["_slot"]]
 
     def reset(self, slot: int) -> None:
@@ -230,8 +248,24 @@ class RaggedHybridTarget(RequestSlots):
             >>> ragged.commit(1, torch.tensor([0, 2])); ragged.lengths
             [0, 2]
         """
-        with self._bound(self._check_slot(slot)) as target:
-            target.commit(accepted)
+        slot = self._check_slot(slot)
+        state = self._states[slot]
+        if state["_packed"] is None:
+            with self._bound(slot) as target:
+                target.commit(accepted)
+            return
+        # after a packed forward: checked and booked now, written with the other requests' commits
+        with self._bound(slot, flush=False) as target:
+            rows, _ = target._accepted_path(accepted)
+            if rows:
+                nxt = target._free_slot()
+                stash, start = state["_packed"]
+                self._pending.append(PendingCommit(slot, target._slot, nxt, stash, start, tuple(rows), target.length))
+                target._slot = nxt
+                target._slot_len[nxt] = target.length + len(rows)
+            target._advance(len(rows))
+            target._forget_last()
+        state["_packed"] = None
 
     def slot_target(self, slot: int) -> HybridSlotTarget:
         """A batch-1 :class:`~specdec.contracts.Target` over ``slot`` (prefill, drafters' tests, batch-1 verifiers).
@@ -293,6 +327,7 @@ class RaggedHybridTarget(RequestSlots):
         hidden_layers = tuple(hidden_layers)
         if view not in WEIGHT_VIEWS:
             raise ValueError(f"view: expected one of {WEIGHT_VIEWS} (this target's weight_views), got {view!r}")
+        self._flush()
         parents = self._check_rows(requests, hidden_layers)
         if self.layout == "packed":
             return packed_hybrid_forward(self, requests, parents, hidden_layers, view)

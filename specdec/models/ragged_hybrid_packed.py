@@ -10,8 +10,10 @@ history runs on its own rows with its own slot:
   per layer: their trees padded to the longest one's ``Tb`` rows (padding rows are extra roots whose
   outputs are dropped) with one initial state per request, the kernels' ``[B, Tb]`` form. A longer request
   (a prefill) runs its own unpadded call, so a prefill in the batch does not pad every decode to its length.
-* Attention layers: the request's rows attend its own KV slot
-  (:func:`~specdec.models.dense.cached_attention`, one call per request).
+* Attention layers: the requests of up to 64 rows write their K/V into their slots and attend them in ONE
+  :func:`~specdec.models.packed_attention.sdpa_over_slots` call per layer (each row under its request's
+  prefix-and-tree mask); a longer request (a prefill) attends its own slot alone
+  (:func:`~specdec.models.dense.cached_attention`).
 
 Each slot is then left exactly what the batch-1 :class:`~specdec.models.hybrid.HybridTarget` forward leaves
 for its commit (per GDN layer the rows' pre-conv activations, keys, values, gates and betas; the tree's
@@ -32,6 +34,7 @@ from specdec.kernels.gdn import TreeMeta, build_tree_meta, gdn_tree, tree_causal
 from specdec.models.dense import _rotate_half, cached_attention, prefix_attention_mask
 from specdec.models.hybrid import _WY_MAX_ROWS
 from specdec.models.hybrid_layers import GatedAttention, GatedDeltaNet
+from specdec.models.packed_attention import sdpa_over_slots, slot_mask
 from specdec.models.slots import RequestRows
 
 __all__ = ["packed_hybrid_forward"]
@@ -70,6 +73,44 @@ class _GdnCall:
         out = packed.new_zeros((self.meta.batch_size, self.meta.num_nodes, *packed.shape[1:]))
         out[self.batch, self.node] = packed[self.rows]
         return out
+
+
+@dataclass(frozen=True)
+class _SlotAttention:
+    """The short requests' rows, attended in one call over every slot's cache."""
+
+    rows: torch.Tensor  # [Rs] packed row of each of them
+    row_slot: torch.Tensor  # [Rs] its slot
+    row_index: torch.Tensor  # [Rs] its index within its request
+    row_cache: torch.Tensor  # [Rs] its cache position
+    mask: torch.Tensor  # slot_mask's [S, 1, G * Tb, span]
+
+    @property
+    def span(self) -> int:
+        return self.mask.shape[-1]
+
+
+def _slot_attention(ragged, segments: Sequence[_Segment]) -> _SlotAttention | None:
+    """The :class:`_SlotAttention` of the forward's requests of at most ``_WY_MAX_ROWS`` rows (``None``: none)."""
+    short = [seg for seg in segments if seg.rows <= _WY_MAX_ROWS]
+    if not short:
+        return None
+    device, cfg = ragged.device, ragged.target.config
+    width = max(seg.rows for seg in short)
+    index = [[r for seg in short for r in range(seg.start, seg.stop)]]
+    index.append([seg.slot for seg in short for _ in range(seg.rows)])
+    index.append([t for seg in short for t in range(seg.rows)])
+    index.append([seg.length for seg in short for _ in range(seg.rows)])
+    rows, row_slot, row_index, row_len = torch.tensor(index, dtype=torch.long).to(device)
+    local = torch.zeros(rows.numel(), width, dtype=torch.bool, device=device)  # row r sees its request's new row c
+    at = 0
+    for seg in short:
+        local[at : at + seg.rows, : seg.rows] = seg.attn_mask[0, 0, :, seg.length :]
+        at += seg.rows
+    span = max(seg.length + seg.rows for seg in short)
+    group = cfg.num_heads // cfg.num_kv_heads
+    mask = slot_mask(row_slot, row_index, row_len, local, span, num_slots=ragged.slots, group=group)
+    return _SlotAttention(rows, row_slot, row_index, row_len + row_index, mask)
 
 
 def _gdn_calls(ragged, segments: Sequence[_Segment]) -> tuple[list[_GdnCall], torch.Tensor]:
@@ -137,7 +178,9 @@ def _packed_gdn(mixer: GatedDeltaNet, h: torch.Tensor, layer: int, calls: Sequen
     return mixer.out_proj(o), (mixed, k_rows, v_rows, g, beta)
 
 
-def _packed_attention(mixer: GatedAttention, h, cos, sin, layer: int, segments: Sequence[_Segment], ragged) -> torch.Tensor:
+def _packed_attention(
+    mixer: GatedAttention, h, cos, sin, layer: int, segments: Sequence[_Segment], slotted: _SlotAttention | None, ragged
+) -> torch.Tensor:
     """``h [1, R, H]`` -> ``[1, R, H]``: projections over all rows, each request's rows against its own KV slot."""
     cfg = mixer.cfg
     num_rows = h.shape[1]
@@ -151,22 +194,31 @@ def _packed_attention(mixer: GatedAttention, h, cos, sin, layer: int, segments: 
     q = torch.cat([q[..., :r] * cos + _rotate_half(q[..., :r]) * sin, q[..., r:]], dim=-1)
     k = torch.cat([k[..., :r] * cos + _rotate_half(k[..., :r]) * sin, k[..., r:]], dim=-1)
     k_cache, v_cache = ragged.k_caches[layer], ragged.v_caches[layer]  # [S, Hkv, max_seq_len, D]
-    outs = []
+    out = q.new_empty(num_rows, cfg.num_heads * cfg.head_dim)
+    if slotted is not None:
+        rows = slotted.rows
+        k_cache[slotted.row_slot, :, slotted.row_cache] = k[0, :, rows].transpose(0, 1)  # [Rs, Hkv, D]
+        v_cache[slotted.row_slot, :, slotted.row_cache] = v[0, :, rows].transpose(0, 1)
+        span = slotted.span
+        attended = sdpa_over_slots(
+            q[:, :, rows], k_cache[:, :, :span], v_cache[:, :, :span], slotted.row_slot, slotted.row_index, slotted.mask
+        )  # [Rs, H, D]
+        out[rows] = attended.reshape(rows.numel(), -1)
     for seg in segments:
+        if seg.rows <= _WY_MAX_ROWS:
+            continue
         span = seg.length + seg.rows
         cache_rows = seg.length + torch.arange(seg.rows, device=h.device)
-        outs.append(
-            cached_attention(
-                q[:, :, seg.start : seg.stop],
-                k[:, :, seg.start : seg.stop],
-                v[:, :, seg.start : seg.stop],
-                k_cache[seg.slot : seg.slot + 1, :, :span],
-                v_cache[seg.slot : seg.slot + 1, :, :span],
-                cache_rows,
-                seg.attn_mask,
-            )
-        )
-    return mixer.wo(torch.cat(outs, dim=1) * torch.sigmoid(gate))
+        out[seg.start : seg.stop] = cached_attention(
+            q[:, :, seg.start : seg.stop],
+            k[:, :, seg.start : seg.stop],
+            v[:, :, seg.start : seg.stop],
+            k_cache[seg.slot : seg.slot + 1, :, :span],
+            v_cache[seg.slot : seg.slot + 1, :, :span],
+            cache_rows,
+            seg.attn_mask,
+        )[0]
+    return mixer.wo(out[None] * torch.sigmoid(gate))
 
 
 def packed_hybrid_forward(
@@ -203,6 +255,7 @@ def packed_hybrid_forward(
         segments.append(_Segment(req.slot, start, seqlen, length, tree, attn_mask))
         start += seqlen
     calls, depth = _gdn_calls(ragged, segments)
+    slotted = _slot_attention(ragged, segments)
     positions = torch.cat(
         [
             seg.length + depth[seg.start : seg.stop][None] if req.positions is None else req.positions
@@ -224,7 +277,7 @@ def packed_hybrid_forward(
                 stash.append(saved)
                 g += 1
             else:
-                out = _packed_attention(layer.mixer, h, cos, sin, a, segments, ragged)
+                out = _packed_attention(layer.mixer, h, cos, sin, a, segments, slotted, ragged)
                 a += 1
             x = x + out
             x = x + layer.mlp(layer.mlp_norm(x))
@@ -237,8 +290,9 @@ def packed_hybrid_forward(
     outputs = []
     for seg in segments:
         state = ragged._states[seg.slot]
-        # what the batch-1 forward leaves for HybridTarget.commit
-        state["_stash"] = [tuple(t[seg.start : seg.stop] for t in saved) for saved in stash]
+        # what the batch-1 forward leaves for its commit's checks; the GDN rows stay packed
+        state["_stash"] = None
+        state["_packed"] = (stash, seg.start)  # its commit gathers its rows from the packed stash
         state["_last_rows"] = seg.rows
         state["_last_parents"] = seg.parents
         state["_last_static"] = None

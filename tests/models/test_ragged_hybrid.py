@@ -193,6 +193,7 @@ def test_bad_rows_raise_before_any_work(layout):
     ragged = RaggedHybridTarget(HYBRID, slots=2, max_seq_len=8, layout=layout)
     ragged.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))])
     ragged.commit(0, 3)
+    ragged.recurrent_states(0)  # a packed forward's commits are written when a slot is read next
     caches = [k.clone() for k in ragged.k_caches]
     recurrent = ragged.recurrent.clone()
     good = RequestRows(1, torch.tensor([[4, 5]]))
