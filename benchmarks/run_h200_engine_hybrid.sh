@@ -5,9 +5,10 @@
 # kernels batched over the requests' padded trees); ablation: global verify budget off; throughput-vs-concurrency plot.
 # The weights are random with a planted successor rule (`--weights planted`): every speculative output must equal
 # batched AR (exit 1 otherwise), and the alone outputs must follow the planted chain.
-# No CUDA graphs for ragged hybrids: every forward and commit is eager (JSON graphs.mode = "eager"). The batch-1 AR
-# step of this shape is 76.8 ms eager (7.16 ms graphed; README, NOTES), launch-bound, so a round costs ~80 ms plus
-# a few ms per request for its attention calls and its GDN-state commit.
+# The packed layout replays CUDA graphs for forwards whose requests have at most 64 rows each (decode and verify
+# rounds), checked bitwise against its eager static path before the cases (JSON graphs.mode / check_equal); prefill
+# chunks of more rows, the commits and the per_request layout run eagerly (the batch-1 eager AR step of this shape
+# is 76.8 ms, its graphed step 7.16 ms; README, NOTES).
 # Expected time on one H200: ~4 min (240 s measured on 2026-12-02, when c = 4 did not fit the wall budget and was
 # skipped; the estimate below assumed faster rounds). Target built and planted ~15 s; the alone reference first (every request
 # alone, untimed; it also stands for c = 1, whose timed cases would repeat it three times and do not fit): 24

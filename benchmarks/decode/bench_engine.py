@@ -29,8 +29,8 @@ With ``--dtype float32`` or ``--weights planted`` the script requires every spec
 of the same concurrency (``torch.equal``) and exits 1 otherwise.
 
 Every engine, AR included, caps the rows of one target forward (``--max-pass-rows``, default ``auto``: the
-packed target's largest graph bucket, 256, where the engine can hold every forward within it; a hybrid or
-``per_request`` target has no buckets, so no cap): a joining request's prompt is prefilled in chunks beside the
+packed target's largest graph bucket, 256, where the engine can hold every forward within it; a ``per_request``
+target has no buckets, so no cap): a joining request's prompt is prefilled in chunks beside the
 other requests' verify rows instead of pushing a forward past the largest bucket, where it would run eagerly.
 Budget-off cases whose ``max_batch`` full rounds exceed the bucket (24 x 16 rows) run without a cap. Each row
 records the cap applied (``max_pass_rows``), the forwards past the largest bucket (``eager_passes``), the largest
@@ -40,9 +40,11 @@ forward and the prompt rows (``prefill_rows``).
 DeltaNet + 8 gated attention layers; :func:`specdec.models.hybrid.random_hybrid_target`) through
 :class:`~specdec.models.ragged_hybrid.RaggedHybridTarget`: ``packed`` runs every linear layer once over all
 requests and the GDN kernels batched over the requests' padded trees, ``per_request`` runs each request through
-the batch-1 code path. Neither has CUDA graphs (every forward and commit is eager, launch-bound: about 77 ms a
-batch-1 AR step on an H200); the JSON records ``graphs.mode = "eager"``. Each slot holds, beside its attention
-KV, two GDN recurrent states (float32) and two conv states per GDN layer (``gdn_state_bytes_per_layout``).
+the batch-1 code path. ``packed`` replays CUDA graphs for forwards whose requests have at most 64 rows each
+(decode and verify rounds; :mod:`specdec.models.ragged_hybrid_static`), checked against its eager static path as
+for the dense target; a forward with a prefill chunk of more than 64 rows runs eagerly, and so does every
+``per_request`` forward (launch-bound: about 77 ms a batch-1 AR step on an H200). Each slot holds, beside its
+attention KV, two GDN recurrent states (float32) and two conv states per GDN layer (``gdn_state_bytes_per_layout``).
 
 ``--model smollm2-pair`` runs the real pair: SmolLM2-135M-Instruct (:func:`specdec.data.smollm2_target`, bf16 on
 CUDA, float32 on the CPU) and the trained DFlash drafter that ships with specdec, on held-out HumanEval prompts
@@ -328,7 +330,7 @@ def pair_systems(trained, target, *, tree_budget: int, slots: int, max_context: 
     }
 
 
-def enable_graphs(ragged: RaggedDenseTarget, cuda: bool, disabled: bool) -> dict:
+def enable_graphs(ragged: RaggedDenseTarget | RaggedHybridTarget, cuda: bool, disabled: bool) -> dict:
     """CUDA graphs on the packed target (on CPU: the same bucketed static path, eagerly).
 
     On CUDA a two-request forward is run as a replay and on the eager static path and compared; a
@@ -408,7 +410,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--model",
         default="qwen3-8b",
         choices=("qwen3-8b", "qwen3.5-4b", "smollm2-pair"),
-        help="dense Qwen3-8B shape, the Qwen3.5-4B hybrid shape (Gated DeltaNet + attention, eager: no CUDA graphs), "
+        help="dense Qwen3-8B shape, the Qwen3.5-4B hybrid shape (Gated DeltaNet + attention), "
         "or the real SmolLM2-135M-Instruct with its trained DFlash drafter (held-out HumanEval prompts, real acceptance)",
     )
     ap.add_argument("--concurrency", default="1,4,16,24")
@@ -630,13 +632,12 @@ def run(args: argparse.Namespace) -> int:
     targets: dict[str, RaggedDenseTarget | RaggedHybridTarget] = {}
 
     def target_of(layout: str) -> RaggedDenseTarget | RaggedHybridTarget:
-        """One ragged target per layout; the dense packed one replays CUDA graphs (the static path on CPU), a hybrid runs eagerly."""
+        """One ragged target per layout; a packed one replays CUDA graphs (the static path on CPU)."""
         if layout not in targets:
             if hybrid:
                 ragged = RaggedHybridTarget(base, slots=slots, max_seq_len=max_seq_len, layout=layout)
                 if layout == "packed":
-                    result["graphs"] = {"mode": "eager", "check_equal": None, "error": None}
-                    print(f"packed hybrid target: {result['graphs']} (no CUDA graphs for ragged hybrids)", flush=True)
+                    result["graphs"] = enable_graphs(ragged, cuda, args.no_graphs)
             else:
                 ragged = RaggedDenseTarget(base, slots=slots, max_seq_len=max_seq_len, layout=layout)
                 if layout == "packed":

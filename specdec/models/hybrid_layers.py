@@ -71,6 +71,16 @@ class GatedAttention(nn.Module):
             cos, sin: ``[1, 1, T, rotary_dim]`` RoPE tables of the rows' positions.
             k_cache, v_cache, slots, attn_mask: as for :func:`specdec.models.dense.cached_attention`.
         """
+        q, k, v, gate = self.project(x, cos, sin)
+        out = cached_attention(q, k, v, k_cache, v_cache, slots, attn_mask)  # [B, T, H*D]
+        return self.wo(out * torch.sigmoid(gate))
+
+    def project(self, x, cos, sin):
+        """``x [B, T, H]`` -> ``(q [B, H, T, D], k [B, Hkv, T, D], v [B, Hkv, T, D], gate [B, T, H * D])``.
+
+        q and k normed and rotated (partial RoPE: the first ``rotary_dim`` channels of each head); the
+        output gate is applied after attention, ``wo(attention * sigmoid(gate))``.
+        """
         cfg = self.cfg
         bsz, seqlen, _ = x.shape
         qg, k, v = self.wqkv(x).split([2 * cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
@@ -79,11 +89,10 @@ class GatedAttention(nn.Module):
         q = self.q_norm(q).transpose(1, 2)  # [B, H, T, D]
         k = self.k_norm(k.view(bsz, seqlen, cfg.num_kv_heads, cfg.head_dim)).transpose(1, 2)
         v = v.view(bsz, seqlen, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
-        r = cos.shape[-1]  # partial RoPE: only the first r channels of each head rotate
+        r = cos.shape[-1]
         q = torch.cat([q[..., :r] * cos + _rotate_half(q[..., :r]) * sin, q[..., r:]], dim=-1)
         k = torch.cat([k[..., :r] * cos + _rotate_half(k[..., :r]) * sin, k[..., r:]], dim=-1)
-        out = cached_attention(q, k, v, k_cache, v_cache, slots, attn_mask)  # [B, T, H*D]
-        return self.wo(out * torch.sigmoid(gate))
+        return q, k, v, gate
 
 
 class GatedDeltaNet(nn.Module):
@@ -112,18 +121,31 @@ class GatedDeltaNet(nn.Module):
         seqlen = x.shape[1]
         hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
         dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
-        mixed, z, b, a = self.in_proj(x[0]).split([cfg.conv_dim, cfg.value_dim, hv, hv], dim=-1)  # [T, .]
+        mixed, z, g, beta = self.project(x)
         y = tree_causal_conv(mixed, meta, conv_state, self.conv_weight, activation="silu", backend=backend)  # [T, C]
         q, k, v = y.split([cfg.key_dim, cfg.key_dim, cfg.value_dim], dim=-1)
         q = q.reshape(seqlen, hk, dk)
         k = k.reshape(seqlen, hk, dk)
         v = v.reshape(seqlen, hv, dv)
-        beta = b.sigmoid()  # [T, Hv]
-        # fp32 gates: in half precision exp(A_log) may overflow (transformers does the same)
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)  # [T, Hv]
         o = gdn_tree(q, k, v, g, beta, meta, state, use_qk_l2norm=True, method=method, backend=backend)  # [T, Hv, dv]
-        o = self.norm(o.reshape(-1, dv), z.reshape(-1, dv)).reshape(1, seqlen, cfg.value_dim)
-        return self.out_proj(o), (mixed, k, v, g, beta)
+        return self.finish(o, z), (mixed, k, v, g, beta)
+
+    def project(self, x):
+        """``x [1, T, H]`` -> ``(mixed [T, C], z [T, Hv * dv], g [T, Hv] float32, beta [T, Hv])``: the rows'
+        pre-conv activations, output-gate input, log decay and write strength."""
+        cfg = self.cfg
+        hv = cfg.linear_num_value_heads
+        mixed, z, b, a = self.in_proj(x[0]).split([cfg.conv_dim, cfg.value_dim, hv, hv], dim=-1)  # [T, .]
+        beta = b.sigmoid()
+        # fp32 gates: in half precision exp(A_log) may overflow (transformers does the same)
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+        return mixed, z, g, beta
+
+    def finish(self, o, z):
+        """The recurrence's output ``o [T, Hv, dv]`` and ``z [T, Hv * dv]`` -> ``[1, T, H]``: RMSNorm gated by
+        ``z``, then ``out_proj``."""
+        dv = self.cfg.linear_value_head_dim
+        return self.out_proj(self.norm(o.reshape(-1, dv), z.reshape(-1, dv)).reshape(1, o.shape[0], -1))
 
 
 class SparseMoE(nn.Module):

@@ -33,8 +33,9 @@ import torch
 
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
+from specdec.models.graphs import StaticGraphs
 from specdec.models.hybrid import HybridTarget
-from specdec.models.ragged import SlotTarget
+from specdec.models.ragged import ROW_BUCKETS, SlotTarget
 from specdec.models.ragged_hybrid_commit import PendingCommit, flush_commits
 from specdec.models.ragged_hybrid_packed import packed_hybrid_forward
 from specdec.models.slots import RequestRows, RequestSlots
@@ -116,14 +117,20 @@ class RaggedHybridTarget(RequestSlots):
         n_attn, n_gdn = len(cfg.attention_layers), len(cfg.gdn_layers)
         hv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
         dtype, device = target.dtype, target.device
-        kv_shape = (slots, cfg.num_kv_heads, max_seq_len, cfg.head_dim)
-        # [S, ...] buffers; slot s owns index s (a contiguous view with the batch-1 cache's shape and strides)
+        # [S, ...] buffers ([S + 1, ...] packed: a scratch slot for the padding rows of fixed-shape forwards);
+        # slot s owns index s (a contiguous view with the batch-1 cache's shape and strides)
+        cache_slots = slots + (layout == "packed")
+        kv_shape = (cache_slots, cfg.num_kv_heads, max_seq_len, cfg.head_dim)
         self.k_caches = [torch.zeros(kv_shape, dtype=dtype, device=device) for _ in range(n_attn)]
         self.v_caches = [torch.zeros(kv_shape, dtype=dtype, device=device) for _ in range(n_attn)]
-        self.recurrent = torch.zeros(slots, state_slots, n_gdn, hv, dk, dv, dtype=torch.float32, device=device)
+        self.recurrent = torch.zeros(cache_slots, state_slots, n_gdn, hv, dk, dv, dtype=torch.float32, device=device)
         self.conv = torch.zeros(
-            slots, state_slots, n_gdn, cfg.conv_dim, cfg.linear_conv_kernel_dim - 1, dtype=dtype, device=device
+            cache_slots, state_slots, n_gdn, cfg.conv_dim, cfg.linear_conv_kernel_dim - 1, dtype=dtype, device=device
         )
+        self._graphs: StaticGraphs | None = None
+        self._buckets: tuple[int, ...] = ()
+        self._span_step = 64
+        self._forwards = 0  # packed forwards so far
         self._states = [self._empty_state(s) for s in range(slots)]
         self._pending: list[PendingCommit] = []
 
@@ -143,7 +150,9 @@ class RaggedHybridTarget(RequestSlots):
             "_stash": None,
             "_last_parents": None,
             "_last_static": None,
-            "_packed": None,  # (the last packed forward's GDN rows, the slot's first row there), until it commits
+            # (the last packed forward's GDN rows, the slot's first row there, the forward count until which a graph
+            # replay's rows stay valid or None), until it commits
+            "_packed": None,
         }
 
     @contextmanager
@@ -259,13 +268,90 @@ class RaggedHybridTarget(RequestSlots):
             rows, _ = target._accepted_path(accepted)
             if rows:
                 nxt = target._free_slot()
-                stash, start = state["_packed"]
+                stash, start, until = state["_packed"]
+                if until is not None and until != self._forwards:
+                    raise RuntimeError(
+                        f"commit: slot {slot}'s last forward was a CUDA-graph replay, and a later forward's replay has "
+                        "overwritten its rows; with graphs on, commit or discard every request of a forward before the next"
+                    )
                 self._pending.append(PendingCommit(slot, target._slot, nxt, stash, start, tuple(rows), target.length))
                 target._slot = nxt
                 target._slot_len[nxt] = target.length + len(rows)
             target._advance(len(rows))
             target._forget_last()
         state["_packed"] = None
+
+    def enable_static_path(self, buckets: Sequence[int] = ROW_BUCKETS, *, span_step: int = 64) -> None:
+        """Run ``packed`` forwards of short requests through the fixed-shape body CUDA graphs capture, eagerly.
+
+        A forward of ``R`` rows from ``B`` requests of at most ``Tmax <= 64`` rows each (longest attended length
+        ``Lmax``) runs in the bucket ``(Rb, Bb, Tb, Lb)``: ``Rb``, ``Bb``, ``Tb`` the smallest of ``buckets``
+        ``>= R``, ``>= B``, ``>= Tmax``; ``Lb`` is ``Lmax`` rounded up to a multiple of ``span_step`` (at most
+        ``max_seq_len``). Padding rows and requests run in a scratch slot no request owns. A forward with a request
+        of more than 64 rows (a prefill) or more rows than the largest bucket runs the eager packed forward.
+        Logits agree with the eager packed forward to rounding (:mod:`~specdec.models.ragged_hybrid_static`).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> ragged = RaggedHybridTarget(tiny_target("qwen3_5_text", seed=0), slots=2, layout="packed")
+            >>> ragged.enable_static_path((1, 4), span_step=8)
+            >>> [o.logits.shape[1] for o in ragged.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))])]
+            [3]
+            >>> ragged.static_keys
+            [(4, 1, 4, 8, (), 'exact')]
+        """
+        self._enable_static(buckets, span_step, capture=False)
+
+    def enable_cuda_graphs(self, buckets: Sequence[int] = ROW_BUCKETS, *, span_step: int = 64) -> None:
+        """Run the forwards :meth:`enable_static_path` buckets as CUDA-graph replays, one graph per bucket.
+
+        A graph is captured at the first forward of each key ``(Rb, Bb, Tb, Lb, hidden_layers, view)``. Needs a
+        CUDA target with the Triton GDN kernels and dense MLPs (a sparse-MoE layer reads its routing on the host).
+        """
+        if self.device.type != "cuda":
+            raise ValueError(f"enable_cuda_graphs: expected a CUDA target, got device {self.device}")
+        if self.target.backend == "torch":
+            raise ValueError("backend: CUDA graphs need the Triton GDN kernels ('auto' or 'triton'), got 'torch'")
+        moe = [i for i in range(self.config.num_layers) if self.config.is_moe(i)]
+        if moe:
+            raise ValueError(
+                f"enable_cuda_graphs: layers {moe} are sparse MoE, whose expert loop reads the routing on the host; "
+                "a CUDA graph cannot capture it (use enable_static_path)"
+            )
+        self._enable_static(buckets, span_step, capture=True)
+
+    def disable_static_path(self) -> None:
+        """Back to the eager packed forward for every shape (drops any graphs)."""
+        self._graphs, self._buckets = None, ()
+
+    @property
+    def row_buckets(self) -> tuple[int, ...]:
+        """The ``buckets`` of :meth:`enable_static_path` / :meth:`enable_cuda_graphs`, ascending; ``()`` without
+        them (tuple of int)."""
+        return self._buckets
+
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        """Whether bucketed ``packed`` forwards replay CUDA graphs (bool)."""
+        return self._graphs is not None and self._graphs.capture
+
+    @property
+    def static_keys(self) -> list[tuple]:
+        """The keys ``(Rb, Bb, Tb, Lb, hidden_layers, view)`` static forwards have run in so far (list)."""
+        return [] if self._graphs is None else list(self._graphs._buffers)
+
+    def _enable_static(self, buckets: Sequence[int], span_step: int, *, capture: bool) -> None:
+        if self.layout != "packed":
+            raise ValueError(f"layout: static forwards and CUDA graphs need layout 'packed', this target runs {self.layout!r}")
+        buckets = tuple(buckets)
+        if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+            raise ValueError(f"buckets: expected positive int row counts, got {buckets}")
+        if isinstance(span_step, bool) or not isinstance(span_step, int) or span_step < 1:
+            raise ValueError(f"span_step: expected an int >= 1, got {span_step!r}")
+        self._flush()
+        self._buckets = tuple(sorted(set(buckets)))
+        self._span_step = span_step
+        self._graphs = StaticGraphs(self.device, capture=capture)
 
     def slot_target(self, slot: int) -> HybridSlotTarget:
         """A batch-1 :class:`~specdec.contracts.Target` over ``slot`` (prefill, drafters' tests, batch-1 verifiers).

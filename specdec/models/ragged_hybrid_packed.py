@@ -27,14 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from specdec.contracts.target import TargetOutput
 from specdec.kernels.gdn import TreeMeta, build_tree_meta, gdn_tree, tree_causal_conv
-from specdec.models.dense import _rotate_half, cached_attention, prefix_attention_mask
+from specdec.models.dense import cached_attention, prefix_attention_mask
 from specdec.models.hybrid import _WY_MAX_ROWS
 from specdec.models.hybrid_layers import GatedAttention, GatedDeltaNet
 from specdec.models.packed_attention import sdpa_over_slots, slot_mask
+from specdec.models.ragged_hybrid_static import static_bucket, static_packed_forward
 from specdec.models.slots import RequestRows
 
 __all__ = ["packed_hybrid_forward"]
@@ -109,7 +109,7 @@ def _slot_attention(ragged, segments: Sequence[_Segment]) -> _SlotAttention | No
         at += seg.rows
     span = max(seg.length + seg.rows for seg in short)
     group = cfg.num_heads // cfg.num_kv_heads
-    mask = slot_mask(row_slot, row_index, row_len, local, span, num_slots=ragged.slots, group=group)
+    mask = slot_mask(row_slot, row_index, row_len, local, span, num_slots=ragged.slots + 1, group=group)
     return _SlotAttention(rows, row_slot, row_index, row_len + row_index, mask)
 
 
@@ -154,10 +154,7 @@ def _packed_gdn(mixer: GatedDeltaNet, h: torch.Tensor, layer: int, calls: Sequen
     num_rows = h.shape[1]
     hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
     dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
-    mixed, z, b, a = mixer.in_proj(h[0]).split([cfg.conv_dim, cfg.value_dim, hv, hv], dim=-1)  # [R, .]
-    beta = b.sigmoid()  # [R, Hv]
-    # fp32 gates, as the batch-1 layer computes them
-    g = -mixer.A_log.float().exp() * F.softplus(a.float() + mixer.dt_bias)  # [R, Hv]
+    mixed, z, g, beta = mixer.project(h)  # [R, .]
     o = h.new_empty(num_rows, hv, dv)
     k_rows = h.new_empty(num_rows, hk, dk)
     v_rows = h.new_empty(num_rows, hv, dv)
@@ -174,8 +171,7 @@ def _packed_gdn(mixer: GatedDeltaNet, h: torch.Tensor, layer: int, calls: Sequen
         o[call.rows] = out[call.batch, call.node]
         k_rows[call.rows] = k[call.batch, call.node]
         v_rows[call.rows] = v[call.batch, call.node]
-    o = mixer.norm(o.reshape(-1, dv), z.reshape(-1, dv)).reshape(1, num_rows, cfg.value_dim)
-    return mixer.out_proj(o), (mixed, k_rows, v_rows, g, beta)
+    return mixer.finish(o, z), (mixed, k_rows, v_rows, g, beta)
 
 
 def _packed_attention(
@@ -184,15 +180,7 @@ def _packed_attention(
     """``h [1, R, H]`` -> ``[1, R, H]``: projections over all rows, each request's rows against its own KV slot."""
     cfg = mixer.cfg
     num_rows = h.shape[1]
-    qg, k, v = mixer.wqkv(h).split([2 * cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
-    q, gate = qg.view(1, num_rows, cfg.num_heads, 2 * cfg.head_dim).chunk(2, dim=-1)
-    gate = gate.reshape(1, num_rows, cfg.q_size)
-    q = mixer.q_norm(q).transpose(1, 2)  # [1, H, R, D]
-    k = mixer.k_norm(k.view(1, num_rows, cfg.num_kv_heads, cfg.head_dim)).transpose(1, 2)
-    v = v.view(1, num_rows, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
-    r = cos.shape[-1]  # partial RoPE: only the first r channels of each head rotate
-    q = torch.cat([q[..., :r] * cos + _rotate_half(q[..., :r]) * sin, q[..., r:]], dim=-1)
-    k = torch.cat([k[..., :r] * cos + _rotate_half(k[..., :r]) * sin, k[..., r:]], dim=-1)
+    q, k, v, gate = mixer.project(h, cos, sin)  # [1, H, R, D], [1, Hkv, R, D] x 2, [1, R, H * D]
     k_cache, v_cache = ragged.k_caches[layer], ragged.v_caches[layer]  # [S, Hkv, max_seq_len, D]
     out = q.new_empty(num_rows, cfg.num_heads * cfg.head_dim)
     if slotted is not None:
@@ -244,6 +232,30 @@ def packed_hybrid_forward(
         >>> [o.logits.shape[1] for o in packed_hybrid_forward(ragged, rows, [None, None], (), "exact")]
         [3, 1]
     """
+    bucket = static_bucket(ragged, requests)
+    if bucket is not None:
+        outputs, stash = static_packed_forward(ragged, requests, parents, bucket, hidden_layers, view)
+    else:
+        outputs, stash = _eager_forward(ragged, requests, parents, hidden_layers, view)
+    ragged._forwards += 1
+    # a graph replay's stash lives in the graph's buffers until the next forward's replay
+    until = ragged._forwards if bucket is not None and ragged.uses_cuda_graphs else None
+    start = 0
+    for req, tree, out in zip(requests, parents, outputs):
+        state = ragged._states[req.slot]
+        # what the batch-1 forward leaves for its commit's checks; the GDN rows stay packed
+        state["_stash"] = None
+        state["_packed"] = (stash, start, until)  # its commit gathers its rows from the packed stash
+        state["_last_rows"] = out.logits.shape[1]
+        state["_last_parents"] = tree
+        state["_last_static"] = None
+        state["_last_view"] = view
+        start += out.logits.shape[1]
+    return outputs
+
+
+def _eager_forward(ragged, requests, parents, hidden_layers, view):
+    """Every request at its own shape: ``(outputs, stash)``."""
     target, device = ragged.target, ragged.device
     segments, start = [], 0
     for req, tree in zip(requests, parents):
@@ -289,14 +301,6 @@ def packed_hybrid_forward(
         logits = target.lm_head(x).float()
     outputs = []
     for seg in segments:
-        state = ragged._states[seg.slot]
-        # what the batch-1 forward leaves for its commit's checks; the GDN rows stay packed
-        state["_stash"] = None
-        state["_packed"] = (stash, seg.start)  # its commit gathers its rows from the packed stash
-        state["_last_rows"] = seg.rows
-        state["_last_parents"] = seg.parents
-        state["_last_static"] = None
-        state["_last_view"] = view
         rows = slice(seg.start, seg.stop)
         outputs.append(TargetOutput(logits=logits[:, rows], hidden=tuple(taps[t][:, rows] for t in hidden_layers)))
-    return outputs
+    return outputs, stash

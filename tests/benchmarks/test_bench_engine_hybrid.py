@@ -14,7 +14,7 @@ def test_hybrid_smoke_runs_both_layouts_and_every_output_equals_ar(tmp_path):
     argv = ["--smoke", "--model", "qwen3.5-4b", "--weights", "planted", "--wall-budget-s", "600", "--out", str(out)]
     assert bench_engine.main(argv) == 0
     result = json.loads(out.read_text())
-    assert result["model"] == "tiny-hybrid" and result["graphs"]["mode"] == "eager"
+    assert result["model"] == "tiny-hybrid" and result["graphs"]["mode"] == "static_path"  # the bucketed body, eagerly
     assert result["alone_equal_to_planted_chain"] and result["skipped"] == []
     # prefills on both sides of the 64 rows a batched GDN call takes, as with the GPU run's 128-token prompts
     assert min(result["prompt_lengths"]) <= 64 < max(result["prompt_lengths"])

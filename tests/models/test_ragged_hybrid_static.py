@@ -1,0 +1,160 @@
+"""The fixed-shape packed forward of a RaggedHybridTarget (what CUDA graphs capture), run eagerly on the CPU.
+
+* over rounds of chains, trees and one-row requests with different prefix lengths, random accepted paths and
+  companions that sit out a round (hypothesis), the bucketed static forward's logits and committed GDN states
+  agree with the ``"per_request"`` layout to float32 rounding; the buckets it ran in are the expected ones;
+* a request of more than 64 rows (a prefill) sends the forward to the eager packed path, and the ``"q"`` view
+  agrees too;
+* padding rows run in the scratch slot: a body that puts them in a request's slot is caught;
+* under graphs, a slot whose rows a later replay has overwritten refuses to commit; the enabling calls check
+  their arguments.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec.contracts import Tree, VerifyPlan
+from specdec.models import ragged_hybrid_static
+from specdec.models.ragged import RequestRows
+from specdec.models.ragged_hybrid import RaggedHybridTarget
+from specdec.testing import tiny_target
+
+VOCAB = 97
+HYBRID = tiny_target("qwen3_5_text", seed=0, max_seq_len=96)
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def assert_close(got, want, what):
+    # packed and padded GEMMs change a row's last float32 bits; a wrong state, slot or mask moves far more
+    torch.testing.assert_close(got, want, rtol=0.0, atol=1e-4, msg=lambda m: f"{what}: {m}")
+
+
+def pair(slots: int, **kwargs):
+    static = RaggedHybridTarget(HYBRID, slots=slots, layout="packed", **kwargs)
+    static.enable_static_path(BUCKETS, span_step=8)
+    return static, RaggedHybridTarget(HYBRID, slots=slots, **kwargs)
+
+
+def random_plan(gen: torch.Generator, nodes: int, prefix_len: int) -> VerifyPlan:
+    parents = [-1] + [int(torch.randint(-1, i, (), generator=gen)) for i in range(1, nodes)]
+    tree = Tree(tokens=torch.randint(0, VOCAB, (nodes,), generator=gen).tolist(), parents=parents[:nodes])
+    return VerifyPlan.for_tree(torch.randint(0, VOCAB, (1,), generator=gen), tree, prefix_len=prefix_len)
+
+
+def root_path(plan: VerifyPlan, node: int) -> torch.Tensor:
+    rows = []
+    while node >= 0:
+        rows.append(node + 1)
+        node = int(plan.tree.parents[node])
+    return torch.tensor([0] + rows[::-1])
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+    nodes=st.lists(st.integers(0, 6), min_size=3, max_size=3),
+    seed=st.integers(0, 1000),
+)
+def test_static_forwards_agree_with_per_request(lengths, nodes, seed):
+    gen = torch.Generator().manual_seed(seed)
+    static, ref = pair(slots=4)
+    slots = torch.randperm(4, generator=gen)[: len(lengths)].tolist()
+    rows = [RequestRows(s, torch.randint(0, VOCAB, (1, n), generator=gen)) for s, n in zip(slots, lengths)]
+    taps = (1, HYBRID.config.num_layers)
+    for j, (got, want) in enumerate(zip(static.forward(rows, hidden_layers=taps), ref.forward(rows, hidden_layers=taps))):
+        assert_close(got.logits, want.logits, f"prefill of request {j}")
+        for tap, a, b in zip(taps, got.hidden, want.hidden):
+            assert_close(a, b, f"tap {tap} of request {j}")
+    for s, n in zip(slots, lengths):
+        static.commit(s, n)
+        ref.commit(s, n)
+    for round_nodes in (nodes, nodes[::-1]):
+        order = torch.randperm(len(slots), generator=gen).tolist()[: int(torch.randint(1, len(slots) + 1, (), generator=gen))]
+        plans = {j: random_plan(gen, round_nodes[j % 3], static.length(slots[j])) for j in order}
+        rows = [RequestRows.from_plan(slots[j], plans[j]) for j in order]
+        for j, got, want in zip(order, static.forward(rows), ref.forward(rows)):
+            assert_close(got.logits, want.logits, f"request {j} (slot {slots[j]})")
+        for j in order:
+            path = root_path(plans[j], int(torch.randint(-1, plans[j].tree.num_nodes, (), generator=gen)))
+            static.commit(slots[j], path)
+            ref.commit(slots[j], path)
+        for s in slots:
+            assert_close(static.recurrent_states(s), ref.recurrent_states(s), f"recurrent states of slot {s}")
+            assert_close(static.conv_states(s), ref.conv_states(s), f"conv states of slot {s}")
+    rows = [RequestRows(s, torch.tensor([[5]])) for s in slots]
+    for s, got, want in zip(slots, static.forward(rows), ref.forward(rows)):
+        assert_close(got.logits, want.logits, f"slot {s}, last chain row")
+    assert static.static_keys and all(key[-1] == "exact" for key in static.static_keys)
+
+
+def test_buckets_and_the_eager_fallback_for_a_long_prefill():
+    static, ref = pair(slots=3)
+    gen = torch.Generator().manual_seed(1)
+    rows = [RequestRows(s, torch.randint(0, VOCAB, (1, n), generator=gen)) for s, n in ((0, 3), (1, 70), (2, 5))]
+    for j, (got, want) in enumerate(zip(static.forward(rows), ref.forward(rows))):
+        assert_close(got.logits, want.logits, f"request {j}")
+    assert static.static_keys == []  # 70 rows: past the 64-row trees of the batched GDN call
+    for req in rows:
+        static.commit(req.slot, req.tokens.shape[1])
+        ref.commit(req.slot, req.tokens.shape[1])
+    rows = [RequestRows(2, torch.tensor([[1, 2, 3]])), RequestRows(0, torch.tensor([[4]]))]
+    for j, (got, want) in enumerate(zip(static.forward(rows), ref.forward(rows))):
+        assert_close(got.logits, want.logits, f"request {j} after the prefill")
+    # 4 rows of 2 requests, at most 3 a request, longest attended 5 + 3 = 8 (slot 2) -> (4, 2, 4, 8)
+    assert static.static_keys == [(4, 2, 4, 8, (), "exact")]
+    for target in (static, ref):
+        for slot in (2, 0):
+            target.discard(slot)
+    q_rows = [RequestRows(1, torch.tensor([[7]]))]
+    assert_close(static.forward(q_rows, view="q")[0].logits, ref.forward(q_rows, view="q")[0].logits, "q view")
+    assert static.static_keys[-1] == (1, 1, 1, 72, (), "q")
+
+
+def test_padding_rows_in_a_request_slot_are_caught(monkeypatch):
+    static, ref = pair(slots=2)
+    rows = [RequestRows(0, torch.tensor([[1, 2, 3, 4, 5]])), RequestRows(1, torch.tensor([[6, 7]]))]
+    for target in (static, ref):
+        target.forward(rows)
+        target.commit(0, 5)
+        target.commit(1, 2)
+    monkeypatch.setattr(ragged_hybrid_static, "scratch_slot", lambda ragged: 0)  # padding rows write slot 0's cache
+    rows = [RequestRows(1, torch.tensor([[8, 9, 1]]))]  # 3 rows in a 4-row bucket: one padding row
+    static.forward(rows)
+    ref.forward(rows)
+    for target in (static, ref):
+        target.commit(1, 3)
+    rows = [RequestRows(0, torch.tensor([[2]]))]
+    worst = (static.forward(rows)[0].logits - ref.forward(rows)[0].logits).abs().max().item()
+    assert worst > 1e-3
+
+
+def test_a_rows_overwritten_by_a_later_graph_replay_refuse_to_commit(monkeypatch):
+    static, _ = pair(slots=2)
+    monkeypatch.setattr(RaggedHybridTarget, "uses_cuda_graphs", property(lambda self: True))
+    static.forward([RequestRows(0, torch.tensor([[1, 2]])), RequestRows(1, torch.tensor([[3]]))])
+    static.commit(0, 2)
+    static.forward([RequestRows(0, torch.tensor([[4]]))])
+    with pytest.raises(RuntimeError, match="commit: slot 1's last forward was a CUDA-graph replay"):
+        static.commit(1, 1)
+    static.commit(0, 1)  # the latest replay's rows are still there
+
+
+def test_enabling_checks_its_arguments():
+    per_request = RaggedHybridTarget(HYBRID, slots=2)
+    with pytest.raises(ValueError, match="layout: static forwards and CUDA graphs need layout 'packed'"):
+        per_request.enable_static_path()
+    packed = RaggedHybridTarget(HYBRID, slots=2, layout="packed")
+    with pytest.raises(ValueError, match="enable_cuda_graphs: expected a CUDA target, got device cpu"):
+        packed.enable_cuda_graphs()
+    with pytest.raises(ValueError, match=r"buckets: expected positive int row counts, got \(0, 4\)"):
+        packed.enable_static_path((0, 4))
+    with pytest.raises(ValueError, match="span_step: expected an int >= 1, got 0"):
+        packed.enable_static_path(span_step=0)
+    packed.enable_static_path((1, 8))
+    assert packed.row_buckets == (1, 8) and not packed.uses_cuda_graphs
+    packed.disable_static_path()
+    assert packed.row_buckets == () and packed.static_keys == []
