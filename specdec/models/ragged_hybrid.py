@@ -151,7 +151,7 @@ class RaggedHybridTarget(RequestSlots):
             "_last_parents": None,
             "_last_static": None,
             # (the last packed forward's GDN rows, the slot's first row there, the forward count until which a graph
-            # replay's rows stay valid or None), until it commits
+            # replay's rows stay valid or None, the forward's static key or None), until it commits
             "_packed": None,
         }
 
@@ -166,17 +166,18 @@ class RaggedHybridTarget(RequestSlots):
             self._flush()
             self._states[slot]["_packed"] = None
         target, state = self.target, self._states[slot]
-        own = {name: getattr(target, name) for name in (*_STATE, "_graphs", "_buckets")}
-        for name in _STATE:
-            setattr(target, name, state[name])
-        target._graphs, target._buckets = None, ()  # graphs hold the target's own buffers
+        # plain attributes (none is a parameter, buffer or submodule): set in the instance dict, without
+        # nn.Module.__setattr__'s checks, which cost more than the rest of a decode step's host work here
+        attrs = vars(target)
+        own = {name: attrs[name] for name in (*_STATE, "_graphs", "_buckets")}
+        attrs.update({name: state[name] for name in _STATE})
+        attrs["_graphs"], attrs["_buckets"] = None, ()  # graphs hold the target's own buffers
         try:
             yield target
         finally:
             for name in _STATE:
-                state[name] = getattr(target, name)
-            for name, value in own.items():
-                setattr(target, name, value)
+                state[name] = attrs[name]
+            attrs.update(own)
 
     def _flush(self) -> None:
         """Write the pending commits of the last packed forward (:mod:`~specdec.models.ragged_hybrid_commit`)."""
@@ -268,13 +269,13 @@ class RaggedHybridTarget(RequestSlots):
             rows, _ = target._accepted_path(accepted)
             if rows:
                 nxt = target._free_slot()
-                stash, start, until = state["_packed"]
+                stash, start, until, bucket = state["_packed"]
                 if until is not None and until != self._forwards:
                     raise RuntimeError(
                         f"commit: slot {slot}'s last forward was a CUDA-graph replay, and a later forward's replay has "
                         "overwritten its rows; with graphs on, commit or discard every request of a forward before the next"
                     )
-                self._pending.append(PendingCommit(slot, target._slot, nxt, stash, start, tuple(rows), target.length))
+                self._pending.append(PendingCommit(slot, target._slot, nxt, stash, start, bucket, tuple(rows), target.length))
                 target._slot = nxt
                 target._slot_len[nxt] = target.length + len(rows)
             target._advance(len(rows))
@@ -337,8 +338,9 @@ class RaggedHybridTarget(RequestSlots):
 
     @property
     def static_keys(self) -> list[tuple]:
-        """The keys ``(Rb, Bb, Tb, Lb, hidden_layers, view)`` static forwards have run in so far (list)."""
-        return [] if self._graphs is None else list(self._graphs._buffers)
+        """The keys ``(Rb, Bb, Tb, Lb, hidden_layers, view)`` static forwards have run in so far (list); their
+        commits run in keys ``("commit", forward key, Bb, Lb)``, not listed here."""
+        return [] if self._graphs is None else [key for key in self._graphs._buffers if key[0] != "commit"]
 
     def _enable_static(self, buckets: Sequence[int], span_step: int, *, capture: bool) -> None:
         if self.layout != "packed":

@@ -12,6 +12,12 @@ reads a slot's states or caches (the next forward, a truncate, a reset, a state 
 Each request's accepted rows are gathered out of the packed forward's stash, so the kernels see a chain
 ``[B, L]`` (row ``j`` of request ``b`` is its path's ``j``-th node, ``-1`` padding after it): the replay is
 the one the batch-1 commit runs over the same rows.
+
+The commits of a bucketed forward (:mod:`~specdec.models.ragged_hybrid_static`) run as one fixed-shape body
+:func:`commit_body` over ``[Bb, Lb]`` (requests and path length from the target's row buckets; padding requests
+commit into the scratch slot, padding path entries are ``-1`` and move nothing), captured as a CUDA graph per
+``(forward bucket, Bb, Lb)`` when the target replays graphs: the stash it reads is that forward graph's output, at
+fixed addresses. The commits of an eager forward run the same body at their own shape.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import torch
 
 from specdec.kernels.gdn import gdn_tree_commit
 from specdec.kernels.gdn.path import gdn_tree_commit_triton
+from specdec.models.graphs import pick_bucket
 from specdec.models.hybrid import conv_state_commit_static
 
-__all__ = ["PendingCommit", "flush_commits"]
+__all__ = ["PendingCommit", "commit_body", "flush_commits"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,7 @@ class PendingCommit:
         stash: per GDN layer the packed forward's rows ``(mixed [R, C], k [R, Hk, dk], v [R, Hv, dv],
             g [R, Hv], beta [R, Hv])``.
         start: the request's first row in the packed forward.
+        bucket: the forward's static key, or ``None`` for an eager forward.
         rows: the accepted rows of the request's forward, root to leaf (non-empty, ascending).
         length: the slot's committed length before the commit (where its new rows' K/V sit).
     """
@@ -47,6 +55,7 @@ class PendingCommit:
     nxt: int
     stash: Sequence[tuple[torch.Tensor, ...]]
     start: int
+    bucket: tuple | None
     rows: tuple[int, ...]
     length: int
 
@@ -78,33 +87,81 @@ def flush_commits(ragged, pending: Sequence[PendingCommit]) -> None:
 
 
 def _write(ragged, pending: Sequence[PendingCommit]) -> None:
-    """The commits of one packed forward (they share its stash)."""
-    device, target = ragged.device, ragged.target
-    width = max(len(p.rows) for p in pending)
-    # per request: its accepted rows in the packed forward (padding repeats its first), and a chain over them
-    rows = [[p.start + r for r in p.rows] + [p.start] * (width - len(p.rows)) for p in pending]
-    chain = [list(range(len(p.rows))) + [-1] * (width - len(p.rows)) for p in pending]
-    flat = [r for row in rows for r in row] + [c for row in chain for c in row]
-    flat += [p.slot for p in pending] + [p.cur for p in pending] + [p.nxt for p in pending]
-    index = torch.tensor(flat, dtype=torch.long).to(device)  # one host-to-device copy
-    count = len(pending) * width
-    packed_rows, path = index[:count].view(-1, width), index[count : 2 * count].view(-1, width)
-    slot, cur, nxt = index[2 * count :].view(3, -1)
-    triton = target._triton(device)
-    for g, (mixed, k, v, gate, beta) in enumerate(pending[0].stash):
+    """The commits of one packed forward (they share its stash): at a bucketed shape when the forward had one."""
+    device, bucket = ragged.device, pending[0].bucket
+    count, width = len(pending), max(len(p.rows) for p in pending)
+    key = None
+    if bucket is not None:
+        count_b, width_b = pick_bucket(ragged.row_buckets, count), pick_bucket(ragged.row_buckets, width)
+        if count_b is not None and width_b is not None:
+            key, count, width = ("commit", bucket, count_b, width_b), count_b, width_b
+    scratch = ragged.slots
+    # per request: its accepted rows in the packed forward (padding: the forward's row 0), a chain over them, and
+    # the cache positions its K/V rows move from (padding: where they are)
+    rows, chain, source = [], [], []
+    for p in pending:
+        pad = width - len(p.rows)
+        rows += [p.start + r for r in p.rows] + [0] * pad
+        chain += list(range(len(p.rows))) + [-1] * pad
+        source += [p.length + r for r in p.rows] + [p.length + j for j in range(len(p.rows), width)]
+    pad = count - len(pending)  # padding requests: the scratch slot, ring entry 0 into 1, nothing accepted
+    rows += [0] * (pad * width)
+    chain += [-1] * (pad * width)
+    source += list(range(width)) * pad
+    where = [p.slot for p in pending] + [scratch] * pad
+    where += [p.cur for p in pending] + [0] * pad
+    where += [p.nxt for p in pending] + [1] * pad
+    lengths = [p.length for p in pending] + [0] * pad
+    host = torch.tensor([*rows, *chain, *source, *where, *lengths], dtype=torch.long)
+    stash = pending[0].stash
+    if key is None:
+        index = host.to(device)
+    else:
+        index = ragged._graphs.buffers(key, lambda: {"index": torch.zeros(host.numel(), dtype=torch.long)})["index"]
+        index.copy_(host, non_blocking=True)
+    n = count * width
+    packed_rows, path, src = (index[i * n : (i + 1) * n].view(count, width) for i in range(3))
+    slot, cur, nxt, length = index[3 * n :].view(4, count)
+    moves = any(r != j for p in pending for j, r in enumerate(p.rows))
+
+    def body():
+        commit_body(ragged, stash, packed_rows, path, slot, cur, nxt, length, src, move_kv=key is not None or moves)
+
+    if key is None:
+        body()
+    else:
+        ragged._graphs.run(key, body)
+
+
+def commit_body(ragged, stash, packed_rows, path, slot, cur, nxt, length, src, *, move_kv: bool) -> None:
+    """The commits on explicit tensors: what a CUDA graph captures for a bucketed forward.
+
+    Args:
+        ragged: the target (its ring entries and KV caches are written).
+        stash: per GDN layer the forward's packed rows ``(mixed, k, v, g, beta)``, each ``[R, ...]``.
+        packed_rows: ``[B, L]`` int64 the accepted rows' packed indices (any row where ``path`` is ``-1``).
+        path: ``[B, L]`` int64 ``0 .. n_b - 1`` then ``-1``: a chain over the gathered rows.
+        slot, cur, nxt: ``[B]`` int64 each request's slot and the ring entries read and written.
+        length: ``[B]`` int64 the committed lengths before the commit.
+        src: ``[B, L]`` int64 the cache position each accepted row's K/V moves from, to ``length + j``.
+        move_kv: whether to move K/V rows at all (an eager batch of chain commits moves none).
+    """
+    triton = ragged.target._triton(path.device)
+    path32 = path.to(torch.int32) if triton else None
+    for g, (mixed, k, v, gate, beta) in enumerate(stash):
         state = ragged.recurrent[slot, cur, g]  # [B, Hv, dk, dv]
         k_b, v_b, gate_b, beta_b = k[packed_rows], v[packed_rows], gate[packed_rows], beta[packed_rows]  # [B, L, ...]
         new = torch.empty_like(state)
         if triton:
-            gdn_tree_commit_triton(k_b, v_b, gate_b, beta_b, path.to(torch.int32), state, new, use_qk_l2norm=True)
+            gdn_tree_commit_triton(k_b, v_b, gate_b, beta_b, path32, state, new, use_qk_l2norm=True)
         else:
             gdn_tree_commit(k_b, v_b, gate_b, beta_b, path, state, backend="torch", out=new)
         ragged.recurrent[slot, nxt, g] = new
         ragged.conv[slot, nxt, g] = conv_state_commit_static(mixed[packed_rows], path, ragged.conv[slot, cur, g])
-    # a tree path that is not a prefix of the forward's rows: its K/V rows move down to follow the prefix
-    moves = [(p.slot, p.length + j, p.length + r) for p in pending for j, r in enumerate(p.rows) if r != j]
-    if moves:
-        at, dst, src = torch.tensor(moves, dtype=torch.long).to(device).unbind(1)
+    if move_kv:
+        # a tree path that is not a prefix of the forward's rows: its K/V rows move down to follow the prefix
+        at = slot[:, None].expand_as(src)
+        dst = length[:, None] + torch.arange(src.shape[1], device=src.device)
         for k_cache, v_cache in zip(ragged.k_caches, ragged.v_caches):
             k_cache[at, :, dst] = k_cache[at, :, src]
             v_cache[at, :, dst] = v_cache[at, :, src]

@@ -232,9 +232,9 @@ def packed_hybrid_forward(
         >>> [o.logits.shape[1] for o in packed_hybrid_forward(ragged, rows, [None, None], (), "exact")]
         [3, 1]
     """
-    bucket = static_bucket(ragged, requests)
+    bucket, key = static_bucket(ragged, requests), None
     if bucket is not None:
-        outputs, stash = static_packed_forward(ragged, requests, parents, bucket, hidden_layers, view)
+        outputs, stash, key = static_packed_forward(ragged, requests, parents, bucket, hidden_layers, view)
     else:
         outputs, stash = _eager_forward(ragged, requests, parents, hidden_layers, view)
     ragged._forwards += 1
@@ -245,7 +245,7 @@ def packed_hybrid_forward(
         state = ragged._states[req.slot]
         # what the batch-1 forward leaves for its commit's checks; the GDN rows stay packed
         state["_stash"] = None
-        state["_packed"] = (stash, start, until)  # its commit gathers its rows from the packed stash
+        state["_packed"] = (stash, start, until, key)  # its commit gathers its rows from the packed stash
         state["_last_rows"] = out.logits.shape[1]
         state["_last_parents"] = tree
         state["_last_static"] = None

@@ -85,11 +85,12 @@ def static_packed_forward(
     bucket: tuple[int, int, int, int],
     hidden_layers: tuple[int, ...],
     view: str,
-) -> tuple[list[TargetOutput], list[tuple[torch.Tensor, ...]]]:
+) -> tuple[list[TargetOutput], tuple[tuple[torch.Tensor, ...], ...], tuple]:
     """Fill the bucket's buffers from ``requests`` (one host-to-device copy of the indices), run the body.
 
-    Returns the per-request outputs (logits ``[1, T_i, V]`` float32, copied out of the graph's buffers) and
-    the packed GDN stash ``[Rb, ...]`` per layer (valid until the next forward, which commits first).
+    Returns the per-request outputs (logits ``[1, T_i, V]`` float32, copied out of the graph's buffers), the
+    packed GDN stash ``[Rb, ...]`` per layer (under graphs the graph's own output, valid until its next replay;
+    the next forward commits first) and the forward's static key.
     """
     rows_b, requests_b, per_request_b, span = bucket
     scratch = scratch_slot(ragged)
@@ -137,7 +138,7 @@ def static_packed_forward(
     for n in counts:
         outputs.append(TargetOutput(logits=logits[:, start : start + n], hidden=tuple(t[:, start : start + n] for t in taps)))
         start += n
-    return outputs, list(stash)
+    return outputs, stash, key
 
 
 def static_packed_body(ragged, buf: dict[str, torch.Tensor], hidden_layers: tuple[int, ...]):

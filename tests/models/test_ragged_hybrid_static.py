@@ -5,6 +5,8 @@
   agree with the ``"per_request"`` layout to float32 rounding; the buckets it ran in are the expected ones;
 * a request of more than 64 rows (a prefill) sends the forward to the eager packed path, and the ``"q"`` view
   agrees too;
+* the commits of a bucketed forward run at a bucketed shape (padding requests in the scratch slot, padding path
+  entries moving nothing) and agree, K/V moves of tree paths included;
 * padding rows run in the scratch slot: a body that puts them in a request's slot is caught;
 * under graphs, a slot whose rows a later replay has overwritten refuses to commit; the enabling calls check
   their arguments.
@@ -112,6 +114,31 @@ def test_buckets_and_the_eager_fallback_for_a_long_prefill():
     q_rows = [RequestRows(1, torch.tensor([[7]]))]
     assert_close(static.forward(q_rows, view="q")[0].logits, ref.forward(q_rows, view="q")[0].logits, "q view")
     assert static.static_keys[-1] == (1, 1, 1, 72, (), "q")
+
+
+def test_bucketed_commits_with_padding_requests_and_moved_kv_rows():
+    static, ref = pair(slots=4)
+    gen = torch.Generator().manual_seed(2)
+    rows = [RequestRows(s, torch.randint(0, VOCAB, (1, 4 + s), generator=gen)) for s in range(3)]
+    for target in (static, ref):
+        target.forward(rows)
+        for s in range(3):
+            target.commit(s, 4 + s)
+    tree = Tree(tokens=[5, 6, 7, 8], parents=[-1, -1, 0, 1])  # root -> 5 -> 7, root -> 6 -> 8
+    plans = [VerifyPlan.for_tree(torch.tensor([s + 1]), tree, prefix_len=static.length(s)) for s in range(3)]
+    rows = [RequestRows.from_plan(s, plan) for s, plan in enumerate(plans)]
+    for target in (static, ref):
+        target.forward(rows)
+        for s, path in enumerate((torch.tensor([0, 2, 4]), torch.tensor([0, 1, 3]), torch.tensor([0, 2]))):
+            target.commit(s, path)  # paths through the second root child move K/V rows
+    static.recurrent_states(0)  # writes the commits: 3 requests in a bucket of 4, paths of up to 3 rows in 4
+    assert [key for key in static._graphs._buffers if key[0] == "commit"][-1][2:] == (4, 4)
+    for s in range(3):
+        assert_close(static.recurrent_states(s), ref.recurrent_states(s), f"recurrent states of slot {s}")
+        assert_close(static.conv_states(s), ref.conv_states(s), f"conv states of slot {s}")
+    rows = [RequestRows(s, torch.tensor([[9]])) for s in range(3)]
+    for s, got, want in zip(range(3), static.forward(rows), ref.forward(rows)):
+        assert_close(got.logits, want.logits, f"slot {s} after its tree commit")
 
 
 def test_padding_rows_in_a_request_slot_are_caught(monkeypatch):
