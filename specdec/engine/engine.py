@@ -232,7 +232,8 @@ class Engine:
             the cap must hold ``max_batch`` full rounds (``max_batch x`` :attr:`round_rows`) and prefill chunks
             take the rows left over; with a verify budget each verifying request's root row comes first, then
             the prefill chunks (fixed rows of the budget's allocation), and the budget fits draft nodes in
-            what is left. ``"auto"`` (default): the target's largest row bucket
+            what is left. A chunk also keeps within the target's
+            :attr:`~specdec.models.slots.RequestSlots.static_request_rows` (64 rows for a graphed hybrid). ``"auto"`` (default): the target's largest row bucket
             (:attr:`~specdec.models.slots.RequestSlots.row_buckets`; a forward past it runs eagerly, outside
             any CUDA graph) when the target has buckets and that many rows meet the rule above, else ``None``
             (no cap: a prompt is prefilled in one forward). Not with a ``TwoLevelVerifier`` (its exact rows
@@ -1049,13 +1050,18 @@ class Engine:
         """``{id(state): prompt rows}`` of this step's forward for the requests still prefilling, in join order.
 
         Each takes the rest of its prompt, or what is left of :attr:`max_pass_rows` after ``used_rows``
-        (the verify rows) and the chunks before it; a request left no row waits for the next step.
+        (the verify rows) and the chunks before it, and under a cap at most the target's
+        :attr:`~specdec.models.slots.RequestSlots.static_request_rows` (so the forward stays on its graphs);
+        a request left no row waits for the next step.
         """
         room = None if self.max_pass_rows is None else self.max_pass_rows - used_rows
+        per_request = self.target.static_request_rows if room is not None else None
         chunks = {}
         for state in prefilling:
             left = state.prompt.numel() - state.prefilled
             rows = left if room is None else min(left, room)
+            if per_request is not None:
+                rows = min(rows, per_request)
             if rows <= 0:
                 break
             chunks[id(state)] = slice(state.prefilled, state.prefilled + rows)

@@ -34,7 +34,7 @@ import torch
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.models.graphs import StaticGraphs
-from specdec.models.hybrid import HybridTarget
+from specdec.models.hybrid import _WY_MAX_ROWS, HybridTarget
 from specdec.models.ragged import ROW_BUCKETS, SlotTarget
 from specdec.models.ragged_hybrid_commit import PendingCommit, flush_commits
 from specdec.models.ragged_hybrid_packed import packed_hybrid_forward
@@ -330,6 +330,21 @@ class RaggedHybridTarget(RequestSlots):
         """The ``buckets`` of :meth:`enable_static_path` / :meth:`enable_cuda_graphs`, ascending; ``()`` without
         them (tuple of int)."""
         return self._buckets
+
+    @property
+    def static_request_rows(self) -> int | None:
+        """64 with the static path or graphs on (a request of more rows, a prefill, sends its forward to the eager
+        packed path: the batched GDN call takes trees of at most 64 rows), else ``None`` (int or None).
+
+        Example:
+            >>> from specdec.testing import tiny_target
+            >>> ragged = RaggedHybridTarget(tiny_target("qwen3_5_text", seed=0), slots=2, layout="packed")
+            >>> before = ragged.static_request_rows
+            >>> ragged.enable_static_path()
+            >>> before, ragged.static_request_rows
+            (None, 64)
+        """
+        return _WY_MAX_ROWS if self._buckets else None
 
     @property
     def uses_cuda_graphs(self) -> bool:

@@ -111,6 +111,20 @@ class RequestSlots:
         """
         return ()
 
+    @property
+    def static_request_rows(self) -> int | None:
+        """The most rows one request may have for a forward to stay on the fixed-shape body (a graph replay);
+        ``None`` when only the total rows (:attr:`row_buckets`) decide. A chunked prefill keeps its chunks
+        within it (int or None).
+
+        Example:
+            >>> from specdec.models.ragged import RaggedDenseTarget
+            >>> from specdec.testing import tiny_target
+            >>> RaggedDenseTarget(tiny_target(seed=0), slots=2, layout="packed").static_request_rows is None
+            True
+        """
+        return None
+
     def length(self, slot: int) -> int:
         """Committed tokens of ``slot``."""
         raise NotImplementedError

@@ -28,6 +28,7 @@ from specdec.drafters import ModelDrafter, NGramDrafter
 from specdec.engine import Engine
 from specdec.engine import engine as engine_module
 from specdec.engine.budget import StepTimeTable
+from specdec.models import ragged_hybrid_packed
 from specdec.models.ragged import ROW_BUCKETS, RaggedDenseTarget, RequestRows
 from specdec.models.ragged_hybrid import RaggedHybridTarget
 from specdec.testing import tiny_target
@@ -89,7 +90,10 @@ def ragged_target(kind: str):
         return ragged
     if kind == "hybrid":
         return RaggedHybridTarget(HYBRID, slots=MAX_BATCH)
-    return RaggedHybridTarget(HYBRID, slots=MAX_BATCH, layout="packed")
+    ragged = RaggedHybridTarget(HYBRID, slots=MAX_BATCH, layout="packed")
+    if kind == "hybrid-static":
+        ragged.enable_static_path((1, 2, 4, 8, 16, 24))
+    return ragged
 
 
 def record_rows(ragged) -> list[list[int]]:
@@ -153,6 +157,7 @@ CASES = [
     *[("dense-static", system, "auto") for system in SYSTEMS],
     *[("hybrid", system, cap) for system, cap in (("oracle", 12), ("tree", 22), ("budget-int", 4), ("budget-auto", 5))],
     *[("hybrid-packed", system, cap) for system, cap in (("oracle", 13), ("budget-auto", 3))],
+    *[("hybrid-static", system, "auto") for system in ("oracle", "budget-auto")],
 ]
 
 
@@ -305,3 +310,20 @@ def test_a_cap_that_cannot_hold_what_a_forward_must_hold_raises():
         Engine(DENSE, NGramDrafter(), TreeVerifier(budget=6), max_batch=3, num_draft_tokens=3, max_pass_rows=20)
     with pytest.raises(ValueError, match="max_pass_rows: a TwoLevelVerifier's exact rows are chosen after its Q pass"):
         Engine(DENSE, NGramDrafter(), TwoLevelVerifier(4, 4), max_batch=3, max_pass_rows=64)
+
+
+def test_a_graphed_hybrid_prefills_in_chunks_of_at_most_its_static_request_rows(monkeypatch):
+    ragged = RaggedHybridTarget(HYBRID, slots=2, layout="packed")
+    ragged.enable_static_path((1, 2, 4, 8, 16, 32, 64, 128, 256))
+    eager = []
+    real = ragged_hybrid_packed._eager_forward
+    monkeypatch.setattr(ragged_hybrid_packed, "_eager_forward", lambda *args: eager.append(1) or real(*args))
+    passes = record_rows(ragged)
+    engine = Engine(ragged, NGramDrafter(), ChainVerifier(), max_batch=2, num_draft_tokens=3)
+    prompts = [torch.arange(80) % HYBRID.vocab_size, torch.arange(20) % 7]
+    ids = [engine.add_request(p, max_new_tokens=4) for p in prompts]
+    outputs = engine.run()
+    assert engine.max_pass_rows == 256 and ragged.static_request_rows == 64
+    assert max(max(rows) for rows in passes) == 64 and eager == []  # 80 prompt rows in chunks of 64 and 16
+    for p, rid in zip(prompts, ids):
+        assert torch.equal(outputs[rid], sd.generate(HYBRID, p[None], max_new_tokens=4).tokens[0])
