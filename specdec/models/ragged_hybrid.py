@@ -150,8 +150,8 @@ class RaggedHybridTarget(RequestSlots):
             "_stash": None,
             "_last_parents": None,
             "_last_static": None,
-            # (the last packed forward's GDN rows, the slot's first row there, the forward count until which a graph
-            # replay's rows stay valid or None, the forward's static key or None), until it commits
+            # (the last packed forward's GDN rows, its K/V rows or None, the slot's first row there, the forward count
+            # until which a graph replay's rows stay valid or None, the forward's static key or None), until it commits
             "_packed": None,
         }
 
@@ -269,13 +269,14 @@ class RaggedHybridTarget(RequestSlots):
             rows, _ = target._accepted_path(accepted)
             if rows:
                 nxt = target._free_slot()
-                stash, start, until, bucket = state["_packed"]
+                stash, kv, start, until, bucket = state["_packed"]
                 if until is not None and until != self._forwards:
                     raise RuntimeError(
                         f"commit: slot {slot}'s last forward was a CUDA-graph replay, and a later forward's replay has "
                         "overwritten its rows; with graphs on, commit or discard every request of a forward before the next"
                     )
-                self._pending.append(PendingCommit(slot, target._slot, nxt, stash, start, bucket, tuple(rows), target.length))
+                pending = PendingCommit(slot, target._slot, nxt, stash, kv, start, bucket, tuple(rows), target.length)
+                self._pending.append(pending)
                 target._slot = nxt
                 target._slot_len[nxt] = target.length + len(rows)
             target._advance(len(rows))

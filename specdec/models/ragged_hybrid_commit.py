@@ -44,6 +44,8 @@ class PendingCommit:
         cur, nxt: the ring entries read (the committed states the forward started from) and written.
         stash: per GDN layer the packed forward's rows ``(mixed [R, C], k [R, Hk, dk], v [R, Hv, dv],
             g [R, Hv], beta [R, Hv])``.
+        kv: per attention layer the forward's K/V rows ``[R, Hkv, D]`` (a bucketed forward), or ``None`` (the
+            commit moves rows within the cache).
         start: the request's first row in the packed forward.
         bucket: the forward's static key, or ``None`` for an eager forward.
         rows: the accepted rows of the request's forward, root to leaf (non-empty, ascending).
@@ -54,6 +56,7 @@ class PendingCommit:
     cur: int
     nxt: int
     stash: Sequence[tuple[torch.Tensor, ...]]
+    kv: Sequence[tuple[torch.Tensor, torch.Tensor]] | None
     start: int
     bucket: tuple | None
     rows: tuple[int, ...]
@@ -113,7 +116,7 @@ def _write(ragged, pending: Sequence[PendingCommit]) -> None:
     where += [p.nxt for p in pending] + [1] * pad
     lengths = [p.length for p in pending] + [0] * pad
     host = torch.tensor([*rows, *chain, *source, *where, *lengths], dtype=torch.long)
-    stash = pending[0].stash
+    stash, kv = pending[0].stash, pending[0].kv
     if key is None:
         index = host.to(device)
     else:
@@ -125,7 +128,9 @@ def _write(ragged, pending: Sequence[PendingCommit]) -> None:
     moves = any(r != j for p in pending for j, r in enumerate(p.rows))
 
     def body():
-        commit_body(ragged, stash, packed_rows, path, slot, cur, nxt, length, src, move_kv=key is not None or moves)
+        commit_body(
+            ragged, stash, packed_rows, path, slot, cur, nxt, length, src, kv=kv if key is not None else None, move_kv=moves
+        )
 
     if key is None:
         body()
@@ -133,7 +138,7 @@ def _write(ragged, pending: Sequence[PendingCommit]) -> None:
         ragged._graphs.run(key, body)
 
 
-def commit_body(ragged, stash, packed_rows, path, slot, cur, nxt, length, src, *, move_kv: bool) -> None:
+def commit_body(ragged, stash, packed_rows, path, slot, cur, nxt, length, src, *, kv=None, move_kv: bool) -> None:
     """The commits on explicit tensors: what a CUDA graph captures for a bucketed forward.
 
     Args:
@@ -143,8 +148,12 @@ def commit_body(ragged, stash, packed_rows, path, slot, cur, nxt, length, src, *
         path: ``[B, L]`` int64 ``0 .. n_b - 1`` then ``-1``: a chain over the gathered rows.
         slot, cur, nxt: ``[B]`` int64 each request's slot and the ring entries read and written.
         length: ``[B]`` int64 the committed lengths before the commit.
-        src: ``[B, L]`` int64 the cache position each accepted row's K/V moves from, to ``length + j``.
-        move_kv: whether to move K/V rows at all (an eager batch of chain commits moves none).
+        src: ``[B, L]`` int64 the cache position each accepted row's K/V sits at (read where ``kv`` is ``None``).
+        kv: per attention layer the forward's K/V rows ``[R, Hkv, D]``: every accepted row is written from them
+            to ``length + j`` (so running the body twice writes the same); ``None``: rows move within the cache,
+            and only when ``move_kv`` (an eager batch of chain commits moves nothing).
+
+    Entries where ``path`` is ``-1`` write position 0 of the scratch slot (``S``), which no request reads.
     """
     triton = ragged.target._triton(path.device)
     path32 = path.to(torch.int32) if triton else None
@@ -158,10 +167,16 @@ def commit_body(ragged, stash, packed_rows, path, slot, cur, nxt, length, src, *
             gdn_tree_commit(k_b, v_b, gate_b, beta_b, path, state, backend="torch", out=new)
         ragged.recurrent[slot, nxt, g] = new
         ragged.conv[slot, nxt, g] = conv_state_commit_static(mixed[packed_rows], path, ragged.conv[slot, cur, g])
-    if move_kv:
-        # a tree path that is not a prefix of the forward's rows: its K/V rows move down to follow the prefix
-        at = slot[:, None].expand_as(src)
-        dst = length[:, None] + torch.arange(src.shape[1], device=src.device)
-        for k_cache, v_cache in zip(ragged.k_caches, ragged.v_caches):
-            k_cache[at, :, dst] = k_cache[at, :, src]
-            v_cache[at, :, dst] = v_cache[at, :, src]
+    if kv is None and not move_kv:
+        return
+    valid = path >= 0
+    at = torch.where(valid, slot[:, None], ragged.slots)
+    dst = torch.where(valid, length[:, None] + torch.arange(path.shape[1], device=path.device), 0)
+    for a, (k_cache, v_cache) in enumerate(zip(ragged.k_caches, ragged.v_caches)):
+        if kv is None:  # a tree path that is not a prefix of the forward's rows: its K/V rows move down
+            read = torch.where(valid, src, 0)
+            k_rows, v_rows = k_cache[at, :, read], v_cache[at, :, read]
+        else:
+            k_rows, v_rows = kv[a][0][packed_rows], kv[a][1][packed_rows]
+        k_cache[at, :, dst] = k_rows
+        v_cache[at, :, dst] = v_rows

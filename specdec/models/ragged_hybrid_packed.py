@@ -234,9 +234,9 @@ def packed_hybrid_forward(
     """
     bucket, key = static_bucket(ragged, requests), None
     if bucket is not None:
-        outputs, stash, key = static_packed_forward(ragged, requests, parents, bucket, hidden_layers, view)
+        outputs, (stash, kv), key = static_packed_forward(ragged, requests, parents, bucket, hidden_layers, view)
     else:
-        outputs, stash = _eager_forward(ragged, requests, parents, hidden_layers, view)
+        (outputs, stash), kv = _eager_forward(ragged, requests, parents, hidden_layers, view), None
     ragged._forwards += 1
     # a graph replay's stash lives in the graph's buffers until the next forward's replay
     until = ragged._forwards if bucket is not None and ragged.uses_cuda_graphs else None
@@ -245,7 +245,7 @@ def packed_hybrid_forward(
         state = ragged._states[req.slot]
         # what the batch-1 forward leaves for its commit's checks; the GDN rows stay packed
         state["_stash"] = None
-        state["_packed"] = (stash, start, until, key)  # its commit gathers its rows from the packed stash
+        state["_packed"] = (stash, kv, start, until, key)  # its commit gathers its rows from the packed stash
         state["_last_rows"] = out.logits.shape[1]
         state["_last_parents"] = tree
         state["_last_static"] = None

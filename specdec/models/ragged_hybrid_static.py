@@ -89,8 +89,8 @@ def static_packed_forward(
     """Fill the bucket's buffers from ``requests`` (one host-to-device copy of the indices), run the body.
 
     Returns the per-request outputs (logits ``[1, T_i, V]`` float32, copied out of the graph's buffers), the
-    packed GDN stash ``[Rb, ...]`` per layer (under graphs the graph's own output, valid until its next replay;
-    the next forward commits first) and the forward's static key.
+    packed stash ``(GDN rows per GDN layer, K/V rows per attention layer)``, each ``[Rb, ...]`` (under graphs the
+    graph's own output, valid until its next replay; the next forward commits first) and the forward's static key.
     """
     rows_b, requests_b, per_request_b, span = bucket
     scratch = scratch_slot(ragged)
@@ -132,7 +132,7 @@ def static_packed_forward(
             buf["positions"][:, start : start + n] = req.positions
         start += n
     with ragged.target._views.use(view):  # a graph keeps the weights it was captured with: one per view
-        logits, taps, stash = ragged._graphs.run(key, lambda: static_packed_body(ragged, buf, hidden_layers))
+        logits, taps, stash = ragged._graphs.run(key, lambda: static_packed_body(ragged, buf, hidden_layers))  # stash: (gdn, kv)
     logits, taps = logits[:, :num_rows].clone(), tuple(t[:, :num_rows].clone() for t in taps)
     outputs, start = [], 0
     for n in counts:
@@ -142,10 +142,11 @@ def static_packed_forward(
 
 
 def static_packed_body(ragged, buf: dict[str, torch.Tensor], hidden_layers: tuple[int, ...]):
-    """The packed forward on ``buf``'s fixed shapes: ``(logits [1, Rb, V] float32, taps, stash)``.
+    """The packed forward on ``buf``'s fixed shapes: ``(logits [1, Rb, V] float32, taps, (stash, kv))``.
 
     ``stash`` holds per GDN layer the rows' ``(mixed [Rb, C], k [Rb, Hk, dk], v [Rb, Hv, dv], g [Rb, Hv],
-    beta [Rb, Hv])`` for the commits. Reads only ``buf``, the weights and the caches, so CUDA graphs can
+    beta [Rb, Hv])`` and ``kv`` per attention layer the rows' ``(K, V)``, each ``[Rb, Hkv, D]``, for the commits
+    (which then write the cache from them, so a commit body run twice writes the same). Reads only ``buf``, the weights and the caches, so CUDA graphs can
     capture it.
     """
     target, cfg = ragged.target, ragged.target.config
@@ -165,7 +166,7 @@ def static_packed_body(ragged, buf: dict[str, torch.Tensor], hidden_layers: tupl
     cos, sin = target._rope(positions)
     x = target.embed(buf["tokens"])
     taps = {0: x} if 0 in hidden_layers else {}
-    stash = []
+    stash, kv = [], []
     a = g = 0
     for i, layer in enumerate(target.layers):
         h = layer.attn_norm(x)
@@ -174,7 +175,8 @@ def static_packed_body(ragged, buf: dict[str, torch.Tensor], hidden_layers: tupl
             stash.append(saved)
             g += 1
         else:
-            out = _attention(layer.mixer, h, cos, sin, a, row_slot, row_index, row_cache, mask, span, ragged)
+            out, rows_kv = _attention(layer.mixer, h, cos, sin, a, row_slot, row_index, row_cache, mask, span, ragged)
+            kv.append(rows_kv)
             a += 1
         x = x + out
         x = x + layer.mlp(layer.mlp_norm(x))
@@ -183,7 +185,7 @@ def static_packed_body(ragged, buf: dict[str, torch.Tensor], hidden_layers: tupl
     x = target.norm(x)
     if len(target.layers) in hidden_layers:
         taps[len(target.layers)] = x
-    return target.lm_head(x).float(), tuple(taps[t] for t in hidden_layers), tuple(stash)
+    return target.lm_head(x).float(), tuple(taps[t] for t in hidden_layers), (tuple(stash), tuple(kv))
 
 
 def _gdn(mixer: GatedDeltaNet, h, layer: int, meta, gather, row_flat, req_slot, req_ring, ragged, method: str):
@@ -215,7 +217,8 @@ def _gdn(mixer: GatedDeltaNet, h, layer: int, meta, gather, row_flat, req_slot, 
 def _attention(mixer: GatedAttention, h, cos, sin, layer: int, row_slot, row_index, row_cache, mask, span: int, ragged):
     q, k, v, gate = mixer.project(h, cos, sin)  # [1, H, Rb, D], [1, Hkv, Rb, D] x 2, [1, Rb, q_size]
     k_cache, v_cache = ragged.k_caches[layer], ragged.v_caches[layer]  # [S + 1, Hkv, max_seq_len, D]
-    k_cache[row_slot, :, row_cache] = k[0].transpose(0, 1)  # [Rb, Hkv, D]
-    v_cache[row_slot, :, row_cache] = v[0].transpose(0, 1)
+    k_rows, v_rows = k[0].transpose(0, 1), v[0].transpose(0, 1)  # [Rb, Hkv, D]
+    k_cache[row_slot, :, row_cache] = k_rows
+    v_cache[row_slot, :, row_cache] = v_rows
     out = sdpa_over_slots(q, k_cache[:, :, :span], v_cache[:, :, :span], row_slot, row_index, mask)  # [Rb, H, D]
-    return mixer.wo(out.reshape(1, q.shape[2], -1) * torch.sigmoid(gate))
+    return mixer.wo(out.reshape(1, q.shape[2], -1) * torch.sigmoid(gate)), (k_rows, v_rows)

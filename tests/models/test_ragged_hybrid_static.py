@@ -7,7 +7,8 @@
   agrees too;
 * the commits of a bucketed forward run at a bucketed shape (padding requests in the scratch slot, padding path
   entries moving nothing) and agree, K/V moves of tree paths included;
-* padding rows run in the scratch slot: a body that puts them in a request's slot is caught;
+* padding rows run in the scratch slot: a body that puts them in a request's slot is caught; a commit body run
+  twice (as a capture's warm-up does) writes what it writes once; a bucketed commit at the end of a slot stays in it;
 * under graphs, a slot whose rows a later replay has overwritten refuses to commit; the enabling calls check
   their arguments.
 """
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from specdec.contracts import Tree, VerifyPlan
 from specdec.models import ragged_hybrid_static
+from specdec.models.graphs import StaticGraphs
 from specdec.models.ragged import RequestRows
 from specdec.models.ragged_hybrid import RaggedHybridTarget
 from specdec.testing import tiny_target
@@ -185,3 +187,38 @@ def test_enabling_checks_its_arguments():
     assert packed.row_buckets == (1, 8) and not packed.uses_cuda_graphs
     packed.disable_static_path()
     assert packed.row_buckets == () and packed.static_keys == []
+
+
+def test_bodies_run_twice_as_a_capture_warms_up_write_the_same(monkeypatch):
+    # a graph capture runs each body on a side stream before capturing it: a commit that moved K/V rows within
+    # the cache would move them twice
+    real = StaticGraphs.run
+    monkeypatch.setattr(StaticGraphs, "run", lambda self, key, body: (body(), real(self, key, body))[1])
+    static, ref = pair(slots=2)
+    tree = Tree(tokens=[5, 6, 7, 8, 9], parents=[-1, -1, 1, 2, 0])  # root -> 6 -> 7 -> 8: rows 2, 3, 4 move down
+    for target in (static, ref):
+        target.forward([RequestRows(0, torch.arange(1, 8)[None]), RequestRows(1, torch.tensor([[3]]))])
+        target.commit(0, 7)
+        target.commit(1, 1)
+    plan = VerifyPlan.for_tree(torch.tensor([2]), tree, prefix_len=7)
+    for target in (static, ref):
+        target.forward([RequestRows.from_plan(0, plan)])
+        target.commit(0, torch.tensor([0, 2, 3, 4]))
+    rows = [RequestRows(0, torch.tensor([[4]]))]
+    assert_close(static.forward(rows)[0].logits, ref.forward(rows)[0].logits, "after a tree commit run twice")
+
+
+def test_a_bucketed_commit_near_the_end_of_a_slot_stays_inside_it():
+    static, ref = pair(slots=2)
+    gen = torch.Generator().manual_seed(3)
+    prompt = torch.randint(0, VOCAB, (1, 40), generator=gen)
+    for target in (static, ref):
+        for chunk in (prompt, prompt, torch.randint(0, VOCAB, (1, 10), generator=torch.Generator().manual_seed(4))):
+            target.forward([RequestRows(0, chunk)])
+            target.commit(0, chunk.shape[1])
+    assert static.length(0) == 90 and static.max_seq_len == 96
+    rows = [RequestRows(0, torch.tensor([[1, 2, 3, 4, 5]]))]  # a path of 5 in a bucket of 8: padding past position 96
+    for target in (static, ref):
+        target.forward(rows)
+        target.commit(0, 5)
+    assert_close(static.recurrent_states(0), ref.recurrent_states(0), "recurrent states after the last commit")
