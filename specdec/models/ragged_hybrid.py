@@ -359,17 +359,8 @@ class RaggedHybridTarget(RequestSlots):
         return [] if self._graphs is None else [key for key in self._graphs._buffers if key[0] != "commit"]
 
     def _enable_static(self, buckets: Sequence[int], span_step: int, *, capture: bool) -> None:
-        if self.layout != "packed":
-            raise ValueError(f"layout: static forwards and CUDA graphs need layout 'packed', this target runs {self.layout!r}")
-        buckets = tuple(buckets)
-        if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
-            raise ValueError(f"buckets: expected positive int row counts, got {buckets}")
-        if isinstance(span_step, bool) or not isinstance(span_step, int) or span_step < 1:
-            raise ValueError(f"span_step: expected an int >= 1, got {span_step!r}")
-        self._flush()
-        self._buckets = tuple(sorted(set(buckets)))
-        self._span_step = span_step
-        self._graphs = StaticGraphs(self.device, capture=capture)
+        self._flush()  # pending commits read the stash of the graphs dropped here
+        self._set_static(buckets, span_step, capture=capture)
 
     def slot_target(self, slot: int) -> HybridSlotTarget:
         """A batch-1 :class:`~specdec.contracts.Target` over ``slot`` (prefill, drafters' tests, batch-1 verifiers).

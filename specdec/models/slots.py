@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.contracts.plan import VerifyPlan
+from specdec.models.graphs import StaticGraphs
 
 __all__ = ["RequestRows", "RequestSlots"]
 
@@ -132,6 +133,19 @@ class RequestSlots:
     def room(self, slot: int) -> int:
         """Tokens that still fit in ``slot``: ``max_seq_len - length(slot)``."""
         return self.max_seq_len - self.length(slot)
+
+    def _set_static(self, buckets: Sequence[int], span_step: int, *, capture: bool) -> None:
+        """Check the arguments of ``enable_static_path`` / ``enable_cuda_graphs`` and keep them (packed layouts)."""
+        if self.layout != "packed":
+            raise ValueError(f"layout: static forwards and CUDA graphs need layout 'packed', this target runs {self.layout!r}")
+        buckets = tuple(buckets)
+        if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+            raise ValueError(f"buckets: expected positive int row counts, got {buckets}")
+        if isinstance(span_step, bool) or not isinstance(span_step, int) or span_step < 1:
+            raise ValueError(f"span_step: expected an int >= 1, got {span_step!r}")
+        self._buckets = tuple(sorted(set(buckets)))
+        self._span_step = span_step
+        self._graphs = StaticGraphs(self.device, capture=capture)
 
     def _check_slot(self, slot: int, name: str = "slot") -> int:
         if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.slots:
