@@ -422,20 +422,38 @@ class HybridTarget(LeanTarget):
     def _run(self, tokens, positions, slots, attn_mask, kv_len, meta, slot: int, hidden_layers, method: str):
         """The layer stack on explicit tensors; returns ``(TargetOutput, stash)``."""
         cos, sin = self._rope(positions)
-        x = self.embed(tokens)
-        taps: dict[int, torch.Tensor] = {0: x} if 0 in hidden_layers else {}
         stash = []
         rec, conv = self._rec[slot], self._conv[slot]
+
+        def gdn(g, mixer, h):
+            out, saved = mixer(h, rec[g], conv[g], meta, method=method, backend=self.backend)
+            stash.append(saved)
+            return out
+
+        def attention(a, mixer, h):
+            k_cache, v_cache = self.k_caches[a][:, :, :kv_len], self.v_caches[a][:, :, :kv_len]
+            return mixer(h, cos, sin, k_cache, v_cache, slots, attn_mask)
+
+        x, taps = self.layer_stack(self.embed(tokens), gdn, attention, hidden_layers)
+        return TargetOutput(logits=self.lm_head(x).float(), hidden=taps), stash
+
+    def layer_stack(self, x, gdn, attention, hidden_layers: Sequence[int]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """``x [1, R, H]`` through every layer, pre-norm with residuals; ``(final-normed x, taps)``.
+
+        ``gdn(g, mixer, h)`` and ``attention(a, mixer, h)`` return the mixer's output ``[1, R, H]`` for the
+        ``g``-th GDN / ``a``-th attention layer from its normed input ``h``; the MLPs, norms and taps are run
+        here (HF ``hidden_states`` numbering; the last tap is the normed state), the same for every forward
+        path (batch 1, packed, fixed-shape).
+        """
+        taps: dict[int, torch.Tensor] = {0: x} if 0 in hidden_layers else {}
         a = g = 0
         for i, layer in enumerate(self.layers):
             h = layer.attn_norm(x)
             if layer.is_gdn:
-                out, saved = layer.mixer(h, rec[g], conv[g], meta, method=method, backend=self.backend)
-                stash.append(saved)
+                out = gdn(g, layer.mixer, h)
                 g += 1
             else:
-                k_cache, v_cache = self.k_caches[a][:, :, :kv_len], self.v_caches[a][:, :, :kv_len]
-                out = layer.mixer(h, cos, sin, k_cache, v_cache, slots, attn_mask)
+                out = attention(a, layer.mixer, h)
                 a += 1
             x = x + out
             x = x + layer.mlp(layer.mlp_norm(x))
@@ -444,8 +462,7 @@ class HybridTarget(LeanTarget):
         x = self.norm(x)
         if len(self.layers) in hidden_layers:  # HF's last hidden state is the normed one
             taps[len(self.layers)] = x
-        logits = self.lm_head(x).float()
-        return TargetOutput(logits=logits, hidden=tuple(taps[layer] for layer in hidden_layers)), stash
+        return x, tuple(taps[t] for t in hidden_layers)
 
     def commit(self, accepted: int | torch.Tensor) -> None:
         """Keep the accepted rows of the last forward: replay their path into the GDN states, compact K/V.

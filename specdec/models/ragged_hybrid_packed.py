@@ -277,30 +277,22 @@ def _eager_forward(ragged, requests, parents, hidden_layers, view):
     )  # [1, R]
     tokens = torch.cat([req.tokens for req in requests], dim=1)  # [1, R]
     stash = []
+
+    def gdn(g, mixer, h):
+        out, saved = _packed_gdn(mixer, h, g, calls, ragged, target.backend)
+        stash.append(saved)
+        return out
+
     with target._views.use(view):
         cos, sin = target._rope(positions)
-        x = target.embed(tokens)
-        taps: dict[int, torch.Tensor] = {0: x} if 0 in hidden_layers else {}
-        a = g = 0
-        for i, layer in enumerate(target.layers):
-            h = layer.attn_norm(x)
-            if layer.is_gdn:
-                out, saved = _packed_gdn(layer.mixer, h, g, calls, ragged, target.backend)
-                stash.append(saved)
-                g += 1
-            else:
-                out = _packed_attention(layer.mixer, h, cos, sin, a, segments, slotted, ragged)
-                a += 1
-            x = x + out
-            x = x + layer.mlp(layer.mlp_norm(x))
-            if i + 1 in hidden_layers:
-                taps[i + 1] = x
-        x = target.norm(x)
-        if len(target.layers) in hidden_layers:  # HF's last hidden state is the normed one
-            taps[len(target.layers)] = x
+
+        def attention(a, mixer, h):
+            return _packed_attention(mixer, h, cos, sin, a, segments, slotted, ragged)
+
+        x, taps = target.layer_stack(target.embed(tokens), gdn, attention, hidden_layers)
         logits = target.lm_head(x).float()
     outputs = []
     for seg in segments:
         rows = slice(seg.start, seg.stop)
-        outputs.append(TargetOutput(logits=logits[:, rows], hidden=tuple(taps[t][:, rows] for t in hidden_layers)))
+        outputs.append(TargetOutput(logits=logits[:, rows], hidden=tuple(t[:, rows] for t in taps)))
     return outputs, stash

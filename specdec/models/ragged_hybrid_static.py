@@ -164,28 +164,20 @@ def static_packed_body(ragged, buf: dict[str, torch.Tensor], hidden_layers: tupl
     row_cache = row_len + row_index
     method = target._method(per_request_b)
     cos, sin = target._rope(positions)
-    x = target.embed(buf["tokens"])
-    taps = {0: x} if 0 in hidden_layers else {}
     stash, kv = [], []
-    a = g = 0
-    for i, layer in enumerate(target.layers):
-        h = layer.attn_norm(x)
-        if layer.is_gdn:
-            out, saved = _gdn(layer.mixer, h, g, meta, gather, row_flat, req_slot, req_ring, ragged, method)
-            stash.append(saved)
-            g += 1
-        else:
-            out, rows_kv = _attention(layer.mixer, h, cos, sin, a, row_slot, row_index, row_cache, mask, span, ragged)
-            kv.append(rows_kv)
-            a += 1
-        x = x + out
-        x = x + layer.mlp(layer.mlp_norm(x))
-        if i + 1 in hidden_layers:
-            taps[i + 1] = x
-    x = target.norm(x)
-    if len(target.layers) in hidden_layers:
-        taps[len(target.layers)] = x
-    return target.lm_head(x).float(), tuple(taps[t] for t in hidden_layers), (tuple(stash), tuple(kv))
+
+    def gdn(g, mixer, h):
+        out, saved = _gdn(mixer, h, g, meta, gather, row_flat, req_slot, req_ring, ragged, method)
+        stash.append(saved)
+        return out
+
+    def attention(a, mixer, h):
+        out, rows_kv = _attention(mixer, h, cos, sin, a, row_slot, row_index, row_cache, mask, span, ragged)
+        kv.append(rows_kv)
+        return out
+
+    x, taps = target.layer_stack(target.embed(buf["tokens"]), gdn, attention, hidden_layers)
+    return target.lm_head(x).float(), taps, (tuple(stash), tuple(kv))
 
 
 def _gdn(mixer: GatedDeltaNet, h, layer: int, meta, gather, row_flat, req_slot, req_ring, ragged, method: str):
