@@ -61,12 +61,16 @@ def law_draft_model():
     return tiny_target(seed=22, vocab_size=VOCAB, hidden_size=16, intermediate_size=32, max_seq_len=16, dtype=torch.float64)
 
 
-def target_logits(context: tuple[int, ...]) -> torch.Tensor:
-    target = law_target()
+def next_logits(target, context: tuple[int, ...]) -> torch.Tensor:
+    """``target``'s logits of the token after ``context`` (its cache left empty)."""
     target.reset()
     logits = target(torch.tensor([context])).logits[0, -1]
     target.reset()
     return logits
+
+
+def target_logits(context: tuple[int, ...]) -> torch.Tensor:
+    return next_logits(law_target(), context)
 
 
 def build_engine(drafters, **engine_kwargs):
@@ -189,11 +193,7 @@ def tree_law_draft_model(copy: int):
 
 
 def tree_target_logits(context: tuple[int, ...]) -> torch.Tensor:
-    target = tree_law_target()
-    target.reset()
-    logits = target(torch.tensor([context])).logits[0, -1]
-    target.reset()
-    return logits
+    return next_logits(tree_law_target(), context)
 
 
 class GreedyTreeDrafter(ModelDrafter):
@@ -282,11 +282,7 @@ def two_level_draft_model(copy: int):
 
 
 def two_level_target_logits(context: tuple[int, ...]) -> torch.Tensor:
-    target = two_level_law_target()
-    target.reset()
-    logits = target(torch.tensor([context])).logits[0, -1]
-    target.reset()
-    return logits
+    return next_logits(two_level_law_target(), context)
 
 
 def build_two_level_engine():
