@@ -845,6 +845,54 @@ def engine_real_h200(results: Results) -> str:
     return markdown_table(header, body) + "\n\n" + note
 
 
+HYBRID_ENGINE_RUNS = (
+    ("bench_engine_hybrid_h200_2026-12-02.json", "eager, per-request commits"),
+    ("bench_engine_hybrid_h200_2026-12-03.json", "batched commits, one attention call a layer"),
+    ("bench_engine_hybrid_h200_2026-12-03_run2.json", "forward under CUDA graphs"),
+    ("bench_engine_hybrid_h200_2026-12-03_run3.json", "commits under CUDA graphs"),
+    ("bench_engine_hybrid_h200_2026-12-03_run4.json", "prefill chunks of at most 64 rows (every pass graphed)"),
+)
+
+
+def engine_hybrid_h200(results: Results) -> str:
+    """The packed hybrid engine's last run per concurrency, then each change's effect at concurrency 16."""
+    last = results(HYBRID_ENGINE_RUNS[-1][0])
+    rows = []
+    for r in sorted(last["rows"], key=lambda r: (-r["concurrency"], r["system"])):
+        rows.append(
+            [
+                str(r["concurrency"]),
+                r["system"],
+                f"{r['tokens_per_s']:.0f}",
+                f"{r['speedup_vs_ar']:.2f}x",
+                f"{r['ms_per_pass']:.1f}",
+                f"{r['accepted_per_round']:.2f}" if r["system"] != "AR" else "",
+                str(r["mismatches_vs_alone"]),
+            ]
+        )
+    header = ["concurrency", "system", "tok/s", "x AR", "ms a pass", "accepted / round", "mismatches vs alone"]
+    steps = []
+    for name, change in HYBRID_ENGINE_RUNS:
+        run = {r["system"]: r for r in results(name)["rows"] if r["concurrency"] == 16}
+        commit = (results(name)["provenance"]["git_commit"] or "")[:7]
+        steps.append(
+            [
+                change,
+                commit,
+                f"{run['AR']['ms_per_pass']:.1f}",
+                f"{run['AR']['tokens_per_s']:.0f}",
+                f"{run['spec, budget auto']['speedup_vs_ar']:.2f}x / {run['spec, budget off']['speedup_vs_ar']:.2f}x",
+            ]
+        )
+    note = (
+        f"{last['dtype'].removeprefix('torch.')}, planted successor rule, {last['new_tokens']} new tokens a request, oracle "
+        f"`{last['profile']}`, graphs: {last['graphs']['mode']} (replay equal to the static path: "
+        f"{_yes_no(last['graphs']['check_equal'])}); prefill passes included in the ms a pass."
+    )
+    step_header = ["change", "commit", "AR ms a pass (c = 16)", "AR tok/s", "spec / AR, budget auto / off"]
+    return markdown_table(header, rows) + "\n\n" + note + "\n\n" + markdown_table(step_header, steps)
+
+
 def engine_h200_float32(results: Results) -> str:
     return _engine_table(results("bench_engine_h200_2026-12-02_run3.json"))
 
@@ -928,6 +976,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "pilot-h200": pilot_h200,
     "engine-h200": engine_h200,
     "engine-h200-float32": engine_h200_float32,
+    "engine-hybrid-h200": engine_hybrid_h200,
     "engine-real-h200": engine_real_h200,
     "forcing-engine-h200": forcing_engine_h200,
     "two-level": two_level,
