@@ -854,6 +854,9 @@ HYBRID_ENGINE_RUNS = (
 )
 
 
+HYBRID_ENGINE_LONG = "bench_engine_hybrid_long_h200_2026-12-03.json"
+
+
 def engine_hybrid_h200(results: Results) -> str:
     """The packed hybrid engine's last run per concurrency, then each change's effect at concurrency 16."""
     last = results(HYBRID_ENGINE_RUNS[-1][0])
@@ -890,7 +893,20 @@ def engine_hybrid_h200(results: Results) -> str:
         f"{_yes_no(last['graphs']['check_equal'])}); prefill passes included in the ms a pass."
     )
     step_header = ["change", "commit", "AR ms a pass (c = 16)", "AR tok/s", "spec / AR, budget auto / off"]
-    return markdown_table(header, rows) + "\n\n" + note + "\n\n" + markdown_table(step_header, steps)
+    long = {(r["concurrency"], r["system"]): r for r in results(HYBRID_ENGINE_LONG)["rows"]}
+    longer = "With {} new tokens a request (`{}`): ".format(
+        results(HYBRID_ENGINE_LONG)["new_tokens"], HYBRID_ENGINE_LONG
+    ) + "; ".join(
+        f"c = {c}: AR {long[c, 'AR']['tokens_per_s']:.0f} tok/s, spec {long[c, 'spec, budget auto']['speedup_vs_ar']:.2f}x "
+        f"(budget auto) / {long[c, 'spec, budget off']['speedup_vs_ar']:.2f}x (off"
+        + (
+            ", uncapped and eager: its rounds exceed the largest bucket)"
+            if long[c, "spec, budget off"]["max_pass_rows"] is None
+            else ")"
+        )
+        for c in sorted({c for c, _ in long})
+    )
+    return markdown_table(header, rows) + "\n\n" + note + "\n\n" + markdown_table(step_header, steps) + "\n\n" + longer + "."
 
 
 def engine_h200_float32(results: Results) -> str:
