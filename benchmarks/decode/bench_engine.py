@@ -108,8 +108,11 @@ def kv_bytes(cfg: TargetConfig, dtype: torch.dtype, slots: int, max_seq_len: int
     return per_token * slots * max_seq_len
 
 
-def hybrid_cache_bytes(cfg: HybridConfig, dtype: torch.dtype, slots: int, max_seq_len: int, state_slots: int = 2) -> dict:
-    """Bytes of a :class:`RaggedHybridTarget`'s caches: attention KV, and the GDN states of every slot's state ring.
+def hybrid_cache_bytes(
+    cfg: HybridConfig, dtype: torch.dtype, slots: int, max_seq_len: int, state_slots: int = 2, *, packed: bool = False
+) -> dict:
+    """Bytes of a :class:`RaggedHybridTarget`'s caches: attention KV, and the GDN states of every slot's state ring
+    (``packed``: one slot more, the scratch slot of the fixed-shape forwards' padding).
 
     ``kv``: attention layers x kv heads x head dim x (K, V) x dtype bytes per token; ``gdn_states``: per slot
     ``state_slots`` x GDN layers x (the float32 recurrent state ``[Hv, dk, dv]`` + the conv state
@@ -123,6 +126,7 @@ def hybrid_cache_bytes(cfg: HybridConfig, dtype: torch.dtype, slots: int, max_se
     kv_per_token = len(cfg.attention_layers) * cfg.num_kv_heads * cfg.head_dim * 2 * width
     recurrent = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
     conv = cfg.conv_dim * (cfg.linear_conv_kernel_dim - 1) * width
+    slots += packed
     return {
         "kv": kv_per_token * slots * max_seq_len,
         "gdn_states": slots * state_slots * len(cfg.gdn_layers) * (recurrent + conv),
@@ -557,7 +561,8 @@ def run(args: argparse.Namespace) -> int:
         base = random_hybrid_target(cfg, dtype=dtype, device=device, max_seq_len=max_seq_len, seed=0, state_slots=2)
         if cuda:  # both layouts' caches, beside the weights already on the device
             free, _ = torch.cuda.mem_get_info(device)
-            need = 2 * (cache["kv"] + cache["gdn_states"])
+            packed_cache = hybrid_cache_bytes(cfg, dtype, slots, max_seq_len, packed=True)
+            need = cache["kv"] + cache["gdn_states"] + packed_cache["kv"] + packed_cache["gdn_states"]
             if need > free:
                 raise ValueError(
                     f"--concurrency: {slots} slots x {max_seq_len} tokens need {need / 1e9:.1f} GB of KV and GDN states "

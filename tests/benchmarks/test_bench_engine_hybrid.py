@@ -35,3 +35,9 @@ def test_hybrid_cache_bytes_are_what_the_ragged_target_allocates():
         "gdn_states": size(ragged.recurrent) + size(ragged.conv),
     }
     assert bench_engine.hybrid_cache_bytes(cfg, torch.bfloat16, slots=3, max_seq_len=12) == expected
+    packed = RaggedHybridTarget(hybrid, slots=3, max_seq_len=12, state_slots=2, layout="packed")
+    expected = {
+        "kv": sum(size(t) for t in packed.k_caches + packed.v_caches),
+        "gdn_states": size(packed.recurrent) + size(packed.conv),
+    }
+    assert bench_engine.hybrid_cache_bytes(cfg, torch.bfloat16, slots=3, max_seq_len=12, packed=True) == expected

@@ -5,7 +5,8 @@
   alone, for n-gram and model drafters, gates "always", "never" and alternating (mixed batches: some requests
   one-level, some two-level in the same step), any arrival order and companions (hypothesis);
 * the same on the hybrid target (hypothesis: arrival orders, companions, gates, greedy and seeded T > 0);
-* greedy output equals autoregressive decoding on the dense target in both layouts and on the hybrid target;
+* greedy output equals autoregressive decoding on the dense target in both layouts and on the hybrid target, also
+  on the packed hybrid's fixed-shape (graph) body, whose Q and exact passes run in buckets of their own views;
 * with batched drafting, draft 2 is one ``propose_batch`` call for the step's two-level requests, and the
   per-request layout keeps every request equal to ``generate`` alone;
 * a drafter with feature taps gets the Q features for its second draft and the exact ones after the commit;
@@ -195,6 +196,19 @@ def test_hybrid_target_requests_equal_generate_alone_and_autoregressive(gate):
         assert counters(engine.request(rid).two_level.stats) == counters(v.stats)
         if i % 2 == 0:
             assert torch.equal(outputs[rid], sd.generate(HYBRID, p[None], 12).tokens[0])
+
+
+def test_graphed_packed_hybrid_runs_q_and_exact_passes_on_its_fixed_shape_body():
+    # the body CUDA graphs capture, run eagerly: one bucket per weight view, Q rows discarded, exact rows committed
+    ragged = RaggedHybridTarget(HYBRID, slots=2, layout="packed")
+    ragged.enable_static_path()
+    prompts = prompts_of([6, 3, 9], seed=7)
+    engine = Engine(ragged, lambda: NGramDrafter(max_ngram=2, max_paths=2), verifier("always"), max_batch=2)
+    ids = [engine.add_request(p, max_new_tokens=12) for p in prompts]
+    outputs = engine.run()
+    for rid, p in zip(ids, prompts):
+        assert torch.equal(outputs[rid], sd.generate(HYBRID, p[None], 12).tokens[0])
+    assert {key[-1] for key in ragged.static_keys} == {"exact", "q"} and engine.two_level.q_passes > 0
 
 
 def test_a_tapped_drafter_gets_q_features_for_draft_two_as_alone():
