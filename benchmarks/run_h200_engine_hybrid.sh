@@ -21,17 +21,13 @@
 # `bash benchmarks/run_h200_engine_hybrid.sh ablation`: the layout ablation at c = 4 (4 requests): packed and
 # per_request (each request through the batch-1 code path, every weight read once per request: ~4 x 80 ms a round),
 # ~1.7 min, cap 160 s (wall budget 120 s).
-# `bash benchmarks/run_h200_engine_hybrid.sh long`: c = 16 and 24 with 128 new tokens a request (the dense runs' length),
-# so that the prefill passes (~9 of ~24 ms at c = 16) weigh on the ratio as little as there; the alone reference grows
-# to 24 x 128 tokens (~60-90 s with its graph captures); cap 290 s (wall budget 230 s).
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_engine_hybrid.sh [ablation|long]   (writes JSON, PNG and log to $OUT)
+# The 128-token run at c = 16 and 24: benchmarks/run_h200_engine_hybrid_long.sh.
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_engine_hybrid.sh [ablation]   (writes JSON, PNG and log to $OUT)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
 if [ "${1:-}" = ablation ]; then
   timeout 160 python3 -m benchmarks.decode.bench_engine --model qwen3.5-4b --dtype bfloat16 --weights planted --new-tokens 32 --requests 4 --concurrency 4 --layouts packed,per_request --wall-budget-s 120 --out "$OUT/bench_engine_hybrid_ablation.json" 2>&1 | tee "$OUT/bench_engine_hybrid_ablation.log"
-elif [ "${1:-}" = long ]; then
-  timeout 290 python3 -m benchmarks.decode.bench_engine --model qwen3.5-4b --dtype bfloat16 --weights planted --new-tokens 128 --requests 24 --concurrency 16,24 --layouts packed --wall-budget-s 230 --out "$OUT/bench_engine_hybrid_long.json" 2>&1 | tee "$OUT/bench_engine_hybrid_long.log"
 else
   timeout 290 python3 -m benchmarks.decode.bench_engine --model qwen3.5-4b --dtype bfloat16 --weights planted --new-tokens 32 --requests 24 --concurrency 4,16,24 --layouts packed --wall-budget-s 230 --out "$OUT/bench_engine_hybrid.json" 2>&1 | tee "$OUT/bench_engine_hybrid.log"
 fi

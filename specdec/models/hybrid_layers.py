@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.kernels.gdn import gdn_tree, tree_causal_conv
+from specdec.kernels.norm import centered_rms_norm, gated_rms_norm
 from specdec.models.dense import MLP, _rotate_half, cached_attention
 from specdec.models.hybrid_config import HybridConfig
 
@@ -29,10 +30,8 @@ class CenteredRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [..., dim]`` -> the normalised ``[..., dim]`` in ``x``'s dtype."""
-        out = x.float()
-        out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (out * (1.0 + self.weight.float())).type_as(x)
+        """``x [..., dim]`` -> the normalised ``[..., dim]`` in ``x``'s dtype (one Triton launch on CUDA)."""
+        return centered_rms_norm(x, self.weight, self.eps)
 
 
 class GatedRMSNorm(nn.Module):
@@ -44,12 +43,9 @@ class GatedRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """``weight * rms_norm(x) * silu(gate)`` for ``x``, ``gate`` ``[..., dim]``, in ``x``'s dtype."""
-        dtype = x.dtype
-        out = x.float()
-        out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + self.eps)
-        out = self.weight * out.to(dtype)
-        return (out * F.silu(gate.float())).to(dtype)
+        """``weight * rms_norm(x) * silu(gate)`` for ``x``, ``gate`` ``[..., dim]``, in ``x``'s dtype (one Triton
+        launch on CUDA)."""
+        return gated_rms_norm(x, gate, self.weight, self.eps)
 
 
 class GatedAttention(nn.Module):

@@ -1,0 +1,61 @@
+"""RMSNorms of the hybrid layers: a pure-PyTorch reference and a one-launch Triton kernel, one signature.
+
+``backend``: ``"auto"`` (Triton on CUDA, the reference elsewhere), ``"triton"`` or ``"torch"``. See ``README.md``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .naive import centered_rms_norm_torch, gated_rms_norm_torch
+from .rms import rms_norm_triton
+
+__all__ = ["centered_rms_norm", "gated_rms_norm"]
+
+_BACKENDS = ("auto", "triton", "torch")
+
+
+def _checked(name: str, t: torch.Tensor, d: int, x: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
+    if t.device != x.device:
+        raise ValueError(f"{name}: expected device {x.device} (x's), got {t.device}")
+    if name == "weight" and tuple(t.shape) != (d,):
+        raise ValueError(f"weight: expected shape ({d},) (x's last dim), got {tuple(t.shape)}")
+    if name == "gate" and t.shape != x.shape:
+        raise ValueError(f"gate: expected x's shape {tuple(x.shape)}, got {tuple(t.shape)}")
+
+
+def _use_triton(backend: str, x: torch.Tensor) -> bool:
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend: expected one of {_BACKENDS}, got {backend!r}")
+    return backend == "triton" or (backend == "auto" and x.device.type == "cuda")
+
+
+def centered_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, backend: str = "auto") -> torch.Tensor:
+    """``x [..., D]`` -> ``x_hat * (1 + weight)`` in ``x.dtype``, ``x_hat`` normalised in float32.
+
+    Example:
+        >>> centered_rms_norm(torch.tensor([[3.0, 4.0]]), torch.zeros(2), 0.0).mul(100).round().tolist()
+        [[85.0, 113.0]]
+    """
+    _checked("weight", weight, x.shape[-1], x)
+    if _use_triton(backend, x):
+        return rms_norm_triton(x, weight, eps)
+    return centered_rms_norm_torch(x, weight, eps)
+
+
+def gated_rms_norm(
+    x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float, *, backend: str = "auto"
+) -> torch.Tensor:
+    """``x``, ``gate`` ``[..., D]`` -> ``(weight * x_hat) * silu(gate)`` in ``x.dtype`` (the GDN output norm).
+
+    Example:
+        >>> gated_rms_norm(torch.tensor([[3.0, 4.0]]), torch.zeros(1, 2), torch.ones(2), 0.0).tolist()
+        [[0.0, 0.0]]
+    """
+    _checked("weight", weight, x.shape[-1], x)
+    _checked("gate", gate, x.shape[-1], x)
+    if _use_triton(backend, x):
+        return rms_norm_triton(x, weight, eps, gate)
+    return gated_rms_norm_torch(x, gate, weight, eps)

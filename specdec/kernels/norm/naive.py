@@ -1,0 +1,41 @@
+"""Reference RMSNorms of the hybrid (Qwen3.5 / Qwen3-Next) layers, in plain PyTorch: the definition the kernels follow.
+
+Both normalise in float32 and round where the checkpoints' own code rounds:
+
+* centred: ``(x_hat * (1 + w)).to(x.dtype)``, ``x_hat = x * rsqrt(mean(x^2) + eps)`` in float32;
+* gated (the GDN output norm): ``(w * x_hat.to(x.dtype)) * silu(gate)``, the product with the float32 ``silu(gate)``
+  rounded to ``x.dtype`` last.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["centered_rms_norm_torch", "gated_rms_norm_torch"]
+
+
+def centered_rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x [..., D]``, ``weight [D]`` -> ``[..., D]`` in ``x.dtype``: ``x_hat * (1 + weight)``.
+
+    Example:
+        >>> centered_rms_norm_torch(torch.tensor([[3.0, 4.0]]), torch.zeros(2), 0.0).mul(100).round().tolist()
+        [[85.0, 113.0]]
+    """
+    out = x.float()
+    out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + eps)
+    return (out * (1.0 + weight.float())).type_as(x)
+
+
+def gated_rms_norm_torch(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x``, ``gate`` ``[..., D]``, ``weight [D]`` -> ``weight * x_hat * silu(gate)`` in ``x.dtype``.
+
+    Example:
+        >>> gated_rms_norm_torch(torch.tensor([[3.0, 4.0]]), torch.zeros(1, 2), torch.ones(2), 0.0).tolist()
+        [[0.0, 0.0]]
+    """
+    dtype = x.dtype
+    out = x.float()
+    out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + eps)
+    out = weight * out.to(dtype)
+    return (out * F.silu(gate.float())).to(dtype)
