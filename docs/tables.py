@@ -851,6 +851,7 @@ HYBRID_ENGINE_RUNS = (
     ("bench_engine_hybrid_h200_2026-12-03_run2.json", "forward under CUDA graphs"),
     ("bench_engine_hybrid_h200_2026-12-03_run3.json", "commits under CUDA graphs"),
     ("bench_engine_hybrid_h200_2026-12-03_run4.json", "prefill chunks of at most 64 rows (every pass graphed)"),
+    ("bench_engine_hybrid_h200_2026-12-03_run5.json", "one-launch RMSNorms"),
 )
 
 
