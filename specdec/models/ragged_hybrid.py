@@ -17,7 +17,10 @@ Layouts (:data:`HYBRID_LAYOUTS`):
   conv and recurrence (one batched kernel call per layer from the requests' own committed states) and the
   attention over each request's own KV slot stay per request
   (:func:`~specdec.models.ragged_hybrid_packed.packed_hybrid_forward`). Logits agree with the batch-1
-  forward to float32 rounding, not bitwise.
+  forward to float32 rounding, not bitwise. Its commits are booked per request and written together
+  (:mod:`~specdec.models.ragged_hybrid_commit`); :meth:`RaggedHybridTarget.enable_cuda_graphs` replays the
+  forwards of requests of up to 64 rows, and their commits, as CUDA graphs by bucket
+  (:mod:`~specdec.models.ragged_hybrid_static`).
 
 In both, a commit replays the accepted tree path into the slot's GDN state exactly as the batch-1 target
 does (the same code: a forward leaves each slot what the batch-1 forward leaves for its commit). The hybrid

@@ -11,8 +11,7 @@ tables. Padding rows and padding requests live in a scratch slot no request owns
 KV and a zero GDN state), so they never touch a request's cache or states; their outputs are dropped.
 
 The eager packed forward (:mod:`~specdec.models.ragged_hybrid_packed`) runs what does not fit a bucket: a
-request of more than 64 rows (a prefill), explicit positions beyond the buckets, or more rows than the
-largest bucket. Either way the forward leaves its GDN rows packed for the batched commits
+request of more than 64 rows (a prefill), or more rows or requests than the largest bucket. Either way the forward leaves its GDN rows packed for the batched commits
 (:mod:`~specdec.models.ragged_hybrid_commit`).
 """
 
