@@ -1,8 +1,8 @@
 """Engine with chunked prefill (``max_pass_rows``): no forward past the cap, and the same tokens.
 
 * fp32 greedy: every request's tokens with the cap are ``torch.equal`` to its tokens without it and to
-  :func:`specdec.generate` alone, on dense and hybrid ragged targets (``per_request`` and ``packed``, a
-  bucketed static path with the default ``"auto"`` cap), chain and tree verification, n-gram drafts and drafts
+  :func:`specdec.generate` alone, on dense and hybrid ragged targets (``per_request`` and ``packed``, and for
+  both a bucketed static path with the default ``"auto"`` cap), chain and tree verification, n-gram drafts and drafts
   that are always accepted, the verify budget off, an int and ``"auto"``, for caps down to the smallest each
   rule allows (prompts in 3 or more chunks);
 * no forward holds more rows than the cap (every forward's rows counted); a prompt chunk that is not its
@@ -11,7 +11,8 @@
 * a request cancelled between its chunks frees its slot; the others' tokens are unchanged;
 * a drafter with feature taps gets every prompt row's features at its first round, as from one prefill;
 * ``"auto"`` is the target's largest row bucket where the rules allow it, else no cap;
-* a cap that cannot hold the roots, or without a budget ``max_batch`` full rounds, raises at construction.
+* a cap that cannot hold the roots, or without a budget ``max_batch`` full rounds, raises at construction;
+* a graphed hybrid's prefill goes in chunks of at most its ``static_request_rows`` (64), so no forward runs eagerly.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ CASES = [
     *[("dense-static", system, "auto") for system in SYSTEMS],
     *[("hybrid", system, cap) for system, cap in (("oracle", 12), ("tree", 22), ("budget-int", 4), ("budget-auto", 5))],
     *[("hybrid-packed", system, cap) for system, cap in (("oracle", 13), ("budget-auto", 3))],
-    *[("hybrid-static", system, "auto") for system in ("oracle", "budget-auto")],
+    *[("hybrid-static", system, "auto") for system in ("oracle", "tree", "budget-auto")],
 ]
 
 
