@@ -233,7 +233,8 @@ class Engine:
             take the rows left over; with a verify budget each verifying request's root row comes first, then
             the prefill chunks (fixed rows of the budget's allocation), and the budget fits draft nodes in
             what is left. A chunk also keeps within the target's
-            :attr:`~specdec.models.slots.RequestSlots.static_request_rows` (64 rows for a graphed hybrid). ``"auto"`` (default): the target's largest row bucket
+            :attr:`~specdec.models.slots.RequestSlots.static_request_rows` (64 rows for a graphed hybrid).
+            ``"auto"`` (default): the target's largest row bucket
             (:attr:`~specdec.models.slots.RequestSlots.row_buckets`; a forward past it runs eagerly, outside
             any CUDA graph) when the target has buckets and that many rows meet the rule above, else ``None``
             (no cap: a prompt is prefilled in one forward). Not with a ``TwoLevelVerifier`` (its exact rows

@@ -31,6 +31,7 @@ from specdec.kernels.gdn import gdn_tree_commit
 from specdec.kernels.gdn.path import gdn_tree_commit_triton
 from specdec.models.graphs import pick_bucket
 from specdec.models.hybrid import conv_state_commit_static
+from specdec.models.ragged_hybrid_static import scratch_slot
 
 __all__ = ["PendingCommit", "commit_body", "flush_commits"]
 
@@ -98,19 +99,19 @@ def _write(ragged, pending: Sequence[PendingCommit]) -> None:
         count_b, width_b = pick_bucket(ragged.row_buckets, count), pick_bucket(ragged.row_buckets, width)
         if count_b is not None and width_b is not None:
             key, count, width = ("commit", bucket, count_b, width_b), count_b, width_b
-    scratch = ragged.slots
-    # per request: its accepted rows in the packed forward (padding: the forward's row 0), a chain over them, and
-    # the cache positions its K/V rows move from (padding: where they are)
+    scratch = scratch_slot(ragged)
+    # per request: its accepted rows in the packed forward, a chain over them, and the cache positions its K/V rows
+    # sit at; padding entries (path -1) are masked in the body, so they hold 0
     rows, chain, source = [], [], []
     for p in pending:
         pad = width - len(p.rows)
         rows += [p.start + r for r in p.rows] + [0] * pad
         chain += list(range(len(p.rows))) + [-1] * pad
-        source += [p.length + r for r in p.rows] + [p.length + j for j in range(len(p.rows), width)]
+        source += [p.length + r for r in p.rows] + [0] * pad
     pad = count - len(pending)  # padding requests: the scratch slot, ring entry 0 into 1, nothing accepted
     rows += [0] * (pad * width)
     chain += [-1] * (pad * width)
-    source += list(range(width)) * pad
+    source += [0] * (pad * width)
     where = [p.slot for p in pending] + [scratch] * pad
     where += [p.cur for p in pending] + [0] * pad
     where += [p.nxt for p in pending] + [1] * pad
@@ -148,7 +149,8 @@ def commit_body(ragged, stash, packed_rows, path, slot, cur, nxt, length, src, *
         path: ``[B, L]`` int64 ``0 .. n_b - 1`` then ``-1``: a chain over the gathered rows.
         slot, cur, nxt: ``[B]`` int64 each request's slot and the ring entries read and written.
         length: ``[B]`` int64 the committed lengths before the commit.
-        src: ``[B, L]`` int64 the cache position each accepted row's K/V sits at (read where ``kv`` is ``None``).
+        src: ``[B, L]`` int64 the cache position each accepted row's K/V sits at, 0 where ``path`` is ``-1`` (read
+            where ``kv`` is ``None``).
         kv: per attention layer the forward's K/V rows ``[R, Hkv, D]``: every accepted row is written from them
             to ``length + j`` (so running the body twice writes the same); ``None``: rows move within the cache,
             and only when ``move_kv`` (an eager batch of chain commits moves nothing).
@@ -170,12 +172,11 @@ def commit_body(ragged, stash, packed_rows, path, slot, cur, nxt, length, src, *
     if kv is None and not move_kv:
         return
     valid = path >= 0
-    at = torch.where(valid, slot[:, None], ragged.slots)
+    at = torch.where(valid, slot[:, None], scratch_slot(ragged))
     dst = torch.where(valid, length[:, None] + torch.arange(path.shape[1], device=path.device), 0)
     for a, (k_cache, v_cache) in enumerate(zip(ragged.k_caches, ragged.v_caches)):
         if kv is None:  # a tree path that is not a prefix of the forward's rows: its K/V rows move down
-            read = torch.where(valid, src, 0)
-            k_rows, v_rows = k_cache[at, :, read], v_cache[at, :, read]
+            k_rows, v_rows = k_cache[at, :, src], v_cache[at, :, src]
         else:
             k_rows, v_rows = kv[a][0][packed_rows], kv[a][1][packed_rows]
         k_cache[at, :, dst] = k_rows

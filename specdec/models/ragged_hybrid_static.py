@@ -101,8 +101,9 @@ def static_packed_forward(
     row_flat, has_pos = [0] * rows_b, [0] * rows_b
     gather = [rows_b] * (requests_b * per_request_b)
     req_slot, req_ring = [scratch] * requests_b, [0] * requests_b
+    tree = [-1] * (requests_b * per_request_b)  # chains' parents here; trees' copied from the device below
     start = 0
-    for b, (req, n) in enumerate(zip(requests, counts)):
+    for b, (req, n, tree_parents) in enumerate(zip(requests, counts, parents)):
         state = ragged._states[req.slot]
         stop = start + n
         row_slot[start:stop] = [req.slot] * n
@@ -112,11 +113,9 @@ def static_packed_forward(
         has_pos[start:stop] = [int(req.positions is not None)] * n
         gather[b * per_request_b : b * per_request_b + n] = range(start, stop)
         req_slot[b], req_ring[b] = req.slot, state["_slot"]
-        start = stop
-    tree = [-1] * (requests_b * per_request_b)  # chains' parents here; trees' copied from the device below
-    for b, (n, tree_parents) in enumerate(zip(counts, parents)):
         if tree_parents is None:
             tree[b * per_request_b : b * per_request_b + n] = range(-1, n - 1)
+        start = stop
     host = [*row_slot, *row_index, *row_len, *row_flat, *has_pos, *req_slot, *req_ring, *gather, *tree]
     host = torch.tensor(host, dtype=torch.long)
     ends = [5 * rows_b, 2 * requests_b, requests_b * per_request_b, requests_b * per_request_b]
@@ -131,7 +130,7 @@ def static_packed_forward(
             buf["positions"][:, start : start + n] = req.positions
         start += n
     with ragged.target._views.use(view):  # a graph keeps the weights it was captured with: one per view
-        logits, taps, stash = ragged._graphs.run(key, lambda: static_packed_body(ragged, buf, hidden_layers))  # stash: (gdn, kv)
+        logits, taps, stash = ragged._graphs.run(key, lambda: static_packed_body(ragged, buf, hidden_layers))
     logits, taps = logits[:, :num_rows].clone(), tuple(t[:, :num_rows].clone() for t in taps)
     outputs, start = [], 0
     for n in counts:
@@ -145,8 +144,8 @@ def static_packed_body(ragged, buf: dict[str, torch.Tensor], hidden_layers: tupl
 
     ``stash`` holds per GDN layer the rows' ``(mixed [Rb, C], k [Rb, Hk, dk], v [Rb, Hv, dv], g [Rb, Hv],
     beta [Rb, Hv])`` and ``kv`` per attention layer the rows' ``(K, V)``, each ``[Rb, Hkv, D]``, for the commits
-    (which then write the cache from them, so a commit body run twice writes the same). Reads only ``buf``, the weights and the caches, so CUDA graphs can
-    capture it.
+    (which then write the cache from them, so a commit body run twice writes the same). Reads only ``buf``, the
+    weights and the caches, so CUDA graphs can capture it.
     """
     target, cfg = ragged.target, ragged.target.config
     row_slot, row_index, row_len, row_flat, has_pos = buf["rows"]
