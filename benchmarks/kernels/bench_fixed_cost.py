@@ -1,0 +1,336 @@
+"""What a weight-streaming GEMM costs beyond its bytes: cold against warm L2, and time = fixed + bytes / rate.
+
+Two questions the roofline (``bench_roofline.py``) cannot answer:
+
+1. **Warm or cold weights.** The roofline replays one weight matrix call after call. A matrix smaller than the L2
+   (50 MB on the H200) is then partly read from the L2, a kernel that caches weights by default (cuBLAS) gains from
+   it, and one that marks them evict-first (the tensor-map kernels) gains less. In a decode step every linear reads
+   different weights. Here each kernel is timed both ways on the Qwen3-8B and Qwen3-32B shapes: *warm* (one
+   matrix, as the roofline) and *cold* (the graph cycles through enough identical copies that they span at least
+   ``--l2-factor`` times the L2, so no call finds its weights there).
+2. **Fixed cost and streaming rate.** On cold weights at ``N`` rows and widths ``K`` of 1k-16k, each kernel's time
+   is fitted as ``a + bytes / b`` (least squares): ``a`` is what a call costs whatever its bytes (launch, pipeline
+   fill, split-K reduction, tail), ``b`` the rate it streams at, quoted against the copy bandwidth of the same run.
+   An empty kernel's time in the same kind of graph is the launch floor.
+
+Kernels: cuBLAS bf16 (``F.linear``), and the tensor-map CUDA kernels of ``specdec.kernels.cuda``: bf16 v2, W12
+exact v7, Q view v2. Every kernel's output on the first copy is checked against the float32 product (the roofline's
+tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. Weights are random
+(Gaussian, std 0.02), labelled so.
+
+Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_fixed_cost --out $OUT/fixed_cost.json``
+(~70 s after torch start on one H200; writes JSON and a PNG; no new case starts past ``--budget-s``).
+CPU smoke: ``--smoke`` (reference paths, tiny shapes; times mean nothing there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import copy_bandwidth, provenance, provenance_line, write_json
+from benchmarks.kernels.bench_roofline import bf16_variant, linear_shapes, q_variant, sync, time_per_call, w12_planes, w12_v7
+
+KERNELS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2")
+MS = (1, 8, 16)
+SWEEP_MS = (1, 8)
+SWEEP_NS = (4096, 16384)
+SWEEP_KS = (1024, 2048, 4096, 8192, 16384)
+SMOKE_SHAPES = {"smoke": {"a": (40, 64), "b": (24, 128)}}
+SMOKE_SWEEP_NS = (24,)
+SMOKE_SWEEP_KS = (64, 128, 256)
+DEFAULT_L2_BYTES = 50 * 2**20
+
+
+def weight_copies(nbytes: int, l2_bytes: int, factor: float = 3.0, most: int = 64) -> int:
+    """Identical weight copies a graph cycles through so that they span ``factor`` times the L2 (at most ``most``).
+
+    Example:
+        >>> weight_copies(32 << 20, 50 << 20), weight_copies(1 << 30, 50 << 20), weight_copies(1 << 10, 50 << 20)
+        (5, 1, 64)
+    """
+    if nbytes <= 0:
+        raise ValueError(f"nbytes: expected > 0, got {nbytes}")
+    return max(1, min(most, math.ceil(factor * l2_bytes / nbytes)))
+
+
+def fit_line(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
+    """Least-squares ``seconds = a + nbytes / b``: returns ``(a, b)``, ``a`` in seconds, ``b`` in bytes per second.
+
+    ``b`` is ``inf`` when the fitted slope is not positive (time that does not grow with bytes).
+
+    Example:
+        >>> a, b = fit_line([1e6, 2e6, 4e6], [3e-6 + 1e6 / 2e12, 3e-6 + 2e6 / 2e12, 3e-6 + 4e6 / 2e12])
+        >>> round(a * 1e6, 6), round(b / 1e12, 6)
+        (3.0, 2.0)
+    """
+    if len(nbytes) != len(seconds) or len(nbytes) < 2:
+        raise ValueError(f"nbytes, seconds: expected two equal lengths >= 2, got {len(nbytes)} and {len(seconds)}")
+    n = len(nbytes)
+    mx, my = sum(nbytes) / n, sum(seconds) / n
+    sxx = sum((x - mx) ** 2 for x in nbytes)
+    if sxx == 0:
+        raise ValueError("nbytes: expected at least two different values")
+    slope = sum((x - mx) * (y - my) for x, y in zip(nbytes, seconds)) / sxx
+    return my - slope * mx, (1.0 / slope if slope > 0 else math.inf)
+
+
+def bytes_per_weight(kind: str) -> float:
+    """Weight bytes a kernel reads per weight (W12: 1.5, the Q view: 1, bf16: 2; W12 escapes are not counted).
+
+    Example:
+        >>> [bytes_per_weight(k) for k in KERNELS]
+        [2.0, 2.0, 1.5, 1.0]
+    """
+    return {"cuda_w12_v7": 1.5, "cuda_q_v2": 1.0}.get(kind, 2.0)
+
+
+class Cycle:
+    """A call that runs ``fn(i)`` for ``i = 0, 1, ..., copies - 1, 0, ...``: each captured call gets the next copy.
+
+    Example:
+        >>> seen = []
+        >>> c = Cycle(seen.append, 3)
+        >>> for _ in range(4):
+        ...     c()
+        >>> seen
+        [0, 1, 2, 0]
+    """
+
+    def __init__(self, fn: Callable[[int], object], copies: int):
+        self.fn, self.copies, self.i = fn, copies, 0
+
+    def __call__(self) -> object:
+        out = self.fn(self.i)
+        self.i = (self.i + 1) % self.copies
+        return out
+
+
+def kernel_calls(ops, w: torch.Tensor, w12, copies: int) -> dict[str, tuple[Callable[[torch.Tensor, int], torch.Tensor], bool]]:
+    """kind -> (``call(x, copy)``, compares with the Q view's product) over ``copies`` identical copies of ``w``
+    (and of ``w12``, its W12 encoding)."""
+    bf16 = [w] + [w.clone() for _ in range(copies - 1)]
+    planes = [w12_planes(w12)] + [tuple(t.clone() for t in w12_planes(w12)) for _ in range(copies - 1)]
+    q = [(p[0], p[2]) for p in planes]  # the Q view reads the ae plane and the bases only
+    return {
+        "cublas_bf16": (lambda x, i: F.linear(x, bf16[i]), False),
+        "cuda_bf16_v2": (lambda x, i: bf16_variant(ops, "v2", x, bf16[i]), False),
+        "cuda_w12_v7": (lambda x, i: w12_v7(ops, x, *planes[i]), False),
+        "cuda_q_v2": (lambda x, i: q_variant(ops, "v2", x, *q[i]), True),
+    }
+
+
+def checked(call, x: torch.Tensor, ref: torch.Tensor, err_ref: float) -> float:
+    """Max |error| of ``call(x, 0)`` against ``ref``; raises when it is past the roofline's tolerance."""
+    err = (call(x, 0).float() - ref).abs()
+    tol = 2 * err_ref + ref.abs() * 2**-7
+    if not bool((err <= tol).all()):
+        raise AssertionError(f"output off the float32 product by {err.max().item():.3g} (tolerance {tol.min().item():.3g}+)")
+    return err.max().item()
+
+
+def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, warm: bool) -> list[dict]:
+    """One (N, K): every kernel at every M on cold weights (and warm ones too when ``warm``)."""
+    from specdec.formats.w12 import W12Tensor
+
+    w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    w_q = w12.q_view()
+    copies = weight_copies(2 * n * k, args.l2_bytes, args.l2_factor)
+    calls = kernel_calls(ops, w, w12, copies)
+    rows = []
+    for m in ms:
+        x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+        refs = {False: x.float() @ w.float().T, True: x.float() @ w_q.float().T}
+        errs = {q: (F.linear(x, w if not q else w_q).float() - refs[q]).abs().max().item() for q in refs}
+        for kind, (call, q_view) in calls.items():
+            row = dict(kind=kind, N=n, K=k, M=m, weight_bytes=bytes_per_weight(kind) * n * k, copies=copies)
+            try:
+                row["err"] = checked(call, x, refs[q_view], errs[q_view])
+                cold = Cycle(lambda i, call=call, x=x: call(x, i), copies)
+                row["cold_s"] = time_per_call(cold, device, calls=max(args.calls, copies), reps=args.reps)
+                if warm:
+                    row["warm_s"] = time_per_call(lambda call=call, x=x: call(x, 0), device, calls=args.calls, reps=args.reps)
+            except Exception as exc:  # one failing kernel must not hide the others' numbers
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            rows.append(row)
+    del calls
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rows
+
+
+def empty_launch_s(device: torch.device, args) -> float:
+    """Seconds per launch of a one-element kernel in a CUDA graph of ``args.calls`` launches (the launch floor)."""
+    t = torch.zeros(1, device=device)
+    return time_per_call(lambda: t.add_(1), device, calls=args.calls, reps=args.reps)
+
+
+def fits(rows: list[dict], copy_bw: float) -> list[dict]:
+    """Per (kind, N, M) of the sweep: ``cold_s = a + weight_bytes / b``, ``b`` also as a fraction of the copy bandwidth."""
+    out = []
+    for key in sorted({(r["kind"], r["N"], r["M"]) for r in rows if "cold_s" in r}):
+        pts = [(r["weight_bytes"], r["cold_s"]) for r in rows if (r["kind"], r["N"], r["M"]) == key and "cold_s" in r]
+        if len({p[0] for p in pts}) < 2:
+            continue
+        a, b = fit_line(*zip(*pts))
+        resid = max(abs(s - (a + nb / b)) / s for nb, s in pts)
+        out.append(
+            dict(kind=key[0], N=key[1], M=key[2], fixed_s=a, rate_bytes_per_s=b, rate_frac_of_copy=b / copy_bw, max_rel_residual=resid)
+        )
+    return out
+
+
+def plot(result: dict, path: Path) -> str | None:
+    """Cold time against weight bytes per kernel (points) with the fitted line, one panel per M; the copy floor dashed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        return f"no plot: {exc}"
+    ms = sorted({f["M"] for f in result["fits"]})
+    if not ms:
+        return "no plot: no fits"
+    fig, axes = plt.subplots(1, len(ms), figsize=(6 * len(ms), 4.5), squeeze=False)
+    bw = result["copy_bandwidth_bytes_per_s"]
+    for ax, m in zip(axes[0], ms):
+        top = 0.0
+        for i, kind in enumerate(KERNELS):
+            for n, marker in zip(sorted({r["N"] for r in result["sweep"]}), "os^"):
+                pts = sorted((r["weight_bytes"], r["cold_s"]) for r in result["sweep"] if (r["kind"], r["N"], r["M"]) == (kind, n, m) and "cold_s" in r)
+                if not pts:
+                    continue
+                xs = [p[0] / 1e6 for p in pts]
+                ax.plot(xs, [p[1] * 1e6 for p in pts], marker, color=f"C{i}", label=f"{kind} N={n}")
+                fit = next((f for f in result["fits"] if (f["kind"], f["N"], f["M"]) == (kind, n, m)), None)
+                if fit:
+                    ax.plot([0, xs[-1]], [fit["fixed_s"] * 1e6, (fit["fixed_s"] + pts[-1][0] / fit["rate_bytes_per_s"]) * 1e6], "-", color=f"C{i}", alpha=0.5)
+                top = max(top, xs[-1])
+        if bw == bw:
+            ax.plot([0, top], [0, top * 1e6 / bw], "k--", label=f"copy {bw / 1e12:.2f} TB/s")
+        empty = result.get("empty_launch_s")
+        if empty:
+            ax.axhline(empty * 1e6, color="grey", ls=":", label=f"empty kernel {empty * 1e6:.1f} us")
+        ax.set_xlabel("weight MB read (cold)")
+        ax.set_ylabel("us per call")
+        ax.set_title(f"M = {m}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"fixed cost + bytes / rate, {result.get('device', '?')} (random weights)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+def summary_lines(result: dict) -> list[str]:
+    """The fits, then the warm/cold ratios of the model shapes, as a short table."""
+    bw = result["copy_bandwidth_bytes_per_s"]
+    lines = [f"copy {bw / 1e12:.2f} TB/s, empty kernel {result['empty_launch_s'] * 1e6:.2f} us a launch in a graph"]
+    lines.append("kernel          N      M   fixed us   rate TB/s  of copy  max resid")
+    for f in result["fits"]:
+        lines.append(
+            f"{f['kind']:14s} {f['N']:6d} {f['M']:3d}   {f['fixed_s'] * 1e6:7.2f}   {f['rate_bytes_per_s'] / 1e12:8.2f}   {f['rate_frac_of_copy']:6.2f}   {f['max_rel_residual']:6.1%}"
+        )
+    lines.append("shape             M   kernel         warm us   cold us  cold/warm  cold x cuBLAS cold")
+    for r in result["shapes"]:
+        if "cold_s" not in r or "warm_s" not in r:
+            continue
+        base = next((b for b in result["shapes"] if (b["model"], b["linear"], b["M"], b["kind"]) == (r["model"], r["linear"], r["M"], "cublas_bf16")), None)
+        vs = base["cold_s"] / r["cold_s"] if base and "cold_s" in base else float("nan")
+        lines.append(
+            f"{r['model'] + ' ' + r['linear']:17s} {r['M']:2d}   {r['kind']:13s} {r['warm_s'] * 1e6:8.1f}  {r['cold_s'] * 1e6:8.1f}   {r['cold_s'] / r['warm_s']:6.2f}   {vs:6.2f}x"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "fixed_cost.json"))
+    ap.add_argument("--smoke", action="store_true", help="CPU: reference paths, tiny shapes")
+    ap.add_argument("--models", default="qwen3-8b,qwen3-32b")
+    ap.add_argument("--calls", type=int, default=20, help="calls per CUDA graph (at least the copies)")
+    ap.add_argument("--reps", type=int, default=10, help="graph replays (median)")
+    ap.add_argument("--l2-factor", type=float, default=3.0, help="cold copies span this many times the L2")
+    ap.add_argument("--budget-s", type=float, default=120.0, help="no new case starts after this many seconds")
+    args = ap.parse_args(argv)
+    prov = provenance(seed=0)
+    print(provenance_line(prov), flush=True)
+    if args.smoke:
+        device = torch.device("cpu")
+        args.calls, args.reps = 2, 2
+    else:
+        if not torch.cuda.is_available():
+            ap.error("needs CUDA; use --smoke on a CPU")
+        device = torch.device("cuda")
+    from specdec.kernels.cuda import ops
+
+    if device.type == "cuda":
+        from specdec.kernels.cuda.build import load_library
+
+        load_library()
+        args.l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+    else:
+        args.l2_bytes = DEFAULT_L2_BYTES
+    gen = torch.Generator(device=device).manual_seed(0)
+    t_start = time.time()
+    copy_bw = copy_bandwidth(device)
+    over = lambda: time.time() - t_start > args.budget_s  # noqa: E731
+    shapes_rows, sweep_rows, not_run = [], [], []
+    shapes = SMOKE_SHAPES if args.smoke else {m: linear_shapes(m) for m in args.models.split(",")}
+    for model, lins in shapes.items():
+        for lname, (n, k) in lins.items():
+            if over():
+                not_run.append(f"{model}/{lname}")
+                continue
+            for r in time_shape(n, k, (1, 8, 16) if not args.smoke else (1, 8), args, gen, device, ops, warm=True):
+                shapes_rows.append(dict(model=model, linear=lname, **r))
+            print(f"{model} {lname}: done ({time.time() - t_start:.0f} s)", flush=True)
+    for n in SMOKE_SWEEP_NS if args.smoke else SWEEP_NS:
+        for k in SMOKE_SWEEP_KS if args.smoke else SWEEP_KS:
+            if over():
+                not_run.append(f"sweep N={n} K={k}")
+                continue
+            sweep_rows.extend(time_shape(n, k, SWEEP_MS, args, gen, device, ops, warm=False))
+        print(f"sweep N={n}: done ({time.time() - t_start:.0f} s)", flush=True)
+    sync(device)
+    failed = [r for r in shapes_rows + sweep_rows if "error" in r]
+    result = dict(
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (reference paths)",
+        weights="random Gaussian, std 0.02 (bf16), W12 encoded from them",
+        copy_bandwidth_bytes_per_s=copy_bw,
+        l2_bytes=args.l2_bytes,
+        l2_factor=args.l2_factor,
+        calls_per_graph=args.calls,
+        reps=args.reps,
+        empty_launch_s=empty_launch_s(device, args),
+        shapes=shapes_rows,
+        sweep=sweep_rows,
+        fits=fits(sweep_rows, copy_bw) if copy_bw == copy_bw else fits(sweep_rows, 1.0),
+        not_run=not_run,
+        errors=len(failed),
+        wall_s=time.time() - t_start,
+    )
+    out = write_json(args.out, result, prov, indent=1)
+    note = plot(result, out.with_suffix(".png"))
+    print(f"wrote {out}" + (f"; {note}" if note else f" and {out.with_suffix('.png')}"))
+    print(provenance_line(prov))
+    for line in summary_lines(result):
+        print(line)
+    for r in failed:
+        print(f"FAILED {r['kind']} N={r['N']} K={r['K']} M={r['M']}: {r['error']}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""The fixed-cost benchmark's CPU smoke mode runs end to end; a kernel off the float32 product fails the run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.kernels import bench_fixed_cost
+from specdec.kernels.cuda import ops
+
+
+def test_smoke_mode_times_every_kernel_warm_and_cold_and_fits_the_sweep(tmp_path):
+    out = tmp_path / "fixed_cost.json"
+    assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["provenance"]["seed"] == 0 and result["errors"] == 0 and not result["not_run"]
+    kinds = set(bench_fixed_cost.KERNELS)
+    assert {r["kind"] for r in result["shapes"]} == kinds
+    assert all(r["cold_s"] > 0 and r["warm_s"] > 0 for r in result["shapes"])
+    assert all("warm_s" not in r and r["cold_s"] > 0 for r in result["sweep"])
+    # the smoke weights are a few KB: the cold timing cycles through the most copies
+    assert all(r["copies"] == 64 for r in result["shapes"] + result["sweep"])
+    assert {(f["kind"], f["M"]) for f in result["fits"]} == {(k, m) for k in kinds for m in bench_fixed_cost.SWEEP_MS}
+    assert result["empty_launch_s"] > 0
+    assert (tmp_path / "fixed_cost.png").stat().st_size > 0
+
+
+def test_a_kernel_off_the_product_fails_the_run(tmp_path, monkeypatch):
+    exact = ops.q_gemm_small_m
+
+    def off(x, ae, base):
+        y = exact(x, ae, base).clone()
+        y[0, 0] += 1.0
+        return y
+
+    monkeypatch.setattr(ops, "q_gemm_small_m", off)
+    out = tmp_path / "fixed_cost.json"
+    assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 1
+    result = json.loads(out.read_text())
+    bad = [r for r in result["shapes"] + result["sweep"] if "error" in r]
+    assert bad and {r["kind"] for r in bad} == {"cuda_q_v2"} and all("cold_s" not in r for r in bad)
+
+
+def test_the_cycle_gives_each_captured_call_the_next_copy():
+    seen = []
+    cycle = bench_fixed_cost.Cycle(seen.append, 3)
+    for _ in range(7):
+        cycle()
+    assert seen == [0, 1, 2, 0, 1, 2, 0]
+
+
+@pytest.mark.parametrize(("fixed_us", "tb_per_s"), [(2.0, 4.0), (9.5, 1.2)])
+def test_fit_recovers_a_line_through_noisy_points(fixed_us, tb_per_s):
+    nbytes = [8e6, 16e6, 32e6, 64e6, 128e6]
+    noise = [1.01, 0.99, 1.0, 1.005, 0.995]
+    seconds = [(fixed_us * 1e-6 + b / (tb_per_s * 1e12)) * e for b, e in zip(nbytes, noise)]
+    a, b = bench_fixed_cost.fit_line(nbytes, seconds)
+    assert a * 1e6 == pytest.approx(fixed_us, abs=0.6) and b / 1e12 == pytest.approx(tb_per_s, rel=0.02)
+
+
+def test_fit_and_copies_refuse_bad_input():
+    with pytest.raises(ValueError, match="nbytes, seconds"):
+        bench_fixed_cost.fit_line([1.0], [1.0])
+    with pytest.raises(ValueError, match="at least two different"):
+        bench_fixed_cost.fit_line([1.0, 1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="nbytes: expected > 0"):
+        bench_fixed_cost.weight_copies(0, 1 << 20)
