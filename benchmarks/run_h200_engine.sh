@@ -18,13 +18,16 @@
 # with 48 new tokens and both layouts (run4, `--new-tokens 48 --layouts packed,per_request`), one closed batch of c
 # requests per case (run5, run6 goal: `--waves 1`).
 # `bash benchmarks/run_h200_engine.sh goal`: the goal cases only (c = 16 and 24, after the alone reference), ~2 min,
-# cap 160 s (wall budget 120 s).
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_engine.sh [goal]   (writes JSON, PNG and log to $OUT)
+# cap 160 s (wall budget 120 s). `... goal split`: the same cases with every target forward also timed between two
+# device syncs (`--split-forward`: a pass split into the forward and the rest, the engine's host work).
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_engine.sh [goal [split]]   (writes JSON, PNG and log to $OUT)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
+SPLIT=()
+if [ "${2:-}" = split ]; then SPLIT=(--split-forward); fi
 if [ "${1:-}" = goal ]; then
-  timeout 160 python3 -m benchmarks.decode.bench_engine --dtype bfloat16 --weights planted --new-tokens 128 --waves 3 --layouts packed --concurrency 16,24 --wall-budget-s 120 --out "$OUT/bench_engine.json" 2>&1 | tee "$OUT/bench_engine.log"
+  timeout 160 python3 -m benchmarks.decode.bench_engine --dtype bfloat16 --weights planted --new-tokens 128 --waves 3 --layouts packed --concurrency 16,24 --wall-budget-s 120 ${SPLIT[@]+"${SPLIT[@]}"} --out "$OUT/bench_engine.json" 2>&1 | tee "$OUT/bench_engine.log"
 else
   timeout 290 python3 -m benchmarks.decode.bench_engine --dtype bfloat16 --weights planted --new-tokens 128 --waves 3 --layouts packed --wall-budget-s 230 --out "$OUT/bench_engine.json" 2>&1 | tee "$OUT/bench_engine.log"
 fi

@@ -147,6 +147,7 @@ def decode(
     batched_drafting=False,
     eos_token_id=None,
     max_pass_rows="auto",
+    split_forward=False,
 ):
     """Run ``prompts`` through one engine of ``concurrency`` slots; tokens, wall seconds, per-request latency, rounds.
 
@@ -154,7 +155,9 @@ def decode(
     :class:`Engine` and its requests. Besides the times: the cap the engine applied (``max_pass_rows``, ``None``
     = none), the prompt rows its forwards held (``prefill_rows``), its largest forward (``max_rows_per_pass``) and
     the forwards past the target's largest row bucket (``eager_passes``: run eagerly, outside any CUDA graph;
-    ``None`` for a target without buckets, whose every forward is eager).
+    ``None`` for a target without buckets, whose every forward is eager). ``split_forward``: each target forward
+    is also timed between two device syncs (``forward_ms_per_pass``; the rest of a pass, the engine's host work and
+    its kernels outside the forward, is ``outside_forward_ms_per_pass``); the syncs add a little to every pass.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -180,6 +183,20 @@ def decode(
     ids = [engine.add_request(p, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id) for p in prompts]
     joined, finished, nodes, pass_rows = {}, {}, [], []
     device = ragged.device
+    forward_s = [0.0]
+    own_forward = vars(ragged).get("forward")  # a forward set on the instance (a wrapper), restored after
+    if split_forward:
+        forward = ragged.forward
+
+        def timed_forward(*args, **kwargs):
+            sync(device)
+            start = time.perf_counter()
+            out = forward(*args, **kwargs)
+            sync(device)
+            forward_s[0] += time.perf_counter() - start
+            return out
+
+        ragged.forward = timed_forward
     sync(device)
     t0 = time.perf_counter()
     while engine.has_work:
@@ -196,6 +213,11 @@ def decode(
                 finished[rid] = now
     sync(device)
     seconds = time.perf_counter() - t0
+    if split_forward:
+        if own_forward is None:
+            del ragged.forward  # the class's forward again
+        else:
+            ragged.forward = own_forward
     tokens = [engine.output(rid).cpu() for rid in ids]
     latency = sorted(finished[rid] - joined[rid] for rid in ids)
     rounds = sum(engine.request(rid).rounds for rid in ids)
@@ -218,6 +240,14 @@ def decode(
         prefill_rows=engine.prefill_rows,
         max_rows_per_pass=max(pass_rows, default=0),
         eager_passes=sum(rows > buckets[-1] for rows in pass_rows) if buckets else None,
+        **(
+            dict(
+                forward_ms_per_pass=1e3 * forward_s[0] / max(1, engine.target_passes),
+                outside_forward_ms_per_pass=1e3 * (seconds - forward_s[0]) / max(1, engine.target_passes),
+            )
+            if split_forward
+            else {}
+        ),
     )
 
 
@@ -462,6 +492,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=pass_rows_arg,
         help="the Engine's cap on the rows of one target forward (chunked prefill): 'auto' (default: the target's "
         "largest row bucket where the engine can hold every forward within it), 'none', or an int",
+    )
+    ap.add_argument(
+        "--split-forward",
+        action="store_true",
+        help="time each target forward between device syncs too: a pass split into forward and the rest (host work)",
     )
     ap.add_argument("--wall-budget-s", type=float, default=140.0, help="start no new case past this many seconds")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_engine.json"))
@@ -754,6 +789,7 @@ def run(args: argparse.Namespace) -> int:
                 batched_drafting=batched_drafting,
                 eos_token_id=eos,
                 max_pass_rows=args.max_pass_rows,
+                split_forward=args.split_forward,
             )
 
         warm = run_once(refs)  # untimed: captures this case's graphs and gives each request's own output
@@ -787,7 +823,12 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"[{layout:11s} c={c:2d}] {name:26s} {row['tokens_per_s']:9.1f} tok/s  x AR {speedup}  "
             f"acc/round {row['accepted_per_round']:5.2f}  passes {row['target_passes']:4d}  ms/pass {row['ms_per_pass']:6.2f}  "
-            f"cap {row['max_pass_rows']}  eager passes {row['eager_passes']}  prefill rows {row['prefill_rows']}  "
+            + (
+                f"(forward {row['forward_ms_per_pass']:6.2f}, outside {row['outside_forward_ms_per_pass']:5.2f})  "
+                if "forward_ms_per_pass" in row
+                else ""
+            )
+            + f"cap {row['max_pass_rows']}  eager passes {row['eager_passes']}  prefill rows {row['prefill_rows']}  "
             f"unmatched {row['unmatched_rounds']}  mismatch vs alone {mismatches} vs AR {mismatches_ar}  = warm-up {row['equal_to_warmup']}",
             flush=True,
         )

@@ -26,7 +26,6 @@ CPU smoke: ``--smoke`` (reference paths, tiny shapes; times mean nothing there).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import time
@@ -184,7 +183,15 @@ def fits(rows: list[dict], copy_bw: float) -> list[dict]:
         a, b = fit_line(*zip(*pts))
         resid = max(abs(s - (a + nb / b)) / s for nb, s in pts)
         out.append(
-            dict(kind=key[0], N=key[1], M=key[2], fixed_s=a, rate_bytes_per_s=b, rate_frac_of_copy=b / copy_bw, max_rel_residual=resid)
+            dict(
+                kind=key[0],
+                N=key[1],
+                M=key[2],
+                fixed_s=a,
+                rate_bytes_per_s=b,
+                rate_frac_of_copy=b / copy_bw,
+                max_rel_residual=resid,
+            )
         )
     return out
 
@@ -207,14 +214,24 @@ def plot(result: dict, path: Path) -> str | None:
         top = 0.0
         for i, kind in enumerate(KERNELS):
             for n, marker in zip(sorted({r["N"] for r in result["sweep"]}), "os^"):
-                pts = sorted((r["weight_bytes"], r["cold_s"]) for r in result["sweep"] if (r["kind"], r["N"], r["M"]) == (kind, n, m) and "cold_s" in r)
+                pts = sorted(
+                    (r["weight_bytes"], r["cold_s"])
+                    for r in result["sweep"]
+                    if (r["kind"], r["N"], r["M"]) == (kind, n, m) and "cold_s" in r
+                )
                 if not pts:
                     continue
                 xs = [p[0] / 1e6 for p in pts]
                 ax.plot(xs, [p[1] * 1e6 for p in pts], marker, color=f"C{i}", label=f"{kind} N={n}")
                 fit = next((f for f in result["fits"] if (f["kind"], f["N"], f["M"]) == (kind, n, m)), None)
                 if fit:
-                    ax.plot([0, xs[-1]], [fit["fixed_s"] * 1e6, (fit["fixed_s"] + pts[-1][0] / fit["rate_bytes_per_s"]) * 1e6], "-", color=f"C{i}", alpha=0.5)
+                    ax.plot(
+                        [0, xs[-1]],
+                        [fit["fixed_s"] * 1e6, (fit["fixed_s"] + pts[-1][0] / fit["rate_bytes_per_s"]) * 1e6],
+                        "-",
+                        color=f"C{i}",
+                        alpha=0.5,
+                    )
                 top = max(top, xs[-1])
         if bw == bw:
             ax.plot([0, top], [0, top * 1e6 / bw], "k--", label=f"copy {bw / 1e12:.2f} TB/s")
@@ -246,7 +263,14 @@ def summary_lines(result: dict) -> list[str]:
     for r in result["shapes"]:
         if "cold_s" not in r or "warm_s" not in r:
             continue
-        base = next((b for b in result["shapes"] if (b["model"], b["linear"], b["M"], b["kind"]) == (r["model"], r["linear"], r["M"], "cublas_bf16")), None)
+        base = next(
+            (
+                b
+                for b in result["shapes"]
+                if (b["model"], b["linear"], b["M"], b["kind"]) == (r["model"], r["linear"], r["M"], "cublas_bf16")
+            ),
+            None,
+        )
         vs = base["cold_s"] / r["cold_s"] if base and "cold_s" in base else float("nan")
         lines.append(
             f"{r['model'] + ' ' + r['linear']:17s} {r['M']:2d}   {r['kind']:13s} {r['warm_s'] * 1e6:8.1f}  {r['cold_s'] * 1e6:8.1f}   {r['cold_s'] / r['warm_s']:6.2f}   {vs:6.2f}x"

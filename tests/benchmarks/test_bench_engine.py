@@ -56,3 +56,29 @@ def test_max_pass_rows_argument():
     for bad in ("0", "-4", "big"):
         with pytest.raises(argparse.ArgumentTypeError, match=f"expected 'auto', 'none' or an int >= 1, got '{bad}'"):
             bench_engine.pass_rows_arg(bad)
+
+
+def test_split_forward_times_every_forward_and_restores_the_target():
+    ragged = RaggedDenseTarget(tiny_target(seed=0), slots=2, layout="packed")
+    ragged.enable_static_path((1, 2, 4, 8))
+    prompts = [torch.arange(1, 10), torch.arange(3, 8)]
+    calls = []
+    forward = ragged.forward
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return forward(*args, **kwargs)
+
+    ragged.forward = counting
+    kwargs = dict(concurrency=2, drafter=NGramDrafter(), num_draft_tokens=1, max_new_tokens=4)
+    plain = bench_engine.decode(ragged, prompts, **kwargs)
+    assert "forward_ms_per_pass" not in plain
+    calls.clear()
+    split = bench_engine.decode(ragged, prompts, split_forward=True, **kwargs)
+    assert len(calls) == split["target_passes"] > 0  # every forward went through the timer once
+    assert ragged.forward is counting  # the wrapper the test installed, not the timer, is back
+    assert split["forward_ms_per_pass"] > 0 and split["outside_forward_ms_per_pass"] > 0
+    per_pass = split["forward_ms_per_pass"] + split["outside_forward_ms_per_pass"]
+    assert per_pass == pytest.approx(split["ms_per_pass"], rel=1e-6)
+    for a, b in zip(plain["tokens"], split["tokens"]):
+        assert torch.equal(a, b)
