@@ -79,6 +79,7 @@ import torch
 from benchmarks.common import TINY_QWEN3, provenance, provenance_line, write_json
 from benchmarks.decode.bench_hybrid import QWEN3_5_4B
 from benchmarks.decode.bench_hybrid import SMOKE as TINY_HYBRID
+from benchmarks.kernels.bench_roofline import step_kernel_breakdown
 from specdec import data
 from specdec.drafters import NGramDrafter, load_drafter
 from specdec.drafters.block.config import read_drafter_config
@@ -148,6 +149,7 @@ def decode(
     eos_token_id=None,
     max_pass_rows="auto",
     split_forward=False,
+    kernel_profile_steps=0,
 ):
     """Run ``prompts`` through one engine of ``concurrency`` slots; tokens, wall seconds, per-request latency, rounds.
 
@@ -158,6 +160,9 @@ def decode(
     ``None`` for a target without buckets, whose every forward is eager). ``split_forward``: each target forward
     is also timed between two device syncs (``forward_ms_per_pass``; the rest of a pass, the engine's host work and
     its kernels outside the forward, is ``outside_forward_ms_per_pass``); the syncs add a little to every pass.
+    ``kernel_profile_steps``: after 20 steps, that many steps run under ``torch.profiler`` and their device time
+    by kernel category is returned as ``kernel_profile`` (CUDA; on a CPU only its ``passes`` and
+    ``graphs_captured``); the run's time then includes the profiler: for untimed runs.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -199,7 +204,8 @@ def decode(
         ragged.forward = timed_forward
     sync(device)
     t0 = time.perf_counter()
-    while engine.has_work:
+
+    def one_step():
         before = time.perf_counter() - t0
         waiting = set(engine.waiting)
         engine.step()
@@ -211,6 +217,17 @@ def decode(
                 joined[rid] = before
             if rid not in finished and engine.status(rid) == "finished":
                 finished[rid] = now
+
+    kernel_profile = None
+    while engine.has_work:
+        if kernel_profile is None and kernel_profile_steps and len(pass_rows) == 20:
+            # steps counted past the end of the work would do nothing: the profile is of steps that ran
+            passes_before, graphs_before = engine.target_passes, len(ragged.static_keys)
+            kernel_profile = step_kernel_breakdown(one_step, device, steps=kernel_profile_steps, top=12)
+            kernel_profile["passes"] = engine.target_passes - passes_before
+            kernel_profile["graphs_captured"] = len(ragged.static_keys) - graphs_before  # a capture inflates the profile
+            continue
+        one_step()
     sync(device)
     seconds = time.perf_counter() - t0
     if split_forward:
@@ -240,6 +257,7 @@ def decode(
         prefill_rows=engine.prefill_rows,
         max_rows_per_pass=max(pass_rows, default=0),
         eager_passes=sum(rows > buckets[-1] for rows in pass_rows) if buckets else None,
+        **({"kernel_profile": kernel_profile} if kernel_profile is not None else {}),
         **(
             dict(
                 forward_ms_per_pass=1e3 * forward_s[0] / max(1, engine.target_passes),
@@ -790,9 +808,14 @@ def run(args: argparse.Namespace) -> int:
                 eos_token_id=eos,
                 max_pass_rows=args.max_pass_rows,
                 split_forward=args.split_forward,
+                kernel_profile_steps=kernel_profile_steps,
             )
 
-        warm = run_once(refs)  # untimed: captures this case's graphs and gives each request's own output
+        # untimed: captures this case's graphs and gives each request's own output; with --split-forward it also
+        # profiles 5 of its steps (kernel time by category)
+        kernel_profile_steps = 5 if args.split_forward else 0
+        warm = run_once(refs)
+        kernel_profile_steps = 0
         if refs is not None:
             refs = [[torch.cat([p.cpu(), t]), *r] for p, t, r in zip(batch, warm["tokens"], refs)]  # own output first
         run = run_once(refs)
@@ -803,6 +826,15 @@ def run(args: argparse.Namespace) -> int:
         if (dtype == torch.float32 or successor is not None) and spec and not equal_ar:
             failed = True
         row = {key: v for key, v in run.items() if key != "tokens"}
+        if "kernel_profile" in warm:
+            row["warmup_kernel_profile"] = warm["kernel_profile"]
+            kp = warm["kernel_profile"]
+            print(
+                f"[{layout:11s} c={c:2d}] {name:26s} warm-up kernels a step: {kp['kernels_ms']:.2f} ms "
+                f"(gemm {kp['gemm_ms']:.2f}, attention {kp['attention_ms']:.2f}, other {kp['other_ms']:.2f}), "
+                f"{kp['kernels_per_step']:.0f} launches",
+                flush=True,
+            )
         row.update(
             layout=layout,
             concurrency=c,

@@ -82,3 +82,26 @@ def test_split_forward_times_every_forward_and_restores_the_target():
     assert per_pass == pytest.approx(split["ms_per_pass"], rel=1e-6)
     for a, b in zip(plain["tokens"], split["tokens"]):
         assert torch.equal(a, b)
+
+
+def test_kernel_profile_runs_its_steps_inside_the_decode_and_keeps_the_outputs(monkeypatch):
+    ragged = RaggedDenseTarget(tiny_target(seed=0), slots=2, layout="packed")
+    ragged.enable_static_path((1, 2, 4, 8))
+    prompts = [torch.arange(1, 10), torch.arange(3, 8)]
+    kwargs = dict(concurrency=2, drafter=NGramDrafter(), num_draft_tokens=1, max_new_tokens=30)
+    plain = bench_engine.decode(ragged, prompts, **kwargs)
+    profiled_steps = []
+
+    def breakdown(step, device, steps, top):
+        for _ in range(steps + 1):  # one warm-up step, then the profiled ones, as the real breakdown
+            step()
+            profiled_steps.append(1)
+        return {"kernels_ms": 0.0}
+
+    monkeypatch.setattr(bench_engine, "step_kernel_breakdown", breakdown)
+    run = bench_engine.decode(ragged, prompts, kernel_profile_steps=3, **kwargs)
+    assert len(profiled_steps) == 4 and run["kernel_profile"]["passes"] == 4
+    assert run["kernel_profile"]["graphs_captured"] == 0  # the static path's buckets were all run before
+    assert run["target_passes"] == plain["target_passes"]
+    for a, b in zip(plain["tokens"], run["tokens"]):
+        assert torch.equal(a, b)
