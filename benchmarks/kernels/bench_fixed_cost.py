@@ -14,7 +14,8 @@ Two questions the roofline (``bench_roofline.py``) cannot answer:
    An empty kernel's time in the same kind of graph is the launch floor.
 
 Kernels: cuBLAS bf16 (``F.linear``), and the tensor-map CUDA kernels of ``specdec.kernels.cuda``: bf16 v2, W12
-exact v7, Q view v2. Every kernel's output on the first copy is checked against the float32 product (the roofline's
+exact v7, Q view v2, each as it runs by default (every CTA starts its K slice at its own stage) and with
+``SPECDEC_TMA_STAGGER=0`` (``*_inorder``: every CTA in K order, as before the staggered start). Every kernel's output on the first copy is checked against the float32 product (the roofline's
 tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. Weights are random
 (Gaussian, std 0.02), labelled so.
 
@@ -36,9 +37,27 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import copy_bandwidth, provenance, provenance_line, write_json
-from benchmarks.kernels.bench_roofline import bf16_variant, linear_shapes, q_variant, sync, time_per_call, w12_planes, w12_v7
+from benchmarks.kernels.bench_roofline import (
+    bf16_variant,
+    linear_shapes,
+    q_variant,
+    sync,
+    time_per_call,
+    variant_env,
+    w12_planes,
+    w12_v7,
+)
 
-KERNELS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2")
+KERNELS = (
+    "cublas_bf16",
+    "cuda_bf16_v2",
+    "cuda_w12_v7",
+    "cuda_q_v2",
+    "cuda_bf16_v2_inorder",
+    "cuda_w12_v7_inorder",
+    "cuda_q_v2_inorder",
+)
+STAGGER_ENV = "SPECDEC_TMA_STAGGER"
 MS = (1, 8, 16)
 SWEEP_MS = (1, 8)
 SWEEP_NS = (4096, 16384)
@@ -87,9 +106,9 @@ def bytes_per_weight(kind: str) -> float:
 
     Example:
         >>> [bytes_per_weight(k) for k in KERNELS]
-        [2.0, 2.0, 1.5, 1.0]
+        [2.0, 2.0, 1.5, 1.0, 2.0, 1.5, 1.0]
     """
-    return {"cuda_w12_v7": 1.5, "cuda_q_v2": 1.0}.get(kind, 2.0)
+    return {"cuda_w12_v7": 1.5, "cuda_q_v2": 1.0}.get(kind.removesuffix("_inorder"), 2.0)
 
 
 class Cycle:
@@ -119,12 +138,21 @@ def kernel_calls(ops, w: torch.Tensor, w12, copies: int) -> dict[str, tuple[Call
     bf16 = [w] + [w.clone() for _ in range(copies - 1)]
     planes = [w12_planes(w12)] + [tuple(t.clone() for t in w12_planes(w12)) for _ in range(copies - 1)]
     q = [(p[0], p[2]) for p in planes]  # the Q view reads the ae plane and the bases only
-    return {
+    calls = {
         "cublas_bf16": (lambda x, i: F.linear(x, bf16[i]), False),
         "cuda_bf16_v2": (lambda x, i: bf16_variant(ops, "v2", x, bf16[i]), False),
         "cuda_w12_v7": (lambda x, i: w12_v7(ops, x, *planes[i]), False),
         "cuda_q_v2": (lambda x, i: q_variant(ops, "v2", x, *q[i]), True),
     }
+    for kind in ("cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2"):
+        call, q_view = calls[kind]
+
+        def in_order(x, i, call=call):
+            with variant_env(STAGGER_ENV, "0"):
+                return call(x, i)
+
+        calls[f"{kind}_inorder"] = (in_order, q_view)
+    return calls
 
 
 def checked(call, x: torch.Tensor, ref: torch.Tensor, err_ref: float) -> float:
