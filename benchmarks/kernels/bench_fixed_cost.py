@@ -14,8 +14,7 @@ Two questions the roofline (``bench_roofline.py``) cannot answer:
    An empty kernel's time in the same kind of graph is the launch floor.
 
 Kernels: cuBLAS bf16 (``F.linear``), and the tensor-map CUDA kernels of ``specdec.kernels.cuda``: bf16 v2, W12
-exact v7, Q view v2, each as it runs by default (every CTA starts its K slice at its own stage) and with
-``SPECDEC_TMA_STAGGER=0`` (``*_inorder``: every CTA in K order, as before the staggered start). Every kernel's output on the first copy is checked against the float32 product (the roofline's
+exact v7, Q view v2. Every kernel's output on the first copy is checked against the float32 product (the roofline's
 tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. Weights are random
 (Gaussian, std 0.02), labelled so.
 
@@ -27,6 +26,7 @@ CPU smoke: ``--smoke`` (reference paths, tiny shapes; times mean nothing there).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import time
@@ -43,21 +43,11 @@ from benchmarks.kernels.bench_roofline import (
     q_variant,
     sync,
     time_per_call,
-    variant_env,
     w12_planes,
     w12_v7,
 )
 
-KERNELS = (
-    "cublas_bf16",
-    "cuda_bf16_v2",
-    "cuda_w12_v7",
-    "cuda_q_v2",
-    "cuda_bf16_v2_inorder",
-    "cuda_w12_v7_inorder",
-    "cuda_q_v2_inorder",
-)
-STAGGER_ENV = "SPECDEC_TMA_STAGGER"
+KERNELS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2")
 MS = (1, 8, 16)
 SWEEP_MS = (1, 8)
 SWEEP_NS = (4096, 16384)
@@ -106,9 +96,9 @@ def bytes_per_weight(kind: str) -> float:
 
     Example:
         >>> [bytes_per_weight(k) for k in KERNELS]
-        [2.0, 2.0, 1.5, 1.0, 2.0, 1.5, 1.0]
+        [2.0, 2.0, 1.5, 1.0]
     """
-    return {"cuda_w12_v7": 1.5, "cuda_q_v2": 1.0}.get(kind.removesuffix("_inorder"), 2.0)
+    return {"cuda_w12_v7": 1.5, "cuda_q_v2": 1.0}.get(kind, 2.0)
 
 
 class Cycle:
@@ -138,21 +128,12 @@ def kernel_calls(ops, w: torch.Tensor, w12, copies: int) -> dict[str, tuple[Call
     bf16 = [w] + [w.clone() for _ in range(copies - 1)]
     planes = [w12_planes(w12)] + [tuple(t.clone() for t in w12_planes(w12)) for _ in range(copies - 1)]
     q = [(p[0], p[2]) for p in planes]  # the Q view reads the ae plane and the bases only
-    calls = {
+    return {
         "cublas_bf16": (lambda x, i: F.linear(x, bf16[i]), False),
         "cuda_bf16_v2": (lambda x, i: bf16_variant(ops, "v2", x, bf16[i]), False),
         "cuda_w12_v7": (lambda x, i: w12_v7(ops, x, *planes[i]), False),
         "cuda_q_v2": (lambda x, i: q_variant(ops, "v2", x, *q[i]), True),
     }
-    for kind in ("cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2"):
-        call, q_view = calls[kind]
-
-        def in_order(x, i, call=call):
-            with variant_env(STAGGER_ENV, "0"):
-                return call(x, i)
-
-        calls[f"{kind}_inorder"] = (in_order, q_view)
-    return calls
 
 
 def checked(call, x: torch.Tensor, ref: torch.Tensor, err_ref: float) -> float:
@@ -240,7 +221,7 @@ def plot(result: dict, path: Path) -> str | None:
     bw = result["copy_bandwidth_bytes_per_s"]
     for ax, m in zip(axes[0], ms):
         top = 0.0
-        for i, kind in enumerate(KERNELS):
+        for i, kind in enumerate(dict.fromkeys(f["kind"] for f in result["fits"])):  # the kernels the run timed
             for n, marker in zip(sorted({r["N"] for r in result["sweep"]}), "os^"):
                 pts = sorted(
                     (r["weight_bytes"], r["cold_s"])
@@ -261,8 +242,8 @@ def plot(result: dict, path: Path) -> str | None:
                         alpha=0.5,
                     )
                 top = max(top, xs[-1])
-        if bw == bw:
-            ax.plot([0, top], [0, top * 1e6 / bw], "k--", label=f"copy {bw / 1e12:.2f} TB/s")
+        if bw == bw:  # MB over the copy bandwidth, in us
+            ax.plot([0, top], [0, top * 1e12 / bw], "k--", label=f"copy floor, {bw / 1e12:.2f} TB/s")
         empty = result.get("empty_launch_s")
         if empty:
             ax.axhline(empty * 1e6, color="grey", ls=":", label=f"empty kernel {empty * 1e6:.1f} us")
@@ -315,7 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=10, help="graph replays (median)")
     ap.add_argument("--l2-factor", type=float, default=3.0, help="cold copies span this many times the L2")
     ap.add_argument("--budget-s", type=float, default=120.0, help="no new case starts after this many seconds")
+    ap.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     args = ap.parse_args(argv)
+    if args.plot_only:
+        src = Path(args.plot_only)
+        note = plot(json.loads(src.read_text()), src.with_suffix(".png"))
+        print(note or f"wrote {src.with_suffix('.png')}")
+        return 0 if note is None else 1
     prov = provenance(seed=0)
     print(provenance_line(prov), flush=True)
     if args.smoke:

@@ -28,7 +28,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 namespace cg = cooperative_groups;
@@ -71,18 +70,7 @@ struct Params {
   int rt_per_cta;  // row tiles (16 rows) per CTA: 1, 2, 4 or 8; warps per row tile = 8 / rt_per_cta
   int k_splits;    // CTAs of a cluster sharing the row block, each a slice of K
   int n_chunks;    // ceil(K / chunk)
-  int stagger;     // ring kernels: 1 = each CTA starts its K slice at its own stage (below), 0 = at the first
 };
-
-// The stage a ring CTA takes `it`-th of its n_mine: with p.stagger, CTA x of a grid of gx row blocks starts at stage
-// floor(x n_mine / gx) of its slice and wraps around, so CTAs that run in lockstep do not all read the same K
-// offset of their rows at once; without it, in order.
-__device__ __forceinline__ int ring_stage(const Params& p, int s_lo, int n_mine, int it) {
-  if (!p.stagger) return s_lo + it;
-  int idx = it + static_cast<int>((static_cast<long long>(blockIdx.x) * n_mine) / gridDim.x);
-  if (idx >= n_mine) idx -= n_mine;
-  return s_lo + idx;
-}
 
 // Chunk registers of one lane: rows g and g + 8.
 template <int KIND, bool VEC16>
@@ -936,24 +924,25 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
     if (++s == STAGES) s = 0, ++round;
   };
-  for (int it = 0; it < n_mine; ++it) {
-    const int stage = ring_stage(p, s_lo, n_mine, it);  // the producer's order
+  int it = 0;
+  for (; it < n_full; ++it) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
-    if (stage - s_lo < n_full) {
-      if constexpr (KIND == kBf16)
-        consume_bf16_stage<false, X_ROW_BYTES, TOK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, g_x, g_x_hi, t, acc,
-                                                    acc_hi);
-      else
-        consume_stage<false, X_ROW_BYTES, KIND, TOK>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, g_x_hi, t,
-                                                     X0, X1, acc, acc_hi);
-    } else {  // the stage that ends at K
-      if constexpr (KIND == kBf16)
-        consume_bf16_stage<true, X_ROW_BYTES, TOK>(ring + static_cast<size_t>(s) * stage_bytes, stage * kBulkStageK, p.K, tile_row, g_x,
-                                                   g_x_hi, t, acc, acc_hi);
-      else
-        consume_stage<true, X_ROW_BYTES, KIND, TOK>(ring + static_cast<size_t>(s) * stage_bytes, M, stage * kBulkStageK, p.K, tile_row,
-                                                    g_x, g_x_hi, t, X0, X1, acc, acc_hi);
-    }
+    if constexpr (KIND == kBf16)
+      consume_bf16_stage<false, X_ROW_BYTES, TOK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, g_x, g_x_hi, t, acc,
+                                                  acc_hi);
+    else
+      consume_stage<false, X_ROW_BYTES, KIND, TOK>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, g_x_hi, t, X0,
+                                                   X1, acc, acc_hi);
+    release();
+  }
+  for (; it < n_mine; ++it) {  // the stage that ends at K
+    mbar_wait(smem_addr(&full_bar[s]), round & 1);
+    if constexpr (KIND == kBf16)
+      consume_bf16_stage<true, X_ROW_BYTES, TOK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * kBulkStageK, p.K, tile_row,
+                                                 g_x, g_x_hi, t, acc, acc_hi);
+    else
+      consume_stage<true, X_ROW_BYTES, KIND, TOK>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K,
+                                                  tile_row, g_x, g_x_hi, t, X0, X1, acc, acc_hi);
     release();
   }
   // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token]; acc_hi: tokens (8 + 2t, 9 + 2t).
@@ -1027,7 +1016,7 @@ __global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
     uint32_t round = 0;
     for (int it = 0; it < n_mine; ++it) {
       if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
-      const int k0 = ring_stage(p, s_lo, n_mine, it) * kBulkStageK;
+      const int k0 = (s_lo + it) * kBulkStageK;
       const int k_len = min(kBulkStageK, p.K - k0);  // a multiple of 32
       const uint32_t full = smem_addr(&full_bar[s]);
       if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(16 * (k_len + k_len / 2) + x_rows * k_len * 2));
@@ -1053,7 +1042,7 @@ __global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
     uint32_t round = 0;
     for (int it = 0; it < n_mine; ++it) {
       if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
-      const int k0 = ring_stage(p, s_lo, n_mine, it) * kBulkStageK;
+      const int k0 = (s_lo + it) * kBulkStageK;
       const int k_len = min(kBulkStageK, p.K - k0);  // a multiple of 32
       const uint32_t full = smem_addr(&full_bar[s]);
       if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(kStreamRows * (k_len + k_len / 2) + M * k_len * 2));
@@ -1151,7 +1140,7 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
       uint32_t round = 0;
       for (int it = 0; it < s_hi - s_lo; ++it) {
         if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
-        const int k0 = ring_stage(p, s_lo, s_hi - s_lo, it) * kBulkStageK;
+        const int k0 = (s_lo + it) * kBulkStageK;
         const uint32_t full = smem_addr(&full_bar[s]);
         mbar_arrive_expect_tx(full, tx);
         const uint32_t st = smem_addr(smem + static_cast<size_t>(s) * stage_bytes);
@@ -1600,13 +1589,6 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
   return 0;
 }
 
-// Whether the tensor-map kernels start each CTA at its own stage (Params::stagger): yes unless
-// SPECDEC_TMA_STAGGER is "0" (read at every launch, so one process can time both).
-int tma_stagger() {
-  const char* v = std::getenv("SPECDEC_TMA_STAGGER");
-  return v != nullptr && v[0] == '0' && v[1] == '\0' ? 0 : 1;
-}
-
 // tma_gemm_kernel<KIND, TOK> on p (M <= TOK).
 template <int KIND, int TOK>
 int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
@@ -1635,7 +1617,6 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = (p.K + 63) / 64;
-  p.stagger = tma_stagger();
   tma_gemm_kernel<KIND, TOK><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(bulk_threads(1), 1, 1), pl.smem_bytes, stream>>>(
       p, partials, counters, ae_map, nib_map, x_map);
   cudaError_t e = cudaGetLastError();
