@@ -34,7 +34,7 @@ WEIGHTS_PER_LANE_PER_BATCH = {
     "w12_v4": 3 * 2 * 16,
     "w12_v5": 2 * 2 * 16,
     "w12_v6": 2 * 2 * 16,
-    "w12_v7": 2 * 2 * 16,
+    "w12_v7": 1 * 2 * 16,  # two halves of consumer warps: one 64-weight chunk a warp a stage
     "q_v2": 2 * 2 * 16,
 }
 # Printed names of the skinny kernel's template kinds; the W12 and Q variants print as their kind.

@@ -860,9 +860,9 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
 // g_x, decode and MMA. CHECK: the stage may end before kBulkStageK (pieces at or past K read as zero).
 // X_ROW_BYTES: the stride of x's token rows in the stage. KIND kW12: the stage holds ae, nib, x; kQ: ae, x. TOK: 8, or
 // 16 for a second n-tile of tokens (token g_x_hi into acc_hi; unused with 8).
-template <bool CHECK, int X_ROW_BYTES, int KIND = kW12, int TOK = kMaxTokens>
+template <bool CHECK, int X_ROW_BYTES, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1>
 __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, int k0, int K, int tile_row, int g_x, int g_x_hi, int t,
-                                              uint32_t X0, uint32_t X1, float (&acc)[4], float (&acc_hi)[4]) {
+                                              uint32_t X0, uint32_t X1, float (&acc)[4], float (&acc_hi)[4], int half = 0) {
   const unsigned char* ae = st;
   const unsigned char* nib = st + kStreamRows * kBulkStageK;
   const unsigned char* x0 = KIND == kW12 ? nib + kStreamRows * (kBulkStageK / 2) : nib;
@@ -870,7 +870,8 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, in
   const unsigned char* xr_hi = x0 + g_x_hi * X_ROW_BYTES;
   (void)M;
 #pragma unroll
-  for (int c = 0; c < kBulkStageK / 64; ++c) {
+  for (int cc = 0; cc < kBulkStageK / 64 / HALVES; ++cc) {
+    const int c = cc + half * (kBulkStageK / 64 / HALVES);  // HALVES = 2: warps of half h take chunk h of the stage
     const bool in = !CHECK || k0 + c * 64 + 16 * t < K;
     if (CHECK && k0 + c * 64 >= K) break;  // uniform: the chunk lies past K
     ChunkRegs<KIND, true> r;
@@ -900,15 +901,19 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, in
 // s_lo .. s_hi - 1 in k order, releases each stage with one arrive per warp, then writes its sums to
 // red[row][token] (rows of TOK tokens). X_ROW_BYTES: the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16
 // (consume_stage); STAGES: the ring's stages; TOK: 8, or 16 for tokens 8..15 in a second MMA n-tile.
-template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens>
+template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                              float* red) {
+  static_assert(HALVES == 1 || (HALVES == 2 && KIND != kBf16), "two halves split the two 64-weight chunks of a W12 / Q stage");
   const int M = p.M;
   const int n_mine = s_hi - s_lo;
   const int g = lane >> 2, t = lane & 3;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   float acc_hi[4] = {0.f, 0.f, 0.f, 0.f};
+  const int half = warp / kBulkConsumerWarps;  // HALVES = 2: warps 4..7 take the second chunk of every stage
+  warp -= half * kBulkConsumerWarps;
+  red += half * kStreamRows * TOK;  // and their sums go to a second [64][TOK] tile
   const int tile_row = warp * 16 + g;
   const uint32_t mid = KIND == kQ ? 8u : 0u;  // the Q view's nibble: the midpoint
   // the rows' bases (bf16 weights have none)
@@ -931,8 +936,8 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
       consume_bf16_stage<false, X_ROW_BYTES, TOK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, g_x, g_x_hi, t, acc,
                                                   acc_hi);
     else
-      consume_stage<false, X_ROW_BYTES, KIND, TOK>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, g_x_hi, t, X0,
-                                                   X1, acc, acc_hi);
+      consume_stage<false, X_ROW_BYTES, KIND, TOK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, g_x_hi,
+                                                           t, X0, X1, acc, acc_hi, half);
     release();
   }
   for (; it < n_mine; ++it) {  // the stage that ends at K
@@ -941,8 +946,8 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
       consume_bf16_stage<true, X_ROW_BYTES, TOK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * kBulkStageK, p.K, tile_row,
                                                  g_x, g_x_hi, t, acc, acc_hi);
     else
-      consume_stage<true, X_ROW_BYTES, KIND, TOK>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK, p.K,
-                                                  tile_row, g_x, g_x_hi, t, X0, X1, acc, acc_hi);
+      consume_stage<true, X_ROW_BYTES, KIND, TOK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK,
+                                                          p.K, tile_row, g_x, g_x_hi, t, X0, X1, acc, acc_hi, half);
     release();
   }
   // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token]; acc_hi: tokens (8 + 2t, 9 + 2t).
@@ -1085,6 +1090,15 @@ __host__ __device__ constexpr int tma_stage_bytes(int kind, int M) {
          M * kTmaXRowBytes;
 }
 __host__ __device__ constexpr int tma_stages(int kind) { return kind == kBf16 ? 5 : kBulkStages; }
+// W12 CTAs run two halves of consumer warps (warps 0-3 the first 64-weight chunk of every stage, warps 4-7 the
+// second; the decode of two planes is the W12 kernel's limit, bench_fixed_cost); Q and bf16 CTAs one.
+__host__ __device__ constexpr int tma_halves(int kind) { return kind == kW12 ? 2 : 1; }
+__host__ __device__ constexpr int tma_threads(int kind) { return (tma_halves(kind) * kBulkConsumerWarps + 1) * 32; }
+// Shared memory after the stages: a [64 rows][tokens] fp32 tile a half, then the escape pass's scratch (an int2
+// and a row byte a thread, a count a warp), which may overlap the second tile once the halves are summed.
+__host__ __device__ constexpr int tma_smem_fixed(int kind, int tokens) {
+  return tma_halves(kind) * kStreamRows * tokens * 4 + tma_threads(kind) * 9 + (tma_threads(kind) / 32) * 4;
+}
 
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
   asm volatile(
@@ -1095,10 +1109,12 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 }
 
 template <int KIND, int TOK = kMaxTokens>
-__global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
+__global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
     tma_gemm_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                    const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
-  constexpr int kTmaThreads = bulk_threads(1);
+  constexpr int kTmaThreads = tma_threads(KIND);
+  constexpr int kHalves = tma_halves(KIND);
+  constexpr int kConsumers = kHalves * kBulkConsumerWarps;
   constexpr int kStages = tma_stages(KIND);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
@@ -1114,14 +1130,14 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
   const int row_block = blockIdx.x * kStreamRows;
   const int stage_bytes = tma_stage_bytes(KIND, M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
-  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + bulk_smem_fixed(1, TOK));
+  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + tma_smem_fixed(KIND, TOK));
   const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
   const int tile0 = (row_block / kEscapeTile) * col_tiles;
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(smem_addr(&full_bar[s]), 1);
-      mbar_init(smem_addr(&empty_bar[s]), kBulkConsumerWarps);
+      mbar_init(smem_addr(&empty_bar[s]), kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -1131,7 +1147,7 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
   cp_async_commit();
   __syncthreads();
 
-  if (warp == kBulkConsumerWarps) {
+  if (warp == kConsumers) {
     if (lane == 0) {
       const uint64_t stream = l2_evict_first();
       const uint64_t keep = l2_evict_last();
@@ -1151,10 +1167,15 @@ __global__ void __launch_bounds__(bulk_threads(1), kBulkCtasPerSm)
       }
     }
   } else {
-    consume_ring<kTmaXRowBytes, KIND, kStages, TOK>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, red);
+    consume_ring<kTmaXRowBytes, KIND, kStages, TOK, kHalves>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane,
+                                                             red);
   }
   cp_async_wait_all();
   __syncthreads();
+  if constexpr (kHalves == 2) {  // the first chunks' sums plus the second chunks', in that order
+    for (int e = tid; e < kStreamRows * TOK; e += kTmaThreads) red[e] += red[kStreamRows * TOK + e];
+    __syncthreads();
+  }
   finish_split_row_block<kTmaThreads, KIND == kW12, TOK>(p, red, band_ptr, partials, counters, split);
 }
 
@@ -1310,10 +1331,11 @@ constexpr int kTmaFixedStages = 2;
 constexpr int tma_tokens(int M) { return M > kMaxTokens ? kTmaMaxTokens : kMaxTokens; }
 
 int bulk_smem_bytes(int M, int K, int pipeline) {
-  const int tma_fixed = bulk_smem_fixed(1, tma_tokens(M));
-  if (pipeline == kTmaPipeline) return kBulkStages * tma_stage_bytes(kW12, M) + tma_fixed + band_ptr_bytes(kW12, K) + kTmaAlign;
-  if (pipeline == kTmaQPipeline) return kBulkStages * tma_stage_bytes(kQ, M) + tma_fixed + kTmaAlign;
-  if (pipeline == kTmaBf16Pipeline) return tma_stages(kBf16) * tma_stage_bytes(kBf16, M) + tma_fixed + kTmaAlign;
+  const int tokens = tma_tokens(M);
+  if (pipeline == kTmaPipeline)
+    return kBulkStages * tma_stage_bytes(kW12, M) + tma_smem_fixed(kW12, tokens) + band_ptr_bytes(kW12, K) + kTmaAlign;
+  if (pipeline == kTmaQPipeline) return kBulkStages * tma_stage_bytes(kQ, M) + tma_smem_fixed(kQ, tokens) + kTmaAlign;
+  if (pipeline == kTmaBf16Pipeline) return tma_stages(kBf16) * tma_stage_bytes(kBf16, M) + tma_smem_fixed(kBf16, tokens) + kTmaAlign;
   return kBulkStages * bulk_stage_bytes(M) + bulk_smem_fixed(pipeline) + band_ptr_bytes(kW12, K);
 }
 
@@ -1617,7 +1639,7 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = (p.K + 63) / 64;
-  tma_gemm_kernel<KIND, TOK><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(bulk_threads(1), 1, 1), pl.smem_bytes, stream>>>(
+  tma_gemm_kernel<KIND, TOK><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(tma_threads(KIND), 1, 1), pl.smem_bytes, stream>>>(
       p, partials, counters, ae_map, nib_map, x_map);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail("tma_gemm_kernel launch", e);
