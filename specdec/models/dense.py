@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.contracts.target import TargetOutput
+from specdec.kernels.norm import scaled_rms_norm
 from specdec.models.base import LeanTarget
 from specdec.models.config import TargetConfig
 
@@ -44,11 +45,15 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [..., dim]`` -> ``weight * x / rms(x)``, ``[..., dim]`` in ``x``'s dtype."""
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        """``x [..., dim]`` -> ``weight * x / rms(x)``, ``[..., dim]`` in ``x``'s dtype.
+
+        On CUDA one Triton launch (:func:`specdec.kernels.norm.scaled_rms_norm`, no backward), except where a
+        gradient is wanted or under ``torch.compile`` (whose own fusion takes the reference); elsewhere the
+        reference, bit for bit as before.
+        """
+        grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+        backend = "torch" if grad or torch.compiler.is_compiling() else "auto"
+        return scaled_rms_norm(x, self.weight, self.eps, backend=backend)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

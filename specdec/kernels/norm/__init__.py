@@ -1,4 +1,5 @@
-"""RMSNorms of the hybrid layers: a pure-PyTorch reference and a one-launch Triton kernel, one signature.
+"""RMSNorms (the hybrid layers' centred and gated forms, the dense layers' scaled form): a pure-PyTorch reference and a
+one-launch Triton kernel, one signature.
 
 ``backend``: ``"auto"`` (Triton on CUDA, the reference elsewhere), ``"triton"`` or ``"torch"``. See ``README.md``.
 """
@@ -7,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from .naive import centered_rms_norm_torch, gated_rms_norm_torch
+from .naive import centered_rms_norm_torch, gated_rms_norm_torch, scaled_rms_norm_torch
 from .rms import rms_norm_triton
 
-__all__ = ["centered_rms_norm", "gated_rms_norm"]
+__all__ = ["centered_rms_norm", "gated_rms_norm", "scaled_rms_norm"]
 
 _BACKENDS = ("auto", "triton", "torch")
 
@@ -59,3 +60,19 @@ def gated_rms_norm(
     if _use_triton(backend, x):
         return rms_norm_triton(x, weight, eps, gate)
     return gated_rms_norm_torch(x, gate, weight, eps)
+
+
+def scaled_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, backend: str = "auto") -> torch.Tensor:
+    """``x [..., D]`` -> ``weight * x_hat.to(x.dtype)`` (Llama / Qwen3), ``x_hat`` normalised in float32.
+
+    The Triton kernel runs where ``weight`` has ``x``'s dtype (the product then rounds once to it, as the
+    reference's); a weight of another dtype promotes the product, and the reference runs.
+
+    Example:
+        >>> scaled_rms_norm(torch.tensor([[2.0, -2.0]]), torch.tensor([1.0, 0.5]), 0.0).tolist()
+        [[1.0, -0.5]]
+    """
+    _checked("weight", weight, x.shape[-1], x)
+    if _use_triton(backend, x) and weight.dtype == x.dtype:
+        return rms_norm_triton(x, weight, eps, scaled=True)
+    return scaled_rms_norm_torch(x, weight, eps)

@@ -1,10 +1,11 @@
-"""Reference RMSNorms of the hybrid (Qwen3.5 / Qwen3-Next) layers, in plain PyTorch: the definition the kernels follow.
+"""Reference RMSNorms in plain PyTorch: the definition the kernels follow.
 
-Both normalise in float32 and round where the checkpoints' own code rounds:
+All normalise in float32 and round where the checkpoints' own code rounds:
 
-* centred: ``(x_hat * (1 + w)).to(x.dtype)``, ``x_hat = x * rsqrt(mean(x^2) + eps)`` in float32;
-* gated (the GDN output norm): ``(w * x_hat.to(x.dtype)) * silu(gate)``, the product with the float32 ``silu(gate)``
-  rounded to ``x.dtype`` last.
+* centred (Qwen3.5 / Qwen3-Next): ``(x_hat * (1 + w)).to(x.dtype)``, ``x_hat = x * rsqrt(mean(x^2) + eps)`` in float32;
+* gated (their GDN output norm): ``(w * x_hat.to(x.dtype)) * silu(gate)``, the product with the float32
+  ``silu(gate)`` rounded to ``x.dtype`` last;
+* scaled (Llama / Qwen3): ``w * x_hat.to(x.dtype)``, in ``w``'s and ``x``'s common dtype.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["centered_rms_norm_torch", "gated_rms_norm_torch"]
+__all__ = ["centered_rms_norm_torch", "gated_rms_norm_torch", "scaled_rms_norm_torch"]
 
 
 def centered_rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -39,3 +40,16 @@ def gated_rms_norm_torch(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tens
     out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + eps)
     out = weight * out.to(dtype)
     return (out * F.silu(gate.float())).to(dtype)
+
+
+def scaled_rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x [..., D]``, ``weight [D]`` -> ``weight * x_hat.to(x.dtype)``, ``[..., D]`` (Llama / Qwen3 RMSNorm).
+
+    Example:
+        >>> scaled_rms_norm_torch(torch.tensor([[2.0, -2.0]]), torch.tensor([1.0, 0.5]), 0.0).tolist()
+        [[1.0, -0.5]]
+    """
+    dtype = x.dtype
+    out = x.float()
+    out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * out.to(dtype)

@@ -1,4 +1,4 @@
-"""One Triton program per row for the hybrid layers' RMSNorms (the math of :mod:`.naive`).
+"""One Triton program per row for the RMSNorms of :mod:`.naive` (centred, gated, scaled).
 
 The float32 statistics and the rounding points are the reference's; only the order of the sum of squares differs
 (a tree reduction), so results agree with the reference to float32 rounding of ``mean(x^2)``. One launch replaces
@@ -16,7 +16,7 @@ __all__ = ["rms_norm_triton"]
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, gate_ptr, w_ptr, out_ptr, D, eps, BLOCK: tl.constexpr, GATED: tl.constexpr):
+def _rms_norm_kernel(x_ptr, gate_ptr, w_ptr, out_ptr, D, eps, BLOCK: tl.constexpr, GATED: tl.constexpr, SCALED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < D
@@ -29,13 +29,18 @@ def _rms_norm_kernel(x_ptr, gate_ptr, w_ptr, out_ptr, D, eps, BLOCK: tl.constexp
         g = tl.load(gate_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
         scaled = (w.to(tl.float32) * normed.to(x.dtype).to(tl.float32)).to(x.dtype)
         y = scaled.to(tl.float32) * (g * tl.sigmoid(g))
+    elif SCALED:
+        y = w.to(tl.float32) * normed.to(x.dtype).to(tl.float32)
     else:
         y = normed * (1.0 + w.to(tl.float32))
     tl.store(out_ptr + row * D + cols, y.to(x.dtype), mask=mask)
 
 
-def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, gate: torch.Tensor | None = None) -> torch.Tensor:
-    """Centred (``gate`` is ``None``) or gated RMSNorm of ``x [..., D]`` over its last dim; ``[..., D]`` in ``x.dtype``."""
+def rms_norm_triton(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, gate: torch.Tensor | None = None, *, scaled: bool = False
+) -> torch.Tensor:
+    """Centred (``gate`` is ``None``), gated, or scaled (``scaled=True``; ``weight`` in ``x``'s dtype) RMSNorm of
+    ``x [..., D]`` over its last dim; ``[..., D]`` in ``x.dtype``."""
     d = x.shape[-1]
     rows = x.reshape(-1, d).contiguous()
     gates = None if gate is None else gate.reshape(-1, d).contiguous()
@@ -43,6 +48,6 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, gate: tor
     if rows.shape[0]:
         _rms_norm_kernel[(rows.shape[0],)](
             rows, rows if gates is None else gates, weight.contiguous(), out, d, float(eps),
-            BLOCK=triton.next_power_of_2(d), GATED=gate is not None, num_warps=4 if d <= 1024 else 8,
+            BLOCK=triton.next_power_of_2(d), GATED=gate is not None, SCALED=scaled, num_warps=4 if d <= 1024 else 8,
         )  # fmt: skip
     return out.view(x.shape)

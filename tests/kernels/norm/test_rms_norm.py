@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.kernels.norm import centered_rms_norm, gated_rms_norm
-from specdec.kernels.norm.naive import centered_rms_norm_torch, gated_rms_norm_torch
+from specdec.kernels.norm import centered_rms_norm, gated_rms_norm, scaled_rms_norm
+from specdec.kernels.norm.naive import centered_rms_norm_torch, gated_rms_norm_torch, scaled_rms_norm_torch
 
 
 def inputs(shape, dtype, seed=0):
@@ -55,10 +55,59 @@ def test_gated_kernel_matches_the_reference(shape, dtype):
     assert_agrees(gated_rms_norm(x, gate, weight, 1e-6, backend="triton"), gated_rms_norm_torch(x, gate, weight, 1e-6))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 48), (2, 5, 100), (7, 128)])
+def test_scaled_kernel_matches_the_reference(shape, dtype):
+    x, _, weight = inputs(shape, dtype, seed=3)
+    assert_agrees(scaled_rms_norm(x, weight, 1e-6, backend="triton"), scaled_rms_norm_torch(x, weight, 1e-6))
+
+
+def test_scaled_norm_with_a_weight_of_another_dtype_runs_the_reference_and_promotes():
+    x, _, weight = inputs((3, 48), torch.bfloat16, seed=4)
+    out = scaled_rms_norm(x, weight.float(), 1e-6, backend="triton")
+    assert out.dtype == torch.float32 and torch.equal(out, scaled_rms_norm_torch(x, weight.float(), 1e-6))
+
+
+def test_scaled_reference_is_the_dense_layers_norm():
+    from specdec.models.dense import RMSNorm
+
+    x, _, weight = inputs((2, 5, 100), torch.bfloat16, seed=5)
+    norm = RMSNorm(100, eps=1e-6).to(torch.bfloat16)
+    norm.weight.data.copy_(weight)
+    # the Llama / Qwen3 formula written out: float32 statistics, one rounding to x's dtype, then the weight
+    xf = x.float()
+    want = weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+    assert torch.equal(scaled_rms_norm_torch(x, weight, 1e-6), want)
+    with torch.no_grad():
+        assert torch.equal(norm(x), want)
+
+
+def test_dense_norm_asks_for_the_kernel_only_without_gradients(monkeypatch):
+    import specdec.models.dense as dense
+
+    backends = []
+
+    def recording(x, weight, eps, *, backend):
+        backends.append(backend)
+        return scaled_rms_norm_torch(x, weight, eps)
+
+    monkeypatch.setattr(dense, "scaled_rms_norm", recording)
+    norm = dense.RMSNorm(8, eps=1e-6)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        norm(x)
+    norm(x)  # the weight wants a gradient: the kernel has no backward
+    norm.weight.requires_grad_(False)
+    norm(x)
+    norm(x.requires_grad_())
+    assert backends == ["auto", "torch", "auto", "torch"]
+
+
 def test_off_cuda_auto_is_the_reference_bitwise():
     x, gate, weight = inputs((4, 64), torch.float32, seed=2)
     assert torch.equal(centered_rms_norm(x, weight, 1e-6), centered_rms_norm_torch(x, weight, 1e-6))
     assert torch.equal(gated_rms_norm(x, gate, weight, 1e-6), gated_rms_norm_torch(x, gate, weight, 1e-6))
+    assert torch.equal(scaled_rms_norm(x, weight, 1e-6), scaled_rms_norm_torch(x, weight, 1e-6))
 
 
 def test_bad_arguments_raise_naming_them():
