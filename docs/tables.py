@@ -482,8 +482,12 @@ ROOFLINE_KERNELS = {
 ROOFLINE_TWO_TILE_KERNELS = ("cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2", "triton_w12", "triton_q", "cublas_fp8", "cublas_bf16")
 
 
+ROOFLINE_RUN = "roofline_h200_2026-12-03.json"
+AR_STEP_RUN = "ar_step_w12_h200_2026-12-03.json"  # the same runner call as ROOFLINE_RUN
+
+
 def cuda_roofline(results: Results) -> str:
-    run = results("roofline_h200_2026-12-02_run10.json")
+    run = results(ROOFLINE_RUN)
     narrow = [r for r in run["rows"] if r["M"] <= 8]
     wide = [r for r in run["rows"] if r["M"] > 8]
 
@@ -500,8 +504,7 @@ def cuda_roofline(results: Results) -> str:
         return [f"kernel ({len(group)} rows: M = {', '.join(map(str, ms))})", "vs cuBLAS bf16", "fraction of copy bandwidth"]
 
     two_tile = {key: label for key, label in ROOFLINE_KERNELS.items() if key in ROOFLINE_TWO_TILE_KERNELS}
-    step = results("ar_step_w12_h200_2026-12-02_run9.json")
-    register = results("ar_step_w12_v1_h200_2026-12-02_run3.json")
+    step = results(AR_STEP_RUN)
     step_rows = [
         ["bf16", f"{step['bf16_step_s'] * 1e3:.2f} ms", f"{step['bf16_floor_s'] * 1e3:.2f} ms", f"{step['bf16_x_floor']:.2f}x"],
         [
@@ -509,12 +512,6 @@ def cuda_roofline(results: Results) -> str:
             f"{step['w12_step_s'] * 1e3:.2f} ms",
             f"{step['w12_floor_s'] * 1e3:.2f} ms",
             f"{step['w12_x_floor']:.2f}x",
-        ],
-        [
-            "W12 (`cuda` linears, register kernel v1)",
-            f"{register['w12_step_s'] * 1e3:.2f} ms",
-            f"{register['w12_floor_s'] * 1e3:.2f} ms",
-            f"{register['w12_x_floor']:.2f}x",
         ],
         ["W12 (`triton` linears)", f"{step['w12_triton_step_s'] * 1e3:.2f} ms", "", ""],
     ]
@@ -783,12 +780,19 @@ def pilot_h200(results: Results) -> str:
 
 
 ENGINE_GOAL = 4.0  # speculative over batched AR, packed layout, budget auto, concurrency 16
+ENGINE_SWEEP = "bench_engine_h200_2026-12-03.json"  # the newest full sweep under continuous batching
+# The goal cases with each pass split into the target forward and the rest (--split-forward), before and after the
+# dense layers' one-launch RMSNorm.
+ENGINE_SPLIT_RUNS = (
+    ("bench_engine_h200_2026-12-03_split.json", "reference RMSNorm (six kernels a norm)"),
+    ("bench_engine_h200_2026-12-03_split_run2.json", "one-launch RMSNorm"),
+)
 
 
 def engine_h200(results: Results) -> str:
     """The bf16 run on planted weights (one closed batch), and the sweep under continuous batching beside it."""
     table = _engine_table(results("bench_engine_h200_2026-12-02_run5.json"))
-    goal = results("bench_engine_h200_2026-12-02_run9.json")
+    goal = results(ENGINE_SWEEP)
     rows = []
     for r in sorted(goal["rows"], key=lambda r: (-r["concurrency"], r["system"])):
         accepted = f"{r['accepted_per_round']:.2f}" if r["system"] != "AR" else ""
@@ -807,7 +811,8 @@ def engine_h200(results: Results) -> str:
         )
     header = ["concurrency", "system", "tok/s", "x AR", "ms a pass", "accepted / round", "budget nodes a pass", "eager passes"]
     intro = (
-        f"Under continuous batching (`run9`: {goal['waves']} x c requests through c slots, c = 4 to 24; c = 1 decodes "
+        f"Under continuous batching (`{ENGINE_SWEEP}`, commit {goal['provenance']['git_commit'][:7]}: {goal['waves']} x c "
+        "requests through c slots, c = 4 to 24; c = 1 decodes "
         "each prompt alone; "
         f"`--max-pass-rows {goal['max_pass_rows_arg']}`: a forward capped at the largest graph bucket where it holds "
         "every round, prompts fed in chunks under it"
@@ -815,6 +820,91 @@ def engine_h200(results: Results) -> str:
         + "):"
     )
     return table + "\n\n" + intro + "\n\n" + markdown_table(header, rows)
+
+
+def engine_h200_split(results: Results) -> str:
+    """Where a pass goes at c = 16 and 24: the forward between device syncs, the rest, and the kernels of five steps."""
+    rows = []
+    for name, label in ENGINE_SPLIT_RUNS:
+        run = results(name)
+        for r in sorted(run["rows"], key=lambda r: (r["concurrency"], r["system"] != "AR", r["system"])):
+            if r["system"] == "spec, budget off":
+                continue
+            kp = r["warmup_kernel_profile"]
+            rows.append(
+                [
+                    label,
+                    str(r["concurrency"]),
+                    r["system"],
+                    f"{r['tokens_per_s']:.0f}",
+                    f"{r['speedup_vs_ar']:.2f}x",
+                    f"{r['ms_per_pass']:.2f}",
+                    f"{r['forward_ms_per_pass']:.2f}",
+                    f"{r['outside_forward_ms_per_pass']:.2f}",
+                    f"{kp['gemm_ms']:.2f} / {kp['attention_ms']:.2f} / {kp['other_ms']:.2f}",
+                    f"{kp['kernels_per_step']:.0f}",
+                ]
+            )
+    header = [
+        "dense norms",
+        "concurrency",
+        "system",
+        "tok/s",
+        "x AR",
+        "ms a pass",
+        "forward ms",
+        "rest ms",
+        "kernels ms: GEMM / attention / other",
+        "launches a step",
+    ]
+    return markdown_table(header, rows)
+
+
+FIXED_COST_RUN = "fixed_cost_h200_2026-12-03_run2.json"
+
+
+def cuda_fixed_cost(results: Results) -> str:
+    """Each kernel's cold time fitted as fixed + bytes / rate, and its cold ratio to cuBLAS on the 8B shapes."""
+    run = results(FIXED_COST_RUN)
+    copy = run["copy_bandwidth_bytes_per_s"]
+    fit_rows = [
+        [
+            f["kind"],
+            str(f["N"]),
+            str(f["M"]),
+            f"{f['fixed_s'] * 1e6:.1f}",
+            f"{f['rate_frac_of_copy']:.2f}",
+            f"{f['max_rel_residual']:.0%}",
+        ]
+        for f in run["fits"]
+    ]
+    shapes = {(r["model"], r["linear"], r["M"], r["kind"]): r for r in run["shapes"]}
+    ratio_rows = []
+    for (model, linear, m, kind), r in shapes.items():
+        if model != "qwen3-8b" or kind == "cublas_bf16" or m == 16:
+            continue
+        base = shapes[model, linear, m, "cublas_bf16"]
+        ratio_rows.append(
+            [
+                linear,
+                str(m),
+                kind,
+                f"{base['cold_s'] / r['cold_s']:.2f}x",
+                f"{r['weight_bytes'] / r['cold_s'] / copy:.2f}",
+                f"{r['cold_s'] / r['warm_s']:.2f}",
+            ]
+        )
+    summary = (
+        f"copy bandwidth {copy / 1e12:.2f} TB/s; an empty kernel takes {run['empty_launch_s'] * 1e6:.2f} us a launch in a "
+        f"CUDA graph; cold = {run['l2_factor']:.0f}x the L2 of identical weight copies cycled through the graph"
+    )
+    return "\n\n".join(
+        [
+            markdown_table(["kernel", "N", "M", "fixed us", "rate, of copy", "max residual"], fit_rows),
+            markdown_table(["Qwen3-8B linear", "M", "kernel", "x cuBLAS bf16 (cold)", "of copy (cold)", "cold / warm"], ratio_rows),
+            summary,
+        ]
+    )
 
 
 def engine_real_h200(results: Results) -> str:
@@ -992,6 +1082,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "agentspec-h200": agentspec_h200,
     "pilot-h200": pilot_h200,
     "engine-h200": engine_h200,
+    "engine-h200-split": engine_h200_split,
+    "cuda-fixed-cost": cuda_fixed_cost,
     "engine-h200-float32": engine_h200_float32,
     "engine-hybrid-h200": engine_hybrid_h200,
     "engine-real-h200": engine_real_h200,
