@@ -901,7 +901,9 @@ def cuda_fixed_cost(results: Results) -> str:
     return "\n\n".join(
         [
             markdown_table(["kernel", "N", "M", "fixed us", "rate, of copy", "max residual"], fit_rows),
-            markdown_table(["Qwen3-8B linear", "M", "kernel", "x cuBLAS bf16 (cold)", "of copy (cold)", "cold / warm"], ratio_rows),
+            markdown_table(
+                ["Qwen3-8B linear", "M", "kernel", "x cuBLAS bf16 (cold)", "of copy (cold)", "cold / warm"], ratio_rows
+            ),
             summary,
         ]
     )
