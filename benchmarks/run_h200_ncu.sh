@@ -11,7 +11,7 @@
 # still print its CSV); one retry with the basic section set, 40 s, only when the first attempt failed within 20 s
 # (an option this ncu does not know); then either the parse, 20 s, or, without a profile, the same launches timed
 # with CUDA events, 30 s: at most 40 + 5 x 30 + 10 + 78 + 30 = 308 s on any path.
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh   (ROOFLINE=roofline.json to take its copy
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh [w12]   (ROOFLINE=roofline.json to take its copy
 # bandwidth; writes ncu_raw.csv, ncu_launch.json, ncu_profile.json and logs to $OUT)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -39,9 +39,16 @@ show_ncu_errors() {
   tail -n 5 "$OUT/ncu_launch.log" 2>/dev/null
 }
 
+# `run_h200_ncu.sh w12`: only the tensor-map kernels (W12 v7, Q v2, bf16 v2) on the 8B down, o and lm_head shapes
+# (18 ranges, no probes: the roofline runner probes them), to compare the W12 stage with the Q and bf16 ones.
+SELECT=()
+if [ "${1:-}" = w12 ]; then
+  SELECT=(--cases qwen3-8b/down,qwen3-8b/o,qwen3-8b/lm_head --only-kernel cuda_w12_v7 --only-kernel cuda_q_v2 --only-kernel cuda_bf16_v2)
+fi
 # Each staged kernel alone first: if it faults or does not finish, the launches leave it out.
 SKIP_BULK=()
 for v in v5 v6 v7 q_v2 bf16_v2; do
+  if [ ${#SELECT[@]} -gt 0 ]; then continue; fi
   timeout 30 python3 -m benchmarks.kernels.bench_roofline --probe "$v" --out "$OUT/ncu_${v}_probe.json" > "$OUT/ncu_${v}_probe.log" 2>&1
   rc_probe=$?
   if [ "$rc_probe" != 0 ]; then
@@ -56,7 +63,7 @@ rm -f "$OUT/ncu_raw.csv" "$OUT/ncu_launch.json"
 if command -v ncu >/dev/null; then
   timeout 10 ncu --version | tail -n 1
   t0=$SECONDS
-  timeout 78 ncu "${NCU_COMMON[@]}" "${NCU_SECTIONS[@]}" --log-file "$OUT/ncu_raw.csv" python3 -m benchmarks.kernels.profile_ncu --launch ${SKIP_BULK[@]+"${SKIP_BULK[@]}"} --budget-s 40 --out "$OUT/ncu_launch.json" > "$OUT/ncu_launch.log" 2>&1
+  timeout 78 ncu "${NCU_COMMON[@]}" "${NCU_SECTIONS[@]}" --log-file "$OUT/ncu_raw.csv" python3 -m benchmarks.kernels.profile_ncu --launch ${SKIP_BULK[@]+"${SKIP_BULK[@]}"} ${SELECT[@]+"${SELECT[@]}"} --budget-s 40 --out "$OUT/ncu_launch.json" > "$OUT/ncu_launch.log" 2>&1
   rc=$?
   if profiled; then
     ncu_ok=1
@@ -65,7 +72,7 @@ if command -v ncu >/dev/null; then
     if [ $((SECONDS - t0)) -lt 20 ]; then
       echo "retrying with --set basic"
       rm -f "$OUT/ncu_raw.csv"
-      timeout 40 ncu "${NCU_COMMON[@]}" "${NCU_BASIC[@]}" --log-file "$OUT/ncu_raw.csv" python3 -m benchmarks.kernels.profile_ncu --launch ${SKIP_BULK[@]+"${SKIP_BULK[@]}"} --budget-s 20 --out "$OUT/ncu_launch.json" > "$OUT/ncu_launch.log" 2>&1
+      timeout 40 ncu "${NCU_COMMON[@]}" "${NCU_BASIC[@]}" --log-file "$OUT/ncu_raw.csv" python3 -m benchmarks.kernels.profile_ncu --launch ${SKIP_BULK[@]+"${SKIP_BULK[@]}"} ${SELECT[@]+"${SELECT[@]}"} --budget-s 20 --out "$OUT/ncu_launch.json" > "$OUT/ncu_launch.log" 2>&1
       rc=$?
       if profiled; then ncu_ok=1; else show_ncu_errors "retry, exit $rc"; fi
     fi
@@ -83,7 +90,7 @@ if [ "$ncu_ok" = 1 ]; then
   tail -n 100 "$OUT/ncu_parse.log"
 else
   echo "=== no counters: the same launches timed with CUDA events instead ==="
-  timeout 30 python3 -m benchmarks.kernels.profile_ncu --launch ${SKIP_BULK[@]+"${SKIP_BULK[@]}"} --time-reps 10 --budget-s 18 --out "$OUT/ncu_fallback_timing.json" > "$OUT/ncu_fallback.log" 2>&1
+  timeout 30 python3 -m benchmarks.kernels.profile_ncu --launch ${SKIP_BULK[@]+"${SKIP_BULK[@]}"} ${SELECT[@]+"${SELECT[@]}"} --time-reps 10 --budget-s 18 --out "$OUT/ncu_fallback_timing.json" > "$OUT/ncu_fallback.log" 2>&1
   echo "=== CUDA-event timing (exit $?) ==="
   tail -n 100 "$OUT/ncu_fallback.log"
 fi

@@ -197,6 +197,26 @@ def _range(device: torch.device, name: str | None) -> None:
             _WARNED.append(True)
 
 
+def case_list(text: str) -> tuple[tuple[str, str], ...]:
+    """``"qwen3-8b/down,qwen3-8b/lm_head"`` -> ``(("qwen3-8b", "down"), ("qwen3-8b", "lm_head"))``; each must be a known linear.
+
+    Example:
+        >>> case_list("qwen3-8b/down,qwen3-32b/down")
+        (('qwen3-8b', 'down'), ('qwen3-32b', 'down'))
+    """
+    out = []
+    for item in text.split(","):
+        model, _, linear = item.strip().partition("/")
+        try:
+            known = linear_shapes(model)
+        except (KeyError, ValueError):
+            known = {}
+        if linear not in known:
+            raise argparse.ArgumentTypeError(f"--cases: expected model/linear of a known model, got {item.strip()!r}")
+        out.append((model, linear))
+    return tuple(out)
+
+
 def case_functions(x: torch.Tensor, w: torch.Tensor, w12, ops) -> dict:
     """kernel name -> a call computing ``x @ w^T`` with that kernel (``w12``: ``w`` as a ``W12Tensor``)."""
     planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
@@ -227,7 +247,8 @@ def launch(args, device: torch.device, t_start: float) -> dict:
     if args.smoke:
         cases = [("smoke", lname, n, k) for lname, (n, k) in SMOKE_SHAPES["smoke"].items()]
     else:
-        cases = [(model, lname, *linear_shapes(model)[lname]) for model, lname in CASES]
+        chosen = CASES if args.cases is None else args.cases
+        cases = [(model, lname, *linear_shapes(model)[lname]) for model, lname in chosen]
     entries, skipped = [], []
     for model, lname, n, k in cases:
         if time.time() - t_start > args.budget_s:
@@ -239,7 +260,7 @@ def launch(args, device: torch.device, t_start: float) -> dict:
         for m in MS:
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
             for kernel, fn in case_functions(x, w, w12, ops).items():
-                if kernel in args.skip_kernels:
+                if kernel in args.skip_kernels or (args.only_kernels and kernel not in args.only_kernels):
                     continue
                 name = range_name(kernel, model, lname, n, k, m)
                 entry = dict(range=name, kernel=kernel, model=model, linear=lname, N=n, K=k, M=m)
@@ -532,6 +553,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=10, help="--launch --time-reps: calls per CUDA graph")
     parser.add_argument(
         "--skip-kernel", dest="skip_kernels", action="append", default=[], choices=KERNELS, help="--launch: leave this kernel out"
+    )
+    parser.add_argument(
+        "--only-kernel", dest="only_kernels", action="append", default=[], choices=KERNELS, help="--launch: only these kernels"
+    )
+    parser.add_argument(
+        "--cases", type=case_list, default=None, help="--launch: comma-separated model/linear cases (default: CASES)"
     )
     parser.add_argument("--manifest", default=None, help="--parse: the --launch JSON (weight bytes, copy bandwidth)")
     parser.add_argument("--roofline", default=None, help="--parse: a bench_roofline JSON whose copy bandwidth to use")

@@ -8,6 +8,7 @@ decides one range.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -179,3 +180,18 @@ def test_smoke_launch_pins_the_q_column_to_the_register_kernel_and_skips_q_v2(tm
     assert profile_ncu.main(["--launch", "--smoke", "--skip-kernel", "cuda_q_v2", "--out", str(manifest)]) == 0
     assert {v for v, *_ in q_variants_called} == {"v1"}
     assert "cuda_q_v2" not in json.loads(manifest.read_text())["kernels"]
+
+
+def test_smoke_launch_runs_only_the_chosen_kernels(tmp_path):
+    manifest = tmp_path / "launch.json"
+    argv = ["--launch", "--smoke", "--only-kernel", "cuda_w12_v7", "--only-kernel", "cuda_q_v2", "--out", str(manifest)]
+    assert profile_ncu.main(argv) == 0
+    kernels = [r["kernel"] for r in json.loads(manifest.read_text())["ranges"]]
+    assert kernels and set(kernels) == {"cuda_w12_v7", "cuda_q_v2"}
+
+
+def test_cases_must_name_known_linears():
+    assert profile_ncu.case_list("qwen3-8b/down, qwen3-32b/o") == (("qwen3-8b", "down"), ("qwen3-32b", "o"))
+    for bad in ("qwen3-8b/nope", "llama/down", "down"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--cases: expected model/linear"):
+            profile_ncu.case_list(bad)
