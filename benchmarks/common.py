@@ -140,6 +140,21 @@ def capture_cuda_graph(fn: Callable[[], Any], *, warmup: int = 2) -> Callable[[]
     return graph.replay
 
 
+def agg_pyplot():
+    """``matplotlib.pyplot`` on the file-only Agg backend (no display on the machines); ImportError without matplotlib.
+
+    Example:
+        >>> agg_pyplot().get_backend().lower()
+        'agg'
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def copy_bandwidth(device: torch.device | str | None = None, *, nbytes: int = 1 << 30, reps: int = 20) -> float:
     """Bytes per second of a device-to-device copy of ``nbytes``, read and written bytes both counted.
 

@@ -12,11 +12,6 @@
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
-SO=${SPECDEC_CUDA_KERNELS:-build/specdec_cuda_kernels.so}
-if [ ! -f "$SO" ]; then
-  echo "building $SO"
-  mkdir -p "$(dirname "$SO")"
-  timeout 60 nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static \
-    specdec/kernels/cuda/skinny_gemm.cu -o "$SO"
-fi
+source benchmarks/cuda_kernels.sh
+build_cuda_kernels 60 "$OUT/fixed_cost_build.log"
 timeout 150 python3 -m benchmarks.kernels.bench_fixed_cost --budget-s 110 --out "$OUT/fixed_cost.json" 2>&1 | tee "$OUT/fixed_cost.log"

@@ -16,13 +16,8 @@
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
-SO=${SPECDEC_CUDA_KERNELS:-build/specdec_cuda_kernels.so}
-if [ ! -f "$SO" ]; then
-  echo "building $SO"
-  mkdir -p "$(dirname "$SO")"
-  timeout 40 nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static -Xptxas -v \
-    specdec/kernels/cuda/skinny_gemm.cu -o "$SO" 2>&1 | grep -E "registers|spill" | tee "$OUT/ncu_build.log"
-fi
+source benchmarks/cuda_kernels.sh
+build_cuda_kernels 40 "$OUT/ncu_build.log"
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_eligible.avg.per_cycle_active,launch__registers_per_thread,launch__waves_per_multiprocessor
 # Only the calls between cudaProfilerStart/Stop (one per NVTX range) are profiled; kernels carry their range's name.
 NCU_COMMON=(--clock-control none --profile-from-start off --nvtx --print-nvtx-rename kernel --csv --page raw --print-units base)

@@ -14,13 +14,8 @@
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
-SO=${SPECDEC_CUDA_KERNELS:-build/specdec_cuda_kernels.so}
-if [ ! -f "$SO" ]; then
-  echo "building $SO"
-  mkdir -p "$(dirname "$SO")"
-  timeout 90 nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static -Xptxas -v \
-    specdec/kernels/cuda/skinny_gemm.cu -o "$SO" 2>&1 | grep -E "registers|spill" | tee "$OUT/roofline_build.log"
-fi
+source benchmarks/cuda_kernels.sh
+build_cuda_kernels 90 "$OUT/roofline_build.log"
 # Each staged kernel alone first: if it faults or does not finish, the main run and the sanitizer leave it out.
 SKIP_BULK=()
 for v in v5 v6 v7 q_v2 bf16_v2; do

@@ -76,7 +76,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import TINY_QWEN3, provenance, provenance_line, write_json
+from benchmarks.common import TINY_QWEN3, agg_pyplot, provenance, provenance_line, write_json
 from benchmarks.decode.bench_hybrid import QWEN3_5_4B
 from benchmarks.decode.bench_hybrid import SMOKE as TINY_HYBRID
 from benchmarks.kernels.bench_roofline import step_kernel_breakdown
@@ -415,10 +415,7 @@ def enable_graphs(ragged: RaggedDenseTarget | RaggedHybridTarget, cuda: bool, di
 def plot(result: dict, path: Path) -> str | None:
     """Throughput vs concurrency, one line per system; the PNG path, or why there is none."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = agg_pyplot()
     except ImportError as err:
         return f"no plot: {err}"
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import copy_bandwidth, provenance, provenance_line, write_json
+from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance_line, write_json
 from benchmarks.kernels.bench_roofline import (
     bf16_variant,
     linear_shapes,
@@ -208,10 +208,7 @@ def fits(rows: list[dict], copy_bw: float) -> list[dict]:
 def plot(result: dict, path: Path) -> str | None:
     """Cold time against weight bytes per kernel (points) with the fitted line, one panel per M; the copy floor dashed."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = agg_pyplot()
     except ImportError as exc:
         return f"no plot: {exc}"
     ms = sorted({f["M"] for f in result["fits"]})

@@ -70,7 +70,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import copy_bandwidth, provenance, provenance_line, write_json
+from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance_line, write_json
 from specdec.models.shapes import SHAPES
 
 MS = (1, 2, 4, 8)
@@ -603,10 +603,7 @@ def bench_shape(
 def plot(result: dict, path: Path) -> str | None:
     """Achieved weight bytes/s against M per kernel (median over shapes, and per shape faint), copy bandwidth line."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = agg_pyplot()
     except ImportError as exc:
         return f"no plot: {exc}; redraw with --plot-only {path.with_suffix('.json')}"
     rows = [r for r in result["rows"] if "M" in r]
