@@ -1091,7 +1091,7 @@ __host__ __device__ constexpr int tma_stage_bytes(int kind, int M) {
 }
 __host__ __device__ constexpr int tma_stages(int kind) { return kind == kBf16 ? 5 : kBulkStages; }
 // W12 CTAs run two halves of consumer warps (warps 0-3 the first 64-weight chunk of every stage, warps 4-7 the
-// second; the decode of two planes is the W12 kernel's limit, bench_fixed_cost); Q and bf16 CTAs one.
+// second: 3-10 % faster than one half on the H200, benchmarks/NOTES.md); Q and bf16 CTAs one.
 __host__ __device__ constexpr int tma_halves(int kind) { return kind == kW12 ? 2 : 1; }
 __host__ __device__ constexpr int tma_threads(int kind) { return (tma_halves(kind) * kBulkConsumerWarps + 1) * 32; }
 // Shared memory after the stages: a [64 rows][tokens] fp32 tile a half, then the escape pass's scratch (an int2
