@@ -155,6 +155,33 @@ def agg_pyplot():
     return plt
 
 
+def report(
+    out: str | os.PathLike,
+    result: dict,
+    prov: dict,
+    plot: Callable[[dict, Path], str | None],
+    lines: Callable[[dict], list[str]],
+) -> Path:
+    """A benchmark's last step: ``result`` as JSON at ``out`` (with provenance), its PNG beside it, then the provenance
+    line and the summary ``lines(result)`` printed; the JSON's path."""
+    path = write_json(out, result, prov, indent=1)
+    note = plot(result, path.with_suffix(".png"))
+    print(f"wrote {path}" + (f"; {note}" if note else f" and {path.with_suffix('.png')}"))
+    print(provenance_line(prov))
+    for line in lines(result):
+        print(line)
+    return path
+
+
+def redraw(plot: Callable[[dict, Path], str | None], json_path: str | os.PathLike) -> int:
+    """A benchmark's ``--plot-only``: ``plot`` the JSON at ``json_path`` into the PNG beside it; 0, or 1 with the reason
+    printed when there is no plot."""
+    src = Path(json_path)
+    note = plot(json.loads(src.read_text()), src.with_suffix(".png"))
+    print(note or f"wrote {src.with_suffix('.png')}")
+    return 0 if note is None else 1
+
+
 def copy_bandwidth(device: torch.device | str | None = None, *, nbytes: int = 1 << 30, reps: int = 20) -> float:
     """Bytes per second of a device-to-device copy of ``nbytes``, read and written bytes both counted.
 

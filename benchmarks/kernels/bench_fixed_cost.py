@@ -26,7 +26,6 @@ CPU smoke: ``--smoke`` (reference paths, tiny shapes; times mean nothing there).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import time
@@ -36,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance_line, write_json
+from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance_line, redraw, report
 from benchmarks.kernels.bench_roofline import (
     bf16_variant,
     linear_shapes,
@@ -207,13 +206,13 @@ def fits(rows: list[dict], copy_bw: float) -> list[dict]:
 
 def plot(result: dict, path: Path) -> str | None:
     """Cold time against weight bytes per kernel (points) with the fitted line, one panel per M; the copy floor dashed."""
+    ms = sorted({f["M"] for f in result["fits"]})
+    if not ms:
+        return "no plot: no fits"
     try:
         plt = agg_pyplot()
     except ImportError as exc:
         return f"no plot: {exc}"
-    ms = sorted({f["M"] for f in result["fits"]})
-    if not ms:
-        return "no plot: no fits"
     fig, axes = plt.subplots(1, len(ms), figsize=(6 * len(ms), 4.5), squeeze=False)
     bw = result["copy_bandwidth_bytes_per_s"]
     for ax, m in zip(axes[0], ms):
@@ -296,10 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     args = ap.parse_args(argv)
     if args.plot_only:
-        src = Path(args.plot_only)
-        note = plot(json.loads(src.read_text()), src.with_suffix(".png"))
-        print(note or f"wrote {src.with_suffix('.png')}")
-        return 0 if note is None else 1
+        return redraw(plot, args.plot_only)
     prov = provenance(seed=0)
     print(provenance_line(prov), flush=True)
     if args.smoke:
@@ -357,12 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         errors=len(failed),
         wall_s=time.time() - t_start,
     )
-    out = write_json(args.out, result, prov, indent=1)
-    note = plot(result, out.with_suffix(".png"))
-    print(f"wrote {out}" + (f"; {note}" if note else f" and {out.with_suffix('.png')}"))
-    print(provenance_line(prov))
-    for line in summary_lines(result):
-        print(line)
+    report(args.out, result, prov, plot, summary_lines)
     for r in failed:
         print(f"FAILED {r['kind']} N={r['N']} K={r['K']} M={r['M']}: {r['error']}")
     return 1 if failed else 0

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import time
@@ -70,7 +69,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance_line, write_json
+from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance_line, redraw, report, write_json
 from specdec.models.shapes import SHAPES
 
 MS = (1, 2, 4, 8)
@@ -998,10 +997,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ar-budget-s", type=float, default=55.0, help="AR step: no new phase starts after this")
     args = parser.parse_args(argv)
     if args.plot_only:
-        src = Path(args.plot_only)
-        note = plot(json.loads(src.read_text()), src.with_suffix(".png"))
-        print(note or f"wrote {src.with_suffix('.png')}")
-        return 0 if note is None else 1
+        return redraw(plot, args.plot_only)
     seed = 0
     prov = provenance(seed)
     print(provenance_line(prov), flush=True)
@@ -1122,12 +1118,7 @@ def main(argv: list[str] | None = None) -> int:
         wall_s=time.time() - t_start,
         rows=rows,
     )
-    out = write_json(args.out, result, prov, indent=1)
-    note = plot(result, out.with_suffix(".png"))
-    print(f"wrote {out}" + (f"; {note}" if note else f" and {out.with_suffix('.png')}"))
-    print(provenance_line(prov))
-    for line in summary_lines(result):
-        print(line)
+    report(args.out, result, prov, plot, summary_lines)
     return 0 if checks_passed else 1
 
 

@@ -114,7 +114,8 @@ def test_every_benchmark_writes_and_prints_provenance(path):
     source = path.read_text()
     tree = ast.parse(source)
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    assert {"provenance", "provenance_line", "write_json"} <= names, rel(path)
+    # write_json and provenance_line directly, or benchmarks.common.report, which calls both
+    assert "provenance" in names and ({"provenance_line", "write_json"} <= names or "report" in names), rel(path)
     calls = {ast.unparse(c.func) for c in ast.walk(tree) if isinstance(c, ast.Call)}
     assert not calls & {"json.dump", "open"}, f"{rel(path)} writes files without write_json"
     assert not any(c.endswith(".write_text") for c in calls), f"{rel(path)} writes files without write_json"
@@ -208,3 +209,19 @@ def test_runners_state_their_time_and_run_modules_within_one_call(runner):
         caps.extend([int(found[1])] * runs)
         assert found[2] in MODULES, f"{rel(runner)}: no module {found[2]}"
     assert sum(caps) <= LIMIT_S - 30, f"{rel(runner)}: caps {caps} exceed one {LIMIT_S}-s call"
+
+
+def test_report_writes_the_json_and_the_plot_and_prints_provenance(tmp_path, capsys):
+    from benchmarks.common import provenance, report
+
+    prov = provenance(seed=3)
+    drawn = []
+
+    def plot(result, png):
+        drawn.append((result["x"], png))
+        return None
+
+    path = report(tmp_path / "r.json", {"x": 1}, prov, plot, lambda result: [f"x = {result['x']}"])
+    assert json.loads(path.read_text())["provenance"]["seed"] == 3 and drawn == [(1, tmp_path / "r.png")]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("wrote ") and "# specdec" in out[1] and out[2] == "x = 1"
