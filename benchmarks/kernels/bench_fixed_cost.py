@@ -11,7 +11,9 @@ Two questions the roofline (``bench_roofline.py``) cannot answer:
 2. **Fixed cost and streaming rate.** On cold weights at ``N`` rows and widths ``K`` of 1k-16k, each kernel's time
    is fitted as ``a + bytes / b`` (least squares): ``a`` is what a call costs whatever its bytes (launch, pipeline
    fill, split-K reduction, tail), ``b`` the rate it streams at, quoted against the copy bandwidth of the same run.
-   An empty kernel's time in the same kind of graph is the launch floor.
+   An empty kernel's time in the same kind of graph is the launch floor. Bytes are counted as the roofline counts
+   them (``bench_roofline.weight_bytes``: bf16 2 N K; W12 every plane, bases and escapes included; the Q view its
+   ``ae`` plane and bases).
 
 Kernels: cuBLAS bf16 (``F.linear``), and the tensor-map CUDA kernels of ``specdec.kernels.cuda``: bf16 v2, W12
 exact v7, Q view v2. Every kernel's output on the first copy is checked against the float32 product (the roofline's
@@ -44,6 +46,7 @@ from benchmarks.kernels.bench_roofline import (
     time_per_call,
     w12_planes,
     w12_v7,
+    weight_bytes,
 )
 
 KERNELS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2")
@@ -88,16 +91,6 @@ def fit_line(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, 
         raise ValueError("nbytes: expected at least two different values")
     slope = sum((x - mx) * (y - my) for x, y in zip(nbytes, seconds)) / sxx
     return my - slope * mx, (1.0 / slope if slope > 0 else math.inf)
-
-
-def bytes_per_weight(kind: str) -> float:
-    """Weight bytes a kernel reads per weight (W12: 1.5, the Q view: 1, bf16: 2; W12 escapes are not counted).
-
-    Example:
-        >>> [bytes_per_weight(k) for k in KERNELS]
-        [2.0, 2.0, 1.5, 1.0]
-    """
-    return {"cuda_w12_v7": 1.5, "cuda_q_v2": 1.0}.get(kind, 2.0)
 
 
 class Cycle:
@@ -159,7 +152,7 @@ def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, war
         refs = {False: x.float() @ w.float().T, True: x.float() @ w_q.float().T}
         errs = {q: (F.linear(x, w if not q else w_q).float() - refs[q]).abs().max().item() for q in refs}
         for kind, (call, q_view) in calls.items():
-            row = dict(kind=kind, N=n, K=k, M=m, weight_bytes=bytes_per_weight(kind) * n * k, copies=copies)
+            row = dict(kind=kind, N=n, K=k, M=m, weight_bytes=weight_bytes(kind, n, k, w12), copies=copies)
             try:
                 row["err"] = checked(call, x, refs[q_view], errs[q_view])
                 cold = Cycle(lambda i, call=call, x=x: call(x, i), copies)
@@ -348,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         empty_launch_s=empty_launch_s(device, args),
         shapes=shapes_rows,
         sweep=sweep_rows,
-        fits=fits(sweep_rows, copy_bw) if copy_bw == copy_bw else fits(sweep_rows, 1.0),
+        fits=fits(sweep_rows, copy_bw),  # fractions of copy are NaN off CUDA, where there is no copy bandwidth
         not_run=not_run,
         errors=len(failed),
         wall_s=time.time() - t_start,
