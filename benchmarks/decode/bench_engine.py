@@ -823,9 +823,10 @@ def run(args: argparse.Namespace) -> int:
         if (dtype == torch.float32 or successor is not None) and spec and not equal_ar:
             failed = True
         row = {key: v for key, v in run.items() if key != "tokens"}
-        if "kernel_profile" in warm:
-            row["warmup_kernel_profile"] = warm["kernel_profile"]
-            kp = warm["kernel_profile"]
+        kp = warm.get("kernel_profile")
+        if kp is not None:
+            row["warmup_kernel_profile"] = kp
+        if kp is not None and "kernels_ms" in kp:  # a CPU profile holds only the passes and captures
             print(
                 f"[{layout:11s} c={c:2d}] {name:26s} warm-up kernels a step: {kp['kernels_ms']:.2f} ms "
                 f"(gemm {kp['gemm_ms']:.2f}, attention {kp['attention_ms']:.2f}, other {kp['other_ms']:.2f}), "

@@ -15,7 +15,7 @@ from specdec.testing import tiny_target
 def test_smoke_rows_record_the_cap_the_prefill_rows_and_no_eager_forward(tmp_path):
     out = tmp_path / "bench_engine.json"
     argv = ["--smoke", "--weights", "planted", "--waves", "2", "--layouts", "packed", "--wall-budget-s", "600", "--out", str(out)]
-    assert bench_engine.main(argv) == 0
+    assert bench_engine.main([*argv, "--split-forward"]) == 0
     result = json.loads(out.read_text())
     assert result["max_pass_rows_arg"] == "auto" and result["graphs"]["mode"] == "static_path"
     lengths = result["prompt_lengths"]
@@ -26,6 +26,7 @@ def test_smoke_rows_record_the_cap_the_prefill_rows_and_no_eager_forward(tmp_pat
         assert row["eager_passes"] == 0 and row["max_rows_per_pass"] <= ROW_BUCKETS[-1]
         assert row["prefill_rows"] == sum(batch)
         assert row["equal_to_batched_ar"] and row["mismatches_vs_alone"] == 0
+        assert row["forward_ms_per_pass"] > 0 and row["outside_forward_ms_per_pass"] > 0
 
 
 def test_decode_counts_forwards_past_the_largest_bucket_and_the_cap_removes_them():
