@@ -88,6 +88,7 @@ from specdec.engine import Engine
 from specdec.engine.budget import StepTimeTable
 from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
+from specdec.models.elementwise import elementwise_kernels
 from specdec.models.hybrid import HybridConfig, random_hybrid_target
 from specdec.models.planted import plant_successor_rule, successor_chain
 from specdec.models.ragged import RaggedDenseTarget, RequestRows
@@ -514,6 +515,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="time each target forward between device syncs too: a pass split into forward and the rest (host work)",
     )
     ap.add_argument("--wall-budget-s", type=float, default=140.0, help="start no new case past this many seconds")
+    ap.add_argument(
+        "--elementwise",
+        choices=("auto", "torch"),
+        default="auto",
+        help="the dense layers' element-wise work: Triton kernels on CUDA (auto) or the PyTorch references (torch; "
+        "specdec.models.elementwise.elementwise_kernels)",
+    )
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_engine.json"))
     return ap.parse_args(argv)
 
@@ -526,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke and args.model == "smollm2-pair":
         torch.set_num_threads(1)
     try:
-        return run(args)
+        with elementwise_kernels(args.elementwise):
+            return run(args)
     finally:
         torch.set_num_threads(threads)
 
@@ -642,6 +651,7 @@ def run(args: argparse.Namespace) -> int:
         profile_tokens_per_round=None if pair else profile.tokens_per_round,
         num_draft_tokens=k,
         max_pass_rows_arg=args.max_pass_rows,
+        elementwise=args.elementwise,
         prompt_lengths=lengths,
         new_tokens=args.new_tokens,
         waves=args.waves,

@@ -739,6 +739,28 @@ def step_kernel_breakdown(step: Callable[[], object], device: torch.device, step
     return out
 
 
+def reference_elementwise_step(target, prompt: torch.Tensor, token: torch.Tensor, device: torch.device, iters: int) -> dict:
+    """The one-token step of ``target`` with the dense layers' element-wise work on the PyTorch references
+    (``elementwise_kernels("torch")``, graphs captured again under it): its seconds and kernel breakdown."""
+    from specdec.models.elementwise import elementwise_kernels
+
+    with elementwise_kernels("torch"):
+        target.disable_static_path()
+        _use_step_graphs(target, device)
+        target(prompt)
+        target.commit(prompt.shape[1])
+
+        def step():
+            target(token)
+            target.truncate(prompt.shape[1])
+
+        out = {"bf16_reference_elementwise_step_s": _step_time_s(step, device, iters)}
+        out["bf16_reference_elementwise_step_kernels"] = step_kernel_breakdown(step, device)
+    target.disable_static_path()
+    _use_step_graphs(target, device)  # the kernels' graphs again, for whatever runs next
+    return out
+
+
 def ar_step(args, device: torch.device, t_start: float) -> dict:
     """The decode step of the bf16 lean target and of its W12 conversion: time, floor, token and logit agreement."""
     import specdec.formats.w12 as w12_format
@@ -844,6 +866,13 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         )
     if "bf16_step_s" in result and "w12_step_s" in result:
         result["w12_vs_bf16_step"] = result["w12_step_s"] / result["bf16_step_s"]
+    if not over_budget("bf16 step time, reference element-wise"):
+        result.update(reference_elementwise_step(bf16, prompt, token, device, iters))
+        print(
+            f"AR step bf16 with the PyTorch element-wise references: {result['bf16_reference_elementwise_step_s'] * 1e3:.3f} ms "
+            f"(the kernels' step {result.get('bf16_step_s', float('nan')) * 1e3:.3f} ms)",
+            flush=True,
+        )
     if not over_budget("w12 step time, Triton path"):
         previous = os.environ.get(w12_format.CUDA_SMALL_M_ENV)
         os.environ[w12_format.CUDA_SMALL_M_ENV] = "0"
@@ -885,6 +914,7 @@ def ar_summary_lines(result: dict) -> list[str]:
         f"{'bf16':18s} {ms('bf16_step_s'):>12s} {ms('bf16_floor_s'):>12s} {ratio('bf16_x_floor'):>8s}",
         f"{'w12':18s} {ms('w12_step_s'):>12s} {ms('w12_floor_s'):>12s} {ratio('w12_x_floor'):>8s}",
         f"{'w12 (Triton path)':18s} {ms('w12_triton_step_s'):>12s}",
+        f"{'bf16 (ref. elem.)':18s} {ms('bf16_reference_elementwise_step_s'):>12s}",
         f"verify step of {result.get('verify_rows')} rows: bf16 {ms('bf16_verify_s')} = {ratio('bf16_verify_x_step')} its step, "
         f"w12 {ms('w12_verify_s')} = {ratio('w12_verify_x_step')} (W12 linears at {result.get('verify_rows')} rows via "
         f"{result.get('w12_verify_linear_path')})",
@@ -893,7 +923,7 @@ def ar_summary_lines(result: dict) -> list[str]:
         *(
             f"{name} step kernels (torch.profiler): GEMM {k['gemm_ms']:.3f} ms, attention {k['attention_ms']:.3f} ms, other "
             f"{k['other_ms']:.3f} ms in {k['kernels_per_step']:.0f} kernels"
-            for name in ("bf16", "w12")
+            for name in ("bf16", "w12", "bf16_reference_elementwise")
             if (k := result.get(f"{name}_step_kernels"))
         ),
     ]

@@ -1,7 +1,8 @@
 """Triton kernels, each beside its pure-PyTorch reference.
 
-``w12_gemm`` (exact and Q-view W12 linears) and ``gdn`` (Gated DeltaNet along tree paths). Submodules
-are imported on first use, so ``import specdec`` does not define Triton kernels.
+``w12_gemm`` (exact and Q-view W12 linears), ``gdn`` (Gated DeltaNet along tree paths) and the layers'
+element-wise kernels: ``norm`` (RMSNorms, residual add + norm), ``rope`` (q/k norm + RoPE), ``act`` (SwiGLU). The
+first two are imported on first use; the element-wise ones come with the models that call them.
 """
 
 from __future__ import annotations

@@ -14,9 +14,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.contracts.target import TargetOutput
-from specdec.kernels.norm import scaled_rms_norm
+from specdec.kernels.act import silu_mul
+from specdec.kernels.norm import add_scaled_rms_norm, scaled_rms_norm
+from specdec.kernels.rope import qk_norm_rope
 from specdec.models.base import LeanTarget
 from specdec.models.config import TargetConfig
+from specdec.models.elementwise import elementwise_backend
 
 
 def load_weights(module: nn.Module, state: dict[str, torch.Tensor], *, tied: bool) -> None:
@@ -47,18 +50,11 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., dim]`` -> ``weight * x / rms(x)``, ``[..., dim]`` in ``x``'s dtype.
 
-        On CUDA one Triton launch (:func:`specdec.kernels.norm.scaled_rms_norm`, no backward), except where a
-        gradient is wanted or under ``torch.compile`` (whose own fusion takes the reference); elsewhere the
-        reference, bit for bit as before.
+        One Triton launch on CUDA (:func:`specdec.kernels.norm.scaled_rms_norm`), the reference elsewhere and where
+        :func:`~specdec.models.elementwise.elementwise_backend` picks it (a gradient wanted, ``torch.compile``,
+        :func:`~specdec.models.elementwise.elementwise_kernels` ``("torch")``).
         """
-        grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        backend = "torch" if grad or torch.compiler.is_compiling() else "auto"
-        return scaled_rms_norm(x, self.weight, self.eps, backend=backend)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+        return scaled_rms_norm(x, self.weight, self.eps, backend=elementwise_backend(x, self.weight))
 
 
 def cached_attention(q, k, v, k_cache, v_cache, slots, attn_mask) -> torch.Tensor:
@@ -139,12 +135,16 @@ class Attention(nn.Module):
         q = q.view(bsz, seqlen, cfg.num_heads, cfg.head_dim)
         k = k.view(bsz, seqlen, cfg.num_kv_heads, cfg.head_dim)
         v = v.view(bsz, seqlen, cfg.num_kv_heads, cfg.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        return self.wo(cached_attention(q, k, v, k_cache, v_cache, slots, attn_mask))
+        q, k = self.norm_rope(q, k, cos, sin)  # [B, H, T, D], [B, Hkv, T, D]
+        return self.wo(cached_attention(q, k, v.transpose(1, 2), k_cache, v_cache, slots, attn_mask))
+
+    def norm_rope(self, q, k, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
+        """q_norm / k_norm (Qwen3) and RoPE of ``q [B, T, H, D]``, ``k [B, T, Hkv, D]`` (views of the qkv projection)
+        -> ``[B, H, T, D]``, ``[B, Hkv, T, D]``: one launch on CUDA (:func:`specdec.kernels.rope.qk_norm_rope`)."""
+        weights = (None, None) if self.q_norm is None else (self.q_norm.weight, self.k_norm.weight)
+        eps = self.cfg.rms_norm_eps if self.q_norm is None else self.q_norm.eps
+        backend = elementwise_backend(q, k, *weights)
+        return qk_norm_rope(q, k, cos, sin, *weights, eps, backend=backend)
 
 
 class MLP(nn.Module):
@@ -163,8 +163,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., hidden_size]`` -> ``[..., hidden_size]``."""
-        gate, up = self.w13(x).chunk(2, dim=-1)
-        return self.w2(F.silu(gate) * up)
+        gate_up = self.w13(x)
+        return self.w2(silu_mul(gate_up, backend=elementwise_backend(gate_up)))  # silu(gate) * up
 
 
 class DecoderLayer(nn.Module):
@@ -188,8 +188,15 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, cos, sin, k_cache, v_cache, slots, attn_mask):
         """``x [B, T, hidden_size]`` -> ``[B, T, hidden_size]``; arguments as for :meth:`Attention.forward`."""
-        x = x + self.attn(self.attn_norm(x), cos, sin, k_cache, v_cache, slots, attn_mask)
-        return x + self.mlp(self.mlp_norm(x))
+        delta = self.attn(self.attn_norm(x), cos, sin, k_cache, v_cache, slots, attn_mask)
+        x, h = self.add_mlp_norm(x, delta)
+        return x + self.mlp(h)
+
+    def add_mlp_norm(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual ``x + delta`` and its ``mlp_norm``, one launch on CUDA
+        (:func:`specdec.kernels.norm.add_scaled_rms_norm`)."""
+        norm = self.mlp_norm
+        return add_scaled_rms_norm(x, delta, norm.weight, norm.eps, backend=elementwise_backend(x, delta, norm.weight))
 
 
 class DenseTarget(LeanTarget):

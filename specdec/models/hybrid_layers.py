@@ -15,7 +15,8 @@ from torch import nn
 
 from specdec.kernels.gdn import gdn_tree, tree_causal_conv
 from specdec.kernels.norm import centered_rms_norm, gated_rms_norm
-from specdec.models.dense import MLP, _rotate_half, cached_attention
+from specdec.kernels.rope.naive import rotate_half
+from specdec.models.dense import MLP, cached_attention
 from specdec.models.hybrid_config import HybridConfig
 
 __all__ = ["CenteredRMSNorm", "GatedAttention", "GatedDeltaNet", "GatedRMSNorm", "HybridLayer", "SparseMoE"]
@@ -86,8 +87,8 @@ class GatedAttention(nn.Module):
         k = self.k_norm(k.view(bsz, seqlen, cfg.num_kv_heads, cfg.head_dim)).transpose(1, 2)
         v = v.view(bsz, seqlen, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
         r = cos.shape[-1]
-        q = torch.cat([q[..., :r] * cos + _rotate_half(q[..., :r]) * sin, q[..., r:]], dim=-1)
-        k = torch.cat([k[..., :r] * cos + _rotate_half(k[..., :r]) * sin, k[..., r:]], dim=-1)
+        q = torch.cat([q[..., :r] * cos + rotate_half(q[..., :r]) * sin, q[..., r:]], dim=-1)
+        k = torch.cat([k[..., :r] * cos + rotate_half(k[..., :r]) * sin, k[..., r:]], dim=-1)
         return q, k, v, gate
 
 

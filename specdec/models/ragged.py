@@ -27,7 +27,7 @@ import torch
 
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
-from specdec.models.dense import DecoderLayer, DenseTarget, _rotate_half, compact_kv, prefix_attention_mask
+from specdec.models.dense import DecoderLayer, DenseTarget, compact_kv, prefix_attention_mask
 from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.packed_attention import (
     ATTENTIONS,
@@ -491,11 +491,8 @@ class RaggedDenseTarget(RequestSlots):
             q = q.view(1, num_rows, cfg.num_heads, cfg.head_dim)
             k = k.view(1, num_rows, cfg.num_kv_heads, cfg.head_dim)
             v = v.view(1, num_rows, cfg.num_kv_heads, cfg.head_dim)
-            if attn.q_norm is not None:
-                q, k = attn.q_norm(q), attn.k_norm(k)
-            q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [1, H, R, D]
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q, k = attn.norm_rope(q, k, cos, sin)  # [1, H, R, D], [1, Hkv, R, D]
+            v = v.transpose(1, 2)
             k_cache, v_cache = self.k_caches[i], self.v_caches[i]  # [S + 1, Hkv, max_seq_len, D]
             k_cache[row_slot, :, row_cache] = k[0].transpose(0, 1)  # [R, Hkv, D]
             v_cache[row_slot, :, row_cache] = v[0].transpose(0, 1)
@@ -503,8 +500,8 @@ class RaggedDenseTarget(RequestSlots):
                 out = flex_over_slots(q, long_kv_view(k_cache), long_kv_view(v_cache), block_mask)  # [R, H, D]
             else:
                 out = sdpa_over_slots(q, k_cache[:, :, :max_len], v_cache[:, :, :max_len], row_slot, row_index, mask)
-            x = x + attn.wo(out.reshape(1, num_rows, cfg.num_heads * cfg.head_dim))
-            x = x + layer.mlp(layer.mlp_norm(x))
+            x, h = layer.add_mlp_norm(x, attn.wo(out.reshape(1, num_rows, cfg.num_heads * cfg.head_dim)))
+            x = x + layer.mlp(h)
             if i + 1 in hidden_layers:
                 taps[i + 1] = x
         x = target.norm(x)

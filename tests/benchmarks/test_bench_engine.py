@@ -18,6 +18,7 @@ def test_smoke_rows_record_the_cap_the_prefill_rows_and_no_eager_forward(tmp_pat
     assert bench_engine.main([*argv, "--split-forward"]) == 0
     result = json.loads(out.read_text())
     assert result["max_pass_rows_arg"] == "auto" and result["graphs"]["mode"] == "static_path"
+    assert result["elementwise"] == "auto"
     lengths = result["prompt_lengths"]
     for row in result["rows"]:
         c = row["concurrency"]

@@ -70,7 +70,14 @@ def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
     assert len(result["greedy_tokens_bf16"]) == bench_roofline.AR_TOKENS
     assert result["w12_linear_path"] == "torch"
     assert result["w12_weight_bytes"] < result["bf16_weight_bytes"]
-    for key in ("bf16_step_s", "w12_step_s", "w12_triton_step_s", "bf16_verify_s", "w12_verify_s"):
+    for key in (
+        "bf16_step_s",
+        "w12_step_s",
+        "w12_triton_step_s",
+        "bf16_verify_s",
+        "w12_verify_s",
+        "bf16_reference_elementwise_step_s",
+    ):
         assert result[key] > 0, key
     assert result["verify_rows"] == bench_roofline.VERIFY_ROWS == 16
     assert result["bf16_verify_x_step"] == result["bf16_verify_s"] / result["bf16_step_s"]

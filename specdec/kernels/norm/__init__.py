@@ -1,5 +1,5 @@
-"""RMSNorms (the hybrid layers' centred and gated forms, the dense layers' scaled form): a pure-PyTorch reference and a
-one-launch Triton kernel, one signature.
+"""RMSNorms (the hybrid layers' centred and gated forms, the dense layers' scaled form, alone or after the residual
+add): a pure-PyTorch reference and a one-launch Triton kernel, one signature.
 
 ``backend``: ``"auto"`` (Triton on CUDA, the reference elsewhere), ``"triton"`` or ``"torch"``. See ``README.md``.
 """
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from .naive import centered_rms_norm_torch, gated_rms_norm_torch, scaled_rms_norm_torch
-from .rms import rms_norm_triton
+from .naive import add_scaled_rms_norm_torch, centered_rms_norm_torch, gated_rms_norm_torch, scaled_rms_norm_torch
+from .rms import add_rms_norm_triton, rms_norm_triton
 
-__all__ = ["centered_rms_norm", "gated_rms_norm", "scaled_rms_norm"]
+__all__ = ["add_scaled_rms_norm", "centered_rms_norm", "gated_rms_norm", "scaled_rms_norm"]
 
 _BACKENDS = ("auto", "triton", "torch")
 
@@ -23,8 +23,8 @@ def _checked(name: str, t: torch.Tensor, d: int, x: torch.Tensor) -> None:
         raise ValueError(f"{name}: expected device {x.device} (x's), got {t.device}")
     if name == "weight" and tuple(t.shape) != (d,):
         raise ValueError(f"weight: expected shape ({d},) (x's last dim), got {tuple(t.shape)}")
-    if name == "gate" and t.shape != x.shape:
-        raise ValueError(f"gate: expected x's shape {tuple(x.shape)}, got {tuple(t.shape)}")
+    if name in ("gate", "delta") and t.shape != x.shape:
+        raise ValueError(f"{name}: expected x's shape {tuple(x.shape)}, got {tuple(t.shape)}")
 
 
 def _use_triton(backend: str, x: torch.Tensor) -> bool:
@@ -76,3 +76,25 @@ def scaled_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, backen
     if _use_triton(backend, x) and weight.dtype == x.dtype:
         return rms_norm_triton(x, weight, eps, scaled=True)
     return scaled_rms_norm_torch(x, weight, eps)
+
+
+def add_scaled_rms_norm(
+    x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float, *, backend: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x``, ``delta`` ``[..., D]`` -> ``(residual, normed)``: ``residual = x + delta`` (as PyTorch adds) and
+    ``normed = scaled_rms_norm(residual, weight, eps)``, both ``[..., D]`` (the dense layers' residual add, then
+    ``mlp_norm`` or the next layer's ``attn_norm``).
+
+    The Triton kernel writes both in one launch where ``delta`` and ``weight`` have ``x``'s dtype (the residual is
+    then bitwise ``x + delta``); other dtypes promote, and the reference runs.
+
+    Example:
+        >>> r, n = add_scaled_rms_norm(torch.tensor([[1.0, -3.0]]), torch.tensor([[1.0, 1.0]]), torch.ones(2), 0.0)
+        >>> r.tolist(), n.tolist()
+        ([[2.0, -2.0]], [[1.0, -1.0]])
+    """
+    _checked("delta", delta, x.shape[-1], x)
+    _checked("weight", weight, x.shape[-1], x)
+    if _use_triton(backend, x) and delta.dtype == x.dtype and weight.dtype == x.dtype:
+        return add_rms_norm_triton(x, delta, weight, eps)
+    return add_scaled_rms_norm_torch(x, delta, weight, eps)

@@ -5,7 +5,9 @@ All normalise in float32 and round where the checkpoints' own code rounds:
 * centred (Qwen3.5 / Qwen3-Next): ``(x_hat * (1 + w)).to(x.dtype)``, ``x_hat = x * rsqrt(mean(x^2) + eps)`` in float32;
 * gated (their GDN output norm): ``(w * x_hat.to(x.dtype)) * silu(gate)``, the product with the float32
   ``silu(gate)`` rounded to ``x.dtype`` last;
-* scaled (Llama / Qwen3): ``w * x_hat.to(x.dtype)``, in ``w``'s and ``x``'s common dtype.
+* scaled (Llama / Qwen3): ``w * x_hat.to(x.dtype)``, in ``w``'s and ``x``'s common dtype;
+* residual add, then scaled (the dense layers' ``x = x + attn(...)`` before ``mlp_norm(x)``): ``r = x + delta``
+  as PyTorch adds (float32 sum rounded once to the common dtype), then the scaled norm of ``r``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["centered_rms_norm_torch", "gated_rms_norm_torch", "scaled_rms_norm_torch"]
+__all__ = ["add_scaled_rms_norm_torch", "centered_rms_norm_torch", "gated_rms_norm_torch", "scaled_rms_norm_torch"]
 
 
 def centered_rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -53,3 +55,18 @@ def scaled_rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> 
     out = x.float()
     out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + eps)
     return weight * out.to(dtype)
+
+
+def add_scaled_rms_norm_torch(
+    x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x``, ``delta`` ``[..., D]``, ``weight [D]`` -> ``(residual, normed)``: ``residual = x + delta`` and
+    ``normed = scaled_rms_norm_torch(residual, weight, eps)``, both ``[..., D]``.
+
+    Example:
+        >>> r, n = add_scaled_rms_norm_torch(torch.tensor([[1.0, -3.0]]), torch.tensor([[1.0, 1.0]]), torch.ones(2), 0.0)
+        >>> r.tolist(), n.tolist()
+        ([[2.0, -2.0]], [[1.0, -1.0]])
+    """
+    residual = x + delta
+    return residual, scaled_rms_norm_torch(residual, weight, eps)

@@ -5,7 +5,10 @@
   within two units in the last place; bfloat16 to a few units (the interpreter's bfloat16 casts truncate, where the
   GPU rounds to nearest: the GPU run checks it against the static path and batched AR);
 * the layers use the reference off CUDA, so the hybrid's CPU tests stay bitwise against transformers;
-* wrong weight or gate shapes, another device and an unknown backend raise, naming the argument.
+* wrong weight or gate shapes, another device and an unknown backend raise, naming the argument;
+* the residual add + scaled norm: the residual bitwise ``x + delta`` in every dtype (bfloat16 too: the kernel rounds
+  it to nearest even by hand), the normed output as the scaled form's; mixed dtypes take the reference; zero rows;
+  mutations (a truncated residual, a norm of the unrounded sum) would fail these checks.
 
 The gated form rounds twice to bfloat16 after its float32 statistics; where the kernel's sum of squares lands one
 float32 step from the reference's, a rounding can flip, so a few elements differ by up to two units in the last place.
@@ -16,8 +19,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.kernels.norm import centered_rms_norm, gated_rms_norm, scaled_rms_norm
-from specdec.kernels.norm.naive import centered_rms_norm_torch, gated_rms_norm_torch, scaled_rms_norm_torch
+from specdec.kernels.norm import add_scaled_rms_norm, centered_rms_norm, gated_rms_norm, scaled_rms_norm
+from specdec.kernels.norm.naive import (
+    add_scaled_rms_norm_torch,
+    centered_rms_norm_torch,
+    gated_rms_norm_torch,
+    scaled_rms_norm_torch,
+)
 
 
 def inputs(shape, dtype, seed=0):
@@ -120,3 +128,82 @@ def test_bad_arguments_raise_naming_them():
         centered_rms_norm(x, weight, 1e-6, backend="cuda")
     with pytest.raises(ValueError, match="weight: expected device cpu"):
         centered_rms_norm(x, weight.to("meta"), 1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 48), (2, 5, 100), (7, 128)])
+def test_add_scaled_kernel_matches_the_reference(shape, dtype):
+    x, delta, weight = inputs(shape, dtype, seed=6)
+    residual, normed = add_scaled_rms_norm(x, delta, weight, 1e-6, backend="triton")
+    want_residual, want_normed = add_scaled_rms_norm_torch(x, delta, weight, 1e-6)
+    assert torch.equal(residual, x + delta) and torch.equal(residual, want_residual)  # bitwise, bfloat16 too
+    assert residual.is_contiguous() and normed.is_contiguous()
+    assert_agrees(normed, want_normed)
+
+
+def test_add_scaled_reference_is_the_dense_layers_residual_and_norm():
+    from specdec.models.dense import RMSNorm
+
+    x, delta, weight = inputs((2, 5, 100), torch.bfloat16, seed=7)
+    norm = RMSNorm(100, eps=1e-6).to(torch.bfloat16)
+    norm.weight.data.copy_(weight)
+    residual, normed = add_scaled_rms_norm_torch(x, delta, weight, 1e-6)
+    # DecoderLayer.forward before the kernel: x = x + attn(...), then mlp_norm(x)
+    assert torch.equal(residual, x + delta)
+    with torch.no_grad():
+        assert torch.equal(normed, norm(x + delta))
+
+
+def test_add_scaled_with_mixed_dtypes_runs_the_reference_and_promotes():
+    x, delta, weight = inputs((3, 48), torch.bfloat16, seed=8)
+    residual, normed = add_scaled_rms_norm(x, delta.float(), weight, 1e-6, backend="triton")
+    want_residual, want_normed = add_scaled_rms_norm_torch(x, delta.float(), weight, 1e-6)
+    assert residual.dtype == normed.dtype == torch.float32
+    assert torch.equal(residual, want_residual) and torch.equal(normed, want_normed)
+
+
+def test_add_scaled_off_cuda_auto_is_the_reference_bitwise():
+    x, delta, weight = inputs((4, 64), torch.float32, seed=9)
+    got, want = add_scaled_rms_norm(x, delta, weight, 1e-6), add_scaled_rms_norm_torch(x, delta, weight, 1e-6)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (2, 0, 8)])
+def test_add_scaled_zero_rows(shape):
+    x, delta, weight = inputs(shape, torch.bfloat16)
+    residual, normed = add_scaled_rms_norm(x, delta, weight, 1e-6, backend="triton")
+    assert residual.shape == normed.shape == shape
+
+
+def test_add_scaled_bad_arguments_raise_naming_them():
+    x, delta, weight = inputs((2, 8), torch.float32)
+    with pytest.raises(ValueError, match=r"delta: expected x's shape \(2, 8\), got \(1, 8\)"):
+        add_scaled_rms_norm(x, delta[:1], weight, 1e-6)
+    with pytest.raises(ValueError, match="delta: expected device cpu"):
+        add_scaled_rms_norm(x, delta.to("meta"), weight, 1e-6)
+    with pytest.raises(TypeError, match="delta: expected a tensor, got float"):
+        add_scaled_rms_norm(x, 1.0, weight, 1e-6)
+    with pytest.raises(ValueError, match=r"weight: expected shape \(8,\) \(x's last dim\), got \(7,\)"):
+        add_scaled_rms_norm(x, delta, weight[:7], 1e-6)
+    with pytest.raises(ValueError, match=r"backend: expected one of \('auto', 'triton', 'torch'\), got 'gpu'"):
+        add_scaled_rms_norm(x, delta, weight, 1e-6, backend="gpu")
+
+
+def test_mutation_residual_rounded_by_truncation_is_caught():
+    # the interpreter's plain float32 -> bfloat16 cast truncates: a kernel that stored x + delta through it would
+    # fail the bitwise residual check above (the kernel rounds to nearest even by hand, as PyTorch and the GPU)
+    x, delta, weight = inputs((7, 128), torch.bfloat16, seed=6)
+    residual, _ = add_scaled_rms_norm(x, delta, weight, 1e-6, backend="triton")
+    truncated = ((x.float() + delta.float()).view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
+    assert not torch.equal(truncated, x + delta)
+    assert torch.equal(residual, x + delta)
+
+
+def test_mutation_norm_of_the_unrounded_residual_is_caught():
+    # normalising x + delta kept in float32 (the residual's rounding skipped) fails the float16 tolerance above
+    x, delta, weight = inputs((7, 128), torch.float16, seed=6)
+    _, normed = add_scaled_rms_norm(x, delta, weight, 1e-6, backend="triton")
+    s = x.float() + delta.float()
+    mutant = weight * (s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.float16)
+    with pytest.raises(AssertionError, match="differ"):
+        assert_agrees(normed, mutant)

@@ -1,0 +1,92 @@
+"""The dense attention's q/k RMSNorm and RoPE: a pure-PyTorch reference and a one-launch Triton kernel, one signature.
+
+``backend``: ``"auto"`` (Triton on CUDA, the reference elsewhere), ``"triton"`` or ``"torch"``. See ``README.md``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .naive import qk_norm_rope_torch
+from .rotary import qk_norm_rope_triton
+
+__all__ = ["qk_norm_rope"]
+
+_BACKENDS = ("auto", "triton", "torch")
+
+
+def _use_triton(backend: str, x: torch.Tensor) -> bool:
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend: expected one of {_BACKENDS}, got {backend!r}")
+    return backend == "triton" or (backend == "auto" and x.device.type == "cuda")
+
+
+def _check(q, k, cos, sin, q_weight, k_weight) -> None:
+    for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
+    if q.ndim != 4:
+        raise ValueError(f"q: expected 4 dims [B, T, H, D], got shape {tuple(q.shape)}")
+    bsz, seqlen, _, head_dim = q.shape
+    if head_dim % 2:
+        raise ValueError(f"q: expected an even head dim D (RoPE rotates its halves), got D = {head_dim}")
+    if k.ndim != 4 or (k.shape[0], k.shape[1], k.shape[3]) != (bsz, seqlen, head_dim):
+        raise ValueError(f"k: expected shape ({bsz}, {seqlen}, Hkv, {head_dim}) (q's B, T and D), got {tuple(k.shape)}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if tuple(t.shape) != (1, 1, seqlen, head_dim):
+            raise ValueError(f"{name}: expected shape (1, 1, {seqlen}, {head_dim}) (q's T and D), got {tuple(t.shape)}")
+    if (q_weight is None) != (k_weight is None):
+        raise ValueError(
+            f"q_weight, k_weight: expected both tensors or both None, got {type(q_weight).__name__} and {type(k_weight).__name__}"
+        )
+    weights = () if q_weight is None else (("q_weight", q_weight), ("k_weight", k_weight))
+    for name, t in weights:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a tensor or None, got {type(t).__name__}")
+        if tuple(t.shape) != (head_dim,):
+            raise ValueError(f"{name}: expected shape ({head_dim},) (q's head dim D), got {tuple(t.shape)}")
+    for name, t in (("k", k), ("cos", cos), ("sin", sin), *weights):
+        if t.device != q.device:
+            raise ValueError(f"{name}: expected device {q.device} (q's), got {t.device}")
+
+
+def qk_norm_rope(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None,
+    eps: float,
+    *,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dense attention's q/k RMSNorm (Qwen3; none where the weights are ``None``, as in Llama) and RoPE.
+
+    Args:
+        q: ``[B, T, H, D]`` queries; k: ``[B, T, Hkv, D]`` keys, ``D`` even. Any strides: the views of the fused
+            qkv projection (``split``, then ``view``) are read in place.
+        cos, sin: ``[1, 1, T, D]`` RoPE tables of the rows' positions.
+        q_weight, k_weight: ``[D]`` scaled-RMSNorm weights, or both ``None``.
+        eps: the norm's epsilon.
+        backend: ``"auto"`` (Triton on CUDA, else the reference), ``"triton"`` or ``"torch"``.
+
+    Returns:
+        ``(q_out [B, H, T, D], k_out [B, Hkv, T, D])``, contiguous: ``x * cos + rotate_half(x) * sin`` of the
+        (normed) heads, each product and the sum rounded to the inputs' dtype. The Triton kernel (one launch for
+        q and k) runs where ``k``, ``cos``, ``sin`` and the weights have ``q``'s dtype; mixed dtypes promote as
+        PyTorch does, and the reference runs.
+
+    Example:
+        >>> q, k = torch.tensor([[[[1.0, 2.0]]]]), torch.tensor([[[[3.0, 4.0]]]])   # B = T = H = Hkv = 1, D = 2
+        >>> cos, sin = torch.zeros(1, 1, 1, 2), torch.ones(1, 1, 1, 2)               # a quarter turn
+        >>> q_out, k_out = qk_norm_rope(q, k, cos, sin, None, None, 1e-6)
+        >>> q_out.tolist(), k_out.tolist()
+        ([[[[-2.0, 1.0]]]], [[[[-4.0, 3.0]]]])
+    """
+    _check(q, k, cos, sin, q_weight, k_weight)
+    dtypes = {t.dtype for t in (q, k, cos, sin, q_weight, k_weight) if t is not None}
+    if _use_triton(backend, q) and dtypes == {q.dtype}:
+        return qk_norm_rope_triton(q, k, cos, sin, q_weight, k_weight, eps)
+    q_out, k_out = qk_norm_rope_torch(q, k, cos, sin, q_weight, k_weight, eps)
+    return q_out.contiguous(), k_out.contiguous()

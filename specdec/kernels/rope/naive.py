@@ -1,0 +1,52 @@
+"""Reference q/k RMSNorm and RoPE in plain PyTorch: the dense attention's own arithmetic, the definition the kernel
+follows.
+
+``q [B, T, H, D]``, ``k [B, T, Hkv, D]``: each optionally normalised by the scaled RMSNorm (Qwen3's ``q_norm`` /
+``k_norm``; Llama has none), moved to ``[B, H, T, D]``, then rotated: ``x * cos + rotate_half(x) * sin`` with
+``rotate_half(x) = cat(-x2, x1)`` over the halves of ``D``. Each product and the sum round to the inputs' dtype, as
+PyTorch's element-wise ops do.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.kernels.norm.naive import scaled_rms_norm_torch
+
+__all__ = ["qk_norm_rope_torch", "rotate_half"]
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``x [..., D]`` -> ``cat(-x2, x1)`` of its halves ``x1``, ``x2``, ``[..., D]``.
+
+    Example:
+        >>> rotate_half(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist()
+        [-3.0, -4.0, 1.0, 2.0]
+    """
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def qk_norm_rope_torch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q [B, T, H, D]``, ``k [B, T, Hkv, D]``, ``cos``, ``sin [1, 1, T, D]`` -> ``(q_out [B, H, T, D],
+    k_out [B, Hkv, T, D])``: the scaled RMSNorm by ``q_weight`` / ``k_weight [D]`` (skipped where they are
+    ``None``), then RoPE, in the layout the model's code leaves them (not necessarily contiguous).
+
+    Example:
+        >>> q, k = torch.tensor([[[[1.0, 2.0]]]]), torch.tensor([[[[3.0, 4.0]]]])   # B = T = H = Hkv = 1, D = 2
+        >>> cos, sin = torch.zeros(1, 1, 1, 2), torch.ones(1, 1, 1, 2)               # a quarter turn
+        >>> [t.tolist() for t in qk_norm_rope_torch(q, k, cos, sin, None, None, 1e-6)]
+        [[[[[-2.0, 1.0]]]], [[[[-4.0, 3.0]]]]]
+    """
+    if q_weight is not None:
+        q, k = scaled_rms_norm_torch(q, q_weight, eps), scaled_rms_norm_torch(k, k_weight, eps)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, H, T, D]
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin

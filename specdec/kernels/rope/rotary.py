@@ -1,0 +1,138 @@
+"""q/k RMSNorm and RoPE of :mod:`.naive` in one Triton launch: one program per (row, head) over q's and k's heads.
+
+The grid is ``(B * T, H + Hkv)``: program ``(r, h)`` reads head ``h`` of row ``r`` (a q head for ``h < H``, else
+k head ``h - H``) through the inputs' strides, so the views of the fused qkv projection are read in place; it writes
+the rotated head to ``[B, H, T, D]`` (or ``[B, Hkv, T, D]``), contiguous. Each program loads the two halves of its
+head, so ``rotate_half`` costs no gather.
+
+Rounding points are the reference's: the norm's ``x_hat.to(dtype)`` and ``weight * x_hat`` product, then
+``t1 = x * cos``, ``t2 = rotate_half(x) * sin`` and ``t1 + t2``, each computed in float32 and rounded to the inputs'
+dtype (:func:`specdec.kernels.norm.rounding.round_to`). A product of two bfloat16 or float16 values is exact in
+float32, so without the norm the kernel is bitwise the reference in every dtype; in float32 the launch turns off
+floating-point contraction so that ``t1 + t2`` is not fused into an FMA. The norm's sum of squares is a tree
+reduction, so with the norm the result agrees with the reference to float32 rounding of ``mean(x^2)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from specdec.kernels.norm.rounding import round_to
+
+__all__ = ["qk_norm_rope_triton"]
+
+
+@triton.jit
+def _norm_rope_head(
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    w_ptr,
+    stride_xd,
+    stride_cd,
+    stride_sd,
+    HALF,
+    eps,
+    BLOCK: tl.constexpr,
+    NORM: tl.constexpr,
+):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < HALF
+    x1 = tl.load(x_ptr + offs * stride_xd, mask=mask, other=0.0)
+    x2 = tl.load(x_ptr + (offs + HALF) * stride_xd, mask=mask, other=0.0)
+    dtype = x1.dtype
+    x1f, x2f = x1.to(tl.float32), x2.to(tl.float32)
+    if NORM:  # scaled RMSNorm: w * (x * rsqrt(mean(x^2) + eps)).to(dtype), the product rounded to dtype
+        rstd = 1.0 / tl.sqrt((tl.sum(x1f * x1f, axis=0) + tl.sum(x2f * x2f, axis=0)) / (2 * HALF) + eps)
+        w1 = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        w2 = tl.load(w_ptr + HALF + offs, mask=mask, other=0.0).to(tl.float32)
+        x1f = round_to(w1 * round_to(x1f * rstd, dtype).to(tl.float32), dtype).to(tl.float32)
+        x2f = round_to(w2 * round_to(x2f * rstd, dtype).to(tl.float32), dtype).to(tl.float32)
+    c1 = tl.load(cos_ptr + offs * stride_cd, mask=mask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + (offs + HALF) * stride_cd, mask=mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + offs * stride_sd, mask=mask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + (offs + HALF) * stride_sd, mask=mask, other=0.0).to(tl.float32)
+    # x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1): each product and the sum rounded to dtype
+    t1 = round_to(x1f * c1, dtype).to(tl.float32)
+    t2 = round_to(-x2f * s1, dtype).to(tl.float32)
+    tl.store(out_ptr + offs, round_to(t1 + t2, dtype), mask=mask)
+    t1 = round_to(x2f * c2, dtype).to(tl.float32)
+    t2 = round_to(x1f * s2, dtype).to(tl.float32)
+    tl.store(out_ptr + HALF + offs, round_to(t1 + t2, dtype), mask=mask)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(
+    q_ptr,
+    k_ptr,
+    cos_ptr,
+    sin_ptr,
+    qw_ptr,
+    kw_ptr,
+    q_out_ptr,
+    k_out_ptr,
+    T,
+    H,
+    HKV,
+    HALF,
+    stride_qb,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    stride_ct,
+    stride_cd,
+    stride_st,
+    stride_sd,
+    eps,
+    BLOCK: tl.constexpr,
+    NORM: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)  # b * T + t
+    head = tl.program_id(1)
+    b, t = row // T, row % T
+    cos_row, sin_row = cos_ptr + t * stride_ct, sin_ptr + t * stride_st
+    if head < H:
+        x_ptr = q_ptr + b * stride_qb + t * stride_qt + head * stride_qh
+        out_ptr = q_out_ptr + ((b * H + head) * T + t) * (2 * HALF)
+        _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, qw_ptr, stride_qd, stride_cd, stride_sd, HALF, eps, BLOCK, NORM)
+    else:
+        kv_head = head - H
+        x_ptr = k_ptr + b * stride_kb + t * stride_kt + kv_head * stride_kh
+        out_ptr = k_out_ptr + ((b * HKV + kv_head) * T + t) * (2 * HALF)
+        _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, kw_ptr, stride_kd, stride_cd, stride_sd, HALF, eps, BLOCK, NORM)
+
+
+def qk_norm_rope_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`.naive.qk_norm_rope_torch` in one launch for checked inputs of one dtype (any strides):
+    ``(q_out [B, H, T, D], k_out [B, Hkv, T, D])``, both contiguous in ``q.dtype``."""
+    bsz, seqlen, num_heads, head_dim = q.shape
+    num_kv_heads = k.shape[2]
+    q_out = torch.empty(bsz, num_heads, seqlen, head_dim, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(bsz, num_kv_heads, seqlen, head_dim, dtype=q.dtype, device=q.device)
+    norm = q_weight is not None
+    if bsz * seqlen and num_heads + num_kv_heads:
+        half = head_dim // 2
+        _qk_norm_rope_kernel[(bsz * seqlen, num_heads + num_kv_heads)](
+            q, k, cos, sin,
+            q_weight.contiguous() if norm else q, k_weight.contiguous() if norm else k,
+            q_out, k_out, seqlen, num_heads, num_kv_heads, half,
+            *q.stride(), *k.stride(), cos.stride(2), cos.stride(3), sin.stride(2), sin.stride(3), float(eps),
+            BLOCK=triton.next_power_of_2(half), NORM=norm, num_warps=1 if half <= 64 else 2,
+            enable_fp_fusion=False,
+        )  # fmt: skip
+    return q_out, k_out
