@@ -5,7 +5,9 @@ Three one-launch Triton kernels carry a dense layer's element-wise work (``specd
 
 1. checks each against its PyTorch reference on the GPU at the Qwen3-8B head and MLP shapes plus awkward ones, in
    float32, float16 and bfloat16, counting the elements that differ and the largest difference in units in the last
-   place. Must be bitwise: RoPE without norm weights, SwiGLU in float16 / bfloat16, the residual of add + norm.
+   place. Must be bitwise: RoPE without norm weights (alone, and with the K/V cache write of packed rows into
+   heads-first caches, ``qk_norm_rope_cached``: q and both whole caches), SwiGLU in float16 / bfloat16, the residual
+   of add + norm.
    Counted only: the normed outputs (their sum of squares is a tree reduction) and float32 SwiGLU (libdevice
    ``exp`` flushes subnormals);
 2. times each kernel and its reference at R = 1, 16, 96, 256 rows (20 calls in one CUDA graph, per call);
@@ -69,13 +71,17 @@ def op_cases(rows: int, heads: tuple[int, int, int], ffn: int, hidden: int, dtyp
     from specdec.kernels.act.naive import silu_mul_torch
     from specdec.kernels.norm import add_scaled_rms_norm
     from specdec.kernels.norm.naive import add_scaled_rms_norm_torch
-    from specdec.kernels.rope import qk_norm_rope
-    from specdec.kernels.rope.naive import qk_norm_rope_torch
+    from specdec.kernels.rope import qk_norm_rope, qk_norm_rope_cached
+    from specdec.kernels.rope.naive import qk_norm_rope_cached_torch, qk_norm_rope_torch
 
     h, hkv, d = heads
     qkv = (torch.randn(1, rows, (h + 2 * hkv) * d, generator=gen, device=device) * 3).to(dtype)
-    q, k, _ = qkv.split([h * d, hkv * d, hkv * d], dim=-1)
-    q, k = q.view(1, rows, h, d), k.view(1, rows, hkv, d)
+    q, k, v = qkv.split([h * d, hkv * d, hkv * d], dim=-1)
+    q, k, v = q.view(1, rows, h, d), k.view(1, rows, hkv, d), v.view(1, rows, hkv, d)
+    # the packed runtimes' caches: 4 request slots stored heads-first, each row its own entry
+    slots = 4
+    slot, pos = torch.arange(rows, device=device) % slots, torch.arange(rows, device=device) // slots
+    kv_caches = [torch.zeros(hkv, slots, rows // slots + 1, d, dtype=dtype, device=device).transpose(0, 1) for _ in range(4)]
     cos, sin = rope_tables(rows, d, dtype, device, gen)
     qw, kw = ((1 + 0.3 * torch.randn(d, generator=gen, device=device)).to(dtype) for _ in range(2))
     gate_up = (torch.randn(rows, 2 * ffn, generator=gen, device=device) * 4).to(dtype)
@@ -94,6 +100,16 @@ def op_cases(rows: int, heads: tuple[int, int, int], ffn: int, hidden: int, dtyp
             lambda: qk_norm_rope(q, k, cos, sin, qw, kw, 1e-6, backend="triton"),
             lambda: contiguous(qk_norm_rope_torch(q, k, cos, sin, qw, kw, 1e-6)),
         ),
+        "rope_cache": (
+            lambda: (
+                qk_norm_rope_cached(q, k, v, cos, sin, None, None, 1e-6, *kv_caches[:2], pos, slot, backend="triton"),
+                *kv_caches[:2],
+            ),
+            lambda: (
+                qk_norm_rope_cached_torch(q, k, v, cos, sin, None, None, 1e-6, *kv_caches[2:], pos, slot).contiguous(),
+                *kv_caches[2:],
+            ),
+        ),  # fmt: skip
         "silu_mul": (lambda: (silu_mul(gate_up, backend="triton"),), lambda: (silu_mul_torch(gate_up),)),
         "add_norm": (
             lambda: add_scaled_rms_norm(x, delta, w, 1e-6, backend="triton"),
@@ -109,7 +125,7 @@ def must_be_bitwise(op: str, output: int, dtype: torch.dtype) -> bool:
         >>> must_be_bitwise("rope", 1, torch.float32), must_be_bitwise("add_norm", 1, torch.float32)
         (True, False)
     """
-    if op == "rope":
+    if op in ("rope", "rope_cache"):
         return True
     if op == "silu_mul":
         return dtype != torch.float32

@@ -16,7 +16,7 @@ from torch import nn
 from specdec.contracts.target import TargetOutput
 from specdec.kernels.act import silu_mul
 from specdec.kernels.norm import add_scaled_rms_norm, scaled_rms_norm
-from specdec.kernels.rope import qk_norm_rope
+from specdec.kernels.rope import qk_norm_rope_cached
 from specdec.models.base import LeanTarget
 from specdec.models.config import TargetConfig
 from specdec.models.elementwise import elementwise_backend
@@ -68,10 +68,16 @@ def cached_attention(q, k, v, k_cache, v_cache, slots, attn_mask) -> torch.Tenso
     Returns:
         ``[B, T, H * D]`` attention output (before the output projection).
     """
-    bsz, num_heads, seqlen, head_dim = q.shape
-    num_kv_heads = k.shape[1]
     k_cache.index_copy_(2, slots, k)  # [B, Hkv, S, D]
     v_cache.index_copy_(2, slots, v)
+    return attend_cache(q, k_cache, v_cache, attn_mask)
+
+
+def attend_cache(q, k_cache, v_cache, attn_mask) -> torch.Tensor:
+    """``q [B, H, T, D]`` over a cache that already holds the rows' own K/V -> ``[B, T, H * D]`` (see
+    :func:`cached_attention`)."""
+    bsz, num_heads, seqlen, head_dim = q.shape
+    num_kv_heads = k_cache.shape[1]
     # GQA without copying K/V: the q heads that share a kv head become extra query rows.
     group = num_heads // num_kv_heads
     q = q.reshape(bsz, num_kv_heads, group * seqlen, head_dim)  # [B, Hkv, G*T, D]
@@ -135,16 +141,17 @@ class Attention(nn.Module):
         q = q.view(bsz, seqlen, cfg.num_heads, cfg.head_dim)
         k = k.view(bsz, seqlen, cfg.num_kv_heads, cfg.head_dim)
         v = v.view(bsz, seqlen, cfg.num_kv_heads, cfg.head_dim)
-        q, k = self.norm_rope(q, k, cos, sin)  # [B, H, T, D], [B, Hkv, T, D]
-        return self.wo(cached_attention(q, k, v.transpose(1, 2), k_cache, v_cache, slots, attn_mask))
+        q = self.norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slots)  # [B, H, T, D]
+        return self.wo(attend_cache(q, k_cache, v_cache, attn_mask))
 
-    def norm_rope(self, q, k, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
-        """q_norm / k_norm (Qwen3) and RoPE of ``q [B, T, H, D]``, ``k [B, T, Hkv, D]`` (views of the qkv projection)
-        -> ``[B, H, T, D]``, ``[B, Hkv, T, D]``: one launch on CUDA (:func:`specdec.kernels.rope.qk_norm_rope`)."""
+    def norm_rope_write(self, q, k, v, cos, sin, k_cache, v_cache, cache_pos, cache_slot=None) -> torch.Tensor:
+        """q_norm / k_norm (Qwen3) and RoPE of ``q [B, T, H, D]``, ``k [B, T, Hkv, D]`` (views of the qkv projection),
+        the rotated ``k`` and ``v`` written into the caches at ``cache_pos [T]`` (and ``cache_slot [T]``); returns
+        ``q [B, H, T, D]``. One launch on CUDA (:func:`specdec.kernels.rope.qk_norm_rope_cached`)."""
         weights = (None, None) if self.q_norm is None else (self.q_norm.weight, self.k_norm.weight)
         eps = self.cfg.rms_norm_eps if self.q_norm is None else self.q_norm.eps
         backend = elementwise_backend(q, k, *weights)
-        return qk_norm_rope(q, k, cos, sin, *weights, eps, backend=backend)
+        return qk_norm_rope_cached(q, k, v, cos, sin, *weights, eps, k_cache, v_cache, cache_pos, cache_slot, backend=backend)
 
 
 class MLP(nn.Module):
@@ -195,8 +202,22 @@ class DecoderLayer(nn.Module):
     def add_mlp_norm(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual ``x + delta`` and its ``mlp_norm``, one launch on CUDA
         (:func:`specdec.kernels.norm.add_scaled_rms_norm`)."""
-        norm = self.mlp_norm
-        return add_scaled_rms_norm(x, delta, norm.weight, norm.eps, backend=elementwise_backend(x, delta, norm.weight))
+        return add_norm(x, delta, self.mlp_norm)
+
+    def forward_normed(self, x, h, next_norm: RMSNorm, cos, sin, k_cache, v_cache, slots, attn_mask):
+        """The layer on the residual ``x`` and its ``attn_norm`` ``h`` (both ``[B, T, hidden_size]``), ending with
+        the next norm's input: ``(x_out, next_norm(x_out))``, the residual add and the next layer's (or the final)
+        norm in one launch on CUDA. ``forward(x, ...)`` is ``forward_normed(x, attn_norm(x), ...)[0]``."""
+        delta = self.attn(h, cos, sin, k_cache, v_cache, slots, attn_mask)
+        x, h = self.add_mlp_norm(x, delta)
+        return add_norm(x, self.mlp(h), next_norm)
+
+
+def add_norm(x: torch.Tensor, delta: torch.Tensor, norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x + delta, norm(x + delta))`` for a scaled :class:`RMSNorm`: one launch on CUDA
+    (:func:`specdec.kernels.norm.add_scaled_rms_norm`), the reference where
+    :func:`~specdec.models.elementwise.elementwise_backend` picks it."""
+    return add_scaled_rms_norm(x, delta, norm.weight, norm.eps, backend=elementwise_backend(x, delta, norm.weight))
 
 
 class DenseTarget(LeanTarget):
@@ -353,12 +374,14 @@ class DenseTarget(LeanTarget):
         cos, sin = self._rope(positions)
         x = self.embed(tokens)
         taps: dict[int, torch.Tensor] = {0: x} if 0 in hidden_layers else {}
+        h = self.layers[0].attn_norm(x)
         for i, layer in enumerate(self.layers):
             k_cache, v_cache = self.k_caches[i][:, :, :kv_len], self.v_caches[i][:, :, :kv_len]
-            x = layer(x, cos, sin, k_cache, v_cache, slots, attn_mask)
+            next_norm = self.layers[i + 1].attn_norm if i + 1 < len(self.layers) else self.norm
+            x, h = layer.forward_normed(x, h, next_norm, cos, sin, k_cache, v_cache, slots, attn_mask)
             if i + 1 in hidden_layers:
                 taps[i + 1] = x
-        x = self.norm(x)
+        x = h  # the final norm's output
         if len(self.layers) in hidden_layers:  # HF's last hidden state is the normed one
             taps[len(self.layers)] = x
         logits = self.lm_head(x).float()

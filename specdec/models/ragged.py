@@ -27,7 +27,7 @@ import torch
 
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
-from specdec.models.dense import DecoderLayer, DenseTarget, compact_kv, prefix_attention_mask
+from specdec.models.dense import DecoderLayer, DenseTarget, add_norm, compact_kv, prefix_attention_mask
 from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.packed_attention import (
     ATTENTIONS,
@@ -484,30 +484,29 @@ class RaggedDenseTarget(RequestSlots):
         cos, sin = target._rope(buf["positions"])  # [1, 1, R, D]
         x = target.embed(tokens)  # [1, R, hidden]
         taps = {0: x} if 0 in hidden_layers else {}
+        h = target.layers[0].attn_norm(x)
         for i, layer in enumerate(target.layers):
             attn = layer.attn
-            qkv = attn.wqkv(layer.attn_norm(x))  # [1, R, q + 2 kv]
+            qkv = attn.wqkv(h)  # [1, R, q + 2 kv]
             q, k, v = qkv.split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
             q = q.view(1, num_rows, cfg.num_heads, cfg.head_dim)
             k = k.view(1, num_rows, cfg.num_kv_heads, cfg.head_dim)
             v = v.view(1, num_rows, cfg.num_kv_heads, cfg.head_dim)
-            q, k = attn.norm_rope(q, k, cos, sin)  # [1, H, R, D], [1, Hkv, R, D]
-            v = v.transpose(1, 2)
             k_cache, v_cache = self.k_caches[i], self.v_caches[i]  # [S + 1, Hkv, max_seq_len, D]
-            k_cache[row_slot, :, row_cache] = k[0].transpose(0, 1)  # [R, Hkv, D]
-            v_cache[row_slot, :, row_cache] = v[0].transpose(0, 1)
+            q = attn.norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, row_cache, row_slot)  # [1, H, R, D]
             if self.attention == "flex":
                 out = flex_over_slots(q, long_kv_view(k_cache), long_kv_view(v_cache), block_mask)  # [R, H, D]
             else:
                 out = sdpa_over_slots(q, k_cache[:, :, :max_len], v_cache[:, :, :max_len], row_slot, row_index, mask)
             x, h = layer.add_mlp_norm(x, attn.wo(out.reshape(1, num_rows, cfg.num_heads * cfg.head_dim)))
-            x = x + layer.mlp(h)
+            next_norm = target.layers[i + 1].attn_norm if i + 1 < len(target.layers) else target.norm
+            x, h = add_norm(x, layer.mlp(h), next_norm)  # the residual and the next layer's (or the final) norm
             if i + 1 in hidden_layers:
                 taps[i + 1] = x
-        x = target.norm(x)
+        x = h
         if len(target.layers) in hidden_layers:
             taps[len(target.layers)] = x
-        return target.lm_head(x).float(), tuple(taps[h] for h in hidden_layers)
+        return target.lm_head(x).float(), tuple(taps[t] for t in hidden_layers)
 
 
 class SlotTarget:

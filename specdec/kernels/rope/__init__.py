@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from .naive import qk_norm_rope_torch
+from .naive import qk_norm_rope_cached_torch, qk_norm_rope_torch
 from .rotary import qk_norm_rope_triton
 
-__all__ = ["qk_norm_rope"]
+__all__ = ["qk_norm_rope", "qk_norm_rope_cached"]
 
 _BACKENDS = ("auto", "triton", "torch")
 
@@ -90,3 +90,84 @@ def qk_norm_rope(
         return qk_norm_rope_triton(q, k, cos, sin, q_weight, k_weight, eps)
     q_out, k_out = qk_norm_rope_torch(q, k, cos, sin, q_weight, k_weight, eps)
     return q_out.contiguous(), k_out.contiguous()
+
+
+def _check_cache(q, k, v, k_cache, v_cache, cache_pos, cache_slot) -> None:
+    bsz, seqlen, num_kv_heads, head_dim = k.shape
+    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_pos", cache_pos)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"v: expected k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if k_cache.ndim != 4 or (k_cache.shape[1], k_cache.shape[3]) != (num_kv_heads, head_dim):
+        raise ValueError(
+            f"k_cache: expected shape (N, {num_kv_heads}, L, {head_dim}) (k's Hkv and D), got {tuple(k_cache.shape)}"
+        )
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: expected k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}: expected q's dtype {q.dtype}, got {t.dtype}")
+    indices = (("cache_pos", cache_pos),) if cache_slot is None else (("cache_pos", cache_pos), ("cache_slot", cache_slot))
+    for name, t in indices:
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.long or tuple(t.shape) != (seqlen,):
+            desc = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name}: expected an int64 tensor of shape ({seqlen},) (one entry a row), got {desc}")
+    if cache_slot is None and k_cache.shape[0] != bsz:
+        raise ValueError(f"k_cache: expected one cache a batch row ({bsz}) without cache_slot, got {k_cache.shape[0]}")
+    if cache_slot is not None and bsz != 1:
+        raise ValueError(f"cache_slot: expected batch 1 (rows of several requests packed into T), got batch {bsz}")
+    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), *indices):
+        if t.device != q.device:
+            raise ValueError(f"{name}: expected device {q.device} (q's), got {t.device}")
+
+
+def qk_norm_rope_cached(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None,
+    eps: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_pos: torch.Tensor,
+    cache_slot: torch.Tensor | None = None,
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """:func:`qk_norm_rope` with the K/V cache write of the same rows in the same launch; returns ``q_out``.
+
+    Args:
+        q, k, cos, sin, q_weight, k_weight, eps: as for :func:`qk_norm_rope`.
+        v: ``[B, T, Hkv, D]`` values (any strides), written as they are.
+        k_cache, v_cache: ``[N, Hkv, L, D]`` of ``q``'s dtype, any strides (the same for both on the Triton path).
+        cache_pos: int64 ``[T]``: the cache position of row ``t``.
+        cache_slot: ``None`` (row ``(b, t)`` goes to cache ``b``; ``N = B``) or int64 ``[T]``, the cache of row ``t``
+            (``B = 1``: the packed rows of several requests).
+        backend: ``"auto"`` (Triton on CUDA, else the reference), ``"triton"`` or ``"torch"``.
+
+    Returns:
+        ``q_out [B, H, T, D]``, contiguous; the rotated ``k`` and ``v`` are in the caches. Positions and slots must
+        lie inside the cache (the runtimes check their capacity before a forward): the reference raises on one
+        that does not, the kernel skips its write rather than write outside the cache. Two rows of one entry
+        leave either row's values (the packed runtimes' discarded padding rows share one).
+
+    Example:
+        >>> q, k, v = torch.ones(1, 2, 1, 2), torch.ones(1, 2, 1, 2), torch.ones(1, 2, 1, 2)
+        >>> cos, sin = torch.zeros(1, 1, 2, 2), torch.ones(1, 1, 2, 2)              # a quarter turn
+        >>> k_cache, v_cache = torch.zeros(1, 1, 4, 2), torch.zeros(1, 1, 4, 2)
+        >>> q_out = qk_norm_rope_cached(q, k, v, cos, sin, None, None, 0.0, k_cache, v_cache, torch.tensor([1, 3]))
+        >>> q_out[0, 0].tolist(), k_cache[0, 0, 3].tolist()
+        ([[-1.0, 1.0], [-1.0, 1.0]], [-1.0, 1.0])
+    """
+    _check(q, k, cos, sin, q_weight, k_weight)
+    _check_cache(q, k, v, k_cache, v_cache, cache_pos, cache_slot)
+    dtypes = {t.dtype for t in (q, k, cos, sin, q_weight, k_weight) if t is not None}
+    if _use_triton(backend, q) and dtypes == {q.dtype} and k_cache.stride() == v_cache.stride():
+        return qk_norm_rope_triton(q, k, cos, sin, q_weight, k_weight, eps, (v, k_cache, v_cache, cache_slot, cache_pos))[0]
+    return qk_norm_rope_cached_torch(
+        q, k, v, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, cache_pos, cache_slot
+    ).contiguous()

@@ -13,7 +13,7 @@ import torch
 
 from specdec.kernels.norm.naive import scaled_rms_norm_torch
 
-__all__ = ["qk_norm_rope_torch", "rotate_half"]
+__all__ = ["qk_norm_rope_cached_torch", "qk_norm_rope_torch", "rotate_half"]
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -50,3 +50,42 @@ def qk_norm_rope_torch(
         q, k = scaled_rms_norm_torch(q, q_weight, eps), scaled_rms_norm_torch(k, k_weight, eps)
     q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, H, T, D]
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def qk_norm_rope_cached_torch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None,
+    eps: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_pos: torch.Tensor,
+    cache_slot: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`qk_norm_rope_torch`, then the rotated ``k`` and ``v [B, T, Hkv, D]`` written into ``k_cache``,
+    ``v_cache [N, Hkv, L, D]`` as the runtimes write them; returns ``q_out [B, H, T, D]``.
+
+    Row ``(b, t)`` goes to entry ``[b, :, cache_pos[t]]`` (``cache_slot`` ``None``: one cache per batch row, as
+    ``index_copy_``), or, for ``B = 1``, to ``[cache_slot[t], :, cache_pos[t]]`` (the packed rows of many requests).
+
+    Example:
+        >>> q, k, v = torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2), torch.full((1, 1, 1, 2), 7.0)
+        >>> cos, sin = torch.ones(1, 1, 1, 2), torch.zeros(1, 1, 1, 2)                # position 0
+        >>> k_cache, v_cache = torch.zeros(2, 1, 3, 2), torch.zeros(2, 1, 3, 2)
+        >>> _ = qk_norm_rope_cached_torch(q, k, v, cos, sin, None, None, 0.0, k_cache, v_cache, torch.tensor([2]),
+        ...                               torch.tensor([1]))
+        >>> v_cache[1, 0, 2].tolist(), bool(k_cache[0].any())
+        ([7.0, 7.0], False)
+    """
+    q_out, k_out = qk_norm_rope_torch(q, k, cos, sin, q_weight, k_weight, eps)
+    if cache_slot is None:
+        k_cache.index_copy_(2, cache_pos, k_out)  # [B, Hkv, T, D] into [B, Hkv, L, D]
+        v_cache.index_copy_(2, cache_pos, v.transpose(1, 2))
+    else:
+        k_cache[cache_slot, :, cache_pos] = k_out[0].transpose(0, 1)  # [T, Hkv, D]
+        v_cache[cache_slot, :, cache_pos] = v[0]
+    return q_out

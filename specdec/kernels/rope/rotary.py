@@ -32,15 +32,17 @@ def _norm_rope_head(
     sin_ptr,
     w_ptr,
     stride_xd,
+    stride_od,
     stride_cd,
     stride_sd,
     HALF,
     eps,
+    valid,
     BLOCK: tl.constexpr,
     NORM: tl.constexpr,
 ):
     offs = tl.arange(0, BLOCK)
-    mask = offs < HALF
+    mask = (offs < HALF) & valid
     x1 = tl.load(x_ptr + offs * stride_xd, mask=mask, other=0.0)
     x2 = tl.load(x_ptr + (offs + HALF) * stride_xd, mask=mask, other=0.0)
     dtype = x1.dtype
@@ -58,10 +60,10 @@ def _norm_rope_head(
     # x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1): each product and the sum rounded to dtype
     t1 = round_to(x1f * c1, dtype).to(tl.float32)
     t2 = round_to(-x2f * s1, dtype).to(tl.float32)
-    tl.store(out_ptr + offs, round_to(t1 + t2, dtype), mask=mask)
+    tl.store(out_ptr + offs * stride_od, round_to(t1 + t2, dtype), mask=mask)
     t1 = round_to(x2f * c2, dtype).to(tl.float32)
     t2 = round_to(x1f * s2, dtype).to(tl.float32)
-    tl.store(out_ptr + HALF + offs, round_to(t1 + t2, dtype), mask=mask)
+    tl.store(out_ptr + (offs + HALF) * stride_od, round_to(t1 + t2, dtype), mask=mask)
 
 
 @triton.jit
@@ -74,10 +76,17 @@ def _qk_norm_rope_kernel(
     kw_ptr,
     q_out_ptr,
     k_out_ptr,
+    v_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_ptr,
+    pos_ptr,
     T,
     H,
     HKV,
     HALF,
+    N_CACHE,
+    L_CACHE,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -90,9 +99,19 @@ def _qk_norm_rope_kernel(
     stride_cd,
     stride_st,
     stride_sd,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_vd,
+    stride_cn,
+    stride_ch,
+    stride_cl,
+    stride_cdd,
     eps,
     BLOCK: tl.constexpr,
     NORM: tl.constexpr,
+    CACHE: tl.constexpr,
+    SLOTS: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)  # b * T + t
     head = tl.program_id(1)
@@ -101,12 +120,28 @@ def _qk_norm_rope_kernel(
     if head < H:
         x_ptr = q_ptr + b * stride_qb + t * stride_qt + head * stride_qh
         out_ptr = q_out_ptr + ((b * H + head) * T + t) * (2 * HALF)
-        _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, qw_ptr, stride_qd, stride_cd, stride_sd, HALF, eps, BLOCK, NORM)
+        _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, qw_ptr, stride_qd, 1, stride_cd, stride_sd, HALF, eps, True, BLOCK,
+                        NORM)  # fmt: skip
     else:
         kv_head = head - H
         x_ptr = k_ptr + b * stride_kb + t * stride_kt + kv_head * stride_kh
-        out_ptr = k_out_ptr + ((b * HKV + kv_head) * T + t) * (2 * HALF)
-        _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, kw_ptr, stride_kd, stride_cd, stride_sd, HALF, eps, BLOCK, NORM)
+        if CACHE:  # k's rotated head and v's head go straight to their cache entry [slot, kv_head, pos, :]
+            slot = tl.load(slot_ptr + t).to(tl.int64) if SLOTS else b
+            pos = tl.load(pos_ptr + t).to(tl.int64)
+            valid = (slot >= 0) & (slot < N_CACHE) & (pos >= 0) & (pos < L_CACHE)  # never a write outside the cache
+            entry = slot * stride_cn + kv_head * stride_ch + pos * stride_cl
+            _norm_rope_head(x_ptr, k_cache_ptr + entry, cos_row, sin_row, kw_ptr, stride_kd, stride_cdd, stride_cd,
+                            stride_sd, HALF, eps, valid, BLOCK, NORM)  # fmt: skip
+            offs = tl.arange(0, BLOCK)
+            mask = (offs < HALF) & valid
+            v_head = v_ptr + b * stride_vb + t * stride_vt + kv_head * stride_vh
+            for half in tl.static_range(2):
+                v = tl.load(v_head + (offs + half * HALF) * stride_vd, mask=mask)
+                tl.store(v_cache_ptr + entry + (offs + half * HALF) * stride_cdd, v, mask=mask)
+        else:
+            out_ptr = k_out_ptr + ((b * HKV + kv_head) * T + t) * (2 * HALF)
+            _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, kw_ptr, stride_kd, 1, stride_cd, stride_sd, HALF, eps,
+                            True, BLOCK, NORM)  # fmt: skip
 
 
 def qk_norm_rope_triton(
@@ -117,22 +152,36 @@ def qk_norm_rope_triton(
     q_weight: torch.Tensor | None,
     k_weight: torch.Tensor | None,
     eps: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`.naive.qk_norm_rope_torch` in one launch for checked inputs of one dtype (any strides):
-    ``(q_out [B, H, T, D], k_out [B, Hkv, T, D])``, both contiguous in ``q.dtype``."""
+    ``(q_out [B, H, T, D], k_out [B, Hkv, T, D])``, both contiguous in ``q.dtype``.
+
+    ``cache = (v, k_cache, v_cache, cache_slot, cache_pos)`` (checked by the caller; the caches share their strides):
+    k's rotated heads and v's heads are written to ``[slot, :, pos]`` of the caches instead, and ``k_out`` is ``None``.
+    """
     bsz, seqlen, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[2]
     q_out = torch.empty(bsz, num_heads, seqlen, head_dim, dtype=q.dtype, device=q.device)
-    k_out = torch.empty(bsz, num_kv_heads, seqlen, head_dim, dtype=q.dtype, device=q.device)
     norm = q_weight is not None
+    if cache is None:
+        k_out = torch.empty(bsz, num_kv_heads, seqlen, head_dim, dtype=q.dtype, device=q.device)
+        v, k_cache, v_cache, slot, pos = k, k_out, k_out, None, q  # unread placeholders
+        v_strides, cache_strides = (0, 0, 0, 0), (0, 0, 0, 0)
+    else:
+        k_out = None
+        v, k_cache, v_cache, slot, pos = cache
+        v_strides, cache_strides = v.stride(), k_cache.stride()
     if bsz * seqlen and num_heads + num_kv_heads:
         half = head_dim // 2
         _qk_norm_rope_kernel[(bsz * seqlen, num_heads + num_kv_heads)](
             q, k, cos, sin,
             q_weight.contiguous() if norm else q, k_weight.contiguous() if norm else k,
-            q_out, k_out, seqlen, num_heads, num_kv_heads, half,
-            *q.stride(), *k.stride(), cos.stride(2), cos.stride(3), sin.stride(2), sin.stride(3), float(eps),
-            BLOCK=triton.next_power_of_2(half), NORM=norm, num_warps=1 if half <= 64 else 2,
-            enable_fp_fusion=False,
+            q_out, q_out if k_out is None else k_out, v, k_cache, v_cache, pos if slot is None else slot, pos,
+            seqlen, num_heads, num_kv_heads, half, k_cache.shape[0], k_cache.shape[2],
+            *q.stride(), *k.stride(), cos.stride(2), cos.stride(3), sin.stride(2), sin.stride(3), *v_strides,
+            *cache_strides, float(eps),
+            BLOCK=triton.next_power_of_2(half), NORM=norm, CACHE=cache is not None, SLOTS=slot is not None,
+            num_warps=1 if half <= 64 else 2, enable_fp_fusion=False,
         )  # fmt: skip
     return q_out, k_out

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from specdec.kernels.norm.naive import scaled_rms_norm_torch
-from specdec.kernels.rope import qk_norm_rope
-from specdec.kernels.rope.naive import qk_norm_rope_torch, rotate_half
+from specdec.kernels.rope import qk_norm_rope, qk_norm_rope_cached
+from specdec.kernels.rope.naive import qk_norm_rope_cached_torch, qk_norm_rope_torch, rotate_half
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # (B, T, H, Hkv, D): one head each; a half of 6; grouped heads at a model's D = 64 (programs: B * T * (H + Hkv))
@@ -233,3 +233,92 @@ def test_mutation_norm_without_its_intermediate_rounding_is_caught(dtype):
     mutant, _ = qk_norm_rope_torch(skipped, k, cos, sin, None, None, 1e-6)
     with pytest.raises(AssertionError, match="differ"):
         assert_agrees(q_out, mutant)
+
+
+def caches(n, kv_heads, length, dim, dtype, heads_first=False):
+    """Two zeroed ``[N, Hkv, L, D]`` caches; ``heads_first``: stored heads-major, as the packed runtimes keep them."""
+    if heads_first:
+        return tuple(torch.zeros(kv_heads, n, length, dim, dtype=dtype).transpose(0, 1) for _ in range(2))
+    return tuple(torch.zeros(n, kv_heads, length, dim, dtype=dtype) for _ in range(2))
+
+
+def v_view(shape, dtype):
+    bsz, seqlen, _, kv_heads, dim = shape
+    return (torch.randn(bsz, seqlen, kv_heads, 2 * dim) * 2).to(dtype)[..., ::2]  # strided along D
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_cache_write_per_batch_row_is_the_reference(dtype, qk_norm):
+    shape = (2, 3, 3, 1, 12)
+    q, k = qkv_views(shape, dtype)
+    v = v_view(shape, dtype)
+    cos, sin = rope_tables(3, 12, dtype)
+    weights = norm_weights(12, dtype) if qk_norm else (None, None)
+    pos = torch.tensor([4, 0, 2])
+    got, want = caches(2, 1, 6, 12, dtype), caches(2, 1, 6, 12, dtype)
+    q_got = qk_norm_rope_cached(q, k, v, cos, sin, *weights, 1e-6, *got, pos, backend="triton")
+    q_want = qk_norm_rope_cached_torch(q, k, v, cos, sin, *weights, 1e-6, *want, pos)
+    check = torch.equal if not qk_norm else assert_agrees
+    for a, b in ((q_got, q_want), *zip(got, want)):
+        assert check(a, b) is not False
+    assert torch.equal(got[1], want[1]) and not got[0][:, :, [1, 3, 5]].any()  # v copied exactly; other entries kept
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cache_write_of_packed_rows_into_heads_first_caches_is_the_reference_bitwise(dtype):
+    shape = (1, 4, 4, 2, 64)
+    q, k = qkv_views(shape, dtype, seed=3)
+    v = v_view(shape, dtype)
+    cos, sin = rope_tables(4, 64, dtype, seed=3)
+    slot, pos = torch.tensor([2, 0, 2, 2]), torch.tensor([1, 0, 2, 3])
+    got, want = caches(3, 2, 5, 64, dtype, heads_first=True), caches(3, 2, 5, 64, dtype, heads_first=True)
+    q_got = qk_norm_rope_cached(q, k, v, cos, sin, None, None, 1e-6, *got, pos, slot, backend="triton")
+    q_want = qk_norm_rope_cached_torch(q, k, v, cos, sin, None, None, 1e-6, *want, pos, slot)
+    assert torch.equal(q_got, q_want) and q_got.is_contiguous()
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert torch.equal(got[0][2, :, 1], qk_norm_rope(q, k, cos, sin, None, None, 1e-6)[1][0, :, 0])  # row 0's k
+
+
+def test_cache_positions_outside_the_cache_are_never_written():
+    shape = (1, 2, 1, 1, 4)
+    q, k = qkv_views(shape, torch.float32)
+    v = v_view(shape, torch.float32)
+    cos, sin = rope_tables(2, 4, torch.float32)
+    stores = caches(1, 1, 4, 4, torch.float32)  # position 3 lies right after each 3-position cache view
+    k_view, v_view_ = (t[:, :, :3] for t in stores)
+    pos = torch.tensor([1, 3])
+    qk_norm_rope_cached(q, k, v, cos, sin, None, None, 0.0, k_view, v_view_, pos, backend="triton")
+    assert k_view[0, 0, 1].any() and v_view_[0, 0, 1].any()
+    assert not any(t[0, 0, 3].any() for t in stores)  # position 3 = L: skipped, not written past the end
+    with pytest.raises(IndexError):
+        qk_norm_rope_cached(q, k, v, cos, sin, None, None, 0.0, k_view, v_view_, pos, backend="torch")
+
+
+def test_cache_arguments_are_checked_by_name():
+    shape = (1, 2, 2, 1, 4)
+    q, k = qkv_views(shape, torch.float32)
+    v = v_view(shape, torch.float32)
+    cos, sin = rope_tables(2, 4, torch.float32)
+    kc, vc = caches(1, 1, 5, 4, torch.float32)
+    pos = torch.tensor([0, 1])
+    cases = [
+        (dict(v=v[:, :1]), "v: expected k's shape"),
+        (dict(k_cache=torch.zeros(1, 2, 5, 4)), "k_cache: expected shape"),
+        (dict(v_cache=torch.zeros(1, 1, 6, 4)), "v_cache: expected k_cache's shape"),
+        (dict(v_cache=vc.half()), "v_cache: expected q's dtype"),
+        (dict(cache_pos=pos.int()), "cache_pos: expected an int64 tensor of shape \\(2,\\)"),
+        (dict(cache_pos=torch.tensor([0])), "cache_pos: expected an int64"),
+        (dict(cache_slot=torch.tensor([0, 0, 0])), "cache_slot: expected an int64"),
+        (dict(k_cache=torch.zeros(2, 1, 5, 4), v_cache=torch.zeros(2, 1, 5, 4)), "one cache a batch row"),
+    ]
+    base = dict(v=v, k_cache=kc, v_cache=vc, cache_pos=pos, cache_slot=None)
+    for change, message in cases:
+        args = {**base, **change}
+        with pytest.raises(ValueError, match=message):
+            qk_norm_rope_cached(q, k, args["v"], cos, sin, None, None, 0.0, args["k_cache"], args["v_cache"],
+                                args["cache_pos"], args["cache_slot"])  # fmt: skip
+    q2, k2 = qkv_views((2, 2, 2, 1, 4), torch.float32)
+    with pytest.raises(ValueError, match="cache_slot: expected batch 1"):
+        qk_norm_rope_cached(q2, k2, torch.zeros(2, 2, 1, 4), cos, sin, None, None, 0.0, *caches(2, 1, 5, 4, torch.float32),
+                            pos, torch.tensor([0, 1]))  # fmt: skip
