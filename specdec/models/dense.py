@@ -75,16 +75,27 @@ def cached_attention(q, k, v, k_cache, v_cache, slots, attn_mask) -> torch.Tenso
 
 def attend_cache(q, k_cache, v_cache, attn_mask) -> torch.Tensor:
     """``q [B, H, T, D]`` over a cache that already holds the rows' own K/V -> ``[B, T, H * D]`` (see
-    :func:`cached_attention`)."""
+    :func:`cached_attention`); ``attn_mask`` ``[1, 1, T, S]``, or :func:`grouped_mask`'s ``[1, 1, G * T, S]``."""
     bsz, num_heads, seqlen, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     # GQA without copying K/V: the q heads that share a kv head become extra query rows.
     group = num_heads // num_kv_heads
     q = q.reshape(bsz, num_kv_heads, group * seqlen, head_dim)  # [B, Hkv, G*T, D]
-    mask = attn_mask.repeat(1, 1, group, 1) if group > 1 else attn_mask  # [1, 1, G*T, S]
+    mask = attn_mask if attn_mask.shape[2] == group * seqlen else grouped_mask(attn_mask, group)  # [1, 1, G*T, S]
     out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G*T, D]
     out = out.reshape(bsz, num_heads, seqlen, head_dim)  # SDPA output may be strided
     return out.transpose(1, 2).reshape(bsz, seqlen, num_heads * head_dim)
+
+
+def grouped_mask(attn_mask: torch.Tensor, group: int) -> torch.Tensor:
+    """``attn_mask [1, 1, T, S]`` repeated for the ``group`` query heads that share a KV head: ``[1, 1, G * T, S]``
+    (what :func:`attend_cache` feeds SDPA; a runtime builds it once a forward, not once a layer).
+
+    Example:
+        >>> grouped_mask(torch.tensor([[[[True, False]]]]), 2).shape
+        torch.Size([1, 1, 2, 2])
+    """
+    return attn_mask.repeat(1, 1, group, 1) if group > 1 else attn_mask
 
 
 def prefix_attention_mask(length: int, seqlen: int, mask: torch.Tensor | None, device) -> torch.Tensor:
@@ -375,6 +386,7 @@ class DenseTarget(LeanTarget):
         x = self.embed(tokens)
         taps: dict[int, torch.Tensor] = {0: x} if 0 in hidden_layers else {}
         h = self.layers[0].attn_norm(x)
+        attn_mask = grouped_mask(attn_mask, self.config.num_heads // self.config.num_kv_heads)
         for i, layer in enumerate(self.layers):
             k_cache, v_cache = self.k_caches[i][:, :, :kv_len], self.v_caches[i][:, :, :kv_len]
             next_norm = self.layers[i + 1].attn_norm if i + 1 < len(self.layers) else self.norm

@@ -21,7 +21,10 @@ import triton.language as tl
 
 from specdec.kernels.norm.rounding import round_to
 
-__all__ = ["qk_norm_rope_triton"]
+__all__ = ["LAUNCH_OPTIONS", "qk_norm_rope_triton"]
+
+LAUNCH_OPTIONS = {"enable_fp_fusion": False}
+"""Compile options of every launch: no contraction of ``t1 + t2`` into an FMA (the float32 bitwise claim)."""
 
 
 @triton.jit
@@ -120,7 +123,7 @@ def _qk_norm_rope_kernel(
     if head < H:
         x_ptr = q_ptr + b * stride_qb + t * stride_qt + head * stride_qh
         out_ptr = q_out_ptr + ((b * H + head) * T + t) * (2 * HALF)
-        _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, qw_ptr, stride_qd, 1, stride_cd, stride_sd, HALF, eps, True, BLOCK,
+        _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, qw_ptr, stride_qd, 1, stride_cd, stride_sd, HALF, eps, row >= 0, BLOCK,
                         NORM)  # fmt: skip
     else:
         kv_head = head - H
@@ -141,7 +144,7 @@ def _qk_norm_rope_kernel(
         else:
             out_ptr = k_out_ptr + ((b * HKV + kv_head) * T + t) * (2 * HALF)
             _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, kw_ptr, stride_kd, 1, stride_cd, stride_sd, HALF, eps,
-                            True, BLOCK, NORM)  # fmt: skip
+                            row >= 0, BLOCK, NORM)  # fmt: skip
 
 
 def qk_norm_rope_triton(
@@ -182,6 +185,6 @@ def qk_norm_rope_triton(
             *q.stride(), *k.stride(), cos.stride(2), cos.stride(3), sin.stride(2), sin.stride(3), *v_strides,
             *cache_strides, float(eps),
             BLOCK=triton.next_power_of_2(half), NORM=norm, CACHE=cache is not None, SLOTS=slot is not None,
-            num_warps=1 if half <= 64 else 2, enable_fp_fusion=False,
+            num_warps=1 if half <= 64 else 2, **LAUNCH_OPTIONS,
         )  # fmt: skip
     return q_out, k_out

@@ -1,0 +1,64 @@
+"""The element-wise Triton kernels through Triton's real code generator for the H200 (sm_90), on the CPU.
+
+The other kernel tests run the Triton interpreter, which never lowers a kernel. Here this file, run as a script in a
+process without ``TRITON_INTERPRET``, compiles every variant of the q/k norm + RoPE (+ cache write), SwiGLU and
+add + norm kernels to PTX and a cubin for sm_90, and reports what the tests below check in the PTX: the float32 RoPE
+launch contracts nothing into an FMA (its bitwise claim), and SwiGLU divides with correct rounding (``div.rn``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+
+def compile_all() -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from specdec.kernels.act.swiglu import _silu_mul_kernel
+    from specdec.kernels.norm.rms import _rms_norm_kernel
+    from specdec.kernels.rope.rotary import LAUNCH_OPTIONS, _qk_norm_rope_kernel
+
+    target = GPUTarget("cuda", 90, 32)
+
+    def build(fn, types: dict, consts: dict, **options) -> str:
+        signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in fn.arg_names}
+        kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=consts), target=target, options=options)
+        assert "cubin" in kernel.asm
+        return kernel.asm["ptx"]
+
+    out: dict = {"rope": {}, "silu": {}, "add_norm": {}}
+    for dt in ("fp32", "bf16", "fp16"):
+        ptrs = ("q_ptr", "k_ptr", "cos_ptr", "sin_ptr", "qw_ptr", "kw_ptr", "q_out_ptr", "k_out_ptr", "v_ptr")
+        types = {n: f"*{dt}" for n in (*ptrs, "k_cache_ptr", "v_cache_ptr")} | {"slot_ptr": "*i64", "pos_ptr": "*i64"}
+        types["eps"] = "fp32"
+        for cache, slots, norm in ((False, False, False), (False, False, True), (True, False, True), (True, True, False)):
+            consts = dict(BLOCK=64, NORM=norm, CACHE=cache, SLOTS=slots)
+            ptx = build(_qk_norm_rope_kernel, types, consts, num_warps=2, **LAUNCH_OPTIONS)
+            out["rope"][f"{dt} cache={cache} slots={slots} norm={norm}"] = {"fma": ptx.count("fma.rn.f32")}
+        ptx = build(_silu_mul_kernel, {"gu_ptr": f"*{dt}", "out_ptr": f"*{dt}", "stride_row": "i64"},
+                    dict(BLOCK=1024, ACCURATE_EXP=True), num_warps=4)  # fmt: skip
+        out["silu"][dt] = {"div_rn": "div.rn.f32" in ptx, "div_full": "div.full.f32" in ptx}
+        types = {n: f"*{dt}" for n in ("x_ptr", "gate_ptr", "w_ptr", "out_ptr", "delta_ptr", "res_ptr")} | {"eps": "fp32"}
+        build(_rms_norm_kernel, types, dict(BLOCK=4096, GATED=False, SCALED=True, ADD=True), num_warps=8)
+        out["add_norm"][dt] = True
+    return out
+
+
+def test_every_variant_compiles_for_sm90_as_the_rounding_claims_need():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(out["rope"]) == 12 and len(out["add_norm"]) == 3
+    # float32 RoPE: no product fused into the sum (the norm variants keep no FMA either, so the claim holds there too)
+    assert all(v["fma"] == 0 for k, v in out["rope"].items() if k.startswith("fp32")), out["rope"]
+    assert all(v["div_rn"] and not v["div_full"] for v in out["silu"].values()), out["silu"]
+
+
+if __name__ == "__main__":
+    print(json.dumps(compile_all()))
