@@ -12,7 +12,8 @@ Three one-launch Triton kernels carry a dense layer's element-wise work (``specd
    ``exp`` flushes subnormals);
 2. times each kernel and its reference at R = 1, 16, 96, 256 rows (20 calls in one CUDA graph, per call);
 3. times one Qwen3-8B-shaped decoder layer (random weights, a 512-token prefix in its KV cache) at the same widths,
-   graph-captured, with the kernels (``elementwise_kernels("auto")``) and with the references
+   graph-captured as the runtimes run it (``forward_normed``: the input already normed, the last add fused with the
+   next layer's norm), with the kernels (``elementwise_kernels("auto")``) and with the references
    (``elementwise_kernels("torch")``), and counts its kernels by category under ``torch.profiler``.
 
 Prints a table last and writes JSON and a plot (layer time against rows). Exit 1 when a must-be-bitwise check fails.
@@ -184,8 +185,10 @@ def layer_times(cfg, rows_list, device, prefix: int, reps: int) -> list[dict]:
         row = dict(rows=rows)
         outputs = {}
 
-        def forward(mode):
-            outputs[mode] = layer(x, cos, sin, k_cache, v_cache, slots, mask)
+        h = layer.attn_norm(x)
+
+        def forward(mode):  # as the runtimes run a layer: its input normed, its output's add fused with the next norm
+            outputs[mode] = layer.forward_normed(x, h, layer.attn_norm, cos, sin, k_cache, v_cache, slots, mask)[0]
 
         for mode in ("auto", "torch"):
             with elementwise_kernels(mode):
