@@ -6,8 +6,8 @@ Three one-launch Triton kernels carry a dense layer's element-wise work (``specd
 1. checks each against its PyTorch reference on the GPU at the Qwen3-8B head and MLP shapes plus awkward ones, in
    float32, float16 and bfloat16, counting the elements that differ and the largest difference in units in the last
    place. Must be bitwise: RoPE without norm weights (alone, and with the K/V cache write of packed rows into
-   heads-first caches, ``qk_norm_rope_cached``: q and both whole caches), SwiGLU in float16 / bfloat16, the residual
-   of add + norm.
+   heads-first caches, ``qk_norm_rope_cached``: q and both whole caches; and with q written into the per-slot
+   layout of the packed attention), SwiGLU in float16 / bfloat16, the residual of add + norm.
    Counted only: the normed outputs (their sum of squares is a tree reduction) and float32 SwiGLU (libdevice
    ``exp`` flushes subnormals);
 2. times each kernel and its reference at R = 1, 16, 96, 256 rows (20 calls in one CUDA graph, per call);
@@ -82,6 +82,7 @@ def op_cases(rows: int, heads: tuple[int, int, int], ffn: int, hidden: int, dtyp
     # the packed runtimes' caches: 4 request slots stored heads-first, each row its own entry
     slots = 4
     slot, pos = torch.arange(rows, device=device) % slots, torch.arange(rows, device=device) // slots
+    q_slots = [torch.zeros(slots, h, rows // slots + 1, d, dtype=dtype, device=device) for _ in range(2)]  # per-slot q
     kv_caches = [torch.zeros(hkv, slots, rows // slots + 1, d, dtype=dtype, device=device).transpose(0, 1) for _ in range(4)]
     cos, sin = rope_tables(rows, d, dtype, device, gen)
     qw, kw = ((1 + 0.3 * torch.randn(d, generator=gen, device=device)).to(dtype) for _ in range(2))
@@ -110,6 +111,18 @@ def op_cases(rows: int, heads: tuple[int, int, int], ffn: int, hidden: int, dtyp
                 qk_norm_rope_cached_torch(q, k, v, cos, sin, None, None, 1e-6, *kv_caches[2:], pos, slot).contiguous(),
                 *kv_caches[2:],
             ),
+        ),
+        "rope_cache_slotted": (
+            lambda: (
+                qk_norm_rope_cached(
+                    q, k, v, cos, sin, None, None, 1e-6, *kv_caches[:2], pos, slot, q_slots[0], pos, backend="triton"
+                ),
+                *kv_caches[:2],
+            ),
+            lambda: (
+                qk_norm_rope_cached_torch(q, k, v, cos, sin, None, None, 1e-6, *kv_caches[2:], pos, slot, q_slots[1], pos),
+                *kv_caches[2:],
+            ),
         ),  # fmt: skip
         "silu_mul": (lambda: (silu_mul(gate_up, backend="triton"),), lambda: (silu_mul_torch(gate_up),)),
         "add_norm": (
@@ -126,7 +139,7 @@ def must_be_bitwise(op: str, output: int, dtype: torch.dtype) -> bool:
         >>> must_be_bitwise("rope", 1, torch.float32), must_be_bitwise("add_norm", 1, torch.float32)
         (True, False)
     """
-    if op in ("rope", "rope_cache"):
+    if op in ("rope", "rope_cache", "rope_cache_slotted"):
         return True
     if op == "silu_mul":
         return dtype != torch.float32

@@ -155,14 +155,19 @@ class Attention(nn.Module):
         q = self.norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slots)  # [B, H, T, D]
         return self.wo(attend_cache(q, k_cache, v_cache, attn_mask))
 
-    def norm_rope_write(self, q, k, v, cos, sin, k_cache, v_cache, cache_pos, cache_slot=None) -> torch.Tensor:
+    def norm_rope_write(
+        self, q, k, v, cos, sin, k_cache, v_cache, cache_pos, cache_slot=None, q_out=None, q_index=None
+    ) -> torch.Tensor:
         """q_norm / k_norm (Qwen3) and RoPE of ``q [B, T, H, D]``, ``k [B, T, Hkv, D]`` (views of the qkv projection),
         the rotated ``k`` and ``v`` written into the caches at ``cache_pos [T]`` (and ``cache_slot [T]``); returns
-        ``q [B, H, T, D]``. One launch on CUDA (:func:`specdec.kernels.rope.qk_norm_rope_cached`)."""
+        ``q [B, H, T, D]``, or ``q_out`` with row ``t``'s q at ``[cache_slot[t], :, q_index[t]]``. One launch on
+        CUDA (:func:`specdec.kernels.rope.qk_norm_rope_cached`)."""
         weights = (None, None) if self.q_norm is None else (self.q_norm.weight, self.k_norm.weight)
         eps = self.cfg.rms_norm_eps if self.q_norm is None else self.q_norm.eps
         backend = elementwise_backend(q, k, *weights)
-        return qk_norm_rope_cached(q, k, v, cos, sin, *weights, eps, k_cache, v_cache, cache_pos, cache_slot, backend=backend)
+        return qk_norm_rope_cached(
+            q, k, v, cos, sin, *weights, eps, k_cache, v_cache, cache_pos, cache_slot, q_out, q_index, backend=backend
+        )
 
 
 class MLP(nn.Module):

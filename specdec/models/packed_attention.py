@@ -159,12 +159,38 @@ def sdpa_over_slots(
     """
     _, num_heads, num_rows, head_dim = queries.shape
     num_slots, num_kv_heads = k_cache.shape[:2]
-    group = num_heads // num_kv_heads
-    per_request = mask.shape[2] // group
+    per_request = mask.shape[2] // (num_heads // num_kv_heads)
     slotted = queries.new_zeros(num_slots, num_heads, per_request, head_dim)
     slotted[row_slot, :, row_index] = queries[0].transpose(0, 1)  # [R, H, D]
-    slotted = slotted.reshape(num_slots, num_kv_heads, group * per_request, head_dim)
-    out = torch.nn.functional.scaled_dot_product_attention(slotted, k_cache, v_cache, attn_mask=mask)  # [S, Hkv, G * Tb, D]
+    return attend_slots(slotted, k_cache, v_cache, row_slot, row_index, mask)
+
+
+def attend_slots(
+    slotted: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    row_slot: torch.Tensor,
+    row_index: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`sdpa_over_slots` on queries already in the per-slot layout: ``slotted [S, H, Tb, D]`` holds row ``r``'s
+    query at ``[row_slot[r], :, row_index[r]]`` and finite values (zeros) elsewhere; returns ``[R, H, D]``.
+
+    A runtime that writes its queries there directly (``qk_norm_rope_cached(..., q_out=slotted, q_index=...)``)
+    zeroes one such buffer a forward and lets every layer overwrite the same entries.
+
+    Example:
+        >>> k = torch.randn(2, 1, 5, 4)
+        >>> slot, index, length = torch.tensor([0, 0, 1]), torch.tensor([0, 1, 0]), torch.tensor([2, 2, 4])
+        >>> local = torch.tensor([[True, False], [True, True], [True, False]])
+        >>> mask = slot_mask(slot, index, length, local, 5, num_slots=2, group=2)
+        >>> attend_slots(torch.zeros(2, 2, 2, 4), k, k, slot, index, mask).shape
+        torch.Size([3, 2, 4])
+    """
+    num_slots, num_heads, per_request, head_dim = slotted.shape
+    group = num_heads // k_cache.shape[1]
+    queries = slotted.reshape(num_slots, k_cache.shape[1], group * per_request, head_dim)
+    out = torch.nn.functional.scaled_dot_product_attention(queries, k_cache, v_cache, attn_mask=mask)  # [S, Hkv, G * Tb, D]
     return out.reshape(num_slots, num_heads, per_request, head_dim)[row_slot, :, row_index]  # [R, H, D]
 
 

@@ -31,10 +31,10 @@ from specdec.models.dense import DecoderLayer, DenseTarget, add_norm, compact_kv
 from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.packed_attention import (
     ATTENTIONS,
+    attend_slots,
     flex_over_slots,
     long_kv_view,
     packed_block_mask,
-    sdpa_over_slots,
     slot_major_cache,
     slot_mask,
 )
@@ -481,6 +481,10 @@ class RaggedDenseTarget(RequestSlots):
         else:
             group = cfg.num_heads // cfg.num_kv_heads
             mask = slot_mask(row_slot, row_index, row_len, local, max_len, num_slots=self.slots + 1, group=group)
+            # per-slot queries [S + 1, H, Tb, D]: zero where no row maps (finite, discarded), one buffer a forward
+            slotted = torch.zeros(
+                self.slots + 1, cfg.num_heads, local.shape[1], cfg.head_dim, dtype=target.dtype, device=self.device
+            )
         cos, sin = target._rope(buf["positions"])  # [1, 1, R, D]
         x = target.embed(tokens)  # [1, R, hidden]
         taps = {0: x} if 0 in hidden_layers else {}
@@ -493,11 +497,12 @@ class RaggedDenseTarget(RequestSlots):
             k = k.view(1, num_rows, cfg.num_kv_heads, cfg.head_dim)
             v = v.view(1, num_rows, cfg.num_kv_heads, cfg.head_dim)
             k_cache, v_cache = self.k_caches[i], self.v_caches[i]  # [S + 1, Hkv, max_seq_len, D]
-            q = attn.norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, row_cache, row_slot)  # [1, H, R, D]
             if self.attention == "flex":
+                q = attn.norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, row_cache, row_slot)  # [1, H, R, D]
                 out = flex_over_slots(q, long_kv_view(k_cache), long_kv_view(v_cache), block_mask)  # [R, H, D]
-            else:
-                out = sdpa_over_slots(q, k_cache[:, :, :max_len], v_cache[:, :, :max_len], row_slot, row_index, mask)
+            else:  # the queries go straight to their slot's rows of `slotted`, which every layer overwrites alike
+                attn.norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, row_cache, row_slot, slotted, row_index)
+                out = attend_slots(slotted, k_cache[:, :, :max_len], v_cache[:, :, :max_len], row_slot, row_index, mask)
             x, h = layer.add_mlp_norm(x, attn.wo(out.reshape(1, num_rows, cfg.num_heads * cfg.head_dim)))
             next_norm = target.layers[i + 1].attn_norm if i + 1 < len(target.layers) else target.norm
             x, h = add_norm(x, layer.mlp(h), next_norm)  # the residual and the next layer's (or the final) norm

@@ -15,7 +15,7 @@ def test_smoke_checks_every_op_in_every_dtype(tmp_path):
     assert bench_elementwise.main(["--smoke", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     seen = {(c["op"], c["output"], c["dtype"]) for c in result["checks"]}
-    assert {op for op, _, _ in seen} == {"rope", "qk_norm_rope", "rope_cache", "silu_mul", "add_norm"}
+    assert {op for op, _, _ in seen} == {"rope", "qk_norm_rope", "rope_cache", "rope_cache_slotted", "silu_mul", "add_norm"}
     assert len({d for _, _, d in seen}) == 3 and result["failed"] == []
     assert all(c["differ"] == 0 for c in result["checks"] if c["must_be_bitwise"])
 
@@ -53,7 +53,7 @@ def test_timing_code_runs_with_the_graph_and_timer_stood_in_on_the_cpu(monkeypat
     assert all(r["kernels_ms"] > 0 and r["reference_ms"] > 0 and r["max_abs_diff"] == 0.0 for r in layers)
     monkeypatch.setattr(bench_elementwise, "CALLS", 2)
     ops = bench_elementwise.op_times((4, 2, 8), 24, 32, (2,), torch.device("cpu"), torch.Generator().manual_seed(0))
-    assert {r["op"] for r in ops} == {"rope", "qk_norm_rope", "rope_cache", "silu_mul", "add_norm"}
+    assert {r["op"] for r in ops} == {"rope", "qk_norm_rope", "rope_cache", "rope_cache_slotted", "silu_mul", "add_norm"}
     assert all(r["kernel_us"] > 0 and r["reference_us"] > 0 for r in ops)
 
 

@@ -34,12 +34,18 @@ def compile_all() -> dict:
     out: dict = {"rope": {}, "silu": {}, "add_norm": {}}
     for dt in ("fp32", "bf16", "fp16"):
         ptrs = ("q_ptr", "k_ptr", "cos_ptr", "sin_ptr", "qw_ptr", "kw_ptr", "q_out_ptr", "k_out_ptr", "v_ptr")
-        types = {n: f"*{dt}" for n in (*ptrs, "k_cache_ptr", "v_cache_ptr")} | {"slot_ptr": "*i64", "pos_ptr": "*i64"}
+        types = {n: f"*{dt}" for n in (*ptrs, "k_cache_ptr", "v_cache_ptr")} | {
+            "slot_ptr": "*i64",
+            "pos_ptr": "*i64",
+            "q_index_ptr": "*i64",
+        }
         types["eps"] = "fp32"
-        for cache, slots, norm in ((False, False, False), (False, False, True), (True, False, True), (True, True, False)):
-            consts = dict(BLOCK=64, NORM=norm, CACHE=cache, SLOTS=slots)
+        variants = ((False, False, False, False), (False, False, True, False), (True, False, True, False),
+                    (True, True, False, False), (True, True, True, True))  # fmt: skip
+        for cache, slots, norm, scatter in variants:
+            consts = dict(BLOCK=64, NORM=norm, CACHE=cache, SLOTS=slots, Q_SCATTER=scatter)
             ptx = build(_qk_norm_rope_kernel, types, consts, num_warps=2, **LAUNCH_OPTIONS)
-            out["rope"][f"{dt} cache={cache} slots={slots} norm={norm}"] = {"fma": ptx.count("fma.rn.f32")}
+            out["rope"][f"{dt} cache={cache} slots={slots} norm={norm} q_scatter={scatter}"] = {"fma": ptx.count("fma.rn.f32")}
         ptx = build(_silu_mul_kernel, {"gu_ptr": f"*{dt}", "out_ptr": f"*{dt}", "stride_row": "i64"},
                     dict(BLOCK=1024, ACCURATE_EXP=True), num_warps=4)  # fmt: skip
         out["silu"][dt] = {"div_rn": "div.rn.f32" in ptx, "div_full": "div.full.f32" in ptx}
@@ -54,7 +60,7 @@ def test_every_variant_compiles_for_sm90_as_the_rounding_claims_need():
     run = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert len(out["rope"]) == 12 and len(out["add_norm"]) == 3
+    assert len(out["rope"]) == 15 and len(out["add_norm"]) == 3
     # float32 RoPE: no product fused into the sum (the norm variants keep no FMA either, so the claim holds there too)
     assert all(v["fma"] == 0 for k, v in out["rope"].items() if k.startswith("fp32")), out["rope"]
     assert all(v["div_rn"] and not v["div_full"] for v in out["silu"].values()), out["silu"]

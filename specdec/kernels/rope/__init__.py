@@ -92,6 +92,26 @@ def qk_norm_rope(
     return q_out.contiguous(), k_out.contiguous()
 
 
+def _check_q_scatter(q, q_out, q_index, cache_slot) -> None:
+    if q_out is None and q_index is None:
+        return
+    if q_out is None or q_index is None or cache_slot is None:
+        raise ValueError(
+            "q_out, q_index: expected both with a cache_slot (q's rows go to q_out[cache_slot, :, q_index]), or neither"
+        )
+    bsz, seqlen, num_heads, head_dim = q.shape
+    if not isinstance(q_out, torch.Tensor) or q_out.ndim != 4 or (q_out.shape[1], q_out.shape[3]) != (num_heads, head_dim):
+        desc = tuple(q_out.shape) if isinstance(q_out, torch.Tensor) else type(q_out).__name__
+        raise ValueError(f"q_out: expected a tensor of shape (N, {num_heads}, L, {head_dim}) (q's H and D), got {desc}")
+    if q_out.dtype != q.dtype or q_out.device != q.device:
+        raise ValueError(f"q_out: expected q's dtype and device ({q.dtype}, {q.device}), got {q_out.dtype}, {q_out.device}")
+    if not isinstance(q_index, torch.Tensor) or q_index.dtype != torch.long or tuple(q_index.shape) != (seqlen,):
+        desc = f"{q_index.dtype} {tuple(q_index.shape)}" if isinstance(q_index, torch.Tensor) else type(q_index).__name__
+        raise ValueError(f"q_index: expected an int64 tensor of shape ({seqlen},) (one entry a row), got {desc}")
+    if q_index.device != q.device:
+        raise ValueError(f"q_index: expected device {q.device} (q's), got {q_index.device}")
+
+
 def _check_cache(q, k, v, k_cache, v_cache, cache_pos, cache_slot) -> None:
     bsz, seqlen, num_kv_heads, head_dim = k.shape
     for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_pos", cache_pos)):
@@ -135,6 +155,8 @@ def qk_norm_rope_cached(
     v_cache: torch.Tensor,
     cache_pos: torch.Tensor,
     cache_slot: torch.Tensor | None = None,
+    q_out: torch.Tensor | None = None,
+    q_index: torch.Tensor | None = None,
     *,
     backend: str = "auto",
 ) -> torch.Tensor:
@@ -147,10 +169,13 @@ def qk_norm_rope_cached(
         cache_pos: int64 ``[T]``: the cache position of row ``t``.
         cache_slot: ``None`` (row ``(b, t)`` goes to cache ``b``; ``N = B``) or int64 ``[T]``, the cache of row ``t``
             (``B = 1``: the packed rows of several requests).
+        q_out, q_index: a buffer ``[N, H, Lq, D]`` of ``q``'s dtype and int64 ``[T]`` (with ``cache_slot``): row
+            ``t``'s q goes to ``q_out[cache_slot[t], :, q_index[t]]`` (the packed rows' per-slot attention layout),
+            the rest of the buffer untouched; or both ``None``.
         backend: ``"auto"`` (Triton on CUDA, else the reference), ``"triton"`` or ``"torch"``.
 
     Returns:
-        ``q_out [B, H, T, D]``, contiguous; the rotated ``k`` and ``v`` are in the caches. Positions and slots must
+        ``q_out [B, H, T, D]``, contiguous (or the given buffer); the rotated ``k`` and ``v`` are in the caches. Positions and slots must
         lie inside the cache (the runtimes check their capacity before a forward): the reference raises on one
         that does not, the kernel skips its write rather than write outside the cache. Two rows of one entry
         leave either row's values (the packed runtimes' discarded padding rows share one).
@@ -165,9 +190,13 @@ def qk_norm_rope_cached(
     """
     _check(q, k, cos, sin, q_weight, k_weight)
     _check_cache(q, k, v, k_cache, v_cache, cache_pos, cache_slot)
+    _check_q_scatter(q, q_out, q_index, cache_slot)
     dtypes = {t.dtype for t in (q, k, cos, sin, q_weight, k_weight) if t is not None}
     if _use_triton(backend, q) and dtypes == {q.dtype} and k_cache.stride() == v_cache.stride():
-        return qk_norm_rope_triton(q, k, cos, sin, q_weight, k_weight, eps, (v, k_cache, v_cache, cache_slot, cache_pos))[0]
-    return qk_norm_rope_cached_torch(
-        q, k, v, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, cache_pos, cache_slot
-    ).contiguous()
+        cache = (v, k_cache, v_cache, cache_slot, cache_pos)
+        q_scatter = None if q_out is None else (q_out, q_index)
+        return qk_norm_rope_triton(q, k, cos, sin, q_weight, k_weight, eps, cache, q_scatter)[0]
+    out = qk_norm_rope_cached_torch(
+        q, k, v, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, cache_pos, cache_slot, q_out, q_index
+    )
+    return out if q_out is not None else out.contiguous()

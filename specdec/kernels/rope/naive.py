@@ -65,12 +65,16 @@ def qk_norm_rope_cached_torch(
     v_cache: torch.Tensor,
     cache_pos: torch.Tensor,
     cache_slot: torch.Tensor | None = None,
+    q_out: torch.Tensor | None = None,
+    q_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`qk_norm_rope_torch`, then the rotated ``k`` and ``v [B, T, Hkv, D]`` written into ``k_cache``,
     ``v_cache [N, Hkv, L, D]`` as the runtimes write them; returns ``q_out [B, H, T, D]``.
 
     Row ``(b, t)`` goes to entry ``[b, :, cache_pos[t]]`` (``cache_slot`` ``None``: one cache per batch row, as
     ``index_copy_``), or, for ``B = 1``, to ``[cache_slot[t], :, cache_pos[t]]`` (the packed rows of many requests).
+    With a buffer ``q_out [N, H, Lq, D]`` (and ``cache_slot``), row ``t``'s q goes to ``q_out[cache_slot[t], :,
+    q_index[t]]`` instead, and ``q_out`` is returned.
 
     Example:
         >>> q, k, v = torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2), torch.full((1, 1, 1, 2), 7.0)
@@ -81,11 +85,14 @@ def qk_norm_rope_cached_torch(
         >>> v_cache[1, 0, 2].tolist(), bool(k_cache[0].any())
         ([7.0, 7.0], False)
     """
-    q_out, k_out = qk_norm_rope_torch(q, k, cos, sin, q_weight, k_weight, eps)
+    q_rot, k_out = qk_norm_rope_torch(q, k, cos, sin, q_weight, k_weight, eps)
     if cache_slot is None:
         k_cache.index_copy_(2, cache_pos, k_out)  # [B, Hkv, T, D] into [B, Hkv, L, D]
         v_cache.index_copy_(2, cache_pos, v.transpose(1, 2))
     else:
         k_cache[cache_slot, :, cache_pos] = k_out[0].transpose(0, 1)  # [T, Hkv, D]
         v_cache[cache_slot, :, cache_pos] = v[0]
+    if q_out is None:
+        return q_rot
+    q_out[cache_slot, :, q_index] = q_rot[0].transpose(0, 1)  # [T, H, D]
     return q_out

@@ -84,12 +84,15 @@ def _qk_norm_rope_kernel(
     v_cache_ptr,
     slot_ptr,
     pos_ptr,
+    q_index_ptr,
     T,
     H,
     HKV,
     HALF,
     N_CACHE,
     L_CACHE,
+    N_Q,
+    L_Q,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -110,11 +113,16 @@ def _qk_norm_rope_kernel(
     stride_ch,
     stride_cl,
     stride_cdd,
+    stride_on,
+    stride_oh,
+    stride_ol,
+    stride_odd,
     eps,
     BLOCK: tl.constexpr,
     NORM: tl.constexpr,
     CACHE: tl.constexpr,
     SLOTS: tl.constexpr,
+    Q_SCATTER: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)  # b * T + t
     head = tl.program_id(1)
@@ -122,9 +130,17 @@ def _qk_norm_rope_kernel(
     cos_row, sin_row = cos_ptr + t * stride_ct, sin_ptr + t * stride_st
     if head < H:
         x_ptr = q_ptr + b * stride_qb + t * stride_qt + head * stride_qh
-        out_ptr = q_out_ptr + ((b * H + head) * T + t) * (2 * HALF)
-        _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, qw_ptr, stride_qd, 1, stride_cd, stride_sd, HALF, eps, row >= 0, BLOCK,
-                        NORM)  # fmt: skip
+        if Q_SCATTER:  # q's head to [slot, head, q_index] of the given buffer (the packed rows' per-slot layout)
+            q_slot = tl.load(slot_ptr + t).to(tl.int64)
+            q_row = tl.load(q_index_ptr + t).to(tl.int64)
+            q_valid = (q_slot >= 0) & (q_slot < N_Q) & (q_row >= 0) & (q_row < L_Q)
+            out_ptr = q_out_ptr + q_slot * stride_on + head * stride_oh + q_row * stride_ol
+            _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, qw_ptr, stride_qd, stride_odd, stride_cd, stride_sd, HALF, eps,
+                            q_valid, BLOCK, NORM)  # fmt: skip
+        else:
+            out_ptr = q_out_ptr + ((b * H + head) * T + t) * (2 * HALF)
+            _norm_rope_head(x_ptr, out_ptr, cos_row, sin_row, qw_ptr, stride_qd, 1, stride_cd, stride_sd, HALF, eps, row >= 0,
+                            BLOCK, NORM)  # fmt: skip
     else:
         kv_head = head - H
         x_ptr = k_ptr + b * stride_kb + t * stride_kt + kv_head * stride_kh
@@ -156,16 +172,24 @@ def qk_norm_rope_triton(
     k_weight: torch.Tensor | None,
     eps: float,
     cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor] | None = None,
+    q_scatter: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`.naive.qk_norm_rope_torch` in one launch for checked inputs of one dtype (any strides):
     ``(q_out [B, H, T, D], k_out [B, Hkv, T, D])``, both contiguous in ``q.dtype``.
 
     ``cache = (v, k_cache, v_cache, cache_slot, cache_pos)`` (checked by the caller; the caches share their strides):
     k's rotated heads and v's heads are written to ``[slot, :, pos]`` of the caches instead, and ``k_out`` is ``None``.
+    ``q_scatter = (q_out, q_index)`` (with a ``cache_slot``): q's rotated heads go to ``q_out[slot, :, q_index]`` of
+    the given ``[N, H, L, D]`` buffer, which is returned.
     """
     bsz, seqlen, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[2]
-    q_out = torch.empty(bsz, num_heads, seqlen, head_dim, dtype=q.dtype, device=q.device)
+    if q_scatter is None:
+        q_out = torch.empty(bsz, num_heads, seqlen, head_dim, dtype=q.dtype, device=q.device)
+        q_index, q_strides, q_bounds = q, (0, 0, 0, 0), (0, 0)  # unread placeholders
+    else:
+        q_out, q_index = q_scatter
+        q_strides, q_bounds = q_out.stride(), (q_out.shape[0], q_out.shape[2])
     norm = q_weight is not None
     if cache is None:
         k_out = torch.empty(bsz, num_kv_heads, seqlen, head_dim, dtype=q.dtype, device=q.device)
@@ -180,11 +204,11 @@ def qk_norm_rope_triton(
         _qk_norm_rope_kernel[(bsz * seqlen, num_heads + num_kv_heads)](
             q, k, cos, sin,
             q_weight.contiguous() if norm else q, k_weight.contiguous() if norm else k,
-            q_out, q_out if k_out is None else k_out, v, k_cache, v_cache, pos if slot is None else slot, pos,
-            seqlen, num_heads, num_kv_heads, half, k_cache.shape[0], k_cache.shape[2],
+            q_out, q_out if k_out is None else k_out, v, k_cache, v_cache, pos if slot is None else slot, pos, q_index,
+            seqlen, num_heads, num_kv_heads, half, k_cache.shape[0], k_cache.shape[2], *q_bounds,
             *q.stride(), *k.stride(), cos.stride(2), cos.stride(3), sin.stride(2), sin.stride(3), *v_strides,
-            *cache_strides, float(eps),
+            *cache_strides, *q_strides, float(eps),
             BLOCK=triton.next_power_of_2(half), NORM=norm, CACHE=cache is not None, SLOTS=slot is not None,
-            num_warps=1 if half <= 64 else 2, **LAUNCH_OPTIONS,
+            Q_SCATTER=q_scatter is not None, num_warps=1 if half <= 64 else 2, **LAUNCH_OPTIONS,
         )  # fmt: skip
     return q_out, k_out

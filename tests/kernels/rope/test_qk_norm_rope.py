@@ -322,3 +322,41 @@ def test_cache_arguments_are_checked_by_name():
     with pytest.raises(ValueError, match="cache_slot: expected batch 1"):
         qk_norm_rope_cached(q2, k2, torch.zeros(2, 2, 1, 4), cos, sin, None, None, 0.0, *caches(2, 1, 5, 4, torch.float32),
                             pos, torch.tensor([0, 1]))  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_q_scattered_into_the_slot_layout_is_the_reference_bitwise(dtype):
+    shape = (1, 5, 4, 2, 12)
+    q, k = qkv_views(shape, dtype, seed=4)
+    v = v_view(shape, dtype)
+    cos, sin = rope_tables(5, 12, dtype, seed=4)
+    slot, pos, index = torch.tensor([1, 0, 1, 2, 2]), torch.tensor([3, 0, 4, 1, 2]), torch.tensor([0, 0, 1, 0, 1])
+    out = {}
+    for backend in ("triton", "torch"):
+        kv = caches(3, 2, 5, 12, dtype, heads_first=True)
+        buffer = torch.full((3, 4, 2, 12), 7.0, dtype=dtype)  # entries no row maps to keep their values
+        got = qk_norm_rope_cached(q, k, v, cos, sin, None, None, 0.0, *kv, pos, slot, buffer, index, backend=backend)
+        assert got is buffer
+        out[backend] = (buffer, *kv)
+    assert all(torch.equal(a, b) for a, b in zip(out["triton"], out["torch"]))
+    q_rot = qk_norm_rope(q, k, cos, sin, None, None, 0.0)[0]  # [1, H, T, D]
+    assert torch.equal(out["triton"][0][2, :, 1], q_rot[0, :, 4]) and bool((out["triton"][0][0, :, 1] == 7).all())
+
+
+def test_q_scatter_skips_rows_outside_its_buffer_and_checks_its_arguments():
+    shape = (1, 2, 2, 1, 4)
+    q, k = qkv_views(shape, torch.float32)
+    v = v_view(shape, torch.float32)
+    cos, sin = rope_tables(2, 4, torch.float32)
+    kv = caches(2, 1, 3, 4, torch.float32)
+    slot, pos = torch.tensor([0, 1]), torch.tensor([0, 1])
+    store = torch.zeros(2, 2, 2, 4)  # index 1 lies right after the one-row buffer view
+    buffer = store[:, :, :1]
+    qk_norm_rope_cached(q, k, v, cos, sin, None, None, 0.0, *kv, pos, slot, buffer, torch.tensor([0, 1]), backend="triton")
+    assert buffer[0].any() and not store[:, :, 1].any()
+    with pytest.raises(ValueError, match="q_out, q_index: expected both with a cache_slot"):
+        qk_norm_rope_cached(q, k, v, cos, sin, None, None, 0.0, *kv, pos, slot, buffer, None)
+    with pytest.raises(ValueError, match="q_out: expected a tensor of shape \\(N, 2, L, 4\\)"):
+        qk_norm_rope_cached(q, k, v, cos, sin, None, None, 0.0, *kv, pos, slot, torch.zeros(2, 1, 1, 4), pos)
+    with pytest.raises(ValueError, match="q_index: expected an int64"):
+        qk_norm_rope_cached(q, k, v, cos, sin, None, None, 0.0, *kv, pos, slot, buffer, pos.int())
