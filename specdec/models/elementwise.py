@@ -29,9 +29,9 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["elementwise_backend", "elementwise_kernels"]
+from specdec.kernels.backend import BACKENDS
 
-BACKENDS = ("auto", "triton", "torch")
+__all__ = ["elementwise_backend", "elementwise_kernels"]
 
 _BACKEND: contextvars.ContextVar[str] = contextvars.ContextVar("specdec_elementwise_backend", default="auto")
 

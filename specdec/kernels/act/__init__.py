@@ -8,18 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import use_triton
 from .naive import silu_mul_torch
 from .swiglu import silu_mul_triton
 
 __all__ = ["silu_mul"]
-
-_BACKENDS = ("auto", "triton", "torch")
-
-
-def _use_triton(backend: str, x: torch.Tensor) -> bool:
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend: expected one of {_BACKENDS}, got {backend!r}")
-    return backend == "triton" or (backend == "auto" and x.device.type == "cuda")
 
 
 def silu_mul(gate_up: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
@@ -39,6 +32,6 @@ def silu_mul(gate_up: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
         raise ValueError(f"gate_up: expected a last dim of even size 2F (gate, then up), got shape {tuple(gate_up.shape)}")
     if not gate_up.dtype.is_floating_point:
         raise ValueError(f"gate_up: expected a floating dtype, got {gate_up.dtype}")
-    if _use_triton(backend, gate_up):
+    if use_triton(backend, gate_up.device):
         return silu_mul_triton(gate_up)
     return silu_mul_torch(gate_up).contiguous()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import use_triton
 from .conv import conv_state_commit, tree_causal_conv
 from .meta import TreeMeta, _as_meta, _batched, _check_gdn_inputs, _check_meta, build_tree_meta
 from .naive import _check_path, naive_gdn_tree, naive_gdn_tree_commit
@@ -30,13 +31,6 @@ __all__ = [
 ]
 
 _METHODS = ("path", "wy", "naive")
-_BACKENDS = ("auto", "triton", "torch")
-
-
-def _use_triton(backend: str, device: torch.device) -> bool:
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend: expected one of {_BACKENDS}, got {backend!r}")
-    return backend == "triton" or (backend == "auto" and device.type == "cuda")
 
 
 def _check_triton_dtypes(k: torch.Tensor, g: torch.Tensor, initial_state: torch.Tensor) -> None:
@@ -104,7 +98,7 @@ def gdn_tree(
     dims = _check_gdn_inputs(q, k, v, g, beta, initial_state)
     meta = _as_meta(parents)
     _check_meta(meta, dims, k.device)
-    if method == "naive" or not _use_triton(backend, k.device):
+    if method == "naive" or not use_triton(backend, k.device):
         if method == "wy":
             qb, kb, vb, gb, bb, sb = (_batched(t, dims.batched) for t in (q, k, v, g, beta, initial_state))
             res = gdn_tree_wy_torch(
@@ -194,7 +188,7 @@ def gdn_tree_commit(
         >>> s[0].round(decimals=4).tolist()    # l2norm's eps: k = 1 - 5e-7
         [[0.0, 0.0], [1.0, 1.0]]
     """
-    if not _use_triton(backend, k.device if isinstance(k, torch.Tensor) else torch.device("cpu")):
+    if not use_triton(backend, k.device if isinstance(k, torch.Tensor) else torch.device("cpu")):
         res = naive_gdn_tree_commit(
             k,
             v,

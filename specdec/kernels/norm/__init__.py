@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import use_triton
 from .naive import add_scaled_rms_norm_torch, centered_rms_norm_torch, gated_rms_norm_torch, scaled_rms_norm_torch
 from .rms import add_rms_norm_triton, rms_norm_triton
 
 __all__ = ["add_scaled_rms_norm", "centered_rms_norm", "gated_rms_norm", "scaled_rms_norm"]
-
-_BACKENDS = ("auto", "triton", "torch")
 
 
 def _checked(name: str, t: torch.Tensor, d: int, x: torch.Tensor) -> None:
@@ -27,12 +26,6 @@ def _checked(name: str, t: torch.Tensor, d: int, x: torch.Tensor) -> None:
         raise ValueError(f"{name}: expected x's shape {tuple(x.shape)}, got {tuple(t.shape)}")
 
 
-def _use_triton(backend: str, x: torch.Tensor) -> bool:
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend: expected one of {_BACKENDS}, got {backend!r}")
-    return backend == "triton" or (backend == "auto" and x.device.type == "cuda")
-
-
 def centered_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, backend: str = "auto") -> torch.Tensor:
     """``x [..., D]`` -> ``x_hat * (1 + weight)`` in ``x.dtype``, ``x_hat`` normalised in float32.
 
@@ -41,7 +34,7 @@ def centered_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, back
         [[85.0, 113.0]]
     """
     _checked("weight", weight, x.shape[-1], x)
-    if _use_triton(backend, x):
+    if use_triton(backend, x.device):
         return rms_norm_triton(x, weight, eps)
     return centered_rms_norm_torch(x, weight, eps)
 
@@ -57,7 +50,7 @@ def gated_rms_norm(
     """
     _checked("weight", weight, x.shape[-1], x)
     _checked("gate", gate, x.shape[-1], x)
-    if _use_triton(backend, x):
+    if use_triton(backend, x.device):
         return rms_norm_triton(x, weight, eps, gate)
     return gated_rms_norm_torch(x, gate, weight, eps)
 
@@ -73,7 +66,7 @@ def scaled_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, backen
         [[1.0, -0.5]]
     """
     _checked("weight", weight, x.shape[-1], x)
-    if _use_triton(backend, x) and weight.dtype == x.dtype:
+    if use_triton(backend, x.device) and weight.dtype == x.dtype:
         return rms_norm_triton(x, weight, eps, scaled=True)
     return scaled_rms_norm_torch(x, weight, eps)
 
@@ -95,6 +88,6 @@ def add_scaled_rms_norm(
     """
     _checked("delta", delta, x.shape[-1], x)
     _checked("weight", weight, x.shape[-1], x)
-    if _use_triton(backend, x) and delta.dtype == x.dtype and weight.dtype == x.dtype:
+    if use_triton(backend, x.device) and delta.dtype == x.dtype and weight.dtype == x.dtype:
         return add_rms_norm_triton(x, delta, weight, eps)
     return add_scaled_rms_norm_torch(x, delta, weight, eps)

@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import use_triton
 from .naive import qk_norm_rope_cached_torch, qk_norm_rope_torch
 from .rotary import qk_norm_rope_triton
 
 __all__ = ["qk_norm_rope", "qk_norm_rope_cached"]
-
-_BACKENDS = ("auto", "triton", "torch")
-
-
-def _use_triton(backend: str, x: torch.Tensor) -> bool:
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend: expected one of {_BACKENDS}, got {backend!r}")
-    return backend == "triton" or (backend == "auto" and x.device.type == "cuda")
 
 
 def _check(q, k, cos, sin, q_weight, k_weight) -> None:
@@ -86,7 +79,7 @@ def qk_norm_rope(
     """
     _check(q, k, cos, sin, q_weight, k_weight)
     dtypes = {t.dtype for t in (q, k, cos, sin, q_weight, k_weight) if t is not None}
-    if _use_triton(backend, q) and dtypes == {q.dtype}:
+    if use_triton(backend, q.device) and dtypes == {q.dtype}:
         return qk_norm_rope_triton(q, k, cos, sin, q_weight, k_weight, eps)
     q_out, k_out = qk_norm_rope_torch(q, k, cos, sin, q_weight, k_weight, eps)
     return q_out.contiguous(), k_out.contiguous()
@@ -192,7 +185,7 @@ def qk_norm_rope_cached(
     _check_cache(q, k, v, k_cache, v_cache, cache_pos, cache_slot)
     _check_q_scatter(q, q_out, q_index, cache_slot)
     dtypes = {t.dtype for t in (q, k, cos, sin, q_weight, k_weight) if t is not None}
-    if _use_triton(backend, q) and dtypes == {q.dtype} and k_cache.stride() == v_cache.stride():
+    if use_triton(backend, q.device) and dtypes == {q.dtype} and k_cache.stride() == v_cache.stride():
         cache = (v, k_cache, v_cache, cache_slot, cache_pos)
         q_scatter = None if q_out is None else (q_out, q_index)
         return qk_norm_rope_triton(q, k, cos, sin, q_weight, k_weight, eps, cache, q_scatter)[0]
