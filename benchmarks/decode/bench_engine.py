@@ -187,7 +187,7 @@ def decode(
         max_pass_rows=max_pass_rows,
     )
     ids = [engine.add_request(p, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id) for p in prompts]
-    joined, finished, nodes, pass_rows = {}, {}, [], []
+    joined, finished, nodes, pass_rows, pass_prefill, pass_forward_s = {}, {}, [], [], [], []
     device = ragged.device
     forward_s = [0.0]
     own_forward = vars(ragged).get("forward")  # a forward set on the instance (a wrapper), restored after
@@ -208,11 +208,13 @@ def decode(
 
     def one_step():
         before = time.perf_counter() - t0
-        waiting = set(engine.waiting)
+        waiting, prefill_before, forward_before = set(engine.waiting), engine.prefill_rows, forward_s[0]
         engine.step()
         now = time.perf_counter() - t0
         nodes.append(sum(engine.last_allocation.values()))
         pass_rows.append(engine.last_pass_rows)
+        pass_prefill.append(engine.prefill_rows - prefill_before)
+        pass_forward_s.append(forward_s[0] - forward_before)
         for rid in ids:
             if rid in waiting and rid not in engine.waiting:
                 joined[rid] = before
@@ -258,6 +260,7 @@ def decode(
         prefill_rows=engine.prefill_rows,
         max_rows_per_pass=max(pass_rows, default=0),
         eager_passes=sum(rows > buckets[-1] for rows in pass_rows) if buckets else None,
+        passes_by_bucket=passes_by_bucket(buckets, pass_rows, pass_prefill, pass_forward_s if split_forward else None),
         **({"kernel_profile": kernel_profile} if kernel_profile is not None else {}),
         **(
             dict(
@@ -267,6 +270,64 @@ def decode(
             if split_forward
             else {}
         ),
+    )
+
+
+def passes_by_bucket(
+    buckets: tuple[int, ...] | None,
+    rows: list[int],
+    prefill_rows: list[int],
+    forward_s: list[float] | None,
+) -> list[dict]:
+    """The forwards of a run grouped by the row bucket they ran in (``"eager"`` past the largest, or without buckets).
+
+    Per bucket: ``passes``, the mean rows they held, how many held prompt rows (``prefill_passes``: a joining
+    request's chunk) and, with per-step forward seconds (``--split-forward``), the mean forward milliseconds. Steps
+    without a forward (rows 0) are left out.
+
+    Example:
+        >>> passes_by_bucket((8, 16), [3, 8, 12, 20, 0], [0, 8, 0, 0, 0], [0.001, 0.002, 0.003, 0.004, 0.0])
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [{'bucket': 8, 'passes': 2, 'mean_rows': 5.5, 'prefill_passes': 1, 'forward_ms': 1.5},
+         {'bucket': 16, 'passes': 1, 'mean_rows': 12.0, 'prefill_passes': 0, 'forward_ms': 3.0},
+         {'bucket': 'eager', 'passes': 1, 'mean_rows': 20.0, 'prefill_passes': 0, 'forward_ms': 4.0}]
+    """
+    if len(prefill_rows) != len(rows) or (forward_s is not None and len(forward_s) != len(rows)):
+        raise ValueError(
+            f"prefill_rows / forward_s: expected {len(rows)} entries like rows, got {len(prefill_rows)} / "
+            f"{None if forward_s is None else len(forward_s)}"
+        )
+    groups: dict[int | str, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r > 0:
+            bucket = next((b for b in buckets or () if b >= r), "eager")
+            groups.setdefault(bucket, []).append(i)
+    out = []
+    for bucket in sorted(groups, key=lambda b: (isinstance(b, str), b if isinstance(b, int) else 0)):
+        steps = groups[bucket]
+        entry = dict(
+            bucket=bucket,
+            passes=len(steps),
+            mean_rows=sum(rows[i] for i in steps) / len(steps),
+            prefill_passes=sum(prefill_rows[i] > 0 for i in steps),
+        )
+        if forward_s is not None:
+            entry["forward_ms"] = 1e3 * sum(forward_s[i] for i in steps) / len(steps)
+        out.append(entry)
+    return out
+
+
+def bucket_line(groups: list[dict]) -> str:
+    """One line of :func:`passes_by_bucket`'s groups: ``bucket: passes (prefill passes) [forward ms]``.
+
+    Example:
+        >>> bucket_line([{"bucket": 8, "passes": 2, "mean_rows": 5.5, "prefill_passes": 1, "forward_ms": 1.5}])
+        '8: 2 (1 prefill) 1.50 ms'
+    """
+    return "  ".join(
+        f"{g['bucket']}: {g['passes']} ({g['prefill_passes']} prefill)"
+        + (f" {g['forward_ms']:.2f} ms" if "forward_ms" in g else "")
+        for g in groups
     )
 
 
@@ -872,6 +933,7 @@ def run(args: argparse.Namespace) -> int:
             f"unmatched {row['unmatched_rounds']}  mismatch vs alone {mismatches} vs AR {mismatches_ar}  = warm-up {row['equal_to_warmup']}",
             flush=True,
         )
+        print("    passes by bucket: " + bucket_line(row["passes_by_bucket"]), flush=True)
         write_json(out_path, result, prov)  # after each case: a run cut short keeps what it measured
     result["plot"] = plot(result, out_path.with_suffix(".png"))
     result["wall_s"] = time.perf_counter() - t_start

@@ -28,6 +28,12 @@ def test_smoke_rows_record_the_cap_the_prefill_rows_and_no_eager_forward(tmp_pat
         assert row["prefill_rows"] == sum(batch)
         assert row["equal_to_batched_ar"] and row["mismatches_vs_alone"] == 0
         assert row["forward_ms_per_pass"] > 0 and row["outside_forward_ms_per_pass"] > 0
+        groups = row["passes_by_bucket"]
+        assert sum(g["passes"] for g in groups) == row["target_passes"]
+        assert all(g["bucket"] in ROW_BUCKETS and 0 < g["mean_rows"] <= g["bucket"] for g in groups)
+        assert sum(g["prefill_passes"] for g in groups) >= 1
+        forward_ms = sum(g["forward_ms"] * g["passes"] for g in groups) / row["target_passes"]
+        assert forward_ms == pytest.approx(row["forward_ms_per_pass"], rel=1e-6)
 
 
 def test_decode_counts_forwards_past_the_largest_bucket_and_the_cap_removes_them():
@@ -49,6 +55,19 @@ def test_decode_counts_forwards_past_the_largest_bucket_and_the_cap_removes_them
     unbucketed = RaggedDenseTarget(tiny_target(seed=0), slots=3, layout="packed")
     run = bench_engine.decode(unbucketed, prompts, concurrency=3, drafter=NGramDrafter(), num_draft_tokens=1, max_new_tokens=4)
     assert run["max_pass_rows"] is None and run["eager_passes"] is None  # no buckets: every forward is eager
+
+
+def test_passes_by_bucket_groups_each_forward_once():
+    groups = bench_engine.passes_by_bucket((4, 8), [1, 4, 5, 9, 0, 8], [1, 0, 5, 9, 0, 0], None)
+    assert [(g["bucket"], g["passes"], g["mean_rows"], g["prefill_passes"]) for g in groups] == [
+        (4, 2, 2.5, 1),
+        (8, 2, 6.5, 1),
+        ("eager", 1, 9.0, 1),
+    ]
+    assert all("forward_ms" not in g for g in groups)
+    assert [g["bucket"] for g in bench_engine.passes_by_bucket(None, [3, 700], [0, 0], None)] == ["eager"]
+    with pytest.raises(ValueError, match="expected 2 entries like rows, got 1"):
+        bench_engine.passes_by_bucket((4,), [1, 2], [0], None)
 
 
 def test_max_pass_rows_argument():
