@@ -187,17 +187,18 @@ def decode(
         max_pass_rows=max_pass_rows,
     )
     ids = [engine.add_request(p, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id) for p in prompts]
-    joined, finished, nodes, pass_rows, pass_prefill, pass_forward_s = {}, {}, [], [], [], []
+    joined, finished, nodes, pass_rows, pass_prefill, pass_forward_s, pass_request_rows = {}, {}, [], [], [], [], []
     device = ragged.device
-    forward_s = [0.0]
+    forward_s, request_rows = [0.0], [0]  # with split_forward: the largest request's rows in this step's forwards
     own_forward = vars(ragged).get("forward")  # a forward set on the instance (a wrapper), restored after
     if split_forward:
         forward = ragged.forward
 
-        def timed_forward(*args, **kwargs):
+        def timed_forward(requests, *args, **kwargs):
+            request_rows[0] = max(request_rows[0], max((r.tokens.shape[1] for r in requests), default=0))
             sync(device)
             start = time.perf_counter()
-            out = forward(*args, **kwargs)
+            out = forward(requests, *args, **kwargs)
             sync(device)
             forward_s[0] += time.perf_counter() - start
             return out
@@ -209,12 +210,14 @@ def decode(
     def one_step():
         before = time.perf_counter() - t0
         waiting, prefill_before, forward_before = set(engine.waiting), engine.prefill_rows, forward_s[0]
+        request_rows[0] = 0
         engine.step()
         now = time.perf_counter() - t0
         nodes.append(sum(engine.last_allocation.values()))
         pass_rows.append(engine.last_pass_rows)
         pass_prefill.append(engine.prefill_rows - prefill_before)
         pass_forward_s.append(forward_s[0] - forward_before)
+        pass_request_rows.append(request_rows[0])
         for rid in ids:
             if rid in waiting and rid not in engine.waiting:
                 joined[rid] = before
@@ -260,7 +263,13 @@ def decode(
         prefill_rows=engine.prefill_rows,
         max_rows_per_pass=max(pass_rows, default=0),
         eager_passes=sum(rows > buckets[-1] for rows in pass_rows) if buckets else None,
-        passes_by_bucket=passes_by_bucket(buckets, pass_rows, pass_prefill, pass_forward_s if split_forward else None),
+        passes_by_bucket=passes_by_bucket(
+            buckets,
+            pass_rows,
+            pass_prefill,
+            pass_forward_s if split_forward else None,
+            pass_request_rows if split_forward else None,
+        ),
         **({"kernel_profile": kernel_profile} if kernel_profile is not None else {}),
         **(
             dict(
@@ -278,12 +287,15 @@ def passes_by_bucket(
     rows: list[int],
     prefill_rows: list[int],
     forward_s: list[float] | None,
+    request_rows: list[int] | None = None,
 ) -> list[dict]:
     """The forwards of a run grouped by the row bucket they ran in (``"eager"`` past the largest, or without buckets).
 
-    Per bucket: ``passes``, the mean rows they held, how many held prompt rows (``prefill_passes``: a joining
-    request's chunk) and, with per-step forward seconds (``--split-forward``), the mean forward milliseconds. Steps
-    without a forward (rows 0) are left out.
+    Per group: ``passes``, the mean rows they held, how many held prompt rows (``prefill_passes``: a joining
+    request's chunk) and, with per-step forward seconds (``--split-forward``), the mean forward milliseconds. With
+    each step's largest request (``request_rows``) the groups are split by that request's bucket too
+    (``request_bucket``): the packed attention's per-slot query block is that wide for every slot. Steps without a
+    forward (rows 0) are left out.
 
     Example:
         >>> passes_by_bucket((8, 16), [3, 8, 12, 20, 0], [0, 8, 0, 0, 0], [0.001, 0.002, 0.003, 0.004, 0.0])
@@ -291,22 +303,32 @@ def passes_by_bucket(
         [{'bucket': 8, 'passes': 2, 'mean_rows': 5.5, 'prefill_passes': 1, 'forward_ms': 1.5},
          {'bucket': 16, 'passes': 1, 'mean_rows': 12.0, 'prefill_passes': 0, 'forward_ms': 3.0},
          {'bucket': 'eager', 'passes': 1, 'mean_rows': 20.0, 'prefill_passes': 0, 'forward_ms': 4.0}]
+        >>> [(g["bucket"], g["request_bucket"]) for g in passes_by_bucket((1, 8, 16), [8, 8], [0, 6], None, [1, 6])]
+        [(8, 1), (8, 8)]
     """
-    if len(prefill_rows) != len(rows) or (forward_s is not None and len(forward_s) != len(rows)):
-        raise ValueError(
-            f"prefill_rows / forward_s: expected {len(rows)} entries like rows, got {len(prefill_rows)} / "
-            f"{None if forward_s is None else len(forward_s)}"
-        )
-    groups: dict[int | str, list[int]] = {}
+    for name, values in (("prefill_rows", prefill_rows), ("forward_s", forward_s), ("request_rows", request_rows)):
+        if values is not None and len(values) != len(rows):
+            raise ValueError(f"{name}: expected {len(rows)} entries like rows, got {len(values)}")
+
+    def bucket_of(r: int) -> int | str:
+        return next((b for b in buckets or () if b >= r), "eager")
+
+    groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(rows):
         if r > 0:
-            bucket = next((b for b in buckets or () if b >= r), "eager")
-            groups.setdefault(bucket, []).append(i)
+            key = (bucket_of(r),) + (() if request_rows is None else (bucket_of(request_rows[i]),))
+            groups.setdefault(key, []).append(i)
+
+    def order(key: tuple) -> tuple:
+        return tuple((isinstance(b, str), b if isinstance(b, int) else 0) for b in key)
+
     out = []
-    for bucket in sorted(groups, key=lambda b: (isinstance(b, str), b if isinstance(b, int) else 0)):
-        steps = groups[bucket]
-        entry = dict(
-            bucket=bucket,
+    for key in sorted(groups, key=order):
+        steps = groups[key]
+        entry = dict(bucket=key[0])
+        if request_rows is not None:
+            entry["request_bucket"] = key[1]
+        entry.update(
             passes=len(steps),
             mean_rows=sum(rows[i] for i in steps) / len(steps),
             prefill_passes=sum(prefill_rows[i] > 0 for i in steps),
@@ -318,14 +340,16 @@ def passes_by_bucket(
 
 
 def bucket_line(groups: list[dict]) -> str:
-    """One line of :func:`passes_by_bucket`'s groups: ``bucket: passes (prefill passes) [forward ms]``.
+    """One line of :func:`passes_by_bucket`'s groups: ``bucket[/request bucket]: passes (prefill passes) [forward ms]``.
 
     Example:
         >>> bucket_line([{"bucket": 8, "passes": 2, "mean_rows": 5.5, "prefill_passes": 1, "forward_ms": 1.5}])
         '8: 2 (1 prefill) 1.50 ms'
     """
     return "  ".join(
-        f"{g['bucket']}: {g['passes']} ({g['prefill_passes']} prefill)"
+        f"{g['bucket']}"
+        + (f"/{g['request_bucket']}" if "request_bucket" in g else "")
+        + f": {g['passes']} ({g['prefill_passes']} prefill)"
         + (f" {g['forward_ms']:.2f} ms" if "forward_ms" in g else "")
         for g in groups
     )

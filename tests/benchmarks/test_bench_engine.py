@@ -31,6 +31,8 @@ def test_smoke_rows_record_the_cap_the_prefill_rows_and_no_eager_forward(tmp_pat
         groups = row["passes_by_bucket"]
         assert sum(g["passes"] for g in groups) == row["target_passes"]
         assert all(g["bucket"] in ROW_BUCKETS and 0 < g["mean_rows"] <= g["bucket"] for g in groups)
+        assert all(g["request_bucket"] <= g["bucket"] for g in groups)
+        assert any(g["request_bucket"] > ROW_BUCKETS[0] for g in groups if g["prefill_passes"])  # a prompt chunk
         assert sum(g["prefill_passes"] for g in groups) >= 1
         forward_ms = sum(g["forward_ms"] * g["passes"] for g in groups) / row["target_passes"]
         assert forward_ms == pytest.approx(row["forward_ms_per_pass"], rel=1e-6)
@@ -66,8 +68,13 @@ def test_passes_by_bucket_groups_each_forward_once():
     ]
     assert all("forward_ms" not in g for g in groups)
     assert [g["bucket"] for g in bench_engine.passes_by_bucket(None, [3, 700], [0, 0], None)] == ["eager"]
-    with pytest.raises(ValueError, match="expected 2 entries like rows, got 1"):
+    split = bench_engine.passes_by_bucket((1, 4, 8), [4, 4, 8], [0, 3, 0], [0.001, 0.003, 0.002], [1, 3, 1])
+    assert [(g["bucket"], g["request_bucket"], g["passes"]) for g in split] == [(4, 1, 1), (4, 4, 1), (8, 1, 1)]
+    assert [g["forward_ms"] for g in split] == pytest.approx([1.0, 3.0, 2.0])
+    with pytest.raises(ValueError, match="prefill_rows: expected 2 entries like rows, got 1"):
         bench_engine.passes_by_bucket((4,), [1, 2], [0], None)
+    with pytest.raises(ValueError, match="request_rows: expected 2 entries like rows, got 3"):
+        bench_engine.passes_by_bucket((4,), [1, 2], [0, 0], None, [1, 1, 1])
 
 
 def test_max_pass_rows_argument():
