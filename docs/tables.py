@@ -947,6 +947,37 @@ HYBRID_ENGINE_RUNS = (
 )
 
 
+ENGINE_CEILING = "engine_ceiling_2026-12-03.json"
+
+
+def engine_ceiling(results: Results) -> str:
+    """The speedup ceiling of batched speculation per time model of a pass (no host work, prefill or tails)."""
+    run = results(ENGINE_CEILING)
+    labels = {
+        "forward": "measured forward (step-time table)",
+        "cublas_gemms": "cuBLAS GEMMs only, the rest free",
+        "floor": "H200 floor: bytes / copy rate, FLOPs / peak",
+    }
+    rows = []
+    for c, models in run["ceilings"].items():
+        goal = run["goals"].get(c, [None])[0]
+        for name, m in models.items():
+            best = next(e for e in m["by_k"] if e["k"] == m["best_k"])
+            rows.append(
+                [
+                    c,
+                    labels[name],
+                    f"{m['best_k']} ({m['best_rows']} rows)",
+                    f"{best['ms'] / m['ar_ms']:.2f}",
+                    f"{best['tokens']:.2f}",
+                    f"{m['best_speedup']:.2f}x",
+                    "" if goal is None else f"{goal:.1f}x: {'within' if m['best_speedup'] >= goal else 'above'} the ceiling",
+                ]
+            )
+    header = ["concurrency", "time model of a pass", "best k", "pass / AR pass", "tokens a round", "ceiling", "goal"]
+    return markdown_table(header, rows)
+
+
 HYBRID_ENGINE_LONG = "bench_engine_hybrid_long_h200_2026-12-03.json"
 
 
@@ -1085,6 +1116,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "pilot-h200": pilot_h200,
     "engine-h200": engine_h200,
     "engine-h200-split": engine_h200_split,
+    "engine-ceiling": engine_ceiling,
     "cuda-fixed-cost": cuda_fixed_cost,
     "engine-h200-float32": engine_h200_float32,
     "engine-hybrid-h200": engine_hybrid_h200,
