@@ -786,6 +786,11 @@ ENGINE_SWEEP = "bench_engine_h200_2026-12-03.json"  # the newest full sweep unde
 ENGINE_SPLIT_RUNS = (
     ("bench_engine_h200_2026-12-03_split.json", "reference RMSNorm (six kernels a norm)"),
     ("bench_engine_h200_2026-12-03_split_run2.json", "one-launch RMSNorm"),
+    (
+        "bench_engine_h200_2026-12-03_elementwise_reference.json",
+        "all PyTorch references (`--elementwise torch`, same call as the next row)",
+    ),
+    ("bench_engine_h200_2026-12-03_elementwise.json", "norm, RoPE + cache write, SwiGLU, add + norm kernels"),
 )
 
 
@@ -846,7 +851,7 @@ def engine_h200_split(results: Results) -> str:
                 ]
             )
     header = [
-        "dense norms",
+        "dense element-wise work",
         "concurrency",
         "system",
         "tok/s",
@@ -976,6 +981,71 @@ def engine_ceiling(results: Results) -> str:
             )
     header = ["concurrency", "time model of a pass", "best k", "pass / AR pass", "tokens a round", "ceiling", "goal"]
     return markdown_table(header, rows)
+
+
+ELEMENTWISE_RUN = "elementwise_h200_2026-12-03.json"
+ELEMENTWISE_AR_STEP_RUN = "ar_step_h200_2026-12-03_elementwise.json"
+
+
+def elementwise_h200(results: Results) -> str:
+    """The dense layers' element-wise kernels against their PyTorch references: checks, op times, a layer, the AR step."""
+    run = results(ELEMENTWISE_RUN)
+    checks = run["checks"]
+    must = [c for c in checks if c["must_be_bitwise"]]
+    ops = {}
+    for o in run["ops"]:
+        ops.setdefault(o["op"], {})[o["rows"]] = o
+    row_counts = sorted({o["rows"] for o in run["ops"]})
+    op_rows = [
+        [op] + [f"{by_rows[r]['kernel_us']:.1f} / {by_rows[r]['reference_us']:.1f}" for r in row_counts]
+        for op, by_rows in ops.items()
+    ]
+    layer_rows = [
+        [
+            str(entry["rows"]),
+            f"{entry['kernels_ms']:.3f}",
+            f"{entry['reference_ms']:.3f}",
+            f"{entry['speedup']:.2f}x",
+            f"{entry['kernels_profile']['kernels_per_step']:.0f} / {entry['reference_profile']['kernels_per_step']:.0f}",
+            f"{entry['max_abs_diff']:.3g}",
+        ]
+        for entry in run["layer"]
+    ]
+    step = results(ELEMENTWISE_AR_STEP_RUN)
+    kernels, reference = step["bf16_step_kernels"], step["bf16_reference_elementwise_step_kernels"]
+    step_rows = [
+        [
+            label,
+            f"{seconds * 1e3:.2f} ms",
+            f"{seconds / step['bf16_floor_s']:.2f}x",
+            f"{prof['gemm_ms']:.2f} / {prof['attention_ms']:.2f} / {prof['other_ms']:.2f}",
+            f"{prof['kernels_per_step']:.0f}",
+        ]
+        for label, seconds, prof in (
+            ("bf16, PyTorch element-wise references", step["bf16_reference_elementwise_step_s"], reference),
+            ("bf16, element-wise kernels", step["bf16_step_s"], kernels),
+            ("W12 (`cuda` linears), element-wise kernels", step["w12_step_s"], step["w12_step_kernels"]),
+        )
+    ]
+    summary = (
+        f"Checks on the GPU: {len(checks)} outputs, {sum(c['differ'] == 0 for c in must)} of {len(must)} that must be "
+        f"bitwise are, {len(run['failed'])} failures. Weight-read floor of the bf16 step {step['bf16_floor_s'] * 1e3:.2f} "
+        f"ms; verify step of {step['verify_rows']} rows {step['bf16_verify_s'] * 1e3:.2f} ms = "
+        f"{step['bf16_verify_x_step']:.2f}x the one-token step (bf16), {step['w12_verify_x_step']:.2f}x (W12); W12 step / bf16 "
+        f"step {step['w12_vs_bf16_step']:.2f}x; greedy tokens W12 == bf16: {_yes_no(step['greedy_tokens_equal'])}."
+    )
+    return "\n\n".join(
+        [
+            markdown_table(["op (us: kernel / reference)"] + [f"{r} rows" for r in row_counts], op_rows),
+            markdown_table(
+                ["Qwen3-8B layer, rows", "kernels ms", "references ms", "speedup", "launches", "max |diff|"], layer_rows
+            ),
+            markdown_table(
+                ["Qwen3-8B AR step", "step", "x floor", "kernels ms: GEMM / attention / other", "launches"], step_rows
+            ),
+            summary,
+        ]
+    )
 
 
 HYBRID_ENGINE_LONG = "bench_engine_hybrid_long_h200_2026-12-03.json"
@@ -1117,6 +1187,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "engine-h200": engine_h200,
     "engine-h200-split": engine_h200_split,
     "engine-ceiling": engine_ceiling,
+    "elementwise-h200": elementwise_h200,
     "cuda-fixed-cost": cuda_fixed_cost,
     "engine-h200-float32": engine_h200_float32,
     "engine-hybrid-h200": engine_hybrid_h200,
