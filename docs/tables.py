@@ -611,14 +611,7 @@ def cuda_ncu(results: Results) -> str:
     return "\n\n".join([markdown_table(header, rows), markdown_table(summary_header, summary), scale])
 
 
-def cuda_ncu_tensor_map(results: Results) -> str:
-    """The tensor-map kernels (W12 v7, Q v2, bf16 v2) beside cuBLAS under Nsight Compute (run5)."""
-    run = results("ncu_profile_h200_2026-12-02_run5.json")
-    kernels = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2")
-    records = [r for r in run["records"] if r["kernel"] in kernels and r["attributed"]]
-    missing = set(kernels) - {r["kernel"] for r in records}
-    if missing:
-        raise ValueError(f"ncu run5: expected attributed ranges of {sorted(missing)}, found none")
+def _ncu_kernel_rows(records: list[dict], kernels: tuple[str, ...]) -> list[list[str]]:
     order = {k: i for i, k in enumerate(kernels)}
     rows = []
     for r in sorted(records, key=lambda r: (r["shape"], r["M"], order[r["kernel"]])):
@@ -637,13 +630,48 @@ def cuda_ncu_tensor_map(results: Results) -> str:
                 r["limiter"],
             ]
         )
-    header = ["shape", "kernel", "us", "of copy", "DRAM %", "occupancy %", "issue %", "waves", "top stall (share)", "limiter"]
+    return rows
+
+
+NCU_HEADER = ["shape", "kernel", "us", "of copy", "DRAM %", "occupancy %", "issue %", "waves", "top stall (share)", "limiter"]
+
+
+def cuda_ncu_tensor_map(results: Results) -> str:
+    """The tensor-map kernels (W12 v7, Q v2, bf16 v2) beside cuBLAS under Nsight Compute (run5)."""
+    run = results("ncu_profile_h200_2026-12-02_run5.json")
+    kernels = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2")
+    records = [r for r in run["records"] if r["kernel"] in kernels and r["attributed"]]
+    missing = set(kernels) - {r["kernel"] for r in records}
+    if missing:
+        raise ValueError(f"ncu run5: expected attributed ranges of {sorted(missing)}, found none")
     skipped = ", ".join(results("ncu_launch_h200_2026-12-02_run5.json")["skipped"]) or "none"
     note = (
         f"copy bandwidth {run['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s ({run['copy_bandwidth_source']}); "
         f"shapes not reached in the launch budget: {skipped}"
     )
-    return markdown_table(header, rows) + "\n\n" + note
+    return markdown_table(NCU_HEADER, _ncu_kernel_rows(records, kernels)) + "\n\n" + note
+
+
+def cuda_ncu_w12(results: Results) -> str:
+    """The three tensor-map kernels on 8B down, o and lm_head under Nsight Compute, with instructions per weight."""
+    run = results("ncu_profile_h200_2026-12-03_w12.json")
+    kernels = ("cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2")
+    records = [r for r in run["records"] if r["kernel"] in kernels and r["attributed"]]
+    missing = set(kernels) - {r["kernel"] for r in records}
+    if missing:
+        raise ValueError(f"ncu w12 run: expected attributed ranges of {sorted(missing)}, found none")
+    per_kweight = {(r["kernel"], r["shape"], r["M"]): 1e3 * r["warp_instructions"] / (r["N"] * r["K"]) for r in records}
+
+    def span(kernel: str) -> str:
+        values = [v for (k, _, _), v in per_kweight.items() if k == kernel]
+        return f"{min(values):.0f}-{max(values):.0f}"
+
+    note = (
+        f"copy bandwidth {run['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s ({run['copy_bandwidth_source']}); warp "
+        f"instructions per 1,000 weights: W12 v7 {span('cuda_w12_v7')}, Q v2 {span('cuda_q_v2')}, bf16 v2 "
+        f"{span('cuda_bf16_v2')}"
+    )
+    return markdown_table(NCU_HEADER, _ncu_kernel_rows(records, kernels)) + "\n\n" + note
 
 
 def _ssd_rows(systems: dict, label: str) -> list[list[str]]:
@@ -791,6 +819,7 @@ ENGINE_SPLIT_RUNS = (
         "all PyTorch references (`--elementwise torch`, same call as the next row)",
     ),
     ("bench_engine_h200_2026-12-03_elementwise.json", "norm, RoPE + cache write, SwiGLU, add + norm kernels"),
+    ("bench_engine_h200_2026-12-03_apart.json", "the same, and a prompt chunk attending apart (reverted: slower)"),
 )
 
 
@@ -1181,6 +1210,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-roofline": cuda_roofline,
     "cuda-ncu": cuda_ncu,
     "cuda-ncu-tensor-map": cuda_ncu_tensor_map,
+    "cuda-ncu-w12": cuda_ncu_w12,
     "ssd-h200": ssd_h200,
     "agentspec-h200": agentspec_h200,
     "pilot-h200": pilot_h200,

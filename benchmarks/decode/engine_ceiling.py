@@ -36,9 +36,8 @@ from benchmarks.common import agg_pyplot, provenance, provenance_line, write_jso
 from specdec.drafters.oracle import PRESETS, AcceptanceProfile
 
 H200_BF16_DENSE_FLOPS = 989.4e12  # NVIDIA H200 SXM datasheet, bf16 tensor core, dense
-RESULTS = Path("benchmarks/results")
-DEFAULT_ENGINE = RESULTS / "bench_engine_h200_2026-12-03_split_run2.json"
-DEFAULT_WIDE_LINEAR = RESULTS / "wide_linear_h200_2026-12-03.json"
+DEFAULT_ENGINE = "benchmarks/results/bench_engine_h200_2026-12-03_split_run2.json"
+DEFAULT_WIDE_LINEAR = "benchmarks/results/wide_linear_h200_2026-12-03.json"
 
 
 def expected_tokens(profile: AcceptanceProfile, k: int) -> float:
@@ -142,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="specpilot-one-level", choices=sorted(PRESETS))
     ap.add_argument("--concurrency", default="16,24", help="comma-separated request counts")
-    ap.add_argument("--engine", default=str(DEFAULT_ENGINE), help="a bench_engine JSON (its first row's step-time table)")
-    ap.add_argument("--wide-linear", default=str(DEFAULT_WIDE_LINEAR), help="a bench_wide_linear JSON")
+    ap.add_argument("--engine", default=DEFAULT_ENGINE, help="a bench_engine JSON (its first row's step-time table)")
+    ap.add_argument("--wide-linear", default=DEFAULT_WIDE_LINEAR, help="a bench_wide_linear JSON")
     ap.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_FLOPS / 1e12, help="dense bf16 peak")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "engine_ceiling.json"))
     args = ap.parse_args(argv)

@@ -117,6 +117,8 @@ METRICS = {
     "occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
     "issue_pct": ("smsp__issue_active.avg.pct_of_peak_sustained_active", "sm__inst_issued.avg.pct_of_peak_sustained_active"),
     "ipc": ("sm__inst_executed.avg.per_cycle_active", "smsp__inst_executed.avg.per_cycle_active"),
+    "inst_sum_per_active_cycle": ("sm__inst_executed.sum.per_cycle_active",),
+    "sm_active_cycles": ("sm__cycles_active.avg",),
     "eligible_warps": ("smsp__warps_eligible.avg.per_cycle_active",),
     "active_warps": ("smsp__warps_active.avg.per_cycle_active",),
     "registers": ("launch__registers_per_thread",),
@@ -371,6 +373,26 @@ def _first(row: dict, names: tuple[str, ...]) -> float | None:
     return None
 
 
+def warp_instructions(rows: list[dict]) -> float | None:
+    """Warp instructions the kernels of ``rows`` executed on all SMs: ``sm__inst_executed.sum.per_cycle_active`` (the
+    sum over SMs per active cycle of the average SM) times ``sm__cycles_active.avg``, added over the kernels; ``None``
+    when a kernel lacks either metric. Unlike ``ipc x duration`` it does not depend on how many SMs were busy.
+
+    Example:
+        >>> warp_instructions([{"sm__inst_executed.sum.per_cycle_active": 200.0, "sm__cycles_active.avg": 50.0}] * 2)
+        20000.0
+        >>> warp_instructions([{"sm__cycles_active.avg": 50.0}]) is None
+        True
+    """
+    total = 0.0
+    for row in rows:
+        per_cycle, cycles = _first(row, METRICS["inst_sum_per_active_cycle"]), _first(row, METRICS["sm_active_cycles"])
+        if per_cycle is None or cycles is None:
+            return None
+        total += per_cycle * cycles
+    return total
+
+
 def stall_breakdown(row: dict) -> list[tuple[str, float]]:
     """(reason, share of all stall cycles) of one kernel, largest first, from the first stall family present.
 
@@ -449,6 +471,7 @@ def summarise(rows: list[dict], manifest: dict | None, copy_bw: float | None) ->
         for field in ("duration", "dram_read", "dram_write"):
             values = [_first(r, METRICS[field]) for r in group]
             rec[f"{field}_s" if field == "duration" else f"{field}_bytes"] = None if None in values else sum(values)
+        rec["warp_instructions"] = warp_instructions(group)
         for field in (
             "dram_pct",
             "sm_pct",

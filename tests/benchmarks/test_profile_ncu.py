@@ -195,3 +195,25 @@ def test_cases_must_name_known_linears():
     for bad in ("qwen3-8b/nope", "llama/down", "down"):
         with pytest.raises(argparse.ArgumentTypeError, match="--cases: expected model/linear"):
             profile_ncu.case_list(bad)
+
+
+def test_warp_instructions_add_over_a_ranges_kernels_and_need_both_metrics():
+    def row(per_cycle, cycles):
+        return {
+            "Kernel Name": "cuda_w12|8b_o[4096x4096]|M=8",
+            "gpu__time_duration.sum": 1e-5,
+            "sm__inst_executed.sum.per_cycle_active": per_cycle,
+            "sm__cycles_active.avg": cycles,
+        }
+
+    records = profile_ncu.summarise([row(100.0, 30.0), row(200.0, 10.0)], None, None)
+    assert records[0]["kernels"] == 2 and records[0]["warp_instructions"] == pytest.approx(5000.0)
+    assert profile_ncu.summarise([row(100.0, None)], None, None)[0]["warp_instructions"] is None
+
+
+def test_the_committed_w12_profile_counts_instructions_per_weight():
+    result = json.loads((Path(__file__).parents[2] / "benchmarks/results/ncu_profile_h200_2026-12-03_w12.json").read_text())
+    per_kweight = {(r["kernel"], r["shape"], r["M"]): 1e3 * r["warp_instructions"] / (r["N"] * r["K"]) for r in result["records"]}
+    for (kernel, shape, m), value in per_kweight.items():
+        if kernel == "cuda_w12_v7":  # more instructions a weight than the Q view, fewer than 2x
+            assert 1.3 < value / per_kweight[("cuda_q_v2", shape, m)] < 2.0
