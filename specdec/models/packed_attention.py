@@ -12,7 +12,9 @@ Two ways to run that:
 - ``"sdpa"``: :func:`slot_mask` and :func:`sdpa_over_slots` scatter each request's rows into its slot
   (``Tb`` rows per slot, ``G`` query heads folded into the rows) and run ONE
   ``scaled_dot_product_attention`` over ``[S, Hkv, G * Tb, Lb]`` with a boolean mask; fixed shapes, so CUDA
-  graphs capture it.
+  graphs capture it. Every slot's block is ``Tb`` rows, so one request with many more rows than the others (a
+  prompt chunk among verify rows) would pad all ``S`` blocks to its length: that request attends apart instead,
+  by :func:`attend_one_slot` over its own slot, and ``Tb`` covers the others.
 - ``"flex"``: :func:`packed_block_mask` and :func:`flex_over_slots` run
   ``torch.nn.attention.flex_attention`` on the packed queries ``[1, H, R, D]`` against every slot's cache
   seen as one long KV ``[1, Hkv, S * max_seq_len, D]`` (:func:`long_kv_view`: a view, no copy, of a cache
@@ -40,6 +42,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 __all__ = [
     "ATTENTIONS",
+    "attend_one_slot",
     "attend_slots",
     "flex_over_slots",
     "long_kv_view",
@@ -193,6 +196,29 @@ def attend_slots(
     queries = slotted.reshape(num_slots, k_cache.shape[1], group * per_request, head_dim)
     out = torch.nn.functional.scaled_dot_product_attention(queries, k_cache, v_cache, attn_mask=mask)  # [S, Hkv, G * Tb, D]
     return out.reshape(num_slots, num_heads, per_request, head_dim)[row_slot, :, row_index]  # [R, H, D]
+
+
+def attend_one_slot(
+    queries: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """One request's rows attending its own slot: ``queries [1, H, Tl, D]`` (a view is fine) against
+    ``k_cache[slot]``, ``v_cache[slot]`` (``[S, Hkv, Lb, D]``, the rows' own K/V written) under ``mask [1, 1, G * Tl,
+    Lb]`` (:func:`slot_mask` with ``num_slots=1``'s layout); ``slot`` is an int64 ``[1]`` tensor, so a captured graph
+    reads it from memory. Returns ``[Tl, H, D]``.
+
+    Example:
+        >>> k = torch.randn(3, 1, 5, 4)
+        >>> local = torch.tensor([[True, False], [True, True]])
+        >>> mask = slot_mask(torch.tensor([0, 0]), torch.tensor([0, 1]), torch.tensor([2, 2]), local, 5, num_slots=1, group=2)
+        >>> attend_one_slot(torch.randn(1, 2, 2, 4), k, k, torch.tensor([2]), mask).shape
+        torch.Size([2, 2, 4])
+    """
+    _, num_heads, rows, head_dim = queries.shape
+    num_kv_heads = k_cache.shape[1]
+    q = queries.reshape(1, num_kv_heads, (num_heads // num_kv_heads) * rows, head_dim)  # head h = kv * G + g
+    k, v = k_cache.index_select(0, slot), v_cache.index_select(0, slot)  # [1, Hkv, Lb, D]
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [1, Hkv, G * Tl, D]
+    return out.reshape(num_heads, rows, head_dim).transpose(0, 1)  # [Tl, H, D]
 
 
 def packed_mask_mod(row_slot: torch.Tensor, row_len: torch.Tensor, local: torch.Tensor, max_seq_len: int):

@@ -31,6 +31,7 @@ from specdec.models.dense import DecoderLayer, DenseTarget, add_norm, compact_kv
 from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.packed_attention import (
     ATTENTIONS,
+    attend_one_slot,
     attend_slots,
     flex_over_slots,
     long_kv_view,
@@ -41,10 +42,15 @@ from specdec.models.packed_attention import (
 from specdec.models.slots import RequestRows, RequestSlots
 from specdec.models.weight_views import WEIGHT_VIEWS
 
-__all__ = ["ATTENTIONS", "LAYOUTS", "ROW_BUCKETS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
+__all__ = ["ATTENTIONS", "LAYOUTS", "LONG_REQUEST_ROWS", "ROW_BUCKETS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
 
 LAYOUTS = ("per_request", "packed")
 ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+# A packed SDPA forward lets its longest request attend apart when that request's (bucketed) rows reach this and
+# four times every other request's: below it, the extra launches of a second attention call cost more than the
+# padded slots they save (H200, 8B shape: a 256-row pass with a 32-row request costs 0.3 ms over one with 24
+# rows, with a 64-row request 1.2 ms).
+LONG_REQUEST_ROWS = 64
 
 
 class RaggedDenseTarget(RequestSlots):
@@ -65,6 +71,11 @@ class RaggedDenseTarget(RequestSlots):
             compiled on CUDA, eager on CPU). ``"flex"`` needs ``layout="packed"`` and runs without CUDA
             graphs (its block mask is built by ``create_block_mask``, which a graph cannot capture);
             :meth:`enable_static_path` still buckets its shapes.
+
+    Attributes:
+        long_request_rows: with ``"sdpa"``, a request of at least this many rows (bucketed) and four times every
+            other request's attends its own slot in a second SDPA call instead of padding every slot's query
+            block to its rows (default :data:`LONG_REQUEST_ROWS`; see :meth:`enable_static_path`).
 
     The KV cache is ``[S, Hkv, max_seq_len, D]`` per layer (``[S + 1, ...]`` for ``"packed"``: one scratch slot
     for padding rows), allocated once (heads-first in memory for ``"flex"``, so the long KV is a view). On a
@@ -126,6 +137,7 @@ class RaggedDenseTarget(RequestSlots):
         self._graphs: StaticGraphs | None = None
         self._buckets: tuple[int, ...] = ()
         self._span_step = 1
+        self.long_request_rows = LONG_REQUEST_ROWS
 
     def length(self, slot: int) -> int:
         """Committed tokens of ``slot``.
@@ -325,7 +337,7 @@ class RaggedDenseTarget(RequestSlots):
         """Run ``packed`` forwards as CUDA-graph replays, one graph per bucket (see :meth:`enable_static_path`).
 
         A graph is captured at the first forward of each key ``(total rows, rows per request, attended
-        span, hidden_layers)``; a replay needs no host work beyond copying the inputs into static buffers.
+        span, rows of a request that attends apart or 0, hidden_layers)``; a replay needs no host work beyond copying the inputs into static buffers.
         Not with ``attention="flex"`` (its block mask is built on each forward, outside any graph): that
         raises ``ValueError``; :meth:`enable_static_path` buckets its shapes without graphs.
         """
@@ -342,8 +354,10 @@ class RaggedDenseTarget(RequestSlots):
         """Run ``packed`` forwards through the fixed-shape body that CUDA graphs capture, eagerly (any device).
 
         A forward of ``R`` rows (at most ``Tmax`` per request, longest attended length ``Lmax``) runs in the
-        bucket ``(Rb, Tb, Lb)``: ``Rb`` and ``Tb`` the smallest of ``buckets`` ``>= R`` and ``>= Tmax``, ``Lb``
-        ``Lmax`` rounded up to a multiple of ``span_step`` (at most ``max_seq_len``). The padding rows run in a
+        bucket ``(Rb, Tb, Lb, Tl)``: ``Rb`` and ``Tb`` the smallest of ``buckets`` ``>= R`` and ``>= Tmax``, ``Lb``
+        ``Lmax`` rounded up to a multiple of ``span_step`` (at most ``max_seq_len``), ``Tl = 0``. When one request
+        has at least ``long_request_rows`` rows (bucketed) and four times any other's (a prompt chunk among verify
+        rows), it attends its own slot apart: ``Tl`` is its bucket and ``Tb`` the others'. The padding rows run in a
         scratch slot no request owns, so they never touch a request's cache or rows; real rows agree with
         the unpadded forward to rounding (bitwise when the bucket is the forward's own shape). A forward
         with more rows than the largest bucket (a long prefill) runs the unpadded body.
@@ -359,7 +373,7 @@ class RaggedDenseTarget(RequestSlots):
             >>> [o.logits.shape[1] for o in ragged.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))])]
             [3]
             >>> ragged.static_keys
-            [(4, 4, 8, ())]
+            [(4, 4, 8, 0, ())]
         """
         self._enable_static(buckets, span_step, capture=False)
 
@@ -381,20 +395,38 @@ class RaggedDenseTarget(RequestSlots):
 
     @property
     def static_keys(self) -> list[tuple]:
-        """The buckets ``(Rb, Tb, Lb, hidden_layers)`` static forwards have run in so far (list)."""
+        """The buckets ``(Rb, Tb, Lb, Tl, hidden_layers)`` static forwards have run in so far (list)."""
         return [] if self._graphs is None else list(self._graphs._buffers)
 
     def _enable_static(self, buckets: Sequence[int], span_step: int, *, capture: bool) -> None:
         self._set_static(buckets, span_step, capture=capture)
 
-    def _bucket(self, num_rows: int, max_rows: int, max_len: int) -> tuple[int, int, int] | None:
-        if self._graphs is None:
-            return None
-        rows_b, per_request_b = pick_bucket(self._buckets, num_rows), pick_bucket(self._buckets, max_rows)
-        if rows_b is None or per_request_b is None:
-            return None
-        span = min(self.max_seq_len, -(-max_len // self._span_step) * self._span_step)
-        return rows_b, per_request_b, span
+    def _shapes(self, rows: list[int], max_len: int) -> tuple[int | None, tuple[int, int, int, int], bool]:
+        """The request that attends apart (or ``None``), the body's shapes ``(Rb, Tb, Lb, Tl)``, and whether they are
+        a bucket (else the forward's own shapes, for an unbucketed target or a forward past the largest bucket).
+
+        The longest request attends apart (``Tl`` its rows, bucketed; ``Tb`` then covers the others) when
+        :meth:`_attends_apart` says so; otherwise ``Tl = 0`` and ``Tb`` covers every request.
+        """
+        order = sorted(range(len(rows)), key=lambda j: -rows[j])
+        longest, rest, num_rows = rows[order[0]], (rows[order[1]] if len(rows) > 1 else 1), sum(rows)
+        if self._graphs is not None:
+            rows_b, tl = pick_bucket(self._buckets, num_rows), pick_bucket(self._buckets, longest)
+            if rows_b is not None and tl is not None:
+                tb = pick_bucket(self._buckets, rest)
+                span = min(self.max_seq_len, -(-max_len // self._span_step) * self._span_step)
+                if self._attends_apart(len(rows), tl, tb):
+                    return order[0], (rows_b, tb, span, tl), True
+                return None, (rows_b, tl, span, 0), True
+        if self._attends_apart(len(rows), longest, rest):
+            return order[0], (num_rows, rest, max_len, longest), False
+        return None, (num_rows, longest, max_len, 0), False
+
+    def _attends_apart(self, requests: int, longest: int, rest: int) -> bool:
+        """Whether the longest request (``longest`` rows) attends apart from the others (at most ``rest`` rows
+        each): SDPA attention, another request in the forward, and ``longest`` at least ``long_request_rows``
+        and four times ``rest``."""
+        return self.attention == "sdpa" and requests > 1 and longest >= self.long_request_rows and longest >= 4 * rest
 
     def _run_packed(
         self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...], view: str = "exact"
@@ -403,61 +435,70 @@ class RaggedDenseTarget(RequestSlots):
         device, scratch = self.device, self.slots
         lengths = [self.lengths[req.slot] for req in requests]
         rows = [req.tokens.shape[1] for req in requests]
-        num_rows, max_rows = sum(rows), max(rows)
         max_len = max(n + t for n, t in zip(lengths, rows))
-        bucket = self._bucket(num_rows, max_rows, max_len)
-        rows_b, per_request_b, span = (num_rows, max_rows, max_len) if bucket is None else bucket
+        apart, (rows_b, per_request_b, span, long_b), bucketed = self._shapes(rows, max_len)
+        # the request that attends apart packs first, so its rows are the first rows of every buffer
+        order = list(range(len(requests))) if apart is None else [apart] + [j for j in range(len(requests)) if j != apart]
         # per row: its slot, its index within its request, its request's committed length; padding rows
         # live in the scratch slot at cache position 0
         row_slot, row_index, row_len = [scratch] * rows_b, [0] * rows_b, [0] * rows_b
         start = 0
-        for req, length, seqlen in zip(requests, lengths, rows):
-            row_slot[start : start + seqlen] = [req.slot] * seqlen
+        for j in order:
+            seqlen = rows[j]
+            row_slot[start : start + seqlen] = [requests[j].slot] * seqlen
             row_index[start : start + seqlen] = range(seqlen)
-            row_len[start : start + seqlen] = [length] * seqlen
+            row_len[start : start + seqlen] = [lengths[j]] * seqlen
             start += seqlen
         index = torch.tensor([row_slot, row_index, row_len], dtype=torch.long)
-        if bucket is None:
-            buf = self._packed_buffers(rows_b, per_request_b, span)
+        if not bucketed:
+            buf = self._packed_buffers(rows_b, per_request_b, span, long_b)
         else:
             # a captured graph holds the weights it was captured with: one graph per weight view
+            bucket = (rows_b, per_request_b, span, long_b)
             key = (*bucket, hidden_layers) if view == "exact" else (*bucket, hidden_layers, view)
-            buf = self._graphs.buffers(key, lambda: self._packed_buffers(rows_b, per_request_b, span))
+            buf = self._graphs.buffers(key, lambda: self._packed_buffers(rows_b, per_request_b, span, long_b))
         buf["index"].copy_(index, non_blocking=True)
-        buf["tokens"][:, :num_rows].copy_(torch.cat([req.tokens for req in requests], dim=1))
+        buf["tokens"][:, : sum(rows)].copy_(torch.cat([requests[j].tokens for j in order], dim=1))
         local = buf["local"]  # [Rb, Tb]: row r sees its request's new row c
         torch.le(torch.arange(per_request_b, device=device)[None], buf["index"][1][:, None], out=local)  # causal
+        if long_b:  # [Tl, Tl]: the same for the rows of the request that attends apart
+            torch.le(torch.arange(long_b, device=device)[None], buf["index"][1][:long_b, None], out=buf["local_long"])
         positions = buf["positions"]
         torch.add(buf["index"][2], buf["index"][1], out=positions[0])
         start = 0
-        for req, seqlen in zip(requests, rows):
+        for j in order:
+            req, seqlen = requests[j], rows[j]
             if req.mask is not None:
-                local[start : start + seqlen, :seqlen] = req.mask
+                (buf["local_long"] if j == apart else local)[start : start + seqlen, :seqlen] = req.mask
             if req.positions is not None:
                 positions[:, start : start + seqlen] = req.positions
             start += seqlen
-        if bucket is None:
+        if not bucketed:
             logits, taps = self._packed_body(buf, hidden_layers)
         else:
             logits, taps = self._graphs.run(key, lambda: self._packed_body(buf, hidden_layers))
             # the graph's outputs are overwritten by its next replay
+            num_rows = sum(rows)
             logits, taps = logits[:, :num_rows].clone(), tuple(t[:, :num_rows].clone() for t in taps)
-        bounds = [0]
-        for seqlen in rows:
-            bounds.append(bounds[-1] + seqlen)
-        return [
-            TargetOutput(logits=logits[:, a:b], hidden=tuple(t[:, a:b] for t in taps)) for a, b in zip(bounds[:-1], bounds[1:])
-        ]
+        outs, start = [None] * len(requests), 0
+        for j in order:
+            a, b = start, start + rows[j]
+            outs[j] = TargetOutput(logits=logits[:, a:b], hidden=tuple(t[:, a:b] for t in taps))
+            start = b
+        return outs
 
-    def _packed_buffers(self, rows: int, per_request: int, span: int) -> dict[str, torch.Tensor]:
+    def _packed_buffers(self, rows: int, per_request: int, span: int, long_rows: int = 0) -> dict[str, torch.Tensor]:
         device = self.device
-        return {
+        buf = {
             "tokens": torch.zeros(1, rows, dtype=torch.long, device=device),
             "index": torch.zeros(3, rows, dtype=torch.long, device=device),  # row -> slot, index in request, length
             "positions": torch.zeros(1, rows, dtype=torch.long, device=device),
             "local": torch.zeros(rows, per_request, dtype=torch.bool, device=device),
             "span": torch.arange(span, device=device),
         }
+        if long_rows:  # the first request's own rows when it attends apart
+            buf["local_long"] = torch.zeros(long_rows, long_rows, dtype=torch.bool, device=device)
+        return buf
 
     def _packed_body(self, buf: dict[str, torch.Tensor], hidden_layers: tuple[int, ...]):
         """Each linear layer once over all rows ``[1, R, .]``; RoPE, the K/V writes and attention batched too.
@@ -476,11 +517,23 @@ class RaggedDenseTarget(RequestSlots):
         max_len = buf["span"].numel()  # Lb
         row_cache = row_len + row_index  # [R] cache position of each row
         # padding rows (scratch slot, length 0, index 0) see their slot's position 0 only: finite, discarded
+        local_long = buf.get("local_long")  # [Tl, Tl] when the first request attends apart
         if self.attention == "flex":
             block_mask = packed_block_mask(row_slot, row_len, local, num_slots=self.slots + 1, max_seq_len=self.max_seq_len)
         else:
             group = cfg.num_heads // cfg.num_kv_heads
-            mask = slot_mask(row_slot, row_index, row_len, local, max_len, num_slots=self.slots + 1, group=group)
+            q_slot, q_index = row_slot, row_index
+            if local_long is not None:
+                long_b = local_long.shape[0]
+                # the first request's rows attend its own slot; in the slots' SDPA they stand in for padding
+                is_long = row_slot == row_slot[:1]  # [R]: slots are distinct, so these are exactly its rows
+                q_slot, q_index = row_slot.masked_fill(is_long, self.slots), row_index.masked_fill(is_long, 0)
+                outside = (~is_long[:long_b]).long()  # rows of other requests: a discarded second slot
+                long_mask = slot_mask(
+                    outside, row_index[:long_b], row_len[:long_b], local_long, max_len, num_slots=2, group=group
+                )[:1]
+                keep_long = is_long[:long_b, None, None]
+            mask = slot_mask(q_slot, q_index, row_len, local, max_len, num_slots=self.slots + 1, group=group)
             # per-slot queries [S + 1, H, Tb, D]: zero where no row maps (finite, discarded), one buffer a forward
             slotted = torch.zeros(
                 self.slots + 1, cfg.num_heads, local.shape[1], cfg.head_dim, dtype=target.dtype, device=self.device
@@ -500,6 +553,13 @@ class RaggedDenseTarget(RequestSlots):
             if self.attention == "flex":
                 q = attn.norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, row_cache, row_slot)  # [1, H, R, D]
                 out = flex_over_slots(q, long_kv_view(k_cache), long_kv_view(v_cache), block_mask)  # [R, H, D]
+            elif local_long is not None:
+                q = attn.norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, row_cache, row_slot)  # [1, H, R, D]
+                slotted[q_slot, :, q_index] = q[0].transpose(0, 1)
+                keys, values = k_cache[:, :, :max_len], v_cache[:, :, :max_len]
+                out = attend_slots(slotted, keys, values, q_slot, q_index, mask)  # [R, H, D]
+                apart = attend_one_slot(q[:, :, :long_b], keys, values, row_slot[:1], long_mask)  # [Tl, H, D]
+                out = torch.cat([torch.where(keep_long, apart, out[:long_b]), out[long_b:]])
             else:  # the queries go straight to their slot's rows of `slotted`, which every layer overwrites alike
                 attn.norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, row_cache, row_slot, slotted, row_index)
                 out = attend_slots(slotted, k_cache[:, :, :max_len], v_cache[:, :, :max_len], row_slot, row_index, mask)

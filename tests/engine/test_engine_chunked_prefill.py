@@ -85,9 +85,11 @@ def base_target(kind: str):
 def ragged_target(kind: str):
     if kind == "dense":
         return RaggedDenseTarget(DENSE, slots=MAX_BATCH)
-    if kind == "dense-static":
+    if kind in ("dense-static", "dense-apart"):
         ragged = RaggedDenseTarget(DENSE, slots=MAX_BATCH, layout="packed")
         ragged.enable_static_path((1, 2, 4, 8, 16, 24))
+        if kind == "dense-apart":  # a prompt chunk of 8+ rows among verify rows attends its own slot apart
+            ragged.long_request_rows = 8
         return ragged
     if kind == "hybrid":
         return RaggedHybridTarget(HYBRID, slots=MAX_BATCH)
@@ -156,6 +158,7 @@ CASES = [
     *[("dense", "budget-int", cap) for cap in (3, 5)],
     *[("dense", "budget-auto", cap) for cap in (3, 10)],
     *[("dense-static", system, "auto") for system in SYSTEMS],
+    *[("dense-apart", system, "auto") for system in ("chain", "tree", "budget-auto")],
     *[("hybrid", system, cap) for system, cap in (("oracle", 12), ("tree", 22), ("budget-int", 4), ("budget-auto", 5))],
     *[("hybrid-packed", system, cap) for system, cap in (("oracle", 13), ("budget-auto", 3))],
     *[("hybrid-static", system, "auto") for system in ("oracle", "tree", "budget-auto")],
@@ -169,6 +172,8 @@ def test_chunked_prefill_keeps_every_forward_under_the_cap_and_every_token(kind,
     assert max(sum(rows) for rows in passes) <= engine.max_pass_rows
     assert silent >= 2  # the longest prompt took 3 or more chunks
     assert engine.prefill_rows == sum(PROMPT_LENGTHS)
+    if kind == "dense-apart":
+        assert any(key[3] > 0 for key in engine.target.static_keys)  # some chunk attended apart
     for i, (got, without, by_itself) in enumerate(zip(outputs, unchunked(kind, system), alone(kind, system))):
         assert torch.equal(got, without), f"request {i}: chunked prefill changed its tokens"
         assert torch.equal(got, by_itself), f"request {i}: differs from generate alone"

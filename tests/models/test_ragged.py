@@ -206,7 +206,7 @@ def test_static_forward_is_bitwise_the_unpadded_one_when_the_bucket_is_its_own_s
     plain = RaggedDenseTarget(DENSE, slots=3, layout="packed")
     for out, ref in zip(static.forward(prompts, hidden_layers=(1,)), plain.forward(prompts, hidden_layers=(1,))):
         assert torch.equal(out.logits, ref.logits) and torch.equal(out.hidden[0], ref.hidden[0])
-    assert static.static_keys == [(8, 5, 5, (1,))]
+    assert static.static_keys == [(8, 5, 5, 0, (1,))]  # (Rb, Tb, Lb, Tl: no request attends apart, hidden)
     assert all(torch.equal(a[:3], b[:3]) for a, b in zip(static.k_caches, plain.k_caches))
     assert static.row_buckets == (5, 8)
     static.disable_static_path()
