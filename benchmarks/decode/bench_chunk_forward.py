@@ -5,8 +5,8 @@ same rows without one (`passes_by_bucket`); one layer's attention alone (`bench_
 it in the slots' SDPA, whose every query block is padded to the chunk's rows. This times the whole packed forward
 of :class:`~specdec.models.ragged.RaggedDenseTarget` under CUDA graphs, as the engine runs it, on a Qwen3-8B-shaped
 target cut to ``--layers`` layers (random weights, labelled so): 16 requests verifying ``(256 - T) / 16`` rows each
-over 200-token prefixes plus one request's ``T``-row prompt chunk, with ``long_request_rows`` 64 (the chunk attends
-apart) and never (one SDPA over padded slots). Per variant and ``T``: the forward's median milliseconds between
+over ``--prefix``-token prefixes (200 by default) plus one request's ``T``-row prompt chunk, with ``long_request_rows``
+64 (the chunk attends apart) and ``None`` (one SDPA over padded slots, the default). Per variant and ``T``: the forward's median milliseconds between
 device syncs (host work included, as the engine's `forward_ms`), its kernels under ``torch.profiler`` (GEMM /
 attention / other ms, launches), and per layer the difference, scaled to the 8B's 36 layers. Both variants' logits
 are compared (argmax equal, bf16 tolerance) before timing.
@@ -28,15 +28,16 @@ from benchmarks.common import TINY_QWEN3, median_time_ms, provenance, provenance
 from benchmarks.kernels.bench_roofline import step_kernel_breakdown
 from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
-from specdec.models.ragged import LONG_REQUEST_ROWS, RaggedDenseTarget, RequestRows
+from specdec.models.ragged import RaggedDenseTarget, RequestRows
 
 FULL_LAYERS = 36
-VARIANTS = {"apart": LONG_REQUEST_ROWS, "joint": 10**9}
+LONG_REQUEST_ROWS = 64  # "apart": a request of 64+ rows (bucketed) and four times the others' attends apart
+VARIANTS = ("apart", "joint")
 
 
 def build(cfg: TargetConfig, variant: str, base: DenseTarget, graphs: bool, long_rows: int) -> RaggedDenseTarget:
     ragged = RaggedDenseTarget(base, slots=17, layout="packed")
-    ragged.long_request_rows = long_rows if variant == "apart" else VARIANTS["joint"]
+    ragged.long_request_rows = long_rows if variant == "apart" else None
     if graphs:
         ragged.enable_cuda_graphs()
     else:
@@ -49,10 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "chunk_forward.json"))
     parser.add_argument("--layers", type=int, default=6, help="layers of the 8B shape built (random weights)")
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--prefix", type=int, default=200, help="committed tokens of each verifying request (GPU)")
     parser.add_argument("--smoke", action="store_true", help="CPU: the tiny Qwen3, static path, no graphs")
     args = parser.parse_args(argv)
-    if args.layers < 1 or args.reps < 1:
-        raise ValueError(f"--layers, --reps: expected >= 1, got {args.layers}, {args.reps}")
+    if args.layers < 1 or args.reps < 1 or args.prefix < 1:
+        raise ValueError(f"--layers, --reps, --prefix: expected >= 1, got {args.layers}, {args.reps}, {args.prefix}")
     prov = provenance(seed=0)
     print(provenance_line(prov), flush=True)
     cuda = torch.cuda.is_available() and not args.smoke
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg, dtype, prefix, chunks, long_rows, reps = (
             dataclasses.replace(QWEN3_8B, num_layers=args.layers),
             torch.bfloat16,
-            200,
+            args.prefix,
             (128, 192),
             LONG_REQUEST_ROWS,
             args.reps,

@@ -42,15 +42,10 @@ from specdec.models.packed_attention import (
 from specdec.models.slots import RequestRows, RequestSlots
 from specdec.models.weight_views import WEIGHT_VIEWS
 
-__all__ = ["ATTENTIONS", "LAYOUTS", "LONG_REQUEST_ROWS", "ROW_BUCKETS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
+__all__ = ["ATTENTIONS", "LAYOUTS", "ROW_BUCKETS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
 
 LAYOUTS = ("per_request", "packed")
 ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-# A packed SDPA forward lets its longest request attend apart when that request's (bucketed) rows reach this and
-# four times every other request's: below it, the extra launches of a second attention call cost more than the
-# padded slots they save (H200, 8B shape: a 256-row pass with a 32-row request costs 0.3 ms over one with 24
-# rows, with a 64-row request 1.2 ms).
-LONG_REQUEST_ROWS = 64
 
 
 class RaggedDenseTarget(RequestSlots):
@@ -73,9 +68,12 @@ class RaggedDenseTarget(RequestSlots):
             :meth:`enable_static_path` still buckets its shapes.
 
     Attributes:
-        long_request_rows: with ``"sdpa"``, a request of at least this many rows (bucketed) and four times every
-            other request's attends its own slot in a second SDPA call instead of padding every slot's query
-            block to its rows (default :data:`LONG_REQUEST_ROWS`; see :meth:`enable_static_path`).
+        long_request_rows: ``None`` (default) or an int: with ``"sdpa"``, a request of at least this many rows
+            (bucketed) and four times every other request's attends its own slot in a second SDPA call instead of
+            padding every slot's query block to its rows (see :meth:`enable_static_path`). Off by default: on the
+            H200 at the 8B shape and ~300-token spans the second call's extra launches cost what the padding does
+            (`benchmarks/decode/bench_chunk_forward.py`); the padding's cost grows with the span, the split's
+            does not.
 
     The KV cache is ``[S, Hkv, max_seq_len, D]`` per layer (``[S + 1, ...]`` for ``"packed"``: one scratch slot
     for padding rows), allocated once (heads-first in memory for ``"flex"``, so the long KV is a view). On a
@@ -137,7 +135,7 @@ class RaggedDenseTarget(RequestSlots):
         self._graphs: StaticGraphs | None = None
         self._buckets: tuple[int, ...] = ()
         self._span_step = 1
-        self.long_request_rows = LONG_REQUEST_ROWS
+        self.long_request_rows: int | None = None
 
     def length(self, slot: int) -> int:
         """Committed tokens of ``slot``.
@@ -355,9 +353,9 @@ class RaggedDenseTarget(RequestSlots):
 
         A forward of ``R`` rows (at most ``Tmax`` per request, longest attended length ``Lmax``) runs in the
         bucket ``(Rb, Tb, Lb, Tl)``: ``Rb`` and ``Tb`` the smallest of ``buckets`` ``>= R`` and ``>= Tmax``, ``Lb``
-        ``Lmax`` rounded up to a multiple of ``span_step`` (at most ``max_seq_len``), ``Tl = 0``. When one request
-        has at least ``long_request_rows`` rows (bucketed) and four times any other's (a prompt chunk among verify
-        rows), it attends its own slot apart: ``Tl`` is its bucket and ``Tb`` the others'. The padding rows run in a
+        ``Lmax`` rounded up to a multiple of ``span_step`` (at most ``max_seq_len``), ``Tl = 0``. With
+        ``long_request_rows`` set, a request of at least that many rows (bucketed) and four times any other's (a
+        prompt chunk among verify rows) attends its own slot apart: ``Tl`` is its bucket and ``Tb`` the others'. The padding rows run in a
         scratch slot no request owns, so they never touch a request's cache or rows; real rows agree with
         the unpadded forward to rounding (bitwise when the bucket is the forward's own shape). A forward
         with more rows than the largest bucket (a long prefill) runs the unpadded body.
@@ -424,9 +422,12 @@ class RaggedDenseTarget(RequestSlots):
 
     def _attends_apart(self, requests: int, longest: int, rest: int) -> bool:
         """Whether the longest request (``longest`` rows) attends apart from the others (at most ``rest`` rows
-        each): SDPA attention, another request in the forward, and ``longest`` at least ``long_request_rows``
-        and four times ``rest``."""
-        return self.attention == "sdpa" and requests > 1 and longest >= self.long_request_rows and longest >= 4 * rest
+        each): ``long_request_rows`` set, SDPA attention, another request in the forward, and ``longest`` at least
+        ``long_request_rows`` and four times ``rest``."""
+        threshold = self.long_request_rows
+        return (
+            threshold is not None and self.attention == "sdpa" and requests > 1 and longest >= threshold and longest >= 4 * rest
+        )
 
     def _run_packed(
         self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...], view: str = "exact"

@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec.contracts import Tree, VerifyPlan
-from specdec.models.ragged import LONG_REQUEST_ROWS, RaggedDenseTarget, RequestRows
+from specdec.models.ragged import RaggedDenseTarget, RequestRows
 from specdec.testing import tiny_target
 
 VOCAB, SEQ = 64, 96
 DENSE = tiny_target(seed=0, max_seq_len=SEQ)
 QWEN3 = tiny_target("qwen3", seed=2, max_seq_len=SEQ)
-NEVER = 10**9
+NEVER = None
 
 
 def random_tree(gen: torch.Generator, nodes: int) -> Tree:
@@ -99,7 +99,8 @@ def test_a_request_attending_apart_matches_every_request_alone(long_rows, short,
 
 def test_the_split_applies_from_long_request_rows_and_four_times_the_others():
     ragged = RaggedDenseTarget(DENSE, slots=3, layout="packed")
-    assert ragged.long_request_rows == LONG_REQUEST_ROWS
+    assert ragged.long_request_rows is None and not ragged._attends_apart(2, 256, 1)  # off unless asked for
+    ragged.long_request_rows = 64
     assert ragged._attends_apart(2, 64, 16) and not ragged._attends_apart(2, 63, 8)
     assert not ragged._attends_apart(2, 64, 17)  # under four times the next request
     assert not ragged._attends_apart(1, 256, 1)  # alone in the forward: its own slot is the whole SDPA
