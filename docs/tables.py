@@ -1077,6 +1077,40 @@ def elementwise_h200(results: Results) -> str:
     )
 
 
+CHUNK_FORWARD_RUNS = ("chunk_forward_h200_2026-12-03.json", "chunk_forward_h200_2026-12-03_prefix900.json")
+
+
+def chunk_forward(results: Results) -> str:
+    """A prompt chunk beside verify rows: the packed forward with the chunk attending apart against one padded SDPA."""
+    rows = []
+    for name in CHUNK_FORWARD_RUNS:
+        run = results(name)
+        for case in run["cases"]:
+            for variant, v in case["variants"].items():
+                k = v["kernels"]
+                rows.append(
+                    [
+                        str(run["prefix"]),
+                        str(case["chunk_rows"]),
+                        "apart (`long_request_rows=64`)" if variant == "apart" else "one padded SDPA (default)",
+                        f"{v['forward_ms']:.3f}",
+                        f"{k['gemm_ms']:.2f} / {k['attention_ms']:.2f} / {k['other_ms']:.2f}",
+                        f"{k['kernels_per_step']:.0f}",
+                        f"{case['apart_minus_joint_ms_36_layers']:+.2f} ms" if variant == "apart" else "",
+                    ]
+                )
+    header = [
+        "prefix",
+        "chunk rows",
+        "chunk attends",
+        "forward ms (6 layers)",
+        "kernels ms: GEMM / attention / other",
+        "launches",
+        "apart - padded, 36 layers",
+    ]
+    return markdown_table(header, rows)
+
+
 HYBRID_ENGINE_LONG = "bench_engine_hybrid_long_h200_2026-12-03.json"
 
 
@@ -1217,6 +1251,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "engine-h200": engine_h200,
     "engine-h200-split": engine_h200_split,
     "engine-ceiling": engine_ceiling,
+    "chunk-forward": chunk_forward,
     "elementwise-h200": elementwise_h200,
     "cuda-fixed-cost": cuda_fixed_cost,
     "engine-h200-float32": engine_h200_float32,
