@@ -5,8 +5,10 @@ same rows without one (`passes_by_bucket`); one layer's attention alone (`bench_
 it in the slots' SDPA, whose every query block is padded to the chunk's rows. This times the whole packed forward
 of :class:`~specdec.models.ragged.RaggedDenseTarget` under CUDA graphs, as the engine runs it, on a Qwen3-8B-shaped
 target cut to ``--layers`` layers (random weights, labelled so): 16 requests verifying ``(256 - T) / 16`` rows each
-over ``--prefix``-token prefixes (200 by default) plus one request's ``T``-row prompt chunk, with ``long_request_rows``
-64 (the chunk attends apart) and ``None`` (one SDPA over padded slots, the default). Per variant and ``T``: the forward's median milliseconds between
+over ``--prefix``-token prefixes (200 by default) plus one request's ``T``-row prompt chunk: ``apart`` (the chunk
+attends its own slot, ``long_request_rows`` 64 whatever the padding), ``joint`` (one SDPA over padded slots,
+``long_request_rows=None``) and ``default`` (the target's rule: apart once the padding reaches
+``LONG_REQUEST_PADDING``; ``default_apart`` says which it chose). Per variant and ``T``: the forward's median milliseconds between
 device syncs (host work included, as the engine's `forward_ms`), its kernels under ``torch.profiler`` (GEMM /
 attention / other ms, launches), and per layer the difference, scaled to the 8B's 36 layers. Both variants' logits
 are compared (argmax equal, bf16 tolerance) before timing.
@@ -32,12 +34,15 @@ from specdec.models.ragged import RaggedDenseTarget, RequestRows
 
 FULL_LAYERS = 36
 LONG_REQUEST_ROWS = 64  # "apart": a request of 64+ rows (bucketed) and four times the others' attends apart
-VARIANTS = ("apart", "joint")
+VARIANTS = ("apart", "joint", "default")
 
 
 def build(cfg: TargetConfig, variant: str, base: DenseTarget, graphs: bool, long_rows: int) -> RaggedDenseTarget:
     ragged = RaggedDenseTarget(base, slots=17, layout="packed")
-    ragged.long_request_rows = long_rows if variant == "apart" else None
+    if variant == "apart":  # whatever the padding
+        ragged.long_request_rows, ragged.long_request_padding = long_rows, 1
+    elif variant == "joint":
+        ragged.long_request_rows = None
     if graphs:
         ragged.enable_cuda_graphs()
     else:
@@ -90,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 ragged.forward([RequestRows(s, p.to(device))])
                 ragged.commit(s, prefix)
             outs[name] = ragged.forward(rows)
-        for a, b in zip(outs["apart"], outs["joint"]):
+        for a, b in [*zip(outs["apart"], outs["joint"]), *zip(outs["default"], outs["joint"])]:
             same = torch.equal(a.logits.argmax(-1), b.logits.argmax(-1))
             close = torch.allclose(a.logits, b.logits, rtol=0.05, atol=0.05 if cuda else 1e-4)
             ok = ok and same and close
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             ms = median_time_ms(lambda r=ragged: r.forward(rows), reps, device=device)
             kernels = step_kernel_breakdown(lambda r=ragged: r.forward(rows), device, steps=5, top=6)
             case["variants"][name] = dict(forward_ms=ms, kernels=kernels, keys=[list(k[:4]) for k in ragged.static_keys])
+        case["default_apart"] = any(key[3] > 0 for key in targets["default"].static_keys)
         a, j = case["variants"]["apart"], case["variants"]["joint"]
         per_layer = (a["forward_ms"] - j["forward_ms"]) / cfg.num_layers
         case["apart_minus_joint_ms_per_layer"] = per_layer
@@ -118,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             launches = f"{k['kernels_per_step']:.0f}" if k else "n/a"
             print(f"{c['chunk_rows']:3d} {c['rows']:5d}  {name:7s} {v['forward_ms']:10.3f}  {split:38s} {launches}")
         print(
-            f"    apart - joint: {c['apart_minus_joint_ms_per_layer'] * 1e3:+.1f} us a layer, {c['apart_minus_joint_ms_36_layers']:+.2f} ms at 36 layers"
+            f"    apart - joint: {c['apart_minus_joint_ms_per_layer'] * 1e3:+.1f} us a layer, "
+            f"{c['apart_minus_joint_ms_36_layers']:+.2f} ms at 36 layers; the default rule chose "
+            + ("apart" if c["default_apart"] else "joint")
         )
     print(f"logits agree (argmax equal, close): {ok}")
     return 0 if ok else 1

@@ -42,10 +42,26 @@ from specdec.models.packed_attention import (
 from specdec.models.slots import RequestRows, RequestSlots
 from specdec.models.weight_views import WEIGHT_VIEWS
 
-__all__ = ["ATTENTIONS", "LAYOUTS", "ROW_BUCKETS", "RaggedDenseTarget", "RequestRows", "SlotTarget"]
+__all__ = [
+    "ATTENTIONS",
+    "LAYOUTS",
+    "LONG_REQUEST_PADDING",
+    "LONG_REQUEST_ROWS",
+    "ROW_BUCKETS",
+    "RaggedDenseTarget",
+    "RequestRows",
+    "SlotTarget",
+]
 
 LAYOUTS = ("per_request", "packed")
 ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+# A packed SDPA forward's tallest request attends its own slot apart when it has at least LONG_REQUEST_ROWS rows
+# (bucketed), four times every other request's, and the padding it would put on the other slots, (slots + 1) x (its
+# rows - theirs) x the attended span, reaches LONG_REQUEST_PADDING: the H200's break-even at the 8B shape, where the
+# split's ~15 extra launches a layer cost what ~1.2M padded query-key pairs do (1.1-1.3M between 340 and 640
+# positions for 192- and 128-row chunks; benchmarks/decode/bench_chunk_forward.py).
+LONG_REQUEST_ROWS = 64
+LONG_REQUEST_PADDING = 1_200_000
 
 
 class RaggedDenseTarget(RequestSlots):
@@ -68,12 +84,12 @@ class RaggedDenseTarget(RequestSlots):
             :meth:`enable_static_path` still buckets its shapes.
 
     Attributes:
-        long_request_rows: ``None`` (default) or an int: with ``"sdpa"``, a request of at least this many rows
-            (bucketed) and four times every other request's attends its own slot in a second SDPA call instead of
-            padding every slot's query block to its rows (see :meth:`enable_static_path`). Off by default: on the
-            H200 at the 8B shape and ~300-token spans the second call's extra launches cost what the padding does
-            (`benchmarks/decode/bench_chunk_forward.py`); the padding's cost grows with the span, the split's
-            does not.
+        long_request_rows, long_request_padding: with ``"sdpa"``, a request of at least ``long_request_rows`` rows
+            (bucketed) and four times every other request's, whose padding of the other slots' query blocks
+            (``(slots + 1) x (its rows - theirs) x span``) reaches ``long_request_padding``, attends its own slot in
+            a second SDPA call (see :meth:`enable_static_path`). Defaults :data:`LONG_REQUEST_ROWS` and
+            :data:`LONG_REQUEST_PADDING` (the H200's break-even at the 8B shape: the padding's cost grows with the
+            span, the second call's launches do not); ``None`` for either turns the split off.
 
     The KV cache is ``[S, Hkv, max_seq_len, D]`` per layer (``[S + 1, ...]`` for ``"packed"``: one scratch slot
     for padding rows), allocated once (heads-first in memory for ``"flex"``, so the long KV is a view). On a
@@ -135,7 +151,8 @@ class RaggedDenseTarget(RequestSlots):
         self._graphs: StaticGraphs | None = None
         self._buckets: tuple[int, ...] = ()
         self._span_step = 1
-        self.long_request_rows: int | None = None
+        self.long_request_rows: int | None = LONG_REQUEST_ROWS
+        self.long_request_padding: int | None = LONG_REQUEST_PADDING
 
     def length(self, slot: int) -> int:
         """Committed tokens of ``slot``.
@@ -353,9 +370,10 @@ class RaggedDenseTarget(RequestSlots):
 
         A forward of ``R`` rows (at most ``Tmax`` per request, longest attended length ``Lmax``) runs in the
         bucket ``(Rb, Tb, Lb, Tl)``: ``Rb`` and ``Tb`` the smallest of ``buckets`` ``>= R`` and ``>= Tmax``, ``Lb``
-        ``Lmax`` rounded up to a multiple of ``span_step`` (at most ``max_seq_len``), ``Tl = 0``. With
-        ``long_request_rows`` set, a request of at least that many rows (bucketed) and four times any other's (a
-        prompt chunk among verify rows) attends its own slot apart: ``Tl`` is its bucket and ``Tb`` the others'. The padding rows run in a
+        ``Lmax`` rounded up to a multiple of ``span_step`` (at most ``max_seq_len``), ``Tl = 0``. A request of at
+        least ``long_request_rows`` rows (bucketed) and four times any other's (a prompt chunk among verify rows)
+        whose padding of the others' blocks reaches ``long_request_padding`` attends its own slot apart: ``Tl`` is
+        its bucket and ``Tb`` the others'. The padding rows run in a
         scratch slot no request owns, so they never touch a request's cache or rows; real rows agree with
         the unpadded forward to rounding (bitwise when the bucket is the forward's own shape). A forward
         with more rows than the largest bucket (a long prefill) runs the unpadded body.
@@ -413,21 +431,22 @@ class RaggedDenseTarget(RequestSlots):
             if rows_b is not None and tl is not None:
                 tb = pick_bucket(self._buckets, rest)
                 span = min(self.max_seq_len, -(-max_len // self._span_step) * self._span_step)
-                if self._attends_apart(len(rows), tl, tb):
+                if self._attends_apart(len(rows), tl, tb, span):
                     return order[0], (rows_b, tb, span, tl), True
                 return None, (rows_b, tl, span, 0), True
-        if self._attends_apart(len(rows), longest, rest):
+        if self._attends_apart(len(rows), longest, rest, max_len):
             return order[0], (num_rows, rest, max_len, longest), False
         return None, (num_rows, longest, max_len, 0), False
 
-    def _attends_apart(self, requests: int, longest: int, rest: int) -> bool:
+    def _attends_apart(self, requests: int, longest: int, rest: int, span: int) -> bool:
         """Whether the longest request (``longest`` rows) attends apart from the others (at most ``rest`` rows
-        each): ``long_request_rows`` set, SDPA attention, another request in the forward, and ``longest`` at least
-        ``long_request_rows`` and four times ``rest``."""
-        threshold = self.long_request_rows
-        return (
-            threshold is not None and self.attention == "sdpa" and requests > 1 and longest >= threshold and longest >= 4 * rest
-        )
+        each) over ``span`` positions: SDPA attention, another request in the forward, ``longest`` at least
+        ``long_request_rows`` and four times ``rest``, and the padding ``(slots + 1) (longest - rest) span`` at
+        least ``long_request_padding``."""
+        rows, padding = self.long_request_rows, self.long_request_padding
+        if rows is None or padding is None or self.attention != "sdpa" or requests < 2:
+            return False
+        return longest >= rows and longest >= 4 * rest and (self.slots + 1) * (longest - rest) * span >= padding
 
     def _run_packed(
         self, requests: Sequence[RequestRows], hidden_layers: tuple[int, ...], view: str = "exact"

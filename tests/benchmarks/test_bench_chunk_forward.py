@@ -18,4 +18,5 @@ def test_smoke_runs_both_variants_and_only_apart_splits(tmp_path):
         apart, joint = case["variants"]["apart"], case["variants"]["joint"]
         assert APART[case["chunk_rows"]] in apart["keys"] and JOINT[case["chunk_rows"]] in joint["keys"]
         assert all(key[3] == 0 for key in joint["keys"])
+        assert not case["default_apart"]  # the tiny spans pad far less than LONG_REQUEST_PADDING
         assert apart["forward_ms"] > 0 and joint["forward_ms"] > 0

@@ -89,7 +89,7 @@ def ragged_target(kind: str):
         ragged = RaggedDenseTarget(DENSE, slots=MAX_BATCH, layout="packed")
         ragged.enable_static_path((1, 2, 4, 8, 16, 24))
         if kind == "dense-apart":  # a prompt chunk of 8+ rows among verify rows attends its own slot apart
-            ragged.long_request_rows = 8
+            ragged.long_request_rows, ragged.long_request_padding = 8, 1
         return ragged
     if kind == "hybrid":
         return RaggedHybridTarget(HYBRID, slots=MAX_BATCH)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec.contracts import Tree, VerifyPlan
-from specdec.models.ragged import RaggedDenseTarget, RequestRows
+from specdec.models.ragged import LONG_REQUEST_PADDING, LONG_REQUEST_ROWS, RaggedDenseTarget, RequestRows
 from specdec.testing import tiny_target
 
 VOCAB, SEQ = 64, 96
@@ -28,9 +28,9 @@ def random_tree(gen: torch.Generator, nodes: int) -> Tree:
     return Tree(tokens=torch.randint(0, VOCAB, (nodes,), generator=gen).tolist(), parents=parents[:nodes])
 
 
-def targets(dense, *, apart_from: int, buckets=None):
+def targets(dense, *, apart_from: int | None, buckets=None):
     split = RaggedDenseTarget(dense, slots=5, layout="packed")
-    split.long_request_rows = apart_from
+    split.long_request_rows, split.long_request_padding = apart_from, 1  # tiny spans: any padding counts
     joint = RaggedDenseTarget(dense, slots=5, layout="packed")
     joint.long_request_rows = NEVER
     exact = RaggedDenseTarget(dense, slots=5)
@@ -98,14 +98,17 @@ def test_a_request_attending_apart_matches_every_request_alone(long_rows, short,
 
 
 def test_the_split_applies_from_long_request_rows_and_four_times_the_others():
-    ragged = RaggedDenseTarget(DENSE, slots=3, layout="packed")
-    assert ragged.long_request_rows is None and not ragged._attends_apart(2, 256, 1)  # off unless asked for
-    ragged.long_request_rows = 64
-    assert ragged._attends_apart(2, 64, 16) and not ragged._attends_apart(2, 63, 8)
-    assert not ragged._attends_apart(2, 64, 17)  # under four times the next request
-    assert not ragged._attends_apart(1, 256, 1)  # alone in the forward: its own slot is the whole SDPA
+    ragged = RaggedDenseTarget(DENSE, slots=3, layout="packed")  # 4 slots with the scratch one
+    assert (ragged.long_request_rows, ragged.long_request_padding) == (LONG_REQUEST_ROWS, LONG_REQUEST_PADDING)
+    ragged.long_request_rows, ragged.long_request_padding = 64, 4 * 48 * 100
+    assert ragged._attends_apart(2, 64, 16, 100) and not ragged._attends_apart(2, 64, 16, 99)  # the padding's edge
+    assert not ragged._attends_apart(2, 63, 8, 10**4)  # under long_request_rows
+    assert not ragged._attends_apart(2, 64, 17, 10**4)  # under four times the next request
+    assert not ragged._attends_apart(1, 256, 1, 10**4)  # alone in the forward: its own slot is the whole SDPA
+    ragged.long_request_padding = None
+    assert not ragged._attends_apart(2, 256, 1, 10**4)  # turned off
     ragged.enable_static_path((1, 2, 4, 8, 16, 64, 128), span_step=8)
-    ragged.long_request_rows = 8
+    ragged.long_request_rows, ragged.long_request_padding = 8, 1
     gen = torch.Generator().manual_seed(0)
     prompts = [
         RequestRows(0, torch.randint(0, VOCAB, (1, 40), generator=gen)),
@@ -114,8 +117,8 @@ def test_the_split_applies_from_long_request_rows_and_four_times_the_others():
     ragged.forward(prompts)
     assert ragged.static_keys == [(64, 4, 40, 64, ())]  # (Rb, Tb of the others, Lb, Tl of the one apart)
     flex = RaggedDenseTarget(DENSE, slots=3, layout="packed", attention="flex")
-    flex.long_request_rows = 8
-    assert not flex._attends_apart(2, 64, 1)  # flex attends the packed rows, no slot blocks to pad
+    flex.long_request_rows, flex.long_request_padding = 8, 1
+    assert not flex._attends_apart(2, 64, 1, 64)  # flex attends the packed rows, no slot blocks to pad
 
 
 @pytest.mark.parametrize("apart", [True, False])
