@@ -1077,7 +1077,12 @@ def elementwise_h200(results: Results) -> str:
     )
 
 
-CHUNK_FORWARD_RUNS = ("chunk_forward_h200_2026-12-03.json", "chunk_forward_h200_2026-12-03_prefix900.json")
+CHUNK_FORWARD_RUNS = ("chunk_forward_h200_2026-12-03_rule_prefix200.json", "chunk_forward_h200_2026-12-03_rule_prefix900.json")
+CHUNK_VARIANTS = {
+    "apart": "apart, always",
+    "joint": "one padded SDPA, always",
+    "default": "the target's rule",
+}
 
 
 def chunk_forward(results: Results) -> str:
@@ -1092,7 +1097,8 @@ def chunk_forward(results: Results) -> str:
                     [
                         str(run["prefix"]),
                         str(case["chunk_rows"]),
-                        "apart (`long_request_rows=64`)" if variant == "apart" else "one padded SDPA (default)",
+                        CHUNK_VARIANTS[variant]
+                        + (f" (chose {'apart' if case['default_apart'] else 'padded'})" if variant == "default" else ""),
                         f"{v['forward_ms']:.3f}",
                         f"{k['gemm_ms']:.2f} / {k['attention_ms']:.2f} / {k['other_ms']:.2f}",
                         f"{k['kernels_per_step']:.0f}",
