@@ -352,7 +352,8 @@ class RaggedDenseTarget(RequestSlots):
         """Run ``packed`` forwards as CUDA-graph replays, one graph per bucket (see :meth:`enable_static_path`).
 
         A graph is captured at the first forward of each key ``(total rows, rows per request, attended
-        span, rows of a request that attends apart or 0, hidden_layers)``; a replay needs no host work beyond copying the inputs into static buffers.
+        span, rows of a request that attends apart or 0, hidden_layers)``; a replay needs no host work beyond
+        copying the inputs into static buffers.
         Not with ``attention="flex"`` (its block mask is built on each forward, outside any graph): that
         raises ``ValueError``; :meth:`enable_static_path` buckets its shapes without graphs.
         """
@@ -373,10 +374,10 @@ class RaggedDenseTarget(RequestSlots):
         ``Lmax`` rounded up to a multiple of ``span_step`` (at most ``max_seq_len``), ``Tl = 0``. A request of at
         least ``long_request_rows`` rows (bucketed) and four times any other's (a prompt chunk among verify rows)
         whose padding of the others' blocks reaches ``long_request_padding`` attends its own slot apart: ``Tl`` is
-        its bucket and ``Tb`` the others'. The padding rows run in a
-        scratch slot no request owns, so they never touch a request's cache or rows; real rows agree with
-        the unpadded forward to rounding (bitwise when the bucket is the forward's own shape). A forward
-        with more rows than the largest bucket (a long prefill) runs the unpadded body.
+        its bucket and ``Tb`` the others'. The padding rows run in a scratch slot no request owns, so they never
+        touch a request's cache or rows; real rows agree with the unpadded forward to rounding (bitwise when the
+        bucket is the forward's own shape). A forward with more rows than the largest bucket (a long prefill)
+        runs the unpadded body.
 
         Args:
             buckets: ascending row counts (>= 1), for the total rows and the rows per request.
