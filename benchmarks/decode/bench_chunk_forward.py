@@ -30,14 +30,13 @@ from benchmarks.common import TINY_QWEN3, median_time_ms, provenance, provenance
 from benchmarks.kernels.bench_roofline import step_kernel_breakdown
 from specdec.models import QWEN3_8B, DenseTarget
 from specdec.models.config import TargetConfig
-from specdec.models.ragged import RaggedDenseTarget, RequestRows
+from specdec.models.ragged import LONG_REQUEST_ROWS, RaggedDenseTarget, RequestRows
 
 FULL_LAYERS = 36
-LONG_REQUEST_ROWS = 64  # "apart": a request of 64+ rows (bucketed) and four times the others' attends apart
 VARIANTS = ("apart", "joint", "default")
 
 
-def build(cfg: TargetConfig, variant: str, base: DenseTarget, graphs: bool, long_rows: int) -> RaggedDenseTarget:
+def build(variant: str, base: DenseTarget, graphs: bool, long_rows: int) -> RaggedDenseTarget:
     ragged = RaggedDenseTarget(base, slots=17, layout="packed")
     if variant == "apart":  # whatever the padding
         ragged.long_request_rows, ragged.long_request_padding = long_rows, 1
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for chunk in chunks:
         verify = (16 * 16 - chunk) // 16 if cuda else 1
-        targets = {v: build(cfg, v, base, cuda, long_rows) for v in VARIANTS}
+        targets = {v: build(v, base, cuda, long_rows) for v in VARIANTS}
         prompts = [torch.randint(0, cfg.vocab_size, (1, prefix), generator=gen) for _ in range(16)]
         rows = [RequestRows(s, torch.randint(0, cfg.vocab_size, (1, verify), generator=gen).to(device)) for s in range(16)]
         rows.append(RequestRows(16, torch.randint(0, cfg.vocab_size, (1, chunk), generator=gen).to(device)))

@@ -29,6 +29,7 @@ CPU smoke (tiny heads, the math backend only): ``python3 -m benchmarks.kernels.b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from benchmarks.common import median_time_ms, provenance, provenance_line, write_json
+from benchmarks.common import capture_cuda_graph, median_time_ms, provenance, provenance_line, write_json
 from benchmarks.kernels.bench_packed_attention import LAYERS, SPAN_STEP, Shape, pack, random_requests, reference
 from specdec.models.graphs import pick_bucket
 from specdec.models.packed_attention import sdpa_over_slots, slot_mask
@@ -54,17 +55,8 @@ def call_us(call, reps: int, device: torch.device, calls: int = 10) -> float:
     """Microseconds of one ``call()``: on CUDA ``calls`` of them captured in one graph, replayed ``reps`` times."""
     if device.type != "cuda":
         return 1e3 * median_time_ms(call, reps, device=device)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            call()
-    return 1e3 * median_time_ms(graph.replay, reps, device=device) / calls
+    replay = capture_cuda_graph(lambda: [call() for _ in range(calls)], warmup=3)
+    return 1e3 * median_time_ms(replay, reps, device=device) / calls
 
 
 def run_case(chunk_rows: int, chunk_prefix: int, shape: Shape, reps: int, device: torch.device, backends: list[str]) -> dict:
@@ -135,7 +127,7 @@ def run_case(chunk_rows: int, chunk_prefix: int, shape: Shape, reps: int, device
     for name, (call, expect, mask_call, *backend) in variants.items():
         row = {}
         try:
-            with sdpa_kernel(backend) if backend else _no_context():
+            with sdpa_kernel(backend) if backend else contextlib.nullcontext():
                 out = call()
                 row["max_abs_error"] = (out.float() - expect).abs().max().item()
                 row["passed"] = bool(out.shape == expect.shape and row["max_abs_error"] <= 2 * base_error + 1e-3)
@@ -148,14 +140,6 @@ def run_case(chunk_rows: int, chunk_prefix: int, shape: Shape, reps: int, device
             row = {"passed": None, "error": str(err).splitlines()[0][:200]}
         case["variants"][name] = row
     return case
-
-
-class _no_context:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:
