@@ -537,6 +537,20 @@ def pass_rows_arg(text: str) -> int | str | None:
     return int(text)
 
 
+def long_rows_arg(text: str) -> int | str | None:
+    """``--long-request-rows``: ``"default"`` (the target's own value), ``"none"`` (never apart) or a positive int.
+
+    Example:
+        >>> long_rows_arg("default"), long_rows_arg("none"), long_rows_arg("64")
+        ('default', None, 64)
+    """
+    if text in ("default", "none"):
+        return None if text == "none" else text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected 'default', 'none' or an int >= 1, got {text!r}")
+    return int(text)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (``--help``)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -600,6 +614,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="time each target forward between device syncs too: a pass split into forward and the rest (host work)",
     )
     ap.add_argument("--wall-budget-s", type=float, default=140.0, help="start no new case past this many seconds")
+    ap.add_argument(
+        "--long-request-rows",
+        default="default",
+        type=long_rows_arg,
+        help="dense packed target: 'default' (the target's rule: a tall request attends its own slot apart past "
+        "LONG_REQUEST_ROWS rows and LONG_REQUEST_PADDING padded pairs), 'none' (always the padded SDPA), or an int",
+    )
     ap.add_argument(
         "--elementwise",
         choices=("auto", "torch"),
@@ -790,6 +811,9 @@ def run(args: argparse.Namespace) -> int:
                     result["graphs"] = enable_graphs(ragged, cuda, args.no_graphs)
             else:
                 ragged = RaggedDenseTarget(base, slots=slots, max_seq_len=max_seq_len, layout=layout)
+                if args.long_request_rows != "default":
+                    ragged.long_request_rows = args.long_request_rows
+                result["long_request_rows"] = ragged.long_request_rows
                 if layout == "packed":
                     result["graphs"] = enable_graphs(ragged, cuda, args.no_graphs)
             targets[layout] = ragged

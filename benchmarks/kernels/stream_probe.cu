@@ -1,0 +1,241 @@
+// What a weight-streaming ring reaches when its consumers do no math: the memory side of the tensor-map GEMMs
+// (specdec/kernels/cuda/skinny_gemm.cu, tma_gemm_kernel) alone, by the layout of a stage's bytes in global memory.
+//
+// The ring is the GEMMs' ring: 64-row CTAs, stages of 128 weights a row, 6 stages, one producer thread, eight consumer
+// warps that wait on a stage's full barrier, read all of its bytes from shared memory (16-byte loads, summed as
+// 32-bit words so nothing is optimised away and every byte is counted) and release it; two CTAs an SM; K split over
+// gridDim.y as the GEMMs split it. Layouts of a stage:
+//   0 rows W12:  a [64][128] box of the ae plane and a [64][64] box of the nib plane (12,288 bytes, 128 row pieces)
+//   1 rows Q:    the [64][128] ae box alone (8,192 bytes)
+//   2 rows bf16: a [64][256 bytes] box (16,384 bytes)
+//   3 tiled W12: the same 12,288 bytes stored contiguously (one bulk copy: stage s of row block b at (b S + s) 12,288)
+//   4 tiled bf16: 16,384 contiguous bytes
+// The sum of every word read lands in *sum (one atomic a CTA), so the caller can check that each byte of the planes
+// was read exactly once. L2 promotion of the tensor maps: 0 none, 1 128 bytes, 2 256 bytes (the GEMMs use 256).
+//
+// Build: nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static stream_probe.cu -o stream_probe.so
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+namespace {
+
+constexpr int kRows = 64;
+constexpr int kStageK = 128;
+constexpr int kStages = 6;
+constexpr int kConsumerWarps = 8;
+constexpr int kThreads = (kConsumerWarps + 1) * 32;
+constexpr int kAlign = 128;
+
+enum Layout : int { kRowsW12 = 0, kRowsQ = 1, kRowsBf16 = 2, kTiledW12 = 3, kTiledBf16 = 4 };
+
+__host__ __device__ constexpr int stage_bytes(int layout) {
+  return layout == kRowsQ ? kRows * kStageK : (layout == kRowsBf16 || layout == kTiledBf16) ? kRows * kStageK * 2 : kRows * kStageK * 3 / 2;
+}
+
+char g_error[512] = "";
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(row), "r"(bar), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ void bulk_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t policy) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+               : "memory");
+}
+
+template <int LAYOUT>
+__global__ void __launch_bounds__(kThreads, 2)
+    stream_probe_kernel(const unsigned char* tiled, int K, int k_splits, unsigned long long* sum, const __grid_constant__ CUtensorMap map_a,
+                        const __grid_constant__ CUtensorMap map_b) {
+  constexpr int kBytes = stage_bytes(LAYOUT);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kStages];
+  __shared__ __align__(8) uint64_t empty_bar[kStages];
+  __shared__ unsigned long long cta_sum;
+  unsigned char* smem = smem_raw + ((kAlign - (smem_addr(smem_raw) & (kAlign - 1))) & (kAlign - 1));
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int n_stages = K / kStageK;
+  const int s_lo = static_cast<int>((static_cast<long long>(blockIdx.y) * n_stages) / k_splits);
+  const int s_hi = static_cast<int>((static_cast<long long>(blockIdx.y + 1) * n_stages) / k_splits);
+  if (tid == 0) {
+    cta_sum = 0ull;
+    for (int s = 0; s < kStages; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&full_bar[s])), "r"(1) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&empty_bar[s])), "r"(kConsumerWarps) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+  if (warp == kConsumerWarps) {
+    if (lane == 0) {
+      uint64_t stream;
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(stream));
+      int s = 0;
+      uint32_t round = 0;
+      for (int st = s_lo; st < s_hi; ++st) {
+        if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+        const uint32_t full = smem_addr(&full_bar[s]);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(kBytes) : "memory");
+        const uint32_t dst = smem_addr(smem + static_cast<size_t>(s) * kBytes);
+        const int k0 = st * kStageK;
+        if constexpr (LAYOUT == kRowsW12) {
+          tma_2d(dst, &map_a, k0, blockIdx.x * kRows, full, stream);
+          tma_2d(dst + kRows * kStageK, &map_b, k0 / 2, blockIdx.x * kRows, full, stream);
+        } else if constexpr (LAYOUT == kRowsQ) {
+          tma_2d(dst, &map_a, k0, blockIdx.x * kRows, full, stream);
+        } else if constexpr (LAYOUT == kRowsBf16) {
+          tma_2d(dst, &map_a, 2 * k0, blockIdx.x * kRows, full, stream);
+        } else {
+          const size_t at = (static_cast<size_t>(blockIdx.x) * n_stages + st) * kBytes;
+          bulk_1d(dst, tiled + at, kBytes, full, stream);
+        }
+        if (++s == kStages) s = 0, ++round;
+      }
+    }
+  } else {
+    unsigned long long acc = 0ull;
+    int s = 0;
+    uint32_t round = 0;
+    for (int st = s_lo; st < s_hi; ++st) {
+      mbar_wait(smem_addr(&full_bar[s]), round & 1);
+      const uint4* words = reinterpret_cast<const uint4*>(smem + static_cast<size_t>(s) * kBytes);
+#pragma unroll
+      for (int i = warp * 32 + lane; i < kBytes / 16; i += kConsumerWarps * 32) {
+        const uint4 v = words[i];
+        acc += static_cast<unsigned long long>(v.x) + v.y + v.z + v.w;
+      }
+      __syncwarp();
+      if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(&empty_bar[s])) : "memory");
+      if (++s == kStages) s = 0, ++round;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+    if (lane == 0) atomicAdd(&cta_sum, acc);
+  }
+  __syncthreads();
+  if (tid == 0) atomicAdd(sum, cta_sum);
+}
+
+using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                            const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                            CUtensorMapFloatOOBfill);
+
+Encode encoder() {
+  static Encode fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return static_cast<Encode>(nullptr);
+    return reinterpret_cast<Encode>(f);
+  }();
+  return fn;
+}
+
+int encode(CUtensorMap* map, const void* base, unsigned long long inner, unsigned long long rows, unsigned box_inner, int promotion) {
+  const Encode fn = encoder();
+  if (fn == nullptr) {
+    snprintf(g_error, sizeof(g_error), "cuTensorMapEncodeTiled is not available from the driver");
+    return 2;
+  }
+  const cuuint64_t dims[2] = {inner, rows};
+  const cuuint64_t strides[1] = {inner};
+  const cuuint32_t box[2] = {box_inner, static_cast<cuuint32_t>(kRows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUtensorMapL2promotion promo = promotion == 0   ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+                                       : promotion == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                        : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, promo, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    snprintf(g_error, sizeof(g_error), "cuTensorMapEncodeTiled(%llu x %llu, box %u): error %d", rows, inner, box_inner, static_cast<int>(r));
+    return 2;
+  }
+  return 0;
+}
+
+template <int LAYOUT>
+int launch(const void* a, const void* b, int N, int K, int k_splits, int promotion, unsigned long long* sum, cudaStream_t stream) {
+  static bool attr_set = false;
+  const int smem = kStages * stage_bytes(LAYOUT) + kAlign;
+  if (!attr_set) {
+    const cudaError_t e = cudaFuncSetAttribute(stream_probe_kernel<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) {
+      snprintf(g_error, sizeof(g_error), "cudaFuncSetAttribute: %s", cudaGetErrorString(e));
+      return 1;
+    }
+    attr_set = true;
+  }
+  CUtensorMap map_a{}, map_b{};
+  if (LAYOUT == kRowsW12 || LAYOUT == kRowsQ) {
+    if (int rc = encode(&map_a, a, K, N, kStageK, promotion)) return rc;
+  } else if (LAYOUT == kRowsBf16) {
+    if (int rc = encode(&map_a, a, 2ull * K, N, 2 * kStageK, promotion)) return rc;
+  }
+  if (LAYOUT == kRowsW12) {
+    if (int rc = encode(&map_b, b, K / 2, N, kStageK / 2, promotion)) return rc;
+  }
+  stream_probe_kernel<LAYOUT><<<dim3(N / kRows, k_splits, 1), dim3(kThreads, 1, 1), smem, stream>>>(
+      static_cast<const unsigned char*>(a), K, k_splits, sum, map_a, map_b);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    snprintf(g_error, sizeof(g_error), "stream_probe_kernel launch: %s", cudaGetErrorString(e));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Reads a [N][K]-weight matrix's planes once through the ring of `layout` with K split k_splits ways; *sum += the
+// sum of every 32-bit word read. Rows layouts: `a` the ae plane [N][K] bytes (bf16: [N][2K] bytes), `b` the nib plane
+// [N][K / 2] (W12 only). Tiled layouts: `a` the contiguous stages. Needs N % 64 == 0, K % 128 == 0, k_splits <= K / 128,
+// 16-byte aligned planes. 0 on success, else the message in specdec_probe_error().
+int specdec_probe_stream(int layout, const void* a, const void* b, int N, int K, int k_splits, int promotion,
+                         unsigned long long* sum, cudaStream_t stream) {
+  if (N % kRows != 0 || K % kStageK != 0 || k_splits < 1 || k_splits > K / kStageK) {
+    snprintf(g_error, sizeof(g_error), "expected N %% 64 == 0, K %% 128 == 0, 1 <= k_splits <= K / 128, got N=%d K=%d k_splits=%d", N, K,
+             k_splits);
+    return 2;
+  }
+  switch (layout) {
+    case kRowsW12: return launch<kRowsW12>(a, b, N, K, k_splits, promotion, sum, stream);
+    case kRowsQ: return launch<kRowsQ>(a, b, N, K, k_splits, promotion, sum, stream);
+    case kRowsBf16: return launch<kRowsBf16>(a, b, N, K, k_splits, promotion, sum, stream);
+    case kTiledW12: return launch<kTiledW12>(a, b, N, K, k_splits, promotion, sum, stream);
+    case kTiledBf16: return launch<kTiledBf16>(a, b, N, K, k_splits, promotion, sum, stream);
+    default:
+      snprintf(g_error, sizeof(g_error), "layout: expected 0..4, got %d", layout);
+      return 2;
+  }
+}
+
+const char* specdec_probe_error() { return g_error; }
+
+}  // extern "C"
