@@ -13,15 +13,17 @@
 // The sum of every word read lands in *sum (one atomic a CTA), so the caller can check that each byte of the planes
 // was read exactly once. L2 promotion of the tensor maps: 0 none, 1 128 bytes, 2 256 bytes (the GEMMs use 256).
 //
+// A traced replica of the W12 GEMM (traced_w12_kernel): tma_gemm_kernel<kW12> of the library, built from the library's
+// own device functions (this file includes skinny_gemm.cu), with two switches: the GEMM's consumers (decode + MMA) or
+// the sum-only consumers above, and the GEMM's split-K epilogue (partials, the last CTA's reduction, escapes, the bf16
+// store) or none. Each CTA records %globaltimer at its start, after its K loop and at its end, and its SM. With both
+// switches on it computes the GEMM; the caller checks its output against the library's, bit for bit.
+//
 // Build: nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static stream_probe.cu -o stream_probe.so
 
-#include <cuda.h>
-#include <cuda_runtime.h>
+#include "../../specdec/kernels/cuda/skinny_gemm.cu"
 
-#include <cstdint>
-#include <cstdio>
-
-namespace {
+namespace probe {
 
 constexpr int kRows = 64;
 constexpr int kStageK = 128;
@@ -36,34 +38,30 @@ __host__ __device__ constexpr int stage_bytes(int layout) {
   return layout == kRowsQ ? kRows * kStageK : (layout == kRowsBf16 || layout == kTiledBf16) ? kRows * kStageK * 2 : kRows * kStageK * 3 / 2;
 }
 
-char g_error[512] = "";
+char g_probe_error[512] = "";
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(row), "r"(bar), "l"(policy)
-      : "memory");
-}
-
-__device__ __forceinline__ void bulk_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t policy) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-               : "memory");
+// The sum-only consumer: consumer warp `warp` of kConsumerWarps waits for each of `n` stages of `bytes` in the ring
+// in turn, adds its share of the stage's 32-bit words (16-byte loads) and releases the stage; the warp's sum.
+template <int STAGES>
+__device__ unsigned long long sum_stages(const unsigned char* ring, int bytes, uint64_t* full_bar, uint64_t* empty_bar, int n, int warp,
+                                         int lane) {
+  unsigned long long acc = 0ull;
+  int s = 0;
+  uint32_t round = 0;
+  for (int it = 0; it < n; ++it) {
+    mbar_wait(smem_addr(&full_bar[s]), round & 1);
+    const uint4* words = reinterpret_cast<const uint4*>(ring + static_cast<size_t>(s) * bytes);
+    for (int i = warp * 32 + lane; i < bytes / 16; i += kConsumerWarps * 32) {
+      const uint4 v = words[i];
+      acc += static_cast<unsigned long long>(v.x) + v.y + v.z + v.w;
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
+    if (++s == STAGES) s = 0, ++round;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+  return acc;
 }
 
 template <int LAYOUT>
@@ -83,8 +81,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (tid == 0) {
     cta_sum = 0ull;
     for (int s = 0; s < kStages; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&full_bar[s])), "r"(1) : "memory");
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(&empty_bar[s])), "r"(kConsumerWarps) : "memory");
+      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&empty_bar[s]), kConsumerWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -92,74 +90,41 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
   if (warp == kConsumerWarps) {
     if (lane == 0) {
-      uint64_t stream;
-      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(stream));
+      const uint64_t stream = l2_evict_first();
       int s = 0;
       uint32_t round = 0;
       for (int st = s_lo; st < s_hi; ++st) {
         if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
         const uint32_t full = smem_addr(&full_bar[s]);
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(kBytes) : "memory");
+        mbar_arrive_expect_tx(full, kBytes);
         const uint32_t dst = smem_addr(smem + static_cast<size_t>(s) * kBytes);
         const int k0 = st * kStageK;
         if constexpr (LAYOUT == kRowsW12) {
-          tma_2d(dst, &map_a, k0, blockIdx.x * kRows, full, stream);
-          tma_2d(dst + kRows * kStageK, &map_b, k0 / 2, blockIdx.x * kRows, full, stream);
+          tma_load_2d(dst, &map_a, k0, blockIdx.x * kRows, full, stream);
+          tma_load_2d(dst + kRows * kStageK, &map_b, k0 / 2, blockIdx.x * kRows, full, stream);
         } else if constexpr (LAYOUT == kRowsQ) {
-          tma_2d(dst, &map_a, k0, blockIdx.x * kRows, full, stream);
+          tma_load_2d(dst, &map_a, k0, blockIdx.x * kRows, full, stream);
         } else if constexpr (LAYOUT == kRowsBf16) {
-          tma_2d(dst, &map_a, 2 * k0, blockIdx.x * kRows, full, stream);
+          tma_load_2d(dst, &map_a, 2 * k0, blockIdx.x * kRows, full, stream);
         } else {
           const size_t at = (static_cast<size_t>(blockIdx.x) * n_stages + st) * kBytes;
-          bulk_1d(dst, tiled + at, kBytes, full, stream);
+          bulk_copy(dst, tiled + at, kBytes, full, stream);
         }
         if (++s == kStages) s = 0, ++round;
       }
     }
   } else {
-    unsigned long long acc = 0ull;
-    int s = 0;
-    uint32_t round = 0;
-    for (int st = s_lo; st < s_hi; ++st) {
-      mbar_wait(smem_addr(&full_bar[s]), round & 1);
-      const uint4* words = reinterpret_cast<const uint4*>(smem + static_cast<size_t>(s) * kBytes);
-#pragma unroll
-      for (int i = warp * 32 + lane; i < kBytes / 16; i += kConsumerWarps * 32) {
-        const uint4 v = words[i];
-        acc += static_cast<unsigned long long>(v.x) + v.y + v.z + v.w;
-      }
-      __syncwarp();
-      if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(&empty_bar[s])) : "memory");
-      if (++s == kStages) s = 0, ++round;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+    const unsigned long long acc = sum_stages<kStages>(smem, kBytes, full_bar, empty_bar, s_hi - s_lo, warp, lane);
     if (lane == 0) atomicAdd(&cta_sum, acc);
   }
   __syncthreads();
   if (tid == 0) atomicAdd(sum, cta_sum);
 }
 
-using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                            const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
-                            CUtensorMapFloatOOBfill);
-
-Encode encoder() {
-  static Encode fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      return static_cast<Encode>(nullptr);
-    return reinterpret_cast<Encode>(f);
-  }();
-  return fn;
-}
-
 int encode(CUtensorMap* map, const void* base, unsigned long long inner, unsigned long long rows, unsigned box_inner, int promotion) {
-  const Encode fn = encoder();
+  const TensorMapEncodeTiled fn = tensor_map_encoder();
   if (fn == nullptr) {
-    snprintf(g_error, sizeof(g_error), "cuTensorMapEncodeTiled is not available from the driver");
+    snprintf(g_probe_error, sizeof(g_probe_error), "cuTensorMapEncodeTiled is not available from the driver");
     return 2;
   }
   const cuuint64_t dims[2] = {inner, rows};
@@ -172,7 +137,7 @@ int encode(CUtensorMap* map, const void* base, unsigned long long inner, unsigne
   const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, element_strides,
                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, promo, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
-    snprintf(g_error, sizeof(g_error), "cuTensorMapEncodeTiled(%llu x %llu, box %u): error %d", rows, inner, box_inner, static_cast<int>(r));
+    snprintf(g_probe_error, sizeof(g_probe_error), "cuTensorMapEncodeTiled(%llu x %llu, box %u): error %d", rows, inner, box_inner, static_cast<int>(r));
     return 2;
   }
   return 0;
@@ -183,9 +148,11 @@ int launch(const void* a, const void* b, int N, int K, int k_splits, int promoti
   static bool attr_set = false;
   const int smem = kStages * stage_bytes(LAYOUT) + kAlign;
   if (!attr_set) {
-    const cudaError_t e = cudaFuncSetAttribute(stream_probe_kernel<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    cudaError_t e = cudaFuncSetAttribute(stream_probe_kernel<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess)  // as the GEMMs: the largest shared-memory carveout, for two CTAs an SM
+      e = cudaFuncSetAttribute(stream_probe_kernel<LAYOUT>, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) {
-      snprintf(g_error, sizeof(g_error), "cudaFuncSetAttribute: %s", cudaGetErrorString(e));
+      snprintf(g_probe_error, sizeof(g_probe_error), "cudaFuncSetAttribute: %s", cudaGetErrorString(e));
       return 1;
     }
     attr_set = true;
@@ -203,13 +170,145 @@ int launch(const void* a, const void* b, int N, int K, int k_splits, int promoti
       static_cast<const unsigned char*>(a), K, k_splits, sum, map_a, map_b);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
-    snprintf(g_error, sizeof(g_error), "stream_probe_kernel launch: %s", cudaGetErrorString(e));
+    snprintf(g_probe_error, sizeof(g_probe_error), "stream_probe_kernel launch: %s", cudaGetErrorString(e));
     return 1;
   }
   return 0;
 }
 
-}  // namespace
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// tma_gemm_kernel<kW12, kMaxTokens> (skinny_gemm.cu) with its consumers (CONSUME) and its split-K epilogue (FINISH)
+// switchable, and a trace: trace[4 c + 0..3] = the CTA's start, the end of its K loop, its end (ns, %globaltimer) and
+// its SM, for CTA c = blockIdx.y gridDim.x + blockIdx.x. Without CONSUME the consumers sum the stages' words (as
+// stream_probe_kernel); without FINISH the CTA folds its sums into *sum and stores nothing.
+template <bool CONSUME, bool FINISH>
+__global__ void __launch_bounds__(tma_threads(kW12), kBulkCtasPerSm)
+    traced_w12_kernel(const Params p, float* partials, unsigned int* counters, unsigned long long* trace, unsigned long long* sum,
+                      const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
+                      const __grid_constant__ CUtensorMap x_map) {
+  constexpr int kTmaThreads = tma_threads(kW12);
+  constexpr int kConsumers = tma_halves(kW12) * kBulkConsumerWarps;
+  constexpr int kStagesW12 = tma_stages(kW12);
+  static_assert(kConsumers == kConsumerWarps, "the sum-only consumers stand in for the GEMM's, one for one");
+  const unsigned long long t_start = global_ns();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kStagesW12];
+  __shared__ __align__(8) uint64_t empty_bar[kStagesW12];
+  __shared__ unsigned long long cta_sum;
+  unsigned char* smem = smem_raw + ((kTmaAlign - (smem_addr(smem_raw) & (kTmaAlign - 1))) & (kTmaAlign - 1));
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int split = blockIdx.y;
+  const int n_stages = (p.K + kBulkStageK - 1) / kBulkStageK;
+  const int s_lo = static_cast<int>((static_cast<long long>(split) * n_stages) / p.k_splits);
+  const int s_hi = static_cast<int>((static_cast<long long>(split + 1) * n_stages) / p.k_splits);
+  const int row_block = blockIdx.x * kStreamRows;
+  const int bytes = tma_stage_bytes(kW12, p.M);
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStagesW12) * bytes);
+  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + tma_smem_fixed(kW12, kMaxTokens));
+  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+  const int tile0 = (row_block / kEscapeTile) * col_tiles;
+  if (tid == 0) {
+    cta_sum = 0ull;
+    for (int s = 0; s < kStagesW12; ++s) {
+      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&empty_bar[s]), kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  for (int i = tid; i <= col_tiles; i += kTmaThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
+  cp_async_commit();
+  __syncthreads();
+  if (warp == kConsumers) {
+    if (lane == 0) {
+      const uint64_t stream = l2_evict_first();
+      const uint64_t keep = l2_evict_last();
+      int s = 0;
+      uint32_t round = 0;
+      for (int it = 0; it < s_hi - s_lo; ++it) {
+        if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+        const int k0 = (s_lo + it) * kBulkStageK;
+        const uint32_t full = smem_addr(&full_bar[s]);
+        mbar_arrive_expect_tx(full, static_cast<uint32_t>(bytes));
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(s) * bytes);
+        tma_load_2d(st, &ae_map, k0, row_block, full, stream);
+        tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row_block, full, stream);
+        tma_load_2d(st + tma_stage_bytes(kW12, 0), &x_map, k0, 0, full, keep);
+        if (++s == kStagesW12) s = 0, ++round;
+      }
+    }
+  } else if constexpr (CONSUME) {
+    consume_ring<kTmaXRowBytes, kW12, kStagesW12, kMaxTokens, 2>(p, smem, bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane,
+                                                                 red);
+  } else {
+    const unsigned long long acc = sum_stages<kStagesW12>(smem, bytes, full_bar, empty_bar, s_hi - s_lo, warp, lane);
+    if (lane == 0) atomicAdd(&cta_sum, acc);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  const unsigned long long t_loop = global_ns();
+  if constexpr (CONSUME) {
+    for (int e = tid; e < kStreamRows * kMaxTokens; e += kTmaThreads) red[e] += red[kStreamRows * kMaxTokens + e];
+    __syncthreads();
+  }
+  if constexpr (FINISH) {
+    if constexpr (CONSUME) {
+      finish_split_row_block<kTmaThreads, true, kMaxTokens>(p, red, band_ptr, partials, counters, split);
+    } else {  // the epilogue over the sums' tile, whatever it holds
+      for (int e = tid; e < kStreamRows * kMaxTokens; e += kTmaThreads) red[e] = 0.f;
+      __syncthreads();
+      finish_split_row_block<kTmaThreads, true, kMaxTokens>(p, red, band_ptr, partials, counters, split);
+    }
+  } else if constexpr (CONSUME) {
+    if (tid < kStreamRows * kMaxTokens) atomicAdd(&cta_sum, static_cast<unsigned long long>(__float_as_uint(red[tid])));
+  }
+  __syncthreads();
+  if (tid == 0) {
+    if (!FINISH) atomicAdd(sum, cta_sum);
+    unsigned int sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    unsigned long long* mine = trace + 4ull * (blockIdx.y * gridDim.x + blockIdx.x);
+    mine[0] = t_start;
+    mine[1] = t_loop;
+    mine[2] = global_ns();
+    mine[3] = sm;
+  }
+}
+
+template <bool CONSUME, bool FINISH>
+int launch_traced(Params p, void* workspace, long long workspace_bytes, unsigned long long* trace, unsigned long long* sum,
+                  cudaStream_t stream) {
+  static bool attr_set = false;
+  Plan pl{};
+  float* partials = nullptr;
+  unsigned int* counters = nullptr;
+  if (int rc = prepare_ring_launch(traced_w12_kernel<CONSUME, FINISH>, attr_set, kTmaPipeline, p, workspace, workspace_bytes, &pl,
+                                   &partials, &counters, kMaxTokens))
+    return rc;
+  CUtensorMap ae_map, nib_map, x_map;
+  const unsigned long long K = p.K, N = p.N;
+  if (int rc = encode_2d(&ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, kBulkStageK, kStreamRows, "ae")) return rc;
+  if (int rc = encode_2d(&nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, kBulkStageK / 2, kStreamRows, "nib")) return rc;
+  if (int rc = encode_2d(&x_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.x, K, p.M, 2 * K, kBulkStageK, p.M, "x")) return rc;
+  p.rt_per_cta = pl.rt_per_cta;
+  p.k_splits = pl.k_splits;
+  p.n_chunks = (p.K + 63) / 64;
+  traced_w12_kernel<CONSUME, FINISH><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(tma_threads(kW12), 1, 1), pl.smem_bytes, stream>>>(
+      p, partials, counters, trace, sum, ae_map, nib_map, x_map);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fail("traced_w12_kernel launch", e);
+  return 0;
+}
+
+}  // namespace probe
+
+using namespace probe;
 
 extern "C" {
 
@@ -220,7 +319,7 @@ extern "C" {
 int specdec_probe_stream(int layout, const void* a, const void* b, int N, int K, int k_splits, int promotion,
                          unsigned long long* sum, cudaStream_t stream) {
   if (N % kRows != 0 || K % kStageK != 0 || k_splits < 1 || k_splits > K / kStageK) {
-    snprintf(g_error, sizeof(g_error), "expected N %% 64 == 0, K %% 128 == 0, 1 <= k_splits <= K / 128, got N=%d K=%d k_splits=%d", N, K,
+    snprintf(g_probe_error, sizeof(g_probe_error), "expected N %% 64 == 0, K %% 128 == 0, 1 <= k_splits <= K / 128, got N=%d K=%d k_splits=%d", N, K,
              k_splits);
     return 2;
   }
@@ -231,11 +330,33 @@ int specdec_probe_stream(int layout, const void* a, const void* b, int N, int K,
     case kTiledW12: return launch<kTiledW12>(a, b, N, K, k_splits, promotion, sum, stream);
     case kTiledBf16: return launch<kTiledBf16>(a, b, N, K, k_splits, promotion, sum, stream);
     default:
-      snprintf(g_error, sizeof(g_error), "layout: expected 0..4, got %d", layout);
+      snprintf(g_probe_error, sizeof(g_probe_error), "layout: expected 0..4, got %d", layout);
       return 2;
   }
 }
 
-const char* specdec_probe_error() { return g_error; }
+// The traced W12 replica (traced_w12_kernel) on the planes of specdec/formats/w12.py, M <= 8, K % 128 == 0: consume 1
+// runs the GEMM's consumers (0 the sum-only ones), finish 1 its split-K epilogue (0 none); the workspace as
+// specdec_w12_gemm_small_m_v7's (specdec_w12_v7_plan out[5] bytes, counters zero); trace [CTAs][4] as the kernel
+// writes it (specdec_w12_v7_plan: CTAs = out[3] x out[1]). 0 on success, else the message in specdec_probe_error().
+int specdec_probe_traced_w12(int consume, int finish, const void* x, const void* ae, const void* nib, const void* base,
+                             const void* esc_ptr, const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K,
+                             void* workspace, long long workspace_bytes, unsigned long long* trace, unsigned long long* sum,
+                             cudaStream_t stream) {
+  if (M < 1 || M > kMaxTokens || K % kStageK != 0 || N < 1) {
+    snprintf(g_probe_error, sizeof(g_probe_error), "expected 1 <= M <= 8, N >= 1, K %% 128 == 0, got M=%d N=%d K=%d", M, N, K);
+    return 2;
+  }
+  const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
+  int rc;
+  if (consume && finish) rc = launch_traced<true, true>(p, workspace, workspace_bytes, trace, sum, stream);
+  else if (consume) rc = launch_traced<true, false>(p, workspace, workspace_bytes, trace, sum, stream);
+  else if (finish) rc = launch_traced<false, true>(p, workspace, workspace_bytes, trace, sum, stream);
+  else rc = launch_traced<false, false>(p, workspace, workspace_bytes, trace, sum, stream);
+  if (rc != 0) snprintf(g_probe_error, sizeof(g_probe_error), "%s", specdec_cuda_last_error());
+  return rc;
+}
+
+const char* specdec_probe_error() { return g_probe_error; }
 
 }  // extern "C"
