@@ -18,11 +18,6 @@ as ``bench_fixed_cost``). Every probe launch is checked first: the sum of the 32
 the planes' words (every byte read exactly once). Probe planes are random bytes (labelled so): a ring that does no
 math does not look at them.
 
-Where W12's time goes: a traced replica of the W12 GEMM (``traced_w12_kernel`` in the probe, built from the library's
-own device functions) runs in four forms, ``REPLICA``: the whole GEMM (its output checked bit for bit against the
-library's W12 v7), its consumers without the split-K epilogue, the epilogue with sum-only consumers, and the ring
-alone; each timed beside the library's kernel and traced once (every CTA's start, K-loop end and end on the GPU's
-global timer, ``trace_stats``) on Gaussian weights (std 0.02).
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_stream_layout --out $OUT/stream_layout.json``
 (~40 s after torch start on one H200; builds ``build/stream_probe.so`` with nvcc when it is missing).
@@ -113,49 +108,8 @@ def load_probe() -> ctypes.CDLL:
     lib.specdec_probe_stream.restype = ctypes.c_int
     ptr, i32 = ctypes.c_void_p, ctypes.c_int
     lib.specdec_probe_stream.argtypes = [i32, ptr, ptr, i32, i32, i32, i32, ptr, ptr]
-    lib.specdec_probe_traced_w12.restype = ctypes.c_int
-    lib.specdec_probe_traced_w12.argtypes = [i32, i32] + [ptr] * 8 + [i32, i32, i32, ptr, ctypes.c_longlong, ptr, ptr, ptr]
     lib.specdec_probe_error.restype = ctypes.c_char_p
     return lib
-
-
-def trace_stats(trace: list[list[int]]) -> dict:
-    """Per-CTA timeline ``[[start ns, K loop end ns, end ns, SM], ...]`` -> the kernel's span and its parts, in us:
-    ``span_us`` (first start to last end), ``start_spread_us`` (first to last start), ``loop_us`` and ``epilogue_us``
-    (median and max over CTAs), ``after_last_loop_us`` (the last K loop's end to the last CTA's end: the tail the
-    epilogue adds), ``ctas_per_sm_max``.
-
-    Example:
-        >>> s = trace_stats([[0, 8000, 9000, 0], [1000, 10000, 12000, 1], [500, 9000, 9500, 0]])
-        >>> s["span_us"], s["start_spread_us"], s["loop_us"], s["after_last_loop_us"], s["ctas_per_sm_max"]
-        (12.0, 1.0, {'median': 8.5, 'max': 9.0}, 2.0, 2)
-    """
-    if not trace:
-        raise ValueError("trace: expected at least one CTA")
-    t0 = min(r[0] for r in trace)
-
-    def spread(values):
-        v = sorted(values)
-        mid = len(v) // 2
-        med = v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
-        return dict(median=med / 1e3, max=v[-1] / 1e3)
-
-    per_sm: dict[int, int] = {}
-    for r in trace:
-        per_sm[r[3]] = per_sm.get(r[3], 0) + 1
-    return dict(
-        ctas=len(trace),
-        span_us=(max(r[2] for r in trace) - t0) / 1e3,
-        start_spread_us=(max(r[0] for r in trace) - t0) / 1e3,
-        loop_us=spread([r[1] - r[0] for r in trace]),
-        epilogue_us=spread([r[2] - r[1] for r in trace]),
-        after_last_loop_us=(max(r[2] for r in trace) - max(r[1] for r in trace)) / 1e3,
-        ctas_per_sm_max=max(per_sm.values()),
-    )
-
-
-# (consume, finish) of the traced W12 replica: the GEMM, its consumers alone, its epilogue alone, the ring alone
-REPLICA = {"gemm": (1, 1), "consumers": (1, 0), "epilogue": (0, 1), "ring": (0, 0)}
 
 
 class Probe:
@@ -215,78 +169,6 @@ def time_gemms(name: str, n: int, k: int, args, gen, device, copy_bw: float) -> 
     return rows
 
 
-def time_replica(lib, name: str, n: int, k: int, args, gen, device, copy_bw: float) -> list[dict]:
-    """The traced W12 replica in each ``REPLICA`` form at M = 1 on cold copies of one Gaussian weight's planes, beside
-    the library's W12 v7 GEMM; the GEMM form's output must equal the library's bit for bit. One more launch of each
-    form on a copy not touched for the last ``copies - 1`` calls gives its per-CTA timeline (``trace_stats``)."""
-    from benchmarks.kernels.bench_fixed_cost import Cycle, weight_copies
-    from benchmarks.kernels.bench_roofline import time_per_call, w12_planes, w12_v7
-    from specdec.formats.w12 import W12Tensor
-    from specdec.kernels.cuda import ops
-
-    w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
-    w12 = W12Tensor.from_bf16(w)
-    del w
-    copies = weight_copies(int(w12.nbytes), args.l2_bytes, args.l2_factor)
-    planes = [w12_planes(w12)] + [tuple(t.clone() for t in w12_planes(w12)) for _ in range(copies - 1)]
-    x = torch.randn(1, k, generator=gen, device=device).to(torch.bfloat16)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    plan = ops.launch_plan("w12_v7", 1, n, k, sms)
-    ctas = plan["ctas_x"] * plan["k_splits"]
-    workspace = torch.zeros(max(16, plan["workspace_bytes"]), dtype=torch.uint8, device=device)
-    trace = torch.zeros(ctas, 4, dtype=torch.int64, device=device)
-    total = torch.zeros(1, dtype=torch.int64, device=device)
-    y = torch.empty(1, n, dtype=torch.bfloat16, device=device)
-    ref = w12_v7(ops, x, *planes[0])
-    base = dict(shape=name, N=n, K=k, M=1, k_splits=plan["k_splits"], ctas=ctas, copies=copies, weight_bytes=int(w12.nbytes))
-    rows = []
-    lib_row = dict(base, form="library_v7")
-    lib_row["s"] = time_per_call(
-        Cycle(lambda i: w12_v7(ops, x, *planes[i]), copies), device, calls=max(args.calls, copies), reps=args.reps
-    )
-    rows.append(lib_row)
-    for form, (consume, finish) in REPLICA.items():
-        row = dict(base, form=form)
-
-        def launch(i, consume=consume, finish=finish):
-            rc = lib.specdec_probe_traced_w12(
-                consume,
-                finish,
-                x.data_ptr(),
-                *(t.data_ptr() for t in planes[i]),
-                y.data_ptr(),
-                1,
-                n,
-                k,
-                workspace.data_ptr(),
-                workspace.numel(),
-                trace.data_ptr(),
-                total.data_ptr(),
-                torch.cuda.current_stream().cuda_stream,
-            )
-            if rc != 0:
-                raise RuntimeError(f"traced W12 {form}: {lib.specdec_probe_error().decode()}")
-
-        try:
-            launch(0)
-            torch.cuda.synchronize()
-            if form == "gemm":
-                row["check"] = bool(torch.equal(y, ref))
-                if not row["check"]:
-                    raise AssertionError("the replica's output differs from the library's W12 v7")
-            row["s"] = time_per_call(Cycle(launch, copies), device, calls=max(args.calls, copies), reps=args.reps)
-            launch(copies - 1 if copies > 1 else 0)
-            torch.cuda.synchronize()
-            row["trace"] = trace_stats(trace.tolist())
-        except Exception as exc:  # one failing form must not hide the others
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        rows.append(row)
-    for r in rows:
-        if "s" in r:
-            r["frac_of_copy"] = r["weight_bytes"] / r["s"] / copy_bw
-    return rows
-
-
 def plot(result: dict, path: Path) -> str | None:
     """Fraction of the copy bandwidth per shape: the GEMMs (hatched) beside the probe's layouts at the GEMMs' splits."""
     rows = [r for r in result["probe"] if r.get("why") == "plan" and "s" in r]
@@ -336,19 +218,6 @@ def summary_lines(result: dict) -> list[str]:
     for g in result["gemms"]:
         if "cold_s" in g:
             lines.append(f"{g['shape']:12s} {g['kind']:14s} {g['cold_s'] * 1e6:7.1f}   {g['frac_of_copy']:5.2f}")
-    lines.append("shape        W12 form (M = 1)   us   of copy | one traced launch: span  loop med/max  epilogue med/max  tail")
-    for r in result.get("replica", []):
-        if "s" not in r:
-            lines.append(f"{r['shape']:12s} {r['form']:14s} {r.get('error', '')}")
-            continue
-        t = r.get("trace")
-        tail = (
-            f" | {t['span_us']:6.1f}  {t['loop_us']['median']:5.1f}/{t['loop_us']['max']:5.1f}"
-            f"  {t['epilogue_us']['median']:5.1f}/{t['epilogue_us']['max']:5.1f}  {t['after_last_loop_us']:5.1f}"
-            if t
-            else ""
-        )
-        lines.append(f"{r['shape']:12s} {r['form']:14s} {r['s'] * 1e6:7.1f}  {r['frac_of_copy']:5.2f}{tail}")
     return lines
 
 
@@ -390,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator(device=device).manual_seed(0)
     total = torch.zeros(1, dtype=torch.int64, device=device)
     t0 = time.time()
-    probe_rows, gemm_rows, replica_rows, checks = [], [], [], []
+    probe_rows, gemm_rows, checks = [], [], []
     for name, (n, k) in shapes.items():
         mine = [c for c in all_cases if c["shape"] == name]
         sizes = [int(n * k * LAYOUTS[c["layout"]][1]) for c in mine]
@@ -414,9 +283,6 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
         if not args.no_gemms:
             gemm_rows.extend(time_gemms(name, n, k, args, gen, device, copy_bw))
-            replica_rows.extend(time_replica(lib, name, n, k, args, gen, device, copy_bw))
-            checks.extend(r["check"] for r in replica_rows if r.get("shape") == name and "check" in r)
-            checks.extend(False for r in replica_rows if r.get("shape") == name and "error" in r)
         print(f"{name}: done ({time.time() - t0:.0f} s)", flush=True)
     result = dict(
         device=torch.cuda.get_device_name(device),
@@ -425,7 +291,6 @@ def main(argv: list[str] | None = None) -> int:
         checks_passed=f"{sum(checks)}/{len(checks)}",
         probe=probe_rows,
         gemms=gemm_rows,
-        replica=replica_rows,
         wall_s=time.time() - t0,
     )
     report(args.out, result, prov, plot, summary_lines)

@@ -13,11 +13,7 @@
 // The sum of every word read lands in *sum (one atomic a CTA), so the caller can check that each byte of the planes
 // was read exactly once. L2 promotion of the tensor maps: 0 none, 1 128 bytes, 2 256 bytes (the GEMMs use 256).
 //
-// A traced replica of the W12 GEMM (traced_w12_kernel): tma_gemm_kernel<kW12> of the library, built from the library's
-// own device functions (this file includes skinny_gemm.cu), with two switches: the GEMM's consumers (decode + MMA) or
-// the sum-only consumers above, and the GEMM's split-K epilogue (partials, the last CTA's reduction, escapes, the bf16
-// store) or none. Each CTA records %globaltimer at its start, after its K loop and at its end, and its SM. With both
-// switches on it computes the GEMM; the caller checks its output against the library's, bit for bit.
+// The ring is built from the library's own device functions (this file includes skinny_gemm.cu).
 //
 // Build: nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static stream_probe.cu -o stream_probe.so
 
@@ -176,136 +172,6 @@ int launch(const void* a, const void* b, int N, int K, int k_splits, int promoti
   return 0;
 }
 
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// tma_gemm_kernel<kW12, kMaxTokens> (skinny_gemm.cu) with its consumers (CONSUME) and its split-K epilogue (FINISH)
-// switchable, and a trace: trace[4 c + 0..3] = the CTA's start, the end of its K loop, its end (ns, %globaltimer) and
-// its SM, for CTA c = blockIdx.y gridDim.x + blockIdx.x. Without CONSUME the consumers sum the stages' words (as
-// stream_probe_kernel); without FINISH the CTA folds its sums into *sum and stores nothing.
-template <bool CONSUME, bool FINISH>
-__global__ void __launch_bounds__(tma_threads(kW12), kBulkCtasPerSm)
-    traced_w12_kernel(const Params p, float* partials, unsigned int* counters, unsigned long long* trace, unsigned long long* sum,
-                      const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
-                      const __grid_constant__ CUtensorMap x_map) {
-  constexpr int kTmaThreads = tma_threads(kW12);
-  constexpr int kConsumers = tma_halves(kW12) * kBulkConsumerWarps;
-  constexpr int kStagesW12 = tma_stages(kW12);
-  static_assert(kConsumers == kConsumerWarps, "the sum-only consumers stand in for the GEMM's, one for one");
-  const unsigned long long t_start = global_ns();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t full_bar[kStagesW12];
-  __shared__ __align__(8) uint64_t empty_bar[kStagesW12];
-  __shared__ unsigned long long cta_sum;
-  unsigned char* smem = smem_raw + ((kTmaAlign - (smem_addr(smem_raw) & (kTmaAlign - 1))) & (kTmaAlign - 1));
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int split = blockIdx.y;
-  const int n_stages = (p.K + kBulkStageK - 1) / kBulkStageK;
-  const int s_lo = static_cast<int>((static_cast<long long>(split) * n_stages) / p.k_splits);
-  const int s_hi = static_cast<int>((static_cast<long long>(split + 1) * n_stages) / p.k_splits);
-  const int row_block = blockIdx.x * kStreamRows;
-  const int bytes = tma_stage_bytes(kW12, p.M);
-  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStagesW12) * bytes);
-  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + tma_smem_fixed(kW12, kMaxTokens));
-  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
-  const int tile0 = (row_block / kEscapeTile) * col_tiles;
-  if (tid == 0) {
-    cta_sum = 0ull;
-    for (int s = 0; s < kStagesW12; ++s) {
-      mbar_init(smem_addr(&full_bar[s]), 1);
-      mbar_init(smem_addr(&empty_bar[s]), kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
-  for (int i = tid; i <= col_tiles; i += kTmaThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
-  cp_async_commit();
-  __syncthreads();
-  if (warp == kConsumers) {
-    if (lane == 0) {
-      const uint64_t stream = l2_evict_first();
-      const uint64_t keep = l2_evict_last();
-      int s = 0;
-      uint32_t round = 0;
-      for (int it = 0; it < s_hi - s_lo; ++it) {
-        if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
-        const int k0 = (s_lo + it) * kBulkStageK;
-        const uint32_t full = smem_addr(&full_bar[s]);
-        mbar_arrive_expect_tx(full, static_cast<uint32_t>(bytes));
-        const uint32_t st = smem_addr(smem + static_cast<size_t>(s) * bytes);
-        tma_load_2d(st, &ae_map, k0, row_block, full, stream);
-        tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row_block, full, stream);
-        tma_load_2d(st + tma_stage_bytes(kW12, 0), &x_map, k0, 0, full, keep);
-        if (++s == kStagesW12) s = 0, ++round;
-      }
-    }
-  } else if constexpr (CONSUME) {
-    consume_ring<kTmaXRowBytes, kW12, kStagesW12, kMaxTokens, 2>(p, smem, bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane,
-                                                                 red);
-  } else {
-    const unsigned long long acc = sum_stages<kStagesW12>(smem, bytes, full_bar, empty_bar, s_hi - s_lo, warp, lane);
-    if (lane == 0) atomicAdd(&cta_sum, acc);
-  }
-  cp_async_wait_all();
-  __syncthreads();
-  const unsigned long long t_loop = global_ns();
-  if constexpr (CONSUME) {
-    for (int e = tid; e < kStreamRows * kMaxTokens; e += kTmaThreads) red[e] += red[kStreamRows * kMaxTokens + e];
-    __syncthreads();
-  }
-  if constexpr (FINISH) {
-    if constexpr (CONSUME) {
-      finish_split_row_block<kTmaThreads, true, kMaxTokens>(p, red, band_ptr, partials, counters, split);
-    } else {  // the epilogue over the sums' tile, whatever it holds
-      for (int e = tid; e < kStreamRows * kMaxTokens; e += kTmaThreads) red[e] = 0.f;
-      __syncthreads();
-      finish_split_row_block<kTmaThreads, true, kMaxTokens>(p, red, band_ptr, partials, counters, split);
-    }
-  } else if constexpr (CONSUME) {
-    if (tid < kStreamRows * kMaxTokens) atomicAdd(&cta_sum, static_cast<unsigned long long>(__float_as_uint(red[tid])));
-  }
-  __syncthreads();
-  if (tid == 0) {
-    if (!FINISH) atomicAdd(sum, cta_sum);
-    unsigned int sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    unsigned long long* mine = trace + 4ull * (blockIdx.y * gridDim.x + blockIdx.x);
-    mine[0] = t_start;
-    mine[1] = t_loop;
-    mine[2] = global_ns();
-    mine[3] = sm;
-  }
-}
-
-template <bool CONSUME, bool FINISH>
-int launch_traced(Params p, void* workspace, long long workspace_bytes, unsigned long long* trace, unsigned long long* sum,
-                  cudaStream_t stream) {
-  static bool attr_set = false;
-  Plan pl{};
-  float* partials = nullptr;
-  unsigned int* counters = nullptr;
-  if (int rc = prepare_ring_launch(traced_w12_kernel<CONSUME, FINISH>, attr_set, kTmaPipeline, p, workspace, workspace_bytes, &pl,
-                                   &partials, &counters, kMaxTokens))
-    return rc;
-  CUtensorMap ae_map, nib_map, x_map;
-  const unsigned long long K = p.K, N = p.N;
-  if (int rc = encode_2d(&ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, kBulkStageK, kStreamRows, "ae")) return rc;
-  if (int rc = encode_2d(&nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, kBulkStageK / 2, kStreamRows, "nib")) return rc;
-  if (int rc = encode_2d(&x_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.x, K, p.M, 2 * K, kBulkStageK, p.M, "x")) return rc;
-  p.rt_per_cta = pl.rt_per_cta;
-  p.k_splits = pl.k_splits;
-  p.n_chunks = (p.K + 63) / 64;
-  traced_w12_kernel<CONSUME, FINISH><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(tma_threads(kW12), 1, 1), pl.smem_bytes, stream>>>(
-      p, partials, counters, trace, sum, ae_map, nib_map, x_map);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return fail("traced_w12_kernel launch", e);
-  return 0;
-}
-
 }  // namespace probe
 
 using namespace probe;
@@ -333,28 +199,6 @@ int specdec_probe_stream(int layout, const void* a, const void* b, int N, int K,
       snprintf(g_probe_error, sizeof(g_probe_error), "layout: expected 0..4, got %d", layout);
       return 2;
   }
-}
-
-// The traced W12 replica (traced_w12_kernel) on the planes of specdec/formats/w12.py, M <= 8, K % 128 == 0: consume 1
-// runs the GEMM's consumers (0 the sum-only ones), finish 1 its split-K epilogue (0 none); the workspace as
-// specdec_w12_gemm_small_m_v7's (specdec_w12_v7_plan out[5] bytes, counters zero); trace [CTAs][4] as the kernel
-// writes it (specdec_w12_v7_plan: CTAs = out[3] x out[1]). 0 on success, else the message in specdec_probe_error().
-int specdec_probe_traced_w12(int consume, int finish, const void* x, const void* ae, const void* nib, const void* base,
-                             const void* esc_ptr, const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K,
-                             void* workspace, long long workspace_bytes, unsigned long long* trace, unsigned long long* sum,
-                             cudaStream_t stream) {
-  if (M < 1 || M > kMaxTokens || K % kStageK != 0 || N < 1) {
-    snprintf(g_probe_error, sizeof(g_probe_error), "expected 1 <= M <= 8, N >= 1, K %% 128 == 0, got M=%d N=%d K=%d", M, N, K);
-    return 2;
-  }
-  const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
-  int rc;
-  if (consume && finish) rc = launch_traced<true, true>(p, workspace, workspace_bytes, trace, sum, stream);
-  else if (consume) rc = launch_traced<true, false>(p, workspace, workspace_bytes, trace, sum, stream);
-  else if (finish) rc = launch_traced<false, true>(p, workspace, workspace_bytes, trace, sum, stream);
-  else rc = launch_traced<false, false>(p, workspace, workspace_bytes, trace, sum, stream);
-  if (rc != 0) snprintf(g_probe_error, sizeof(g_probe_error), "%s", specdec_cuda_last_error());
-  return rc;
 }
 
 const char* specdec_probe_error() { return g_probe_error; }

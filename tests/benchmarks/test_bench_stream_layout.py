@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from benchmarks.kernels import bench_stream_layout as bsl
@@ -39,17 +38,3 @@ def test_smoke_prints_the_cases(capsys):
     assert bsl.main(["--smoke", "--shapes", "8b_o"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(bsl.cases({"8b_o": bsl.SHAPES["8b_o"]}, lambda g, n, k: 4))
 
-
-def test_trace_stats_measures_from_the_first_start_and_counts_ctas_per_sm():
-    trace = [[100, 900, 1000, 3], [300, 700, 2100, 3], [200, 1200, 1300, 5]]
-    s = bsl.trace_stats(trace)
-    assert s["ctas"] == 3 and s["ctas_per_sm_max"] == 2
-    assert s["span_us"] == 2.0 and s["start_spread_us"] == 0.2
-    assert s["loop_us"] == {"median": 0.8, "max": 1.0}
-    assert s["epilogue_us"] == {"median": 0.1, "max": 1.4}
-    assert abs(s["after_last_loop_us"] - 0.9) < 1e-12
-
-
-def test_trace_stats_refuses_an_empty_trace():
-    with pytest.raises(ValueError, match="trace"):
-        bsl.trace_stats([])

@@ -1093,12 +1093,14 @@ __host__ __device__ constexpr int tma_stages(int kind) { return kind == kBf16 ? 
 // W12 CTAs run two halves of consumer warps (warps 0-3 the first 64-weight chunk of every stage, warps 4-7 the
 // second: 3-10 % faster than one half on the H200, benchmarks/NOTES.md); Q and bf16 CTAs one.
 __host__ __device__ constexpr int tma_halves(int kind) { return kind == kW12 ? 2 : 1; }
-__host__ __device__ constexpr int tma_threads(int kind) { return (tma_halves(kind) * kBulkConsumerWarps + 1) * 32; }
-// Shared memory after the stages: a [64 rows][tokens] fp32 tile a half, then the escape pass's scratch (an int2
-// and a row byte a thread, a count a warp), which may overlap the second tile once the halves are summed.
-__host__ __device__ constexpr int tma_smem_fixed(int kind, int tokens) {
-  return tma_halves(kind) * kStreamRows * tokens * 4 + tma_threads(kind) * 9 + (tma_threads(kind) / 32) * 4;
+// W12 CTAs have one more warp after the producer: the escape warp (fold_escapes), which sums the escapes of the CTA's
+// K slice while the consumers stream, so that no escape pass follows the K loop.
+__host__ __device__ constexpr int tma_escape_warps(int kind) { return kind == kW12 ? 1 : 0; }
+__host__ __device__ constexpr int tma_threads(int kind) {
+  return (tma_halves(kind) * kBulkConsumerWarps + 1 + tma_escape_warps(kind)) * 32;
 }
+// Shared memory after the stages: a [64 rows][tokens] fp32 tile a half.
+__host__ __device__ constexpr int tma_smem_fixed(int kind, int tokens) { return tma_halves(kind) * kStreamRows * tokens * 4; }
 
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
   asm volatile(
@@ -1106,6 +1108,56 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "%5;" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(row), "r"(bar), "l"(policy)
       : "memory");
+}
+
+// The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + 63 whose columns lie in the
+// CTA's K slice [k_lo, k_hi), each row's in stored order, summed in fp32 from 0.f: lane l sums rows l (esc[0]) and
+// l + 32 (esc[1]), token m in esc[.][m]. A 256-row band's escapes are stored tile after tile (kEscapeTile columns a
+// tile), so the slice's tiles t_lo .. t_hi hold one contiguous run of them. Rounds of up to 31 tiles: lane l reads the
+// offset of tile t + l; the lanes then read 32 escapes at a time, and each escape reaches every lane by shuffle (its
+// tile from a ballot over the offsets); the lane that owns its row adds x[m, col] * value for every token. Every
+// escape of the band lies in exactly one CTA's slice.
+template <int TOK>
+__device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int k_lo, int k_hi, int lane, float (&esc)[2][TOK]) {
+  constexpr unsigned kAll = 0xFFFFFFFFu;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int m = 0; m < TOK; ++m) esc[h][m] = 0.f;
+  if (k_lo >= k_hi) return;
+  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+  const int tile0 = (row_block / kEscapeTile) * col_tiles;
+  const int band_row = row_block % kEscapeTile;
+  const int t_hi = (k_hi - 1) / kEscapeTile;
+  for (int t = k_lo / kEscapeTile; t <= t_hi;) {
+    const int nt = min(31, t_hi - t + 1);  // tiles this round; lane nt reads the end of the last one
+    const int start = lane <= nt ? p.esc_ptr[tile0 + t + lane] : 0;
+    const int e_lo = __shfl_sync(kAll, start, 0), e_hi = __shfl_sync(kAll, start, nt);
+    for (int e0 = e_lo; e0 < e_hi; e0 += 32) {
+      uint32_t pos = 0, bits = 0;
+      if (e0 + lane < e_hi) {
+        pos = p.esc_pos[e0 + lane];
+        bits = p.esc_bits[e0 + lane];
+      }
+      const int n = min(32, e_hi - e0);
+      for (int j = 0; j < n; ++j) {
+        const int tile = t + __popc(__ballot_sync(kAll, lane >= 1 && lane < nt && start <= e0 + j));
+        const uint32_t pj = __shfl_sync(kAll, pos, j), bj = __shfl_sync(kAll, bits, j);
+        const int col = tile * kEscapeTile + static_cast<int>(pj & 0xFFu);
+        const int r = static_cast<int>(pj >> 8) - band_row;
+        if (col < k_lo || col >= k_hi) continue;
+        const float v = __uint_as_float(bj << 16);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (r != lane + 32 * h) continue;
+#pragma unroll
+          for (int m = 0; m < TOK; ++m)
+            if (m < p.M) esc[h][m] = fmaf(__uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + col]) << 16), v, esc[h][m]);
+        }
+      }
+    }
+    t += nt;
+  }
 }
 
 template <int KIND, int TOK = kMaxTokens>
@@ -1130,9 +1182,7 @@ __global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
   const int row_block = blockIdx.x * kStreamRows;
   const int stage_bytes = tma_stage_bytes(KIND, M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
-  int* band_ptr = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(red) + tma_smem_fixed(KIND, TOK));
-  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
-  const int tile0 = (row_block / kEscapeTile) * col_tiles;
+  float esc[2][TOK];  // the escape warp's sums (fold_escapes)
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -1142,9 +1192,6 @@ __global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  if constexpr (KIND == kW12)
-    for (int i = tid; i <= col_tiles; i += kTmaThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
-  cp_async_commit();
   __syncthreads();
 
   if (warp == kConsumers) {
@@ -1166,17 +1213,28 @@ __global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
         if (++s == kStages) s = 0, ++round;
       }
     }
+  } else if (tma_escape_warps(KIND) == 1 && warp == kConsumers + 1) {
+    fold_escapes<TOK>(p, row_block, s_lo * kBulkStageK, min(s_hi * kBulkStageK, p.K), lane, esc);
   } else {
     consume_ring<kTmaXRowBytes, KIND, kStages, TOK, kHalves>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane,
                                                              red);
   }
-  cp_async_wait_all();
   __syncthreads();
   if constexpr (kHalves == 2) {  // the first chunks' sums plus the second chunks', in that order
     for (int e = tid; e < kStreamRows * TOK; e += kTmaThreads) red[e] += red[kStreamRows * TOK + e];
     __syncthreads();
   }
-  finish_split_row_block<kTmaThreads, KIND == kW12, TOK>(p, red, band_ptr, partials, counters, split);
+  if constexpr (tma_escape_warps(KIND) == 1) {  // then this slice's escapes
+    if (warp == kConsumers + 1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int m = 0; m < TOK; ++m)
+          if (m < M) red[(lane + 32 * h) * TOK + m] += esc[h][m];
+    }
+    __syncthreads();
+  }
+  finish_split_row_block<kTmaThreads, false, TOK>(p, red, nullptr, partials, counters, split);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory.
@@ -1333,7 +1391,7 @@ constexpr int tma_tokens(int M) { return M > kMaxTokens ? kTmaMaxTokens : kMaxTo
 int bulk_smem_bytes(int M, int K, int pipeline) {
   const int tokens = tma_tokens(M);
   if (pipeline == kTmaPipeline)
-    return kBulkStages * tma_stage_bytes(kW12, M) + tma_smem_fixed(kW12, tokens) + band_ptr_bytes(kW12, K) + kTmaAlign;
+    return kBulkStages * tma_stage_bytes(kW12, M) + tma_smem_fixed(kW12, tokens) + kTmaAlign;
   if (pipeline == kTmaQPipeline) return kBulkStages * tma_stage_bytes(kQ, M) + tma_smem_fixed(kQ, tokens) + kTmaAlign;
   if (pipeline == kTmaBf16Pipeline) return tma_stages(kBf16) * tma_stage_bytes(kBf16, M) + tma_smem_fixed(kBf16, tokens) + kTmaAlign;
   return kBulkStages * bulk_stage_bytes(M) + bulk_smem_fixed(pipeline) + band_ptr_bytes(kW12, K);
