@@ -674,6 +674,29 @@ def cuda_ncu_w12(results: Results) -> str:
     return markdown_table(NCU_HEADER, _ncu_kernel_rows(records, kernels)) + "\n\n" + note
 
 
+STREAM_LAYOUT_RUN = "stream_layout_h200_2026-12-03_run2.json"
+STREAM_LAYOUTS = ("rows_w12", "rows_q", "rows_bf16", "tiled_w12", "tiled_bf16")
+STREAM_GEMMS = ("cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2", "cublas_bf16")
+
+
+def cuda_stream_layout(results: Results) -> str:
+    """The tensor-map ring without math by stage layout beside the GEMMs, fractions of the copy bandwidth, M = 1, cold."""
+    run = results(STREAM_LAYOUT_RUN)
+    rows = []
+    for shape in dict.fromkeys(r["shape"] for r in run["probe"]):
+        plan = {r["layout"]: r for r in run["probe"] if r["shape"] == shape and r["why"] == "plan" and "s" in r}
+        gemm = {g["kind"]: g for g in run["gemms"] if g["shape"] == shape and "cold_s" in g}
+        splits = plan["rows_w12"]["k_splits"] if "rows_w12" in plan else "?"
+        rows.append(
+            [f"{shape} ({splits} splits)"]
+            + [f"{plan[k]['frac_of_copy']:.2f}" if k in plan else "" for k in STREAM_LAYOUTS]
+            + [f"{gemm[k]['frac_of_copy']:.2f}" if k in gemm else "" for k in STREAM_GEMMS]
+        )
+    header = ["shape (W12 splits)", *STREAM_LAYOUTS, "GEMM W12 v7", "GEMM Q v2", "GEMM bf16 v2", "cuBLAS bf16"]
+    note = f"\n\ncopy bandwidth {run['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; probe checks passed {run['checks_passed']}\n"
+    return markdown_table(header, rows) + note
+
+
 def _ssd_rows(systems: dict, label: str) -> list[list[str]]:
     ar_seconds = systems["ar"]["seconds"]
     rows = []
@@ -1117,6 +1140,43 @@ def chunk_forward(results: Results) -> str:
     return markdown_table(header, rows)
 
 
+ENGINE_LONG_RUNS = (
+    ("bench_engine_h200_2026-12-03_long_default.json", "on (default)"),
+    ("bench_engine_h200_2026-12-03_long_none.json", "off (`--long-request-rows none`)"),
+)
+
+
+def engine_long_prompts(results: Results) -> str:
+    """The engine at 900-token prompts with the tall-request rule on and off: throughput, passes and full prompt passes."""
+    rows = []
+    for name, label in ENGINE_LONG_RUNS:
+        for r in results(name)["rows"]:
+            full = [b for b in r["passes_by_bucket"] if b["bucket"] == 256 and b["request_bucket"] == 256]
+            rows.append(
+                [
+                    label,
+                    r["system"],
+                    f"{r['tokens_per_s']:.0f}",
+                    f"{r['speedup_vs_ar']:.2f}x",
+                    str(r["target_passes"]),
+                    f"{r['ms_per_pass']:.2f}",
+                    f"{full[0]['passes']} at {full[0]['forward_ms']:.2f} ms" if full else "none",
+                    f"{r['mismatches_vs_alone']} / {r['mismatches_vs_batched_ar']}",
+                ]
+            )
+    header = [
+        "tall-request rule",
+        "system",
+        "tok/s",
+        "x AR",
+        "passes",
+        "ms a pass",
+        "256-row prompt passes (forward)",
+        "mismatches vs alone / AR",
+    ]
+    return markdown_table(header, rows)
+
+
 HYBRID_ENGINE_LONG = "bench_engine_hybrid_long_h200_2026-12-03.json"
 
 
@@ -1258,6 +1318,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "engine-h200-split": engine_h200_split,
     "engine-ceiling": engine_ceiling,
     "chunk-forward": chunk_forward,
+    "cuda-stream-layout": cuda_stream_layout,
+    "engine-long-prompts": engine_long_prompts,
     "elementwise-h200": elementwise_h200,
     "cuda-fixed-cost": cuda_fixed_cost,
     "engine-h200-float32": engine_h200_float32,
