@@ -37,4 +37,3 @@ def test_word_sum_reads_little_endian_unsigned_words():
 def test_smoke_prints_the_cases(capsys):
     assert bsl.main(["--smoke", "--shapes", "8b_o"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(bsl.cases({"8b_o": bsl.SHAPES["8b_o"]}, lambda g, n, k: 4))
-
