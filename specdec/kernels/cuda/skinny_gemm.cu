@@ -1113,10 +1113,13 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 // The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + 63 whose columns lie in the
 // CTA's K slice [k_lo, k_hi), each row's in stored order, summed in fp32 from 0.f: lane l sums rows l (esc[0]) and
 // l + 32 (esc[1]), token m in esc[.][m]. A 256-row band's escapes are stored tile after tile (kEscapeTile columns a
-// tile), so the slice's tiles t_lo .. t_hi hold one contiguous run of them. Rounds of up to 31 tiles: lane l reads the
-// offset of tile t + l; the lanes then read 32 escapes at a time, and each escape reaches every lane by shuffle (its
-// tile from a ballot over the offsets); the lane that owns its row adds x[m, col] * value for every token. Every
-// escape of the band lies in exactly one CTA's slice.
+// tile), so the slice's tiles t_lo .. t_hi hold one contiguous run of them. Rounds of up to 31 tiles: lane l reads
+// the offset of tile t + l. Then 32 escapes at a time, one a lane: each lane loads its escape's position and value,
+// finds its tile among the offsets, and if the escape is in the slice and the block, loads x at its column for every
+// token; all these loads of the 32 lanes are in flight together (the warp runs beside the K loop, so what it costs is
+// its chain of dependent loads: offsets, escapes, x). Last, the kept escapes in stored order: each one's row, value and
+// x values reach every lane by shuffle and the lane that owns the row adds x[m, col] * value. Every escape of the band
+// lies in exactly one CTA's slice.
 template <int TOK>
 __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int k_lo, int k_hi, int lane, float (&esc)[2][TOK]) {
   constexpr unsigned kAll = 0xFFFFFFFFu;
@@ -1125,6 +1128,7 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
 #pragma unroll
     for (int m = 0; m < TOK; ++m) esc[h][m] = 0.f;
   if (k_lo >= k_hi) return;
+  const int M = p.M;
   const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
   const int tile0 = (row_block / kEscapeTile) * col_tiles;
   const int band_row = row_block % kEscapeTile;
@@ -1134,25 +1138,32 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
     const int start = lane <= nt ? p.esc_ptr[tile0 + t + lane] : 0;
     const int e_lo = __shfl_sync(kAll, start, 0), e_hi = __shfl_sync(kAll, start, nt);
     for (int e0 = e_lo; e0 < e_hi; e0 += 32) {
+      const int e = e0 + lane;
       uint32_t pos = 0, bits = 0;
-      if (e0 + lane < e_hi) {
-        pos = p.esc_pos[e0 + lane];
-        bits = p.esc_bits[e0 + lane];
+      if (e < e_hi) {
+        pos = p.esc_pos[e];
+        bits = p.esc_bits[e];
       }
-      const int n = min(32, e_hi - e0);
-      for (int j = 0; j < n; ++j) {
-        const int tile = t + __popc(__ballot_sync(kAll, lane >= 1 && lane < nt && start <= e0 + j));
-        const uint32_t pj = __shfl_sync(kAll, pos, j), bj = __shfl_sync(kAll, bits, j);
-        const int col = tile * kEscapeTile + static_cast<int>(pj & 0xFFu);
-        const int r = static_cast<int>(pj >> 8) - band_row;
-        if (col < k_lo || col >= k_hi) continue;
-        const float v = __uint_as_float(bj << 16);
+      int tile = t;
+      for (int l = 1; l < nt; ++l) tile += __shfl_sync(kAll, start, l) <= e ? 1 : 0;
+      const int col = tile * kEscapeTile + static_cast<int>(pos & 0xFFu);
+      const int r = static_cast<int>(pos >> 8) - band_row;
+      const bool kept = e < e_hi && col >= k_lo && col < k_hi && r >= 0 && r < kStreamRows;
+      const float v = __uint_as_float(bits << 16);
+      float xs[TOK];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (r != lane + 32 * h) continue;
+      for (int m = 0; m < TOK; ++m)
+        xs[m] = kept && m < M ? __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + col]) << 16) : 0.f;
+      for (unsigned left = __ballot_sync(kAll, kept); left != 0u; left &= left - 1u) {
+        const int j = __ffs(left) - 1;
+        const int rj = __shfl_sync(kAll, r, j);
+        const float vj = __shfl_sync(kAll, v, j);
 #pragma unroll
-          for (int m = 0; m < TOK; ++m)
-            if (m < p.M) esc[h][m] = fmaf(__uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + col]) << 16), v, esc[h][m]);
+        for (int m = 0; m < TOK; ++m) {
+          if (m >= M) break;  // uniform
+          const float xm = __shfl_sync(kAll, xs[m], j);
+          if (rj == lane) esc[0][m] = fmaf(xm, vj, esc[0][m]);
+          else if (rj == lane + 32) esc[1][m] = fmaf(xm, vj, esc[1][m]);
         }
       }
     }
