@@ -482,8 +482,8 @@ ROOFLINE_KERNELS = {
 ROOFLINE_TWO_TILE_KERNELS = ("cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2", "triton_w12", "triton_q", "cublas_fp8", "cublas_bf16")
 
 
-ROOFLINE_RUN = "roofline_h200_2026-12-03.json"
-AR_STEP_RUN = "ar_step_w12_h200_2026-12-03.json"  # the same runner call as ROOFLINE_RUN
+ROOFLINE_RUN = "roofline_h200_2026-12-03_escape_warp2.json"
+AR_STEP_RUN = "ar_step_w12_h200_2026-12-03_escape_warp2.json"  # the same device call as ROOFLINE_RUN
 
 
 def cuda_roofline(results: Results) -> str:
@@ -674,7 +674,7 @@ def cuda_ncu_w12(results: Results) -> str:
     return markdown_table(NCU_HEADER, _ncu_kernel_rows(records, kernels)) + "\n\n" + note
 
 
-STREAM_LAYOUT_RUN = "stream_layout_h200_2026-12-03_run2.json"
+STREAM_LAYOUT_RUN = "stream_layout_h200_2026-12-03_escape_warp2.json"
 STREAM_LAYOUTS = ("rows_w12", "rows_q", "rows_bf16", "tiled_w12", "tiled_bf16")
 STREAM_GEMMS = ("cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2", "cublas_bf16")
 
