@@ -86,6 +86,15 @@ def test_max_pass_rows_argument():
             bench_engine.pass_rows_arg(bad)
 
 
+def test_long_request_rows_argument():
+    assert bench_engine.parse_args([]).long_request_rows == "default"
+    assert bench_engine.parse_args(["--long-request-rows", "none"]).long_request_rows is None
+    assert bench_engine.parse_args(["--long-request-rows", "32"]).long_request_rows == 32
+    for bad in ("0", "-1", "tall"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"expected 'default', 'none' or an int >= 1, got '{bad}'"):
+            bench_engine.long_rows_arg(bad)
+
+
 def test_split_forward_times_every_forward_and_restores_the_target():
     ragged = RaggedDenseTarget(tiny_target(seed=0), slots=2, layout="packed")
     ragged.enable_static_path((1, 2, 4, 8))
