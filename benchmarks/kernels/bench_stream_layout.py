@@ -1,9 +1,9 @@
 """The memory side of the tensor-map GEMMs alone: their ring with consumers that do no math, by stage layout and K split.
 
-Why. On the one-wave 8B shapes (o, qkv, down: 4096-6144 rows, K split four ways) the W12 kernel streams at 0.4-0.5 of
-the copy bandwidth, the Q view at 0.5-0.7 and bf16 at 0.6-0.8, while on lm_head (9 waves, no split) all three reach
-0.9-1.0 (roofline 2026-12-03). Nsight Compute could not say whether the ring's copies or its consumers hold them
-there. ``stream_probe.cu`` (beside this file) runs the same ring (64-row CTAs, stages of 128 weights a row, 6 stages,
+What a GEMM's ring reaches when its consumers do no math is the memory side's ceiling for that stage layout; the
+gap between a GEMM and its ring is what its consumers and its epilogue cost. On the one-wave 8B shapes (o, qkv, down:
+4096-6144 rows, K split four ways) that gap was W12's escape pass (``docs/w12.md``, "What held W12 on the one-wave
+shapes"). ``stream_probe.cu`` (beside this file) runs the same ring (64-row CTAs, stages of 128 weights a row, 6 stages,
 one producer thread, eight consumer warps, two CTAs an SM, K split over ``gridDim.y``) with consumers that only read
 each stage from shared memory and sum it. Stage layouts:
 
@@ -11,16 +11,16 @@ each stage from shared memory and sum it. Stage layouts:
   box of ``ae`` and a [64][64] box of ``nib``; Q: the ``ae`` box; bf16: a [64][256-byte] box);
 * ``tiled_w12`` / ``tiled_bf16``: the same bytes stored stage after stage, one contiguous bulk copy a stage.
 
-If the rows layouts stream near the copy rate here, the GEMMs' consumers are what holds them; if the rows layouts are
+If the rows layouts stream near the copy rate here, the GEMMs' consumers or epilogue hold them; if the rows layouts are
 slow and the tiled ones fast, the row pieces are. Each shape also times the GEMMs themselves (cuBLAS bf16 and the
 tensor-map kernels bf16 v2, W12 v7, Q v2) at M = 1 in the same run, all on cold weights (copies spanning 3x the L2,
 as ``bench_fixed_cost``). Every probe launch is checked first: the sum of the 32-bit words it read equals the sum of
 the planes' words (every byte read exactly once). Probe planes are random bytes (labelled so): a ring that does no
 math does not look at them.
 
-
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_stream_layout --out $OUT/stream_layout.json``
-(~40 s after torch start on one H200; builds ``build/stream_probe.so`` with nvcc when it is missing).
+(~40 s after torch start on one H200; builds ``build/stream_probe.so`` with nvcc when it is missing: delete it after a
+change to ``stream_probe.cu`` or ``skinny_gemm.cu``, which it includes).
 CPU: ``--smoke`` prints the cases and exits (the probe is CUDA only).
 """
 

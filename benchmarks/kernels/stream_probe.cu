@@ -1,7 +1,8 @@
 // What a weight-streaming ring reaches when its consumers do no math: the memory side of the tensor-map GEMMs
 // (specdec/kernels/cuda/skinny_gemm.cu, tma_gemm_kernel) alone, by the layout of a stage's bytes in global memory.
 //
-// The ring is the GEMMs' ring: 64-row CTAs, stages of 128 weights a row, 6 stages, one producer thread, eight consumer
+// The ring is the GEMMs' ring, built from the library's own device functions (this file includes skinny_gemm.cu):
+// 64-row CTAs, stages of 128 weights a row, 6 stages, one producer thread, eight consumer
 // warps that wait on a stage's full barrier, read all of its bytes from shared memory (16-byte loads, summed as
 // 32-bit words so nothing is optimised away and every byte is counted) and release it; two CTAs an SM; K split over
 // gridDim.y as the GEMMs split it. Layouts of a stage:
@@ -12,8 +13,6 @@
 //   4 tiled bf16: 16,384 contiguous bytes
 // The sum of every word read lands in *sum (one atomic a CTA), so the caller can check that each byte of the planes
 // was read exactly once. L2 promotion of the tensor maps: 0 none, 1 128 bytes, 2 256 bytes (the GEMMs use 256).
-//
-// The ring is built from the library's own device functions (this file includes skinny_gemm.cu).
 //
 // Build: nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static stream_probe.cu -o stream_probe.so
 
