@@ -523,6 +523,15 @@ def plot(result: dict, path: Path) -> str | None:
     return str(path)
 
 
+def word_or_positive_int(text: str, word: str) -> int | str | None:
+    """``word``, ``"none"`` (``None``) or a positive int, for an argparse ``type``; anything else is refused."""
+    if text in (word, "none"):
+        return None if text == "none" else text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected '{word}', 'none' or an int >= 1, got {text!r}")
+    return int(text)
+
+
 def pass_rows_arg(text: str) -> int | str | None:
     """``--max-pass-rows``: ``"auto"``, ``"none"`` (no cap) or a positive int.
 
@@ -530,11 +539,7 @@ def pass_rows_arg(text: str) -> int | str | None:
         >>> pass_rows_arg("auto"), pass_rows_arg("none"), pass_rows_arg("256")
         ('auto', None, 256)
     """
-    if text in ("auto", "none"):
-        return None if text == "none" else text
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or an int >= 1, got {text!r}")
-    return int(text)
+    return word_or_positive_int(text, "auto")
 
 
 def long_rows_arg(text: str) -> int | str | None:
@@ -544,11 +549,7 @@ def long_rows_arg(text: str) -> int | str | None:
         >>> long_rows_arg("default"), long_rows_arg("none"), long_rows_arg("64")
         ('default', None, 64)
     """
-    if text in ("default", "none"):
-        return None if text == "none" else text
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected 'default', 'none' or an int >= 1, got {text!r}")
-    return int(text)
+    return word_or_positive_int(text, "default")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1079,7 +1079,7 @@ __global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
 // values) instead of one bulk copy per row and plane. Boxes are described by tensor maps built on the host; the
 // parts of a box past N rows or past K read as zeros and count their bytes, so every stage completes
 // tma_stage_bytes(KIND, M) bytes. x lands with rows of kTmaXRowBytes (unpadded: the x loads of the two token rows of
-// a quarter-warp share banks). KIND kW12: exact, escapes added by the epilogue; kQ: the Q view (ae and bases only,
+// a quarter-warp share banks). KIND kW12: exact, escapes added by the escape warp; kQ: the Q view (ae and bases only,
 // no escapes); kBf16: plain bf16 weights, one box of [64 rows][kBulkStageK] bf16 (twice the W12 bytes a stage, so
 // the ring keeps tma_stages(kBf16) = 5 stages to leave room for two CTAs per SM). Needs K % 32 == 0 (16-byte nib
 // row strides; for bf16 whole 32-weight chunks) and 16-byte aligned planes and x.
@@ -1653,9 +1653,11 @@ TensorMapEncodeTiled tensor_map_encoder() {
 }
 
 // A 2-D row-major tensor [rows][inner] of `type` at `base` (row stride `row_bytes`), read in boxes of
-// [box_rows][box_inner]; elements past its edges read as zeros. 2 with the message set on failure.
+// [box_rows][box_inner]; elements past its edges read as zeros; `promotion`: the L2 sector promotion of its loads.
+// 2 with the message set on failure.
 int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsigned long long inner, unsigned long long rows,
-              unsigned long long row_bytes, unsigned int box_inner, unsigned int box_rows, const char* what) {
+              unsigned long long row_bytes, unsigned int box_inner, unsigned int box_rows, const char* what,
+              CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   const TensorMapEncodeTiled encode = tensor_map_encoder();
   if (encode == nullptr) {
     snprintf(g_error, sizeof(g_error), "cuTensorMapEncodeTiled is not available from the driver");
@@ -1670,8 +1672,7 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
   const cuuint32_t box[2] = {box_inner, box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     snprintf(g_error, sizeof(g_error), "cuTensorMapEncodeTiled(%s, %llu x %llu, box %u x %u): error %d", what, rows, inner, box_rows,
              box_inner, static_cast<int>(r));
