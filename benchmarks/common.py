@@ -46,6 +46,7 @@ PROVENANCE_FIELDS = (
     "seed",
     "command",
     "date_utc",
+    "env",
 )
 
 
@@ -232,7 +233,8 @@ def provenance(seed: int | None) -> dict:
     tree), ``gpu`` name and NVIDIA ``driver`` version (``None``
     without CUDA), ``torch``, ``triton``, ``transformers`` and ``cuda`` versions, ``seed`` (``None``
     when the benchmark draws no random numbers), ``command`` (as typed, ``python -m ...``) and
-    ``date_utc`` (ISO 8601).
+    ``date_utc`` (ISO 8601), ``env``: the ``SPECDEC_*`` environment variables set (kernel variants, programmatic
+    launch; ``$SPECDEC_GIT_COMMIT`` is in ``git_commit``), which change what a command runs.
 
     Example:
         >>> p = provenance(seed=0)
@@ -261,6 +263,7 @@ def provenance(seed: int | None) -> dict:
         "seed": seed,
         "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("SPECDEC_") and k != "SPECDEC_GIT_COMMIT"},
     }
 
 
@@ -273,9 +276,11 @@ def provenance_line(prov: dict) -> str:
     """
     commit = (prov["git_commit"] or "unknown")[:12] + (" (dirty)" if prov["git_dirty"] else "")
     gpu = f"{prov['gpu']} driver {prov['driver']} CUDA {prov['cuda']}" if prov["gpu"] else "no GPU"
+    env = "".join(f" {k}={v}" for k, v in (prov.get("env") or {}).items())
     return (
         f"# specdec {prov['specdec']} @ {commit} | {gpu} | torch {prov['torch']} triton {prov['triton']} "
         f"transformers {prov['transformers']} | seed {prov['seed']} | {prov['date_utc']} | {prov['command']}"
+        + (f" |{env}" if env else "")
     )
 
 

@@ -121,7 +121,8 @@ def test_every_benchmark_writes_and_prints_provenance(path):
     assert not any(c.endswith(".write_text") for c in calls), f"{rel(path)} writes files without write_json"
 
 
-def test_provenance_has_every_field():
+def test_provenance_has_every_field(monkeypatch):
+    monkeypatch.setenv("SPECDEC_PDL", "gemm")
     prov = provenance(seed=7)
     assert tuple(prov) == PROVENANCE_FIELDS
     assert set(PROVENANCE_FIELDS) == {
@@ -137,14 +138,17 @@ def test_provenance_has_every_field():
         "seed",
         "command",
         "date_utc",
+        "env",
     }
     assert prov["specdec"] == specdec.__version__ and prov["torch"] == torch.__version__ and prov["seed"] == 7
     assert prov["triton"] and prov["transformers"] and prov["command"]
     assert datetime.datetime.fromisoformat(prov["date_utc"]).utcoffset() == datetime.timedelta(0)
     if prov["git_commit"] is not None:
         assert re.fullmatch(r"[0-9a-f]{40}", prov["git_commit"]) and isinstance(prov["git_dirty"], bool)
+    assert prov["env"]["SPECDEC_PDL"] == "gemm"
     line = provenance_line(prov)
     assert line.startswith("# specdec ") and "seed 7" in line and prov["date_utc"] in line
+    assert " SPECDEC_PDL=gemm" in line.rsplit("|", 1)[1]
     with pytest.raises(TypeError, match="seed"):
         provenance(seed="0")
 

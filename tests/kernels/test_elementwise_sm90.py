@@ -3,7 +3,9 @@
 The other kernel tests run the Triton interpreter, which never lowers a kernel. Here this file, run as a script in a
 process without ``TRITON_INTERPRET``, compiles every variant of the q/k norm + RoPE (+ cache write), SwiGLU and
 add + norm kernels to PTX and a cubin for sm_90, and reports what the tests below check in the PTX: the float32 RoPE
-launch contracts nothing into an FMA (its bitwise claim), and SwiGLU divides with correct rounding (``div.rn``).
+launch contracts nothing into an FMA (its bitwise claim), SwiGLU divides with correct rounding (``div.rn``), and the
+SwiGLU and norm kernels launched programmatically (``specdec.kernels.launch``) wait for the kernel before them and then
+let the next one start before they load anything.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def compile_all() -> dict:
         assert "cubin" in kernel.asm
         return kernel.asm["ptx"]
 
-    out: dict = {"rope": {}, "silu": {}, "add_norm": {}}
+    out: dict = {"rope": {}, "silu": {}, "add_norm": {}, "pdl": {}}
     for dt in ("fp32", "bf16", "fp16"):
         ptrs = ("q_ptr", "k_ptr", "cos_ptr", "sin_ptr", "qw_ptr", "kw_ptr", "q_out_ptr", "k_out_ptr", "v_ptr")
         types = {n: f"*{dt}" for n in (*ptrs, "k_cache_ptr", "v_cache_ptr")} | {
@@ -46,13 +48,31 @@ def compile_all() -> dict:
             consts = dict(BLOCK=64, NORM=norm, CACHE=cache, SLOTS=slots, Q_SCATTER=scatter)
             ptx = build(_qk_norm_rope_kernel, types, consts, num_warps=2, **LAUNCH_OPTIONS)
             out["rope"][f"{dt} cache={cache} slots={slots} norm={norm} q_scatter={scatter}"] = {"fma": ptx.count("fma.rn.f32")}
-        ptx = build(_silu_mul_kernel, {"gu_ptr": f"*{dt}", "out_ptr": f"*{dt}", "stride_row": "i64"},
-                    dict(BLOCK=1024, ACCURATE_EXP=True), num_warps=4)  # fmt: skip
-        out["silu"][dt] = {"div_rn": "div.rn.f32" in ptx, "div_full": "div.full.f32" in ptx}
-        types = {n: f"*{dt}" for n in ("x_ptr", "gate_ptr", "w_ptr", "out_ptr", "delta_ptr", "res_ptr")} | {"eps": "fp32"}
-        build(_rms_norm_kernel, types, dict(BLOCK=4096, GATED=False, SCALED=True, ADD=True), num_warps=8)
-        out["add_norm"][dt] = True
+        for pdl in (False, True):
+            ptx = build(_silu_mul_kernel, {"gu_ptr": f"*{dt}", "out_ptr": f"*{dt}", "stride_row": "i64"},
+                        dict(BLOCK=1024, ACCURATE_EXP=True, PDL=pdl), num_warps=4, launch_pdl=pdl)  # fmt: skip
+            out["silu"][f"{dt} pdl={pdl}"] = {"div_rn": "div.rn.f32" in ptx, "div_full": "div.full.f32" in ptx}
+            out["pdl"][f"silu {dt} pdl={pdl}"] = griddep_order(ptx)
+            types = {n: f"*{dt}" for n in ("x_ptr", "gate_ptr", "w_ptr", "out_ptr", "delta_ptr", "res_ptr")} | {"eps": "fp32"}
+            consts = dict(BLOCK=4096, GATED=False, SCALED=True, ADD=True, PDL=pdl)
+            out["pdl"][f"add_norm {dt} pdl={pdl}"] = griddep_order(
+                build(_rms_norm_kernel, types, consts, num_warps=8, launch_pdl=pdl)
+            )
+            out["add_norm"][f"{dt} pdl={pdl}"] = True
     return out
+
+
+def griddep_order(ptx: str) -> list[str]:
+    """The PTX's ``griddepcontrol`` instructions and its first global load, in program order."""
+    seen = []
+    for line in ptx.splitlines():
+        words = line.split()
+        op = (words[1] if words and words[0].startswith("@") and len(words) > 1 else words[0] if words else "").rstrip(";")
+        if op.startswith("griddepcontrol."):
+            seen.append(op)
+        elif op.startswith("ld.global") and "ld.global" not in seen:
+            seen.append("ld.global")
+    return seen
 
 
 def test_every_variant_compiles_for_sm90_as_the_rounding_claims_need():
@@ -60,10 +80,13 @@ def test_every_variant_compiles_for_sm90_as_the_rounding_claims_need():
     run = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert len(out["rope"]) == 15 and len(out["add_norm"]) == 3
+    assert len(out["rope"]) == 15 and len(out["add_norm"]) == 6
     # float32 RoPE: no product fused into the sum (the norm variants keep no FMA either, so the claim holds there too)
     assert all(v["fma"] == 0 for k, v in out["rope"].items() if k.startswith("fp32")), out["rope"]
     assert all(v["div_rn"] and not v["div_full"] for v in out["silu"].values()), out["silu"]
+    # programmatic launch: wait for the kernel before, then let the next start, both before the first global load
+    launch = ["griddepcontrol.wait", "griddepcontrol.launch_dependents", "ld.global"]
+    assert all(v == (launch if k.endswith("pdl=True") else ["ld.global"]) for k, v in out["pdl"].items()), out["pdl"]
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from specdec.kernels.launch import start_next_kernel, triton_launch_options, wait_for_previous_kernel
 from specdec.kernels.norm.rounding import round_to
 
 __all__ = ["silu_mul_triton"]
@@ -31,7 +32,10 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
-def _silu_mul_kernel(gu_ptr, out_ptr, F, stride_row, BLOCK: tl.constexpr, ACCURATE_EXP: tl.constexpr):
+def _silu_mul_kernel(gu_ptr, out_ptr, F, stride_row, BLOCK: tl.constexpr, ACCURATE_EXP: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # launched programmatically (specdec.kernels.launch): the GEMM after this kernel may start now
+        wait_for_previous_kernel()
+        start_next_kernel()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < F
@@ -58,5 +62,6 @@ def silu_mul_triton(gate_up: torch.Tensor) -> torch.Tensor:
         block = min(triton.next_power_of_2(f), 1024)
         _silu_mul_kernel[(rows.shape[0], triton.cdiv(f, block))](
             rows, out, f, rows.stride(0), BLOCK=block, ACCURATE_EXP=not _INTERPRET, num_warps=4 if block >= 512 else 1,
+            **triton_launch_options(rows),
         )  # fmt: skip
     return out.view(*gate_up.shape[:-1], f)

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace cg = cooperative_groups;
@@ -1102,6 +1103,12 @@ __host__ __device__ constexpr int tma_threads(int kind) {
 // Shared memory after the stages: a [64 rows][tokens] fp32 tile a half.
 __host__ __device__ constexpr int tma_smem_fixed(int kind, int tokens) { return tma_halves(kind) * kStreamRows * tokens * 4; }
 
+// Programmatic dependent launch (a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization): wait
+// until the kernels this one depends on have finished and their writes are visible; let the kernels that depend on
+// this one start. Both do nothing in a kernel launched without the attribute.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], "
@@ -1127,6 +1134,7 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int m = 0; m < TOK; ++m) esc[h][m] = 0.f;
+  griddep_wait();  // x comes from the kernel before this one
   if (k_lo >= k_hi) return;
   const int M = p.M;
   const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
@@ -1207,20 +1215,37 @@ __global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
 
   if (warp == kConsumers) {
     if (lane == 0) {
+      // The weights of the first kStages stages go out before griddep_wait (they do not depend on the kernel before
+      // this one), their x after it; every later stage's weights and x together.
       const uint64_t stream = l2_evict_first();
       const uint64_t keep = l2_evict_last();
       const uint32_t tx = static_cast<uint32_t>(stage_bytes);  // whole boxes, zeros past N and K included
-      int s = 0;
-      uint32_t round = 0;
-      for (int it = 0; it < s_hi - s_lo; ++it) {
-        if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+      const int n = s_hi - s_lo;
+      const int first = min(n, kStages);
+      auto weights = [&](int it, uint32_t full) {
         const int k0 = (s_lo + it) * kBulkStageK;
-        const uint32_t full = smem_addr(&full_bar[s]);
-        mbar_arrive_expect_tx(full, tx);
-        const uint32_t st = smem_addr(smem + static_cast<size_t>(s) * stage_bytes);
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(it % kStages) * stage_bytes);
         tma_load_2d(st, &ae_map, k0, row_block, full, stream);  // bf16: the weights
         if constexpr (KIND == kW12) tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row_block, full, stream);
-        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, k0, 0, full, keep);
+      };
+      auto x_of = [&](int it, uint32_t full) {
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(it % kStages) * stage_bytes);
+        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, (s_lo + it) * kBulkStageK, 0, full, keep);
+      };
+      for (int it = 0; it < first; ++it) {
+        mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
+        weights(it, smem_addr(&full_bar[it]));
+      }
+      griddep_wait();
+      for (int it = 0; it < first; ++it) x_of(it, smem_addr(&full_bar[it]));
+      int s = first % kStages;
+      uint32_t round = first == kStages ? 1u : 0u;
+      for (int it = first; it < n; ++it) {
+        mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+        const uint32_t full = smem_addr(&full_bar[s]);
+        mbar_arrive_expect_tx(full, tx);
+        weights(it, full);
+        x_of(it, full);
         if (++s == kStages) s = 0, ++round;
       }
     }
@@ -1231,6 +1256,8 @@ __global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
                                                              red);
   }
   __syncthreads();
+  griddep_launch_dependents();  // this CTA reads no more weights: a kernel launched after it may start its own
+  griddep_wait();               // the epilogue writes the workspace and y: after the kernel before has finished
   if constexpr (kHalves == 2) {  // the first chunks' sums plus the second chunks', in that order
     for (int e = tid; e < kStreamRows * TOK; e += kTmaThreads) red[e] += red[kStreamRows * TOK + e];
     __syncthreads();
@@ -1681,6 +1708,14 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
   return 0;
 }
 
+// The tensor-map kernels launch with programmatic dependent launch where SPECDEC_PDL is "gemm" or "1"
+// (specdec/kernels/launch.py): their prologue and first stages of weights overlap the kernel before them (README.md,
+// "Programmatic dependent launch").
+bool programmatic_launch() {
+  const char* v = getenv("SPECDEC_PDL");
+  return v != nullptr && (strcmp(v, "gemm") == 0 || strcmp(v, "1") == 0);
+}
+
 // tma_gemm_kernel<KIND, TOK> on p (M <= TOK).
 template <int KIND, int TOK>
 int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
@@ -1709,9 +1744,20 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = (p.K + 63) / 64;
-  tma_gemm_kernel<KIND, TOK><<<dim3(pl.grid_x, pl.k_splits, 1), dim3(tma_threads(KIND), 1, 1), pl.smem_bytes, stream>>>(
-      p, partials, counters, ae_map, nib_map, x_map);
-  cudaError_t e = cudaGetLastError();
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(pl.grid_x, pl.k_splits, 1);
+  config.blockDim = dim3(tma_threads(KIND), 1, 1);
+  config.dynamicSmemBytes = pl.smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic_launch()) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  cudaError_t e = cudaLaunchKernelEx(&config, tma_gemm_kernel<KIND, TOK>, p, partials, counters, ae_map, nib_map, x_map);
+  if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) return fail("tma_gemm_kernel launch", e);
   return 0;
 }

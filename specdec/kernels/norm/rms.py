@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from specdec.kernels.launch import start_next_kernel, triton_launch_options, wait_for_previous_kernel
+
 from .rounding import round_to
 
 __all__ = ["add_rms_norm_triton", "rms_norm_triton"]
@@ -33,7 +35,11 @@ def _rms_norm_kernel(
     GATED: tl.constexpr,
     SCALED: tl.constexpr,
     ADD: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # launched programmatically (specdec.kernels.launch): the GEMM after this kernel may start now
+        wait_for_previous_kernel()
+        start_next_kernel()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < D
@@ -70,7 +76,7 @@ def rms_norm_triton(
         _rms_norm_kernel[(rows.shape[0],)](
             rows, rows if gates is None else gates, weight.contiguous(), out, rows, out, d, float(eps),
             BLOCK=triton.next_power_of_2(d), GATED=gate is not None, SCALED=scaled, ADD=False,
-            num_warps=4 if d <= 1024 else 8,
+            num_warps=4 if d <= 1024 else 8, **triton_launch_options(rows),
         )  # fmt: skip
     return out.view(x.shape)
 
@@ -88,5 +94,6 @@ def add_rms_norm_triton(
         _rms_norm_kernel[(rows.shape[0],)](
             rows, rows, weight.contiguous(), out, deltas, residual, d, float(eps),
             BLOCK=triton.next_power_of_2(d), GATED=False, SCALED=True, ADD=True, num_warps=4 if d <= 1024 else 8,
+            **triton_launch_options(rows),
         )  # fmt: skip
     return residual.view(x.shape), out.view(x.shape)

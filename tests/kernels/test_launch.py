@@ -1,0 +1,54 @@
+"""``specdec.kernels.launch``: who launches programmatically under ``$SPECDEC_PDL``, and the interpreter left out.
+
+The compiled side (the PTX's ``griddepcontrol`` order in the SwiGLU and norm kernels) is in
+``test_elementwise_sm90.py``; the CUDA GEMMs read the same variable in their host code.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specdec.kernels.act import silu_mul
+from specdec.kernels.launch import PDL_ENV, pdl_mode, triton_launch_options
+from specdec.kernels.norm.rms import add_rms_norm_triton
+
+ON_CUDA = SimpleNamespace(is_cuda=True)  # the only attribute triton_launch_options reads
+
+
+@pytest.mark.parametrize(("value", "mode"), [(None, "0"), ("", "0"), ("0", "0"), ("gemm", "gemm"), ("1", "1")])
+def test_mode_from_the_environment(monkeypatch, value, mode):
+    if value is None:
+        monkeypatch.delenv(PDL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(PDL_ENV, value)
+    assert pdl_mode() == mode
+    want = {"PDL": True, "launch_pdl": True} if mode == "1" else {"PDL": False}
+    assert triton_launch_options(ON_CUDA) == want
+
+
+@pytest.mark.parametrize("value", ["on", "true", "2", "GEMM"])
+def test_an_unknown_mode_names_the_variable(monkeypatch, value):
+    monkeypatch.setenv(PDL_ENV, value)
+    with pytest.raises(ValueError, match=rf"\$SPECDEC_PDL: expected one of .*got '{value}'"):
+        pdl_mode()
+
+
+def test_tensors_off_cuda_never_launch_programmatically(monkeypatch):
+    monkeypatch.setenv(PDL_ENV, "1")
+    assert triton_launch_options(torch.zeros(2)) == {"PDL": False}
+
+
+def test_kernels_in_the_interpreter_are_unchanged_with_the_launch_asked_for(monkeypatch):
+    gen = torch.Generator().manual_seed(0)
+    gate_up = torch.randn(3, 2 * 70, generator=gen).to(torch.bfloat16)
+    x, delta = (torch.randn(2, 96, generator=gen).to(torch.bfloat16) for _ in range(2))
+    weight = torch.randn(96, generator=gen).to(torch.bfloat16)
+    outs = {}
+    for mode in ("0", "1"):
+        monkeypatch.setenv(PDL_ENV, mode)
+        outs[mode] = (silu_mul(gate_up, backend="triton"), *add_rms_norm_triton(x, delta, weight, 1e-6))
+    assert all(torch.equal(a, b) for a, b in zip(*outs.values()))
+    assert not torch.equal(outs["1"][0], torch.zeros_like(outs["1"][0]))
