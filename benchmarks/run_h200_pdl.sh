@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Programmatic dependent launch ($SPECDEC_PDL, specdec/kernels/launch.py) on and off: the W12 v7, Q v2 and bf16 v2
 # probes with it on (one-hot exact, deterministic); the fixed cost of the tensor-map GEMMs and cuBLAS on the Qwen3-8B
-# and Qwen3-32B shapes (cold weights, calls back to back in a graph) with it off and with the GEMMs launching programmatically; the
-# AR step of the Qwen3-8B-shaped lean target (bf16 and W12 weights, graphs) off, GEMMs only, and GEMMs with the
-# norms and SwiGLU; the CUDA kernels under compute-sanitizer memcheck with it on. Writes JSON, PNGs and logs to $OUT
-# (the logs in one pdl_logs.tgz).
+# and Qwen3-32B shapes (cold weights, calls back to back in a graph) with it off and with the GEMMs launching
+# programmatically; the AR step of the Qwen3-8B-shaped lean target (bf16 and W12 weights, graphs) off, GEMMs only,
+# and GEMMs with the norms and SwiGLU; the CUDA kernels under compute-sanitizer memcheck with it on. Writes JSON to $OUT, and the logs,
+# the probes' JSON and the fixed-cost PNGs in one pdl_logs.tgz.
 # Expected time on one H200: ~4 min (torch start ~10 s a process; probes ~15 s each, three; fixed cost ~25 s each,
 # two; AR step ~25 s each, three; sanitizer ~30 s; nvcc 15-25 s when build/specdec_cuda_kernels.so was not carried).
 # Caps: nvcc 60 s, probes 30 s each, fixed cost 75 s each (budget 55 s), AR steps 60 s each (budget 45 s), sanitizer
@@ -39,6 +39,7 @@ if command -v compute-sanitizer >/dev/null; then
 else
   echo "compute-sanitizer not found: memcheck not run"
 fi
+mv "$OUT"/fixed_cost_pdl_*.png "$LOGS/" 2>/dev/null
 tar -czf "$LOGS/../pdl_logs.tgz" -C "$LOGS" . && mv "$LOGS/../pdl_logs.tgz" "$OUT/"
 for mode in 0 gemm; do
   echo "=== fixed cost, SPECDEC_PDL=$mode: fits, then the Qwen3-8B shapes at M = 1 (cold, back to back) ==="
