@@ -967,11 +967,25 @@ def kept_bulk(args) -> tuple[str, ...]:
     return tuple(v for v in BULK_VARIANTS if v not in args.skip_variants)
 
 
+def graph_calls_equal(call: Callable[[], torch.Tensor], want: torch.Tensor, calls: int = 3) -> bool:
+    """Whether ``calls`` back-to-back ``call()`` captured in one CUDA graph (under programmatic launch, each kernel
+    may start while the one before it finishes: ``specdec.kernels.launch``) all return exactly ``want`` on replay."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [call() for _ in range(calls)]
+    for out in outs:
+        out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    return all(torch.equal(out, want) for out in outs)
+
+
 def variant_probe(cases, gen: torch.Generator, device: torch.device, ops, variant: str) -> list[dict]:
     """Runs the kernel ``variant`` (one of ``PROBE_VARIANTS``) once per ``(N, K, M)`` case and checks it against the fp32 product.
 
     The product of the weight (``"q_v2"``: of its Q view); tolerance as in the timed run:
-    ``2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7`` per element. Returns one dict per case (``ok``,
+    ``2 * max|cuBLAS bf16 - y_fp32| + |y_fp32| * 2^-7`` per element. On CUDA, three calls captured back to back in
+    one graph must then return that output bit for bit (``graph_equal``). Returns one dict per case (``ok``,
     ``max_err``); a case that raises is recorded with its error and ``ok=False``.
     """
     from specdec.formats.w12 import W12Tensor
@@ -991,6 +1005,9 @@ def variant_probe(cases, gen: torch.Generator, device: torch.device, ops, varian
             err = (y.float() - y32).abs()
             row["max_err"] = err.max().item()
             row["ok"] = bool((err <= 2 * err_ref + y32.abs() * 2**-7).all())
+            if device.type == "cuda":
+                row["graph_equal"] = graph_calls_equal(lambda: probe_call(ops, variant)(x, w12), y)
+                row["ok"] = row["ok"] and row["graph_equal"]
         except Exception as exc:  # recorded; the runner then leaves the kernel out of the main run
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
             row["ok"] = False

@@ -3,25 +3,28 @@ in the stream is still running, and waits (``griddepcontrol.wait``) where it fir
 
 A decode step at one token is a chain of short kernels, and each GEMM's first microseconds (launch, prologue, the
 first stages of weights in flight) are not covered by any other work. With the launch, a GEMM's CTAs start while the
-element-wise kernel before it runs, put the weights of their first stages in flight (weights do not depend on that
-kernel), and wait only before their first load of ``x``. ``$SPECDEC_PDL`` (read on every launch) says who takes part:
+element-wise kernel before it runs, load the weights of their first stages into shared memory, and wait only before
+their first load of ``x``. ``$SPECDEC_PDL`` (read on every launch) says who takes part:
 
-* ``"gemm"``: the CUDA tensor-map GEMMs (W12 v7, Q v2, bf16 v2) launch with it. A kernel before them that does not
-  signal still lets them start only as its last CTAs exit;
-* ``"1"``: those, and the element-wise Triton kernels that come before GEMMs in a decode step (the RMSNorms, SwiGLU):
-  each waits for the kernel before it at its start, then signals (``griddepcontrol.launch_dependents``), so the
-  GEMM after it starts at once;
-* ``"0"`` or unset: nobody.
+* ``"1"`` (also when unset): the element-wise Triton kernels that come before GEMMs in a decode step (the RMSNorms,
+  SwiGLU), which wait for the kernel before them at their start and then signal (``griddepcontrol.launch_dependents``)
+  so that the GEMM after them starts at once; and the CUDA tensor-map GEMMs (W12 v7, Q v2, bf16 v2) while the
+  stream is being captured into a CUDA graph (:func:`gemm_launch_programmatic`);
+* ``"gemm"``: the tensor-map GEMMs alone (captured), the element-wise kernels launched plainly;
+* ``"0"``: nobody.
 
-Either instruction does nothing in a kernel launched without the attribute, so a kernel that takes part stays correct
-after any kernel. The Triton interpreter has no such instructions: :func:`triton_launch_options` turns them off for
-tensors that are not on a CUDA device.
+Either instruction does nothing in a kernel launched without the attribute, so an element-wise kernel that takes part
+stays correct after any kernel. A GEMM reads its first weights before it waits, which is right only when the kernel
+just before it does not write those weights: true inside a captured forward, whose graph writes activations, caches
+and workspaces but never a linear's weights; not assured for an eager call made right after the weights were
+written (a W12 encoding, a load), which is why eager calls launch plainly. The Triton interpreter has no such
+instructions: :func:`triton_launch_options` turns them off for tensors that are not on a CUDA device.
 
 Example:
     >>> import os
     >>> os.environ[PDL_ENV] = "gemm"
-    >>> pdl_mode(), triton_launch_options(torch.zeros(1))
-    ('gemm', {'PDL': False})
+    >>> pdl_mode(), triton_launch_options(torch.zeros(1)), gemm_launch_programmatic()
+    ('gemm', {'PDL': False}, False)
     >>> del os.environ[PDL_ENV]
 """
 
@@ -33,15 +36,23 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["PDL_ENV", "PDL_MODES", "pdl_mode", "start_next_kernel", "triton_launch_options", "wait_for_previous_kernel"]
+__all__ = [
+    "PDL_ENV",
+    "PDL_MODES",
+    "gemm_launch_programmatic",
+    "pdl_mode",
+    "start_next_kernel",
+    "triton_launch_options",
+    "wait_for_previous_kernel",
+]
 
 PDL_ENV = "SPECDEC_PDL"
 PDL_MODES = ("0", "gemm", "1")
 
 
 def pdl_mode() -> str:
-    """``$SPECDEC_PDL``: ``"0"`` (also when unset), ``"gemm"`` or ``"1"``; a ``ValueError`` naming it otherwise."""
-    mode = os.environ.get(PDL_ENV) or "0"
+    """``$SPECDEC_PDL``: ``"0"``, ``"gemm"`` or ``"1"`` (also when unset); a ``ValueError`` naming it otherwise."""
+    mode = os.environ.get(PDL_ENV) or "1"
     if mode not in PDL_MODES:
         raise ValueError(f"${PDL_ENV}: expected one of {PDL_MODES}, got {mode!r}")
     return mode
@@ -54,6 +65,12 @@ def triton_launch_options(x: torch.Tensor) -> dict:
     if x.is_cuda and pdl_mode() == "1":
         return {"PDL": True, "launch_pdl": True}
     return {"PDL": False}
+
+
+def gemm_launch_programmatic() -> bool:
+    """Whether a CUDA tensor-map GEMM launched now on the current thread launches programmatically: ``$SPECDEC_PDL``
+    is ``"gemm"`` or ``"1"`` and the current CUDA stream is being captured into a graph."""
+    return pdl_mode() != "0" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 @triton.jit

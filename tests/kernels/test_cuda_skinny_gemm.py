@@ -375,11 +375,14 @@ def test_split_k_workspace_is_never_made_during_graph_capture(monkeypatch):
 def test_split_k_launch_hands_the_planned_workspace_to_the_kernel():
     from specdec.kernels.cuda import ops
 
+    calls = []
+
     class Library:
         def specdec_cuda_last_error(self):
             return b"M=9 is not a token count"
 
-    calls = []
+        def specdec_set_programmatic_launch(self, on):
+            calls.append(("programmatic", on))
 
     def plan_of(nbytes, rc=0):
         def plan(m, n, k, sms, out):
@@ -399,7 +402,8 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel():
         calls.clear()
         assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(nbytes), run, args, 8, 72, 4128, cpu, "s") == 0
         assert calls[0] == ("plan", 8, 72, 4128, 0)  # sms = 0: the current device's multiprocessors
-        *given, ws_ptr, ws_bytes, stream = calls[1][1:]
+        assert calls[1] == ("programmatic", 0)  # set before every launch; eager calls launch plainly
+        *given, ws_ptr, ws_bytes, stream = calls[2][1:]
         assert tuple(given) == args and (ws_bytes, stream) == (nbytes, "s")
         assert ws_ptr.value == (ops.split_k_workspace(cpu, nbytes).data_ptr() if nbytes else None)
     calls.clear()

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from specdec.kernels.act import silu_mul
-from specdec.kernels.launch import PDL_ENV, pdl_mode, triton_launch_options
+from specdec.kernels.launch import PDL_ENV, gemm_launch_programmatic, pdl_mode, triton_launch_options
 from specdec.kernels.norm.rms import add_rms_norm_triton
 
 ON_CUDA = SimpleNamespace(is_cuda=True)  # the only attribute triton_launch_options reads
 
 
-@pytest.mark.parametrize(("value", "mode"), [(None, "0"), ("", "0"), ("0", "0"), ("gemm", "gemm"), ("1", "1")])
+@pytest.mark.parametrize(("value", "mode"), [(None, "1"), ("", "1"), ("0", "0"), ("gemm", "gemm"), ("1", "1")])
 def test_mode_from_the_environment(monkeypatch, value, mode):
     if value is None:
         monkeypatch.delenv(PDL_ENV, raising=False)
@@ -34,6 +34,17 @@ def test_an_unknown_mode_names_the_variable(monkeypatch, value):
     monkeypatch.setenv(PDL_ENV, value)
     with pytest.raises(ValueError, match=rf"\$SPECDEC_PDL: expected one of .*got '{value}'"):
         pdl_mode()
+
+
+@pytest.mark.parametrize("mode", ["0", "gemm", "1"])
+@pytest.mark.parametrize("capturing", [False, True])
+def test_gemms_launch_programmatically_only_while_captured(monkeypatch, mode, capturing):
+    # A GEMM reads its first weights before it waits: only inside a captured forward is the kernel before it sure not
+    # to write them.
+    monkeypatch.setenv(PDL_ENV, mode)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
+    assert gemm_launch_programmatic() == (capturing and mode != "0")
 
 
 def test_tensors_off_cuda_never_launch_programmatically(monkeypatch):

@@ -28,7 +28,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 namespace cg = cooperative_groups;
@@ -1109,11 +1108,6 @@ __host__ __device__ constexpr int tma_smem_fixed(int kind, int tokens) { return 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-// A [rows][inner] box of map at (inner, row) into the L2 only (no shared memory, no barrier).
-__device__ __forceinline__ void tma_prefetch_l2_2d(const CUtensorMap* map, int inner, int row) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(map), "r"(inner), "r"(row) : "memory");
-}
-
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], "
@@ -1220,30 +1214,37 @@ __global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
 
   if (warp == kConsumers) {
     if (lane == 0) {
-      // The weights of the first kStages stages are fetched into the L2 before griddep_wait: they do not depend on
-      // the kernel before this one, and a prefetch cannot read stale data (the L2 is where every write lands), so
-      // the weights may even be what that kernel writes. Every load into shared memory comes after the wait.
-      const int n = s_hi - s_lo;
-      for (int it = 0; it < min(n, kStages); ++it) {
-        const int k0 = (s_lo + it) * kBulkStageK;
-        tma_prefetch_l2_2d(&ae_map, k0, row_block);
-        if constexpr (KIND == kW12) tma_prefetch_l2_2d(&nib_map, k0 / 2, row_block);
-      }
-      griddep_wait();
+      // The weights of the first kStages stages go out before griddep_wait (they do not depend on the kernel before
+      // this one), their x after it; every later stage's weights and x together.
       const uint64_t stream = l2_evict_first();
       const uint64_t keep = l2_evict_last();
       const uint32_t tx = static_cast<uint32_t>(stage_bytes);  // whole boxes, zeros past N and K included
-      int s = 0;
-      uint32_t round = 0;
-      for (int it = 0; it < n; ++it) {
-        if (round > 0) mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+      const int n = s_hi - s_lo;
+      const int first = min(n, kStages);
+      auto weights = [&](int it, uint32_t full) {
         const int k0 = (s_lo + it) * kBulkStageK;
-        const uint32_t full = smem_addr(&full_bar[s]);
-        mbar_arrive_expect_tx(full, tx);
-        const uint32_t st = smem_addr(smem + static_cast<size_t>(s) * stage_bytes);
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(it % kStages) * stage_bytes);
         tma_load_2d(st, &ae_map, k0, row_block, full, stream);  // bf16: the weights
         if constexpr (KIND == kW12) tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row_block, full, stream);
-        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, k0, 0, full, keep);
+      };
+      auto x_of = [&](int it, uint32_t full) {
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(it % kStages) * stage_bytes);
+        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, (s_lo + it) * kBulkStageK, 0, full, keep);
+      };
+      for (int it = 0; it < first; ++it) {
+        mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
+        weights(it, smem_addr(&full_bar[it]));
+      }
+      griddep_wait();
+      for (int it = 0; it < first; ++it) x_of(it, smem_addr(&full_bar[it]));
+      int s = first % kStages;
+      uint32_t round = first == kStages ? 1u : 0u;
+      for (int it = first; it < n; ++it) {
+        mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+        const uint32_t full = smem_addr(&full_bar[s]);
+        mbar_arrive_expect_tx(full, tx);
+        weights(it, full);
+        x_of(it, full);
         if (++s == kStages) s = 0, ++round;
       }
     }
@@ -1706,13 +1707,10 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
   return 0;
 }
 
-// The tensor-map kernels launch with programmatic dependent launch where SPECDEC_PDL is "gemm" or "1"
-// (specdec/kernels/launch.py): their prologue and first stages of weights overlap the kernel before them (README.md,
-// "Programmatic dependent launch").
-bool programmatic_launch() {
-  const char* v = getenv("SPECDEC_PDL");
-  return v != nullptr && (strcmp(v, "gemm") == 0 || strcmp(v, "1") == 0);
-}
+// Whether the tensor-map kernels this thread launches next use programmatic dependent launch: their prologue and the
+// weights of their first stages overlap the kernel before them (README.md, "Programmatic dependent launch"). Set per
+// thread by specdec_set_programmatic_launch before each launch (specdec/kernels/launch.py decides).
+thread_local bool g_programmatic_launch = false;
 
 // tma_gemm_kernel<KIND, TOK> on p (M <= TOK).
 template <int KIND, int TOK>
@@ -1750,7 +1748,7 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (programmatic_launch()) {
+  if (g_programmatic_launch) {
     config.attrs = &attribute;
     config.numAttrs = 1;
   }
@@ -1818,6 +1816,9 @@ extern "C" {
 
 // Message of the last failed call of this thread ("" after none).
 const char* specdec_cuda_last_error() { return g_error; }
+
+// The launch mode of the tensor-map kernels this thread launches from now on: 1 programmatic, 0 plain.
+void specdec_set_programmatic_launch(int on) { g_programmatic_launch = on != 0; }
 
 // Launch plan for (kind 0 bf16 / 1 W12 / 2 Q, M, N, K) on a GPU with `sms` multiprocessors; host only.
 // out[0] row tiles per CTA, out[1] K splits (cluster size), out[2] chunks, out[3] grid x, out[4] shared bytes.
