@@ -1305,6 +1305,54 @@ def forcing_engine_h200(results: Results) -> str:
     return markdown_table(header, rows) + "\n\n" + summary
 
 
+PDL_RUN = "h200_2026-12-03_pdl_first"  # suffix of ar_step_pdl_{mode}_*.json and fixed_cost_pdl_{mode}_*.json, one device call
+
+
+def cuda_pdl(results: Results) -> str:
+    """The AR step and the GEMMs' fixed cost with programmatic dependent launch by ``$SPECDEC_PDL`` mode, one run."""
+    modes = {"0": "`0` (plain launches)", "gemm": "`gemm` (GEMMs only)", "1": "`1` (GEMMs, norms and SwiGLU)"}
+    steps = {mode: results(f"ar_step_pdl_{mode}_{PDL_RUN}.json") for mode in modes}
+    off = steps["0"]
+    step_rows = [
+        [
+            label,
+            f"{step['bf16_step_s'] * 1e3:.3f} ms ({step['bf16_x_floor']:.2f}x floor)",
+            f"{step['w12_step_s'] * 1e3:.3f} ms",
+            f"{step['w12_vs_bf16_step']:.3f}x",
+            f"{step['w12_verify_s'] * 1e3:.2f} ms",
+            _yes_no(step["greedy_tokens_bf16"] == off["greedy_tokens_bf16"]),
+        ]
+        for (mode, label), step in zip(modes.items(), steps.values())
+    ]
+    fixed = {mode: results(f"fixed_cost_pdl_{mode}_{PDL_RUN}.json") for mode in ("0", "gemm")}
+    fits = [{(f["kind"], f["N"], f["M"]): f for f in fixed[mode]["fits"]} for mode in ("0", "gemm")]
+    fit_rows = [
+        [
+            kind,
+            str(n),
+            f"{f['fixed_s'] * 1e6:.2f} -> {fits[1][kind, n, m]['fixed_s'] * 1e6:.2f}",
+            f"{f['rate_frac_of_copy']:.2f} -> {fits[1][kind, n, m]['rate_frac_of_copy']:.2f}",
+        ]
+        for (kind, n, m), f in fits[0].items()
+        if m == 1
+    ]
+    summary = (
+        f"Fixed cost: at least {fixed['0']['calls_per_graph']} cold calls of one GEMM back to back in a CUDA graph,"
+        " each fitted as fixed + bytes / rate over K = 1k-16k at M = 1 "
+        "(`0` -> `gemm`). The AR step's greedy bf16 tokens are compared with the `0` run's."
+    )
+    return "\n\n".join(
+        [
+            markdown_table(
+                ["`$SPECDEC_PDL`", "bf16 step", "W12 step", "W12 / bf16", "W12 verify (16 rows)", "same greedy tokens"],
+                step_rows,
+            ),
+            markdown_table(["kernel", "N", "fixed us", "rate, of copy"], fit_rows),
+            summary,
+        ]
+    )
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "two-level-h200-extra": two_level_h200_extra,
     "cuda-roofline": cuda_roofline,
@@ -1322,6 +1370,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "engine-long-prompts": engine_long_prompts,
     "elementwise-h200": elementwise_h200,
     "cuda-fixed-cost": cuda_fixed_cost,
+    "cuda-pdl": cuda_pdl,
     "engine-h200-float32": engine_h200_float32,
     "engine-hybrid-h200": engine_hybrid_h200,
     "engine-real-h200": engine_real_h200,
