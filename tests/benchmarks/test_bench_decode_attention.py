@@ -1,0 +1,34 @@
+"""``bench_decode_attention`` on the CPU: the smoke run writes its JSON, and the additive mask is the boolean one."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from benchmarks.kernels import bench_decode_attention as bench
+
+
+def test_smoke_run_checks_every_variant_against_the_target_path(tmp_path):
+    out = tmp_path / "decode_attention.json"
+    assert bench.main(["--smoke", "--out", str(out), "--calls", "2", "--reps", "1"]) == 0
+    result = json.loads(out.read_text())
+    assert result["provenance"]["seed"] == 0 and result["tensors"] == "random"
+    assert {r["variant"] for r in result["rows"]} == {
+        "attend_cache (bool mask)",
+        "attend_cache (additive mask)",
+        "math (additive mask)",
+    }
+    for r in result["rows"]:
+        assert "error" not in r and r["us"] > 0
+        # the additive mask is what SDPA makes of the boolean one: the same path gives the same bits
+        assert r["max_abs_diff"] == 0 if r["variant"].startswith("attend_cache") else r["max_abs_diff"] < 1e-5
+
+
+def test_additive_mask_blocks_what_the_boolean_mask_blocks():
+    mask = torch.tensor([[True, False, True]])
+    add = bench.additive(mask, torch.bfloat16)
+    assert add.dtype == torch.bfloat16 and torch.equal(add.isinf(), ~mask) and (add[mask] == 0).all()
+    t = bench.case_tensors(2, 8, bench.SMOKE_HEADS, torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
+    # half the span committed, then the two rows causal: row 0 sees 5 slots, row 1 sees 6, for each of the 2 groups
+    assert t["mask"].shape == (1, 1, 4, 8) and t["mask"].sum(-1).flatten().tolist() == [5, 6, 5, 6]
