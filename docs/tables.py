@@ -1305,7 +1305,7 @@ def forcing_engine_h200(results: Results) -> str:
     return markdown_table(header, rows) + "\n\n" + summary
 
 
-PDL_RUN = "h200_2026-12-03_pdl_first"  # suffix of ar_step_pdl_{mode}_*.json and fixed_cost_pdl_{mode}_*.json, one device call
+PDL_RUN = "h200_2026-12-03_pdl"  # suffix of ar_step_pdl_{mode}_*.json and fixed_cost_pdl_{mode}_*.json, one device call
 
 
 def cuda_pdl(results: Results) -> str:

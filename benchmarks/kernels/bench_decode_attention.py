@@ -3,9 +3,10 @@
 A one-token step of the lean Qwen3-8B target spends ~0.3 ms in attention and ~0.17 ms in the small kernels around it
 (``benchmarks/results/ar_step_*``: cuDNN's prefill-shaped kernel, a ``where`` and a fill per layer) against ~2.7-3.6 ms
 of weight reads, for 1-16 query rows over a cache of ``max_seq_len`` slots under a mask built from the committed
-length. This times :func:`specdec.models.dense.attend_cache` (what the target runs: a boolean mask, SDPA picks the
-backend) against the same SDPA call with the mask made additive once (``0`` / ``-inf`` in the queries' dtype, what SDPA
-builds from a boolean mask on every call) under each backend that takes a mask: cuDNN, memory-efficient, math.
+length. This times :func:`specdec.models.dense.attend_cache` with a boolean mask (SDPA picks the backend and makes the mask
+additive on every call) against the same call with the mask made additive once (:func:`~specdec.models.dense.additive_mask`,
+what the dense runtime passes), under SDPA's own pick and each backend that takes a mask: cuDNN, memory-efficient,
+math.
 Shapes: Qwen3-8B's heads (32 query heads, 8 KV heads, head_dim 128), 1 and 16 rows (the one-token and 16-row verify
 steps), spans of 256 and 2048 slots, half of them committed. Each variant is checked against the current path
 (max |diff|) before it is timed in a CUDA graph of ``--calls`` calls (median of ``--reps`` replays). Tensors are
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import agg_pyplot, provenance, report
-from specdec.models.dense import attend_cache, grouped_mask, prefix_attention_mask
+from specdec.models.dense import additive_mask, attend_cache, grouped_mask, prefix_attention_mask
 
 HEADS = dict(num_heads=32, num_kv_heads=8, head_dim=128)
 SMOKE_HEADS = dict(num_heads=4, num_kv_heads=2, head_dim=16)
@@ -52,16 +53,6 @@ def sdpa_backend(name: str):
     )
 
 
-def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean mask as SDPA applies it: ``0`` where ``True``, ``-inf`` elsewhere, in ``dtype``.
-
-    Example:
-        >>> additive(torch.tensor([True, False]), torch.float32)
-        tensor([0., -inf])
-    """
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
-
-
 def case_tensors(rows: int, span: int, heads: dict, dtype, device, gen) -> dict:
     """Queries ``[1, H, rows, D]``, caches ``[1, Hkv, span, D]`` and the grouped boolean mask of a step whose committed
     prefix is half the span (the new rows causal after it)."""
@@ -77,7 +68,7 @@ def case_tensors(rows: int, span: int, heads: dict, dtype, device, gen) -> dict:
 
 def variants(t: dict, backends) -> dict:
     """name -> call: the target's path (boolean mask), then the additive mask under each backend."""
-    add = additive(t["mask"], t["q"].dtype)
+    add = additive_mask(t["mask"], t["q"].dtype)
     out = {"attend_cache (bool mask)": lambda: attend_cache(t["q"], t["k_cache"], t["v_cache"], t["mask"])}
     out["attend_cache (additive mask)"] = lambda: attend_cache(t["q"], t["k_cache"], t["v_cache"], add)
     for name in backends:

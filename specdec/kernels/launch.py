@@ -6,15 +6,15 @@ first stages of weights in flight) are not covered by any other work. With the l
 element-wise kernel before it runs, load the weights of their first stages into shared memory, and wait only before
 their first load of ``x``. ``$SPECDEC_PDL`` (read on every launch) says who takes part:
 
-* ``"1"`` (also when unset): the element-wise Triton kernels that come before GEMMs in a decode step (the RMSNorms,
-  SwiGLU), which wait for the kernel before them at their start and then signal (``griddepcontrol.launch_dependents``)
-  so that the GEMM after them starts at once; and the CUDA tensor-map GEMMs (W12 v7, Q v2, bf16 v2) while the
-  stream is being captured into a CUDA graph (:func:`gemm_launch_programmatic`);
+* ``"1"`` (also when unset): while the stream is being captured into a CUDA graph, the CUDA tensor-map GEMMs (W12
+  v7, Q v2, bf16 v2; :func:`gemm_launch_programmatic`) and the element-wise Triton kernels that come before GEMMs in
+  a decode step (the RMSNorms, SwiGLU), which wait for the kernel before them at their start and then signal
+  (``griddepcontrol.launch_dependents``) so that the GEMM after them starts at once;
 * ``"gemm"``: the tensor-map GEMMs alone (captured), the element-wise kernels launched plainly;
 * ``"0"``: nobody.
 
 Either instruction does nothing in a kernel launched without the attribute, so an element-wise kernel that takes part
-stays correct after any kernel. A GEMM reads its first weights before it waits, which is right only when the kernel
+stays correct after any kernel; eager launches (a host-bound path, where nothing overlaps anyway) stay plain. A GEMM reads its first weights before it waits, which is right only when the kernel
 just before it does not write those weights: true inside a captured forward, whose graph writes activations, caches
 and workspaces but never a linear's weights; not assured for an eager call made right after the weights were
 written (a W12 encoding, a load), which is why eager calls launch plainly. The Triton interpreter has no such
@@ -60,9 +60,9 @@ def pdl_mode() -> str:
 
 def triton_launch_options(x: torch.Tensor) -> dict:
     """Keyword arguments for launching a Triton kernel with a ``PDL: tl.constexpr`` flag on ``x``'s device:
-    ``{"PDL": True, "launch_pdl": True}`` where ``$SPECDEC_PDL`` is ``"1"`` and ``x`` is on CUDA, else
-    ``{"PDL": False}``."""
-    if x.is_cuda and pdl_mode() == "1":
+    ``{"PDL": True, "launch_pdl": True}`` where ``$SPECDEC_PDL`` is ``"1"``, ``x`` is on CUDA and its stream is being
+    captured into a graph (where the GEMMs after it launch programmatically too), else ``{"PDL": False}``."""
+    if x.is_cuda and pdl_mode() == "1" and torch.cuda.is_current_stream_capturing():
         return {"PDL": True, "launch_pdl": True}
     return {"PDL": False}
 

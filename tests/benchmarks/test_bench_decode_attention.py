@@ -1,4 +1,4 @@
-"""``bench_decode_attention`` on the CPU: the smoke run writes its JSON, and the additive mask is the boolean one."""
+"""``bench_decode_attention`` on the CPU: the smoke run writes its JSON; its cases' masks."""
 
 from __future__ import annotations
 
@@ -25,10 +25,7 @@ def test_smoke_run_checks_every_variant_against_the_target_path(tmp_path):
         assert r["max_abs_diff"] == 0 if r["variant"].startswith("attend_cache") else r["max_abs_diff"] < 1e-5
 
 
-def test_additive_mask_blocks_what_the_boolean_mask_blocks():
-    mask = torch.tensor([[True, False, True]])
-    add = bench.additive(mask, torch.bfloat16)
-    assert add.dtype == torch.bfloat16 and torch.equal(add.isinf(), ~mask) and (add[mask] == 0).all()
+def test_cases_commit_half_the_span_then_mask_the_new_rows_causally():
     t = bench.case_tensors(2, 8, bench.SMOKE_HEADS, torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
     # half the span committed, then the two rows causal: row 0 sees 5 slots, row 1 sees 6, for each of the 2 groups
     assert t["mask"].shape == (1, 1, 4, 8) and t["mask"].sum(-1).flatten().tolist() == [5, 6, 5, 6]

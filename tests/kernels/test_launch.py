@@ -25,8 +25,11 @@ def test_mode_from_the_environment(monkeypatch, value, mode):
     else:
         monkeypatch.setenv(PDL_ENV, value)
     assert pdl_mode() == mode
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     want = {"PDL": True, "launch_pdl": True} if mode == "1" else {"PDL": False}
     assert triton_launch_options(ON_CUDA) == want
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert triton_launch_options(ON_CUDA) == {"PDL": False}  # eager launches stay plain
 
 
 @pytest.mark.parametrize("value", ["on", "true", "2", "GEMM"])
@@ -49,6 +52,7 @@ def test_gemms_launch_programmatically_only_while_captured(monkeypatch, mode, ca
 
 def test_tensors_off_cuda_never_launch_programmatically(monkeypatch):
     monkeypatch.setenv(PDL_ENV, "1")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert triton_launch_options(torch.zeros(2)) == {"PDL": False}
 
 
