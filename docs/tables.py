@@ -1306,6 +1306,7 @@ def forcing_engine_h200(results: Results) -> str:
 
 
 PDL_RUN = "h200_2026-12-03_pdl"  # suffix of ar_step_pdl_{mode}_*.json and fixed_cost_pdl_{mode}_*.json, one device call
+PDL_MASK_RUN = "ar_step_h200_2026-12-03_additive_mask.json"  # the dense runtime's mask made additive once, PDL on
 
 
 def cuda_pdl(results: Results) -> str:
@@ -1324,6 +1325,17 @@ def cuda_pdl(results: Results) -> str:
         ]
         for (mode, label), step in zip(modes.items(), steps.values())
     ]
+    masked = results(PDL_MASK_RUN)
+    step_rows.append(
+        [
+            f"`1`, additive mask once a forward (a later run, commit {masked['provenance']['git_commit'][:7]})",
+            f"{masked['bf16_step_s'] * 1e3:.3f} ms ({masked['bf16_x_floor']:.2f}x floor)",
+            f"{masked['w12_step_s'] * 1e3:.3f} ms",
+            f"{masked['w12_vs_bf16_step']:.3f}x",
+            f"{masked['w12_verify_s'] * 1e3:.2f} ms",
+            _yes_no(masked["greedy_tokens_bf16"] == off["greedy_tokens_bf16"]),
+        ]
+    )
     fixed = {mode: results(f"fixed_cost_pdl_{mode}_{PDL_RUN}.json") for mode in ("0", "gemm")}
     fits = [{(f["kind"], f["N"], f["M"]): f for f in fixed[mode]["fits"]} for mode in ("0", "gemm")]
     fit_rows = [

@@ -8,8 +8,8 @@ their first load of ``x``. ``$SPECDEC_PDL`` (read on every launch) says who take
 
 * ``"1"`` (also when unset): while the stream is being captured into a CUDA graph, the CUDA tensor-map GEMMs (W12
   v7, Q v2, bf16 v2; :func:`gemm_launch_programmatic`) and the element-wise Triton kernels that come before GEMMs in
-  a decode step (the RMSNorms, SwiGLU), which wait for the kernel before them at their start and then signal
-  (``griddepcontrol.launch_dependents``) so that the GEMM after them starts at once;
+  a decode step (the RMSNorms, SwiGLU) over at most ``PDL_MAX_ROWS`` rows, which wait for the kernel before them at
+  their start and then signal (``griddepcontrol.launch_dependents``) so that the GEMM after them starts at once;
 * ``"gemm"``: the tensor-map GEMMs alone (captured), the element-wise kernels launched plainly;
 * ``"0"``: nobody.
 
@@ -23,7 +23,7 @@ instructions: :func:`triton_launch_options` turns them off for tensors that are 
 Example:
     >>> import os
     >>> os.environ[PDL_ENV] = "gemm"
-    >>> pdl_mode(), triton_launch_options(torch.zeros(1)), gemm_launch_programmatic()
+    >>> pdl_mode(), triton_launch_options(torch.zeros(1, 8)), gemm_launch_programmatic()
     ('gemm', {'PDL': False}, False)
     >>> del os.environ[PDL_ENV]
 """
@@ -38,6 +38,7 @@ import triton.language as tl
 
 __all__ = [
     "PDL_ENV",
+    "PDL_MAX_ROWS",
     "PDL_MODES",
     "gemm_launch_programmatic",
     "pdl_mode",
@@ -48,6 +49,7 @@ __all__ = [
 
 PDL_ENV = "SPECDEC_PDL"
 PDL_MODES = ("0", "gemm", "1")
+PDL_MAX_ROWS = 16  # the most rows the tensor-map GEMMs take (specdec.kernels.cuda.ops.TENSOR_MAP_MAX_TOKENS)
 
 
 def pdl_mode() -> str:
@@ -58,11 +60,12 @@ def pdl_mode() -> str:
     return mode
 
 
-def triton_launch_options(x: torch.Tensor) -> dict:
-    """Keyword arguments for launching a Triton kernel with a ``PDL: tl.constexpr`` flag on ``x``'s device:
-    ``{"PDL": True, "launch_pdl": True}`` where ``$SPECDEC_PDL`` is ``"1"``, ``x`` is on CUDA and its stream is being
-    captured into a graph (where the GEMMs after it launch programmatically too), else ``{"PDL": False}``."""
-    if x.is_cuda and pdl_mode() == "1" and torch.cuda.is_current_stream_capturing():
+def triton_launch_options(rows: torch.Tensor) -> dict:
+    """Keyword arguments for launching a row-wise Triton kernel with a ``PDL: tl.constexpr`` flag over ``rows [R, D]``:
+    ``{"PDL": True, "launch_pdl": True}`` where ``$SPECDEC_PDL`` is ``"1"``, ``rows`` is on CUDA, its stream is being
+    captured into a graph and ``R <= PDL_MAX_ROWS`` (where the GEMM after it is a tensor-map kernel that launches
+    programmatically too; wider GEMMs run cuBLAS, which does not), else ``{"PDL": False}``."""
+    if rows.is_cuda and rows.shape[0] <= PDL_MAX_ROWS and pdl_mode() == "1" and torch.cuda.is_current_stream_capturing():
         return {"PDL": True, "launch_pdl": True}
     return {"PDL": False}
 

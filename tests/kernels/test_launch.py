@@ -15,7 +15,7 @@ from specdec.kernels.act import silu_mul
 from specdec.kernels.launch import PDL_ENV, gemm_launch_programmatic, pdl_mode, triton_launch_options
 from specdec.kernels.norm.rms import add_rms_norm_triton
 
-ON_CUDA = SimpleNamespace(is_cuda=True)  # the only attribute triton_launch_options reads
+ON_CUDA = SimpleNamespace(is_cuda=True, shape=(16, 4096))  # what triton_launch_options reads of its rows
 
 
 @pytest.mark.parametrize(("value", "mode"), [(None, "1"), ("", "1"), ("0", "0"), ("gemm", "gemm"), ("1", "1")])
@@ -28,6 +28,7 @@ def test_mode_from_the_environment(monkeypatch, value, mode):
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     want = {"PDL": True, "launch_pdl": True} if mode == "1" else {"PDL": False}
     assert triton_launch_options(ON_CUDA) == want
+    assert triton_launch_options(SimpleNamespace(is_cuda=True, shape=(17, 4096))) == {"PDL": False}  # cuBLAS after it
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     assert triton_launch_options(ON_CUDA) == {"PDL": False}  # eager launches stay plain
 
@@ -53,7 +54,14 @@ def test_gemms_launch_programmatically_only_while_captured(monkeypatch, mode, ca
 def test_tensors_off_cuda_never_launch_programmatically(monkeypatch):
     monkeypatch.setenv(PDL_ENV, "1")
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    assert triton_launch_options(torch.zeros(2)) == {"PDL": False}
+    assert triton_launch_options(torch.zeros(2, 8)) == {"PDL": False}
+
+
+def test_the_row_limit_is_the_tensor_map_gemms():
+    from specdec.kernels.cuda.ops import TENSOR_MAP_MAX_TOKENS
+    from specdec.kernels.launch import PDL_MAX_ROWS
+
+    assert PDL_MAX_ROWS == TENSOR_MAP_MAX_TOKENS
 
 
 def test_kernels_in_the_interpreter_are_unchanged_with_the_launch_asked_for(monkeypatch):
