@@ -6,14 +6,15 @@ of weight reads, for 1-16 query rows over a cache of ``max_seq_len`` slots under
 length. This times :func:`specdec.models.dense.attend_cache` with a boolean mask (SDPA picks the backend and makes the mask
 additive on every call) against the same call with the mask made additive once (:func:`~specdec.models.dense.additive_mask`,
 what the dense runtime passes), under SDPA's own pick and each backend that takes a mask: cuDNN, memory-efficient,
-math.
+math; and the split-KV Triton kernel :func:`specdec.kernels.attention.decode_attention` (the interpreter on a CPU).
 Shapes: Qwen3-8B's heads (32 query heads, 8 KV heads, head_dim 128), 1 and 16 rows (the one-token and 16-row verify
 steps), spans of 256 and 2048 slots, half of them committed. Each variant is checked against the current path
 (max |diff|) before it is timed in a CUDA graph of ``--calls`` calls (median of ``--reps`` replays). Tensors are
 random (labelled so).
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_decode_attention --out $OUT/decode_attention.json``
-(~15 s after torch start on one H200). CPU: ``--smoke`` (tiny heads, the math backend only, times mean nothing).
+(~15 s after torch start on one H200). CPU: ``TRITON_INTERPRET=1 python3 -m benchmarks.kernels.bench_decode_attention
+--smoke`` (tiny heads, the math backend and the Triton kernel in the interpreter; times mean nothing).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import agg_pyplot, provenance, report
+from specdec.kernels.attention import decode_attention
 from specdec.models.dense import additive_mask, attend_cache, grouped_mask, prefix_attention_mask
 
 HEADS = dict(num_heads=32, num_kv_heads=8, head_dim=128)
@@ -78,7 +80,19 @@ def variants(t: dict, backends) -> dict:
                 return attend_cache(t["q"], t["k_cache"], t["v_cache"], add)
 
         out[f"{name} (additive mask)"] = call
+    out["split-KV Triton (additive mask)"] = lambda: attend_cache_split_kv(t, add)
     return out
+
+
+def attend_cache_split_kv(t: dict, add: torch.Tensor) -> torch.Tensor:
+    """:func:`specdec.kernels.attention.decode_attention` over the case, the queries laid out as ``attend_cache`` lays
+    them out (the query heads that share a KV head as extra rows); ``[1, rows, H * D]`` as ``attend_cache`` returns."""
+    q = t["q"]
+    bsz, heads, rows, dim = q.shape
+    kv_heads = t["k_cache"].shape[1]
+    grouped = q.reshape(bsz, kv_heads, heads // kv_heads * rows, dim)
+    out = decode_attention(grouped, t["k_cache"], t["v_cache"], add, backend="triton")
+    return out.reshape(bsz, heads, rows, dim).transpose(1, 2).reshape(bsz, rows, heads * dim)
 
 
 def plot(result: dict, path: Path) -> str | None:

@@ -1,8 +1,9 @@
 """Triton kernels, each beside its pure-PyTorch reference.
 
 ``w12_gemm`` (exact and Q-view W12 linears), ``gdn`` (Gated DeltaNet along tree paths) and the layers'
-element-wise kernels: ``norm`` (RMSNorms, residual add + norm), ``rope`` (q/k norm + RoPE), ``act`` (SwiGLU). The
-first two are imported on first use; the element-wise ones come with the models that call them.
+element-wise kernels: ``norm`` (RMSNorms, residual add + norm), ``rope`` (q/k norm + RoPE), ``act`` (SwiGLU);
+``attention`` (split-KV decode attention over a KV cache). The first two are imported on first use; the others come
+with the models or benchmarks that call them.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ def test_smoke_run_checks_every_variant_against_the_target_path(tmp_path):
         "attend_cache (bool mask)",
         "attend_cache (additive mask)",
         "math (additive mask)",
+        "split-KV Triton (additive mask)",
     }
     for r in result["rows"]:
         assert "error" not in r and r["us"] > 0

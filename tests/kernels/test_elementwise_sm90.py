@@ -5,7 +5,7 @@ process without ``TRITON_INTERPRET``, compiles every variant of the q/k norm + R
 add + norm kernels to PTX and a cubin for sm_90, and reports what the tests below check in the PTX: the float32 RoPE
 launch contracts nothing into an FMA (its bitwise claim), SwiGLU divides with correct rounding (``div.rn``), and the
 SwiGLU and norm kernels launched programmatically (``specdec.kernels.launch``) wait for the kernel before them and then
-let the next one start before they load anything.
+let the next one start before they load anything; it also lowers the split-KV decode attention kernels.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def compile_all() -> dict:
         assert "cubin" in kernel.asm
         return kernel.asm["ptx"]
 
-    out: dict = {"rope": {}, "silu": {}, "add_norm": {}, "pdl": {}}
+    out: dict = {"rope": {}, "silu": {}, "add_norm": {}, "pdl": {}, "attention": {}}
     for dt in ("fp32", "bf16", "fp16"):
         ptrs = ("q_ptr", "k_ptr", "cos_ptr", "sin_ptr", "qw_ptr", "kw_ptr", "q_out_ptr", "k_out_ptr", "v_ptr")
         types = {n: f"*{dt}" for n in (*ptrs, "k_cache_ptr", "v_cache_ptr")} | {
@@ -59,6 +59,15 @@ def compile_all() -> dict:
                 build(_rms_norm_kernel, types, consts, num_warps=8, launch_pdl=pdl)
             )
             out["add_norm"][f"{dt} pdl={pdl}"] = True
+    from specdec.kernels.attention.split_kv import _combine_kernel, _split_kernel
+
+    for dt in ("bf16", "fp16", "fp32"):
+        types = {n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr", "mask_ptr")}
+        types |= {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"scale": "fp32"}
+        ptx = build(_split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False), num_warps=4)
+        types = {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"out_ptr": f"*{dt}"}
+        build(_combine_kernel, types, dict(BLOCK_R=16, D=128), num_warps=4)
+        out["attention"][dt] = {"mma": "mma.sync" in ptx or "wgmma" in ptx}
     return out
 
 
@@ -81,6 +90,8 @@ def test_every_variant_compiles_for_sm90_as_the_rounding_claims_need():
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert len(out["rope"]) == 15 and len(out["add_norm"]) == 6
+    # the split-KV attention kernels lower for sm_90, their 16-bit dot products on tensor cores
+    assert out["attention"]["bf16"]["mma"] and out["attention"]["fp16"]["mma"], out["attention"]
     # float32 RoPE: no product fused into the sum (the norm variants keep no FMA either, so the claim holds there too)
     assert all(v["fma"] == 0 for k, v in out["rope"].items() if k.startswith("fp32")), out["rope"]
     assert all(v["div_rn"] and not v["div_full"] for v in out["silu"].values()), out["silu"]

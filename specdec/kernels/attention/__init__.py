@@ -1,0 +1,65 @@
+"""Masked attention of a few query rows over a KV cache (a decode or verify step): a pure-PyTorch reference and a
+split-KV Triton kernel, one signature. ``backend``: ``"auto"`` (Triton on CUDA, the reference elsewhere), ``"triton"``
+or ``"torch"``. See ``README.md``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..backend import use_triton
+from .naive import decode_attention_torch
+from .split_kv import decode_attention_triton
+
+__all__ = ["decode_attention"]
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    splits: int | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(D) + mask) v`` for ``q [B, Hkv, R, D]`` over ``k_cache, v_cache [B, Hkv, S, D]``.
+
+    ``R`` rows a KV head (the query heads that share it, times the new tokens: :func:`specdec.models.dense.attend_cache`'s
+    layout), at most 128; ``D`` a power of two from 16 to 256; ``mask [1 or B, 1, R, S]`` additive (``0`` where a
+    row may attend a slot, ``-inf`` elsewhere; :func:`specdec.models.dense.additive_mask`) or boolean (``True`` where
+    it may). Softmax and sums in float32; returns ``[B, Hkv, R, D]`` in ``q.dtype``. ``splits``: pieces of the cache
+    each batch-head's slots are cut into (Triton only; ``None`` picks enough for two programs a multiprocessor).
+
+    Example:
+        >>> q, k, v = torch.ones(1, 1, 2, 16), torch.ones(1, 1, 3, 16), torch.arange(3.0).view(1, 1, 3, 1).expand(1, 1, 3, 16)
+        >>> mask = torch.tensor([[[[True, True, False], [True, True, True]]]])
+        >>> decode_attention(q, k, v, mask, backend="triton")[0, 0, :, 0]
+        tensor([0.5000, 1.0000])
+    """
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("mask", mask)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name}: expected a 4-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
+        if t.device != q.device:
+            raise ValueError(f"{name}: expected device {q.device} (q's), got {t.device}")
+    bsz, hkv, r, d = q.shape
+    if k_cache.shape[:2] != (bsz, hkv) or k_cache.shape[3] != d or v_cache.shape != k_cache.shape:
+        raise ValueError(
+            f"k_cache, v_cache: expected [B={bsz}, Hkv={hkv}, S, D={d}] each, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+        )
+    s = k_cache.shape[2]
+    if mask.shape[0] not in (1, bsz) or mask.shape[1] != 1 or mask.shape[2:] != (r, s):
+        raise ValueError(f"mask: expected [1 or {bsz}, 1, R={r}, S={s}], got {tuple(mask.shape)}")
+    if not 1 <= r <= 128:
+        raise ValueError(f"q: expected 1 to 128 rows a KV head, got {r}")
+    if d < 16 or d > 256 or d & (d - 1):
+        raise ValueError(f"q: expected a head dim that is a power of two from 16 to 256, got {d}")
+    if splits is not None and (not isinstance(splits, int) or splits < 1):
+        raise ValueError(f"splits: expected a positive int or None, got {splits!r}")
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=q.dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    elif not mask.is_floating_point():
+        raise ValueError(f"mask: expected a boolean or floating (additive) mask, got {mask.dtype}")
+    if use_triton(backend, q.device):
+        return decode_attention_triton(q, k_cache, v_cache, mask, splits=splits)
+    return decode_attention_torch(q, k_cache, v_cache, mask)

@@ -1,0 +1,160 @@
+"""Masked attention of a few query rows over a long KV cache in two Triton launches (split-KV, "flash decoding").
+
+A decode step's query is a handful of rows (the query heads that share a KV head, times 1-16 new tokens) against a
+cache of thousands of slots. One program per KV head (what a prefill-shaped kernel does at this size) streams the whole
+cache through one SM. Here program ``(bh, j)`` of the first launch covers slots ``[j * chunk, (j + 1) * chunk)`` of
+batch-head ``bh`` and keeps an online softmax over them: the running maximum ``m``, the sum ``l`` of
+``exp(score - m)`` and ``acc = sum exp(score - m) v``, all float32. The second launch, one program per batch-head,
+rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``.
+A split whose slots are all masked has ``m = -inf`` and weight 0; a row with no allowed slot anywhere gives NaN, as
+the reference does.
+
+Under ``TRITON_INTERPRET=1`` (``UPCAST``) the dot products run in float32: the interpreter's bf16 ``tl.dot`` is not
+exact.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["decode_attention_triton"]
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def _split_kernel(
+    q_ptr, k_ptr, v_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+    R, S, CHUNK, HKV, SPLITS, scale,
+    stride_qb, stride_qh, stride_qr, stride_qd,
+    stride_kb, stride_kh, stride_ks, stride_kd,
+    stride_vb, stride_vh, stride_vs, stride_vd,
+    stride_mb, stride_mr, stride_ms,
+    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    bh = tl.program_id(0)
+    split = tl.program_id(1)
+    b = bh // HKV
+    h = bh % HKV
+    rows = tl.arange(0, BLOCK_R)
+    dims = tl.arange(0, D)
+    row_ok = rows < R
+    q = tl.load(
+        q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qr + dims[None, :] * stride_qd,
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, D], tl.float32)
+    start = split * CHUNK
+    end = tl.minimum(start + CHUNK, S)
+    for n0 in range(start, end, BLOCK_N):
+        cols = n0 + tl.arange(0, BLOCK_N)
+        col_ok = cols < end
+        k = tl.load(
+            k_ptr + b * stride_kb + h * stride_kh + cols[:, None] * stride_ks + dims[None, :] * stride_kd,
+            mask=col_ok[:, None],
+            other=0.0,
+        )
+        v = tl.load(
+            v_ptr + b * stride_vb + h * stride_vh + cols[:, None] * stride_vs + dims[None, :] * stride_vd,
+            mask=col_ok[:, None],
+            other=0.0,
+        )
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        add = tl.load(
+            mask_ptr + b * stride_mb + rows[:, None] * stride_mr + cols[None, :] * stride_ms,
+            mask=row_ok[:, None] & col_ok[None, :],
+            other=float("-inf"),
+        )
+        s = tl.dot(q, tl.trans(k)) * scale + add.to(tl.float32)  # [BLOCK_R, BLOCK_N]
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # all masked so far: nothing to rescale
+        alpha = tl.exp(m_i - m_use)
+        p = tl.exp(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    base = bh * SPLITS + split
+    tl.store(m_ptr + base * BLOCK_R + rows, m_i)
+    tl.store(l_ptr + base * BLOCK_R + rows, l_i)
+    tl.store(acc_ptr + (base * BLOCK_R + rows[:, None]) * D + dims[None, :], acc)
+
+
+@triton.jit
+def _combine_kernel(
+    m_ptr, l_ptr, acc_ptr, out_ptr, R, HKV, SPLITS,
+    stride_ob, stride_oh, stride_or, stride_od,
+    BLOCK_R: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    bh = tl.program_id(0)
+    b = bh // HKV
+    h = bh % HKV
+    rows = tl.arange(0, BLOCK_R)
+    dims = tl.arange(0, D)
+    big = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    for j in range(0, SPLITS):
+        big = tl.maximum(big, tl.load(m_ptr + (bh * SPLITS + j) * BLOCK_R + rows))
+    big = tl.where(big == float("-inf"), 0.0, big)
+    total = tl.zeros([BLOCK_R], tl.float32)
+    out = tl.zeros([BLOCK_R, D], tl.float32)
+    for j in range(0, SPLITS):
+        base = (bh * SPLITS + j) * BLOCK_R
+        w = tl.exp(tl.load(m_ptr + base + rows) - big)
+        total += w * tl.load(l_ptr + base + rows)
+        out += w[:, None] * tl.load(acc_ptr + (base + rows[:, None]) * D + dims[None, :])
+    total = tl.where(rows < R, total, 1.0)  # padding rows are not stored: keep them finite
+    out = out / total[:, None]
+    tl.store(
+        out_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_or + dims[None, :] * stride_od,
+        out.to(out_ptr.dtype.element_ty),
+        mask=(rows < R)[:, None],
+    )
+
+
+def default_splits(batch_heads: int, slots: int, block_n: int, device: torch.device) -> int:
+    """Splits of the cache a batch-head: enough programs for two a multiprocessor, each at least ``block_n`` slots.
+
+    Example:
+        >>> default_splits(8, 4096, 64, torch.device("cpu"))
+        8
+    """
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 32
+    return max(1, min(triton.cdiv(slots, block_n), triton.cdiv(2 * sms, batch_heads)))
+
+
+def decode_attention_triton(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: torch.Tensor, *, splits: int | None = None,
+    block_n: int = 64,
+) -> torch.Tensor:  # fmt: skip
+    """:func:`.naive.decode_attention_torch` in two launches (arguments checked by the caller); ``splits`` of the
+    slots a batch-head (``None``: :func:`default_splits`)."""
+    bsz, hkv, r, d = q.shape
+    s = k_cache.shape[2]
+    out = torch.empty_like(q)
+    if out.numel() == 0:
+        return out
+    chunk_blocks = triton.cdiv(triton.cdiv(s, block_n), splits or default_splits(bsz * hkv, s, block_n, q.device))
+    chunk = chunk_blocks * block_n
+    n_splits = triton.cdiv(s, chunk)
+    block_r = max(16, triton.next_power_of_2(r))
+    m = torch.empty(bsz * hkv, n_splits, block_r, dtype=torch.float32, device=q.device)
+    l = torch.empty_like(m)  # noqa: E741 (the softmax's usual name)
+    acc = torch.empty(bsz * hkv, n_splits, block_r, d, dtype=torch.float32, device=q.device)
+    mask_b = mask.stride(0) if mask.shape[0] > 1 else 0
+    _split_kernel[(bsz * hkv, n_splits)](
+        q, k_cache, v_cache, mask, m, l, acc, r, s, chunk, hkv, n_splits, d**-0.5,
+        *q.stride(), *k_cache.stride(), *v_cache.stride(), mask_b, mask.stride(2), mask.stride(3),
+        BLOCK_R=block_r, BLOCK_N=block_n, D=d, UPCAST=_INTERPRET,
+    )  # fmt: skip
+    _combine_kernel[(bsz * hkv,)](m, l, acc, out, r, hkv, n_splits, *out.stride(), BLOCK_R=block_r, D=d)
+    return out

@@ -1,0 +1,95 @@
+"""Split-KV decode attention (Triton interpreter on the CPU) against its reference, and the reference against SDPA.
+
+* awkward shapes: 1, 5 and 17 rows a KV head (padded to 16 / 32 in the kernel), 1 to 200 slots, head dims 16 and 32,
+  one to seven splits (splits past the last slot, splits whose slots are all masked), a mask per batch;
+* the reference against ``torch.nn.functional.scaled_dot_product_attention`` on the same boolean mask;
+* a row with no allowed slot is NaN in both; bad arguments raise naming them;
+* mutation: a combine that summed the splits without rescaling them to a common maximum fails the multi-split cases.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specdec.kernels.attention import decode_attention
+from specdec.kernels.attention.naive import decode_attention_torch
+
+CASES = [  # (batch, kv heads, rows, slots, head dim, splits)
+    (1, 2, 4, 70, 16, None),
+    (2, 1, 5, 33, 32, 3),
+    (1, 1, 1, 200, 16, 7),
+    (1, 1, 17, 40, 16, 2),
+    (1, 2, 3, 1, 16, 1),
+    (2, 1, 2, 64, 16, 5),
+]
+
+
+def case(batch, heads, rows, slots, dim, *, per_batch=False, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, rows, dim, generator=gen)
+    k, v = (torch.randn(batch, heads, slots, dim, generator=gen) for _ in range(2))
+    lengths = torch.randint(1, slots + 1, (batch if per_batch else 1, rows), generator=gen)
+    mask = torch.arange(slots) < lengths[..., None]  # [B or 1, R, S]: row r sees its first lengths[r] slots
+    return q, k, v, mask[:, None]
+
+
+@pytest.mark.parametrize("batch,heads,rows,slots,dim,splits", CASES)
+def test_triton_matches_the_reference(batch, heads, rows, slots, dim, splits):
+    q, k, v, mask = case(batch, heads, rows, slots, dim, per_batch=batch > 1)
+    got = decode_attention(q, k, v, mask, splits=splits, backend="triton")
+    want = decode_attention(q, k, v, mask, backend="torch")
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_inputs_stay_within_bfloat16_rounding():
+    q, k, v, mask = (t.to(torch.bfloat16) if t.is_floating_point() else t for t in case(1, 2, 5, 90, 32))
+    got = decode_attention(q, k, v, mask, splits=3, backend="triton")
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(
+        got.float(), decode_attention_torch(q, k, v, torch.where(mask, 0.0, float("-inf"))).float(), rtol=0, atol=2e-2
+    )
+
+
+@pytest.mark.parametrize("per_batch", [False, True])
+def test_reference_matches_torch_sdpa(per_batch):
+    q, k, v, mask = case(2, 3, 6, 50, 16, per_batch=per_batch)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(decode_attention(q, k, v, mask, backend="torch"), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_row_with_no_allowed_slot_is_nan_in_both():
+    q, k, v, mask = case(1, 1, 3, 20, 16)
+    mask = mask.clone()
+    mask[..., 1, :] = False
+    for backend in ("torch", "triton"):
+        out = decode_attention(q, k, v, mask, splits=3, backend=backend)
+        assert out[0, 0, 1].isnan().all() and not out[0, 0, [0, 2]].isnan().any(), backend
+
+
+def test_masked_slots_do_not_count():
+    q, k, v, _ = case(1, 1, 4, 48, 16)
+    mask = (torch.arange(48) < torch.tensor([10, 20, 30, 5])[:, None])[None, None]  # no row sees slots 30-47
+    before = decode_attention(q, k, v, mask, splits=4, backend="triton")
+    v2 = v.clone()
+    v2[:, :, 30:] = 1e3
+    assert torch.equal(decode_attention(q, k, v2, mask, splits=4, backend="triton"), before)
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda q, k, v, m: (q[0], k, v, m), r"q: expected a 4-D tensor"),
+        (lambda q, k, v, m: (q, k[:, :, :, :8], v, m), r"k_cache, v_cache: expected \[B=1, Hkv=1, S, D=16\]"),
+        (lambda q, k, v, m: (q, k, v, m[..., :-1]), r"mask: expected \[1 or 1, 1, R=4, S=20\]"),
+        (lambda q, k, v, m: (q, k, v, m.int()), r"mask: expected a boolean or floating"),
+        (lambda q, k, v, m: (q[..., :12], k[..., :12], v[..., :12], m), r"q: expected a head dim that is a power of two"),
+    ],
+)
+def test_bad_arguments_name_themselves(change, match):
+    args = change(*case(1, 1, 4, 20, 16))
+    with pytest.raises(ValueError, match=match):
+        decode_attention(*args)
+    with pytest.raises(ValueError, match=r"splits: expected a positive int or None, got 0"):
+        decode_attention(*case(1, 1, 4, 20, 16), splits=0)
