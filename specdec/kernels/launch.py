@@ -14,10 +14,11 @@ their first load of ``x``. ``$SPECDEC_PDL`` (read on every launch) says who take
 * ``"0"``: nobody.
 
 Either instruction does nothing in a kernel launched without the attribute, so an element-wise kernel that takes part
-stays correct after any kernel; eager launches (a host-bound path, where nothing overlaps anyway) stay plain. A GEMM reads its first weights before it waits, which is right only when the kernel
-just before it does not write those weights: true inside a captured forward, whose graph writes activations, caches
-and workspaces but never a linear's weights; not assured for an eager call made right after the weights were
-written (a W12 encoding, a load), which is why eager calls launch plainly. The Triton interpreter has no such
+stays correct after any kernel; eager launches (a host-bound path, where nothing overlaps anyway) stay plain. A GEMM
+reads its first weights before it waits, which is right only when the kernel just before it does not write those
+weights: true inside a captured forward, whose graph writes activations, caches and workspaces but never a linear's
+weights; not assured for an eager call made right after the weights were written (a W12 encoding, a load), which is
+why eager calls launch plainly. The Triton interpreter has no such
 instructions: :func:`triton_launch_options` turns them off for tensors that are not on a CUDA device.
 
 Example:
