@@ -761,6 +761,33 @@ def reference_elementwise_step(target, prompt: torch.Tensor, token: torch.Tensor
     return out
 
 
+def split_kv_attention_step(
+    target, name: str, prompt: torch.Tensor, token: torch.Tensor, device: torch.device, iters: int
+) -> dict:
+    """The one-token step of ``target`` with its cached attention through the split-KV kernel
+    (``attention_kernel("split_kv")``, graphs captured again under it): seconds and kernel breakdown, under
+    ``{name}_split_kv_step_s`` / ``_kernels``; the graphs are captured again with SDPA afterwards."""
+    from specdec.models.attention_kernel import attention_kernel
+
+    out = {}
+    with attention_kernel("split_kv"):
+        target.disable_static_path()
+        _use_step_graphs(target, device)
+        target.reset()
+        target(prompt)
+        target.commit(prompt.shape[1])
+
+        def step():
+            target(token)
+            target.truncate(prompt.shape[1])
+
+        out[f"{name}_split_kv_step_s"] = _step_time_s(step, device, iters)
+        out[f"{name}_split_kv_step_kernels"] = step_kernel_breakdown(step, device)
+    target.disable_static_path()
+    _use_step_graphs(target, device)
+    return out
+
+
 def ar_step(args, device: torch.device, t_start: float) -> dict:
     """The decode step of the bf16 lean target and of its W12 conversion: time, floor, token and logit agreement."""
     import specdec.formats.w12 as w12_format
@@ -866,6 +893,14 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         )
     if "bf16_step_s" in result and "w12_step_s" in result:
         result["w12_vs_bf16_step"] = result["w12_step_s"] / result["bf16_step_s"]
+    for name, target in (("bf16", bf16), ("w12", w12)):
+        if f"{name}_step_s" in result and not over_budget(f"{name} step time, split-KV attention"):
+            result.update(split_kv_attention_step(target, name, prompt, token, device, iters))
+            print(
+                f"AR step {name} with split-KV attention: {result[f'{name}_split_kv_step_s'] * 1e3:.3f} ms "
+                f"(SDPA: {result[f'{name}_step_s'] * 1e3:.3f} ms)",
+                flush=True,
+            )
     if not over_budget("bf16 step time, reference element-wise"):
         result.update(reference_elementwise_step(bf16, prompt, token, device, iters))
         print(

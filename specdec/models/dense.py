@@ -15,8 +15,10 @@ from torch import nn
 
 from specdec.contracts.target import TargetOutput
 from specdec.kernels.act import silu_mul
+from specdec.kernels.attention import decode_attention
 from specdec.kernels.norm import add_scaled_rms_norm, scaled_rms_norm
 from specdec.kernels.rope import qk_norm_rope_cached
+from specdec.models.attention_kernel import attention_choice
 from specdec.models.base import LeanTarget
 from specdec.models.config import TargetConfig
 from specdec.models.elementwise import elementwise_backend
@@ -76,14 +78,19 @@ def cached_attention(q, k, v, k_cache, v_cache, slots, attn_mask) -> torch.Tenso
 def attend_cache(q, k_cache, v_cache, attn_mask) -> torch.Tensor:
     """``q [B, H, T, D]`` over a cache that already holds the rows' own K/V -> ``[B, T, H * D]`` (see
     :func:`cached_attention`); ``attn_mask`` ``[1, 1, T, S]``, or :func:`grouped_mask`'s ``[1, 1, G * T, S]``, boolean
-    or :func:`additive_mask`'s (what the dense runtime passes: built once a forward)."""
+    or :func:`additive_mask`'s (what the dense runtime passes: built once a forward). SDPA, or the split-KV kernel
+    within :func:`specdec.models.attention_kernel.attention_kernel` ``("split_kv")``."""
     bsz, num_heads, seqlen, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     # GQA without copying K/V: the q heads that share a kv head become extra query rows.
     group = num_heads // num_kv_heads
     q = q.reshape(bsz, num_kv_heads, group * seqlen, head_dim)  # [B, Hkv, G*T, D]
     mask = attn_mask if attn_mask.shape[2] == group * seqlen else grouped_mask(attn_mask, group)  # [1, 1, G*T, S]
-    out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G*T, D]
+    kernel, backend = attention_choice(q)
+    if kernel == "split_kv":
+        out = decode_attention(q, k_cache, v_cache, mask, backend=backend)  # [B, Hkv, G*T, D]
+    else:
+        out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G*T, D]
     out = out.reshape(bsz, num_heads, seqlen, head_dim)  # SDPA output may be strided
     return out.transpose(1, 2).reshape(bsz, seqlen, num_heads * head_dim)
 
