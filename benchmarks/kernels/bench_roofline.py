@@ -895,7 +895,14 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         result["w12_vs_bf16_step"] = result["w12_step_s"] / result["bf16_step_s"]
     for name, target in (("bf16", bf16), ("w12", w12)):
         if f"{name}_step_s" in result and not over_budget(f"{name} step time, split-KV attention"):
-            result.update(split_kv_attention_step(target, name, prompt, token, device, iters))
+            try:
+                result.update(split_kv_attention_step(target, name, prompt, token, device, iters))
+            except Exception as exc:  # recorded; the steps after it still run, with SDPA's graphs again
+                result[f"{name}_split_kv_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"AR step {name} with split-KV attention: {result[f'{name}_split_kv_error']}", flush=True)
+                target.disable_static_path()
+                _use_step_graphs(target, device)
+                continue
             print(
                 f"AR step {name} with split-KV attention: {result[f'{name}_split_kv_step_s'] * 1e3:.3f} ms "
                 f"(SDPA: {result[f'{name}_step_s'] * 1e3:.3f} ms)",
