@@ -77,10 +77,25 @@ def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
         "bf16_verify_s",
         "w12_verify_s",
         "bf16_reference_elementwise_step_s",
+        "bf16_split_kv_step_s",
+        "w12_split_kv_step_s",
     ):
         assert result[key] > 0, key
     assert result["verify_rows"] == bench_roofline.VERIFY_ROWS == 16
     assert result["bf16_verify_x_step"] == result["bf16_verify_s"] / result["bf16_step_s"]
+
+
+def test_ar_step_records_a_failing_split_kv_step_and_runs_the_rest(tmp_path, monkeypatch):
+    def fails(target, name, *args):
+        raise RuntimeError(f"{name}: no kernel here")
+
+    monkeypatch.setattr(bench_roofline, "split_kv_attention_step", fails)
+    out = tmp_path / "ar_step.json"
+    assert bench_roofline.main(["--smoke", "--ar-step", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["bf16_split_kv_error"] == "RuntimeError: bf16: no kernel here"
+    assert result["w12_split_kv_error"] == "RuntimeError: w12: no kernel here"
+    assert result["bf16_reference_elementwise_step_s"] > 0 and result["w12_triton_step_s"] > 0
 
 
 def smoke_with_a_wrong_weight(tmp_path, monkeypatch, variant, reads, cell, delta=1, op="w12"):
