@@ -4,7 +4,7 @@ A one-token step of the lean Qwen3-8B target spends ~0.3 ms in attention and ~0.
 (``benchmarks/results/ar_step_*``: cuDNN's prefill-shaped kernel, a ``where`` and a fill per layer) against ~2.7-3.6 ms
 of weight reads, for 1-16 query rows over a cache of ``max_seq_len`` slots under a mask built from the committed
 length. This times :func:`specdec.models.dense.attend_cache` with a boolean mask (SDPA picks the backend and makes the mask
-additive on every call) against the same call with the mask made additive once (:func:`~specdec.models.dense.additive_mask`,
+additive on every call) against the same call with the mask made additive once (:func:`~specdec.kernels.attention.additive_mask`,
 what the dense runtime passes), under SDPA's own pick and each backend that takes a mask: cuDNN, memory-efficient,
 math; and the split-KV Triton kernel :func:`specdec.kernels.attention.decode_attention` (the interpreter on a CPU).
 Shapes: Qwen3-8B's heads (32 query heads, 8 KV heads, head_dim 128), 1 and 16 rows (the one-token and 16-row verify
@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import agg_pyplot, provenance, report
-from specdec.kernels.attention import decode_attention
-from specdec.models.dense import additive_mask, attend_cache, grouped_mask, prefix_attention_mask
+from specdec.kernels.attention import additive_mask, decode_attention
+from specdec.models.dense import attend_cache, grouped_mask, prefix_attention_mask
 
 HEADS = dict(num_heads=32, num_kv_heads=8, head_dim=128)
 SMOKE_HEADS = dict(num_heads=4, num_kv_heads=2, head_dim=16)

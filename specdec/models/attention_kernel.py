@@ -23,12 +23,12 @@ from collections.abc import Iterator
 
 import torch
 
+from specdec.kernels.attention import split_kv_takes
 from specdec.kernels.backend import BACKENDS
 
 __all__ = ["ATTENTION_KERNELS", "attention_choice", "attention_kernel"]
 
 ATTENTION_KERNELS = ("sdpa", "split_kv")
-SPLIT_KV_MAX_ROWS = 128
 _CHOICE: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("specdec_attention_kernel", default=("sdpa", "auto"))
 
 
@@ -52,8 +52,7 @@ def attention_choice(q: torch.Tensor) -> tuple[str, str | None]:
     """``("split_kv", backend)`` where the split-KV kernel is chosen and takes ``q [B, Hkv, R, D]``, else
     ``("sdpa", None)``."""
     kernel, backend = _CHOICE.get()
-    rows, dim = q.shape[-2], q.shape[-1]
-    takes = rows <= SPLIT_KV_MAX_ROWS and 16 <= dim <= 256 and dim & (dim - 1) == 0
+    takes = split_kv_takes(rows=q.shape[-2], head_dim=q.shape[-1])
     if kernel != "split_kv" or not takes or torch.compiler.is_compiling() or (torch.is_grad_enabled() and q.requires_grad):
         return "sdpa", None
     return "split_kv", backend

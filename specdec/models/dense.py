@@ -15,7 +15,7 @@ from torch import nn
 
 from specdec.contracts.target import TargetOutput
 from specdec.kernels.act import silu_mul
-from specdec.kernels.attention import decode_attention
+from specdec.kernels.attention import additive_mask, decode_attention
 from specdec.kernels.norm import add_scaled_rms_norm, scaled_rms_norm
 from specdec.kernels.rope import qk_norm_rope_cached
 from specdec.models.attention_kernel import attention_choice
@@ -78,7 +78,7 @@ def cached_attention(q, k, v, k_cache, v_cache, slots, attn_mask) -> torch.Tenso
 def attend_cache(q, k_cache, v_cache, attn_mask) -> torch.Tensor:
     """``q [B, H, T, D]`` over a cache that already holds the rows' own K/V -> ``[B, T, H * D]`` (see
     :func:`cached_attention`); ``attn_mask`` ``[1, 1, T, S]``, or :func:`grouped_mask`'s ``[1, 1, G * T, S]``, boolean
-    or :func:`additive_mask`'s (what the dense runtime passes: built once a forward). SDPA, or the split-KV kernel
+    or :func:`specdec.kernels.attention.additive_mask`'s (what the dense runtime passes: built once a forward). SDPA, or the split-KV kernel
     within :func:`specdec.models.attention_kernel.attention_kernel` ``("split_kv")``."""
     bsz, num_heads, seqlen, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
@@ -104,18 +104,6 @@ def grouped_mask(attn_mask: torch.Tensor, group: int) -> torch.Tensor:
         torch.Size([1, 1, 2, 2])
     """
     return attn_mask.repeat(1, 1, group, 1) if group > 1 else attn_mask
-
-
-def additive_mask(attn_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean mask (``True`` where a row may attend a slot) as SDPA applies it: ``0`` there, ``-inf`` elsewhere, in
-    ``dtype``. SDPA builds this from a boolean mask on every call; a runtime builds it once a forward instead (one
-    launch fewer a layer), with the same bits out.
-
-    Example:
-        >>> additive_mask(torch.tensor([[True, False]]), torch.float32)
-        tensor([[0., -inf]])
-    """
-    return torch.zeros(attn_mask.shape, dtype=dtype, device=attn_mask.device).masked_fill_(~attn_mask, float("-inf"))
 
 
 def prefix_attention_mask(length: int, seqlen: int, mask: torch.Tensor | None, device) -> torch.Tensor:

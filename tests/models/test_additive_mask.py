@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.models.dense import additive_mask, attend_cache, grouped_mask, prefix_attention_mask
+from specdec.kernels.attention import additive_mask
+from specdec.models.dense import attend_cache, grouped_mask, prefix_attention_mask
 
 
 def test_additive_mask_is_zero_where_allowed_and_minus_infinity_elsewhere():

@@ -8,10 +8,11 @@ from __future__ import annotations
 import torch
 
 from ..backend import use_triton
+from .mask import MAX_ROWS, additive_mask, split_kv_takes
 from .naive import decode_attention_torch
 from .split_kv import decode_attention_triton
 
-__all__ = ["decode_attention"]
+__all__ = ["MAX_ROWS", "additive_mask", "decode_attention", "split_kv_takes"]
 
 
 def decode_attention(
@@ -27,7 +28,7 @@ def decode_attention(
 
     ``R`` rows a KV head (the query heads that share it, times the new tokens: :func:`specdec.models.dense.attend_cache`'s
     layout), at most 128; ``D`` a power of two from 16 to 256; ``mask [1 or B, 1, R, S]`` additive (``0`` where a
-    row may attend a slot, ``-inf`` elsewhere; :func:`specdec.models.dense.additive_mask`) or boolean (``True`` where
+    row may attend a slot, ``-inf`` elsewhere; :func:`additive_mask`) or boolean (``True`` where
     it may). Softmax and sums in float32; returns ``[B, Hkv, R, D]`` in ``q.dtype``. ``splits``: pieces of the cache
     each batch-head's slots are cut into (Triton only; ``None`` picks enough for two programs a multiprocessor).
 
@@ -50,14 +51,14 @@ def decode_attention(
     s = k_cache.shape[2]
     if mask.shape[0] not in (1, bsz) or mask.shape[1] != 1 or mask.shape[2:] != (r, s):
         raise ValueError(f"mask: expected [1 or {bsz}, 1, R={r}, S={s}], got {tuple(mask.shape)}")
-    if not 1 <= r <= 128:
-        raise ValueError(f"q: expected 1 to 128 rows a KV head, got {r}")
-    if d < 16 or d > 256 or d & (d - 1):
+    if not 1 <= r <= MAX_ROWS:
+        raise ValueError(f"q: expected 1 to {MAX_ROWS} rows a KV head, got {r}")
+    if not split_kv_takes(rows=r, head_dim=d):
         raise ValueError(f"q: expected a head dim that is a power of two from 16 to 256, got {d}")
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise ValueError(f"splits: expected a positive int or None, got {splits!r}")
     if mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=q.dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+        mask = additive_mask(mask, q.dtype)
     elif not mask.is_floating_point():
         raise ValueError(f"mask: expected a boolean or floating (additive) mask, got {mask.dtype}")
     if use_triton(backend, q.device):
