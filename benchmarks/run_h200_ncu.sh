@@ -11,7 +11,7 @@
 # still print its CSV); one retry with the basic section set, 40 s, only when the first attempt failed within 20 s
 # (an option this ncu does not know); then either the parse, 20 s, or, without a profile, the same launches timed
 # with CUDA events, 30 s: at most 40 + 5 x 30 + 10 + 78 + 30 = 308 s on any path.
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh [w12]   (ROOFLINE=roofline.json to take its copy
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh [w12 | w12_16]   (ROOFLINE=roofline.json to take its copy
 # bandwidth; writes ncu_raw.csv, ncu_launch.json, ncu_profile.json and logs to $OUT)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -36,9 +36,13 @@ show_ncu_errors() {
 
 # `run_h200_ncu.sh w12`: only the tensor-map kernels (W12 v7, Q v2, bf16 v2) on the 8B down, o and lm_head shapes
 # (18 ranges, no probes: the roofline runner probes them), to compare the W12 stage with the Q and bf16 ones.
+# `run_h200_ncu.sh w12_16`: W12 v7 and Q v2 on 8B down and o at 1, 8 and 16 tokens (12 ranges): what the second MMA
+# n-tile costs each consumer.
 SELECT=()
 if [ "${1:-}" = w12 ]; then
   SELECT=(--cases qwen3-8b/down,qwen3-8b/o,qwen3-8b/lm_head --only-kernel cuda_w12_v7 --only-kernel cuda_q_v2 --only-kernel cuda_bf16_v2)
+elif [ "${1:-}" = w12_16 ]; then
+  SELECT=(--cases qwen3-8b/down,qwen3-8b/o --only-kernel cuda_w12_v7 --only-kernel cuda_q_v2 --ms 1,8,16)
 fi
 # Each staged kernel alone first: if it faults or does not finish, the launches leave it out.
 SKIP_BULK=()

@@ -761,16 +761,17 @@ def reference_elementwise_step(target, prompt: torch.Tensor, token: torch.Tensor
     return out
 
 
-def split_kv_attention_step(
-    target, name: str, prompt: torch.Tensor, token: torch.Tensor, device: torch.device, iters: int
+def attention_step(
+    target, name: str, kernel: str, prompt: torch.Tensor, token: torch.Tensor, device: torch.device, iters: int
 ) -> dict:
-    """The one-token step of ``target`` with its cached attention through the split-KV kernel
-    (``attention_kernel("split_kv")``, graphs captured again under it): seconds and kernel breakdown, under
-    ``{name}_split_kv_step_s`` / ``_kernels``; the graphs are captured again with SDPA afterwards."""
+    """The one-token step of ``target`` with its cached attention through ``kernel`` (``attention_kernel(kernel)``,
+    graphs captured again under it; on the H200 the default runs the split-KV kernel, so ``"sdpa"`` is the other):
+    seconds and kernel breakdown, under ``{name}_{kernel}_step_s`` / ``_kernels``; the graphs are captured again with
+    the default afterwards."""
     from specdec.models.attention_kernel import attention_kernel
 
     out = {}
-    with attention_kernel("split_kv"):
+    with attention_kernel(kernel):
         target.disable_static_path()
         _use_step_graphs(target, device)
         target.reset()
@@ -781,8 +782,8 @@ def split_kv_attention_step(
             target(token)
             target.truncate(prompt.shape[1])
 
-        out[f"{name}_split_kv_step_s"] = _step_time_s(step, device, iters)
-        out[f"{name}_split_kv_step_kernels"] = step_kernel_breakdown(step, device)
+        out[f"{name}_{kernel}_step_s"] = _step_time_s(step, device, iters)
+        out[f"{name}_{kernel}_step_kernels"] = step_kernel_breakdown(step, device)
     target.disable_static_path()
     _use_step_graphs(target, device)
     return out
@@ -893,19 +894,24 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         )
     if "bf16_step_s" in result and "w12_step_s" in result:
         result["w12_vs_bf16_step"] = result["w12_step_s"] / result["bf16_step_s"]
+    from specdec.models.attention_kernel import attention_choice
+
+    probe = torch.empty(1, 1, 1, 128, device=device)
+    result["attention_default"] = attention_choice(probe)[0]  # the dense layers' attention in the steps above
+    other = "sdpa" if result["attention_default"] == "split_kv" else "split_kv"
     for name, target in (("bf16", bf16), ("w12", w12)):
-        if f"{name}_step_s" in result and not over_budget(f"{name} step time, split-KV attention"):
+        if f"{name}_step_s" in result and not over_budget(f"{name} step time, {other} attention"):
             try:
-                result.update(split_kv_attention_step(target, name, prompt, token, device, iters))
-            except Exception as exc:  # recorded; the steps after it still run, with SDPA's graphs again
-                result[f"{name}_split_kv_error"] = f"{type(exc).__name__}: {exc}"[:300]
-                print(f"AR step {name} with split-KV attention: {result[f'{name}_split_kv_error']}", flush=True)
+                result.update(attention_step(target, name, other, prompt, token, device, iters))
+            except Exception as exc:  # recorded; the steps after it still run, with the default's graphs again
+                result[f"{name}_{other}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"AR step {name} with {other} attention: {result[f'{name}_{other}_error']}", flush=True)
                 target.disable_static_path()
                 _use_step_graphs(target, device)
                 continue
             print(
-                f"AR step {name} with split-KV attention: {result[f'{name}_split_kv_step_s'] * 1e3:.3f} ms "
-                f"(SDPA: {result[f'{name}_step_s'] * 1e3:.3f} ms)",
+                f"AR step {name} with {other} attention: {result[f'{name}_{other}_step_s'] * 1e3:.3f} ms "
+                f"({result['attention_default']}: {result[f'{name}_step_s'] * 1e3:.3f} ms)",
                 flush=True,
             )
     if not over_budget("bf16 step time, reference element-wise"):

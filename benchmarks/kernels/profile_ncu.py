@@ -259,7 +259,7 @@ def launch(args, device: torch.device, t_start: float) -> dict:
             continue
         w = planted_weight(n, k, gen, device)
         w12 = W12Tensor.from_bf16(w)
-        for m in MS:
+        for m in args.ms:
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
             for kernel, fn in case_functions(x, w, w12, ops).items():
                 if kernel in args.skip_kernels or (args.only_kernels and kernel not in args.only_kernels):
@@ -281,7 +281,7 @@ def launch(args, device: torch.device, t_start: float) -> dict:
         del w, w12
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        print(f"launched {model}/{lname} [{n}x{k}] M={MS}: {len(KERNELS) - len(args.skip_kernels)} kernels each", flush=True)
+        print(f"launched {model}/{lname} [{n}x{k}] M={args.ms}: {len(KERNELS) - len(args.skip_kernels)} kernels each", flush=True)
     return dict(ranges=entries, skipped=skipped, wall_s=time.time() - t_start)
 
 
@@ -564,6 +564,22 @@ def parse(args) -> dict:
     )
 
 
+def token_counts(text: str) -> tuple[int, ...]:
+    """``"1,8,16"`` -> ``(1, 8, 16)``: the token counts (M) to launch, each 1 to 16.
+
+    Example:
+        >>> token_counts("1,16")
+        (1, 16)
+    """
+    try:
+        ms = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not ms or any(not 1 <= m <= 16 for m in ms):
+        raise argparse.ArgumentTypeError(f"expected token counts from 1 to 16, got {text!r}")
+    return ms
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     role = parser.add_mutually_exclusive_group(required=True)
@@ -583,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cases", type=case_list, default=None, help="--launch: comma-separated model/linear cases (default: CASES)"
     )
+    parser.add_argument("--ms", type=token_counts, default=MS, help="--launch: comma-separated token counts (default 1,8)")
     parser.add_argument("--manifest", default=None, help="--parse: the --launch JSON (weight bytes, copy bandwidth)")
     parser.add_argument("--roofline", default=None, help="--parse: a bench_roofline JSON whose copy bandwidth to use")
     parser.add_argument("--copy-tbs", type=float, default=None, help="--parse: copy bandwidth in TB/s (overrides the JSONs)")
@@ -613,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (reference ops)",
         copy_bandwidth_bytes_per_s=copy_bw,
         kernels=tuple(k for k in KERNELS if k not in args.skip_kernels),
-        ms=MS,
+        ms=args.ms,
     )
     out = write_json(args.out or os.path.join(out_dir, "ncu_launch.json"), result, prov, indent=1)
     print(f"wrote {out}: {len(result['ranges'])} ranges, skipped {result['skipped'] or 'none'}")

@@ -81,15 +81,16 @@ def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
         "w12_split_kv_step_s",
     ):
         assert result[key] > 0, key
+    assert result["attention_default"] == "sdpa"  # on a CPU; the split-KV step is the other
     assert result["verify_rows"] == bench_roofline.VERIFY_ROWS == 16
     assert result["bf16_verify_x_step"] == result["bf16_verify_s"] / result["bf16_step_s"]
 
 
-def test_ar_step_records_a_failing_split_kv_step_and_runs_the_rest(tmp_path, monkeypatch):
+def test_ar_step_records_a_failing_attention_step_and_runs_the_rest(tmp_path, monkeypatch):
     def fails(target, name, *args):
         raise RuntimeError(f"{name}: no kernel here")
 
-    monkeypatch.setattr(bench_roofline, "split_kv_attention_step", fails)
+    monkeypatch.setattr(bench_roofline, "attention_step", fails)
     out = tmp_path / "ar_step.json"
     assert bench_roofline.main(["--smoke", "--ar-step", "--out", str(out)]) == 0
     result = json.loads(out.read_text())

@@ -66,7 +66,7 @@ def compile_all() -> dict:
         types |= {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"scale": "fp32"}
         ptx = build(_split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False), num_warps=4)
         types = {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"out_ptr": f"*{dt}"}
-        build(_combine_kernel, types, dict(BLOCK_R=16, D=128), num_warps=4)
+        build(_combine_kernel, types, dict(BLOCK_S=32, D=128), num_warps=4)
         out["attention"][dt] = {"mma": "mma.sync" in ptx or "wgmma" in ptx}
     return out
 

@@ -1,7 +1,7 @@
 """The dense layers' cached attention through the split-KV kernel (Triton interpreter on the CPU) instead of SDPA.
 
-* the choice: SDPA by default and where the kernel cannot take the call (over 128 rows a KV head, a head dim that is
-  not a power of two from 16 to 256, a gradient); bad names raise;
+* the choice: by default the kernel on CUDA and SDPA elsewhere; SDPA wherever the kernel cannot take the call (over
+  128 rows a KV head, a head dim that is not a power of two from 16 to 256, a gradient); bad names raise;
 * a tiny Qwen3-layout target's logits through the kernel equal SDPA's to float32 rounding, prefill and decode;
 * greedy speculative decoding stays equal to greedy AR token for token with the kernel in every layer;
 * the kernel is really called (a spy counts its calls).
@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -35,12 +36,28 @@ def test_the_choice_follows_the_block_and_what_the_kernel_takes():
         assert attention_choice(torch.ones(1, 2, 8, 8)) == ("sdpa", None)
         assert attention_choice(torch.ones(1, 2, 8, 16, requires_grad=True)) == ("sdpa", None)
     assert attention_choice(q) == ("sdpa", None)
-    with pytest.raises(ValueError, match=r"kernel: expected one of \('sdpa', 'split_kv'\), got 'flash'"):
+    with attention_kernel("sdpa"):
+        assert attention_choice(q) == ("sdpa", None)
+    with pytest.raises(ValueError, match=r"kernel: expected one of \('auto', 'sdpa', 'split_kv'\), got 'flash'"):
         with attention_kernel("flash"):
             pass
     with pytest.raises(ValueError, match=r"backend: expected one of"):
         with attention_kernel("split_kv", backend="cuda"):
             pass
+
+
+def cuda_query(rows: int = 8, head_dim: int = 16, requires_grad: bool = False):
+    """What :func:`attention_choice` reads of a CUDA query ``[1, 2, rows, head_dim]``, without a GPU."""
+    return SimpleNamespace(shape=(1, 2, rows, head_dim), is_cuda=True, requires_grad=requires_grad)
+
+
+def test_by_default_cuda_queries_take_the_kernel_and_sdpa_keeps_the_rest():
+    assert attention_choice(cuda_query()) == ("split_kv", "auto")
+    assert attention_choice(cuda_query(rows=129)) == ("sdpa", None)
+    assert attention_choice(cuda_query(head_dim=24)) == ("sdpa", None)
+    assert attention_choice(cuda_query(requires_grad=True)) == ("sdpa", None)
+    with attention_kernel("sdpa"):
+        assert attention_choice(cuda_query()) == ("sdpa", None)
 
 
 def test_logits_through_the_kernel_equal_sdpa_to_rounding(monkeypatch):

@@ -4,7 +4,7 @@ A decode step's query is a handful of rows (the query heads that share a KV head
 cache of thousands of slots. One program per KV head (what a prefill-shaped kernel does at this size) streams the whole
 cache through one SM. Here program ``(bh, j)`` of the first launch covers slots ``[j * chunk, (j + 1) * chunk)`` of
 batch-head ``bh`` and keeps an online softmax over them: the running maximum ``m``, the sum ``l`` of
-``exp(score - m)`` and ``acc = sum exp(score - m) v``, all float32. The second launch, one program per batch-head,
+``exp(score - m)`` and ``acc = sum exp(score - m) v``, all float32. The second launch, one program per batch-head and row,
 rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``.
 A split whose slots are all masked has ``m = -inf`` and weight 0; a row with no allowed slot anywhere gives NaN, as
 the reference does.
@@ -84,40 +84,41 @@ def _split_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
-    base = bh * SPLITS + split
-    tl.store(m_ptr + base * BLOCK_R + rows, m_i)
-    tl.store(l_ptr + base * BLOCK_R + rows, l_i)
-    tl.store(acc_ptr + (base * BLOCK_R + rows[:, None]) * D + dims[None, :], acc)
+    base = (bh * SPLITS + split) * R  # the R real rows only: the combine reads no padding
+    tl.store(m_ptr + base + rows, m_i, mask=row_ok)
+    tl.store(l_ptr + base + rows, l_i, mask=row_ok)
+    tl.store(acc_ptr + (base + rows[:, None]) * D + dims[None, :], acc, mask=row_ok[:, None])
 
 
 @triton.jit
 def _combine_kernel(
     m_ptr, l_ptr, acc_ptr, out_ptr, R, HKV, SPLITS,
     stride_ob, stride_oh, stride_or, stride_od,
-    BLOCK_R: tl.constexpr, D: tl.constexpr,
+    BLOCK_S: tl.constexpr, D: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0)
+    row = tl.program_id(1)
     b = bh // HKV
     h = bh % HKV
-    rows = tl.arange(0, BLOCK_R)
     dims = tl.arange(0, D)
-    big = tl.full([BLOCK_R], float("-inf"), tl.float32)
-    for j in range(0, SPLITS):
-        big = tl.maximum(big, tl.load(m_ptr + (bh * SPLITS + j) * BLOCK_R + rows))
-    big = tl.where(big == float("-inf"), 0.0, big)
-    total = tl.zeros([BLOCK_R], tl.float32)
-    out = tl.zeros([BLOCK_R, D], tl.float32)
-    for j in range(0, SPLITS):
-        base = (bh * SPLITS + j) * BLOCK_R
-        w = tl.exp(tl.load(m_ptr + base + rows) - big)
-        total += w * tl.load(l_ptr + base + rows)
-        out += w[:, None] * tl.load(acc_ptr + (base + rows[:, None]) * D + dims[None, :])
-    total = tl.where(rows < R, total, 1.0)  # padding rows are not stored: keep them finite
-    out = out / total[:, None]
+    js = tl.arange(0, BLOCK_S)
+    first = bh * SPLITS * R + row  # split j of this (batch-head, row) at first + j * R
+    big = tl.full([BLOCK_S], float("-inf"), tl.float32)
+    for j0 in range(0, SPLITS, BLOCK_S):
+        big = tl.maximum(big, tl.load(m_ptr + first + (j0 + js) * R, mask=j0 + js < SPLITS, other=float("-inf")))
+    top = tl.max(big, axis=0)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    total = tl.zeros([BLOCK_S], tl.float32)
+    out = tl.zeros([BLOCK_S, D], tl.float32)
+    for j0 in range(0, SPLITS, BLOCK_S):
+        ok = j0 + js < SPLITS
+        at = first + (j0 + js) * R
+        w = tl.exp(tl.load(m_ptr + at, mask=ok, other=float("-inf")) - top)
+        total += w * tl.load(l_ptr + at, mask=ok, other=0.0)
+        out += w[:, None] * tl.load(acc_ptr + at[:, None] * D + dims[None, :], mask=ok[:, None], other=0.0)
+    res = tl.sum(out, axis=0) / tl.sum(total, axis=0)
     tl.store(
-        out_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_or + dims[None, :] * stride_od,
-        out.to(out_ptr.dtype.element_ty),
-        mask=(rows < R)[:, None],
+        out_ptr + b * stride_ob + h * stride_oh + row * stride_or + dims * stride_od, res.to(out_ptr.dtype.element_ty)
     )
 
 
@@ -147,14 +148,15 @@ def decode_attention_triton(
     chunk = chunk_blocks * block_n
     n_splits = triton.cdiv(s, chunk)
     block_r = max(16, triton.next_power_of_2(r))
-    m = torch.empty(bsz * hkv, n_splits, block_r, dtype=torch.float32, device=q.device)
+    m = torch.empty(bsz * hkv, n_splits, r, dtype=torch.float32, device=q.device)
     l = torch.empty_like(m)  # noqa: E741 (the softmax's usual name)
-    acc = torch.empty(bsz * hkv, n_splits, block_r, d, dtype=torch.float32, device=q.device)
+    acc = torch.empty(bsz * hkv, n_splits, r, d, dtype=torch.float32, device=q.device)
     mask_b = mask.stride(0) if mask.shape[0] > 1 else 0
     _split_kernel[(bsz * hkv, n_splits)](
         q, k_cache, v_cache, mask, m, l, acc, r, s, chunk, hkv, n_splits, d**-0.5,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), mask_b, mask.stride(2), mask.stride(3),
         BLOCK_R=block_r, BLOCK_N=block_n, D=d, UPCAST=_INTERPRET,
     )  # fmt: skip
-    _combine_kernel[(bsz * hkv,)](m, l, acc, out, r, hkv, n_splits, *out.stride(), BLOCK_R=block_r, D=d)
+    block_s = min(32, triton.next_power_of_2(n_splits))
+    _combine_kernel[(bsz * hkv, r)](m, l, acc, out, r, hkv, n_splits, *out.stride(), BLOCK_S=block_s, D=d)
     return out

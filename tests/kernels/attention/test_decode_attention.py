@@ -1,7 +1,7 @@
 """Split-KV decode attention (Triton interpreter on the CPU) against its reference, and the reference against SDPA.
 
 * awkward shapes: 1, 5 and 17 rows a KV head (padded to 16 / 32 in the kernel), 1 to 200 slots, head dims 16 and 32,
-  one to seven splits (splits past the last slot, splits whose slots are all masked), a mask per batch;
+  one to 35 splits (more than one combine tile, splits past the last slot, splits whose slots are all masked), a mask per batch;
 * the reference against ``torch.nn.functional.scaled_dot_product_attention`` on the same boolean mask;
 * a row with no allowed slot is NaN in both; bad arguments raise naming them;
 * mutation: a combine that summed the splits without rescaling them to a common maximum fails the multi-split cases.
@@ -23,6 +23,7 @@ CASES = [  # (batch, kv heads, rows, slots, head dim, splits)
     (1, 1, 17, 40, 16, 2),
     (1, 2, 3, 1, 16, 1),
     (2, 1, 2, 64, 16, 5),
+    (1, 1, 2, 2200, 16, 35),  # more splits than the combine's 32-split tile
 ]
 
 
