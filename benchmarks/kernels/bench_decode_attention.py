@@ -1,15 +1,14 @@
-"""The decode step's attention alone: the dense target's masked SDPA over its static cache, by backend and mask form.
+"""The decode step's attention alone: the dense target's cached attention by kernel, backend and mask form.
 
-A one-token step of the lean Qwen3-8B target spends ~0.3 ms in attention and ~0.17 ms in the small kernels around it
-(``benchmarks/results/ar_step_*``: cuDNN's prefill-shaped kernel, a ``where`` and a fill per layer) against ~2.7-3.6 ms
-of weight reads, for 1-16 query rows over a cache of ``max_seq_len`` slots under a mask built from the committed
-length. This times :func:`specdec.models.dense.attend_cache` with a boolean mask (SDPA picks the backend and makes the mask
-additive on every call) against the same call with the mask made additive once (:func:`~specdec.kernels.attention.additive_mask`,
-what the dense runtime passes), under SDPA's own pick and each backend that takes a mask: cuDNN, memory-efficient,
-math; and the split-KV Triton kernel :func:`specdec.kernels.attention.decode_attention` (the interpreter on a CPU).
+A one-token step of the lean Qwen3-8B target attends 1-16 new rows over a cache of ``max_seq_len`` slots under a mask
+built from the committed length. This times :func:`specdec.models.dense.attend_cache` through SDPA with a boolean mask
+(SDPA makes it additive on every call) and with the mask made additive once
+(:func:`~specdec.kernels.attention.additive_mask`, what the dense runtime passes), under SDPA's own pick and each
+backend that takes a mask: cuDNN, memory-efficient, math; and the split-KV Triton kernel
+:func:`specdec.kernels.attention.decode_attention` (the dense runtime's default on CUDA; the interpreter on a CPU).
 Shapes: Qwen3-8B's heads (32 query heads, 8 KV heads, head_dim 128), 1 and 16 rows (the one-token and 16-row verify
-steps), spans of 256 and 2048 slots, half of them committed. Each variant is checked against the current path
-(max |diff|) before it is timed in a CUDA graph of ``--calls`` calls (median of ``--reps`` replays). Tensors are
+steps), spans of 256 and 2048 slots, half of them committed. Each variant is checked against SDPA with the boolean
+mask (max |diff|) before it is timed in a CUDA graph of ``--calls`` calls (median of ``--reps`` replays). Tensors are
 random (labelled so).
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_decode_attention --out $OUT/decode_attention.json``
@@ -29,6 +28,7 @@ import torch
 
 from benchmarks.common import agg_pyplot, provenance, report
 from specdec.kernels.attention import additive_mask, decode_attention
+from specdec.models.attention_kernel import attention_kernel
 from specdec.models.dense import attend_cache, grouped_mask, prefix_attention_mask
 
 HEADS = dict(num_heads=32, num_kv_heads=8, head_dim=128)
@@ -69,15 +69,20 @@ def case_tensors(rows: int, span: int, heads: dict, dtype, device, gen) -> dict:
 
 
 def variants(t: dict, backends) -> dict:
-    """name -> call: the target's path (boolean mask), then the additive mask under each backend."""
+    """name -> call: ``attend_cache`` through SDPA with a boolean mask (the reference of the checks), then with the
+    additive mask under SDPA's pick and each backend, then the split-KV kernel (the dense runtime's default on CUDA)."""
     add = additive_mask(t["mask"], t["q"].dtype)
-    out = {"attend_cache (bool mask)": lambda: attend_cache(t["q"], t["k_cache"], t["v_cache"], t["mask"])}
-    out["attend_cache (additive mask)"] = lambda: attend_cache(t["q"], t["k_cache"], t["v_cache"], add)
+
+    def sdpa(mask):
+        with attention_kernel("sdpa"):
+            return attend_cache(t["q"], t["k_cache"], t["v_cache"], mask)
+
+    out = {"SDPA (bool mask)": lambda: sdpa(t["mask"]), "SDPA (additive mask)": lambda: sdpa(add)}
     for name in backends:
 
         def call(name=name):
             with sdpa_backend(name):
-                return attend_cache(t["q"], t["k_cache"], t["v_cache"], add)
+                return sdpa(add)
 
         out[f"{name} (additive mask)"] = call
     out["split-KV Triton (additive mask)"] = lambda: attend_cache_split_kv(t, add)

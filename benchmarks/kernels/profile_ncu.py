@@ -257,7 +257,10 @@ def launch(args, device: torch.device, t_start: float) -> dict:
             print(f"budget reached, not run: {model}/{lname}", flush=True)
             skipped.append(f"{model}/{lname}")
             continue
-        w = planted_weight(n, k, gen, device)
+        if args.weights == "planted":
+            w = planted_weight(n, k, gen, device)
+        else:  # Gaussian, std 0.02: the roofline's weights (escapes ~7.6e-5 of them, spread out)
+            w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
         w12 = W12Tensor.from_bf16(w)
         for m in args.ms:
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
@@ -599,6 +602,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cases", type=case_list, default=None, help="--launch: comma-separated model/linear cases (default: CASES)"
     )
+    parser.add_argument(
+        "--weights",
+        choices=("planted", "gaussian"),
+        default="planted",
+        help="--launch: planted escapes (a crowded tile among them) or plain Gaussian weights",
+    )
     parser.add_argument("--ms", type=token_counts, default=MS, help="--launch: comma-separated token counts (default 1,8)")
     parser.add_argument("--manifest", default=None, help="--parse: the --launch JSON (weight bytes, copy bandwidth)")
     parser.add_argument("--roofline", default=None, help="--parse: a bench_roofline JSON whose copy bandwidth to use")
@@ -631,6 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         copy_bandwidth_bytes_per_s=copy_bw,
         kernels=tuple(k for k in KERNELS if k not in args.skip_kernels),
         ms=args.ms,
+        weights=args.weights,
     )
     out = write_json(args.out or os.path.join(out_dir, "ncu_launch.json"), result, prov, indent=1)
     print(f"wrote {out}: {len(result['ranges'])} ranges, skipped {result['skipped'] or 'none'}")

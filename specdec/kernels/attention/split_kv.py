@@ -117,9 +117,7 @@ def _combine_kernel(
         total += w * tl.load(l_ptr + at, mask=ok, other=0.0)
         out += w[:, None] * tl.load(acc_ptr + at[:, None] * D + dims[None, :], mask=ok[:, None], other=0.0)
     res = tl.sum(out, axis=0) / tl.sum(total, axis=0)
-    tl.store(
-        out_ptr + b * stride_ob + h * stride_oh + row * stride_or + dims * stride_od, res.to(out_ptr.dtype.element_ty)
-    )
+    tl.store(out_ptr + b * stride_ob + h * stride_oh + row * stride_or + dims * stride_od, res.to(out_ptr.dtype.element_ty))
 
 
 def default_splits(batch_heads: int, slots: int, block_n: int, device: torch.device) -> int:

@@ -1090,17 +1090,33 @@ __host__ __device__ constexpr int tma_stage_bytes(int kind, int M) {
          M * kTmaXRowBytes;
 }
 __host__ __device__ constexpr int tma_stages(int kind) { return kind == kBf16 ? 5 : kBulkStages; }
+// Build-time switches for measuring the W12 kernel's parts (benchmarks/NOTES.md, "W12 at 16 tokens"): nvcc
+// -DSPECDEC_W12_HALVES=1 runs one half of consumer warps; -DSPECDEC_W12_ESCAPE_WARP_TOKENS=T keeps the escape warp in
+// the kernels of at most T tokens (8 or 16; 0: none) and adds the escapes in the epilogue in the others.
+#ifndef SPECDEC_W12_HALVES
+#define SPECDEC_W12_HALVES 2
+#endif
+#ifndef SPECDEC_W12_ESCAPE_WARP_TOKENS
+#define SPECDEC_W12_ESCAPE_WARP_TOKENS 16
+#endif
 // W12 CTAs run two halves of consumer warps (warps 0-3 the first 64-weight chunk of every stage, warps 4-7 the
 // second: 3-10 % faster than one half on the H200, benchmarks/NOTES.md); Q and bf16 CTAs one.
-__host__ __device__ constexpr int tma_halves(int kind) { return kind == kW12 ? 2 : 1; }
-// W12 CTAs have one more warp after the producer: the escape warp (fold_escapes), which sums the escapes of the CTA's
-// K slice while the consumers stream, so that no escape pass follows the K loop.
-__host__ __device__ constexpr int tma_escape_warps(int kind) { return kind == kW12 ? 1 : 0; }
-__host__ __device__ constexpr int tma_threads(int kind) {
-  return (tma_halves(kind) * kBulkConsumerWarps + 1 + tma_escape_warps(kind)) * 32;
+__host__ __device__ constexpr int tma_halves(int kind) { return kind == kW12 ? SPECDEC_W12_HALVES : 1; }
+// W12 CTAs of `tok` tokens have one more warp after the producer: the escape warp (fold_escapes), which sums the
+// escapes of the CTA's K slice while the consumers stream, so that no escape pass follows the K loop. Without it the
+// escapes are added after the K loop by the row block's last CTA (finish_split_row_block, add_band_escapes).
+__host__ __device__ constexpr int tma_escape_warps(int kind, int tok) {
+  return kind == kW12 && tok <= SPECDEC_W12_ESCAPE_WARP_TOKENS ? 1 : 0;
 }
-// Shared memory after the stages: a [64 rows][tokens] fp32 tile a half.
-__host__ __device__ constexpr int tma_smem_fixed(int kind, int tokens) { return tma_halves(kind) * kStreamRows * tokens * 4; }
+__host__ __device__ constexpr bool tma_epilogue_escapes(int kind, int tok) { return kind == kW12 && tma_escape_warps(kind, tok) == 0; }
+__host__ __device__ constexpr int tma_threads(int kind, int tok) {
+  return (tma_halves(kind) * kBulkConsumerWarps + 1 + tma_escape_warps(kind, tok)) * 32;
+}
+// Shared memory after the stages: a [64 rows][tokens] fp32 tile a half, and where the epilogue adds the escapes, the
+// room add_band_escapes takes after the first tile (a round of one escape a thread: int2 + row byte, warp counts).
+__host__ __device__ constexpr int tma_smem_fixed(int kind, int tokens) {
+  return tma_halves(kind) * kStreamRows * tokens * 4 + (tma_epilogue_escapes(kind, tokens) ? tma_threads(kind, tokens) * 9 + 64 : 0);
+}
 
 // Programmatic dependent launch (a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization): wait
 // until the kernels this one depends on have finished and their writes are visible; let the kernels that depend on
@@ -1179,10 +1195,10 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
 }
 
 template <int KIND, int TOK = kMaxTokens>
-__global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
+__global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
     tma_gemm_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                    const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
-  constexpr int kTmaThreads = tma_threads(KIND);
+  constexpr int kTmaThreads = tma_threads(KIND, TOK);
   constexpr int kHalves = tma_halves(KIND);
   constexpr int kConsumers = kHalves * kBulkConsumerWarps;
   constexpr int kStages = tma_stages(KIND);
@@ -1248,7 +1264,7 @@ __global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
         if (++s == kStages) s = 0, ++round;
       }
     }
-  } else if (tma_escape_warps(KIND) == 1 && warp == kConsumers + 1) {
+  } else if (tma_escape_warps(KIND, TOK) == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK>(p, row_block, s_lo * kBulkStageK, min(s_hi * kBulkStageK, p.K), lane, esc);
   } else {
     consume_ring<kTmaXRowBytes, KIND, kStages, TOK, kHalves>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane,
@@ -1261,7 +1277,7 @@ __global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
     for (int e = tid; e < kStreamRows * TOK; e += kTmaThreads) red[e] += red[kStreamRows * TOK + e];
     __syncthreads();
   }
-  if constexpr (tma_escape_warps(KIND) == 1) {  // then this slice's escapes
+  if constexpr (tma_escape_warps(KIND, TOK) == 1) {  // then this slice's escapes
     if (warp == kConsumers + 1) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
@@ -1271,7 +1287,13 @@ __global__ void __launch_bounds__(tma_threads(KIND), kBulkCtasPerSm)
     }
     __syncthreads();
   }
-  finish_split_row_block<kTmaThreads, false, TOK>(p, red, nullptr, partials, counters, split);
+  if constexpr (tma_epilogue_escapes(KIND, TOK)) {  // the band's escape offsets straight from global memory
+    const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
+    finish_split_row_block<kTmaThreads, true, TOK>(p, red, p.esc_ptr + (row_block / kEscapeTile) * col_tiles, partials, counters,
+                                                   split);
+  } else {
+    finish_split_row_block<kTmaThreads, false, TOK>(p, red, nullptr, partials, counters, split);
+  }
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory.
@@ -1742,7 +1764,7 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
   p.n_chunks = (p.K + 63) / 64;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(pl.grid_x, pl.k_splits, 1);
-  config.blockDim = dim3(tma_threads(KIND), 1, 1);
+  config.blockDim = dim3(tma_threads(KIND, TOK), 1, 1);
   config.dynamicSmemBytes = pl.smem_bytes;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
