@@ -15,15 +15,15 @@ def test_smoke_run_checks_every_variant_against_the_target_path(tmp_path):
     result = json.loads(out.read_text())
     assert result["provenance"]["seed"] == 0 and result["tensors"] == "random"
     assert {r["variant"] for r in result["rows"]} == {
-        "attend_cache (bool mask)",
-        "attend_cache (additive mask)",
+        "SDPA (bool mask)",
+        "SDPA (additive mask)",
         "math (additive mask)",
         "split-KV Triton (additive mask)",
     }
     for r in result["rows"]:
         assert "error" not in r and r["us"] > 0
         # the additive mask is what SDPA makes of the boolean one: the same path gives the same bits
-        assert r["max_abs_diff"] == 0 if r["variant"].startswith("attend_cache") else r["max_abs_diff"] < 1e-5
+        assert r["max_abs_diff"] == 0 if r["variant"].startswith("SDPA") else r["max_abs_diff"] < 1e-5
 
 
 def test_cases_commit_half_the_span_then_mask_the_new_rows_causally():

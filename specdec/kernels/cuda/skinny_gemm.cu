@@ -1112,10 +1112,17 @@ __host__ __device__ constexpr bool tma_epilogue_escapes(int kind, int tok) { ret
 __host__ __device__ constexpr int tma_threads(int kind, int tok) {
   return (tma_halves(kind) * kBulkConsumerWarps + 1 + tma_escape_warps(kind, tok)) * 32;
 }
-// Shared memory after the stages: a [64 rows][tokens] fp32 tile a half, and where the epilogue adds the escapes, the
-// room add_band_escapes takes after the first tile (a round of one escape a thread: int2 + row byte, warp counts).
+// The escape warp's shared memory (tma_escape_bytes, fold_escapes): the sums [64 rows][TOK] fp32, then a round's escapes: x at
+// their columns [32][TOK + 1] fp32 (padded: lane l writes row l, lane m reads column m, both without bank conflicts),
+// their values [32] fp32 and block rows [32] int.
+__host__ __device__ constexpr int tma_escape_bytes(int tok) { return (kStreamRows * tok + 32 * (tok + 1) + 64) * 4; }
+
+// Shared memory after the stages: a [64 rows][tokens] fp32 tile a half; then where the epilogue adds the escapes, the
+// room add_band_escapes takes after the first tile (a round of one escape a thread: int2 + row byte, warp counts), and
+// where the escape warp runs, its sums and round (tma_escape_bytes, after the tiles).
 __host__ __device__ constexpr int tma_smem_fixed(int kind, int tokens) {
-  return tma_halves(kind) * kStreamRows * tokens * 4 + (tma_epilogue_escapes(kind, tokens) ? tma_threads(kind, tokens) * 9 + 64 : 0);
+  return tma_halves(kind) * kStreamRows * tokens * 4 + (tma_epilogue_escapes(kind, tokens) ? tma_threads(kind, tokens) * 9 + 64 : 0) +
+         (tma_escape_warps(kind, tokens) == 1 ? tma_escape_bytes(tokens) : 0);
 }
 
 // Programmatic dependent launch (a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization): wait
@@ -1133,22 +1140,24 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 }
 
 // The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + 63 whose columns lie in the
-// CTA's K slice [k_lo, k_hi), each row's in stored order, summed in fp32 from 0.f: lane l sums rows l (esc[0]) and
-// l + 32 (esc[1]), token m in esc[.][m]. A 256-row band's escapes are stored tile after tile (kEscapeTile columns a
-// tile), so the slice's tiles t_lo .. t_hi hold one contiguous run of them. Rounds of up to 31 tiles: lane l reads
-// the offset of tile t + l. Then 32 escapes at a time, one a lane: each lane loads its escape's position and value,
-// finds its tile among the offsets, and if the escape is in the slice and the block, loads x at its column for every
-// token; all these loads of the 32 lanes are in flight together (the warp runs beside the K loop, so what it costs is
-// its chain of dependent loads: offsets, escapes, x). Last, the kept escapes in stored order: each one's row, value and
-// x values reach every lane by shuffle and the lane that owns the row adds x[m, col] * value. Every escape of the band
-// lies in exactly one CTA's slice.
+// CTA's K slice [k_lo, k_hi), each row's in stored order, summed in fp32 from 0.f into acc[row][m] (shared memory,
+// tma_escape_bytes). A 256-row band's escapes are stored tile after tile (kEscapeTile columns a tile), so the slice's
+// tiles t_lo .. t_hi hold one contiguous run of them. Rounds of up to 31 tiles: lane l reads the offset of tile t + l.
+// Then 32 escapes at a time, one a lane: each lane loads its escape's position and value, finds its tile among the
+// offsets, and if the escape is in the slice and the block, loads x at its column for every token (the loads of the
+// 32 lanes in flight together) and writes them, the value and the row to shared memory. Last, the kept escapes in
+// stored order, lane m doing token m: acc[row][m] = fma(x[m, col], value, acc[row][m]). One step an escape for all
+// tokens at once, so a crowded tile costs escapes x ~40 cycles, not escapes x tokens x a shuffle chain. Every escape of
+// the band lies in exactly one CTA's slice.
 template <int TOK>
-__device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int k_lo, int k_hi, int lane, float (&esc)[2][TOK]) {
+__device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int k_lo, int k_hi, int lane, float* scratch) {
   constexpr unsigned kAll = 0xFFFFFFFFu;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int m = 0; m < TOK; ++m) esc[h][m] = 0.f;
+  constexpr int kXStride = TOK + 1;
+  float* acc = scratch;                            // [64][TOK]
+  float* xbuf = acc + kStreamRows * TOK;           // [32][TOK + 1]
+  float* vals = xbuf + 32 * kXStride;              // [32]
+  int* rows = reinterpret_cast<int*>(vals + 32);   // [32]
+  for (int e = lane; e < kStreamRows * TOK; e += 32) acc[e] = 0.f;
   griddep_wait();  // x comes from the kernel before this one
   if (k_lo >= k_hi) return;
   const int M = p.M;
@@ -1172,23 +1181,23 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
       const int col = tile * kEscapeTile + static_cast<int>(pos & 0xFFu);
       const int r = static_cast<int>(pos >> 8) - band_row;
       const bool kept = e < e_hi && col >= k_lo && col < k_hi && r >= 0 && r < kStreamRows;
-      const float v = __uint_as_float(bits << 16);
-      float xs[TOK];
+      const unsigned kept_mask = __ballot_sync(kAll, kept);
+      if (kept) {
 #pragma unroll
-      for (int m = 0; m < TOK; ++m)
-        xs[m] = kept && m < M ? __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + col]) << 16) : 0.f;
-      for (unsigned left = __ballot_sync(kAll, kept); left != 0u; left &= left - 1u) {
-        const int j = __ffs(left) - 1;
-        const int rj = __shfl_sync(kAll, r, j);
-        const float vj = __shfl_sync(kAll, v, j);
-#pragma unroll
-        for (int m = 0; m < TOK; ++m) {
-          if (m >= M) break;  // uniform
-          const float xm = __shfl_sync(kAll, xs[m], j);
-          if (rj == lane) esc[0][m] = fmaf(xm, vj, esc[0][m]);
-          else if (rj == lane + 32) esc[1][m] = fmaf(xm, vj, esc[1][m]);
+        for (int m = 0; m < TOK; ++m)
+          if (m < M) xbuf[lane * kXStride + m] = __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + col]) << 16);
+        vals[lane] = __uint_as_float(bits << 16);
+        rows[lane] = r;
+      }
+      __syncwarp();
+      if (lane < M) {
+        for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
+          const int j = __ffs(left) - 1;
+          float* a = acc + rows[j] * TOK + lane;
+          *a = fmaf(xbuf[j * kXStride + lane], vals[j], *a);
         }
       }
+      __syncwarp();  // the next round overwrites xbuf, vals and rows
     }
     t += nt;
   }
@@ -1216,7 +1225,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   const int row_block = blockIdx.x * kStreamRows;
   const int stage_bytes = tma_stage_bytes(KIND, M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
-  float esc[2][TOK];  // the escape warp's sums (fold_escapes)
+  float* esc = red + kHalves * kStreamRows * TOK;  // the escape warp's shared memory (fold_escapes)
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -1278,13 +1287,8 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
     __syncthreads();
   }
   if constexpr (tma_escape_warps(KIND, TOK) == 1) {  // then this slice's escapes
-    if (warp == kConsumers + 1) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int m = 0; m < TOK; ++m)
-          if (m < M) red[(lane + 32 * h) * TOK + m] += esc[h][m];
-    }
+    for (int e = tid; e < kStreamRows * TOK; e += kTmaThreads)
+      if (e % TOK < M) red[e] += esc[e];
     __syncthreads();
   }
   if constexpr (tma_epilogue_escapes(KIND, TOK)) {  // the band's escape offsets straight from global memory
