@@ -482,8 +482,8 @@ ROOFLINE_KERNELS = {
 ROOFLINE_TWO_TILE_KERNELS = ("cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2", "triton_w12", "triton_q", "cublas_fp8", "cublas_bf16")
 
 
-ROOFLINE_RUN = "roofline_h200_2026-12-03_escape_warp2.json"
-AR_STEP_RUN = "ar_step_w12_h200_2026-12-03_escape_warp2.json"  # the same device call as ROOFLINE_RUN
+ROOFLINE_RUN = "roofline_h200_2026-12-04_escape_warp_smem.json"
+AR_STEP_RUN = "ar_step_h200_2026-12-04_escape_warp_smem.json"  # the same device call as ROOFLINE_RUN
 
 
 def cuda_roofline(results: Results) -> str:
@@ -1365,6 +1365,92 @@ def cuda_pdl(results: Results) -> str:
     )
 
 
+DECODE_ATTENTION_RUN = "decode_attention_h200_2026-12-04_spread.json"
+STEP_SPREAD_RUNS = tuple(f"ar_step_h200_2026-12-04_spread_{i}.json" for i in (1, 2, 3))  # one device call with the above
+W12_STEP_GOAL = 0.80  # the W12 step over the bf16 step
+VERIFY_STEP_GOAL = 1.10  # the 16-row verify step over the one-token step
+
+
+def decode_attention(results: Results) -> str:
+    """The dense runtime's cached attention by kernel (one run), then the lean AR step three times in the same call."""
+    run = results(DECODE_ATTENTION_RUN)
+    cells = {(r["rows"], r["span"], r["variant"]): r for r in run["rows"]}
+    variants = ("SDPA (bool mask)", "cudnn (additive mask)", "split-KV Triton (additive mask)")
+    cases = sorted({(r["rows"], r["span"]) for r in run["rows"]})
+    rows = []
+    for n_rows, span in cases:
+        us = [cells[n_rows, span, v].get("us") for v in variants]
+        cudnn, split = us[1], us[2]
+        rows.append([str(n_rows), str(span), *(f"{u:.1f}" if u is not None else "-" for u in us), f"{cudnn / split:.1f}x"])
+    attention = markdown_table(
+        ["new tokens", "cache slots", "SDPA, bool mask (us)", "cuDNN, additive mask (us)", "split-KV (us)", "cuDNN / split-KV"],
+        rows,
+    )
+    steps = [results(name) for name in STEP_SPREAD_RUNS]
+    step_rows = []
+    for i, step in enumerate(steps, 1):
+        step_rows.append(
+            [
+                str(i),
+                f"{step['bf16_step_s'] * 1e3:.3f} ms ({step['bf16_x_floor']:.2f}x floor)",
+                f"{step['bf16_sdpa_step_s'] * 1e3:.3f} ms",
+                f"{step['w12_step_s'] * 1e3:.3f} ms",
+                against_goal(step["w12_vs_bf16_step"], W12_STEP_GOAL),
+                against_goal(step["bf16_verify_x_step"], VERIFY_STEP_GOAL),
+                against_goal(step["w12_verify_x_step"], VERIFY_STEP_GOAL),
+            ]
+        )
+    step_table = markdown_table(
+        [
+            "run",
+            "bf16 step (split-KV)",
+            "bf16 step (SDPA)",
+            "W12 step",
+            f"W12 / bf16 (goal <= {W12_STEP_GOAL}x)",
+            f"bf16 verify 16 / step (goal <= {VERIFY_STEP_GOAL}x)",
+            f"W12 verify 16 / step (goal <= {VERIFY_STEP_GOAL}x)",
+        ],
+        step_rows,
+    )
+    prov = run["provenance"]
+    summary = (
+        f"Qwen3-8B heads ({run['heads']['num_heads']} query, {run['heads']['num_kv_heads']} KV, head dim "
+        f"{run['heads']['head_dim']}), {run['tensors']} tensors, half the slots committed; us a call in a CUDA graph of "
+        f"{run.get('calls', 36)} calls (the benchmark's default before it recorded it). The steps: the lean Qwen3-8B-shaped target "
+        f"(random weights, graphs, `$SPECDEC_PDL` 1), commit {prov['git_commit'][:7]}, one device call."
+    )
+    return "\n\n".join([attention, step_table, summary])
+
+
+W12_TOKENS_RUNS = (
+    # (label, file suffix): the bisect's libraries (one device call), then the shared-memory escape warp (a later call)
+    ("escape warp with register sums (shipped before)", "shipped_gaussian"),
+    ("epilogue escapes at 16 tokens (`esc8`)", "esc8_gaussian"),
+    ("epilogue escapes always (`esc0`)", "esc0_gaussian"),
+    ("one half of consumers (`halves1`)", "halves1_gaussian"),
+    ("escape warp with shared-memory sums (now)", "escape_warp_smem_gaussian"),
+    ("escape warp with register sums, planted weights", "shipped_planted"),
+    ("escape warp with shared-memory sums, planted weights", "escape_warp_smem_planted"),
+)
+
+
+def w12_tokens(results: Results) -> str:
+    """W12 v7 at 1, 8 and 16 tokens by build and by escape-warp form (CUDA graphs, us a call)."""
+    rows = []
+    shapes: list[str] = []
+    for label, suffix in W12_TOKENS_RUNS:
+        run = results(f"w12_timing_h200_2026-12-04_{suffix}.json")
+        times = {(r["linear"], r["M"]): r["time_s"] for r in run["ranges"] if r["kernel"] == "cuda_w12_v7"}
+        shapes = shapes or list(dict.fromkeys(linear for linear, _ in times))
+        cells = []
+        for linear in shapes:
+            ms = sorted(m for lin, m in times if lin == linear)
+            cells.append(" / ".join(f"{times[linear, m] * 1e6:.1f}" for m in ms) if ms else "-")
+        rows.append([f"{label} ({run['provenance']['git_commit'][:7]})", *cells])
+    header = ["W12 v7, us at M = 1 / 8 / 16", *(f"Qwen3-8B {s}" for s in shapes)]
+    return markdown_table(header, rows)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "two-level-h200-extra": two_level_h200_extra,
     "cuda-roofline": cuda_roofline,
@@ -1383,6 +1469,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "elementwise-h200": elementwise_h200,
     "cuda-fixed-cost": cuda_fixed_cost,
     "cuda-pdl": cuda_pdl,
+    "decode-attention": decode_attention,
+    "w12-tokens": w12_tokens,
     "engine-h200-float32": engine_h200_float32,
     "engine-hybrid-h200": engine_hybrid_h200,
     "engine-real-h200": engine_real_h200,

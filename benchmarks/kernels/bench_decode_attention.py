@@ -155,7 +155,16 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:  # a backend that refuses the case is recorded, the others still run
                     row["error"] = f"{type(exc).__name__}: {exc}"[:200]
                 rows.append(row)
-    result = dict(device=str(device), dtype=str(dtype), heads=heads, tensors="random", rows=rows, wall_s=time.time() - t0)
+    result = dict(
+        device=str(device),
+        dtype=str(dtype),
+        heads=heads,
+        tensors="random",
+        calls=args.calls,
+        reps=args.reps,
+        rows=rows,
+        wall_s=time.time() - t0,
+    )
     report(args.out, result, prov, plot, summary_lines)
     return 0
 
