@@ -242,7 +242,7 @@ class LogitBiasFault(TargetFault):
         >>> out = fault(torch.tensor([[1, 2, 3]]))
         >>> fault.target.reset()
         >>> ref = fault.target(torch.tensor([[1, 2, 3]]))
-        >>> (out.logits - ref.logits)[0, :, :8]          # only the last prefill row decides a generated token
+        >>> (out.logits - ref.logits)[0, :, :8].round(decimals=4)  # only the last prefill row decides a generated token
         tensor([[0., 0., 0., 0., 0., 0., 0., 0.],
                 [0., 0., 0., 0., 0., 0., 0., 0.],
                 [2., 0., 0., 0., 0., 0., 0., 2.]])

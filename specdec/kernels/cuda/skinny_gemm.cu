@@ -38,7 +38,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;        // chunks whose loads are issued before the first is used
 constexpr int kMaxTokens = 8;
-constexpr int kTmaMaxTokens = 16;  // the tensor-map kernels: two MMA n-tiles of 8 tokens
+constexpr int kTmaMaxTokens = 32;  // the tensor-map kernels: up to four MMA n-tiles of 8 tokens
 constexpr int kMaxClusterSplits = 8;
 constexpr int kEscapeTile = 256;  // specdec.kernels.w12_gemm.ESCAPE_TILE
 constexpr int kXBytesHard = 200 * 1024;  // dynamic shared memory limit requested for the kernels
@@ -243,26 +243,26 @@ __device__ __forceinline__ void compute_chunk(float (&acc)[4], const ChunkRegs<K
   }
 }
 
-// compute_chunk for two n-tiles of tokens: the chunk decoded once, multiplied into acc (this lane's x units xs:
-// token g) and acc_hi (xs_hi: token g + 8).
-template <int KIND, bool VEC16>
-__device__ __forceinline__ void compute_chunk_two_tiles(float (&acc)[4], float (&acc_hi)[4], const ChunkRegs<KIND, VEC16>& r,
-                                                        const uint4 (&xs)[2], const uint4 (&xs_hi)[2], uint32_t X0, uint32_t X1) {
+// compute_chunk for NT n-tiles of tokens: the chunk decoded once, multiplied into acc[j] for the tokens g + 8 j
+// (this lane's x units xs[j]), tile after tile within each k step.
+template <int KIND, bool VEC16, int NT>
+__device__ __forceinline__ void compute_chunk_tiles(float (&acc)[NT][4], const ChunkRegs<KIND, VEC16>& r, const uint4 (&xs)[NT][2],
+                                                    uint32_t X0, uint32_t X1) {
   if constexpr (KIND == kBf16) {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const uint32_t a0 = comp(r.w[0], 2 * s), a1 = comp(r.w[1], 2 * s), a2 = comp(r.w[0], 2 * s + 1), a3 = comp(r.w[1], 2 * s + 1);
-      mma_16816(acc, a0, a1, a2, a3, comp(xs[0], 2 * s), comp(xs[0], 2 * s + 1));
-      mma_16816(acc_hi, a0, a1, a2, a3, comp(xs_hi[0], 2 * s), comp(xs_hi[0], 2 * s + 1));
+#pragma unroll
+      for (int j = 0; j < NT; ++j) mma_16816(acc[j], a0, a1, a2, a3, comp(xs[j][0], 2 * s), comp(xs[j][0], 2 * s + 1));
     }
   } else {
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       uint32_t a0, a1, a2, a3;
       decode_step(r, s, X0, X1, a0, a1, a2, a3);
-      const int j = 2 * (s & 1);
-      mma_16816(acc, a0, a1, a2, a3, comp(xs[s >> 1], j), comp(xs[s >> 1], j + 1));
-      mma_16816(acc_hi, a0, a1, a2, a3, comp(xs_hi[s >> 1], j), comp(xs_hi[s >> 1], j + 1));
+      const int h = 2 * (s & 1);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) mma_16816(acc[j], a0, a1, a2, a3, comp(xs[j][s >> 1], h), comp(xs[j][s >> 1], h + 1));
     }
   }
 }
@@ -826,56 +826,51 @@ __device__ __forceinline__ uint64_t l2_evict_last() {
 }
 
 // One stage (4 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
-// [64 rows][kBulkStageK] weights, x of token g_x after them, then MMA. CHECK, X_ROW_BYTES and TOK (with g_x_hi and
-// acc_hi) as in consume_stage.
-template <bool CHECK, int X_ROW_BYTES, int TOK = kMaxTokens>
-__device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int k0, int K, int tile_row, int g_x, int g_x_hi, int t,
-                                                   float (&acc)[4], float (&acc_hi)[4]) {
+// [64 rows][kBulkStageK] weights, x of tokens g + 8 j after them (x_off[j]: that token row's byte offset), then
+// MMA. CHECK and TOK as in consume_stage.
+template <bool CHECK, int TOK = kMaxTokens>
+__device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8],
+                                                   int t, float (&acc)[TOK / 8][4]) {
   constexpr int kRowBytes = kBulkStageK * 2;
-  const unsigned char* xr = st + kStreamRows * kRowBytes + g_x * X_ROW_BYTES;
-  const unsigned char* xr_hi = st + kStreamRows * kRowBytes + g_x_hi * X_ROW_BYTES;
+  constexpr int NT = TOK / 8;
+  const unsigned char* x0 = st + kStreamRows * kRowBytes;
 #pragma unroll
   for (int c = 0; c < kBulkStageK / 32; ++c) {
     const bool in = !CHECK || k0 + c * 32 + 8 * t < K;
     if (CHECK && k0 + c * 32 >= K) break;  // uniform: the chunk lies past K
     ChunkRegs<kBf16, true> r;
-    uint4 xs[2];
+    uint4 xs[NT][2];
     const int pw = c * 64 + 16 * t;  // this lane's 8 weights of the chunk (and their 8 x values), in bytes
     r.w[0] = in ? *reinterpret_cast<const uint4*>(st + tile_row * kRowBytes + pw) : make_uint4(0, 0, 0, 0);
     r.w[1] = in ? *reinterpret_cast<const uint4*>(st + (tile_row + 8) * kRowBytes + pw) : make_uint4(0, 0, 0, 0);
-    xs[0] = in ? *reinterpret_cast<const uint4*>(xr + pw) : make_uint4(0, 0, 0, 0);
-    xs[1] = make_uint4(0, 0, 0, 0);
-    if constexpr (TOK == 2 * kMaxTokens) {
-      uint4 xs_hi[2];
-      xs_hi[0] = in ? *reinterpret_cast<const uint4*>(xr_hi + pw) : make_uint4(0, 0, 0, 0);
-      xs_hi[1] = make_uint4(0, 0, 0, 0);
-      compute_chunk_two_tiles<kBf16, true>(acc, acc_hi, r, xs, xs_hi, 0u, 0u);
-    } else {
-      compute_chunk<kBf16, true>(acc, r, xs, 0u, 0u);
+#pragma unroll
+    for (int jt = 0; jt < NT; ++jt) {
+      xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + pw) : make_uint4(0, 0, 0, 0);
+      xs[jt][1] = make_uint4(0, 0, 0, 0);
     }
+    if constexpr (NT == 1) compute_chunk<kBf16, true>(acc[0], r, xs[0], 0u, 0u);
+    else compute_chunk_tiles<kBf16, true, NT>(acc, r, xs, 0u, 0u);
   }
 }
 
-// One stage (2 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes, x of token
-// g_x, decode and MMA. CHECK: the stage may end before kBulkStageK (pieces at or past K read as zero).
-// X_ROW_BYTES: the stride of x's token rows in the stage. KIND kW12: the stage holds ae, nib, x; kQ: ae, x. TOK: 8, or
-// 16 for a second n-tile of tokens (token g_x_hi into acc_hi; unused with 8).
-template <bool CHECK, int X_ROW_BYTES, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1>
-__device__ __forceinline__ void consume_stage(const unsigned char* st, int M, int k0, int K, int tile_row, int g_x, int g_x_hi, int t,
-                                              uint32_t X0, uint32_t X1, float (&acc)[4], float (&acc_hi)[4], int half = 0) {
+// One stage (2 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes, x of tokens
+// g + 8 j (j < TOK / 8: one MMA n-tile each; x_off[j]: that token row's byte offset in the stage's x), decode and
+// MMA. CHECK: the stage may end before kBulkStageK (pieces at or past K read as zero). KIND kW12: the stage holds ae,
+// nib, x; kQ: ae, x.
+template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1>
+__device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8], int t,
+                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half = 0) {
+  constexpr int NT = TOK / 8;
   const unsigned char* ae = st;
   const unsigned char* nib = st + kStreamRows * kBulkStageK;
   const unsigned char* x0 = KIND == kW12 ? nib + kStreamRows * (kBulkStageK / 2) : nib;
-  const unsigned char* xr = x0 + g_x * X_ROW_BYTES;
-  const unsigned char* xr_hi = x0 + g_x_hi * X_ROW_BYTES;
-  (void)M;
 #pragma unroll
   for (int cc = 0; cc < kBulkStageK / 64 / HALVES; ++cc) {
     const int c = cc + half * (kBulkStageK / 64 / HALVES);  // HALVES = 2: warps of half h take chunk h of the stage
     const bool in = !CHECK || k0 + c * 64 + 16 * t < K;
     if (CHECK && k0 + c * 64 >= K) break;  // uniform: the chunk lies past K
     ChunkRegs<KIND, true> r;
-    uint4 xs[2];
+    uint4 xs[NT][2];
     const int pa = c * 64 + 16 * t, pn = c * 32 + 8 * t, px = c * 128 + 32 * t;
     r.ae[0] = in ? *reinterpret_cast<const uint4*>(ae + tile_row * kBulkStageK + pa) : make_uint4(0, 0, 0, 0);
     r.ae[1] = in ? *reinterpret_cast<const uint4*>(ae + (tile_row + 8) * kBulkStageK + pa) : make_uint4(0, 0, 0, 0);
@@ -883,16 +878,13 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, in
       r.nib[0] = in ? *reinterpret_cast<const uint2*>(nib + tile_row * (kBulkStageK / 2) + pn) : make_uint2(0, 0);
       r.nib[1] = in ? *reinterpret_cast<const uint2*>(nib + (tile_row + 8) * (kBulkStageK / 2) + pn) : make_uint2(0, 0);
     }
-    xs[0] = in ? *reinterpret_cast<const uint4*>(xr + px) : make_uint4(0, 0, 0, 0);
-    xs[1] = in ? *reinterpret_cast<const uint4*>(xr + px + 16) : make_uint4(0, 0, 0, 0);
-    if constexpr (TOK == 2 * kMaxTokens) {
-      uint4 xs_hi[2];
-      xs_hi[0] = in ? *reinterpret_cast<const uint4*>(xr_hi + px) : make_uint4(0, 0, 0, 0);
-      xs_hi[1] = in ? *reinterpret_cast<const uint4*>(xr_hi + px + 16) : make_uint4(0, 0, 0, 0);
-      compute_chunk_two_tiles<KIND, true>(acc, acc_hi, r, xs, xs_hi, X0, X1);
-    } else {
-      compute_chunk<KIND, true>(acc, r, xs, X0, X1);
+#pragma unroll
+    for (int jt = 0; jt < NT; ++jt) {
+      xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + px) : make_uint4(0, 0, 0, 0);
+      xs[jt][1] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + px + 16) : make_uint4(0, 0, 0, 0);
     }
+    if constexpr (NT == 1) compute_chunk<KIND, true>(acc[0], r, xs[0], X0, X1);
+    else compute_chunk_tiles<KIND, true, NT>(acc, r, xs, X0, X1);
   }
 }
 
@@ -900,7 +892,7 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int M, in
 // consumer warp `warp` owns rows 16 warp .. 16 warp + 15 of the 64-row block, consumes the CTA's stages
 // s_lo .. s_hi - 1 in k order, releases each stage with one arrive per warp, then writes its sums to
 // red[row][token] (rows of TOK tokens). X_ROW_BYTES: the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16
-// (consume_stage); STAGES: the ring's stages; TOK: 8, or 16 for tokens 8..15 in a second MMA n-tile.
+// (consume_stage); STAGES: the ring's stages; TOK: 8, 16 or 32 tokens, one MMA n-tile of 8 each.
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
@@ -909,8 +901,10 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
   const int M = p.M;
   const int n_mine = s_hi - s_lo;
   const int g = lane >> 2, t = lane & 3;
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  float acc_hi[4] = {0.f, 0.f, 0.f, 0.f};
+  constexpr int NT = TOK / 8;
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
   const int half = warp / kBulkConsumerWarps;  // HALVES = 2: warps 4..7 take the second chunk of every stage
   warp -= half * kBulkConsumerWarps;
   red += half * kStreamRows * TOK;  // and their sums go to a second [64][TOK] tile
@@ -919,8 +913,9 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
   // the rows' bases (bf16 weights have none)
   const uint32_t X0 = KIND == kBf16 ? 0u : (static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7) | mid;
   const uint32_t X1 = KIND == kBf16 ? 0u : (static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7) | mid;
-  const int g_x = min(g, M - 1);  // tokens >= M read token M - 1; those outputs are never stored
-  const int g_x_hi = min(g + 8, M - 1);
+  int x_off[NT];  // token g + 8 j's row in a stage's x; tokens >= M read token M - 1, whose outputs are never stored
+#pragma unroll
+  for (int j = 0; j < NT; ++j) x_off[j] = min(g + 8 * j, M - 1) * X_ROW_BYTES;
   const int n_full = min(s_hi, p.K / kBulkStageK) - s_lo;  // stages entirely inside K
   int s = 0;
   uint32_t round = 0;
@@ -933,34 +928,29 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
   for (; it < n_full; ++it) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<false, X_ROW_BYTES, TOK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, g_x, g_x_hi, t, acc,
-                                                  acc_hi);
+      consume_bf16_stage<false, TOK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc);
     else
-      consume_stage<false, X_ROW_BYTES, KIND, TOK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, M, 0, p.K, tile_row, g_x, g_x_hi,
-                                                           t, X0, X1, acc, acc_hi, half);
+      consume_stage<false, KIND, TOK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1, acc, half);
     release();
   }
   for (; it < n_mine; ++it) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<true, X_ROW_BYTES, TOK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * kBulkStageK, p.K, tile_row,
-                                                 g_x, g_x_hi, t, acc, acc_hi);
+      consume_bf16_stage<true, TOK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * kBulkStageK, p.K, tile_row, x_off, t,
+                                    acc);
     else
-      consume_stage<true, X_ROW_BYTES, KIND, TOK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, M, (s_lo + it) * kBulkStageK,
-                                                          p.K, tile_row, g_x, g_x_hi, t, X0, X1, acc, acc_hi, half);
+      consume_stage<true, KIND, TOK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * kBulkStageK, p.K, tile_row,
+                                             x_off, t, X0, X1, acc, half);
     release();
   }
-  // acc: rows (g, g + 8) of the warp's tile, tokens (2t, 2t + 1) -> red[row][token]; acc_hi: tokens (8 + 2t, 9 + 2t).
+  // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 j + 2t, 8 j + 2t + 1) -> red[row][token].
   float* mine = red + warp * 16 * TOK;
-  mine[g * TOK + 2 * t] = acc[0];
-  mine[g * TOK + 2 * t + 1] = acc[1];
-  mine[(g + 8) * TOK + 2 * t] = acc[2];
-  mine[(g + 8) * TOK + 2 * t + 1] = acc[3];
-  if constexpr (TOK == 2 * kMaxTokens) {
-    mine[g * TOK + 8 + 2 * t] = acc_hi[0];
-    mine[g * TOK + 9 + 2 * t] = acc_hi[1];
-    mine[(g + 8) * TOK + 8 + 2 * t] = acc_hi[2];
-    mine[(g + 8) * TOK + 9 + 2 * t] = acc_hi[3];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    mine[g * TOK + 8 * j + 2 * t] = acc[j][0];
+    mine[g * TOK + 8 * j + 2 * t + 1] = acc[j][1];
+    mine[(g + 8) * TOK + 8 * j + 2 * t] = acc[j][2];
+    mine[(g + 8) * TOK + 8 * j + 2 * t + 1] = acc[j][3];
   }
 }
 
@@ -1089,7 +1079,10 @@ __host__ __device__ constexpr int tma_stage_bytes(int kind, int M) {
   return kStreamRows * kBulkStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kStreamRows * (kBulkStageK / 2) : 0) +
          M * kTmaXRowBytes;
 }
-__host__ __device__ constexpr int tma_stages(int kind) { return kind == kBf16 ? 5 : kBulkStages; }
+// At 32 tokens x takes 8 KB a stage: W12 and bf16 keep 4 stages so that two CTAs still fit an SM.
+__host__ __device__ constexpr int tma_stages(int kind, int tok = kMaxTokens) {
+  return tok > 16 && kind != kQ ? 4 : kind == kBf16 ? 5 : kBulkStages;
+}
 // Build-time switches for measuring the W12 kernel's parts (benchmarks/NOTES.md, "W12 at 16 tokens"): nvcc
 // -DSPECDEC_W12_HALVES=1 runs one half of consumer warps; -DSPECDEC_W12_ESCAPE_WARP_TOKENS=T keeps the escape warp in
 // the kernels of at most T tokens (8 or 16; 0: none) and adds the escapes in the epilogue in the others.
@@ -1210,7 +1203,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   constexpr int kTmaThreads = tma_threads(KIND, TOK);
   constexpr int kHalves = tma_halves(KIND);
   constexpr int kConsumers = kHalves * kBulkConsumerWarps;
-  constexpr int kStages = tma_stages(KIND);
+  constexpr int kStages = tma_stages(KIND, TOK);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
@@ -1448,15 +1441,15 @@ constexpr int tma_kind(int pipeline) { return pipeline == kTmaQPipeline ? kQ : p
 // A CTA's time besides its stages (launch, filling the ring, the split reduction), in stages.
 constexpr int kTmaFixedStages = 2;
 
-// The token capacity of the tensor-map kernel that runs M tokens: one MMA n-tile of 8, or two.
-constexpr int tma_tokens(int M) { return M > kMaxTokens ? kTmaMaxTokens : kMaxTokens; }
+// The token capacity of the tensor-map kernel that runs M tokens: one, two or four MMA n-tiles of 8.
+constexpr int tma_tokens(int M) { return M > 16 ? kTmaMaxTokens : M > kMaxTokens ? 16 : kMaxTokens; }
 
 int bulk_smem_bytes(int M, int K, int pipeline) {
   const int tokens = tma_tokens(M);
-  if (pipeline == kTmaPipeline)
-    return kBulkStages * tma_stage_bytes(kW12, M) + tma_smem_fixed(kW12, tokens) + kTmaAlign;
-  if (pipeline == kTmaQPipeline) return kBulkStages * tma_stage_bytes(kQ, M) + tma_smem_fixed(kQ, tokens) + kTmaAlign;
-  if (pipeline == kTmaBf16Pipeline) return tma_stages(kBf16) * tma_stage_bytes(kBf16, M) + tma_smem_fixed(kBf16, tokens) + kTmaAlign;
+  if (is_tma(pipeline)) {
+    const int kind = tma_kind(pipeline);
+    return tma_stages(kind, tokens) * tma_stage_bytes(kind, M) + tma_smem_fixed(kind, tokens) + kTmaAlign;
+  }
   return kBulkStages * bulk_stage_bytes(M) + bulk_smem_fixed(pipeline) + band_ptr_bytes(kW12, K);
 }
 
@@ -1469,7 +1462,11 @@ Plan make_bulk_plan(int M, int N, int K, int sms, int pipeline) {
   const long long slots = static_cast<long long>(sms) * bulk_ctas_per_sm(pl.smem_bytes);
   int most = pl.n_chunks / kBulkMinStagesPerCta;
   const double weight_bytes = is_tma(pipeline) ? bytes_per_weight(tma_kind(pipeline)) : 1.5;
-  const double traffic_cap = kBulkPartialShare * weight_bytes * static_cast<double>(K) / (8.0 * M);  // splits
+  // Splits whose fp32 partials stay under kBulkPartialShare of the weight bytes; the tensor-map kernels count at most
+  // 16 tokens: their partials at 17-32 tokens stay in the L2 (read back by the row block's last CTA), and fewer splits
+  // would leave half the SMs idle on the one-wave shapes.
+  const int m_traffic = is_tma(pipeline) ? min(M, 16) : M;
+  const double traffic_cap = kBulkPartialShare * weight_bytes * static_cast<double>(K) / (8.0 * m_traffic);  // splits
   if (most > traffic_cap) most = static_cast<int>(traffic_cap);
   if (most > kSplitMaxSplits) most = kSplitMaxSplits;
   if (most < 1) most = 1;
@@ -1784,10 +1781,11 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
   return 0;
 }
 
-// The tensor-map kernel of KIND for p.M tokens: one MMA n-tile for M <= 8, two for 9..16.
+// The tensor-map kernel of KIND for p.M tokens: one MMA n-tile for M <= 8, two for 9..16, four for 17..32.
 template <int KIND>
 int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  if (p.M > kMaxTokens) return launch_tma_tokens<KIND, kTmaMaxTokens>(p, workspace, workspace_bytes, stream);
+  if (p.M > 16) return launch_tma_tokens<KIND, kTmaMaxTokens>(p, workspace, workspace_bytes, stream);
+  if (p.M > kMaxTokens) return launch_tma_tokens<KIND, 16>(p, workspace, workspace_bytes, stream);
   return launch_tma_tokens<KIND, kMaxTokens>(p, workspace, workspace_bytes, stream);
 }
 
