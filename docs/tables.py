@@ -479,7 +479,7 @@ ROOFLINE_KERNELS = {
 
 
 # The kernels the roofline times at 16 tokens: the references and the tensor-map kernels (two MMA n-tiles).
-ROOFLINE_WIDE_KERNELS = ("cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2", "triton_w12", "triton_q", "cublas_fp8", "cublas_bf16")
+ROOFLINE_TWO_TILE_KERNELS = ("cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2", "triton_w12", "triton_q", "cublas_fp8", "cublas_bf16")
 
 
 ROOFLINE_RUN = "roofline_h200_2026-12-04_escape_warp_smem.json"
@@ -503,7 +503,7 @@ def cuda_roofline(results: Results) -> str:
         ms = sorted({r["M"] for r in group})
         return [f"kernel ({len(group)} rows: M = {', '.join(map(str, ms))})", "vs cuBLAS bf16", "fraction of copy bandwidth"]
 
-    wide_kernels = {key: label for key, label in ROOFLINE_KERNELS.items() if key in ROOFLINE_WIDE_KERNELS}
+    two_tile = {key: label for key, label in ROOFLINE_KERNELS.items() if key in ROOFLINE_TWO_TILE_KERNELS}
     step = results(AR_STEP_RUN)
     step_rows = [
         ["bf16", f"{step['bf16_step_s'] * 1e3:.2f} ms", f"{step['bf16_floor_s'] * 1e3:.2f} ms", f"{step['bf16_x_floor']:.2f}x"],
@@ -526,7 +526,7 @@ def cuda_roofline(results: Results) -> str:
     return "\n\n".join(
         [
             markdown_table(header(narrow), kernel_rows(narrow, ROOFLINE_KERNELS)),
-            markdown_table(header(wide), kernel_rows(wide, wide_kernels)),
+            markdown_table(header(wide), kernel_rows(wide, two_tile)),
             markdown_table(["Qwen3-8B AR step", "step", "weight-read floor", "x floor"], step_rows),
             summary,
         ]

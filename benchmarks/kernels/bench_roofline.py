@@ -73,8 +73,8 @@ from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance
 from specdec.models.shapes import SHAPES
 
 MS = (1, 2, 4, 8)
-# Verify widths past the register kernels' 8 tokens: timed for the kernels that take them (WIDE_KERNELS).
-WIDE_MS = (16, 32)
+# Verify widths past the register kernels' 8 tokens: timed for the kernels that take them (TWO_TILE_KERNELS).
+WIDE_MS = (16,)
 MODELS = ("qwen3-8b", "qwen3-32b")
 SMOKE_SHAPES = {"smoke": {"a": (40, 64), "b": (24, 136)}}
 # Shapes of the one-hot decode check: (N, K); the second has K % 16 = 8, K % 64 != 0 and N % 16 != 0; the
@@ -127,30 +127,28 @@ KERNELS = (
     "cuda_q_v2",
     "cuda_bf16_v2",
 )
-# The kernels that take 9..32 tokens: the references and the tensor-map kernels (two or four MMA n-tiles).
-WIDE_KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2")
-# The tensor-map kernels' own one-hot checks with more than one n-tile of tokens: (N, K, M), K % 32 == 0 and K % M ==
-# 0; 130 x 2112 at M = 12: a partial last 64-row block and tokens 8..11 in the second tile; 72 x 4128 at M = 16 and
-# 24 (tokens 16..23 in the third of four tiles); 130 x 2048 at M = 32.
-WIDE_DECODE_SHAPES = ((130, 2112, 12), (72, 4128, 16), (72, 4128, 24), (130, 2048, 32))
-SMOKE_WIDE_DECODE_SHAPES = ((20, 96, 12), (24, 64, 16), (20, 96, 24), (24, 64, 32))
-# The tensor-map kernels' probes also run 16 and 32 tokens, and the sanitizer runs them at M = 16 and 32 on its staged
-# shapes.
+# The kernels that take 9..16 tokens: the references and the tensor-map kernels (two MMA n-tiles).
+TWO_TILE_KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2")
+# The tensor-map kernels' own one-hot checks with a second n-tile of tokens: (N, K, M), K % 32 == 0 and K % M == 0;
+# 130 x 2112 at M = 12: a partial last 64-row block and tokens 8..11 in the second tile; 72 x 4128 at M = 16.
+TWO_TILE_DECODE_SHAPES = ((130, 2112, 12), (72, 4128, 16))
+SMOKE_TWO_TILE_DECODE_SHAPES = ((20, 96, 12), (24, 64, 16))
+# The tensor-map kernels' probes also run 16 tokens, and the sanitizer runs them at M = 16 on its staged shapes.
 TENSOR_MAP_VARIANTS = ("v7", "q_v2", "bf16_v2")
-WIDE_PROBE_CASES = ((300, 1056, 16), (300, 1056, 32))
-SMOKE_WIDE_PROBE_CASES = ((20, 96, 16), (20, 96, 32))
+TWO_TILE_PROBE_CASE = (300, 1056, 16)
+SMOKE_TWO_TILE_PROBE_CASE = (20, 96, 16)
 
 
 def probe_cases(variant: str, smoke: bool) -> tuple[tuple[int, int, int], ...]:
-    """The ``(N, K, M)`` cases of ``--probe variant``: v5's, plus 16 and 32 tokens for a tensor-map kernel.
+    """The ``(N, K, M)`` cases of ``--probe variant``: v5's, plus 16 tokens for a tensor-map kernel.
 
     Example:
-        >>> probe_cases("v5", False)[-1], probe_cases("q_v2", False)[-2:]
-        ((4096, 4096, 8), ((300, 1056, 16), (300, 1056, 32)))
+        >>> probe_cases("v5", False)[-1], probe_cases("q_v2", False)[-1]
+        ((4096, 4096, 8), (300, 1056, 16))
     """
     cases = SMOKE_V5_PROBE_CASES if smoke else V5_PROBE_CASES
     if variant in TENSOR_MAP_VARIANTS:
-        cases += SMOKE_WIDE_PROBE_CASES if smoke else WIDE_PROBE_CASES
+        cases += (SMOKE_TWO_TILE_PROBE_CASE if smoke else TWO_TILE_PROBE_CASE,)
     return cases
 
 
@@ -367,7 +365,7 @@ def decode_checks(
     bulk=BULK_VARIANTS,
     q_v2=True,
     bf16_v2=True,
-    wide_shapes=(),
+    two_tile_shapes=(),
 ) -> list[dict]:
     """One-hot decode check of the W12 (every variant), Q (both) and bf16 kernels on planted weights (bit-exact; -0 as +0).
 
@@ -376,9 +374,9 @@ def decode_checks(
     ``bulk`` and the Q tensor-map kernel), with ``M`` one-hot rows per call. ``bulk``: the staged W12 variants (of
     ``BULK_VARIANTS``) to check; the others are not called at all (no ``w12_<variant>_*`` keys). ``q_v2``: whether
     the Q tensor-map kernel (``SPECDEC_Q_CUDA_VARIANT=v2``) is checked (``q_v2_*`` keys) or not called at all;
-    ``bf16_v2`` the same for the bf16 tensor-map kernel (``bf16_v2_*`` keys, on ``v5_shapes``). ``wide_shapes``:
-    further ``(N, K, M)`` with ``M`` of 9..32 for the tensor-map kernels (W12 ``"v7"`` if in ``bulk``, Q and bf16 where
-    checked), whose second to fourth MMA n-tiles hold tokens 8.. .
+    ``bf16_v2`` the same for the bf16 tensor-map kernel (``bf16_v2_*`` keys, on ``v5_shapes``). ``two_tile_shapes``:
+    further ``(N, K, M)`` with ``M`` of 9..16 for the tensor-map kernels (W12 ``"v7"`` if in ``bulk``, Q and bf16 where
+    checked), whose second MMA n-tile holds tokens 8.. .
     """
     from specdec.formats.w12 import W12Tensor
 
@@ -465,7 +463,7 @@ def decode_checks(
     if bf16_v2:
         own.append(("bf16_v2", probe_call(ops, "bf16_v2"), v5_shapes, False))
     wide = [("w12_v7", "v7" in bulk, False), ("q_v2", q_v2, True), ("bf16_v2", bf16_v2, False)]
-    own += [(name, probe_call(ops, name.removeprefix("w12_")), wide_shapes, q_view) for name, kept, q_view in wide if kept]
+    own += [(name, probe_call(ops, name.removeprefix("w12_")), two_tile_shapes, q_view) for name, kept, q_view in wide if kept]
     for name, call, only_shapes, q_view in own:
         for n, k, m in only_shapes:
             w = planted_weight(n, k, gen, device)
@@ -559,7 +557,9 @@ def bench_shape(
         for kind in left_out(args):
             del fns[kind]
         if m > ops.MAX_TOKENS:  # the register and bulk-copy kernels take at most 8 tokens; the tensor-map ones need K % 32 == 0
-            fns = {kind: fn for kind, fn in fns.items() if kind in WIDE_KERNELS and (k % 32 == 0 or not kind.startswith("cuda"))}
+            fns = {
+                kind: fn for kind, fn in fns.items() if kind in TWO_TILE_KERNELS and (k % 32 == 0 or not kind.startswith("cuda"))
+            }
         mp = max(16, (m + 15) // 16 * 16)
         x8 = torch.zeros(mp, k, device=device, dtype=torch.float8_e4m3fn)
         x8[:m] = x.to(torch.float8_e4m3fn)
@@ -979,7 +979,7 @@ def ar_summary_lines(result: dict) -> list[str]:
 
 def summary_lines(result: dict) -> list[str]:
     """The table printed last: per kernel, its range against cuBLAS bf16 and of the copy bandwidth over the rows of
-    M <= 8 (every kernel), then over the wider rows (M > 8: only ``WIDE_KERNELS`` run there)."""
+    M <= 8 (every kernel), then over the wider rows (M > 8: only ``TWO_TILE_KERNELS`` run there)."""
     rows = [r for r in result["rows"] if "M" in r and r["M"] <= 8]
     wide = [r for r in result["rows"] if "M" in r and r["M"] > 8]
     lines = [
@@ -991,7 +991,7 @@ def summary_lines(result: dict) -> list[str]:
         f"{'kernel':12s} {'vs cuBLAS bf16 min':>18s} {'max':>6s} {'frac of copy min':>17s} {'max':>6s} {'failed/missing':>15s}"
     )
     fmt = lambda v: f"{v:.2f}" if v is not None else "n/a"  # noqa: E731
-    for group, kinds in ((rows, KERNELS), (wide, WIDE_KERNELS)):
+    for group, kinds in ((rows, KERNELS), (wide, TWO_TILE_KERNELS)):
         if group is wide and wide:
             lines.append(f"M = {', '.join(str(m) for m in sorted({r['M'] for r in wide}))} ({len(wide)} rows):")
         for kind in kinds if group else ():
@@ -1048,13 +1048,14 @@ def variant_probe(cases, gen: torch.Generator, device: torch.device, ops, varian
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
             y32 = x.float() @ expected.float().T
             err_ref = (F.linear(x, expected).float() - y32).abs().max().item()
-            y = probe_call(ops, variant)(x, w12)
+            call = probe_call(ops, variant)  # one call for the check and the graph: bf16_v2 decodes its weight once, here
+            y = call(x, w12)
             sync(device)
             err = (y.float() - y32).abs()
             row["max_err"] = err.max().item()
             row["ok"] = bool((err <= 2 * err_ref + y32.abs() * 2**-7).all())
             if device.type == "cuda":
-                row["graph_equal"] = graph_calls_equal(lambda: probe_call(ops, variant)(x, w12), y)
+                row["graph_equal"] = graph_calls_equal(lambda: call(x, w12), y)
                 row["ok"] = row["ok"] and row["graph_equal"]
         except Exception as exc:  # recorded; the runner then leaves the kernel out of the main run
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -1146,7 +1147,7 @@ def main(argv: list[str] | None = None) -> int:
             for n, k in V5_SANITIZE_SHAPES:
                 w = planted_weight(n, k, gen, device)
                 w12 = W12Tensor.from_bf16(w)
-                ms = (1, 8, 16, 32) if v in TENSOR_MAP_VARIANTS else (1, 8)
+                ms = (1, 8, 16) if v in TENSOR_MAP_VARIANTS else (1, 8)
                 for m in ms:
                     x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
                     probe_call(ops, v)(x, w12)
@@ -1166,7 +1167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         return 0
 
-    args.ms = (1, 8, 16, 32) if args.smoke else MS + WIDE_MS
+    args.ms = (1, 8, 16) if args.smoke else MS + WIDE_MS
     if args.smoke:
         args.calls, args.reps = 2, 2
     args.copy_bw = copy_bandwidth(device)
@@ -1181,7 +1182,7 @@ def main(argv: list[str] | None = None) -> int:
         bulk=kept_bulk(args),
         q_v2="q_v2" not in args.skip_variants,
         bf16_v2="bf16_v2" not in args.skip_variants,
-        wide_shapes=SMOKE_WIDE_DECODE_SHAPES if args.smoke else WIDE_DECODE_SHAPES,
+        two_tile_shapes=SMOKE_TWO_TILE_DECODE_SHAPES if args.smoke else TWO_TILE_DECODE_SHAPES,
     )
     checks_passed = decode_checks_passed(checks)
     shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}

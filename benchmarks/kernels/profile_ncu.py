@@ -568,7 +568,7 @@ def parse(args) -> dict:
 
 
 def token_counts(text: str) -> tuple[int, ...]:
-    """``"1,8,16"`` -> ``(1, 8, 16)``: the token counts (M) to launch, each 1 to 32.
+    """``"1,8,16"`` -> ``(1, 8, 16)``: the token counts (M) to launch, each 1 to 16.
 
     Example:
         >>> token_counts("1,16")
@@ -578,8 +578,8 @@ def token_counts(text: str) -> tuple[int, ...]:
         ms = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not ms or any(not 1 <= m <= 32 for m in ms):
-        raise argparse.ArgumentTypeError(f"expected token counts from 1 to 32, got {text!r}")
+    if not ms or any(not 1 <= m <= 16 for m in ms):
+        raise argparse.ArgumentTypeError(f"expected token counts from 1 to 16, got {text!r}")
     return ms
 
 

@@ -466,7 +466,7 @@ def linear_path(
 
     ``"auto"``: the pure-PyTorch reference off CUDA; on CUDA the CUDA small-M kernel
     (:func:`specdec.kernels.cuda.w12_gemm_small_m` / ``q_gemm_small_m``) when ``x`` has at most
-    ``max_tokens("w12" / "q", K)`` rows (32 for the tensor-map kernels where ``K % 32 == 0``, else 8), there is
+    ``max_tokens("w12" / "q", K)`` rows (16 for the tensor-map kernels where ``K % 32 == 0``, else 8), there is
     no bias, ``K % 8 == 0``, the call is ``plain`` (no ``rebias`` / ``config``), the library loads
     (:func:`cuda_small_m_available`) and ``$SPECDEC_W12_CUDA`` is not ``0``; else Triton. ``"cuda"`` asks for the
     CUDA kernel and raises ``ValueError`` where it cannot run. ``SPECDEC_W12_CUDA=0`` (or ``linear_backend="triton"``
@@ -600,7 +600,7 @@ def w12_linear(
         backend: ``"torch"`` decodes and calls ``F.linear`` (bit-identical to the bf16 layer);
             ``"triton"`` runs the fused kernel :func:`specdec.kernels.w12_gemm.w12_matmul` (weights
             bit-identical inside the GEMM; output equal to the same kernel on bf16 weights);
-            ``"cuda"`` the CUDA small-M kernel :func:`specdec.kernels.cuda.w12_gemm_small_m` (at most 8 rows, 32 with
+            ``"cuda"`` the CUDA small-M kernel :func:`specdec.kernels.cuda.w12_gemm_small_m` (at most 8 rows, 16 with
             the tensor-map kernel where ``K % 32 == 0``); ``"auto"``: see :func:`linear_path` (the CUDA kernel for
             those row counts on CUDA, else Triton; torch off CUDA).
         rebias: Triton only. Build weights with exponent ``112 + E`` (the row base leaves the

@@ -50,7 +50,7 @@ __all__ = [
 
 PDL_ENV = "SPECDEC_PDL"
 PDL_MODES = ("0", "gemm", "1")
-PDL_MAX_ROWS = 16  # the decode and 16-row verify steps, as measured; the tensor-map GEMMs take up to 32 rows
+PDL_MAX_ROWS = 16  # the most rows the tensor-map GEMMs take (specdec.kernels.cuda.ops.TENSOR_MAP_MAX_TOKENS)
 
 
 def pdl_mode() -> str:

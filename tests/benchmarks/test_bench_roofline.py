@@ -24,17 +24,17 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path, q_variants_called):
         assert len(mine) > len(shared), variant
         assert all(c[f"w12_{variant}_decode_exact"] and c[f"w12_{variant}_deterministic"] for c in mine), variant
     for variant in ("v4", *bench_roofline.BULK_VARIANTS):
-        wide = [12, 16, 24, 32] if variant == "v7" else []  # the tensor-map kernel's second to fourth n-tiles of tokens
+        wide = [12, 16] if variant == "v7" else []  # the tensor-map kernel's second n-tile of tokens
         assert sorted(c["M"] for c in checks if c.get("only") == f"w12_{variant}") == [1, 8, *wide], variant
     # the Q tensor-map kernel: the shared shapes and the staged kernels' own, against q_view()
     mine = [c for c in checks if c.get("only", "q_v2") == "q_v2"]
-    assert sorted(c.get("M", 0) for c in mine) == [0] * len(shared) + [1, 8, 12, 16, 24, 32]
+    assert sorted(c.get("M", 0) for c in mine) == [0] * len(shared) + [1, 8, 12, 16]
     assert all(c["q_v2_decode_exact"] and c["q_v2_deterministic"] for c in mine)
-    assert [(r["linear"], r["M"]) for r in result["rows"]] == [(s, m) for s in "ab" for m in (1, 8, 16, 32)]
+    assert [(r["linear"], r["M"]) for r in result["rows"]] == [(s, m) for s in "ab" for m in (1, 8, 16)]
     for row in result["rows"]:
         wide = row["M"] > 8
         # 16 tokens: the references, and the tensor-map kernels where they run (K % 32 == 0: shape "a", K = 64)
-        kinds = [k for k in bench_roofline.WIDE_KERNELS if row["K"] % 32 == 0 or not k.startswith("cuda")]
+        kinds = [k for k in bench_roofline.TWO_TILE_KERNELS if row["K"] % 32 == 0 or not k.startswith("cuda")]
         for kind in kinds if wide else bench_roofline.KERNELS:
             assert row[f"{kind}_s"] > 0, (kind, row)
         assert not wide or all(f"{kind}_s" not in row for kind in bench_roofline.KERNELS if kind not in kinds), row
@@ -187,7 +187,7 @@ def test_probe_runs_only_its_kernel_and_fails_on_its_wrong_output(tmp_path, monk
     out = tmp_path / "probe.json"
     assert bench_roofline.main(["--smoke", "--probe", variant, "--out", str(out)]) == 0
     probe = json.loads(out.read_text())
-    wide = list(bench_roofline.SMOKE_WIDE_PROBE_CASES) if variant == "v7" else []  # the tensor-map kernel: 16, 32 tokens too
+    wide = [bench_roofline.SMOKE_TWO_TILE_PROBE_CASE] if variant == "v7" else []  # the tensor-map kernel: 16 tokens too
     cases = [*bench_roofline.SMOKE_V5_PROBE_CASES, *wide]
     assert probe[f"{variant}_probe_passed"] and [(c["N"], c["K"], c["M"]) for c in probe[f"{variant}_probe"]] == cases
     exact = ops.w12_gemm_small_m
@@ -250,7 +250,7 @@ def test_q_probe_runs_only_the_q_tensor_map_kernel_and_fails_on_its_wrong_output
     probe = json.loads(out.read_text())
     assert probe["q_v2_probe_passed"] and [(c["N"], c["K"], c["M"]) for c in probe["q_v2_probe"]] == [
         *bench_roofline.SMOKE_V5_PROBE_CASES,
-        *bench_roofline.SMOKE_WIDE_PROBE_CASES,
+        bench_roofline.SMOKE_TWO_TILE_PROBE_CASE,
     ]
     assert w12_variants_called == []  # no W12 kernel runs
     exact = ops.q_gemm_small_m
@@ -266,7 +266,7 @@ def test_q_probe_runs_only_the_q_tensor_map_kernel_and_fails_on_its_wrong_output
     monkeypatch.setattr(ops, "q_gemm_small_m", off_under_v2)
     assert bench_roofline.main(["--smoke", "--probe", "q_v2", "--out", str(out)]) == 1
     probe = json.loads(out.read_text())
-    assert not probe["q_v2_probe_passed"] and [c["ok"] for c in probe["q_v2_probe"]] == [True, False, True, True]
+    assert not probe["q_v2_probe_passed"] and [c["ok"] for c in probe["q_v2_probe"]] == [True, False, True]
     assert set(variants) == {"v2"}
     assert bench_roofline.main(["--smoke", "--probe", "v7", "--out", str(out)]) == 0  # the W12 kernels are not affected
 
@@ -286,12 +286,11 @@ def test_sanitize_runs_the_q_tensor_map_kernel_unless_skipped(tmp_path, q_varian
     assert bench_roofline.main(["--smoke", "--sanitize", "--out", str(tmp_path / "r.json")]) == 0
     # the shared shapes (K % 32 != 0 in the GPU run) and the staged kernels' own shapes (K % 32 == 0)
     assert {v for v, *_ in q_variants_called} == {"v1", "v2"}
-    # M = 1 and 8 on the shared shapes, 1, 8, 16 and 32 on the staged kernels' own
-    assert sum(v == "v2" for v, *_ in q_variants_called) == 2 * len(bench_roofline.SANITIZE_SHAPES) + 4 * len(
+    # M = 1 and 8 on the shared shapes, 1, 8 and 16 on the staged kernels' own
+    assert sum(v == "v2" for v, *_ in q_variants_called) == 2 * len(bench_roofline.SANITIZE_SHAPES) + 3 * len(
         bench_roofline.V5_SANITIZE_SHAPES
     )
-    for wide in (16, 32):
-        assert sum(m == wide for v, m, _ in q_variants_called) == len(bench_roofline.V5_SANITIZE_SHAPES)
+    assert sum(m == 16 for v, m, _ in q_variants_called) == len(bench_roofline.V5_SANITIZE_SHAPES)
     q_variants_called.clear()
     assert bench_roofline.main(["--smoke", "--sanitize", "--skip-variant", "q_v2", "--out", str(tmp_path / "r.json")]) == 0
     assert {v for v, *_ in q_variants_called} == {"v1"}
@@ -301,12 +300,12 @@ def test_bf16_tensor_map_kernel_is_checked_timed_and_left_out_on_request(tmp_pat
     out = tmp_path / "roofline.json"
     assert bench_roofline.main(["--smoke", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    # its own one-hot checks on the staged kernels' shapes (M = 1 and 8) and with more n-tiles (M = 12, 16, 24, 32)
+    # its own one-hot checks on the staged kernels' shapes (M = 1 and 8) and with a second n-tile (M = 12, 16)
     mine = [c for c in result["decode_checks"] if c.get("only") == "bf16_v2"]
-    assert sorted(c["M"] for c in mine) == [1, 8, 12, 16, 24, 32]
+    assert sorted(c["M"] for c in mine) == [1, 8, 12, 16]
     assert all(c["bf16_v2_decode_exact"] and c["bf16_v2_deterministic"] for c in mine)
     assert all(r["cuda_bf16_v2_s"] > 0 and r["cuda_bf16_s"] > 0 for r in result["rows"] if r["M"] <= 8)
-    assert [r["M"] for r in result["rows"] if "cuda_bf16_v2_s" in r and "cuda_bf16_s" not in r] == [16, 32]  # K = 64 only
+    assert [r["M"] for r in result["rows"] if "cuda_bf16_v2_s" in r and "cuda_bf16_s" not in r] == [16]  # K = 64 only
     # the cuda_bf16 column runs the register kernel even at K = 64, where it would run v2 unpinned
     assert {("v1", 1, 64), ("v1", 8, 64), ("v2", 1, 64), ("v2", 8, 64)} <= set(bf16_variants_called)
     bf16_variants_called.clear()
@@ -350,7 +349,7 @@ def test_bf16_probe_runs_only_the_bf16_tensor_map_kernel_and_fails_on_its_wrong_
 
     monkeypatch.setattr(ops, "skinny_gemm_bf16", off_under_v2)
     assert bench_roofline.main(["--smoke", "--probe", "bf16_v2", "--out", str(out)]) == 1
-    assert [c["ok"] for c in json.loads(out.read_text())["bf16_v2_probe"]] == [True, False, True, True]
+    assert [c["ok"] for c in json.loads(out.read_text())["bf16_v2_probe"]] == [True, False, True]
     assert bench_roofline.main(["--smoke", "--probe", "v7", "--out", str(out)]) == 0  # the W12 kernels are not affected
 
 

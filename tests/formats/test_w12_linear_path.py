@@ -70,7 +70,7 @@ def test_triton_where_the_cuda_kernel_does_not_apply(monkeypatch):
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     monkeypatch.delenv(CUDA_SMALL_M_ENV, raising=False)
     w = _weight()
-    assert linear_path(_cuda_rows(33), w) == "triton"  # more rows than the kernel takes
+    assert linear_path(_cuda_rows(17), w) == "triton"  # more rows than the kernel takes
     assert linear_path(_cuda_rows(1), w, torch.zeros(24, dtype=torch.bfloat16)) == "triton"  # bias
     assert linear_path(_cuda_rows(1), w, plain=False) == "triton"  # rebias / config
     assert linear_path(_cuda_rows(1), w, backend="triton") == "triton"  # the weight's backend asks for Triton
@@ -87,8 +87,8 @@ def test_env_forces_the_triton_path(monkeypatch):
 def test_explicit_cuda_backend_says_why_it_cannot_run(monkeypatch):
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     w = _weight()
-    with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x has 33 rows \(at most 32\)"):
-        linear_path(_cuda_rows(33), w, backend="cuda")
+    with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x has 17 rows \(at most 16\)"):
+        linear_path(_cuda_rows(17), w, backend="cuda")
     with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x has 9 rows \(at most 8\)"):
         linear_path(_cuda_rows(9, k=72), _weight(k=72), backend="cuda")
     with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x is on cpu"):

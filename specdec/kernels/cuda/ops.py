@@ -1,6 +1,6 @@
 """The CUDA skinny GEMMs as torch custom ops: ``specdec::skinny_gemm_bf16``, ``specdec::w12_gemm_small_m``, ``specdec::q_gemm_small_m``.
 
-Each computes ``y [M, N] = x [M, K] @ W^T`` for a few tokens (``1 <= M <= 8``; up to 32 where the kernel that runs is
+Each computes ``y [M, N] = x [M, K] @ W^T`` for a few tokens (``1 <= M <= 8``; up to 16 where the kernel that runs is
 a tensor-map one, :func:`max_tokens`), bf16 in and out with fp32 accumulation, ``K`` a multiple of 8. On CUDA tensors the kernel of ``skinny_gemm.cu`` runs on
 ``torch.cuda.current_stream()`` (so CUDA graphs capture it); on CPU tensors the pure-PyTorch reference
 runs (``F.linear`` on the bf16 weight, on ``W12Tensor.to_bf16()`` or on ``W12Tensor.q_view()``). Each op has a
@@ -83,7 +83,7 @@ __all__ = [
 ]
 
 MAX_TOKENS = 8
-TENSOR_MAP_MAX_TOKENS = 32  # up to four MMA n-tiles of 8 tokens
+TENSOR_MAP_MAX_TOKENS = 16  # two MMA n-tiles of 8 tokens
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
 W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
 W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7")
@@ -221,8 +221,8 @@ _TENSOR_MAP_VARIANTS = {"bf16": "v2", "w12": "v7", "q": "v2"}
 def max_tokens(op: str, k: int) -> int:
     """The most rows (tokens) the op ``op`` (``"bf16"``, ``"w12"`` or ``"q"``) takes now for weights of width ``k``.
 
-    32 where the kernel its variant variable picks at ``k`` is the tensor-map one (bf16 ``"v2"``, W12 ``"v7"``, Q
-    ``"v2"``: up to four MMA n-tiles of 8 tokens) and ``k % 32 == 0``; 8 elsewhere. The CPU reference takes the same.
+    16 where the kernel its variant variable picks at ``k`` is the tensor-map one (bf16 ``"v2"``, W12 ``"v7"``, Q
+    ``"v2"``: two MMA n-tiles of 8 tokens) and ``k % 32 == 0``; 8 elsewhere. The CPU reference takes the same.
 
     Example::
 
@@ -230,7 +230,7 @@ def max_tokens(op: str, k: int) -> int:
         >>> for env in ("SPECDEC_W12_CUDA_VARIANT", "SPECDEC_Q_CUDA_VARIANT"):
         ...     os.environ.pop(env, None) and None
         >>> max_tokens("w12", 4096), max_tokens("w12", 4104), max_tokens("q", 4096)
-        (32, 8, 32)
+        (16, 8, 16)
     """
     variants = {"bf16": bf16_variant, "w12": w12_variant, "q": q_variant}
     if op not in variants:
@@ -502,7 +502,7 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
         rc = lib.specdec_skinny_plan(KINDS[kind], m, n, k, sms, out)
     if rc != 0:
         raise ValueError(
-            f"launch_plan: expected 1 <= m <= 8 (32 for the tensor-map kinds w12_v7, q_v2, bf16_v2 where k % 32 == 0), n >= 1, "
+            f"launch_plan: expected 1 <= m <= 8 (16 for the tensor-map kinds w12_v7, q_v2, bf16_v2 where k % 32 == 0), n >= 1, "
             f"k a positive multiple of 8 and sms >= 1, got m={m} n={n} k={k} sms={sms}"
         )
     keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes")

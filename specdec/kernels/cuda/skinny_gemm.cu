@@ -38,7 +38,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;        // chunks whose loads are issued before the first is used
 constexpr int kMaxTokens = 8;
-constexpr int kTmaMaxTokens = 32;  // the tensor-map kernels: up to four MMA n-tiles of 8 tokens
+constexpr int kTmaMaxTokens = 16;  // the tensor-map kernels: two MMA n-tiles of 8 tokens
 constexpr int kMaxClusterSplits = 8;
 constexpr int kEscapeTile = 256;  // specdec.kernels.w12_gemm.ESCAPE_TILE
 constexpr int kXBytesHard = 200 * 1024;  // dynamic shared memory limit requested for the kernels
@@ -1079,10 +1079,7 @@ __host__ __device__ constexpr int tma_stage_bytes(int kind, int M) {
   return kStreamRows * kBulkStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kStreamRows * (kBulkStageK / 2) : 0) +
          M * kTmaXRowBytes;
 }
-// At 32 tokens x takes 8 KB a stage: W12 and bf16 keep 4 stages so that two CTAs still fit an SM.
-__host__ __device__ constexpr int tma_stages(int kind, int tok = kMaxTokens) {
-  return tok > 16 && kind != kQ ? 4 : kind == kBf16 ? 5 : kBulkStages;
-}
+__host__ __device__ constexpr int tma_stages(int kind) { return kind == kBf16 ? 5 : kBulkStages; }
 // Build-time switches for measuring the W12 kernel's parts (benchmarks/NOTES.md, "W12 at 16 tokens"): nvcc
 // -DSPECDEC_W12_HALVES=1 runs one half of consumer warps; -DSPECDEC_W12_ESCAPE_WARP_TOKENS=T keeps the escape warp in
 // the kernels of at most T tokens (8 or 16; 0: none) and adds the escapes in the epilogue in the others.
@@ -1203,7 +1200,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   constexpr int kTmaThreads = tma_threads(KIND, TOK);
   constexpr int kHalves = tma_halves(KIND);
   constexpr int kConsumers = kHalves * kBulkConsumerWarps;
-  constexpr int kStages = tma_stages(KIND, TOK);
+  constexpr int kStages = tma_stages(KIND);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
@@ -1441,14 +1438,14 @@ constexpr int tma_kind(int pipeline) { return pipeline == kTmaQPipeline ? kQ : p
 // A CTA's time besides its stages (launch, filling the ring, the split reduction), in stages.
 constexpr int kTmaFixedStages = 2;
 
-// The token capacity of the tensor-map kernel that runs M tokens: one, two or four MMA n-tiles of 8.
-constexpr int tma_tokens(int M) { return M > 16 ? kTmaMaxTokens : M > kMaxTokens ? 16 : kMaxTokens; }
+// The token capacity of the tensor-map kernel that runs M tokens: one MMA n-tile of 8, or two.
+constexpr int tma_tokens(int M) { return M > kMaxTokens ? kTmaMaxTokens : kMaxTokens; }
 
 int bulk_smem_bytes(int M, int K, int pipeline) {
   const int tokens = tma_tokens(M);
   if (is_tma(pipeline)) {
     const int kind = tma_kind(pipeline);
-    return tma_stages(kind, tokens) * tma_stage_bytes(kind, M) + tma_smem_fixed(kind, tokens) + kTmaAlign;
+    return tma_stages(kind) * tma_stage_bytes(kind, M) + tma_smem_fixed(kind, tokens) + kTmaAlign;
   }
   return kBulkStages * bulk_stage_bytes(M) + bulk_smem_fixed(pipeline) + band_ptr_bytes(kW12, K);
 }
@@ -1462,11 +1459,7 @@ Plan make_bulk_plan(int M, int N, int K, int sms, int pipeline) {
   const long long slots = static_cast<long long>(sms) * bulk_ctas_per_sm(pl.smem_bytes);
   int most = pl.n_chunks / kBulkMinStagesPerCta;
   const double weight_bytes = is_tma(pipeline) ? bytes_per_weight(tma_kind(pipeline)) : 1.5;
-  // Splits whose fp32 partials stay under kBulkPartialShare of the weight bytes; the tensor-map kernels count at most
-  // 16 tokens: their partials at 17-32 tokens stay in the L2 (read back by the row block's last CTA), and fewer splits
-  // would leave half the SMs idle on the one-wave shapes.
-  const int m_traffic = is_tma(pipeline) ? min(M, 16) : M;
-  const double traffic_cap = kBulkPartialShare * weight_bytes * static_cast<double>(K) / (8.0 * m_traffic);  // splits
+  const double traffic_cap = kBulkPartialShare * weight_bytes * static_cast<double>(K) / (8.0 * M);  // splits
   if (most > traffic_cap) most = static_cast<int>(traffic_cap);
   if (most > kSplitMaxSplits) most = kSplitMaxSplits;
   if (most < 1) most = 1;
@@ -1781,11 +1774,11 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
   return 0;
 }
 
-// The tensor-map kernel of KIND for p.M tokens: one MMA n-tile for M <= 8, two for 9..16, four for 17..32.
+// The tensor-map kernel of KIND for p.M tokens: one MMA n-tile for M <= 8, two for 9..16. (Four n-tiles for 17..32
+// ran 0.25-0.66x cuBLAS bf16 on the H200, below two 16-token calls: benchmarks/NOTES.md.)
 template <int KIND>
 int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  if (p.M > 16) return launch_tma_tokens<KIND, kTmaMaxTokens>(p, workspace, workspace_bytes, stream);
-  if (p.M > kMaxTokens) return launch_tma_tokens<KIND, 16>(p, workspace, workspace_bytes, stream);
+  if (p.M > kMaxTokens) return launch_tma_tokens<KIND, kTmaMaxTokens>(p, workspace, workspace_bytes, stream);
   return launch_tma_tokens<KIND, kMaxTokens>(p, workspace, workspace_bytes, stream);
 }
 
