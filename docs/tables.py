@@ -482,8 +482,8 @@ ROOFLINE_KERNELS = {
 ROOFLINE_TWO_TILE_KERNELS = ("cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2", "triton_w12", "triton_q", "cublas_fp8", "cublas_bf16")
 
 
-ROOFLINE_RUN = "roofline_h200_2026-12-04_escape_warp_smem.json"
-AR_STEP_RUN = "ar_step_h200_2026-12-04_escape_warp_smem.json"  # the same device call as ROOFLINE_RUN
+ROOFLINE_RUN = "roofline_h200_2026-12-04_final.json"
+AR_STEP_RUN = "ar_step_h200_2026-12-04_final.json"  # the same device call as ROOFLINE_RUN
 
 
 def cuda_roofline(results: Results) -> str:
