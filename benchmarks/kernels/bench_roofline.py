@@ -676,12 +676,12 @@ def _step_time_s(step: Callable[[], object], device: torch.device, iters: int) -
     return (time.perf_counter() - t0) / iters
 
 
-def _use_step_graphs(target, device: torch.device) -> None:
+def _use_step_graphs(target, device: torch.device, verify_rows: int = VERIFY_ROWS) -> None:
     # CUDA: graph replays of the one-row step and of the verify step; CPU: the same fixed-shape bodies, run eagerly.
     if device.type == "cuda":
-        target.enable_cuda_graphs(buckets=(1, VERIFY_ROWS))
+        target.enable_cuda_graphs(buckets=(1, verify_rows))
     else:
-        target.enable_static_path(buckets=(1, VERIFY_ROWS))
+        target.enable_static_path(buckets=(1, verify_rows))
 
 
 # Kernel-name fragments of the GEMM kernels (cuBLAS, whose Hopper kernels are named nvjet_*, CUTLASS, the specdec CUDA and
@@ -801,7 +801,8 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         cfg, max_seq_len, iters = tiny_target(seed=0).config, 128, 3
     else:
         cfg, max_seq_len, iters = SHAPES[AR_MODEL], 256, 50
-    result: dict = dict(model="tiny" if args.smoke else AR_MODEL, tokens=AR_TOKENS, prompt=AR_PROMPT, verify_rows=VERIFY_ROWS)
+    n_verify = args.verify_rows
+    result: dict = dict(model="tiny" if args.smoke else AR_MODEL, tokens=AR_TOKENS, prompt=AR_PROMPT, verify_rows=n_verify)
 
     def over_budget(what: str) -> bool:
         if time.time() - t_start > args.ar_budget_s:
@@ -823,7 +824,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
     for name, target in (("bf16", bf16), ("w12", w12)):
         result[f"{name}_weight_bytes"] = linear_weight_bytes(target)
         result[f"{name}_floor_s"] = result[f"{name}_weight_bytes"] / args.copy_bw
-        _use_step_graphs(target, device)
+        _use_step_graphs(target, device, n_verify)
 
     gen = torch.Generator(device=device).manual_seed(1)
     prompt = torch.randint(0, cfg.vocab_size, (1, AR_PROMPT), generator=gen, device=device)
@@ -862,8 +863,8 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         )
 
     token = torch.zeros(1, 1, dtype=torch.long, device=device)
-    rows = torch.zeros(1, VERIFY_ROWS, dtype=torch.long, device=device)
-    result["w12_verify_linear_path"] = w12_format.linear_path(probe.expand(VERIFY_ROWS, -1), lm_head)
+    rows = torch.zeros(1, n_verify, dtype=torch.long, device=device)
+    result["w12_verify_linear_path"] = w12_format.linear_path(probe.expand(n_verify, -1), lm_head)
     for name, target in (("bf16", bf16), ("w12", w12)):
         if over_budget(f"{name} step time"):
             continue
@@ -888,7 +889,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         result[f"{name}_verify_s"] = _step_time_s(verify, device, iters)
         result[f"{name}_verify_x_step"] = result[f"{name}_verify_s"] / result[f"{name}_step_s"]
         print(
-            f"verify step {name} ({VERIFY_ROWS} rows): {result[f'{name}_verify_s'] * 1e3:.3f} ms "
+            f"verify step {name} ({n_verify} rows): {result[f'{name}_verify_s'] * 1e3:.3f} ms "
             f"({result[f'{name}_verify_x_step']:.2f}x its one-token step)",
             flush=True,
         )
@@ -1091,7 +1092,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--ar-step", action="store_true", help="only the AR-step part (bf16 vs W12 lean target)")
     parser.add_argument("--ar-budget-s", type=float, default=55.0, help="AR step: no new phase starts after this")
+    parser.add_argument(
+        "--verify-rows", type=int, default=VERIFY_ROWS, help=f"AR step: rows of the verify step (default {VERIFY_ROWS})"
+    )
     args = parser.parse_args(argv)
+    if not 2 <= args.verify_rows <= 64:
+        parser.error(f"--verify-rows: expected 2 to 64 rows, got {args.verify_rows}")
     if args.plot_only:
         return redraw(plot, args.plot_only)
     seed = 0

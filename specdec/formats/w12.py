@@ -426,6 +426,10 @@ class W12Tensor(torch.Tensor):
 
 _BACKENDS = ("auto", "cuda", "triton", "torch")
 CUDA_SMALL_M_ENV = "SPECDEC_W12_CUDA"
+# Exact W12 over up to this many tensor-map kernel calls of at most 16 rows each: at 32 rows two calls beat the Triton
+# kernel on every Qwen3-8B / 32B linear on the H200 (1.1-1.9x, benchmarks/NOTES.md); the Q view's Triton kernel is
+# faster than two calls there, so it keeps one.
+EXACT_CUDA_CALLS = 2
 
 
 @torch.compiler.assume_constant_result
@@ -466,7 +470,8 @@ def linear_path(
 
     ``"auto"``: the pure-PyTorch reference off CUDA; on CUDA the CUDA small-M kernel
     (:func:`specdec.kernels.cuda.w12_gemm_small_m` / ``q_gemm_small_m``) when ``x`` has at most
-    ``max_tokens("w12" / "q", K)`` rows (16 for the tensor-map kernels where ``K % 32 == 0``, else 8), there is
+    ``max_tokens("w12" / "q", K)`` rows (16 for the tensor-map kernels where ``K % 32 == 0``, else 8; the exact
+    view takes ``EXACT_CUDA_CALLS`` times that with the tensor-map kernel, in calls of at most 16 rows), there is
     no bias, ``K % 8 == 0``, the call is ``plain`` (no ``rebias`` / ``config``), the library loads
     (:func:`cuda_small_m_available`) and ``$SPECDEC_W12_CUDA`` is not ``0``; else Triton. ``"cuda"`` asks for the
     CUDA kernel and raises ``ValueError`` where it cannot run. ``SPECDEC_W12_CUDA=0`` (or ``linear_backend="triton"``
@@ -492,11 +497,9 @@ def linear_path(
         raise ValueError(f"view: expected 'exact' or 'q', got {view!r}")
     if backend in ("triton", "torch"):
         return resolve_backend(backend, x.device)
-    from specdec.kernels.cuda.ops import max_tokens
-
     k = w.shape[1]
     rows = x.numel() // k if k else 0
-    max_rows = max_tokens("w12" if view == "exact" else "q", k)
+    max_rows = _cuda_row_limit(view, k)
     reasons = []
     if x.device.type != "cuda":
         reasons.append(f"x is on {x.device}")
@@ -521,18 +524,31 @@ def linear_path(
     return "cuda"
 
 
+def _cuda_row_limit(view: str, k: int) -> int:
+    """The most rows :func:`linear_path` sends to CUDA for ``view`` at width ``k`` (:func:`_cuda_small_m` splits them)."""
+    from specdec.kernels.cuda.ops import MAX_TOKENS, max_tokens
+
+    per_call = max_tokens("w12" if view == "exact" else "q", k)
+    return per_call * EXACT_CUDA_CALLS if view == "exact" and per_call > MAX_TOKENS else per_call
+
+
 def _cuda_small_m(x: torch.Tensor, w: W12Tensor, view: str) -> torch.Tensor:
-    import specdec.kernels.cuda.ops  # noqa: F401  (registers torch.ops.specdec.*)
+    """``x @ W^T`` through the CUDA op, in calls of at most ``max_tokens`` rows (``_cuda_row_limit`` rows in all)."""
+    from specdec.kernels.cuda.ops import max_tokens
 
     k = w.shape[1]
     x2 = x.reshape(-1, k).contiguous()
     # the kernel's 16-byte loads need an aligned base (traced tensors have no address; the op checks it at run time)
     if not torch.compiler.is_compiling() and x2.data_ptr() % 16:
         x2 = x2.clone()
-    if view == "q":
-        y = torch.ops.specdec.q_gemm_small_m(x2, w.ae, w.base)
-    else:
-        y = torch.ops.specdec.w12_gemm_small_m(x2, w.ae, w.nib, w.base, w.esc_ptr, w.esc_pos, w.esc_bits)
+    per_call = max_tokens("w12" if view == "exact" else "q", k)
+    outs = []
+    for part in x2.split(per_call):  # row blocks of per_call rows: their starts stay 16-byte aligned (K % 32 == 0)
+        if view == "q":
+            outs.append(torch.ops.specdec.q_gemm_small_m(part, w.ae, w.base))
+        else:
+            outs.append(torch.ops.specdec.w12_gemm_small_m(part, w.ae, w.nib, w.base, w.esc_ptr, w.esc_pos, w.esc_bits))
+    y = outs[0] if len(outs) == 1 else torch.cat(outs)
     return y.reshape(*x.shape[:-1], w.shape[0])
 
 

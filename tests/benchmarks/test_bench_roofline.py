@@ -86,6 +86,15 @@ def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
     assert result["bf16_verify_x_step"] == result["bf16_verify_s"] / result["bf16_step_s"]
 
 
+def test_ar_step_times_the_verify_step_at_the_rows_asked_for(tmp_path):
+    out = tmp_path / "ar_step.json"
+    assert bench_roofline.main(["--smoke", "--ar-step", "--verify-rows", "20", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["verify_rows"] == 20 and result["w12_verify_s"] > 0 and result["bf16_verify_s"] > 0
+    with pytest.raises(SystemExit):
+        bench_roofline.main(["--smoke", "--ar-step", "--verify-rows", "65", "--out", str(out)])
+
+
 def test_ar_step_records_a_failing_attention_step_and_runs_the_rest(tmp_path, monkeypatch):
     def fails(target, name, *args):
         raise RuntimeError(f"{name}: no kernel here")

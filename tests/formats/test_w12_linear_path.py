@@ -66,11 +66,31 @@ def test_cuda_kernel_for_9_to_16_rows_only_with_the_tensor_map_kernel(monkeypatc
         linear_path(_cuda_rows(rows), w, view="fp8")
 
 
+@pytest.mark.parametrize("rows", [17, 32])
+def test_exact_17_to_32_rows_run_as_two_tensor_map_calls_and_the_q_view_runs_triton(monkeypatch, rows):
+    from specdec.kernels.cuda.ops import W12_VARIANT_ENV
+
+    monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
+    for env in (CUDA_SMALL_M_ENV, W12_VARIANT_ENV):
+        monkeypatch.delenv(env, raising=False)
+    w = _weight()
+    assert w12_module.EXACT_CUDA_CALLS == 2
+    assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == "triton"
+    monkeypatch.setenv(W12_VARIANT_ENV, "v1")  # the register kernel (8 rows a call) is not split
+    assert linear_path(_cuda_rows(rows), w) == "triton"
+    monkeypatch.delenv(W12_VARIANT_ENV)
+    # the op takes at most 16 rows a call, so this equals the reference only if the rows are split
+    x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    assert torch.equal(w12_module._cuda_small_m(x, w, "exact"), w12_linear_reference(x, w))
+    assert torch.equal(w12_module._cuda_small_m(x.view(1, rows, 64), w, "exact"), w12_linear_reference(x, w)[None])
+
+
 def test_triton_where_the_cuda_kernel_does_not_apply(monkeypatch):
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     monkeypatch.delenv(CUDA_SMALL_M_ENV, raising=False)
     w = _weight()
-    assert linear_path(_cuda_rows(17), w) == "triton"  # more rows than the kernel takes
+    assert linear_path(_cuda_rows(33), w) == "triton"  # more rows than two exact calls take
+    assert linear_path(_cuda_rows(17), w, view="q") == "triton"  # more rows than one Q call takes
     assert linear_path(_cuda_rows(1), w, torch.zeros(24, dtype=torch.bfloat16)) == "triton"  # bias
     assert linear_path(_cuda_rows(1), w, plain=False) == "triton"  # rebias / config
     assert linear_path(_cuda_rows(1), w, backend="triton") == "triton"  # the weight's backend asks for Triton
@@ -87,8 +107,10 @@ def test_env_forces_the_triton_path(monkeypatch):
 def test_explicit_cuda_backend_says_why_it_cannot_run(monkeypatch):
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     w = _weight()
+    with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x has 33 rows \(at most 32\)"):
+        linear_path(_cuda_rows(33), w, backend="cuda")
     with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x has 17 rows \(at most 16\)"):
-        linear_path(_cuda_rows(17), w, backend="cuda")
+        linear_path(_cuda_rows(17), w, backend="cuda", view="q")
     with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x has 9 rows \(at most 8\)"):
         linear_path(_cuda_rows(9, k=72), _weight(k=72), backend="cuda")
     with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x is on cpu"):
