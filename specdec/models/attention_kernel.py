@@ -4,7 +4,7 @@
 for every call it can take (at most 128 query rows a KV head, a power-of-two head dim from 16 to 256, no gradient, not
 under ``torch.compile``) and ``torch.nn.functional.scaled_dot_product_attention`` for the rest and on other devices:
 the default ``"auto"``. On the H200 the kernel takes a Qwen3-8B layer's one-token attention from cuDNN's 10.5 to
-7.3 us at 256 slots and from 44.9 to 28.8 us at 2048 (``benchmarks/NOTES.md``, "Split-KV decode attention").
+5.2 us at 256 slots and from 44.9 to 8.3 us at 2048 (``docs/results.md``, "Decode steps").
 :func:`attention_kernel` picks one for a block: ``"sdpa"`` everywhere, or ``"split_kv"`` with a ``backend``
 (``"auto"``: Triton on CUDA, its float32 reference elsewhere). CUDA graphs captured inside the block keep its kernel
 after it exits.
