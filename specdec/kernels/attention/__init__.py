@@ -30,7 +30,8 @@ def decode_attention(
     layout), at most 128; ``D`` a power of two from 16 to 256; ``mask [1 or B, 1, R, S]`` additive (``0`` where a
     row may attend a slot, ``-inf`` elsewhere; :func:`additive_mask`) or boolean (``True`` where
     it may). Softmax and sums in float32; returns ``[B, Hkv, R, D]`` in ``q.dtype``. ``splits``: pieces of the cache
-    each batch-head's slots are cut into (Triton only; ``None`` picks enough for two programs a multiprocessor).
+    each batch-head's slots are cut into (Triton only; ``None`` picks enough for two programs a multiprocessor at batch
+    1, from the slots and KV heads alone, so a batch item's output equals its output alone).
 
     Example:
         >>> q, k, v = torch.ones(1, 1, 2, 16), torch.ones(1, 1, 3, 16), torch.arange(3.0).view(1, 1, 3, 1).expand(1, 1, 3, 16)

@@ -120,15 +120,17 @@ def _combine_kernel(
     tl.store(out_ptr + b * stride_ob + h * stride_oh + row * stride_or + dims * stride_od, res.to(out_ptr.dtype.element_ty))
 
 
-def default_splits(batch_heads: int, slots: int, block_n: int, device: torch.device) -> int:
-    """Splits of the cache a batch-head: enough programs for two a multiprocessor, each at least ``block_n`` slots.
+def default_splits(kv_heads: int, slots: int, block_n: int, device: torch.device) -> int:
+    """Splits of the cache a batch-head: enough programs for two a multiprocessor at batch 1, each at least ``block_n``
+    slots. Counted from the KV heads, not the batch, so that a request's splits, and so its output bits, do not depend
+    on the other requests in a batch (a batch only adds programs).
 
     Example:
         >>> default_splits(8, 4096, 64, torch.device("cpu"))
         8
     """
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 32
-    return max(1, min(triton.cdiv(slots, block_n), triton.cdiv(2 * sms, batch_heads)))
+    return max(1, min(triton.cdiv(slots, block_n), triton.cdiv(2 * sms, kv_heads)))
 
 
 def decode_attention_triton(
@@ -142,7 +144,7 @@ def decode_attention_triton(
     out = torch.empty_like(q)
     if out.numel() == 0:
         return out
-    chunk_blocks = triton.cdiv(triton.cdiv(s, block_n), splits or default_splits(bsz * hkv, s, block_n, q.device))
+    chunk_blocks = triton.cdiv(triton.cdiv(s, block_n), splits or default_splits(hkv, s, block_n, q.device))
     chunk = chunk_blocks * block_n
     n_splits = triton.cdiv(s, chunk)
     block_r = max(16, triton.next_power_of_2(r))

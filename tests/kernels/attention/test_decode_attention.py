@@ -4,6 +4,7 @@
   one to 35 splits (more than one combine tile, splits past the last slot, splits whose slots are all masked), a mask per batch;
 * the reference against ``torch.nn.functional.scaled_dot_product_attention`` on the same boolean mask;
 * a row with no allowed slot is NaN in both; bad arguments raise naming them;
+* a batch item's output equals its output alone, bit for bit (the split count does not depend on the batch);
 * mutation: a combine that summed the splits without rescaling them to a common maximum fails the multi-split cases.
 """
 
@@ -42,6 +43,15 @@ def test_triton_matches_the_reference(batch, heads, rows, slots, dim, splits):
     got = decode_attention(q, k, v, mask, splits=splits, backend="triton")
     want = decode_attention(q, k, v, mask, backend="torch")
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_batch_item_equals_its_output_alone_bit_for_bit():
+    # 1100 slots: enough that a split count taken from batch x heads would differ between batch 1 and batch 3
+    q, k, v, mask = case(3, 2, 4, 1100, 16, per_batch=True, seed=4)
+    batched = decode_attention(q, k, v, mask, backend="triton")
+    for i in range(3):
+        alone = decode_attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], mask[i : i + 1], backend="triton")
+        assert torch.equal(batched[i : i + 1], alone), i
 
 
 def test_bfloat16_inputs_stay_within_bfloat16_rounding():
