@@ -70,7 +70,6 @@ struct Params {
   int rt_per_cta;  // row tiles (16 rows) per CTA: 1, 2, 4 or 8; warps per row tile = 8 / rt_per_cta
   int k_splits;    // CTAs of a cluster sharing the row block, each a slice of K
   int n_chunks;    // ceil(K / chunk)
-  int cluster_reduce;  // tensor-map kernels: the k_splits CTAs of a row block are one cluster (finish_split_in_cluster)
 };
 
 // Chunk registers of one lane: rows g and g + 8.
@@ -1194,37 +1193,6 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
   }
 }
 
-// The split-K epilogue of a tensor-map CTA whose row block's k_splits CTAs form one thread-block cluster
-// (p.cluster_reduce): every CTA keeps its partial [64 rows][TOK] in shared memory; after a cluster barrier CTA `split`
-// finishes rows [split 64 / k_splits, (split + 1) 64 / k_splits) of the block, summing the CTAs' partials in split
-// order from 0.f through distributed shared memory (the additions and order of finish_split_row_block's path through
-// global partials and the last CTA, so the same bits), and a second barrier keeps every CTA's shared memory until
-// the others have read it. No workspace, no counter, no serial tail in one CTA.
-template <int TOK>
-__device__ __forceinline__ void finish_split_in_cluster(const Params& p, const float* red, int split) {
-  cg::cluster_group cluster = cg::this_cluster();
-  const int M = p.M;
-  cluster.sync();
-  const int r_lo = (split * kStreamRows) / p.k_splits;
-  const int r_hi = ((split + 1) * kStreamRows) / p.k_splits;
-  const int rl = r_lo + static_cast<int>(threadIdx.x);
-  const bool has_row = rl < r_hi;
-  const int row = static_cast<int>(blockIdx.x) * kStreamRows + rl;
-  float out[TOK];
-#pragma unroll
-  for (int m = 0; m < TOK; ++m) out[m] = 0.f;
-  if (has_row) {
-    for (int q = 0; q < p.k_splits; ++q) {
-      const float* part = cluster.map_shared_rank(red, q);
-#pragma unroll
-      for (int m = 0; m < TOK; ++m)
-        if (m < M) out[m] += part[rl * TOK + m];
-    }
-  }
-  if (has_row && row < p.N) store_bf16_row<TOK>(p, row, M, out);
-  cluster.sync();  // the other CTAs' reads of this CTA's partial are done
-}
-
 template <int KIND, int TOK = kMaxTokens>
 __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
     tma_gemm_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
@@ -1312,12 +1280,6 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
     for (int e = tid; e < kStreamRows * TOK; e += kTmaThreads)
       if (e % TOK < M) red[e] += esc[e];
     __syncthreads();
-  }
-  if constexpr (!tma_epilogue_escapes(KIND, TOK)) {
-    if (p.cluster_reduce) {
-      finish_split_in_cluster<TOK>(p, red, split);
-      return;
-    }
   }
   if constexpr (tma_epilogue_escapes(KIND, TOK)) {  // the band's escape offsets straight from global memory
     const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
@@ -1766,14 +1728,6 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
 // thread by specdec_set_programmatic_launch before each launch (specdec/kernels/launch.py decides).
 thread_local bool g_programmatic_launch = false;
 
-// $SPECDEC_TMA_CLUSTER = 1: the tensor-map kernels' K splits of a row block (at most kMaxClusterSplits) run as one
-// cluster and sum their partials through distributed shared memory (finish_split_in_cluster); otherwise through
-// global partials and a counter. Read at every launch (a captured graph keeps the launch it captured).
-bool tma_cluster_enabled() {
-  const char* v = getenv("SPECDEC_TMA_CLUSTER");
-  return v != nullptr && v[0] == '1' && v[1] == '\0';
-}
-
 // tma_gemm_kernel<KIND, TOK> on p (M <= TOK).
 template <int KIND, int TOK>
 int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
@@ -1802,26 +1756,18 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = (p.K + 63) / 64;
-  p.cluster_reduce = pl.k_splits > 1 && pl.k_splits <= kMaxClusterSplits && !tma_epilogue_escapes(KIND, TOK) && tma_cluster_enabled();
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(pl.grid_x, pl.k_splits, 1);
   config.blockDim = dim3(tma_threads(KIND, TOK), 1, 1);
   config.dynamicSmemBytes = pl.smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attributes[2] = {};
-  unsigned int n_attributes = 0;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
   if (g_programmatic_launch) {
-    attributes[n_attributes].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[n_attributes++].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
   }
-  if (p.cluster_reduce) {
-    attributes[n_attributes].id = cudaLaunchAttributeClusterDimension;
-    attributes[n_attributes].val.clusterDim.x = 1;
-    attributes[n_attributes].val.clusterDim.y = pl.k_splits;
-    attributes[n_attributes++].val.clusterDim.z = 1;
-  }
-  config.attrs = attributes;
-  config.numAttrs = n_attributes;
   cudaError_t e = cudaLaunchKernelEx(&config, tma_gemm_kernel<KIND, TOK>, p, partials, counters, ae_map, nib_map, x_map);
   if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) return fail("tma_gemm_kernel launch", e);
