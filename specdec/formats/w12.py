@@ -426,9 +426,10 @@ class W12Tensor(torch.Tensor):
 
 _BACKENDS = ("auto", "cuda", "triton", "torch")
 CUDA_SMALL_M_ENV = "SPECDEC_W12_CUDA"
-# Exact W12 over up to this many tensor-map kernel calls of at most 16 rows each: at 32 rows two calls beat the Triton
-# kernel on every Qwen3-8B / 32B linear on the H200 (1.1-1.9x, benchmarks/NOTES.md); the Q view's Triton kernel is
-# faster than two calls there, so it keeps one.
+# Exact W12 over up to this many tensor-map kernel calls of at most 16 rows each. In one H200 run twice the 16-row call's
+# time was below the Triton kernel's at 32 rows on every Qwen3-8B / 32B linear, and the 32-row verify step of the 8B
+# shape took 10.58 ms against 14.42 with Triton linears (benchmarks/NOTES.md); the Q view's Triton kernel was faster
+# than two calls there, so it keeps one.
 EXACT_CUDA_CALLS = 2
 
 
@@ -533,17 +534,17 @@ def _cuda_row_limit(view: str, k: int) -> int:
 
 
 def _cuda_small_m(x: torch.Tensor, w: W12Tensor, view: str) -> torch.Tensor:
-    """``x @ W^T`` through the CUDA op, in calls of at most ``max_tokens`` rows (``_cuda_row_limit`` rows in all)."""
-    from specdec.kernels.cuda.ops import max_tokens
+    """``x @ W^T`` through the CUDA op, in calls of at most ``TENSOR_MAP_MAX_TOKENS`` rows (:func:`linear_path` sends
+    more than ``max_tokens`` rows only where the tensor-map kernel runs, at most ``_cuda_row_limit`` in all)."""
+    from specdec.kernels.cuda.ops import TENSOR_MAP_MAX_TOKENS  # the import also registers torch.ops.specdec.*
 
     k = w.shape[1]
     x2 = x.reshape(-1, k).contiguous()
     # the kernel's 16-byte loads need an aligned base (traced tensors have no address; the op checks it at run time)
     if not torch.compiler.is_compiling() and x2.data_ptr() % 16:
         x2 = x2.clone()
-    per_call = max_tokens("w12" if view == "exact" else "q", k)
     outs = []
-    for part in x2.split(per_call):  # row blocks of per_call rows: their starts stay 16-byte aligned (K % 32 == 0)
+    for part in x2.split(TENSOR_MAP_MAX_TOKENS):  # more than one block only where K % 32 == 0: starts stay 16-byte aligned
         if view == "q":
             outs.append(torch.ops.specdec.q_gemm_small_m(part, w.ae, w.base))
         else:

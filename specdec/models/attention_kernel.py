@@ -37,8 +37,8 @@ _CHOICE: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("specd
 @contextlib.contextmanager
 def attention_kernel(kernel: str, *, backend: str = "auto") -> Iterator[None]:
     """Within the block (this thread / context) the dense layers' cached attention runs ``kernel`` (one of
-    ``ATTENTION_KERNELS``; ``"auto"``: split-KV on CUDA, SDPA elsewhere); ``backend`` is the split-KV kernel's (``"auto"``, ``"triton"``: the interpreter on a CPU,
-    or ``"torch"``: its reference)."""
+    ``ATTENTION_KERNELS``; ``"auto"``: split-KV on CUDA, SDPA elsewhere); ``backend`` is the split-KV kernel's
+    (``"auto"``, ``"triton"``: the interpreter on a CPU, or ``"torch"``: its reference)."""
     if kernel not in ATTENTION_KERNELS:
         raise ValueError(f"kernel: expected one of {ATTENTION_KERNELS}, got {kernel!r}")
     if backend not in BACKENDS:

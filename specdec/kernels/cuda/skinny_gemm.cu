@@ -244,7 +244,8 @@ __device__ __forceinline__ void compute_chunk(float (&acc)[4], const ChunkRegs<K
 }
 
 // compute_chunk for NT n-tiles of tokens: the chunk decoded once, multiplied into acc[j] for the tokens g + 8 j
-// (this lane's x units xs[j]), tile after tile within each k step.
+// (this lane's x units xs[j]), tile after tile within each k step. (With NT = 1 the callers call compute_chunk
+// itself: the same arithmetic, and the binary the H200 measurements were taken with.)
 template <int KIND, bool VEC16, int NT>
 __device__ __forceinline__ void compute_chunk_tiles(float (&acc)[NT][4], const ChunkRegs<KIND, VEC16>& r, const uint4 (&xs)[NT][2],
                                                     uint32_t X0, uint32_t X1) {
@@ -892,7 +893,7 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
 // consumer warp `warp` owns rows 16 warp .. 16 warp + 15 of the 64-row block, consumes the CTA's stages
 // s_lo .. s_hi - 1 in k order, releases each stage with one arrive per warp, then writes its sums to
 // red[row][token] (rows of TOK tokens). X_ROW_BYTES: the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16
-// (consume_stage); STAGES: the ring's stages; TOK: 8, 16 or 32 tokens, one MMA n-tile of 8 each.
+// (consume_stage); STAGES: the ring's stages; TOK: 8, or 16 for tokens 8..15 in a second MMA n-tile.
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
