@@ -15,8 +15,9 @@ Two questions the roofline (``bench_roofline.py``) cannot answer:
    them (``bench_roofline.weight_bytes``: bf16 2 N K; W12 every plane, bases and escapes included; the Q view its
    ``ae`` plane and bases).
 
-Kernels: cuBLAS bf16 (``F.linear``), and the tensor-map CUDA kernels of ``specdec.kernels.cuda``: bf16 v2, W12
-exact v7, Q view v2. Every kernel's output on the first copy is checked against the float32 product (the roofline's
+Kernels (``--kernels`` picks some): cuBLAS bf16 (``F.linear``), and the tensor-map CUDA kernels of
+``specdec.kernels.cuda``: bf16 v2, W12 exact v7, Q view v2, and the same three in persistent CTAs (bf16 v3, W12 v8,
+Q v3). Every kernel's output on the first copy is checked against the float32 product (the roofline's
 tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. Weights are random
 (Gaussian, std 0.02), labelled so.
 
@@ -46,10 +47,11 @@ from benchmarks.kernels.bench_roofline import (
     time_per_call,
     w12_planes,
     w12_v7,
+    w12_v8,
     weight_bytes,
 )
 
-KERNELS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2")
+KERNELS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v3", "cuda_w12_v8", "cuda_q_v3")
 MS = (1, 8, 16)
 SWEEP_MS = (1, 8)
 SWEEP_NS = (4096, 16384)
@@ -114,18 +116,24 @@ class Cycle:
         return out
 
 
-def kernel_calls(ops, w: torch.Tensor, w12, copies: int) -> dict[str, tuple[Callable[[torch.Tensor, int], torch.Tensor], bool]]:
+def kernel_calls(
+    ops, w: torch.Tensor, w12, copies: int, kinds: Sequence[str] = KERNELS
+) -> dict[str, tuple[Callable[[torch.Tensor, int], torch.Tensor], bool]]:
     """kind -> (``call(x, copy)``, compares with the Q view's product) over ``copies`` identical copies of ``w``
-    (and of ``w12``, its W12 encoding)."""
+    (and of ``w12``, its W12 encoding), for the kernels ``kinds`` in ``KERNELS`` order."""
     bf16 = [w] + [w.clone() for _ in range(copies - 1)]
     planes = [w12_planes(w12)] + [tuple(t.clone() for t in w12_planes(w12)) for _ in range(copies - 1)]
     q = [(p[0], p[2]) for p in planes]  # the Q view reads the ae plane and the bases only
-    return {
+    calls = {
         "cublas_bf16": (lambda x, i: F.linear(x, bf16[i]), False),
         "cuda_bf16_v2": (lambda x, i: bf16_variant(ops, "v2", x, bf16[i]), False),
         "cuda_w12_v7": (lambda x, i: w12_v7(ops, x, *planes[i]), False),
         "cuda_q_v2": (lambda x, i: q_variant(ops, "v2", x, *q[i]), True),
+        "cuda_bf16_v3": (lambda x, i: bf16_variant(ops, "v3", x, bf16[i]), False),
+        "cuda_w12_v8": (lambda x, i: w12_v8(ops, x, *planes[i]), False),
+        "cuda_q_v3": (lambda x, i: q_variant(ops, "v3", x, *q[i]), True),
     }
+    return {kind: calls[kind] for kind in KERNELS if kind in kinds}
 
 
 def checked(call, x: torch.Tensor, ref: torch.Tensor, err_ref: float) -> float:
@@ -145,7 +153,7 @@ def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, war
     w12 = W12Tensor.from_bf16(w)
     w_q = w12.q_view()
     copies = weight_copies(2 * n * k, args.l2_bytes, args.l2_factor)
-    calls = kernel_calls(ops, w, w12, copies)
+    calls = kernel_calls(ops, w, w12, copies, args.kernels)
     rows = []
     for m in ms:
         x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
@@ -166,6 +174,20 @@ def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, war
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return rows
+
+
+def kernel_list(text: str) -> tuple[str, ...]:
+    """``--kernels``: comma-separated names of ``KERNELS``.
+
+    Example:
+        >>> kernel_list("cuda_w12_v8, cublas_bf16")
+        ('cuda_w12_v8', 'cublas_bf16')
+    """
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in KERNELS]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(f"--kernels: expected names of {KERNELS}, got {text!r}")
+    return kinds
 
 
 def empty_launch_s(device: torch.device, args) -> float:
@@ -281,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "fixed_cost.json"))
     ap.add_argument("--smoke", action="store_true", help="CPU: reference paths, tiny shapes")
     ap.add_argument("--models", default="qwen3-8b,qwen3-32b")
+    ap.add_argument(
+        "--kernels", type=kernel_list, default=KERNELS, help=f"comma-separated kernels to time (default all: {','.join(KERNELS)})"
+    )
     ap.add_argument("--calls", type=int, default=20, help="calls per CUDA graph (at least the copies)")
     ap.add_argument("--reps", type=int, default=10, help="graph replays (median)")
     ap.add_argument("--l2-factor", type=float, default=3.0, help="cold copies span this many times the L2")

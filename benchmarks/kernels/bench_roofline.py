@@ -27,11 +27,13 @@ Correctness first, in the same run:
   ``SPECDEC_W12_CUDA_VARIANT=v5``; K % 32 != 0 runs the v4 kernel), plus shapes of its own with K % 32 == 0: many
   uneven splits and a last stage that ends inside K, at M = 8 and with one-hot single-token calls at M = 1;
 * the same checks, on the same shapes, for that kernel with four producer warps issuing the copies (``cuda_w12_v6``:
-  ``SPECDEC_W12_CUDA_VARIANT=v6``) and for that pipeline fed by 2-D TMA copies through tensor maps (``cuda_w12_v7``:
-  ``SPECDEC_W12_CUDA_VARIANT=v7``);
+  ``SPECDEC_W12_CUDA_VARIANT=v6``), for that pipeline fed by 2-D TMA copies through tensor maps (``cuda_w12_v7``:
+  ``SPECDEC_W12_CUDA_VARIANT=v7``) and for v7's pipeline in persistent CTAs (``cuda_w12_v8``:
+  ``SPECDEC_W12_CUDA_VARIANT=v8``: each CTA a run of equal length over row blocks x stages);
 * the same two checks, on the same shapes, for the Q view on that tensor-map pipeline (``cuda_q_v2``:
   ``SPECDEC_Q_CUDA_VARIANT=v2``; K % 32 != 0 runs the register Q kernel) against ``q_view()``, and for plain bf16
-  weights on it (``cuda_bf16_v2``: ``SPECDEC_BF16_CUDA_VARIANT=v2``; one-hot rows give the weights back exactly);
+  weights on it (``cuda_bf16_v2``: ``SPECDEC_BF16_CUDA_VARIANT=v2``; one-hot rows give the weights back exactly), and
+  both in the persistent CTAs of v8 (``cuda_q_v3``, ``cuda_bf16_v3``: ``..._VARIANT=v3``);
 * every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
   within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
 
@@ -40,7 +42,7 @@ Correctness first, in the same run:
     compute-sanitizer --tool memcheck python -m benchmarks.kernels.bench_roofline --sanitize
     python -m benchmarks.kernels.bench_roofline --probe v5 --out $OUT/v5_probe.json   # one staged kernel alone, first
     python -m benchmarks.kernels.bench_roofline --skip-variant v5 ...        # any mode above without it (repeatable)
-    (--probe and --skip-variant take v5, v6, v7, q_v2 and bf16_v2)
+    (--probe and --skip-variant take v5, v6, v7, v8, q_v2, bf16_v2, q_v3 and bf16_v3)
     python -m benchmarks.kernels.bench_roofline --plot-only roofline.json    # redraw the PNG from a JSON
     python -m benchmarks.kernels.bench_roofline --ar-step --out $OUT/ar_step.json   # GPU; add --smoke on a CPU
 
@@ -105,12 +107,12 @@ V5_SANITIZE_SHAPES = ((300, 1056),)
 V5_PROBE_CASES = ((520, 2048, 8), (300, 1056, 1), (300, 1056, 8), (4096, 4096, 8))
 SMOKE_V5_PROBE_CASES = ((24, 64, 1), (20, 96, 8))
 # The W12 kernels fed by copies into shared-memory stages: bulk copies from one producer warp (v5) and from four (v6),
-# 2-D TMA copies through tensor maps (v7).
-BULK_VARIANTS = ("v5", "v6", "v7")
+# 2-D TMA copies through tensor maps (v7), v7's pipeline in persistent CTAs (v8).
+BULK_VARIANTS = ("v5", "v6", "v7", "v8")
 # Those, the Q view and plain bf16 weights on the tensor-map pipeline (SPECDEC_Q_CUDA_VARIANT=v2,
-# SPECDEC_BF16_CUDA_VARIANT=v2): each runs v5's check, sanitizer and probe shapes and can be probed alone (--probe)
-# and left out (--skip-variant).
-PROBE_VARIANTS = (*BULK_VARIANTS, "q_v2", "bf16_v2")
+# SPECDEC_BF16_CUDA_VARIANT=v2) and in its persistent CTAs (v3): each runs v5's check, sanitizer and probe shapes and
+# can be probed alone (--probe) and left out (--skip-variant).
+PROBE_VARIANTS = (*BULK_VARIANTS, "q_v2", "bf16_v2", "q_v3", "bf16_v3")
 KERNELS = (
     "cublas_bf16",
     "cublas_fp8",
@@ -126,15 +128,29 @@ KERNELS = (
     "cuda_w12_v7",
     "cuda_q_v2",
     "cuda_bf16_v2",
+    "cuda_w12_v8",
+    "cuda_q_v3",
+    "cuda_bf16_v3",
 )
 # The kernels that take 9..16 tokens: the references and the tensor-map kernels (two MMA n-tiles).
-TWO_TILE_KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q", "cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v2")
+TWO_TILE_KERNELS = (
+    "cublas_bf16",
+    "cublas_fp8",
+    "triton_w12",
+    "triton_q",
+    "cuda_w12_v7",
+    "cuda_q_v2",
+    "cuda_bf16_v2",
+    "cuda_w12_v8",
+    "cuda_q_v3",
+    "cuda_bf16_v3",
+)
 # The tensor-map kernels' own one-hot checks with a second n-tile of tokens: (N, K, M), K % 32 == 0 and K % M == 0;
 # 130 x 2112 at M = 12: a partial last 64-row block and tokens 8..11 in the second tile; 72 x 4128 at M = 16.
 TWO_TILE_DECODE_SHAPES = ((130, 2112, 12), (72, 4128, 16))
 SMOKE_TWO_TILE_DECODE_SHAPES = ((20, 96, 12), (24, 64, 16))
 # The tensor-map kernels' probes also run 16 tokens, and the sanitizer runs them at M = 16 on its staged shapes.
-TENSOR_MAP_VARIANTS = ("v7", "q_v2", "bf16_v2")
+TENSOR_MAP_VARIANTS = ("v7", "q_v2", "bf16_v2", "v8", "q_v3", "bf16_v3")
 TWO_TILE_PROBE_CASE = (300, 1056, 16)
 SMOKE_TWO_TILE_PROBE_CASE = (20, 96, 16)
 
@@ -217,25 +233,30 @@ def w12_v7(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
     return w12_variant(ops, "v7", x, *planes)
 
 
+def w12_v8(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
+    """v7's pipeline in persistent CTAs over a stream of stages (v8)."""
+    return w12_variant(ops, "v8", x, *planes)
+
+
 def bulk_call(variant: str) -> Callable[..., torch.Tensor]:
     """The call of a staged W12 kernel by its name in ``BULK_VARIANTS``: ``bulk_call("v6") is w12_v6``."""
-    return {"v5": w12_v5, "v6": w12_v6, "v7": w12_v7}[variant]
+    return {"v5": w12_v5, "v6": w12_v6, "v7": w12_v7, "v8": w12_v8}[variant]
 
 
 def probe_call(ops, variant: str) -> Callable[[torch.Tensor, object], torch.Tensor]:
-    """``(x, w12) -> y`` with the kernel ``variant`` of ``PROBE_VARIANTS`` (``"q_v2"``: the Q view of ``w12``;
-    ``"bf16_v2"``: ``w12.to_bf16()``, decoded once per ``w12``)."""
-    if variant == "q_v2":
-        return lambda x, w12: q_variant(ops, "v2", x, w12.ae, w12.base)
-    if variant == "bf16_v2":
+    """``(x, w12) -> y`` with the kernel ``variant`` of ``PROBE_VARIANTS`` (``"q_v2"``, ``"q_v3"``: the Q view of
+    ``w12``; ``"bf16_v2"``, ``"bf16_v3"``: ``w12.to_bf16()``, decoded once per ``w12``)."""
+    if variant.startswith("q_"):
+        return lambda x, w12: q_variant(ops, variant.removeprefix("q_"), x, w12.ae, w12.base)
+    if variant.startswith("bf16_"):
         decoded: dict[int, tuple[object, torch.Tensor]] = {}
 
-        def bf16_v2(x, w12):
+        def bf16_call(x, w12):
             if id(w12) not in decoded:
                 decoded[id(w12)] = (w12, w12.to_bf16())  # the W12Tensor kept alive so its id is not reused
-            return bf16_variant(ops, "v2", x, decoded[id(w12)][1])
+            return bf16_variant(ops, variant.removeprefix("bf16_"), x, decoded[id(w12)][1])
 
-        return bf16_v2
+        return bf16_call
     return lambda x, w12: bulk_call(variant)(ops, x, *w12_planes(w12))
 
 
@@ -365,6 +386,8 @@ def decode_checks(
     bulk=BULK_VARIANTS,
     q_v2=True,
     bf16_v2=True,
+    q_v3=True,
+    bf16_v3=True,
     two_tile_shapes=(),
 ) -> list[dict]:
     """One-hot decode check of the W12 (every variant), Q (both) and bf16 kernels on planted weights (bit-exact; -0 as +0).
@@ -374,9 +397,10 @@ def decode_checks(
     ``bulk`` and the Q tensor-map kernel), with ``M`` one-hot rows per call. ``bulk``: the staged W12 variants (of
     ``BULK_VARIANTS``) to check; the others are not called at all (no ``w12_<variant>_*`` keys). ``q_v2``: whether
     the Q tensor-map kernel (``SPECDEC_Q_CUDA_VARIANT=v2``) is checked (``q_v2_*`` keys) or not called at all;
-    ``bf16_v2`` the same for the bf16 tensor-map kernel (``bf16_v2_*`` keys, on ``v5_shapes``). ``two_tile_shapes``:
-    further ``(N, K, M)`` with ``M`` of 9..16 for the tensor-map kernels (W12 ``"v7"`` if in ``bulk``, Q and bf16 where
-    checked), whose second MMA n-tile holds tokens 8.. .
+    ``bf16_v2`` the same for the bf16 tensor-map kernel (``bf16_v2_*`` keys, on ``v5_shapes``), ``q_v3`` and
+    ``bf16_v3`` for their persistent forms (``q_v3_*``, ``bf16_v3_*`` keys, on ``v5_shapes``). ``two_tile_shapes``: further ``(N, K, M)`` with ``M`` of
+    9..16 for the tensor-map kernels (W12 ``"v7"`` and ``"v8"`` if in ``bulk``, Q and bf16 where checked), whose second
+    MMA n-tile holds tokens 8.. .
     """
     from specdec.formats.w12 import W12Tensor
 
@@ -458,11 +482,9 @@ def decode_checks(
     # (key prefix, call (x, w12) -> y, shapes, whether it computes the Q view)
     own = [("w12_v4", lambda x, w12: w12_v4(ops, x, *w12_planes(w12)), v4_shapes, False)]
     own += [(f"w12_{v}", probe_call(ops, v), v5_shapes, False) for v in bulk]
-    if q_v2:
-        own.append(("q_v2", probe_call(ops, "q_v2"), v5_shapes, True))
-    if bf16_v2:
-        own.append(("bf16_v2", probe_call(ops, "bf16_v2"), v5_shapes, False))
-    wide = [("w12_v7", "v7" in bulk, False), ("q_v2", q_v2, True), ("bf16_v2", bf16_v2, False)]
+    staged = [("q_v2", q_v2, True), ("bf16_v2", bf16_v2, False), ("q_v3", q_v3, True), ("bf16_v3", bf16_v3, False)]
+    own += [(name, probe_call(ops, name), v5_shapes, q_view) for name, kept, q_view in staged if kept]
+    wide = [("w12_v7", "v7" in bulk, False), ("w12_v8", "v8" in bulk, False), *staged]
     own += [(name, probe_call(ops, name.removeprefix("w12_")), two_tile_shapes, q_view) for name, kept, q_view in wide if kept]
     for name, call, only_shapes, q_view in own:
         for n, k, m in only_shapes:
@@ -499,13 +521,13 @@ def decode_checks_passed(checks: list[dict]) -> bool:
 
 
 def weight_bytes(kind: str, n: int, k: int, w12) -> int:
-    if kind in ("cublas_bf16", "cuda_bf16", "cuda_bf16_v2"):
+    if kind in ("cublas_bf16", "cuda_bf16", "cuda_bf16_v2", "cuda_bf16_v3"):
         return 2 * n * k
     if kind == "cublas_fp8":
         return n * k
     if kind == "triton_w12" or kind.startswith("cuda_w12"):  # every CUDA W12 variant reads all planes
         return int(w12.nbytes)
-    return int(w12.ae.numel() + w12.base.numel())  # Q view (triton_q, cuda_q, cuda_q_v2): AE plane and bases
+    return int(w12.ae.numel() + w12.base.numel())  # Q view (triton_q, cuda_q, cuda_q_v2, cuda_q_v3): AE plane and bases
 
 
 def bench_shape(
@@ -547,12 +569,14 @@ def bench_shape(
             "triton_q": (lambda: q_linear(x, w12, backend=triton_backend), yq32, err_cublas_q),
             "cuda_bf16": (lambda: bf16_variant(ops, "v1", x, w), y32, err_cublas),
             "cuda_bf16_v2": (lambda: bf16_variant(ops, "v2", x, w), y32, err_cublas),
+            "cuda_bf16_v3": (lambda: bf16_variant(ops, "v3", x, w), y32, err_cublas),
             "cuda_w12": (lambda: w12_variant(ops, "v1", x, *planes), y32, err_cublas),
             "cuda_q": (lambda: q_variant(ops, "v1", x, w12.ae, w12.base), yq32, err_cublas_q),
             "cuda_w12_v3": (lambda: w12_v3(ops, x, *planes), y32, err_cublas),
             "cuda_w12_v4": (lambda: w12_v4(ops, x, *planes), y32, err_cublas),
             **{f"cuda_w12_{v}": (lambda v=v: bulk_call(v)(ops, x, *planes), y32, err_cublas) for v in BULK_VARIANTS},
             "cuda_q_v2": (lambda: q_variant(ops, "v2", x, w12.ae, w12.base), yq32, err_cublas_q),
+            "cuda_q_v3": (lambda: q_variant(ops, "v3", x, w12.ae, w12.base), yq32, err_cublas_q),
         }
         for kind in left_out(args):
             del fns[kind]
@@ -1045,7 +1069,7 @@ def variant_probe(cases, gen: torch.Generator, device: torch.device, ops, varian
         try:
             w = planted_weight(n, k, gen, device)
             w12 = W12Tensor.from_bf16(w)
-            expected = w12.q_view() if variant == "q_v2" else w
+            expected = w12.q_view() if variant.startswith("q_") else w
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
             y32 = x.float() @ expected.float().T
             err_ref = (F.linear(x, expected).float() - y32).abs().max().item()
@@ -1188,6 +1212,8 @@ def main(argv: list[str] | None = None) -> int:
         bulk=kept_bulk(args),
         q_v2="q_v2" not in args.skip_variants,
         bf16_v2="bf16_v2" not in args.skip_variants,
+        q_v3="q_v3" not in args.skip_variants,
+        bf16_v3="bf16_v3" not in args.skip_variants,
         two_tile_shapes=SMOKE_TWO_TILE_DECODE_SHAPES if args.smoke else TWO_TILE_DECODE_SHAPES,
     )
     checks_passed = decode_checks_passed(checks)

@@ -6,11 +6,11 @@ Two roles.
 list (Qwen3-8B o, qkv, lm_head, gate_up, down and the Qwen3-32B down, M = 1 and 8) and launches, per case and
 kernel (cuBLAS bf16 ``F.linear``, the CUDA ``specdec::skinny_gemm_bf16``, ``w12_gemm_small_m`` and
 ``q_gemm_small_m`` with their register kernels (``SPECDEC_BF16_CUDA_VARIANT=v1``, ``SPECDEC_W12_CUDA_VARIANT=v1``,
-``SPECDEC_Q_CUDA_VARIANT=v1``), ``w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` / ``v4`` / ``v5`` / ``v6`` /
-``v7`` as ``cuda_w12_v3`` ... ``cuda_w12_v7``, ``q_gemm_small_m`` with ``SPECDEC_Q_CUDA_VARIANT=v2`` as ``cuda_q_v2``
-and ``skinny_gemm_bf16`` with ``SPECDEC_BF16_CUDA_VARIANT=v2`` as ``cuda_bf16_v2``), one untimed warm call, then
-exactly one call between ``cudaProfilerStart`` and ``cudaProfilerStop`` inside an NVTX range named
-``<kernel>|<shape>|M=<m>`` (132 ranges). Run under
+``SPECDEC_Q_CUDA_VARIANT=v1``), ``w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` ... ``v8`` as
+``cuda_w12_v3`` ... ``cuda_w12_v8``, ``q_gemm_small_m`` with ``SPECDEC_Q_CUDA_VARIANT=v2`` / ``v3`` as ``cuda_q_v2`` /
+``cuda_q_v3`` and ``skinny_gemm_bf16`` with ``SPECDEC_BF16_CUDA_VARIANT=v2`` / ``v3`` as ``cuda_bf16_v2`` /
+``cuda_bf16_v3``), one untimed warm call, then exactly one call between ``cudaProfilerStart`` and
+``cudaProfilerStop`` inside an NVTX range named ``<kernel>|<shape>|M=<m>`` (168 ranges). Run under
 ``ncu --profile-from-start off --nvtx --print-nvtx-rename kernel``, only those calls are profiled and each
 profiled kernel carries its range's name. It writes a manifest (``--out``: one entry per range, in launch
 order, with the weight bytes the kernel must read and the copy bandwidth of the same process). With
@@ -220,9 +220,9 @@ def case_list(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def case_functions(x: torch.Tensor, w: torch.Tensor, w12, ops) -> dict:
-    """kernel name -> a call computing ``x @ w^T`` with that kernel (``w12``: ``w`` as a ``W12Tensor``)."""
+    """kernel name -> a call computing ``x @ w^T`` with that kernel (``w12``: ``w`` as a ``W12Tensor``), in ``KERNELS`` order."""
     planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
-    return {
+    calls = {
         "cublas_bf16": lambda: F.linear(x, w),
         "cuda_bf16": lambda: bf16_variant(ops, "v1", x, w),
         "cuda_w12": lambda: w12_variant(ops, "v1", x, *planes),
@@ -230,9 +230,10 @@ def case_functions(x: torch.Tensor, w: torch.Tensor, w12, ops) -> dict:
         "cuda_w12_v3": lambda: w12_v3(ops, x, *planes),
         "cuda_w12_v4": lambda: w12_v4(ops, x, *planes),
         **{f"cuda_w12_{v}": (lambda v=v: bulk_call(v)(ops, x, *planes)) for v in BULK_VARIANTS},
-        "cuda_q_v2": lambda: q_variant(ops, "v2", x, w12.ae, w12.base),
-        "cuda_bf16_v2": lambda: bf16_variant(ops, "v2", x, w),
+        **{f"cuda_q_{v}": (lambda v=v: q_variant(ops, v, x, w12.ae, w12.base)) for v in ("v2", "v3")},
+        **{f"cuda_bf16_{v}": (lambda v=v: bf16_variant(ops, v, x, w)) for v in ("v2", "v3")},
     }
+    return {kernel: calls[kernel] for kernel in KERNELS}
 
 
 def launch(args, device: torch.device, t_start: float) -> dict:

@@ -39,7 +39,16 @@ def test_a_kernel_off_the_product_fails_the_run(tmp_path, monkeypatch):
     assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 1
     result = json.loads(out.read_text())
     bad = [r for r in result["shapes"] + result["sweep"] if "error" in r]
-    assert bad and {r["kind"] for r in bad} == {"cuda_q_v2"} and all("cold_s" not in r for r in bad)
+    assert bad and {r["kind"] for r in bad} == {"cuda_q_v2", "cuda_q_v3"} and all("cold_s" not in r for r in bad)
+
+
+def test_kernels_option_times_only_the_named_kernels(tmp_path):
+    out = tmp_path / "fixed_cost.json"
+    assert bench_fixed_cost.main(["--smoke", "--kernels", "cuda_w12_v8,cublas_bf16", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert {r["kind"] for r in result["shapes"] + result["sweep"]} == {"cublas_bf16", "cuda_w12_v8"}
+    with pytest.raises(SystemExit):
+        bench_fixed_cost.main(["--smoke", "--kernels", "cuda_w12_v9", "--out", str(out)])
 
 
 def test_the_cycle_gives_each_captured_call_the_next_copy():

@@ -238,7 +238,7 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
     assert w12_variant() == "v1"
     monkeypatch.setenv(W12_VARIANT_ENV, "v4")
     assert w12_variant(4096) == "v4"  # a set variable wins at any K
-    assert W12_VARIANTS == ("v1", "v3", "v4", "v5", "v6", "v7")
+    assert W12_VARIANTS == ("v1", "v3", "v4", "v5", "v6", "v7", "v8")
     for variant in W12_VARIANTS:
         monkeypatch.setenv(W12_VARIANT_ENV, variant)
         assert w12_variant() == variant
@@ -246,7 +246,8 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
         assert torch.equal(w12_gemm_small_m(x, *planes(w12)), w12_linear_reference(x, w12)), variant
     monkeypatch.setenv(W12_VARIANT_ENV, "v2")
     with pytest.raises(
-        ValueError, match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5', 'v6', 'v7'\) or unset, got 'v2'"
+        ValueError,
+        match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5', 'v6', 'v7', 'v8'\) or unset, got 'v2'",
     ):
         w12_gemm_small_m(x, *planes(w12))
 
@@ -267,14 +268,14 @@ def test_q_variant_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.delenv(W12_VARIANT_ENV)
     monkeypatch.setenv(Q_VARIANT_ENV, "v1")
     assert q_variant(4096) == "v1"  # a set variable wins at any K
-    assert Q_VARIANTS == ("v1", "v2")
+    assert Q_VARIANTS == ("v1", "v2", "v3")
     for variant in Q_VARIANTS:
         monkeypatch.setenv(Q_VARIANT_ENV, variant)
         assert q_variant() == variant
         # CPU: every variant runs the reference
         assert torch.equal(q_gemm_small_m(x, w12.ae, w12.base), q_linear_reference(x, w12)), variant
     monkeypatch.setenv(Q_VARIANT_ENV, "v7")
-    with pytest.raises(ValueError, match=r"SPECDEC_Q_CUDA_VARIANT: expected one of \('v1', 'v2'\) or unset, got 'v7'"):
+    with pytest.raises(ValueError, match=r"SPECDEC_Q_CUDA_VARIANT: expected one of \('v1', 'v2', 'v3'\) or unset, got 'v7'"):
         q_gemm_small_m(x, w12.ae, w12.base)
 
 
@@ -548,11 +549,11 @@ def test_bf16_variant_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.delenv(BF16_VARIANT_ENV, raising=False)
     # unset: the tensor-map kernel where K % 32 == 0, the register kernel elsewhere
     assert [bf16_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v2", "v2", "v1", "v1", "v1"]
-    assert bf16_variant() == "v1" and BF16_VARIANTS == ("v1", "v2")
+    assert bf16_variant() == "v1" and BF16_VARIANTS == ("v1", "v2", "v3")
     monkeypatch.setenv(BF16_VARIANT_ENV, "v1")
     assert bf16_variant(4096) == "v1"  # a set variable wins at any K
     monkeypatch.setenv(BF16_VARIANT_ENV, "v7")
-    with pytest.raises(ValueError, match=r"SPECDEC_BF16_CUDA_VARIANT: expected one of \('v1', 'v2'\) or unset, got 'v7'"):
+    with pytest.raises(ValueError, match=r"SPECDEC_BF16_CUDA_VARIANT: expected one of \('v1', 'v2', 'v3'\) or unset, got 'v7'"):
         bf16_variant(4096)
     # the op reads it on every call, before any work: also on the CPU reference path
     with pytest.raises(ValueError, match="SPECDEC_BF16_CUDA_VARIANT"):
@@ -588,3 +589,93 @@ def test_bf16_tensor_map_plan_is_the_staged_pipeline_with_bf16_stages(m, n, k):
     assert all(cost(other) > cost(ks) for other in range(1, ks) if allowed(other)), plan  # the fewest on a tie
     counters = -(-blocks * 4 // 256) * 256
     assert plan["workspace_bytes"] == (0 if ks == 1 else counters + blocks * ks * 64 * m * 4), plan
+
+
+# (row blocks, stages, CTAs): one CTA, one unit a CTA, runs shorter and longer than a block, the 8B o / qkv / down and
+# lm_head shapes on 264 CTAs
+STREAM_K_CASES = [
+    (2, 4, 3),
+    (1, 1, 1),
+    (3, 5, 15),
+    (7, 5, 3),
+    (5, 3, 7),
+    (64, 32, 264),
+    (96, 32, 264),
+    (64, 96, 264),
+    (2374, 32, 264),
+]
+
+
+@pytest.mark.parametrize("row_blocks,stages,ctas", STREAM_K_CASES)
+def test_stream_k_segments_cover_every_unit_once_in_equal_runs(row_blocks, stages, ctas):
+    from specdec.kernels.cuda.ops import stream_k_segments
+
+    _library_or_skip()
+    segments = stream_k_segments(row_blocks, stages, ctas)
+    covered = [[0] * stages for _ in range(row_blocks)]
+    runs = [[] for _ in range(ctas)]
+    for cta, block, lo, hi, *_ in segments:
+        assert 0 <= lo < hi <= stages, segments
+        for s in range(lo, hi):
+            covered[block][s] += 1
+        runs[cta].append(block * stages + lo)
+        runs[cta].append(block * stages + hi)
+    assert all(c == 1 for row in covered for c in row), "every unit in exactly one segment"
+    # each CTA's segments are one contiguous run of units, in order, and the runs differ by at most one unit
+    for ends in runs:
+        assert ends == sorted(ends) and all(ends[i] == ends[i + 1] for i in range(1, len(ends) - 1, 2)), ends
+    lengths = [ends[-1] - ends[0] for ends in runs]
+    assert max(lengths) - min(lengths) <= 1 and sum(lengths) == row_blocks * stages, lengths
+    # a block's pieces are numbered in k order; one piece is stored at once, more get distinct slots of their CTA
+    by_block = {}
+    for cta, block, lo, _hi, piece, pieces, slot in segments:
+        by_block.setdefault(block, []).append((lo, piece, pieces, slot, cta))
+    slots = []
+    for block, parts in by_block.items():
+        parts.sort()
+        assert [p[1] for p in parts] == list(range(len(parts))) and {p[2] for p in parts} == {len(parts)}, (block, parts)
+        ctas_of_block = [p[4] for p in parts]
+        assert ctas_of_block == list(range(ctas_of_block[0], ctas_of_block[0] + len(parts))), (block, parts)
+        if len(parts) == 1:
+            assert parts[0][3] == -1, parts
+        else:
+            assert all(p[3] // 2 == p[4] for p in parts), parts
+            slots += [p[3] for p in parts]
+    assert len(slots) == len(set(slots)) and all(0 <= s < 2 * ctas for s in slots), slots
+
+
+def test_stream_k_segments_of_a_small_case():
+    from specdec.kernels.cuda.ops import stream_k_segments
+
+    _library_or_skip()
+    # 8 units over 3 CTAs: runs [0, 2), [2, 5), [5, 8); block 0 = units 0-3, block 1 = units 4-7. CTA 1 starts inside
+    # block 0 (its first segment: slot 2) and ends inside block 1 (its last: slot 3); CTA 2 starts inside block 1 (slot 4).
+    assert stream_k_segments(2, 4, 3) == [
+        (0, 0, 0, 2, 0, 2, 0),
+        (1, 0, 2, 4, 1, 2, 2),
+        (1, 1, 0, 1, 0, 2, 3),
+        (2, 1, 1, 4, 1, 2, 4),
+    ]
+    with pytest.raises(ValueError, match=r"ctas: expected at most row_blocks x stages = 8 \(one unit a CTA\), got 9"):
+        stream_k_segments(2, 4, 9)
+    with pytest.raises(ValueError, match=r"stages: expected a positive int, got 0"):
+        stream_k_segments(2, 0, 1)
+
+
+@pytest.mark.parametrize("kind,split_kind", [("w12_v8", "w12_v7"), ("q_v3", "q_v2"), ("bf16_v3", "bf16_v2")])
+@pytest.mark.parametrize("m,n,k", BULK_SHAPES)
+def test_persistent_plans_fill_every_slot_once_with_the_split_k_stages(kind, split_kind, m, n, k):
+    from specdec.kernels.cuda.ops import launch_plan, stream_k_segments
+
+    _library_or_skip()
+    plan, split = launch_plan(kind, m, n, k, 132), launch_plan(split_kind, m, n, k, 132)
+    if k % 32:  # the split-K kernels' fallbacks run, with their plans
+        assert plan == split, (plan, split)
+        return
+    blocks, stages = -(-n // 64), -(-k // 128)
+    assert (plan["chunks"], plan["shared_bytes"], plan["bulk_copies"]) == (stages, split["shared_bytes"], 1), (plan, split)
+    # two CTAs per SM, each a run of at least two stages
+    assert plan["ctas_x"] == max(1, min(2 * 132, blocks * stages // 2)), plan
+    pieces = max(s[5] for s in stream_k_segments(blocks, stages, plan["ctas_x"]))
+    counters = -(-blocks * 4 // 256) * 256
+    assert plan["k_splits"] == pieces and plan["workspace_bytes"] == counters + 2 * plan["ctas_x"] * 64 * m * 4, plan

@@ -33,9 +33,9 @@ _REPO_ROOT = Path(__file__).resolve().parents[3]
 _DEFAULT = _REPO_ROOT / "build" / "specdec_cuda_kernels.so"
 # The W12 kernels with K split over independent CTAs share one C contract: ``specdec_w12_gemm_small_m_<variant>``
 # (planes, output, sizes, workspace and its bytes, stream) and ``specdec_w12_<variant>_plan`` (seven int64 values).
-# The Q and bf16 kernels on the tensor-map pipeline follow it with their own operands: ``specdec_q_gemm_small_m_v2`` and
-# ``specdec_q_v2_plan``, ``specdec_skinny_gemm_bf16_v2`` and ``specdec_bf16_v2_plan``.
-SPLIT_K_VARIANTS = ("v4", "v5", "v6", "v7")
+# The Q and bf16 kernels on the tensor-map pipeline follow it with their own operands: ``specdec_q_gemm_small_m_<v>`` and
+# ``specdec_q_<v>_plan``, ``specdec_skinny_gemm_bf16_<v>`` and ``specdec_bf16_<v>_plan`` for v2 (split K) and v3 (persistent).
+SPLIT_K_VARIANTS = ("v4", "v5", "v6", "v7", "v8")
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
 
@@ -176,11 +176,13 @@ def _declare(lib: ctypes.CDLL) -> None:
         plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
     lib.specdec_q_gemm_small_m.restype = i
     lib.specdec_q_gemm_small_m.argtypes = [p, p, p, p, i, i, i, p]
-    lib.specdec_q_gemm_small_m_v2.restype = i
-    lib.specdec_q_gemm_small_m_v2.argtypes = [p, p, p, p, i, i, i, p, ctypes.c_longlong, p]
-    lib.specdec_q_v2_plan.restype = i
-    lib.specdec_q_v2_plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
-    lib.specdec_skinny_gemm_bf16_v2.restype = i
-    lib.specdec_skinny_gemm_bf16_v2.argtypes = [p, p, p, i, i, i, p, ctypes.c_longlong, p]
-    lib.specdec_bf16_v2_plan.restype = i
-    lib.specdec_bf16_v2_plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
+    for variant in ("v2", "v3"):
+        for run, operands in ((f"specdec_q_gemm_small_m_{variant}", 3), (f"specdec_skinny_gemm_bf16_{variant}", 2)):
+            getattr(lib, run).restype = i
+            getattr(lib, run).argtypes = [p] * (operands + 1) + [i, i, i, p, ctypes.c_longlong, p]
+        for plan in (f"specdec_q_{variant}_plan", f"specdec_bf16_{variant}_plan"):
+            getattr(lib, plan).restype = i
+            getattr(lib, plan).argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
+    ll = ctypes.c_longlong
+    lib.specdec_stream_k_segments.restype = ll
+    lib.specdec_stream_k_segments.argtypes = [ll, ll, ll, ctypes.POINTER(ll), ll]

@@ -66,6 +66,7 @@ __all__ = [
     "w12_gemm_small_m",
     "q_gemm_small_m",
     "launch_plan",
+    "stream_k_segments",
     "w12_variant",
     "q_variant",
     "bf16_variant",
@@ -86,19 +87,21 @@ MAX_TOKENS = 8
 TENSOR_MAP_MAX_TOKENS = 16  # two MMA n-tiles of 8 tokens
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
 W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
-W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7")
+W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7", "v8")
 Q_VARIANT_ENV = "SPECDEC_Q_CUDA_VARIANT"
-Q_VARIANTS = ("v1", "v2")
+Q_VARIANTS = ("v1", "v2", "v3")
 BF16_VARIANT_ENV = "SPECDEC_BF16_CUDA_VARIANT"
-BF16_VARIANTS = ("v1", "v2")
+BF16_VARIANTS = ("v1", "v2", "v3")
 # launch_plan kinds of the kernels with K split over independent CTAs -> their plan's entry point (seven int64 values).
 _SPLIT_K_PLANS = {
     **{f"w12_{v}": f"specdec_w12_{v}_plan" for v in SPLIT_K_VARIANTS},
     "q_v2": "specdec_q_v2_plan",
+    "q_v3": "specdec_q_v3_plan",
     "bf16_v2": "specdec_bf16_v2_plan",
+    "bf16_v3": "specdec_bf16_v3_plan",
 }
 # Those fed by copies into shared-memory stages: their plans also say whether the copies run.
-_STAGED_KINDS = ("w12_v5", "w12_v6", "w12_v7", "q_v2", "bf16_v2")
+_STAGED_KINDS = ("w12_v5", "w12_v6", "w12_v7", "w12_v8", "q_v2", "q_v3", "bf16_v2", "bf16_v3")
 # Byte alignment the kernels' vector loads need of every plane's base address.
 _ALIGN = 16
 
@@ -215,7 +218,8 @@ def bf16_variant(k: int | None = None) -> str:
     return _variant(BF16_VARIANT_ENV, BF16_VARIANTS, "v2", k)
 
 
-_TENSOR_MAP_VARIANTS = {"bf16": "v2", "w12": "v7", "q": "v2"}
+# The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel and its persistent form.
+_TENSOR_MAP_VARIANTS = {"bf16": ("v2", "v3"), "w12": ("v7", "v8"), "q": ("v2", "v3")}
 
 
 def max_tokens(op: str, k: int) -> int:
@@ -240,7 +244,7 @@ def max_tokens(op: str, k: int) -> int:
 
 def _max_rows(op: str, variant: str, k: int) -> int:
     # max_tokens for the variant the op has already read
-    return TENSOR_MAP_MAX_TOKENS if k % 32 == 0 and variant == _TENSOR_MAP_VARIANTS[op] else MAX_TOKENS
+    return TENSOR_MAP_MAX_TOKENS if k % 32 == 0 and variant in _TENSOR_MAP_VARIANTS[op] else MAX_TOKENS
 
 
 def _bf16_max_rows(x: object) -> int:
@@ -322,9 +326,10 @@ def skinny_gemm_bf16(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     lib = load_library()
     args = (_ptr(x), _ptr(weight), _ptr(out), m, n, k)
     with torch.cuda.device(x.device):
-        if variant == "v2":
-            plan_of, run = lib.specdec_bf16_v2_plan, lib.specdec_skinny_gemm_bf16_v2
-            rc = _launch_split_k(lib, "skinny_gemm_bf16 (v2)", plan_of, run, args, m, n, k, x.device, _stream(x.device))
+        if variant in _TENSOR_MAP_VARIANTS["bf16"]:
+            plan_of, run = getattr(lib, f"specdec_bf16_{variant}_plan"), getattr(lib, f"specdec_skinny_gemm_bf16_{variant}")
+            what = f"skinny_gemm_bf16 ({variant})"
+            rc = _launch_split_k(lib, what, plan_of, run, args, m, n, k, x.device, _stream(x.device))
         else:
             rc = lib.specdec_skinny_gemm_bf16(*args, _stream(x.device))
     _raise_on_failure(lib, rc, f"skinny_gemm_bf16 ({variant})")
@@ -440,9 +445,9 @@ def q_gemm_small_m(x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> tor
     lib = load_library()
     args = (_ptr(x), _ptr(ae), _ptr(base), _ptr(out), m, n, k)
     with torch.cuda.device(x.device):
-        if variant == "v2":
-            plan_of, run = lib.specdec_q_v2_plan, lib.specdec_q_gemm_small_m_v2
-            rc = _launch_split_k(lib, "q_gemm_small_m (v2)", plan_of, run, args, m, n, k, x.device, _stream(x.device))
+        if variant in _TENSOR_MAP_VARIANTS["q"]:
+            plan_of, run = getattr(lib, f"specdec_q_{variant}_plan"), getattr(lib, f"specdec_q_gemm_small_m_{variant}")
+            rc = _launch_split_k(lib, f"q_gemm_small_m ({variant})", plan_of, run, args, m, n, k, x.device, _stream(x.device))
         else:
             rc = lib.specdec_q_gemm_small_m(*args, _stream(x.device))
     _raise_on_failure(lib, rc, f"q_gemm_small_m ({variant})")
@@ -507,3 +512,29 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
         )
     keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes")
     return dict(zip(keys, list(out)))
+
+
+def stream_k_segments(row_blocks: int, stages: int, ctas: int) -> list[tuple[int, int, int, int, int, int, int]]:
+    """How the persistent kernels (W12 ``"v8"``, Q and bf16 ``"v3"``) cut a call's work (host code of the library).
+
+    The work is ``row_blocks x stages`` units (a 64-row block's 128 columns), cut into ``ctas`` contiguous runs of
+    equal length. Returns one tuple a segment (a run's units inside one row block), CTA by CTA in order:
+    ``(cta, row_block, first_stage, end_stage, piece, pieces, slot)``; ``piece`` numbers the segments of a row block
+    in k order, ``pieces`` counts them, ``slot`` is the workspace tile of the segment's partial (``-1`` where the
+    block is one segment and stored at once). Raises ValueError unless ``1 <= ctas <= row_blocks x stages``.
+
+    Example (needs the built library, so not run as a doctest): ``stream_k_segments(2, 4, 3)`` gives
+    ``[(0, 0, 0, 2, 0, 2, 0), (1, 0, 2, 4, 1, 2, 2), (1, 1, 0, 1, 0, 2, 3), (2, 1, 1, 4, 1, 2, 4)]``.
+    """
+    for name, value in (("row_blocks", row_blocks), ("stages", stages), ("ctas", ctas)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    if ctas > row_blocks * stages:
+        raise ValueError(f"ctas: expected at most row_blocks x stages = {row_blocks * stages} (one unit a CTA), got {ctas}")
+    lib = load_library()
+    cap = 2 * ctas + row_blocks  # a run meets at most its blocks' count + 1 blocks; runs together row_blocks + ctas
+    out = (ctypes.c_longlong * (7 * cap))()
+    count = lib.specdec_stream_k_segments(row_blocks, stages, ctas, out, cap)
+    if not 0 <= count <= cap:
+        raise RuntimeError(f"specdec_stream_k_segments returned {count} for a buffer of {cap} segments")
+    return [tuple(out[7 * i : 7 * i + 7]) for i in range(count)]

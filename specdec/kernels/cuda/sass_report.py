@@ -25,7 +25,8 @@ from collections import Counter
 # Weights one lane handles per unrolled batch (kUnroll = 4 chunks, rows g and g + 8); the W12 streaming kernel
 # kernels (w12_stream_kernel ``w12_v3``, w12_split_kernel ``w12_v4``) unroll their ring of kStreamDepth = 3 chunks; the
 # bulk-copy kernels (w12_bulk_kernel: ``w12_v5`` with one producer warp, ``w12_v6`` with four) and the TMA kernels
-# (tma_gemm_kernel<1>: W12 ``w12_v7``, tma_gemm_kernel<2>: Q ``q_v2``) consume one stage of 2 chunks per iteration.
+# (tma_gemm_kernel<1>: W12 ``w12_v7``, tma_gemm_kernel<2>: Q ``q_v2``; their persistent forms tma_stream_k_kernel<1>
+# ``w12_v8`` and <2> ``q_v3``) consume one stage of 2 chunks per iteration.
 WEIGHTS_PER_LANE_PER_BATCH = {
     "0": 4 * 2 * 8,
     "1": 4 * 2 * 16,
@@ -36,11 +37,15 @@ WEIGHTS_PER_LANE_PER_BATCH = {
     "w12_v6": 2 * 2 * 16,
     "w12_v7": 1 * 2 * 16,  # two halves of consumer warps: one 64-weight chunk a warp a stage
     "q_v2": 2 * 2 * 16,
+    "w12_v8": 1 * 2 * 16,
+    "q_v3": 2 * 2 * 16,
 }
 # Printed names of the skinny kernel's template kinds; the W12 and Q variants print as their kind.
 KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q"}
 # The tensor-map kernel's template kind (1 W12, 2 Q, as the skinny kernel's) -> its report name.
 TMA_KINDS = {"1": "w12_v7", "2": "q_v2"}
+# The same for the persistent tensor-map kernel (tma_stream_k_kernel).
+STREAM_K_KINDS = {"1": "w12_v8", "2": "q_v3"}
 # Whole-kernel opcodes of the copy pipelines: the bulk copies, the TMA tensor copies and the mbarrier operations.
 ASYNC_OPCODES = ("UBLKCP", "UTMALDG", "SYNCS")
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
@@ -57,10 +62,14 @@ def parse(lines: list[str]) -> list[tuple[int, str, str]]:
 
 
 def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
-    """Opcode mix of the loop with the most HMMA and its instructions per weight (per lane)."""
+    """Opcode mix of the innermost loop with the most HMMA and its instructions per weight (per lane).
+
+    Innermost: a loop around another loop with HMMA (a persistent kernel's loop over row blocks around its K loop)
+    is not counted.
+    """
     ins = parse(lines)
     addr_index = {a: i for i, (a, _, _) in enumerate(ins)}
-    best = None
+    loops = []  # (first index, last index, HMMA count)
     for i, (addr, op, rest) in enumerate(ins):
         if op != "BRA":
             continue
@@ -74,8 +83,13 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
         if any(o == "EXIT" for _, o, _ in body):  # a jump back from an out-of-line path (a retry), not a loop
             continue
         hmma = sum(o.startswith("HMMA") for _, o, _ in body)
+        if hmma:
+            loops.append((addr_index[t], i, hmma))
+    innermost = [(lo, hi, h) for lo, hi, h in loops if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b, _ in loops)]
+    best = None
+    for lo, hi, hmma in innermost:
         if best is None or hmma > best[0]:
-            best = (hmma, body)
+            best = (hmma, ins[lo : hi + 1])
     if best is None:
         return {"loop_instructions": 0}
     body = best[1]
@@ -104,10 +118,15 @@ def kernel_kind(name: str) -> tuple[str, str] | None:
         ('w12_v6', '1')
         >>> kernel_kind("_ZN12_GLOBAL__N_115tma_gemm_kernelILi2EEEvNS_6ParamsEPfPj14CUtensorMap_stS3_S3_")
         ('q_v2', '1')
+        >>> kernel_kind("_ZN12_GLOBAL__N_119tma_stream_k_kernelILi1ELi8EEEvNS_6ParamsEPfPj14CUtensorMap_stS3_S3_")
+        ('w12_v8', '1')
     """
     tma = re.search(r"tma_gemm_kernelILi(\d)E", name)
     if tma:
         return (TMA_KINDS[tma.group(1)], "1") if tma.group(1) in TMA_KINDS else None
+    stream_k = re.search(r"tma_stream_k_kernelILi(\d)E", name)
+    if stream_k:
+        return (STREAM_K_KINDS[stream_k.group(1)], "1") if stream_k.group(1) in STREAM_K_KINDS else None
     bulk = re.search(r"w12_bulk_kernelILi(\d)E", name)
     if bulk:
         return ("w12_v5" if bulk.group(1) == "1" else "w12_v6"), "1"

@@ -890,14 +890,15 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
 }
 
 // The consumer side of a bulk-copy ring (kBulkStages stages of `stage_bytes` at `ring`, full / empty barriers):
-// consumer warp `warp` owns rows 16 warp .. 16 warp + 15 of the 64-row block, consumes the CTA's stages
-// s_lo .. s_hi - 1 in k order, releases each stage with one arrive per warp, then writes its sums to
-// red[row][token] (rows of TOK tokens). X_ROW_BYTES: the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16
-// (consume_stage); STAGES: the ring's stages; TOK: 8, or 16 for tokens 8..15 in a second MMA n-tile.
+// consumer warp `warp` owns rows 16 warp .. 16 warp + 15 of the 64-row block, consumes stages s_lo .. s_hi - 1 of
+// the block in k order from ring slot `s` of round `round` on (both advanced past them on return), releases each
+// stage with one arrive per warp, then writes its sums to red[row][token] (rows of TOK tokens). X_ROW_BYTES: the
+// stride of x's token rows in a stage; KIND: kW12, kQ or kBf16 (consume_stage); STAGES: the ring's stages; TOK: 8,
+// or 16 for tokens 8..15 in a second MMA n-tile.
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1>
-__device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
-                                             uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                             float* red) {
+__device__ __forceinline__ void consume_segment(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
+                                                uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
+                                                float* red, int& s, uint32_t& round) {
   static_assert(HALVES == 1 || (HALVES == 2 && KIND != kBf16), "two halves split the two 64-weight chunks of a W12 / Q stage");
   const int M = p.M;
   const int n_mine = s_hi - s_lo;
@@ -918,8 +919,6 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
 #pragma unroll
   for (int j = 0; j < NT; ++j) x_off[j] = min(g + 8 * j, M - 1) * X_ROW_BYTES;
   const int n_full = min(s_hi, p.K / kBulkStageK) - s_lo;  // stages entirely inside K
-  int s = 0;
-  uint32_t round = 0;
   auto release = [&]() {
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
@@ -953,6 +952,17 @@ __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* rin
     mine[(g + 8) * TOK + 8 * j + 2 * t] = acc[j][2];
     mine[(g + 8) * TOK + 8 * j + 2 * t + 1] = acc[j][3];
   }
+}
+
+// consume_segment over the CTA's only segment, from the ring's first slot.
+template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1>
+__device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
+                                             uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
+                                             float* red) {
+  int s = 0;
+  uint32_t round = 0;
+  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES>(p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp,
+                                                          lane, red, s, round);
 }
 
 template <int PRODUCER_WARPS>
@@ -1291,9 +1301,198 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   }
 }
 
-// Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory.
+// Persistent CTAs over a stream of stages (README.md, "Persistent CTAs over a stream of stages"): the work of a call
+// is units = row blocks x stages (a unit: one 64-row block's kBulkStageK columns), cut into gridDim.x contiguous runs
+// of equal length, one a CTA (stream_k_unit_lo). A CTA's run crosses row blocks: its producer issues every unit of it
+// in order into one ring, so the ring does not drain where a row block ends; its consumers take the run a segment
+// (the units of one row block) at a time and finish each segment while the producer already fills the next one's
+// stages. A row block covered by one segment is stored at once; one cut into pieces by CTA boundaries gets each
+// piece's partial in the workspace and is summed by its last arriving piece in piece order (k order), so the result
+// does not depend on timing. Piece j of a row block is CTA (first CTA of the block) + j; its partial goes to slot
+// 2 CTA (the CTA's first segment) or 2 CTA + 1 (its last), so the partials take 2 x gridDim.x tiles whatever the shape.
+__host__ __device__ __forceinline__ long long stream_k_unit_lo(long long cta, long long units, long long ctas) {
+  return cta * units / ctas;
+}
+// The CTA whose run holds unit u: the largest c with stream_k_unit_lo(c) <= u.
+__host__ __device__ __forceinline__ int stream_k_cta_of(long long u, long long units, long long ctas) {
+  return static_cast<int>(((u + 1) * ctas + units - 1) / units - 1);
+}
+// Workspace slot of CTA c's piece of the row block whose first unit is `block_lo`.
+__host__ __device__ __forceinline__ int stream_k_slot(int c, long long block_lo, long long units, long long ctas) {
+  return 2 * c + (stream_k_unit_lo(c, units, ctas) < block_lo ? 1 : 0);
+}
+
+__device__ __forceinline__ void epilogue_barrier(int threads) { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); }
+
+// A segment's end, by the EPI epilogue threads (index e_tid) of a persistent CTA: red's tile(s) and the escape warp's
+// sums of rows row_block .. row_block + 63 over stages [s_lo, s_hi) of `stages`; adds them as tma_gemm_kernel does,
+// then stores the rows (the block's only piece) or hands the piece to the workspace (above).
+template <int EPI, int TOK, int HALVES, bool ESCAPE_WARP>
+__device__ __forceinline__ void finish_stream_k_segment(const Params& p, float* red, const float* esc, float* partials,
+                                                        unsigned int* counters, int block, int stages, long long units, int e_tid,
+                                                        int* arrived_last) {
+  const int M = p.M;
+  if constexpr (HALVES == 2 || ESCAPE_WARP) {
+    for (int e = e_tid; e < kStreamRows * TOK; e += EPI) {
+      float v = red[e];
+      if constexpr (HALVES == 2) v += red[kStreamRows * TOK + e];
+      if constexpr (ESCAPE_WARP) {
+        if (e % TOK < M) v += esc[e];
+      }
+      red[e] = v;
+    }
+    epilogue_barrier(EPI);
+  }
+  const long long ctas = gridDim.x;
+  const long long block_lo = static_cast<long long>(block) * stages;
+  const int first = stream_k_cta_of(block_lo, units, ctas);
+  const int n_pieces = stream_k_cta_of(block_lo + stages - 1, units, ctas) - first + 1;
+  const int tile_values = kStreamRows * M;  // [64 rows][M tokens], row-major
+  if (n_pieces > 1) {
+    float* own = partials + static_cast<size_t>(stream_k_slot(blockIdx.x, block_lo, units, ctas)) * tile_values;
+    for (int e = e_tid; e < tile_values; e += EPI) own[e] = red[(e / M) * TOK + e % M];
+    __threadfence();  // this piece is visible device-wide before its arrival is counted
+    epilogue_barrier(EPI);
+    if (e_tid == 0) {
+      const unsigned int before = atomicAdd(counters + block, 1u);
+      *arrived_last = before == static_cast<unsigned int>(n_pieces - 1);
+      if (*arrived_last) counters[block] = 0u;  // every piece has arrived: ready for the next launch
+    }
+    epilogue_barrier(EPI);
+    const bool last = *arrived_last;
+    if (last) {
+      __threadfence();
+      for (int e = e_tid; e < tile_values; e += EPI) {
+        float s = 0.f;
+        for (int q = 0; q < n_pieces; ++q)
+          s += __ldcg(partials + static_cast<size_t>(stream_k_slot(first + q, block_lo, units, ctas)) * tile_values + e);
+        red[(e / M) * TOK + e % M] = s;
+      }
+      epilogue_barrier(EPI);
+    }
+    if (!last) {
+      epilogue_barrier(EPI);  // red and arrived_last are read before the next segment writes them
+      return;
+    }
+  }
+  const int row = block * kStreamRows + e_tid;
+  if (e_tid < kStreamRows && row < p.N) {
+    float out[TOK];
+#pragma unroll
+    for (int m = 0; m < TOK; ++m) out[m] = 0.f;
+#pragma unroll
+    for (int m = 0; m < TOK; ++m)
+      if (m < M) out[m] += red[e_tid * TOK + m];
+    store_bf16_row<TOK>(p, row, M, out);
+  }
+  epilogue_barrier(EPI);  // red and arrived_last are read before the next segment writes them
+}
+
+// tma_gemm_kernel's stages, consumers and escape warp in persistent CTAs (above): gridDim.x CTAs, each a run of
+// units. Where the escape warp would not run (tma_epilogue_escapes), the entry point launches tma_gemm_kernel.
+template <int KIND, int TOK = kMaxTokens>
+__global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
+    tma_stream_k_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
+                        const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
+  constexpr int kTmaThreads = tma_threads(KIND, TOK);
+  constexpr int kHalves = tma_halves(KIND);
+  constexpr int kConsumers = kHalves * kBulkConsumerWarps;
+  constexpr bool kEscapeWarp = tma_escape_warps(KIND, TOK) == 1;
+  constexpr int kEpilogue = kTmaThreads - 32;  // every warp but the producer's
+  constexpr int kStages = tma_stages(KIND);
+  static_assert(!tma_epilogue_escapes(KIND, TOK), "the persistent kernel adds W12 escapes through the escape warp only");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kStages];
+  __shared__ __align__(8) uint64_t empty_bar[kStages];
+  __shared__ int arrived_last;
+  unsigned char* smem = smem_raw + ((kTmaAlign - (smem_addr(smem_raw) & (kTmaAlign - 1))) & (kTmaAlign - 1));
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int stages = (p.K + kBulkStageK - 1) / kBulkStageK;
+  const long long units = static_cast<long long>((p.N + kStreamRows - 1) / kStreamRows) * stages;
+  const long long u_lo = stream_k_unit_lo(blockIdx.x, units, gridDim.x);
+  const long long u_hi = stream_k_unit_lo(blockIdx.x + 1, units, gridDim.x);
+  const int stage_bytes = tma_stage_bytes(KIND, p.M);
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
+  float* esc = red + kHalves * kStreamRows * TOK;
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&empty_bar[s]), kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == kConsumers) {
+    if (lane == 0) {
+      // As tma_gemm_kernel's producer, over the run's units: the first kStages units' weights before griddep_wait.
+      const uint64_t stream = l2_evict_first();
+      const uint64_t keep = l2_evict_last();
+      const uint32_t tx = static_cast<uint32_t>(stage_bytes);
+      const int n = static_cast<int>(u_hi - u_lo);
+      const int first = min(n, kStages);
+      auto weights = [&](int it, uint32_t full) {
+        const long long u = u_lo + it;
+        const int k0 = static_cast<int>(u % stages) * kBulkStageK, row = static_cast<int>(u / stages) * kStreamRows;
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(it % kStages) * stage_bytes);
+        tma_load_2d(st, &ae_map, k0, row, full, stream);
+        if constexpr (KIND == kW12) tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row, full, stream);
+      };
+      auto x_of = [&](int it, uint32_t full) {
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(it % kStages) * stage_bytes);
+        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, static_cast<int>((u_lo + it) % stages) * kBulkStageK, 0, full, keep);
+      };
+      for (int it = 0; it < first; ++it) {
+        mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
+        weights(it, smem_addr(&full_bar[it]));
+      }
+      griddep_wait();
+      for (int it = 0; it < first; ++it) x_of(it, smem_addr(&full_bar[it]));
+      int s = first % kStages;
+      uint32_t round = first == kStages ? 1u : 0u;
+      for (int it = first; it < n; ++it) {
+        mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+        const uint32_t full = smem_addr(&full_bar[s]);
+        mbar_arrive_expect_tx(full, tx);
+        weights(it, full);
+        x_of(it, full);
+        if (++s == kStages) s = 0, ++round;
+      }
+    }
+    griddep_launch_dependents();
+    return;
+  }
+  const int e_tid = warp < kConsumers ? tid : tid - 32;
+  int slot = 0;
+  uint32_t round = 0;
+  for (long long u = u_lo; u < u_hi;) {
+    const int block = static_cast<int>(u / stages);
+    const long long end = min(u_hi, static_cast<long long>(block + 1) * stages);
+    const int s_lo = static_cast<int>(u - static_cast<long long>(block) * stages);
+    const int s_hi = static_cast<int>(end - static_cast<long long>(block) * stages);
+    if (kEscapeWarp && warp == kConsumers + 1)
+      fold_escapes<TOK>(p, block * kStreamRows, s_lo * kBulkStageK, min(s_hi * kBulkStageK, p.K), lane, esc);
+    else
+      consume_segment<kTmaXRowBytes, KIND, kStages, TOK, kHalves>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi,
+                                                                  block * kStreamRows, warp, lane, red, slot, round);
+    if (end == u_hi) griddep_launch_dependents();  // this CTA reads no more weights
+    epilogue_barrier(kEpilogue);
+    griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
+    finish_stream_k_segment<kEpilogue, TOK, kHalves, kEscapeWarp>(p, red, esc, partials, counters, block, stages, units, e_tid,
+                                                                  &arrived_last);
+    u = end;
+  }
+}
+
+// Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
+// tma_stream_k_kernel (grid_x persistent CTAs over row_blocks 64-row blocks; k_splits the most pieces of a block).
 struct Plan {
   int rt_per_cta, k_splits, n_chunks, grid_x, smem_bytes;
+  bool stream_k;
+  int row_blocks;
 };
 
 int chunk_of(int kind) { return kind == kBf16 ? 32 : 64; }
@@ -1485,12 +1684,43 @@ Plan make_bulk_plan(int M, int N, int K, int sms, int pipeline) {
   return pl;
 }
 
-// Workspace of w12_split_kernel: row-block counters (zero between launches), then the partials
-// [grid_x][k_splits][64 rows][M tokens] fp32; none without K splits.
+// Launch plan of tma_stream_k_kernel for `pipeline` (a tensor-map one): as many CTAs as fit at once (two per SM by
+// shared memory), at most one per kBulkMinStagesPerCta units, so every CTA has a run of at least that many stages.
+// k_splits reports the most pieces a row block is cut into (the CTAs whose runs meet it).
+Plan make_stream_k_plan(int M, int N, int K, int sms, int pipeline) {
+  Plan pl{};
+  pl.stream_k = true;
+  pl.n_chunks = (K + kBulkStageK - 1) / kBulkStageK;
+  pl.rt_per_cta = kStreamWarps;
+  pl.row_blocks = (N + kStreamRows - 1) / kStreamRows;
+  pl.smem_bytes = bulk_smem_bytes(M, K, pipeline);
+  const long long slots = static_cast<long long>(sms) * bulk_ctas_per_sm(pl.smem_bytes);
+  const long long units = static_cast<long long>(pl.row_blocks) * pl.n_chunks;
+  long long ctas = units / kBulkMinStagesPerCta;
+  if (ctas > slots) ctas = slots;
+  if (ctas < 1) ctas = 1;
+  pl.grid_x = static_cast<int>(ctas);
+  pl.k_splits = 1;
+  for (long long b = 0; b < pl.row_blocks; ++b) {
+    const long long lo = b * pl.n_chunks;
+    const int pieces = stream_k_cta_of(lo + pl.n_chunks - 1, units, ctas) - stream_k_cta_of(lo, units, ctas) + 1;
+    if (pieces > pl.k_splits) pl.k_splits = pieces;
+  }
+  return pl;
+}
+
+// Workspace of the split-K kernels: row-block counters (zero between launches), then the fp32 partials
+// [grid_x][k_splits][64 rows][M tokens], none without K splits; of tma_stream_k_kernel: counters of its row blocks,
+// then 2 x grid_x partial tiles [64 rows][M tokens].
+long long split_partial_bytes(const Plan& pl, int M) {
+  const long long tiles = pl.stream_k ? 2LL * pl.grid_x : static_cast<long long>(pl.grid_x) * pl.k_splits;
+  return tiles * kStreamRows * M * 4;
+}
 long long split_workspace_bytes(const Plan& pl, int M) {
-  if (pl.k_splits == 1) return 0;
-  const long long counters = (static_cast<long long>(pl.grid_x) * 4 + kSplitCounterAlign - 1) / kSplitCounterAlign * kSplitCounterAlign;
-  return counters + static_cast<long long>(pl.grid_x) * pl.k_splits * kStreamRows * M * 4;
+  if (!pl.stream_k && pl.k_splits == 1) return 0;
+  const long long blocks = pl.stream_k ? pl.row_blocks : pl.grid_x;
+  const long long counters = (blocks * 4 + kSplitCounterAlign - 1) / kSplitCounterAlign * kSplitCounterAlign;
+  return counters + split_partial_bytes(pl, M);
 }
 
 thread_local char g_error[512] = "";
@@ -1530,7 +1760,7 @@ int split_buffers(const Plan& pl, const Params& p, void* workspace, long long wo
     return 2;
   }
   unsigned char* ws = static_cast<unsigned char*>(workspace);
-  const long long counter_bytes = need > 0 ? need - static_cast<long long>(pl.grid_x) * pl.k_splits * kStreamRows * p.M * 4 : 0;
+  const long long counter_bytes = need > 0 ? need - split_partial_bytes(pl, p.M) : 0;
   *counters = reinterpret_cast<unsigned int*>(ws);
   *partials = need > 0 ? reinterpret_cast<float*>(ws + counter_bytes) : nullptr;
   return 0;
@@ -1642,7 +1872,7 @@ int launch_split(Params p, void* workspace, long long workspace_bytes, cudaStrea
 // before any graph capture, in the warm-up), the plan of `pipeline`, the shared-memory check and the split-K buffers.
 template <typename Kernel>
 int prepare_ring_launch(Kernel kernel, bool& attr_set, int pipeline, const Params& p, void* workspace, long long workspace_bytes,
-                        Plan* pl, float** partials, unsigned int** counters, int max_tokens = kMaxTokens) {
+                        Plan* pl, float** partials, unsigned int** counters, int max_tokens = kMaxTokens, bool stream_k = false) {
   const int smem_max = bulk_smem_bytes(max_tokens, 1 << 20, pipeline);
   if (!attr_set) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
@@ -1654,7 +1884,7 @@ int prepare_ring_launch(Kernel kernel, bool& attr_set, int pipeline, const Param
   }
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  *pl = make_bulk_plan(p.M, p.N, p.K, sms, pipeline);
+  *pl = stream_k ? make_stream_k_plan(p.M, p.N, p.K, sms, pipeline) : make_bulk_plan(p.M, p.N, p.K, sms, pipeline);
   if (int rc = check_smem(*pl, p, smem_max)) return rc;
   return split_buffers(*pl, p, workspace, workspace_bytes, partials, counters);
 }
@@ -1729,16 +1959,25 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
 // thread by specdec_set_programmatic_launch before each launch (specdec/kernels/launch.py decides).
 thread_local bool g_programmatic_launch = false;
 
-// tma_gemm_kernel<KIND, TOK> on p (M <= TOK).
-template <int KIND, int TOK>
+// The kernel a tensor-map launch of KIND for TOK tokens runs: tma_stream_k_kernel when STREAM_K and its escapes go
+// through the escape warp, else tma_gemm_kernel.
+template <int KIND, int TOK, bool STREAM_K>
+constexpr bool runs_stream_k() {
+  return STREAM_K && !tma_epilogue_escapes(KIND, TOK);
+}
+
+// tma_gemm_kernel<KIND, TOK> (STREAM_K: tma_stream_k_kernel<KIND, TOK>, runs_stream_k) on p (M <= TOK).
+template <int KIND, int TOK, bool STREAM_K = false>
 int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   static bool attr_set = false;
   Plan pl{};
   float* partials = nullptr;
   unsigned int* counters = nullptr;
   constexpr int pipeline = KIND == kW12 ? kTmaPipeline : KIND == kQ ? kTmaQPipeline : kTmaBf16Pipeline;
-  if (int rc = prepare_ring_launch(tma_gemm_kernel<KIND, TOK>, attr_set, pipeline, p, workspace, workspace_bytes, &pl, &partials,
-                                   &counters, TOK))
+  constexpr bool persistent = runs_stream_k<KIND, TOK, STREAM_K>();
+  constexpr auto kernel = persistent ? tma_stream_k_kernel<KIND, TOK> : tma_gemm_kernel<KIND, TOK>;
+  if (int rc = prepare_ring_launch(kernel, attr_set, pipeline, p, workspace, workspace_bytes, &pl, &partials, &counters, TOK,
+                                   persistent))
     return rc;
   CUtensorMap ae_map, nib_map, x_map;
   const unsigned long long K = p.K, N = p.N;
@@ -1758,7 +1997,7 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
   p.k_splits = pl.k_splits;
   p.n_chunks = (p.K + 63) / 64;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(pl.grid_x, pl.k_splits, 1);
+  config.gridDim = dim3(pl.grid_x, persistent ? 1 : pl.k_splits, 1);
   config.blockDim = dim3(tma_threads(KIND, TOK), 1, 1);
   config.dynamicSmemBytes = pl.smem_bytes;
   config.stream = stream;
@@ -1769,18 +2008,30 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
     config.attrs = &attribute;
     config.numAttrs = 1;
   }
-  cudaError_t e = cudaLaunchKernelEx(&config, tma_gemm_kernel<KIND, TOK>, p, partials, counters, ae_map, nib_map, x_map);
+  cudaError_t e = cudaLaunchKernelEx(&config, kernel, p, partials, counters, ae_map, nib_map, x_map);
   if (e == cudaSuccess) e = cudaGetLastError();
-  if (e != cudaSuccess) return fail("tma_gemm_kernel launch", e);
+  if (e != cudaSuccess) return fail(persistent ? "tma_stream_k_kernel launch" : "tma_gemm_kernel launch", e);
   return 0;
 }
 
 // The tensor-map kernel of KIND for p.M tokens: one MMA n-tile for M <= 8, two for 9..16. (Four n-tiles for 17..32
 // ran 0.25-0.66x cuBLAS bf16 on the H200, below two 16-token calls: benchmarks/NOTES.md.)
-template <int KIND>
+template <int KIND, bool STREAM_K = false>
 int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  if (p.M > kMaxTokens) return launch_tma_tokens<KIND, kTmaMaxTokens>(p, workspace, workspace_bytes, stream);
-  return launch_tma_tokens<KIND, kMaxTokens>(p, workspace, workspace_bytes, stream);
+  if (p.M > kMaxTokens) return launch_tma_tokens<KIND, kTmaMaxTokens, STREAM_K>(p, workspace, workspace_bytes, stream);
+  return launch_tma_tokens<KIND, kMaxTokens, STREAM_K>(p, workspace, workspace_bytes, stream);
+}
+
+// Whether a stream-K launch of `kind` for M tokens runs tma_stream_k_kernel (runs_stream_k of the kernel it picks).
+bool stream_k_tokens(int kind, int M) {
+  const bool wide = M > kMaxTokens;
+  if (kind == kW12) return wide ? runs_stream_k<kW12, kTmaMaxTokens, true>() : runs_stream_k<kW12, kMaxTokens, true>();
+  return true;
+}
+
+// The plan of a tensor-map launch (K % 32 == 0) of `kind` on `pipeline`: stream-K where that kernel runs.
+Plan staged_plan(int kind, int pipeline, int M, int N, int K, int sms, bool stream_k) {
+  return stream_k && stream_k_tokens(kind, M) ? make_stream_k_plan(M, N, K, sms, pipeline) : make_bulk_plan(M, N, K, sms, pipeline);
 }
 
 // max_tokens: kMaxTokens, or kTmaMaxTokens for the tensor-map kernels (where K % 32 == 0).
@@ -1811,7 +2062,7 @@ int plan_prologue(int M, int N, int K, int* sms, int max_tokens = kMaxTokens) {
 // `splits_with_workspace` false: a kernel that needs no workspace (out[1] = 1, out[5] = 0).
 void write_split_plan(const Plan& pl, int M, bool splits_with_workspace, long long* out) {
   out[0] = pl.rt_per_cta;
-  out[1] = splits_with_workspace ? pl.k_splits : 1;
+  out[1] = splits_with_workspace ? pl.k_splits : 1;  // stream-K: the most pieces of a row block
   out[2] = pl.n_chunks;
   out[3] = pl.grid_x;
   out[4] = pl.smem_bytes;
@@ -1820,10 +2071,10 @@ void write_split_plan(const Plan& pl, int M, bool splits_with_workspace, long lo
 
 // The plan of a tensor-map entry point (`pipeline`) into out[0..6]: its ring's where K % 32 == 0 (out[6] = 1), else the
 // register kernel of `kind` it runs instead (out[6] = 0; that kernel splits K inside clusters, without a workspace).
-int tensor_map_plan(int kind, int pipeline, int M, int N, int K, int sms, long long* out) {
+int tensor_map_plan(int kind, int pipeline, int M, int N, int K, int sms, long long* out, bool stream_k = false) {
   if (int rc = plan_prologue(M, N, K, &sms, staged_max_tokens(pipeline, K))) return rc;
   const bool tma = K % 32 == 0;
-  write_split_plan(tma ? make_bulk_plan(M, N, K, sms, pipeline) : make_plan(kind, M, N, K, sms), M, tma, out);
+  write_split_plan(tma ? staged_plan(kind, pipeline, M, N, K, sms, stream_k) : make_plan(kind, M, N, K, sms), M, tma, out);
   out[6] = tma ? 1 : 0;
   return 0;
 }
@@ -1879,6 +2130,22 @@ int specdec_skinny_gemm_bf16_v2(const void* x, const void* w, void* y, int M, in
 // Launch plan of specdec_skinny_gemm_bf16_v2, as specdec_q_v2_plan (out[6] 0 where K % 32 != 0 and the register kernel
 // runs, with specdec_skinny_plan's values).
 int specdec_bf16_v2_plan(int M, int N, int K, int sms, long long* out) { return tensor_map_plan(kBf16, kTmaBf16Pipeline, M, N, K, sms, out); }
+
+// bf16 weights in the persistent CTAs of specdec_w12_gemm_small_m_v8 (tma_stream_k_kernel<kBf16>): same contracts as
+// specdec_skinny_gemm_bf16_v2, with specdec_bf16_v3_plan's out[5] bytes of workspace.
+int specdec_skinny_gemm_bf16_v3(const void* x, const void* w, void* y, int M, int N, int K, void* workspace, long long workspace_bytes,
+                                void* stream) {
+  if (K % 32 != 0) return specdec_skinny_gemm_bf16(x, w, y, M, N, K, stream);
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K, kTmaMaxTokens)) return rc;
+  const Params p = w12_params(x, w, nullptr, nullptr, nullptr, nullptr, nullptr, y, M, N, K);
+  return launch_tma<kBf16, true>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_skinny_gemm_bf16_v3, as specdec_bf16_v2_plan with specdec_w12_v8_plan's persistent values.
+int specdec_bf16_v3_plan(int M, int N, int K, int sms, long long* out) {
+  return tensor_map_plan(kBf16, kTmaBf16Pipeline, M, N, K, sms, out, true);
+}
 
 // W12 exact: planes of specdec/formats/w12.py (k_padded == K since K % 8 == 0).
 int specdec_w12_gemm_small_m(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
@@ -1999,6 +2266,56 @@ int specdec_w12_gemm_small_m_v7(const void* x, const void* ae, const void* nib, 
 // Launch plan of specdec_w12_gemm_small_m_v7, as specdec_w12_v5_plan (out[4]: its shared memory, x rows unpadded).
 int specdec_w12_v7_plan(int M, int N, int K, int sms, long long* out) { return bulk_plan(kTmaPipeline, M, N, K, sms, out); }
 
+// W12 exact on v7's stages, consumers and escape warp in persistent CTAs (tma_stream_k_kernel<kW12>: each CTA a run of
+// equal length over row blocks x stages, pieces of a row block summed in k order): same contracts as
+// specdec_w12_gemm_small_m_v7, with specdec_w12_v8_plan's out[5] bytes of workspace. K % 32 != 0: runs
+// specdec_w12_gemm_small_m_v4.
+int specdec_w12_gemm_small_m_v8(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                                const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
+                                long long workspace_bytes, void* stream) {
+  if (K % 32 != 0)
+    return specdec_w12_gemm_small_m_v4(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes,
+                                       stream);
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K, kTmaMaxTokens)) return rc;
+  const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
+  return launch_tma<kW12, true>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_w12_gemm_small_m_v8, as specdec_w12_v7_plan except where the persistent kernel runs: out[3]
+// its CTAs, out[1] the most pieces a row block is cut into, out[5] row-block counters and 2 x out[3] partial tiles.
+int specdec_w12_v8_plan(int M, int N, int K, int sms, long long* out) {
+  if (K % 32 != 0) return bulk_plan(kTmaPipeline, M, N, K, sms, out);
+  return tensor_map_plan(kW12, kTmaPipeline, M, N, K, sms, out, true);
+}
+
+// The runs of tma_stream_k_kernel for `row_blocks` blocks of `stages` stages over `ctas` CTAs, host only: for CTA c and
+// its segments in order, out gets (c, row block, first stage, end stage, piece, pieces of the block, workspace slot
+// or -1 where the block is stored whole), 7 values a segment, at most `cap` segments. Returns the segment count
+// (more than cap: only cap written), or -1 for sizes out of range.
+long long specdec_stream_k_segments(long long row_blocks, long long stages, long long ctas, long long* out, long long cap) {
+  if (row_blocks < 1 || stages < 1 || ctas < 1 || ctas > row_blocks * stages) return -1;
+  const long long units = row_blocks * stages;
+  long long n = 0;
+  for (long long c = 0; c < ctas; ++c) {
+    const long long hi = stream_k_unit_lo(c + 1, units, ctas);
+    for (long long u = stream_k_unit_lo(c, units, ctas); u < hi;) {
+      const long long block = u / stages, block_lo = block * stages;
+      const long long end = hi < block_lo + stages ? hi : block_lo + stages;
+      const int first = stream_k_cta_of(block_lo, units, ctas);
+      const int pieces = stream_k_cta_of(block_lo + stages - 1, units, ctas) - first + 1;
+      if (n < cap) {
+        long long* o = out + 7 * n;
+        o[0] = c, o[1] = block, o[2] = u - block_lo, o[3] = end - block_lo, o[4] = c - first, o[5] = pieces;
+        o[6] = pieces > 1 ? stream_k_slot(static_cast<int>(c), block_lo, units, ctas) : -1;
+      }
+      ++n;
+      u = end;
+    }
+  }
+  return n;
+}
+
 // Q view: ae plane and bases only.
 int specdec_q_gemm_small_m(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* stream) {
   g_error[0] = 0;
@@ -2025,5 +2342,19 @@ int specdec_q_gemm_small_m_v2(const void* x, const void* ae, const void* base, v
 // as specdec_w12_v5_plan's; out[6] 0 when the register kernel runs (K % 32 != 0: then out[1] == 1, out[5] == 0 and
 // out[0], out[2..4] are specdec_skinny_plan's).
 int specdec_q_v2_plan(int M, int N, int K, int sms, long long* out) { return tensor_map_plan(kQ, kTmaQPipeline, M, N, K, sms, out); }
+
+// The Q view in the persistent CTAs of specdec_w12_gemm_small_m_v8 (tma_stream_k_kernel<kQ>): same contracts as
+// specdec_q_gemm_small_m_v2, with specdec_q_v3_plan's out[5] bytes of workspace.
+int specdec_q_gemm_small_m_v3(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* workspace,
+                              long long workspace_bytes, void* stream) {
+  if (K % 32 != 0) return specdec_q_gemm_small_m(x, ae, base, y, M, N, K, stream);
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K, kTmaMaxTokens)) return rc;
+  const Params p = w12_params(x, ae, nullptr, base, nullptr, nullptr, nullptr, y, M, N, K);
+  return launch_tma<kQ, true>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_q_gemm_small_m_v3, as specdec_q_v2_plan with specdec_w12_v8_plan's persistent values.
+int specdec_q_v3_plan(int M, int N, int K, int sms, long long* out) { return tensor_map_plan(kQ, kTmaQPipeline, M, N, K, sms, out, true); }
 
 }  // extern "C"
