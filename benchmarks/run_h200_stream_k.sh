@@ -18,10 +18,18 @@ LOGS=$(mktemp -d)
 source benchmarks/cuda_kernels.sh
 build_cuda_kernels 60 "$LOGS/build.log"
 export SPECDEC_PDL=1
+failed=0
 for v in v8 q_v3 bf16_v3; do
   timeout 20 python3 -m benchmarks.kernels.bench_roofline --probe "$v" --out "$LOGS/${v}_probe.json" > "$LOGS/${v}_probe.log" 2>&1
-  echo "$v probe: exit $? ($(tail -n 1 "$LOGS/${v}_probe.log"))"
+  rc=$?
+  echo "$v probe: exit $rc ($(tail -n 1 "$LOGS/${v}_probe.log"))"
+  [ "$rc" -eq 0 ] || failed=1
 done
+if [ "$failed" -ne 0 ]; then  # a kernel that is wrong or hangs: the logs, and none of the timed runs
+  tail -n 30 "$LOGS"/*_probe.log
+  tar -czf "$LOGS/../stream_k_logs.tgz" -C "$LOGS" . && mv "$LOGS/../stream_k_logs.tgz" "$OUT/"
+  exit 1
+fi
 timeout 110 python3 -m benchmarks.kernels.bench_fixed_cost --budget-s 90 --out "$OUT/fixed_cost_stream_k.json" > "$LOGS/fixed_cost.log" 2>&1
 echo "fixed cost: exit $?"
 timeout 120 python3 -m benchmarks.kernels.bench_roofline --budget-s 100 --skip-variant v5 --skip-variant v6 \
