@@ -669,13 +669,35 @@ def test_persistent_plans_fill_every_slot_once_with_the_split_k_stages(kind, spl
 
     _library_or_skip()
     plan, split = launch_plan(kind, m, n, k, 132), launch_plan(split_kind, m, n, k, 132)
-    if k % 32:  # the split-K kernels' fallbacks run, with their plans
+    # K % 32 != 0: the split-K kernels' fallbacks run; one wave of split-K CTAs: the split-K kernel runs. Both with their plans.
+    if k % 32 or split["ctas_x"] * split["k_splits"] <= 2 * 132:
         assert plan == split, (plan, split)
         return
     blocks, stages = -(-n // 64), -(-k // 128)
     assert (plan["chunks"], plan["shared_bytes"], plan["bulk_copies"]) == (stages, split["shared_bytes"], 1), (plan, split)
-    # two CTAs per SM, each a run of at least two stages
-    assert plan["ctas_x"] == max(1, min(2 * 132, blocks * stages // 2)), plan
+    # two CTAs per SM, each a run of at least two stages, at most 62 a block (a block then meets at most 64 runs)
+    assert plan["ctas_x"] == max(1, min(2 * 132, blocks * stages // 2, blocks * 62)), plan
     pieces = max(s[5] for s in stream_k_segments(blocks, stages, plan["ctas_x"]))
     counters = -(-blocks * 4 // 256) * 256
-    assert plan["k_splits"] == pieces and plan["workspace_bytes"] == counters + 2 * plan["ctas_x"] * 64 * m * 4, plan
+    assert plan["k_splits"] == pieces <= 64 and plan["workspace_bytes"] == counters + 2 * plan["ctas_x"] * 64 * m * 4, plan
+
+
+# (M, N, K): multi-wave split-K plans that the persistent kernel takes over, and one-wave ones it leaves
+STREAM_K_TAKES = [
+    (1, 24576, 4096, True),
+    (16, 151936, 4096, True),
+    (8, 10240, 5120, True),
+    (1, 4096, 4096, False),
+    (16, 6144, 4096, False),
+]
+
+
+@pytest.mark.parametrize("m,n,k,takes", STREAM_K_TAKES)
+def test_persistent_kernel_takes_the_shapes_whose_split_k_plan_needs_several_waves(m, n, k, takes):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    for kind, split_kind in (("w12_v8", "w12_v7"), ("q_v3", "q_v2"), ("bf16_v3", "bf16_v2")):
+        plan, split = launch_plan(kind, m, n, k, 132), launch_plan(split_kind, m, n, k, 132)
+        assert (split["ctas_x"] * split["k_splits"] > 2 * 132) == takes, (kind, split)
+        assert (plan != split) == takes and (not takes or plan["ctas_x"] == 2 * 132), (kind, plan, split)

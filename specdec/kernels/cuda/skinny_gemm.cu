@@ -1307,9 +1307,11 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 // in order into one ring, so the ring does not drain where a row block ends; its consumers take the run a segment
 // (the units of one row block) at a time and finish each segment while the producer already fills the next one's
 // stages. A row block covered by one segment is stored at once; one cut into pieces by CTA boundaries gets each
-// piece's partial in the workspace and is summed by its last arriving piece in piece order (k order), so the result
-// does not depend on timing. Piece j of a row block is CTA (first CTA of the block) + j; its partial goes to slot
-// 2 CTA (the CTA's first segment) or 2 CTA + 1 (its last), so the partials take 2 x gridDim.x tiles whatever the shape.
+// piece's partial in the workspace, and the piece that arrives last sums them in piece order (k order), so the result
+// does not depend on timing. A CTA counts its pieces in as it goes and does the sums it turns out to owe after its run,
+// so no reduction holds its consumers mid-run. Piece j of a row block is CTA (first CTA of the block) + j; its partial
+// goes to slot 2 CTA (the CTA's first segment) or 2 CTA + 1 (its last), so the partials take 2 x gridDim.x tiles.
+constexpr int kStreamKMaxPieces = 64;  // pieces of a row block at most (make_stream_k_plan keeps the CTAs below it)
 __host__ __device__ __forceinline__ long long stream_k_unit_lo(long long cta, long long units, long long ctas) {
   return cta * units / ctas;
 }
@@ -1324,57 +1326,15 @@ __host__ __device__ __forceinline__ int stream_k_slot(int c, long long block_lo,
 
 __device__ __forceinline__ void epilogue_barrier(int threads) { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); }
 
-// A segment's end, by the EPI epilogue threads (index e_tid) of a persistent CTA: red's tile(s) and the escape warp's
-// sums of rows row_block .. row_block + 63 over stages [s_lo, s_hi) of `stages`; adds them as tma_gemm_kernel does,
-// then stores the rows (the block's only piece) or hands the piece to the workspace (above).
-template <int EPI, int TOK, int HALVES, bool ESCAPE_WARP>
-__device__ __forceinline__ void finish_stream_k_segment(const Params& p, float* red, const float* esc, float* partials,
-                                                        unsigned int* counters, int block, int stages, long long units, int e_tid,
-                                                        int* arrived_last) {
-  const int M = p.M;
-  if constexpr (HALVES == 2 || ESCAPE_WARP) {
-    for (int e = e_tid; e < kStreamRows * TOK; e += EPI) {
-      float v = red[e];
-      if constexpr (HALVES == 2) v += red[kStreamRows * TOK + e];
-      if constexpr (ESCAPE_WARP) {
-        if (e % TOK < M) v += esc[e];
-      }
-      red[e] = v;
-    }
-    epilogue_barrier(EPI);
-  }
-  const long long ctas = gridDim.x;
-  const long long block_lo = static_cast<long long>(block) * stages;
-  const int first = stream_k_cta_of(block_lo, units, ctas);
-  const int n_pieces = stream_k_cta_of(block_lo + stages - 1, units, ctas) - first + 1;
-  const int tile_values = kStreamRows * M;  // [64 rows][M tokens], row-major
-  if (n_pieces > 1) {
-    float* own = partials + static_cast<size_t>(stream_k_slot(blockIdx.x, block_lo, units, ctas)) * tile_values;
-    for (int e = e_tid; e < tile_values; e += EPI) own[e] = red[(e / M) * TOK + e % M];
-    __threadfence();  // this piece is visible device-wide before its arrival is counted
-    epilogue_barrier(EPI);
-    if (e_tid == 0) {
-      const unsigned int before = atomicAdd(counters + block, 1u);
-      *arrived_last = before == static_cast<unsigned int>(n_pieces - 1);
-      if (*arrived_last) counters[block] = 0u;  // every piece has arrived: ready for the next launch
-    }
-    epilogue_barrier(EPI);
-    const bool last = *arrived_last;
-    if (last) {
-      __threadfence();
-      for (int e = e_tid; e < tile_values; e += EPI) {
-        float s = 0.f;
-        for (int q = 0; q < n_pieces; ++q)
-          s += __ldcg(partials + static_cast<size_t>(stream_k_slot(first + q, block_lo, units, ctas)) * tile_values + e);
-        red[(e / M) * TOK + e % M] = s;
-      }
-      epilogue_barrier(EPI);
-    }
-    if (!last) {
-      epilogue_barrier(EPI);  // red and arrived_last are read before the next segment writes them
-      return;
-    }
-  }
+// Shared memory of a persistent CTA's epilogue (static): the pieces' slots of the block being summed and a flag.
+struct StreamKShared {
+  int slot[kStreamKMaxPieces];
+  int arrived_last;
+};
+
+// y rows of `block` from red (thread e_tid < 64: row e_tid), as tma_gemm_kernel's epilogue stores them.
+template <int TOK>
+__device__ __forceinline__ void store_block_rows(const Params& p, const float* red, int block, int e_tid) {
   const int row = block * kStreamRows + e_tid;
   if (e_tid < kStreamRows && row < p.N) {
     float out[TOK];
@@ -1382,10 +1342,52 @@ __device__ __forceinline__ void finish_stream_k_segment(const Params& p, float* 
     for (int m = 0; m < TOK; ++m) out[m] = 0.f;
 #pragma unroll
     for (int m = 0; m < TOK; ++m)
-      if (m < M) out[m] += red[e_tid * TOK + m];
-    store_bf16_row<TOK>(p, row, M, out);
+      if (m < p.M) out[m] += red[e_tid * TOK + m];
+    store_bf16_row<TOK>(p, row, p.M, out);
   }
-  epilogue_barrier(EPI);  // red and arrived_last are read before the next segment writes them
+}
+
+// The sums a CTA owes after its run, by the EPI epilogue threads: for each block it counted a piece of (ticket: the
+// counter's value before its count, held by e_tid 0), if its piece came last, sum every piece's partial in piece order
+// from 0.f (the loads of 8 pieces in flight together, through the L2) and store the rows.
+template <int EPI, int TOK>
+__device__ __forceinline__ void finish_stream_k_owed(const Params& p, float* red, const float* partials, unsigned int* counters,
+                                                     int owed0, unsigned int ticket0, int owed1, unsigned int ticket1, int n_owed,
+                                                     int stages, long long units, int e_tid, StreamKShared& sh) {
+  const int M = p.M;
+  const long long ctas = gridDim.x;
+  const int tile_values = kStreamRows * M;
+  for (int i = 0; i < n_owed; ++i) {
+    const int block = i == 0 ? owed0 : owed1;
+    const unsigned int ticket = i == 0 ? ticket0 : ticket1;
+    const long long block_lo = static_cast<long long>(block) * stages;
+    const int first = stream_k_cta_of(block_lo, units, ctas);
+    const int n_pieces = stream_k_cta_of(block_lo + stages - 1, units, ctas) - first + 1;
+    if (e_tid == 0) {
+      sh.arrived_last = ticket == static_cast<unsigned int>(n_pieces - 1);
+      if (sh.arrived_last) counters[block] = 0u;  // every piece has arrived: ready for the next launch
+    }
+    if (e_tid < n_pieces) sh.slot[e_tid] = stream_k_slot(first + e_tid, block_lo, units, ctas);
+    epilogue_barrier(EPI);
+    if (sh.arrived_last) {
+      __threadfence();
+      for (int e = e_tid; e < tile_values; e += EPI) {
+        float s = 0.f;
+        for (int q0 = 0; q0 < n_pieces; q0 += 8) {
+          float v[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] = q0 + j < n_pieces ? __ldcg(partials + static_cast<size_t>(sh.slot[q0 + j]) * tile_values + e) : 0.f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            if (q0 + j < n_pieces) s += v[j];
+        }
+        red[(e / M) * TOK + e % M] = s;
+      }
+      epilogue_barrier(EPI);
+      store_block_rows<TOK>(p, red, block, e_tid);
+    }
+    epilogue_barrier(EPI);  // red, slot and arrived_last are read before the next block writes them
+  }
 }
 
 // tma_gemm_kernel's stages, consumers and escape warp in persistent CTAs (above): gridDim.x CTAs, each a run of
@@ -1401,10 +1403,11 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   constexpr int kEpilogue = kTmaThreads - 32;  // every warp but the producer's
   constexpr int kStages = tma_stages(KIND);
   static_assert(!tma_epilogue_escapes(KIND, TOK), "the persistent kernel adds W12 escapes through the escape warp only");
+  static_assert(kEpilogue >= kStreamKMaxPieces, "one epilogue thread a piece's slot");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
-  __shared__ int arrived_last;
+  __shared__ StreamKShared sh;
   unsigned char* smem = smem_raw + ((kTmaAlign - (smem_addr(smem_raw) & (kTmaAlign - 1))) & (kTmaAlign - 1));
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -1428,51 +1431,65 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 
   if (warp == kConsumers) {
     if (lane == 0) {
-      // As tma_gemm_kernel's producer, over the run's units: the first kStages units' weights before griddep_wait.
+      // As tma_gemm_kernel's producer, over the run's units (row block `row`, stage `k0` kept as counters): the first
+      // kStages units' weights before griddep_wait, their x after it.
       const uint64_t stream = l2_evict_first();
       const uint64_t keep = l2_evict_last();
       const uint32_t tx = static_cast<uint32_t>(stage_bytes);
       const int n = static_cast<int>(u_hi - u_lo);
       const int first = min(n, kStages);
-      auto weights = [&](int it, uint32_t full) {
-        const long long u = u_lo + it;
-        const int k0 = static_cast<int>(u % stages) * kBulkStageK, row = static_cast<int>(u / stages) * kStreamRows;
-        const uint32_t st = smem_addr(smem + static_cast<size_t>(it % kStages) * stage_bytes);
-        tma_load_2d(st, &ae_map, k0, row, full, stream);
-        if constexpr (KIND == kW12) tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row, full, stream);
-      };
-      auto x_of = [&](int it, uint32_t full) {
-        const uint32_t st = smem_addr(smem + static_cast<size_t>(it % kStages) * stage_bytes);
-        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, static_cast<int>((u_lo + it) % stages) * kBulkStageK, 0, full, keep);
+      const int k_end = stages * kBulkStageK;
+      int row = static_cast<int>(u_lo / stages) * kStreamRows, k0 = static_cast<int>(u_lo % stages) * kBulkStageK;
+      int x_k0 = k0;
+      auto next = [&](int& r, int& k) {
+        k += kBulkStageK;
+        if (k == k_end) k = 0, r += kStreamRows;
       };
       for (int it = 0; it < first; ++it) {
-        mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
-        weights(it, smem_addr(&full_bar[it]));
+        const uint32_t full = smem_addr(&full_bar[it]);
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(it) * stage_bytes);
+        mbar_arrive_expect_tx(full, tx);
+        tma_load_2d(st, &ae_map, k0, row, full, stream);
+        if constexpr (KIND == kW12) tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row, full, stream);
+        next(row, k0);
       }
       griddep_wait();
-      for (int it = 0; it < first; ++it) x_of(it, smem_addr(&full_bar[it]));
+      int x_row = 0;
+      for (int it = 0; it < first; ++it) {
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(it) * stage_bytes);
+        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, x_k0, 0, smem_addr(&full_bar[it]), keep);
+        next(x_row, x_k0);
+      }
       int s = first % kStages;
       uint32_t round = first == kStages ? 1u : 0u;
       for (int it = first; it < n; ++it) {
         mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
         const uint32_t full = smem_addr(&full_bar[s]);
+        const uint32_t st = smem_addr(smem + static_cast<size_t>(s) * stage_bytes);
         mbar_arrive_expect_tx(full, tx);
-        weights(it, full);
-        x_of(it, full);
+        tma_load_2d(st, &ae_map, k0, row, full, stream);
+        if constexpr (KIND == kW12) tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row, full, stream);
+        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, k0, 0, full, keep);
+        next(row, k0);
         if (++s == kStages) s = 0, ++round;
       }
     }
     griddep_launch_dependents();
     return;
   }
+  const int M = p.M;
+  const long long ctas = gridDim.x;
   const int e_tid = warp < kConsumers ? tid : tid - 32;
+  int owed0 = 0, owed1 = 0;  // the blocks this run has pieces of (at most two: its first segment and its last)
+  unsigned int ticket0 = 0u, ticket1 = 0u;
+  int n_owed = 0;
   int slot = 0;
   uint32_t round = 0;
   for (long long u = u_lo; u < u_hi;) {
     const int block = static_cast<int>(u / stages);
-    const long long end = min(u_hi, static_cast<long long>(block + 1) * stages);
-    const int s_lo = static_cast<int>(u - static_cast<long long>(block) * stages);
-    const int s_hi = static_cast<int>(end - static_cast<long long>(block) * stages);
+    const long long block_lo = static_cast<long long>(block) * stages;
+    const long long end = min(u_hi, block_lo + stages);
+    const int s_lo = static_cast<int>(u - block_lo), s_hi = static_cast<int>(end - block_lo);
     if (kEscapeWarp && warp == kConsumers + 1)
       fold_escapes<TOK>(p, block * kStreamRows, s_lo * kBulkStageK, min(s_hi * kBulkStageK, p.K), lane, esc);
     else
@@ -1481,10 +1498,39 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
     if (end == u_hi) griddep_launch_dependents();  // this CTA reads no more weights
     epilogue_barrier(kEpilogue);
     griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
-    finish_stream_k_segment<kEpilogue, TOK, kHalves, kEscapeWarp>(p, red, esc, partials, counters, block, stages, units, e_tid,
-                                                                  &arrived_last);
+    if constexpr (kHalves == 2 || kEscapeWarp) {  // the halves' tiles, then this segment's escapes, as tma_gemm_kernel
+      for (int e = e_tid; e < kStreamRows * TOK; e += kEpilogue) {
+        float v = red[e];
+        if constexpr (kHalves == 2) v += red[kStreamRows * TOK + e];
+        if constexpr (kEscapeWarp) {
+          if (e % TOK < M) v += esc[e];
+        }
+        red[e] = v;
+      }
+      epilogue_barrier(kEpilogue);
+    }
+    const bool whole = s_lo == 0 && s_hi == stages;  // the block lies in this run: no other piece
+    if (whole) {
+      store_block_rows<TOK>(p, red, block, e_tid);
+    } else {
+      const int tile_values = kStreamRows * M;
+      float* own = partials + static_cast<size_t>(stream_k_slot(blockIdx.x, block_lo, units, ctas)) * tile_values;
+      for (int e = e_tid; e < tile_values; e += kEpilogue) own[e] = red[(e / M) * TOK + e % M];
+      epilogue_barrier(kEpilogue);
+      if (e_tid == 0) {  // the barrier orders every thread's partial before this fence and count (cumulativity)
+        __threadfence();
+        const unsigned int t = atomicAdd(counters + block, 1u);
+        if (n_owed == 0) ticket0 = t;
+        else ticket1 = t;
+      }
+      if (n_owed == 0) owed0 = block;
+      else owed1 = block;
+      ++n_owed;
+    }
+    epilogue_barrier(kEpilogue);  // red is read before the next segment writes it
     u = end;
   }
+  finish_stream_k_owed<kEpilogue, TOK>(p, red, partials, counters, owed0, ticket0, owed1, ticket1, n_owed, stages, units, e_tid, sh);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
@@ -1698,6 +1744,8 @@ Plan make_stream_k_plan(int M, int N, int K, int sms, int pipeline) {
   const long long units = static_cast<long long>(pl.row_blocks) * pl.n_chunks;
   long long ctas = units / kBulkMinStagesPerCta;
   if (ctas > slots) ctas = slots;
+  // a block meets at most ctas / blocks + 2 runs: keep that within kStreamKMaxPieces
+  if (ctas > static_cast<long long>(pl.row_blocks) * (kStreamKMaxPieces - 2)) ctas = static_cast<long long>(pl.row_blocks) * (kStreamKMaxPieces - 2);
   if (ctas < 1) ctas = 1;
   pl.grid_x = static_cast<int>(ctas);
   pl.k_splits = 1;
@@ -1707,6 +1755,15 @@ Plan make_stream_k_plan(int M, int N, int K, int sms, int pipeline) {
     if (pieces > pl.k_splits) pl.k_splits = pieces;
   }
   return pl;
+}
+
+// Whether the persistent kernel runs a tensor-map call: where the split-K plan takes more than one wave of CTAs.
+// On the H200 the persistent CTAs gained on those shapes (8B and 32B gate_up, 32B qkv) and lost on one-wave ones
+// (8B o and down, where a CTA whose run crosses a row block pays a second epilogue; benchmarks/NOTES.md).
+bool stream_k_pays(int M, int N, int K, int sms, int pipeline) {
+  const Plan split = make_bulk_plan(M, N, K, sms, pipeline);
+  const long long slots = static_cast<long long>(sms) * bulk_ctas_per_sm(split.smem_bytes);
+  return static_cast<long long>(split.grid_x) * split.k_splits > slots;
 }
 
 // Workspace of the split-K kernels: row-block counters (zero between launches), then the fp32 partials
@@ -1969,15 +2026,21 @@ constexpr bool runs_stream_k() {
 // tma_gemm_kernel<KIND, TOK> (STREAM_K: tma_stream_k_kernel<KIND, TOK>, runs_stream_k) on p (M <= TOK).
 template <int KIND, int TOK, bool STREAM_K = false>
 int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  static bool attr_set = false;
+  static bool attr_set[2] = {false, false};  // split-K kernel, persistent kernel
   Plan pl{};
   float* partials = nullptr;
   unsigned int* counters = nullptr;
   constexpr int pipeline = KIND == kW12 ? kTmaPipeline : KIND == kQ ? kTmaQPipeline : kTmaBf16Pipeline;
-  constexpr bool persistent = runs_stream_k<KIND, TOK, STREAM_K>();
-  constexpr auto kernel = persistent ? tma_stream_k_kernel<KIND, TOK> : tma_gemm_kernel<KIND, TOK>;
-  if (int rc = prepare_ring_launch(kernel, attr_set, pipeline, p, workspace, workspace_bytes, &pl, &partials, &counters, TOK,
-                                   persistent))
+  auto kernel = tma_gemm_kernel<KIND, TOK>;
+  bool persistent = false;
+  if constexpr (runs_stream_k<KIND, TOK, STREAM_K>()) {
+    const int sms = sm_count();
+    if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+    persistent = stream_k_pays(p.M, p.N, p.K, sms, pipeline);
+    if (persistent) kernel = tma_stream_k_kernel<KIND, TOK>;
+  }
+  if (int rc = prepare_ring_launch(kernel, attr_set[persistent ? 1 : 0], pipeline, p, workspace, workspace_bytes, &pl, &partials,
+                                   &counters, TOK, persistent))
     return rc;
   CUtensorMap ae_map, nib_map, x_map;
   const unsigned long long K = p.K, N = p.N;
@@ -2029,9 +2092,10 @@ bool stream_k_tokens(int kind, int M) {
   return true;
 }
 
-// The plan of a tensor-map launch (K % 32 == 0) of `kind` on `pipeline`: stream-K where that kernel runs.
+// The plan of a tensor-map launch (K % 32 == 0) of `kind` on `pipeline`: stream-K where that kernel runs and pays.
 Plan staged_plan(int kind, int pipeline, int M, int N, int K, int sms, bool stream_k) {
-  return stream_k && stream_k_tokens(kind, M) ? make_stream_k_plan(M, N, K, sms, pipeline) : make_bulk_plan(M, N, K, sms, pipeline);
+  return stream_k && stream_k_tokens(kind, M) && stream_k_pays(M, N, K, sms, pipeline) ? make_stream_k_plan(M, N, K, sms, pipeline)
+                                                                                       : make_bulk_plan(M, N, K, sms, pipeline);
 }
 
 // max_tokens: kMaxTokens, or kTmaMaxTokens for the tensor-map kernels (where K % 32 == 0).
