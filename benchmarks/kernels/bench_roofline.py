@@ -151,12 +151,19 @@ TWO_TILE_DECODE_SHAPES = ((130, 2112, 12), (72, 4128, 16))
 SMOKE_TWO_TILE_DECODE_SHAPES = ((20, 96, 12), (24, 64, 16))
 # The tensor-map kernels' probes also run 16 tokens, and the sanitizer runs them at M = 16 on its staged shapes.
 TENSOR_MAP_VARIANTS = ("v7", "q_v2", "bf16_v2", "v8", "q_v3", "bf16_v3")
+# The persistent kernels run only where the split-K plan needs more than one wave of CTAs: their own checks,
+# probes and sanitizer runs also take a tall, short shape (321 row blocks of 2.25 stages: runs of 2-3 stages across
+# blocks, a partial last block, a last stage 32 long). (N, K); probes and checks at M = 1, 8 and 16.
+PERSISTENT_VARIANTS = ("v8", "q_v3", "bf16_v3")
+STREAM_K_SHAPES = ((20500, 288),)
+SMOKE_STREAM_K_SHAPES = ((40, 96),)
 TWO_TILE_PROBE_CASE = (300, 1056, 16)
 SMOKE_TWO_TILE_PROBE_CASE = (20, 96, 16)
 
 
 def probe_cases(variant: str, smoke: bool) -> tuple[tuple[int, int, int], ...]:
-    """The ``(N, K, M)`` cases of ``--probe variant``: v5's, plus 16 tokens for a tensor-map kernel.
+    """The ``(N, K, M)`` cases of ``--probe variant``: v5's, plus 16 tokens for a tensor-map kernel, plus the
+    persistent kernels' own shapes (``STREAM_K_SHAPES``) at 1 and 16 tokens.
 
     Example:
         >>> probe_cases("v5", False)[-1], probe_cases("q_v2", False)[-1]
@@ -165,6 +172,8 @@ def probe_cases(variant: str, smoke: bool) -> tuple[tuple[int, int, int], ...]:
     cases = SMOKE_V5_PROBE_CASES if smoke else V5_PROBE_CASES
     if variant in TENSOR_MAP_VARIANTS:
         cases += (SMOKE_TWO_TILE_PROBE_CASE if smoke else TWO_TILE_PROBE_CASE,)
+    if variant in PERSISTENT_VARIANTS:
+        cases += tuple((n, k, m) for n, k in (SMOKE_STREAM_K_SHAPES if smoke else STREAM_K_SHAPES) for m in (1, 16))
     return cases
 
 
@@ -389,6 +398,7 @@ def decode_checks(
     q_v3=True,
     bf16_v3=True,
     two_tile_shapes=(),
+    stream_k_shapes=(),
 ) -> list[dict]:
     """One-hot decode check of the W12 (every variant), Q (both) and bf16 kernels on planted weights (bit-exact; -0 as +0).
 
@@ -400,7 +410,8 @@ def decode_checks(
     ``bf16_v2`` the same for the bf16 tensor-map kernel (``bf16_v2_*`` keys, on ``v5_shapes``), ``q_v3`` and
     ``bf16_v3`` for their persistent forms (``q_v3_*``, ``bf16_v3_*`` keys, on ``v5_shapes``). ``two_tile_shapes``: further ``(N, K, M)`` with ``M`` of
     9..16 for the tensor-map kernels (W12 ``"v7"`` and ``"v8"`` if in ``bulk``, Q and bf16 where checked), whose second
-    MMA n-tile holds tokens 8.. .
+    MMA n-tile holds tokens 8.. . ``stream_k_shapes``: further ``(N, K)`` at M = 1, 8 and 16 for the persistent
+    kernels checked (W12 ``"v8"`` if in ``bulk``, Q and bf16 ``v3``).
     """
     from specdec.formats.w12 import W12Tensor
 
@@ -486,6 +497,9 @@ def decode_checks(
     own += [(name, probe_call(ops, name), v5_shapes, q_view) for name, kept, q_view in staged if kept]
     wide = [("w12_v7", "v7" in bulk, False), ("w12_v8", "v8" in bulk, False), *staged]
     own += [(name, probe_call(ops, name.removeprefix("w12_")), two_tile_shapes, q_view) for name, kept, q_view in wide if kept]
+    persistent = [("w12_v8", "v8" in bulk, False), ("q_v3", q_v3, True), ("bf16_v3", bf16_v3, False)]
+    tall = [(n, k, m) for n, k in stream_k_shapes for m in (1, 8, 16)]
+    own += [(name, probe_call(ops, name.removeprefix("w12_")), tall, q_view) for name, kept, q_view in persistent if kept]
     for name, call, only_shapes, q_view in own:
         for n, k, m in only_shapes:
             w = planted_weight(n, k, gen, device)
@@ -1174,7 +1188,7 @@ def main(argv: list[str] | None = None) -> int:
             sync(device)
             print(f"sanitize: every kernel ran on N={n} K={k} M=1 and 8 with {w12.num_escapes} escapes")
         for v in staged:
-            for n, k in V5_SANITIZE_SHAPES:
+            for n, k in V5_SANITIZE_SHAPES + (STREAM_K_SHAPES if v in PERSISTENT_VARIANTS else ()):
                 w = planted_weight(n, k, gen, device)
                 w12 = W12Tensor.from_bf16(w)
                 ms = (1, 8, 16) if v in TENSOR_MAP_VARIANTS else (1, 8)
@@ -1215,6 +1229,7 @@ def main(argv: list[str] | None = None) -> int:
         q_v3="q_v3" not in args.skip_variants,
         bf16_v3="bf16_v3" not in args.skip_variants,
         two_tile_shapes=SMOKE_TWO_TILE_DECODE_SHAPES if args.smoke else TWO_TILE_DECODE_SHAPES,
+        stream_k_shapes=SMOKE_STREAM_K_SHAPES if args.smoke else STREAM_K_SHAPES,
     )
     checks_passed = decode_checks_passed(checks)
     shapes = SMOKE_SHAPES if args.smoke else {model: linear_shapes(model) for model in args.models.split(",")}

@@ -25,7 +25,8 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path, q_variants_called):
         assert all(c[f"w12_{variant}_decode_exact"] and c[f"w12_{variant}_deterministic"] for c in mine), variant
     for variant in ("v4", *bench_roofline.BULK_VARIANTS):
         wide = [12, 16] if variant in ("v7", "v8") else []  # the tensor-map kernels' second n-tile of tokens
-        assert sorted(c["M"] for c in checks if c.get("only") == f"w12_{variant}") == [1, 8, *wide], variant
+        tall = [1, 8, 16] if variant == "v8" else []  # the persistent kernel's own tall, short shape
+        assert sorted(c["M"] for c in checks if c.get("only") == f"w12_{variant}") == sorted([1, 8, *wide, *tall]), variant
     # the Q tensor-map kernel: the shared shapes and the staged kernels' own, against q_view()
     mine = [c for c in checks if c.get("only", "q_v2") == "q_v2"]
     assert sorted(c.get("M", 0) for c in mine) == [0] * len(shared) + [1, 8, 12, 16]
@@ -33,7 +34,8 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path, q_variants_called):
     # the persistent Q and bf16 kernels: the staged kernels' own shapes and the second n-tile
     for name in ("q_v3", "bf16_v2", "bf16_v3"):
         mine = [c for c in checks if c.get("only") == name]
-        assert sorted(c["M"] for c in mine) == [1, 8, 12, 16], name
+        tall = [1, 8, 16] if name.endswith("_v3") else []  # the persistent kernels' own tall, short shape
+        assert sorted(c["M"] for c in mine) == sorted([1, 8, 12, 16, *tall]), name
         assert all(c[f"{name}_decode_exact"] and c[f"{name}_deterministic"] for c in mine), name
     assert [(r["linear"], r["M"]) for r in result["rows"]] == [(s, m) for s in "ab" for m in (1, 8, 16)]
     for row in result["rows"]:
@@ -173,9 +175,11 @@ def test_a_wrong_weight_of_one_staged_kernel_alone_fails_the_run(tmp_path, monke
         if not c.get(f"w12_{variant}_decode_exact", True)
     ]
     # row 4 of column 0 on the shared shapes and the variant's own M = 8 shape, row 4 of column 5 on its M = 1 shape
+    # (the persistent kernel: on its tall shape too)
     mine = f"w12_{variant}"
     shared = [("shared", None, [[4, 0]])] * len(bench_roofline.SMOKE_DECODE_SHAPES)
-    assert sorted(bad, key=str) == sorted([*shared, (mine, 8, [[4, 0]]), (mine, 1, [[4, 5]])], key=str)
+    own = [(mine, 8, [[4, 0]]), (mine, 1, [[4, 5]])] * (2 if variant == "v8" else 1)
+    assert sorted(bad, key=str) == sorted([*shared, *own], key=str)
 
 
 def reads_column_5_alone_or_column_0_of_eight(x) -> bool:
@@ -201,8 +205,9 @@ def test_probe_runs_only_its_kernel_and_fails_on_its_wrong_output(tmp_path, monk
     out = tmp_path / "probe.json"
     assert bench_roofline.main(["--smoke", "--probe", variant, "--out", str(out)]) == 0
     probe = json.loads(out.read_text())
-    # the tensor-map kernels: 16 tokens too
+    # the tensor-map kernels: 16 tokens too; the persistent kernel: its tall shape at 1 and 16 tokens
     wide = [bench_roofline.SMOKE_TWO_TILE_PROBE_CASE] if variant in ("v7", "v8") else []
+    wide += [(n, k, m) for n, k in bench_roofline.SMOKE_STREAM_K_SHAPES for m in (1, 16)] if variant == "v8" else []
     cases = [*bench_roofline.SMOKE_V5_PROBE_CASES, *wide]
     assert probe[f"{variant}_probe_passed"] and [(c["N"], c["K"], c["M"]) for c in probe[f"{variant}_probe"]] == cases
     exact = ops.w12_gemm_small_m
@@ -303,11 +308,13 @@ def test_sanitize_runs_the_q_tensor_map_kernel_unless_skipped(tmp_path, q_varian
     # the shared shapes (K % 32 != 0 in the GPU run) and the staged kernels' own shapes (K % 32 == 0)
     assert {v for v, *_ in q_variants_called} == {"v1", "v2", "v3"}
     # M = 1 and 8 on the shared shapes, 1, 8 and 16 on the staged kernels' own; the same for the persistent kernel
-    for variant in ("v2", "v3"):
-        assert sum(v == variant for v, *_ in q_variants_called) == 2 * len(bench_roofline.SANITIZE_SHAPES) + 3 * len(
-            bench_roofline.V5_SANITIZE_SHAPES
-        )
-        assert sum(m == 16 and v == variant for v, m, _ in q_variants_called) == len(bench_roofline.V5_SANITIZE_SHAPES)
+    # (the persistent kernel on its tall shape as well)
+    for variant, staged in (
+        ("v2", bench_roofline.V5_SANITIZE_SHAPES),
+        ("v3", bench_roofline.V5_SANITIZE_SHAPES + bench_roofline.STREAM_K_SHAPES),
+    ):
+        assert sum(v == variant for v, *_ in q_variants_called) == 2 * len(bench_roofline.SANITIZE_SHAPES) + 3 * len(staged)
+        assert sum(m == 16 and v == variant for v, m, _ in q_variants_called) == len(staged)
     q_variants_called.clear()
     skip = ["--skip-variant", "q_v2", "--skip-variant", "q_v3"]
     assert bench_roofline.main(["--smoke", "--sanitize", *skip, "--out", str(tmp_path / "r.json")]) == 0
