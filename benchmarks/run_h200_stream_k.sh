@@ -35,6 +35,7 @@ echo "fixed cost: exit $?"
 timeout 120 python3 -m benchmarks.kernels.bench_roofline --budget-s 100 --skip-variant v5 --skip-variant v6 \
   --out "$OUT/roofline_stream_k.json" > "$LOGS/roofline.log" 2>&1
 echo "roofline: exit $? ($(grep -c '^qwen3' "$LOGS/roofline.log") table rows)"
+export SPECDEC_W12_CUDA_VARIANT=v7
 timeout 75 python3 -m benchmarks.kernels.bench_roofline --ar-step --ar-budget-s 55 --out "$OUT/ar_step_v7.json" > "$LOGS/ar_step_v7.log" 2>&1
 echo "AR step, W12 v7: exit $?"
 export SPECDEC_W12_CUDA_VARIANT=v8

@@ -53,7 +53,7 @@ def test_cuda_kernel_for_9_to_16_rows_only_with_the_tensor_map_kernel(monkeypatc
     for env in (CUDA_SMALL_M_ENV, W12_VARIANT_ENV, Q_VARIANT_ENV):
         monkeypatch.delenv(env, raising=False)
     w = _weight()
-    # K % 32 == 0 with the default variants (W12 v7, Q v2): both views run the CUDA kernel
+    # K % 32 == 0 with the default variants (W12 v8, Q v2): both views run the CUDA kernel
     assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == "cuda"
     assert linear_path(_cuda_rows(rows, k=72), _weight(k=72)) == "triton"  # K % 32 != 0: the register kernel, 8 rows
     # each view follows its own kernel variable

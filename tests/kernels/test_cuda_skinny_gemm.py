@@ -234,7 +234,7 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
     x = torch.randn(2, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     monkeypatch.delenv(W12_VARIANT_ENV, raising=False)
     # unset: the tensor-map kernel where it runs (K % 32 == 0), the register kernel elsewhere
-    assert [w12_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v7", "v7", "v1", "v1", "v1"]
+    assert [w12_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v8", "v8", "v1", "v1", "v1"]
     assert w12_variant() == "v1"
     monkeypatch.setenv(W12_VARIANT_ENV, "v4")
     assert w12_variant(4096) == "v4"  # a set variable wins at any K
@@ -669,11 +669,12 @@ def test_persistent_plans_fill_every_slot_once_with_the_split_k_stages(kind, spl
 
     _library_or_skip()
     plan, split = launch_plan(kind, m, n, k, 132), launch_plan(split_kind, m, n, k, 132)
-    # K % 32 != 0: the split-K kernels' fallbacks run; one wave of split-K CTAs: the split-K kernel runs. Both with their plans.
-    if k % 32 or split["ctas_x"] * split["k_splits"] <= 2 * 132:
+    # K % 32 != 0: the split-K kernels' fallbacks run; one wave of split-K CTAs, or runs of more than 4 row blocks: the
+    # split-K kernel runs. Both with their plans.
+    blocks, stages = -(-n // 64), -(-k // 128)
+    if k % 32 or split["ctas_x"] * split["k_splits"] <= 2 * 132 or 4 * min(2 * 132, blocks * stages // 2) < blocks:
         assert plan == split, (plan, split)
         return
-    blocks, stages = -(-n // 64), -(-k // 128)
     assert (plan["chunks"], plan["shared_bytes"], plan["bulk_copies"]) == (stages, split["shared_bytes"], 1), (plan, split)
     # two CTAs per SM, each a run of at least two stages, at most 62 a block (a block then meets at most 64 runs)
     assert plan["ctas_x"] == max(1, min(2 * 132, blocks * stages // 2, blocks * 62)), plan
@@ -682,10 +683,12 @@ def test_persistent_plans_fill_every_slot_once_with_the_split_k_stages(kind, spl
     assert plan["k_splits"] == pieces <= 64 and plan["workspace_bytes"] == counters + 2 * plan["ctas_x"] * 64 * m * 4, plan
 
 
-# (M, N, K): multi-wave split-K plans that the persistent kernel takes over, and one-wave ones it leaves
+# (M, N, K): multi-wave split-K plans that the persistent kernel takes over, and one-wave ones and lm_head (runs of ~9
+# row blocks) it leaves
 STREAM_K_TAKES = [
     (1, 24576, 4096, True),
-    (16, 151936, 4096, True),
+    (16, 151936, 4096, False),
+    (8, 51200, 5120, True),
     (8, 10240, 5120, True),
     (1, 4096, 4096, False),
     (16, 6144, 4096, False),
@@ -699,5 +702,7 @@ def test_persistent_kernel_takes_the_shapes_whose_split_k_plan_needs_several_wav
     _library_or_skip()
     for kind, split_kind in (("w12_v8", "w12_v7"), ("q_v3", "q_v2"), ("bf16_v3", "bf16_v2")):
         plan, split = launch_plan(kind, m, n, k, 132), launch_plan(split_kind, m, n, k, 132)
-        assert (split["ctas_x"] * split["k_splits"] > 2 * 132) == takes, (kind, split)
+        several_waves = split["ctas_x"] * split["k_splits"] > 2 * 132
+        short_runs = 4 * 2 * 132 >= -(-n // 64)
+        assert (several_waves and short_runs) == takes, (kind, split)
         assert (plan != split) == takes and (not takes or plan["ctas_x"] == 2 * 132), (kind, plan, split)

@@ -14,10 +14,12 @@ sums the partials from a workspace in split order; :func:`w12_workspace`), ``"v5
 independent CTAs fed by bulk copies (``specdec_w12_gemm_small_m_v5``: a producer warp copies each K stage's
 planes and ``x`` into a ring of shared-memory stages, four consumer warps decode from there; ``K % 32 != 0``
 runs the ``"v4"`` kernel), ``"v6"`` that pipeline with four producer warps issuing the copies
-(``specdec_w12_gemm_small_m_v6``) and ``"v7"`` that pipeline with its producer issuing one 2-D TMA copy per plane
-per stage through tensor maps (``specdec_w12_gemm_small_m_v7``); both fall back as ``"v5"`` does. All decode
-bit-exactly; they sum in different orders, so their outputs may differ in the last bits. Unset, it is ``"v7"`` where
-``K % 32 == 0``, else ``"v1"`` (:func:`w12_variant`).
+(``specdec_w12_gemm_small_m_v6``), ``"v7"`` that pipeline with its producer issuing one 2-D TMA copy per plane
+per stage through tensor maps (``specdec_w12_gemm_small_m_v7``) and ``"v8"`` v7's pipeline in persistent CTAs, each
+a run of equal length over row blocks x stages (``specdec_w12_gemm_small_m_v8``; where v7's split-K plan needs more
+than one wave of CTAs and the runs are short, else v7's kernel and plan: :func:`stream_k_segments`, README.md); all
+three fall back as ``"v5"`` does. All decode bit-exactly; they sum in different orders, so their outputs may differ
+in the last bits. Unset, it is ``"v8"`` where ``K % 32 == 0``, else ``"v1"`` (:func:`w12_variant`).
 
 ``SPECDEC_BF16_CUDA_VARIANT`` (read on every call) picks the bf16 kernel the same way (:func:`bf16_variant`): ``"v1"``
 the register kernel (``specdec_skinny_gemm_bf16``), ``"v2"`` plain bf16 weights on the tensor-map pipeline of
@@ -27,7 +29,8 @@ where ``K % 32 == 0``, else ``"v1"``. They sum in different orders.
 ``SPECDEC_Q_CUDA_VARIANT`` (read on every call) picks the Q-view kernel the same way (:func:`q_variant`): ``"v1"``
 the register kernel (``specdec_q_gemm_small_m``), ``"v2"`` the Q view on the tensor-map pipeline of ``"v7"``, K split
 over independent CTAs with the same workspace contract (``specdec_q_gemm_small_m_v2``; ``K % 32 != 0`` runs the
-``"v1"`` kernel); unset, ``"v2"`` where ``K % 32 == 0``, else ``"v1"``. Both decode the same Q view; they sum in
+``"v1"`` kernel), ``"v3"`` the same in the persistent CTAs of W12 ``"v8"`` (``specdec_q_gemm_small_m_v3``); unset,
+``"v2"`` where ``K % 32 == 0``, else ``"v1"``. Both decode the same Q view; they sum in
 different orders.
 
 W12 planes are those of :class:`specdec.formats.W12Tensor` (``ae``, ``nib``, ``base``, ``esc_ptr``, ``esc_pos``,
@@ -172,18 +175,18 @@ def _variant(env: str, variants: tuple[str, ...], tensor_map: str, k: int | None
 def w12_variant(k: int | None = None) -> str:
     """The W12 CUDA kernel :func:`w12_gemm_small_m` runs now for weights of width ``k``: ``$SPECDEC_W12_CUDA_VARIANT``.
 
-    Unset: ``"v7"`` (the tensor-map kernel, the fastest on every measured shape) where ``k % 32 == 0``, else ``"v1"``
-    (the register kernel; ``k=None`` stands for such a width). Raises ValueError for any other value than those of
-    ``W12_VARIANTS``.
+    Unset: ``"v8"`` (the tensor-map kernel, in persistent CTAs where that measured faster; the fastest on every
+    measured shape) where ``k % 32 == 0``, else ``"v1"`` (the register kernel; ``k=None`` stands for such a width).
+    Raises ValueError for any other value than those of ``W12_VARIANTS``.
 
     Example::
 
         >>> import os
         >>> os.environ.pop("SPECDEC_W12_CUDA_VARIANT", None) and None
         >>> w12_variant(4096), w12_variant(4104), w12_variant()
-        ('v7', 'v1', 'v1')
+        ('v8', 'v1', 'v1')
     """
-    return _variant(W12_VARIANT_ENV, W12_VARIANTS, "v7", k)
+    return _variant(W12_VARIANT_ENV, W12_VARIANTS, "v8", k)
 
 
 def q_variant(k: int | None = None) -> str:
@@ -225,8 +228,8 @@ _TENSOR_MAP_VARIANTS = {"bf16": ("v2", "v3"), "w12": ("v7", "v8"), "q": ("v2", "
 def max_tokens(op: str, k: int) -> int:
     """The most rows (tokens) the op ``op`` (``"bf16"``, ``"w12"`` or ``"q"``) takes now for weights of width ``k``.
 
-    16 where the kernel its variant variable picks at ``k`` is the tensor-map one (bf16 ``"v2"``, W12 ``"v7"``, Q
-    ``"v2"``: two MMA n-tiles of 8 tokens) and ``k % 32 == 0``; 8 elsewhere. The CPU reference takes the same.
+    16 where the kernel its variant variable picks at ``k`` is a tensor-map one (bf16 ``"v2"`` / ``"v3"``, W12 ``"v7"`` /
+    ``"v8"``, Q ``"v2"`` / ``"v3"``: two MMA n-tiles of 8 tokens) and ``k % 32 == 0``; 8 elsewhere. The CPU reference takes the same.
 
     Example::
 

@@ -1757,13 +1757,18 @@ Plan make_stream_k_plan(int M, int N, int K, int sms, int pipeline) {
   return pl;
 }
 
-// Whether the persistent kernel runs a tensor-map call: where the split-K plan takes more than one wave of CTAs.
-// On the H200 the persistent CTAs gained on those shapes (8B and 32B gate_up, 32B qkv) and lost on one-wave ones
-// (8B o and down, where a CTA whose run crosses a row block pays a second epilogue; benchmarks/NOTES.md).
+// Whether the persistent kernel runs a tensor-map call: where the split-K plan takes more than one wave of CTAs and
+// a persistent run covers at most kStreamKMaxBlocksPerRun row blocks. On the H200 the persistent CTAs gained on those
+// shapes (8B and 32B gate_up, 32B qkv), lost on one-wave ones (8B o and down, where a CTA whose run crosses a row block
+// pays a second epilogue) and on lm_head (runs of ~9 blocks, an epilogue each, against split-K's 9 full waves);
+// benchmarks/NOTES.md, "Persistent CTAs".
+constexpr int kStreamKMaxBlocksPerRun = 4;
 bool stream_k_pays(int M, int N, int K, int sms, int pipeline) {
   const Plan split = make_bulk_plan(M, N, K, sms, pipeline);
   const long long slots = static_cast<long long>(sms) * bulk_ctas_per_sm(split.smem_bytes);
-  return static_cast<long long>(split.grid_x) * split.k_splits > slots;
+  if (static_cast<long long>(split.grid_x) * split.k_splits <= slots) return false;
+  const Plan runs = make_stream_k_plan(M, N, K, sms, pipeline);
+  return static_cast<long long>(runs.grid_x) * kStreamKMaxBlocksPerRun >= runs.row_blocks;
 }
 
 // Workspace of the split-K kernels: row-block counters (zero between launches), then the fp32 partials
