@@ -4,8 +4,9 @@ The other kernel tests run the Triton interpreter, which never lowers a kernel. 
 process without ``TRITON_INTERPRET``, compiles every variant of the q/k norm + RoPE (+ cache write), SwiGLU and
 add + norm kernels to PTX and a cubin for sm_90, and reports what the tests below check in the PTX: the float32 RoPE
 launch contracts nothing into an FMA (its bitwise claim), SwiGLU divides with correct rounding (``div.rn``), and the
-SwiGLU and norm kernels launched programmatically (``specdec.kernels.launch``) wait for the kernel before them and then
-let the next one start before they load anything; it also lowers the split-KV decode attention kernels.
+SwiGLU, norm and split-KV attention combine kernels launched programmatically (``specdec.kernels.launch``) wait for the
+kernel before them and then let the next one start before they load anything; it also lowers the split-KV decode
+attention kernels.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def compile_all() -> dict:
         types |= {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"scale": "fp32"}
         ptx = build(_split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False), num_warps=4)
         types = {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"out_ptr": f"*{dt}"}
-        build(_combine_kernel, types, dict(BLOCK_S=32, D=128), num_warps=4)
+        for pdl in (False, True):
+            combine = build(_combine_kernel, types, dict(BLOCK_S=32, D=128, PDL=pdl), num_warps=4, launch_pdl=pdl)
+            out["pdl"][f"attention combine {dt} pdl={pdl}"] = griddep_order(combine)
         out["attention"][dt] = {"mma": "mma.sync" in ptx or "wgmma" in ptx}
     return out
 

@@ -5,7 +5,9 @@ cache of thousands of slots. One program per KV head (what a prefill-shaped kern
 cache through one SM. Here program ``(bh, j)`` of the first launch covers slots ``[j * chunk, (j + 1) * chunk)`` of
 batch-head ``bh`` and keeps an online softmax over them: the running maximum ``m``, the sum ``l`` of
 ``exp(score - m)`` and ``acc = sum exp(score - m) v``, all float32. The second launch, one program per batch-head and row,
-rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``.
+rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``;
+launched programmatically where a norm would be (:func:`specdec.kernels.launch.triton_launch_options`: captured, at
+most 16 rows), it waits for the first launch and then lets the output projection after it start.
 A split whose slots are all masked has ``m = -inf`` and weight 0; a row with no allowed slot anywhere gives NaN, as
 the reference does.
 
@@ -20,6 +22,8 @@ import os
 import torch
 import triton
 import triton.language as tl
+
+from specdec.kernels.launch import start_next_kernel, triton_launch_options, wait_for_previous_kernel
 
 __all__ = ["decode_attention_triton"]
 
@@ -94,8 +98,11 @@ def _split_kernel(
 def _combine_kernel(
     m_ptr, l_ptr, acc_ptr, out_ptr, R, HKV, SPLITS,
     stride_ob, stride_oh, stride_or, stride_od,
-    BLOCK_S: tl.constexpr, D: tl.constexpr,
+    BLOCK_S: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    if PDL:  # launched programmatically (specdec.kernels.launch): the output projection after it may start now
+        wait_for_previous_kernel()
+        start_next_kernel()
     bh = tl.program_id(0)
     row = tl.program_id(1)
     b = bh // HKV
@@ -158,5 +165,7 @@ def decode_attention_triton(
         BLOCK_R=block_r, BLOCK_N=block_n, D=d, UPCAST=_INTERPRET,
     )  # fmt: skip
     block_s = min(32, triton.next_power_of_2(n_splits))
-    _combine_kernel[(bsz * hkv, r)](m, l, acc, out, r, hkv, n_splits, *out.stride(), BLOCK_S=block_s, D=d)
+    # the output projection after this reads at most bsz * r rows (r: the query heads of a KV head times the tokens)
+    pdl = triton_launch_options(out.view(bsz * r, hkv * d))
+    _combine_kernel[(bsz * hkv, r)](m, l, acc, out, r, hkv, n_splits, *out.stride(), BLOCK_S=block_s, D=d, **pdl)
     return out
