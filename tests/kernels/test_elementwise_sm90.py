@@ -4,7 +4,7 @@ The other kernel tests run the Triton interpreter, which never lowers a kernel. 
 process without ``TRITON_INTERPRET``, compiles every variant of the q/k norm + RoPE (+ cache write), SwiGLU and
 add + norm kernels to PTX and a cubin for sm_90, and reports what the tests below check in the PTX: the float32 RoPE
 launch contracts nothing into an FMA (its bitwise claim), SwiGLU divides with correct rounding (``div.rn``), and the
-SwiGLU, norm and split-KV attention combine kernels launched programmatically (``specdec.kernels.launch``) wait for the
+SwiGLU, norm, q/k norm + RoPE and split-KV attention kernels launched programmatically (``specdec.kernels.launch``) wait for the
 kernel before them and then let the next one start before they load anything; it also lowers the split-KV decode
 attention kernels.
 """
@@ -46,9 +46,13 @@ def compile_all() -> dict:
         variants = ((False, False, False, False), (False, False, True, False), (True, False, True, False),
                     (True, True, False, False), (True, True, True, True))  # fmt: skip
         for cache, slots, norm, scatter in variants:
-            consts = dict(BLOCK=64, NORM=norm, CACHE=cache, SLOTS=slots, Q_SCATTER=scatter)
+            consts = dict(BLOCK=64, NORM=norm, CACHE=cache, SLOTS=slots, Q_SCATTER=scatter, PDL=False)
             ptx = build(_qk_norm_rope_kernel, types, consts, num_warps=2, **LAUNCH_OPTIONS)
             out["rope"][f"{dt} cache={cache} slots={slots} norm={norm} q_scatter={scatter}"] = {"fma": ptx.count("fma.rn.f32")}
+        for pdl in (False, True):  # the decode step's launch: cache writes and the norm
+            consts = dict(BLOCK=64, NORM=True, CACHE=True, SLOTS=False, Q_SCATTER=False, PDL=pdl)
+            ptx = build(_qk_norm_rope_kernel, types, consts, num_warps=2, launch_pdl=pdl, **LAUNCH_OPTIONS)
+            out["pdl"][f"rope {dt} pdl={pdl}"] = griddep_order(ptx)
         for pdl in (False, True):
             ptx = build(_silu_mul_kernel, {"gu_ptr": f"*{dt}", "out_ptr": f"*{dt}", "stride_row": "i64"},
                         dict(BLOCK=1024, ACCURATE_EXP=True, PDL=pdl), num_warps=4, launch_pdl=pdl)  # fmt: skip
@@ -65,7 +69,11 @@ def compile_all() -> dict:
     for dt in ("bf16", "fp16", "fp32"):
         types = {n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr", "mask_ptr")}
         types |= {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"scale": "fp32"}
-        ptx = build(_split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False), num_warps=4)
+        ptx = build(_split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False, PDL=False), num_warps=4)
+        split = build(
+            _split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False, PDL=True), num_warps=4, launch_pdl=True
+        )
+        out["pdl"][f"attention split {dt} pdl=True"] = griddep_order(split)
         types = {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"out_ptr": f"*{dt}"}
         for pdl in (False, True):
             combine = build(_combine_kernel, types, dict(BLOCK_S=32, D=128, PDL=pdl), num_warps=4, launch_pdl=pdl)

@@ -6,8 +6,9 @@ cache through one SM. Here program ``(bh, j)`` of the first launch covers slots 
 batch-head ``bh`` and keeps an online softmax over them: the running maximum ``m``, the sum ``l`` of
 ``exp(score - m)`` and ``acc = sum exp(score - m) v``, all float32. The second launch, one program per batch-head and row,
 rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``;
-launched programmatically where a norm would be (:func:`specdec.kernels.launch.triton_launch_options`: captured, at
-most 16 rows), it waits for the first launch and then lets the output projection after it start.
+both launched programmatically where a norm would be (:func:`specdec.kernels.launch.triton_launch_options`: captured,
+at most 16 rows), each waits for the kernel before it (the q/k norm + RoPE, then the first launch) and then lets the
+next one (the second launch, then the output projection) start.
 A split whose slots are all masked has ``m = -inf`` and weight 0; a row with no allowed slot anywhere gives NaN, as
 the reference does.
 
@@ -38,8 +39,11 @@ def _split_kernel(
     stride_kb, stride_kh, stride_ks, stride_kd,
     stride_vb, stride_vh, stride_vs, stride_vd,
     stride_mb, stride_mr, stride_ms,
-    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    if PDL:  # launched programmatically (specdec.kernels.launch): the combine launch may start now (it waits for this)
+        wait_for_previous_kernel()
+        start_next_kernel()
     bh = tl.program_id(0)
     split = tl.program_id(1)
     b = bh // HKV
@@ -159,13 +163,13 @@ def decode_attention_triton(
     l = torch.empty_like(m)  # noqa: E741 (the softmax's usual name)
     acc = torch.empty(bsz * hkv, n_splits, r, d, dtype=torch.float32, device=q.device)
     mask_b = mask.stride(0) if mask.shape[0] > 1 else 0
+    # the output projection after this reads at most bsz * r rows (r: the query heads of a KV head times the tokens)
+    pdl = triton_launch_options(out.view(bsz * r, hkv * d))
     _split_kernel[(bsz * hkv, n_splits)](
         q, k_cache, v_cache, mask, m, l, acc, r, s, chunk, hkv, n_splits, d**-0.5,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), mask_b, mask.stride(2), mask.stride(3),
-        BLOCK_R=block_r, BLOCK_N=block_n, D=d, UPCAST=_INTERPRET,
+        BLOCK_R=block_r, BLOCK_N=block_n, D=d, UPCAST=_INTERPRET, **pdl,
     )  # fmt: skip
     block_s = min(32, triton.next_power_of_2(n_splits))
-    # the output projection after this reads at most bsz * r rows (r: the query heads of a KV head times the tokens)
-    pdl = triton_launch_options(out.view(bsz * r, hkv * d))
     _combine_kernel[(bsz * hkv, r)](m, l, acc, out, r, hkv, n_splits, *out.stride(), BLOCK_S=block_s, D=d, **pdl)
     return out

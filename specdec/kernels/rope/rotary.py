@@ -3,7 +3,9 @@
 The grid is ``(B * T, H + Hkv)``: program ``(r, h)`` reads head ``h`` of row ``r`` (a q head for ``h < H``, else
 k head ``h - H``) through the inputs' strides, so the views of the fused qkv projection are read in place; it writes
 the rotated head to ``[B, H, T, D]`` (or ``[B, Hkv, T, D]``), contiguous. Each program loads the two halves of its
-head, so ``rotate_half`` costs no gather.
+head, so ``rotate_half`` costs no gather. Over at most 16 rows inside a captured graph the launch takes part in
+programmatic launch (:func:`specdec.kernels.launch.triton_launch_options`): it waits for the kernel before it, then
+lets the attention after it start.
 
 Rounding points are the reference's: the norm's ``x_hat.to(dtype)`` and ``weight * x_hat`` product, then
 ``t1 = x * cos``, ``t2 = rotate_half(x) * sin`` and ``t1 + t2``, each computed in float32 and rounded to the inputs'
@@ -19,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from specdec.kernels.launch import start_next_kernel, triton_launch_options, wait_for_previous_kernel
 from specdec.kernels.norm.rounding import round_to
 
 __all__ = ["LAUNCH_OPTIONS", "qk_norm_rope_triton"]
@@ -123,7 +126,11 @@ def _qk_norm_rope_kernel(
     CACHE: tl.constexpr,
     SLOTS: tl.constexpr,
     Q_SCATTER: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # launched programmatically (specdec.kernels.launch): the attention after this kernel may start now
+        wait_for_previous_kernel()
+        start_next_kernel()
     row = tl.program_id(0).to(tl.int64)  # b * T + t
     head = tl.program_id(1)
     b, t = row // T, row % T
@@ -201,6 +208,8 @@ def qk_norm_rope_triton(
         v_strides, cache_strides = v.stride(), k_cache.stride()
     if bsz * seqlen and num_heads + num_kv_heads:
         half = head_dim // 2
+        # programmatic launch over the decode step's rows (q_out [B, H, T, D] seen as B * T rows); not into a scatter buffer
+        pdl = triton_launch_options(q_out.view(bsz * seqlen, -1)) if q_scatter is None else {"PDL": False}
         _qk_norm_rope_kernel[(bsz * seqlen, num_heads + num_kv_heads)](
             q, k, cos, sin,
             q_weight.contiguous() if norm else q, k_weight.contiguous() if norm else k,
@@ -209,6 +218,6 @@ def qk_norm_rope_triton(
             *q.stride(), *k.stride(), cos.stride(2), cos.stride(3), sin.stride(2), sin.stride(3), *v_strides,
             *cache_strides, *q_strides, float(eps),
             BLOCK=triton.next_power_of_2(half), NORM=norm, CACHE=cache is not None, SLOTS=slot is not None,
-            Q_SCATTER=q_scatter is not None, num_warps=1 if half <= 64 else 2, **LAUNCH_OPTIONS,
+            Q_SCATTER=q_scatter is not None, num_warps=1 if half <= 64 else 2, **LAUNCH_OPTIONS, **pdl,
         )  # fmt: skip
     return q_out, k_out
