@@ -725,7 +725,19 @@ def _use_step_graphs(target, device: torch.device, verify_rows: int = VERIFY_ROW
 # Kernel-name fragments of the GEMM kernels (cuBLAS, whose Hopper kernels are named nvjet_*, CUTLASS, the specdec CUDA and
 # Triton weight-streaming kernels) and
 # of the attention kernels, for the per-step breakdown of step_kernel_breakdown.
-GEMM_KERNEL_MARKS = ("gemm", "gemv", "nvjet", "xmma", "cutlass", "splitk", "skinny", "tma_gemm", "w12_", "_matmul")
+GEMM_KERNEL_MARKS = (
+    "gemm",
+    "gemv",
+    "nvjet",
+    "xmma",
+    "cutlass",
+    "splitk",
+    "skinny",
+    "tma_gemm",
+    "tma_stream_k",
+    "w12_",
+    "_matmul",
+)
 ATTENTION_KERNEL_MARKS = ("attention", "flash", "fmha", "sdpa")
 
 
@@ -796,6 +808,41 @@ def reference_elementwise_step(target, prompt: torch.Tensor, token: torch.Tensor
         out["bf16_reference_elementwise_step_kernels"] = step_kernel_breakdown(step, device)
     target.disable_static_path()
     _use_step_graphs(target, device)  # the kernels' graphs again, for whatever runs next
+    return out
+
+
+def skinny_step(target, prompt: torch.Tensor, token: torch.Tensor, rows: torch.Tensor, device: torch.device, iters: int) -> dict:
+    """The bf16 ``target``'s steps with its linears through the CUDA skinny GEMM (``specdec.models.use_skinny_linears``,
+    swapped in place for good; graphs captured again): the one-token and the verify step's seconds, the one-token
+    step's kernel breakdown, and the largest difference of the next-token logits after the prompt from the cuBLAS
+    linears' (another summation order)."""
+    from specdec.models import use_skinny_linears
+
+    target.reset()
+    cublas = target(prompt).logits[0, -1].float()
+    swapped = use_skinny_linears(target)
+    target.disable_static_path()
+    _use_step_graphs(target, device, rows.shape[1])
+    target.reset()
+    skinny = target(prompt).logits[0, -1].float()
+    target.commit(prompt.shape[1])
+
+    def step():
+        target(token)
+        target.truncate(prompt.shape[1])
+
+    def verify():
+        target(rows)
+        target.truncate(prompt.shape[1])
+
+    out = {
+        "bf16_skinny_linears": swapped,
+        "bf16_skinny_max_abs_logit_diff": (skinny - cublas).abs().max().item(),
+        "bf16_skinny_argmax_equal": bool(skinny.argmax() == cublas.argmax()),
+        "bf16_skinny_step_s": _step_time_s(step, device, iters),
+    }
+    out["bf16_skinny_step_kernels"] = step_kernel_breakdown(step, device)
+    out["bf16_skinny_verify_s"] = _step_time_s(verify, device, iters)
     return out
 
 
@@ -960,6 +1007,17 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
             f"(the kernels' step {result.get('bf16_step_s', float('nan')) * 1e3:.3f} ms)",
             flush=True,
         )
+    if "bf16_step_s" in result and not over_budget("bf16 step time, skinny linears"):
+        result.update(skinny_step(bf16, prompt, token, rows, device, iters))
+        result["bf16_skinny_x_floor"] = result["bf16_skinny_step_s"] / result["bf16_floor_s"]
+        result["bf16_skinny_verify_x_step"] = result["bf16_skinny_verify_s"] / result["bf16_skinny_step_s"]
+        print(
+            f"AR step bf16 with skinny linears: {result['bf16_skinny_step_s'] * 1e3:.3f} ms ({result['bf16_skinny_x_floor']:.2f}x "
+            f"its floor; cuBLAS {result['bf16_step_s'] * 1e3:.3f} ms), verify ({n_verify} rows) {result['bf16_skinny_verify_s'] * 1e3:.3f} "
+            f"ms; next-token logits off cuBLAS's by {result['bf16_skinny_max_abs_logit_diff']:.3g}, argmax equal "
+            f"{result['bf16_skinny_argmax_equal']}",
+            flush=True,
+        )
     if not over_budget("w12 step time, Triton path"):
         previous = os.environ.get(w12_format.CUDA_SMALL_M_ENV)
         os.environ[w12_format.CUDA_SMALL_M_ENV] = "0"
@@ -1002,6 +1060,7 @@ def ar_summary_lines(result: dict) -> list[str]:
         f"{'w12':18s} {ms('w12_step_s'):>12s} {ms('w12_floor_s'):>12s} {ratio('w12_x_floor'):>8s}",
         f"{'w12 (Triton path)':18s} {ms('w12_triton_step_s'):>12s}",
         f"{'bf16 (ref. elem.)':18s} {ms('bf16_reference_elementwise_step_s'):>12s}",
+        f"{'bf16 (skinny)':18s} {ms('bf16_skinny_step_s'):>12s} {ms('bf16_floor_s'):>12s} {ratio('bf16_skinny_x_floor'):>8s}",
         f"verify step of {result.get('verify_rows')} rows: bf16 {ms('bf16_verify_s')} = {ratio('bf16_verify_x_step')} its step, "
         f"w12 {ms('w12_verify_s')} = {ratio('w12_verify_x_step')} (W12 linears at {result.get('verify_rows')} rows via "
         f"{result.get('w12_verify_linear_path')})",
@@ -1010,7 +1069,7 @@ def ar_summary_lines(result: dict) -> list[str]:
         *(
             f"{name} step kernels (torch.profiler): GEMM {k['gemm_ms']:.3f} ms, attention {k['attention_ms']:.3f} ms, other "
             f"{k['other_ms']:.3f} ms in {k['kernels_per_step']:.0f} kernels"
-            for name in ("bf16", "w12", "bf16_reference_elementwise")
+            for name in ("bf16", "w12", "bf16_reference_elementwise", "bf16_skinny")
             if (k := result.get(f"{name}_step_kernels"))
         ),
     ]

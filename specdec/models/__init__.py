@@ -12,6 +12,7 @@ from specdec.models.planted import plant_successor_rule, successor_chain
 from specdec.models.ragged import RaggedDenseTarget, RequestRows, SlotTarget
 from specdec.models.ragged_hybrid import HybridSlotTarget, RaggedHybridTarget
 from specdec.models.shapes import QWEN3_0_6B, QWEN3_8B, QWEN3_32B, SHAPES
+from specdec.models.skinny_linear import SkinnyLinearWeight, use_skinny_linears
 
 __all__ = [
     "DENSE_MODEL_TYPES",
@@ -31,6 +32,7 @@ __all__ = [
     "QWEN3_32B",
     "SHAPES",
     "SUPPORTED_MODEL_TYPES",
+    "SkinnyLinearWeight",
     "StaticGraphs",
     "Target",
     "TargetConfig",
@@ -44,4 +46,5 @@ __all__ = [
     "random_target",
     "save_hf_checkpoint",
     "successor_chain",
+    "use_skinny_linears",
 ]

@@ -548,7 +548,7 @@ def test_bf16_variant_is_read_on_every_call_and_checked(monkeypatch):
 
     monkeypatch.delenv(BF16_VARIANT_ENV, raising=False)
     # unset: the tensor-map kernel where K % 32 == 0, the register kernel elsewhere
-    assert [bf16_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v2", "v2", "v1", "v1", "v1"]
+    assert [bf16_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v3", "v3", "v1", "v1", "v1"]
     assert bf16_variant() == "v1" and BF16_VARIANTS == ("v1", "v2", "v3")
     monkeypatch.setenv(BF16_VARIANT_ENV, "v1")
     assert bf16_variant(4096) == "v1"  # a set variable wins at any K

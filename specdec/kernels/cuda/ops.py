@@ -23,7 +23,9 @@ in the last bits. Unset, it is ``"v8"`` where ``K % 32 == 0``, else ``"v1"`` (:f
 
 ``SPECDEC_BF16_CUDA_VARIANT`` (read on every call) picks the bf16 kernel the same way (:func:`bf16_variant`): ``"v1"``
 the register kernel (``specdec_skinny_gemm_bf16``), ``"v2"`` plain bf16 weights on the tensor-map pipeline of
-``"v7"`` (``specdec_skinny_gemm_bf16_v2``, the same workspace contract; ``K % 32 != 0`` runs ``"v1"``); unset, ``"v2"``
+``"v7"`` (``specdec_skinny_gemm_bf16_v2``, the same workspace contract; ``K % 32 != 0`` runs ``"v1"``), ``"v3"`` the
+same in the persistent CTAs of W12 ``"v8"`` (``specdec_skinny_gemm_bf16_v3``; never slower than ``"v2"`` on the
+H200's model shapes, faster where split K needs several waves); unset, ``"v3"``
 where ``K % 32 == 0``, else ``"v1"``. They sum in different orders.
 
 ``SPECDEC_Q_CUDA_VARIANT`` (read on every call) picks the Q-view kernel the same way (:func:`q_variant`): ``"v1"``
@@ -208,7 +210,8 @@ def q_variant(k: int | None = None) -> str:
 def bf16_variant(k: int | None = None) -> str:
     """The bf16 CUDA kernel :func:`skinny_gemm_bf16` runs now for weights of width ``k``: ``$SPECDEC_BF16_CUDA_VARIANT``.
 
-    Unset: ``"v2"`` (plain bf16 weights on the tensor-map pipeline) where ``k % 32 == 0``, else ``"v1"`` (the register
+    Unset: ``"v3"`` (plain bf16 weights on the tensor-map pipeline, in persistent CTAs where that measured faster) where
+    ``k % 32 == 0``, else ``"v1"`` (the register
     kernel; ``k=None`` stands for such a width). Raises ValueError for any other value than those of ``BF16_VARIANTS``.
 
     Example::
@@ -216,9 +219,9 @@ def bf16_variant(k: int | None = None) -> str:
         >>> import os
         >>> os.environ.pop("SPECDEC_BF16_CUDA_VARIANT", None) and None
         >>> bf16_variant(4096), bf16_variant(4104), bf16_variant()
-        ('v2', 'v1', 'v1')
+        ('v3', 'v1', 'v1')
     """
-    return _variant(BF16_VARIANT_ENV, BF16_VARIANTS, "v2", k)
+    return _variant(BF16_VARIANT_ENV, BF16_VARIANTS, "v3", k)
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel and its persistent form.

@@ -1,0 +1,143 @@
+"""bf16 linears of a few rows through the CUDA weight-streaming GEMM instead of cuBLAS.
+
+:func:`use_skinny_linears` swaps the weight of every bf16 ``nn.Linear`` of a module for a
+:class:`SkinnyLinearWeight`: the same bf16 tensor (no copy), whose ``F.linear`` runs
+:func:`specdec.kernels.cuda.skinny_gemm_bf16` (the tensor-map kernel; in persistent CTAs where that measured faster)
+when the input is on CUDA with at most :func:`specdec.kernels.cuda.max_tokens` rows, and ``F.linear`` on the plain
+weight otherwise (CPU, wider inputs, gradients, ``torch.compile``). The kernel sums in another order than cuBLAS, so a
+layer's output may differ from cuBLAS's in the last bits; on CPU the path is ``F.linear`` itself. Inside a captured CUDA
+graph the kernel takes part in programmatic dependent launch (:mod:`specdec.kernels.launch`), which cuBLAS does not: its
+launch and first weight loads overlap the norm or SwiGLU before it. The layers stay ``nn.Linear``, as with
+:func:`specdec.formats.convert`.
+
+Example:
+    >>> from torch import nn
+    >>> layer = nn.Linear(32, 8, bias=False).to(torch.bfloat16)
+    >>> x = torch.randn(2, 32).to(torch.bfloat16)
+    >>> want = layer(x)
+    >>> use_skinny_linears(layer)
+    1
+    >>> type(layer.weight.data).__name__, torch.equal(layer(x), want)  # CPU: F.linear on the same weight
+    ('SkinnyLinearWeight', True)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.kernels.cuda import ops
+
+__all__ = ["SkinnyLinearWeight", "use_skinny_linears"]
+
+
+class SkinnyLinearWeight(torch.Tensor):
+    """A bf16 weight ``[N, K]`` whose ``F.linear`` runs the CUDA skinny GEMM for inputs of a few rows (module docstring).
+
+    ``plain`` is the bf16 tensor itself; any operation other than ``F.linear`` runs on it.
+
+    Example:
+        >>> w = torch.randn(8, 32).to(torch.bfloat16)
+        >>> torch.equal(F.linear(torch.ones(1, 32, dtype=torch.bfloat16), SkinnyLinearWeight(w)), F.linear(torch.ones(1, 32, dtype=torch.bfloat16), w))
+        True
+    """
+
+    plain: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, plain: torch.Tensor):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, tuple(plain.shape), dtype=plain.dtype, device=plain.device, requires_grad=False
+        )
+
+    def __init__(self, plain: torch.Tensor):
+        if not isinstance(plain, torch.Tensor) or plain.dtype != torch.bfloat16 or plain.dim() != 2:
+            desc = f"{plain.dtype} {tuple(plain.shape)}" if isinstance(plain, torch.Tensor) else type(plain).__name__
+            raise TypeError(f"plain: expected a 2-D bf16 tensor [N, K], got {desc}")
+        self.plain = plain.contiguous()
+
+    def __repr__(self) -> str:
+        return f"SkinnyLinearWeight({tuple(self.shape)}, device={self.device})"
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x = args[0] if args else kwargs["input"]
+            weight = args[1] if len(args) > 1 else kwargs["weight"]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if isinstance(weight, SkinnyLinearWeight) and not isinstance(x, SkinnyLinearWeight):
+                return skinny_linear(x, weight.plain, bias)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        aten = torch.ops.aten
+        if func in (aten.detach.default, aten.alias.default):
+            return SkinnyLinearWeight(args[0].plain)
+        if func is aten._to_copy.default and kwargs.get("dtype") in (None, torch.bfloat16):
+            return SkinnyLinearWeight(args[0].plain.to(kwargs.get("device") or args[0].device))
+
+        def unwrap(a):
+            return a.plain if isinstance(a, SkinnyLinearWeight) else a
+
+        args = torch.utils._pytree.tree_map(unwrap, args)
+        kwargs = torch.utils._pytree.tree_map(unwrap, kwargs)
+        return func(*args, **kwargs)
+
+
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` for a bf16 ``weight [N, K]``: the CUDA skinny GEMM where it takes ``x`` (CUDA, bf16,
+    at most :func:`specdec.kernels.cuda.max_tokens` rows, no gradient, not compiling), else ``F.linear``.
+
+    Example:
+        >>> w = torch.randn(8, 32).to(torch.bfloat16)
+        >>> skinny_linear(torch.ones(3, 32, dtype=torch.bfloat16), w).shape
+        torch.Size([3, 8])
+    """
+    k = weight.shape[1]
+    if not skinny_takes(x, k):
+        return F.linear(x, weight, bias)
+    rows = x.numel() // k
+    y = ops.skinny_gemm_bf16(x.reshape(rows, k).contiguous(), weight).view(*x.shape[:-1], weight.shape[0])
+    return y if bias is None else y + bias
+
+
+def skinny_takes(x, k: int) -> bool:
+    """Whether :func:`skinny_linear` runs the CUDA kernel for input ``x [..., K]`` and weights of width ``k``: ``x`` on
+    CUDA, bf16, ``K == k`` (a positive multiple of 8), at most :func:`specdec.kernels.cuda.max_tokens` ``("bf16", k)``
+    rows, no gradient wanted and not under ``torch.compile``.
+
+    Example:
+        >>> skinny_takes(torch.ones(2, 64, dtype=torch.bfloat16), 64)  # a CPU tensor
+        False
+    """
+    rows = x.numel() // k if k > 0 else 0
+    return (
+        x.is_cuda
+        and x.dtype == torch.bfloat16
+        and x.shape[-1] == k
+        and k % 8 == 0
+        and 1 <= rows <= ops.max_tokens("bf16", k)
+        and not (torch.is_grad_enabled() and x.requires_grad)
+        and not torch.compiler.is_compiling()
+    )
+
+
+def use_skinny_linears(module: nn.Module) -> int:
+    """Swap the weight of every ``nn.Linear`` of ``module`` with a bf16 weight for a :class:`SkinnyLinearWeight` of the
+    same tensor (no copy; one already swapped, or not bf16, is left as it is); returns how many were swapped.
+
+    Example: see the module docstring.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module: expected an nn.Module, got {type(module).__name__}")
+    swapped = 0
+    for sub in module.modules():
+        if isinstance(sub, nn.Linear) and sub.weight.dtype == torch.bfloat16 and type(sub.weight.data) is torch.Tensor:
+            sub.weight = nn.Parameter(SkinnyLinearWeight(sub.weight.data), requires_grad=False)
+            swapped += 1
+    return swapped
