@@ -3,7 +3,7 @@
 :func:`use_skinny_linears` swaps the weight of every bf16 ``nn.Linear`` of a module for a
 :class:`SkinnyLinearWeight`: the same bf16 tensor (no copy), whose ``F.linear`` runs
 :func:`specdec.kernels.cuda.skinny_gemm_bf16` (the tensor-map kernel; in persistent CTAs where that measured faster)
-when the input is on CUDA with at most :func:`specdec.kernels.cuda.max_tokens` rows, and ``F.linear`` on the plain
+when the input is on CUDA with at most ``SKINNY_MAX_ROWS`` (8) rows, and ``F.linear`` on the plain
 weight otherwise (CPU, wider inputs, gradients, ``torch.compile``). The kernel sums in another order than cuBLAS, so a
 layer's output may differ from cuBLAS's in the last bits; on CPU the path is ``F.linear`` itself. Inside a captured CUDA
 graph the kernel takes part in programmatic dependent launch (:mod:`specdec.kernels.launch`), which cuBLAS does not: its
@@ -29,7 +29,12 @@ from torch import nn
 
 from specdec.kernels.cuda import ops
 
-__all__ = ["SkinnyLinearWeight", "use_skinny_linears"]
+__all__ = ["SKINNY_MAX_ROWS", "SkinnyLinearWeight", "use_skinny_linears"]
+
+# One MMA n-tile of tokens. On the H200 the Qwen3-8B one-token step ran 4.80 -> 4.68 ms with every linear through the
+# kernel, and its 16-row verify step 5.13 -> 5.76 ms (the two-tile kernels run 0.62-1.00x cuBLAS at 16 tokens):
+# benchmarks/NOTES.md, "bf16 linears through the CUDA skinny GEMM".
+SKINNY_MAX_ROWS = 8
 
 
 class SkinnyLinearWeight(torch.Tensor):
@@ -108,8 +113,8 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 def skinny_takes(x, k: int) -> bool:
     """Whether :func:`skinny_linear` runs the CUDA kernel for input ``x [..., K]`` and weights of width ``k``: ``x`` on
-    CUDA, bf16, ``K == k`` (a positive multiple of 8), at most :func:`specdec.kernels.cuda.max_tokens` ``("bf16", k)``
-    rows, no gradient wanted and not under ``torch.compile``.
+    CUDA, bf16, ``K == k`` (a positive multiple of 8), at most ``SKINNY_MAX_ROWS`` rows, no gradient wanted and not
+    under ``torch.compile``.
 
     Example:
         >>> skinny_takes(torch.ones(2, 64, dtype=torch.bfloat16), 64)  # a CPU tensor
@@ -121,7 +126,7 @@ def skinny_takes(x, k: int) -> bool:
         and x.dtype == torch.bfloat16
         and x.shape[-1] == k
         and k % 8 == 0
-        and 1 <= rows <= ops.max_tokens("bf16", k)
+        and 1 <= rows <= SKINNY_MAX_ROWS
         and not (torch.is_grad_enabled() and x.requires_grad)
         and not torch.compiler.is_compiling()
     )
