@@ -76,6 +76,7 @@ __all__ = [
     "w12_linear",
     "q_linear",
     "linear_path",
+    "linear_arguments",
     "cuda_small_m_available",
     "CUDA_SMALL_M_ENV",
     "w12_linear_reference",
@@ -194,6 +195,20 @@ def decode_ae_bytes(ae_logical: torch.Tensor, base: torch.Tensor, low_bits: int)
     e = ((ae >> 3) & 0xF) + base.to(torch.int32)[:, None]
     sign = (ae & 0x80) << 8
     return torch.where((ae & 0x7F) == 0, sign, sign | (e << 7) | ((ae & 0x7) << 4) | low_bits)
+
+
+def linear_arguments(args: tuple, kwargs: dict) -> tuple:
+    """``(input, weight, bias)`` of an ``F.linear`` call as a tensor subclass's ``__torch_function__`` receives it.
+
+    Example::
+
+        >>> linear_arguments((1,), {"weight": 2})
+        (1, 2, None)
+    """
+    x = args[0] if args else kwargs["input"]
+    weight = args[1] if len(args) > 1 else kwargs["weight"]
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    return x, weight, bias
 
 
 class W12Tensor(torch.Tensor):
@@ -386,9 +401,7 @@ class W12Tensor(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.linear:
-            x = args[0] if args else kwargs["input"]
-            weight = args[1] if len(args) > 1 else kwargs["weight"]
-            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            x, weight, bias = linear_arguments(args, kwargs)
             if isinstance(weight, W12Tensor) and not isinstance(x, W12Tensor):
                 if weight.linear_view == "q":
                     return q_linear(x, weight, bias=bias, backend=weight.linear_backend)

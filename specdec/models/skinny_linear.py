@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.formats.w12 import linear_arguments
 from specdec.kernels.cuda import ops
 
 __all__ = ["SKINNY_MAX_ROWS", "SkinnyLinearWeight", "use_skinny_linears"]
@@ -69,9 +70,7 @@ class SkinnyLinearWeight(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.linear:
-            x = args[0] if args else kwargs["input"]
-            weight = args[1] if len(args) > 1 else kwargs["weight"]
-            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            x, weight, bias = linear_arguments(args, kwargs)
             if isinstance(weight, SkinnyLinearWeight) and not isinstance(x, SkinnyLinearWeight):
                 return skinny_linear(x, weight.plain, bias)
         with torch._C.DisableTorchFunctionSubclass():

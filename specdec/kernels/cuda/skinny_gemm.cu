@@ -826,6 +826,18 @@ __device__ __forceinline__ uint64_t l2_evict_last() {
   return policy;
 }
 
+// A ring's barriers, by one thread: stage s is full after `full_count` arrivals (and their bytes), empty after
+// `empty_count`; then made visible to the async proxy (the copies that complete them).
+template <int STAGES>
+__device__ __forceinline__ void init_ring_barriers(uint64_t* full_bar, uint64_t* empty_bar, uint32_t full_count, uint32_t empty_count) {
+  for (int s = 0; s < STAGES; ++s) {
+    mbar_init(smem_addr(&full_bar[s]), full_count);
+    mbar_init(smem_addr(&empty_bar[s]), empty_count);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // One stage (4 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
 // [64 rows][kBulkStageK] weights, x of tokens g + 8 j after them (x_off[j]: that token row's byte offset), then
 // MMA. CHECK and TOK as in consume_stage.
@@ -988,14 +1000,7 @@ __global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
   const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
   const int tile0 = (row_block / kEscapeTile) * col_tiles;
 
-  if (tid == 0) {
-    for (int s = 0; s < kBulkStages; ++s) {
-      mbar_init(smem_addr(&full_bar[s]), PRODUCER_WARPS);
-      mbar_init(smem_addr(&empty_bar[s]), kBulkConsumerWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
+  if (tid == 0) init_ring_barriers<kBulkStages>(full_bar, empty_bar, PRODUCER_WARPS, kBulkConsumerWarps);
   // The band's escape offsets, waited for after the loop.
   for (int i = tid; i <= col_tiles; i += kBulkThreads) cp_async4(band_ptr + i, p.esc_ptr + tile0 + i);
   cp_async_commit();
@@ -1228,14 +1233,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
   float* esc = red + kHalves * kStreamRows * TOK;  // the escape warp's shared memory (fold_escapes)
 
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(smem_addr(&full_bar[s]), 1);
-      mbar_init(smem_addr(&empty_bar[s]), kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
+  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kConsumers);
   __syncthreads();
 
   if (warp == kConsumers) {
@@ -1419,14 +1417,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
   float* esc = red + kHalves * kStreamRows * TOK;
 
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(smem_addr(&full_bar[s]), 1);
-      mbar_init(smem_addr(&empty_bar[s]), kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
+  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kConsumers);
   __syncthreads();
 
   if (warp == kConsumers) {
