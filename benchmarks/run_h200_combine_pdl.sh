@@ -4,8 +4,8 @@
 # the default kernels, one token and the 16-row verify) for a spread, to compare with the steps of the same code
 # without it (`ar_step_h200_2026-12-04_stream_k3_default.json`). Writes the three JSON to $OUT and the logs in one
 # combine_pdl_logs.tgz.
-# Expected time on one H200: ~3 min (torch start ~10 s a process; AR step ~50 s each, three; nvcc 15-25 s when
-# build/specdec_cuda_kernels.so was not carried).
+# Expected time on one H200: ~1.5 min (measured 85 s with the library carried; AR step ~25 s each, three; nvcc 15-25 s
+# when build/specdec_cuda_kernels.so was not carried).
 # Caps: nvcc 60 s, AR steps 75 s each (budget 55 s): at most ~5 min.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_combine_pdl.sh
 set -u -o pipefail

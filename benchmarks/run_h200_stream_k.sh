@@ -6,8 +6,9 @@
 # left out); the AR step (bf16 and W12, one token and the 16-row verify) with the W12 linears on v7, then on v8;
 # compute-sanitizer memcheck. Writes the JSON of the fixed cost, the roofline and both AR steps to $OUT, the logs,
 # probes and plots in one stream_k_logs.tgz.
-# Expected time on one H200: ~6 min (torch start ~10 s a process; probes ~15 s each; fixed cost ~100 s; roofline
-# ~110 s; AR step ~50 s each; sanitizer ~50 s; nvcc 15-25 s when build/specdec_cuda_kernels.so was not carried).
+# Expected time on one H200: ~4 min (measured 180-240 s over three runs with the library carried; torch start ~10 s a
+# process; probes ~10 s each; fixed cost ~60 s; roofline ~70 s; AR step ~25 s each; sanitizer ~30 s; nvcc 15-25 s when
+# build/specdec_cuda_kernels.so was not carried).
 # Caps: nvcc 60 s, probes 20 s each, fixed cost 110 s (budget 90 s), roofline 120 s (budget 100 s), AR steps 75 s each
 # (budget 55 s), sanitizer 70 s: at most ~9.5 min.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_stream_k.sh
