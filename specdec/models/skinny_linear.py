@@ -53,14 +53,14 @@ class SkinnyLinearWeight(torch.Tensor):
 
     @staticmethod
     def __new__(cls, plain: torch.Tensor):
+        if not isinstance(plain, torch.Tensor) or plain.dtype != torch.bfloat16 or plain.dim() != 2:
+            desc = f"{plain.dtype} {tuple(plain.shape)}" if isinstance(plain, torch.Tensor) else type(plain).__name__
+            raise TypeError(f"plain: expected a 2-D bf16 tensor [N, K], got {desc}")
         return torch.Tensor._make_wrapper_subclass(
             cls, tuple(plain.shape), dtype=plain.dtype, device=plain.device, requires_grad=False
         )
 
     def __init__(self, plain: torch.Tensor):
-        if not isinstance(plain, torch.Tensor) or plain.dtype != torch.bfloat16 or plain.dim() != 2:
-            desc = f"{plain.dtype} {tuple(plain.shape)}" if isinstance(plain, torch.Tensor) else type(plain).__name__
-            raise TypeError(f"plain: expected a 2-D bf16 tensor [N, K], got {desc}")
         self.plain = plain.contiguous()
 
     def __repr__(self) -> str:

@@ -48,6 +48,8 @@ def test_only_bf16_linears_are_swapped_and_bad_arguments_are_named():
         use_skinny_linears(torch.zeros(2))
     with pytest.raises(TypeError, match=r"plain: expected a 2-D bf16 tensor \[N, K\], got torch.float32 \(8, 16\)"):
         SkinnyLinearWeight(torch.zeros(8, 16))
+    with pytest.raises(TypeError, match="plain: expected a 2-D bf16 tensor \\[N, K\\], got list"):
+        SkinnyLinearWeight([[1.0]])
 
 
 def _input(rows: int, k: int, **overrides) -> SimpleNamespace:

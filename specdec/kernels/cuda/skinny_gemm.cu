@@ -1525,7 +1525,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
-// tma_stream_k_kernel (grid_x persistent CTAs over row_blocks 64-row blocks; k_splits the most pieces of a block).
+// tma_stream_k_kernel (grid_x persistent CTAs over row_blocks 64-row blocks; k_splits unused, 1).
 struct Plan {
   int rt_per_cta, k_splits, n_chunks, grid_x, smem_bytes;
   bool stream_k;
@@ -1723,7 +1723,7 @@ Plan make_bulk_plan(int M, int N, int K, int sms, int pipeline) {
 
 // Launch plan of tma_stream_k_kernel for `pipeline` (a tensor-map one): as many CTAs as fit at once (two per SM by
 // shared memory), at most one per kBulkMinStagesPerCta units, so every CTA has a run of at least that many stages.
-// k_splits reports the most pieces a row block is cut into (the CTAs whose runs meet it).
+// The kernel does not read k_splits (1 here); the plan entry points report stream_k_most_pieces in its place.
 Plan make_stream_k_plan(int M, int N, int K, int sms, int pipeline) {
   Plan pl{};
   pl.stream_k = true;
@@ -1740,12 +1740,20 @@ Plan make_stream_k_plan(int M, int N, int K, int sms, int pipeline) {
   if (ctas < 1) ctas = 1;
   pl.grid_x = static_cast<int>(ctas);
   pl.k_splits = 1;
+  return pl;
+}
+
+// The most pieces a row block of a stream-K plan is cut into (the CTAs whose runs meet it); host reporting only, off
+// the launch path (one pass over the row blocks).
+int stream_k_most_pieces(const Plan& pl) {
+  const long long units = static_cast<long long>(pl.row_blocks) * pl.n_chunks;
+  int most = 1;
   for (long long b = 0; b < pl.row_blocks; ++b) {
     const long long lo = b * pl.n_chunks;
-    const int pieces = stream_k_cta_of(lo + pl.n_chunks - 1, units, ctas) - stream_k_cta_of(lo, units, ctas) + 1;
-    if (pieces > pl.k_splits) pl.k_splits = pieces;
+    const int pieces = stream_k_cta_of(lo + pl.n_chunks - 1, units, pl.grid_x) - stream_k_cta_of(lo, units, pl.grid_x) + 1;
+    if (pieces > most) most = pieces;
   }
-  return pl;
+  return most;
 }
 
 // Whether the persistent kernel runs a tensor-map call: where the split-K plan takes more than one wave of CTAs and
@@ -2122,7 +2130,7 @@ int plan_prologue(int M, int N, int K, int* sms, int max_tokens = kMaxTokens) {
 // `splits_with_workspace` false: a kernel that needs no workspace (out[1] = 1, out[5] = 0).
 void write_split_plan(const Plan& pl, int M, bool splits_with_workspace, long long* out) {
   out[0] = pl.rt_per_cta;
-  out[1] = splits_with_workspace ? pl.k_splits : 1;  // stream-K: the most pieces of a row block
+  out[1] = pl.stream_k ? stream_k_most_pieces(pl) : splits_with_workspace ? pl.k_splits : 1;
   out[2] = pl.n_chunks;
   out[3] = pl.grid_x;
   out[4] = pl.smem_bytes;
