@@ -14,6 +14,12 @@ Two questions the roofline (``bench_roofline.py``) cannot answer:
    An empty kernel's time in the same kind of graph is the launch floor. Bytes are counted as the roofline counts
    them (``bench_roofline.weight_bytes``: bf16 2 N K; W12 every plane, bases and escapes included; the Q view its
    ``ae`` plane and bases).
+3. **The read floor.** The fastest kernel that only reads the same bytes, cold, in the same kind of graph
+   (``read_floor.py``: the best of a few plain read kernels, each checked to have read every byte once), at every
+   byte count a model shape's kernels read and over the sweep (fitted as the kernels are): what the hardware leaves
+   to one call of those bytes (launch, the first loads' latency, the ramp, the tail). Each kernel's cold time over
+   the floor of its own bytes (``x_read_floor``) is what a better kernel of that format could still remove; the
+   floor over ``bytes / copy bandwidth`` is what no kernel can.
 
 Kernels (``--kernels`` picks some): cuBLAS bf16 (``F.linear``), and the tensor-map CUDA kernels of
 ``specdec.kernels.cuda``: bf16 v2, W12 exact v7, Q view v2, and the same three in persistent CTAs (bf16 v3, W12 v8,
@@ -50,6 +56,7 @@ from benchmarks.kernels.bench_roofline import (
     w12_v8,
     weight_bytes,
 )
+from benchmarks.kernels.read_floor import Cycle, read_floor_row, weight_copies
 
 KERNELS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v3", "cuda_w12_v8", "cuda_q_v3")
 MS = (1, 8, 16)
@@ -60,18 +67,6 @@ SMOKE_SHAPES = {"smoke": {"a": (40, 64), "b": (24, 128)}}
 SMOKE_SWEEP_NS = (24,)
 SMOKE_SWEEP_KS = (64, 128, 256)
 DEFAULT_L2_BYTES = 50 * 2**20
-
-
-def weight_copies(nbytes: int, l2_bytes: int, factor: float = 3.0, most: int = 64) -> int:
-    """Identical weight copies a graph cycles through so that they span ``factor`` times the L2 (at most ``most``).
-
-    Example:
-        >>> weight_copies(32 << 20, 50 << 20), weight_copies(1 << 30, 50 << 20), weight_copies(1 << 10, 50 << 20)
-        (5, 1, 64)
-    """
-    if nbytes <= 0:
-        raise ValueError(f"nbytes: expected > 0, got {nbytes}")
-    return max(1, min(most, math.ceil(factor * l2_bytes / nbytes)))
 
 
 def fit_line(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
@@ -93,27 +88,6 @@ def fit_line(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, 
         raise ValueError("nbytes: expected at least two different values")
     slope = sum((x - mx) * (y - my) for x, y in zip(nbytes, seconds)) / sxx
     return my - slope * mx, (1.0 / slope if slope > 0 else math.inf)
-
-
-class Cycle:
-    """A call that runs ``fn(i)`` for ``i = 0, 1, ..., copies - 1, 0, ...``: each captured call gets the next copy.
-
-    Example:
-        >>> seen = []
-        >>> c = Cycle(seen.append, 3)
-        >>> for _ in range(4):
-        ...     c()
-        >>> seen
-        [0, 1, 2, 0]
-    """
-
-    def __init__(self, fn: Callable[[int], object], copies: int):
-        self.fn, self.copies, self.i = fn, copies, 0
-
-    def __call__(self) -> object:
-        out = self.fn(self.i)
-        self.i = (self.i + 1) % self.copies
-        return out
 
 
 def kernel_calls(
@@ -146,7 +120,9 @@ def checked(call, x: torch.Tensor, ref: torch.Tensor, err_ref: float) -> float:
 
 
 def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, warm: bool) -> list[dict]:
-    """One (N, K): every kernel at every M on cold weights (and warm ones too when ``warm``)."""
+    """One (N, K): every kernel at every M on cold weights (and warm ones too when ``warm``), then the read floor
+    of every byte count those kernels read (kind ``read_floor``, ``M = 0``); each kernel row gets the floor of its
+    own bytes (``read_floor_s``) and its cold time over it (``x_read_floor``)."""
     from specdec.formats.w12 import W12Tensor
 
     w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
@@ -173,7 +149,18 @@ def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, war
     del calls
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return rows
+    floors = {}
+    if args.read_floor:
+        for nbytes in sorted({r["weight_bytes"] for r in rows}):
+            floors[nbytes] = read_floor_row(nbytes, args, gen, device)
+            floors[nbytes].update(N=n, K=k)
+        for r in rows:
+            floor = floors[r["weight_bytes"]].get("cold_s")
+            if floor and "cold_s" in r:
+                r["read_floor_s"], r["x_read_floor"] = floor, r["cold_s"] / floor
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rows + list(floors.values())
 
 
 def kernel_list(text: str) -> tuple[str, ...]:
@@ -221,7 +208,7 @@ def fits(rows: list[dict], copy_bw: float) -> list[dict]:
 
 def plot(result: dict, path: Path) -> str | None:
     """Cold time against weight bytes per kernel (points) with the fitted line, one panel per M; the copy floor dashed."""
-    ms = sorted({f["M"] for f in result["fits"]})
+    ms = sorted({f["M"] for f in result["fits"] if f["M"] > 0})  # M = 0: the read floor, drawn in every panel
     if not ms:
         return "no plot: no fits"
     try:
@@ -233,23 +220,25 @@ def plot(result: dict, path: Path) -> str | None:
     for ax, m in zip(axes[0], ms):
         top = 0.0
         for i, kind in enumerate(dict.fromkeys(f["kind"] for f in result["fits"])):  # the kernels the run timed
+            at = 0 if kind == "read_floor" else m
+            color = "k" if kind == "read_floor" else f"C{i}"
             for n, marker in zip(sorted({r["N"] for r in result["sweep"]}), "os^"):
                 pts = sorted(
                     (r["weight_bytes"], r["cold_s"])
                     for r in result["sweep"]
-                    if (r["kind"], r["N"], r["M"]) == (kind, n, m) and "cold_s" in r
+                    if (r["kind"], r["N"], r["M"]) == (kind, n, at) and "cold_s" in r
                 )
                 if not pts:
                     continue
                 xs = [p[0] / 1e6 for p in pts]
-                ax.plot(xs, [p[1] * 1e6 for p in pts], marker, color=f"C{i}", label=f"{kind} N={n}")
-                fit = next((f for f in result["fits"] if (f["kind"], f["N"], f["M"]) == (kind, n, m)), None)
+                ax.plot(xs, [p[1] * 1e6 for p in pts], marker, color=color, label=f"{kind} N={n}")
+                fit = next((f for f in result["fits"] if (f["kind"], f["N"], f["M"]) == (kind, n, at)), None)
                 if fit:
                     ax.plot(
                         [0, xs[-1]],
                         [fit["fixed_s"] * 1e6, (fit["fixed_s"] + pts[-1][0] / fit["rate_bytes_per_s"]) * 1e6],
                         "-",
-                        color=f"C{i}",
+                        color=color,
                         alpha=0.5,
                     )
                 top = max(top, xs[-1])
@@ -279,7 +268,15 @@ def summary_lines(result: dict) -> list[str]:
         lines.append(
             f"{f['kind']:14s} {f['N']:6d} {f['M']:3d}   {f['fixed_s'] * 1e6:7.2f}   {f['rate_bytes_per_s'] / 1e12:8.2f}   {f['rate_frac_of_copy']:6.2f}   {f['max_rel_residual']:6.1%}"
         )
-    lines.append("shape             M   kernel         warm us   cold us  cold/warm  cold x cuBLAS cold")
+    floors = [r for r in result["shapes"] if r["kind"] == "read_floor" and "cold_s" in r]
+    if floors and bw == bw:
+        lines.append("read floor        MB    cold us   bytes/copy us   floor / (bytes/copy)   fastest form")
+        for r in floors:
+            ideal = r["weight_bytes"] / bw
+            lines.append(
+                f"{r['model'] + ' ' + r['linear']:16s} {r['weight_bytes'] / 1e6:5.1f}   {r['cold_s'] * 1e6:7.2f}   {ideal * 1e6:12.2f}   {r['cold_s'] / ideal:19.2f}   {r['form']}"
+            )
+    lines.append("shape             M   kernel         warm us   cold us  cold/warm  cold x cuBLAS cold  x read floor")
     for r in result["shapes"]:
         if "cold_s" not in r or "warm_s" not in r:
             continue
@@ -294,6 +291,7 @@ def summary_lines(result: dict) -> list[str]:
         vs = base["cold_s"] / r["cold_s"] if base and "cold_s" in base else float("nan")
         lines.append(
             f"{r['model'] + ' ' + r['linear']:17s} {r['M']:2d}   {r['kind']:13s} {r['warm_s'] * 1e6:8.1f}  {r['cold_s'] * 1e6:8.1f}   {r['cold_s'] / r['warm_s']:6.2f}   {vs:6.2f}x"
+            f"   {r.get('x_read_floor', float('nan')):11.2f}"
         )
     return lines
 
@@ -310,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=10, help="graph replays (median)")
     ap.add_argument("--l2-factor", type=float, default=3.0, help="cold copies span this many times the L2")
     ap.add_argument("--budget-s", type=float, default=120.0, help="no new case starts after this many seconds")
+    ap.add_argument("--no-read-floor", dest="read_floor", action="store_false", help="skip the read floor (read_floor.py)")
     ap.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     args = ap.parse_args(argv)
     if args.plot_only:

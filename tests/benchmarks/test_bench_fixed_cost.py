@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
-from benchmarks.kernels import bench_fixed_cost
+from benchmarks.kernels import bench_fixed_cost, read_floor
 from specdec.kernels.cuda import ops
 
 
@@ -16,12 +17,22 @@ def test_smoke_mode_times_every_kernel_warm_and_cold_and_fits_the_sweep(tmp_path
     result = json.loads(out.read_text())
     assert result["provenance"]["seed"] == 0 and result["errors"] == 0 and not result["not_run"]
     kinds = set(bench_fixed_cost.KERNELS)
-    assert {r["kind"] for r in result["shapes"]} == kinds
-    assert all(r["cold_s"] > 0 and r["warm_s"] > 0 for r in result["shapes"])
+    assert {r["kind"] for r in result["shapes"]} == kinds | {"read_floor"}
+    kernels = [r for r in result["shapes"] if r["kind"] != "read_floor"]
+    assert all(r["cold_s"] > 0 and r["warm_s"] > 0 for r in kernels)
     assert all("warm_s" not in r and r["cold_s"] > 0 for r in result["sweep"])
     # the smoke weights are a few KB: the cold timing cycles through the most copies
     assert all(r["copies"] == 64 for r in result["shapes"] + result["sweep"])
-    assert {(f["kind"], f["M"]) for f in result["fits"]} == {(k, m) for k in kinds for m in bench_fixed_cost.SWEEP_MS}
+    fits = {(k, m) for k in kinds for m in bench_fixed_cost.SWEEP_MS} | {("read_floor", 0)}
+    assert {(f["kind"], f["M"]) for f in result["fits"]} == fits
+    # one read floor a byte count a shape's kernels read, and every kernel row measured against its own bytes' floor
+    for linear in ("a", "b"):
+        floors = {r["weight_bytes"]: r for r in result["shapes"] if r["linear"] == linear and r["kind"] == "read_floor"}
+        rows = [r for r in kernels if r["linear"] == linear]
+        assert set(floors) == {r["weight_bytes"] for r in rows}
+        for r in rows:
+            assert r["read_floor_s"] == floors[r["weight_bytes"]]["cold_s"]
+            assert r["x_read_floor"] == pytest.approx(r["cold_s"] / r["read_floor_s"])
     assert result["empty_launch_s"] > 0
     assert (tmp_path / "fixed_cost.png").stat().st_size > 0
 
@@ -46,7 +57,9 @@ def test_kernels_option_times_only_the_named_kernels(tmp_path):
     out = tmp_path / "fixed_cost.json"
     assert bench_fixed_cost.main(["--smoke", "--kernels", "cuda_w12_v8,cublas_bf16", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert {r["kind"] for r in result["shapes"] + result["sweep"]} == {"cublas_bf16", "cuda_w12_v8"}
+    assert {r["kind"] for r in result["shapes"] + result["sweep"]} == {"cublas_bf16", "cuda_w12_v8", "read_floor"}
+    assert bench_fixed_cost.main(["--smoke", "--kernels", "cublas_bf16", "--no-read-floor", "--out", str(out)]) == 0
+    assert {r["kind"] for r in json.loads(out.read_text())["shapes"]} == {"cublas_bf16"}
     with pytest.raises(SystemExit):
         bench_fixed_cost.main(["--smoke", "--kernels", "cuda_w12_v9", "--out", str(out)])
 
@@ -84,3 +97,27 @@ def test_plot_only_redraws_the_png_of_a_json(tmp_path):
     png.unlink()
     assert bench_fixed_cost.main(["--plot-only", str(out)]) == 0
     assert png.stat().st_size > 0
+
+
+def test_a_read_form_that_skips_bytes_fails_the_run(tmp_path, monkeypatch):
+    def skips_the_last_word(buf):
+        return buf.view(torch.int32)[:-1].sum(dtype=torch.int64)
+
+    monkeypatch.setattr(read_floor, "read_forms", lambda device: {"torch_sum": skips_the_last_word})
+    out = tmp_path / "fixed_cost.json"
+    assert bench_fixed_cost.main(["--smoke", "--kernels", "cublas_bf16", "--out", str(out)]) == 1
+    result = json.loads(out.read_text())
+    bad = [r for r in result["shapes"] + result["sweep"] if "error" in r]
+    assert bad and all(r["kind"] == "read_floor" and "not every byte" in r["form_errors"]["torch_sum"] for r in bad)
+
+
+@pytest.mark.parametrize("nbytes", [4, 10_004, 3 * 8192 * 4 + 12])
+def test_the_triton_read_forms_read_every_word_once(nbytes):
+    gen = torch.Generator().manual_seed(nbytes)
+    buf = torch.randint(0, 256, (nbytes,), generator=gen, dtype=torch.uint8)
+    forms = read_floor._triton_forms()
+    assert set(forms) == {f"triton_{b}" for b in read_floor.TRITON_BLOCKS}
+    for read in forms.values():
+        assert read_floor.checked_sum(read(buf)) == read_floor.word_sum(buf)
+    buf[-1] ^= 1  # a changed last byte changes the sum each form reports
+    assert all(read_floor.checked_sum(read(buf)) == read_floor.word_sum(buf) for read in forms.values())

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Where an engine pass goes outside its target forward: `benchmarks/decode/profile_engine.py` on the Qwen3-8B shape
+# (random bf16 weights with a planted successor rule, packed target with CUDA graphs) at c = 16, batched AR and the
+# speculative engine with the SpecPilot-like oracle and the global verify budget (the goal case of
+# `run_h200_engine.sh goal`); every pass timed to a device sync with its forward between two more, then 8 decode
+# passes of each under cProfile and torch.profiler (host functions by own and cumulative time, CUDA runtime calls by
+# self CPU time). Exit 1 if a speculative output differs from AR.
+# Expected time on one H200: ~2 min (target built and planted ~15 s, step-time table ~10 s, AR and spec each run
+# untimed (graph capture) then timed, 16 requests x 64 tokens at ~7-12 ms a pass, then profiled; the profiler's own
+# overhead a few seconds). Cap: 200 s.
+# `bash benchmarks/run_h200_profile_engine.sh hybrid`: the Qwen3.5-4B hybrid, budget off (the 2026-12-03 form).
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_profile_engine.sh [hybrid]   (writes JSON and log to $OUT)
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-.}
+if [ "${1:-}" = hybrid ]; then
+  timeout 200 python3 -m benchmarks.decode.profile_engine --model qwen3.5-4b --budget off --new-tokens 32 --out "$OUT/profile_engine_hybrid.json" 2>&1 | tee "$OUT/profile_engine_hybrid.log"
+else
+  timeout 200 python3 -m benchmarks.decode.profile_engine --out "$OUT/profile_engine.json" 2>&1 | tee "$OUT/profile_engine.log"
+fi
