@@ -175,10 +175,11 @@ def plot(result: dict, path: Path) -> str | None:
         pts = [(r["weight_bytes"] / 1e6, r["forms"][form] * 1e6) for r in rows if form in r["forms"]]
         ax.plot(*zip(*pts), "o", color=f"C{i}", label=form, alpha=0.7)
     fit = result.get("fit")
+    line = sorted(xs)
     if fit:
         ax.plot(
-            [0, max(xs)],
-            [fit["fixed_s"] * 1e6, (fit["fixed_s"] + max(xs) * 1e6 / fit["rate_bytes_per_s"]) * 1e6],
+            line,
+            [(fit["fixed_s"] + x * 1e6 / fit["rate_bytes_per_s"]) * 1e6 for x in line],
             "-",
             color="k",
             alpha=0.5,
@@ -186,7 +187,7 @@ def plot(result: dict, path: Path) -> str | None:
         )
     bw = result["copy_bandwidth_bytes_per_s"]
     if bw == bw:
-        ax.plot([0, max(xs)], [0, max(xs) * 1e12 / bw], "k--", label=f"bytes / copy bandwidth ({bw / 1e12:.2f} TB/s)")
+        ax.plot(line, [x * 1e12 / bw for x in line], "k--", label=f"bytes / copy bandwidth ({bw / 1e12:.2f} TB/s)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("MB read (cold)")
