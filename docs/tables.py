@@ -936,28 +936,31 @@ def engine_h200_split(results: Results) -> str:
     return markdown_table(header, rows)
 
 
-FIXED_COST_RUN = "fixed_cost_h200_2026-12-03_run2.json"
+FIXED_COST_RUN = "fixed_cost_h200_2026-12-04_read_floor.json"
+FIXED_COST_KERNELS = ("cublas_bf16", "cuda_bf16_v3", "cuda_w12_v8", "cuda_q_v2", "read_floor")  # the defaults and the floor
 
 
 def cuda_fixed_cost(results: Results) -> str:
-    """Each kernel's cold time fitted as fixed + bytes / rate, and its cold ratio to cuBLAS on the 8B shapes."""
+    """Each default kernel's cold time fitted as fixed + bytes / rate beside the read floor's, and on the 8B shapes its
+    cold ratio to cuBLAS and to the read floor of its own bytes."""
     run = results(FIXED_COST_RUN)
     copy = run["copy_bandwidth_bytes_per_s"]
     fit_rows = [
         [
             f["kind"],
             str(f["N"]),
-            str(f["M"]),
+            str(f["M"]) if f["M"] else "-",
             f"{f['fixed_s'] * 1e6:.1f}",
             f"{f['rate_frac_of_copy']:.2f}",
             f"{f['max_rel_residual']:.0%}",
         ]
         for f in run["fits"]
+        if f["kind"] in FIXED_COST_KERNELS
     ]
     shapes = {(r["model"], r["linear"], r["M"], r["kind"]): r for r in run["shapes"]}
     ratio_rows = []
     for (model, linear, m, kind), r in shapes.items():
-        if model != "qwen3-8b" or kind == "cublas_bf16" or m == 16:
+        if model != "qwen3-8b" or kind not in FIXED_COST_KERNELS[1:-1] or m == 16:
             continue
         base = shapes[model, linear, m, "cublas_bf16"]
         ratio_rows.append(
@@ -967,6 +970,7 @@ def cuda_fixed_cost(results: Results) -> str:
                 kind,
                 f"{base['cold_s'] / r['cold_s']:.2f}x",
                 f"{r['weight_bytes'] / r['cold_s'] / copy:.2f}",
+                f"{r['x_read_floor']:.2f}",
                 f"{r['cold_s'] / r['warm_s']:.2f}",
             ]
         )
@@ -978,7 +982,55 @@ def cuda_fixed_cost(results: Results) -> str:
         [
             markdown_table(["kernel", "N", "M", "fixed us", "rate, of copy", "max residual"], fit_rows),
             markdown_table(
-                ["Qwen3-8B linear", "M", "kernel", "x cuBLAS bf16 (cold)", "of copy (cold)", "cold / warm"], ratio_rows
+                ["Qwen3-8B linear", "M", "kernel", "x cuBLAS bf16 (cold)", "of copy (cold)", "x its read floor", "cold / warm"],
+                ratio_rows,
+            ),
+            summary,
+        ]
+    )
+
+
+def cuda_read_floor(results: Results) -> str:
+    """Per linear shape: every default kernel's cold time over the read floor of its bytes (M = 1 / 16), and what the
+    floor leaves to W12 and the Q view against cuBLAS bf16 (cuBLAS cold over the format's floor)."""
+    run = results(FIXED_COST_RUN)
+    copy = run["copy_bandwidth_bytes_per_s"]
+    shapes = {(r["model"], r["linear"], r["M"], r["kind"]): r for r in run["shapes"]}
+    floors = {(r["model"], r["linear"], r["weight_bytes"]): r for r in run["shapes"] if r["kind"] == "read_floor"}
+    rows = []
+    for model, linear in dict.fromkeys((r["model"], r["linear"]) for r in run["shapes"]):
+        cells = [f"{model.removeprefix('qwen3-').upper()} {linear}"]
+        bf16_floor = floors[model, linear, shapes[model, linear, 1, "cublas_bf16"]["weight_bytes"]]
+        cells.append(f"{bf16_floor['weight_bytes'] / copy / bf16_floor['cold_s']:.2f}")
+        for kind in FIXED_COST_KERNELS[:-1]:
+            cells.append(" / ".join(f"{shapes[model, linear, m, kind]['x_read_floor']:.2f}" for m in (1, 16)))
+        for kind in ("cuda_w12_v8", "cuda_q_v2"):
+            now = [shapes[model, linear, m, "cublas_bf16"]["cold_s"] / shapes[model, linear, m, kind]["cold_s"] for m in (1, 16)]
+            ceiling = [
+                shapes[model, linear, m, "cublas_bf16"]["cold_s"] / shapes[model, linear, m, kind]["read_floor_s"]
+                for m in (1, 16)
+            ]
+            cells.append(f"{now[0]:.2f} / {now[1]:.2f} ({ceiling[0]:.2f} / {ceiling[1]:.2f})")
+        rows.append(cells)
+    fit = next(f for f in run["fits"] if f["kind"] == "read_floor" and f["N"] == max(g["N"] for g in run["fits"]))
+    summary = (
+        f"read floor, fitted cold over the sweep: {fit['fixed_s'] * 1e6:.2f} us + bytes / {fit['rate_bytes_per_s'] / 1e12:.2f} TB/s "
+        f"(copy bandwidth {copy / 1e12:.2f} TB/s, read and written bytes counted)"
+    )
+    return "\n\n".join(
+        [
+            markdown_table(
+                [
+                    "shape",
+                    "bf16 floor, of copy",
+                    "cuBLAS x floor (M 1 / 16)",
+                    "bf16 v3",
+                    "W12 v8",
+                    "Q v2",
+                    "W12 x cuBLAS (at its floor)",
+                    "Q x cuBLAS (at its floor)",
+                ],
+                rows,
             ),
             summary,
         ]
@@ -1487,6 +1539,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "engine-long-prompts": engine_long_prompts,
     "elementwise-h200": elementwise_h200,
     "cuda-fixed-cost": cuda_fixed_cost,
+    "cuda-read-floor": cuda_read_floor,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
     "w12-tokens": w12_tokens,
