@@ -73,7 +73,7 @@ class ForwardClock:
         del self.ragged.forward
 
 
-def make_engine(ragged, prompts, *, spec: bool, references, new_tokens: int, budget: str, table):
+def make_engine(ragged, prompts, *, spec: bool, references, new_tokens: int, budget: str, table, max_batch: int):
     profile = PRESETS["specpilot-one-level"]
     made = iter(range(len(prompts)))
 
@@ -86,7 +86,7 @@ def make_engine(ragged, prompts, *, spec: bool, references, new_tokens: int, bud
         ragged,
         oracle if spec else NGramDrafter(),
         ChainVerifier(),
-        max_batch=len(prompts),
+        max_batch=max_batch,
         num_draft_tokens=profile.num_drafts if spec else 0,
         verify_budget="auto" if auto else None,
         step_time=table if auto else None,
@@ -106,28 +106,50 @@ def joining(engine) -> bool:
 
 
 def timed_steps(engine, ragged, device) -> list[dict]:
-    """Every step of ``engine`` to completion: wall ms (to a device sync), its forwards' ms, joining or not, rows."""
+    """Every step of ``engine`` to completion: wall ms (to a device sync), its forwards' ms, whether a request was
+    joining, the rows, and how many requests joined the running set and left it (finished) in the step."""
     steps = []
     clock = ForwardClock(ragged, device)
     try:
         while engine.has_work:
             prefill = joining(engine)
+            before = set(engine.running)
             sync(device)
             t0, forward_before = time.perf_counter(), clock.seconds
             engine.step()
             sync(device)
             ms = (time.perf_counter() - t0) * 1e3
             forward_ms = (clock.seconds - forward_before) * 1e3
-            steps.append({"ms": ms, "forward_ms": forward_ms, "prefill": prefill, "rows": engine.last_pass_rows})
+            after = set(engine.running)
+            steps.append(
+                {
+                    "ms": ms,
+                    "forward_ms": forward_ms,
+                    "prefill": prefill,
+                    "rows": engine.last_pass_rows,
+                    "joined": len(after - before),
+                    "left": len(before - after),
+                }
+            )
     finally:
         clock.close()
     return steps
 
 
+def _classes(steps: list[dict]) -> dict[str, list[dict]]:
+    return {
+        "prefill": [s for s in steps if s["prefill"]],
+        "decode": [s for s in steps if not s["prefill"]],
+        "decode, a request left": [s for s in steps if not s["prefill"] and s["left"]],
+        "decode, none left": [s for s in steps if not s["prefill"] and not s["left"]],
+    }
+
+
 def summary(steps: list[dict]) -> dict:
+    """Per class of pass (prefill: a request still joining; decode; decode passes in which a request finished or not):
+    passes, mean / median ms, mean forward and outside ms, mean rows; and the whole run's seconds outside the forward."""
     out = {}
-    for kind in ("prefill", "decode"):
-        chosen = [s for s in steps if s["prefill"] == (kind == "prefill")]
+    for kind, chosen in _classes(steps).items():
         ms = sorted(s["ms"] for s in chosen)
         n = max(1, len(chosen))
         out[kind] = {
@@ -138,6 +160,11 @@ def summary(steps: list[dict]) -> dict:
             "outside_ms_mean": sum(s["ms"] - s["forward_ms"] for s in chosen) / n if chosen else None,
             "rows_mean": sum(s["rows"] for s in chosen) / n if chosen else None,
         }
+    out["run"] = {
+        "passes": len(steps),
+        "seconds": sum(s["ms"] for s in steps) / 1e3,
+        "outside_seconds": sum(s["ms"] - s["forward_ms"] for s in steps) / 1e3,
+    }
     return out
 
 
@@ -210,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--waves", type=int, default=1, help="requests = waves x concurrency, joining as slots free up")
     ap.add_argument("--decode-steps", type=int, default=8, help="decode passes profiled")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "profile_engine.json"))
     args = ap.parse_args(argv)
@@ -223,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     max_seq_len = args.prompt_len + spread + args.new_tokens + 24
     cfg, ragged, label = build(args.model, cuda, device, args.concurrency, max_seq_len)
     gen = torch.Generator().manual_seed(0)
-    lengths = torch.randint(args.prompt_len - spread, args.prompt_len + spread + 1, (args.concurrency,), generator=gen).tolist()
+    if args.waves < 1:
+        ap.error(f"--waves: expected an int >= 1, got {args.waves}")
+    requests = args.waves * args.concurrency
+    lengths = torch.randint(args.prompt_len - spread, args.prompt_len + spread + 1, (requests,), generator=gen).tolist()
     prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen).to(device) for n in lengths]
     table = None
     if args.budget == "auto":
@@ -239,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": label,
         "graphs": ragged.uses_cuda_graphs,
         "concurrency": args.concurrency,
+        "waves": args.waves,
         "budget": args.budget,
         "step_time_ms": None if table is None else dict(zip(table.rows, table.ms)),
         "prompt_lengths": lengths,
@@ -251,7 +283,14 @@ def main(argv: list[str] | None = None) -> int:
 
         def make(spec=spec):
             return make_engine(
-                ragged, prompts, spec=spec, references=references, new_tokens=args.new_tokens, budget=args.budget, table=table
+                ragged,
+                prompts,
+                spec=spec,
+                references=references,
+                new_tokens=args.new_tokens,
+                budget=args.budget,
+                table=table,
+                max_batch=args.concurrency,
             )
 
         warm, ids = make()
@@ -276,16 +315,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{system}: torch.profiler, by self CPU time", flush=True)
         print(prof["torch_profiler_by_self_cpu"], flush=True)
     print(f"\nspeculative outputs equal to AR: {result.get('spec_equal_to_ar')}")
-    print("system  kind     passes  ms mean  forward  outside  rows mean | decode profiled: wall ms  kernel ms  kernels")
+    print(
+        "system  kind                    passes  ms mean  forward  outside  rows mean | decode profiled: wall ms  kernel ms  kernels"
+    )
     for system, entry in result["systems"].items():
         prof = entry["decode_profile"]
         for kind, s in entry["summary"].items():
-            if s["passes"]:
+            if kind != "run" and s["passes"]:
                 print(
-                    f"{system:6s}  {kind:7s}  {s['passes']:6d}  {s['ms_mean']:7.2f}  {s['forward_ms_mean']:7.2f}  "
+                    f"{system:6s}  {kind:22s}  {s['passes']:6d}  {s['ms_mean']:7.2f}  {s['forward_ms_mean']:7.2f}  "
                     f"{s['outside_ms_mean']:7.2f}  {s['rows_mean']:9.1f} | "
                     f"{prof['wall_ms_per_pass']:8.2f}  {prof['device_kernel_ms_per_pass'] or 0:9.2f}  {prof['kernels_per_pass']:7.0f}"
                 )
+    for system, entry in result["systems"].items():
+        run = entry["summary"]["run"]
+        print(
+            f"{system:6s}  whole run: {run['passes']} passes, {run['seconds']:.3f} s, {run['outside_seconds'] * 1e3:.1f} ms "
+            f"outside the forward ({run['outside_seconds'] * 1e3 / max(1, run['passes']):.2f} ms a pass)"
+        )
     write_json(args.out, result, prov)
     print(f"wrote {args.out}")
     return 0 if result.get("spec_equal_to_ar") else 1

@@ -29,6 +29,23 @@ def test_smoke_mode_splits_every_pass_and_profiles_the_decode_passes(tmp_path, m
         assert 0 < prof["host_forward_ms_per_pass"] <= prof["wall_ms_per_pass"]
 
 
+def test_waves_join_as_slots_free_and_every_pass_is_classed(tmp_path):
+    out = tmp_path / "profile_engine.json"
+    assert profile_engine.main(["--smoke", "--waves", "3", "--budget", "off", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["waves"] == 3 and len(result["prompt_lengths"]) == 3 * result["concurrency"]
+    for entry in result["systems"].values():
+        steps, summ = entry["steps"], entry["summary"]
+        assert sum(s["joined"] for s in steps) == len(result["prompt_lengths"])  # every request joined once
+        assert sum(s["left"] for s in steps) == len(result["prompt_lengths"])  # and left once
+        assert summ["prefill"]["passes"] + summ["decode"]["passes"] == summ["run"]["passes"] == len(steps)
+        split = summ["decode, a request left"]["passes"] + summ["decode, none left"]["passes"]
+        assert split == summ["decode"]["passes"]
+        assert summ["run"]["outside_seconds"] * 1e3 == pytest.approx(sum(s["ms"] - s["forward_ms"] for s in steps))
+    with pytest.raises(SystemExit):
+        profile_engine.main(["--smoke", "--waves", "0", "--out", str(out)])
+
+
 def test_outputs_equal_sees_one_changed_token():
     class Done:
         def __init__(self, outputs):
