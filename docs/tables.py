@@ -862,6 +862,8 @@ ENGINE_SPLIT_RUNS = (
     ),
     ("bench_engine_h200_2026-12-03_elementwise.json", "norm, RoPE + cache write, SwiGLU, add + norm kernels"),
     ("bench_engine_h200_2026-12-03_apart.json", "the same, and a prompt chunk attending apart (reverted: slower)"),
+    ("bench_engine_h200_2026-12-04_goal_split.json", "the kernels of 2026-12-04 (first call)"),
+    ("bench_engine_h200_2026-12-04_goal_split2.json", "the kernels of 2026-12-04 (second call, same engine)"),
 )
 
 
