@@ -10,7 +10,7 @@
 # overhead a few seconds; measured 30 s on 2026-12-04). Cap: 150 s.
 # `... goal`: the goal case's continuous batching (`run_h200_engine.sh goal`: 3 waves of 16 requests joining as
 # slots free up, 128 new tokens), passes classed by whether a request joined or left; ~1.5 min, cap 200 s.
-# `... hybrid`: the Qwen3.5-4B hybrid, budget off (the 2026-12-03 form; 65 s then), cap 150 s.
+# `... hybrid`: the Qwen3.5-4B hybrid (planted successor rule as well), budget off (the 2026-12-03 form; ~65 s), cap 150 s.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_profile_engine.sh [goal|hybrid]   (writes JSON and log to $OUT)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1

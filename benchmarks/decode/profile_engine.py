@@ -2,7 +2,8 @@
 
 Builds a packed ragged target with CUDA graphs (``--model qwen3-8b``: the dense Qwen3-8B shape, random bf16
 weights with a planted successor rule, :func:`specdec.models.plant_successor_rule`, as ``bench_engine``'s goal
-cases; ``--model qwen3.5-4b``: the Qwen3.5-4B-shaped hybrid, random bf16 weights), runs ``--concurrency`` requests
+cases, so that no bf16 rounding of a batch shape moves the greedy continuation; ``--model qwen3.5-4b``: the
+Qwen3.5-4B-shaped hybrid, the same way), runs ``--concurrency`` requests
 of ``--prompt-len`` +- 16 tokens through an :class:`~specdec.engine.Engine` (batched AR: no drafts; spec: the
 ``specpilot-one-level`` oracle following the AR outputs, a chain of its drafts; ``--budget auto``: the global verify
 budget over a step-time table profiled first), once untimed (captures the graphs) and once timed. Every
@@ -213,8 +214,9 @@ def build(model: str, cuda: bool, device, concurrency: int, max_seq_len: int):
     if model == "qwen3.5-4b":
         cfg, dtype = (QWEN3_5_4B, torch.bfloat16) if cuda else (TINY_HYBRID, torch.float32)
         base = random_hybrid_target(cfg, dtype=dtype, device=device, max_seq_len=max_seq_len, seed=0, state_slots=2)
+        plant_successor_rule(base)
         ragged = RaggedHybridTarget(base, slots=concurrency, max_seq_len=max_seq_len, layout="packed")
-        label = "qwen3.5-4b shape, random bf16 weights" if cuda else "tiny hybrid, float32"
+        label = "qwen3.5-4b shape, random bf16 weights, planted successor rule" if cuda else "tiny hybrid, float32, planted"
     else:
         cfg, dtype = (QWEN3_8B, torch.bfloat16) if cuda else (TargetConfig(**TINY_QWEN3), torch.float32)
         torch.manual_seed(0)
