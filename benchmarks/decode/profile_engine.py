@@ -53,11 +53,13 @@ def sync(device: torch.device) -> None:
 class ForwardClock:
     """Wraps a ragged target's ``forward`` on its instance: each call timed between two device syncs.
 
-    ``seconds`` accumulates the forwards' time; :meth:`close` restores the class's ``forward``.
+    ``seconds`` accumulates the forwards' time; :meth:`close` restores the ``forward`` the instance had (its own
+    attribute if it had one, else the class's).
     """
 
     def __init__(self, ragged, device: torch.device):
         self.ragged, self.device, self.seconds = ragged, device, 0.0
+        self.own = vars(ragged).get("forward")
         forward = ragged.forward
 
         def timed(*args, **kwargs):
@@ -71,7 +73,10 @@ class ForwardClock:
         ragged.forward = timed
 
     def close(self) -> None:
-        del self.ragged.forward
+        if self.own is None:
+            del self.ragged.forward
+        else:
+            self.ragged.forward = self.own
 
 
 def make_engine(ragged, prompts, *, spec: bool, references, new_tokens: int, budget: str, table, max_batch: int):

@@ -35,7 +35,6 @@ CPU smoke: ``--smoke`` (reference paths, tiny shapes; times mean nothing there).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -56,7 +55,7 @@ from benchmarks.kernels.bench_roofline import (
     w12_v8,
     weight_bytes,
 )
-from benchmarks.kernels.read_floor import Cycle, read_floor_row, weight_copies
+from benchmarks.kernels.read_floor import Cycle, fit_line, read_floor_row, weight_copies
 
 KERNELS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v3", "cuda_w12_v8", "cuda_q_v3")
 MS = (1, 8, 16)
@@ -67,27 +66,6 @@ SMOKE_SHAPES = {"smoke": {"a": (40, 64), "b": (24, 128)}}
 SMOKE_SWEEP_NS = (24,)
 SMOKE_SWEEP_KS = (64, 128, 256)
 DEFAULT_L2_BYTES = 50 * 2**20
-
-
-def fit_line(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
-    """Least-squares ``seconds = a + nbytes / b``: returns ``(a, b)``, ``a`` in seconds, ``b`` in bytes per second.
-
-    ``b`` is ``inf`` when the fitted slope is not positive (time that does not grow with bytes).
-
-    Example:
-        >>> a, b = fit_line([1e6, 2e6, 4e6], [3e-6 + 1e6 / 2e12, 3e-6 + 2e6 / 2e12, 3e-6 + 4e6 / 2e12])
-        >>> round(a * 1e6, 6), round(b / 1e12, 6)
-        (3.0, 2.0)
-    """
-    if len(nbytes) != len(seconds) or len(nbytes) < 2:
-        raise ValueError(f"nbytes, seconds: expected two equal lengths >= 2, got {len(nbytes)} and {len(seconds)}")
-    n = len(nbytes)
-    mx, my = sum(nbytes) / n, sum(seconds) / n
-    sxx = sum((x - mx) ** 2 for x in nbytes)
-    if sxx == 0:
-        raise ValueError("nbytes: expected at least two different values")
-    slope = sum((x - mx) * (y - my) for x, y in zip(nbytes, seconds)) / sxx
-    return my - slope * mx, (1.0 / slope if slope > 0 else math.inf)
 
 
 def kernel_calls(

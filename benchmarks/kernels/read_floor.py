@@ -29,12 +29,13 @@ import argparse
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
 from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance_line, redraw, report
+from benchmarks.kernels.bench_roofline import time_per_call
 
 TRITON_BLOCKS = (2048, 8192)  # int32 words a program: 8 KB and 32 KB
 DEFAULT_L2_BYTES = 50 * 2**20
@@ -91,6 +92,27 @@ def checked_sum(partials: torch.Tensor) -> int:
     return int(partials.to(torch.int64).sum().item()) % 2**32
 
 
+def fit_line(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
+    """Least-squares ``seconds = a + nbytes / b``: returns ``(a, b)``, ``a`` in seconds, ``b`` in bytes per second.
+
+    ``b`` is ``inf`` when the fitted slope is not positive (time that does not grow with bytes).
+
+    Example:
+        >>> a, b = fit_line([1e6, 2e6, 4e6], [3e-6 + 1e6 / 2e12, 3e-6 + 2e6 / 2e12, 3e-6 + 4e6 / 2e12])
+        >>> round(a * 1e6, 6), round(b / 1e12, 6)
+        (3.0, 2.0)
+    """
+    if len(nbytes) != len(seconds) or len(nbytes) < 2:
+        raise ValueError(f"nbytes, seconds: expected two equal lengths >= 2, got {len(nbytes)} and {len(seconds)}")
+    n = len(nbytes)
+    mx, my = sum(nbytes) / n, sum(seconds) / n
+    sxx = sum((x - mx) ** 2 for x in nbytes)
+    if sxx == 0:
+        raise ValueError("nbytes: expected at least two different values")
+    slope = sum((x - mx) * (y - my) for x, y in zip(nbytes, seconds)) / sxx
+    return my - slope * mx, (1.0 / slope if slope > 0 else math.inf)
+
+
 def weight_copies(nbytes: int, l2_bytes: int, factor: float = 3.0, most: int = 64) -> int:
     """Identical weight copies a graph cycles through so that they span ``factor`` times the L2 (at most ``most``).
 
@@ -135,8 +157,6 @@ def read_floor_row(nbytes: int, args, gen, device) -> dict:
         >>> row["kind"], row["weight_bytes"], row["copies"], row["form"], row["cold_s"] > 0
         ('read_floor', 1000, 13, 'torch_sum', True)
     """
-    from benchmarks.kernels.bench_roofline import time_per_call
-
     padded = -(-nbytes // 4) * 4
     copies = weight_copies(padded, args.l2_bytes, args.l2_factor)
     first = torch.randint(0, 256, (padded,), generator=gen, device=device, dtype=torch.uint8)
@@ -220,8 +240,6 @@ def summary_lines(result: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.kernels.bench_fixed_cost import fit_line
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "read_floor.json"))
     ap.add_argument("--smoke", action="store_true", help="CPU: the torch form, small sizes")

@@ -60,3 +60,19 @@ def test_outputs_equal_sees_one_changed_token():
     off = Done({"a": torch.tensor([5, 6]), "b": torch.tensor([8])})
     assert profile_engine.outputs_equal(same, ["a", "b"], prompts, refs)
     assert not profile_engine.outputs_equal(off, ["a", "b"], prompts, refs)
+
+
+def test_the_forward_clock_restores_the_forward_it_found():
+    class Target:
+        def forward(self, x):
+            return x + 1
+
+    plain, wrapped = Target(), Target()
+    own = lambda x: x * 10  # noqa: E731  (an instance's own forward, e.g. another wrapper)
+    wrapped.forward = own
+    for target, expected in ((plain, 3), (wrapped, 20)):
+        clock = profile_engine.ForwardClock(target, torch.device("cpu"))
+        assert target.forward(2) == expected and clock.seconds > 0
+        clock.close()
+        assert target.forward(2) == expected
+    assert "forward" not in vars(plain) and wrapped.forward is own
