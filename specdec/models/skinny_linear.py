@@ -95,7 +95,7 @@ class SkinnyLinearWeight(torch.Tensor):
 
 def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` for a bf16 ``weight [N, K]``: the CUDA skinny GEMM where it takes ``x`` (CUDA, bf16,
-    at most :func:`specdec.kernels.cuda.max_tokens` rows, no gradient, not compiling), else ``F.linear``.
+    at most ``SKINNY_MAX_ROWS`` rows, no gradient, not compiling: :func:`skinny_takes`), else ``F.linear``.
 
     Example:
         >>> w = torch.randn(8, 32).to(torch.bfloat16)
