@@ -22,8 +22,8 @@ Two questions the roofline (``bench_roofline.py``) cannot answer:
    floor over ``bytes / copy bandwidth`` is what no kernel can.
 
 Kernels (``--kernels`` picks some): cuBLAS bf16 (``F.linear``), and the tensor-map CUDA kernels of
-``specdec.kernels.cuda``: bf16 v2, W12 exact v7, Q view v2, and the same three in persistent CTAs (bf16 v3, W12 v8,
-Q v3). Every kernel's output on the first copy is checked against the float32 product (the roofline's
+``specdec.kernels.cuda``: bf16 v2, W12 exact v7, Q view v2, the same three in persistent CTAs (bf16 v3, W12 v8,
+Q v3) and in CTAs of one 16-row tile over the whole of K (bf16 v4, W12 v9, Q v4). Every kernel's output on the first copy is checked against the float32 product (the roofline's
 tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. Weights are random
 (Gaussian, std 0.02), labelled so.
 
@@ -53,11 +53,23 @@ from benchmarks.kernels.bench_roofline import (
     w12_planes,
     w12_v7,
     w12_v8,
+    w12_v9,
     weight_bytes,
 )
 from benchmarks.kernels.read_floor import Cycle, fit_line, read_floor_row, weight_copies
 
-KERNELS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2", "cuda_bf16_v3", "cuda_w12_v8", "cuda_q_v3")
+KERNELS = (
+    "cublas_bf16",
+    "cuda_bf16_v2",
+    "cuda_w12_v7",
+    "cuda_q_v2",
+    "cuda_bf16_v3",
+    "cuda_w12_v8",
+    "cuda_q_v3",
+    "cuda_bf16_v4",
+    "cuda_w12_v9",
+    "cuda_q_v4",
+)
 MS = (1, 8, 16)
 SWEEP_MS = (1, 8)
 SWEEP_NS = (4096, 16384)
@@ -84,6 +96,9 @@ def kernel_calls(
         "cuda_bf16_v3": (lambda x, i: bf16_variant(ops, "v3", x, bf16[i]), False),
         "cuda_w12_v8": (lambda x, i: w12_v8(ops, x, *planes[i]), False),
         "cuda_q_v3": (lambda x, i: q_variant(ops, "v3", x, *q[i]), True),
+        "cuda_bf16_v4": (lambda x, i: bf16_variant(ops, "v4", x, bf16[i]), False),
+        "cuda_w12_v9": (lambda x, i: w12_v9(ops, x, *planes[i]), False),
+        "cuda_q_v4": (lambda x, i: q_variant(ops, "v4", x, *q[i]), True),
     }
     return {kind: calls[kind] for kind in KERNELS if kind in kinds}
 

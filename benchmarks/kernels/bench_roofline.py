@@ -33,7 +33,8 @@ Correctness first, in the same run:
 * the same two checks, on the same shapes, for the Q view on that tensor-map pipeline (``cuda_q_v2``:
   ``SPECDEC_Q_CUDA_VARIANT=v2``; K % 32 != 0 runs the register Q kernel) against ``q_view()``, and for plain bf16
   weights on it (``cuda_bf16_v2``: ``SPECDEC_BF16_CUDA_VARIANT=v2``; one-hot rows give the weights back exactly), and
-  both in the persistent CTAs of v8 (``cuda_q_v3``, ``cuda_bf16_v3``: ``..._VARIANT=v3``);
+  both in the persistent CTAs of v8 (``cuda_q_v3``, ``cuda_bf16_v3``: ``..._VARIANT=v3``); the same checks for W12,
+  Q and bf16 in CTAs of one 16-row tile over the whole of K (``cuda_w12_v9``, ``cuda_q_v4``, ``cuda_bf16_v4``);
 * every timed kernel's output against the fp32 reference ``x.float() @ W.float().T`` (Q: of ``q_view()``)
   within ``2 * (cuBLAS bf16's max error) + |y_ref| * 2^-7`` per element; a kernel that fails is not timed.
 
@@ -42,7 +43,7 @@ Correctness first, in the same run:
     compute-sanitizer --tool memcheck python -m benchmarks.kernels.bench_roofline --sanitize
     python -m benchmarks.kernels.bench_roofline --probe v5 --out $OUT/v5_probe.json   # one staged kernel alone, first
     python -m benchmarks.kernels.bench_roofline --skip-variant v5 ...        # any mode above without it (repeatable)
-    (--probe and --skip-variant take v5, v6, v7, v8, q_v2, bf16_v2, q_v3 and bf16_v3)
+    (--probe and --skip-variant take v5 to v9, q_v2 to q_v4 and bf16_v2 to bf16_v4)
     python -m benchmarks.kernels.bench_roofline --plot-only roofline.json    # redraw the PNG from a JSON
     python -m benchmarks.kernels.bench_roofline --ar-step --out $OUT/ar_step.json   # GPU; add --smoke on a CPU
 
@@ -107,12 +108,13 @@ V5_SANITIZE_SHAPES = ((300, 1056),)
 V5_PROBE_CASES = ((520, 2048, 8), (300, 1056, 1), (300, 1056, 8), (4096, 4096, 8))
 SMOKE_V5_PROBE_CASES = ((24, 64, 1), (20, 96, 8))
 # The W12 kernels fed by copies into shared-memory stages: bulk copies from one producer warp (v5) and from four (v6),
-# 2-D TMA copies through tensor maps (v7), v7's pipeline in persistent CTAs (v8).
-BULK_VARIANTS = ("v5", "v6", "v7", "v8")
+# 2-D TMA copies through tensor maps (v7), v7's pipeline in persistent CTAs (v8) and in CTAs of one 16-row tile over the
+# whole of K (v9).
+BULK_VARIANTS = ("v5", "v6", "v7", "v8", "v9")
 # Those, the Q view and plain bf16 weights on the tensor-map pipeline (SPECDEC_Q_CUDA_VARIANT=v2,
 # SPECDEC_BF16_CUDA_VARIANT=v2) and in its persistent CTAs (v3): each runs v5's check, sanitizer and probe shapes and
 # can be probed alone (--probe) and left out (--skip-variant).
-PROBE_VARIANTS = (*BULK_VARIANTS, "q_v2", "bf16_v2", "q_v3", "bf16_v3")
+PROBE_VARIANTS = (*BULK_VARIANTS, "q_v2", "bf16_v2", "q_v3", "bf16_v3", "q_v4", "bf16_v4")
 KERNELS = (
     "cublas_bf16",
     "cublas_fp8",
@@ -131,6 +133,9 @@ KERNELS = (
     "cuda_w12_v8",
     "cuda_q_v3",
     "cuda_bf16_v3",
+    "cuda_w12_v9",
+    "cuda_q_v4",
+    "cuda_bf16_v4",
 )
 # The kernels that take 9..16 tokens: the references and the tensor-map kernels (two MMA n-tiles).
 TWO_TILE_KERNELS = (
@@ -144,13 +149,16 @@ TWO_TILE_KERNELS = (
     "cuda_w12_v8",
     "cuda_q_v3",
     "cuda_bf16_v3",
+    "cuda_w12_v9",
+    "cuda_q_v4",
+    "cuda_bf16_v4",
 )
 # The tensor-map kernels' own one-hot checks with a second n-tile of tokens: (N, K, M), K % 32 == 0 and K % M == 0;
 # 130 x 2112 at M = 12: a partial last 64-row block and tokens 8..11 in the second tile; 72 x 4128 at M = 16.
 TWO_TILE_DECODE_SHAPES = ((130, 2112, 12), (72, 4128, 16))
 SMOKE_TWO_TILE_DECODE_SHAPES = ((20, 96, 12), (24, 64, 16))
 # The tensor-map kernels' probes also run 16 tokens, and the sanitizer runs them at M = 16 on its staged shapes.
-TENSOR_MAP_VARIANTS = ("v7", "q_v2", "bf16_v2", "v8", "q_v3", "bf16_v3")
+TENSOR_MAP_VARIANTS = ("v7", "q_v2", "bf16_v2", "v8", "q_v3", "bf16_v3", "v9", "q_v4", "bf16_v4")
 # The persistent kernels run only where the split-K plan needs more than one wave of CTAs: their own checks,
 # probes and sanitizer runs also take a tall, short shape (321 row blocks of 2.25 stages: runs of 2-3 stages across
 # blocks, a partial last block, a last stage 32 long). (N, K); probes and checks at M = 1, 8 and 16.
@@ -247,9 +255,14 @@ def w12_v8(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
     return w12_variant(ops, "v8", x, *planes)
 
 
+def w12_v9(ops, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
+    """v7's stages in CTAs of one 16-row tile over the whole of K (v9)."""
+    return w12_variant(ops, "v9", x, *planes)
+
+
 def bulk_call(variant: str) -> Callable[..., torch.Tensor]:
     """The call of a staged W12 kernel by its name in ``BULK_VARIANTS``: ``bulk_call("v6") is w12_v6``."""
-    return {"v5": w12_v5, "v6": w12_v6, "v7": w12_v7, "v8": w12_v8}[variant]
+    return {"v5": w12_v5, "v6": w12_v6, "v7": w12_v7, "v8": w12_v8, "v9": w12_v9}[variant]
 
 
 def probe_call(ops, variant: str) -> Callable[[torch.Tensor, object], torch.Tensor]:
@@ -397,6 +410,8 @@ def decode_checks(
     bf16_v2=True,
     q_v3=True,
     bf16_v3=True,
+    q_v4=True,
+    bf16_v4=True,
     two_tile_shapes=(),
     stream_k_shapes=(),
 ) -> list[dict]:
@@ -408,8 +423,9 @@ def decode_checks(
     ``BULK_VARIANTS``) to check; the others are not called at all (no ``w12_<variant>_*`` keys). ``q_v2``: whether
     the Q tensor-map kernel (``SPECDEC_Q_CUDA_VARIANT=v2``) is checked (``q_v2_*`` keys) or not called at all;
     ``bf16_v2`` the same for the bf16 tensor-map kernel (``bf16_v2_*`` keys, on ``v5_shapes``), ``q_v3`` and
-    ``bf16_v3`` for their persistent forms (``q_v3_*``, ``bf16_v3_*`` keys, on ``v5_shapes``). ``two_tile_shapes``: further ``(N, K, M)`` with ``M`` of
-    9..16 for the tensor-map kernels (W12 ``"v7"`` and ``"v8"`` if in ``bulk``, Q and bf16 where checked), whose second
+    ``bf16_v3`` for their persistent forms (``q_v3_*``, ``bf16_v3_*`` keys, on ``v5_shapes``), ``q_v4`` and ``bf16_v4``
+    for their row-tile forms. ``two_tile_shapes``: further ``(N, K, M)`` with ``M`` of
+    9..16 for the tensor-map kernels (W12 ``"v7"`` to ``"v9"`` if in ``bulk``, Q and bf16 where checked), whose second
     MMA n-tile holds tokens 8.. . ``stream_k_shapes``: further ``(N, K)`` at M = 1, 8 and 16 for the persistent
     kernels checked (W12 ``"v8"`` if in ``bulk``, Q and bf16 ``v3``).
     """
@@ -494,8 +510,9 @@ def decode_checks(
     own = [("w12_v4", lambda x, w12: w12_v4(ops, x, *w12_planes(w12)), v4_shapes, False)]
     own += [(f"w12_{v}", probe_call(ops, v), v5_shapes, False) for v in bulk]
     staged = [("q_v2", q_v2, True), ("bf16_v2", bf16_v2, False), ("q_v3", q_v3, True), ("bf16_v3", bf16_v3, False)]
+    staged += [("q_v4", q_v4, True), ("bf16_v4", bf16_v4, False)]
     own += [(name, probe_call(ops, name), v5_shapes, q_view) for name, kept, q_view in staged if kept]
-    wide = [("w12_v7", "v7" in bulk, False), ("w12_v8", "v8" in bulk, False), *staged]
+    wide = [("w12_v7", "v7" in bulk, False), ("w12_v8", "v8" in bulk, False), ("w12_v9", "v9" in bulk, False), *staged]
     own += [(name, probe_call(ops, name.removeprefix("w12_")), two_tile_shapes, q_view) for name, kept, q_view in wide if kept]
     persistent = [("w12_v8", "v8" in bulk, False), ("q_v3", q_v3, True), ("bf16_v3", bf16_v3, False)]
     tall = [(n, k, m) for n, k in stream_k_shapes for m in (1, 8, 16)]
@@ -535,13 +552,13 @@ def decode_checks_passed(checks: list[dict]) -> bool:
 
 
 def weight_bytes(kind: str, n: int, k: int, w12) -> int:
-    if kind in ("cublas_bf16", "cuda_bf16", "cuda_bf16_v2", "cuda_bf16_v3"):
+    if kind == "cublas_bf16" or kind.startswith("cuda_bf16"):
         return 2 * n * k
     if kind == "cublas_fp8":
         return n * k
     if kind == "triton_w12" or kind.startswith("cuda_w12"):  # every CUDA W12 variant reads all planes
         return int(w12.nbytes)
-    return int(w12.ae.numel() + w12.base.numel())  # Q view (triton_q, cuda_q, cuda_q_v2, cuda_q_v3): AE plane and bases
+    return int(w12.ae.numel() + w12.base.numel())  # Q view (triton_q, cuda_q and its variants): AE plane and bases
 
 
 def bench_shape(
@@ -584,6 +601,7 @@ def bench_shape(
             "cuda_bf16": (lambda: bf16_variant(ops, "v1", x, w), y32, err_cublas),
             "cuda_bf16_v2": (lambda: bf16_variant(ops, "v2", x, w), y32, err_cublas),
             "cuda_bf16_v3": (lambda: bf16_variant(ops, "v3", x, w), y32, err_cublas),
+            "cuda_bf16_v4": (lambda: bf16_variant(ops, "v4", x, w), y32, err_cublas),
             "cuda_w12": (lambda: w12_variant(ops, "v1", x, *planes), y32, err_cublas),
             "cuda_q": (lambda: q_variant(ops, "v1", x, w12.ae, w12.base), yq32, err_cublas_q),
             "cuda_w12_v3": (lambda: w12_v3(ops, x, *planes), y32, err_cublas),
@@ -591,6 +609,7 @@ def bench_shape(
             **{f"cuda_w12_{v}": (lambda v=v: bulk_call(v)(ops, x, *planes), y32, err_cublas) for v in BULK_VARIANTS},
             "cuda_q_v2": (lambda: q_variant(ops, "v2", x, w12.ae, w12.base), yq32, err_cublas_q),
             "cuda_q_v3": (lambda: q_variant(ops, "v3", x, w12.ae, w12.base), yq32, err_cublas_q),
+            "cuda_q_v4": (lambda: q_variant(ops, "v4", x, w12.ae, w12.base), yq32, err_cublas_q),
         }
         for kind in left_out(args):
             del fns[kind]
@@ -1287,6 +1306,8 @@ def main(argv: list[str] | None = None) -> int:
         bf16_v2="bf16_v2" not in args.skip_variants,
         q_v3="q_v3" not in args.skip_variants,
         bf16_v3="bf16_v3" not in args.skip_variants,
+        q_v4="q_v4" not in args.skip_variants,
+        bf16_v4="bf16_v4" not in args.skip_variants,
         two_tile_shapes=SMOKE_TWO_TILE_DECODE_SHAPES if args.smoke else TWO_TILE_DECODE_SHAPES,
         stream_k_shapes=SMOKE_STREAM_K_SHAPES if args.smoke else STREAM_K_SHAPES,
     )

@@ -18,13 +18,13 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path, q_variants_called):
     shared = [c for c in result["decode_checks"] if "only" not in c]
     assert shared and all(c["w12_decode_exact"] and c["q_decode_exact"] and c["escapes"] > 0 for c in shared)
     checks = result["decode_checks"]
-    assert bench_roofline.BULK_VARIANTS == ("v5", "v6", "v7", "v8")
+    assert bench_roofline.BULK_VARIANTS == ("v5", "v6", "v7", "v8", "v9")
     for variant in ("v3", "v4", *bench_roofline.BULK_VARIANTS):  # the shared shapes and the variant's own
         mine = [c for c in checks if c.get("only", f"w12_{variant}") == f"w12_{variant}"]
         assert len(mine) > len(shared), variant
         assert all(c[f"w12_{variant}_decode_exact"] and c[f"w12_{variant}_deterministic"] for c in mine), variant
     for variant in ("v4", *bench_roofline.BULK_VARIANTS):
-        wide = [12, 16] if variant in ("v7", "v8") else []  # the tensor-map kernels' second n-tile of tokens
+        wide = [12, 16] if variant in ("v7", "v8", "v9") else []  # the tensor-map kernels' second n-tile of tokens
         tall = [1, 8, 16] if variant == "v8" else []  # the persistent kernel's own tall, short shape
         assert sorted(c["M"] for c in checks if c.get("only") == f"w12_{variant}") == sorted([1, 8, *wide, *tall]), variant
     # the Q tensor-map kernel: the shared shapes and the staged kernels' own, against q_view()
@@ -32,7 +32,7 @@ def test_smoke_mode_runs_and_checks_pass(tmp_path, q_variants_called):
     assert sorted(c.get("M", 0) for c in mine) == [0] * len(shared) + [1, 8, 12, 16]
     assert all(c["q_v2_decode_exact"] and c["q_v2_deterministic"] for c in mine)
     # the persistent Q and bf16 kernels: the staged kernels' own shapes and the second n-tile
-    for name in ("q_v3", "bf16_v2", "bf16_v3"):
+    for name in ("q_v3", "bf16_v2", "bf16_v3", "q_v4", "bf16_v4"):
         mine = [c for c in checks if c.get("only") == name]
         tall = [1, 8, 16] if name.endswith("_v3") else []  # the persistent kernels' own tall, short shape
         assert sorted(c["M"] for c in mine) == sorted([1, 8, 12, 16, *tall]), name
@@ -206,7 +206,7 @@ def test_probe_runs_only_its_kernel_and_fails_on_its_wrong_output(tmp_path, monk
     assert bench_roofline.main(["--smoke", "--probe", variant, "--out", str(out)]) == 0
     probe = json.loads(out.read_text())
     # the tensor-map kernels: 16 tokens too; the persistent kernel: its tall shape at 1 and 16 tokens
-    wide = [bench_roofline.SMOKE_TWO_TILE_PROBE_CASE] if variant in ("v7", "v8") else []
+    wide = [bench_roofline.SMOKE_TWO_TILE_PROBE_CASE] if variant in ("v7", "v8", "v9") else []
     wide += [(n, k, m) for n, k in bench_roofline.SMOKE_STREAM_K_SHAPES for m in (1, 16)] if variant == "v8" else []
     cases = [*bench_roofline.SMOKE_V5_PROBE_CASES, *wide]
     assert probe[f"{variant}_probe_passed"] and [(c["N"], c["K"], c["M"]) for c in probe[f"{variant}_probe"]] == cases
@@ -295,8 +295,8 @@ def test_skip_variant_q_v2_leaves_only_the_q_tensor_map_kernel_out(tmp_path, w12
     out = tmp_path / "roofline.json"
     assert bench_roofline.main(["--smoke", "--skip-variant", "q_v2", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    # the persistent Q kernel (v3) still runs
-    assert {v for v, *_ in q_variants_called} == {"v1", "v3"} and {"v1", "v3", "v4", *BULK} <= set(w12_variants_called)
+    # the persistent and row-tile Q kernels (v3, v4) still run
+    assert {v for v, *_ in q_variants_called} == {"v1", "v3", "v4"} and {"v1", "v3", "v4", *BULK} <= set(w12_variants_called)
     assert result["kernels_left_out"] == ["cuda_q_v2"] and result["decode_checks_passed"]
     assert not any(key.startswith("q_v2") for c in result["decode_checks"] for key in c)
     assert all("cuda_q_v2_s" not in r for r in result["rows"])
@@ -306,17 +306,18 @@ def test_skip_variant_q_v2_leaves_only_the_q_tensor_map_kernel_out(tmp_path, w12
 def test_sanitize_runs_the_q_tensor_map_kernel_unless_skipped(tmp_path, q_variants_called):
     assert bench_roofline.main(["--smoke", "--sanitize", "--out", str(tmp_path / "r.json")]) == 0
     # the shared shapes (K % 32 != 0 in the GPU run) and the staged kernels' own shapes (K % 32 == 0)
-    assert {v for v, *_ in q_variants_called} == {"v1", "v2", "v3"}
-    # M = 1 and 8 on the shared shapes, 1, 8 and 16 on the staged kernels' own; the same for the persistent kernel
-    # (the persistent kernel on its tall shape as well)
+    assert {v for v, *_ in q_variants_called} == {"v1", "v2", "v3", "v4"}
+    # M = 1 and 8 on the shared shapes, 1, 8 and 16 on the staged kernels' own; the same for the persistent and row-tile
+    # kernels (the persistent kernel on its tall shape as well)
     for variant, staged in (
         ("v2", bench_roofline.V5_SANITIZE_SHAPES),
+        ("v4", bench_roofline.V5_SANITIZE_SHAPES),
         ("v3", bench_roofline.V5_SANITIZE_SHAPES + bench_roofline.STREAM_K_SHAPES),
     ):
         assert sum(v == variant for v, *_ in q_variants_called) == 2 * len(bench_roofline.SANITIZE_SHAPES) + 3 * len(staged)
         assert sum(m == 16 and v == variant for v, m, _ in q_variants_called) == len(staged)
     q_variants_called.clear()
-    skip = ["--skip-variant", "q_v2", "--skip-variant", "q_v3"]
+    skip = ["--skip-variant", "q_v2", "--skip-variant", "q_v3", "--skip-variant", "q_v4"]
     assert bench_roofline.main(["--smoke", "--sanitize", *skip, "--out", str(tmp_path / "r.json")]) == 0
     assert {v for v, *_ in q_variants_called} == {"v1"}
 
@@ -336,7 +337,7 @@ def test_bf16_tensor_map_kernel_is_checked_timed_and_left_out_on_request(tmp_pat
     bf16_variants_called.clear()
     assert bench_roofline.main(["--smoke", "--skip-variant", "bf16_v2", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert {v for v, *_ in bf16_variants_called} == {"v1", "v3"} and result["kernels_left_out"] == ["cuda_bf16_v2"]
+    assert {v for v, *_ in bf16_variants_called} == {"v1", "v3", "v4"} and result["kernels_left_out"] == ["cuda_bf16_v2"]
     assert not any(key.startswith("bf16_v2") for c in result["decode_checks"] for key in c)
 
 

@@ -48,8 +48,12 @@ def test_staged_instantiations_are_reported_by_variant(tmp_path, monkeypatch, ca
         ("_ZN12_GLOBAL__N_118w12_stream_kernelILb1EEEvNS_6ParamsE", ("w12_v3", "1")),
         ("_ZN12_GLOBAL__N_118skinny_gemm_kernelILi2ELb0EEEvNS_6ParamsE", ("2", "0")),
         ("_ZN12_GLOBAL__N_111zero_kernelEPfi", None),
+        (TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_rows_kernelILi1ELi8EE"), ("w12_v9", "1")),
+        (TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_rows_kernelILi2ELi16EE"), ("q_v4", "1")),
+        (TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_rows_kernelILi3ELi8EE"), None),
     ],
-    ids=["tma-w12", "tma-q", "tma-unknown-kind", "bulk-one", "bulk-four", "split", "stream", "skinny-q", "unknown"],
+    ids=["tma-w12", "tma-q", "tma-unknown-kind", "bulk-one", "bulk-four", "split", "stream", "skinny-q", "unknown"]
+    + ["rows-w12", "rows-q", "rows-unknown-kind"],
 )
 def test_kernel_kind_of_each_mangled_name(name, kind):
     assert sass_report.kernel_kind(name) == kind

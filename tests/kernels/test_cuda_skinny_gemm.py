@@ -238,7 +238,7 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
     assert w12_variant() == "v1"
     monkeypatch.setenv(W12_VARIANT_ENV, "v4")
     assert w12_variant(4096) == "v4"  # a set variable wins at any K
-    assert W12_VARIANTS == ("v1", "v3", "v4", "v5", "v6", "v7", "v8")
+    assert W12_VARIANTS == ("v1", "v3", "v4", "v5", "v6", "v7", "v8", "v9")
     for variant in W12_VARIANTS:
         monkeypatch.setenv(W12_VARIANT_ENV, variant)
         assert w12_variant() == variant
@@ -247,7 +247,7 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.setenv(W12_VARIANT_ENV, "v2")
     with pytest.raises(
         ValueError,
-        match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5', 'v6', 'v7', 'v8'\) or unset, got 'v2'",
+        match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5', 'v6', 'v7', 'v8', 'v9'\) or unset, got 'v2'",
     ):
         w12_gemm_small_m(x, *planes(w12))
 
@@ -268,14 +268,16 @@ def test_q_variant_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.delenv(W12_VARIANT_ENV)
     monkeypatch.setenv(Q_VARIANT_ENV, "v1")
     assert q_variant(4096) == "v1"  # a set variable wins at any K
-    assert Q_VARIANTS == ("v1", "v2", "v3")
+    assert Q_VARIANTS == ("v1", "v2", "v3", "v4")
     for variant in Q_VARIANTS:
         monkeypatch.setenv(Q_VARIANT_ENV, variant)
         assert q_variant() == variant
         # CPU: every variant runs the reference
         assert torch.equal(q_gemm_small_m(x, w12.ae, w12.base), q_linear_reference(x, w12)), variant
     monkeypatch.setenv(Q_VARIANT_ENV, "v7")
-    with pytest.raises(ValueError, match=r"SPECDEC_Q_CUDA_VARIANT: expected one of \('v1', 'v2', 'v3'\) or unset, got 'v7'"):
+    with pytest.raises(
+        ValueError, match=r"SPECDEC_Q_CUDA_VARIANT: expected one of \('v1', 'v2', 'v3', 'v4'\) or unset, got 'v7'"
+    ):
         q_gemm_small_m(x, w12.ae, w12.base)
 
 
@@ -549,11 +551,13 @@ def test_bf16_variant_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.delenv(BF16_VARIANT_ENV, raising=False)
     # unset: the tensor-map kernel where K % 32 == 0, the register kernel elsewhere
     assert [bf16_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v3", "v3", "v1", "v1", "v1"]
-    assert bf16_variant() == "v1" and BF16_VARIANTS == ("v1", "v2", "v3")
+    assert bf16_variant() == "v1" and BF16_VARIANTS == ("v1", "v2", "v3", "v4")
     monkeypatch.setenv(BF16_VARIANT_ENV, "v1")
     assert bf16_variant(4096) == "v1"  # a set variable wins at any K
     monkeypatch.setenv(BF16_VARIANT_ENV, "v7")
-    with pytest.raises(ValueError, match=r"SPECDEC_BF16_CUDA_VARIANT: expected one of \('v1', 'v2', 'v3'\) or unset, got 'v7'"):
+    with pytest.raises(
+        ValueError, match=r"SPECDEC_BF16_CUDA_VARIANT: expected one of \('v1', 'v2', 'v3', 'v4'\) or unset, got 'v7'"
+    ):
         bf16_variant(4096)
     # the op reads it on every call, before any work: also on the CPU reference path
     with pytest.raises(ValueError, match="SPECDEC_BF16_CUDA_VARIANT"):
@@ -706,3 +710,26 @@ def test_persistent_kernel_takes_the_shapes_whose_split_k_plan_needs_several_wav
         short_runs = 4 * 2 * 132 >= -(-n // 64)
         assert (several_waves and short_runs) == takes, (kind, split)
         assert (plan != split) == takes and (not takes or plan["ctas_x"] == 2 * 132), (kind, plan, split)
+
+
+# (kind, the kind whose plan it takes where k % 32 != 0, weight bytes a stage row: W12 ae + nib, Q ae, bf16)
+ROW_TILE_KINDS = [("w12_v9", "w12_v8", 384), ("q_v4", "q_v2", 256), ("bf16_v4", "bf16_v2", 512)]
+
+
+@pytest.mark.parametrize("kind,fallback,row_bytes", ROW_TILE_KINDS)
+@pytest.mark.parametrize("m,n,k", BULK_SHAPES + [(16, 6144, 4096), (9, 4096, 12288)])
+def test_row_tile_plans_take_one_cta_a_16_row_tile_over_the_whole_of_k(kind, fallback, row_bytes, m, n, k):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    plan = launch_plan(kind, m, n, k, 132)
+    if k % 32:
+        assert plan == launch_plan(fallback, m, n, k, 132), plan
+        return
+    assert plan["row_tiles_per_cta"] == 1 and plan["k_splits"] == 1 and plan["workspace_bytes"] == 0, plan
+    assert plan["ctas_x"] == -(-n // 16) and plan["chunks"] == -(-k // 256) and plan["bulk_copies"] == 1, plan
+    # the ring: 6 stages of [16 rows][256] weights and [m][256] x for one MMA n-tile of tokens, 4 for two
+    stages = 6 if m <= 8 else 4
+    ring = stages * (16 * row_bytes + m * 256 * 2)
+    assert ring < plan["shared_bytes"] <= ring + 8 * 1024, plan
+    assert plan["shared_bytes"] <= 227 * 1024 // 2, plan  # two CTAs an SM at any m

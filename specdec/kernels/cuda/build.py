@@ -31,11 +31,13 @@ SOURCE = Path(__file__).with_name("skinny_gemm.cu")
 ENV_VAR = "SPECDEC_CUDA_KERNELS"
 _REPO_ROOT = Path(__file__).resolve().parents[3]
 _DEFAULT = _REPO_ROOT / "build" / "specdec_cuda_kernels.so"
-# The W12 kernels with K split over independent CTAs share one C contract: ``specdec_w12_gemm_small_m_<variant>``
+# The W12 kernels that take a workspace (K split over independent CTAs, and v9 whose plan asks for none) share one C contract: ``specdec_w12_gemm_small_m_<variant>``
 # (planes, output, sizes, workspace and its bytes, stream) and ``specdec_w12_<variant>_plan`` (seven int64 values).
 # The Q and bf16 kernels on the tensor-map pipeline follow it with their own operands: ``specdec_q_gemm_small_m_<v>`` and
-# ``specdec_q_<v>_plan``, ``specdec_skinny_gemm_bf16_<v>`` and ``specdec_bf16_<v>_plan`` for v2 (split K) and v3 (persistent).
-SPLIT_K_VARIANTS = ("v4", "v5", "v6", "v7", "v8")
+# ``specdec_q_<v>_plan``, ``specdec_skinny_gemm_bf16_<v>`` and ``specdec_bf16_<v>_plan`` for v2 (split K), v3 (persistent)
+# and v4 (row tiles over the whole of K, W12 v9; these need no workspace: their plans ask for 0 bytes).
+W12_WORKSPACE_VARIANTS = ("v4", "v5", "v6", "v7", "v8", "v9")
+TENSOR_MAP_QB_VARIANTS = ("v2", "v3", "v4")
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
 
@@ -168,7 +170,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_w12_gemm_small_m_v3.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p]
     lib.specdec_w12_v3_plan.restype = i
     lib.specdec_w12_v3_plan.argtypes = [i, i, i, i, i, ctypes.POINTER(ctypes.c_int)]
-    for variant in SPLIT_K_VARIANTS:
+    for variant in W12_WORKSPACE_VARIANTS:
         run, plan = getattr(lib, f"specdec_w12_gemm_small_m_{variant}"), getattr(lib, f"specdec_w12_{variant}_plan")
         run.restype = i
         run.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p, ctypes.c_longlong, p]
@@ -176,7 +178,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         plan.argtypes = [i, i, i, i, ctypes.POINTER(ctypes.c_longlong)]
     lib.specdec_q_gemm_small_m.restype = i
     lib.specdec_q_gemm_small_m.argtypes = [p, p, p, p, i, i, i, p]
-    for variant in ("v2", "v3"):
+    for variant in TENSOR_MAP_QB_VARIANTS:
         for run, operands in ((f"specdec_q_gemm_small_m_{variant}", 3), (f"specdec_skinny_gemm_bf16_{variant}", 2)):
             getattr(lib, run).restype = i
             getattr(lib, run).argtypes = [p] * (operands + 1) + [i, i, i, p, ctypes.c_longlong, p]

@@ -17,21 +17,25 @@ runs the ``"v4"`` kernel), ``"v6"`` that pipeline with four producer warps issui
 (``specdec_w12_gemm_small_m_v6``), ``"v7"`` that pipeline with its producer issuing one 2-D TMA copy per plane
 per stage through tensor maps (``specdec_w12_gemm_small_m_v7``) and ``"v8"`` v7's pipeline in persistent CTAs, each
 a run of equal length over row blocks x stages (``specdec_w12_gemm_small_m_v8``; where v7's split-K plan needs more
-than one wave of CTAs and the runs are short, else v7's kernel and plan: :func:`stream_k_segments`, README.md); all
-three fall back as ``"v5"`` does. All decode bit-exactly; they sum in different orders, so their outputs may differ
+than one wave of CTAs and the runs are short, else v7's kernel and plan: :func:`stream_k_segments`, README.md) and
+``"v9"`` v7's stages in CTAs of one 16-row tile each over the whole of K (``specdec_w12_gemm_small_m_v9``: no K split,
+so no workspace and no reduction of partials; README.md, "Row-tile CTAs over the whole of K"); all four fall back as
+``"v5"`` does. All decode bit-exactly; they sum in different orders, so their outputs may differ
 in the last bits. Unset, it is ``"v8"`` where ``K % 32 == 0``, else ``"v1"`` (:func:`w12_variant`).
 
 ``SPECDEC_BF16_CUDA_VARIANT`` (read on every call) picks the bf16 kernel the same way (:func:`bf16_variant`): ``"v1"``
 the register kernel (``specdec_skinny_gemm_bf16``), ``"v2"`` plain bf16 weights on the tensor-map pipeline of
 ``"v7"`` (``specdec_skinny_gemm_bf16_v2``, the same workspace contract; ``K % 32 != 0`` runs ``"v1"``), ``"v3"`` the
 same in the persistent CTAs of W12 ``"v8"`` (``specdec_skinny_gemm_bf16_v3``; never slower than ``"v2"`` on the
-H200's model shapes, faster where split K needs several waves); unset, ``"v3"``
+H200's model shapes, faster where split K needs several waves), ``"v4"`` the same in the row-tile CTAs of W12 ``"v9"``
+(``specdec_skinny_gemm_bf16_v4``); unset, ``"v3"``
 where ``K % 32 == 0``, else ``"v1"``. They sum in different orders.
 
 ``SPECDEC_Q_CUDA_VARIANT`` (read on every call) picks the Q-view kernel the same way (:func:`q_variant`): ``"v1"``
 the register kernel (``specdec_q_gemm_small_m``), ``"v2"`` the Q view on the tensor-map pipeline of ``"v7"``, K split
 over independent CTAs with the same workspace contract (``specdec_q_gemm_small_m_v2``; ``K % 32 != 0`` runs the
-``"v1"`` kernel), ``"v3"`` the same in the persistent CTAs of W12 ``"v8"`` (``specdec_q_gemm_small_m_v3``); unset,
+``"v1"`` kernel), ``"v3"`` the same in the persistent CTAs of W12 ``"v8"`` (``specdec_q_gemm_small_m_v3``), ``"v4"`` in
+the row-tile CTAs of W12 ``"v9"`` (``specdec_q_gemm_small_m_v4``); unset,
 ``"v2"`` where ``K % 32 == 0``, else ``"v1"``. Both decode the same Q view; they sum in
 different orders.
 
@@ -62,7 +66,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from specdec.kernels.cuda.build import SPLIT_K_VARIANTS, load_library
+from specdec.kernels.cuda.build import W12_WORKSPACE_VARIANTS, load_library
 from specdec.kernels.launch import gemm_launch_programmatic
 from specdec.kernels.w12_gemm import _check_escapes, _check_planes
 
@@ -92,21 +96,23 @@ MAX_TOKENS = 8
 TENSOR_MAP_MAX_TOKENS = 16  # two MMA n-tiles of 8 tokens
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
 W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
-W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7", "v8")
+W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7", "v8", "v9")
 Q_VARIANT_ENV = "SPECDEC_Q_CUDA_VARIANT"
-Q_VARIANTS = ("v1", "v2", "v3")
+Q_VARIANTS = ("v1", "v2", "v3", "v4")
 BF16_VARIANT_ENV = "SPECDEC_BF16_CUDA_VARIANT"
-BF16_VARIANTS = ("v1", "v2", "v3")
+BF16_VARIANTS = ("v1", "v2", "v3", "v4")
 # launch_plan kinds of the kernels with K split over independent CTAs -> their plan's entry point (seven int64 values).
 _SPLIT_K_PLANS = {
-    **{f"w12_{v}": f"specdec_w12_{v}_plan" for v in SPLIT_K_VARIANTS},
+    **{f"w12_{v}": f"specdec_w12_{v}_plan" for v in W12_WORKSPACE_VARIANTS},
     "q_v2": "specdec_q_v2_plan",
     "q_v3": "specdec_q_v3_plan",
+    "q_v4": "specdec_q_v4_plan",
     "bf16_v2": "specdec_bf16_v2_plan",
     "bf16_v3": "specdec_bf16_v3_plan",
+    "bf16_v4": "specdec_bf16_v4_plan",
 }
 # Those fed by copies into shared-memory stages: their plans also say whether the copies run.
-_STAGED_KINDS = ("w12_v5", "w12_v6", "w12_v7", "w12_v8", "q_v2", "q_v3", "bf16_v2", "bf16_v3")
+_STAGED_KINDS = ("w12_v5", "w12_v6", "w12_v7", "w12_v8", "w12_v9", "q_v2", "q_v3", "q_v4", "bf16_v2", "bf16_v3", "bf16_v4")
 # Byte alignment the kernels' vector loads need of every plane's base address.
 _ALIGN = 16
 
@@ -224,15 +230,15 @@ def bf16_variant(k: int | None = None) -> str:
     return _variant(BF16_VARIANT_ENV, BF16_VARIANTS, "v3", k)
 
 
-# The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel and its persistent form.
-_TENSOR_MAP_VARIANTS = {"bf16": ("v2", "v3"), "w12": ("v7", "v8"), "q": ("v2", "v3")}
+# The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.
+_TENSOR_MAP_VARIANTS = {"bf16": ("v2", "v3", "v4"), "w12": ("v7", "v8", "v9"), "q": ("v2", "v3", "v4")}
 
 
 def max_tokens(op: str, k: int) -> int:
     """The most rows (tokens) the op ``op`` (``"bf16"``, ``"w12"`` or ``"q"``) takes now for weights of width ``k``.
 
-    16 where the kernel its variant variable picks at ``k`` is a tensor-map one (bf16 ``"v2"`` / ``"v3"``, W12 ``"v7"`` /
-    ``"v8"``, Q ``"v2"`` / ``"v3"``: two MMA n-tiles of 8 tokens) and ``k % 32 == 0``; 8 elsewhere. The CPU reference takes the same.
+    16 where the kernel its variant variable picks at ``k`` is a tensor-map one (bf16 ``"v2"`` to ``"v4"``, W12 ``"v7"`` to
+    ``"v9"``, Q ``"v2"`` to ``"v4"``: two MMA n-tiles of 8 tokens) and ``k % 32 == 0``; 8 elsewhere. The CPU reference takes the same.
 
     Example::
 
@@ -415,7 +421,7 @@ def w12_gemm_small_m(
     kernel = lib.specdec_w12_gemm_small_m_v3 if variant == "v3" else lib.specdec_w12_gemm_small_m
     args = (_ptr(x), _ptr(ae), _ptr(nib), _ptr(base), _ptr(esc_ptr), _ptr(esc_pos), _ptr(esc_bits), _ptr(out), m, n, k)
     with torch.cuda.device(x.device):
-        if variant in SPLIT_K_VARIANTS:
+        if variant in W12_WORKSPACE_VARIANTS:
             plan_of = getattr(lib, f"specdec_w12_{variant}_plan")
             run = getattr(lib, f"specdec_w12_gemm_small_m_{variant}")
             rc = _launch_split_k(lib, f"w12_gemm_small_m ({variant})", plan_of, run, args, m, n, k, x.device, _stream(x.device))
@@ -488,7 +494,10 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
     its own stage ring). ``kind="q_v2"``: the Q view on that tensor-map pipeline, the keys of ``"w12_v5"``, with
     ``bulk_copies == 0`` where ``k % 32 != 0`` and the register Q kernel runs (then ``k_splits == 1`` and
     ``workspace_bytes == 0``). ``kind="bf16_v2"``: bf16 weights on that tensor-map pipeline, the keys of ``"q_v2"``
-    (the register bf16 kernel's plan where ``k % 32 != 0``).
+    (the register bf16 kernel's plan where ``k % 32 != 0``). ``kind="w12_v9"``, ``"q_v4"``, ``"bf16_v4"``: the row-tile
+    kernels, the keys of ``"w12_v5"`` with ``row_tiles_per_cta == 1``, ``k_splits == 1``, ``chunks`` their stages of
+    256 weights, ``ctas_x == ceil(n / 16)`` and ``workspace_bytes == 0`` (where ``k % 32 != 0`` the plan of the kernel
+    they fall back to: W12 ``"v8"``'s, Q ``"q_v2"``'s, bf16 ``"bf16_v2"``'s).
     """
     kinds = (*KINDS, "w12_v3", *_SPLIT_K_PLANS)
     if kind not in kinds:

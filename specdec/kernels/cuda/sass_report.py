@@ -39,6 +39,11 @@ WEIGHTS_PER_LANE_PER_BATCH = {
     "q_v2": 2 * 2 * 16,
     "w12_v8": 1 * 2 * 16,
     "q_v3": 2 * 2 * 16,
+    # the row-tile kernel (tma_rows_kernel<1> ``w12_v9``, <2> ``q_v4``, <0> ``bf16_v4``): one 64-weight chunk of every
+    # stage a warp (two of 32 for bf16)
+    "w12_v9": 1 * 2 * 16,
+    "q_v4": 1 * 2 * 16,
+    "bf16_v4": 2 * 2 * 8,
 }
 # Printed names of the skinny kernel's template kinds; the W12 and Q variants print as their kind.
 KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q"}
@@ -46,6 +51,8 @@ KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q"}
 TMA_KINDS = {"1": "w12_v7", "2": "q_v2"}
 # The same for the persistent tensor-map kernel (tma_stream_k_kernel).
 STREAM_K_KINDS = {"1": "w12_v8", "2": "q_v3"}
+# The same for the row-tile kernel (tma_rows_kernel).
+ROW_TILE_KINDS = {"0": "bf16_v4", "1": "w12_v9", "2": "q_v4"}
 # Whole-kernel opcodes of the copy pipelines: the bulk copies, the TMA tensor copies and the mbarrier operations.
 ASYNC_OPCODES = ("UBLKCP", "UTMALDG", "SYNCS")
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
@@ -120,6 +127,8 @@ def kernel_kind(name: str) -> tuple[str, str] | None:
         ('q_v2', '1')
         >>> kernel_kind("_ZN12_GLOBAL__N_119tma_stream_k_kernelILi1ELi8EEEvNS_6ParamsEPfPj14CUtensorMap_stS3_S3_")
         ('w12_v8', '1')
+        >>> kernel_kind("_ZN12_GLOBAL__N_115tma_rows_kernelILi0ELi16EEEvNS_6ParamsE14CUtensorMap_stS2_S2_")
+        ('bf16_v4', '1')
     """
     tma = re.search(r"tma_gemm_kernelILi(\d)E", name)
     if tma:
@@ -127,6 +136,9 @@ def kernel_kind(name: str) -> tuple[str, str] | None:
     stream_k = re.search(r"tma_stream_k_kernelILi(\d)E", name)
     if stream_k:
         return (STREAM_K_KINDS[stream_k.group(1)], "1") if stream_k.group(1) in STREAM_K_KINDS else None
+    rows = re.search(r"tma_rows_kernelILi(\d)E", name)
+    if rows:
+        return (ROW_TILE_KINDS[rows.group(1)], "1") if rows.group(1) in ROW_TILE_KINDS else None
     bulk = re.search(r"w12_bulk_kernelILi(\d)E", name)
     if bulk:
         return ("w12_v5" if bulk.group(1) == "1" else "w12_v6"), "1"

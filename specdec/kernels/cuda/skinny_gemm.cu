@@ -838,17 +838,19 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full_bar, uint64_t*
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// One stage (4 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
-// [64 rows][kBulkStageK] weights, x of tokens g + 8 j after them (x_off[j]: that token row's byte offset), then
-// MMA. CHECK and TOK as in consume_stage.
-template <bool CHECK, int TOK = kMaxTokens>
+// One stage (SK / 32 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
+// [ROWS][SK] weights, x of tokens g + 8 j after them (x_off[j]: that token row's byte offset), then MMA. CHECK, TOK,
+// ROWS, SK, HALVES and half as in consume_stage.
+template <bool CHECK, int TOK = kMaxTokens, int ROWS = kStreamRows, int SK = kBulkStageK, int HALVES = 1>
 __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8],
-                                                   int t, float (&acc)[TOK / 8][4]) {
-  constexpr int kRowBytes = kBulkStageK * 2;
+                                                   int t, float (&acc)[TOK / 8][4], int half = 0) {
+  constexpr int kRowBytes = SK * 2;
   constexpr int NT = TOK / 8;
-  const unsigned char* x0 = st + kStreamRows * kRowBytes;
+  constexpr int kMine = SK / 32 / HALVES;  // chunks of each warp a stage
+  const unsigned char* x0 = st + ROWS * kRowBytes;
 #pragma unroll
-  for (int c = 0; c < kBulkStageK / 32; ++c) {
+  for (int cc = 0; cc < kMine; ++cc) {
+    const int c = HALVES > 1 ? cc + half * kMine : cc;
     const bool in = !CHECK || k0 + c * 32 + 8 * t < K;
     if (CHECK && k0 + c * 32 >= K) break;  // uniform: the chunk lies past K
     ChunkRegs<kBf16, true> r;
@@ -866,30 +868,32 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
   }
 }
 
-// One stage (2 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes, x of tokens
-// g + 8 j (j < TOK / 8: one MMA n-tile each; x_off[j]: that token row's byte offset in the stage's x), decode and
-// MMA. CHECK: the stage may end before kBulkStageK (pieces at or past K read as zero). KIND kW12: the stage holds ae,
-// nib, x; kQ: ae, x.
-template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1>
+// One stage (SK / 64 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes of ROWS rows and
+// SK weights, x of tokens g + 8 j (j < TOK / 8: one MMA n-tile each; x_off[j]: that token row's byte offset in the
+// stage's x), decode and MMA. HALVES groups of warps share a stage's chunks: group `half` takes chunks half x SK / 64 /
+// HALVES on. CHECK: the stage may end before SK (pieces at or past K read as zero). KIND kW12: the stage holds ae, nib,
+// x; kQ: ae, x.
+template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows, int SK = kBulkStageK>
 __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8], int t,
                                               uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half = 0) {
   constexpr int NT = TOK / 8;
+  constexpr int kMine = SK / 64 / HALVES;  // chunks of each warp a stage
   const unsigned char* ae = st;
-  const unsigned char* nib = st + kStreamRows * kBulkStageK;
-  const unsigned char* x0 = KIND == kW12 ? nib + kStreamRows * (kBulkStageK / 2) : nib;
+  const unsigned char* nib = st + ROWS * SK;
+  const unsigned char* x0 = KIND == kW12 ? nib + ROWS * (SK / 2) : nib;
 #pragma unroll
-  for (int cc = 0; cc < kBulkStageK / 64 / HALVES; ++cc) {
-    const int c = cc + half * (kBulkStageK / 64 / HALVES);  // HALVES = 2: warps of half h take chunk h of the stage
+  for (int cc = 0; cc < kMine; ++cc) {
+    const int c = cc + half * kMine;
     const bool in = !CHECK || k0 + c * 64 + 16 * t < K;
     if (CHECK && k0 + c * 64 >= K) break;  // uniform: the chunk lies past K
     ChunkRegs<KIND, true> r;
     uint4 xs[NT][2];
     const int pa = c * 64 + 16 * t, pn = c * 32 + 8 * t, px = c * 128 + 32 * t;
-    r.ae[0] = in ? *reinterpret_cast<const uint4*>(ae + tile_row * kBulkStageK + pa) : make_uint4(0, 0, 0, 0);
-    r.ae[1] = in ? *reinterpret_cast<const uint4*>(ae + (tile_row + 8) * kBulkStageK + pa) : make_uint4(0, 0, 0, 0);
+    r.ae[0] = in ? *reinterpret_cast<const uint4*>(ae + tile_row * SK + pa) : make_uint4(0, 0, 0, 0);
+    r.ae[1] = in ? *reinterpret_cast<const uint4*>(ae + (tile_row + 8) * SK + pa) : make_uint4(0, 0, 0, 0);
     if constexpr (KIND == kW12) {
-      r.nib[0] = in ? *reinterpret_cast<const uint2*>(nib + tile_row * (kBulkStageK / 2) + pn) : make_uint2(0, 0);
-      r.nib[1] = in ? *reinterpret_cast<const uint2*>(nib + (tile_row + 8) * (kBulkStageK / 2) + pn) : make_uint2(0, 0);
+      r.nib[0] = in ? *reinterpret_cast<const uint2*>(nib + tile_row * (SK / 2) + pn) : make_uint2(0, 0);
+      r.nib[1] = in ? *reinterpret_cast<const uint2*>(nib + (tile_row + 8) * (SK / 2) + pn) : make_uint2(0, 0);
     }
 #pragma unroll
     for (int jt = 0; jt < NT; ++jt) {
@@ -902,16 +906,19 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
 }
 
 // The consumer side of a bulk-copy ring (kBulkStages stages of `stage_bytes` at `ring`, full / empty barriers):
-// consumer warp `warp` owns rows 16 warp .. 16 warp + 15 of the 64-row block, consumes stages s_lo .. s_hi - 1 of
-// the block in k order from ring slot `s` of round `round` on (both advanced past them on return), releases each
-// stage with one arrive per warp, then writes its sums to red[row][token] (rows of TOK tokens). X_ROW_BYTES: the
-// stride of x's token rows in a stage; KIND: kW12, kQ or kBf16 (consume_stage); STAGES: the ring's stages; TOK: 8,
+// consumer warp `warp` owns rows 16 w .. 16 w + 15 of the ROWS-row block (w = warp % (ROWS / 16)) and the chunks of
+// group warp / (ROWS / 16) of every stage of SK weights (HALVES groups), consumes stages s_lo .. s_hi - 1 of the block
+// in k order from ring slot `s` of round `round` on (both advanced past them on return), releases each stage with one
+// arrive per warp, then writes its sums to its group's tile red[group][row][token] (rows of TOK tokens). X_ROW_BYTES:
+// the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16 (consume_stage); STAGES: the ring's stages; TOK: 8,
 // or 16 for tokens 8..15 in a second MMA n-tile.
-template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1>
+template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
+          int SK = kBulkStageK>
 __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                 uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                                 float* red, int& s, uint32_t& round) {
-  static_assert(HALVES == 1 || (HALVES == 2 && KIND != kBf16), "two halves split the two 64-weight chunks of a W12 / Q stage");
+  static_assert(SK % ((KIND == kBf16 ? 32 : 64) * HALVES) == 0, "every group of warps takes whole chunks of a stage");
+  constexpr int kTileWarps = ROWS / 16;
   const int M = p.M;
   const int n_mine = s_hi - s_lo;
   const int g = lane >> 2, t = lane & 3;
@@ -919,9 +926,9 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  const int half = warp / kBulkConsumerWarps;  // HALVES = 2: warps 4..7 take the second chunk of every stage
-  warp -= half * kBulkConsumerWarps;
-  red += half * kStreamRows * TOK;  // and their sums go to a second [64][TOK] tile
+  const int half = warp / kTileWarps;  // HALVES = 2 on 64 rows: warps 4..7 take the second chunk of every stage
+  warp -= half * kTileWarps;
+  red += half * ROWS * TOK;  // and their sums go to a second [ROWS][TOK] tile
   const int tile_row = warp * 16 + g;
   const uint32_t mid = KIND == kQ ? 8u : 0u;  // the Q view's nibble: the midpoint
   // the rows' bases (bf16 weights have none)
@@ -930,7 +937,7 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   int x_off[NT];  // token g + 8 j's row in a stage's x; tokens >= M read token M - 1, whose outputs are never stored
 #pragma unroll
   for (int j = 0; j < NT; ++j) x_off[j] = min(g + 8 * j, M - 1) * X_ROW_BYTES;
-  const int n_full = min(s_hi, p.K / kBulkStageK) - s_lo;  // stages entirely inside K
+  const int n_full = min(s_hi, p.K / SK) - s_lo;  // stages entirely inside K
   auto release = [&]() {
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
@@ -940,19 +947,20 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   for (; it < n_full; ++it) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<false, TOK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc);
+      consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
     else
-      consume_stage<false, KIND, TOK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1, acc, half);
+      consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
+                                                        acc, half);
     release();
   }
   for (; it < n_mine; ++it) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<true, TOK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * kBulkStageK, p.K, tile_row, x_off, t,
-                                    acc);
+      consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row, x_off,
+                                                      t, acc, half);
     else
-      consume_stage<true, KIND, TOK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * kBulkStageK, p.K, tile_row,
-                                             x_off, t, X0, X1, acc, half);
+      consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
+                                                       x_off, t, X0, X1, acc, half);
     release();
   }
   // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 j + 2t, 8 j + 2t + 1) -> red[row][token].
@@ -967,13 +975,14 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
 }
 
 // consume_segment over the CTA's only segment, from the ring's first slot.
-template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1>
+template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
+          int SK = kBulkStageK>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                              float* red) {
   int s = 0;
   uint32_t round = 0;
-  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES>(p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp,
+  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK>(p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp,
                                                           lane, red, s, round);
 }
 
@@ -1118,10 +1127,10 @@ __host__ __device__ constexpr bool tma_epilogue_escapes(int kind, int tok) { ret
 __host__ __device__ constexpr int tma_threads(int kind, int tok) {
   return (tma_halves(kind) * kBulkConsumerWarps + 1 + tma_escape_warps(kind, tok)) * 32;
 }
-// The escape warp's shared memory (tma_escape_bytes, fold_escapes): the sums [64 rows][TOK] fp32, then a round's escapes: x at
+// The escape warp's shared memory (tma_escape_bytes, fold_escapes): the sums [rows][TOK] fp32, then a round's escapes: x at
 // their columns [32][TOK + 1] fp32 (padded: lane l writes row l, lane m reads column m, both without bank conflicts),
 // their values [32] fp32 and block rows [32] int.
-__host__ __device__ constexpr int tma_escape_bytes(int tok) { return (kStreamRows * tok + 32 * (tok + 1) + 64) * 4; }
+__host__ __device__ constexpr int tma_escape_bytes(int tok, int rows = kStreamRows) { return (rows * tok + 32 * (tok + 1) + 64) * 4; }
 
 // Shared memory after the stages: a [64 rows][tokens] fp32 tile a half; then where the epilogue adds the escapes, the
 // room add_band_escapes takes after the first tile (a round of one escape a thread: int2 + row byte, warp counts), and
@@ -1145,8 +1154,49 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + 63 whose columns lie in the
-// CTA's K slice [k_lo, k_hi), each row's in stored order, summed in fp32 from 0.f into acc[row][m] (shared memory,
+// The producer of a tensor-map ring, one thread: stages s_lo .. s_lo + n - 1 (SK weights each) of the ROWS-row block at
+// row_block into ring slots 0, 1, ..., STAGES - 1, 0, ...: a box of [ROWS][SK] weights (the ae plane, or bf16), for W12
+// one of [ROWS][SK / 2] nib bytes, and x's [M][SK] at x_offset in the stage. The weights of the first STAGES stages go
+// out before griddep_wait (they do not depend on the kernel before this one), their x after it; every later stage's
+// weights and x together, once the consumers have released its slot.
+template <int KIND, int STAGES, int ROWS, int SK>
+__device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
+                                                 uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
+                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map) {
+  const uint64_t stream = l2_evict_first();
+  const uint64_t keep = l2_evict_last();
+  const uint32_t tx = static_cast<uint32_t>(stage_bytes);  // whole boxes, zeros past N and K included
+  const int first = min(n, STAGES);
+  auto weights = [&](int it, uint32_t full) {
+    const int k0 = (s_lo + it) * SK;
+    const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
+    tma_load_2d(st, ae_map, k0, row_block, full, stream);  // bf16: the weights
+    if constexpr (KIND == kW12) tma_load_2d(st + ROWS * SK, nib_map, k0 / 2, row_block, full, stream);
+  };
+  auto x_of = [&](int it, uint32_t full) {
+    const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
+    tma_load_2d(st + x_offset, x_map, (s_lo + it) * SK, 0, full, keep);
+  };
+  for (int it = 0; it < first; ++it) {
+    mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
+    weights(it, smem_addr(&full_bar[it]));
+  }
+  griddep_wait();
+  for (int it = 0; it < first; ++it) x_of(it, smem_addr(&full_bar[it]));
+  int s = first % STAGES;
+  uint32_t round = first == STAGES ? 1u : 0u;
+  for (int it = first; it < n; ++it) {
+    mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+    const uint32_t full = smem_addr(&full_bar[s]);
+    mbar_arrive_expect_tx(full, tx);
+    weights(it, full);
+    x_of(it, full);
+    if (++s == STAGES) s = 0, ++round;
+  }
+}
+
+// The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + ROWS - 1 whose columns lie in
+// the CTA's K slice [k_lo, k_hi), each row's in stored order, summed in fp32 from 0.f into acc[row][m] (shared memory,
 // tma_escape_bytes). A 256-row band's escapes are stored tile after tile (kEscapeTile columns a tile), so the slice's
 // tiles t_lo .. t_hi hold one contiguous run of them. Rounds of up to 31 tiles: lane l reads the offset of tile t + l.
 // Then 32 escapes at a time, one a lane: each lane loads its escape's position and value, finds its tile among the
@@ -1155,15 +1205,15 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 // stored order, lane m doing token m: acc[row][m] = fma(x[m, col], value, acc[row][m]). One step an escape for all
 // tokens at once, so a crowded tile costs escapes x ~40 cycles, not escapes x tokens x a shuffle chain. Every escape of
 // the band lies in exactly one CTA's slice.
-template <int TOK>
+template <int TOK, int ROWS = kStreamRows>
 __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int k_lo, int k_hi, int lane, float* scratch) {
   constexpr unsigned kAll = 0xFFFFFFFFu;
   constexpr int kXStride = TOK + 1;
-  float* acc = scratch;                            // [64][TOK]
-  float* xbuf = acc + kStreamRows * TOK;           // [32][TOK + 1]
+  float* acc = scratch;                            // [ROWS][TOK]
+  float* xbuf = acc + ROWS * TOK;                  // [32][TOK + 1]
   float* vals = xbuf + 32 * kXStride;              // [32]
   int* rows = reinterpret_cast<int*>(vals + 32);   // [32]
-  for (int e = lane; e < kStreamRows * TOK; e += 32) acc[e] = 0.f;
+  for (int e = lane; e < ROWS * TOK; e += 32) acc[e] = 0.f;
   griddep_wait();  // x comes from the kernel before this one
   if (k_lo >= k_hi) return;
   const int M = p.M;
@@ -1186,7 +1236,7 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
       for (int l = 1; l < nt; ++l) tile += __shfl_sync(kAll, start, l) <= e ? 1 : 0;
       const int col = tile * kEscapeTile + static_cast<int>(pos & 0xFFu);
       const int r = static_cast<int>(pos >> 8) - band_row;
-      const bool kept = e < e_hi && col >= k_lo && col < k_hi && r >= 0 && r < kStreamRows;
+      const bool kept = e < e_hi && col >= k_lo && col < k_hi && r >= 0 && r < ROWS;
       const unsigned kept_mask = __ballot_sync(kAll, kept);
       if (kept) {
 #pragma unroll
@@ -1237,41 +1287,9 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   __syncthreads();
 
   if (warp == kConsumers) {
-    if (lane == 0) {
-      // The weights of the first kStages stages go out before griddep_wait (they do not depend on the kernel before
-      // this one), their x after it; every later stage's weights and x together.
-      const uint64_t stream = l2_evict_first();
-      const uint64_t keep = l2_evict_last();
-      const uint32_t tx = static_cast<uint32_t>(stage_bytes);  // whole boxes, zeros past N and K included
-      const int n = s_hi - s_lo;
-      const int first = min(n, kStages);
-      auto weights = [&](int it, uint32_t full) {
-        const int k0 = (s_lo + it) * kBulkStageK;
-        const uint32_t st = smem_addr(smem + static_cast<size_t>(it % kStages) * stage_bytes);
-        tma_load_2d(st, &ae_map, k0, row_block, full, stream);  // bf16: the weights
-        if constexpr (KIND == kW12) tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row_block, full, stream);
-      };
-      auto x_of = [&](int it, uint32_t full) {
-        const uint32_t st = smem_addr(smem + static_cast<size_t>(it % kStages) * stage_bytes);
-        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, (s_lo + it) * kBulkStageK, 0, full, keep);
-      };
-      for (int it = 0; it < first; ++it) {
-        mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
-        weights(it, smem_addr(&full_bar[it]));
-      }
-      griddep_wait();
-      for (int it = 0; it < first; ++it) x_of(it, smem_addr(&full_bar[it]));
-      int s = first % kStages;
-      uint32_t round = first == kStages ? 1u : 0u;
-      for (int it = first; it < n; ++it) {
-        mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
-        const uint32_t full = smem_addr(&full_bar[s]);
-        mbar_arrive_expect_tx(full, tx);
-        weights(it, full);
-        x_of(it, full);
-        if (++s == kStages) s = 0, ++round;
-      }
-    }
+    if (lane == 0)
+      produce_tma_ring<KIND, kStages, kStreamRows, kBulkStageK>(smem, stage_bytes, tma_stage_bytes(KIND, 0), full_bar, empty_bar, s_lo,
+                                                                s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map);
   } else if (tma_escape_warps(KIND, TOK) == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK>(p, row_block, s_lo * kBulkStageK, min(s_hi * kBulkStageK, p.K), lane, esc);
   } else {
@@ -1522,6 +1540,78 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
     u = end;
   }
   finish_stream_k_owed<kEpilogue, TOK>(p, red, partials, counters, owed0, ticket0, owed1, ticket1, n_owed, stages, units, e_tid, sh);
+}
+
+// One row tile a CTA over the whole of K (README.md, "Row-tile CTAs over the whole of K"): a CTA owns kRowTile = 16
+// weight rows and reads every k of them, so no partial sum leaves the CTA (no workspace, no counters, no reduction
+// launch or last-CTA pass) and a one-wave call has 4-6x as many CTAs as 64-row blocks. The ring of tma_gemm_kernel
+// with stages of [16 rows][kRowStageK] weights (a box of 256 bytes or bf16 values a row: the largest a tensor map
+// copies), rows_stages(TOK) of them; kRowGroups consumer warps each take one 64-weight chunk of every stage (two of
+// 32 for bf16) for all 16 rows, and their sums meet in shared memory in group order. W12 CTAs have an escape warp
+// (fold_escapes over the CTA's 16 rows and all of K). Needs K % 32 == 0 and 16-byte aligned planes and x.
+constexpr int kRowTile = 16;
+constexpr int kRowStageK = 256;
+constexpr int kRowGroups = kRowStageK / 64;
+constexpr int kRowCtasPerSm = 4;  // the registers' bound; shared memory allows 2-5 by M
+__host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? 4 : 6; }
+__host__ __device__ constexpr int rows_weight_bytes(int kind) {
+  return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
+}
+__host__ __device__ constexpr int rows_stage_bytes(int kind, int M) { return rows_weight_bytes(kind) + M * kRowStageK * 2; }
+__host__ __device__ constexpr int rows_threads(int kind) { return (kRowGroups + 1 + (kind == kW12 ? 1 : 0)) * 32; }
+// After the stages: a [16 rows][TOK] fp32 tile a group, then for W12 the escape warp's sums and round.
+__host__ __device__ constexpr int rows_smem_fixed(int kind, int tok) {
+  return kRowGroups * kRowTile * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, kRowTile) : 0);
+}
+
+template <int KIND, int TOK = kMaxTokens>
+__global__ void __launch_bounds__(rows_threads(KIND), kRowCtasPerSm)
+    tma_rows_kernel(const Params p, const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
+                    const __grid_constant__ CUtensorMap x_map) {
+  constexpr int kStages = rows_stages(TOK);
+  constexpr int kEscapeWarp = KIND == kW12 ? 1 : 0;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kStages];
+  __shared__ __align__(8) uint64_t empty_bar[kStages];
+  unsigned char* smem = smem_raw + ((kTmaAlign - (smem_addr(smem_raw) & (kTmaAlign - 1))) & (kTmaAlign - 1));
+  const int M = p.M;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int n_stages = (p.K + kRowStageK - 1) / kRowStageK;
+  const int row_block = blockIdx.x * kRowTile;
+  const int stage_bytes = rows_stage_bytes(KIND, M);
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
+  float* esc = red + kRowGroups * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
+
+  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups);
+  __syncthreads();
+
+  if (warp == kRowGroups) {
+    if (lane == 0)
+      produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
+                                                            row_block, &ae_map, &nib_map, &x_map);
+  } else if (kEscapeWarp == 1 && warp == kRowGroups + 1) {
+    fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
+  } else {
+    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
+                                                                                       n_stages, row_block, warp, lane, red);
+  }
+  __syncthreads();
+  griddep_launch_dependents();  // this CTA reads no more weights: a kernel launched after it may start its own
+  griddep_wait();               // y is written after the kernel before has finished
+  // Thread r < 16 finishes row r: 0.f + the groups' sums in group order (k order), then the escapes, then bf16.
+  const int row = row_block + tid;
+  if (tid < kRowTile && row < p.N) {
+    float out[TOK];
+#pragma unroll
+    for (int m = 0; m < TOK; ++m) {
+      out[m] = 0.f;
+#pragma unroll
+      for (int h = 0; h < kRowGroups; ++h) out[m] += red[(h * kRowTile + tid) * TOK + m];
+      if constexpr (kEscapeWarp == 1) out[m] += esc[tid * TOK + m];
+    }
+    store_bf16_row<TOK>(p, row, M, out);
+  }
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
@@ -2020,6 +2110,46 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
 // thread by specdec_set_programmatic_launch before each launch (specdec/kernels/launch.py decides).
 thread_local bool g_programmatic_launch = false;
 
+// The tensor maps of a tensor-map kernel of KIND reading boxes of [rows][sk] weights: ae (bf16: the weights), nib (W12;
+// the Q and bf16 kernels get a copy of ae, never read) and x, read in boxes of [M][sk].
+template <int KIND>
+int encode_weight_maps(const Params& p, unsigned int rows, unsigned int sk, CUtensorMap* ae_map, CUtensorMap* nib_map,
+                       CUtensorMap* x_map) {
+  const unsigned long long K = p.K, N = p.N;
+  if (KIND == kBf16) {
+    if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, K, N, 2 * K, sk, rows, "weight")) return rc;
+  } else if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, sk, rows, "ae")) {
+    return rc;
+  }
+  if (KIND == kW12) {
+    if (int rc = encode_2d(nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, sk / 2, rows, "nib")) return rc;
+  } else {
+    *nib_map = *ae_map;
+  }
+  return encode_2d(x_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.x, K, p.M, 2 * K, sk, p.M, "x");
+}
+
+// kernel<<<grid, threads, smem_bytes, stream>>>(args...), in programmatic dependent launch where this thread asked for it
+// (specdec_set_programmatic_launch); the launch's error, or the first one after it.
+template <typename Kernel, typename... Args>
+cudaError_t launch_tma_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads, 1, 1);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (g_programmatic_launch) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  return e;
+}
+
 // The kernel a tensor-map launch of KIND for TOK tokens runs: tma_stream_k_kernel when STREAM_K and its escapes go
 // through the escape warp, else tma_gemm_kernel.
 template <int KIND, int TOK, bool STREAM_K>
@@ -2047,36 +2177,13 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
                                    &counters, TOK, persistent))
     return rc;
   CUtensorMap ae_map, nib_map, x_map;
-  const unsigned long long K = p.K, N = p.N;
-  if (KIND == kBf16) {
-    if (int rc = encode_2d(&ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, K, N, 2 * K, kBulkStageK, kStreamRows, "weight")) return rc;
-  } else if (int rc = encode_2d(&ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, kBulkStageK, kStreamRows, "ae")) {
-    return rc;
-  }
-  if (KIND == kW12) {
-    if (int rc = encode_2d(&nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, kBulkStageK / 2, kStreamRows, "nib"))
-      return rc;
-  } else {
-    nib_map = ae_map;  // not read by the Q and bf16 kernels
-  }
-  if (int rc = encode_2d(&x_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.x, K, p.M, 2 * K, kBulkStageK, p.M, "x")) return rc;
+  if (int rc = encode_weight_maps<KIND>(p, kStreamRows, kBulkStageK, &ae_map, &nib_map, &x_map)) return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = (p.K + 63) / 64;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(pl.grid_x, persistent ? 1 : pl.k_splits, 1);
-  config.blockDim = dim3(tma_threads(KIND, TOK), 1, 1);
-  config.dynamicSmemBytes = pl.smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (g_programmatic_launch) {
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-  }
-  cudaError_t e = cudaLaunchKernelEx(&config, kernel, p, partials, counters, ae_map, nib_map, x_map);
-  if (e == cudaSuccess) e = cudaGetLastError();
+  const dim3 grid(pl.grid_x, persistent ? 1 : pl.k_splits, 1);
+  const cudaError_t e =
+      launch_tma_kernel(kernel, grid, tma_threads(KIND, TOK), pl.smem_bytes, stream, p, partials, counters, ae_map, nib_map, x_map);
   if (e != cudaSuccess) return fail(persistent ? "tma_stream_k_kernel launch" : "tma_gemm_kernel launch", e);
   return 0;
 }
@@ -2087,6 +2194,51 @@ template <int KIND, bool STREAM_K = false>
 int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   if (p.M > kMaxTokens) return launch_tma_tokens<KIND, kTmaMaxTokens, STREAM_K>(p, workspace, workspace_bytes, stream);
   return launch_tma_tokens<KIND, kMaxTokens, STREAM_K>(p, workspace, workspace_bytes, stream);
+}
+
+// The row-tile kernel's plan: one CTA per 16 rows over the whole of K (no K split, no workspace); n_chunks counts its
+// stages of kRowStageK weights, smem_bytes its ring, group tiles and escape warp.
+Plan make_rows_plan(int kind, int M, int N, int K) {
+  Plan pl{};
+  const int tok = tma_tokens(M);
+  pl.rt_per_cta = 1;
+  pl.k_splits = 1;
+  pl.n_chunks = (K + kRowStageK - 1) / kRowStageK;
+  pl.grid_x = (N + kRowTile - 1) / kRowTile;
+  pl.smem_bytes = rows_stages(tok) * rows_stage_bytes(kind, M) + rows_smem_fixed(kind, tok) + kTmaAlign;
+  return pl;
+}
+
+// tma_rows_kernel<KIND, TOK> on p (M <= TOK, K % 32 == 0).
+template <int KIND, int TOK>
+int launch_rows_tokens(Params p, cudaStream_t stream) {
+  static bool attr_set = false;
+  auto kernel = tma_rows_kernel<KIND, TOK>;
+  const Plan pl = make_rows_plan(KIND, p.M, p.N, p.K);
+  if (!attr_set) {  // once per process, before any graph capture (the warm-up's call)
+    const Plan widest = make_rows_plan(KIND, TOK, 1, kRowStageK);
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, widest.smem_bytes);
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
+    attr_set = true;
+  }
+  CUtensorMap ae_map, nib_map, x_map;
+  if (int rc = encode_weight_maps<KIND>(p, kRowTile, kRowStageK, &ae_map, &nib_map, &x_map)) return rc;
+  p.rt_per_cta = pl.rt_per_cta;
+  p.k_splits = pl.k_splits;
+  p.n_chunks = pl.n_chunks;
+  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND), pl.smem_bytes, stream, p, ae_map, nib_map,
+                                          x_map);
+  if (e != cudaSuccess) return fail("tma_rows_kernel launch", e);
+  return 0;
+}
+
+// The row-tile kernel of KIND for p.M tokens: one MMA n-tile for M <= 8, two for 9..16.
+template <int KIND>
+int launch_rows(Params p, cudaStream_t stream) {
+  if (p.M > kMaxTokens) return launch_rows_tokens<KIND, kTmaMaxTokens>(p, stream);
+  return launch_rows_tokens<KIND, kMaxTokens>(p, stream);
 }
 
 // Whether a stream-K launch of `kind` for M tokens runs tma_stream_k_kernel (runs_stream_k of the kernel it picks).
@@ -2144,6 +2296,16 @@ int tensor_map_plan(int kind, int pipeline, int M, int N, int K, int sms, long l
   const bool tma = K % 32 == 0;
   write_split_plan(tma ? staged_plan(kind, pipeline, M, N, K, sms, stream_k) : make_plan(kind, M, N, K, sms), M, tma, out);
   out[6] = tma ? 1 : 0;
+  return 0;
+}
+
+
+// The plan of a row-tile entry point (K % 32 == 0) into out[0..6]: make_rows_plan's values, no K splits (out[1] = 1), no
+// workspace (out[5] = 0), out[6] = 1.
+int rows_plan(int kind, int M, int N, int K, int sms, long long* out) {
+  if (int rc = plan_prologue(M, N, K, &sms, kTmaMaxTokens)) return rc;
+  write_split_plan(make_rows_plan(kind, M, N, K), M, true, out);
+  out[6] = 1;
   return 0;
 }
 
@@ -2357,6 +2519,29 @@ int specdec_w12_v8_plan(int M, int N, int K, int sms, long long* out) {
   return tensor_map_plan(kW12, kTmaPipeline, M, N, K, sms, out, true);
 }
 
+// W12 exact in row-tile CTAs over the whole of K (tma_rows_kernel<kW12>: a CTA a 16-row tile, no K split, so no
+// workspace: specdec_w12_v9_plan's out[5] is 0 where it runs); same contracts as specdec_w12_gemm_small_m_v8 (the
+// workspace arguments are passed on where K % 32 != 0, which runs specdec_w12_gemm_small_m_v4).
+int specdec_w12_gemm_small_m_v9(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                                const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
+                                long long workspace_bytes, void* stream) {
+  if (K % 32 != 0)
+    return specdec_w12_gemm_small_m_v4(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes,
+                                       stream);
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K, kTmaMaxTokens)) return rc;
+  const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
+  return launch_rows<kW12>(p, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_w12_gemm_small_m_v9: out[0] 1 row tile a CTA, out[1] 1 (no K split), out[2] stages of 256
+// weights, out[3] the CTAs (ceil(N / 16)), out[4] shared bytes, out[5] 0, out[6] 1; where K % 32 != 0,
+// specdec_w12_v8_plan's (v4's kernel runs).
+int specdec_w12_v9_plan(int M, int N, int K, int sms, long long* out) {
+  if (K % 32 != 0) return specdec_w12_v8_plan(M, N, K, sms, out);
+  return rows_plan(kW12, M, N, K, sms, out);
+}
+
 // The runs of tma_stream_k_kernel for `row_blocks` blocks of `stages` stages over `ctas` CTAs, host only: for CTA c and
 // its segments in order, out gets (c, row block, first stage, end stage, piece, pieces of the block, workspace slot
 // or -1 where the block is stored whole), 7 values a segment, at most `cap` segments. Returns the segment count
@@ -2424,5 +2609,39 @@ int specdec_q_gemm_small_m_v3(const void* x, const void* ae, const void* base, v
 
 // Launch plan of specdec_q_gemm_small_m_v3, as specdec_q_v2_plan with specdec_w12_v8_plan's persistent values.
 int specdec_q_v3_plan(int M, int N, int K, int sms, long long* out) { return tensor_map_plan(kQ, kTmaQPipeline, M, N, K, sms, out, true); }
+
+// The Q view in the row-tile CTAs of specdec_w12_gemm_small_m_v9 (tma_rows_kernel<kQ>): same contracts as
+// specdec_q_gemm_small_m_v2 (no workspace where K % 32 == 0: specdec_q_v4_plan's out[5] is 0).
+int specdec_q_gemm_small_m_v4(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* workspace,
+                              long long workspace_bytes, void* stream) {
+  if (K % 32 != 0) return specdec_q_gemm_small_m(x, ae, base, y, M, N, K, stream);
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K, kTmaMaxTokens)) return rc;
+  const Params p = w12_params(x, ae, nullptr, base, nullptr, nullptr, nullptr, y, M, N, K);
+  return launch_rows<kQ>(p, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_q_gemm_small_m_v4, as specdec_w12_v9_plan (specdec_q_v2_plan's where K % 32 != 0).
+int specdec_q_v4_plan(int M, int N, int K, int sms, long long* out) {
+  if (K % 32 != 0) return specdec_q_v2_plan(M, N, K, sms, out);
+  return rows_plan(kQ, M, N, K, sms, out);
+}
+
+// bf16 weights in the row-tile CTAs of specdec_w12_gemm_small_m_v9 (tma_rows_kernel<kBf16>): same contracts as
+// specdec_skinny_gemm_bf16_v2 (no workspace where K % 32 == 0: specdec_bf16_v4_plan's out[5] is 0).
+int specdec_skinny_gemm_bf16_v4(const void* x, const void* w, void* y, int M, int N, int K, void* workspace, long long workspace_bytes,
+                                void* stream) {
+  if (K % 32 != 0) return specdec_skinny_gemm_bf16(x, w, y, M, N, K, stream);
+  g_error[0] = 0;
+  if (int rc = check_sizes(M, N, K, kTmaMaxTokens)) return rc;
+  const Params p = w12_params(x, w, nullptr, nullptr, nullptr, nullptr, nullptr, y, M, N, K);  // the bf16 weights in ae's place
+  return launch_rows<kBf16>(p, static_cast<cudaStream_t>(stream));
+}
+
+// Launch plan of specdec_skinny_gemm_bf16_v4, as specdec_w12_v9_plan (specdec_bf16_v2_plan's where K % 32 != 0).
+int specdec_bf16_v4_plan(int M, int N, int K, int sms, long long* out) {
+  if (K % 32 != 0) return specdec_bf16_v2_plan(M, N, K, sms, out);
+  return rows_plan(kBf16, M, N, K, sms, out);
+}
 
 }  // extern "C"
