@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +59,54 @@ def test_staged_instantiations_are_reported_by_variant(tmp_path, monkeypatch, ca
 )
 def test_kernel_kind_of_each_mangled_name(name, kind):
     assert sass_report.kernel_kind(name) == kind
+
+
+def _cuobjdump() -> str:
+    # the toolkit's, else the copy Triton's wheel ships
+    import shutil
+
+    import triton
+
+    found = shutil.which("cuobjdump")
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if found:
+        return found
+    assert bundled.is_file(), f"no cuobjdump on PATH nor at {bundled}"
+    return str(bundled)
+
+
+def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
+    from specdec.kernels.cuda import KernelLibraryError, build, load_library
+
+    try:
+        load_library()
+    except KernelLibraryError as err:  # no nvcc and no built library on this machine
+        pytest.skip(f"CUDA kernel library unavailable: {err}")
+    dump = subprocess.run([_cuobjdump(), "-sass", str(build.library_path())], capture_output=True, text=True, check=True).stdout
+    released = {}
+    for block in dump.split("Function : ")[1:]:
+        releases, unsafe = sass_report.loads_in_flight_at_release(block.split("\n"))
+        if releases:
+            released[block.split("\n", 1)[0].strip()] = unsafe
+    # every ring kernel (bulk-copy, tensor-map split-K, persistent and row-tile: W12, Q and bf16 at 8 and 16 tokens)
+    assert len(released) == 20, sorted(released)
+    assert not any(released.values()), {name: n for name, n in released.items() if n}
+
+
+def test_a_release_with_a_load_in_flight_is_found_after_a_loop():
+    def ins(addr: int, text: str, control: int) -> list[str]:
+        return [f"/*{addr:04x}*/ {text} ;", f"/* 0x{control << 41:016x} */"]
+
+    lds = 0 << 5 | 7 << 8  # sets scoreboard 0
+    waits_0 = 7 << 5 | 7 << 8 | 1 << 11  # waits for scoreboard 0
+    idle = 7 << 5 | 7 << 8
+    release = "SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R16+URZ], RZ"
+    body = (
+        ins(0x10, "LDS.128 R8, [R2]", lds) + ins(0x20, release, idle) + ins(0x30, "HMMA.16816.F32.BF16 R4, R8, R10, R4", waits_0)
+    )
+    assert sass_report.loads_in_flight_at_release(body) == (1, 1)
+    settled = ins(0x10, "LDS.128 R8, [R2]", lds) + ins(0x18, "STS [R3], R4", waits_0) + ins(0x20, release, idle)
+    assert sass_report.loads_in_flight_at_release(settled) == (1, 0)
+    # the producer's arrivals (with a transaction count) are not releases
+    producer = ins(0x10, "LDS.128 R8, [R2]", lds) + ins(0x20, "SYNCS.ARRIVE.TRANS64 RZ, [UR9], R2", idle)
+    assert sass_report.loads_in_flight_at_release(producer) == (0, 0)

@@ -111,6 +111,50 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
     }
 
 
+_CONTROL_WORD = re.compile(r"^\s*/\* 0x([0-9a-f]{16}) \*/\s*$")
+# A consumer warp's release of a ring stage (mbarrier.arrive without a transaction count); the producer's arrivals carry one.
+RELEASE_OPCODE = "SYNCS.ARRIVE.TRANS64.A1T0"
+
+
+def loads_in_flight_at_release(lines: list[str]) -> tuple[int, int]:
+    """``(releases, releases issued with a shared-memory load still in flight)`` of one kernel's ``cuobjdump -sass`` text.
+
+    Each instruction's second 64-bit word holds its scheduling control: the scoreboard its result will set (bits
+    46-48; 7: none) and the scoreboards it waits for before it issues (bits 52-57). A shared load (``LDS``) sets one;
+    the first instruction that waits for it clears it. A consumer's release of a ring stage (``RELEASE_OPCODE``) issued
+    while a load's scoreboard is set may let the producer's next copy overwrite the stage before the load has read it.
+    The walk follows addresses in order (a loop's back edge carries its state into the next pass only where the body
+    repeats in order), which is how ptxas lays out the rings' consumer loops.
+
+    Example::
+
+        >>> lds = ["/*0010*/ LDS.128 R8, [R2] ;", "/* 0x000e220000000c00 */"]
+        >>> arrive = ["/*0020*/ SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R16+URZ], RZ ;", "/* 0x0005e80008100030 */"]
+        >>> loads_in_flight_at_release(lds + arrive)
+        (1, 1)
+        >>> waits = ["/*0018*/ HMMA.16816.F32.BF16 R4, R8, R10, R4 ;", "/* 0x001fe20000041804 */"]
+        >>> loads_in_flight_at_release(lds + waits + arrive)
+        (1, 0)
+    """
+    pending: set[int] = set()
+    releases = unsafe = 0
+    for i, line in enumerate(lines):
+        m = _LINE.search(line)
+        control = _CONTROL_WORD.match(lines[i + 1]) if m and i + 1 < len(lines) else None
+        if control is None:
+            continue
+        bits = int(control.group(1), 16) >> 41
+        sets, waits = (bits >> 5) & 7, (bits >> 11) & 0x3F
+        pending = {b for b in pending if not (waits >> b) & 1}
+        op = m.group(3)
+        if op == RELEASE_OPCODE:
+            releases += 1
+            unsafe += bool(pending)
+        if op.startswith("LDS") and sets < 6:
+            pending.add(sets)
+    return releases, unsafe
+
+
 def kernel_kind(name: str) -> tuple[str, str] | None:
     """``(kind, vec16)`` of a mangled kernel name: a key of ``WEIGHTS_PER_LANE_PER_BATCH`` and the 16-byte-load flag.
 
@@ -173,11 +217,13 @@ def main() -> None:
             continue
         kind, vec16 = found
         rep = analyse_kernel(block.split("\n"), WEIGHTS_PER_LANE_PER_BATCH[kind])
+        releases, unsafe = loads_in_flight_at_release(block.split("\n"))
         print(
             f"{KIND_NAMES.get(kind, kind):5s} vec16={vec16}: loop {rep['loop_instructions']} instr, {rep.get('hmma')} HMMA, "
             f"{rep.get('instructions_per_weight', float('nan')):.2f} instr/weight/lane, "
             f"{rep.get('barriers', 0)} barrier instructions in the loop, in the kernel "
             + ", ".join(f"{k} {v}" for k, v in rep.get("async_in_kernel", {}).items())
+            + (f", stage releases {releases} ({unsafe} with shared loads in flight)" if releases else "")
         )
         print("   ", ", ".join(f"{k} {v}" for k, v in list(rep.get("mix", {}).items())[:14]))
 

@@ -938,7 +938,18 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
 #pragma unroll
   for (int j = 0; j < NT; ++j) x_off[j] = min(g + 8 * j, M - 1) * X_ROW_BYTES;
   const int n_full = min(s_hi, p.K / SK) - s_lo;  // stages entirely inside K
+  float* mine = red + warp * 16 * TOK;  // this warp's [16][TOK] tile of red, written after the loop
   auto release = [&]() {
+    // Every shared-memory load of the stage must have landed before the stage is released: the producer's next copy
+    // into it is ordered after the arrive, not after loads still in flight, and ptxas issues the arrive without
+    // waiting for loads whose registers only later MMAs read (bf16 stages, where no decode consumes them first; on the
+    // H200 that let a copy overwrite x and weights before they were read). acc depends on every value the stage
+    // loaded, so a store of it (to the warp's own tile, rewritten after the loop) cannot issue before they have
+    // all landed, and the arrive follows the store. sass_report.loads_in_flight_at_release checks the binary.
+    float settled = acc[0][0];
+#pragma unroll
+    for (int j = 1; j < NT; ++j) settled += acc[j][0];
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
     if (++s == STAGES) s = 0, ++round;
@@ -964,7 +975,6 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     release();
   }
   // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 j + 2t, 8 j + 2t + 1) -> red[row][token].
-  float* mine = red + warp * 16 * TOK;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     mine[g * TOK + 8 * j + 2 * t] = acc[j][0];
