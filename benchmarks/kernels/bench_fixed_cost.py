@@ -23,7 +23,8 @@ Two questions the roofline (``bench_roofline.py``) cannot answer:
 
 Kernels (``--kernels`` picks some): cuBLAS bf16 (``F.linear``), and the tensor-map CUDA kernels of
 ``specdec.kernels.cuda``: bf16 v2, W12 exact v7, Q view v2, the same three in persistent CTAs (bf16 v3, W12 v8,
-Q v3) and in CTAs of one 16-row tile over the whole of K (bf16 v4, W12 v9, Q v4). Every kernel's output on the first copy is checked against the float32 product (the roofline's
+Q v3), in CTAs of one 16-row tile over the whole of K (bf16 v4, W12 v9, Q v4) and the defaults that take the row tiles
+where they make one even wave (bf16 v5, W12 v10, Q v5); v7, bf16 v2 and Q v3 only when ``--kernels`` names them. Every kernel's output on the first copy is checked against the float32 product (the roofline's
 tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. Weights are random
 (Gaussian, std 0.02), labelled so.
 
@@ -54,6 +55,7 @@ from benchmarks.kernels.bench_roofline import (
     w12_v7,
     w12_v8,
     w12_v9,
+    w12_variant,
     weight_bytes,
 )
 from benchmarks.kernels.read_floor import Cycle, fit_line, read_floor_row, weight_copies
@@ -69,6 +71,22 @@ KERNELS = (
     "cuda_bf16_v4",
     "cuda_w12_v9",
     "cuda_q_v4",
+    "cuda_bf16_v5",
+    "cuda_w12_v10",
+    "cuda_q_v5",
+)
+# Timed unless --kernels names others: cuBLAS, the row tiles, the kernels the defaults fall back to and the defaults.
+DEFAULT_KERNELS = (
+    "cublas_bf16",
+    "cuda_q_v2",
+    "cuda_bf16_v3",
+    "cuda_w12_v8",
+    "cuda_bf16_v4",
+    "cuda_w12_v9",
+    "cuda_q_v4",
+    "cuda_bf16_v5",
+    "cuda_w12_v10",
+    "cuda_q_v5",
 )
 MS = (1, 8, 16)
 SWEEP_MS = (1, 8)
@@ -99,6 +117,9 @@ def kernel_calls(
         "cuda_bf16_v4": (lambda x, i: bf16_variant(ops, "v4", x, bf16[i]), False),
         "cuda_w12_v9": (lambda x, i: w12_v9(ops, x, *planes[i]), False),
         "cuda_q_v4": (lambda x, i: q_variant(ops, "v4", x, *q[i]), True),
+        "cuda_bf16_v5": (lambda x, i: bf16_variant(ops, "v5", x, bf16[i]), False),
+        "cuda_w12_v10": (lambda x, i: w12_variant(ops, "v10", x, *planes[i]), False),
+        "cuda_q_v5": (lambda x, i: q_variant(ops, "v5", x, *q[i]), True),
     }
     return {kind: calls[kind] for kind in KERNELS if kind in kinds}
 
@@ -295,7 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="CPU: reference paths, tiny shapes")
     ap.add_argument("--models", default="qwen3-8b,qwen3-32b")
     ap.add_argument(
-        "--kernels", type=kernel_list, default=KERNELS, help=f"comma-separated kernels to time (default all: {','.join(KERNELS)})"
+        "--kernels",
+        type=kernel_list,
+        default=DEFAULT_KERNELS,
+        help=f"comma-separated kernels to time, of {','.join(KERNELS)} (default: {','.join(DEFAULT_KERNELS)})",
     )
     ap.add_argument("--calls", type=int, default=20, help="calls per CUDA graph (at least the copies)")
     ap.add_argument("--reps", type=int, default=10, help="graph replays (median)")

@@ -928,7 +928,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
     lm_head = w12.lm_head.weight
     probe = torch.zeros(1, lm_head.shape[1], dtype=torch.bfloat16, device=device)
     result["w12_linear_path"] = w12_format.linear_path(probe, lm_head)
-    result["w12_cuda_variant"] = os.environ.get("SPECDEC_W12_CUDA_VARIANT") or "default (v8 where K % 32 == 0, else v1)"
+    result["w12_cuda_variant"] = os.environ.get("SPECDEC_W12_CUDA_VARIANT") or "default (v10 where K % 32 == 0, else v1)"
     for name, target in (("bf16", bf16), ("w12", w12)):
         result[f"{name}_weight_bytes"] = linear_weight_bytes(target)
         result[f"{name}_floor_s"] = result[f"{name}_weight_bytes"] / args.copy_bw

@@ -9,7 +9,7 @@ kernel (cuBLAS bf16 ``F.linear``, the CUDA ``specdec::skinny_gemm_bf16``, ``w12_
 ``SPECDEC_Q_CUDA_VARIANT=v1``), ``w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=v3`` ... ``v8`` as
 ``cuda_w12_v3`` ... ``cuda_w12_v8``, ``q_gemm_small_m`` with ``SPECDEC_Q_CUDA_VARIANT=v2`` / ``v3`` as ``cuda_q_v2`` /
 ``cuda_q_v3`` and ``skinny_gemm_bf16`` with ``SPECDEC_BF16_CUDA_VARIANT=v2`` / ``v3`` as ``cuda_bf16_v2`` /
-``cuda_bf16_v3``), one untimed warm call, then exactly one call between ``cudaProfilerStart`` and
+``cuda_bf16_v3``; the row tiles W12 v9, Q and bf16 ``v4`` likewise), one untimed warm call, then exactly one call between ``cudaProfilerStart`` and
 ``cudaProfilerStop`` inside an NVTX range named ``<kernel>|<shape>|M=<m>`` (168 ranges). Run under
 ``ncu --profile-from-start off --nvtx --print-nvtx-rename kernel``, only those calls are profiled and each
 profiled kernel carries its range's name. It writes a manifest (``--out``: one entry per range, in launch
@@ -230,8 +230,8 @@ def case_functions(x: torch.Tensor, w: torch.Tensor, w12, ops) -> dict:
         "cuda_w12_v3": lambda: w12_v3(ops, x, *planes),
         "cuda_w12_v4": lambda: w12_v4(ops, x, *planes),
         **{f"cuda_w12_{v}": (lambda v=v: bulk_call(v)(ops, x, *planes)) for v in BULK_VARIANTS},
-        **{f"cuda_q_{v}": (lambda v=v: q_variant(ops, v, x, w12.ae, w12.base)) for v in ("v2", "v3")},
-        **{f"cuda_bf16_{v}": (lambda v=v: bf16_variant(ops, v, x, w)) for v in ("v2", "v3")},
+        **{f"cuda_q_{v}": (lambda v=v: q_variant(ops, v, x, w12.ae, w12.base)) for v in ("v2", "v3", "v4")},
+        **{f"cuda_bf16_{v}": (lambda v=v: bf16_variant(ops, v, x, w)) for v in ("v2", "v3", "v4")},
     }
     return {kernel: calls[kernel] for kernel in KERNELS}
 

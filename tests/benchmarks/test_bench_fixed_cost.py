@@ -16,7 +16,7 @@ def test_smoke_mode_times_every_kernel_warm_and_cold_and_fits_the_sweep(tmp_path
     assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["provenance"]["seed"] == 0 and result["errors"] == 0 and not result["not_run"]
-    kinds = set(bench_fixed_cost.KERNELS)
+    kinds = set(bench_fixed_cost.DEFAULT_KERNELS)
     assert {r["kind"] for r in result["shapes"]} == kinds | {"read_floor"}
     kernels = [r for r in result["shapes"] if r["kind"] != "read_floor"]
     assert all(r["cold_s"] > 0 and r["warm_s"] > 0 for r in kernels)
@@ -50,7 +50,7 @@ def test_a_kernel_off_the_product_fails_the_run(tmp_path, monkeypatch):
     assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 1
     result = json.loads(out.read_text())
     bad = [r for r in result["shapes"] + result["sweep"] if "error" in r]
-    assert bad and {r["kind"] for r in bad} == {"cuda_q_v2", "cuda_q_v3", "cuda_q_v4"} and all("cold_s" not in r for r in bad)
+    assert bad and {r["kind"] for r in bad} == {"cuda_q_v2", "cuda_q_v4", "cuda_q_v5"} and all("cold_s" not in r for r in bad)
 
 
 def test_kernels_option_times_only_the_named_kernels(tmp_path):
@@ -61,7 +61,7 @@ def test_kernels_option_times_only_the_named_kernels(tmp_path):
     assert bench_fixed_cost.main(["--smoke", "--kernels", "cublas_bf16", "--no-read-floor", "--out", str(out)]) == 0
     assert {r["kind"] for r in json.loads(out.read_text())["shapes"]} == {"cublas_bf16"}
     with pytest.raises(SystemExit):
-        bench_fixed_cost.main(["--smoke", "--kernels", "cuda_w12_v10", "--out", str(out)])
+        bench_fixed_cost.main(["--smoke", "--kernels", "cuda_w12_v11", "--out", str(out)])
 
 
 def test_the_cycle_gives_each_captured_call_the_next_copy():

@@ -172,13 +172,13 @@ def test_smoke_launch_runs_every_staged_kernel_and_skips_them_all(tmp_path, w12_
 def test_smoke_launch_pins_the_q_column_to_the_register_kernel_and_skips_q_v2(tmp_path, q_variants_called):
     manifest = tmp_path / "ncu_launch.json"
     assert profile_ncu.main(["--launch", "--smoke", "--out", str(manifest)]) == 0
-    # K = 64 would run v2 unpinned: cuda_q runs v1 there, cuda_q_v2 / v3 run v2 / v3 at any K, once warm and once profiled
+    # K = 64 would run v5 unpinned: cuda_q runs v1 there, cuda_q_v2 to v4 run v2 to v4 at any K, once warm and once profiled
     assert sorted(q_variants_called) == sorted(
-        (variant, m, k) for variant in ("v1", "v2", "v3") for k in (64, 136) for m in profile_ncu.MS for _ in range(2)
+        (variant, m, k) for variant in ("v1", "v2", "v3", "v4") for k in (64, 136) for m in profile_ncu.MS for _ in range(2)
     )
     q_variants_called.clear()
     assert profile_ncu.main(["--launch", "--smoke", "--skip-kernel", "cuda_q_v2", "--out", str(manifest)]) == 0
-    assert {v for v, *_ in q_variants_called} == {"v1", "v3"}
+    assert {v for v, *_ in q_variants_called} == {"v1", "v3", "v4"}
     assert "cuda_q_v2" not in json.loads(manifest.read_text())["kernels"]
 
 

@@ -234,11 +234,11 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
     x = torch.randn(2, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     monkeypatch.delenv(W12_VARIANT_ENV, raising=False)
     # unset: the tensor-map kernel where it runs (K % 32 == 0), the register kernel elsewhere
-    assert [w12_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v8", "v8", "v1", "v1", "v1"]
+    assert [w12_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v10", "v10", "v1", "v1", "v1"]
     assert w12_variant() == "v1"
     monkeypatch.setenv(W12_VARIANT_ENV, "v4")
     assert w12_variant(4096) == "v4"  # a set variable wins at any K
-    assert W12_VARIANTS == ("v1", "v3", "v4", "v5", "v6", "v7", "v8", "v9")
+    assert W12_VARIANTS == ("v1", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10")
     for variant in W12_VARIANTS:
         monkeypatch.setenv(W12_VARIANT_ENV, variant)
         assert w12_variant() == variant
@@ -247,7 +247,7 @@ def test_w12_variant_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.setenv(W12_VARIANT_ENV, "v2")
     with pytest.raises(
         ValueError,
-        match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5', 'v6', 'v7', 'v8', 'v9'\) or unset, got 'v2'",
+        match=r"SPECDEC_W12_CUDA_VARIANT: expected one of \('v1', 'v3', 'v4', 'v5', 'v6', 'v7', 'v8', 'v9', 'v10'\) or unset, got 'v2'",
     ):
         w12_gemm_small_m(x, *planes(w12))
 
@@ -259,16 +259,16 @@ def test_q_variant_is_read_on_every_call_and_checked(monkeypatch):
     x = torch.randn(2, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     monkeypatch.delenv(Q_VARIANT_ENV, raising=False)
     # unset: the tensor-map kernel where it runs (K % 32 == 0), the register kernel elsewhere
-    assert [q_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v2", "v2", "v1", "v1", "v1"]
+    assert [q_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v5", "v5", "v1", "v1", "v1"]
     assert q_variant() == "v1"
     # the W12 variable steers the W12 kernel only (v2 is no W12 variant)
     monkeypatch.setenv(W12_VARIANT_ENV, "v2")
-    assert q_variant(4096) == "v2"
+    assert q_variant(4096) == "v5"
     assert torch.equal(q_gemm_small_m(x, w12.ae, w12.base), q_linear_reference(x, w12))
     monkeypatch.delenv(W12_VARIANT_ENV)
     monkeypatch.setenv(Q_VARIANT_ENV, "v1")
     assert q_variant(4096) == "v1"  # a set variable wins at any K
-    assert Q_VARIANTS == ("v1", "v2", "v3", "v4")
+    assert Q_VARIANTS == ("v1", "v2", "v3", "v4", "v5")
     for variant in Q_VARIANTS:
         monkeypatch.setenv(Q_VARIANT_ENV, variant)
         assert q_variant() == variant
@@ -276,7 +276,7 @@ def test_q_variant_is_read_on_every_call_and_checked(monkeypatch):
         assert torch.equal(q_gemm_small_m(x, w12.ae, w12.base), q_linear_reference(x, w12)), variant
     monkeypatch.setenv(Q_VARIANT_ENV, "v7")
     with pytest.raises(
-        ValueError, match=r"SPECDEC_Q_CUDA_VARIANT: expected one of \('v1', 'v2', 'v3', 'v4'\) or unset, got 'v7'"
+        ValueError, match=r"SPECDEC_Q_CUDA_VARIANT: expected one of \('v1', 'v2', 'v3', 'v4', 'v5'\) or unset, got 'v7'"
     ):
         q_gemm_small_m(x, w12.ae, w12.base)
 
@@ -550,13 +550,13 @@ def test_bf16_variant_is_read_on_every_call_and_checked(monkeypatch):
 
     monkeypatch.delenv(BF16_VARIANT_ENV, raising=False)
     # unset: the tensor-map kernel where K % 32 == 0, the register kernel elsewhere
-    assert [bf16_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v3", "v3", "v1", "v1", "v1"]
-    assert bf16_variant() == "v1" and BF16_VARIANTS == ("v1", "v2", "v3", "v4")
+    assert [bf16_variant(k) for k in (4096, 25600, 4104, 8, 48)] == ["v5", "v5", "v1", "v1", "v1"]
+    assert bf16_variant() == "v1" and BF16_VARIANTS == ("v1", "v2", "v3", "v4", "v5")
     monkeypatch.setenv(BF16_VARIANT_ENV, "v1")
     assert bf16_variant(4096) == "v1"  # a set variable wins at any K
     monkeypatch.setenv(BF16_VARIANT_ENV, "v7")
     with pytest.raises(
-        ValueError, match=r"SPECDEC_BF16_CUDA_VARIANT: expected one of \('v1', 'v2', 'v3', 'v4'\) or unset, got 'v7'"
+        ValueError, match=r"SPECDEC_BF16_CUDA_VARIANT: expected one of \('v1', 'v2', 'v3', 'v4', 'v5'\) or unset, got 'v7'"
     ):
         bf16_variant(4096)
     # the op reads it on every call, before any work: also on the CPU reference path
@@ -733,3 +733,26 @@ def test_row_tile_plans_take_one_cta_a_16_row_tile_over_the_whole_of_k(kind, fal
     ring = stages * (16 * row_bytes + m * 256 * 2)
     assert ring < plan["shared_bytes"] <= ring + 8 * 1024, plan
     assert plan["shared_bytes"] <= 227 * 1024 // 2, plan  # two CTAs an SM at any m
+
+
+# (N, K): the one-wave 8B qkv, o and down take row tiles; the uneven single wave of 320 CTAs (32B o, down) and the
+# calls of several waves (8B gate_up, lm_head) keep the split-K or persistent plans
+ROW_TILES_PAY = [(6144, 4096, True), (4096, 4096, True), (4096, 12288, True), (5120, 8192, False), (5120, 25600, False)]
+ROW_TILES_PAY += [(24576, 4096, False), (151936, 4096, False)]
+
+
+@pytest.mark.parametrize("n,k,pays", ROW_TILES_PAY)
+@pytest.mark.parametrize(
+    "kind,rows,fallback", [("w12_v10", "w12_v9", "w12_v8"), ("q_v5", "q_v4", "q_v2"), ("bf16_v5", "bf16_v4", "bf16_v3")]
+)
+def test_default_plans_take_row_tiles_where_they_make_one_even_wave(kind, rows, fallback, n, k, pays):
+    from specdec.kernels.cuda.ops import launch_plan
+
+    _library_or_skip()
+    plan = launch_plan(kind, 1, n, k, 132)
+    assert plan == launch_plan(rows if pays else fallback, 1, n, k, 132), plan
+    if pays:  # one wave of at most 4 CTAs an SM, the fullest SM within 10 % of the mean
+        ctas = plan["ctas_x"]
+        assert ctas <= 4 * 132 and ctas >= 0.9 * 132 * -(-ctas // 132), plan
+    # K % 32 != 0: the fallback's fallback (the register or split-K kernels), as the entry point runs
+    assert launch_plan(kind, 1, n, k + 8, 132) == launch_plan(fallback, 1, n, k + 8, 132)

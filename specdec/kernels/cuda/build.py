@@ -35,9 +35,10 @@ _DEFAULT = _REPO_ROOT / "build" / "specdec_cuda_kernels.so"
 # (planes, output, sizes, workspace and its bytes, stream) and ``specdec_w12_<variant>_plan`` (seven int64 values).
 # The Q and bf16 kernels on the tensor-map pipeline follow it with their own operands: ``specdec_q_gemm_small_m_<v>`` and
 # ``specdec_q_<v>_plan``, ``specdec_skinny_gemm_bf16_<v>`` and ``specdec_bf16_<v>_plan`` for v2 (split K), v3 (persistent)
-# and v4 (row tiles over the whole of K, W12 v9; these need no workspace: their plans ask for 0 bytes).
-W12_WORKSPACE_VARIANTS = ("v4", "v5", "v6", "v7", "v8", "v9")
-TENSOR_MAP_QB_VARIANTS = ("v2", "v3", "v4")
+# v4 (row tiles over the whole of K, W12 v9; these need no workspace: their plans ask for 0 bytes) and v5 (row tiles
+# where they pay, else Q v2 / bf16 v3; W12 v10: else v8).
+W12_WORKSPACE_VARIANTS = ("v4", "v5", "v6", "v7", "v8", "v9", "v10")
+TENSOR_MAP_QB_VARIANTS = ("v2", "v3", "v4", "v5")
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
 

@@ -19,24 +19,26 @@ per stage through tensor maps (``specdec_w12_gemm_small_m_v7``) and ``"v8"`` v7'
 a run of equal length over row blocks x stages (``specdec_w12_gemm_small_m_v8``; where v7's split-K plan needs more
 than one wave of CTAs and the runs are short, else v7's kernel and plan: :func:`stream_k_segments`, README.md) and
 ``"v9"`` v7's stages in CTAs of one 16-row tile each over the whole of K (``specdec_w12_gemm_small_m_v9``: no K split,
-so no workspace and no reduction of partials; README.md, "Row-tile CTAs over the whole of K"); all four fall back as
+so no workspace and no reduction of partials; README.md, "Row-tile CTAs over the whole of K") and ``"v10"`` the
+row tiles where they take one even wave of CTAs, else ``"v8"`` (``specdec_w12_gemm_small_m_v10``); all five fall back as
 ``"v5"`` does. All decode bit-exactly; they sum in different orders, so their outputs may differ
-in the last bits. Unset, it is ``"v8"`` where ``K % 32 == 0``, else ``"v1"`` (:func:`w12_variant`).
+in the last bits. Unset, it is ``"v10"`` where ``K % 32 == 0``, else ``"v1"`` (:func:`w12_variant`).
 
 ``SPECDEC_BF16_CUDA_VARIANT`` (read on every call) picks the bf16 kernel the same way (:func:`bf16_variant`): ``"v1"``
 the register kernel (``specdec_skinny_gemm_bf16``), ``"v2"`` plain bf16 weights on the tensor-map pipeline of
 ``"v7"`` (``specdec_skinny_gemm_bf16_v2``, the same workspace contract; ``K % 32 != 0`` runs ``"v1"``), ``"v3"`` the
 same in the persistent CTAs of W12 ``"v8"`` (``specdec_skinny_gemm_bf16_v3``; never slower than ``"v2"`` on the
 H200's model shapes, faster where split K needs several waves), ``"v4"`` the same in the row-tile CTAs of W12 ``"v9"``
-(``specdec_skinny_gemm_bf16_v4``); unset, ``"v3"``
+(``specdec_skinny_gemm_bf16_v4``), ``"v5"`` the row tiles where they pay, else ``"v3"`` (as W12 ``"v10"``,
+``specdec_skinny_gemm_bf16_v5``); unset, ``"v5"``
 where ``K % 32 == 0``, else ``"v1"``. They sum in different orders.
 
 ``SPECDEC_Q_CUDA_VARIANT`` (read on every call) picks the Q-view kernel the same way (:func:`q_variant`): ``"v1"``
 the register kernel (``specdec_q_gemm_small_m``), ``"v2"`` the Q view on the tensor-map pipeline of ``"v7"``, K split
 over independent CTAs with the same workspace contract (``specdec_q_gemm_small_m_v2``; ``K % 32 != 0`` runs the
 ``"v1"`` kernel), ``"v3"`` the same in the persistent CTAs of W12 ``"v8"`` (``specdec_q_gemm_small_m_v3``), ``"v4"`` in
-the row-tile CTAs of W12 ``"v9"`` (``specdec_q_gemm_small_m_v4``); unset,
-``"v2"`` where ``K % 32 == 0``, else ``"v1"``. Both decode the same Q view; they sum in
+the row-tile CTAs of W12 ``"v9"`` (``specdec_q_gemm_small_m_v4``), ``"v5"`` the row tiles where they pay, else ``"v2"``
+(as W12 ``"v10"``, ``specdec_q_gemm_small_m_v5``); unset, ``"v5"`` where ``K % 32 == 0``, else ``"v1"``. Both decode the same Q view; they sum in
 different orders.
 
 W12 planes are those of :class:`specdec.formats.W12Tensor` (``ae``, ``nib``, ``base``, ``esc_ptr``, ``esc_pos``,
@@ -96,23 +98,26 @@ MAX_TOKENS = 8
 TENSOR_MAP_MAX_TOKENS = 16  # two MMA n-tiles of 8 tokens
 KINDS = {"bf16": 0, "w12": 1, "q": 2}
 W12_VARIANT_ENV = "SPECDEC_W12_CUDA_VARIANT"
-W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7", "v8", "v9")
+W12_VARIANTS = ("v1", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10")
 Q_VARIANT_ENV = "SPECDEC_Q_CUDA_VARIANT"
-Q_VARIANTS = ("v1", "v2", "v3", "v4")
+Q_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 BF16_VARIANT_ENV = "SPECDEC_BF16_CUDA_VARIANT"
-BF16_VARIANTS = ("v1", "v2", "v3", "v4")
+BF16_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 # launch_plan kinds of the kernels with K split over independent CTAs -> their plan's entry point (seven int64 values).
 _SPLIT_K_PLANS = {
     **{f"w12_{v}": f"specdec_w12_{v}_plan" for v in W12_WORKSPACE_VARIANTS},
     "q_v2": "specdec_q_v2_plan",
     "q_v3": "specdec_q_v3_plan",
     "q_v4": "specdec_q_v4_plan",
+    "q_v5": "specdec_q_v5_plan",
     "bf16_v2": "specdec_bf16_v2_plan",
     "bf16_v3": "specdec_bf16_v3_plan",
     "bf16_v4": "specdec_bf16_v4_plan",
+    "bf16_v5": "specdec_bf16_v5_plan",
 }
 # Those fed by copies into shared-memory stages: their plans also say whether the copies run.
-_STAGED_KINDS = ("w12_v5", "w12_v6", "w12_v7", "w12_v8", "w12_v9", "q_v2", "q_v3", "q_v4", "bf16_v2", "bf16_v3", "bf16_v4")
+_STAGED_KINDS = ("w12_v5", "w12_v6", "w12_v7", "w12_v8", "w12_v9", "w12_v10", "q_v2", "q_v3", "q_v4", "q_v5")
+_STAGED_KINDS += ("bf16_v2", "bf16_v3", "bf16_v4", "bf16_v5")
 # Byte alignment the kernels' vector loads need of every plane's base address.
 _ALIGN = 16
 
@@ -183,8 +188,8 @@ def _variant(env: str, variants: tuple[str, ...], tensor_map: str, k: int | None
 def w12_variant(k: int | None = None) -> str:
     """The W12 CUDA kernel :func:`w12_gemm_small_m` runs now for weights of width ``k``: ``$SPECDEC_W12_CUDA_VARIANT``.
 
-    Unset: ``"v8"`` (the tensor-map kernel, in persistent CTAs where that measured faster; the fastest on every
-    measured shape) where ``k % 32 == 0``, else ``"v1"`` (the register kernel; ``k=None`` stands for such a width).
+    Unset: ``"v10"`` (the tensor-map kernel in row tiles, in persistent CTAs or split over K, whichever measured
+    fastest for the call's shape) where ``k % 32 == 0``, else ``"v1"`` (the register kernel; ``k=None`` stands for such a width).
     Raises ValueError for any other value than those of ``W12_VARIANTS``.
 
     Example::
@@ -192,15 +197,15 @@ def w12_variant(k: int | None = None) -> str:
         >>> import os
         >>> os.environ.pop("SPECDEC_W12_CUDA_VARIANT", None) and None
         >>> w12_variant(4096), w12_variant(4104), w12_variant()
-        ('v8', 'v1', 'v1')
+        ('v10', 'v1', 'v1')
     """
-    return _variant(W12_VARIANT_ENV, W12_VARIANTS, "v8", k)
+    return _variant(W12_VARIANT_ENV, W12_VARIANTS, "v10", k)
 
 
 def q_variant(k: int | None = None) -> str:
     """The Q-view CUDA kernel :func:`q_gemm_small_m` runs now for weights of width ``k``: ``$SPECDEC_Q_CUDA_VARIANT``.
 
-    Unset: ``"v2"`` (the Q view on the tensor-map pipeline) where ``k % 32 == 0``, else ``"v1"`` (the register
+    Unset: ``"v5"`` (the Q view on the tensor-map pipeline, in row tiles where they pay) where ``k % 32 == 0``, else ``"v1"`` (the register
     kernel; ``k=None`` stands for such a width). Raises ValueError for any other value than those of ``Q_VARIANTS``.
 
     Example::
@@ -208,15 +213,15 @@ def q_variant(k: int | None = None) -> str:
         >>> import os
         >>> os.environ.pop("SPECDEC_Q_CUDA_VARIANT", None) and None
         >>> q_variant(4096), q_variant(4104), q_variant()
-        ('v2', 'v1', 'v1')
+        ('v5', 'v1', 'v1')
     """
-    return _variant(Q_VARIANT_ENV, Q_VARIANTS, "v2", k)
+    return _variant(Q_VARIANT_ENV, Q_VARIANTS, "v5", k)
 
 
 def bf16_variant(k: int | None = None) -> str:
     """The bf16 CUDA kernel :func:`skinny_gemm_bf16` runs now for weights of width ``k``: ``$SPECDEC_BF16_CUDA_VARIANT``.
 
-    Unset: ``"v3"`` (plain bf16 weights on the tensor-map pipeline, in persistent CTAs where that measured faster) where
+    Unset: ``"v5"`` (plain bf16 weights on the tensor-map pipeline, in row tiles or persistent CTAs where they measured faster) where
     ``k % 32 == 0``, else ``"v1"`` (the register
     kernel; ``k=None`` stands for such a width). Raises ValueError for any other value than those of ``BF16_VARIANTS``.
 
@@ -225,20 +230,20 @@ def bf16_variant(k: int | None = None) -> str:
         >>> import os
         >>> os.environ.pop("SPECDEC_BF16_CUDA_VARIANT", None) and None
         >>> bf16_variant(4096), bf16_variant(4104), bf16_variant()
-        ('v3', 'v1', 'v1')
+        ('v5', 'v1', 'v1')
     """
-    return _variant(BF16_VARIANT_ENV, BF16_VARIANTS, "v3", k)
+    return _variant(BF16_VARIANT_ENV, BF16_VARIANTS, "v5", k)
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.
-_TENSOR_MAP_VARIANTS = {"bf16": ("v2", "v3", "v4"), "w12": ("v7", "v8", "v9"), "q": ("v2", "v3", "v4")}
+_TENSOR_MAP_VARIANTS = {"bf16": ("v2", "v3", "v4", "v5"), "w12": ("v7", "v8", "v9", "v10"), "q": ("v2", "v3", "v4", "v5")}
 
 
 def max_tokens(op: str, k: int) -> int:
     """The most rows (tokens) the op ``op`` (``"bf16"``, ``"w12"`` or ``"q"``) takes now for weights of width ``k``.
 
-    16 where the kernel its variant variable picks at ``k`` is a tensor-map one (bf16 ``"v2"`` to ``"v4"``, W12 ``"v7"`` to
-    ``"v9"``, Q ``"v2"`` to ``"v4"``: two MMA n-tiles of 8 tokens) and ``k % 32 == 0``; 8 elsewhere. The CPU reference takes the same.
+    16 where the kernel its variant variable picks at ``k`` is a tensor-map one (bf16 ``"v2"`` to ``"v5"``, W12 ``"v7"`` to
+    ``"v10"``, Q ``"v2"`` to ``"v5"``: two MMA n-tiles of 8 tokens) and ``k % 32 == 0``; 8 elsewhere. The CPU reference takes the same.
 
     Example::
 

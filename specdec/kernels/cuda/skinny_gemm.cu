@@ -2219,6 +2219,22 @@ Plan make_rows_plan(int kind, int M, int N, int K) {
   return pl;
 }
 
+// Whether the row-tile kernel takes a call of the default entry points (W12 v10, Q v5, bf16 v5): where its ceil(N / 16)
+// CTAs run as one wave (at most kRowCtasPerSm an SM, fewer where shared memory holds fewer) that leaves the SMs within
+// 10 % of even (CTAs >= 0.9 x SMs x the CTAs of the fullest SM). On the H200 (benchmarks/NOTES.md, "Row-tile CTAs") the
+// row tiles won there, on the one-wave 8B qkv, o and down, by the split-K launch's reduction they skip, and lost or tied
+// on the calls of several waves (gate_up, lm_head) and on uneven single waves (320 CTAs on 132 SMs: 32B o and down),
+// where the split-K and persistent plans even out the SMs' bytes.
+bool rows_pay(int kind, int M, int N, int K, int sms) {
+  const Plan pl = make_rows_plan(kind, M, N, K);
+  int per_sm = (227 * 1024) / (pl.smem_bytes + 1024);
+  if (per_sm > kRowCtasPerSm) per_sm = kRowCtasPerSm;
+  const long long ctas = pl.grid_x;
+  if (sms < 1 || ctas > static_cast<long long>(sms) * per_sm) return false;
+  const long long fullest = (ctas + sms - 1) / sms;
+  return ctas * 10 >= fullest * sms * 9;
+}
+
 // tma_rows_kernel<KIND, TOK> on p (M <= TOK, K % 32 == 0).
 template <int KIND, int TOK>
 int launch_rows_tokens(Params p, cudaStream_t stream) {
@@ -2552,6 +2568,25 @@ int specdec_w12_v9_plan(int M, int N, int K, int sms, long long* out) {
   return rows_plan(kW12, M, N, K, sms, out);
 }
 
+// W12 exact in row tiles where they pay (rows_pay: specdec_w12_gemm_small_m_v9), else specdec_w12_gemm_small_m_v8;
+// same contracts, with specdec_w12_v10_plan's out[5] bytes of workspace (0 where the row tiles run).
+int specdec_w12_gemm_small_m_v10(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
+                                 const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
+                                 long long workspace_bytes, void* stream) {
+  if (K % 32 == 0 && check_sizes(M, N, K, kTmaMaxTokens) == 0 && rows_pay(kW12, M, N, K, sm_count()))
+    return specdec_w12_gemm_small_m_v9(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes, stream);
+  return specdec_w12_gemm_small_m_v8(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes, stream);
+}
+
+// Launch plan of specdec_w12_gemm_small_m_v10: specdec_w12_v9_plan's where the row tiles run, else specdec_w12_v8_plan's.
+int specdec_w12_v10_plan(int M, int N, int K, int sms, long long* out) {
+  if (K % 32 == 0) {
+    if (int rc = plan_prologue(M, N, K, &sms, kTmaMaxTokens)) return rc;
+    if (rows_pay(kW12, M, N, K, sms)) return rows_plan(kW12, M, N, K, sms, out);
+  }
+  return specdec_w12_v8_plan(M, N, K, sms, out);
+}
+
 // The runs of tma_stream_k_kernel for `row_blocks` blocks of `stages` stages over `ctas` CTAs, host only: for CTA c and
 // its segments in order, out gets (c, row block, first stage, end stage, piece, pieces of the block, workspace slot
 // or -1 where the block is stored whole), 7 values a segment, at most `cap` segments. Returns the segment count
@@ -2637,6 +2672,24 @@ int specdec_q_v4_plan(int M, int N, int K, int sms, long long* out) {
   return rows_plan(kQ, M, N, K, sms, out);
 }
 
+// The Q view in row tiles where they pay (rows_pay: specdec_q_gemm_small_m_v4), else specdec_q_gemm_small_m_v2; same
+// contracts, with specdec_q_v5_plan's out[5] bytes of workspace.
+int specdec_q_gemm_small_m_v5(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* workspace,
+                              long long workspace_bytes, void* stream) {
+  if (K % 32 == 0 && check_sizes(M, N, K, kTmaMaxTokens) == 0 && rows_pay(kQ, M, N, K, sm_count()))
+    return specdec_q_gemm_small_m_v4(x, ae, base, y, M, N, K, workspace, workspace_bytes, stream);
+  return specdec_q_gemm_small_m_v2(x, ae, base, y, M, N, K, workspace, workspace_bytes, stream);
+}
+
+// Launch plan of specdec_q_gemm_small_m_v5: specdec_q_v4_plan's where the row tiles run, else specdec_q_v2_plan's.
+int specdec_q_v5_plan(int M, int N, int K, int sms, long long* out) {
+  if (K % 32 == 0) {
+    if (int rc = plan_prologue(M, N, K, &sms, kTmaMaxTokens)) return rc;
+    if (rows_pay(kQ, M, N, K, sms)) return rows_plan(kQ, M, N, K, sms, out);
+  }
+  return specdec_q_v2_plan(M, N, K, sms, out);
+}
+
 // bf16 weights in the row-tile CTAs of specdec_w12_gemm_small_m_v9 (tma_rows_kernel<kBf16>): same contracts as
 // specdec_skinny_gemm_bf16_v2 (no workspace where K % 32 == 0: specdec_bf16_v4_plan's out[5] is 0).
 int specdec_skinny_gemm_bf16_v4(const void* x, const void* w, void* y, int M, int N, int K, void* workspace, long long workspace_bytes,
@@ -2652,6 +2705,24 @@ int specdec_skinny_gemm_bf16_v4(const void* x, const void* w, void* y, int M, in
 int specdec_bf16_v4_plan(int M, int N, int K, int sms, long long* out) {
   if (K % 32 != 0) return specdec_bf16_v2_plan(M, N, K, sms, out);
   return rows_plan(kBf16, M, N, K, sms, out);
+}
+
+// bf16 weights in row tiles where they pay (rows_pay: specdec_skinny_gemm_bf16_v4), else specdec_skinny_gemm_bf16_v3;
+// same contracts, with specdec_bf16_v5_plan's out[5] bytes of workspace.
+int specdec_skinny_gemm_bf16_v5(const void* x, const void* w, void* y, int M, int N, int K, void* workspace, long long workspace_bytes,
+                                void* stream) {
+  if (K % 32 == 0 && check_sizes(M, N, K, kTmaMaxTokens) == 0 && rows_pay(kBf16, M, N, K, sm_count()))
+    return specdec_skinny_gemm_bf16_v4(x, w, y, M, N, K, workspace, workspace_bytes, stream);
+  return specdec_skinny_gemm_bf16_v3(x, w, y, M, N, K, workspace, workspace_bytes, stream);
+}
+
+// Launch plan of specdec_skinny_gemm_bf16_v5: specdec_bf16_v4_plan's where the row tiles run, else specdec_bf16_v3_plan's.
+int specdec_bf16_v5_plan(int M, int N, int K, int sms, long long* out) {
+  if (K % 32 == 0) {
+    if (int rc = plan_prologue(M, N, K, &sms, kTmaMaxTokens)) return rc;
+    if (rows_pay(kBf16, M, N, K, sms)) return rows_plan(kBf16, M, N, K, sms, out);
+  }
+  return specdec_bf16_v3_plan(M, N, K, sms, out);
 }
 
 }  // extern "C"
