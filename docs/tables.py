@@ -467,13 +467,19 @@ ROOFLINE_KERNELS = {
     "cuda_w12_v5": "CUDA W12 exact, bulk-copy pipeline (v5)",
     "cuda_w12_v6": "CUDA W12 exact, bulk copies from four producer warps (v6)",
     "cuda_w12_v7": "CUDA W12 exact, tensor-map pipeline (v7)",
-    "cuda_w12_v8": "CUDA W12 exact, v7 in persistent CTAs where split K needs several waves (v8, the default)",
+    "cuda_w12_v8": "CUDA W12 exact, v7 in persistent CTAs where split K needs several waves (v8)",
+    "cuda_w12_v9": "CUDA W12 exact, v7's stages in CTAs of one 16-row tile over the whole of K (v9)",
+    "cuda_w12_v10": "CUDA W12 exact, v9 where its CTAs make one even wave, else v8 (v10, the default)",
     "cuda_q": "CUDA Q view",
-    "cuda_q_v2": "CUDA Q view, tensor-map pipeline (v2, the default)",
+    "cuda_q_v2": "CUDA Q view, tensor-map pipeline (v2)",
     "cuda_q_v3": "CUDA Q view, v2 in persistent CTAs where split K needs several waves (v3)",
+    "cuda_q_v4": "CUDA Q view in row-tile CTAs (v4)",
+    "cuda_q_v5": "CUDA Q view, v4 where its CTAs make one even wave, else v2 (v5, the default)",
     "cuda_bf16": "CUDA bf16, register kernel (v1)",
     "cuda_bf16_v2": "CUDA bf16, tensor-map pipeline (v2)",
-    "cuda_bf16_v3": "CUDA bf16, v2 in persistent CTAs where split K needs several waves (v3, the default)",
+    "cuda_bf16_v3": "CUDA bf16, v2 in persistent CTAs where split K needs several waves (v3)",
+    "cuda_bf16_v4": "CUDA bf16 in row-tile CTAs (v4)",
+    "cuda_bf16_v5": "CUDA bf16, v4 where its CTAs make one even wave, else v3 (v5, the default)",
     "triton_w12": "Triton W12 exact",
     "triton_q": "Triton Q view",
     "cublas_fp8": "cuBLAS fp8",
@@ -509,7 +515,7 @@ def cuda_roofline(results: Results) -> str:
     def kernel_rows(group: list[dict], kernels: dict) -> list[list[str]]:
         rows = []
         for key, label in kernels.items():
-            if key in run["kernels_left_out"]:  # not timed in this run
+            if key in run["kernels_left_out"] or f"{key}_vs_cublas_bf16" not in group[0]:  # not timed in this run
                 continue
             ratios = [r[f"{key}_vs_cublas_bf16"] for r in group]
             fractions = [r[f"{key}_frac_of_copy"] for r in group]
@@ -938,8 +944,8 @@ def engine_h200_split(results: Results) -> str:
     return markdown_table(header, rows)
 
 
-FIXED_COST_RUN = "fixed_cost_h200_2026-12-04_read_floor.json"
-FIXED_COST_KERNELS = ("cublas_bf16", "cuda_bf16_v3", "cuda_w12_v8", "cuda_q_v2", "read_floor")  # the defaults and the floor
+FIXED_COST_RUN = "fixed_cost_h200_2026-12-04_row_tile2.json"
+FIXED_COST_KERNELS = ("cublas_bf16", "cuda_bf16_v5", "cuda_w12_v10", "cuda_q_v5", "read_floor")  # the defaults and the floor
 
 
 def cuda_fixed_cost(results: Results) -> str:
@@ -1006,7 +1012,7 @@ def cuda_read_floor(results: Results) -> str:
         cells.append(f"{bf16_floor['weight_bytes'] / copy / bf16_floor['cold_s']:.2f}")
         for kind in FIXED_COST_KERNELS[:-1]:
             cells.append(" / ".join(f"{shapes[model, linear, m, kind]['x_read_floor']:.2f}" for m in (1, 16)))
-        for kind in ("cuda_w12_v8", "cuda_q_v2"):
+        for kind in ("cuda_w12_v10", "cuda_q_v5"):
             now = [shapes[model, linear, m, "cublas_bf16"]["cold_s"] / shapes[model, linear, m, kind]["cold_s"] for m in (1, 16)]
             ceiling = [
                 shapes[model, linear, m, "cublas_bf16"]["cold_s"] / shapes[model, linear, m, kind]["read_floor_s"]
@@ -1026,9 +1032,9 @@ def cuda_read_floor(results: Results) -> str:
                     "shape",
                     "bf16 floor, of copy",
                     "cuBLAS x floor (M 1 / 16)",
-                    "bf16 v3",
-                    "W12 v8",
-                    "Q v2",
+                    "bf16 v5",
+                    "W12 v10",
+                    "Q v5",
                     "W12 x cuBLAS (at its floor)",
                     "Q x cuBLAS (at its floor)",
                 ],
@@ -1524,6 +1530,39 @@ def w12_tokens(results: Results) -> str:
     return markdown_table(header, rows)
 
 
+# (label, run) of the AR step before the row tiles and with them, from one device call
+ROW_TILE_STEP_RUNS = (
+    ("W12 v8, bf16 v3 (the defaults before)", "ar_step_h200_2026-12-04_row_tile2_v8.json"),
+    ("W12 v10, bf16 v5 (row tiles where they pay)", "ar_step_h200_2026-12-04_row_tile2_default.json"),
+)
+
+
+def cuda_row_tile_steps(results: Results) -> str:
+    """The Qwen3-8B AR step with the tensor-map defaults before the row tiles and with them, from one device call."""
+    rows = []
+    for label, name in ROW_TILE_STEP_RUNS:
+        r = results(name)
+        rows.append(
+            [
+                label,
+                f"{r['w12_step_s'] * 1e3:.3f} ms ({r['w12_x_floor']:.2f}x its floor)",
+                f"{r['w12_vs_bf16_step']:.2f}x",
+                f"{r['w12_verify_s'] * 1e3:.3f} ms ({r['w12_verify_x_step']:.2f}x)",
+                f"{r['bf16_skinny_step_s'] * 1e3:.3f} ms ({r['bf16_skinny_x_floor']:.2f}x its floor)",
+                f"{r['bf16_step_s'] * 1e3:.3f} ms",
+            ]
+        )
+    header = [
+        "kernels",
+        "W12 step",
+        "W12 / bf16 (cuBLAS) step",
+        "W12 verify, 16 rows",
+        "bf16 step, skinny linears",
+        "bf16 step, cuBLAS",
+    ]
+    return markdown_table(header, rows)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "two-level-h200-extra": two_level_h200_extra,
     "cuda-roofline": cuda_roofline,
@@ -1542,6 +1581,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "elementwise-h200": elementwise_h200,
     "cuda-fixed-cost": cuda_fixed_cost,
     "cuda-read-floor": cuda_read_floor,
+    "cuda-row-tile-steps": cuda_row_tile_steps,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
     "w12-tokens": w12_tokens,
