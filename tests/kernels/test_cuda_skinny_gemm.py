@@ -735,24 +735,37 @@ def test_row_tile_plans_take_one_cta_a_16_row_tile_over_the_whole_of_k(kind, fal
     assert plan["shared_bytes"] <= 227 * 1024 // 2, plan  # two CTAs an SM at any m
 
 
-# (N, K): the one-wave 8B qkv, o and down take row tiles; the uneven single wave of 320 CTAs (32B o, down) and the
-# calls of several waves (8B gate_up, lm_head) keep the split-K or persistent plans
-ROW_TILES_PAY = [(6144, 4096, True), (4096, 4096, True), (4096, 12288, True), (5120, 8192, False), (5120, 25600, False)]
-ROW_TILES_PAY += [(24576, 4096, False), (151936, 4096, False)]
+# (M, N, K, whether W12 / Q / bf16 take row tiles): one even wave of CTAs (W12 and Q 5 an SM at one token, bf16 4 by
+# shared memory) for the 8B qkv, o and down and the 32B qkv (W12, Q); the Q view at up to 8 tokens over up to 8 such
+# waves as well (all but lm_head); the uneven single wave of 320 CTAs (32B o, down) and longer calls keep the split-K or
+# persistent plans; at 16 tokens the one-wave rule for all three
+ROW_TILE_CASES = [
+    (1, 6144, 4096, (True, True, True)),
+    (1, 4096, 4096, (True, True, True)),
+    (1, 4096, 12288, (True, True, True)),
+    (1, 10240, 5120, (True, True, False)),
+    (1, 5120, 8192, (False, True, False)),
+    (1, 5120, 25600, (False, True, False)),
+    (1, 24576, 4096, (False, True, False)),
+    (8, 24576, 4096, (False, True, False)),
+    (1, 151936, 4096, (False, False, False)),
+    (16, 24576, 4096, (False, False, False)),
+    (16, 6144, 4096, (True, True, True)),
+]
+DEFAULT_KINDS = [("w12_v10", "w12_v9", "w12_v8"), ("q_v5", "q_v4", "q_v2"), ("bf16_v5", "bf16_v4", "bf16_v3")]
 
 
-@pytest.mark.parametrize("n,k,pays", ROW_TILES_PAY)
-@pytest.mark.parametrize(
-    "kind,rows,fallback", [("w12_v10", "w12_v9", "w12_v8"), ("q_v5", "q_v4", "q_v2"), ("bf16_v5", "bf16_v4", "bf16_v3")]
-)
-def test_default_plans_take_row_tiles_where_they_make_one_even_wave(kind, rows, fallback, n, k, pays):
+@pytest.mark.parametrize("m,n,k,pays", ROW_TILE_CASES)
+@pytest.mark.parametrize("which", range(3), ids=["w12", "q", "bf16"])
+def test_default_plans_take_row_tiles_where_they_pay(which, m, n, k, pays):
     from specdec.kernels.cuda.ops import launch_plan
 
     _library_or_skip()
-    plan = launch_plan(kind, 1, n, k, 132)
-    assert plan == launch_plan(rows if pays else fallback, 1, n, k, 132), plan
-    if pays:  # one wave of at most 4 CTAs an SM, the fullest SM within 10 % of the mean
+    kind, rows, fallback = DEFAULT_KINDS[which]
+    plan = launch_plan(kind, m, n, k, 132)
+    assert plan == launch_plan(rows if pays[which] else fallback, m, n, k, 132), plan
+    if pays[which] and not (kind == "q_v5" and m <= 8):  # one wave of at most 5 CTAs an SM, within 10 % of even
         ctas = plan["ctas_x"]
-        assert ctas <= 4 * 132 and ctas >= 0.9 * 132 * -(-ctas // 132), plan
-    # K % 32 != 0: the fallback's fallback (the register or split-K kernels), as the entry point runs
-    assert launch_plan(kind, 1, n, k + 8, 132) == launch_plan(fallback, 1, n, k + 8, 132)
+        assert ctas <= 5 * 132 and ctas >= 0.9 * 132 * -(-ctas // 132), plan
+    if m <= 8:  # K % 32 != 0 (at most 8 tokens there): the fallback's own fallback, as the entry point runs
+        assert launch_plan(kind, m, n, k + 8, 132) == launch_plan(fallback, m, n, k + 8, 132)

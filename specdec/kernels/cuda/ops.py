@@ -527,7 +527,7 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
         rc = lib.specdec_skinny_plan(KINDS[kind], m, n, k, sms, out)
     if rc != 0:
         raise ValueError(
-            f"launch_plan: expected 1 <= m <= 8 (16 for the tensor-map kinds w12_v7, q_v2, bf16_v2 where k % 32 == 0), n >= 1, "
+            f"launch_plan: expected 1 <= m <= 8 (16 for the tensor-map kinds, w12_v7, q_v2, bf16_v2 and later, where k % 32 == 0), n >= 1, "
             f"k a positive multiple of 8 and sms >= 1, got m={m} n={n} k={k} sms={sms}"
         )
     keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes")

@@ -1562,8 +1562,10 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 constexpr int kRowTile = 16;
 constexpr int kRowStageK = 256;
 constexpr int kRowGroups = kRowStageK / 64;
-constexpr int kRowCtasPerSm = 4;  // the registers' bound; shared memory allows 2-5 by M
 __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? 4 : 6; }
+// CTAs an SM the registers allow (the launch bound): 5 for one MMA n-tile of tokens (<= 68 registers a thread), 4 for
+// two (<= 85); shared memory allows 2-7 by M and kind.
+__host__ __device__ constexpr int rows_ctas_per_sm(int tok) { return tok > kMaxTokens ? 4 : 5; }
 __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
@@ -1575,7 +1577,7 @@ __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok) {
 }
 
 template <int KIND, int TOK = kMaxTokens>
-__global__ void __launch_bounds__(rows_threads(KIND), kRowCtasPerSm)
+__global__ void __launch_bounds__(rows_threads(KIND), rows_ctas_per_sm(TOK))
     tma_rows_kernel(const Params p, const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
                     const __grid_constant__ CUtensorMap x_map) {
   constexpr int kStages = rows_stages(TOK);
@@ -2220,17 +2222,22 @@ Plan make_rows_plan(int kind, int M, int N, int K) {
 }
 
 // Whether the row-tile kernel takes a call of the default entry points (W12 v10, Q v5, bf16 v5): where its ceil(N / 16)
-// CTAs run as one wave (at most kRowCtasPerSm an SM, fewer where shared memory holds fewer) that leaves the SMs within
-// 10 % of even (CTAs >= 0.9 x SMs x the CTAs of the fullest SM). On the H200 (benchmarks/NOTES.md, "Row-tile CTAs") the
-// row tiles won there, on the one-wave 8B qkv, o and down, by the split-K launch's reduction they skip, and lost or tied
-// on the calls of several waves (gate_up, lm_head) and on uneven single waves (320 CTAs on 132 SMs: 32B o and down),
-// where the split-K and persistent plans even out the SMs' bytes.
+// CTAs run as one wave (at most rows_ctas_per_sm an SM, fewer where shared memory holds fewer) that leaves the SMs
+// within 10 % of even (CTAs >= 0.9 x SMs x the CTAs of the fullest SM); for the Q view at up to 8 tokens also over at
+// most kRowQMaxWaves such waves. On the H200 (benchmarks/NOTES.md, "Row-tile CTAs") the row tiles won on the one-wave
+// 8B qkv, o and down, by the split-K launch's reduction they skip; W12 and bf16 lost or tied on the calls of several
+// waves (gate_up, lm_head) and on uneven single waves (320 CTAs on 132 SMs: 32B o and down), where the split-K and
+// persistent plans even out the SMs' bytes; the Q view (a third less to decode a byte) won on those up to 8 tokens but
+// lm_head (18 waves).
+constexpr int kRowQMaxWaves = 8;
 bool rows_pay(int kind, int M, int N, int K, int sms) {
   const Plan pl = make_rows_plan(kind, M, N, K);
   int per_sm = (227 * 1024) / (pl.smem_bytes + 1024);
-  if (per_sm > kRowCtasPerSm) per_sm = kRowCtasPerSm;
+  if (per_sm > rows_ctas_per_sm(tma_tokens(M))) per_sm = rows_ctas_per_sm(tma_tokens(M));
   const long long ctas = pl.grid_x;
-  if (sms < 1 || ctas > static_cast<long long>(sms) * per_sm) return false;
+  if (sms < 1 || per_sm < 1) return false;
+  if (kind == kQ && M <= kMaxTokens) return ctas <= static_cast<long long>(kRowQMaxWaves) * sms * per_sm;
+  if (ctas > static_cast<long long>(sms) * per_sm) return false;
   const long long fullest = (ctas + sms - 1) / sms;
   return ctas * 10 >= fullest * sms * 9;
 }
