@@ -2342,6 +2342,21 @@ int rows_plan(int kind, int M, int N, int K, int sms, long long* out) {
   return 0;
 }
 
+// Whether a default entry point (W12 v10, Q v5, bf16 v5) runs the row tiles for this call on the current device.
+bool rows_take(int kind, int M, int N, int K) {
+  return K % 32 == 0 && check_sizes(M, N, K, kTmaMaxTokens) == 0 && rows_pay(kind, M, N, K, sm_count());
+}
+
+// The plan of a default entry point: rows_plan's where the row tiles pay, else the plan of the entry point it falls
+// back to (`fallback`).
+int rows_or_plan(int kind, int M, int N, int K, int sms, long long* out, int (*fallback)(int, int, int, int, long long*)) {
+  if (K % 32 == 0) {
+    if (int rc = plan_prologue(M, N, K, &sms, kTmaMaxTokens)) return rc;
+    if (rows_pay(kind, M, N, K, sms)) return rows_plan(kind, M, N, K, sms, out);
+  }
+  return fallback(M, N, K, sms, out);
+}
+
 }  // namespace
 
 extern "C" {
@@ -2580,18 +2595,14 @@ int specdec_w12_v9_plan(int M, int N, int K, int sms, long long* out) {
 int specdec_w12_gemm_small_m_v10(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr,
                                  const void* esc_pos, const void* esc_bits, void* y, int M, int N, int K, void* workspace,
                                  long long workspace_bytes, void* stream) {
-  if (K % 32 == 0 && check_sizes(M, N, K, kTmaMaxTokens) == 0 && rows_pay(kW12, M, N, K, sm_count()))
+  if (rows_take(kW12, M, N, K))
     return specdec_w12_gemm_small_m_v9(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes, stream);
   return specdec_w12_gemm_small_m_v8(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K, workspace, workspace_bytes, stream);
 }
 
 // Launch plan of specdec_w12_gemm_small_m_v10: specdec_w12_v9_plan's where the row tiles run, else specdec_w12_v8_plan's.
 int specdec_w12_v10_plan(int M, int N, int K, int sms, long long* out) {
-  if (K % 32 == 0) {
-    if (int rc = plan_prologue(M, N, K, &sms, kTmaMaxTokens)) return rc;
-    if (rows_pay(kW12, M, N, K, sms)) return rows_plan(kW12, M, N, K, sms, out);
-  }
-  return specdec_w12_v8_plan(M, N, K, sms, out);
+  return rows_or_plan(kW12, M, N, K, sms, out, specdec_w12_v8_plan);
 }
 
 // The runs of tma_stream_k_kernel for `row_blocks` blocks of `stages` stages over `ctas` CTAs, host only: for CTA c and
@@ -2683,18 +2694,14 @@ int specdec_q_v4_plan(int M, int N, int K, int sms, long long* out) {
 // contracts, with specdec_q_v5_plan's out[5] bytes of workspace.
 int specdec_q_gemm_small_m_v5(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* workspace,
                               long long workspace_bytes, void* stream) {
-  if (K % 32 == 0 && check_sizes(M, N, K, kTmaMaxTokens) == 0 && rows_pay(kQ, M, N, K, sm_count()))
+  if (rows_take(kQ, M, N, K))
     return specdec_q_gemm_small_m_v4(x, ae, base, y, M, N, K, workspace, workspace_bytes, stream);
   return specdec_q_gemm_small_m_v2(x, ae, base, y, M, N, K, workspace, workspace_bytes, stream);
 }
 
 // Launch plan of specdec_q_gemm_small_m_v5: specdec_q_v4_plan's where the row tiles run, else specdec_q_v2_plan's.
 int specdec_q_v5_plan(int M, int N, int K, int sms, long long* out) {
-  if (K % 32 == 0) {
-    if (int rc = plan_prologue(M, N, K, &sms, kTmaMaxTokens)) return rc;
-    if (rows_pay(kQ, M, N, K, sms)) return rows_plan(kQ, M, N, K, sms, out);
-  }
-  return specdec_q_v2_plan(M, N, K, sms, out);
+  return rows_or_plan(kQ, M, N, K, sms, out, specdec_q_v2_plan);
 }
 
 // bf16 weights in the row-tile CTAs of specdec_w12_gemm_small_m_v9 (tma_rows_kernel<kBf16>): same contracts as
@@ -2718,18 +2725,14 @@ int specdec_bf16_v4_plan(int M, int N, int K, int sms, long long* out) {
 // same contracts, with specdec_bf16_v5_plan's out[5] bytes of workspace.
 int specdec_skinny_gemm_bf16_v5(const void* x, const void* w, void* y, int M, int N, int K, void* workspace, long long workspace_bytes,
                                 void* stream) {
-  if (K % 32 == 0 && check_sizes(M, N, K, kTmaMaxTokens) == 0 && rows_pay(kBf16, M, N, K, sm_count()))
+  if (rows_take(kBf16, M, N, K))
     return specdec_skinny_gemm_bf16_v4(x, w, y, M, N, K, workspace, workspace_bytes, stream);
   return specdec_skinny_gemm_bf16_v3(x, w, y, M, N, K, workspace, workspace_bytes, stream);
 }
 
 // Launch plan of specdec_skinny_gemm_bf16_v5: specdec_bf16_v4_plan's where the row tiles run, else specdec_bf16_v3_plan's.
 int specdec_bf16_v5_plan(int M, int N, int K, int sms, long long* out) {
-  if (K % 32 == 0) {
-    if (int rc = plan_prologue(M, N, K, &sms, kTmaMaxTokens)) return rc;
-    if (rows_pay(kBf16, M, N, K, sms)) return rows_plan(kBf16, M, N, K, sms, out);
-  }
-  return specdec_bf16_v3_plan(M, N, K, sms, out);
+  return rows_or_plan(kBf16, M, N, K, sms, out, specdec_bf16_v3_plan);
 }
 
 }  // extern "C"
