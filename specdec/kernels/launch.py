@@ -7,7 +7,7 @@ element-wise kernel before it runs, load the weights of their first stages into 
 their first load of ``x``. ``$SPECDEC_PDL`` (read on every launch) says who takes part:
 
 * ``"1"`` (also when unset): while the stream is being captured into a CUDA graph, the CUDA tensor-map GEMMs (W12
-  v7 / v8, Q v2 / v3, bf16 v2 / v3; :func:`gemm_launch_programmatic`) and the Triton kernels of a decode step around
+  v7 to v10, Q and bf16 v2 to v5; :func:`gemm_launch_programmatic`) and the Triton kernels of a decode step around
   them (the RMSNorms, SwiGLU, the q/k norm + RoPE and the split-KV attention's two launches) over at most
   ``PDL_MAX_ROWS`` rows, which wait for the kernel before them at their start and then signal
   (``griddepcontrol.launch_dependents``) so that the kernel after them starts at once;
