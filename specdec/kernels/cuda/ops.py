@@ -38,8 +38,8 @@ the register kernel (``specdec_q_gemm_small_m``), ``"v2"`` the Q view on the ten
 over independent CTAs with the same workspace contract (``specdec_q_gemm_small_m_v2``; ``K % 32 != 0`` runs the
 ``"v1"`` kernel), ``"v3"`` the same in the persistent CTAs of W12 ``"v8"`` (``specdec_q_gemm_small_m_v3``), ``"v4"`` in
 the row-tile CTAs of W12 ``"v9"`` (``specdec_q_gemm_small_m_v4``), ``"v5"`` the row tiles where they pay, else ``"v2"``
-(as W12 ``"v10"``, ``specdec_q_gemm_small_m_v5``); unset, ``"v5"`` where ``K % 32 == 0``, else ``"v1"``. Both decode the same Q view; they sum in
-different orders.
+(as W12 ``"v10"``, and at up to 8 tokens over up to 8 such waves; ``specdec_q_gemm_small_m_v5``); unset, ``"v5"`` where
+``K % 32 == 0``, else ``"v1"``. All decode the same Q view; they sum in different orders.
 
 W12 planes are those of :class:`specdec.formats.W12Tensor` (``ae``, ``nib``, ``base``, ``esc_ptr``, ``esc_pos``,
 ``esc_bits``); with ``K % 8 == 0`` the planes are unpadded (``ae`` is ``[N, K]``).
