@@ -102,7 +102,8 @@ def kernel_calls(
     ops, w: torch.Tensor, w12, copies: int, kinds: Sequence[str] = KERNELS
 ) -> dict[str, tuple[Callable[[torch.Tensor, int], torch.Tensor], bool]]:
     """kind -> (``call(x, copy)``, compares with the Q view's product) over ``copies`` identical copies of ``w``
-    (and of ``w12``, its W12 encoding), for the kernels ``kinds`` in ``KERNELS`` order."""
+    (and of ``w12``, its W12 encoding), for the kernels ``kinds`` (names of ``KERNELS``) in their order: each shape's
+    kernels are timed in it, so a later-timed column can be checked for order effects by reversing it."""
     bf16 = [w] + [w.clone() for _ in range(copies - 1)]
     planes = [w12_planes(w12)] + [tuple(t.clone() for t in w12_planes(w12)) for _ in range(copies - 1)]
     q = [(p[0], p[2]) for p in planes]  # the Q view reads the ae plane and the bases only
@@ -121,7 +122,7 @@ def kernel_calls(
         "cuda_w12_v10": (lambda x, i: w12_variant(ops, "v10", x, *planes[i]), False),
         "cuda_q_v5": (lambda x, i: q_variant(ops, "v5", x, *q[i]), True),
     }
-    return {kind: calls[kind] for kind in KERNELS if kind in kinds}
+    return {kind: calls[kind] for kind in kinds}
 
 
 def checked(call, x: torch.Tensor, ref: torch.Tensor, err_ref: float) -> float:

@@ -121,3 +121,12 @@ def test_the_triton_read_forms_read_every_word_once(nbytes):
         assert read_floor.checked_sum(read(buf)) == read_floor.word_sum(buf)
     buf[-1] ^= 1  # a changed last byte changes the sum each form reports
     assert all(read_floor.checked_sum(read(buf)) == read_floor.word_sum(buf) for read in forms.values())
+
+
+def test_kernels_are_timed_in_the_order_named(tmp_path):
+    out = tmp_path / "fixed_cost.json"
+    for order in (["cuda_w12_v10", "cublas_bf16"], ["cublas_bf16", "cuda_w12_v10"]):
+        assert bench_fixed_cost.main(["--smoke", "--no-read-floor", "--kernels", ",".join(order), "--out", str(out)]) == 0
+        rows = json.loads(out.read_text())["shapes"]
+        first = rows[0]
+        assert [r["kind"] for r in rows if (r["linear"], r["M"]) == (first["linear"], first["M"])] == order
