@@ -137,28 +137,17 @@ KERNELS = (
     "cuda_q_v4",
     "cuda_bf16_v4",
 )
-# The kernels that take 9..16 tokens: the references and the tensor-map kernels (two MMA n-tiles).
-TWO_TILE_KERNELS = (
-    "cublas_bf16",
-    "cublas_fp8",
-    "triton_w12",
-    "triton_q",
-    "cuda_w12_v7",
-    "cuda_q_v2",
-    "cuda_bf16_v2",
-    "cuda_w12_v8",
-    "cuda_q_v3",
-    "cuda_bf16_v3",
-    "cuda_w12_v9",
-    "cuda_q_v4",
-    "cuda_bf16_v4",
+# The tensor-map kernels (their probes also run 16 tokens, and the sanitizer runs them at M = 16 on its staged shapes).
+TENSOR_MAP_VARIANTS = ("v7", "q_v2", "bf16_v2", "v8", "q_v3", "bf16_v3", "v9", "q_v4", "bf16_v4")
+# The kernels that take 9..16 tokens: the references and the tensor-map kernels (two MMA n-tiles), by their columns.
+TWO_TILE_KERNELS = ("cublas_bf16", "cublas_fp8", "triton_w12", "triton_q") + tuple(
+    f"cuda_{v}" if "_" in v else f"cuda_w12_{v}"
+    for v in TENSOR_MAP_VARIANTS  # Q and bf16 variants carry their kind
 )
 # The tensor-map kernels' own one-hot checks with a second n-tile of tokens: (N, K, M), K % 32 == 0 and K % M == 0;
 # 130 x 2112 at M = 12: a partial last 64-row block and tokens 8..11 in the second tile; 72 x 4128 at M = 16.
 TWO_TILE_DECODE_SHAPES = ((130, 2112, 12), (72, 4128, 16))
 SMOKE_TWO_TILE_DECODE_SHAPES = ((20, 96, 12), (24, 64, 16))
-# The tensor-map kernels' probes also run 16 tokens, and the sanitizer runs them at M = 16 on its staged shapes.
-TENSOR_MAP_VARIANTS = ("v7", "q_v2", "bf16_v2", "v8", "q_v3", "bf16_v3", "v9", "q_v4", "bf16_v4")
 # The persistent kernels run only where the split-K plan needs more than one wave of CTAs: their own checks,
 # probes and sanitizer runs also take a tall, short shape (321 row blocks of 2.25 stages: runs of 2-3 stages across
 # blocks, a partial last block, a last stage 32 long). (N, K); probes and checks at M = 1, 8 and 16.
