@@ -3,30 +3,36 @@ in the stream is still running, and waits (``griddepcontrol.wait``) where it fir
 
 A decode step at one token is a chain of short kernels, and each GEMM's first microseconds (launch, prologue, the
 first stages of weights in flight) are not covered by any other work. With the launch, a GEMM's CTAs start while the
-element-wise kernel before it runs, load the weights of their first stages into shared memory, and wait only before
-their first load of ``x``. ``$SPECDEC_PDL`` (read on every launch) says who takes part:
+kernels before it run, load the weights of their first stages into shared memory, and wait only before their first
+load of ``x``. A kernel lets the next one start with ``griddepcontrol.launch_dependents``; where it does so sets how
+far ahead the chain runs. ``$SPECDEC_PDL`` (read on every launch) says who takes part and where they signal:
 
 * ``"1"`` (also when unset): while the stream is being captured into a CUDA graph, the CUDA tensor-map GEMMs (W12
-  v7 to v10, Q and bf16 v2 to v5; :func:`gemm_launch_programmatic`) and the Triton kernels of a decode step around
-  them (the RMSNorms, SwiGLU, the q/k norm + RoPE and the split-KV attention's two launches) over at most
-  ``PDL_MAX_ROWS`` rows, which wait for the kernel before them at their start and then signal
-  (``griddepcontrol.launch_dependents``) so that the kernel after them starts at once;
-* ``"gemm"``: the tensor-map GEMMs alone (captured), the element-wise kernels launched plainly;
+  v7 to v10, Q and bf16 v2 to v5; :func:`gemm_launch_code`) and the Triton kernels of a decode step around them (the
+  RMSNorms, SwiGLU, the q/k norm + RoPE and the split-KV attention's two launches) over at most ``PDL_MAX_ROWS`` rows.
+  The Triton kernels signal first and then wait for the kernel before them (``SIGNAL_FIRST``), and a GEMM's
+  producer signals once it has issued its last copy, so the next GEMM's weights start streaming while this one's
+  last stages are consumed and the element-wise kernels between them run;
+* ``"late"``: the same kernels, each signalling only once it is past its wait: the Triton kernels wait, then signal
+  (``WAIT_FIRST``), and a GEMM signals after its K loop;
+* ``"gemm"``: the tensor-map GEMMs alone (captured, signalling as in ``"1"``), the element-wise kernels launched plainly;
 * ``"0"``: nobody.
 
-Either instruction does nothing in a kernel launched without the attribute, so an element-wise kernel that takes part
-stays correct after any kernel; eager launches (a host-bound path, where nothing overlaps anyway) stay plain. A GEMM
-reads its first weights before it waits, which is right only when the kernel just before it does not write those
-weights: true inside a captured forward, whose graph writes activations, caches and workspaces but never a linear's
-weights; not assured for an eager call made right after the weights were written (a W12 encoding, a load), which is
-why eager calls launch plainly. The Triton interpreter has no such
-instructions: :func:`triton_launch_options` turns them off for tensors that are not on a CUDA device.
+Where a kernel signals never changes what it computes: a kernel launched after it waits, before touching anything
+this one writes, for this one to finish, and this one finishes only after its own wait, so the chain of waits
+orders every kernel after all those before it. Either instruction does nothing in a kernel launched without the
+attribute, so an element-wise kernel that takes part stays correct after any kernel; eager launches (a host-bound
+path, where nothing overlaps anyway) stay plain. A GEMM reads its first weights before it waits, which is right only
+when the kernels running before it do not write those weights: true inside a captured forward, whose graph writes
+activations, caches and workspaces but never a linear's weights; not assured for an eager call made right after the
+weights were written (a W12 encoding, a load), which is why eager calls launch plainly. The Triton interpreter has
+no such instructions: :func:`triton_launch_options` turns them off for tensors that are not on a CUDA device.
 
 Example:
     >>> import os
     >>> os.environ[PDL_ENV] = "gemm"
-    >>> pdl_mode(), triton_launch_options(torch.zeros(1, 8)), gemm_launch_programmatic()
-    ('gemm', {'PDL': False}, False)
+    >>> pdl_mode(), triton_launch_options(torch.zeros(1, 8)), gemm_launch_programmatic(), gemm_launch_code()
+    ('gemm', {'PDL': 0}, False, 0)
     >>> del os.environ[PDL_ENV]
 """
 
@@ -42,7 +48,11 @@ __all__ = [
     "PDL_ENV",
     "PDL_MAX_ROWS",
     "PDL_MODES",
+    "SIGNAL_FIRST",
+    "WAIT_FIRST",
+    "gemm_launch_code",
     "gemm_launch_programmatic",
+    "join_programmatic_launch",
     "pdl_mode",
     "start_next_kernel",
     "triton_launch_options",
@@ -50,12 +60,16 @@ __all__ = [
 ]
 
 PDL_ENV = "SPECDEC_PDL"
-PDL_MODES = ("0", "gemm", "1")
+PDL_MODES = ("0", "gemm", "late", "1")
 PDL_MAX_ROWS = 16  # the most rows the tensor-map GEMMs take (specdec.kernels.cuda.ops.TENSOR_MAP_MAX_TOKENS)
+# The ``PDL`` constexpr of a Triton kernel that takes part (0: launched plainly).
+SIGNAL_FIRST = tl.constexpr(1)  # let the next kernel start, then wait for the one before
+WAIT_FIRST = tl.constexpr(2)  # wait for the kernel before, then let the next one start
 
 
 def pdl_mode() -> str:
-    """``$SPECDEC_PDL``: ``"0"``, ``"gemm"`` or ``"1"`` (also when unset); a ``ValueError`` naming it otherwise."""
+    """``$SPECDEC_PDL``: ``"0"``, ``"gemm"``, ``"late"`` or ``"1"`` (also when unset); a ``ValueError`` naming it
+    otherwise."""
     mode = os.environ.get(PDL_ENV) or "1"
     if mode not in PDL_MODES:
         raise ValueError(f"${PDL_ENV}: expected one of {PDL_MODES}, got {mode!r}")
@@ -63,19 +77,30 @@ def pdl_mode() -> str:
 
 
 def triton_launch_options(rows: torch.Tensor) -> dict:
-    """Keyword arguments for launching a row-wise Triton kernel with a ``PDL: tl.constexpr`` flag over ``rows [R, D]``:
-    ``{"PDL": True, "launch_pdl": True}`` where ``$SPECDEC_PDL`` is ``"1"``, ``rows`` is on CUDA, its stream is being
-    captured into a graph and ``R <= PDL_MAX_ROWS`` (where the GEMM after it is a tensor-map kernel that launches
-    programmatically too; wider GEMMs run cuBLAS, which does not), else ``{"PDL": False}``."""
-    if rows.is_cuda and rows.shape[0] <= PDL_MAX_ROWS and pdl_mode() == "1" and torch.cuda.is_current_stream_capturing():
-        return {"PDL": True, "launch_pdl": True}
-    return {"PDL": False}
+    """Keyword arguments for launching a row-wise Triton kernel with a ``PDL: tl.constexpr`` over ``rows [R, D]``:
+    ``{"PDL": SIGNAL_FIRST, "launch_pdl": True}`` where ``$SPECDEC_PDL`` is ``"1"`` (``WAIT_FIRST`` where it is
+    ``"late"``), ``rows`` is on CUDA, its stream is being captured into a graph and ``R <= PDL_MAX_ROWS`` (where the
+    GEMM after it is a tensor-map kernel that launches programmatically too; wider GEMMs run cuBLAS, which does not),
+    else ``{"PDL": 0}``. The kernel starts with :func:`join_programmatic_launch`."""
+    mode = pdl_mode()
+    if rows.is_cuda and rows.shape[0] <= PDL_MAX_ROWS and mode in ("1", "late") and torch.cuda.is_current_stream_capturing():
+        return {"PDL": (SIGNAL_FIRST if mode == "1" else WAIT_FIRST).value, "launch_pdl": True}
+    return {"PDL": 0}
 
 
 def gemm_launch_programmatic() -> bool:
     """Whether a CUDA tensor-map GEMM launched now on the current thread launches programmatically: ``$SPECDEC_PDL``
-    is ``"gemm"`` or ``"1"`` and the current CUDA stream is being captured into a graph."""
+    is ``"gemm"``, ``"late"`` or ``"1"`` and the current CUDA stream is being captured into a graph."""
     return pdl_mode() != "0" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def gemm_launch_code() -> int:
+    """What the CUDA library is told before it launches a tensor-map GEMM (``specdec_set_programmatic_launch``): 0
+    plain, 1 programmatic with the producer signalling once it has issued its last copy, 2 programmatic with each CTA
+    signalling after its K loop (``$SPECDEC_PDL`` ``"late"``)."""
+    if not gemm_launch_programmatic():
+        return 0
+    return 2 if pdl_mode() == "late" else 1
 
 
 @triton.jit
@@ -88,3 +113,15 @@ def wait_for_previous_kernel():
 def start_next_kernel():
     """Let the kernel after this one start (once every program of this kernel has signalled or exited)."""
     tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def join_programmatic_launch(PDL: tl.constexpr):
+    """The first statement of a kernel launched with :func:`triton_launch_options`: with ``PDL == SIGNAL_FIRST`` let
+    the next kernel start, then wait for the one before; with ``WAIT_FIRST`` the other way round; with 0 nothing."""
+    if PDL == SIGNAL_FIRST:
+        start_next_kernel()
+        wait_for_previous_kernel()
+    elif PDL == WAIT_FIRST:
+        wait_for_previous_kernel()
+        start_next_kernel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +76,8 @@ def _cuobjdump() -> str:
     return str(bundled)
 
 
-def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
+def _library_sass() -> dict[str, list[str]]:
+    # each kernel's cuobjdump -sass lines of the built library, by mangled name
     from specdec.kernels.cuda import KernelLibraryError, build, load_library
 
     try:
@@ -83,14 +85,30 @@ def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
     except KernelLibraryError as err:  # no nvcc and no built library on this machine
         pytest.skip(f"CUDA kernel library unavailable: {err}")
     dump = subprocess.run([_cuobjdump(), "-sass", str(build.library_path())], capture_output=True, text=True, check=True).stdout
+    return {block.split("\n", 1)[0].strip(): block.split("\n") for block in dump.split("Function : ")[1:]}
+
+
+def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
     released = {}
-    for block in dump.split("Function : ")[1:]:
-        releases, unsafe = sass_report.loads_in_flight_at_release(block.split("\n"))
+    for name, lines in _library_sass().items():
+        releases, unsafe = sass_report.loads_in_flight_at_release(lines)
         if releases:
-            released[block.split("\n", 1)[0].strip()] = unsafe
+            released[name] = unsafe
     # every ring kernel (bulk-copy, tensor-map split-K, persistent and row-tile: W12, Q and bf16 at 8 and 16 tokens)
     assert len(released) == 20, sorted(released)
     assert not any(released.values()), {name: n for name, n in released.items() if n}
+
+
+def test_every_tensor_map_gemm_can_signal_at_its_last_copy():
+    # specdec.kernels.launch: under $SPECDEC_PDL "1" the producer lets the next kernel start once it has issued its last
+    # copy (a predicated signal), under "late" every thread does after the K loop (an unpredicated one)
+    signals = {
+        name: sass_report.programmatic_signals(lines)
+        for name, lines in _library_sass().items()
+        if re.search(r"tma_(gemm|stream_k|rows)_kernel", name)
+    }
+    assert len(signals) == 18, sorted(signals)  # three kernels x three kinds x 8 and 16 tokens
+    assert all(p == 1 and u >= 1 for p, u in signals.values()), signals
 
 
 def test_a_release_with_a_load_in_flight_is_found_after_a_loop():

@@ -4,9 +4,9 @@ The other kernel tests run the Triton interpreter, which never lowers a kernel. 
 process without ``TRITON_INTERPRET``, compiles every variant of the q/k norm + RoPE (+ cache write), SwiGLU and
 add + norm kernels to PTX and a cubin for sm_90, and reports what the tests below check in the PTX: the float32 RoPE
 launch contracts nothing into an FMA (its bitwise claim), SwiGLU divides with correct rounding (``div.rn``), and the
-SwiGLU, norm, q/k norm + RoPE and split-KV attention kernels launched programmatically (``specdec.kernels.launch``) wait for the
-kernel before them and then let the next one start before they load anything; it also lowers the split-KV decode
-attention kernels.
+SwiGLU, norm, q/k norm + RoPE and split-KV attention kernels launched programmatically (``specdec.kernels.launch``) let
+the next kernel start and wait for the one before them, in the order their ``PDL`` constexpr says, before they load
+anything; it also lowers the split-KV decode attention kernels.
 """
 
 from __future__ import annotations
@@ -46,22 +46,22 @@ def compile_all() -> dict:
         variants = ((False, False, False, False), (False, False, True, False), (True, False, True, False),
                     (True, True, False, False), (True, True, True, True))  # fmt: skip
         for cache, slots, norm, scatter in variants:
-            consts = dict(BLOCK=64, NORM=norm, CACHE=cache, SLOTS=slots, Q_SCATTER=scatter, PDL=False)
+            consts = dict(BLOCK=64, NORM=norm, CACHE=cache, SLOTS=slots, Q_SCATTER=scatter, PDL=0)
             ptx = build(_qk_norm_rope_kernel, types, consts, num_warps=2, **LAUNCH_OPTIONS)
             out["rope"][f"{dt} cache={cache} slots={slots} norm={norm} q_scatter={scatter}"] = {"fma": ptx.count("fma.rn.f32")}
-        for pdl in (False, True):  # the decode step's launch: cache writes and the norm
+        for pdl in PDL_VALUES:  # the decode step's launch: cache writes and the norm
             consts = dict(BLOCK=64, NORM=True, CACHE=True, SLOTS=False, Q_SCATTER=False, PDL=pdl)
-            ptx = build(_qk_norm_rope_kernel, types, consts, num_warps=2, launch_pdl=pdl, **LAUNCH_OPTIONS)
+            ptx = build(_qk_norm_rope_kernel, types, consts, num_warps=2, launch_pdl=pdl > 0, **LAUNCH_OPTIONS)
             out["pdl"][f"rope {dt} pdl={pdl}"] = griddep_order(ptx)
-        for pdl in (False, True):
+        for pdl in PDL_VALUES:
             ptx = build(_silu_mul_kernel, {"gu_ptr": f"*{dt}", "out_ptr": f"*{dt}", "stride_row": "i64"},
-                        dict(BLOCK=1024, ACCURATE_EXP=True, PDL=pdl), num_warps=4, launch_pdl=pdl)  # fmt: skip
+                        dict(BLOCK=1024, ACCURATE_EXP=True, PDL=pdl), num_warps=4, launch_pdl=pdl > 0)  # fmt: skip
             out["silu"][f"{dt} pdl={pdl}"] = {"div_rn": "div.rn.f32" in ptx, "div_full": "div.full.f32" in ptx}
             out["pdl"][f"silu {dt} pdl={pdl}"] = griddep_order(ptx)
             types = {n: f"*{dt}" for n in ("x_ptr", "gate_ptr", "w_ptr", "out_ptr", "delta_ptr", "res_ptr")} | {"eps": "fp32"}
             consts = dict(BLOCK=4096, GATED=False, SCALED=True, ADD=True, PDL=pdl)
             out["pdl"][f"add_norm {dt} pdl={pdl}"] = griddep_order(
-                build(_rms_norm_kernel, types, consts, num_warps=8, launch_pdl=pdl)
+                build(_rms_norm_kernel, types, consts, num_warps=8, launch_pdl=pdl > 0)
             )
             out["add_norm"][f"{dt} pdl={pdl}"] = True
     from specdec.kernels.attention.split_kv import _combine_kernel, _split_kernel
@@ -69,17 +69,28 @@ def compile_all() -> dict:
     for dt in ("bf16", "fp16", "fp32"):
         types = {n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr", "mask_ptr")}
         types |= {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"scale": "fp32"}
-        ptx = build(_split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False, PDL=False), num_warps=4)
-        split = build(
-            _split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False, PDL=True), num_warps=4, launch_pdl=True
-        )
-        out["pdl"][f"attention split {dt} pdl=True"] = griddep_order(split)
+        ptx = build(_split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False, PDL=0), num_warps=4)
+        for pdl in PDL_VALUES[1:]:
+            split = build(
+                _split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False, PDL=pdl), num_warps=4, launch_pdl=True
+            )
+            out["pdl"][f"attention split {dt} pdl={pdl}"] = griddep_order(split)
         types = {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"out_ptr": f"*{dt}"}
-        for pdl in (False, True):
-            combine = build(_combine_kernel, types, dict(BLOCK_S=32, D=128, PDL=pdl), num_warps=4, launch_pdl=pdl)
+        for pdl in PDL_VALUES:
+            combine = build(_combine_kernel, types, dict(BLOCK_S=32, D=128, PDL=pdl), num_warps=4, launch_pdl=pdl > 0)
             out["pdl"][f"attention combine {dt} pdl={pdl}"] = griddep_order(combine)
         out["attention"][dt] = {"mma": "mma.sync" in ptx or "wgmma" in ptx}
     return out
+
+
+def pdl_values() -> tuple[int, int, int]:
+    """The ``PDL`` constexprs a kernel is built with here: plain, then the two orders of ``specdec.kernels.launch``."""
+    from specdec.kernels.launch import SIGNAL_FIRST, WAIT_FIRST
+
+    return 0, SIGNAL_FIRST.value, WAIT_FIRST.value
+
+
+PDL_VALUES = pdl_values()
 
 
 def griddep_order(ptx: str) -> list[str]:
@@ -100,15 +111,18 @@ def test_every_variant_compiles_for_sm90_as_the_rounding_claims_need():
     run = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert len(out["rope"]) == 15 and len(out["add_norm"]) == 6
+    assert len(out["rope"]) == 15 and len(out["add_norm"]) == 3 * len(PDL_VALUES)
     # the split-KV attention kernels lower for sm_90, their 16-bit dot products on tensor cores
     assert out["attention"]["bf16"]["mma"] and out["attention"]["fp16"]["mma"], out["attention"]
     # float32 RoPE: no product fused into the sum (the norm variants keep no FMA either, so the claim holds there too)
     assert all(v["fma"] == 0 for k, v in out["rope"].items() if k.startswith("fp32")), out["rope"]
     assert all(v["div_rn"] and not v["div_full"] for v in out["silu"].values()), out["silu"]
-    # programmatic launch: wait for the kernel before, then let the next start, both before the first global load
-    launch = ["griddepcontrol.wait", "griddepcontrol.launch_dependents", "ld.global"]
-    assert all(v == (launch if k.endswith("pdl=True") else ["ld.global"]) for k, v in out["pdl"].items()), out["pdl"]
+    # programmatic launch, both instructions before the first global load: SIGNAL_FIRST lets the next kernel start, then
+    # waits for the one before; WAIT_FIRST the other way round; a plain build has neither
+    wait, signal = "griddepcontrol.wait", "griddepcontrol.launch_dependents"
+    order = {0: ["ld.global"], PDL_VALUES[1]: [signal, wait, "ld.global"], PDL_VALUES[2]: [wait, signal, "ld.global"]}
+    assert len(out["pdl"]) == 3 * 3 * 4 + 3 * 2, sorted(out["pdl"])
+    assert all(v == order[int(k.rsplit("pdl=", 1)[1])] for k, v in out["pdl"].items()), out["pdl"]
 
 
 if __name__ == "__main__":

@@ -12,49 +12,66 @@ import pytest
 import torch
 
 from specdec.kernels.act import silu_mul
-from specdec.kernels.launch import PDL_ENV, gemm_launch_programmatic, pdl_mode, triton_launch_options
+from specdec.kernels.launch import (
+    PDL_ENV,
+    SIGNAL_FIRST,
+    WAIT_FIRST,
+    gemm_launch_code,
+    gemm_launch_programmatic,
+    pdl_mode,
+    triton_launch_options,
+)
 from specdec.kernels.norm.rms import add_rms_norm_triton
 
 ON_CUDA = SimpleNamespace(is_cuda=True, shape=(16, 4096))  # what triton_launch_options reads of its rows
 
 
-@pytest.mark.parametrize(("value", "mode"), [(None, "1"), ("", "1"), ("0", "0"), ("gemm", "gemm"), ("1", "1")])
-def test_mode_from_the_environment(monkeypatch, value, mode):
+@pytest.mark.parametrize(
+    ("value", "mode", "pdl"),
+    [(None, "1", 1), ("", "1", 1), ("0", "0", 0), ("gemm", "gemm", 0), ("late", "late", 2), ("1", "1", 1)],
+)
+def test_mode_from_the_environment(monkeypatch, value, mode, pdl):
     if value is None:
         monkeypatch.delenv(PDL_ENV, raising=False)
     else:
         monkeypatch.setenv(PDL_ENV, value)
     assert pdl_mode() == mode
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    want = {"PDL": True, "launch_pdl": True} if mode == "1" else {"PDL": False}
+    want = {"PDL": pdl, "launch_pdl": True} if pdl else {"PDL": 0}
     assert triton_launch_options(ON_CUDA) == want
-    assert triton_launch_options(SimpleNamespace(is_cuda=True, shape=(17, 4096))) == {"PDL": False}  # cuBLAS after it
+    assert triton_launch_options(SimpleNamespace(is_cuda=True, shape=(17, 4096))) == {"PDL": 0}  # cuBLAS after it
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    assert triton_launch_options(ON_CUDA) == {"PDL": False}  # eager launches stay plain
+    assert triton_launch_options(ON_CUDA) == {"PDL": 0}  # eager launches stay plain
 
 
-@pytest.mark.parametrize("value", ["on", "true", "2", "GEMM"])
+def test_the_signal_orders_are_distinct_and_nonzero():
+    # 0 is "launched plainly" in every kernel's PDL constexpr
+    assert len({0, SIGNAL_FIRST.value, WAIT_FIRST.value}) == 3
+
+
+@pytest.mark.parametrize("value", ["on", "true", "2", "GEMM", "LATE"])
 def test_an_unknown_mode_names_the_variable(monkeypatch, value):
     monkeypatch.setenv(PDL_ENV, value)
     with pytest.raises(ValueError, match=rf"\$SPECDEC_PDL: expected one of .*got '{value}'"):
         pdl_mode()
 
 
-@pytest.mark.parametrize("mode", ["0", "gemm", "1"])
+@pytest.mark.parametrize(("mode", "code"), [("0", 0), ("gemm", 1), ("late", 2), ("1", 1)])
 @pytest.mark.parametrize("capturing", [False, True])
-def test_gemms_launch_programmatically_only_while_captured(monkeypatch, mode, capturing):
+def test_gemms_launch_programmatically_only_while_captured(monkeypatch, mode, code, capturing):
     # A GEMM reads its first weights before it waits: only inside a captured forward is the kernel before it sure not
-    # to write them.
+    # to write them. The code is what the CUDA library's specdec_set_programmatic_launch takes.
     monkeypatch.setenv(PDL_ENV, mode)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
     assert gemm_launch_programmatic() == (capturing and mode != "0")
+    assert gemm_launch_code() == (code if capturing else 0)
 
 
 def test_tensors_off_cuda_never_launch_programmatically(monkeypatch):
     monkeypatch.setenv(PDL_ENV, "1")
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    assert triton_launch_options(torch.zeros(2, 8)) == {"PDL": False}
+    assert triton_launch_options(torch.zeros(2, 8)) == {"PDL": 0}
 
 
 def test_the_row_limit_is_the_tensor_map_gemms():
@@ -70,8 +87,9 @@ def test_kernels_in_the_interpreter_are_unchanged_with_the_launch_asked_for(monk
     x, delta = (torch.randn(2, 96, generator=gen).to(torch.bfloat16) for _ in range(2))
     weight = torch.randn(96, generator=gen).to(torch.bfloat16)
     outs = {}
-    for mode in ("0", "1"):
+    for mode in ("0", "late", "1"):
         monkeypatch.setenv(PDL_ENV, mode)
         outs[mode] = (silu_mul(gate_up, backend="triton"), *add_rms_norm_triton(x, delta, weight, 1e-6))
-    assert all(torch.equal(a, b) for a, b in zip(*outs.values()))
+    assert all(torch.equal(a, b) for a, b in zip(outs["0"], outs["1"]))
+    assert all(torch.equal(a, b) for a, b in zip(outs["0"], outs["late"]))
     assert not torch.equal(outs["1"][0], torch.zeros_like(outs["1"][0]))

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from specdec.kernels.launch import start_next_kernel, triton_launch_options, wait_for_previous_kernel
+from specdec.kernels.launch import join_programmatic_launch, triton_launch_options
 from specdec.kernels.norm.rounding import round_to
 
 __all__ = ["silu_mul_triton"]
@@ -33,9 +33,7 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 @triton.jit
 def _silu_mul_kernel(gu_ptr, out_ptr, F, stride_row, BLOCK: tl.constexpr, ACCURATE_EXP: tl.constexpr, PDL: tl.constexpr):
-    if PDL:  # launched programmatically (specdec.kernels.launch): the GEMM after this kernel may start now
-        wait_for_previous_kernel()
-        start_next_kernel()
+    join_programmatic_launch(PDL)  # specdec.kernels.launch: the GEMM after this kernel may start now
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < F

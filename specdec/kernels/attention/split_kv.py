@@ -7,8 +7,8 @@ batch-head ``bh`` and keeps an online softmax over them: the running maximum ``m
 ``exp(score - m)`` and ``acc = sum exp(score - m) v``, all float32. The second launch, one program per batch-head and row,
 rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``;
 both launched programmatically where a norm would be (:func:`specdec.kernels.launch.triton_launch_options`: captured,
-at most 16 rows), each waits for the kernel before it (the q/k norm + RoPE, then the first launch) and then lets the
-next one (the second launch, then the output projection) start.
+at most 16 rows), each lets the next one (the second launch, then the output projection) start and waits for the
+kernel before it (the q/k norm + RoPE, then the first launch), in the order ``$SPECDEC_PDL`` says.
 A split whose slots are all masked has ``m = -inf`` and weight 0; a row with no allowed slot anywhere gives NaN, as
 the reference does.
 
@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specdec.kernels.launch import start_next_kernel, triton_launch_options, wait_for_previous_kernel
+from specdec.kernels.launch import join_programmatic_launch, triton_launch_options
 
 __all__ = ["decode_attention_triton"]
 
@@ -41,9 +41,7 @@ def _split_kernel(
     stride_mb, stride_mr, stride_ms,
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    if PDL:  # launched programmatically (specdec.kernels.launch): the combine launch may start now (it waits for this)
-        wait_for_previous_kernel()
-        start_next_kernel()
+    join_programmatic_launch(PDL)  # specdec.kernels.launch: the combine launch may start now (it waits for this)
     bh = tl.program_id(0)
     split = tl.program_id(1)
     b = bh // HKV
@@ -104,9 +102,7 @@ def _combine_kernel(
     stride_ob, stride_oh, stride_or, stride_od,
     BLOCK_S: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    if PDL:  # launched programmatically (specdec.kernels.launch): the output projection after it may start now
-        wait_for_previous_kernel()
-        start_next_kernel()
+    join_programmatic_launch(PDL)  # specdec.kernels.launch: the output projection after it may start now
     bh = tl.program_id(0)
     row = tl.program_id(1)
     b = bh // HKV

@@ -69,7 +69,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec.kernels.cuda.build import W12_WORKSPACE_VARIANTS, load_library
-from specdec.kernels.launch import gemm_launch_programmatic
+from specdec.kernels.launch import gemm_launch_code
 from specdec.kernels.w12_gemm import _check_escapes, _check_planes
 
 __all__ = [
@@ -321,7 +321,7 @@ def _launch_split_k(lib, what: str, plan_of, run, args: tuple, m: int, n: int, k
     _raise_on_failure(lib, plan_of(m, n, k, 0, plan), f"{what} plan")
     nbytes = plan[5]
     ws_ptr = _ptr(split_k_workspace(device, nbytes, op=what)) if nbytes else ctypes.c_void_p(None)
-    lib.specdec_set_programmatic_launch(int(gemm_launch_programmatic()))  # read by the tensor-map kernels only
+    lib.specdec_set_programmatic_launch(gemm_launch_code())  # read by the tensor-map kernels only
     return run(*args, ws_ptr, nbytes, stream)
 
 

@@ -155,6 +155,31 @@ def loads_in_flight_at_release(lines: list[str]) -> tuple[int, int]:
     return releases, unsafe
 
 
+# griddepcontrol.launch_dependents (programmatic dependent launch: the kernel after this one may start).
+SIGNAL_OPCODE = "PREEXIT"
+
+
+def programmatic_signals(lines: list[str]) -> tuple[int, int]:
+    """``(predicated, unpredicated)`` counts of ``griddepcontrol.launch_dependents`` (``SIGNAL_OPCODE``) in one
+    kernel's SASS. The tensor-map GEMMs have one of each: the producer's, taken where the launch mode asks it to signal
+    once its last copy is issued, and every thread's after the K loop.
+
+    Example::
+
+        >>> programmatic_signals(["/*4bd0*/ @P0 PREEXIT ;", "/*4c20*/ PREEXIT ;", "/*4c30*/ ACQBULK ;"])
+        (1, 1)
+    """
+    predicated = unpredicated = 0
+    for line in lines:
+        m = _LINE.search(line)
+        if m and m.group(3) == SIGNAL_OPCODE:
+            if m.group(2):
+                predicated += 1
+            else:
+                unpredicated += 1
+    return predicated, unpredicated
+
+
 def kernel_kind(name: str) -> tuple[str, str] | None:
     """``(kind, vec16)`` of a mangled kernel name: a key of ``WEIGHTS_PER_LANE_PER_BATCH`` and the 16-byte-load flag.
 

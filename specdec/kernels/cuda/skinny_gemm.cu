@@ -70,6 +70,7 @@ struct Params {
   int rt_per_cta;  // row tiles (16 rows) per CTA: 1, 2, 4 or 8; warps per row tile = 8 / rt_per_cta
   int k_splits;    // CTAs of a cluster sharing the row block, each a slice of K
   int n_chunks;    // ceil(K / chunk)
+  int signal_at_last_copy;  // programmatic launch: the producer lets the next kernel start once it has issued its last copy
 };
 
 // Chunk registers of one lane: rows g and g + 8.
@@ -1168,11 +1169,12 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 // row_block into ring slots 0, 1, ..., STAGES - 1, 0, ...: a box of [ROWS][SK] weights (the ae plane, or bf16), for W12
 // one of [ROWS][SK / 2] nib bytes, and x's [M][SK] at x_offset in the stage. The weights of the first STAGES stages go
 // out before griddep_wait (they do not depend on the kernel before this one), their x after it; every later stage's
-// weights and x together, once the consumers have released its slot.
+// weights and x together, once the consumers have released its slot. With signal_when_done the kernel after this one
+// may start once every CTA's producer has issued its last copy (its weights then stream while these stages are consumed).
 template <int KIND, int STAGES, int ROWS, int SK>
 __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
                                                  uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
-                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map) {
+                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map, bool signal_when_done) {
   const uint64_t stream = l2_evict_first();
   const uint64_t keep = l2_evict_last();
   const uint32_t tx = static_cast<uint32_t>(stage_bytes);  // whole boxes, zeros past N and K included
@@ -1203,6 +1205,7 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
     x_of(it, full);
     if (++s == STAGES) s = 0, ++round;
   }
+  if (signal_when_done) griddep_launch_dependents();
 }
 
 // The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + ROWS - 1 whose columns lie in
@@ -1299,7 +1302,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kStreamRows, kBulkStageK>(smem, stage_bytes, tma_stage_bytes(KIND, 0), full_bar, empty_bar, s_lo,
-                                                                s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map);
+                                                                s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map, p.signal_at_last_copy != 0);
   } else if (tma_escape_warps(KIND, TOK) == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK>(p, row_block, s_lo * kBulkStageK, min(s_hi * kBulkStageK, p.K), lane, esc);
   } else {
@@ -1493,7 +1496,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
         if (++s == kStages) s = 0, ++round;
       }
     }
-    griddep_launch_dependents();
+    if (p.signal_at_last_copy) griddep_launch_dependents();
     return;
   }
   const int M = p.M;
@@ -1601,7 +1604,7 @@ __global__ void __launch_bounds__(rows_threads(KIND), rows_ctas_per_sm(TOK))
   if (warp == kRowGroups) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
-                                                            row_block, &ae_map, &nib_map, &x_map);
+                                                            row_block, &ae_map, &nib_map, &x_map, p.signal_at_last_copy != 0);
   } else if (kEscapeWarp == 1 && warp == kRowGroups + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
   } else {
@@ -2117,10 +2120,12 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
   return 0;
 }
 
-// Whether the tensor-map kernels this thread launches next use programmatic dependent launch: their prologue and the
-// weights of their first stages overlap the kernel before them (README.md, "Programmatic dependent launch"). Set per
-// thread by specdec_set_programmatic_launch before each launch (specdec/kernels/launch.py decides).
-thread_local bool g_programmatic_launch = false;
+// How the tensor-map kernels this thread launches next launch (README.md, "Programmatic dependent launch"): 0 plainly;
+// 1 programmatically, their prologue and the weights of their first stages overlapping the kernels before them, and
+// the producer letting the next kernel start once it has issued its last copy; 2 programmatically, each CTA letting
+// the next kernel start after its K loop. Set per thread by specdec_set_programmatic_launch before each launch
+// (specdec/kernels/launch.py decides).
+thread_local int g_programmatic_launch = 0;
 
 // The tensor maps of a tensor-map kernel of KIND reading boxes of [rows][sk] weights: ae (bf16: the weights), nib (W12;
 // the Q and bf16 kernels get a copy of ae, never read) and x, read in boxes of [M][sk].
@@ -2144,7 +2149,8 @@ int encode_weight_maps(const Params& p, unsigned int rows, unsigned int sk, CUte
 // kernel<<<grid, threads, smem_bytes, stream>>>(args...), in programmatic dependent launch where this thread asked for it
 // (specdec_set_programmatic_launch); the launch's error, or the first one after it.
 template <typename Kernel, typename... Args>
-cudaError_t launch_tma_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, Args... args) {
+cudaError_t launch_tma_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, Params p, Args... args) {
+  p.signal_at_last_copy = g_programmatic_launch == 1 ? 1 : 0;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(threads, 1, 1);
@@ -2153,11 +2159,11 @@ cudaError_t launch_tma_kernel(Kernel kernel, dim3 grid, int threads, int smem_by
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (g_programmatic_launch) {
+  if (g_programmatic_launch != 0) {
     config.attrs = &attribute;
     config.numAttrs = 1;
   }
-  cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+  cudaError_t e = cudaLaunchKernelEx(&config, kernel, p, args...);
   if (e == cudaSuccess) e = cudaGetLastError();
   return e;
 }
@@ -2364,8 +2370,9 @@ extern "C" {
 // Message of the last failed call of this thread ("" after none).
 const char* specdec_cuda_last_error() { return g_error; }
 
-// The launch mode of the tensor-map kernels this thread launches from now on: 1 programmatic, 0 plain.
-void specdec_set_programmatic_launch(int on) { g_programmatic_launch = on != 0; }
+// The launch mode of the tensor-map kernels this thread launches from now on: 0 plain, 1 programmatic with the
+// producer signalling at its last copy, 2 programmatic with each CTA signalling after its K loop (other values: 0).
+void specdec_set_programmatic_launch(int mode) { g_programmatic_launch = mode == 1 || mode == 2 ? mode : 0; }
 
 // Launch plan for (kind 0 bf16 / 1 W12 / 2 Q, M, N, K) on a GPU with `sms` multiprocessors; host only.
 // out[0] row tiles per CTA, out[1] K splits (cluster size), out[2] chunks, out[3] grid x, out[4] shared bytes.

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specdec.kernels.launch import start_next_kernel, triton_launch_options, wait_for_previous_kernel
+from specdec.kernels.launch import join_programmatic_launch, triton_launch_options
 
 from .rounding import round_to
 
@@ -37,9 +37,7 @@ def _rms_norm_kernel(
     ADD: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    if PDL:  # launched programmatically (specdec.kernels.launch): the GEMM after this kernel may start now
-        wait_for_previous_kernel()
-        start_next_kernel()
+    join_programmatic_launch(PDL)  # specdec.kernels.launch: the GEMM after this kernel may start now
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < D

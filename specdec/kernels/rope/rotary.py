@@ -4,8 +4,8 @@ The grid is ``(B * T, H + Hkv)``: program ``(r, h)`` reads head ``h`` of row ``r
 k head ``h - H``) through the inputs' strides, so the views of the fused qkv projection are read in place; it writes
 the rotated head to ``[B, H, T, D]`` (or ``[B, Hkv, T, D]``), contiguous. Each program loads the two halves of its
 head, so ``rotate_half`` costs no gather. Over at most 16 rows inside a captured graph the launch takes part in
-programmatic launch (:func:`specdec.kernels.launch.triton_launch_options`): it waits for the kernel before it, then
-lets the attention after it start.
+programmatic launch (:func:`specdec.kernels.launch.triton_launch_options`): it lets the attention after it start and
+waits for the kernel before it, in the order ``$SPECDEC_PDL`` says.
 
 Rounding points are the reference's: the norm's ``x_hat.to(dtype)`` and ``weight * x_hat`` product, then
 ``t1 = x * cos``, ``t2 = rotate_half(x) * sin`` and ``t1 + t2``, each computed in float32 and rounded to the inputs'
@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specdec.kernels.launch import start_next_kernel, triton_launch_options, wait_for_previous_kernel
+from specdec.kernels.launch import join_programmatic_launch, triton_launch_options
 from specdec.kernels.norm.rounding import round_to
 
 __all__ = ["LAUNCH_OPTIONS", "qk_norm_rope_triton"]
@@ -128,9 +128,7 @@ def _qk_norm_rope_kernel(
     Q_SCATTER: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    if PDL:  # launched programmatically (specdec.kernels.launch): the attention after this kernel may start now
-        wait_for_previous_kernel()
-        start_next_kernel()
+    join_programmatic_launch(PDL)  # specdec.kernels.launch: the attention after this kernel may start now
     row = tl.program_id(0).to(tl.int64)  # b * T + t
     head = tl.program_id(1)
     b, t = row // T, row % T
@@ -209,7 +207,7 @@ def qk_norm_rope_triton(
     if bsz * seqlen and num_heads + num_kv_heads:
         half = head_dim // 2
         # programmatic launch over the decode step's rows (q_out [B, H, T, D] seen as B * T rows); not into a scatter buffer
-        pdl = triton_launch_options(q_out.view(bsz * seqlen, -1)) if q_scatter is None else {"PDL": False}
+        pdl = triton_launch_options(q_out.view(bsz * seqlen, -1)) if q_scatter is None else {"PDL": 0}
         _qk_norm_rope_kernel[(bsz * seqlen, num_heads + num_kv_heads)](
             q, k, cos, sin,
             q_weight.contiguous() if norm else q, k_weight.contiguous() if norm else k,
