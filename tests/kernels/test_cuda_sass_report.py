@@ -100,8 +100,9 @@ def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
 
 
 def test_every_tensor_map_gemm_can_signal_at_its_last_copy():
-    # specdec.kernels.launch: under $SPECDEC_PDL "1" the producer lets the next kernel start once it has issued its last
-    # copy (a predicated signal), under "late" every thread does after the K loop (an unpredicated one)
+    # specdec.kernels.launch: the producer's signal once it has issued its last copy is predicated (on $SPECDEC_PDL
+    # "early" in the split-K and row-tile kernels, on being the producer lane in the persistent one), and every thread
+    # signals after the K loop (unpredicated)
     signals = {
         name: sass_report.programmatic_signals(lines)
         for name, lines in _library_sass().items()
@@ -128,3 +129,13 @@ def test_a_release_with_a_load_in_flight_is_found_after_a_loop():
     # the producer's arrivals (with a transaction count) are not releases
     producer = ins(0x10, "LDS.128 R8, [R2]", lds) + ins(0x20, "SYNCS.ARRIVE.TRANS64 RZ, [UR9], R2", idle)
     assert sass_report.loads_in_flight_at_release(producer) == (0, 0)
+
+
+def test_only_the_row_tile_kernels_prefetch_weights_into_the_l2():
+    # cp.async.bulk.prefetch.tensor (UTMAPF): one box a stage of the weights, two planes for W12 (ae, nib); the split-K
+    # and persistent kernels never prefetch ($SPECDEC_L2_PREFETCH_MB applies to one-wave row-tile calls)
+    prefetches = {name: sum("UTMAPF" in line for line in lines) for name, lines in _library_sass().items()}
+    rows = {name: n for name, n in prefetches.items() if "tma_rows_kernel" in name}
+    assert len(rows) == 6, sorted(rows)
+    assert all(n == (2 if "tma_rows_kernelILi1E" in name else 1) for name, n in rows.items()), rows
+    assert not any(n for name, n in prefetches.items() if name not in rows), prefetches

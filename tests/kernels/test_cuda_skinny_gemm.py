@@ -375,8 +375,10 @@ def test_split_k_workspace_is_never_made_during_graph_capture(monkeypatch):
         ops.split_k_workspace(torch.device("cuda", 0), 12344, op="q_gemm_small_m (v2)")
 
 
-def test_split_k_launch_hands_the_planned_workspace_to_the_kernel():
+def test_split_k_launch_hands_the_planned_workspace_to_the_kernel(monkeypatch):
     from specdec.kernels.cuda import ops
+
+    monkeypatch.setenv("SPECDEC_L2_PREFETCH_MB", "2")
 
     calls = []
 
@@ -384,8 +386,8 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel():
         def specdec_cuda_last_error(self):
             return b"M=9 is not a token count"
 
-        def specdec_set_programmatic_launch(self, on):
-            calls.append(("programmatic", on))
+        def specdec_set_programmatic_launch(self, mode, l2_prefetch_bytes):
+            calls.append(("programmatic", mode, l2_prefetch_bytes))
 
     def plan_of(nbytes, rc=0):
         def plan(m, n, k, sms, out):
@@ -405,7 +407,8 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel():
         calls.clear()
         assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(nbytes), run, args, 8, 72, 4128, cpu, "s") == 0
         assert calls[0] == ("plan", 8, 72, 4128, 0)  # sms = 0: the current device's multiprocessors
-        assert calls[1] == ("programmatic", 0)  # set before every launch; eager calls launch plainly
+        # set before every launch: eager calls launch plainly; the prefetch budget goes with it (used only when not plain)
+        assert calls[1] == ("programmatic", 0, 2 << 20)
         *given, ws_ptr, ws_bytes, stream = calls[2][1:]
         assert tuple(given) == args and (ws_bytes, stream) == (nbytes, "s")
         assert ws_ptr.value == (ops.split_k_workspace(cpu, nbytes).data_ptr() if nbytes else None)
@@ -769,3 +772,46 @@ def test_default_plans_take_row_tiles_where_they_pay(which, m, n, k, pays):
         assert ctas <= 5 * 132 and ctas >= 0.9 * 132 * -(-ctas // 132), plan
     if m <= 8:  # K % 32 != 0 (at most 8 tokens there): the fallback's own fallback, as the entry point runs
         assert launch_plan(kind, m, n, k + 8, 132) == launch_plan(fallback, m, n, k + 8, 132)
+
+
+MIB = 1 << 20
+# (kind, M, N, K, bytes a call may prefetch, stages each CTA prefetches): the bytes spread over the CTAs in whole
+# stages of [16 rows][256] weights (W12 6 KB, Q 4 KB, bf16 8 KB), never more than the stages past the ring (6 at one
+# token, 4 at 9-16) nor 31 (one a lane of the producer warp but its first), none for a call of several waves
+L2_PREFETCH_CASES = [
+    ("w12", 1, 4096, 4096, 8 * MIB, 5),  # 8B o: 256 CTAs x 6 KB a stage
+    ("w12", 1, 4096, 4096, 32 * MIB, 10),  # every stage past the ring's 6 of 16
+    ("w12", 16, 4096, 4096, 32 * MIB, 12),  # a ring of 4 at two MMA n-tiles
+    ("q", 1, 4096, 4096, 8 * MIB, 8),
+    ("bf16", 1, 4096, 4096, 8 * MIB, 4),
+    ("w12", 1, 6144, 4096, 16 * MIB, 7),  # 8B qkv: 384 CTAs
+    ("w12", 1, 4096, 12288, 32 * MIB, 21),  # 8B down: 42 stages past the ring
+    ("w12", 1, 4096, 12288, 512 * MIB, 31),
+    ("w12", 1, 4096, 4096, 0, 0),
+    ("w12", 1, 4096, 4096, 1 * MIB, 0),  # less than a stage a CTA
+    ("w12", 1, 4096, 1024, 32 * MIB, 0),  # 4 stages: all in the ring
+    ("w12", 1, 151936, 4096, 512 * MIB, 0),  # lm_head: 9,496 CTAs, several waves
+    ("bf16", 1, 24576, 4096, 32 * MIB, 0),  # 8B gate_up: 1,536 CTAs over 132 x 4
+]
+
+
+@pytest.mark.parametrize("kind,m,n,k,nbytes,stages", L2_PREFETCH_CASES)
+def test_row_tile_calls_prefetch_the_stages_the_budget_buys_in_one_wave(kind, m, n, k, nbytes, stages):
+    from specdec.kernels.cuda.ops import rows_l2_prefetch_stages
+
+    _library_or_skip()
+    assert rows_l2_prefetch_stages(kind, m, n, k, 132, nbytes) == stages
+
+
+def test_row_tile_prefetch_names_what_it_does_not_take():
+    from specdec.kernels.cuda.ops import rows_l2_prefetch_stages
+
+    _library_or_skip()
+    with pytest.raises(ValueError, match=r"kind: expected one of \['bf16', 'q', 'w12'\], got 'fp8'"):
+        rows_l2_prefetch_stages("fp8", 1, 4096, 4096, 132, MIB)
+    with pytest.raises(ValueError, match=r"expected 1 <= m <= 16, .* got m=17 n=4096 k=4096"):
+        rows_l2_prefetch_stages("w12", 17, 4096, 4096, 132, MIB)
+    with pytest.raises(ValueError, match=r"k a positive multiple of 32, got m=1 n=4096 k=4104"):
+        rows_l2_prefetch_stages("w12", 1, 4096, 4104, 132, MIB)
+    with pytest.raises(ValueError, match=r"sms, prefetch_bytes: expected >= 1 and >= 0, got 132 and -1"):
+        rows_l2_prefetch_stages("w12", 1, 4096, 4096, 132, -1)

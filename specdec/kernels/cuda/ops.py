@@ -69,7 +69,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec.kernels.cuda.build import W12_WORKSPACE_VARIANTS, load_library
-from specdec.kernels.launch import gemm_launch_code
+from specdec.kernels.launch import gemm_launch_code, l2_prefetch_bytes
 from specdec.kernels.w12_gemm import _check_escapes, _check_planes
 
 __all__ = [
@@ -77,6 +77,7 @@ __all__ = [
     "w12_gemm_small_m",
     "q_gemm_small_m",
     "launch_plan",
+    "rows_l2_prefetch_stages",
     "stream_k_segments",
     "w12_variant",
     "q_variant",
@@ -321,7 +322,7 @@ def _launch_split_k(lib, what: str, plan_of, run, args: tuple, m: int, n: int, k
     _raise_on_failure(lib, plan_of(m, n, k, 0, plan), f"{what} plan")
     nbytes = plan[5]
     ws_ptr = _ptr(split_k_workspace(device, nbytes, op=what)) if nbytes else ctypes.c_void_p(None)
-    lib.specdec_set_programmatic_launch(gemm_launch_code())  # read by the tensor-map kernels only
+    lib.specdec_set_programmatic_launch(gemm_launch_code(), l2_prefetch_bytes())  # read by the tensor-map kernels only
     return run(*args, ws_ptr, nbytes, stream)
 
 
@@ -532,6 +533,30 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
         )
     keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes")
     return dict(zip(keys, list(out)))
+
+
+def rows_l2_prefetch_stages(kind: str, m: int, n: int, k: int, sms: int, prefetch_bytes: int) -> int:
+    """Stages of 256 weights past its ring that each CTA of a row-tile call (``kind`` ``"bf16"``, ``"w12"`` or ``"q"``;
+    ``m <= 16``, ``k % 32 == 0``) prefetches into the L2 before its wait when launched programmatically with
+    ``$SPECDEC_L2_PREFETCH_MB`` worth ``prefetch_bytes`` (:func:`specdec.kernels.launch.l2_prefetch_bytes`): the bytes
+    spread evenly over the CTAs, at most 31 stages and at most the stages the call has past its ring; 0 for a call of
+    more than one wave of CTAs (host code of the library; needs the built library, not a GPU).
+
+    Example (needs the built library, so not run as a doctest): the 8B o projection in W12 at one token on 132 SMs,
+    256 CTAs of 16 rows with 6 KB of weights a stage, ``rows_l2_prefetch_stages("w12", 1, 4096, 4096, 132, 8 << 20)``
+    gives 5 (8 MiB / (256 x 6 KB)); with 32 MiB, 10 (every stage past the 6 of the ring).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
+    if sms < 1 or prefetch_bytes < 0:
+        raise ValueError(f"sms, prefetch_bytes: expected >= 1 and >= 0, got {sms} and {prefetch_bytes}")
+    stages = load_library().specdec_rows_l2_prefetch_stages(KINDS[kind], m, n, k, sms, prefetch_bytes)
+    if stages < 0:
+        raise ValueError(
+            f"rows_l2_prefetch_stages: expected 1 <= m <= {TENSOR_MAP_MAX_TOKENS}, n >= 1 and k a positive multiple of 32, "
+            f"got m={m} n={n} k={k}"
+        )
+    return stages
 
 
 def stream_k_segments(row_blocks: int, stages: int, ctas: int) -> list[tuple[int, int, int, int, int, int, int]]:

@@ -71,6 +71,7 @@ struct Params {
   int k_splits;    // CTAs of a cluster sharing the row block, each a slice of K
   int n_chunks;    // ceil(K / chunk)
   int signal_at_last_copy;  // programmatic launch: the producer lets the next kernel start once it has issued its last copy
+  int l2_prefetch_stages;   // programmatic launch: stages past the ring whose weights go to the L2 before the wait
 };
 
 // Chunk registers of one lane: rows g and g + 8.
@@ -1157,6 +1158,13 @@ __host__ __device__ constexpr int tma_smem_fixed(int kind, int tokens) {
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
+// The box at (inner, row) of map into the L2 only: no shared memory, no barrier, nothing to wait for.
+__device__ __forceinline__ void tma_prefetch_l2_2d(const CUtensorMap* map, int inner, int row) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(reinterpret_cast<uint64_t>(map)), "r"(inner),
+               "r"(row)
+               : "memory");
+}
+
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], "
@@ -1206,6 +1214,14 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
     if (++s == STAGES) s = 0, ++round;
   }
   if (signal_when_done) griddep_launch_dependents();
+}
+
+// The weights of stage s of the ROWS-row block at row_block into the L2 only, for a copy of the stage later: issued
+// before the kernel's wait, while the kernels before this one leave the DRAM idle.
+template <int KIND, int ROWS, int SK>
+__device__ __forceinline__ void prefetch_stage_l2(int s, int row_block, const CUtensorMap* ae_map, const CUtensorMap* nib_map) {
+  tma_prefetch_l2_2d(ae_map, s * SK, row_block);
+  if constexpr (KIND == kW12) tma_prefetch_l2_2d(nib_map, s * SK / 2, row_block);
 }
 
 // The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + ROWS - 1 whose columns lie in
@@ -1496,7 +1512,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
         if (++s == kStages) s = 0, ++round;
       }
     }
-    if (p.signal_at_last_copy) griddep_launch_dependents();
+    griddep_launch_dependents();
     return;
   }
   const int M = p.M;
@@ -1605,6 +1621,8 @@ __global__ void __launch_bounds__(rows_threads(KIND), rows_ctas_per_sm(TOK))
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
                                                             row_block, &ae_map, &nib_map, &x_map, p.signal_at_last_copy != 0);
+    else if (lane <= p.l2_prefetch_stages)  // lane l: stage kStages + l - 1 of the CTA's rows into the L2 (launch_rows_tokens)
+      prefetch_stage_l2<KIND, kRowTile, kRowStageK>(kStages + lane - 1, row_block, &ae_map, &nib_map);
   } else if (kEscapeWarp == 1 && warp == kRowGroups + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
   } else {
@@ -2121,11 +2139,14 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
 }
 
 // How the tensor-map kernels this thread launches next launch (README.md, "Programmatic dependent launch"): 0 plainly;
-// 1 programmatically, their prologue and the weights of their first stages overlapping the kernels before them, and
-// the producer letting the next kernel start once it has issued its last copy; 2 programmatically, each CTA letting
-// the next kernel start after its K loop. Set per thread by specdec_set_programmatic_launch before each launch
-// (specdec/kernels/launch.py decides).
+// 1 programmatically, their prologue and the weights of their first stages overlapping the kernels before them, each
+// CTA letting the next kernel start after its K loop (the persistent kernel's producer once it has issued its last
+// copy); 2 as 1, with every producer letting the next kernel start once it has issued its last copy. Set per thread by
+// specdec_set_programmatic_launch before each launch (specdec/kernels/launch.py decides).
 thread_local int g_programmatic_launch = 0;
+// Under programmatic launch, the weight bytes a one-wave row-tile call may prefetch into the L2 before its wait, past
+// its ring's first stages (tma_rows_kernel; 0: none). Set with the launch mode.
+thread_local long long g_l2_prefetch_bytes = 0;
 
 // The tensor maps of a tensor-map kernel of KIND reading boxes of [rows][sk] weights: ae (bf16: the weights), nib (W12;
 // the Q and bf16 kernels get a copy of ae, never read) and x, read in boxes of [M][sk].
@@ -2150,7 +2171,7 @@ int encode_weight_maps(const Params& p, unsigned int rows, unsigned int sk, CUte
 // (specdec_set_programmatic_launch); the launch's error, or the first one after it.
 template <typename Kernel, typename... Args>
 cudaError_t launch_tma_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, Params p, Args... args) {
-  p.signal_at_last_copy = g_programmatic_launch == 1 ? 1 : 0;
+  p.signal_at_last_copy = g_programmatic_launch == 2 ? 1 : 0;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(threads, 1, 1);
@@ -2236,16 +2257,35 @@ Plan make_rows_plan(int kind, int M, int N, int K) {
 // persistent plans even out the SMs' bytes; the Q view (a third less to decode a byte) won on those up to 8 tokens but
 // lm_head (18 waves).
 constexpr int kRowQMaxWaves = 8;
+// Row-tile CTAs of a plan one SM holds at once: by shared memory (227 KB, 1 KB reserved a CTA) and the launch bound.
+int rows_resident(const Plan& pl, int M) {
+  const int per_sm = (227 * 1024) / (pl.smem_bytes + 1024);
+  return per_sm < rows_ctas_per_sm(tma_tokens(M)) ? per_sm : rows_ctas_per_sm(tma_tokens(M));
+}
+
 bool rows_pay(int kind, int M, int N, int K, int sms) {
   const Plan pl = make_rows_plan(kind, M, N, K);
-  int per_sm = (227 * 1024) / (pl.smem_bytes + 1024);
-  if (per_sm > rows_ctas_per_sm(tma_tokens(M))) per_sm = rows_ctas_per_sm(tma_tokens(M));
+  const int per_sm = rows_resident(pl, M);
   const long long ctas = pl.grid_x;
   if (sms < 1 || per_sm < 1) return false;
   if (kind == kQ && M <= kMaxTokens) return ctas <= static_cast<long long>(kRowQMaxWaves) * sms * per_sm;
   if (ctas > static_cast<long long>(sms) * per_sm) return false;
   const long long fullest = (ctas + sms - 1) / sms;
   return ctas * 10 >= fullest * sms * 9;
+}
+
+// Stages past the ring a CTA of a row-tile call prefetches into the L2 before its wait (the producer warp's lanes 1..,
+// one stage each) when it may prefetch `bytes` (launched programmatically): in a call of one wave (every CTA resident
+// at once, so every prefetch is issued while the kernels before still run), as many as `bytes` spreads evenly over the
+// CTAs, at most 31; 0 otherwise.
+int rows_l2_prefetch_stages(int kind, int tok, const Plan& pl, int M, int K, int sms, long long bytes) {
+  if (bytes <= 0 || sms < 1) return 0;
+  if (pl.grid_x > static_cast<long long>(sms) * rows_resident(pl, M)) return 0;
+  const long long per_cta = bytes / (static_cast<long long>(pl.grid_x) * rows_weight_bytes(kind));
+  int past_ring = (K + kRowStageK - 1) / kRowStageK - rows_stages(tok);
+  if (past_ring > 31) past_ring = 31;  // one stage a lane of the producer warp but its first
+  if (past_ring <= 0) return 0;
+  return per_cta < past_ring ? static_cast<int>(per_cta) : past_ring;
 }
 
 // tma_rows_kernel<KIND, TOK> on p (M <= TOK, K % 32 == 0).
@@ -2267,6 +2307,7 @@ int launch_rows_tokens(Params p, cudaStream_t stream) {
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
+  p.l2_prefetch_stages = g_programmatic_launch == 0 ? 0 : rows_l2_prefetch_stages(KIND, TOK, pl, p.M, p.K, sm_count(), g_l2_prefetch_bytes);
   const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND), pl.smem_bytes, stream, p, ae_map, nib_map,
                                           x_map);
   if (e != cudaSuccess) return fail("tma_rows_kernel launch", e);
@@ -2370,9 +2411,22 @@ extern "C" {
 // Message of the last failed call of this thread ("" after none).
 const char* specdec_cuda_last_error() { return g_error; }
 
-// The launch mode of the tensor-map kernels this thread launches from now on: 0 plain, 1 programmatic with the
-// producer signalling at its last copy, 2 programmatic with each CTA signalling after its K loop (other values: 0).
-void specdec_set_programmatic_launch(int mode) { g_programmatic_launch = mode == 1 || mode == 2 ? mode : 0; }
+// The launch mode of the tensor-map kernels this thread launches from now on: 0 plain, 1 programmatic with each CTA
+// signalling after its K loop, 2 programmatic with every producer signalling at its last copy (other values: 0); and,
+// under programmatic launch, the weight bytes a one-wave row-tile call may prefetch into the L2 before its wait.
+void specdec_set_programmatic_launch(int mode, long long l2_prefetch_bytes) {
+  g_programmatic_launch = mode == 1 || mode == 2 ? mode : 0;
+  g_l2_prefetch_bytes = l2_prefetch_bytes > 0 ? l2_prefetch_bytes : 0;
+}
+
+// Stages past the ring each CTA of a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) on a GPU with `sms`
+// multiprocessors prefetches into the L2 when launched programmatically with l2_prefetch_bytes; host only. -1 for
+// sizes the row tiles do not take.
+int specdec_rows_l2_prefetch_stages(int kind, int M, int N, int K, int sms, long long l2_prefetch_bytes) {
+  if (kind < 0 || kind > 2 || K % 32 != 0 || check_sizes(M, N, K, kTmaMaxTokens) != 0) return -1;
+  const Plan pl = make_rows_plan(kind, M, N, K);
+  return rows_l2_prefetch_stages(kind, tma_tokens(M), pl, M, K, sms, l2_prefetch_bytes);
+}
 
 // Launch plan for (kind 0 bf16 / 1 W12 / 2 Q, M, N, K) on a GPU with `sms` multiprocessors; host only.
 // out[0] row tiles per CTA, out[1] K splits (cluster size), out[2] chunks, out[3] grid x, out[4] shared bytes.
