@@ -52,7 +52,7 @@ done
 tar -czf "$LOGS/../signal_logs.tgz" -C "$LOGS" . && mv "$LOGS/../signal_logs.tgz" "$OUT/"
 for f in "$LOGS"/ar_step_*.log; do
   echo "=== $(basename "$f" .log) ==="
-  grep -E "^AR step (bf16|w12)|^AR step bf16 with skinny|^verify step" "$f"
+  grep -E "^AR step (bf16|w12|greedy)|^AR step bf16 with skinny|^verify step" "$f"
 done
 for f in "$LOGS"/fixed_cost_order_*.log; do
   echo "=== $(basename "$f" .log) ==="

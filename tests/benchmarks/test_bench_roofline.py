@@ -75,6 +75,9 @@ def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
     # on CPU both targets run the same F.linear on the same bf16 weights: the logits are equal
     assert result["greedy_tokens_equal"] and result["max_abs_logit_diff"] == 0.0
     assert len(result["greedy_tokens_bf16"]) == bench_roofline.AR_TOKENS
+    # the logits' digests: equal where the logits are (here bit for bit), 64 hex digits each
+    assert result["bf16_greedy_logits_sha256"] == result["w12_greedy_logits_sha256"]
+    assert len(result["w12_greedy_logits_sha256"]) == 64
     assert result["w12_linear_path"] == "torch"
     assert result["w12_weight_bytes"] < result["bf16_weight_bytes"]
     for key in (
