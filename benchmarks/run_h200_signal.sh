@@ -5,14 +5,12 @@
 # of the Qwen3-8B-shaped lean target (bf16, bf16 with skinny linears and W12, one token and the 16-row verify) under
 # four settings, twice in turn: "1" (the element-wise kernels wait, then signal; a GEMM signals after its K loop),
 # "early" (they signal first; a GEMM's producer at its last copy), "early" with $SPECDEC_L2_PREFETCH_MB 16 and 32 (a
-# one-wave row-tile GEMM prefetches the stages past its ring into the L2 before its wait); then the timing-order check
-# of two default kernels against their fallbacks (bench_fixed_cost times a shape's kernels in the order --kernels
-# names them: both orders, one process each, default settings). Writes the AR steps' JSON to $OUT, the logs and the
-# order check's JSON and plots in one signal_logs.tgz.
-# Expected time on one H200: ~6 min (torch start ~8 s a process; probes ~13 s each; AR steps ~25 s each; the order
-# check ~20 s a process; nvcc 15-25 s when build/specdec_cuda_kernels.so was not carried).
-# Caps: nvcc 60 s, probes 25 s each, AR steps 45 s each (budget 30 s), order check 40 s a process (budget 25 s): at
-# most ~9.6 min.
+# one-wave row-tile GEMM prefetches the stages past its ring into the L2 before its wait). The kernels alone, by
+# mode: run_h200_signal_kernels.sh. Writes the AR steps' JSON (eight: more than a call brings back one by one) and the
+# logs in one signal_logs.tgz in $OUT.
+# Expected time on one H200: ~5 min (torch start ~8 s a process; probes ~13 s each; AR steps ~25 s each; nvcc 15-25 s
+# when build/specdec_cuda_kernels.so was not carried).
+# Caps: nvcc 60 s, probes 25 s each, AR steps 50 s each (budget 35 s): at most ~8.9 min.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_signal.sh
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -38,23 +36,12 @@ for setting in 1:0 early:0 early:16 early:32 1:0 early:0 early:16 early:32; do
   run=$((run + 1))
   export SPECDEC_PDL=${setting%:*} SPECDEC_L2_PREFETCH_MB=${setting#*:}
   name="${run}_pdl_${SPECDEC_PDL}_l2_${SPECDEC_L2_PREFETCH_MB}"
-  timeout 45 python3 -m benchmarks.kernels.bench_roofline --ar-step --ar-budget-s 30 --out "$OUT/ar_step_$name.json" \
+  timeout 50 python3 -m benchmarks.kernels.bench_roofline --ar-step --ar-budget-s 35 --out "$LOGS/ar_step_$name.json" \
     > "$LOGS/ar_step_$name.log" 2>&1
   echo "AR step $name: exit $?"
-done
-export SPECDEC_PDL=1 SPECDEC_L2_PREFETCH_MB=0
-for order in cuda_w12_v10,cuda_w12_v8,cuda_q_v5,cuda_q_v2 cuda_q_v2,cuda_q_v5,cuda_w12_v8,cuda_w12_v10; do
-  name=$(echo "$order" | cut -d, -f1)
-  timeout 40 python3 -m benchmarks.kernels.bench_fixed_cost --models qwen3-8b --kernels "$order" --no-read-floor --budget-s 25 \
-    --out "$LOGS/fixed_cost_order_$name.json" > "$LOGS/fixed_cost_order_$name.log" 2>&1
-  echo "order check, $order: exit $?"
 done
 tar -czf "$LOGS/../signal_logs.tgz" -C "$LOGS" . && mv "$LOGS/../signal_logs.tgz" "$OUT/"
 for f in "$LOGS"/ar_step_*.log; do
   echo "=== $(basename "$f" .log) ==="
   grep -E "^AR step (bf16|w12|greedy)|^AR step bf16 with skinny|^verify step" "$f"
-done
-for f in "$LOGS"/fixed_cost_order_*.log; do
-  echo "=== $(basename "$f" .log) ==="
-  grep -E "^cuda_" "$f" | head -n 24
 done
