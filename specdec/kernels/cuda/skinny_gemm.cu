@@ -1595,7 +1595,7 @@ __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok) {
   return kRowGroups * kRowTile * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, kRowTile) : 0);
 }
 
-template <int KIND, int TOK = kMaxTokens>
+template <int KIND, int TOK = kMaxTokens, bool L2_PREFETCH = false>
 __global__ void __launch_bounds__(rows_threads(KIND), rows_ctas_per_sm(TOK))
     tma_rows_kernel(const Params p, const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
                     const __grid_constant__ CUtensorMap x_map) {
@@ -1621,7 +1621,7 @@ __global__ void __launch_bounds__(rows_threads(KIND), rows_ctas_per_sm(TOK))
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
                                                             row_block, &ae_map, &nib_map, &x_map, p.signal_at_last_copy != 0);
-    else if (lane <= p.l2_prefetch_stages)  // lane l: stage kStages + l - 1 of the CTA's rows into the L2 (launch_rows_tokens)
+    else if (L2_PREFETCH && lane <= p.l2_prefetch_stages)  // lane l: stage kStages + l - 1 into the L2 (launch_rows_tokens)
       prefetch_stage_l2<KIND, kRowTile, kRowStageK>(kStages + lane - 1, row_block, &ae_map, &nib_map);
   } else if (kEscapeWarp == 1 && warp == kRowGroups + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
@@ -2288,18 +2288,28 @@ int rows_l2_prefetch_stages(int kind, int tok, const Plan& pl, int M, int K, int
   return per_cta < past_ring ? static_cast<int>(per_cta) : past_ring;
 }
 
-// tma_rows_kernel<KIND, TOK> on p (M <= TOK, K % 32 == 0).
+// The dynamic shared memory and carveout a row-tile kernel for TOK tokens needs at most.
+template <int KIND, int TOK, typename Kernel>
+int set_rows_attributes(Kernel kernel) {
+  const Plan widest = make_rows_plan(KIND, TOK, 1, kRowStageK);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, widest.smem_bytes);
+  if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
+  return 0;
+}
+
+// tma_rows_kernel<KIND, TOK> on p (M <= TOK, K % 32 == 0); its instantiation with the L2 prefetch lanes where the call
+// prefetches (rows_l2_prefetch_stages), so that the kernel of every other call is compiled without them.
 template <int KIND, int TOK>
 int launch_rows_tokens(Params p, cudaStream_t stream) {
   static bool attr_set = false;
-  auto kernel = tma_rows_kernel<KIND, TOK>;
+  auto plain = tma_rows_kernel<KIND, TOK, false>;
+  auto prefetching = tma_rows_kernel<KIND, TOK, true>;
   const Plan pl = make_rows_plan(KIND, p.M, p.N, p.K);
   if (!attr_set) {  // once per process, before any graph capture (the warm-up's call)
-    const Plan widest = make_rows_plan(KIND, TOK, 1, kRowStageK);
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, widest.smem_bytes);
-    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
+    if (int rc = set_rows_attributes<KIND, TOK>(plain)) return rc;
+    if (int rc = set_rows_attributes<KIND, TOK>(prefetching)) return rc;
     attr_set = true;
   }
   CUtensorMap ae_map, nib_map, x_map;
@@ -2308,8 +2318,8 @@ int launch_rows_tokens(Params p, cudaStream_t stream) {
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
   p.l2_prefetch_stages = g_programmatic_launch == 0 ? 0 : rows_l2_prefetch_stages(KIND, TOK, pl, p.M, p.K, sm_count(), g_l2_prefetch_bytes);
-  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND), pl.smem_bytes, stream, p, ae_map, nib_map,
-                                          x_map);
+  const cudaError_t e = launch_tma_kernel(p.l2_prefetch_stages > 0 ? prefetching : plain, dim3(pl.grid_x, 1, 1), rows_threads(KIND),
+                                          pl.smem_bytes, stream, p, ae_map, nib_map, x_map);
   if (e != cudaSuccess) return fail("tma_rows_kernel launch", e);
   return 0;
 }
