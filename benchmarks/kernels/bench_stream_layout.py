@@ -9,12 +9,17 @@ each stage from shared memory and sum it. Stage layouts:
 
 * ``rows_w12`` / ``rows_q`` / ``rows_bf16``: the GEMMs' tensor-map boxes over the row-major planes (W12: a [64][128]
   box of ``ae`` and a [64][64] box of ``nib``; Q: the ``ae`` box; bf16: a [64][256-byte] box);
-* ``tiled_w12`` / ``tiled_bf16``: the same bytes stored stage after stage, one contiguous bulk copy a stage.
+* ``tiled_w12`` / ``tiled_bf16``: the same bytes stored stage after stage, one contiguous bulk copy a stage;
+* ``rows16_w12`` / ``rows16_q`` / ``rows16_bf16``: the row-tile kernels' ring (``tma_rows_kernel``: 16-row CTAs over the
+  whole of K, stages of 256 weights a row, four consumer warps, five CTAs an SM) over their boxes (W12: [16][256] of
+  ``ae`` and [16][128] of ``nib``; Q: the ``ae`` box; bf16: [16][256] values, 512-byte row pieces);
+* ``tiled16_w12`` / ``tiled16_q`` / ``tiled16_bf16``: that ring over the same bytes stored stage after stage.
 
 If the rows layouts stream near the copy rate here, the GEMMs' consumers or epilogue hold them; if the rows layouts are
 slow and the tiled ones fast, the row pieces are. Each shape also times the GEMMs themselves (cuBLAS bf16 and the
-tensor-map kernels bf16 v2, W12 v7, Q v2) at M = 1 in the same run, all on cold weights (copies spanning 3x the L2,
-as ``bench_fixed_cost``). Every probe launch is checked first: the sum of the 32-bit words it read equals the sum of
+tensor-map kernels bf16 v2, W12 v7, Q v2 and the row tiles W12 v9, Q v4, bf16 v4) at M = 1 in the same run, with the
+read floor of each of their byte counts (``read_floor.py``), all on cold weights (copies spanning 3x the L2, as
+``bench_fixed_cost``). Every probe launch is checked first: the sum of the 32-bit words it read equals the sum of
 the planes' words (every byte read exactly once). Probe planes are random bytes (labelled so): a ring that does no
 math does not look at them.
 
@@ -39,31 +44,44 @@ from benchmarks.common import REPO_ROOT, agg_pyplot, copy_bandwidth, provenance,
 
 SOURCE_NAME = "stream_probe.cu"  # beside this file
 LIBRARY_NAME = "stream_probe.so"  # under build/ at the repository root
-# name -> (layout id in stream_probe.cu, bytes a weight, the GEMM whose launch plan gives its K split)
+ROW_TILE = "whole K"  # the row tiles' K split: none
+# name -> (layout id in stream_probe.cu, bytes a weight, the GEMM whose launch plan gives its K split, or ROW_TILE)
 LAYOUTS = {
     "rows_w12": (0, 1.5, "w12_v7"),
     "rows_q": (1, 1.0, "q_v2"),
     "rows_bf16": (2, 2.0, "bf16_v2"),
     "tiled_w12": (3, 1.5, "w12_v7"),
     "tiled_bf16": (4, 2.0, "bf16_v2"),
+    "rows16_w12": (5, 1.5, ROW_TILE),
+    "rows16_q": (6, 1.0, ROW_TILE),
+    "rows16_bf16": (7, 2.0, ROW_TILE),
+    "tiled16_w12": (8, 1.5, ROW_TILE),
+    "tiled16_q": (9, 1.0, ROW_TILE),
+    "tiled16_bf16": (10, 2.0, ROW_TILE),
 }
-SHAPES = {"8b_o": (4096, 4096), "8b_down": (4096, 12288), "8b_gate_up": (24576, 4096), "8b_lm_head": (151936, 4096)}
+SHAPES = {
+    "8b_qkv": (6144, 4096),
+    "8b_o": (4096, 4096),
+    "8b_down": (4096, 12288),
+    "8b_gate_up": (24576, 4096),
+    "8b_lm_head": (151936, 4096),
+}
 SWEEP_SPLITS = (1, 2, 4, 8, 16)
 SWEEP_LAYOUTS = ("rows_w12", "tiled_w12")
 PROMOTIONS = {0: "none", 1: "128B", 2: "256B"}
 GEMM_PROMOTION = 2
-GEMMS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2")
+GEMMS = ("cublas_bf16", "cuda_bf16_v2", "cuda_w12_v7", "cuda_q_v2", "cuda_w12_v9", "cuda_q_v4", "cuda_bf16_v4")
 
 
 def cases(shapes: dict[str, tuple[int, int]], plan_splits) -> list[dict]:
-    """The probe cases of every shape: each layout at its GEMM's K split; the split sweep of ``SWEEP_LAYOUTS`` on shapes
-    of one row-block wave (N <= 8192); W12's row boxes under each L2 promotion. ``plan_splits(gemm, n, k)`` gives a
-    GEMM's K split.
+    """The probe cases of every shape: each layout at its GEMM's K split (the row tiles' layouts unsplit); the split
+    sweep of ``SWEEP_LAYOUTS`` on shapes of one row-block wave (N <= 8192); W12's row boxes under each L2 promotion.
+    ``plan_splits(gemm, n, k)`` gives a GEMM's K split.
 
     Example:
         >>> cs = cases({"o": (4096, 4096)}, lambda gemm, n, k: 4)
         >>> len(cs), cs[0]
-        (15, {'shape': 'o', 'N': 4096, 'K': 4096, 'layout': 'rows_w12', 'k_splits': 4, 'promotion': 2, 'why': 'plan'})
+        (21, {'shape': 'o', 'N': 4096, 'K': 4096, 'layout': 'rows_w12', 'k_splits': 4, 'promotion': 2, 'why': 'plan'})
     """
     out = []
     for name, (n, k) in shapes.items():
@@ -76,7 +94,7 @@ def cases(shapes: dict[str, tuple[int, int]], plan_splits) -> list[dict]:
                 out.append(dict(shape=name, N=n, K=k, layout=layout, k_splits=ks, promotion=promo, why=why))
 
         for layout, (_, _, gemm) in LAYOUTS.items():
-            add(layout, plan_splits(gemm, n, k), GEMM_PROMOTION, "plan")
+            add(layout, 1 if gemm == ROW_TILE else plan_splits(gemm, n, k), GEMM_PROMOTION, "plan")
         if n <= 8192:
             for layout in SWEEP_LAYOUTS:
                 for ks in SWEEP_SPLITS:
@@ -123,7 +141,7 @@ class Probe:
         self.copies = []
         for i in range(copies):
             chunk = pool[i * self.nbytes : (i + 1) * self.nbytes]
-            second = chunk[n * k :] if case["layout"] == "rows_w12" else chunk  # the nib plane after ae
+            second = chunk[n * k :] if case["layout"] in ("rows_w12", "rows16_w12") else chunk  # the nib plane after ae
             self.copies.append((chunk, second))
         self.i = 0
 
@@ -157,11 +175,12 @@ class Probe:
 
 
 def time_gemms(name: str, n: int, k: int, args, gen, device, copy_bw: float) -> list[dict]:
-    """The GEMMs of ``GEMMS`` at M = 1 on cold copies of one random weight (``bench_fixed_cost.time_shape``)."""
+    """The GEMMs of ``GEMMS`` at M = 1 on cold copies of one random weight, with the read floor of each of their byte
+    counts (``bench_fixed_cost.time_shape``, kind ``read_floor``)."""
     from benchmarks.kernels.bench_fixed_cost import time_shape
     from specdec.kernels.cuda import ops
 
-    rows = time_shape(n, k, (1,), args, gen, device, ops, warm=False)
+    rows = time_shape(n, k, (1,), argparse.Namespace(**vars(args), kernels=GEMMS, read_floor=True), gen, device, ops, warm=False)
     for r in rows:
         r["shape"] = name
         if "cold_s" in r:
