@@ -99,16 +99,17 @@ def triton_launch_options(rows: torch.Tensor) -> dict:
 def gemm_launch_programmatic() -> bool:
     """Whether a CUDA tensor-map GEMM launched now on the current thread launches programmatically: ``$SPECDEC_PDL``
     is ``"gemm"``, ``"1"`` or ``"early"`` and the current CUDA stream is being captured into a graph."""
-    return pdl_mode() != "0" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return gemm_launch_code() != 0
 
 
 def gemm_launch_code() -> int:
     """What the CUDA library is told before it launches a tensor-map GEMM (``specdec_set_programmatic_launch``): 0
     plain; 1 programmatic, each CTA signalling after its K loop (the persistent kernel's producer at its last copy);
     2 programmatic, every producer signalling once it has issued its last copy (``$SPECDEC_PDL`` ``"early"``)."""
-    if not gemm_launch_programmatic():
+    mode = pdl_mode()
+    if mode == "0" or not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
         return 0
-    return 2 if pdl_mode() == "early" else 1
+    return 2 if mode == "early" else 1
 
 
 def l2_prefetch_bytes() -> int:

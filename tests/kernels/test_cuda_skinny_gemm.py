@@ -407,11 +407,17 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel(monkeypatch):
         calls.clear()
         assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(nbytes), run, args, 8, 72, 4128, cpu, "s") == 0
         assert calls[0] == ("plan", 8, 72, 4128, 0)  # sms = 0: the current device's multiprocessors
-        # set before every launch: eager calls launch plainly; the prefetch budget goes with it (used only when not plain)
-        assert calls[1] == ("programmatic", 0, 2 << 20)
+        # set before every launch: eager calls launch plainly, so without the prefetch budget ($SPECDEC_L2_PREFETCH_MB 2)
+        assert calls[1] == ("programmatic", 0, 0)
         *given, ws_ptr, ws_bytes, stream = calls[2][1:]
         assert tuple(given) == args and (ws_bytes, stream) == (nbytes, "s")
         assert ws_ptr.value == (ops.split_k_workspace(cpu, nbytes).data_ptr() if nbytes else None)
+    # launched programmatically (inside a captured graph): the launch code and the budget reach the library
+    monkeypatch.setattr(ops, "gemm_launch_code", lambda: 2)
+    calls.clear()
+    assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(0), run, args, 8, 72, 4128, cpu, "s") == 0
+    assert calls[1] == ("programmatic", 2, 2 << 20)
+    monkeypatch.undo()
     calls.clear()
     with pytest.raises(RuntimeError, match=r"q_gemm_small_m \(v2\) plan: CUDA kernel launch failed \(3\): M=9 is not"):
         ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(0, rc=3), run, args, 8, 72, 4128, cpu, "s")

@@ -322,7 +322,8 @@ def _launch_split_k(lib, what: str, plan_of, run, args: tuple, m: int, n: int, k
     _raise_on_failure(lib, plan_of(m, n, k, 0, plan), f"{what} plan")
     nbytes = plan[5]
     ws_ptr = _ptr(split_k_workspace(device, nbytes, op=what)) if nbytes else ctypes.c_void_p(None)
-    lib.specdec_set_programmatic_launch(gemm_launch_code(), l2_prefetch_bytes())  # read by the tensor-map kernels only
+    code = gemm_launch_code()  # read by the tensor-map kernels only; the prefetch budget only under programmatic launch
+    lib.specdec_set_programmatic_launch(code, l2_prefetch_bytes() if code else 0)
     return run(*args, ws_ptr, nbytes, stream)
 
 

@@ -2278,11 +2278,11 @@ bool rows_pay(int kind, int M, int N, int K, int sms) {
 // one stage each) when it may prefetch `bytes` (launched programmatically): in a call of one wave (every CTA resident
 // at once, so every prefetch is issued while the kernels before still run), as many as `bytes` spreads evenly over the
 // CTAs, at most 31; 0 otherwise.
-int rows_l2_prefetch_stages(int kind, int tok, const Plan& pl, int M, int K, int sms, long long bytes) {
+int rows_l2_prefetch_stages(int kind, const Plan& pl, int M, int K, int sms, long long bytes) {
   if (bytes <= 0 || sms < 1) return 0;
   if (pl.grid_x > static_cast<long long>(sms) * rows_resident(pl, M)) return 0;
   const long long per_cta = bytes / (static_cast<long long>(pl.grid_x) * rows_weight_bytes(kind));
-  int past_ring = (K + kRowStageK - 1) / kRowStageK - rows_stages(tok);
+  int past_ring = (K + kRowStageK - 1) / kRowStageK - rows_stages(tma_tokens(M));
   if (past_ring > 31) past_ring = 31;  // one stage a lane of the producer warp but its first
   if (past_ring <= 0) return 0;
   return per_cta < past_ring ? static_cast<int>(per_cta) : past_ring;
@@ -2317,7 +2317,7 @@ int launch_rows_tokens(Params p, cudaStream_t stream) {
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
-  p.l2_prefetch_stages = g_programmatic_launch == 0 ? 0 : rows_l2_prefetch_stages(KIND, TOK, pl, p.M, p.K, sm_count(), g_l2_prefetch_bytes);
+  p.l2_prefetch_stages = g_programmatic_launch == 0 ? 0 : rows_l2_prefetch_stages(KIND, pl, p.M, p.K, sm_count(), g_l2_prefetch_bytes);
   const cudaError_t e = launch_tma_kernel(p.l2_prefetch_stages > 0 ? prefetching : plain, dim3(pl.grid_x, 1, 1), rows_threads(KIND),
                                           pl.smem_bytes, stream, p, ae_map, nib_map, x_map);
   if (e != cudaSuccess) return fail("tma_rows_kernel launch", e);
@@ -2435,7 +2435,7 @@ void specdec_set_programmatic_launch(int mode, long long l2_prefetch_bytes) {
 int specdec_rows_l2_prefetch_stages(int kind, int M, int N, int K, int sms, long long l2_prefetch_bytes) {
   if (kind < 0 || kind > 2 || K % 32 != 0 || check_sizes(M, N, K, kTmaMaxTokens) != 0) return -1;
   const Plan pl = make_rows_plan(kind, M, N, K);
-  return rows_l2_prefetch_stages(kind, tma_tokens(M), pl, M, K, sms, l2_prefetch_bytes);
+  return rows_l2_prefetch_stages(kind, pl, M, K, sms, l2_prefetch_bytes);
 }
 
 // Launch plan for (kind 0 bf16 / 1 W12 / 2 Q, M, N, K) on a GPU with `sms` multiprocessors; host only.
