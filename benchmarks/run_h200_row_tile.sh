@@ -6,7 +6,7 @@
 # byte count and the cold sweep; the roofline's one-hot decode checks (bit for bit against the reference decode) of every
 # tensor-map kernel but the split-K ones and the 8B shapes timed; the AR step (bf16 and W12, one token and the 16-row
 # verify) with the kernels that were the defaults before the row tiles (W12 v8, bf16 v3), then with the defaults (W12
-# v10, bf16 v5: the row tiles where they make one even wave); compute-sanitizer
+# v10, bf16 v5: the row tiles where rows_pay says); compute-sanitizer
 # memcheck over every kernel. Writes the JSON of the fixed cost, the roofline and both AR steps to $OUT, the logs,
 # probes and plots in one row_tile_logs.tgz.
 # Expected time on one H200: ~4 min (measured 175 s with three probes; torch start ~8 s a process; probes ~13 s each;

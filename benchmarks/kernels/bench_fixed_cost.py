@@ -24,7 +24,7 @@ Two questions the roofline (``bench_roofline.py``) cannot answer:
 Kernels (``--kernels`` picks some): cuBLAS bf16 (``F.linear``), and the tensor-map CUDA kernels of
 ``specdec.kernels.cuda``: bf16 v2, W12 exact v7, Q view v2, the same three in persistent CTAs (bf16 v3, W12 v8,
 Q v3), in CTAs of one 16-row tile over the whole of K (bf16 v4, W12 v9, Q v4) and the defaults that take the row tiles
-where they make one even wave (bf16 v5, W12 v10, Q v5); v7, bf16 v2 and Q v3 only when ``--kernels`` names them. Every kernel's output on the first copy is checked against the float32 product (the roofline's
+where they pay (``rows_pay``: bf16 v5, W12 v10, Q v5); v7, bf16 v2 and Q v3 only when ``--kernels`` names them. Every kernel's output on the first copy is checked against the float32 product (the roofline's
 tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. Weights are random
 (Gaussian, std 0.02), labelled so.
 

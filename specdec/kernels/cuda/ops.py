@@ -20,7 +20,7 @@ a run of equal length over row blocks x stages (``specdec_w12_gemm_small_m_v8``;
 than one wave of CTAs and the runs are short, else v7's kernel and plan: :func:`stream_k_segments`, README.md) and
 ``"v9"`` v7's stages in CTAs of one 16-row tile each over the whole of K (``specdec_w12_gemm_small_m_v9``: no K split,
 so no workspace and no reduction of partials; README.md, "Row-tile CTAs over the whole of K") and ``"v10"`` the
-row tiles where they take one even wave of CTAs, else ``"v8"`` (``specdec_w12_gemm_small_m_v10``); all five fall back as
+row tiles where they pay (at most two even waves of CTAs), else ``"v8"`` (``specdec_w12_gemm_small_m_v10``); all five fall back as
 ``"v5"`` does. All decode bit-exactly; they sum in different orders, so their outputs may differ
 in the last bits. Unset, it is ``"v10"`` where ``K % 32 == 0``, else ``"v1"`` (:func:`w12_variant`).
 
@@ -29,8 +29,8 @@ the register kernel (``specdec_skinny_gemm_bf16``), ``"v2"`` plain bf16 weights 
 ``"v7"`` (``specdec_skinny_gemm_bf16_v2``, the same workspace contract; ``K % 32 != 0`` runs ``"v1"``), ``"v3"`` the
 same in the persistent CTAs of W12 ``"v8"`` (``specdec_skinny_gemm_bf16_v3``; never slower than ``"v2"`` on the
 H200's model shapes, faster where split K needs several waves), ``"v4"`` the same in the row-tile CTAs of W12 ``"v9"``
-(``specdec_skinny_gemm_bf16_v4``), ``"v5"`` the row tiles where they pay, else ``"v3"`` (as W12 ``"v10"``,
-``specdec_skinny_gemm_bf16_v5``); unset, ``"v5"``
+(``specdec_skinny_gemm_bf16_v4``), ``"v5"`` the row tiles where they pay (one wave of CTAs), else ``"v3"``
+(``specdec_skinny_gemm_bf16_v5``); unset, ``"v5"``
 where ``K % 32 == 0``, else ``"v1"``. They sum in different orders.
 
 ``SPECDEC_Q_CUDA_VARIANT`` (read on every call) picks the Q-view kernel the same way (:func:`q_variant`): ``"v1"``
@@ -38,7 +38,7 @@ the register kernel (``specdec_q_gemm_small_m``), ``"v2"`` the Q view on the ten
 over independent CTAs with the same workspace contract (``specdec_q_gemm_small_m_v2``; ``K % 32 != 0`` runs the
 ``"v1"`` kernel), ``"v3"`` the same in the persistent CTAs of W12 ``"v8"`` (``specdec_q_gemm_small_m_v3``), ``"v4"`` in
 the row-tile CTAs of W12 ``"v9"`` (``specdec_q_gemm_small_m_v4``), ``"v5"`` the row tiles where they pay, else ``"v2"``
-(as W12 ``"v10"``, and at up to 8 tokens over up to 8 such waves; ``specdec_q_gemm_small_m_v5``); unset, ``"v5"`` where
+(over up to 8 waves of CTAs, at 9-16 tokens only where ``K <= 8192``; ``specdec_q_gemm_small_m_v5``); unset, ``"v5"`` where
 ``K % 32 == 0``, else ``"v1"``. All decode the same Q view; they sum in different orders.
 
 W12 planes are those of :class:`specdec.formats.W12Tensor` (``ae``, ``nib``, ``base``, ``esc_ptr``, ``esc_pos``,

@@ -2248,15 +2248,19 @@ Plan make_rows_plan(int kind, int M, int N, int K) {
   return pl;
 }
 
-// Whether the row-tile kernel takes a call of the default entry points (W12 v10, Q v5, bf16 v5): where its ceil(N / 16)
-// CTAs run as one wave (at most rows_ctas_per_sm an SM, fewer where shared memory holds fewer) that leaves the SMs
-// within 10 % of even (CTAs >= 0.9 x SMs x the CTAs of the fullest SM); for the Q view at up to 8 tokens also over at
-// most kRowQMaxWaves such waves. On the H200 (benchmarks/NOTES.md, "Row-tile CTAs") the row tiles won on the one-wave
-// 8B qkv, o and down, by the split-K launch's reduction they skip; W12 and bf16 lost or tied on the calls of several
-// waves (gate_up, lm_head) and on uneven single waves (320 CTAs on 132 SMs: 32B o and down), where the split-K and
-// persistent plans even out the SMs' bytes; the Q view (a third less to decode a byte) won on those up to 8 tokens but
-// lm_head (18 waves).
+// Whether the row-tile kernel takes a call of the default entry points (W12 v10, Q v5, bf16 v5), by kind, as the H200
+// calls that timed both kernels on the 8B and 32B shapes at 1-16 tokens say (benchmarks/NOTES.md, "Row-tile CTAs" and
+// "The row-tile rule by kind"). A wave is as many CTAs as the SMs hold at once (rows_resident).
+// - W12: at most kRowW12MaxWaves waves that leave the SMs within 10 % of even over the call (CTAs >= 0.9 x SMs x the
+//   CTAs of the fullest SM). The row tiles skip the split-K reduction, which is much of a short call; over more waves,
+//   or on an uneven one (320 CTAs on 132 SMs: the 32B o and down), the persistent and split-K plans even out the
+//   SMs' bytes and won.
+// - Q view: up to kRowQMaxWaves waves at up to 8 tokens; at 9-16 tokens also only where K <= kRowQMaxK16 (over the
+//   48-100 stages of the down projections the split-K plan's extra CTAs an SM won). Lost only on lm_head (18 waves).
+// - bf16: one wave, even or not (every uneven single wave measured ran as fast or faster in row tiles).
+constexpr int kRowW12MaxWaves = 2;
 constexpr int kRowQMaxWaves = 8;
+constexpr int kRowQMaxK16 = 8192;
 // Row-tile CTAs of a plan one SM holds at once: by shared memory (227 KB, 1 KB reserved a CTA) and the launch bound.
 int rows_resident(const Plan& pl, int M) {
   const int per_sm = (227 * 1024) / (pl.smem_bytes + 1024);
@@ -2268,8 +2272,10 @@ bool rows_pay(int kind, int M, int N, int K, int sms) {
   const int per_sm = rows_resident(pl, M);
   const long long ctas = pl.grid_x;
   if (sms < 1 || per_sm < 1) return false;
-  if (kind == kQ && M <= kMaxTokens) return ctas <= static_cast<long long>(kRowQMaxWaves) * sms * per_sm;
-  if (ctas > static_cast<long long>(sms) * per_sm) return false;
+  const long long wave = static_cast<long long>(sms) * per_sm;
+  if (kind == kQ) return ctas <= kRowQMaxWaves * wave && (M <= kMaxTokens || K <= kRowQMaxK16);
+  if (kind == kBf16) return ctas <= wave;
+  if (ctas > kRowW12MaxWaves * wave) return false;
   const long long fullest = (ctas + sms - 1) / sms;
   return ctas * 10 >= fullest * sms * 9;
 }
