@@ -16,6 +16,14 @@ HYBRID_MODEL_TYPES = ("qwen3_5_text", "qwen3_next")
 SUPPORTED_MODEL_TYPES = DENSE_MODEL_TYPES + HYBRID_MODEL_TYPES
 
 
+def require_positive(config: Any, names: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` naming the first field of ``names`` on ``config`` that is not a positive int."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+
+
 @dataclass(frozen=True)
 class TargetConfig:
     """Shape and numerics of a dense decoder, read from a Hugging Face config.
@@ -45,6 +53,25 @@ class TargetConfig:
     qk_norm: bool = False
     model_type: str = "llama"
     eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        require_positive(
+            self,
+            (
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_layers",
+                "num_heads",
+                "num_kv_heads",
+                "head_dim",
+                "max_position_embeddings",
+            ),
+        )
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ValueError(f"num_heads: expected a multiple of num_kv_heads = {self.num_kv_heads}, got {self.num_heads}")
+        if self.head_dim % 2 != 0:
+            raise ValueError(f"head_dim: expected an even int (RoPE rotates pairs), got {self.head_dim}")
 
     @property
     def q_size(self) -> int:

@@ -470,5 +470,5 @@ class DenseTarget(LeanTarget):
         """
         n = self._accepted_count(accepted)
         if isinstance(accepted, torch.Tensor):
-            compact_kv(self.k_caches, self.v_caches, self.length, accepted)
+            compact_kv(self.k_caches, self.v_caches, self.length, accepted.to(self.device))
         self._advance(n)

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from specdec.models.config import HYBRID_MODEL_TYPES, rope_inv_freq
+from specdec.models.config import HYBRID_MODEL_TYPES, require_positive, rope_inv_freq
 
 __all__ = ["HybridConfig"]
 
@@ -64,6 +64,30 @@ class HybridConfig:
     eos_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self):
+        require_positive(
+            self,
+            (
+                "vocab_size",
+                "hidden_size",
+                "num_layers",
+                "num_heads",
+                "num_kv_heads",
+                "head_dim",
+                "linear_num_key_heads",
+                "linear_num_value_heads",
+                "linear_key_head_dim",
+                "linear_value_head_dim",
+                "linear_conv_kernel_dim",
+                "decoder_sparse_step",
+            ),
+        )
+        if not 0 <= self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok: expected an int in [0, num_experts = {self.num_experts}], got {self.num_experts_per_tok}"
+            )
+        outside = [i for i in self.mlp_only_layers if not 0 <= i < self.num_layers]
+        if outside:
+            raise ValueError(f"mlp_only_layers: expected layer indices in [0, {self.num_layers}), got {outside[0]}")
         if len(self.layer_types) != self.num_layers:
             raise ValueError(f"layer_types: expected {self.num_layers} entries, got {len(self.layer_types)}")
         bad = [t for t in self.layer_types if t not in _LAYER_TYPES]

@@ -351,6 +351,14 @@ def test_errors_name_the_argument():
         HybridConfig(**{**_fields(cfg), "linear_num_value_heads": 3})
     with pytest.raises(ValueError, match="layer_types"):
         HybridConfig(**{**_fields(cfg), "layer_types": ("mamba",) * cfg.num_layers})
+    for field, value, message in [
+        ("num_kv_heads", 0, "num_kv_heads: expected a positive int, got 0"),
+        ("linear_conv_kernel_dim", 0, "linear_conv_kernel_dim: expected a positive int, got 0"),
+        ("num_experts_per_tok", cfg.num_experts + 1, r"num_experts_per_tok: expected an int in \[0, num_experts"),
+        ("mlp_only_layers", (cfg.num_layers,), rf"mlp_only_layers: expected layer indices in \[0, {cfg.num_layers}\)"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            HybridConfig(**{**_fields(cfg), field: value})
     with pytest.raises(ValueError, match="state_slots"):
         HybridTarget(cfg, state_slots=1)
     with pytest.raises(ValueError, match="gdn_method"):

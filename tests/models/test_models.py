@@ -103,6 +103,39 @@ def test_commit_without_compaction_is_detected():
     assert not torch.allclose(wrong[0, -1], ref[0, -1], atol=1e-3)
 
 
+@pytest.mark.parametrize("rows", [[0, 9], [2, 0], [1, 1], [-1], [0, 100]])
+def test_commit_refuses_rows_outside_the_last_forward_or_out_of_order(rows):
+    """Rows past the window, repeated, descending or negative would copy stale or foreign K/V into the cache."""
+    target = tiny_target(seed=0, max_seq_len=16)
+    target(torch.tensor([[1, 2, 3]]))
+    with pytest.raises(ValueError, match=r"accepted: expected ascending row indices in \[0, 3\)"):
+        target.commit(torch.tensor(rows))
+    assert target.length == 0
+    target.commit(torch.tensor([0, 2]))  # the scratch rows are still there to commit
+    assert target.length == 2
+
+
+TINY_CONFIG = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_layers=1, num_heads=4, num_kv_heads=2, head_dim=8)
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("num_kv_heads", 3, "num_heads: expected a multiple of num_kv_heads = 3, got 4"),
+        ("num_kv_heads", 0, "num_kv_heads: expected a positive int, got 0"),
+        ("num_heads", 0, "num_heads: expected a positive int, got 0"),
+        ("num_layers", -1, "num_layers: expected a positive int, got -1"),
+        ("vocab_size", 0, "vocab_size: expected a positive int, got 0"),
+        ("head_dim", 7, "head_dim: expected an even int"),
+        ("hidden_size", 32.0, "hidden_size: expected a positive int, got 32.0"),
+    ],
+)
+def test_target_config_refuses_shapes_no_forward_could_run(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        sd.TargetConfig(**{**TINY_CONFIG, field: value})
+    sd.TargetConfig(**TINY_CONFIG)  # the same config otherwise builds
+
+
 def test_load_from_checkpoint_folder(tmp_path):
     hf = tiny_hf_model("qwen3", seed=7)
     hf.save_pretrained(tmp_path)
