@@ -588,6 +588,15 @@ def _check_linear_inputs(x: object, w: object, bias: object) -> None:
             raise ValueError(f"bias: expected device {w.device}, got {bias.device}")
 
 
+def _check_triton_options(path: str, config: object, rebias: bool = False) -> None:
+    """``config`` and ``rebias`` steer the Triton kernel only: refused where another path would drop them."""
+    if config is not None and not isinstance(config, W12KernelConfig):
+        raise TypeError(f"config: expected a W12KernelConfig or None, got {type(config).__name__}")
+    if path != "triton" and (rebias or config is not None):
+        given = " and ".join(name for name, on in (("rebias", rebias), ("config", config is not None)) if on)
+        raise ValueError(f"{given}: options of the Triton kernel, but this call runs the {path!r} path (pass backend='triton')")
+
+
 def w12_linear_reference(x: torch.Tensor, w: W12Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Pure-PyTorch reference of :func:`w12_linear`: exact decode, then ``F.linear``.
 
@@ -651,6 +660,7 @@ def w12_linear(
     """
     _check_linear_inputs(x, w, bias)
     path = linear_path(x, w, bias, backend=backend, plain=not rebias and config is None)
+    _check_triton_options(path, config, rebias)
     if path == "torch":
         return w12_linear_reference(x, w, bias)
     if path == "cuda":
@@ -693,6 +703,7 @@ def q_linear(
     """
     _check_linear_inputs(x, w, bias)
     path = linear_path(x, w, bias, backend=backend, plain=config is None, view="q")
+    _check_triton_options(path, config)
     if path == "torch":
         return q_linear_reference(x, w, bias)
     if path == "cuda":
@@ -773,9 +784,10 @@ def convert(
     W12 is then exact with respect to the bf16 weights, not to the originals.
 
     A linear is left as it was when its qualified module name matches ``skip`` (an entry matches a
-    name equal to it or ending in ``"." + entry``, e.g. ``skip=("lm_head",)``) or its weight already
-    is a W12Tensor; the report names each one with the reason, and both lists are logged (logger
-    ``"specdec"``, INFO). A module with nothing to convert raises ``ValueError``.
+    name equal to it or ending in ``"." + entry``, e.g. ``skip=("lm_head",)``; a single string is one
+    entry) or its weight already is a W12Tensor; the report names each one with the reason, and both
+    lists are logged (logger ``"specdec"``, INFO). A ``skip`` entry that matches no ``nn.Linear`` (a
+    misspelt name) and a module with nothing to convert raise ``ValueError``.
 
     The layers stay ``nn.Linear`` (their ``forward`` calls ``F.linear``, which the W12 weight
     overrides), so hooks, ``state_dict`` names and model code are untouched. Every tensor is checked
@@ -798,7 +810,9 @@ def convert(
         raise ValueError(f"dtype: W12 holds bf16 weights; expected None or torch.bfloat16, got {dtype!r}")
     if not (0.0 <= max_escape_fraction <= 1.0):
         raise ValueError(f"max_escape_fraction: expected a value in [0, 1], got {max_escape_fraction}")
-    skip = tuple(skip)
+    skip = (skip,) if isinstance(skip, str) else tuple(skip)
+    if not all(isinstance(entry, str) for entry in skip):
+        raise TypeError(f"skip: expected module names (str), got {skip!r}")
 
     def matching_skip(name: str) -> str | None:
         return next((s for s in skip if name == s or name.endswith("." + s)), None)
@@ -819,6 +833,13 @@ def convert(
             if sub.weight.dtype != torch.bfloat16:
                 wrong_dtype.append(f"{pname} ({sub.weight.dtype})")
             linears.append((name, pname, sub))
+    unused = [entry for entry in skip if not any(reason == f"matches skip entry {entry!r}" for reason in skipped.values())]
+    if unused:
+        linear_names = [name for name, sub in module.named_modules() if isinstance(sub, nn.Linear)]
+        raise ValueError(
+            f"skip: entries {unused} match no nn.Linear of module (a name or the end of one after a '.'); "
+            f"its linears: {linear_names[:8]}{' ...' if len(linear_names) > 8 else ''}"
+        )
     if wrong_dtype and dtype is None:
         raise TypeError(
             f"module: expected bf16 weights, got {', '.join(wrong_dtype[:3])}"
@@ -865,8 +886,10 @@ def save_file(tensors: Mapping[str, torch.Tensor] | nn.Module, path: str) -> Non
     """Save a state dict (or a module's) holding plain tensors and W12Tensors to safetensors.
 
     Each W12Tensor ``name`` becomes the plain tensors ``name.__w12__.{ae,nib,base,esc_ptr,
-    esc_pos,esc_bits}``; its logical shape goes into the file metadata, with the layout tag
-    ``w12_layout`` (:data:`W12_LAYOUT`). :func:`load_file` restores it bit-exact.
+    esc_pos,esc_bits}``; its logical shape, ``linear_backend`` and ``linear_view`` go into the file
+    metadata, with the layout tag ``w12_layout`` (:data:`W12_LAYOUT`). :func:`load_file` restores it
+    bit-exact. Names of one tensor (tied weights: the same storage, shape and strides) are stored once and
+    come back as one tensor under both names; other tensors that share storage are stored as copies.
 
     Example::
 
@@ -883,16 +906,34 @@ def save_file(tensors: Mapping[str, torch.Tensor] | nn.Module, path: str) -> Non
         tensors = tensors.state_dict()
     flat: dict[str, torch.Tensor] = {}
     shapes: dict[str, list[int]] = {}
+    linear: dict[str, list[str]] = {}
+    aliases: dict[str, str] = {}
+    first_name: dict[tuple, str] = {}
+    storages: set[tuple] = set()
     for name, t in tensors.items():
         if isinstance(t, W12Tensor):
-            for inner in W12Tensor._INNER:
-                flat[name + _W12_SUFFIX + inner] = getattr(t, inner).detach().contiguous().cpu()
-            shapes[name] = list(t.shape)
+            key = (id(t),)
         elif isinstance(t, torch.Tensor):
-            flat[name] = t.detach().contiguous().cpu()
+            key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
         else:
             raise TypeError(f"tensors[{name!r}]: expected a tensor, got {type(t).__name__}")
-    _save(flat, path, metadata={"format": "pt", "w12_shapes": json.dumps(shapes), "w12_layout": W12_LAYOUT})
+        if key in first_name:
+            aliases[name] = first_name[key]
+            continue
+        first_name[key] = name
+        if isinstance(t, W12Tensor):
+            for inner in W12Tensor._INNER:
+                flat[name + _W12_SUFFIX + inner] = getattr(t, inner).detach().contiguous().cpu().clone()
+            shapes[name] = list(t.shape)
+            linear[name] = [t.linear_backend, t.linear_view]
+            continue
+        storage = (t.device, t.untyped_storage().data_ptr())
+        plain = t.detach().contiguous().cpu()
+        flat[name] = plain.clone() if storage in storages or plain.untyped_storage().nbytes() != plain.nbytes else plain
+        storages.add(storage)
+    metadata = {"format": "pt", "w12_shapes": json.dumps(shapes), "w12_layout": W12_LAYOUT}
+    metadata.update(w12_linear=json.dumps(linear), aliases=json.dumps(aliases))
+    _save(flat, path, metadata=metadata)
 
 
 def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
@@ -917,6 +958,7 @@ def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, tor
             "zeros as the reserved code, escapes in 256x256 tiles. Encode the bf16 weights again "
             "(W12Tensor.from_bf16 or convert, then save_file)"
         )
+    linear = json.loads(meta.get("w12_linear", "{}"))
     out: dict[str, torch.Tensor] = {}
     for name, shape in shapes.items():
         missing = [part for part in W12Tensor._INNER if name + _W12_SUFFIX + part not in flat]
@@ -927,22 +969,26 @@ def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, tor
             raise ValueError(f"{name}: expected a 2-D [N, K] shape in the w12_shapes metadata, got {shape}")
         if check_planes(*inner, k=shape[1]) != shape[0]:
             raise ValueError(f"{name}: expected {shape[0]} rows (w12_shapes metadata), the planes hold {inner[0].shape[0]}")
-        out[name] = W12Tensor(*inner, tuple(shape))
+        out[name] = W12Tensor(*inner, tuple(shape), *linear.get(name, ()))
     leftover = [n for n in flat if _W12_SUFFIX in n]
     if leftover:
         raise ValueError(f"path: {path} holds W12 planes without a shape entry: {leftover[:3]}")
     out.update(flat)
+    for alias, name in json.loads(meta.get("aliases", "{}")).items():
+        if name not in out:
+            raise ValueError(f"path: {path} names {alias!r} an alias of {name!r}, which it does not hold")
+        out[alias] = out[name]
     return out
 
 
 def load_into(module: nn.Module, path: str) -> None:
     """Load a file from :func:`save_file` into ``module``; W12 entries replace ``nn.Linear`` weights.
 
-    Plain entries are copied into the existing parameters/buffers (``strict`` names and shapes).
+    Plain entries are copied into the existing parameters and persistent buffers (the names of
+    ``module.state_dict()``; ``strict`` names, shapes and dtypes).
     """
     state = load_file(path, device=next(module.parameters()).device)
-    own = dict(module.named_parameters())
-    own.update(dict(module.named_buffers()))
+    own = module.state_dict(keep_vars=True)
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
     if missing or unexpected:
@@ -958,9 +1004,11 @@ def load_into(module: nn.Module, path: str) -> None:
                 raise ValueError(f"{name}: W12 entries must be nn.Linear weights, got {type(sub).__name__}.{attr}")
             sub.weight = nn.Parameter(value, requires_grad=False)
         else:
+            if isinstance(target, W12Tensor):
+                raise ValueError(f"{name}: module holds a W12 weight but the file holds a plain tensor")
+            if value.dtype != target.dtype:
+                raise ValueError(f"{name}: expected dtype {target.dtype}, file has {value.dtype}")
             with torch.no_grad():
-                if isinstance(target, W12Tensor):
-                    raise ValueError(f"{name}: module holds a W12 weight but the file holds a plain tensor")
                 target.copy_(value)
 
 

@@ -421,3 +421,68 @@ def test_loading_inconsistent_escape_offsets_names_the_plane(tmp_path):
     save_file({"a": broken}, path)
     with pytest.raises(ValueError, match=r"esc_ptr: expected non-decreasing offsets from 0 to 1"):
         load_file(path)
+
+
+def test_convert_takes_one_skip_name_as_a_string_and_refuses_names_matching_nothing():
+    model = tiny_model()
+    report = convert(model, skip="lm_head", linear_backend="torch")  # one name, not the letters of one
+    assert set(report.skipped) == {"lm_head.weight"} and not isinstance(model["lm_head"].weight, W12Tensor)
+    fresh = tiny_model()
+    with pytest.raises(ValueError, match=r"skip: entries \['lm_haed'\] match no nn.Linear of module"):
+        convert(fresh, skip=("lm_haed",))
+    assert not any(isinstance(m.weight, W12Tensor) for k, m in fresh.items() if k != "norm")  # nothing swapped
+    with pytest.raises(TypeError, match="skip: expected module names"):
+        convert(fresh, skip=(3,))
+
+
+def test_file_keeps_each_weight_linear_backend_and_view(tmp_path):
+    w = torch.randn(8, 16).to(torch.bfloat16)
+    exact = W12Tensor.from_bf16(w, linear_backend="torch")
+    path = str(tmp_path / "w.safetensors")
+    save_file({"a": exact, "b": exact.as_q_weight(), "c": W12Tensor.from_bf16(w)}, path)
+    loaded = load_file(path)
+    assert [(loaded[n].linear_backend, loaded[n].linear_view) for n in "abc"] == [
+        ("torch", "exact"),
+        ("torch", "q"),
+        ("auto", "exact"),
+    ]
+
+
+def test_tied_weights_save_once_and_reload_tied(tmp_path):
+    """A tied embedding and lm_head (one tensor under two names) and a W12 linear beside them round-trip."""
+    model = nn.ModuleDict({"embed": nn.Embedding(40, 64), "lm_head": nn.Linear(64, 40, bias=False), "up": nn.Linear(64, 32)})
+    model = model.to(torch.bfloat16)
+    model["lm_head"].weight = model["embed"].weight
+    convert(model, skip=("lm_head",), linear_backend="torch")
+    path = str(tmp_path / "tied.safetensors")
+    save_file(model, path)
+    loaded = load_file(path)
+    assert loaded["lm_head.weight"] is loaded["embed.weight"]
+    assert torch.equal(loaded["embed.weight"], model["embed"].weight)
+    fresh = nn.ModuleDict({"embed": nn.Embedding(40, 64), "lm_head": nn.Linear(64, 40, bias=False), "up": nn.Linear(64, 32)})
+    fresh = fresh.to(torch.bfloat16)
+    fresh["lm_head"].weight = fresh["embed"].weight
+    convert(fresh, skip=("lm_head",), linear_backend="torch")
+    load_into(fresh, path)
+    assert fresh["lm_head"].weight is fresh["embed"].weight
+    assert torch.equal(fresh["embed"].weight, model["embed"].weight)
+    assert torch.equal(bits(fresh["up"].weight.to_bf16()), bits(model["up"].weight.to_bf16()))
+
+
+def test_load_into_a_w12_target_skips_its_non_persistent_buffers_and_refuses_another_dtype(tmp_path):
+    import specdec as sd
+    from specdec.testing import tiny_hf_model
+
+    target = sd.load_target(tiny_hf_model(seed=0), dtype=torch.bfloat16, device="cpu", weight_format="w12", progress=False)
+    path = str(tmp_path / "t.safetensors")
+    save_file(target, path)
+    other = sd.load_target(tiny_hf_model(seed=1), dtype=torch.bfloat16, device="cpu", weight_format="w12", progress=False)
+    load_into(other, path)
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.equal(other(ids).logits, target(ids).logits)
+    state = load_file(path)
+    name = next(n for n, t in state.items() if not isinstance(t, W12Tensor) and t.is_floating_point())
+    state[name] = state[name].float()
+    save_file(state, path)
+    with pytest.raises(ValueError, match=rf"{name}: expected dtype torch.bfloat16, file has torch.float32"):
+        load_into(other, path)

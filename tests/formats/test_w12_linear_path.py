@@ -139,3 +139,19 @@ def test_cuda_call_glue_keeps_leading_dims_and_view():
     assert y.shape == (2, 1, 24)
     assert torch.equal(y, w12_linear_reference(x.contiguous(), w))
     assert torch.equal(w12_module._cuda_small_m(x, w, "q"), q_linear_reference(x.contiguous(), w))
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_triton_only_options_are_refused_where_the_reference_runs(backend):
+    """``rebias`` and ``config`` steer the Triton kernel; on the reference path they would be dropped without a word."""
+    from specdec.formats.w12 import q_linear, w12_linear
+    from specdec.kernels.w12_gemm import default_config
+
+    w, x = _weight(), torch.ones(1, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"rebias: options of the Triton kernel, but this call runs the 'torch' path"):
+        w12_linear(x, w, backend=backend, rebias=True)
+    with pytest.raises(ValueError, match=r"config: options of the Triton kernel, but this call runs the 'torch' path"):
+        q_linear(x, w, backend=backend, config=default_config(1, 24, 64, x.device))
+    with pytest.raises(TypeError, match="config: expected a W12KernelConfig or None, got str"):
+        w12_linear(x, w, backend=backend, config="fast")
+    assert torch.equal(w12_linear(x, w, backend=backend), w12_linear_reference(x, w))
