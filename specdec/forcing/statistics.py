@@ -132,8 +132,8 @@ def tokens_needed(
     rise of the mismatch rate from ``null_rate`` to ``null_rate + rise`` with probability ``power``.
 
     Found by doubling and then bisection on :func:`simulate_power` with a fixed seed per
-    evaluation (common random numbers keep the search monotone in practice). Returns
-    ``max_tokens`` when even that is not enough.
+    evaluation (common random numbers keep the search monotone in practice), never past
+    ``max_tokens``: returns ``max_tokens`` when even that is not enough (or exactly enough).
 
     Example:
         >>> 5_000 < tokens_needed(1e-3, 2e-3, trials=300) < 50_000
@@ -148,12 +148,13 @@ def tokens_needed(
         g = torch.Generator().manual_seed(seed)
         return simulate_power(null_rate, null_rate + rise, n, trials=trials, z=z, generator=g) >= power
 
-    lo, hi = 1, 64
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens: expected a positive int, got {max_tokens!r}")
+    lo, hi = 0, min(64, max_tokens)
     while not detects(hi):
-        lo = hi
-        hi *= 2
-        if hi >= max_tokens:
+        if hi == max_tokens:
             return max_tokens
+        lo, hi = hi, min(2 * hi, max_tokens)
     while hi - lo > max(1, lo // 50):
         mid = (lo + hi) // 2
         if detects(mid):

@@ -87,6 +87,16 @@ def test_simulated_false_alarm_rate_is_small_and_power_grows():
     assert powers[0] < powers[1] < powers[2] and powers[2] > 0.95
 
 
+def test_tokens_needed_searches_below_a_cap_it_does_not_need():
+    """A cap above the answer changes nothing but the bisection's bracket; a cap below it is returned as such."""
+    free = tokens_needed(0.0, 3e-2, trials=200)
+    capped = tokens_needed(0.0, 3e-2, trials=200, max_tokens=500)
+    assert free < 500 and abs(capped - free) <= free // 50 + 1, (free, capped)
+    assert tokens_needed(0.0, 3e-2, trials=200, max_tokens=10) == 10
+    with pytest.raises(ValueError, match="max_tokens: expected a positive int, got 0"):
+        tokens_needed(0.0, 3e-2, max_tokens=0)
+
+
 def test_tokens_needed_matches_normal_approximation():
     # Two non-overlapping Wilson intervals need roughly (z * (sqrt(r0) + sqrt(r1)))^2 / rise^2 tokens
     # at 50% power; 80% power needs more, but well within a factor of three of it.

@@ -193,6 +193,16 @@ def test_total_variation_bounds_cohens_w_from_below():
         assert 2 * 0.5 * float((p - q).abs().sum()) <= float(((q - p) ** 2 / p).sum().sqrt()) + 1e-12
 
 
+@pytest.mark.parametrize("bad_cell", [float("nan"), -0.2, float("inf")])
+def test_a_law_with_a_nan_negative_or_infinite_cell_is_refused_not_cut_to_its_support(bad_cell):
+    """Samples landing in such a cell would be dropped with it, and the rest could still pass."""
+    samples = torch.tensor([0] * 50 + [1] * 50 + [2] * 30)
+    with pytest.raises(ValueError, match=r"law: expected finite probabilities >= 0 summing to 1, got cells \["):
+        one_sample_chi2(samples, torch.tensor([0.5, 0.5, bad_cell]))
+    zero = one_sample_chi2(samples, torch.tensor([0.5, 0.5, 0.0]))  # a zero cell: its samples refute the law
+    assert zero.p_value == 0.0
+
+
 def test_bad_input_is_named():
     law = torch.tensor([0.5, 0.5])
     with pytest.raises(ValueError, match="law: expected finite probabilities >= 0 summing to 1"):

@@ -264,14 +264,18 @@ def _law_cells(samples, law) -> tuple[torch.Tensor, torch.Tensor, int]:
         ids = samples.long().cpu()
         outside = (ids < 0) | (ids >= probs.numel())
         counts = torch.bincount(ids[~outside], minlength=probs.numel()).double()
-        impossible = int(outside.sum()) + int(counts[probs == 0].sum())
-        support = probs > 0
-        probs, counts = probs[support], counts[support]
-    if (probs < 0).any() or not torch.isfinite(probs).all() or abs(float(probs.sum()) - 1.0) > 1e-6:
-        raise ValueError(f"law: expected finite probabilities >= 0 summing to 1, got a sum of {float(probs.sum())!r}")
+        impossible = int(outside.sum())
+    _check_probabilities(probs)  # every cell, before any is dropped: a NaN or negative cell loses no sample silently
     keep = probs > 0
     impossible += int(counts[~keep].sum())
     return probs[keep], counts[keep], impossible
+
+
+def _check_probabilities(probs: torch.Tensor) -> None:
+    if probs.numel() == 0 or (probs < 0).any() or not torch.isfinite(probs).all() or abs(float(probs.sum()) - 1.0) > 1e-6:
+        bad = probs[(probs < 0) | ~torch.isfinite(probs)]
+        found = f"cells {bad.tolist()[:3]}" if bad.numel() else f"a sum of {float(probs.sum())!r}"
+        raise ValueError(f"law: expected finite probabilities >= 0 summing to 1, got {found}")
 
 
 def one_sample_chi2(samples, law: Law | torch.Tensor, *, min_expected: float = 5.0) -> OneSampleResult:
