@@ -18,6 +18,9 @@ import time
 
 import torch
 
+HUMANEVAL_PROBLEMS = 164
+DEFAULT_FAULT_BIAS = 2.0
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -35,7 +38,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also check a candidate with a +bias logit fault on every 7th id after the bucket edge (must FAIL)",
     )
-    parser.add_argument("--fault-bias", type=float, default=2.0, help="logit bias of the injected fault (default 2.0)")
+    parser.add_argument(
+        "--fault-bias",
+        type=float,
+        default=DEFAULT_FAULT_BIAS,
+        help=f"logit bias of the injected fault (default {DEFAULT_FAULT_BIAS})",
+    )
     parser.add_argument(
         "--fault-after",
         type=int,
@@ -61,7 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     edge = args.bucket_edge if args.bucket_edge is not None else max(1, args.max_new_tokens // 2)
     if edge < 1:
         raise SystemExit(f"--bucket-edge: expected >= 1, got {edge}")
+    if args.num_prompts > HUMANEVAL_PROBLEMS:
+        raise SystemExit(f"--num-prompts: expected at most {HUMANEVAL_PROBLEMS} (HumanEval's problems), got {args.num_prompts}")
+    if not args.inject_fault and (args.fault_after is not None or args.fault_bias != DEFAULT_FAULT_BIAS):
+        raise SystemExit("--fault-after, --fault-bias: set for the injected fault, but --inject-fault is not given")
     fault_after = args.fault_after if args.fault_after is not None else edge
+    if args.inject_fault and 0 < fault_after < edge:
+        raise SystemExit(
+            f"--fault-after: expected 0 or >= --bucket-edge ({edge}), got {fault_after}: the positions the fault acts on "
+            "must be one stratum (pos >= fault-after, or all) for its coverage to be judged"
+        )
     if args.inject_fault and not 0 <= fault_after < args.max_new_tokens:
         raise SystemExit(
             f"--fault-after: expected 0 <= fault-after < --max-new-tokens ({args.max_new_tokens}), got {fault_after}: "
@@ -107,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     cand_out, cand_stats, cand_s = run(target, sd.NGramDrafter(max_ngram=3))
     print(f"candidate (n-gram SD) : {cand_stats.summary()}")
 
-    edges = sorted({edge, fault_after} - {0}) if args.inject_fault else [edge]
+    edges = sorted({edge, fault_after} - {0}) if args.inject_fault else [edge]  # fault_after is 0 or the last edge
     checker = TokenForcingChecker(target, chunk_size=args.chunk_size, bucket_edges=tuple(edges))
     null = checker.calibrate(prompts, stock_out, prompt_sets="humaneval")
     report = checker.check(prompts, cand_out, null=null, prompt_sets="humaneval")
@@ -128,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         fault = LogitBiasFault(target, bias=args.fault_bias, every=7, after=fault_after)
         fault_out, fault_stats, _ = run(fault, sd.NGramDrafter(max_ngram=3))
         fault_report = checker.check(prompts, fault_out, null=null, prompt_sets="humaneval")
-        stratum = fault_report.by_bucket.get(f"pos >= {fault_after}", fault_report.strata[0])
+        stratum = fault_report.by_bucket[f"pos >= {fault_after}"] if fault_after > 0 else fault_report.strata[0]
         print(
             f"\nfaulty candidate: n-gram SD with a +{args.fault_bias:g} logit bias on every 7th id from generated position "
             f"{fault_after} (LogitBiasFault's default is 2048; lowered so that this {args.max_new_tokens}-token run covers it). "

@@ -328,3 +328,11 @@ def test_cli_rejects_bad_arguments():
         match=r"--fault-after: expected 0 <= fault-after < --max-new-tokens \(96\), got 2048: the run would never reach",
     ):
         main(["--inject-fault", "--fault-after", "2048"])
+    with pytest.raises(SystemExit, match=r"--num-prompts: expected at most 164 \(HumanEval's problems\), got 200"):
+        main(["--num-prompts", "200"])
+    with pytest.raises(SystemExit, match="--fault-after, --fault-bias: set for the injected fault, but --inject-fault"):
+        main(["--fault-after", "10"])
+    with pytest.raises(SystemExit, match="--fault-after, --fault-bias: set for the injected fault, but --inject-fault"):
+        main(["--fault-bias", "5"])
+    with pytest.raises(SystemExit, match=r"--fault-after: expected 0 or >= --bucket-edge \(48\), got 10"):
+        main(["--inject-fault", "--fault-after", "10"])
