@@ -26,6 +26,7 @@ alone.
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -84,13 +85,16 @@ class RequestFailed(RuntimeError):
     as they would have; the failed request has status ``"failed"`` and keeps its tokens so far.
 
     Attributes:
-        request_id: the failed request.
+        request_id: the first request that failed in the step.
         error: the exception it raised (also this exception's ``__cause__``).
         emitted: the step's ``{request_id: [m] int64}`` new tokens of the other requests.
+        failures: ``[(request_id, error)]`` of every request that failed in the step, in step order.
     """
 
-    def __init__(self, request_id: Hashable, error: Exception, emitted: dict):
-        super().__init__(f"request {request_id!r} failed: {type(error).__name__}: {error}")
+    def __init__(self, request_id: Hashable, error: Exception, emitted: dict, failures: list | None = None):
+        self.failures = list(failures) if failures else [(request_id, error)]
+        more = f" (and {len(self.failures) - 1} more: {[r for r, _ in self.failures[1:]]})" if len(self.failures) > 1 else ""
+        super().__init__(f"request {request_id!r} failed: {type(error).__name__}: {error}{more}")
         self.request_id = request_id
         self.error = error
         self.emitted = emitted
@@ -492,7 +496,10 @@ class Engine:
         """
         target = self.target
         if isinstance(prompt, (list, tuple)):
-            prompt = torch.tensor(prompt, dtype=torch.long, device=target.device)
+            bad = next((t for t in prompt if isinstance(t, bool) or not isinstance(t, numbers.Integral)), None)
+            if bad is not None:
+                raise TypeError(f"prompt: expected integer token ids, got {bad!r} ({type(bad).__name__})")
+            prompt = torch.tensor([int(t) for t in prompt], dtype=torch.long, device=target.device)
         if not isinstance(prompt, torch.Tensor) or prompt.ndim != 1 or prompt.dtype != torch.long:
             desc = f"{prompt.dtype} {tuple(prompt.shape)}" if isinstance(prompt, torch.Tensor) else type(prompt).__name__
             raise TypeError(f"prompt: expected a 1-D int64 tensor of token ids, got {desc}")
@@ -517,13 +524,11 @@ class Engine:
             raise ValueError("sampling: give either sampling or temperature/top_k/top_p, got both")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed: expected an int or None, got {type(seed).__name__}")
+        if seed is not None and not -(2**63) <= seed < 2**64:
+            raise ValueError(f"seed: expected an int in [-2**63, 2**64) (a torch.Generator seed), got {seed}")
         if on_tokens is not None and not callable(on_tokens):
             raise TypeError(f"on_tokens: expected a callable or None, got {type(on_tokens).__name__}")
-        if request_id is None:
-            request_id = next(self._ids)
-            while request_id in self._requests:
-                request_id = next(self._ids)
-        else:
+        if request_id is not None:
             try:
                 hash(request_id)
             except TypeError:
@@ -547,6 +552,10 @@ class Engine:
             drafter = self._shared_drafter
         else:
             drafter = self._check_drafter(self._drafter_factory())
+        if request_id is None:  # taken only once every check has passed: a refused request uses up no id
+            request_id = next(self._ids)
+            while request_id in self._requests:
+                request_id = next(self._ids)
         plen = prompt.numel()
         # room for a round that emits up to num_draft_tokens + 1 tokens past max_new_tokens - 1
         buf = torch.empty(plen + max_new_tokens + self.num_draft_tokens + 1, dtype=torch.long, device=self._token_device)
@@ -1034,6 +1043,8 @@ class Engine:
         self._exact_seconds = time.perf_counter() - forward_start
         argmaxes = self._host_argmaxes(planned, outs, chunks)
         for state, out in zip(planned, outs):
+            if state.status != RUNNING:  # cancelled by an earlier request's on_tokens in this loop: its slot is reset
+                continue
             try:
                 hidden = [out.hidden[taps.index(layer)][0] for layer in self._taps_for(state)]  # each [T_i, H]
                 emitted[state.request_id] = self._finish_round(
@@ -1044,7 +1055,7 @@ class Engine:
                 failures.append((state, err))
         if failures:
             state, err = failures[0]
-            raise RequestFailed(state.request_id, err, emitted) from err
+            raise RequestFailed(state.request_id, err, emitted, failures=[(s.request_id, e) for s, e in failures]) from err
         return emitted
 
     def _prefill_chunks(self, prefilling: list[RequestState], *, used_rows: int) -> dict[int, slice]:

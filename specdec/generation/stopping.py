@@ -8,7 +8,8 @@ string, and that token is kept whole (the text may run past the stop string insi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -16,16 +17,23 @@ __all__ = ["StopCondition"]
 
 
 def _eos_ids(eos_token_id, vocab_size: int, device) -> torch.Tensor:
+    expected = f"eos_token_id: expected an int or a list of ints in [0, {vocab_size}), got {eos_token_id!r}"
+    if isinstance(eos_token_id, torch.Tensor):  # a 0-d or 1-D integer tensor of ids
+        if eos_token_id.is_floating_point() or eos_token_id.dtype == torch.bool or eos_token_id.ndim > 1:
+            raise ValueError(expected)
+        eos_token_id = eos_token_id.tolist()
     if eos_token_id is None:
         ids = []
-    elif isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool):
+    elif isinstance(eos_token_id, numbers.Integral) and not isinstance(eos_token_id, bool):
         ids = [eos_token_id]
+    elif isinstance(eos_token_id, (str, bytes)) or not isinstance(eos_token_id, Iterable):
+        raise ValueError(expected)
     else:
         ids = list(eos_token_id)
     for tok in ids:
-        if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok < vocab_size:
-            raise ValueError(f"eos_token_id: expected an int or a list of ints in [0, {vocab_size}), got {eos_token_id!r}")
-    return torch.tensor(ids, dtype=torch.long, device=device)
+        if isinstance(tok, bool) or not isinstance(tok, numbers.Integral) or not 0 <= tok < vocab_size:
+            raise ValueError(expected)
+    return torch.tensor([int(tok) for tok in ids], dtype=torch.long, device=device)
 
 
 class StopCondition:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -28,6 +29,7 @@ from specdec.verify import ChainVerifier, TreeVerifier, TwoLevelVerifier
 VOCAB = 97
 SEQ = 64
 TARGET = tiny_target(seed=0, max_seq_len=SEQ)
+HYBRID_TARGET = tiny_target("qwen3_5_text", seed=0, max_seq_len=SEQ)
 DRAFT_MODELS: list = []
 
 
@@ -239,11 +241,16 @@ def test_bad_requests_raise_before_they_are_stored_and_others_are_unaffected():
         (dict(prompt=torch.arange(3), max_new_tokens=0), ValueError, "max_new_tokens: expected an int >= 1, got 0"),
         (dict(prompt=torch.arange(3), max_new_tokens=2, temperature=-1.0), ValueError, "temperature"),
         (dict(prompt=torch.arange(3), max_new_tokens=2, request_id=[1]), TypeError, "request_id: expected a hashable id"),
+        (dict(prompt=[1.7, 2.9], max_new_tokens=1), TypeError, r"prompt: expected integer token ids, got 1.7 \(float\)"),
+        (dict(prompt=[True, False], max_new_tokens=1), TypeError, r"prompt: expected integer token ids, got True \(bool\)"),
+        (dict(prompt=[1, 2], max_new_tokens=1, seed=2**70), ValueError, r"seed: expected an int in \[-2\*\*63, 2\*\*64\)"),
+        (dict(prompt=[1, 2], max_new_tokens=1, eos_token_id=3.0), ValueError, "eos_token_id: expected an int or a list"),
     ]
     for kwargs, error, message in cases:
         with pytest.raises(error, match=message):
             engine.add_request(**kwargs)
         assert engine.running == ("keep",) and engine.waiting == ()
+    assert engine.add_request([1, 2], max_new_tokens=1, eos_token_id=np.int64(3)) == 0  # refused requests took no id
     assert torch.equal(engine.run()["keep"], alone(torch.arange(1, 6), "ngram", "chain", max_new_tokens=9))
     assert engine.status(keep) == "finished"
     with pytest.raises(KeyError, match="request_id: no request 'nope'"):
@@ -363,6 +370,38 @@ def test_a_failing_request_leaves_and_its_companions_decode_as_alone():
     outputs = engine.run()
     for i in (0, 2):
         assert torch.equal(outputs[ids[i]], alone(prompts[i], "ngram", "chain", max_new_tokens=12, temperature=1.0, seed=i))
+
+
+def test_every_request_failing_in_a_step_is_reported():
+    engine = Engine(TARGET, lambda: GreedyDrafter(), max_batch=3)
+    for p in prompts_of([5, 6, 7], seed=2):
+        engine.add_request(p, max_new_tokens=6)
+    engine.step()  # the prompts' prefill: no drafting yet
+    with pytest.raises(RequestFailed, match=r"request 0 failed: .* \(and 2 more: \[1, 2\]\)") as failed:
+        engine.step()
+    assert [r for r, _ in failed.value.failures] == [0, 1, 2]
+    assert all(isinstance(e, ValueError) for _, e in failed.value.failures)
+
+
+@pytest.mark.parametrize("layout", ["dense", "hybrid"])
+def test_a_companion_cancelled_from_a_streaming_callback_is_cancelled_and_the_rest_decode_as_alone(layout):
+    """on_tokens of request 0 cancels request 1 after the shared forward and before request 1's round is finished."""
+    prompts = prompts_of([5, 6], seed=3)
+    target = TARGET if layout == "dense" else HYBRID_TARGET
+    engine = Engine(target, NGramDrafter(), max_batch=2)
+    seen = []
+
+    def cancel_the_other(tokens):
+        seen.append(tokens)
+        if len(seen) == 2:
+            engine.cancel(1)
+
+    engine.add_request(prompts[0], max_new_tokens=12, on_tokens=cancel_the_other)
+    engine.add_request(prompts[1], max_new_tokens=12)
+    outputs = engine.run()
+    assert engine.status(1) == "cancelled" and 1 not in outputs
+    expected = sd.generate(target, prompts[0][None], max_new_tokens=12, drafter=NGramDrafter()).tokens[0]
+    assert torch.equal(outputs[0], expected)
 
 
 def test_pop_frees_the_id_and_only_for_finished_requests():
