@@ -68,7 +68,8 @@ def generate(
         verifier: default :class:`specdec.ChainVerifier`.
         temperature, top_p, top_k: the target law; ``temperature=0`` is greedy.
         seed: per-request seeds (an int gives ``seed + row``); ``None`` draws from torch's global RNG.
-        num_draft_tokens: the most tokens a drafter may propose per round.
+        num_draft_tokens: the most tokens a drafter may propose per round (a :class:`~specdec.TwoLevelVerifier`
+            drafts its second subtree to its own ``budget``; tokens past ``max_new_tokens`` are dropped and not counted).
         eos_token_id: stop a request after emitting any of these ids; ``None`` never stops early.
         attention_mask: ``[batch, prompt_len]``, 1 = real token (transformers' convention). All ones is
             the plain batch; a left-padded row is decoded from its real tokens alone; right padding or
@@ -105,8 +106,15 @@ def generate(
         top_k=top_k,
         top_p=top_p,
         repetition_penalty=repetition_penalty,
-        logits_processor=tuple(logits_processor or ()),
+        logits_processor=logits_processor,
     )
+    if verifier is not None and drafter is None:
+        raise ValueError(
+            f"verifier: a {type(verifier).__name__} was given without a drafter; plain AR decoding has no rounds to verify "
+            "(pass drafter=...)"
+        )
+    if verifier is not None and not callable(getattr(verifier, "verify", None)):
+        raise TypeError(f"verifier: expected a verifier with verify() (ChainVerifier, TreeVerifier, ...), got {verifier!r}")
     verifier = verifier if verifier is not None else ChainVerifier()
     stop = StopCondition(eos_token_id, stop_strings, tokenizer, vocab_size=target.vocab_size, device=target.device)
     stream = Stream(streamer) if streamer is not None else None
@@ -195,8 +203,10 @@ def _generate_one(target, prompt, max_new, drafter, verifier, sampling, generato
             if length + m > buf.numel():  # a verifier that drafts again may emit more than k + 1 tokens
                 buf = torch.cat([buf, buf.new_empty(length + m - buf.numel())])
             buf[length : length + m] = result.emitted
+            # the tokens of the round that stay within max_new_tokens (a two-level round's second draft has its own budget)
+            kept = min(m, max_new - (length - plen))
             length += m
-            stats.record_round(result.num_accepted)
+            stats.record_round(min(result.num_accepted, kept - 1))
             stats.draft_s += t1 - t0
             t0 = t1
         stats.verify_s += time.perf_counter() - t0

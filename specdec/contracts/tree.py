@@ -15,12 +15,14 @@ import torch
 
 def _as_long_vector(name: str, value) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
-        try:
-            value = torch.as_tensor(value, dtype=torch.long)
+        try:  # no dtype given: floats stay floats and are refused below, not cut to ints
+            value = torch.as_tensor(value)
         except (TypeError, ValueError, RuntimeError) as err:
             raise TypeError(f"{name}: expected a 1-D integer tensor or a list of ints, got {type(value).__name__}") from err
         if value.ndim == 0:
             value = value.view(1)
+        if value.numel() == 0:
+            value = value.long()
     if value.dtype == torch.bool or value.is_floating_point() or value.is_complex():
         raise TypeError(f"{name}: expected an integer dtype, got {value.dtype}")
     if value.ndim != 1:

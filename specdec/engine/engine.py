@@ -1213,6 +1213,7 @@ class Engine:
                 )
             if self.two_level is not None:
                 self.two_level.finish(state, pending, num_accepted, self._exact_seconds)
+            room_left = state.max_new_tokens - (state.length - state.prompt.numel())
             if ids is not None:
                 state.host_buf[state.length : state.length + len(ids)] = ids
                 state.length += len(ids)
@@ -1223,7 +1224,8 @@ class Engine:
                 state.buf[state.length : state.length + m] = self._to_token_device(outcome.emitted)
                 state.length += m
             state.rounds += 1
-            state.accepted += num_accepted
+            # as generate counts them: the accepted drafts that stay within max_new_tokens
+            state.accepted += min(num_accepted, min(room_left, len(ids) if ids is not None else m) - 1)
         new = self._scan(state, ids)
         if state.on_tokens is not None and new.numel():
             state.on_tokens(new)

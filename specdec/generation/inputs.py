@@ -7,7 +7,8 @@ a list of 1-D prompts that the loop decodes one after another, each exactly as i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -118,10 +119,7 @@ def prepare_requests(target, input_ids, attention_mask=None, tokenizer=None) -> 
             )
         if input_ids.shape[0] < 1:
             raise ValueError(f"input_ids: expected at least one request, got shape {tuple(input_ids.shape)}")
-        if attention_mask is None or bool((attention_mask == 1).all()):
-            prompts = list(input_ids)
-        else:
-            prompts = _strip_left_padding(input_ids, attention_mask)
+        prompts = list(input_ids) if attention_mask is None else _strip_left_padding(input_ids, attention_mask)
         requests = Requests(prompts=prompts)
     for i, seq in enumerate(requests.prompts):
         name = f"input_ids[{i}]"
@@ -190,9 +188,15 @@ def request_seeds(seed, batch: int) -> list[int | None]:
         >>> request_seeds(7, 3), request_seeds(None, 2)
         ([7, 8, 9], [None, None])
     """
-    if seed is None or isinstance(seed, int):
-        return [None if seed is None else seed + i for i in range(batch)]
+
+    def is_int(value) -> bool:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+    if seed is None or is_int(seed):
+        return [None if seed is None else int(seed) + i for i in range(batch)]
+    if isinstance(seed, (str, bytes)) or not isinstance(seed, Iterable):
+        raise TypeError(f"seed: expected None, an int or {batch} ints (one per request), got {seed!r}")
     seeds = list(seed)
-    if len(seeds) != batch:
-        raise ValueError(f"seed: expected an int or {batch} ints (one per request), got {len(seeds)}")
-    return seeds
+    if len(seeds) != batch or not all(is_int(s) for s in seeds):
+        raise ValueError(f"seed: expected an int or {batch} ints (one per request), got {seeds!r}")
+    return [int(s) for s in seeds]

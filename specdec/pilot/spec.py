@@ -488,7 +488,8 @@ class BuiltSystem:
         from specdec.decode import generate
 
         kwargs = {**self.kwargs, **overrides}
-        return generate(self.target, prompts, max_new_tokens, drafter=self.drafter, verifier=self.verifier, **kwargs)
+        verifier = self.verifier if self.drafter is not None else None  # plain AR: no rounds to verify
+        return generate(self.target, prompts, max_new_tokens, drafter=self.drafter, verifier=verifier, **kwargs)
 
 
 def _make(registry: Mapping[str, Callable], kind: str, argument: str, knobs: dict[str, Any], spec: SystemSpec, *target: Any):

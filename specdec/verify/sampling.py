@@ -59,6 +59,12 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     flat = probs.reshape(-1, probs.shape[-1])
     u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=torch.float64)
     cdf = torch.cumsum(flat.double(), dim=-1)
+    mass = cdf[:, -1]
+    if not bool(((mass > 0) & torch.isfinite(mass)).all()):  # a NaN or empty law would draw id V, which is no token
+        raise ValueError(
+            f"probs: expected every row to have positive, finite mass, got row sums {mass[~((mass > 0) & torch.isfinite(mass))][:3].tolist()} "
+            "(every logit -inf after the logits processors or top-k / top-p, or a temperature so small that logits / T overflow)"
+        )
     cdf = cdf / cdf[:, -1:]
     # u < 1 = cdf[-1], so the first index with cdf > u exists and carries positive mass
     idx = torch.searchsorted(cdf, u, right=True)

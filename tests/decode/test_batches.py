@@ -56,6 +56,11 @@ def test_bad_masks_raise():
         sd.generate(_target(), ids, 5, attention_mask=torch.tensor([[0, 1]]))
     with pytest.raises(ValueError, match="attention_mask: expected 0/1"):
         sd.generate(_target(), ids, 5, attention_mask=torch.tensor([[0, 2, 1]]))
+    two = torch.tensor([[0, 0, 5], [4, 5, 6]])  # an all-ones mask of the wrong shape broadcasts: still refused
+    with pytest.raises(ValueError, match=r"attention_mask: expected a tensor of the shape of input_ids \(2, 3\), got \(2, 2\)"):
+        sd.generate(_target(), two, 5, attention_mask=torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"attention_mask: expected a tensor of the shape of input_ids \(2, 3\), got list"):
+        sd.generate(_target(), two, 5, attention_mask=[[0, 1, 1], [1, 1, 1]])
 
 
 @pytest.mark.parametrize("verifier", ["chain", "tree"])

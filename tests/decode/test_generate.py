@@ -2,6 +2,7 @@
 
 import functools
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -171,6 +172,30 @@ def test_generate_rejects_bad_input():
         sd.generate(target, ok, 5, seed=[1, 2])
     with pytest.raises(ValueError, match="expected device cpu"):
         sd.generate(target, ok.to("meta"), 5)
+    with pytest.raises(ValueError, match="verifier: a TwoLevelVerifier was given without a drafter"):
+        sd.generate(target, ok, 5, verifier=sd.TwoLevelVerifier())
+    with pytest.raises(TypeError, match="verifier: expected a verifier with verify"):
+        sd.generate(target, ok, 5, drafter=sd.NGramDrafter(), verifier="tree")
+    with pytest.raises(TypeError, match=r"seed: expected None, an int or 1 ints \(one per request\), got 1.5"):
+        sd.generate(target, ok, 5, seed=1.5)
+    with pytest.raises(ValueError, match="probs: expected every row to have positive, finite mass, got row sums \\[nan\\]"):
+        sd.generate(target, ok, 5, temperature=1.0, logits_processor=lambda ids, s: torch.full_like(s, float("-inf")))
+
+
+def test_generate_takes_numpy_seeds_and_a_single_logits_processor():
+    target = _target("llama", 0, 97)
+    ok = torch.tensor([[1, 2, 3]])
+    plain = sd.generate(target, ok, 5, temperature=1.0, seed=4).tokens
+    assert torch.equal(sd.generate(target, ok, 5, temperature=1.0, seed=np.int64(4)).tokens, plain)
+
+    def ban_three(ids, scores):
+        scores = scores.clone()
+        scores[..., 3] = float("-inf")
+        return scores
+
+    banned = sd.generate(target, ok, 8, temperature=1.0, seed=4, logits_processor=ban_three).tokens
+    assert torch.equal(banned, sd.generate(target, ok, 8, temperature=1.0, seed=4, logits_processor=[ban_three]).tokens)
+    assert 3 not in banned.tolist()[0]
 
 
 # trees from the stock drafters

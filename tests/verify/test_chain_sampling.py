@@ -59,6 +59,10 @@ def test_sampling_config_rejects_bad_values():
         SamplingConfig(temperature=1, top_p=0)
     with pytest.raises(ValueError, match="top_k"):
         SamplingConfig(top_k=-2)
+    with pytest.raises(ValueError, match="temperature: expected a finite float >= 0, got inf"):
+        SamplingConfig(temperature=float("inf"))
+    with pytest.raises(ValueError, match="repetition_penalty: expected a finite float > 0"):
+        SamplingConfig(repetition_penalty=float("inf"))
 
 
 def test_module_exports_the_laws_used_by_verify():

@@ -220,7 +220,7 @@ def test_greedy_speculative_equals_ar_under_repetition_penalty(kind):
 
 
 def test_bad_processor_arguments_raise():
-    with pytest.raises(ValueError, match="repetition_penalty: expected a float > 0"):
+    with pytest.raises(ValueError, match="repetition_penalty: expected a finite float > 0"):
         sd.generate(_tiny(), torch.tensor([[1, 2]]), 3, repetition_penalty=0.0)
     with pytest.raises(TypeError, match=r"logits_processor\[0\]: expected a callable"):
         sd.generate(_tiny(), torch.tensor([[1, 2]]), 3, logits_processor=[3])

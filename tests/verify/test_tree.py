@@ -136,6 +136,8 @@ def reference_walk(tree: Tree, next_token) -> tuple[list[int], list[int]]:
         (torch.tensor([1.0, 2.0]), [-1, 0], TypeError, r"tokens: expected an integer dtype, got torch.float32"),
         (torch.tensor([[1, 2]]), [-1, 0], ValueError, r"tokens: expected a 1-D tensor \[N\], got shape \(1, 2\)"),
         ([1, 2], torch.tensor([True, False]), TypeError, r"parents: expected an integer dtype"),
+        ([1.7, 2.9], [-1, 0], TypeError, r"tokens: expected an integer dtype, got torch.float32"),
+        ([1, 2], [-1, 0.5], TypeError, r"parents: expected an integer dtype, got torch.float32"),
     ],
     ids=[
         "parent-after-child",
@@ -147,6 +149,8 @@ def reference_walk(tree: Tree, next_token) -> tuple[list[int], list[int]]:
         "float-tokens",
         "2d-tokens",
         "bool-parents",
+        "float-list-tokens",
+        "float-list-parents",
     ],
 )
 def test_tree_rejects_malformed_input(tokens, parents, err, match):

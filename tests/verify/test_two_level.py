@@ -151,6 +151,22 @@ def test_every_round_emits_what_autoregressive_decoding_emits(model_type):
         pos += emitted.numel()
 
 
+@pytest.mark.parametrize("max_new_tokens", [2, 3, 5, 9])
+def test_generate_counts_only_the_accepted_tokens_it_returns(max_new_tokens):
+    """A two-level round drafts its subtree to its own budget and may emit past max_new_tokens: those are not counted."""
+    target = tiny_target(seed=0)
+    out = sd.generate(
+        target,
+        torch.tensor([[1, 2, 3, 1, 2]]),
+        max_new_tokens,
+        drafter=sd.NGramDrafter(),
+        verifier=TwoLevelVerifier(16, 16, gate="always"),
+    )
+    hist = out.stats.accepted_histogram
+    assert out.stats.new_tokens == max_new_tokens
+    assert sum((n + 1) * c for n, c in enumerate(hist)) == max_new_tokens - 1  # every round's tokens but the prefill's
+
+
 def test_bad_q_view_keeps_the_output_and_lowers_agreement(monkeypatch):
     """Q weights replaced by noise: the output is still the AR output; the Q chain is accepted less often."""
     prompt, max_new = (5, 9, 2, 7, 5, 9, 2), 20
