@@ -16,6 +16,8 @@ Verification keeps the target's law either way.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from specdec.contracts.proposal import DraftProposal
@@ -95,6 +97,7 @@ class BatchedModelDrafter:
         self.slots = slots
         self.layout = layout
         self.vocab_size = model.vocab_size if vocab_size is None else vocab_size
+        self._warned_full = False
         self._cached = [torch.zeros(0, dtype=torch.long, device=model.device) for _ in range(slots)]
         self.forwards = 0
 
@@ -107,6 +110,15 @@ class BatchedModelDrafter:
         """Start a request in ``slot``: empty its cache (the other slots are untouched)."""
         self.ragged.reset(slot)
         self._cached[slot] = torch.zeros(0, dtype=torch.long, device=self.device)
+
+    def _warn_full(self, context_len: int, max_tokens: int) -> None:
+        if not self._warned_full:
+            self._warned_full = True
+            warnings.warn(
+                f"BatchedModelDrafter: a context of {context_len} tokens and {max_tokens} draft tokens overflow a draft slot "
+                f"of {self.ragged.max_seq_len}: such requests get fewer draft tokens (none past a full slot)",
+                stacklevel=3,
+            )
 
     def _common_prefix(self, slot: int, context: torch.Tensor) -> int:
         cached = self._cached[slot]
@@ -130,7 +142,10 @@ class BatchedModelDrafter:
         Args:
             slots: ``[c]`` distinct slot ids (each :meth:`reset` when its request started).
             contexts: ``c`` tensors ``[n_i]`` int64, each request so far, on :attr:`device`.
-            max_tokens: ``c`` ints ``k_i >= 0``: exactly this many tokens are drafted.
+            max_tokens: ``c`` ints ``k_i >= 0``: exactly this many tokens are drafted, or as many as the slot still
+                holds (``max_seq_len - n_i + 1``; none once the context fills it), with a warning the first time, as
+                :meth:`ModelDrafter.propose <specdec.drafters.ModelDrafter.propose>` does; the other requests are
+                unaffected.
             samplings, generators: each request's law and RNG (``None``: torch's global one, which the
                 requests then share, drawing step by step across requests).
             target_hiddens: ignored entries (this drafter reads no target features); one per request.
@@ -140,14 +155,19 @@ class BatchedModelDrafter:
             [k_i, V]`` (``None`` when greedy) and ``tree_logprobs [k_i, V]``, as ``ModelDrafter.propose``.
         """
         check_batch_arguments(self, slots, contexts, max_tokens, samplings, generators, target_hiddens)
-        rows = []
-        for slot, context in zip(slots, contexts):
+        rows, capped = [], []
+        for slot, context, k in zip(slots, contexts, max_tokens):
+            fits = self.ragged.max_seq_len - context.numel() + 1  # the draft tokens whose inputs the slot holds
+            if fits < k:
+                self._warn_full(context.numel(), k)
+            capped.append(max(0, min(k, fits)))
+            if fits < 1:  # not even the context fits: no draft for this request, its slot stays as it is
+                continue
             keep = self._common_prefix(slot, context)
-            if context.numel() > self.ragged.max_seq_len - 1 + (keep == context.numel()):
-                raise ValueError(f"contexts: {context.numel()} tokens do not fit a draft slot of {self.ragged.max_seq_len}")
             self.ragged.truncate(slot, keep)
             rows.append(RequestRows(slot, context[keep:][None]))
-        logits = dict(zip(slots, self._run(rows)))
+        max_tokens = capped
+        logits = dict(zip((r.slot for r in rows), self._run(rows))) if rows else {}
         drafted: dict[int, list] = {slot: [] for slot in slots}
         laws: dict[int, list] = {slot: [] for slot in slots}
         scores: dict[int, list] = {slot: [] for slot in slots}
@@ -172,7 +192,8 @@ class BatchedModelDrafter:
         proposals = []
         for slot, context in zip(slots, contexts):
             tokens = torch.cat(drafted[slot]) if drafted[slot] else context.new_zeros(0)
-            self._cached[slot] = torch.cat([context, tokens[:-1]]) if drafted[slot] else context.clone()
+            if slot in logits:  # its context ran
+                self._cached[slot] = torch.cat([context, tokens[:-1]]) if drafted[slot] else context.clone()
             proposals.append(
                 DraftProposal(
                     tokens=tokens,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -42,6 +43,7 @@ class ModelDrafter:
         self.target: Target = model if isinstance(model, Target) else HFTarget(model)
         self.vocab_size = self.target.vocab_size if vocab_size is None else vocab_size
         self._cached = torch.zeros(0, dtype=torch.long)  # token ids whose state is in the target's cache
+        self._warned_full = False
 
     @property
     def device(self) -> torch.device:
@@ -82,6 +84,16 @@ class ModelDrafter:
         same = (self._cached[:n] == context[:n]).long()
         return int(same.cumprod(0).sum())
 
+    def _warn_full(self, context_len: int, max_tokens: int) -> None:
+        if not self._warned_full:
+            self._warned_full = True
+            warnings.warn(
+                f"ModelDrafter: a context of {context_len} tokens and {max_tokens} draft tokens overflow the draft model's "
+                f"max_seq_len {self.target.max_seq_len}: it drafts fewer tokens from here on (none past a full cache); "
+                "give the draft model the target's max_seq_len to keep drafting",
+                stacklevel=3,
+            )
+
     def _feed(self, tokens: torch.Tensor) -> torch.Tensor:
         """Run and commit ``tokens [n]``; returns the last row's logits ``[V]``."""
         logits = self.target.forward(tokens[None]).logits[0, -1]
@@ -97,7 +109,9 @@ class ModelDrafter:
 
         Args:
             context: ``[n]`` int64, the request so far (prompt then emitted tokens), on :attr:`device`.
-            max_tokens: tokens to draft (exactly this many; 0 gives an empty proposal).
+            max_tokens: tokens to draft: exactly this many (0 gives an empty proposal), or as many as the draft
+                model's ``max_seq_len`` still holds (``max_seq_len - n + 1``; none once the context fills it),
+                with a warning the first time: the request then decodes with shorter drafts, still losslessly.
             sampling: greedy takes the argmax; otherwise each token is drawn from the processed law
                 (temperature / top-k / top-p).
             generator: the RNG of the draws (``None``: torch's global one).
@@ -115,6 +129,12 @@ class ModelDrafter:
             >>> p.tokens.shape, p.draft_probs.shape, p.tree_logprobs.shape
             (torch.Size([3]), torch.Size([3, 97]), torch.Size([3, 97]))
         """
+        fits = self.target.max_seq_len - context.numel() + 1  # the draft tokens whose inputs the draft cache holds
+        if fits < max_tokens:
+            self._warn_full(context.numel(), max_tokens)
+            max_tokens = max(fits, 0)
+            if fits < 1:  # not even the context fits: no draft, the cache stays as it is
+                return DraftProposal(tokens=context.new_zeros(0))
         keep = self._common_prefix(context)
         self.target.truncate(keep)
         logits = self._feed(context[keep:])

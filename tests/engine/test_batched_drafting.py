@@ -310,3 +310,27 @@ def test_block_drafter_on_its_static_path_equals_autoregressive_greedy(verifier)
         ar = sd.generate(TARGET, prompt[None], max_new_tokens=14)
         assert torch.equal(outputs[ids[i]], ar.tokens[0]), f"request {i} differs from autoregressive decoding"
     assert sum(engine.request(i).accepted for i in ids) > 0
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_request_longer_than_the_draft_model_gets_shorter_drafts_and_its_companion_is_unaffected(batched):
+    """A 40-token prompt on a draft model of 32 positions: drafting stops for it (with one warning), never the batch."""
+    short_draft = tiny_target(seed=1, max_seq_len=32)
+    factory = (lambda: ModelDrafter(short_draft)) if batched else (lambda: ModelDrafter(tiny_target(seed=1, max_seq_len=32)))
+    engine = Engine(TARGET, factory, max_batch=2, batched_drafting=batched)
+    prompts = [torch.tensor([1, 2, 3]), torch.arange(40) % 97]
+    ids = [engine.add_request(p, max_new_tokens=n) for p, n in zip(prompts, (8, 20))]
+    with pytest.warns(UserWarning, match="Drafter: a context of 4[01] tokens and 4 draft tokens overflow"):
+        outputs = engine.run()
+    for rid, prompt, n in zip(ids, prompts, (8, 20)):
+        assert engine.status(rid) == "finished"
+        assert torch.equal(outputs[rid], sd.generate(TARGET, prompt[None], n).tokens[0])
+
+
+def test_generate_with_a_draft_model_shorter_than_the_request_stays_lossless():
+    drafter = ModelDrafter(tiny_target(seed=0, max_seq_len=16))  # the target's own weights: drafts while they fit
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    with pytest.warns(UserWarning, match="overflow the draft model's max_seq_len 16"):
+        out = sd.generate(TARGET, prompt, 30, drafter=drafter)
+    assert torch.equal(out.tokens, sd.generate(TARGET, prompt, 30).tokens)
+    assert sum(n * c for n, c in enumerate(out.stats.accepted_histogram)) > 0  # it drafted before the cache filled
