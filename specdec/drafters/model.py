@@ -41,7 +41,12 @@ class ModelDrafter:
     def __init__(self, model: Any, *, vocab_size: int | None = None):
         self.model = model
         self.target: Target = model if isinstance(model, Target) else HFTarget(model)
-        self.vocab_size = self.target.vocab_size if vocab_size is None else vocab_size
+        if vocab_size is not None and vocab_size != self.target.vocab_size:
+            raise ValueError(
+                f"vocab_size: expected the draft model's own ({self.target.vocab_size}), got {vocab_size!r}: its logits "
+                "cover that many ids (a drafter must share the target's vocabulary)"
+            )
+        self.vocab_size = self.target.vocab_size
         self._cached = torch.zeros(0, dtype=torch.long)  # token ids whose state is in the target's cache
         self._warned_full = False
 

@@ -33,6 +33,9 @@ class NGramDrafter:
     host_context = True  # it reads tokens on the host: an engine may hand it its context there
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, *, max_paths: int = 1, depth: int | None = None):
+        for name, value in (("max_ngram", max_ngram), ("min_ngram", min_ngram), ("max_paths", max_paths), ("depth", depth)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"{name}: expected an int, got {value!r}")
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"min_ngram/max_ngram: expected 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         if max_paths < 1:

@@ -206,6 +206,8 @@ class OracleDrafter:
             vocab_size = getattr(wrap, "vocab_size", None)
         if vocab_size is None:
             raise ValueError("vocab_size: required when the wrapped drafter does not give one")
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ValueError(f"vocab_size: expected a positive int, got {vocab_size!r}")
         self.vocab_size = vocab_size
         self.target_layer_ids = tuple(getattr(wrap, "target_layer_ids", ()) or ())
         self.references: list[torch.Tensor] = []
@@ -233,6 +235,8 @@ class OracleDrafter:
         """
         if not isinstance(sequence, torch.Tensor) or sequence.ndim != 1:
             raise TypeError(f"sequence: expected a 1-D int tensor, got {getattr(sequence, 'shape', type(sequence).__name__)}")
+        if sequence.is_floating_point() or sequence.is_complex() or sequence.dtype == torch.bool:
+            raise TypeError(f"sequence: expected a 1-D int tensor, got dtype {sequence.dtype}")
         self.references.append(sequence.long())
         self._reference_ids.append(sequence.tolist())
         self._reference_bytes.append(_int64_bytes(sequence))

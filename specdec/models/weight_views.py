@@ -79,6 +79,7 @@ class WeightViews:
         self.q_storage = q_storage
         self._module = module
         self._weights: dict[str, list[tuple[nn.Linear, nn.Parameter]]] = {}
+        self._sources: dict[str, list[tuple[torch.Tensor, int]]] = {}  # the exact weights (and versions) each view is of
 
     @property
     def built(self) -> tuple[str, ...]:
@@ -96,6 +97,10 @@ class WeightViews:
                 pairs.append((sub, made[id(w)]))
         return pairs
 
+    def _stale(self, view: str) -> bool:
+        sources = self._sources[view]
+        return any(sub.weight is not w or w._version != version for (sub, _), (w, version) in zip(self._weights[view], sources))
+
     @contextmanager
     def use(self, view: str) -> Iterator[None]:
         """Run the body with ``view``'s weights in place (``"exact"``: nothing changes).
@@ -108,8 +113,9 @@ class WeightViews:
         if view == "exact":
             yield
             return
-        if view not in self._weights:
+        if view not in self._weights or self._stale(view):  # built, or rebuilt after a weight was replaced or written
             self._weights[view] = self._build(view)
+            self._sources[view] = [(sub.weight, sub.weight._version) for sub, _ in self._weights[view]]
         pairs = self._weights[view]
         exact = [sub._parameters["weight"] for sub, _ in pairs]
         try:

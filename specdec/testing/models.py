@@ -101,8 +101,8 @@ def tiny_hf_model(
         pad_token_id=None,
         **extra,
     )
-    torch.manual_seed(0)  # HF init consumes the global RNG; every tensor is redrawn below anyway
-    model = model_cls(config).float().eval()
+    with torch.random.fork_rng(devices=[]):  # HF init draws from the global RNG: the caller's stream is left as it was
+        model = model_cls(config).float().eval()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -259,3 +259,12 @@ def test_a_file_that_is_not_gguf_is_named(tmp_path):
     path.write_bytes(b"not a gguf file")
     with pytest.raises(ValueError, match="model_or_path: .*broken.gguf' is not a readable GGUF file"):
         sd.load_target(path, device="cpu", progress=False)
+
+
+def test_tiny_models_leave_the_global_rng_as_they_found_it():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    tiny_hf_model("qwen3", seed=0)
+    tiny_target(seed=1)
+    assert torch.equal(torch.rand(3), expected)

@@ -102,6 +102,28 @@ def test_weight_views_restore_the_exact_weights_after_an_exception():
         assert [toy.a.weight, toy.b.weight] == q_params  # built once, kept
 
 
+def test_the_q_view_follows_weights_written_or_replaced_after_it_was_built():
+    layer = nn.Sequential(nn.Linear(8, 4, bias=False), nn.Linear(4, 3, bias=False))
+    views, x = WeightViews(layer), torch.randn(2, 8)
+
+    def q_output():
+        with views.use("q"):
+            return layer(x)
+
+    q_output()  # builds the view
+    with torch.no_grad():
+        layer[0].weight.mul_(2.0)  # written in place
+    assert torch.equal(q_output(), q_of(layer, x))
+    layer[1].weight = nn.Parameter(torch.randn(3, 4))  # replaced
+    assert torch.equal(q_output(), q_of(layer, x))
+
+
+def q_of(layer: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """The Q view's output built from scratch (a fresh WeightViews)."""
+    with WeightViews(layer).use("q"):
+        return layer(x)
+
+
 def test_weight_views_reject_an_unknown_view():
     with pytest.raises(ValueError, match=r"view: expected one of \('exact', 'q'\), got 'int4'"):
         with WeightViews(Toy()).use("int4"):

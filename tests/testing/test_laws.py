@@ -218,6 +218,16 @@ def test_argmax_rate_test_detects_an_argmax_bias():
     assert r.p_value < 1e-4 and r.p_permutation < 0.01 and r.z > 0
 
 
+def test_argmax_rate_test_bad_input_is_named():
+    with pytest.raises(ValueError, match="permutations: expected an int >= 0, got -1"):
+        argmax_rate_test([torch.tensor([True])], [torch.tensor([False])], permutations=-1)
+    with pytest.raises(ValueError, match=r"hits_a\[0\]: expected boolean \(or 0/1\) hits, got torch.float32"):
+        argmax_rate_test([torch.tensor([0.2, 0.3])], [torch.tensor([0.0, 0.0])])
+    with pytest.raises(ValueError, match="hits_a: expected a list of per-sequence hit tensors"):
+        argmax_rate_test(torch.tensor([True, False]), [torch.tensor([True])])  # one sequence, not two of one token
+    assert argmax_rate_test([torch.tensor([1, 0])], [torch.tensor([0, 0])]).rate_a == 0.5  # 0/1 integers are hits
+
+
 def test_two_sample_bad_input():
     with pytest.raises(ValueError, match=r"tokens_a\[0\]: token ids must be >= 0"):
         two_sample_chi2(torch.tensor([[-1, 2]]), torch.tensor([[1, 2]]))

@@ -30,9 +30,11 @@ class PrefixScheduler:
     """
 
     def __init__(self, steps_per_second: Sequence[float], *, early_stop: bool = True, lag: int = 0):
-        sps = torch.as_tensor(steps_per_second, dtype=torch.float64).flatten()
-        if sps.numel() < 1 or not bool((sps > 0).all()):
-            raise ValueError(f"steps_per_second: expected a non-empty table of positive values, got {list(steps_per_second)}")
+        sps = torch.as_tensor(steps_per_second, dtype=torch.float64)
+        if sps.ndim != 1 or sps.numel() < 1 or not bool(((sps > 0) & torch.isfinite(sps)).all()):
+            raise ValueError(f"steps_per_second: expected a non-empty 1-D table of finite positive values, got {sps.tolist()}")
+        if not isinstance(early_stop, bool):
+            raise TypeError(f"early_stop: expected a bool, got {early_stop!r}")
         if lag not in (0, 2):
             raise ValueError(f"lag: expected 0 (Algorithm 1) or 2 (the lagged production mode), got {lag!r}")
         self.sps = sps.tolist()
@@ -89,6 +91,9 @@ class PrefixScheduler:
         confidences = torch.as_tensor(confidences).detach().cpu()
         if confidences.ndim == 1:
             confidences = confidences[None]
+        if confidences.numel() and not bool(((confidences >= 0) & (confidences <= 1)).all()):  # NaN fails both
+            bad = confidences[~((confidences >= 0) & (confidences <= 1))]
+            raise ValueError(f"confidences: expected probabilities in [0, 1], got {bad[:3].tolist()}")
         if self.lag == 0:
             return self._search(confidences, self.early_stop)
         self._history.append(confidences)

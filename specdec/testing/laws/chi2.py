@@ -191,8 +191,23 @@ def argmax_rate_test(hits_a, hits_b, *, permutations: int = 0, generator: torch.
         >>> argmax_rate_test(a, b).p_value < 1e-3
         True
     """
-    seq_a = [torch.as_tensor(h).bool().view(-1).cpu() for h in hits_a]
-    seq_b = [torch.as_tensor(h).bool().view(-1).cpu() for h in hits_b]
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 0:
+        raise ValueError(f"permutations: expected an int >= 0, got {permutations!r}")
+
+    def hits(name: str, arm) -> list[torch.Tensor]:
+        if isinstance(arm, torch.Tensor) and arm.ndim < 2:
+            raise ValueError(
+                f"{name}: expected a list of per-sequence hit tensors (or a 2-D tensor [sequences, tokens]), got a {arm.ndim}-D tensor"
+            )
+        out = []
+        for i, h in enumerate(arm):
+            h = torch.as_tensor(h)
+            if h.is_floating_point() or h.is_complex() or (h.dtype != torch.bool and bool(((h != 0) & (h != 1)).any())):
+                raise ValueError(f"{name}[{i}]: expected boolean (or 0/1) hits, got {h.dtype} {h.flatten()[:4].tolist()}")
+            out.append(h.bool().view(-1).cpu())
+        return out
+
+    seq_a, seq_b = hits("hits_a", hits_a), hits("hits_b", hits_b)
     if not seq_a or not seq_b:
         raise ValueError("hits_a/hits_b: expected at least one sequence per arm")
     sums = torch.tensor([float(h.sum()) for h in seq_a + seq_b], dtype=torch.float64)
