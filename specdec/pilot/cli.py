@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+HUMANEVAL_PROBLEMS = 164
+
 _TIMERS = ("wall", "passes")
 
 
@@ -31,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--drafter",
         default="ngram",
-        help="'ngram', 'smollm2' (the shipped DFlash drafter), 'dflash:FOLDER', 'dspark:FOLDER' or 'none'",
+        help="'ngram', 'smollm2' (the shipped DFlash drafter), 'dflash:FOLDER', 'dflash2:FOLDER', 'dspark:FOLDER' or 'none'",
     )
     parser.add_argument("--prompts", default="humaneval", choices=["humaneval"], help="prompt source (default humaneval)")
     parser.add_argument("--dev-prompts", type=int, default=2, help="prompts the explorers and the profiler see (default 2)")
@@ -67,6 +69,8 @@ def _drafter_section(value: str) -> dict:
         return {"kind": "dflash", "path": "smollm2"}
     kind, sep, path = value.partition(":")
     if sep and kind in ("dflash", "dflash2", "dspark") and path:
+        if not (Path(path) / "config.json").is_file():
+            raise SystemExit(f"--drafter: expected {kind}:FOLDER with a config.json in FOLDER, got {value!r}")
         return {"kind": kind, "path": path}
     raise SystemExit(f"--drafter: expected ngram, none, smollm2, dflash:FOLDER, dflash2:FOLDER or dspark:FOLDER, got {value!r}")
 
@@ -94,38 +98,16 @@ def _prompts(args, count: int) -> list[torch.Tensor]:
     return [x[-args.prompt_tokens :] for x in ids]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the pilot; returns 0 when it finished its rounds (whether or not anything was accepted)."""
-    args = _parser().parse_args(argv)
-    for name in (
-        "dev_prompts",
-        "sealed_prompts",
-        "prompt_tokens",
-        "max_new_tokens",
-        "rounds",
-        "evaluations",
-        "directions_per_round",
-    ):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name.replace('_', '-')}: expected >= 1, got {getattr(args, name)}")
-    if args.num_draft_tokens < 1:
-        raise SystemExit(f"--num-draft-tokens: expected >= 1, got {args.num_draft_tokens}")
-    if not args.budget_minutes > 0:
-        raise SystemExit(f"--budget-minutes: expected > 0, got {args.budget_minutes}")
-    if args.threads is not None:
-        if args.threads < 1:
-            raise SystemExit(f"--threads: expected >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+def _setup(args):
+    """The pilot of ``args`` and what ``main`` reports with it: ``(pilot, memory, bar, dev, sealed, out)``."""
     from tqdm import tqdm
 
-    from specdec.pilot.agents import Budget
+    from specdec.pilot.agents import Budget, DevEvaluator, SearchAgent
     from specdec.pilot.gate import Gate, target_pass_timer, wall_time
     from specdec.pilot.loop import Pilot
     from specdec.pilot.memory import Memory
-    from specdec.pilot.report import write_outputs
     from specdec.pilot.spec import SystemSpec, build
 
-    started = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prompts = _prompts(args, args.sealed_prompts + args.dev_prompts)
@@ -144,8 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     timer = target_pass_timer if args.timer == "passes" else wall_time
     gate = Gate(stock, [p.to(stock.device) for p in sealed], args.max_new_tokens, timer=timer)
     memory = Memory(args.memory or out / "memory.sqlite")
-    from specdec.pilot.agents import DevEvaluator, SearchAgent
-
     evaluator = DevEvaluator(dev, args.max_new_tokens, timer=timer)
     bar = tqdm(total=args.rounds, desc="pilot rounds", unit="round")
     pilot = Pilot(
@@ -162,6 +142,45 @@ def main(argv: list[str] | None = None) -> int:
         stock_spec=stock_spec,
         log=bar.write,
     )
+    return pilot, memory, bar, dev, sealed, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the pilot; returns 0 when it finished its rounds (whether or not anything was accepted)."""
+    args = _parser().parse_args(argv)
+    for name in (
+        "dev_prompts",
+        "sealed_prompts",
+        "prompt_tokens",
+        "max_new_tokens",
+        "rounds",
+        "evaluations",
+        "directions_per_round",
+    ):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')}: expected >= 1, got {getattr(args, name)}")
+    if args.num_draft_tokens < 1:
+        raise SystemExit(f"--num-draft-tokens: expected >= 1, got {args.num_draft_tokens}")
+    if not args.budget_minutes > 0:
+        raise SystemExit(f"--budget-minutes: expected > 0, got {args.budget_minutes}")
+    if args.sealed_prompts + args.dev_prompts > HUMANEVAL_PROBLEMS:
+        raise SystemExit(
+            f"--dev-prompts, --sealed-prompts: expected at most {HUMANEVAL_PROBLEMS} together (HumanEval's problems), "
+            f"got {args.dev_prompts} + {args.sealed_prompts}"
+        )
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device: {args.device!r} asked for, but torch sees no CUDA device here")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SystemExit(f"--threads: expected >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    from specdec.pilot.report import write_outputs
+
+    started = time.perf_counter()
+    try:
+        pilot, memory, bar, dev, sealed, out = _setup(args)
+    except (ValueError, FileNotFoundError) as err:  # a bad option met while building: a message, not a traceback
+        raise SystemExit(f"python -m specdec pilot: {err}") from err
     result = pilot.run(args.rounds, budget_seconds=args.budget_minutes * 60, on_round=lambda record: bar.update(1))
     bar.close()
     header = {

@@ -48,3 +48,13 @@ def test_prefix_scheduler_refuses_tables_and_confidences_it_would_reshape_or_cla
         PrefixScheduler([1.0, 0.9, 0.8]).schedule(torch.tensor([[float("nan"), 0.9]]))
     with pytest.raises(ValueError, match=r"confidences: expected probabilities in \[0, 1\], got \[1.5, 3.0\]"):
         PrefixScheduler([1.0, 0.99, 0.98]).schedule(torch.tensor([[1.5, 3.0]]))
+
+
+def test_speculative_speculation_refuses_a_base_that_reads_target_features():
+    from specdec.drafters.ssd import SpeculativeSpeculationDrafter
+
+    class Tapped(NGramDrafter):
+        target_layer_ids = (1,)
+
+    with pytest.raises(ValueError, match=r"base: Tapped reads target features \(target_layer_ids \(1,\)\)"):
+        SpeculativeSpeculationDrafter(Tapped())

@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import torch
 
 from specdec.__main__ import main as specdec_main
 from specdec.pilot.memory import MemoryEntry
@@ -57,3 +58,13 @@ def test_pilot_cli_rejects_bad_arguments(tmp_path):
         specdec_main(["pilot", "--drafter", "eagle", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--target"):
         specdec_main(["pilot", "--target", str(tmp_path / "missing"), "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"--dev-prompts, --sealed-prompts: expected at most 164 together"):
+        specdec_main(["pilot", "--dev-prompts", "400", "--out", str(tmp_path)])
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="--device: 'cuda' asked for, but torch sees no CUDA device here"):
+            specdec_main(["pilot", "--device", "cuda", "--out", str(tmp_path)])
+    # options only building the system can refuse come back as messages, not tracebacks
+    with pytest.raises(SystemExit, match="python -m specdec pilot: .*nonexistent_direction"):
+        specdec_main(["pilot", "--target", "tiny", "--directions", "nonexistent_direction", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--drafter: expected dspark:FOLDER with a config.json in FOLDER"):
+        specdec_main(["pilot", "--target", "tiny", "--drafter", f"dspark:{tmp_path / 'none'}", "--out", str(tmp_path)])

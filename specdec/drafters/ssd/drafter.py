@@ -139,6 +139,12 @@ class SpeculativeSpeculationDrafter:
     ):
         if not isinstance(base, Drafter):
             raise TypeError(f"base: expected a Drafter (reset, propose, vocab_size), got {type(base).__name__}")
+        taps = tuple(getattr(base, "target_layer_ids", ()) or ())
+        if taps:
+            raise ValueError(
+                f"base: {type(base).__name__} reads target features (target_layer_ids {taps}), which the speculation "
+                "cache cannot give it: it drafts ahead of the verify pass that computes them"
+            )
         if isinstance(fan_out, int) and not isinstance(fan_out, bool):
             fan_out = UniformFanOut(fan_out)
         if not (callable(getattr(fan_out, "allocate", None)) and callable(getattr(fan_out, "observe", None))):
