@@ -28,6 +28,7 @@ from specdec.contracts.result import VerifyResult
 from specdec.contracts.sampling import SamplingConfig
 from specdec.contracts.target import Target, check_target
 from specdec.verify.processors import process_logits, row_prefixes
+from specdec.verify.round_inputs import check_round_inputs
 from specdec.verify.sampling import logits_to_probs, sample
 
 __all__ = ["ChainLaws", "ChainVerifier", "VerifyResult", "chain_accept", "chain_laws", "greedy_chain_accept_tokens"]
@@ -213,6 +214,7 @@ class ChainVerifier:
             (True, True)
         """
         check_target(target)
+        check_round_inputs(target, root, context)
         if self.validate_proposals:
             proposal.validate(vocab_size=target.vocab_size)
         drafts = proposal.tokens

@@ -40,6 +40,7 @@ from specdec.contracts.tree import Tree, tree_attention_mask, tree_positions
 from specdec.verify.best_first import _check_budget, best_first_tree
 from specdec.verify.best_first_device import best_first_tree_device
 from specdec.verify.processors import process_logits, row_prefixes
+from specdec.verify.round_inputs import check_round_inputs
 from specdec.verify.sampling import logits_to_probs
 from specdec.verify.walks import TreeWalk, greedy_walk, match_walk, sample_and_match
 
@@ -209,6 +210,7 @@ class TreeVerifier:
             (True, True)
         """
         check_target(target)
+        check_round_inputs(target, root, context)
         if self.validate_proposals:
             proposal.validate(vocab_size=target.vocab_size)
         device = target.device

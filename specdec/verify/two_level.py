@@ -44,6 +44,7 @@ from specdec.contracts.target import Target, check_target
 from specdec.contracts.tree import Tree
 from specdec.verify.best_first import _check_budget
 from specdec.verify.processors import process_logits, row_prefixes
+from specdec.verify.round_inputs import check_round_inputs
 from specdec.verify.sampling import logits_to_probs
 from specdec.verify.tree import TreeVerifier
 from specdec.verify.two_level_gate import TwoLevelGate
@@ -273,6 +274,7 @@ class TwoLevelVerifier:
         """
         start = time.perf_counter()
         check_target(target)
+        check_round_inputs(target, root, context)
         if self.view not in target.weight_views:
             raise ValueError(
                 f"target: {type(target).__name__} has the weight views {target.weight_views}; the Q pass needs {self.view!r}"
