@@ -40,6 +40,7 @@ from specdec.contracts.drafter import Drafter, FinishingDrafter
 from specdec.contracts.host_ids import ids_tensor
 from specdec.contracts.proposal import DraftProposal, proposals_pass_conditions
 from specdec.contracts.sampling import SamplingConfig
+from specdec.drafters.model import ModelDrafter
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate, chain_gains
 from specdec.engine.drafting import BatchableDrafter, BatchDrafter, RequestAwareDrafter
 from specdec.engine.rounds import RoundOutcome, accept_round, check_verifier, plan_round, truncate_chain
@@ -450,6 +451,22 @@ class Engine:
                 )
         return drafter
 
+    def _check_own_draft_model(self, drafter: Drafter) -> None:
+        """A factory's model drafter must hold a draft model no live request's drafter holds: each keeps its own cache."""
+        if not isinstance(drafter, ModelDrafter):
+            return
+        for other in self._requests.values():
+            if (
+                other.status in (WAITING, RUNNING)
+                and isinstance(other.drafter, ModelDrafter)
+                and other.drafter.target is drafter.target
+            ):
+                raise ValueError(
+                    f"drafter: the factory gave request {other.request_id!r}'s draft model to this request too; each request's "
+                    "ModelDrafter keeps its cache in its model, so each needs its own (build the model in the factory), or "
+                    "pass batched_drafting=True to share one model's weights over slots"
+                )
+
     @staticmethod
     def _taps_of(drafter: Drafter | BatchDrafter) -> tuple[int, ...]:
         return tuple(getattr(drafter, "target_layer_ids", ()) or ())
@@ -552,6 +569,7 @@ class Engine:
             drafter = self._shared_drafter
         else:
             drafter = self._check_drafter(self._drafter_factory())
+            self._check_own_draft_model(drafter)
         if request_id is None:  # taken only once every check has passed: a refused request uses up no id
             request_id = next(self._ids)
             while request_id in self._requests:

@@ -145,11 +145,15 @@ def test_packed_drafts_agree_to_rounding_only():
 
 @pytest.mark.parametrize("batched_drafting", [False, True])
 def test_one_draft_forward_per_draft_step_for_all_requests(batched_drafting):
-    draft = tiny_target(seed=1, max_seq_len=SEQ)
     calls = []
-    draft.embed.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
+
+    def drafter():  # a model a request (per-request drafting keeps each request's cache in its model)
+        draft = tiny_target(seed=1, max_seq_len=SEQ)
+        draft.embed.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
+        return ModelDrafter(draft)
+
     k, running = 3, 3
-    engine = Engine(TARGET, lambda: ModelDrafter(draft), max_batch=running, num_draft_tokens=k, batched_drafting=batched_drafting)
+    engine = Engine(TARGET, drafter, max_batch=running, num_draft_tokens=k, batched_drafting=batched_drafting)
     for p in ([1, 2, 3], [9], [4, 5]):
         engine.add_request(torch.tensor(p), max_new_tokens=20)
     engine.step()  # the prefills: no drafting yet

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -244,7 +245,7 @@ TABLE = StepTimeTable(rows=(1, 8, 32), ms=(1.0, 1.3, 4.0))
 )
 def test_outputs_with_a_global_budget_equal_ar_in_fp32_greedy(verifier, drafter, budget):
     make_verifier = ChainVerifier if verifier == "chain" else (lambda: TreeVerifier(budget=8))
-    make_drafter = (lambda: NGramDrafter(max_ngram=2)) if drafter == "ngram" else (lambda: ModelDrafter(DRAFT))
+    make_drafter = (lambda: NGramDrafter(max_ngram=2)) if drafter == "ngram" else (lambda: ModelDrafter(copy.deepcopy(DRAFT)))
     # one draft model holds one cache: with the model drafter, one request at a time
     engine = Engine(
         TARGET,

@@ -372,6 +372,19 @@ def test_a_failing_request_leaves_and_its_companions_decode_as_alone():
         assert torch.equal(outputs[ids[i]], alone(prompts[i], "ngram", "chain", max_new_tokens=12, temperature=1.0, seed=i))
 
 
+def test_a_factory_sharing_one_draft_model_between_requests_is_refused_naming_the_drafter():
+    shared = tiny_target(seed=1, max_seq_len=SEQ)
+    engine = Engine(TARGET, lambda: ModelDrafter(shared), max_batch=2)
+    first = engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=6)
+    with pytest.raises(ValueError, match="drafter: the factory gave request 0's draft model to this request too"):
+        engine.add_request(torch.tensor([4, 5, 6]), max_new_tokens=6)
+    assert engine.waiting == (first,)
+    outputs = engine.run()
+    expected = sd.generate(TARGET, torch.tensor([[1, 2, 3]]), 6, drafter=ModelDrafter(tiny_target(seed=1, max_seq_len=SEQ)))
+    assert torch.equal(outputs[first], expected.tokens[0])
+    engine.add_request(torch.tensor([4, 5, 6]), max_new_tokens=6)  # the first has finished: its model is free again
+
+
 def test_every_request_failing_in_a_step_is_reported():
     engine = Engine(TARGET, lambda: GreedyDrafter(), max_batch=3)
     for p in prompts_of([5, 6, 7], seed=2):
