@@ -23,6 +23,24 @@ from specdec.models.weight_views import WEIGHT_VIEWS, WeightViews
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
+def check_token_ids(tokens: torch.Tensor, vocab_size: int, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` when an id of ``tokens`` lies outside ``[0, vocab_size)``.
+
+    Checked on the CPU only, where the read is free; on an accelerator the embedding's own bounds check
+    stands (the decode loops and the engine check their prompts once, before any forward).
+
+    Example:
+        >>> check_token_ids(torch.tensor([[1, 200]]), 97, "tokens")
+        Traceback (most recent call last):
+        ...
+        ValueError: tokens: expected token ids in [0, 97), got ids in [1, 200]
+    """
+    if tokens.device.type == "cpu" and tokens.numel():
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name}: expected token ids in [0, {vocab_size}), got ids in [{low}, {high}]")
+
+
 class LeanTarget(nn.Module):
     """Base of the lean runtime's targets: a batch-1 cache of ``length`` committed tokens.
 
@@ -210,6 +228,7 @@ class LeanTarget(nn.Module):
             raise ValueError("tokens: expected at least one token, got T = 0")
         if tokens.device != self.device:
             raise ValueError(f"tokens: expected device {self.device}, got {tokens.device}")
+        check_token_ids(tokens, self.config.vocab_size, "tokens")
         if self.length + seqlen > self.max_seq_len:
             raise ValueError(
                 f"tokens: {seqlen} new rows do not fit: length {self.length} + {seqlen} > max_seq_len {self.max_seq_len}"

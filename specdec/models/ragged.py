@@ -27,6 +27,7 @@ import torch
 
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
+from specdec.models.base import check_token_ids
 from specdec.models.dense import DecoderLayer, DenseTarget, add_norm, compact_kv, prefix_attention_mask
 from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.packed_attention import (
@@ -252,6 +253,7 @@ class RaggedDenseTarget(RequestSlots):
                 raise ValueError(f"requests[{i}].tokens: expected at least one token, got T = 0")
             if tokens.device != self.device:
                 raise ValueError(f"requests[{i}].tokens: expected device {self.device}, got {tokens.device}")
+            check_token_ids(tokens, self.config.vocab_size, f"requests[{i}].tokens")
             if self.lengths[slot] + seqlen > self.max_seq_len:
                 raise ValueError(
                     f"requests[{i}].tokens: {seqlen} new rows do not fit slot {slot}: length {self.lengths[slot]} + "

@@ -151,6 +151,9 @@ def test_errors_name_the_argument():
         target(torch.tensor([[1.0, 2.0]]))
     with pytest.raises(ValueError, match="max_seq_len 16"):
         target(torch.zeros(1, 17, dtype=torch.long))
+    for ids in ([[1, 200]], [[1, -1]]):
+        with pytest.raises(ValueError, match=r"tokens: expected token ids in \[0, 97\), got ids in"):
+            target(torch.tensor(ids))
     with pytest.raises(ValueError, match="mask"):
         target(torch.tensor([[1, 2]]), mask=torch.ones(3, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="accepted"):

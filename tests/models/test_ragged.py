@@ -309,6 +309,7 @@ def test_bad_rows_raise_before_any_work():
         ([good, RequestRows(2, torch.tensor([[6]]))], ValueError, r"requests\[1\].slot: expected an int in \[0, 2\)"),
         ([good, RequestRows(0, torch.arange(6)[None])], ValueError, "6 new rows do not fit slot 0: length 3"),
         ([good, RequestRows(0, torch.tensor([[1.0]]))], TypeError, r"requests\[1\].tokens: expected an int64 tensor"),
+        ([good, RequestRows(0, torch.tensor([[1, 200]]))], ValueError, r"requests\[1\].tokens: expected token ids in \[0, 97\)"),
         ([good, RequestRows(0, torch.tensor([[1, 2]]), mask=torch.ones(3, 3, dtype=torch.bool))], ValueError, "mask"),
         ([], ValueError, "requests: expected a non-empty list"),
     ]
