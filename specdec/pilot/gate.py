@@ -183,11 +183,13 @@ class Gate:
         reasons = []
         if not report.passed:
             reasons.append("token forcing failed: " + "; ".join(report.failures))
+        elif report.verdict != "PASS":  # INCOMPLETE: a stratum no token reached proves nothing about it
+            reasons.append(f"token forcing incomplete: {', '.join(report.uncovered)} not covered")
         if not ci[0] > 1:
             reasons.append(f"speedup {mean:.3f}x, 95% CI [{ci[0]:.3f}, {ci[1]:.3f}] does not lie above 1")
         return GateVerdict(
             accepted=not reasons,
-            forcing_passed=report.passed,
+            forcing_passed=report.verdict == "PASS",
             forcing_failures=list(report.failures),
             speedup=mean,
             ci95=ci,

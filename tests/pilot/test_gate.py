@@ -57,6 +57,14 @@ def test_gate_rejects_a_faster_lossy_candidate_on_token_forcing(stock):
     assert verdict.reasons[0].startswith("token forcing failed")
 
 
+def test_gate_rejects_a_candidate_whose_forcing_check_is_incomplete(stock):
+    """No rule fires on a stratum no token reaches, which proves nothing about it: the gate does not accept that."""
+    gate = Gate(stock, PROMPTS, 16, timer=draft_length_timer, bucket_edges=(64,))  # 16 new tokens never reach 64
+    verdict = gate.judge(SystemSpec(num_draft_tokens=4), SystemSpec().autoregressive(), stock_target=stock)
+    assert not verdict.accepted and not verdict.forcing_passed
+    assert verdict.reasons[0] == "token forcing incomplete: pos >= 64 not covered"
+
+
 def test_target_pass_timer_counts_target_forwards(stock):
     ar = build(SystemSpec().autoregressive(), target=stock)
     assert target_pass_timer(ar, PROMPTS, 10, seed=0) == 2 * 10

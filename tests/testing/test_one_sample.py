@@ -215,6 +215,8 @@ def test_bad_input_is_named():
         one_sample_chi2(torch.tensor([0, 1, 1]), law)
     with pytest.raises(ValueError, match="cohens_w/total_variation: expected exactly one"):
         chi2_sample_size(num_cells=8)
+    with pytest.raises(ValueError, match="context: counts cells with vocab_size"):
+        chi2_sample_size(num_cells=8, cohens_w=0.2, context=3)
     with pytest.raises(ValueError, match="num_cells/vocab_size: expected exactly one"):
         chi2_sample_size(cohens_w=0.1, num_cells=8, vocab_size=4)
     with pytest.raises(ValueError, match=r"power: expected a float in \(0.05, 1\), got 0.01"):

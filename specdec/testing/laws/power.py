@@ -100,6 +100,10 @@ def chi2_sample_size(
         _check_positive_int("vocab_size", vocab_size, 2)
         _check_positive_int("context", context, 0)
         num_cells = vocab_size ** (context + 1)
+    elif context != 0:
+        raise ValueError(
+            f"context: counts cells with vocab_size (vocab_size ** (context + 1)); with num_cells give none, got {context!r}"
+        )
     if max_categories is not None:
         num_cells = min(num_cells, _check_positive_int("max_categories", max_categories, 2))
     alpha = _check_probability("alpha", alpha)
