@@ -16,7 +16,7 @@ class GenerationStats:
     Attributes:
         new_tokens: tokens returned.
         target_passes: exact target forwards, the prefill included (AR: one per token); a two-level round's Q pass
-            (8-bit view) is not one of them: `TwoLevelVerifier.stats.q_passes` counts those.
+            (8-bit view) is not one of them: ``TwoLevelVerifier.stats.q_passes`` counts those.
         rounds: speculative rounds (verify passes).
         accepted_histogram: ``accepted_histogram[n]`` = rounds that accepted ``n`` draft tokens.
         draft_s, verify_s, other_s: wall time split (prefill counts as verify).
