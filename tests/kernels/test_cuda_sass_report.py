@@ -95,8 +95,8 @@ def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
         if releases:
             released[name] = unsafe
     # every ring kernel (bulk-copy, tensor-map split-K, persistent and row-tile: W12, Q and bf16 at 8 and 16 tokens; the
-    # row-tile kernels with and without the L2 prefetch lanes)
-    assert len(released) == 26, sorted(released)
+    # row-tile kernels plain, with the L2 prefetch lanes and with two consumer stage groups)
+    assert len(released) == 32, sorted(released)
     assert not any(released.values()), {name: n for name, n in released.items() if n}
 
 
@@ -109,7 +109,7 @@ def test_every_tensor_map_gemm_can_signal_at_its_last_copy():
         for name, lines in _library_sass().items()
         if re.search(r"tma_(gemm|stream_k|rows)_kernel", name)
     }
-    assert len(signals) == 24, sorted(signals)  # three kernels x three kinds x 8 and 16 tokens, the row tiles twice
+    assert len(signals) == 30, sorted(signals)  # three kernels x three kinds x 8 and 16 tokens, the row tiles three times
     assert all(p == 1 and u >= 1 for p, u in signals.values()), signals
 
 
@@ -130,6 +130,23 @@ def test_a_release_with_a_load_in_flight_is_found_after_a_loop():
     # the producer's arrivals (with a transaction count) are not releases
     producer = ins(0x10, "LDS.128 R8, [R2]", lds) + ins(0x20, "SYNCS.ARRIVE.TRANS64 RZ, [UR9], R2", idle)
     assert sass_report.loads_in_flight_at_release(producer) == (0, 0)
+
+
+def test_two_stage_groups_double_the_row_tile_consumers_and_keep_their_loops():
+    """The two-group row-tile kernels run eight consumer warps (each waits on its own stages' barriers) with a loop no
+    longer than the one-group kernel's, and no register spills."""
+    loops = {}
+    for name, lines in _library_sass().items():
+        found = re.search(r"tma_rows_kernelILi(\d)ELi(\d+)ELb0ELi(\d)E", name)
+        if found:
+            kind, tok, groups = found.groups()
+            loops[(kind, tok, groups)] = sass_report.analyse_kernel(lines, 1)["loop_instructions"]
+            assert not any(re.search(r"\b(STL|LDL)\b", line) for line in lines), name
+    assert sorted(loops) == sorted((k, t, g) for k in "012" for t in ("8", "16") for g in "12"), sorted(loops)
+    for kind in "012":
+        for tok in ("8", "16"):
+            one, two = loops[(kind, tok, "1")], loops[(kind, tok, "2")]
+            assert 0 < two <= one + 4, (kind, tok, one, two)
 
 
 def test_only_the_prefetching_row_tile_kernels_prefetch_weights_into_the_l2():

@@ -389,6 +389,9 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel(monkeypatch):
         def specdec_set_programmatic_launch(self, mode, l2_prefetch_bytes):
             calls.append(("programmatic", mode, l2_prefetch_bytes))
 
+        def specdec_set_row_stage_groups(self, groups):
+            calls.append(("stage groups", groups))
+
     def plan_of(nbytes, rc=0):
         def plan(m, n, k, sms, out):
             calls.append(("plan", m, n, k, sms))
@@ -409,7 +412,8 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel(monkeypatch):
         assert calls[0] == ("plan", 8, 72, 4128, 0)  # sms = 0: the current device's multiprocessors
         # set before every launch: eager calls launch plainly, so without the prefetch budget ($SPECDEC_L2_PREFETCH_MB 2)
         assert calls[1] == ("programmatic", 0, 0)
-        *given, ws_ptr, ws_bytes, stream = calls[2][1:]
+        assert calls[2] == ("stage groups", 1)  # $SPECDEC_ROW_STAGE_GROUPS unset
+        *given, ws_ptr, ws_bytes, stream = calls[3][1:]
         assert tuple(given) == args and (ws_bytes, stream) == (nbytes, "s")
         assert ws_ptr.value == (ops.split_k_workspace(cpu, nbytes).data_ptr() if nbytes else None)
     # launched programmatically (inside a captured graph): the launch code and the budget reach the library
@@ -417,6 +421,13 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel(monkeypatch):
     calls.clear()
     assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(0), run, args, 8, 72, 4128, cpu, "s") == 0
     assert calls[1] == ("programmatic", 2, 2 << 20)
+    monkeypatch.setenv("SPECDEC_ROW_STAGE_GROUPS", "2")
+    calls.clear()
+    assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(0), run, args, 8, 72, 4128, cpu, "s") == 0
+    assert calls[2] == ("stage groups", 2)
+    monkeypatch.setenv("SPECDEC_ROW_STAGE_GROUPS", "3")
+    with pytest.raises(ValueError, match=r"\$SPECDEC_ROW_STAGE_GROUPS: expected '1' or '2'"):
+        ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(0), run, args, 8, 72, 4128, cpu, "s")
     monkeypatch.undo()
     calls.clear()
     with pytest.raises(RuntimeError, match=r"q_gemm_small_m \(v2\) plan: CUDA kernel launch failed \(3\): M=9 is not"):
@@ -787,6 +798,36 @@ def test_default_plans_take_row_tiles_where_they_pay(which, m, n, k, pays):
             assert ctas >= 0.9 * 132 * -(-ctas // 132), plan
     if m <= 8:  # K % 32 != 0 (at most 8 tokens there): the fallback's own fallback, as the entry point runs
         assert launch_plan(kind, m, n, k + 8, 132) == launch_plan(fallback, m, n, k + 8, 132)
+
+
+# (M, N, K, stage groups of W12 / Q / bf16 when two are asked for): two where every CTA is resident at once at three
+# an SM (shared memory allowing): the 8B qkv (384 CTAs), o and down (256) and the 32B o and down (320) at 1-16 tokens;
+# not the 32B qkv (640) nor the multi-wave calls; bf16 at 8 tokens (78 KB a CTA: two an SM) only below 264 CTAs
+ROW_STAGE_GROUP_CASES = [
+    (1, 6144, 4096, (2, 2, 2)),
+    (1, 4096, 12288, (2, 2, 2)),
+    (1, 5120, 25600, (2, 2, 2)),
+    (16, 6144, 4096, (2, 2, 2)),
+    (8, 6144, 4096, (2, 2, 1)),
+    (8, 4096, 4096, (2, 2, 2)),
+    (1, 10240, 5120, (1, 1, 1)),
+    (1, 24576, 4096, (1, 1, 1)),
+    (1, 151936, 4096, (1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("m,n,k,groups", ROW_STAGE_GROUP_CASES)
+def test_two_stage_groups_only_where_every_cta_is_resident_at_three_an_sm(m, n, k, groups):
+    from specdec.kernels.cuda.ops import rows_stage_groups
+
+    _library_or_skip()
+    for kind, expected in zip(("w12", "q", "bf16"), groups):
+        assert rows_stage_groups(kind, m, n, k, 132, 2) == expected, kind
+        assert rows_stage_groups(kind, m, n, k, 132, 1) == 1, kind  # one asked for: one
+    with pytest.raises(ValueError, match="sms, wanted: expected >= 1 and 1 or 2, got 132 and 3"):
+        rows_stage_groups("w12", m, n, k, 132, 3)
+    with pytest.raises(ValueError, match=r"rows_stage_groups: expected 1 <= m <= 16"):
+        rows_stage_groups("w12", 17, n, k, 132, 2)
 
 
 MIB = 1 << 20

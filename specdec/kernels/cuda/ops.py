@@ -78,6 +78,8 @@ __all__ = [
     "q_gemm_small_m",
     "launch_plan",
     "rows_l2_prefetch_stages",
+    "rows_stage_groups",
+    "row_stage_groups",
     "stream_k_segments",
     "w12_variant",
     "q_variant",
@@ -93,6 +95,7 @@ __all__ = [
     "Q_VARIANTS",
     "BF16_VARIANT_ENV",
     "BF16_VARIANTS",
+    "ROW_STAGE_GROUPS_ENV",
 ]
 
 MAX_TOKENS = 8
@@ -104,6 +107,7 @@ Q_VARIANT_ENV = "SPECDEC_Q_CUDA_VARIANT"
 Q_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 BF16_VARIANT_ENV = "SPECDEC_BF16_CUDA_VARIANT"
 BF16_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
+ROW_STAGE_GROUPS_ENV = "SPECDEC_ROW_STAGE_GROUPS"
 # launch_plan kinds of the kernels with K split over independent CTAs -> their plan's entry point (seven int64 values).
 _SPLIT_K_PLANS = {
     **{f"w12_{v}": f"specdec_w12_{v}_plan" for v in W12_WORKSPACE_VARIANTS},
@@ -236,6 +240,28 @@ def bf16_variant(k: int | None = None) -> str:
     return _variant(BF16_VARIANT_ENV, BF16_VARIANTS, "v5", k)
 
 
+def row_stage_groups() -> int:
+    """Up to how many consumer stage groups the row-tile kernels run (``$SPECDEC_ROW_STAGE_GROUPS``, read on every
+    call; unset: 1). ``2``: a row-tile call whose CTAs all fit at three an SM runs eight consumer warps a CTA, warps 0-3
+    on the even stages and 4-7 on the odd ones, so two stages are decoded and multiplied at once
+    (:func:`rows_stage_groups` says which calls; ``specdec/kernels/cuda/README.md``, "Two stage groups"). Built and
+    checked on the CPU, not yet measured: opt-in. Raises ValueError for any other value.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop(ROW_STAGE_GROUPS_ENV, None) and None
+        >>> row_stage_groups()
+        1
+    """
+    value = os.environ.get(ROW_STAGE_GROUPS_ENV, "") or "1"
+    if value not in ("1", "2"):
+        raise ValueError(
+            f"${ROW_STAGE_GROUPS_ENV}: expected '1' or '2' (consumer stage groups of the row-tile kernels), got {value!r}"
+        )
+    return int(value)
+
+
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.
 _TENSOR_MAP_VARIANTS = {"bf16": ("v2", "v3", "v4", "v5"), "w12": ("v7", "v8", "v9", "v10"), "q": ("v2", "v3", "v4", "v5")}
 
@@ -324,6 +350,7 @@ def _launch_split_k(lib, what: str, plan_of, run, args: tuple, m: int, n: int, k
     ws_ptr = _ptr(split_k_workspace(device, nbytes, op=what)) if nbytes else ctypes.c_void_p(None)
     code = gemm_launch_code()  # read by the tensor-map kernels only; the prefetch budget only under programmatic launch
     lib.specdec_set_programmatic_launch(code, l2_prefetch_bytes() if code else 0)
+    lib.specdec_set_row_stage_groups(row_stage_groups())
     return run(*args, ws_ptr, nbytes, stream)
 
 
@@ -534,6 +561,28 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
         )
     keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes")
     return dict(zip(keys, list(out)))
+
+
+def rows_stage_groups(kind: str, m: int, n: int, k: int, sms: int, wanted: int) -> int:
+    """Consumer stage groups a row-tile call (``kind`` ``"bf16"``, ``"w12"`` or ``"q"``; ``m <= 16``, ``k % 32 == 0``) runs
+    on ``sms`` multiprocessors when up to ``wanted`` are asked for (:func:`row_stage_groups`): 2 where every CTA of the
+    call is resident at once at the two-group kernel's three CTAs an SM, else 1 (host code of the library; needs the
+    built library, not a GPU).
+
+    Example (needs the built library, so not run as a doctest): on 132 SMs the 8B qkv in W12 at one token (384 CTAs of
+    16 rows) gives ``rows_stage_groups("w12", 1, 6144, 4096, 132, 2) == 2``; the 32B qkv (640 CTAs) gives 1.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
+    if sms < 1 or wanted not in (1, 2):
+        raise ValueError(f"sms, wanted: expected >= 1 and 1 or 2, got {sms} and {wanted}")
+    groups = load_library().specdec_rows_stage_groups(KINDS[kind], m, n, k, sms, wanted)
+    if groups < 0:
+        raise ValueError(
+            f"rows_stage_groups: expected 1 <= m <= {TENSOR_MAP_MAX_TOKENS}, n >= 1 and k a positive multiple of 32, "
+            f"got m={m} n={n} k={k}"
+        )
+    return groups
 
 
 def rows_l2_prefetch_stages(kind: str, m: int, n: int, k: int, sms: int, prefetch_bytes: int) -> int:

@@ -913,13 +913,16 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
 // in k order from ring slot `s` of round `round` on (both advanced past them on return), releases each stage with one
 // arrive per warp, then writes its sums to its group's tile red[group][row][token] (rows of TOK tokens). X_ROW_BYTES:
 // the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16 (consume_stage); STAGES: the ring's stages; TOK: 8,
-// or 16 for tokens 8..15 in a second MMA n-tile.
+// or 16 for tokens 8..15 in a second MMA n-tile. STRIDE > 1: the warp takes only every STRIDE-th stage of the segment
+// from its `first` on (s and round then start at that stage's slot), other warps the others (tma_rows_kernel's stage
+// groups); each stage is still released by the HALVES x ROWS / 16 warps that consume it.
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
-          int SK = kBulkStageK>
+          int SK = kBulkStageK, int STRIDE = 1>
 __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                 uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                                float* red, int& s, uint32_t& round) {
+                                                float* red, int& s, uint32_t& round, int first = 0) {
   static_assert(SK % ((KIND == kBf16 ? 32 : 64) * HALVES) == 0, "every group of warps takes whole chunks of a stage");
+  static_assert(STAGES % STRIDE == 0, "a stage group keeps to its own ring slots");
   constexpr int kTileWarps = ROWS / 16;
   const int M = p.M;
   const int n_mine = s_hi - s_lo;
@@ -954,10 +957,15 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
-    if (++s == STAGES) s = 0, ++round;
+    if constexpr (STRIDE == 1) {
+      if (++s == STAGES) s = 0, ++round;
+    } else {
+      s += STRIDE;
+      if (s >= STAGES) s -= STAGES, ++round;
+    }
   };
-  int it = 0;
-  for (; it < n_full; ++it) {
+  int it = first;
+  for (; it < n_full; it += STRIDE) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
       consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
@@ -966,7 +974,7 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
                                                         acc, half);
     release();
   }
-  for (; it < n_mine; ++it) {  // the stage that ends at K
+  for (; it < n_mine; it += STRIDE) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
       consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row, x_off,
@@ -986,16 +994,16 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   }
 }
 
-// consume_segment over the CTA's only segment, from the ring's first slot.
+// consume_segment over the CTA's only segment, from the ring's first slot (STRIDE > 1: from stage `first`, in its slot).
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
-          int SK = kBulkStageK>
+          int SK = kBulkStageK, int STRIDE = 1>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                             float* red) {
-  int s = 0;
+                                             float* red, int first = 0) {
+  int s = first;
   uint32_t round = 0;
-  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK>(p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp,
-                                                          lane, red, s, round);
+  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK, STRIDE>(p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi,
+                                                                            row_block, warp, lane, red, s, round, first);
 }
 
 template <int PRODUCER_WARPS>
@@ -1578,28 +1586,38 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 // copies), rows_stages(TOK) of them; kRowGroups consumer warps each take one 64-weight chunk of every stage (two of
 // 32 for bf16) for all 16 rows, and their sums meet in shared memory in group order. W12 CTAs have an escape warp
 // (fold_escapes over the CTA's 16 rows and all of K). Needs K % 32 == 0 and 16-byte aligned planes and x.
+// STAGE_GROUPS = 2 doubles the consumers: warps 0-3 take the even stages, 4-7 the odd ones (each its own four tiles of
+// sums, added after the first four), so two stages are decoded and multiplied at once; for calls of at most
+// kRowStageGroupCtas CTAs an SM, where the row tiles leave an SM few warps (README.md, "Two stage groups").
 constexpr int kRowTile = 16;
 constexpr int kRowStageK = 256;
 constexpr int kRowGroups = kRowStageK / 64;
+constexpr int kRowStageGroupCtas = 3;
 __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? 4 : 6; }
 // CTAs an SM the registers allow (the launch bound): 5 for one MMA n-tile of tokens (<= 68 registers a thread), 4 for
-// two (<= 85); shared memory allows 2-7 by M and kind.
-__host__ __device__ constexpr int rows_ctas_per_sm(int tok) { return tok > kMaxTokens ? 4 : 5; }
+// two (<= 85), kRowStageGroupCtas with two stage groups (<= 68 / 61 registers for W12 / the others); shared memory
+// allows 2-7 by M and kind.
+__host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1) {
+  return stage_groups > 1 ? kRowStageGroupCtas : tok > kMaxTokens ? 4 : 5;
+}
 __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
 __host__ __device__ constexpr int rows_stage_bytes(int kind, int M) { return rows_weight_bytes(kind) + M * kRowStageK * 2; }
-__host__ __device__ constexpr int rows_threads(int kind) { return (kRowGroups + 1 + (kind == kW12 ? 1 : 0)) * 32; }
-// After the stages: a [16 rows][TOK] fp32 tile a group, then for W12 the escape warp's sums and round.
-__host__ __device__ constexpr int rows_smem_fixed(int kind, int tok) {
-  return kRowGroups * kRowTile * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, kRowTile) : 0);
+__host__ __device__ constexpr int rows_threads(int kind, int stage_groups = 1) {
+  return (kRowGroups * stage_groups + 1 + (kind == kW12 ? 1 : 0)) * 32;
+}
+// After the stages: a [16 rows][TOK] fp32 tile a consumer warp, then for W12 the escape warp's sums and round.
+__host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_groups = 1) {
+  return kRowGroups * stage_groups * kRowTile * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, kRowTile) : 0);
 }
 
-template <int KIND, int TOK = kMaxTokens, bool L2_PREFETCH = false>
-__global__ void __launch_bounds__(rows_threads(KIND), rows_ctas_per_sm(TOK))
+template <int KIND, int TOK = kMaxTokens, bool L2_PREFETCH = false, int STAGE_GROUPS = 1>
+__global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_per_sm(TOK, STAGE_GROUPS))
     tma_rows_kernel(const Params p, const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
                     const __grid_constant__ CUtensorMap x_map) {
   constexpr int kStages = rows_stages(TOK);
+  constexpr int kConsumers = kRowGroups * STAGE_GROUPS;
   constexpr int kEscapeWarp = KIND == kW12 ? 1 : 0;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
@@ -1612,22 +1630,27 @@ __global__ void __launch_bounds__(rows_threads(KIND), rows_ctas_per_sm(TOK))
   const int row_block = blockIdx.x * kRowTile;
   const int stage_bytes = rows_stage_bytes(KIND, M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
-  float* esc = red + kRowGroups * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
+  float* esc = red + kConsumers * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
 
   if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups);
   __syncthreads();
 
-  if (warp == kRowGroups) {
+  if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
                                                             row_block, &ae_map, &nib_map, &x_map, p.signal_at_last_copy != 0);
     else if (L2_PREFETCH && lane <= p.l2_prefetch_stages)  // lane l: stage kStages + l - 1 into the L2 (launch_rows_tokens)
       prefetch_stage_l2<KIND, kRowTile, kRowStageK>(kStages + lane - 1, row_block, &ae_map, &nib_map);
-  } else if (kEscapeWarp == 1 && warp == kRowGroups + 1) {
+  } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
-  } else {
+  } else if constexpr (STAGE_GROUPS == 1) {
     consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
                                                                                        n_stages, row_block, warp, lane, red);
+  } else {
+    const int group = warp / kRowGroups;  // its stages: group, group + STAGE_GROUPS, ...; its chunk: warp % kRowGroups
+    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, STAGE_GROUPS>(
+        p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp % kRowGroups, lane,
+        red + group * kRowGroups * kRowTile * TOK, group);
   }
   __syncthreads();
   griddep_launch_dependents();  // this CTA reads no more weights: a kernel launched after it may start its own
@@ -1640,7 +1663,7 @@ __global__ void __launch_bounds__(rows_threads(KIND), rows_ctas_per_sm(TOK))
     for (int m = 0; m < TOK; ++m) {
       out[m] = 0.f;
 #pragma unroll
-      for (int h = 0; h < kRowGroups; ++h) out[m] += red[(h * kRowTile + tid) * TOK + m];
+      for (int h = 0; h < kConsumers; ++h) out[m] += red[(h * kRowTile + tid) * TOK + m];
       if constexpr (kEscapeWarp == 1) out[m] += esc[tid * TOK + m];
     }
     store_bf16_row<TOK>(p, row, M, out);
@@ -2236,15 +2259,15 @@ int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_
 }
 
 // The row-tile kernel's plan: one CTA per 16 rows over the whole of K (no K split, no workspace); n_chunks counts its
-// stages of kRowStageK weights, smem_bytes its ring, group tiles and escape warp.
-Plan make_rows_plan(int kind, int M, int N, int K) {
+// stages of kRowStageK weights, smem_bytes its ring, consumer tiles and escape warp (stage_groups: tma_rows_kernel's).
+Plan make_rows_plan(int kind, int M, int N, int K, int stage_groups = 1) {
   Plan pl{};
   const int tok = tma_tokens(M);
   pl.rt_per_cta = 1;
   pl.k_splits = 1;
   pl.n_chunks = (K + kRowStageK - 1) / kRowStageK;
   pl.grid_x = (N + kRowTile - 1) / kRowTile;
-  pl.smem_bytes = rows_stages(tok) * rows_stage_bytes(kind, M) + rows_smem_fixed(kind, tok) + kTmaAlign;
+  pl.smem_bytes = rows_stages(tok) * rows_stage_bytes(kind, M) + rows_smem_fixed(kind, tok, stage_groups) + kTmaAlign;
   return pl;
 }
 
@@ -2262,9 +2285,10 @@ constexpr int kRowW12MaxWaves = 2;
 constexpr int kRowQMaxWaves = 8;
 constexpr int kRowQMaxK16 = 8192;
 // Row-tile CTAs of a plan one SM holds at once: by shared memory (227 KB, 1 KB reserved a CTA) and the launch bound.
-int rows_resident(const Plan& pl, int M) {
+int rows_resident(const Plan& pl, int M, int stage_groups = 1) {
   const int per_sm = (227 * 1024) / (pl.smem_bytes + 1024);
-  return per_sm < rows_ctas_per_sm(tma_tokens(M)) ? per_sm : rows_ctas_per_sm(tma_tokens(M));
+  const int bound = rows_ctas_per_sm(tma_tokens(M), stage_groups);
+  return per_sm < bound ? per_sm : bound;
 }
 
 bool rows_pay(int kind, int M, int N, int K, int sms) {
@@ -2294,10 +2318,20 @@ int rows_l2_prefetch_stages(int kind, const Plan& pl, int M, int K, int sms, lon
   return per_cta < past_ring ? static_cast<int>(per_cta) : past_ring;
 }
 
+// Consumer stage groups of a row-tile call when this thread asked for up to `wanted` (specdec_set_row_stage_groups): 2
+// where every CTA of the call is resident at once at the two-group kernel's kRowStageGroupCtas an SM (so the doubled
+// warps take no residency from it), else 1.
+thread_local int g_row_stage_groups = 1;
+int rows_stage_groups(int kind, int M, int N, int K, int sms, int wanted) {
+  if (wanted < 2 || sms < 1) return 1;
+  const Plan two = make_rows_plan(kind, M, N, K, 2);
+  return two.grid_x <= static_cast<long long>(sms) * rows_resident(two, M, 2) ? 2 : 1;
+}
+
 // The dynamic shared memory and carveout a row-tile kernel for TOK tokens needs at most.
-template <int KIND, int TOK, typename Kernel>
+template <int KIND, int TOK, int STAGE_GROUPS = 1, typename Kernel>
 int set_rows_attributes(Kernel kernel) {
-  const Plan widest = make_rows_plan(KIND, TOK, 1, kRowStageK);
+  const Plan widest = make_rows_plan(KIND, TOK, 1, kRowStageK, STAGE_GROUPS);
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, widest.smem_bytes);
   if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
@@ -2305,27 +2339,33 @@ int set_rows_attributes(Kernel kernel) {
   return 0;
 }
 
-// tma_rows_kernel<KIND, TOK> on p (M <= TOK, K % 32 == 0); its instantiation with the L2 prefetch lanes where the call
-// prefetches (rows_l2_prefetch_stages), so that the kernel of every other call is compiled without them.
+// tma_rows_kernel<KIND, TOK> on p (M <= TOK, K % 32 == 0): with two consumer stage groups where this thread asked
+// for them and the call takes them (rows_stage_groups), else with the L2 prefetch lanes where the call prefetches
+// (rows_l2_prefetch_stages), else plain, so that the kernel of every other call is compiled without either.
 template <int KIND, int TOK>
 int launch_rows_tokens(Params p, cudaStream_t stream) {
   static bool attr_set = false;
   auto plain = tma_rows_kernel<KIND, TOK, false>;
   auto prefetching = tma_rows_kernel<KIND, TOK, true>;
-  const Plan pl = make_rows_plan(KIND, p.M, p.N, p.K);
+  auto two_groups = tma_rows_kernel<KIND, TOK, false, 2>;
   if (!attr_set) {  // once per process, before any graph capture (the warm-up's call)
     if (int rc = set_rows_attributes<KIND, TOK>(plain)) return rc;
     if (int rc = set_rows_attributes<KIND, TOK>(prefetching)) return rc;
+    if (int rc = set_rows_attributes<KIND, TOK, 2>(two_groups)) return rc;
     attr_set = true;
   }
+  const int groups = rows_stage_groups(KIND, p.M, p.N, p.K, sm_count(), g_row_stage_groups);
+  const Plan pl = make_rows_plan(KIND, p.M, p.N, p.K, groups);
   CUtensorMap ae_map, nib_map, x_map;
   if (int rc = encode_weight_maps<KIND>(p, kRowTile, kRowStageK, &ae_map, &nib_map, &x_map)) return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
-  p.l2_prefetch_stages = g_programmatic_launch == 0 ? 0 : rows_l2_prefetch_stages(KIND, pl, p.M, p.K, sm_count(), g_l2_prefetch_bytes);
-  const cudaError_t e = launch_tma_kernel(p.l2_prefetch_stages > 0 ? prefetching : plain, dim3(pl.grid_x, 1, 1), rows_threads(KIND),
-                                          pl.smem_bytes, stream, p, ae_map, nib_map, x_map);
+  p.l2_prefetch_stages =
+      g_programmatic_launch == 0 || groups > 1 ? 0 : rows_l2_prefetch_stages(KIND, pl, p.M, p.K, sm_count(), g_l2_prefetch_bytes);
+  const auto kernel = groups > 1 ? two_groups : p.l2_prefetch_stages > 0 ? prefetching : plain;
+  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND, groups), pl.smem_bytes, stream, p, ae_map,
+                                          nib_map, x_map);
   if (e != cudaSuccess) return fail("tma_rows_kernel launch", e);
   return 0;
 }
@@ -2433,6 +2473,17 @@ const char* specdec_cuda_last_error() { return g_error; }
 void specdec_set_programmatic_launch(int mode, long long l2_prefetch_bytes) {
   g_programmatic_launch = mode == 1 || mode == 2 ? mode : 0;
   g_l2_prefetch_bytes = l2_prefetch_bytes > 0 ? l2_prefetch_bytes : 0;
+}
+
+// Up to how many consumer stage groups the row-tile calls this thread launches from now on may run (1 or 2; other
+// values: 1): tma_rows_kernel's STAGE_GROUPS, where the call takes them (specdec_rows_stage_groups).
+void specdec_set_row_stage_groups(int groups) { g_row_stage_groups = groups == 2 ? 2 : 1; }
+
+// The consumer stage groups a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) runs on a GPU with `sms`
+// multiprocessors when up to `wanted` are asked for; host only. -1 for sizes the row tiles do not take.
+int specdec_rows_stage_groups(int kind, int M, int N, int K, int sms, int wanted) {
+  if (kind < 0 || kind > 2 || K % 32 != 0 || check_sizes(M, N, K, kTmaMaxTokens) != 0) return -1;
+  return rows_stage_groups(kind, M, N, K, sms, wanted);
 }
 
 // Stages past the ring each CTA of a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) on a GPU with `sms`
