@@ -572,17 +572,21 @@ def rows_stage_groups(kind: str, m: int, n: int, k: int, sms: int, wanted: int) 
     Example (needs the built library, so not run as a doctest): on 132 SMs the 8B qkv in W12 at one token (384 CTAs of
     16 rows) gives ``rows_stage_groups("w12", 1, 6144, 4096, 132, 2) == 2``; the 32B qkv (640 CTAs) gives 1.
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
     if sms < 1 or wanted not in (1, 2):
         raise ValueError(f"sms, wanted: expected >= 1 and 1 or 2, got {sms} and {wanted}")
-    groups = load_library().specdec_rows_stage_groups(KINDS[kind], m, n, k, sms, wanted)
-    if groups < 0:
+    return _row_tile_query("rows_stage_groups", kind, m, n, k, sms, wanted)
+
+
+def _row_tile_query(name: str, kind: str, m: int, n: int, k: int, *args: int) -> int:
+    """The library's ``specdec_<name>`` for a row-tile call, with ``kind`` and the sizes it refuses (-1) named."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
+    value = getattr(load_library(), f"specdec_{name}")(KINDS[kind], m, n, k, *args)
+    if value < 0:
         raise ValueError(
-            f"rows_stage_groups: expected 1 <= m <= {TENSOR_MAP_MAX_TOKENS}, n >= 1 and k a positive multiple of 32, "
-            f"got m={m} n={n} k={k}"
+            f"{name}: expected 1 <= m <= {TENSOR_MAP_MAX_TOKENS}, n >= 1 and k a positive multiple of 32, got m={m} n={n} k={k}"
         )
-    return groups
+    return value
 
 
 def rows_l2_prefetch_stages(kind: str, m: int, n: int, k: int, sms: int, prefetch_bytes: int) -> int:
@@ -596,17 +600,9 @@ def rows_l2_prefetch_stages(kind: str, m: int, n: int, k: int, sms: int, prefetc
     256 CTAs of 16 rows with 6 KB of weights a stage, ``rows_l2_prefetch_stages("w12", 1, 4096, 4096, 132, 8 << 20)``
     gives 5 (8 MiB / (256 x 6 KB)); with 32 MiB, 10 (every stage past the 6 of the ring).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
     if sms < 1 or prefetch_bytes < 0:
         raise ValueError(f"sms, prefetch_bytes: expected >= 1 and >= 0, got {sms} and {prefetch_bytes}")
-    stages = load_library().specdec_rows_l2_prefetch_stages(KINDS[kind], m, n, k, sms, prefetch_bytes)
-    if stages < 0:
-        raise ValueError(
-            f"rows_l2_prefetch_stages: expected 1 <= m <= {TENSOR_MAP_MAX_TOKENS}, n >= 1 and k a positive multiple of 32, "
-            f"got m={m} n={n} k={k}"
-        )
-    return stages
+    return _row_tile_query("rows_l2_prefetch_stages", kind, m, n, k, sms, prefetch_bytes)
 
 
 def stream_k_segments(row_blocks: int, stages: int, ctas: int) -> list[tuple[int, int, int, int, int, int, int]]:
