@@ -910,6 +910,16 @@ def save_file(tensors: Mapping[str, torch.Tensor] | nn.Module, path: str) -> Non
     aliases: dict[str, str] = {}
     first_name: dict[tuple, str] = {}
     storages: set[tuple] = set()
+
+    def own_storage(t: torch.Tensor) -> torch.Tensor:
+        # safetensors refuses entries that share memory: a tensor whose storage an earlier entry holds (a view of it,
+        # or the planes an as_q_weight() view shares with its exact weight) is stored as a copy
+        storage = (t.device, t.untyped_storage().data_ptr())
+        plain = t.detach().contiguous().cpu()
+        shared = storage in storages or plain.untyped_storage().nbytes() != plain.nbytes
+        storages.add(storage)
+        return plain.clone() if shared else plain
+
     for name, t in tensors.items():
         if isinstance(t, W12Tensor):
             key = (id(t),)
@@ -923,14 +933,11 @@ def save_file(tensors: Mapping[str, torch.Tensor] | nn.Module, path: str) -> Non
         first_name[key] = name
         if isinstance(t, W12Tensor):
             for inner in W12Tensor._INNER:
-                flat[name + _W12_SUFFIX + inner] = getattr(t, inner).detach().contiguous().cpu().clone()
+                flat[name + _W12_SUFFIX + inner] = own_storage(getattr(t, inner))
             shapes[name] = list(t.shape)
             linear[name] = [t.linear_backend, t.linear_view]
-            continue
-        storage = (t.device, t.untyped_storage().data_ptr())
-        plain = t.detach().contiguous().cpu()
-        flat[name] = plain.clone() if storage in storages or plain.untyped_storage().nbytes() != plain.nbytes else plain
-        storages.add(storage)
+        else:
+            flat[name] = own_storage(t)
     metadata = {"format": "pt", "w12_shapes": json.dumps(shapes), "w12_layout": W12_LAYOUT}
     metadata.update(w12_linear=json.dumps(linear), aliases=json.dumps(aliases))
     _save(flat, path, metadata=metadata)
