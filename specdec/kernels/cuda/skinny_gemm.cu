@@ -1655,7 +1655,7 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   __syncthreads();
   griddep_launch_dependents();  // this CTA reads no more weights: a kernel launched after it may start its own
   griddep_wait();               // y is written after the kernel before has finished
-  // Thread r < 16 finishes row r: 0.f + the groups' sums in group order (k order), then the escapes, then bf16.
+  // Thread r < 16 finishes row r: 0.f + the consumer warps' sums in warp order (a fixed order), then the escapes, then bf16.
   const int row = row_block + tid;
   if (tid < kRowTile && row < p.N) {
     float out[TOK];
