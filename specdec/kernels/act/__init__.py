@@ -32,6 +32,6 @@ def silu_mul(gate_up: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
         raise ValueError(f"gate_up: expected a last dim of even size 2F (gate, then up), got shape {tuple(gate_up.shape)}")
     if not gate_up.dtype.is_floating_point:
         raise ValueError(f"gate_up: expected a floating dtype, got {gate_up.dtype}")
-    if use_triton(backend, gate_up.device):
+    if use_triton(backend, gate_up.device) and gate_up.dtype != torch.float64:  # the kernel computes in float32
         return silu_mul_triton(gate_up)
     return silu_mul_torch(gate_up).contiguous()

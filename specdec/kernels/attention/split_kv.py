@@ -148,9 +148,11 @@ def decode_attention_triton(
     slots a batch-head (``None``: :func:`default_splits`)."""
     bsz, hkv, r, d = q.shape
     s = k_cache.shape[2]
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous whatever q's strides (the kernels take any)
     if out.numel() == 0:
         return out
+    if s == 0:  # no slot to attend: the reference's zeros
+        return out.zero_()
     chunk_blocks = triton.cdiv(triton.cdiv(s, block_n), splits or default_splits(hkv, s, block_n, q.device))
     chunk = chunk_blocks * block_n
     n_splits = triton.cdiv(s, chunk)

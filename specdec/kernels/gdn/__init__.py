@@ -129,16 +129,13 @@ def gdn_tree(
                 dtype=torch.float64 if initial_state.dtype == torch.float64 else torch.float32,
             )
         if out is not None:
+            _check_out(out, tuple(v.shape), q.dtype, k.device)
             out.copy_(res)
             return out
         return res
     _check_triton_dtypes(k, g, initial_state)
     if out is not None:
-        if tuple(out.shape) != tuple(v.shape) or out.dtype != q.dtype or out.device != k.device:
-            raise ValueError(
-                f"out: expected shape {tuple(v.shape)}, dtype {q.dtype}, device {k.device}; "
-                f"got {tuple(out.shape)}, {out.dtype}, {out.device}"
-            )
+        _check_out(out, tuple(v.shape), q.dtype, k.device)
         if not out.is_contiguous():
             raise ValueError("out: expected a contiguous tensor")
     else:
@@ -150,6 +147,13 @@ def gdn_tree(
     launch = gdn_tree_path if method == "path" else gdn_tree_wy_auto
     launch(qb, kb, vb, gb, bb, meta, sb, ob, use_qk_l2norm=use_qk_l2norm, scale=sc)
     return out
+
+
+def _check_out(out: object, shape: tuple, dtype: torch.dtype, device: torch.device) -> None:
+    """``out=`` must be where the result would be made: the same shape, dtype and device (never a broadcast or a cast)."""
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape or out.dtype != dtype or out.device != device:
+        got = f"{tuple(out.shape)}, {out.dtype}, {out.device}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"out: expected shape {shape}, dtype {dtype}, device {device}; got {got}")
 
 
 def gdn_tree_commit(
@@ -201,6 +205,7 @@ def gdn_tree_commit(
             dtype=torch.float64 if initial_state.dtype == torch.float64 else torch.float32,
         )
         if out is not None:
+            _check_out(out, tuple(initial_state.shape), res.dtype, res.device)
             out.copy_(res)
             return out
         return res
@@ -208,11 +213,7 @@ def gdn_tree_commit(
     _check_triton_dtypes(k, g, initial_state)
     p = _check_path(path, dims.N, dims.batched, dims.B, k.device, parents)
     if out is not None:
-        if tuple(out.shape) != tuple(initial_state.shape) or out.dtype != torch.float32 or out.device != k.device:
-            raise ValueError(
-                f"out: expected shape {tuple(initial_state.shape)}, float32, device {k.device}; "
-                f"got {tuple(out.shape)}, {out.dtype}, {out.device}"
-            )
+        _check_out(out, tuple(initial_state.shape), torch.float32, k.device)
         if not out.is_contiguous():
             raise ValueError("out: expected a contiguous tensor")
     else:

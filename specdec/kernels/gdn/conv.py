@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from ..backend import use_triton
 from .meta import TreeMeta, _tensor
 
 __all__ = ["tree_causal_conv", "conv_state_commit"]
@@ -64,6 +65,8 @@ def _check_conv(x, conv_state, weight, bias, activation):
     for name, t in (("x", x), ("conv_state", conv_state), ("weight", weight), ("bias", bias)):
         if t is not None and not t.dtype.is_floating_point:
             raise TypeError(f"{name}: expected a floating dtype, got {t.dtype}")
+    if conv_state.dtype != x.dtype:  # the state columns and the new ones share one window
+        raise TypeError(f"conv_state: expected the dtype of x ({x.dtype}), got {conv_state.dtype}")
         if t is not None and t.device != x.device:
             raise ValueError(f"{name}: expected device {x.device} (the device of x), got {t.device}")
     return batched
@@ -183,12 +186,11 @@ def tree_causal_conv(
         raise ValueError(f"backend: expected 'auto', 'triton' or 'torch', got {backend!r}")
     xb = x if batched else x[None]
     sb = conv_state if batched else conv_state[None]
-    use_triton = backend == "triton" or (backend == "auto" and x.is_cuda)
-    if not use_triton:
+    if not use_triton(backend, x.device):
         y = _conv_torch(xb, par.to(torch.int64), sb, weight, bias, activation)
         return y if batched else y[0]
     bsz, n, c = xb.shape
-    y = torch.empty_like(xb)
+    y = torch.empty(xb.shape, dtype=xb.dtype, device=xb.device)  # contiguous, as the kernel writes it
     if n == 0:
         return y if batched else y[0]
     block_c = 128 if _INTERPRET else 512
@@ -197,7 +199,7 @@ def tree_causal_conv(
         xb.contiguous(),
         sb.contiguous(),
         weight.contiguous(),
-        bias if bias is not None else weight,
+        bias.contiguous() if bias is not None else weight,
         par.to(torch.int32).contiguous(),
         y,
         n,

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..backend import BACKENDS, use_triton
+
 __all__ = ["TreeMeta", "build_tree_meta"]
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -105,12 +107,12 @@ def build_tree_meta(parents: torch.Tensor, *, validate: bool = True, backend: st
         >>> m.paths[0, 3].tolist()
         [0, 1, 3, -1]
     """
-    if backend not in ("auto", "triton", "torch"):
-        raise ValueError(f"backend: expected one of ('auto', 'triton', 'torch'), got {backend!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     if validate:
         _check_parents(parents)
     n = parents.shape[-1]
-    use_kernel = backend == "triton" or (backend == "auto" and parents.device.type == "cuda")
+    use_kernel = use_triton(backend, parents.device)
     if use_kernel and 0 < n <= _KERNEL_MAX_NODES:
         return _build_tree_meta_triton(parents)
     return _build_tree_meta_torch(parents)

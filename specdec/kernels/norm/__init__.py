@@ -44,13 +44,16 @@ def gated_rms_norm(
 ) -> torch.Tensor:
     """``x``, ``gate`` ``[..., D]`` -> ``(weight * x_hat) * silu(gate)`` in ``x.dtype`` (the GDN output norm).
 
+    The Triton kernel runs where ``weight`` has ``x``'s dtype (it rounds ``weight * x_hat`` to it, as the reference
+    does then); a weight of another dtype promotes the product, and the reference runs.
+
     Example:
         >>> gated_rms_norm(torch.tensor([[3.0, 4.0]]), torch.zeros(1, 2), torch.ones(2), 0.0).tolist()
         [[0.0, 0.0]]
     """
     _checked("weight", weight, x.shape[-1], x)
     _checked("gate", gate, x.shape[-1], x)
-    if use_triton(backend, x.device):
+    if use_triton(backend, x.device) and weight.dtype == x.dtype:
         return rms_norm_triton(x, weight, eps, gate)
     return gated_rms_norm_torch(x, gate, weight, eps)
 

@@ -79,7 +79,7 @@ def qk_norm_rope(
     """
     _check(q, k, cos, sin, q_weight, k_weight)
     dtypes = {t.dtype for t in (q, k, cos, sin, q_weight, k_weight) if t is not None}
-    if use_triton(backend, q.device) and dtypes == {q.dtype}:
+    if use_triton(backend, q.device) and dtypes == {q.dtype} and q.dtype != torch.float64:  # the kernel computes in float32
         return qk_norm_rope_triton(q, k, cos, sin, q_weight, k_weight, eps)
     q_out, k_out = qk_norm_rope_torch(q, k, cos, sin, q_weight, k_weight, eps)
     return q_out.contiguous(), k_out.contiguous()
@@ -185,7 +185,12 @@ def qk_norm_rope_cached(
     _check_cache(q, k, v, k_cache, v_cache, cache_pos, cache_slot)
     _check_q_scatter(q, q_out, q_index, cache_slot)
     dtypes = {t.dtype for t in (q, k, cos, sin, q_weight, k_weight) if t is not None}
-    if use_triton(backend, q.device) and dtypes == {q.dtype} and k_cache.stride() == v_cache.stride():
+    if (
+        use_triton(backend, q.device)
+        and dtypes == {q.dtype}
+        and q.dtype != torch.float64
+        and k_cache.stride() == v_cache.stride()
+    ):
         cache = (v, k_cache, v_cache, cache_slot, cache_pos)
         q_scatter = None if q_out is None else (q_out, q_index)
         return qk_norm_rope_triton(q, k, cos, sin, q_weight, k_weight, eps, cache, q_scatter)[0]

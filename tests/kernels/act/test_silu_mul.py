@@ -130,3 +130,9 @@ def test_mutation_silu_kept_in_float32_is_caught(dtype):
     mutant = (F.silu(gate) * up).to(dtype)  # silu(gate) not rounded to the dtype before the product
     with pytest.raises(AssertionError, match="differ"):
         assert_agrees(out, mutant)
+
+
+def test_float64_runs_the_reference_on_every_backend():
+    """The kernel computes in float32: float64 inputs keep their precision through the reference."""
+    x = torch.randn(3, 10, dtype=torch.float64)
+    assert torch.equal(silu_mul(x, backend="triton"), silu_mul_torch(x))

@@ -104,3 +104,13 @@ def test_bad_arguments_name_themselves(change, match):
         decode_attention(*args)
     with pytest.raises(ValueError, match=r"splits: expected a positive int or None, got 0"):
         decode_attention(*case(1, 1, 4, 20, 16), splits=0)
+
+
+def test_triton_takes_a_permuted_query_and_an_empty_cache_as_the_reference():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 3, 2, 16, generator=g).transpose(1, 2)  # [B, Hkv, R, D], not contiguous
+    k, v = torch.randn(1, 2, 5, 16, generator=g), torch.randn(1, 2, 5, 16, generator=g)
+    mask = torch.ones(1, 1, 3, 5, dtype=torch.bool)
+    torch.testing.assert_close(decode_attention(q, k, v, mask, backend="triton"), decode_attention_torch(q, k, v, mask))
+    empty = decode_attention(q, k[:, :, :0], v[:, :, :0], mask[..., :0], backend="triton")
+    assert torch.equal(empty, decode_attention_torch(q, k[:, :, :0], v[:, :, :0], mask[..., :0]))

@@ -407,3 +407,39 @@ def test_bad_input_raises_clear_errors():
         gdn.tree_causal_conv(x, par, state, weight, activation="gelu")
     with pytest.raises(ValueError, match="parents: expected topological order"):
         gdn.tree_causal_conv(x, torch.tensor([0, 0, 1, 1]), state, weight)
+
+
+def test_tree_causal_conv_takes_any_strides_and_refuses_a_state_of_another_dtype():
+    """A transposed x and a strided bias: the Triton kernel writes and reads them as the reference does."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 5, generator=g).t()  # [N = 5, C = 6], dense but transposed
+    xb = torch.randn(2, 6, 5, generator=g).transpose(1, 2)  # [B, N, C] from [B, C, N]
+    par = torch.tensor([-1, 0, 0, 1, -1])
+    state, weight = torch.randn(6, 4, generator=g), torch.randn(6, 4, generator=g)
+    bias = torch.randn(12, generator=g)[::2]
+    for inputs, parents, st in ((x, par, state), (xb, torch.stack([par, par]), torch.stack([state, state]))):
+        ref = gdn.tree_causal_conv(inputs, parents, st, weight, bias, backend="torch")
+        assert_matches(gdn.tree_causal_conv(inputs, parents, st, weight, bias, backend="triton"), ref, tol=1e-6)
+    with pytest.raises(TypeError, match=r"conv_state: expected the dtype of x \(torch.float32\), got torch.bfloat16"):
+        gdn.tree_causal_conv(x, par, state.bfloat16(), weight, backend="torch")
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_gdn_out_of_another_shape_or_dtype_is_refused_on_both_backends(backend):
+    q, k, v, g_, beta, s0 = (torch.randn(*shape) for shape in ((3, 2, 4), (3, 2, 4), (3, 2, 5), (3, 2), (3, 2), (2, 4, 5)))
+    beta = beta.sigmoid()
+    g_ = -g_.abs()
+    par = torch.tensor([-1, 0, 0])
+    with pytest.raises(ValueError, match=r"out: expected shape \(3, 2, 5\), dtype torch.float32"):
+        gdn.gdn_tree(q, k, v, g_, beta, par, s0, backend=backend, out=torch.zeros(2, 5, 2, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"out: expected shape \(2, 4, 5\), dtype torch.float32"):
+        gdn.gdn_tree_commit(k, v, g_, beta, [0, 1], s0, backend=backend, out=torch.zeros(2, 4, 5, dtype=torch.float16))
+
+
+def test_a_triton_backend_off_cuda_without_the_interpreter_is_refused_naming_it(monkeypatch):
+    from specdec.kernels.backend import use_triton
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match=r"backend: 'triton' needs a CUDA tensor \(or TRITON_INTERPRET=1\), got device cpu"):
+        use_triton("triton", torch.device("cpu"))
+    assert use_triton("auto", torch.device("cpu")) is False

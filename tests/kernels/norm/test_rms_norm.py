@@ -207,3 +207,12 @@ def test_mutation_norm_of_the_unrounded_residual_is_caught():
     mutant = weight * (s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.float16)
     with pytest.raises(AssertionError, match="differ"):
         assert_agrees(normed, mutant)
+
+
+def test_gated_norm_with_a_weight_of_another_dtype_runs_as_its_reference():
+    """A float32 weight on float16 x promotes the product in the reference; the backends must agree on it."""
+    g = torch.Generator().manual_seed(0)
+    x, gate = torch.randn(8, 128, generator=g).half(), torch.randn(8, 128, generator=g).half()
+    weight = torch.randn(128, generator=g) * 3
+    expected = gated_rms_norm(x, gate, weight, 1e-6, backend="torch")
+    assert torch.equal(gated_rms_norm(x, gate, weight, 1e-6, backend="triton"), expected)

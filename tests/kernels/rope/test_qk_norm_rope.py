@@ -360,3 +360,13 @@ def test_q_scatter_skips_rows_outside_its_buffer_and_checks_its_arguments():
         qk_norm_rope_cached(q, k, v, cos, sin, None, None, 0.0, *kv, pos, slot, torch.zeros(2, 1, 1, 4), pos)
     with pytest.raises(ValueError, match="q_index: expected an int64"):
         qk_norm_rope_cached(q, k, v, cos, sin, None, None, 0.0, *kv, pos, slot, buffer, pos.int())
+
+
+def test_float64_runs_the_reference_on_every_backend():
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(1, 3, 2, 8, generator=g).double(), torch.randn(1, 3, 1, 8, generator=g).double()
+    cos, sin = torch.randn(1, 1, 3, 8, generator=g).double(), torch.randn(1, 1, 3, 8, generator=g).double()
+    weights = torch.randn(8, generator=g).double(), torch.randn(8, generator=g).double()
+    got = qk_norm_rope(q, k, cos, sin, *weights, 1e-6, backend="triton")
+    expected = qk_norm_rope_torch(q, k, cos, sin, *weights, 1e-6)
+    assert all(torch.equal(a, b.contiguous()) for a, b in zip(got, expected))
