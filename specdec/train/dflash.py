@@ -139,6 +139,8 @@ class TrainingConfig:
         for name in ("num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
             if getattr(self, name) is not None:
                 positive_int(name)
+        if self.head_dim is not None and self.head_dim % 2:
+            raise ValueError(f"head_dim: expected an even int (RoPE rotates pairs), got {self.head_dim}")
         if self.num_heads is not None and self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_kv_heads: expected a divisor of num_heads {self.num_heads}, got {self.num_kv_heads}")
         if self.target_layer_ids is not None:
@@ -637,8 +639,21 @@ def _lr_at(step: int, config: TrainingConfig, elapsed: float = 0.0) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
-def _anchor_ranges(data, layer_ids, hidden: int) -> tuple[list[int], list[int]]:
-    """Check ``data.features`` against the taps; per sequence its length and lowest anchor."""
+def _anchor_ranges(data, layer_ids, hidden: int, vocab_size: int | None = None) -> tuple[list[int], list[int]]:
+    """Check ``data`` (one prompt length and one feature matrix a sequence, int64 token ids in the vocabulary, the
+    features against the taps); per sequence its length and lowest anchor."""
+    n = len(data.tokens)
+    if n == 0:
+        raise ValueError("data: expected at least one sequence, got none")
+    for name in ("prompt_lengths", "features"):
+        if len(getattr(data, name)) != n:
+            raise ValueError(f"data.{name}: expected one entry a sequence ({n}), got {len(getattr(data, name))}")
+    for j, t in enumerate(data.tokens):
+        if not isinstance(t, torch.Tensor) or t.ndim != 1 or t.dtype != torch.long:
+            desc = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"data.tokens[{j}]: expected a 1-D int64 tensor, got {desc}")
+        if vocab_size is not None and t.numel() and not (0 <= int(t.min()) and int(t.max()) < vocab_size):
+            raise ValueError(f"data.tokens[{j}]: expected token ids in [0, {vocab_size}), got [{int(t.min())}, {int(t.max())}]")
     width = len(layer_ids) * hidden
     for j, f in enumerate(data.features):
         if f.shape != (data.tokens[j].numel(), width):
@@ -728,7 +743,7 @@ def train_drafter(
     layer_ids = model.cfg.target_layer_ids
     if data is None:
         data = make_training_data(target, prompts, config, layer_ids, progress=progress)
-    lengths, lows = _anchor_ranges(data, layer_ids, target.config.hidden_size)
+    lengths, lows = _anchor_ranges(data, layer_ids, target.config.hidden_size, target.vocab_size)
 
     # the target is frozen: nothing of it is optimised, and the optimiser only holds drafter parameters
     gen = torch.Generator().manual_seed(config.seed)

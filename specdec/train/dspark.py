@@ -521,7 +521,7 @@ def train_dspark(
         if j >= len(data.last_hidden) or data.last_hidden[j].shape != (seq.numel(), hidden):
             got = tuple(data.last_hidden[j].shape) if j < len(data.last_hidden) else None
             raise ValueError(f"data: last_hidden[{j}] expected shape ({seq.numel()}, {hidden}), got {got}")
-    lengths, lows = _anchor_ranges(data, layer_ids, hidden)
+    lengths, lows = _anchor_ranges(data, layer_ids, hidden, target.vocab_size)
 
     gen = torch.Generator().manual_seed(config.seed)
     weights = config.position_weights().to(target.device)
@@ -560,10 +560,13 @@ def train_dspark(
             history.accuracy.append(float(sums["hits"] / total))
             history.acceptance.append(float(sums["acceptance"] / total))
             history.lr.append(lr)
+            history.seconds.append(time.perf_counter() - start)
             for k, v in terms.items():
                 history.terms[k].append(float(v.detach()))
             if progress and hasattr(steps, "set_postfix"):
                 steps.set_postfix(loss=f"{history.loss[-1]:.3f}", acc=f"{history.accuracy[-1]:.2f}")
+    if not history.loss:
+        raise ValueError(f"max_seconds: {config.max_seconds} s ended training before its first step")
     history.position_accuracy = _position_accuracy(model, target, data, lows, config, gen)
     return model, history
 
@@ -634,6 +637,10 @@ def confidence_data(
         )
     if not model.cfg.confidence_head:
         raise ValueError("model_or_drafter: the drafter has no confidence head (enable_confidence_head is false)")
+    if anchors_per_sequence is not None and (
+        isinstance(anchors_per_sequence, bool) or not isinstance(anchors_per_sequence, int) or anchors_per_sequence < 1
+    ):
+        raise ValueError(f"anchors_per_sequence: expected None (every anchor) or an int >= 1, got {anchors_per_sequence!r}")
     cfg = model.cfg
     B = cfg.block_size
     gen = torch.Generator().manual_seed(seed)

@@ -204,6 +204,7 @@ def test_plot_history(trained, tmp_path):
         ({"target_layer_ids": [0, 1]}, "target_layer_ids"),
         ({"num_heads": 4, "num_kv_heads": 3}, "num_kv_heads"),
         ({"mask_token_id": -1}, "mask_token_id"),
+        ({"head_dim": 3}, "head_dim: expected an even int"),
     ],
 )
 def test_bad_config_raises(kwargs, match):
@@ -336,6 +337,22 @@ def test_bad_training_data_names_the_field(target, prompts, data):
     no_gen = replace(data, prompt_lengths=[t.numel() for t in data.tokens])
     with pytest.raises(ValueError, match="at least one generated token"):
         train_drafter(target, prompts, CFG, progress=False, data=no_gen)
+    cases = [
+        (replace(data, tokens=[], prompt_lengths=[], features=[]), "data: expected at least one sequence, got none"),
+        (replace(data, prompt_lengths=list(data.prompt_lengths[:-1])), r"data.prompt_lengths: expected one entry a sequence"),
+        (replace(data, features=list(data.features[:-1])), r"data.features: expected one entry a sequence"),
+        (
+            replace(data, tokens=[data.tokens[0].float()] + list(data.tokens[1:])),
+            r"data.tokens\[0\]: expected a 1-D int64 tensor",
+        ),
+        (
+            replace(data, tokens=[data.tokens[0] + VOCAB] + list(data.tokens[1:])),
+            r"data.tokens\[0\]: expected token ids in \[0, ",
+        ),
+    ]
+    for bad, message in cases:
+        with pytest.raises(ValueError, match=message):
+            train_drafter(target, prompts, CFG, progress=False, data=bad)
 
 
 def test_hf_batched_sampled_data_are_seeded_and_leave_the_global_rng_alone():

@@ -86,6 +86,7 @@ def test_data_last_hidden_gives_the_targets_logits(target, data):
 def test_losses_fall_and_acceptance_rises(target, trained, held_out):
     model, history = trained
     assert len(history.loss) == CFG.steps
+    assert len(history.seconds) == CFG.steps and history.seconds == sorted(history.seconds)  # the clock at every step
     assert _mean(history.loss[-10:]) < 0.7 * _mean(history.loss[:10]), history.loss
     for term in ("ce", "tv", "confidence"):
         assert _mean(history.terms[term][-10:]) < _mean(history.terms[term][:10]), (term, history.terms[term])
@@ -297,6 +298,12 @@ def test_bad_inputs(target, data):
     no_conf = init_dspark(target, DSparkTrainingConfig(confidence_head=False, steps=1))
     with pytest.raises(ValueError, match="confidence head"):
         confidence_data(no_conf, target, data)
+    with_conf = init_dspark(target, DSparkTrainingConfig(steps=1))
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match=f"anchors_per_sequence: expected None \\(every anchor\\) or an int >= 1, got {bad}"):
+            confidence_data(with_conf, target, data, anchors_per_sequence=bad)
+    with pytest.raises(ValueError, match="max_seconds: 1e-09 s ended training before its first step"):
+        train_dspark(target, None, DSparkTrainingConfig(steps=3, max_seconds=1e-9), progress=False, data=data)
     with pytest.raises(TypeError, match="model"):
         save(torch.nn.Linear(2, 2), "/tmp/never")
 
