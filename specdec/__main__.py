@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m specdec {" + ",".join(COMMANDS) + "} [options]\n")
         for name, text in COMMANDS.items():
             print(f"  {name:10} {text}")
-        return 2
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     command, rest = argv[0], argv[1:]
     if command == "demo":
         from specdec.demo import main as demo_main

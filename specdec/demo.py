@@ -8,6 +8,8 @@ import time
 
 import torch
 
+from specdec.data import HUMANEVAL_PROBLEMS
+
 
 def run_demo(num_prompts: int = 3, max_new_tokens: int = 96, num_draft_tokens: int = 6, device: str = "cpu") -> bool:
     """Decode HumanEval prompts with AR, the n-gram drafter and the shipped trained drafter.
@@ -95,4 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-tokens", type=int, default=6, help="n-gram proposal length per round")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
+    if not 1 <= args.prompts <= HUMANEVAL_PROBLEMS:
+        raise SystemExit(f"--prompts: expected 1 to {HUMANEVAL_PROBLEMS} (HumanEval's problems), got {args.prompts}")
+    if args.max_new_tokens < 1:
+        raise SystemExit(f"--max-new-tokens: expected >= 1, got {args.max_new_tokens}")
+    if args.draft_tokens < 0:
+        raise SystemExit(f"--draft-tokens: expected >= 0, got {args.draft_tokens}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device: {args.device!r} asked for, but torch sees no CUDA device here")
     return 0 if run_demo(args.prompts, args.max_new_tokens, args.draft_tokens, args.device) else 1

@@ -65,3 +65,41 @@ def test_shipped_drafter_accepts_on_held_out_prompts():
         new += spec.stats.new_tokens
         passes += spec.stats.target_passes
     assert new / passes > 1.4, f"tokens per target pass {new / passes:.2f}"
+
+
+def test_conversion_refuses_an_existing_folder_and_the_cache_replaces_its_incomplete_one(tmp_path, monkeypatch):
+    with pytest.raises(FileExistsError, match="folder: .* exists; expected a new folder"):
+        data.convert_gguf_checkpoint(data.smollm2_gguf_path(), tmp_path, progress=False)
+    stale = tmp_path / "smollm2-135m-instruct-q4_1"
+    stale.mkdir()
+    (stale / "config.json").write_text("{}")  # an interrupted or foreign folder: no weights, no tokenizer
+    made = []
+
+    def convert(gguf, folder, *, progress):
+        assert not folder.exists()  # the incomplete folder went first
+        folder.mkdir()
+        for name in ("model.safetensors", "tokenizer.json"):
+            (folder / name).write_text("")
+        made.append(folder)
+        return folder
+
+    monkeypatch.setattr(data, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(data, "convert_gguf_checkpoint", convert)
+    assert data.smollm2_checkpoint(progress=False) == stale and made == [stale]
+    assert data.smollm2_checkpoint(progress=False) == stale and made == [stale]  # complete now: not converted again
+
+
+def test_demo_and_the_command_line_refuse_bad_options_before_loading_anything(capsys):
+    from specdec.__main__ import main as specdec_main
+    from specdec.demo import main as demo_main
+
+    for argv, message in [
+        (["--prompts", "0"], "--prompts: expected 1 to 164"),
+        (["--prompts", "200"], "--prompts: expected 1 to 164"),
+        (["--max-new-tokens", "0"], "--max-new-tokens: expected >= 1, got 0"),
+        (["--draft-tokens", "-2"], "--draft-tokens: expected >= 0, got -2"),
+    ]:
+        with pytest.raises(SystemExit, match=message):
+            demo_main(argv)
+    assert specdec_main(["--help"]) == 0 and specdec_main(["nope"]) == 2
+    assert "usage: python -m specdec {demo,forcing,pilot}" in capsys.readouterr().out

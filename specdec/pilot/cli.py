@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-HUMANEVAL_PROBLEMS = 164
+from specdec.data import HUMANEVAL_PROBLEMS
 
 _TIMERS = ("wall", "passes")
 
