@@ -102,7 +102,15 @@ class TargetConfig:
         """Build from a transformers ``PretrainedConfig`` (or anything with the same attributes)."""
         model_type = getattr(hf_config, "model_type", None)
         if model_type not in DENSE_MODEL_TYPES:
-            raise ValueError(f"model_type: expected one of {DENSE_MODEL_TYPES} (dense decoders), got {model_type!r}")
+            hint = (
+                "; a Qwen3.5 checkpoint holds a vision-language model: load its text model (model_type 'qwen3_5_text')"
+                if model_type == "qwen3_5"
+                else ""
+            )
+            raise ValueError(
+                f"model_type: expected one of {DENSE_MODEL_TYPES} (dense decoders; the hybrids {HYBRID_MODEL_TYPES} load as a "
+                f"HybridTarget through load_target), got {model_type!r}{hint}"
+            )
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
         head_dim = getattr(hf_config, "head_dim", None) or hidden // num_heads

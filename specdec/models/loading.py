@@ -203,6 +203,8 @@ def load_target(
     max_seq_len: int = 4096,
     weight_format: str = "bf16",
     progress: bool = True,
+    state_slots: int | None = None,
+    gdn_method: str | None = None,
 ) -> DenseTarget:
     """Load a dense decoder (or a Gated DeltaNet hybrid) into the lean runtime.
 
@@ -217,6 +219,10 @@ def load_target(
             ``"specdec"``, INFO).
         max_seq_len: KV cache capacity in tokens.
         weight_format: ``"bf16"`` (plain weights in ``dtype``) or ``"w12"`` (lossless 12-bit).
+        progress: show a progress bar while a GGUF file is read and converted.
+        state_slots, gdn_method: a Gated DeltaNet hybrid's :class:`~specdec.models.HybridTarget` options (None: its
+            defaults, 8 and ``"auto"``): the recurrent-state slots bound how far back a hybrid can roll back (a drafter
+            over a hybrid model needs more than its draft tokens); refused for a dense model, which has neither.
 
     Returns:
         a :class:`specdec.models.DenseTarget` with an empty cache.
@@ -244,6 +250,7 @@ def load_target(
         raise ValueError(f"max_seq_len: expected an int >= 2, got {max_seq_len!r}")
     if weight_format == "w12" and dtype is not None and dtype != torch.bfloat16:
         raise ValueError(f"dtype: weight_format 'w12' stores bf16 weights exactly, expected torch.bfloat16, got {dtype}")
+    hybrid_options = {k: v for k, v in (("state_slots", state_slots), ("gdn_method", gdn_method)) if v is not None}
 
     hf_model = None
     if isinstance(model_or_path, (str, os.PathLike)):
@@ -258,7 +265,8 @@ def load_target(
             hf_config = AutoConfig.from_pretrained(str(path))
             device, dtype = _choose_device_and_dtype(None, device, dtype, weight_format)
             if getattr(hf_config, "model_type", None) in HYBRID_MODEL_TYPES:
-                return _load_hybrid(hf_config, read_safetensors(path), dtype, device, max_seq_len, weight_format)
+                return _load_hybrid(hf_config, read_safetensors(path), dtype, device, max_seq_len, weight_format, hybrid_options)
+            _refuse_hybrid_options(hybrid_options, hf_config)
             cfg = TargetConfig.from_hf(hf_config)
             target = build_target(
                 cfg, read_safetensors(path), hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len
@@ -279,20 +287,29 @@ def load_target(
     model_device = next(iter(state.values())).device if given_model and state else None
     device, dtype = _choose_device_and_dtype(model_device, device, dtype, weight_format)
     if model_type in HYBRID_MODEL_TYPES:
-        return _load_hybrid(hf_model.config, state, dtype, device, max_seq_len, weight_format)
+        return _load_hybrid(hf_model.config, state, dtype, device, max_seq_len, weight_format, hybrid_options)
+    _refuse_hybrid_options(hybrid_options, hf_model.config)
     cfg = TargetConfig.from_hf(hf_model.config)
     target = build_target(cfg, state, hf_config=hf_model.config, dtype=dtype, device=device, max_seq_len=max_seq_len)
     return _apply_weight_format(target, weight_format)
 
 
-def _load_hybrid(hf_config, state, dtype, device, max_seq_len, weight_format):
+def _load_hybrid(hf_config, state, dtype, device, max_seq_len, weight_format, options):
     """Gated DeltaNet hybrids (Qwen3.5 text, Qwen3-Next) go to :class:`~specdec.models.hybrid.HybridTarget`."""
     from specdec.models.hybrid import HybridConfig, build_hybrid_target
 
     if weight_format != "bf16":
         raise ValueError(f"weight_format: hybrid targets support only 'bf16' (plain weights), got {weight_format!r}")
     cfg = HybridConfig.from_hf(hf_config)
-    return build_hybrid_target(cfg, state, hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
+    return build_hybrid_target(cfg, state, hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len, **options)
+
+
+def _refuse_hybrid_options(options: dict, hf_config) -> None:
+    if options:
+        raise ValueError(
+            f"{', '.join(options)}: options of a Gated DeltaNet hybrid target, but model_type "
+            f"{getattr(hf_config, 'model_type', None)!r} loads as a dense one"
+        )
 
 
 def _apply_weight_format(target: DenseTarget, weight_format: str) -> DenseTarget:

@@ -407,3 +407,16 @@ def test_auto_gdn_method_picks_dense_wy_up_to_64_rows(monkeypatch):
         target.reset()
         target(torch.randint(0, 97, (1, rows), generator=torch.Generator().manual_seed(rows)))
     assert {r: m for r, m in seen} == {64: "wy", 65: "path", 1: "wy"}
+
+
+def test_load_target_passes_the_hybrid_options_and_refuses_them_for_a_dense_model():
+    from specdec.testing import tiny_hf_model
+
+    target = sd.load_target(
+        tiny_hf_model("qwen3_5_text", seed=1), dtype=torch.float32, device="cpu", progress=False, state_slots=16
+    )
+    assert isinstance(target, HybridTarget) and target._state_slots == 16
+    with pytest.raises(ValueError, match="state_slots: options of a Gated DeltaNet hybrid target, but model_type 'qwen3'"):
+        sd.load_target(tiny_hf_model("qwen3", seed=1), progress=False, state_slots=16)
+    with pytest.raises(ValueError, match="load its text model \\(model_type 'qwen3_5_text'\\)"):
+        sd.TargetConfig.from_hf(SimpleNamespace(model_type="qwen3_5"))
