@@ -306,13 +306,7 @@ def allocate(
         [2, 0]
     """
     values = _check_gains(gains)
-    if (
-        isinstance(base_tokens, bool)
-        or not isinstance(base_tokens, (int, float))
-        or not math.isfinite(base_tokens)
-        or base_tokens < 0
-    ):
-        raise ValueError(f"base_tokens: expected a finite number >= 0, got {base_tokens!r}")
+    _check_base_tokens(base_tokens)
     _check_positive_int("fixed_rows", fixed_rows)
     if step_time is not None and not isinstance(step_time, StepTimeTable):
         raise TypeError(f"step_time: expected a StepTimeTable or None, got {type(step_time).__name__}")
@@ -359,6 +353,16 @@ def _largest_counts(values: list[list[float]], total: int, falling: list[float])
     return counts
 
 
+def _check_base_tokens(base_tokens: object) -> None:
+    if (
+        isinstance(base_tokens, bool)
+        or not isinstance(base_tokens, (int, float))
+        or not math.isfinite(base_tokens)
+        or base_tokens < 0
+    ):
+        raise ValueError(f"base_tokens: expected a finite number >= 0, got {base_tokens!r}")
+
+
 def expected_tokens_per_ms(
     gains: Sequence[Sequence[float]],
     counts: Sequence[int],
@@ -374,6 +378,12 @@ def expected_tokens_per_ms(
         0.75
     """
     values = _check_gains(gains)
+    _check_base_tokens(base_tokens)
+    if len(counts) != len(values):
+        raise ValueError(f"counts: expected one count a request ({len(values)}), got {len(counts)}")
+    for r, (row, n) in enumerate(zip(values, counts)):
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(row):
+            raise ValueError(f"counts[{r}]: expected an int in [0, {len(row)}] (the request's nodes), got {n!r}")
     tokens = base_tokens + sum(sum(row[:n]) for row, n in zip(values, counts))
     return tokens / step_time(fixed_rows + sum(counts)) if step_time is not None else tokens
 
@@ -469,11 +479,21 @@ class AcceptanceEstimator:
 
     @classmethod
     def _scores(cls, proposal: DraftProposal, tree: Tree | None, scores: list[float] | None = None) -> list[float] | None:
-        """:meth:`score_tensor` as floats (``scores``: already read)."""
-        if scores is not None:
-            return scores
-        t = cls.score_tensor(proposal, tree)
-        return None if t is None else t.tolist()
+        """:meth:`score_tensor` as floats (``scores``: already read), one a node, each a probability."""
+        nodes = tree.num_nodes if tree is not None else proposal.num_tokens
+        if scores is None:
+            t = cls.score_tensor(proposal, tree)
+            if t is None:
+                return None
+            scores, name = t.tolist(), "proposal's scores (confidence, tree scores or logprobs)"
+        else:
+            name = "scores"
+        if len(scores) != nodes:
+            raise ValueError(f"{name}: expected one a node ({nodes}), got {len(scores)}")
+        bad = [s for s in scores if not (isinstance(s, (int, float)) and 0.0 <= s <= 1.0)]  # NaN fails too
+        if bad:
+            raise ValueError(f"{name}: expected probabilities in [0, 1], got {bad[:3]}")
+        return scores
 
     def _rates(self, max_depth: int) -> list[float]:
         """Posterior mean of the conditional acceptance at depths ``1..max_depth`` (read-only: kept until a round is observed).
@@ -520,9 +540,18 @@ class AcceptanceEstimator:
             return scores, True
         if tree is None:
             return self._survivals(proposal.num_tokens)[1:], False
-        depths = tree.depth.tolist()
-        survival = self._survivals(max(depths, default=0))
-        return [survival[d] for d in depths], False
+        # a node is accepted when its parent is, every sibling before it was rejected, and it is accepted: with the
+        # depth's rate p, a j-th sibling gains parent x (1 - p)^j x p (a chain: the depth's survival)
+        depths, parents = tree.depth.tolist(), tree.parents.tolist()
+        rates = self._rates(max(depths, default=0))
+        gains: list[float] = []
+        siblings_before: dict[int, int] = {}
+        for depth, parent in zip(depths, parents):
+            rank = siblings_before.get(parent, 0)
+            siblings_before[parent] = rank + 1
+            rate = rates[depth - 1]
+            gains.append((1.0 if parent < 0 else gains[parent]) * (1.0 - rate) ** rank * rate)
+        return gains, False
 
     def gains(self, proposal: DraftProposal, tree: Tree | None = None, *, scores: list[float] | None = None) -> list[float]:
         """Non-increasing expected accepted tokens of each node, in node order (``[k]`` floats).
@@ -547,10 +576,13 @@ class AcceptanceEstimator:
         """
         _check_positive_int("nodes", nodes, minimum=0)
         _check_positive_int("accepted", accepted, minimum=0)
-        if accepted > nodes:
-            raise ValueError(f"accepted: expected at most nodes = {nodes}, got {accepted}")
+        size = tree.num_nodes if tree is not None else proposal.num_tokens
+        if nodes > size:
+            raise ValueError(f"nodes: expected at most the {size} nodes of the proposal, got {nodes}")
         scores = self._scores(proposal, tree, scores)
         deepest = nodes if tree is None else (int(tree.depth[:nodes].max()) if nodes else 0)
+        if accepted > deepest:
+            raise ValueError(f"accepted: expected at most the depth the checked nodes reach ({deepest}), got {accepted}")
         estimator = self
         while estimator is not None:
             estimator._record(scores, nodes=nodes, accepted=accepted, deepest=deepest)

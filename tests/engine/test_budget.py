@@ -427,3 +427,39 @@ def test_engine_requests_share_one_acceptance_pool():
         Engine(target, NGramDrafter(), max_batch=2, pooled_acceptance=1)
     with pytest.raises(TypeError, match="pool"):
         AcceptanceEstimator(pool=object())
+
+
+def test_siblings_without_scores_share_their_depth_rather_than_each_taking_it():
+    """At most one node a depth is accepted: three siblings gain p, (1 - p) p and (1 - p)^2 p, never 3 p."""
+    from specdec.contracts import Tree
+
+    est = AcceptanceEstimator()
+    tree = Tree(tokens=torch.tensor([5, 6, 7]), parents=torch.tensor([-1, -1, -1]))
+    proposal = DraftProposal(torch.tensor([5, 6, 7]))
+    for _ in range(50):
+        est.observe(proposal, nodes=3, accepted=1, tree=tree)
+    gains = est.gains(proposal, tree)
+    p = gains[0]
+    assert gains == pytest.approx([p, (1 - p) * p, (1 - p) ** 2 * p]) and sum(gains) <= 1.0
+    chain = Tree(tokens=torch.tensor([5, 6, 7]), parents=torch.tensor([-1, 0, 1]))
+    assert est.gains(proposal, chain) == est.gains(proposal)  # a chain: each depth's survival, as before
+
+
+def test_scores_and_observed_counts_the_proposal_cannot_have_are_refused():
+    est = AcceptanceEstimator()
+    nan = DraftProposal(torch.tensor([1, 2, 3]), confidence=torch.tensor([float("nan"), 0.1, 0.05]))
+    with pytest.raises(ValueError, match=r"expected probabilities in \[0, 1\], got \[nan\]"):
+        est.gains(nan)
+    chain = DraftProposal(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"scores: expected one a node \(3\), got 1"):
+        est.gains(chain, scores=[0.5])
+    with pytest.raises(ValueError, match="nodes: expected at most the 3 nodes of the proposal, got 7"):
+        est.observe(chain, nodes=7, accepted=2)
+    with pytest.raises(ValueError, match=r"accepted: expected at most the depth the checked nodes reach \(2\), got 3"):
+        est.observe(chain, nodes=2, accepted=3)
+    with pytest.raises(ValueError, match=r"counts\[0\]: expected an int in \[0, 1\]"):
+        expected_tokens_per_ms([[0.5]], [5], base_tokens=0, fixed_rows=1, step_time=None)
+    with pytest.raises(ValueError, match=r"counts: expected one count a request \(1\), got 2"):
+        expected_tokens_per_ms([[0.5]], [1, 1], base_tokens=0, fixed_rows=1, step_time=None)
+    with pytest.raises(ValueError, match="base_tokens: expected a finite number >= 0, got nan"):
+        expected_tokens_per_ms([[0.5]], [1], base_tokens=float("nan"), fixed_rows=1, step_time=None)
