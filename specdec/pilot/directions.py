@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdec.pilot.profile import STAGES
 from specdec.pilot.spec import SystemSpec
 
 __all__ = ["DIRECTIONS", "Direction", "Preconditions", "applicable", "drafter_choice", "register_direction"]
@@ -35,6 +36,11 @@ class Preconditions:
     devices: tuple[str, ...] | None = None
     regimes: tuple[str, ...] | None = None
     drafter_kinds: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        for name, value in self.__dict__.items():  # a string would match its substrings ("ngram" admits "gram")
+            if value is not None and (not isinstance(value, tuple) or not all(isinstance(v, str) for v in value)):
+                raise TypeError(f"{name}: expected a tuple of str or None, got {value!r}")
 
     def failing(self, spec: SystemSpec) -> list[str]:
         """The preconditions ``spec`` does not meet (empty: it applies)."""
@@ -66,7 +72,7 @@ class Direction:
         preconditions: :class:`Preconditions`.
         knobs: each knob's candidate values; :meth:`settings` is their grid.
         edit: ``edit(spec, settings) -> spec``.
-        fields: the spec fields ``edit`` may change (edits proposed from outside are checked against them).
+        fields: the spec fields ``edit`` may change; an edit that changes another raises (none declared: none may change).
 
     Example:
         >>> d = DIRECTIONS["draft_length"]
@@ -105,7 +111,7 @@ class Direction:
             if value not in self.knobs[name]:
                 raise ValueError(f"settings: {name}={value!r} for direction {self.name!r}; expected one of {self.knobs[name]}")
         new = self.edit(spec, dict(settings))
-        stray = sorted(set(new.diff(spec)) - set(self.fields)) if self.fields else []
+        stray = sorted(set(new.diff(spec)) - set(self.fields))
         if stray:
             raise ValueError(f"direction {self.name!r} changed fields {stray} outside its declared fields {self.fields}")
         return new
@@ -131,6 +137,11 @@ def register_direction(direction: Direction, *, replace: bool = False) -> Direct
         raise ValueError(f"direction: {direction.name!r} is already registered (pass replace=True to replace it)")
     if not direction.knobs or any(not isinstance(v, tuple) or not v for v in direction.knobs.values()):
         raise ValueError(f"direction.knobs: expected non-empty tuples of values per knob, got {dict(direction.knobs)!r}")
+    known = STAGES + ("acceptance",)
+    if not isinstance(direction.stages, tuple) or not direction.stages or any(s not in known for s in direction.stages):
+        raise ValueError(f"direction.stages: expected a non-empty tuple of {known}, got {direction.stages!r}")
+    if not callable(direction.edit):
+        raise TypeError(f"direction.edit: expected a callable (spec, settings) -> spec, got {type(direction.edit).__name__}")
     DIRECTIONS[direction.name] = direction
     return direction
 

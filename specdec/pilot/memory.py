@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import platform
 import sqlite3
@@ -116,6 +117,10 @@ class Memory:
             raise TypeError(f"entry: expected a MemoryEntry, got {type(entry).__name__}")
         if entry.forcing_verdict not in ("PASS", "FAIL"):
             raise ValueError(f"entry.forcing_verdict: expected 'PASS' or 'FAIL', got {entry.forcing_verdict!r}")
+        for name in ("gain", "ci_low", "ci_high"):  # SQLite stores NaN as NULL, which retrieve() could not rank
+            value = getattr(entry, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"entry.{name}: expected a finite number, got {value!r}")
         row = asdict(entry)
         values = [json.dumps(row[n], sort_keys=True) if n in _JSON_COLUMNS else row[n] for n, _ in _COLUMNS]
         values[[n for n, _ in _COLUMNS].index("accepted")] = int(entry.accepted)

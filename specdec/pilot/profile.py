@@ -108,9 +108,11 @@ def module_bytes(module: Any) -> int:
 
 
 def acceptance_ceiling(accepted_histogram: Sequence[int], num_draft_tokens: int) -> float:
-    """Tokens per round a drafter could reach at this proposal length: ``1 + k`` where ``k`` is the longest
-    proposal the statistics show was offered (the histogram's last index, at most ``num_draft_tokens``),
-    or ``1 + num_draft_tokens`` without statistics.
+    """Tokens per round a drafter could reach at this proposal length: ``1 + k`` where ``k`` is the longest run the
+    statistics show accepted (the histogram's last index, at most ``num_draft_tokens``), or ``1 + num_draft_tokens``
+    without statistics. The longest accepted run bounds the longest proposal offered from below (the statistics do
+    not record proposal lengths), so for a drafter that rarely reaches its full length the ceiling, and with it the
+    acceptance gap, is understated.
 
     Example:
         >>> acceptance_ceiling([3, 1, 0, 2], 6), acceptance_ceiling([], 4)

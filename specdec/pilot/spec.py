@@ -289,11 +289,18 @@ def _section(name: str, value: Any, *, allow_none_kind: bool = False) -> dict[st
         raise TypeError(f"{name}: expected a mapping with a 'kind' key, got {type(value).__name__}")
     if "kind" not in value or not isinstance(value["kind"], str):
         raise ValueError(f"{name}: expected a 'kind' string, got {dict(value)!r}")
+    return _json_form(name, value)
+
+
+def _json_form(name: str, value: Mapping) -> dict[str, Any]:
+    """``value`` as its JSON round trip gives it back (tuples as lists), so a spec equals the spec read from its JSON;
+    string keys only, as JSON has."""
+    if any(not isinstance(k, str) for k in value):
+        raise TypeError(f"{name}: expected string keys (JSON objects have no other), got {sorted(map(repr, value))}")
     try:
-        json.dumps(dict(value))
+        return json.loads(json.dumps(dict(value)))
     except (TypeError, ValueError) as err:
         raise TypeError(f"{name}: expected JSON-serialisable knobs, got {dict(value)!r} ({err})") from err
-    return dict(value)
 
 
 @dataclass(frozen=True)
@@ -348,7 +355,7 @@ class SystemSpec:
         object.__setattr__(self, "verifier", _section("verifier", self.verifier))
         if not isinstance(self.scheduler, Mapping):
             raise TypeError(f"scheduler: expected a mapping of PrefixScheduler arguments, got {type(self.scheduler).__name__}")
-        object.__setattr__(self, "scheduler", dict(self.scheduler))
+        object.__setattr__(self, "scheduler", _json_form("scheduler", self.scheduler))
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if not isinstance(self.device, str) or not self.device:

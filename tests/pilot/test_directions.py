@@ -85,3 +85,18 @@ def test_verifier_directions_leave_a_chain_only_drafter_unchanged():
     assert tree.drafter == oracle.drafter and tree.verifier == {"kind": "tree", "budget": 16}
     block = SystemSpec(drafter={"kind": "dflash", "path": "smollm2"})
     assert DIRECTIONS["tree_verifier"].apply(block, {"budget": 16, "paths": 2}).drafter["tree_budget"] == 16
+
+
+def test_preconditions_stages_and_fields_are_not_misread():
+    with pytest.raises(TypeError, match="drafter_kinds: expected a tuple of str or None, got 'dflash2'"):
+        Preconditions(drafter_kinds="dflash2")  # a string would admit its substrings ("dflash")
+    assert Preconditions(drafter_kinds=("dflash2",)).failing(SystemSpec(drafter={"kind": "ngram"}))
+    edit = lambda spec, s: spec.with_changes(num_draft_tokens=9)  # noqa: E731
+    for stages, message in [("acceptance", "direction.stages"), (("acceptence",), "direction.stages")]:
+        with pytest.raises(ValueError, match=message):
+            register_direction(Direction("typo", "m", stages, Preconditions(), {"x": (1,)}, edit))
+    with pytest.raises(TypeError, match="direction.edit: expected a callable"):
+        register_direction(Direction("no_edit", "m", ("verify",), Preconditions(), {"x": (1,)}, "not a function"))
+    undeclared = Direction("undeclared", "m", ("verify",), Preconditions(), {"x": (1,)}, edit)  # fields=(): none may change
+    with pytest.raises(ValueError, match=r"changed fields \['num_draft_tokens'\] outside its declared fields \(\)"):
+        undeclared.apply(SystemSpec(), {"x": 1})

@@ -63,3 +63,12 @@ def test_bad_entries_raise():
         mem.add(_entry("x", SystemSpec(), 1.0, verdict="maybe"))
     with pytest.raises(TypeError, match="MemoryEntry"):
         mem.add({"mechanism": "x"})
+
+
+def test_a_gain_that_is_not_a_finite_number_is_refused_and_the_file_stays_usable(tmp_path):
+    mem = Memory(tmp_path / "m.sqlite")
+    spec = SystemSpec()
+    with pytest.raises(ValueError, match="entry.gain: expected a finite number, got nan"):
+        mem.add(_entry("draft_length", spec, float("nan")))
+    mem.add(_entry("draft_length", spec, 0.5))
+    assert [e.ci_low for e in mem.retrieve(spec, accepted_only=False)] == [0.5]

@@ -157,3 +157,12 @@ def test_oracle_drafter_kind_proposes_the_targets_own_decode_and_needs_reference
             build(spec.with_changes(drafter={"kind": "oracle", "tree_budget": 8}), target=stock)
     finally:
         ORACLE_REFERENCES.clear()
+
+
+def test_a_spec_equals_the_spec_read_back_from_its_json():
+    spec = SystemSpec(drafter={"kind": "ngram", "x": (1, 2)}, scheduler={"steps_per_second": (1.0,)})
+    assert SystemSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(TypeError, match="drafter: expected string keys"):
+        SystemSpec(drafter={"kind": "ngram", 1: 2})
+    with pytest.raises(TypeError, match="scheduler: expected JSON-serialisable knobs"):
+        SystemSpec(scheduler={"x": object()})
