@@ -19,6 +19,7 @@ class GenerationStats:
             (8-bit view) is not one of them: ``TwoLevelVerifier.stats.q_passes`` counts those.
         rounds: speculative rounds (verify passes).
         accepted_histogram: ``accepted_histogram[n]`` = rounds that accepted ``n`` draft tokens.
+        longest_proposal: the most draft tokens a round offered along one path (a tree's depth), over all rounds.
         draft_s, verify_s, other_s: wall time split (prefill counts as verify).
 
     Example:
@@ -32,6 +33,7 @@ class GenerationStats:
     target_passes: int = 0
     rounds: int = 0
     accepted_histogram: list[int] = field(default_factory=list)
+    longest_proposal: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
     other_s: float = 0.0
@@ -101,6 +103,7 @@ class GenerationStats:
             target_passes=self.target_passes + other.target_passes,
             rounds=self.rounds + other.rounds,
             accepted_histogram=hist,
+            longest_proposal=max(self.longest_proposal, other.longest_proposal),
             draft_s=self.draft_s + other.draft_s,
             verify_s=self.verify_s + other.verify_s,
             other_s=self.other_s + other.other_s,

@@ -107,23 +107,24 @@ def module_bytes(module: Any) -> int:
     return sum(seen.values())
 
 
-def acceptance_ceiling(accepted_histogram: Sequence[int], num_draft_tokens: int) -> float:
-    """Tokens per round a drafter could reach at this proposal length: ``1 + k`` where ``k`` is the longest run the
-    statistics show accepted (the histogram's last index, at most ``num_draft_tokens``), or ``1 + num_draft_tokens``
-    without statistics. The longest accepted run bounds the longest proposal offered from below (the statistics do
-    not record proposal lengths), so for a drafter that rarely reaches its full length the ceiling, and with it the
-    acceptance gap, is understated.
+def acceptance_ceiling(accepted_histogram: Sequence[int], num_draft_tokens: int, longest_proposal: int = 0) -> float:
+    """Tokens per round a drafter could reach at this proposal length: ``1 + k`` where ``k`` is the longest proposal
+    the run offered (``GenerationStats.longest_proposal``; the longest run the histogram shows accepted if that is
+    longer, as a two-level round's second draft can make it), at most ``num_draft_tokens``; ``1 + num_draft_tokens``
+    without statistics.
 
     Example:
-        >>> acceptance_ceiling([3, 1, 0, 2], 6), acceptance_ceiling([], 4)
-        (4.0, 5.0)
+        >>> acceptance_ceiling([3, 1, 0, 2], 6, longest_proposal=6), acceptance_ceiling([3, 1, 0, 2], 6), acceptance_ceiling([], 4)
+        (7.0, 4.0, 5.0)
     """
+    if isinstance(longest_proposal, bool) or not isinstance(longest_proposal, int) or longest_proposal < 0:
+        raise ValueError(f"longest_proposal: expected an int >= 0, got {longest_proposal!r}")
     if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 0:
         raise ValueError(f"num_draft_tokens: expected an int >= 0, got {num_draft_tokens!r}")
     hist = list(accepted_histogram)
     if any(not isinstance(c, int) or c < 0 for c in hist):
         raise ValueError(f"accepted_histogram: expected counts >= 0, got {hist}")
-    longest = len(hist) - 1 if sum(hist) else num_draft_tokens
+    longest = max(len(hist) - 1, longest_proposal) if sum(hist) else num_draft_tokens
     return 1.0 + min(max(longest, 0), num_draft_tokens)
 
 
@@ -250,7 +251,9 @@ def _stats_of(system, prompts, max_new_tokens: int, seed: int):
     return total
 
 
-def measure_ceilings(system, profile_tau_hist: Sequence[int], *, bandwidth: float | None = None) -> Ceilings:
+def measure_ceilings(
+    system, profile_tau_hist: Sequence[int], *, bandwidth: float | None = None, longest_proposal: int = 0
+) -> Ceilings:
     """Ceilings of a built system on this machine: byte floors over the copy bandwidth, and the acceptance ceiling.
 
     The verify floor reads the target's weights once per round; the draft floor the drafter's weights
@@ -272,7 +275,8 @@ def measure_ceilings(system, profile_tau_hist: Sequence[int], *, bandwidth: floa
         "commit": 0.0,
         "other": 0.0,
     }
-    return Ceilings(stages=stages, tau=acceptance_ceiling(profile_tau_hist, system.spec.num_draft_tokens), bandwidth=bw)
+    tau = acceptance_ceiling(profile_tau_hist, system.spec.num_draft_tokens, longest_proposal)
+    return Ceilings(stages=stages, tau=tau, bandwidth=bw)
 
 
 def profile_system(
@@ -324,7 +328,7 @@ def profile_system(
         "other": spec.other_s / rounds,
     }
     t_ar = ar.total_s / max(ar.new_tokens, 1)
-    ceilings = measure_ceilings(system, spec.accepted_histogram, bandwidth=bandwidth)
+    ceilings = measure_ceilings(system, spec.accepted_histogram, bandwidth=bandwidth, longest_proposal=spec.longest_proposal)
     return RoundProfile(
         stages=stages,
         tau=tau,

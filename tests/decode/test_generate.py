@@ -287,3 +287,15 @@ def test_feature_taps_are_the_hidden_states_of_the_committed_context(verifier):
     clean = tiny_target("llama", seed=2, vocab_size=97, max_seq_len=128)
     ref = clean(context[None], hidden_layers=(1, 2)).hidden
     torch.testing.assert_close(seen, torch.stack([h[0] for h in ref], dim=1), rtol=1e-5, atol=1e-5)
+
+
+def test_stats_record_the_longest_proposal_offered():
+    from specdec.testing import ForcedDrafter
+
+    target = _target("llama", 0, 97)
+    prompt = torch.tensor([[3, 4, 5, 3, 4]])
+    spec = sd.generate(target, prompt, 12, drafter=ForcedDrafter(target, accept=2), num_draft_tokens=4)
+    assert spec.stats.longest_proposal == 3  # two right tokens and a wrong one a round
+    assert len(spec.stats.accepted_histogram) - 1 == 2  # the longest accepted run is shorter than what was offered
+    assert sd.generate(target, prompt, 12).stats.longest_proposal == 0  # AR offers nothing
+    assert (spec.stats + sd.GenerationStats(longest_proposal=5)).longest_proposal == 5  # the longest of both

@@ -39,6 +39,11 @@ def test_acceptance_ceiling_is_one_plus_the_longest_proposal():
     assert acceptance_ceiling([5, 0, 0, 0, 1], 8) == 5.0
     assert acceptance_ceiling([5, 0, 0, 0, 1], 2) == 3.0
     assert acceptance_ceiling([0, 0], 4) == 5.0
+    # the longest proposal offered, not only the longest run accepted (a weak drafter's rounds rarely reach it)
+    assert acceptance_ceiling([4, 1], 8, longest_proposal=8) == 9.0
+    assert acceptance_ceiling([4, 0, 0, 1], 8, longest_proposal=2) == 4.0  # a second draft accepted past the first
+    with pytest.raises(ValueError, match="longest_proposal: expected an int >= 0, got -1"):
+        acceptance_ceiling([1], 4, longest_proposal=-1)
     with pytest.raises(ValueError, match="num_draft_tokens"):
         acceptance_ceiling([], -1)
 
