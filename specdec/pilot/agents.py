@@ -178,7 +178,8 @@ class SearchAgent:
         arms = []
         for settings in direction.settings():
             proposed = direction.apply(spec, settings)
-            if proposed != spec:
+            # settings the spec ignores (a knob without effect on this drafter) give a system already an arm: one arm
+            if proposed != spec and all(proposed != other for _, other in arms):
                 arms.append((settings, proposed))
         if not arms:
             return None

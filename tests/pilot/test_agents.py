@@ -137,3 +137,19 @@ def test_halving_picks_its_winner_from_the_most_thorough_rung_not_a_stale_early_
         DIRECTIONS["draft_length"], SystemSpec(), Budget(40)
     )
     assert best.settings == {"num_draft_tokens": 3} and best.raw_speedup == 1.07
+
+
+def test_settings_that_give_the_same_system_are_evaluated_once():
+    """tree_verifier's paths knob does nothing for an oracle drafter: six settings, three systems, three arms."""
+    calls = []
+
+    def evaluate(cand, base, effort):
+        calls.append(cand.to_json())
+        return 1.0
+
+    spec = SystemSpec(drafter={"kind": "oracle"})
+    direction = DIRECTIONS["tree_verifier"]
+    systems = {direction.apply(spec, s).to_json() for s in direction.settings()} - {spec.to_json()}
+    SearchAgent(evaluate).explore(direction, spec, Budget(100))
+    first_rung = calls[: len(set(calls))]
+    assert len(first_rung) == len(set(first_rung)) == len(systems) < len(direction.settings())
