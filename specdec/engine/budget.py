@@ -24,6 +24,7 @@ import bisect
 import itertools
 import json
 import math
+import numbers
 import operator
 import time
 from collections.abc import Sequence
@@ -39,9 +40,9 @@ __all__ = ["AcceptanceEstimator", "StepTimeTable", "allocate", "chain_gains", "e
 
 
 def _check_positive_int(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:  # numpy ints too
         raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
-    return value
+    return int(value)
 
 
 @dataclass(frozen=True)

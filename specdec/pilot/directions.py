@@ -108,7 +108,7 @@ class Direction:
         if unknown:
             raise ValueError(f"settings: unknown knobs {unknown} for direction {self.name!r}; expected {sorted(self.knobs)}")
         for name, value in settings.items():
-            if value not in self.knobs[name]:
+            if not any(value == v and type(value) is type(v) for v in self.knobs[name]):  # 1 is not True, 16.0 not 16
                 raise ValueError(f"settings: {name}={value!r} for direction {self.name!r}; expected one of {self.knobs[name]}")
         new = self.edit(spec, dict(settings))
         stray = sorted(set(new.diff(spec)) - set(self.fields))

@@ -132,8 +132,8 @@ def _markdown(result: PilotResult, header: dict[str, Any]) -> str:
 def write_outputs(
     result: PilotResult, memory: Memory, out_dir: str | os.PathLike, *, header: dict[str, Any] | None = None
 ) -> dict[str, Path]:
-    """Write ``spec.json``, ``memory.json`` (and the SQLite file if the memory lives elsewhere), ``rounds.json``,
-    ``report.md`` and its plots into ``out_dir``; returns the paths by name.
+    """Write ``spec.json``, ``memory.json`` (the memory's entries; its SQLite file stays where it lives),
+    ``rounds.json``, ``report.md`` and its plots into ``out_dir``; returns the paths by name.
 
     Example:
         >>> import tempfile

@@ -463,3 +463,9 @@ def test_scores_and_observed_counts_the_proposal_cannot_have_are_refused():
         expected_tokens_per_ms([[0.5]], [1, 1], base_tokens=0, fixed_rows=1, step_time=None)
     with pytest.raises(ValueError, match="base_tokens: expected a finite number >= 0, got nan"):
         expected_tokens_per_ms([[0.5]], [1], base_tokens=float("nan"), fixed_rows=1, step_time=None)
+
+
+def test_numpy_integers_are_taken_as_ints():
+    import numpy as np
+
+    assert allocate([[0.9, 0.8], [0.5]], base_tokens=2, fixed_rows=np.int64(2), max_nodes=np.int64(2)) == [2, 0]

@@ -100,3 +100,11 @@ def test_preconditions_stages_and_fields_are_not_misread():
     undeclared = Direction("undeclared", "m", ("verify",), Preconditions(), {"x": (1,)}, edit)  # fields=(): none may change
     with pytest.raises(ValueError, match=r"changed fields \['num_draft_tokens'\] outside its declared fields \(\)"):
         undeclared.apply(SystemSpec(), {"x": 1})
+
+
+def test_a_setting_equal_to_a_knob_value_only_by_coercion_is_refused():
+    d = DIRECTIONS["draft_length"]
+    value = d.knobs["num_draft_tokens"][0]
+    with pytest.raises(ValueError, match="settings: num_draft_tokens="):
+        d.apply(SystemSpec(), {"num_draft_tokens": float(value)})  # 6.0 is not the knob value 6
+    assert d.apply(SystemSpec(), {"num_draft_tokens": value}).num_draft_tokens == value
