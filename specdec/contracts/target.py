@@ -138,12 +138,15 @@ class Target(Protocol):
 
         Args:
             tokens: ``[1, T]`` int64 on :attr:`device`.
-            positions: ``[1, T]`` int64 RoPE positions; ``None`` = ``length + arange(T)`` (a chain).
+            positions: ``[1, T]`` int64 RoPE positions; ``None`` = ``length + arange(T)`` (a chain), or
+                ``length + depth`` when ``tree_parents`` is given.
             mask: ``[T, T]`` bool, which new rows each row attends to (the committed prefix is always
-                visible); ``None`` = causal.
+                visible); ``None`` = causal, or the ancestor-or-self mask of ``tree_parents``.
             hidden_layers: HF ``hidden_states`` indices to return (0 = embeddings).
-            tree_parents: ``[T]`` int64 parent row of each row (``-1`` for the first), for recurrent layers
-                that follow tree paths; ``None`` for a chain.
+            tree_parents: ``[T]`` int64 parent row of each row (``-1``: a child of the committed prefix), which
+                recurrent layers follow and which gives what ``positions`` and ``mask`` leave out; ``None`` for
+                a chain. A given ``mask`` must be its ancestor-or-self mask. A target without trees
+                (``supports_trees`` False) refuses it.
             view: one of :attr:`weight_views`; ``"q"`` runs the 8-bit weight view (a proposal pass whose
                 rows are never committed).
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
+from specdec.kernels.gdn.meta import build_tree_meta
 from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.weight_views import WEIGHT_VIEWS, WeightViews
 
@@ -39,6 +40,77 @@ def check_token_ids(tokens: torch.Tensor, vocab_size: int, name: str) -> None:
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= vocab_size:
             raise ValueError(f"{name}: expected token ids in [0, {vocab_size}), got ids in [{low}, {high}]")
+
+
+def check_positions(positions: torch.Tensor | None, shape: tuple[int, ...], device: torch.device, name: str) -> None:
+    """Raise naming ``name`` unless ``positions`` is ``None`` or an integer tensor of ``shape`` on ``device``.
+
+    Example:
+        >>> check_positions(torch.tensor([[0.0, 1.5]]), (1, 2), torch.device("cpu"), "positions")
+        Traceback (most recent call last):
+        ...
+        TypeError: positions: expected an integer tensor (RoPE positions), got torch.float32
+    """
+    if positions is None:
+        return
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"{name}: expected an integer tensor {list(shape)} or None, got {type(positions).__name__}")
+    if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
+        raise TypeError(f"{name}: expected an integer tensor (RoPE positions), got {positions.dtype}")
+    if tuple(positions.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(positions.shape)}")
+    if positions.device != device:
+        raise ValueError(f"{name}: expected device {device}, got {positions.device}")
+
+
+def tree_rows_inputs(
+    tree_parents: torch.Tensor,
+    mask: torch.Tensor | None,
+    positions: torch.Tensor | None,
+    *,
+    seqlen: int,
+    length: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``(mask [T, T], positions [1, T])`` of rows given as a tree: what is not given is derived from the parents.
+
+    A missing ``mask`` is the ancestor-or-self mask of ``tree_parents [T]`` and missing ``positions`` are
+    ``length + depth``, as a hybrid target derives them; a given ``mask`` must be that mask (checked with the
+    parents' values on the CPU only, where the read is free).
+
+    Example:
+        >>> mask, positions = tree_rows_inputs(torch.tensor([-1, 0, 0]), None, None, seqlen=3, length=5,
+        ...                                    device=torch.device("cpu"))
+        >>> mask.int().tolist(), positions.tolist()
+        ([[1, 0, 0], [1, 1, 0], [1, 0, 1]], [[5, 6, 6]])
+    """
+    if not isinstance(tree_parents, torch.Tensor):
+        raise TypeError(f"tree_parents: expected an integer tensor [{seqlen}], got {type(tree_parents).__name__}")
+    if tree_parents.dtype == torch.bool or tree_parents.is_floating_point() or tree_parents.is_complex():
+        raise TypeError(f"tree_parents: expected an integer dtype, got {tree_parents.dtype}")
+    if tuple(tree_parents.shape) != (seqlen,):
+        raise ValueError(f"tree_parents: expected shape ({seqlen},) (one parent per row), got {tuple(tree_parents.shape)}")
+    if tree_parents.device != device:
+        raise ValueError(f"tree_parents: expected device {device}, got {tree_parents.device}")
+    on_cpu = device.type == "cpu"
+    if mask is not None and positions is not None and not on_cpu:
+        return mask, positions
+    parents = tree_parents.to(torch.long)
+    if on_cpu:
+        for t, p in enumerate(parents.tolist()):
+            if not -1 <= p < t:
+                raise ValueError(
+                    f"tree_parents: expected -1 <= tree_parents[t] < t (topological order), got tree_parents[{t}] = {p}"
+                )
+    meta = build_tree_meta(parents, validate=False)
+    tree_mask = meta.ancestors[0].bool()
+    if mask is None:
+        mask = tree_mask
+    elif on_cpu and not torch.equal(mask, tree_mask):
+        raise ValueError("mask: expected the ancestor-or-self mask of tree_parents (the rows' tree), got another mask")
+    if positions is None:
+        positions = (length + meta.depth[0])[None]
+    return mask, positions
 
 
 class LeanTarget(nn.Module):
@@ -234,11 +306,13 @@ class LeanTarget(nn.Module):
             raise ValueError(
                 f"tokens: {seqlen} new rows do not fit: length {self.length} + {seqlen} > max_seq_len {self.max_seq_len}"
             )
-        if positions is not None and tuple(positions.shape) != tuple(tokens.shape):
-            raise ValueError(f"positions: expected shape {tuple(tokens.shape)}, got {tuple(positions.shape)}")
+        check_positions(positions, tuple(tokens.shape), self.device, "positions")
         if mask is not None:
-            if mask.dtype != torch.bool or tuple(mask.shape) != (seqlen, seqlen):
-                raise ValueError(f"mask: expected bool [{seqlen}, {seqlen}], got {mask.dtype} {tuple(mask.shape)}")
+            if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (seqlen, seqlen):
+                desc = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+                raise ValueError(f"mask: expected bool [{seqlen}, {seqlen}], got {desc}")
+            if mask.device != self.device:
+                raise ValueError(f"mask: expected device {self.device}, got {mask.device}")
         for layer in hidden_layers:
             if not 0 <= layer <= self.config.num_layers:
                 raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer}")

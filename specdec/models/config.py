@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 # Dense decoder families whose layer is: RMSNorm -> GQA attention with RoPE -> RMSNorm -> SwiGLU MLP.
-# Qwen2 adds a bias on q/k/v; Qwen3 adds a per-head RMSNorm on q and k. Nothing else differs.
+# Qwen2 adds a bias on q/k/v; Qwen3 adds a per-head RMSNorm on q and k; Llama and Qwen3 may bias q/k/v/o
+# (attention_bias) and Llama its MLP (mlp_bias). Nothing else differs.
 DENSE_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 # Hybrids of Gated DeltaNet and gated attention layers (specdec.models.hybrid.HybridTarget).
 HYBRID_MODEL_TYPES = ("qwen3_5_text", "qwen3_next")
@@ -50,6 +51,8 @@ class TargetConfig:
     max_position_embeddings: int = 4096
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    o_proj_bias: bool = False
+    mlp_bias: bool = False
     qk_norm: bool = False
     model_type: str = "llama"
     eos_token_ids: tuple[int, ...] = ()
@@ -89,9 +92,13 @@ class TargetConfig:
         attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
         if self.attention_bias:
             attn += self.q_size + 2 * self.kv_size
+        if self.o_proj_bias:
+            attn += h
         if self.qk_norm:
             attn += 2 * self.head_dim
         layer = attn + 3 * h * i + 2 * h
+        if self.mlp_bias:
+            layer += 2 * i + h
         total = self.num_layers * layer + h + self.vocab_size * h  # final norm + lm_head
         if include_embeddings and not self.tie_word_embeddings:
             total += self.vocab_size * h
@@ -111,6 +118,7 @@ class TargetConfig:
                 f"model_type: expected one of {DENSE_MODEL_TYPES} (dense decoders; the hybrids {HYBRID_MODEL_TYPES} load as a "
                 f"HybridTarget through load_target), got {model_type!r}{hint}"
             )
+        _refuse_unsupported_hf_fields(hf_config, model_type)
         hidden = hf_config.hidden_size
         num_heads = hf_config.num_attention_heads
         head_dim = getattr(hf_config, "head_dim", None) or hidden // num_heads
@@ -136,6 +144,8 @@ class TargetConfig:
             max_position_embeddings=getattr(hf_config, "max_position_embeddings", 4096),
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
             attention_bias=bool(qkv_bias) or model_type == "qwen2",
+            o_proj_bias=bool(qkv_bias) and model_type != "qwen2",
+            mlp_bias=bool(getattr(hf_config, "mlp_bias", False)) and model_type == "llama",
             qk_norm=model_type == "qwen3",
             model_type=model_type,
             eos_token_ids=eos_ids,
@@ -144,6 +154,37 @@ class TargetConfig:
     def rope_inv_freq(self, hf_config: Any | None = None) -> tuple[torch.Tensor, float]:
         """Inverse RoPE frequencies [head_dim // 2] (fp32) and the attention scaling factor."""
         return rope_inv_freq(self.rope_parameters, self.rope_theta, self.head_dim, hf_config)
+
+
+def _refuse_unsupported_hf_fields(hf_config: Any, model_type: str) -> None:
+    """Raise ``ValueError`` for a dense HF config the runtime would run as another model.
+
+    The runtime's MLP is SwiGLU with SiLU and every layer attends to the whole prefix; RoPE frequencies are
+    fixed at load, so a type whose frequencies follow the sequence length (``dynamic``, ``longrope``) is refused.
+    """
+    act = getattr(hf_config, "hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise ValueError(f"hidden_act: expected 'silu' (the runtime's SwiGLU MLP), got {act!r}")
+    layer_types = getattr(hf_config, "layer_types", None)
+    if layer_types is not None:
+        other = sorted({str(t) for t in layer_types} - {"full_attention"})
+        if other:
+            raise ValueError(
+                f"layer_types: expected every layer 'full_attention' (the runtime has no sliding-window attention), "
+                f"got {other} (sliding_window={getattr(hf_config, 'sliding_window', None)!r})"
+            )
+    elif getattr(hf_config, "use_sliding_window", False):
+        raise ValueError(
+            f"use_sliding_window: expected False (the runtime has no sliding-window attention), got True "
+            f"(sliding_window={getattr(hf_config, 'sliding_window', None)!r})"
+        )
+    rope = dict(getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {})
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type in ("dynamic", "longrope"):
+        raise ValueError(
+            f"rope_type: {rope_type!r} frequencies depend on the sequence length, which the runtime does not follow; "
+            f"expected a type with fixed frequencies ('default', 'linear', 'llama3', 'yarn', ...) for model_type {model_type!r}"
+        )
 
 
 def rope_inv_freq(rope_parameters: dict, rope_theta: float, rotary_dim: int, hf_config: Any | None) -> tuple[torch.Tensor, float]:

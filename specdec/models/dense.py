@@ -19,7 +19,7 @@ from specdec.kernels.attention import additive_mask, decode_attention
 from specdec.kernels.norm import add_scaled_rms_norm, scaled_rms_norm
 from specdec.kernels.rope import qk_norm_rope_cached
 from specdec.models.attention_kernel import attention_choice
-from specdec.models.base import LeanTarget
+from specdec.models.base import LeanTarget, tree_rows_inputs
 from specdec.models.config import TargetConfig
 from specdec.models.elementwise import elementwise_backend
 
@@ -143,7 +143,7 @@ class Attention(nn.Module):
         self.cfg = cfg
         # q, k and v in one matmul: one weight read per step instead of three launches.
         self.wqkv = nn.Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, bias=cfg.attention_bias)
-        self.wo = nn.Linear(cfg.q_size, cfg.hidden_size, bias=False)
+        self.wo = nn.Linear(cfg.q_size, cfg.hidden_size, bias=cfg.o_proj_bias)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
 
@@ -182,15 +182,14 @@ class MLP(nn.Module):
     """SwiGLU MLP, ``w2(silu(gate) * up)``, with the gate and up projections fused into one ``w13``.
 
     Example:
-        >>> from specdec.testing import tiny_target
-        >>> MLP(tiny_target(seed=0).config)(torch.randn(1, 3, 32)).shape
+        >>> MLP(32, 64)(torch.randn(1, 3, 32)).shape
         torch.Size([1, 3, 32])
     """
 
-    def __init__(self, cfg: TargetConfig):
+    def __init__(self, hidden_size: int, intermediate_size: int, *, bias: bool = False):
         super().__init__()
-        self.w13 = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)  # gate and up, fused
-        self.w2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.w13 = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)  # gate and up, fused
+        self.w2 = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., hidden_size]`` -> ``[..., hidden_size]``."""
@@ -215,7 +214,7 @@ class DecoderLayer(nn.Module):
         self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.attn = Attention(cfg)
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
 
     def forward(self, x, cos, sin, k_cache, v_cache, slots, attn_mask):
         """``x [B, T, hidden_size]`` -> ``[B, T, hidden_size]``; arguments as for :meth:`Attention.forward`."""
@@ -309,13 +308,14 @@ class DenseTarget(LeanTarget):
 
         Args:
             tokens: ``[1, T]`` int64 token ids.
-            positions: ``[1, T]`` RoPE positions; default ``length + arange(T)``. A tree passes
-                ``length + depth``.
+            positions: ``[1, T]`` integer RoPE positions; default ``length + arange(T)``, or ``length + depth``
+                with ``tree_parents``.
             mask: ``[T, T]`` bool over the new rows, ``True`` where row ``t`` may attend row ``j``
-                (the committed prefix is always visible). Default: causal.
+                (the committed prefix is always visible). Default: causal, or the ancestor-or-self mask of
+                ``tree_parents``.
             hidden_layers: layer indices whose outputs to return (HF ``hidden_states`` numbering).
-            tree_parents: ``[T]`` parent row of each row; attention layers read the topology from
-                ``mask`` alone, so a dense target accepts and ignores it (the protocol's signature).
+            tree_parents: ``[T]`` integer parent row of each row (``-1``: a child of the prefix), or ``None`` for a
+                chain; what ``mask`` and ``positions`` leave out is derived from it (:func:`tree_rows_inputs`).
             view: ``"exact"`` or ``"q"`` (the 8-bit A+E weights; rows of a ``"q"`` forward cannot be committed).
 
         Returns:
@@ -325,6 +325,8 @@ class DenseTarget(LeanTarget):
         self._check_view(view)
         seqlen = tokens.shape[1]
         device = self.device
+        if tree_parents is not None:
+            mask, positions = tree_rows_inputs(tree_parents, mask, positions, seqlen=seqlen, length=self.length, device=device)
         new = torch.arange(seqlen, device=device)
         if positions is None:
             positions = (self.length + new)[None]

@@ -10,6 +10,7 @@ import torch
 
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
+from specdec.models.base import check_token_ids
 
 __all__ = ["HFTarget"]
 
@@ -196,6 +197,7 @@ class HFTarget:
             raise ValueError(f"tokens: expected shape [1, T] with T >= 1, got {tuple(tokens.shape)}")
         if tokens.device != self.device:
             raise ValueError(f"tokens: expected device {self.device}, got {tokens.device}")
+        check_token_ids(tokens, self.vocab_size, "tokens")
         if self.length + tokens.shape[1] > self.max_seq_len:
             raise ValueError(
                 f"tokens: {tokens.shape[1]} new rows do not fit: length {self.length} + {tokens.shape[1]} > max_seq_len {self.max_seq_len}"

@@ -475,6 +475,8 @@ class HybridTarget(LeanTarget):
         """
         rows, path = self._accepted_path(accepted)
         n = len(rows)
+        if n and self._last_static is None and self._stash is None:
+            raise RuntimeError("commit: the last forward's recurrent inputs are gone (not stashed by this target)")
         if n:
             nxt = self._free_slot()
             if self._last_static is not None:

@@ -16,7 +16,7 @@ def hybrid_state_from_hf(cfg: HybridConfig, hf_state: Mapping[str, torch.Tensor]
     """Map HF tensor names of either layout to the runtime's (Qwen3-Next's GDN rows regrouped)."""
 
     take = tensor_reader(hf_state)
-    state = embedding_and_head(cfg.tie_word_embeddings, hf_state)
+    state = embedding_and_head(cfg.tie_word_embeddings, take)
     hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
     dk, dv, r = cfg.linear_key_head_dim, cfg.linear_value_head_dim, hv // hk
     for i in range(cfg.num_layers):
@@ -51,7 +51,7 @@ def hybrid_state_from_hf(cfg: HybridConfig, hf_state: Mapping[str, torch.Tensor]
         mlp, om = hf + "mlp.", ours + "mlp."
         if cfg.is_moe(i):
             state[om + "router.weight"] = take(mlp + "gate.weight")
-            if mlp + "experts.gate_up_proj" in hf_state:
+            if mlp + "experts.gate_up_proj" in take:
                 state[om + "gate_up_proj"] = take(mlp + "experts.gate_up_proj")
                 state[om + "down_proj"] = take(mlp + "experts.down_proj")
             else:  # per-expert modules (older transformers)
@@ -67,4 +67,5 @@ def hybrid_state_from_hf(cfg: HybridConfig, hf_state: Mapping[str, torch.Tensor]
         else:
             state[om + "w13.weight"] = torch.cat([take(mlp + "gate_proj.weight"), take(mlp + "up_proj.weight")])
             state[om + "w2.weight"] = take(mlp + "down_proj.weight")
+    take.check_all_taken(ignored_prefixes=("mtp.",))  # the multi-token-prediction head: a drafter, not the target
     return state

@@ -7,8 +7,6 @@ conv state and return what a commit replays.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -160,7 +158,7 @@ class SparseMoE(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(e, h, i))  # [E, H, I]
         nn.init.normal_(self.gate_up_proj, 0.0, h**-0.5)
         nn.init.normal_(self.down_proj, 0.0, i**-0.5)
-        self.shared = MLP(SimpleNamespace(hidden_size=h, intermediate_size=cfg.shared_expert_intermediate_size))
+        self.shared = MLP(h, cfg.shared_expert_intermediate_size)
         self.shared_gate = nn.Linear(h, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -196,4 +194,4 @@ class HybridLayer(nn.Module):
         self.attn_norm = CenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mixer = GatedDeltaNet(cfg) if self.is_gdn else GatedAttention(cfg)
         self.mlp_norm = CenteredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = SparseMoE(cfg) if cfg.is_moe(index) else MLP(cfg)
+        self.mlp = SparseMoE(cfg) if cfg.is_moe(index) else MLP(cfg.hidden_size, cfg.intermediate_size)

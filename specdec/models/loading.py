@@ -24,7 +24,7 @@ def _hf_to_runtime(cfg: TargetConfig, hf_state: Mapping[str, torch.Tensor]) -> d
     """Map HF tensor names (``model.layers.{i}.self_attn.q_proj.weight`` ...) to the runtime's names."""
 
     take = tensor_reader(hf_state)
-    state = embedding_and_head(cfg.tie_word_embeddings, hf_state)
+    state = embedding_and_head(cfg.tie_word_embeddings, take)
     for i in range(cfg.num_layers):
         hf, ours = f"model.layers.{i}.", f"layers.{i}."
         attn = hf + "self_attn."
@@ -34,12 +34,18 @@ def _hf_to_runtime(cfg: TargetConfig, hf_state: Mapping[str, torch.Tensor]) -> d
         if cfg.attention_bias:
             state[ours + "attn.wqkv.bias"] = torch.cat([take(attn + f"{p}_proj.bias") for p in "qkv"])
         state[ours + "attn.wo.weight"] = take(attn + "o_proj.weight")
+        if cfg.o_proj_bias:
+            state[ours + "attn.wo.bias"] = take(attn + "o_proj.bias")
         if cfg.qk_norm:
             state[ours + "attn.q_norm.weight"] = take(attn + "q_norm.weight")
             state[ours + "attn.k_norm.weight"] = take(attn + "k_norm.weight")
         mlp = hf + "mlp."
         state[ours + "mlp.w13.weight"] = torch.cat([take(mlp + "gate_proj.weight"), take(mlp + "up_proj.weight")])
         state[ours + "mlp.w2.weight"] = take(mlp + "down_proj.weight")
+        if cfg.mlp_bias:
+            state[ours + "mlp.w13.bias"] = torch.cat([take(mlp + "gate_proj.bias"), take(mlp + "up_proj.bias")])
+            state[ours + "mlp.w2.bias"] = take(mlp + "down_proj.bias")
+    take.check_all_taken()
     return state
 
 

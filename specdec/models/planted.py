@@ -22,6 +22,8 @@ planted target is a timing of the random-weight target, with a known greedy cont
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 __all__ = ["plant_successor_rule", "successor_chain"]
@@ -99,7 +101,14 @@ def successor_chain(successor: torch.Tensor, start: int, length: int) -> torch.T
     """
     if isinstance(length, bool) or not isinstance(length, int) or length < 0:
         raise ValueError(f"length: expected an int >= 0, got {length!r}")
-    out, token = [], int(start)
+    vocab = successor.numel()
+    try:
+        token = operator.index(start)
+    except TypeError:
+        token = None
+    if isinstance(start, bool) or token is None or not 0 <= token < vocab:
+        raise ValueError(f"start: expected a token id in [0, {vocab}), got {start!r}")
+    out = []
     for _ in range(length):
         token = int(successor[token])
         out.append(token)

@@ -27,7 +27,7 @@ import torch
 
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
-from specdec.models.base import check_token_ids
+from specdec.models.base import check_positions, check_token_ids, tree_rows_inputs
 from specdec.models.dense import DecoderLayer, DenseTarget, add_norm, compact_kv, prefix_attention_mask
 from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.packed_attention import (
@@ -259,12 +259,14 @@ class RaggedDenseTarget(RequestSlots):
                     f"requests[{i}].tokens: {seqlen} new rows do not fit slot {slot}: length {self.lengths[slot]} + "
                     f"{seqlen} > max_seq_len {self.max_seq_len}"
                 )
-            if req.positions is not None and tuple(req.positions.shape) != (1, seqlen):
-                raise ValueError(f"requests[{i}].positions: expected shape (1, {seqlen}), got {tuple(req.positions.shape)}")
-            if req.mask is not None and (req.mask.dtype != torch.bool or tuple(req.mask.shape) != (seqlen, seqlen)):
-                raise ValueError(
-                    f"requests[{i}].mask: expected bool [{seqlen}, {seqlen}], got {req.mask.dtype} {tuple(req.mask.shape)}"
-                )
+            check_positions(req.positions, (1, seqlen), self.device, f"requests[{i}].positions")
+            mask = req.mask
+            if mask is not None:
+                if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (seqlen, seqlen):
+                    desc = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+                    raise ValueError(f"requests[{i}].mask: expected bool [{seqlen}, {seqlen}], got {desc}")
+                if mask.device != self.device:
+                    raise ValueError(f"requests[{i}].mask: expected device {self.device}, got {mask.device}")
 
     @property
     def weight_views(self) -> tuple[str, ...]:
@@ -684,10 +686,19 @@ class SlotTarget:
         tree_parents: torch.Tensor | None = None,
         view: str = "exact",
     ) -> TargetOutput:
-        """The batch-1 :meth:`~specdec.contracts.Target.forward` on this slot (``tree_parents`` is unused by attention)."""
+        """The batch-1 :meth:`~specdec.contracts.Target.forward` on this slot (``tree_parents`` as for
+        :meth:`DenseTarget.forward <specdec.models.dense.DenseTarget.forward>`)."""
         if view != "exact":
             raise ValueError(f"view: expected one of ('exact',) (this target's weight_views), got {view!r}")
-        return self.ragged.forward([RequestRows(self.slot, tokens, positions, mask)], hidden_layers=hidden_layers)[0]
+        rows = RequestRows(self.slot, tokens, positions, mask)
+        if tree_parents is not None:
+            self.ragged._check_rows([rows], hidden_layers)
+            length = self.ragged.lengths[self.slot]
+            mask, positions = tree_rows_inputs(
+                tree_parents, mask, positions, seqlen=tokens.shape[1], length=length, device=self.ragged.device
+            )
+            rows = RequestRows(self.slot, tokens, positions, mask)
+        return self.ragged.forward([rows], hidden_layers=hidden_layers)[0]
 
     __call__ = forward
 

@@ -159,15 +159,15 @@ class RaggedHybridTarget(RequestSlots):
         }
 
     @contextmanager
-    def _bound(self, slot: int, *, flush: bool = True) -> Iterator[HybridTarget]:
+    def _bound(self, slot: int, *, flush: bool = True, checks_only: bool = False) -> Iterator[HybridTarget]:
         """The shared target holding ``slot``'s cache and bookkeeping (eager path); its own are put back after.
 
-        With ``flush`` (every caller but the packed commit) the pending commits are written first and the
-        slot's last packed forward is forgotten: what runs next is a batch-1 operation on the slot.
+        With ``flush`` (every caller but the packed commit) the pending commits are written first, and once the
+        batch-1 operation on the slot has succeeded (and was not ``checks_only``) the slot's last packed forward is
+        forgotten; an operation that raises leaves the slot's uncommitted rows as they were.
         """
         if flush:
             self._flush()
-            self._states[slot]["_packed"] = None
         target, state = self.target, self._states[slot]
         # plain attributes (none is a parameter, buffer or submodule): set in the instance dict, without
         # nn.Module.__setattr__'s checks, which cost more than the rest of a decode step's host work here
@@ -181,6 +181,8 @@ class RaggedHybridTarget(RequestSlots):
             for name in _STATE:
                 state[name] = attrs[name]
             attrs.update(own)
+        if flush and not checks_only:
+            state["_packed"] = None
 
     def _flush(self) -> None:
         """Write the pending commits of the last packed forward (:mod:`~specdec.models.ragged_hybrid_commit`)."""
@@ -382,7 +384,7 @@ class RaggedHybridTarget(RequestSlots):
         parents = []
         for i, req in enumerate(requests):
             slot = req.slot
-            with self._bound(slot) as target:
+            with self._bound(slot, checks_only=True) as target:
                 try:
                     target._check_inputs(req.tokens, req.positions, req.mask, ())
                     parents.append(target._checked_parents(req.tokens.shape[1], req.mask, None))

@@ -35,6 +35,7 @@ def tiny_hf_model(
     linear_head_dim: int = 8,
     partial_rotary_factor: float = 0.5,
     num_experts: int = 4,
+    extra_config: dict[str, Any] | None = None,
 ) -> Any:
     """A transformers causal LM with random weights, in float32 on the CPU.
 
@@ -45,7 +46,8 @@ def tiny_hf_model(
     Hybrids (``"qwen3_5_text"``, ``"qwen3_next"``): ``layer_types`` defaults to alternating
     ``linear_attention`` / ``full_attention`` (GDN first); ``linear_heads = (Hk, Hv)`` and
     ``linear_head_dim`` (dk = dv) size the GDN layers, conv width 4; ``partial_rotary_factor`` sets
-    the rotated share of each attention head; Qwen3-Next gets a sparse MoE MLP with ``num_experts``
+    the rotated share of each attention head; ``extra_config`` goes to the config class as it is
+    (``{"attention_bias": True}``, ``{"hidden_act": "gelu"}``, ...); Qwen3-Next gets a sparse MoE MLP with ``num_experts``
     experts (top-2, expert width ``intermediate_size // 2``) in every layer. Decay parameters are drawn
     so that the recurrent state carries over several tokens (``A_log = log U(0.05, 0.5)``).
 
@@ -81,7 +83,7 @@ def tiny_hf_model(
                 decoder_sparse_step=1,
                 mlp_only_layers=[],
             )
-    config = config_cls(
+    settings = dict(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -101,6 +103,7 @@ def tiny_hf_model(
         pad_token_id=None,
         **extra,
     )
+    config = config_cls(**{**settings, **(extra_config or {})})
     with torch.random.fork_rng(devices=[]):  # HF init draws from the global RNG: the caller's stream is left as it was
         model = model_cls(config).float().eval()
     gen = torch.Generator().manual_seed(seed)

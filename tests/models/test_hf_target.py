@@ -81,6 +81,8 @@ def test_tree_plans_and_bad_input_are_refused():
         target.forward(torch.tensor([[1, 2]]), mask=torch.ones(2, 2, dtype=torch.bool))
     with pytest.raises(TypeError, match="tokens"):
         target.forward(torch.tensor([[1.0]]))
+    with pytest.raises(ValueError, match=r"tokens: expected token ids in \[0, 97\), got ids in \[1, 200\]"):
+        target.forward(torch.tensor([[1, 200]]))
     with pytest.raises(ValueError, match="max_seq_len 16"):
         target.forward(torch.zeros(1, 17, dtype=torch.long))
     target.forward(torch.tensor([[1, 2, 3]]))

@@ -18,6 +18,10 @@ CONFIGS = {
         model_type="qwen3", vocab_size=101, hidden_size=40, num_heads=5, num_kv_heads=1, head_dim=12, intermediate_size=52
     ),
     "qwen2-bias": dict(model_type="qwen2", num_heads=4, num_kv_heads=2, num_layers=3),
+    # q/k/v/o biases (llama, qwen3) and the MLP's (llama): every one a tensor the runtime must load
+    "llama-attention-bias": dict(model_type="llama", extra_config={"attention_bias": True}),
+    "llama-mlp-bias": dict(model_type="llama", extra_config={"mlp_bias": True}),
+    "qwen3-attention-bias": dict(model_type="qwen3", extra_config={"attention_bias": True}),
 }
 
 
@@ -271,3 +275,53 @@ def test_tiny_models_leave_the_global_rng_as_they_found_it():
     tiny_hf_model("qwen3", seed=0)
     tiny_target(seed=1)
     assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize(
+    "model_type, extra, message",
+    [
+        ("llama", {"hidden_act": "gelu"}, "hidden_act: expected 'silu'"),
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 2, "max_window_layers": 0}, "layer_types: expected every"),
+        ("qwen3", {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4}, "layer_types: expected every"),
+        (
+            "llama",
+            {"rope_parameters": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 1e4}},
+            "rope_type: 'dynamic' frequencies depend on the sequence length",
+        ),
+    ],
+)
+def test_configs_the_runtime_would_run_as_another_model_are_refused(model_type, extra, message):
+    hf = tiny_hf_model(model_type, seed=0, extra_config=extra)
+    with pytest.raises(ValueError, match=message):
+        sd.load_target(hf, dtype=torch.float32, device="cpu", progress=False)
+
+
+def test_a_checkpoint_tensor_without_a_place_in_the_runtime_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    loading.save_hf_checkpoint(tiny_hf_model("llama", seed=0), tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    state["model.layers.1.mlp.down_proj.bias"] = torch.zeros(32)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"no place for: \['model.layers.1.mlp.down_proj.bias'\]"):
+        sd.load_target(tmp_path, dtype=torch.float32, device="cpu", progress=False)
+
+
+def test_an_untied_checkpoint_without_its_head_is_refused_and_a_tied_one_may_keep_it(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    untied, tied = tmp_path / "untied", tmp_path / "tied"
+    loading.save_hf_checkpoint(tiny_hf_model("llama", seed=0), untied)
+    state = load_file(str(untied / "model.safetensors"))
+    del state["lm_head.weight"]
+    save_file(state, str(untied / "model.safetensors"))
+    with pytest.raises(ValueError, match="missing tensor 'lm_head.weight'"):
+        sd.load_target(untied, dtype=torch.float32, device="cpu", progress=False)
+    hf = tiny_hf_model("llama", seed=0, tie_word_embeddings=True)
+    loading.save_hf_checkpoint(hf, tied)
+    state = load_file(str(tied / "model.safetensors"))
+    state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+    save_file(state, str(tied / "model.safetensors"))
+    target = sd.load_target(tied, dtype=torch.float32, device="cpu", progress=False)
+    ids = torch.tensor([[3, 1, 4]])
+    torch.testing.assert_close(target(ids).logits, hf(ids).logits, rtol=1e-4, atol=1e-4)

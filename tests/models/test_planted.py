@@ -110,3 +110,6 @@ def test_bad_input_is_refused():
         plant_successor_rule(target, embed_scale=0.0)
     with pytest.raises(ValueError, match="length"):
         successor_chain(torch.arange(vocab), 0, -1)
+    for start in (-1, vocab, True, 1.0):
+        with pytest.raises(ValueError, match=rf"start: expected a token id in \[0, {vocab}\), got {start!r}"):
+            successor_chain(torch.arange(vocab), start, 2)

@@ -338,3 +338,34 @@ def test_a_slot_is_a_batch1_target_that_generates_like_the_dense_target():
     kwargs = dict(max_new_tokens=10, drafter=NGramDrafter(), verifier=TreeVerifier(budget=4))
     assert torch.equal(sd.generate(slot, prompt, **kwargs).tokens, sd.generate(DENSE, prompt, **kwargs).tokens)
     assert ragged.length(0) == 3
+
+
+def test_tree_parents_alone_give_the_mask_and_positions_a_tree_plan_gives():
+    parents = torch.tensor([-1, 0, 0, 1])
+    tokens = torch.tensor([[5, 9, 2, 7]])
+    plan = VerifyPlan.for_tree(tokens[0, :1], Tree(tokens=tokens[0, 1:], parents=parents[1:] - 1), prefix_len=3)
+    derived, explicit = tiny_target(seed=0), tiny_target(seed=0)
+    for target in (derived, explicit):
+        target.forward(torch.tensor([[1, 2, 3]]))
+        target.commit(3)
+    got = derived.forward(tokens, tree_parents=parents).logits
+    assert torch.equal(got, explicit.forward(tokens, plan.positions, plan.mask).logits)
+    derived.commit(torch.tensor([0, 2]))
+    explicit.commit(torch.tensor([0, 2]))
+    assert torch.equal(derived.forward(torch.tensor([[4]])).logits, explicit.forward(torch.tensor([[4]])).logits)
+    ragged = RaggedDenseTarget(tiny_target(seed=0), slots=2, max_seq_len=32)
+    ragged.forward([RequestRows(1, torch.tensor([[1, 2, 3]]))])
+    ragged.commit(1, 3)
+    assert torch.equal(ragged.slot_target(1).forward(tokens, tree_parents=parents).logits, got)
+    with pytest.raises(ValueError, match="mask: expected the ancestor-or-self mask of tree_parents"):
+        derived.forward(tokens, mask=torch.ones(4, 4, dtype=torch.bool).tril(), tree_parents=parents)
+    with pytest.raises(ValueError, match=r"tree_parents: expected -1 <= tree_parents\[t\] < t"):
+        derived.forward(tokens, tree_parents=torch.tensor([-1, 0, 2, 1]))
+
+
+def test_positions_must_be_integers():
+    tokens, positions = torch.tensor([[1, 2, 3]]), torch.tensor([[0.0, 1.5, 2.7]])
+    with pytest.raises(TypeError, match="positions: expected an integer tensor"):
+        tiny_target(seed=0).forward(tokens, positions=positions)
+    with pytest.raises(TypeError, match=r"requests\[0\].positions: expected an integer tensor"):
+        RaggedDenseTarget(tiny_target(seed=0), slots=2).forward([RequestRows(0, tokens, positions)])

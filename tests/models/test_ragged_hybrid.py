@@ -420,3 +420,31 @@ def test_packed_gdn_call_over_padded_trees_agrees_for_each_gdn_method(gdn_method
             packed.commit(slot, n)
             ref.commit(slot, n)
             assert_close(packed.recurrent_states(slot), ref.recurrent_states(slot), f"recurrent states of slot {slot}")
+
+
+@pytest.mark.parametrize("layout", ["per_request", "packed"])
+@pytest.mark.parametrize("refused", ["forward", "truncate", "slot_forward"])
+def test_a_refused_call_keeps_a_slots_uncommitted_rows(layout, refused):
+    ragged = RaggedHybridTarget(HYBRID, slots=2, max_seq_len=16, layout=layout)
+    reference = RaggedHybridTarget(HYBRID, slots=2, max_seq_len=16, layout=layout)
+    for target in (ragged, reference):
+        target.forward([RequestRows(0, torch.tensor([[1, 2, 3]]))])
+    with pytest.raises((TypeError, ValueError)):
+        if refused == "forward":
+            ragged.forward([RequestRows(0, torch.tensor([[4]])), RequestRows(1, torch.tensor([[999]]))])
+        elif refused == "truncate":
+            ragged.truncate(0, 5)
+        else:
+            ragged.slot_target(0).forward(torch.tensor([[1.0]]))
+    ragged.commit(0, 3)
+    reference.commit(0, 3)
+    got = ragged.forward([RequestRows(0, torch.tensor([[7]]))])[0].logits
+    assert torch.equal(got, reference.forward([RequestRows(0, torch.tensor([[7]]))])[0].logits)
+
+
+def test_a_commit_without_the_forwards_recurrent_inputs_names_the_cause():
+    target = tiny_target("qwen3_5_text", seed=0)
+    target.forward(torch.tensor([[1, 2]]))
+    target._stash = None
+    with pytest.raises(RuntimeError, match="commit: the last forward's recurrent inputs are gone"):
+        target.commit(2)
