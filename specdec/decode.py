@@ -186,7 +186,8 @@ def _generate_one(target, prompt, max_new, drafter, verifier, sampling, generato
             extra = {"target_hidden": fresh_hidden} if taps else {}
             proposal = drafter.propose(buf[:length], k, sampling=sampling, generator=generator, **extra)
             check_proposal_size(proposal, k)
-            offered = proposal.tree.max_depth if proposal.tree is not None else proposal.num_tokens
+            tree = proposal.as_tree()  # a tree given as parents: one host read of them, which a tree verifier makes too
+            offered = tree.max_depth if tree is not None else proposal.num_tokens
             stats.longest_proposal = max(stats.longest_proposal, offered)
             t1 = time.perf_counter()
             extra = {"hidden_layers": taps} if taps else {}

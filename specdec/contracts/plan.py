@@ -16,6 +16,12 @@ import torch
 from specdec.contracts.tree import Tree, tree_positions
 
 
+def _check_integer_ids(ids: torch.Tensor, name: str) -> None:
+    """Token ids stay integers (a dtype check, no device read): a float or bool tensor is refused, not cut."""
+    if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+        raise TypeError(f"{name}: expected integer token ids, got {ids.dtype}")
+
+
 @dataclass(eq=False)
 class VerifyPlan:
     """Rows ``[root, node_0, ..., node_{N-1}]`` of one verify pass over a committed prefix.
@@ -55,6 +61,7 @@ class VerifyPlan:
             raise TypeError(f"tree: expected a Tree, got {type(tree).__name__}")
         if not isinstance(root, torch.Tensor) or root.numel() != 1:
             raise ValueError(f"root: expected one token id as a tensor, got {getattr(root, 'shape', type(root).__name__)}")
+        _check_integer_ids(root, "root")
         if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or prefix_len < 0:
             raise ValueError(f"prefix_len: expected an int >= 0, got {prefix_len!r}")
         tokens = torch.cat([root.reshape(1).to(tree.device, torch.long), tree.tokens])[None]  # [1, N + 1]
@@ -70,6 +77,7 @@ class VerifyPlan:
         """
         if not isinstance(drafts, torch.Tensor) or drafts.ndim != 1:
             raise ValueError(f"drafts: expected a 1-D tensor of token ids, got {getattr(drafts, 'shape', type(drafts).__name__)}")
+        _check_integer_ids(drafts, "drafts")
         return cls.for_tree(root, Tree._unchecked_chain(drafts.to(root.device)), prefix_len=prefix_len)
 
     @property

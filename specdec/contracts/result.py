@@ -25,3 +25,19 @@ class VerifyResult:
     emitted: torch.Tensor
     num_accepted: int
     hidden: torch.Tensor | None = None
+
+    def __post_init__(self):
+        emitted = self.emitted
+        if not isinstance(emitted, torch.Tensor) or emitted.ndim != 1:
+            desc = f"shape {tuple(emitted.shape)}" if isinstance(emitted, torch.Tensor) else type(emitted).__name__
+            raise TypeError(f"emitted: expected a 1-D int64 tensor [n + 1], got {desc}")
+        if emitted.dtype == torch.bool or emitted.is_floating_point() or emitted.is_complex():
+            raise TypeError(f"emitted: expected integer token ids, got {emitted.dtype}")
+        if emitted.numel() < 1:
+            raise ValueError("emitted: expected at least the bonus token (a round emits n + 1 >= 1 tokens), got none")
+        n = self.num_accepted
+        if isinstance(n, bool) or not isinstance(n, int) or n != emitted.numel() - 1:
+            raise ValueError(
+                f"num_accepted: expected the accepted drafts before the bonus token, emitted.numel() - 1 = "
+                f"{emitted.numel() - 1} (a round emits at least the bonus token), got {n!r}"
+            )

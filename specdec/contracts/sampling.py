@@ -41,11 +41,13 @@ class SamplingConfig:
     logits_processor: tuple = ()
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.temperature, (int, float)) and 0 <= self.temperature < math.inf):
+        if isinstance(self.temperature, bool) or not (
+            isinstance(self.temperature, (int, float)) and 0 <= self.temperature < math.inf
+        ):
             raise ValueError(f"temperature: expected a finite float >= 0, got {self.temperature!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k: expected an int >= 0 (0 = off), got {self.top_k!r}")
-        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+        if isinstance(self.top_p, bool) or not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p: expected a float in (0, 1], got {self.top_p!r}")
         penalty = self.repetition_penalty
         if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not 0 < penalty < math.inf:

@@ -101,3 +101,32 @@ def test_chain_plan_skips_the_host_walk_and_equals_the_checked_chain(monkeypatch
     assert torch.equal(tree.ancestor_mask, checked.ancestor_mask)
     empty = VerifyPlan.chain(torch.tensor([3]), torch.zeros(0, dtype=torch.long), prefix_len=2)
     assert empty.num_rows == 1 and empty.is_chain
+
+
+def test_plans_refuse_token_ids_that_are_not_integers():
+    with pytest.raises(TypeError, match="drafts: expected integer token ids, got torch.float32"):
+        VerifyPlan.chain(torch.tensor([3]), torch.tensor([4.9, 5.7]), prefix_len=0)
+    with pytest.raises(TypeError, match="drafts: expected integer token ids, got torch.bool"):
+        VerifyPlan.chain(torch.tensor([3]), torch.tensor([True, False]), prefix_len=0)
+    with pytest.raises(TypeError, match="root: expected integer token ids, got torch.float32"):
+        VerifyPlan.for_tree(torch.tensor([3.9]), Tree.chain([4, 5]), prefix_len=0)
+
+
+def test_a_verify_result_is_one_round_of_n_accepted_drafts_and_a_bonus_token():
+    from specdec.contracts import VerifyResult
+
+    with pytest.raises(ValueError, match="emitted: expected at least the bonus token"):
+        VerifyResult(emitted=torch.zeros(0, dtype=torch.long), num_accepted=0)
+    with pytest.raises(TypeError, match="emitted: expected integer token ids, got torch.float32"):
+        VerifyResult(emitted=torch.tensor([2.7, 3.9]), num_accepted=1)
+    with pytest.raises(TypeError, match=r"emitted: expected a 1-D int64 tensor \[n \+ 1\], got shape \(1, 2\)"):
+        VerifyResult(emitted=torch.tensor([[2, 3]]), num_accepted=1)
+    for wrong in (7, 0, True, -1):
+        with pytest.raises(ValueError, match=rf"num_accepted: expected .* = 1 .*, got {wrong!r}"):
+            VerifyResult(emitted=torch.tensor([2, 3]), num_accepted=wrong)
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p"])
+def test_sampling_settings_refuse_bools(field):
+    with pytest.raises(ValueError, match=rf"{field}: expected"):
+        sd.SamplingConfig(**{field: True})

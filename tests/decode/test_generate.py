@@ -299,3 +299,39 @@ def test_stats_record_the_longest_proposal_offered():
     assert len(spec.stats.accepted_histogram) - 1 == 2  # the longest accepted run is shorter than what was offered
     assert sd.generate(target, prompt, 12).stats.longest_proposal == 0  # AR offers nothing
     assert (spec.stats + sd.GenerationStats(longest_proposal=5)).longest_proposal == 5  # the longest of both
+
+
+class _StarDrafter:
+    """Three children of the root a round (depth 1), as ``tree=`` or as ``tokens`` + ``parents``."""
+
+    vocab_size = 5
+
+    def __init__(self, as_parents: bool):
+        self.as_parents = as_parents
+
+    def reset(self):
+        pass
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        from specdec.contracts import DraftProposal, Tree
+
+        n = min(3, max_tokens)
+        if self.as_parents:
+            return DraftProposal(tokens=torch.arange(n), parents=torch.full((n,), -1))
+        return DraftProposal(tokens=torch.arange(min(1, n)), tree=Tree(tokens=torch.arange(n), parents=torch.full((n,), -1)))
+
+
+@pytest.mark.parametrize("as_parents", [False, True])
+def test_longest_proposal_is_a_trees_depth_in_either_form(as_parents):
+    from specdec.testing.laws import MarkovLaw, MarkovTarget
+
+    target = MarkovTarget(MarkovLaw(5, seed=0), max_seq_len=64)
+    out = sd.generate(
+        target,
+        torch.tensor([[1, 2]]),
+        8,
+        drafter=_StarDrafter(as_parents),
+        verifier=sd.TreeVerifier(budget=8),
+        num_draft_tokens=4,
+    )
+    assert out.stats.longest_proposal == 1

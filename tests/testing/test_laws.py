@@ -31,7 +31,7 @@ from specdec.testing.laws import (
 from specdec.verify import SamplingConfig
 from specdec.verify.tree import Tree, TreeVerifier, best_first_tree
 
-EXACT = 1e-6  # float32 laws composed in float64: lossless rounds agree to ~1e-7
+EXACT = 1e-12  # laws composed in float64 from the same float32 logits: lossless rounds agree to ~1e-16
 T1 = SamplingConfig(temperature=1.0)
 
 
@@ -272,3 +272,107 @@ def test_strategy_settings_are_checked():
     with pytest.raises(ValueError, match="vocab_size"):
         MarkovLaw(1)
     assert math.isclose(sum(autoregressive_law(MarkovLaw(2), (0,), 3, sampling=T1).values()), 1.0)
+
+
+def _lookahead_walk(tree, choices):
+    """A biased walk: with a token duplicated under the root it takes the duplicate whose child the row below drew."""
+    from specdec.verify.tree import match_walk
+    from specdec.verify.walks import TreeWalk
+
+    if int(choices[0]) == 1 and int(choices[2]) == 2:
+        return TreeWalk(rows=torch.tensor([0, 2, 3]), emitted=torch.tensor([1, 2, int(choices[3])]), num_accepted=2)
+    return match_walk(tree, choices)
+
+
+def test_tree_enumeration_draws_every_duplicate_sibling_and_catches_a_walk_that_chooses_among_them():
+    tree = Tree(tokens=[1, 1, 2], parents=[-1, -1, 1])  # root -> 1 (node 0), root -> 1 (node 1) -> 2 (node 2)
+    law = MarkovLaw(3, order=2, seed=0, scale=1.0)
+    ar = autoregressive_law(law, (0, 0), 3, sampling=T1)
+    fair = speculative_law(tree_round(law, lambda ctx: tree, sampling=T1), (0, 0), 3)
+    biased = speculative_law(tree_round(law, lambda ctx: tree, sampling=T1, walk=_lookahead_walk), (0, 0), 3)
+    assert total_variation(fair, ar) < EXACT
+    assert total_variation(biased, ar) > 0.05
+
+
+def test_tree_enumeration_refuses_a_walk_that_reads_a_row_no_match_reaches():
+    from specdec.verify.walks import TreeWalk
+
+    tree = Tree(tokens=[0], parents=[-1])
+    peeking = lambda tree, choices: TreeWalk(rows=torch.tensor([0]), emitted=choices[1:2].clone(), num_accepted=0)  # noqa: E731
+    probs = torch.tensor([[0.0, 1.0], [0.5, 0.5]])  # the root never draws 0, so row 1 is never matched into
+    with pytest.raises(ValueError, match="walk: its output depends on the draw of a row no matching path reaches"):
+        tree_round_law(tree, probs, walk=peeking)
+
+
+def test_exact_laws_apply_the_repetition_penalty_and_processors_as_transformers_does():
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    law, draft = MarkovLaw(4, seed=0, scale=1.5), MarkovLaw(4, seed=1, scale=1.5)
+    penalised = SamplingConfig(temperature=1.0, repetition_penalty=3.0)
+    hf = RepetitionPenaltyLogitsProcessor(3.0)
+    by_transformers = lambda ctx: hf(torch.tensor([ctx]), law(ctx)[None].float())[0]  # noqa: E731
+    want = autoregressive_law(by_transformers, (1, 2), 3, sampling=T1)
+    assert total_variation(want, autoregressive_law(law, (1, 2), 3, sampling=T1)) > 0.05  # the penalty matters
+    assert total_variation(autoregressive_law(law, (1, 2), 3, sampling=penalised), want) < EXACT
+    chain = speculative_law(chain_round(law, num_draft=2, sampling=penalised, draft_logits=draft), (1, 2), 3)
+    assert total_variation(chain, want) < EXACT
+    top2 = lambda ctx: Tree(tokens=torch.topk(draft(ctx), 2).indices, parents=[-1, -1])  # noqa: E731
+    assert total_variation(speculative_law(tree_round(law, top2, sampling=penalised), (1, 2), 3), want) < EXACT
+
+
+def test_harness_arguments_are_checked():
+    law = MarkovLaw(3, seed=0)
+    one = lambda ctx: {(0,): 0.5, (1,): 0.5}  # noqa: E731
+    for call in (
+        lambda: autoregressive_law(law, (0,), -2, sampling=T1),
+        lambda: speculative_law(one, (0,), -1),
+        lambda: speculative_law(one, (0,), True),
+    ):
+        with pytest.raises(ValueError, match="num_tokens: expected an int >= 0"):
+            call()
+    with pytest.raises(TypeError, match="context: expected int token ids, got 1.5 at index 1"):
+        autoregressive_law(law, (0, 1.5), 1, sampling=T1)
+    with pytest.raises(ValueError, match="draft_tokens: expected at most num_draft = 1 tokens, got 2"):
+        speculative_law(chain_round(law, num_draft=1, sampling=T1, draft_tokens=lambda ctx: [0, 1]), (0,), 2)
+    with pytest.raises(ValueError, match="round_law: expected probabilities summing to 1"):
+        speculative_law(lambda ctx: {(0,): 0.5}, (0,), 1)  # a round that lost half its mass (a NaN branch dropped)
+    with pytest.raises(ValueError, match="round_law: expected probabilities in"):
+        speculative_law(lambda ctx: {(0,): float("nan"), (1,): 1.0}, (0,), 1)
+    assert speculative_law(one, (0,), 0) == {(): 1.0}
+
+
+def test_markov_target_refuses_what_a_runtime_target_refuses():
+    target = MarkovTarget(MarkovLaw(5, order=1, seed=0), max_seq_len=16)
+    for rows in ([-1, 0], [2, 0], [1, 1, 1], [0, 3]):
+        target.reset()
+        target.forward(torch.tensor([[1, 2, 3]]))
+        with pytest.raises(ValueError, match=r"accepted: expected ascending row indices in \[0, 3\)"):
+            target.commit(torch.tensor(rows))
+    target.reset()
+    target.forward(torch.tensor([[1, 2, 3]]))
+    with pytest.raises(TypeError, match="accepted: expected an int or a 1-D int64 tensor"):
+        target.commit(True)
+    with pytest.raises(ValueError, match=r"tokens: expected token ids in \[0, 5\), got ids in \[-1, 2\]"):
+        target.forward(torch.tensor([[2, -1]]))
+    with pytest.raises(ValueError, match="tokens: expected at least one token"):
+        target.forward(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"mask: expected bool \[2, 2\]"):
+        target.forward(torch.tensor([[1, 2]]), mask=torch.ones(2, 2))
+
+
+def test_chi2_inputs_keep_their_ids_and_shapes():
+    from specdec.testing.laws import one_sample_chi2
+
+    with pytest.raises(ValueError, match=r"samples\[0\]: expected an outcome of integer token ids"):
+        one_sample_chi2([[0.9]] * 10 + [[1.2]] * 10, {(0,): 0.5, (1,): 0.5}, min_expected=0)
+    hits = torch.ones(3, 2, 5, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"hits_a\[0\]: expected a 1-D tensor of one sequence's hits, got shape \(2, 5\)"):
+        argmax_rate_test(hits, hits)
+
+
+def test_sample_continuations_refuses_a_context_that_is_not_integer_ids():
+    from specdec.testing.laws import sample_continuations
+
+    with pytest.raises(ValueError, match="context: expected a non-empty sequence of integer token ids"):
+        sample_continuations(MarkovTarget(MarkovLaw(3, seed=0), max_seq_len=16), (1.9, 2.7), 2, 2)
+    assert sample_continuations(MarkovTarget(MarkovLaw(3, seed=0), max_seq_len=16), torch.tensor([1, 2]), 2, 2).shape == (2, 2)

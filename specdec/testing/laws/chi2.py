@@ -18,6 +18,7 @@ other, and the targeted argmax-rate test.
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 
 import torch
@@ -204,6 +205,8 @@ def argmax_rate_test(hits_a, hits_b, *, permutations: int = 0, generator: torch.
             h = torch.as_tensor(h)
             if h.is_floating_point() or h.is_complex() or (h.dtype != torch.bool and bool(((h != 0) & (h != 1)).any())):
                 raise ValueError(f"{name}[{i}]: expected boolean (or 0/1) hits, got {h.dtype} {h.flatten()[:4].tolist()}")
+            if h.ndim > 1:
+                raise ValueError(f"{name}[{i}]: expected a 1-D tensor of one sequence's hits, got shape {tuple(h.shape)}")
             out.append(h.bool().view(-1).cpu())
         return out
 
@@ -252,7 +255,14 @@ def _law_cells(samples, law) -> tuple[torch.Tensor, torch.Tensor, int]:
                 )
             rows = [tuple(r) for r in samples.tolist()]
         else:
-            rows = [tuple(int(t) for t in r) for r in samples]
+            rows = []
+            for i, r in enumerate(samples):
+                try:
+                    if any(isinstance(t, bool) for t in r):
+                        raise TypeError
+                    rows.append(tuple(operator.index(t) for t in r))
+                except TypeError:
+                    raise ValueError(f"samples[{i}]: expected an outcome of integer token ids, got {r!r}") from None
             bad = next((r for r in rows if len(r) != length), None)
             if bad is not None:
                 raise ValueError(f"samples: expected outcomes of {length} tokens (the law's), got {bad}")

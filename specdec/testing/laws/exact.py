@@ -16,6 +16,7 @@ import torch
 
 from specdec.verify import chain as _chain
 from specdec.verify.chain import ChainLaws
+from specdec.verify.processors import process_logits
 from specdec.verify.sampling import SamplingConfig, logits_to_probs
 from specdec.verify.tree import Tree, match_walk
 
@@ -46,6 +47,20 @@ def _probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     return probs / probs.sum(-1, keepdim=True)
 
 
+def _processed_rows(target_logits: TargetLogits, prefixes: Sequence[tuple[int, ...]], sampling: SamplingConfig) -> torch.Tensor:
+    """``[R, V]`` logits of each prefix after the prefix-dependent settings (repetition penalty, logits
+    processors), as the decode loop and the verifiers apply them before temperature / top-k / top-p."""
+    rows = torch.stack([target_logits(prefix) for prefix in prefixes])
+    if not sampling.needs_prefix:
+        return rows
+    return process_logits(rows, [torch.tensor(prefix, dtype=torch.long) for prefix in prefixes], sampling)
+
+
+def _check_num_tokens(num_tokens: object) -> None:
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+        raise ValueError(f"num_tokens: expected an int >= 0, got {num_tokens!r}")
+
+
 def autoregressive_law(target_logits: TargetLogits, context: Sequence[int], num_tokens: int, *, sampling: SamplingConfig) -> Law:
     """Law of the next ``num_tokens`` tokens under plain decoding.
 
@@ -53,18 +68,21 @@ def autoregressive_law(target_logits: TargetLogits, context: Sequence[int], num_
         target_logits: ``context tuple -> logits [V]``.
         context: the tokens so far.
         num_tokens: length of the continuation.
-        sampling: temperature / top-k / top-p (greedy gives a point mass).
+        sampling: the request's settings (greedy gives a point mass); a repetition penalty and logits
+            processors see each step's whole prefix, the context included.
 
     Example:
         >>> law = autoregressive_law(lambda ctx: torch.tensor([0.0, 0.0]), (0,), 2, sampling=SamplingConfig(temperature=1.0))
         >>> law[(0, 1)]
         0.25
     """
+    _check_num_tokens(num_tokens)
+    context = _checked_context(context)
     law: Law = {(): 1.0}
     for _ in range(num_tokens):
         nxt: Law = {}
         for seq, mass in law.items():
-            for token, p in _support(_probs(target_logits(tuple(context) + seq), sampling)):
+            for token, p in _support(_probs(_processed_rows(target_logits, [context + seq], sampling)[0], sampling)):
                 nxt[seq + (token,)] = nxt.get(seq + (token,), 0.0) + mass * p
         law = nxt
     return law
@@ -82,16 +100,17 @@ def speculative_law(round_law: Callable[[tuple[int, ...]], Law], context: Sequen
         >>> speculative_law(ar, (0,), 2)[(1, 0)]
         0.25
     """
+    _check_num_tokens(num_tokens)
     cache: dict[tuple[int, ...], Law] = {}
-    done: Law = {}
-    frontier: Law = {(): 1.0}
-    context = tuple(int(t) for t in context)
+    done: Law = {} if num_tokens else {(): 1.0}
+    frontier: Law = {(): 1.0} if num_tokens else {}
+    context = _checked_context(context)
     while frontier:
         nxt: Law = {}
         for seq, mass in frontier.items():
             ctx = context + seq
             if ctx not in cache:
-                cache[ctx] = round_law(ctx)
+                cache[ctx] = _checked_round_law(round_law(ctx), ctx)
             for emitted, p in cache[ctx].items():
                 if not emitted:
                     raise ValueError(f"round_law: a round must emit at least one token, got an empty tuple after {ctx}")
@@ -100,6 +119,28 @@ def speculative_law(round_law: Callable[[tuple[int, ...]], Law], context: Sequen
                 bucket[new] = bucket.get(new, 0.0) + mass * p
         frontier = nxt
     return done
+
+
+def _checked_context(context: Sequence[int]) -> tuple[int, ...]:
+    out = []
+    for i, token in enumerate(context):
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise TypeError(f"context: expected int token ids, got {token!r} at index {i}")
+        out.append(token)
+    return tuple(out)
+
+
+def _checked_round_law(law: Law, context: tuple[int, ...]) -> Law:
+    """A round's law must be a law: probabilities in [0, 1] (no NaN) that sum to 1 (within float32 rounding,
+    which round laws computed from a verifier's float32 laws carry)."""
+    total = 0.0
+    for emitted, p in law.items():
+        if not 0.0 <= p <= 1.0 + 1e-12:
+            raise ValueError(f"round_law: expected probabilities in [0, 1], got {p!r} for {emitted} after {context}")
+        total += p
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"round_law: expected probabilities summing to 1, got {total!r} after {context}")
+    return law
 
 
 def total_variation(law_a: Law, law_b: Law) -> float:
@@ -120,7 +161,8 @@ def reference_chain_decide(
     target_logits: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, sampling: SamplingConfig
 ) -> ChainLaws:
     """What :class:`specdec.ChainVerifier` samples from: ``chain_laws`` applied to the target law after
-    the request's sampling settings (float64 for exact comparisons).
+    temperature / top-k / top-p (float64 for exact comparisons); ``target_logits [k + 1, V]`` are the verify
+    rows' logits after the prefix-dependent settings, which :func:`chain_round` applies row by row.
 
     Both functions are looked up in :mod:`specdec.verify.chain` at call time, so the enumeration
     judges whatever the chain verifier currently runs (a patched copy included).
@@ -188,7 +230,9 @@ def chain_round(
 
     Exactly one of ``draft_logits`` (drafts are drawn one by one from that law after
     ``draft_sampling``, default ``sampling``, and reported as ``draft_probs``) and ``draft_tokens``
-    (a deterministic proposal ``context -> tokens``, reported with ``draft_probs=None``).
+    (a deterministic proposal ``context -> tokens`` of at most ``num_draft`` tokens, reported with
+    ``draft_probs=None``). Every verify row's logits go through the prefix-dependent settings with its
+    own prefix (the context, then the drafts before it), as the chain verifier processes them.
 
     Example:
         >>> p = lambda ctx: torch.tensor([1.0, 0.0, -1.0])
@@ -208,7 +252,12 @@ def chain_round(
 
     def round_law(context: tuple[int, ...]) -> Law:
         if draft_tokens is not None:
-            proposals = [(tuple(int(t) for t in draft_tokens(context))[:num_draft], 1.0, None)]
+            drafts = _checked_context(draft_tokens(context))
+            if len(drafts) > num_draft:
+                raise ValueError(
+                    f"draft_tokens: expected at most num_draft = {num_draft} tokens, got {len(drafts)} after {context}"
+                )
+            proposals = [(drafts, 1.0, None)]
         else:
             proposals = []
 
@@ -216,14 +265,14 @@ def chain_round(
                 if len(drafts) == num_draft:
                     proposals.append((drafts, mass, torch.stack(rows) if rows else None))
                     return
-                q = _probs(draft_logits(context + drafts), dsampling)
+                q = _probs(_processed_rows(draft_logits, [context + drafts], dsampling)[0], dsampling)
                 for token, p in _support(q):
                     grow(drafts + (token,), mass * p, rows + [q])
 
             grow((), 1.0, [])
         law: Law = {}
         for drafts, mass, draft_probs in proposals:
-            rows = torch.stack([target_logits(context + drafts[:i]) for i in range(len(drafts) + 1)])  # [k + 1, V]
+            rows = _processed_rows(target_logits, [context + drafts[:i] for i in range(len(drafts) + 1)], sampling)  # [k + 1, V]
             d = torch.tensor(drafts, dtype=torch.long)
             if draft_probs is None and draft_logits is not None:
                 draft_probs = torch.zeros(0, rows.shape[-1], dtype=torch.float64)
@@ -237,9 +286,12 @@ def chain_round(
 def tree_round_law(tree: Tree, target_probs: torch.Tensor, *, walk: Callable[[Tree, torch.Tensor], object] = match_walk) -> Law:
     """Exact law of the tuple sample-and-match emits on ``tree``.
 
-    Enumerates the target's draw at every row the walk visits (rows draw independently) and runs
-    ``walk(tree, choices)`` -- by default the library's :func:`specdec.verify.tree.match_walk` -- on
-    each outcome. Rows the walk does not visit get choice 0.
+    Rows draw independently; the target's draw is enumerated at every row a matching path reaches (the
+    root, and each child, every duplicate sibling included, whose token the draw at its parent row
+    matched) and ``walk(tree, choices)`` -- by default the library's
+    :func:`specdec.verify.tree.match_walk` -- runs on each outcome. The rows no matching path reaches
+    hold no draw the walk may use: each outcome is walked twice, with two fillers there, and a walk
+    whose output changes raises ``ValueError``.
 
     Args:
         tree: the draft tree (``N`` nodes).
@@ -253,24 +305,35 @@ def tree_round_law(tree: Tree, target_probs: torch.Tensor, *, walk: Callable[[Tr
     """
     n = tree.num_nodes
     tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
-    first_child: dict[tuple[int, int], int] = {}
+    children: dict[tuple[int, int], list[int]] = {}
     for node in range(n):
-        first_child.setdefault((parents[node] + 1, tokens[node]), node + 1)
+        children.setdefault((parents[node] + 1, tokens[node]), []).append(node + 1)
     probs = target_probs.double()
+    vocab = probs.shape[-1]
     law: Law = {}
 
-    def visit(row: int, choices: list[int], mass: float) -> None:
+    def emitted_by(choices: list[int]) -> tuple[int, ...]:
+        return tuple(walk(tree, torch.tensor(choices, dtype=torch.long, device=tree.device)).emitted.tolist())
+
+    def visit(frontier: list[int], choices: list[int], drawn: set[int], mass: float) -> None:
+        if not frontier:
+            emitted = emitted_by(choices)
+            if vocab > 1 and len(drawn) <= n:
+                other = [c if row in drawn else vocab - 1 for row, c in enumerate(choices)]
+                if emitted_by(other) != emitted:
+                    raise ValueError(
+                        "walk: its output depends on the draw of a row no matching path reaches "
+                        f"(rows drawn {sorted(drawn)} of {n + 1}); sample-and-match reads only the rows it matches into"
+                    )
+            law[emitted] = law.get(emitted, 0.0) + mass
+            return
+        row, rest = frontier[0], frontier[1:]
         for token, p in _support(probs[row]):
             choices[row] = token
-            child = first_child.get((row, token))
-            if child is not None:
-                visit(child, choices, mass * p)
-            else:
-                emitted = tuple(walk(tree, torch.tensor(choices, dtype=torch.long, device=tree.device)).emitted.tolist())
-                law[emitted] = law.get(emitted, 0.0) + mass * p
-            choices[row] = 0
+            visit(rest + children.get((row, token), []), choices, drawn | {row}, mass * p)
+        choices[row] = 0
 
-    visit(0, [0] * (n + 1), 1.0)
+    visit([0], [0] * (n + 1), set(), 1.0)
     return law
 
 
@@ -284,15 +347,14 @@ def tree_round(
     """A round law for :func:`speculative_law`: ``build_tree(context)`` then sample-and-match.
 
     The tree may depend on the context (e.g. the top-k children of a draft law) but not on the
-    target's draws.
+    target's draws. Each verify row's logits go through the prefix-dependent settings with its own
+    prefix (the context, then its root-to-node path), as the tree verifier processes them.
     """
 
     def round_law(context: tuple[int, ...]) -> Law:
         tree = build_tree(context)
-        rows = [target_logits(context)]
-        for node in range(tree.num_nodes):
-            rows.append(target_logits(context + tuple(tree.tokens[tree.path(node)].tolist())))
-        return tree_round_law(tree, _probs(torch.stack(rows), sampling), walk=walk)
+        prefixes = [context] + [context + tuple(tree.tokens[tree.path(node)].tolist()) for node in range(tree.num_nodes)]
+        return tree_round_law(tree, _probs(_processed_rows(target_logits, prefixes, sampling), sampling), walk=walk)
 
     return round_law
 

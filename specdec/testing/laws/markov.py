@@ -191,6 +191,16 @@ class MarkovTarget:
                 f"tokens: expected int64 [1, T], got {getattr(tokens, 'dtype', type(tokens).__name__)} {tuple(getattr(tokens, 'shape', ()))}"
             )
         rows = tokens[0].tolist()
+        vocab = self.law.vocab_size
+        if not rows:
+            raise ValueError("tokens: expected at least one token, got T = 0")
+        if min(rows) < 0 or max(rows) >= vocab:
+            raise ValueError(f"tokens: expected token ids in [0, {vocab}), got ids in [{min(rows)}, {max(rows)}]")
+        if mask is not None and (
+            not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (len(rows), len(rows))
+        ):
+            desc = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise ValueError(f"mask: expected bool [{len(rows)}, {len(rows)}], got {desc}")
         if self.length + len(rows) > self.max_seq_len:
             raise ValueError(
                 f"tokens: {len(rows)} new rows do not fit: length {self.length} + {len(rows)} > max_seq_len {self.max_seq_len}"
@@ -234,12 +244,23 @@ class MarkovTarget:
         """
         if self._last_view != "exact":
             raise RuntimeError(f"commit: the last forward ran the {self._last_view!r} view; its rows are never committed")
-        if isinstance(accepted, int):
-            if not 0 <= accepted <= len(self._last_tokens):
-                raise ValueError(f"accepted: expected 0 <= n <= {len(self._last_tokens)}, got {accepted}")
+        last = len(self._last_tokens)
+        if isinstance(accepted, int) and not isinstance(accepted, bool):
+            if not 0 <= accepted <= last:
+                raise ValueError(f"accepted: expected 0 <= n <= {last}, got {accepted}")
             self._tokens.extend(self._last_tokens[:accepted])
         else:
-            self._tokens.extend(self._last_tokens[i] for i in accepted.tolist())
+            if not isinstance(accepted, torch.Tensor) or accepted.ndim != 1 or accepted.dtype != torch.long:
+                desc = (
+                    f"{accepted.dtype} {tuple(accepted.shape)}" if isinstance(accepted, torch.Tensor) else type(accepted).__name__
+                )
+                raise TypeError(f"accepted: expected an int or a 1-D int64 tensor, got {desc}")
+            rows = accepted.tolist()
+            if any(not 0 <= r < last for r in rows) or any(b <= a for a, b in zip(rows, rows[1:])):
+                raise ValueError(
+                    f"accepted: expected ascending row indices in [0, {last}) (rows of the last forward), got {rows}"
+                )
+            self._tokens.extend(self._last_tokens[i] for i in rows)
         self._last, self._last_tokens = [], []
 
 

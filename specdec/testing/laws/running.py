@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -50,9 +51,14 @@ def sample_continuations(
     for name, value, minimum in (("num_samples", num_samples, 1), ("num_tokens", num_tokens, 1), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
-    prompt = torch.as_tensor(list(context), dtype=torch.long, device=target.device)
-    if prompt.ndim != 1 or prompt.numel() == 0:
-        raise ValueError(f"context: expected a non-empty sequence of token ids, got {list(context)!r}")
+    ids = list(context)
+    try:
+        if not ids or any(isinstance(t, bool) for t in ids):
+            raise TypeError
+        ids = [operator.index(t) for t in ids]
+    except TypeError:
+        raise ValueError(f"context: expected a non-empty sequence of integer token ids, got {ids!r}") from None
+    prompt = torch.tensor(ids, dtype=torch.long, device=target.device)
     out = generate(
         target,
         prompt.expand(num_samples, -1),
