@@ -185,7 +185,7 @@ def smollm2_drafter_summary(results: Results) -> str:
         [
             ("n-gram chain (k=6)", "n-gram chain", False),
             ("trained chain (k=7), graph", "trained chain, CUDA-graph draft step", True),
-            ("trained tree (32 nodes), graph", "trained best-first tree (32 nodes), CUDA-graph draft step", True),
+            ("trained tree (32 nodes), graph", "trained best-first tree (up to 64 nodes), CUDA-graph draft step", True),
         ],
     )
     return markdown_table(["drafter", "tokens per target pass", "speed-up over AR", "== AR"], rows)
@@ -198,9 +198,9 @@ def smollm2_drafter_eval(results: Results) -> str:
             ("n-gram chain (k=6)", "n-gram, chain (k = 6)", False),
             ("n-gram tree (4 paths)", "n-gram, tree (4 paths)", False),
             ("trained chain (k=7)", "trained, chain (k = 7), eager draft step", False),
-            ("trained tree (32 nodes)", "trained, best-first tree (32 nodes), eager", False),
+            ("trained tree (32 nodes)", "trained, best-first tree (up to 64 nodes), eager", False),
             ("trained chain (k=7), graph", "trained, chain (k = 7), CUDA-graph draft step", True),
-            ("trained tree (32 nodes), graph", "trained, best-first tree (32 nodes), CUDA-graph draft step", True),
+            ("trained tree (32 nodes), graph", "trained, best-first tree (up to 64 nodes), CUDA-graph draft step", True),
         ],
     )
     return markdown_table(["drafter", "tokens per target pass", "speed-up over AR (wall clock)", "output == AR"], rows)

@@ -231,13 +231,13 @@ def time_parts(drafter, target, prefix: int, new_rows: int, iters: int) -> dict:
     drafter.propose(ctx, k, sampling=greedy, generator=None, target_hidden=feats)
     hidden = drafter.last_hidden[first : first + k]
     # on the static path _draft reads the body's outputs (DSpark: the greedy walk and confidences)
-    head_ms = cuda_ms(lambda: drafter._draft(ctx, hidden, k, greedy, None), iters)
+    head_ms = cuda_ms(lambda: drafter._draft(ctx, hidden, k, greedy, None, max_nodes=k), iters)
     lm_ms = cuda_ms(lambda: drafter.model.logits(hidden, drafter.lm_head), iters)
     extra = {}
     if drafter._graph_out is not None:
         # the same rows through the eager head (what ran after the replay before the head moved into the body)
         saved, drafter._graph_out = drafter._graph_out, None
-        extra["head_eager_ms"] = cuda_ms(lambda: drafter._draft(ctx, hidden, k, greedy, None), iters)
+        extra["head_eager_ms"] = cuda_ms(lambda: drafter._draft(ctx, hidden, k, greedy, None, max_nodes=k), iters)
         drafter._graph_out = saved
     if drafter.uses_cuda_graphs:
         graphs = drafter._graphs

@@ -301,14 +301,17 @@ def main() -> int:
         "n-gram chain (k=6)": dict(drafter=sd.NGramDrafter(max_ngram=3), k=6),
         "n-gram tree (4 paths)": dict(drafter=sd.NGramDrafter(max_ngram=3, max_paths=4), verifier=sd.TreeVerifier(), k=6),
         "trained chain (k=7)": dict(drafter=drafter, k=7),
-        "trained tree (32 nodes)": dict(drafter=tree_drafter, verifier=sd.TreeVerifier(), k=7),
+        "trained tree (32 nodes)": dict(drafter=tree_drafter, verifier=sd.TreeVerifier(32), k=32),
     }
     if args.drafter_graphs and device == "cuda":
         for name, budget in (("trained chain (k=7), graph", None), ("trained tree (32 nodes), graph", 32)):
             fast = DFlashDrafter.from_pretrained(drafter_dir, target, dtype=torch.float32, tree_budget=budget)
             fast.enable_cuda_graphs(target.max_seq_len)
-            run_config(target, eval_ids[:2], 8, eos, drafter=fast, k=7, verifier=sd.TreeVerifier() if budget else None)  # warm-up
-            runs[name] = dict(drafter=fast, k=7, verifier=sd.TreeVerifier() if budget else None)
+            k = budget or 7  # a tree's node budget is the round's max_tokens; its depth stays the block's 7
+            run_config(
+                target, eval_ids[:2], 8, eos, drafter=fast, k=k, verifier=sd.TreeVerifier(budget) if budget else None
+            )  # warm-up
+            runs[name] = dict(drafter=fast, k=k, verifier=sd.TreeVerifier(budget) if budget else None)
     for name, kw in runs.items():
         results[name], _ = run_config(target, eval_ids, n, eos, ar_tokens=ar_out, **kw)
         log(f"{name}: {results[name]['tokens_per_target_pass']:.2f} tok/pass")

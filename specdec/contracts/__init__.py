@@ -8,7 +8,7 @@
   settings and draft trees.
 """
 
-from specdec.contracts.drafter import Drafter, FinishingDrafter
+from specdec.contracts.drafter import Drafter, FinishingDrafter, check_propose_arguments
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.proposal import DraftProposal, validate_proposal
 from specdec.contracts.result import VerifyResult
@@ -26,6 +26,7 @@ __all__ = [
     "Tree",
     "VerifyPlan",
     "VerifyResult",
+    "check_propose_arguments",
     "check_target",
     "tree_attention_mask",
     "tree_positions",

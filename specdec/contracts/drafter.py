@@ -72,6 +72,26 @@ class Drafter(Protocol):
         """
 
 
+def check_propose_arguments(
+    context: object, max_tokens: object, *, context_name: str = "context", max_name: str = "max_tokens"
+) -> None:
+    """Raise naming the argument unless ``context`` is a non-empty 1-D int64 tensor and ``max_tokens`` an int >= 0.
+
+    The checks every drafter's ``propose`` makes first (shape, dtype and a host int only: no device read).
+
+    Example:
+        >>> check_propose_arguments(torch.tensor([5.0, 6.0]), 2)
+        Traceback (most recent call last):
+        ...
+        TypeError: context: expected a non-empty 1-D int64 tensor, got torch.float32 (2,)
+    """
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise ValueError(f"{max_name}: expected an int >= 0, got {max_tokens!r}")
+    if not isinstance(context, torch.Tensor) or context.ndim != 1 or context.dtype != torch.long or context.numel() < 1:
+        desc = f"{context.dtype} {tuple(context.shape)}" if isinstance(context, torch.Tensor) else type(context).__name__
+        raise TypeError(f"{context_name}: expected a non-empty 1-D int64 tensor, got {desc}")
+
+
 @runtime_checkable
 class FinishingDrafter(Protocol):
     """A drafter with work that can outlive a request's last round (SSD's pre-draft of the next round).

@@ -32,8 +32,9 @@ class DraftProposal:
             selectors), at most ``max_tokens`` nodes; ``tokens`` is then its first root-to-leaf path.
         parents: ``[k]`` int64 parent of each token (``-1`` = child of the root, ``parents[i] < i``):
             the same tree as ``tree`` given as a tensor; ``None`` for a chain.
-        confidence: ``[k]`` float32 per-node confidence in ``[0, 1]``: DSpark's calibrated acceptance
-            probability or DFlash2's path score. Schedulers and budgets read it; verifiers never do.
+        confidence: ``[k]`` float32 per-node confidence in ``[0, 1]``, set by a drafter that has one (the
+            library's drafters leave it ``None``: DSpark keeps its calibrated confidences in
+            ``last_confidence``). A verify budget reads it for trees and greedy chains; verifiers never do.
 
     Example:
         >>> DraftProposal(tokens=torch.tensor([5, 9]), draft_probs=None).num_tokens

@@ -20,6 +20,7 @@ import warnings
 
 import torch
 
+from specdec.contracts.drafter import check_propose_arguments
 from specdec.contracts.proposal import DraftProposal
 from specdec.models.dense import DenseTarget
 from specdec.models.ragged import LAYOUTS, RaggedDenseTarget, RequestRows
@@ -45,13 +46,7 @@ def check_batch_arguments(drafter, slots, contexts, max_tokens, samplings, gener
     for i, slot in enumerate(slots):
         if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < drafter.slots:
             raise ValueError(f"slots[{i}]: expected an int in [0, {drafter.slots}), got {slot!r}")
-        k = max_tokens[i]
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"max_tokens[{i}]: expected an int >= 0, got {k!r}")
-        ctx = contexts[i]
-        if not isinstance(ctx, torch.Tensor) or ctx.ndim != 1 or ctx.dtype != torch.long or ctx.numel() < 1:
-            desc = f"{ctx.dtype} {tuple(ctx.shape)}" if isinstance(ctx, torch.Tensor) else type(ctx).__name__
-            raise TypeError(f"contexts[{i}]: expected a non-empty 1-D int64 tensor, got {desc}")
+        check_propose_arguments(contexts[i], max_tokens[i], context_name=f"contexts[{i}]", max_name=f"max_tokens[{i}]")
 
 
 class BatchedModelDrafter:
@@ -96,7 +91,12 @@ class BatchedModelDrafter:
         self.ragged = RaggedDenseTarget(model, slots=slots, layout=layout)
         self.slots = slots
         self.layout = layout
-        self.vocab_size = model.vocab_size if vocab_size is None else vocab_size
+        if vocab_size is not None and vocab_size != model.vocab_size:
+            raise ValueError(
+                f"vocab_size: expected the draft model's own ({model.vocab_size}), got {vocab_size!r}: its logits "
+                "and draft laws have the model's width"
+            )
+        self.vocab_size = model.vocab_size
         self._warned_full = False
         self._cached = [torch.zeros(0, dtype=torch.long, device=model.device) for _ in range(slots)]
         self.forwards = 0

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from specdec.contracts.drafter import check_propose_arguments
 from specdec.contracts.target import Target
 from specdec.drafters.base import DraftProposal
 from specdec.models.hf import HFTarget
@@ -134,6 +135,7 @@ class ModelDrafter:
             >>> p.tokens.shape, p.draft_probs.shape, p.tree_logprobs.shape
             (torch.Size([3]), torch.Size([3, 97]), torch.Size([3, 97]))
         """
+        check_propose_arguments(context, max_tokens)
         fits = self.target.max_seq_len - context.numel() + 1  # the draft tokens whose inputs the draft cache holds
         if fits < max_tokens:
             self._warn_full(context.numel(), max_tokens)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from specdec.contracts.drafter import check_propose_arguments
 from specdec.drafters.base import DraftProposal
 
 
@@ -92,6 +93,7 @@ class NGramDrafter:
             >>> p.tokens.tolist(), p.tree.tokens.tolist(), p.tree.parents.tolist()
             ([8, 1, 2], [8, 1, 2, 7], [-1, 0, 1, -1])
         """
+        check_propose_arguments(context, max_tokens)
         if max_tokens <= 0:
             return DraftProposal(tokens=context.new_zeros(0))
         length = max_tokens if self.depth is None else min(self.depth, max_tokens)

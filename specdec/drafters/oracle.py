@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specdec.contracts.drafter import check_propose_arguments
 from specdec.contracts.host_ids import ids_tensor
 from specdec.drafters.base import DraftProposal
 from specdec.verify.sampling import SamplingConfig
@@ -309,6 +310,7 @@ class OracleDrafter:
             >>> drafter.propose(torch.tensor([1, 2]), 2, sampling=SamplingConfig(), generator=None).tokens
             tensor([3, 4])
         """
+        check_propose_arguments(context, max_tokens)
         # the reference lookup reads the context on the host: do it before the wrapped drafter is
         # queued, while the device is idle after the previous verify, so it costs no pipeline drain
         truth = self._truth(context, min(int(max_tokens), self.profile.num_drafts))

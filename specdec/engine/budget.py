@@ -14,8 +14,12 @@ each request's gains fall, so a greedy merge solves the knapsack exactly); the t
 
 The gains come from what the drafter said this round (its path scores or confidences) and from what
 past rounds showed (:class:`AcceptanceEstimator`, one per request, calibrated online): never from the
-target's draws of the round being planned. Any allocation is lossless: a verifier checks a prefix of a
-chain or of a best-first tree, and that emits the target's law whatever its length.
+target's draws of the round being planned. A best-first tree's shape may follow the drafter's scores
+(sample-and-match emits the target's law on any tree the target's draws did not choose), and so may a
+greedy chain's length; a chain the chain rule verifies at ``temperature > 0`` gets gains from the depth
+posteriors alone (:func:`chain_gains`): a length that read the draft law at the drafted tokens would verify
+a draft more often the likelier the drafter found it, which the chain rule does not correct for (the non-anticipation
+DSpark's scheduler keeps). With that, any allocation is lossless.
 """
 
 from __future__ import annotations

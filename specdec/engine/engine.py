@@ -204,7 +204,8 @@ class Engine:
             ``"auto"``: the node total that maximises expected tokens per unit of ``step_time``. Every
             request with a draft verifies at least its first node (so its acceptance estimate keeps
             learning) when the budget has room for all those first nodes. Outputs
-            stay exact (a verifier checks a prefix of each chain or best-first tree), but a request's
+            stay exact (a verifier checks a prefix of each chain or best-first tree; a chain sampled at
+            ``temperature > 0`` is cut by the depth posteriors only, never by its drafted tokens' scores), but a request's
             round shapes now depend on its companions, so its tokens equal its ``generate`` output
             alone only where the target's logits do not depend on row counts (exact arithmetic, or
             greedy decoding away from near-ties).
@@ -784,7 +785,11 @@ class Engine:
         """Under a verify budget: the nodes the request could verify, as non-increasing expected gains.
 
         Reads only the drafter's proposal and the request's past rounds (its estimator). ``None`` for a chain
-        checked on the host as token ids only: :meth:`_with_chain_gains` works those out for all requests at once.
+        checked on the host as token ids only, and for every chain the chain rule verifies at ``temperature > 0``:
+        :meth:`_with_chain_gains` works those out for all requests at once, from the depth posteriors alone. A
+        sampled chain's length must not follow its drawn tokens (scores read at ``x_j`` would verify ``x_j``
+        more often the likelier the drafter found it, and the chain rule's output would no longer be the
+        target's law); a tree's shape may, since sample-and-match is exact for any tree the target did not choose.
         """
         proposal = state.pending["proposal"]
         if self.verifier.validate_proposals and not state.pending.get("validated"):
@@ -793,7 +798,7 @@ class Engine:
         if type(self.verifier) is TreeVerifier:
             tree = self.verifier.build_tree(proposal, room=self.target.room(state.slot))
         state.pending["tree"] = tree
-        if tree is None and state.pending.get("ids") is not None:
+        if tree is None and (state.pending.get("ids") is not None or not state.sampling.greedy):
             return None
         return state.estimator.gains(proposal, tree, scores=state.pending.get("path_scores"))
 
@@ -804,7 +809,9 @@ class Engine:
         chains = [state for state, gains in proposed if gains is None]
         if not chains:
             return proposed
-        together = iter(chain_gains([state.estimator for state in chains], [len(state.pending["ids"]) for state in chains]))
+        together = iter(
+            chain_gains([state.estimator for state in chains], [state.pending["proposal"].num_tokens for state in chains])
+        )
         return [(state, next(together) if gains is None else gains) for state, gains in proposed]
 
     def _plan(self, state: RequestState, nodes: int | None = None) -> RequestRows | _HostRows:

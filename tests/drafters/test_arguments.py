@@ -58,3 +58,58 @@ def test_speculative_speculation_refuses_a_base_that_reads_target_features():
 
     with pytest.raises(ValueError, match=r"base: Tapped reads target features \(target_layer_ids \(1,\)\)"):
         SpeculativeSpeculationDrafter(Tapped())
+
+
+def _drafters():
+    from specdec.drafters import AgentSpecDrafter, SpeculativeSpeculationDrafter
+    from specdec.drafters.agentspec import TokenPieces
+    from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
+    from specdec.testing.tokenizers import tiny_tokenizer
+
+    target = tiny_target(seed=0)
+    return {
+        "ngram": NGramDrafter(),
+        "model": ModelDrafter(tiny_target(seed=1)),
+        "dflash": DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target),
+        "oracle": OracleDrafter("dspark-qwen3-8b-gsm8k", references=[torch.tensor([5, 6, 7, 5, 6, 7, 8])], vocab_size=97),
+        "agentspec": AgentSpecDrafter(TokenPieces.from_tokenizer(tiny_tokenizer())),
+        "ssd": SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=1)), transport="sequential"),
+    }
+
+
+@pytest.mark.parametrize("name", ["ngram", "model", "dflash", "oracle", "agentspec", "ssd"])
+def test_every_drafter_refuses_a_context_or_length_it_would_misread(name):
+    from specdec.contracts import SamplingConfig
+
+    drafter = _drafters()[name]
+    drafter.reset()
+    propose = lambda context, k: drafter.propose(context, k, sampling=SamplingConfig(), generator=None)  # noqa: E731
+    for context in (torch.tensor([5.0, 6.0, 7.0]), torch.tensor([[5, 6, 7]]), torch.zeros(0, dtype=torch.long)):
+        with pytest.raises(TypeError, match="context: expected a non-empty 1-D int64 tensor"):
+            propose(context, 2)
+    for k in (2.7, -1, True):
+        with pytest.raises(ValueError, match=rf"max_tokens: expected an int >= 0, got {k!r}"):
+            propose(torch.tensor([5, 6, 7]), k)
+
+
+def test_a_block_drafter_with_a_tree_budget_proposes_a_tree_of_that_many_nodes():
+    from specdec.contracts import SamplingConfig
+    from specdec.drafters.block import DFlash2Drafter, DFlashDrafter, fixture_config, random_block_model
+
+    target = tiny_target(seed=0)
+    for kind, arch in ((DFlashDrafter, "DFlashDraftModel"), (DFlash2Drafter, "DFlash2DraftModel")):
+        drafter = kind(random_block_model(fixture_config(arch, target), target), target, tree_budget=12)
+        drafter.reset()
+        context = torch.tensor([1, 2, 3])
+        hidden = torch.stack(target(context[None], hidden_layers=drafter.target_layer_ids).hidden, dim=2)[0, :2]
+        tree = drafter.propose(context, 16, sampling=SamplingConfig(), generator=None, target_hidden=hidden).tree
+        assert tree.num_nodes == 12 and tree.max_depth <= drafter.max_draft_tokens  # the budget, not the block's depth
+
+
+def test_dspark_refuses_a_scheduler_beside_a_tree_budget():
+    from specdec.drafters.block import DSparkDrafter, fixture_config, random_block_model
+
+    target = tiny_target(seed=0)
+    model = random_block_model(fixture_config("Qwen3DSparkModel", target), target)
+    with pytest.raises(ValueError, match="scheduler: cuts a chain, and with tree_budget = 4 the drafter proposes trees"):
+        DSparkDrafter(model, target, tree_budget=4, scheduler=PrefixScheduler([1.0, 0.5]))

@@ -217,8 +217,10 @@ def test_batched_drafting_argument_errors():
         Engine(TARGET, BatchedModelDrafter(DRAFT, slots=2), max_batch=3, batched_drafting=True)
     with pytest.raises(TypeError, match="batched_drafting: expected a bool, got str"):
         Engine(TARGET, NGramDrafter(), max_batch=2, batched_drafting="yes")
+    with pytest.raises(ValueError, match=r"vocab_size: expected the draft model's own \(97\), got 50"):
+        BatchedModelDrafter(DRAFT, slots=2, vocab_size=50)
     with pytest.raises(ValueError, match="drafter: vocabulary size 50 differs from the target's 97"):
-        Engine(TARGET, BatchedModelDrafter(DRAFT, slots=2, vocab_size=50), max_batch=2, batched_drafting=True)
+        Engine(TARGET, BatchedModelDrafter(tiny_target(seed=1, vocab_size=50), slots=2), max_batch=2, batched_drafting=True)
     with pytest.raises(TypeError, match="model: expected a specdec DenseTarget for batched drafting, got str"):
         BatchedModelDrafter("gpt2", slots=2)
     with pytest.raises(ValueError, match="layout: expected one of"):

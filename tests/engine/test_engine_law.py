@@ -326,3 +326,32 @@ def test_enumeration_sees_a_biased_exact_walk_of_the_two_level_engine(monkeypatc
     law = enumerate_request_law(monkeypatch, build_two_level_engine, 0)
     assert abs(sum(law.values()) - 1.0) < 1e-12
     assert total_variation(law, two_level_expected_law()) > 1e-3
+
+
+def test_enumerated_engine_law_under_a_verify_budget_equals_autoregressive_law(monkeypatch):
+    # a sampled chain's length must not follow its own drawn tokens: the budget's gains for it are the depth
+    # posteriors, not the draft law at the drawn tokens (scored that way, this table verifies request 1's second
+    # draft when both drafts are token 3, which the draft model finds likely, and cuts it otherwise: a bias)
+    from specdec.engine.budget import StepTimeTable
+
+    rows = tuple(range(1, 12))
+    table = StepTimeTable(rows=rows, ms=tuple(1.0 + 0.1 * (r - 1) for r in rows))
+
+    def budgeted():
+        queue = iter([ngram, model, ngram])
+        engine = Engine(
+            law_target(),
+            lambda: next(queue)(),
+            ChainVerifier(),
+            max_batch=3,
+            num_draft_tokens=2,
+            verify_budget="auto",
+            step_time=table,
+        )
+        ids = [engine.add_request(p, max_new_tokens=4, sampling=SAMPLING, seed=10 + i) for i, p in enumerate(PROMPTS)]
+        return engine, ids
+
+    law = enumerate_request_law(monkeypatch, budgeted, 1)
+    expected = autoregressive_law(target_logits, PROMPTS[1], 4, sampling=SAMPLING)
+    assert abs(sum(law.values()) - 1.0) < 1e-9
+    assert total_variation(law, expected) < 1e-9

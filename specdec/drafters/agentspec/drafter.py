@@ -6,6 +6,7 @@ from collections.abc import Hashable
 
 import torch
 
+from specdec.contracts.drafter import check_propose_arguments
 from specdec.contracts.proposal import DraftProposal
 from specdec.drafters.agentspec.batched import AgentSpecBatchDrafter
 from specdec.drafters.agentspec.budget import BudgetAllocator
@@ -239,6 +240,7 @@ class AgentSpecDrafter:
             >>> d.propose(torch.tensor([4, 5, 9, 4, 5]), 3, sampling=SamplingConfig(), generator=None).tokens
             tensor([9, 4, 5])
         """
+        check_propose_arguments(context, max_tokens)
         ids = token_ids("context", context, self.pieces)
         self._ingest(ids)
         self.rounds += 1

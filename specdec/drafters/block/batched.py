@@ -208,7 +208,7 @@ class BatchedBlockDrafter:
             cache.reserve(context.numel() - 1, name=f"contexts[{i}]")
         sizes = [max(0, min(int(k), drafter.max_draft_tokens)) for k in max_tokens]
         if self._graphs is not None:
-            return self._propose_static(slots, contexts, sizes, samplings, generators, target_hiddens, kept, rows)
+            return self._propose_static(slots, contexts, sizes, max_tokens, samplings, generators, target_hiddens, kept, rows)
         requests = range(len(slots))
         groups = [list(requests)] if self.layout == "packed" else [[i] for i in requests]
         proposals: list[DraftProposal | None] = [None] * len(slots)
@@ -217,7 +217,7 @@ class BatchedBlockDrafter:
                 self._ingest([(slots[i], kept[i], rows[i], target_hiddens[i]) for i in group])
                 drafting = [i for i in group if sizes[i] > 0]
                 if drafting:
-                    self._draft_group(drafting, slots, contexts, sizes, samplings, generators, proposals)
+                    self._draft_group(drafting, slots, contexts, sizes, max_tokens, samplings, generators, proposals)
         finally:
             drafter._graph_out = None
         for i in requests:
@@ -253,7 +253,7 @@ class BatchedBlockDrafter:
             torch.cat(positions).to(device, non_blocking=True),
         )
 
-    def _draft_group(self, group, slots, contexts, sizes, samplings, generators, proposals) -> None:
+    def _draft_group(self, group, slots, contexts, sizes, max_nodes, samplings, generators, proposals) -> None:
         """One block forward over the requests of ``group``, then each one's head and draft."""
         drafter, cache = self.drafter, self.cache
         model, cfg = drafter.model, drafter.cfg
@@ -271,9 +271,11 @@ class BatchedBlockDrafter:
             drafter._graph_out = heads[j]
             rows = hidden[j, first : first + k]  # [k, H]
             # the head reads only the context's last token (the anchor): its device copy
-            proposals[i] = drafter._draft(anchors[j : j + 1], rows, k, samplings[i], generators[i])
+            proposals[i] = drafter._draft(anchors[j : j + 1], rows, k, samplings[i], generators[i], max_nodes=max_nodes[i])
 
-    def _propose_static(self, slots, contexts, sizes, samplings, generators, target_hiddens, kept, rows) -> list[DraftProposal]:
+    def _propose_static(
+        self, slots, contexts, sizes, max_nodes, samplings, generators, target_hiddens, kept, rows
+    ) -> list[DraftProposal]:
         """A round on the static path: the bucket's body (a replay under CUDA graphs), then each request's draft."""
         drafter, cache = self.drafter, self.cache
         total = sum(rows)
@@ -305,14 +307,14 @@ class BatchedBlockDrafter:
         first = drafter.first_predicting_row
         proposals = []
         try:
-            for slot, k, sampling, generator in zip(slots, sizes, samplings, generators):
+            for slot, k, nodes, sampling, generator in zip(slots, sizes, max_nodes, samplings, generators):
                 if not k:
                     proposals.append(DraftProposal(tokens=self._no_tokens()))
                     continue
                 drafter._graph_out = heads[slot]
                 # the head reads only the context's last token: the anchor the body used
                 anchor = static["anchors"][slot : slot + 1]
-                proposals.append(drafter._draft(anchor, hidden[slot, first : first + k], k, sampling, generator))
+                proposals.append(drafter._draft(anchor, hidden[slot, first : first + k], k, sampling, generator, max_nodes=nodes))
         finally:
             drafter._graph_out = None
         return proposals

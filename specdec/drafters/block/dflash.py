@@ -46,7 +46,9 @@ class DFlashDrafter(BlockDrafter):
     Args:
         model: a :class:`BlockDraftModel` of architecture ``DFlashDraftModel`` or ``muse_glimmer_assistant``.
         target: the :class:`~specdec.models.Target` whose ``embed`` and ``lm_head`` it shares.
-        tree_budget: unused by DFlash (its marginals are path-independent); accepted for symmetry.
+        tree_budget: propose the best-first tree of at most ``min(tree_budget, max_tokens)`` nodes over the
+            per-position marginals (the tree a :class:`~specdec.TreeVerifier` of that budget would build from the
+            proposal's ``tree_logprobs``; without it the verifier's own budget decides).
 
     Example:
         >>> import tempfile
@@ -72,11 +74,13 @@ class DFlashDrafter(BlockDrafter):
         out = self._graph_head(hidden, anchors)
         return [{name: value[j] for name, value in out.items()} for j in range(hidden.shape[0])]
 
-    def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
+    def _draft(self, context, hidden, k, sampling, generator, *, max_nodes: int) -> DraftProposal:
         out = self._graph_out
         # static path: the logits (and greedy picks) of every predicting row came from the body
         logits = self.model.logits(hidden, self.lm_head) if out is None else out["logits"][:k]  # [k, V]
         scores = torch.log_softmax(logits, dim=-1) if out is None else out["scores"][:k]  # row-wise: a slice is exact
+        if self.tree_budget is not None:
+            return self._tree_from(scores, k, min(self.tree_budget, max_nodes), context.device)
         if sampling.greedy:
             tokens = logits.argmax(-1) if out is None else out["greedy"][:k].clone()
             return DraftProposal(tokens=tokens, tree_logprobs=scores)
@@ -128,7 +132,7 @@ class DFlash2Drafter(BlockDrafter):
             picks.append(prev)
         return {"unary": unary, "cand": cand, "proj": proj, "succ": succ, "greedy": torch.cat(picks)}
 
-    def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
+    def _draft(self, context, hidden, k, sampling, generator, *, max_nodes: int) -> DraftProposal:
         out = self._graph_out
         if out is None:
             rows = self._selector_rows(hidden)
@@ -148,7 +152,7 @@ class DFlash2Drafter(BlockDrafter):
                 full = torch.full((self.vocab_size,), float("-inf"), device=cand.device)
                 return full.scatter(0, cand[t], lp).cpu()
 
-            return self._tree_from(child_logprobs, k, min(self.tree_budget, k), context.device)
+            return self._tree_from(child_logprobs, k, min(self.tree_budget, max_nodes), context.device)
         prev = context[-1:]
         tokens, laws = [], []
         for t in range(k):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from specdec.contracts.drafter import check_propose_arguments
 from specdec.drafters.base import DraftProposal
 from specdec.drafters.block.backbone import BlockDraftModel
 from specdec.drafters.block.batched import BatchedBlockDrafter
@@ -188,8 +189,11 @@ class BlockDrafter(StaticDraftPath):
                 total); ``None`` when there are none.
 
         Returns:
-            :class:`DraftProposal` with ``tokens [k]``, ``draft_probs [k, V]`` when sampling, and a ``tree``
-            when the drafter was built with ``tree_budget``.
+            :class:`DraftProposal` with ``tokens [k]``; a chain carries ``draft_probs [k, V]`` when sampling
+            (DFlash also ``tree_logprobs [k, V]``, its per-position log-softmaxes, from which a
+            :class:`~specdec.TreeVerifier` builds its tree); a drafter built with ``tree_budget`` (DFlash2,
+            DSpark) proposes a ``tree`` instead, whose tokens are not drawn (no ``draft_probs``: sample-and-match
+            needs none).
 
         Example:
             >>> from specdec.drafters.block import DFlashDrafter, fixture_config, random_block_model
@@ -203,6 +207,7 @@ class BlockDrafter(StaticDraftPath):
             >>> drafter.propose(context, 4, sampling=SamplingConfig(), generator=None, target_hidden=target_hidden).tokens.shape
             torch.Size([4])
         """
+        check_propose_arguments(context, max_tokens)
         self._ingest(context, target_hidden)
         k = max(0, min(int(max_tokens), self.max_draft_tokens))
         if k == 0:
@@ -210,10 +215,13 @@ class BlockDrafter(StaticDraftPath):
                 self._flush_pending()
             return DraftProposal(tokens=context.new_zeros(0))
         hidden = self._block_hidden(context)[self.first_predicting_row : self.first_predicting_row + k]  # [k, H]
-        return self._draft(context, hidden, k, sampling, generator)
+        return self._draft(context, hidden, k, sampling, generator, max_nodes=max_tokens)
 
-    def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
-        """The proposal from the predicting rows ``hidden [k, H]``; reads only ``context[-1]`` (the anchor)."""
+    def _draft(self, context, hidden, k, sampling, generator, *, max_nodes: int) -> DraftProposal:
+        """The proposal from the predicting rows ``hidden [k, H]``; reads only ``context[-1]`` (the anchor).
+
+        ``k`` drafts in a chain; a tree (``tree_budget``) of at most ``min(tree_budget, max_nodes)`` nodes and depth ``k``.
+        """
         raise NotImplementedError
 
     def _tree_from(self, child_logprobs, depth: int, budget: int, device) -> DraftProposal:

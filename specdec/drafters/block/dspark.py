@@ -52,8 +52,9 @@ class DSparkDrafter(BlockDrafter):
     Greedy takes ``argmax(U_k + b_k)`` left to right (``b_k`` from the ``vanilla`` / ``gated`` / ``rnn``
     head, see the module docstring); at ``temperature > 0`` each token is drawn from the request's law
     (temperature / top-k / top-p) of those logits, which is returned as ``draft_probs``.
-    ``last_confidence [k]`` holds the confidence of each proposed position (calibrated when
-    ``confidence_temperatures`` is set), ``last_confidence_logits [k]`` the raw head output.
+    ``last_confidence [k]`` holds the confidence of each drafted position (calibrated when
+    ``confidence_temperatures`` is set; with a ``scheduler``, of every position before its cut),
+    ``last_confidence_logits [k]`` the raw head output.
 
     On the static path (:meth:`enable_static_cache`, :meth:`enable_cuda_graphs`) the fixed-shape body
     also computes the base logits of every row, the greedy walk over all ``B`` rows and its confidences
@@ -66,8 +67,8 @@ class DSparkDrafter(BlockDrafter):
         tree_budget: propose a best-first tree (path-dependent: the bias of each child depends on its
             parent's token, and for the RNN head on the whole path) of at most
             ``min(tree_budget, max_tokens)`` nodes.
-        scheduler: a :class:`PrefixScheduler`; the chain is cut to the length it admits (batch 1). Not
-            used with trees.
+        scheduler: a :class:`PrefixScheduler`; the chain is cut to the length it admits (batch 1). Refused
+            with ``tree_budget``.
         confidence_temperatures: ``[max_draft_tokens]`` per-position temperatures of the confidence
             logits (:func:`specdec.drafters.block.calibration.sequential_temperature_scaling`); ``None`` = 1.
             ``from_pretrained`` reads them from ``confidence_calibration.json`` when the folder has one.
@@ -88,6 +89,11 @@ class DSparkDrafter(BlockDrafter):
         super().__init__(model, target, tree_budget=tree_budget)
         if scheduler is not None and not isinstance(scheduler, PrefixScheduler):
             raise TypeError(f"scheduler: expected a PrefixScheduler or None, got {type(scheduler).__name__}")
+        if scheduler is not None and tree_budget is not None:
+            raise ValueError(
+                f"scheduler: cuts a chain, and with tree_budget = {tree_budget} the drafter proposes trees; expected one of "
+                "scheduler and tree_budget, got both"
+            )
         head = getattr(model, "markov_head", None)
         self.head_type = self.cfg.markov_head_type if head is not None else None
         if head is not None and self.head_type not in HEAD_TYPES:
@@ -272,7 +278,7 @@ class DSparkDrafter(BlockDrafter):
             out["confidence"] = torch.sigmoid(logits / self._head_temperatures(logits.device))
         return out
 
-    def _draft(self, context, hidden, k, sampling, generator) -> DraftProposal:
+    def _draft(self, context, hidden, k, sampling, generator, *, max_nodes: int) -> DraftProposal:
         out = self._graph_out
         if out is not None and sampling.greedy and self.tree_budget is None:
             # static path: the walk and its confidences ran inside the body; a k-token round is its prefix
@@ -310,7 +316,7 @@ class DSparkDrafter(BlockDrafter):
                     step = step + bias_after((anchor, *path.tolist()))[0]
                 return torch.log_softmax(step / temperature, dim=-1).cpu()
 
-            return self._tree_from(child_logprobs, k, min(self.tree_budget, k), context.device)
+            return self._tree_from(child_logprobs, k, min(self.tree_budget, max_nodes), context.device)
         prev, state = context[-1], None
         tokens, prevs, laws = [], [], []
         for t in range(k):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.contracts.drafter import Drafter
+from specdec.contracts.drafter import Drafter, check_propose_arguments
 from specdec.contracts.proposal import DraftProposal
 from specdec.contracts.sampling import SamplingConfig
 from specdec.drafters.ssd.backups import BACKUP_KINDS, BatchAwareBackup, NeuralBackup, make_backup
@@ -284,7 +284,10 @@ class SpeculativeSpeculationDrafter:
         rows = [] if ranking is None or ranking.numel() == 0 else list(ranking[: k + 1].unbind(0))
         for j in range(len(rows), k + 1):
             # the glue law: the base's own law after each prefix of the proposal
-            rows.append(ranking_law(self._step(torch.cat([context, tokens[:j]])), sampling))
+            scores = self._step(torch.cat([context, tokens[:j]]))
+            if scores is None:  # the base holds no longer context: nothing to pre-draft after this round
+                return _PredraftResult({}, [], time.perf_counter() - start)
+            rows.append(ranking_law(scores, sampling))
         glue = torch.stack(rows)  # [k + 1, V]
         fan_out = list(self.fan_out.allocate(k, self.predictor.candidates(glue, tokens)))
         entries = {}
@@ -318,10 +321,7 @@ class SpeculativeSpeculationDrafter:
             :class:`DraftProposal` ``tokens [k]`` with ``draft_probs [k, V]`` when drawn (the transformed
             law when a :class:`SaguaroTransform` is set), ``None`` when chosen.
         """
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-            raise ValueError(f"max_tokens: expected an int >= 0, got {max_tokens!r}")
-        if not isinstance(context, torch.Tensor) or context.ndim != 1 or context.numel() == 0:
-            raise ValueError(f"context: expected a non-empty 1-D tensor of token ids, got {getattr(context, 'shape', context)!r}")
+        check_propose_arguments(context, max_tokens)
         if self.transport is None:
             if context.device.type != "cuda":
                 raise ValueError(f"transport: 'stream' needs a CUDA context, got a context on {context.device}")

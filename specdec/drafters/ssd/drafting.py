@@ -45,8 +45,11 @@ class StepScores:
     def __init__(self, base: Drafter):
         self.base = base
 
-    def __call__(self, context: torch.Tensor) -> torch.Tensor:
+    def __call__(self, context: torch.Tensor) -> torch.Tensor | None:
+        """``[V]`` log-scores, or ``None`` when the base proposes nothing after ``context`` (its cache is full)."""
         proposal = self.base.propose(context, 1, sampling=_GREEDY, generator=None)
+        if proposal.num_tokens == 0:
+            return None
         if proposal.tree_logprobs is None or proposal.num_tokens != 1:
             raise TypeError(
                 f"base: expected a drafter whose one-token greedy proposal carries tree_logprobs [1, V] (its next-token "
@@ -80,7 +83,7 @@ class DraftedChain:
 
 
 def draft_chain(
-    step: Callable[[torch.Tensor], torch.Tensor],
+    step: Callable[[torch.Tensor], torch.Tensor | None],
     context: torch.Tensor,
     num_tokens: int,
     *,
@@ -89,7 +92,8 @@ def draft_chain(
     sampler: Sampler,
     transform: SaguaroTransform | None = None,
 ) -> DraftedChain:
-    """Draft ``num_tokens`` tokens after ``context [n]`` one ``step`` at a time.
+    """Draft up to ``num_tokens`` tokens after ``context [n]`` one ``step`` at a time (fewer where ``step``
+    returns ``None``: the base can step no further; a prefix of a sequential draw keeps its law).
 
     Greedy: each token is the argmax of the scores and the proposal is deterministic
     (``draft_probs=None``). Sampling: each token is drawn by ``sampler`` from
@@ -105,7 +109,10 @@ def draft_chain(
     tokens, laws, scores, ranks = [], [], [], []
     ctx = context
     for _ in range(num_tokens):
-        s = step(ctx).float()
+        s = step(ctx)
+        if s is None:
+            break
+        s = s.float()
         scores.append(torch.log_softmax(s, dim=-1))
         ranks.append(ranking_law(s, sampling))
         if sampling.greedy:

@@ -81,7 +81,7 @@ def _drive(drafters, target, sampling, max_tokens=None):
             if d._graph_out is not None and sampling.greedy:
                 # the eager head on the very same hidden rows (the body's outputs set aside)
                 saved, d._graph_out = d._graph_out, None
-                e = d._draft(tokens[:n], d.last_hidden[:k], k, sampling, None)
+                e = d._draft(tokens[:n], d.last_hidden[:k], k, sampling, None, max_nodes=k)
                 eager = (e, d.last_confidence.clone())
                 d._graph_out = saved
             results[j].append((p, conf, conf_logits, eager))

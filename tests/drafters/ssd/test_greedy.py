@@ -157,3 +157,14 @@ def test_a_failing_predraft_surfaces_its_own_error_through_generate():
     with pytest.raises(RuntimeError, match="planted pre-draft failure"):
         specdec.generate(target(), torch.tensor([[3, 1, 4, 1, 5]]), max_new_tokens=12, drafter=drafter, num_draft_tokens=3)
     drafter.transport.close()
+
+
+def test_a_draft_model_as_long_as_the_target_predrafts_what_fits_and_stays_exact():
+    # the last rounds' pre-drafts reach past the draft model's cache: they stop where it is full
+    short = tiny_target(seed=0, max_seq_len=32)
+    drafter = SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0, max_seq_len=32)))
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    with pytest.warns(UserWarning, match="overflow the draft model's max_seq_len 32"):
+        spec = specdec.generate(short, prompt, 28, drafter=drafter, num_draft_tokens=4)
+    short.reset()
+    assert torch.equal(spec.tokens, specdec.generate(short, prompt, 28).tokens)
