@@ -265,3 +265,18 @@ def proposal_checks(proposal: DraftProposal, *, vocab_size: int) -> list[tuple[t
                 )
             )
     return checks
+
+
+def check_proposal_size(proposal: DraftProposal, max_tokens: int) -> None:
+    """Raise ``ValueError`` when a drafter proposed more tokens (or tree nodes) than the round allows.
+
+    Example:
+        >>> check_proposal_size(DraftProposal(torch.tensor([1, 2, 3])), 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: drafter: proposed 3 tokens / tree nodes, expected at most 2
+    """
+    num_tokens = proposal.num_tokens
+    size = proposal.tree.num_nodes if proposal.tree is not None else num_tokens
+    if num_tokens > max_tokens or size > max_tokens:
+        raise ValueError(f"drafter: proposed {max(size, num_tokens)} tokens / tree nodes, expected at most {max_tokens}")

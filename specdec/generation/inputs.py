@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.contracts.drafter import Drafter
-from specdec.contracts.proposal import DraftProposal
+from specdec.contracts.proposal import check_proposal_size
 
 __all__ = ["Requests", "check_decode_args", "check_proposal_size", "prepare_requests", "request_seeds"]
 
@@ -164,21 +164,6 @@ def check_decode_args(target, prompts: Sequence[torch.Tensor], max_new_tokens, d
             )
         if drafter.vocab_size is not None and drafter.vocab_size != target.vocab_size:
             raise ValueError(f"drafter: vocabulary size {drafter.vocab_size} differs from the target's {target.vocab_size}")
-
-
-def check_proposal_size(proposal: DraftProposal, max_tokens: int) -> None:
-    """Raise ``ValueError`` when a drafter proposed more tokens (or tree nodes) than the round allows.
-
-    Example:
-        >>> check_proposal_size(DraftProposal(torch.tensor([1, 2, 3])), 2)
-        Traceback (most recent call last):
-        ...
-        ValueError: drafter: proposed 3 tokens / tree nodes, expected at most 2
-    """
-    num_tokens = proposal.num_tokens
-    size = proposal.tree.num_nodes if proposal.tree is not None else num_tokens
-    if num_tokens > max_tokens or size > max_tokens:
-        raise ValueError(f"drafter: proposed {max(size, num_tokens)} tokens / tree nodes, expected at most {max_tokens}")
 
 
 def request_seeds(seed, batch: int) -> list[int | None]:

@@ -37,7 +37,7 @@ import torch
 
 from specdec.contracts.drafter import Drafter
 from specdec.contracts.plan import VerifyPlan
-from specdec.contracts.proposal import DraftProposal
+from specdec.contracts.proposal import DraftProposal, check_proposal_size
 from specdec.contracts.result import VerifyResult
 from specdec.contracts.sampling import SamplingConfig
 from specdec.contracts.target import Target, check_target
@@ -483,6 +483,7 @@ class TwoLevelVerifier:
         second = None
         if k2 > 0:
             second = drafter.propose(context2, k2, sampling=sampling, generator=generator, **extra)
+            check_proposal_size(second, k2)
         subtree, plan = self.exact_plan(chain, second, k2, root, prefix_len=target.length, vocab_size=target.vocab_size)
         t = self._mark(device, "draft2", t)
 

@@ -113,3 +113,29 @@ def test_dspark_refuses_a_scheduler_beside_a_tree_budget():
     model = random_block_model(fixture_config("Qwen3DSparkModel", target), target)
     with pytest.raises(ValueError, match="scheduler: cuts a chain, and with tree_budget = 4 the drafter proposes trees"):
         DSparkDrafter(model, target, tree_budget=4, scheduler=PrefixScheduler([1.0, 0.5]))
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(min_ngram=3, max_ngram=2), "min_ngram/max_ngram: expected 1 <= min_ngram <= max_ngram, got 3, 2"),
+        (dict(min_ngram=0), "min_ngram/max_ngram: expected 1 <= min_ngram <= max_ngram"),
+        (dict(max_paths=0), "max_paths: expected >= 1, got 0"),
+        (dict(depth=0), "depth: expected >= 1 or None, got 0"),
+    ],
+)
+def test_ngram_drafter_refuses_sizes_out_of_range(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        NGramDrafter(**kwargs)
+
+
+def test_ngram_drafter_proposes_at_most_max_tokens_and_each_path_once():
+    from specdec.contracts import SamplingConfig
+
+    context = torch.tensor([1, 2, 3, 4, 1, 2, 3, 4, 1, 2])  # "1 2" was followed by "3 4 1 2" and "3 4"
+    deep = NGramDrafter(max_ngram=2, depth=6).propose(context, 2, sampling=SamplingConfig(), generator=None)
+    assert deep.tokens.tolist() == [3, 4]
+    # the two latest matches of "1 2" continue "3 4": one path, so max_paths = 2 still reaches the older "5 6"
+    context = torch.tensor([1, 2, 5, 6, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2])
+    tree = NGramDrafter(max_ngram=2, max_paths=2, depth=2).propose(context, 8, sampling=SamplingConfig(), generator=None).tree
+    assert sorted(tree.tokens.tolist()) == [3, 4, 5, 6]

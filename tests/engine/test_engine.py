@@ -426,3 +426,14 @@ def test_pop_frees_the_id_and_only_for_finished_requests():
     assert engine.pop("a").numel() == 3
     engine.add_request(torch.arange(1, 4), max_new_tokens=2, request_id="a")
     assert engine.run()["a"].numel() == 2
+
+
+def test_a_request_that_fills_its_slot_exactly_runs_and_one_token_more_is_refused():
+    prompt = torch.tensor([1, 2, 3, 4])
+    engine = Engine(TARGET, NGramDrafter(), max_batch=1, num_draft_tokens=4)
+    with pytest.raises(ValueError, match=rf"prompt: length 4 \+ max_new_tokens {SEQ - 3} exceeds a slot's max_seq_len {SEQ}"):
+        engine.add_request(prompt, max_new_tokens=SEQ - 3)
+    request = engine.add_request(prompt, max_new_tokens=SEQ - 4)
+    out = engine.run()[request]
+    TARGET.reset()
+    assert torch.equal(out, sd.generate(TARGET, prompt[None], SEQ - 4).tokens[0])

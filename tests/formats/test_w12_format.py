@@ -1,6 +1,7 @@
 """W12 format: bit-exact round trip for every bf16 pattern, window choice, views, I/O, convert."""
 
 import copy
+import json
 import logging
 
 import pytest
@@ -486,3 +487,30 @@ def test_load_into_a_w12_target_skips_its_non_persistent_buffers_and_refuses_ano
     save_file(state, path)
     with pytest.raises(ValueError, match=rf"{name}: expected dtype torch.bfloat16, file has torch.float32"):
         load_into(other, path)
+
+
+def test_a_file_with_planes_but_no_shape_or_a_plain_tensor_for_a_w12_weight_is_refused(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import save_file as raw_save
+
+    import specdec as sd
+    from specdec.testing import tiny_hf_model
+
+    target = sd.load_target(tiny_hf_model(seed=0), dtype=torch.bfloat16, device="cpu", weight_format="w12", progress=False)
+    path = str(tmp_path / "t.safetensors")
+    save_file(target, path)
+    with safe_open(path, framework="pt") as f:
+        meta, flat = f.metadata(), {name: f.get_tensor(name) for name in f.keys()}
+    shapes = json.loads(meta["w12_shapes"])
+    name = sorted(shapes)[0]
+    del shapes[name]
+    unnamed = str(tmp_path / "unnamed.safetensors")
+    raw_save(flat, unnamed, metadata={**meta, "w12_shapes": json.dumps(shapes)})
+    with pytest.raises(ValueError, match="holds W12 planes without a shape entry"):
+        load_file(unnamed)
+    state = load_file(path)
+    state[name] = state[name].to_bf16() if isinstance(state[name], W12Tensor) else state[name]
+    plain = str(tmp_path / "plain.safetensors")
+    save_file(state, plain)
+    with pytest.raises(ValueError, match=rf"{name}: module holds a W12 weight but the file holds a plain tensor"):
+        load_into(target, plain)

@@ -224,3 +224,16 @@ def test_bad_processor_arguments_raise():
         sd.generate(_tiny(), torch.tensor([[1, 2]]), 3, repetition_penalty=0.0)
     with pytest.raises(TypeError, match=r"logits_processor\[0\]: expected a callable"):
         sd.generate(_tiny(), torch.tensor([[1, 2]]), 3, logits_processor=[3])
+
+
+def test_process_logits_needs_one_prefix_a_row_and_processors_that_keep_the_shape():
+    from specdec.verify.processors import process_logits
+
+    logits = torch.zeros(2, 5)
+    with pytest.raises(ValueError, match=r"prefixes: expected one prefix per logits row \(2\), got 1"):
+        process_logits(logits, [torch.tensor([1])], sd.SamplingConfig(repetition_penalty=1.5))
+    wide = lambda ids, scores: torch.zeros(1, 6)  # noqa: E731
+    with pytest.raises(
+        ValueError, match=r"logits_processor: expected each processor to return scores \[1, 5\], got torch.Size\(\[1, 6\]\)"
+    ):
+        process_logits(logits, [torch.tensor([1]), torch.tensor([2])], sd.SamplingConfig(logits_processor=(wide,)))

@@ -24,6 +24,9 @@ CASES = [
     (dict(root=3), TypeError, "root: expected a \\[1\\] integer tensor .*, got int"),
     (dict(root=torch.tensor([3, 4])), TypeError, r"root: expected a \[1\] integer tensor .*, got torch.int64 \(2,\)"),
     (dict(root=torch.tensor([300])), ValueError, r"root: expected a token id in \[0, 97\), got 300"),
+    (dict(root=torch.tensor([97])), ValueError, r"root: expected a token id in \[0, 97\), got 97"),
+    (dict(root=torch.tensor([3], device="meta")), ValueError, r"root: expected device cpu \(the target's\), got meta"),
+    (dict(context=torch.zeros(0, dtype=torch.long)), ValueError, "context: expected every token so far, the root last, got none"),
     (dict(context=torch.tensor([1.0, 2.0, 3.0])), TypeError, "context: expected a 1-D integer tensor of every token so far"),
     (dict(context=torch.tensor([9, 9])), ValueError, "context: expected the root 3 last, got 9"),
 ]

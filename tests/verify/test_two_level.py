@@ -507,3 +507,48 @@ def test_sampled_generate_is_seeded():
     ]
     assert torch.equal(outs[0].tokens, outs[1].tokens)
     assert not torch.equal(outs[0].tokens, outs[2].tokens)
+
+
+class BadSecondDraft:
+    """A valid first draft each round; the second (``kind``): an id past the vocabulary, or one token too many."""
+
+    def __init__(self, vocab_size: int, kind: str):
+        self.vocab_size, self.kind, self.calls = vocab_size, kind, 0
+
+    def reset(self) -> None:
+        self.calls = 0
+
+    def propose(self, context, max_tokens, *, sampling, generator) -> DraftProposal:
+        self.calls += 1
+        if self.calls % 2 == 1:
+            return DraftProposal(tokens=torch.tensor([int(context[-1])] * max_tokens, dtype=torch.long))
+        if self.kind == "id":
+            return DraftProposal(tokens=torch.full((max_tokens,), self.vocab_size, dtype=torch.long))
+        return DraftProposal(tokens=torch.zeros(max_tokens + 1, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    "kind, message",
+    [("id", r"proposal.tokens: expected token ids in \[0, 97\)"), ("size", "drafter: proposed .* expected at most")],
+)
+def test_a_bad_second_draft_is_refused_before_the_exact_pass(kind, message):
+    from specdec.engine import Engine, RequestFailed
+
+    target = tiny_target("llama", seed=0, max_seq_len=64)
+    prompt = torch.tensor([[5, 9, 2, 7]])
+    verifier = TwoLevelVerifier(budget=8, q_budget=2, gate="always")
+    with pytest.raises(ValueError, match=message):
+        sd.generate(target, prompt, 8, drafter=BadSecondDraft(97, kind), verifier=verifier, num_draft_tokens=2)
+    target.reset()
+    engine = Engine(
+        target,
+        lambda: BadSecondDraft(97, kind),
+        TwoLevelVerifier(budget=8, q_budget=2, gate="always"),
+        max_batch=1,
+        num_draft_tokens=2,
+    )
+    request = engine.add_request(prompt[0], max_new_tokens=8)
+    with pytest.raises(RequestFailed) as failed:
+        engine.run()
+    assert engine.status(request) == "failed"
+    assert isinstance(failed.value.__cause__, ValueError) and __import__("re").search(message, str(failed.value.__cause__))

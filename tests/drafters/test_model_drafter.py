@@ -1,0 +1,34 @@
+"""A model drafter's cache keeps only the longest common prefix with the new context, alone and batched."""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.contracts import SamplingConfig
+from specdec.drafters import ModelDrafter
+from specdec.drafters.batched_model import BatchedModelDrafter
+from specdec.testing import tiny_target
+
+GREEDY = SamplingConfig()
+
+
+def _logprobs_alone(drafter, context, k):
+    return drafter.propose(context, k, sampling=GREEDY, generator=None).tree_logprobs
+
+
+def test_a_context_that_differs_mid_way_but_agrees_after_keeps_only_the_common_prefix():
+    first = torch.tensor([5, 6, 7, 8, 9, 10])
+    second = torch.tensor([5, 11, 7, 8, 9, 10, 12])  # agrees with `first` at 4 of its first 6 tokens, not as a prefix
+    used, fresh = ModelDrafter(tiny_target(seed=1)), ModelDrafter(tiny_target(seed=1))
+    used.reset()
+    fresh.reset()
+    _logprobs_alone(used, first, 3)
+    assert torch.equal(_logprobs_alone(used, second, 3), _logprobs_alone(fresh, second, 3))
+
+    batched, reference = BatchedModelDrafter(tiny_target(seed=1), slots=2), ModelDrafter(tiny_target(seed=1))
+    batched.reset(1)
+    reference.reset()
+    args = dict(samplings=[GREEDY], generators=[None], target_hiddens=[None])
+    batched.propose_batch([1], [first], [3], **args)
+    got = batched.propose_batch([1], [second], [3], **args)[0].tree_logprobs
+    assert torch.equal(got, _logprobs_alone(reference, second, 3))
