@@ -163,3 +163,13 @@ def test_law_check_catches_mutant(mutant, deterministic):
     sampling = SamplingConfig(temperature=1.0)
     got = round_law(sampling, 2, deterministic=deterministic, laws_fn=mutant)
     assert law_distance(got, target_joint_law(sampling, 3)) > 1e-3
+
+
+def test_a_draft_its_law_gave_zero_is_never_accepted_and_a_residual_is_always_a_law():
+    p = torch.tensor([[0.5, 0.5], [0.3, 0.7]])
+    laws = chain_laws(p, torch.tensor([1]), torch.tensor([[1.0, 0.0]]))  # the drafter claims it could not draw 1
+    assert laws.accept_probs.tolist() == [0.0]
+    # a draft law at or above the target everywhere (rounding): no residual mass, yet acceptance below 1
+    laws = chain_laws(p, torch.tensor([0]), torch.tensor([[0.6, 0.5]]))
+    assert laws.accept_probs.item() < 1.0
+    assert torch.equal(laws.residual_probs[0], p[0])

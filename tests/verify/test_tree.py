@@ -316,3 +316,12 @@ def test_walk_input_errors():
         greedy_walk(tree, torch.zeros(2, 5))
     with pytest.raises(TypeError, match="target_probs: expected a float tensor"):
         sample_and_match(tree, torch.zeros(3, 5, dtype=torch.long))
+
+
+def test_a_draft_law_a_rounding_above_one_still_builds_its_tree():
+    from specdec.contracts import DraftProposal
+    from specdec.verify.tree import TreeVerifier
+
+    probs = torch.tensor([[1.0000001, 0.0, 0.0], [0.2, 0.3, 0.5]])  # a renormalised one-hot row, rounded up
+    tree = TreeVerifier(budget=4).build_tree(DraftProposal(torch.tensor([0, 2]), probs), room=8)
+    assert tree.num_nodes >= 2 and tree.tokens[0].item() == 0

@@ -369,7 +369,7 @@ def test_verify_rejects_missing_drafter_context_and_view():
     with pytest.raises(ValueError, match=r"weight views \('exact',\); the Q pass needs 'q'"):
         v.verify(markov, torch.tensor([2]), proposal, sampling=greedy, context=torch.tensor([1, 2]), drafter=sd.NGramDrafter())
     bad = DraftProposal(tokens=torch.tensor([4, 500]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"proposal.tokens: expected token ids in \[0, 97\), got tokens\[1\] = 500"):
         v.verify(target, torch.tensor([2]), bad, sampling=greedy, context=torch.tensor([1, 2]), drafter=sd.NGramDrafter())
     assert target.length == 2 and v.stats.rounds == 0
 
@@ -552,3 +552,22 @@ def test_a_bad_second_draft_is_refused_before_the_exact_pass(kind, message):
         engine.run()
     assert engine.status(request) == "failed"
     assert isinstance(failed.value.__cause__, ValueError) and __import__("re").search(message, str(failed.value.__cause__))
+
+
+@pytest.mark.parametrize("room", [1, 2, 3, 4])
+def test_a_round_with_little_room_left_fits_its_rows_and_emits_what_autoregressive_decoding_emits(room):
+    # a custom loop may verify with any room left: a Q chain the Q pass accepts whole must still fit beside the root
+    max_seq_len = 12
+    target = tiny_target("llama", seed=0, max_seq_len=max_seq_len)
+    prompt = torch.tensor([5, 9, 2, 7] * 4)[: max_seq_len - room + 1]
+    continuation = sd.generate(tiny_target("llama", seed=0, max_seq_len=32), prompt[None], room).tokens[0]  # AR's tokens
+    target.forward(prompt[None, :-1])
+    target.commit(prompt.numel() - 1)
+    assert target.room() == room
+    drafts = continuation[: room - 1]  # what the target itself would say: the Q pass accepts them all
+    verifier = TwoLevelVerifier(budget=8, q_budget=8, gate="always")
+    result = verifier.verify(
+        target, prompt[-1:], DraftProposal(drafts), sampling=SamplingConfig(), context=prompt, drafter=sd.NGramDrafter()
+    )
+    assert torch.equal(result.emitted, continuation[: result.emitted.numel()])
+    assert target.length <= max_seq_len

@@ -110,7 +110,8 @@ WINDOW, HF_BLOCK = 8, 4
 def hf_assistant(tmp_path_factory):
     """transformers' MuseGlimmerAssistantModel (the DFlash assistant) with random weights, a window of 8,
     and the same checkpoint loaded as a :class:`DFlashDrafter`."""
-    transformers = pytest.importorskip("transformers")
+    import transformers
+
     target = tiny_target(seed=0, vocab_size=11, hidden_size=32, num_layers=3)
     hf_cfg = transformers.MuseGlimmerAssistantConfig(
         hidden_size=32,
@@ -185,7 +186,8 @@ def test_layer_masks_are_transformers_sliding_window_masks(case, total, small_ta
 
     transformers has a model class only for the DFlash assistant (compared whole above); DFlash,
     DFlash2 and DSpark are compared here against ``masking_utils``' mask functions."""
-    masking_utils = pytest.importorskip("transformers.masking_utils")
+    from transformers import masking_utils
+
     arch, extra = WINDOWED[case]
     config = fixture_config(arch, small_target, num_layers=2, block_size=HF_BLOCK, sliding_window=WINDOW, extra=extra)
     model = random_block_model(config, small_target)

@@ -106,3 +106,23 @@ def test_saguaro_law_misreported_is_caught(monkeypatch):
     drafter = make_drafter("neural", SaguaroTransform(top=1, scale=0.3))
     law, _ = ssd_law(drafter, TARGET, PROMPT, 3, 1, SAMPLING)
     assert total_variation(law, reference(3)) > BIASED_TV
+
+
+def test_each_rounds_predraft_draws_from_its_own_generator(monkeypatch):
+    # the exact-law tests replace the sampler; this checks what they cannot: rounds never share a pre-draft stream
+    import specdec as sd
+    from specdec.drafters import ModelDrafter
+    from specdec.testing import tiny_target
+
+    seeds = []
+    real = SpeculativeSpeculationDrafter._child_generator
+
+    def recording(self, generator, device):
+        child = real(self, generator, device)
+        seeds.append(child.initial_seed())
+        return child
+
+    monkeypatch.setattr(SpeculativeSpeculationDrafter, "_child_generator", recording)
+    drafter = SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=1)), transport="sequential")
+    sd.generate(tiny_target(seed=0), torch.tensor([[1, 2, 3]]), 12, drafter=drafter, temperature=1.0, seed=0, num_draft_tokens=3)
+    assert len(seeds) >= 3 and len(set(seeds)) == len(seeds)
