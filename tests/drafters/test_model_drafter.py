@@ -32,3 +32,19 @@ def test_a_context_that_differs_mid_way_but_agrees_after_keeps_only_the_common_p
     batched.propose_batch([1], [first], [3], **args)
     got = batched.propose_batch([1], [second], [3], **args)[0].tree_logprobs
     assert torch.equal(got, _logprobs_alone(reference, second, 3))
+
+
+def test_a_draft_model_drafts_every_token_whose_input_its_cache_holds():
+    import warnings
+
+    # a cache of 16 rows holds a 14-token context and the inputs of two more drafts: three tokens come out
+    context = torch.arange(1, 15)
+    alone = ModelDrafter(tiny_target(seed=1, max_seq_len=16))
+    alone.reset()
+    batched = BatchedModelDrafter(tiny_target(seed=1, max_seq_len=16), slots=1)
+    batched.reset(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "overflow" warning: everything asked for fits
+        assert alone.propose(context, 3, sampling=GREEDY, generator=None).num_tokens == 3
+        got = batched.propose_batch([0], [context], [3], samplings=[GREEDY], generators=[None], target_hiddens=[None])
+        assert got[0].num_tokens == 3
