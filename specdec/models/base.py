@@ -63,6 +63,44 @@ def check_positions(positions: torch.Tensor | None, shape: tuple[int, ...], devi
         raise ValueError(f"{name}: expected device {device}, got {positions.device}")
 
 
+def check_rows_mask(mask: torch.Tensor | None, seqlen: int, device: torch.device, name: str) -> None:
+    """Raise naming ``name`` unless ``mask`` is ``None`` or a bool ``[seqlen, seqlen]`` tensor on ``device``."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (seqlen, seqlen):
+        desc = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"{name}: expected bool [{seqlen}, {seqlen}], got {desc}")
+    if mask.device != device:
+        raise ValueError(f"{name}: expected device {device}, got {mask.device}")
+
+
+def check_tree_parents(tree_parents: object, seqlen: int, device: torch.device) -> torch.Tensor:
+    """``tree_parents`` as int64 after its type, shape and device checks (no host read; see :func:`check_parent_order`)."""
+    if not isinstance(tree_parents, torch.Tensor):
+        raise TypeError(f"tree_parents: expected an integer tensor [{seqlen}], got {type(tree_parents).__name__}")
+    if tree_parents.dtype == torch.bool or tree_parents.is_floating_point() or tree_parents.is_complex():
+        raise TypeError(f"tree_parents: expected an integer dtype, got {tree_parents.dtype}")
+    if tuple(tree_parents.shape) != (seqlen,):
+        raise ValueError(f"tree_parents: expected shape ({seqlen},) (one parent per row), got {tuple(tree_parents.shape)}")
+    if tree_parents.device != device:
+        raise ValueError(f"tree_parents: expected device {device}, got {tree_parents.device}")
+    return tree_parents.to(torch.long)
+
+
+def check_parent_order(parents: Sequence[int]) -> None:
+    """Raise unless every row's parent comes before it (``-1 <= parents[t] < t``), read on the host.
+
+    Example:
+        >>> check_parent_order([-1, 0, 2])
+        Traceback (most recent call last):
+        ...
+        ValueError: tree_parents: expected -1 <= tree_parents[t] < t (topological order), got tree_parents[2] = 2
+    """
+    for t, p in enumerate(parents):
+        if not -1 <= p < t:
+            raise ValueError(f"tree_parents: expected -1 <= tree_parents[t] < t (topological order), got tree_parents[{t}] = {p}")
+
+
 def tree_rows_inputs(
     tree_parents: torch.Tensor,
     mask: torch.Tensor | None,
@@ -84,24 +122,12 @@ def tree_rows_inputs(
         >>> mask.int().tolist(), positions.tolist()
         ([[1, 0, 0], [1, 1, 0], [1, 0, 1]], [[5, 6, 6]])
     """
-    if not isinstance(tree_parents, torch.Tensor):
-        raise TypeError(f"tree_parents: expected an integer tensor [{seqlen}], got {type(tree_parents).__name__}")
-    if tree_parents.dtype == torch.bool or tree_parents.is_floating_point() or tree_parents.is_complex():
-        raise TypeError(f"tree_parents: expected an integer dtype, got {tree_parents.dtype}")
-    if tuple(tree_parents.shape) != (seqlen,):
-        raise ValueError(f"tree_parents: expected shape ({seqlen},) (one parent per row), got {tuple(tree_parents.shape)}")
-    if tree_parents.device != device:
-        raise ValueError(f"tree_parents: expected device {device}, got {tree_parents.device}")
+    parents = check_tree_parents(tree_parents, seqlen, device)
     on_cpu = device.type == "cpu"
     if mask is not None and positions is not None and not on_cpu:
         return mask, positions
-    parents = tree_parents.to(torch.long)
     if on_cpu:
-        for t, p in enumerate(parents.tolist()):
-            if not -1 <= p < t:
-                raise ValueError(
-                    f"tree_parents: expected -1 <= tree_parents[t] < t (topological order), got tree_parents[{t}] = {p}"
-                )
+        check_parent_order(parents.tolist())
     meta = build_tree_meta(parents, validate=False)
     tree_mask = meta.ancestors[0].bool()
     if mask is None:
@@ -307,12 +333,7 @@ class LeanTarget(nn.Module):
                 f"tokens: {seqlen} new rows do not fit: length {self.length} + {seqlen} > max_seq_len {self.max_seq_len}"
             )
         check_positions(positions, tuple(tokens.shape), self.device, "positions")
-        if mask is not None:
-            if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (seqlen, seqlen):
-                desc = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-                raise ValueError(f"mask: expected bool [{seqlen}, {seqlen}], got {desc}")
-            if mask.device != self.device:
-                raise ValueError(f"mask: expected device {self.device}, got {mask.device}")
+        check_rows_mask(mask, seqlen, self.device, "mask")
         for layer in hidden_layers:
             if not 0 <= layer <= self.config.num_layers:
                 raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer}")

@@ -40,7 +40,7 @@ from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.kernels.gdn import build_tree_meta, conv_state_commit, gdn_tree_commit
 from specdec.kernels.gdn.path import gdn_tree_commit_triton
-from specdec.models.base import LeanTarget
+from specdec.models.base import LeanTarget, check_parent_order, check_tree_parents
 from specdec.models.dense import compact_kv, load_weights, prefix_attention_mask
 from specdec.models.hybrid_checkpoint import hybrid_state_from_hf
 from specdec.models.hybrid_config import HybridConfig
@@ -272,20 +272,8 @@ class HybridTarget(LeanTarget):
             tree_parents = torch.where(earlier, idx, -1).amax(dim=1)
         if tree_parents is None:
             return None
-        if not isinstance(tree_parents, torch.Tensor):
-            raise TypeError(f"tree_parents: expected an integer tensor [{seqlen}], got {type(tree_parents).__name__}")
-        if tree_parents.dtype == torch.bool or tree_parents.is_floating_point() or tree_parents.is_complex():
-            raise TypeError(f"tree_parents: expected an integer dtype, got {tree_parents.dtype}")
-        if tuple(tree_parents.shape) != (seqlen,):
-            raise ValueError(f"tree_parents: expected shape ({seqlen},) (one parent per row), got {tuple(tree_parents.shape)}")
-        if tree_parents.device != device:
-            raise ValueError(f"tree_parents: expected device {device}, got {tree_parents.device}")
-        for t, p in enumerate(tree_parents.tolist()):
-            if not -1 <= p < t:
-                raise ValueError(
-                    f"tree_parents: expected -1 <= tree_parents[t] < t (topological order), got tree_parents[{t}] = {p}"
-                )
-        parents = tree_parents.to(torch.long)
+        parents = check_tree_parents(tree_parents, seqlen, device)
+        check_parent_order(parents.tolist())
         if mask is not None and not torch.equal(mask, build_tree_meta(parents, validate=False).ancestors[0].bool()):
             raise ValueError("mask: expected the ancestor-or-self mask of the rows' tree; a GDN layer can only follow a tree")
         return parents

@@ -27,7 +27,7 @@ import torch
 
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
-from specdec.models.base import check_positions, check_token_ids, tree_rows_inputs
+from specdec.models.base import check_positions, check_rows_mask, check_token_ids, tree_rows_inputs
 from specdec.models.dense import DecoderLayer, DenseTarget, add_norm, compact_kv, prefix_attention_mask
 from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.packed_attention import (
@@ -260,13 +260,7 @@ class RaggedDenseTarget(RequestSlots):
                     f"{seqlen} > max_seq_len {self.max_seq_len}"
                 )
             check_positions(req.positions, (1, seqlen), self.device, f"requests[{i}].positions")
-            mask = req.mask
-            if mask is not None:
-                if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (seqlen, seqlen):
-                    desc = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-                    raise ValueError(f"requests[{i}].mask: expected bool [{seqlen}, {seqlen}], got {desc}")
-                if mask.device != self.device:
-                    raise ValueError(f"requests[{i}].mask: expected device {self.device}, got {mask.device}")
+            check_rows_mask(req.mask, seqlen, self.device, f"requests[{i}].mask")
 
     @property
     def weight_views(self) -> tuple[str, ...]:
