@@ -24,6 +24,11 @@ from specdec.models.weight_views import WEIGHT_VIEWS, WeightViews
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
+def default_device() -> torch.device:
+    """CUDA when available, else the CPU: where a target goes when no device is named."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
 def check_token_ids(tokens: torch.Tensor, vocab_size: int, name: str) -> None:
     """Raise ``ValueError`` naming ``name`` when an id of ``tokens`` lies outside ``[0, vocab_size)``.
 

@@ -40,7 +40,7 @@ from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.kernels.gdn import build_tree_meta, conv_state_commit, gdn_tree_commit
 from specdec.kernels.gdn.path import gdn_tree_commit_triton
-from specdec.models.base import LeanTarget, check_parent_order, check_tree_parents
+from specdec.models.base import LeanTarget, check_parent_order, check_tree_parents, default_device
 from specdec.models.dense import compact_kv, load_weights, prefix_attention_mask
 from specdec.models.hybrid_checkpoint import hybrid_state_from_hf
 from specdec.models.hybrid_config import HybridConfig
@@ -546,16 +546,18 @@ def random_hybrid_target(
     cfg: HybridConfig,
     *,
     dtype: torch.dtype = torch.bfloat16,
-    device: torch.device | str = "cuda",
+    device: torch.device | str | None = None,
     max_seq_len: int = 4096,
     seed: int = 0,
     **kwargs: Any,
 ) -> HybridTarget:
-    """A hybrid target with random weights at a real model's shape (timing and exactness work).
+    """A hybrid target with random weights at a real model's shape (timing and exactness work); ``device=None``:
+    CUDA when available, else the CPU.
 
     Matrices ``N(0, 1 / fan_in)``, embeddings ``N(0, 1)``, (1 + w) norms 0, gated norms 1,
     ``A_log = log U(1, 16)`` and ``dt_bias = 1`` (transformers' init).
     """
+    device = default_device() if device is None else device
     target = HybridTarget(cfg, max_seq_len=max_seq_len, dtype=dtype, device=device, **kwargs)
     gen = torch.Generator(device=target.device).manual_seed(seed)
     with torch.no_grad():

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from specdec.models.base import default_device
 from specdec.models.config import DENSE_MODEL_TYPES, HYBRID_MODEL_TYPES, SUPPORTED_MODEL_TYPES, TargetConfig
 from specdec.models.dense import DenseTarget, load_weights
 from specdec.models.hf_names import embedding_and_head, tensor_reader
@@ -81,14 +82,14 @@ def random_target(
     cfg: TargetConfig,
     *,
     dtype: torch.dtype = torch.bfloat16,
-    device: torch.device | str = "cuda",
+    device: torch.device | str | None = None,
     max_seq_len: int = 4096,
     seed: int = 0,
 ) -> DenseTarget:
     """A target with random weights at a real model's shape, for timing and exactness work.
 
     Weights are ``N(0, 1 / fan_in)`` (embeddings ``N(0, 1)``, norms 1), so activations keep their scale
-    through the depth and the logits are not flat.
+    through the depth and the logits are not flat. ``device=None``: CUDA when available, else the CPU.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -96,8 +97,9 @@ def random_target(
         >>> small(torch.tensor([[1, 2]])).logits.shape
         torch.Size([1, 2, 97])
         >>> from specdec.models.shapes import QWEN3_8B
-        >>> target = random_target(QWEN3_8B, device="cuda")    # 16 GB of bf16 weights on a GPU  # doctest: +SKIP
+        >>> target = random_target(QWEN3_8B)    # 16 GB of bf16 weights, on the GPU when there is one  # doctest: +SKIP
     """
+    device = default_device() if device is None else device
     target = empty_target(cfg, dtype=dtype, device=device, max_seq_len=max_seq_len)
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
@@ -184,10 +186,9 @@ def _choose_device_and_dtype(
     if device is None:
         if model_device is not None and model_device.type != "meta":
             device, why = model_device, "the model's device"
-        elif torch.cuda.is_available():
-            device, why = torch.device("cuda"), "CUDA is available"
         else:
-            device, why = torch.device("cpu"), "no CUDA device"
+            device = default_device()
+            why = "CUDA is available" if device.type == "cuda" else "no CUDA device"
         logger.info("load_target: device=%s (%s)", device, why)
     device = torch.device(device)
     if dtype is None:

@@ -104,6 +104,17 @@ def test_a_block_drafter_with_a_tree_budget_proposes_a_tree_of_that_many_nodes()
         hidden = torch.stack(target(context[None], hidden_layers=drafter.target_layer_ids).hidden, dim=2)[0, :2]
         tree = drafter.propose(context, 16, sampling=SamplingConfig(), generator=None, target_hidden=hidden).tree
         assert tree.num_nodes == 12 and tree.max_depth <= drafter.max_draft_tokens  # the budget, not the block's depth
+    # DFlash's marginals do not depend on the path: its tree is the one a TreeVerifier of that budget builds
+    from specdec.verify import TreeVerifier
+
+    plain = DFlashDrafter(random_block_model(fixture_config("DFlashDraftModel", target), target), target)
+    budgeted = DFlashDrafter(plain.model, target, tree_budget=12)
+    for drafter in (plain, budgeted):
+        drafter.reset()
+    chain = plain.propose(context, 16, sampling=SamplingConfig(), generator=None, target_hidden=hidden)
+    given = budgeted.propose(context, 16, sampling=SamplingConfig(), generator=None, target_hidden=hidden).tree
+    built = TreeVerifier(budget=12).build_tree(chain, room=64)
+    assert torch.equal(given.tokens, built.tokens) and torch.equal(given.parents, built.parents)
 
 
 def test_dspark_refuses_a_scheduler_beside_a_tree_budget():

@@ -325,3 +325,14 @@ def test_an_untied_checkpoint_without_its_head_is_refused_and_a_tied_one_may_kee
     target = sd.load_target(tied, dtype=torch.float32, device="cpu", progress=False)
     ids = torch.tensor([[3, 1, 4]])
     torch.testing.assert_close(target(ids).logits, hf(ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_random_targets_without_a_device_go_where_cuda_is_or_to_the_cpu(monkeypatch):
+    from specdec.models.hybrid import random_hybrid_target
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    dense = loading.random_target(tiny_target(seed=0).config, dtype=torch.float32, max_seq_len=16)
+    hybrid = random_hybrid_target(tiny_target("qwen3_5_text", seed=0).config, dtype=torch.float32, max_seq_len=16)
+    assert dense.device.type == "cpu" and hybrid.device.type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert loading.default_device() == torch.device("cuda")
