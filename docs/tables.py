@@ -944,7 +944,7 @@ def engine_h200_split(results: Results) -> str:
     return markdown_table(header, rows)
 
 
-FIXED_COST_RUN = "fixed_cost_h200_2026-12-04_row_tile3.json"
+FIXED_COST_RUN = "fixed_cost_h200_2026-12-05_row_tile.json"
 FIXED_COST_KERNELS = ("cublas_bf16", "cuda_bf16_v5", "cuda_w12_v10", "cuda_q_v5", "read_floor")  # the defaults and the floor
 
 
@@ -1532,8 +1532,8 @@ def w12_tokens(results: Results) -> str:
 
 # (label, run) of the AR step before the row tiles and with them, from one device call
 ROW_TILE_STEP_RUNS = (
-    ("W12 v8, bf16 v3 (the defaults before)", "ar_step_h200_2026-12-04_row_tile3_v8.json"),
-    ("W12 v10, bf16 v5 (row tiles where they pay)", "ar_step_h200_2026-12-04_row_tile3_default.json"),
+    ("W12 v8, bf16 v3 (the defaults before)", "ar_step_h200_2026-12-05_row_tile_v8.json"),
+    ("W12 v10, bf16 v5 (row tiles where they pay)", "ar_step_h200_2026-12-05_row_tile_default.json"),
 )
 
 

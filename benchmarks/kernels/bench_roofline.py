@@ -936,7 +936,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
             target.commit(AR_PROMPT)
         agree, max_diff, first_mismatch, tokens = [], 0.0, None, []
         # every step's logits bit for bit: equal digests across runs mean the same arithmetic in the same order,
-        # whatever the launches overlapped ($SPECDEC_PDL, $SPECDEC_L2_PREFETCH_MB)
+        # whatever the launches overlapped ($SPECDEC_PDL)
         digests = [hashlib.sha256(), hashlib.sha256()]
         for i in range(AR_TOKENS):
             for digest, out in zip(digests, outs):

@@ -5,23 +5,21 @@ A decode step at one token is a chain of short kernels, and each GEMM's first mi
 first stages of weights in flight) are not covered by any other work. With the launch, a GEMM's CTAs start while the
 kernels before it run, load the weights of their first stages into shared memory, and wait only before their first
 load of ``x``. A kernel lets the next one start with ``griddepcontrol.launch_dependents``; where it does so sets how
-far ahead the chain runs. ``$SPECDEC_PDL`` (read on every launch) says who takes part and where they signal:
+far ahead the chain runs. ``$SPECDEC_PDL`` (read on every launch) says who takes part:
 
 * ``"1"`` (also when unset): while the stream is being captured into a CUDA graph, the CUDA tensor-map GEMMs (W12
   v7 to v10, Q and bf16 v2 to v5; :func:`gemm_launch_code`) and the Triton kernels of a decode step around them (the
   RMSNorms, SwiGLU, the q/k norm + RoPE and the split-KV attention's two launches) over at most ``PDL_MAX_ROWS`` rows,
   each signalling once it is past its wait: the Triton kernels wait for the kernel before them, then signal
-  (``WAIT_FIRST``); a GEMM signals after its K loop (the persistent kernel's producer once it has issued its last
-  copy);
-* ``"early"``: the same kernels, each signalling as early as it can: the Triton kernels signal, then wait
-  (``SIGNAL_FIRST``), and every GEMM's producer signals once it has issued its last copy, so the next GEMM's weights
-  start streaming while this one's last stages are consumed and the element-wise kernels between them run;
+  (:func:`join_programmatic_launch`); a GEMM signals after its K loop (the persistent kernel's producer once it has
+  issued its last copy);
 * ``"gemm"``: the tensor-map GEMMs alone (captured, signalling as in ``"1"``), the element-wise kernels launched plainly;
 * ``"0"``: nobody.
 
-``$SPECDEC_L2_PREFETCH_MB`` (default 0) lets a programmatically launched row-tile GEMM of one wave also prefetch, before
-its wait, the weights of the stages after its ring's first ones into the L2, up to that many MB a call
-(:func:`l2_prefetch_bytes`): the DRAM otherwise idles while the attention or a norm before the GEMM runs.
+Signalling earlier (the element-wise kernels before their wait, every GEMM's producer at its last copy) and a one-wave
+GEMM prefetching its later stages into the L2 before its wait were measured slower on the H200's captured AR step
+(W12 3.90 -> 4.33 ms, 4.80-4.88 with the prefetch; ``benchmarks/NOTES.md``, "Where a kernel lets the next one start,
+and the L2 prefetch: measured"), so neither is built.
 
 Where a kernel signals never changes what it computes: a kernel launched after it waits, before touching anything
 this one writes, for this one to finish, and this one finishes only after its own wait, so the chain of waits
@@ -50,16 +48,12 @@ import triton
 import triton.language as tl
 
 __all__ = [
-    "L2_PREFETCH_ENV",
     "PDL_ENV",
     "PDL_MAX_ROWS",
     "PDL_MODES",
-    "SIGNAL_FIRST",
-    "WAIT_FIRST",
     "gemm_launch_code",
     "gemm_launch_programmatic",
     "join_programmatic_launch",
-    "l2_prefetch_bytes",
     "pdl_mode",
     "start_next_kernel",
     "triton_launch_options",
@@ -67,17 +61,12 @@ __all__ = [
 ]
 
 PDL_ENV = "SPECDEC_PDL"
-L2_PREFETCH_ENV = "SPECDEC_L2_PREFETCH_MB"
-PDL_MODES = ("0", "gemm", "1", "early")
+PDL_MODES = ("0", "gemm", "1")
 PDL_MAX_ROWS = 16  # the most rows the tensor-map GEMMs take (specdec.kernels.cuda.ops.TENSOR_MAP_MAX_TOKENS)
-# The ``PDL`` constexpr of a Triton kernel that takes part (0: launched plainly).
-SIGNAL_FIRST = tl.constexpr(1)  # let the next kernel start, then wait for the one before
-WAIT_FIRST = tl.constexpr(2)  # wait for the kernel before, then let the next one start
 
 
 def pdl_mode() -> str:
-    """``$SPECDEC_PDL``: ``"0"``, ``"gemm"``, ``"1"`` (also when unset) or ``"early"``; a ``ValueError`` naming it
-    otherwise."""
+    """``$SPECDEC_PDL``: ``"0"``, ``"gemm"`` or ``"1"`` (also when unset); a ``ValueError`` naming it otherwise."""
     mode = os.environ.get(PDL_ENV) or "1"
     if mode not in PDL_MODES:
         raise ValueError(f"${PDL_ENV}: expected one of {PDL_MODES}, got {mode!r}")
@@ -86,52 +75,27 @@ def pdl_mode() -> str:
 
 def triton_launch_options(rows: torch.Tensor) -> dict:
     """Keyword arguments for launching a row-wise Triton kernel with a ``PDL: tl.constexpr`` over ``rows [R, D]``:
-    ``{"PDL": WAIT_FIRST, "launch_pdl": True}`` where ``$SPECDEC_PDL`` is ``"1"`` (``SIGNAL_FIRST`` where it is
-    ``"early"``), ``rows`` is on CUDA, its stream is being captured into a graph and ``R <= PDL_MAX_ROWS`` (where the
-    GEMM after it is a tensor-map kernel that launches programmatically too; wider GEMMs run cuBLAS, which does not),
-    else ``{"PDL": 0}``. The kernel starts with :func:`join_programmatic_launch`."""
-    mode = pdl_mode()
-    if rows.is_cuda and rows.shape[0] <= PDL_MAX_ROWS and mode in ("1", "early") and torch.cuda.is_current_stream_capturing():
-        return {"PDL": (SIGNAL_FIRST if mode == "early" else WAIT_FIRST).value, "launch_pdl": True}
+    ``{"PDL": 1, "launch_pdl": True}`` where ``$SPECDEC_PDL`` is ``"1"``, ``rows`` is on CUDA, its stream is being
+    captured into a graph and ``R <= PDL_MAX_ROWS`` (where the GEMM after it is a tensor-map kernel that launches
+    programmatically too; wider GEMMs run cuBLAS, which does not), else ``{"PDL": 0}``. The kernel starts with
+    :func:`join_programmatic_launch`."""
+    if rows.is_cuda and rows.shape[0] <= PDL_MAX_ROWS and pdl_mode() == "1" and torch.cuda.is_current_stream_capturing():
+        return {"PDL": 1, "launch_pdl": True}
     return {"PDL": 0}
 
 
 def gemm_launch_programmatic() -> bool:
     """Whether a CUDA tensor-map GEMM launched now on the current thread launches programmatically: ``$SPECDEC_PDL``
-    is ``"gemm"``, ``"1"`` or ``"early"`` and the current CUDA stream is being captured into a graph."""
+    is ``"gemm"`` or ``"1"`` and the current CUDA stream is being captured into a graph."""
     return gemm_launch_code() != 0
 
 
 def gemm_launch_code() -> int:
     """What the CUDA library is told before it launches a tensor-map GEMM (``specdec_set_programmatic_launch``): 0
-    plain; 1 programmatic, each CTA signalling after its K loop (the persistent kernel's producer at its last copy);
-    2 programmatic, every producer signalling once it has issued its last copy (``$SPECDEC_PDL`` ``"early"``)."""
-    mode = pdl_mode()
-    if mode == "0" or not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+    plain; 1 programmatic, each CTA signalling after its K loop (the persistent kernel's producer at its last copy)."""
+    if pdl_mode() == "0" or not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
         return 0
-    return 2 if mode == "early" else 1
-
-
-def l2_prefetch_bytes() -> int:
-    """``$SPECDEC_L2_PREFETCH_MB`` (a number of MB, ``1 MB = 2**20`` bytes; unset or empty: 0) as bytes: what a
-    programmatically launched one-wave row-tile GEMM may prefetch into the L2 before its wait. A ``ValueError``
-    naming the variable for anything but a finite number >= 0.
-
-    Example:
-        >>> import os
-        >>> os.environ[L2_PREFETCH_ENV] = "1.5"
-        >>> l2_prefetch_bytes()
-        1572864
-        >>> del os.environ[L2_PREFETCH_ENV]
-    """
-    raw = os.environ.get(L2_PREFETCH_ENV) or "0"
-    try:
-        mb = float(raw)
-    except ValueError:
-        mb = float("nan")
-    if not (0.0 <= mb < float("inf")):
-        raise ValueError(f"${L2_PREFETCH_ENV}: expected a number of MB >= 0, got {raw!r}")
-    return int(mb * 2**20)
+    return 1
 
 
 @triton.jit
@@ -148,11 +112,8 @@ def start_next_kernel():
 
 @triton.jit
 def join_programmatic_launch(PDL: tl.constexpr):
-    """The first statement of a kernel launched with :func:`triton_launch_options`: with ``PDL == SIGNAL_FIRST`` let
-    the next kernel start, then wait for the one before; with ``WAIT_FIRST`` the other way round; with 0 nothing."""
-    if PDL == SIGNAL_FIRST:
-        start_next_kernel()
-        wait_for_previous_kernel()
-    elif PDL == WAIT_FIRST:
+    """The first statement of a kernel launched with :func:`triton_launch_options`: with ``PDL == 1`` wait for the
+    kernel before, then let the next one start; with 0 nothing."""
+    if PDL == 1:
         wait_for_previous_kernel()
         start_next_kernel()

@@ -95,22 +95,24 @@ def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
         if releases:
             released[name] = unsafe
     # every ring kernel (bulk-copy, tensor-map split-K, persistent and row-tile: W12, Q and bf16 at 8 and 16 tokens; the
-    # row-tile kernels plain, with the L2 prefetch lanes and with two consumer stage groups)
-    assert len(released) == 32, sorted(released)
+    # Q view's row tiles at 8 tokens also with two consumer stage groups)
+    assert len(released) == 21, sorted(released)
     assert not any(released.values()), {name: n for name, n in released.items() if n}
 
 
-def test_every_tensor_map_gemm_can_signal_at_its_last_copy():
-    # specdec.kernels.launch: the producer's signal once it has issued its last copy is predicated (on $SPECDEC_PDL
-    # "early" in the split-K and row-tile kernels, on being the producer lane in the persistent one), and every thread
-    # signals after the K loop (unpredicated)
+def test_every_tensor_map_gemm_signals_once_its_weights_are_read():
+    # specdec.kernels.launch: the split-K and row-tile kernels signal once, every thread after the K loop (unpredicated);
+    # the persistent kernel's producer lane once it has issued its last copy (predicated on being that lane), and its
+    # other threads after their last segment
     signals = {
         name: sass_report.programmatic_signals(lines)
         for name, lines in _library_sass().items()
         if re.search(r"tma_(gemm|stream_k|rows)_kernel", name)
     }
-    assert len(signals) == 30, sorted(signals)  # three kernels x three kinds x 8 and 16 tokens, the row tiles three times
-    assert all(p == 1 and u >= 1 for p, u in signals.values()), signals
+    assert len(signals) == 19, sorted(signals)  # three kernels x three kinds x 8 and 16 tokens, and Q's two-group row tiles
+    persistent = {name: n for name, n in signals.items() if "tma_stream_k_kernel" in name}
+    assert len(persistent) == 6 and all(n == (1, 1) for n in persistent.values()), persistent
+    assert all(n == (0, 1) for name, n in signals.items() if name not in persistent), signals
 
 
 def test_a_release_with_a_load_in_flight_is_found_after_a_loop():
@@ -133,28 +135,17 @@ def test_a_release_with_a_load_in_flight_is_found_after_a_loop():
 
 
 def test_two_stage_groups_double_the_row_tile_consumers_and_keep_their_loops():
-    """The two-group row-tile kernels run eight consumer warps (each waits on its own stages' barriers) with a loop no
-    longer than the one-group kernel's, and no register spills."""
+    """The two-group row-tile kernel (the Q view's at one MMA n-tile of tokens, the only one built) runs eight consumer
+    warps (each waits on its own stages' barriers) with a loop no longer than the one-group kernel's, and no kernel
+    spills registers."""
     loops = {}
     for name, lines in _library_sass().items():
-        found = re.search(r"tma_rows_kernelILi(\d)ELi(\d+)ELb0ELi(\d)E", name)
+        found = re.search(r"tma_rows_kernelILi(\d)ELi(\d+)ELi(\d)E", name)
         if found:
             kind, tok, groups = found.groups()
             loops[(kind, tok, groups)] = sass_report.analyse_kernel(lines, 1)["loop_instructions"]
             assert not any(re.search(r"\b(STL|LDL)\b", line) for line in lines), name
-    assert sorted(loops) == sorted((k, t, g) for k in "012" for t in ("8", "16") for g in "12"), sorted(loops)
-    for kind in "012":
-        for tok in ("8", "16"):
-            one, two = loops[(kind, tok, "1")], loops[(kind, tok, "2")]
-            assert 0 < two <= one + 4, (kind, tok, one, two)
-
-
-def test_only_the_prefetching_row_tile_kernels_prefetch_weights_into_the_l2():
-    # cp.async.bulk.prefetch.tensor (UTMAPF): one box a stage of the weights, two planes for W12 (ae, nib), in the
-    # row-tile instantiations with the prefetch lanes (L2_PREFETCH = true, launched only for a call that prefetches);
-    # every other kernel, the row tiles' plain instantiations included, has none
-    prefetches = {name: sum("UTMAPF" in line for line in lines) for name, lines in _library_sass().items()}
-    rows = {name: n for name, n in prefetches.items() if re.search(r"tma_rows_kernelILi\dELi\d+ELb1E", name)}
-    assert len(rows) == 6, sorted(rows)
-    assert all(n == (2 if "tma_rows_kernelILi1E" in name else 1) for name, n in rows.items()), rows
-    assert not any(n for name, n in prefetches.items() if name not in rows), prefetches
+    one_group = [(k, t, "1") for k in "012" for t in ("8", "16")]
+    assert sorted(loops) == sorted([*one_group, ("2", "8", "2")]), sorted(loops)  # kinds: 0 bf16, 1 W12, 2 Q
+    one, two = loops[("2", "8", "1")], loops[("2", "8", "2")]
+    assert 0 < two <= one + 4, (one, two)

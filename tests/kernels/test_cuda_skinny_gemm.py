@@ -378,16 +378,15 @@ def test_split_k_workspace_is_never_made_during_graph_capture(monkeypatch):
 def test_split_k_launch_hands_the_planned_workspace_to_the_kernel(monkeypatch):
     from specdec.kernels.cuda import ops
 
-    monkeypatch.setenv("SPECDEC_L2_PREFETCH_MB", "2")
-
+    monkeypatch.delenv("SPECDEC_ROW_STAGE_GROUPS", raising=False)
     calls = []
 
     class Library:
         def specdec_cuda_last_error(self):
             return b"M=9 is not a token count"
 
-        def specdec_set_programmatic_launch(self, mode, l2_prefetch_bytes):
-            calls.append(("programmatic", mode, l2_prefetch_bytes))
+        def specdec_set_programmatic_launch(self, mode):
+            calls.append(("programmatic", mode))
 
         def specdec_set_row_stage_groups(self, groups):
             calls.append(("stage groups", groups))
@@ -410,21 +409,20 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel(monkeypatch):
         calls.clear()
         assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(nbytes), run, args, 8, 72, 4128, cpu, "s") == 0
         assert calls[0] == ("plan", 8, 72, 4128, 0)  # sms = 0: the current device's multiprocessors
-        # set before every launch: eager calls launch plainly, so without the prefetch budget ($SPECDEC_L2_PREFETCH_MB 2)
-        assert calls[1] == ("programmatic", 0, 0)
-        assert calls[2] == ("stage groups", 1)  # $SPECDEC_ROW_STAGE_GROUPS unset
+        assert calls[1] == ("programmatic", 0)  # set before every launch: eager calls launch plainly
+        assert calls[2] == ("stage groups", 2)  # $SPECDEC_ROW_STAGE_GROUPS unset: up to two, where the call takes them
         *given, ws_ptr, ws_bytes, stream = calls[3][1:]
         assert tuple(given) == args and (ws_bytes, stream) == (nbytes, "s")
         assert ws_ptr.value == (ops.split_k_workspace(cpu, nbytes).data_ptr() if nbytes else None)
-    # launched programmatically (inside a captured graph): the launch code and the budget reach the library
-    monkeypatch.setattr(ops, "gemm_launch_code", lambda: 2)
+    # launched programmatically (inside a captured graph): the launch code reaches the library
+    monkeypatch.setattr(ops, "gemm_launch_code", lambda: 1)
     calls.clear()
     assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(0), run, args, 8, 72, 4128, cpu, "s") == 0
-    assert calls[1] == ("programmatic", 2, 2 << 20)
-    monkeypatch.setenv("SPECDEC_ROW_STAGE_GROUPS", "2")
+    assert calls[1] == ("programmatic", 1)
+    monkeypatch.setenv("SPECDEC_ROW_STAGE_GROUPS", "1")
     calls.clear()
     assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(0), run, args, 8, 72, 4128, cpu, "s") == 0
-    assert calls[2] == ("stage groups", 2)
+    assert calls[2] == ("stage groups", 1)
     monkeypatch.setenv("SPECDEC_ROW_STAGE_GROUPS", "3")
     with pytest.raises(ValueError, match=r"\$SPECDEC_ROW_STAGE_GROUPS: expected '1' or '2'"):
         ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(0), run, args, 8, 72, 4128, cpu, "s")
@@ -800,19 +798,22 @@ def test_default_plans_take_row_tiles_where_they_pay(which, m, n, k, pays):
         assert launch_plan(kind, m, n, k + 8, 132) == launch_plan(fallback, m, n, k + 8, 132)
 
 
-# (M, N, K, stage groups of W12 / Q / bf16 when two are asked for): two where every CTA is resident at once at three
-# an SM (shared memory allowing): the 8B qkv (384 CTAs), o and down (256) and the 32B o and down (320) at 1-16 tokens;
-# not the 32B qkv (640) nor the multi-wave calls; bf16 at 8 tokens (78 KB a CTA: two an SM) only below 264 CTAs
+# (M, N, K, stage groups of the Q view when two are asked for): two at up to 8 tokens where every CTA is resident at
+# once at three an SM: the 8B qkv (384 CTAs), o and down (256) and the 32B o and down (320); not at 9-16 tokens, not
+# the 32B qkv (640) nor the multi-wave calls; W12 and bf16 never (measured no faster)
 ROW_STAGE_GROUP_CASES = [
-    (1, 6144, 4096, (2, 2, 2)),
-    (1, 4096, 12288, (2, 2, 2)),
-    (1, 5120, 25600, (2, 2, 2)),
-    (16, 6144, 4096, (2, 2, 2)),
-    (8, 6144, 4096, (2, 2, 1)),
-    (8, 4096, 4096, (2, 2, 2)),
-    (1, 10240, 5120, (1, 1, 1)),
-    (1, 24576, 4096, (1, 1, 1)),
-    (1, 151936, 4096, (1, 1, 1)),
+    (1, 6144, 4096, 2),
+    (1, 4096, 12288, 2),
+    (1, 5120, 25600, 2),
+    (8, 6144, 4096, 2),
+    (8, 4096, 4096, 2),
+    (8, 5120, 5120, 2),
+    (9, 4096, 4096, 1),
+    (16, 6144, 4096, 1),
+    (1, 10240, 5120, 1),
+    (8, 10240, 5120, 1),
+    (1, 24576, 4096, 1),
+    (1, 151936, 4096, 1),
 ]
 
 
@@ -821,53 +822,11 @@ def test_two_stage_groups_only_where_every_cta_is_resident_at_three_an_sm(m, n, 
     from specdec.kernels.cuda.ops import rows_stage_groups
 
     _library_or_skip()
-    for kind, expected in zip(("w12", "q", "bf16"), groups):
-        assert rows_stage_groups(kind, m, n, k, 132, 2) == expected, kind
+    assert rows_stage_groups("q", m, n, k, 132, 2) == groups
+    for kind in ("w12", "q", "bf16"):
         assert rows_stage_groups(kind, m, n, k, 132, 1) == 1, kind  # one asked for: one
+    assert rows_stage_groups("w12", m, n, k, 132, 2) == rows_stage_groups("bf16", m, n, k, 132, 2) == 1
     with pytest.raises(ValueError, match="sms, wanted: expected >= 1 and 1 or 2, got 132 and 3"):
         rows_stage_groups("w12", m, n, k, 132, 3)
     with pytest.raises(ValueError, match=r"rows_stage_groups: expected 1 <= m <= 16"):
         rows_stage_groups("w12", 17, n, k, 132, 2)
-
-
-MIB = 1 << 20
-# (kind, M, N, K, bytes a call may prefetch, stages each CTA prefetches): the bytes spread over the CTAs in whole
-# stages of [16 rows][256] weights (W12 6 KB, Q 4 KB, bf16 8 KB), never more than the stages past the ring (6 at one
-# token, 4 at 9-16) nor 31 (one a lane of the producer warp but its first), none for a call of several waves
-L2_PREFETCH_CASES = [
-    ("w12", 1, 4096, 4096, 8 * MIB, 5),  # 8B o: 256 CTAs x 6 KB a stage
-    ("w12", 1, 4096, 4096, 32 * MIB, 10),  # every stage past the ring's 6 of 16
-    ("w12", 16, 4096, 4096, 32 * MIB, 12),  # a ring of 4 at two MMA n-tiles
-    ("q", 1, 4096, 4096, 8 * MIB, 8),
-    ("bf16", 1, 4096, 4096, 8 * MIB, 4),
-    ("w12", 1, 6144, 4096, 16 * MIB, 7),  # 8B qkv: 384 CTAs
-    ("w12", 1, 4096, 12288, 32 * MIB, 21),  # 8B down: 42 stages past the ring
-    ("w12", 1, 4096, 12288, 512 * MIB, 31),
-    ("w12", 1, 4096, 4096, 0, 0),
-    ("w12", 1, 4096, 4096, 1 * MIB, 0),  # less than a stage a CTA
-    ("w12", 1, 4096, 1024, 32 * MIB, 0),  # 4 stages: all in the ring
-    ("w12", 1, 151936, 4096, 512 * MIB, 0),  # lm_head: 9,496 CTAs, several waves
-    ("bf16", 1, 24576, 4096, 32 * MIB, 0),  # 8B gate_up: 1,536 CTAs over 132 x 4
-]
-
-
-@pytest.mark.parametrize("kind,m,n,k,nbytes,stages", L2_PREFETCH_CASES)
-def test_row_tile_calls_prefetch_the_stages_the_budget_buys_in_one_wave(kind, m, n, k, nbytes, stages):
-    from specdec.kernels.cuda.ops import rows_l2_prefetch_stages
-
-    _library_or_skip()
-    assert rows_l2_prefetch_stages(kind, m, n, k, 132, nbytes) == stages
-
-
-def test_row_tile_prefetch_names_what_it_does_not_take():
-    from specdec.kernels.cuda.ops import rows_l2_prefetch_stages
-
-    _library_or_skip()
-    with pytest.raises(ValueError, match=r"kind: expected one of \['bf16', 'q', 'w12'\], got 'fp8'"):
-        rows_l2_prefetch_stages("fp8", 1, 4096, 4096, 132, MIB)
-    with pytest.raises(ValueError, match=r"expected 1 <= m <= 16, .* got m=17 n=4096 k=4096"):
-        rows_l2_prefetch_stages("w12", 17, 4096, 4096, 132, MIB)
-    with pytest.raises(ValueError, match=r"k a positive multiple of 32, got m=1 n=4096 k=4104"):
-        rows_l2_prefetch_stages("w12", 1, 4096, 4104, 132, MIB)
-    with pytest.raises(ValueError, match=r"sms, prefetch_bytes: expected >= 1 and >= 0, got 132 and -1"):
-        rows_l2_prefetch_stages("w12", 1, 4096, 4096, 132, -1)

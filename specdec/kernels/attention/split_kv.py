@@ -7,8 +7,8 @@ batch-head ``bh`` and keeps an online softmax over them: the running maximum ``m
 ``exp(score - m)`` and ``acc = sum exp(score - m) v``, all float32. The second launch, one program per batch-head and row,
 rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``;
 both launched programmatically where a norm would be (:func:`specdec.kernels.launch.triton_launch_options`: captured,
-at most 16 rows), each lets the next one (the second launch, then the output projection) start and waits for the
-kernel before it (the q/k norm + RoPE, then the first launch), in the order ``$SPECDEC_PDL`` says.
+at most 16 rows), each waits for the kernel before it (the q/k norm + RoPE, then the first launch) and then lets the
+next one (the second launch, then the output projection) start.
 A split whose slots are all masked has ``m = -inf`` and weight 0; a row with no allowed slot anywhere gives NaN, as
 the reference does.
 

@@ -160,13 +160,11 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_cuda_last_error.restype = ctypes.c_char_p
     lib.specdec_cuda_last_error.argtypes = []
     lib.specdec_set_programmatic_launch.restype = None
-    lib.specdec_set_programmatic_launch.argtypes = [i, ctypes.c_longlong]
+    lib.specdec_set_programmatic_launch.argtypes = [i]
     lib.specdec_set_row_stage_groups.restype = None
     lib.specdec_set_row_stage_groups.argtypes = [i]
     lib.specdec_rows_stage_groups.restype = i
     lib.specdec_rows_stage_groups.argtypes = [i, i, i, i, i, i]
-    lib.specdec_rows_l2_prefetch_stages.restype = i
-    lib.specdec_rows_l2_prefetch_stages.argtypes = [i, i, i, i, i, ctypes.c_longlong]
     lib.specdec_skinny_plan.restype = i
     lib.specdec_skinny_plan.argtypes = [i, i, i, i, i, ctypes.POINTER(ctypes.c_int)]
     lib.specdec_skinny_gemm_bf16.restype = i

@@ -69,7 +69,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec.kernels.cuda.build import W12_WORKSPACE_VARIANTS, load_library
-from specdec.kernels.launch import gemm_launch_code, l2_prefetch_bytes
+from specdec.kernels.launch import gemm_launch_code
 from specdec.kernels.w12_gemm import _check_escapes, _check_planes
 
 __all__ = [
@@ -77,7 +77,6 @@ __all__ = [
     "w12_gemm_small_m",
     "q_gemm_small_m",
     "launch_plan",
-    "rows_l2_prefetch_stages",
     "rows_stage_groups",
     "row_stage_groups",
     "stream_k_segments",
@@ -242,19 +241,20 @@ def bf16_variant(k: int | None = None) -> str:
 
 def row_stage_groups() -> int:
     """Up to how many consumer stage groups the row-tile kernels run (``$SPECDEC_ROW_STAGE_GROUPS``, read on every
-    call; unset: 1). ``2``: a row-tile call whose CTAs all fit at three an SM runs eight consumer warps a CTA, warps 0-3
-    on the even stages and 4-7 on the odd ones, so two stages are decoded and multiplied at once
-    (:func:`rows_stage_groups` says which calls; ``specdec/kernels/cuda/README.md``, "Two stage groups"). Built and
-    checked on the CPU, not yet measured: opt-in. Raises ValueError for any other value.
+    call; unset: 2). ``2``: a Q-view row-tile call of at most 8 tokens whose CTAs all fit at three an SM runs eight
+    consumer warps a CTA, warps 0-3 on the even stages and 4-7 on the odd ones, so two stages are decoded and
+    multiplied at once (:func:`rows_stage_groups` says which calls; ``specdec/kernels/cuda/README.md``, "Two stage
+    groups"; measured 1-8 % faster there on the H200); ``1``: four consumer warps everywhere. Raises ValueError for
+    any other value.
 
     Example::
 
         >>> import os
         >>> os.environ.pop(ROW_STAGE_GROUPS_ENV, None) and None
         >>> row_stage_groups()
-        1
+        2
     """
-    value = os.environ.get(ROW_STAGE_GROUPS_ENV, "") or "1"
+    value = os.environ.get(ROW_STAGE_GROUPS_ENV, "") or "2"
     if value not in ("1", "2"):
         raise ValueError(
             f"${ROW_STAGE_GROUPS_ENV}: expected '1' or '2' (consumer stage groups of the row-tile kernels), got {value!r}"
@@ -348,8 +348,7 @@ def _launch_split_k(lib, what: str, plan_of, run, args: tuple, m: int, n: int, k
     _raise_on_failure(lib, plan_of(m, n, k, 0, plan), f"{what} plan")
     nbytes = plan[5]
     ws_ptr = _ptr(split_k_workspace(device, nbytes, op=what)) if nbytes else ctypes.c_void_p(None)
-    code = gemm_launch_code()  # read by the tensor-map kernels only; the prefetch budget only under programmatic launch
-    lib.specdec_set_programmatic_launch(code, l2_prefetch_bytes() if code else 0)
+    lib.specdec_set_programmatic_launch(gemm_launch_code())  # read by the tensor-map kernels only
     lib.specdec_set_row_stage_groups(row_stage_groups())
     return run(*args, ws_ptr, nbytes, stream)
 
@@ -565,12 +564,13 @@ def launch_plan(kind: str, m: int, n: int, k: int, sms: int, *, max_cluster: int
 
 def rows_stage_groups(kind: str, m: int, n: int, k: int, sms: int, wanted: int) -> int:
     """Consumer stage groups a row-tile call (``kind`` ``"bf16"``, ``"w12"`` or ``"q"``; ``m <= 16``, ``k % 32 == 0``) runs
-    on ``sms`` multiprocessors when up to ``wanted`` are asked for (:func:`row_stage_groups`): 2 where every CTA of the
-    call is resident at once at the two-group kernel's three CTAs an SM, else 1 (host code of the library; needs the
-    built library, not a GPU).
+    on ``sms`` multiprocessors when up to ``wanted`` are asked for (:func:`row_stage_groups`): 2 for the Q view at up
+    to 8 tokens where every CTA of the call is resident at once at the two-group kernel's three CTAs an SM, else 1
+    (host code of the library; needs the built library, not a GPU).
 
-    Example (needs the built library, so not run as a doctest): on 132 SMs the 8B qkv in W12 at one token (384 CTAs of
-    16 rows) gives ``rows_stage_groups("w12", 1, 6144, 4096, 132, 2) == 2``; the 32B qkv (640 CTAs) gives 1.
+    Example (needs the built library, so not run as a doctest): on 132 SMs the 8B qkv in the Q view at one token (384
+    CTAs of 16 rows) gives ``rows_stage_groups("q", 1, 6144, 4096, 132, 2) == 2``; the 32B qkv (640 CTAs), W12, bf16
+    and 9-16 tokens give 1.
     """
     if sms < 1 or wanted not in (1, 2):
         raise ValueError(f"sms, wanted: expected >= 1 and 1 or 2, got {sms} and {wanted}")
@@ -587,22 +587,6 @@ def _row_tile_query(name: str, kind: str, m: int, n: int, k: int, *args: int) ->
             f"{name}: expected 1 <= m <= {TENSOR_MAP_MAX_TOKENS}, n >= 1 and k a positive multiple of 32, got m={m} n={n} k={k}"
         )
     return value
-
-
-def rows_l2_prefetch_stages(kind: str, m: int, n: int, k: int, sms: int, prefetch_bytes: int) -> int:
-    """Stages of 256 weights past its ring that each CTA of a row-tile call (``kind`` ``"bf16"``, ``"w12"`` or ``"q"``;
-    ``m <= 16``, ``k % 32 == 0``) prefetches into the L2 before its wait when launched programmatically with
-    ``$SPECDEC_L2_PREFETCH_MB`` worth ``prefetch_bytes`` (:func:`specdec.kernels.launch.l2_prefetch_bytes`): the bytes
-    spread evenly over the CTAs, at most 31 stages and at most the stages the call has past its ring; 0 for a call of
-    more than one wave of CTAs (host code of the library; needs the built library, not a GPU).
-
-    Example (needs the built library, so not run as a doctest): the 8B o projection in W12 at one token on 132 SMs,
-    256 CTAs of 16 rows with 6 KB of weights a stage, ``rows_l2_prefetch_stages("w12", 1, 4096, 4096, 132, 8 << 20)``
-    gives 5 (8 MiB / (256 x 6 KB)); with 32 MiB, 10 (every stage past the 6 of the ring).
-    """
-    if sms < 1 or prefetch_bytes < 0:
-        raise ValueError(f"sms, prefetch_bytes: expected >= 1 and >= 0, got {sms} and {prefetch_bytes}")
-    return _row_tile_query("rows_l2_prefetch_stages", kind, m, n, k, sms, prefetch_bytes)
 
 
 def stream_k_segments(row_blocks: int, stages: int, ctas: int) -> list[tuple[int, int, int, int, int, int, int]]:

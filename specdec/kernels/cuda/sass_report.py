@@ -161,8 +161,8 @@ SIGNAL_OPCODE = "PREEXIT"
 
 def programmatic_signals(lines: list[str]) -> tuple[int, int]:
     """``(predicated, unpredicated)`` counts of ``griddepcontrol.launch_dependents`` (``SIGNAL_OPCODE``) in one
-    kernel's SASS. The tensor-map GEMMs have one of each: the producer's, taken where the launch mode asks it to signal
-    once its last copy is issued, and every thread's after the K loop.
+    kernel's SASS. The split-K and row-tile GEMMs have one unpredicated (every thread's, after the K loop); the
+    persistent one also a predicated one (its producer lane's, once its last copy is issued).
 
     Example::
 

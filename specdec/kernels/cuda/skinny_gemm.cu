@@ -70,8 +70,6 @@ struct Params {
   int rt_per_cta;  // row tiles (16 rows) per CTA: 1, 2, 4 or 8; warps per row tile = 8 / rt_per_cta
   int k_splits;    // CTAs of a cluster sharing the row block, each a slice of K
   int n_chunks;    // ceil(K / chunk)
-  int signal_at_last_copy;  // programmatic launch: the producer lets the next kernel start once it has issued its last copy
-  int l2_prefetch_stages;   // programmatic launch: stages past the ring whose weights go to the L2 before the wait
 };
 
 // Chunk registers of one lane: rows g and g + 8.
@@ -1166,13 +1164,6 @@ __host__ __device__ constexpr int tma_smem_fixed(int kind, int tokens) {
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-// The box at (inner, row) of map into the L2 only: no shared memory, no barrier, nothing to wait for.
-__device__ __forceinline__ void tma_prefetch_l2_2d(const CUtensorMap* map, int inner, int row) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(reinterpret_cast<uint64_t>(map)), "r"(inner),
-               "r"(row)
-               : "memory");
-}
-
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar, uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], "
@@ -1185,12 +1176,11 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 // row_block into ring slots 0, 1, ..., STAGES - 1, 0, ...: a box of [ROWS][SK] weights (the ae plane, or bf16), for W12
 // one of [ROWS][SK / 2] nib bytes, and x's [M][SK] at x_offset in the stage. The weights of the first STAGES stages go
 // out before griddep_wait (they do not depend on the kernel before this one), their x after it; every later stage's
-// weights and x together, once the consumers have released its slot. With signal_when_done the kernel after this one
-// may start once every CTA's producer has issued its last copy (its weights then stream while these stages are consumed).
+// weights and x together, once the consumers have released its slot.
 template <int KIND, int STAGES, int ROWS, int SK>
 __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
                                                  uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
-                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map, bool signal_when_done) {
+                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map) {
   const uint64_t stream = l2_evict_first();
   const uint64_t keep = l2_evict_last();
   const uint32_t tx = static_cast<uint32_t>(stage_bytes);  // whole boxes, zeros past N and K included
@@ -1221,15 +1211,6 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
     x_of(it, full);
     if (++s == STAGES) s = 0, ++round;
   }
-  if (signal_when_done) griddep_launch_dependents();
-}
-
-// The weights of stage s of the ROWS-row block at row_block into the L2 only, for a copy of the stage later: issued
-// before the kernel's wait, while the kernels before this one leave the DRAM idle.
-template <int KIND, int ROWS, int SK>
-__device__ __forceinline__ void prefetch_stage_l2(int s, int row_block, const CUtensorMap* ae_map, const CUtensorMap* nib_map) {
-  tma_prefetch_l2_2d(ae_map, s * SK, row_block);
-  if constexpr (KIND == kW12) tma_prefetch_l2_2d(nib_map, s * SK / 2, row_block);
 }
 
 // The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + ROWS - 1 whose columns lie in
@@ -1326,7 +1307,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kStreamRows, kBulkStageK>(smem, stage_bytes, tma_stage_bytes(KIND, 0), full_bar, empty_bar, s_lo,
-                                                                s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map, p.signal_at_last_copy != 0);
+                                                                s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map);
   } else if (tma_escape_warps(KIND, TOK) == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK>(p, row_block, s_lo * kBulkStageK, min(s_hi * kBulkStageK, p.K), lane, esc);
   } else {
@@ -1587,7 +1568,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 // 32 for bf16) for all 16 rows, and their sums meet in shared memory in group order. W12 CTAs have an escape warp
 // (fold_escapes over the CTA's 16 rows and all of K). Needs K % 32 == 0 and 16-byte aligned planes and x.
 // STAGE_GROUPS = 2 doubles the consumers: warps 0-3 take the even stages, 4-7 the odd ones (each its own four tiles of
-// sums, added after the first four), so two stages are decoded and multiplied at once; for calls of at most
+// sums, added after the first four), so two stages are decoded and multiplied at once; for Q-view calls of at most
 // kRowStageGroupCtas CTAs an SM, where the row tiles leave an SM few warps (README.md, "Two stage groups").
 constexpr int kRowTile = 16;
 constexpr int kRowStageK = 256;
@@ -1595,8 +1576,8 @@ constexpr int kRowGroups = kRowStageK / 64;
 constexpr int kRowStageGroupCtas = 3;
 __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? 4 : 6; }
 // CTAs an SM the registers allow (the launch bound): 5 for one MMA n-tile of tokens (<= 68 registers a thread), 4 for
-// two (<= 85), kRowStageGroupCtas with two stage groups (<= 68 / 61 registers for W12 / the others); shared memory
-// allows 2-7 by M and kind.
+// two (<= 85), kRowStageGroupCtas with two stage groups (the Q view's: <= 61 registers); shared memory allows 2-7 by M
+// and kind.
 __host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1) {
   return stage_groups > 1 ? kRowStageGroupCtas : tok > kMaxTokens ? 4 : 5;
 }
@@ -1612,7 +1593,7 @@ __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_g
   return kRowGroups * stage_groups * kRowTile * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, kRowTile) : 0);
 }
 
-template <int KIND, int TOK = kMaxTokens, bool L2_PREFETCH = false, int STAGE_GROUPS = 1>
+template <int KIND, int TOK = kMaxTokens, int STAGE_GROUPS = 1>
 __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_per_sm(TOK, STAGE_GROUPS))
     tma_rows_kernel(const Params p, const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
                     const __grid_constant__ CUtensorMap x_map) {
@@ -1638,9 +1619,7 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
-                                                            row_block, &ae_map, &nib_map, &x_map, p.signal_at_last_copy != 0);
-    else if (L2_PREFETCH && lane <= p.l2_prefetch_stages)  // lane l: stage kStages + l - 1 into the L2 (launch_rows_tokens)
-      prefetch_stage_l2<KIND, kRowTile, kRowStageK>(kStages + lane - 1, row_block, &ae_map, &nib_map);
+                                                            row_block, &ae_map, &nib_map, &x_map);
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
   } else if constexpr (STAGE_GROUPS == 1) {
@@ -2164,12 +2143,8 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
 // How the tensor-map kernels this thread launches next launch (README.md, "Programmatic dependent launch"): 0 plainly;
 // 1 programmatically, their prologue and the weights of their first stages overlapping the kernels before them, each
 // CTA letting the next kernel start after its K loop (the persistent kernel's producer once it has issued its last
-// copy); 2 as 1, with every producer letting the next kernel start once it has issued its last copy. Set per thread by
-// specdec_set_programmatic_launch before each launch (specdec/kernels/launch.py decides).
+// copy). Set per thread by specdec_set_programmatic_launch before each launch (specdec/kernels/launch.py decides).
 thread_local int g_programmatic_launch = 0;
-// Under programmatic launch, the weight bytes a one-wave row-tile call may prefetch into the L2 before its wait, past
-// its ring's first stages (tma_rows_kernel; 0: none). Set with the launch mode.
-thread_local long long g_l2_prefetch_bytes = 0;
 
 // The tensor maps of a tensor-map kernel of KIND reading boxes of [rows][sk] weights: ae (bf16: the weights), nib (W12;
 // the Q and bf16 kernels get a copy of ae, never read) and x, read in boxes of [M][sk].
@@ -2194,7 +2169,6 @@ int encode_weight_maps(const Params& p, unsigned int rows, unsigned int sk, CUte
 // (specdec_set_programmatic_launch); the launch's error, or the first one after it.
 template <typename Kernel, typename... Args>
 cudaError_t launch_tma_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, Params p, Args... args) {
-  p.signal_at_last_copy = g_programmatic_launch == 2 ? 1 : 0;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(threads, 1, 1);
@@ -2304,26 +2278,15 @@ bool rows_pay(int kind, int M, int N, int K, int sms) {
   return ctas * 10 >= fullest * sms * 9;
 }
 
-// Stages past the ring a CTA of a row-tile call prefetches into the L2 before its wait (the producer warp's lanes 1..,
-// one stage each) when it may prefetch `bytes` (launched programmatically): in a call of one wave (every CTA resident
-// at once, so every prefetch is issued while the kernels before still run), as many as `bytes` spreads evenly over the
-// CTAs, at most 31; 0 otherwise.
-int rows_l2_prefetch_stages(int kind, const Plan& pl, int M, int K, int sms, long long bytes) {
-  if (bytes <= 0 || sms < 1) return 0;
-  if (pl.grid_x > static_cast<long long>(sms) * rows_resident(pl, M)) return 0;
-  const long long per_cta = bytes / (static_cast<long long>(pl.grid_x) * rows_weight_bytes(kind));
-  int past_ring = (K + kRowStageK - 1) / kRowStageK - rows_stages(tma_tokens(M));
-  if (past_ring > 31) past_ring = 31;  // one stage a lane of the producer warp but its first
-  if (past_ring <= 0) return 0;
-  return per_cta < past_ring ? static_cast<int>(per_cta) : past_ring;
-}
-
 // Consumer stage groups of a row-tile call when this thread asked for up to `wanted` (specdec_set_row_stage_groups): 2
-// where every CTA of the call is resident at once at the two-group kernel's kRowStageGroupCtas an SM (so the doubled
-// warps take no residency from it), else 1.
-thread_local int g_row_stage_groups = 1;
+// for a Q-view call of at most kMaxTokens tokens whose CTAs are all resident at once at the two-group kernel's
+// kRowStageGroupCtas an SM (so the doubled warps take no residency from it), else 1. The H200 calls that timed both
+// (benchmarks/NOTES.md, "Two consumer stage groups in the row tiles: measured") put two groups 1-8 % ahead there (8B
+// qkv, o, down; 32B o, down at 1 and 8 tokens), and W12 and bf16 nowhere ahead by more than the spread but 2-12 % behind
+// at 16 tokens: the Q view at one MMA n-tile of tokens alone has the two-group kernel.
+thread_local int g_row_stage_groups = 2;
 int rows_stage_groups(int kind, int M, int N, int K, int sms, int wanted) {
-  if (wanted < 2 || sms < 1) return 1;
+  if (wanted < 2 || sms < 1 || kind != kQ || M > kMaxTokens) return 1;
   const Plan two = make_rows_plan(kind, M, N, K, 2);
   return two.grid_x <= static_cast<long long>(sms) * rows_resident(two, M, 2) ? 2 : 1;
 }
@@ -2339,31 +2302,29 @@ int set_rows_attributes(Kernel kernel) {
   return 0;
 }
 
-// tma_rows_kernel<KIND, TOK> on p (M <= TOK, K % 32 == 0): with two consumer stage groups where this thread asked
-// for them and the call takes them (rows_stage_groups), else with the L2 prefetch lanes where the call prefetches
-// (rows_l2_prefetch_stages), else plain, so that the kernel of every other call is compiled without either.
+// tma_rows_kernel<KIND, TOK> on p (M <= TOK, K % 32 == 0), with two consumer stage groups where the call takes them
+// (rows_stage_groups; the Q view at one MMA n-tile of tokens, the only kernel compiled with two).
 template <int KIND, int TOK>
 int launch_rows_tokens(Params p, cudaStream_t stream) {
+  constexpr bool kTwoGroups = KIND == kQ && TOK == kMaxTokens;
   static bool attr_set = false;
-  auto plain = tma_rows_kernel<KIND, TOK, false>;
-  auto prefetching = tma_rows_kernel<KIND, TOK, true>;
-  auto two_groups = tma_rows_kernel<KIND, TOK, false, 2>;
+  auto one_group = tma_rows_kernel<KIND, TOK>;
+  auto two_groups = tma_rows_kernel<KIND, TOK, kTwoGroups ? 2 : 1>;
   if (!attr_set) {  // once per process, before any graph capture (the warm-up's call)
-    if (int rc = set_rows_attributes<KIND, TOK>(plain)) return rc;
-    if (int rc = set_rows_attributes<KIND, TOK>(prefetching)) return rc;
-    if (int rc = set_rows_attributes<KIND, TOK, 2>(two_groups)) return rc;
+    if (int rc = set_rows_attributes<KIND, TOK>(one_group)) return rc;
+    if constexpr (kTwoGroups) {
+      if (int rc = set_rows_attributes<KIND, TOK, 2>(two_groups)) return rc;
+    }
     attr_set = true;
   }
-  const int groups = rows_stage_groups(KIND, p.M, p.N, p.K, sm_count(), g_row_stage_groups);
+  const int groups = kTwoGroups ? rows_stage_groups(KIND, p.M, p.N, p.K, sm_count(), g_row_stage_groups) : 1;
   const Plan pl = make_rows_plan(KIND, p.M, p.N, p.K, groups);
   CUtensorMap ae_map, nib_map, x_map;
   if (int rc = encode_weight_maps<KIND>(p, kRowTile, kRowStageK, &ae_map, &nib_map, &x_map)) return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
-  p.l2_prefetch_stages =
-      g_programmatic_launch == 0 || groups > 1 ? 0 : rows_l2_prefetch_stages(KIND, pl, p.M, p.K, sm_count(), g_l2_prefetch_bytes);
-  const auto kernel = groups > 1 ? two_groups : p.l2_prefetch_stages > 0 ? prefetching : plain;
+  const auto kernel = groups > 1 ? two_groups : one_group;
   const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND, groups), pl.smem_bytes, stream, p, ae_map,
                                           nib_map, x_map);
   if (e != cudaSuccess) return fail("tma_rows_kernel launch", e);
@@ -2468,12 +2429,8 @@ extern "C" {
 const char* specdec_cuda_last_error() { return g_error; }
 
 // The launch mode of the tensor-map kernels this thread launches from now on: 0 plain, 1 programmatic with each CTA
-// signalling after its K loop, 2 programmatic with every producer signalling at its last copy (other values: 0); and,
-// under programmatic launch, the weight bytes a one-wave row-tile call may prefetch into the L2 before its wait.
-void specdec_set_programmatic_launch(int mode, long long l2_prefetch_bytes) {
-  g_programmatic_launch = mode == 1 || mode == 2 ? mode : 0;
-  g_l2_prefetch_bytes = l2_prefetch_bytes > 0 ? l2_prefetch_bytes : 0;
-}
+// signalling after its K loop (other values: 0).
+void specdec_set_programmatic_launch(int mode) { g_programmatic_launch = mode == 1 ? 1 : 0; }
 
 // Up to how many consumer stage groups the row-tile calls this thread launches from now on may run (1 or 2; other
 // values: 1): tma_rows_kernel's STAGE_GROUPS, where the call takes them (specdec_rows_stage_groups).
@@ -2484,15 +2441,6 @@ void specdec_set_row_stage_groups(int groups) { g_row_stage_groups = groups == 2
 int specdec_rows_stage_groups(int kind, int M, int N, int K, int sms, int wanted) {
   if (kind < 0 || kind > 2 || K % 32 != 0 || check_sizes(M, N, K, kTmaMaxTokens) != 0) return -1;
   return rows_stage_groups(kind, M, N, K, sms, wanted);
-}
-
-// Stages past the ring each CTA of a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) on a GPU with `sms`
-// multiprocessors prefetches into the L2 when launched programmatically with l2_prefetch_bytes; host only. -1 for
-// sizes the row tiles do not take.
-int specdec_rows_l2_prefetch_stages(int kind, int M, int N, int K, int sms, long long l2_prefetch_bytes) {
-  if (kind < 0 || kind > 2 || K % 32 != 0 || check_sizes(M, N, K, kTmaMaxTokens) != 0) return -1;
-  const Plan pl = make_rows_plan(kind, M, N, K);
-  return rows_l2_prefetch_stages(kind, pl, M, K, sms, l2_prefetch_bytes);
 }
 
 // Launch plan for (kind 0 bf16 / 1 W12 / 2 Q, M, N, K) on a GPU with `sms` multiprocessors; host only.

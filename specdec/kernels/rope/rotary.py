@@ -4,8 +4,8 @@ The grid is ``(B * T, H + Hkv)``: program ``(r, h)`` reads head ``h`` of row ``r
 k head ``h - H``) through the inputs' strides, so the views of the fused qkv projection are read in place; it writes
 the rotated head to ``[B, H, T, D]`` (or ``[B, Hkv, T, D]``), contiguous. Each program loads the two halves of its
 head, so ``rotate_half`` costs no gather. Over at most 16 rows inside a captured graph the launch takes part in
-programmatic launch (:func:`specdec.kernels.launch.triton_launch_options`): it lets the attention after it start and
-waits for the kernel before it, in the order ``$SPECDEC_PDL`` says.
+programmatic launch (:func:`specdec.kernels.launch.triton_launch_options`): it waits for the kernel before it, then
+lets the attention after it start.
 
 Rounding points are the reference's: the norm's ``x_hat.to(dtype)`` and ``weight * x_hat`` product, then
 ``t1 = x * cos``, ``t2 = rotate_half(x) * sin`` and ``t1 + t2``, each computed in float32 and rounded to the inputs'
