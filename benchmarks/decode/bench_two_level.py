@@ -27,8 +27,9 @@ Exactness: float32 outputs must equal plain greedy decoding token for token (the
 one does not, after writing everything). bf16 / W12 outputs are compared and the result recorded
 (row-count-dependent reductions flip near-tied random logits); so that a drifted run still sees its
 profile, the oracle also knows the same system's warm-up output (``unmatched_rounds`` counts rounds
-in which it knew neither). Times are wall clock of whole ``sd.generate`` calls after a warm-up call
-(CUDA graphs captured); stage times come from a separate run with ``sync_stages=True``.
+in which it knew neither). Times are wall clock of whole ``sd.generate`` calls after a warm-up call,
+with the CUDA graph of every row bucket a system may use captured for both weight views beforehand
+(:func:`warm_graphs`); stage times come from a separate run with ``sync_stages=True``.
 
 Run on a GPU machine: ``python -m benchmarks.decode.bench_two_level`` (writes ``$OUT/bench_two_level.json``).
 CPU smoke test, same code paths at tiny shapes: ``python -m benchmarks.decode.bench_two_level --tiny``.
@@ -50,6 +51,7 @@ from benchmarks.decode.bench_hybrid import QWEN3_5_4B, SMOKE
 from specdec.contracts import Tree, VerifyPlan
 from specdec.formats import W12Tensor, convert
 from specdec.models import QWEN3_8B, DenseTarget
+from specdec.models.base import DEFAULT_BUCKETS
 from specdec.models.config import TargetConfig
 from specdec.models.hybrid import random_hybrid_target
 from specdec.models.weight_views import Q_STORAGES
@@ -150,6 +152,18 @@ def pass_times(target, prompt, rows: int, reps: int) -> dict:
 
     exact, q = timed("exact"), timed("q")
     return dict(rows=rows, exact_ms=exact, q_ms=q, q_over_exact=q / exact)
+
+
+def warm_graphs(target, prompt, max_rows: int) -> list[int]:
+    """Run one pass of every row bucket up to the one holding ``max_rows`` rows, with the exact weights and with the Q
+    view, so that no timed run captures a graph: a target captures a CUDA graph at the first use of each (bucket, view)
+    (``enable_cuda_graphs``), ~0.1-0.2 s each on the 8B shape, and the systems' trees fall into other buckets from
+    round to round. Returns the row counts run (at most the prompt's length + 1, what a chain plan of it can hold)."""
+    top = next((b for b in DEFAULT_BUCKETS if b >= max_rows), DEFAULT_BUCKETS[-1])
+    rows = [b for b in DEFAULT_BUCKETS if b <= min(top, prompt.shape[1] + 1)]
+    for r in rows:
+        pass_times(target, prompt, r, reps=1)
+    return rows
 
 
 def make_verifier(system: str, budget: int, k: int, sync_stages: bool = False):
@@ -262,6 +276,7 @@ def main(argv=None) -> int:
         prompt_len=args.prompt_len,
         variants=variants,
         pass_times=[],
+        warmed_rows={},
         ar_seconds={},
         rows=[],
         skipped=[],
@@ -320,6 +335,8 @@ def main(argv=None) -> int:
     baselines_done: set[str] = set()
     for variant, target in targets.items():
         weights, storage = parse_variant(variant)
+        widest = max(args.budget, *(sd.drafters.oracle.PRESETS[name].num_drafts for name in profiles)) + 1
+        result["warmed_rows"][variant] = warm_graphs(target, prompt, widest)
         for name in profiles:
             profile = sd.drafters.oracle.PRESETS[name]
             for system in systems:

@@ -66,3 +66,31 @@ def test_a_hybrid_variant_must_hold_plain_weights():
         bench_two_level.build_target("qwen3.5-4b-hybrid", True, "cpu", "w12", "packed", 64, graphs=False)
     with pytest.raises(ValueError, match="--variants"):
         bench_two_level.parse_variant("int8-packed")
+
+
+def test_the_systems_run_only_graph_keys_warmed_before_them(tmp_path, monkeypatch):
+    # a CUDA target captures a graph at the first use of each (bucket, hidden layers, view): one inside a timed run
+    # costs it ~0.1-0.2 s on the 8B shape, so every key the systems use must have been run before them
+    from specdec.models.graphs import StaticGraphs
+
+    phase, keys = ["before"], {"before": set(), "warm": set(), "systems": set()}
+    run, warm = StaticGraphs.run, bench_two_level.warm_graphs
+
+    def recording_run(self, key, body):
+        keys[phase[0]].add(key)
+        return run(self, key, body)
+
+    def recording_warm(*args, **kwargs):
+        phase[0] = "warm"
+        rows = warm(*args, **kwargs)
+        phase[0] = "systems"
+        return rows
+
+    monkeypatch.setattr(StaticGraphs, "run", recording_run)
+    monkeypatch.setattr(bench_two_level, "warm_graphs", recording_warm)
+    args = ["--tiny", "--variants", "w12-packed", "--profiles", "specpilot-one-level", "--systems", "tree,two-level always"]
+    out = tmp_path / "bench.json"
+    assert bench_two_level.main([*args, "--tokens", "32", "--pass-rows", "3", "--out", str(out)]) == 0
+    assert {view for _, _, view in keys["systems"]} == {"exact", "q"}
+    assert keys["systems"] <= keys["warm"], keys["systems"] - keys["warm"]
+    assert json.loads(out.read_text())["warmed_rows"]["w12-packed"][:4] == [1, 2, 4, 8]
