@@ -29,7 +29,7 @@ one does not, after writing everything). bf16 / W12 outputs are compared and the
 profile, the oracle also knows the same system's warm-up output (``unmatched_rounds`` counts rounds
 in which it knew neither). Times are wall clock of whole ``sd.generate`` calls after a warm-up call,
 with the CUDA graph of every row bucket a system may use captured for both weight views beforehand
-(:func:`warm_graphs`); stage times come from a separate run with ``sync_stages=True``.
+(``benchmarks.common.warm_graphs``); stage times come from a separate run with ``sync_stages=True``.
 
 Run on a GPU machine: ``python -m benchmarks.decode.bench_two_level`` (writes ``$OUT/bench_two_level.json``).
 CPU smoke test, same code paths at tiny shapes: ``python -m benchmarks.decode.bench_two_level --tiny``.
@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 import specdec as sd
-from benchmarks.common import TINY_QWEN3, median_time_ms, provenance, provenance_line, write_json
+from benchmarks.common import TINY_QWEN3, median_time_ms, provenance, provenance_line, warm_graphs, write_json
 from benchmarks.decode.bench_hybrid import QWEN3_5_4B, SMOKE
 from specdec.contracts import Tree, VerifyPlan
 from specdec.formats import W12Tensor, convert
@@ -152,18 +152,6 @@ def pass_times(target, prompt, rows: int, reps: int) -> dict:
 
     exact, q = timed("exact"), timed("q")
     return dict(rows=rows, exact_ms=exact, q_ms=q, q_over_exact=q / exact)
-
-
-def warm_graphs(target, prompt, max_rows: int) -> list[int]:
-    """Run one pass of every row bucket up to the one holding ``max_rows`` rows, with the exact weights and with the Q
-    view, so that no timed run captures a graph: a target captures a CUDA graph at the first use of each (bucket, view)
-    (``enable_cuda_graphs``), ~0.1-0.2 s each on the 8B shape, and the systems' trees fall into other buckets from
-    round to round. Returns the row counts run (at most the prompt's length + 1, what a chain plan of it can hold)."""
-    top = next((b for b in DEFAULT_BUCKETS if b >= max_rows), DEFAULT_BUCKETS[-1])
-    rows = [b for b in DEFAULT_BUCKETS if b <= min(top, prompt.shape[1] + 1)]
-    for r in rows:
-        pass_times(target, prompt, r, reps=1)
-    return rows
 
 
 def make_verifier(system: str, budget: int, k: int, sync_stages: bool = False):
@@ -335,8 +323,11 @@ def main(argv=None) -> int:
     baselines_done: set[str] = set()
     for variant, target in targets.items():
         weights, storage = parse_variant(variant)
+        # a graph is captured at the first use of each (row bucket, view): every bucket up to the widest pass, first
         widest = max(args.budget, *(sd.drafters.oracle.PRESETS[name].num_drafts for name in profiles)) + 1
-        result["warmed_rows"][variant] = warm_graphs(target, prompt, widest)
+        top = next((b for b in DEFAULT_BUCKETS if b >= widest), DEFAULT_BUCKETS[-1])
+        rows = [b for b in DEFAULT_BUCKETS if b <= top]
+        result["warmed_rows"][variant] = warm_graphs(target, prompt, rows, views=("exact", "q"))
         for name in profiles:
             profile = sd.drafters.oracle.PRESETS[name]
             for system in systems:

@@ -52,3 +52,49 @@ def bf16_variants_called(monkeypatch):
     monkeypatch.setattr(ops, "skinny_gemm_bf16", recording)
     monkeypatch.delenv(ops.BF16_VARIANT_ENV, raising=False)
     return calls
+
+
+class GraphKeys:
+    """The graph keys (``StaticGraphs.run``) each phase of a benchmark used: ``timed(module, name)`` makes every call of
+    ``module.name`` a timed phase; ``first_used_while_timed()`` lists the keys a timed phase used before any untimed
+    code had (on a GPU, a CUDA-graph capture inside the timed region)."""
+
+    def __init__(self, monkeypatch):
+        from specdec.models.graphs import StaticGraphs
+
+        self.monkeypatch, self.timing, self.untimed, self.late = monkeypatch, False, set(), []
+        self.timed_keys = set()
+        run = StaticGraphs.run
+
+        def recording(graphs, key, body):
+            tagged = (id(graphs), key)
+            if self.timing:
+                self.timed_keys.add(key)
+                if tagged not in self.untimed:
+                    self.late.append(key)
+            else:
+                self.untimed.add(tagged)
+            return run(graphs, key, body)
+
+        monkeypatch.setattr(StaticGraphs, "run", recording)
+
+    def timed(self, module, name: str) -> None:
+        inner = getattr(module, name)
+
+        def timed_call(*args, **kwargs):
+            self.timing = True
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.timing = False
+
+        self.monkeypatch.setattr(module, name, timed_call)
+
+    def first_used_while_timed(self) -> list:
+        return self.late
+
+
+@pytest.fixture
+def graph_keys(monkeypatch):
+    """A :class:`GraphKeys` recording every graph key used during the test, by phase."""
+    return GraphKeys(monkeypatch)

@@ -94,3 +94,13 @@ def test_the_systems_run_only_graph_keys_warmed_before_them(tmp_path, monkeypatc
     assert {view for _, _, view in keys["systems"]} == {"exact", "q"}
     assert keys["systems"] <= keys["warm"], keys["systems"] - keys["warm"]
     assert json.loads(out.read_text())["warmed_rows"]["w12-packed"][:4] == [1, 2, 4, 8]
+
+
+def test_forcing_two_level_times_no_first_use_of_a_graph_key(tmp_path, graph_keys):
+    import specdec
+    from benchmarks.decode import forcing_two_level_gpu
+
+    graph_keys.timed(specdec, "generate")
+    forcing_two_level_gpu.main(["--smoke", "--out", str(tmp_path)])
+    assert {view for *_, view in graph_keys.timed_keys} == {"exact", "q"}
+    assert graph_keys.first_used_while_timed() == []

@@ -50,3 +50,32 @@ def test_past_the_wall_budget_no_case_starts_and_the_json_is_still_written(tmp_p
     assert code == 1 and result["expected_outcome"] is False
     assert result["skipped"] == ["engine", "engine + SlotLogitBiasFault", "engine, budget auto"]
     assert result["candidates"] == {}
+
+
+def test_no_timed_run_is_the_first_to_use_a_graph_key(tmp_path, graph_keys, monkeypatch):
+    # each engine case runs once untimed, then timed (its keys: row, request and span buckets only those requests
+    # reach); the stock AR decode after every bucket of the dense target was run once
+    graph_keys.timed(forcing_engine_gpu, "decode")
+    engine_run, calls = forcing_engine_gpu.run_engine, []
+
+    def second_of_each_pair_timed(*args, **kwargs):
+        calls.append(1)
+        graph_keys.timing = len(calls) % 2 == 0
+        try:
+            return engine_run(*args, **kwargs)
+        finally:
+            graph_keys.timing = False
+
+    monkeypatch.setattr(forcing_engine_gpu, "run_engine", second_of_each_pair_timed)
+    code, result = run(tmp_path)
+    assert code == 0 and len(calls) == 6 and len(graph_keys.timed_keys) > 4
+    assert graph_keys.first_used_while_timed() == []
+
+
+def test_forcing_gpu_times_no_first_use_of_a_graph_key(tmp_path, graph_keys):
+    from benchmarks.decode import forcing_gpu
+
+    graph_keys.timed(forcing_gpu, "decode")
+    assert forcing_gpu.main(["--smoke", "--out", str(tmp_path)]) == 0
+    assert len(graph_keys.timed_keys) >= 2  # the decode step and the n-gram verify passes
+    assert graph_keys.first_used_while_timed() == []
