@@ -153,3 +153,23 @@ def test_settings_that_give_the_same_system_are_evaluated_once():
     SearchAgent(evaluate).explore(direction, spec, Budget(100))
     first_rung = calls[: len(set(calls))]
     assert len(first_rung) == len(set(first_rung)) == len(systems) < len(direction.settings())
+
+
+def test_dev_evaluator_runs_each_system_untimed_once_per_effort_and_times_the_next_calls():
+    import torch
+
+    from specdec.pilot.agents import DevEvaluator
+
+    calls, times = [], iter([50.0, 60.0, 2.0, 1.0, 2.0, 0.5, 70.0, 80.0, 3.0, 1.5])
+
+    def timer(system, prompts, max_new_tokens, seed):
+        calls.append(("AR" if system.drafter is None else "spec", len(prompts), max_new_tokens))
+        return next(times)
+
+    evaluator = DevEvaluator([torch.tensor([1, 2, 3, 1, 2, 3]), torch.tensor([4, 5, 6, 4, 5])], 8, timer=timer)
+    cand, base = SystemSpec(num_draft_tokens=2), SystemSpec().autoregressive()
+    assert evaluator(cand, base, 1) == 2.0  # the untimed 50 and 60 left out
+    assert evaluator(cand, base, 1) == 4.0  # warmed already at this effort
+    assert evaluator(cand, base, 2) == 2.0  # two prompts: other buckets, so untimed runs again first
+    untimed = [("AR", 1, 8), ("spec", 1, 8)]
+    assert calls == [*untimed, *untimed, ("AR", 1, 8), ("spec", 1, 8), ("AR", 2, 8), ("spec", 2, 8), ("AR", 2, 8), ("spec", 2, 8)]

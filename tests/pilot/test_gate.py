@@ -37,9 +37,11 @@ def test_gate_accepts_a_lossless_faster_candidate(stock):
 
 
 def test_gate_rejects_a_lossless_candidate_without_a_significant_speedup(stock):
-    noisy = iter([1.0, 0.8, 1.0, 1.3, 1.0, 0.95])  # current, candidate per seed: ratios 1.25, 0.77, 1.05
+    # the untimed runs of current and candidate, then current, candidate per seed: ratios 1.25, 0.77, 1.05
+    noisy = iter([9.0, 1.0, 1.0, 0.8, 1.0, 1.3, 1.0, 0.95])
     gate = Gate(stock, PROMPTS, 16, timer=lambda *a: next(noisy))
     verdict = gate.judge(SystemSpec(num_draft_tokens=4), SystemSpec().autoregressive(), stock_target=stock)
+    assert verdict.ratios == pytest.approx([1.0 / 0.8, 1.0 / 1.3, 1.0 / 0.95])  # the untimed runs' 9.0 and 1.0 left out
     assert verdict.forcing_passed and not verdict.accepted
     assert verdict.ci95[0] < 1 < verdict.ci95[1] and "does not lie above 1" in verdict.reasons[0]
 
@@ -78,3 +80,17 @@ def test_gate_checks_its_arguments(stock):
     gate = Gate(stock, PROMPTS, 16)
     with pytest.raises(ValueError, match="max_seq_len"):
         gate.judge(SystemSpec(max_seq_len=16), SystemSpec().autoregressive(), stock_target=None)
+
+
+def test_the_gate_runs_each_system_once_untimed_before_its_timed_runs(stock):
+    calls = []
+
+    def recording(system, prompts, max_new_tokens, seed):
+        calls.append(("AR" if system.drafter is None else "spec", seed))
+        return 1.0
+
+    gate = Gate(stock, PROMPTS, 16, timer=recording)
+    gate.judge(SystemSpec(num_draft_tokens=4), SystemSpec().autoregressive(), stock_target=stock)
+    first_seed = gate.seeds[0]
+    assert calls[:2] == [("AR", first_seed), ("spec", first_seed)]
+    assert calls[2:] == [(name, seed) for seed in gate.seeds for name in ("AR", "spec")]

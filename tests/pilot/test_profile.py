@@ -102,3 +102,18 @@ def test_kernel_table_lists_cpu_ops():
     a = torch.randn(64, 64)
     table = kernel_table(lambda: a @ a, "cpu")
     assert table and all(k.seconds > 0 and k.calls >= 1 for k in table)
+
+
+def test_profile_runs_both_timed_calls_once_untimed_first(monkeypatch):
+    from specdec.pilot import profile as profile_module
+
+    calls, stats_of = [], profile_module._stats_of
+
+    def recording(system, prompts, max_new_tokens, seed):
+        calls.append(("AR" if system.drafter is None else "spec", len(prompts), max_new_tokens))
+        return stats_of(system, prompts, max_new_tokens, seed)
+
+    monkeypatch.setattr(profile_module, "_stats_of", recording)
+    system = build(SystemSpec())
+    profile_module.profile_system(system, [torch.tensor([1, 2, 3, 1, 2, 3]), torch.tensor([4, 5, 4, 5])], 8, bandwidth=1e9)
+    assert calls == [("AR", 2, 8), ("spec", 2, 8)] * 2  # untimed, then the timed pair
