@@ -141,12 +141,19 @@ def capture_cuda_graph(fn: Callable[[], Any], *, warmup: int = 2) -> Callable[[]
     return graph.replay
 
 
-def warm_graphs(target, prompt: torch.Tensor, rows: Sequence[int], views: Sequence[str] = ("exact",)) -> list[int]:
+def warm_graphs(
+    target,
+    prompt: torch.Tensor,
+    rows: Sequence[int],
+    views: Sequence[str] = ("exact",),
+    hidden_layers: Sequence[Sequence[int]] = ((),),
+) -> list[int]:
     """Run, once each and discarded, the prefill of ``prompt [1, P]`` and a chain pass of every row count in ``rows``
-    (those a chain plan of the prompt can hold: at most ``P + 1``) with every weight view in ``views``, then reset the
-    target. A target with ``enable_cuda_graphs`` captures a graph at the first use of each (row bucket, view), ~0.1-0.2
-    s on an 8B stack: run before a timed region, this keeps every capture of those buckets out of it. Returns the row
-    counts run.
+    (those a chain plan of the prompt can hold, at most ``P + 1``, and the cache past it) with every weight view in
+    ``views`` and every set of returned hidden layers in ``hidden_layers`` (a drafter's feature layers), then reset the
+    target. A target with ``enable_cuda_graphs`` captures a graph at the first use of each (row bucket, hidden layers,
+    view), ~0.1-0.2 s on an 8B stack: run before a timed region, this keeps every capture of those keys out of it.
+    Returns the row counts run.
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -155,15 +162,17 @@ def warm_graphs(target, prompt: torch.Tensor, rows: Sequence[int], views: Sequen
     """
     from specdec.contracts import Tree, VerifyPlan
 
-    run = [r for r in rows if 1 <= r <= prompt.shape[1] + 1]
-    for view in views:
-        for r in run:
-            target.reset()
-            target(prompt)
-            target.commit(prompt.shape[1])
-            plan = VerifyPlan.for_tree(prompt[0, -1:], Tree.chain(prompt[0, : r - 1]), prefix_len=target.length)
-            target.run_plan(plan, view=view)
-            target.discard()
+    length = prompt.shape[1]
+    run = [r for r in rows if 1 <= r <= length + 1 and length + r <= target.max_seq_len]
+    for layers in hidden_layers:
+        for view in views:
+            for r in run:
+                target.reset()
+                target(prompt, hidden_layers=tuple(layers))
+                target.commit(prompt.shape[1])
+                plan = VerifyPlan.for_tree(prompt[0, -1:], Tree.chain(prompt[0, : r - 1]), prefix_len=target.length)
+                target.run_plan(plan, hidden_layers=tuple(layers), view=view)
+                target.discard()
     target.reset()
     return run
 

@@ -104,3 +104,17 @@ def test_forcing_two_level_times_no_first_use_of_a_graph_key(tmp_path, graph_key
     forcing_two_level_gpu.main(["--smoke", "--out", str(tmp_path)])
     assert {view for *_, view in graph_keys.timed_keys} == {"exact", "q"}
     assert graph_keys.first_used_while_timed() == []
+
+
+def test_warm_graphs_runs_every_bucket_view_and_feature_layer_set_the_prompt_can_hold(graph_keys):
+    from benchmarks.common import warm_graphs
+    from specdec.testing import tiny_target
+
+    target = tiny_target(seed=0)
+    target.enable_static_path((1, 2, 4, 8, 16))
+    prompt = torch.arange(1, 7)[None]
+    assert warm_graphs(target, prompt, (1, 2, 4, 8, 16), views=("exact", "q"), hidden_layers=((), (0, 1))) == [1, 2, 4]
+    used = {key for _, key in graph_keys.untimed}
+    passes = {(b, layers, view) for b in (1, 2, 4) for layers in ((), (0, 1)) for view in ("exact", "q")}
+    assert used == passes | {(8, layers, "exact") for layers in ((), (0, 1))}  # the 6-token prefill: bucket 8
+    assert target.length == 0  # reset after
