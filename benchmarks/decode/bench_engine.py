@@ -204,6 +204,7 @@ def decode(
             return out
 
         ragged.forward = timed_forward
+    keys_before = len(ragged.static_keys)  # a key first run inside the timed steps is a CUDA-graph capture there
     sync(device)
     t0 = time.perf_counter()
 
@@ -259,6 +260,7 @@ def decode(
         unmatched_rounds=unmatched,
         accepted_per_round=accepted / max(1, rounds),
         budget_nodes_per_pass=sum(nodes) / max(1, len(nodes)) if verify_budget is not None else None,
+        graphs_captured=len(ragged.static_keys) - keys_before,
         max_pass_rows=engine.max_pass_rows,
         prefill_rows=engine.prefill_rows,
         max_rows_per_pass=max(pass_rows, default=0),

@@ -27,6 +27,7 @@ def test_smoke_rows_record_the_cap_the_prefill_rows_and_no_eager_forward(tmp_pat
         assert row["eager_passes"] == 0 and row["max_rows_per_pass"] <= ROW_BUCKETS[-1]
         assert row["prefill_rows"] == sum(batch)
         assert row["equal_to_batched_ar"] and row["mismatches_vs_alone"] == 0
+        assert row["graphs_captured"] == 0  # the timed run's keys were all run before it (the warm-up run's)
         assert row["forward_ms_per_pass"] > 0 and row["outside_forward_ms_per_pass"] > 0
         groups = row["passes_by_bucket"]
         assert sum(g["passes"] for g in groups) == row["target_passes"]
