@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -49,6 +49,7 @@ class DraftProposal:
     tree: Tree | None = None
     parents: torch.Tensor | None = None
     confidence: torch.Tensor | None = None
+    _parents_tree: Tree | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def num_tokens(self) -> int:
@@ -61,11 +62,14 @@ class DraftProposal:
         return self.tree.num_nodes if self.tree is not None else self.num_tokens
 
     def as_tree(self) -> Tree | None:
-        """The drafter's own tree (``tree``, or ``tokens`` + ``parents``); ``None`` when it proposed a chain."""
+        """The drafter's own tree (``tree``, or ``tokens`` + ``parents``, built on the first call: its checks read
+        the parents on the host once a round, however many readers ask); ``None`` when it proposed a chain."""
         if self.tree is not None:
             return self.tree
         if self.parents is not None:
-            return Tree(tokens=self.tokens, parents=self.parents)
+            if self._parents_tree is None:
+                self._parents_tree = Tree(tokens=self.tokens, parents=self.parents)
+            return self._parents_tree
         return None
 
     def validate(self, *, vocab_size: int) -> None:

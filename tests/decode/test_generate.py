@@ -335,3 +335,21 @@ def test_longest_proposal_is_a_trees_depth_in_either_form(as_parents):
         num_draft_tokens=4,
     )
     assert out.stats.longest_proposal == 1
+
+
+def test_a_tree_given_as_parents_is_built_once_a_round(monkeypatch):
+    # the loop reads its depth and the tree verifier builds on it: one Tree (one host read of the parents) a round
+    from specdec.contracts import tree as tree_module
+    from specdec.testing.laws import MarkovLaw, MarkovTarget
+
+    built, init = [], tree_module.Tree.__post_init__
+
+    def counting(self):
+        built.append(self.tokens.numel())
+        init(self)
+
+    monkeypatch.setattr(tree_module.Tree, "__post_init__", counting)
+    target = MarkovTarget(MarkovLaw(5, seed=0), max_seq_len=64)
+    drafter = _StarDrafter(as_parents=True)
+    out = sd.generate(target, torch.tensor([[1, 2]]), 8, drafter=drafter, verifier=sd.TreeVerifier(budget=8), num_draft_tokens=4)
+    assert len(built) == out.stats.rounds > 0

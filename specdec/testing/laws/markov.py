@@ -11,6 +11,7 @@ import torch
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.drafters.base import DraftProposal
+from specdec.models.base import check_rows_mask
 from specdec.verify.sampling import logits_to_probs, sample
 
 __all__ = ["MarkovDrafter", "MarkovLaw", "MarkovTarget"]
@@ -196,11 +197,7 @@ class MarkovTarget:
             raise ValueError("tokens: expected at least one token, got T = 0")
         if min(rows) < 0 or max(rows) >= vocab:
             raise ValueError(f"tokens: expected token ids in [0, {vocab}), got ids in [{min(rows)}, {max(rows)}]")
-        if mask is not None and (
-            not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (len(rows), len(rows))
-        ):
-            desc = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-            raise ValueError(f"mask: expected bool [{len(rows)}, {len(rows)}], got {desc}")
+        check_rows_mask(mask, len(rows), self.device, "mask")
         if self.length + len(rows) > self.max_seq_len:
             raise ValueError(
                 f"tokens: {len(rows)} new rows do not fit: length {self.length} + {len(rows)} > max_seq_len {self.max_seq_len}"
