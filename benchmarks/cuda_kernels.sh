@@ -7,7 +7,7 @@ build_cuda_kernels() {
   if [ ! -f "$so" ]; then
     echo "building $so"
     mkdir -p "$(dirname "$so")"
-    timeout "$cap" nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static -Xptxas -v \
+    timeout "$cap" nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static -Xptxas -v \
       specdec/kernels/cuda/skinny_gemm.cu -o "$so" 2>&1 | grep -E "registers|spill" | tee "$log"
   fi
 }

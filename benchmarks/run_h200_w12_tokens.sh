@@ -31,7 +31,7 @@ for lib in default esc8 esc0 halves1; do
   if [ ! -f "$so" ]; then
     mkdir -p build
     # shellcheck disable=SC2046
-    timeout 60 nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static $(flags_of "$lib") \
+    timeout 60 nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static $(flags_of "$lib") \
       specdec/kernels/cuda/skinny_gemm.cu -o "$so" > "$LOGS/build_$lib.log" 2>&1
     echo "nvcc $lib: exit $?"
   fi

@@ -485,7 +485,9 @@ def linear_path(
     ``"auto"``: the pure-PyTorch reference off CUDA; on CUDA the CUDA small-M kernel
     (:func:`specdec.kernels.cuda.w12_gemm_small_m` / ``q_gemm_small_m``) when ``x`` has at most
     ``max_tokens("w12" / "q", K)`` rows (16 for the tensor-map kernels where ``K % 32 == 0``, else 8; the exact
-    view takes ``EXACT_CUDA_CALLS`` times that with the tensor-map kernel, in calls of at most 16 rows), there is
+    view takes ``EXACT_CUDA_CALLS`` times that with the tensor-map kernel, in calls of at most 16 rows; with
+    ``$SPECDEC_WIDE_GEMM=1`` and ``K % 64 == 0`` both views take up to ``WIDE_MAX_TOKENS``, those past one small-M call
+    in one call of the wide op, :func:`specdec.kernels.cuda.ops.w12_gemm_wide` / ``q_gemm_wide``), there is
     no bias, ``K % 8 == 0``, the call is ``plain`` (no ``rebias`` / ``config``), the library loads
     (:func:`cuda_small_m_available`) and ``$SPECDEC_W12_CUDA`` is not ``0``; else Triton. ``"cuda"`` asks for the
     CUDA kernel and raises ``ValueError`` where it cannot run. ``SPECDEC_W12_CUDA=0`` (or ``linear_backend="triton"``
@@ -539,23 +541,40 @@ def linear_path(
 
 
 def _cuda_row_limit(view: str, k: int) -> int:
-    """The most rows :func:`linear_path` sends to CUDA for ``view`` at width ``k`` (:func:`_cuda_small_m` splits them)."""
-    from specdec.kernels.cuda.ops import MAX_TOKENS, max_tokens
+    """The most rows :func:`linear_path` sends to CUDA for ``view`` at width ``k`` (:func:`_cuda_small_m` splits them,
+    or sends those past one small-M call to the wide op)."""
+    from specdec.kernels.cuda.ops import MAX_TOKENS, WIDE_MAX_TOKENS, max_tokens
 
+    if _takes_wide(k):
+        return WIDE_MAX_TOKENS
     per_call = max_tokens("w12" if view == "exact" else "q", k)
     return per_call * EXACT_CUDA_CALLS if view == "exact" and per_call > MAX_TOKENS else per_call
 
 
+def _takes_wide(k: int) -> bool:
+    """Whether rows past one small-M call go to the wide ops at width ``k`` (``$SPECDEC_WIDE_GEMM=1`` and ``K % 64 == 0``)."""
+    from specdec.kernels.cuda.ops import WIDE_STAGE_K, wide_gemm_enabled
+
+    return wide_gemm_enabled() and k % WIDE_STAGE_K == 0
+
+
 def _cuda_small_m(x: torch.Tensor, w: W12Tensor, view: str) -> torch.Tensor:
-    """``x @ W^T`` through the CUDA op, in calls of at most ``TENSOR_MAP_MAX_TOKENS`` rows (:func:`linear_path` sends
-    more than ``max_tokens`` rows only where the tensor-map kernel runs, at most ``_cuda_row_limit`` in all)."""
-    from specdec.kernels.cuda.ops import TENSOR_MAP_MAX_TOKENS  # the import also registers torch.ops.specdec.*
+    """``x @ W^T`` through the CUDA ops: more rows than one small-M call takes in one wide call where
+    :func:`_takes_wide`, else in small-M calls of at most ``TENSOR_MAP_MAX_TOKENS`` rows (:func:`linear_path` sends
+    more than ``max_tokens`` rows only where the tensor-map kernel or the wide one runs, at most ``_cuda_row_limit``)."""
+    from specdec.kernels.cuda.ops import TENSOR_MAP_MAX_TOKENS, max_tokens  # the import registers torch.ops.specdec.*
 
     k = w.shape[1]
     x2 = x.reshape(-1, k).contiguous()
     # the kernel's 16-byte loads need an aligned base (traced tensors have no address; the op checks it at run time)
     if not torch.compiler.is_compiling() and x2.data_ptr() % 16:
         x2 = x2.clone()
+    if x2.shape[0] > max_tokens("w12" if view == "exact" else "q", k) and _takes_wide(k):
+        if view == "q":
+            y = torch.ops.specdec.q_gemm_wide(x2, w.ae, w.base)
+        else:
+            y = torch.ops.specdec.w12_gemm_wide(x2, w.ae, w.nib, w.base, w.esc_ptr, w.esc_pos, w.esc_bits)
+        return y.reshape(*x.shape[:-1], w.shape[0])
     outs = []
     for part in x2.split(TENSOR_MAP_MAX_TOKENS):  # more than one block only where K % 32 == 0: starts stay 16-byte aligned
         if view == "q":

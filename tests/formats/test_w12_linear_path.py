@@ -155,3 +155,30 @@ def test_triton_only_options_are_refused_where_the_reference_runs(backend):
     with pytest.raises(TypeError, match="config: expected a W12KernelConfig or None, got str"):
         w12_linear(x, w, backend=backend, config="fast")
     assert torch.equal(w12_linear(x, w, backend=backend), w12_linear_reference(x, w))
+
+
+@pytest.mark.parametrize("rows", [17, 33, 128])
+def test_wide_switch_sends_17_to_128_rows_to_the_wide_ops(monkeypatch, rows):
+    from specdec.kernels.cuda.ops import WIDE_GEMM_ENV
+
+    monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
+    monkeypatch.delenv(CUDA_SMALL_M_ENV, raising=False)
+    w = _weight()
+    monkeypatch.setenv(WIDE_GEMM_ENV, "1")
+    assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == "cuda"
+    assert linear_path(_cuda_rows(129), w) == "triton"  # past the wide kernels' 128
+    assert linear_path(_cuda_rows(rows, k=96), _weight(k=96), view="q") == "triton"  # K % 64 != 0
+
+    # on CPU the ops run their references: the wide ones, and not the small-M ones, answer with the switch on
+    def refused(*args):
+        raise AssertionError("the small-M op ran")
+
+    for op in ("w12_gemm_small_m", "q_gemm_small_m"):
+        monkeypatch.setattr(torch.ops.specdec, op, refused)
+    x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16)
+    assert torch.equal(w12_module._cuda_small_m(x, w, "exact"), w12_linear_reference(x, w))
+    assert torch.equal(w12_module._cuda_small_m(x.view(1, rows, 64), w, "q"), q_linear_reference(x, w)[None])
+    monkeypatch.setenv(WIDE_GEMM_ENV, "0")
+    with pytest.raises(AssertionError, match="the small-M op ran"):
+        w12_module._cuda_small_m(x, w, "exact")
+    assert linear_path(_cuda_rows(rows), w, view="q") == "triton"

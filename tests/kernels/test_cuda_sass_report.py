@@ -1,4 +1,6 @@
-"""The SASS report names each staged kernel by its variant (bulk copies from one producer warp: v5, four: v6; TMA: W12 v7, Q v2)."""
+"""The SASS report names each staged kernel by its variant (bulk copies from one producer warp: v5, four: v6; TMA: W12 v7, Q v2);
+the built kernels keep their shared loads settled before a release, signal once, and (the wide ones) multiply with wgmma
+and wait for it before the next decode."""
 
 from __future__ import annotations
 
@@ -95,8 +97,9 @@ def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
         if releases:
             released[name] = unsafe
     # every ring kernel (bulk-copy, tensor-map split-K, persistent and row-tile: W12, Q and bf16 at 8 and 16 tokens; the
-    # Q view's row tiles at 8 tokens also with two consumer stage groups)
-    assert len(released) == 21, sorted(released)
+    # Q view's row tiles at 8 tokens also with two consumer stage groups; the wide W12 and Q kernels at 1-4 n-tiles of 32)
+    assert len(released) == 29, sorted(released)
+    assert sum("tma_wide_kernel" in name for name in released) == 8
     assert not any(released.values()), {name: n for name, n in released.items() if n}
 
 
@@ -107,9 +110,10 @@ def test_every_tensor_map_gemm_signals_once_its_weights_are_read():
     signals = {
         name: sass_report.programmatic_signals(lines)
         for name, lines in _library_sass().items()
-        if re.search(r"tma_(gemm|stream_k|rows)_kernel", name)
+        if re.search(r"tma_(gemm|stream_k|rows|wide)_kernel", name)
     }
-    assert len(signals) == 19, sorted(signals)  # three kernels x three kinds x 8 and 16 tokens, and Q's two-group row tiles
+    # three kernels x three kinds x 8 and 16 tokens, Q's two-group row tiles, the wide W12 and Q kernels at 1-4 n-tiles
+    assert len(signals) == 27, sorted(signals)
     persistent = {name: n for name, n in signals.items() if "tma_stream_k_kernel" in name}
     assert len(persistent) == 6 and all(n == (1, 1) for n in persistent.values()), persistent
     assert all(n == (0, 1) for name, n in signals.items() if name not in persistent), signals
@@ -149,3 +153,36 @@ def test_two_stage_groups_double_the_row_tile_consumers_and_keep_their_loops():
     assert sorted(loops) == sorted([*one_group, ("2", "8", "2")]), sorted(loops)  # kinds: 0 bf16, 1 W12, 2 Q
     one, two = loops[("2", "8", "1")], loops[("2", "8", "2")]
     assert 0 < two <= one + 4, (one, two)
+
+
+def _wide_kernels() -> dict[tuple[int, int], list[str]]:
+    found = {}
+    for name, lines in _library_sass().items():
+        match = re.search(r"tma_wide_kernelILi(\d)ELi(\d)E", name)
+        if match:
+            found[(int(match.group(1)), int(match.group(2)))] = lines
+    return found
+
+
+def test_wide_kernels_multiply_with_wgmma_and_wait_before_the_next_decode():
+    kernels = _wide_kernels()
+    assert sorted(kernels) == [(kind, nb) for kind in (1, 2) for nb in (1, 2, 3, 4)]
+    for (kind, nb), lines in kernels.items():
+        code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
+        mmas = [i for i, line in enumerate(code) if "HGMMA.64x32x16.F32.BF16" in line]
+        # a stage's four k16 steps times nb n-tiles (each warpgroup runs the same code), A from registers (a register,
+        # not a descriptor, second)
+        assert len(mmas) == 4 * nb, (kind, nb, len(mmas))
+        assert all(re.search(r"HGMMA\.64x32x16\.F32\.BF16 R\d+, R\d+, gdesc", code[i]) for i in mmas)
+        assert not any(re.search(r"\b(LDL|STL)\b", line) for line in code), (kind, nb)  # no local memory
+        # the group's last MMA closes it (gsb0); the next warpgroup instruction waits for it to complete, before the
+        # stage is released and before any register an MMA read as A is written again
+        last = mmas[-1]
+        assert "gsb0" in code[last]
+        wait = next(i for i in range(last + 1, len(code)) if "WARPGROUP" in code[i])
+        assert "WARPGROUP.DEPBAR.LE gsb0, 0x0" in code[wait], code[wait]
+        for i in mmas:  # no register an issued MMA reads as A is written before the wait
+            first = int(re.search(r"BF16 R\d+, R(\d+),", code[i]).group(1))
+            for line in code[i + 1 : wait]:
+                dest = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?[A-Z0-9_.]+\s+R(\d+)", line)
+                assert "HGMMA" in line or dest is None or not first <= int(dest.group(1)) < first + 4, (kind, nb, line)

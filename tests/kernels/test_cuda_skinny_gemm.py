@@ -1,4 +1,5 @@
-"""The CUDA skinny GEMM ops on CPU: argument checks, the reference path, fake shapes, and the library loader's errors."""
+"""The CUDA skinny GEMM ops on CPU: argument checks, the reference path, fake shapes, the launch plans (the wide ops'
+too), the switch that routes 17-128 rows to the wide ops, and the library loader's errors."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from specdec.formats.w12 import W12Tensor, q_linear_reference, w12_linear_reference
 from specdec.kernels.cuda import KernelLibraryError, build, load_library
-from specdec.kernels.cuda.ops import q_gemm_small_m, skinny_gemm_bf16, w12_gemm_small_m
+from specdec.kernels.cuda.ops import (
+    WIDE_GEMM_ENV,
+    WIDE_MAX_TOKENS,
+    q_gemm_small_m,
+    q_gemm_wide,
+    skinny_gemm_bf16,
+    w12_gemm_small_m,
+    w12_gemm_wide,
+    wide_gemm_enabled,
+    wide_plan,
+)
 
 
 def planted(n: int, k: int, seed: int = 0) -> torch.Tensor:
@@ -177,12 +188,14 @@ def test_build_without_nvcc_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(build.shutil, "which", lambda name: None)
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    with pytest.raises(KernelLibraryError, match=r"no nvcc found .* -arch=sm_90a -std=c\+\+17 --shared"):
+    with pytest.raises(KernelLibraryError, match=r"no nvcc found .* -gencode=arch=compute_90a,code=sm_90a -std=c\+\+17 --shared"):
         build.build_kernels(tmp_path / "k.so")
     # and the default path is not built silently either: the loader names the build command
     monkeypatch.delenv(build.ENV_VAR, raising=False)
     monkeypatch.setattr(build, "_DEFAULT", tmp_path / "absent.so")
-    with pytest.raises(KernelLibraryError, match=r"not found at .*absent.so; build it with `.*nvcc -O3 -arch=sm_90a"):
+    with pytest.raises(
+        KernelLibraryError, match=r"not found at .*absent.so; build it with `.*nvcc -O3 -gencode=arch=compute_90a,code=sm_90a"
+    ):
         load_library()
 
 
@@ -830,3 +843,136 @@ def test_two_stage_groups_only_where_every_cta_is_resident_at_three_an_sm(m, n, 
         rows_stage_groups("w12", m, n, k, 132, 3)
     with pytest.raises(ValueError, match=r"rows_stage_groups: expected 1 <= m <= 16"):
         rows_stage_groups("w12", 17, n, k, 132, 2)
+
+
+@pytest.mark.parametrize("m", [1, 17, 64, 128])
+def test_wide_ops_cpu_path_is_the_reference_bit_for_bit(m):
+    w12 = W12Tensor.from_bf16(planted(40, 128))
+    assert w12.num_escapes >= 1
+    x = torch.randn(m, 128, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
+    assert torch.equal(w12_gemm_wide(x, *planes(w12)), w12_linear_reference(x, w12))
+    assert torch.equal(torch.ops.specdec.q_gemm_wide(x, w12.ae, w12.base), q_linear_reference(x, w12))
+    assert not torch.equal(w12_linear_reference(x, w12), q_linear_reference(x, w12))
+
+
+def test_wide_ops_fake_implementations_give_the_output_shape():
+    w12 = W12Tensor.from_bf16(planted(24, 64))
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        x = mode.from_tensor(torch.zeros(100, 64, dtype=torch.bfloat16))
+        fake = [mode.from_tensor(t) for t in planes(w12)]
+        assert tuple(torch.ops.specdec.w12_gemm_wide(x, *fake).shape) == (100, 24)
+        assert tuple(torch.ops.specdec.q_gemm_wide(x, fake[0], fake[2]).shape) == (100, 24)
+        with pytest.raises(ValueError, match=r"x: expected 1 to 128 rows \(tokens\) at K=64, got M=129"):
+            torch.ops.specdec.w12_gemm_wide(mode.from_tensor(torch.zeros(129, 64, dtype=torch.bfloat16)), *fake)
+
+
+def test_wide_ops_name_wrong_arguments():
+    w12 = W12Tensor.from_bf16(planted(24, 64))
+    x = torch.zeros(20, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"x: expected 1 to 128 rows \(tokens\) at K=64, got M=129"):
+        w12_gemm_wide(torch.zeros(WIDE_MAX_TOKENS + 1, 64, dtype=torch.bfloat16), *planes(w12))
+    narrow = W12Tensor.from_bf16(planted(24, 96))  # K a multiple of 32, not of the ring stage's 64
+    with pytest.raises(ValueError, match=r"ae: expected K \(its width\) a multiple of 64 for the wide kernels, got 96"):
+        w12_gemm_wide(torch.zeros(20, 96, dtype=torch.bfloat16), *planes(narrow))
+    with pytest.raises(ValueError, match=r"ae: expected K \(its width\) a multiple of 64 for the wide kernels, got 96"):
+        q_gemm_wide(torch.zeros(20, 96, dtype=torch.bfloat16), narrow.ae, narrow.base)
+    with pytest.raises(TypeError, match=r"x: expected dtype torch.bfloat16, got torch.float32"):
+        q_gemm_wide(x.float(), w12.ae, w12.base)
+    with pytest.raises(ValueError, match=r"x: expected K=64 columns \(the weight's K\), got 128"):
+        w12_gemm_wide(torch.zeros(20, 128, dtype=torch.bfloat16), *planes(w12))
+
+
+def test_wide_switch_is_read_on_every_call_and_checked(monkeypatch):
+    monkeypatch.delenv(WIDE_GEMM_ENV, raising=False)
+    assert wide_gemm_enabled() is False
+    monkeypatch.setenv(WIDE_GEMM_ENV, "1")
+    assert wide_gemm_enabled() is True
+    monkeypatch.setenv(WIDE_GEMM_ENV, "0")
+    assert wide_gemm_enabled() is False
+    monkeypatch.setenv(WIDE_GEMM_ENV, "yes")
+    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_GEMM: expected '0' or '1' .*, got 'yes'"):
+        wide_gemm_enabled()
+
+
+# Qwen3-8B and 32B linears (N, K)
+_WIDE_SHAPES = [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096), (10240, 5120), (5120, 5120)]
+_WIDE_SHAPES += [(51200, 5120), (5120, 25600)]
+
+
+@pytest.mark.parametrize("kind", ["w12", "q"])
+@pytest.mark.parametrize("m", [17, 32, 33, 64, 65, 96, 128])
+def test_wide_plan_fits_the_sm_and_fills_the_gpu(kind, m):
+    _library_or_skip()
+    sms = 132
+    for n, k in _WIDE_SHAPES:
+        plan = wide_plan(kind, m, n, k, sms)
+        assert plan["row_tiles_per_cta"] == 8 and plan["ctas_x"] == -(-n // 128) and plan["chunks"] == k // 64
+        # one CTA an SM, with the 1 KB the SM reserves for it, fits its 227 KB of shared memory
+        assert plan["shared_bytes"] + 1024 <= 227 * 1024, (n, k, plan)
+        splits = plan["k_splits"]
+        assert 1 <= splits <= 8 and k // 64 // splits >= 16, (n, k, plan)  # every slice at least 16 stages
+        ctas = plan["ctas_x"] * splits
+        # too few row blocks for one wave and room to split: split, unless at many tokens the partials' bytes (8 M s
+        # per K bytes of weights) outweigh the idle SMs
+        if plan["ctas_x"] < sms and k // 64 >= 32 and m <= 64:
+            assert ctas >= 0.7 * sms, (n, k, plan)
+        counters = -(-plan["ctas_x"] * 4 // 256) * 256
+        expected = 0 if splits == 1 else counters + plan["ctas_x"] * splits * 128 * m * 4
+        assert plan["workspace_bytes"] == expected, (n, k, plan)
+        assert plan["bulk_copies"] == 1
+
+
+def test_wide_plan_refuses_what_the_kernel_cannot_take():
+    _library_or_skip()
+    with pytest.raises(ValueError, match=r"wide_plan: expected 1 <= m <= 128, n >= 1 and k a positive multiple of 64"):
+        wide_plan("w12", 129, 4096, 4096, 132)
+    with pytest.raises(ValueError, match=r"got m=20 n=4096 k=4128"):
+        wide_plan("q", 20, 4096, 4128, 132)
+    with pytest.raises(ValueError, match=r"kind: expected 'w12' or 'q', got 'bf16'"):
+        wide_plan("bf16", 20, 4096, 4096, 132)
+
+
+def _word(plane: torch.Tensor, rows: torch.Tensor, byte: torch.Tensor) -> torch.Tensor:
+    # the little-endian 32-bit word at byte offsets `byte` of `rows` of a uint8 plane, as int64
+    b = [plane[rows, byte + i].long() for i in range(4)]
+    return b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24)
+
+
+def _decode_natural(w: torch.Tensor, n: torch.Tensor, x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    # decode_natural of skinny_gemm.cu on int64 lanes: rotate right by rot, then decode_exact's pA
+    r = ((w >> rot) | (w << (32 - rot))) & 0xFFFFFFFF
+    t = ((r << 4) & 0x07F007F0) | n
+    nonzero = ((t & 0xFFFF) != 0).long() | (((t >> 16) != 0).long() << 16)
+    return ((nonzero * x + t) & 0xFFFFFFFF) | ((r << 8) & 0x80008000)
+
+
+def test_natural_order_fragment_decode_rule():
+    """The wide kernel's A fragment in natural k order: lane (g, t) of a warp reads, for the k16 step at kb, the AE
+    words at bytes kb + 4 (t >> 1) and kb + 8 + 4 (t >> 1) and the nibble words at kb / 2 and kb / 2 + 4, rotates the AE
+    word right by 8 (t & 1) bits and takes nibble slot t; the two bf16x2 words are then the weights (kb + 2t, +1) and
+    (kb + 2t + 8, +9) of its row, bit for bit (escaped slots: a signed zero). Checked on planted weights for every lane,
+    row and step: the format's byte order (``_perm_ae``, ``_perm_nib``) is what the kernel's indexing assumes."""
+    from specdec.kernels.w12_gemm import escape_coordinates
+
+    n, k = 48, 256
+    w12 = W12Tensor.from_bf16(planted(n, k))
+    rows = torch.arange(n).repeat_interleave(4 * (k // 16))  # every (row, t, step)
+    t = torch.arange(4).repeat_interleave(k // 16).repeat(n)
+    kb = (torch.arange(k // 16) * 16).repeat(4 * n)
+    x = w12.base.long()[rows] << 7
+    rot, shift = 8 * (t & 1), 4 * t
+    lo = _decode_natural(_word(w12.ae, rows, kb + 4 * (t >> 1)), (_word(w12.nib, rows, kb // 2) >> shift) & 0x000F000F, x, rot)
+    hi = _decode_natural(
+        _word(w12.ae, rows, kb + 8 + 4 * (t >> 1)), (_word(w12.nib, rows, kb // 2 + 4) >> shift) & 0x000F000F, x, rot
+    )
+    got = torch.zeros(n, k, dtype=torch.long)
+    for word, col in ((lo, kb + 2 * t), (hi, kb + 2 * t + 8)):
+        got[rows, col] = word & 0xFFFF
+        got[rows, col + 1] = word >> 16
+    want = w12.to_bf16().view(torch.int16).long() & 0xFFFF
+    esc_rows, esc_cols = escape_coordinates(w12.esc_ptr, w12.esc_pos, n=n, k=k)
+    kept = torch.ones(n, k, dtype=torch.bool)
+    kept[esc_rows.long(), esc_cols.long()] = False
+    assert int((~kept).sum()) == w12.num_escapes >= 3
+    assert torch.equal(got[kept], want[kept])
+    assert bool(((got[~kept] & 0x7FFF) == 0).all())  # an escaped slot decodes to a signed zero

@@ -65,12 +65,17 @@ def build_command(out: Path | str, *, nvcc: str = "nvcc", arch: str = "sm_90a") 
     Example::
 
         >>> " ".join(build_command("build/x.so")[1:6])
-        '-O3 -arch=sm_90a -std=c++17 --shared -Xcompiler'
+        '-O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler'
+
+    ``-gencode`` names the one target: nvcc's ``-arch=sm_90a`` shorthand also runs a plain ``compute_90`` pass, which
+    rejects the wgmma instructions of the wide kernels.
     """
+    if not arch.startswith("sm_"):
+        raise ValueError(f"arch: expected an sm_XX GPU name such as 'sm_90a', got {arch!r}")
     return [
         nvcc,
         "-O3",
-        f"-arch={arch}",
+        f"-gencode=arch=compute_{arch[3:]},code={arch}",
         "-std=c++17",
         "--shared",
         "-Xcompiler",
@@ -193,3 +198,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     ll = ctypes.c_longlong
     lib.specdec_stream_k_segments.restype = ll
     lib.specdec_stream_k_segments.argtypes = [ll, ll, ll, ctypes.POINTER(ll), ll]
+    lib.specdec_w12_gemm_wide.restype = i
+    lib.specdec_w12_gemm_wide.argtypes = [p, p, p, p, p, p, p, p, i, i, i, p, ll, p]
+    lib.specdec_q_gemm_wide.restype = i
+    lib.specdec_q_gemm_wide.argtypes = [p, p, p, p, i, i, i, p, ll, p]
+    lib.specdec_wide_plan.restype = i
+    lib.specdec_wide_plan.argtypes = [i, i, i, i, i, ctypes.POINTER(ll)]

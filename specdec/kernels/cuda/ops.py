@@ -95,6 +95,13 @@ __all__ = [
     "BF16_VARIANT_ENV",
     "BF16_VARIANTS",
     "ROW_STAGE_GROUPS_ENV",
+    "w12_gemm_wide",
+    "q_gemm_wide",
+    "wide_plan",
+    "wide_gemm_enabled",
+    "WIDE_GEMM_ENV",
+    "WIDE_MAX_TOKENS",
+    "WIDE_STAGE_K",
 ]
 
 MAX_TOKENS = 8
@@ -107,6 +114,9 @@ Q_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 BF16_VARIANT_ENV = "SPECDEC_BF16_CUDA_VARIANT"
 BF16_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 ROW_STAGE_GROUPS_ENV = "SPECDEC_ROW_STAGE_GROUPS"
+WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
+WIDE_MAX_TOKENS = 128  # four wgmma n-tiles of 32 tokens
+WIDE_STAGE_K = 64  # K of a ring stage: the wide ops need K % 64 == 0
 # launch_plan kinds of the kernels with K split over independent CTAs -> their plan's entry point (seven int64 values).
 _SPLIT_K_PLANS = {
     **{f"w12_{v}": f"specdec_w12_{v}_plan" for v in W12_WORKSPACE_VARIANTS},
@@ -613,3 +623,150 @@ def stream_k_segments(row_blocks: int, stages: int, ctas: int) -> list[tuple[int
     if not 0 <= count <= cap:
         raise RuntimeError(f"specdec_stream_k_segments returned {count} for a buffer of {cap} segments")
     return [tuple(out[7 * i : 7 * i + 7]) for i in range(count)]
+
+
+def wide_gemm_enabled() -> bool:
+    """Whether :func:`specdec.formats.w12_linear` and ``q_linear`` send 17 to ``WIDE_MAX_TOKENS`` rows to the wide ops
+    (:func:`w12_gemm_wide`, :func:`q_gemm_wide`): ``$SPECDEC_WIDE_GEMM`` (read on every call) is ``"1"``. Unset or
+    ``"0"``: those rows go as before (W12: two 16-row calls up to 32 rows, then Triton; the Q view: Triton), the
+    default until the wide kernels are checked and timed on a GPU (``benchmarks/NOTES.md``, "Wide calls"). Raises
+    ValueError for any other value.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop(WIDE_GEMM_ENV, None) and None
+        >>> wide_gemm_enabled()
+        False
+    """
+    value = os.environ.get(WIDE_GEMM_ENV, "") or "0"
+    if value not in ("0", "1"):
+        raise ValueError(f"${WIDE_GEMM_ENV}: expected '0' or '1' (the wide W12 / Q kernels for 17-128 rows), got {value!r}")
+    return value == "1"
+
+
+def _check_wide_k(k: int) -> None:
+    if k % WIDE_STAGE_K:
+        raise ValueError(f"ae: expected K (its width) a multiple of {WIDE_STAGE_K} for the wide kernels, got {k}")
+
+
+def _launch_wide(lib, what: str, run, kind: int, args: tuple, m: int, n: int, k: int, device: torch.device) -> int:
+    def plan_of(m_, n_, k_, sms, out):
+        return lib.specdec_wide_plan(kind, m_, n_, k_, sms, out)
+
+    return _launch_split_k(lib, what, plan_of, run, args, m, n, k, device, _stream(device))
+
+
+@torch.library.custom_op("specdec::w12_gemm_wide", mutates_args=())
+def w12_gemm_wide(
+    x: torch.Tensor,
+    ae: torch.Tensor,
+    nib: torch.Tensor,
+    base: torch.Tensor,
+    esc_ptr: torch.Tensor,
+    esc_pos: torch.Tensor,
+    esc_bits: torch.Tensor,
+) -> torch.Tensor:
+    """Exact ``y [M, N] = x [M, K] @ W^T`` for ``1 <= M <= WIDE_MAX_TOKENS`` with W ``[N, K]`` as its W12 planes, ``K % 64 == 0``.
+
+    The verifiers' wide passes (a tree's nodes, a two-level block): 128-row CTAs whose two consumer warpgroups decode
+    the weights bit-exactly into registers and multiply them with ``wgmma`` (x read by the tensor cores from shared
+    memory, through the L2 once for 128 rows), K split over CTAs where the row blocks alone leave SMs idle, the partials
+    summed in split order (deterministic); escapes added by an escape warp (``specdec/kernels/cuda/README.md``, "Wide
+    calls"). Not bit-equal
+    to cuBLAS or to :func:`w12_gemm_small_m` (other summation orders). CPU: :func:`specdec.formats.w12_linear_reference`.
+
+    Example (CPU: the reference path)::
+
+        >>> from specdec.formats import W12Tensor
+        >>> w = W12Tensor.from_bf16(torch.ones(2, 64, dtype=torch.bfloat16))
+        >>> w12_gemm_wide(torch.ones(20, 64, dtype=torch.bfloat16), w.ae, w.nib, w.base, w.esc_ptr, w.esc_pos, w.esc_bits).shape
+        torch.Size([20, 2])
+    """
+    k = _k_of_planes(ae)
+    _check_wide_k(k)
+    m, _ = _check_x(x, k, ae.device, WIDE_MAX_TOKENS)
+    n, _ = _check_planes(ae, nib, base, k)
+    _check_escapes(esc_ptr, esc_pos, esc_bits, n, k, ae.device)
+    if x.device.type != "cuda" or n == 0:
+        return _w12_reference(x, ae, nib, base, esc_ptr, esc_pos, esc_bits)
+    _check_aligned(x=x, ae=ae, nib=nib)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
+    lib = load_library()
+    args = (_ptr(x), _ptr(ae), _ptr(nib), _ptr(base), _ptr(esc_ptr), _ptr(esc_pos), _ptr(esc_bits), _ptr(out), m, n, k)
+    with torch.cuda.device(x.device):
+        rc = _launch_wide(lib, "w12_gemm_wide", lib.specdec_w12_gemm_wide, KINDS["w12"], args, m, n, k, x.device)
+    _raise_on_failure(lib, rc, "w12_gemm_wide")
+    return out
+
+
+@w12_gemm_wide.register_fake
+def _(x, ae, nib, base, esc_ptr, esc_pos, esc_bits):
+    k = _k_of_planes(ae)
+    _check_wide_k(k)
+    _check_x(x, k, ae.device, WIDE_MAX_TOKENS)
+    return x.new_empty(x.shape[0], ae.shape[0])
+
+
+@torch.library.custom_op("specdec::q_gemm_wide", mutates_args=())
+def q_gemm_wide(x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """``y [M, N] = x [M, K] @ Q^T`` (the 8-bit view of the W12 planes) for ``1 <= M <= WIDE_MAX_TOKENS``, ``K % 64 == 0``.
+
+    The kernel of :func:`w12_gemm_wide` on the ``ae`` plane alone, the low mantissa nibble at the midpoint, escapes not
+    patched (proposals only). CPU: :func:`specdec.formats.q_linear_reference`.
+
+    Example (CPU: the reference path)::
+
+        >>> from specdec.formats import W12Tensor
+        >>> w = W12Tensor.from_bf16(torch.ones(2, 64, dtype=torch.bfloat16))
+        >>> q_gemm_wide(torch.ones(20, 64, dtype=torch.bfloat16), w.ae, w.base)[0]
+        tensor([68., 68.], dtype=torch.bfloat16)
+    """
+    k = _k_of_planes(ae)
+    _check_wide_k(k)
+    m, _ = _check_x(x, k, ae.device, WIDE_MAX_TOKENS)
+    n, _ = _check_planes(ae, None, base, k)
+    if x.device.type != "cuda" or n == 0:
+        return _q_reference(x, ae, base)
+    _check_aligned(x=x, ae=ae)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
+    lib = load_library()
+    args = (_ptr(x), _ptr(ae), _ptr(base), _ptr(out), m, n, k)
+    with torch.cuda.device(x.device):
+        rc = _launch_wide(lib, "q_gemm_wide", lib.specdec_q_gemm_wide, KINDS["q"], args, m, n, k, x.device)
+    _raise_on_failure(lib, rc, "q_gemm_wide")
+    return out
+
+
+@q_gemm_wide.register_fake
+def _(x, ae, base):
+    k = _k_of_planes(ae)
+    _check_wide_k(k)
+    _check_x(x, k, ae.device, WIDE_MAX_TOKENS)
+    return x.new_empty(x.shape[0], ae.shape[0])
+
+
+def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
+    """The launch plan of :func:`w12_gemm_wide` (``kind="w12"``) or :func:`q_gemm_wide` (``"q"``) for a shape on ``sms``
+    multiprocessors (host code of the library; needs the built library, not a GPU).
+
+    Returns the keys of :func:`launch_plan`'s split-K kinds: ``row_tiles_per_cta`` (8: 128 rows), ``k_splits`` (CTAs a
+    row block splitting K), ``chunks`` (K stages of 64 weights), ``ctas_x`` (row blocks of 128), ``shared_bytes``
+    (dynamic shared memory a CTA: one CTA an SM), ``workspace_bytes`` (row-block counters and fp32 partials; 0 without
+    K splits) and ``bulk_copies`` (1).
+
+    Example (needs the built library, so not run as a doctest): ``wide_plan("w12", 64, 4096, 4096, 132)`` gives 32
+    row blocks with ``k_splits == 4`` (128 CTAs: one wave on 132 SMs).
+    """
+    if kind not in ("w12", "q"):
+        raise ValueError(f"kind: expected 'w12' or 'q', got {kind!r}")
+    if sms < 1:
+        raise ValueError(f"sms: expected a positive multiprocessor count, got {sms}")
+    out = (ctypes.c_longlong * 7)()
+    if load_library().specdec_wide_plan(KINDS[kind], m, n, k, sms, out) != 0:
+        raise ValueError(
+            f"wide_plan: expected 1 <= m <= {WIDE_MAX_TOKENS}, n >= 1 and k a positive multiple of {WIDE_STAGE_K}, "
+            f"got m={m} n={n} k={k}"
+        )
+    keys = ("row_tiles_per_cta", "k_splits", "chunks", "ctas_x", "shared_bytes", "workspace_bytes", "bulk_copies")
+    return dict(zip(keys, list(out)))

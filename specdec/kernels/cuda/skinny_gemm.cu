@@ -331,18 +331,18 @@ __device__ __forceinline__ void add_band_escapes(const Params& p, const int* ban
 }
 
 // y[m, row] = out[m] as bf16, rounded to nearest even; NaN stays NaN (quiet bit set).
+// fp32 -> bf16 bits, round to nearest even; a NaN stays a (quiet) NaN.
+__device__ __forceinline__ uint16_t bf16_bits_rn(float v) {
+  const uint32_t b = __float_as_uint(v);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((b >> 16) | 0x0040u);
+  return static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
 template <int TOK = kMaxTokens>
 __device__ __forceinline__ void store_bf16_row(const Params& p, int row, int M, const float (&out)[TOK]) {
 #pragma unroll
-  for (int m = 0; m < TOK; ++m) {
-    if (m < M) {
-      const uint32_t b = __float_as_uint(out[m]);
-      uint16_t h;
-      if ((b & 0x7FFFFFFFu) > 0x7F800000u) h = static_cast<uint16_t>((b >> 16) | 0x0040u);
-      else h = static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-      p.y[static_cast<size_t>(m) * p.N + row] = h;
-    }
-  }
+  for (int m = 0; m < TOK; ++m)
+    if (m < M) p.y[static_cast<size_t>(m) * p.N + row] = bf16_bits_rn(out[m]);
 }
 
 template <int KIND, bool VEC16>
@@ -1223,15 +1223,18 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
 // stored order, lane m doing token m: acc[row][m] = fma(x[m, col], value, acc[row][m]). One step an escape for all
 // tokens at once, so a crowded tile costs escapes x ~40 cycles, not escapes x tokens x a shuffle chain. Every escape of
 // the band lies in exactly one CTA's slice.
-template <int TOK, int ROWS = kStreamRows>
-__device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int k_lo, int k_hi, int lane, float* scratch) {
+// STRIDE: acc's row stride (TOK, or more for a padded tile); `round`: where a round's x, values and rows go (nullptr:
+// after acc).
+template <int TOK, int ROWS = kStreamRows, int STRIDE = TOK>
+__device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int k_lo, int k_hi, int lane, float* scratch,
+                                             float* round = nullptr) {
   constexpr unsigned kAll = 0xFFFFFFFFu;
   constexpr int kXStride = TOK + 1;
-  float* acc = scratch;                            // [ROWS][TOK]
-  float* xbuf = acc + ROWS * TOK;                  // [32][TOK + 1]
-  float* vals = xbuf + 32 * kXStride;              // [32]
-  int* rows = reinterpret_cast<int*>(vals + 32);   // [32]
-  for (int e = lane; e < ROWS * TOK; e += 32) acc[e] = 0.f;
+  float* acc = scratch;                                         // [ROWS][STRIDE]
+  float* xbuf = round != nullptr ? round : acc + ROWS * STRIDE;  // [32][TOK + 1]
+  float* vals = xbuf + 32 * kXStride;                           // [32]
+  int* rows = reinterpret_cast<int*>(vals + 32);                // [32]
+  for (int e = lane; e < ROWS * STRIDE; e += 32) acc[e] = 0.f;
   griddep_wait();  // x comes from the kernel before this one
   if (k_lo >= k_hi) return;
   const int M = p.M;
@@ -1264,11 +1267,21 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
         rows[lane] = r;
       }
       __syncwarp();
-      if (lane < M) {
-        for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
-          const int j = __ffs(left) - 1;
-          float* a = acc + rows[j] * TOK + lane;
-          *a = fmaf(xbuf[j * kXStride + lane], vals[j], *a);
+      if constexpr (TOK <= 32) {
+        if (lane < M) {
+          for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
+            const int j = __ffs(left) - 1;
+            float* a = acc + rows[j] * STRIDE + lane;
+            *a = fmaf(xbuf[j * kXStride + lane], vals[j], *a);
+          }
+        }
+      } else {  // lane m does tokens m, m + 32, ...
+        for (int m = lane; m < M; m += 32) {
+          for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
+            const int j = __ffs(left) - 1;
+            float* a = acc + rows[j] * STRIDE + m;
+            *a = fmaf(xbuf[j * kXStride + m], vals[j], *a);
+          }
         }
       }
       __syncwarp();  // the next round overwrites xbuf, vals and rows
@@ -1647,6 +1660,284 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
     }
     store_bf16_row<TOK>(p, row, M, out);
   }
+}
+
+// Wide calls (README.md, "Wide calls: wgmma from registers"): 17 to kWideMaxTokens tokens, the tree and two-level
+// verifiers' passes. The 16-token kernels above multiply with mma.sync, every warp loading its own copy of x's B
+// fragments from shared memory; at 32 tokens they ran at 0.25-0.66x cuBLAS bf16 (benchmarks/NOTES.md). Here a CTA owns
+// kWideRows = 128 weight rows: two consumer warpgroups of 64 rows, each issuing wgmma.mma_async m64n32k16 with A, the
+// decoded weights, from registers and B, x, read by the tensor cores straight from the ring (a [32 * NB tokens][64 k]
+// box a stage, 128-byte swizzled by its tensor map). x is read from shared memory once a warpgroup, not once a warp,
+// and through the L2 once for 128 rows (2 M / 192 bytes a W12 weight byte). A warp's A fragment is mma.sync's (rows g
+// and g + 8, k 2t.. and 2t + 8..) in natural k order, since x lies in the ring as the tensor map copies it: lane t
+// needs the pair (2t, 2t + 1) of a step, which is the (k0, k1) pair of an AE word for even t and the (k2, k3) pair for
+// odd t; the word rotated by 8 bits for odd t puts the second where the first was (decode_natural). A stage is
+// [128 rows][64 k]: ae, for W12 nib, then x at a 1024-byte boundary; K splits over independent CTAs as in
+// tma_gemm_kernel, the last CTA of a row block summing the partials in split order (finish_wide_row_block). Each
+// warpgroup waits for its MMAs before decoding the next stage (the PTX rule for A in registers, below); the other
+// warpgroup's decode overlaps them. Needs K % 64 == 0 and 16-byte aligned planes and x.
+//
+// SPECDEC_WIDE_IN_FLIGHT (a build switch, 0 or 1): MMA groups a consumer leaves in flight when it starts decoding the
+// next stage. 0 waits for them first, as the PTX rule for A in registers asks (wgmma reads them asynchronously until
+// its group completes). 1 overlaps the decode with them, correct only if ptxas keeps the registers of an MMA in flight
+// from the next stage's decode or the tensor cores read them at issue: the GPU's checks are to say
+// (benchmarks/NOTES.md, "Wide calls").
+#ifndef SPECDEC_WIDE_IN_FLIGHT
+#define SPECDEC_WIDE_IN_FLIGHT 0
+#endif
+constexpr int kWideInFlight = SPECDEC_WIDE_IN_FLIGHT;
+static_assert(kWideInFlight == 0 || kWideInFlight == 1, "SPECDEC_WIDE_IN_FLIGHT: 0 or 1");
+constexpr int kWideRows = 128;
+constexpr int kWideConsumerWarps = kWideRows / 16;
+constexpr int kWideStageK = 64;
+constexpr int kWideBlockTokens = 32;  // tokens of one wgmma (n = 32)
+constexpr int kWideMaxBlocks = 4;
+constexpr int kWideMaxTokens = kWideBlockTokens * kWideMaxBlocks;
+constexpr int kWideSwizzleAlign = 1024;  // a 128-byte swizzle repeats every 8 rows of 128 bytes
+constexpr int kWideMaxSplits = 8;
+constexpr int kWideSmemTarget = 200 * 1024;  // the ring takes what the sums and the escape round leave of this
+__host__ __device__ constexpr int wide_blocks(int M) { return (M + kWideBlockTokens - 1) / kWideBlockTokens; }
+__host__ __device__ constexpr int wide_weight_bytes(int kind) {
+  return kWideRows * kWideStageK + (kind == kW12 ? kWideRows * (kWideStageK / 2) : 0);
+}
+__host__ __device__ constexpr int wide_stage_bytes(int kind, int nb) { return wide_weight_bytes(kind) + nb * kWideBlockTokens * kWideStageK * 2; }
+__host__ __device__ constexpr int wide_threads(int kind) { return (kWideConsumerWarps + 1 + (kind == kW12 ? 1 : 0)) * 32; }
+__host__ __device__ constexpr int wide_red_stride(int nb) { return nb * kWideBlockTokens + 1; }  // +1: the epilogue reads columns
+// After the stages: the sums [128 rows][wide_red_stride] fp32 (the escape warp's first, then the MMAs' added), then
+// for W12 the escape warp's round (fold_escapes: x [32][TOK + 1], values and rows [32]).
+__host__ __device__ constexpr int wide_fixed_bytes(int kind, int nb) {
+  return kWideRows * wide_red_stride(nb) * 4 + (kind == kW12 ? (32 * (nb * kWideBlockTokens + 1) + 64) * 4 : 0);
+}
+// Stages of the ring: as many as kWideSmemTarget holds after the fixed part, 4 to 8.
+__host__ __device__ constexpr int wide_stages(int kind, int nb) {
+  return (kWideSmemTarget - wide_fixed_bytes(kind, nb)) / wide_stage_bytes(kind, nb) < 4   ? 4
+         : (kWideSmemTarget - wide_fixed_bytes(kind, nb)) / wide_stage_bytes(kind, nb) > 8 ? 8
+                                                                                          : (kWideSmemTarget - wide_fixed_bytes(kind, nb)) / wide_stage_bytes(kind, nb);
+}
+__host__ __device__ constexpr int wide_smem_bytes(int kind, int nb) {
+  return wide_stages(kind, nb) * wide_stage_bytes(kind, nb) + wide_fixed_bytes(kind, nb) + kWideSwizzleAlign;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
+}
+// Keeps the compiler from moving reads or writes of the accumulators across the asynchronous MMAs.
+template <int NB>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[NB][16]) {
+#pragma unroll
+  for (int j = 0; j < NB; ++j)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) asm volatile("" : "+f"(d[j][i])::"memory");
+}
+
+// The shared-memory descriptor of a K-major bf16 operand in the 128-byte swizzle: rows of 64 k (128 bytes), 8-row
+// groups 1024 bytes apart (stride byte offset), the leading byte offset unused by this layout (1), swizzle mode 1.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_byte_addr) {
+  return static_cast<uint64_t>((smem_byte_addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(kWideSwizzleAlign >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+// d[64 rows][32 tokens] += A[64][16] (this warp's 16 rows: a0..a3 as mma.sync's A fragment) x B[16 k][32 tokens] at desc.
+__device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t desc) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),
+        "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+
+__device__ __forceinline__ uint32_t lds32(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// One bf16x2 word in natural k order from an AE word w (bytes k0, k2, k1, k3) and its nibble pair n: (k0, k1) where
+// rot = 0, (k2, k3) where rot = 8 (the word rotated right by 8 bits puts k2, k3 where k0, k1 were; decode_exact's pA).
+// X: the row's base << 7 (the Q view: | 8, with n = 0).
+__device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint32_t X, uint32_t rot) {
+  const uint32_t r = __funnelshift_r(w, w, rot);
+  return add_base_if_nonzero(((r << 4) & 0x07F007F0u) | n, X) | ((r << 8) & 0x80008000u);
+}
+
+// A consumer warp of tma_wide_kernel (warps 0-3 and 4-7: two warpgroups): warp w decodes rows 16 w + g, 16 w + g + 8
+// of every stage s_lo .. s_hi - 1 of the ring into A fragments, one k16 step at a time (a0 / a1: k 2t, 2t + 1 of rows
+// g / g + 8; a2 / a3: k 2t + 8, 2t + 9), then its warpgroup multiplies them into acc[j] (tokens 32 j .. 32 j + 31) for
+// the stage's four steps. A stage is released by every consumer warp once its warpgroup's MMAs that read the stage's
+// x have completed (wait_group 0 after them; with kWideInFlight 1, wait_group 1 after the next stage's).
+template <int KIND, int NB, int STAGES>
+__device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
+                                                  uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
+                                                  float (&acc)[NB][16]) {
+  const int g = lane >> 2, t = lane & 3;
+  const int tile_row = warp * 16 + g;
+  const uint32_t mid = KIND == kQ ? 8u : 0u;
+  const uint32_t X0 = (static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7) | mid;
+  const uint32_t X1 = (static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7) | mid;
+  const uint32_t rot = (t & 1) * 8, nib_shift = 4 * t;
+  const int ae_lane = tile_row * kWideStageK + 4 * (t >> 1);  // this lane's first AE word of a step (row g)
+  const int nib_lane = kWideRows * kWideStageK + tile_row * (kWideStageK / 2);
+#pragma unroll
+  for (int j = 0; j < NB; ++j)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) acc[j][i] = 0.f;
+  int s = 0, held = -1;
+  uint32_t round = 0;
+  auto release = [&](int slot) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[slot]));
+  };
+  for (int it = s_lo; it < s_hi; ++it) {
+    mbar_wait(smem_addr(&full_bar[s]), round & 1);
+    const unsigned char* st = ring + static_cast<size_t>(s) * stage_bytes;
+    uint32_t a[4][4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const unsigned char* w0 = st + ae_lane + 16 * q;
+      const unsigned char* w1 = w0 + 8 * kWideStageK;
+      uint2 n0 = make_uint2(0u, 0u), n1 = make_uint2(0u, 0u);
+      if constexpr (KIND == kW12) {
+        n0 = *reinterpret_cast<const uint2*>(st + nib_lane + 8 * q);
+        n1 = *reinterpret_cast<const uint2*>(st + nib_lane + 8 * (kWideStageK / 2) + 8 * q);
+      }
+      a[q][0] = decode_natural(lds32(w0), (n0.x >> nib_shift) & 0x000F000Fu, X0, rot);
+      a[q][1] = decode_natural(lds32(w1), (n1.x >> nib_shift) & 0x000F000Fu, X1, rot);
+      a[q][2] = decode_natural(lds32(w0 + 8), (n0.y >> nib_shift) & 0x000F000Fu, X0, rot);
+      a[q][3] = decode_natural(lds32(w1 + 8), (n1.y >> nib_shift) & 0x000F000Fu, X1, rot);
+    }
+    const uint32_t xs = smem_addr(st + wide_weight_bytes(KIND));
+    wgmma_fence_operands<NB>(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int j = 0; j < NB; ++j)
+        wgmma_m64n32k16_rs(acc[j], a[q][0], a[q][1], a[q][2], a[q][3],
+                           wgmma_desc_sw128(xs + j * kWideBlockTokens * kWideStageK * 2 + q * 32));
+    wgmma_commit();
+    if constexpr (kWideInFlight == 0) {
+      wgmma_wait<0>();  // the MMAs have read this stage's x and their A registers, which the next stage's decode rewrites
+      wgmma_fence_operands<NB>(acc);
+      release(s);
+    } else {
+      wgmma_fence_operands<NB>(acc);
+      if (held >= 0) {
+        wgmma_wait<1>();  // the stage before's MMAs have read its x
+        release(held);
+      }
+      held = s;
+    }
+    if (++s == STAGES) s = 0, ++round;
+  }
+  if constexpr (kWideInFlight == 1) {
+    wgmma_wait<0>();
+    wgmma_fence_operands<NB>(acc);
+    if (held >= 0) release(held);
+  }
+}
+
+// After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums [128 rows][M tokens] (row stride
+// STRIDE), escapes included. Without K splits the CTA stores them; with k_splits > 1 it writes them to its partial tile
+// in `partials`, counts itself in, and the last CTA of the row block sums the tiles in split order from 0.f (the same
+// bits whatever the arrival order), stores bf16 and sets the counter back to 0. Rows past N are never stored.
+template <int THREADS, int STRIDE>
+__device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split) {
+  __shared__ int arrived_last;
+  const int M = p.M, tid = threadIdx.x;
+  const int row_block = blockIdx.x * kWideRows;
+  const int tile_values = kWideRows * M;  // [128 rows][M tokens], row-major
+  if (p.k_splits > 1) {
+    float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * tile_values;
+    float* own = tiles + static_cast<size_t>(split) * tile_values;
+    for (int e = tid; e < tile_values; e += THREADS) own[e] = red[(e / M) * STRIDE + e % M];
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const unsigned int before = atomicAdd(counters + blockIdx.x, 1u);
+      arrived_last = before == static_cast<unsigned int>(p.k_splits - 1);
+      if (arrived_last) counters[blockIdx.x] = 0u;
+    }
+    __syncthreads();
+    if (!arrived_last) return;
+    __threadfence();
+    for (int e = tid; e < tile_values; e += THREADS) {
+      float v = 0.f;
+      for (int q = 0; q < p.k_splits; ++q) v += __ldcg(tiles + static_cast<size_t>(q) * tile_values + e);
+      red[(e / M) * STRIDE + e % M] = v;
+    }
+    __syncthreads();
+  }
+  // Consecutive threads store consecutive rows of one token: coalesced in y [M, N].
+  for (int e = tid; e < tile_values; e += THREADS) {
+    const int m = e / kWideRows, r = e % kWideRows;
+    if (row_block + r < p.N) p.y[static_cast<size_t>(m) * p.N + row_block + r] = bf16_bits_rn(red[r * STRIDE + m]);
+  }
+}
+
+// kWideRows weight rows a CTA, stages s_lo .. s_hi - 1 of K (blockIdx.y of p.k_splits slices), 32 * NB token columns:
+// warps 0-7 the consumers (two warpgroups), warp 8 the producer (one thread issuing the tensor-map copies), for W12
+// warp 9 the escape warp (fold_escapes over the CTA's rows and K slice, straight into the sums' tile; the consumers
+// add their sums to it after the K loop: one fp32 addition a value, the same bits in either order).
+template <int KIND, int NB>
+__global__ void __launch_bounds__(wide_threads(KIND), 1)
+    tma_wide_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
+                    const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
+  constexpr int kStages = wide_stages(KIND, NB);
+  constexpr int kTok = NB * kWideBlockTokens;
+  constexpr int kStride = wide_red_stride(NB);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kStages];
+  __shared__ __align__(8) uint64_t empty_bar[kStages];
+  unsigned char* smem =
+      smem_raw + ((kWideSwizzleAlign - (smem_addr(smem_raw) & (kWideSwizzleAlign - 1))) & (kWideSwizzleAlign - 1));
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int split = blockIdx.y;
+  const int n_stages = p.K / kWideStageK;
+  const int s_lo = static_cast<int>((static_cast<long long>(split) * n_stages) / p.k_splits);
+  const int s_hi = static_cast<int>((static_cast<long long>(split + 1) * n_stages) / p.k_splits);
+  const int row_block = blockIdx.x * kWideRows;
+  const int stage_bytes = wide_stage_bytes(KIND, NB);
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);  // [128][kStride]
+  float* round = red + kWideRows * kStride;  // the escape warp's round
+
+  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kWideConsumerWarps);
+  __syncthreads();
+  float acc[NB][16];
+  const bool consumer = warp < kWideConsumerWarps;
+  if (warp == kWideConsumerWarps) {
+    if (lane == 0)
+      produce_tma_ring<KIND, kStages, kWideRows, kWideStageK>(smem, stage_bytes, wide_weight_bytes(KIND), full_bar, empty_bar, s_lo,
+                                                              s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map);
+  } else if (!consumer) {  // W12 only: the Q kernel has no such warp
+    if constexpr (KIND == kW12)
+      fold_escapes<kTok, kWideRows, kStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, round);
+  } else {
+    consume_wide_ring<KIND, NB, kStages>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, acc);
+  }
+  __syncthreads();  // the ring is done; for W12 the escape sums are in red
+  griddep_launch_dependents();
+  if (consumer) {
+    // acc[j][4 i + e]: rows (g, g + 8) for e (0, 1) / (2, 3), tokens 32 j + 8 i + 2t + (e & 1).
+    const int g = lane >> 2, t = lane & 3, r0 = warp * 16 + g;
+#pragma unroll
+    for (int j = 0; j < NB; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float* v = red + (r0 + (e >> 1) * 8) * kStride + 32 * j + 8 * i + 2 * t + (e & 1);
+          if constexpr (KIND == kW12) *v += acc[j][4 * i + e];
+          else *v = acc[j][4 * i + e];
+        }
+  }
+  griddep_wait();
+  __syncthreads();
+  finish_wide_row_block<wide_threads(KIND), kStride>(p, red, partials, counters, split);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
@@ -2112,11 +2403,13 @@ TensorMapEncodeTiled tensor_map_encoder() {
 }
 
 // A 2-D row-major tensor [rows][inner] of `type` at `base` (row stride `row_bytes`), read in boxes of
-// [box_rows][box_inner]; elements past its edges read as zeros; `promotion`: the L2 sector promotion of its loads.
+// [box_rows][box_inner]; elements past its edges read as zeros; `promotion`: the L2 sector promotion of its loads;
+// `swizzle`: how a box lands in shared memory (plainly row after row, or the 128-byte swizzle wgmma reads).
 // 2 with the message set on failure.
 int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsigned long long inner, unsigned long long rows,
               unsigned long long row_bytes, unsigned int box_inner, unsigned int box_rows, const char* what,
-              CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+              CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   const TensorMapEncodeTiled encode = tensor_map_encoder();
   if (encode == nullptr) {
     snprintf(g_error, sizeof(g_error), "cuTensorMapEncodeTiled is not available from the driver");
@@ -2131,7 +2424,7 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
   const cuuint32_t box[2] = {box_inner, box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     snprintf(g_error, sizeof(g_error), "cuTensorMapEncodeTiled(%s, %llu x %llu, box %u x %u): error %d", what, rows, inner, box_rows,
              box_inner, static_cast<int>(r));
@@ -2147,10 +2440,11 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
 thread_local int g_programmatic_launch = 0;
 
 // The tensor maps of a tensor-map kernel of KIND reading boxes of [rows][sk] weights: ae (bf16: the weights), nib (W12;
-// the Q and bf16 kernels get a copy of ae, never read) and x, read in boxes of [M][sk].
+// the Q and bf16 kernels get a copy of ae, never read) and x, read in boxes of [x_rows][sk] (0: [M][sk]) laid out by
+// x_swizzle.
 template <int KIND>
 int encode_weight_maps(const Params& p, unsigned int rows, unsigned int sk, CUtensorMap* ae_map, CUtensorMap* nib_map,
-                       CUtensorMap* x_map) {
+                       CUtensorMap* x_map, unsigned int x_rows = 0, CUtensorMapSwizzle x_swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   const unsigned long long K = p.K, N = p.N;
   if (KIND == kBf16) {
     if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, K, N, 2 * K, sk, rows, "weight")) return rc;
@@ -2162,7 +2456,8 @@ int encode_weight_maps(const Params& p, unsigned int rows, unsigned int sk, CUte
   } else {
     *nib_map = *ae_map;
   }
-  return encode_2d(x_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.x, K, p.M, 2 * K, sk, p.M, "x");
+  return encode_2d(x_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.x, K, p.M, 2 * K, sk, x_rows > 0 ? x_rows : p.M, "x",
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, x_swizzle);
 }
 
 // kernel<<<grid, threads, smem_bytes, stream>>>(args...), in programmatic dependent launch where this thread asked for it
@@ -2419,6 +2714,120 @@ int rows_or_plan(int kind, int M, int N, int K, int sms, long long* out, int (*f
     if (rows_pay(kind, M, N, K, sms)) return rows_plan(kind, M, N, K, sms, out);
   }
   return fallback(M, N, K, sms, out);
+}
+
+// The wide kernel's plan (tma_wide_kernel): kWideRows-row blocks, K split over k_splits CTAs a block (stages of
+// kWideStageK weights, at least kWideMinStagesPerSplit a slice) where the blocks alone leave SMs idle. One CTA an SM
+// (its shared memory). The split count maximises the share of the waves' CTA slots the call fills (ctas / (waves x
+// SMs)), less 3 % a split beyond the first (each CTA fills its ring again) and half the partials' bytes over the
+// weights' (a [128][M] fp32 tile a CTA, written and read back: 8 M s / (bytes a weight x K)); ties to fewer splits.
+constexpr int kWideMinStagesPerSplit = 16;
+constexpr double kWideSplitCost = 0.03;
+constexpr double kWidePartialCost = 0.5;
+Plan make_wide_plan(int kind, int M, int N, int K, int sms) {
+  Plan pl{};
+  pl.rt_per_cta = kWideRows / 16;
+  pl.n_chunks = K / kWideStageK;
+  pl.grid_x = (N + kWideRows - 1) / kWideRows;
+  pl.smem_bytes = wide_smem_bytes(kind, wide_blocks(M));
+  const long long slots = sms > 0 ? sms : 1;
+  int most = pl.n_chunks / kWideMinStagesPerSplit;
+  most = most < 1 ? 1 : most > kWideMaxSplits ? kWideMaxSplits : most;
+  double best = -1.0;
+  pl.k_splits = 1;
+  for (int s = 1; s <= most; ++s) {
+    const long long ctas = static_cast<long long>(pl.grid_x) * s;
+    const long long waves = (ctas + slots - 1) / slots;
+    const double partials = s > 1 ? 8.0 * M * s / ((kind == kW12 ? 1.5 : 1.0) * K) : 0.0;
+    const double score =
+        static_cast<double>(ctas) / static_cast<double>(waves * slots) - kWideSplitCost * (s - 1) - kWidePartialCost * partials;
+    if (score > best + 1e-9) best = score, pl.k_splits = s;
+  }
+  return pl;
+}
+
+// The wide plan's workspace: the row blocks' counters (kSplitCounterAlign-aligned), then a [128][M] fp32 partial a
+// CTA; none without K splits.
+long long wide_partial_bytes(const Plan& pl, int M) { return static_cast<long long>(pl.grid_x) * pl.k_splits * kWideRows * M * 4; }
+long long wide_workspace_bytes(const Plan& pl, int M) {
+  if (pl.k_splits == 1) return 0;
+  const long long counters = (static_cast<long long>(pl.grid_x) * 4 + kSplitCounterAlign - 1) / kSplitCounterAlign * kSplitCounterAlign;
+  return counters + wide_partial_bytes(pl, M);
+}
+
+int check_wide_sizes(int M, int N, int K) {
+  if (M < 1 || M > kWideMaxTokens || N < 1 || K < kWideStageK || K % kWideStageK != 0) {
+    snprintf(g_error, sizeof(g_error), "expected 1 <= M <= %d, N >= 1 and K a positive multiple of %d, got M=%d N=%d K=%d",
+             kWideMaxTokens, kWideStageK, M, N, K);
+    return 3;
+  }
+  return 0;
+}
+
+// tma_wide_kernel<KIND, NB> on p (M <= 32 NB).
+template <int KIND, int NB>
+int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  static bool attr_set = false;  // once per process, before any graph capture (the warm-up's call)
+  const auto kernel = tma_wide_kernel<KIND, NB>;
+  if (!attr_set) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wide_smem_bytes(KIND, NB));
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
+    attr_set = true;
+  }
+  const int sms = sm_count();
+  if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  const Plan pl = make_wide_plan(KIND, p.M, p.N, p.K, sms);
+  const long long need = wide_workspace_bytes(pl, p.M);
+  if (workspace_bytes < need || (need > 0 && workspace == nullptr)) {
+    snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", p.M, p.N, p.K, need,
+             workspace == nullptr ? 0LL : workspace_bytes);
+    return 2;
+  }
+  unsigned char* ws = static_cast<unsigned char*>(workspace);
+  unsigned int* counters = reinterpret_cast<unsigned int*>(ws);
+  float* partials = need > 0 ? reinterpret_cast<float*>(ws + (need - wide_partial_bytes(pl, p.M))) : nullptr;
+  CUtensorMap ae_map, nib_map, x_map;
+  if (int rc = encode_weight_maps<KIND>(p, kWideRows, kWideStageK, &ae_map, &nib_map, &x_map, NB * kWideBlockTokens,
+                                        CU_TENSOR_MAP_SWIZZLE_128B))
+    return rc;
+  p.rt_per_cta = pl.rt_per_cta;
+  p.k_splits = pl.k_splits;
+  p.n_chunks = pl.n_chunks;
+  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, pl.k_splits, 1), wide_threads(KIND), pl.smem_bytes, stream, p,
+                                          partials, counters, ae_map, nib_map, x_map);
+  if (e != cudaSuccess) return fail("tma_wide_kernel launch", e);
+  return 0;
+}
+
+template <int KIND>
+int launch_wide(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  switch (wide_blocks(p.M)) {
+    case 1: return launch_wide_blocks<KIND, 1>(p, workspace, workspace_bytes, stream);
+    case 2: return launch_wide_blocks<KIND, 2>(p, workspace, workspace_bytes, stream);
+    case 3: return launch_wide_blocks<KIND, 3>(p, workspace, workspace_bytes, stream);
+    default: return launch_wide_blocks<KIND, 4>(p, workspace, workspace_bytes, stream);
+  }
+}
+
+// The wide plan into out[0..6] as the split-K plans write theirs.
+int wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
+  if (sms < 0) return 3;
+  if (int rc = check_wide_sizes(M, N, K)) return rc;
+  if (sms == 0) {
+    sms = sm_count();
+    if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  }
+  const Plan pl = make_wide_plan(kind, M, N, K, sms);
+  out[0] = pl.rt_per_cta;
+  out[1] = pl.k_splits;
+  out[2] = pl.n_chunks;
+  out[3] = pl.grid_x;
+  out[4] = pl.smem_bytes;
+  out[5] = wide_workspace_bytes(pl, M);
+  out[6] = 1;
+  return 0;
 }
 
 }  // namespace
@@ -2685,6 +3094,29 @@ int specdec_w12_v10_plan(int M, int N, int K, int sms, long long* out) {
 // its segments in order, out gets (c, row block, first stage, end stage, piece, pieces of the block, workspace slot
 // or -1 where the block is stored whole), 7 values a segment, at most `cap` segments. Returns the segment count
 // (more than cap: only cap written), or -1 for sizes out of range.
+int specdec_w12_gemm_wide(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr, const void* esc_pos,
+                          const void* esc_bits, void* y, int M, int N, int K, void* workspace, long long workspace_bytes, void* stream) {
+  g_error[0] = 0;
+  if (int rc = check_wide_sizes(M, N, K)) return rc;
+  const Params p = w12_params(x, ae, nib, base, esc_ptr, esc_pos, esc_bits, y, M, N, K);
+  return launch_wide<kW12>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
+int specdec_q_gemm_wide(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* workspace,
+                        long long workspace_bytes, void* stream) {
+  g_error[0] = 0;
+  if (int rc = check_wide_sizes(M, N, K)) return rc;
+  const Params p = w12_params(x, ae, nullptr, base, nullptr, nullptr, nullptr, y, M, N, K);
+  return launch_wide<kQ>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
+// The wide kernels' plan (kind 1: W12, 2: the Q view) into out[0..6] as the split-K plans: 16-row tiles a CTA (8), K
+// splits, stages of 64 weights, row blocks of 128, dynamic shared memory, workspace bytes, 1.
+int specdec_wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
+  if (kind != kW12 && kind != kQ) return 3;
+  return wide_plan(kind, M, N, K, sms, out);
+}
+
 long long specdec_stream_k_segments(long long row_blocks, long long stages, long long ctas, long long* out, long long cap) {
   if (row_blocks < 1 || stages < 1 || ctas < 1 || ctas > row_blocks * stages) return -1;
   const long long units = row_blocks * stages;

@@ -1,0 +1,40 @@
+"""The wide W12 benchmark's CPU smoke run checks and times every kernel; a kernel that decodes one weight wrong, or
+whose product is off, fails the run."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from benchmarks.kernels import bench_wide_w12
+
+
+def test_smoke_checks_and_times_every_kernel(tmp_path):
+    out = tmp_path / "wide_w12.json"
+    assert bench_wide_w12.main(["--smoke", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["errors"] == 0 and not result["not_run"]
+    assert all(bench_wide_w12.check_passed(c) for c in result["checks"]) and len(result["checks"]) == 4
+    kinds = {"cublas_bf16", "cuda_w12_wide", "cuda_q_wide", "cuda_w12_two_calls"}  # no Triton off the GPU
+    timed = {(r["linear"], r["M"], r["kind"]) for r in result["timings"]}
+    # two 16-row calls take at most 32 rows
+    assert timed == {(s, m, k) for s in ("a", "b") for m in (17, 40) for k in kinds if not (k == "cuda_w12_two_calls" and m > 32)}
+    assert all(r["x_cublas"] > 0 for r in result["timings"]) and (tmp_path / "wide_w12.png").exists()
+
+
+def test_a_wrong_decode_or_product_fails_the_run(tmp_path, monkeypatch):
+    from specdec.kernels.cuda import ops
+
+    exact = ops.w12_gemm_wide
+
+    def one_weight_off(x, ae, *planes):
+        y = exact(x, ae, *planes)
+        return y + (x[:, 5:6] != 0) * torch.tensor([1.0] + [0.0] * (ae.shape[0] - 1), dtype=y.dtype)  # W[0, 5] + 1
+
+    monkeypatch.setattr(ops, "w12_gemm_wide", one_weight_off)
+    out = tmp_path / "wide_w12.json"
+    assert bench_wide_w12.main(["--smoke", "--out", str(out)]) == 1
+    result = json.loads(out.read_text())
+    assert [c["w12_exact"] for c in result["checks"] if c["check"] == "decode"] == [False, False]
+    assert all(c["q_exact"] for c in result["checks"] if c["check"] == "decode")
