@@ -58,7 +58,7 @@ from benchmarks.kernels.bench_roofline import (
     w12_variant,
     weight_bytes,
 )
-from benchmarks.kernels.read_floor import Cycle, fit_line, read_floor_row, weight_copies
+from benchmarks.kernels.read_floor import Cycle, cold_weight_device, fit_line, read_floor_row, weight_copies
 
 KERNELS = (
     "cublas_bf16",
@@ -95,7 +95,6 @@ SWEEP_KS = (1024, 2048, 4096, 8192, 16384)
 SMOKE_SHAPES = {"smoke": {"a": (40, 64), "b": (24, 128)}}
 SMOKE_SWEEP_NS = (24,)
 SMOKE_SWEEP_KS = (64, 128, 256)
-DEFAULT_L2_BYTES = 50 * 2**20
 
 
 def kernel_calls(
@@ -333,22 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         return redraw(plot, args.plot_only)
     prov = provenance(seed=0)
     print(provenance_line(prov), flush=True)
-    if args.smoke:
-        device = torch.device("cpu")
-        args.calls, args.reps = 2, 2
-    else:
-        if not torch.cuda.is_available():
-            ap.error("needs CUDA; use --smoke on a CPU")
-        device = torch.device("cuda")
+    device = cold_weight_device(args, ap)
     from specdec.kernels.cuda import ops
 
-    if device.type == "cuda":
-        from specdec.kernels.cuda.build import load_library
-
-        load_library()
-        args.l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
-    else:
-        args.l2_bytes = DEFAULT_L2_BYTES
     gen = torch.Generator(device=device).manual_seed(0)
     t_start = time.time()
     copy_bw = copy_bandwidth(device)

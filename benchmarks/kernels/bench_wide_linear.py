@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import copy_bandwidth, provenance, provenance_line, write_json
-from benchmarks.kernels.bench_fixed_cost import DEFAULT_L2_BYTES, Cycle, weight_copies
 from benchmarks.kernels.bench_roofline import linear_shapes, time_per_call
+from benchmarks.kernels.read_floor import DEFAULT_L2_BYTES, Cycle, weight_copies
 
 ROWS = (16, 32, 64, 96, 128, 192, 256)
 LAYERS = 36

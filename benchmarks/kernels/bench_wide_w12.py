@@ -45,7 +45,7 @@ from benchmarks.kernels.bench_roofline import (
     weight_bytes,
     zero_sign,
 )
-from benchmarks.kernels.read_floor import Cycle, weight_copies
+from benchmarks.kernels.read_floor import Cycle, cold_weight_device, weight_copies
 
 ROWS = (17, 32, 33, 64, 65, 96, 128)
 SMOKE_ROWS = (17, 40)
@@ -55,7 +55,6 @@ CHECK_SHAPES = ((200, 1024, 32), (256, 4096, 64), (130, 2048, 128), (72, 1024, 1
 SMOKE_CHECK_SHAPES = ((72, 128, 32), (40, 256, 17))
 PRODUCT_ROWS = (17, 33, 65, 100, 128)
 SMOKE_PRODUCT_ROWS = (17, 40)
-DEFAULT_L2_BYTES = 50 * 2**20
 
 
 def calls_of(ops, w: torch.Tensor, w12, copies: int) -> dict[str, tuple[Callable[[torch.Tensor, int], torch.Tensor], bool]]:
@@ -282,23 +281,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--kernels: expected names of {KERNELS} including cublas_bf16, got {unknown or args.kernels}")
     prov = provenance(seed=0)
     print(provenance_line(prov), flush=True)
+    device = cold_weight_device(args, ap)
     if args.smoke:
-        device = torch.device("cpu")
-        args.calls, args.reps = 2, 2
         args.kernels = tuple(k for k in args.kernels if not k.startswith("triton"))  # no Triton off the GPU
-    else:
-        if not torch.cuda.is_available():
-            ap.error("needs CUDA; use --smoke on a CPU")
-        device = torch.device("cuda")
     from specdec.kernels.cuda import ops
 
-    if device.type == "cuda":
-        from specdec.kernels.cuda.build import load_library
-
-        load_library()
-        args.l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
-    else:
-        args.l2_bytes = DEFAULT_L2_BYTES
     gen = torch.Generator(device=device).manual_seed(0)
     t_start = time.time()
     checks = [decode_check(ops, n, k, r, gen, device) for n, k, r in (SMOKE_CHECK_SHAPES if args.smoke else CHECK_SHAPES)]

@@ -125,6 +125,24 @@ def weight_copies(nbytes: int, l2_bytes: int, factor: float = 3.0, most: int = 6
     return max(1, min(most, math.ceil(factor * l2_bytes / nbytes)))
 
 
+def cold_weight_device(args, parser, *, load_kernels: bool = True) -> torch.device:
+    """The device of a cold-weight benchmark, with the L2 its copies must span in ``args.l2_bytes``: the CPU for
+    ``args.smoke`` (2 calls a graph, 2 replays, the H200's 50 MB of L2), else CUDA (``parser.error`` without it),
+    with the CUDA kernel library loaded first where ``load_kernels``."""
+    if args.smoke:
+        args.calls, args.reps, args.l2_bytes = 2, 2, DEFAULT_L2_BYTES
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        parser.error("needs CUDA; use --smoke on a CPU")
+    device = torch.device("cuda")
+    if load_kernels:
+        from specdec.kernels.cuda.build import load_library
+
+        load_library()
+    args.l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+    return device
+
+
 class Cycle:
     """A call that runs ``fn(i)`` for ``i = 0, 1, ..., copies - 1, 0, ...``: each captured call gets the next copy.
 
@@ -261,13 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--mb: expected comma-separated numbers, got {args.mb!r}")
     if not sizes or min(sizes) < 4:
         ap.error(f"--mb: expected sizes of at least 4 bytes, got {args.mb!r}")
-    if args.smoke:
-        device = torch.device("cpu")
-    elif torch.cuda.is_available():
-        device = torch.device("cuda")
-    else:
-        ap.error("needs CUDA; use --smoke on a CPU")
-    args.l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else DEFAULT_L2_BYTES
+    device = cold_weight_device(args, ap, load_kernels=False)
     gen = torch.Generator(device=device).manual_seed(0)
     t_start = time.time()
     rows = [read_floor_row(n, args, gen, device) for n in sizes]

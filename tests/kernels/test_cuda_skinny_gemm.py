@@ -938,18 +938,23 @@ def _word(plane: torch.Tensor, rows: torch.Tensor, byte: torch.Tensor) -> torch.
     return b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24)
 
 
-def _decode_natural(w: torch.Tensor, n: torch.Tensor, x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
-    # decode_natural of skinny_gemm.cu on int64 lanes: rotate right by rot, then decode_exact's pA
-    r = ((w >> rot) | (w << (32 - rot))) & 0xFFFFFFFF
-    t = ((r << 4) & 0x07F007F0) | n
+def _rotr(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    return ((w >> r) | (w << ((32 - r) % 32))) & 0xFFFFFFFF
+
+
+def _decode_natural(w: torch.Tensor, n: torch.Tensor, x: torch.Tensor, odd: torch.Tensor) -> torch.Tensor:
+    # decode_natural of skinny_gemm.cu on int64 lanes: E|m_hi by a rotation right of 28 (even lanes) or 4 (odd),
+    # the signs by 24 or 0, the base added where the half is not the zero code
+    t = (_rotr(w, torch.where(odd, 4, 28)) & 0x07F007F0) | n
     nonzero = ((t & 0xFFFF) != 0).long() | (((t >> 16) != 0).long() << 16)
-    return ((nonzero * x + t) & 0xFFFFFFFF) | ((r << 8) & 0x80008000)
+    return ((nonzero * x + t) & 0xFFFFFFFF) | (_rotr(w, torch.where(odd, 0, 24)) & 0x80008000)
 
 
 def test_natural_order_fragment_decode_rule():
     """The wide kernel's A fragment in natural k order: lane (g, t) of a warp reads, for the k16 step at kb, the AE
-    words at bytes kb + 4 (t >> 1) and kb + 8 + 4 (t >> 1) and the nibble words at kb / 2 and kb / 2 + 4, rotates the AE
-    word right by 8 (t & 1) bits and takes nibble slot t; the two bf16x2 words are then the weights (kb + 2t, +1) and
+    words at bytes kb + 4 (t >> 1) and kb + 8 + 4 (t >> 1) and the nibble words at kb / 2 and kb / 2 + 4, decodes the
+    (k0, k1) pair of an AE word for even t and the (k2, k3) pair for odd t (rotations by lane-dependent amounts) with
+    nibble slot t; the two bf16x2 words are then the weights (kb + 2t, +1) and
     (kb + 2t + 8, +9) of its row, bit for bit (escaped slots: a signed zero). Checked on planted weights for every lane,
     row and step: the format's byte order (``_perm_ae``, ``_perm_nib``) is what the kernel's indexing assumes."""
     from specdec.kernels.w12_gemm import escape_coordinates
@@ -960,10 +965,10 @@ def test_natural_order_fragment_decode_rule():
     t = torch.arange(4).repeat_interleave(k // 16).repeat(n)
     kb = (torch.arange(k // 16) * 16).repeat(4 * n)
     x = w12.base.long()[rows] << 7
-    rot, shift = 8 * (t & 1), 4 * t
-    lo = _decode_natural(_word(w12.ae, rows, kb + 4 * (t >> 1)), (_word(w12.nib, rows, kb // 2) >> shift) & 0x000F000F, x, rot)
+    odd, shift = (t & 1) == 1, 4 * t
+    lo = _decode_natural(_word(w12.ae, rows, kb + 4 * (t >> 1)), (_word(w12.nib, rows, kb // 2) >> shift) & 0x000F000F, x, odd)
     hi = _decode_natural(
-        _word(w12.ae, rows, kb + 8 + 4 * (t >> 1)), (_word(w12.nib, rows, kb // 2 + 4) >> shift) & 0x000F000F, x, rot
+        _word(w12.ae, rows, kb + 8 + 4 * (t >> 1)), (_word(w12.nib, rows, kb // 2 + 4) >> shift) & 0x000F000F, x, odd
     )
     got = torch.zeros(n, k, dtype=torch.long)
     for word, col in ((lo, kb + 2 * t), (hi, kb + 2 * t + 8)):

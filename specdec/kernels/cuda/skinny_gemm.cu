@@ -1671,7 +1671,7 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
 // and through the L2 once for 128 rows (2 M / 192 bytes a W12 weight byte). A warp's A fragment is mma.sync's (rows g
 // and g + 8, k 2t.. and 2t + 8..) in natural k order, since x lies in the ring as the tensor map copies it: lane t
 // needs the pair (2t, 2t + 1) of a step, which is the (k0, k1) pair of an AE word for even t and the (k2, k3) pair for
-// odd t; the word rotated by 8 bits for odd t puts the second where the first was (decode_natural). A stage is
+// odd t; decode_natural writes decode_exact's two formulas as rotations by lane-dependent amounts. A stage is
 // [128 rows][64 k]: ae, for W12 nib, then x at a 1024-byte boundary; K splits over independent CTAs as in
 // tma_gemm_kernel, the last CTA of a row block summing the partials in split order (finish_wide_row_block). Each
 // warpgroup waits for its MMAs before decoding the next stage (the PTX rule for A in registers, below); the other
@@ -1734,11 +1734,12 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[NB][16]) {
 }
 
 // The shared-memory descriptor of a K-major bf16 operand in the 128-byte swizzle: rows of 64 k (128 bytes), 8-row
-// groups 1024 bytes apart (stride byte offset), the leading byte offset unused by this layout (1), swizzle mode 1.
-__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_byte_addr) {
-  return static_cast<uint64_t>((smem_byte_addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(1) << 16) |
-         (static_cast<uint64_t>(kWideSwizzleAlign >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
-}
+// groups 1024 bytes apart (stride byte offset), the leading byte offset unused by this layout (1), swizzle mode 1. The
+// start address (>> 4) is the low 14 bits: a tile `offset` bytes further (within the 227 KB of shared memory) adds
+// offset >> 4 to the low word, so the descriptors of a stage's tiles are one 32-bit add each from wgmma_desc_sw128_lo.
+constexpr uint32_t kWgmmaDescHiSw128 = (kWideSwizzleAlign >> 4) | (1u << 30);  // bits 32-63
+__device__ __forceinline__ uint32_t wgmma_desc_sw128_lo(uint32_t smem_byte_addr) { return ((smem_byte_addr & 0x3FFFFu) >> 4) | (1u << 16); }
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t lo) { return (static_cast<uint64_t>(kWgmmaDescHiSw128) << 32) | lo; }
 
 // d[64 rows][32 tokens] += A[64][16] (this warp's 16 rows: a0..a3 as mma.sync's A fragment) x B[16 k][32 tokens] at desc.
 __device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t desc) {
@@ -1756,12 +1757,14 @@ __device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], uint32_t a0, 
 
 __device__ __forceinline__ uint32_t lds32(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// One bf16x2 word in natural k order from an AE word w (bytes k0, k2, k1, k3) and its nibble pair n: (k0, k1) where
-// rot = 0, (k2, k3) where rot = 8 (the word rotated right by 8 bits puts k2, k3 where k0, k1 were; decode_exact's pA).
-// X: the row's base << 7 (the Q view: | 8, with n = 0).
-__device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint32_t X, uint32_t rot) {
-  const uint32_t r = __funnelshift_r(w, w, rot);
-  return add_base_if_nonzero(((r << 4) & 0x07F007F0u) | n, X) | ((r << 8) & 0x80008000u);
+// One bf16x2 word in natural k order from an AE word w (bytes k0, k2, k1, k3) and its nibble pair n: (k0, k1) for an
+// even lane t, (k2, k3) for an odd one. decode_exact's pA and pB as rotations, so that one formula serves both: E|m_hi
+// of k0, k1 to bits 4..10 and 20..26 is w rotated right by 28 (w << 4), of k2, k3 by 4 (w >> 4), the bits wrapped
+// around landing outside the mask; the signs are w rotated right by 24 (w << 8) or by 0. rot_em, rot_sign: 28, 24 for
+// even t, 4, 0 for odd t. X: the row's base << 7 (the Q view: | 8, with n = 0).
+__device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint32_t X, uint32_t rot_em, uint32_t rot_sign) {
+  const uint32_t t = (__funnelshift_r(w, w, rot_em) & 0x07F007F0u) | n;
+  return add_base_if_nonzero(t, X) | (__funnelshift_r(w, w, rot_sign) & 0x80008000u);
 }
 
 // A consumer warp of tma_wide_kernel (warps 0-3 and 4-7: two warpgroups): warp w decodes rows 16 w + g, 16 w + g + 8
@@ -1778,7 +1781,7 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   const uint32_t mid = KIND == kQ ? 8u : 0u;
   const uint32_t X0 = (static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7) | mid;
   const uint32_t X1 = (static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7) | mid;
-  const uint32_t rot = (t & 1) * 8, nib_shift = 4 * t;
+  const uint32_t rot_em = (t & 1) ? 4u : 28u, rot_sign = (t & 1) ? 0u : 24u, nib_shift = 4 * t;
   const int ae_lane = tile_row * kWideStageK + 4 * (t >> 1);  // this lane's first AE word of a step (row g)
   const int nib_lane = kWideRows * kWideStageK + tile_row * (kWideStageK / 2);
 #pragma unroll
@@ -1804,12 +1807,12 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
         n0 = *reinterpret_cast<const uint2*>(st + nib_lane + 8 * q);
         n1 = *reinterpret_cast<const uint2*>(st + nib_lane + 8 * (kWideStageK / 2) + 8 * q);
       }
-      a[q][0] = decode_natural(lds32(w0), (n0.x >> nib_shift) & 0x000F000Fu, X0, rot);
-      a[q][1] = decode_natural(lds32(w1), (n1.x >> nib_shift) & 0x000F000Fu, X1, rot);
-      a[q][2] = decode_natural(lds32(w0 + 8), (n0.y >> nib_shift) & 0x000F000Fu, X0, rot);
-      a[q][3] = decode_natural(lds32(w1 + 8), (n1.y >> nib_shift) & 0x000F000Fu, X1, rot);
+      a[q][0] = decode_natural(lds32(w0), (n0.x >> nib_shift) & 0x000F000Fu, X0, rot_em, rot_sign);
+      a[q][1] = decode_natural(lds32(w1), (n1.x >> nib_shift) & 0x000F000Fu, X1, rot_em, rot_sign);
+      a[q][2] = decode_natural(lds32(w0 + 8), (n0.y >> nib_shift) & 0x000F000Fu, X0, rot_em, rot_sign);
+      a[q][3] = decode_natural(lds32(w1 + 8), (n1.y >> nib_shift) & 0x000F000Fu, X1, rot_em, rot_sign);
     }
-    const uint32_t xs = smem_addr(st + wide_weight_bytes(KIND));
+    const uint32_t x_desc = wgmma_desc_sw128_lo(smem_addr(st + wide_weight_bytes(KIND)));
     wgmma_fence_operands<NB>(acc);
     wgmma_fence();
 #pragma unroll
@@ -1817,7 +1820,7 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
 #pragma unroll
       for (int j = 0; j < NB; ++j)
         wgmma_m64n32k16_rs(acc[j], a[q][0], a[q][1], a[q][2], a[q][3],
-                           wgmma_desc_sw128(xs + j * kWideBlockTokens * kWideStageK * 2 + q * 32));
+                           wgmma_desc_sw128(x_desc + ((j * kWideBlockTokens * kWideStageK * 2 + q * 32) >> 4)));
     wgmma_commit();
     if constexpr (kWideInFlight == 0) {
       wgmma_wait<0>();  // the MMAs have read this stage's x and their A registers, which the next stage's decode rewrites
@@ -2187,11 +2190,11 @@ bool stream_k_pays(int M, int N, int K, int sms, int pipeline) {
 }
 
 // Workspace of the split-K kernels: row-block counters (zero between launches), then the fp32 partials
-// [grid_x][k_splits][64 rows][M tokens], none without K splits; of tma_stream_k_kernel: counters of its row blocks,
-// then 2 x grid_x partial tiles [64 rows][M tokens].
+// [grid_x][k_splits][rows of a CTA: 16 rt_per_cta, 64, or 128 for the wide kernel][M tokens], none without K splits; of
+// tma_stream_k_kernel: counters of its row blocks, then 2 x grid_x partial tiles [64 rows][M tokens].
 long long split_partial_bytes(const Plan& pl, int M) {
   const long long tiles = pl.stream_k ? 2LL * pl.grid_x : static_cast<long long>(pl.grid_x) * pl.k_splits;
-  return tiles * kStreamRows * M * 4;
+  return tiles * (pl.rt_per_cta * 16) * M * 4;
 }
 long long split_workspace_bytes(const Plan& pl, int M) {
   if (!pl.stream_k && pl.k_splits == 1) return 0;
@@ -2240,6 +2243,16 @@ int split_buffers(const Plan& pl, const Params& p, void* workspace, long long wo
   const long long counter_bytes = need > 0 ? need - split_partial_bytes(pl, p.M) : 0;
   *counters = reinterpret_cast<unsigned int*>(ws);
   *partials = need > 0 ? reinterpret_cast<float*>(ws + counter_bytes) : nullptr;
+  return 0;
+}
+
+// A kernel's dynamic shared memory up to `bytes` and the largest shared-memory carveout (the kernels do not use L1).
+template <typename Kernel>
+int set_smem_attributes(Kernel kernel, int bytes) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
   return 0;
 }
 
@@ -2351,12 +2364,8 @@ template <typename Kernel>
 int prepare_ring_launch(Kernel kernel, bool& attr_set, int pipeline, const Params& p, void* workspace, long long workspace_bytes,
                         Plan* pl, float** partials, unsigned int** counters, int max_tokens = kMaxTokens, bool stream_k = false) {
   const int smem_max = bulk_smem_bytes(max_tokens, 1 << 20, pipeline);
-  if (!attr_set) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
-    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
-    // Two CTAs of ~60-90 KB per SM need the largest shared-memory carveout; the kernels do not use L1.
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
+  if (!attr_set) {  // two CTAs of ~60-90 KB per SM need the largest shared-memory carveout
+    if (int rc = set_smem_attributes(kernel, smem_max)) return rc;
     attr_set = true;
   }
   const int sms = sm_count();
@@ -2589,12 +2598,7 @@ int rows_stage_groups(int kind, int M, int N, int K, int sms, int wanted) {
 // The dynamic shared memory and carveout a row-tile kernel for TOK tokens needs at most.
 template <int KIND, int TOK, int STAGE_GROUPS = 1, typename Kernel>
 int set_rows_attributes(Kernel kernel) {
-  const Plan widest = make_rows_plan(KIND, TOK, 1, kRowStageK, STAGE_GROUPS);
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, widest.smem_bytes);
-  if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
-  return 0;
+  return set_smem_attributes(kernel, make_rows_plan(KIND, TOK, 1, kRowStageK, STAGE_GROUPS).smem_bytes);
 }
 
 // tma_rows_kernel<KIND, TOK> on p (M <= TOK, K % 32 == 0), with two consumer stage groups where the call takes them
@@ -2746,15 +2750,6 @@ Plan make_wide_plan(int kind, int M, int N, int K, int sms) {
   return pl;
 }
 
-// The wide plan's workspace: the row blocks' counters (kSplitCounterAlign-aligned), then a [128][M] fp32 partial a
-// CTA; none without K splits.
-long long wide_partial_bytes(const Plan& pl, int M) { return static_cast<long long>(pl.grid_x) * pl.k_splits * kWideRows * M * 4; }
-long long wide_workspace_bytes(const Plan& pl, int M) {
-  if (pl.k_splits == 1) return 0;
-  const long long counters = (static_cast<long long>(pl.grid_x) * 4 + kSplitCounterAlign - 1) / kSplitCounterAlign * kSplitCounterAlign;
-  return counters + wide_partial_bytes(pl, M);
-}
-
 int check_wide_sizes(int M, int N, int K) {
   if (M < 1 || M > kWideMaxTokens || N < 1 || K < kWideStageK || K % kWideStageK != 0) {
     snprintf(g_error, sizeof(g_error), "expected 1 <= M <= %d, N >= 1 and K a positive multiple of %d, got M=%d N=%d K=%d",
@@ -2770,24 +2765,15 @@ int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cud
   static bool attr_set = false;  // once per process, before any graph capture (the warm-up's call)
   const auto kernel = tma_wide_kernel<KIND, NB>;
   if (!attr_set) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wide_smem_bytes(KIND, NB));
-    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
+    if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB))) return rc;
     attr_set = true;
   }
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
   const Plan pl = make_wide_plan(KIND, p.M, p.N, p.K, sms);
-  const long long need = wide_workspace_bytes(pl, p.M);
-  if (workspace_bytes < need || (need > 0 && workspace == nullptr)) {
-    snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", p.M, p.N, p.K, need,
-             workspace == nullptr ? 0LL : workspace_bytes);
-    return 2;
-  }
-  unsigned char* ws = static_cast<unsigned char*>(workspace);
-  unsigned int* counters = reinterpret_cast<unsigned int*>(ws);
-  float* partials = need > 0 ? reinterpret_cast<float*>(ws + (need - wide_partial_bytes(pl, p.M))) : nullptr;
+  float* partials = nullptr;
+  unsigned int* counters = nullptr;
+  if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
   CUtensorMap ae_map, nib_map, x_map;
   if (int rc = encode_weight_maps<KIND>(p, kWideRows, kWideStageK, &ae_map, &nib_map, &x_map, NB * kWideBlockTokens,
                                         CU_TENSOR_MAP_SWIZZLE_128B))
@@ -2819,13 +2805,7 @@ int wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
     sms = sm_count();
     if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
   }
-  const Plan pl = make_wide_plan(kind, M, N, K, sms);
-  out[0] = pl.rt_per_cta;
-  out[1] = pl.k_splits;
-  out[2] = pl.n_chunks;
-  out[3] = pl.grid_x;
-  out[4] = pl.smem_bytes;
-  out[5] = wide_workspace_bytes(pl, M);
+  write_split_plan(make_wide_plan(kind, M, N, K, sms), M, true, out);
   out[6] = 1;
   return 0;
 }
