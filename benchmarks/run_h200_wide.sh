@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The wide W12 / Q kernels (17-128 rows, wgmma from registers): their checks (one-hot decode bit for bit, products,
 # determinism, graph replay) and cold timings against cuBLAS bf16, Triton and two 16-row calls on the Qwen3-8B and
-# 32B linears; the checks again under compute-sanitizer memcheck; the same checks and the 8B timings with the build
-# that leaves the MMAs in flight over the next stage's decode (-DSPECDEC_WIDE_IN_FLIGHT=1); then the lean 8B target's
-# 64-row verify step with W12 weights, wide kernels on and off ($SPECDEC_WIDE_GEMM).
-# Expected time on one H200: ~7 min (torch start ~10 s a process; nvcc ~15 s a build when build/ was not carried;
+# 32B linears; the checks again under compute-sanitizer memcheck; the 8B timings again with the kernels in the reverse
+# order (an order check); then the lean 8B target's 64-row verify step with W12 weights, wide kernels on and off
+# ($SPECDEC_WIDE_GEMM).
+# Expected time on one H200: ~7 min (torch start ~10 s a process; nvcc ~15 s when build/ was not carried;
 # the timings stop starting new linears after their budgets; memcheck of the small checks ~60 s).
-# Caps: 240 + 120 + 100 + 2 x 50 = 560 s, plus the builds.
+# Caps: 240 + 120 + 100 + 2 x 50 = 560 s, plus the build.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide.sh
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -24,14 +24,9 @@ if command -v compute-sanitizer >/dev/null; then
 else
   echo "compute-sanitizer not found: memcheck not run"
 fi
-timeout 60 nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static -DSPECDEC_WIDE_IN_FLIGHT=1 \
-  specdec/kernels/cuda/skinny_gemm.cu -o build/specdec_cuda_kernels_in_flight.so > "$LOGS/build_in_flight.log" 2>&1
-export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels_in_flight.so
-timeout 100 python3 -m benchmarks.kernels.bench_wide_w12 \
-  --models qwen3-8b --rows 32,64,128 --kernels cublas_bf16,cuda_w12_wide,cuda_q_wide --budget-s 50 \
-  --out "$OUT/wide_w12_in_flight.json" > "$LOGS/wide_in_flight.log" 2>&1
-echo "wide kernels built with the MMAs in flight: exit $?"
-unset SPECDEC_CUDA_KERNELS
+timeout 100 python3 -m benchmarks.kernels.bench_wide_w12 --models qwen3-8b --rows 32,64,128 \
+  --kernels cuda_q_wide,cuda_w12_wide,cublas_bf16 --budget-s 50 --out "$OUT/wide_w12_reversed.json" > "$LOGS/wide_reversed.log" 2>&1
+echo "wide kernels, 8B, reverse order: exit $?"
 for v in 0 1; do
   export SPECDEC_WIDE_GEMM=$v
   timeout 50 python3 -m benchmarks.kernels.bench_roofline --ar-step --verify-rows 64 --ar-budget-s 30 \
@@ -39,14 +34,14 @@ for v in 0 1; do
   echo "AR step, verify 64 rows, SPECDEC_WIDE_GEMM=$v: exit $?"
 done
 tar -czf "$LOGS/../wide_logs.tgz" -C "$LOGS" . && mv "$LOGS/../wide_logs.tgz" "$OUT/"
-grep -E "^(ok|FAILED)" "$LOGS/wide_sanitize.log" | sort | uniq -c | sort -rn | head -3
+echo "=== memcheck: $(grep -cE '^ok' "$LOGS/wide_sanitize.log") checks passed ==="
+grep -E "^FAILED" "$LOGS/wide_sanitize.log" | head -3
 tail -n 4 "$LOGS/wide_sanitize.log"
 for v in 0 1; do
   echo "=== verify 64 rows, SPECDEC_WIDE_GEMM=$v ==="
   grep -E "^AR step (bf16|w12)|^verify step|budget" "$LOGS/ar_step_wide$v.log"
 done
-echo "=== built with the MMAs in flight ==="
-grep -E "^checks|FAILED" "$LOGS/wide_in_flight.log" | head -5
-tail -n 8 "$LOGS/wide_in_flight.log"
+echo "=== 8B, reverse order ==="
+tail -n 16 "$LOGS/wide_reversed.log"
 echo "=== wide kernels ==="
 tail -n 75 "$LOGS/wide.log"

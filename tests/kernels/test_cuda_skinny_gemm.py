@@ -950,25 +950,44 @@ def _decode_natural(w: torch.Tensor, n: torch.Tensor, x: torch.Tensor, odd: torc
     return ((nonzero * x + t) & 0xFFFFFFFF) | (_rotr(w, torch.where(odd, 0, 24)) & 0x80008000)
 
 
+def _swizzle_64b(plane: torch.Tensor, width: int) -> torch.Tensor:
+    """A uint8 plane ``[N, K]`` as the wide kernel's ring holds it, stage after stage: each stage's box of ``width``
+    bytes a row copied by a tensor map in the 64-byte swizzle (16-byte chunk c of CTA row r at chunk c ^ (r // 2 % 4)),
+    returned as ``[N, K]`` again (row r, stage s at bytes s * width of the row)."""
+    n, k = plane.shape
+    r = torch.arange(n)[:, None, None]
+    stage = torch.arange(k // width)[None, :, None] * width
+    c = torch.arange(width // 16)[None, None, :]
+    out = torch.empty_like(plane)
+    for b in range(16):
+        out[r, stage + 16 * (c ^ ((r % 128) // 2 % 4)) + b] = plane[r, stage + 16 * c + b]
+    return out
+
+
 def test_natural_order_fragment_decode_rule():
-    """The wide kernel's A fragment in natural k order: lane (g, t) of a warp reads, for the k16 step at kb, the AE
-    words at bytes kb + 4 (t >> 1) and kb + 8 + 4 (t >> 1) and the nibble words at kb / 2 and kb / 2 + 4, decodes the
-    (k0, k1) pair of an AE word for even t and the (k2, k3) pair for odd t (rotations by lane-dependent amounts) with
-    nibble slot t; the two bf16x2 words are then the weights (kb + 2t, +1) and
-    (kb + 2t + 8, +9) of its row, bit for bit (escaped slots: a signed zero). Checked on planted weights for every lane,
-    row and step: the format's byte order (``_perm_ae``, ``_perm_nib``) is what the kernel's indexing assumes."""
+    """The wide kernel's A fragment in natural k order: lane (g, t) of a warp reads, for the k16 step q of a stage, the
+    AE words at bytes 16 (q ^ (g // 2 % 4)) + 4 (t >> 1) and + 8 of its row in the ring (the 64-byte swizzle the ae
+    tensor map lays the stage out in) and the nibble words at 8q and 8q + 4, decodes the (k0, k1) pair of an AE word
+    for even t and the (k2, k3) pair for odd t (rotations by lane-dependent amounts) with nibble slot t; the two bf16x2
+    words are then the weights (16q + 2t, +1) and (16q + 2t + 8, +9) of the stage, bit for bit (escaped slots: a signed
+    zero). Checked on planted weights for every lane, row and step: the format's byte order (``_perm_ae``,
+    ``_perm_nib``) and the ring's swizzle are what the kernel's indexing assumes."""
     from specdec.kernels.w12_gemm import escape_coordinates
 
     n, k = 48, 256
     w12 = W12Tensor.from_bf16(planted(n, k))
+    assert _swizzle_64b(w12.ae, 64).sum() == w12.ae.sum() and not torch.equal(_swizzle_64b(w12.ae, 64), w12.ae)
+    ring = _swizzle_64b(w12.ae, 64)
     rows = torch.arange(n).repeat_interleave(4 * (k // 16))  # every (row, t, step)
     t = torch.arange(4).repeat_interleave(k // 16).repeat(n)
     kb = (torch.arange(k // 16) * 16).repeat(4 * n)
+    stage, q = kb // 64 * 64, kb % 64 // 16
+    chunk = stage + 16 * (q ^ ((rows % 8) // 2 % 4))  # g = row % 8 (and g + 8 alike)
     x = w12.base.long()[rows] << 7
     odd, shift = (t & 1) == 1, 4 * t
-    lo = _decode_natural(_word(w12.ae, rows, kb + 4 * (t >> 1)), (_word(w12.nib, rows, kb // 2) >> shift) & 0x000F000F, x, odd)
+    lo = _decode_natural(_word(ring, rows, chunk + 4 * (t >> 1)), (_word(w12.nib, rows, kb // 2) >> shift) & 0x000F000F, x, odd)
     hi = _decode_natural(
-        _word(w12.ae, rows, kb + 8 + 4 * (t >> 1)), (_word(w12.nib, rows, kb // 2 + 4) >> shift) & 0x000F000F, x, odd
+        _word(ring, rows, chunk + 8 + 4 * (t >> 1)), (_word(w12.nib, rows, kb // 2 + 4) >> shift) & 0x000F000F, x, odd
     )
     got = torch.zeros(n, k, dtype=torch.long)
     for word, col in ((lo, kb + 2 * t), (hi, kb + 2 * t + 8)):

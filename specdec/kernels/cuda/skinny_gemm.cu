@@ -330,7 +330,6 @@ __device__ __forceinline__ void add_band_escapes(const Params& p, const int* ban
   }
 }
 
-// y[m, row] = out[m] as bf16, rounded to nearest even; NaN stays NaN (quiet bit set).
 // fp32 -> bf16 bits, round to nearest even; a NaN stays a (quiet) NaN.
 __device__ __forceinline__ uint16_t bf16_bits_rn(float v) {
   const uint32_t b = __float_as_uint(v);
@@ -338,6 +337,7 @@ __device__ __forceinline__ uint16_t bf16_bits_rn(float v) {
   return static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
 }
 
+// y[m, row] = out[m] as bf16 for m < M.
 template <int TOK = kMaxTokens>
 __device__ __forceinline__ void store_bf16_row(const Params& p, int row, int M, const float (&out)[TOK]) {
 #pragma unroll
@@ -1674,19 +1674,11 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
 // odd t; decode_natural writes decode_exact's two formulas as rotations by lane-dependent amounts. A stage is
 // [128 rows][64 k]: ae, for W12 nib, then x at a 1024-byte boundary; K splits over independent CTAs as in
 // tma_gemm_kernel, the last CTA of a row block summing the partials in split order (finish_wide_row_block). Each
-// warpgroup waits for its MMAs before decoding the next stage (the PTX rule for A in registers, below); the other
-// warpgroup's decode overlaps them. Needs K % 64 == 0 and 16-byte aligned planes and x.
-//
-// SPECDEC_WIDE_IN_FLIGHT (a build switch, 0 or 1): MMA groups a consumer leaves in flight when it starts decoding the
-// next stage. 0 waits for them first, as the PTX rule for A in registers asks (wgmma reads them asynchronously until
-// its group completes). 1 overlaps the decode with them, correct only if ptxas keeps the registers of an MMA in flight
-// from the next stage's decode or the tensor cores read them at issue: the GPU's checks are to say
-// (benchmarks/NOTES.md, "Wide calls").
-#ifndef SPECDEC_WIDE_IN_FLIGHT
-#define SPECDEC_WIDE_IN_FLIGHT 0
-#endif
-constexpr int kWideInFlight = SPECDEC_WIDE_IN_FLIGHT;
-static_assert(kWideInFlight == 0 || kWideInFlight == 1, "SPECDEC_WIDE_IN_FLIGHT: 0 or 1");
+// warpgroup waits for its MMAs before decoding the next stage (wgmma reads A from its registers until its group
+// completes, and the next decode rewrites them); the other warpgroup's decode overlaps them. The ae box lands in the
+// 64-byte swizzle (chunk c of row r at c ^ (r / 2 % 4)), so the eight rows of a quarter-warp's AE loads fall in eight
+// different banks. Needs K % 64 == 0 and 16-byte aligned planes and x.
+
 constexpr int kWideRows = 128;
 constexpr int kWideConsumerWarps = kWideRows / 16;
 constexpr int kWideStageK = 64;
@@ -1771,7 +1763,7 @@ __device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint3
 // of every stage s_lo .. s_hi - 1 of the ring into A fragments, one k16 step at a time (a0 / a1: k 2t, 2t + 1 of rows
 // g / g + 8; a2 / a3: k 2t + 8, 2t + 9), then its warpgroup multiplies them into acc[j] (tokens 32 j .. 32 j + 31) for
 // the stage's four steps. A stage is released by every consumer warp once its warpgroup's MMAs that read the stage's
-// x have completed (wait_group 0 after them; with kWideInFlight 1, wait_group 1 after the next stage's).
+// x have completed (wait_group 0).
 template <int KIND, int NB, int STAGES>
 __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                   uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
@@ -1782,13 +1774,14 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   const uint32_t X0 = (static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7) | mid;
   const uint32_t X1 = (static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7) | mid;
   const uint32_t rot_em = (t & 1) ? 4u : 28u, rot_sign = (t & 1) ? 0u : 24u, nib_shift = 4 * t;
-  const int ae_lane = tile_row * kWideStageK + 4 * (t >> 1);  // this lane's first AE word of a step (row g)
+  const int ae_row = tile_row * kWideStageK + 4 * (t >> 1);  // this lane's first AE word of a step (row g), unswizzled
+  const int ae_swizzle = (g >> 1) & 3;  // rows g and g + 8 alike: chunk q of the row lies at chunk q ^ ae_swizzle
   const int nib_lane = kWideRows * kWideStageK + tile_row * (kWideStageK / 2);
 #pragma unroll
   for (int j = 0; j < NB; ++j)
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc[j][i] = 0.f;
-  int s = 0, held = -1;
+  int s = 0;
   uint32_t round = 0;
   auto release = [&](int slot) {
     __syncwarp();
@@ -1800,7 +1793,7 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
     uint32_t a[4][4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const unsigned char* w0 = st + ae_lane + 16 * q;
+      const unsigned char* w0 = st + ae_row + 16 * (q ^ ae_swizzle);
       const unsigned char* w1 = w0 + 8 * kWideStageK;
       uint2 n0 = make_uint2(0u, 0u), n1 = make_uint2(0u, 0u);
       if constexpr (KIND == kW12) {
@@ -1813,6 +1806,10 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
       a[q][3] = decode_natural(lds32(w1 + 8), (n1.y >> nib_shift) & 0x000F000Fu, X1, rot_em, rot_sign);
     }
     const uint32_t x_desc = wgmma_desc_sw128_lo(smem_addr(st + wide_weight_bytes(KIND)));
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[q][i])::"memory");  // written before the fence, not after
     wgmma_fence_operands<NB>(acc);
     wgmma_fence();
 #pragma unroll
@@ -1822,24 +1819,10 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
         wgmma_m64n32k16_rs(acc[j], a[q][0], a[q][1], a[q][2], a[q][3],
                            wgmma_desc_sw128(x_desc + ((j * kWideBlockTokens * kWideStageK * 2 + q * 32) >> 4)));
     wgmma_commit();
-    if constexpr (kWideInFlight == 0) {
-      wgmma_wait<0>();  // the MMAs have read this stage's x and their A registers, which the next stage's decode rewrites
-      wgmma_fence_operands<NB>(acc);
-      release(s);
-    } else {
-      wgmma_fence_operands<NB>(acc);
-      if (held >= 0) {
-        wgmma_wait<1>();  // the stage before's MMAs have read its x
-        release(held);
-      }
-      held = s;
-    }
-    if (++s == STAGES) s = 0, ++round;
-  }
-  if constexpr (kWideInFlight == 1) {
-    wgmma_wait<0>();
+    wgmma_wait<0>();  // the MMAs have read this stage's x and their A registers, which the next stage's decode rewrites
     wgmma_fence_operands<NB>(acc);
-    if (held >= 0) release(held);
+    release(s);
+    if (++s == STAGES) s = 0, ++round;
   }
 }
 
@@ -2449,15 +2432,17 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
 thread_local int g_programmatic_launch = 0;
 
 // The tensor maps of a tensor-map kernel of KIND reading boxes of [rows][sk] weights: ae (bf16: the weights), nib (W12;
-// the Q and bf16 kernels get a copy of ae, never read) and x, read in boxes of [x_rows][sk] (0: [M][sk]) laid out by
-// x_swizzle.
+// the Q and bf16 kernels get a copy of ae, never read) and x, read in boxes of [x_rows][sk] (0: [M][sk]); x's and ae's
+// boxes laid out by x_swizzle and ae_swizzle.
 template <int KIND>
 int encode_weight_maps(const Params& p, unsigned int rows, unsigned int sk, CUtensorMap* ae_map, CUtensorMap* nib_map,
-                       CUtensorMap* x_map, unsigned int x_rows = 0, CUtensorMapSwizzle x_swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
+                       CUtensorMap* x_map, unsigned int x_rows = 0, CUtensorMapSwizzle x_swizzle = CU_TENSOR_MAP_SWIZZLE_NONE,
+                       CUtensorMapSwizzle ae_swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   const unsigned long long K = p.K, N = p.N;
   if (KIND == kBf16) {
     if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, K, N, 2 * K, sk, rows, "weight")) return rc;
-  } else if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, sk, rows, "ae")) {
+  } else if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, sk, rows, "ae", CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                               ae_swizzle)) {
     return rc;
   }
   if (KIND == kW12) {
@@ -2776,7 +2761,7 @@ int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cud
   if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
   CUtensorMap ae_map, nib_map, x_map;
   if (int rc = encode_weight_maps<KIND>(p, kWideRows, kWideStageK, &ae_map, &nib_map, &x_map, NB * kWideBlockTokens,
-                                        CU_TENSOR_MAP_SWIZZLE_128B))
+                                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_64B))
     return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
@@ -3070,10 +3055,7 @@ int specdec_w12_v10_plan(int M, int N, int K, int sms, long long* out) {
   return rows_or_plan(kW12, M, N, K, sms, out, specdec_w12_v8_plan);
 }
 
-// The runs of tma_stream_k_kernel for `row_blocks` blocks of `stages` stages over `ctas` CTAs, host only: for CTA c and
-// its segments in order, out gets (c, row block, first stage, end stage, piece, pieces of the block, workspace slot
-// or -1 where the block is stored whole), 7 values a segment, at most `cap` segments. Returns the segment count
-// (more than cap: only cap written), or -1 for sizes out of range.
+// Exact W12 for 1 <= M <= 128 tokens, K % 64 == 0 (tma_wide_kernel), the workspace of its plan (specdec_wide_plan).
 int specdec_w12_gemm_wide(const void* x, const void* ae, const void* nib, const void* base, const void* esc_ptr, const void* esc_pos,
                           const void* esc_bits, void* y, int M, int N, int K, void* workspace, long long workspace_bytes, void* stream) {
   g_error[0] = 0;
@@ -3082,6 +3064,7 @@ int specdec_w12_gemm_wide(const void* x, const void* ae, const void* nib, const 
   return launch_wide<kW12>(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
 
+// The Q view for 1 <= M <= 128 tokens, K % 64 == 0 (tma_wide_kernel), the workspace of its plan.
 int specdec_q_gemm_wide(const void* x, const void* ae, const void* base, void* y, int M, int N, int K, void* workspace,
                         long long workspace_bytes, void* stream) {
   g_error[0] = 0;
@@ -3097,6 +3080,10 @@ int specdec_wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
   return wide_plan(kind, M, N, K, sms, out);
 }
 
+// The runs of tma_stream_k_kernel for `row_blocks` blocks of `stages` stages over `ctas` CTAs, host only: for CTA c and
+// its segments in order, out gets (c, row block, first stage, end stage, piece, pieces of the block, workspace slot
+// or -1 where the block is stored whole), 7 values a segment, at most `cap` segments. Returns the segment count
+// (more than cap: only cap written), or -1 for sizes out of range.
 long long specdec_stream_k_segments(long long row_blocks, long long stages, long long ctas, long long* out, long long cap) {
   if (row_blocks < 1 || stages < 1 || ctas < 1 || ctas > row_blocks * stages) return -1;
   const long long units = row_blocks * stages;
