@@ -13,6 +13,7 @@ import torch
 
 from specdec.contracts.drafter import Drafter, FinishingDrafter
 from specdec.contracts.sampling import SamplingConfig
+from specdec.contracts.verifier import RequestScopedVerifier
 from specdec.generation import (
     GenerationOutput,
     GenerationStats,
@@ -121,6 +122,8 @@ def generate(
     outputs, per_request = [], []
     for prompt, row_seed in zip(requests.prompts, request_seeds(seed, len(requests.prompts))):
         generator = None if row_seed is None else torch.Generator(device=target.device).manual_seed(row_seed)
+        if isinstance(verifier, RequestScopedVerifier):
+            verifier.start_request()
         try:
             tokens, stats = _generate_one(
                 target, prompt, max_new_tokens, drafter, verifier, sampling, generator, num_draft_tokens, stop, stream

@@ -6,6 +6,7 @@
 * :class:`VerifyResult` -- a verifier's answer for a round.
 * :class:`Drafter` (and :class:`FinishingDrafter`, for drafters with work in flight), :class:`SamplingConfig`, :class:`Tree` -- the drafter protocol, the sampling
   settings and draft trees.
+* :class:`RequestScopedVerifier` -- a verifier whose learned state belongs to one request.
 """
 
 from specdec.contracts.drafter import Drafter, FinishingDrafter, check_propose_arguments
@@ -15,11 +16,13 @@ from specdec.contracts.result import VerifyResult
 from specdec.contracts.sampling import SamplingConfig
 from specdec.contracts.target import Target, TargetOutput, check_target
 from specdec.contracts.tree import Tree, tree_attention_mask, tree_positions
+from specdec.contracts.verifier import RequestScopedVerifier
 
 __all__ = [
     "DraftProposal",
     "Drafter",
     "FinishingDrafter",
+    "RequestScopedVerifier",
     "SamplingConfig",
     "Target",
     "TargetOutput",

@@ -29,6 +29,7 @@ round over T1.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -179,7 +180,8 @@ class TwoLevelVerifier:
         q_budget: most nodes of T1, the tree the Q pass checks.
         top_k: at most this many children per node in trees built here from draft log-probs.
         gate: ``"auto"`` (measured, see :class:`~specdec.verify.two_level_gate.TwoLevelGate`),
-            ``"always"``, ``"never"``, or a :class:`TwoLevelGate`.
+            ``"always"``, ``"never"``, or a :class:`TwoLevelGate`; each request of :func:`specdec.generate` starts
+            with it as given (:meth:`start_request`).
         view: the target weight view of the Q pass (one of ``target.weight_views``, not ``"exact"``).
         device_tree: build trees from log-probs with tensor ops on the device (as :class:`TreeVerifier`).
         validate_proposals: check both drafts (one host read each) before use.
@@ -224,6 +226,7 @@ class TwoLevelVerifier:
             if not isinstance(value, bool):
                 raise TypeError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
         self.gate = gate
+        self._gate_as_given = copy.deepcopy(gate)  # what start_request() restores
         self.view = view
         self.validate_proposals = validate_proposals
         self.sync_stages = sync_stages
@@ -236,6 +239,23 @@ class TwoLevelVerifier:
     def reset(self) -> None:
         """Zero :attr:`stats` (the gate keeps its measured rates)."""
         self.stats = TwoLevelStats()
+
+    def start_request(self) -> None:
+        """Start a request with the gate as it was given (its rates measured on earlier requests forgotten).
+
+        :func:`specdec.generate` calls it before each request (``RequestScopedVerifier``): the gate's choice changes
+        how many draws a sampled round takes from the request's generator, so a gate carried over from other requests
+        would make a seeded request's tokens depend on what was decoded before it. :attr:`stats` keep adding up.
+
+        Example:
+            >>> v = TwoLevelVerifier()
+            >>> v.gate.record(True, tokens=4, seconds=0.01)
+            >>> v.start_request()
+            >>> v.gate.two_level.rounds
+            0
+        """
+        self.gate = copy.deepcopy(self._gate_as_given)
+        self._last_end = None
 
     def _mark(self, device: torch.device, stage: str, since: float) -> float:
         if self.sync_stages and device.type == "cuda":
