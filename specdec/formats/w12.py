@@ -211,6 +211,18 @@ def linear_arguments(args: tuple, kwargs: dict) -> tuple:
     return x, weight, bias
 
 
+def _check_plane_shapes(ae, nib, base, shape: tuple) -> None:
+    """The planes' shapes against the logical ``shape`` ``(N, K)`` (no device read: it runs for every wrapper made)."""
+    if len(shape) != 2:
+        raise ValueError(f"shape: expected (N, K), got {shape}")
+    n, k = shape
+    want = {"ae": (n, (k + 7) // 8 * 8), "nib": (n, (k + 7) // 8 * 4), "base": (n,)}
+    for name, plane in (("ae", ae), ("nib", nib), ("base", base)):
+        if not isinstance(plane, torch.Tensor) or tuple(plane.shape) != want[name]:
+            got = tuple(plane.shape) if isinstance(plane, torch.Tensor) else type(plane).__name__
+            raise ValueError(f"{name}: expected shape {want[name]} for a W12 weight of shape {shape}, got {got}")
+
+
 class W12Tensor(torch.Tensor):
     """A bf16 weight ``[N, K]`` stored losslessly in ~12 bits per weight.
 
@@ -246,6 +258,7 @@ class W12Tensor(torch.Tensor):
         return torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=torch.bfloat16, device=ae.device, requires_grad=False)
 
     def __init__(self, ae, nib, base, esc_ptr, esc_pos, esc_bits, shape, linear_backend="auto", linear_view="exact"):
+        _check_plane_shapes(ae, nib, base, tuple(shape))
         self.ae = ae
         self.nib = nib
         self.base = base
@@ -426,7 +439,7 @@ class W12Tensor(torch.Tensor):
                 )
             device = kwargs.get("device") or src.device
             return src._apply_inner(lambda t: t.to(device))
-        if func._schema.is_mutable:
+        if any(isinstance(t, W12Tensor) for t in torch.utils._pytree.tree_leaves(_written_arguments(func, args, kwargs))):
             raise TypeError(f"W12Tensor is read-only; {func} would modify it (decode with .to_bf16())")
 
         def unwrap(a):
@@ -435,6 +448,16 @@ class W12Tensor(torch.Tensor):
         args = torch.utils._pytree.tree_map(unwrap, args)
         kwargs = torch.utils._pytree.tree_map(unwrap, kwargs)
         return func(*args, **kwargs)
+
+
+def _written_arguments(func, args: tuple, kwargs: dict) -> list:
+    """The arguments an aten op writes (its schema's arguments with a write alias: ``self`` of ``add_``, ``out`` of
+    ``add.out``); an op that only reads a W12Tensor (``copy_`` into a plain tensor, an ``out=`` elsewhere) decodes it."""
+    written = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            written.append(args[i] if i < len(args) else kwargs.get(arg.name))
+    return written
 
 
 _BACKENDS = ("auto", "cuda", "triton", "torch")
@@ -940,8 +963,11 @@ def save_file(tensors: Mapping[str, torch.Tensor] | nn.Module, path: str) -> Non
         return plain.clone() if shared else plain
 
     for name, t in tensors.items():
-        if isinstance(t, W12Tensor):
-            key = (id(t),)
+        if isinstance(t, W12Tensor):  # state_dict() detaches each entry into a new wrapper: its planes tell it apart
+            key = (t.linear_backend, t.linear_view, tuple(t.shape)) + tuple(
+                (p.device, p.untyped_storage().data_ptr(), p.storage_offset(), tuple(p.shape))
+                for p in (getattr(t, inner) for inner in W12Tensor._INNER)
+            )
         elif isinstance(t, torch.Tensor):
             key = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
         else:
@@ -995,6 +1021,12 @@ def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, tor
             raise ValueError(f"{name}: expected a 2-D [N, K] shape in the w12_shapes metadata, got {shape}")
         if check_planes(*inner, k=shape[1]) != shape[0]:
             raise ValueError(f"{name}: expected {shape[0]} rows (w12_shapes metadata), the planes hold {inner[0].shape[0]}")
+        whole = W12Tensor(*inner, (shape[0], inner[0].shape[1]))  # every column the planes hold, padding included
+        if bool((whole.ae_logical()[:, shape[1] :] & 0x7F).any()) or bool(whole.nibbles_logical()[:, shape[1] :].any()):
+            raise ValueError(
+                f"{name}: expected the zero code in the padding columns {shape[1]}..{whole.shape[1] - 1} (w12_shapes says "
+                f"K={shape[1]}), found weights there: the planes hold a wider weight"
+            )
         out[name] = W12Tensor(*inner, tuple(shape), *linear.get(name, ()))
     leftover = [n for n in flat if _W12_SUFFIX in n]
     if leftover:

@@ -194,8 +194,9 @@ def _w12_gemm_kernel(
     m_mask = offs_m < M
     # Out-of-range rows and tokens read row 0 instead of being masked: loads stay unpredicated
     # and vectorised, and the store mask drops those results.
-    rows_n = tl.where(n_mask, offs_n, 0)
-    rows_m = tl.where(m_mask, offs_m, 0)
+    # int64 offsets: rows x strides pass 2^31 elements on large weights (a 262k x 8k head) and long prefills
+    rows_n = tl.where(n_mask, offs_n, 0).to(tl.int64)
+    rows_m = tl.where(m_mask, offs_m, 0).to(tl.int64)
     offs_k = tl.arange(0, BLOCK_K)
     offs_w = tl.arange(0, BLOCK_K // 4)
     offs_b = tl.arange(0, BLOCK_K // 8)
@@ -301,11 +302,11 @@ def _w12_gemm_kernel(
         acc = acc * scale[:, None]
     out_mask = n_mask[:, None] & m_mask[None, :]
     if SPLIT:
-        tl.store(ws_ptr + pid_k * M * N + offs_m[None, :] * N + offs_n[:, None], acc, mask=out_mask)
+        tl.store(ws_ptr + pid_k.to(tl.int64) * M * N + rows_m[None, :] * N + offs_n[:, None], acc, mask=out_mask)
     else:
         if HAS_BIAS:
             acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
-        tl.store(out_ptr + offs_m[None, :] * stride_om + offs_n[:, None], acc.to(tl.bfloat16), mask=out_mask)
+        tl.store(out_ptr + rows_m[None, :] * stride_om + offs_n[:, None], acc.to(tl.bfloat16), mask=out_mask)
 
 
 @triton.jit
@@ -319,7 +320,7 @@ def _splitk_reduce_kernel(
     HAS_BIAS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     # Fixed summation order over the slices: the result does not depend on scheduling.
@@ -360,15 +361,19 @@ def _check_tensor(name: str, t: object, dtype: torch.dtype, shape: tuple[int, ..
         raise ValueError(f"{name}: expected a contiguous tensor, got strides {t.stride()}")
 
 
+NO_NIB = object()  # _check_planes' nib for the Q view
+
+
 def _check_planes(ae, nib, base, k: int) -> tuple[int, int]:
-    """Checks the planes of an ``[N, k]`` weight; returns ``(N, k_padded)``."""
+    """Checks the planes of an ``[N, k]`` weight; returns ``(N, k_padded)``. ``nib``: the nibble plane, or
+    :data:`NO_NIB` for the Q view, which reads none (an exact read given ``None`` is refused)."""
     if not isinstance(ae, torch.Tensor) or ae.dim() != 2:
         raise ValueError(f"ae: expected a 2-D uint8 tensor [N, k_padded], got {getattr(ae, 'shape', type(ae).__name__)}")
     n, k_padded = ae.shape
     if isinstance(k, bool) or not isinstance(k, int) or k < 1 or (k + 7) // 8 * 8 != k_padded:
         raise ValueError(f"k: expected an int with k_padded = ceil(k / 8) * 8 = {k_padded} (ae's width), got {k!r}")
     _check_tensor("ae", ae, torch.uint8, (n, k_padded), ae.device)
-    if nib is not None:
+    if nib is not NO_NIB:
         _check_tensor("nib", nib, torch.uint8, (n, k_padded // 2), ae.device)
     _check_tensor("base", base, torch.uint8, (n,), ae.device)
     return n, k_padded
@@ -416,8 +421,8 @@ def _check_activation(x, bias, n: int, k: int, device: torch.device) -> None:
         raise ValueError(f"x: expected shape [..., {k}] (K of the weight), got {tuple(x.shape)}")
     if x.device != device:
         raise ValueError(f"x: expected device {device} (where the weight lives), got {x.device}")
-    if bias is not None:
-        _check_tensor("bias", bias, torch.bfloat16, (n,), device)
+    if bias is not None:  # a strided bias (a view) is copied contiguous by _launch
+        _check_tensor("bias", bias.contiguous() if isinstance(bias, torch.Tensor) else bias, torch.bfloat16, (n,), device)
 
 
 def rebias_escape_bits(esc_rows: torch.Tensor, esc_bits: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
@@ -500,7 +505,18 @@ def pack_escape_tiles(
         >>> ptr.tolist(), [hex(p) for p in pos.tolist()], b.tolist()
         ([0, 1, 2], ['0x103', '0x2'], [9, 7])
     """
+    for name, t in (("rows", rows), ("cols", cols), ("bits", bits)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point():
+            got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name}: expected a 1-D integer tensor [num_escapes], got {got}")
+    if not rows.numel() == cols.numel() == bits.numel():
+        raise ValueError(
+            f"rows, cols, bits: expected one entry each an escape, got {rows.numel()}, {cols.numel()}, {bits.numel()}"
+        )
     rows, cols = rows.long(), cols.long()
+    for name, t, limit in (("rows", rows, n), ("cols", cols, k)):
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= limit):
+            raise ValueError(f"{name}: expected values in [0, {limit}), got {int(t.min())}..{int(t.max())}")
     n_tiles = num_escape_tiles(n, k)
     n_ct = triton.cdiv(k, ESCAPE_TILE)
     tile = (rows // ESCAPE_TILE) * n_ct + cols // ESCAPE_TILE
@@ -583,6 +599,8 @@ def _launch(
     x2 = x.reshape(-1, k)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
+    if bias is not None:
+        bias = bias.contiguous()  # the kernel reads it with unit stride
     m = x2.shape[0]
     out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     if m == 0 or n == 0:
@@ -741,7 +759,7 @@ def q_matmul(
         >>> q_matmul(torch.ones(1, 8, dtype=torch.bfloat16), ae, base, k=8)
         tensor([[7.4375]], dtype=torch.bfloat16)
     """
-    n, _ = _check_planes(ae, None, base, k)
+    n, _ = _check_planes(ae, NO_NIB, base, k)
     _check_activation(x, bias, n, k, ae.device)
     resolve_backend("triton", x.device)
     return _launch(x, n, k, mode="q", config=config, bias=bias, ae=ae, base=base)

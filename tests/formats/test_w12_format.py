@@ -228,6 +228,21 @@ def test_w12_weight_is_read_only_and_other_ops_decode():
     assert isinstance(w12.to("cpu"), W12Tensor)
 
 
+def test_only_ops_that_write_a_w12_weight_are_refused():
+    # an op that reads the weight and writes a plain tensor decodes it: a copy, an out=, loading a state dict
+    w = torch.randn(4, 8).to(torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    assert torch.equal(torch.empty(4, 8, dtype=torch.bfloat16).copy_(w12), w)
+    assert torch.equal(torch.add(w12, 1, out=torch.empty(4, 8, dtype=torch.bfloat16)), w + 1)
+    linear = torch.nn.Linear(8, 4, bias=False).to(torch.bfloat16)
+    linear.load_state_dict({"weight": w12})
+    assert torch.equal(linear.weight, w)
+    for write in (lambda: w12.zero_(), lambda: w12.copy_(w), lambda: torch.add(w, 1, out=w12)):
+        with pytest.raises(TypeError, match=r"W12Tensor is read-only; aten\.\w+"):
+            write()
+    assert torch.equal(w12.to_bf16(), w)
+
+
 def test_convert_refuses_float32_weights_and_names_them():
     model = tiny_model(dtype=torch.float32)
     expected = r"module: expected bf16 weights, got qkv\.weight \(torch\.float32\).*dtype=torch\.bfloat16"
@@ -470,6 +485,29 @@ def test_tied_weights_save_once_and_reload_tied(tmp_path):
     assert torch.equal(bits(fresh["up"].weight.to_bf16()), bits(model["up"].weight.to_bf16()))
 
 
+def test_tied_w12_weights_save_once_and_reload_tied(tmp_path):
+    # state_dict() hands out a new W12Tensor wrapper for each name; the planes they share make them one weight
+    from safetensors import safe_open
+
+    model = nn.ModuleDict({"a": nn.Linear(64, 32, bias=False), "b": nn.Linear(64, 32, bias=False)}).to(torch.bfloat16)
+    convert(model, linear_backend="torch")
+    model["b"].weight = model["a"].weight
+    path = str(tmp_path / "tied_w12.safetensors")
+    save_file(model, path)
+    with safe_open(path, "pt") as f:
+        assert sorted(f.keys()) == sorted(f"a.weight.__w12__.{inner}" for inner in W12Tensor._INNER)
+    loaded = load_file(path)
+    assert loaded["b.weight"] is loaded["a.weight"]
+    assert torch.equal(bits(loaded["a.weight"].to_bf16()), bits(model["a"].weight.to_bf16()))
+    # two W12 weights that only look alike are two entries
+    model["b"].weight = torch.nn.Parameter(W12Tensor.from_bf16(model["a"].weight.to_bf16()), requires_grad=False)
+    save_file(model, path)
+    loaded = load_file(path)
+    assert loaded["b.weight"] is not loaded["a.weight"]
+    with safe_open(path, "pt") as f:
+        assert len(list(f.keys())) == 2 * len(W12Tensor._INNER)
+
+
 def test_load_into_a_w12_target_skips_its_non_persistent_buffers_and_refuses_another_dtype(tmp_path):
     import specdec as sd
     from specdec.testing import tiny_hf_model
@@ -514,3 +552,37 @@ def test_a_file_with_planes_but_no_shape_or_a_plain_tensor_for_a_w12_weight_is_r
     save_file(state, plain)
     with pytest.raises(ValueError, match=rf"{name}: module holds a W12 weight but the file holds a plain tensor"):
         load_into(target, plain)
+
+
+def test_planes_that_do_not_fit_the_shape_are_refused():
+    w = torch.arange(1, 17, dtype=torch.float32).reshape(1, 16).to(torch.bfloat16)
+    t = W12Tensor.from_bf16(w)
+    planes = (t.ae, t.nib, t.base, t.esc_ptr, t.esc_pos, t.esc_bits)
+    with pytest.raises(ValueError, match=r"ae: expected shape \(1, 24\) for a W12 weight of shape \(1, 24\), got \(1, 16\)"):
+        W12Tensor(*planes, (1, 24))
+    with pytest.raises(ValueError, match=r"ae: expected shape \(2, 16\) for a W12 weight of shape \(2, 16\), got \(1, 16\)"):
+        W12Tensor(*planes, (2, 16))
+    with pytest.raises(ValueError, match=r"nib: expected shape \(1, 8\) for a W12 weight of shape \(1, 16\), got \(1, 4\)"):
+        W12Tensor(t.ae, t.nib[:, :4], *planes[2:], (1, 16))
+    with pytest.raises(ValueError, match=r"shape: expected \(N, K\), got \(16,\)"):
+        W12Tensor(*planes, (16,))
+
+
+def test_load_file_refuses_a_shape_narrower_than_the_weights_it_holds(tmp_path):
+    # K=15 on planes of 16 columns whose last column holds a weight: loading it would drop that weight silently
+    from safetensors import safe_open
+    from safetensors.torch import save_file as save_flat
+
+    w = torch.arange(1, 17, dtype=torch.float32).reshape(1, 16).to(torch.bfloat16)
+    path = str(tmp_path / "w.safetensors")
+    save_file({"w": W12Tensor.from_bf16(w)}, path)
+    with safe_open(path, "pt") as f:
+        flat = {key: f.get_tensor(key) for key in f.keys()}
+        meta = dict(f.metadata())
+    meta["w12_shapes"] = json.dumps({"w": [1, 15]})
+    save_flat(flat, path, metadata=meta)
+    with pytest.raises(ValueError, match=r"w: expected the zero code in the padding columns 15\.\.15 \(w12_shapes says K=15\)"):
+        load_file(path)
+    narrow = W12Tensor.from_bf16(w[:, :15].contiguous())  # its own padding column holds the zero code: loads
+    save_file({"w": narrow}, path)
+    assert torch.equal(load_file(path)["w"].to_bf16(), w[:, :15])

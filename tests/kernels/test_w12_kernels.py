@@ -332,3 +332,30 @@ def test_default_tiles_fit_the_shared_memory_budget(monkeypatch, m, k):
     need = w12_gemm.shared_memory_estimate(config.block_m, config.block_n, config.block_k, config.num_stages)
     assert need <= w12_gemm.SHARED_MEMORY_BUDGET < 232_448
     assert config.block_m >= min(m, 128)
+
+
+def test_pack_escape_tiles_names_what_it_cannot_store():
+    rows, cols, bits = torch.tensor([0, 1]), torch.tensor([258, 3]), torch.tensor([7, 9], dtype=torch.int16)
+    with pytest.raises(ValueError, match=r"rows, cols, bits: expected one entry each an escape, got 2, 2, 3"):
+        w12_gemm.pack_escape_tiles(rows, cols, torch.tensor([7, 9, 11], dtype=torch.int16), n=2, k=300)
+    with pytest.raises(ValueError, match=r"rows, cols, bits: expected one entry each an escape, got 2, 1, 2"):
+        w12_gemm.pack_escape_tiles(rows, torch.tensor([3]), bits, n=2, k=300)
+    with pytest.raises(ValueError, match=r"rows: expected values in \[0, 2\), got 0\.\.5"):
+        w12_gemm.pack_escape_tiles(torch.tensor([0, 5]), cols, bits, n=2, k=300)
+    with pytest.raises(ValueError, match=r"cols: expected values in \[0, 300\), got -1\.\.258"):
+        w12_gemm.pack_escape_tiles(rows, torch.tensor([258, -1]), bits, n=2, k=300)
+    with pytest.raises(ValueError, match=r"cols: expected a 1-D integer tensor \[num_escapes\], got torch.float32 \(2,\)"):
+        w12_gemm.pack_escape_tiles(rows, cols.float(), bits, n=2, k=300)
+    ptr, pos, stored = w12_gemm.pack_escape_tiles(rows, cols, bits, n=2, k=300)
+    assert ptr.tolist() == [0, 1, 2] and stored.tolist() == [9, 7]
+
+
+def test_triton_path_takes_a_strided_bias_and_refuses_an_exact_read_without_nibbles():
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(16, 64, generator=g) * 0.1).to(torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    x = torch.randn(2, 64, generator=g).to(torch.bfloat16)
+    bias = torch.randn(32, generator=g).to(torch.bfloat16)[::2]  # a view with stride 2
+    assert torch.equal(w12_linear(x, w12, bias, backend="triton"), w12_linear(x, w12, bias.contiguous(), backend="triton"))
+    with pytest.raises(TypeError, match=r"nib: expected a torch.Tensor, got NoneType"):
+        w12_matmul(x, w12.ae, None, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits, k=64)

@@ -70,7 +70,7 @@ import torch.nn.functional as F
 
 from specdec.kernels.cuda.build import W12_WORKSPACE_VARIANTS, load_library
 from specdec.kernels.launch import gemm_launch_code
-from specdec.kernels.w12_gemm import _check_escapes, _check_planes
+from specdec.kernels.w12_gemm import NO_NIB, _check_escapes, _check_planes
 
 __all__ = [
     "skinny_gemm_bf16",
@@ -492,7 +492,7 @@ def q_gemm_small_m(x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> tor
     k = _k_of_planes(ae)
     variant = q_variant(k)
     m, _ = _check_x(x, k, ae.device, _max_rows("q", variant, k))
-    n, _ = _check_planes(ae, None, base, k)
+    n, _ = _check_planes(ae, NO_NIB, base, k)
     if x.device.type != "cuda" or n == 0:
         return _q_reference(x, ae, base)
     _check_aligned(x=x, ae=ae)
@@ -725,7 +725,7 @@ def q_gemm_wide(x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> torch.
     k = _k_of_planes(ae)
     _check_wide_k(k)
     m, _ = _check_x(x, k, ae.device, WIDE_MAX_TOKENS)
-    n, _ = _check_planes(ae, None, base, k)
+    n, _ = _check_planes(ae, NO_NIB, base, k)
     if x.device.type != "cuda" or n == 0:
         return _q_reference(x, ae, base)
     _check_aligned(x=x, ae=ae)
