@@ -68,7 +68,10 @@ class DraftProposal:
             return self.tree
         if self.parents is not None:
             if self._parents_tree is None:
-                self._parents_tree = Tree(tokens=self.tokens, parents=self.parents)
+                try:
+                    self._parents_tree = Tree(tokens=self.tokens, parents=self.parents)
+                except (TypeError, ValueError) as err:  # named as the proposal's field, as validate() names it
+                    raise type(err)(f"proposal.parents: {err}") from err
             return self._parents_tree
         return None
 
@@ -76,7 +79,7 @@ class DraftProposal:
         """Raise ``ValueError`` / ``TypeError`` naming the field when the proposal is malformed.
 
         Checks: ``tokens`` 1-D integer ids in ``[0, vocab_size)``; ``draft_probs`` of shape ``[k, V]``,
-        finite, non-negative, each row summing to 1; ``tree_logprobs`` ``[k', V]`` and not NaN;
+        finite, non-negative, each row summing to 1; ``tree_logprobs`` ``[k', V]`` with ``1 <= k' <= k``, log-probabilities (``<= 0``, no NaN);
         ``parents`` ``[k]`` with ``-1 <= parents[i] < i``; ``tree`` a :class:`Tree` whose tokens lie in
         range; ``confidence`` ``[k]`` in ``[0, 1]``. Device-side checks are gathered into one host read.
 
@@ -134,6 +137,12 @@ def _checked_on_host(proposal: DraftProposal, vocab_size: int):
         logprobs = _check_tensor("proposal.tree_logprobs", proposal.tree_logprobs, ndim=2, floating=True)
         if logprobs.shape[1] != vocab_size:
             raise ValueError(f"proposal.tree_logprobs: expected shape (depth, {vocab_size}), got {tuple(logprobs.shape)}")
+        if not (min(k, 1) <= logprobs.shape[0] <= k):  # a row a depth along tokens: past the last token nothing to score
+            raise ValueError(
+                f"proposal.tree_logprobs: expected 1 to {k} rows (one a depth along the {k} tokens), got {logprobs.shape[0]}"
+                if k
+                else f"proposal.tree_logprobs: expected no rows for a proposal of no tokens, got {logprobs.shape[0]}"
+            )
     return tokens, probs, logprobs
 
 
@@ -175,7 +184,13 @@ def _prob_checks(probs: torch.Tensor | None) -> list:
 def _logprob_checks(logprobs: torch.Tensor | None) -> list:
     if logprobs is None or not logprobs.numel():
         return []
-    return [(~torch.isnan(logprobs).any(), lambda: "proposal.tree_logprobs: expected no NaN, got NaN")]
+    return [
+        (~torch.isnan(logprobs).any(), lambda: "proposal.tree_logprobs: expected no NaN, got NaN"),
+        (
+            ~(logprobs > 0).any(),
+            lambda: f"proposal.tree_logprobs: expected log-probabilities (<= 0), got a maximum of {float(logprobs.max()):.6g}",
+        ),
+    ]
 
 
 def proposals_pass_conditions(proposals, *, vocab_size: int) -> list[torch.Tensor]:
@@ -280,6 +295,9 @@ def check_proposal_size(proposal: DraftProposal, max_tokens: int) -> None:
         ...
         ValueError: drafter: proposed 3 tokens / tree nodes, expected at most 2
     """
+    if not isinstance(proposal, DraftProposal):
+        raise TypeError(f"drafter: expected propose() to return a DraftProposal, got {type(proposal).__name__}")
+    _check_tensor("proposal.tokens", proposal.tokens, ndim=1, floating=False)
     num_tokens = proposal.num_tokens
     size = proposal.tree.num_nodes if proposal.tree is not None else num_tokens
     if num_tokens > max_tokens or size > max_tokens:

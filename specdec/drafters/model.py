@@ -50,6 +50,7 @@ class ModelDrafter:
         self.vocab_size = self.target.vocab_size
         self._cached = torch.zeros(0, dtype=torch.long)  # token ids whose state is in the target's cache
         self._warned_full = False
+        self._warned_rollback = False
 
     @property
     def device(self) -> torch.device:
@@ -100,6 +101,16 @@ class ModelDrafter:
                 stacklevel=3,
             )
 
+    def _warn_rollback(self, keep: int, err: ValueError) -> None:
+        if not self._warned_rollback:
+            self._warned_rollback = True
+            warnings.warn(
+                f"ModelDrafter: the draft model cannot roll back to {keep} tokens ({err}); it reads the context again "
+                "from the start in such rounds, which is slow. Draft fewer tokens a round than the draft model keeps "
+                "states for (a hybrid model's state_slots), or give it more.",
+                stacklevel=3,
+            )
+
     def _feed(self, tokens: torch.Tensor) -> torch.Tensor:
         """Run and commit ``tokens [n]``; returns the last row's logits ``[V]``."""
         logits = self.target.forward(tokens[None]).logits[0, -1]
@@ -143,7 +154,12 @@ class ModelDrafter:
             if fits < 1:  # not even the context fits: no draft, the cache stays as it is
                 return DraftProposal(tokens=context.new_zeros(0))
         keep = self._common_prefix(context)
-        self.target.truncate(keep)
+        try:
+            self.target.truncate(keep)
+        except ValueError as err:  # a recurrent draft model keeps states for its last few commits only
+            self._warn_rollback(keep, err)
+            self.target.reset()
+            keep = 0
         logits = self._feed(context[keep:])
         tokens, laws, scores = [], [], []
         for i in range(max_tokens):

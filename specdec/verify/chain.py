@@ -63,7 +63,7 @@ def chain_laws(target_probs: torch.Tensor, draft_tokens: torch.Tensor, draft_pro
         >>> laws.accept_probs, laws.residual_probs
         (tensor([0.5000]), tensor([[0., 1.]]))
     """
-    k = draft_tokens.numel()
+    k = _check_chain_shapes("target_probs", target_probs, draft_tokens, draft_probs)
     rows = torch.arange(k, device=target_probs.device)
     p = target_probs[:k]  # [k, V]
     p_tok = p[rows, draft_tokens]  # [k]
@@ -81,6 +81,24 @@ def chain_laws(target_probs: torch.Tensor, draft_tokens: torch.Tensor, draft_pro
     # A zero residual only happens when acceptance is certain (p == q, or p(d) == 1); any law works there.
     residual = torch.where(mass > 0, residual / mass.clamp_min(torch.finfo(mass.dtype).tiny), p)
     return ChainLaws(accept_probs=accept, residual_probs=residual, bonus_probs=target_probs[k])
+
+
+def _check_chain_shapes(name: str, rows: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None) -> int:
+    """``k`` after checking a chain's shapes (host metadata only): ``rows`` ``[k + 1, V]`` (one verify row a draft
+    token and the bonus row), ``draft_tokens`` ``[k]``, ``draft_probs`` ``[k, V]`` or ``None``."""
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.dim() != 1:
+        raise ValueError(
+            f"draft_tokens: expected a 1-D tensor [k], got {getattr(draft_tokens, 'shape', type(draft_tokens).__name__)}"
+        )
+    k = draft_tokens.numel()
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != k + 1:
+        got = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
+        raise ValueError(f"{name}: expected shape [k + 1, V] = [{k + 1}, V] (the root row and one a draft token), got {got}")
+    if draft_probs is not None and tuple(draft_probs.shape) != (k, rows.shape[1]):
+        raise ValueError(
+            f"draft_probs: expected shape ({k}, {rows.shape[1]}) (one law a draft token), got {tuple(draft_probs.shape)}"
+        )
+    return k
 
 
 def chain_accept(
@@ -103,7 +121,7 @@ def chain_accept(
         >>> chain_accept(logits, torch.tensor([1, 1]), None, sampling=SamplingConfig())
         (1, tensor(0))
     """
-    k = draft_tokens.numel()
+    k = _check_chain_shapes("target_logits", target_logits, draft_tokens, draft_probs)
     if sampling.greedy:
         target_tokens = target_logits.argmax(-1)  # [k + 1]
         matches = (draft_tokens == target_tokens[:k]).long()

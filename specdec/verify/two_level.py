@@ -177,11 +177,15 @@ class TwoLevelVerifier:
     Args:
         budget: most nodes of the exact pass's tree (C, the Q next token and T2 together; also the
             budget of a one-level round).
-        q_budget: most nodes of T1, the tree the Q pass checks.
+        q_budget: most nodes of T1, the tree the Q pass checks. Both bound the trees built here from draft
+            log-probs; a tree the drafter built itself (``proposal.tree`` / ``parents``) is checked as given, as
+            :class:`TreeVerifier` checks it (``generate`` caps its nodes at ``num_draft_tokens``).
         top_k: at most this many children per node in trees built here from draft log-probs.
         gate: ``"auto"`` (measured, see :class:`~specdec.verify.two_level_gate.TwoLevelGate`),
             ``"always"``, ``"never"``, or a :class:`TwoLevelGate`; each request of :func:`specdec.generate` starts
-            with it as given (:meth:`start_request`).
+            with it as given (:meth:`start_request`). Past its warm-up ``"auto"`` follows measured wall-clock
+            rates, so under sampling its choices, and the tokens, can differ from run to run with the same seed;
+            ``"always"`` or ``"never"`` repeat.
         view: the target weight view of the Q pass (one of ``target.weight_views``, not ``"exact"``).
         device_tree: build trees from log-probs with tensor ops on the device (as :class:`TreeVerifier`).
         validate_proposals: check both drafts (one host read each) before use.

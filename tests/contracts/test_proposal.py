@@ -81,6 +81,21 @@ def law(k: int, vocab: int = V) -> torch.Tensor:
             ValueError,
             r"proposal.tree_logprobs: expected no NaN",
         ),
+        (
+            DraftProposal(torch.tensor([1]), tree_logprobs=torch.full((8, V), -1.0)),
+            ValueError,
+            r"proposal.tree_logprobs: expected 1 to 1 rows \(one a depth along the 1 tokens\), got 8",
+        ),
+        (
+            DraftProposal(torch.tensor([1, 2]), tree_logprobs=torch.zeros(0, V)),
+            ValueError,
+            r"proposal.tree_logprobs: expected 1 to 2 rows",
+        ),
+        (
+            DraftProposal(torch.tensor([1, 2]), tree_logprobs=torch.full((2, V), 3.0)),
+            ValueError,
+            r"proposal.tree_logprobs: expected log-probabilities \(<= 0\), got a maximum of 3",
+        ),
     ],
     ids=[
         "token-too-large",
@@ -98,6 +113,9 @@ def law(k: int, vocab: int = V) -> torch.Tensor:
         "tree-type",
         "confidence-range",
         "logprobs-nan",
+        "logprobs-rows-past-tokens",
+        "logprobs-no-rows",
+        "logprobs-positive",
     ],
 )
 def test_malformed_proposals_name_the_field(proposal, error, message):
@@ -189,3 +207,15 @@ def test_proposals_pass_conditions_fail_exactly_when_one_proposal_fails_validate
             assert not passes([*good[:where], proposal, *good[where:]])
     with pytest.raises(ValueError, match="draft_probs: expected shape"):
         proposals_pass_conditions([good[0], DraftProposal(torch.tensor([1]), draft_probs=law)], vocab_size=vocab)
+
+
+def test_a_round_refuses_what_is_not_a_proposal_and_names_bad_parents():
+    from specdec.contracts.proposal import check_proposal_size
+
+    with pytest.raises(TypeError, match=r"drafter: expected propose\(\) to return a DraftProposal, got Tensor"):
+        check_proposal_size(torch.tensor([1, 2]), 4)
+    with pytest.raises(TypeError, match=r"proposal.tokens: expected a tensor, got list"):
+        check_proposal_size(DraftProposal([1, 2]), 4)
+    with pytest.raises(ValueError, match=r"^proposal.parents: "):
+        DraftProposal(torch.tensor([1, 2]), parents=torch.tensor([-1, 5])).as_tree()
+    check_proposal_size(DraftProposal(torch.tensor([1, 2])), 2)

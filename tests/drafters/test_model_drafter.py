@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+import specdec as sd
 from specdec.contracts import SamplingConfig
 from specdec.drafters import ModelDrafter
 from specdec.drafters.batched_model import BatchedModelDrafter
@@ -48,3 +50,14 @@ def test_a_draft_model_drafts_every_token_whose_input_its_cache_holds():
         assert alone.propose(context, 3, sampling=GREEDY, generator=None).num_tokens == 3
         got = batched.propose_batch([0], [context], [3], samplings=[GREEDY], generators=[None], target_hiddens=[None])
         assert got[0].num_tokens == 3
+
+
+def test_a_hybrid_draft_model_that_cannot_roll_back_reads_the_context_again():
+    # a hybrid model keeps recurrent states for its last state_slots - 1 commits; 12 draft tokens a round roll back
+    # past them, which raised before: now the drafter warns once and re-reads the context, and decoding stays lossless
+    target = tiny_target("qwen3_5_text", seed=0, max_seq_len=128)
+    drafter = ModelDrafter(tiny_target("qwen3_5_text", seed=3, max_seq_len=128))
+    prompt = torch.tensor([[5, 17, 42, 8, 3, 60]])
+    with pytest.warns(UserWarning, match=r"ModelDrafter: the draft model cannot roll back to \d+ tokens .*state_slots"):
+        spec = sd.generate(target, prompt, 30, drafter=drafter, num_draft_tokens=12)
+    assert torch.equal(spec.tokens, sd.generate(target, prompt, 30).tokens)

@@ -173,3 +173,23 @@ def test_a_draft_its_law_gave_zero_is_never_accepted_and_a_residual_is_always_a_
     laws = chain_laws(p, torch.tensor([0]), torch.tensor([[0.6, 0.5]]))
     assert laws.accept_probs.item() < 1.0
     assert torch.equal(laws.residual_probs[0], p[0])
+
+
+def test_chain_shapes_are_checked_and_named():
+    from specdec.verify.chain import chain_accept
+
+    v = 5
+    drafts = torch.tensor([1, 2])
+    greedy, sampled = SamplingConfig(), SamplingConfig(temperature=1.0)
+    with pytest.raises(ValueError, match=r"target_logits: expected shape \[k \+ 1, V\] = \[3, V\] .*, got \(6, 5\)"):
+        chain_accept(torch.zeros(6, v), drafts, None, sampling=greedy)  # extra rows are not dropped silently
+    with pytest.raises(ValueError, match=r"target_logits: expected shape \[k \+ 1, V\] = \[3, V\] .*, got \(2, 5\)"):
+        chain_accept(torch.zeros(2, v), drafts, None, sampling=greedy)  # no bonus row
+    with pytest.raises(ValueError, match=r"draft_probs: expected shape \(2, 5\) \(one law a draft token\), got \(5, 5\)"):
+        chain_accept(torch.zeros(3, v), drafts, torch.full((5, v), 0.2), sampling=sampled)
+    with pytest.raises(ValueError, match=r"draft_tokens: expected a 1-D tensor \[k\]"):
+        chain_laws(torch.full((3, v), 0.2), drafts[None], None)
+    with pytest.raises(ValueError, match=r"target_probs: expected shape \[k \+ 1, V\] = \[3, V\]"):
+        chain_laws(torch.full((4, v), 0.2), drafts, None)
+    n, bonus = chain_accept(torch.eye(v)[[1, 2, 4]] * 5, drafts, None, sampling=greedy)
+    assert (n, int(bonus)) == (2, 4)

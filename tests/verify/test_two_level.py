@@ -575,19 +575,23 @@ def test_a_round_with_little_room_left_fits_its_rows_and_emits_what_autoregressi
 
 def test_a_seeded_sampled_request_is_the_same_alone_or_after_others():
     """The gate's choice changes how many draws a sampled round takes; generate() starts every request with the gate
-    as given (RequestScopedVerifier), so what an earlier request taught the "auto" gate cannot change a later one's
-    tokens (without that reset the second request below decodes other tokens)."""
+    as given (RequestScopedVerifier), so what an earlier request taught the gate cannot change a later one's tokens
+    (without that reset the second request below decodes other tokens). The gate here stays in its warm-up, where
+    "auto" alternates by its round counts alone: past it, choices follow measured wall-clock rates, which no seed
+    repeats."""
     from specdec.contracts import RequestScopedVerifier
     from specdec.drafters.model import ModelDrafter
     from specdec.testing import tiny_target
+    from specdec.verify.two_level_gate import TwoLevelGate
 
     target = tiny_target("llama", seed=0, max_seq_len=128)
     drafter = ModelDrafter(tiny_target("llama", seed=3, max_seq_len=128))
     p, q = torch.tensor([5, 17, 42, 8, 3, 60]), torch.tensor([9, 1, 4])
     kw = dict(drafter=drafter, temperature=1.0, num_draft_tokens=4)
-    verifier = TwoLevelVerifier(budget=8, q_budget=8)
+    verifier = TwoLevelVerifier(budget=8, q_budget=8, gate=TwoLevelGate(warmup=1000))
     assert isinstance(verifier, RequestScopedVerifier)
-    alone = sd.generate(target, [p], 40, verifier=TwoLevelVerifier(budget=8, q_budget=8), seed=[0], **kw).tokens[0]
+    fresh = TwoLevelVerifier(budget=8, q_budget=8, gate=TwoLevelGate(warmup=1000))
+    alone = sd.generate(target, [p], 40, verifier=fresh, seed=[0], **kw).tokens[0]
     after = sd.generate(target, [q, p], 40, verifier=verifier, seed=[1, 0], **kw).tokens[1]
     assert torch.equal(alone, after)
     assert verifier.stats.rounds > 0 and verifier.gate.decisions < verifier.stats.rounds  # the gate restarted, stats add up
