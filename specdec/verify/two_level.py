@@ -48,7 +48,7 @@ from specdec.verify.processors import process_logits, row_prefixes
 from specdec.verify.round_inputs import check_round_inputs
 from specdec.verify.sampling import logits_to_probs
 from specdec.verify.tree import TreeVerifier
-from specdec.verify.two_level_gate import TwoLevelGate
+from specdec.verify.two_level_gate import GATE_MODES, TwoLevelGate
 from specdec.verify.walks import TreeWalk, greedy_walk, sample_and_match
 
 __all__ = ["STAGES", "TwoLevelRound", "TwoLevelStats", "TwoLevelVerifier", "join_chain_and_subtree"]
@@ -221,6 +221,8 @@ class TwoLevelVerifier:
         self.budget = _check_budget(budget)
         self.q_budget = _check_budget(q_budget, name="q_budget")
         if isinstance(gate, str):
+            if gate not in GATE_MODES:
+                raise ValueError(f"gate: expected one of {GATE_MODES} or a TwoLevelGate, got {gate!r}")
             gate = TwoLevelGate(mode=gate)
         if not isinstance(gate, TwoLevelGate):
             raise TypeError(f"gate: expected 'auto', 'always', 'never' or a TwoLevelGate, got {type(gate).__name__}")

@@ -402,7 +402,7 @@ def test_verify_rejects_a_chain_only_target():
         (dict(budget=True), TypeError, "budget"),
         (dict(q_budget=0), ValueError, "q_budget"),
         (dict(q_budget=2.5), TypeError, "q_budget"),
-        (dict(gate="sometimes"), ValueError, "mode: expected one of"),
+        (dict(gate="sometimes"), ValueError, "gate: expected one of"),
         (dict(gate=3), TypeError, "gate: expected"),
         (dict(view="exact"), ValueError, "view: expected a non-exact"),
         (dict(view=None), ValueError, "view: expected a non-exact"),
