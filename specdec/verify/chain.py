@@ -16,6 +16,7 @@ equals the target argmax, then emit the argmax".
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -190,6 +191,7 @@ class ChainVerifier:
         if not isinstance(validate_proposals, bool):
             raise TypeError(f"validate_proposals: expected a bool, got {type(validate_proposals).__name__}")
         self.validate_proposals = validate_proposals
+        self._warned_tree = False
 
     def verify(
         self,
@@ -209,7 +211,7 @@ class ChainVerifier:
             target: a :class:`~specdec.contracts.Target` whose cache holds the context but the root.
             root: ``[1]`` int64, the newest emitted token.
             proposal: the drafter's :class:`~specdec.contracts.DraftProposal` (validated here; a tree in
-                it is ignored: the chain is ``proposal.tokens``).
+                it is not verified, the chain is ``proposal.tokens``: a warning says so, once a verifier).
             sampling, generator: the target law and the request's generator.
             hidden_layers: taps to return for the committed rows.
             context: ``[n]`` every token so far, ``root`` last; required when ``sampling.needs_prefix``
@@ -235,6 +237,13 @@ class ChainVerifier:
         check_round_inputs(target, root, context)
         if self.validate_proposals:
             proposal.validate(vocab_size=target.vocab_size)
+        if (proposal.tree is not None or proposal.parents is not None) and not self._warned_tree:
+            self._warned_tree = True
+            warnings.warn(
+                "ChainVerifier: the drafter proposed a tree; only its first path (proposal.tokens) is verified. "
+                "Pass verifier=TreeVerifier() to verify the whole tree.",
+                stacklevel=2,
+            )
         drafts = proposal.tokens
         plan = VerifyPlan.chain(root.view(1), drafts, prefix_len=target.length)
         out = target.run_plan(plan, hidden_layers=hidden_layers)

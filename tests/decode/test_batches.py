@@ -68,11 +68,12 @@ def test_list_of_prompts_of_different_lengths(verifier):
     target = _target()
     prompts = [torch.tensor([4, 5, 6, 4, 5]), torch.tensor([9]), torch.tensor([7, 8, 9, 7])]
     ver = sd.ChainVerifier() if verifier == "chain" else sd.TreeVerifier(budget=8)
-    out = sd.generate(target, prompts, 12, drafter=sd.NGramDrafter(max_paths=2), verifier=ver, seed=3, temperature=0.8)
+    paths = 1 if verifier == "chain" else 2  # trees for the tree verifier
+    out = sd.generate(target, prompts, 12, drafter=sd.NGramDrafter(max_paths=paths), verifier=ver, seed=3, temperature=0.8)
     assert isinstance(out.tokens, list) and len(out.tokens) == 3
     for i, prompt in enumerate(prompts):
         alone = sd.generate(
-            target, prompt[None], 12, drafter=sd.NGramDrafter(max_paths=2), verifier=ver, seed=3 + i, temperature=0.8
+            target, prompt[None], 12, drafter=sd.NGramDrafter(max_paths=paths), verifier=ver, seed=3 + i, temperature=0.8
         )
         assert torch.equal(out.tokens[i], alone.tokens[0])
     assert len(out.per_request) == 3 and out.stats.new_tokens == 36

@@ -97,8 +97,11 @@ def test_padded_static_path_generates_what_eager_ar_does(family):
     static = sd.load_target(hf, dtype=torch.float32, device="cpu", max_seq_len=96, progress=False)
     static.enable_static_path((1, 2, 4, 8))
     want = sd.generate(eager, PREFIX, 30).tokens
-    for drafter in (sd.NGramDrafter(max_ngram=2), sd.NGramDrafter(max_ngram=2, max_paths=3, depth=3)):
-        got = sd.generate(static, PREFIX, 30, drafter=drafter, num_draft_tokens=4)
+    for drafter, verifier in (
+        (sd.NGramDrafter(max_ngram=2), sd.ChainVerifier()),
+        (sd.NGramDrafter(max_ngram=2, max_paths=3, depth=3), sd.TreeVerifier(budget=4)),  # trees through the buckets
+    ):
+        got = sd.generate(static, PREFIX, 30, drafter=drafter, verifier=verifier, num_draft_tokens=4)
         assert torch.equal(got.tokens, want)
 
 

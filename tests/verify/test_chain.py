@@ -193,3 +193,20 @@ def test_chain_shapes_are_checked_and_named():
         chain_laws(torch.full((4, v), 0.2), drafts, None)
     n, bonus = chain_accept(torch.eye(v)[[1, 2, 4]] * 5, drafts, None, sampling=greedy)
     assert (n, int(bonus)) == (2, 4)
+
+
+def test_a_tree_given_to_the_chain_verifier_is_named_in_a_warning_once():
+    import warnings
+
+    import specdec as sd
+    from specdec.testing import tiny_target
+
+    target, prompt = tiny_target(seed=0), torch.tensor([[1, 2, 3, 1, 2, 4, 1, 2]])
+    verifier = sd.ChainVerifier()
+    with pytest.warns(UserWarning, match=r"ChainVerifier: the drafter proposed a tree; only its first path") as caught:
+        spec = sd.generate(target, prompt, 12, drafter=sd.NGramDrafter(max_paths=2), verifier=verifier)
+    assert sum("proposed a tree" in str(w.message) for w in caught) == 1  # once, however many rounds
+    assert torch.equal(spec.tokens, sd.generate(target, prompt, 12).tokens)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sd.generate(target, prompt, 12, drafter=sd.NGramDrafter(), verifier=sd.ChainVerifier())  # a chain: no warning
