@@ -120,18 +120,9 @@ def load_probe() -> ctypes.CDLL:
     library = REPO_ROOT / "build" / LIBRARY_NAME
     if not library.exists():
         library.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            "nvcc",
-            "-O3",
-            "-gencode=arch=compute_90a,code=sm_90a",
-            "-std=c++17",
-            "--shared",
-            "-Xcompiler",
-            "-fPIC",
-            "-cudart",
-            "static",
-        ]
-        subprocess.run([*cmd, str(Path(__file__).with_name(SOURCE_NAME)), "-o", str(library)], check=True)
+        from specdec.kernels.cuda.build import build_command
+
+        subprocess.run(build_command(library, source=Path(__file__).with_name(SOURCE_NAME)), check=True)
     lib = ctypes.CDLL(str(library))
     lib.specdec_probe_stream.restype = ctypes.c_int
     ptr, i32 = ctypes.c_void_p, ctypes.c_int

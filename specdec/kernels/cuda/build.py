@@ -59,8 +59,8 @@ def library_path() -> Path:
     return Path(env) if env else _DEFAULT
 
 
-def build_command(out: Path | str, *, nvcc: str = "nvcc", arch: str = "sm_90a") -> list[str]:
-    """The nvcc command line that builds the library at ``out`` (list of str).
+def build_command(out: Path | str, *, nvcc: str = "nvcc", arch: str = "sm_90a", source: Path | str = SOURCE) -> list[str]:
+    """The nvcc command line that builds the library at ``out`` from ``source`` (default ``skinny_gemm.cu``; list of str).
 
     Example::
 
@@ -82,7 +82,7 @@ def build_command(out: Path | str, *, nvcc: str = "nvcc", arch: str = "sm_90a") 
         "-fPIC",
         "-cudart",
         "static",
-        str(SOURCE),
+        str(source),
         "-o",
         str(out),
     ]
