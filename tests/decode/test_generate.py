@@ -260,8 +260,8 @@ class TapRecorder:
     vocab_size = None
     target_layer_ids = (1, 2)
 
-    def __init__(self):
-        self.ngram = sd.NGramDrafter(max_ngram=2, max_paths=3)
+    def __init__(self, max_paths: int = 3):
+        self.ngram = sd.NGramDrafter(max_ngram=2, max_paths=max_paths)
         self.rows: list[torch.Tensor] = []
 
     def reset(self):
@@ -278,7 +278,7 @@ def test_feature_taps_are_the_hidden_states_of_the_committed_context(verifier):
     """The features handed to a drafter equal a clean forward over the committed context (no extra pass)."""
     target = _target("llama", 2, 97)
     ids = torch.tensor([[3, 4, 5, 3, 4, 6, 3, 4, 5, 3]])
-    drafter = TapRecorder()
+    drafter = TapRecorder(max_paths=1 if verifier == "chain" else 3)  # trees for the tree verifier
     ver = sd.ChainVerifier() if verifier == "chain" else sd.TreeVerifier(budget=8)
     out = sd.generate(target, ids, 20, drafter=drafter, verifier=ver, num_draft_tokens=6)
     assert torch.equal(out.tokens, sd.generate(target, ids, 20).tokens)
