@@ -178,10 +178,15 @@ def request_seeds(seed, batch: int) -> list[int | None]:
         return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
     if seed is None or is_int(seed):
-        return [None if seed is None else int(seed) + i for i in range(batch)]
-    if isinstance(seed, (str, bytes)) or not isinstance(seed, Iterable):
-        raise TypeError(f"seed: expected None, an int or {batch} ints (one per request), got {seed!r}")
-    seeds = list(seed)
-    if len(seeds) != batch or not all(is_int(s) for s in seeds):
-        raise ValueError(f"seed: expected an int or {batch} ints (one per request), got {seeds!r}")
-    return [int(s) for s in seeds]
+        seeds = [None if seed is None else int(seed) + i for i in range(batch)]
+    else:
+        if isinstance(seed, (str, bytes)) or not isinstance(seed, Iterable):
+            raise TypeError(f"seed: expected None, an int or {batch} ints (one per request), got {seed!r}")
+        seeds = list(seed)
+        if len(seeds) != batch or not all(is_int(s) for s in seeds):
+            raise ValueError(f"seed: expected an int or {batch} ints (one per request), got {seeds!r}")
+        seeds = [int(s) for s in seeds]
+    for i, s in enumerate(seeds):
+        if s is not None and not -(2**63) <= s < 2**64:
+            raise ValueError(f"seed: expected ints in [-2**63, 2**64) (torch.Generator seeds), got {s} for request {i}")
+    return seeds

@@ -178,6 +178,12 @@ def test_generate_rejects_bad_input():
         sd.generate(target, ok, 5, drafter=sd.NGramDrafter(), verifier="tree")
     with pytest.raises(TypeError, match=r"seed: expected None, an int or 1 ints \(one per request\), got 1.5"):
         sd.generate(target, ok, 5, seed=1.5)
+    with pytest.raises(
+        ValueError, match=r"seed: expected ints in \[-2\*\*63, 2\*\*64\) .*, got 18446744073709551616 for request 0"
+    ):
+        sd.generate(target, ok, 5, temperature=1.0, seed=2**64)
+    with pytest.raises(ValueError, match=r"seed: expected ints in .*, got 18446744073709551616 for request 1"):
+        sd.generate(target, torch.cat([ok, ok]), 5, temperature=1.0, seed=2**64 - 1)  # seed + 1 for the second row
     with pytest.raises(ValueError, match="probs: expected every row to have positive, finite mass, got row sums \\[nan\\]"):
         sd.generate(target, ok, 5, temperature=1.0, logits_processor=lambda ids, s: torch.full_like(s, float("-inf")))
 
