@@ -988,6 +988,21 @@ def save_file(tensors: Mapping[str, torch.Tensor] | nn.Module, path: str) -> Non
     _save(flat, path, metadata=metadata)
 
 
+def _padding_holds_weights(ae: torch.Tensor, nib: torch.Tensor, k: int) -> bool:
+    """Whether a padding column (logical ``k`` to ``k_padded - 1``) of the planes holds anything but the zero code. Reads
+    only the last word of 8 columns of each row: the planes permute columns within such words (``_perm_ae``,
+    ``_perm_nib``), and a K that is a multiple of 8 has no padding at all."""
+    k_padded = ae.shape[1]
+    if k == k_padded:
+        return False
+    start = k_padded - 8
+    logical_ae = _perm_ae(k_padded, ae.device)[start:]
+    tail = nib[:, start // 2 :].to(torch.int32)
+    slots = torch.stack([tail & 0xF, tail >> 4], dim=-1).reshape(ae.shape[0], 8)
+    logical_nib = _perm_nib(k_padded, ae.device)[start:]
+    return bool((ae[:, start:][:, logical_ae >= k] & 0x7F).any()) or bool(slots[:, logical_nib >= k].any())
+
+
 def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Load a file written by :func:`save_file`; W12 entries come back as W12Tensors.
 
@@ -1021,11 +1036,10 @@ def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, tor
             raise ValueError(f"{name}: expected a 2-D [N, K] shape in the w12_shapes metadata, got {shape}")
         if check_planes(*inner, k=shape[1]) != shape[0]:
             raise ValueError(f"{name}: expected {shape[0]} rows (w12_shapes metadata), the planes hold {inner[0].shape[0]}")
-        whole = W12Tensor(*inner, (shape[0], inner[0].shape[1]))  # every column the planes hold, padding included
-        if bool((whole.ae_logical()[:, shape[1] :] & 0x7F).any()) or bool(whole.nibbles_logical()[:, shape[1] :].any()):
+        if _padding_holds_weights(inner[0], inner[1], shape[1]):
             raise ValueError(
-                f"{name}: expected the zero code in the padding columns {shape[1]}..{whole.shape[1] - 1} (w12_shapes says "
-                f"K={shape[1]}), found weights there: the planes hold a wider weight"
+                f"{name}: expected the zero code in the padding columns {shape[1]}..{inner[0].shape[1] - 1} (w12_shapes "
+                f"says K={shape[1]}), found weights there: the planes hold a wider weight"
             )
         out[name] = W12Tensor(*inner, tuple(shape), *linear.get(name, ()))
     leftover = [n for n in flat if _W12_SUFFIX in n]

@@ -184,6 +184,14 @@ def test_library_from_an_older_source_is_a_clear_error(monkeypatch, tmp_path, mi
         load_library()
 
 
+def test_build_command_names_its_one_target_and_refuses_another_arch():
+    cmd = build.build_command("out.so", arch="sm_100a", source="probe.cu")
+    assert "-gencode=arch=compute_100a,code=sm_100a" in cmd and cmd[-3:] == ["probe.cu", "-o", "out.so"]
+    assert not any(c.startswith("-arch") for c in cmd)  # the shorthand would add a plain compute_90 pass
+    with pytest.raises(ValueError, match=r"arch: expected an sm_XX GPU name such as 'sm_90a', got 'compute_90a'"):
+        build.build_command("out.so", arch="compute_90a")
+
+
 def test_build_without_nvcc_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(build.shutil, "which", lambda name: None)
     monkeypatch.delenv("CUDA_HOME", raising=False)

@@ -673,8 +673,8 @@ def w12_gemm_wide(
     the weights bit-exactly into registers and multiply them with ``wgmma`` (x read by the tensor cores from shared
     memory, through the L2 once for 128 rows), K split over CTAs where the row blocks alone leave SMs idle, the partials
     summed in split order (deterministic); escapes added by an escape warp (``specdec/kernels/cuda/README.md``, "Wide
-    calls"). Not bit-equal
-    to cuBLAS or to :func:`w12_gemm_small_m` (other summation orders). CPU: :func:`specdec.formats.w12_linear_reference`.
+    calls"). Not bit-equal to cuBLAS or to :func:`w12_gemm_small_m` (other summation orders). CPU:
+    :func:`specdec.formats.w12_linear_reference`.
 
     Example (CPU: the reference path)::
 
