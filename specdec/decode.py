@@ -169,6 +169,7 @@ def _generate_one(target, prompt, max_new, drafter, verifier, sampling, generato
     # A host read per token is free on the CPU; on an accelerator AR looks for stops every few tokens.
     per_token = target.device.type == "cpu" or drafter is not None or stream is not None or stop.per_token
     check_every = 1 if per_token else _EOS_CHECK_EVERY
+    round_start = round_accepted = None  # a speculative round's first position and drafts, counted at its scan
     while True:
         if length - scanned >= check_every or length - plen >= max_new:
             limit = min(length, plen + max_new)
@@ -176,6 +177,11 @@ def _generate_one(target, prompt, max_new, drafter, verifier, sampling, generato
             if stream is not None:
                 stream.put(buf[scanned : limit if end is None else end])
             scanned = limit if end is None else end
+            if round_start is not None:
+                # the drafts of the last round that the output keeps (a stop or max_new may end it inside the
+                # round); the last kept token counts as its bonus, so tokens = rounds + accepted drafts + 1
+                stats.record_round(min(round_accepted, scanned - round_start - 1))
+                round_start = None
             if end is not None or length - plen >= max_new:
                 break
         t0 = time.perf_counter()
@@ -209,10 +215,8 @@ def _generate_one(target, prompt, max_new, drafter, verifier, sampling, generato
             if length + m > buf.numel():  # a verifier that drafts again may emit more than k + 1 tokens
                 buf = torch.cat([buf, buf.new_empty(length + m - buf.numel())])
             buf[length : length + m] = result.emitted
-            # the tokens of the round that stay within max_new_tokens (a two-level round's second draft has its own budget)
-            kept = min(m, max_new - (length - plen))
+            round_start, round_accepted = length, result.num_accepted
             length += m
-            stats.record_round(min(result.num_accepted, kept - 1))
             stats.draft_s += t1 - t0
             t0 = t1
         stats.verify_s += time.perf_counter() - t0

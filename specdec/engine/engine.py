@@ -115,7 +115,8 @@ class RequestState:
         slot: its KV slot while running, else ``None``.
         prefilled: prompt tokens in the request's slot so far; the request drafts once it holds the whole
             prompt (under ``max_pass_rows`` a prompt is prefilled in chunks over several steps).
-        rounds, accepted: verify rounds run and draft tokens accepted so far.
+        rounds, accepted: verify rounds run and draft tokens accepted so far, counted as ``generate`` counts
+            them (of a round that a stop or ``max_new_tokens`` ends early, its kept tokens - 1).
         two_level: with a :class:`~specdec.verify.TwoLevelVerifier`, the request's
             :class:`~specdec.engine.two_level.TwoLevelRequest` (its gate, stats and last round) from its first
             round on; else ``None``.
@@ -1238,7 +1239,7 @@ class Engine:
                 )
             if self.two_level is not None:
                 self.two_level.finish(state, pending, num_accepted, self._exact_seconds)
-            room_left = state.max_new_tokens - (state.length - state.prompt.numel())
+            round_start = state.length
             if ids is not None:
                 state.host_buf[state.length : state.length + len(ids)] = ids
                 state.length += len(ids)
@@ -1249,9 +1250,11 @@ class Engine:
                 state.buf[state.length : state.length + m] = self._to_token_device(outcome.emitted)
                 state.length += m
             state.rounds += 1
-            # as generate counts them: the accepted drafts that stay within max_new_tokens
-            state.accepted += min(num_accepted, min(room_left, len(ids) if ids is not None else m) - 1)
         new = self._scan(state, ids)
+        if chunk is None:
+            # as generate counts them: the accepted drafts among the round's tokens that the output keeps
+            # (a stop or max_new_tokens may end it inside the round); the last kept token counts as the bonus
+            state.accepted += min(num_accepted, state.scanned - round_start - 1)
         if state.on_tokens is not None and new.numel():
             state.on_tokens(new)
         return new

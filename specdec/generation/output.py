@@ -18,7 +18,9 @@ class GenerationStats:
         target_passes: exact target forwards, the prefill included (AR: one per token); a two-level round's Q pass
             (8-bit view) is not one of them: ``TwoLevelVerifier.stats.q_passes`` counts those.
         rounds: speculative rounds (verify passes).
-        accepted_histogram: ``accepted_histogram[n]`` = rounds that accepted ``n`` draft tokens.
+        accepted_histogram: ``accepted_histogram[n]`` = rounds that accepted ``n`` draft tokens the output keeps:
+            in a round that a stop or ``max_new_tokens`` ends early, ``n`` = its kept tokens - 1, so that a
+            single-sequence run returns ``1 + rounds + sum(n * count)`` tokens.
         longest_proposal: the most draft tokens a round offered along one path (a tree's depth), over all rounds.
         draft_s, verify_s, other_s: wall time split (prefill counts as verify).
 

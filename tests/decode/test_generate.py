@@ -97,6 +97,27 @@ def test_eos_stops_each_request_and_lengths_may_differ():
     assert [s.target_passes for s in ar.per_request] == [s.new_tokens for s in ar.per_request]
 
 
+def _first_fresh_position(tokens: list[int], start: int) -> int:
+    """The first position >= ``start`` whose token does not occur before it (an EOS there ends the output there)."""
+    return next(i for i in range(start, len(tokens)) if tokens[i] not in tokens[:i])
+
+
+@pytest.mark.parametrize("stop_at", [1, 2, 4])
+def test_a_stop_inside_a_round_counts_only_the_drafts_the_output_keeps(stop_at):
+    target = _target("llama", 1, 97)
+    prompt = torch.tensor([[5, 9, 2, 7]])
+    free = sd.generate(target, prompt, 20).tokens[0].tolist()
+    pos = _first_fresh_position(free, stop_at)
+    assert pos < 6, "the EOS must land before the first round's last token (positions 1..6)"
+    # every round proposes 5 drafts, all accepted: the first round emits positions 1..6, the EOS ends it at pos
+    out = sd.generate(target, prompt, 20, drafter=ForcedDrafter(target, accept=5), num_draft_tokens=5, eos_token_id=free[pos])
+    assert out.tokens[0].tolist() == free[: pos + 1]
+    stats = out.stats
+    assert stats.rounds == 1 and stats.accepted_histogram[pos - 1] == 1 and sum(stats.accepted_histogram) == 1
+    # the prefill's token, then each round's accepted drafts and one more
+    assert stats.new_tokens == 1 + stats.rounds + sum(n * c for n, c in enumerate(stats.accepted_histogram))
+
+
 # drafters with caches
 
 

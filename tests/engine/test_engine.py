@@ -228,6 +228,23 @@ def test_eos_stops_a_request_as_generate_does():
     assert torch.equal(outputs[other], alone(prompts_of([3], seed=5)[0], "ngram", "chain", max_new_tokens=20))
 
 
+def test_a_stop_inside_a_round_counts_the_accepted_drafts_as_generate_does():
+    prompt = prompts_of([6], seed=2)[0]
+    free = alone(prompt, "ngram", "chain", max_new_tokens=20).tolist()
+    pos = next(i for i in range(3, len(free)) if free[i] not in free[:i])  # an EOS there ends the output there
+    assert pos < 9, "the EOS must land inside the first round (positions 1..9)"
+    # a drafter with the target's own weights: every draft accepted, so the EOS lands inside a round
+    same = tiny_target(seed=0, max_seq_len=SEQ)
+    engine = Engine(TARGET, lambda: ModelDrafter(same), num_draft_tokens=8, max_batch=1)
+    rid = engine.add_request(prompt, max_new_tokens=20, eos_token_id=free[pos])
+    out = engine.run()[rid]
+    state = engine.request(rid)
+    assert out.tolist() == free[: pos + 1]
+    assert state.rounds == 1 and state.accepted == pos - 1  # the drafts after the EOS are not counted
+    alone_out = sd.generate(TARGET, prompt[None], 20, drafter=ModelDrafter(same), num_draft_tokens=8, eos_token_id=free[pos])
+    assert_same_rounds(state, alone_out)
+
+
 def test_bad_requests_raise_before_they_are_stored_and_others_are_unaffected():
     engine = Engine(TARGET, NGramDrafter(), max_batch=2)
     keep = engine.add_request(torch.arange(1, 6), max_new_tokens=9, request_id="keep")
