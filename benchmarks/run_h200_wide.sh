@@ -56,5 +56,5 @@ if [ "$rc_checks" -eq 0 ]; then
   echo "=== 8B, reverse order ==="
   tail -n 16 "$LOGS/wide_reversed.log"
   echo "=== wide kernels ==="
-  tail -n 75 "$LOGS/wide.log"
+  tail -n 100 "$LOGS/wide.log"
 fi

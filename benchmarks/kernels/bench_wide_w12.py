@@ -15,8 +15,9 @@ Checks, before any timing (each a row of ``checks``; the run fails if one fails)
   twice (bit-equal: the split-K sums are in a fixed order), and once replayed from a CUDA graph (bit-equal).
 
 Timing: each (model linear, rows) on cold weights (copies spanning 3x the L2, as ``bench_fixed_cost.py``) for cuBLAS
-bf16 (``F.linear``), the wide W12 and Q kernels, the Triton W12 and Q kernels (``backend="triton"``) and, at up to 32
-rows, the W12 path the library takes without the wide kernels (two 16-row calls). Prints a table of microseconds and
+bf16 (``F.linear``), the wide W12 and Q kernels and the paths they would replace: above 16 rows the Triton W12 and Q
+kernels (``backend="triton"``) and, at up to 32 rows, two 16-row W12 calls; at 16 rows, where the wide kernels are
+not taken, the tensor-map W12 and Q calls the library runs there (whether the wide kernels would beat them). Prints a table of microseconds and
 ratios to cuBLAS bf16 and writes JSON and a PNG. Random weights (Gaussian, std 0.02), labelled so.
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_wide_w12 --out $OUT/wide_w12.json`` (~90 s on one
@@ -47,13 +48,30 @@ from benchmarks.kernels.bench_roofline import (
 )
 from benchmarks.kernels.read_floor import Cycle, cold_weight_device, weight_copies
 
-ROWS = (17, 32, 33, 64, 65, 96, 128)
-SMOKE_ROWS = (17, 40)
-KERNELS = ("cublas_bf16", "cuda_w12_wide", "cuda_q_wide", "triton_w12", "triton_q", "cuda_w12_two_calls")
+ROWS = (16, 17, 32, 33, 64, 65, 96, 128)
+SMOKE_ROWS = (16, 17, 40)
+KERNELS = (
+    "cublas_bf16",
+    "cuda_w12_wide",
+    "cuda_q_wide",
+    "triton_w12",
+    "triton_q",
+    "cuda_w12_two_calls",
+    "cuda_w12_small_m",
+    "cuda_q_small_m",
+)
 # (N, K, one-hot rows a call): a partial last 64-row block; K split over CTAs (4 row blocks of 64 stages); 1-4 n-tiles
-CHECK_SHAPES = ((200, 1024, 32), (256, 4096, 64), (130, 2048, 128), (72, 1024, 17), (72, 1024, 33), (72, 1024, 100))
+CHECK_SHAPES = (
+    (200, 1024, 32),
+    (256, 4096, 64),
+    (130, 2048, 128),
+    (72, 1024, 16),
+    (72, 1024, 17),
+    (72, 1024, 33),
+    (72, 1024, 100),
+)
 SMOKE_CHECK_SHAPES = ((72, 128, 32), (40, 256, 17))
-PRODUCT_ROWS = (17, 33, 65, 100, 128)
+PRODUCT_ROWS = (16, 17, 33, 65, 100, 128)
 SMOKE_PRODUCT_ROWS = (17, 40)
 
 
@@ -76,7 +94,26 @@ def calls_of(ops, w: torch.Tensor, w12, copies: int) -> dict[str, tuple[Callable
         "triton_w12": (lambda x, i: w12_linear(x, tensors[i], backend="triton"), False),
         "triton_q": (lambda x, i: q_linear(x, tensors[i], backend="triton"), True),
         "cuda_w12_two_calls": (two_calls, False),
+        "cuda_w12_small_m": (lambda x, i: ops.w12_gemm_small_m(x, *planes[i]), False),
+        "cuda_q_small_m": (lambda x, i: ops.q_gemm_small_m(x, planes[i][0], planes[i][2]), True),
     }
+
+
+def times_kernel(kind: str, m: int, tensor_map_max: int) -> bool:
+    """Whether ``kind`` is timed at ``m`` rows: the tensor-map (``*_small_m``) calls up to ``tensor_map_max`` rows,
+    where the library takes them; two of them and the Triton kernels, the paths the wide kernels replace, above it.
+
+    Example:
+        >>> [m for m in (16, 17, 32, 33) if times_kernel("cuda_w12_two_calls", m, 16)]
+        [17, 32]
+    """
+    if kind.endswith("_small_m"):
+        return m <= tensor_map_max
+    if kind == "cuda_w12_two_calls":
+        return tensor_map_max < m <= 2 * tensor_map_max
+    if kind.startswith("triton"):
+        return m > tensor_map_max
+    return True
 
 
 def one_hot_read(op: Callable[[torch.Tensor], torch.Tensor], n: int, k: int, rows: int, device: torch.device) -> torch.Tensor:
@@ -170,7 +207,7 @@ def time_case(ops, model: str, lname: str, n: int, k: int, ms, args, gen, device
         refs = {False: x.float() @ w.float().T, True: x.float() @ w_q.float().T}
         errs = {q: (F.linear(x, w if not q else w_q).float() - refs[q]).abs().max().item() for q in refs}
         for kind in args.kernels:
-            if kind == "cuda_w12_two_calls" and m > 2 * ops.TENSOR_MAP_MAX_TOKENS:
+            if not times_kernel(kind, m, ops.TENSOR_MAP_MAX_TOKENS):
                 continue
             call, q_view = calls[kind]
             row = dict(model=model, linear=lname, kind=kind, N=n, K=k, M=m, weight_bytes=weight_bytes(kind, n, k, w12))
