@@ -11,7 +11,7 @@ import torch
 from specdec.forcing import runner
 from specdec.forcing.report import ForcingReport, Stratum
 from specdec.forcing.runner import NullCalibration, ScoredRun, require_stock_target
-from specdec.forcing.statistics import Z95, rate_rule_fails, wilson_interval
+from specdec.forcing.statistics import Z95, interval_label, rate_rule_fails, wilson_interval
 
 __all__ = ["TokenForcingChecker"]
 
@@ -200,6 +200,7 @@ class TokenForcingChecker:
             null_ci95=wilson_interval(k0, n0, self.z),
             large_margin_events=events,
             rate_failed=rate_rule_fails(k1, n1, k0, n0, self.z),
+            max_large_margin_events=self.max_large_margin_events,
         )
 
     def check(
@@ -266,11 +267,12 @@ class TokenForcingChecker:
             by_set[f"set {label}"] = self._stratum(f"set {label}", cand, c_ids, ref, n_ids, tau)
 
         failures = []
+        ci = interval_label(self.z)
         for s in [overall, *by_bucket.values(), *(by_set.values() if len(by_set) > 1 else ())]:
             if s.rate_failed:
                 failures.append(
-                    f"{s.name}: mismatch rate {s.rate:.3g} (95% CI {s.ci95[0]:.3g}-{s.ci95[1]:.3g}) above the null's "
-                    f"{s.null_rate:.3g} (95% CI {s.null_ci95[0]:.3g}-{s.null_ci95[1]:.3g})"
+                    f"{s.name}: mismatch rate {s.rate:.3g} ({ci} CI {s.ci95[0]:.3g}-{s.ci95[1]:.3g}) above the null's "
+                    f"{s.null_rate:.3g} ({ci} CI {s.null_ci95[0]:.3g}-{s.null_ci95[1]:.3g})"
                 )
         large = cand.events(cand.mismatch & (cand.margin > tau))
         if len(large) > self.max_large_margin_events:

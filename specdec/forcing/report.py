@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from specdec.forcing.statistics import rate_rule_fails
+from specdec.forcing.statistics import Z95, interval_label, rate_rule_fails
 
 __all__ = ["ForcingReport", "MarginEvent", "Stratum"]
 
@@ -72,6 +72,8 @@ class Stratum:
         null_tokens, null_mismatches, null_rate, null_ci95: the null's.
         large_margin_events: candidate mismatches above ``tau`` in this stratum.
         rate_failed: the rate rule fired here.
+        max_large_margin_events: the large-margin events the checker tolerates (its
+            ``max_large_margin_events``); more than that here fails the stratum.
 
     Example:
         >>> s = Stratum("pos >= 2048", 0, 0, 0.0, (0.0, 1.0), 0, 0, 0.0, (0.0, 1.0), 0, False)
@@ -90,11 +92,12 @@ class Stratum:
     null_ci95: tuple[float, float]
     large_margin_events: int
     rate_failed: bool
+    max_large_margin_events: int = 0
 
     @property
     def passed(self) -> bool:
         """No rule fired here (true of an uncovered stratum too: see :attr:`verdict`)."""
-        return not self.rate_failed and self.large_margin_events == 0
+        return not self.rate_failed and self.large_margin_events <= self.max_large_margin_events
 
     @property
     def covered(self) -> bool:
@@ -176,7 +179,10 @@ class ForcingReport:
             self.null_rate,
             self.null_ci95,
             len(self.large_margin_events),
-            rate_rule_fails(self.num_mismatches, self.num_tokens, self.null_mismatches, self.null_tokens),
+            rate_rule_fails(
+                self.num_mismatches, self.num_tokens, self.null_mismatches, self.null_tokens, self.settings.get("z", Z95)
+            ),
+            self.settings.get("max_large_margin_events", 0),
         )
         return [overall, *self.by_bucket.values(), *self.by_set.values()]
 
@@ -217,8 +223,8 @@ class ForcingReport:
         def hist(events):
             counts = [0] * (len(hist_edges) - 1)
             for e in events:
-                for i in range(len(counts)):
-                    if hist_edges[i] <= e.margin < hist_edges[i + 1]:
+                for i in range(len(counts)):  # the last bin is closed: it holds infinite margins (a -inf stock logit)
+                    if hist_edges[i] <= e.margin < hist_edges[i + 1] or e.margin == hist_edges[i + 1] == math.inf:
                         counts[i] += 1
                         break
             return counts
@@ -257,7 +263,8 @@ class ForcingReport:
 
     def to_json(self, path: str | Path | None = None, *, max_listed: int = 1000, tokenizer=None) -> str:
         """The report as JSON text; written to ``path`` too when given."""
-        text = json.dumps(self.to_dict(max_listed=max_listed, tokenizer=tokenizer), indent=2, default=_json_default)
+        d = _finite(self.to_dict(max_listed=max_listed, tokenizer=tokenizer))
+        text = json.dumps(d, indent=2, default=_json_default, allow_nan=False)
         if path is not None:
             Path(path).write_text(text)
         return text
@@ -277,8 +284,9 @@ class ForcingReport:
                     f"  - NOT COVERED {s.name}: {s.num_tokens} candidate / {s.null_tokens} null tokens"
                     + (f" (generated positions reach {reach})" if reach is not None else "")
                 )
+        ci = f"{interval_label(self.settings.get('z', Z95))} CI"
         head = (
-            f"{'stratum':<18} {'tokens':>8} {'mism':>6} {'rate':>9} {'95% CI':>21} {'null rate':>9} {'null 95% CI':>21} "
+            f"{'stratum':<18} {'tokens':>8} {'mism':>6} {'rate':>9} {ci:>21} {'null rate':>9} {'null ' + ci:>21} "
             f"{'events':>6}  verdict"
         )
         lines += ["", head, "-" * len(head)]
@@ -298,7 +306,7 @@ class ForcingReport:
         return self.table()
 
     def plot(self, path: str | Path | None = None):
-        """Two panels: mismatch rate with 95% CI per stratum (candidate vs null), and every mismatch's
+        """Two panels: mismatch rate with its Wilson interval (95% by default: the checker's ``z``) per stratum (candidate vs null), and every mismatch's
         margin against its generated position with the threshold ``tau``. Returns the figure."""
         import matplotlib
 
@@ -318,7 +326,7 @@ class ForcingReport:
             hi = [max(ci_of(s)[1] - rate_of(s), 0.0) for s in strata]
             ax_rate.errorbar([x + offset for x in xs], rates, yerr=[lo, hi], fmt="o", capsize=4, label=label, color=color)
         ax_rate.set_xticks(list(xs), [s.name if s.covered else f"{s.name}\n(NOT COVERED)" for s in strata], rotation=20)
-        ax_rate.set_ylabel("mismatch rate (Wilson 95%)")
+        ax_rate.set_ylabel(f"mismatch rate (Wilson {interval_label(self.settings.get('z', Z95))})")
         ax_rate.set_title("verdict: " + self.verdict)
         ax_rate.legend()
         for events, label, color, marker in (
@@ -369,11 +377,18 @@ def _event_dict(event: MarginEvent, tokenizer) -> dict[str, Any]:
     return d
 
 
-def _json_default(obj):
+def _finite(obj):
+    """``obj`` with every non-finite float written as text (``"inf"``, ``"nan"``): strict JSON has no such numbers."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _json_default(obj):
     if isinstance(obj, torch.Tensor):
-        return obj.tolist()
-    if isinstance(obj, tuple):
-        return list(obj)
+        return _finite(obj.tolist())
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

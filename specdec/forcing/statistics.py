@@ -7,10 +7,29 @@ import math
 
 import torch
 
-__all__ = ["Z95", "large_margin_threshold", "rate_rule_fails", "simulate_power", "tokens_needed", "wilson_interval"]
+__all__ = [
+    "Z95",
+    "interval_label",
+    "large_margin_threshold",
+    "rate_rule_fails",
+    "simulate_power",
+    "tokens_needed",
+    "wilson_interval",
+]
 
 # two-sided 95%: the 0.975 quantile of the standard normal
 Z95 = 1.959963984540054
+
+
+def interval_label(z: float = Z95) -> str:
+    """The two-sided confidence level of the normal quantile ``z`` as a label, e.g. ``"95%"``.
+
+    Example:
+        >>> interval_label(), interval_label(1.0), interval_label(2.5758)
+        ('95%', '68.3%', '99%')
+    """
+    level = 100 * math.erf(z / math.sqrt(2))
+    return f"{level:.3g}%"
 
 
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:

@@ -107,3 +107,46 @@ def test_large_margin_events_are_shown_as_text_with_ids_and_positions(prompts, f
 def test_table_rejects_a_tokenizer_without_decode(fault_report):
     with pytest.raises(TypeError, match="tokenizer: expected an object with decode"):
         fault_report[0].table(tokenizer=object())
+
+
+def corrupted(ar_out, vocab_size: int, count: int, first: int = 10) -> torch.Tensor:
+    """``ar_out`` with ``count`` tokens replaced by the next id (a stock mismatch each), spread over the rows."""
+    out = ar_out.clone()
+    for j in range(count):
+        r, c = j % out.shape[0], first + 7 * j
+        out[r, c] = (out[r, c] + 1) % vocab_size
+    return out
+
+
+def test_the_overall_row_judges_with_the_checkers_z(stock, prompts, ar_out):
+    # one changed token (a few mismatches after it): z = 1 (a 68 % interval) fails the overall rate rule where the
+    # default z does not, and the overall row says so too
+    checker = TokenForcingChecker(stock, bucket_edges=(EDGE,), z=1.0, tau_floor=1e6)
+    report = checker.check(prompts, corrupted(ar_out, stock.vocab_size, 1), null=ar_out)
+    assert any(f.startswith("all:") for f in report.failures)
+    assert report.strata[0].name == "all" and report.strata[0].verdict == "FAIL"
+    assert "68.3% CI" in report.failures[0] and "68.3% CI" in report.table()
+    default = TokenForcingChecker(stock, bucket_edges=(EDGE,), tau_floor=1e6)
+    assert not any(
+        f.startswith("all:") for f in default.check(prompts, corrupted(ar_out, stock.vocab_size, 1), null=ar_out).failures
+    )
+
+
+def test_tolerated_large_margin_events_do_not_fail_a_stratum(stock, prompts, ar_out):
+    out = corrupted(ar_out, stock.vocab_size, 1)
+    tolerant = TokenForcingChecker(stock, bucket_edges=(EDGE,), max_large_margin_events=5).check(prompts, out, null=ar_out)
+    assert len(tolerant.large_margin_events) >= 1 and tolerant.verdict == "PASS"
+    assert {s.verdict for s in tolerant.strata} == {"PASS"}
+    strict = TokenForcingChecker(stock, bucket_edges=(EDGE,)).check(prompts, out, null=ar_out)
+    assert strict.verdict == "FAIL" and strict.strata[0].verdict == "FAIL"
+
+
+def test_an_infinite_margin_is_counted_and_written_as_strict_json(fault_report):
+    report = fault_report[0]
+    first = report.mismatches[0]
+    infinite = type(first)(**{**first.__dict__, "margin": float("inf")})
+    report = type(report)(**{**report.__dict__, "mismatches": (infinite, *report.mismatches[1:])})
+    hist = report.to_dict()["margin_histogram"]["candidate"]
+    assert sum(hist) == len(report.mismatches) and hist[-1] >= 1
+    text = report.to_json()
+    assert "Infinity" not in text and json.loads(text)["mismatches"][0]["margin"] == "inf"
