@@ -121,6 +121,8 @@ def simulate_power(
     if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
         raise ValueError(f"num_tokens: expected an int >= 1, got {num_tokens!r}")
     null_tokens = num_tokens if null_tokens is None else null_tokens
+    if isinstance(null_tokens, bool) or not isinstance(null_tokens, int) or null_tokens < 1:
+        raise ValueError(f"null_tokens: expected an int >= 1 (or None: num_tokens), got {null_tokens!r}")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials: expected an int >= 1, got {trials!r}")
     cand = torch.binomial(

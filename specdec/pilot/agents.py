@@ -136,9 +136,14 @@ class DevEvaluator:
             if (repr(spec), len(prompts)) not in self._warmed:  # untimed: the first uses of its graph keys
                 self.timer(system, prompts, self.max_new_tokens, self.seed)
                 self._warmed.add((repr(spec), len(prompts)))
-        return self.timer(ref, prompts, self.max_new_tokens, self.seed) / self.timer(
-            cand, prompts, self.max_new_tokens, self.seed
-        )
+        times = {
+            name: self.timer(system, prompts, self.max_new_tokens, self.seed)
+            for name, system in (("base", ref), ("candidate", cand))
+        }
+        for name, t in times.items():
+            if not (isinstance(t, (int, float)) and t > 0 and math.isfinite(t)):
+                raise ValueError(f"timer: expected seconds > 0 for the {name} system, got {t!r}")
+        return times["base"] / times["candidate"]
 
 
 class SearchAgent:
@@ -287,6 +292,9 @@ class KernelAgent:
         self.kernels = list(kernels)
         if not self.kernels:
             raise ValueError("kernels: expected at least one KernelCase, got none")
+        for name, value in (("reps", reps), ("worst", worst)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         self.device, self.reps, self.worst = device, reps, worst
         self.peak_bandwidth = peak_bandwidth
 

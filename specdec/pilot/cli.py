@@ -145,6 +145,16 @@ def _setup(args):
     return pilot, memory, bar, dev, sealed, out
 
 
+def final_spec_line(change: dict) -> str:
+    """The line the pilot prints last: the final spec's changes to the initial one, or ``unchanged``.
+
+    Example:
+        >>> final_spec_line({}), final_spec_line({"num_draft_tokens": 8})
+        ('final spec: unchanged', 'final spec: {"num_draft_tokens": 8}')
+    """
+    return f"final spec: {json.dumps(change, sort_keys=True) if change else 'unchanged'}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the pilot; returns 0 when it finished its rounds (whether or not anything was accepted)."""
     args = _parser().parse_args(argv)
@@ -193,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall time": f"{time.perf_counter() - started:.1f} s",
     }
     paths = write_outputs(result, memory, out, header=header)
-    print(f"final spec: {json.dumps(result.final.diff(result.initial), sort_keys=True) or 'unchanged'}")
+    print(final_spec_line(result.final.diff(result.initial)))
     print("written: " + ", ".join(str(p) for p in paths.values()))
     memory.close()
     return 0

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from specdec.forcing import TokenForcingChecker
-from specdec.pilot.spec import BuiltSystem, SystemSpec, build
+from specdec.pilot.spec import BuiltSystem, SystemSpec, TargetCache, build
 
 __all__ = ["Gate", "GateVerdict", "ratio_interval", "target_pass_timer", "wall_time"]
 
@@ -50,6 +50,8 @@ def ratio_interval(ratios: Sequence[float], level: float = 0.95) -> tuple[float,
     """
     from scipy.stats import t as student_t
 
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"level: expected a confidence level in (0, 1), e.g. 0.95, got {level!r}")
     values = list(ratios)
     if len(values) < 2:
         raise ValueError(f"ratios: expected at least 2 repeats for an interval, got {len(values)}")
@@ -145,10 +147,24 @@ class Gate:
         return [system.generate(p[None], self.max_new_tokens, seed=self.seeds[0]).tokens[0] for p in self._prompts]
 
     def forcing(self, system: BuiltSystem):
-        """The token-forcing report of ``system``'s greedy outputs on the sealed prompts."""
+        """The token-forcing report of ``system``'s greedy outputs on the sealed prompts.
+
+        The gate sets no stop, so every output must hold ``max_new_tokens`` tokens: forcing checks the tokens an
+        output has, and a system that emits fewer would pass it while doing less work.
+
+        Raises:
+            ValueError: an output is shorter or longer than ``max_new_tokens`` (names the prompt).
+        """
         if self._null is None:
             self._null = self.checker.calibrate(self._prompts, max_new_tokens=self.max_new_tokens)
-        return self.checker.check(self._prompts, self._outputs(system), null=self._null)
+        outputs = self._outputs(system)
+        for i, y in enumerate(outputs):
+            if y.numel() != self.max_new_tokens:
+                raise ValueError(
+                    f"system: expected {self.max_new_tokens} tokens (max_new_tokens) for sealed prompt {i}, got "
+                    f"{y.numel()}: the gate sets no stop, so a system must emit them all"
+                )
+        return self.checker.check(self._prompts, outputs, null=self._null)
 
     def judge(
         self,
@@ -162,9 +178,26 @@ class Gate:
 
         Args:
             candidate, current: specs (built here) or built systems.
-            stock_target: a target to reuse when building a spec whose weights equal the stock's
-                (``None`` builds a fresh one per spec).
+            stock_target: a target to build the specs on: two specs must then agree on every field that decides
+                a target (``TargetCache.KEYS``), and their weights must be ``stock_target``'s (``None`` builds a
+                fresh one per spec; :class:`~specdec.pilot.spec.TargetCache` shares them by those fields).
+
+        Raises:
+            ValueError: with ``stock_target``, the specs differ in a field that decides the target (a spec on
+                other weights would be judged on the stock's); a spec's ``max_seq_len`` is too short for the
+                sealed prompts; a system emits fewer than ``max_new_tokens`` tokens; a timer returns a time <= 0.
         """
+        if stock_target is not None and isinstance(candidate, SystemSpec) and isinstance(current, SystemSpec):
+            differ = [
+                f"{k} ({getattr(candidate, k)!r} vs {getattr(current, k)!r})"
+                for k in TargetCache.KEYS
+                if getattr(candidate, k) != getattr(current, k)
+            ]
+            if differ:
+                raise ValueError(
+                    "stock_target: both specs are built on it, so they must describe the same target; candidate and "
+                    f"current differ in {', '.join(differ)}"
+                )
         cand = candidate if isinstance(candidate, BuiltSystem) else build(candidate, target=stock_target)
         base = current if isinstance(current, BuiltSystem) else build(current, target=stock_target)
         longest = max(p.numel() for p in self._prompts)
@@ -182,6 +215,9 @@ class Gate:
         for seed in self.seeds:
             t_base = self.timer(base, self._prompts, self.max_new_tokens, seed)
             t_cand = self.timer(cand, self._prompts, self.max_new_tokens, seed)
+            for name, t in (("current", t_base), ("candidate", t_cand)):
+                if not (isinstance(t, (int, float)) and t > 0 and math.isfinite(t)):
+                    raise ValueError(f"timer: expected seconds > 0 for the {name} system at seed {seed}, got {t!r}")
             ratios.append(t_base / t_cand)
         mean, ci = ratio_interval(ratios)
         reasons = []

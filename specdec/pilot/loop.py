@@ -247,7 +247,7 @@ class Pilot:
         names = [d.name for d in pool]
         chosen = []
         for entry in self.memory.retrieve(spec):
-            for name in entry.mechanism.split("+"):
+            for name in entry.mechanism.removeprefix("memory:").split("+"):  # a replayed entry: memory:a+b
                 if name in names and name not in chosen:
                     chosen.append(name)
         rank = {g.stage: i for i, g in enumerate(g for g in ranked_gaps if g.lost_speedup > 0)}

@@ -336,3 +336,9 @@ def test_cli_rejects_bad_arguments():
         main(["--fault-bias", "5"])
     with pytest.raises(SystemExit, match=r"--fault-after: expected 0 or >= --bucket-edge \(48\), got 10"):
         main(["--inject-fault", "--fault-after", "10"])
+
+
+@pytest.mark.parametrize("null_tokens", [0, -3, 2.5, True])
+def test_simulate_power_checks_null_tokens(null_tokens):
+    with pytest.raises(ValueError, match=r"null_tokens: expected an int >= 1"):
+        simulate_power(1e-3, 2e-3, 1000, null_tokens=null_tokens, trials=10)

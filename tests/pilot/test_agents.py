@@ -1,6 +1,7 @@
 import time
 
 import pytest
+import torch
 
 from specdec.pilot.agents import Agent, Budget, KernelAgent, KernelCase, LLMAgent, SearchAgent, explore_all, rank_kernels
 from specdec.pilot.directions import DIRECTIONS
@@ -156,7 +157,6 @@ def test_settings_that_give_the_same_system_are_evaluated_once():
 
 
 def test_dev_evaluator_runs_each_system_untimed_once_per_effort_and_times_the_next_calls():
-    import torch
 
     from specdec.pilot.agents import DevEvaluator
 
@@ -173,3 +173,22 @@ def test_dev_evaluator_runs_each_system_untimed_once_per_effort_and_times_the_ne
     assert evaluator(cand, base, 2) == 2.0  # two prompts: other buckets, so untimed runs again first
     untimed = [("AR", 1, 8), ("spec", 1, 8)]
     assert calls == [*untimed, *untimed, ("AR", 1, 8), ("spec", 1, 8), ("AR", 2, 8), ("spec", 2, 8), ("AR", 2, 8), ("spec", 2, 8)]
+
+
+@pytest.mark.parametrize("name", ["reps", "worst"])
+@pytest.mark.parametrize("value", [0, -1, True, 1.5])
+def test_kernel_agent_checks_reps_and_worst(name, value):
+    case = KernelCase("k", 10, [{"s": 0.0}], lambda c: lambda: None)
+    with pytest.raises(ValueError, match=rf"{name}: expected an int >= 1, got {value!r}"):
+        KernelAgent([case], peak_bandwidth=1e10, **{name: value})
+
+
+@pytest.mark.parametrize("bad", [0.0, -2.0, float("inf")])
+def test_dev_evaluator_refuses_a_timer_that_returns_no_time(bad):
+    from specdec.pilot.agents import DevEvaluator
+
+    evaluator = DevEvaluator(
+        [torch.tensor([1, 2, 3, 1, 2, 3])], 8, timer=lambda system, *a: 1.0 if system.drafter is None else bad
+    )
+    with pytest.raises(ValueError, match=r"timer: expected seconds > 0 for the candidate system, got"):
+        evaluator(SystemSpec(num_draft_tokens=2), SystemSpec().autoregressive(), 1)

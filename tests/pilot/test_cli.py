@@ -68,3 +68,10 @@ def test_pilot_cli_rejects_bad_arguments(tmp_path):
         specdec_main(["pilot", "--target", "tiny", "--directions", "nonexistent_direction", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--drafter: expected dspark:FOLDER with a config.json in FOLDER"):
         specdec_main(["pilot", "--target", "tiny", "--drafter", f"dspark:{tmp_path / 'none'}", "--out", str(tmp_path)])
+
+
+def test_the_last_line_says_unchanged_when_the_pilot_changed_nothing():
+    from specdec.pilot.cli import final_spec_line
+
+    assert final_spec_line({}) == "final spec: unchanged"
+    assert final_spec_line({"drafter": {"kind": "ngram"}}) == 'final spec: {"drafter": {"kind": "ngram"}}'

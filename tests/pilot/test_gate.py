@@ -94,3 +94,44 @@ def test_the_gate_runs_each_system_once_untimed_before_its_timed_runs(stock):
     first_seed = gate.seeds[0]
     assert calls[:2] == [("AR", first_seed), ("spec", first_seed)]
     assert calls[2:] == [(name, seed) for seed in gate.seeds for name in ("AR", "spec")]
+
+
+class TruncatingSystem(BuiltSystem):
+    """Emits only the first ``keep`` of the tokens asked for: each is the stock's, so token forcing alone passes it."""
+
+    keep = 12
+
+    def generate(self, prompts, max_new_tokens, **overrides):
+        out = super().generate(prompts, min(max_new_tokens, self.keep), **overrides)
+        out.tokens = out.tokens[:, : self.keep]
+        return out
+
+
+def test_gate_refuses_a_system_that_emits_fewer_tokens_than_asked(stock):
+    gate = Gate(stock, PROMPTS, 16, timer=lambda system, *a: 0.75 if isinstance(system, TruncatingSystem) else 1.0)
+    ar = build(SystemSpec().autoregressive(), target=stock)
+    short = TruncatingSystem(**ar.__dict__)
+    # the outputs it does emit are the stock's own tokens
+    assert gate.checker.check(gate._prompts, gate._outputs(short), null=gate._outputs(ar)).verdict == "PASS"
+    with pytest.raises(ValueError, match=r"system: expected 16 tokens \(max_new_tokens\) for sealed prompt 0, got 12"):
+        gate.judge(short, ar)
+
+
+def test_gate_builds_two_specs_on_the_stock_target_only_when_they_describe_the_same_target(stock):
+    gate = Gate(stock, PROMPTS, 16, timer=draft_length_timer)
+    other_weights = SystemSpec(target={"kind": "tiny", "seed": 1}, weight_format="w12", num_draft_tokens=4)
+    with pytest.raises(ValueError, match=r"stock_target: .* differ in target .*weight_format \('w12' vs 'bf16'\)"):
+        gate.judge(other_weights, SystemSpec().autoregressive(), stock_target=stock)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_gate_refuses_a_timer_that_returns_no_time(stock, bad):
+    gate = Gate(stock, PROMPTS, 16, timer=lambda system, *a: bad if system.drafter is not None else 1.0)
+    with pytest.raises(ValueError, match=r"timer: expected seconds > 0 for the candidate system at seed 0, got"):
+        gate.judge(SystemSpec(num_draft_tokens=4), SystemSpec().autoregressive(), stock_target=stock)
+
+
+@pytest.mark.parametrize("level", [95, 0, 1.0, True])
+def test_ratio_interval_refuses_a_level_outside_0_1(level):
+    with pytest.raises(ValueError, match=r"level: expected a confidence level in \(0, 1\)"):
+        ratio_interval([1.1, 1.2, 1.3], level=level)

@@ -88,6 +88,17 @@ def test_remembered_mechanisms_are_explored_first_on_a_matching_system(stock):
     assert pilot.choose_directions(START, ranked) == ["ngram_order"]
 
 
+def test_a_replayed_memory_entry_is_explored_first_too(stock):
+    """A winner replayed from memory is remembered as ``memory:<mechanisms>``; its mechanisms still lead."""
+    from specdec.pilot.memory import MemoryEntry, preconditions_of
+
+    memory = Memory()
+    change = {"drafter": {"kind": "ngram", "max_ngram": 2}}
+    memory.add(MemoryEntry("memory:ngram_order", preconditions_of(START), change, 1.5, 1.2, 1.8, "PASS", True))
+    pilot = _pilot(stock, memory, None, per_round=1)
+    assert pilot.choose_directions(START, []) == ["ngram_order"]
+
+
 def test_a_registered_direction_is_explored_without_changing_the_loop(stock):
     name = "draft_length_odd"
     register_direction(
