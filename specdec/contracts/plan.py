@@ -85,6 +85,23 @@ class VerifyPlan:
         """``N + 1``, the verify rows (root plus tree nodes) (int)."""
         return self.tree.num_nodes + 1
 
+    def check_prefix(self, length: int) -> None:
+        """Raise ``ValueError`` unless the plan was made for a target holding ``length`` committed tokens.
+
+        Its positions (``prefix_len + depth``) and the slots its rows fill start there; a plan made before
+        another commit, truncate or reset would run its rows at other positions than their slots.
+
+        Example:
+            >>> plan = VerifyPlan.chain(torch.tensor([3]), torch.tensor([4, 5]), prefix_len=2)
+            >>> plan.check_prefix(2)
+            >>> plan.check_prefix(5)
+            Traceback (most recent call last):
+            ...
+            ValueError: plan: expected prefix_len 5 (the target's committed length), got 2
+        """
+        if self.prefix_len != length:
+            raise ValueError(f"plan: expected prefix_len {length} (the target's committed length), got {self.prefix_len}")
+
     @property
     def is_chain(self) -> bool:
         """Whether the tree is a single path, so the plan runs the plain causal forward (bool)."""

@@ -106,6 +106,39 @@ def check_parent_order(parents: Sequence[int]) -> None:
             raise ValueError(f"tree_parents: expected -1 <= tree_parents[t] < t (topological order), got tree_parents[{t}] = {p}")
 
 
+def check_committed_path(
+    rows: Sequence[int], length: int, positions: torch.Tensor | None, parents: torch.Tensor | None = None
+) -> None:
+    """Raise unless the last forward's ``rows`` can be committed to slots ``[length, length + n)``, read on the host.
+
+    Row ``rows[j]`` must have run at RoPE position ``length + j`` (``positions [1, T]``; ``None``: a chain, row
+    ``r`` at ``length + r``) and, where the forward's tree is known (``parents [T]``), be a child of
+    ``rows[j - 1]`` (of the prefix for ``j = 0``): otherwise its K/V would hold another position or another
+    context than the slot it lands in.
+
+    Example:
+        >>> check_committed_path([0, 2], 5, torch.tensor([[5, 6, 6]]), torch.tensor([-1, 0, 0]))
+        >>> check_committed_path([0, 1], 5, torch.tensor([[5, 5]]))
+        Traceback (most recent call last):
+        ...
+        ValueError: accepted: expected the rows of one root-to-node path; row 1 (accepted[1]) ran at position 5, not 6
+    """
+    pos = None if positions is None else positions.reshape(-1).tolist()
+    par = None if parents is None else parents.tolist()
+    for j, r in enumerate(rows):
+        at = length + r if pos is None else pos[r]
+        if at != length + j:
+            raise ValueError(
+                f"accepted: expected the rows of one root-to-node path; row {r} (accepted[{j}]) ran at position {at}, "
+                f"not {length + j}"
+            )
+        want = rows[j - 1] if j else -1
+        if par is not None and par[r] != want:
+            raise ValueError(
+                f"accepted: expected the rows of one root-to-node path; row {r} (accepted[{j}]) has parent {par[r]}, not {want}"
+            )
+
+
 def tree_rows_inputs(
     tree_parents: torch.Tensor,
     mask: torch.Tensor | None,
@@ -198,6 +231,8 @@ class LeanTarget(nn.Module):
         self.attention_scaling = attention_scaling
         self.length = 0
         self._last_rows = 0
+        # the last forward's (positions, tree_parents) as given, for commit's path check (dense targets)
+        self._last_tree: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
         self._last_view = "exact"
         self._views = WeightViews(self)
         self._graphs: StaticGraphs | None = None
@@ -289,6 +324,7 @@ class LeanTarget(nn.Module):
             >>> target.run_plan(plan).logits.shape
             torch.Size([1, 3, 97])
         """
+        plan.check_prefix(self.length)
         return self(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents, view=view)
 
     def _accepted_count(self, accepted: int | torch.Tensor) -> int:
@@ -340,8 +376,8 @@ class LeanTarget(nn.Module):
         check_positions(positions, tuple(tokens.shape), self.device, "positions")
         check_rows_mask(mask, seqlen, self.device, "mask")
         for layer in hidden_layers:
-            if not 0 <= layer <= self.config.num_layers:
-                raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer}")
+            if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= self.config.num_layers:
+                raise ValueError(f"hidden_layers: expected indices in [0, {self.config.num_layers}], got {layer!r}")
 
     def _rope(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin)``, each ``[1, 1, T, D]``, of ``positions [1, T]``."""

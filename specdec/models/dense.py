@@ -19,7 +19,7 @@ from specdec.kernels.attention import additive_mask, decode_attention
 from specdec.kernels.norm import add_scaled_rms_norm, scaled_rms_norm
 from specdec.kernels.rope import qk_norm_rope_cached
 from specdec.models.attention_kernel import attention_choice
-from specdec.models.base import LeanTarget, tree_rows_inputs
+from specdec.models.base import LeanTarget, check_committed_path, tree_rows_inputs
 from specdec.models.config import TargetConfig
 from specdec.models.elementwise import elementwise_backend
 
@@ -328,6 +328,7 @@ class DenseTarget(LeanTarget):
         if tree_parents is not None:
             mask, positions = tree_rows_inputs(tree_parents, mask, positions, seqlen=seqlen, length=self.length, device=device)
         new = torch.arange(seqlen, device=device)
+        self._last_tree = (positions, None if tree_parents is None else tree_parents.to(torch.long))  # for commit's check
         if positions is None:
             positions = (self.length + new)[None]
         bucket = self._static_bucket(seqlen)
@@ -468,9 +469,14 @@ class DenseTarget(LeanTarget):
         Args:
             accepted: ``n`` keeps the first ``n`` rows; a LongTensor ``[n]`` of ascending row indices
                 (a tree's accepted path, root row 0 first) moves those rows' K/V to slots
-                ``[length, length + n)`` in place.
+                ``[length, length + n)`` in place. The rows must form one root-to-node path of the last
+                forward (:func:`~specdec.models.base.check_committed_path`, checked on the CPU).
         """
         n = self._accepted_count(accepted)
+        positions, parents = self._last_tree
+        if self.device.type == "cpu":  # free there; on an accelerator a host read a round (the verifiers' rows are valid)
+            rows = list(range(accepted)) if isinstance(accepted, int) else accepted.tolist()
+            check_committed_path(rows, self.length, positions, parents)
         if isinstance(accepted, torch.Tensor):
             compact_kv(self.k_caches, self.v_caches, self.length, accepted.to(self.device))
         self._advance(n)

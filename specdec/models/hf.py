@@ -166,6 +166,7 @@ class HFTarget:
                 f"plan: HFTarget verifies chains only (supports_trees is False), got a tree of {plan.tree.num_nodes} nodes; "
                 "use a chain verifier or a lean target"
             )
+        plan.check_prefix(self.length)
         return self.forward(plan.tokens, hidden_layers=hidden_layers, view=view)
 
     def commit(self, accepted: int | torch.Tensor) -> None:

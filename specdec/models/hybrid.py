@@ -224,6 +224,7 @@ class HybridTarget(LeanTarget):
         The plan's tree was validated when it was built, so its parents go to the device path unchecked
         (no host read): a replay under CUDA graphs needs nothing from the host but the inputs.
         """
+        plan.check_prefix(self.length)
         self._check_inputs(plan.tokens, None, None, hidden_layers)
         self._check_view(view)
         return self._forward_rows(plan.tokens, None, None, plan.row_parents, tuple(hidden_layers), view)

@@ -27,7 +27,7 @@ import torch
 
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
-from specdec.models.base import check_positions, check_rows_mask, check_token_ids, tree_rows_inputs
+from specdec.models.base import check_committed_path, check_positions, check_rows_mask, check_token_ids, tree_rows_inputs
 from specdec.models.dense import DecoderLayer, DenseTarget, add_norm, compact_kv, prefix_attention_mask
 from specdec.models.graphs import StaticGraphs, pick_bucket
 from specdec.models.packed_attention import (
@@ -149,6 +149,7 @@ class RaggedDenseTarget(RequestSlots):
         self.lengths = [0] * slots
         self._last_rows = [0] * slots
         self._last_views = ["exact"] * slots
+        self._last_positions: list[torch.Tensor | None] = [None] * slots  # for commit's path check
         self._graphs: StaticGraphs | None = None
         self._buckets: tuple[int, ...] = ()
         self._span_step = 1
@@ -199,7 +200,9 @@ class RaggedDenseTarget(RequestSlots):
         Example:
             >>> from specdec.testing import tiny_target
             >>> ragged = RaggedDenseTarget(tiny_target(seed=0), slots=2)
-            >>> _ = ragged.forward([RequestRows(1, torch.tensor([[1, 2, 3]]))])
+            >>> tree = RequestRows(1, torch.tensor([[1, 2, 3]]), positions=torch.tensor([[0, 1, 1]]),
+            ...                    mask=torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool))
+            >>> _ = ragged.forward([tree])  # row 0, then two children of it
             >>> ragged.commit(1, torch.tensor([0, 2])); ragged.lengths
             [0, 2]
         """
@@ -220,6 +223,8 @@ class RaggedDenseTarget(RequestSlots):
                 raise ValueError(f"accepted: expected at most {last} rows (slot {slot}'s last forward), got {n}")
             if n and not (bool((accepted[1:] > accepted[:-1]).all()) and 0 <= int(accepted[0]) and int(accepted[-1]) < last):
                 raise ValueError(f"accepted: expected ascending rows in [0, {last}), got {accepted.tolist()}")
+            if self.device.type == "cpu":  # free there; on an accelerator a host read a round (the engine's rows are valid)
+                check_committed_path(accepted.tolist(), self.lengths[slot], self._last_positions[slot])
             keys = [k[slot : slot + 1] for k in self.k_caches]
             values = [v[slot : slot + 1] for v in self.v_caches]
             compact_kv(keys, values, self.lengths[slot], accepted)
@@ -307,6 +312,7 @@ class RaggedDenseTarget(RequestSlots):
         for req in requests:
             self._last_rows[req.slot] = req.tokens.shape[1]
             self._last_views[req.slot] = view
+            self._last_positions[req.slot] = req.positions
         return outs
 
     def _cache(self, layer: int, seg: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -698,4 +704,5 @@ class SlotTarget:
 
     def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact") -> TargetOutput:
         """The forward of a :class:`~specdec.contracts.VerifyPlan` on this slot."""
+        plan.check_prefix(self.length)
         return self.forward(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, view=view)

@@ -475,6 +475,7 @@ class HybridSlotTarget(SlotTarget):
 
     def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact") -> TargetOutput:
         """The forward of a :class:`~specdec.contracts.VerifyPlan` on this slot (its tree's parents)."""
+        plan.check_prefix(self.length)
         return self.forward(
             plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents, view=view
         )

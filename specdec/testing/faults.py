@@ -164,6 +164,7 @@ class TargetFault:
 
     def run_plan(self, plan: VerifyPlan, *, hidden_layers: Sequence[int] = (), view: str = "exact"):
         """The wrapped target's plan forward, through this fault's :meth:`forward`."""
+        plan.check_prefix(self.length)
         extra = {} if view == "exact" else {"view": view}
         return self.forward(
             plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, tree_parents=plan.row_parents, **extra
@@ -217,7 +218,7 @@ class TargetFault:
         Example:
             >>> from specdec.testing import tiny_target
             >>> fault = TargetFault(tiny_target(seed=0))
-            >>> _ = fault(torch.tensor([[1, 2, 3]])); fault.commit(torch.tensor([0, 2])); fault.length
+            >>> _ = fault(torch.tensor([[1, 2, 3]])); fault.commit(torch.tensor([0, 1])); fault.length
             2
         """
         self.target.commit(accepted)
@@ -330,7 +331,10 @@ class PositionShiftFault(TargetFault):
     """Runs the rows that decide generated positions ``>= after`` at RoPE position ``+ shift``.
 
     The shifted rows' K/V are cached at the wrong positions too, so the error persists into later
-    tokens, as with a real off-by-one position bug.
+    tokens, as with a real off-by-one position bug. The wrapped target keeps the positions it was asked
+    for as those its rows ran at, as a system whose kernel shifts them internally would, so a dense
+    target's commit check (rows at the positions of their slots) does not see the shift: the fault is for
+    the checks downstream of the target (token forcing).
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -359,9 +363,14 @@ class PositionShiftFault(TargetFault):
             True
         """
         active = self.active_rows(tokens, positions)
-        shifted = self._default_positions(tokens, positions) + self.shift * active.long()
+        asked = self._default_positions(tokens, positions)
         self._rows = tokens.shape[1]
-        return self.target(tokens, shifted, mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view)
+        out = self.target(
+            tokens, asked + self.shift * active.long(), mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view
+        )
+        if isinstance(self.target, DenseTarget):
+            self.target._last_tree = (asked, self.target._last_tree[1])
+        return out
 
 
 class StaleStateFault(TargetFault):

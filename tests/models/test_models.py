@@ -115,8 +115,37 @@ def test_commit_refuses_rows_outside_the_last_forward_or_out_of_order(rows):
     with pytest.raises(ValueError, match=r"accepted: expected ascending row indices in \[0, 3\)"):
         target.commit(torch.tensor(rows))
     assert target.length == 0
-    target.commit(torch.tensor([0, 2]))  # the scratch rows are still there to commit
+    target.commit(torch.tensor([0, 1]))  # the scratch rows are still there to commit
     assert target.length == 2
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_commit_refuses_rows_that_are_not_one_path_of_the_last_forward(tree):
+    """Siblings, or rows past a skipped one, ran at other positions or saw other rows than the slots they would fill."""
+    target = tiny_target(seed=4, max_seq_len=64)
+    target(torch.tensor([[5, 6, 7, 8]]))
+    target.commit(4)
+    if tree:  # rows 0 and 1 children of the prefix, row 2 a child of row 1
+        target(torch.tensor([[9, 10, 11]]), tree_parents=torch.tensor([-1, -1, 1]))
+        bad = [
+            (torch.tensor([0, 1]), "row 1 \\(accepted\\[1\\]\\) ran at position 4, not 5"),
+            (2, "row 1 \\(accepted\\[1\\]\\) ran at position 4, not 5"),
+            (torch.tensor([0, 2]), "row 2 \\(accepted\\[1\\]\\) has parent 1, not 0"),
+        ]
+    else:  # a chain: row 2 ran after row 1 at position 6
+        target(torch.tensor([[9, 10, 11]]))
+        bad = [
+            (torch.tensor([0, 2]), "row 2 \\(accepted\\[1\\]\\) ran at position 6, not 5"),
+            (torch.tensor([1]), "row 1 \\(accepted\\[0\\]\\) ran at position 5, not 4"),
+        ]
+    for accepted, message in bad:
+        with pytest.raises(ValueError, match="accepted: expected the rows of one root-to-node path; " + message):
+            target.commit(accepted)
+        assert target.length == 4
+    target.commit(torch.tensor([1, 2]) if tree else 3)
+    clean = tiny_target(seed=4, max_seq_len=64)
+    ref = clean(torch.tensor([[5, 6, 7, 8, 10, 11, 14]] if tree else [[5, 6, 7, 8, 9, 10, 11, 14]])).logits
+    torch.testing.assert_close(target(torch.tensor([[14]])).logits[0, -1], ref[0, -1], rtol=1e-5, atol=1e-5)
 
 
 TINY_CONFIG = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_layers=1, num_heads=4, num_kv_heads=2, head_dim=8)
@@ -336,3 +365,23 @@ def test_random_targets_without_a_device_go_where_cuda_is_or_to_the_cpu(monkeypa
     assert dense.device.type == "cpu" and hybrid.device.type == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert loading.default_device() == torch.device("cuda")
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3_5_text"])
+@pytest.mark.parametrize("layer", [1.5, True, -1, 3])
+def test_hidden_layers_must_be_int_indices(model_type, layer):
+    target = tiny_target(model_type, seed=0, max_seq_len=16, num_layers=2)
+    with pytest.raises(ValueError, match=rf"hidden_layers: expected indices in \[0, 2\], got {layer!r}"):
+        target(torch.tensor([[1, 2]]), hidden_layers=(layer,))
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3_5_text"])
+def test_a_plan_made_for_another_length_is_refused(model_type):
+    from specdec.contracts import Tree, VerifyPlan
+
+    target = tiny_target(model_type, seed=0, max_seq_len=32)
+    target(torch.tensor([[1, 2, 3]]))
+    target.commit(3)
+    stale = VerifyPlan.for_tree(torch.tensor([4]), Tree(tokens=[5, 6], parents=[-1, -1]), prefix_len=0)
+    with pytest.raises(ValueError, match=r"plan: expected prefix_len 3 \(the target's committed length\), got 0"):
+        target.run_plan(stale)

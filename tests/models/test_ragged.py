@@ -265,7 +265,8 @@ def test_commit_reset_and_truncate_touch_only_their_slot():
     ragged.commit(0, 4)
     ragged.commit(2, 2)
     before = [k.clone() for k in ragged.k_caches]
-    ragged.forward([RequestRows(0, torch.tensor([[7, 8, 9]]))])
+    fork = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)  # row 0, then two children of it
+    ragged.forward([RequestRows(0, torch.tensor([[7, 8, 9]]), positions=torch.tensor([[4, 5, 5]]), mask=fork)])
     ragged.commit(0, torch.tensor([0, 2]))
     assert ragged.lengths == [6, 0, 2]
     for k, old in zip(ragged.k_caches, before):
@@ -277,6 +278,19 @@ def test_commit_reset_and_truncate_touch_only_their_slot():
         ragged.truncate(0, 2)
     with pytest.raises(ValueError, match=r"accepted: expected 0 <= n <= 0"):
         ragged.commit(1, 1)
+
+
+def test_commit_refuses_rows_that_ran_at_other_positions_than_their_slots():
+    ragged = RaggedDenseTarget(DENSE, slots=2)
+    ragged.forward([RequestRows(1, torch.tensor([[1, 2, 3]]))])  # a chain: row 2 ran at position 2
+    with pytest.raises(
+        ValueError,
+        match=r"accepted: expected the rows of one root-to-node path; row 2 \(accepted\[1\]\) ran at position 2, not 1",
+    ):
+        ragged.commit(1, torch.tensor([0, 2]))
+    assert ragged.lengths == [0, 0]
+    ragged.slot_target(1).commit(torch.tensor([0, 1]))
+    assert ragged.lengths == [0, 2]
 
 
 def test_tree_commit_keeps_the_accepted_rows_kv():

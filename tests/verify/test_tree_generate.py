@@ -406,8 +406,15 @@ class NoCompactionTree(TreeVerifier):
             target.__dict__.pop("commit", None)
 
 
+@pytest.mark.parametrize("path_check", [True, False])
 @pytest.mark.parametrize("mutant", ["no-compaction", "flat-positions"])
-def test_mutation_equality_check_catches_a_broken_tree_verifier(mutant, monkeypatch):
+def test_mutation_equality_check_catches_a_broken_tree_verifier(mutant, path_check, monkeypatch):
+    """On the CPU the target refuses the broken commit; without that check (an accelerator target skips its host
+    read) the output differs from AR."""
+    import specdec.models.dense as dense_mod
+
+    if not path_check:
+        monkeypatch.setattr(dense_mod, "check_committed_path", lambda *a, **k: None)
     prompt = torch.tensor([[5, 17, 3, 5, 17]])
     target = target_for("llama", 0, 256)
     ar = sd.generate(target, prompt, 40)
@@ -417,9 +424,12 @@ def test_mutation_equality_check_catches_a_broken_tree_verifier(mutant, monkeypa
     else:
         verifier = TreeVerifier(budget=32)
         monkeypatch.setattr(plan_mod, "tree_positions", lambda tree, p: p + torch.arange(tree.num_nodes + 1))
-    spec = sd.generate(
-        target, prompt, 40, drafter=RankNoiseDrafter(truth, 5, 3, max_rank=2), verifier=verifier, num_draft_tokens=5
-    )
+    drafter = RankNoiseDrafter(truth, 5, 3, max_rank=2)
+    if path_check:
+        with pytest.raises(ValueError, match="accepted: expected the rows of one root-to-node path"):
+            sd.generate(target, prompt, 40, drafter=drafter, verifier=verifier, num_draft_tokens=5)
+        return
+    spec = sd.generate(target, prompt, 40, drafter=drafter, verifier=verifier, num_draft_tokens=5)
     assert not torch.equal(spec.tokens, ar.tokens)
 
 

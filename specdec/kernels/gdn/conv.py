@@ -67,6 +67,7 @@ def _check_conv(x, conv_state, weight, bias, activation):
             raise TypeError(f"{name}: expected a floating dtype, got {t.dtype}")
     if conv_state.dtype != x.dtype:  # the state columns and the new ones share one window
         raise TypeError(f"conv_state: expected the dtype of x ({x.dtype}), got {conv_state.dtype}")
+    for name, t in (("conv_state", conv_state), ("weight", weight), ("bias", bias)):
         if t is not None and t.device != x.device:
             raise ValueError(f"{name}: expected device {x.device} (the device of x), got {t.device}")
     return batched

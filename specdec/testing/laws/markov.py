@@ -157,6 +157,7 @@ class MarkovTarget:
 
     def run_plan(self, plan: VerifyPlan, *, hidden_layers=(), view="exact") -> TargetOutput:
         """The forward of a :class:`~specdec.contracts.VerifyPlan` (its rows under its mask)."""
+        plan.check_prefix(self.length)
         return self.forward(plan.tokens, plan.positions, plan.mask, hidden_layers=hidden_layers, view=view)
 
     def discard(self) -> None:

@@ -407,6 +407,9 @@ def test_bad_input_raises_clear_errors():
         gdn.tree_causal_conv(x, par, state, weight, activation="gelu")
     with pytest.raises(ValueError, match="parents: expected topological order"):
         gdn.tree_causal_conv(x, torch.tensor([0, 0, 1, 1]), state, weight)
+    for name, args in (("conv_state", (x, par, state.to("meta"), weight)), ("weight", (x, par, state, weight.to("meta")))):
+        with pytest.raises(ValueError, match=rf"{name}: expected device cpu \(the device of x\), got meta"):
+            gdn.tree_causal_conv(*args)
 
 
 def test_tree_causal_conv_takes_any_strides_and_refuses_a_state_of_another_dtype():
