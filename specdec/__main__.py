@@ -14,10 +14,13 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
+        help_asked = argv[:1] in (["-h"], ["--help"])
+        if argv and not help_asked:
+            print(f"command: expected one of {', '.join(COMMANDS)}, got {argv[0]!r}\n", file=sys.stderr)
         print("usage: python -m specdec {" + ",".join(COMMANDS) + "} [options]\n")
         for name, text in COMMANDS.items():
             print(f"  {name:10} {text}")
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+        return 0 if help_asked else 2
     command, rest = argv[0], argv[1:]
     if command == "demo":
         from specdec.demo import main as demo_main

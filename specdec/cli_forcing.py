@@ -14,11 +14,15 @@ such settings and reports the stratum's coverage.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import time
+from pathlib import Path
 
 import torch
 
 from specdec.data import HUMANEVAL_PROBLEMS
+from specdec.options import device_option
 
 DEFAULT_FAULT_BIAS = 2.0
 
@@ -42,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fault-bias",
         type=float,
-        default=DEFAULT_FAULT_BIAS,
+        default=None,
         help=f"logit bias of the injected fault (default {DEFAULT_FAULT_BIAS})",
     )
     parser.add_argument(
@@ -52,7 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         help="generated position from which the injected fault acts (default: the bucket edge; LogitBiasFault's own default, 2048, is beyond a CPU run)",
     )
     parser.add_argument("--no-eos", action="store_true", help="do not stop at EOS")
-    parser.add_argument("--json", default=None, help="write the candidate's report as JSON here")
+    parser.add_argument(
+        "--json",
+        default=None,
+        help="write the run as JSON here: settings, provenance, each system's stats and each candidate's report",
+    )
     parser.add_argument("--plot", default=None, help="save the candidate's report plot (PNG) here")
     parser.add_argument("--device", default="cpu", help="device (default cpu)")
     return parser
@@ -72,8 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--bucket-edge: expected >= 1, got {edge}")
     if args.num_prompts > HUMANEVAL_PROBLEMS:
         raise SystemExit(f"--num-prompts: expected at most {HUMANEVAL_PROBLEMS} (HumanEval's problems), got {args.num_prompts}")
-    if not args.inject_fault and (args.fault_after is not None or args.fault_bias != DEFAULT_FAULT_BIAS):
+    if not args.inject_fault and (args.fault_after is not None or args.fault_bias is not None):
         raise SystemExit("--fault-after, --fault-bias: set for the injected fault, but --inject-fault is not given")
+    fault_bias = DEFAULT_FAULT_BIAS if args.fault_bias is None else args.fault_bias
+    device_option(args.device)
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise SystemExit(f"{flag}: expected a file in an existing folder, got {path!r} (no folder {Path(path).parent})")
     fault_after = args.fault_after if args.fault_after is not None else edge
     if args.inject_fault and 0 < fault_after < edge:
         raise SystemExit(
@@ -133,9 +146,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nsequences identical to stock: {identical}/{len(prompts)}\n")
     print("candidate: n-gram speculative decoding (expected verdict: PASS)")
     print(report.table(tokenizer=tokenizer))
-    if args.json:
-        report.to_json(args.json, tokenizer=tokenizer)
-        print(f"\nreport written to {args.json}")
+    record = {
+        "provenance": _provenance(argv, args.device),
+        "settings": {
+            "num_prompts": args.num_prompts,
+            "max_new_tokens": args.max_new_tokens,
+            "num_draft_tokens": args.num_draft_tokens,
+            "bucket_edges": list(edges),
+            "chunk_size": args.chunk_size,
+            "eos": eos is not None,
+        },
+        "stock": {"system": "AR decoding", "stats": stock_stats.as_dict()},
+        "candidate": {
+            "system": "n-gram speculative decoding",
+            "stats": cand_stats.as_dict(),
+            "report": report.to_dict(tokenizer=tokenizer),
+        },
+    }
     if args.plot:
         report.plot(args.plot)
         print(f"plot written to {args.plot}")
@@ -143,17 +170,22 @@ def main(argv: list[str] | None = None) -> int:
     summary = [f"lossless candidate: {report.verdict}"]
 
     if args.inject_fault:
-        fault = LogitBiasFault(target, bias=args.fault_bias, every=7, after=fault_after)
+        fault = LogitBiasFault(target, bias=fault_bias, every=7, after=fault_after)
         fault_out, fault_stats, _ = run(fault, sd.NGramDrafter(max_ngram=3))
         fault_report = checker.check(prompts, fault_out, null=null, prompt_sets="humaneval")
         stratum = fault_report.by_bucket[f"pos >= {fault_after}"] if fault_after > 0 else fault_report.strata[0]
         print(
-            f"\nfaulty candidate: n-gram SD with a +{args.fault_bias:g} logit bias on every 7th id from generated position "
+            f"\nfaulty candidate: n-gram SD with a +{fault_bias:g} logit bias on every 7th id from generated position "
             f"{fault_after} (LogitBiasFault's default is 2048; lowered so that this {args.max_new_tokens}-token run covers it). "
             "Expected verdict: FAIL"
         )
         print(f"faulty candidate      : {fault_stats.summary()}")
         print(fault_report.table(tokenizer=tokenizer))
+        record["faulty"] = {
+            "system": f"n-gram speculative decoding, +{fault_bias:g} logit bias on every 7th id from position {fault_after}",
+            "stats": fault_stats.as_dict(),
+            "report": fault_report.to_dict(tokenizer=tokenizer),
+        }
         coverage = f"covered by {stratum.num_tokens} tokens" if stratum.covered else "NOT COVERED"
         coverage = f"its stratum {stratum.name} {coverage}"
         summary.append(f"faulty candidate: {fault_report.verdict} ({coverage})")
@@ -164,8 +196,56 @@ def main(argv: list[str] | None = None) -> int:
             )
         elif fault_report.verdict != "FAIL":
             issues.append(f"the faulty candidate's verdict is {fault_report.verdict}, expected FAIL")
-    if issues:
-        print("\nself-test: NOT OK -- " + "; ".join(issues))
-        return 1
-    print("\nself-test: OK -- " + "; ".join(summary) + ", as expected")
-    return 0
+    verdict = (
+        ("self-test: NOT OK -- " + "; ".join(issues)) if issues else ("self-test: OK -- " + "; ".join(summary) + ", as expected")
+    )
+    if args.json:
+        record["self_test"] = verdict
+        Path(args.json).write_text(json.dumps(_finite_json(record), indent=2, allow_nan=False))
+        print(f"\nrun written to {args.json}")
+    print("\n" + verdict)
+    return 1 if issues else 0
+
+
+def _provenance(argv: list[str] | None, device: str) -> dict:
+    """Where the run comes from: versions, the commit when run from a git checkout, the command, the UTC date."""
+    import datetime
+    import platform
+    import subprocess
+    import sys
+
+    import specdec
+
+    def git(*args: str) -> str | None:
+        try:
+            run = subprocess.run(
+                ["git", "-C", str(Path(specdec.__file__).parent), *args], capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return run.stdout.strip() if run.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD") or None
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {
+        "specdec": specdec.__version__,
+        "git_commit": commit,
+        "git_dirty": None if status is None else bool(status),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.processor() or platform.machine(),
+        "device": device,
+        "command": "python -m specdec forcing " + " ".join(sys.argv[2:] if argv is None else argv),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _finite_json(obj):
+    """``obj`` with non-finite floats as text (strict JSON has no such numbers)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_json(v) for v in obj]
+    return obj

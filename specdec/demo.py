@@ -9,6 +9,7 @@ import time
 import torch
 
 from specdec.data import HUMANEVAL_PROBLEMS
+from specdec.options import device_option
 
 
 def run_demo(num_prompts: int = 3, max_new_tokens: int = 96, num_draft_tokens: int = 6, device: str = "cpu") -> bool:
@@ -103,6 +104,5 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--max-new-tokens: expected >= 1, got {args.max_new_tokens}")
     if args.draft_tokens < 0:
         raise SystemExit(f"--draft-tokens: expected >= 0, got {args.draft_tokens}")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"--device: {args.device!r} asked for, but torch sees no CUDA device here")
+    device_option(args.device)
     return 0 if run_demo(args.prompts, args.max_new_tokens, args.draft_tokens, args.device) else 1

@@ -17,6 +17,7 @@ from pathlib import Path
 LAYERS: dict[str, int] = {
     "contracts": 0,
     "layers": 0,
+    "options": 0,
     "kernels": 1,
     "formats": 2,
     "models": 3,

@@ -98,8 +98,11 @@ def test_demo_and_the_command_line_refuse_bad_options_before_loading_anything(ca
         (["--prompts", "200"], "--prompts: expected 1 to 164"),
         (["--max-new-tokens", "0"], "--max-new-tokens: expected >= 1, got 0"),
         (["--draft-tokens", "-2"], "--draft-tokens: expected >= 0, got -2"),
+        (["--device", "gpu0"], r"--device: expected a torch device \(cpu, cuda or cuda:N\), got 'gpu0'"),
     ]:
         with pytest.raises(SystemExit, match=message):
             demo_main(argv)
     assert specdec_main(["--help"]) == 0 and specdec_main(["nope"]) == 2
-    assert "usage: python -m specdec {demo,forcing,pilot}" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "usage: python -m specdec {demo,forcing,pilot}" in out
+    assert err.strip() == "command: expected one of demo, forcing, pilot, got 'nope'"

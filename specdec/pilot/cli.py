@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from specdec.data import HUMANEVAL_PROBLEMS
+from specdec.options import device_option
 
 _TIMERS = ("wall", "passes")
 
@@ -123,6 +124,10 @@ def _setup(args):
     )
     stock_spec = spec.autoregressive()
     stock = build(stock_spec).target
+    try:  # the starting system: a drafter that does not fit the target fails here, not rounds later
+        build(spec, target=stock)
+    except ValueError as err:
+        raise ValueError(f"--drafter {args.drafter!r} on --target {args.target!r}: {err}") from err
     timer = target_pass_timer if args.timer == "passes" else wall_time
     gate = Gate(stock, [p.to(stock.device) for p in sealed], args.max_new_tokens, timer=timer)
     memory = Memory(args.memory or out / "memory.sqlite")
@@ -178,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--dev-prompts, --sealed-prompts: expected at most {HUMANEVAL_PROBLEMS} together (HumanEval's problems), "
             f"got {args.dev_prompts} + {args.sealed_prompts}"
         )
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"--device: {args.device!r} asked for, but torch sees no CUDA device here")
+    device_option(args.device)
     if args.threads is not None:
         if args.threads < 1:
             raise SystemExit(f"--threads: expected >= 1, got {args.threads}")

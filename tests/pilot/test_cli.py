@@ -58,6 +58,11 @@ def test_pilot_cli_rejects_bad_arguments(tmp_path):
         specdec_main(["pilot", "--drafter", "eagle", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--target"):
         specdec_main(["pilot", "--target", str(tmp_path / "missing"), "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"--device: expected a torch device \(cpu, cuda or cuda:N\), got 'foo'"):
+        specdec_main(["pilot", "--device", "foo", "--out", str(tmp_path)])
+    # a drafter that does not fit the target: refused while setting up, naming both, before any round
+    with pytest.raises(SystemExit, match=r"--drafter 'smollm2' on --target 'tiny': hidden_size"):
+        specdec_main(["pilot", "--target", "tiny", "--drafter", "smollm2", "--rounds", "1", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match=r"--dev-prompts, --sealed-prompts: expected at most 164 together"):
         specdec_main(["pilot", "--dev-prompts", "400", "--out", str(tmp_path)])
     if not torch.cuda.is_available():
