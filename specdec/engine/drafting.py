@@ -145,14 +145,28 @@ class LoopDrafter:
         self._shared = self._check(drafter) if shared else None
         self._factory = None if shared else drafter
         self.slots = slots
-        probe = self._shared
-        self.vocab_size = None if probe is None else probe.vocab_size
-        self.target_layer_ids = tuple(getattr(probe, "target_layer_ids", ()) or ())
+        # a factory's first drafter tells the vocabulary and the feature taps every later one must share
+        probe = self._shared if shared else self._check(drafter())
+        self.vocab_size = probe.vocab_size
+        self.target_layer_ids = self._taps(probe)
         self.drafters: list[Drafter | None] = [None] * slots
 
+    @staticmethod
+    def _taps(drafter: Drafter) -> tuple[int, ...]:
+        return tuple(getattr(drafter, "target_layer_ids", ()) or ())
+
     def reset(self, slot: int) -> None:
-        """Start a request in ``slot``: a fresh drafter from the factory (or the shared one), reset."""
+        """Start a request in ``slot``: a fresh drafter from the factory (or the shared one), reset.
+
+        Raises:
+            ValueError: the factory's drafter has another vocabulary or other feature taps than its first one.
+        """
         drafter = self._shared if self._factory is None else self._check(self._factory())
+        if (drafter.vocab_size, self._taps(drafter)) != (self.vocab_size, self.target_layer_ids):
+            raise ValueError(
+                f"drafter: the factory's drafters must agree on vocab_size and target_layer_ids; the first had "
+                f"{self.vocab_size} and {self.target_layer_ids}, this one {drafter.vocab_size} and {self._taps(drafter)}"
+            )
         drafter.reset()
         self.drafters[slot] = drafter
 

@@ -41,6 +41,7 @@ from specdec.contracts.host_ids import ids_tensor
 from specdec.contracts.proposal import DraftProposal, proposals_pass_conditions
 from specdec.contracts.sampling import SamplingConfig
 from specdec.drafters.model import ModelDrafter
+from specdec.drafters.ssd.drafter import SpeculativeSpeculationDrafter
 from specdec.engine.budget import AcceptanceEstimator, StepTimeTable, allocate, chain_gains
 from specdec.engine.drafting import BatchableDrafter, BatchDrafter, RequestAwareDrafter
 from specdec.engine.rounds import RoundOutcome, accept_round, check_verifier, plan_round, truncate_chain
@@ -453,16 +454,20 @@ class Engine:
                 )
         return drafter
 
+    @staticmethod
+    def _draft_model_of(drafter: Drafter | None) -> object | None:
+        """The draft model whose cache ``drafter`` keeps (a ModelDrafter's, also inside an SSD wrapper), else ``None``."""
+        while isinstance(drafter, SpeculativeSpeculationDrafter):
+            drafter = drafter.base
+        return drafter.target if isinstance(drafter, ModelDrafter) else None
+
     def _check_own_draft_model(self, drafter: Drafter) -> None:
         """A factory's model drafter must hold a draft model no live request's drafter holds: each keeps its own cache."""
-        if not isinstance(drafter, ModelDrafter):
+        model = self._draft_model_of(drafter)
+        if model is None:
             return
         for other in self._requests.values():
-            if (
-                other.status in (WAITING, RUNNING)
-                and isinstance(other.drafter, ModelDrafter)
-                and other.drafter.target is drafter.target
-            ):
+            if other.status in (WAITING, RUNNING) and self._draft_model_of(other.drafter) is model:
                 raise ValueError(
                     f"drafter: the factory gave request {other.request_id!r}'s draft model to this request too; each request's "
                     "ModelDrafter keeps its cache in its model, so each needs its own (build the model in the factory), or "
@@ -518,6 +523,9 @@ class Engine:
             bad = next((t for t in prompt if isinstance(t, bool) or not isinstance(t, numbers.Integral)), None)
             if bad is not None:
                 raise TypeError(f"prompt: expected integer token ids, got {bad!r} ({type(bad).__name__})")
+            out = next((int(t) for t in prompt if not 0 <= int(t) < target.vocab_size), None)
+            if out is not None:
+                raise ValueError(f"prompt: expected token ids in [0, {target.vocab_size}), got {out}")
             prompt = torch.tensor([int(t) for t in prompt], dtype=torch.long, device=target.device)
         if not isinstance(prompt, torch.Tensor) or prompt.ndim != 1 or prompt.dtype != torch.long:
             desc = f"{prompt.dtype} {tuple(prompt.shape)}" if isinstance(prompt, torch.Tensor) else type(prompt).__name__
@@ -645,23 +653,30 @@ class Engine:
         state = self._get(request_id)
         if state.status == WAITING:
             self._waiting.remove(request_id)
+            state.status = CANCELLED
         elif state.status == RUNNING:
-            self._release(state)
-        else:
-            return
-        state.status = CANCELLED
+            hook_error = self._release(state, CANCELLED)
+            if hook_error is not None:  # cancelled all the same; the caller hears of the hook's error
+                raise hook_error
 
-    def _release(self, state: RequestState) -> None:
+    def _release(self, state: RequestState, status: str) -> Exception | None:
+        """Take a running request out of the batch with its final ``status``, then run its drafter's end-of-request
+        hooks; returns the error a hook raised (the request has left the batch and its slot is free either way)."""
         slot = state.slot
         self._running.remove(state.request_id)
         self.target.reset(slot)
         self._free_slots.append(slot)
         state.slot = None
         state.prefill_hidden = []
-        if self._request_aware:
-            self._batch_drafter.end_request(slot, state.buf[: state.scanned])
-        if isinstance(state.drafter, FinishingDrafter):
-            state.drafter.finish()
+        state.status = status
+        try:
+            if self._request_aware:
+                self._batch_drafter.end_request(slot, state.buf[: state.scanned])
+            if isinstance(state.drafter, FinishingDrafter):
+                state.drafter.finish()
+        except Exception as err:
+            return err
+        return None
 
     @property
     def has_work(self) -> bool:
@@ -678,21 +693,27 @@ class Engine:
         """Ids of the queued requests, first come first."""
         return tuple(self._waiting)
 
-    def _admit(self) -> list[RequestState]:
+    def _admit(self, failures: list[tuple[RequestState, Exception]]) -> list[RequestState]:
+        """Waiting requests into free slots; one whose drafter fails to start fails alone (into ``failures``)."""
         joined = []
         while self._waiting and self._free_slots and len(self._running) < self.max_batch:
             state = self._requests[self._waiting.popleft()]
             self._free_slots.sort()
             state.slot = self._free_slots.pop(0)
             state.status = RUNNING
-            self.target.reset(state.slot)
-            if self._batch_drafter is not None:
-                self._batch_drafter.reset(state.slot)
-                if self._request_aware:
-                    self._batch_drafter.begin_request(state.slot, **state.drafter_request)
-            else:
-                state.drafter.reset()
             self._running.append(state.request_id)
+            self.target.reset(state.slot)
+            try:
+                if self._batch_drafter is not None:
+                    self._batch_drafter.reset(state.slot)
+                    if self._request_aware:
+                        self._batch_drafter.begin_request(state.slot, **state.drafter_request)
+                else:
+                    state.drafter.reset()
+            except Exception as err:
+                self._fail(state, err)
+                failures.append((state, err))
+                continue
             joined.append(state)
         return joined
 
@@ -963,8 +984,9 @@ class Engine:
         new = state.buf[state.scanned : stop].clone() if appended is None else ids_tensor(appended[: stop - state.scanned])
         state.scanned = stop
         if end is not None or state.length - plen >= state.max_new_tokens:
-            self._release(state)
-            state.status = FINISHED
+            hook_error = self._release(state, FINISHED)
+            if hook_error is not None:  # the step fails the request with it
+                raise hook_error
         return new
 
     @torch.no_grad()
@@ -993,9 +1015,9 @@ class Engine:
             {0: 1, 1: 1}
         """
         step_start = time.perf_counter()
-        self._admit()
-        states = [self._requests[rid] for rid in self._running]
         failures: list[tuple[RequestState, Exception]] = []
+        self._admit(failures)
+        states = [self._requests[rid] for rid in self._running]
         proposed = []
         drafting = [state for state in states if state.prefilled == state.prompt.numel()]
         prefilling = [state for state in states if state.prefilled < state.prompt.numel()]
@@ -1280,10 +1302,13 @@ class Engine:
         )
 
     def _fail(self, state: RequestState, err: Exception) -> None:
-        if state.slot is not None:
-            self._release(state)
-        state.status = FAILED
         state.error = err
+        if state.slot is None:
+            state.status = FAILED
+            return
+        hook_error = self._release(state, FAILED)
+        if hook_error is not None:
+            err.add_note(f"and then its drafter's end-of-request hook raised {type(hook_error).__name__}: {hook_error}")
 
     def run(self) -> dict[Hashable, torch.Tensor]:
         """Step until no request is waiting or running; returns every finished request's tokens by id.

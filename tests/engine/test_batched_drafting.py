@@ -340,3 +340,25 @@ def test_generate_with_a_draft_model_shorter_than_the_request_stays_lossless():
         out = sd.generate(TARGET, prompt, 30, drafter=drafter)
     assert torch.equal(out.tokens, sd.generate(TARGET, prompt, 30).tokens)
     assert sum(n * c for n, c in enumerate(out.stats.accepted_histogram)) > 0  # it drafted before the cache filled
+
+
+def test_a_loop_drafter_from_a_factory_reports_its_drafters_taps_and_vocabulary():
+    from specdec.drafters import NGramDrafter
+    from specdec.drafters.block import DFlashDrafter
+    from specdec.drafters.block.fixtures import fixture_config, random_block_model
+    from specdec.testing import tiny_target
+
+    target = tiny_target(seed=0, max_seq_len=64)
+    model = random_block_model(
+        fixture_config("DFlashDraftModel", target, num_layers=2, target_layer_ids=[0, 1], block_size=5), target, seed=3
+    )
+    loop = LoopDrafter(lambda: DFlashDrafter(model, target), slots=2)
+    assert loop.target_layer_ids == DFlashDrafter(model, target).target_layer_ids and loop.vocab_size == target.vocab_size
+
+    class OtherVocab(NGramDrafter):
+        vocab_size = 98
+
+    made = iter([NGramDrafter(), OtherVocab()])
+    mixed = LoopDrafter(lambda: next(made), slots=2)
+    with pytest.raises(ValueError, match=r"drafter: the factory's drafters must agree on vocab_size and target_layer_ids"):
+        mixed.reset(0)

@@ -454,3 +454,77 @@ def test_a_request_that_fills_its_slot_exactly_runs_and_one_token_more_is_refuse
     out = engine.run()[request]
     TARGET.reset()
     assert torch.equal(out, sd.generate(TARGET, prompt[None], SEQ - 4).tokens[0])
+
+
+class ResetFails(NGramDrafter):
+    def reset(self):
+        raise RuntimeError("reset failed")
+
+
+class FinishFails(NGramDrafter):
+    """Like SSD when its pre-draft job raised: ``finish()`` raises the job's error."""
+
+    def finish(self):
+        raise RuntimeError("pre-draft job failed")
+
+
+class ProposeAndFinishFail(FinishFails):
+    def propose(self, context, max_tokens, **kwargs):
+        raise ValueError("drafter bug")
+
+
+def test_a_drafter_that_fails_to_start_fails_its_request_alone_and_frees_its_slot():
+    made = iter([NGramDrafter(max_ngram=2), ResetFails(), *[NGramDrafter(max_ngram=2) for _ in range(2)]])
+    engine = Engine(TARGET, lambda: next(made), max_batch=2)
+    prompt = prompts_of([5], seed=3)[0]
+    a = engine.add_request(prompt, max_new_tokens=8)
+    engine.step()
+    b = engine.add_request(prompts_of([4], seed=4)[0], max_new_tokens=8)
+    with pytest.raises(RequestFailed, match="request 1 failed: RuntimeError: reset failed") as info:
+        engine.step()
+    assert a in info.value.emitted  # the companion's round ran
+    assert engine.status(b) == "failed" and engine.request(b).slot is None and engine.running == (a,)
+    c, d = (engine.add_request(prompts_of([3], seed=s)[0], max_new_tokens=4) for s in (5, 6))
+    outputs = engine.run()  # the failed request's slot serves the next ones
+    assert set(outputs) == {a, c, d} and torch.equal(outputs[a], alone(prompt, "ngram", "chain", max_new_tokens=8))
+
+
+def test_a_drafter_hook_that_raises_at_cancel_still_cancels_the_request():
+    engine = Engine(TARGET, lambda: FinishFails(max_ngram=2), max_batch=2)
+    a = engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=20)
+    b = engine.add_request(torch.tensor([4, 5, 6]), max_new_tokens=20)
+    engine.step()
+    with pytest.raises(RuntimeError, match="pre-draft job failed"):
+        engine.cancel(a)
+    assert engine.status(a) == "cancelled" and engine.running == (b,) and engine.request(a).slot is None
+    engine.cancel(a)  # already cancelled: nothing to do
+    assert engine.pop(a).numel() == 1
+
+
+def test_a_failing_request_whose_hook_also_raises_fails_alone():
+    made = iter([ProposeAndFinishFail(max_ngram=2), NGramDrafter(max_ngram=2)])
+    engine = Engine(TARGET, lambda: next(made), max_batch=2)
+    a = engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=20)
+    b = engine.add_request(torch.tensor([4, 5, 6]), max_new_tokens=6)
+    engine.step()  # the prefills
+    with pytest.raises(RequestFailed, match="request 0 failed: ValueError: drafter bug") as info:
+        engine.step()
+    assert "end-of-request hook raised RuntimeError: pre-draft job failed" in "".join(info.value.error.__notes__)
+    assert engine.status(a) == "failed" and engine.running == (b,) and b in info.value.emitted
+    assert torch.equal(engine.run()[b], alone(torch.tensor([4, 5, 6]), "ngram", "chain", max_new_tokens=6))
+
+
+def test_a_factory_that_shares_one_draft_model_is_refused_inside_an_ssd_drafter_too():
+    from specdec.drafters import SpeculativeSpeculationDrafter
+
+    shared = tiny_target(seed=1, max_seq_len=SEQ)
+    engine = Engine(TARGET, lambda: SpeculativeSpeculationDrafter(ModelDrafter(shared)), max_batch=2)
+    engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=4)
+    with pytest.raises(ValueError, match="drafter: the factory gave request 0's draft model to this request too"):
+        engine.add_request(torch.tensor([4, 5]), max_new_tokens=4)
+
+
+def test_a_prompt_id_past_int64_is_named():
+    engine = Engine(TARGET, NGramDrafter(), max_batch=1)
+    with pytest.raises(ValueError, match=rf"prompt: expected token ids in \[0, {VOCAB}\), got {2**63}"):
+        engine.add_request([1, 2**63], max_new_tokens=2)

@@ -12,14 +12,14 @@ from specdec.engine import Engine
 from specdec.testing import HeldJobTransport, tiny_target
 
 TARGET = tiny_target(seed=0, max_seq_len=96)
-DRAFT_MODEL = tiny_target(seed=0, max_seq_len=96)
 
 
 def test_a_request_that_ends_leaves_no_predraft_in_flight():
     made = []
 
     def factory():
-        made.append(SpeculativeSpeculationDrafter(ModelDrafter(DRAFT_MODEL), fan_out=4, transport=HeldJobTransport()))
+        draft_model = tiny_target(seed=0, max_seq_len=96)  # its own: a ModelDrafter keeps its cache in its model
+        made.append(SpeculativeSpeculationDrafter(ModelDrafter(draft_model), fan_out=4, transport=HeldJobTransport()))
         return made[-1]
 
     engine = Engine(TARGET, factory, max_batch=2, num_draft_tokens=3)
