@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             "the run would never reach the fault, and its stratum would not be covered"
         )
 
+    provenance = _provenance(argv, args.device)  # read before the run: the code that runs it
     import specdec as sd
     from specdec import data
     from specdec.forcing import TokenForcingChecker
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     print("candidate: n-gram speculative decoding (expected verdict: PASS)")
     print(report.table(tokenizer=tokenizer))
     record = {
-        "provenance": _provenance(argv, args.device),
+        "provenance": provenance,
         "settings": {
             "num_prompts": args.num_prompts,
             "max_new_tokens": args.max_new_tokens,
