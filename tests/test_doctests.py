@@ -13,6 +13,7 @@ An example that cannot run here (it needs a real checkpoint or a GPU-sized model
 
 import doctest
 import importlib
+import inspect
 import pkgutil
 import re
 
@@ -68,3 +69,40 @@ def test_a_wrong_example_fails(monkeypatch):
     monkeypatch.setattr(markov.MarkovLaw.key, "__doc__", doc.replace("((1, 4), (0, 4), (2, 3))", "((1, 4), (0, 4), (3, 2))"))
     results, report = run_examples("specdec.testing.laws.markov")
     assert results.failed == 1 and "(3, 2)" in report
+
+
+PUBLIC_PACKAGES = [
+    "specdec",
+    "specdec.contracts",
+    "specdec.models",
+    "specdec.verify",
+    "specdec.drafters",
+    "specdec.engine",
+    "specdec.forcing",
+    "specdec.formats",
+    "specdec.kernels",
+    "specdec.testing",
+    "specdec.train",
+    "specdec.pilot",
+]
+
+
+def names_without_example(packages: list[str]) -> list[str]:
+    """``package.name`` of every class or function in a package's ``__all__`` whose docstring has no ``>>>`` example."""
+    missing = []
+    for package in packages:
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and ">>>" not in (inspect.getdoc(obj) or ""):
+                missing.append(f"{package}.{name}")
+    return missing
+
+
+def test_every_public_class_and_function_has_an_example(monkeypatch):
+    assert names_without_example(PUBLIC_PACKAGES) == []
+    # the check sees a docstring that loses its example
+    from specdec.verify import ChainVerifier
+
+    monkeypatch.setattr(ChainVerifier, "__doc__", "Chain verification.")
+    assert names_without_example(["specdec.verify"]) == ["specdec.verify.ChainVerifier"]

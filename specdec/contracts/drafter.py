@@ -32,6 +32,11 @@ class Drafter(Protocol):
     layers for the ``r`` context rows committed since its previous call (the whole prompt at the first
     call, then the previous root and the accepted drafts), taken from the verify pass itself, so no
     extra target pass runs. The newest context token (the root) has no features yet.
+
+    Example:
+        >>> from specdec.drafters import NGramDrafter
+        >>> isinstance(NGramDrafter(), Drafter), isinstance(object(), Drafter)   # runtime-checkable
+        (True, False)
     """
 
     vocab_size: int | None

@@ -104,7 +104,15 @@ def _check_tensor(name: str, value, *, ndim: int, floating: bool) -> torch.Tenso
 
 
 def validate_proposal(proposal: DraftProposal, *, vocab_size: int) -> None:
-    """See :meth:`DraftProposal.validate`; the function form serves verifiers that take any proposal."""
+    """See :meth:`DraftProposal.validate`; the function form serves verifiers that take any proposal.
+
+    Example:
+        >>> validate_proposal(DraftProposal(torch.tensor([3, 5])), vocab_size=100)   # well formed: returns None
+        >>> validate_proposal(DraftProposal(torch.tensor([3]), draft_probs=torch.ones(1, 4)), vocab_size=4)
+        Traceback (most recent call last):
+        ...
+        ValueError: proposal.draft_probs: expected each row to sum to 1 (within 0.001), got row 0 summing to 4
+    """
     checks = proposal_checks(proposal, vocab_size=vocab_size)
     if not checks:
         return

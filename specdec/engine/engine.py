@@ -91,6 +91,11 @@ class RequestFailed(RuntimeError):
         error: the exception it raised (also this exception's ``__cause__``).
         emitted: the step's ``{request_id: [m] int64}`` new tokens of the other requests.
         failures: ``[(request_id, error)]`` of every request that failed in the step, in step order.
+
+    Example:
+        >>> err = RequestFailed("a", ValueError("bad proposal"), emitted={})
+        >>> str(err), err.failures
+        ("request 'a' failed: ValueError: bad proposal", [('a', ValueError('bad proposal'))])
     """
 
     def __init__(self, request_id: Hashable, error: Exception, emitted: dict, failures: list | None = None):
@@ -126,6 +131,14 @@ class RequestState:
             :class:`~specdec.verify.TwoLevelVerifier`, whose rounds read it there); ``length`` of it are filled.
         host_buf: ``buf``'s NumPy view when the engine decides greedy rounds on the host (it reads and writes
             single ids through it, without a tensor op); else ``None``.
+
+    Example:
+        >>> from specdec.drafters import NGramDrafter
+        >>> from specdec.testing import tiny_target
+        >>> engine = Engine(tiny_target(seed=0), NGramDrafter(), max_batch=1)
+        >>> rid = engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=4); _ = engine.run()
+        >>> state = engine.request(rid); state.status, state.tokens.shape
+        ('finished', torch.Size([4]))
     """
 
     request_id: Hashable

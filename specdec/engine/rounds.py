@@ -38,6 +38,11 @@ class RoundOutcome:
         emitted: ``[n + 1]`` int64, the accepted draft tokens then the bonus token.
         num_accepted: ``n``.
         commit: what the target's commit keeps: a row count (chain) or ``[n + 1]`` ascending rows (tree).
+
+    Example:
+        >>> out = RoundOutcome(emitted=torch.tensor([4, 5, 9]), num_accepted=2, commit=3)   # a chain round
+        >>> out.emitted[: out.num_accepted].tolist(), int(out.emitted[-1])                   # accepted drafts, bonus
+        ([4, 5], 9)
     """
 
     emitted: torch.Tensor

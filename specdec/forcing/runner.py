@@ -38,6 +38,12 @@ class ForcedPositions:
         stock_argmax: ``[n]`` int64, the stock target's argmax at each position.
         margin: ``[n]`` float32, ``max(logits) - logits[emitted]`` (``>= 0``).
         mismatch: ``[n]`` bool, ``margin > 0``: the emitted token is not a stock argmax.
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> forced = teacher_force(tiny_target(seed=0), torch.tensor([1, 2, 3]), torch.tensor([5, 6]))
+        >>> forced.stock_argmax.shape, forced.mismatch.tolist(), torch.equal(forced.mismatch, forced.margin > 0)
+        (torch.Size([2]), [True, True], True)
     """
 
     stock_argmax: torch.Tensor

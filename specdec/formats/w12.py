@@ -773,7 +773,14 @@ def decode_tiles(w: W12Tensor, *, mode: str = "exact", config: W12KernelConfig |
 
 @dataclass(frozen=True)
 class TensorReport:
-    """Conversion result for one weight tensor."""
+    """Conversion result for one weight tensor.
+
+    Example::
+
+        >>> report = convert(nn.Sequential(nn.Linear(16, 8, bias=False)).to(torch.bfloat16))
+        >>> report.tensors["0.weight"].shape, report.tensors["0.weight"].num_escapes
+        ((8, 16), 0)
+    """
 
     shape: tuple[int, int]
     escape_fraction: float
@@ -787,6 +794,12 @@ class ConversionReport:
 
     ``tensors`` holds the converted weights; ``skipped`` maps every ``nn.Linear`` weight left as it
     was to the reason (``"matches skip entry 'lm_head'"``, ``"already a W12Tensor"``).
+
+    Example::
+
+        >>> report = convert(nn.Sequential(nn.Linear(16, 8, bias=False), nn.Linear(8, 4)).to(torch.bfloat16), skip=("1",))
+        >>> list(report.tensors), report.skipped
+        (['0.weight'], {'1.weight': "matches skip entry '1'"})
     """
 
     tensors: dict[str, TensorReport]
@@ -1008,7 +1021,15 @@ def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, tor
 
     Raises ``ValueError`` when the file's W12 entries are in another plane layout than
     :data:`W12_LAYOUT` (naming both), or a plane has the wrong dtype, shape or escape offsets.
-    Example: see :func:`save_file`.
+
+    Example (see also :func:`save_file`)::
+
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     save_file({"w": W12Tensor.from_bf16(torch.ones(2, 8, dtype=torch.bfloat16)), "b": torch.zeros(2)}, f"{tmp}/w.st")
+        ...     state = load_file(f"{tmp}/w.st")
+        >>> type(state["w"]).__name__, state["b"].tolist()
+        ('W12Tensor', [0.0, 0.0])
     """
     from safetensors import safe_open
 
@@ -1058,6 +1079,16 @@ def load_into(module: nn.Module, path: str) -> None:
 
     Plain entries are copied into the existing parameters and persistent buffers (the names of
     ``module.state_dict()``; ``strict`` names, shapes and dtypes).
+
+    Example::
+
+        >>> import tempfile
+        >>> src, dst = (nn.Sequential(nn.Linear(16, 8, bias=False)).to(torch.bfloat16) for _ in range(2))
+        >>> _ = convert(src)
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     save_file(src, f"{tmp}/m.safetensors"); load_into(dst, f"{tmp}/m.safetensors")
+        >>> isinstance(dst[0].weight, W12Tensor), torch.equal(dst[0].weight.to_bf16(), src[0].weight.to_bf16())
+        (True, True)
     """
     state = load_file(path, device=next(module.parameters()).device)
     own = module.state_dict(keep_vars=True)

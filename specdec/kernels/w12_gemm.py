@@ -81,6 +81,15 @@ class W12KernelConfig:
 
     ``split_k`` is the number of K slices (1 = no split); the others are Triton meta-parameters.
     ``block_k`` must be a multiple of 32 (8 weights per nibble word, and at least 16 for ``tl.dot``).
+
+    Example::
+
+        >>> W12KernelConfig(block_m=32, split_k=4).block_k
+        128
+        >>> W12KernelConfig(block_n=48)
+        Traceback (most recent call last):
+        ...
+        ValueError: config.block_n: expected a power of two >= 16, got 48
     """
 
     block_m: int = 16

@@ -534,7 +534,16 @@ def build_hybrid_target(
     max_seq_len: int,
     **kwargs: Any,
 ) -> HybridTarget:
-    """Allocate a :class:`HybridTarget` and copy HF-named weights (either layout) into it."""
+    """Allocate a :class:`HybridTarget` and copy HF-named weights (either layout) into it.
+
+    Example:
+        >>> from specdec.testing import tiny_hf_model
+        >>> hf = tiny_hf_model("qwen3_5_text", seed=0)
+        >>> target = build_hybrid_target(HybridConfig.from_hf(hf.config), hf.state_dict(), hf_config=hf.config,
+        ...                              dtype=torch.float32, device="cpu", max_seq_len=64)
+        >>> type(target).__name__, target(torch.tensor([[1, 2, 3]])).logits.shape
+        ('HybridTarget', torch.Size([1, 3, 97]))
+    """
     inv_freq, scaling = cfg.rope_inv_freq(hf_config)
     target = HybridTarget(
         cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype, device=device, **kwargs
@@ -557,6 +566,13 @@ def random_hybrid_target(
 
     Matrices ``N(0, 1 / fan_in)``, embeddings ``N(0, 1)``, (1 + w) norms 0, gated norms 1,
     ``A_log = log U(1, 16)`` and ``dt_bias = 1`` (transformers' init).
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> cfg = tiny_target("qwen3_5_text", seed=0).config
+        >>> target = random_hybrid_target(cfg, dtype=torch.float32, device="cpu", max_seq_len=64)
+        >>> target(torch.tensor([[1, 2, 3]])).logits.shape
+        torch.Size([1, 3, 97])
     """
     device = default_device() if device is None else device
     target = HybridTarget(cfg, max_seq_len=max_seq_len, dtype=dtype, device=device, **kwargs)

@@ -59,14 +59,30 @@ def build_target(
     device: torch.device | str,
     max_seq_len: int,
 ) -> DenseTarget:
-    """Allocate a :class:`DenseTarget` and copy HF-named weights into it (converted to ``dtype``)."""
+    """Allocate a :class:`DenseTarget` and copy HF-named weights into it (converted to ``dtype``).
+
+    Example:
+        >>> from specdec.testing import tiny_hf_model
+        >>> hf, ids = tiny_hf_model("qwen3", seed=0), torch.tensor([[1, 2, 3]])
+        >>> cfg = TargetConfig.from_hf(hf.config)
+        >>> target = build_target(cfg, hf.state_dict(), dtype=torch.float32, device="cpu", max_seq_len=64)
+        >>> torch.allclose(target(ids).logits, hf(ids).logits, atol=1e-4)
+        True
+    """
     target = empty_target(cfg, hf_config=hf_config, dtype=dtype, device=device, max_seq_len=max_seq_len)
     load_weights(target, _hf_to_runtime(cfg, hf_state), tied=cfg.tie_word_embeddings)
     return target
 
 
 def empty_target(cfg: TargetConfig, *, hf_config: Any = None, dtype: torch.dtype, device, max_seq_len: int) -> DenseTarget:
-    """A :class:`DenseTarget` whose weights are allocated on ``device`` but not initialised (no fp32 detour)."""
+    """A :class:`DenseTarget` whose weights are allocated on ``device`` but not initialised (no fp32 detour).
+
+    Example:
+        >>> from specdec.testing import tiny_target
+        >>> target = empty_target(tiny_target(seed=0).config, dtype=torch.float32, device="cpu", max_seq_len=64)
+        >>> target.embed.weight.shape, target.length, target.max_seq_len
+        (torch.Size([97, 32]), 0, 64)
+    """
     inv_freq, scaling = cfg.rope_inv_freq(hf_config)
     target = DenseTarget(cfg, max_seq_len=max_seq_len, inv_freq=inv_freq, attention_scaling=scaling, dtype=dtype, device="meta")
     target = target.to_empty(device=device)
@@ -331,6 +347,13 @@ def save_hf_checkpoint(hf_model: Any, folder: str | os.PathLike, *, dtype: torch
     """Write an HF model's config and weights as a plain safetensors checkpoint folder.
 
     Used to cache a dequantised GGUF so later loads take a second instead of a conversion.
+
+    Example:
+        >>> import tempfile
+        >>> from specdec.testing import tiny_hf_model
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     sorted(p.name for p in save_hf_checkpoint(tiny_hf_model("qwen3", seed=0), tmp).iterdir())
+        ['config.json', 'model.safetensors']
     """
     from safetensors.torch import save_file
 

@@ -135,7 +135,10 @@ def use_skinny_linears(module: nn.Module) -> int:
     """Swap the weight of every ``nn.Linear`` of ``module`` with a bf16 weight for a :class:`SkinnyLinearWeight` of the
     same tensor (no copy; one already swapped, or not bf16, is left as it is); returns how many were swapped.
 
-    Example: see the module docstring.
+    Example (see also the module docstring):
+        >>> model = nn.Sequential(nn.Linear(8, 8).to(torch.bfloat16), nn.Linear(8, 4))   # the float32 one stays
+        >>> use_skinny_linears(model), use_skinny_linears(model)                          # the second finds none left
+        (1, 0)
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module: expected an nn.Module, got {type(module).__name__}")

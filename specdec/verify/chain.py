@@ -43,6 +43,11 @@ class ChainLaws:
         accept_probs: ``[k]`` probability of accepting ``d_i`` given ``d_1..d_{i-1}`` were accepted.
         residual_probs: ``[k, V]`` law of the replacement token when ``d_i`` is rejected.
         bonus_probs: ``[V]`` law of the token after ``d_k`` when every draft is accepted.
+
+    Example:
+        >>> laws = chain_laws(torch.tensor([[0.5, 0.5], [0.2, 0.8]]), torch.tensor([0]), torch.tensor([[1.0, 0.0]]))
+        >>> laws.accept_probs, laws.residual_probs, laws.bonus_probs
+        (tensor([0.5000]), tensor([[0., 1.]]), tensor([0.2000, 0.8000]))
     """
 
     accept_probs: torch.Tensor

@@ -123,6 +123,12 @@ class TwoLevelRound:
         subtree: T2 below the Q next token (``None`` in a one-level round).
         tree: the tree the exact pass checked (T1 in a one-level round, else C, c*, T2).
         num_accepted: accepted draft tokens of the exact walk.
+
+    Example:
+        >>> r = TwoLevelRound(two_level=False, draft_tree=None, chain=None, subtree=None,
+        ...                   tree=Tree(tokens=[5, 6], parents=[-1, 0]), num_accepted=1)   # a one-level round
+        >>> r.two_level, r.tree.num_nodes, r.num_accepted
+        (False, 2, 1)
     """
 
     two_level: bool

@@ -25,6 +25,11 @@ class TreeWalk:
             ``target.commit`` keeps).
         emitted: ``[n + 1]`` int64: the ``n`` accepted node tokens, then the bonus token.
         num_accepted: ``n`` as a host int.
+
+    Example:
+        >>> walk = match_walk(Tree(tokens=[7, 8], parents=[-1, 0]), torch.tensor([7, 3, 5]))   # 7 matches, 3 does not
+        >>> walk.rows.tolist(), walk.emitted.tolist(), walk.num_accepted
+        ([0, 1], [7, 3], 1)
     """
 
     rows: torch.Tensor

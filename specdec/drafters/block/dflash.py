@@ -100,6 +100,16 @@ class DFlash2Drafter(BlockDrafter):
     With ``tree_budget`` set, the proposal carries a best-first tree whose child log-probs are the
     selector's ``log_softmax(score / T)`` given the path (T = 1 when greedy), capped at ``max_tokens``
     nodes; ``tokens`` is its first root-to-leaf path.
+
+    Example:
+        >>> from specdec import SamplingConfig
+        >>> from specdec.drafters.block import fixture_config, random_block_model
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> model = random_block_model(fixture_config("DFlash2DraftModel", target), target)
+        >>> drafter = DFlash2Drafter(model, target, tree_budget=6)    # proposes a best-first tree of at most 6 nodes
+        >>> drafter.propose(torch.tensor([5]), 6, sampling=SamplingConfig(), generator=None).tree.num_nodes
+        6
     """
 
     architectures = (DFLASH2,)

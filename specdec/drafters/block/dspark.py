@@ -72,6 +72,16 @@ class DSparkDrafter(BlockDrafter):
         confidence_temperatures: ``[max_draft_tokens]`` per-position temperatures of the confidence
             logits (:func:`specdec.drafters.block.calibration.sequential_temperature_scaling`); ``None`` = 1.
             ``from_pretrained`` reads them from ``confidence_calibration.json`` when the folder has one.
+
+    Example:
+        >>> from specdec import SamplingConfig
+        >>> from specdec.drafters.block import fixture_config, random_block_model
+        >>> from specdec.testing import tiny_target
+        >>> target = tiny_target(seed=0)
+        >>> drafter = DSparkDrafter(random_block_model(fixture_config("Qwen3DSparkModel", target), target), target)
+        >>> out = drafter.propose(torch.tensor([5]), 4, sampling=SamplingConfig(), generator=None)
+        >>> out.tokens.shape, drafter.last_confidence.shape      # one confidence per drafted position
+        (torch.Size([4]), torch.Size([4]))
     """
 
     architectures = (DSPARK,)

@@ -42,6 +42,12 @@ class TreeMeta:
             path whose node that leaf's program emits. Every node is emitted by exactly one leaf
             program: the leaf reached by following first children down from the node.
         batched (bool): whether ``parents`` had a batch dimension.
+
+    Example::
+
+        >>> m = build_tree_meta(torch.tensor([-1, 0, 0]))
+        >>> m.batch_size, m.num_nodes, m.batched, m.ancestors[0, 2].tolist()   # node 2: itself and its parent 0
+        (1, 3, False, [1, 0, 1])
     """
 
     parents: torch.Tensor

@@ -349,6 +349,12 @@ def tree_round(
     The tree may depend on the context (e.g. the top-k children of a draft law) but not on the
     target's draws. Each verify row's logits go through the prefix-dependent settings with its own
     prefix (the context, then its root-to-node path), as the tree verifier processes them.
+
+    Example:
+        >>> uniform, s = (lambda ctx: torch.zeros(2)), SamplingConfig(temperature=1.0)
+        >>> round_law = tree_round(uniform, lambda ctx: Tree(tokens=[0], parents=[-1]), sampling=s)
+        >>> sorted(round_law((0,)).items())   # draft 0 accepted half the time, then a uniform bonus
+        [((0, 0), 0.25), ((0, 1), 0.25), ((1,), 0.5)]
     """
 
     def round_law(context: tuple[int, ...]) -> Law:
