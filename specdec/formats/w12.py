@@ -43,6 +43,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -888,9 +889,9 @@ def convert(
             if sub.weight.dtype != torch.bfloat16:
                 wrong_dtype.append(f"{pname} ({sub.weight.dtype})")
             linears.append((name, pname, sub))
-    unused = [entry for entry in skip if not any(reason == f"matches skip entry {entry!r}" for reason in skipped.values())]
+    linear_names = [name for name, sub in module.named_modules() if isinstance(sub, nn.Linear)]
+    unused = [entry for entry in skip if not any(name == entry or name.endswith("." + entry) for name in linear_names)]
     if unused:
-        linear_names = [name for name, sub in module.named_modules() if isinstance(sub, nn.Linear)]
         raise ValueError(
             f"skip: entries {unused} match no nn.Linear of module (a name or the end of one after a '.'); "
             f"its linears: {linear_names[:8]}{' ...' if len(linear_names) > 8 else ''}"
@@ -907,7 +908,11 @@ def convert(
         raise ValueError(f"module: expected at least one nn.Linear to convert, found none{found}")
 
     planned: list[tuple[str, nn.Linear, W12Tensor]] = []
+    encoded: dict[int, W12Tensor] = {}  # a weight tied between linears is encoded once and stays tied
     for name, pname, sub in linears:
+        if id(sub.weight) in encoded:
+            planned.append((pname, sub, encoded[id(sub.weight)]))
+            continue
         weight = sub.weight.detach().to(torch.bfloat16)
         # The planes are a fresh copy, so a strided weight converts as well as a contiguous one.
         w12 = W12Tensor.from_bf16(weight.contiguous(), linear_backend=linear_backend)
@@ -918,14 +923,16 @@ def convert(
                 f"raise the bound or pass skip=({name!r},)"
             )
         planned.append((pname, sub, w12))
+        encoded[id(sub.weight)] = w12
     if dtype is not None:
         with torch.no_grad():
             for param in module.parameters():
                 if param.is_floating_point() and param.dtype != dtype and not isinstance(param, W12Tensor):
                     param.data = param.data.to(dtype)
     tensors = {}
+    params: dict[int, nn.Parameter] = {}
     for pname, sub, w12 in planned:
-        sub.weight = nn.Parameter(w12, requires_grad=False)
+        sub.weight = params.setdefault(id(w12), nn.Parameter(w12, requires_grad=False))
         tensors[pname] = TensorReport(tuple(w12.shape), w12.escape_fraction, w12.bits_per_weight, w12.num_escapes)
     report = ConversionReport(tensors, skipped)
     logger.info("convert: %d linear weights to W12 (%s)", len(tensors), ", ".join(tensors))
@@ -1062,6 +1069,13 @@ def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, tor
                 f"{name}: expected the zero code in the padding columns {shape[1]}..{inner[0].shape[1] - 1} (w12_shapes "
                 f"says K={shape[1]}), found weights there: the planes hold a wider weight"
             )
+        bad = ((inner[2] < 1) | (inner[2] > MAX_BASE)).nonzero()
+        if bad.numel():
+            row = int(bad[0])
+            raise ValueError(
+                f"{name}: expected row bases in [1, {MAX_BASE}] (the encoder writes no other), got {int(inner[2][row])} at "
+                f"row {row}: the base plane is corrupt"
+            )
         out[name] = W12Tensor(*inner, tuple(shape), *linear.get(name, ()))
     leftover = [n for n in flat if _W12_SUFFIX in n]
     if leftover:
@@ -1090,7 +1104,12 @@ def load_into(module: nn.Module, path: str) -> None:
         >>> isinstance(dst[0].weight, W12Tensor), torch.equal(dst[0].weight.to_bf16(), src[0].weight.to_bf16())
         (True, True)
     """
-    state = load_file(path, device=next(module.parameters()).device)
+    held = next(itertools.chain(module.parameters(), module.buffers()), None)
+    if held is None:
+        raise ValueError(
+            f"module: expected a module with parameters or buffers to load into, got an empty {type(module).__name__}"
+        )
+    state = load_file(path, device=held.device)
     own = module.state_dict(keep_vars=True)
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))

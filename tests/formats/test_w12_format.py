@@ -586,3 +586,51 @@ def test_load_file_refuses_a_shape_narrower_than_the_weights_it_holds(tmp_path):
     narrow = W12Tensor.from_bf16(w[:, :15].contiguous())  # its own padding column holds the zero code: loads
     save_file({"w": narrow}, path)
     assert torch.equal(load_file(path)["w"].to_bf16(), w[:, :15])
+
+
+def test_a_weight_tied_between_linears_is_encoded_once_and_stays_tied(tmp_path):
+    from safetensors import safe_open
+
+    model = nn.ModuleDict({"a": nn.Linear(64, 32, bias=False), "b": nn.Linear(64, 32, bias=False)}).to(torch.bfloat16)
+    model["b"].weight = model["a"].weight
+    report = convert(model, linear_backend="torch")
+    assert model["b"].weight is model["a"].weight and set(report.tensors) == {"a.weight", "b.weight"}
+    path = str(tmp_path / "tied.safetensors")
+    save_file(model, path)
+    with safe_open(path, "pt") as f:
+        assert sorted(f.keys()) == sorted(f"a.weight.__w12__.{inner}" for inner in W12Tensor._INNER)
+
+
+def test_two_skip_entries_naming_one_linear_are_both_used():
+    model = nn.ModuleDict({"model": nn.ModuleDict({"lm_head": nn.Linear(16, 8), "proj": nn.Linear(16, 8)})})
+    report = convert(model.to(torch.bfloat16), skip=("model.lm_head", "lm_head"), linear_backend="torch")
+    assert set(report.skipped) == {"model.lm_head.weight"} and isinstance(model["model"]["proj"].weight, W12Tensor)
+
+
+def test_load_file_refuses_a_base_outside_the_encoders_range(tmp_path):
+    from safetensors.torch import load_file as raw_load
+    from safetensors.torch import save_file as raw_save
+
+    path = str(tmp_path / "w.safetensors")
+    save_file({"w": W12Tensor.from_bf16(torch.randn(2, 16).to(torch.bfloat16))}, path)
+    from safetensors import safe_open
+
+    with safe_open(path, "pt") as f:
+        metadata = f.metadata()
+    for bad in (0, 240, 255):
+        planes = raw_load(path)
+        planes["w.__w12__.base"][1] = bad
+        raw_save(planes, path, metadata=metadata)
+        with pytest.raises(
+            ValueError, match=rf"w: expected row bases in \[1, 239\] \(the encoder writes no other\), got {bad} at row 1"
+        ):
+            load_file(path)
+
+
+def test_load_into_a_module_without_parameters_or_buffers_is_refused(tmp_path):
+    path = str(tmp_path / "w.safetensors")
+    save_file({"w": torch.zeros(2)}, path)
+    with pytest.raises(
+        ValueError, match="module: expected a module with parameters or buffers to load into, got an empty Identity"
+    ):
+        load_into(nn.Identity(), path)
