@@ -151,8 +151,8 @@ class ModelDrafter:
         if fits < max_tokens:
             self._warn_full(context.numel(), max_tokens)
             max_tokens = max(fits, 0)
-            if fits < 1:  # not even the context fits: no draft, the cache stays as it is
-                return DraftProposal(tokens=context.new_zeros(0))
+        if fits < 1:  # not even the context fits (a round of 0 drafts too): no draft, the cache stays as it is
+            return DraftProposal(tokens=context.new_zeros(0))
         keep = self._common_prefix(context)
         try:
             self.target.truncate(keep)

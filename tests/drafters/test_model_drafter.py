@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -61,3 +63,17 @@ def test_a_hybrid_draft_model_that_cannot_roll_back_reads_the_context_again():
     with pytest.warns(UserWarning, match=r"ModelDrafter: the draft model cannot roll back to \d+ tokens .*state_slots"):
         spec = sd.generate(target, prompt, 30, drafter=drafter, num_draft_tokens=12)
     assert torch.equal(spec.tokens, sd.generate(target, prompt, 30).tokens)
+
+
+@pytest.mark.parametrize("max_new_tokens", [6, 7, 8])
+def test_a_draft_model_shorter_than_the_target_ends_its_requests_without_error(max_new_tokens):
+    """generate asks for 0 drafts in a request's last round; a context one past the draft cache then drafts nothing."""
+    target = tiny_target(seed=0, max_seq_len=64)
+    prompt = torch.tensor([[1, 2, 3]])
+    drafter = ModelDrafter(tiny_target(seed=1, max_seq_len=8))
+    drafter.reset()
+    assert drafter.propose(torch.arange(1, 10), 0, sampling=GREEDY, generator=None).num_tokens == 0  # 9 = 8 + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the drafts that no longer fit are announced once
+        spec = sd.generate(target, prompt, max_new_tokens, drafter=drafter, num_draft_tokens=3)
+    assert torch.equal(spec.tokens, sd.generate(target, prompt, max_new_tokens).tokens)

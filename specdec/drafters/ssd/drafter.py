@@ -14,6 +14,7 @@ target samples.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -174,6 +175,9 @@ class SpeculativeSpeculationDrafter:
         self.base = base
         self.vocab_size = base.vocab_size
         self.fan_out = fan_out
+        # each request starts from the policy as given: what it learned from earlier requests would move which
+        # outcomes are pre-drafted, hence hits and misses and the draws of a seeded request's generator
+        self._fan_out_start = copy.deepcopy(fan_out)
         self.backup = backup
         self.transform = transform
         self.predictor = predictor if predictor is not None else OutcomePredictor()
@@ -194,7 +198,9 @@ class SpeculativeSpeculationDrafter:
         self._round = 0
 
     def reset(self) -> None:
-        """Start a request: finish any pre-draft in flight, drop the cache, reset the base (stats keep counting).
+        """Start a request: finish any pre-draft in flight, drop the cache, reset the base and the fan-out policy to
+        its state at construction (stats keep counting), so that a seeded request's tokens do not depend on the
+        requests before it.
 
         Example:
             >>> from specdec.drafters import ModelDrafter
@@ -206,6 +212,7 @@ class SpeculativeSpeculationDrafter:
         self._pending = None
         self._round = 0
         self.cache.replace({})
+        self.fan_out = copy.deepcopy(self._fan_out_start)
         self.base.reset()
 
     def finish(self) -> None:

@@ -161,3 +161,25 @@ def test_default_transport_is_inline_and_the_side_stream_needs_cuda():
     stream.reset()
     with pytest.raises(ValueError, match="transport: 'stream' needs a CUDA context"):
         stream.propose(torch.tensor([1, 2]), 2, sampling=SamplingConfig(), generator=None)
+
+
+def test_a_seeded_request_gives_the_same_tokens_whatever_ran_before_it():
+    """The fan-out policy learns within a request; reset() starts each request from the policy as given."""
+    import specdec as sd
+    from specdec.drafters import ModelDrafter, SpeculativeSpeculationDrafter
+    from specdec.drafters.ssd import GeometricFanOut
+    from specdec.testing import tiny_target
+
+    target = tiny_target(seed=0, max_seq_len=256)
+    prompt, other = torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[9, 8, 7, 9, 8, 7, 9, 8]])
+    kw = dict(temperature=1.0, seed=123, num_draft_tokens=4)
+
+    def fresh():
+        return SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0, max_seq_len=256)), fan_out=GeometricFanOut(4))
+
+    alone = sd.generate(target, prompt, 48, drafter=fresh(), **kw).tokens
+    drafter = fresh()
+    for _ in range(3):
+        sd.generate(target, other, 48, drafter=drafter, **kw)
+    assert drafter.fan_out.acceptance_estimator.accepted > 0  # it learned within those requests
+    assert torch.equal(sd.generate(target, prompt, 48, drafter=drafter, **kw).tokens, alone)
