@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -103,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     import specdec as sd
     from specdec import data
     from specdec.forcing import TokenForcingChecker
+    from specdec.forcing.report import finite_json
     from specdec.testing.faults import LogitBiasFault
 
     print("specdec forcing: SmolLM2-135M-Instruct, HumanEval prompts, float32, greedy")
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         record["self_test"] = verdict
-        Path(args.json).write_text(json.dumps(_finite_json(record), indent=2, allow_nan=False))
+        Path(args.json).write_text(json.dumps(finite_json(record), indent=2, allow_nan=False))
         print(f"\nrun written to {args.json}")
     print("\n" + verdict)
     return 1 if issues else 0
@@ -239,14 +239,3 @@ def _provenance(argv: list[str] | None, device: str) -> dict:
         "command": "python -m specdec forcing " + " ".join(sys.argv[2:] if argv is None else argv),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
-
-
-def _finite_json(obj):
-    """``obj`` with non-finite floats as text (strict JSON has no such numbers)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {k: _finite_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite_json(v) for v in obj]
-    return obj

@@ -263,7 +263,7 @@ class ForcingReport:
 
     def to_json(self, path: str | Path | None = None, *, max_listed: int = 1000, tokenizer=None) -> str:
         """The report as JSON text; written to ``path`` too when given."""
-        d = _finite(self.to_dict(max_listed=max_listed, tokenizer=tokenizer))
+        d = finite_json(self.to_dict(max_listed=max_listed, tokenizer=tokenizer))
         text = json.dumps(d, indent=2, default=_json_default, allow_nan=False)
         if path is not None:
             Path(path).write_text(text)
@@ -377,18 +377,23 @@ def _event_dict(event: MarginEvent, tokenizer) -> dict[str, Any]:
     return d
 
 
-def _finite(obj):
-    """``obj`` with every non-finite float written as text (``"inf"``, ``"nan"``): strict JSON has no such numbers."""
+def finite_json(obj):
+    """``obj`` (dicts, lists, tuples, scalars) with every non-finite float as text: strict JSON has no such numbers.
+
+    Example:
+        >>> finite_json({"margin": float("inf"), "rates": (0.5, float("nan"))})
+        {'margin': 'inf', 'rates': [0.5, 'nan']}
+    """
     if isinstance(obj, float) and not math.isfinite(obj):
         return str(obj)
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [finite_json(v) for v in obj]
     return obj
 
 
 def _json_default(obj):
     if isinstance(obj, torch.Tensor):
-        return _finite(obj.tolist())
+        return finite_json(obj.tolist())
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
