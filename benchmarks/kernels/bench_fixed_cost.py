@@ -142,7 +142,8 @@ def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, war
     w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
     w12 = W12Tensor.from_bf16(w)
     w_q = w12.q_view()
-    copies = weight_copies(2 * n * k, args.l2_bytes, args.l2_factor)
+    # sized by the fewest bytes a kernel reads, so every kernel's copies span at least l2_factor x the L2
+    copies = weight_copies(min(weight_bytes(kind, n, k, w12) for kind in args.kernels), args.l2_bytes, args.l2_factor)
     calls = kernel_calls(ops, w, w12, copies, args.kernels)
     rows = []
     for m in ms:

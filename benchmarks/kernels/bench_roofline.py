@@ -1344,7 +1344,29 @@ def main(argv: list[str] | None = None) -> int:
         rows=rows,
     )
     report(args.out, result, prov, plot, summary_lines)
-    return 0 if checks_passed else 1
+    failed = failed_kernels(rows)
+    for line in failed:
+        print(f"FAILED {line}")
+    return 0 if checks_passed and not failed else 1
+
+
+def failed_kernels(rows: list[dict]) -> list[str]:
+    """``"kind shape M: why"`` of every kernel whose product was off or that raised (a row keeps the others' times).
+
+    Example:
+        >>> failed_kernels([dict(model="qwen3-8b", linear="o", M=1, cuda_q_check="FAILED", cuda_q_err=0.5, cublas_bf16_s=1e-5)])
+        ['cuda_q qwen3-8b o M=1: product off the float32 reference by 0.5']
+    """
+    out = []
+    for row in rows:
+        for key, value in row.items():
+            if key.endswith("_check") and value == "FAILED":
+                kind = key.removesuffix("_check")
+                where = f"{row.get('model')} {row.get('linear')} M={row.get('M')}"
+                out.append(f"{kind} {where}: product off the float32 reference by {row.get(f'{kind}_err')}")
+            elif key.endswith("_error"):
+                out.append(f"{key.removesuffix('_error')} {row.get('model')} {row.get('linear')} M={row.get('M')}: {value}")
+    return out
 
 
 if __name__ == "__main__":

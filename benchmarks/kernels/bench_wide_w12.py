@@ -199,7 +199,8 @@ def time_case(ops, model: str, lname: str, n: int, k: int, ms, args, gen, device
     w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
     w12 = W12Tensor.from_bf16(w)
     w_q = w12.q_view()
-    copies = weight_copies(2 * n * k, args.l2_bytes, args.l2_factor)
+    # sized by the fewest bytes a kernel reads, so every kernel's copies span at least l2_factor x the L2
+    copies = weight_copies(min(weight_bytes(kind, n, k, w12) for kind in args.kernels), args.l2_bytes, args.l2_factor)
     calls = calls_of(ops, w, w12, copies)
     rows = []
     for m in ms:

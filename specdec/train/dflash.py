@@ -739,6 +739,12 @@ def train_drafter(
     """
     if not isinstance(config, TrainingConfig):
         raise TypeError(f"config: expected a TrainingConfig, got {type(config).__name__}")
+    rows = config.position_weights().numel()
+    if rows != config.block_size - 1:  # a config of another drafter (DSpark's weighs block_size rows)
+        raise TypeError(
+            f"config: expected a DFlash TrainingConfig (loss weights for block_size - 1 = {config.block_size - 1} rows), "
+            f"got a {type(config).__name__} weighing {rows}; train_dspark trains a DSparkTrainingConfig"
+        )
     model = init_drafter(target, config)
     layer_ids = model.cfg.target_layer_ids
     if data is None:

@@ -130,3 +130,15 @@ def test_kernels_are_timed_in_the_order_named(tmp_path):
         rows = json.loads(out.read_text())["shapes"]
         first = rows[0]
         assert [r["kind"] for r in rows if (r["linear"], r["M"]) == (first["linear"], first["M"])] == order
+
+
+def test_every_kernels_cold_copies_span_the_l2_factor_even_the_smallest_format():
+    """The copies are sized by the fewest bytes a kernel reads (the Q view's), not by bf16's."""
+    from argparse import Namespace
+
+    n, k, l2 = 40, 256, 20_000
+    args = Namespace(kernels=bench_fixed_cost.DEFAULT_KERNELS, l2_bytes=l2, l2_factor=3.0, calls=2, reps=2, read_floor=False)
+    gen = torch.Generator().manual_seed(0)
+    rows = bench_fixed_cost.time_shape(n, k, [1], args, gen, torch.device("cpu"), ops, warm=False)
+    assert {r["kind"] for r in rows} == set(args.kernels) and min(r["weight_bytes"] for r in rows) < 2 * n * k
+    assert all(r["copies"] < 64 and r["copies"] * r["weight_bytes"] >= 3.0 * l2 for r in rows)

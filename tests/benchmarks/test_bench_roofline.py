@@ -68,6 +68,23 @@ def test_a_wrong_decoded_weight_fails_the_run(tmp_path, monkeypatch):
     assert result["decode_checks"][0]["w12_first_mismatches"] == [[2, 0]]
 
 
+def test_a_product_off_the_reference_fails_the_run_though_the_decode_is_exact(tmp_path, monkeypatch, capsys):
+    exact = ops.q_gemm_small_m
+
+    def off_on_dense_x(x, ae, base):
+        y = exact(x, ae, base)
+        return y * 1.5 if bool(((x != 0).sum(dim=1) > 1).all()) else y  # the timed products, not the one-hot checks
+
+    monkeypatch.setattr(ops, "q_gemm_small_m", off_on_dense_x)
+    out = tmp_path / "roofline.json"
+    assert bench_roofline.main(["--smoke", "--out", str(out)]) == 1
+    result = json.loads(out.read_text())
+    assert result["decode_checks_passed"]
+    failed = bench_roofline.failed_kernels(result["rows"])
+    assert failed and all("product off the float32 reference" in line for line in failed)
+    assert f"FAILED {failed[0]}" in capsys.readouterr().out
+
+
 def test_ar_step_smoke_compares_the_bf16_and_w12_targets(tmp_path):
     out = tmp_path / "ar_step.json"
     assert bench_roofline.main(["--smoke", "--ar-step", "--out", str(out)]) == 0

@@ -57,6 +57,21 @@ def test_a_changed_result_changes_the_doc(tmp_path):
     assert rendered != doc
 
 
+def test_a_kernel_that_failed_its_check_in_the_run_is_an_error_not_a_missing_row(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(tables.RESULTS, results)
+    path = results / tables.ROOFLINE_RUN
+    data = json.loads(path.read_text())
+    row = next(r for r in data["rows"] if r["M"] <= 8)
+    kind = next(k.removesuffix("_vs_cublas_bf16") for k in row if k.startswith("cuda_q") and k.endswith("_vs_cublas_bf16"))
+    for key in [k for k in row if k.startswith(kind + "_")]:
+        del row[key]
+    row[f"{kind}_check"] = "FAILED"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"{kind} failed its check or raised at M = {row['M']}"):
+        tables.cuda_roofline(tables.Results(results))
+
+
 def test_text_outside_the_markers_is_kept():
     text = "Above.\n<!-- table: tree-real -->\nold\n<!-- /table -->\nBelow, with | pipes |.\n"
     rendered = tables.render(text)

@@ -221,6 +221,10 @@ def test_config_that_does_not_fit_the_target_raises(target, prompts):
         train_drafter(target, [torch.tensor([1, 2]), torch.tensor([1, VOCAB])], TrainingConfig(steps=1), progress=False)
     with pytest.raises(TypeError, match="config"):
         train_drafter(target, prompts, {"steps": 1}, progress=False)
+    from specdec.train.dspark import DSparkTrainingConfig
+
+    with pytest.raises(TypeError, match=r"config: expected a DFlash TrainingConfig .* got a DSparkTrainingConfig weighing 4"):
+        train_drafter(target, prompts, DSparkTrainingConfig(steps=1, block_size=4), progress=False)
 
 
 def test_position_weights_and_default_layers():
