@@ -215,6 +215,66 @@ def test_runners_state_their_time_and_run_modules_within_one_call(runner):
     assert sum(caps) <= LIMIT_S - 30, f"{rel(runner)}: caps {caps} exceed one {LIMIT_S}-s call"
 
 
+def runner_flags(text: str) -> list[tuple[str, str]]:
+    """``(module, --flag)`` of every option a runner passes to a ``python3 -m benchmarks...`` command (continued
+    lines joined; up to the command's first redirection, pipe or separator).
+
+    Example:
+        >>> runner_flags('timeout 5 python3 -m benchmarks.a --x 1 \\\n  --y-z "$OUT/f" > "$LOGS/l" 2>&1\n')
+        [('benchmarks.a', '--x'), ('benchmarks.a', '--y-z')]
+    """
+    flags = []
+    for line in text.replace("\\\n", " ").splitlines():
+        found = re.search(r"python3? -m (benchmarks(?:\.\w+)+)(.*)", line)
+        if found and not line.lstrip().startswith("#"):
+            command = re.split(r"\s(?:\d?>|\||&&|;)", found[2])[0]
+            flags += [(found[1], flag) for flag in re.findall(r"(?<!\S)(--[a-z][\w-]*)", command)]
+    return flags
+
+
+class _Parsed(Exception):
+    pass
+
+
+def module_options(module: str, monkeypatch) -> set[str]:
+    """The option strings of a benchmark module's argument parser: its ``main`` runs up to its parse, no further."""
+    import argparse
+    import inspect
+    import sys
+
+    seen: set[str] = set()
+
+    def record(self, args=None, namespace=None):
+        seen.update(self._option_string_actions)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", record)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", record)
+    main = importlib.import_module(module).main
+    monkeypatch.setattr(sys, "argv", [module])
+    with pytest.raises(_Parsed):
+        main([]) if inspect.signature(main).parameters else main()
+    return seen
+
+
+@pytest.mark.parametrize("runner", RUNNERS, ids=rel)
+def test_every_option_a_runner_passes_is_one_its_module_takes(runner, monkeypatch):
+    """A misspelt or removed option would fail the GPU call at its first command; this finds it on the CPU."""
+    wanted: dict[str, set[str]] = {}
+    for module, flag in runner_flags(runner.read_text()):
+        wanted.setdefault(module, set()).add(flag)
+    for module, flags in wanted.items():
+        unknown = flags - module_options(module, monkeypatch)
+        assert not unknown, f"{rel(runner)}: {module} takes no option {sorted(unknown)}"
+
+
+def test_an_option_a_module_does_not_take_is_found(monkeypatch):
+    text = "timeout 5 python3 -m benchmarks.kernels.bench_wide_w12 --checks-only --no-such-flag 3 > log 2>&1\n"
+    wanted = {flag for _, flag in runner_flags(text)}
+    assert wanted == {"--checks-only", "--no-such-flag"}
+    assert wanted - module_options("benchmarks.kernels.bench_wide_w12", monkeypatch) == {"--no-such-flag"}
+
+
 def test_report_writes_the_json_and_the_plot_and_prints_provenance(tmp_path, capsys):
     from benchmarks.common import provenance, report
 
