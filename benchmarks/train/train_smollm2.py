@@ -314,7 +314,7 @@ def main() -> int:
             )  # warm-up
             runs[name] = dict(drafter=fast, k=k, verifier=sd.TreeVerifier(budget) if budget else None)
     if device == "cuda":  # every row bucket with and without the drafter's feature layers, before any timed run
-        warm_graphs(target, eval_ids[0], DEFAULT_BUCKETS, hidden_layers=((), tuple(drafter.target_layer_ids)))
+        warm_graphs(target, eval_ids[0][None], DEFAULT_BUCKETS, hidden_layers=((), tuple(drafter.target_layer_ids)))
     for name, kw in runs.items():
         results[name], _ = run_config(target, eval_ids, n, eos, ar_tokens=ar_out, **kw)
         log(f"{name}: {results[name]['tokens_per_target_pass']:.2f} tok/pass")
