@@ -3,6 +3,8 @@ too), the switch that routes 17-128 rows to the wide ops, and the library loader
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -369,7 +371,7 @@ def test_split_k_w12_plan_examples():
         launch_plan("w12_v4", 1, 4096, 4096, 0)
 
 
-def test_split_k_workspace_is_made_once_per_device_and_size_and_zeroed():
+def test_split_k_workspace_is_made_once_per_device_size_and_layout_and_zeroed():
     from specdec.kernels.cuda import ops
 
     cpu = torch.device("cpu")
@@ -378,6 +380,15 @@ def test_split_k_workspace_is_made_once_per_device_and_size_and_zeroed():
     first[0] = 5  # a launch leaves its counters zero; the cache hands the same tensor back untouched
     assert ops.split_k_workspace(cpu, 1030) is first
     assert ops.split_k_workspace(cpu, 1034) is not first
+    # one size, two layouts (the row blocks' counters, then the partials): two workspaces, so neither one's partials
+    # land on the other's counters (specdec_w12_v10_plan(1, 51200, 5120) and specdec_bf16_v2_plan(10, 3, 27648) both
+    # ask for 138,496 bytes, with 3,328 and 256 bytes of counters)
+    w12_32b = ops.split_k_workspace(cpu, 138_496, layout=(51200, 4, 2, 40, 264, 82944, 138496, 1))
+    bf16_odd = ops.split_k_workspace(cpu, 138_496, layout=(3, 4, 54, 216, 1, 98944, 138496, 1))
+    assert (
+        w12_32b is not bf16_odd
+        and ops.split_k_workspace(cpu, 138_496, layout=(51200, 4, 2, 40, 264, 82944, 138496, 1)) is w12_32b
+    )
     with pytest.raises(ValueError, match="nbytes: expected a positive workspace size, got 0"):
         ops.split_k_workspace(cpu, 0)
     first[0] = 0
@@ -434,7 +445,8 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel(monkeypatch):
         assert calls[2] == ("stage groups", 2)  # $SPECDEC_ROW_STAGE_GROUPS unset: up to two, where the call takes them
         *given, ws_ptr, ws_bytes, stream = calls[3][1:]
         assert tuple(given) == args and (ws_bytes, stream) == (nbytes, "s")
-        assert ws_ptr.value == (ops.split_k_workspace(cpu, nbytes).data_ptr() if nbytes else None)
+        layout = (72, 0, 0, 0, 0, 0, nbytes, 0)  # N, then the plan (only its workspace bytes set here)
+        assert ws_ptr.value == (ops.split_k_workspace(cpu, nbytes, layout=layout).data_ptr() if nbytes else None)
     # launched programmatically (inside a captured graph): the launch code reaches the library
     monkeypatch.setattr(ops, "gemm_launch_code", lambda: 1)
     calls.clear()
@@ -1008,3 +1020,30 @@ def test_natural_order_fragment_decode_rule():
     assert int((~kept).sum()) == w12.num_escapes >= 3
     assert torch.equal(got[kept], want[kept])
     assert bool(((got[~kept] & 0x7FFF) == 0).all())  # an escaped slot decodes to a signed zero
+
+
+def test_launchers_keep_what_they_set_per_device():
+    """Kernel attributes are per device: a launcher that remembered 'set' once per process would leave a second GPU of
+    the process without its shared-memory size (every launch there refused). Host-side state is PerDevice."""
+    from specdec.kernels.cuda.build import SOURCE
+
+    host_statics = re.findall(
+        r"^[ \t]+static (?!constexpr|__shared__|TensorMapEncodeTiled|PerDevice<)(\w[\w<>, ]*) (\w+)", SOURCE.read_text(), re.M
+    )
+    assert host_statics == [("int", "cached")], host_statics  # sm_count's cache is indexed by device already
+
+
+def test_a_row_tile_plan_reports_the_shared_memory_of_the_stage_groups_it_launches():
+    from specdec.kernels.cuda import ops
+
+    lib = _library_or_skip()
+    assert ops.rows_stage_groups("q", 8, 6144, 4096, 132, 2) == 2  # the 8B qkv at 8 tokens takes two groups
+    try:
+        lib.specdec_set_row_stage_groups(1)
+        one = ops.launch_plan("q_v4", 8, 6144, 4096, 132)["shared_bytes"]
+        lib.specdec_set_row_stage_groups(2)
+        two = ops.launch_plan("q_v4", 8, 6144, 4096, 132)["shared_bytes"]
+    finally:
+        lib.specdec_set_row_stage_groups(ops.row_stage_groups())
+    # the second group's four consumer warps each sum [16 rows][8 tokens] fp32 in shared memory
+    assert two - one == 4 * 16 * 8 * 4

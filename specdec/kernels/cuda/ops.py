@@ -307,17 +307,20 @@ def _bf16_max_rows(x: object) -> int:
     return max_tokens("bf16", width) if width > 0 else MAX_TOKENS
 
 
-_WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
+_WORKSPACES: dict[tuple, torch.Tensor] = {}
 
 
-def split_k_workspace(device: torch.device, nbytes: int, *, op: str = "split_k_workspace") -> torch.Tensor:
+def split_k_workspace(device: torch.device, nbytes: int, *, op: str = "split_k_workspace", layout: tuple = ()) -> torch.Tensor:
     """The workspace of the kernels with K split over independent CTAs, ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
 
     Those kernels are W12 ``SPECDEC_W12_CUDA_VARIANT`` v4 to v7, Q ``SPECDEC_Q_CUDA_VARIANT`` v2 and bf16
     ``SPECDEC_BF16_CUDA_VARIANT`` v2; each takes the
-    bytes its plan asks for. One tensor per (device, size), zeroed once when it is made and kept for the life of the
-    process (a CUDA graph that captured a launch keeps using its address). The kernels leave their counters zero
-    after every launch, so no launch clears it. Launches sharing a workspace must not run concurrently: the ops run
+    bytes its plan asks for. One tensor per (device, size, ``layout``), zeroed once when it is made and kept for the
+    life of the process (a CUDA graph that captured a launch keeps using its address). The kernels leave their
+    counters zero after every launch, so no launch clears it; but a workspace holds its row blocks' counters first and
+    the partials after them, so two plans of one size with other counts of row blocks must not share one (the partials
+    of one would land on the counters of the other): ``layout`` names what sets the split (the launches pass N and their
+    plan). Launches sharing a workspace must not run concurrently: the ops run
     on ``torch.cuda.current_stream()``, one launch after another. Raises RuntimeError naming ``op`` when the
     workspace would be made during CUDA graph capture (call the op once on that shape before capturing),
     ValueError for ``nbytes < 1``.
@@ -330,7 +333,7 @@ def split_k_workspace(device: torch.device, nbytes: int, *, op: str = "split_k_w
     if nbytes < 1:
         raise ValueError(f"nbytes: expected a positive workspace size, got {nbytes}")
     index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else -1)
-    key = (index, nbytes)
+    key = (index, nbytes, tuple(layout))
     ws = _WORKSPACES.get(key)
     if ws is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -357,7 +360,8 @@ def _launch_split_k(lib, what: str, plan_of, run, args: tuple, m: int, n: int, k
     plan = (ctypes.c_longlong * 7)()
     _raise_on_failure(lib, plan_of(m, n, k, 0, plan), f"{what} plan")
     nbytes = plan[5]
-    ws_ptr = _ptr(split_k_workspace(device, nbytes, op=what)) if nbytes else ctypes.c_void_p(None)
+    layout = (n, *plan)  # the row blocks (hence the counters before the partials) follow from N and the plan
+    ws_ptr = _ptr(split_k_workspace(device, nbytes, op=what, layout=layout)) if nbytes else ctypes.c_void_p(None)
     lib.specdec_set_programmatic_launch(gemm_launch_code())  # read by the tensor-map kernels only
     lib.specdec_set_row_stage_groups(row_stage_groups())
     return run(*args, ws_ptr, nbytes, stream)

@@ -2193,6 +2193,21 @@ int fail(const char* what, cudaError_t err) {
   return 1;
 }
 
+// Kernel attributes (dynamic shared memory, cluster sizes) are set per device: what a launcher has set is kept per
+// device, so a process that uses several GPUs sets them on each. here() is the current device's entry (a throwaway
+// one, reset each call, when the device is unknown or past kMaxDevices).
+constexpr int kMaxDevices = 64;
+template <typename T>
+struct PerDevice {
+  T value[kMaxDevices] = {};
+  T scratch{};
+  T& here() {
+    int dev = -1;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return scratch = T{};
+    return value[dev];
+  }
+};
+
 int sm_count() {
   static int cached[64] = {0};
   int dev = 0;
@@ -2277,7 +2292,8 @@ Params w12_params(const void* x, const void* ae, const void* nib, const void* ba
 
 template <int KIND, bool VEC16>
 int launch(Params p, cudaStream_t stream) {
-  static bool attr_set = false;  // first call happens before any graph capture (warm-up)
+  static PerDevice<bool> attr_once;
+  bool& attr_set = attr_once.here();  // the first call on a device happens before any graph capture (warm-up)
   if (!attr_set) {
     cudaError_t e = cudaFuncSetAttribute(skinny_gemm_kernel<KIND, VEC16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kXBytesHard);
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
@@ -2295,7 +2311,8 @@ int launch(Params p, cudaStream_t stream) {
 
 template <bool VEC16>
 int launch_stream(Params p, cudaStream_t stream) {
-  static int max_splits = 0;  // set on the first call, before any graph capture (warm-up)
+  static PerDevice<int> max_splits_of;
+  int& max_splits = max_splits_of.here();  // set on the first call on a device, before any graph capture (warm-up)
   if (max_splits == 0) {
     cudaError_t e = cudaFuncSetAttribute(w12_stream_kernel<VEC16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          kStreamXSliceMax + kStreamSmemFixed + 4096);
@@ -2318,7 +2335,8 @@ int launch_stream(Params p, cudaStream_t stream) {
 
 template <bool VEC16>
 int launch_split(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  static bool attr_set = false;  // first call happens before any graph capture (warm-up)
+  static PerDevice<bool> attr_once;
+  bool& attr_set = attr_once.here();  // the first call on a device happens before any graph capture (warm-up)
   if (!attr_set) {
     cudaError_t e = cudaFuncSetAttribute(w12_split_kernel<VEC16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          kStreamXSliceMax + kStreamSmemFixed + 4096);
@@ -2360,11 +2378,11 @@ int prepare_ring_launch(Kernel kernel, bool& attr_set, int pipeline, const Param
 
 template <int PRODUCER_WARPS>
 int launch_bulk(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  static bool attr_set = false;
+  static PerDevice<bool> attr_once;
   Plan pl{};
   float* partials = nullptr;
   unsigned int* counters = nullptr;
-  if (int rc = prepare_ring_launch(w12_bulk_kernel<PRODUCER_WARPS>, attr_set, PRODUCER_WARPS, p, workspace, workspace_bytes, &pl,
+  if (int rc = prepare_ring_launch(w12_bulk_kernel<PRODUCER_WARPS>, attr_once.here(), PRODUCER_WARPS, p, workspace, workspace_bytes, &pl,
                                    &partials, &counters))
     return rc;
   p.rt_per_cta = pl.rt_per_cta;
@@ -2485,7 +2503,7 @@ constexpr bool runs_stream_k() {
 // tma_gemm_kernel<KIND, TOK> (STREAM_K: tma_stream_k_kernel<KIND, TOK>, runs_stream_k) on p (M <= TOK).
 template <int KIND, int TOK, bool STREAM_K = false>
 int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  static bool attr_set[2] = {false, false};  // split-K kernel, persistent kernel
+  static PerDevice<bool> attr_once[2];  // split-K kernel, persistent kernel
   Plan pl{};
   float* partials = nullptr;
   unsigned int* counters = nullptr;
@@ -2498,7 +2516,7 @@ int launch_tma_tokens(Params p, void* workspace, long long workspace_bytes, cuda
     persistent = stream_k_pays(p.M, p.N, p.K, sms, pipeline);
     if (persistent) kernel = tma_stream_k_kernel<KIND, TOK>;
   }
-  if (int rc = prepare_ring_launch(kernel, attr_set[persistent ? 1 : 0], pipeline, p, workspace, workspace_bytes, &pl, &partials,
+  if (int rc = prepare_ring_launch(kernel, attr_once[persistent ? 1 : 0].here(), pipeline, p, workspace, workspace_bytes, &pl, &partials,
                                    &counters, TOK, persistent))
     return rc;
   CUtensorMap ae_map, nib_map, x_map;
@@ -2591,10 +2609,11 @@ int set_rows_attributes(Kernel kernel) {
 template <int KIND, int TOK>
 int launch_rows_tokens(Params p, cudaStream_t stream) {
   constexpr bool kTwoGroups = KIND == kQ && TOK == kMaxTokens;
-  static bool attr_set = false;
+  static PerDevice<bool> attr_once;
+  bool& attr_set = attr_once.here();
   auto one_group = tma_rows_kernel<KIND, TOK>;
   auto two_groups = tma_rows_kernel<KIND, TOK, kTwoGroups ? 2 : 1>;
-  if (!attr_set) {  // once per process, before any graph capture (the warm-up's call)
+  if (!attr_set) {  // once per device, before any graph capture (the warm-up's call)
     if (int rc = set_rows_attributes<KIND, TOK>(one_group)) return rc;
     if constexpr (kTwoGroups) {
       if (int rc = set_rows_attributes<KIND, TOK, 2>(two_groups)) return rc;
@@ -2681,11 +2700,12 @@ int tensor_map_plan(int kind, int pipeline, int M, int N, int K, int sms, long l
 }
 
 
-// The plan of a row-tile entry point (K % 32 == 0) into out[0..6]: make_rows_plan's values, no K splits (out[1] = 1), no
-// workspace (out[5] = 0), out[6] = 1.
+// The plan of a row-tile entry point (K % 32 == 0) into out[0..6]: make_rows_plan's values with the stage groups the
+// launch takes (rows_stage_groups), no K splits (out[1] = 1), no workspace (out[5] = 0), out[6] = 1.
 int rows_plan(int kind, int M, int N, int K, int sms, long long* out) {
   if (int rc = plan_prologue(M, N, K, &sms, kTmaMaxTokens)) return rc;
-  write_split_plan(make_rows_plan(kind, M, N, K), M, true, out);
+  const int groups = rows_stage_groups(kind, M, N, K, sms, g_row_stage_groups);
+  write_split_plan(make_rows_plan(kind, M, N, K, groups), M, true, out);
   out[6] = 1;
   return 0;
 }
@@ -2747,7 +2767,8 @@ int check_wide_sizes(int M, int N, int K) {
 // tma_wide_kernel<KIND, NB> on p (M <= 32 NB).
 template <int KIND, int NB>
 int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  static bool attr_set = false;  // once per process, before any graph capture (the warm-up's call)
+  static PerDevice<bool> attr_once;
+  bool& attr_set = attr_once.here();  // once per device, before any graph capture (the warm-up's call)
   const auto kernel = tma_wide_kernel<KIND, NB>;
   if (!attr_set) {
     if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB))) return rc;
