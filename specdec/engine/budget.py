@@ -573,11 +573,25 @@ class AcceptanceEstimator:
         return list(itertools.accumulate(raw, min, initial=1.0))[1:]
 
     def observe(
-        self, proposal: DraftProposal, *, nodes: int, accepted: int, tree: Tree | None = None, scores: list[float] | None = None
+        self,
+        proposal: DraftProposal,
+        *,
+        nodes: int,
+        accepted: int,
+        tree: Tree | None = None,
+        scores: list[float] | None = None,
+        path: Sequence[int] | None = None,
     ) -> None:
         """Record a verified round: ``nodes`` nodes were checked (the first ones), ``accepted`` were accepted.
 
-        The round goes into this estimator and every pool under it. ``scores``: as for :meth:`gains`.
+        The round goes into this estimator and every pool under it. ``scores``: as for :meth:`gains`. ``path``: for a
+        tree without scores, the accepted nodes from the root on (``accepted`` node indices): each checked child of a
+        path node, in order up to the accepted one (all of them below the last), is one trial of its depth's rate, as
+        :meth:`raw_gains` models the siblings; a checked node with no checked child ends the trials.
+
+        Raises:
+            ValueError: ``nodes`` or ``accepted`` the proposal cannot have, or a tree without scores and a ``path``
+                that is missing or not a path of its checked nodes.
         """
         _check_positive_int("nodes", nodes, minimum=0)
         _check_positive_int("accepted", accepted, minimum=0)
@@ -588,24 +602,61 @@ class AcceptanceEstimator:
         deepest = nodes if tree is None else (int(tree.depth[:nodes].max()) if nodes else 0)
         if accepted > deepest:
             raise ValueError(f"accepted: expected at most the depth the checked nodes reach ({deepest}), got {accepted}")
+        trials = None if tree is None or scores is not None else self._tree_trials(tree, nodes, accepted, path)
         estimator = self
         while estimator is not None:
-            estimator._record(scores, nodes=nodes, accepted=accepted, deepest=deepest)
+            estimator._record(scores, nodes=nodes, accepted=accepted, deepest=deepest, trials=trials)
             estimator = estimator.pool
 
-    def _record(self, scores: list[float] | None, *, nodes: int, accepted: int, deepest: int) -> None:
-        """Add a checked round to this estimator's counts: the scores' calibration, or the depths it reached."""
+    @staticmethod
+    def _tree_trials(tree: Tree, nodes: int, accepted: int, path: Sequence[int] | None) -> list[tuple[int, int]]:
+        """``[(trials, accepted)]`` a depth from 1 on for a tree round: the checked children of each path node, in
+        order up to the accepted one."""
+        if path is None:
+            raise ValueError("path: expected the accepted nodes of a tree without scores, got None")
+        path = [int(v) for v in path]
+        parents = tree.parents[:nodes].tolist()
+        if (
+            len(path) != accepted
+            or any(not 0 <= v < nodes for v in path)
+            or any(parents[v] != (path[d - 1] if d else -1) for d, v in enumerate(path))
+        ):
+            raise ValueError(
+                f"path: expected {accepted} checked nodes from the root on, each a child of the one before, got {path}"
+            )
+        children: dict[int, list[int]] = {}
+        for node, parent in enumerate(parents):
+            children.setdefault(parent, []).append(node)
+        trials, parent = [], -1
+        for d in range(accepted + 1):
+            kids = children.get(parent, [])
+            if not kids:
+                break
+            if d < accepted:
+                trials.append((kids.index(path[d]) + 1, 1))
+                parent = path[d]
+            else:
+                trials.append((len(kids), 0))
+        return trials
+
+    def _record(
+        self, scores: list[float] | None, *, nodes: int, accepted: int, deepest: int, trials: list[tuple[int, int]] | None
+    ) -> None:
+        """Add a checked round to this estimator's counts: the scores' calibration, or the depths' trials (a chain:
+        one a depth it reached)."""
         self._observed += 1
         if scores is not None:
             self.scored_predicted += sum(scores[:nodes])
             self.scored_accepted += accepted
             return
-        for d in range(1, min(accepted + 1, deepest) + 1):
+        if trials is None:
+            trials = [(1, int(d <= accepted)) for d in range(1, min(accepted + 1, deepest) + 1)]
+        for d, (tried, passed) in enumerate(trials, start=1):
             while len(self.reached) < d:
                 self.reached.append(0)
                 self.passed.append(0)
-            self.reached[d - 1] += 1
-            self.passed[d - 1] += int(d <= accepted)
+            self.reached[d - 1] += tried
+            self.passed[d - 1] += passed
 
 
 def chain_gains(estimators: Sequence[AcceptanceEstimator], lengths: Sequence[int]) -> list[list[float]]:

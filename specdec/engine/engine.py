@@ -1265,12 +1265,17 @@ class Engine:
                 # a chain keeps its first rows (a view); a tree its path's rows
                 state.fresh_hidden = taps[:commit] if isinstance(commit, int) else taps[commit.to(logits.device)]
             if pending["nodes"] is not None:
+                # a tree's accepted nodes: its committed rows after the root's, one row a node (a chain plan: the first)
+                path = None
+                if pending["tree"] is not None:
+                    path = (commit[1:] - 1).tolist() if isinstance(commit, torch.Tensor) else list(range(num_accepted))
                 state.estimator.observe(
                     pending["proposal"],
                     nodes=pending["nodes"],
                     accepted=num_accepted,
                     tree=pending["tree"],
                     scores=pending.get("path_scores"),
+                    path=path,
                 )
             if self.two_level is not None:
                 self.two_level.finish(state, pending, num_accepted, self._exact_seconds)

@@ -437,12 +437,39 @@ def test_siblings_without_scores_share_their_depth_rather_than_each_taking_it():
     tree = Tree(tokens=torch.tensor([5, 6, 7]), parents=torch.tensor([-1, -1, -1]))
     proposal = DraftProposal(torch.tensor([5, 6, 7]))
     for _ in range(50):
-        est.observe(proposal, nodes=3, accepted=1, tree=tree)
+        est.observe(proposal, nodes=3, accepted=1, tree=tree, path=[1])  # the second sibling accepted
     gains = est.gains(proposal, tree)
     p = gains[0]
     assert gains == pytest.approx([p, (1 - p) * p, (1 - p) ** 2 * p]) and sum(gains) <= 1.0
     chain = Tree(tokens=torch.tensor([5, 6, 7]), parents=torch.tensor([-1, 0, 1]))
     assert est.gains(proposal, chain) == est.gains(proposal)  # a chain: each depth's survival, as before
+
+
+def test_a_tree_without_scores_learns_the_per_node_rate_its_gains_assume():
+    """Each checked sibling up to the accepted one is a trial of its depth: simulated under the gains' own model (each
+    child accepted with p, siblings in order), the learned rates are p at every depth and the gains sum to the mean."""
+    import random
+
+    from specdec.contracts import Tree
+
+    p, rng = 0.5, random.Random(0)
+    tree = Tree.from_paths([[5, 6, 7], [9]])  # a (depth 1), b, c below it, d a sibling of a
+    children: dict[int, list[int]] = {}
+    for node, parent in enumerate(tree.parents.tolist()):
+        children.setdefault(parent, []).append(node)
+    proposal, est, lengths = DraftProposal(torch.tensor([5, 6, 7]), tree=tree), AcceptanceEstimator(), []
+    for _ in range(20_000):
+        path, node = [], -1
+        while any(rng.random() < p and not path.append(child) for child in children.get(node, [])):
+            node = path[-1]
+        est.observe(proposal, nodes=4, accepted=len(path), tree=tree, path=path)
+        lengths.append(len(path))
+    assert est._rates(3) == pytest.approx([p] * 3, abs=0.02)
+    assert sum(est.raw_gains(proposal, tree)[0]) == pytest.approx(sum(lengths) / len(lengths), abs=0.03)
+    with pytest.raises(ValueError, match="path: expected the accepted nodes of a tree without scores, got None"):
+        est.observe(proposal, nodes=4, accepted=1, tree=tree)
+    with pytest.raises(ValueError, match=r"path: expected 2 checked nodes from the root on, each a child of the one before"):
+        est.observe(proposal, nodes=4, accepted=2, tree=tree, path=[3, 1])
 
 
 def test_scores_and_observed_counts_the_proposal_cannot_have_are_refused():
