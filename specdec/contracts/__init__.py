@@ -9,7 +9,7 @@
 * :class:`RequestScopedVerifier` -- a verifier whose learned state belongs to one request.
 """
 
-from specdec.contracts.drafter import Drafter, FinishingDrafter, check_propose_arguments
+from specdec.contracts.drafter import Drafter, FinishingDrafter, PartlyVerifiedDrafter, check_propose_arguments
 from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.proposal import DraftProposal, validate_proposal
 from specdec.contracts.result import VerifyResult
@@ -22,6 +22,7 @@ __all__ = [
     "DraftProposal",
     "Drafter",
     "FinishingDrafter",
+    "PartlyVerifiedDrafter",
     "RequestScopedVerifier",
     "SamplingConfig",
     "Target",

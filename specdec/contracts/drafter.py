@@ -115,3 +115,24 @@ class FinishingDrafter(Protocol):
 
     def finish(self) -> None:
         """End the request: wait for (and discard) work still in flight; the next request starts with ``reset()``."""
+
+
+@runtime_checkable
+class PartlyVerifiedDrafter(Protocol):
+    """A drafter that learns from its rounds' outcomes and must hear when only its first drafts were verified.
+
+    Under a verify budget (:class:`specdec.Engine` with ``verify_budget``) a round may check the first ``n`` of the
+    ``k`` drafts proposed; the drafts past ``n`` were never judged, so reading the next context as "``n`` accepted,
+    then a rejection" would teach the drafter a lower acceptance than it has. The engine calls ``verified(n)``
+    after such a round, before the drafter's next ``propose``.
+
+    Example:
+        >>> from specdec.drafters import ModelDrafter, NGramDrafter, SpeculativeSpeculationDrafter
+        >>> from specdec.testing import tiny_target
+        >>> ssd = SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0)))
+        >>> isinstance(ssd, PartlyVerifiedDrafter), isinstance(NGramDrafter(), PartlyVerifiedDrafter)
+        (True, False)
+    """
+
+    def verified(self, num_drafts: int) -> None:
+        """The last round's first ``num_drafts`` drafts were verified, the others never were."""

@@ -36,7 +36,7 @@ from itertools import count
 import numpy as np
 import torch
 
-from specdec.contracts.drafter import Drafter, FinishingDrafter
+from specdec.contracts.drafter import Drafter, FinishingDrafter, PartlyVerifiedDrafter
 from specdec.contracts.host_ids import ids_tensor
 from specdec.contracts.proposal import DraftProposal, proposals_pass_conditions
 from specdec.contracts.sampling import SamplingConfig
@@ -1277,6 +1277,8 @@ class Engine:
                     scores=pending.get("path_scores"),
                     path=path,
                 )
+                if isinstance(state.drafter, PartlyVerifiedDrafter) and pending["tree"] is None:
+                    state.drafter.verified(pending["nodes"])  # a chain cut by the budget: the drafts past it were never judged
             if self.two_level is not None:
                 self.two_level.finish(state, pending, num_accepted, self._exact_seconds)
             round_start = state.length

@@ -496,3 +496,19 @@ def test_numpy_integers_are_taken_as_ints():
     import numpy as np
 
     assert allocate([[0.9, 0.8], [0.5]], base_tokens=2, fixed_rows=np.int64(2), max_nodes=np.int64(2)) == [2, 0]
+
+
+def test_a_drafter_that_learns_acceptance_hears_where_a_verify_budget_cut_its_round():
+    """With the target's own weights every verified draft is accepted (T = 1): a budget that verifies 2 of 4 drafts
+    must not read as a rejection after them."""
+    from specdec.drafters import ModelDrafter, SpeculativeSpeculationDrafter
+    from specdec.drafters.ssd import GeometricFanOut
+    from specdec.testing import tiny_target
+
+    target = tiny_target(seed=0)
+    drafter = SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0)), fan_out=GeometricFanOut(6))
+    engine = Engine(target, drafter, max_batch=1, num_draft_tokens=4, verify_budget=2)
+    engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=60, temperature=1.0, seed=0)
+    engine.run()
+    estimator = drafter.fan_out.acceptance_estimator
+    assert estimator.accepted > 20 and estimator.rejected == 0

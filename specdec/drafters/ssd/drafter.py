@@ -84,6 +84,7 @@ class _Pending:
     sampling: SamplingConfig
     collected: bool = False
     fan_out: list[int] = field(default_factory=list)
+    verified: int | None = None  # the drafts a verify budget checked, when fewer than ``tokens``
 
 
 @dataclass
@@ -215,6 +216,27 @@ class SpeculativeSpeculationDrafter:
         self.fan_out = copy.deepcopy(self._fan_out_start)
         self.base.reset()
 
+    def verified(self, num_drafts: int) -> None:
+        """The last round's first ``num_drafts`` drafts were verified, the rest never were (a verify budget's cut): the
+        fan-out policy then reads the round as ``num_drafts`` drafts, all accepted unless one before the cut was
+        rejected (:class:`~specdec.contracts.drafter.PartlyVerifiedDrafter`).
+
+        Example:
+            >>> from specdec.drafters import ModelDrafter
+            >>> from specdec.testing import tiny_target
+            >>> ssd = SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0)))
+            >>> ssd.reset(); _ = ssd.propose(torch.tensor([1, 2, 3]), 4, sampling=SamplingConfig(), generator=None)
+            >>> ssd.verified(2)  # the round's first 2 of 4 drafts were checked
+            >>> ssd.verified(-1)
+            Traceback (most recent call last):
+            ...
+            ValueError: num_drafts: expected an int >= 0, got -1
+        """
+        if isinstance(num_drafts, bool) or not isinstance(num_drafts, int) or num_drafts < 0:
+            raise ValueError(f"num_drafts: expected an int >= 0, got {num_drafts!r}")
+        if self._pending is not None and num_drafts < self._pending.tokens.numel():
+            self._pending.verified = num_drafts
+
     def finish(self) -> None:
         """End the request: wait for the pre-draft in flight (it keeps running on the transport's worker
         otherwise, using the base drafter after ``generate`` returned) and drop its cache entries: the
@@ -345,8 +367,10 @@ class SpeculativeSpeculationDrafter:
                 self.stats.misses += 1
             else:
                 self.stats.hits += 1
-            if outcome is not None:
-                self.fan_out.observe(outcome, pending.tokens.numel(), pending.fan_out, entry is not None)
+            # a round cut by a verify budget had its first `verified` drafts judged: all accepted is no rejection
+            drafts = pending.tokens.numel() if pending.verified is None else pending.verified
+            if outcome is not None and outcome.k <= drafts:
+                self.fan_out.observe(outcome, drafts, pending.fan_out, entry is not None)
         self._pending = None
         self._round += 1
         if entry is not None:
