@@ -654,6 +654,10 @@ class Engine:
         The other requests are unaffected: their slots, drafters and generators are their own. A request
         that already finished, failed or was cancelled is left as it is.
 
+        Raises:
+            Exception: what the request's drafter raised in its end-of-request hook (``finish()``, e.g. SSD's
+                pre-draft job's error); the request is cancelled and its slot freed all the same.
+
         Example:
             >>> from specdec.testing import tiny_target
             >>> from specdec.drafters import NGramDrafter
