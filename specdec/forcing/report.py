@@ -306,8 +306,9 @@ class ForcingReport:
         return self.table()
 
     def plot(self, path: str | Path | None = None):
-        """Two panels: mismatch rate with its Wilson interval (95% by default: the checker's ``z``) per stratum (candidate vs null), and every mismatch's
-        margin against its generated position with the threshold ``tau``. Returns the figure."""
+        """Two panels: mismatch rate with its Wilson interval (95% by default: the checker's ``z``) per stratum
+        (candidate vs null), and every mismatch's margin against its generated position with the threshold ``tau``.
+        Returns the figure."""
         import matplotlib
 
         if path is not None:
