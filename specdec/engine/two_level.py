@@ -24,7 +24,6 @@ alone (with the ``"per_request"`` layout, whose logits are the batch-1 target's 
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 
@@ -46,8 +45,8 @@ class TwoLevelRequest:
     """One request's two-level state in an engine (``Engine.request(rid).two_level``).
 
     Attributes:
-        gate: the request's own gate, a copy of the verifier's as it was when the request's first round ran
-            (its measured rates are the request's own, as with a verifier used alone).
+        gate: the request's own gate, a copy of the verifier's gate as given (``request_gate()``: what
+            ``generate`` starts each request with), so its measured rates are the request's own.
         stats: :class:`~specdec.verify.two_level.TwoLevelStats` of the request's rounds, counted as the
             batch-1 verifier counts them. A stage's seconds are the wall time of the engine's shared stage
             (every request in it is charged the whole stage).
@@ -112,7 +111,7 @@ class TwoLevelRounds:
         for state in states:
             try:
                 if state.two_level is None:
-                    state.two_level = TwoLevelRequest(copy.deepcopy(verifier.gate))
+                    state.two_level = TwoLevelRequest(verifier.request_gate())
                 proposal = state.pending["proposal"]
                 if verifier.validate_proposals:
                     proposal.validate(vocab_size=target.vocab_size)

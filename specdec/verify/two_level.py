@@ -266,8 +266,20 @@ class TwoLevelVerifier:
             >>> v.gate.two_level.rounds
             0
         """
-        self.gate = copy.deepcopy(self._gate_as_given)
+        self.gate = self.request_gate()
         self._last_end = None
+
+    def request_gate(self) -> TwoLevelGate:
+        """A fresh gate for one request: a copy of the gate as given (what :meth:`start_request` restores), whatever
+        the verifier's own gate has measured since.
+
+        Example:
+            >>> v = TwoLevelVerifier()
+            >>> v.gate.record(True, tokens=4, seconds=0.01)
+            >>> v.request_gate().two_level.rounds, v.gate.two_level.rounds
+            (0, 1)
+        """
+        return copy.deepcopy(self._gate_as_given)
 
     def _mark(self, device: torch.device, stage: str, since: float) -> float:
         if self.sync_stages and device.type == "cuda":

@@ -359,3 +359,18 @@ def test_batched_drafting_drafts_twice_per_round_as_the_drafter_alone(temperatur
         )
         assert torch.equal(outputs[rid], alone.tokens[0])
         assert counters(engine.request(rid).two_level.stats) == counters(v.stats)
+
+
+def test_a_verifier_that_measured_rounds_before_gives_each_engine_request_its_gate_as_given():
+    """The engine's requests start from the gate as given, as generate's do (start_request), not from what the
+    verifier's own gate measured on earlier requests: a seeded request's draws depend on the gate's choices."""
+    v = TwoLevelVerifier(8, 6, gate=TwoLevelGate(warmup=10_000))  # alternates two- and one-level rounds
+    prompt = torch.tensor([0, 7, 14, 0, 7, 14, 0, 7])
+    kw = dict(temperature=1.0, seed=5)
+    alone = sd.generate(TARGET, prompt[None], 7, drafter=NGramDrafter(max_ngram=2, max_paths=2), verifier=v, **kw)
+    assert v.gate.two_level.rounds + v.gate.one_level.rounds > 0  # it measured rounds
+    engine = Engine(TARGET, lambda: NGramDrafter(max_ngram=2, max_paths=2), v, max_batch=1)
+    rid = engine.add_request(prompt, max_new_tokens=7, **kw)
+    assert torch.equal(engine.run()[rid], alone.tokens[0])
+    state = engine.request(rid).two_level
+    assert state.stats.rounds == state.gate.two_level.rounds + state.gate.one_level.rounds  # its own rounds only
