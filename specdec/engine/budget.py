@@ -580,14 +580,15 @@ class AcceptanceEstimator:
         accepted: int,
         tree: Tree | None = None,
         scores: list[float] | None = None,
-        path: Sequence[int] | None = None,
+        path: Sequence[int] | torch.Tensor | None = None,
     ) -> None:
         """Record a verified round: ``nodes`` nodes were checked (the first ones), ``accepted`` were accepted.
 
         The round goes into this estimator and every pool under it. ``scores``: as for :meth:`gains`. ``path``: for a
-        tree without scores, the accepted nodes from the root on (``accepted`` node indices): each checked child of a
-        path node, in order up to the accepted one (all of them below the last), is one trial of its depth's rate, as
-        :meth:`raw_gains` models the siblings; a checked node with no checked child ends the trials.
+        tree without scores, the accepted nodes from the root on (``accepted`` node indices, a list or a tensor read
+        only then): each checked child of a path node, in order up to the accepted one (all of them below the last), is
+        one trial of its depth's rate, as :meth:`raw_gains` models the siblings; a checked node with no checked child
+        ends the trials.
 
         Raises:
             ValueError: ``nodes`` or ``accepted`` the proposal cannot have, or a tree without scores and a ``path``
@@ -609,12 +610,12 @@ class AcceptanceEstimator:
             estimator = estimator.pool
 
     @staticmethod
-    def _tree_trials(tree: Tree, nodes: int, accepted: int, path: Sequence[int] | None) -> list[tuple[int, int]]:
+    def _tree_trials(tree: Tree, nodes: int, accepted: int, path: Sequence[int] | torch.Tensor | None) -> list[tuple[int, int]]:
         """``[(trials, accepted)]`` a depth from 1 on for a tree round: the checked children of each path node, in
         order up to the accepted one."""
         if path is None:
             raise ValueError("path: expected the accepted nodes of a tree without scores, got None")
-        path = [int(v) for v in path]
+        path = path.tolist() if isinstance(path, torch.Tensor) else [int(v) for v in path]
         parents = tree.parents[:nodes].tolist()
         if (
             len(path) != accepted

@@ -1269,10 +1269,11 @@ class Engine:
                 # a chain keeps its first rows (a view); a tree its path's rows
                 state.fresh_hidden = taps[:commit] if isinstance(commit, int) else taps[commit.to(logits.device)]
             if pending["nodes"] is not None:
-                # a tree's accepted nodes: its committed rows after the root's, one row a node (a chain plan: the first)
+                # a tree's accepted nodes: its committed rows after the root's, one row a node (a chain plan: the first);
+                # left on the device: the estimator reads it only for a tree without scores
                 path = None
                 if pending["tree"] is not None:
-                    path = (commit[1:] - 1).tolist() if isinstance(commit, torch.Tensor) else list(range(num_accepted))
+                    path = commit[1:] - 1 if isinstance(commit, torch.Tensor) else list(range(num_accepted))
                 state.estimator.observe(
                     pending["proposal"],
                     nodes=pending["nodes"],

@@ -328,7 +328,7 @@ class DenseTarget(LeanTarget):
         if tree_parents is not None:
             mask, positions = tree_rows_inputs(tree_parents, mask, positions, seqlen=seqlen, length=self.length, device=device)
         new = torch.arange(seqlen, device=device)
-        self._last_tree = (positions, None if tree_parents is None else tree_parents.to(torch.long))  # for commit's check
+        self._last_tree = (positions, tree_parents)  # for commit's check
         if positions is None:
             positions = (self.length + new)[None]
         bucket = self._static_bucket(seqlen)
