@@ -212,6 +212,38 @@ class Tree:
         scores = None if self.scores is None else self.scores[:num_nodes]
         return Tree(tokens=self.tokens[:num_nodes], parents=self.parents[:num_nodes], scores=scores)
 
+    def reorder(self, order: Sequence[int]) -> Tree:
+        """The same tree with its nodes renumbered: node ``i`` of the result is node ``order[i]`` of this one.
+
+        Tokens, parent links and scores move with their nodes; ``order`` must keep every parent before its
+        children (the tree then has the same root paths, so a walk accepts the same tokens).
+
+        Raises:
+            ValueError: ``order`` is not a permutation of ``range(N)``, or puts a node before its parent.
+
+        Example:
+            >>> tree = Tree.from_paths([[5, 6, 7], [9]])             # 9 is node 3, a child of the root
+            >>> moved = tree.reorder([0, 3, 1, 2])
+            >>> moved.tokens.tolist(), moved.parents.tolist()
+            ([5, 9, 6, 7], [-1, -1, 0, 2])
+        """
+        n = self.num_nodes
+        order = [int(i) for i in order]
+        if sorted(order) != list(range(n)):
+            raise ValueError(f"order: expected a permutation of range({n}) (one entry a node), got {order}")
+        position = [0] * n
+        for new, old in enumerate(order):
+            position[old] = new
+        old_parents = self.parents.tolist()
+        parents = [-1 if old_parents[old] < 0 else position[old_parents[old]] for old in order]
+        late = [(order[i], order[p]) for i, p in enumerate(parents) if p >= i]
+        if late:
+            node, parent = late[0]
+            raise ValueError(f"order: node {node} would come before its parent {parent} (expected parents first)")
+        index = torch.tensor(order, dtype=torch.long, device=self.device)
+        scores = None if self.scores is None else self.scores[index]
+        return Tree(tokens=self.tokens[index], parents=torch.tensor(parents, device=self.device), scores=scores)
+
     def to(self, device: torch.device | str) -> Tree:
         """The same tree with ``tokens``, ``parents`` and ``scores`` on ``device`` (``self`` when already there).
 

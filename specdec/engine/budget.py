@@ -410,7 +410,8 @@ class AcceptanceEstimator:
       observes the deeper ones, and their bare prior would keep them unallocated for good.
 
     Gains are made non-increasing in node order by a running minimum (a node never gains more than
-    one verified before it), so :func:`allocate` takes prefixes.
+    one verified before it), so :func:`allocate` takes prefixes; :meth:`in_gain_order` first puts a tree's
+    nodes in the order that makes that minimum change nothing.
 
     With a ``pool`` (an estimator every request of a batch feeds, see :class:`~specdec.engine.Engine`),
     the prior of each depth is centred on the pool's posterior mean at that depth, with the same
@@ -571,6 +572,40 @@ class AcceptanceEstimator:
             scale = self._score_scale()
             raw = [min(1.0, g * scale) for g in raw]
         return list(itertools.accumulate(raw, min, initial=1.0))[1:]
+
+    def in_gain_order(
+        self, proposal: DraftProposal, tree: Tree, *, scores: list[float] | None = None
+    ) -> tuple[Tree, list[float] | None]:
+        """``tree`` with its nodes in falling order of expected gain, and its node scores in that order (``None``
+        without scores): :meth:`gains` of the result falls already, so taking its first nodes takes the best ones.
+
+        A node's gain is capped by its parent's (it is accepted only after it); equal gains keep node order, so parents
+        stay first and each node's siblings keep their order (the gains of a tree without scores depend on it).
+        Without this, :meth:`gains` lowers every node to the least gain before it in node order: a trie whose second
+        path starts after a deep first one (:meth:`Tree.from_paths`) would value that path's first node below the
+        first path's leaf.
+
+        Example:
+            >>> est = AcceptanceEstimator()
+            >>> tree = Tree.from_paths([[5, 6, 7], [9]])
+            >>> [round(g, 3) for g in est.gains(DraftProposal(torch.tensor([5, 6, 7])), tree)]
+            [0.5, 0.25, 0.125, 0.125]
+            >>> moved, _ = est.in_gain_order(DraftProposal(torch.tensor([5, 6, 7])), tree)
+            >>> moved.tokens.tolist(), [round(g, 3) for g in est.gains(DraftProposal(torch.tensor([5, 6, 7])), moved)]
+            ([5, 6, 9, 7], [0.5, 0.25, 0.25, 0.125])
+        """
+        raw, scored = self.raw_gains(proposal, tree, scores=scores)
+        node_scores = list(raw) if scored else None
+        if scored:
+            scale = self._score_scale()
+            raw = [min(1.0, g * scale) for g in raw]
+        capped: list[float] = []
+        for gain, parent in zip(raw, tree.parents.tolist()):
+            capped.append(gain if parent < 0 else min(gain, capped[parent]))
+        order = sorted(range(len(capped)), key=lambda i: -capped[i])  # stable: ties keep node order
+        if order == list(range(len(order))):
+            return tree, node_scores
+        return tree.reorder(order), None if node_scores is None else [node_scores[i] for i in order]
 
     def observe(
         self,

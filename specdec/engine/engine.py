@@ -219,7 +219,8 @@ class Engine:
             ``"auto"``: the node total that maximises expected tokens per unit of ``step_time``. Every
             request with a draft verifies at least its first node (so its acceptance estimate keeps
             learning) when the budget has room for all those first nodes. Outputs
-            stay exact (a verifier checks a prefix of each chain or best-first tree; a chain sampled at
+            stay exact (a verifier checks a prefix of each chain, or a tree's likeliest nodes
+            (:meth:`~specdec.engine.budget.AcceptanceEstimator.in_gain_order`); a chain sampled at
             ``temperature > 0`` is cut by the depth posteriors only, never by its drafted tokens' scores), but a request's
             round shapes now depend on its companions, so its tokens equal its ``generate`` output
             alone only where the target's logits do not depend on row counts (exact arithmetic, or
@@ -835,7 +836,11 @@ class Engine:
             state.pending["ids"] = self._validate(proposal)
         tree = None
         if type(self.verifier) is TreeVerifier:
+            # the budget keeps a tree's first nodes: put the likeliest first (any node order verifies the same law)
             tree = self.verifier.build_tree(proposal, room=self.target.room(state.slot))
+            tree, scores = state.estimator.in_gain_order(proposal, tree)
+            if scores is not None:
+                state.pending["path_scores"] = scores
         state.pending["tree"] = tree
         if tree is None and (state.pending.get("ids") is not None or not state.sampling.greedy):
             return None

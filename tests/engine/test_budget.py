@@ -512,3 +512,88 @@ def test_a_drafter_that_learns_acceptance_hears_where_a_verify_budget_cut_its_ro
     engine.run()
     estimator = drafter.fan_out.acceptance_estimator
     assert estimator.accepted > 20 and estimator.rejected == 0
+
+
+@st.composite
+def small_trees(draw, max_nodes=7):
+    from specdec.contracts import Tree
+
+    n = draw(st.integers(1, max_nodes))
+    parents = [draw(st.integers(-1, i - 1)) for i in range(n)]
+    return Tree(tokens=torch.arange(n), parents=torch.tensor(parents))
+
+
+@settings(max_examples=60, deadline=None)
+@given(tree=small_trees(), history=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=6))
+def test_a_tree_in_gain_order_verifies_the_best_nodes_first(tree, history):
+    """Without scores a node is checked only after its parent and its earlier siblings: the first ``n`` nodes of
+    :meth:`in_gain_order`'s tree gain as much as the best such ``n`` nodes found by brute force, for every ``n``."""
+    est = AcceptanceEstimator()
+    chain = DraftProposal(torch.arange(4))
+    for nodes, accepted in history:
+        est.observe(chain, nodes=nodes, accepted=min(accepted, nodes))
+    proposal = DraftProposal(torch.arange(tree.num_nodes))
+    raw = est.raw_gains(proposal, tree)[0]
+    parents = tree.parents.tolist()
+    earlier = [[j for j in range(i) if parents[j] == parents[i]] for i in range(len(parents))]
+    best = [0.0] * (len(parents) + 1)
+    for keep in itertools.product([False, True], repeat=len(parents)):
+        if all(not k or ((p < 0 or keep[p]) and all(keep[j] for j in earlier[i])) for i, (k, p) in enumerate(zip(keep, parents))):
+            n = sum(keep)
+            best[n] = max(best[n], sum(g for g, k in zip(raw, keep) if k))
+    moved, scores = est.in_gain_order(proposal, tree)
+    assert scores is None
+    gains = est.gains(proposal, moved)
+    assert gains == est.raw_gains(proposal, moved)[0]  # falling already: the running minimum changes nothing
+    assert sorted(gains) == sorted(raw)  # each node keeps its gain: siblings keep their order
+    for n in range(len(parents) + 1):
+        assert sum(gains[:n]) == pytest.approx(best[n], rel=1e-12, abs=1e-15)
+
+
+def test_scores_move_with_their_nodes_and_a_node_never_gains_more_than_its_parent():
+    from specdec.contracts import Tree
+
+    tree = Tree(tokens=torch.tensor([3, 4, 5, 6]), parents=torch.tensor([-1, 0, -1, 2]))
+    proposal = DraftProposal(torch.tensor([3, 4]), confidence=torch.tensor([0.5, 0.1, 0.4, 0.9]))
+    est = AcceptanceEstimator()
+    moved, scores = est.in_gain_order(proposal, tree)
+    # node 3 (0.9) sits under node 2 (0.4): it gains 0.4 at most, and comes after it
+    assert moved.tokens.tolist() == [3, 5, 6, 4] and moved.parents.tolist() == [-1, -1, 1, 0]
+    assert scores == pytest.approx([0.5, 0.4, 0.9, 0.1])
+    assert est.gains(proposal, moved, scores=scores) == pytest.approx([0.5, 0.4, 0.4, 0.1])
+
+
+class DeepDecoyDrafter:
+    """Proposes a trie whose first path is three wrong tokens and whose second path is the target's next token:
+    in node order the right token comes last."""
+
+    def __init__(self):
+        self.oracle = ModelDrafter(tiny_target(seed=0, max_seq_len=SEQ))
+        self.vocab_size = TARGET.vocab_size
+
+    def reset(self):
+        self.oracle.reset()
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        from specdec.contracts import SamplingConfig, Tree
+
+        truth = self.oracle.propose(context, min(1, max_tokens), sampling=SamplingConfig(), generator=None).tokens
+        if max_tokens < 4:  # the request's last tokens
+            return DraftProposal(truth)
+        truth = int(truth[0])
+        wrong = [(truth + i) % self.vocab_size for i in (1, 2, 3)]
+        return DraftProposal(torch.tensor(wrong), tree=Tree.from_paths([wrong, [truth]]))
+
+
+def test_a_verify_budget_takes_a_trie_s_likeliest_nodes_not_its_first():
+    """A budget of 3 nodes: the wrong path's first two nodes and the right sibling (gain (1 - p) p), not the wrong
+    path's third node (p^3): every round with room for drafts accepts the right token."""
+    engine = Engine(TARGET, DeepDecoyDrafter, TreeVerifier(budget=8), max_batch=1, num_draft_tokens=4, verify_budget=3)
+    rid = engine.add_request(torch.tensor(PROMPTS[0]), max_new_tokens=12)
+    while engine.has_work:
+        engine.step()
+        assert sum(engine.last_allocation.values()) <= 3
+    state = engine.request(rid)
+    assert (state.rounds, state.accepted) == (6, 5)  # the last round has room for no draft
+    ar = sd.generate(TARGET, torch.tensor([PROMPTS[0]]), max_new_tokens=12).tokens[0]
+    assert torch.equal(engine.output(rid), ar)

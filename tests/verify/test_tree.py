@@ -325,3 +325,39 @@ def test_a_draft_law_a_rounding_above_one_still_builds_its_tree():
     probs = torch.tensor([[1.0000001, 0.0, 0.0], [0.2, 0.3, 0.5]])  # a renormalised one-hot row, rounded up
     tree = TreeVerifier(budget=4).build_tree(DraftProposal(torch.tensor([0, 2]), probs), room=8)
     assert tree.num_nodes >= 2 and tree.tokens[0].item() == 0
+
+
+def _topological_shuffle(tree: Tree, seed: int) -> list[int]:
+    """A random order of the nodes with every parent before its children."""
+    g = torch.Generator().manual_seed(seed)
+    parents = tree.parents.tolist()
+    placed, order = {-1}, []
+    while len(order) < tree.num_nodes:
+        ready = [i for i, p in enumerate(parents) if i not in placed and p in placed]
+        pick = ready[int(torch.randint(0, len(ready), (1,), generator=g))]
+        placed.add(pick)
+        order.append(pick)
+    return order
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[1] <= 33], ids=shape_id)
+def test_reorder_moves_each_node_with_its_root_path_and_score(shape):
+    tree = hostile_tree(*shape, seed=3, vocab=50)
+    tree = Tree(
+        tokens=tree.tokens, parents=tree.parents, scores=torch.rand(tree.num_nodes, generator=torch.Generator().manual_seed(4))
+    )
+    order = _topological_shuffle(tree, seed=5)
+    moved = tree.reorder(order)
+    for new, old in enumerate(order):
+        assert tree.tokens[tree.path(old)].tolist() == moved.tokens[moved.path(new)].tolist()
+        assert float(moved.scores[new]) == float(tree.scores[old])
+    assert moved.depth.tolist() == [tree.depth.tolist()[old] for old in order]
+
+
+def test_reorder_refuses_orders_that_are_not_permutations_or_put_a_child_first():
+    tree = Tree.from_paths([[5, 6, 7], [9]])
+    for bad in ([0, 1, 2], [0, 1, 2, 2], [0, 1, 2, 4]):
+        with pytest.raises(ValueError, match=r"order: expected a permutation of range\(4\)"):
+            tree.reorder(bad)
+    with pytest.raises(ValueError, match="order: node 2 would come before its parent 1"):
+        tree.reorder([0, 3, 2, 1])
