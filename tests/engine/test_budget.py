@@ -597,3 +597,21 @@ def test_a_verify_budget_takes_a_trie_s_likeliest_nodes_not_its_first():
     assert (state.rounds, state.accepted) == (6, 5)  # the last round has room for no draft
     ar = sd.generate(TARGET, torch.tensor([PROMPTS[0]]), max_new_tokens=12).tokens[0]
     assert torch.equal(engine.output(rid), ar)
+
+
+def test_a_cut_round_whose_bonus_is_the_next_draft_reuses_the_drafts_after_it():
+    """Greedy, with the target's own weights: a budget of 2 of 6 drafts accepts both and emits the third as the
+    bonus, so SSD proposes the fourth to sixth again (nothing pre-drafted covers that outcome); it hears each round."""
+    from specdec.drafters import ModelDrafter, SpeculativeSpeculationDrafter
+    from specdec.drafters.ssd import GeometricFanOut
+
+    target = tiny_target(seed=0)
+    drafter = SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0)), fan_out=GeometricFanOut(6))
+    engine = Engine(target, drafter, max_batch=1, num_draft_tokens=6, verify_budget=2)
+    rid = engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=40)
+    engine.run()
+    assert torch.equal(engine.output(rid), sd.generate(target, torch.tensor([[1, 2, 3]]), max_new_tokens=40).tokens[0])
+    stats, estimator = drafter.stats, drafter.fan_out.acceptance_estimator
+    assert stats.tail_hits >= 5  # every other round: a tail of 3, cut after 2, leaves none
+    # every round but the last (no proposal follows it to read its outcome), of at most 2 accepted drafts
+    assert estimator.rejected == 0 and 0 <= engine.request(rid).accepted - estimator.accepted <= 2

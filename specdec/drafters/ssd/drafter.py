@@ -15,6 +15,7 @@ target samples.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -51,7 +52,11 @@ class SpeculationStats:
     """Counters a benchmark reads from :attr:`SpeculativeSpeculationDrafter.stats` (summed over requests).
 
     Attributes:
-        hits: rounds served from the speculation cache.
+        hits: rounds served from the speculation cache, or from the last round's own drafts (``tail_hits``).
+        tail_hits: rounds after a verify budget's cut (:meth:`SpeculativeSpeculationDrafter.verified`) whose every
+            verified draft was accepted and whose bonus was the first unverified draft: the drafts after it are
+            already a continuation of the emitted tokens, drawn from the law they report, and are proposed again
+            when they are at least as many as the cut verified (no pre-drafted continuation covers that outcome).
         misses: rounds after a verification whose outcome was not cached (a backup proposed).
         cold_starts: first rounds of a request (nothing was pre-drafted yet; a backup proposed).
         predrafts: continuations pre-drafted.
@@ -61,6 +66,7 @@ class SpeculationStats:
     """
 
     hits: int = 0
+    tail_hits: int = 0
     misses: int = 0
     cold_starts: int = 0
     predrafts: int = 0
@@ -80,11 +86,39 @@ class _Pending:
     """The round whose pre-draft job is in flight."""
 
     context: torch.Tensor
-    tokens: torch.Tensor
+    proposal: DraftProposal
+    ranking: torch.Tensor | None
     sampling: SamplingConfig
     collected: bool = False
     fan_out: list[int] = field(default_factory=list)
-    verified: int | None = None  # the drafts a verify budget checked, when fewer than ``tokens``
+    verified: int | None = None  # the drafts a verify budget checked, when fewer than the proposal's
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self.proposal.tokens
+
+    def unverified_tail(self, outcome: VerificationOutcome | None) -> CachedSpeculation | None:
+        """The drafts after the first unverified one, when ``outcome`` emitted every verified draft and then that one,
+        and they are at least as many as the budget verified (``None`` otherwise).
+
+        The tail was drawn after that draft, with randomness the verifier never saw, and the cut did not read it (a
+        budget cuts a sampled chain by depth alone): given the emitted tokens it is a draw from the law it reports. A
+        tail shorter than the last cut would make the next round shorter than the budget is likely to verify, where
+        a backup drafts in full.
+        """
+        n, p = self.verified, self.proposal
+        if outcome is None or n is None or outcome.k != n or p.tree is not None or p.parents is not None:
+            return None
+        if p.tokens.numel() - n - 1 < max(n, 1) or outcome.bonus != int(p.tokens[n]):
+            return None
+        tail = DraftProposal(
+            tokens=p.tokens[n + 1 :],
+            draft_probs=None if p.draft_probs is None else p.draft_probs[n + 1 :],
+            tree_logprobs=None if p.tree_logprobs is None else p.tree_logprobs[n + 1 :],
+            confidence=None if p.confidence is None else p.confidence[n + 1 :],
+        )
+        ranking = None if self.ranking is None or self.ranking.shape[0] < p.tokens.numel() else self.ranking[n + 1 :]
+        return CachedSpeculation(tail, ranking)
 
 
 @dataclass
@@ -270,16 +304,21 @@ class SpeculativeSpeculationDrafter:
         self.stats.predraft_s += result.seconds
 
     def outcome(self, context: torch.Tensor, sampling: SamplingConfig | None = None) -> VerificationOutcome | None:
-        """The outcome of the last proposal's verification read from ``context [n]`` (``None``: none readable)."""
+        """The outcome of the last proposal's verification read from ``context [n]`` (``None``: none readable); after
+        a verify budget's cut (:meth:`verified`), of its verified drafts."""
         pending = self._pending
         if pending is None or (sampling is not None and sampling != pending.sampling):
             return None
-        return read_outcome(pending.context, pending.tokens, context)
+        tokens = pending.tokens if pending.verified is None else pending.tokens[: pending.verified]
+        return read_outcome(pending.context, tokens, context)
 
     def peek(self, context: torch.Tensor, sampling: SamplingConfig | None = None) -> CachedSpeculation | None:
-        """The cached continuation :meth:`propose` would return after ``context [n]`` (``None`` on a miss); counts nothing."""
+        """The continuation :meth:`propose` would return after ``context [n]`` from the cache or the last round's
+        unverified drafts (``None`` on a miss); counts nothing."""
         self._collect()
-        return self.cache.peek(self.outcome(context, sampling))
+        outcome = self.outcome(context, sampling)
+        tail = None if self._pending is None else self._pending.unverified_tail(outcome)
+        return tail if tail is not None else self.cache.peek(outcome)
 
     def _backup_proposal(self, context, max_tokens, sampling, generator) -> tuple[DraftProposal, torch.Tensor | None]:
         backup = self.backup
@@ -362,7 +401,11 @@ class SpeculativeSpeculationDrafter:
             self.stats.cold_starts += 1
         else:
             outcome = self.outcome(context, sampling)
-            entry = self.cache.lookup(outcome)
+            entry = tail = pending.unverified_tail(outcome)
+            if tail is not None:
+                self.stats.tail_hits += 1
+            else:
+                entry = self.cache.lookup(outcome)
             if entry is None:
                 self.stats.misses += 1
             else:
@@ -370,7 +413,8 @@ class SpeculativeSpeculationDrafter:
             # a round cut by a verify budget had its first `verified` drafts judged: all accepted is no rejection
             drafts = pending.tokens.numel() if pending.verified is None else pending.verified
             if outcome is not None and outcome.k <= drafts:
-                self.fan_out.observe(outcome, drafts, pending.fan_out, entry is not None)
+                # a tail hit says nothing of the cache's fan-out: no continuation was pre-drafted for that bonus
+                self.fan_out.observe(outcome, drafts, [] if tail is not None else pending.fan_out, entry is not None)
         self._pending = None
         self._round += 1
         if entry is not None:
@@ -383,6 +427,8 @@ class SpeculativeSpeculationDrafter:
         if max_tokens > 0:
             context, tokens = context.clone(), proposal.tokens.clone()
             child = self._child_generator(generator, context.device)
-            self._pending = _Pending(context=context, tokens=tokens, sampling=sampling)
+            self._pending = _Pending(
+                context=context, proposal=dataclasses.replace(proposal, tokens=tokens), ranking=ranking, sampling=sampling
+            )
             self.transport.submit(lambda: self._predraft(context, tokens, ranking, max_tokens, sampling, child))
         return proposal

@@ -92,28 +92,44 @@ def _entry_key(entry):
     return (tuple(p.tokens.tolist()), probs)
 
 
-def ssd_law(drafter, target_law: MarkovLaw, prompt, num_tokens: int, num_draft: int, sampling, *, decide=reference_chain_decide):
+def ssd_law(
+    drafter,
+    target_law: MarkovLaw,
+    prompt,
+    num_tokens: int,
+    num_draft: int,
+    sampling,
+    *,
+    decide=reference_chain_decide,
+    verify_first: int | None = None,
+):
     """Exact law of the next ``num_tokens`` tokens when ``drafter`` proposes and a chain verifier decides.
 
-    Rounds draft ``min(num_draft, num_tokens - emitted - 1)`` tokens, as :func:`specdec.generate` does.
-    Also returns how many proposal branches were served from the cache and by a backup.
+    Rounds draft ``min(num_draft, num_tokens - emitted - 1)`` tokens, as :func:`specdec.generate` does; with
+    ``verify_first`` only that many are verified and the drafter hears the cut (``verified``), as under the
+    engine's verify budget. Also returns how many proposal branches were served from the cache, from the last
+    round's unverified drafts ("tail") and by a backup.
     """
     prompt = tuple(prompt)
     drafter.reset()
     frontier = {((), None): ((), drafter, 1.0)}
     done: dict[tuple[int, ...], float] = {}
-    served = {"hit": 0, "backup": 0}
+    served = {"hit": 0, "tail": 0, "backup": 0}
     while frontier:
         nxt: dict = {}
         for seq, state, mass in frontier.values():
             ctx = prompt + seq
             k = max(0, min(num_draft, num_tokens - len(seq) - 1))
             for proposal, after, p_prop in enumerate_propose(state, torch.tensor(ctx), k, sampling):
-                served["hit" if after.stats.hits > state.stats.hits else "backup"] += 1
-                tokens = proposal.tokens
+                tail = after.stats.tail_hits > state.stats.tail_hits
+                served["tail" if tail else "hit" if after.stats.hits > state.stats.hits else "backup"] += 1
+                tokens, probs = proposal.tokens, proposal.draft_probs
+                if verify_first is not None and verify_first < tokens.numel():
+                    after.verified(verify_first)
+                    tokens, probs = tokens[:verify_first], None if probs is None else probs[:verify_first]
                 drafts = tuple(tokens.tolist())
                 rows = torch.stack([target_law(ctx + drafts[:i]) for i in range(len(drafts) + 1)])
-                for emitted, p in chain_round_law(rows, tokens, proposal.draft_probs, sampling=sampling, decide=decide).items():
+                for emitted, p in chain_round_law(rows, tokens, probs, sampling=sampling, decide=decide).items():
                     new = (seq + emitted)[:num_tokens]
                     m = mass * p_prop * p
                     if len(new) == num_tokens:

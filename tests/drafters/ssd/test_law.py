@@ -82,6 +82,15 @@ def test_output_law_with_geometric_fan_out_and_a_larger_budget():
     assert total_variation(law, reference(3)) < LOSSLESS_TV
 
 
+def test_output_law_when_a_verify_budget_cuts_each_round_after_one_draft():
+    """Three drafts a round, one verified: a round that accepts it and emits the second as its bonus proposes the
+    third again (its "tail"), which was drawn after the second from the (transformed) law it reports."""
+    drafter = make_drafter("neural", SaguaroTransform(top=1, scale=0.3), fan_out=1)
+    law, served = ssd_law(drafter, TARGET, PROMPT, 4, 3, SAMPLING, verify_first=1)
+    assert served["tail"] > 0 and served["hit"] > 0 and served["backup"] > 0
+    assert total_variation(law, reference(4)) < LOSSLESS_TV
+
+
 def test_argmax_matching_at_positive_temperature_is_caught():
     law, _ = ssd_law(make_drafter("neural"), TARGET, PROMPT, 3, 1, SAMPLING, decide=argmax_matching_decide)
     assert total_variation(law, reference(3)) > BIASED_TV
