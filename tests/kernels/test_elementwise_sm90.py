@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 
+import torch
+
 
 def compile_all() -> dict:
     import triton
@@ -64,22 +66,22 @@ def compile_all() -> dict:
                 build(_rms_norm_kernel, types, consts, num_warps=8, launch_pdl=pdl > 0)
             )
             out["add_norm"][f"{dt} pdl={pdl}"] = True
-    from specdec.kernels.attention.split_kv import _combine_kernel, _split_kernel
+    from specdec.kernels.attention.split_kv import _combine_kernel, _split_kernel, dot_precision
 
     for dt in ("bf16", "fp16", "fp32"):
         types = {n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr", "mask_ptr")}
         types |= {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"scale": "fp32"}
-        ptx = build(_split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False, PDL=0), num_warps=4)
+        precision = dot_precision({"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dt])
+        consts = dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False, PRECISION=precision)
+        ptx = build(_split_kernel, types, consts | dict(PDL=0), num_warps=4)
         for pdl in PDL_VALUES[1:]:
-            split = build(
-                _split_kernel, types, dict(BLOCK_R=16, BLOCK_N=64, D=128, UPCAST=False, PDL=pdl), num_warps=4, launch_pdl=True
-            )
+            split = build(_split_kernel, types, consts | dict(PDL=pdl), num_warps=4, launch_pdl=True)
             out["pdl"][f"attention split {dt} pdl={pdl}"] = griddep_order(split)
         types = {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr")} | {"out_ptr": f"*{dt}"}
         for pdl in PDL_VALUES:
             combine = build(_combine_kernel, types, dict(BLOCK_S=32, D=128, PDL=pdl), num_warps=4, launch_pdl=pdl > 0)
             out["pdl"][f"attention combine {dt} pdl={pdl}"] = griddep_order(combine)
-        out["attention"][dt] = {"mma": "mma.sync" in ptx or "wgmma" in ptx}
+        out["attention"][dt] = {"mma": "mma.sync" in ptx or "wgmma" in ptx, "tf32": ".tf32" in ptx}
     return out
 
 
@@ -107,6 +109,8 @@ def test_every_variant_compiles_for_sm90_as_the_rounding_claims_need():
     assert len(out["rope"]) == 15 and len(out["add_norm"]) == 3 * len(PDL_VALUES)
     # the split-KV attention kernels lower for sm_90, their 16-bit dot products on tensor cores
     assert out["attention"]["bf16"]["mma"] and out["attention"]["fp16"]["mma"], out["attention"]
+    # float32 inputs: IEEE products, no TF32 (Triton's default for float32 dots on NVIDIA GPUs), as the reference
+    assert not out["attention"]["fp32"]["tf32"], out["attention"]
     # float32 RoPE: no product fused into the sum (the norm variants keep no FMA either, so the claim holds there too)
     assert all(v["fma"] == 0 for k, v in out["rope"].items() if k.startswith("fp32")), out["rope"]
     assert all(v["div_rn"] and not v["div_full"] for v in out["silu"].values()), out["silu"]

@@ -44,6 +44,8 @@ def decode_attention(
             raise ValueError(f"{name}: expected a 4-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
         if t.device != q.device:
             raise ValueError(f"{name}: expected device {q.device} (q's), got {t.device}")
+    if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise ValueError(f"k_cache, v_cache: expected q's dtype {q.dtype}, got {k_cache.dtype} and {v_cache.dtype}")
     bsz, hkv, r, d = q.shape
     if k_cache.shape[:2] != (bsz, hkv) or k_cache.shape[3] != d or v_cache.shape != k_cache.shape:
         raise ValueError(

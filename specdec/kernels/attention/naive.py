@@ -22,7 +22,9 @@ def decode_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
     ``q [B, Hkv, R, D]`` (the query heads that share a KV head stacked as rows), ``k_cache, v_cache [B, Hkv, S, D]``,
     ``mask [1 or B, 1, R, S]`` additive (``0`` where a row may attend a slot, ``-inf`` elsewhere). A row with no
-    allowed slot gives NaN, as SDPA's math backend does.
+    allowed slot gives zeros, as SDPA does (a NaN there would reach every row of the next layer through the cache).
     """
     scores = q.float() @ k_cache.float().transpose(-1, -2) / math.sqrt(q.shape[-1]) + mask.float()
-    return (torch.softmax(scores, dim=-1) @ v_cache.float()).to(q.dtype)
+    weights = torch.softmax(scores, dim=-1)
+    weights = weights.masked_fill((scores == float("-inf")).all(dim=-1, keepdim=True), 0.0)
+    return (weights @ v_cache.float()).to(q.dtype)

@@ -9,8 +9,9 @@ rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M
 both launched programmatically where a norm would be (:func:`specdec.kernels.launch.triton_launch_options`: captured,
 at most 16 rows), each waits for the kernel before it (the q/k norm + RoPE, then the first launch) and then lets the
 next one (the second launch, then the output projection) start.
-A split whose slots are all masked has ``m = -inf`` and weight 0; a row with no allowed slot anywhere gives NaN, as
-the reference does.
+A split whose slots are all masked has ``m = -inf`` and weight 0; a row with no allowed slot anywhere gives zeros, as
+the reference and SDPA do. Float32 inputs take IEEE float32 products (``PRECISION``): Triton's default for them on
+NVIDIA GPUs is TF32, ~1e-4 off the reference.
 
 Under ``TRITON_INTERPRET=1`` (``UPCAST``) the dot products run in float32: the interpreter's bf16 ``tl.dot`` is not
 exact.
@@ -39,7 +40,8 @@ def _split_kernel(
     stride_kb, stride_kh, stride_ks, stride_kd,
     stride_vb, stride_vh, stride_vs, stride_vd,
     stride_mb, stride_mr, stride_ms,
-    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     join_programmatic_launch(PDL)  # specdec.kernels.launch: the combine launch may start now (it waits for this)
     bh = tl.program_id(0)
@@ -82,13 +84,13 @@ def _split_kernel(
             mask=row_ok[:, None] & col_ok[None, :],
             other=float("-inf"),
         )
-        s = tl.dot(q, tl.trans(k)) * scale + add.to(tl.float32)  # [BLOCK_R, BLOCK_N]
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale + add.to(tl.float32)  # [BLOCK_R, BLOCK_N]
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # all masked so far: nothing to rescale
         alpha = tl.exp(m_i - m_use)
         p = tl.exp(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     base = (bh * SPLITS + split) * R  # the R real rows only: the combine reads no padding
     tl.store(m_ptr + base + rows, m_i, mask=row_ok)
@@ -123,8 +125,20 @@ def _combine_kernel(
         w = tl.exp(tl.load(m_ptr + at, mask=ok, other=float("-inf")) - top)
         total += w * tl.load(l_ptr + at, mask=ok, other=0.0)
         out += w[:, None] * tl.load(acc_ptr + at[:, None] * D + dims[None, :], mask=ok[:, None], other=0.0)
-    res = tl.sum(out, axis=0) / tl.sum(total, axis=0)
+    total_sum = tl.sum(total, axis=0)
+    res = tl.where(total_sum > 0, tl.sum(out, axis=0) / total_sum, 0.0)  # no allowed slot: zeros, as SDPA
     tl.store(out_ptr + b * stride_ob + h * stride_oh + row * stride_or + dims * stride_od, res.to(out_ptr.dtype.element_ty))
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """The ``input_precision`` of the kernel's dot products for inputs of ``dtype``: IEEE float32 products for float32
+    (Triton's NVIDIA default for them is TF32), the tensor cores' own for 16-bit inputs.
+
+    Example:
+        >>> dot_precision(torch.float32), dot_precision(torch.bfloat16)
+        ('ieee', 'tf32')
+    """
+    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def default_splits(kv_heads: int, slots: int, block_n: int, device: torch.device) -> int:
@@ -166,7 +180,8 @@ def decode_attention_triton(
     _split_kernel[(bsz * hkv, n_splits)](
         q, k_cache, v_cache, mask, m, l, acc, r, s, chunk, hkv, n_splits, d**-0.5,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), mask_b, mask.stride(2), mask.stride(3),
-        BLOCK_R=block_r, BLOCK_N=block_n, D=d, UPCAST=_INTERPRET, **pdl,
+        BLOCK_R=block_r, BLOCK_N=block_n, D=d, UPCAST=_INTERPRET,
+        PRECISION=dot_precision(torch.float32 if _INTERPRET else q.dtype), **pdl,
     )  # fmt: skip
     block_s = min(32, triton.next_power_of_2(n_splits))
     _combine_kernel[(bsz * hkv, r)](m, l, acc, out, r, hkv, n_splits, *out.stride(), BLOCK_S=block_s, D=d, **pdl)
