@@ -46,7 +46,7 @@ def _split_kernel(
     join_programmatic_launch(PDL)  # specdec.kernels.launch: the combine launch may start now (it waits for this)
     bh = tl.program_id(0)
     split = tl.program_id(1)
-    b = bh // HKV
+    b = (bh // HKV).to(tl.int64)  # b * stride_kb passes 2^31 elements in a cache of many long slots
     h = bh % HKV
     rows = tl.arange(0, BLOCK_R)
     dims = tl.arange(0, D)
