@@ -615,3 +615,18 @@ def test_a_cut_round_whose_bonus_is_the_next_draft_reuses_the_drafts_after_it():
     assert stats.tail_hits >= 5  # every other round: a tail of 3, cut after 2, leaves none
     # every round but the last (no proposal follows it to read its outcome), of at most 2 accepted drafts
     assert estimator.rejected == 0 and 0 <= engine.request(rid).accepted - estimator.accepted <= 2
+
+
+def test_an_outcome_no_predraft_covers_teaches_the_fan_out_no_miss():
+    """3 drafts, 2 verified, the target's own weights, greedy: each round accepts both and emits the third as its bonus;
+    its one-draft tail is too short to reuse, and no pre-draft covers that bonus, so the miss-rate exponent learns
+    nothing from it (it would otherwise fall towards 0 and spread the pre-drafts thin)."""
+    from specdec.drafters import ModelDrafter, SpeculativeSpeculationDrafter
+    from specdec.drafters.ssd import GeometricFanOut
+
+    drafter = SpeculativeSpeculationDrafter(ModelDrafter(tiny_target(seed=0)), fan_out=GeometricFanOut(16))
+    engine = Engine(tiny_target(seed=0), drafter, max_batch=1, num_draft_tokens=3, verify_budget=2)
+    engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=30)
+    engine.run()
+    assert drafter.stats.tail_hits == 0 and drafter.fan_out.acceptance_estimator.accepted >= 10
+    assert drafter.fan_out.power_estimator.trials == {}

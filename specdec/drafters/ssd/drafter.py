@@ -97,6 +97,18 @@ class _Pending:
     def tokens(self) -> torch.Tensor:
         return self.proposal.tokens
 
+    def cut_before_bonus(self, outcome: VerificationOutcome | None) -> bool:
+        """``outcome`` accepted every draft a verify budget's cut verified and emitted the first unverified one as its
+        bonus: an outcome no pre-draft covers (the predictor gives draft ``k + 1`` no mass as the bonus at ``k``)."""
+        n = self.verified
+        return (
+            outcome is not None
+            and n is not None
+            and outcome.k == n
+            and n < self.tokens.numel()
+            and outcome.bonus == int(self.tokens[n])
+        )
+
     def unverified_tail(self, outcome: VerificationOutcome | None) -> CachedSpeculation | None:
         """The drafts after the first unverified one, when ``outcome`` emitted every verified draft and then that one,
         and they are at least as many as the budget verified (``None`` otherwise).
@@ -107,9 +119,9 @@ class _Pending:
         a backup drafts in full.
         """
         n, p = self.verified, self.proposal
-        if outcome is None or n is None or outcome.k != n or p.tree is not None or p.parents is not None:
+        if not self.cut_before_bonus(outcome) or p.tree is not None or p.parents is not None:
             return None
-        if p.tokens.numel() - n - 1 < max(n, 1) or outcome.bonus != int(p.tokens[n]):
+        if p.tokens.numel() - n - 1 < max(n, 1):
             return None
         tail = DraftProposal(
             tokens=p.tokens[n + 1 :],
@@ -413,8 +425,9 @@ class SpeculativeSpeculationDrafter:
             # a round cut by a verify budget had its first `verified` drafts judged: all accepted is no rejection
             drafts = pending.tokens.numel() if pending.verified is None else pending.verified
             if outcome is not None and outcome.k <= drafts:
-                # a tail hit says nothing of the cache's fan-out: no continuation was pre-drafted for that bonus
-                self.fan_out.observe(outcome, drafts, [] if tail is not None else pending.fan_out, entry is not None)
+                # an outcome no pre-draft covers says nothing of the fan-out's misses, tail or not
+                fan_out = [] if pending.cut_before_bonus(outcome) else pending.fan_out
+                self.fan_out.observe(outcome, drafts, fan_out, entry is not None)
         self._pending = None
         self._round += 1
         if entry is not None:
