@@ -330,12 +330,16 @@ def sync(device: torch.device) -> None:
 
 
 def time_per_call(fn: Callable[[], object], device: torch.device, *, calls: int, reps: int) -> float:
-    """Seconds per call: a CUDA graph of ``calls`` calls replayed ``reps`` times (median); CPU: the same sequence timed on the host."""
+    """Seconds per call: a CUDA graph of ``calls`` calls replayed ``reps`` times (median); CPU: the same sequence timed on the host.
+
+    The ``calls`` calls run once before the capture, so that a call cycling over weight copies (``read_floor.Cycle``)
+    has met every copy first: a copy's first call may build what it caches (the Triton W12 path's escape index reads
+    the device, which a capture refuses)."""
     if device.type == "cuda":
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
-            for _ in range(2):
+            for _ in range(max(2, calls)):
                 fn()
         torch.cuda.current_stream(device).wait_stream(stream)
         sync(device)

@@ -569,17 +569,18 @@ def _cuda_row_limit(view: str, k: int) -> int:
     or sends those past one small-M call to the wide op)."""
     from specdec.kernels.cuda.ops import MAX_TOKENS, WIDE_MAX_TOKENS, max_tokens
 
-    if _takes_wide(k):
+    if _takes_wide(k, view):
         return WIDE_MAX_TOKENS
     per_call = max_tokens("w12" if view == "exact" else "q", k)
     return per_call * EXACT_CUDA_CALLS if view == "exact" and per_call > MAX_TOKENS else per_call
 
 
-def _takes_wide(k: int) -> bool:
-    """Whether rows past one small-M call go to the wide ops at width ``k`` (``$SPECDEC_WIDE_GEMM=1`` and ``K % 64 == 0``)."""
+def _takes_wide(k: int, view: str) -> bool:
+    """Whether rows of ``view`` past one small-M call go to its wide op at width ``k`` (``$SPECDEC_WIDE_GEMM`` names
+    the view, :func:`~specdec.kernels.cuda.ops.wide_gemm_enabled`, and ``K % 64 == 0``)."""
     from specdec.kernels.cuda.ops import WIDE_STAGE_K, wide_gemm_enabled
 
-    return wide_gemm_enabled() and k % WIDE_STAGE_K == 0
+    return wide_gemm_enabled(view) and k % WIDE_STAGE_K == 0
 
 
 def _cuda_small_m(x: torch.Tensor, w: W12Tensor, view: str) -> torch.Tensor:
@@ -593,7 +594,7 @@ def _cuda_small_m(x: torch.Tensor, w: W12Tensor, view: str) -> torch.Tensor:
     # the kernel's 16-byte loads need an aligned base (traced tensors have no address; the op checks it at run time)
     if not torch.compiler.is_compiling() and x2.data_ptr() % 16:
         x2 = x2.clone()
-    if x2.shape[0] > max_tokens("w12" if view == "exact" else "q", k) and _takes_wide(k):
+    if x2.shape[0] > max_tokens("w12" if view == "exact" else "q", k) and _takes_wide(k, view):
         if view == "q":
             y = torch.ops.specdec.q_gemm_wide(x2, w.ae, w.base)
         else:

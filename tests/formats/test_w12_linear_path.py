@@ -47,11 +47,12 @@ def test_cuda_kernel_for_at_most_8_rows_when_the_library_loads(monkeypatch, rows
 
 @pytest.mark.parametrize("rows", [9, 16])
 def test_cuda_kernel_for_9_to_16_rows_only_with_the_tensor_map_kernel(monkeypatch, rows):
-    from specdec.kernels.cuda.ops import Q_VARIANT_ENV, W12_VARIANT_ENV
+    from specdec.kernels.cuda.ops import Q_VARIANT_ENV, W12_VARIANT_ENV, WIDE_GEMM_ENV
 
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     for env in (CUDA_SMALL_M_ENV, W12_VARIANT_ENV, Q_VARIANT_ENV):
         monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv(WIDE_GEMM_ENV, "0")  # rows past a small-M call stay off the wide kernels
     w = _weight()
     # K % 32 == 0 with the default variants (W12 v8, Q v2): both views run the CUDA kernel
     assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == "cuda"
@@ -68,11 +69,12 @@ def test_cuda_kernel_for_9_to_16_rows_only_with_the_tensor_map_kernel(monkeypatc
 
 @pytest.mark.parametrize("rows", [17, 32])
 def test_exact_17_to_32_rows_run_as_two_tensor_map_calls_and_the_q_view_runs_triton(monkeypatch, rows):
-    from specdec.kernels.cuda.ops import W12_VARIANT_ENV
+    from specdec.kernels.cuda.ops import W12_VARIANT_ENV, WIDE_GEMM_ENV
 
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     for env in (CUDA_SMALL_M_ENV, W12_VARIANT_ENV):
         monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv(WIDE_GEMM_ENV, "0")
     w = _weight()
     assert w12_module.EXACT_CUDA_CALLS == 2
     assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == "triton"
@@ -86,8 +88,11 @@ def test_exact_17_to_32_rows_run_as_two_tensor_map_calls_and_the_q_view_runs_tri
 
 
 def test_triton_where_the_cuda_kernel_does_not_apply(monkeypatch):
+    from specdec.kernels.cuda.ops import WIDE_GEMM_ENV
+
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     monkeypatch.delenv(CUDA_SMALL_M_ENV, raising=False)
+    monkeypatch.setenv(WIDE_GEMM_ENV, "0")
     w = _weight()
     assert linear_path(_cuda_rows(33), w) == "triton"  # more rows than two exact calls take
     assert linear_path(_cuda_rows(17), w, view="q") == "triton"  # more rows than one Q call takes
@@ -105,7 +110,10 @@ def test_env_forces_the_triton_path(monkeypatch):
 
 
 def test_explicit_cuda_backend_says_why_it_cannot_run(monkeypatch):
+    from specdec.kernels.cuda.ops import WIDE_GEMM_ENV
+
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
+    monkeypatch.setenv(WIDE_GEMM_ENV, "0")
     w = _weight()
     with pytest.raises(ValueError, match=r"backend: 'cuda' cannot run here: x has 33 rows \(at most 32\)"):
         linear_path(_cuda_rows(33), w, backend="cuda")
@@ -155,6 +163,24 @@ def test_triton_only_options_are_refused_where_the_reference_runs(backend):
     with pytest.raises(TypeError, match="config: expected a W12KernelConfig or None, got str"):
         w12_linear(x, w, backend=backend, config="fast")
     assert torch.equal(w12_linear(x, w, backend=backend), w12_linear_reference(x, w))
+
+
+@pytest.mark.parametrize("rows", [17, 33, 128])
+def test_by_default_the_exact_view_s_17_to_128_rows_take_the_wide_op_and_the_q_view_s_triton(monkeypatch, rows):
+    from specdec.kernels.cuda.ops import WIDE_GEMM_ENV
+
+    monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
+    monkeypatch.delenv(CUDA_SMALL_M_ENV, raising=False)
+    monkeypatch.delenv(WIDE_GEMM_ENV, raising=False)
+    w = _weight()
+    assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == "triton"
+
+    def refused(*args):
+        raise AssertionError("the small-M op ran")
+
+    monkeypatch.setattr(torch.ops.specdec, "w12_gemm_small_m", refused)
+    x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16)
+    assert torch.equal(w12_module._cuda_small_m(x, w, "exact"), w12_linear_reference(x, w))
 
 
 @pytest.mark.parametrize("rows", [17, 33, 128])

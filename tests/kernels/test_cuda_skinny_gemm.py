@@ -904,14 +904,17 @@ def test_wide_ops_name_wrong_arguments():
 
 def test_wide_switch_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.delenv(WIDE_GEMM_ENV, raising=False)
-    assert wide_gemm_enabled() is False
-    monkeypatch.setenv(WIDE_GEMM_ENV, "1")
-    assert wide_gemm_enabled() is True
-    monkeypatch.setenv(WIDE_GEMM_ENV, "0")
-    assert wide_gemm_enabled() is False
+    views = ("exact", "q")
+    assert [wide_gemm_enabled(v) for v in views] == [True, False]  # the measured default: the exact view only
+    for value, expected in (("1", [True, True]), ("0", [False, False]), ("exact", [True, False]), ("", [True, False])):
+        monkeypatch.setenv(WIDE_GEMM_ENV, value)
+        assert [wide_gemm_enabled(v) for v in views] == expected, value
     monkeypatch.setenv(WIDE_GEMM_ENV, "yes")
-    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_GEMM: expected '0' or '1' .*, got 'yes'"):
-        wide_gemm_enabled()
+    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_GEMM: expected '0', 'exact' or '1' .*, got 'yes'"):
+        wide_gemm_enabled("exact")
+    monkeypatch.setenv(WIDE_GEMM_ENV, "1")
+    with pytest.raises(ValueError, match=r"view: expected 'exact' or 'q', got 'Q'"):
+        wide_gemm_enabled("Q")
 
 
 # Qwen3-8B and 32B linears (N, K)

@@ -629,24 +629,36 @@ def stream_k_segments(row_blocks: int, stages: int, ctas: int) -> list[tuple[int
     return [tuple(out[7 * i : 7 * i + 7]) for i in range(count)]
 
 
-def wide_gemm_enabled() -> bool:
-    """Whether :func:`specdec.formats.w12_linear` and ``q_linear`` send 17 to ``WIDE_MAX_TOKENS`` rows to the wide ops
-    (:func:`w12_gemm_wide`, :func:`q_gemm_wide`): ``$SPECDEC_WIDE_GEMM`` (read on every call) is ``"1"``. Unset or
-    ``"0"``: those rows go as before (W12: two 16-row calls up to 32 rows, then Triton; the Q view: Triton), the
-    default until the wide kernels are checked and timed on a GPU (``benchmarks/NOTES.md``, "Wide calls"). Raises
-    ValueError for any other value.
+WIDE_GEMM_VALUES = ("0", "exact", "1")
+
+
+def wide_gemm_enabled(view: str) -> bool:
+    """Whether :func:`specdec.formats.w12_linear` (``view="exact"``) or ``q_linear`` (``"q"``) sends 17 to
+    ``WIDE_MAX_TOKENS`` rows to its wide op (:func:`w12_gemm_wide`, :func:`q_gemm_wide`), by ``$SPECDEC_WIDE_GEMM``
+    (read on every call): ``"exact"`` (the default) the exact view only, ``"1"`` both, ``"0"`` neither. Rows a view
+    does not send go as before (W12: two 16-row calls up to 32 rows, then Triton; the Q view: Triton). The default is
+    measured (H200, ``benchmarks/NOTES.md``, "Wide calls: measured"): the wide W12 kernel beats two 16-row calls and
+    the Triton kernel on every shape where both ran, the wide Q kernel loses to Triton at 17-32 rows.
+
+    Raises:
+        ValueError: another ``$SPECDEC_WIDE_GEMM``, or a ``view`` other than ``"exact"`` / ``"q"``.
 
     Example::
 
         >>> import os
         >>> os.environ.pop(WIDE_GEMM_ENV, None) and None
-        >>> wide_gemm_enabled()
-        False
+        >>> wide_gemm_enabled("exact"), wide_gemm_enabled("q")
+        (True, False)
     """
-    value = os.environ.get(WIDE_GEMM_ENV, "") or "0"
-    if value not in ("0", "1"):
-        raise ValueError(f"${WIDE_GEMM_ENV}: expected '0' or '1' (the wide W12 / Q kernels for 17-128 rows), got {value!r}")
-    return value == "1"
+    if view not in ("exact", "q"):
+        raise ValueError(f"view: expected 'exact' or 'q', got {view!r}")
+    value = os.environ.get(WIDE_GEMM_ENV, "") or "exact"
+    if value not in WIDE_GEMM_VALUES:
+        raise ValueError(
+            f"${WIDE_GEMM_ENV}: expected '0', 'exact' or '1' (which views' linears of 17-128 rows take the wide kernels), "
+            f"got {value!r}"
+        )
+    return value == "1" or value == view
 
 
 def _check_wide_k(k: int) -> None:
