@@ -97,9 +97,10 @@ def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
         if releases:
             released[name] = unsafe
     # every ring kernel (bulk-copy, tensor-map split-K, persistent and row-tile: W12, Q and bf16 at 8 and 16 tokens; the
-    # Q view's row tiles at 8 tokens also with two consumer stage groups; the wide W12 and Q kernels at 1-4 n-tiles of 32)
-    assert len(released) == 29, sorted(released)
-    assert sum("tma_wide_kernel" in name for name in released) == 8
+    # Q view's row tiles at 8 tokens also with two consumer stage groups; the wide W12 and Q kernels at 1-4 n-tiles of 32,
+    # each with and without its decode pipelined)
+    assert len(released) == 37, sorted(released)
+    assert sum("tma_wide_kernel" in name for name in released) == 16
     assert not any(released.values()), {name: n for name, n in released.items() if n}
 
 
@@ -113,7 +114,8 @@ def test_every_tensor_map_gemm_signals_once_its_weights_are_read():
         if re.search(r"tma_(gemm|stream_k|rows|wide)_kernel", name)
     }
     # three kernels x three kinds x 8 and 16 tokens, Q's two-group row tiles, the wide W12 and Q kernels at 1-4 n-tiles
-    assert len(signals) == 27, sorted(signals)
+    # (two forms each)
+    assert len(signals) == 35, sorted(signals)
     persistent = {name: n for name, n in signals.items() if "tma_stream_k_kernel" in name}
     assert len(persistent) == 6 and all(n == (1, 1) for n in persistent.values()), persistent
     assert all(n == (0, 1) for name, n in signals.items() if name not in persistent), signals
@@ -155,13 +157,100 @@ def test_two_stage_groups_double_the_row_tile_consumers_and_keep_their_loops():
     assert 0 < two <= one + 4, (one, two)
 
 
-def _wide_kernels() -> dict[tuple[int, int], list[str]]:
+def _wide_kernels(pipelined: bool = False) -> dict[tuple[int, int], list[str]]:
     found = {}
     for name, lines in _library_sass().items():
-        match = re.search(r"tma_wide_kernelILi(\d)ELi(\d)E", name)
-        if match:
+        match = re.search(r"tma_wide_kernelILi(\d)ELi(\d)ELb(\d)E", name)
+        if match and int(match.group(3)) == pipelined:
             found[(int(match.group(1)), int(match.group(2)))] = lines
     return found
+
+
+def _a_registers_written_in_flight(code: list[str]) -> list[str]:
+    """Instructions that write a register an issued, unretired ``HGMMA`` reads as its A operand (four from the one named).
+
+    A group ends at the MMA marked ``gsb0``; ``WARPGROUP.DEPBAR.LE gsb0, 0xN`` retires all but the newest N groups. The
+    code is walked in order, with the body of its one backward branch around MMAs walked a second time, so that a write
+    in the next iteration before the wait that retires this iteration's MMAs is seen (the barrier waits' retry stubs,
+    after the last MMA, branch back too: they only spin).
+    """
+    last_mma = max((i for i, line in enumerate(code) if "HGMMA" in line), default=-1)
+    at = {re.match(r"\s*/\*([0-9a-f]+)\*/", line).group(1).lstrip("0") or "0": i for i, line in enumerate(code)}
+    back = []
+    for i, line in enumerate(code):
+        jump = re.search(r"\bBRA 0x([0-9a-f]+)", line)
+        t = at.get(jump.group(1).lstrip("0") or "0") if jump else None
+        if t is not None and t < i < last_mma and any("HGMMA" in c for c in code[t:i]):
+            back.append((i, t))
+    assert len(back) <= 1, back
+    order = list(range(len(code)))
+    if back:
+        branch, target = back[0]
+        order = list(range(branch + 1)) + list(range(target, len(code)))
+    groups: list[list[int]] = []  # A registers of each unretired group, oldest first
+    current: list[int] = []
+    bad = []
+    for i in order:
+        line = code[i]
+        if "HGMMA" in line:
+            first = int(re.search(r"BF16 R\d+, R(\d+),", line).group(1))
+            current += range(first, first + 4)
+            if "gsb0" in line:
+                groups.append(current)
+                current = []
+            continue
+        wait = re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x(\d+)", line)
+        if wait:
+            keep = int(wait.group(1), 16)
+            groups = groups[len(groups) - keep :] if keep else []
+            continue
+        dest = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?[A-Z0-9_.]+\s+R(\d+)", line)
+        if dest and any(int(dest.group(1)) in g for g in groups):
+            bad.append(line.strip())
+    return bad
+
+
+def test_pipelined_wide_kernels_decode_the_next_stage_into_other_registers_while_a_stage_s_mmas_run():
+    """``SPECDEC_WIDE_PIPELINE=1``: each stage's MMAs are one group; the warpgroup waits until one group is left
+    (``DEPBAR.LE gsb0, 0x1``) before releasing a stage, and no register an unretired MMA reads is written meanwhile."""
+    kernels = _wide_kernels(pipelined=True)
+    assert sorted(kernels) == [(kind, nb) for kind in (1, 2) for nb in (1, 2, 3, 4)]
+    for (kind, nb), lines in kernels.items():
+        code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
+        mmas = [i for i, line in enumerate(code) if "HGMMA.64x32x16.F32.BF16" in line]
+        # the first stage, the loop's two stages (one a register set) and the odd last stage
+        assert len(mmas) == 4 * 4 * nb, (kind, nb, len(mmas))
+        waits = [re.search(r"DEPBAR\.LE gsb0, 0x(\d)", line).group(1) for line in code if "WARPGROUP.DEPBAR" in line]
+        assert waits.count("1") == 3 and waits[-1] == "0", (kind, nb, waits)
+        assert not any(re.search(r"\b(LDL|STL)\b", line) for line in code), (kind, nb)
+        sets = {int(re.search(r"BF16 R\d+, R(\d+),", code[i]).group(1)) for i in mmas}
+        assert len(sets) >= 8, (kind, nb, sorted(sets))  # at least two sets of four k16 fragments
+        assert _a_registers_written_in_flight(code) == [], (kind, nb)
+
+
+def test_the_in_flight_check_finds_a_write_to_an_a_register_before_its_wait():
+    def ins(addr: int, text: str) -> str:
+        return f"        /*{addr:04x}*/ {text} ;"
+
+    safe = [
+        ins(0x10, "HGMMA.64x32x16.F32.BF16 R24, R56, gdesc[UR4], R24, gsb0"),
+        ins(0x20, "LOP3.LUT R60, R1, R2, R3, 0xf8, !PT"),  # the other set
+        ins(0x30, "HGMMA.64x32x16.F32.BF16 R24, R60, gdesc[UR4], R24, gsb0"),
+        ins(0x40, "WARPGROUP.DEPBAR.LE gsb0, 0x1"),
+        ins(0x50, "LOP3.LUT R56, R1, R2, R3, 0xf8, !PT"),  # the first group is retired
+    ]
+    assert _a_registers_written_in_flight(safe) == []
+    early = safe[:2] + [ins(0x28, "IADD3 R57, R1, R2, RZ")] + safe[2:]
+    assert _a_registers_written_in_flight(early) == [early[2].strip()]
+    # a loop whose next iteration writes the set of this iteration's MMAs before the wait that retires them
+    loop = [
+        ins(0x10, "LOP3.LUT R56, R1, R2, R3, 0xf8, !PT"),
+        ins(0x20, "HGMMA.64x32x16.F32.BF16 R24, R56, gdesc[UR4], R24, gsb0"),
+        ins(0x30, "WARPGROUP.DEPBAR.LE gsb0, 0x1"),
+        ins(0x40, "@!P1 BRA 0x10"),
+        ins(0x50, "HGMMA.64x32x16.F32.BF16 R24, R60, gdesc[UR4], R24, gsb0"),  # an odd last stage
+    ]
+    assert _a_registers_written_in_flight(loop) == [loop[0].strip()]
 
 
 def test_wide_kernels_multiply_with_wgmma_and_wait_before_the_next_decode():

@@ -917,6 +917,18 @@ def test_wide_switch_is_read_on_every_call_and_checked(monkeypatch):
         wide_gemm_enabled("Q")
 
 
+def test_wide_pipeline_switch_is_read_on_every_call_and_checked(monkeypatch):
+    from specdec.kernels.cuda.ops import WIDE_PIPELINE_ENV, wide_pipeline
+
+    monkeypatch.delenv(WIDE_PIPELINE_ENV, raising=False)
+    assert wide_pipeline() is False
+    monkeypatch.setenv(WIDE_PIPELINE_ENV, "1")
+    assert wide_pipeline() is True
+    monkeypatch.setenv(WIDE_PIPELINE_ENV, "2")
+    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_PIPELINE: expected '0' or '1' .*, got '2'"):
+        wide_pipeline()
+
+
 # Qwen3-8B and 32B linears (N, K)
 _WIDE_SHAPES = [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096), (10240, 5120), (5120, 5120)]
 _WIDE_SHAPES += [(51200, 5120), (5120, 25600)]

@@ -95,10 +95,12 @@ __all__ = [
     "BF16_VARIANT_ENV",
     "BF16_VARIANTS",
     "ROW_STAGE_GROUPS_ENV",
+    "WIDE_PIPELINE_ENV",
     "w12_gemm_wide",
     "q_gemm_wide",
     "wide_plan",
     "wide_gemm_enabled",
+    "wide_pipeline",
     "WIDE_GEMM_ENV",
     "WIDE_MAX_TOKENS",
     "WIDE_STAGE_K",
@@ -114,6 +116,7 @@ Q_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 BF16_VARIANT_ENV = "SPECDEC_BF16_CUDA_VARIANT"
 BF16_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 ROW_STAGE_GROUPS_ENV = "SPECDEC_ROW_STAGE_GROUPS"
+WIDE_PIPELINE_ENV = "SPECDEC_WIDE_PIPELINE"
 WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
 WIDE_MAX_TOKENS = 128  # four wgmma n-tiles of 32 tokens
 WIDE_STAGE_K = 64  # K of a ring stage: the wide ops need K % 64 == 0
@@ -270,6 +273,27 @@ def row_stage_groups() -> int:
             f"${ROW_STAGE_GROUPS_ENV}: expected '1' or '2' (consumer stage groups of the row-tile kernels), got {value!r}"
         )
     return int(value)
+
+
+def wide_pipeline() -> bool:
+    """Whether the wide kernels decode a stage while the MMAs of the stage before run (``$SPECDEC_WIDE_PIPELINE``, read
+    on every call: ``"1"``; unset or ``"0"``: each warpgroup waits for a stage's MMAs before decoding the next, the
+    form measured on the H200). Two sets of A registers (``specdec/kernels/cuda/README.md``, "Wide calls"). Raises
+    ValueError for any other value.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop(WIDE_PIPELINE_ENV, None) and None
+        >>> wide_pipeline()
+        False
+    """
+    value = os.environ.get(WIDE_PIPELINE_ENV, "") or "0"
+    if value not in ("0", "1"):
+        raise ValueError(
+            f"${WIDE_PIPELINE_ENV}: expected '0' or '1' (the wide kernels' decode pipelined with their MMAs), got {value!r}"
+        )
+    return value == "1"
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.
@@ -670,6 +694,7 @@ def _launch_wide(lib, what: str, run, kind: int, args: tuple, m: int, n: int, k:
     def plan_of(m_, n_, k_, sms, out):
         return lib.specdec_wide_plan(kind, m_, n_, k_, sms, out)
 
+    lib.specdec_set_wide_pipeline(int(wide_pipeline()))
     return _launch_split_k(lib, what, plan_of, run, args, m, n, k, device, _stream(device))
 
 

@@ -1749,6 +1749,14 @@ __device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], uint32_t a0, 
 
 __device__ __forceinline__ uint32_t lds32(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
+// Keeps A fragments live (and unmoved) up to this point: an empty asm that reads and writes each register.
+__device__ __forceinline__ void keep_live(uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[q][i])::"memory");
+}
+
 // One bf16x2 word in natural k order from an AE word w (bytes k0, k2, k1, k3) and its nibble pair n: (k0, k1) for an
 // even lane t, (k2, k3) for an odd one. decode_exact's pA and pB as rotations, so that one formula serves both: E|m_hi
 // of k0, k1 to bits 4..10 and 20..26 is w rotated right by 28 (w << 4), of k2, k3 by 4 (w >> 4), the bits wrapped
@@ -1763,8 +1771,12 @@ __device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint3
 // of every stage s_lo .. s_hi - 1 of the ring into A fragments, one k16 step at a time (a0 / a1: k 2t, 2t + 1 of rows
 // g / g + 8; a2 / a3: k 2t + 8, 2t + 9), then its warpgroup multiplies them into acc[j] (tokens 32 j .. 32 j + 31) for
 // the stage's four steps. A stage is released by every consumer warp once its warpgroup's MMAs that read the stage's
-// x have completed (wait_group 0).
-template <int KIND, int NB, int STAGES>
+// x have completed. PIPE = false: the warpgroup waits for a stage's MMAs before it decodes the next (wait_group 0: one
+// set of A registers). PIPE = true: two sets of A registers, a0 for even stages and a1 for odd ones; the warpgroup
+// decodes stage s + 1 into the other set while stage s's MMAs run, then waits for those (wait_group 1) before it
+// releases stage s and rewrites their set. Each set is kept live (an empty asm reading and writing it) until the wait
+// that retires its MMAs, so ptxas cannot give the next decode the registers the MMAs in flight read.
+template <int KIND, int NB, int STAGES, bool PIPE>
 __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                   uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                                   float (&acc)[NB][16]) {
@@ -1787,10 +1799,10 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[slot]));
   };
-  for (int it = s_lo; it < s_hi; ++it) {
+  // Waits for the stage in slot s and decodes its A fragments into a; returns the stage.
+  auto decode_stage = [&](uint32_t (&a)[4][4]) -> const unsigned char* {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     const unsigned char* st = ring + static_cast<size_t>(s) * stage_bytes;
-    uint32_t a[4][4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const unsigned char* w0 = st + ae_row + 16 * (q ^ ae_swizzle);
@@ -1805,11 +1817,12 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
       a[q][2] = decode_natural(lds32(w0 + 8), (n0.y >> nib_shift) & 0x000F000Fu, X0, rot_em, rot_sign);
       a[q][3] = decode_natural(lds32(w1 + 8), (n1.y >> nib_shift) & 0x000F000Fu, X1, rot_em, rot_sign);
     }
+    return st;
+  };
+  // Issues the MMAs of stage st with the A fragments a, as one wgmma group.
+  auto issue_stage = [&](const unsigned char* st, uint32_t (&a)[4][4]) {
     const uint32_t x_desc = wgmma_desc_sw128_lo(smem_addr(st + wide_weight_bytes(KIND)));
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[q][i])::"memory");  // written before the fence, not after
+    keep_live(a);  // written before the fence, not after
     wgmma_fence_operands<NB>(acc);
     wgmma_fence();
 #pragma unroll
@@ -1819,10 +1832,53 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
         wgmma_m64n32k16_rs(acc[j], a[q][0], a[q][1], a[q][2], a[q][3],
                            wgmma_desc_sw128(x_desc + ((j * kWideBlockTokens * kWideStageK * 2 + q * 32) >> 4)));
     wgmma_commit();
-    wgmma_wait<0>();  // the MMAs have read this stage's x and their A registers, which the next stage's decode rewrites
-    wgmma_fence_operands<NB>(acc);
-    release(s);
+  };
+  auto advance = [&]() {
     if (++s == STAGES) s = 0, ++round;
+  };
+  if constexpr (!PIPE) {
+    for (int it = s_lo; it < s_hi; ++it) {
+      uint32_t a[4][4];
+      issue_stage(decode_stage(a), a);
+      wgmma_wait<0>();  // the MMAs have read this stage's x and their A registers, which the next stage's decode rewrites
+      keep_live(a);
+      wgmma_fence_operands<NB>(acc);
+      release(s);
+      advance();
+    }
+  } else {
+    uint32_t a0[4][4], a1[4][4];
+    int it = s_lo;
+    int pending = -1;  // the slot whose MMAs are in flight (not yet released)
+    // after issuing the stage in slot s: retire the group before it (its A set is then free) and release its slot
+    auto retire_previous = [&](uint32_t (&previous)[4][4]) {
+      wgmma_wait<1>();
+      keep_live(previous);
+      if (pending >= 0) release(pending);
+      pending = s;
+      advance();
+    };
+    if (it < s_hi) {
+      issue_stage(decode_stage(a0), a0);
+      pending = s;
+      advance();
+      ++it;
+    }
+    for (; it + 1 < s_hi; it += 2) {
+      issue_stage(decode_stage(a1), a1);
+      retire_previous(a0);
+      issue_stage(decode_stage(a0), a0);
+      retire_previous(a1);
+    }
+    if (it < s_hi) {
+      issue_stage(decode_stage(a1), a1);
+      retire_previous(a0);
+    }
+    wgmma_wait<0>();
+    keep_live(a0);
+    keep_live(a1);
+    wgmma_fence_operands<NB>(acc);
+    if (pending >= 0) release(pending);
   }
 }
 
@@ -1868,7 +1924,7 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
 // warps 0-7 the consumers (two warpgroups), warp 8 the producer (one thread issuing the tensor-map copies), for W12
 // warp 9 the escape warp (fold_escapes over the CTA's rows and K slice, straight into the sums' tile; the consumers
 // add their sums to it after the K loop: one fp32 addition a value, the same bits in either order).
-template <int KIND, int NB>
+template <int KIND, int NB, bool PIPE>
 __global__ void __launch_bounds__(wide_threads(KIND), 1)
     tma_wide_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                     const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
@@ -1903,7 +1959,7 @@ __global__ void __launch_bounds__(wide_threads(KIND), 1)
     if constexpr (KIND == kW12)
       fold_escapes<kTok, kWideRows, kStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, round);
   } else {
-    consume_wide_ring<KIND, NB, kStages>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, acc);
+    consume_wide_ring<KIND, NB, kStages, PIPE>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, acc);
   }
   __syncthreads();  // the ring is done; for W12 the escape sums are in red
   griddep_launch_dependents();
@@ -2764,12 +2820,12 @@ int check_wide_sizes(int M, int N, int K) {
   return 0;
 }
 
-// tma_wide_kernel<KIND, NB> on p (M <= 32 NB).
-template <int KIND, int NB>
+// tma_wide_kernel<KIND, NB, PIPE> on p (M <= 32 NB).
+template <int KIND, int NB, bool PIPE>
 int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   static PerDevice<bool> attr_once;
   bool& attr_set = attr_once.here();  // once per device, before any graph capture (the warm-up's call)
-  const auto kernel = tma_wide_kernel<KIND, NB>;
+  const auto kernel = tma_wide_kernel<KIND, NB, PIPE>;
   if (!attr_set) {
     if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB))) return rc;
     attr_set = true;
@@ -2793,14 +2849,24 @@ int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cud
   return 0;
 }
 
+// Whether the wide kernels this thread launches from now on decode the next stage while a stage's MMAs run
+// (specdec_set_wide_pipeline).
+thread_local int g_wide_pipeline = 0;
+
+template <int KIND, bool PIPE>
+int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  switch (wide_blocks(p.M)) {
+    case 1: return launch_wide_blocks<KIND, 1, PIPE>(p, workspace, workspace_bytes, stream);
+    case 2: return launch_wide_blocks<KIND, 2, PIPE>(p, workspace, workspace_bytes, stream);
+    case 3: return launch_wide_blocks<KIND, 3, PIPE>(p, workspace, workspace_bytes, stream);
+    default: return launch_wide_blocks<KIND, 4, PIPE>(p, workspace, workspace_bytes, stream);
+  }
+}
+
 template <int KIND>
 int launch_wide(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  switch (wide_blocks(p.M)) {
-    case 1: return launch_wide_blocks<KIND, 1>(p, workspace, workspace_bytes, stream);
-    case 2: return launch_wide_blocks<KIND, 2>(p, workspace, workspace_bytes, stream);
-    case 3: return launch_wide_blocks<KIND, 3>(p, workspace, workspace_bytes, stream);
-    default: return launch_wide_blocks<KIND, 4>(p, workspace, workspace_bytes, stream);
-  }
+  return g_wide_pipeline ? launch_wide_pipe<KIND, true>(p, workspace, workspace_bytes, stream)
+                         : launch_wide_pipe<KIND, false>(p, workspace, workspace_bytes, stream);
 }
 
 // The wide plan into out[0..6] as the split-K plans write theirs.
@@ -2830,6 +2896,10 @@ void specdec_set_programmatic_launch(int mode) { g_programmatic_launch = mode ==
 // Up to how many consumer stage groups the row-tile calls this thread launches from now on may run (1 or 2; other
 // values: 1): tma_rows_kernel's STAGE_GROUPS, where the call takes them (specdec_rows_stage_groups).
 void specdec_set_row_stage_groups(int groups) { g_row_stage_groups = groups == 2 ? 2 : 1; }
+
+// Whether the wide kernels this thread launches from now on pipeline a warpgroup's decode with its MMAs (1) or wait
+// for a stage's MMAs before decoding the next (other values).
+void specdec_set_wide_pipeline(int on) { g_wide_pipeline = on == 1 ? 1 : 0; }
 
 // The consumer stage groups a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) runs on a GPU with `sms`
 // multiprocessors when up to `wanted` are asked for; host only. -1 for sizes the row tiles do not take.
