@@ -1567,6 +1567,52 @@ def cuda_row_tile_steps(results: Results) -> str:
     return markdown_table(header, rows)
 
 
+WIDE_RUN = "wide_w12_h200_2026-12-05.json"
+WIDE_STEP_RUNS = (
+    ("W12 at 17-128 rows: Triton (`$SPECDEC_WIDE_GEMM=0`)", "ar_step_verify64_h200_2026-12-05_wide0.json"),
+    ("W12 at 17-128 rows: the wide kernel (the default now)", "ar_step_verify64_h200_2026-12-05_wide1.json"),
+)
+WIDE_KINDS = (
+    ("cuda_w12_wide", "W12 wide"),
+    ("cuda_w12_two_calls", "W12, two 16-row calls"),
+    ("triton_w12", "W12 Triton"),
+    ("cuda_q_wide", "Q wide"),
+    ("triton_q", "Q Triton"),
+)
+
+
+def cuda_wide(results: Results) -> str:
+    """The wide W12 / Q kernels against the paths they replace at 17-128 rows (x cuBLAS bf16, cold, same call), each
+    kind's range over a model's five linears; then the 8B AR step's 64-row verify pass with W12 linears either way."""
+    run = results(WIDE_RUN)
+    timed = [r for r in run["timings"] if "x_cublas" in r]
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in timed):
+        for m in sorted({r["M"] for r in timed if r["model"] == model}):
+            cells = [f"{model.removeprefix('qwen3-').upper()}", str(m)]
+            for kind, _ in WIDE_KINDS:
+                got = [r["x_cublas"] for r in timed if (r["model"], r["M"], r["kind"]) == (model, m, kind)]
+                cells.append(f"{min(got):.2f}-{max(got):.2f}" + ("" if len(got) == 5 else f" ({len(got)} of 5)") if got else "-")
+            rows.append(cells)
+    steps = []
+    for label, name in WIDE_STEP_RUNS:
+        r = results(name)
+        steps.append(
+            [
+                label,
+                f"{r['w12_verify_s'] * 1e3:.2f} ms ({r['w12_verify_x_step']:.2f}x its step)",
+                f"{r['bf16_verify_s'] * 1e3:.2f} ms",
+                f"{r['w12_step_s'] * 1e3:.3f} ms ({r['w12_vs_bf16_step']:.3f}x bf16's)",
+            ]
+        )
+    return "\n\n".join(
+        [
+            markdown_table(["model", "rows", *(label for _, label in WIDE_KINDS)], rows),
+            markdown_table(["linears", "W12 verify, 64 rows", "bf16 verify, 64 rows", "W12 step, one token"], steps),
+        ]
+    )
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "two-level-h200-extra": two_level_h200_extra,
     "cuda-roofline": cuda_roofline,
@@ -1586,6 +1632,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-fixed-cost": cuda_fixed_cost,
     "cuda-read-floor": cuda_read_floor,
     "cuda-row-tile-steps": cuda_row_tile_steps,
+    "cuda-wide": cuda_wide,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
     "w12-tokens": w12_tokens,
