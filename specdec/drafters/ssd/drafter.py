@@ -109,9 +109,9 @@ class _Pending:
             and outcome.bonus == int(self.tokens[n])
         )
 
-    def unverified_tail(self, outcome: VerificationOutcome | None) -> CachedSpeculation | None:
-        """The drafts after the first unverified one, when ``outcome`` emitted every verified draft and then that one,
-        and they are at least as many as the budget verified (``None`` otherwise).
+    def unverified_tail(self) -> CachedSpeculation | None:
+        """The drafts after the first unverified one, for an outcome that emitted every verified draft and then that
+        one (:meth:`cut_before_bonus`), when they are at least as many as the budget verified (``None`` otherwise).
 
         The tail was drawn after that draft, with randomness the verifier never saw, and the cut did not read it (a
         budget cuts a sampled chain by depth alone): given the emitted tokens it is a draw from the law it reports. A
@@ -119,9 +119,7 @@ class _Pending:
         a backup drafts in full.
         """
         n, p = self.verified, self.proposal
-        if not self.cut_before_bonus(outcome) or p.tree is not None or p.parents is not None:
-            return None
-        if p.tokens.numel() - n - 1 < max(n, 1):
+        if n is None or p.tree is not None or p.parents is not None or p.tokens.numel() - n - 1 < max(n, 1):
             return None
         tail = DraftProposal(
             tokens=p.tokens[n + 1 :],
@@ -329,7 +327,8 @@ class SpeculativeSpeculationDrafter:
         unverified drafts (``None`` on a miss); counts nothing."""
         self._collect()
         outcome = self.outcome(context, sampling)
-        tail = None if self._pending is None else self._pending.unverified_tail(outcome)
+        pending = self._pending
+        tail = pending.unverified_tail() if pending is not None and pending.cut_before_bonus(outcome) else None
         return tail if tail is not None else self.cache.peek(outcome)
 
     def _backup_proposal(self, context, max_tokens, sampling, generator) -> tuple[DraftProposal, torch.Tensor | None]:
@@ -413,7 +412,8 @@ class SpeculativeSpeculationDrafter:
             self.stats.cold_starts += 1
         else:
             outcome = self.outcome(context, sampling)
-            entry = tail = pending.unverified_tail(outcome)
+            uncovered = pending.cut_before_bonus(outcome)  # one read of the draft after the cut
+            entry = tail = pending.unverified_tail() if uncovered else None
             if tail is not None:
                 self.stats.tail_hits += 1
             else:
@@ -426,7 +426,7 @@ class SpeculativeSpeculationDrafter:
             drafts = pending.tokens.numel() if pending.verified is None else pending.verified
             if outcome is not None and outcome.k <= drafts:
                 # an outcome no pre-draft covers says nothing of the fan-out's misses, tail or not
-                fan_out = [] if pending.cut_before_bonus(outcome) else pending.fan_out
+                fan_out = [] if uncovered else pending.fan_out
                 self.fan_out.observe(outcome, drafts, fan_out, entry is not None)
         self._pending = None
         self._round += 1
