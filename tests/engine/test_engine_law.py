@@ -8,7 +8,8 @@
   softmax law is far from it;
 * exact, by enumeration, with a :class:`~specdec.verify.TreeVerifier`: every draw of every verify row of the
   tree walk is a branch; a request whose drafter's best-first trees have sibling nodes follows the target's
-  law (total variation < 1e-12), and two biased walks patched into the engine's round are far from it;
+  law (total variation < 1e-12), and two biased walks patched into the engine's round are far from it; so does a
+  request under a verify budget whose trees the engine puts in gain order before keeping their first nodes;
 * exact, by enumeration, with a :class:`~specdec.verify.TwoLevelVerifier` (gate "always", in a vocabulary of
   two to keep the branches few): the Q pass picks the chain, and when it is shorter than the exact budget the
   drafter drafts again below the Q next token; every draw of the exact pass's sample-and-match is a branch.
@@ -29,7 +30,7 @@ import pytest
 import torch
 from engine_law_helpers import enumerate_request_law
 
-from specdec.contracts import SamplingConfig
+from specdec.contracts import DraftProposal, SamplingConfig, Tree
 from specdec.drafters import ModelDrafter, NGramDrafter
 from specdec.engine import Engine
 from specdec.engine import rounds as rounds_module
@@ -262,6 +263,48 @@ def test_enumeration_sees_a_biased_tree_walk_in_the_engine(monkeypatch, walk):
     expected = autoregressive_law(tree_target_logits, TREE_PROMPTS[0], TREE_NEW_TOKENS, sampling=SAMPLING)
     assert abs(sum(law.values()) - 1.0) < 1e-12
     assert total_variation(law, expected) > 1e-3
+
+
+class OutOfOrderTreeDrafter:
+    """A scored tree whose node order is not its gain order: the root's child a (0.5), a's child b (0.1), the root's
+    child c (0.4); a verify budget of two nodes checks a and c once the engine has put c before b. Deterministic: it
+    draws nothing."""
+
+    vocab_size = TREE_VOCAB
+
+    def reset(self):
+        pass
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        last = int(context[-1])
+        a, b, c = last, (last + 2) % TREE_VOCAB, (last + 1) % TREE_VOCAB
+        if max_tokens < 3:  # the last tokens: none drafted (fewer branches to enumerate)
+            return DraftProposal(torch.tensor([], dtype=torch.long))
+        tree = Tree(tokens=[a, b, c], parents=[-1, 0, -1], scores=torch.tensor([0.5, 0.1, 0.4]).log())
+        return DraftProposal(torch.tensor([a, b]), tree=tree)
+
+
+def test_enumerated_engine_law_of_a_budget_that_reorders_a_tree_equals_autoregressive_law(monkeypatch):
+    walked = []
+
+    def recording_walk(tree, target_probs, *, generator=None):
+        walked.append(tree.tokens.tolist() + tree.parents.tolist())
+        return sample_and_match(tree, target_probs, generator=generator)
+
+    def build():
+        engine = Engine(
+            tree_law_target(), OutOfOrderTreeDrafter, TreeVerifier(budget=3), max_batch=1, num_draft_tokens=3, verify_budget=2
+        )
+        return engine, [engine.add_request(TREE_PROMPTS[0], max_new_tokens=5, sampling=SAMPLING, seed=20)]
+
+    monkeypatch.setattr(rounds_module, "sample_and_match", recording_walk)
+    law = enumerate_request_law(monkeypatch, build, 0)
+    # the budget's two nodes: a and c, the two root children (node order would have given a and its child b)
+    assert walked and all(w[2:] == [-1, -1] and w[1] == (w[0] + 1) % TREE_VOCAB for w in walked if len(w) == 4), walked
+    assert any(len(w) == 4 for w in walked)
+    expected = autoregressive_law(tree_target_logits, TREE_PROMPTS[0], 5, sampling=SAMPLING)
+    assert abs(sum(law.values()) - 1.0) < 1e-12
+    assert total_variation(law, expected) < 1e-12
 
 
 TWO_LEVEL_VOCAB = 2
