@@ -83,10 +83,17 @@ from benchmarks.kernels.bench_roofline import (
 from benchmarks.kernels.bench_roofline import (
     KERNELS as ROOFLINE_KERNELS,
 )
+from specdec.kernels.cuda.ops import TENSOR_MAP_MAX_TOKENS, WIDE_MAX_TOKENS, WIDE_STAGE_K
 
-# The roofline's kernels less the lossy fp8 reference and the Triton kernels, in the roofline's order.
-KERNELS = tuple(k for k in ROOFLINE_KERNELS if k not in ("cublas_fp8", "triton_w12", "triton_q"))
+# The roofline's kernels less the lossy fp8 reference and the Triton kernels, in the roofline's order: the default set.
+DEFAULT_KERNELS = tuple(k for k in ROOFLINE_KERNELS if k not in ("cublas_fp8", "triton_w12", "triton_q"))
+# The 17-128-row kernels (specdec/kernels/cuda/README.md, "Wide calls"), each in its one-set and its pipelined consumer
+# loop ($SPECDEC_WIDE_PIPELINE): launched only when named with --only-kernel.
+WIDE_KERNELS = ("cuda_w12_wide", "cuda_w12_wide_pipe", "cuda_q_wide", "cuda_q_wide_pipe")
+KERNELS = DEFAULT_KERNELS + WIDE_KERNELS
 MS = (1, 8)
+NARROW_MAX_ROWS = TENSOR_MAP_MAX_TOKENS  # the most rows the tensor-map kernels take
+WIDE_MAX_ROWS = WIDE_MAX_TOKENS
 # (model, linear) in launch order: the shapes the roofline notes ask about first (8B o, lm_head) early.
 CASES = (
     ("qwen3-8b", "o"),
@@ -219,9 +226,32 @@ def case_list(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _with_wide_pipeline(pipelined: bool, call):
+    """``call`` run with ``$SPECDEC_WIDE_PIPELINE`` set to ``"1"`` or ``"0"`` (read by the wide ops on every call),
+    the variable's earlier state restored after."""
+    from specdec.kernels.cuda.ops import WIDE_PIPELINE_ENV
+
+    def run():
+        before = os.environ.get(WIDE_PIPELINE_ENV)
+        os.environ[WIDE_PIPELINE_ENV] = "1" if pipelined else "0"
+        try:
+            return call()
+        finally:
+            if before is None:
+                os.environ.pop(WIDE_PIPELINE_ENV)
+            else:
+                os.environ[WIDE_PIPELINE_ENV] = before
+
+    return run
+
+
 def case_functions(x: torch.Tensor, w: torch.Tensor, w12, ops) -> dict:
     """kernel name -> a call computing ``x @ w^T`` with that kernel (``w12``: ``w`` as a ``W12Tensor``), in ``KERNELS`` order."""
     planes = (w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits)
+    wide = {
+        "cuda_w12_wide": lambda: ops.w12_gemm_wide(x, *planes),
+        "cuda_q_wide": lambda: ops.q_gemm_wide(x, w12.ae, w12.base),
+    }
     calls = {
         "cublas_bf16": lambda: F.linear(x, w),
         "cuda_bf16": lambda: bf16_variant(ops, "v1", x, w),
@@ -232,8 +262,23 @@ def case_functions(x: torch.Tensor, w: torch.Tensor, w12, ops) -> dict:
         **{f"cuda_w12_{v}": (lambda v=v: bulk_call(v)(ops, x, *planes)) for v in BULK_VARIANTS},
         **{f"cuda_q_{v}": (lambda v=v: q_variant(ops, v, x, w12.ae, w12.base)) for v in ("v2", "v3", "v4")},
         **{f"cuda_bf16_{v}": (lambda v=v: bf16_variant(ops, v, x, w)) for v in ("v2", "v3", "v4")},
+        **{name: _with_wide_pipeline(False, call) for name, call in wide.items()},
+        **{f"{name}_pipe": _with_wide_pipeline(True, call) for name, call in wide.items()},
     }
     return {kernel: calls[kernel] for kernel in KERNELS}
+
+
+def chosen_kernels(args) -> tuple[str, ...]:
+    """The kernels a launch runs, in ``KERNELS`` order: ``--only-kernel``'s if any were named, else ``DEFAULT_KERNELS``,
+    less ``--skip-kernel``'s.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> chosen_kernels(SimpleNamespace(only_kernels=["cuda_w12_wide_pipe", "cublas_bf16"], skip_kernels=[]))
+        ('cublas_bf16', 'cuda_w12_wide_pipe')
+    """
+    pool = args.only_kernels or DEFAULT_KERNELS
+    return tuple(k for k in KERNELS if k in pool and k not in args.skip_kernels)
 
 
 def launch(args, device: torch.device, t_start: float) -> dict:
@@ -252,7 +297,7 @@ def launch(args, device: torch.device, t_start: float) -> dict:
     else:
         chosen = CASES if args.cases is None else args.cases
         cases = [(model, lname, *linear_shapes(model)[lname]) for model, lname in chosen]
-    entries, skipped = [], []
+    entries, skipped, not_launched = [], [], []
     for model, lname, n, k in cases:
         if time.time() - t_start > args.budget_s:
             print(f"budget reached, not run: {model}/{lname}", flush=True)
@@ -266,10 +311,14 @@ def launch(args, device: torch.device, t_start: float) -> dict:
         for m in args.ms:
             x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
             for kernel, fn in case_functions(x, w, w12, ops).items():
-                if kernel in args.skip_kernels or (args.only_kernels and kernel not in args.only_kernels):
+                if kernel not in chosen_kernels(args):
                     continue
                 name = range_name(kernel, model, lname, n, k, m)
                 entry = dict(range=name, kernel=kernel, model=model, linear=lname, N=n, K=k, M=m)
+                if kernel in WIDE_KERNELS and k % WIDE_STAGE_K:
+                    print(f"not launched: {name} (the wide kernels take K a multiple of {WIDE_STAGE_K})", flush=True)
+                    not_launched.append(name)
+                    continue
                 entry["weight_bytes"] = weight_bytes(kernel, n, k, w12)
                 entry["escapes"] = int(w12.num_escapes)
                 fn()  # warm: first-call work (library load, plan, cuBLAS heuristics) stays out of the profile
@@ -285,8 +334,8 @@ def launch(args, device: torch.device, t_start: float) -> dict:
         del w, w12
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        print(f"launched {model}/{lname} [{n}x{k}] M={args.ms}: {len(KERNELS) - len(args.skip_kernels)} kernels each", flush=True)
-    return dict(ranges=entries, skipped=skipped, wall_s=time.time() - t_start)
+        print(f"launched {model}/{lname} [{n}x{k}] M={args.ms}: {len(chosen_kernels(args))} kernels each", flush=True)
+    return dict(ranges=entries, skipped=skipped, not_launched=not_launched, wall_s=time.time() - t_start)
 
 
 def timing_lines(result: dict) -> list[str]:
@@ -569,7 +618,8 @@ def parse(args) -> dict:
 
 
 def token_counts(text: str) -> tuple[int, ...]:
-    """``"1,8,16"`` -> ``(1, 8, 16)``: the token counts (M) to launch, each 1 to 16.
+    """``"1,8,16"`` -> ``(1, 8, 16)``: the token counts (M) to launch, each 1 to 128 (past 16 only the wide kernels
+    and cuBLAS: :func:`check_token_counts`).
 
     Example:
         >>> token_counts("1,16")
@@ -579,9 +629,28 @@ def token_counts(text: str) -> tuple[int, ...]:
         ms = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not ms or any(not 1 <= m <= 16 for m in ms):
-        raise argparse.ArgumentTypeError(f"expected token counts from 1 to 16, got {text!r}")
+    if not ms or any(not 1 <= m <= WIDE_MAX_ROWS for m in ms):
+        raise argparse.ArgumentTypeError(f"expected token counts from 1 to {WIDE_MAX_ROWS}, got {text!r}")
     return ms
+
+
+def check_token_counts(ms: tuple[int, ...], kernels: tuple[str, ...]) -> str | None:
+    """Why ``kernels`` cannot all run at every token count of ``ms`` (``None`` if they can): past
+    ``NARROW_MAX_ROWS`` rows only cuBLAS and the wide kernels take a call.
+
+    Example:
+        >>> check_token_counts((16, 64), ("cublas_bf16", "cuda_w12_wide"))
+        >>> check_token_counts((1, 32), ("cuda_w12_v9",))
+        '--ms: 32 rows exceed the 16 that cuda_w12_v9 takes (past 16: cublas_bf16 and the wide kernels)'
+    """
+    over = [m for m in ms if m > NARROW_MAX_ROWS]
+    narrow = [k for k in kernels if k != "cublas_bf16" and k not in WIDE_KERNELS]
+    if over and narrow:
+        return (
+            f"--ms: {over[0]} rows exceed the {NARROW_MAX_ROWS} that {', '.join(narrow)} take"
+            f"{'s' if len(narrow) == 1 else ''} (past {NARROW_MAX_ROWS}: cublas_bf16 and the wide kernels)"
+        )
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -609,13 +678,17 @@ def main(argv: list[str] | None = None) -> int:
         default="planted",
         help="--launch: planted escapes (a crowded tile among them) or plain Gaussian weights",
     )
-    parser.add_argument("--ms", type=token_counts, default=MS, help="--launch: comma-separated token counts (default 1,8)")
+    parser.add_argument(
+        "--ms", type=token_counts, default=MS, help="--launch: comma-separated token counts (default 1,8; past 16 wide kernels)"
+    )
     parser.add_argument("--manifest", default=None, help="--parse: the --launch JSON (weight bytes, copy bandwidth)")
     parser.add_argument("--roofline", default=None, help="--parse: a bench_roofline JSON whose copy bandwidth to use")
     parser.add_argument("--copy-tbs", type=float, default=None, help="--parse: copy bandwidth in TB/s (overrides the JSONs)")
     args = parser.parse_args(argv)
     if args.time_reps < 0:
         parser.error(f"--time-reps: expected >= 0, got {args.time_reps}")
+    if args.launch and (problem := check_token_counts(args.ms, chosen_kernels(args))):
+        parser.error(problem)
     out_dir = os.environ.get("OUT", ".")
     prov = provenance(0 if args.launch else None)
     print(provenance_line(prov), flush=True)
@@ -639,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
     result.update(
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (reference ops)",
         copy_bandwidth_bytes_per_s=copy_bw,
-        kernels=tuple(k for k in KERNELS if k not in args.skip_kernels),
+        kernels=chosen_kernels(args),
         ms=args.ms,
         weights=args.weights,
     )

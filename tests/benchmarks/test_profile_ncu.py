@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
 
@@ -105,9 +106,12 @@ def test_smoke_launch_names_every_range_and_the_parser_reads_them_back(tmp_path)
     launched = json.loads(manifest.read_text())
     assert launched["provenance"]["seed"] == 0 and launched["skipped"] == []
     ranges = launched["ranges"]
-    assert len(ranges) == 2 * len(profile_ncu.MS) * len(profile_ncu.KERNELS)
-    assert [r["kernel"] for r in ranges[: len(profile_ncu.KERNELS)]] == list(profile_ncu.KERNELS)
-    assert {"cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6", "cuda_w12_v7", "cuda_q_v2"} <= set(profile_ncu.KERNELS)
+    assert len(ranges) == 2 * len(profile_ncu.MS) * len(profile_ncu.DEFAULT_KERNELS)
+    assert [r["kernel"] for r in ranges[: len(profile_ncu.DEFAULT_KERNELS)]] == list(profile_ncu.DEFAULT_KERNELS)
+    assert {"cuda_w12_v3", "cuda_w12_v4", "cuda_w12_v5", "cuda_w12_v6", "cuda_w12_v7", "cuda_q_v2"} <= set(
+        profile_ncu.DEFAULT_KERNELS
+    )
+    assert not set(profile_ncu.WIDE_KERNELS) & {r["kernel"] for r in ranges}
     assert all(re.fullmatch(profile_ncu.RANGE_PATTERN, r["range"]) and r["time_s"] > 0 for r in ranges)
     w12 = next(r for r in ranges if r["kernel"] == "cuda_w12")
     bf16 = next(r for r in ranges if r["kernel"] == "cuda_bf16")
@@ -146,7 +150,7 @@ def test_smoke_launch_leaves_a_skipped_kernel_out(tmp_path):
     manifest = tmp_path / "ncu_launch.json"
     assert profile_ncu.main(["--launch", "--smoke", "--skip-kernel", "cuda_w12_v5", "--out", str(manifest)]) == 0
     launched = json.loads(manifest.read_text())
-    kept = [k for k in profile_ncu.KERNELS if k != "cuda_w12_v5"]
+    kept = [k for k in profile_ncu.DEFAULT_KERNELS if k != "cuda_w12_v5"]
     assert launched["kernels"] == kept
     assert len(launched["ranges"]) == 2 * len(profile_ncu.MS) * len(kept)
     assert not any(r["kernel"] == "cuda_w12_v5" for r in launched["ranges"])
@@ -165,7 +169,7 @@ def test_smoke_launch_runs_every_staged_kernel_and_skips_them_all(tmp_path, w12_
     assert profile_ncu.main(["--launch", "--smoke", *skip, "--out", str(manifest)]) == 0
     assert not set(staged) & set(variants) and "v4" in variants
     assert json.loads(manifest.read_text())["kernels"] == [
-        k for k in profile_ncu.KERNELS if k not in {f"cuda_w12_{v}" for v in staged}
+        k for k in profile_ncu.DEFAULT_KERNELS if k not in {f"cuda_w12_{v}" for v in staged}
     ]
 
 
@@ -217,3 +221,41 @@ def test_the_committed_w12_profile_counts_instructions_per_weight():
     for (kernel, shape, m), value in per_kweight.items():
         if kernel == "cuda_w12_v7":  # more instructions a weight than the Q view, fewer than 2x
             assert 1.3 < value / per_kweight[("cuda_q_v2", shape, m)] < 2.0
+
+
+def test_wide_kernels_launch_past_16_rows_only_when_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPECDEC_WIDE_PIPELINE", raising=False)
+    manifest = tmp_path / "wide.json"
+    argv = ["--launch", "--smoke", "--time-reps", "1", "--ms", "17,40", "--out", str(manifest)]
+    for kernel in ("cublas_bf16", "cuda_w12_wide", "cuda_w12_wide_pipe", "cuda_q_wide_pipe"):
+        argv += ["--only-kernel", kernel]
+    assert profile_ncu.main(argv) == 0
+    launched = json.loads(manifest.read_text())
+    ranges = launched["ranges"]
+    # the smoke's second shape has K = 136: the wide kernels' ranges there are named as not launched
+    assert {(r["N"], r["K"]) for r in ranges} == {(40, 64), (24, 136)}
+    assert len(launched["not_launched"]) == 2 * 3 and all("[24x136]" in name for name in launched["not_launched"])
+    assert [(r["kernel"], r["M"]) for r in ranges[:4]] == [
+        ("cublas_bf16", 17),
+        ("cuda_w12_wide", 17),
+        ("cuda_w12_wide_pipe", 17),
+        ("cuda_q_wide_pipe", 17),
+    ]
+    assert len(ranges) == 2 * 4 + 2 * 1 and "SPECDEC_WIDE_PIPELINE" not in os.environ
+    wide = next(r for r in ranges if r["kernel"] == "cuda_w12_wide_pipe")
+    q = next(r for r in ranges if r["kernel"] == "cuda_q_wide_pipe")
+    assert wide["weight_bytes"] > q["weight_bytes"] >= wide["N"] * wide["K"]
+    with pytest.raises(SystemExit):  # a tensor-map kernel past its 16 rows is refused before anything launches
+        profile_ncu.main(["--launch", "--smoke", "--ms", "17", "--only-kernel", "cuda_w12_v9", "--out", str(tmp_path / "x")])
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("before", [None, "0"])
+def test_the_pipelined_wide_call_sees_the_variable_set_and_restores_it(monkeypatch, before):
+    if before is None:
+        monkeypatch.delenv("SPECDEC_WIDE_PIPELINE", raising=False)
+    else:
+        monkeypatch.setenv("SPECDEC_WIDE_PIPELINE", before)
+    seen = profile_ncu._with_wide_pipeline(True, lambda: os.environ["SPECDEC_WIDE_PIPELINE"])()
+    assert seen == "1" and os.environ.get("SPECDEC_WIDE_PIPELINE") == before
+    assert profile_ncu._with_wide_pipeline(False, lambda: os.environ["SPECDEC_WIDE_PIPELINE"])() == "0"
