@@ -509,9 +509,10 @@ def linear_path(
     ``"auto"``: the pure-PyTorch reference off CUDA; on CUDA the CUDA small-M kernel
     (:func:`specdec.kernels.cuda.w12_gemm_small_m` / ``q_gemm_small_m``) when ``x`` has at most
     ``max_tokens("w12" / "q", K)`` rows (16 for the tensor-map kernels where ``K % 32 == 0``, else 8; the exact
-    view takes ``EXACT_CUDA_CALLS`` times that with the tensor-map kernel, in calls of at most 16 rows; with
-    ``$SPECDEC_WIDE_GEMM=1`` and ``K % 64 == 0`` both views take up to ``WIDE_MAX_TOKENS``, those past one small-M call
-    in one call of the wide op, :func:`specdec.kernels.cuda.ops.w12_gemm_wide` / ``q_gemm_wide``), there is
+    view takes ``EXACT_CUDA_CALLS`` times that with the tensor-map kernel, in calls of at most 16 rows; where
+    ``K % 64 == 0`` and ``$SPECDEC_WIDE_GEMM`` names the view (unset: the exact view only,
+    :func:`~specdec.kernels.cuda.ops.wide_gemm_enabled`) it takes up to ``WIDE_MAX_TOKENS``, those past one small-M
+    call in one call of the wide op, :func:`specdec.kernels.cuda.ops.w12_gemm_wide` / ``q_gemm_wide``), there is
     no bias, ``K % 8 == 0``, the call is ``plain`` (no ``rebias`` / ``config``), the library loads
     (:func:`cuda_small_m_available`) and ``$SPECDEC_W12_CUDA`` is not ``0``; else Triton. ``"cuda"`` asks for the
     CUDA kernel and raises ``ValueError`` where it cannot run. ``SPECDEC_W12_CUDA=0`` (or ``linear_backend="triton"``
@@ -683,9 +684,11 @@ def w12_linear(
         backend: ``"torch"`` decodes and calls ``F.linear`` (bit-identical to the bf16 layer);
             ``"triton"`` runs the fused kernel :func:`specdec.kernels.w12_gemm.w12_matmul` (weights
             bit-identical inside the GEMM; output equal to the same kernel on bf16 weights);
-            ``"cuda"`` the CUDA small-M kernel :func:`specdec.kernels.cuda.w12_gemm_small_m` (at most 8 rows, 16 with
-            the tensor-map kernel where ``K % 32 == 0``); ``"auto"``: see :func:`linear_path` (the CUDA kernel for
-            those row counts on CUDA, else Triton; torch off CUDA).
+            ``"cuda"`` the CUDA kernels: :func:`specdec.kernels.cuda.w12_gemm_small_m` (at most 8 rows a call, 16
+            with the tensor-map kernel where ``K % 32 == 0``; up to two such calls), and past one call's rows the wide
+            op :func:`~specdec.kernels.cuda.ops.w12_gemm_wide` (up to 128 rows, ``K % 64 == 0``) where
+            ``$SPECDEC_WIDE_GEMM`` allows it; ``"auto"``: see :func:`linear_path` (the CUDA kernels for those row
+            counts on CUDA, else Triton; torch off CUDA).
         rebias: Triton only. Build weights with exponent ``112 + E`` (the row base leaves the
             inner loop) and scale the fp32 accumulator by ``2^(base-112)``. Equal to the exact
             kernel while every product and partial sum stays a normal fp32 number in both scalings
