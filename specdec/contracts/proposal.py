@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -75,10 +75,34 @@ class DraftProposal:
             return self._parents_tree
         return None
 
+    def chain(self) -> DraftProposal:
+        """The chain a chain verifier checks: this proposal when it is one; for a tree, its first root-to-leaf path.
+
+        With ``tree``, ``tokens`` already is that path (the proposal comes back without the tree). With ``parents``,
+        ``tokens`` holds every node: the path takes the first child at each depth, with those nodes' rows of
+        ``draft_probs`` and ``confidence`` (each node's law given its own path, so the chain rule stays exact);
+        ``tree_logprobs``, a drafter's scores per depth, are dropped there.
+
+        Example:
+            >>> tree = DraftProposal(torch.tensor([7, 8, 9]), parents=torch.tensor([-1, -1, 0]))   # 7 -> 9, and 8
+            >>> tree.chain().tokens.tolist()
+            [7, 9]
+        """
+        if self.tree is not None:
+            return replace(self, tree=None)
+        if self.parents is None:
+            return self
+        index = torch.tensor(self.as_tree().first_path(), dtype=torch.long, device=self.tokens.device)
+
+        def rows(t):
+            return None if t is None else t[index.to(t.device)]
+
+        return DraftProposal(tokens=self.tokens[index], draft_probs=rows(self.draft_probs), confidence=rows(self.confidence))
+
     def validate(self, *, vocab_size: int) -> None:
         """Raise ``ValueError`` / ``TypeError`` naming the field when the proposal is malformed.
 
-        Checks: ``tokens`` 1-D integer ids in ``[0, vocab_size)``; ``draft_probs`` of shape ``[k, V]``,
+        Checks: ``tokens`` 1-D int64 ids in ``[0, vocab_size)``; ``draft_probs`` of shape ``[k, V]``,
         finite, non-negative, each row summing to 1; ``tree_logprobs`` ``[k', V]`` with ``1 <= k' <= k``, log-probabilities (``<= 0``, no NaN);
         ``parents`` ``[k]`` with ``-1 <= parents[i] < i``; ``tree`` a :class:`Tree` whose tokens lie in
         range; ``confidence`` ``[k]`` in ``[0, 1]``. Device-side checks are gathered into one host read.
@@ -132,6 +156,8 @@ def _checked_on_host(proposal: DraftProposal, vocab_size: int):
     if not isinstance(proposal, DraftProposal):
         raise TypeError(f"proposal: expected a DraftProposal, got {type(proposal).__name__}")
     tokens = _check_tensor("proposal.tokens", proposal.tokens, ndim=1, floating=False)
+    if tokens.dtype != torch.long:  # uint8 ids would index as a mask, int8 / int16 not at all
+        raise TypeError(f"proposal.tokens: expected int64 token ids, got {tokens.dtype}")
     k = tokens.numel()
     probs = logprobs = None
     if proposal.draft_probs is not None:

@@ -41,3 +41,10 @@ class VerifyResult:
                 f"num_accepted: expected the accepted drafts before the bonus token, emitted.numel() - 1 = "
                 f"{emitted.numel() - 1} (a round emits at least the bonus token), got {n!r}"
             )
+        hidden = self.hidden
+        if hidden is not None:
+            if not isinstance(hidden, torch.Tensor) or hidden.ndim != 3 or hidden.shape[0] != emitted.numel():
+                desc = f"shape {tuple(hidden.shape)}" if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+                raise ValueError(
+                    f"hidden: expected [n + 1, taps, H] = [{emitted.numel()}, taps, H] (one row a committed token), got {desc}"
+                )

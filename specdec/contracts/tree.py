@@ -200,6 +200,22 @@ class Tree:
             node = parents[node]
         return out[::-1]
 
+    def first_path(self) -> list[int]:
+        """Node indices of the first root-to-leaf path: from the root, the first child (lowest index) at each depth.
+
+        Example:
+            >>> Tree(tokens=[7, 8, 9, 6], parents=[-1, -1, 1, 0]).first_path()
+            [0, 3]
+        """
+        first_child: dict[int, int] = {}
+        for node, parent in enumerate(self.parents.tolist()):
+            first_child.setdefault(parent, node)
+        out, node = [], -1
+        while node in first_child:
+            node = first_child[node]
+            out.append(node)
+        return out
+
     def truncate(self, num_nodes: int) -> Tree:
         """The first ``num_nodes`` nodes (still a tree: parents come first).
 
@@ -242,7 +258,7 @@ class Tree:
             raise ValueError(f"order: node {node} would come before its parent {parent} (expected parents first)")
         index = torch.tensor(order, dtype=torch.long, device=self.device)
         scores = None if self.scores is None else self.scores[index]
-        return Tree(tokens=self.tokens[index], parents=torch.tensor(parents, device=self.device), scores=scores)
+        return Tree(tokens=self.tokens[index], parents=torch.tensor(parents, dtype=torch.long, device=self.device), scores=scores)
 
     def to(self, device: torch.device | str) -> Tree:
         """The same tree with ``tokens``, ``parents`` and ``scores`` on ``device`` (``self`` when already there).

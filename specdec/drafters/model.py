@@ -147,6 +147,11 @@ class ModelDrafter:
             (torch.Size([3]), torch.Size([3, 97]), torch.Size([3, 97]))
         """
         check_propose_arguments(context, max_tokens)
+        if context.device.type == "cpu":  # free there; on an accelerator a host read a round (the loops pass checked ids)
+            bad = ((context < 0) | (context >= self.vocab_size)).nonzero()
+            if bad.numel():
+                i = int(bad[0, 0])
+                raise ValueError(f"context: expected token ids in [0, {self.vocab_size}), got context[{i}] = {int(context[i])}")
         fits = self.target.max_seq_len - context.numel() + 1  # the draft tokens whose inputs the draft cache holds
         if fits < max_tokens:
             self._warn_full(context.numel(), max_tokens)
@@ -160,6 +165,7 @@ class ModelDrafter:
             self._warn_rollback(keep, err)
             self.target.reset()
             keep = 0
+        self._cached = self._cached[:keep]  # what the draft cache holds now, should feeding fail below
         logits = self._feed(context[keep:])
         tokens, laws, scores = [], [], []
         for i in range(max_tokens):

@@ -238,6 +238,10 @@ class OracleDrafter:
             raise TypeError(f"sequence: expected a 1-D int tensor, got {getattr(sequence, 'shape', type(sequence).__name__)}")
         if sequence.is_floating_point() or sequence.is_complex() or sequence.dtype == torch.bool:
             raise TypeError(f"sequence: expected a 1-D int tensor, got dtype {sequence.dtype}")
+        bad = ((sequence < 0) | (sequence >= self.vocab_size)).nonzero()  # a host read once a reference
+        if bad.numel():
+            i = int(bad[0, 0])
+            raise ValueError(f"sequence: expected token ids in [0, {self.vocab_size}), got sequence[{i}] = {int(sequence[i])}")
         self.references.append(sequence.long())
         self._reference_ids.append(sequence.tolist())
         self._reference_bytes.append(_int64_bytes(sequence))

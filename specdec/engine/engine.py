@@ -802,6 +802,8 @@ class Engine:
         if not isinstance(proposal, DraftProposal):
             raise TypeError(f"drafter: propose() returned {type(proposal).__name__}, expected a DraftProposal")
         check_proposal_size(proposal, k)
+        if type(self.verifier) is ChainVerifier and self.two_level is None:
+            proposal = proposal.chain()  # a tree's first root-to-leaf path, as ChainVerifier.verify checks it
         state.pending = {"proposal": proposal}
         return proposal
 

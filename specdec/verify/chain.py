@@ -61,7 +61,8 @@ def chain_laws(target_probs: torch.Tensor, draft_tokens: torch.Tensor, draft_pro
     Args:
         target_probs: ``[k + 1, V]`` target law at each verify row (row ``i`` follows ``d_i``; row 0
             follows the root).
-        draft_tokens: ``[k]`` proposed tokens.
+        draft_tokens: ``[k]`` int64 proposed tokens, in ``[0, V)`` (not read here: :func:`chain_accept` and
+            the verifiers check the ids).
         draft_probs: ``[k, V]`` the laws they were drawn from, or ``None`` (deterministic proposal).
 
     Example:
@@ -96,6 +97,8 @@ def _check_chain_shapes(name: str, rows: torch.Tensor, draft_tokens: torch.Tenso
         raise ValueError(
             f"draft_tokens: expected a 1-D tensor [k], got {getattr(draft_tokens, 'shape', type(draft_tokens).__name__)}"
         )
+    if draft_tokens.dtype != torch.long:  # uint8 ids would index the laws as a mask
+        raise TypeError(f"draft_tokens: expected int64 token ids, got {draft_tokens.dtype}")
     k = draft_tokens.numel()
     if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != k + 1:
         got = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
@@ -122,24 +125,42 @@ def chain_accept(
         draft_tokens: ``[k]``.
         draft_probs: ``[k, V]`` or ``None``; ignored when ``sampling`` is greedy.
 
+    Raises:
+        ValueError: a draft id outside ``[0, V)`` (read in the round's one host read); TypeError: ids not int64.
+
     Example (greedy: accept while the draft equals the argmax, then emit the argmax):
         >>> logits = torch.tensor([[0.0, 5.0], [5.0, 0.0], [0.0, 5.0]])
         >>> chain_accept(logits, torch.tensor([1, 1]), None, sampling=SamplingConfig())
         (1, tensor(0))
     """
     k = _check_chain_shapes("target_logits", target_logits, draft_tokens, draft_probs)
+    vocab = target_logits.shape[1]
     if sampling.greedy:
         target_tokens = target_logits.argmax(-1)  # [k + 1]
-        matches = (draft_tokens == target_tokens[:k]).long()
-        n = int(matches.cumprod(0).sum())  # the one host sync of the round
+        n = _read_decision((draft_tokens == target_tokens[:k]).long(), draft_tokens, vocab)
         return n, target_tokens[n]
     target_probs = logits_to_probs(target_logits, sampling)
-    laws = chain_laws(target_probs, draft_tokens, draft_probs)
+    laws = chain_laws(target_probs, draft_tokens.clamp(0, vocab - 1), draft_probs)  # a bad id raises below
     u = torch.rand(k, generator=generator, device=target_logits.device, dtype=torch.float64)
-    accepted = (u < laws.accept_probs.double()).long()
-    n = int(accepted.cumprod(0).sum())
+    n = _read_decision((u < laws.accept_probs.double()).long(), draft_tokens, vocab)
     law = laws.bonus_probs if n == k else laws.residual_probs[n]
     return n, sample(law, generator)
+
+
+def _read_decision(accepted: torch.Tensor, draft_tokens: torch.Tensor, vocab: int) -> int:
+    """The accepted prefix's length from ``accepted [k]`` (1 where draft ``i`` passes), read in the round's one host
+    read together with the draft ids' range check; raises ``ValueError`` naming the first id outside ``[0, vocab)``."""
+    if not accepted.numel():
+        return 0
+    out_of_range = (draft_tokens < 0) | (draft_tokens >= vocab)
+    n, any_bad, first_bad = torch.stack(
+        [accepted.cumprod(0).sum(), out_of_range.any().long(), out_of_range.long().argmax()]
+    ).tolist()
+    if any_bad:
+        raise ValueError(
+            f"draft_tokens: expected token ids in [0, {vocab}), got draft_tokens[{first_bad}] = {int(draft_tokens[first_bad])}"
+        )
+    return n
 
 
 def greedy_chain_accept_tokens(draft_tokens: Sequence[int], target_tokens: Sequence[int]) -> tuple[int, int]:
@@ -216,7 +237,8 @@ class ChainVerifier:
             target: a :class:`~specdec.contracts.Target` whose cache holds the context but the root.
             root: ``[1]`` int64, the newest emitted token.
             proposal: the drafter's :class:`~specdec.contracts.DraftProposal` (validated here; a tree in
-                it is not verified, the chain is ``proposal.tokens``: a warning says so, once a verifier).
+                it is not verified, the chain is its first root-to-leaf path, :meth:`~specdec.contracts.DraftProposal.chain`: a
+                warning says so, once a verifier).
             sampling, generator: the target law and the request's generator.
             hidden_layers: taps to return for the committed rows.
             context: ``[n]`` every token so far, ``root`` last; required when ``sampling.needs_prefix``
@@ -245,10 +267,11 @@ class ChainVerifier:
         if (proposal.tree is not None or proposal.parents is not None) and not self._warned_tree:
             self._warned_tree = True
             warnings.warn(
-                "ChainVerifier: the drafter proposed a tree; only its first path (proposal.tokens) is verified. "
-                "Pass verifier=TreeVerifier() to verify the whole tree.",
+                "ChainVerifier: the drafter proposed a tree; only its first root-to-leaf path (proposal.chain()) is "
+                "verified. Pass verifier=TreeVerifier() to verify the whole tree.",
                 stacklevel=2,
             )
+        proposal = proposal.chain()
         drafts = proposal.tokens
         plan = VerifyPlan.chain(root.view(1), drafts, prefix_len=target.length)
         out = target.run_plan(plan, hidden_layers=hidden_layers)

@@ -11,9 +11,10 @@ def check_round_inputs(target: Target, root: object, context: object) -> None:
     """Raise ``TypeError`` / ``ValueError`` naming ``root`` or ``context`` when a verify round could only misread them.
 
     ``root`` must be a one-element integer tensor (``[1]``) on the target's device, ``context`` ``None`` or a 1-D
-    integer tensor of every token so far, the root last. On the CPU the
-    ids are also checked against the vocabulary and ``context[-1]`` against ``root`` (host reads are free there; on
-    an accelerator they would stall the round, and the decode loops pass ids they already checked).
+    integer tensor of every token so far, the root last: ``target.length + 1`` ids (the target's cache holds all but
+    the root). On the CPU the ids are also checked against the vocabulary and ``context[-1]`` against ``root`` (host
+    reads are free there; on an accelerator they would stall the round, and the decode loops pass ids they already
+    checked).
 
     Example:
         >>> from specdec.testing import tiny_target
@@ -37,11 +38,19 @@ def check_round_inputs(target: Target, root: object, context: object) -> None:
         ):
             desc = f"{context.dtype} {tuple(context.shape)}" if isinstance(context, torch.Tensor) else type(context).__name__
             raise TypeError(f"context: expected a 1-D integer tensor of every token so far, got {desc}")
-        if context.numel() < 1:
-            raise ValueError("context: expected every token so far, the root last, got none")
+        if context.numel() != target.length + 1:
+            raise ValueError(
+                f"context: expected every token so far, the root last: target.length + 1 = {target.length + 1} ids "
+                f"(the target's cache holds {target.length}), got {context.numel()}"
+            )
     if root.device.type == "cpu":
         token = int(root.reshape(()))
         if not 0 <= token < target.vocab_size:
             raise ValueError(f"root: expected a token id in [0, {target.vocab_size}), got {token}")
-        if context is not None and context.device.type == "cpu" and int(context[-1]) != token:
-            raise ValueError(f"context: expected the root {token} last, got {int(context[-1])}")
+        if context is not None and context.device.type == "cpu":
+            bad = ((context < 0) | (context >= target.vocab_size)).nonzero()
+            if bad.numel():
+                i = int(bad[0, 0])
+                raise ValueError(f"context: expected token ids in [0, {target.vocab_size}), got context[{i}] = {int(context[i])}")
+            if int(context[-1]) != token:
+                raise ValueError(f"context: expected the root {token} last, got {int(context[-1])}")

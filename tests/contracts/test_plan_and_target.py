@@ -124,6 +124,10 @@ def test_a_verify_result_is_one_round_of_n_accepted_drafts_and_a_bonus_token():
     for wrong in (7, 0, True, -1):
         with pytest.raises(ValueError, match=rf"num_accepted: expected .* = 1 .*, got {wrong!r}"):
             VerifyResult(emitted=torch.tensor([2, 3]), num_accepted=wrong)
+    for hidden, got in ((torch.zeros(7), r"shape \(7,\)"), (torch.zeros(3, 1, 4), r"shape \(3, 1, 4\)"), ([0.0], "list")):
+        with pytest.raises(ValueError, match=r"hidden: expected \[n \+ 1, taps, H\] = \[2, taps, H\] .*, got " + got):
+            VerifyResult(emitted=torch.tensor([2, 3]), num_accepted=1, hidden=hidden)
+    assert VerifyResult(emitted=torch.tensor([2, 3]), num_accepted=1, hidden=torch.zeros(2, 1, 4)).hidden.shape == (2, 1, 4)
 
 
 @pytest.mark.parametrize("field", ["temperature", "top_p"])

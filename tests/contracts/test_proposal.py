@@ -30,6 +30,8 @@ def law(k: int, vocab: int = V) -> torch.Tensor:
         ),
         (DraftProposal(torch.tensor([[1, 2]])), ValueError, r"proposal.tokens: expected a 1-D tensor, got shape \(1, 2\)"),
         (DraftProposal(torch.tensor([1.0])), TypeError, r"proposal.tokens: expected an integer dtype, got torch.float32"),
+        (DraftProposal(torch.tensor([1, 1], dtype=torch.uint8)), TypeError, r"proposal.tokens: expected int64 .*torch.uint8"),
+        (DraftProposal(torch.tensor([1], dtype=torch.int32)), TypeError, r"proposal.tokens: expected int64 .*torch.int32"),
         (
             DraftProposal(torch.tensor([1, 2]), draft_probs=law(3)),
             ValueError,
@@ -102,6 +104,8 @@ def law(k: int, vocab: int = V) -> torch.Tensor:
         "token-negative",
         "tokens-2d",
         "tokens-float",
+        "tokens-uint8",
+        "tokens-int32",
         "probs-rows",
         "probs-vocab",
         "probs-sum",

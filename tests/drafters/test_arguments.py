@@ -35,6 +35,31 @@ def test_oracle_drafter_refuses_a_bad_vocabulary_and_float_references():
             OracleDrafter("dspark-qwen3-8b-gsm8k", vocab_size=bad)
     with pytest.raises(TypeError, match="sequence: expected a 1-D int tensor, got dtype torch.float32"):
         OracleDrafter("dspark-qwen3-8b-gsm8k", vocab_size=5, references=[torch.tensor([1.5, 2.0])])
+    for bad, at in ((-3, 2), (30, 2), (5, 2)):  # proposed as they were before: ids outside the drafter's vocabulary
+        with pytest.raises(ValueError, match=rf"sequence: expected token ids in \[0, 5\), got sequence\[{at}\] = {bad}"):
+            OracleDrafter("dspark-qwen3-8b-gsm8k", vocab_size=5, references=[torch.tensor([1, 2, bad, 4])])
+
+
+def test_model_drafter_names_a_context_id_outside_its_vocabulary_and_keeps_its_cache_consistent():
+    import warnings
+
+    from specdec.contracts import SamplingConfig
+
+    drafter = ModelDrafter(tiny_target(seed=1, max_seq_len=64))
+    drafter.reset()
+    context = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8])
+    first = drafter.propose(context, 3, sampling=SamplingConfig(), generator=None)
+    with pytest.raises(ValueError, match=r"context: expected token ids in \[0, 97\), got context\[2\] = 300"):
+        drafter.propose(torch.tensor([1, 2, 300]), 3, sampling=SamplingConfig(), generator=None)
+    assert drafter._cached.numel() == drafter.target.length
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no rollback warning: the cache and its record agree
+        again = drafter.propose(torch.cat([context, first.tokens[:1]]), 3, sampling=SamplingConfig(), generator=None)
+    fresh = ModelDrafter(tiny_target(seed=1, max_seq_len=64))
+    fresh.reset()
+    assert torch.equal(
+        again.tokens, fresh.propose(torch.cat([context, first.tokens[:1]]), 3, sampling=SamplingConfig(), generator=None).tokens
+    )
 
 
 def test_prefix_scheduler_refuses_tables_and_confidences_it_would_reshape_or_clamp():

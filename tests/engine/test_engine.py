@@ -528,3 +528,33 @@ def test_a_prompt_id_past_int64_is_named():
     engine = Engine(TARGET, NGramDrafter(), max_batch=1)
     with pytest.raises(ValueError, match=rf"prompt: expected token ids in \[0, {VOCAB}\), got {2**63}"):
         engine.add_request([1, 2**63], max_new_tokens=2)
+
+
+class ParentsTreeDrafter:
+    """Proposes the target's next two tokens as the path root -> t1 -> t2 of a tree given as parents, with a wrong
+    child of the root numbered between them: ``tokens [t1, wrong, t2]``, ``parents [-1, -1, 0]``."""
+
+    def __init__(self):
+        self.oracle = ModelDrafter(tiny_target(seed=0, max_seq_len=SEQ))
+        self.vocab_size = TARGET.vocab_size
+
+    def reset(self):
+        self.oracle.reset()
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        truth = self.oracle.propose(context, min(2, max_tokens), sampling=SamplingConfig(), generator=None).tokens
+        if max_tokens < 3:
+            return DraftProposal(truth)
+        t1, t2 = truth.tolist()
+        return DraftProposal(torch.tensor([t1, (t1 + 1) % self.vocab_size, t2]), parents=torch.tensor([-1, -1, 0]))
+
+
+def test_a_chain_verifier_in_the_engine_checks_a_tree_s_first_root_to_leaf_path():
+    engine = Engine(TARGET, ParentsTreeDrafter, ChainVerifier(), max_batch=1, num_draft_tokens=3)
+    rid = engine.add_request(torch.tensor([1, 2, 3]), max_new_tokens=12)
+    engine.run()
+    state = engine.request(rid)
+    # the prefill's token, three rounds of both path tokens and a bonus (9), a last round of one draft and a bonus;
+    # checked as the node list [t1, wrong, t2] a round accepts one draft: 5 rounds, 6 drafts
+    assert (state.rounds, state.accepted) == (4, 7)
+    assert torch.equal(engine.output(rid), sd.generate(TARGET, torch.tensor([[1, 2, 3]]), max_new_tokens=12).tokens[0])

@@ -195,6 +195,25 @@ def test_chain_shapes_are_checked_and_named():
     assert (n, int(bonus)) == (2, 4)
 
 
+@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=1.0)], ids=["greedy", "sampled"])
+def test_draft_ids_are_int64_and_in_the_vocabulary(sampling):
+    from specdec.verify.chain import chain_accept
+
+    v = 5
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0, 9.0], [0.0] * 5, [0.0] * 5])
+    # uint8 ids index the laws as a mask: [1, 1] would be read as rows 0 and 1 of every law
+    with pytest.raises(TypeError, match=r"draft_tokens: expected int64 token ids, got torch.uint8"):
+        chain_accept(logits, torch.tensor([1, 1], dtype=torch.uint8), None, sampling=sampling)
+    with pytest.raises(TypeError, match=r"draft_tokens: expected int64 token ids, got torch.uint8"):
+        chain_laws(torch.full((3, v), 0.2), torch.tensor([1, 1], dtype=torch.uint8), None)
+    # -1 would wrap to V - 1 (the likeliest token here) and be accepted and emitted
+    for drafts, message in ((torch.tensor([-1, 2]), r"draft_tokens\[0\] = -1"), (torch.tensor([4, 5]), r"draft_tokens\[1\] = 5")):
+        with pytest.raises(ValueError, match=r"draft_tokens: expected token ids in \[0, 5\), got " + message):
+            chain_accept(logits, drafts, None, sampling=sampling, generator=torch.Generator().manual_seed(0))
+    n, _ = chain_accept(logits, torch.tensor([4, 0]), None, sampling=sampling, generator=torch.Generator().manual_seed(0))
+    assert n >= 1  # p(4) > 0.99 at the first row
+
+
 def test_a_tree_given_to_the_chain_verifier_is_named_in_a_warning_once():
     import warnings
 
@@ -203,7 +222,9 @@ def test_a_tree_given_to_the_chain_verifier_is_named_in_a_warning_once():
 
     target, prompt = tiny_target(seed=0), torch.tensor([[1, 2, 3, 1, 2, 4, 1, 2]])
     verifier = sd.ChainVerifier()
-    with pytest.warns(UserWarning, match=r"ChainVerifier: the drafter proposed a tree; only its first path") as caught:
+    with pytest.warns(
+        UserWarning, match=r"ChainVerifier: the drafter proposed a tree; only its first root-to-leaf path"
+    ) as caught:
         spec = sd.generate(target, prompt, 12, drafter=sd.NGramDrafter(max_paths=2), verifier=verifier)
     assert sum("proposed a tree" in str(w.message) for w in caught) == 1  # once, however many rounds
     assert torch.equal(spec.tokens, sd.generate(target, prompt, 12).tokens)

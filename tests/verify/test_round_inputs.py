@@ -26,9 +26,17 @@ CASES = [
     (dict(root=torch.tensor([300])), ValueError, r"root: expected a token id in \[0, 97\), got 300"),
     (dict(root=torch.tensor([97])), ValueError, r"root: expected a token id in \[0, 97\), got 97"),
     (dict(root=torch.tensor([3], device="meta")), ValueError, r"root: expected device cpu \(the target's\), got meta"),
-    (dict(context=torch.zeros(0, dtype=torch.long)), ValueError, "context: expected every token so far, the root last, got none"),
+    (
+        dict(context=torch.zeros(0, dtype=torch.long)),
+        ValueError,
+        r"context: expected every token so far, the root last: target.length \+ 1 = 3 ids \(the target's cache holds 2\), got 0",
+    ),
+    (dict(context=torch.tensor([4, 4, 4, 4, 3])), ValueError, r"context: expected .* = 3 ids .*, got 5"),
+    (dict(context=torch.tensor([3])), ValueError, r"context: expected .* = 3 ids .*, got 1"),
     (dict(context=torch.tensor([1.0, 2.0, 3.0])), TypeError, "context: expected a 1-D integer tensor of every token so far"),
-    (dict(context=torch.tensor([9, 9])), ValueError, "context: expected the root 3 last, got 9"),
+    (dict(context=torch.tensor([9, 9, 9])), ValueError, "context: expected the root 3 last, got 9"),
+    (dict(context=torch.tensor([1, 99, 3])), ValueError, r"context: expected token ids in \[0, 97\), got context\[1\] = 99"),
+    (dict(context=torch.tensor([-1, 2, 3])), ValueError, r"context: expected token ids in \[0, 97\), got context\[0\] = -1"),
 ]
 
 

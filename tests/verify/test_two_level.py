@@ -362,15 +362,15 @@ def test_verify_rejects_missing_drafter_context_and_view():
     v = TwoLevelVerifier(gate="always")
     greedy = SamplingConfig()
     with pytest.raises(ValueError, match="drafter: expected"):
-        v.verify(target, torch.tensor([2]), proposal, sampling=greedy, context=torch.tensor([1, 2]))
+        v.verify(target, torch.tensor([2]), proposal, sampling=greedy, context=torch.tensor([1, 2, 2]))
     with pytest.raises(ValueError, match="context: expected"):
         v.verify(target, torch.tensor([2]), proposal, sampling=greedy, drafter=sd.NGramDrafter())
     markov = MarkovTarget(MarkovLaw(5, seed=0), max_seq_len=16)
     with pytest.raises(ValueError, match=r"weight views \('exact',\); the Q pass needs 'q'"):
-        v.verify(markov, torch.tensor([2]), proposal, sampling=greedy, context=torch.tensor([1, 2]), drafter=sd.NGramDrafter())
+        v.verify(markov, torch.tensor([2]), proposal, sampling=greedy, context=torch.tensor([2]), drafter=sd.NGramDrafter())
     bad = DraftProposal(tokens=torch.tensor([4, 500]))
     with pytest.raises(ValueError, match=r"proposal.tokens: expected token ids in \[0, 97\), got tokens\[1\] = 500"):
-        v.verify(target, torch.tensor([2]), bad, sampling=greedy, context=torch.tensor([1, 2]), drafter=sd.NGramDrafter())
+        v.verify(target, torch.tensor([2]), bad, sampling=greedy, context=torch.tensor([1, 2, 2]), drafter=sd.NGramDrafter())
     assert target.length == 2 and v.stats.rounds == 0
 
 
@@ -390,7 +390,7 @@ def test_verify_rejects_a_chain_only_target():
             torch.tensor([2]),
             DraftProposal(tokens=torch.tensor([3])),
             sampling=SamplingConfig(),
-            context=torch.tensor([1, 2]),
+            context=torch.tensor([1, 2, 2]),
             drafter=sd.NGramDrafter(),
         )
 

@@ -13,6 +13,7 @@ __all__ = [
     "DFLASH2",
     "DSPARK",
     "HEAD_TYPES",
+    "LAYER_TYPES",
     "MUSE_ASSISTANT",
     "BlockDrafterConfig",
     "check_fits_target",
@@ -29,6 +30,8 @@ ARCHITECTURES = (DFLASH, DFLASH2, MUSE_ASSISTANT, DSPARK)
 
 # the sequential heads DeepSpec's ``markov_head_type`` names (read case-insensitively, as DeepSpec does)
 HEAD_TYPES = ("vanilla", "gated", "rnn")
+# the attention kinds of transformers' ``layer_types`` that a block drafter's layers take
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,12 @@ def read_drafter_config(raw: Mapping[str, Any]) -> BlockDrafterConfig:
     layer_types = list(raw.get("layer_types") or ["full_attention"] * num_layers)
     if len(layer_types) != num_layers:
         raise ValueError(f"layer_types: expected {num_layers} entries (num_hidden_layers), got {len(layer_types)}")
+    unknown = [t for t in layer_types if t not in LAYER_TYPES]
+    if unknown:
+        raise ValueError(f"layer_types: expected entries of {list(LAYER_TYPES)}, got {unknown[0]!r}")
     window = raw.get("sliding_window")
+    if "sliding_attention" in layer_types and (window is None or isinstance(window, bool) or int(window) < 1):
+        raise ValueError(f"sliding_window: expected an int >= 1 for the sliding_attention layers, got {window!r}")
     windows = tuple(int(window) if (t == "sliding_attention" and window is not None) else None for t in layer_types)
     if arch in (DFLASH, DFLASH2):
         is_causal = raw.get("is_causal", None)
@@ -200,6 +208,9 @@ def read_drafter_config(raw: Mapping[str, Any]) -> BlockDrafterConfig:
             selector_rank=int(draft_need("selector_rank")),
             selector_top_k=int(draft_need("selector_top_k")),
         )
+        for name in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"):
+            if getattr(cfg, name) < 1:
+                raise ValueError(f"{name}: expected an int >= 1 (DFlash2), got {getattr(cfg, name)}")
         if hidden % cfg.conv_group_size:
             raise ValueError(f"conv_group_size: expected a divisor of hidden_size {hidden}, got {cfg.conv_group_size}")
     if arch == DSPARK:
@@ -212,13 +223,21 @@ def read_drafter_config(raw: Mapping[str, Any]) -> BlockDrafterConfig:
             raise ValueError(
                 f"markov_head_type: expected one of ['vanilla', 'gated', 'rnn'], got {raw.get('markov_head_type')!r}"
             )
+        if rank < 0:
+            raise ValueError(f"markov_rank: expected an int >= 0 (0: no sequential head), got {rank}")
         conf = bool(_need(raw, "enable_confidence_head"))
+        with_markov = bool(_need(raw, "confidence_head_with_markov")) if conf else False
+        if with_markov and rank == 0:
+            raise ValueError(
+                "confidence_head_with_markov: expected false when markov_rank is 0 (the confidence head would read "
+                "the sequential head's features, and there is none), got true"
+            )
         cfg = replace(
             cfg,
             markov_rank=rank,
             markov_head_type=head_type,
             confidence_head=conf,
-            confidence_head_with_markov=bool(_need(raw, "confidence_head_with_markov")) if conf else False,
+            confidence_head_with_markov=with_markov,
         )
     return cfg
 

@@ -316,6 +316,46 @@ def test_bad_checkpoints_name_the_field(tmp_path, small_target):
         read_drafter_config({**fixture_config("Qwen3DSparkModel", small_target), "markov_head_type": "lstm"})
 
 
+def _dflash2_with(small_target, **fields):
+    cfg = fixture_config("DFlash2DraftModel", small_target)
+    cfg["dflash_config"].update(fields)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("conv_group_size", 0), ("conv_kernel_size", 0), ("selector_top_k", 0), ("selector_top_k", -1), ("selector_rank", 0)],
+)
+def test_dflash2_sizes_below_one_are_refused_by_name(small_target, field, value):
+    # conv_group_size 0 divided by zero; selector_top_k 0 loaded and failed at the first propose
+    with pytest.raises(ValueError, match=rf"{field}: expected an int >= 1 \(DFlash2\), got {value}"):
+        read_drafter_config(_dflash2_with(small_target, **{field: value}))
+
+
+def test_layer_types_and_windows_are_checked(small_target):
+    cfg = fixture_config("DFlashDraftModel", small_target)
+    n = cfg["num_hidden_layers"]
+    with pytest.raises(
+        ValueError, match=r"layer_types: expected entries of \['full_attention', 'sliding_attention'\], got 'sliding_attentoin'"
+    ):
+        read_drafter_config({**cfg, "layer_types": ["sliding_attentoin"] * n, "sliding_window": 3})
+    for window in (None, 0, True):
+        with pytest.raises(ValueError, match=rf"sliding_window: expected an int >= 1 .*, got {window!r}"):
+            read_drafter_config({**cfg, "layer_types": ["sliding_attention"] * n, "sliding_window": window})
+    parsed = read_drafter_config({**cfg, "layer_types": ["sliding_attention"] * n, "sliding_window": 3})
+    assert parsed.sliding_window == (3,) * n
+
+
+def test_dspark_confidence_with_markov_needs_a_sequential_head(small_target):
+    cfg = {**fixture_config("Qwen3DSparkModel", small_target), "markov_rank": 0}
+    cfg.update(enable_confidence_head=True, confidence_head_with_markov=True)
+    with pytest.raises(ValueError, match="confidence_head_with_markov: expected false when markov_rank is 0"):
+        read_drafter_config(cfg)
+    with pytest.raises(ValueError, match=r"markov_rank: expected an int >= 0 .*, got -2"):
+        read_drafter_config({**cfg, "markov_rank": -2})
+    assert read_drafter_config({**cfg, "confidence_head_with_markov": False}).confidence_head
+
+
 def test_bad_tensors_and_class(tmp_path, small_target, folders):
     from safetensors.torch import load_file, save_file
 
