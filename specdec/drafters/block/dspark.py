@@ -41,7 +41,7 @@ from specdec.drafters.block.config import DSPARK, HEAD_TYPES
 from specdec.drafters.block.drafter import BlockDrafter
 from specdec.drafters.block.heads import markov_step
 from specdec.drafters.block.scheduler import PrefixScheduler
-from specdec.verify.sampling import logits_to_probs, sample
+from specdec.verify.sampling import SamplingConfig, logits_to_probs, sample
 
 __all__ = ["DSparkDrafter"]
 
@@ -210,6 +210,12 @@ class DSparkDrafter(BlockDrafter):
         super().reset()
         if self.scheduler is not None:
             self.scheduler.reset()
+
+    def propose(self, context, max_tokens, *, sampling: SamplingConfig, generator, target_hidden=None) -> DraftProposal:
+        """:meth:`BlockDrafter.propose <specdec.drafters.block.drafter.BlockDrafter.propose>`; ``last_confidence`` and
+        ``last_confidence_logits`` describe this round only (``None`` after a round that drafts nothing)."""
+        self.last_confidence = self.last_confidence_logits = None
+        return super().propose(context, max_tokens, sampling=sampling, generator=generator, target_hidden=target_hidden)
 
     def sequential_bias(
         self, prev: torch.Tensor, hidden: torch.Tensor | None = None, state: torch.Tensor | None = None

@@ -148,6 +148,9 @@ def test_dspark_confidence_and_block(dspark):
     base = drafter.model.logits(drafter.last_hidden[:1], target.lm_head)[0]
     bias = drafter.model.markov_head.markov_w2(drafter.model.markov_head.markov_w1(ctx[-1]))
     assert int(p.tokens[0]) == int((base + bias).argmax())
+    # a round that drafts nothing leaves no confidences of an earlier round behind
+    none = drafter.propose(ctx, 0, sampling=SamplingConfig(), generator=None, target_hidden=feats)
+    assert none.num_tokens == 0 and drafter.last_confidence is None and drafter.last_confidence_logits is None
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
