@@ -131,7 +131,8 @@ class AgentSpecBatchDrafter:
         """The request in ``slot`` is over: index ``tokens [n]`` (its prompt and every emitted token) and keep it as history.
 
         Searchable from its first generated token on: the first proposal's context is the prompt and one
-        token. A request that never drafted (it ended at its first token) is indexed with nothing searchable.
+        token. A request that never drafted (it ended at its first token) is indexed the same way: its one generated token
+        is searchable.
         The slot is then empty until the next :meth:`reset`.
         """
         slot = self._slot(slot)

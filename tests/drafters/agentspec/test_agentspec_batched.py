@@ -109,6 +109,15 @@ def test_a_finished_request_is_history_for_the_next_one_of_its_agent():
     assert propose(fresh, [0], [[5, 60]], [4]) == [[]]
 
 
+def test_a_request_that_never_drafted_is_history_from_its_one_generated_token():
+    batch = AgentSpecDrafter(TINY_TABLE, min_ngram=1).batched(slots=2)
+    start(batch, 0, "a")
+    batch.end_request(0, torch.tensor([3, 4, 60]))  # prompt [3, 4], ended at its first token
+    start(batch, 1, "a")
+    assert propose(batch, [1], [[9, 4]], [4]) == [[60]]  # the generated token follows its prompt's last
+    assert propose(batch, [1], [[9, 4, 7, 3]], [4]) == [[]]  # the prompt itself is not offered
+
+
 def test_the_batched_form_shares_the_drafters_history():
     drafter = AgentSpecDrafter(TINY_TABLE, min_ngram=1)
     batch = drafter.batched(slots=1)
