@@ -17,6 +17,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracle_drafters import TargetOracle
 
 import specdec as sd
 from specdec.contracts import DraftProposal
@@ -563,21 +564,17 @@ def test_scores_move_with_their_nodes_and_a_node_never_gains_more_than_its_paren
     assert est.gains(proposal, moved, scores=scores) == pytest.approx([0.5, 0.4, 0.4, 0.1])
 
 
-class DeepDecoyDrafter:
+class DeepDecoyDrafter(TargetOracle):
     """Proposes a trie whose first path is three wrong tokens and whose second path is the target's next token:
     in node order the right token comes last."""
 
     def __init__(self):
-        self.oracle = ModelDrafter(tiny_target(seed=0, max_seq_len=SEQ))
-        self.vocab_size = TARGET.vocab_size
-
-    def reset(self):
-        self.oracle.reset()
+        super().__init__(SEQ)
 
     def propose(self, context, max_tokens, *, sampling, generator):
-        from specdec.contracts import SamplingConfig, Tree
+        from specdec.contracts import Tree
 
-        truth = self.oracle.propose(context, min(1, max_tokens), sampling=SamplingConfig(), generator=None).tokens
+        truth = self.truth(context, min(1, max_tokens))
         if max_tokens < 4:  # the request's last tokens
             return DraftProposal(truth)
         truth = int(truth[0])

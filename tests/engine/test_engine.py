@@ -15,6 +15,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracle_drafters import TargetOracle
 
 import specdec as sd
 from specdec.contracts import DraftProposal, SamplingConfig, Tree
@@ -530,19 +531,15 @@ def test_a_prompt_id_past_int64_is_named():
         engine.add_request([1, 2**63], max_new_tokens=2)
 
 
-class ParentsTreeDrafter:
+class ParentsTreeDrafter(TargetOracle):
     """Proposes the target's next two tokens as the path root -> t1 -> t2 of a tree given as parents, with a wrong
     child of the root numbered between them: ``tokens [t1, wrong, t2]``, ``parents [-1, -1, 0]``."""
 
     def __init__(self):
-        self.oracle = ModelDrafter(tiny_target(seed=0, max_seq_len=SEQ))
-        self.vocab_size = TARGET.vocab_size
-
-    def reset(self):
-        self.oracle.reset()
+        super().__init__(SEQ)
 
     def propose(self, context, max_tokens, *, sampling, generator):
-        truth = self.oracle.propose(context, min(2, max_tokens), sampling=SamplingConfig(), generator=None).tokens
+        truth = self.truth(context, min(2, max_tokens))
         if max_tokens < 3:
             return DraftProposal(truth)
         t1, t2 = truth.tolist()
