@@ -369,36 +369,42 @@ class PositionShiftFault(TargetFault):
             tokens, asked + self.shift * active.long(), mask, hidden_layers=hidden_layers, tree_parents=tree_parents, view=view
         )
         if isinstance(self.target, DenseTarget):
-            self.target._last_tree = (asked, self.target._last_tree[1])
+            self.target._last_tree = (asked, *self.target._last_tree[1:])
         return out
 
 
 class StaleStateFault(TargetFault):
-    """After a verification that rejects rows, keeps *every* row of the verify pass in the state.
+    """After a verification that rejects rows, folds the rejected rows into the state it keeps.
 
     This is what a recurrent (GDN/Mamba) state that is not rolled back does: the rejected draft tokens
-    have already been folded into the state. Here the rejected rows' K/V stay committed, so later
-    tokens attend to them and see shifted positions. Plain autoregressive decoding never rejects, so
-    the fault is inert there; speculative decoding through it drifts.
+    have already been absorbed into the state. Here the accepted rows are committed as the wrapped target
+    would (its length and positions stay right, so its own bookkeeping checks pass), then the K/V of the
+    last committed row becomes the mean of it and the rejected rows' K/V, which the verify pass left in the
+    cache past the new length: every later token attends to a row that carries the rejected drafts. Plain
+    autoregressive decoding never rejects, so the fault is inert there; speculative decoding through it drifts.
+    Needs a target with a K/V cache (``k_caches`` / ``v_caches`` ``[B, H, S, D]``, as the lean targets have).
 
     Example:
         >>> from specdec.testing import tiny_target
         >>> fault = StaleStateFault(tiny_target(seed=0), after=0)
         >>> _ = fault(torch.tensor([[1, 2, 3]])); fault.commit(3)      # prefill
-        >>> _ = fault(torch.tensor([[4, 5, 6, 7]])); fault.commit(2)   # verify: 2 rows rejected, all 4 kept
-        >>> fault.length
-        7
+        >>> _ = fault(torch.tensor([[4, 5, 6, 7]]))                    # verify: rows at slots 3..6
+        >>> row4 = fault.k_caches[0][0, :, 4].clone()
+        >>> fault.commit(2)                                            # 2 rows rejected, folded into slot 4
+        >>> fault.length, torch.equal(fault.k_caches[0][0, :, 4], row4)
+        (5, False)
     """
 
     def commit(self, accepted) -> None:
-        """Commit every row of the last forward when it decides positions ``>= after`` and some were rejected;
-        otherwise commit ``accepted`` as the wrapped target would (see the class example)."""
-        rows = self._rows
+        """Commit ``accepted`` as the wrapped target would; then, when the last forward decides positions ``>= after``
+        and some of its rows were rejected, fold them into the last committed row (see the class example)."""
+        rows, start = self._rows, self.target.length
         kept = accepted if isinstance(accepted, int) else int(accepted.numel())
-        if self.prompt_len is not None and self.target.length + 1 - self.prompt_len >= self.after and kept < rows:
-            self.target.commit(rows)
-        else:
-            self.target.commit(accepted)
+        self.target.commit(accepted)
+        if self.prompt_len is not None and start + 1 - self.prompt_len >= self.after and 0 < kept < rows:
+            last = self.target.length - 1
+            for cache in (*self.target.k_caches, *self.target.v_caches):
+                cache[:, :, last] = cache[:, :, last : start + rows].mean(dim=2)
 
 
 class QChainHandOff(TargetFault):

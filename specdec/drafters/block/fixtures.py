@@ -122,7 +122,7 @@ def fixture_config(
             "target_layer_ids": ids,
             "num_anchors": 512,
             "enable_confidence_head": True,
-            "confidence_head_with_markov": True,
+            "confidence_head_with_markov": markov_rank > 0,  # it reads the sequential head's features
             "markov_rank": markov_rank,
             "markov_head_type": markov_head_type,
         }
