@@ -107,14 +107,19 @@ def check_parent_order(parents: Sequence[int]) -> None:
 
 
 def check_committed_path(
-    rows: Sequence[int], length: int, positions: torch.Tensor | None, parents: torch.Tensor | None = None
+    rows: Sequence[int],
+    length: int,
+    positions: torch.Tensor | None,
+    parents: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
 ) -> None:
     """Raise unless the last forward's ``rows`` can be committed to slots ``[length, length + n)``, read on the host.
 
     Row ``rows[j]`` must have run at RoPE position ``length + j`` (``positions [1, T]``; ``None``: a chain, row
-    ``r`` at ``length + r``) and, where the forward's tree is known (``parents [T]``), be a child of
-    ``rows[j - 1]`` (of the prefix for ``j = 0``): otherwise its K/V would hold another position or another
-    context than the slot it lands in.
+    ``r`` at ``length + r``), where the forward's tree is known (``parents [T]``) be a child of ``rows[j - 1]``
+    (of the prefix for ``j = 0``), and where its mask is known (``mask [T, T]``, row ``t`` attends row ``i`` where
+    true) have attended exactly ``rows[0..j]`` of the forward's rows: otherwise its K/V would hold another
+    position or another context than the slot it lands in.
 
     Example:
         >>> check_committed_path([0, 2], 5, torch.tensor([[5, 6, 6]]), torch.tensor([-1, 0, 0]))
@@ -137,6 +142,14 @@ def check_committed_path(
             raise ValueError(
                 f"accepted: expected the rows of one root-to-node path; row {r} (accepted[{j}]) has parent {par[r]}, not {want}"
             )
+    if mask is not None:
+        for j, r in enumerate(rows):
+            seen, path = torch.nonzero(mask[r]).reshape(-1).tolist(), sorted(rows[: j + 1])
+            if seen != path:
+                raise ValueError(
+                    f"accepted: expected the rows of one root-to-node path; row {r} (accepted[{j}]) attended rows "
+                    f"{seen}, not {path}"
+                )
 
 
 def tree_rows_inputs(
@@ -231,8 +244,8 @@ class LeanTarget(nn.Module):
         self.attention_scaling = attention_scaling
         self.length = 0
         self._last_rows = 0
-        # the last forward's (positions, tree_parents) as given, for commit's path check (dense targets)
-        self._last_tree: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
+        # the last forward's (positions, tree_parents, mask), for commit's path check (dense targets)
+        self._last_tree: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None] = (None, None, None)
         self._last_view = "exact"
         self._views = WeightViews(self)
         self._graphs: StaticGraphs | None = None

@@ -328,7 +328,7 @@ class DenseTarget(LeanTarget):
         if tree_parents is not None:
             mask, positions = tree_rows_inputs(tree_parents, mask, positions, seqlen=seqlen, length=self.length, device=device)
         new = torch.arange(seqlen, device=device)
-        self._last_tree = (positions, tree_parents)  # for commit's check
+        self._last_tree = (positions, tree_parents, mask)  # for commit's check
         if positions is None:
             positions = (self.length + new)[None]
         bucket = self._static_bucket(seqlen)
@@ -473,10 +473,10 @@ class DenseTarget(LeanTarget):
                 forward (:func:`~specdec.models.base.check_committed_path`, checked on the CPU).
         """
         n = self._accepted_count(accepted)
-        positions, parents = self._last_tree
+        positions, parents, mask = self._last_tree
         if self.device.type == "cpu":  # free there; on an accelerator a host read a round (the verifiers' rows are valid)
             rows = list(range(accepted)) if isinstance(accepted, int) else accepted.tolist()
-            check_committed_path(rows, self.length, positions, parents)
+            check_committed_path(rows, self.length, positions, parents, mask)
         if isinstance(accepted, torch.Tensor):
             compact_kv(self.k_caches, self.v_caches, self.length, accepted.to(self.device))
         self._advance(n)

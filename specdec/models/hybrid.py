@@ -40,7 +40,7 @@ from specdec.contracts.plan import VerifyPlan
 from specdec.contracts.target import TargetOutput
 from specdec.kernels.gdn import build_tree_meta, conv_state_commit, gdn_tree_commit
 from specdec.kernels.gdn.path import gdn_tree_commit_triton
-from specdec.models.base import LeanTarget, check_parent_order, check_tree_parents, default_device
+from specdec.models.base import LeanTarget, check_committed_path, check_parent_order, check_tree_parents, default_device
 from specdec.models.dense import compact_kv, load_weights, prefix_attention_mask
 from specdec.models.hybrid_checkpoint import hybrid_state_from_hf
 from specdec.models.hybrid_config import HybridConfig
@@ -168,6 +168,7 @@ class HybridTarget(LeanTarget):
     def _forget_last(self) -> None:
         self._stash = None
         self._last_parents = None
+        self._last_positions: torch.Tensor | None = None
         self._last_static = None
 
     def discard(self) -> None:
@@ -301,6 +302,7 @@ class HybridTarget(LeanTarget):
         meta = build_tree_meta(torch.arange(-1, seqlen - 1, device=device) if parents is None else parents, validate=False)
         if mask is None and parents is not None:
             mask = meta.ancestors[0].bool()
+        explicit_positions = positions  # checked by commit: the RoPE position a committed row ran at
         if positions is None:
             positions = self.length + meta.depth.to(torch.long)
         slots = self.length + torch.arange(seqlen, device=device)
@@ -311,6 +313,7 @@ class HybridTarget(LeanTarget):
         self._last_rows = seqlen
         self._stash = stash
         self._last_parents = parents
+        self._last_positions = explicit_positions
         return out
 
     def static_body(self, tokens, parents, length, slot: int, hidden_layers: tuple[int, ...] = ()):
@@ -495,6 +498,8 @@ class HybridTarget(LeanTarget):
                     f"accepted: expected a root-to-node path of the last forward's rows; row {r} at position {j} "
                     f"{'is out of range' if got is None else f'has parent {got}, not {want}'}"
                 )
+        if self._last_positions is not None:  # explicit positions (eager rows only): each row at its slot's position
+            check_committed_path(rows, self.length, self._last_positions)
         return rows, path
 
     def _eager_commit(self, path: torch.Tensor, rows: list[int], nxt: int) -> None:

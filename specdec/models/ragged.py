@@ -150,6 +150,7 @@ class RaggedDenseTarget(RequestSlots):
         self._last_rows = [0] * slots
         self._last_views = ["exact"] * slots
         self._last_positions: list[torch.Tensor | None] = [None] * slots  # for commit's path check
+        self._last_masks: list[torch.Tensor | None] = [None] * slots
         self._graphs: StaticGraphs | None = None
         self._buckets: tuple[int, ...] = ()
         self._span_step = 1
@@ -217,6 +218,8 @@ class RaggedDenseTarget(RequestSlots):
             if not 0 <= accepted <= last:
                 raise ValueError(f"accepted: expected 0 <= n <= {last} (rows of slot {slot}'s last forward), got {accepted}")
             n = accepted
+            if self.device.type == "cpu":  # free there; on an accelerator a host read a round (the engine's rows are valid)
+                check_committed_path(range(n), self.lengths[slot], self._last_positions[slot], mask=self._last_masks[slot])
         elif isinstance(accepted, torch.Tensor) and accepted.ndim == 1 and accepted.dtype == torch.long:
             n = accepted.numel()
             if n > last:
@@ -224,7 +227,9 @@ class RaggedDenseTarget(RequestSlots):
             if n and not (bool((accepted[1:] > accepted[:-1]).all()) and 0 <= int(accepted[0]) and int(accepted[-1]) < last):
                 raise ValueError(f"accepted: expected ascending rows in [0, {last}), got {accepted.tolist()}")
             if self.device.type == "cpu":  # free there; on an accelerator a host read a round (the engine's rows are valid)
-                check_committed_path(accepted.tolist(), self.lengths[slot], self._last_positions[slot])
+                check_committed_path(
+                    accepted.tolist(), self.lengths[slot], self._last_positions[slot], mask=self._last_masks[slot]
+                )
             keys = [k[slot : slot + 1] for k in self.k_caches]
             values = [v[slot : slot + 1] for v in self.v_caches]
             compact_kv(keys, values, self.lengths[slot], accepted)
@@ -313,6 +318,7 @@ class RaggedDenseTarget(RequestSlots):
             self._last_rows[req.slot] = req.tokens.shape[1]
             self._last_views[req.slot] = view
             self._last_positions[req.slot] = req.positions
+            self._last_masks[req.slot] = req.mask
         return outs
 
     def _cache(self, layer: int, seg: dict) -> tuple[torch.Tensor, torch.Tensor]:

@@ -63,6 +63,7 @@ _STATE = (
     "_slot_len",
     "_stash",
     "_last_parents",
+    "_last_positions",
     "_last_static",
 )
 
@@ -152,6 +153,7 @@ class RaggedHybridTarget(RequestSlots):
             "_slot_len": [0] + [-1] * (self.state_slots - 1),
             "_stash": None,
             "_last_parents": None,
+            "_last_positions": None,
             "_last_static": None,
             # (the last packed forward's GDN rows, its K/V rows or None, the slot's first row there, the forward count
             # until which a graph replay's rows stay valid or None, the forward's static key or None), until it commits

@@ -248,6 +248,7 @@ def packed_hybrid_forward(
         state["_packed"] = (stash, kv, start, until, key)  # its commit gathers its rows from the packed stash
         state["_last_rows"] = out.logits.shape[1]
         state["_last_parents"] = tree
+        state["_last_positions"] = None  # the packed rows run at length + depth
         state["_last_static"] = None
         state["_last_view"] = view
         start += out.logits.shape[1]

@@ -340,6 +340,10 @@ def test_errors_name_the_argument():
         target.commit(torch.tensor([0, 2], dtype=torch.int32))
     target.commit(2)  # rows 0, 1 are a chain
     assert target.length == 2
+    target(w[:, :3], positions=torch.tensor([[2, 2, 2]]))  # a chain's rows all at one position
+    with pytest.raises(ValueError, match=r"row 1 \(accepted\[1\]\) ran at position 2, not 3"):
+        target.commit(3)
+    target.discard()
     with pytest.raises(ValueError, match="length: expected 0 <= length <= 2"):
         target.truncate(5)
     with pytest.raises(ValueError, match="enable_cuda_graphs: expected a CUDA target"):

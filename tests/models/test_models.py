@@ -119,6 +119,23 @@ def test_commit_refuses_rows_outside_the_last_forward_or_out_of_order(rows):
     assert target.length == 2
 
 
+def test_commit_checks_a_tree_given_as_mask_and_positions_alone():
+    """Without tree_parents the forward's mask says which rows each row saw: a row whose parent was skipped is refused."""
+    from specdec.kernels.gdn.meta import build_tree_meta
+
+    parents = torch.tensor([-1, 0, 0, 2])  # row 3 is a child of row 2, not of row 1
+    mask = build_tree_meta(parents, validate=False).ancestors[0].bool()
+    target = tiny_target(seed=0)
+    target(torch.tensor([[1, 2, 3, 4]]), torch.tensor([[0, 1, 1, 2]]), mask)
+    with pytest.raises(ValueError, match=r"row 3 \(accepted\[2\]\) attended rows \[0, 2, 3\], not \[0, 1, 3\]"):
+        target.commit(torch.tensor([0, 1, 3]))
+    assert target.length == 0
+    target.commit(torch.tensor([0, 2, 3]))
+    clean = tiny_target(seed=0)
+    ref = clean(torch.tensor([[1, 3, 4, 5]])).logits[0, -1]
+    torch.testing.assert_close(target(torch.tensor([[5]])).logits[0, -1], ref, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("tree", [False, True])
 def test_commit_refuses_rows_that_are_not_one_path_of_the_last_forward(tree):
     """Siblings, or rows past a skipped one, ran at other positions or saw other rows than the slots they would fill."""

@@ -280,6 +280,27 @@ def test_commit_reset_and_truncate_touch_only_their_slot():
         ragged.commit(1, 1)
 
 
+def test_commit_refuses_rows_that_saw_other_rows_than_the_path_before_them():
+    """Positions alone pass [0, 1, 3] of root -> 0 -> {1, 2}, 2 -> 3 (depths 0, 1, 1, 2), and n = 3 of siblings."""
+    from specdec.kernels.gdn.meta import build_tree_meta
+
+    parents = torch.tensor([-1, 0, 0, 2])
+    slot = RaggedDenseTarget(DENSE, slots=2).slot_target(0)
+    slot.forward(torch.tensor([[1, 2, 3, 4]]), tree_parents=parents)
+    with pytest.raises(ValueError, match=r"row 3 \(accepted\[2\]\) attended rows \[0, 2, 3\], not \[0, 1, 3\]"):
+        slot.commit(torch.tensor([0, 1, 3]))
+    slot.forward(torch.tensor([[1, 2, 3]]), tree_parents=parents[:3])
+    with pytest.raises(ValueError, match=r"row 2 \(accepted\[2\]\) ran at position 1, not 2"):
+        slot.commit(3)  # an int commit was not checked at all
+    ragged = RaggedDenseTarget(DENSE, slots=2)
+    mask = build_tree_meta(parents, validate=False).ancestors[0].bool()
+    ragged.forward([RequestRows(1, torch.tensor([[1, 2, 3, 4]]), positions=torch.tensor([[0, 1, 1, 2]]), mask=mask)])
+    with pytest.raises(ValueError, match=r"attended rows \[0, 2, 3\], not \[0, 1, 3\]"):
+        ragged.commit(1, torch.tensor([0, 1, 3]))
+    ragged.commit(1, torch.tensor([0, 2, 3]))
+    assert ragged.lengths == [0, 3]
+
+
 def test_commit_refuses_rows_that_ran_at_other_positions_than_their_slots():
     ragged = RaggedDenseTarget(DENSE, slots=2)
     ragged.forward([RequestRows(1, torch.tensor([[1, 2, 3]]))])  # a chain: row 2 ran at position 2
