@@ -114,6 +114,8 @@ def generate(
             f"verifier: a {type(verifier).__name__} was given without a drafter; plain AR decoding has no rounds to verify "
             "(pass drafter=...)"
         )
+    if isinstance(verifier, type):
+        raise TypeError(f"verifier: expected a verifier instance, got the class {verifier.__name__} (pass {verifier.__name__}())")
     if verifier is not None and not callable(getattr(verifier, "verify", None)):
         raise TypeError(f"verifier: expected a verifier with verify() (ChainVerifier, TreeVerifier, ...), got {verifier!r}")
     verifier = verifier if verifier is not None else ChainVerifier()

@@ -62,13 +62,12 @@ __all__ = ["Engine", "RequestFailed", "RequestState"]
 
 WAITING, RUNNING, FINISHED, CANCELLED, FAILED = "waiting", "running", "finished", "cancelled", "failed"
 PROPOSAL_EXTRAS = tuple(f.name for f in fields(DraftProposal) if f.name != "tokens")
-# token id dtypes a host proposal is checked in on the host (any other goes to DraftProposal.validate)
-ID_DTYPES = frozenset((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
 
 
 def _id_tensor(tokens: object) -> bool:
-    """Whether ``tokens`` is a 1-D tensor of integer ids (on any device)."""
-    return isinstance(tokens, torch.Tensor) and tokens.ndim == 1 and tokens.dtype in ID_DTYPES
+    """Whether ``tokens`` is a 1-D int64 tensor of ids (on any device), the dtype the proposal contract asks for (any
+    other goes to :meth:`DraftProposal.validate`, which names it)."""
+    return isinstance(tokens, torch.Tensor) and tokens.ndim == 1 and tokens.dtype == torch.long
 
 
 def _host_ids_only(proposal: DraftProposal) -> bool:

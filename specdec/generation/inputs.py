@@ -158,6 +158,8 @@ def check_decode_args(target, prompts: Sequence[torch.Tensor], max_new_tokens, d
     if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 0:
         raise ValueError(f"num_draft_tokens: expected an int >= 0, got {num_draft_tokens!r}")
     if drafter is not None:
+        if isinstance(drafter, type):  # a class passes the protocol's attribute check
+            raise TypeError(f"drafter: expected a drafter instance, got the class {drafter.__name__} (pass {drafter.__name__}())")
         if not isinstance(drafter, Drafter):
             raise TypeError(
                 f"drafter: expected an object with reset() and propose() (specdec.drafters.Drafter), got {type(drafter).__name__}"

@@ -118,7 +118,8 @@ def _setup(args):
         target=_target_section(args.target),
         dtype=args.dtype,
         device=args.device,
-        max_seq_len=longest + args.max_new_tokens + 32,
+        # room for the longest prompt, its new tokens and a round's drafts (the gate's condition; 32 at least)
+        max_seq_len=longest + args.max_new_tokens + max(32, args.num_draft_tokens + 2),
         drafter=_drafter_section(args.drafter),
         num_draft_tokens=args.num_draft_tokens,
     )
@@ -142,12 +143,31 @@ def _setup(args):
         agent_for=lambda direction: SearchAgent(evaluator),
         budget=Budget(args.evaluations),
         directions_per_round=args.directions_per_round,
-        directions=args.directions.split(",") if args.directions else None,
+        directions=direction_names(args.directions),
         executor=args.executor,
         stock_spec=stock_spec,
         log=bar.write,
     )
     return pilot, memory, bar, dev, sealed, out
+
+
+def direction_names(text: str | None) -> list[str] | None:
+    """``--directions``: comma-separated names, or ``None`` (every direction that applies).
+
+    Example:
+        >>> direction_names("draft_length, tree_budget"), direction_names(None)
+        (['draft_length', 'tree_budget'], None)
+        >>> direction_names("draft_length,")
+        Traceback (most recent call last):
+        ...
+        ValueError: --directions: expected comma-separated direction names, got an empty name in 'draft_length,'
+    """
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise ValueError(f"--directions: expected comma-separated direction names, got an empty name in {text!r}")
+    return names
 
 
 def final_spec_line(change: dict) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from specdec.forcing.report import finite_json
 from specdec.pilot.spec import SystemSpec
 
 __all__ = ["Memory", "MemoryEntry", "machine_name"]
@@ -151,7 +152,7 @@ class Memory:
         """Write every entry to ``path`` as a JSON list; returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps([asdict(e) for e in self.entries()], indent=2, sort_keys=True))
+        path.write_text(json.dumps(finite_json([asdict(e) for e in self.entries()]), indent=2, sort_keys=True, allow_nan=False))
         return path
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from specdec.forcing.report import finite_json
 from specdec.pilot.loop import PilotResult
 from specdec.pilot.memory import Memory
 
@@ -153,7 +154,8 @@ def write_outputs(
         "report": out / "report.md",
     }
     paths["spec"].write_text(json.dumps(result.final.to_dict(), indent=2, sort_keys=True))
-    paths["rounds"].write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    # strict JSON: a candidate that could not run has a NaN speed-up, a gap may be infinite (written as text)
+    paths["rounds"].write_text(json.dumps(finite_json(result.to_dict()), indent=2, default=str, allow_nan=False))
     if result.rounds:
         for name, plot in (("gaps", _plot_gaps), ("speedup", _plot_speedup), ("candidates", _plot_candidates)):
             paths[name] = out / f"{name}.png"

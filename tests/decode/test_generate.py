@@ -197,6 +197,13 @@ def test_generate_rejects_bad_input():
         sd.generate(target, ok, 5, verifier=sd.TwoLevelVerifier())
     with pytest.raises(TypeError, match="verifier: expected a verifier with verify"):
         sd.generate(target, ok, 5, drafter=sd.NGramDrafter(), verifier="tree")
+    # classes pass the drafter protocol's attribute check and have a verify attribute: refused by name before a pass
+    with pytest.raises(
+        TypeError, match=r"verifier: expected a verifier instance, got the class TreeVerifier \(pass TreeVerifier\(\)\)"
+    ):
+        sd.generate(target, ok, 5, drafter=sd.NGramDrafter(), verifier=sd.TreeVerifier)
+    with pytest.raises(TypeError, match=r"drafter: expected a drafter instance, got the class NGramDrafter"):
+        sd.generate(target, ok, 5, drafter=sd.NGramDrafter)
     with pytest.raises(TypeError, match=r"seed: expected None, an int or 1 ints \(one per request\), got 1.5"):
         sd.generate(target, ok, 5, seed=1.5)
     with pytest.raises(

@@ -555,3 +555,22 @@ def test_a_chain_verifier_in_the_engine_checks_a_tree_s_first_root_to_leaf_path(
     # checked as the node list [t1, wrong, t2] a round accepts one draft: 5 rounds, 6 drafts
     assert (state.rounds, state.accepted) == (4, 7)
     assert torch.equal(engine.output(rid), sd.generate(TARGET, torch.tensor([[1, 2, 3]]), max_new_tokens=12).tokens[0])
+
+
+class Int32Drafter(NGramDrafter):
+    """The n-gram drafter's ids as int32: not the int64 the proposal contract asks for."""
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        return DraftProposal(super().propose(context, max_tokens, sampling=sampling, generator=generator).tokens.int())
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_a_proposal_of_int32_ids_fails_the_request_on_every_path(temperature):
+    """The greedy host path once took them (and generate refused them): one verdict whatever the sampling."""
+    engine = Engine(TARGET, lambda: Int32Drafter(max_ngram=2), max_batch=1)
+    rid = engine.add_request(torch.tensor([5, 6, 7, 5, 6, 7]), max_new_tokens=8, temperature=temperature, seed=0)
+    with pytest.raises(RequestFailed, match=r"request 0 failed: TypeError: proposal.tokens: expected int64 token ids"):
+        engine.run()
+    assert engine.request(rid).status == "failed"
+    with pytest.raises(TypeError, match=r"proposal.tokens: expected int64 token ids, got torch.int32"):
+        sd.generate(TARGET, torch.tensor([[5, 6, 7, 5, 6, 7]]), 8, drafter=Int32Drafter(max_ngram=2))

@@ -73,6 +73,49 @@ def test_pilot_cli_rejects_bad_arguments(tmp_path):
         specdec_main(["pilot", "--target", "tiny", "--directions", "nonexistent_direction", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--drafter: expected dspark:FOLDER with a config.json in FOLDER"):
         specdec_main(["pilot", "--target", "tiny", "--drafter", f"dspark:{tmp_path / 'none'}", "--out", str(tmp_path)])
+    for empty in ("", "draft_length,", " , "):  # an empty list used to mean every direction
+        with pytest.raises(SystemExit, match="--directions: expected comma-separated direction names, got an empty name"):
+            specdec_main(["pilot", "--target", "tiny", "--directions", empty, "--out", str(tmp_path)])
+
+
+def test_the_starting_system_leaves_room_for_its_own_drafts(tmp_path):
+    """--num-draft-tokens past 30 used to build a cache the gate refused for every candidate (each 'could not run')."""
+    from specdec.pilot import cli
+
+    args = cli._parser().parse_args(
+        ["--target", "tiny", "--num-draft-tokens", "40", "--sealed-prompts", "1", "--dev-prompts", "1", "--out", str(tmp_path)]
+    )
+    pilot, memory, bar, dev, sealed, out = cli._setup(args)
+    bar.close()
+    longest = max(p.numel() for p in [*dev, *sealed])
+    assert pilot.spec.max_seq_len >= longest + args.max_new_tokens + 40 + 2
+    verdict = pilot.gate.judge(pilot.spec.with_changes(num_draft_tokens=8), pilot.spec)  # no room error
+    assert verdict is not None
+    memory.close()
+
+
+def test_rounds_json_is_strict_json_with_a_candidate_that_could_not_run(tmp_path):
+    from specdec.pilot.loop import CandidateRecord, PilotResult, RoundRecord
+    from specdec.pilot.memory import Memory
+    from specdec.pilot.report import write_outputs
+
+    spec = SystemSpec()
+    record = RoundRecord(
+        0,
+        spec,
+        spec,
+        {},
+        [("acceptance", float("inf"))],
+        1.0,
+        candidates=[CandidateRecord("draft_length", "search", {}, float("nan"), None, "nothing proposed")],
+    )
+    paths = write_outputs(PilotResult(spec, spec, [record]), Memory(), tmp_path)
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    rounds = json.loads(paths["rounds"].read_text(), parse_constant=refuse)
+    assert rounds["rounds"][0]["candidates"][0]["raw_speedup"] == "nan"
 
 
 def test_the_last_line_says_unchanged_when_the_pilot_changed_nothing():
