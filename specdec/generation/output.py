@@ -136,6 +136,7 @@ class GenerationStats:
             "target_passes": self.target_passes,
             "rounds": self.rounds,
             "accepted_histogram": list(self.accepted_histogram),
+            "longest_proposal": self.longest_proposal,
             "tokens_per_target_pass": self.tokens_per_target_pass,
             "tokens_per_second": self.tokens_per_second,
             "draft_s": self.draft_s,

@@ -123,6 +123,14 @@ class Gate:
         prompts = list(sealed_prompts)
         if not prompts or any(not isinstance(p, torch.Tensor) or p.ndim != 1 or p.numel() == 0 for p in prompts):
             raise ValueError("sealed_prompts: expected a non-empty list of non-empty 1-D token tensors")
+        for i, p in enumerate(prompts):  # read once, here: the gate judges many systems on them
+            if p.dtype != torch.long:
+                raise TypeError(f"sealed_prompts[{i}]: expected int64 token ids, got {p.dtype}")
+            if int(p.min()) < 0 or int(p.max()) >= stock.vocab_size:
+                raise ValueError(
+                    f"sealed_prompts[{i}]: expected token ids in [0, {stock.vocab_size}), got ids in "
+                    f"[{int(p.min())}, {int(p.max())}]"
+                )
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 2:
             raise ValueError(f"max_new_tokens: expected an int >= 2, got {max_new_tokens!r}")
         seeds = list(seeds)

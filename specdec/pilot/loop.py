@@ -213,6 +213,8 @@ class Pilot:
             raise ValueError("dev_prompts: expected at least one 1-D token tensor, got none")
         if isinstance(directions_per_round, bool) or not isinstance(directions_per_round, int) or directions_per_round < 1:
             raise ValueError(f"directions_per_round: expected an int >= 1, got {directions_per_round!r}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: expected an int >= 1, got {max_new_tokens!r}")
         unknown = sorted(set(directions or ()) - set(DIRECTIONS))
         if unknown:
             raise ValueError(f"directions: unknown {unknown}; registered: {sorted(DIRECTIONS)}")

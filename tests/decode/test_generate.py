@@ -333,6 +333,7 @@ def test_stats_record_the_longest_proposal_offered():
     assert len(spec.stats.accepted_histogram) - 1 == 2  # the longest accepted run is shorter than what was offered
     assert sd.generate(target, prompt, 12).stats.longest_proposal == 0  # AR offers nothing
     assert (spec.stats + sd.GenerationStats(longest_proposal=5)).longest_proposal == 5  # the longest of both
+    assert spec.stats.as_dict()["longest_proposal"] == 3  # what profile_system reads
 
 
 class _StarDrafter:

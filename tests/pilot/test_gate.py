@@ -77,6 +77,11 @@ def test_gate_checks_its_arguments(stock):
         Gate(stock, PROMPTS, 16, seeds=(0, 1))
     with pytest.raises(ValueError, match="sealed_prompts"):
         Gate(stock, [], 16)
+    # refused here, not at the first judge after the calibration
+    with pytest.raises(TypeError, match=r"sealed_prompts\[1\]: expected int64 token ids, got torch.float32"):
+        Gate(stock, [PROMPTS[0], PROMPTS[0].float()], 16)
+    with pytest.raises(ValueError, match=rf"sealed_prompts\[0\]: expected token ids in \[0, {stock.vocab_size}\), got ids in"):
+        Gate(stock, [PROMPTS[0] + stock.vocab_size], 16)
     gate = Gate(stock, PROMPTS, 16)
     with pytest.raises(ValueError, match="max_seq_len"):
         gate.judge(SystemSpec(max_seq_len=16), SystemSpec().autoregressive(), stock_target=None)

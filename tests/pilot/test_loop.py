@@ -233,6 +233,9 @@ def test_an_extra_cheating_agent_is_rejected_on_forcing_beside_honest_directions
     assert "accept_all" not in record.integrated
     with pytest.raises(TypeError, match="extra_agents"):
         Pilot(start, dev, pilot.gate, 24, extra_agents=[object()])
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=rf"max_new_tokens: expected an int >= 1, got {bad!r}"):
+            Pilot(start, dev, pilot.gate, bad)
 
 
 def test_a_candidate_the_gate_cannot_build_is_recorded_and_the_round_goes_on(stock):
