@@ -304,6 +304,38 @@ def test_tree_enumeration_refuses_a_walk_that_reads_a_row_no_match_reaches():
         tree_round_law(tree, probs, walk=peeking)
 
 
+def test_tree_enumeration_refuses_a_walk_that_looks_for_one_token_at_a_row_no_match_reaches():
+    """Two fillers (0 and V - 1) at the unreached row miss a walk that reacts to one other token there: its law was
+    enumerated as if that row always held 0 (TV 0 against AR for a lossy walk)."""
+    from specdec.verify.walks import TreeWalk, match_walk
+
+    tree = Tree(tokens=[1], parents=[-1])
+
+    def lookahead(tree, choices):  # on a root miss, "recovers" when the child's own row drew the child's token
+        walk = match_walk(tree, choices)
+        if walk.num_accepted == 0 and int(choices[1]) == 1:
+            return TreeWalk(rows=torch.tensor([0, 1]), emitted=torch.tensor([1, 1]), num_accepted=1)
+        return walk
+
+    probs = torch.softmax(torch.tensor([[0.0, 1.0, -1.0], [0.5, -0.5, 1.5]]), -1)
+    with pytest.raises(ValueError, match=r"walk: its output depends on the draw of a row no matching path reaches \(row 1"):
+        tree_round_law(tree, probs, walk=lookahead)
+    assert sum(tree_round_law(tree, probs).values()) == pytest.approx(1.0)
+
+
+def test_tree_and_autoregressive_enumerations_refuse_rows_that_are_not_laws():
+    tree = Tree(tokens=[0, 1], parents=[-1, 0])
+    with pytest.raises(ValueError, match=r"target_probs: expected shape \[3, V\]"):
+        tree_round_law(tree, torch.full((2, 2), 0.5))  # an IndexError before
+    with pytest.raises(ValueError, match=r"target_probs: expected a law .* in every row"):
+        tree_round_law(tree, torch.tensor([[0.9, 0.9], [0.5, 0.5], [0.5, 0.5]]))  # a law of mass 1.8 before
+    nan_after_1 = lambda ctx: torch.tensor([0.0, 0.0]) if ctx[-1] == 0 else torch.tensor([float("nan"), 0.0])  # noqa: E731
+    with pytest.raises(ValueError, match=r"target_logits: expected a law .* after context \(0, 1\)"):
+        autoregressive_law(nan_after_1, (0,), 2, sampling=T1)  # half the mass dropped before
+    with pytest.raises(ValueError, match=r"target_logits: expected shape \[k \+ 1, V\] = \[2, V\]"):
+        chain_round_law(torch.zeros(3, 4), torch.tensor([0]), None, sampling=T1)  # named target_probs before
+
+
 def test_exact_laws_apply_the_repetition_penalty_and_processors_as_transformers_does():
     from transformers import RepetitionPenaltyLogitsProcessor
 

@@ -223,3 +223,18 @@ def test_bad_input_is_named():
         chi2_sample_size(num_cells=8, cohens_w=0.1, power=0.01)
     with pytest.raises(ValueError, match="num_cells: expected an int >= 2, got 1"):
         chi2_power(10, num_cells=1, cohens_w=0.1)
+
+
+def test_the_sample_size_within_max_samples_is_found():
+    """The doubling search stopped at the first power of two past max_samples, though max_samples itself was enough."""
+    n = chi2_sample_size(num_cells=8, cohens_w=0.2)
+    assert (
+        n
+        == chi2_sample_size(num_cells=8, cohens_w=0.2, max_samples=n + 41)
+        == chi2_sample_size(num_cells=8, cohens_w=0.2, max_samples=n)
+    )
+    assert chi2_power(n - 1, num_cells=8, cohens_w=0.2) < 0.8 <= chi2_power(n, num_cells=8, cohens_w=0.2)
+    with pytest.raises(ValueError, match=rf"max_samples: {n - 1} samples do not reach power 0.8"):
+        chi2_sample_size(num_cells=8, cohens_w=0.2, max_samples=n - 1)
+    with pytest.raises(ValueError, match="max_samples: expected an int >= 1, got 0"):
+        chi2_sample_size(num_cells=8, cohens_w=0.2, max_samples=0)

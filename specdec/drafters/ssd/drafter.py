@@ -57,7 +57,8 @@ class SpeculationStats:
             verified draft was accepted and whose bonus was the first unverified draft: the drafts after it are
             already a continuation of the emitted tokens, drawn from the law they report, and are proposed again
             when they are at least as many as the cut verified (no pre-drafted continuation covers that outcome).
-        misses: rounds after a verification whose outcome was not cached (a backup proposed).
+        misses: rounds after a verification whose outcome was not cached, or after a round of no drafts (a backup
+            proposed).
         cold_starts: first rounds of a request (nothing was pre-drafted yet; a backup proposed).
         predrafts: continuations pre-drafted.
         predraft_s: seconds spent in pre-draft jobs (on the worker, when the transport has one).
@@ -408,8 +409,11 @@ class SpeculativeSpeculationDrafter:
         pending = self._pending
         self._collect()
         entry = None
-        if pending is None:
-            self.stats.cold_starts += 1
+        if pending is None:  # a request's first round, or one after a round of no drafts (nothing pre-drafted)
+            if self._round == 0:
+                self.stats.cold_starts += 1
+            else:
+                self.stats.misses += 1
         else:
             outcome = self.outcome(context, sampling)
             uncovered = pending.cut_before_bonus(outcome)  # one read of the draft after the cut

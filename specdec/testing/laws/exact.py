@@ -19,6 +19,7 @@ from specdec.verify.chain import ChainLaws
 from specdec.verify.processors import process_logits
 from specdec.verify.sampling import SamplingConfig, logits_to_probs
 from specdec.verify.tree import Tree, match_walk
+from specdec.verify.walks import _check_row_law
 
 __all__ = [
     "Law",
@@ -45,6 +46,14 @@ def _probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     # float64 and renormalised, as :func:`specdec.verify.sample` does before drawing
     probs = logits_to_probs(logits, sampling).double()
     return probs / probs.sum(-1, keepdim=True)
+
+
+def _check_laws(name: str, probs: torch.Tensor, where: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless every row of ``probs [..., V]`` is a law: finite, non-negative,
+    summing to 1 (a lost or doubled mass would shift the enumerated law without a word)."""
+    sums = probs.sum(-1)
+    if not bool(torch.isfinite(probs).all()) or bool((probs < 0).any()) or bool(((sums - 1).abs() > 1e-6).any()):
+        raise ValueError(f"{name}: expected a law (finite, >= 0, summing to 1) {where}, got rows summing to {sums.tolist()}")
 
 
 def _processed_rows(target_logits: TargetLogits, prefixes: Sequence[tuple[int, ...]], sampling: SamplingConfig) -> torch.Tensor:
@@ -82,7 +91,9 @@ def autoregressive_law(target_logits: TargetLogits, context: Sequence[int], num_
     for _ in range(num_tokens):
         nxt: Law = {}
         for seq, mass in law.items():
-            for token, p in _support(_probs(_processed_rows(target_logits, [context + seq], sampling)[0], sampling)):
+            probs = _probs(_processed_rows(target_logits, [context + seq], sampling)[0], sampling)
+            _check_laws("target_logits", probs, f"after context {context + seq}")
+            for token, p in _support(probs):
                 nxt[seq + (token,)] = nxt.get(seq + (token,), 0.0) + mass * p
         law = nxt
     return law
@@ -194,6 +205,7 @@ def chain_round_law(
         >>> sorted(law.items())
         [((0, 0), 0.25), ((0, 1), 0.25), ((1,), 0.5)]
     """
+    _chain._check_chain_shapes("target_logits", target_logits, draft_tokens, draft_probs)
     laws = decide(target_logits, draft_tokens, draft_probs, sampling)
     k = draft_tokens.numel()
     drafts = [int(t) for t in draft_tokens.tolist()]
@@ -290,8 +302,9 @@ def tree_round_law(tree: Tree, target_probs: torch.Tensor, *, walk: Callable[[Tr
     root, and each child, every duplicate sibling included, whose token the draw at its parent row
     matched) and ``walk(tree, choices)`` -- by default the library's
     :func:`specdec.verify.tree.match_walk` -- runs on each outcome. The rows no matching path reaches
-    hold no draw the walk may use: each outcome is walked twice, with two fillers there, and a walk
-    whose output changes raises ``ValueError``.
+    hold no draw the walk may use: each outcome is walked again with every token at each such row in
+    turn (the other such rows held at the first token, then at the last), and a walk whose output changes
+    raises ``ValueError`` (its law would be another than the one enumerated here).
 
     Args:
         tree: the draft tree (``N`` nodes).
@@ -303,6 +316,8 @@ def tree_round_law(tree: Tree, target_probs: torch.Tensor, *, walk: Callable[[Tr
         >>> sorted(law.items())
         [((0, 1), 0.5), ((1,), 0.5)]
     """
+    _check_row_law("target_probs", target_probs, tree)
+    _check_laws("target_probs", target_probs.double(), "in every row")
     n = tree.num_nodes
     tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
     children: dict[tuple[int, int], list[int]] = {}
@@ -318,12 +333,14 @@ def tree_round_law(tree: Tree, target_probs: torch.Tensor, *, walk: Callable[[Tr
     def visit(frontier: list[int], choices: list[int], drawn: set[int], mass: float) -> None:
         if not frontier:
             emitted = emitted_by(choices)
-            if vocab > 1 and len(drawn) <= n:
-                other = [c if row in drawn else vocab - 1 for row, c in enumerate(choices)]
+            unreached = [row for row in range(n + 1) if row not in drawn]
+            for filler, row, token in itertools.product((0, vocab - 1), unreached, range(vocab)):
+                other = [c if r in drawn else (token if r == row else filler) for r, c in enumerate(choices)]
                 if emitted_by(other) != emitted:
                     raise ValueError(
                         "walk: its output depends on the draw of a row no matching path reaches "
-                        f"(rows drawn {sorted(drawn)} of {n + 1}); sample-and-match reads only the rows it matches into"
+                        f"(row {row}; rows drawn {sorted(drawn)} of {n + 1}); sample-and-match reads only the rows it "
+                        "matches into"
                     )
             law[emitted] = law.get(emitted, 0.0) + mass
             return

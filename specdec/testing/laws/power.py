@@ -112,13 +112,14 @@ def chi2_sample_size(
     def enough(n: int) -> bool:
         return chi2_power(n, num_cells=num_cells, cohens_w=cohens_w, alpha=alpha, two_sample=two_sample) >= power
 
+    _check_positive_int("max_samples", max_samples, 1)
+    if not enough(max_samples):
+        raise ValueError(
+            f"max_samples: {max_samples} samples do not reach power {power} at w = {cohens_w:g} over {num_cells} cells"
+        )
     lo, hi = 0, 1
-    while not enough(hi):
-        lo, hi = hi, hi * 2
-        if hi > max_samples:
-            raise ValueError(
-                f"max_samples: {max_samples} samples do not reach power {power} at w = {cohens_w:g} over {num_cells} cells"
-            )
+    while not enough(hi):  # ends by max_samples at the latest
+        lo, hi = hi, min(hi * 2, max_samples)
     # power grows with n: bisect for the first n that is enough
     while hi - lo > 1:
         mid = (lo + hi) // 2

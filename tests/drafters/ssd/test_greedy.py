@@ -14,7 +14,7 @@ import specdec
 from specdec.drafters import ModelDrafter
 from specdec.drafters.ssd import BatchAwareBackup, GeometricFanOut, SaguaroTransform, SpeculativeSpeculationDrafter
 from specdec.testing import HeldJobTransport, tiny_target
-from specdec.verify import ChainVerifier, TreeVerifier
+from specdec.verify import ChainVerifier, SamplingConfig, TreeVerifier
 
 
 @functools.cache
@@ -117,6 +117,18 @@ def test_several_requests_reset_the_cache():
     for prompt, tokens in zip(prompts, out.tokens):
         assert torch.equal(tokens, autoregressive(tuple(prompt.tolist()), 8)[0])
     assert drafter.stats.cold_starts == 2
+
+
+def test_a_round_after_a_round_of_no_drafts_is_a_miss_not_a_cold_start():
+    drafter = SpeculativeSpeculationDrafter(ModelDrafter(draft_model(0)), fan_out=2)
+    drafter.reset()
+    greedy = SamplingConfig()
+    context = torch.tensor([1, 2, 3])
+    first = drafter.propose(context, 3, sampling=greedy, generator=None)
+    context = torch.cat([context, first.tokens[:1], torch.tensor([5])])
+    drafter.propose(context, 0, sampling=greedy, generator=None)  # the cache was full, say: nothing pre-drafted after
+    drafter.propose(torch.cat([context, torch.tensor([7])]), 3, sampling=greedy, generator=None)
+    assert (drafter.stats.cold_starts, drafter.stats.hits + drafter.stats.misses) == (1, 2)
 
 
 def test_generate_leaves_no_predraft_in_flight():
