@@ -56,6 +56,7 @@ from torch import nn
 
 from specdec.kernels.cuda.ops import register_cpu_reference
 from specdec.kernels.w12_gemm import (
+    MAX_BASE,
     REBIAS_EXPONENT,
     W12KernelConfig,
     check_planes,
@@ -94,8 +95,6 @@ __all__ = [
 
 logger = logging.getLogger("specdec")
 
-# Largest base that keeps the whole 16-binade window inside the normal range [1, 254].
-MAX_BASE = 239
 WINDOW = 16
 # Written to and required in the metadata of files from save_file: the plane layout of this module.
 W12_LAYOUT = "zero-code;escape-tiles-256x256;ae,nib,base,esc_ptr,esc_pos,esc_bits"

@@ -57,6 +57,7 @@ __all__ = [
     "pack_escape_tiles",
     "check_planes",
     "ESCAPE_TILE",
+    "MAX_BASE",
     "rebias_escape_bits",
     "resolve_backend",
 ]
@@ -373,6 +374,11 @@ def _check_tensor(name: str, t: object, dtype: torch.dtype, shape: tuple[int, ..
 NO_NIB = object()  # _check_planes' nib for the Q view
 
 
+# The largest row base: it keeps the whole 16-binade window E = 0..15 inside the normal exponents [1, 254], and the
+# decode's 8-bit exponent add E + base from carrying into the sign bit.
+MAX_BASE = 239
+
+
 def _check_planes(ae, nib, base, k: int) -> tuple[int, int]:
     """Checks the planes of an ``[N, k]`` weight; returns ``(N, k_padded)``. ``nib``: the nibble plane, or
     :data:`NO_NIB` for the Q view, which reads none (an exact read given ``None`` is refused)."""
@@ -404,8 +410,9 @@ def _check_escapes(esc_ptr, esc_pos, esc_bits, n: int, k: int, device: torch.dev
 def check_planes(ae, nib, base, esc_ptr, esc_pos, esc_bits, *, k: int) -> int:
     """Check the dtypes, shapes and devices of the W12 planes of an ``[N, k]`` weight and the escape offsets; returns N.
 
-    Raises ``TypeError``/``ValueError`` naming the plane. Reads ``esc_ptr`` and ``esc_pos`` (one
-    device-to-host copy), so call it once per tensor, not per GEMM.
+    Raises ``TypeError``/``ValueError`` naming the plane, also for a row base above :data:`MAX_BASE` (the kernels'
+    exponent add would carry into the sign and the next weight). Reads ``base``, ``esc_ptr`` and ``esc_pos`` (one
+    device-to-host copy each), so call it once per tensor, not per GEMM.
 
     Example::
 
@@ -416,6 +423,9 @@ def check_planes(ae, nib, base, esc_ptr, esc_pos, esc_bits, *, k: int) -> int:
         2
     """
     n, _ = _check_planes(ae, nib, base, k)
+    top = int(base.max()) if n else 0
+    if top > MAX_BASE:
+        raise ValueError(f"base: expected row bases <= {MAX_BASE} (E + base <= 254 in the decode), got {top}")
     _check_escapes(esc_ptr, esc_pos, esc_bits, n, k, ae.device)
     escape_coordinates(esc_ptr, esc_pos, n=n, k=k)
     return n

@@ -96,6 +96,20 @@ def test_public_names_still_resolve():
     assert specdec.kernels.w12_gemm is w12_gemm
 
 
+def test_check_planes_refuses_a_row_base_the_decode_would_carry_out_of():
+    """base 250 + E = 15 overflows the 8-bit exponent add into the sign bit and the next weight."""
+    from specdec.kernels.w12_gemm import MAX_BASE, check_planes
+
+    w12 = W12Tensor.from_bf16(make_weight(8, 64))
+    planes = [w12.ae, w12.nib, w12.base, w12.esc_ptr, w12.esc_pos, w12.esc_bits]
+    assert check_planes(*planes, k=64) == 8
+    planes[2] = torch.full_like(w12.base, MAX_BASE)
+    assert check_planes(*planes, k=64) == 8
+    planes[2] = torch.full_like(w12.base, 250)
+    with pytest.raises(ValueError, match=r"base: expected row bases <= 239 .*, got 250"):
+        check_planes(*planes, k=64)
+
+
 @pytest.mark.parametrize(
     "field, make, exc",
     [

@@ -34,7 +34,7 @@ def centered_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, back
         [[85.0, 113.0]]
     """
     _checked("weight", weight, x.shape[-1], x)
-    if use_triton(backend, x.device):
+    if use_triton(backend, x.device) and x.dtype != torch.float64:  # the kernel computes in float32
         return rms_norm_triton(x, weight, eps)
     return centered_rms_norm_torch(x, weight, eps)
 
@@ -53,7 +53,7 @@ def gated_rms_norm(
     """
     _checked("weight", weight, x.shape[-1], x)
     _checked("gate", gate, x.shape[-1], x)
-    if use_triton(backend, x.device) and weight.dtype == x.dtype:
+    if use_triton(backend, x.device) and weight.dtype == x.dtype != torch.float64:
         return rms_norm_triton(x, weight, eps, gate)
     return gated_rms_norm_torch(x, gate, weight, eps)
 
@@ -69,7 +69,7 @@ def scaled_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, backen
         [[1.0, -0.5]]
     """
     _checked("weight", weight, x.shape[-1], x)
-    if use_triton(backend, x.device) and weight.dtype == x.dtype:
+    if use_triton(backend, x.device) and weight.dtype == x.dtype != torch.float64:
         return rms_norm_triton(x, weight, eps, scaled=True)
     return scaled_rms_norm_torch(x, weight, eps)
 
@@ -91,6 +91,6 @@ def add_scaled_rms_norm(
     """
     _checked("delta", delta, x.shape[-1], x)
     _checked("weight", weight, x.shape[-1], x)
-    if use_triton(backend, x.device) and delta.dtype == x.dtype and weight.dtype == x.dtype:
+    if use_triton(backend, x.device) and delta.dtype == weight.dtype == x.dtype != torch.float64:
         return add_rms_norm_triton(x, delta, weight, eps)
     return add_scaled_rms_norm_torch(x, delta, weight, eps)

@@ -184,6 +184,9 @@ def qk_norm_rope_cached(
     _check(q, k, cos, sin, q_weight, k_weight)
     _check_cache(q, k, v, k_cache, v_cache, cache_pos, cache_slot)
     _check_q_scatter(q, q_out, q_index, cache_slot)
+    for name, t in (("k", k), ("cos", cos), ("sin", sin), ("q_weight", q_weight), ("k_weight", k_weight)):
+        if t is not None and t.dtype != q.dtype:  # a promoted K could not be written into the caches
+            raise ValueError(f"{name}: expected q's dtype {q.dtype} (the caches hold it), got {t.dtype}")
     dtypes = {t.dtype for t in (q, k, cos, sin, q_weight, k_weight) if t is not None}
     if (
         use_triton(backend, q.device)

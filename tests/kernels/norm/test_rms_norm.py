@@ -216,3 +216,18 @@ def test_gated_norm_with_a_weight_of_another_dtype_runs_as_its_reference():
     weight = torch.randn(128, generator=g) * 3
     expected = gated_rms_norm(x, gate, weight, 1e-6, backend="torch")
     assert torch.equal(gated_rms_norm(x, gate, weight, 1e-6, backend="triton"), expected)
+
+
+def test_float64_runs_the_reference_on_every_backend():
+    """The kernel computes in float32: a float64 residual would lose a small delta (1e-9 next to 1), a float64 norm its
+    last bits."""
+    gen = torch.Generator().manual_seed(0)
+    x, gate = torch.randn(2, 16, generator=gen, dtype=torch.float64), torch.randn(2, 16, generator=gen, dtype=torch.float64)
+    delta = torch.randn(2, 16, generator=gen, dtype=torch.float64) * 1e-9
+    w = torch.randn(16, generator=gen, dtype=torch.float64)
+    residual, normed = add_scaled_rms_norm(x, delta, w, 1e-6, backend="triton")
+    assert torch.equal(residual, x + delta)
+    assert torch.equal(normed, add_scaled_rms_norm_torch(x, delta, w, 1e-6)[1])
+    assert torch.equal(scaled_rms_norm(x, w, 1e-6, backend="triton"), scaled_rms_norm_torch(x, w, 1e-6))
+    assert torch.equal(gated_rms_norm(x, gate, w, 1e-6, backend="triton"), gated_rms_norm_torch(x, gate, w, 1e-6))
+    assert torch.equal(centered_rms_norm(x, w, 1e-6, backend="triton"), centered_rms_norm_torch(x, w, 1e-6))

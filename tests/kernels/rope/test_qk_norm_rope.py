@@ -370,3 +370,16 @@ def test_float64_runs_the_reference_on_every_backend():
     got = qk_norm_rope(q, k, cos, sin, *weights, 1e-6, backend="triton")
     expected = qk_norm_rope_torch(q, k, cos, sin, *weights, 1e-6)
     assert all(torch.equal(a, b.contiguous()) for a, b in zip(got, expected))
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_cached_form_names_a_table_or_weight_not_of_q_s_dtype(backend):
+    """The reference promoted K and then failed to write it into q's-dtype caches with an error naming nothing."""
+    q, k, v = (torch.randn(1, 2, heads, 8).bfloat16() for heads in (2, 1, 1))
+    cos, sin = torch.randn(1, 1, 2, 8), torch.randn(1, 1, 2, 8)  # float32 tables
+    k_cache, v_cache = torch.zeros(1, 1, 4, 8, dtype=torch.bfloat16), torch.zeros(1, 1, 4, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"cos: expected q's dtype torch.bfloat16 \(the caches hold it\), got torch.float32"):
+        qk_norm_rope_cached(q, k, v, cos, sin, None, None, 1e-6, k_cache, v_cache, torch.tensor([0, 1]), backend=backend)
+    weights = (torch.ones(8), torch.ones(8, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"q_weight: expected q's dtype"):
+        qk_norm_rope_cached(q, k, v, cos.bfloat16(), sin.bfloat16(), *weights, 1e-6, k_cache, v_cache, torch.tensor([0, 1]))
