@@ -58,12 +58,12 @@ def decode_attention(
         raise ValueError(f"q: expected 1 to {MAX_ROWS} rows a KV head, got {r}")
     if not split_kv_takes(rows=r, head_dim=d):
         raise ValueError(f"q: expected a head dim that is a power of two from 16 to 256, got {d}")
-    if splits is not None and (not isinstance(splits, int) or splits < 1):
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
         raise ValueError(f"splits: expected a positive int or None, got {splits!r}")
     if mask.dtype == torch.bool:
         mask = additive_mask(mask, q.dtype)
     elif not mask.is_floating_point():
         raise ValueError(f"mask: expected a boolean or floating (additive) mask, got {mask.dtype}")
-    if use_triton(backend, q.device):
+    if use_triton(backend, q.device) and q.dtype != torch.float64:  # the kernel's dots take 32- and 16-bit inputs
         return decode_attention_triton(q, k_cache, v_cache, mask, splits=splits)
     return decode_attention_torch(q, k_cache, v_cache, mask)

@@ -111,6 +111,14 @@ def test_bad_arguments_name_themselves(change, match):
         decode_attention(*args)
     with pytest.raises(ValueError, match=r"splits: expected a positive int or None, got 0"):
         decode_attention(*case(1, 1, 4, 20, 16), splits=0)
+    with pytest.raises(ValueError, match=r"splits: expected a positive int or None, got True"):
+        decode_attention(*case(1, 1, 4, 20, 16), splits=True)
+
+
+def test_float64_runs_the_reference_on_every_backend():
+    """The kernel's dots take 32- and 16-bit inputs (a float64 dot may not compile on the GPU)."""
+    q, k, v, mask = (t.double() if t.is_floating_point() else t for t in case(1, 2, 3, 40, 16))
+    assert torch.equal(decode_attention(q, k, v, mask, backend="triton"), decode_attention(q, k, v, mask, backend="torch"))
 
 
 def test_triton_takes_a_permuted_query_and_an_empty_cache_as_the_reference():
