@@ -342,3 +342,26 @@ def write_json(path: str | os.PathLike, result: dict, prov: dict, *, indent: int
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"provenance": prov, **result}, indent=indent, default=str))
     return path
+
+
+class Cycle:
+    """A call that runs ``fn(i)`` for ``i = 0, 1, ..., copies - 1, 0, ...``: each captured call gets the next copy
+    (``bench_roofline.time_per_call`` captures whole cycles of it, so that every call reads a copy ``copies`` calls
+    after its last read, across replays too).
+
+    Example:
+        >>> seen = []
+        >>> c = Cycle(seen.append, 3)
+        >>> for _ in range(4):
+        ...     c()
+        >>> seen
+        [0, 1, 2, 0]
+    """
+
+    def __init__(self, fn: Callable[[int], object], copies: int):
+        self.fn, self.copies, self.i = fn, copies, 0
+
+    def __call__(self) -> object:
+        out = self.fn(self.i)
+        self.i = (self.i + 1) % self.copies
+        return out

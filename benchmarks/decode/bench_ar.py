@@ -132,7 +132,7 @@ def run_model(
             f"{name}{' compiled' if compile else ''} M={m:3d}: {row['step_ms']:.3f} ms ({row['x_floor']:.2f}x floor), with host sync {row['step_ms_with_sync']:.3f} ms",
             flush=True,
         )
-    m1 = result["steps"][0]["step_ms"]
+    m1 = next(row["step_ms"] for row in result["steps"] if row["m"] == 1)  # --ms holds 1 (main checks)
     for row in result["steps"]:
         row["x_m1"] = row["step_ms"] / m1
     if ar_tokens:
@@ -150,7 +150,7 @@ def run_model(
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="qwen3-8b,qwen3-32b")
     parser.add_argument("--ms", default="1,4,8,16,32,64")
@@ -161,14 +161,17 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the graph body (fused element-wise work)")
     parser.add_argument("--seed", type=int, default=0, help="torch's global seed (weights, prefix and rows)")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_ar.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    ms = [int(x) for x in args.ms.split(",")]
+    if 1 not in ms or min(ms) < 1:
+        parser.error(f"--ms: expected positive row counts including 1 (the step the others are compared with), got {args.ms!r}")
     if not torch.cuda.is_available():
         raise SystemExit("bench_ar needs a CUDA GPU")
     torch.manual_seed(args.seed)
     prov = provenance(args.seed)
     torch.backends.cuda.matmul.allow_tf32 = False
     bandwidth = copy_bandwidth()
-    ms = [int(x) for x in args.ms.split(",")]
+
     results = {
         "copy_bandwidth_Bps": bandwidth,
         "models": [

@@ -73,7 +73,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance_line, redraw, report, write_json
+from benchmarks.common import Cycle, agg_pyplot, copy_bandwidth, provenance, provenance_line, redraw, report, write_json
 from specdec.models.shapes import SHAPES
 
 MS = (1, 2, 4, 8)
@@ -332,9 +332,12 @@ def sync(device: torch.device) -> None:
 def time_per_call(fn: Callable[[], object], device: torch.device, *, calls: int, reps: int) -> float:
     """Seconds per call: a CUDA graph of ``calls`` calls replayed ``reps`` times (median); CPU: the same sequence timed on the host.
 
-    The ``calls`` calls run once before the capture, so that a call cycling over weight copies (``read_floor.Cycle``)
-    has met every copy first: a copy's first call may build what it caches (the Triton W12 path's escape index reads
-    the device, which a capture refuses)."""
+    A :class:`~benchmarks.common.Cycle` over weight copies gets ``calls`` rounded up to whole cycles: with a part of
+    one, a replay's first calls would read the copies its last calls read a few calls before (warm in the L2). The
+    calls run once before the capture, so that such a call has met every copy first: a copy's first call may build
+    what it caches (the Triton W12 path's escape index reads the device, which a capture refuses)."""
+    if isinstance(fn, Cycle):
+        calls = -(-calls // fn.copies) * fn.copies
     if device.type == "cuda":
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))

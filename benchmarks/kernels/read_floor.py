@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance_line, redraw, report
+from benchmarks.common import Cycle, agg_pyplot, copy_bandwidth, provenance, provenance_line, redraw, report
 from benchmarks.kernels.bench_roofline import time_per_call
 
 TRITON_BLOCKS = (2048, 8192)  # int32 words a program: 8 KB and 32 KB
@@ -141,27 +141,6 @@ def cold_weight_device(args, parser, *, load_kernels: bool = True) -> torch.devi
         load_library()
     args.l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
     return device
-
-
-class Cycle:
-    """A call that runs ``fn(i)`` for ``i = 0, 1, ..., copies - 1, 0, ...``: each captured call gets the next copy.
-
-    Example:
-        >>> seen = []
-        >>> c = Cycle(seen.append, 3)
-        >>> for _ in range(4):
-        ...     c()
-        >>> seen
-        [0, 1, 2, 0]
-    """
-
-    def __init__(self, fn: Callable[[int], object], copies: int):
-        self.fn, self.copies, self.i = fn, copies, 0
-
-    def __call__(self) -> object:
-        out = self.fn(self.i)
-        self.i = (self.i + 1) % self.copies
-        return out
 
 
 def read_floor_row(nbytes: int, args, gen, device) -> dict:

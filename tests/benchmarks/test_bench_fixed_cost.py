@@ -72,6 +72,18 @@ def test_the_cycle_gives_each_captured_call_the_next_copy():
     assert seen == [0, 1, 2, 0, 1, 2, 0]
 
 
+def test_a_cycle_is_timed_in_whole_cycles():
+    """20 calls over 6 copies replayed would read copies 0 and 1 again two calls after their last read (warm in the
+    L2): the calls round up to 24, so every read of a copy comes 6 calls after the one before."""
+    from benchmarks.kernels.bench_roofline import time_per_call
+
+    seen = []
+    time_per_call(bench_fixed_cost.Cycle(seen.append, 6), torch.device("cpu"), calls=20, reps=2)
+    timed = seen[1:]  # after the one untimed call
+    assert len(timed) == 2 * 24
+    assert all(timed[i] == timed[i - 6] for i in range(6, len(timed)))
+
+
 @pytest.mark.parametrize(("fixed_us", "tb_per_s"), [(2.0, 4.0), (9.5, 1.2)])
 def test_fit_recovers_a_line_through_noisy_points(fixed_us, tb_per_s):
     nbytes = [8e6, 16e6, 32e6, 64e6, 128e6]
