@@ -1065,19 +1065,21 @@ def load_file(path: str, *, device: str | torch.device = "cpu") -> dict[str, tor
         inner = [flat.pop(name + _W12_SUFFIX + part) for part in W12Tensor._INNER]
         if len(shape) != 2:
             raise ValueError(f"{name}: expected a 2-D [N, K] shape in the w12_shapes metadata, got {shape}")
+        base = inner[2]
+        if base.ndim == 1 and not base.is_floating_point():  # named here before check_planes' generic message
+            bad = ((base < 1) | (base > MAX_BASE)).nonzero()
+            if bad.numel():
+                row = int(bad[0])
+                raise ValueError(
+                    f"{name}: expected row bases in [1, {MAX_BASE}] (the encoder writes no other), got {int(base[row])} at "
+                    f"row {row}: the base plane is corrupt"
+                )
         if check_planes(*inner, k=shape[1]) != shape[0]:
             raise ValueError(f"{name}: expected {shape[0]} rows (w12_shapes metadata), the planes hold {inner[0].shape[0]}")
         if _padding_holds_weights(inner[0], inner[1], shape[1]):
             raise ValueError(
                 f"{name}: expected the zero code in the padding columns {shape[1]}..{inner[0].shape[1] - 1} (w12_shapes "
                 f"says K={shape[1]}), found weights there: the planes hold a wider weight"
-            )
-        bad = ((inner[2] < 1) | (inner[2] > MAX_BASE)).nonzero()
-        if bad.numel():
-            row = int(bad[0])
-            raise ValueError(
-                f"{name}: expected row bases in [1, {MAX_BASE}] (the encoder writes no other), got {int(inner[2][row])} at "
-                f"row {row}: the base plane is corrupt"
             )
         out[name] = W12Tensor(*inner, tuple(shape), *linear.get(name, ()))
     leftover = [n for n in flat if _W12_SUFFIX in n]
