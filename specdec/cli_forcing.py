@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 
@@ -72,20 +73,27 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("num_prompts", "max_new_tokens", "chunk_size"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')}: expected >= 1, got {getattr(args, name)}")
-    if args.num_draft_tokens < 0:
-        raise SystemExit(f"--num-draft-tokens: expected >= 0, got {args.num_draft_tokens}")
+    if args.num_draft_tokens < 1:  # 0 makes the speculative candidate plain AR: the self-test would prove nothing
+        raise SystemExit(f"--num-draft-tokens: expected >= 1, got {args.num_draft_tokens}")
     edge = args.bucket_edge if args.bucket_edge is not None else max(1, args.max_new_tokens // 2)
-    if edge < 1:
-        raise SystemExit(f"--bucket-edge: expected >= 1, got {edge}")
+    if not 1 <= edge < args.max_new_tokens:
+        raise SystemExit(
+            f"--bucket-edge: expected 1 <= bucket-edge < --max-new-tokens ({args.max_new_tokens}), got {edge}: the "
+            "stratum past it would hold no token"
+        )
     if args.num_prompts > HUMANEVAL_PROBLEMS:
         raise SystemExit(f"--num-prompts: expected at most {HUMANEVAL_PROBLEMS} (HumanEval's problems), got {args.num_prompts}")
     if not args.inject_fault and (args.fault_after is not None or args.fault_bias is not None):
         raise SystemExit("--fault-after, --fault-bias: set for the injected fault, but --inject-fault is not given")
     fault_bias = DEFAULT_FAULT_BIAS if args.fault_bias is None else args.fault_bias
+    if not math.isfinite(fault_bias):
+        raise SystemExit(f"--fault-bias: expected a finite number of logits, got {fault_bias}")
     device_option(args.device)
     for flag, path in (("--json", args.json), ("--plot", args.plot)):
         if path is not None and not Path(path).resolve().parent.is_dir():
             raise SystemExit(f"{flag}: expected a file in an existing folder, got {path!r} (no folder {Path(path).parent})")
+        if path is not None and Path(path).is_dir():
+            raise SystemExit(f"{flag}: expected a file, got the folder {path!r}")
     fault_after = args.fault_after if args.fault_after is not None else edge
     if args.inject_fault and 0 < fault_after < edge:
         raise SystemExit(
@@ -156,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             "bucket_edges": list(edges),
             "chunk_size": args.chunk_size,
             "eos": eos is not None,
+            "device": args.device,
+            "inject_fault": args.inject_fault,
+            "fault_after": fault_after if args.inject_fault else None,
+            "fault_bias": fault_bias if args.inject_fault else None,
         },
         "stock": {"system": "AR decoding", "stats": stock_stats.as_dict()},
         "candidate": {

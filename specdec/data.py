@@ -52,7 +52,7 @@ def cache_dir() -> Path:
         ...     cache_dir() == Path("/tmp/specdec-cache")
         True
     """
-    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
+    return Path(os.environ.get("SPECDEC_CACHE") or Path.home() / ".cache" / "specdec")  # empty: the default, not "."
 
 
 def smollm2_checkpoint(progress: bool = True) -> Path:
@@ -197,7 +197,10 @@ def humaneval_prompts(indices: list[int] | range | None = None) -> list[str]:
         (3, True)
     """
     problems = humaneval_problems()
-    chosen = range(len(problems)) if indices is None else indices
+    chosen = range(len(problems)) if indices is None else list(indices)
+    bad = [i for i in chosen if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(problems)]
+    if bad:  # -1 read the last problem
+        raise ValueError(f"indices: expected problem indices in [0, {len(problems)}), got {bad[0]!r}")
     return [problems[i]["prompt"] for i in chosen]
 
 

