@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -342,7 +341,24 @@ class KernelAgent:
         )
 
 
-_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+def _first_json_object(reply: str) -> Any:
+    """The first JSON value that decodes from a ``{`` of ``reply`` (prose and braces may come before or after it).
+
+    Example:
+        >>> _first_json_object('Here: {"settings": {"num_draft_tokens": 6}} -- keep {it} short')
+        {'settings': {'num_draft_tokens': 6}}
+    """
+    decoder, first_error = json.JSONDecoder(), None
+    for start, char in enumerate(reply):
+        if char != "{":
+            continue
+        try:
+            return decoder.raw_decode(reply, start)[0]
+        except json.JSONDecodeError as err:
+            first_error = first_error or err
+    if first_error is None:
+        raise ValueError(f"reply: expected a JSON object, got {reply[:200]!r}")
+    raise ValueError(f"reply: invalid JSON ({first_error})")
 
 
 class LLMAgent:
@@ -390,13 +406,7 @@ class LLMAgent:
         """Validate a reply; returns the settings and the spec they give, or raises ``ValueError``."""
         if not isinstance(reply, str):
             raise ValueError(f"reply: expected text, got {type(reply).__name__}")
-        match = _JSON_OBJECT.search(reply)
-        if match is None:
-            raise ValueError(f"reply: expected a JSON object, got {reply[:200]!r}")
-        try:
-            data = json.loads(match.group(0))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"reply: invalid JSON ({err})") from err
+        data = _first_json_object(reply)
         if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
             raise ValueError(f"reply: expected an object with a 'settings' object, got {data!r}")
         settings = {k: tuple(v) if isinstance(v, list) else v for k, v in data["settings"].items()}

@@ -77,6 +77,18 @@ def test_llm_agent_validates_replies_and_retries_with_the_error():
     assert "previous reply was rejected" in prompts[1] and "draft_length" in prompts[0]
 
 
+def test_llm_agent_reads_the_json_object_among_prose_and_other_braces():
+    # a greedy {.*} once took everything from the first { to the last }: a reply with braces after its object failed
+    agent = LLMAgent(lambda prompt: "", constant_evaluator)
+    reply = 'Try {this}: {"settings": {"num_draft_tokens": 6}, "rationale": "code repeats"} -- then {maybe} 8.'
+    settings, spec = agent.parse(DIRECTIONS["draft_length"], SystemSpec(), reply)
+    assert settings == {"num_draft_tokens": 6} and spec.num_draft_tokens == 6
+    with pytest.raises(ValueError, match="reply: invalid JSON"):
+        agent.parse(DIRECTIONS["draft_length"], SystemSpec(), '{"settings": [6,')
+    with pytest.raises(ValueError, match="reply: expected an object with a 'settings' object"):
+        agent.parse(DIRECTIONS["draft_length"], SystemSpec(), '{"settings": {"num_draft_tokens": 6}')  # cut short
+
+
 def test_llm_agent_cannot_change_fields_outside_its_direction():
     agent = LLMAgent(lambda p: '{"settings": {"verifier": "accept_all"}}', constant_evaluator, attempts=2)
     assert agent.explore(DIRECTIONS["draft_length"], SystemSpec(), Budget(1)) is None
