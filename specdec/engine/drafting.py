@@ -92,8 +92,9 @@ class RequestAwareDrafter(Protocol):
     :meth:`Engine.add_request <specdec.engine.Engine.add_request>` hands its ``drafter_request`` mapping to
     ``check_request(**drafter_request)`` at once (bad arguments raise there, before the request is stored),
     then, when the request joins, to ``begin_request(slot, **drafter_request)`` right after ``reset(slot)``.
-    The engine calls ``end_request(slot, tokens)`` when the request finishes, is cancelled or fails, with
-    ``tokens [n]`` int64: its prompt then every token it emitted (stops applied).
+    The engine calls ``end_request(slot, tokens, prompt_len=P)`` when the request finishes, is cancelled or fails,
+    with ``tokens [n]`` int64: its ``P`` prompt tokens then every token it emitted (stops applied; none for a
+    request cancelled before its first token).
     :class:`~specdec.drafters.agentspec.AgentSpecBatchDrafter` is one (``agent``, ``query``, ``spec``).
 
     Example:
@@ -111,8 +112,8 @@ class RequestAwareDrafter(Protocol):
     def begin_request(self, slot: int, **request: object) -> None:
         """Give the request just started in ``slot`` (by ``reset(slot)``) its arguments."""
 
-    def end_request(self, slot: int, tokens: torch.Tensor) -> None:
-        """The request in ``slot`` is over; ``tokens [n]`` is its prompt and output."""
+    def end_request(self, slot: int, tokens: torch.Tensor, *, prompt_len: int) -> None:
+        """The request in ``slot`` is over; ``tokens [n]`` is its ``prompt_len`` prompt tokens and its output."""
 
 
 class LoopDrafter:

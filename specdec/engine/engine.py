@@ -688,7 +688,7 @@ class Engine:
         state.status = status
         try:
             if self._request_aware:
-                self._batch_drafter.end_request(slot, state.buf[: state.scanned])
+                self._batch_drafter.end_request(slot, state.buf[: state.scanned], prompt_len=state.prompt.numel())
             if isinstance(state.drafter, FinishingDrafter):
                 state.drafter.finish()
         except Exception as err:

@@ -48,8 +48,9 @@ class SpyDrafter(LoopDrafter):
     def begin_request(self, slot, **request):
         self.calls.append(("begin", slot, request))
 
-    def end_request(self, slot, tokens):
+    def end_request(self, slot, tokens, *, prompt_len):
         self.calls.append(("end", slot, tokens.tolist()))
+        assert 1 <= prompt_len <= tokens.numel()
 
 
 def ar(prompt, n):

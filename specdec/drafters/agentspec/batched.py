@@ -127,12 +127,13 @@ class AgentSpecBatchDrafter:
             raise ValueError(f"slot: the request in slot {slot} has already drafted; its structure is fixed")
         self._requests[slot] = RequestStream(agent, query, self.drafter.default_spec if spec is None else spec)
 
-    def end_request(self, slot: int, tokens: torch.Tensor) -> None:
+    def end_request(self, slot: int, tokens: torch.Tensor, *, prompt_len: int | None = None) -> None:
         """The request in ``slot`` is over: index ``tokens [n]`` (its prompt and every emitted token) and keep it as history.
 
         Searchable from its first generated token on: the first proposal's context is the prompt and one
         token. A request that never drafted (it ended at its first token) is indexed the same way: its one generated token
-        is searchable.
+        is searchable. With ``prompt_len`` (what the engine passes), a request that emitted nothing (cancelled before
+        its first token) leaves nothing searchable; without it, ``tokens`` are taken to hold at least one emitted token.
         The slot is then empty until the next :meth:`reset`.
         """
         slot = self._slot(slot)
@@ -140,8 +141,14 @@ class AgentSpecBatchDrafter:
         if request is None:
             raise ValueError(f"slot: slot {slot} has no request to end")
         ids = token_ids("tokens", tokens, self.drafter.pieces)
+        if prompt_len is not None and (
+            isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or not 1 <= prompt_len <= len(ids)
+        ):
+            raise ValueError(f"prompt_len: expected an int in [1, {len(ids)}] (the prompt leads tokens), got {prompt_len!r}")
         request.ingest(self.drafter.index, self.drafter.pieces, ids)
         request.close(self.drafter.index)
+        if prompt_len == len(ids):  # nothing emitted: the prompt is not history
+            self.drafter.index.streams[request.stream_id].searchable_from = len(ids)
         self._requests[slot] = None
 
     def propose_batch(

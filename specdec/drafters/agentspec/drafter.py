@@ -103,6 +103,9 @@ class AgentSpecDrafter:
         self.rounds = 0
         self.fallback_rounds = 0
         self._request: RequestStream | None = None
+        # the ids of the request's last two propose calls: a verifier that drafts again (TwoLevelVerifier) proposes
+        # after tokens it has not verified, and the common prefix of two calls in a row is always emitted
+        self._proposed: list[list[int]] = []
 
     def begin_request(self, *, agent: Hashable, query: Hashable, spec: StructureSpec | None = None) -> None:
         """Set the structure of the requests that follow: agent id, query id and block spec.
@@ -147,13 +150,23 @@ class AgentSpecDrafter:
     def reset(self) -> None:
         """Close the current request: its generated tokens become history; the next one starts fresh.
 
+        When the request's stream was last brought there by :meth:`propose`, it is first cut to the longest prefix
+        its last two contexts share: a verifier that drafts again proposes after tokens it has not verified (the
+        two-level verifier's Q chain), and those must not become history. That may leave out the last round's
+        tokens; :meth:`observe` with the prompt and the output before the next request keeps them all.
+
         Example:
             >>> from specdec.testing.tokenizers import tiny_tokenizer
             >>> AgentSpecDrafter(TokenPieces.from_tokenizer(tiny_tokenizer())).reset()
         """
         if self._request is not None:
+            if len(self._proposed) == 2:
+                last, before = self._proposed
+                common = next((i for i, (a, b) in enumerate(zip(last, before)) if a != b), min(len(last), len(before)))
+                self._request.ingest(self.index, self.pieces, last[:common])  # cuts the stream back to it
             self._request.close(self.index)
         self._request = None
+        self._proposed = []
 
     def observe(self, context: torch.Tensor) -> None:
         """Bring the current request's stream to ``context [n]`` without proposing.
@@ -169,6 +182,7 @@ class AgentSpecDrafter:
         """
         ids = token_ids("context", context, self.pieces)
         self._ingest(ids)
+        self._proposed = []  # the stream is the caller's context: kept whole at reset
 
     def _ingest(self, ids: list[int]) -> None:
         if self._request is None:
@@ -243,6 +257,7 @@ class AgentSpecDrafter:
         check_propose_arguments(context, max_tokens)
         ids = token_ids("context", context, self.pieces)
         self._ingest(ids)
+        self._proposed = [ids, *self._proposed[:1]]
         self.rounds += 1
         empty = DraftProposal(tokens=context.new_zeros(0))
         if max_tokens <= 0:

@@ -118,6 +118,17 @@ def test_a_request_that_never_drafted_is_history_from_its_one_generated_token():
     assert propose(batch, [1], [[9, 4, 7, 3]], [4]) == [[]]  # the prompt itself is not offered
 
 
+def test_a_request_cancelled_before_its_first_token_leaves_nothing_searchable():
+    batch = AgentSpecDrafter(TINY_TABLE, min_ngram=1).batched(slots=2)
+    start(batch, 0, "a")
+    batch.end_request(0, torch.tensor([3, 4, 60]), prompt_len=3)  # the engine's call: the prompt alone
+    start(batch, 1, "a")
+    assert propose(batch, [1], [[9, 4]], [4]) == [[]]  # 60, the prompt's last token, was offered before
+    with pytest.raises(ValueError, match=r"prompt_len: expected an int in \[1, 3\]"):
+        start(batch, 0, "a")
+        batch.end_request(0, torch.tensor([3, 4, 60]), prompt_len=4)
+
+
 def test_the_batched_form_shares_the_drafters_history():
     drafter = AgentSpecDrafter(TINY_TABLE, min_ngram=1)
     batch = drafter.batched(slots=1)

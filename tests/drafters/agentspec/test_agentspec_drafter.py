@@ -196,3 +196,29 @@ def test_smollm2_tool_call_turns_equal_ar():
         ar = sd.generate(target, ids, 48)
         assert torch.equal(out.tokens, ar.tokens)
         messages += [{"role": "assistant", "content": tok.decode(ar.tokens[0])}, {"role": "user", "content": "Again, fix it."}]
+
+
+def test_tokens_a_second_draft_saw_but_nobody_emitted_do_not_become_history():
+    """The two-level verifier drafts again after its Q chain: that context's tail was never verified; at reset the
+    stream is cut to what two proposals in a row shared (always emitted), and observe() keeps every emitted token."""
+    from specdec.testing.laws import MarkovLaw, MarkovTarget
+    from specdec.verify.two_level import TwoLevelVerifier
+
+    pieces = TokenPieces([bytes([97 + i]) for i in range(5)])
+    target = MarkovTarget(
+        MarkovLaw(5, order=1, seed=0, scale=4.0), max_seq_len=256, q_law=MarkovLaw(5, order=1, seed=100, scale=4.0)
+    )
+    prompt = torch.tensor([[0, 1, 2, 0, 1, 2, 0, 1]])
+    drafter = AgentSpecDrafter(pieces, min_ngram=1)
+    drafter.begin_request(agent="a", query=0)
+    out = sd.generate(target, prompt, 20, drafter=drafter, verifier=TwoLevelVerifier(8, 8, gate="always"), num_draft_tokens=6)
+    drafter.reset()
+    emitted = prompt[0].tolist() + out.tokens[0].tolist()
+    history = drafter.index.streams[0].tokens
+    assert history == emitted[: len(history)] and len(history) >= len(emitted) - 8  # a Q chain token stayed before
+    observed = AgentSpecDrafter(pieces, min_ngram=1)
+    observed.begin_request(agent="a", query=0)
+    sd.generate(target, prompt, 20, drafter=observed, verifier=TwoLevelVerifier(8, 8, gate="always"), num_draft_tokens=6)
+    observed.observe(torch.tensor(emitted))
+    observed.reset()
+    assert observed.index.streams[0].tokens == emitted
