@@ -318,8 +318,9 @@ def allocate(
     if max_nodes is not None:
         _check_positive_int("max_nodes", max_nodes, minimum=0)
     if max_rows is not None:
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < fixed_rows:
+        if isinstance(max_rows, bool) or not isinstance(max_rows, numbers.Integral) or max_rows < fixed_rows:  # numpy ints too
             raise ValueError(f"max_rows: expected None or an int >= fixed_rows = {fixed_rows}, got {max_rows!r}")
+        max_rows = int(max_rows)
     if step_time is None and max_nodes is None and max_rows is None:
         raise ValueError(
             "step_time: expected a StepTimeTable when max_nodes and max_rows are None (nothing else bounds the allocation)"
@@ -467,7 +468,14 @@ class AcceptanceEstimator:
             tensor([0.5000, 0.4000])
         """
         k = proposal.num_tokens
-        if proposal.confidence is not None and proposal.confidence.numel() == (k if tree is None else tree.num_nodes):
+        # the confidences are the proposal's nodes': a chain's, or its own tree's; a tree a verifier built from a chain
+        # proposal (best-first from its laws) has other nodes, scored by the tree
+        own_nodes = tree is None or (proposal.tree is not None or proposal.parents is not None)
+        if (
+            own_nodes
+            and proposal.confidence is not None
+            and proposal.confidence.numel() == (k if tree is None else tree.num_nodes)
+        ):
             return proposal.confidence.float().clamp(0.0, 1.0)
         if tree is not None:
             if tree.scores is None:

@@ -555,7 +555,8 @@ def test_scores_move_with_their_nodes_and_a_node_never_gains_more_than_its_paren
     from specdec.contracts import Tree
 
     tree = Tree(tokens=torch.tensor([3, 4, 5, 6]), parents=torch.tensor([-1, 0, -1, 2]))
-    proposal = DraftProposal(torch.tensor([3, 4]), confidence=torch.tensor([0.5, 0.1, 0.4, 0.9]))
+    # the drafter's own tree (tokens: its first path), one confidence a node
+    proposal = DraftProposal(torch.tensor([3, 4]), tree=tree, confidence=torch.tensor([0.5, 0.1, 0.4, 0.9]))
     est = AcceptanceEstimator()
     moved, scores = est.in_gain_order(proposal, tree)
     # node 3 (0.9) sits under node 2 (0.4): it gains 0.4 at most, and comes after it
@@ -627,3 +628,15 @@ def test_an_outcome_no_predraft_covers_teaches_the_fan_out_no_miss():
     engine.run()
     assert drafter.stats.tail_hits == 0 and drafter.fan_out.acceptance_estimator.accepted >= 10
     assert drafter.fan_out.power_estimator.trials == {}
+
+
+def test_a_chain_s_confidences_do_not_score_the_nodes_of_a_tree_built_from_its_laws():
+    """TreeVerifier builds a best-first tree from a chain proposal's laws: its nodes are not the chain's, so the
+    chain's confidences (same count here) read as their scores were another node's."""
+    probs = torch.tensor([[0.50, 0.45, 0.05], [0.05, 0.50, 0.45]])
+    proposal = DraftProposal(tokens=torch.tensor([0, 1]), draft_probs=probs, confidence=torch.tensor([0.9, 0.05]))
+    tree = TreeVerifier(budget=2).build_tree(proposal, room=16)
+    assert tree.parents.tolist() == [-1, -1] and tree.tokens.tolist() == [0, 1]  # two children of the root
+    scores = AcceptanceEstimator.score_tensor(proposal, tree)
+    torch.testing.assert_close(scores, tree.scores.float().exp())  # 0.50 and 0.45, not 0.9 and 0.05
+    torch.testing.assert_close(AcceptanceEstimator.score_tensor(proposal), torch.tensor([0.9, 0.05]))  # the chain's own
