@@ -232,7 +232,7 @@ class TwoLevelVerifier:
             gate = TwoLevelGate(mode=gate)
         if not isinstance(gate, TwoLevelGate):
             raise TypeError(f"gate: expected 'auto', 'always', 'never' or a TwoLevelGate, got {type(gate).__name__}")
-        if not isinstance(view, str) or view == "exact":
+        if not isinstance(view, str) or view in ("exact", ""):
             raise ValueError(f"view: expected a non-exact weight view name such as 'q', got {view!r}")
         for name, value in (("validate_proposals", validate_proposals), ("sync_stages", sync_stages)):
             if not isinstance(value, bool):

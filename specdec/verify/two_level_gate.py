@@ -83,7 +83,7 @@ class TwoLevelGate:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-        if not 0.0 < self.smoothing <= 1.0:
+        if isinstance(self.smoothing, bool) or not isinstance(self.smoothing, (int, float)) or not 0.0 < self.smoothing <= 1.0:
             raise ValueError(f"smoothing: expected 0 < smoothing <= 1, got {self.smoothing!r}")
         self.two_level = RateEstimate(self.smoothing)
         self.one_level = RateEstimate(self.smoothing)

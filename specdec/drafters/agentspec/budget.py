@@ -57,7 +57,7 @@ class BudgetAllocator:
         if not scores:
             return []
         for i, g in enumerate(scores):
-            if not (isinstance(g, (int, float)) and math.isfinite(g) and g >= 0):
+            if isinstance(g, bool) or not (isinstance(g, (int, float)) and math.isfinite(g) and g >= 0):
                 raise ValueError(f"scores[{i}]: expected a finite number >= 0, got {g!r}")
         for i, ct in enumerate(confident_lengths):
             if isinstance(ct, bool) or not isinstance(ct, int) or ct < 0:

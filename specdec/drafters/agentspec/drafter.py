@@ -94,8 +94,11 @@ class AgentSpecDrafter:
         self.scorer = RedundancyScorer(g_min)
         self.index = PartitionedSuffixIndex(max_ngram=max_ngram, min_ngram=min_ngram)
         self.max_candidates = max_candidates
-        self.isolate = bool(isolate)
-        self.fallback = bool(fallback)
+        for name, value in (("isolate", isolate), ("fallback", fallback)):
+            if not isinstance(value, bool):  # bool("no") is True
+                raise TypeError(f"{name}: expected a bool, got {value!r}")
+        self.isolate = isolate
+        self.fallback = fallback
         self.agent: Hashable = None
         self.query: Hashable = None
         self.spec = spec

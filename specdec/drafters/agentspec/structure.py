@@ -76,12 +76,14 @@ class StructureSpec:
         if len(set(names)) != len(names):
             raise ValueError(f"StructureSpec.delimiters: expected distinct names, got {names}")
         opens = [d.open for d in self.delimiters]
-        for a in opens:
-            for b in opens:
-                if a != b and b.startswith(a):
+        for i, a in enumerate(opens):
+            for j, b in enumerate(opens):
+                # a opens as soon as its last byte arrives: inside b before b's end, or at b's end when tried first
+                if a != b and (a in b[:-1] or (b.endswith(a) and i < j)):
+                    where = "inside" if a in b[:-1] else "at the end of, and is tried before,"
                     raise ValueError(
-                        f"StructureSpec.delimiters: opening {a!r} is a proper prefix of opening {b!r}, so {b!r} could never "
-                        "open; drop one of them"
+                        f"StructureSpec.delimiters: opening {a!r} completes {where} opening {b!r}, so {b!r} could never "
+                        "open; drop or reorder one of them"
                     )
         if len(set(opens)) != len(opens):
             raise ValueError(f"StructureSpec.delimiters: expected distinct opening strings, got {opens}")

@@ -46,6 +46,9 @@ class PartitionedSuffixIndex:
     """
 
     def __init__(self, *, max_ngram: int = 8, min_ngram: int = 2):
+        for name, value in (("min_ngram", min_ngram), ("max_ngram", max_ngram)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name}: expected an int, got {value!r}")
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"min_ngram/max_ngram: expected 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram = max_ngram

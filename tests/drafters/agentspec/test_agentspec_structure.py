@@ -19,10 +19,12 @@ def test_default_spec_has_tool_and_code_blocks():
         ([("a", "", "x")], ValueError, "Delimiter.open"),
         ([("", "x", "y")], ValueError, "Delimiter.name"),
         ([("a", "x", "y"), ("a", "z", "w")], ValueError, "distinct names"),
-        ([("inline", "$", "$"), ("display", "$$", "$$")], ValueError, "proper prefix"),
+        ([("inline", "$", "$"), ("display", "$$", "$$")], ValueError, r"'\$' completes inside opening '\$\$'"),
+        ([("tag", "b>", "</b>"), ("bold", "<b>", "</bold>")], ValueError, "completes at the end of, and is tried before,"),
+        ([("lt", "<", ">"), ("call", "@<call>", "@</call>")], ValueError, r"'<' completes inside opening '@<call>'"),
         ([("a", "x", "y"), ("b", "x", "z")], ValueError, "distinct opening"),
     ],
-    ids=["empty-open", "empty-name", "duplicate-name", "shadowed-open", "duplicate-open"],
+    ids=["empty-open", "empty-name", "duplicate-name", "shadowed-open", "suffix-tried-first", "inside", "duplicate-open"],
 )
 def test_bad_specs_are_refused(pairs, error, match):
     with pytest.raises(error, match=match):
@@ -41,3 +43,12 @@ def test_non_delimiters_are_refused():
         StructureSpec(("tool_call",))
     with pytest.raises(TypeError, match="nests"):
         Delimiter("a", "x", "y", nests="no")
+
+
+def test_an_opening_ending_another_may_come_after_it():
+    """Tried in declared order: '<b>' first, then 'b>', opens each where it should."""
+    from specdec.drafters.agentspec import BlockTracker
+
+    tracker = BlockTracker(StructureSpec.of([("bold", "<b>", "</bold>"), ("tag", "b>", "</b>")]))
+    tracker.feed(b"<b>")
+    assert tracker.stack == ("bold",)
