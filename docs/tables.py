@@ -987,8 +987,8 @@ def cuda_fixed_cost(results: Results) -> str:
                 f"{r['cold_s'] / r['warm_s']:.2f}",
             ]
         )
-    # what the copies of each timed row span, read from the rows (the run asked for l2_factor; before the copies were
-    # sized by the fewest bytes of a run, the W12 and Q views got less)
+    # what the copies of each timed row span, read from the rows (a run asks for l2_factor; copies sized from another
+    # format's bytes span less)
     spans = [r["copies"] * r["weight_bytes"] / run["l2_bytes"] for r in run["shapes"] if r["kind"] != "read_floor"]
     summary = (
         f"copy bandwidth {copy / 1e12:.2f} TB/s; an empty kernel takes {run['empty_launch_s'] * 1e6:.2f} us a launch in a "

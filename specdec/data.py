@@ -199,7 +199,7 @@ def humaneval_prompts(indices: list[int] | range | None = None) -> list[str]:
     problems = humaneval_problems()
     chosen = range(len(problems)) if indices is None else list(indices)
     bad = [i for i in chosen if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(problems)]
-    if bad:  # -1 read the last problem
+    if bad:  # -1 would read the last problem
         raise ValueError(f"indices: expected problem indices in [0, {len(problems)}), got {bad[0]!r}")
     return [problems[i]["prompt"] for i in chosen]
 

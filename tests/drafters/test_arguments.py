@@ -35,7 +35,7 @@ def test_oracle_drafter_refuses_a_bad_vocabulary_and_float_references():
             OracleDrafter("dspark-qwen3-8b-gsm8k", vocab_size=bad)
     with pytest.raises(TypeError, match="sequence: expected a 1-D int tensor, got dtype torch.float32"):
         OracleDrafter("dspark-qwen3-8b-gsm8k", vocab_size=5, references=[torch.tensor([1.5, 2.0])])
-    for bad, at in ((-3, 2), (30, 2), (5, 2)):  # proposed as they were before: ids outside the drafter's vocabulary
+    for bad, at in ((-3, 2), (30, 2), (5, 2)):  # else proposed as drafts: ids outside the drafter's vocabulary
         with pytest.raises(ValueError, match=rf"sequence: expected token ids in \[0, 5\), got sequence\[{at}\] = {bad}"):
             OracleDrafter("dspark-qwen3-8b-gsm8k", vocab_size=5, references=[torch.tensor([1, 2, bad, 4])])
 

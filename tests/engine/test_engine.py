@@ -566,7 +566,8 @@ class Int32Drafter(NGramDrafter):
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
 def test_a_proposal_of_int32_ids_fails_the_request_on_every_path(temperature):
-    """The greedy host path once took them (and generate refused them): one verdict whatever the sampling."""
+    """The greedy host path decides rounds without validate: it must refuse them as generate does, whatever the
+    sampling."""
     engine = Engine(TARGET, lambda: Int32Drafter(max_ngram=2), max_batch=1)
     rid = engine.add_request(torch.tensor([5, 6, 7, 5, 6, 7]), max_new_tokens=8, temperature=temperature, seed=0)
     with pytest.raises(RequestFailed, match=r"request 0 failed: TypeError: proposal.tokens: expected int64 token ids"):

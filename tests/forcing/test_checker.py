@@ -241,8 +241,8 @@ def test_prompt_set_strata(stock, prompts, ar_out, checker):
 
 
 def test_a_null_calibrated_without_labels_serves_a_labelled_check(stock, prompts, ar_out, checker):
-    """The sets come from the check: a null calibrated without them once left 'set humaneval' with no null tokens
-    (INCOMPLETE for a lossless system), and a per-set rate failure unseen."""
+    """The sets come from the check: with the null's own labels, 'set humaneval' would have no null tokens
+    (INCOMPLETE for a lossless system), and a per-set rate failure would go unseen."""
     null = checker.calibrate(prompts, ar_out)
     report = checker.check(prompts, ar_out, null=null, prompt_sets=["humaneval"] * len(prompts))
     assert report.verdict == "PASS" and report.by_set["set humaneval"].null_tokens == len(prompts) * NEW_TOKENS
@@ -261,7 +261,7 @@ def test_a_null_serves_only_its_own_prompts_and_this_checker_s_threshold(stock, 
     report = checker.check(prompts, ar_out, null=lax)
     assert report.tau == checker.check(prompts, ar_out).tau == report.settings["tau_floor"] == 0.5
     with pytest.raises(ValueError, match=r"max_new_tokens: expected None with null_outputs"):
-        checker.calibrate(prompts, ar_out, max_new_tokens=5)  # scored all the outputs before
+        checker.calibrate(prompts, ar_out, max_new_tokens=5)  # else it would score all the outputs
 
 
 def test_report_json_table_and_plot(stock, prompts, checker, null, bias_out, tmp_path):
@@ -383,7 +383,7 @@ def test_cli_rejects_bad_arguments(tmp_path):
         main(["--fault-after", "10"])
     with pytest.raises(SystemExit, match="--fault-after, --fault-bias: set for the injected fault, but --inject-fault"):
         main(["--fault-bias", "5"])
-    # refused before any model loads (each once ran the whole check first, or proved nothing)
+    # refused before any model loads (else each runs the whole check first, or proves nothing)
     with pytest.raises(SystemExit, match="--num-draft-tokens: expected >= 1, got 0"):
         main(["--num-draft-tokens", "0"])
     with pytest.raises(SystemExit, match=r"--bucket-edge: expected 1 <= bucket-edge < --max-new-tokens \(16\), got 500"):

@@ -291,7 +291,7 @@ def test_commit_refuses_rows_that_saw_other_rows_than_the_path_before_them():
         slot.commit(torch.tensor([0, 1, 3]))
     slot.forward(torch.tensor([[1, 2, 3]]), tree_parents=parents[:3])
     with pytest.raises(ValueError, match=r"row 2 \(accepted\[2\]\) ran at position 1, not 2"):
-        slot.commit(3)  # an int commit was not checked at all
+        slot.commit(3)  # an int commit is checked too
     ragged = RaggedDenseTarget(DENSE, slots=2)
     mask = build_tree_meta(parents, validate=False).ancestors[0].bool()
     ragged.forward([RequestRows(1, torch.tensor([[1, 2, 3, 4]]), positions=torch.tensor([[0, 1, 1, 2]]), mask=mask)])

@@ -78,7 +78,7 @@ def test_llm_agent_validates_replies_and_retries_with_the_error():
 
 
 def test_llm_agent_reads_the_json_object_among_prose_and_other_braces():
-    # a greedy {.*} once took everything from the first { to the last }: a reply with braces after its object failed
+    # a greedy {.*} takes everything from the first { to the last }: a reply with braces after its object fails
     agent = LLMAgent(lambda prompt: "", constant_evaluator)
     reply = 'Try {this}: {"settings": {"num_draft_tokens": 6}, "rationale": "code repeats"} -- then {maybe} 8.'
     settings, spec = agent.parse(DIRECTIONS["draft_length"], SystemSpec(), reply)

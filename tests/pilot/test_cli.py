@@ -73,13 +73,13 @@ def test_pilot_cli_rejects_bad_arguments(tmp_path):
         specdec_main(["pilot", "--target", "tiny", "--directions", "nonexistent_direction", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--drafter: expected dspark:FOLDER with a config.json in FOLDER"):
         specdec_main(["pilot", "--target", "tiny", "--drafter", f"dspark:{tmp_path / 'none'}", "--out", str(tmp_path)])
-    for empty in ("", "draft_length,", " , "):  # an empty list used to mean every direction
+    for empty in ("", "draft_length,", " , "):  # not read as every direction
         with pytest.raises(SystemExit, match="--directions: expected comma-separated direction names, got an empty name"):
             specdec_main(["pilot", "--target", "tiny", "--directions", empty, "--out", str(tmp_path)])
 
 
 def test_the_starting_system_leaves_room_for_its_own_drafts(tmp_path):
-    """--num-draft-tokens past 30 used to build a cache the gate refused for every candidate (each 'could not run')."""
+    """--num-draft-tokens past 30 needs room the gate checks for every candidate (else each 'could not run')."""
     from specdec.pilot import cli
 
     args = cli._parser().parse_args(

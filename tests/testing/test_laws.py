@@ -326,14 +326,14 @@ def test_tree_enumeration_refuses_a_walk_that_looks_for_one_token_at_a_row_no_ma
 def test_tree_and_autoregressive_enumerations_refuse_rows_that_are_not_laws():
     tree = Tree(tokens=[0, 1], parents=[-1, 0])
     with pytest.raises(ValueError, match=r"target_probs: expected shape \[3, V\]"):
-        tree_round_law(tree, torch.full((2, 2), 0.5))  # an IndexError before
+        tree_round_law(tree, torch.full((2, 2), 0.5))  # not an IndexError
     with pytest.raises(ValueError, match=r"target_probs: expected a law .* in every row"):
-        tree_round_law(tree, torch.tensor([[0.9, 0.9], [0.5, 0.5], [0.5, 0.5]]))  # a law of mass 1.8 before
+        tree_round_law(tree, torch.tensor([[0.9, 0.9], [0.5, 0.5], [0.5, 0.5]]))  # not a law of mass 1.8
     nan_after_1 = lambda ctx: torch.tensor([0.0, 0.0]) if ctx[-1] == 0 else torch.tensor([float("nan"), 0.0])  # noqa: E731
     with pytest.raises(ValueError, match=r"target_logits: expected a law .* after context \(0, 1\)"):
-        autoregressive_law(nan_after_1, (0,), 2, sampling=T1)  # half the mass dropped before
+        autoregressive_law(nan_after_1, (0,), 2, sampling=T1)  # not half the mass dropped
     with pytest.raises(ValueError, match=r"target_logits: expected shape \[k \+ 1, V\] = \[2, V\]"):
-        chain_round_law(torch.zeros(3, 4), torch.tensor([0]), None, sampling=T1)  # named target_probs before
+        chain_round_law(torch.zeros(3, 4), torch.tensor([0]), None, sampling=T1)  # not named target_probs
 
 
 def test_exact_laws_apply_the_repetition_penalty_and_processors_as_transformers_does():

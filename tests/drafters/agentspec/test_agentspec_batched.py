@@ -123,7 +123,7 @@ def test_a_request_cancelled_before_its_first_token_leaves_nothing_searchable():
     start(batch, 0, "a")
     batch.end_request(0, torch.tensor([3, 4, 60]), prompt_len=3)  # the engine's call: the prompt alone
     start(batch, 1, "a")
-    assert propose(batch, [1], [[9, 4]], [4]) == [[]]  # 60, the prompt's last token, was offered before
+    assert propose(batch, [1], [[9, 4]], [4]) == [[]]  # not 60, the prompt's last token
     with pytest.raises(ValueError, match=r"prompt_len: expected an int in \[1, 3\]"):
         start(batch, 0, "a")
         batch.end_request(0, torch.tensor([3, 4, 60]), prompt_len=4)
