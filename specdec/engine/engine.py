@@ -515,7 +515,7 @@ class Engine:
         engine and its other requests as they were.
 
         Args:
-            prompt: ``[P]`` int64 token ids (or a list of ints), ``P >= 1``.
+            prompt: ``[P]`` int64 or int32 token ids (or a list of ints), ``P >= 1``.
             max_new_tokens: tokens to emit (fewer if an EOS comes first); ``P + max_new_tokens`` must fit a slot.
             temperature, top_k, top_p: the target law (``temperature=0``: greedy); or give ``sampling``.
             sampling: a :class:`~specdec.contracts.SamplingConfig` instead of the three above.
@@ -540,9 +540,10 @@ class Engine:
             if out is not None:
                 raise ValueError(f"prompt: expected token ids in [0, {target.vocab_size}), got {out}")
             prompt = torch.tensor([int(t) for t in prompt], dtype=torch.long, device=target.device)
-        if not isinstance(prompt, torch.Tensor) or prompt.ndim != 1 or prompt.dtype != torch.long:
+        if not isinstance(prompt, torch.Tensor) or prompt.ndim != 1 or prompt.dtype not in (torch.long, torch.int32):
             desc = f"{prompt.dtype} {tuple(prompt.shape)}" if isinstance(prompt, torch.Tensor) else type(prompt).__name__
-            raise TypeError(f"prompt: expected a 1-D int64 tensor of token ids, got {desc}")
+            raise TypeError(f"prompt: expected a 1-D int64 or int32 tensor of token ids (as generate takes), got {desc}")
+        prompt = prompt.long()
         if prompt.numel() < 1:
             raise ValueError("prompt: expected at least one token, got 0")
         if prompt.device != target.device:

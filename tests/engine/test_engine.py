@@ -253,7 +253,8 @@ def test_bad_requests_raise_before_they_are_stored_and_others_are_unaffected():
     cases = [
         (dict(prompt=torch.arange(SEQ), max_new_tokens=1), ValueError, "prompt: length 64 \\+ max_new_tokens 1 exceeds"),
         (dict(prompt=torch.arange(3), max_new_tokens=1, request_id="keep"), ValueError, "request_id: 'keep' is already in use"),
-        (dict(prompt=torch.tensor([1.0, 2.0]), max_new_tokens=1), TypeError, "prompt: expected a 1-D int64 tensor"),
+        (dict(prompt=torch.tensor([1.0, 2.0]), max_new_tokens=1), TypeError, "prompt: expected a 1-D int64 or int32 tensor"),
+        (dict(prompt=torch.tensor([1, 2], dtype=torch.int16), max_new_tokens=1), TypeError, "prompt: expected a 1-D int64"),
         (dict(prompt=torch.tensor([1, VOCAB]), max_new_tokens=1), ValueError, r"prompt: expected token ids in \[0, 97\)"),
         (dict(prompt=torch.tensor([], dtype=torch.long), max_new_tokens=1), ValueError, "prompt: expected at least one token"),
         (dict(prompt=torch.arange(3), max_new_tokens=0), ValueError, "max_new_tokens: expected an int >= 1, got 0"),
@@ -575,3 +576,11 @@ def test_a_proposal_of_int32_ids_fails_the_request_on_every_path(temperature):
     assert engine.request(rid).status == "failed"
     with pytest.raises(TypeError, match=r"proposal.tokens: expected int64 token ids, got torch.int32"):
         sd.generate(TARGET, torch.tensor([[5, 6, 7, 5, 6, 7]]), 8, drafter=Int32Drafter(max_ngram=2))
+
+
+def test_an_int32_prompt_is_taken_as_generate_takes_it():
+    engine = Engine(TARGET, lambda: NGramDrafter(max_ngram=2), max_batch=1)
+    rid = engine.add_request(torch.tensor([1, 2, 3, 1, 2], dtype=torch.int32), max_new_tokens=8)
+    engine.run()
+    want = sd.generate(TARGET, torch.tensor([[1, 2, 3, 1, 2]], dtype=torch.int32), 8).tokens[0]
+    assert torch.equal(engine.output(rid), want) and engine.request(rid).prompt.dtype == torch.long
