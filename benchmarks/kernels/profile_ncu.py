@@ -75,6 +75,7 @@ from benchmarks.kernels.bench_roofline import (
     q_variant,
     sync,
     time_per_call,
+    variant_env,
     w12_v3,
     w12_v4,
     w12_variant,
@@ -83,7 +84,7 @@ from benchmarks.kernels.bench_roofline import (
 from benchmarks.kernels.bench_roofline import (
     KERNELS as ROOFLINE_KERNELS,
 )
-from specdec.kernels.cuda.ops import TENSOR_MAP_MAX_TOKENS, WIDE_MAX_TOKENS, WIDE_STAGE_K
+from specdec.kernels.cuda.ops import TENSOR_MAP_MAX_TOKENS, WIDE_MAX_TOKENS, WIDE_PIPELINE_ENV, WIDE_STAGE_K
 
 # The roofline's kernels less the lossy fp8 reference and the Triton kernels, in the roofline's order: the default set.
 DEFAULT_KERNELS = tuple(k for k in ROOFLINE_KERNELS if k not in ("cublas_fp8", "triton_w12", "triton_q"))
@@ -92,8 +93,6 @@ DEFAULT_KERNELS = tuple(k for k in ROOFLINE_KERNELS if k not in ("cublas_fp8", "
 WIDE_KERNELS = ("cuda_w12_wide", "cuda_w12_wide_pipe", "cuda_q_wide", "cuda_q_wide_pipe")
 KERNELS = DEFAULT_KERNELS + WIDE_KERNELS
 MS = (1, 8)
-NARROW_MAX_ROWS = TENSOR_MAP_MAX_TOKENS  # the most rows the tensor-map kernels take
-WIDE_MAX_ROWS = WIDE_MAX_TOKENS
 # (model, linear) in launch order: the shapes the roofline notes ask about first (8B o, lm_head) early.
 CASES = (
     ("qwen3-8b", "o"),
@@ -229,18 +228,10 @@ def case_list(text: str) -> tuple[tuple[str, str], ...]:
 def _with_wide_pipeline(pipelined: bool, call):
     """``call`` run with ``$SPECDEC_WIDE_PIPELINE`` set to ``"1"`` or ``"0"`` (read by the wide ops on every call),
     the variable's earlier state restored after."""
-    from specdec.kernels.cuda.ops import WIDE_PIPELINE_ENV
 
     def run():
-        before = os.environ.get(WIDE_PIPELINE_ENV)
-        os.environ[WIDE_PIPELINE_ENV] = "1" if pipelined else "0"
-        try:
+        with variant_env(WIDE_PIPELINE_ENV, "1" if pipelined else "0"):
             return call()
-        finally:
-            if before is None:
-                os.environ.pop(WIDE_PIPELINE_ENV)
-            else:
-                os.environ[WIDE_PIPELINE_ENV] = before
 
     return run
 
@@ -629,26 +620,26 @@ def token_counts(text: str) -> tuple[int, ...]:
         ms = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not ms or any(not 1 <= m <= WIDE_MAX_ROWS for m in ms):
-        raise argparse.ArgumentTypeError(f"expected token counts from 1 to {WIDE_MAX_ROWS}, got {text!r}")
+    if not ms or any(not 1 <= m <= WIDE_MAX_TOKENS for m in ms):
+        raise argparse.ArgumentTypeError(f"expected token counts from 1 to {WIDE_MAX_TOKENS}, got {text!r}")
     return ms
 
 
 def check_token_counts(ms: tuple[int, ...], kernels: tuple[str, ...]) -> str | None:
     """Why ``kernels`` cannot all run at every token count of ``ms`` (``None`` if they can): past
-    ``NARROW_MAX_ROWS`` rows only cuBLAS and the wide kernels take a call.
+    ``TENSOR_MAP_MAX_TOKENS`` rows only cuBLAS and the wide kernels take a call.
 
     Example:
         >>> check_token_counts((16, 64), ("cublas_bf16", "cuda_w12_wide"))
         >>> check_token_counts((1, 32), ("cuda_w12_v9",))
         '--ms: 32 rows exceed the 16 that cuda_w12_v9 takes (past 16: cublas_bf16 and the wide kernels)'
     """
-    over = [m for m in ms if m > NARROW_MAX_ROWS]
+    over = [m for m in ms if m > TENSOR_MAP_MAX_TOKENS]
     narrow = [k for k in kernels if k != "cublas_bf16" and k not in WIDE_KERNELS]
     if over and narrow:
         return (
-            f"--ms: {over[0]} rows exceed the {NARROW_MAX_ROWS} that {', '.join(narrow)} take"
-            f"{'s' if len(narrow) == 1 else ''} (past {NARROW_MAX_ROWS}: cublas_bf16 and the wide kernels)"
+            f"--ms: {over[0]} rows exceed the {TENSOR_MAP_MAX_TOKENS} that {', '.join(narrow)} take"
+            f"{'s' if len(narrow) == 1 else ''} (past {TENSOR_MAP_MAX_TOKENS}: cublas_bf16 and the wide kernels)"
         )
     return None
 
