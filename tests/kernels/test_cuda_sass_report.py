@@ -217,9 +217,10 @@ def test_pipelined_wide_kernels_decode_the_next_stage_into_other_registers_while
     assert sorted(kernels) == [(kind, nb) for kind in (1, 2) for nb in (1, 2, 3, 4)]
     for (kind, nb), lines in kernels.items():
         code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
-        mmas = [i for i, line in enumerate(code) if "HGMMA.64x32x16.F32.BF16" in line]
-        # the first stage, the loop's two stages (one a register set) and the odd last stage
-        assert len(mmas) == 4 * 4 * nb, (kind, nb, len(mmas))
+        mmas = [i for i, line in enumerate(code) if f"HGMMA.64x{32 * nb}x16.F32.BF16" in line]
+        # one MMA a k16 step for all nb n-tiles: the first stage, the loop's two stages (one a register set) and the
+        # odd last stage
+        assert len(mmas) == 4 * 4, (kind, nb, len(mmas))
         waits = [re.search(r"DEPBAR\.LE gsb0, 0x(\d)", line).group(1) for line in code if "WARPGROUP.DEPBAR" in line]
         assert waits.count("1") == 3 and waits[-1] == "0", (kind, nb, waits)
         assert not any(re.search(r"\b(LDL|STL)\b", line) for line in code), (kind, nb)
@@ -258,11 +259,11 @@ def test_wide_kernels_multiply_with_wgmma_and_wait_before_the_next_decode():
     assert sorted(kernels) == [(kind, nb) for kind in (1, 2) for nb in (1, 2, 3, 4)]
     for (kind, nb), lines in kernels.items():
         code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
-        mmas = [i for i, line in enumerate(code) if "HGMMA.64x32x16.F32.BF16" in line]
-        # a stage's four k16 steps times nb n-tiles (each warpgroup runs the same code), A from registers (a register,
-        # not a descriptor, second)
-        assert len(mmas) == 4 * nb, (kind, nb, len(mmas))
-        assert all(re.search(r"HGMMA\.64x32x16\.F32\.BF16 R\d+, R\d+, gdesc", code[i]) for i in mmas)
+        mmas = [i for i, line in enumerate(code) if f"HGMMA.64x{32 * nb}x16.F32.BF16" in line]
+        # a stage's four k16 steps, one MMA of n = 32 nb each (each warpgroup runs the same code), A from registers (a
+        # register, not a descriptor, second)
+        assert len(mmas) == 4, (kind, nb, len(mmas))
+        assert all(re.search(rf"HGMMA\.64x{32 * nb}x16\.F32\.BF16 R\d+, R\d+, gdesc", code[i]) for i in mmas)
         assert not any(re.search(r"\b(LDL|STL)\b", line) for line in code), (kind, nb)  # no local memory
         # the group's last MMA closes it (gsb0); the next warpgroup instruction waits for it to complete, before the
         # stage is released and before any register an MMA read as A is written again

@@ -1733,18 +1733,79 @@ constexpr uint32_t kWgmmaDescHiSw128 = (kWideSwizzleAlign >> 4) | (1u << 30);  /
 __device__ __forceinline__ uint32_t wgmma_desc_sw128_lo(uint32_t smem_byte_addr) { return ((smem_byte_addr & 0x3FFFFu) >> 4) | (1u << 16); }
 __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t lo) { return (static_cast<uint64_t>(kWgmmaDescHiSw128) << 32) | lo; }
 
-// d[64 rows][32 tokens] += A[64][16] (this warp's 16 rows: a0..a3 as mma.sync's A fragment) x B[16 k][32 tokens] at desc.
-__device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t desc) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),
-        "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+// d[64 rows][32 NB tokens] += A[64][16] (this warp's 16 rows: a0..a3 as mma.sync's A fragment) x B[16 k][32 NB tokens]
+// at desc, as one wgmma of n = 32 NB: d[j][4 i + e] holds rows (g, g + 8) for e (0, 1) / (2, 3), tokens 32 j + 8 i + 2t +
+// (e & 1), the fragment of NB wgmmas of n = 32 at 32 tokens apart. One instruction reads A from the registers once for
+// all NB n-tiles (NB of them read it NB times) and keeps the tensor cores on one longer MMA.
+template <int NB>
+__device__ __forceinline__ void wgmma_m64nk16_rs(float (&d)[NB][16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t desc) {
+  if constexpr (NB == 1) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[0][4]), "+f"(d[0][5]), "+f"(d[0][6]), "+f"(d[0][7]),
+          "+f"(d[0][8]), "+f"(d[0][9]), "+f"(d[0][10]), "+f"(d[0][11]), "+f"(d[0][12]), "+f"(d[0][13]), "+f"(d[0][14]), "+f"(d[0][15])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+  } else if constexpr (NB == 2) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[0][4]), "+f"(d[0][5]), "+f"(d[0][6]), "+f"(d[0][7]),
+          "+f"(d[0][8]), "+f"(d[0][9]), "+f"(d[0][10]), "+f"(d[0][11]), "+f"(d[0][12]), "+f"(d[0][13]), "+f"(d[0][14]), "+f"(d[0][15]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[1][4]), "+f"(d[1][5]), "+f"(d[1][6]), "+f"(d[1][7]),
+          "+f"(d[1][8]), "+f"(d[1][9]), "+f"(d[1][10]), "+f"(d[1][11]), "+f"(d[1][12]), "+f"(d[1][13]), "+f"(d[1][14]), "+f"(d[1][15])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+  } else if constexpr (NB == 3) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+        "{%48, %49, %50, %51}, %52, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[0][4]), "+f"(d[0][5]), "+f"(d[0][6]), "+f"(d[0][7]),
+          "+f"(d[0][8]), "+f"(d[0][9]), "+f"(d[0][10]), "+f"(d[0][11]), "+f"(d[0][12]), "+f"(d[0][13]), "+f"(d[0][14]), "+f"(d[0][15]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[1][4]), "+f"(d[1][5]), "+f"(d[1][6]), "+f"(d[1][7]),
+          "+f"(d[1][8]), "+f"(d[1][9]), "+f"(d[1][10]), "+f"(d[1][11]), "+f"(d[1][12]), "+f"(d[1][13]), "+f"(d[1][14]), "+f"(d[1][15]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[2][4]), "+f"(d[2][5]), "+f"(d[2][6]), "+f"(d[2][7]),
+          "+f"(d[2][8]), "+f"(d[2][9]), "+f"(d[2][10]), "+f"(d[2][11]), "+f"(d[2][12]), "+f"(d[2][13]), "+f"(d[2][14]), "+f"(d[2][15])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+  } else if constexpr (NB == 4) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[0][4]), "+f"(d[0][5]), "+f"(d[0][6]), "+f"(d[0][7]),
+          "+f"(d[0][8]), "+f"(d[0][9]), "+f"(d[0][10]), "+f"(d[0][11]), "+f"(d[0][12]), "+f"(d[0][13]), "+f"(d[0][14]), "+f"(d[0][15]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[1][4]), "+f"(d[1][5]), "+f"(d[1][6]), "+f"(d[1][7]),
+          "+f"(d[1][8]), "+f"(d[1][9]), "+f"(d[1][10]), "+f"(d[1][11]), "+f"(d[1][12]), "+f"(d[1][13]), "+f"(d[1][14]), "+f"(d[1][15]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[2][4]), "+f"(d[2][5]), "+f"(d[2][6]), "+f"(d[2][7]),
+          "+f"(d[2][8]), "+f"(d[2][9]), "+f"(d[2][10]), "+f"(d[2][11]), "+f"(d[2][12]), "+f"(d[2][13]), "+f"(d[2][14]), "+f"(d[2][15]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[3][4]), "+f"(d[3][5]), "+f"(d[3][6]), "+f"(d[3][7]),
+          "+f"(d[3][8]), "+f"(d[3][9]), "+f"(d[3][10]), "+f"(d[3][11]), "+f"(d[3][12]), "+f"(d[3][13]), "+f"(d[3][14]), "+f"(d[3][15])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+  }
 }
 
 __device__ __forceinline__ uint32_t lds32(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
@@ -1826,11 +1887,18 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
     wgmma_fence_operands<NB>(acc);
     wgmma_fence();
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
+    for (int q = 0; q < 4; ++q) {
+#ifdef SPECDEC_WIDE_NB_MMAS
 #pragma unroll
-      for (int j = 0; j < NB; ++j)
-        wgmma_m64n32k16_rs(acc[j], a[q][0], a[q][1], a[q][2], a[q][3],
-                           wgmma_desc_sw128(x_desc + ((j * kWideBlockTokens * kWideStageK * 2 + q * 32) >> 4)));
+      for (int j = 0; j < NB; ++j) {
+        float(&d)[1][16] = *reinterpret_cast<float(*)[1][16]>(&acc[j]);
+        wgmma_m64nk16_rs<1>(d, a[q][0], a[q][1], a[q][2], a[q][3],
+                            wgmma_desc_sw128(x_desc + ((j * kWideBlockTokens * kWideStageK * 2 + q * 32) >> 4)));
+      }
+#else
+      wgmma_m64nk16_rs<NB>(acc, a[q][0], a[q][1], a[q][2], a[q][3], wgmma_desc_sw128(x_desc + ((q * 32) >> 4)));
+#endif
+    }
     wgmma_commit();
   };
   auto advance = [&]() {
@@ -1885,17 +1953,24 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
 // After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums [128 rows][M tokens] (row stride
 // STRIDE), escapes included. Without K splits the CTA stores them; with k_splits > 1 it writes them to its partial tile
 // in `partials`, counts itself in, and the last CTA of the row block sums the tiles in split order from 0.f (the same
-// bits whatever the arrival order), stores bf16 and sets the counter back to 0. Rows past N are never stored.
+// bits whatever the arrival order; its own tile read back from red), stores bf16 and sets the counter back to 0. Rows
+// past N are never stored. A tile is [128][M] fp32, 16-byte aligned (128 M is a multiple of 4): it is moved as float4,
+// and the last CTA loads kWideSumLoads float4 of every other split before it adds any, so that its reads wait for the
+// L2 once a round rather than once a value (a round: THREADS x kWideSumLoads float4 of each split).
+constexpr int kWideSumLoads = 2;
 template <int THREADS, int STRIDE>
 __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split) {
   __shared__ int arrived_last;
   const int M = p.M, tid = threadIdx.x;
   const int row_block = blockIdx.x * kWideRows;
   const int tile_values = kWideRows * M;  // [128 rows][M tokens], row-major
+  const int tile_vec = tile_values / 4;
+  auto red_at = [&](int e) -> float& { return red[(e / M) * STRIDE + e % M]; };
   if (p.k_splits > 1) {
     float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * tile_values;
-    float* own = tiles + static_cast<size_t>(split) * tile_values;
-    for (int e = tid; e < tile_values; e += THREADS) own[e] = red[(e / M) * STRIDE + e % M];
+    float4* own = reinterpret_cast<float4*>(tiles + static_cast<size_t>(split) * tile_values);
+    for (int v = tid; v < tile_vec; v += THREADS)
+      __stcg(own + v, make_float4(red_at(4 * v), red_at(4 * v + 1), red_at(4 * v + 2), red_at(4 * v + 3)));
     __threadfence();
     __syncthreads();
     if (tid == 0) {
@@ -1906,10 +1981,29 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
     __syncthreads();
     if (!arrived_last) return;
     __threadfence();
-    for (int e = tid; e < tile_values; e += THREADS) {
-      float v = 0.f;
-      for (int q = 0; q < p.k_splits; ++q) v += __ldcg(tiles + static_cast<size_t>(q) * tile_values + e);
-      red[(e / M) * STRIDE + e % M] = v;
+    const float4* tiles_vec = reinterpret_cast<const float4*>(tiles);
+    for (int round = 0; round < tile_vec; round += THREADS * kWideSumLoads) {
+      float4 got[kWideMaxSplits][kWideSumLoads];
+#pragma unroll
+      for (int q = 0; q < kWideMaxSplits; ++q)
+#pragma unroll
+        for (int u = 0; u < kWideSumLoads; ++u) {
+          const int v = round + u * THREADS + tid;
+          if (q < p.k_splits && q != split && v < tile_vec) got[q][u] = __ldcg(tiles_vec + static_cast<size_t>(q) * tile_vec + v);
+        }
+#pragma unroll
+      for (int u = 0; u < kWideSumLoads; ++u) {
+        const int v = round + u * THREADS + tid;
+        if (v >= tile_vec) continue;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int q = 0; q < kWideMaxSplits; ++q) {
+          if (q >= p.k_splits) break;
+          const float4 x = q == split ? make_float4(red_at(4 * v), red_at(4 * v + 1), red_at(4 * v + 2), red_at(4 * v + 3)) : got[q][u];
+          sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+        }
+        red_at(4 * v) = sum.x, red_at(4 * v + 1) = sum.y, red_at(4 * v + 2) = sum.z, red_at(4 * v + 3) = sum.w;
+      }
     }
     __syncthreads();
   }

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The wide W12 / Q kernels after the split epilogue's rewrite (float4 partial tiles, the last CTA loading every other
+# split's before it sums), in two builds carried in build/ (compiled on the CPU machine):
+# specdec_cuda_kernels.so (one wgmma of n = 32 NB a k16 step) and wide_nb_mmas.so (-DSPECDEC_WIDE_NB_MMAS: NB wgmmas
+# of n = 32), on the Qwen3-8B linears at 32 / 64 / 128 rows beside cuBLAS bf16 and the Triton W12 / Q kernels, each
+# call's checks first; the default build's pipelined loop ($SPECDEC_WIDE_PIPELINE=1); the lean 8B target's 64-row
+# verify step; then ncu's stall samples by SASS line of one W12 and one Q wide call at 32 and 128 rows (8B o).
+# Expected time on one H200: ~5 min (each kernel call ~40 s, the AR-step call ~20 s, the ncu source page ~60 s).
+# Caps: 3 x 70 + 60 + 150 = 420 s.
+# Usage (repo root, on the GPU machine, build/ carried): bash benchmarks/run_h200_wide_mma.sh
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-.}
+export SPECDEC_PDL=1
+unset SPECDEC_WIDE_GEMM
+KERNELS=cublas_bf16,cuda_w12_wide,cuda_q_wide,triton_w12,triton_q
+for run in specdec_cuda_kernels:0 wide_nb_mmas:0 specdec_cuda_kernels:1; do
+  build=${run%:*} pipe=${run#*:}
+  export SPECDEC_CUDA_KERNELS=build/$build.so SPECDEC_WIDE_PIPELINE=$pipe
+  timeout 70 python3 -m benchmarks.kernels.bench_wide_w12 --models qwen3-8b --rows 32,64,128 --kernels $KERNELS \
+    --budget-s 45 --out "$OUT/wide_${build}_pipe$pipe.json" > "$OUT/wide_${build}_pipe$pipe.log" 2>&1
+  echo "$build, SPECDEC_WIDE_PIPELINE=$pipe: exit $?"
+done
+export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so SPECDEC_WIDE_PIPELINE=0
+timeout 60 python3 -m benchmarks.kernels.bench_roofline --ar-step --verify-rows 64 --ar-budget-s 30 \
+  --out "$OUT/ar_step_verify64.json" > "$OUT/ar_step_verify64.log" 2>&1
+echo "AR step, verify 64 rows: exit $?"
+NCU_SOURCE=(--clock-control none --profile-from-start off --section SourceCounters --section WarpStateStats --page source --print-source sass --csv)
+timeout 150 ncu "${NCU_SOURCE[@]}" python3 -m benchmarks.kernels.probe_wide --rows 32,128 --out "$OUT/probe_wide.json" \
+  > "$OUT/wide_source.csv" 2> "$OUT/wide_source.err"
+echo "ncu source page: exit $?"
+for run in specdec_cuda_kernels:0 wide_nb_mmas:0 specdec_cuda_kernels:1; do
+  build=${run%:*} pipe=${run#*:}
+  echo "=== $build, SPECDEC_WIDE_PIPELINE=$pipe (us and x cuBLAS bf16: cuBLAS, W12 wide, Q wide, Triton W12, Triton Q) ==="
+  grep -E "^checks|FAILED" "$OUT/wide_${build}_pipe$pipe.log" | head -4
+  tail -n 15 "$OUT/wide_${build}_pipe$pipe.log" | grep -E "^qwen3"
+done
+echo "=== AR step ==="
+grep -E "^AR step (bf16|w12):|^verify step" "$OUT/ar_step_verify64.log"
