@@ -6,11 +6,14 @@
 # call's checks first; the default build's pipelined loop ($SPECDEC_WIDE_PIPELINE=1); the lean 8B target's 64-row
 # verify step; then ncu's stall samples by SASS line of one W12 and one Q wide call at 32 and 128 rows (8B o).
 # Expected time on one H200: ~5 min (each kernel call ~40 s, the AR-step call ~20 s, the ncu source page ~60 s).
-# Caps: 3 x 70 + 60 + 150 = 420 s.
-# Usage (repo root, on the GPU machine, build/ carried): bash benchmarks/run_h200_wide_mma.sh
+# Caps: 3 x 70 + 60 + 150 = 420 s, plus the builds of the two libraries (skipped when build/ was carried).
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_mma.sh
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
+source benchmarks/cuda_kernels.sh
+build_cuda_kernels 90 "$OUT/wide_mma_build.log"
+SPECDEC_CUDA_KERNELS=build/wide_nb_mmas.so NVCC_EXTRA=-DSPECDEC_WIDE_NB_MMAS build_cuda_kernels 90 "$OUT/wide_nb_mmas_build.log"
 export SPECDEC_PDL=1
 unset SPECDEC_WIDE_GEMM
 KERNELS=cublas_bf16,cuda_w12_wide,cuda_q_wide,triton_w12,triton_q
