@@ -1,7 +1,6 @@
 # Sourced by the runners that time the CUDA kernels: build_cuda_kernels CAP_S LOG builds the library from
 # specdec/kernels/cuda/skinny_gemm.cu for sm_90a with nvcc (at most CAP_S seconds, registers and spills to LOG)
-# unless $SPECDEC_CUDA_KERNELS or build/specdec_cuda_kernels.so is already there (carried from the CPU machine);
-# $NVCC_EXTRA: more nvcc flags (a -D of a variant built beside the default).
+# unless $SPECDEC_CUDA_KERNELS or build/specdec_cuda_kernels.so is already there (carried from the CPU machine).
 build_cuda_kernels() {
   local cap=$1 log=$2
   local so=${SPECDEC_CUDA_KERNELS:-build/specdec_cuda_kernels.so}
@@ -9,6 +8,6 @@ build_cuda_kernels() {
     echo "building $so"
     mkdir -p "$(dirname "$so")"
     timeout "$cap" nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static -Xptxas -v \
-      ${NVCC_EXTRA:-} specdec/kernels/cuda/skinny_gemm.cu -o "$so" 2>&1 | grep -E "registers|spill" | tee "$log"
+      specdec/kernels/cuda/skinny_gemm.cu -o "$so" 2>&1 | grep -E "registers|spill" | tee "$log"
   fi
 }

@@ -1620,6 +1620,50 @@ def cuda_wide(results: Results) -> str:
     )
 
 
+WIDE_EPILOGUE_RUNS = (
+    ("before (2d68b25)", "wide_mma_h100_2026-12-05_base_pipe0.json"),
+    ("float4 epilogue, NB MMAs", "wide_mma_h100_2026-12-05_nb_mmas_pipe0.json"),
+    ("float4 epilogue, one MMA", "wide_mma_h100_2026-12-05_one_mma_pipe0.json"),
+)
+WIDE_EPILOGUE_STEPS = (
+    ("before (2d68b25)", "ar_step_verify64_h100_2026-12-05_pipe0.json"),
+    ("float4 epilogue, one MMA", "ar_step_verify64_h100_2026-12-05_one_mma_pipe0.json"),
+)
+
+
+def cuda_wide_epilogue_h100(results: Results) -> str:
+    """The wide W12 and Q kernels on the 8B linears in three builds of one H100 call (one-set loop): us a call and x
+    cuBLAS bf16 (cold, same call) at each row count, W12 in every build and Q in the two float4 ones; then the 64-row
+    W12 verify step before and after (two calls)."""
+    runs = [(label, results(name)) for label, name in WIDE_EPILOGUE_RUNS]
+    columns = [(f"W12, {label}", run, "cuda_w12_wide") for label, run in runs]
+    columns += [(f"Q, {label}", run, "cuda_q_wide") for label, run in runs[1:]]
+    keys = [(r["linear"], r["M"]) for r in runs[0][1]["timings"] if r["kind"] == "cuda_w12_wide" and r["model"] == "qwen3-8b"]
+    rows = []
+    for linear, m in keys:
+        cells = [linear, str(m)]
+        for _, run, kind in columns:
+            (r,) = [r for r in run["timings"] if (r["model"], r["linear"], r["M"], r["kind"]) == ("qwen3-8b", linear, m, kind)]
+            cells.append(f"{r['cold_s'] * 1e6:.1f} us ({r['x_cublas']:.2f}x)")
+        rows.append(cells)
+    steps = []
+    for label, name in WIDE_EPILOGUE_STEPS:
+        r = results(name)
+        steps.append(
+            [
+                label,
+                f"{r['w12_verify_s'] * 1e3:.2f} ms ({r['w12_verify_x_step']:.2f}x its step)",
+                f"{r['bf16_verify_s'] * 1e3:.2f} ms",
+            ]
+        )
+    return "\n\n".join(
+        [
+            markdown_table(["8B linear", "rows", *(label for label, _, _ in columns)], rows),
+            markdown_table(["wide kernels", "W12 verify, 64 rows", "bf16 verify, 64 rows"], steps),
+        ]
+    )
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "two-level-h200-extra": two_level_h200_extra,
     "cuda-roofline": cuda_roofline,
@@ -1640,6 +1684,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-read-floor": cuda_read_floor,
     "cuda-row-tile-steps": cuda_row_tile_steps,
     "cuda-wide": cuda_wide,
+    "cuda-wide-epilogue-h100": cuda_wide_epilogue_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
     "w12-tokens": w12_tokens,

@@ -166,6 +166,15 @@ def _wide_kernels(pipelined: bool = False) -> dict[tuple[int, int], list[str]]:
     return found
 
 
+def _wide_mma_n(kind: int, nb: int) -> int:
+    """The n of the wide kernel's MMAs: the Q kernel (kind 2) one of n = 32 nb a k16 step, W12 (kind 1) nb of 32."""
+    return 32 * nb if kind == 2 else 32
+
+
+def _wide_mmas_a_step(kind: int, nb: int) -> int:
+    return 1 if kind == 2 else nb
+
+
 def _a_registers_written_in_flight(code: list[str]) -> list[str]:
     """Instructions that write a register an issued, unretired ``HGMMA`` reads as its A operand (four from the one named).
 
@@ -217,10 +226,10 @@ def test_pipelined_wide_kernels_decode_the_next_stage_into_other_registers_while
     assert sorted(kernels) == [(kind, nb) for kind in (1, 2) for nb in (1, 2, 3, 4)]
     for (kind, nb), lines in kernels.items():
         code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
-        mmas = [i for i, line in enumerate(code) if f"HGMMA.64x{32 * nb}x16.F32.BF16" in line]
-        # one MMA a k16 step for all nb n-tiles: the first stage, the loop's two stages (one a register set) and the
-        # odd last stage
-        assert len(mmas) == 4 * 4, (kind, nb, len(mmas))
+        mmas = [i for i, line in enumerate(code) if f"HGMMA.64x{_wide_mma_n(kind, nb)}x16.F32.BF16" in line]
+        # a stage's MMAs (four k16 steps) in the first stage, the loop's two stages (one a register set) and the odd
+        # last stage
+        assert len(mmas) == 4 * 4 * _wide_mmas_a_step(kind, nb), (kind, nb, len(mmas))
         waits = [re.search(r"DEPBAR\.LE gsb0, 0x(\d)", line).group(1) for line in code if "WARPGROUP.DEPBAR" in line]
         assert waits.count("1") == 3 and waits[-1] == "0", (kind, nb, waits)
         assert not any(re.search(r"\b(LDL|STL)\b", line) for line in code), (kind, nb)
@@ -259,11 +268,12 @@ def test_wide_kernels_multiply_with_wgmma_and_wait_before_the_next_decode():
     assert sorted(kernels) == [(kind, nb) for kind in (1, 2) for nb in (1, 2, 3, 4)]
     for (kind, nb), lines in kernels.items():
         code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
-        mmas = [i for i, line in enumerate(code) if f"HGMMA.64x{32 * nb}x16.F32.BF16" in line]
-        # a stage's four k16 steps, one MMA of n = 32 nb each (each warpgroup runs the same code), A from registers (a
+        n = _wide_mma_n(kind, nb)
+        mmas = [i for i, line in enumerate(code) if f"HGMMA.64x{n}x16.F32.BF16" in line]
+        # a stage's four k16 steps times the MMAs of a step (each warpgroup runs the same code), A from registers (a
         # register, not a descriptor, second)
-        assert len(mmas) == 4, (kind, nb, len(mmas))
-        assert all(re.search(rf"HGMMA\.64x{32 * nb}x16\.F32\.BF16 R\d+, R\d+, gdesc", code[i]) for i in mmas)
+        assert len(mmas) == 4 * _wide_mmas_a_step(kind, nb), (kind, nb, len(mmas))
+        assert all(re.search(rf"HGMMA\.64x{n}x16\.F32\.BF16 R\d+, R\d+, gdesc", code[i]) for i in mmas)
         assert not any(re.search(r"\b(LDL|STL)\b", line) for line in code), (kind, nb)  # no local memory
         # the group's last MMA closes it (gsb0); the next warpgroup instruction waits for it to complete, before the
         # stage is released and before any register an MMA read as A is written again

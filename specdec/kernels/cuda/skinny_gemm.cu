@@ -1735,8 +1735,9 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t lo) { return (stat
 
 // d[64 rows][32 NB tokens] += A[64][16] (this warp's 16 rows: a0..a3 as mma.sync's A fragment) x B[16 k][32 NB tokens]
 // at desc, as one wgmma of n = 32 NB: d[j][4 i + e] holds rows (g, g + 8) for e (0, 1) / (2, 3), tokens 32 j + 8 i + 2t +
-// (e & 1), the fragment of NB wgmmas of n = 32 at 32 tokens apart. One instruction reads A from the registers once for
-// all NB n-tiles (NB of them read it NB times) and keeps the tensor cores on one longer MMA.
+// (e & 1), the fragment of NB wgmmas of n = 32 at 32 tokens apart. The Q kernel issues one of n = 32 NB a k16 step (A
+// read from the registers once for all n-tiles), the W12 kernel NB of n = 32: each form where it measured faster
+// (H100, benchmarks/NOTES.md: the Q view 2-15 % faster at 128 rows with one, W12 up to 8 % slower with one).
 template <int NB>
 __device__ __forceinline__ void wgmma_m64nk16_rs(float (&d)[NB][16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t desc) {
   if constexpr (NB == 1) {
@@ -1888,16 +1889,16 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
     wgmma_fence();
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-#ifdef SPECDEC_WIDE_NB_MMAS
+      if constexpr (KIND == kQ) {
+        wgmma_m64nk16_rs<NB>(acc, a[q][0], a[q][1], a[q][2], a[q][3], wgmma_desc_sw128(x_desc + ((q * 32) >> 4)));
+      } else {
 #pragma unroll
-      for (int j = 0; j < NB; ++j) {
-        float(&d)[1][16] = *reinterpret_cast<float(*)[1][16]>(&acc[j]);
-        wgmma_m64nk16_rs<1>(d, a[q][0], a[q][1], a[q][2], a[q][3],
-                            wgmma_desc_sw128(x_desc + ((j * kWideBlockTokens * kWideStageK * 2 + q * 32) >> 4)));
+        for (int j = 0; j < NB; ++j) {
+          float(&d)[1][16] = *reinterpret_cast<float(*)[1][16]>(&acc[j]);
+          wgmma_m64nk16_rs<1>(d, a[q][0], a[q][1], a[q][2], a[q][3],
+                              wgmma_desc_sw128(x_desc + ((j * kWideBlockTokens * kWideStageK * 2 + q * 32) >> 4)));
+        }
       }
-#else
-      wgmma_m64nk16_rs<NB>(acc, a[q][0], a[q][1], a[q][2], a[q][3], wgmma_desc_sw128(x_desc + ((q * 32) >> 4)));
-#endif
     }
     wgmma_commit();
   };
