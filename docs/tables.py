@@ -1588,6 +1588,15 @@ WIDE_KINDS = (
 )
 
 
+def verify_step_cells(run: dict) -> list[str]:
+    """The W12 and bf16 verify steps of a ``bench_roofline --ar-step --verify-rows`` run: time (W12 also over its
+    one-token step)."""
+    return [
+        f"{run['w12_verify_s'] * 1e3:.2f} ms ({run['w12_verify_x_step']:.2f}x its step)",
+        f"{run['bf16_verify_s'] * 1e3:.2f} ms",
+    ]
+
+
 def cuda_wide(results: Results) -> str:
     """The wide W12 / Q kernels against the paths they replace at 17-128 rows (x cuBLAS bf16, cold, same call), each
     kind's range over a model's five linears; then the 8B AR step's 64-row verify pass with W12 linears either way."""
@@ -1604,14 +1613,7 @@ def cuda_wide(results: Results) -> str:
     steps = []
     for label, name in WIDE_STEP_RUNS:
         r = results(name)
-        steps.append(
-            [
-                label,
-                f"{r['w12_verify_s'] * 1e3:.2f} ms ({r['w12_verify_x_step']:.2f}x its step)",
-                f"{r['bf16_verify_s'] * 1e3:.2f} ms",
-                f"{r['w12_step_s'] * 1e3:.3f} ms ({r['w12_vs_bf16_step']:.3f}x bf16's)",
-            ]
-        )
+        steps.append([label, *verify_step_cells(r), f"{r['w12_step_s'] * 1e3:.3f} ms ({r['w12_vs_bf16_step']:.3f}x bf16's)"])
     return "\n\n".join(
         [
             markdown_table(["model", "rows", *(label for _, label in WIDE_KINDS)], rows),
@@ -1646,16 +1648,7 @@ def cuda_wide_epilogue_h100(results: Results) -> str:
             (r,) = [r for r in run["timings"] if (r["model"], r["linear"], r["M"], r["kind"]) == ("qwen3-8b", linear, m, kind)]
             cells.append(f"{r['cold_s'] * 1e6:.1f} us ({r['x_cublas']:.2f}x)")
         rows.append(cells)
-    steps = []
-    for label, name in WIDE_EPILOGUE_STEPS:
-        r = results(name)
-        steps.append(
-            [
-                label,
-                f"{r['w12_verify_s'] * 1e3:.2f} ms ({r['w12_verify_x_step']:.2f}x its step)",
-                f"{r['bf16_verify_s'] * 1e3:.2f} ms",
-            ]
-        )
+    steps = [[label, *verify_step_cells(results(name))] for label, name in WIDE_EPILOGUE_STEPS]
     return "\n\n".join(
         [
             markdown_table(["8B linear", "rows", *(label for label, _, _ in columns)], rows),
