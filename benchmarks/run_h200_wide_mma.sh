@@ -4,7 +4,8 @@
 # ($SPECDEC_WIDE_PIPELINE 0 / 1), on the Qwen3-8B linears at 32 / 64 / 128 rows beside cuBLAS bf16 and the Triton
 # W12 / Q kernels, each call's checks first; the lean 8B target's 64-row verify step; then ncu's stall samples by SASS
 # line of one W12 and one Q wide call at 32 and 128 rows (8B o).
-# Expected time on one H200: ~4 min (each kernel call ~40 s, the AR-step call ~20 s, the ncu source page ~60 s).
+# Expected time on one H200: ~4 min (each kernel call ~40 s, the AR-step call ~20 s, the ncu source page ~60 s; an
+# estimate from the H100 calls of its first form: this form has not run yet).
 # Caps: 2 x 70 + 60 + 150 = 350 s, plus the build (skipped when build/ was carried).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_mma.sh
 set -u -o pipefail
