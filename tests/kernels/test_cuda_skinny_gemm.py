@@ -936,25 +936,58 @@ _WIDE_SHAPES += [(51200, 5120), (5120, 25600)]
 
 @pytest.mark.parametrize("kind", ["w12", "q"])
 @pytest.mark.parametrize("m", [17, 32, 33, 64, 65, 96, 128])
-def test_wide_plan_fits_the_sm_and_fills_the_gpu(kind, m):
+@pytest.mark.parametrize("asked", [1, 2])
+def test_wide_plan_fits_the_sm_and_fills_the_gpu(monkeypatch, kind, m, asked):
     _library_or_skip()
+    monkeypatch.delenv("SPECDEC_WIDE_PIPELINE", raising=False)
+    monkeypatch.setenv("SPECDEC_WIDE_CTAS", str(asked))
     sms = 132
     for n, k in _WIDE_SHAPES:
         plan = wide_plan(kind, m, n, k, sms)
         assert plan["row_tiles_per_cta"] == 8 and plan["ctas_x"] == -(-n // 128) and plan["chunks"] == k // 64
-        # one CTA an SM, with the 1 KB the SM reserves for it, fits its 227 KB of shared memory
-        assert plan["shared_bytes"] + 1024 <= 227 * 1024, (n, k, plan)
+        # up to 64 tokens two CTAs share an SM, past that one: each with the 1 KB the SM reserves for it (and under
+        # 1 KB of static shared memory) fits the SM's 228 KB
+        ctas_per_sm = 2 if m <= 64 and asked == 2 else 1
+        assert ctas_per_sm * (plan["shared_bytes"] + 2048) <= 228 * 1024, (n, k, plan)
         splits = plan["k_splits"]
-        assert 1 <= splits <= 8 and k // 64 // splits >= 16, (n, k, plan)  # every slice at least 16 stages
+        # every slice at least 16 stages, 8 where two CTAs share an SM
+        assert 1 <= splits <= 8 and k // 64 // splits >= 16 // ctas_per_sm, (n, k, plan)
         ctas = plan["ctas_x"] * splits
         # too few row blocks for one wave and room to split: split, unless at many tokens the partials' bytes (8 M s
-        # per K bytes of weights) outweigh the idle SMs
-        if plan["ctas_x"] < sms and k // 64 >= 32 and m <= 64:
-            assert ctas >= 0.7 * sms, (n, k, plan)
+        # per K bytes of weights) outweigh the idle CTA slots
+        if plan["ctas_x"] < sms * ctas_per_sm and k // 64 >= 32 and m <= 64:
+            assert ctas >= 0.7 * sms * ctas_per_sm, (n, k, plan)
         counters = -(-plan["ctas_x"] * 4 // 256) * 256
-        expected = 0 if splits == 1 else counters + plan["ctas_x"] * splits * 128 * m * 4
+        # a partial tile is [128][32 NB] fp32: the token columns of the kernel's MMAs, not M
+        expected = 0 if splits == 1 else counters + plan["ctas_x"] * splits * 128 * (-(-m // 32) * 32) * 4
         assert plan["workspace_bytes"] == expected, (n, k, plan)
         assert plan["bulk_copies"] == 1
+
+
+@pytest.mark.parametrize("env", [("SPECDEC_WIDE_PIPELINE", "1"), ("SPECDEC_WIDE_CTAS", "1")])
+def test_wide_plan_keeps_one_cta_an_sm_for_the_pipelined_loop_or_when_asked(monkeypatch, env):
+    _library_or_skip()
+    monkeypatch.delenv("SPECDEC_WIDE_PIPELINE", raising=False)
+    monkeypatch.setenv("SPECDEC_WIDE_CTAS", "2")
+    two = wide_plan("w12", 32, 4096, 4096, 132)
+    monkeypatch.setenv(*env)  # the pipelined loop with two asked for, or one asked for
+    one = wide_plan("w12", 32, 4096, 4096, 132)
+    # one CTA an SM (the pipelined loop's registers are over 96 a thread): 132 slots filled with slices of at least
+    # 16 stages and a ring as deep as 200 KB holds; two: 264 slots with slices of 8
+    assert one["k_splits"] == 4 and one["shared_bytes"] > 114 * 1024, one
+    assert two["k_splits"] == 8 and 2 * (two["shared_bytes"] + 2048) <= 228 * 1024, two
+
+
+def test_wide_ctas_per_sm_reads_the_environment(monkeypatch):
+    from specdec.kernels.cuda.ops import WIDE_CTAS_ENV, wide_ctas_per_sm
+
+    monkeypatch.delenv(WIDE_CTAS_ENV, raising=False)
+    assert wide_ctas_per_sm() == 1
+    monkeypatch.setenv(WIDE_CTAS_ENV, "2")
+    assert wide_ctas_per_sm() == 2
+    monkeypatch.setenv(WIDE_CTAS_ENV, "4")
+    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_CTAS: expected '1' or '2' .*, got '4'"):
+        wide_ctas_per_sm()
 
 
 def test_wide_plan_refuses_what_the_kernel_cannot_take():

@@ -95,11 +95,13 @@ __all__ = [
     "BF16_VARIANT_ENV",
     "BF16_VARIANTS",
     "ROW_STAGE_GROUPS_ENV",
+    "WIDE_CTAS_ENV",
     "WIDE_PIPELINE_ENV",
     "w12_gemm_wide",
     "q_gemm_wide",
     "wide_plan",
     "wide_gemm_enabled",
+    "wide_ctas_per_sm",
     "wide_pipeline",
     "WIDE_GEMM_ENV",
     "WIDE_MAX_TOKENS",
@@ -117,6 +119,7 @@ BF16_VARIANT_ENV = "SPECDEC_BF16_CUDA_VARIANT"
 BF16_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 ROW_STAGE_GROUPS_ENV = "SPECDEC_ROW_STAGE_GROUPS"
 WIDE_PIPELINE_ENV = "SPECDEC_WIDE_PIPELINE"
+WIDE_CTAS_ENV = "SPECDEC_WIDE_CTAS"
 WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
 WIDE_MAX_TOKENS = 128  # four wgmma n-tiles of 32 tokens
 WIDE_STAGE_K = 64  # K of a ring stage: the wide ops need K % 64 == 0
@@ -294,6 +297,26 @@ def wide_pipeline() -> bool:
             f"${WIDE_PIPELINE_ENV}: expected '0' or '1' (the wide kernels' decode pipelined with their MMAs), got {value!r}"
         )
     return value == "1"
+
+
+def wide_ctas_per_sm() -> int:
+    """The CTAs an SM the wide kernels ask for (``$SPECDEC_WIDE_CTAS``, read on every call): ``2`` lets two 128-row CTAs
+    share an SM up to 64 tokens with the one-set loop (a ring of 3-7 stages in half the SM's shared memory, 96
+    registers a thread, slices of at least 8 stages), so that the second CTA's warps fill the waits of the first's
+    decode chains; ``1`` (the default, the form measured so far) keeps one CTA an SM (a ring of up to 8 stages in
+    200 KB). The pipelined loop and 65-128 tokens always run one. Raises ValueError for any other value.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop(WIDE_CTAS_ENV, None) and None
+        >>> wide_ctas_per_sm()
+        1
+    """
+    value = os.environ.get(WIDE_CTAS_ENV, "") or "1"
+    if value not in ("1", "2"):
+        raise ValueError(f"${WIDE_CTAS_ENV}: expected '1' or '2' (CTAs an SM of the wide kernels up to 64 tokens), got {value!r}")
+    return int(value)
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.
@@ -695,6 +718,7 @@ def _launch_wide(lib, what: str, run, kind: int, args: tuple, m: int, n: int, k:
         return lib.specdec_wide_plan(kind, m_, n_, k_, sms, out)
 
     lib.specdec_set_wide_pipeline(int(wide_pipeline()))
+    lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
     return _launch_split_k(lib, what, plan_of, run, args, m, n, k, device, _stream(device))
 
 
@@ -789,22 +813,27 @@ def _(x, ae, base):
 
 def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
     """The launch plan of :func:`w12_gemm_wide` (``kind="w12"``) or :func:`q_gemm_wide` (``"q"``) for a shape on ``sms``
-    multiprocessors (host code of the library; needs the built library, not a GPU).
+    multiprocessors (host code of the library; needs the built library, not a GPU), for the consumer loop and CTAs an
+    SM the ops launch now (:func:`wide_pipeline`, :func:`wide_ctas_per_sm`).
 
     Returns the keys of :func:`launch_plan`'s split-K kinds: ``row_tiles_per_cta`` (8: 128 rows), ``k_splits`` (CTAs a
     row block splitting K), ``chunks`` (K stages of 64 weights), ``ctas_x`` (row blocks of 128), ``shared_bytes``
-    (dynamic shared memory a CTA: one CTA an SM), ``workspace_bytes`` (row-block counters and fp32 partials; 0 without
-    K splits) and ``bulk_copies`` (1).
+    (dynamic shared memory a CTA), ``workspace_bytes`` (row-block counters and fp32 partial tiles of [128][32 NB]; 0
+    without K splits) and ``bulk_copies`` (1).
 
     Example (needs the built library, so not run as a doctest): ``wide_plan("w12", 64, 4096, 4096, 132)`` gives 32
-    row blocks with ``k_splits == 4`` (128 CTAs: one wave on 132 SMs).
+    row blocks with ``k_splits == 4`` (128 CTAs: one wave on 132 SMs; with ``$SPECDEC_WIDE_CTAS=2``, 8 and 256: two
+    an SM).
     """
     if kind not in ("w12", "q"):
         raise ValueError(f"kind: expected 'w12' or 'q', got {kind!r}")
     if sms < 1:
         raise ValueError(f"sms: expected a positive multiprocessor count, got {sms}")
     out = (ctypes.c_longlong * 7)()
-    if load_library().specdec_wide_plan(KINDS[kind], m, n, k, sms, out) != 0:
+    lib = load_library()
+    lib.specdec_set_wide_pipeline(int(wide_pipeline()))
+    lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
+    if lib.specdec_wide_plan(KINDS[kind], m, n, k, sms, out) != 0:
         raise ValueError(
             f"wide_plan: expected 1 <= m <= {WIDE_MAX_TOKENS}, n >= 1 and k a positive multiple of {WIDE_STAGE_K}, "
             f"got m={m} n={n} k={k}"

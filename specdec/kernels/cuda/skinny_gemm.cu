@@ -1687,7 +1687,15 @@ constexpr int kWideMaxBlocks = 4;
 constexpr int kWideMaxTokens = kWideBlockTokens * kWideMaxBlocks;
 constexpr int kWideSwizzleAlign = 1024;  // a 128-byte swizzle repeats every 8 rows of 128 bytes
 constexpr int kWideMaxSplits = 8;
-constexpr int kWideSmemTarget = 200 * 1024;  // the ring takes what the sums and the escape round leave of this
+// CTAs an SM of the wide kernel, of `asked` (specdec_set_wide_ctas_per_sm): up to 64 tokens a CTA (NB <= 2) with the
+// one-set loop, two may share an SM, so that a second CTA's warps fill the waits of the consumers' short chains
+// (shared loads, the decode's dependent steps, the MMAs: two warps a scheduler from one CTA). Its sums' tile and ring
+// then fit half the SM's shared memory, and its registers 96 a thread. The pipelined loop (more registers) and 65-128
+// tokens (a [128][129] fp32 tile) keep one CTA an SM.
+__host__ __device__ constexpr int wide_ctas_per_sm(int nb, bool pipe, int asked) { return nb <= 2 && !pipe && asked == 2 ? 2 : 1; }
+// The ring takes what the sums and the escape round leave of this (one CTA an SM: most of its 227 KB; two: under half
+// of 228 KB less the 1 KB the SM reserves a CTA and the static shared memory).
+__host__ __device__ constexpr int wide_smem_target(int ctas_per_sm) { return ctas_per_sm == 1 ? 200 * 1024 : 108 * 1024; }
 __host__ __device__ constexpr int wide_blocks(int M) { return (M + kWideBlockTokens - 1) / kWideBlockTokens; }
 __host__ __device__ constexpr int wide_weight_bytes(int kind) {
   return kWideRows * kWideStageK + (kind == kW12 ? kWideRows * (kWideStageK / 2) : 0);
@@ -1700,14 +1708,14 @@ __host__ __device__ constexpr int wide_red_stride(int nb) { return nb * kWideBlo
 __host__ __device__ constexpr int wide_fixed_bytes(int kind, int nb) {
   return kWideRows * wide_red_stride(nb) * 4 + (kind == kW12 ? (32 * (nb * kWideBlockTokens + 1) + 64) * 4 : 0);
 }
-// Stages of the ring: as many as kWideSmemTarget holds after the fixed part, 4 to 8.
-__host__ __device__ constexpr int wide_stages(int kind, int nb) {
-  return (kWideSmemTarget - wide_fixed_bytes(kind, nb)) / wide_stage_bytes(kind, nb) < 4   ? 4
-         : (kWideSmemTarget - wide_fixed_bytes(kind, nb)) / wide_stage_bytes(kind, nb) > 8 ? 8
-                                                                                          : (kWideSmemTarget - wide_fixed_bytes(kind, nb)) / wide_stage_bytes(kind, nb);
+// Stages of the ring: as many as the CTA's share of the SM holds after the fixed part, 3 to 8.
+__host__ __device__ constexpr int wide_stages(int kind, int nb, int ctas_per_sm) {
+  return (wide_smem_target(ctas_per_sm) - wide_fixed_bytes(kind, nb)) / wide_stage_bytes(kind, nb) < 3   ? 3
+         : (wide_smem_target(ctas_per_sm) - wide_fixed_bytes(kind, nb)) / wide_stage_bytes(kind, nb) > 8 ? 8
+                                                                                                         : (wide_smem_target(ctas_per_sm) - wide_fixed_bytes(kind, nb)) / wide_stage_bytes(kind, nb);
 }
-__host__ __device__ constexpr int wide_smem_bytes(int kind, int nb) {
-  return wide_stages(kind, nb) * wide_stage_bytes(kind, nb) + wide_fixed_bytes(kind, nb) + kWideSwizzleAlign;
+__host__ __device__ constexpr int wide_smem_bytes(int kind, int nb, int ctas_per_sm) {
+  return wide_stages(kind, nb, ctas_per_sm) * wide_stage_bytes(kind, nb) + wide_fixed_bytes(kind, nb) + kWideSwizzleAlign;
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -1951,22 +1959,23 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   }
 }
 
-// After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums [128 rows][M tokens] (row stride
-// STRIDE), escapes included. Without K splits the CTA stores them; with k_splits > 1 it writes them to its partial tile
-// in `partials`, counts itself in, and the last CTA of the row block sums the tiles in split order from 0.f (the same
-// bits whatever the arrival order; its own tile read back from red), stores bf16 and sets the counter back to 0. Rows
-// past N are never stored. A tile is [128][M] fp32, 16-byte aligned (128 M is a multiple of 4): it is moved as float4,
-// and the last CTA loads kWideSumLoads float4 of every other split before it adds any, so that its reads wait for the
-// L2 once a round rather than once a value (a round: THREADS x kWideSumLoads float4 of each split).
+// After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums [128 rows][TOK tokens] (row
+// stride STRIDE; the columns past M are zeros), escapes included. Without K splits the CTA stores the first M
+// columns; with k_splits > 1 it writes all TOK to its partial tile in `partials`, counts itself in, and the last CTA of
+// the row block sums the tiles in split order from 0.f (the same bits whatever the arrival order; its own tile read back
+// from red), stores bf16 and sets the counter back to 0. Rows past N are never stored. A tile is [128][TOK] fp32 (TOK
+// = 32 NB, so that every index of the sum is a compile-time division; Plan.partial_tokens sizes the workspace alike),
+// moved as float4; the last CTA loads kWideSumLoads float4 of every other split before it adds any, so that its reads
+// wait for the L2 once a round rather than once a value (a round: THREADS x kWideSumLoads float4 of each split).
 constexpr int kWideSumLoads = 2;
-template <int THREADS, int STRIDE>
+template <int THREADS, int STRIDE, int TOK>
 __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split) {
   __shared__ int arrived_last;
-  const int M = p.M, tid = threadIdx.x;
+  const int tid = threadIdx.x;
   const int row_block = blockIdx.x * kWideRows;
-  const int tile_values = kWideRows * M;  // [128 rows][M tokens], row-major
-  const int tile_vec = tile_values / 4;
-  auto red_at = [&](int e) -> float& { return red[(e / M) * STRIDE + e % M]; };
+  constexpr int tile_values = kWideRows * TOK;  // [128 rows][TOK tokens], row-major
+  constexpr int tile_vec = tile_values / 4;
+  auto red_at = [&](int e) -> float& { return red[(e / TOK) * STRIDE + e % TOK]; };
   if (p.k_splits > 1) {
     float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * tile_values;
     float4* own = reinterpret_cast<float4*>(tiles + static_cast<size_t>(split) * tile_values);
@@ -2009,7 +2018,7 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
     __syncthreads();
   }
   // Consecutive threads store consecutive rows of one token: coalesced in y [M, N].
-  for (int e = tid; e < tile_values; e += THREADS) {
+  for (int e = tid; e < kWideRows * p.M; e += THREADS) {
     const int m = e / kWideRows, r = e % kWideRows;
     if (row_block + r < p.N) p.y[static_cast<size_t>(m) * p.N + row_block + r] = bf16_bits_rn(red[r * STRIDE + m]);
   }
@@ -2019,11 +2028,11 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
 // warps 0-7 the consumers (two warpgroups), warp 8 the producer (one thread issuing the tensor-map copies), for W12
 // warp 9 the escape warp (fold_escapes over the CTA's rows and K slice, straight into the sums' tile; the consumers
 // add their sums to it after the K loop: one fp32 addition a value, the same bits in either order).
-template <int KIND, int NB, bool PIPE>
-__global__ void __launch_bounds__(wide_threads(KIND), 1)
+template <int KIND, int NB, bool PIPE, int CTAS>
+__global__ void __launch_bounds__(wide_threads(KIND), CTAS)
     tma_wide_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                     const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
-  constexpr int kStages = wide_stages(KIND, NB);
+  constexpr int kStages = wide_stages(KIND, NB, CTAS);
   constexpr int kTok = NB * kWideBlockTokens;
   constexpr int kStride = wide_red_stride(NB);
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -2074,15 +2083,17 @@ __global__ void __launch_bounds__(wide_threads(KIND), 1)
   }
   griddep_wait();
   __syncthreads();
-  finish_wide_row_block<wide_threads(KIND), kStride>(p, red, partials, counters, split);
+  finish_wide_row_block<wide_threads(KIND), kStride, kTok>(p, red, partials, counters, split);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
 // tma_stream_k_kernel (grid_x persistent CTAs over row_blocks 64-row blocks; k_splits unused, 1).
+// partial_tokens: the token columns of a partial tile (0: M; the wide kernel's tiles have 32 NB).
 struct Plan {
   int rt_per_cta, k_splits, n_chunks, grid_x, smem_bytes;
   bool stream_k;
   int row_blocks;
+  int partial_tokens;
 };
 
 int chunk_of(int kind) { return kind == kBf16 ? 32 : 64; }
@@ -2328,7 +2339,7 @@ bool stream_k_pays(int M, int N, int K, int sms, int pipeline) {
 // tma_stream_k_kernel: counters of its row blocks, then 2 x grid_x partial tiles [64 rows][M tokens].
 long long split_partial_bytes(const Plan& pl, int M) {
   const long long tiles = pl.stream_k ? 2LL * pl.grid_x : static_cast<long long>(pl.grid_x) * pl.k_splits;
-  return tiles * (pl.rt_per_cta * 16) * M * 4;
+  return tiles * (pl.rt_per_cta * 16) * (pl.partial_tokens > 0 ? pl.partial_tokens : M) * 4;
 }
 long long split_workspace_bytes(const Plan& pl, int M) {
   if (!pl.stream_k && pl.k_splits == 1) return 0;
@@ -2877,21 +2888,24 @@ int rows_or_plan(int kind, int M, int N, int K, int sms, long long* out, int (*f
 }
 
 // The wide kernel's plan (tma_wide_kernel): kWideRows-row blocks, K split over k_splits CTAs a block (stages of
-// kWideStageK weights, at least kWideMinStagesPerSplit a slice) where the blocks alone leave SMs idle. One CTA an SM
-// (its shared memory). The split count maximises the share of the waves' CTA slots the call fills (ctas / (waves x
-// SMs)), less 3 % a split beyond the first (each CTA fills its ring again) and half the partials' bytes over the
-// weights' (a [128][M] fp32 tile a CTA, written and read back: 8 M s / (bytes a weight x K)); ties to fewer splits.
+// kWideStageK weights, at least kWideMinStagesPerSplit / wide_ctas_per_sm a slice: with two CTAs an SM one CTA's ring
+// fill overlaps the other's loop) where the blocks alone leave CTA slots idle (wide_ctas_per_sm an SM, by its shared
+// memory). The split count maximises the share of the waves' CTA slots the call fills (ctas / (waves x slots)), less
+// 3 % a split beyond the first (each CTA fills its ring again) and half the partials' bytes over the weights' (a
+// [128][M] fp32 tile a CTA, written and read back: 8 M s / (bytes a weight x K)); ties to fewer splits.
 constexpr int kWideMinStagesPerSplit = 16;
 constexpr double kWideSplitCost = 0.03;
 constexpr double kWidePartialCost = 0.5;
-Plan make_wide_plan(int kind, int M, int N, int K, int sms) {
+Plan make_wide_plan(int kind, int M, int N, int K, int sms, bool pipe, int asked_ctas_per_sm) {
   Plan pl{};
+  const int nb = wide_blocks(M), ctas_per_sm = wide_ctas_per_sm(nb, pipe, asked_ctas_per_sm);
   pl.rt_per_cta = kWideRows / 16;
   pl.n_chunks = K / kWideStageK;
   pl.grid_x = (N + kWideRows - 1) / kWideRows;
-  pl.smem_bytes = wide_smem_bytes(kind, wide_blocks(M));
-  const long long slots = sms > 0 ? sms : 1;
-  int most = pl.n_chunks / kWideMinStagesPerSplit;
+  pl.smem_bytes = wide_smem_bytes(kind, nb, ctas_per_sm);
+  pl.partial_tokens = nb * kWideBlockTokens;
+  const long long slots = sms > 0 ? static_cast<long long>(sms) * ctas_per_sm : 1;
+  int most = pl.n_chunks / (kWideMinStagesPerSplit / ctas_per_sm);
   most = most < 1 ? 1 : most > kWideMaxSplits ? kWideMaxSplits : most;
   double best = -1.0;
   pl.k_splits = 1;
@@ -2915,19 +2929,19 @@ int check_wide_sizes(int M, int N, int K) {
   return 0;
 }
 
-// tma_wide_kernel<KIND, NB, PIPE> on p (M <= 32 NB).
-template <int KIND, int NB, bool PIPE>
+// tma_wide_kernel<KIND, NB, PIPE, CTAS> on p (M <= 32 NB).
+template <int KIND, int NB, bool PIPE, int CTAS>
 int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   static PerDevice<bool> attr_once;
   bool& attr_set = attr_once.here();  // once per device, before any graph capture (the warm-up's call)
-  const auto kernel = tma_wide_kernel<KIND, NB, PIPE>;
+  const auto kernel = tma_wide_kernel<KIND, NB, PIPE, CTAS>;
   if (!attr_set) {
-    if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB))) return rc;
+    if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB, CTAS))) return rc;
     attr_set = true;
   }
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  const Plan pl = make_wide_plan(KIND, p.M, p.N, p.K, sms);
+  const Plan pl = make_wide_plan(KIND, p.M, p.N, p.K, sms, PIPE, CTAS);
   float* partials = nullptr;
   unsigned int* counters = nullptr;
   if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
@@ -2945,16 +2959,22 @@ int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cud
 }
 
 // Whether the wide kernels this thread launches from now on decode the next stage while a stage's MMAs run
-// (specdec_set_wide_pipeline).
+// (specdec_set_wide_pipeline), and the CTAs an SM they ask for (specdec_set_wide_ctas_per_sm).
 thread_local int g_wide_pipeline = 0;
+thread_local int g_wide_ctas = 1;
 
 template <int KIND, bool PIPE>
 int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  if constexpr (!PIPE) {
+    if (wide_ctas_per_sm(wide_blocks(p.M), PIPE, g_wide_ctas) == 2)
+      return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 2>(p, workspace, workspace_bytes, stream)
+                                   : launch_wide_blocks<KIND, 2, PIPE, 2>(p, workspace, workspace_bytes, stream);
+  }
   switch (wide_blocks(p.M)) {
-    case 1: return launch_wide_blocks<KIND, 1, PIPE>(p, workspace, workspace_bytes, stream);
-    case 2: return launch_wide_blocks<KIND, 2, PIPE>(p, workspace, workspace_bytes, stream);
-    case 3: return launch_wide_blocks<KIND, 3, PIPE>(p, workspace, workspace_bytes, stream);
-    default: return launch_wide_blocks<KIND, 4, PIPE>(p, workspace, workspace_bytes, stream);
+    case 1: return launch_wide_blocks<KIND, 1, PIPE, 1>(p, workspace, workspace_bytes, stream);
+    case 2: return launch_wide_blocks<KIND, 2, PIPE, 1>(p, workspace, workspace_bytes, stream);
+    case 3: return launch_wide_blocks<KIND, 3, PIPE, 1>(p, workspace, workspace_bytes, stream);
+    default: return launch_wide_blocks<KIND, 4, PIPE, 1>(p, workspace, workspace_bytes, stream);
   }
 }
 
@@ -2964,7 +2984,7 @@ int launch_wide(Params p, void* workspace, long long workspace_bytes, cudaStream
                          : launch_wide_pipe<KIND, false>(p, workspace, workspace_bytes, stream);
 }
 
-// The wide plan into out[0..6] as the split-K plans write theirs.
+// The wide plan into out[0..6] as the split-K plans write theirs, for the loop and the CTAs an SM this thread launches.
 int wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
   if (sms < 0) return 3;
   if (int rc = check_wide_sizes(M, N, K)) return rc;
@@ -2972,7 +2992,7 @@ int wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
     sms = sm_count();
     if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
   }
-  write_split_plan(make_wide_plan(kind, M, N, K, sms), M, true, out);
+  write_split_plan(make_wide_plan(kind, M, N, K, sms, g_wide_pipeline != 0, g_wide_ctas), M, true, out);
   out[6] = 1;
   return 0;
 }
@@ -2995,6 +3015,10 @@ void specdec_set_row_stage_groups(int groups) { g_row_stage_groups = groups == 2
 // Whether the wide kernels this thread launches from now on pipeline a warpgroup's decode with its MMAs (1) or wait
 // for a stage's MMAs before decoding the next (other values).
 void specdec_set_wide_pipeline(int on) { g_wide_pipeline = on == 1 ? 1 : 0; }
+
+// The CTAs an SM the wide kernels this thread launches from now on ask for: 2 (taken up to 64 tokens with the one-set
+// loop) or 1 (other values).
+void specdec_set_wide_ctas_per_sm(int ctas) { g_wide_ctas = ctas == 2 ? 2 : 1; }
 
 // The consumer stage groups a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) runs on a GPU with `sms`
 // multiprocessors when up to `wanted` are asked for; host only. -1 for sizes the row tiles do not take.
@@ -3260,7 +3284,8 @@ int specdec_q_gemm_wide(const void* x, const void* ae, const void* base, void* y
 }
 
 // The wide kernels' plan (kind 1: W12, 2: the Q view) into out[0..6] as the split-K plans: 16-row tiles a CTA (8), K
-// splits, stages of 64 weights, row blocks of 128, dynamic shared memory, workspace bytes, 1.
+// splits, stages of 64 weights, row blocks of 128, dynamic shared memory, workspace bytes, 1; for the consumer loop
+// and CTAs an SM of specdec_set_wide_pipeline and specdec_set_wide_ctas_per_sm.
 int specdec_wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
   if (kind != kW12 && kind != kQ) return 3;
   return wide_plan(kind, M, N, K, sms, out);
