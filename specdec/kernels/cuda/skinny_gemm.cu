@@ -2892,7 +2892,7 @@ int rows_or_plan(int kind, int M, int N, int K, int sms, long long* out, int (*f
 // fill overlaps the other's loop) where the blocks alone leave CTA slots idle (wide_ctas_per_sm an SM, by its shared
 // memory). The split count maximises the share of the waves' CTA slots the call fills (ctas / (waves x slots)), less
 // 3 % a split beyond the first (each CTA fills its ring again) and half the partials' bytes over the weights' (a
-// [128][M] fp32 tile a CTA, written and read back: 8 M s / (bytes a weight x K)); ties to fewer splits.
+// [128][32 NB] fp32 tile a CTA, written and read back: 8 x 32 NB x s / (bytes a weight x K)); ties to fewer splits.
 constexpr int kWideMinStagesPerSplit = 16;
 constexpr double kWideSplitCost = 0.03;
 constexpr double kWidePartialCost = 0.5;
@@ -2912,7 +2912,7 @@ Plan make_wide_plan(int kind, int M, int N, int K, int sms, bool pipe, int asked
   for (int s = 1; s <= most; ++s) {
     const long long ctas = static_cast<long long>(pl.grid_x) * s;
     const long long waves = (ctas + slots - 1) / slots;
-    const double partials = s > 1 ? 8.0 * M * s / ((kind == kW12 ? 1.5 : 1.0) * K) : 0.0;
+    const double partials = s > 1 ? 8.0 * pl.partial_tokens * s / ((kind == kW12 ? 1.5 : 1.0) * K) : 0.0;
     const double score =
         static_cast<double>(ctas) / static_cast<double>(waves * slots) - kWideSplitCost * (s - 1) - kWidePartialCost * partials;
     if (score > best + 1e-9) best = score, pl.k_splits = s;
