@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wide W12 / Q kernels at 32-128 rows with one CTA an SM and with two ($SPECDEC_WIDE_CTAS 1 / 2: two up to 64
-# tokens with the one-set loop; 65-128 rows run one either way, as a control), the tile-column epilogue in both, cuBLAS
+# tokens with the one-set loop and its tile-column epilogue; 65-128 rows run one either way, as a control), cuBLAS
 # bf16 and Triton W12 beside them on the Qwen3-8B linears, the Qwen3-32B ones at 32 / 64 rows; each call's checks
 # first; the lean 8B target's 64-row verify step in each form; memcheck over the checks with two CTAs an SM. Most
 # wanted first: a call cut short keeps what it finished under $OUT.

@@ -818,8 +818,8 @@ def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
 
     Returns the keys of :func:`launch_plan`'s split-K kinds: ``row_tiles_per_cta`` (8: 128 rows), ``k_splits`` (CTAs a
     row block splitting K), ``chunks`` (K stages of 64 weights), ``ctas_x`` (row blocks of 128), ``shared_bytes``
-    (dynamic shared memory a CTA), ``workspace_bytes`` (row-block counters and fp32 partial tiles of [128][32 NB]; 0
-    without K splits) and ``bulk_copies`` (1).
+    (dynamic shared memory a CTA), ``workspace_bytes`` (row-block counters and fp32 partial tiles of [128][M], of
+    [128][32 NB] with two CTAs an SM; 0 without K splits) and ``bulk_copies`` (1).
 
     Example (needs the built library, so not run as a doctest): ``wide_plan("w12", 64, 4096, 4096, 132)`` gives 32
     row blocks with ``k_splits == 4`` (128 CTAs: one wave on 132 SMs; with ``$SPECDEC_WIDE_CTAS=2``, 8 and 256: two

@@ -1959,23 +1959,25 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   }
 }
 
-// After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums [128 rows][TOK tokens] (row
+// After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums [128 rows][32 NB tokens] (row
 // stride STRIDE; the columns past M are zeros), escapes included. Without K splits the CTA stores the first M
-// columns; with k_splits > 1 it writes all TOK to its partial tile in `partials`, counts itself in, and the last CTA of
-// the row block sums the tiles in split order from 0.f (the same bits whatever the arrival order; its own tile read back
-// from red), stores bf16 and sets the counter back to 0. Rows past N are never stored. A tile is [128][TOK] fp32 (TOK
-// = 32 NB, so that every index of the sum is a compile-time division; Plan.partial_tokens sizes the workspace alike),
-// moved as float4; the last CTA loads kWideSumLoads float4 of every other split before it adds any, so that its reads
-// wait for the L2 once a round rather than once a value (a round: THREADS x kWideSumLoads float4 of each split).
+// columns; with k_splits > 1 it writes the first COLS (TOK, or M where TOK is 0) to its partial tile in `partials`,
+// counts itself in, and the last CTA of the row block sums the tiles in split order from 0.f (the same bits whatever
+// the arrival order; its own tile read back from red), stores bf16 and sets the counter back to 0. Rows past N are
+// never stored. A tile is [128][COLS] fp32 (16-byte aligned: 128 COLS is a multiple of 4), moved as float4; with TOK
+// = 32 NB every index of the sum is a compile-time division (Plan.partial_tokens sizes the workspace alike). The last
+// CTA loads kWideSumLoads float4 of every other split before it adds any, so that its reads wait for the L2 once a
+// round rather than once a value (a round: THREADS x kWideSumLoads float4 of each split).
 constexpr int kWideSumLoads = 2;
 template <int THREADS, int STRIDE, int TOK>
 __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split) {
   __shared__ int arrived_last;
-  const int tid = threadIdx.x;
+  const int M = p.M, tid = threadIdx.x;
   const int row_block = blockIdx.x * kWideRows;
-  constexpr int tile_values = kWideRows * TOK;  // [128 rows][TOK tokens], row-major
-  constexpr int tile_vec = tile_values / 4;
-  auto red_at = [&](int e) -> float& { return red[(e / TOK) * STRIDE + e % TOK]; };
+  const int cols = TOK > 0 ? TOK : M;
+  const int tile_values = kWideRows * cols;  // [128 rows][cols tokens], row-major
+  const int tile_vec = tile_values / 4;
+  auto red_at = [&](int e) -> float& { return red[(e / cols) * STRIDE + e % cols]; };
   if (p.k_splits > 1) {
     float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * tile_values;
     float4* own = reinterpret_cast<float4*>(tiles + static_cast<size_t>(split) * tile_values);
@@ -2018,7 +2020,7 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
     __syncthreads();
   }
   // Consecutive threads store consecutive rows of one token: coalesced in y [M, N].
-  for (int e = tid; e < kWideRows * p.M; e += THREADS) {
+  for (int e = tid; e < kWideRows * M; e += THREADS) {
     const int m = e / kWideRows, r = e % kWideRows;
     if (row_block + r < p.N) p.y[static_cast<size_t>(m) * p.N + row_block + r] = bf16_bits_rn(red[r * STRIDE + m]);
   }
@@ -2083,12 +2085,12 @@ __global__ void __launch_bounds__(wide_threads(KIND), CTAS)
   }
   griddep_wait();
   __syncthreads();
-  finish_wide_row_block<wide_threads(KIND), kStride, kTok>(p, red, partials, counters, split);
+  finish_wide_row_block<wide_threads(KIND), kStride, CTAS == 2 ? kTok : 0>(p, red, partials, counters, split);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
 // tma_stream_k_kernel (grid_x persistent CTAs over row_blocks 64-row blocks; k_splits unused, 1).
-// partial_tokens: the token columns of a partial tile (0: M; the wide kernel's tiles have 32 NB).
+// partial_tokens: the token columns of a partial tile (0: M; the wide kernel's with two CTAs an SM have 32 NB).
 struct Plan {
   int rt_per_cta, k_splits, n_chunks, grid_x, smem_bytes;
   bool stream_k;
@@ -2892,7 +2894,8 @@ int rows_or_plan(int kind, int M, int N, int K, int sms, long long* out, int (*f
 // fill overlaps the other's loop) where the blocks alone leave CTA slots idle (wide_ctas_per_sm an SM, by its shared
 // memory). The split count maximises the share of the waves' CTA slots the call fills (ctas / (waves x slots)), less
 // 3 % a split beyond the first (each CTA fills its ring again) and half the partials' bytes over the weights' (a
-// [128][32 NB] fp32 tile a CTA, written and read back: 8 x 32 NB x s / (bytes a weight x K)); ties to fewer splits.
+// [128][M] fp32 tile a CTA, [128][32 NB] with two an SM, written and read back: 8 M s / (bytes a weight x K)); ties to
+// fewer splits.
 constexpr int kWideMinStagesPerSplit = 16;
 constexpr double kWideSplitCost = 0.03;
 constexpr double kWidePartialCost = 0.5;
@@ -2903,7 +2906,7 @@ Plan make_wide_plan(int kind, int M, int N, int K, int sms, bool pipe, int asked
   pl.n_chunks = K / kWideStageK;
   pl.grid_x = (N + kWideRows - 1) / kWideRows;
   pl.smem_bytes = wide_smem_bytes(kind, nb, ctas_per_sm);
-  pl.partial_tokens = nb * kWideBlockTokens;
+  pl.partial_tokens = ctas_per_sm == 2 ? nb * kWideBlockTokens : 0;
   const long long slots = sms > 0 ? static_cast<long long>(sms) * ctas_per_sm : 1;
   int most = pl.n_chunks / (kWideMinStagesPerSplit / ctas_per_sm);
   most = most < 1 ? 1 : most > kWideMaxSplits ? kWideMaxSplits : most;
@@ -2912,7 +2915,8 @@ Plan make_wide_plan(int kind, int M, int N, int K, int sms, bool pipe, int asked
   for (int s = 1; s <= most; ++s) {
     const long long ctas = static_cast<long long>(pl.grid_x) * s;
     const long long waves = (ctas + slots - 1) / slots;
-    const double partials = s > 1 ? 8.0 * pl.partial_tokens * s / ((kind == kW12 ? 1.5 : 1.0) * K) : 0.0;
+    const double cols = pl.partial_tokens > 0 ? pl.partial_tokens : M;
+    const double partials = s > 1 ? 8.0 * cols * s / ((kind == kW12 ? 1.5 : 1.0) * K) : 0.0;
     const double score =
         static_cast<double>(ctas) / static_cast<double>(waves * slots) - kWideSplitCost * (s - 1) - kWidePartialCost * partials;
     if (score > best + 1e-9) best = score, pl.k_splits = s;
