@@ -55,8 +55,8 @@ per step against the weight-read floor (linear weight bytes / copy bandwidth), t
 path forced (``SPECDEC_W12_CUDA=0``) for comparison, and, teacher-forced along the bf16 target's greedy
 tokens, whether the W12 target picks the same 32 tokens and the largest ``|logit difference|`` (W12 holds the
 same weights, but its GEMMs reduce in another order, so the logits need not be bitwise equal). On CUDA each target's
-one-token step is also profiled (``torch.profiler``, 5 replays): GPU time a step in GEMM, attention and other kernels,
-and the top kernels (``<target>_step_kernels``).
+one-token step and its verify step are also profiled (``torch.profiler``, 5 replays): GPU time a step in GEMM,
+attention and other kernels, and the top kernels (``<target>_step_kernels``, ``<target>_verify_kernels``).
 """
 
 from __future__ import annotations
@@ -1001,6 +1001,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
 
         result[f"{name}_verify_s"] = _step_time_s(verify, device, iters)
         result[f"{name}_verify_x_step"] = result[f"{name}_verify_s"] / result[f"{name}_step_s"]
+        result[f"{name}_verify_kernels"] = step_kernel_breakdown(verify, device, top=12)
         print(
             f"verify step {name} ({n_verify} rows): {result[f'{name}_verify_s'] * 1e3:.3f} ms "
             f"({result[f'{name}_verify_x_step']:.2f}x its one-token step)",
@@ -1099,6 +1100,12 @@ def ar_summary_lines(result: dict) -> list[str]:
             f"{k['other_ms']:.3f} ms in {k['kernels_per_step']:.0f} kernels"
             for name in ("bf16", "w12", "bf16_reference_elementwise", "bf16_skinny")
             if (k := result.get(f"{name}_step_kernels"))
+        ),
+        *(
+            f"{name} verify step kernels: GEMM {k['gemm_ms']:.3f} ms, other {k['other_ms']:.3f} ms in "
+            f"{k['kernels_per_step']:.0f} kernels; top: " + "; ".join(f"{kernel[:60]} {ms:.3f}" for kernel, ms in k["top"][:4])
+            for name in ("bf16", "w12")
+            if (k := result.get(f"{name}_verify_kernels"))
         ),
     ]
 
