@@ -755,6 +755,8 @@ GEMM_KERNEL_MARKS = (
     "skinny",
     "tma_gemm",
     "tma_stream_k",
+    "tma_wide",
+    "tma_rows",
     "w12_",
     "_matmul",
 )
