@@ -2,7 +2,7 @@
 # Each W12 linear's GPU time inside the lean 8B target's captured 64-row verify step (profile_verify_linears), with one
 # and two wide CTAs an SM ($SPECDEC_WIDE_CTAS): set beside the chains of identical calls of `run_h200_wide_ctas.sh` /
 # `run_h200_wide_isolated.sh`, which linear's time changes in the step.
-# Expected time on one H200: ~1.5 min (each call ~30-40 s with its target build and capture).
+# Expected time on one H200: ~1 min (40 s on an H100 on 2026-12-06).
 # Caps: 2 x 60 = 120 s, plus the build (skipped when build/ was carried).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_verify_linears.sh
 set -u -o pipefail

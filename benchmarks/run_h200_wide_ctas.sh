@@ -4,8 +4,7 @@
 # bf16 and Triton W12 beside them on the Qwen3-8B linears, the Qwen3-32B ones at 32 / 64 rows; each call's checks
 # first; the lean 8B target's 64-row verify step in each form; memcheck over the checks with two CTAs an SM. Most
 # wanted first: a call cut short keeps what it finished under $OUT.
-# Expected time on one H200: ~7 min (each 8B kernel call ~50-60 s with its start and checks, each 32B one ~45 s, each
-# AR-step call ~30-40 s, memcheck ~60 s; an estimate: this runner has not run yet).
+# Expected time on one H200: ~3 min (140 s on an H100 on 2026-12-06: each call 10-30 s with its start and checks).
 # Caps: 2 x 75 + 2 x 50 + 2 x 60 + 90 = 460 s, plus the build (skipped when build/ was carried).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_ctas.sh
 set -u -o pipefail

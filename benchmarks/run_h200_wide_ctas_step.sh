@@ -4,8 +4,7 @@
 # per-call gains of two CTAs at 64 rows go in the captured step; then ncu's throughput, occupancy and warp-state
 # sections of one W12 and one Q wide call on the 8B o at 32 / 64 rows in each form; the Q view's wide kernel with two
 # CTAs an SM against the Triton Q kernel (the Q view's path at 17-128 rows) on the 8B linears at 17 / 32 / 64 rows.
-# Expected time on one H200: ~4 min (each step call ~30-40 s with its target build and captures, each ncu call
-# ~40 s, the Q call ~50 s).
+# Expected time on one H200: ~3 min (136 s on an H100 on 2026-12-06).
 # Caps: 4 x 50 + 2 x 60 + 60 = 380 s, plus the build (skipped when build/ was carried).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_ctas_step.sh
 set -u -o pipefail

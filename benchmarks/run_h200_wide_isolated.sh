@@ -4,7 +4,7 @@
 # whose previous kernel lets nothing start early; beside them cuBLAS bf16 and Triton Q, 8B linears at 32 / 64 rows.
 # Against `run_h200_wide_ctas.sh` (the same chains with PDL), what a call's ring fill and epilogue cost when no
 # previous call of the same kernel overlaps them.
-# Expected time on one H200: ~2 min (each call ~50 s with its start and checks).
+# Expected time on one H200: ~1 min (45 s on an H100 on 2026-12-06).
 # Caps: 2 x 70 = 140 s, plus the build (skipped when build/ was carried).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_isolated.sh
 set -u -o pipefail

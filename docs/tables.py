@@ -1657,6 +1657,59 @@ def cuda_wide_epilogue_h100(results: Results) -> str:
     )
 
 
+WIDE_CTAS_RUNS = {
+    "chain": ("wide_ctas_h100_2026-12-06_ctas1.json", "wide_ctas_h100_2026-12-06_ctas2.json"),
+    "no PDL": ("wide_isolated_h100_2026-12-06_ctas1.json", "wide_isolated_h100_2026-12-06_ctas2.json"),
+}
+WIDE_CTAS_IN_STEP = ("verify_linears_h100_2026-12-06_ctas1.json", "verify_linears_h100_2026-12-06_ctas2.json")
+WIDE_CTAS_STEPS = {
+    "PDL on": ("ar_step_verify64_h100_2026-12-06_pdl1_ctas1.json", "ar_step_verify64_h100_2026-12-06_pdl1_ctas2.json"),
+    "PDL off": ("ar_step_verify64_h100_2026-12-06_pdl0_ctas1.json", "ar_step_verify64_h100_2026-12-06_pdl0_ctas2.json"),
+}
+
+
+def cuda_wide_ctas_h100(results: Results) -> str:
+    """One against two wide CTAs an SM on the 8B linears (H100): us a call in chains of identical calls with and
+    without programmatic launch and, at 64 rows, inside the captured W12 verify step; then the 64-row verify steps."""
+
+    def us(name: str, linear: str, m: int, kind: str) -> str:
+        (r,) = [
+            r for r in results(name)["timings"] if (r["model"], r["linear"], r["M"], r["kind"]) == ("qwen3-8b", linear, m, kind)
+        ]
+        return f"{r['cold_s'] * 1e6:.1f}"
+
+    in_step = [results(name) for name in WIDE_CTAS_IN_STEP]
+    if any(run["rows"] != 64 for run in in_step):
+        raise ValueError(f"{WIDE_CTAS_IN_STEP}: expected runs of 64 rows, got {[run['rows'] for run in in_step]}")
+    rows = []
+    for kind, label in (("cuda_w12_wide", "W12"), ("cuda_q_wide", "Q")):
+        for linear in ("qkv", "o", "gate_up", "down", "lm_head"):
+            for m in (32, 64):
+                cells = [label, linear, str(m)]
+                cells += [" / ".join(us(name, linear, m, kind) for name in pair) for pair in WIDE_CTAS_RUNS.values()]
+                step = kind == "cuda_w12_wide" and m == 64
+                cells.append(" / ".join(f"{run['mean_us'][linear]:.1f}" for run in in_step) if step else "-")
+                rows.append(cells)
+    steps = [
+        [label, *(f"{results(name)['w12_verify_s'] * 1e3:.2f} ms" for name in pair)] for label, pair in WIDE_CTAS_STEPS.items()
+    ]
+    return "\n\n".join(
+        [
+            markdown_table(
+                [
+                    "8B",
+                    "linear",
+                    "rows",
+                    *(f"{label}: 1 / 2 CTAs (us)" for label in WIDE_CTAS_RUNS),
+                    "in the verify step: 1 / 2 CTAs (us)",
+                ],
+                rows,
+            ),
+            markdown_table(["W12 verify step, 64 rows", "one CTA an SM", "two CTAs an SM"], steps),
+        ]
+    )
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "two-level-h200-extra": two_level_h200_extra,
     "cuda-roofline": cuda_roofline,
@@ -1678,6 +1731,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-row-tile-steps": cuda_row_tile_steps,
     "cuda-wide": cuda_wide,
     "cuda-wide-epilogue-h100": cuda_wide_epilogue_h100,
+    "cuda-wide-ctas-h100": cuda_wide_ctas_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
     "w12-tokens": w12_tokens,

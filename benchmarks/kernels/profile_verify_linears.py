@@ -10,7 +10,7 @@ the step's time and its GEMM total. The run fails (exit 1) when a step's GEMM la
 the labels would then be wrong.
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.profile_verify_linears --rows 64 --out $OUT/x.json``
-(~30 s on one H100 / H200). CPU smoke: ``--smoke`` (the tiny target, no profile: the labelling on a fixed list).
+(~20 s on one H100). CPU smoke: ``--smoke`` (the tiny target, no profile: the labelling on a fixed list).
 """
 
 from __future__ import annotations

@@ -303,8 +303,9 @@ def wide_ctas_per_sm() -> int:
     """The CTAs an SM the wide kernels ask for (``$SPECDEC_WIDE_CTAS``, read on every call): ``2`` lets two 128-row CTAs
     share an SM up to 64 tokens with the one-set loop (a ring of 3-7 stages in half the SM's shared memory, 96
     registers a thread, slices of at least 8 stages), so that the second CTA's warps fill the waits of the first's
-    decode chains; ``1`` (the default, the form measured so far) keeps one CTA an SM (a ring of up to 8 stages in
-    200 KB). The pipelined loop and 65-128 tokens always run one. Raises ValueError for any other value.
+    decode chains; ``1`` (the default) keeps one CTA an SM (a ring of up to 8 stages in 200 KB): on an H100 two CTAs
+    issued no faster (ncu) and made the 64-row W12 verify step 5 % slower (benchmarks/NOTES.md). The pipelined loop and
+    65-128 tokens always run one. Raises ValueError for any other value.
 
     Example::
 
