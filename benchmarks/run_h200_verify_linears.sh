@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Each W12 linear's GPU time inside the lean 8B target's captured 64-row verify step (profile_verify_linears), with one
 # and two wide CTAs an SM ($SPECDEC_WIDE_CTAS): set beside the chains of identical calls of `run_h200_wide_ctas.sh` /
-# `run_h200_wide_isolated.sh`, which linear's time changes in the step.
-# Expected time on one H200: ~1 min (40 s on an H100 on 2026-12-06).
-# Caps: 2 x 60 = 120 s, plus the build (skipped when build/ was carried).
+# `run_h200_wide_isolated.sh`, which linear's time changes in the step; then the same linears alone in the step's
+# order (one graph, nothing between them).
+# Expected time on one H200: ~1.5 min (the step calls 40 s on an H100 on 2026-12-06).
+# Caps: 4 x 60 = 240 s, plus the build (skipped when build/ was carried).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_verify_linears.sh
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -18,6 +19,12 @@ for ctas in 2 1; do
   echo "verify step linears, 64 rows, SPECDEC_WIDE_CTAS=$ctas: exit $?"
 done
 for ctas in 2 1; do
+  export SPECDEC_WIDE_CTAS=$ctas
+  timeout 60 python3 -m benchmarks.kernels.profile_verify_linears --rows 64 --linears-only --out "$OUT/verify_linears_only_ctas$ctas.json" > "$OUT/verify_linears_only_ctas$ctas.log" 2>&1
+  echo "the step's linears alone, 64 rows, SPECDEC_WIDE_CTAS=$ctas: exit $?"
+done
+for ctas in 2 1; do
   echo "=== SPECDEC_WIDE_CTAS=$ctas ==="
   tail -n 3 "$OUT/verify_linears_ctas$ctas.log"
+  tail -n 3 "$OUT/verify_linears_only_ctas$ctas.log"
 done

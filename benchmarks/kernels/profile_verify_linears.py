@@ -7,7 +7,9 @@ graph under ``torch.profiler``. The weight-streaming GEMM kernels of a step (nam
 ``bench_roofline.kernel_category``) come in the model's order: per layer qkv, o, gate_up, down, then lm_head; each
 kernel is labelled by its position and the per-linear mean over layers and replays is reported (microseconds), with
 the step's time and its GEMM total. The run fails (exit 1) when a step's GEMM launches are not ``4 * layers + 1``:
-the labels would then be wrong.
+the labels would then be wrong. ``--linears-only``: the same modules called in the same order on fixed random inputs
+of ``--rows`` rows, captured as one graph with nothing between them (whether a linear's time in the step comes from
+the kernels around it or from the sequence of distinct weights and shapes).
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.profile_verify_linears --rows 64 --out $OUT/x.json``
 (~20 s on one H100). CPU smoke: ``--smoke`` (the tiny target, no profile: the labelling on a fixed list).
@@ -22,7 +24,7 @@ import sys
 
 import torch
 
-from benchmarks.common import provenance, provenance_line, write_json
+from benchmarks.common import capture_cuda_graph, provenance, provenance_line, write_json
 from benchmarks.kernels.bench_roofline import AR_MODEL, AR_PROMPT, SHAPES, kernel_category
 
 LINEARS = ("qkv", "o", "gate_up", "down")
@@ -69,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=64, help="rows of the verify step (2-64)")
     ap.add_argument("--steps", type=int, default=3, help="profiled replays")
+    ap.add_argument("--linears-only", action="store_true", help="the step's linears alone, in its order, one graph")
     ap.add_argument("--smoke", action="store_true", help="CPU: the labelling only")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "verify_linears.json"))
     args = ap.parse_args(argv)
@@ -90,19 +93,31 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SHAPES[AR_MODEL]
     target = random_target(cfg, dtype=torch.bfloat16, device=device, max_seq_len=256, seed=0)
     report = convert(target)
-    target.enable_cuda_graphs(buckets=(1, args.rows))
-    prompt = torch.randint(
-        0, cfg.vocab_size, (1, AR_PROMPT), generator=torch.Generator(device=device).manual_seed(1), device=device
-    )
-    target(prompt)
-    target.commit(AR_PROMPT)
-    rows = torch.zeros(1, args.rows, dtype=torch.long, device=device)
+    gen = torch.Generator(device=device).manual_seed(1)
+    if args.linears_only:
+        linears = [m for m in target.modules() if isinstance(m, torch.nn.Linear)]
+        inputs = {
+            k: torch.randn(args.rows, k, generator=gen, device=device).to(torch.bfloat16)
+            for k in {m.in_features for m in linears}
+        }
 
-    def verify():
-        target(rows)
-        target.truncate(AR_PROMPT)
+        def linears_in_order():
+            for m in linears:
+                m(inputs[m.in_features])
 
-    per_step = step_gemm_durations(verify, args.steps)
+        step = capture_cuda_graph(linears_in_order)
+    else:
+        target.enable_cuda_graphs(buckets=(1, args.rows))
+        prompt = torch.randint(0, cfg.vocab_size, (1, AR_PROMPT), generator=gen, device=device)
+        target(prompt)
+        target.commit(AR_PROMPT)
+        rows = torch.zeros(1, args.rows, dtype=torch.long, device=device)
+
+        def step():
+            target(rows)
+            target.truncate(AR_PROMPT)
+
+    per_step = step_gemm_durations(step, args.steps)
     try:
         labelled = [label_linears(d, cfg.num_layers) for d in per_step]
     except ValueError as exc:
@@ -115,13 +130,15 @@ def main(argv: list[str] | None = None) -> int:
         bits_per_weight=report.bits_per_weight,
         rows=args.rows,
         steps=args.steps,
+        linears_only=args.linears_only,
         env={k: v for k, v in os.environ.items() if k.startswith("SPECDEC_")},
         gemm_us_per_step=[sum(d) for d in per_step],
         mean_us=means,
         per_step_us=per_step,
     )
     write_json(args.out, result, prov)
-    print(f"in the {args.rows}-row W12 verify step (us a call, mean over {cfg.num_layers} layers x {args.steps} replays):")
+    where = "its linears alone, in one graph" if args.linears_only else "the step"
+    print(f"{args.rows}-row W12 verify step, {where} (us a call, mean over {cfg.num_layers} layers x {args.steps} replays):")
     print("  " + "  ".join(f"{name} {us:.1f}" for name, us in means.items()))
     print(f"  GEMM kernels a step: {statistics.mean(result['gemm_us_per_step']) / 1e3:.3f} ms")
     return 0
