@@ -1662,6 +1662,7 @@ WIDE_CTAS_RUNS = {
     "no PDL": ("wide_isolated_h100_2026-12-06_ctas1.json", "wide_isolated_h100_2026-12-06_ctas2.json"),
 }
 WIDE_CTAS_IN_STEP = ("verify_linears_h100_2026-12-06_ctas1.json", "verify_linears_h100_2026-12-06_ctas2.json")
+WIDE_CTAS_ALONE = ("verify_linears_only_h100_2026-12-06_pdl0_ctas1.json", "verify_linears_only_h100_2026-12-06_pdl0_ctas2.json")
 WIDE_CTAS_STEPS = {
     "PDL on": ("ar_step_verify64_h100_2026-12-06_pdl1_ctas1.json", "ar_step_verify64_h100_2026-12-06_pdl1_ctas2.json"),
     "PDL off": ("ar_step_verify64_h100_2026-12-06_pdl0_ctas1.json", "ar_step_verify64_h100_2026-12-06_pdl0_ctas2.json"),
@@ -1670,7 +1671,8 @@ WIDE_CTAS_STEPS = {
 
 def cuda_wide_ctas_h100(results: Results) -> str:
     """One against two wide CTAs an SM on the 8B linears (H100): us a call in chains of identical calls with and
-    without programmatic launch and, at 64 rows, inside the captured W12 verify step; then the 64-row verify steps."""
+    without programmatic launch and, at 64 rows, inside the captured W12 verify step and in a graph of the step's
+    linears alone (no programmatic launch); then the 64-row verify steps."""
 
     def us(name: str, linear: str, m: int, kind: str) -> str:
         (r,) = [
@@ -1679,8 +1681,9 @@ def cuda_wide_ctas_h100(results: Results) -> str:
         return f"{r['cold_s'] * 1e6:.1f}"
 
     in_step = [results(name) for name in WIDE_CTAS_IN_STEP]
-    if any(run["rows"] != 64 for run in in_step):
-        raise ValueError(f"{WIDE_CTAS_IN_STEP}: expected runs of 64 rows, got {[run['rows'] for run in in_step]}")
+    alone = [results(name) for name in WIDE_CTAS_ALONE]
+    if any(run["rows"] != 64 for run in in_step + alone) or not all(run["linears_only"] for run in alone):
+        raise ValueError(f"{WIDE_CTAS_IN_STEP + WIDE_CTAS_ALONE}: expected 64-row runs, the last two of the linears alone")
     rows = []
     for kind, label in (("cuda_w12_wide", "W12"), ("cuda_q_wide", "Q")):
         for linear in ("qkv", "o", "gate_up", "down", "lm_head"):
@@ -1688,7 +1691,8 @@ def cuda_wide_ctas_h100(results: Results) -> str:
                 cells = [label, linear, str(m)]
                 cells += [" / ".join(us(name, linear, m, kind) for name in pair) for pair in WIDE_CTAS_RUNS.values()]
                 step = kind == "cuda_w12_wide" and m == 64
-                cells.append(" / ".join(f"{run['mean_us'][linear]:.1f}" for run in in_step) if step else "-")
+                for runs in (in_step, alone):
+                    cells.append(" / ".join(f"{run['mean_us'][linear]:.1f}" for run in runs) if step else "-")
                 rows.append(cells)
     steps = [
         [label, *(f"{results(name)['w12_verify_s'] * 1e3:.2f} ms" for name in pair)] for label, pair in WIDE_CTAS_STEPS.items()
@@ -1702,6 +1706,7 @@ def cuda_wide_ctas_h100(results: Results) -> str:
                     "rows",
                     *(f"{label}: 1 / 2 CTAs (us)" for label in WIDE_CTAS_RUNS),
                     "in the verify step: 1 / 2 CTAs (us)",
+                    "the step's linears alone: 1 / 2 CTAs (us)",
                 ],
                 rows,
             ),
