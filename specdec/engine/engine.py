@@ -122,6 +122,7 @@ class RequestState:
             prompt (under ``max_pass_rows`` a prompt is prefilled in chunks over several steps).
         rounds, accepted: verify rounds run and draft tokens accepted so far, counted as ``generate`` counts
             them (of a round that a stop or ``max_new_tokens`` ends early, its kept tokens - 1).
+        passed_over: rounds in a row in which the request had a draft and the verify budget gave it no node.
         two_level: with a :class:`~specdec.verify.TwoLevelVerifier`, the request's
             :class:`~specdec.engine.two_level.TwoLevelRequest` (its gate, stats and last round) from its first
             round on; else ``None``.
@@ -156,6 +157,7 @@ class RequestState:
     prefilled: int = 0
     rounds: int = 0
     accepted: int = 0
+    passed_over: int = 0
     error: Exception | None = None
     fresh_hidden: torch.Tensor | None = None
     prefill_hidden: list = field(default_factory=list)
@@ -1202,7 +1204,10 @@ class Engine:
         """Node counts per verifying request under the verify budget (``{}`` without one).
 
         The forward's fixed rows are the prefill ``chunks`` (of requests in ``prefilling``), one root per
-        verifying request and the first-node floors; the nodes fit in what :attr:`max_pass_rows` leaves.
+        verifying request and the first-node floors; the nodes fit in what :attr:`max_pass_rows` leaves. Where
+        an int budget or the row cap cannot hold every floor, only the requests passed over for as many rounds
+        in a row as there are drafting requests keep theirs (the longest-waiting first), and the rest goes by
+        gain: a request whose estimator has learned nothing is not left unverified while others keep winning.
         """
         self.last_allocation = {}
         if self.verify_budget is None or not proposed:
@@ -1215,8 +1220,12 @@ class Engine:
         # and its estimator could never learn that its drafter is better than the prior says
         floors = [min(1, len(gains)) for _, gains in proposed]
         int_budget = None if self.verify_budget == "auto" else self.verify_budget
-        if (int_budget is not None and sum(floors) > int_budget) or (room is not None and sum(floors) > room):
-            floors = [0] * len(proposed)  # an int budget and the row cap are hard caps, floors included
+        caps = [c for c in (int_budget, room) if c is not None]
+        if caps and sum(floors) > min(caps):  # an int budget and the row cap are hard caps, floors included
+            waited = [i for i, f in enumerate(floors) if f and proposed[i][0].passed_over >= len(proposed)]
+            waited.sort(key=lambda i: -proposed[i][0].passed_over)  # stable: the earlier request among equals
+            keep = set(waited[: max(0, min(caps))])
+            floors = [int(i in keep) for i in range(len(floors))]
         fixed = prefill + len(proposed) + sum(floors)
         base = first_tokens + len(proposed) + sum(gains[0] for (_, gains), f in zip(proposed, floors) if f)
         extra = allocate(
@@ -1228,6 +1237,9 @@ class Engine:
             max_rows=self.max_pass_rows,
         )
         counts = [f + n for f, n in zip(floors, extra)]
+        for (state, gains), n in zip(proposed, counts):
+            if gains:
+                state.passed_over = 0 if n else state.passed_over + 1
         self.last_allocation = {state.request_id: n for (state, _), n in zip(proposed, counts)}
         return dict(self.last_allocation)
 

@@ -640,3 +640,34 @@ def test_a_chain_s_confidences_do_not_score_the_nodes_of_a_tree_built_from_its_l
     scores = AcceptanceEstimator.score_tensor(proposal, tree)
     torch.testing.assert_close(scores, tree.scores.float().exp())  # 0.50 and 0.45, not 0.9 and 0.05
     torch.testing.assert_close(AcceptanceEstimator.score_tensor(proposal), torch.tensor([0.9, 0.05]))  # the chain's own
+
+
+class PerfectChainDrafter(TargetOracle):
+    """Proposes the target's own greedy continuation: every node it drafts is accepted."""
+
+    def __init__(self):
+        super().__init__(SEQ)
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        return DraftProposal(self.truth(context, max_tokens))
+
+
+def test_a_budget_below_the_drafting_requests_leaves_none_unverified_for_good():
+    """Budget 2, three requests with perfect drafters: by gain the two that have learned their acceptance would win
+    every round and the third, its estimator still at the prior, would wait until they finish; a request passed over
+    for as many rounds as there are drafting requests gets its first node."""
+    engine = Engine(TARGET, PerfectChainDrafter, max_batch=3, num_draft_tokens=4, verify_budget=2)
+    prompt = torch.tensor(PROMPTS[0])
+    ids = [engine.add_request(prompt.clone(), max_new_tokens=30) for _ in range(3)]
+    streak = dict.fromkeys(ids, 0)
+    longest = dict.fromkeys(ids, 0)
+    while engine.has_work:
+        engine.step()
+        assert sum(engine.last_allocation.values()) <= 2
+        for rid, nodes in engine.last_allocation.items():
+            streak[rid] = 0 if nodes else streak[rid] + 1
+            longest[rid] = max(longest[rid], streak[rid])
+            assert engine.request(rid).passed_over <= streak[rid]  # a round with an empty draft is not passed over
+    assert max(longest.values()) <= 3, longest
+    ar = sd.generate(TARGET, prompt[None], max_new_tokens=30).tokens[0]
+    assert all(torch.equal(engine.output(rid), ar) for rid in ids)
