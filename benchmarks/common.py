@@ -16,6 +16,8 @@ Example (CPU):
 from __future__ import annotations
 
 import datetime
+import functools
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -37,6 +39,7 @@ PROVENANCE_FIELDS = (
     "specdec",
     "git_commit",
     "git_dirty",
+    "source_sha256",
     "gpu",
     "driver",
     "torch",
@@ -261,12 +264,50 @@ def _driver_version() -> str | None:
     return lines[0] if done.returncode == 0 and lines else None
 
 
+SOURCE_DIRS = ("specdec", "benchmarks")
+SOURCE_SUFFIXES = (".py", ".cu", ".sh")
+
+
+def source_digest(root: str | os.PathLike = REPO_ROOT) -> str:
+    """SHA-256 of the source files under ``root``'s ``specdec/`` and ``benchmarks/`` as they are on disk: every
+    ``.py``, ``.cu`` and ``.sh`` file (``benchmarks/results`` and ``__pycache__`` left out), its path relative to
+    ``root`` and its bytes, in path order. It names the code a result came from where ``git_commit`` cannot: a copy
+    of the tree whose git metadata is older than its files. To match a result to a commit, compute it on a
+    checkout of that commit (``git worktree add /tmp/c <commit>``, then ``source_digest("/tmp/c")``).
+
+    Computed once a process for each root (the files do not change under a running benchmark).
+
+    Example:
+        >>> len(source_digest()), source_digest() == source_digest(REPO_ROOT)
+        (64, True)
+    """
+    return _source_digest(str(Path(root).resolve()))
+
+
+@functools.lru_cache(maxsize=4)
+def _source_digest(root: str) -> str:
+    base = Path(root)
+    digest = hashlib.sha256()
+    files = sorted(
+        path.relative_to(base).as_posix()
+        for top in SOURCE_DIRS
+        if (base / top).is_dir()
+        for path in (base / top).rglob("*")
+        if path.suffix in SOURCE_SUFFIXES and path.is_file() and "__pycache__" not in path.parts
+    )
+    for rel in files:
+        if rel.startswith("benchmarks/results/"):
+            continue
+        digest.update(rel.encode() + b"\0" + (base / rel).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def provenance(seed: int | None) -> dict:
     """Where a result comes from: code, machine, library versions, seed, command line and UTC date.
 
     Keys (``PROVENANCE_FIELDS``): ``specdec`` version, ``git_commit`` and ``git_dirty`` (tracked files
     changed; ``None`` outside a git checkout, or when ``$SPECDEC_GIT_COMMIT`` names the commit of a copied
-    tree), ``gpu`` name and NVIDIA ``driver`` version (``None``
+    tree), ``source_sha256`` (:func:`source_digest`: the source files as they were on disk), ``gpu`` name and NVIDIA ``driver`` version (``None``
     without CUDA), ``torch``, ``triton``, ``transformers`` and ``cuda`` versions, ``seed`` (``None``
     when the benchmark draws no random numbers), ``command`` (as typed, ``python -m ...``) and
     ``date_utc`` (ISO 8601), ``env``: the ``SPECDEC_*`` environment variables set (kernel variants, programmatic
@@ -290,6 +331,7 @@ def provenance(seed: int | None) -> dict:
         "specdec": specdec.__version__,
         "git_commit": commit,
         "git_dirty": None if status is None else bool(status),
+        "source_sha256": source_digest(),
         "gpu": torch.cuda.get_device_name() if cuda else None,
         "driver": _driver_version(),
         "torch": torch.__version__,

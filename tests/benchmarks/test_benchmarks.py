@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import specdec
-from benchmarks.common import PROVENANCE_FIELDS, median_time_ms, provenance, provenance_line, write_json
+from benchmarks import common
+from benchmarks.common import PROVENANCE_FIELDS, median_time_ms, provenance, provenance_line, source_digest, write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
@@ -129,6 +130,7 @@ def test_provenance_has_every_field(monkeypatch):
         "specdec",
         "git_commit",
         "git_dirty",
+        "source_sha256",
         "gpu",
         "driver",
         "torch",
@@ -151,6 +153,24 @@ def test_provenance_has_every_field(monkeypatch):
     assert " SPECDEC_PDL=gemm" in line.rsplit("|", 1)[1]
     with pytest.raises(TypeError, match="seed"):
         provenance(seed="0")
+
+
+def test_the_source_digest_names_the_files_on_disk(tmp_path):
+    for rel, text in {"specdec/a.py": "x = 1\n", "benchmarks/run.sh": "echo\n", "benchmarks/results/r.py": "1\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "specdec/notes.md").write_text("not source\n")
+    first = source_digest(tmp_path / ".")
+    assert re.fullmatch(r"[0-9a-f]{64}", first) and source_digest(tmp_path) == first  # one root, however spelled
+    (tmp_path / "benchmarks/results/r.py").write_text("2\n")  # results are not source
+    (tmp_path / "specdec/notes.md").write_text("other\n")
+    assert source_digest(common._source_digest.cache_clear() or tmp_path) == first
+    (tmp_path / "specdec/a.py").write_text("x = 2\n")
+    assert source_digest(common._source_digest.cache_clear() or tmp_path) != first
+    (tmp_path / "specdec/a.py").write_text("x = 1\n")
+    (tmp_path / "specdec/a.py").rename(tmp_path / "specdec/b.py")  # the same bytes under another name
+    assert source_digest(common._source_digest.cache_clear() or tmp_path) != first
+    assert provenance(seed=None)["source_sha256"] == source_digest()
 
 
 def test_write_json_always_carries_provenance(tmp_path):
