@@ -289,15 +289,13 @@ def _source_digest(root: str) -> str:
     base = Path(root)
     digest = hashlib.sha256()
     files = sorted(
-        path.relative_to(base).as_posix()
+        rel
         for top in SOURCE_DIRS
-        if (base / top).is_dir()
         for path in (base / top).rglob("*")
-        if path.suffix in SOURCE_SUFFIXES and path.is_file() and "__pycache__" not in path.parts
+        if path.suffix in SOURCE_SUFFIXES and "__pycache__" not in path.parts and path.is_file()
+        if not (rel := path.relative_to(base).as_posix()).startswith("benchmarks/results/")
     )
     for rel in files:
-        if rel.startswith("benchmarks/results/"):
-            continue
         digest.update(rel.encode() + b"\0" + (base / rel).read_bytes() + b"\0")
     return digest.hexdigest()
 
