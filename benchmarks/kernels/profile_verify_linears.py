@@ -3,10 +3,11 @@ in the step differs from its time in a chain of identical calls (``bench_wide_w1
 weight-read floor.
 
 The Qwen3-8B-shaped lean target (random bf16 weights, ``random_target``; converted to W12 with
-``specdec.formats.convert`` unless ``--weights bf16``, as ``bench_roofline --ar-step``) replays its step of ``--rows``
+``specdec.formats.convert`` with ``--weights w12``; ``bf16``: cuBLAS; ``bf16_skinny``: the CUDA skinny GEMM through
+``use_skinny_linears``, as ``bench_roofline --ar-step``) replays its step of ``--rows``
 rows (1: the one-token decode step) as a CUDA graph under ``torch.profiler``. The weight-streaming GEMM kernels of a step (names matched by
 ``bench_roofline.kernel_category``) come in the model's order: per layer qkv, o, gate_up, down, then lm_head; each
-kernel is labelled by its position and the per-linear mean over layers and replays is reported (microseconds), with
+kernel is labelled by its position (a cuBLAS split-K reduction counted with the GEMM before it) and the per-linear mean over layers and replays is reported (microseconds), with
 the step's GEMM total, the kernel each linear ran (its first layer's) and each linear's floor: its weight bytes
 over the copy bandwidth measured in the same run. The run fails (exit 1) when a step's GEMM launches are not ``4 * layers + 1``:
 the labels would then be wrong. ``--linears-only``: the same modules called in the same order on fixed random inputs
@@ -51,8 +52,30 @@ def label_linears(kernels: list, layers: int) -> dict[str, list]:
     return out
 
 
+def fold_split_k_reductions(kernels: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """``(name, us)`` GEMM kernels in launch order with each cuBLAS split-K reduction (``splitKreduce``) added to the
+    GEMM before it: one entry a linear, its time both kernels'.
+
+    Raises ValueError when a reduction comes first (no GEMM to add it to).
+
+    Example:
+        >>> fold_split_k_reductions([("nvjet_splitK_TNT", 5.0), ("cublasLt::splitKreduce_kernel", 1.5), ("nvjet_TNT", 4.0)])
+        [('nvjet_splitK_TNT', 6.5), ('nvjet_TNT', 4.0)]
+    """
+    out: list[tuple[str, float]] = []
+    for name, us in kernels:
+        if "splitkreduce" in name.lower():
+            if not out:
+                raise ValueError(f"kernels: a split-K reduction ({name}) before any GEMM kernel")
+            out[-1] = (out[-1][0], out[-1][1] + us)
+        else:
+            out.append((name, us))
+    return out
+
+
 def step_gemm_kernels(step, steps: int) -> list[list[tuple[str, float]]]:
-    """Per replay of ``step()``, the GEMM kernels' names and durations (us) in start order (``torch.profiler``, CUDA)."""
+    """Per replay of ``step()``, the GEMM kernels' names and durations (us) in start order (``torch.profiler``, CUDA),
+    a cuBLAS split-K reduction counted with its GEMM (:func:`fold_split_k_reductions`)."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -66,14 +89,19 @@ def step_gemm_kernels(step, steps: int) -> list[list[tuple[str, float]]]:
             e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and kernel_category(e.name) == "gemm"
         ]
         kernels.sort(key=lambda e: e.time_range.start)
-        per_step.append([(e.name, e.time_range.end - e.time_range.start) for e in kernels])
+        per_step.append(fold_split_k_reductions([(e.name, e.time_range.end - e.time_range.start) for e in kernels]))
     return per_step
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=64, help="rows of the step (1: the one-token decode step; up to 64)")
-    ap.add_argument("--weights", choices=("w12", "bf16"), default="w12", help="the target's linear weights")
+    ap.add_argument(
+        "--weights",
+        choices=("w12", "bf16", "bf16_skinny"),
+        default="w12",
+        help="the target's linear weights (bf16: cuBLAS; bf16_skinny: the CUDA skinny GEMM, use_skinny_linears)",
+    )
     ap.add_argument("--steps", type=int, default=3, help="profiled replays")
     ap.add_argument("--linears-only", action="store_true", help="the step's linears alone, in its order, one graph")
     ap.add_argument("--smoke", action="store_true", help="CPU: the labelling only")
@@ -93,12 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.common import copy_bandwidth
     from benchmarks.kernels.bench_roofline import linear_weight_bytes
     from specdec.formats import convert
-    from specdec.models import random_target
+    from specdec.models import random_target, use_skinny_linears
 
     device = torch.device("cuda")
     cfg = SHAPES[AR_MODEL]
     target = random_target(cfg, dtype=torch.bfloat16, device=device, max_seq_len=256, seed=0)
     bits = convert(target).bits_per_weight if args.weights == "w12" else 16.0
+    if args.weights == "bf16_skinny":
+        use_skinny_linears(target)
     copy_bw = copy_bandwidth(device)
     linears = [m for m in target.modules() if isinstance(m, torch.nn.Linear)]
     floor_us = {

@@ -1828,13 +1828,15 @@ __device__ __forceinline__ void keep_live(uint32_t (&a)[4][4]) {
 }
 
 // One bf16x2 word in natural k order from an AE word w (bytes k0, k2, k1, k3) and its nibble pair n: (k0, k1) for an
-// even lane t, (k2, k3) for an odd one. decode_exact's pA and pB as rotations, so that one formula serves both: E|m_hi
-// of k0, k1 to bits 4..10 and 20..26 is w rotated right by 28 (w << 4), of k2, k3 by 4 (w >> 4), the bits wrapped
-// around landing outside the mask; the signs are w rotated right by 24 (w << 8) or by 0. rot_em, rot_sign: 28, 24 for
-// even t, 4, 0 for odd t. X: the row's base << 7 (the Q view: | 8, with n = 0).
-__device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint32_t X, uint32_t rot_em, uint32_t rot_sign) {
+// even lane t, (k2, k3) for an odd one. decode_exact's pA and pB in one formula for both: E|m_hi of k0, k1 to bits
+// 4..10 and 20..26 is w rotated right by 28 (w << 4), of k2, k3 by 4 (w >> 4), the bits wrapped around landing outside
+// the mask; the signs of k0, k1 are w << 8, of k2, k3 w itself: w * sign_mul (256 or 1), an IMAD on the FMA pipe
+// rather than a shift on the integer ALU, which the rest of the decode keeps busy (benchmarks/NOTES.md, "The wide
+// kernels' decode on the integer pipe"). rot_em, sign_mul: 28, 256 for even t, 4, 1 for odd t. X: the row's base << 7
+// (the Q view: | 8, with n = 0).
+__device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint32_t X, uint32_t rot_em, uint32_t sign_mul) {
   const uint32_t t = (__funnelshift_r(w, w, rot_em) & 0x07F007F0u) | n;
-  return add_base_if_nonzero(t, X) | (__funnelshift_r(w, w, rot_sign) & 0x80008000u);
+  return add_base_if_nonzero(t, X) | ((w * sign_mul) & 0x80008000u);
 }
 
 // A consumer warp of tma_wide_kernel (warps 0-3 and 4-7: two warpgroups): warp w decodes rows 16 w + g, 16 w + g + 8
@@ -1855,7 +1857,7 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   const uint32_t mid = KIND == kQ ? 8u : 0u;
   const uint32_t X0 = (static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7) | mid;
   const uint32_t X1 = (static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7) | mid;
-  const uint32_t rot_em = (t & 1) ? 4u : 28u, rot_sign = (t & 1) ? 0u : 24u, nib_shift = 4 * t;
+  const uint32_t rot_em = (t & 1) ? 4u : 28u, sign_mul = (t & 1) ? 1u : 256u, nib_shift = 4 * t;
   const int ae_row = tile_row * kWideStageK + 4 * (t >> 1);  // this lane's first AE word of a step (row g), unswizzled
   const int ae_swizzle = (g >> 1) & 3;  // rows g and g + 8 alike: chunk q of the row lies at chunk q ^ ae_swizzle
   const int nib_lane = kWideRows * kWideStageK + tile_row * (kWideStageK / 2);
@@ -1882,10 +1884,10 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
         n0 = *reinterpret_cast<const uint2*>(st + nib_lane + 8 * q);
         n1 = *reinterpret_cast<const uint2*>(st + nib_lane + 8 * (kWideStageK / 2) + 8 * q);
       }
-      a[q][0] = decode_natural(lds32(w0), (n0.x >> nib_shift) & 0x000F000Fu, X0, rot_em, rot_sign);
-      a[q][1] = decode_natural(lds32(w1), (n1.x >> nib_shift) & 0x000F000Fu, X1, rot_em, rot_sign);
-      a[q][2] = decode_natural(lds32(w0 + 8), (n0.y >> nib_shift) & 0x000F000Fu, X0, rot_em, rot_sign);
-      a[q][3] = decode_natural(lds32(w1 + 8), (n1.y >> nib_shift) & 0x000F000Fu, X1, rot_em, rot_sign);
+      a[q][0] = decode_natural(lds32(w0), (n0.x >> nib_shift) & 0x000F000Fu, X0, rot_em, sign_mul);
+      a[q][1] = decode_natural(lds32(w1), (n1.x >> nib_shift) & 0x000F000Fu, X1, rot_em, sign_mul);
+      a[q][2] = decode_natural(lds32(w0 + 8), (n0.y >> nib_shift) & 0x000F000Fu, X0, rot_em, sign_mul);
+      a[q][3] = decode_natural(lds32(w1 + 8), (n1.y >> nib_shift) & 0x000F000Fu, X1, rot_em, sign_mul);
     }
     return st;
   };
