@@ -62,7 +62,7 @@ KERNELS = (
 )
 # (N, K, one-hot rows a call): a partial last 64-row block; K split over CTAs (4 row blocks of 64 stages); 1-4 n-tiles;
 # 105 stages in 6 uneven W12 splits on 132 SMs (planted escapes in the first, a middle and the last slice), a partial
-# last 128-row block
+# last 128-row block; 198 row blocks with K split in two on 132 SMs (396 items: three a persistent CTA)
 CHECK_SHAPES = (
     (200, 1024, 32),
     (256, 4096, 64),
@@ -72,6 +72,7 @@ CHECK_SHAPES = (
     (72, 1024, 17),
     (72, 1024, 33),
     (72, 1024, 100),
+    (25344, 2048, 64),
 )
 SMOKE_CHECK_SHAPES = ((72, 128, 32), (40, 256, 17))
 PRODUCT_ROWS = (16, 17, 33, 65, 100, 128)
