@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -1715,6 +1716,27 @@ def cuda_wide_ctas_h100(results: Results) -> str:
     )
 
 
+STEP_LINEARS_RUNS = {
+    "W12": "step_linears_h100_2026-12-06_w12.json",
+    "bf16, cuBLAS": "step_linears_h100_2026-12-06_bf16.json",
+    "bf16, CUDA skinny GEMM": "step_linears_h100_2026-12-06_bf16_skinny.json",
+}
+
+
+def step_linears_h100(results: Results) -> str:
+    """Each linear of the lean 8B target's captured one-token step (H100, no programmatic launch): us a call, mean over
+    36 layers x 3 replays, and x its read floor (weight bytes over the same run's copy bandwidth), by weight format."""
+    runs = {label: results(name) for label, name in STEP_LINEARS_RUNS.items()}
+    if any(run["rows"] != 1 or run["linears_only"] for run in runs.values()):
+        raise ValueError(f"{list(STEP_LINEARS_RUNS.values())}: expected one-token steps, not the linears alone")
+    rows = [
+        [linear, *(f"{run['mean_us'][linear]:.1f} ({run['x_floor'][linear]:.2f}x)" for run in runs.values())]
+        for linear in ("qkv", "o", "gate_up", "down", "lm_head")
+    ]
+    rows.append(["GEMM kernels a step", *(f"{statistics.mean(run['gemm_us_per_step']) / 1e3:.3f} ms" for run in runs.values())])
+    return markdown_table(["8B linear", *(f"{label}: us (x floor)" for label in runs)], rows)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "two-level-h200-extra": two_level_h200_extra,
     "cuda-roofline": cuda_roofline,
@@ -1737,6 +1759,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide": cuda_wide,
     "cuda-wide-epilogue-h100": cuda_wide_epilogue_h100,
     "cuda-wide-ctas-h100": cuda_wide_ctas_h100,
+    "step-linears-h100": step_linears_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
     "w12-tokens": w12_tokens,
