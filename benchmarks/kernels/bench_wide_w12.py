@@ -62,7 +62,7 @@ KERNELS = (
 )
 # (N, K, one-hot rows a call): a partial last 64-row block; K split over CTAs (4 row blocks of 64 stages); 1-4 n-tiles;
 # 105 stages in 6 uneven W12 splits on 132 SMs (planted escapes in the first, a middle and the last slice), a partial
-# last 128-row block; 198 row blocks with K split in two on 132 SMs (396 items: three a persistent CTA)
+# last 128-row block; 198 row blocks with K split in two on 132 SMs (396 CTAs: three waves)
 CHECK_SHAPES = (
     (200, 1024, 32),
     (256, 4096, 64),

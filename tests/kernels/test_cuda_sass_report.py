@@ -98,11 +98,9 @@ def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
             released[name] = unsafe
     # every ring kernel (bulk-copy, tensor-map split-K, persistent and row-tile: W12, Q and bf16 at 8 and 16 tokens; the
     # Q view's row tiles at 8 tokens also with two consumer stage groups; the wide W12 and Q kernels at 1-4 n-tiles of 32,
-    # each with and without its decode pipelined, and at 1-2 n-tiles for two CTAs an SM; and at 1-4 n-tiles in persistent
-    # CTAs)
-    assert len(released) == 49, sorted(released)
+    # each with and without its decode pipelined, and at 1-2 n-tiles for two CTAs an SM)
+    assert len(released) == 41, sorted(released)
     assert sum("tma_wide_kernel" in name for name in released) == 20
-    assert sum("tma_wide_persistent_kernel" in name for name in released) == 8
     assert not any(released.values()), {name: n for name, n in released.items() if n}
 
 
@@ -113,14 +111,13 @@ def test_every_tensor_map_gemm_signals_once_its_weights_are_read():
     signals = {
         name: sass_report.programmatic_signals(lines)
         for name, lines in _library_sass().items()
-        if re.search(r"tma_(gemm|stream_k|rows|wide|wide_persistent)_kernel", name)
+        if re.search(r"tma_(gemm|stream_k|rows|wide)_kernel", name)
     }
     # three kernels x three kinds x 8 and 16 tokens, Q's two-group row tiles, the wide W12 and Q kernels at 1-4 n-tiles
-    # (two forms each, a third at 1-2 for two CTAs an SM, and persistent CTAs at 1-4); each persistent kernel signals
-    # twice, once predicated: its producer after its last copy, its other warps after their last segment or item
-    assert len(signals) == 47, sorted(signals)
-    persistent = {name: n for name, n in signals.items() if "tma_stream_k_kernel" in name or "tma_wide_persistent_kernel" in name}
-    assert len(persistent) == 14 and all(n == (1, 1) for n in persistent.values()), persistent
+    # (two forms each, and a third at 1-2 for two CTAs an SM)
+    assert len(signals) == 39, sorted(signals)
+    persistent = {name: n for name, n in signals.items() if "tma_stream_k_kernel" in name}
+    assert len(persistent) == 6 and all(n == (1, 1) for n in persistent.values()), persistent
     assert all(n == (0, 1) for name, n in signals.items() if name not in persistent), signals
 
 

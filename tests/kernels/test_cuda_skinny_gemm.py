@@ -991,18 +991,6 @@ def test_wide_ctas_per_sm_reads_the_environment(monkeypatch):
         wide_ctas_per_sm()
 
 
-def test_wide_persistent_reads_the_environment(monkeypatch):
-    from specdec.kernels.cuda.ops import WIDE_PERSISTENT_ENV, wide_persistent
-
-    monkeypatch.delenv(WIDE_PERSISTENT_ENV, raising=False)
-    assert wide_persistent() is False
-    monkeypatch.setenv(WIDE_PERSISTENT_ENV, "1")
-    assert wide_persistent() is True
-    monkeypatch.setenv(WIDE_PERSISTENT_ENV, "yes")
-    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_PERSISTENT: expected '0' or '1' .*, got 'yes'"):
-        wide_persistent()
-
-
 def test_wide_plan_refuses_what_the_kernel_cannot_take():
     _library_or_skip()
     with pytest.raises(ValueError, match=r"wide_plan: expected 1 <= m <= 128, n >= 1 and k a positive multiple of 64"):

@@ -96,14 +96,12 @@ __all__ = [
     "BF16_VARIANTS",
     "ROW_STAGE_GROUPS_ENV",
     "WIDE_CTAS_ENV",
-    "WIDE_PERSISTENT_ENV",
     "WIDE_PIPELINE_ENV",
     "w12_gemm_wide",
     "q_gemm_wide",
     "wide_plan",
     "wide_gemm_enabled",
     "wide_ctas_per_sm",
-    "wide_persistent",
     "wide_pipeline",
     "WIDE_GEMM_ENV",
     "WIDE_MAX_TOKENS",
@@ -122,7 +120,6 @@ BF16_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 ROW_STAGE_GROUPS_ENV = "SPECDEC_ROW_STAGE_GROUPS"
 WIDE_PIPELINE_ENV = "SPECDEC_WIDE_PIPELINE"
 WIDE_CTAS_ENV = "SPECDEC_WIDE_CTAS"
-WIDE_PERSISTENT_ENV = "SPECDEC_WIDE_PERSISTENT"
 WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
 WIDE_MAX_TOKENS = 128  # four wgmma n-tiles of 32 tokens
 WIDE_STAGE_K = 64  # K of a ring stage: the wide ops need K % 64 == 0
@@ -321,26 +318,6 @@ def wide_ctas_per_sm() -> int:
     if value not in ("1", "2"):
         raise ValueError(f"${WIDE_CTAS_ENV}: expected '1' or '2' (CTAs an SM of the wide kernels up to 64 tokens), got {value!r}")
     return int(value)
-
-
-def wide_persistent() -> bool:
-    """Whether the wide kernels with one CTA an SM and the one-set loop run persistent CTAs (``$SPECDEC_WIDE_PERSISTENT``,
-    read on every call: ``"1"``; unset or ``"0"``: one CTA a (row block, K split) item). Persistent: at most one CTA an
-    SM, each taking every ``gridDim``-th item of the same plan through one ring, so an item's first stages load while
-    the item before finishes its sums (``specdec/kernels/cuda/README.md``, "Wide calls"); the same bits either way.
-    Raises ValueError for any other value.
-
-    Example::
-
-        >>> import os
-        >>> os.environ.pop(WIDE_PERSISTENT_ENV, None) and None
-        >>> wide_persistent()
-        False
-    """
-    value = os.environ.get(WIDE_PERSISTENT_ENV, "") or "0"
-    if value not in ("0", "1"):
-        raise ValueError(f"${WIDE_PERSISTENT_ENV}: expected '0' or '1' (persistent CTAs for the wide kernels), got {value!r}")
-    return value == "1"
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.
@@ -743,7 +720,6 @@ def _launch_wide(lib, what: str, run, kind: int, args: tuple, m: int, n: int, k:
 
     lib.specdec_set_wide_pipeline(int(wide_pipeline()))
     lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
-    lib.specdec_set_wide_persistent(int(wide_persistent()))
     return _launch_split_k(lib, what, plan_of, run, args, m, n, k, device, _stream(device))
 
 
@@ -858,7 +834,6 @@ def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
     lib = load_library()
     lib.specdec_set_wide_pipeline(int(wide_pipeline()))
     lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
-    lib.specdec_set_wide_persistent(int(wide_persistent()))
     if lib.specdec_wide_plan(KINDS[kind], m, n, k, sms, out) != 0:
         raise ValueError(
             f"wide_plan: expected 1 <= m <= {WIDE_MAX_TOKENS}, n >= 1 and k a positive multiple of {WIDE_STAGE_K}, "

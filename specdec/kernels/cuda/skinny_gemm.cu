@@ -1847,12 +1847,11 @@ __device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint3
 // set of A registers). PIPE = true: two sets of A registers, a0 for even stages and a1 for odd ones; the warpgroup
 // decodes stage s + 1 into the other set while stage s's MMAs run, then waits for those (wait_group 1) before it
 // releases stage s and rewrites their set. Each set is kept live (an empty asm reading and writing it) until the wait
-// that retires its MMAs, so ptxas cannot give the next decode the registers the MMAs in flight read. s, round: the ring
-// slot of stage s_lo and its pass over the ring (0, 0 for a CTA's first run of stages), left at those of stage s_hi.
+// that retires its MMAs, so ptxas cannot give the next decode the registers the MMAs in flight read.
 template <int KIND, int NB, int STAGES, bool PIPE>
 __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                   uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                                  float (&acc)[NB][16], int& s, uint32_t& round) {
+                                                  float (&acc)[NB][16]) {
   const int g = lane >> 2, t = lane & 3;
   const int tile_row = warp * 16 + g;
   const uint32_t mid = KIND == kQ ? 8u : 0u;
@@ -1866,6 +1865,8 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   for (int j = 0; j < NB; ++j)
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc[j][i] = 0.f;
+  int s = 0;
+  uint32_t round = 0;
   auto release = [&](int slot) {
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[slot]));
@@ -1960,9 +1961,8 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   }
 }
 
-// After the K loop of tma_wide_kernel (THREADS threads, tid this one's index among them: all the CTA's, meeting at
-// __syncthreads, or with NAMED its epilogue warps at named barrier 1): red holds the CTA's sums [128 rows][32 NB
-// tokens] of row block `block` (row stride STRIDE; the columns past M are zeros), escapes included. Without K splits the CTA stores the first M
+// After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums [128 rows][32 NB tokens] (row
+// stride STRIDE; the columns past M are zeros), escapes included. Without K splits the CTA stores the first M
 // columns; with k_splits > 1 it writes the first COLS (TOK, or M where TOK is 0) to its partial tile in `partials`,
 // counts itself in, and the last CTA of the row block sums the tiles in split order from 0.f (the same bits whatever
 // the arrival order; its own tile read back from red), stores bf16 and sets the counter back to 0. Rows past N are
@@ -1971,33 +1971,28 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
 // CTA loads kWideSumLoads float4 of every other split before it adds any, so that its reads wait for the L2 once a
 // round rather than once a value (a round: THREADS x kWideSumLoads float4 of each split).
 constexpr int kWideSumLoads = 2;
-template <int THREADS, int STRIDE, int TOK, bool NAMED = false>
-__device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split,
-                                                      int block, int tid) {
+template <int THREADS, int STRIDE, int TOK>
+__device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split) {
   __shared__ int arrived_last;
-  const int M = p.M;
-  const int row_block = block * kWideRows;
-  auto sync = [] {
-    if constexpr (NAMED) epilogue_barrier(THREADS);
-    else __syncthreads();
-  };
+  const int M = p.M, tid = threadIdx.x;
+  const int row_block = blockIdx.x * kWideRows;
   const int cols = TOK > 0 ? TOK : M;
   const int tile_values = kWideRows * cols;  // [128 rows][cols tokens], row-major
   const int tile_vec = tile_values / 4;
   auto red_at = [&](int e) -> float& { return red[(e / cols) * STRIDE + e % cols]; };
   if (p.k_splits > 1) {
-    float* tiles = partials + static_cast<size_t>(block) * p.k_splits * tile_values;
+    float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * tile_values;
     float4* own = reinterpret_cast<float4*>(tiles + static_cast<size_t>(split) * tile_values);
     for (int v = tid; v < tile_vec; v += THREADS)
       __stcg(own + v, make_float4(red_at(4 * v), red_at(4 * v + 1), red_at(4 * v + 2), red_at(4 * v + 3)));
     __threadfence();
-    sync();
+    __syncthreads();
     if (tid == 0) {
-      const unsigned int before = atomicAdd(counters + block, 1u);
+      const unsigned int before = atomicAdd(counters + blockIdx.x, 1u);
       arrived_last = before == static_cast<unsigned int>(p.k_splits - 1);
-      if (arrived_last) counters[block] = 0u;
+      if (arrived_last) counters[blockIdx.x] = 0u;
     }
-    sync();
+    __syncthreads();
     if (!arrived_last) return;
     __threadfence();
     const float4* tiles_vec = reinterpret_cast<const float4*>(tiles);
@@ -2024,7 +2019,7 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
         red_at(4 * v) = sum.x, red_at(4 * v + 1) = sum.y, red_at(4 * v + 2) = sum.z, red_at(4 * v + 3) = sum.w;
       }
     }
-    sync();
+    __syncthreads();
   }
   // Consecutive threads store consecutive rows of one token: coalesced in y [M, N].
   for (int e = tid; e < kWideRows * M; e += THREADS) {
@@ -2072,10 +2067,7 @@ __global__ void __launch_bounds__(wide_threads(KIND), CTAS)
     if constexpr (KIND == kW12)
       fold_escapes<kTok, kWideRows, kStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, round);
   } else {
-    int slot = 0;
-    uint32_t pass = 0;
-    consume_wide_ring<KIND, NB, kStages, PIPE>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, acc, slot,
-                                               pass);
+    consume_wide_ring<KIND, NB, kStages, PIPE>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, acc);
   }
   __syncthreads();  // the ring is done; for W12 the escape sums are in red
   griddep_launch_dependents();
@@ -2095,134 +2087,8 @@ __global__ void __launch_bounds__(wide_threads(KIND), CTAS)
   }
   griddep_wait();
   __syncthreads();
-  finish_wide_row_block<wide_threads(KIND), kStride, CTAS == 2 ? kTok : 0>(p, red, partials, counters, split, blockIdx.x, tid);
+  finish_wide_row_block<wide_threads(KIND), kStride, CTAS == 2 ? kTok : 0>(p, red, partials, counters, split);
 }
-
-// The wide plan's items, (row block, K split) pairs, in persistent CTAs: gridDim.x CTAs, at most one an SM, CTA c taking
-// items c, c + gridDim.x, ... (item i: row block i / k_splits, split i % k_splits; k_splits from the plan, in p). One
-// producer thread streams the stages of the CTA's items one after another through one ring (produce_wide_items), so
-// the next item's first stages load while the other warps finish an item: the escape sums added, the partial tile, the
-// last split's sum. Those warps (the consumers and, for W12, the escape warp) meet at named barrier 1 without the
-// producer. An item's work and arithmetic are tma_wide_kernel's (the same bits).
-template <int KIND, int STAGES>
-__device__ __forceinline__ void produce_wide_items(const Params& p, unsigned char* smem, int stage_bytes, uint64_t* full_bar,
-                                                   uint64_t* empty_bar, int items, const CUtensorMap* ae_map,
-                                                   const CUtensorMap* nib_map, const CUtensorMap* x_map) {
-  const uint64_t stream = l2_evict_first();
-  const uint64_t keep = l2_evict_last();
-  const uint32_t tx = static_cast<uint32_t>(stage_bytes);  // whole boxes, zeros past N included
-  const int n_stages = p.K / kWideStageK;
-  // f(it, row_block, k_stage) over the CTA's stages in order (it counts them); stops where f returns false.
-  auto each_stage = [&](auto&& f) {
-    int it = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-      const int split = item % p.k_splits;
-      const int lo = static_cast<int>((static_cast<long long>(split) * n_stages) / p.k_splits);
-      const int hi = static_cast<int>((static_cast<long long>(split + 1) * n_stages) / p.k_splits);
-      for (int ks = lo; ks < hi; ++ks, ++it)
-        if (!f(it, (item / p.k_splits) * kWideRows, ks)) return;
-    }
-  };
-  auto weights = [&](int slot, int row, int ks, uint32_t full) {
-    const uint32_t st = smem_addr(smem + static_cast<size_t>(slot) * stage_bytes);
-    tma_load_2d(st, ae_map, ks * kWideStageK, row, full, stream);
-    if constexpr (KIND == kW12) tma_load_2d(st + kWideRows * kWideStageK, nib_map, ks * (kWideStageK / 2), row, full, stream);
-  };
-  auto x_of = [&](int slot, int ks, uint32_t full) {
-    const uint32_t st = smem_addr(smem + static_cast<size_t>(slot) * stage_bytes);
-    tma_load_2d(st + wide_weight_bytes(KIND), x_map, ks * kWideStageK, 0, full, keep);
-  };
-  // The first STAGES stages' weights before griddep_wait (they do not depend on the kernel before), their x after it.
-  each_stage([&](int it, int row, int ks) {
-    if (it >= STAGES) return false;
-    mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
-    weights(it, row, ks, smem_addr(&full_bar[it]));
-    return true;
-  });
-  griddep_wait();
-  each_stage([&](int it, int, int ks) {
-    if (it >= STAGES) return false;
-    x_of(it, ks, smem_addr(&full_bar[it]));
-    return true;
-  });
-  each_stage([&](int it, int row, int ks) {
-    if (it < STAGES) return true;
-    const int slot = it % STAGES;
-    const uint32_t round = static_cast<uint32_t>(it / STAGES);
-    mbar_wait(smem_addr(&empty_bar[slot]), (round - 1) & 1);
-    const uint32_t full = smem_addr(&full_bar[slot]);
-    mbar_arrive_expect_tx(full, tx);
-    weights(slot, row, ks, full);
-    x_of(slot, ks, full);
-    return true;
-  });
-}
-
-template <int KIND, int NB>
-__global__ void __launch_bounds__(wide_threads(KIND), 1)
-    tma_wide_persistent_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
-                               const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
-  constexpr int kStages = wide_stages(KIND, NB, 1);
-  constexpr int kTok = NB * kWideBlockTokens;
-  constexpr int kStride = wide_red_stride(NB);
-  constexpr int kEpilogue = wide_threads(KIND) - 32;  // every warp but the producer's
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t full_bar[kStages];
-  __shared__ __align__(8) uint64_t empty_bar[kStages];
-  unsigned char* smem =
-      smem_raw + ((kWideSwizzleAlign - (smem_addr(smem_raw) & (kWideSwizzleAlign - 1))) & (kWideSwizzleAlign - 1));
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int n_stages = p.K / kWideStageK;
-  const int items = ((p.N + kWideRows - 1) / kWideRows) * p.k_splits;
-  const int stage_bytes = wide_stage_bytes(KIND, NB);
-  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);  // [128][kStride]
-  float* round = red + kWideRows * kStride;  // the escape warp's round
-
-  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kWideConsumerWarps);
-  __syncthreads();
-  if (warp == kWideConsumerWarps) {
-    if (lane == 0) produce_wide_items<KIND, kStages>(p, smem, stage_bytes, full_bar, empty_bar, items, &ae_map, &nib_map, &x_map);
-    griddep_launch_dependents();
-    return;
-  }
-  const bool consumer = warp < kWideConsumerWarps;
-  const int e_tid = consumer ? tid : tid - 32;  // the consumers, then the escape warp
-  float acc[NB][16];
-  int slot = 0;
-  uint32_t pass = 0;
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int block = item / p.k_splits, split = item % p.k_splits;
-    const int s_lo = static_cast<int>((static_cast<long long>(split) * n_stages) / p.k_splits);
-    const int s_hi = static_cast<int>((static_cast<long long>(split + 1) * n_stages) / p.k_splits);
-    if (consumer) {
-      consume_wide_ring<KIND, NB, kStages, false>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, block * kWideRows, warp, lane,
-                                                  acc, slot, pass);
-    } else if constexpr (KIND == kW12) {
-      fold_escapes<kTok, kWideRows, kStride>(p, block * kWideRows, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, round);
-    }
-    if (item + static_cast<int>(gridDim.x) >= items) griddep_launch_dependents();  // this CTA reads no more weights
-    epilogue_barrier(kEpilogue);  // for W12 the escape sums are in red
-    if (consumer) {
-      const int g = lane >> 2, t = lane & 3, r0 = warp * 16 + g;
-#pragma unroll
-      for (int j = 0; j < NB; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float* v = red + (r0 + (e >> 1) * 8) * kStride + 32 * j + 8 * i + 2 * t + (e & 1);
-            if constexpr (KIND == kW12) *v += acc[j][4 * i + e];
-            else *v = acc[j][4 * i + e];
-          }
-    }
-    griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
-    epilogue_barrier(kEpilogue);
-    finish_wide_row_block<kEpilogue, kStride, 0, true>(p, red, partials, counters, split, block, e_tid);
-    epilogue_barrier(kEpilogue);  // red is free for the next item's escape sums
-  }
-}
-
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
 // tma_stream_k_kernel (grid_x persistent CTAs over row_blocks 64-row blocks; k_splits unused, 1).
@@ -3102,40 +2968,6 @@ int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cud
 // (specdec_set_wide_pipeline), and the CTAs an SM they ask for (specdec_set_wide_ctas_per_sm).
 thread_local int g_wide_pipeline = 0;
 thread_local int g_wide_ctas = 1;
-// Whether the one-set wide kernels with one CTA an SM this thread launches from now on run persistent CTAs
-// (tma_wide_persistent_kernel; specdec_set_wide_persistent).
-thread_local int g_wide_persistent = 0;
-
-// tma_wide_persistent_kernel<KIND, NB> on p: the plan of tma_wide_kernel with one CTA an SM, its items over at most
-// one CTA an SM.
-template <int KIND, int NB>
-int launch_wide_persistent(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  static PerDevice<bool> attr_once;
-  bool& attr_set = attr_once.here();  // once per device, before any graph capture (the warm-up's call)
-  const auto kernel = tma_wide_persistent_kernel<KIND, NB>;
-  if (!attr_set) {
-    if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB, 1))) return rc;
-    attr_set = true;
-  }
-  const int sms = sm_count();
-  if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  const Plan pl = make_wide_plan(KIND, p.M, p.N, p.K, sms, false, 1);
-  float* partials = nullptr;
-  unsigned int* counters = nullptr;
-  if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
-  CUtensorMap ae_map, nib_map, x_map;
-  if (int rc = encode_weight_maps<KIND>(p, kWideRows, kWideStageK, &ae_map, &nib_map, &x_map, NB * kWideBlockTokens,
-                                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_64B))
-    return rc;
-  p.rt_per_cta = pl.rt_per_cta;
-  p.k_splits = pl.k_splits;
-  p.n_chunks = pl.n_chunks;
-  const int items = pl.grid_x * pl.k_splits;
-  const cudaError_t e = launch_tma_kernel(kernel, dim3(items < sms ? items : sms, 1, 1), wide_threads(KIND), pl.smem_bytes, stream, p,
-                                          partials, counters, ae_map, nib_map, x_map);
-  if (e != cudaSuccess) return fail("tma_wide_persistent_kernel launch", e);
-  return 0;
-}
 
 template <int KIND, bool PIPE>
 int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
@@ -3143,14 +2975,6 @@ int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaS
     if (wide_ctas_per_sm(wide_blocks(p.M), PIPE, g_wide_ctas) == 2)
       return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 2>(p, workspace, workspace_bytes, stream)
                                    : launch_wide_blocks<KIND, 2, PIPE, 2>(p, workspace, workspace_bytes, stream);
-    if (g_wide_persistent) {
-      switch (wide_blocks(p.M)) {
-        case 1: return launch_wide_persistent<KIND, 1>(p, workspace, workspace_bytes, stream);
-        case 2: return launch_wide_persistent<KIND, 2>(p, workspace, workspace_bytes, stream);
-        case 3: return launch_wide_persistent<KIND, 3>(p, workspace, workspace_bytes, stream);
-        default: return launch_wide_persistent<KIND, 4>(p, workspace, workspace_bytes, stream);
-      }
-    }
   }
   switch (wide_blocks(p.M)) {
     case 1: return launch_wide_blocks<KIND, 1, PIPE, 1>(p, workspace, workspace_bytes, stream);
@@ -3201,10 +3025,6 @@ void specdec_set_wide_pipeline(int on) { g_wide_pipeline = on == 1 ? 1 : 0; }
 // The CTAs an SM the wide kernels this thread launches from now on ask for: 2 (taken up to 64 tokens with the one-set
 // loop) or 1 (other values).
 void specdec_set_wide_ctas_per_sm(int ctas) { g_wide_ctas = ctas == 2 ? 2 : 1; }
-
-// Whether the wide kernels this thread launches from now on with one CTA an SM and the one-set loop run persistent
-// CTAs over the plan's items (1) or one CTA an item (other values).
-void specdec_set_wide_persistent(int on) { g_wide_persistent = on == 1 ? 1 : 0; }
 
 // The consumer stage groups a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) runs on a GPU with `sms`
 // multiprocessors when up to `wanted` are asked for; host only. -1 for sizes the row tiles do not take.
