@@ -13,7 +13,12 @@ each stage from shared memory and sum it. Stage layouts:
 * ``rows16_w12`` / ``rows16_q`` / ``rows16_bf16``: the row-tile kernels' ring (``tma_rows_kernel``: 16-row CTAs over the
   whole of K, stages of 256 weights a row, four consumer warps, five CTAs an SM) over their boxes (W12: [16][256] of
   ``ae`` and [16][128] of ``nib``; Q: the ``ae`` box; bf16: [16][256] values, 512-byte row pieces);
-* ``tiled16_w12`` / ``tiled16_q`` / ``tiled16_bf16``: that ring over the same bytes stored stage after stage.
+* ``tiled16_w12`` / ``tiled16_q`` / ``tiled16_bf16``: that ring over the same bytes stored stage after stage;
+* ``wide_w12`` / ``wide_q``: the wide kernels' ring (``tma_wide_kernel``: 128-row CTAs, stages of 64 weights a row,
+  eight consumer warps, one CTA an SM, 7 stages) over their boxes (W12: [128][64] of ``ae`` and [128][32] of ``nib``,
+  row pieces of 64 and 32 bytes; Q: the ``ae`` box), at the wide plan's K split for 64 rows; the GEMM's ``x`` box (from
+  the L2) is not read;
+* ``wide128_w12``: that ring with stages of 128 weights a row ([128][128] ``ae``, [128][64] ``nib``).
 
 If the rows layouts stream near the copy rate here, the GEMMs' consumers or epilogue hold them; if the rows layouts are
 slow and the tiled ones fast, the row pieces are. Each shape also times the GEMMs themselves (cuBLAS bf16 and the
@@ -58,7 +63,11 @@ LAYOUTS = {
     "tiled16_w12": (8, 1.5, ROW_TILE),
     "tiled16_q": (9, 1.0, ROW_TILE),
     "tiled16_bf16": (10, 2.0, ROW_TILE),
+    "wide_w12": (11, 1.5, "w12_wide"),
+    "wide_q": (12, 1.0, "q_wide"),
+    "wide128_w12": (13, 1.5, "w12_wide"),
 }
+WIDE_ROWS = 64  # the rows of the wide plan whose K split the wide layouts take
 SHAPES = {
     "8b_qkv": (6144, 4096),
     "8b_o": (4096, 4096),
@@ -142,7 +151,8 @@ class Probe:
         self.copies = []
         for i in range(copies):
             chunk = pool[i * self.nbytes : (i + 1) * self.nbytes]
-            second = chunk[n * k :] if case["layout"] in ("rows_w12", "rows16_w12") else chunk  # the nib plane after ae
+            w12_rows = ("rows_w12", "rows16_w12", "wide_w12", "wide128_w12")
+            second = chunk[n * k :] if case["layout"] in w12_rows else chunk  # the nib plane after ae
             self.copies.append((chunk, second))
         self.i = 0
 
@@ -274,7 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     args.l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
     copy_bw = copy_bandwidth(device)
-    plan_splits = lambda gemm, n, k: ops.launch_plan(gemm, 1, n, k, sms)["k_splits"]  # noqa: E731
+
+    def plan_splits(gemm: str, n: int, k: int) -> int:
+        if gemm.endswith("_wide"):
+            return ops.wide_plan(gemm.removesuffix("_wide"), WIDE_ROWS, n, k, sms)["k_splits"]
+        return ops.launch_plan(gemm, 1, n, k, sms)["k_splits"]
+
     all_cases = cases(shapes, plan_splits)
     gen = torch.Generator(device=device).manual_seed(0)
     total = torch.zeros(1, dtype=torch.int64, device=device)

@@ -15,7 +15,7 @@ from benchmarks.kernels import bench_stream_layout as bsl
 
 
 def test_every_layout_runs_at_its_gemms_split_and_the_one_wave_shapes_sweep_the_splits():
-    splits = {"w12_v7": 4, "q_v2": 2, "bf16_v2": 3}
+    splits = {"w12_v7": 4, "q_v2": 2, "bf16_v2": 3, "w12_wide": 5, "q_wide": 6}
     cs = bsl.cases({"o": (4096, 4096), "head": (151936, 4096)}, lambda gemm, n, k: splits[gemm])
     plan = {(c["shape"], c["layout"]): c["k_splits"] for c in cs if c["why"] == "plan"}
     # the row tiles' layouts read the whole of K in one CTA
