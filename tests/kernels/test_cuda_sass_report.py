@@ -98,9 +98,9 @@ def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
             released[name] = unsafe
     # every ring kernel (bulk-copy, tensor-map split-K, persistent and row-tile: W12, Q and bf16 at 8 and 16 tokens; the
     # Q view's row tiles at 8 tokens also with two consumer stage groups; the wide W12 and Q kernels at 1-4 n-tiles of 32,
-    # each with and without its decode pipelined, and at 1-2 n-tiles for two CTAs an SM)
-    assert len(released) == 41, sorted(released)
-    assert sum("tma_wide_kernel" in name for name in released) == 20
+    # each with and without its decode pipelined, and at 1-2 n-tiles for two CTAs an SM and for two stage groups)
+    assert len(released) == 45, sorted(released)
+    assert sum("tma_wide_kernel" in name for name in released) == 24
     assert not any(released.values()), {name: n for name, n in released.items() if n}
 
 
@@ -114,8 +114,8 @@ def test_every_tensor_map_gemm_signals_once_its_weights_are_read():
         if re.search(r"tma_(gemm|stream_k|rows|wide)_kernel", name)
     }
     # three kernels x three kinds x 8 and 16 tokens, Q's two-group row tiles, the wide W12 and Q kernels at 1-4 n-tiles
-    # (two forms each, and a third at 1-2 for two CTAs an SM)
-    assert len(signals) == 39, sorted(signals)
+    # (two forms each, a third at 1-2 for two CTAs an SM and a fourth at 1-2 for two stage groups)
+    assert len(signals) == 43, sorted(signals)
     persistent = {name: n for name, n in signals.items() if "tma_stream_k_kernel" in name}
     assert len(persistent) == 6 and all(n == (1, 1) for n in persistent.values()), persistent
     assert all(n == (0, 1) for name, n in signals.items() if name not in persistent), signals
@@ -157,13 +157,13 @@ def test_two_stage_groups_double_the_row_tile_consumers_and_keep_their_loops():
     assert 0 < two <= one + 4, (one, two)
 
 
-def _wide_kernels(pipelined: bool = False) -> dict[tuple[int, int, int], list[str]]:
-    # (kind, NB, CTAs an SM) -> SASS lines of the wide kernels with or without the pipelined loop
+def _wide_kernels(pipelined: bool = False) -> dict[tuple[int, int, int, int], list[str]]:
+    # (kind, NB, CTAs an SM, stage groups) -> SASS lines of the wide kernels with or without the pipelined loop
     found = {}
     for name, lines in _library_sass().items():
-        match = re.search(r"tma_wide_kernelILi(\d)ELi(\d)ELb(\d)ELi(\d)E", name)
+        match = re.search(r"tma_wide_kernelILi(\d)ELi(\d)ELb(\d)ELi(\d)ELi(\d)E", name)
         if match and int(match.group(3)) == pipelined:
-            found[(int(match.group(1)), int(match.group(2)), int(match.group(4)))] = lines
+            found[(int(match.group(1)), int(match.group(2)), int(match.group(4)), int(match.group(5)))] = lines
     return found
 
 
@@ -224,8 +224,8 @@ def test_pipelined_wide_kernels_decode_the_next_stage_into_other_registers_while
     """``SPECDEC_WIDE_PIPELINE=1``: each stage's MMAs are one group; the warpgroup waits until one group is left
     (``DEPBAR.LE gsb0, 0x1``) before releasing a stage, and no register an unretired MMA reads is written meanwhile."""
     kernels = _wide_kernels(pipelined=True)
-    assert sorted(kernels) == [(kind, nb, 1) for kind in (1, 2) for nb in (1, 2, 3, 4)]
-    for (kind, nb, _), lines in kernels.items():
+    assert sorted(kernels) == [(kind, nb, 1, 1) for kind in (1, 2) for nb in (1, 2, 3, 4)]
+    for (kind, nb, _, _), lines in kernels.items():
         code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
         mmas = [i for i, line in enumerate(code) if f"HGMMA.64x{_wide_mma_n(kind, nb)}x16.F32.BF16" in line]
         # a stage's MMAs (four k16 steps) in the first stage, the loop's two stages (one a register set) and the odd
@@ -266,11 +266,13 @@ def test_the_in_flight_check_finds_a_write_to_an_a_register_before_its_wait():
 
 def test_wide_kernels_multiply_with_wgmma_and_wait_before_the_next_decode():
     kernels = _wide_kernels()
-    # one CTA an SM at 1-4 n-tiles, two at 1-2
+    # one CTA an SM at 1-4 n-tiles, two at 1-2, one with two stage groups at 1-2
     assert sorted(kernels) == sorted(
-        [(kind, nb, 1) for kind in (1, 2) for nb in (1, 2, 3, 4)] + [(kind, nb, 2) for kind in (1, 2) for nb in (1, 2)]
+        [(kind, nb, 1, 1) for kind in (1, 2) for nb in (1, 2, 3, 4)]
+        + [(kind, nb, 2, 1) for kind in (1, 2) for nb in (1, 2)]
+        + [(kind, nb, 1, 2) for kind in (1, 2) for nb in (1, 2)]
     )
-    for (kind, nb, _), lines in kernels.items():
+    for (kind, nb, _, _), lines in kernels.items():
         code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
         n = _wide_mma_n(kind, nb)
         mmas = [i for i, line in enumerate(code) if f"HGMMA.64x{n}x16.F32.BF16" in line]

@@ -991,6 +991,18 @@ def test_wide_ctas_per_sm_reads_the_environment(monkeypatch):
         wide_ctas_per_sm()
 
 
+def test_wide_stage_groups_reads_the_environment(monkeypatch):
+    from specdec.kernels.cuda.ops import WIDE_GROUPS_ENV, wide_stage_groups
+
+    monkeypatch.delenv(WIDE_GROUPS_ENV, raising=False)
+    assert wide_stage_groups() == 1
+    monkeypatch.setenv(WIDE_GROUPS_ENV, "2")
+    assert wide_stage_groups() == 2
+    monkeypatch.setenv(WIDE_GROUPS_ENV, "3")
+    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_GROUPS: expected '1' or '2' .*, got '3'"):
+        wide_stage_groups()
+
+
 def test_wide_plan_refuses_what_the_kernel_cannot_take():
     _library_or_skip()
     with pytest.raises(ValueError, match=r"wide_plan: expected 1 <= m <= 128, n >= 1 and k a positive multiple of 64"):

@@ -96,6 +96,7 @@ __all__ = [
     "BF16_VARIANTS",
     "ROW_STAGE_GROUPS_ENV",
     "WIDE_CTAS_ENV",
+    "WIDE_GROUPS_ENV",
     "WIDE_PIPELINE_ENV",
     "w12_gemm_wide",
     "q_gemm_wide",
@@ -103,6 +104,7 @@ __all__ = [
     "wide_gemm_enabled",
     "wide_ctas_per_sm",
     "wide_pipeline",
+    "wide_stage_groups",
     "WIDE_GEMM_ENV",
     "WIDE_MAX_TOKENS",
     "WIDE_STAGE_K",
@@ -120,6 +122,7 @@ BF16_VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 ROW_STAGE_GROUPS_ENV = "SPECDEC_ROW_STAGE_GROUPS"
 WIDE_PIPELINE_ENV = "SPECDEC_WIDE_PIPELINE"
 WIDE_CTAS_ENV = "SPECDEC_WIDE_CTAS"
+WIDE_GROUPS_ENV = "SPECDEC_WIDE_GROUPS"
 WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
 WIDE_MAX_TOKENS = 128  # four wgmma n-tiles of 32 tokens
 WIDE_STAGE_K = 64  # K of a ring stage: the wide ops need K % 64 == 0
@@ -317,6 +320,27 @@ def wide_ctas_per_sm() -> int:
     value = os.environ.get(WIDE_CTAS_ENV, "") or "1"
     if value not in ("1", "2"):
         raise ValueError(f"${WIDE_CTAS_ENV}: expected '1' or '2' (CTAs an SM of the wide kernels up to 64 tokens), got {value!r}")
+    return int(value)
+
+
+def wide_stage_groups() -> int:
+    """The consumer stage groups of the wide kernels with one CTA an SM and the one-set loop up to 64 tokens
+    (``$SPECDEC_WIDE_GROUPS``, read on every call): ``2`` runs two groups of two warpgroups over the same 128 rows, one
+    on the slice's even stages and one on its odd ones (16 consumer warps, 96 registers a thread), so that four warps a
+    scheduler cover each other's decode chains and MMA waits; ``1`` (the default) one group. The same plan and ring
+    either way; the sums add group by group (``specdec/kernels/cuda/README.md``, "Wide calls"). Raises ValueError for
+    any other value.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop(WIDE_GROUPS_ENV, None) and None
+        >>> wide_stage_groups()
+        1
+    """
+    value = os.environ.get(WIDE_GROUPS_ENV, "") or "1"
+    if value not in ("1", "2"):
+        raise ValueError(f"${WIDE_GROUPS_ENV}: expected '1' or '2' (consumer stage groups of the wide kernels), got {value!r}")
     return int(value)
 
 
@@ -720,6 +744,7 @@ def _launch_wide(lib, what: str, run, kind: int, args: tuple, m: int, n: int, k:
 
     lib.specdec_set_wide_pipeline(int(wide_pipeline()))
     lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
+    lib.specdec_set_wide_stage_groups(wide_stage_groups())
     return _launch_split_k(lib, what, plan_of, run, args, m, n, k, device, _stream(device))
 
 
@@ -834,6 +859,7 @@ def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
     lib = load_library()
     lib.specdec_set_wide_pipeline(int(wide_pipeline()))
     lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
+    lib.specdec_set_wide_stage_groups(wide_stage_groups())
     if lib.specdec_wide_plan(KINDS[kind], m, n, k, sms, out) != 0:
         raise ValueError(
             f"wide_plan: expected 1 <= m <= {WIDE_MAX_TOKENS}, n >= 1 and k a positive multiple of {WIDE_STAGE_K}, "

@@ -1701,7 +1701,11 @@ __host__ __device__ constexpr int wide_weight_bytes(int kind) {
   return kWideRows * kWideStageK + (kind == kW12 ? kWideRows * (kWideStageK / 2) : 0);
 }
 __host__ __device__ constexpr int wide_stage_bytes(int kind, int nb) { return wide_weight_bytes(kind) + nb * kWideBlockTokens * kWideStageK * 2; }
-__host__ __device__ constexpr int wide_threads(int kind) { return (kWideConsumerWarps + 1 + (kind == kW12 ? 1 : 0)) * 32; }
+// Threads of the wide kernel: `groups` stage groups of consumer warps (two warpgroups each), the producer warp and, for
+// W12, the escape warp.
+__host__ __device__ constexpr int wide_threads(int kind, int groups = 1) {
+  return (groups * kWideConsumerWarps + 1 + (kind == kW12 ? 1 : 0)) * 32;
+}
 __host__ __device__ constexpr int wide_red_stride(int nb) { return nb * kWideBlockTokens + 1; }  // +1: the epilogue reads columns
 // After the stages: the sums [128 rows][wide_red_stride] fp32 (the escape warp's first, then the MMAs' added), then
 // for W12 the escape warp's round (fold_escapes: x [32][TOK + 1], values and rows [32]).
@@ -1847,11 +1851,14 @@ __device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint3
 // set of A registers). PIPE = true: two sets of A registers, a0 for even stages and a1 for odd ones; the warpgroup
 // decodes stage s + 1 into the other set while stage s's MMAs run, then waits for those (wait_group 1) before it
 // releases stage s and rewrites their set. Each set is kept live (an empty asm reading and writing it) until the wait
-// that retires its MMAs, so ptxas cannot give the next decode the registers the MMAs in flight read.
-template <int KIND, int NB, int STAGES, bool PIPE>
+// that retires its MMAs, so ptxas cannot give the next decode the registers the MMAs in flight read. GROUPS stage
+// groups (the one-set loop only): the warps of group `group` take stages s_lo + group, s_lo + group + GROUPS, ...
+template <int KIND, int NB, int STAGES, bool PIPE, int GROUPS = 1>
 __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                   uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                                  float (&acc)[NB][16]) {
+                                                  float (&acc)[NB][16], int group = 0) {
+  static_assert(GROUPS == 1 || !PIPE, "stage groups run the one-set loop");
+  static_assert(GROUPS <= STAGES, "a group's next stage lies within one pass of the ring");
   const int g = lane >> 2, t = lane & 3;
   const int tile_row = warp * 16 + g;
   const uint32_t mid = KIND == kQ ? 8u : 0u;
@@ -1865,7 +1872,7 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   for (int j = 0; j < NB; ++j)
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc[j][i] = 0.f;
-  int s = 0;
+  int s = group;  // the ring slot of stage s_lo + group
   uint32_t round = 0;
   auto release = [&](int slot) {
     __syncwarp();
@@ -1913,10 +1920,11 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
     wgmma_commit();
   };
   auto advance = [&]() {
-    if (++s == STAGES) s = 0, ++round;
+    s += GROUPS;
+    if (s >= STAGES) s -= STAGES, ++round;
   };
   if constexpr (!PIPE) {
-    for (int it = s_lo; it < s_hi; ++it) {
+    for (int it = s_lo + group; it < s_hi; it += GROUPS) {
       uint32_t a[4][4];
       issue_stage(decode_stage(a), a);
       wgmma_wait<0>();  // the MMAs have read this stage's x and their A registers, which the next stage's decode rewrites
@@ -2031,9 +2039,13 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
 // kWideRows weight rows a CTA, stages s_lo .. s_hi - 1 of K (blockIdx.y of p.k_splits slices), 32 * NB token columns:
 // warps 0-7 the consumers (two warpgroups), warp 8 the producer (one thread issuing the tensor-map copies), for W12
 // warp 9 the escape warp (fold_escapes over the CTA's rows and K slice, straight into the sums' tile; the consumers
-// add their sums to it after the K loop: one fp32 addition a value, the same bits in either order).
-template <int KIND, int NB, bool PIPE, int CTAS>
-__global__ void __launch_bounds__(wide_threads(KIND), CTAS)
+// add their sums to it after the K loop: one fp32 addition a value, the same bits in either order). GROUPS = 2 (one
+// CTA an SM, the one-set loop, up to 64 tokens): warps 0-7 and 8-15 are two stage groups over the same 128 rows, the
+// first taking the slice's even stages, the second its odd ones, so that four consumer warps a scheduler, not two,
+// cover each other's decode chains and MMA waits; the producer and escape warps follow them. The sums' tile gets the
+// escape sums, then the first group's sums, then the second's (the same bits for the same plan and GROUPS).
+template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1>
+__global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
     tma_wide_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                     const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
   constexpr int kStages = wide_stages(KIND, NB, CTAS);
@@ -2055,11 +2067,14 @@ __global__ void __launch_bounds__(wide_threads(KIND), CTAS)
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);  // [128][kStride]
   float* round = red + kWideRows * kStride;  // the escape warp's round
 
-  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kWideConsumerWarps);
+  static_assert(GROUPS == 1 || (CTAS == 1 && !PIPE && NB <= 2), "stage groups: one CTA an SM, the one-set loop, 64 tokens");
+  constexpr int kConsumers = GROUPS * kWideConsumerWarps;
+  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kWideConsumerWarps);  // a stage: one group's warps
   __syncthreads();
   float acc[NB][16];
-  const bool consumer = warp < kWideConsumerWarps;
-  if (warp == kWideConsumerWarps) {
+  const bool consumer = warp < kConsumers;
+  const int group = warp / kWideConsumerWarps, group_warp = warp % kWideConsumerWarps;
+  if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kWideRows, kWideStageK>(smem, stage_bytes, wide_weight_bytes(KIND), full_bar, empty_bar, s_lo,
                                                               s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map);
@@ -2067,13 +2082,14 @@ __global__ void __launch_bounds__(wide_threads(KIND), CTAS)
     if constexpr (KIND == kW12)
       fold_escapes<kTok, kWideRows, kStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, round);
   } else {
-    consume_wide_ring<KIND, NB, kStages, PIPE>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, acc);
+    consume_wide_ring<KIND, NB, kStages, PIPE, GROUPS>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, group_warp, lane,
+                                                       acc, group);
   }
   __syncthreads();  // the ring is done; for W12 the escape sums are in red
   griddep_launch_dependents();
-  if (consumer) {
-    // acc[j][4 i + e]: rows (g, g + 8) for e (0, 1) / (2, 3), tokens 32 j + 8 i + 2t + (e & 1).
-    const int g = lane >> 2, t = lane & 3, r0 = warp * 16 + g;
+  // acc[j][4 i + e]: rows (g, g + 8) for e (0, 1) / (2, 3), tokens 32 j + 8 i + 2t + (e & 1); group by group.
+  auto add_sums = [&](bool first) {
+    const int g = lane >> 2, t = lane & 3, r0 = group_warp * 16 + g;
 #pragma unroll
     for (int j = 0; j < NB; ++j)
 #pragma unroll
@@ -2081,13 +2097,18 @@ __global__ void __launch_bounds__(wide_threads(KIND), CTAS)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float* v = red + (r0 + (e >> 1) * 8) * kStride + 32 * j + 8 * i + 2 * t + (e & 1);
-          if constexpr (KIND == kW12) *v += acc[j][4 * i + e];
+          if (KIND == kW12 || !first) *v += acc[j][4 * i + e];
           else *v = acc[j][4 * i + e];
         }
+  };
+  if (consumer && group == 0) add_sums(true);
+  if constexpr (GROUPS == 2) {
+    __syncthreads();
+    if (consumer && group == 1) add_sums(false);
   }
   griddep_wait();
   __syncthreads();
-  finish_wide_row_block<wide_threads(KIND), kStride, CTAS == 2 ? kTok : 0>(p, red, partials, counters, split);
+  finish_wide_row_block<wide_threads(KIND, GROUPS), kStride, CTAS == 2 ? kTok : 0>(p, red, partials, counters, split);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
@@ -2936,11 +2957,11 @@ int check_wide_sizes(int M, int N, int K) {
 }
 
 // tma_wide_kernel<KIND, NB, PIPE, CTAS> on p (M <= 32 NB).
-template <int KIND, int NB, bool PIPE, int CTAS>
+template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1>
 int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   static PerDevice<bool> attr_once;
   bool& attr_set = attr_once.here();  // once per device, before any graph capture (the warm-up's call)
-  const auto kernel = tma_wide_kernel<KIND, NB, PIPE, CTAS>;
+  const auto kernel = tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS>;
   if (!attr_set) {
     if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB, CTAS))) return rc;
     attr_set = true;
@@ -2958,7 +2979,7 @@ int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cud
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
-  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, pl.k_splits, 1), wide_threads(KIND), pl.smem_bytes, stream, p,
+  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, pl.k_splits, 1), wide_threads(KIND, GROUPS), pl.smem_bytes, stream, p,
                                           partials, counters, ae_map, nib_map, x_map);
   if (e != cudaSuccess) return fail("tma_wide_kernel launch", e);
   return 0;
@@ -2968,6 +2989,9 @@ int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cud
 // (specdec_set_wide_pipeline), and the CTAs an SM they ask for (specdec_set_wide_ctas_per_sm).
 thread_local int g_wide_pipeline = 0;
 thread_local int g_wide_ctas = 1;
+// The consumer stage groups the wide kernels this thread launches from now on take with one CTA an SM and the one-set
+// loop up to 64 tokens (specdec_set_wide_stage_groups): 1 or 2.
+thread_local int g_wide_groups = 1;
 
 template <int KIND, bool PIPE>
 int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
@@ -2975,6 +2999,9 @@ int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaS
     if (wide_ctas_per_sm(wide_blocks(p.M), PIPE, g_wide_ctas) == 2)
       return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 2>(p, workspace, workspace_bytes, stream)
                                    : launch_wide_blocks<KIND, 2, PIPE, 2>(p, workspace, workspace_bytes, stream);
+    if (g_wide_groups == 2 && wide_blocks(p.M) <= 2)
+      return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 1, 2>(p, workspace, workspace_bytes, stream)
+                                   : launch_wide_blocks<KIND, 2, PIPE, 1, 2>(p, workspace, workspace_bytes, stream);
   }
   switch (wide_blocks(p.M)) {
     case 1: return launch_wide_blocks<KIND, 1, PIPE, 1>(p, workspace, workspace_bytes, stream);
@@ -3025,6 +3052,10 @@ void specdec_set_wide_pipeline(int on) { g_wide_pipeline = on == 1 ? 1 : 0; }
 // The CTAs an SM the wide kernels this thread launches from now on ask for: 2 (taken up to 64 tokens with the one-set
 // loop) or 1 (other values).
 void specdec_set_wide_ctas_per_sm(int ctas) { g_wide_ctas = ctas == 2 ? 2 : 1; }
+
+// The consumer stage groups the wide kernels this thread launches from now on take where they run one CTA an SM with
+// the one-set loop up to 64 tokens: 2 (even and odd stages, 16 consumer warps) or 1 (other values).
+void specdec_set_wide_stage_groups(int groups) { g_wide_groups = groups == 2 ? 2 : 1; }
 
 // The consumer stage groups a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) runs on a GPU with `sms`
 // multiprocessors when up to `wanted` are asked for; host only. -1 for sizes the row tiles do not take.
