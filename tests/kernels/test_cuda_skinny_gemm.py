@@ -917,18 +917,6 @@ def test_wide_switch_is_read_on_every_call_and_checked(monkeypatch):
         wide_gemm_enabled("Q")
 
 
-def test_wide_pipeline_switch_is_read_on_every_call_and_checked(monkeypatch):
-    from specdec.kernels.cuda.ops import WIDE_PIPELINE_ENV, wide_pipeline
-
-    monkeypatch.delenv(WIDE_PIPELINE_ENV, raising=False)
-    assert wide_pipeline() is False
-    monkeypatch.setenv(WIDE_PIPELINE_ENV, "1")
-    assert wide_pipeline() is True
-    monkeypatch.setenv(WIDE_PIPELINE_ENV, "2")
-    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_PIPELINE: expected '0' or '1' .*, got '2'"):
-        wide_pipeline()
-
-
 # Qwen3-8B and 32B linears (N, K)
 _WIDE_SHAPES = [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096), (10240, 5120), (5120, 5120)]
 _WIDE_SHAPES += [(51200, 5120), (5120, 25600)]
@@ -979,28 +967,25 @@ def test_wide_plan_keeps_one_cta_an_sm_for_the_pipelined_loop_or_when_asked(monk
     assert two["k_splits"] == 8 and 2 * (two["shared_bytes"] + 2048) <= 228 * 1024, two
 
 
-def test_wide_ctas_per_sm_reads_the_environment(monkeypatch):
-    from specdec.kernels.cuda.ops import WIDE_CTAS_ENV, wide_ctas_per_sm
+@pytest.mark.parametrize(
+    ("env", "reader", "default", "other", "bad"),
+    [
+        ("SPECDEC_WIDE_CTAS", "wide_ctas_per_sm", 1, 2, "4"),
+        ("SPECDEC_WIDE_GROUPS", "wide_stage_groups", 1, 2, "3"),
+        ("SPECDEC_WIDE_PIPELINE", "wide_pipeline", False, True, "yes"),
+    ],
+)
+def test_the_wide_kernels_settings_read_the_environment(monkeypatch, env, reader, default, other, bad):
+    from specdec.kernels.cuda import ops
 
-    monkeypatch.delenv(WIDE_CTAS_ENV, raising=False)
-    assert wide_ctas_per_sm() == 1
-    monkeypatch.setenv(WIDE_CTAS_ENV, "2")
-    assert wide_ctas_per_sm() == 2
-    monkeypatch.setenv(WIDE_CTAS_ENV, "4")
-    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_CTAS: expected '1' or '2' .*, got '4'"):
-        wide_ctas_per_sm()
-
-
-def test_wide_stage_groups_reads_the_environment(monkeypatch):
-    from specdec.kernels.cuda.ops import WIDE_GROUPS_ENV, wide_stage_groups
-
-    monkeypatch.delenv(WIDE_GROUPS_ENV, raising=False)
-    assert wide_stage_groups() == 1
-    monkeypatch.setenv(WIDE_GROUPS_ENV, "2")
-    assert wide_stage_groups() == 2
-    monkeypatch.setenv(WIDE_GROUPS_ENV, "3")
-    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_GROUPS: expected '1' or '2' .*, got '3'"):
-        wide_stage_groups()
+    read = getattr(ops, reader)
+    monkeypatch.delenv(env, raising=False)
+    assert read() == default
+    monkeypatch.setenv(env, str(int(other)))
+    assert read() == other
+    monkeypatch.setenv(env, bad)
+    with pytest.raises(ValueError, match=rf"\${env}: expected '[01]' or '[12]' .*, got '{bad}'"):
+        read()
 
 
 def test_wide_plan_refuses_what_the_kernel_cannot_take():

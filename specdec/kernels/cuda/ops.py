@@ -258,6 +258,24 @@ def bf16_variant(k: int | None = None) -> str:
     return _variant(BF16_VARIANT_ENV, BF16_VARIANTS, "v5", k)
 
 
+def _env_choice(name: str, default: str, choices: tuple[str, ...], what: str) -> str:
+    """``$name`` (unset or empty: ``default``), one of ``choices``; ValueError naming the variable, what it sets, the
+    expected values and the value found otherwise.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop("SPECDEC_EXAMPLE", None) and None
+        >>> _env_choice("SPECDEC_EXAMPLE", "1", ("1", "2"), "an example")
+        '1'
+    """
+    value = os.environ.get(name, "") or default
+    if value not in choices:
+        expected = " or ".join(repr(c) for c in choices)
+        raise ValueError(f"${name}: expected {expected} ({what}), got {value!r}")
+    return value
+
+
 def row_stage_groups() -> int:
     """Up to how many consumer stage groups the row-tile kernels run (``$SPECDEC_ROW_STAGE_GROUPS``, read on every
     call; unset: 2). ``2``: a Q-view row-tile call of at most 8 tokens whose CTAs all fit at three an SM runs eight
@@ -273,12 +291,7 @@ def row_stage_groups() -> int:
         >>> row_stage_groups()
         2
     """
-    value = os.environ.get(ROW_STAGE_GROUPS_ENV, "") or "2"
-    if value not in ("1", "2"):
-        raise ValueError(
-            f"${ROW_STAGE_GROUPS_ENV}: expected '1' or '2' (consumer stage groups of the row-tile kernels), got {value!r}"
-        )
-    return int(value)
+    return int(_env_choice(ROW_STAGE_GROUPS_ENV, "2", ("1", "2"), "consumer stage groups of the row-tile kernels"))
 
 
 def wide_pipeline() -> bool:
@@ -294,12 +307,7 @@ def wide_pipeline() -> bool:
         >>> wide_pipeline()
         False
     """
-    value = os.environ.get(WIDE_PIPELINE_ENV, "") or "0"
-    if value not in ("0", "1"):
-        raise ValueError(
-            f"${WIDE_PIPELINE_ENV}: expected '0' or '1' (the wide kernels' decode pipelined with their MMAs), got {value!r}"
-        )
-    return value == "1"
+    return _env_choice(WIDE_PIPELINE_ENV, "0", ("0", "1"), "the wide kernels' decode pipelined with their MMAs") == "1"
 
 
 def wide_ctas_per_sm() -> int:
@@ -317,10 +325,7 @@ def wide_ctas_per_sm() -> int:
         >>> wide_ctas_per_sm()
         1
     """
-    value = os.environ.get(WIDE_CTAS_ENV, "") or "1"
-    if value not in ("1", "2"):
-        raise ValueError(f"${WIDE_CTAS_ENV}: expected '1' or '2' (CTAs an SM of the wide kernels up to 64 tokens), got {value!r}")
-    return int(value)
+    return int(_env_choice(WIDE_CTAS_ENV, "1", ("1", "2"), "CTAs an SM of the wide kernels up to 64 tokens"))
 
 
 def wide_stage_groups() -> int:
@@ -338,10 +343,7 @@ def wide_stage_groups() -> int:
         >>> wide_stage_groups()
         1
     """
-    value = os.environ.get(WIDE_GROUPS_ENV, "") or "1"
-    if value not in ("1", "2"):
-        raise ValueError(f"${WIDE_GROUPS_ENV}: expected '1' or '2' (consumer stage groups of the wide kernels), got {value!r}")
-    return int(value)
+    return int(_env_choice(WIDE_GROUPS_ENV, "1", ("1", "2"), "consumer stage groups of the wide kernels"))
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.
