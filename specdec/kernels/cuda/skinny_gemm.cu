@@ -1858,7 +1858,10 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
                                                   uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                                   float (&acc)[NB][16], int group = 0) {
   static_assert(GROUPS == 1 || !PIPE, "stage groups run the one-set loop");
-  static_assert(GROUPS <= STAGES, "a group's next stage lies within one pass of the ring");
+  // Each slot's stages must all be one group's: a full barrier is waited on by phase parity, which is right only while
+  // the waiter has drained the barrier's phase before. With an odd ring of two groups, slot s holds an even stage then
+  // an odd one, and a group a lap ahead of the other would read an unfilled phase's parity as complete.
+  static_assert(STAGES % GROUPS == 0, "every slot of the ring belongs to one stage group");
   const int g = lane >> 2, t = lane & 3;
   const int tile_row = warp * 16 + g;
   const uint32_t mid = KIND == kQ ? 8u : 0u;
@@ -2048,7 +2051,9 @@ template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1>
 __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
     tma_wide_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                     const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
-  constexpr int kStages = wide_stages(KIND, NB, CTAS);
+  // With stage groups, a multiple of GROUPS (consume_wide_ring: each slot one group's); the shared memory the plan
+  // asks for holds the undivided ring.
+  constexpr int kStages = wide_stages(KIND, NB, CTAS) / GROUPS * GROUPS;
   constexpr int kTok = NB * kWideBlockTokens;
   constexpr int kStride = wide_red_stride(NB);
   extern __shared__ __align__(16) unsigned char smem_raw[];
