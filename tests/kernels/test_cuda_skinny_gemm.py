@@ -971,7 +971,7 @@ def test_wide_plan_keeps_one_cta_an_sm_for_the_pipelined_loop_or_when_asked(monk
     ("env", "reader", "default", "other", "bad"),
     [
         ("SPECDEC_WIDE_CTAS", "wide_ctas_per_sm", 1, 2, "4"),
-        ("SPECDEC_WIDE_GROUPS", "wide_stage_groups", 1, 2, "3"),
+        ("SPECDEC_WIDE_GROUPS", "wide_stage_groups", 2, 1, "3"),
         ("SPECDEC_WIDE_PIPELINE", "wide_pipeline", False, True, "yes"),
     ],
 )

@@ -330,20 +330,21 @@ def wide_ctas_per_sm() -> int:
 
 def wide_stage_groups() -> int:
     """The consumer stage groups of the wide kernels with one CTA an SM and the one-set loop up to 64 tokens
-    (``$SPECDEC_WIDE_GROUPS``, read on every call): ``2`` runs two groups of two warpgroups over the same 128 rows, one
-    on the slice's even stages and one on its odd ones (16 consumer warps, 96 registers a thread), so that four warps a
-    scheduler cover each other's decode chains and MMA waits; ``1`` (the default) one group. The same plan and ring
-    either way; the sums add group by group (``specdec/kernels/cuda/README.md``, "Wide calls"). Raises ValueError for
-    any other value.
+    (``$SPECDEC_WIDE_GROUPS``, read on every call): ``2`` (the default) runs two groups of two warpgroups over the same
+    128 rows, one on the slice's even stages and one on its odd ones (16 consumer warps, 96 registers a thread), so that
+    four warps a scheduler cover each other's decode chains and MMA waits; ``1`` one group. The same plan either way, and
+    the sums add group by group (``specdec/kernels/cuda/README.md``, "Wide calls"). On an H100 two groups made the
+    64-row W12 verify step 3 % faster (10.31 -> 10.01 ms) and the Q kernel 5-14 % (benchmarks/NOTES.md). Raises
+    ValueError for any other value.
 
     Example::
 
         >>> import os
         >>> os.environ.pop(WIDE_GROUPS_ENV, None) and None
         >>> wide_stage_groups()
-        1
+        2
     """
-    return int(_env_choice(WIDE_GROUPS_ENV, "1", ("1", "2"), "consumer stage groups of the wide kernels"))
+    return int(_env_choice(WIDE_GROUPS_ENV, "2", ("1", "2"), "consumer stage groups of the wide kernels"))
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.
