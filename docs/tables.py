@@ -1716,6 +1716,39 @@ def cuda_wide_ctas_h100(results: Results) -> str:
     )
 
 
+WIDE_GROUPS_RUNS = ("wide_groups_h100_2026-12-06_groups1.json", "wide_groups_h100_2026-12-06_groups2.json")
+WIDE_GROUPS_STEPS = ("ar_step_verify64_h100_2026-12-06_groups1.json", "ar_step_verify64_h100_2026-12-06_groups2.json")
+
+
+def cuda_wide_groups_h100(results: Results) -> str:
+    """One against two consumer stage groups in the wide kernels (H100, one call, no programmatic launch): us a call and
+    x cuBLAS bf16 of the same call, 8B and 32B linears at 32 and 64 rows; then the 64-row W12 verify step."""
+    runs = [results(name) for name in WIDE_GROUPS_RUNS]
+    if [run["provenance"]["env"].get("SPECDEC_WIDE_GROUPS") for run in runs] != ["1", "2"]:
+        raise ValueError(f"{WIDE_GROUPS_RUNS}: expected the runs of SPECDEC_WIDE_GROUPS 1 and 2")
+
+    def cell(run: dict, model: str, linear: str, m: int, kind: str) -> str:
+        (r,) = [r for r in run["timings"] if (r["model"], r["linear"], r["M"], r["kind"]) == (model, linear, m, kind)]
+        return f"{r['cold_s'] * 1e6:.1f} ({r['x_cublas']:.2f}x)"
+
+    rows = []
+    for model in ("qwen3-8b", "qwen3-32b"):
+        for linear in ("qkv", "o", "gate_up", "down", "lm_head"):
+            for m in (32, 64):
+                cells = [model, linear, str(m)]
+                for kind in ("cuda_w12_wide", "cuda_q_wide"):
+                    cells.append(" -> ".join(cell(run, model, linear, m, kind) for run in runs))
+                rows.append(cells)
+    steps = [results(name) for name in WIDE_GROUPS_STEPS]
+    step_row = ["W12 verify step, 64 rows", " -> ".join(f"{run['w12_verify_s'] * 1e3:.2f} ms" for run in steps)]
+    return "\n\n".join(
+        [
+            markdown_table(["model", "linear", "rows", "W12 wide: one -> two groups", "Q wide: one -> two groups"], rows),
+            markdown_table(["lean 8B", "one -> two groups"], [step_row]),
+        ]
+    )
+
+
 STEP_LINEARS_RUNS = {
     "W12": "step_linears_h100_2026-12-06_w12.json",
     "bf16, cuBLAS": "step_linears_h100_2026-12-06_bf16.json",
@@ -1760,6 +1793,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide-epilogue-h100": cuda_wide_epilogue_h100,
     "cuda-wide-ctas-h100": cuda_wide_ctas_h100,
     "step-linears-h100": step_linears_h100,
+    "cuda-wide-groups-h100": cuda_wide_groups_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
     "w12-tokens": w12_tokens,
