@@ -2961,7 +2961,7 @@ int check_wide_sizes(int M, int N, int K) {
   return 0;
 }
 
-// tma_wide_kernel<KIND, NB, PIPE, CTAS> on p (M <= 32 NB).
+// tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS> on p (M <= 32 NB).
 template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1>
 int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   static PerDevice<bool> attr_once;
@@ -2995,8 +2995,8 @@ int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cud
 thread_local int g_wide_pipeline = 0;
 thread_local int g_wide_ctas = 1;
 // The consumer stage groups the wide kernels this thread launches from now on take with one CTA an SM and the one-set
-// loop up to 64 tokens (specdec_set_wide_stage_groups): 1 or 2.
-thread_local int g_wide_groups = 1;
+// loop up to 64 tokens (specdec_set_wide_stage_groups): 2 or 1.
+thread_local int g_wide_groups = 2;
 
 template <int KIND, bool PIPE>
 int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
@@ -3059,8 +3059,8 @@ void specdec_set_wide_pipeline(int on) { g_wide_pipeline = on == 1 ? 1 : 0; }
 void specdec_set_wide_ctas_per_sm(int ctas) { g_wide_ctas = ctas == 2 ? 2 : 1; }
 
 // The consumer stage groups the wide kernels this thread launches from now on take where they run one CTA an SM with
-// the one-set loop up to 64 tokens: 2 (even and odd stages, 16 consumer warps) or 1 (other values).
-void specdec_set_wide_stage_groups(int groups) { g_wide_groups = groups == 2 ? 2 : 1; }
+// the one-set loop up to 64 tokens: 1 (one group) or 2 (other values: even and odd stages, 16 consumer warps).
+void specdec_set_wide_stage_groups(int groups) { g_wide_groups = groups == 1 ? 1 : 2; }
 
 // The consumer stage groups a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) runs on a GPU with `sms`
 // multiprocessors when up to `wanted` are asked for; host only. -1 for sizes the row tiles do not take.
