@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The wide W12 / Q kernels after the split epilogue's rewrite (float4 partial tiles, the last CTA loading every other
 # split's before it sums; the Q kernel one wgmma of n = 32 NB a k16 step, W12 NB of n = 32), in both consumer loops
-# ($SPECDEC_WIDE_PIPELINE 0 / 1), on the Qwen3-8B linears at 32 / 64 / 128 rows beside cuBLAS bf16 and the Triton
+# ($SPECDEC_WIDE_PIPELINE 0 / 1; the one-set loop with its default two stage groups up to 64 rows, the pipelined one
+# with one), on the Qwen3-8B linears at 32 / 64 / 128 rows beside cuBLAS bf16 and the Triton
 # W12 / Q kernels, each call's checks first; the lean 8B target's 64-row verify step; then ncu's stall samples by SASS
 # line of one W12 and one Q wide call at 32 and 128 rows (8B o).
 # Expected time on one H200: ~4 min (each kernel call ~40 s, the AR-step call ~20 s, the ncu source page ~60 s; an
