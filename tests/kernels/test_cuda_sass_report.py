@@ -56,12 +56,49 @@ def test_staged_instantiations_are_reported_by_variant(tmp_path, monkeypatch, ca
         (TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_rows_kernelILi1ELi8EE"), ("w12_v9", "1")),
         (TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_rows_kernelILi2ELi16EE"), ("q_v4", "1")),
         (TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_rows_kernelILi3ELi8EE"), None),
+        (TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_wide_kernelILi1ELi2ELb0ELi1ELi2EE"), ("w12_wide", "1")),
+        (TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_wide_kernelILi2ELi4ELb1ELi1ELi1EE"), ("q_wide", "1")),
     ],
     ids=["tma-w12", "tma-q", "tma-unknown-kind", "bulk-one", "bulk-four", "split", "stream", "skinny-q", "unknown"]
-    + ["rows-w12", "rows-q", "rows-unknown-kind"],
+    + ["rows-w12", "rows-q", "rows-unknown-kind", "wide-w12", "wide-q"],
 )
 def test_kernel_kind_of_each_mangled_name(name, kind):
     assert sass_report.kernel_kind(name) == kind
+
+
+def test_wide_loops_are_reported_by_form_with_their_pipes(tmp_path, monkeypatch, capsys):
+    loop = [
+        "/*0000*/ LDS R4, [R2] ;",
+        "/*0010*/ SHF.R.W.U32 R5, R4, R6, R4 ;",
+        "/*0020*/ LOP3.LUT R5, R5, 0x7f007f0, R7, 0xf8, !PT ;",
+        "/*0030*/ IMAD R8, R4, R9, RZ ;",
+        "/*0040*/ HGMMA.64x32x16.F32.BF16 R24, R56, gdesc[UR4], R24, gsb0 ;",
+        "/*0050*/ @!P0 BRA 0x0 ;",
+    ]
+    one = TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_wide_kernelILi1ELi2ELb0ELi1ELi2EE")
+    piped = TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_wide_kernelILi2ELi1ELb1ELi1ELi1EE")
+    text = tmp_path / "sass.txt"
+    text.write_text("".join(f"Function : {name}\n" + "\n".join(loop) + "\n" for name in (one, piped)))
+    monkeypatch.setattr(sys, "argv", ["sass_report", "--text", str(text)])
+    sass_report.main()
+    out = capsys.readouterr().out.splitlines()
+    # 6 instructions over the 32 weights a lane of one stage; the pipelined loop's body holds two stages
+    assert any(line.startswith("w12_wide NB=2 pipelined=0 ctas=1 groups=2: loop 6 instr, 1 HMMA, 0.19 ") for line in out), out
+    assert any(line.startswith("q_wide NB=1 pipelined=1 ctas=1 groups=1: loop 6 instr, 1 HMMA, 0.09 ") for line in out), out
+    assert out.count("    by pipe: alu 2, fma 1, memory 1, other 2") == 2, out
+
+
+def test_the_wide_decode_keeps_the_sign_off_the_integer_alu():
+    # the sign bits through an IMAD (a per-lane multiplier), not a funnel shift: the one-set loop at 33-64 tokens keeps
+    # its integer-ALU instructions a stage at W12 130 and Q 94 (146 and 110 with the shift; benchmarks/NOTES.md)
+    pipes = {}
+    for name, lines in _library_sass().items():
+        match = re.search(r"tma_wide_kernelILi(\d)ELi2ELb0ELi1ELi1E", name)
+        if match:
+            pipes[match.group(1)] = sass_report.analyse_kernel(lines, 32)["pipes"]
+    assert sorted(pipes) == ["1", "2"], sorted(pipes)
+    assert pipes["1"]["alu"] <= 134 and pipes["1"]["fma"] >= 48, pipes["1"]
+    assert pipes["2"]["alu"] <= 98 and pipes["2"]["fma"] >= 44, pipes["2"]
 
 
 def _cuobjdump() -> str:

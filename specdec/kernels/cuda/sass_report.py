@@ -1,9 +1,9 @@
 """Static SASS report of the skinny GEMM kernels: main-loop instruction mix and instructions per weight.
 
 Reads ``cuobjdump -sass`` text of ``build/specdec_cuda_kernels.so``, finds in each kernel the loop whose body
-holds the unrolled batch (the backward branch whose body has the most ``HMMA`` and no ``EXIT``), and prints per kernel the
-load widths, the opcode counts of that body and the instructions per weight per thread
-(body length / weights per lane per batch). Run where a ``cuobjdump`` exists (the CUDA toolkit, or the one
+holds the unrolled batch (the backward branch whose body has the most ``HMMA`` or ``HGMMA`` and no ``EXIT``), and
+prints per kernel the load widths, the opcode counts of that body, its instructions by pipe (the integer ALU's, the FMA
+pipe's, shared/global memory's) and the instructions per weight per thread (body length / weights per lane per batch). Run where a ``cuobjdump`` exists (the CUDA toolkit, or the one
 in Triton's wheel)::
 
     python -m specdec.kernels.cuda.sass_report --cuobjdump PATH/cuobjdump build/specdec_cuda_kernels.so
@@ -44,6 +44,10 @@ WEIGHTS_PER_LANE_PER_BATCH = {
     "w12_v9": 1 * 2 * 16,
     "q_v4": 1 * 2 * 16,
     "bf16_v4": 2 * 2 * 8,
+    # the wide kernels (tma_wide_kernel<1> W12, <2> Q): a warp decodes 16 rows x 64 k of a stage, 32 weights a lane; the
+    # pipelined loop's body holds two stages (main doubles it)
+    "w12_wide": 32,
+    "q_wide": 32,
 }
 # Printed names of the skinny kernel's template kinds; the W12 and Q variants print as their kind.
 KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q"}
@@ -53,6 +57,16 @@ TMA_KINDS = {"1": "w12_v7", "2": "q_v2"}
 STREAM_K_KINDS = {"1": "w12_v8", "2": "q_v3"}
 # The same for the row-tile kernel (tma_rows_kernel).
 ROW_TILE_KINDS = {"0": "bf16_v4", "1": "w12_v9", "2": "q_v4"}
+# The same for the wide kernel (tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS>).
+WIDE_KINDS = {"1": "w12_wide", "2": "q_wide"}
+_WIDE = re.compile(r"tma_wide_kernelILi(\d)ELi(\d)ELb(\d)ELi(\d)ELi(\d)E")
+# Base opcodes by the pipe that issues them (Hopper): the integer ALU (16 lanes a scheduler: a warp instruction every
+# second cycle), the FMA pipe (IMAD among them), and the memory pipes (shared and global loads and stores).
+ALU_OPCODES = frozenset(
+    {"LOP3", "SHF", "IADD3", "VIADD", "VIMNMX", "LEA", "ISETP", "SEL", "MOV", "PRMT", "IMNMX", "BMSK", "SGXT"}
+)
+FMA_OPCODES = frozenset({"IMAD", "FFMA", "FMUL", "FADD", "HFMA2"})
+MEMORY_OPCODES = frozenset({"LDS", "STS", "LDG", "STG", "LDSM", "LDL", "STL"})
 # Whole-kernel opcodes of the copy pipelines: the bulk copies, the TMA tensor copies and the mbarrier operations.
 ASYNC_OPCODES = ("UBLKCP", "UTMALDG", "SYNCS")
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
@@ -68,10 +82,27 @@ def parse(lines: list[str]) -> list[tuple[int, str, str]]:
     return out
 
 
-def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
-    """Opcode mix of the innermost loop with the most HMMA and its instructions per weight (per lane).
+def pipes_of(mix: Counter | dict) -> dict[str, int]:
+    """Instructions of an opcode mix by pipe: ``alu``, ``fma``, ``memory`` (by base opcode) and ``other``.
 
-    Innermost: a loop around another loop with HMMA (a persistent kernel's loop over row blocks around its K loop)
+    Example::
+
+        >>> pipes_of({"LOP3.LUT": 3, "SHF.R.W.U32": 2, "IMAD.MOV.U32": 1, "LDS.64": 2, "HGMMA.64x32x16.F32.BF16": 1})
+        {'alu': 5, 'fma': 1, 'memory': 2, 'other': 1}
+    """
+    out = {"alu": 0, "fma": 0, "memory": 0, "other": 0}
+    for op, n in mix.items():
+        base = op.split(".")[0]
+        key = "alu" if base in ALU_OPCODES else "fma" if base in FMA_OPCODES else "memory" if base in MEMORY_OPCODES else "other"
+        out[key] += n
+    return out
+
+
+def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
+    """Opcode mix of the innermost loop with the most MMAs (``HMMA``, or the wide kernels' ``HGMMA``) and its
+    instructions per weight (per lane); ``hmma`` counts either kind.
+
+    Innermost: a loop around another loop with MMAs (a persistent kernel's loop over row blocks around its K loop)
     is not counted.
     """
     ins = parse(lines)
@@ -89,7 +120,7 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
         body = ins[addr_index[t] : i + 1]
         if any(o == "EXIT" for _, o, _ in body):  # a jump back from an out-of-line path (a retry), not a loop
             continue
-        hmma = sum(o.startswith("HMMA") for _, o, _ in body)
+        hmma = sum(o.startswith(("HMMA", "HGMMA")) for _, o, _ in body)
         if hmma:
             loops.append((addr_index[t], i, hmma))
     innermost = [(lo, hi, h) for lo, hi, h in loops if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b, _ in loops)]
@@ -107,6 +138,7 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
         "instructions_per_weight": len(body) / weights_per_batch,
         "barriers": sum(o.startswith(("BAR", "UCGABAR")) for _, o, _ in body),
         "mix": dict(mix.most_common()),
+        "pipes": pipes_of(mix),
         "async_in_kernel": {p: sum(o.startswith(p) for _, o, _ in ins) for p in ASYNC_OPCODES},
     }
 
@@ -198,7 +230,12 @@ def kernel_kind(name: str) -> tuple[str, str] | None:
         ('w12_v8', '1')
         >>> kernel_kind("_ZN12_GLOBAL__N_115tma_rows_kernelILi0ELi16EEEvNS_6ParamsE14CUtensorMap_stS2_S2_")
         ('bf16_v4', '1')
+        >>> kernel_kind("_ZN12_GLOBAL__N_115tma_wide_kernelILi1ELi2ELb0ELi1ELi2EEEvNS_6ParamsEPfPj14CUtensorMap_stS3_S3_")
+        ('w12_wide', '1')
     """
+    wide = _WIDE.search(name)
+    if wide:
+        return (WIDE_KINDS[wide.group(1)], "1") if wide.group(1) in WIDE_KINDS else None
     tma = re.search(r"tma_gemm_kernelILi(\d)E", name)
     if tma:
         return (TMA_KINDS[tma.group(1)], "1") if tma.group(1) in TMA_KINDS else None
@@ -241,16 +278,23 @@ def main() -> None:
         if found is None:
             continue
         kind, vec16 = found
-        rep = analyse_kernel(block.split("\n"), WEIGHTS_PER_LANE_PER_BATCH[kind])
+        wide = _WIDE.search(block.split("\n", 1)[0])
+        stages_a_loop = 2 if wide and wide.group(3) == "1" else 1  # the pipelined wide loop: two stages an iteration
+        rep = analyse_kernel(block.split("\n"), WEIGHTS_PER_LANE_PER_BATCH[kind] * stages_a_loop)
         releases, unsafe = loads_in_flight_at_release(block.split("\n"))
+        label = f"{KIND_NAMES.get(kind, kind):5s} vec16={vec16}"
+        if wide:
+            label = f"{kind} NB={wide.group(2)} pipelined={wide.group(3)} ctas={wide.group(4)} groups={wide.group(5)}"
         print(
-            f"{KIND_NAMES.get(kind, kind):5s} vec16={vec16}: loop {rep['loop_instructions']} instr, {rep.get('hmma')} HMMA, "
+            f"{label}: loop {rep['loop_instructions']} instr, {rep.get('hmma')} HMMA, "
             f"{rep.get('instructions_per_weight', float('nan')):.2f} instr/weight/lane, "
             f"{rep.get('barriers', 0)} barrier instructions in the loop, in the kernel "
             + ", ".join(f"{k} {v}" for k, v in rep.get("async_in_kernel", {}).items())
             + (f", stage releases {releases} ({unsafe} with shared loads in flight)" if releases else "")
         )
         print("   ", ", ".join(f"{k} {v}" for k, v in list(rep.get("mix", {}).items())[:14]))
+        if "pipes" in rep:
+            print("    by pipe:", ", ".join(f"{k} {v}" for k, v in rep["pipes"].items()))
 
 
 if __name__ == "__main__":
