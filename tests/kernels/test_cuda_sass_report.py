@@ -93,12 +93,49 @@ def test_the_wide_decode_keeps_the_sign_off_the_integer_alu():
     # its integer-ALU instructions a stage at W12 130 and Q 94 (146 and 110 with the shift; benchmarks/NOTES.md)
     pipes = {}
     for name, lines in _library_sass().items():
-        match = re.search(r"tma_wide_kernelILi(\d)ELi2ELb0ELi1ELi1E", name)
+        match = re.search(r"tma_wide_kernelILi(\d)ELi2ELb0ELi1ELi1ELb0E", name)
         if match:
             pipes[match.group(1)] = sass_report.analyse_kernel(lines, 32)["pipes"]
     assert sorted(pipes) == ["1", "2"], sorted(pipes)
     assert pipes["1"]["alu"] <= 134 and pipes["1"]["fma"] >= 48, pipes["1"]
     assert pipes["2"]["alu"] <= 98 and pipes["2"]["fma"] >= 44, pipes["2"]
+
+
+def _stage_loops(lines: list[str], mmas_a_stage: int) -> list[tuple[int, list[tuple[int, str, str]]]]:
+    # (stages, body) of each loop (a backward branch, no EXIT in it) whose body holds HGMMAs
+    ins = sass_report.parse(lines)
+    at = {a: i for i, (a, _, _) in enumerate(ins)}
+    loops = []
+    for i, (addr, op, rest) in enumerate(ins):
+        target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
+        t = int(target.group(1), 16) if target else None
+        if t is None or t >= addr or t not in at:
+            continue
+        body = ins[at[t] : i + 1]
+        mmas = sum(o.startswith("HGMMA") for _, o, _ in body)
+        if mmas and not any(o == "EXIT" for _, o, _ in body):
+            loops.append((mmas // mmas_a_stage, body))
+    return loops
+
+
+def test_unrolled_wide_loops_keep_their_descriptors_uniform_and_wait_before_each_decode():
+    kernels = _wide_kernels()
+    for (kind, nb, ctas, groups, unrolled), lines in kernels.items():
+        if not unrolled:
+            continue
+        mmas_a_stage = 4 * _wide_mmas_a_step(kind, nb)
+        rolled = _stage_loops(kernels[(kind, nb, ctas, groups, 0)], mmas_a_stage)
+        loops = _stage_loops(lines, mmas_a_stage)
+        # a loop a group (one with one group), each over a pass of the group's ring slots (4-8 stages)
+        assert len(rolled) == 1 and rolled[0][0] == 1 and len(loops) == groups, (kind, nb, groups, len(loops))
+        per_stage = len(rolled[0][1])
+        for stages, body in loops:
+            assert 3 <= stages <= 8 and len(body) <= 0.9 * stages * per_stage, (kind, nb, groups, stages, len(body), per_stage)
+            # the descriptors are uniform values: at most one move to a uniform register a stage (the rolled loop: two an MMA)
+            assert sum(o == "R2UR" for _, o, _ in body) <= stages, (kind, nb, groups)
+        code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+        assert not any(re.search(r"\b(LDL|STL)\b", line) for line in code), (kind, nb, groups)
+        assert _a_registers_written_in_flight(code) == [], (kind, nb, groups)
 
 
 def _cuobjdump() -> str:
@@ -135,9 +172,10 @@ def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
             released[name] = unsafe
     # every ring kernel (bulk-copy, tensor-map split-K, persistent and row-tile: W12, Q and bf16 at 8 and 16 tokens; the
     # Q view's row tiles at 8 tokens also with two consumer stage groups; the wide W12 and Q kernels at 1-4 n-tiles of 32,
-    # each with and without its decode pipelined, and at 1-2 n-tiles for two CTAs an SM and for two stage groups)
-    assert len(released) == 45, sorted(released)
-    assert sum("tma_wide_kernel" in name for name in released) == 24
+    # each with and without its decode pipelined, and at 1-2 n-tiles for two CTAs an SM and for two stage groups; their
+    # one-set loop unrolled over a pass of the ring at 1-4 n-tiles and, with two groups, at 1-2)
+    assert len(released) == 57, sorted(released)
+    assert sum("tma_wide_kernel" in name for name in released) == 36
     assert not any(released.values()), {name: n for name, n in released.items() if n}
 
 
@@ -151,8 +189,9 @@ def test_every_tensor_map_gemm_signals_once_its_weights_are_read():
         if re.search(r"tma_(gemm|stream_k|rows|wide)_kernel", name)
     }
     # three kernels x three kinds x 8 and 16 tokens, Q's two-group row tiles, the wide W12 and Q kernels at 1-4 n-tiles
-    # (two forms each, a third at 1-2 for two CTAs an SM and a fourth at 1-2 for two stage groups)
-    assert len(signals) == 43, sorted(signals)
+    # (two forms each, a third at 1-2 for two CTAs an SM and a fourth at 1-2 for two stage groups; the unrolled loop of
+    # one group at 1-4 and of two at 1-2)
+    assert len(signals) == 55, sorted(signals)
     persistent = {name: n for name, n in signals.items() if "tma_stream_k_kernel" in name}
     assert len(persistent) == 6 and all(n == (1, 1) for n in persistent.values()), persistent
     assert all(n == (0, 1) for name, n in signals.items() if name not in persistent), signals
@@ -194,13 +233,14 @@ def test_two_stage_groups_double_the_row_tile_consumers_and_keep_their_loops():
     assert 0 < two <= one + 4, (one, two)
 
 
-def _wide_kernels(pipelined: bool = False) -> dict[tuple[int, int, int, int], list[str]]:
-    # (kind, NB, CTAs an SM, stage groups) -> SASS lines of the wide kernels with or without the pipelined loop
+def _wide_kernels(pipelined: bool = False) -> dict[tuple[int, int, int, int, int], list[str]]:
+    # (kind, NB, CTAs an SM, stage groups, unrolled) -> SASS lines of the wide kernels with or without the pipelined loop
     found = {}
     for name, lines in _library_sass().items():
-        match = re.search(r"tma_wide_kernelILi(\d)ELi(\d)ELb(\d)ELi(\d)ELi(\d)E", name)
+        match = re.search(r"tma_wide_kernelILi(\d)ELi(\d)ELb(\d)ELi(\d)ELi(\d)ELb(\d)E", name)
         if match and int(match.group(3)) == pipelined:
-            found[(int(match.group(1)), int(match.group(2)), int(match.group(4)), int(match.group(5)))] = lines
+            key = (int(match.group(1)), int(match.group(2)), int(match.group(4)), int(match.group(5)), int(match.group(6)))
+            found[key] = lines
     return found
 
 
@@ -261,8 +301,8 @@ def test_pipelined_wide_kernels_decode_the_next_stage_into_other_registers_while
     """``SPECDEC_WIDE_PIPELINE=1``: each stage's MMAs are one group; the warpgroup waits until one group is left
     (``DEPBAR.LE gsb0, 0x1``) before releasing a stage, and no register an unretired MMA reads is written meanwhile."""
     kernels = _wide_kernels(pipelined=True)
-    assert sorted(kernels) == [(kind, nb, 1, 1) for kind in (1, 2) for nb in (1, 2, 3, 4)]
-    for (kind, nb, _, _), lines in kernels.items():
+    assert sorted(kernels) == [(kind, nb, 1, 1, 0) for kind in (1, 2) for nb in (1, 2, 3, 4)]
+    for (kind, nb, _, _, _), lines in kernels.items():
         code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
         mmas = [i for i, line in enumerate(code) if f"HGMMA.64x{_wide_mma_n(kind, nb)}x16.F32.BF16" in line]
         # a stage's MMAs (four k16 steps) in the first stage, the loop's two stages (one a register set) and the odd
@@ -303,13 +343,14 @@ def test_the_in_flight_check_finds_a_write_to_an_a_register_before_its_wait():
 
 def test_wide_kernels_multiply_with_wgmma_and_wait_before_the_next_decode():
     kernels = _wide_kernels()
-    # one CTA an SM at 1-4 n-tiles, two at 1-2, one with two stage groups at 1-2
+    # one CTA an SM at 1-4 n-tiles, two at 1-2, one with two stage groups at 1-2; the unrolled loop (checked below)
+    rolled = {key: lines for key, lines in kernels.items() if not key[4]}
     assert sorted(kernels) == sorted(
-        [(kind, nb, 1, 1) for kind in (1, 2) for nb in (1, 2, 3, 4)]
-        + [(kind, nb, 2, 1) for kind in (1, 2) for nb in (1, 2)]
-        + [(kind, nb, 1, 2) for kind in (1, 2) for nb in (1, 2)]
+        [(kind, nb, 1, 1, unrolled) for kind in (1, 2) for nb in (1, 2, 3, 4) for unrolled in (0, 1)]
+        + [(kind, nb, 2, 1, 0) for kind in (1, 2) for nb in (1, 2)]
+        + [(kind, nb, 1, 2, unrolled) for kind in (1, 2) for nb in (1, 2) for unrolled in (0, 1)]
     )
-    for (kind, nb, _, _), lines in kernels.items():
+    for (kind, nb, _, _, _), lines in rolled.items():
         code = [line for line in lines if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
         n = _wide_mma_n(kind, nb)
         mmas = [i for i, line in enumerate(code) if f"HGMMA.64x{n}x16.F32.BF16" in line]

@@ -97,6 +97,7 @@ __all__ = [
     "ROW_STAGE_GROUPS_ENV",
     "WIDE_CTAS_ENV",
     "WIDE_GROUPS_ENV",
+    "WIDE_UNROLL_ENV",
     "WIDE_PIPELINE_ENV",
     "w12_gemm_wide",
     "q_gemm_wide",
@@ -105,6 +106,7 @@ __all__ = [
     "wide_ctas_per_sm",
     "wide_pipeline",
     "wide_stage_groups",
+    "wide_unroll",
     "WIDE_GEMM_ENV",
     "WIDE_MAX_TOKENS",
     "WIDE_STAGE_K",
@@ -123,6 +125,7 @@ ROW_STAGE_GROUPS_ENV = "SPECDEC_ROW_STAGE_GROUPS"
 WIDE_PIPELINE_ENV = "SPECDEC_WIDE_PIPELINE"
 WIDE_CTAS_ENV = "SPECDEC_WIDE_CTAS"
 WIDE_GROUPS_ENV = "SPECDEC_WIDE_GROUPS"
+WIDE_UNROLL_ENV = "SPECDEC_WIDE_UNROLL"
 WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
 WIDE_MAX_TOKENS = 128  # four wgmma n-tiles of 32 tokens
 WIDE_STAGE_K = 64  # K of a ring stage: the wide ops need K % 64 == 0
@@ -345,6 +348,23 @@ def wide_stage_groups() -> int:
         2
     """
     return int(_env_choice(WIDE_GROUPS_ENV, "2", ("1", "2"), "consumer stage groups of the wide kernels"))
+
+
+def wide_unroll() -> bool:
+    """Whether the wide kernels with one CTA an SM and the one-set loop run it unrolled over one pass of the ring
+    (``$SPECDEC_WIDE_UNROLL``, read on every call: ``"1"``; unset or ``"0"``: the rolled loop). Unrolled, each copy's
+    ring slot is a constant, so the MMAs' shared-memory descriptors are uniform values: the W12 loop at 33-64 tokens
+    241 -> ~200 instructions a stage, the Q loop 180 -> ~145 (sm_90a SASS, ``specdec/kernels/cuda/README.md``, "Wide
+    calls"). Off until timed. Raises ValueError for any other value.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop(WIDE_UNROLL_ENV, None) and None
+        >>> wide_unroll()
+        False
+    """
+    return _env_choice(WIDE_UNROLL_ENV, "0", ("0", "1"), "the wide kernels' loop unrolled over a pass of the ring") == "1"
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.
@@ -748,6 +768,7 @@ def _launch_wide(lib, what: str, run, kind: int, args: tuple, m: int, n: int, k:
     lib.specdec_set_wide_pipeline(int(wide_pipeline()))
     lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
     lib.specdec_set_wide_stage_groups(wide_stage_groups())
+    lib.specdec_set_wide_unroll(int(wide_unroll()))
     return _launch_split_k(lib, what, plan_of, run, args, m, n, k, device, _stream(device))
 
 
@@ -863,6 +884,7 @@ def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
     lib.specdec_set_wide_pipeline(int(wide_pipeline()))
     lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
     lib.specdec_set_wide_stage_groups(wide_stage_groups())
+    lib.specdec_set_wide_unroll(int(wide_unroll()))
     if lib.specdec_wide_plan(KINDS[kind], m, n, k, sms, out) != 0:
         raise ValueError(
             f"wide_plan: expected 1 <= m <= {WIDE_MAX_TOKENS}, n >= 1 and k a positive multiple of {WIDE_STAGE_K}, "

@@ -1853,11 +1853,15 @@ __device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint3
 // releases stage s and rewrites their set. Each set is kept live (an empty asm reading and writing it) until the wait
 // that retires its MMAs, so ptxas cannot give the next decode the registers the MMAs in flight read. GROUPS stage
 // groups (the one-set loop only): the warps of group `group` take stages s_lo + group, s_lo + group + GROUPS, ...
-template <int KIND, int NB, int STAGES, bool PIPE, int GROUPS = 1>
+// UNROLL (the one-set loop; the group then GROUP, a constant): the loop unrolled over one pass of the group's slots
+// (STAGES / GROUPS stages), so that each copy's slot is a constant and the stage's MMA descriptors are uniform values
+// (uniform-pipe adds on the ring's base) rather than vector adds moved to uniform registers, two moves an MMA.
+template <int KIND, int NB, int STAGES, bool PIPE, int GROUPS = 1, bool UNROLL = false, int GROUP = 0>
 __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                   uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                                   float (&acc)[NB][16], int group = 0) {
   static_assert(GROUPS == 1 || !PIPE, "stage groups run the one-set loop");
+  static_assert(!UNROLL || (!PIPE && GROUP < GROUPS), "the unrolled loop is the one-set loop of a constant group");
   // Each slot's stages must all be one group's: a full barrier is waited on by phase parity, which is right only while
   // the waiter has drained the barrier's phase before. With an odd ring of two groups, slot s holds an even stage then
   // an odd one, and a group a lap ahead of the other would read an unfilled phase's parity as complete.
@@ -1926,7 +1930,22 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
     s += GROUPS;
     if (s >= STAGES) s -= STAGES, ++round;
   };
-  if constexpr (!PIPE) {
+  if constexpr (UNROLL) {
+    constexpr int kPass = STAGES / GROUPS;  // the group's stages in one pass of the ring: slots GROUP, GROUP + GROUPS, ...
+    for (int first = s_lo + GROUP; first < s_hi; first += STAGES, ++round) {
+#pragma unroll
+      for (int u = 0; u < kPass; ++u) {
+        if (first + GROUPS * u >= s_hi) break;
+        s = GROUP + GROUPS * u;
+        uint32_t a[4][4];
+        issue_stage(decode_stage(a), a);
+        wgmma_wait<0>();  // as below
+        keep_live(a);
+        wgmma_fence_operands<NB>(acc);
+        release(s);
+      }
+    }
+  } else if constexpr (!PIPE) {
     for (int it = s_lo + group; it < s_hi; it += GROUPS) {
       uint32_t a[4][4];
       issue_stage(decode_stage(a), a);
@@ -2047,7 +2066,7 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
 // first taking the slice's even stages, the second its odd ones, so that four consumer warps a scheduler, not two,
 // cover each other's decode chains and MMA waits; the producer and escape warps follow them. The sums' tile gets the
 // escape sums, then the first group's sums, then the second's (the same bits for the same plan and GROUPS).
-template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1>
+template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1, bool UNROLL = false>
 __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
     tma_wide_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                     const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
@@ -2073,6 +2092,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
   float* round = red + kWideRows * kStride;  // the escape warp's round
 
   static_assert(GROUPS == 1 || (CTAS == 1 && !PIPE && NB <= 2), "stage groups: one CTA an SM, the one-set loop, 64 tokens");
+  static_assert(!UNROLL || (CTAS == 1 && !PIPE && GROUPS <= 2), "the unrolled loop: one CTA an SM, the one-set loop");
   constexpr int kConsumers = GROUPS * kWideConsumerWarps;
   if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kWideConsumerWarps);  // a stage: one group's warps
   __syncthreads();
@@ -2087,8 +2107,20 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
     if constexpr (KIND == kW12)
       fold_escapes<kTok, kWideRows, kStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, round);
   } else {
-    consume_wide_ring<KIND, NB, kStages, PIPE, GROUPS>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, group_warp, lane,
-                                                       acc, group);
+    if constexpr (UNROLL && GROUPS == 1) {
+      consume_wide_ring<KIND, NB, kStages, PIPE, 1, true, 0>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, group_warp,
+                                                             lane, acc);
+    } else if constexpr (UNROLL) {  // a copy of the loop for each group's constant slots
+      if (group == 0)
+        consume_wide_ring<KIND, NB, kStages, PIPE, GROUPS, true, 0>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block,
+                                                                    group_warp, lane, acc);
+      else
+        consume_wide_ring<KIND, NB, kStages, PIPE, GROUPS, true, 1>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block,
+                                                                    group_warp, lane, acc);
+    } else {
+      consume_wide_ring<KIND, NB, kStages, PIPE, GROUPS>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, group_warp,
+                                                         lane, acc, group);
+    }
   }
   __syncthreads();  // the ring is done; for W12 the escape sums are in red
   griddep_launch_dependents();
@@ -2961,12 +2993,12 @@ int check_wide_sizes(int M, int N, int K) {
   return 0;
 }
 
-// tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS> on p (M <= 32 NB).
-template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1>
+// tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS, UNROLL> on p (M <= 32 NB).
+template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1, bool UNROLL = false>
 int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   static PerDevice<bool> attr_once;
   bool& attr_set = attr_once.here();  // once per device, before any graph capture (the warm-up's call)
-  const auto kernel = tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS>;
+  const auto kernel = tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS, UNROLL>;
   if (!attr_set) {
     if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB, CTAS))) return rc;
     attr_set = true;
@@ -2997,6 +3029,9 @@ thread_local int g_wide_ctas = 1;
 // The consumer stage groups the wide kernels this thread launches from now on take with one CTA an SM and the one-set
 // loop up to 64 tokens (specdec_set_wide_stage_groups): 2 or 1.
 thread_local int g_wide_groups = 2;
+// Whether the one-set wide kernels with one CTA an SM this thread launches from now on run their loop unrolled over a
+// pass of the ring (specdec_set_wide_unroll): 1, or 0.
+thread_local int g_wide_unroll = 0;
 
 template <int KIND, bool PIPE>
 int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
@@ -3004,9 +3039,21 @@ int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaS
     if (wide_ctas_per_sm(wide_blocks(p.M), PIPE, g_wide_ctas) == 2)
       return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 2>(p, workspace, workspace_bytes, stream)
                                    : launch_wide_blocks<KIND, 2, PIPE, 2>(p, workspace, workspace_bytes, stream);
-    if (g_wide_groups == 2 && wide_blocks(p.M) <= 2)
+    if (g_wide_groups == 2 && wide_blocks(p.M) <= 2) {
+      if (g_wide_unroll)
+        return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 1, 2, true>(p, workspace, workspace_bytes, stream)
+                                     : launch_wide_blocks<KIND, 2, PIPE, 1, 2, true>(p, workspace, workspace_bytes, stream);
       return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 1, 2>(p, workspace, workspace_bytes, stream)
                                    : launch_wide_blocks<KIND, 2, PIPE, 1, 2>(p, workspace, workspace_bytes, stream);
+    }
+    if (g_wide_unroll) {
+      switch (wide_blocks(p.M)) {
+        case 1: return launch_wide_blocks<KIND, 1, PIPE, 1, 1, true>(p, workspace, workspace_bytes, stream);
+        case 2: return launch_wide_blocks<KIND, 2, PIPE, 1, 1, true>(p, workspace, workspace_bytes, stream);
+        case 3: return launch_wide_blocks<KIND, 3, PIPE, 1, 1, true>(p, workspace, workspace_bytes, stream);
+        default: return launch_wide_blocks<KIND, 4, PIPE, 1, 1, true>(p, workspace, workspace_bytes, stream);
+      }
+    }
   }
   switch (wide_blocks(p.M)) {
     case 1: return launch_wide_blocks<KIND, 1, PIPE, 1>(p, workspace, workspace_bytes, stream);
@@ -3061,6 +3108,10 @@ void specdec_set_wide_ctas_per_sm(int ctas) { g_wide_ctas = ctas == 2 ? 2 : 1; }
 // The consumer stage groups the wide kernels this thread launches from now on take where they run one CTA an SM with
 // the one-set loop up to 64 tokens: 1 (one group) or 2 (other values: even and odd stages, 16 consumer warps).
 void specdec_set_wide_stage_groups(int groups) { g_wide_groups = groups == 1 ? 1 : 2; }
+
+// Whether the wide kernels this thread launches from now on with one CTA an SM and the one-set loop run it unrolled
+// over a pass of the ring, its MMA descriptors uniform (1), or rolled (other values).
+void specdec_set_wide_unroll(int on) { g_wide_unroll = on == 1 ? 1 : 0; }
 
 // The consumer stage groups a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) runs on a GPU with `sms`
 // multiprocessors when up to `wanted` are asked for; host only. -1 for sizes the row tiles do not take.
