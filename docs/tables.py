@@ -1749,6 +1749,49 @@ def cuda_wide_groups_h100(results: Results) -> str:
     )
 
 
+WIDE_RING_RUNS = ("stream_layout_h100_2026-12-06_wide.json", "wide_stream_gemms_h100_2026-12-06.json")
+
+
+def cuda_wide_ring_h100(results: Results) -> str:
+    """The wide kernels' ring without math beside the wide GEMMs of the same call (H100): the probe's time and fraction
+    of copy at the wide plan's K split (W12 and Q boxes, 64 weights a row; W12 with 128), then the GEMMs at 64 rows and
+    how many times their own ring's time they take."""
+    probe, gemms = (results(name) for name in WIDE_RING_RUNS)
+    ring = {
+        (r["shape"], r["layout"]): r
+        for r in probe["probe"]
+        if r.get("why") == "plan" and "s" in r and r["layout"].startswith("wide")
+    }
+    timed = {(r["linear"], r["kind"]): r["cold_s"] for r in gemms["timings"] if r["M"] == 64 and "cold_s" in r}
+    rows = []
+    for linear in ("qkv", "o", "gate_up", "down", "lm_head"):
+        shape = f"8b_{linear}"
+        w12, q, w12_128 = (ring[(shape, layout)] for layout in ("wide_w12", "wide_q", "wide128_w12"))
+        rows.append(
+            [
+                linear,
+                f"{w12['s'] * 1e6:.1f} ({w12['frac_of_copy']:.2f})",
+                f"{w12_128['frac_of_copy']:.2f}",
+                f"{q['s'] * 1e6:.1f} ({q['frac_of_copy']:.2f})",
+                f"{timed[(linear, 'cuda_w12_wide')] * 1e6:.1f} ({timed[(linear, 'cuda_w12_wide')] / w12['s']:.2f}x)",
+                f"{timed[(linear, 'cuda_q_wide')] * 1e6:.1f} ({timed[(linear, 'cuda_q_wide')] / q['s']:.2f}x)",
+                f"{timed[(linear, 'cublas_bf16')] * 1e6:.1f}",
+            ]
+        )
+    return markdown_table(
+        [
+            "8B linear",
+            "W12 ring: us (of copy)",
+            "W12 ring, 128-weight stages (of copy)",
+            "Q ring: us (of copy)",
+            "W12 wide GEMM, 64 rows: us (x its ring)",
+            "Q wide GEMM: us (x its ring)",
+            "cuBLAS bf16 (us)",
+        ],
+        rows,
+    )
+
+
 STEP_LINEARS_RUNS = {
     "W12": "step_linears_h100_2026-12-06_w12.json",
     "bf16, cuBLAS": "step_linears_h100_2026-12-06_bf16.json",
@@ -1794,6 +1837,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide-ctas-h100": cuda_wide_ctas_h100,
     "step-linears-h100": step_linears_h100,
     "cuda-wide-groups-h100": cuda_wide_groups_h100,
+    "cuda-wide-ring-h100": cuda_wide_ring_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
     "w12-tokens": w12_tokens,
