@@ -1792,6 +1792,31 @@ def cuda_wide_ring_h100(results: Results) -> str:
     )
 
 
+WIDE_Q_ROUTE_RUN = "wide_q_route_h100_2026-12-06.json"
+
+
+def cuda_wide_q_route_h100(results: Results) -> str:
+    """The Q view at 17-128 rows: the wide Q kernel against the Triton Q kernel (H100, one call, cuBLAS bf16 in it):
+    each linear's us as wide / Triton with the wide kernel's x cuBLAS bf16, and a layer's four linears summed."""
+    run = results(WIDE_Q_ROUTE_RUN)
+    us = {(r["model"], r["linear"], r["M"], r["kind"]): r["cold_s"] * 1e6 for r in run["timings"] if "cold_s" in r}
+    linears = ("qkv", "o", "gate_up", "down", "lm_head")
+    rows = []
+    for model in ("qwen3-8b", "qwen3-32b"):
+        for m in sorted({key[2] for key in us if key[0] == model}):
+            cells = [model, str(m)]
+            for linear in linears:
+                wide, triton, cublas = (us[(model, linear, m, kind)] for kind in ("cuda_q_wide", "triton_q", "cublas_bf16"))
+                cells.append(f"{wide:.1f} / {triton:.1f} ({cublas / wide:.2f}x)")
+            layer = [sum(us[(model, linear, m, kind)] for linear in linears[:4]) for kind in ("cuda_q_wide", "triton_q")]
+            cells.append(f"{layer[0]:.0f} / {layer[1]:.0f}")
+            rows.append(cells)
+    return markdown_table(
+        ["model", "rows", *(f"{linear}: wide / Triton us (wide x cuBLAS)" for linear in linears), "a layer's four (us)"],
+        rows,
+    )
+
+
 STEP_LINEARS_RUNS = {
     "W12": "step_linears_h100_2026-12-06_w12.json",
     "bf16, cuBLAS": "step_linears_h100_2026-12-06_bf16.json",
@@ -1837,6 +1862,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide-ctas-h100": cuda_wide_ctas_h100,
     "step-linears-h100": step_linears_h100,
     "cuda-wide-groups-h100": cuda_wide_groups_h100,
+    "cuda-wide-q-route-h100": cuda_wide_q_route_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,

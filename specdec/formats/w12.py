@@ -509,7 +509,7 @@ def linear_path(
     (:func:`specdec.kernels.cuda.w12_gemm_small_m` / ``q_gemm_small_m``) when ``x`` has at most
     ``max_tokens("w12" / "q", K)`` rows (16 for the tensor-map kernels where ``K % 32 == 0``, else 8; the exact
     view takes ``EXACT_CUDA_CALLS`` times that with the tensor-map kernel, in calls of at most 16 rows; where
-    ``K % 64 == 0`` and ``$SPECDEC_WIDE_GEMM`` names the view (unset: the exact view only,
+    ``K % 64 == 0`` and ``$SPECDEC_WIDE_GEMM`` names the view (unset: both views,
     :func:`~specdec.kernels.cuda.ops.wide_gemm_enabled`) it takes up to ``WIDE_MAX_TOKENS``, those past one small-M
     call in one call of the wide op, :func:`specdec.kernels.cuda.ops.w12_gemm_wide` / ``q_gemm_wide``), there is
     no bias, ``K % 8 == 0``, the call is ``plain`` (no ``rebias`` / ``config``), the library loads

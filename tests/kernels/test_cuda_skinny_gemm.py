@@ -905,8 +905,8 @@ def test_wide_ops_name_wrong_arguments():
 def test_wide_switch_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.delenv(WIDE_GEMM_ENV, raising=False)
     views = ("exact", "q")
-    assert [wide_gemm_enabled(v) for v in views] == [True, False]  # the measured default: the exact view only
-    for value, expected in (("1", [True, True]), ("0", [False, False]), ("exact", [True, False]), ("", [True, False])):
+    assert [wide_gemm_enabled(v) for v in views] == [True, True]  # the measured default: both views
+    for value, expected in (("1", [True, True]), ("0", [False, False]), ("exact", [True, False]), ("", [True, True])):
         monkeypatch.setenv(WIDE_GEMM_ENV, value)
         assert [wide_gemm_enabled(v) for v in views] == expected, value
     monkeypatch.setenv(WIDE_GEMM_ENV, "yes")
@@ -973,7 +973,6 @@ def test_wide_plan_keeps_one_cta_an_sm_for_the_pipelined_loop_or_when_asked(monk
         ("SPECDEC_WIDE_CTAS", "wide_ctas_per_sm", 1, 2, "4"),
         ("SPECDEC_WIDE_GROUPS", "wide_stage_groups", 2, 1, "3"),
         ("SPECDEC_WIDE_PIPELINE", "wide_pipeline", False, True, "yes"),
-        ("SPECDEC_WIDE_UNROLL", "wide_unroll", False, True, "2"),
     ],
 )
 def test_the_wide_kernels_settings_read_the_environment(monkeypatch, env, reader, default, other, bad):
@@ -987,6 +986,39 @@ def test_the_wide_kernels_settings_read_the_environment(monkeypatch, env, reader
     monkeypatch.setenv(env, bad)
     with pytest.raises(ValueError, match=rf"\${env}: expected '[01]' or '[12]' .*, got '{bad}'"):
         read()
+
+
+def test_the_wide_unroll_mode_reads_the_environment(monkeypatch):
+    from specdec.kernels.cuda.ops import wide_unroll
+
+    monkeypatch.delenv("SPECDEC_WIDE_UNROLL", raising=False)
+    assert wide_unroll() == "auto"
+    for mode in ("1", "0", "auto"):
+        monkeypatch.setenv("SPECDEC_WIDE_UNROLL", mode)
+        assert wide_unroll() == mode
+    monkeypatch.setenv("SPECDEC_WIDE_UNROLL", "2")
+    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_UNROLL: expected 'auto' or '1' or '0' .*, got '2'"):
+        wide_unroll()
+
+
+def test_wide_unrolled_keeps_w12_rolled_up_to_32_tokens_by_default(monkeypatch):
+    _library_or_skip()
+    from specdec.kernels.cuda.ops import wide_unrolled
+
+    monkeypatch.delenv("SPECDEC_WIDE_UNROLL", raising=False)
+    # the measured choice: the Q view unrolled at every width, W12 from 33 tokens (one wgmma n-tile of 32 rolled)
+    assert [wide_unrolled("q", m) for m in (17, 32, 33, 128)] == [True] * 4
+    assert [wide_unrolled("w12", m) for m in (17, 32, 33, 64, 128)] == [False, False, True, True, True]
+    assert all(wide_unrolled(kind, m, "1") for kind in ("w12", "q") for m in (17, 32, 128))
+    assert not any(wide_unrolled(kind, m, "0") for kind in ("w12", "q") for m in (17, 32, 128))
+    monkeypatch.setenv("SPECDEC_WIDE_UNROLL", "0")
+    assert not wide_unrolled("q", 64)
+    with pytest.raises(ValueError, match=r"m: expected 1 <= m <= 128, got 129"):
+        wide_unrolled("q", 129)
+    with pytest.raises(ValueError, match=r"kind: expected 'w12' or 'q', got 'bf16'"):
+        wide_unrolled("bf16", 32)
+    with pytest.raises(ValueError, match=r"mode: expected one of \('auto', '1', '0'\), got 'yes'"):
+        wide_unrolled("q", 32, "yes")
 
 
 def test_wide_plan_refuses_what_the_kernel_cannot_take():

@@ -107,6 +107,8 @@ __all__ = [
     "wide_pipeline",
     "wide_stage_groups",
     "wide_unroll",
+    "wide_unrolled",
+    "WIDE_UNROLL_MODES",
     "WIDE_GEMM_ENV",
     "WIDE_MAX_TOKENS",
     "WIDE_STAGE_K",
@@ -126,6 +128,8 @@ WIDE_PIPELINE_ENV = "SPECDEC_WIDE_PIPELINE"
 WIDE_CTAS_ENV = "SPECDEC_WIDE_CTAS"
 WIDE_GROUPS_ENV = "SPECDEC_WIDE_GROUPS"
 WIDE_UNROLL_ENV = "SPECDEC_WIDE_UNROLL"
+WIDE_UNROLL_MODES = ("auto", "1", "0")
+_WIDE_UNROLL_CODES = {"0": 0, "1": 1, "auto": 2}  # specdec_set_wide_unroll's modes
 WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
 WIDE_MAX_TOKENS = 128  # four wgmma n-tiles of 32 tokens
 WIDE_STAGE_K = 64  # K of a ring stage: the wide ops need K % 64 == 0
@@ -350,21 +354,42 @@ def wide_stage_groups() -> int:
     return int(_env_choice(WIDE_GROUPS_ENV, "2", ("1", "2"), "consumer stage groups of the wide kernels"))
 
 
-def wide_unroll() -> bool:
-    """Whether the wide kernels with one CTA an SM and the one-set loop run it unrolled over one pass of the ring
-    (``$SPECDEC_WIDE_UNROLL``, read on every call: ``"1"``; unset or ``"0"``: the rolled loop). Unrolled, each copy's
-    ring slot is a constant, so the MMAs' shared-memory descriptors are uniform values: the W12 loop at 33-64 tokens
-    241 -> ~200 instructions a stage, the Q loop 180 -> ~145 (sm_90a SASS, ``specdec/kernels/cuda/README.md``, "Wide
-    calls"). Off until timed. Raises ValueError for any other value.
+def wide_unroll() -> str:
+    """Which wide calls with one CTA an SM and the one-set loop run it unrolled over one pass of the ring
+    (``$SPECDEC_WIDE_UNROLL``, read on every call): ``"auto"`` (unset) the Q view's at every width and W12's above 32
+    tokens, ``"1"`` all, ``"0"`` none (:func:`wide_unrolled` says for one call). Unrolled, each copy's ring slot is a
+    constant, so the MMAs' shared-memory descriptors are uniform values: the W12 loop at 33-64 tokens 241 -> ~200
+    instructions a stage, the Q loop 180 -> ~145 (sm_90a SASS, ``specdec/kernels/cuda/README.md``, "Wide calls").
+    ``"auto"`` is measured (H100, ``benchmarks/NOTES.md``, "The wide loop unrolled over a pass of the ring:
+    measured"): the Q kernel up to 7 % faster at 32-128 tokens, W12 1-7 % at 128 and level at 64, but up to 6 %
+    slower at 24-32 in two alternated passes. Raises ValueError for any other value.
 
     Example::
 
         >>> import os
         >>> os.environ.pop(WIDE_UNROLL_ENV, None) and None
         >>> wide_unroll()
-        False
+        'auto'
     """
-    return _env_choice(WIDE_UNROLL_ENV, "0", ("0", "1"), "the wide kernels' loop unrolled over a pass of the ring") == "1"
+    return _env_choice(WIDE_UNROLL_ENV, "auto", WIDE_UNROLL_MODES, "which wide calls unroll their loop over the ring")
+
+
+def wide_unrolled(kind: str, m: int, mode: str | None = None) -> bool:
+    """Whether a wide call (``kind`` ``"w12"`` or ``"q"``, ``1 <= m <= WIDE_MAX_TOKENS``) with one CTA an SM and the
+    one-set loop runs the unrolled loop under ``mode`` (a :func:`wide_unroll` value; None: the environment's). Host
+    code of the library: needs the built library, not a GPU.
+
+    Example (needs the built library, so not run as a doctest): ``wide_unrolled("q", 32) is True`` and
+    ``wide_unrolled("w12", 32) is False`` under ``"auto"``; ``wide_unrolled("w12", 64) is True``.
+    """
+    if kind not in ("w12", "q"):
+        raise ValueError(f"kind: expected 'w12' or 'q', got {kind!r}")
+    if not 1 <= m <= WIDE_MAX_TOKENS:
+        raise ValueError(f"m: expected 1 <= m <= {WIDE_MAX_TOKENS}, got {m}")
+    mode = wide_unroll() if mode is None else mode
+    if mode not in WIDE_UNROLL_MODES:
+        raise ValueError(f"mode: expected one of {WIDE_UNROLL_MODES}, got {mode!r}")
+    return load_library().specdec_wide_unrolled(KINDS[kind], m, _WIDE_UNROLL_CODES[mode]) == 1
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.
@@ -730,10 +755,12 @@ WIDE_GEMM_VALUES = ("0", "exact", "1")
 def wide_gemm_enabled(view: str) -> bool:
     """Whether :func:`specdec.formats.w12_linear` (``view="exact"``) or ``q_linear`` (``"q"``) sends 17 to
     ``WIDE_MAX_TOKENS`` rows to its wide op (:func:`w12_gemm_wide`, :func:`q_gemm_wide`), by ``$SPECDEC_WIDE_GEMM``
-    (read on every call): ``"exact"`` (the default) the exact view only, ``"1"`` both, ``"0"`` neither. Rows a view
-    does not send go as before (W12: two 16-row calls up to 32 rows, then Triton; the Q view: Triton). The default is
-    measured (H200, ``benchmarks/NOTES.md``, "Wide calls: measured"): the wide W12 kernel beats two 16-row calls and
-    the Triton kernel on every shape where both ran, the wide Q kernel loses to Triton at 17-32 rows.
+    (read on every call): ``"1"`` (the default) both views, ``"exact"`` the exact view only, ``"0"`` neither. Rows a
+    view does not send go to W12's two 16-row calls up to 32 rows, then Triton, and to Triton for the Q view. The
+    default is measured: the wide W12 kernel beats two 16-row calls and the Triton kernel on every shape where both
+    ran (H200, ``benchmarks/NOTES.md``, "Wide calls: measured"); the wide Q kernel, two stage groups and its loop
+    unrolled, beats the Triton Q kernel on 61 of the 70 Qwen3-8B / 32B linears at 17-128 rows and on every layer's
+    sum of them (H100, "The Q view's wide calls: measured").
 
     Raises:
         ValueError: another ``$SPECDEC_WIDE_GEMM``, or a ``view`` other than ``"exact"`` / ``"q"``.
@@ -743,11 +770,11 @@ def wide_gemm_enabled(view: str) -> bool:
         >>> import os
         >>> os.environ.pop(WIDE_GEMM_ENV, None) and None
         >>> wide_gemm_enabled("exact"), wide_gemm_enabled("q")
-        (True, False)
+        (True, True)
     """
     if view not in ("exact", "q"):
         raise ValueError(f"view: expected 'exact' or 'q', got {view!r}")
-    value = os.environ.get(WIDE_GEMM_ENV, "") or "exact"
+    value = os.environ.get(WIDE_GEMM_ENV, "") or "1"
     if value not in WIDE_GEMM_VALUES:
         raise ValueError(
             f"${WIDE_GEMM_ENV}: expected '0', 'exact' or '1' (which views' linears of 17-128 rows take the wide kernels), "
@@ -768,7 +795,7 @@ def _launch_wide(lib, what: str, run, kind: int, args: tuple, m: int, n: int, k:
     lib.specdec_set_wide_pipeline(int(wide_pipeline()))
     lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
     lib.specdec_set_wide_stage_groups(wide_stage_groups())
-    lib.specdec_set_wide_unroll(int(wide_unroll()))
+    lib.specdec_set_wide_unroll(_WIDE_UNROLL_CODES[wide_unroll()])
     return _launch_split_k(lib, what, plan_of, run, args, m, n, k, device, _stream(device))
 
 
@@ -884,7 +911,7 @@ def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
     lib.specdec_set_wide_pipeline(int(wide_pipeline()))
     lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
     lib.specdec_set_wide_stage_groups(wide_stage_groups())
-    lib.specdec_set_wide_unroll(int(wide_unroll()))
+    lib.specdec_set_wide_unroll(_WIDE_UNROLL_CODES[wide_unroll()])
     if lib.specdec_wide_plan(KINDS[kind], m, n, k, sms, out) != 0:
         raise ValueError(
             f"wide_plan: expected 1 <= m <= {WIDE_MAX_TOKENS}, n >= 1 and k a positive multiple of {WIDE_STAGE_K}, "

@@ -3029,9 +3029,16 @@ thread_local int g_wide_ctas = 1;
 // The consumer stage groups the wide kernels this thread launches from now on take with one CTA an SM and the one-set
 // loop up to 64 tokens (specdec_set_wide_stage_groups): 2 or 1.
 thread_local int g_wide_groups = 2;
-// Whether the one-set wide kernels with one CTA an SM this thread launches from now on run their loop unrolled over a
-// pass of the ring (specdec_set_wide_unroll): 1, or 0.
-thread_local int g_wide_unroll = 0;
+// Which one-set wide kernels with one CTA an SM this thread launches from now on run their loop unrolled over a pass
+// of the ring (specdec_set_wide_unroll): 1 all, 0 none, 2 (wide_unrolled's measured choice) all but W12 up to 32 tokens.
+thread_local int g_wide_unroll = 2;
+
+// Whether a one-set wide call of `kind` over M tokens runs the unrolled loop under `mode` (g_wide_unroll's values). The
+// choice of mode 2 is measured (H100, benchmarks/NOTES.md, "The wide loop unrolled over a pass of the ring: measured"):
+// the Q kernel up to 7 % faster at 32-128 tokens, W12 1-7 % at 128 and level at 64, but up to 6 % slower at 24-32.
+__host__ __device__ constexpr bool wide_unrolled(int kind, int M, int mode) {
+  return mode == 1 || (mode == 2 && (kind != kW12 || wide_blocks(M) >= 2));
+}
 
 template <int KIND, bool PIPE>
 int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
@@ -3040,13 +3047,13 @@ int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaS
       return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 2>(p, workspace, workspace_bytes, stream)
                                    : launch_wide_blocks<KIND, 2, PIPE, 2>(p, workspace, workspace_bytes, stream);
     if (g_wide_groups == 2 && wide_blocks(p.M) <= 2) {
-      if (g_wide_unroll)
+      if (wide_unrolled(KIND, p.M, g_wide_unroll))
         return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 1, 2, true>(p, workspace, workspace_bytes, stream)
                                      : launch_wide_blocks<KIND, 2, PIPE, 1, 2, true>(p, workspace, workspace_bytes, stream);
       return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 1, 2>(p, workspace, workspace_bytes, stream)
                                    : launch_wide_blocks<KIND, 2, PIPE, 1, 2>(p, workspace, workspace_bytes, stream);
     }
-    if (g_wide_unroll) {
+    if (wide_unrolled(KIND, p.M, g_wide_unroll)) {
       switch (wide_blocks(p.M)) {
         case 1: return launch_wide_blocks<KIND, 1, PIPE, 1, 1, true>(p, workspace, workspace_bytes, stream);
         case 2: return launch_wide_blocks<KIND, 2, PIPE, 1, 1, true>(p, workspace, workspace_bytes, stream);
@@ -3109,9 +3116,16 @@ void specdec_set_wide_ctas_per_sm(int ctas) { g_wide_ctas = ctas == 2 ? 2 : 1; }
 // the one-set loop up to 64 tokens: 1 (one group) or 2 (other values: even and odd stages, 16 consumer warps).
 void specdec_set_wide_stage_groups(int groups) { g_wide_groups = groups == 1 ? 1 : 2; }
 
-// Whether the wide kernels this thread launches from now on with one CTA an SM and the one-set loop run it unrolled
-// over a pass of the ring, its MMA descriptors uniform (1), or rolled (other values).
-void specdec_set_wide_unroll(int on) { g_wide_unroll = on == 1 ? 1 : 0; }
+// Which wide kernels this thread launches from now on with one CTA an SM and the one-set loop run it unrolled over a
+// pass of the ring, its MMA descriptors uniform: 1 all, 0 none, 2 (other values) the Q view's and W12's above 32 tokens.
+void specdec_set_wide_unroll(int mode) { g_wide_unroll = mode == 0 || mode == 1 ? mode : 2; }
+
+// Whether a one-set wide call (kind 1 W12 / 2 Q, 1 <= M <= 128) runs the unrolled loop under unroll mode `mode` (0, 1
+// or 2, as specdec_set_wide_unroll takes them): 1 or 0; host only. -1 for a kind, M or mode the wide kernels do not take.
+int specdec_wide_unrolled(int kind, int M, int mode) {
+  if ((kind != kW12 && kind != kQ) || M < 1 || M > kWideMaxTokens || mode < 0 || mode > 2) return -1;
+  return wide_unrolled(kind, M, mode) ? 1 : 0;
+}
 
 // The consumer stage groups a row-tile call (kind 0 bf16 / 1 W12 / 2 Q, M <= 16, K % 32 == 0) runs on a GPU with `sms`
 // multiprocessors when up to `wanted` are asked for; host only. -1 for sizes the row tiles do not take.
