@@ -12,7 +12,9 @@ the step's GEMM total, the kernel each linear ran (its first layer's) and each l
 over the copy bandwidth measured in the same run. The run fails (exit 1) when a step's GEMM launches are not ``4 * layers + 1``:
 the labels would then be wrong. ``--linears-only``: the same modules called in the same order on fixed random inputs
 of ``--rows`` rows, captured as one graph with nothing between them (whether a linear's time in the step comes from
-the kernels around it or from the sequence of distinct weights and shapes).
+the kernels around it or from the sequence of distinct weights and shapes). ``--view q`` (W12 weights only): the
+step through the target's Q view (the two-level verifier's first pass; ``q_linear`` with ``--linears-only``), each
+linear's floor then its Q bytes (one a weight and the row bases).
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.profile_verify_linears --rows 64 --out $OUT/x.json``
 (~20 s on one H100). CPU smoke: ``--smoke`` (the tiny target, no profile: the labelling on a fixed list).
@@ -31,6 +33,7 @@ from benchmarks.common import capture_cuda_graph, provenance, provenance_line, w
 from benchmarks.kernels.bench_roofline import AR_MODEL, AR_PROMPT, SHAPES, kernel_category
 
 LINEARS = ("qkv", "o", "gate_up", "down")
+SPLIT_K_REDUCTION_MARKS = ("splitkreduce", "splitk_reduce")  # cuBLAS's, the Triton W12 / Q kernels'
 
 
 def label_linears(kernels: list, layers: int) -> dict[str, list]:
@@ -53,18 +56,20 @@ def label_linears(kernels: list, layers: int) -> dict[str, list]:
 
 
 def fold_split_k_reductions(kernels: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """``(name, us)`` GEMM kernels in launch order with each cuBLAS split-K reduction (``splitKreduce``) added to the
-    GEMM before it: one entry a linear, its time both kernels'.
+    """``(name, us)`` GEMM kernels in launch order with each split-K reduction (cuBLAS's ``splitKreduce``, the Triton
+    W12 / Q kernels' ``_splitk_reduce_kernel``) added to the GEMM before it: one entry a linear, its time both kernels'.
 
     Raises ValueError when a reduction comes first (no GEMM to add it to).
 
     Example:
         >>> fold_split_k_reductions([("nvjet_splitK_TNT", 5.0), ("cublasLt::splitKreduce_kernel", 1.5), ("nvjet_TNT", 4.0)])
         [('nvjet_splitK_TNT', 6.5), ('nvjet_TNT', 4.0)]
+        >>> fold_split_k_reductions([("_w12_gemm_kernel", 9.0), ("_splitk_reduce_kernel", 1.0)])
+        [('_w12_gemm_kernel', 10.0)]
     """
     out: list[tuple[str, float]] = []
     for name, us in kernels:
-        if "splitkreduce" in name.lower():
+        if any(mark in name.lower() for mark in SPLIT_K_REDUCTION_MARKS):
             if not out:
                 raise ValueError(f"kernels: a split-K reduction ({name}) before any GEMM kernel")
             out[-1] = (out[-1][0], out[-1][1] + us)
@@ -102,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         default="w12",
         help="the target's linear weights (bf16: cuBLAS; bf16_skinny: the CUDA skinny GEMM, use_skinny_linears)",
     )
+    ap.add_argument("--view", choices=("exact", "q"), default="exact", help="the target's weight view (q: W12 weights only)")
     ap.add_argument("--steps", type=int, default=3, help="profiled replays")
     ap.add_argument("--linears-only", action="store_true", help="the step's linears alone, in its order, one graph")
     ap.add_argument("--smoke", action="store_true", help="CPU: the labelling only")
@@ -111,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--rows: expected 1 to 64 rows, got {args.rows}")
     if args.steps < 1:
         ap.error(f"--steps: expected >= 1, got {args.steps}")
+    if args.view == "q" and args.weights != "w12":
+        ap.error(f"--view q: expected --weights w12 (the Q view is W12's), got --weights {args.weights}")
     prov = provenance(seed=0)
     print(provenance_line(prov))
     if args.smoke or not torch.cuda.is_available():
@@ -121,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.common import copy_bandwidth
     from benchmarks.kernels.bench_roofline import linear_weight_bytes
     from specdec.formats import convert
+    from specdec.formats.w12 import q_linear
     from specdec.models import random_target, use_skinny_linears
 
     device = torch.device("cuda")
@@ -131,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         use_skinny_linears(target)
     copy_bw = copy_bandwidth(device)
     linears = [m for m in target.modules() if isinstance(m, torch.nn.Linear)]
-    floor_us = {
-        name: linear_weight_bytes(m) / copy_bw * 1e6 for name, m in zip((*LINEARS, "lm_head"), [*linears[:4], linears[-1]])
-    }
+
+    def read_bytes(m: torch.nn.Linear) -> int:
+        return int(m.weight.ae.nbytes + m.weight.base.nbytes) if args.view == "q" else linear_weight_bytes(m)
+
+    floor_us = {name: read_bytes(m) / copy_bw * 1e6 for name, m in zip((*LINEARS, "lm_head"), [*linears[:4], linears[-1]])}
     gen = torch.Generator(device=device).manual_seed(1)
     if args.linears_only:
         inputs = {
@@ -143,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
 
         def linears_in_order():
             for m in linears:
-                m(inputs[m.in_features])
+                x = inputs[m.in_features]
+                if args.view == "q":
+                    q_linear(x, m.weight)
+                else:
+                    m(x)
 
         step = capture_cuda_graph(linears_in_order)
     else:
@@ -154,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = torch.zeros(1, args.rows, dtype=torch.long, device=device)
 
         def step():
-            target(rows)
+            target(rows, view=args.view)
             target.truncate(AR_PROMPT)
 
     kernels = step_gemm_kernels(step, args.steps)
@@ -172,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         bits_per_weight=bits,
         copy_bandwidth_bytes_per_s=copy_bw,
         rows=args.rows,
+        view=args.view,
         steps=args.steps,
         linears_only=args.linears_only,
         env={k: v for k, v in os.environ.items() if k.startswith("SPECDEC_")},
@@ -185,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, result, prov)
     where = "its linears alone, in one graph" if args.linears_only else "the step"
     print(
-        f"{args.rows}-row {args.weights} step, {where} (us a call, mean over {cfg.num_layers} layers x {args.steps} replays; "
+        f"{args.rows}-row {args.weights} step ({args.view} view), {where} (us a call, mean over {cfg.num_layers} layers x {args.steps} replays; "
         "x its read floor):"
     )
     print("  " + "  ".join(f"{name} {us:.1f} ({us / floor_us[name]:.2f}x)" for name, us in means.items()))

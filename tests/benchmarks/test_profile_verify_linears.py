@@ -38,3 +38,18 @@ def test_a_step_with_reductions_labels_each_linear_once():
 def test_a_kernel_count_other_than_four_a_layer_plus_one_is_refused():
     with pytest.raises(ValueError, match="expected 9 GEMM kernels"):
         label_linears(list(range(10)), layers=2)
+
+
+def test_the_triton_kernels_split_k_reduction_is_counted_with_its_gemm():
+    from specdec.kernels.w12_gemm import _splitk_reduce_kernel, _w12_gemm_kernel
+
+    gemm, reduction = _w12_gemm_kernel.fn.__name__, _splitk_reduce_kernel.fn.__name__
+    assert fold_split_k_reductions([(gemm, 9.0), (reduction, 1.0), (gemm, 4.0)]) == [(gemm, 10.0), (gemm, 4.0)]
+
+
+def test_the_q_view_is_refused_without_w12_weights(capsys):
+    from benchmarks.kernels.profile_verify_linears import main
+
+    with pytest.raises(SystemExit):
+        main(["--view", "q", "--weights", "bf16", "--smoke"])
+    assert "--view q: expected --weights w12 (the Q view is W12's), got --weights bf16" in capsys.readouterr().err
