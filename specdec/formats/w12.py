@@ -509,7 +509,7 @@ def linear_path(
     (:func:`specdec.kernels.cuda.w12_gemm_small_m` / ``q_gemm_small_m``) when ``x`` has at most
     ``max_tokens("w12" / "q", K)`` rows (16 for the tensor-map kernels where ``K % 32 == 0``, else 8; the exact
     view takes ``EXACT_CUDA_CALLS`` times that with the tensor-map kernel, in calls of at most 16 rows; where
-    ``K % 64 == 0`` and ``$SPECDEC_WIDE_GEMM`` names the view (unset: both views,
+    ``K % 64 == 0`` and ``$SPECDEC_WIDE_GEMM`` takes the view's rows (unset: the exact view's, and the Q view's past 32,
     :func:`~specdec.kernels.cuda.ops.wide_gemm_enabled`) it takes up to ``WIDE_MAX_TOKENS``, those past one small-M
     call in one call of the wide op, :func:`specdec.kernels.cuda.ops.w12_gemm_wide` / ``q_gemm_wide``), there is
     no bias, ``K % 8 == 0``, the call is ``plain`` (no ``rebias`` / ``config``), the library loads
@@ -539,7 +539,7 @@ def linear_path(
         return resolve_backend(backend, x.device)
     k = w.shape[1]
     rows = x.numel() // k if k else 0
-    max_rows = _cuda_row_limit(view, k)
+    max_rows = _cuda_row_limit(view, k, rows)
     reasons = []
     if x.device.type != "cuda":
         reasons.append(f"x is on {x.device}")
@@ -564,23 +564,23 @@ def linear_path(
     return "cuda"
 
 
-def _cuda_row_limit(view: str, k: int) -> int:
-    """The most rows :func:`linear_path` sends to CUDA for ``view`` at width ``k`` (:func:`_cuda_small_m` splits them,
-    or sends those past one small-M call to the wide op)."""
+def _cuda_row_limit(view: str, k: int, rows: int) -> int:
+    """The most rows :func:`linear_path` sends to CUDA for ``view`` at width ``k`` when asked for ``rows``
+    (:func:`_cuda_small_m` splits them, or sends those past one small-M call to the wide op)."""
     from specdec.kernels.cuda.ops import MAX_TOKENS, WIDE_MAX_TOKENS, max_tokens
 
-    if _takes_wide(k, view):
+    if _takes_wide(k, view, rows):
         return WIDE_MAX_TOKENS
     per_call = max_tokens("w12" if view == "exact" else "q", k)
     return per_call * EXACT_CUDA_CALLS if view == "exact" and per_call > MAX_TOKENS else per_call
 
 
-def _takes_wide(k: int, view: str) -> bool:
-    """Whether rows of ``view`` past one small-M call go to its wide op at width ``k`` (``$SPECDEC_WIDE_GEMM`` names
-    the view, :func:`~specdec.kernels.cuda.ops.wide_gemm_enabled`, and ``K % 64 == 0``)."""
+def _takes_wide(k: int, view: str, rows: int) -> bool:
+    """Whether ``rows`` of ``view`` (past one small-M call) go to its wide op at width ``k``
+    (:func:`~specdec.kernels.cuda.ops.wide_gemm_enabled` by ``$SPECDEC_WIDE_GEMM``, and ``K % 64 == 0``)."""
     from specdec.kernels.cuda.ops import WIDE_STAGE_K, wide_gemm_enabled
 
-    return wide_gemm_enabled(view) and k % WIDE_STAGE_K == 0
+    return wide_gemm_enabled(view, rows) and k % WIDE_STAGE_K == 0
 
 
 def _cuda_small_m(x: torch.Tensor, w: W12Tensor, view: str) -> torch.Tensor:
@@ -594,7 +594,7 @@ def _cuda_small_m(x: torch.Tensor, w: W12Tensor, view: str) -> torch.Tensor:
     # the kernel's 16-byte loads need an aligned base (traced tensors have no address; the op checks it at run time)
     if not torch.compiler.is_compiling() and x2.data_ptr() % 16:
         x2 = x2.clone()
-    if x2.shape[0] > max_tokens("w12" if view == "exact" else "q", k) and _takes_wide(k, view):
+    if x2.shape[0] > max_tokens("w12" if view == "exact" else "q", k) and _takes_wide(k, view, x2.shape[0]):
         if view == "q":
             y = torch.ops.specdec.q_gemm_wide(x2, w.ae, w.base)
         else:

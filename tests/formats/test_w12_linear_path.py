@@ -166,14 +166,16 @@ def test_triton_only_options_are_refused_where_the_reference_runs(backend):
 
 
 @pytest.mark.parametrize("rows", [17, 33, 128])
-def test_by_default_both_views_17_to_128_rows_take_the_wide_ops(monkeypatch, rows):
+def test_by_default_the_exact_view_s_17_to_128_rows_and_the_q_view_s_33_to_128_take_the_wide_ops(monkeypatch, rows):
     from specdec.kernels.cuda.ops import WIDE_GEMM_ENV
 
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: True)
     monkeypatch.delenv(CUDA_SMALL_M_ENV, raising=False)
     monkeypatch.delenv(WIDE_GEMM_ENV, raising=False)
     w = _weight()
-    assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == "cuda"
+    q_path = "cuda" if rows > 32 else "triton"  # the Q view's 17-32 rows stay on Triton (the measured default)
+    assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == q_path
+    assert linear_path(_cuda_rows(32), w, view="q") == "triton" and linear_path(_cuda_rows(33), w, view="q") == "cuda"
 
     def refused(*args):
         raise AssertionError("the small-M op ran")
@@ -182,6 +184,7 @@ def test_by_default_both_views_17_to_128_rows_take_the_wide_ops(monkeypatch, row
         monkeypatch.setattr(torch.ops.specdec, op, refused)
     x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16)
     assert torch.equal(w12_module._cuda_small_m(x, w, "exact"), w12_linear_reference(x, w))
+    x = torch.randn(max(rows, 33), 64, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16)
     assert torch.equal(w12_module._cuda_small_m(x, w, "q"), q_linear_reference(x, w))
     monkeypatch.setenv(WIDE_GEMM_ENV, "exact")  # the exact view only: the Q view's rows past one call go to Triton
     assert linear_path(_cuda_rows(rows), w) == "cuda" and linear_path(_cuda_rows(rows), w, view="q") == "triton"

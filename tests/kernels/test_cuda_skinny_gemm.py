@@ -905,12 +905,15 @@ def test_wide_ops_name_wrong_arguments():
 def test_wide_switch_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.delenv(WIDE_GEMM_ENV, raising=False)
     views = ("exact", "q")
-    assert [wide_gemm_enabled(v) for v in views] == [True, True]  # the measured default: both views
-    for value, expected in (("1", [True, True]), ("0", [False, False]), ("exact", [True, False]), ("", [True, True])):
+    # the measured default: the exact view at 17-128 rows, the Q view from 33
+    assert [wide_gemm_enabled(v, rows) for v in views for rows in (17, 32, 33, 128)] == [True] * 4 + [False, False, True, True]
+    for value, expected in (("1", [True, True]), ("0", [False, False]), ("exact", [True, False]), ("", [True, False])):
         monkeypatch.setenv(WIDE_GEMM_ENV, value)
-        assert [wide_gemm_enabled(v) for v in views] == expected, value
+        assert [wide_gemm_enabled(v, 32) for v in views] == expected, value
+    monkeypatch.setenv(WIDE_GEMM_ENV, "auto")
+    assert [wide_gemm_enabled("q", rows) for rows in (32, 33)] == [False, True]
     monkeypatch.setenv(WIDE_GEMM_ENV, "yes")
-    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_GEMM: expected '0', 'exact' or '1' .*, got 'yes'"):
+    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_GEMM: expected 'auto', '1', 'exact' or '0' .*, got 'yes'"):
         wide_gemm_enabled("exact")
     monkeypatch.setenv(WIDE_GEMM_ENV, "1")
     with pytest.raises(ValueError, match=r"view: expected 'exact' or 'q', got 'Q'"):

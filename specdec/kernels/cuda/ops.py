@@ -110,6 +110,7 @@ __all__ = [
     "wide_unrolled",
     "WIDE_UNROLL_MODES",
     "WIDE_GEMM_ENV",
+    "WIDE_Q_MIN_ROWS",
     "WIDE_MAX_TOKENS",
     "WIDE_STAGE_K",
 ]
@@ -749,18 +750,21 @@ def stream_k_segments(row_blocks: int, stages: int, ctas: int) -> list[tuple[int
     return [tuple(out[7 * i : 7 * i + 7]) for i in range(count)]
 
 
-WIDE_GEMM_VALUES = ("0", "exact", "1")
+WIDE_GEMM_VALUES = ("auto", "1", "exact", "0")
+WIDE_Q_MIN_ROWS = 33  # the Q view's fewest rows for its wide op under "auto": two wgmma n-tiles
 
 
-def wide_gemm_enabled(view: str) -> bool:
-    """Whether :func:`specdec.formats.w12_linear` (``view="exact"``) or ``q_linear`` (``"q"``) sends 17 to
-    ``WIDE_MAX_TOKENS`` rows to its wide op (:func:`w12_gemm_wide`, :func:`q_gemm_wide`), by ``$SPECDEC_WIDE_GEMM``
-    (read on every call): ``"1"`` (the default) both views, ``"exact"`` the exact view only, ``"0"`` neither. Rows a
-    view does not send go to W12's two 16-row calls up to 32 rows, then Triton, and to Triton for the Q view. The
-    default is measured: the wide W12 kernel beats two 16-row calls and the Triton kernel on every shape where both
-    ran (H200, ``benchmarks/NOTES.md``, "Wide calls: measured"); the wide Q kernel, two stage groups and its loop
-    unrolled, beats the Triton Q kernel on 61 of the 70 Qwen3-8B / 32B linears at 17-128 rows and on every layer's
-    sum of them (H100, "The Q view's wide calls: measured").
+def wide_gemm_enabled(view: str, rows: int = WIDE_MAX_TOKENS) -> bool:
+    """Whether :func:`specdec.formats.w12_linear` (``view="exact"``) or ``q_linear`` (``"q"``) sends ``rows`` (17 to
+    ``WIDE_MAX_TOKENS``: more than one small-M call takes) to its wide op (:func:`w12_gemm_wide`,
+    :func:`q_gemm_wide`), by ``$SPECDEC_WIDE_GEMM`` (read on every call): ``"auto"`` (the default) the exact view at
+    17-128 rows and the Q view at ``WIDE_Q_MIN_ROWS`` (33) to 128, ``"1"`` both views at 17-128, ``"exact"`` the
+    exact view only, ``"0"`` neither. Rows a view does not send go to W12's two 16-row calls up to 32 rows, then
+    Triton, and to Triton for the Q view. The default is measured: the wide W12 kernel beats two 16-row calls and the
+    Triton kernel on every shape where both ran (H200, ``benchmarks/NOTES.md``, "Wide calls: measured"); the wide Q
+    kernel beats the Triton Q kernel on 61 of 70 Qwen3-8B / 32B linears at 17-128 rows in chains of one linear, and
+    inside the lean 8B target's Q-view pass at 64 and 128 rows, but that pass at 32 rows is 11 % slower with it
+    (H100, "The Q view's wide calls: measured").
 
     Raises:
         ValueError: another ``$SPECDEC_WIDE_GEMM``, or a ``view`` other than ``"exact"`` / ``"q"``.
@@ -769,17 +773,19 @@ def wide_gemm_enabled(view: str) -> bool:
 
         >>> import os
         >>> os.environ.pop(WIDE_GEMM_ENV, None) and None
-        >>> wide_gemm_enabled("exact"), wide_gemm_enabled("q")
-        (True, True)
+        >>> wide_gemm_enabled("exact", 32), wide_gemm_enabled("q", 32), wide_gemm_enabled("q", 64)
+        (True, False, True)
     """
     if view not in ("exact", "q"):
         raise ValueError(f"view: expected 'exact' or 'q', got {view!r}")
-    value = os.environ.get(WIDE_GEMM_ENV, "") or "1"
+    value = os.environ.get(WIDE_GEMM_ENV, "") or "auto"
     if value not in WIDE_GEMM_VALUES:
         raise ValueError(
-            f"${WIDE_GEMM_ENV}: expected '0', 'exact' or '1' (which views' linears of 17-128 rows take the wide kernels), "
-            f"got {value!r}"
+            f"${WIDE_GEMM_ENV}: expected 'auto', '1', 'exact' or '0' (which views' linears of 17-128 rows take the wide "
+            f"kernels), got {value!r}"
         )
+    if value == "auto":
+        return view == "exact" or rows >= WIDE_Q_MIN_ROWS
     return value == "1" or value == view
 
 
