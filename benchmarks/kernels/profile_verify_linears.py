@@ -12,7 +12,9 @@ the step's GEMM total, the kernel each linear ran (its first layer's) and each l
 over the copy bandwidth measured in the same run. The run fails (exit 1) when a step's GEMM launches are not ``4 * layers + 1``:
 the labels would then be wrong. ``--linears-only``: the same modules called in the same order on fixed random inputs
 of ``--rows`` rows, captured as one graph with nothing between them (whether a linear's time in the step comes from
-the kernels around it or from the sequence of distinct weights and shapes). ``--view q`` (W12 weights only): the
+the kernels around it or from the sequence of distinct weights and shapes); with ``--order by-linear`` the same calls
+grouped by linear (every layer's qkv, then every o, ...; lm_head last), labelled back to their linears: whether a
+linear's cost among the others comes from the alternation of shapes. ``--view q`` (W12 weights only): the
 step through the target's Q view (the two-level verifier's first pass; ``q_linear`` with ``--linears-only``), each
 linear's floor then its Q bytes (one a weight and the row bases).
 
@@ -52,6 +54,34 @@ def label_linears(kernels: list, layers: int) -> dict[str, list]:
         )
     out = {name: kernels[i : 4 * layers : 4] for i, name in enumerate(LINEARS)}
     out["lm_head"] = kernels[-1:]
+    return out
+
+
+def by_linear_order(count: int, layers: int) -> list[int]:
+    """The positions of a step's ``count = 4 * layers + 1`` linears called grouped by linear: every layer's qkv, then
+    every o, gate_up, down, and lm_head last (``--order by-linear``).
+
+    Example:
+        >>> by_linear_order(9, layers=2)
+        [0, 4, 1, 5, 2, 6, 3, 7, 8]
+    """
+    if count != 4 * layers + 1:
+        raise ValueError(f"count: expected {4 * layers + 1} linears (4 x {layers} layers + lm_head), got {count}")
+    return [layer * 4 + i for i in range(4) for layer in range(layers)] + [count - 1]
+
+
+def to_step_order(kernels: list, order: list[int]) -> list:
+    """Kernels launched for the linears at step positions ``order`` (one a linear), put back in step order.
+
+    Example:
+        >>> to_step_order(["qkv0", "qkv1", "o0", "o1", "head"], [0, 2, 1, 3, 4])
+        ['qkv0', 'o0', 'qkv1', 'o1', 'head']
+    """
+    if sorted(order) != list(range(len(kernels))):
+        raise ValueError(f"order: expected a permutation of 0..{len(kernels) - 1}, got {order}")
+    out = [None] * len(kernels)
+    for kernel, position in zip(kernels, order):
+        out[position] = kernel
     return out
 
 
@@ -110,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--view", choices=("exact", "q"), default="exact", help="the target's weight view (q: W12 weights only)")
     ap.add_argument("--steps", type=int, default=3, help="profiled replays")
     ap.add_argument("--linears-only", action="store_true", help="the step's linears alone, in its order, one graph")
+    ap.add_argument(
+        "--order",
+        choices=("step", "by-linear"),
+        default="step",
+        help="with --linears-only: the step's order or grouped by linear",
+    )
     ap.add_argument("--smoke", action="store_true", help="CPU: the labelling only")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "verify_linears.json"))
     args = ap.parse_args(argv)
@@ -117,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--rows: expected 1 to 64 rows, got {args.rows}")
     if args.steps < 1:
         ap.error(f"--steps: expected >= 1, got {args.steps}")
+    if args.order != "step" and not args.linears_only:
+        ap.error(f"--order {args.order}: expected with --linears-only (the step's own order is the step's)")
     if args.view == "q" and args.weights != "w12":
         ap.error(f"--view q: expected --weights w12 (the Q view is W12's), got --weights {args.weights}")
     prov = provenance(seed=0)
@@ -152,8 +190,10 @@ def main(argv: list[str] | None = None) -> int:
             for k in {m.in_features for m in linears}
         }
 
+        order = by_linear_order(len(linears), cfg.num_layers) if args.order == "by-linear" else list(range(len(linears)))
+
         def linears_in_order():
-            for m in linears:
+            for m in (linears[i] for i in order):
                 x = inputs[m.in_features]
                 if args.view == "q":
                     q_linear(x, m.weight)
@@ -173,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             target.truncate(AR_PROMPT)
 
     kernels = step_gemm_kernels(step, args.steps)
+    if args.linears_only and args.order == "by-linear":
+        kernels = [to_step_order(one, order) if len(one) == len(order) else one for one in kernels]  # else: refused below
     per_step = [[us for _, us in one] for one in kernels]
     try:
         labelled = [label_linears(d, cfg.num_layers) for d in per_step]
@@ -190,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         view=args.view,
         steps=args.steps,
         linears_only=args.linears_only,
+        order=args.order,
         env={k: v for k, v in os.environ.items() if k.startswith("SPECDEC_")},
         gemm_us_per_step=[sum(d) for d in per_step],
         mean_us=means,

@@ -53,3 +53,19 @@ def test_the_q_view_is_refused_without_w12_weights(capsys):
     with pytest.raises(SystemExit):
         main(["--view", "q", "--weights", "bf16", "--smoke"])
     assert "--view q: expected --weights w12 (the Q view is W12's), got --weights bf16" in capsys.readouterr().err
+
+
+def test_calls_grouped_by_linear_are_labelled_back_to_their_linears():
+    from benchmarks.kernels.profile_verify_linears import by_linear_order, to_step_order
+
+    layers = 3
+    step = [f"{name}{layer}" for layer in range(layers) for name in ("qkv", "o", "gate_up", "down")] + ["lm_head"]
+    order = by_linear_order(len(step), layers)
+    launched = [step[i] for i in order]
+    assert launched[:layers] == ["qkv0", "qkv1", "qkv2"] and launched[-1] == "lm_head"
+    labelled = label_linears(to_step_order(launched, order), layers)
+    assert labelled["o"] == ["o0", "o1", "o2"] and labelled["down"] == ["down0", "down1", "down2"]
+    with pytest.raises(ValueError, match="expected 13 linears"):
+        by_linear_order(12, layers)
+    with pytest.raises(ValueError, match="expected a permutation of 0..2"):
+        to_step_order(["a", "b", "c"], [0, 0, 1])
