@@ -371,18 +371,18 @@ def test_split_k_w12_plan_examples():
         launch_plan("w12_v4", 1, 4096, 4096, 0)
 
 
-def test_split_k_workspace_is_made_once_per_device_size_and_layout_and_zeroed():
+def test_split_k_workspace_per_layout_is_made_once_per_device_size_and_layout_and_zeroed(monkeypatch):
     from specdec.kernels.cuda import ops
 
+    monkeypatch.setattr(ops, "_WORKSPACES", {})
     cpu = torch.device("cpu")
-    first = ops.split_k_workspace(cpu, 1030)
+    first = ops.split_k_workspace(cpu, 1030, layout=())
     assert first.dtype == torch.int32 and first.numel() == 258 and not first.any()
     first[0] = 5  # a launch leaves its counters zero; the cache hands the same tensor back untouched
-    assert ops.split_k_workspace(cpu, 1030) is first
-    assert ops.split_k_workspace(cpu, 1034) is not first
-    # one size, two layouts (the row blocks' counters, then the partials): two workspaces, so neither one's partials
-    # land on the other's counters (specdec_w12_v10_plan(1, 51200, 5120) and specdec_bf16_v2_plan(10, 3, 27648) both
-    # ask for 138,496 bytes, with 3,328 and 256 bytes of counters)
+    assert ops.split_k_workspace(cpu, 1030, layout=()) is first
+    assert ops.split_k_workspace(cpu, 1034, layout=()) is not first
+    # one size, two layouts (other counts of row blocks): two workspaces (specdec_w12_v10_plan(1, 51200, 5120) and
+    # specdec_bf16_v2_plan(10, 3, 27648) both ask for 138,496 bytes, with 3,328 and 256 bytes of counters)
     w12_32b = ops.split_k_workspace(cpu, 138_496, layout=(51200, 4, 2, 40, 264, 82944, 138496, 1))
     bf16_odd = ops.split_k_workspace(cpu, 138_496, layout=(3, 4, 54, 216, 1, 98944, 138496, 1))
     assert (
@@ -391,7 +391,25 @@ def test_split_k_workspace_is_made_once_per_device_size_and_layout_and_zeroed():
     )
     with pytest.raises(ValueError, match="nbytes: expected a positive workspace size, got 0"):
         ops.split_k_workspace(cpu, 0)
-    first[0] = 0
+
+
+def test_the_shared_split_k_workspace_holds_twice_the_largest_asked_and_keeps_the_ones_before(monkeypatch):
+    from specdec.kernels.cuda import ops
+
+    monkeypatch.setattr(ops, "_WORKSPACES", {})
+    cpu = torch.device("cpu")
+    # with twice the bytes of any plan it serves, a plan's partials (from the start) end below half of it and every
+    # plan's counters (at the end) begin above, whatever their row blocks: the two plans of one size above share it
+    first = ops.split_k_workspace(cpu, 138_496)
+    assert first.dtype == torch.int32 and first.numel() * 4 >= 2 * 138_496 and not first.any()
+    assert ops.split_k_workspace(cpu, 1030) is first and ops.split_k_workspace(cpu, 138_496) is first
+    larger = ops.split_k_workspace(cpu, 138_497)
+    assert larger is not first and larger.numel() * 4 >= 2 * 138_497 and not larger.any()
+    assert ops.split_k_workspace(cpu, 1030) is larger
+    assert [w is v for w, v in zip(ops._WORKSPACES[(-1,)], (first, larger))] == [
+        True,
+        True,
+    ]  # a graph that captured the first keeps using it
 
 
 def test_split_k_workspace_is_never_made_during_graph_capture(monkeypatch):
@@ -411,6 +429,8 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel(monkeypatch):
     from specdec.kernels.cuda import ops
 
     monkeypatch.delenv("SPECDEC_ROW_STAGE_GROUPS", raising=False)
+    monkeypatch.delenv("SPECDEC_SPLIT_WORKSPACE", raising=False)
+    monkeypatch.setattr(ops, "_WORKSPACES", {})
     calls = []
 
     class Library:
@@ -444,9 +464,16 @@ def test_split_k_launch_hands_the_planned_workspace_to_the_kernel(monkeypatch):
         assert calls[1] == ("programmatic", 0)  # set before every launch: eager calls launch plainly
         assert calls[2] == ("stage groups", 2)  # $SPECDEC_ROW_STAGE_GROUPS unset: up to two, where the call takes them
         *given, ws_ptr, ws_bytes, stream = calls[3][1:]
-        assert tuple(given) == args and (ws_bytes, stream) == (nbytes, "s")
-        layout = (72, 0, 0, 0, 0, 0, nbytes, 0)  # N, then the plan (only its workspace bytes set here)
-        assert ws_ptr.value == (ops.split_k_workspace(cpu, nbytes, layout=layout).data_ptr() if nbytes else None)
+        assert tuple(given) == args and stream == "s"
+        shared = ops.split_k_workspace(cpu, nbytes) if nbytes else None  # the device's, all of it
+        assert (ws_ptr.value, ws_bytes) == ((shared.data_ptr(), shared.numel() * 4) if nbytes else (None, 0))
+    monkeypatch.setenv("SPECDEC_SPLIT_WORKSPACE", "per-layout")
+    calls.clear()
+    assert ops._launch_split_k(Library(), "q_gemm_small_m (v2)", plan_of(2052), run, args, 8, 72, 4128, cpu, "s") == 0
+    *_, ws_ptr, ws_bytes, _ = calls[3][1:]
+    layout = (72, 0, 0, 0, 0, 0, 2052, 0)  # N, then the plan (only its workspace bytes set here)
+    assert (ws_ptr.value, ws_bytes) == (ops.split_k_workspace(cpu, 2052, layout=layout).data_ptr(), 2052)
+    monkeypatch.delenv("SPECDEC_SPLIT_WORKSPACE")
     # launched programmatically (inside a captured graph): the launch code reaches the library
     monkeypatch.setattr(ops, "gemm_launch_code", lambda: 1)
     calls.clear()
@@ -580,7 +607,7 @@ def test_q_tensor_map_plan_is_the_w12_pipeline_without_the_nib_plane(m, n, k):
     # a stage holds the AE plane and x, not the nib plane: less shared memory than the W12 kernel's, still two CTAs per SM
     w12 = launch_plan("w12_v7", m, n, k, 132)
     assert 0 < q["shared_bytes"] < w12["shared_bytes"] and 2 * (q["shared_bytes"] + 1024) <= 227 * 1024, (q, w12)
-    # the W12 split-K workspace: row-block counters, then fp32 partials [row blocks][splits][64 rows][M]
+    # the W12 split-K workspace: fp32 partials [row blocks][splits][64 rows][M], and the row-block counters
     counters = -(-blocks * 4 // 256) * 256
     assert q["workspace_bytes"] == (0 if ks == 1 else counters + blocks * ks * 64 * m * 4), q
 
@@ -1129,3 +1156,15 @@ def test_a_row_tile_plan_reports_the_shared_memory_of_the_stage_groups_it_launch
         lib.specdec_set_row_stage_groups(ops.row_stage_groups())
     # the second group's four consumer warps each sum [16 rows][8 tokens] fp32 in shared memory
     assert two - one == 4 * 16 * 8 * 4
+
+
+def test_the_split_workspace_mode_reads_the_environment(monkeypatch):
+    from specdec.kernels.cuda.ops import split_workspace_mode
+
+    monkeypatch.delenv("SPECDEC_SPLIT_WORKSPACE", raising=False)
+    assert split_workspace_mode() == "shared"
+    monkeypatch.setenv("SPECDEC_SPLIT_WORKSPACE", "per-layout")
+    assert split_workspace_mode() == "per-layout"
+    monkeypatch.setenv("SPECDEC_SPLIT_WORKSPACE", "private")
+    with pytest.raises(ValueError, match=r"\$SPECDEC_SPLIT_WORKSPACE: expected 'shared' or 'per-layout' .*, got 'private'"):
+        split_workspace_mode()

@@ -85,6 +85,8 @@ __all__ = [
     "bf16_variant",
     "max_tokens",
     "split_k_workspace",
+    "split_workspace_mode",
+    "SPLIT_WORKSPACE_ENV",
     "MAX_TOKENS",
     "TENSOR_MAP_MAX_TOKENS",
     "KINDS",
@@ -428,43 +430,66 @@ def _bf16_max_rows(x: object) -> int:
     return max_tokens("bf16", width) if width > 0 else MAX_TOKENS
 
 
-_WORKSPACES: dict[tuple, torch.Tensor] = {}
+SPLIT_WORKSPACE_ENV = "SPECDEC_SPLIT_WORKSPACE"
+SPLIT_WORKSPACE_MODES = ("shared", "per-layout")
+_WORKSPACES: dict[tuple, list[torch.Tensor]] = {}
 
 
-def split_k_workspace(device: torch.device, nbytes: int, *, op: str = "split_k_workspace", layout: tuple = ()) -> torch.Tensor:
-    """The workspace of the kernels with K split over independent CTAs, ``nbytes`` on ``device``: int32 ``[ceil(nbytes / 4)]``.
+def split_workspace_mode() -> str:
+    """How the kernels with K split over independent CTAs get their workspace (``$SPECDEC_SPLIT_WORKSPACE``, read on
+    every launch): ``"shared"`` (unset) one per device for every launch, so each launch's partials land on the lines
+    the launch before it wrote; ``"per-layout"`` one per plan size and row-block count (:func:`split_k_workspace`).
+    Raises ValueError for any other value.
 
-    Those kernels are W12 ``SPECDEC_W12_CUDA_VARIANT`` v4 to v7, Q ``SPECDEC_Q_CUDA_VARIANT`` v2 and bf16
-    ``SPECDEC_BF16_CUDA_VARIANT`` v2; each takes the
-    bytes its plan asks for. One tensor per (device, size, ``layout``), zeroed once when it is made and kept for the
-    life of the process (a CUDA graph that captured a launch keeps using its address). The kernels leave their
-    counters zero after every launch, so no launch clears it; but a workspace holds its row blocks' counters first and
-    the partials after them, so two plans of one size with other counts of row blocks must not share one (the partials
-    of one would land on the counters of the other): ``layout`` names what sets the split (the launches pass N and their
-    plan). Launches sharing a workspace must not run concurrently: the ops run
-    on ``torch.cuda.current_stream()``, one launch after another. Raises RuntimeError naming ``op`` when the
-    workspace would be made during CUDA graph capture (call the op once on that shape before capturing),
-    ValueError for ``nbytes < 1``.
+    Example::
+
+        >>> import os
+        >>> os.environ.pop(SPLIT_WORKSPACE_ENV, None) and None
+        >>> split_workspace_mode()
+        'shared'
+    """
+    return _env_choice(SPLIT_WORKSPACE_ENV, "shared", SPLIT_WORKSPACE_MODES, "the split-K kernels' workspace")
+
+
+def split_k_workspace(
+    device: torch.device, nbytes: int, *, op: str = "split_k_workspace", layout: tuple | None = None
+) -> torch.Tensor:
+    """A workspace of at least ``nbytes`` on ``device`` for the kernels with K split over independent CTAs: int32,
+    zeroed when it is made and kept for the life of the process (a CUDA graph that captured a launch keeps using its
+    address).
+
+    Those kernels are W12 ``SPECDEC_W12_CUDA_VARIANT`` v4 to v10, Q and bf16 v2 to v5 and the wide ops; each takes the
+    bytes its plan asks for: its fp32 partials from the workspace's start, its row blocks' counters at its end, which
+    every launch leaves zero, so no launch clears it. ``layout`` None: the device's shared workspace, at least twice the
+    largest asked for so far (a plan's partials then end below half of it and every plan's counters begin above,
+    whatever their row blocks); a larger request makes a larger one, and the ones before it stay alive for the graphs
+    that captured them. With ``layout`` (what sets the split: the launches pass N and their plan): one workspace of
+    exactly ``nbytes`` per (device, size, layout). Launches sharing a workspace must not run concurrently: the ops run
+    on ``torch.cuda.current_stream()``, one launch after another. Raises RuntimeError naming ``op`` when a workspace
+    would be made during CUDA graph capture (call the op once on that shape before capturing), ValueError for
+    ``nbytes < 1``.
 
     Example (CPU tensors stand for the device's)::
 
-        >>> split_k_workspace(torch.device("cpu"), 10).shape
+        >>> split_k_workspace(torch.device("cpu"), 10, layout=()).shape
         torch.Size([3])
     """
     if nbytes < 1:
         raise ValueError(f"nbytes: expected a positive workspace size, got {nbytes}")
     index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else -1)
-    key = (index, nbytes, tuple(layout))
-    ws = _WORKSPACES.get(key)
-    if ws is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                f"{op}: its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
-                "call the op once on this shape before capturing"
-            )
-        ws = torch.zeros(-(-nbytes // 4), dtype=torch.int32, device=device)
-        _WORKSPACES[key] = ws
-    return ws
+    shared = layout is None
+    key = (index,) if shared else (index, nbytes, tuple(layout))
+    made = _WORKSPACES.setdefault(key, [])
+    words = -(-2 * nbytes // 4) if shared else -(-nbytes // 4)
+    if made and made[-1].numel() >= words:
+        return made[-1]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"{op}: its {nbytes}-byte workspace on {device} would be made during CUDA graph capture; "
+            "call the op once on this shape before capturing"
+        )
+    made.append(torch.zeros(words, dtype=torch.int32, device=device))
+    return made[-1]
 
 
 def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
@@ -481,11 +506,14 @@ def _launch_split_k(lib, what: str, plan_of, run, args: tuple, m: int, n: int, k
     plan = (ctypes.c_longlong * 7)()
     _raise_on_failure(lib, plan_of(m, n, k, 0, plan), f"{what} plan")
     nbytes = plan[5]
-    layout = (n, *plan)  # the row blocks (hence the counters before the partials) follow from N and the plan
-    ws_ptr = _ptr(split_k_workspace(device, nbytes, op=what, layout=layout)) if nbytes else ctypes.c_void_p(None)
+    ws_ptr, ws_bytes = ctypes.c_void_p(None), 0
+    if nbytes:
+        layout = None if split_workspace_mode() == "shared" else (n, *plan)  # the row blocks follow from N and the plan
+        ws = split_k_workspace(device, nbytes, op=what, layout=layout)
+        ws_ptr, ws_bytes = _ptr(ws), ws.numel() * 4
     lib.specdec_set_programmatic_launch(gemm_launch_code())  # read by the tensor-map kernels only
     lib.specdec_set_row_stage_groups(row_stage_groups())
-    return run(*args, ws_ptr, nbytes, stream)
+    return run(*args, ws_ptr, ws_bytes, stream)
 
 
 @torch.library.custom_op("specdec::skinny_gemm_bf16", mutates_args=())

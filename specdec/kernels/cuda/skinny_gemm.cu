@@ -2247,7 +2247,7 @@ Plan make_stream_plan(int M, int N, int K, int sms, int max_splits) {
 constexpr int kSplitWaves = 2;
 constexpr int kSplitMaxSplits = 64;
 constexpr double kSplitPartialShare = 0.05;
-constexpr int kSplitCounterAlign = 256;  // bytes: the partials start 256-byte aligned after the counters
+constexpr int kSplitCounterAlign = 256;  // bytes: a workspace's counters take their bytes rounded up to this
 
 int stream_ctas_per_sm(int smem_bytes) {
   const int per_sm = (227 * 1024) / (smem_bytes + 1024);
@@ -2396,9 +2396,12 @@ bool stream_k_pays(int M, int N, int K, int sms, int pipeline) {
   return static_cast<long long>(runs.grid_x) * kStreamKMaxBlocksPerRun >= runs.row_blocks;
 }
 
-// Workspace of the split-K kernels: row-block counters (zero between launches), then the fp32 partials
-// [grid_x][k_splits][rows of a CTA: 16 rt_per_cta, 64, or 128 for the wide kernel][M tokens], none without K splits; of
-// tma_stream_k_kernel: counters of its row blocks, then 2 x grid_x partial tiles [64 rows][M tokens].
+// Workspace of the split-K kernels: the fp32 partials [grid_x][k_splits][rows of a CTA: 16 rt_per_cta, 64, or 128 for
+// the wide kernel][M tokens] from its start, and its row-block counters (zero between launches) at its end, none without
+// K splits; of tma_stream_k_kernel: 2 x grid_x partial tiles [64 rows][M tokens], and the counters of its row blocks.
+// A workspace larger than a plan needs is used the same way: every launch's partials start at the same address, and
+// launches of plans with other counts of row blocks can share one workspace of at least twice the larger's bytes
+// (each one's partials end below half of it, each one's counters begin above).
 long long split_partial_bytes(const Plan& pl, int M) {
   const long long tiles = pl.stream_k ? 2LL * pl.grid_x : static_cast<long long>(pl.grid_x) * pl.k_splits;
   return tiles * (pl.rt_per_cta * 16) * (pl.partial_tokens > 0 ? pl.partial_tokens : M) * 4;
@@ -2451,8 +2454,8 @@ int check_smem(const Plan& pl, const Params& p, int limit) {
   return 2;
 }
 
-// The split-K workspace of a plan: per-row-block counters first, then the fp32 partials; 2 with the message set
-// when `workspace` is smaller than the plan needs.
+// The split-K workspace of a plan: the fp32 partials from its start, the per-row-block counters at its end (4-byte
+// aligned); 2 with the message set when `workspace` is smaller than the plan needs.
 int split_buffers(const Plan& pl, const Params& p, void* workspace, long long workspace_bytes, float** partials,
                   unsigned int** counters) {
   const long long need = split_workspace_bytes(pl, p.M);
@@ -2463,8 +2466,8 @@ int split_buffers(const Plan& pl, const Params& p, void* workspace, long long wo
   }
   unsigned char* ws = static_cast<unsigned char*>(workspace);
   const long long counter_bytes = need > 0 ? need - split_partial_bytes(pl, p.M) : 0;
-  *counters = reinterpret_cast<unsigned int*>(ws);
-  *partials = need > 0 ? reinterpret_cast<float*>(ws + counter_bytes) : nullptr;
+  *counters = need > 0 ? reinterpret_cast<unsigned int*>(ws + ((workspace_bytes - counter_bytes) & ~3LL)) : nullptr;
+  *partials = need > 0 ? reinterpret_cast<float*>(ws) : nullptr;
   return 0;
 }
 
