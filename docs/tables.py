@@ -1817,6 +1817,37 @@ def cuda_wide_q_route_h100(results: Results) -> str:
     )
 
 
+SPLIT_WORKSPACE_RUNS = {
+    mode: (f"split_workspace_h100_2026-12-06_{mode}_ar_step.json", f"split_workspace_h100_2026-12-06_{mode}_w12_64.json")
+    for mode in ("per-layout", "shared")
+}
+
+
+def split_workspace_h100(results: Results) -> str:
+    """One split-K workspace per plan layout against one a device for every launch (H100, one call): each W12 linear's
+    us in the lean 8B target's 64-row verify step, the step's GEMM kernels, the verify and one-token steps."""
+    runs = {mode: [results(name) for name in names] for mode, names in SPLIT_WORKSPACE_RUNS.items()}
+    for mode, (step, linears) in runs.items():
+        if step["provenance"]["env"].get("SPECDEC_SPLIT_WORKSPACE") != mode or linears["rows"] != 64:
+            raise ValueError(f"{SPLIT_WORKSPACE_RUNS[mode]}: expected 64-row runs with SPECDEC_SPLIT_WORKSPACE={mode}")
+
+    def pair(value) -> str:
+        return " -> ".join(value(*runs[mode]) for mode in SPLIT_WORKSPACE_RUNS)
+
+    rows = [
+        [f"{linear} (us)", pair(lambda step, lin, n=linear: f"{lin['mean_us'][n]:.1f}")]
+        for linear in ("qkv", "o", "gate_up", "down", "lm_head")
+    ]
+    rows += [
+        ["GEMM kernels a verify step", pair(lambda step, lin: f"{statistics.mean(lin['gemm_us_per_step']) / 1e3:.3f} ms")],
+        ["W12 verify step, 64 rows", pair(lambda step, lin: f"{step['w12_verify_s'] * 1e3:.3f} ms")],
+        ["bf16 verify step, 64 rows", pair(lambda step, lin: f"{step['bf16_verify_s'] * 1e3:.3f} ms")],
+        ["W12 one-token step", pair(lambda step, lin: f"{step['w12_step_s'] * 1e3:.3f} ms")],
+        ["bf16 one-token step", pair(lambda step, lin: f"{step['bf16_step_s'] * 1e3:.3f} ms")],
+    ]
+    return markdown_table(["lean 8B, W12 linears at 64 rows", "per layout -> one a device"], rows)
+
+
 STEP_LINEARS_RUNS = {
     "W12": "step_linears_h100_2026-12-06_w12.json",
     "bf16, cuBLAS": "step_linears_h100_2026-12-06_bf16.json",
@@ -1863,6 +1894,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "step-linears-h100": step_linears_h100,
     "cuda-wide-groups-h100": cuda_wide_groups_h100,
     "cuda-wide-q-route-h100": cuda_wide_q_route_h100,
+    "split-workspace-h100": split_workspace_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
