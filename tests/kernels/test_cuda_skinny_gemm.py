@@ -1003,7 +1003,6 @@ def test_wide_plan_keeps_one_cta_an_sm_for_the_pipelined_loop_or_when_asked(monk
         ("SPECDEC_WIDE_CTAS", "wide_ctas_per_sm", 1, 2, "4"),
         ("SPECDEC_WIDE_GROUPS", "wide_stage_groups", 2, 1, "3"),
         ("SPECDEC_WIDE_PIPELINE", "wide_pipeline", False, True, "yes"),
-        ("SPECDEC_WIDE_KEEP_PARTIALS", "wide_keep_partials", False, True, "yes"),
     ],
 )
 def test_the_wide_kernels_settings_read_the_environment(monkeypatch, env, reader, default, other, bad):

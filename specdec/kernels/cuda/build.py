@@ -176,8 +176,6 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_set_wide_stage_groups.argtypes = [i]
     lib.specdec_set_wide_unroll.restype = None
     lib.specdec_set_wide_unroll.argtypes = [i]
-    lib.specdec_set_wide_keep_partials.restype = None
-    lib.specdec_set_wide_keep_partials.argtypes = [i]
     lib.specdec_wide_unrolled.restype = i
     lib.specdec_wide_unrolled.argtypes = [i, i, i]
     lib.specdec_rows_stage_groups.restype = i

@@ -110,8 +110,6 @@ __all__ = [
     "wide_stage_groups",
     "wide_unroll",
     "wide_unrolled",
-    "wide_keep_partials",
-    "WIDE_KEEP_PARTIALS_ENV",
     "WIDE_UNROLL_MODES",
     "WIDE_GEMM_ENV",
     "WIDE_Q_MIN_ROWS",
@@ -133,7 +131,6 @@ WIDE_PIPELINE_ENV = "SPECDEC_WIDE_PIPELINE"
 WIDE_CTAS_ENV = "SPECDEC_WIDE_CTAS"
 WIDE_GROUPS_ENV = "SPECDEC_WIDE_GROUPS"
 WIDE_UNROLL_ENV = "SPECDEC_WIDE_UNROLL"
-WIDE_KEEP_PARTIALS_ENV = "SPECDEC_WIDE_KEEP_PARTIALS"
 WIDE_UNROLL_MODES = ("auto", "1", "0")
 _WIDE_UNROLL_CODES = {"0": 0, "1": 1, "auto": 2}  # specdec_set_wide_unroll's modes
 WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
@@ -378,23 +375,6 @@ def wide_unroll() -> str:
         'auto'
     """
     return _env_choice(WIDE_UNROLL_ENV, "auto", WIDE_UNROLL_MODES, "which wide calls unroll their loop over the ring")
-
-
-def wide_keep_partials() -> bool:
-    """Whether the wide kernels store their split-K partials evict-last in the L2 (``$SPECDEC_WIDE_KEEP_PARTIALS``,
-    read on every call: ``"1"``; unset or ``"0"``: evict-normal), so that the next launch, which writes its partials
-    to the same lines of the shared workspace (:func:`split_k_workspace`), finds them still in the L2 rather than
-    written back to memory under the weights streaming in between. Off until timed. Raises ValueError for any other
-    value.
-
-    Example::
-
-        >>> import os
-        >>> os.environ.pop(WIDE_KEEP_PARTIALS_ENV, None) and None
-        >>> wide_keep_partials()
-        False
-    """
-    return _env_choice(WIDE_KEEP_PARTIALS_ENV, "0", ("0", "1"), "the wide kernels' partials kept in the L2") == "1"
 
 
 def wide_unrolled(kind: str, m: int, mode: str | None = None) -> bool:
@@ -850,7 +830,6 @@ def _launch_wide(lib, what: str, run, kind: int, args: tuple, m: int, n: int, k:
     lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
     lib.specdec_set_wide_stage_groups(wide_stage_groups())
     lib.specdec_set_wide_unroll(_WIDE_UNROLL_CODES[wide_unroll()])
-    lib.specdec_set_wide_keep_partials(int(wide_keep_partials()))
     return _launch_split_k(lib, what, plan_of, run, args, m, n, k, device, _stream(device))
 
 

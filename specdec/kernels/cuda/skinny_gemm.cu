@@ -70,7 +70,6 @@ struct Params {
   int rt_per_cta;  // row tiles (16 rows) per CTA: 1, 2, 4 or 8; warps per row tile = 8 / rt_per_cta
   int k_splits;    // CTAs of a cluster sharing the row block, each a slice of K
   int n_chunks;    // ceil(K / chunk)
-  int keep_partials;  // the wide kernels: their split-K partials stored evict-last in the L2 (1) or evict-normal (0)
 };
 
 // Chunk registers of one lane: rows g and g + 8.
@@ -1992,13 +1991,6 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   }
 }
 
-// A float4 to global memory through the L2 (st.global.cg) under an L2 cache policy (createpolicy).
-__device__ __forceinline__ void store_cg_with_policy(float4* ptr, float4 v, uint64_t policy) {
-  asm volatile("st.global.cg.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(ptr), "f"(v.x), "f"(v.y), "f"(v.z),
-               "f"(v.w), "l"(policy)
-               : "memory");
-}
-
 // After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums [128 rows][32 NB tokens] (row
 // stride STRIDE; the columns past M are zeros), escapes included. Without K splits the CTA stores the first M
 // columns; with k_splits > 1 it writes the first COLS (TOK, or M where TOK is 0) to its partial tile in `partials`,
@@ -2007,8 +1999,7 @@ __device__ __forceinline__ void store_cg_with_policy(float4* ptr, float4 v, uint
 // never stored. A tile is [128][COLS] fp32 (16-byte aligned: 128 COLS is a multiple of 4), moved as float4; with TOK
 // = 32 NB every index of the sum is a compile-time division (Plan.partial_tokens sizes the workspace alike). The last
 // CTA loads kWideSumLoads float4 of every other split before it adds any, so that its reads wait for the L2 once a
-// round rather than once a value (a round: THREADS x kWideSumLoads float4 of each split). With p.keep_partials the
-// tiles are stored evict-last, so that they stay in the L2 for the next launch to overwrite.
+// round rather than once a value (a round: THREADS x kWideSumLoads float4 of each split).
 constexpr int kWideSumLoads = 2;
 template <int THREADS, int STRIDE, int TOK>
 __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split) {
@@ -2022,14 +2013,8 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
   if (p.k_splits > 1) {
     float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * tile_values;
     float4* own = reinterpret_cast<float4*>(tiles + static_cast<size_t>(split) * tile_values);
-    if (p.keep_partials) {
-      const uint64_t keep = l2_evict_last();
-      for (int v = tid; v < tile_vec; v += THREADS)
-        store_cg_with_policy(own + v, make_float4(red_at(4 * v), red_at(4 * v + 1), red_at(4 * v + 2), red_at(4 * v + 3)), keep);
-    } else {
-      for (int v = tid; v < tile_vec; v += THREADS)
-        __stcg(own + v, make_float4(red_at(4 * v), red_at(4 * v + 1), red_at(4 * v + 2), red_at(4 * v + 3)));
-    }
+    for (int v = tid; v < tile_vec; v += THREADS)
+      __stcg(own + v, make_float4(red_at(4 * v), red_at(4 * v + 1), red_at(4 * v + 2), red_at(4 * v + 3)));
     __threadfence();
     __syncthreads();
     if (tid == 0) {
@@ -3012,13 +2997,8 @@ int check_wide_sizes(int M, int N, int K) {
 }
 
 // tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS, UNROLL> on p (M <= 32 NB).
-// Whether the wide kernels this thread launches from now on store their split-K partials evict-last in the L2
-// (specdec_set_wide_keep_partials): 1, or 0 (evict-normal).
-thread_local int g_wide_keep_partials = 0;
-
 template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1, bool UNROLL = false>
 int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  p.keep_partials = g_wide_keep_partials;
   static PerDevice<bool> attr_once;
   bool& attr_set = attr_once.here();  // once per device, before any graph capture (the warm-up's call)
   const auto kernel = tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS, UNROLL>;
@@ -3138,10 +3118,6 @@ void specdec_set_wide_ctas_per_sm(int ctas) { g_wide_ctas = ctas == 2 ? 2 : 1; }
 // The consumer stage groups the wide kernels this thread launches from now on take where they run one CTA an SM with
 // the one-set loop up to 64 tokens: 1 (one group) or 2 (other values: even and odd stages, 16 consumer warps).
 void specdec_set_wide_stage_groups(int groups) { g_wide_groups = groups == 1 ? 1 : 2; }
-
-// Whether the wide kernels this thread launches from now on store their split-K partials evict-last in the L2, so
-// that the next launch's partials find their lines there (1), or evict-normal (other values).
-void specdec_set_wide_keep_partials(int on) { g_wide_keep_partials = on == 1 ? 1 : 0; }
 
 // Which wide kernels this thread launches from now on with one CTA an SM and the one-set loop run it unrolled over a
 // pass of the ring, its MMA descriptors uniform: 1 all, 0 none, 2 (other values) the Q view's and W12's above 32 tokens.
