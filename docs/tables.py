@@ -407,6 +407,53 @@ def _two_level_system_rows(results: Results) -> list[list[str]]:
     return rows
 
 
+TWO_LEVEL_H100_RUNS = (
+    "two_level_wide_h100_2026-12-06_auto_shared.json",
+    "two_level_wide_h100_2026-12-06_auto_shared_q_triton.json",
+)
+
+
+def two_level_h100(results: Results) -> str:
+    """The lean 8B target's exact and Q-view passes under graphs on the default kernels (H100), with the Q view's 32-
+    and 65-row passes on Triton from a second call, then the decoding systems of the first call."""
+    run, triton = (results(name) for name in TWO_LEVEL_H100_RUNS)
+    if triton["provenance"]["env"].get("SPECDEC_WIDE_GEMM") != "exact" or run["provenance"]["env"].get("SPECDEC_WIDE_GEMM"):
+        raise ValueError(f"{TWO_LEVEL_H100_RUNS}: expected the default routing, then SPECDEC_WIDE_GEMM=exact")
+    on_triton = {(p["variant"], p["rows"]): p["q_ms"] for p in triton["pass_times"]}
+    passes = [
+        [
+            f"`{p['variant']}`",
+            str(p["rows"]),
+            f"{p['exact_ms']:.2f}",
+            f"{p['q_ms']:.2f}",
+            f"{on_triton[(p['variant'], p['rows'])]:.2f}" if (p["variant"], p["rows"]) in on_triton else "",
+            f"{p['q_over_exact']:.2f}",
+            f"{p['byte_ratio']:.2f}",
+        ]
+        for p in run["pass_times"]
+    ]
+    systems = [
+        [
+            f"`{r['variant']}`",
+            f"`{r['profile']}`",
+            r["system"],
+            f"{r['tokens_per_exact_pass']:.2f}",
+            f"{r['round_ms']:.2f}",
+            f"{r['speedup_vs_ar']:.2f}x",
+        ]
+        for r in run["rows"]
+    ]
+    return "\n\n".join(
+        [
+            markdown_table(
+                ["variant", "rows", "exact ms", "Q ms (default)", "Q ms (Triton)", "Q / exact", "Q / exact weight bytes"],
+                passes,
+            ),
+            markdown_table(["variant", "profile", "system", "tokens / exact pass", "ms a round", "x AR"], systems),
+        ]
+    )
+
+
 def two_level_h200_extra(results: Results) -> str:
     real = results("bench_two_level_real_h200_2026-12-02.json")["totals"]
     ar_seconds = real["AR"]["seconds"]
@@ -1894,6 +1941,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "step-linears-h100": step_linears_h100,
     "cuda-wide-groups-h100": cuda_wide_groups_h100,
     "cuda-wide-q-route-h100": cuda_wide_q_route_h100,
+    "two-level-h100": two_level_h100,
     "split-workspace-h100": split_workspace_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
     "cuda-pdl": cuda_pdl,
