@@ -790,7 +790,8 @@ def wide_gemm_enabled(view: str, rows: int = WIDE_MAX_TOKENS) -> bool:
     exact view only, ``"0"`` neither. Rows a view does not send go to W12's two 16-row calls up to 32 rows, then
     Triton, and to Triton for the Q view. The default is measured: the wide W12 kernel beats two 16-row calls and the
     Triton kernel on every shape where both ran (H200, ``benchmarks/NOTES.md``, "Wide calls: measured"); the wide Q
-    kernel beats the Triton Q kernel on 61 of 70 Qwen3-8B / 32B linears at 17-128 rows in chains of one linear, and
+    kernel beats the Triton Q kernel on 61 of 70 Qwen3-8B / 32B linears at 17-128 rows in chains of one linear
+    under programmatic launch (which overlaps each call with the one before: it flatters them), and
     inside the lean 8B target's Q-view pass at 64 and 128 rows, but that pass at 32 rows is 11 % slower with it
     (H100, "The Q view's wide calls: measured").
 
