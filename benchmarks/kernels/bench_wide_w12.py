@@ -47,6 +47,7 @@ from benchmarks.kernels.bench_roofline import (
     zero_sign,
 )
 from benchmarks.kernels.read_floor import Cycle, cold_weight_device, weight_copies
+from specdec.kernels.launch import pdl_mode
 
 ROWS = (16, 17, 32, 33, 64, 65, 96, 128)
 SMOKE_ROWS = (16, 17, 40)
@@ -252,6 +253,11 @@ def summary_lines(result: dict) -> list[str]:
     for c in result["checks"]:
         if not check_passed(c):
             lines.append(f"  FAILED {c}")
+    if result.get("programmatic_launch", "1") != "0":
+        lines.append(
+            f"$SPECDEC_PDL={result.get('programmatic_launch', '1')}: the CUDA GEMMs of a chain start while the call before "
+            "ends (overlapped throughput; Triton and cuBLAS do not take part), not what a call costs in a step"
+        )
     lines.append("model linear M: " + " ".join(f"{k}(us, x cuBLAS)" for k in result["kernels"]))
     keys = sorted({(r["model"], r["linear"], r["M"]) for r in result["timings"]}, key=lambda t: (t[0], t[1], t[2]))
     for model, lname, m in keys:
@@ -360,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         l2_factor=args.l2_factor,
         calls_per_graph=args.calls,
         reps=args.reps,
+        programmatic_launch=pdl_mode(),
         kernels=list(args.kernels),
         checks=checks,
         timings=ratios(timings),

@@ -24,6 +24,15 @@ def test_smoke_checks_and_times_every_kernel(tmp_path):
     assert all(r["x_cublas"] > 0 for r in result["timings"]) and (tmp_path / "wide_w12.png").exists()
 
 
+def test_the_run_says_whether_its_chains_ran_under_programmatic_launch(tmp_path, monkeypatch, capsys):
+    for mode, said in (("1", True), ("0", False)):
+        monkeypatch.setenv("SPECDEC_PDL", mode)
+        out = tmp_path / f"wide_w12_{mode}.json"
+        assert bench_wide_w12.main(["--smoke", "--out", str(out)]) == 0
+        assert json.loads(out.read_text())["programmatic_launch"] == mode
+        assert ("overlapped throughput" in capsys.readouterr().out) is said
+
+
 def test_a_wrong_decode_or_product_fails_the_run(tmp_path, monkeypatch):
     from specdec.kernels.cuda import ops
 
