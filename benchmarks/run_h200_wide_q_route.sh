@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where the Q view's 17-128-row linears should go (the two-level verifier's Q pass): the wide Q kernel (CUDA, the
-# default unrolled loop) against the Triton Q kernel the view takes there today, beside cuBLAS bf16, on the 8B and 32B
+# default unrolled loop) against the Triton Q kernel, beside cuBLAS bf16, on the 8B and 32B
 # linears at 17, 24, 32, 48, 64, 96 and 128 rows, each call's checks first. Then the W12 wide kernel at 17, 24 and 32
 # rows with its loop unrolled against rolled, twice each in alternation ($SPECDEC_WIDE_UNROLL 1 / 0: whether W12's
 # rolled default up to 32 tokens holds on a second look).
