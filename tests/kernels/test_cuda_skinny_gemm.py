@@ -1168,3 +1168,29 @@ def test_the_split_workspace_mode_reads_the_environment(monkeypatch):
     monkeypatch.setenv("SPECDEC_SPLIT_WORKSPACE", "private")
     with pytest.raises(ValueError, match=r"\$SPECDEC_SPLIT_WORKSPACE: expected 'shared' or 'per-layout' .*, got 'private'"):
         split_workspace_mode()
+
+
+def test_one_shared_workspace_keeps_every_wide_plan_s_partials_off_every_plan_s_counters(monkeypatch):
+    _library_or_skip()
+    from specdec.kernels.cuda.ops import wide_plan, wide_split_layout
+
+    monkeypatch.delenv("SPECDEC_WIDE_CTAS", raising=False)
+    monkeypatch.delenv("SPECDEC_WIDE_PIPELINE", raising=False)
+    calls = [(kind, m, n, k) for kind in ("w12", "q") for m in (17, 32, 64, 100, 128) for n, k in _WIDE_SHAPES]
+    needs = {call: wide_plan(call[0], call[1], call[2], call[3], 132)["workspace_bytes"] for call in calls}
+    split = [call for call in calls if needs[call] > 0]
+    assert len(split) > 10 and len({needs[c] for c in split}) > 5  # plans of many sizes and row-block counts
+    size = -(-2 * max(needs.values()) // 4) * 4  # what split_k_workspace hands every launch: twice the largest
+    layouts = {call: wide_split_layout(*call, 132, size) for call in split}
+    lowest_counters = min(at["counters_at"] for at in layouts.values())
+    highest_partial = max(at["partials_at"] + at["partial_bytes"] for at in layouts.values())
+    assert highest_partial <= lowest_counters, (highest_partial, lowest_counters)
+    for call, at in layouts.items():
+        assert at["partials_at"] == 0 and at["counters_at"] % 4 == 0
+        assert at["counters_at"] + at["counter_bytes"] <= size and at["partial_bytes"] + at["counter_bytes"] == needs[call]
+    # the plan's own workspace: its counters right after its partials
+    call = split[0]
+    exact = wide_split_layout(*call, 132, needs[call])
+    assert exact["counters_at"] == exact["partial_bytes"]
+    with pytest.raises(ValueError, match=r"workspace_bytes: M=\d+ N=\d+ K=\d+ needs a workspace of \d+ bytes, got 4"):
+        wide_split_layout(*call, 132, 4)

@@ -214,3 +214,5 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_q_gemm_wide.argtypes = [p, p, p, p, i, i, i, p, ll, p]
     lib.specdec_wide_plan.restype = i
     lib.specdec_wide_plan.argtypes = [i, i, i, i, i, ctypes.POINTER(ll)]
+    lib.specdec_wide_split_layout.restype = i
+    lib.specdec_wide_split_layout.argtypes = [i, i, i, i, i, ll, ctypes.POINTER(ll)]

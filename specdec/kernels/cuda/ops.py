@@ -104,6 +104,7 @@ __all__ = [
     "w12_gemm_wide",
     "q_gemm_wide",
     "wide_plan",
+    "wide_split_layout",
     "wide_gemm_enabled",
     "wide_ctas_per_sm",
     "wide_pipeline",
@@ -818,6 +819,36 @@ def wide_gemm_enabled(view: str, rows: int = WIDE_MAX_TOKENS) -> bool:
     return value == "1" or value == view
 
 
+def wide_split_layout(kind: str, m: int, n: int, k: int, sms: int, workspace_bytes: int) -> dict[str, int]:
+    """Where a wide call's split-K buffers lie in a workspace of ``workspace_bytes`` (the library's layout, host code:
+    needs the built library, not a GPU; the plan of :func:`wide_plan`): ``partials_at`` (0) and ``partial_bytes``,
+    ``counters_at`` (at the workspace's end) and ``counter_bytes``; all 0 without K splits. The shared workspace of
+    :func:`split_k_workspace` holds every plan because each one's partials end below half of it and its counters begin
+    above.
+
+    Example (needs the built library, so not run as a doctest): for ``wide_plan("w12", 64, 4096, 4096, 132)`` (4.19 MB)
+    in a workspace of 10 MB, ``partials_at == 0`` and ``counters_at == 10_000_000 - counter_bytes``.
+
+    Raises:
+        ValueError: a kind, size or ``sms`` the wide kernels do not take, or a workspace smaller than the plan needs.
+    """
+    if kind not in ("w12", "q"):
+        raise ValueError(f"kind: expected 'w12' or 'q', got {kind!r}")
+    out = (ctypes.c_longlong * 4)()
+    lib = load_library()
+    lib.specdec_set_wide_pipeline(int(wide_pipeline()))
+    lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
+    rc = lib.specdec_wide_split_layout(KINDS[kind], m, n, k, sms, workspace_bytes, out)
+    if rc == 3:
+        raise ValueError(
+            f"wide_split_layout: expected 1 <= m <= {WIDE_MAX_TOKENS}, n >= 1, k a positive multiple of {WIDE_STAGE_K} "
+            f"and sms >= 1, got m={m} n={n} k={k} sms={sms}"
+        )
+    if rc:
+        raise ValueError(f"workspace_bytes: {lib.specdec_cuda_last_error().decode()}")
+    return dict(zip(("partials_at", "partial_bytes", "counters_at", "counter_bytes"), list(out)))
+
+
 def _check_wide_k(k: int) -> None:
     if k % WIDE_STAGE_K:
         raise ValueError(f"ae: expected K (its width) a multiple of {WIDE_STAGE_K} for the wide kernels, got {k}")
@@ -930,8 +961,8 @@ def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
 
     Returns the keys of :func:`launch_plan`'s split-K kinds: ``row_tiles_per_cta`` (8: 128 rows), ``k_splits`` (CTAs a
     row block splitting K), ``chunks`` (K stages of 64 weights), ``ctas_x`` (row blocks of 128), ``shared_bytes``
-    (dynamic shared memory a CTA), ``workspace_bytes`` (row-block counters and fp32 partial tiles of [128][M], of
-    [128][32 NB] with two CTAs an SM; 0 without K splits) and ``bulk_copies`` (1).
+    (dynamic shared memory a CTA), ``workspace_bytes`` (fp32 partial tiles of [128][M], of [128][32 NB] with two CTAs
+    an SM, and row-block counters; 0 without K splits) and ``bulk_copies`` (1).
 
     Example (needs the built library, so not run as a doctest): ``wide_plan("w12", 64, 4096, 4096, 132)`` gives 32
     row blocks with ``k_splits == 4`` (128 CTAs: one wave on 132 SMs; with ``$SPECDEC_WIDE_CTAS=2``, 8 and 256: two

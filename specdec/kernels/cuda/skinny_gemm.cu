@@ -2454,8 +2454,20 @@ int check_smem(const Plan& pl, const Params& p, int limit) {
   return 2;
 }
 
-// The split-K workspace of a plan: the fp32 partials from its start, the per-row-block counters at its end (4-byte
-// aligned); 2 with the message set when `workspace` is smaller than the plan needs.
+// Where a plan's buffers lie in a split-K workspace of `workspace_bytes` (at least the plan's need), in bytes from its
+// start: out[0] the fp32 partials (0), out[1] their bytes, out[2] the per-row-block counters (at the workspace's end,
+// 4-byte aligned), out[3] the counters' bytes (rounded up to kSplitCounterAlign); all 0 for a plan without K splits.
+void split_layout(const Plan& pl, int M, long long workspace_bytes, long long* out) {
+  const long long need = split_workspace_bytes(pl, M);
+  const long long partial = need > 0 ? split_partial_bytes(pl, M) : 0;
+  out[0] = 0;
+  out[1] = partial;
+  out[2] = need > 0 ? (workspace_bytes - (need - partial)) & ~3LL : 0;
+  out[3] = need - partial;
+}
+
+// The split-K workspace of a plan, laid out by split_layout; 2 with the message set when `workspace` is smaller than
+// the plan needs.
 int split_buffers(const Plan& pl, const Params& p, void* workspace, long long workspace_bytes, float** partials,
                   unsigned int** counters) {
   const long long need = split_workspace_bytes(pl, p.M);
@@ -2465,9 +2477,10 @@ int split_buffers(const Plan& pl, const Params& p, void* workspace, long long wo
     return 2;
   }
   unsigned char* ws = static_cast<unsigned char*>(workspace);
-  const long long counter_bytes = need > 0 ? need - split_partial_bytes(pl, p.M) : 0;
-  *counters = need > 0 ? reinterpret_cast<unsigned int*>(ws + ((workspace_bytes - counter_bytes) & ~3LL)) : nullptr;
-  *partials = need > 0 ? reinterpret_cast<float*>(ws) : nullptr;
+  long long at[4];
+  split_layout(pl, p.M, workspace_bytes, at);
+  *counters = need > 0 ? reinterpret_cast<unsigned int*>(ws + at[2]) : nullptr;
+  *partials = need > 0 ? reinterpret_cast<float*>(ws + at[0]) : nullptr;
   return 0;
 }
 
@@ -3399,6 +3412,21 @@ int specdec_q_gemm_wide(const void* x, const void* ae, const void* base, void* y
 int specdec_wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
   if (kind != kW12 && kind != kQ) return 3;
   return wide_plan(kind, M, N, K, sms, out);
+}
+
+// Where a wide call's split-K buffers lie in a workspace of `workspace_bytes` (split_layout's out[0..3]; the plan of
+// specdec_wide_plan on `sms` > 0 multiprocessors), host only: 0, 3 for sizes or a kind the wide kernels do not take, 2
+// with the message set when the workspace is smaller than the plan needs.
+int specdec_wide_split_layout(int kind, int M, int N, int K, int sms, long long workspace_bytes, long long* out) {
+  if ((kind != kW12 && kind != kQ) || sms <= 0 || check_wide_sizes(M, N, K)) return 3;
+  const Plan pl = make_wide_plan(kind, M, N, K, sms, g_wide_pipeline != 0, g_wide_ctas);
+  const long long need = split_workspace_bytes(pl, M);
+  if (workspace_bytes < need) {
+    snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", M, N, K, need, workspace_bytes);
+    return 2;
+  }
+  split_layout(pl, M, workspace_bytes, out);
+  return 0;
 }
 
 // The runs of tma_stream_k_kernel for `row_blocks` blocks of `stages` stages over `ctas` CTAs, host only: for CTA c and
