@@ -18,7 +18,7 @@ export SPECDEC_PDL=0
 NCU_DRAM=(--kernel-name regex:tma_wide --launch-count 300 --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum --csv --page raw)
 for order in step by-linear; do
   timeout 100 ncu "${NCU_DRAM[@]}" python3 -m benchmarks.kernels.profile_verify_linears --rows 64 --linears-only \
-    --order $order --steps 1 --out "$OUT/order_dram_$order.json" > "$OUT/order_dram_$order.csv" 2> "$OUT/order_dram_$order.err"
+    --order $order --steps 1 --launch-only --out "$OUT/order_dram_$order.json" > "$OUT/order_dram_$order.csv" 2> "$OUT/order_dram_$order.err"
   echo "ncu DRAM bytes, the linears alone in the $order order: exit $?"
 done
 for order in step by-linear; do

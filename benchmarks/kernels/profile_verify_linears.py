@@ -12,7 +12,8 @@ the step's GEMM total, the kernel each linear ran (its first layer's) and each l
 over the copy bandwidth measured in the same run. The run fails (exit 1) when a step's GEMM launches are not ``4 * layers + 1``:
 the labels would then be wrong. ``--linears-only``: the same modules called in the same order on fixed random inputs
 of ``--rows`` rows, captured as one graph with nothing between them (whether a linear's time in the step comes from
-the kernels around it or from the sequence of distinct weights and shapes); with ``--order by-linear`` the same calls
+the kernels around it or from the sequence of distinct weights and shapes); ``--launch-only`` runs the step without
+``torch.profiler`` for a profiler outside it (ncu, which takes CUPTI for itself); with ``--order by-linear`` the same calls
 grouped by linear (every layer's qkv, then every o, ...; lm_head last), labelled back to their linears: whether a
 linear's cost among the others comes from the alternation of shapes. ``--view q`` (W12 weights only): the
 step through the target's Q view (the two-level verifier's first pass; ``q_linear`` with ``--linears-only``), each
@@ -146,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         default="step",
         help="with --linears-only: the step's order or grouped by linear",
     )
+    ap.add_argument(
+        "--launch-only",
+        action="store_true",
+        help="run the step --steps times without torch.profiler, for a profiler outside (ncu: CUPTI takes one client)",
+    )
     ap.add_argument("--smoke", action="store_true", help="CPU: the labelling only")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "verify_linears.json"))
     args = ap.parse_args(argv)
@@ -212,6 +218,14 @@ def main(argv: list[str] | None = None) -> int:
             target(rows, view=args.view)
             target.truncate(AR_PROMPT)
 
+    if args.launch_only:
+        for _ in range(args.steps + 1):  # as step_gemm_kernels: one warm-up, then the steps
+            step()
+        torch.cuda.synchronize()
+        launched = dict(model=AR_MODEL, rows=args.rows, view=args.view, linears_only=args.linears_only, order=args.order)
+        write_json(args.out, dict(launched, launch_only=True, step_calls=args.steps + 1), prov)
+        print(f"{args.rows}-row {args.weights} step ({args.view} view): {args.steps + 1} calls launched for an outside profiler")
+        return 0
     kernels = step_gemm_kernels(step, args.steps)
     if args.linears_only and args.order == "by-linear":
         kernels = [to_step_order(one, order) if len(one) == len(order) else one for one in kernels]  # else: refused below

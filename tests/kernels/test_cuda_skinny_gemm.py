@@ -940,7 +940,7 @@ def test_wide_switch_is_read_on_every_call_and_checked(monkeypatch):
     monkeypatch.setenv(WIDE_GEMM_ENV, "auto")
     assert [wide_gemm_enabled("q", rows) for rows in (32, 33)] == [False, True]
     monkeypatch.setenv(WIDE_GEMM_ENV, "yes")
-    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_GEMM: expected 'auto', '1', 'exact' or '0' .*, got 'yes'"):
+    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_GEMM: expected 'auto' or '1' or 'exact' or '0' .*, got 'yes'"):
         wide_gemm_enabled("exact")
     monkeypatch.setenv(WIDE_GEMM_ENV, "1")
     with pytest.raises(ValueError, match=r"view: expected 'exact' or 'q', got 'Q'"):
@@ -1018,17 +1018,32 @@ def test_the_wide_kernels_settings_read_the_environment(monkeypatch, env, reader
         read()
 
 
-def test_the_wide_unroll_mode_reads_the_environment(monkeypatch):
-    from specdec.kernels.cuda.ops import wide_unroll
+@pytest.mark.parametrize(
+    ("env", "reader", "default", "others", "bad", "expected"),
+    [
+        ("SPECDEC_WIDE_UNROLL", "wide_unroll", "auto", ("1", "0", "auto"), "2", "'auto' or '1' or '0'"),
+        (
+            "SPECDEC_SPLIT_WORKSPACE",
+            "split_workspace_mode",
+            "shared",
+            ("per-layout", "shared"),
+            "private",
+            "'shared' or 'per-layout'",
+        ),
+    ],
+)
+def test_the_named_modes_read_the_environment(monkeypatch, env, reader, default, others, bad, expected):
+    from specdec.kernels.cuda import ops
 
-    monkeypatch.delenv("SPECDEC_WIDE_UNROLL", raising=False)
-    assert wide_unroll() == "auto"
-    for mode in ("1", "0", "auto"):
-        monkeypatch.setenv("SPECDEC_WIDE_UNROLL", mode)
-        assert wide_unroll() == mode
-    monkeypatch.setenv("SPECDEC_WIDE_UNROLL", "2")
-    with pytest.raises(ValueError, match=r"\$SPECDEC_WIDE_UNROLL: expected 'auto' or '1' or '0' .*, got '2'"):
-        wide_unroll()
+    read = getattr(ops, reader)
+    monkeypatch.delenv(env, raising=False)
+    assert read() == default
+    for mode in others:
+        monkeypatch.setenv(env, mode)
+        assert read() == mode
+    monkeypatch.setenv(env, bad)
+    with pytest.raises(ValueError, match=rf"\${env}: expected {expected} .*, got '{bad}'"):
+        read()
 
 
 def test_wide_unrolled_keeps_w12_rolled_up_to_32_tokens_by_default(monkeypatch):
@@ -1156,18 +1171,6 @@ def test_a_row_tile_plan_reports_the_shared_memory_of_the_stage_groups_it_launch
         lib.specdec_set_row_stage_groups(ops.row_stage_groups())
     # the second group's four consumer warps each sum [16 rows][8 tokens] fp32 in shared memory
     assert two - one == 4 * 16 * 8 * 4
-
-
-def test_the_split_workspace_mode_reads_the_environment(monkeypatch):
-    from specdec.kernels.cuda.ops import split_workspace_mode
-
-    monkeypatch.delenv("SPECDEC_SPLIT_WORKSPACE", raising=False)
-    assert split_workspace_mode() == "shared"
-    monkeypatch.setenv("SPECDEC_SPLIT_WORKSPACE", "per-layout")
-    assert split_workspace_mode() == "per-layout"
-    monkeypatch.setenv("SPECDEC_SPLIT_WORKSPACE", "private")
-    with pytest.raises(ValueError, match=r"\$SPECDEC_SPLIT_WORKSPACE: expected 'shared' or 'per-layout' .*, got 'private'"):
-        split_workspace_mode()
 
 
 def test_one_shared_workspace_keeps_every_wide_plan_s_partials_off_every_plan_s_counters(monkeypatch):

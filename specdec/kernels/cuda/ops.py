@@ -808,12 +808,7 @@ def wide_gemm_enabled(view: str, rows: int = WIDE_MAX_TOKENS) -> bool:
     """
     if view not in ("exact", "q"):
         raise ValueError(f"view: expected 'exact' or 'q', got {view!r}")
-    value = os.environ.get(WIDE_GEMM_ENV, "") or "auto"
-    if value not in WIDE_GEMM_VALUES:
-        raise ValueError(
-            f"${WIDE_GEMM_ENV}: expected 'auto', '1', 'exact' or '0' (which views' linears of 17-128 rows take the wide "
-            f"kernels), got {value!r}"
-        )
+    value = _env_choice(WIDE_GEMM_ENV, "auto", WIDE_GEMM_VALUES, "which views' linears of 17-128 rows take the wide kernels")
     if value == "auto":
         return view == "exact" or rows >= WIDE_Q_MIN_ROWS
     return value == "1" or value == view
@@ -836,8 +831,7 @@ def wide_split_layout(kind: str, m: int, n: int, k: int, sms: int, workspace_byt
         raise ValueError(f"kind: expected 'w12' or 'q', got {kind!r}")
     out = (ctypes.c_longlong * 4)()
     lib = load_library()
-    lib.specdec_set_wide_pipeline(int(wide_pipeline()))
-    lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
+    _set_wide_settings(lib)
     rc = lib.specdec_wide_split_layout(KINDS[kind], m, n, k, sms, workspace_bytes, out)
     if rc == 3:
         raise ValueError(
@@ -849,6 +843,15 @@ def wide_split_layout(kind: str, m: int, n: int, k: int, sms: int, workspace_byt
     return dict(zip(("partials_at", "partial_bytes", "counters_at", "counter_bytes"), list(out)))
 
 
+def _set_wide_settings(lib) -> None:
+    """Hand the wide kernels' settings read from the environment to the library (read by its next wide plan or launch
+    on this thread)."""
+    lib.specdec_set_wide_pipeline(int(wide_pipeline()))
+    lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
+    lib.specdec_set_wide_stage_groups(wide_stage_groups())
+    lib.specdec_set_wide_unroll(_WIDE_UNROLL_CODES[wide_unroll()])
+
+
 def _check_wide_k(k: int) -> None:
     if k % WIDE_STAGE_K:
         raise ValueError(f"ae: expected K (its width) a multiple of {WIDE_STAGE_K} for the wide kernels, got {k}")
@@ -858,10 +861,7 @@ def _launch_wide(lib, what: str, run, kind: int, args: tuple, m: int, n: int, k:
     def plan_of(m_, n_, k_, sms, out):
         return lib.specdec_wide_plan(kind, m_, n_, k_, sms, out)
 
-    lib.specdec_set_wide_pipeline(int(wide_pipeline()))
-    lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
-    lib.specdec_set_wide_stage_groups(wide_stage_groups())
-    lib.specdec_set_wide_unroll(_WIDE_UNROLL_CODES[wide_unroll()])
+    _set_wide_settings(lib)
     return _launch_split_k(lib, what, plan_of, run, args, m, n, k, device, _stream(device))
 
 
@@ -974,10 +974,7 @@ def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
         raise ValueError(f"sms: expected a positive multiprocessor count, got {sms}")
     out = (ctypes.c_longlong * 7)()
     lib = load_library()
-    lib.specdec_set_wide_pipeline(int(wide_pipeline()))
-    lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
-    lib.specdec_set_wide_stage_groups(wide_stage_groups())
-    lib.specdec_set_wide_unroll(_WIDE_UNROLL_CODES[wide_unroll()])
+    _set_wide_settings(lib)
     if lib.specdec_wide_plan(KINDS[kind], m, n, k, sms, out) != 0:
         raise ValueError(
             f"wide_plan: expected 1 <= m <= {WIDE_MAX_TOKENS}, n >= 1 and k a positive multiple of {WIDE_STAGE_K}, "

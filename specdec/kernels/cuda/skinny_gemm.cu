@@ -2468,14 +2468,17 @@ void split_layout(const Plan& pl, int M, long long workspace_bytes, long long* o
 
 // The split-K workspace of a plan, laid out by split_layout; 2 with the message set when `workspace` is smaller than
 // the plan needs.
+// 2 with the message set when a workspace of `workspace_bytes` is smaller than the `need` of an M x N x K call, else 0.
+int check_workspace(long long need, long long workspace_bytes, int M, int N, int K) {
+  if (workspace_bytes >= need) return 0;
+  snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", M, N, K, need, workspace_bytes);
+  return 2;
+}
+
 int split_buffers(const Plan& pl, const Params& p, void* workspace, long long workspace_bytes, float** partials,
                   unsigned int** counters) {
   const long long need = split_workspace_bytes(pl, p.M);
-  if (workspace_bytes < need || (need > 0 && workspace == nullptr)) {
-    snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", p.M, p.N, p.K, need,
-             workspace == nullptr ? 0LL : workspace_bytes);
-    return 2;
-  }
+  if (int rc = check_workspace(need, need > 0 && workspace == nullptr ? 0LL : workspace_bytes, p.M, p.N, p.K)) return rc;
   unsigned char* ws = static_cast<unsigned char*>(workspace);
   long long at[4];
   split_layout(pl, p.M, workspace_bytes, at);
@@ -3420,11 +3423,7 @@ int specdec_wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
 int specdec_wide_split_layout(int kind, int M, int N, int K, int sms, long long workspace_bytes, long long* out) {
   if ((kind != kW12 && kind != kQ) || sms <= 0 || check_wide_sizes(M, N, K)) return 3;
   const Plan pl = make_wide_plan(kind, M, N, K, sms, g_wide_pipeline != 0, g_wide_ctas);
-  const long long need = split_workspace_bytes(pl, M);
-  if (workspace_bytes < need) {
-    snprintf(g_error, sizeof(g_error), "M=%d N=%d K=%d needs a workspace of %lld bytes, got %lld", M, N, K, need, workspace_bytes);
-    return 2;
-  }
+  if (int rc = check_workspace(split_workspace_bytes(pl, M), workspace_bytes, M, N, K)) return rc;
   split_layout(pl, M, workspace_bytes, out);
   return 0;
 }
