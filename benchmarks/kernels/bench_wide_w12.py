@@ -23,6 +23,10 @@ ratios to cuBLAS bf16 and writes JSON and a PNG. Random weights (Gaussian, std 0
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_wide_w12 --out $OUT/wide_w12.json`` (~90 s on one
 H200; no new case starts past ``--budget-s``). ``--checks-only``: the checks on small shapes (for compute-sanitizer).
 CPU smoke: ``--smoke`` (the reference paths, tiny shapes, no Triton kernels; times mean nothing there).
+
+With ``$SPECDEC_CUDA_KERNELS`` naming a library built with ``-DSPECDEC_WIDE_ABLATE`` (1: the wide consumers without
+the decode, 2: without the MMAs, 3: without both; ``specdec/kernels/cuda/README.md``, "Wide calls") the wide kernels
+are timed without their checks and the JSON says ``ablation``: what each part of the consumers costs.
 """
 
 from __future__ import annotations
@@ -78,6 +82,10 @@ CHECK_SHAPES = (
 SMOKE_CHECK_SHAPES = ((72, 128, 32), (40, 256, 17))
 PRODUCT_ROWS = (16, 17, 33, 65, 100, 128)
 SMOKE_PRODUCT_ROWS = (17, 40)
+# A library built with -DSPECDEC_WIDE_ABLATE=A (ops.wide_ablation) times parts of the wide kernels' consumers; their
+# products are wrong, so these kinds are timed unchecked and the checks are not run.
+ABLATIONS = {1: "no decode", 2: "no MMAs", 3: "no decode, no MMAs"}
+ABLATED_KERNELS = ("cuda_w12_wide", "cuda_q_wide")
 
 
 def calls_of(ops, w: torch.Tensor, w12, copies: int) -> dict[str, tuple[Callable[[torch.Tensor, int], torch.Tensor], bool]]:
@@ -187,6 +195,12 @@ def product_check(ops, n: int, k: int, m: int, gen: torch.Generator, device: tor
     return row
 
 
+def library_ablation(ops, device: torch.device) -> int:
+    """The loaded library's ``SPECDEC_WIDE_ABLATE`` (``ops.wide_ablation``) on a GPU; 0 off it, where the wide ops run
+    their references."""
+    return ops.wide_ablation() if device.type == "cuda" else 0
+
+
 def check_passed(row: dict) -> bool:
     """Every flag of a check row holds.
 
@@ -219,7 +233,8 @@ def time_case(ops, model: str, lname: str, n: int, k: int, ms, args, gen, device
             row = dict(model=model, linear=lname, kind=kind, N=n, K=k, M=m, weight_bytes=weight_bytes(kind, n, k, w12))
             try:
                 err = (call(x, 0).float() - refs[q_view]).abs()
-                if not bool((err <= 2 * errs[q_view] + refs[q_view].abs() * 2**-7).all()):
+                ablated = args.ablation and kind in ABLATED_KERNELS  # wrong products by design: timed only
+                if not ablated and not bool((err <= 2 * errs[q_view] + refs[q_view].abs() * 2**-7).all()):
                     raise AssertionError(f"output off the float32 product by {err.max().item():.3g}")
                 cold = Cycle(lambda i, call=call, x=x: call(x, i), copies)
                 row["cold_s"] = time_per_call(cold, device, calls=max(args.calls, copies), reps=args.reps)
@@ -250,6 +265,8 @@ def ratios(rows: list[dict]) -> list[dict]:
 
 def summary_lines(result: dict) -> list[str]:
     lines = [f"checks: {sum(check_passed(c) for c in result['checks'])} of {len(result['checks'])} passed"]
+    if result.get("ablation"):
+        lines.append(f"ablated wide kernels ({ABLATIONS[result['ablation']]}): times of parts, products not checked")
     for c in result["checks"]:
         if not check_passed(c):
             lines.append(f"  FAILED {c}")
@@ -334,13 +351,18 @@ def main(argv: list[str] | None = None) -> int:
         args.kernels = tuple(k for k in args.kernels if not k.startswith("triton"))  # no Triton off the GPU
     from specdec.kernels.cuda import ops
 
+    args.ablation = library_ablation(ops, device)
+    if args.ablation:
+        print(f"a library built with SPECDEC_WIDE_ABLATE={args.ablation}: {ABLATIONS[args.ablation]}; no checks", flush=True)
     gen = torch.Generator(device=device).manual_seed(0)
     t_start = time.time()
-    checks = [decode_check(ops, n, k, r, gen, device) for n, k, r in (SMOKE_CHECK_SHAPES if args.smoke else CHECK_SHAPES)]
-    checks += [
-        product_check(ops, 72 if args.smoke else 300, 256 if args.smoke else 4096, m, gen, device)
-        for m in (SMOKE_PRODUCT_ROWS if args.smoke else PRODUCT_ROWS)
-    ]
+    checks = []
+    if not args.ablation:
+        checks = [decode_check(ops, n, k, r, gen, device) for n, k, r in (SMOKE_CHECK_SHAPES if args.smoke else CHECK_SHAPES)]
+        checks += [
+            product_check(ops, 72 if args.smoke else 300, 256 if args.smoke else 4096, m, gen, device)
+            for m in (SMOKE_PRODUCT_ROWS if args.smoke else PRODUCT_ROWS)
+        ]
     for c in checks:
         print(("ok     " if check_passed(c) else "FAILED ") + str(c), flush=True)
     timings, not_run = [], []
@@ -367,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         calls_per_graph=args.calls,
         reps=args.reps,
         programmatic_launch=pdl_mode(),
+        ablation=args.ablation,
         kernels=list(args.kernels),
         checks=checks,
         timings=ratios(timings),

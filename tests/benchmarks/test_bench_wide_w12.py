@@ -48,3 +48,35 @@ def test_a_wrong_decode_or_product_fails_the_run(tmp_path, monkeypatch):
     result = json.loads(out.read_text())
     assert [c["w12_exact"] for c in result["checks"] if c["check"] == "decode"] == [False, False]
     assert all(c["q_exact"] for c in result["checks"] if c["check"] == "decode")
+
+
+def _one_weight_off(op):
+    def wrong(x, ae, *planes):
+        y = op(x, ae, *planes)
+        return y + (x[:, 5:6] != 0) * torch.tensor([1.0] + [0.0] * (ae.shape[0] - 1), dtype=y.dtype)  # W[0, 5] + 1
+
+    return wrong
+
+
+def test_an_ablated_library_times_its_wide_kernels_unchecked_and_says_so(tmp_path, monkeypatch, capsys):
+    from specdec.kernels.cuda import ops
+
+    monkeypatch.setattr(bench_wide_w12, "library_ablation", lambda ops, device: 2)
+    monkeypatch.setattr(ops, "w12_gemm_wide", _one_weight_off(ops.w12_gemm_wide))
+    out = tmp_path / "wide_w12.json"
+    assert bench_wide_w12.main(["--smoke", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["ablation"] == 2 and result["checks"] == [] and result["errors"] == 0
+    assert {r["kind"] for r in result["timings"] if "cold_s" in r} >= {"cuda_w12_wide", "cuda_q_wide"}
+    assert "no MMAs" in capsys.readouterr().out
+
+
+def test_an_ablated_library_still_checks_the_kernels_it_does_not_ablate(tmp_path, monkeypatch):
+    from specdec.kernels.cuda import ops
+
+    monkeypatch.setattr(bench_wide_w12, "library_ablation", lambda ops, device: 1)
+    monkeypatch.setattr(ops, "w12_gemm_small_m", _one_weight_off(ops.w12_gemm_small_m))
+    out = tmp_path / "wide_w12.json"
+    assert bench_wide_w12.main(["--smoke", "--out", str(out)]) == 1
+    failed = {r["kind"] for r in json.loads(out.read_text())["timings"] if "error" in r}
+    assert failed == {"cuda_w12_two_calls", "cuda_w12_small_m"}

@@ -1046,6 +1046,13 @@ def test_the_named_modes_read_the_environment(monkeypatch, env, reader, default,
         read()
 
 
+def test_the_library_as_built_leaves_no_part_of_the_wide_kernels_out():
+    from specdec.kernels.cuda.ops import wide_ablation
+
+    _library_or_skip()
+    assert wide_ablation() == 0  # a build with -DSPECDEC_WIDE_ABLATE times parts of the kernels and multiplies wrongly
+
+
 def test_wide_unrolled_keeps_w12_rolled_up_to_32_tokens_by_default(monkeypatch):
     _library_or_skip()
     from specdec.kernels.cuda.ops import wide_unrolled

@@ -178,6 +178,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_set_wide_unroll.argtypes = [i]
     lib.specdec_wide_unrolled.restype = i
     lib.specdec_wide_unrolled.argtypes = [i, i, i]
+    lib.specdec_wide_ablation.restype = i
+    lib.specdec_wide_ablation.argtypes = []
     lib.specdec_rows_stage_groups.restype = i
     lib.specdec_rows_stage_groups.argtypes = [i, i, i, i, i, i]
     lib.specdec_skinny_plan.restype = i

@@ -111,6 +111,7 @@ __all__ = [
     "wide_stage_groups",
     "wide_unroll",
     "wide_unrolled",
+    "wide_ablation",
     "WIDE_UNROLL_MODES",
     "WIDE_GEMM_ENV",
     "WIDE_Q_MIN_ROWS",
@@ -394,6 +395,17 @@ def wide_unrolled(kind: str, m: int, mode: str | None = None) -> bool:
     if mode not in WIDE_UNROLL_MODES:
         raise ValueError(f"mode: expected one of {WIDE_UNROLL_MODES}, got {mode!r}")
     return load_library().specdec_wide_unrolled(KINDS[kind], m, _WIDE_UNROLL_CODES[mode]) == 1
+
+
+def wide_ablation() -> int:
+    """The loaded library's ``SPECDEC_WIDE_ABLATE`` build switch: 0 for the shipped kernels; 1 (no decode), 2 (no MMAs)
+    or 3 (neither) in a library built to time the wide consumers' parts, whose products are wrong by design
+    (``specdec/kernels/cuda/README.md``, "Wide calls"). Needs the built library, not a GPU.
+
+    Example (needs the built library, so not run as a doctest): ``wide_ablation() == 0`` for
+    ``build/specdec_cuda_kernels.so``.
+    """
+    return int(load_library().specdec_wide_ablation())
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.

@@ -1680,6 +1680,13 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
 // different banks. Needs K % 64 == 0 and 16-byte aligned planes and x.
 
 constexpr int kWideRows = 128;
+// A build-time switch for timing the consumers' parts (benchmarks/NOTES.md, "The wide kernels' parts"): nvcc
+// -DSPECDEC_WIDE_ABLATE=1 leaves the decode out (A is the stage's AE words as loaded: the shared loads stay), 2 the MMAs
+// (the decoded A is kept live by an empty asm), 3 both (the ring, the barriers, the escape warp and the epilogue only).
+// The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
+#ifndef SPECDEC_WIDE_ABLATE
+#define SPECDEC_WIDE_ABLATE 0
+#endif
 constexpr int kWideConsumerWarps = kWideRows / 16;
 constexpr int kWideStageK = 64;
 constexpr int kWideBlockTokens = 32;  // tokens of one wgmma (n = 32)
@@ -1881,6 +1888,7 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
     for (int i = 0; i < 16; ++i) acc[j][i] = 0.f;
   int s = group;  // the ring slot of stage s_lo + group
   uint32_t round = 0;
+  uint32_t sink = 0;  // SPECDEC_WIDE_ABLATE without MMAs: the A fragments folded into one use, or ptxas drops their work
   auto release = [&](int slot) {
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[slot]));
@@ -1898,10 +1906,17 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
         n0 = *reinterpret_cast<const uint2*>(st + nib_lane + 8 * q);
         n1 = *reinterpret_cast<const uint2*>(st + nib_lane + 8 * (kWideStageK / 2) + 8 * q);
       }
-      a[q][0] = decode_natural(lds32(w0), (n0.x >> nib_shift) & 0x000F000Fu, X0, rot_em, sign_mul);
-      a[q][1] = decode_natural(lds32(w1), (n1.x >> nib_shift) & 0x000F000Fu, X1, rot_em, sign_mul);
-      a[q][2] = decode_natural(lds32(w0 + 8), (n0.y >> nib_shift) & 0x000F000Fu, X0, rot_em, sign_mul);
-      a[q][3] = decode_natural(lds32(w1 + 8), (n1.y >> nib_shift) & 0x000F000Fu, X1, rot_em, sign_mul);
+      if constexpr ((SPECDEC_WIDE_ABLATE & 1) != 0) {
+        a[q][0] = lds32(w0) ^ n0.x;
+        a[q][1] = lds32(w1) ^ n1.x;
+        a[q][2] = lds32(w0 + 8) ^ n0.y;
+        a[q][3] = lds32(w1 + 8) ^ n1.y;
+      } else {
+        a[q][0] = decode_natural(lds32(w0), (n0.x >> nib_shift) & 0x000F000Fu, X0, rot_em, sign_mul);
+        a[q][1] = decode_natural(lds32(w1), (n1.x >> nib_shift) & 0x000F000Fu, X1, rot_em, sign_mul);
+        a[q][2] = decode_natural(lds32(w0 + 8), (n0.y >> nib_shift) & 0x000F000Fu, X0, rot_em, sign_mul);
+        a[q][3] = decode_natural(lds32(w1 + 8), (n1.y >> nib_shift) & 0x000F000Fu, X1, rot_em, sign_mul);
+      }
     }
     return st;
   };
@@ -1909,10 +1924,14 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   auto issue_stage = [&](const unsigned char* st, uint32_t (&a)[4][4]) {
     const uint32_t x_desc = wgmma_desc_sw128_lo(smem_addr(st + wide_weight_bytes(KIND)));
     keep_live(a);  // written before the fence, not after
+    if constexpr ((SPECDEC_WIDE_ABLATE & 2) != 0) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) sink ^= a[q][0] ^ a[q][1] ^ a[q][2] ^ a[q][3];
+    }
     wgmma_fence_operands<NB>(acc);
     wgmma_fence();
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
+    for (int q = 0; q < ((SPECDEC_WIDE_ABLATE & 2) != 0 ? 0 : 4); ++q) {
       if constexpr (KIND == kQ) {
         wgmma_m64nk16_rs<NB>(acc, a[q][0], a[q][1], a[q][2], a[q][3], wgmma_desc_sw128(x_desc + ((q * 32) >> 4)));
       } else {
@@ -1989,6 +2008,7 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
     wgmma_fence_operands<NB>(acc);
     if (pending >= 0) release(pending);
   }
+  if constexpr ((SPECDEC_WIDE_ABLATE & 2) != 0) acc[0][0] += sink == 0x9E3779B9u ? 1.f : 0.f;
 }
 
 // After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums [128 rows][32 NB tokens] (row
@@ -3114,6 +3134,9 @@ extern "C" {
 
 // Message of the last failed call of this thread ("" after none).
 const char* specdec_cuda_last_error() { return g_error; }
+
+// The build's SPECDEC_WIDE_ABLATE (0: the shipped kernels; else the wide consumers' parts left out, products wrong).
+int specdec_wide_ablation() { return SPECDEC_WIDE_ABLATE; }
 
 // The launch mode of the tensor-map kernels this thread launches from now on: 0 plain, 1 programmatic with each CTA
 // signalling after its K loop (other values: 0).
