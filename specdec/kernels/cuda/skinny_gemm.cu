@@ -1180,20 +1180,22 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 template <int KIND, int STAGES, int ROWS, int SK>
 __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
                                                  uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
-                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map) {
+                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map, int rot = 0) {
   const uint64_t stream = l2_evict_first();
   const uint64_t keep = l2_evict_last();
   const uint32_t tx = static_cast<uint32_t>(stage_bytes);  // whole boxes, zeros past N and K included
   const int first = min(n, STAGES);
+  // the slice's stages in the order rot, rot + 1, ..., n - 1, 0, ..., rot - 1 (0 <= rot < n)
+  auto stage_of = [&](int it) { return s_lo + (it + rot < n ? it + rot : it + rot - n); };
   auto weights = [&](int it, uint32_t full) {
-    const int k0 = (s_lo + it) * SK;
+    const int k0 = stage_of(it) * SK;
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
     tma_load_2d(st, ae_map, k0, row_block, full, stream);  // bf16: the weights
     if constexpr (KIND == kW12) tma_load_2d(st + ROWS * SK, nib_map, k0 / 2, row_block, full, stream);
   };
   auto x_of = [&](int it, uint32_t full) {
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
-    tma_load_2d(st + x_offset, x_map, (s_lo + it) * SK, 0, full, keep);
+    tma_load_2d(st + x_offset, x_map, stage_of(it) * SK, 0, full, keep);
   };
   for (int it = 0; it < first; ++it) {
     mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
@@ -1687,6 +1689,12 @@ constexpr int kWideRows = 128;
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
 #endif
+// SPECDEC_WIDE_STAGGER=1: each CTA starts its K slice at stage blockIdx.x % (its stages) and wraps around, so the CTAs
+// of a wave read different boxes of x at a time instead of the same one (benchmarks/NOTES.md, "The wide consumers
+// part by part: measured"). The sums then run in another k order for each row block: fixed, so still deterministic.
+#ifndef SPECDEC_WIDE_STAGGER
+#define SPECDEC_WIDE_STAGGER 0
+#endif
 constexpr int kWideConsumerWarps = kWideRows / 16;
 constexpr int kWideStageK = 64;
 constexpr int kWideBlockTokens = 32;  // tokens of one wgmma (n = 32)
@@ -2122,7 +2130,8 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
   if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kWideRows, kWideStageK>(smem, stage_bytes, wide_weight_bytes(KIND), full_bar, empty_bar, s_lo,
-                                                              s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map);
+                                                              s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map,
+                                                              SPECDEC_WIDE_STAGGER && s_hi > s_lo ? static_cast<int>(blockIdx.x) % (s_hi - s_lo) : 0);
   } else if (!consumer) {  // W12 only: the Q kernel has no such warp
     if constexpr (KIND == kW12)
       fold_escapes<kTok, kWideRows, kStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, round);
