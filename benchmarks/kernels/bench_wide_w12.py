@@ -24,9 +24,9 @@ Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_wide_w12 --o
 H200; no new case starts past ``--budget-s``). ``--checks-only``: the checks on small shapes (for compute-sanitizer).
 CPU smoke: ``--smoke`` (the reference paths, tiny shapes, no Triton kernels; times mean nothing there).
 
-With ``$SPECDEC_CUDA_KERNELS`` naming a library built with ``-DSPECDEC_WIDE_ABLATE`` (1: the wide consumers without
-the decode, 2: without the MMAs, 3: without both; ``specdec/kernels/cuda/README.md``, "Wide calls") the wide kernels
-are timed without their checks and the JSON says ``ablation``: what each part of the consumers costs.
+With ``$SPECDEC_CUDA_KERNELS`` naming a library built with ``-DSPECDEC_WIDE_ABLATE`` (bits of what the wide kernels
+leave out: 1 the decode, 2 the MMAs, 4 x's box, 8 the epilogue; ``specdec/kernels/cuda/README.md``, "Wide calls") the
+wide kernels are timed without their checks and the JSON says ``ablation``: what each part costs.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ PRODUCT_ROWS = (16, 17, 33, 65, 100, 128)
 SMOKE_PRODUCT_ROWS = (17, 40)
 # A library built with -DSPECDEC_WIDE_ABLATE=A (ops.wide_ablation) times parts of the wide kernels' consumers; their
 # products are wrong, so these kinds are timed unchecked and the checks are not run.
-ABLATIONS = {1: "no decode", 2: "no MMAs", 3: "no decode, no MMAs"}
+ABLATED_PARTS = {1: "decode", 2: "MMAs", 4: "x's box", 8: "epilogue"}
 ABLATED_KERNELS = ("cuda_w12_wide", "cuda_q_wide")
 
 
@@ -195,6 +195,18 @@ def product_check(ops, n: int, k: int, m: int, gen: torch.Generator, device: tor
     return row
 
 
+def ablation_name(ablation: int) -> str:
+    """What a ``SPECDEC_WIDE_ABLATE`` value leaves out of the wide kernels.
+
+    Example:
+        >>> ablation_name(3), ablation_name(12)
+        ('no decode, no MMAs', "no x's box, no epilogue")
+    """
+    if not 0 < ablation < 16:
+        raise ValueError(f"ablation: expected 1 to 15 (bits of {ABLATED_PARTS}), got {ablation}")
+    return ", ".join(f"no {part}" for bit, part in ABLATED_PARTS.items() if ablation & bit)
+
+
 def library_ablation(ops, device: torch.device) -> int:
     """The loaded library's ``SPECDEC_WIDE_ABLATE`` (``ops.wide_ablation``) on a GPU; 0 off it, where the wide ops run
     their references."""
@@ -266,7 +278,7 @@ def ratios(rows: list[dict]) -> list[dict]:
 def summary_lines(result: dict) -> list[str]:
     lines = [f"checks: {sum(check_passed(c) for c in result['checks'])} of {len(result['checks'])} passed"]
     if result.get("ablation"):
-        lines.append(f"ablated wide kernels ({ABLATIONS[result['ablation']]}): times of parts, products not checked")
+        lines.append(f"ablated wide kernels ({ablation_name(result['ablation'])}): times of parts, products not checked")
     for c in result["checks"]:
         if not check_passed(c):
             lines.append(f"  FAILED {c}")
@@ -353,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args.ablation = library_ablation(ops, device)
     if args.ablation:
-        print(f"a library built with SPECDEC_WIDE_ABLATE={args.ablation}: {ABLATIONS[args.ablation]}; no checks", flush=True)
+        print(f"a library built with SPECDEC_WIDE_ABLATE={args.ablation}: {ablation_name(args.ablation)}; no checks", flush=True)
     gen = torch.Generator(device=device).manual_seed(0)
     t_start = time.time()
     checks = []

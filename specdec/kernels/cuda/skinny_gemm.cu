@@ -1180,22 +1180,21 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 template <int KIND, int STAGES, int ROWS, int SK>
 __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
                                                  uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
-                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map, int rot = 0) {
+                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map, bool with_x = true) {
   const uint64_t stream = l2_evict_first();
   const uint64_t keep = l2_evict_last();
-  const uint32_t tx = static_cast<uint32_t>(stage_bytes);  // whole boxes, zeros past N and K included
+  // whole boxes, zeros past N and K included (without x, for SPECDEC_WIDE_ABLATE's timing builds: the weights' boxes)
+  const uint32_t tx = static_cast<uint32_t>(with_x ? stage_bytes : x_offset);
   const int first = min(n, STAGES);
-  // the slice's stages in the order rot, rot + 1, ..., n - 1, 0, ..., rot - 1 (0 <= rot < n)
-  auto stage_of = [&](int it) { return s_lo + (it + rot < n ? it + rot : it + rot - n); };
   auto weights = [&](int it, uint32_t full) {
-    const int k0 = stage_of(it) * SK;
+    const int k0 = (s_lo + it) * SK;
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
     tma_load_2d(st, ae_map, k0, row_block, full, stream);  // bf16: the weights
     if constexpr (KIND == kW12) tma_load_2d(st + ROWS * SK, nib_map, k0 / 2, row_block, full, stream);
   };
   auto x_of = [&](int it, uint32_t full) {
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
-    tma_load_2d(st + x_offset, x_map, stage_of(it) * SK, 0, full, keep);
+    if (with_x) tma_load_2d(st + x_offset, x_map, (s_lo + it) * SK, 0, full, keep);
   };
   for (int it = 0; it < first; ++it) {
     mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
@@ -1683,17 +1682,12 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
 
 constexpr int kWideRows = 128;
 // A build-time switch for timing the consumers' parts (benchmarks/NOTES.md, "The wide kernels' parts"): nvcc
-// -DSPECDEC_WIDE_ABLATE=1 leaves the decode out (A is the stage's AE words as loaded: the shared loads stay), 2 the MMAs
-// (the decoded A is kept live by an empty asm), 3 both (the ring, the barriers, the escape warp and the epilogue only).
+// -DSPECDEC_WIDE_ABLATE=A, bits of what to leave out: 1 the decode (A is the stage's AE words as loaded: the shared
+// loads stay), 2 the MMAs (the decoded A folded into one register, or ptxas drops the decode), 4 x's box (the ring
+// loads the weights only), 8 the epilogue (no partial tiles, no last-CTA sum, no output).
 // The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
-#endif
-// SPECDEC_WIDE_STAGGER=1: each CTA starts its K slice at stage blockIdx.x % (its stages) and wraps around, so the CTAs
-// of a wave read different boxes of x at a time instead of the same one (benchmarks/NOTES.md, "The wide consumers
-// part by part: measured"). The sums then run in another k order for each row block: fixed, so still deterministic.
-#ifndef SPECDEC_WIDE_STAGGER
-#define SPECDEC_WIDE_STAGGER 0
 #endif
 constexpr int kWideConsumerWarps = kWideRows / 16;
 constexpr int kWideStageK = 64;
@@ -2131,7 +2125,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kWideRows, kWideStageK>(smem, stage_bytes, wide_weight_bytes(KIND), full_bar, empty_bar, s_lo,
                                                               s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map,
-                                                              SPECDEC_WIDE_STAGGER && s_hi > s_lo ? static_cast<int>(blockIdx.x) % (s_hi - s_lo) : 0);
+                                                              (SPECDEC_WIDE_ABLATE & 4) == 0);
   } else if (!consumer) {  // W12 only: the Q kernel has no such warp
     if constexpr (KIND == kW12)
       fold_escapes<kTok, kWideRows, kStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, round);
@@ -2174,7 +2168,8 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
   }
   griddep_wait();
   __syncthreads();
-  finish_wide_row_block<wide_threads(KIND, GROUPS), kStride, CTAS == 2 ? kTok : 0>(p, red, partials, counters, split);
+  if constexpr ((SPECDEC_WIDE_ABLATE & 8) == 0)
+    finish_wide_row_block<wide_threads(KIND, GROUPS), kStride, CTAS == 2 ? kTok : 0>(p, red, partials, counters, split);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The wide W12 / Q kernels part by part, in one call: the shipped library, then libraries built with
+# -DSPECDEC_WIDE_ABLATE=A (bits of what the wide kernels leave out: 1 the decode, 2 the MMAs, 4 x's box, 8 the
+# epilogue): 3 (the ring with x, barriers, shared loads, escape warp, epilogue), 7 (also no x), 11 (x kept, no
+# epilogue), 15 (the ring of the weights and the escape warp only). Each times the wide kernels on the 8B and 32B
+# linears at 32 and 64 rows beside cuBLAS bf16, without programmatic launch; the ablated ones unchecked (wrong
+# products by design), the shipped one after its checks.
+# Expected time on one H200: ~3.5 min (nvcc ~25 s a library not carried in build/; each timing ~30 s with torch's
+# start). Caps: 5 x 60 = 300 s, plus the builds (90 s each at most).
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_parts.sh
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-.}
+source benchmarks/cuda_kernels.sh
+build_cuda_kernels 90 "$OUT/wide_parts_build.log"
+for a in 3 7 11 15; do
+  so=build/wide_ablate$a.so
+  if [ ! -f "$so" ]; then
+    timeout 90 nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static \
+      -DSPECDEC_WIDE_ABLATE=$a specdec/kernels/cuda/skinny_gemm.cu -o "$so" > "$OUT/wide_parts_build_$a.log" 2>&1
+    echo "nvcc SPECDEC_WIDE_ABLATE=$a: exit $?"
+  fi
+done
+unset SPECDEC_WIDE_GEMM SPECDEC_WIDE_UNROLL SPECDEC_WIDE_GROUPS SPECDEC_SPLIT_WORKSPACE
+export SPECDEC_PDL=0
+for a in 0 3 7 11 15; do
+  if [ "$a" = 0 ]; then export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so; else export SPECDEC_CUDA_KERNELS=build/wide_ablate$a.so; fi
+  timeout 60 python3 -m benchmarks.kernels.bench_wide_w12 --rows 32,64 --kernels cublas_bf16,cuda_w12_wide,cuda_q_wide \
+    --budget-s 40 --out "$OUT/wide_parts_$a.json" > "$OUT/wide_parts_$a.log" 2>&1
+  echo "wide kernels, SPECDEC_WIDE_ABLATE=$a: exit $?"
+done
+unset SPECDEC_CUDA_KERNELS SPECDEC_PDL
+grep -E "^checks|FAILED" "$OUT/wide_parts_0.log" | head -3
+for a in 0 3 7 11 15; do
+  echo "=== SPECDEC_WIDE_ABLATE=$a ==="
+  grep -E "^qwen3-(8b|32b) (gate_up|o|lm_head) (32|64):" "$OUT/wide_parts_$a.log"
+done
