@@ -1895,6 +1895,35 @@ def split_workspace_h100(results: Results) -> str:
     return markdown_table(["lean 8B, W12 linears at 64 rows", "per layout -> one a device"], rows)
 
 
+GOALS_RUN = "goals_h100_2026-12-06.json"
+
+
+def cuda_goals_h100(results: Results) -> str:
+    """Every goal of the weight-streaming GEMMs from one call (``benchmarks/kernels/goals.py``): each band of rows'
+    worst and best linear on the kernel the library runs there, and the steps' ratios."""
+    run = results(GOALS_RUN)
+    rows = []
+    for goal in run["linear_goals"]:
+        for band in goal["bands"]:
+            floor = band["x_read_floor"]
+            rows.append(
+                [
+                    f"{goal['goal']} >= {goal['target']:.2f}",
+                    band["rows"],
+                    "-" if band["worst"] is None else f"{band['worst']:.2f} - {band['best']:.2f}",
+                    band["worst_case"] or "not timed",
+                    "-" if floor is None else f"{floor[0]:.2f} - {floor[1]:.2f}",
+                    "yes" if band["met"] else "no",
+                ]
+            )
+    for goal in run["step_goals"]:
+        sense = ">=" if goal["higher_is_better"] else "<="
+        rows.append(
+            [f"{goal['goal']} {sense} {goal['target']:.2f}", "", f"{goal['value']:.3f}", "", "", "yes" if goal["met"] else "no"]
+        )
+    return markdown_table(["goal", "rows", "worst - best", "worst linear (kernel)", "time over read floor", "met"], rows)
+
+
 STEP_LINEARS_RUNS = {
     "W12": "step_linears_h100_2026-12-06_w12.json",
     "bf16, cuBLAS": "step_linears_h100_2026-12-06_bf16.json",
@@ -1943,6 +1972,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide-q-route-h100": cuda_wide_q_route_h100,
     "two-level-h100": two_level_h100,
     "split-workspace-h100": split_workspace_h100,
+    "cuda-goals-h100": cuda_goals_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
