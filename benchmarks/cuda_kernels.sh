@@ -11,3 +11,15 @@ build_cuda_kernels() {
       specdec/kernels/cuda/skinny_gemm.cu -o "$so" 2>&1 | grep -E "registers|spill" | tee "$log"
   fi
 }
+# build_cuda_library_with FLAGS SO CAP LOG builds the library at SO with the extra nvcc FLAGS (skinny_gemm.cu's
+# build-time -D switches) unless SO is already there, in at most CAP seconds, the compiler's output to LOG.
+build_cuda_library_with() {
+  local flags=$1 so=$2 cap=$3 log=$4
+  if [ ! -f "$so" ]; then
+    mkdir -p "$(dirname "$so")"
+    # shellcheck disable=SC2086
+    timeout "$cap" nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static $flags \
+      specdec/kernels/cuda/skinny_gemm.cu -o "$so" > "$log" 2>&1
+    echo "nvcc $flags: exit $?"
+  fi
+}

@@ -17,12 +17,7 @@ OUT=${OUT:-.}
 source benchmarks/cuda_kernels.sh
 build_cuda_kernels 90 "$OUT/goals_build.log"
 for a in 1 2 3; do
-  so=build/wide_ablate$a.so
-  if [ ! -f "$so" ]; then
-    timeout 90 nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static \
-      -DSPECDEC_WIDE_ABLATE=$a specdec/kernels/cuda/skinny_gemm.cu -o "$so" > "$OUT/goals_build_ablate$a.log" 2>&1
-    echo "nvcc SPECDEC_WIDE_ABLATE=$a: exit $?"
-  fi
+  build_cuda_library_with "-DSPECDEC_WIDE_ABLATE=$a" "build/wide_ablate$a.so" 90 "$OUT/goals_build_ablate$a.log"
 done
 unset SPECDEC_WIDE_GEMM SPECDEC_WIDE_UNROLL SPECDEC_WIDE_GROUPS SPECDEC_SPLIT_WORKSPACE SPECDEC_CUDA_KERNELS
 export SPECDEC_PDL=0

@@ -23,12 +23,7 @@ esac
 source benchmarks/cuda_kernels.sh
 build_cuda_kernels 90 "$OUT/build_ab_build.log"
 so=build/wide_build_ab.so
-if [ ! -f "$so" ]; then
-  # shellcheck disable=SC2086
-  timeout 90 nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static $FLAGS \
-    specdec/kernels/cuda/skinny_gemm.cu -o "$so" > "$OUT/build_ab_build_flagged.log" 2>&1
-  echo "nvcc $FLAGS: exit $?"
-fi
+build_cuda_library_with "$FLAGS" "$so" 90 "$OUT/build_ab_build_flagged.log"
 echo "$FLAGS" > "$OUT/build_ab_flags.txt"
 unset SPECDEC_WIDE_GEMM SPECDEC_WIDE_UNROLL SPECDEC_WIDE_GROUPS SPECDEC_SPLIT_WORKSPACE
 export SPECDEC_PDL=0

@@ -14,12 +14,7 @@ OUT=${OUT:-.}
 source benchmarks/cuda_kernels.sh
 build_cuda_kernels 90 "$OUT/wide_parts_build.log"
 for a in 3 7 11 15; do
-  so=build/wide_ablate$a.so
-  if [ ! -f "$so" ]; then
-    timeout 90 nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static \
-      -DSPECDEC_WIDE_ABLATE=$a specdec/kernels/cuda/skinny_gemm.cu -o "$so" > "$OUT/wide_parts_build_$a.log" 2>&1
-    echo "nvcc SPECDEC_WIDE_ABLATE=$a: exit $?"
-  fi
+  build_cuda_library_with "-DSPECDEC_WIDE_ABLATE=$a" "build/wide_ablate$a.so" 90 "$OUT/wide_parts_build_$a.log"
 done
 unset SPECDEC_WIDE_GEMM SPECDEC_WIDE_UNROLL SPECDEC_WIDE_GROUPS SPECDEC_SPLIT_WORKSPACE
 export SPECDEC_PDL=0
