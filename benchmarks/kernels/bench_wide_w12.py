@@ -82,8 +82,8 @@ CHECK_SHAPES = (
 SMOKE_CHECK_SHAPES = ((72, 128, 32), (40, 256, 17))
 PRODUCT_ROWS = (16, 17, 33, 65, 100, 128)
 SMOKE_PRODUCT_ROWS = (17, 40)
-# A library built with -DSPECDEC_WIDE_ABLATE=A (ops.wide_ablation) times parts of the wide kernels' consumers; their
-# products are wrong, so these kinds are timed unchecked and the checks are not run.
+# A library built with -DSPECDEC_WIDE_ABLATE=A (ops.wide_ablation, A the bits of these parts left out) times parts of
+# the wide kernels; their products are wrong, so these kinds are timed unchecked and the checks are not run.
 ABLATED_PARTS = {1: "decode", 2: "MMAs", 4: "x's box", 8: "epilogue"}
 ABLATED_KERNELS = ("cuda_w12_wide", "cuda_q_wide")
 

@@ -398,9 +398,10 @@ def wide_unrolled(kind: str, m: int, mode: str | None = None) -> bool:
 
 
 def wide_ablation() -> int:
-    """The loaded library's ``SPECDEC_WIDE_ABLATE`` build switch: 0 for the shipped kernels; 1 (no decode), 2 (no MMAs)
-    or 3 (neither) in a library built to time the wide consumers' parts, whose products are wrong by design
-    (``specdec/kernels/cuda/README.md``, "Wide calls"). Needs the built library, not a GPU.
+    """The loaded library's ``SPECDEC_WIDE_ABLATE`` build switch: 0 for the shipped kernels; in a library built to time
+    the wide kernels' parts, whose products are wrong by design, the bits of what they leave out (1 the decode, 2 the
+    MMAs, 4 x's box, 8 the epilogue; ``specdec/kernels/cuda/README.md``, "Wide calls"). Needs the built library, not a
+    GPU.
 
     Example (needs the built library, so not run as a doctest): ``wide_ablation() == 0`` for
     ``build/specdec_cuda_kernels.so``.

@@ -1681,7 +1681,8 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
 // different banks. Needs K % 64 == 0 and 16-byte aligned planes and x.
 
 constexpr int kWideRows = 128;
-// A build-time switch for timing the consumers' parts (benchmarks/NOTES.md, "The wide kernels' parts"): nvcc
+// A build-time switch for timing the wide kernels' parts (benchmarks/NOTES.md, "The wide kernels without x's box or
+// without their epilogue: measured"): nvcc
 // -DSPECDEC_WIDE_ABLATE=A, bits of what to leave out: 1 the decode (A is the stage's AE words as loaded: the shared
 // loads stay), 2 the MMAs (the decoded A folded into one register, or ptxas drops the decode), 4 x's box (the ring
 // loads the weights only), 8 the epilogue (no partial tiles, no last-CTA sum, no output).
@@ -2490,8 +2491,6 @@ void split_layout(const Plan& pl, int M, long long workspace_bytes, long long* o
   out[3] = need - partial;
 }
 
-// The split-K workspace of a plan, laid out by split_layout; 2 with the message set when `workspace` is smaller than
-// the plan needs.
 // 2 with the message set when a workspace of `workspace_bytes` is smaller than the `need` of an M x N x K call, else 0.
 int check_workspace(long long need, long long workspace_bytes, int M, int N, int K) {
   if (workspace_bytes >= need) return 0;
@@ -2499,6 +2498,8 @@ int check_workspace(long long need, long long workspace_bytes, int M, int N, int
   return 2;
 }
 
+// The split-K workspace of a plan, laid out by split_layout; 2 with the message set when `workspace` is smaller than
+// the plan needs.
 int split_buffers(const Plan& pl, const Params& p, void* workspace, long long workspace_bytes, float** partials,
                   unsigned int** counters) {
   const long long need = split_workspace_bytes(pl, p.M);
@@ -3139,7 +3140,7 @@ extern "C" {
 // Message of the last failed call of this thread ("" after none).
 const char* specdec_cuda_last_error() { return g_error; }
 
-// The build's SPECDEC_WIDE_ABLATE (0: the shipped kernels; else the wide consumers' parts left out, products wrong).
+// The build's SPECDEC_WIDE_ABLATE (0: the shipped kernels; else bits of the wide kernels' parts left out, products wrong).
 int specdec_wide_ablation() { return SPECDEC_WIDE_ABLATE; }
 
 // The launch mode of the tensor-map kernels this thread launches from now on: 0 plain, 1 programmatic with each CTA
