@@ -1053,6 +1053,15 @@ def test_the_library_as_built_leaves_no_part_of_the_wide_kernels_out():
     assert wide_ablation() == 0  # a build with -DSPECDEC_WIDE_ABLATE times parts of the kernels and multiplies wrongly
 
 
+def test_the_library_as_built_records_no_trace_and_says_so():
+    from specdec.kernels.cuda.ops import wide_trace_fields, wide_trace_read
+
+    _library_or_skip()
+    assert wide_trace_fields() == 0  # a build with -DSPECDEC_WIDE_TRACE stores the clock at every phase of the wide kernels
+    with pytest.raises(RuntimeError, match=r"without -DSPECDEC_WIDE_TRACE=1 records no trace"):
+        wide_trace_read(1)
+
+
 def test_wide_unrolled_keeps_w12_rolled_up_to_32_tokens_by_default(monkeypatch):
     _library_or_skip()
     from specdec.kernels.cuda.ops import wide_unrolled

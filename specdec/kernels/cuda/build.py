@@ -180,6 +180,16 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_wide_unrolled.argtypes = [i, i, i]
     lib.specdec_wide_ablation.restype = i
     lib.specdec_wide_ablation.argtypes = []
+    lib.specdec_wide_epilogue.restype = i
+    lib.specdec_wide_epilogue.argtypes = []
+    lib.specdec_wide_trace_fields.restype = i
+    lib.specdec_wide_trace_fields.argtypes = []
+    lib.specdec_wide_trace_ctas.restype = i
+    lib.specdec_wide_trace_ctas.argtypes = []
+    lib.specdec_wide_trace_reset.restype = i
+    lib.specdec_wide_trace_reset.argtypes = [p]
+    lib.specdec_wide_trace_read.restype = i
+    lib.specdec_wide_trace_read.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), i]
     lib.specdec_rows_stage_groups.restype = i
     lib.specdec_rows_stage_groups.argtypes = [i, i, i, i, i, i]
     lib.specdec_skinny_plan.restype = i

@@ -112,6 +112,11 @@ __all__ = [
     "wide_unroll",
     "wide_unrolled",
     "wide_ablation",
+    "wide_epilogue",
+    "wide_trace_fields",
+    "wide_trace_reset",
+    "wide_trace_read",
+    "WIDE_TRACE_FIELDS",
     "WIDE_UNROLL_MODES",
     "WIDE_GEMM_ENV",
     "WIDE_Q_MIN_ROWS",
@@ -407,6 +412,76 @@ def wide_ablation() -> int:
     ``build/specdec_cuda_kernels.so``.
     """
     return int(load_library().specdec_wide_ablation())
+
+
+def wide_epilogue() -> int:
+    """The loaded library's ``SPECDEC_WIDE_EPILOGUE`` build switch: which split reduction ends the wide kernels (0
+    ``finish_wide_row_block``, 1 ``finish_wide_row_block_async``; the same sums, the same bits). Needs the built
+    library, not a GPU.
+
+    Example (needs the built library, so not run as a doctest): ``wide_epilogue() in (0, 1)``.
+    """
+    return int(load_library().specdec_wide_epilogue())
+
+
+# What a traced build's wide kernels record a CTA (skinny_gemm.cu, WideTrace): the global clock in ns at each point,
+# "meta" the SM (bits 0-15), the split (16-31), whether the CTA summed its row block (bit 32) and the K splits (40-).
+WIDE_TRACE_FIELDS = (
+    "start",
+    "consumed",
+    "ring_done",
+    "summed",
+    "partial",
+    "counted",
+    "reduced",
+    "end",
+    "meta",
+    "escapes",
+    "group1",
+    "producer",
+)
+
+
+def wide_trace_fields() -> int:
+    """The records a CTA of the wide kernels keeps in a library built with ``-DSPECDEC_WIDE_TRACE=1`` (the first
+    ``len(WIDE_TRACE_FIELDS)`` of them named by :data:`WIDE_TRACE_FIELDS`); 0 for the shipped build, which records
+    nothing. Needs the built library, not a GPU.
+
+    Example (needs the built library, so not run as a doctest): ``wide_trace_fields() == 0`` for
+    ``build/specdec_cuda_kernels.so``.
+    """
+    return int(load_library().specdec_wide_trace_fields())
+
+
+def wide_trace_reset(device: torch.device) -> None:
+    """Zeroes a traced build's records on ``device``'s current stream, before the call to trace. Raises RuntimeError
+    with the library's message in a build without the trace.
+
+    Example (needs a traced build and a GPU, so not run as a doctest): ``wide_trace_reset(x.device);
+    w12_gemm_wide(x, ...); wide_trace_read(ctas)``.
+    """
+    lib = load_library()
+    _raise_on_failure(lib, lib.specdec_wide_trace_reset(_stream(device)), "wide_trace_reset")
+
+
+def wide_trace_read(ctas: int) -> torch.Tensor:
+    """The records of the first ``ctas`` CTAs (``blockIdx.y * gridDim.x + blockIdx.x``) of the wide calls since
+    :func:`wide_trace_reset`, after the device's work: int64 ``[ctas, wide_trace_fields()]``, columns named by
+    :data:`WIDE_TRACE_FIELDS` (0 where a CTA did not reach a point: the sum of the splits is the last CTA's only).
+    Raises ValueError for ``ctas`` outside 1 to the build's limit, RuntimeError in a build without the trace.
+
+    Example (needs a traced build and a GPU, so not run as a doctest): ``wide_trace_read(128)[:, 7] -
+    wide_trace_read(128)[:, 0]``, each CTA's time from its start to its end in ns.
+    """
+    lib = load_library()
+    fields, most = int(lib.specdec_wide_trace_fields()), int(lib.specdec_wide_trace_ctas())
+    if fields == 0:
+        raise RuntimeError("wide_trace_read: a library built without -DSPECDEC_WIDE_TRACE=1 records no trace")
+    if not 1 <= ctas <= most:
+        raise ValueError(f"ctas: expected 1 to {most}, got {ctas}")
+    out = (ctypes.c_ulonglong * (ctas * fields))()
+    _raise_on_failure(lib, lib.specdec_wide_trace_read(out, ctas), "wide_trace_read")
+    return torch.tensor(list(out), dtype=torch.int64).reshape(ctas, fields)
 
 
 # The tensor-map variants of each op (16 tokens where k % 32 == 0): the split-K kernel, its persistent form, row tiles.

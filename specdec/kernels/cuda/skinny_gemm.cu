@@ -1690,6 +1690,66 @@ constexpr int kWideRows = 128;
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
 #endif
+// A build-time switch for the wide kernels' epilogue (benchmarks/NOTES.md, "The wide kernels' epilogue in one round
+// trip"): 1 takes finish_wide_row_block_async (partial tiles of 32 NB columns, one thread's release and acquire
+// around the count, the other splits' tiles copied into the spent ring at once), 0 finish_wide_row_block.
+#ifndef SPECDEC_WIDE_EPILOGUE
+#define SPECDEC_WIDE_EPILOGUE 0
+#endif
+// A build-time switch for timing the wide kernels' phases on the GPU's global clock (benchmarks/kernels/wide_trace.py):
+// nvcc -DSPECDEC_WIDE_TRACE=1 makes one thread of each of the first kWideTraceCtas CTAs (blockIdx.y * gridDim.x +
+// blockIdx.x) write g_wide_trace[cta][field] at each point (ns; the WideTrace fields below); specdec_wide_trace_read
+// copies them out. The products are the untraced build's; the records add a store a point and a barrier before the exit.
+#ifndef SPECDEC_WIDE_TRACE
+#define SPECDEC_WIDE_TRACE 0
+#endif
+// kTraceStart: after the ring's barriers are set up; kTraceConsumed: warp 0 (group 0) out of its K loop; kTraceRingDone:
+// every warp past the K loop; kTraceSummed: the sums' tile complete (escapes and every group's MMAs); kTracePartial: the
+// partial tile stored and ordered; kTraceCounted: the row block's counter read; kTraceReduced: the last CTA's sum of
+// the splits done; kTraceEnd: the output stored; kTraceMeta: the SM (bits 0-15), the split (16-31), 1 << 32 for the
+// last CTA of its row block, k_splits << 40; kTraceEscapes / kTraceGroup1 / kTraceProducer: the escape warp, warp 0
+// of the second stage group and the producer out of their loops.
+enum WideTrace {
+  kTraceStart,
+  kTraceConsumed,
+  kTraceRingDone,
+  kTraceSummed,
+  kTracePartial,
+  kTraceCounted,
+  kTraceReduced,
+  kTraceEnd,
+  kTraceMeta,
+  kTraceEscapes,
+  kTraceGroup1,
+  kTraceProducer,
+  kWideTraceFields = 16
+};
+constexpr int kWideTraceCtas = 4096;
+#if SPECDEC_WIDE_TRACE
+__device__ unsigned long long g_wide_trace[kWideTraceCtas * kWideTraceFields];
+#endif
+// Records `value` as this CTA's `field` (traced builds; nothing otherwise).
+__device__ __forceinline__ void wide_trace_value(int field, unsigned long long value) {
+#if SPECDEC_WIDE_TRACE
+  const int cta = blockIdx.y * gridDim.x + blockIdx.x;
+  if (cta < kWideTraceCtas) g_wide_trace[cta * kWideTraceFields + field] = value;
+#endif
+}
+// Records the global clock (ns) as this CTA's `field`.
+__device__ __forceinline__ void wide_trace(int field) {
+#if SPECDEC_WIDE_TRACE
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  wide_trace_value(field, now);
+#endif
+}
+// kTraceMeta's value: the SM, the split, whether the CTA sums its row block, the row block's K splits.
+__device__ __forceinline__ unsigned long long wide_trace_meta(int split, bool last, int k_splits) {
+  unsigned int sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  return sm | static_cast<unsigned long long>(split) << 16 | static_cast<unsigned long long>(last) << 32 |
+         static_cast<unsigned long long>(k_splits) << 40;
+}
 constexpr int kWideConsumerWarps = kWideRows / 16;
 constexpr int kWideStageK = 64;
 constexpr int kWideBlockTokens = 32;  // tokens of one wgmma (n = 32)
@@ -2041,11 +2101,16 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
     __threadfence();
     __syncthreads();
     if (tid == 0) {
+      wide_trace(kTracePartial);
       const unsigned int before = atomicAdd(counters + blockIdx.x, 1u);
       arrived_last = before == static_cast<unsigned int>(p.k_splits - 1);
       if (arrived_last) counters[blockIdx.x] = 0u;
     }
     __syncthreads();
+    if (tid == 0) {
+      wide_trace(kTraceCounted);
+      wide_trace_value(kTraceMeta, wide_trace_meta(split, arrived_last, p.k_splits));
+    }
     if (!arrived_last) return;
     __threadfence();
     const float4* tiles_vec = reinterpret_cast<const float4*>(tiles);
@@ -2073,8 +2138,107 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
       }
     }
     __syncthreads();
+    if (tid == 0) wide_trace(kTraceReduced);
   }
   // Consecutive threads store consecutive rows of one token: coalesced in y [M, N].
+  for (int e = tid; e < kWideRows * M; e += THREADS) {
+    const int m = e / kWideRows, r = e % kWideRows;
+    if (row_block + r < p.N) p.y[static_cast<size_t>(m) * p.N + row_block + r] = bf16_bits_rn(red[r * STRIDE + m]);
+  }
+}
+
+__device__ __forceinline__ unsigned int atomic_add_acq_rel_gpu(unsigned int* addr, unsigned int v) {
+  unsigned int old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(addr), "r"(v) : "memory");
+  return old;
+}
+
+// finish_wide_row_block's contract and sums (split order from 0.f: the same bits), in fewer dependent steps
+// (SPECDEC_WIDE_EPILOGUE = 1). The tiles are [128][TOK] (TOK = 32 NB: every index a compile-time division). After the
+// partial tile's stores, one barrier and thread 0's acquire-release add on the row block's counter order them for
+// the last CTA (the release covers what the CTA's threads stored before the barrier), where finish_wide_row_block
+// fences every thread. The last CTA copies the other splits' tiles with cp.async into `spare` (the spent ring,
+// `spare_bytes`, at least one tile), as many as it holds at once, each thread the float4s it sums itself, so the copies
+// wait for the L2 once a batch (once for up to 64 tokens and 4 splits on the W12 ring) with no barrier between copy
+// and sum; its own tile it reads from red.
+template <int THREADS, int STRIDE, int TOK>
+__device__ __forceinline__ void finish_wide_row_block_async(const Params& p, float* red, float* partials, unsigned int* counters, int split,
+                                                           unsigned char* spare, int spare_bytes) {
+  __shared__ int arrived_last;
+  constexpr int kTileValues = kWideRows * TOK;
+  constexpr int kTileVec = kTileValues / 4;
+  constexpr int kVecs = (kTileVec + THREADS - 1) / THREADS;  // float4s a thread sums
+  const int M = p.M, tid = threadIdx.x;
+  const int row_block = blockIdx.x * kWideRows;
+  auto red_vec = [&](int v) -> float* { return red + (4 * v / TOK) * STRIDE + 4 * v % TOK; };
+  if (p.k_splits > 1) {
+    float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * kTileValues;
+    float4* own = reinterpret_cast<float4*>(tiles + static_cast<size_t>(split) * kTileValues);
+    for (int v = tid; v < kTileVec; v += THREADS) {
+      const float* r = red_vec(v);
+      __stcg(own + v, make_float4(r[0], r[1], r[2], r[3]));
+    }
+    __syncthreads();
+    if (tid == 0) {
+      wide_trace(kTracePartial);
+      const unsigned int before = atomic_add_acq_rel_gpu(counters + blockIdx.x, 1u);
+      arrived_last = before == static_cast<unsigned int>(p.k_splits - 1);
+      if (arrived_last) counters[blockIdx.x] = 0u;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      wide_trace(kTraceCounted);
+      wide_trace_value(kTraceMeta, wide_trace_meta(split, arrived_last, p.k_splits));
+    }
+    if (!arrived_last) return;
+    const float4* tiles_vec = reinterpret_cast<const float4*>(tiles);
+    float4* slots = reinterpret_cast<float4*>(spare);
+    const int capacity = spare_bytes / (kTileValues * 4);
+    float4 sum[kVecs];
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int q0 = 0; q0 < p.k_splits;) {
+      int q1 = q0, taken = 0;  // splits q0 .. q1 - 1: at most `capacity` other than this CTA's
+      while (q1 < p.k_splits && (q1 == split || taken < capacity)) taken += q1++ != split;
+      for (int q = q0, slot = 0; q < q1; ++q) {
+        if (q == split) continue;
+#pragma unroll
+        for (int u = 0; u < kVecs; ++u) {
+          const int v = u * THREADS + tid;
+          if (v < kTileVec) cp_async16(slots + slot * kTileVec + v, tiles_vec + static_cast<size_t>(q) * kTileVec + v);
+        }
+        ++slot;
+      }
+      cp_async_commit();
+      cp_async_wait_all();
+      for (int q = q0, slot = 0; q < q1; ++q) {
+#pragma unroll
+        for (int u = 0; u < kVecs; ++u) {
+          const int v = u * THREADS + tid;
+          if (v >= kTileVec) continue;
+          float4 x;
+          if (q == split) {
+            const float* r = red_vec(v);
+            x = make_float4(r[0], r[1], r[2], r[3]);
+          } else {
+            x = slots[slot * kTileVec + v];
+          }
+          sum[u].x += x.x, sum[u].y += x.y, sum[u].z += x.z, sum[u].w += x.w;
+        }
+        slot += q != split;
+      }
+      q0 = q1;
+    }
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      const int v = u * THREADS + tid;
+      if (v >= kTileVec) continue;
+      float* r = red_vec(v);
+      r[0] = sum[u].x, r[1] = sum[u].y, r[2] = sum[u].z, r[3] = sum[u].w;
+    }
+    __syncthreads();
+    if (tid == 0) wide_trace(kTraceReduced);
+  }
   for (int e = tid; e < kWideRows * M; e += THREADS) {
     const int m = e / kWideRows, r = e % kWideRows;
     if (row_block + r < p.N) p.y[static_cast<size_t>(m) * p.N + row_block + r] = bf16_bits_rn(red[r * STRIDE + m]);
@@ -2119,6 +2283,10 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
   constexpr int kConsumers = GROUPS * kWideConsumerWarps;
   if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kWideConsumerWarps);  // a stage: one group's warps
   __syncthreads();
+  if (tid == 0) {
+    wide_trace(kTraceStart);
+    wide_trace_value(kTraceMeta, wide_trace_meta(split, p.k_splits == 1, p.k_splits));
+  }
   float acc[NB][16];
   const bool consumer = warp < kConsumers;
   const int group = warp / kWideConsumerWarps, group_warp = warp % kWideConsumerWarps;
@@ -2127,9 +2295,11 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
       produce_tma_ring<KIND, kStages, kWideRows, kWideStageK>(smem, stage_bytes, wide_weight_bytes(KIND), full_bar, empty_bar, s_lo,
                                                               s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map,
                                                               (SPECDEC_WIDE_ABLATE & 4) == 0);
+    if (lane == 0) wide_trace(kTraceProducer);
   } else if (!consumer) {  // W12 only: the Q kernel has no such warp
     if constexpr (KIND == kW12)
       fold_escapes<kTok, kWideRows, kStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, round);
+    if (lane == 0) wide_trace(kTraceEscapes);
   } else {
     if constexpr (UNROLL && GROUPS == 1) {
       consume_wide_ring<KIND, NB, kStages, PIPE, 1, true, 0>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, group_warp,
@@ -2145,8 +2315,10 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
       consume_wide_ring<KIND, NB, kStages, PIPE, GROUPS>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, group_warp,
                                                          lane, acc, group);
     }
+    if (lane == 0 && group_warp == 0) wide_trace(group == 0 ? kTraceConsumed : kTraceGroup1);
   }
   __syncthreads();  // the ring is done; for W12 the escape sums are in red
+  if (tid == 0) wide_trace(kTraceRingDone);
   griddep_launch_dependents();
   // acc[j][4 i + e]: rows (g, g + 8) for e (0, 1) / (2, 3), tokens 32 j + 8 i + 2t + (e & 1); group by group.
   auto add_sums = [&](bool first) {
@@ -2169,8 +2341,19 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
   }
   griddep_wait();
   __syncthreads();
-  if constexpr ((SPECDEC_WIDE_ABLATE & 8) == 0)
-    finish_wide_row_block<wide_threads(KIND, GROUPS), kStride, CTAS == 2 ? kTok : 0>(p, red, partials, counters, split);
+  if (tid == 0) wide_trace(kTraceSummed);
+  static_assert(SPECDEC_WIDE_EPILOGUE == 0 || kStages * wide_stage_bytes(KIND, NB) >= kWideRows * kTok * 4,
+                "the spent ring holds at least one partial tile");
+  if constexpr ((SPECDEC_WIDE_ABLATE & 8) == 0) {
+    if constexpr (SPECDEC_WIDE_EPILOGUE == 1)
+      finish_wide_row_block_async<wide_threads(KIND, GROUPS), kStride, kTok>(p, red, partials, counters, split, smem, kStages * stage_bytes);
+    else
+      finish_wide_row_block<wide_threads(KIND, GROUPS), kStride, CTAS == 2 ? kTok : 0>(p, red, partials, counters, split);
+  }
+#if SPECDEC_WIDE_TRACE
+  __syncthreads();  // a CTA that is not its row block's last returned above with all its threads
+  if (tid == 0) wide_trace(kTraceEnd);
+#endif
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
@@ -3010,7 +3193,7 @@ Plan make_wide_plan(int kind, int M, int N, int K, int sms, bool pipe, int asked
   pl.n_chunks = K / kWideStageK;
   pl.grid_x = (N + kWideRows - 1) / kWideRows;
   pl.smem_bytes = wide_smem_bytes(kind, nb, ctas_per_sm);
-  pl.partial_tokens = ctas_per_sm == 2 ? nb * kWideBlockTokens : 0;
+  pl.partial_tokens = ctas_per_sm == 2 || SPECDEC_WIDE_EPILOGUE == 1 ? nb * kWideBlockTokens : 0;
   const long long slots = sms > 0 ? static_cast<long long>(sms) * ctas_per_sm : 1;
   int most = pl.n_chunks / (kWideMinStagesPerSplit / ctas_per_sm);
   most = most < 1 ? 1 : most > kWideMaxSplits ? kWideMaxSplits : most;
@@ -3142,6 +3325,45 @@ const char* specdec_cuda_last_error() { return g_error; }
 
 // The build's SPECDEC_WIDE_ABLATE (0: the shipped kernels; else bits of the wide kernels' parts left out, products wrong).
 int specdec_wide_ablation() { return SPECDEC_WIDE_ABLATE; }
+
+// The build's SPECDEC_WIDE_EPILOGUE (which split reduction the wide kernels end with).
+int specdec_wide_epilogue() { return SPECDEC_WIDE_EPILOGUE; }
+
+// The fields a CTA of the wide kernels records in a build with SPECDEC_WIDE_TRACE (0 without), and the CTAs recorded.
+int specdec_wide_trace_fields() { return SPECDEC_WIDE_TRACE ? kWideTraceFields : 0; }
+int specdec_wide_trace_ctas() { return SPECDEC_WIDE_TRACE ? kWideTraceCtas : 0; }
+
+// Zeroes the trace on `stream` (asynchronously), or copies its first `ctas` CTAs' records ([ctas][fields] uint64, ns
+// and kTraceMeta's value) to host memory `out` after the device's work: traced builds only (else 1).
+int specdec_wide_trace_reset(void* stream) {
+#if SPECDEC_WIDE_TRACE
+  void* at = nullptr;
+  if (cudaError_t e = cudaGetSymbolAddress(&at, g_wide_trace); e != cudaSuccess) return fail("cudaGetSymbolAddress", e);
+  if (cudaError_t e = cudaMemsetAsync(at, 0, sizeof(g_wide_trace), static_cast<cudaStream_t>(stream)); e != cudaSuccess)
+    return fail("cudaMemsetAsync(trace)", e);
+  return 0;
+#else
+  (void)stream;
+  snprintf(g_error, sizeof(g_error), "a library built without -DSPECDEC_WIDE_TRACE=1 records no trace");
+  return 1;
+#endif
+}
+int specdec_wide_trace_read(unsigned long long* out, int ctas) {
+#if SPECDEC_WIDE_TRACE
+  if (ctas < 1 || ctas > kWideTraceCtas) {
+    snprintf(g_error, sizeof(g_error), "ctas: expected 1 to %d, got %d", kWideTraceCtas, ctas);
+    return 3;
+  }
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return fail("cudaDeviceSynchronize", e);
+  const size_t bytes = static_cast<size_t>(ctas) * kWideTraceFields * sizeof(unsigned long long);
+  if (cudaError_t e = cudaMemcpyFromSymbol(out, g_wide_trace, bytes); e != cudaSuccess) return fail("cudaMemcpyFromSymbol(trace)", e);
+  return 0;
+#else
+  (void)out, (void)ctas;
+  snprintf(g_error, sizeof(g_error), "a library built without -DSPECDEC_WIDE_TRACE=1 records no trace");
+  return 1;
+#endif
+}
 
 // The launch mode of the tensor-map kernels this thread launches from now on: 0 plain, 1 programmatic with each CTA
 // signalling after its K loop (other values: 0).

@@ -1,0 +1,328 @@
+"""The wide kernels' phases on the GPU's clock: where one call's time goes, CTA by CTA.
+
+A library built with ``-DSPECDEC_WIDE_TRACE=1`` (``$SPECDEC_CUDA_KERNELS`` naming it) makes one thread of every CTA of
+``w12_gemm_wide`` / ``q_gemm_wide`` record the global clock (``%globaltimer``, ns) at each point of its life
+(``ops.WIDE_TRACE_FIELDS``): the start, the K loop's end (warp 0, the second stage group, the escape warp, the
+producer, then all warps), the sums' tile complete, the partial tile stored, the row block's counter read, the last
+CTA's sum of the splits, the output stored. From those, per CTA:
+
+* ``loop``: start to the K loop's end (every warp); ``wait_warps``: warp 0's wait there for the CTA's other warps;
+* ``sums``: the escape and stage groups' sums added into the tile; ``partial``: the partial tile stored and ordered;
+  ``count``: the counter's round trip; ``reduce``: the last CTA's sum of the other splits' tiles; ``store``: the bf16
+  output (after ``reduce``; after ``sums`` without K splits); ``exit``: a CTA that is not its row block's last, from
+  the count to its end;
+
+and per call: ``span`` (first start to last end), ``skew`` (first to last start) and ``tail`` (the last K loop's end
+to the last end: what the epilogue adds to the call where nothing else runs). Each (linear, rows, kind) is traced on
+cold weights (copies spanning 3x the L2, one call a copy, each launched alone with the trace zeroed before it),
+``--reps`` calls; the table gives medians over the calls of each phase's median over CTAs and of the phases of the
+CTA that ends last. The traced build's products are the shipped build's (checked here against the float32 product);
+its records add one store a point and one barrier before a CTA's exit.
+
+Usage (repository root, GPU, a traced library): ``SPECDEC_CUDA_KERNELS=build/wide_trace.so python3 -m
+benchmarks.kernels.wide_trace --out $OUT/wide_trace.json`` (~30 s on one H200). CPU: ``--smoke`` checks the phase
+arithmetic on a made-up trace and writes its JSON (nothing is measured there). Random weights (Gaussian, std 0.02).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import agg_pyplot, provenance, provenance_line, redraw, report
+from benchmarks.kernels.bench_roofline import linear_shapes, sync, w12_planes, weight_bytes
+from benchmarks.kernels.read_floor import cold_weight_device, weight_copies
+
+FIELDS = (
+    "start",
+    "consumed",
+    "ring_done",
+    "summed",
+    "partial",
+    "counted",
+    "reduced",
+    "end",
+    "meta",
+    "escapes",
+    "group1",
+    "producer",
+)
+PHASES = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store", "exit")
+CALL_TIMES = ("span", "skew", "tail")
+LINEARS = ("qkv", "o", "gate_up", "down", "lm_head")
+
+
+def cta_phases(rec: list[int]) -> dict:
+    """The phases (ns) of one CTA from its record (``FIELDS`` order; 0 where it did not reach a point), with
+    ``last`` (it summed its row block), ``split``, ``k_splits`` and ``sm`` from its meta field.
+
+    Example (a CTA of a row block split in two that arrived last):
+        >>> meta = 7 | 1 << 16 | 1 << 32 | 2 << 40
+        >>> p = cta_phases([100, 900, 1000, 1100, 1300, 1500, 2000, 2200, meta, 950, 920, 800])
+        >>> p["loop"], p["wait_warps"], p["partial"], p["count"], p["reduce"], p["store"], p["exit"], p["last"]
+        (900, 100, 200, 200, 500, 200, None, True)
+    """
+    r = dict(zip(FIELDS, rec))
+    meta = r["meta"]
+    k_splits = meta >> 40
+    last = bool(meta >> 32 & 1)
+    out = dict(sm=meta & 0xFFFF, split=meta >> 16 & 0xFFFF, last=last, k_splits=k_splits)
+    if not r["start"] or not r["ring_done"] or not r["end"] or k_splits < 1:
+        raise ValueError(f"rec: expected a CTA that ran (start, ring_done, end and meta set), got {r}")
+    out["loop"] = r["ring_done"] - r["start"]
+    out["wait_warps"] = r["ring_done"] - r["consumed"] if r["consumed"] else None
+    out["sums"] = r["summed"] - r["ring_done"]
+    split = k_splits > 1
+    out["partial"] = r["partial"] - r["summed"] if split else None
+    out["count"] = r["counted"] - r["partial"] if split else None
+    out["reduce"] = r["reduced"] - r["counted"] if split and last else None
+    out["store"] = (r["end"] - r["reduced"] if split else r["end"] - r["summed"]) if last else None
+    out["exit"] = r["end"] - r["counted"] if split and not last else None
+    return out
+
+
+def call_times(records: list[list[int]]) -> dict:
+    """One call's times (ns) from its CTAs' records: ``span``, ``skew``, ``tail`` (``CALL_TIMES``), each phase's
+    median over the CTAs that have it (``median``) and the phases of the CTA that ends last (``critical``).
+
+    Example (two CTAs of one row block, K split in two; the second ends last):
+        >>> a = [100, 900, 1000, 1100, 1300, 1500, 0, 1600, 0 | 0 << 16 | 0 << 32 | 2 << 40, 0, 0, 0]
+        >>> b = [150, 1200, 1300, 1400, 1600, 1800, 2300, 2500, 1 | 1 << 16 | 1 << 32 | 2 << 40, 0, 0, 0]
+        >>> t = call_times([a, b])
+        >>> t["span"], t["skew"], t["tail"], t["critical"]["reduce"], t["median"]["loop"]
+        (2400, 50, 1200, 500, 1025.0)
+    """
+    ran = [r for r in records if r[FIELDS.index("start")]]
+    if not ran:
+        raise ValueError("records: expected at least one CTA that ran, got none")
+    ctas = [cta_phases(r) for r in ran]
+    start, end, ring = (FIELDS.index(f) for f in ("start", "end", "ring_done"))
+    last = max(range(len(ran)), key=lambda i: ran[i][end])
+    median = {}
+    for ph in PHASES:
+        vals = [c[ph] for c in ctas if c[ph] is not None]
+        median[ph] = statistics.median(vals) if vals else None
+    return dict(
+        ctas=len(ran),
+        k_splits=ctas[0]["k_splits"],
+        span=max(r[end] for r in ran) - min(r[start] for r in ran),
+        skew=max(r[start] for r in ran) - min(r[start] for r in ran),
+        tail=max(r[end] for r in ran) - max(r[ring] for r in ran),
+        median=median,
+        critical={ph: ctas[last][ph] for ph in PHASES},
+    )
+
+
+def summarize(calls: list[dict]) -> dict:
+    """Medians over calls (``call_times`` results) of the call times, of the per-CTA medians and of the critical CTA's
+    phases (None where no call has the phase).
+
+    Example:
+        >>> c = lambda s: dict(span=s, skew=1, tail=2, median=dict(loop=s, reduce=None), critical=dict(loop=s, reduce=3))
+        >>> s = summarize([c(10), c(30), c(20)])
+        >>> s["span"], s["median"]["loop"], s["median"]["reduce"], s["critical"]["reduce"]
+        (20, 20, None, 3)
+    """
+    if not calls:
+        raise ValueError("calls: expected at least one traced call")
+
+    def med(vals):
+        vals = [v for v in vals if v is not None]
+        return statistics.median(vals) if vals else None
+
+    out = {t: med([c[t] for c in calls]) for t in CALL_TIMES}
+    for part in ("median", "critical"):
+        out[part] = {ph: med([c[part].get(ph) for c in calls]) for ph in calls[0][part]}
+    return out
+
+
+def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, args, gen, device) -> dict:
+    """``args.reps`` traced calls of the wide ``kind`` (``"w12"`` or ``"q"``) kernel at ``m`` rows on cold copies of a
+    Gaussian ``[n, k]`` weight, the first call's product checked against float32; the row of the JSON."""
+    from specdec.formats import W12Tensor
+
+    w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
+    w12 = W12Tensor.from_bf16(w)
+    copies = weight_copies(
+        weight_bytes("cuda_q_wide" if kind == "q" else "cuda_w12_wide", n, k, w12), args.l2_bytes, args.l2_factor
+    )
+    planes = [w12_planes(w12)] + [tuple(t.clone() for t in w12_planes(w12)) for _ in range(copies - 1)]
+    x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
+    if kind == "w12":
+        ref = x.float() @ w12.to_bf16().float().T
+        call = lambda i: ops.w12_gemm_wide(x, *planes[i])  # noqa: E731
+    else:
+        ref = x.float() @ w12.q_view().float().T
+        call = lambda i: ops.q_gemm_wide(x, planes[i][0], planes[i][2])  # noqa: E731
+    plan = ops.wide_plan(kind, m, n, k, torch.cuda.get_device_properties(device).multi_processor_count)
+    ctas = plan["ctas_x"] * plan["k_splits"]
+    row = dict(model=model, linear=lname, kind=kind, N=n, K=k, M=m, ctas=ctas, k_splits=plan["k_splits"], copies=copies)
+    if ctas > args.trace_ctas:
+        row["error"] = f"{ctas} CTAs: the trace holds {args.trace_ctas}"
+        return row
+    y = call(0).float()
+    err_ref = (F.linear(x.float(), (w12.to_bf16() if kind == "w12" else w12.q_view()).float()) - ref).abs().max().item()
+    row["product_ok"] = bool(((y - ref).abs() <= 2 * err_ref + ref.abs() * 2**-7 + 1e-6).all())
+    for i in range(1, copies):  # every copy once before the traced calls
+        call(i)
+    calls = []
+    for rep in range(args.reps):
+        ops.wide_trace_reset(device)
+        call(rep % copies)
+        calls.append(call_times(ops.wide_trace_read(ctas).tolist()))
+    row["calls"] = calls
+    row.update(summarize(calls))
+    sync(device)
+    return row
+
+
+def smoke_rows() -> list[dict]:
+    """A made-up trace (CPU): one row block split in two on two CTAs and one without splits, through the same
+    arithmetic as a GPU run."""
+    split = [
+        [100, 900, 1000, 1100, 1300, 1500, 0, 1600, 0 | 0 << 16 | 0 << 32 | 2 << 40, 0, 0, 0],
+        [150, 1200, 1300, 1400, 1600, 1800, 2300, 2500, 1 | 1 << 16 | 1 << 32 | 2 << 40, 0, 0, 0],
+    ]
+    whole = [[100, 1900, 2000, 2100, 0, 0, 0, 2600, 3 | 0 << 16 | 1 << 32 | 1 << 40, 1500, 1950, 1800]]
+    rows = []
+    for lname, recs in (("split", split), ("whole", whole)):
+        calls = [call_times(recs)]
+        row = dict(model="made-up", linear=lname, kind="w12", M=32, ctas=len(recs), k_splits=calls[0]["k_splits"], calls=calls)
+        rows.append(dict(row, **summarize(calls)))
+    return rows
+
+
+def summary_lines(result: dict) -> list[str]:
+    lines = [f"wide kernels' phases (us; median over calls; per-CTA median / the CTA that ends last), {result['device']}"]
+    lines.append("model linear M kind ctas splits: span tail | " + " ".join(PHASES))
+    for r in result["rows"]:
+        head = f"{r['model']} {r['linear']} {r['M']} {r['kind']} {r.get('ctas')} {r.get('k_splits', '-')}"
+        if "error" in r:
+            lines.append(f"{head}: {r['error']}")
+            continue
+
+        def us(v):
+            return "-" if v is None else f"{v / 1e3:.1f}"
+
+        cells = " ".join(f"{us(r['median'][ph])}/{us(r['critical'][ph])}" for ph in PHASES)
+        ok = "" if r.get("product_ok", True) else " PRODUCT OFF"
+        lines.append(f"{head}: {us(r['span'])} {us(r['tail'])} | {cells}{ok}")
+    return lines
+
+
+def plot(result: dict, path: Path) -> str | None:
+    try:
+        plt = agg_pyplot()
+    except ImportError:
+        return "no matplotlib: no plot"
+    rows = [r for r in result["rows"] if "error" not in r]
+    if not rows:
+        return "no traced calls: no plot"
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
+    shown = ("loop", "sums", "partial", "count", "reduce", "store")
+    colors = dict(zip(shown, ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")))
+    labels, labelled = [], set()
+    for i, r in enumerate(rows):
+        left = 0.0
+        for ph in shown:
+            v = r["critical"].get(ph)
+            if v is None:
+                continue
+            ax.barh(i, v / 1e3, left=left, color=colors[ph], label=None if ph in labelled else ph)
+            labelled.add(ph)
+            left += v / 1e3
+        ax.plot([r["span"] / 1e3], [i], marker="|", color="black", ms=12)
+        labels.append(f"{r['linear']} {r['M']} {r['kind']} ({r['ctas']} CTAs / {r['k_splits']})")
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("us from the CTA's start (bars: the CTA that ends last; tick: the call's span)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"wide kernels, phases of one call, {result['device']} ({result.get('library', '')})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "wide_trace.json"))
+    ap.add_argument("--smoke", action="store_true", help="CPU: the phase arithmetic on a made-up trace")
+    ap.add_argument("--models", default="qwen3-8b")
+    ap.add_argument("--linears", default=",".join(LINEARS), help=f"comma-separated, of {','.join(LINEARS)}")
+    ap.add_argument("--rows", default="32,64", help="comma-separated row counts (17 to 128)")
+    ap.add_argument("--kinds", default="w12,q", help="comma-separated, of w12,q")
+    ap.add_argument("--reps", type=int, default=9, help="traced calls a case (median)")
+    ap.add_argument("--l2-factor", type=float, default=3.0, help="cold copies span this many times the L2")
+    ap.add_argument("--budget-s", type=float, default=40.0, help="no new case starts after this many seconds")
+    ap.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
+    args = ap.parse_args(argv)
+    if args.plot_only:
+        return redraw(plot, args.plot_only)
+    linears = [v.strip() for v in args.linears.split(",") if v.strip()]
+    kinds = [v.strip() for v in args.kinds.split(",") if v.strip()]
+    if not linears or any(v not in LINEARS for v in linears):
+        ap.error(f"--linears: expected names of {LINEARS}, got {args.linears!r}")
+    if not kinds or any(v not in ("w12", "q") for v in kinds):
+        ap.error(f"--kinds: expected w12 and/or q, got {args.kinds!r}")
+    try:
+        ms = [int(v) for v in args.rows.split(",")]
+    except ValueError:
+        ap.error(f"--rows: expected comma-separated integers, got {args.rows!r}")
+    if not ms or any(not 17 <= m <= 128 for m in ms):
+        ap.error(f"--rows: expected row counts from 17 to 128 (the wide kernels' range), got {ms}")
+    if args.reps < 1:
+        ap.error(f"--reps: expected at least 1, got {args.reps}")
+    prov = provenance(seed=0)
+    print(provenance_line(prov), flush=True)
+    t_start = time.time()
+    if args.smoke:
+        result = dict(device="cpu (a made-up trace: nothing measured)", library="none", rows=smoke_rows(), not_run=[])
+    else:
+        device = cold_weight_device(args, ap)
+        from specdec.kernels.cuda import ops
+
+        if ops.wide_trace_fields() < len(FIELDS):
+            ap.error("needs $SPECDEC_CUDA_KERNELS naming a library built with -DSPECDEC_WIDE_TRACE=1")
+        args.trace_ctas = ops.load_library().specdec_wide_trace_ctas()
+        gen = torch.Generator(device=device).manual_seed(0)
+        rows, not_run = [], []
+        for model in args.models.split(","):
+            shapes = linear_shapes(model)
+            for lname in linears:
+                n, k = shapes[lname]
+                for m in ms:
+                    for kind in kinds:
+                        if time.time() - t_start > args.budget_s:
+                            not_run.append(f"{model}/{lname}/{m}/{kind}")
+                            continue
+                        rows.append(trace_case(ops, model, lname, n, k, m, kind, args, gen, device))
+                torch.cuda.empty_cache()
+        result = dict(
+            device=torch.cuda.get_device_name(device),
+            library=os.environ.get("SPECDEC_CUDA_KERNELS", "build/specdec_cuda_kernels.so"),
+            wide_epilogue=ops.wide_epilogue(),
+            weights="random Gaussian, std 0.02 (bf16), W12 encoded from them",
+            l2_bytes=args.l2_bytes,
+            l2_factor=args.l2_factor,
+            reps=args.reps,
+            programmatic_launch=os.environ.get("SPECDEC_PDL", "unset"),
+            rows=rows,
+            not_run=not_run,
+        )
+    result["wall_s"] = time.time() - t_start
+    report(args.out, result, prov, plot, summary_lines)
+    bad = [r for r in result["rows"] if "error" in r or not r.get("product_ok", True)]
+    for r in bad:
+        print(f"FAILED {r['linear']} M={r['M']} {r['kind']}: {r.get('error', 'product off the float32 reference')}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

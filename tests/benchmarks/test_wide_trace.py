@@ -1,0 +1,101 @@
+"""The wide kernels' trace reader: the phases of a CTA add up to its life whatever its clock readings, a CTA that did
+not run is left out, a half-written record is refused, and the command line names what it cannot take."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from benchmarks.kernels import wide_trace
+
+
+def _record(times: dict, sm: int, split: int, last: bool, k_splits: int) -> list[int]:
+    rec = [times.get(f, 0) for f in wide_trace.FIELDS]
+    rec[wide_trace.FIELDS.index("meta")] = sm | split << 16 | int(last) << 32 | k_splits << 40
+    return rec
+
+
+def _increasing(rng: random.Random, names: list[str], t0: int) -> dict:
+    t, out = t0, {}
+    for name in names:
+        t += rng.randrange(1, 5000)
+        out[name] = t
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_phases_of_every_kind_of_cta_add_up_to_its_life(seed):
+    rng = random.Random(seed)
+    split_last = _increasing(rng, ["start", "consumed", "ring_done", "summed", "partial", "counted", "reduced", "end"], 10)
+    split_other = _increasing(rng, ["start", "consumed", "ring_done", "summed", "partial", "counted", "end"], 10)
+    whole = _increasing(rng, ["start", "consumed", "ring_done", "summed", "end"], 10)
+    cases = [
+        (split_last, True, 4, ("loop", "sums", "partial", "count", "reduce", "store")),
+        (split_other, False, 4, ("loop", "sums", "partial", "count", "exit")),
+        (whole, True, 1, ("loop", "sums", "store")),
+    ]
+    for times, last, k_splits, parts in cases:
+        p = wide_trace.cta_phases(_record(times, 3, 1, last, k_splits))
+        assert sum(p[ph] for ph in parts) == times["end"] - times["start"], (times, p)
+        assert all(p[ph] is None for ph in wide_trace.PHASES if ph not in parts + ("wait_warps",))
+        assert (p["sm"], p["split"], p["last"], p["k_splits"]) == (3, 1, last, k_splits)
+
+
+def test_a_call_spans_its_first_start_to_its_last_end_and_skips_ctas_that_did_not_run():
+    a = _record(
+        dict(start=1000, consumed=5000, ring_done=6000, summed=6100, partial=6500, counted=7000, end=7100), 0, 0, False, 2
+    )
+    b = _record(
+        dict(start=1200, consumed=8000, ring_done=8200, summed=8300, partial=8700, counted=9100, reduced=9900, end=10400),
+        1,
+        1,
+        True,
+        2,
+    )
+    not_run = [0] * len(wide_trace.FIELDS)
+    t = wide_trace.call_times([a, not_run, b])
+    assert (t["ctas"], t["span"], t["skew"], t["tail"]) == (2, 10400 - 1000, 200, 10400 - 8200)
+    assert t["critical"]["reduce"] == 800 and t["critical"]["store"] == 500  # b ends last
+    assert t["median"]["partial"] == (400 + 400) / 2 and t["median"]["exit"] == 100
+
+
+def test_a_half_written_record_or_an_empty_call_is_refused():
+    half = _record(dict(start=10, ring_done=20), 0, 0, True, 1)  # no end
+    with pytest.raises(ValueError, match="rec: expected a CTA that ran"):
+        wide_trace.cta_phases(half)
+    with pytest.raises(ValueError, match="records: expected at least one CTA"):
+        wide_trace.call_times([[0] * len(wide_trace.FIELDS)])
+    with pytest.raises(ValueError, match="calls: expected at least one"):
+        wide_trace.summarize([])
+
+
+def test_the_fields_are_the_librarys():
+    from specdec.kernels.cuda import ops
+
+    assert wide_trace.FIELDS == ops.WIDE_TRACE_FIELDS
+
+
+def test_smoke_writes_the_made_up_trace_and_its_plot(tmp_path):
+    out = tmp_path / "trace.json"
+    assert wide_trace.main(["--smoke", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [r["linear"] for r in result["rows"]] == ["split", "whole"] and "nothing measured" in result["device"]
+    assert (tmp_path / "trace.png").exists() and result["provenance"]["seed"] == 0
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--rows", "16"], "--rows"),
+        (["--rows", "x"], "--rows"),
+        (["--linears", "up"], "--linears"),
+        (["--kinds", "fp8"], "--kinds"),
+        (["--reps", "0"], "--reps"),
+    ],
+)
+def test_the_command_line_names_what_it_cannot_take(argv, named, capsys):
+    with pytest.raises(SystemExit):
+        wide_trace.main(argv + ["--smoke"])
+    assert named in capsys.readouterr().err
