@@ -167,8 +167,9 @@ def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, a
         row["error"] = f"{ctas} CTAs: the trace holds {args.trace_ctas}"
         return row
     y = call(0).float()
-    err_ref = (F.linear(x.float(), (w12.to_bf16() if kind == "w12" else w12.q_view()).float()) - ref).abs().max().item()
-    row["product_ok"] = bool(((y - ref).abs() <= 2 * err_ref + ref.abs() * 2**-7 + 1e-6).all())
+    # cuBLAS bf16's own error on the same operands sets the scale, as in bench_wide_w12's product checks
+    err_ref = (F.linear(x, w12.to_bf16() if kind == "w12" else w12.q_view()).float() - ref).abs().max().item()
+    row["product_ok"] = bool(((y - ref).abs() <= 2 * err_ref + ref.abs() * 2**-7).all())
     for i in range(1, copies):  # every copy once before the traced calls
         call(i)
     calls = []
