@@ -308,7 +308,6 @@ def main(argv: list[str] | None = None) -> int:
         result = dict(
             device=torch.cuda.get_device_name(device),
             library=os.environ.get("SPECDEC_CUDA_KERNELS", "build/specdec_cuda_kernels.so"),
-            wide_epilogue=ops.wide_epilogue(),
             weights="random Gaussian, std 0.02 (bf16), W12 encoded from them",
             l2_bytes=args.l2_bytes,
             l2_factor=args.l2_factor,

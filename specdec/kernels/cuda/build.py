@@ -180,8 +180,6 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_wide_unrolled.argtypes = [i, i, i]
     lib.specdec_wide_ablation.restype = i
     lib.specdec_wide_ablation.argtypes = []
-    lib.specdec_wide_epilogue.restype = i
-    lib.specdec_wide_epilogue.argtypes = []
     lib.specdec_wide_trace_fields.restype = i
     lib.specdec_wide_trace_fields.argtypes = []
     lib.specdec_wide_trace_ctas.restype = i

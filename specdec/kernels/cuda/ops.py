@@ -112,7 +112,6 @@ __all__ = [
     "wide_unroll",
     "wide_unrolled",
     "wide_ablation",
-    "wide_epilogue",
     "wide_trace_fields",
     "wide_trace_reset",
     "wide_trace_read",
@@ -412,16 +411,6 @@ def wide_ablation() -> int:
     ``build/specdec_cuda_kernels.so``.
     """
     return int(load_library().specdec_wide_ablation())
-
-
-def wide_epilogue() -> int:
-    """The loaded library's ``SPECDEC_WIDE_EPILOGUE`` build switch: which split reduction ends the wide kernels (0
-    ``finish_wide_row_block``, 1 ``finish_wide_row_block_async``; the same sums, the same bits). Needs the built
-    library, not a GPU.
-
-    Example (needs the built library, so not run as a doctest): ``wide_epilogue() in (0, 1)``.
-    """
-    return int(load_library().specdec_wide_epilogue())
 
 
 # What a traced build's wide kernels record a CTA (skinny_gemm.cu, WideTrace): the global clock in ns at each point,
@@ -1049,8 +1038,8 @@ def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
 
     Returns the keys of :func:`launch_plan`'s split-K kinds: ``row_tiles_per_cta`` (8: 128 rows), ``k_splits`` (CTAs a
     row block splitting K), ``chunks`` (K stages of 64 weights), ``ctas_x`` (row blocks of 128), ``shared_bytes``
-    (dynamic shared memory a CTA), ``workspace_bytes`` (fp32 partial tiles of [128][M], of [128][32 NB] with two CTAs
-    an SM, and row-block counters; 0 without K splits) and ``bulk_copies`` (1).
+    (dynamic shared memory a CTA), ``workspace_bytes`` (fp32 partial tiles of [32 NB tokens][128 rows], NB = ceil(m /
+    32), and row-block counters; 0 without K splits) and ``bulk_copies`` (1).
 
     Example (needs the built library, so not run as a doctest): ``wide_plan("w12", 64, 4096, 4096, 132)`` gives 32
     row blocks with ``k_splits == 4`` (128 CTAs: one wave on 132 SMs; with ``$SPECDEC_WIDE_CTAS=2``, 8 and 256: two
