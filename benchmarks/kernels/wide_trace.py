@@ -38,21 +38,9 @@ import torch.nn.functional as F
 from benchmarks.common import agg_pyplot, provenance, provenance_line, redraw, report
 from benchmarks.kernels.bench_roofline import linear_shapes, sync, w12_planes, weight_bytes
 from benchmarks.kernels.read_floor import cold_weight_device, weight_copies
+from specdec.kernels.cuda.ops import WIDE_TRACE_FIELDS
 
-FIELDS = (
-    "start",
-    "consumed",
-    "ring_done",
-    "summed",
-    "partial",
-    "counted",
-    "reduced",
-    "end",
-    "meta",
-    "escapes",
-    "group1",
-    "producer",
-)
+FIELDS = WIDE_TRACE_FIELDS  # what a traced build records a CTA, in order
 PHASES = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store", "exit")
 CALL_TIMES = ("span", "skew", "tail")
 LINEARS = ("qkv", "o", "gate_up", "down", "lm_head")

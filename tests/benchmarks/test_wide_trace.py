@@ -71,12 +71,6 @@ def test_a_half_written_record_or_an_empty_call_is_refused():
         wide_trace.summarize([])
 
 
-def test_the_fields_are_the_librarys():
-    from specdec.kernels.cuda import ops
-
-    assert wide_trace.FIELDS == ops.WIDE_TRACE_FIELDS
-
-
 def test_smoke_writes_the_made_up_trace_and_its_plot(tmp_path):
     out = tmp_path / "trace.json"
     assert wide_trace.main(["--smoke", "--out", str(out)]) == 0
