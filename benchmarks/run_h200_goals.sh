@@ -9,14 +9,21 @@
 # beside cuBLAS bf16 (their products wrong by design, not checked); the goals' wide run is their baseline.
 # Expected time on one H200: ~5 min (fixed cost ~70 s, wide ~50 s, AR step ~35 s, goals ~5 s, each ablated library
 # ~25 s, torch start ~10 s a process; nvcc ~20 s a library not carried in build/).
-# Caps: 150 + 100 + 70 + 30 + 3 x 60 = 530 s, plus the builds (skipped when build/ was carried).
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_goals.sh
+# Caps: 150 + 100 + 70 + 30 + 3 x 60 = 530 s, plus the builds (skipped when build/ was carried). With --goals-only
+# the goals alone: ~3 min.
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_goals.sh [--goals-only]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
+PARTS=1
+case ${1:-} in
+  "") ;;
+  --goals-only) PARTS=0 ;;
+  *) echo "usage: bash benchmarks/run_h200_goals.sh [--goals-only]; got $1" >&2; exit 2 ;;
+esac
 source benchmarks/cuda_kernels.sh
 build_cuda_kernels 90 "$OUT/goals_build.log"
-for a in 1 2 3; do
+[ "$PARTS" = 1 ] && for a in 1 2 3; do
   build_cuda_library_with "-DSPECDEC_WIDE_ABLATE=$a" "build/wide_ablate$a.so" 90 "$OUT/goals_build_ablate$a.log"
 done
 unset SPECDEC_WIDE_GEMM SPECDEC_WIDE_UNROLL SPECDEC_WIDE_GROUPS SPECDEC_SPLIT_WORKSPACE SPECDEC_CUDA_KERNELS
@@ -34,6 +41,10 @@ echo "AR step, 16-row verify: exit $?"
 timeout 30 python3 -m benchmarks.kernels.goals --fixed-cost "$OUT/goals_fixed_cost.json" --wide "$OUT/goals_wide.json" \
   --ar-step "$OUT/goals_ar_step.json" --out "$OUT/goals.json" > "$OUT/goals.log" 2>&1
 echo "goals: exit $?"
+if [ "$PARTS" = 0 ]; then
+  cat "$OUT/goals.log"
+  exit 0
+fi
 export SPECDEC_PDL=0
 for a in 1 2 3; do
   export SPECDEC_CUDA_KERNELS=build/wide_ablate$a.so
