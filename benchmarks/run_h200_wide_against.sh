@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The wide kernels of this tree against a library built from an earlier tree (BASE, a .so carried to the machine), in
-# one call: this tree's library runs the wide checks and compute-sanitizer memcheck over them; a build of this tree with
-# -DSPECDEC_WIDE_TRACE=1 records every CTA's phases on the 8B linears at 32 and 64 rows
-# (benchmarks/kernels/wide_trace.py); both libraries time the wide kernels (8B and 32B linears, 32 and 64 rows) beside
-# cuBLAS bf16, alternated (base, this, base, this), without programmatic launch, and the lean 8B target's 64-row
-# verify step.
-# Expected time on one H200: ~6 min (nvcc ~30 s, the two builds side by side, where build/ lacks them; checks ~25 s,
-# memcheck ~60 s, the trace ~35 s, each timing ~35 s, each AR step ~35 s, torch start ~10 s a process).
-# Caps: 60 + 90 + 50 + 4 x 50 + 2 x 60 = 520 s, plus the builds (90 s, side by side).
+# one call: this tree's library runs the wide checks with its defaults, with the pipelined loop
+# ($SPECDEC_WIDE_PIPELINE=1) and with two CTAs an SM ($SPECDEC_WIDE_CTAS=2), and compute-sanitizer memcheck over the
+# first; a build of this tree with -DSPECDEC_WIDE_TRACE=1 records every CTA's phases on the 8B linears at 32 and 64
+# rows (benchmarks/kernels/wide_trace.py); both libraries time the wide kernels (8B and 32B linears, 32 and 64 rows)
+# beside cuBLAS bf16, without programmatic launch, and the lean 8B target's 64-row verify step.
+# Expected time on one H200: ~6 min (nvcc ~30 s, the two builds side by side, where build/ lacks them; each checks run
+# ~25 s, memcheck ~60 s, the trace ~35 s, each timing ~35 s, each AR step ~35 s, torch start ~10 s a process).
+# Caps: 3 x 60 + 90 + 50 + 2 x 50 + 2 x 60 = 540 s, plus the builds (90 s, side by side).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_against.sh BASE_SO
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -24,9 +24,13 @@ wait
 unset SPECDEC_WIDE_GEMM SPECDEC_WIDE_UNROLL SPECDEC_WIDE_GROUPS SPECDEC_SPLIT_WORKSPACE
 export SPECDEC_PDL=0
 export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so
-timeout 60 python3 -m benchmarks.kernels.bench_wide_w12 --checks-only --models qwen3-8b \
-  --out "$OUT/wide_against_checks.json" > "$OUT/wide_against_checks.log" 2>&1
-echo "wide checks: exit $?"
+for form in default pipeline ctas2; do
+  case $form in pipeline) export SPECDEC_WIDE_PIPELINE=1 ;; ctas2) export SPECDEC_WIDE_CTAS=2 ;; *) ;; esac
+  timeout 60 python3 -m benchmarks.kernels.bench_wide_w12 --checks-only --models qwen3-8b \
+    --out "$OUT/wide_against_checks_$form.json" > "$OUT/wide_against_checks_$form.log" 2>&1
+  echo "wide checks, $form: exit $?"
+  unset SPECDEC_WIDE_PIPELINE SPECDEC_WIDE_CTAS
+done
 timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m benchmarks.kernels.bench_wide_w12 --checks-only \
   --models qwen3-8b --out "$OUT/wide_against_memcheck.json" > "$OUT/wide_against_memcheck.log" 2>&1
 echo "memcheck: exit $? (0 clean, 9 errors)"
@@ -34,8 +38,8 @@ export SPECDEC_CUDA_KERNELS=build/wide_trace.so
 timeout 50 python3 -m benchmarks.kernels.wide_trace --rows 32,64 --budget-s 35 \
   --out "$OUT/wide_against_trace.json" > "$OUT/wide_against_trace.log" 2>&1
 echo "trace: exit $?"
-for pass in base1 this1 base2 this2; do
-  case $pass in base*) export SPECDEC_CUDA_KERNELS=$BASE ;; *) export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so ;; esac
+for pass in base this; do
+  case $pass in base) export SPECDEC_CUDA_KERNELS=$BASE ;; *) export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so ;; esac
   timeout 50 python3 -m benchmarks.kernels.bench_wide_w12 --rows 32,64 --kernels cublas_bf16,cuda_w12_wide,cuda_q_wide \
     --budget-s 32 --out "$OUT/wide_against_$pass.json" > "$OUT/wide_against_$pass.log" 2>&1
   echo "wide kernels, $pass: exit $?"
@@ -48,11 +52,11 @@ for lib in base this; do
   echo "AR step, verify 64 rows, $lib: exit $?"
 done
 unset SPECDEC_CUDA_KERNELS
-grep -E "^checks|FAILED" "$OUT/wide_against_checks.log" | head -3
+grep -E "^checks|FAILED" "$OUT"/wide_against_checks_*.log | head -6
 tail -n 2 "$OUT/wide_against_memcheck.log"
 echo "=== trace ==="
 grep -E "^qwen3-8b |^model|FAILED" "$OUT/wide_against_trace.log"
-for pass in base1 this1 base2 this2; do
+for pass in base this; do
   echo "=== $pass ==="
   grep -E "^qwen3-(8b|32b) (gate_up|o|qkv|down|lm_head) [0-9]+:" "$OUT/wide_against_$pass.log"
 done
