@@ -1924,6 +1924,57 @@ def cuda_goals_h100(results: Results) -> str:
     return markdown_table(["goal", "rows", "worst - best", "worst linear (kernel)", "time over read floor", "met"], rows)
 
 
+ROUND_TRIP_PASSES = {
+    "shipped": ("wide_epilogue_h100_2026-12-06_shipped1.json", "wide_epilogue_h100_2026-12-06_shipped2.json"),
+    "one round trip": ("wide_epilogue_h100_2026-12-06_flagged1.json", "wide_epilogue_h100_2026-12-06_flagged2.json"),
+}
+ROUND_TRIP_TRACES = {"shipped": "wide_trace_h100_2026-12-06_epilogue0.json", "one round trip": "wide_trace_h100_2026-12-06_epilogue1.json"}
+ROUND_TRIP_STEPS = {"shipped": "ar_step_verify64_h100_2026-12-06_epilogue0.json", "one round trip": "ar_step_verify64_h100_2026-12-06_epilogue1.json"}
+
+
+def cuda_wide_round_trip_h100(results: Results) -> str:
+    """The wide kernels' split epilogue before and after it took one L2 round trip (one H100 call): each 8B linear's
+    cold time (us, mean of two alternated passes) at 32 and 64 rows by build, then the trace of the CTA that ends last
+    at 64 rows (us a phase), then the 64-row W12 verify step."""
+    passes = {label: [results(name) for name in names] for label, names in ROUND_TRIP_PASSES.items()}
+
+    def mean_us(runs: list[dict], linear: str, m: int, kind: str) -> float:
+        got = [
+            r["cold_s"]
+            for run in runs
+            for r in run["timings"]
+            if (r["model"], r["linear"], r["M"], r["kind"]) == ("qwen3-8b", linear, m, kind) and "cold_s" in r
+        ]
+        if len(got) != len(runs):
+            raise ValueError(f"qwen3-8b {linear} M={m} {kind}: expected a time in each of {len(runs)} passes, got {len(got)}")
+        return 1e6 * statistics.mean(got)
+
+    rows = []
+    for linear in ("qkv", "o", "gate_up", "down", "lm_head"):
+        for m in (32, 64):
+            cells = [linear, str(m)]
+            for kind in ("cuda_w12_wide", "cuda_q_wide"):
+                before, after = (mean_us(runs, linear, m, kind) for runs in passes.values())
+                cells.append(f"{before:.1f} -> {after:.1f}")
+            rows.append(cells)
+    phases = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store")
+    trace_rows = []
+    for label, name in ROUND_TRIP_TRACES.items():
+        for r in results(name)["rows"]:
+            if r["M"] == 64 and r["linear"] in ("o", "gate_up", "lm_head"):
+                cells = [f"{r['linear']} {r['kind'].upper()}, {label}"]
+                cells += ["-" if r["critical"][ph] is None else f"{r['critical'][ph] / 1e3:.1f}" for ph in phases]
+                trace_rows.append(cells + [f"{r['tail'] / 1e3:.1f}", f"{r['span'] / 1e3:.1f}"])
+    steps = [[label, *verify_step_cells(results(name))] for label, name in ROUND_TRIP_STEPS.items()]
+    return "\n\n".join(
+        [
+            markdown_table(["8B linear", "rows", "W12 us", "Q us"], rows),
+            markdown_table(["64 rows, build", *phases, "tail", "span"], trace_rows),
+            markdown_table(["epilogue", "W12 verify, 64 rows", "bf16 verify, 64 rows"], steps),
+        ]
+    )
+
+
 STEP_LINEARS_RUNS = {
     "W12": "step_linears_h100_2026-12-06_w12.json",
     "bf16, cuBLAS": "step_linears_h100_2026-12-06_bf16.json",
@@ -1973,6 +2024,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "two-level-h100": two_level_h100,
     "split-workspace-h100": split_workspace_h100,
     "cuda-goals-h100": cuda_goals_h100,
+    "cuda-wide-round-trip-h100": cuda_wide_round_trip_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
