@@ -2086,7 +2086,7 @@ __device__ __forceinline__ unsigned int atomic_add_acq_rel_gpu(unsigned int* add
 // past N are never stored; consecutive threads store consecutive rows of one token.
 template <int THREADS, int STRIDE, int TOK>
 __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split,
-                                                           unsigned char* spare, int spare_bytes) {
+                                                      unsigned char* spare, int spare_bytes) {
   __shared__ int arrived_last;
   constexpr int kTileValues = kWideRows * TOK;
   constexpr int kTileVec = kTileValues / 4;
