@@ -1928,8 +1928,14 @@ ROUND_TRIP_PASSES = {
     "shipped": ("wide_epilogue_h100_2026-12-06_shipped1.json", "wide_epilogue_h100_2026-12-06_shipped2.json"),
     "one round trip": ("wide_epilogue_h100_2026-12-06_flagged1.json", "wide_epilogue_h100_2026-12-06_flagged2.json"),
 }
-ROUND_TRIP_TRACES = {"shipped": "wide_trace_h100_2026-12-06_epilogue0.json", "one round trip": "wide_trace_h100_2026-12-06_epilogue1.json"}
-ROUND_TRIP_STEPS = {"shipped": "ar_step_verify64_h100_2026-12-06_epilogue0.json", "one round trip": "ar_step_verify64_h100_2026-12-06_epilogue1.json"}
+ROUND_TRIP_TRACES = {
+    "shipped": "wide_trace_h100_2026-12-06_epilogue0.json",
+    "one round trip": "wide_trace_h100_2026-12-06_epilogue1.json",
+}
+ROUND_TRIP_STEPS = {
+    "shipped": "ar_step_verify64_h100_2026-12-06_epilogue0.json",
+    "one round trip": "ar_step_verify64_h100_2026-12-06_epilogue1.json",
+}
 
 
 def cuda_wide_round_trip_h100(results: Results) -> str:
