@@ -6,7 +6,9 @@ A library built with ``-DSPECDEC_WIDE_TRACE=1`` (``$SPECDEC_CUDA_KERNELS`` namin
 producer, then all warps), the sums' tile complete, the partial tile stored, the row block's counter read, the last
 CTA's sum of the splits, the output stored. From those, per CTA:
 
-* ``loop``: start to the K loop's end (every warp); ``wait_warps``: warp 0's wait there for the CTA's other warps;
+* ``loop``: start to the K loop's end (every warp); ``wait_warps``: warp 0's wait there for the CTA's other warps, and
+  which warp it waited for: ``group1_lag``, ``escape_lag``, ``producer_lag``, each the time that warp left its loop
+  less the time warp 0 left its own (negative: earlier; absent where the CTA has no such warp);
 * ``sums``: the escape and stage groups' sums added into the tile; ``partial``: the partial tile stored and ordered;
   ``count``: the counter's round trip; ``reduce``: the last CTA's sum of the other splits' tiles; ``store``: the bf16
   output (after ``reduce``; after ``sums`` without K splits); ``exit``: a CTA that is not its row block's last, from
@@ -42,6 +44,7 @@ from specdec.kernels.cuda.ops import WIDE_TRACE_FIELDS
 
 FIELDS = WIDE_TRACE_FIELDS  # what a traced build records a CTA, in order
 PHASES = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store", "exit")
+LAGS = ("group1_lag", "escape_lag", "producer_lag")
 CALL_TIMES = ("span", "skew", "tail")
 LINEARS = ("qkv", "o", "gate_up", "down", "lm_head")
 
@@ -72,6 +75,8 @@ def cta_phases(rec: list[int]) -> dict:
     out["reduce"] = r["reduced"] - r["counted"] if split and last else None
     out["store"] = (r["end"] - r["reduced"] if split else r["end"] - r["summed"]) if last else None
     out["exit"] = r["end"] - r["counted"] if split and not last else None
+    for lag, field in zip(LAGS, ("group1", "escapes", "producer")):
+        out[lag] = r[field] - r["consumed"] if r[field] and r["consumed"] else None
     return out
 
 
@@ -93,7 +98,7 @@ def call_times(records: list[list[int]]) -> dict:
     start, end, ring = (FIELDS.index(f) for f in ("start", "end", "ring_done"))
     last = max(range(len(ran)), key=lambda i: ran[i][end])
     median = {}
-    for ph in PHASES:
+    for ph in PHASES + LAGS:
         vals = [c[ph] for c in ctas if c[ph] is not None]
         median[ph] = statistics.median(vals) if vals else None
     return dict(
@@ -103,7 +108,8 @@ def call_times(records: list[list[int]]) -> dict:
         skew=max(r[start] for r in ran) - min(r[start] for r in ran),
         tail=max(r[end] for r in ran) - max(r[ring] for r in ran),
         median=median,
-        critical={ph: ctas[last][ph] for ph in PHASES},
+        critical={ph: ctas[last][ph] for ph in PHASES + LAGS},
+        critical_record={f: (v - ran[last][start] if v and f != "meta" else v) for f, v in zip(FIELDS, ran[last])},
     )
 
 
@@ -189,7 +195,7 @@ def smoke_rows() -> list[dict]:
 
 def summary_lines(result: dict) -> list[str]:
     lines = [f"wide kernels' phases (us; median over calls; per-CTA median / the CTA that ends last), {result['device']}"]
-    lines.append("model linear M kind ctas splits: span tail | " + " ".join(PHASES))
+    lines.append("model linear M kind ctas splits: span tail | " + " ".join(PHASES + LAGS))
     for r in result["rows"]:
         head = f"{r['model']} {r['linear']} {r['M']} {r['kind']} {r.get('ctas')} {r.get('k_splits', '-')}"
         if "error" in r:
@@ -199,7 +205,7 @@ def summary_lines(result: dict) -> list[str]:
         def us(v):
             return "-" if v is None else f"{v / 1e3:.1f}"
 
-        cells = " ".join(f"{us(r['median'][ph])}/{us(r['critical'][ph])}" for ph in PHASES)
+        cells = " ".join(f"{us(r['median'].get(ph))}/{us(r['critical'].get(ph))}" for ph in PHASES + LAGS)
         ok = "" if r.get("product_ok", True) else " PRODUCT OFF"
         lines.append(f"{head}: {us(r['span'])} {us(r['tail'])} | {cells}{ok}")
     return lines

@@ -61,6 +61,17 @@ def test_a_call_spans_its_first_start_to_its_last_end_and_skips_ctas_that_did_no
     assert t["median"]["partial"] == (400 + 400) / 2 and t["median"]["exit"] == 100
 
 
+def test_the_warp_warp_0_waited_for_is_named_by_its_lag():
+    times = dict(start=100, consumed=5000, ring_done=5800, summed=5900, end=6400, group1=5700, escapes=4800, producer=3000)
+    p = wide_trace.cta_phases(_record(times, 0, 0, True, 1))
+    assert (p["wait_warps"], p["group1_lag"], p["escape_lag"], p["producer_lag"]) == (800, 700, -200, -2000)
+    q_view = dict(times, escapes=0)  # the Q kernel has no escape warp
+    assert wide_trace.cta_phases(_record(q_view, 0, 0, True, 1))["escape_lag"] is None
+    t = wide_trace.call_times([_record(times, 0, 0, True, 1)])
+    assert t["critical"]["group1_lag"] == 700 and t["critical_record"]["group1"] == 5700 - 100
+    assert t["critical_record"]["start"] == 0 and t["critical_record"]["reduced"] == 0  # a point it did not reach
+
+
 def test_a_half_written_record_or_an_empty_call_is_refused():
     half = _record(dict(start=10, ring_done=20), 0, 0, True, 1)  # no end
     with pytest.raises(ValueError, match="rec: expected a CTA that ran"):
