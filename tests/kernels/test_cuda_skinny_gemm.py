@@ -1053,6 +1053,19 @@ def test_the_library_as_built_leaves_no_part_of_the_wide_kernels_out():
     assert wide_ablation() == 0  # a build with -DSPECDEC_WIDE_ABLATE times parts of the kernels and multiplies wrongly
 
 
+def test_the_trace_field_names_follow_the_kernels_record_order():
+    # ops.WIDE_TRACE_FIELDS names the columns wide_trace_read returns; skinny_gemm.cu's WideTrace enum is where the
+    # kernels write them: kTraceRingDone -> "ring_done", in the same order
+    from pathlib import Path
+
+    from specdec.kernels.cuda.ops import WIDE_TRACE_FIELDS
+
+    source = (Path(build.__file__).parent / "skinny_gemm.cu").read_text()
+    body = re.search(r"enum WideTrace \{(.*?)\};", source, re.S).group(1)
+    names = re.findall(r"\bkTrace(\w+?),", body)
+    assert [re.sub(r"(?<!^)(?=[A-Z])", "_", n).lower() for n in names] == list(WIDE_TRACE_FIELDS)
+
+
 def test_the_library_as_built_records_no_trace_and_says_so():
     from specdec.kernels.cuda.ops import wide_trace_fields, wide_trace_read
 
