@@ -90,15 +90,14 @@ def test_wide_loops_are_reported_by_form_with_their_pipes(tmp_path, monkeypatch,
 
 def test_the_wide_decode_keeps_the_sign_off_the_integer_alu():
     # the sign bits through an IMAD (a per-lane multiplier), not a funnel shift: the one-set loop at 33-64 tokens keeps
-    # its integer-ALU instructions a stage at W12 130-139 (by the registers the rest of the kernel leaves it) and Q 94,
-    # where the shift makes them 146 and 110 (benchmarks/NOTES.md)
+    # its integer-ALU instructions a stage at W12 130 and Q 94 (146 and 110 with the shift; benchmarks/NOTES.md)
     pipes = {}
     for name, lines in _library_sass().items():
         match = re.search(r"tma_wide_kernelILi(\d)ELi2ELb0ELi1ELi1ELb0E", name)
         if match:
             pipes[match.group(1)] = sass_report.analyse_kernel(lines, 32)["pipes"]
     assert sorted(pipes) == ["1", "2"], sorted(pipes)
-    assert pipes["1"]["alu"] <= 140 and pipes["1"]["fma"] >= 48, pipes["1"]
+    assert pipes["1"]["alu"] <= 134 and pipes["1"]["fma"] >= 48, pipes["1"]
     assert pipes["2"]["alu"] <= 98 and pipes["2"]["fma"] >= 44, pipes["2"]
 
 

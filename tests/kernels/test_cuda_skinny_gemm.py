@@ -976,7 +976,7 @@ def test_wide_plan_fits_the_sm_and_fills_the_gpu(monkeypatch, kind, m, asked):
         if plan["ctas_x"] < sms * ctas_per_sm and k // 64 >= 32 and m <= 64:
             assert ctas >= 0.7 * sms * ctas_per_sm, (n, k, plan)
         counters = -(-plan["ctas_x"] * 4 // 256) * 256
-        # a partial tile is [128][32 NB] fp32 (the token columns of the kernel's MMAs: every index a compile-time division)
+        # a partial tile is [32 NB][128] fp32 (the token columns of the kernel's MMAs), of which the first m are used
         cols = -(-m // 32) * 32
         expected = 0 if splits == 1 else counters + plan["ctas_x"] * splits * 128 * cols * 4
         assert plan["workspace_bytes"] == expected, (n, k, plan)

@@ -1038,7 +1038,7 @@ def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
 
     Returns the keys of :func:`launch_plan`'s split-K kinds: ``row_tiles_per_cta`` (8: 128 rows), ``k_splits`` (CTAs a
     row block splitting K), ``chunks`` (K stages of 64 weights), ``ctas_x`` (row blocks of 128), ``shared_bytes``
-    (dynamic shared memory a CTA), ``workspace_bytes`` (fp32 partial tiles of [128 rows][32 NB tokens], NB = ceil(m /
+    (dynamic shared memory a CTA), ``workspace_bytes`` (fp32 partial tiles of [32 NB tokens][128 rows], NB = ceil(m /
     32), and row-block counters; 0 without K splits) and ``bulk_copies`` (1).
 
     Example (needs the built library, so not run as a doctest): ``wide_plan("w12", 64, 4096, 4096, 132)`` gives 32

@@ -1224,21 +1224,23 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
 // stored order, lane m doing token m: acc[row][m] = fma(x[m, col], value, acc[row][m]). One step an escape for all
 // tokens at once, so a crowded tile costs escapes x ~40 cycles, not escapes x tokens x a shuffle chain. Every escape of
 // the band lies in exactly one CTA's slice.
-// STRIDE: acc's row stride (TOK, or more for a padded tile); `round`: where a round's x, values and rows go (nullptr:
-// after acc).
-template <int TOK, int ROWS = kStreamRows, int STRIDE = TOK>
+// STRIDE / TOK_STEP: acc's row and token strides (TOK / 1 for a row-major tile, padded rows too; 1 / the padded row
+// count for a token-major one); `round`: where a round's x, values and rows go (nullptr: after acc); tok0: the first
+// token (x row) of this call, so that warps can split a wide CTA's tokens (acc then points at token tok0's sums).
+template <int TOK, int ROWS = kStreamRows, int STRIDE = TOK, int TOK_STEP = 1>
 __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int k_lo, int k_hi, int lane, float* scratch,
-                                             float* round = nullptr) {
+                                             float* round = nullptr, int tok0 = 0) {
   constexpr unsigned kAll = 0xFFFFFFFFu;
   constexpr int kXStride = TOK + 1;
-  float* acc = scratch;                                         // [ROWS][STRIDE]
-  float* xbuf = round != nullptr ? round : acc + ROWS * STRIDE;  // [32][TOK + 1]
-  float* vals = xbuf + 32 * kXStride;                           // [32]
-  int* rows = reinterpret_cast<int*>(vals + 32);                // [32]
-  for (int e = lane; e < ROWS * STRIDE; e += 32) acc[e] = 0.f;
+  constexpr int kTile = TOK_STEP == 1 ? ROWS * STRIDE : TOK * TOK_STEP;  // row-major [ROWS][STRIDE] or token-major
+  float* acc = scratch;                                  // row r, token m at r * STRIDE + m * TOK_STEP
+  float* xbuf = round != nullptr ? round : acc + kTile;  // [32][TOK + 1]
+  float* vals = xbuf + 32 * kXStride;                    // [32]
+  int* rows = reinterpret_cast<int*>(vals + 32);         // [32]
+  for (int e = lane; e < kTile; e += 32) acc[e] = 0.f;
   griddep_wait();  // x comes from the kernel before this one
-  if (k_lo >= k_hi) return;
-  const int M = p.M;
+  const int M = p.M - tok0;  // this call's tokens: x rows tok0 .. tok0 + min(TOK, M) - 1
+  if (k_lo >= k_hi || M <= 0) return;
   const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
   const int tile0 = (row_block / kEscapeTile) * col_tiles;
   const int band_row = row_block % kEscapeTile;
@@ -1263,7 +1265,8 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
       if (kept) {
 #pragma unroll
         for (int m = 0; m < TOK; ++m)
-          if (m < M) xbuf[lane * kXStride + m] = __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(m) * p.K + col]) << 16);
+          if (m < M)
+            xbuf[lane * kXStride + m] = __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(tok0 + m) * p.K + col]) << 16);
         vals[lane] = __uint_as_float(bits << 16);
         rows[lane] = r;
       }
@@ -1272,7 +1275,7 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
         if (lane < M) {
           for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
             const int j = __ffs(left) - 1;
-            float* a = acc + rows[j] * STRIDE + lane;
+            float* a = acc + rows[j] * STRIDE + lane * TOK_STEP;
             *a = fmaf(xbuf[j * kXStride + lane], vals[j], *a);
           }
         }
@@ -1280,7 +1283,7 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
         for (int m = lane; m < M; m += 32) {
           for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
             const int j = __ffs(left) - 1;
-            float* a = acc + rows[j] * STRIDE + m;
+            float* a = acc + rows[j] * STRIDE + m * TOK_STEP;
             *a = fmaf(xbuf[j * kXStride + m], vals[j], *a);
           }
         }
@@ -1755,7 +1758,7 @@ constexpr int kWideMaxSplits = 8;
 // one-set loop, two may share an SM, so that a second CTA's warps fill the waits of the consumers' short chains
 // (shared loads, the decode's dependent steps, the MMAs: two warps a scheduler from one CTA). Its sums' tile and ring
 // then fit half the SM's shared memory, and its registers 96 a thread. The pipelined loop (more registers) and 65-128
-// tokens (a [128][129] fp32 tile) keep one CTA an SM.
+// tokens (a [128][132] fp32 tile) keep one CTA an SM.
 __host__ __device__ constexpr int wide_ctas_per_sm(int nb, bool pipe, int asked) { return nb <= 2 && !pipe && asked == 2 ? 2 : 1; }
 // The ring takes what the sums and the escape round leave of this (one CTA an SM: most of its 227 KB; two: under half
 // of 228 KB less the 1 KB the SM reserves a CTA and the static shared memory).
@@ -1765,16 +1768,26 @@ __host__ __device__ constexpr int wide_weight_bytes(int kind) {
   return kWideRows * kWideStageK + (kind == kW12 ? kWideRows * (kWideStageK / 2) : 0);
 }
 __host__ __device__ constexpr int wide_stage_bytes(int kind, int nb) { return wide_weight_bytes(kind) + nb * kWideBlockTokens * kWideStageK * 2; }
+// W12's escape warps: one a 32-token block (fold_escapes over tokens 32 w .. 32 w + 31), so that each loads x and
+// adds for 32 tokens whatever M; the pipelined loop keeps one for all tokens (with 160 registers a consumer, 13 warps
+// leave ptxas too few and it serializes the MMAs).
+__host__ __device__ constexpr int wide_escape_warps(int kind, int nb, bool pipe) { return kind != kW12 ? 0 : pipe ? 1 : nb; }
 // Threads of the wide kernel: `groups` stage groups of consumer warps (two warpgroups each), the producer warp and, for
-// W12, the escape warp.
-__host__ __device__ constexpr int wide_threads(int kind, int groups = 1) {
-  return (groups * kWideConsumerWarps + 1 + (kind == kW12 ? 1 : 0)) * 32;
+// W12, the escape warps.
+__host__ __device__ constexpr int wide_threads(int kind, int nb, bool pipe, int groups = 1) {
+  return (groups * kWideConsumerWarps + 1 + wide_escape_warps(kind, nb, pipe)) * 32;
 }
-__host__ __device__ constexpr int wide_red_stride(int nb) { return nb * kWideBlockTokens + 1; }  // +1: the epilogue reads columns
-// After the stages: the sums [128 rows][wide_red_stride] fp32 (the escape warp's first, then the MMAs' added), then
-// for W12 the escape warp's round (fold_escapes: x [32][TOK + 1], values and rows [32]).
+// The sums' tile is token-major: token m's 128 row sums at m * kWideRowStride. The 4 floats of padding put the 32 lanes
+// of an MMA fragment's value (rows g, tokens 2t + c) in 32 banks (4 (2t + c) + g), and a token's rows are 16-byte
+// aligned runs: the epilogue reads and stores 4 rows at once.
+constexpr int kWideRowStride = kWideRows + 4;
+// A 32-token escape warp's round (fold_escapes: x [32][33], values and rows [32]); NB of them hold one warp's round
+// over 32 NB tokens ([32][32 NB + 1], values, rows).
+constexpr int kWideEscapeRoundFloats = 32 * (kWideBlockTokens + 1) + 64;
+// After the stages: the sums [32 NB tokens][kWideRowStride] fp32 (the escape warps' first, then the MMAs' added), then
+// for W12 the escape warps' rounds.
 __host__ __device__ constexpr int wide_fixed_bytes(int kind, int nb) {
-  return kWideRows * wide_red_stride(nb) * 4 + (kind == kW12 ? (32 * (nb * kWideBlockTokens + 1) + 64) * 4 : 0);
+  return (nb * kWideBlockTokens * kWideRowStride + (kind == kW12 ? nb * kWideEscapeRoundFloats : 0)) * 4;
 }
 // Stages of the ring: as many as the CTA's share of the SM holds after the fixed part, 3 to 8.
 __host__ __device__ constexpr int wide_stages(int kind, int nb, int ctas_per_sm) {
@@ -2074,33 +2087,30 @@ __device__ __forceinline__ unsigned int atomic_add_acq_rel_gpu(unsigned int* add
   return old;
 }
 
-// After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums [128 rows][TOK = 32 NB tokens]
-// (row stride STRIDE; the columns past M are zeros), escapes included. Without K splits the CTA stores the first M
-// columns. With k_splits > 1 it writes its partial tile [128][TOK] fp32 (every index a compile-time division) to
-// `partials` as float4s, and one barrier then thread 0's acquire-release add on the row block's counter order those
+// After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums, token-major [TOK = 32 NB][128
+// rows] (kWideRowStride apart; tokens past M are zeros), escapes included. Without K splits the CTA stores the first M
+// tokens' rows. With k_splits > 1 it writes the first M tokens of its partial tile [TOK][128] fp32 in `partials`
+// (float4s of 4 rows), and one barrier then thread 0's acquire-release add on the row block's counter order those
 // stores for the last CTA (the release covers what the CTA's threads stored before the barrier). The last CTA sums the
 // tiles in split order from 0.f (the same bits whatever the arrival order; its own tile read back from red): it copies
 // the other splits' tiles with cp.async into `spare` (the spent ring, `spare_bytes`, at least one tile), as many as it
 // holds at once, each thread the float4s it sums itself, so the copies wait for the L2 once a batch (once for up to 64
-// tokens and 4 splits on the W12 ring) with no barrier between copy and sum; then it sets the counter back to 0. Rows
-// past N are never stored; consecutive threads store consecutive rows of one token.
-template <int THREADS, int STRIDE, int TOK>
+// tokens and 4 splits on the W12 ring) with no barrier between copy and sum; then it sets the counter back to 0.
+// Rows past N are never stored; a warp stores one token's 128 rows, 4 a thread as one 8-byte store where N % 4 == 0.
+template <int THREADS, int TOK>
 __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split,
                                                       unsigned char* spare, int spare_bytes) {
   __shared__ int arrived_last;
-  constexpr int kTileValues = kWideRows * TOK;
-  constexpr int kTileVec = kTileValues / 4;
-  constexpr int kVecs = (kTileVec + THREADS - 1) / THREADS;  // float4s a thread sums
+  constexpr int kRowVecs = kWideRows / 4;  // float4s a token
+  constexpr int kTileVec = TOK * kRowVecs;
+  constexpr int kVecs = (kTileVec + THREADS - 1) / THREADS;  // float4s a thread sums at most
   const int M = p.M, tid = threadIdx.x;
+  const int vecs = M * kRowVecs;  // the float4s of the first M tokens
   const int row_block = blockIdx.x * kWideRows;
-  auto red_vec = [&](int v) -> float* { return red + (4 * v / TOK) * STRIDE + 4 * v % TOK; };
+  auto red_vec = [&](int v) -> float4& { return reinterpret_cast<float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs]; };
   if (p.k_splits > 1) {
-    float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * kTileValues;
-    float4* own = reinterpret_cast<float4*>(tiles + static_cast<size_t>(split) * kTileValues);
-    for (int v = tid; v < kTileVec; v += THREADS) {
-      const float* r = red_vec(v);
-      __stcg(own + v, make_float4(r[0], r[1], r[2], r[3]));
-    }
+    float4* tiles = reinterpret_cast<float4*>(partials) + static_cast<size_t>(blockIdx.x) * p.k_splits * kTileVec;
+    for (int v = tid; v < vecs; v += THREADS) __stcg(tiles + static_cast<size_t>(split) * kTileVec + v, red_vec(v));
     __syncthreads();
     if (tid == 0) {
       wide_trace(kTracePartial);
@@ -2114,9 +2124,8 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
       wide_trace_value(kTraceMeta, wide_trace_meta(split, arrived_last, p.k_splits));
     }
     if (!arrived_last) return;
-    const float4* tiles_vec = reinterpret_cast<const float4*>(tiles);
     float4* slots = reinterpret_cast<float4*>(spare);
-    const int capacity = spare_bytes / (kTileValues * 4);
+    const int capacity = spare_bytes / (kTileVec * 16);
     float4 sum[kVecs];
 #pragma unroll
     for (int u = 0; u < kVecs; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -2128,7 +2137,7 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
 #pragma unroll
         for (int u = 0; u < kVecs; ++u) {
           const int v = u * THREADS + tid;
-          if (v < kTileVec) cp_async16(slots + slot * kTileVec + v, tiles_vec + static_cast<size_t>(q) * kTileVec + v);
+          if (v < vecs) cp_async16(slots + slot * kTileVec + v, tiles + static_cast<size_t>(q) * kTileVec + v);
         }
         ++slot;
       }
@@ -2138,14 +2147,8 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
 #pragma unroll
         for (int u = 0; u < kVecs; ++u) {
           const int v = u * THREADS + tid;
-          if (v >= kTileVec) continue;
-          float4 x;
-          if (q == split) {
-            const float* r = red_vec(v);
-            x = make_float4(r[0], r[1], r[2], r[3]);
-          } else {
-            x = slots[slot * kTileVec + v];
-          }
+          if (v >= vecs) continue;
+          const float4 x = q == split ? red_vec(v) : slots[slot * kTileVec + v];
           sum[u].x += x.x, sum[u].y += x.y, sum[u].z += x.z, sum[u].w += x.w;
         }
         slot += q != split;
@@ -2153,38 +2156,45 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
       q0 = q1;
     }
 #pragma unroll
-    for (int u = 0; u < kVecs; ++u) {
-      const int v = u * THREADS + tid;
-      if (v >= kTileVec) continue;
-      float* r = red_vec(v);
-      r[0] = sum[u].x, r[1] = sum[u].y, r[2] = sum[u].z, r[3] = sum[u].w;
-    }
+    for (int u = 0; u < kVecs; ++u)
+      if (u * THREADS + tid < vecs) red_vec(u * THREADS + tid) = sum[u];
     __syncthreads();
     if (tid == 0) wide_trace(kTraceReduced);
   }
-  for (int e = tid; e < kWideRows * M; e += THREADS) {
-    const int m = e / kWideRows, r = e % kWideRows;
-    if (row_block + r < p.N) p.y[static_cast<size_t>(m) * p.N + row_block + r] = bf16_bits_rn(red[r * STRIDE + m]);
+  const bool whole = (p.N & 3) == 0;  // then 4 rows of y are 8-byte aligned
+  for (int v = tid; v < vecs; v += THREADS) {
+    const int m = v / kRowVecs, r = 4 * (v % kRowVecs);
+    const float4 s = red_vec(v);
+    uint16_t* y = p.y + static_cast<size_t>(m) * p.N + row_block + r;
+    if (whole && row_block + r + 3 < p.N) {
+      *reinterpret_cast<uint2*>(y) = make_uint2(bf16_bits_rn(s.x) | static_cast<uint32_t>(bf16_bits_rn(s.y)) << 16,
+                                                bf16_bits_rn(s.z) | static_cast<uint32_t>(bf16_bits_rn(s.w)) << 16);
+    } else {
+      const float vals[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (row_block + r + i < p.N) y[i] = bf16_bits_rn(vals[i]);
+    }
   }
 }
 
 // kWideRows weight rows a CTA, stages s_lo .. s_hi - 1 of K (blockIdx.y of p.k_splits slices), 32 * NB token columns:
 // warps 0-7 the consumers (two warpgroups), warp 8 the producer (one thread issuing the tensor-map copies), for W12
-// warp 9 the escape warp (fold_escapes over the CTA's rows and K slice, straight into the sums' tile; the consumers
-// add their sums to it after the K loop: one fp32 addition a value, the same bits in either order). GROUPS = 2 (one
+// warps 9 .. 8 + NB the escape warps (fold_escapes over the CTA's rows and K slice, warp w for tokens 32 w .. 32 w +
+// 31, straight into the sums' tile; the consumers add their sums to it after the K loop: one fp32 addition a value,
+// the same bits in either order). GROUPS = 2 (one
 // CTA an SM, the one-set loop, up to 64 tokens): warps 0-7 and 8-15 are two stage groups over the same 128 rows, the
 // first taking the slice's even stages, the second its odd ones, so that four consumer warps a scheduler, not two,
 // cover each other's decode chains and MMA waits; the producer and escape warps follow them. The sums' tile gets the
 // escape sums, then the first group's sums, then the second's (the same bits for the same plan and GROUPS).
 template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1, bool UNROLL = false>
-__global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
+__global__ void __launch_bounds__(wide_threads(KIND, NB, PIPE, GROUPS), CTAS)
     tma_wide_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                     const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
   // With stage groups, a multiple of GROUPS (consume_wide_ring: each slot one group's); the shared memory the plan
   // asks for holds the undivided ring.
   constexpr int kStages = wide_stages(KIND, NB, CTAS) / GROUPS * GROUPS;
   constexpr int kTok = NB * kWideBlockTokens;
-  constexpr int kStride = wide_red_stride(NB);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
@@ -2198,8 +2208,8 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
   const int s_hi = static_cast<int>((static_cast<long long>(split + 1) * n_stages) / p.k_splits);
   const int row_block = blockIdx.x * kWideRows;
   const int stage_bytes = wide_stage_bytes(KIND, NB);
-  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);  // [128][kStride]
-  float* round = red + kWideRows * kStride;  // the escape warp's round
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);  // [kTok][kWideRowStride]
+  float* rounds = red + kTok * kWideRowStride;  // the escape warps' rounds
 
   static_assert(GROUPS == 1 || (CTAS == 1 && !PIPE && NB <= 2), "stage groups: one CTA an SM, the one-set loop, 64 tokens");
   static_assert(!UNROLL || (CTAS == 1 && !PIPE && GROUPS <= 2), "the unrolled loop: one CTA an SM, the one-set loop");
@@ -2219,9 +2229,15 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
                                                               s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map,
                                                               (SPECDEC_WIDE_ABLATE & 4) == 0);
     if (lane == 0) wide_trace(kTraceProducer);
-  } else if (!consumer) {  // W12 only: the Q kernel has no such warp
-    if constexpr (KIND == kW12)
-      fold_escapes<kTok, kWideRows, kStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, round);
+  } else if (!consumer) {  // W12 only: the Q kernel has no such warps
+    if constexpr (KIND == kW12 && wide_escape_warps(KIND, NB, PIPE) == 1) {
+      fold_escapes<kTok, kWideRows, 1, kWideRowStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, rounds);
+    } else if constexpr (KIND == kW12) {
+      const int w = warp - kConsumers - 1;  // tokens 32 w .. 32 w + 31
+      fold_escapes<kWideBlockTokens, kWideRows, 1, kWideRowStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane,
+                                                                   red + w * kWideBlockTokens * kWideRowStride,
+                                                                   rounds + w * kWideEscapeRoundFloats, w * kWideBlockTokens);
+    }
     if (lane == 0) wide_trace(kTraceEscapes);
   } else {
     if constexpr (UNROLL && GROUPS == 1) {
@@ -2252,7 +2268,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float* v = red + (r0 + (e >> 1) * 8) * kStride + 32 * j + 8 * i + 2 * t + (e & 1);
+          float* v = red + (32 * j + 8 * i + 2 * t + (e & 1)) * kWideRowStride + r0 + (e >> 1) * 8;
           if (KIND == kW12 || !first) *v += acc[j][4 * i + e];
           else *v = acc[j][4 * i + e];
         }
@@ -2267,7 +2283,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
   if (tid == 0) wide_trace(kTraceSummed);
   static_assert(kStages * wide_stage_bytes(KIND, NB) >= kWideRows * kTok * 4, "the spent ring holds at least one partial tile");
   if constexpr ((SPECDEC_WIDE_ABLATE & 8) == 0)
-    finish_wide_row_block<wide_threads(KIND, GROUPS), kStride, kTok>(p, red, partials, counters, split, smem, kStages * stage_bytes);
+    finish_wide_row_block<wide_threads(KIND, NB, PIPE, GROUPS), kTok>(p, red, partials, counters, split, smem, kStages * stage_bytes);
 #if SPECDEC_WIDE_TRACE
   __syncthreads();  // a CTA that is not its row block's last returned above with all its threads
   if (tid == 0) wide_trace(kTraceEnd);
@@ -2276,7 +2292,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, GROUPS), CTAS)
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
 // tma_stream_k_kernel (grid_x persistent CTAs over row_blocks 64-row blocks; k_splits unused, 1).
-// partial_tokens: the token columns of a partial tile (0: M; the wide kernel's 32 NB).
+// partial_tokens: the tokens of a partial tile (0: M; the wide kernel's 32 NB).
 struct Plan {
   int rt_per_cta, k_splits, n_chunks, grid_x, smem_bytes;
   bool stream_k;
@@ -3098,8 +3114,9 @@ int rows_or_plan(int kind, int M, int N, int K, int sms, long long* out, int (*f
 // kWideStageK weights, at least kWideMinStagesPerSplit / wide_ctas_per_sm a slice: with two CTAs an SM one CTA's ring
 // fill overlaps the other's loop) where the blocks alone leave CTA slots idle (wide_ctas_per_sm an SM, by its shared
 // memory). The split count maximises the share of the waves' CTA slots the call fills (ctas / (waves x slots)), less
-// 3 % a split beyond the first (each CTA fills its ring again) and half the partials' bytes over the weights' (a
-// [128][32 NB] fp32 tile a CTA, written and read back: 8 x 32 NB s / (bytes a weight x K)); ties to fewer splits.
+// 3 % a split beyond the first (each CTA fills its ring again) and half the partials' bytes over the weights' (M
+// tokens' rows of a [32 NB][128] fp32 tile a CTA, written and read back: 8 M s / (bytes a weight x K)); ties to fewer
+// splits.
 constexpr int kWideMinStagesPerSplit = 16;
 constexpr double kWideSplitCost = 0.03;
 constexpr double kWidePartialCost = 0.5;
@@ -3119,8 +3136,7 @@ Plan make_wide_plan(int kind, int M, int N, int K, int sms, bool pipe, int asked
   for (int s = 1; s <= most; ++s) {
     const long long ctas = static_cast<long long>(pl.grid_x) * s;
     const long long waves = (ctas + slots - 1) / slots;
-    const double cols = pl.partial_tokens;
-    const double partials = s > 1 ? 8.0 * cols * s / ((kind == kW12 ? 1.5 : 1.0) * K) : 0.0;
+    const double partials = s > 1 ? 8.0 * M * s / ((kind == kW12 ? 1.5 : 1.0) * K) : 0.0;
     const double score =
         static_cast<double>(ctas) / static_cast<double>(waves * slots) - kWideSplitCost * (s - 1) - kWidePartialCost * partials;
     if (score > best + 1e-9) best = score, pl.k_splits = s;
@@ -3160,7 +3176,7 @@ int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cud
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
-  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, pl.k_splits, 1), wide_threads(KIND, GROUPS), pl.smem_bytes, stream, p,
+  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, pl.k_splits, 1), wide_threads(KIND, NB, PIPE, GROUPS), pl.smem_bytes, stream, p,
                                           partials, counters, ae_map, nib_map, x_map);
   if (e != cudaSuccess) return fail("tma_wide_kernel launch", e);
   return 0;
