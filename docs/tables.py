@@ -1895,7 +1895,7 @@ def split_workspace_h100(results: Results) -> str:
     return markdown_table(["lean 8B, W12 linears at 64 rows", "per layout -> one a device"], rows)
 
 
-GOALS_RUN = "goals_h100_2026-12-06.json"
+GOALS_RUN = "goals_h100_2026-12-06_call3.json"
 
 
 def cuda_goals_h100(results: Results) -> str:
@@ -1981,6 +1981,66 @@ def cuda_wide_round_trip_h100(results: Results) -> str:
     )
 
 
+TOKEN_MAJOR_PASSES = {
+    "one escape warp, [128][65] tile": "wide_token_major_h100_2026-12-06_base.json",
+    "token-major tile, an escape warp a 32-token block": "wide_token_major_h100_2026-12-06_this.json",
+}
+TOKEN_MAJOR_TRACES = {
+    "one escape warp (earlier call)": "wide_trace_h100_2026-12-06_epilogue1.json",
+    "an escape warp a 32-token block": "wide_trace_h100_2026-12-06_token_major.json",
+}
+TOKEN_MAJOR_STEPS = {
+    "one escape warp, [128][65] tile": "ar_step_verify64_h100_2026-12-06_token_major0.json",
+    "token-major tile, an escape warp a 32-token block": "ar_step_verify64_h100_2026-12-06_token_major1.json",
+}
+
+
+def cuda_wide_token_major_h100(results: Results) -> str:
+    """The wide kernels with a token-major sums' tile and an escape warp a 32-token block against the library before
+    them (one H100 call, two libraries): each linear's cold time at 32 and 64 rows (us, x cuBLAS bf16 of the same pass),
+    the trace of the CTA that ends last at 64 rows (us a phase; the earlier build's trace from the call before, on
+    another H100), then the 64-row verify step."""
+    before, after = (results(name) for name in TOKEN_MAJOR_PASSES.values())
+
+    def timing(run: dict, model: str, linear: str, m: int, kind: str) -> dict:
+        got = [
+            r
+            for r in run["timings"]
+            if (r["model"], r["linear"], r["M"], r["kind"]) == (model, linear, m, kind) and "cold_s" in r
+        ]
+        if len(got) != 1:
+            raise ValueError(f"{model} {linear} M={m} {kind}: expected one timing, got {len(got)}")
+        return got[0]
+
+    rows = []
+    for model in ("qwen3-8b", "qwen3-32b"):
+        for linear in ("qkv", "o", "gate_up", "down", "lm_head"):
+            for m in (32, 64):
+                cells = [model, linear, str(m)]
+                for kind in ("cuda_w12_wide", "cuda_q_wide"):
+                    a, b = (timing(run, model, linear, m, kind) for run in (before, after))
+                    cells.append(
+                        f"{1e6 * a['cold_s']:.1f} ({a['x_cublas']:.2f}x) -> {1e6 * b['cold_s']:.1f} ({b['x_cublas']:.2f}x)"
+                    )
+                rows.append(cells)
+    phases = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store")
+    trace_rows = []
+    for label, name in TOKEN_MAJOR_TRACES.items():
+        for r in results(name)["rows"]:
+            if r["M"] == 64 and r["linear"] in ("o", "gate_up", "lm_head"):
+                cells = [f"{r['linear']} {r['kind'].upper()}, {label}"]
+                cells += ["-" if r["critical"][ph] is None else f"{r['critical'][ph] / 1e3:.1f}" for ph in phases]
+                trace_rows.append(cells + [f"{r['tail'] / 1e3:.1f}", f"{r['span'] / 1e3:.1f}"])
+    steps = [[label, *verify_step_cells(results(name))] for label, name in TOKEN_MAJOR_STEPS.items()]
+    return "\n\n".join(
+        [
+            markdown_table(["model", "linear", "rows", "W12 us (x cuBLAS)", "Q us (x cuBLAS)"], rows),
+            markdown_table(["64 rows, build", *phases, "tail", "span"], trace_rows),
+            markdown_table(["library", "W12 verify, 64 rows", "bf16 verify, 64 rows"], steps),
+        ]
+    )
+
+
 STEP_LINEARS_RUNS = {
     "W12": "step_linears_h100_2026-12-06_w12.json",
     "bf16, cuBLAS": "step_linears_h100_2026-12-06_bf16.json",
@@ -2031,6 +2091,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "split-workspace-h100": split_workspace_h100,
     "cuda-goals-h100": cuda_goals_h100,
     "cuda-wide-round-trip-h100": cuda_wide_round_trip_h100,
+    "cuda-wide-token-major-h100": cuda_wide_token_major_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
