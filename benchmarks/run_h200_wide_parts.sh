@@ -5,8 +5,8 @@
 # epilogue), 15 (the ring of the weights and the escape warp only). Each times the wide kernels on the 8B and 32B
 # linears at 32 and 64 rows beside cuBLAS bf16, without programmatic launch; the ablated ones unchecked (wrong
 # products by design), the shipped one after its checks.
-# Expected time on one H200: ~3.5 min (nvcc ~25 s a library not carried in build/; each timing ~30 s with torch's
-# start). Caps: 5 x 60 = 300 s, plus the builds (90 s each at most).
+# Expected time on one H200: ~3 min (nvcc ~30 s for the four libraries not carried in build/, built at once; each
+# timing ~30 s with torch's start). Caps: 5 x 60 = 300 s, plus the builds (90 s at most, at once).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_parts.sh
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -14,8 +14,9 @@ OUT=${OUT:-.}
 source benchmarks/cuda_kernels.sh
 build_cuda_kernels 90 "$OUT/wide_parts_build.log"
 for a in 3 7 11 15; do
-  build_cuda_library_with "-DSPECDEC_WIDE_ABLATE=$a" "build/wide_ablate$a.so" 90 "$OUT/wide_parts_build_$a.log"
+  build_cuda_library_with "-DSPECDEC_WIDE_ABLATE=$a" "build/wide_ablate$a.so" 90 "$OUT/wide_parts_build_$a.log" &
 done
+wait
 unset SPECDEC_WIDE_GEMM SPECDEC_WIDE_UNROLL SPECDEC_WIDE_GROUPS SPECDEC_SPLIT_WORKSPACE
 export SPECDEC_PDL=0
 for a in 0 3 7 11 15; do
