@@ -2,12 +2,12 @@
 # Every goal of the weight-streaming GEMMs from one call (benchmarks/kernels/goals.py), then the wide kernels' parts.
 # First the goals, on the library's defaults: cuBLAS bf16 and the default CUDA kernels at 1, 8 and 16 tokens
 # (bench_fixed_cost, cold, with the read floor), cuBLAS bf16, the wide W12 / Q kernels and the Triton Q kernel at 17-64
-# rows (bench_wide_w12, cold, its checks first), both without programmatic launch (what a call costs, not chains that
+# rows (bench_wide_w12, cold, its checks first, with the read floor), both without programmatic launch (what a call costs, not chains that
 # overlap), then the lean 8B target's AR step and 16-row verify step with the library's settings (bench_roofline
 # --ar-step), and the goals table from the three. Then the wide consumers part by part: libraries built with
 # -DSPECDEC_WIDE_ABLATE=1 (no decode), 2 (no MMAs) and 3 (neither), each timing the wide kernels at 32 and 64 rows
 # beside cuBLAS bf16 (their products wrong by design, not checked); the goals' wide run is their baseline.
-# Expected time on one H200: ~5 min (fixed cost ~70 s, wide ~50 s, AR step ~35 s, goals ~5 s, each ablated library
+# Expected time on one H200: ~5 min (fixed cost ~70 s, wide ~60 s, AR step ~35 s, goals ~5 s, each ablated library
 # ~25 s, torch start ~10 s a process; nvcc ~20 s a library not carried in build/).
 # Caps: 150 + 100 + 70 + 30 + 3 x 60 = 530 s, plus the builds (skipped when build/ was carried). With --goals-only
 # the goals alone: ~3 min.
@@ -31,7 +31,7 @@ export SPECDEC_PDL=0
 timeout 150 python3 -m benchmarks.kernels.bench_fixed_cost --kernels cublas_bf16,cuda_w12_v10,cuda_q_v5,cuda_bf16_v5 \
   --budget-s 110 --out "$OUT/goals_fixed_cost.json" > "$OUT/goals_fixed_cost.log" 2>&1
 echo "fixed cost, 1-16 tokens: exit $?"
-timeout 100 python3 -m benchmarks.kernels.bench_wide_w12 --rows 17,24,32,33,48,64 \
+timeout 100 python3 -m benchmarks.kernels.bench_wide_w12 --rows 17,24,32,33,48,64 --read-floor \
   --kernels cublas_bf16,cuda_w12_wide,cuda_q_wide,triton_q --budget-s 70 --out "$OUT/goals_wide.json" > "$OUT/goals_wide.log" 2>&1
 echo "wide, 17-64 rows: exit $?"
 unset SPECDEC_PDL

@@ -58,7 +58,7 @@ from benchmarks.kernels.bench_roofline import (
     w12_variant,
     weight_bytes,
 )
-from benchmarks.kernels.read_floor import Cycle, cold_weight_device, fit_line, read_floor_row, weight_copies
+from benchmarks.kernels.read_floor import Cycle, attach_read_floors, cold_weight_device, fit_line, weight_copies
 
 KERNELS = (
     "cublas_bf16",
@@ -164,18 +164,10 @@ def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, war
     del calls
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    floors = {}
-    if args.read_floor:
-        for nbytes in sorted({r["weight_bytes"] for r in rows}):
-            floors[nbytes] = read_floor_row(nbytes, args, gen, device)
-            floors[nbytes].update(N=n, K=k)
-        for r in rows:
-            floor = floors[r["weight_bytes"]].get("cold_s")
-            if floor and "cold_s" in r:
-                r["read_floor_s"], r["x_read_floor"] = floor, r["cold_s"] / floor
+    floors = attach_read_floors(rows, args, gen, device, N=n, K=k) if args.read_floor else []
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return rows + list(floors.values())
+    return rows + floors
 
 
 def kernel_list(text: str) -> tuple[str, ...]:

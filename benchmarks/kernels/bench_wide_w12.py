@@ -23,6 +23,9 @@ ratios to cuBLAS bf16 and writes JSON and a PNG. Random weights (Gaussian, std 0
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_wide_w12 --out $OUT/wide_w12.json`` (~90 s on one
 H200; no new case starts past ``--budget-s``). ``--checks-only``: the checks on small shapes (for compute-sanitizer).
 CPU smoke: ``--smoke`` (the reference paths, tiny shapes, no Triton kernels; times mean nothing there).
+``--read-floor`` also times the read floor of each kernel's weight bytes (``read_floor.py``; ``read_floors`` in the
+JSON) and gives every timed row its time over it (``x_read_floor``): what a kernel reading those bytes and nothing
+else would take, so ``x_cublas * x_read_floor`` bounds what any kernel of that format can reach against cuBLAS.
 
 With ``$SPECDEC_CUDA_KERNELS`` naming a library built with ``-DSPECDEC_WIDE_ABLATE`` (bits of what the wide kernels
 leave out: 1 the decode, 2 the MMAs, 4 x's box, 8 the epilogue; ``specdec/kernels/cuda/README.md``, "Wide calls") the
@@ -50,7 +53,7 @@ from benchmarks.kernels.bench_roofline import (
     weight_bytes,
     zero_sign,
 )
-from benchmarks.kernels.read_floor import Cycle, cold_weight_device, weight_copies
+from benchmarks.kernels.read_floor import Cycle, attach_read_floors, cold_weight_device, weight_copies
 from specdec.kernels.launch import pdl_mode
 
 ROWS = (16, 17, 32, 33, 64, 65, 96, 128)
@@ -275,6 +278,19 @@ def ratios(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _cell(r: dict | None) -> str:
+    """A timed row as the summary prints it: us (x cuBLAS bf16[, x its read floor]).
+
+    Example:
+        >>> _cell(dict(cold_s=2e-5, x_cublas=0.75, x_read_floor=1.5)), _cell(dict(cold_s=1e-5, x_cublas=1.0)), _cell(None)
+        ('20.0(0.75, 1.50x floor)', '10.0(1.00)', '-')
+    """
+    if r is None or "cold_s" not in r:
+        return "-"
+    floor = f", {r['x_read_floor']:.2f}x floor" if "x_read_floor" in r else ""
+    return f"{1e6 * r['cold_s']:.1f}({r.get('x_cublas', float('nan')):.2f}{floor})"
+
+
 def summary_lines(result: dict) -> list[str]:
     lines = [f"checks: {sum(check_passed(c) for c in result['checks'])} of {len(result['checks'])} passed"]
     if result.get("ablation"):
@@ -295,9 +311,7 @@ def summary_lines(result: dict) -> list[str]:
             r = next(
                 (r for r in result["timings"] if (r["model"], r["linear"], r["M"], r["kind"]) == (model, lname, m, kind)), None
             )
-            cells.append(
-                "-" if r is None or "cold_s" not in r else f"{1e6 * r['cold_s']:.1f}({r.get('x_cublas', float('nan')):.2f})"
-            )
+            cells.append(_cell(r))
         lines.append(f"{model} {lname} {m}: " + " ".join(cells))
     return lines
 
@@ -348,6 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=10, help="graph replays (median)")
     ap.add_argument("--l2-factor", type=float, default=3.0, help="cold copies span this many times the L2")
     ap.add_argument("--budget-s", type=float, default=80.0, help="no new case starts after this many seconds")
+    ap.add_argument(
+        "--read-floor",
+        action="store_true",
+        help="also time the read floor of each kernel's weight bytes (read_floor.py): x_read_floor on every timed row",
+    )
     ap.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     args = ap.parse_args(argv)
     if args.plot_only:
@@ -377,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     for c in checks:
         print(("ok     " if check_passed(c) else "FAILED ") + str(c), flush=True)
-    timings, not_run = [], []
+    timings, not_run, read_floors = [], [], []
     if not args.checks_only:
         ms = SMOKE_ROWS if args.smoke else tuple(int(v) for v in args.rows.split(","))
         shapes = (
@@ -388,7 +407,10 @@ def main(argv: list[str] | None = None) -> int:
                 if time.time() - t_start > args.budget_s:
                     not_run.append(f"{model}/{lname}")
                     continue
-                timings += time_case(ops, model, lname, n, k, ms, args, gen, device)
+                case = time_case(ops, model, lname, n, k, ms, args, gen, device)
+                if args.read_floor:
+                    read_floors += attach_read_floors(case, args, gen, device, model=model, linear=lname, N=n, K=k)
+                timings += case
                 print(f"{model} {lname}: done ({time.time() - t_start:.0f} s)", flush=True)
     sync(device)
     failed = [r for r in timings if "error" in r]
@@ -405,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         kernels=list(args.kernels),
         checks=checks,
         timings=ratios(timings),
+        read_floors=read_floors,
         not_run=not_run,
         errors=len(failed),
         wall_s=time.time() - t_start,

@@ -14,7 +14,8 @@ Inputs, all from one call: ``bench_fixed_cost`` (M = 1, 8, 16: cuBLAS bf16 and t
 the run (the fixed-cost run's ``$SPECDEC_*`` from its provenance, applied while routing; :func:`default_kernel`), so
 a goal reads what a model gets, not the best kernel of the run. Each band of rows (1, 8, 16, 17-32, 33-64) gives the
 worst and best linear, and its worst case is named; the kernels' distance from their own read floor (``x_read_floor``
-of the fixed-cost run) is carried where the run measured it.
+of the fixed-cost run, and of the wide run with ``--read-floor``) is carried where the run measured it, with what
+each band would reach at its read floors (where even that misses a goal, the hardware stands in the way).
 
 Usage (repository root; no GPU needed): ``python3 -m benchmarks.kernels.goals --fixed-cost A.json --wide B.json
 --ar-step C.json --out $OUT/goals.json`` (prints the table; writes JSON and a PNG).
@@ -109,13 +110,18 @@ def _span(values: list[float]) -> list[float] | None:
 def linear_goal(goal: str, view: str, target: float, rows: list[dict], copy_bw: float, env: dict[str, str]) -> dict:
     """One linear goal by band of rows: the default kernel's worst and best linear (``x`` cuBLAS bf16, or of copy for
     bf16) and whether the band's worst meets ``target``; ``missing`` lists the (model, linear, M) whose default kernel
-    the run did not time, which fail the goal rather than vanish from it.
+    the run did not time, which fail the goal rather than vanish from it. Where the run timed the read floor of a
+    kernel's bytes, ``at_read_floor`` spans what the band's kernels would reach taking exactly their floor (value x
+    ``x_read_floor``: no kernel reading those bytes does better on that GPU) and ``short_at_read_floor`` names the
+    cases that would miss ``target`` even there: a limit of the hardware and the format, not of the kernel.
 
     Example:
-        >>> rows = [dict(model="qwen3-8b", linear="o", M=1, kind="cuda_w12_v10", K=4096, cold_s=1.0, x_cublas=1.2)]
+        >>> rows = [dict(model="qwen3-8b", linear="o", M=1, kind="cuda_w12_v10", K=4096, cold_s=1.0, x_cublas=1.2,
+        ...              x_read_floor=1.25)]
         >>> g = linear_goal("W12", "w12", 1.30, rows, 1.0, {})
-        >>> g["bands"][0]["worst"], g["bands"][0]["met"], g["met"]
-        (1.2, False, False)
+        >>> b = g["bands"][0]
+        >>> b["worst"], b["met"], g["met"], b["at_read_floor"], b["short_at_read_floor"]
+        (1.2, False, False, [1.5, 1.5], [])
     """
     bands = []
     for lo, hi, label in BANDS:
@@ -131,7 +137,8 @@ def linear_goal(goal: str, view: str, target: float, rows: list[dict], copy_bw: 
             if value is None:
                 missing.append(f"{model}/{lname}/{m}/{kind}")
             else:
-                values.append((value, f"{model} {lname} M={m} ({kind})", row.get("x_read_floor")))
+                floor = row.get("x_read_floor")
+                values.append((value, f"{model} {lname} M={m} ({kind})", floor, None if floor is None else value * floor))
         if not values and not missing:
             continue
         worst = min(values) if values else None
@@ -145,6 +152,8 @@ def linear_goal(goal: str, view: str, target: float, rows: list[dict], copy_bw: 
                 best=None if best is None else best[0],
                 best_case=None if best is None else best[1],
                 x_read_floor=_span([v[2] for v in values if v[2] is not None]),
+                at_read_floor=_span([v[3] for v in values if v[3] is not None]),
+                short_at_read_floor=[v[1] for v in values if v[3] is not None and v[3] < target],
                 missing=missing,
                 met=bool(values) and not missing and worst[0] >= target,
             )
@@ -217,7 +226,14 @@ def summary_lines(result: dict) -> list[str]:
         lines.append(f"{g['goal']} (goal {g['target']:.2f}): {'met' if g['met'] else 'NOT met'}")
         for b in g["bands"]:
             miss = f"; not timed: {', '.join(b['missing'])}" if b["missing"] else ""
-            lines.append(f"  M {b['rows']}: {_fmt(b['worst'])} - {_fmt(b['best'])} (worst: {b['worst_case']}){miss}")
+            floor = ""
+            if b.get("at_read_floor"):
+                lo, hi = b["at_read_floor"]
+                short = b["short_at_read_floor"]
+                floor = f"; at their read floors {lo:.2f} - {hi:.2f}" + (
+                    f", short even there: {', '.join(short)}" if short else ""
+                )
+            lines.append(f"  M {b['rows']}: {_fmt(b['worst'])} - {_fmt(b['best'])} (worst: {b['worst_case']}){floor}{miss}")
     for g in result["step_goals"]:
         sense = ">=" if g["higher_is_better"] else "<="
         lines.append(f"{g['goal']}: {_fmt(g['value'])} (goal {sense} {g['target']:.2f}): {'met' if g['met'] else 'NOT met'}")

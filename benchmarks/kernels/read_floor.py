@@ -177,6 +177,30 @@ def read_floor_row(nbytes: int, args, gen, device) -> dict:
     return row
 
 
+def attach_read_floors(rows: list[dict], args, gen, device, **fields) -> list[dict]:
+    """The read floor of every byte count among ``rows`` (:func:`read_floor_row`, each also given ``fields``), and
+    each timed row its own bytes' floor (``read_floor_s``) and its cold time over it (``x_read_floor``). Returns the
+    floor rows, smallest first.
+
+    Example (CPU, times mean nothing there):
+        >>> import argparse
+        >>> args = argparse.Namespace(l2_bytes=1 << 12, l2_factor=3.0, calls=2, reps=1)
+        >>> rows = [dict(weight_bytes=1000, cold_s=1.0), dict(weight_bytes=1000), dict(weight_bytes=500, cold_s=1.0)]
+        >>> floors = attach_read_floors(rows, args, torch.Generator().manual_seed(0), torch.device("cpu"), N=1)
+        >>> [f["weight_bytes"] for f in floors], [f["N"] for f in floors], ["x_read_floor" in r for r in rows]
+        ([500, 1000], [1, 1], [True, False, True])
+    """
+    floors = {}
+    for nbytes in sorted({r["weight_bytes"] for r in rows}):
+        floors[nbytes] = read_floor_row(nbytes, args, gen, device)
+        floors[nbytes].update(fields)
+    for r in rows:
+        floor = floors[r["weight_bytes"]].get("cold_s")
+        if floor and "cold_s" in r:
+            r["read_floor_s"], r["x_read_floor"] = floor, r["cold_s"] / floor
+    return list(floors.values())
+
+
 def plot(result: dict, path: Path) -> str | None:
     """Cold time against MB read: every form (points), the floor's fit, and bytes over the copy bandwidth."""
     rows = [r for r in result["rows"] if "cold_s" in r]

@@ -25,6 +25,22 @@ def test_smoke_checks_and_times_every_kernel(tmp_path):
     assert all(r["x_cublas"] > 0 for r in result["timings"]) and (tmp_path / "wide_w12.png").exists()
 
 
+def test_read_floor_gives_every_timed_row_its_own_bytes_floor(tmp_path, capsys):
+    out = tmp_path / "wide_w12.json"
+    assert bench_wide_w12.main(["--smoke", "--read-floor", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    floors = {(f["linear"], f["weight_bytes"]): f["cold_s"] for f in result["read_floors"]}
+    # one floor a linear and byte count: bf16, W12 and the Q view read different bytes of the same linear
+    assert len(floors) == 6 and all(f["kind"] == "read_floor" for f in result["read_floors"])
+    for r in result["timings"]:
+        assert r["read_floor_s"] == floors[(r["linear"], r["weight_bytes"])]
+        assert r["x_read_floor"] == pytest.approx(r["cold_s"] / r["read_floor_s"])
+    assert "x floor)" in capsys.readouterr().out
+    assert bench_wide_w12.main(["--smoke", "--out", str(out)]) == 0  # off by default: no floors, none on the rows
+    result = json.loads(out.read_text())
+    assert result["read_floors"] == [] and not any("x_read_floor" in r for r in result["timings"])
+
+
 def test_the_run_says_whether_its_chains_ran_under_programmatic_launch(tmp_path, monkeypatch, capsys):
     for mode, said in (("1", True), ("0", False)):
         monkeypatch.setenv("SPECDEC_PDL", mode)

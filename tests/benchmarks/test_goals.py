@@ -84,6 +84,23 @@ def test_each_band_is_judged_on_the_kernel_the_library_runs(monkeypatch):
     )
 
 
+def test_a_band_says_what_its_kernels_would_reach_at_their_read_floors(monkeypatch):
+    monkeypatch.delenv("SPECDEC_WIDE_GEMM", raising=False)
+    fixed_cost, wide, ar_step = _runs()
+    for r in wide["timings"]:
+        if r["kind"] == "cuda_w12_wide":  # 1.0x cuBLAS: 1.5x over its floor on qkv, 1.2x on o
+            r["x_read_floor"] = 1.5 if r["linear"] == "qkv" else 1.2
+    result = goals.goals(fixed_cost, wide, ar_step)
+    band = _band(result, "w12", "33-64")
+    assert band["at_read_floor"] == [pytest.approx(1.2), pytest.approx(1.5)]
+    # o would miss 1.30 even at its floor; qkv would not
+    assert band["short_at_read_floor"] == ["qwen3-8b o M=33 (cuda_w12_wide)", "qwen3-8b o M=64 (cuda_w12_wide)"]
+    assert _band(result, "w12", "1")["at_read_floor"] == [pytest.approx(1.3 * 10 / 7.5)] * 2
+    assert _band(result, "w12", "1")["short_at_read_floor"] == []
+    assert _band(result, "q", "33-64")["at_read_floor"] is None  # no floor timed: nothing claimed
+    assert "short even there: qwen3-8b o M=33" in "\n".join(goals.summary_lines(result))
+
+
 def test_routing_follows_the_settings_the_run_recorded(monkeypatch):
     monkeypatch.setenv("SPECDEC_WIDE_GEMM", "0")  # this process's setting must not leak into the judgement
     result = goals.goals(*_runs({"SPECDEC_WIDE_GEMM": "1"}))
