@@ -14,8 +14,9 @@ Inputs, all from one call: ``bench_fixed_cost`` (M = 1, 8, 16: cuBLAS bf16 and t
 the run (the fixed-cost run's ``$SPECDEC_*`` from its provenance, applied while routing; :func:`default_kernel`), so
 a goal reads what a model gets, not the best kernel of the run. Each band of rows (1, 8, 16, 17-32, 33-64) gives the
 worst and best linear, and its worst case is named; the kernels' distance from their own read floor (``x_read_floor``
-of the fixed-cost run, and of the wide run with ``--read-floor``) is carried where the run measured it, with what
-each band would reach at its read floors (where even that misses a goal, the hardware stands in the way).
+of the fixed-cost run, and of the wide run with ``--read-floor`` or else borrowed from the fixed-cost run's floor of
+the same bytes: :func:`borrow_read_floors`) is carried where the call measured it, with what each band would reach
+at its read floors (where even that misses a goal, the hardware stands in the way).
 
 Usage (repository root; no GPU needed): ``python3 -m benchmarks.kernels.goals --fixed-cost A.json --wide B.json
 --ar-step C.json --out $OUT/goals.json`` (prints the table; writes JSON and a PNG).
@@ -180,6 +181,38 @@ def _load(path: str, what: str) -> dict:
     return json.loads(p.read_text())
 
 
+FLOOR_BYTES_RTOL = 1e-3  # W12's bytes vary by a few hundred a linear with its random weights' escapes
+
+
+def borrow_read_floors(rows: list[dict], floors: list[dict]) -> list[dict]:
+    """``rows`` (a wide run's) with ``read_floor_s`` / ``x_read_floor`` where they lack one and ``floors`` (the same
+    call's fixed-cost ``read_floor`` rows) timed the same (N, K) at the same bytes within ``FLOOR_BYTES_RTOL``: the
+    floor is a property of the byte count on that GPU, so the fixed-cost run's measures the wide kernels' too
+    (``read_floor_from``: ``"fixed_cost"``).
+
+    Example:
+        >>> floors = [dict(N=8, K=64, weight_bytes=1000, cold_s=2.0)]
+        >>> rows = [dict(N=8, K=64, weight_bytes=1000, cold_s=3.0), dict(N=8, K=64, weight_bytes=750, cold_s=3.0)]
+        >>> [r.get("x_read_floor") for r in borrow_read_floors(rows, floors)]
+        [1.5, None]
+    """
+    out = []
+    for r in rows:
+        if "x_read_floor" not in r and "cold_s" in r:
+            same = [
+                f
+                for f in floors
+                if (f.get("N"), f.get("K")) == (r["N"], r["K"])
+                and f.get("cold_s")
+                and abs(f["weight_bytes"] - r["weight_bytes"]) <= FLOOR_BYTES_RTOL * r["weight_bytes"]
+            ]
+            if same:
+                floor = same[0]["cold_s"]
+                r = dict(r, read_floor_s=floor, x_read_floor=r["cold_s"] / floor, read_floor_from="fixed_cost")
+        out.append(r)
+    return out
+
+
 def goals(fixed_cost: dict, wide: dict, ar_step: dict) -> dict:
     """Every goal from the three runs of one call (``--verify-rows`` 16 and the same GPU are required)."""
     devices = {fixed_cost["device"], wide["device"], ar_step.get("device")}
@@ -187,7 +220,9 @@ def goals(fixed_cost: dict, wide: dict, ar_step: dict) -> dict:
         raise ValueError(f"runs: expected one GPU for the three runs, got {sorted(map(str, devices))}")
     if ar_step.get("verify_rows") != 16:
         raise ValueError(f"ar_step: expected the verify step of 16 rows (--verify-rows 16), got {ar_step.get('verify_rows')}")
-    rows = [r for r in fixed_cost["shapes"] if r["model"] in MODELS] + [r for r in wide["timings"] if r["model"] in MODELS]
+    floors = [r for r in fixed_cost["shapes"] if r["kind"] == "read_floor"]
+    wide_rows = borrow_read_floors([r for r in wide["timings"] if r["model"] in MODELS], floors)
+    rows = [r for r in fixed_cost["shapes"] if r["model"] in MODELS] + wide_rows
     rows = ratios(rows)
     env = fixed_cost["provenance"].get("env", {})
     wide_env = wide["provenance"].get("env", {})

@@ -101,6 +101,29 @@ def test_a_band_says_what_its_kernels_would_reach_at_their_read_floors(monkeypat
     assert "short even there: qwen3-8b o M=33" in "\n".join(goals.summary_lines(result))
 
 
+def test_the_wide_rows_borrow_the_fixed_cost_runs_floor_of_the_same_bytes(monkeypatch):
+    monkeypatch.delenv("SPECDEC_WIDE_GEMM", raising=False)
+    fixed_cost, wide, ar_step = _runs()
+    n, k = LINEARS["o"]
+    for r in wide["timings"]:
+        if r["kind"] == "cuda_w12_wide":
+            r["weight_bytes"] = 3 * r["N"] * r["K"] // 2
+        if r["kind"] in ("cuda_q_wide", "triton_q"):
+            r["weight_bytes"] = r["N"] * r["K"]
+    w12_bytes = 3 * n * k // 2
+    # the fixed-cost run's floor of the o projection at the W12 kernel's bytes (a few bytes off: another draw's
+    # escapes), and one at other bytes that no wide kernel reads
+    fixed_cost["shapes"] += [
+        dict(model="qwen3-8b", linear="o", kind="read_floor", N=n, K=k, M=0, weight_bytes=w12_bytes + 40, cold_s=8.0),
+        dict(model="qwen3-8b", linear="o", kind="read_floor", N=n, K=k, M=0, weight_bytes=w12_bytes // 3, cold_s=1.0),
+    ]
+    result = goals.goals(fixed_cost, wide, ar_step)
+    band = _band(result, "w12", "33-64")  # the o rows: 10 us over the floor's 8: 1.25x; qkv has no floor timed
+    assert band["x_read_floor"] == [pytest.approx(1.25)] * 2 and band["at_read_floor"] == [pytest.approx(1.25)] * 2
+    assert band["short_at_read_floor"] == ["qwen3-8b o M=33 (cuda_w12_wide)", "qwen3-8b o M=64 (cuda_w12_wide)"]
+    assert _band(result, "q", "33-64")["x_read_floor"] is None  # the Q view's bytes: no floor of theirs, none borrowed
+
+
 def test_routing_follows_the_settings_the_run_recorded(monkeypatch):
     monkeypatch.setenv("SPECDEC_WIDE_GEMM", "0")  # this process's setting must not leak into the judgement
     result = goals.goals(*_runs({"SPECDEC_WIDE_GEMM": "1"}))
