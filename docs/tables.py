@@ -1942,6 +1942,27 @@ def cuda_goals_h100(results: Results) -> str:
     return markdown_table([*head, "short even at the floor", "met"], rows)
 
 
+WIDE_TRACE_PHASES = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store")
+
+
+def wide_trace_and_steps(results: Results, traces: dict[str, str], steps: dict[str, str], what: str) -> list[str]:
+    """Two tables of a change to the wide kernels: the 8B o, gate_up and lm_head at 64 rows from ``wide_trace.py``
+    runs (label -> JSON; the CTA that ends last, us a phase of ``WIDE_TRACE_PHASES``, then the call's tail and span),
+    and the 64-row verify steps of ``bench_roofline --ar-step`` runs (label -> JSON), labelled by ``what``."""
+    rows = []
+    for label, name in traces.items():
+        for r in results(name)["rows"]:
+            if r["M"] == 64 and r["linear"] in ("o", "gate_up", "lm_head"):
+                cells = [f"{r['linear']} {r['kind'].upper()}, {label}"]
+                cells += ["-" if r["critical"][ph] is None else f"{r['critical'][ph] / 1e3:.1f}" for ph in WIDE_TRACE_PHASES]
+                rows.append(cells + [f"{r['tail'] / 1e3:.1f}", f"{r['span'] / 1e3:.1f}"])
+    step_rows = [[label, *verify_step_cells(results(name))] for label, name in steps.items()]
+    return [
+        markdown_table(["64 rows, build", *WIDE_TRACE_PHASES, "tail", "span"], rows),
+        markdown_table([what, "W12 verify, 64 rows", "bf16 verify, 64 rows"], step_rows),
+    ]
+
+
 ROUND_TRIP_PASSES = {
     "shipped": ("wide_epilogue_h100_2026-12-06_shipped1.json", "wide_epilogue_h100_2026-12-06_shipped2.json"),
     "one round trip": ("wide_epilogue_h100_2026-12-06_flagged1.json", "wide_epilogue_h100_2026-12-06_flagged2.json"),
@@ -1981,20 +2002,10 @@ def cuda_wide_round_trip_h100(results: Results) -> str:
                 before, after = (mean_us(runs, linear, m, kind) for runs in passes.values())
                 cells.append(f"{before:.1f} -> {after:.1f}")
             rows.append(cells)
-    phases = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store")
-    trace_rows = []
-    for label, name in ROUND_TRIP_TRACES.items():
-        for r in results(name)["rows"]:
-            if r["M"] == 64 and r["linear"] in ("o", "gate_up", "lm_head"):
-                cells = [f"{r['linear']} {r['kind'].upper()}, {label}"]
-                cells += ["-" if r["critical"][ph] is None else f"{r['critical'][ph] / 1e3:.1f}" for ph in phases]
-                trace_rows.append(cells + [f"{r['tail'] / 1e3:.1f}", f"{r['span'] / 1e3:.1f}"])
-    steps = [[label, *verify_step_cells(results(name))] for label, name in ROUND_TRIP_STEPS.items()]
     return "\n\n".join(
         [
             markdown_table(["8B linear", "rows", "W12 us", "Q us"], rows),
-            markdown_table(["64 rows, build", *phases, "tail", "span"], trace_rows),
-            markdown_table(["epilogue", "W12 verify, 64 rows", "bf16 verify, 64 rows"], steps),
+            *wide_trace_and_steps(results, ROUND_TRIP_TRACES, ROUND_TRIP_STEPS, "epilogue"),
         ]
     )
 
@@ -2041,20 +2052,10 @@ def cuda_wide_token_major_h100(results: Results) -> str:
                         f"{1e6 * a['cold_s']:.1f} ({a['x_cublas']:.2f}x) -> {1e6 * b['cold_s']:.1f} ({b['x_cublas']:.2f}x)"
                     )
                 rows.append(cells)
-    phases = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store")
-    trace_rows = []
-    for label, name in TOKEN_MAJOR_TRACES.items():
-        for r in results(name)["rows"]:
-            if r["M"] == 64 and r["linear"] in ("o", "gate_up", "lm_head"):
-                cells = [f"{r['linear']} {r['kind'].upper()}, {label}"]
-                cells += ["-" if r["critical"][ph] is None else f"{r['critical'][ph] / 1e3:.1f}" for ph in phases]
-                trace_rows.append(cells + [f"{r['tail'] / 1e3:.1f}", f"{r['span'] / 1e3:.1f}"])
-    steps = [[label, *verify_step_cells(results(name))] for label, name in TOKEN_MAJOR_STEPS.items()]
     return "\n\n".join(
         [
             markdown_table(["model", "linear", "rows", "W12 us (x cuBLAS)", "Q us (x cuBLAS)"], rows),
-            markdown_table(["64 rows, build", *phases, "tail", "span"], trace_rows),
-            markdown_table(["library", "W12 verify, 64 rows", "bf16 verify, 64 rows"], steps),
+            *wide_trace_and_steps(results, TOKEN_MAJOR_TRACES, TOKEN_MAJOR_STEPS, "library"),
         ]
     )
 
