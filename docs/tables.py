@@ -2060,6 +2060,74 @@ def cuda_wide_token_major_h100(results: Results) -> str:
     )
 
 
+WIDE_PARTS_RUNS = {
+    "shipped": "wide_parts_h100_2026-12-06_token_major_0.json",
+    "3: no decode, no MMAs": "wide_parts_h100_2026-12-06_token_major_3.json",
+    "7: and no x": "wide_parts_h100_2026-12-06_token_major_7.json",
+    "11: x, no epilogue": "wide_parts_h100_2026-12-06_token_major_11.json",
+    "15: none of the four": "wide_parts_h100_2026-12-06_token_major_15.json",
+}
+
+
+def cuda_wide_parts_h100(results: Results) -> str:
+    """The wide kernels part by part on the library of the token-major tile and the escape warps a 32-token block
+    (one H100 call): each linear's cold us, W12 / Q, with the library built with ``SPECDEC_WIDE_ABLATE`` leaving out
+    the named parts (their products wrong by design), and cuBLAS bf16 of the shipped library's pass."""
+    runs = {label: results(name) for label, name in WIDE_PARTS_RUNS.items()}
+    expected = [0, 3, 7, 11, 15]
+    if [run["ablation"] for run in runs.values()] != expected:
+        raise ValueError(f"{list(WIDE_PARTS_RUNS.values())}: expected the ablations {expected}")
+
+    def us(run: dict, model: str, linear: str, m: int, kind: str) -> str:
+        got = [r["cold_s"] for r in run["timings"] if (r["model"], r["linear"], r["M"], r["kind"]) == (model, linear, m, kind)]
+        return f"{got[0] * 1e6:.1f}" if got else "-"
+
+    rows = []
+    for model, linear in (
+        ("qwen3-8b", "o"),
+        ("qwen3-8b", "gate_up"),
+        ("qwen3-8b", "lm_head"),
+        ("qwen3-32b", "o"),
+        ("qwen3-32b", "gate_up"),
+    ):
+        for m in (32, 64):
+            cells = [f"{model} {linear}", str(m)]
+            cells += [
+                f"{us(run, model, linear, m, 'cuda_w12_wide')} / {us(run, model, linear, m, 'cuda_q_wide')}"
+                for run in runs.values()
+            ]
+            rows.append(cells + [us(runs["shipped"], model, linear, m, "cublas_bf16")])
+    return markdown_table(["linear", "rows", *(f"{label}: W12 / Q us" for label in runs), "cuBLAS bf16 us"], rows)
+
+
+Q_PASS_RUNS = {
+    ("wide", 32): "q_pass_linears_h100_2026-12-06_token_major_1_32.json",
+    ("Triton", 32): "q_pass_linears_h100_2026-12-06_token_major_exact_32.json",
+    ("wide", 64): "q_pass_linears_h100_2026-12-06_token_major_1_64.json",
+    ("Triton", 64): "q_pass_linears_h100_2026-12-06_token_major_exact_64.json",
+}
+
+
+def q_pass_linears_h100(results: Results) -> str:
+    """Each linear of the lean 8B target's Q-view pass (the two-level verifier's first pass, captured) with the Q
+    view's wide calls and with Triton's (one H100 call): us a call, mean over 36 layers x 3 replays, and the pass's GEMM
+    kernels."""
+    runs = {key: results(name) for key, name in Q_PASS_RUNS.items()}
+    for (route, m), run in runs.items():
+        if run["rows"] != m or run["view"] != "q" or run["linears_only"]:
+            raise ValueError(f"{Q_PASS_RUNS[(route, m)]}: expected the {m}-row Q-view pass, not the linears alone")
+    rows = []
+    for m in (32, 64):
+        wide, triton = runs[("wide", m)], runs[("Triton", m)]
+        cells = [str(m)]
+        cells += [
+            f"{wide['mean_us'][lin]:.1f} / {triton['mean_us'][lin]:.1f}" for lin in ("qkv", "o", "gate_up", "down", "lm_head")
+        ]
+        gemm = (statistics.mean(run["gemm_us_per_step"]) / 1e3 for run in (wide, triton))
+        rows.append(cells + [" / ".join(f"{v:.3f}" for v in gemm)])
+    return markdown_table(["rows", "qkv", "o", "gate_up", "down", "lm_head", "GEMM kernels a pass (ms)"], rows)
+
+
 STEP_LINEARS_RUNS = {
     "W12": "step_linears_h100_2026-12-06_w12.json",
     "bf16, cuBLAS": "step_linears_h100_2026-12-06_bf16.json",
@@ -2111,6 +2179,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-goals-h100": cuda_goals_h100,
     "cuda-wide-round-trip-h100": cuda_wide_round_trip_h100,
     "cuda-wide-token-major-h100": cuda_wide_token_major_h100,
+    "cuda-wide-parts-h100": cuda_wide_parts_h100,
+    "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
