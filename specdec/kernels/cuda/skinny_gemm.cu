@@ -1688,7 +1688,8 @@ constexpr int kWideRows = 128;
 // without their epilogue: measured"): nvcc
 // -DSPECDEC_WIDE_ABLATE=A, bits of what to leave out: 1 the decode (A is the stage's AE words as loaded: the shared
 // loads stay), 2 the MMAs (the decoded A folded into one register, or ptxas drops the decode), 4 x's box (the ring
-// loads the weights only), 8 the epilogue (no partial tiles, no last-CTA sum, no output).
+// loads the weights only), 8 the epilogue (no partial tiles, no last-CTA sum, no output), 16 W12's escape warps (they
+// fold nothing).
 // The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
@@ -2230,7 +2231,9 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, PIPE, GROUPS), CTAS)
                                                               (SPECDEC_WIDE_ABLATE & 4) == 0);
     if (lane == 0) wide_trace(kTraceProducer);
   } else if (!consumer) {  // W12 only: the Q kernel has no such warps
-    if constexpr (KIND == kW12 && wide_escape_warps(KIND, NB, PIPE) == 1) {
+    if constexpr ((SPECDEC_WIDE_ABLATE & 16) != 0) {
+      // the escape warps fold nothing (a timing build: the sums' tile is left as it was)
+    } else if constexpr (KIND == kW12 && wide_escape_warps(KIND, NB, PIPE) == 1) {
       fold_escapes<kTok, kWideRows, 1, kWideRowStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, rounds);
     } else if constexpr (KIND == kW12) {
       const int w = warp - kConsumers - 1;  // tokens 32 w .. 32 w + 31
