@@ -288,11 +288,15 @@ def plot(result: dict, path: Path) -> str | None:
         hi = [b["best"] for b in bands]
         ax.vlines(xs, lo, hi, lw=6, color="tab:blue", alpha=0.6)
         ax.scatter(xs, lo, color="tab:red", zorder=3, s=14, label="worst linear")
+        floors = [(x, b["at_read_floor"]) for x, b in zip(xs, bands) if b.get("at_read_floor")]
+        if floors:
+            ax.vlines([x + 0.15 for x, _ in floors], [f[0] for _, f in floors], [f[1] for _, f in floors], lw=3, color="0.6")
+            ax.scatter([x + 0.15 for x, _ in floors], [f[0] for _, f in floors], color="0.4", s=10, label="at the read floors")
         ax.axhline(g["target"], color="gray", ls=":", lw=1, label=f"goal {g['target']:.2f}")
         ax.set_xticks(list(xs), [b["rows"] for b in bands])
         ax.set_xlabel("rows")
         ax.set_title(g["goal"], fontsize=9)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6, loc="lower left")
     fig.suptitle(f"the goals' linears, worst to best, {result['device']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -302,14 +306,17 @@ def plot(result: dict, path: Path) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fixed-cost", required=True, help="bench_fixed_cost JSON (M = 1, 8, 16)")
-    ap.add_argument("--wide", required=True, help="bench_wide_w12 JSON (17-64 rows)")
-    ap.add_argument("--ar-step", required=True, help="bench_roofline --ar-step --verify-rows 16 JSON")
+    ap.add_argument("--fixed-cost", help="bench_fixed_cost JSON (M = 1, 8, 16)")
+    ap.add_argument("--wide", help="bench_wide_w12 JSON (17-64 rows)")
+    ap.add_argument("--ar-step", help="bench_roofline --ar-step --verify-rows 16 JSON")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "goals.json"))
     ap.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     args = ap.parse_args(argv)
     if args.plot_only:
         return redraw(plot, args.plot_only)
+    missing = [f"--{name.replace('_', '-')}" for name in ("fixed_cost", "wide", "ar_step") if getattr(args, name) is None]
+    if missing:
+        ap.error(f"{', '.join(missing)}: expected the JSON of each of the call's three runs (or --plot-only JSON)")
     result = goals(_load(args.fixed_cost, "fixed-cost"), _load(args.wide, "wide"), _load(args.ar_step, "ar-step"))
     report(args.out, result, provenance(seed=None), plot, summary_lines)
     return 0

@@ -186,3 +186,16 @@ def test_main_writes_the_table_and_a_plot(tmp_path, capsys, monkeypatch):
     assert json.loads(out.read_text())["provenance"] and out.with_suffix(".png").exists()
     with pytest.raises(SystemExit, match="--wide: expected a JSON file"):
         goals.main(argv[:3] + [str(tmp_path / "none.json")] + argv[4:])
+
+
+def test_plot_only_redraws_without_the_runs_and_a_run_left_out_is_named(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SPECDEC_WIDE_GEMM", raising=False)
+    fixed_cost, wide, ar_step = _runs()
+    for r in wide["timings"]:
+        r["x_read_floor"] = 1.2
+    out = tmp_path / "goals.json"
+    out.write_text(json.dumps(goals.goals(fixed_cost, wide, ar_step)))
+    assert goals.main(["--plot-only", str(out)]) == 0 and out.with_suffix(".png").exists()
+    with pytest.raises(SystemExit):
+        goals.main(["--fixed-cost", str(out), "--out", str(tmp_path / "g.json")])
+    assert "--wide, --ar-step: expected the JSON of each of the call's three runs" in capsys.readouterr().err
