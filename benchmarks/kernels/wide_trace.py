@@ -40,7 +40,9 @@ import torch.nn.functional as F
 from benchmarks.common import agg_pyplot, provenance, provenance_line, redraw, report
 from benchmarks.kernels.bench_roofline import linear_shapes, sync, w12_planes, weight_bytes
 from benchmarks.kernels.read_floor import cold_weight_device, weight_copies
+from specdec.kernels.cuda.build import library_path
 from specdec.kernels.cuda.ops import WIDE_TRACE_FIELDS
+from specdec.kernels.launch import pdl_mode
 
 FIELDS = WIDE_TRACE_FIELDS  # what a traced build records a CTA, in order
 PHASES = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store", "exit")
@@ -285,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if ops.wide_trace_fields() < len(FIELDS):
             ap.error("needs $SPECDEC_CUDA_KERNELS naming a library built with -DSPECDEC_WIDE_TRACE=1")
-        args.trace_ctas = ops.load_library().specdec_wide_trace_ctas()
+        args.trace_ctas = ops.wide_trace_ctas()
         gen = torch.Generator(device=device).manual_seed(0)
         rows, not_run = [], []
         for model in args.models.split(","):
@@ -301,12 +303,12 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
         result = dict(
             device=torch.cuda.get_device_name(device),
-            library=os.environ.get("SPECDEC_CUDA_KERNELS", "build/specdec_cuda_kernels.so"),
+            library=str(library_path()),
             weights="random Gaussian, std 0.02 (bf16), W12 encoded from them",
             l2_bytes=args.l2_bytes,
             l2_factor=args.l2_factor,
             reps=args.reps,
-            programmatic_launch=os.environ.get("SPECDEC_PDL", "unset"),
+            programmatic_launch=pdl_mode(),
             rows=rows,
             not_run=not_run,
         )

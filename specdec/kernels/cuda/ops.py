@@ -113,6 +113,7 @@ __all__ = [
     "wide_unrolled",
     "wide_ablation",
     "wide_trace_fields",
+    "wide_trace_ctas",
     "wide_trace_reset",
     "wide_trace_read",
     "WIDE_TRACE_FIELDS",
@@ -442,6 +443,16 @@ def wide_trace_fields() -> int:
     return int(load_library().specdec_wide_trace_fields())
 
 
+def wide_trace_ctas() -> int:
+    """How many CTAs of a wide call a library built with ``-DSPECDEC_WIDE_TRACE=1`` records (the first ones, by
+    ``blockIdx.y * gridDim.x + blockIdx.x``): the most :func:`wide_trace_read` returns. Needs the built library, not a
+    GPU.
+
+    Example (needs the built library, so not run as a doctest): ``wide_trace_ctas() == 4096``.
+    """
+    return int(load_library().specdec_wide_trace_ctas())
+
+
 def wide_trace_reset(device: torch.device) -> None:
     """Zeroes a traced build's records on ``device``'s current stream, before the call to trace. Raises RuntimeError
     with the library's message in a build without the trace.
@@ -463,7 +474,7 @@ def wide_trace_read(ctas: int) -> torch.Tensor:
     wide_trace_read(128)[:, 0]``, each CTA's time from its start to its end in ns.
     """
     lib = load_library()
-    fields, most = int(lib.specdec_wide_trace_fields()), int(lib.specdec_wide_trace_ctas())
+    fields, most = wide_trace_fields(), wide_trace_ctas()
     if fields == 0:
         raise RuntimeError("wide_trace_read: a library built without -DSPECDEC_WIDE_TRACE=1 records no trace")
     if not 1 <= ctas <= most:
