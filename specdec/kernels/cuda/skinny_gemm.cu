@@ -1227,7 +1227,8 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
 // STRIDE / TOK_STEP: acc's row and token strides (TOK / 1 for a row-major tile, padded rows too; 1 / the padded row
 // count for a token-major one); `round`: where a round's x, values and rows go (nullptr: after acc); tok0: the first
 // token (x row) of this call, so that warps can split a wide CTA's tokens (acc then points at token tok0's sums).
-template <int TOK, int ROWS = kStreamRows, int STRIDE = TOK, int TOK_STEP = 1>
+// LOAD_X false (SPECDEC_WIDE_ABLATE's timing builds only) folds 1.0 for every x.
+template <int TOK, int ROWS = kStreamRows, int STRIDE = TOK, int TOK_STEP = 1, bool LOAD_X = true>
 __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int k_lo, int k_hi, int lane, float* scratch,
                                              float* round = nullptr, int tok0 = 0) {
   constexpr unsigned kAll = 0xFFFFFFFFu;
@@ -1266,7 +1267,8 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
 #pragma unroll
         for (int m = 0; m < TOK; ++m)
           if (m < M)
-            xbuf[lane * kXStride + m] = __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(tok0 + m) * p.K + col]) << 16);
+            xbuf[lane * kXStride + m] =
+                LOAD_X ? __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(tok0 + m) * p.K + col]) << 16) : 1.f;
         vals[lane] = __uint_as_float(bits << 16);
         rows[lane] = r;
       }
@@ -1689,7 +1691,7 @@ constexpr int kWideRows = 128;
 // -DSPECDEC_WIDE_ABLATE=A, bits of what to leave out: 1 the decode (A is the stage's AE words as loaded: the shared
 // loads stay), 2 the MMAs (the decoded A folded into one register, or ptxas drops the decode), 4 x's box (the ring
 // loads the weights only), 8 the epilogue (no partial tiles, no last-CTA sum, no output), 16 W12's escape warps (they
-// fold nothing).
+// fold nothing), 32 the escape warps' loads of x (they fold 1.0 for x).
 // The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
@@ -2234,12 +2236,13 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, PIPE, GROUPS), CTAS)
     if constexpr ((SPECDEC_WIDE_ABLATE & 16) != 0) {
       // the escape warps fold nothing (a timing build: the sums' tile is left as it was)
     } else if constexpr (KIND == kW12 && wide_escape_warps(KIND, NB, PIPE) == 1) {
-      fold_escapes<kTok, kWideRows, 1, kWideRowStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red, rounds);
+      fold_escapes<kTok, kWideRows, 1, kWideRowStride, (SPECDEC_WIDE_ABLATE & 32) == 0>(p, row_block, s_lo * kWideStageK,
+                                                                                         s_hi * kWideStageK, lane, red, rounds);
     } else if constexpr (KIND == kW12) {
       const int w = warp - kConsumers - 1;  // tokens 32 w .. 32 w + 31
-      fold_escapes<kWideBlockTokens, kWideRows, 1, kWideRowStride>(p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane,
-                                                                   red + w * kWideBlockTokens * kWideRowStride,
-                                                                   rounds + w * kWideEscapeRoundFloats, w * kWideBlockTokens);
+      fold_escapes<kWideBlockTokens, kWideRows, 1, kWideRowStride, (SPECDEC_WIDE_ABLATE & 32) == 0>(
+          p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red + w * kWideBlockTokens * kWideRowStride,
+          rounds + w * kWideEscapeRoundFloats, w * kWideBlockTokens);
     }
     if (lane == 0) wide_trace(kTraceEscapes);
   } else {
