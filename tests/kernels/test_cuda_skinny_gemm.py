@@ -1022,6 +1022,7 @@ def test_the_wide_kernels_settings_read_the_environment(monkeypatch, env, reader
     ("env", "reader", "default", "others", "bad", "expected"),
     [
         ("SPECDEC_WIDE_UNROLL", "wide_unroll", "auto", ("1", "0", "auto"), "2", "'auto' or '1' or '0'"),
+        ("SPECDEC_WIDE_STREAM_K", "wide_stream_k", "0", ("1", "multi-wave", "0"), "auto", "'0' or '1' or 'multi-wave'"),
         (
             "SPECDEC_SPLIT_WORKSPACE",
             "split_workspace_mode",
@@ -1093,6 +1094,71 @@ def test_wide_unrolled_keeps_w12_rolled_up_to_32_tokens_by_default(monkeypatch):
         wide_unrolled("bf16", 32)
     with pytest.raises(ValueError, match=r"mode: expected one of \('auto', '1', '0'\), got 'yes'"):
         wide_unrolled("q", 32, "yes")
+
+
+def test_the_persistent_wide_kernel_takes_multi_wave_calls_with_one_cta_an_sm(monkeypatch):
+    _library_or_skip()
+    from specdec.kernels.cuda.ops import wide_stream_k_takes
+
+    for env in ("SPECDEC_WIDE_PIPELINE", "SPECDEC_WIDE_CTAS", "SPECDEC_WIDE_GROUPS", "SPECDEC_WIDE_STREAM_K"):
+        monkeypatch.delenv(env, raising=False)
+    sms = 132
+    # the 32B gate_up's split plan (400 row blocks x 2 splits) and the 8B lm_head's (1187 blocks) take several waves;
+    # the 8B o's (32 blocks x 4 splits) one
+    assert wide_stream_k_takes("w12", 64, 51200, 5120, sms, "multi-wave")
+    assert wide_stream_k_takes("q", 32, 151936, 4096, sms, "multi-wave")
+    assert not wide_stream_k_takes("w12", 64, 4096, 4096, sms, "multi-wave")
+    assert wide_stream_k_takes("w12", 64, 4096, 4096, sms, "1")
+    assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms, "0")
+    assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms)  # unset: none
+    monkeypatch.setenv("SPECDEC_WIDE_STREAM_K", "multi-wave")
+    assert wide_stream_k_takes("w12", 64, 51200, 5120, sms)
+    # the persistent kernel runs the one-set loop with one CTA an SM and, up to 64 tokens, two stage groups
+    monkeypatch.setenv("SPECDEC_WIDE_PIPELINE", "1")
+    assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms, "1")
+    monkeypatch.delenv("SPECDEC_WIDE_PIPELINE")
+    monkeypatch.setenv("SPECDEC_WIDE_CTAS", "2")
+    assert not wide_stream_k_takes("q", 64, 51200, 5120, sms, "1")
+    assert wide_stream_k_takes("q", 96, 51200, 5120, sms, "1")  # past 64 tokens one CTA an SM whatever is asked
+    monkeypatch.delenv("SPECDEC_WIDE_CTAS")
+    monkeypatch.setenv("SPECDEC_WIDE_GROUPS", "1")
+    assert not wide_stream_k_takes("w12", 32, 51200, 5120, sms, "1")
+    assert wide_stream_k_takes("w12", 96, 51200, 5120, sms, "1")  # one group past 64 tokens anyway
+    with pytest.raises(ValueError, match=r"mode: expected one of \('0', '1', 'multi-wave'\), got 'auto'"):
+        wide_stream_k_takes("w12", 64, 4096, 4096, sms, "auto")
+    with pytest.raises(ValueError, match=r"kind: expected 'w12' or 'q', got 'bf16'"):
+        wide_stream_k_takes("bf16", 64, 4096, 4096, sms, "1")
+    with pytest.raises(ValueError, match=r"got m=129 n=4096 k=4096 sms=132"):
+        wide_stream_k_takes("q", 129, 4096, 4096, sms, "1")
+
+
+@pytest.mark.parametrize("kind", ["w12", "q"])
+@pytest.mark.parametrize("m", [17, 64, 128])
+def test_the_persistent_wide_plan_cuts_the_units_into_equal_runs(monkeypatch, kind, m):
+    _library_or_skip()
+    from specdec.kernels.cuda.ops import wide_plan
+
+    for env in ("SPECDEC_WIDE_PIPELINE", "SPECDEC_WIDE_CTAS", "SPECDEC_WIDE_GROUPS"):
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv("SPECDEC_WIDE_STREAM_K", "1")
+    sms = 132
+    for n, k in _WIDE_SHAPES + [(128, 1024), (300, 64 * 40)]:
+        plan = wide_plan(kind, m, n, k, sms)
+        blocks, stages = -(-n // 128), k // 64
+        units = blocks * stages
+        # one CTA an SM, a run of at least 16 units each, a row block met by at most 64 runs
+        ctas = max(1, min(sms, units // 16, blocks * 62))
+        assert plan["ctas_x"] == ctas and plan["chunks"] == stages and plan["row_tiles_per_cta"] == 8, (n, k, plan)
+        bounds = [c * units // ctas for c in range(ctas + 1)]
+        runs_of = [
+            sum(1 for c in range(ctas) if bounds[c] < (b + 1) * stages and bounds[c + 1] > b * stages) for b in range(blocks)
+        ]
+        # the most runs (pieces) a row block is cut into, reported in the k_splits field
+        assert plan["k_splits"] == max(runs_of) <= 64, (n, k, plan)
+        counters = -(-blocks * 4 // 256) * 256
+        cols = -(-m // 32) * 32  # a slot holds a [32 NB][128] fp32 tile; each CTA has two (its first and last block)
+        assert plan["workspace_bytes"] == counters + 2 * ctas * 128 * cols * 4, (n, k, plan)
+        assert (plan["shared_bytes"] + 2048) <= 228 * 1024
 
 
 def test_wide_plan_refuses_what_the_kernel_cannot_take():

@@ -178,6 +178,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_set_wide_unroll.argtypes = [i]
     lib.specdec_wide_unrolled.restype = i
     lib.specdec_wide_unrolled.argtypes = [i, i, i]
+    lib.specdec_set_wide_stream_k.restype = None
+    lib.specdec_set_wide_stream_k.argtypes = [i]
+    lib.specdec_wide_stream_k_takes.restype = i
+    lib.specdec_wide_stream_k_takes.argtypes = [i, i, i, i, i, i]
     lib.specdec_wide_ablation.restype = i
     lib.specdec_wide_ablation.argtypes = []
     lib.specdec_wide_trace_fields.restype = i

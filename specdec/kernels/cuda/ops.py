@@ -100,6 +100,7 @@ __all__ = [
     "WIDE_CTAS_ENV",
     "WIDE_GROUPS_ENV",
     "WIDE_UNROLL_ENV",
+    "WIDE_STREAM_K_ENV",
     "WIDE_PIPELINE_ENV",
     "w12_gemm_wide",
     "q_gemm_wide",
@@ -111,6 +112,8 @@ __all__ = [
     "wide_stage_groups",
     "wide_unroll",
     "wide_unrolled",
+    "wide_stream_k",
+    "wide_stream_k_takes",
     "wide_ablation",
     "wide_trace_fields",
     "wide_trace_ctas",
@@ -140,6 +143,9 @@ WIDE_GROUPS_ENV = "SPECDEC_WIDE_GROUPS"
 WIDE_UNROLL_ENV = "SPECDEC_WIDE_UNROLL"
 WIDE_UNROLL_MODES = ("auto", "1", "0")
 _WIDE_UNROLL_CODES = {"0": 0, "1": 1, "auto": 2}  # specdec_set_wide_unroll's modes
+WIDE_STREAM_K_ENV = "SPECDEC_WIDE_STREAM_K"
+WIDE_STREAM_K_MODES = ("0", "1", "multi-wave")
+_WIDE_STREAM_K_CODES = {"0": 0, "1": 1, "multi-wave": 2}  # specdec_set_wide_stream_k's modes
 WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
 WIDE_MAX_TOKENS = 128  # four wgmma n-tiles of 32 tokens
 WIDE_STAGE_K = 64  # K of a ring stage: the wide ops need K % 64 == 0
@@ -382,6 +388,50 @@ def wide_unroll() -> str:
         'auto'
     """
     return _env_choice(WIDE_UNROLL_ENV, "auto", WIDE_UNROLL_MODES, "which wide calls unroll their loop over the ring")
+
+
+def wide_stream_k() -> str:
+    """Which wide calls run the persistent kernel (``$SPECDEC_WIDE_STREAM_K``, read on every call): ``"0"`` (unset)
+    none, ``"1"`` every call it applies to, ``"multi-wave"`` those whose split-K plan takes more than one wave of CTAs
+    (:func:`wide_stream_k_takes` says for one call). Persistent, one CTA an SM takes an equal run of the call's
+    (row block, stage) units across row blocks, so a multi-wave call's last wave does not round up and each row
+    block's epilogue runs while the CTA's producer loads the next block's stages (``specdec/kernels/cuda/README.md``,
+    "Persistent wide CTAs"). Raises ValueError for any other value.
+
+    Example::
+
+        >>> import os
+        >>> os.environ.pop(WIDE_STREAM_K_ENV, None) and None
+        >>> wide_stream_k()
+        '0'
+    """
+    return _env_choice(WIDE_STREAM_K_ENV, "0", WIDE_STREAM_K_MODES, "which wide calls run the persistent kernel")
+
+
+def wide_stream_k_takes(kind: str, m: int, n: int, k: int, sms: int, mode: str | None = None) -> bool:
+    """Whether a wide call (``kind`` ``"w12"`` or ``"q"``, ``m`` tokens, ``[n, k]`` weights) on ``sms``
+    multiprocessors runs the persistent kernel under ``mode`` (a :func:`wide_stream_k` value; None: the
+    environment's), with the environment's other wide settings (it needs one CTA an SM, the one-set loop and, up to 64
+    tokens, two stage groups). Host only: needs the built library, not a GPU.
+
+    Example (needs the built library, so not run as a doctest): ``wide_stream_k_takes("w12", 64, 51200, 5120, 132,
+    "multi-wave") is True`` (the split plan's 800 CTAs) and ``wide_stream_k_takes("w12", 64, 4096, 4096, 132,
+    "multi-wave") is False`` (128 CTAs).
+    """
+    if kind not in ("w12", "q"):
+        raise ValueError(f"kind: expected 'w12' or 'q', got {kind!r}")
+    mode = wide_stream_k() if mode is None else mode
+    if mode not in WIDE_STREAM_K_MODES:
+        raise ValueError(f"mode: expected one of {WIDE_STREAM_K_MODES}, got {mode!r}")
+    lib = load_library()
+    _set_wide_settings(lib)
+    takes = lib.specdec_wide_stream_k_takes(KINDS[kind], m, n, k, sms, _WIDE_STREAM_K_CODES[mode])
+    if takes < 0:
+        raise ValueError(
+            f"wide_stream_k_takes: expected 1 <= m <= {WIDE_MAX_TOKENS}, n >= 1, k a positive multiple of {WIDE_STAGE_K} "
+            f"and sms >= 1, got m={m} n={n} k={k} sms={sms}"
+        )
+    return takes == 1
 
 
 def wide_unrolled(kind: str, m: int, mode: str | None = None) -> bool:
@@ -938,6 +988,7 @@ def _set_wide_settings(lib) -> None:
     lib.specdec_set_wide_ctas_per_sm(wide_ctas_per_sm())
     lib.specdec_set_wide_stage_groups(wide_stage_groups())
     lib.specdec_set_wide_unroll(_WIDE_UNROLL_CODES[wide_unroll()])
+    lib.specdec_set_wide_stream_k(_WIDE_STREAM_K_CODES[wide_stream_k()])
 
 
 def _check_wide_k(k: int) -> None:

@@ -1936,10 +1936,13 @@ __device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint3
 // UNROLL (the one-set loop; the group then GROUP, a constant): the loop unrolled over one pass of the group's slots
 // (STAGES / GROUPS stages), so that each copy's slot is a constant and the stage's MMA descriptors are uniform values
 // (uniform-pipe adds on the ring's base) rather than vector adds moved to uniform registers, two moves an MMA.
+// pos0: the ring position of stage s_lo, for a CTA whose ring runs on over several row blocks (tma_wide_stream_k_kernel;
+// the rolled loops only): stage s_lo + i is in slot (pos0 + i) % STAGES on lap (pos0 + i) / STAGES, and with stage
+// groups group g takes the stages whose position is g modulo GROUPS.
 template <int KIND, int NB, int STAGES, bool PIPE, int GROUPS = 1, bool UNROLL = false, int GROUP = 0>
 __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                   uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                                  float (&acc)[NB][16], int group = 0) {
+                                                  float (&acc)[NB][16], int group = 0, int pos0 = 0) {
   static_assert(GROUPS == 1 || !PIPE, "stage groups run the one-set loop");
   static_assert(!UNROLL || (!PIPE && GROUP < GROUPS), "the unrolled loop is the one-set loop of a constant group");
   // Each slot's stages must all be one group's: a full barrier is waited on by phase parity, which is right only while
@@ -1959,8 +1962,9 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   for (int j = 0; j < NB; ++j)
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc[j][i] = 0.f;
-  int s = group;  // the ring slot of stage s_lo + group
-  uint32_t round = 0;
+  const int skip = ((group - pos0) % GROUPS + GROUPS) % GROUPS;  // this group's first stage: s_lo + skip
+  int s = (pos0 + skip) % STAGES;  // its ring slot
+  uint32_t round = static_cast<uint32_t>((pos0 + skip) / STAGES);
   uint32_t sink = 0;  // SPECDEC_WIDE_ABLATE without MMAs: the A fragments folded into one use, or ptxas drops their work
   auto release = [&](int slot) {
     __syncwarp();
@@ -2038,7 +2042,7 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
       }
     }
   } else if constexpr (!PIPE) {
-    for (int it = s_lo + group; it < s_hi; it += GROUPS) {
+    for (int it = s_lo + skip; it < s_hi; it += GROUPS) {
       uint32_t a[4][4];
       issue_stage(decode_stage(a), a);
       wgmma_wait<0>();  // the MMAs have read this stage's x and their A registers, which the next stage's decode rewrites
@@ -2090,6 +2094,29 @@ __device__ __forceinline__ unsigned int atomic_add_acq_rel_gpu(unsigned int* add
   return old;
 }
 
+// Stores the first M tokens' rows row_block .. row_block + 127 of y from red (token-major, kWideRowStride apart) as
+// bf16, threads tid of `threads`: a warp one token's 128 rows, 4 a thread as one 8-byte store where N % 4 == 0; rows
+// past N are never stored.
+__device__ __forceinline__ void store_wide_rows(const Params& p, const float* red, int row_block, int tid, int threads) {
+  constexpr int kRowVecs = kWideRows / 4;  // float4s a token
+  const int vecs = p.M * kRowVecs;
+  const bool whole = (p.N & 3) == 0;  // then 4 rows of y are 8-byte aligned
+  for (int v = tid; v < vecs; v += threads) {
+    const int m = v / kRowVecs, r = 4 * (v % kRowVecs);
+    const float4 s = reinterpret_cast<const float4*>(red + m * kWideRowStride)[v % kRowVecs];
+    uint16_t* y = p.y + static_cast<size_t>(m) * p.N + row_block + r;
+    if (whole && row_block + r + 3 < p.N) {
+      *reinterpret_cast<uint2*>(y) = make_uint2(bf16_bits_rn(s.x) | static_cast<uint32_t>(bf16_bits_rn(s.y)) << 16,
+                                                bf16_bits_rn(s.z) | static_cast<uint32_t>(bf16_bits_rn(s.w)) << 16);
+    } else {
+      const float vals[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (row_block + r + i < p.N) y[i] = bf16_bits_rn(vals[i]);
+    }
+  }
+}
+
 // After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums, token-major [TOK = 32 NB][128
 // rows] (kWideRowStride apart; tokens past M are zeros), escapes included. Without K splits the CTA stores the first M
 // tokens' rows. With k_splits > 1 it writes the first M tokens of its partial tile [TOK][128] fp32 in `partials`
@@ -2098,8 +2125,8 @@ __device__ __forceinline__ unsigned int atomic_add_acq_rel_gpu(unsigned int* add
 // tiles in split order from 0.f (the same bits whatever the arrival order; its own tile read back from red): it copies
 // the other splits' tiles with cp.async into `spare` (the spent ring, `spare_bytes`, at least one tile), as many as it
 // holds at once, each thread the float4s it sums itself, so the copies wait for the L2 once a batch (once for up to 64
-// tokens and 4 splits on the W12 ring) with no barrier between copy and sum; then it sets the counter back to 0.
-// Rows past N are never stored; a warp stores one token's 128 rows, 4 a thread as one 8-byte store where N % 4 == 0.
+// tokens and 4 splits on the W12 ring) with no barrier between copy and sum; then it sets the counter back to 0 and
+// stores the rows (store_wide_rows).
 template <int THREADS, int TOK>
 __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split,
                                                       unsigned char* spare, int spare_bytes) {
@@ -2164,21 +2191,7 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
     __syncthreads();
     if (tid == 0) wide_trace(kTraceReduced);
   }
-  const bool whole = (p.N & 3) == 0;  // then 4 rows of y are 8-byte aligned
-  for (int v = tid; v < vecs; v += THREADS) {
-    const int m = v / kRowVecs, r = 4 * (v % kRowVecs);
-    const float4 s = red_vec(v);
-    uint16_t* y = p.y + static_cast<size_t>(m) * p.N + row_block + r;
-    if (whole && row_block + r + 3 < p.N) {
-      *reinterpret_cast<uint2*>(y) = make_uint2(bf16_bits_rn(s.x) | static_cast<uint32_t>(bf16_bits_rn(s.y)) << 16,
-                                                bf16_bits_rn(s.z) | static_cast<uint32_t>(bf16_bits_rn(s.w)) << 16);
-    } else {
-      const float vals[4] = {s.x, s.y, s.z, s.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (row_block + r + i < p.N) y[i] = bf16_bits_rn(vals[i]);
-    }
-  }
+  store_wide_rows(p, red, row_block, tid, THREADS);
 }
 
 // kWideRows weight rows a CTA, stages s_lo .. s_hi - 1 of K (blockIdx.y of p.k_splits slices), 32 * NB token columns:
@@ -2294,6 +2307,210 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, PIPE, GROUPS), CTAS)
   __syncthreads();  // a CTA that is not its row block's last returned above with all its threads
   if (tid == 0) wide_trace(kTraceEnd);
 #endif
+}
+
+// The producer of tma_wide_stream_k_kernel (one thread): the run's units u_lo .. u_hi - 1 (unit u: row block u / stages,
+// stage u % stages) in order into ring slots 0, 1, ..., STAGES - 1, 0, ... across row blocks, so the ring does not
+// drain where a row block ends: each unit's weights' boxes and x's [32 NB][kWideStageK] box. As produce_tma_ring, the
+// first STAGES units' weights go out before griddep_wait and their x after it.
+template <int KIND, int STAGES>
+__device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_bytes, uint64_t* full_bar, uint64_t* empty_bar,
+                                                 long long u_lo, long long u_hi, int stages, const CUtensorMap* ae_map,
+                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map) {
+  const uint64_t stream = l2_evict_first();
+  const uint64_t keep = l2_evict_last();
+  const uint32_t tx = static_cast<uint32_t>(stage_bytes);
+  const int n = static_cast<int>(u_hi - u_lo);
+  const int first = min(n, STAGES);
+  auto weights = [&](int it, uint32_t full) {
+    const long long u = u_lo + it;
+    const int k0 = static_cast<int>(u % stages) * kWideStageK, row = static_cast<int>(u / stages) * kWideRows;
+    const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
+    tma_load_2d(st, ae_map, k0, row, full, stream);
+    if constexpr (KIND == kW12) tma_load_2d(st + kWideRows * kWideStageK, nib_map, k0 / 2, row, full, stream);
+  };
+  auto x_of = [&](int it, uint32_t full) {
+    const int k0 = static_cast<int>((u_lo + it) % stages) * kWideStageK;
+    tma_load_2d(smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes) + wide_weight_bytes(KIND), x_map, k0, 0, full, keep);
+  };
+  for (int it = 0; it < first; ++it) {
+    mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
+    weights(it, smem_addr(&full_bar[it]));
+  }
+  griddep_wait();
+  for (int it = 0; it < first; ++it) x_of(it, smem_addr(&full_bar[it]));
+  int s = first % STAGES;
+  uint32_t round = first == STAGES ? 1u : 0u;
+  for (int it = first; it < n; ++it) {
+    mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+    const uint32_t full = smem_addr(&full_bar[s]);
+    mbar_arrive_expect_tx(full, tx);
+    weights(it, full);
+    x_of(it, full);
+    if (++s == STAGES) s = 0, ++round;
+  }
+}
+
+// The sums a persistent wide CTA owes after its run (tma_wide_stream_k_kernel), by its EPI epilogue threads: for each
+// row block it counted a piece of (ticket: the counter's value before its count, held by e_tid 0), if its piece came
+// last, sum every piece's partial tile ([M][128] fp32 at the piece's slot, TOK tokens' room a slot) in piece order
+// from 0.f (8 pieces' loads in flight together, through the L2), store the rows and set the counter back to 0.
+template <int EPI, int TOK>
+__device__ __forceinline__ void finish_wide_stream_k_owed(const Params& p, float* red, const float* partials, unsigned int* counters,
+                                                          int owed0, unsigned int ticket0, int owed1, unsigned int ticket1,
+                                                          int n_owed, int stages, long long units, int e_tid, StreamKShared& sh) {
+  constexpr int kRowVecs = kWideRows / 4;
+  constexpr int kTileVec = TOK * kRowVecs;
+  const long long ctas = gridDim.x;
+  const int vecs = p.M * kRowVecs;
+  const float4* tiles = reinterpret_cast<const float4*>(partials);
+  for (int i = 0; i < n_owed; ++i) {
+    const int block = i == 0 ? owed0 : owed1;
+    const long long block_lo = static_cast<long long>(block) * stages;
+    const int first = stream_k_cta_of(block_lo, units, ctas);
+    const int n_pieces = stream_k_cta_of(block_lo + stages - 1, units, ctas) - first + 1;
+    if (e_tid == 0) {
+      sh.arrived_last = (i == 0 ? ticket0 : ticket1) == static_cast<unsigned int>(n_pieces - 1);
+      if (sh.arrived_last) counters[block] = 0u;  // every piece has arrived: ready for the next launch
+    }
+    if (e_tid < n_pieces) sh.slot[e_tid] = stream_k_slot(first + e_tid, block_lo, units, ctas);
+    epilogue_barrier(EPI);
+    if (sh.arrived_last) {
+      __threadfence();
+      for (int v = e_tid; v < vecs; v += EPI) {
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int q0 = 0; q0 < n_pieces; q0 += 8) {
+          float4 x[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            x[j] = q0 + j < n_pieces ? __ldcg(tiles + static_cast<size_t>(sh.slot[q0 + j]) * kTileVec + v) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            if (q0 + j < n_pieces) sum.x += x[j].x, sum.y += x[j].y, sum.z += x[j].z, sum.w += x[j].w;
+        }
+        reinterpret_cast<float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs] = sum;
+      }
+      epilogue_barrier(EPI);
+      store_wide_rows(p, red, block * kWideRows, e_tid, EPI);
+    }
+    epilogue_barrier(EPI);  // red, slot and arrived_last are read before the next block writes them
+  }
+}
+
+// tma_wide_kernel's ring, consumers and escape warps in persistent CTAs (README.md, "Persistent wide CTAs"): the
+// work of a call is units = 128-row blocks x stages, cut into gridDim.x contiguous runs of equal length, one a CTA
+// (stream_k_unit_lo), so the waves of a multi-wave call do not round up. The producer issues the run's units in order
+// into one ring (produce_wide_run); every other warp takes the run a segment (the units of one row block) at a time:
+// the consumers' K loop (consume_wide_ring from the segment's ring position), the escape warps' fold of its escapes,
+// then the epilogue, while the producer already fills the next segment's stages. A row block inside one run is stored
+// at once; one cut by CTA boundaries gets each piece's partial tile in the workspace (slot 2 CTA for the run's first
+// segment, 2 CTA + 1 for its last), and the piece counted last sums them in piece order after its run
+// (finish_wide_stream_k_owed), so the result does not depend on timing and no reduction holds a run's consumers.
+// One CTA an SM, the one-set loop; GROUPS stage groups as tma_wide_kernel's (the groups alternate by ring position).
+template <int KIND, int NB, int GROUPS>
+__global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
+    tma_wide_stream_k_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
+                             const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
+  constexpr int kStages = wide_stages(KIND, NB, 1) / GROUPS * GROUPS;
+  constexpr int kTok = NB * kWideBlockTokens;
+  constexpr int kThreads = wide_threads(KIND, NB, false, GROUPS);
+  constexpr int kConsumers = GROUPS * kWideConsumerWarps;
+  constexpr int kEpilogue = kThreads - 32;  // every warp but the producer's
+  constexpr int kRowVecs = kWideRows / 4;
+  constexpr int kTileVec = kTok * kRowVecs;  // float4s of a workspace slot
+  static_assert(kEpilogue >= kStreamKMaxPieces, "one epilogue thread a piece's slot");
+  static_assert(GROUPS == 1 || NB <= 2, "stage groups up to 64 tokens");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kStages];
+  __shared__ __align__(8) uint64_t empty_bar[kStages];
+  __shared__ StreamKShared sh;
+  unsigned char* smem =
+      smem_raw + ((kWideSwizzleAlign - (smem_addr(smem_raw) & (kWideSwizzleAlign - 1))) & (kWideSwizzleAlign - 1));
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int stages = p.K / kWideStageK;
+  const long long units = static_cast<long long>((p.N + kWideRows - 1) / kWideRows) * stages;
+  const long long ctas = gridDim.x;
+  const long long u_lo = stream_k_unit_lo(blockIdx.x, units, ctas);
+  const long long u_hi = stream_k_unit_lo(blockIdx.x + 1, units, ctas);
+  const int stage_bytes = wide_stage_bytes(KIND, NB);
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);  // [kTok][kWideRowStride]
+  float* rounds = red + kTok * kWideRowStride;  // the escape warps' rounds
+
+  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kWideConsumerWarps);  // a stage: one group's warps
+  __syncthreads();
+  if (warp == kConsumers) {
+    if (lane == 0) produce_wide_run<KIND, kStages>(smem, stage_bytes, full_bar, empty_bar, u_lo, u_hi, stages, &ae_map, &nib_map, &x_map);
+    griddep_launch_dependents();
+    return;
+  }
+  const bool consumer = warp < kConsumers;
+  const int e_tid = consumer ? tid : tid - 32;
+  const int group = warp / kWideConsumerWarps, group_warp = warp % kWideConsumerWarps;
+  float acc[NB][16];
+  // acc[j][4 i + e]: rows (g, g + 8) for e (0, 1) / (2, 3), tokens 32 j + 8 i + 2t + (e & 1), as tma_wide_kernel's.
+  auto add_sums = [&](bool first) {
+    const int g = lane >> 2, t = lane & 3, r0 = group_warp * 16 + g;
+#pragma unroll
+    for (int j = 0; j < NB; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float* v = red + (32 * j + 8 * i + 2 * t + (e & 1)) * kWideRowStride + r0 + (e >> 1) * 8;
+          if (KIND == kW12 || !first) *v += acc[j][4 * i + e];
+          else *v = acc[j][4 * i + e];
+        }
+  };
+  int owed0 = 0, owed1 = 0;  // the blocks this run has pieces of (at most two: its first segment and its last)
+  unsigned int ticket0 = 0u, ticket1 = 0u;
+  int n_owed = 0;
+  for (long long u = u_lo; u < u_hi;) {
+    const int block = static_cast<int>(u / stages);
+    const long long block_lo = static_cast<long long>(block) * stages;
+    const long long end = min(u_hi, block_lo + stages);
+    const int s_lo = static_cast<int>(u - block_lo), s_hi = static_cast<int>(end - block_lo);
+    const int row_block = block * kWideRows;
+    if (consumer) {
+      consume_wide_ring<KIND, NB, kStages, false, GROUPS>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, group_warp,
+                                                          lane, acc, group, static_cast<int>(u - u_lo));
+    } else if constexpr (KIND == kW12 && (SPECDEC_WIDE_ABLATE & 16) == 0) {
+      const int w = warp - kConsumers - 1;  // tokens 32 w .. 32 w + 31
+      fold_escapes<kWideBlockTokens, kWideRows, 1, kWideRowStride, (SPECDEC_WIDE_ABLATE & 32) == 0>(
+          p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red + w * kWideBlockTokens * kWideRowStride,
+          rounds + w * kWideEscapeRoundFloats, w * kWideBlockTokens);
+    }
+    if (end == u_hi) griddep_launch_dependents();  // this CTA reads no more weights
+    epilogue_barrier(kEpilogue);  // for W12 the escape sums are in red
+    if (consumer && group == 0) add_sums(true);
+    if constexpr (GROUPS == 2) {
+      epilogue_barrier(kEpilogue);
+      if (consumer && group == 1) add_sums(false);
+    }
+    griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
+    epilogue_barrier(kEpilogue);
+    if (s_lo == 0 && s_hi == stages) {  // the block lies in this run: no other piece
+      store_wide_rows(p, red, row_block, e_tid, kEpilogue);
+    } else {
+      float4* own = reinterpret_cast<float4*>(partials) + static_cast<size_t>(stream_k_slot(blockIdx.x, block_lo, units, ctas)) * kTileVec;
+      for (int v = e_tid; v < p.M * kRowVecs; v += kEpilogue)
+        __stcg(own + v, reinterpret_cast<const float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs]);
+      epilogue_barrier(kEpilogue);
+      if (e_tid == 0) {  // the barrier orders every thread's partial before this fence and count (cumulativity)
+        __threadfence();
+        const unsigned int t = atomicAdd(counters + block, 1u);
+        if (n_owed == 0) ticket0 = t;
+        else ticket1 = t;
+      }
+      if (n_owed == 0) owed0 = block;
+      else owed1 = block;
+      ++n_owed;
+    }
+    epilogue_barrier(kEpilogue);  // red is read before the next segment writes it
+    u = end;
+  }
+  finish_wide_stream_k_owed<kEpilogue, kTok>(p, red, partials, counters, owed0, ticket0, owed1, ticket1, n_owed, stages, units, e_tid,
+                                             sh);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
@@ -3150,6 +3367,40 @@ Plan make_wide_plan(int kind, int M, int N, int K, int sms, bool pipe, int asked
   return pl;
 }
 
+// The persistent wide kernel's plan (tma_wide_stream_k_kernel): one CTA an SM, at most one a kWideMinStagesPerSplit
+// units so that every run has at least that many stages, and few enough that a row block meets at most
+// kStreamKMaxPieces runs. The kernel does not read k_splits (1 here).
+Plan make_wide_stream_k_plan(int kind, int M, int N, int K, int sms) {
+  Plan pl{};
+  const int nb = wide_blocks(M);
+  pl.stream_k = true;
+  pl.rt_per_cta = kWideRows / 16;
+  pl.n_chunks = K / kWideStageK;
+  pl.row_blocks = (N + kWideRows - 1) / kWideRows;
+  pl.smem_bytes = wide_smem_bytes(kind, nb, 1);
+  pl.partial_tokens = nb * kWideBlockTokens;
+  const long long units = static_cast<long long>(pl.row_blocks) * pl.n_chunks;
+  long long ctas = units / kWideMinStagesPerSplit;
+  if (ctas > sms) ctas = sms;
+  // a block meets at most ctas / blocks + 2 runs: keep that within kStreamKMaxPieces
+  if (ctas > static_cast<long long>(pl.row_blocks) * (kStreamKMaxPieces - 2)) ctas = static_cast<long long>(pl.row_blocks) * (kStreamKMaxPieces - 2);
+  pl.grid_x = static_cast<int>(ctas < 1 ? 1 : ctas);
+  pl.k_splits = 1;
+  return pl;
+}
+
+// Whether a wide call runs the persistent kernel under `mode` (specdec_set_wide_stream_k: 0 never, 1 wherever it
+// applies, 2 where the split-K plan takes more than one wave of CTAs). It applies with one CTA an SM and the one-set
+// loop, in the shipped build (not a SPECDEC_WIDE_ABLATE one), with the default two stage groups up to 64 tokens.
+bool wide_stream_k_takes(int kind, int M, int N, int K, int sms, bool pipe, int asked_ctas, int groups, int mode) {
+  const int nb = wide_blocks(M);
+  if (SPECDEC_WIDE_ABLATE != 0 || pipe || mode == 0 || wide_ctas_per_sm(nb, pipe, asked_ctas) != 1) return false;
+  if (nb <= 2 && groups != 2) return false;
+  if (mode == 1) return true;
+  const Plan split = make_wide_plan(kind, M, N, K, sms, pipe, asked_ctas);
+  return static_cast<long long>(split.grid_x) * split.k_splits > sms;
+}
+
 int check_wide_sizes(int M, int N, int K) {
   if (M < 1 || M > kWideMaxTokens || N < 1 || K < kWideStageK || K % kWideStageK != 0) {
     snprintf(g_error, sizeof(g_error), "expected 1 <= M <= %d, N >= 1 and K a positive multiple of %d, got M=%d N=%d K=%d",
@@ -3198,6 +3449,45 @@ thread_local int g_wide_groups = 2;
 // Which one-set wide kernels with one CTA an SM this thread launches from now on run their loop unrolled over a pass
 // of the ring (specdec_set_wide_unroll): 1 all, 0 none, 2 (wide_unrolled's measured choice) all but W12 up to 32 tokens.
 thread_local int g_wide_unroll = 2;
+// Which wide calls this thread launches from now on run the persistent kernel (specdec_set_wide_stream_k; the modes of
+// wide_stream_k_takes).
+thread_local int g_wide_stream_k = 0;
+
+// The plan a wide call of this thread launches with: the persistent kernel's where it runs, else the split-K one.
+Plan wide_launch_plan(int kind, int M, int N, int K, int sms) {
+  return wide_stream_k_takes(kind, M, N, K, sms, g_wide_pipeline != 0, g_wide_ctas, g_wide_groups, g_wide_stream_k)
+             ? make_wide_stream_k_plan(kind, M, N, K, sms)
+             : make_wide_plan(kind, M, N, K, sms, g_wide_pipeline != 0, g_wide_ctas);
+}
+
+// tma_wide_stream_k_kernel<KIND, NB, GROUPS> on p (M <= 32 NB).
+template <int KIND, int NB, int GROUPS>
+int launch_wide_stream_k(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  static PerDevice<bool> attr_once;
+  bool& attr_set = attr_once.here();  // once per device, before any graph capture (the warm-up's call)
+  const auto kernel = tma_wide_stream_k_kernel<KIND, NB, GROUPS>;
+  if (!attr_set) {
+    if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB, 1))) return rc;
+    attr_set = true;
+  }
+  const int sms = sm_count();
+  if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
+  const Plan pl = make_wide_stream_k_plan(KIND, p.M, p.N, p.K, sms);
+  float* partials = nullptr;
+  unsigned int* counters = nullptr;
+  if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
+  CUtensorMap ae_map, nib_map, x_map;
+  if (int rc = encode_weight_maps<KIND>(p, kWideRows, kWideStageK, &ae_map, &nib_map, &x_map, NB * kWideBlockTokens,
+                                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_64B))
+    return rc;
+  p.rt_per_cta = pl.rt_per_cta;
+  p.k_splits = 1;
+  p.n_chunks = pl.n_chunks;
+  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), wide_threads(KIND, NB, false, GROUPS), pl.smem_bytes, stream, p,
+                                          partials, counters, ae_map, nib_map, x_map);
+  if (e != cudaSuccess) return fail("tma_wide_stream_k_kernel launch", e);
+  return 0;
+}
 
 // Whether a one-set wide call of `kind` over M tokens runs the unrolled loop under `mode` (g_wide_unroll's values). The
 // choice of mode 2 is measured (H100, benchmarks/NOTES.md, "The wide loop unrolled over a pass of the ring: measured"):
@@ -3209,6 +3499,14 @@ __host__ __device__ constexpr bool wide_unrolled(int kind, int M, int mode) {
 template <int KIND, bool PIPE>
 int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   if constexpr (!PIPE) {
+    if (wide_stream_k_takes(KIND, p.M, p.N, p.K, sm_count(), PIPE, g_wide_ctas, g_wide_groups, g_wide_stream_k)) {
+      switch (wide_blocks(p.M)) {
+        case 1: return launch_wide_stream_k<KIND, 1, 2>(p, workspace, workspace_bytes, stream);
+        case 2: return launch_wide_stream_k<KIND, 2, 2>(p, workspace, workspace_bytes, stream);
+        case 3: return launch_wide_stream_k<KIND, 3, 1>(p, workspace, workspace_bytes, stream);
+        default: return launch_wide_stream_k<KIND, 4, 1>(p, workspace, workspace_bytes, stream);
+      }
+    }
     if (wide_ctas_per_sm(wide_blocks(p.M), PIPE, g_wide_ctas) == 2)
       return wide_blocks(p.M) == 1 ? launch_wide_blocks<KIND, 1, PIPE, 2>(p, workspace, workspace_bytes, stream)
                                    : launch_wide_blocks<KIND, 2, PIPE, 2>(p, workspace, workspace_bytes, stream);
@@ -3250,7 +3548,7 @@ int wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
     sms = sm_count();
     if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
   }
-  write_split_plan(make_wide_plan(kind, M, N, K, sms, g_wide_pipeline != 0, g_wide_ctas), M, true, out);
+  write_split_plan(wide_launch_plan(kind, M, N, K, sms), M, true, out);
   out[6] = 1;
   return 0;
 }
@@ -3324,6 +3622,18 @@ void specdec_set_wide_stage_groups(int groups) { g_wide_groups = groups == 1 ? 1
 // Which wide kernels this thread launches from now on with one CTA an SM and the one-set loop run it unrolled over a
 // pass of the ring, its MMA descriptors uniform: 1 all, 0 none, 2 (other values) the Q view's and W12's above 32 tokens.
 void specdec_set_wide_unroll(int mode) { g_wide_unroll = mode == 0 || mode == 1 ? mode : 2; }
+
+// Which wide calls this thread launches from now on run the persistent kernel (tma_wide_stream_k_kernel): 0 none, 1
+// every one it applies to, 2 (other values) those whose split-K plan takes more than one wave of CTAs.
+void specdec_set_wide_stream_k(int mode) { g_wide_stream_k = mode == 0 || mode == 1 ? mode : 2; }
+
+// Whether a wide call (kind 1 W12 / 2 Q) on `sms` multiprocessors runs the persistent kernel under persistent mode
+// `mode` (as specdec_set_wide_stream_k takes it) with this thread's other wide settings: 1 or 0; host only. -1 for a
+// kind, sizes or mode the wide kernels do not take.
+int specdec_wide_stream_k_takes(int kind, int M, int N, int K, int sms, int mode) {
+  if ((kind != kW12 && kind != kQ) || sms <= 0 || check_wide_sizes(M, N, K) != 0 || mode < 0 || mode > 2) return -1;
+  return wide_stream_k_takes(kind, M, N, K, sms, g_wide_pipeline != 0, g_wide_ctas, g_wide_groups, mode) ? 1 : 0;
+}
 
 // Whether a one-set wide call (kind 1 W12 / 2 Q, 1 <= M <= 128) runs the unrolled loop under unroll mode `mode` (0, 1
 // or 2, as specdec_set_wide_unroll takes them): 1 or 0; host only. -1 for a kind, M or mode the wide kernels do not take.
@@ -3608,7 +3918,7 @@ int specdec_wide_plan(int kind, int M, int N, int K, int sms, long long* out) {
 // with the message set when the workspace is smaller than the plan needs.
 int specdec_wide_split_layout(int kind, int M, int N, int K, int sms, long long workspace_bytes, long long* out) {
   if ((kind != kW12 && kind != kQ) || sms <= 0 || check_wide_sizes(M, N, K)) return 3;
-  const Plan pl = make_wide_plan(kind, M, N, K, sms, g_wide_pipeline != 0, g_wide_ctas);
+  const Plan pl = wide_launch_plan(kind, M, N, K, sms);
   if (int rc = check_workspace(split_workspace_bytes(pl, M), workspace_bytes, M, N, K)) return rc;
   split_layout(pl, M, workspace_bytes, out);
   return 0;
