@@ -2322,16 +2322,21 @@ __device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_
   const uint32_t tx = static_cast<uint32_t>(stage_bytes);
   const int n = static_cast<int>(u_hi - u_lo);
   const int first = min(n, STAGES);
-  auto weights = [&](int it, uint32_t full) {
-    const long long u = u_lo + it;
-    const int k0 = static_cast<int>(u % stages) * kWideStageK, row = static_cast<int>(u / stages) * kWideRows;
-    const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
+  const int k_end = stages * kWideStageK;
+  // the unit's row and column kept as counters: a 64-bit division a stage would hold the one issuing thread up
+  int row = static_cast<int>(u_lo / stages) * kWideRows, k0 = static_cast<int>(u_lo % stages) * kWideStageK;
+  int x_k0 = k0;
+  auto weights = [&](int slot, uint32_t full) {
+    const uint32_t st = smem_addr(smem + static_cast<size_t>(slot) * stage_bytes);
     tma_load_2d(st, ae_map, k0, row, full, stream);
     if constexpr (KIND == kW12) tma_load_2d(st + kWideRows * kWideStageK, nib_map, k0 / 2, row, full, stream);
+    k0 += kWideStageK;
+    if (k0 == k_end) k0 = 0, row += kWideRows;
   };
-  auto x_of = [&](int it, uint32_t full) {
-    const int k0 = static_cast<int>((u_lo + it) % stages) * kWideStageK;
-    tma_load_2d(smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes) + wide_weight_bytes(KIND), x_map, k0, 0, full, keep);
+  auto x_of = [&](int slot, uint32_t full) {
+    tma_load_2d(smem_addr(smem + static_cast<size_t>(slot) * stage_bytes) + wide_weight_bytes(KIND), x_map, x_k0, 0, full, keep);
+    x_k0 += kWideStageK;
+    if (x_k0 == k_end) x_k0 = 0;
   };
   for (int it = 0; it < first; ++it) {
     mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
@@ -2345,8 +2350,8 @@ __device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_
     mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
     const uint32_t full = smem_addr(&full_bar[s]);
     mbar_arrive_expect_tx(full, tx);
-    weights(it, full);
-    x_of(it, full);
+    weights(s, full);
+    x_of(s, full);
     if (++s == STAGES) s = 0, ++round;
   }
 }
