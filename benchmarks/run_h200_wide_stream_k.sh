@@ -3,7 +3,7 @@
 # most needed first: the wide checks and compute-sanitizer memcheck over them with every wide call persistent
 # ($SPECDEC_WIDE_STREAM_K=1); the wide kernels (8B and 32B linears, 32 and 64 rows) beside cuBLAS bf16 without
 # programmatic launch, split-K (0) then persistent (1); the lean 8B target's 64-row verify step with the split-K kernel
-# (0) and with the persistent one on the calls whose split plan takes more than one wave (multi-wave).
+# (0) and with every wide call persistent (1; the default, ragged, takes none of the 8B step's calls).
 # Expected time on one H200: ~4.5 min (nvcc ~40 s where build/ lacks the library; checks ~25 s, memcheck ~60 s, each
 # timing ~35 s, each AR step ~35 s, torch start ~10 s a process). Caps: 60 + 90 + 2 x 50 + 2 x 60 = 370 s, plus the
 # build where build/ lacks the library (90 s).
@@ -30,7 +30,7 @@ for mode in 0 1; do
   echo "wide kernels, SPECDEC_WIDE_STREAM_K=$mode: exit $?"
 done
 unset SPECDEC_PDL
-for mode in 0 multi-wave; do
+for mode in 0 1; do
   export SPECDEC_WIDE_STREAM_K=$mode
   timeout 60 python3 -m benchmarks.kernels.bench_roofline --ar-step --verify-rows 64 --ar-budget-s 40 \
     --out "$OUT/wide_stream_k_ar_step_$mode.json" > "$OUT/wide_stream_k_ar_step_$mode.log" 2>&1
@@ -43,7 +43,7 @@ for mode in 0 1; do
   echo "=== SPECDEC_WIDE_STREAM_K=$mode ==="
   grep -E "^qwen3-(8b|32b) (gate_up|o|qkv|down|lm_head) [0-9]+:" "$OUT/wide_stream_k_$mode.log"
 done
-for mode in 0 multi-wave; do
+for mode in 0 1; do
   echo "=== AR step, SPECDEC_WIDE_STREAM_K=$mode ==="
   grep -E "^AR step (bf16|w12):|^verify step" "$OUT/wide_stream_k_ar_step_$mode.log"
 done

@@ -958,6 +958,7 @@ _WIDE_SHAPES += [(51200, 5120), (5120, 25600)]
 def test_wide_plan_fits_the_sm_and_fills_the_gpu(monkeypatch, kind, m, asked):
     _library_or_skip()
     monkeypatch.delenv("SPECDEC_WIDE_PIPELINE", raising=False)
+    monkeypatch.setenv("SPECDEC_WIDE_STREAM_K", "0")  # the split-K plan (the persistent one's: the test below)
     monkeypatch.setenv("SPECDEC_WIDE_CTAS", str(asked))
     sms = 132
     for n, k in _WIDE_SHAPES:
@@ -1022,7 +1023,7 @@ def test_the_wide_kernels_settings_read_the_environment(monkeypatch, env, reader
     ("env", "reader", "default", "others", "bad", "expected"),
     [
         ("SPECDEC_WIDE_UNROLL", "wide_unroll", "auto", ("1", "0", "auto"), "2", "'auto' or '1' or '0'"),
-        ("SPECDEC_WIDE_STREAM_K", "wide_stream_k", "0", ("1", "multi-wave", "0"), "auto", "'0' or '1' or 'multi-wave'"),
+        ("SPECDEC_WIDE_STREAM_K", "wide_stream_k", "ragged", ("1", "0", "ragged"), "auto", "'ragged' or '1' or '0'"),
         (
             "SPECDEC_SPLIT_WORKSPACE",
             "split_workspace_mode",
@@ -1096,23 +1097,25 @@ def test_wide_unrolled_keeps_w12_rolled_up_to_32_tokens_by_default(monkeypatch):
         wide_unrolled("q", 32, "yes")
 
 
-def test_the_persistent_wide_kernel_takes_multi_wave_calls_with_one_cta_an_sm(monkeypatch):
+def test_the_persistent_wide_kernel_takes_calls_with_a_ragged_last_wave_and_one_cta_an_sm(monkeypatch):
     _library_or_skip()
     from specdec.kernels.cuda.ops import wide_stream_k_takes
 
     for env in ("SPECDEC_WIDE_PIPELINE", "SPECDEC_WIDE_CTAS", "SPECDEC_WIDE_GROUPS", "SPECDEC_WIDE_STREAM_K"):
         monkeypatch.delenv(env, raising=False)
     sms = 132
-    # the 32B gate_up's split plan (400 row blocks x 2 splits) and the 8B lm_head's (1187 blocks) take several waves;
-    # the 8B o's (32 blocks x 4 splits) one
-    assert wide_stream_k_takes("w12", 64, 51200, 5120, sms, "multi-wave")
-    assert wide_stream_k_takes("q", 32, 151936, 4096, sms, "multi-wave")
-    assert not wide_stream_k_takes("w12", 64, 4096, 4096, sms, "multi-wave")
+    # ragged: the 32B gate_up's split plan (400 row blocks x 2 splits: 800 CTAs, 8 in the seventh wave); not the 8B
+    # lm_head's (1187 blocks, 131 in the ninth) nor the 8B gate_up's (384, 120 in the third) nor a one-wave call's
+    assert wide_stream_k_takes("w12", 64, 51200, 5120, sms, "ragged")
+    assert wide_stream_k_takes("q", 32, 51200, 5120, sms, "ragged")
+    assert not wide_stream_k_takes("q", 32, 151936, 4096, sms, "ragged")
+    assert not wide_stream_k_takes("w12", 64, 24576, 4096, sms, "ragged")
+    assert not wide_stream_k_takes("w12", 64, 4096, 4096, sms, "ragged")
     assert wide_stream_k_takes("w12", 64, 4096, 4096, sms, "1")
     assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms, "0")
-    assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms)  # unset: none
-    monkeypatch.setenv("SPECDEC_WIDE_STREAM_K", "multi-wave")
-    assert wide_stream_k_takes("w12", 64, 51200, 5120, sms)
+    assert wide_stream_k_takes("w12", 64, 51200, 5120, sms)  # unset: ragged
+    monkeypatch.setenv("SPECDEC_WIDE_STREAM_K", "0")
+    assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms)
     # the persistent kernel runs the one-set loop with one CTA an SM and, up to 64 tokens, two stage groups
     monkeypatch.setenv("SPECDEC_WIDE_PIPELINE", "1")
     assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms, "1")
@@ -1124,7 +1127,7 @@ def test_the_persistent_wide_kernel_takes_multi_wave_calls_with_one_cta_an_sm(mo
     monkeypatch.setenv("SPECDEC_WIDE_GROUPS", "1")
     assert not wide_stream_k_takes("w12", 32, 51200, 5120, sms, "1")
     assert wide_stream_k_takes("w12", 96, 51200, 5120, sms, "1")  # one group past 64 tokens anyway
-    with pytest.raises(ValueError, match=r"mode: expected one of \('0', '1', 'multi-wave'\), got 'auto'"):
+    with pytest.raises(ValueError, match=r"mode: expected one of \('ragged', '1', '0'\), got 'auto'"):
         wide_stream_k_takes("w12", 64, 4096, 4096, sms, "auto")
     with pytest.raises(ValueError, match=r"kind: expected 'w12' or 'q', got 'bf16'"):
         wide_stream_k_takes("bf16", 64, 4096, 4096, sms, "1")

@@ -144,8 +144,8 @@ WIDE_UNROLL_ENV = "SPECDEC_WIDE_UNROLL"
 WIDE_UNROLL_MODES = ("auto", "1", "0")
 _WIDE_UNROLL_CODES = {"0": 0, "1": 1, "auto": 2}  # specdec_set_wide_unroll's modes
 WIDE_STREAM_K_ENV = "SPECDEC_WIDE_STREAM_K"
-WIDE_STREAM_K_MODES = ("0", "1", "multi-wave")
-_WIDE_STREAM_K_CODES = {"0": 0, "1": 1, "multi-wave": 2}  # specdec_set_wide_stream_k's modes
+WIDE_STREAM_K_MODES = ("ragged", "1", "0")
+_WIDE_STREAM_K_CODES = {"0": 0, "1": 1, "ragged": 2}  # specdec_set_wide_stream_k's modes
 WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
 WIDE_MAX_TOKENS = 128  # four wgmma n-tiles of 32 tokens
 WIDE_STAGE_K = 64  # K of a ring stage: the wide ops need K % 64 == 0
@@ -391,21 +391,24 @@ def wide_unroll() -> str:
 
 
 def wide_stream_k() -> str:
-    """Which wide calls run the persistent kernel (``$SPECDEC_WIDE_STREAM_K``, read on every call): ``"0"`` (unset)
-    none, ``"1"`` every call it applies to, ``"multi-wave"`` those whose split-K plan takes more than one wave of CTAs
-    (:func:`wide_stream_k_takes` says for one call). Persistent, one CTA an SM takes an equal run of the call's
-    (row block, stage) units across row blocks, so a multi-wave call's last wave does not round up and each row
-    block's epilogue runs while the CTA's producer loads the next block's stages (``specdec/kernels/cuda/README.md``,
-    "Persistent wide CTAs"). Raises ValueError for any other value.
+    """Which wide calls run the persistent kernel (``$SPECDEC_WIDE_STREAM_K``, read on every call): ``"ragged"``
+    (unset) those whose split-K plan takes more than one wave of CTAs with its last wave under half full (the Qwen3-32B
+    gate_up: 800 CTAs, the last wave 8), ``"1"`` every call it applies to, ``"0"`` none (:func:`wide_stream_k_takes`
+    says for one call). Persistent, one CTA an SM takes an equal run of the call's (row block, stage) units across row
+    blocks, so a multi-wave call's last wave does not round up and each row block's epilogue runs while the CTA's
+    producer loads the next block's stages (``specdec/kernels/cuda/README.md``, "Persistent wide CTAs"). ``"ragged"``
+    is measured (H100, ``benchmarks/NOTES.md``, "Persistent wide CTAs: measured"): the 32B gate_up at 32-64 rows 3-14 %
+    faster (W12 212.7 -> 185.2 us at 64), every other Qwen3 linear slower persistent (lm_head 16-20 %, one-wave calls
+    up to 45 %). Raises ValueError for any other value.
 
     Example::
 
         >>> import os
         >>> os.environ.pop(WIDE_STREAM_K_ENV, None) and None
         >>> wide_stream_k()
-        '0'
+        'ragged'
     """
-    return _env_choice(WIDE_STREAM_K_ENV, "0", WIDE_STREAM_K_MODES, "which wide calls run the persistent kernel")
+    return _env_choice(WIDE_STREAM_K_ENV, "ragged", WIDE_STREAM_K_MODES, "which wide calls run the persistent kernel")
 
 
 def wide_stream_k_takes(kind: str, m: int, n: int, k: int, sms: int, mode: str | None = None) -> bool:
@@ -415,8 +418,8 @@ def wide_stream_k_takes(kind: str, m: int, n: int, k: int, sms: int, mode: str |
     tokens, two stage groups). Host only: needs the built library, not a GPU.
 
     Example (needs the built library, so not run as a doctest): ``wide_stream_k_takes("w12", 64, 51200, 5120, 132,
-    "multi-wave") is True`` (the split plan's 800 CTAs) and ``wide_stream_k_takes("w12", 64, 4096, 4096, 132,
-    "multi-wave") is False`` (128 CTAs).
+    "ragged") is True`` (the split plan's 800 CTAs, 8 in the last wave) and ``wide_stream_k_takes("w12", 64, 24576,
+    4096, 132, "ragged") is False`` (384 CTAs, 120 in the last wave).
     """
     if kind not in ("w12", "q"):
         raise ValueError(f"kind: expected 'w12' or 'q', got {kind!r}")

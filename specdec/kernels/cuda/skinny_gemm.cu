@@ -3395,15 +3395,20 @@ Plan make_wide_stream_k_plan(int kind, int M, int N, int K, int sms) {
 }
 
 // Whether a wide call runs the persistent kernel under `mode` (specdec_set_wide_stream_k: 0 never, 1 wherever it
-// applies, 2 where the split-K plan takes more than one wave of CTAs). It applies with one CTA an SM and the one-set
-// loop, in the shipped build (not a SPECDEC_WIDE_ABLATE one), with the default two stage groups up to 64 tokens.
+// applies, 2 where the split-K plan's CTAs take more than one wave and its last wave is under half full: there the
+// equal runs save most of a round, and only there did the persistent kernel gain on the H100, benchmarks/NOTES.md,
+// "Persistent wide CTAs: measured"). It applies with one CTA an SM and the one-set loop, in the shipped build (not a
+// SPECDEC_WIDE_ABLATE or SPECDEC_WIDE_TRACE one), with the default two stage groups up to 64 tokens.
 bool wide_stream_k_takes(int kind, int M, int N, int K, int sms, bool pipe, int asked_ctas, int groups, int mode) {
   const int nb = wide_blocks(M);
-  if (SPECDEC_WIDE_ABLATE != 0 || pipe || mode == 0 || wide_ctas_per_sm(nb, pipe, asked_ctas) != 1) return false;
+  if (SPECDEC_WIDE_ABLATE != 0 || SPECDEC_WIDE_TRACE != 0 || pipe || mode == 0 || wide_ctas_per_sm(nb, pipe, asked_ctas) != 1)
+    return false;
   if (nb <= 2 && groups != 2) return false;
   if (mode == 1) return true;
   const Plan split = make_wide_plan(kind, M, N, K, sms, pipe, asked_ctas);
-  return static_cast<long long>(split.grid_x) * split.k_splits > sms;
+  const long long ctas = static_cast<long long>(split.grid_x) * split.k_splits;
+  const long long last = ctas - (ctas - 1) / sms * sms;  // CTAs of the last wave
+  return ctas > sms && 2 * last < sms;
 }
 
 int check_wide_sizes(int M, int N, int K) {
@@ -3456,7 +3461,7 @@ thread_local int g_wide_groups = 2;
 thread_local int g_wide_unroll = 2;
 // Which wide calls this thread launches from now on run the persistent kernel (specdec_set_wide_stream_k; the modes of
 // wide_stream_k_takes).
-thread_local int g_wide_stream_k = 0;
+thread_local int g_wide_stream_k = 2;
 
 // The plan a wide call of this thread launches with: the persistent kernel's where it runs, else the split-K one.
 Plan wide_launch_plan(int kind, int M, int N, int K, int sms) {
@@ -3629,7 +3634,7 @@ void specdec_set_wide_stage_groups(int groups) { g_wide_groups = groups == 1 ? 1
 void specdec_set_wide_unroll(int mode) { g_wide_unroll = mode == 0 || mode == 1 ? mode : 2; }
 
 // Which wide calls this thread launches from now on run the persistent kernel (tma_wide_stream_k_kernel): 0 none, 1
-// every one it applies to, 2 (other values) those whose split-K plan takes more than one wave of CTAs.
+// every one it applies to, 2 (other values) those whose split-K plan's last wave of CTAs is under half full.
 void specdec_set_wide_stream_k(int mode) { g_wide_stream_k = mode == 0 || mode == 1 ? mode : 2; }
 
 // Whether a wide call (kind 1 W12 / 2 Q) on `sms` multiprocessors runs the persistent kernel under persistent mode
