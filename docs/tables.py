@@ -2024,12 +2024,9 @@ TOKEN_MAJOR_STEPS = {
 }
 
 
-def cuda_wide_token_major_h100(results: Results) -> str:
-    """The wide kernels with a token-major sums' tile and an escape warp a 32-token block against the library before
-    them (one H100 call, two libraries): each linear's cold time at 32 and 64 rows (us, x cuBLAS bf16 of the same pass),
-    the trace of the CTA that ends last at 64 rows (us a phase; the earlier build's trace from the call before, on
-    another H100), then the 64-row verify step."""
-    before, after = (results(name) for name in TOKEN_MAJOR_PASSES.values())
+def wide_pass_pair_rows(before: dict, after: dict) -> list[list[str]]:
+    """Rows of two ``bench_wide_w12`` runs side by side: each 8B and 32B linear at 32 and 64 rows, the W12 and Q wide
+    kernels' cold us (x cuBLAS bf16 of the same run) as ``before -> after``."""
 
     def timing(run: dict, model: str, linear: str, m: int, kind: str) -> dict:
         got = [
@@ -2052,10 +2049,43 @@ def cuda_wide_token_major_h100(results: Results) -> str:
                         f"{1e6 * a['cold_s']:.1f} ({a['x_cublas']:.2f}x) -> {1e6 * b['cold_s']:.1f} ({b['x_cublas']:.2f}x)"
                     )
                 rows.append(cells)
+    return rows
+
+
+def cuda_wide_token_major_h100(results: Results) -> str:
+    """The wide kernels with a token-major sums' tile and an escape warp a 32-token block against the library before
+    them (one H100 call, two libraries): each linear's cold time at 32 and 64 rows (us, x cuBLAS bf16 of the same pass),
+    the trace of the CTA that ends last at 64 rows (us a phase; the earlier build's trace from the call before, on
+    another H100), then the 64-row verify step."""
+    rows = wide_pass_pair_rows(*(results(name) for name in TOKEN_MAJOR_PASSES.values()))
     return "\n\n".join(
         [
             markdown_table(["model", "linear", "rows", "W12 us (x cuBLAS)", "Q us (x cuBLAS)"], rows),
             *wide_trace_and_steps(results, TOKEN_MAJOR_TRACES, TOKEN_MAJOR_STEPS, "library"),
+        ]
+    )
+
+
+STREAM_K_PASSES = {
+    "split-K": "wide_stream_k_h100_2026-12-06_counters_off.json",
+    "persistent": "wide_stream_k_h100_2026-12-06_counters_on.json",
+}
+STREAM_K_STEPS = {
+    "split-K": "ar_step_verify64_h100_2026-12-06_stream_k_counters_off.json",
+    "persistent on every multi-wave call": "ar_step_verify64_h100_2026-12-06_stream_k_counters_multi_wave.json",
+}
+
+
+def cuda_wide_stream_k_h100(results: Results) -> str:
+    """The persistent wide kernel (every wide call persistent) against the split-K one, one H100 call: each linear's
+    cold time at 32 and 64 rows (us, x cuBLAS bf16 of the same run), then the 64-row verify step with the split-K
+    kernel and with the persistent one on the multi-wave calls."""
+    rows = wide_pass_pair_rows(*(results(name) for name in STREAM_K_PASSES.values()))
+    step_rows = [[label, *verify_step_cells(results(name))] for label, name in STREAM_K_STEPS.items()]
+    return "\n\n".join(
+        [
+            markdown_table(["model", "linear", "rows", "W12 us (x cuBLAS)", "Q us (x cuBLAS)"], rows),
+            markdown_table(["wide kernel", "W12 verify, 64 rows", "bf16 verify, 64 rows"], step_rows),
         ]
     )
 
@@ -2179,6 +2209,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-goals-h100": cuda_goals_h100,
     "cuda-wide-round-trip-h100": cuda_wide_round_trip_h100,
     "cuda-wide-token-major-h100": cuda_wide_token_major_h100,
+    "cuda-wide-stream-k-h100": cuda_wide_stream_k_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
