@@ -173,9 +173,11 @@ def test_no_ring_consumer_releases_a_stage_with_a_shared_load_in_flight():
     # every ring kernel (bulk-copy, tensor-map split-K, persistent and row-tile: W12, Q and bf16 at 8 and 16 tokens; the
     # Q view's row tiles at 8 tokens also with two consumer stage groups; the wide W12 and Q kernels at 1-4 n-tiles of 32,
     # each with and without its decode pipelined, and at 1-2 n-tiles for two CTAs an SM and for two stage groups; their
-    # one-set loop unrolled over a pass of the ring at 1-4 n-tiles and, with two groups, at 1-2)
-    assert len(released) == 57, sorted(released)
+    # one-set loop unrolled over a pass of the ring at 1-4 n-tiles and, with two groups, at 1-2; the persistent wide
+    # W12 and Q kernels at 1-4 n-tiles)
+    assert len(released) == 65, sorted(released)
     assert sum("tma_wide_kernel" in name for name in released) == 36
+    assert sum("tma_wide_stream_k_kernel" in name for name in released) == 8
     assert not any(released.values()), {name: n for name, n in released.items() if n}
 
 
@@ -186,14 +188,14 @@ def test_every_tensor_map_gemm_signals_once_its_weights_are_read():
     signals = {
         name: sass_report.programmatic_signals(lines)
         for name, lines in _library_sass().items()
-        if re.search(r"tma_(gemm|stream_k|rows|wide)_kernel", name)
+        if re.search(r"tma_(gemm|stream_k|rows|wide|wide_stream_k)_kernel", name)
     }
     # three kernels x three kinds x 8 and 16 tokens, Q's two-group row tiles, the wide W12 and Q kernels at 1-4 n-tiles
     # (two forms each, a third at 1-2 for two CTAs an SM and a fourth at 1-2 for two stage groups; the unrolled loop of
-    # one group at 1-4 and of two at 1-2)
-    assert len(signals) == 55, sorted(signals)
-    persistent = {name: n for name, n in signals.items() if "tma_stream_k_kernel" in name}
-    assert len(persistent) == 6 and all(n == (1, 1) for n in persistent.values()), persistent
+    # one group at 1-4 and of two at 1-2), the persistent wide W12 and Q kernels at 1-4 n-tiles
+    assert len(signals) == 63, sorted(signals)
+    persistent = {name: n for name, n in signals.items() if "stream_k_kernel" in name}
+    assert len(persistent) == 14 and all(n == (1, 1) for n in persistent.values()), persistent
     assert all(n == (0, 1) for name, n in signals.items() if name not in persistent), signals
 
 

@@ -3420,19 +3420,20 @@ int check_wide_sizes(int M, int N, int K) {
   return 0;
 }
 
-// tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS, UNROLL> on p (M <= 32 NB).
-template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1, bool UNROLL = false>
-int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
-  static PerDevice<bool> attr_once;
+// Launches a wide kernel (`kernel`, `threads` a CTA, of NB token blocks) on p with the plan make_plan(sms) gives: the
+// kernel's shared-memory attribute (`attr_bytes`) once per device, the plan's workspace buffers, the tensor maps, a
+// grid of (grid_x, k_splits) CTAs. `what` names the kernel in errors.
+template <int KIND, int NB, typename Kernel, typename MakePlan>
+int launch_wide_kernel(Kernel kernel, PerDevice<bool>& attr_once, int threads, int attr_bytes, MakePlan make_plan, const char* what,
+                       Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   bool& attr_set = attr_once.here();  // once per device, before any graph capture (the warm-up's call)
-  const auto kernel = tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS, UNROLL>;
   if (!attr_set) {
-    if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB, CTAS))) return rc;
+    if (int rc = set_smem_attributes(kernel, attr_bytes)) return rc;
     attr_set = true;
   }
   const int sms = sm_count();
   if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  const Plan pl = make_wide_plan(KIND, p.M, p.N, p.K, sms, PIPE, CTAS);
+  const Plan pl = make_plan(sms);
   float* partials = nullptr;
   unsigned int* counters = nullptr;
   if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
@@ -3443,10 +3444,20 @@ int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cud
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
-  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, pl.k_splits, 1), wide_threads(KIND, NB, PIPE, GROUPS), pl.smem_bytes, stream, p,
-                                          partials, counters, ae_map, nib_map, x_map);
-  if (e != cudaSuccess) return fail("tma_wide_kernel launch", e);
+  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, pl.k_splits, 1), threads, pl.smem_bytes, stream, p, partials, counters,
+                                          ae_map, nib_map, x_map);
+  if (e != cudaSuccess) return fail(what, e);
   return 0;
+}
+
+// tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS, UNROLL> on p (M <= 32 NB).
+template <int KIND, int NB, bool PIPE, int CTAS, int GROUPS = 1, bool UNROLL = false>
+int launch_wide_blocks(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
+  static PerDevice<bool> attr_once;
+  return launch_wide_kernel<KIND, NB>(
+      tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS, UNROLL>, attr_once, wide_threads(KIND, NB, PIPE, GROUPS), wide_smem_bytes(KIND, NB, CTAS),
+      [&](int sms) { return make_wide_plan(KIND, p.M, p.N, p.K, sms, PIPE, CTAS); }, "tma_wide_kernel launch", p, workspace,
+      workspace_bytes, stream);
 }
 
 // Whether the wide kernels this thread launches from now on decode the next stage while a stage's MMAs run
@@ -3474,29 +3485,10 @@ Plan wide_launch_plan(int kind, int M, int N, int K, int sms) {
 template <int KIND, int NB, int GROUPS>
 int launch_wide_stream_k(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   static PerDevice<bool> attr_once;
-  bool& attr_set = attr_once.here();  // once per device, before any graph capture (the warm-up's call)
-  const auto kernel = tma_wide_stream_k_kernel<KIND, NB, GROUPS>;
-  if (!attr_set) {
-    if (int rc = set_smem_attributes(kernel, wide_smem_bytes(KIND, NB, 1))) return rc;
-    attr_set = true;
-  }
-  const int sms = sm_count();
-  if (sms <= 0) return fail("cudaDeviceGetAttribute(multiProcessorCount)", cudaGetLastError());
-  const Plan pl = make_wide_stream_k_plan(KIND, p.M, p.N, p.K, sms);
-  float* partials = nullptr;
-  unsigned int* counters = nullptr;
-  if (int rc = split_buffers(pl, p, workspace, workspace_bytes, &partials, &counters)) return rc;
-  CUtensorMap ae_map, nib_map, x_map;
-  if (int rc = encode_weight_maps<KIND>(p, kWideRows, kWideStageK, &ae_map, &nib_map, &x_map, NB * kWideBlockTokens,
-                                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_64B))
-    return rc;
-  p.rt_per_cta = pl.rt_per_cta;
-  p.k_splits = 1;
-  p.n_chunks = pl.n_chunks;
-  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), wide_threads(KIND, NB, false, GROUPS), pl.smem_bytes, stream, p,
-                                          partials, counters, ae_map, nib_map, x_map);
-  if (e != cudaSuccess) return fail("tma_wide_stream_k_kernel launch", e);
-  return 0;
+  return launch_wide_kernel<KIND, NB>(
+      tma_wide_stream_k_kernel<KIND, NB, GROUPS>, attr_once, wide_threads(KIND, NB, false, GROUPS), wide_smem_bytes(KIND, NB, 1),
+      [&](int sms) { return make_wide_stream_k_plan(KIND, p.M, p.N, p.K, sms); }, "tma_wide_stream_k_kernel launch", p, workspace,
+      workspace_bytes, stream);
 }
 
 // Whether a one-set wide call of `kind` over M tokens runs the unrolled loop under `mode` (g_wide_unroll's values). The
