@@ -1098,13 +1098,15 @@ def _(x, ae, base):
 
 def wide_plan(kind: str, m: int, n: int, k: int, sms: int) -> dict[str, int]:
     """The launch plan of :func:`w12_gemm_wide` (``kind="w12"``) or :func:`q_gemm_wide` (``"q"``) for a shape on ``sms``
-    multiprocessors (host code of the library; needs the built library, not a GPU), for the consumer loop and CTAs an
-    SM the ops launch now (:func:`wide_pipeline`, :func:`wide_ctas_per_sm`).
+    multiprocessors (host code of the library; needs the built library, not a GPU), for the consumer loop, CTAs an SM
+    and persistent mode the ops launch now (:func:`wide_pipeline`, :func:`wide_ctas_per_sm`, :func:`wide_stream_k`).
 
     Returns the keys of :func:`launch_plan`'s split-K kinds: ``row_tiles_per_cta`` (8: 128 rows), ``k_splits`` (CTAs a
     row block splitting K), ``chunks`` (K stages of 64 weights), ``ctas_x`` (row blocks of 128), ``shared_bytes``
     (dynamic shared memory a CTA), ``workspace_bytes`` (fp32 partial tiles of [32 NB tokens][128 rows], NB = ceil(m /
-    32), and row-block counters; 0 without K splits) and ``bulk_copies`` (1).
+    32), and row-block counters; 0 without K splits) and ``bulk_copies`` (1). For a call the persistent kernel takes
+    (:func:`wide_stream_k_takes`), ``ctas_x`` is its CTAs (one a run), ``k_splits`` the most runs a row block is cut
+    into, and the workspace two tiles a CTA and a counter a row block.
 
     Example (needs the built library, so not run as a doctest): ``wide_plan("w12", 64, 4096, 4096, 132)`` gives 32
     row blocks with ``k_splits == 4`` (128 CTAs: one wave on 132 SMs; with ``$SPECDEC_WIDE_CTAS=2``, 8 and 256: two
