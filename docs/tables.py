@@ -1696,11 +1696,10 @@ def cuda_wide_epilogue_h100(results: Results) -> str:
             (r,) = [r for r in run["timings"] if (r["model"], r["linear"], r["M"], r["kind"]) == ("qwen3-8b", linear, m, kind)]
             cells.append(f"{r['cold_s'] * 1e6:.1f} us ({r['x_cublas']:.2f}x)")
         rows.append(cells)
-    steps = [[label, *verify_step_cells(results(name))] for label, name in WIDE_EPILOGUE_STEPS]
     return "\n\n".join(
         [
             markdown_table(["8B linear", "rows", *(label for label, _, _ in columns)], rows),
-            markdown_table(["wide kernels", "W12 verify, 64 rows", "bf16 verify, 64 rows"], steps),
+            verify_steps_table(results, dict(WIDE_EPILOGUE_STEPS), "wide kernels"),
         ]
     )
 
@@ -1945,6 +1944,12 @@ def cuda_goals_h100(results: Results) -> str:
 WIDE_TRACE_PHASES = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store")
 
 
+def verify_steps_table(results: Results, steps: dict[str, str], what: str) -> str:
+    """The 64-row verify steps of ``bench_roofline --ar-step`` runs (label -> JSON), W12 and bf16, labelled by ``what``."""
+    step_rows = [[label, *verify_step_cells(results(name))] for label, name in steps.items()]
+    return markdown_table([what, "W12 verify, 64 rows", "bf16 verify, 64 rows"], step_rows)
+
+
 def wide_trace_and_steps(results: Results, traces: dict[str, str], steps: dict[str, str], what: str) -> list[str]:
     """Two tables of a change to the wide kernels: the 8B o, gate_up and lm_head at 64 rows from ``wide_trace.py``
     runs (label -> JSON; the CTA that ends last, us a phase of ``WIDE_TRACE_PHASES``, then the call's tail and span),
@@ -1956,10 +1961,9 @@ def wide_trace_and_steps(results: Results, traces: dict[str, str], steps: dict[s
                 cells = [f"{r['linear']} {r['kind'].upper()}, {label}"]
                 cells += ["-" if r["critical"][ph] is None else f"{r['critical'][ph] / 1e3:.1f}" for ph in WIDE_TRACE_PHASES]
                 rows.append(cells + [f"{r['tail'] / 1e3:.1f}", f"{r['span'] / 1e3:.1f}"])
-    step_rows = [[label, *verify_step_cells(results(name))] for label, name in steps.items()]
     return [
         markdown_table(["64 rows, build", *WIDE_TRACE_PHASES, "tail", "span"], rows),
-        markdown_table([what, "W12 verify, 64 rows", "bf16 verify, 64 rows"], step_rows),
+        verify_steps_table(results, steps, what),
     ]
 
 
@@ -2081,11 +2085,10 @@ def cuda_wide_stream_k_h100(results: Results) -> str:
     cold time at 32 and 64 rows (us, x cuBLAS bf16 of the same run), then the 64-row verify step with the split-K
     kernel and with the persistent one on the multi-wave calls."""
     rows = wide_pass_pair_rows(*(results(name) for name in STREAM_K_PASSES.values()))
-    step_rows = [[label, *verify_step_cells(results(name))] for label, name in STREAM_K_STEPS.items()]
     return "\n\n".join(
         [
             markdown_table(["model", "linear", "rows", "W12 us (x cuBLAS)", "Q us (x cuBLAS)"], rows),
-            markdown_table(["wide kernel", "W12 verify, 64 rows", "bf16 verify, 64 rows"], step_rows),
+            verify_steps_table(results, STREAM_K_STEPS, "wide kernel"),
         ]
     )
 

@@ -398,8 +398,8 @@ def wide_stream_k() -> str:
     blocks, so a multi-wave call's last wave does not round up and each row block's epilogue runs while the CTA's
     producer loads the next block's stages (``specdec/kernels/cuda/README.md``, "Persistent wide CTAs"). ``"ragged"``
     is measured (H100, ``benchmarks/NOTES.md``, "Persistent wide CTAs: measured"): the 32B gate_up at 32-64 rows 3-14 %
-    faster (W12 212.7 -> 185.2 us at 64), every other Qwen3 linear slower persistent (lm_head 16-20 %, one-wave calls
-    up to 45 %). Raises ValueError for any other value.
+    faster (W12 212.7 -> 185.2 us at 64), every other Qwen3 linear level or slower persistent (lm_head 10-20 %,
+    one-wave calls 9-46 %). Raises ValueError for any other value.
 
     Example::
 
