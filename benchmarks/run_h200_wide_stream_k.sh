@@ -2,12 +2,13 @@
 # The persistent wide kernel (tma_wide_stream_k_kernel, $SPECDEC_WIDE_STREAM_K) against the split-K one, in one call,
 # most needed first: the wide checks and compute-sanitizer memcheck over them with every wide call persistent
 # ($SPECDEC_WIDE_STREAM_K=1); the wide kernels (8B and 32B linears, 32 and 64 rows) beside cuBLAS bf16 without
-# programmatic launch, split-K (0) then persistent (1); the lean 8B target's 64-row verify step with the split-K kernel
-# (0) and with every wide call persistent (1; the default, ragged, takes none of the 8B step's calls).
-# Expected time on one H200: ~4.5 min (nvcc ~40 s where build/ lacks the library; checks ~25 s, memcheck ~60 s, each
-# timing ~35 s, each AR step ~35 s, torch start ~10 s a process). Caps: 60 + 90 + 2 x 50 + 2 x 60 = 370 s, plus the
-# build where build/ lacks the library (90 s).
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_stream_k.sh
+# programmatic launch, split-K (0) then persistent (1), and persistent with BEFORE_SO (a library built from an earlier
+# commit, labelled `before`) where one is given; the lean 8B target's 64-row verify step with the split-K kernel (0)
+# and with every wide call persistent (1); then 17, 96 and 128 rows, split-K (0) and the default rule (ragged).
+# Expected time on one H200: ~7 min (nvcc ~40 s where build/ lacks the library; checks ~25 s, memcheck ~60 s, each
+# timing ~35 s, each AR step ~35 s, torch start ~10 s a process). Caps: 60 + 90 + 3 x 50 + 2 x 60 + 2 x 60 = 540 s,
+# plus the build where build/ lacks the library (90 s).
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_stream_k.sh [BEFORE_SO]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
@@ -23,12 +24,20 @@ echo "wide checks, persistent: exit $?"
 timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m benchmarks.kernels.bench_wide_w12 --checks-only \
   --models qwen3-8b --out "$OUT/wide_stream_k_memcheck.json" > "$OUT/wide_stream_k_memcheck.log" 2>&1
 echo "memcheck, persistent: exit $? (0 clean, 9 errors)"
-for mode in 0 1; do
-  export SPECDEC_WIDE_STREAM_K=$mode
+modes="0 1"
+for mode in 0 1 before; do
+  if [ "$mode" = before ]; then
+    [ -f "${1:-}" ] || continue
+    export SPECDEC_CUDA_KERNELS=$1 SPECDEC_WIDE_STREAM_K=1
+    modes="0 1 before"
+  else
+    export SPECDEC_WIDE_STREAM_K=$mode
+  fi
   timeout 50 python3 -m benchmarks.kernels.bench_wide_w12 --rows 32,64 --kernels cublas_bf16,cuda_w12_wide,cuda_q_wide \
     --budget-s 32 --out "$OUT/wide_stream_k_$mode.json" > "$OUT/wide_stream_k_$mode.log" 2>&1
   echo "wide kernels, SPECDEC_WIDE_STREAM_K=$mode: exit $?"
 done
+export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so
 unset SPECDEC_PDL
 for mode in 0 1; do
   export SPECDEC_WIDE_STREAM_K=$mode
@@ -36,12 +45,23 @@ for mode in 0 1; do
     --out "$OUT/wide_stream_k_ar_step_$mode.json" > "$OUT/wide_stream_k_ar_step_$mode.log" 2>&1
   echo "AR step, verify 64 rows, SPECDEC_WIDE_STREAM_K=$mode: exit $?"
 done
-unset SPECDEC_CUDA_KERNELS SPECDEC_WIDE_STREAM_K
+export SPECDEC_PDL=0
+for mode in 0 ragged; do
+  export SPECDEC_WIDE_STREAM_K=$mode
+  timeout 60 python3 -m benchmarks.kernels.bench_wide_w12 --rows 17,96,128 --kernels cublas_bf16,cuda_w12_wide,cuda_q_wide \
+    --budget-s 42 --out "$OUT/wide_stream_k_rows_$mode.json" > "$OUT/wide_stream_k_rows_$mode.log" 2>&1
+  echo "wide kernels at 17, 96, 128 rows, SPECDEC_WIDE_STREAM_K=$mode: exit $?"
+done
+unset SPECDEC_CUDA_KERNELS SPECDEC_WIDE_STREAM_K SPECDEC_PDL
 grep -E "^checks|FAILED" "$OUT"/wide_stream_k_checks.log | head -3
 tail -n 2 "$OUT/wide_stream_k_memcheck.log"
-for mode in 0 1; do
+for mode in $modes; do
   echo "=== SPECDEC_WIDE_STREAM_K=$mode ==="
   grep -E "^qwen3-(8b|32b) (gate_up|o|qkv|down|lm_head) [0-9]+:" "$OUT/wide_stream_k_$mode.log"
+done
+for mode in 0 ragged; do
+  echo "=== 17, 96, 128 rows, SPECDEC_WIDE_STREAM_K=$mode ==="
+  grep -E "^qwen3-(8b|32b) (gate_up|o|qkv|down|lm_head) [0-9]+:" "$OUT/wide_stream_k_rows_$mode.log"
 done
 for mode in 0 1; do
   echo "=== AR step, SPECDEC_WIDE_STREAM_K=$mode ==="

@@ -1112,6 +1112,10 @@ def test_the_persistent_wide_kernel_takes_calls_with_a_ragged_last_wave_and_one_
     assert not wide_stream_k_takes("w12", 64, 24576, 4096, sms, "ragged")
     assert not wide_stream_k_takes("w12", 64, 4096, 4096, sms, "ragged")
     assert wide_stream_k_takes("w12", 64, 4096, 4096, sms, "1")
+    # its unit arithmetic is 32-bit: units x (CTAs + 1) must fit in an int (65,536 row blocks x 240 stages x 133 does,
+    # x 256 stages does not)
+    assert wide_stream_k_takes("w12", 64, 128 * 65536, 64 * 240, sms, "1")
+    assert not wide_stream_k_takes("w12", 64, 128 * 65536, 64 * 256, sms, "1")
     assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms, "0")
     assert wide_stream_k_takes("w12", 64, 51200, 5120, sms)  # unset: ragged
     monkeypatch.setenv("SPECDEC_WIDE_STREAM_K", "0")

@@ -26,6 +26,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -1365,16 +1366,21 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 // so no reduction holds its consumers mid-run. Piece j of a row block is CTA (first CTA of the block) + j; its partial
 // goes to slot 2 CTA (the CTA's first segment) or 2 CTA + 1 (its last), so the partials take 2 x gridDim.x tiles.
 constexpr int kStreamKMaxPieces = 64;  // pieces of a row block at most (make_stream_k_plan keeps the CTAs below it)
-__host__ __device__ __forceinline__ long long stream_k_unit_lo(long long cta, long long units, long long ctas) {
+// I: the integer type of the unit arithmetic, long long, or int where units x (CTAs + 1) fits in one (the wide
+// kernel's: a 32-bit division is a fraction of a 64-bit one's instructions).
+template <typename I>
+__host__ __device__ __forceinline__ I stream_k_unit_lo(I cta, I units, I ctas) {
   return cta * units / ctas;
 }
 // The CTA whose run holds unit u: the largest c with stream_k_unit_lo(c) <= u.
-__host__ __device__ __forceinline__ int stream_k_cta_of(long long u, long long units, long long ctas) {
+template <typename I>
+__host__ __device__ __forceinline__ int stream_k_cta_of(I u, I units, I ctas) {
   return static_cast<int>(((u + 1) * ctas + units - 1) / units - 1);
 }
 // Workspace slot of CTA c's piece of the row block whose first unit is `block_lo`.
-__host__ __device__ __forceinline__ int stream_k_slot(int c, long long block_lo, long long units, long long ctas) {
-  return 2 * c + (stream_k_unit_lo(c, units, ctas) < block_lo ? 1 : 0);
+template <typename I>
+__host__ __device__ __forceinline__ int stream_k_slot(int c, I block_lo, I units, I ctas) {
+  return 2 * c + (stream_k_unit_lo<I>(c, units, ctas) < block_lo ? 1 : 0);
 }
 
 __device__ __forceinline__ void epilogue_barrier(int threads) { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); }
@@ -1414,13 +1420,13 @@ __device__ __forceinline__ void finish_stream_k_owed(const Params& p, float* red
     const int block = i == 0 ? owed0 : owed1;
     const unsigned int ticket = i == 0 ? ticket0 : ticket1;
     const long long block_lo = static_cast<long long>(block) * stages;
-    const int first = stream_k_cta_of(block_lo, units, ctas);
-    const int n_pieces = stream_k_cta_of(block_lo + stages - 1, units, ctas) - first + 1;
+    const int first = stream_k_cta_of<long long>(block_lo, units, ctas);
+    const int n_pieces = stream_k_cta_of<long long>(block_lo + stages - 1, units, ctas) - first + 1;
     if (e_tid == 0) {
       sh.arrived_last = ticket == static_cast<unsigned int>(n_pieces - 1);
       if (sh.arrived_last) counters[block] = 0u;  // every piece has arrived: ready for the next launch
     }
-    if (e_tid < n_pieces) sh.slot[e_tid] = stream_k_slot(first + e_tid, block_lo, units, ctas);
+    if (e_tid < n_pieces) sh.slot[e_tid] = stream_k_slot<long long>(first + e_tid, block_lo, units, ctas);
     epilogue_barrier(EPI);
     if (sh.arrived_last) {
       __threadfence();
@@ -1466,8 +1472,8 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   const int warp = tid >> 5, lane = tid & 31;
   const int stages = (p.K + kBulkStageK - 1) / kBulkStageK;
   const long long units = static_cast<long long>((p.N + kStreamRows - 1) / kStreamRows) * stages;
-  const long long u_lo = stream_k_unit_lo(blockIdx.x, units, gridDim.x);
-  const long long u_hi = stream_k_unit_lo(blockIdx.x + 1, units, gridDim.x);
+  const long long u_lo = stream_k_unit_lo<long long>(blockIdx.x, units, gridDim.x);
+  const long long u_hi = stream_k_unit_lo<long long>(blockIdx.x + 1, units, gridDim.x);
   const int stage_bytes = tma_stage_bytes(KIND, p.M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
   float* esc = red + kHalves * kStreamRows * TOK;
@@ -1560,7 +1566,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
       store_block_rows<TOK>(p, red, block, e_tid);
     } else {
       const int tile_values = kStreamRows * M;
-      float* own = partials + static_cast<size_t>(stream_k_slot(blockIdx.x, block_lo, units, ctas)) * tile_values;
+      float* own = partials + static_cast<size_t>(stream_k_slot<long long>(blockIdx.x, block_lo, units, ctas)) * tile_values;
       for (int e = e_tid; e < tile_values; e += kEpilogue) own[e] = red[(e / M) * TOK + e % M];
       epilogue_barrier(kEpilogue);
       if (e_tid == 0) {  // the barrier orders every thread's partial before this fence and count (cumulativity)
@@ -1937,8 +1943,8 @@ __device__ __forceinline__ uint32_t decode_natural(uint32_t w, uint32_t n, uint3
 // (STAGES / GROUPS stages), so that each copy's slot is a constant and the stage's MMA descriptors are uniform values
 // (uniform-pipe adds on the ring's base) rather than vector adds moved to uniform registers, two moves an MMA.
 // pos0: the ring position of stage s_lo, for a CTA whose ring runs on over several row blocks (tma_wide_stream_k_kernel;
-// the rolled loops only): stage s_lo + i is in slot (pos0 + i) % STAGES on lap (pos0 + i) / STAGES, and with stage
-// groups group g takes the stages whose position is g modulo GROUPS.
+// the one-set loops): stage s_lo + i is in slot (pos0 + i) % STAGES on lap (pos0 + i) / STAGES, and with stage groups
+// group g takes the stages whose position is g modulo GROUPS (the slots g, g + GROUPS, ...: STAGES % GROUPS == 0).
 template <int KIND, int NB, int STAGES, bool PIPE, int GROUPS = 1, bool UNROLL = false, int GROUP = 0>
 __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                   uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
@@ -2028,10 +2034,14 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
   };
   if constexpr (UNROLL) {
     constexpr int kPass = STAGES / GROUPS;  // the group's stages in one pass of the ring: slots GROUP, GROUP + GROUPS, ...
-    for (int first = s_lo + GROUP; first < s_hi; first += STAGES, ++round) {
+    // lap: the stage index less s_lo of slot GROUP on lap `round` (negative before pos0 on the first lap)
+    const int n = s_hi - s_lo;
+    round = static_cast<uint32_t>(pos0 / STAGES);
+    for (int lap = GROUP - pos0 % STAGES; lap < n; lap += STAGES, ++round) {
 #pragma unroll
       for (int u = 0; u < kPass; ++u) {
-        if (first + GROUPS * u >= s_hi) break;
+        if (lap + GROUPS * u >= n) break;
+        if (pos0 != 0 && lap + GROUPS * u < 0) continue;
         s = GROUP + GROUPS * u;
         uint32_t a[4][4];
         issue_stage(decode_stage(a), a);
@@ -2117,30 +2127,78 @@ __device__ __forceinline__ void store_wide_rows(const Params& p, const float* re
   }
 }
 
+// Sums n partial tiles in order q = 0 .. n - 1 from 0.f into red (token-major [TOK][128] fp32, kWideRowStride apart;
+// the first M tokens), threads tid of THREADS: tile q is red's own sums where q == own (-1: none), else the workspace
+// tile tile(q) ([TOK][128] fp32 as float4s of 4 rows). The workspace tiles are copied with cp.async into `spare` (the
+// spent ring, spare_bytes, at least one tile), as many as it holds at once, each thread the float4s it sums itself,
+// so the copies wait for the L2 once a batch (once for up to 64 tokens and 4 tiles on the W12 ring) with no barrier
+// between copy and sum; the same bits whatever order the tiles arrived in. The caller orders the tiles' stores before
+// the copies (an acquire of their count, then a barrier).
+template <int THREADS, int TOK, typename Tile>
+__device__ __forceinline__ void sum_wide_tiles(int M, float* red, Tile tile, int n, int own, unsigned char* spare, int spare_bytes,
+                                               int tid) {
+  constexpr int kRowVecs = kWideRows / 4;  // float4s a token
+  constexpr int kTileVec = TOK * kRowVecs;
+  constexpr int kVecs = (kTileVec + THREADS - 1) / THREADS;  // float4s a thread sums at most
+  const int vecs = M * kRowVecs;  // the float4s of the first M tokens
+  auto red_vec = [&](int v) -> float4& { return reinterpret_cast<float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs]; };
+  float4* slots = reinterpret_cast<float4*>(spare);
+  const int capacity = spare_bytes / (kTileVec * 16);
+  float4 sum[kVecs];
+#pragma unroll
+  for (int u = 0; u < kVecs; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int q0 = 0; q0 < n;) {
+    int q1 = q0, taken = 0;  // tiles q0 .. q1 - 1: at most `capacity` other than own
+    while (q1 < n && (q1 == own || taken < capacity)) taken += q1++ != own;
+    for (int q = q0, slot = 0; q < q1; ++q) {
+      if (q == own) continue;
+      const float4* src = tile(q);
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u) {
+        const int v = u * THREADS + tid;
+        if (v < vecs) cp_async16(slots + slot * kTileVec + v, src + v);
+      }
+      ++slot;
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    for (int q = q0, slot = 0; q < q1; ++q) {
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u) {
+        const int v = u * THREADS + tid;
+        if (v >= vecs) continue;
+        const float4 x = q == own ? red_vec(v) : slots[slot * kTileVec + v];
+        sum[u].x += x.x, sum[u].y += x.y, sum[u].z += x.z, sum[u].w += x.w;
+      }
+      slot += q != own;
+    }
+    q0 = q1;
+  }
+#pragma unroll
+  for (int u = 0; u < kVecs; ++u)
+    if (u * THREADS + tid < vecs) red_vec(u * THREADS + tid) = sum[u];
+}
+
 // After the K loop of tma_wide_kernel (all THREADS threads): red holds the CTA's sums, token-major [TOK = 32 NB][128
 // rows] (kWideRowStride apart; tokens past M are zeros), escapes included. Without K splits the CTA stores the first M
 // tokens' rows. With k_splits > 1 it writes the first M tokens of its partial tile [TOK][128] fp32 in `partials`
 // (float4s of 4 rows), and one barrier then thread 0's acquire-release add on the row block's counter order those
 // stores for the last CTA (the release covers what the CTA's threads stored before the barrier). The last CTA sums the
-// tiles in split order from 0.f (the same bits whatever the arrival order; its own tile read back from red): it copies
-// the other splits' tiles with cp.async into `spare` (the spent ring, `spare_bytes`, at least one tile), as many as it
-// holds at once, each thread the float4s it sums itself, so the copies wait for the L2 once a batch (once for up to 64
-// tokens and 4 splits on the W12 ring) with no barrier between copy and sum; then it sets the counter back to 0 and
-// stores the rows (store_wide_rows).
+// tiles in split order (sum_wide_tiles: its own tile read back from red, the others through `spare`, the spent ring
+// of `spare_bytes`); then it sets the counter back to 0 and stores the rows (store_wide_rows).
 template <int THREADS, int TOK>
 __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* red, float* partials, unsigned int* counters, int split,
                                                       unsigned char* spare, int spare_bytes) {
   __shared__ int arrived_last;
   constexpr int kRowVecs = kWideRows / 4;  // float4s a token
   constexpr int kTileVec = TOK * kRowVecs;
-  constexpr int kVecs = (kTileVec + THREADS - 1) / THREADS;  // float4s a thread sums at most
   const int M = p.M, tid = threadIdx.x;
   const int vecs = M * kRowVecs;  // the float4s of the first M tokens
   const int row_block = blockIdx.x * kWideRows;
-  auto red_vec = [&](int v) -> float4& { return reinterpret_cast<float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs]; };
   if (p.k_splits > 1) {
     float4* tiles = reinterpret_cast<float4*>(partials) + static_cast<size_t>(blockIdx.x) * p.k_splits * kTileVec;
-    for (int v = tid; v < vecs; v += THREADS) __stcg(tiles + static_cast<size_t>(split) * kTileVec + v, red_vec(v));
+    for (int v = tid; v < vecs; v += THREADS)
+      __stcg(tiles + static_cast<size_t>(split) * kTileVec + v, reinterpret_cast<const float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs]);
     __syncthreads();
     if (tid == 0) {
       wide_trace(kTracePartial);
@@ -2154,40 +2212,9 @@ __device__ __forceinline__ void finish_wide_row_block(const Params& p, float* re
       wide_trace_value(kTraceMeta, wide_trace_meta(split, arrived_last, p.k_splits));
     }
     if (!arrived_last) return;
-    float4* slots = reinterpret_cast<float4*>(spare);
-    const int capacity = spare_bytes / (kTileVec * 16);
-    float4 sum[kVecs];
-#pragma unroll
-    for (int u = 0; u < kVecs; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int q0 = 0; q0 < p.k_splits;) {
-      int q1 = q0, taken = 0;  // splits q0 .. q1 - 1: at most `capacity` other than this CTA's
-      while (q1 < p.k_splits && (q1 == split || taken < capacity)) taken += q1++ != split;
-      for (int q = q0, slot = 0; q < q1; ++q) {
-        if (q == split) continue;
-#pragma unroll
-        for (int u = 0; u < kVecs; ++u) {
-          const int v = u * THREADS + tid;
-          if (v < vecs) cp_async16(slots + slot * kTileVec + v, tiles + static_cast<size_t>(q) * kTileVec + v);
-        }
-        ++slot;
-      }
-      cp_async_commit();
-      cp_async_wait_all();
-      for (int q = q0, slot = 0; q < q1; ++q) {
-#pragma unroll
-        for (int u = 0; u < kVecs; ++u) {
-          const int v = u * THREADS + tid;
-          if (v >= vecs) continue;
-          const float4 x = q == split ? red_vec(v) : slots[slot * kTileVec + v];
-          sum[u].x += x.x, sum[u].y += x.y, sum[u].z += x.z, sum[u].w += x.w;
-        }
-        slot += q != split;
-      }
-      q0 = q1;
-    }
-#pragma unroll
-    for (int u = 0; u < kVecs; ++u)
-      if (u * THREADS + tid < vecs) red_vec(u * THREADS + tid) = sum[u];
+    sum_wide_tiles<THREADS, TOK>(
+        M, red, [&](int q) -> const float4* { return tiles + static_cast<size_t>(q) * kTileVec; }, p.k_splits, split, spare, spare_bytes,
+        tid);
     __syncthreads();
     if (tid == 0) wide_trace(kTraceReduced);
   }
@@ -2315,16 +2342,16 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, PIPE, GROUPS), CTAS)
 // first STAGES units' weights go out before griddep_wait and their x after it.
 template <int KIND, int STAGES>
 __device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_bytes, uint64_t* full_bar, uint64_t* empty_bar,
-                                                 long long u_lo, long long u_hi, int stages, const CUtensorMap* ae_map,
+                                                 int u_lo, int u_hi, int stages, const CUtensorMap* ae_map,
                                                  const CUtensorMap* nib_map, const CUtensorMap* x_map) {
   const uint64_t stream = l2_evict_first();
   const uint64_t keep = l2_evict_last();
   const uint32_t tx = static_cast<uint32_t>(stage_bytes);
-  const int n = static_cast<int>(u_hi - u_lo);
+  const int n = u_hi - u_lo;
   const int first = min(n, STAGES);
   const int k_end = stages * kWideStageK;
-  // the unit's row and column kept as counters: a 64-bit division a stage would hold the one issuing thread up
-  int row = static_cast<int>(u_lo / stages) * kWideRows, k0 = static_cast<int>(u_lo % stages) * kWideStageK;
+  // the unit's row and column kept as counters: a division a stage would hold the one issuing thread up
+  int row = (u_lo / stages) * kWideRows, k0 = (u_lo % stages) * kWideStageK;
   int x_k0 = k0;
   auto weights = [&](int slot, uint32_t full) {
     const uint32_t st = smem_addr(smem + static_cast<size_t>(slot) * stage_bytes);
@@ -2357,44 +2384,32 @@ __device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_
 }
 
 // The sums a persistent wide CTA owes after its run (tma_wide_stream_k_kernel), by its EPI epilogue threads: for each
-// row block it counted a piece of (ticket: the counter's value before its count, held by e_tid 0), if its piece came
-// last, sum every piece's partial tile ([M][128] fp32 at the piece's slot, TOK tokens' room a slot) in piece order
-// from 0.f (8 pieces' loads in flight together, through the L2), store the rows and set the counter back to 0.
+// row block it counted a piece of (ticket: the counter's value before its count, taken by e_tid 0 with an
+// acquire-release add, so a last piece's e_tid 0 has acquired every other piece's partial tile), if its piece came
+// last, sum every piece's partial tile ([M][128] fp32 at the piece's slot, TOK tokens' room a slot) in piece order from
+// 0.f (sum_wide_tiles through the spent ring `spare`), store the rows and set the counter back to 0.
 template <int EPI, int TOK>
 __device__ __forceinline__ void finish_wide_stream_k_owed(const Params& p, float* red, const float* partials, unsigned int* counters,
                                                           int owed0, unsigned int ticket0, int owed1, unsigned int ticket1,
-                                                          int n_owed, int stages, long long units, int e_tid, StreamKShared& sh) {
-  constexpr int kRowVecs = kWideRows / 4;
-  constexpr int kTileVec = TOK * kRowVecs;
-  const long long ctas = gridDim.x;
-  const int vecs = p.M * kRowVecs;
+                                                          int n_owed, int stages, int units, int e_tid, StreamKShared& sh,
+                                                          unsigned char* spare, int spare_bytes) {
+  constexpr int kTileVec = TOK * (kWideRows / 4);
+  const int ctas = gridDim.x;
   const float4* tiles = reinterpret_cast<const float4*>(partials);
   for (int i = 0; i < n_owed; ++i) {
     const int block = i == 0 ? owed0 : owed1;
-    const long long block_lo = static_cast<long long>(block) * stages;
-    const int first = stream_k_cta_of(block_lo, units, ctas);
-    const int n_pieces = stream_k_cta_of(block_lo + stages - 1, units, ctas) - first + 1;
+    const int block_lo = block * stages;
+    const int first = stream_k_cta_of<int>(block_lo, units, ctas);
+    const int n_pieces = stream_k_cta_of<int>(block_lo + stages - 1, units, ctas) - first + 1;
     if (e_tid == 0) {
       sh.arrived_last = (i == 0 ? ticket0 : ticket1) == static_cast<unsigned int>(n_pieces - 1);
       if (sh.arrived_last) counters[block] = 0u;  // every piece has arrived: ready for the next launch
     }
-    if (e_tid < n_pieces) sh.slot[e_tid] = stream_k_slot(first + e_tid, block_lo, units, ctas);
+    if (e_tid < n_pieces) sh.slot[e_tid] = stream_k_slot<int>(first + e_tid, block_lo, units, ctas);
     epilogue_barrier(EPI);
     if (sh.arrived_last) {
-      __threadfence();
-      for (int v = e_tid; v < vecs; v += EPI) {
-        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int q0 = 0; q0 < n_pieces; q0 += 8) {
-          float4 x[8];
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-            x[j] = q0 + j < n_pieces ? __ldcg(tiles + static_cast<size_t>(sh.slot[q0 + j]) * kTileVec + v) : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-            if (q0 + j < n_pieces) sum.x += x[j].x, sum.y += x[j].y, sum.z += x[j].z, sum.w += x[j].w;
-        }
-        reinterpret_cast<float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs] = sum;
-      }
+      sum_wide_tiles<EPI, TOK>(
+          p.M, red, [&](int q) { return tiles + static_cast<size_t>(sh.slot[q]) * kTileVec; }, n_pieces, -1, spare, spare_bytes, e_tid);
       epilogue_barrier(EPI);
       store_wide_rows(p, red, block * kWideRows, e_tid, EPI);
     }
@@ -2411,8 +2426,10 @@ __device__ __forceinline__ void finish_wide_stream_k_owed(const Params& p, float
 // at once; one cut by CTA boundaries gets each piece's partial tile in the workspace (slot 2 CTA for the run's first
 // segment, 2 CTA + 1 for its last), and the piece counted last sums them in piece order after its run
 // (finish_wide_stream_k_owed), so the result does not depend on timing and no reduction holds a run's consumers.
-// One CTA an SM, the one-set loop; GROUPS stage groups as tma_wide_kernel's (the groups alternate by ring position).
-template <int KIND, int NB, int GROUPS>
+// One CTA an SM, the one-set loop, rolled or UNROLLed as tma_wide_kernel's; GROUPS stage groups as tma_wide_kernel's
+// (the groups alternate by ring position). The unit arithmetic is 32-bit: the host launches it only where units x
+// (CTAs + 1) fits in an int (wide_stream_k_takes).
+template <int KIND, int NB, int GROUPS, bool UNROLL>
 __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
     tma_wide_stream_k_kernel(const Params p, float* partials, unsigned int* counters, const __grid_constant__ CUtensorMap ae_map,
                              const __grid_constant__ CUtensorMap nib_map, const __grid_constant__ CUtensorMap x_map) {
@@ -2425,6 +2442,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   constexpr int kTileVec = kTok * kRowVecs;  // float4s of a workspace slot
   static_assert(kEpilogue >= kStreamKMaxPieces, "one epilogue thread a piece's slot");
   static_assert(GROUPS == 1 || NB <= 2, "stage groups up to 64 tokens");
+  static_assert(kStages * wide_stage_bytes(KIND, NB) >= kWideRows * kTok * 4, "the spent ring holds at least one partial tile");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
@@ -2434,10 +2452,10 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int stages = p.K / kWideStageK;
-  const long long units = static_cast<long long>((p.N + kWideRows - 1) / kWideRows) * stages;
-  const long long ctas = gridDim.x;
-  const long long u_lo = stream_k_unit_lo(blockIdx.x, units, ctas);
-  const long long u_hi = stream_k_unit_lo(blockIdx.x + 1, units, ctas);
+  const int units = ((p.N + kWideRows - 1) / kWideRows) * stages;
+  const int ctas = gridDim.x;
+  const int u_lo = stream_k_unit_lo<int>(blockIdx.x, units, ctas);
+  const int u_hi = stream_k_unit_lo<int>(blockIdx.x + 1, units, ctas);
   const int stage_bytes = wide_stage_bytes(KIND, NB);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);  // [kTok][kWideRowStride]
   float* rounds = red + kTok * kWideRowStride;  // the escape warps' rounds
@@ -2470,15 +2488,24 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   int owed0 = 0, owed1 = 0;  // the blocks this run has pieces of (at most two: its first segment and its last)
   unsigned int ticket0 = 0u, ticket1 = 0u;
   int n_owed = 0;
-  for (long long u = u_lo; u < u_hi;) {
-    const int block = static_cast<int>(u / stages);
-    const long long block_lo = static_cast<long long>(block) * stages;
-    const long long end = min(u_hi, block_lo + stages);
-    const int s_lo = static_cast<int>(u - block_lo), s_hi = static_cast<int>(end - block_lo);
+  int block = u_lo / stages;  // then counted up: one division a run
+  for (int u = u_lo; u < u_hi; ++block) {
+    const int block_lo = block * stages;
+    const int end = min(u_hi, block_lo + stages);
+    const int s_lo = u - block_lo, s_hi = end - block_lo;
     const int row_block = block * kWideRows;
     if (consumer) {
-      consume_wide_ring<KIND, NB, kStages, false, GROUPS>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, group_warp,
-                                                          lane, acc, group, static_cast<int>(u - u_lo));
+      if constexpr (UNROLL && GROUPS == 2) {  // a copy of the loop for each group's constant slots
+        if (group == 0)
+          consume_wide_ring<KIND, NB, kStages, false, GROUPS, true, 0>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block,
+                                                                       group_warp, lane, acc, 0, u - u_lo);
+        else
+          consume_wide_ring<KIND, NB, kStages, false, GROUPS, true, 1>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block,
+                                                                       group_warp, lane, acc, 1, u - u_lo);
+      } else {
+        consume_wide_ring<KIND, NB, kStages, false, GROUPS, UNROLL, 0>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block,
+                                                                       group_warp, lane, acc, group, u - u_lo);
+      }
     } else if constexpr (KIND == kW12 && (SPECDEC_WIDE_ABLATE & 16) == 0) {
       const int w = warp - kConsumers - 1;  // tokens 32 w .. 32 w + 31
       fold_escapes<kWideBlockTokens, kWideRows, 1, kWideRowStride, (SPECDEC_WIDE_ABLATE & 32) == 0>(
@@ -2497,13 +2524,12 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
     if (s_lo == 0 && s_hi == stages) {  // the block lies in this run: no other piece
       store_wide_rows(p, red, row_block, e_tid, kEpilogue);
     } else {
-      float4* own = reinterpret_cast<float4*>(partials) + static_cast<size_t>(stream_k_slot(blockIdx.x, block_lo, units, ctas)) * kTileVec;
+      float4* own = reinterpret_cast<float4*>(partials) + static_cast<size_t>(stream_k_slot<int>(blockIdx.x, block_lo, units, ctas)) * kTileVec;
       for (int v = e_tid; v < p.M * kRowVecs; v += kEpilogue)
         __stcg(own + v, reinterpret_cast<const float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs]);
       epilogue_barrier(kEpilogue);
-      if (e_tid == 0) {  // the barrier orders every thread's partial before this fence and count (cumulativity)
-        __threadfence();
-        const unsigned int t = atomicAdd(counters + block, 1u);
+      if (e_tid == 0) {  // the release covers every thread's partial stored before the barrier (cumulativity)
+        const unsigned int t = atomic_add_acq_rel_gpu(counters + block, 1u);
         if (n_owed == 0) ticket0 = t;
         else ticket1 = t;
       }
@@ -2514,8 +2540,9 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
     epilogue_barrier(kEpilogue);  // red is read before the next segment writes it
     u = end;
   }
+  // the ring is spent: every stage the producer issued was waited for and consumed
   finish_wide_stream_k_owed<kEpilogue, kTok>(p, red, partials, counters, owed0, ticket0, owed1, ticket1, n_owed, stages, units, e_tid,
-                                             sh);
+                                             sh, smem, kStages * stage_bytes);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
@@ -2746,7 +2773,7 @@ int stream_k_most_pieces(const Plan& pl) {
   int most = 1;
   for (long long b = 0; b < pl.row_blocks; ++b) {
     const long long lo = b * pl.n_chunks;
-    const int pieces = stream_k_cta_of(lo + pl.n_chunks - 1, units, pl.grid_x) - stream_k_cta_of(lo, units, pl.grid_x) + 1;
+    const int pieces = stream_k_cta_of<long long>(lo + pl.n_chunks - 1, units, pl.grid_x) - stream_k_cta_of<long long>(lo, units, pl.grid_x) + 1;
     if (pieces > most) most = pieces;
   }
   return most;
@@ -3404,6 +3431,9 @@ bool wide_stream_k_takes(int kind, int M, int N, int K, int sms, bool pipe, int 
   if (SPECDEC_WIDE_ABLATE != 0 || SPECDEC_WIDE_TRACE != 0 || pipe || mode == 0 || wide_ctas_per_sm(nb, pipe, asked_ctas) != 1)
     return false;
   if (nb <= 2 && groups != 2) return false;
+  // the kernel's unit arithmetic is 32-bit (stream_k_unit_lo<int>, stream_k_cta_of<int>)
+  const long long units = static_cast<long long>((N + kWideRows - 1) / kWideRows) * (K / kWideStageK);
+  if (units * (static_cast<long long>(make_wide_stream_k_plan(kind, M, N, K, sms).grid_x) + 1) > INT_MAX) return false;
   if (mode == 1) return true;
   const Plan split = make_wide_plan(kind, M, N, K, sms, pipe, asked_ctas);
   const long long ctas = static_cast<long long>(split.grid_x) * split.k_splits;
@@ -3481,12 +3511,12 @@ Plan wide_launch_plan(int kind, int M, int N, int K, int sms) {
              : make_wide_plan(kind, M, N, K, sms, g_wide_pipeline != 0, g_wide_ctas);
 }
 
-// tma_wide_stream_k_kernel<KIND, NB, GROUPS> on p (M <= 32 NB).
-template <int KIND, int NB, int GROUPS>
+// tma_wide_stream_k_kernel<KIND, NB, GROUPS, UNROLL> on p (M <= 32 NB).
+template <int KIND, int NB, int GROUPS, bool UNROLL>
 int launch_wide_stream_k(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   static PerDevice<bool> attr_once;
   return launch_wide_kernel<KIND, NB>(
-      tma_wide_stream_k_kernel<KIND, NB, GROUPS>, attr_once, wide_threads(KIND, NB, false, GROUPS), wide_smem_bytes(KIND, NB, 1),
+      tma_wide_stream_k_kernel<KIND, NB, GROUPS, UNROLL>, attr_once, wide_threads(KIND, NB, false, GROUPS), wide_smem_bytes(KIND, NB, 1),
       [&](int sms) { return make_wide_stream_k_plan(KIND, p.M, p.N, p.K, sms); }, "tma_wide_stream_k_kernel launch", p, workspace,
       workspace_bytes, stream);
 }
@@ -3502,11 +3532,19 @@ template <int KIND, bool PIPE>
 int launch_wide_pipe(Params p, void* workspace, long long workspace_bytes, cudaStream_t stream) {
   if constexpr (!PIPE) {
     if (wide_stream_k_takes(KIND, p.M, p.N, p.K, sm_count(), PIPE, g_wide_ctas, g_wide_groups, g_wide_stream_k)) {
+      if (wide_unrolled(KIND, p.M, g_wide_unroll)) {
+        switch (wide_blocks(p.M)) {
+          case 1: return launch_wide_stream_k<KIND, 1, 2, true>(p, workspace, workspace_bytes, stream);
+          case 2: return launch_wide_stream_k<KIND, 2, 2, true>(p, workspace, workspace_bytes, stream);
+          case 3: return launch_wide_stream_k<KIND, 3, 1, true>(p, workspace, workspace_bytes, stream);
+          default: return launch_wide_stream_k<KIND, 4, 1, true>(p, workspace, workspace_bytes, stream);
+        }
+      }
       switch (wide_blocks(p.M)) {
-        case 1: return launch_wide_stream_k<KIND, 1, 2>(p, workspace, workspace_bytes, stream);
-        case 2: return launch_wide_stream_k<KIND, 2, 2>(p, workspace, workspace_bytes, stream);
-        case 3: return launch_wide_stream_k<KIND, 3, 1>(p, workspace, workspace_bytes, stream);
-        default: return launch_wide_stream_k<KIND, 4, 1>(p, workspace, workspace_bytes, stream);
+        case 1: return launch_wide_stream_k<KIND, 1, 2, false>(p, workspace, workspace_bytes, stream);
+        case 2: return launch_wide_stream_k<KIND, 2, 2, false>(p, workspace, workspace_bytes, stream);
+        case 3: return launch_wide_stream_k<KIND, 3, 1, false>(p, workspace, workspace_bytes, stream);
+        default: return launch_wide_stream_k<KIND, 4, 1, false>(p, workspace, workspace_bytes, stream);
       }
     }
     if (wide_ctas_per_sm(wide_blocks(p.M), PIPE, g_wide_ctas) == 2)
@@ -3935,16 +3973,16 @@ long long specdec_stream_k_segments(long long row_blocks, long long stages, long
   const long long units = row_blocks * stages;
   long long n = 0;
   for (long long c = 0; c < ctas; ++c) {
-    const long long hi = stream_k_unit_lo(c + 1, units, ctas);
-    for (long long u = stream_k_unit_lo(c, units, ctas); u < hi;) {
+    const long long hi = stream_k_unit_lo<long long>(c + 1, units, ctas);
+    for (long long u = stream_k_unit_lo<long long>(c, units, ctas); u < hi;) {
       const long long block = u / stages, block_lo = block * stages;
       const long long end = hi < block_lo + stages ? hi : block_lo + stages;
-      const int first = stream_k_cta_of(block_lo, units, ctas);
-      const int pieces = stream_k_cta_of(block_lo + stages - 1, units, ctas) - first + 1;
+      const int first = stream_k_cta_of<long long>(block_lo, units, ctas);
+      const int pieces = stream_k_cta_of<long long>(block_lo + stages - 1, units, ctas) - first + 1;
       if (n < cap) {
         long long* o = out + 7 * n;
         o[0] = c, o[1] = block, o[2] = u - block_lo, o[3] = end - block_lo, o[4] = c - first, o[5] = pieces;
-        o[6] = pieces > 1 ? stream_k_slot(static_cast<int>(c), block_lo, units, ctas) : -1;
+        o[6] = pieces > 1 ? stream_k_slot<long long>(static_cast<int>(c), block_lo, units, ctas) : -1;
       }
       ++n;
       u = end;
