@@ -3,10 +3,11 @@
 # most needed first: the wide checks and compute-sanitizer memcheck over them with every wide call persistent
 # ($SPECDEC_WIDE_STREAM_K=1); the wide kernels (8B and 32B linears, 32 and 64 rows) beside cuBLAS bf16 without
 # programmatic launch, split-K (0) then persistent (1), and persistent with BEFORE_SO (a library built from an earlier
-# commit, labelled `before`) where one is given; the lean 8B target's 64-row verify step with the split-K kernel (0)
-# and with every wide call persistent (1); then 17, 96 and 128 rows, split-K (0) and the default rule (ragged).
+# commit, labelled `before`) where one is given; the lean 8B target's 64-row Q-view pass (the two-level verifier's
+# first pass, W12 packed) with the split-K kernel (0) and the default rule (auto: its gate_up goes persistent); then
+# 17, 96 and 128 rows, split-K (0) and auto.
 # Expected time on one H200: ~7 min (nvcc ~40 s where build/ lacks the library; checks ~25 s, memcheck ~60 s, each
-# timing ~35 s, each AR step ~35 s, torch start ~10 s a process). Caps: 60 + 90 + 3 x 50 + 2 x 60 + 2 x 60 = 540 s,
+# timing ~35 s, each Q pass ~50 s, torch start ~10 s a process). Caps: 60 + 90 + 3 x 50 + 2 x 75 + 2 x 60 = 570 s,
 # plus the build where build/ lacks the library (90 s).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_stream_k.sh [BEFORE_SO]
 set -u -o pipefail
@@ -39,14 +40,14 @@ for mode in 0 1 before; do
 done
 export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so
 unset SPECDEC_PDL
-for mode in 0 1; do
+for mode in 0 auto; do
   export SPECDEC_WIDE_STREAM_K=$mode
-  timeout 60 python3 -m benchmarks.kernels.bench_roofline --ar-step --verify-rows 64 --ar-budget-s 40 \
-    --out "$OUT/wide_stream_k_ar_step_$mode.json" > "$OUT/wide_stream_k_ar_step_$mode.log" 2>&1
-  echo "AR step, verify 64 rows, SPECDEC_WIDE_STREAM_K=$mode: exit $?"
+  timeout 75 python3 -m benchmarks.decode.bench_two_level --variants w12-packed --profiles none --reps 10 --pass-rows 64 \
+    --out "$OUT/wide_stream_k_q_pass64_$mode.json" > "$OUT/wide_stream_k_q_pass64_$mode.log" 2>&1
+  echo "64-row Q passes, SPECDEC_WIDE_STREAM_K=$mode: exit $?"
 done
 export SPECDEC_PDL=0
-for mode in 0 ragged; do
+for mode in 0 auto; do
   export SPECDEC_WIDE_STREAM_K=$mode
   timeout 60 python3 -m benchmarks.kernels.bench_wide_w12 --rows 17,96,128 --kernels cublas_bf16,cuda_w12_wide,cuda_q_wide \
     --budget-s 42 --out "$OUT/wide_stream_k_rows_$mode.json" > "$OUT/wide_stream_k_rows_$mode.log" 2>&1
@@ -59,11 +60,11 @@ for mode in $modes; do
   echo "=== SPECDEC_WIDE_STREAM_K=$mode ==="
   grep -E "^qwen3-(8b|32b) (gate_up|o|qkv|down|lm_head) [0-9]+:" "$OUT/wide_stream_k_$mode.log"
 done
-for mode in 0 ragged; do
+for mode in 0 auto; do
   echo "=== 17, 96, 128 rows, SPECDEC_WIDE_STREAM_K=$mode ==="
   grep -E "^qwen3-(8b|32b) (gate_up|o|qkv|down|lm_head) [0-9]+:" "$OUT/wide_stream_k_rows_$mode.log"
 done
-for mode in 0 1; do
-  echo "=== AR step, SPECDEC_WIDE_STREAM_K=$mode ==="
-  grep -E "^AR step (bf16|w12):|^verify step" "$OUT/wide_stream_k_ar_step_$mode.log"
+for mode in 0 auto; do
+  echo "=== 64-row Q pass, SPECDEC_WIDE_STREAM_K=$mode ==="
+  grep -E "^variant +rows|^w12-packed +64" "$OUT/wide_stream_k_q_pass64_$mode.log"
 done

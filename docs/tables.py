@@ -2071,19 +2071,19 @@ def cuda_wide_token_major_h100(results: Results) -> str:
 
 
 STREAM_K_PASSES = {
-    "split-K": "wide_stream_k_h100_2026-12-06_counters_off.json",
-    "persistent": "wide_stream_k_h100_2026-12-06_counters_on.json",
+    "split-K": "wide_stream_k_h100_2026-12-06_int_off.json",
+    "persistent": "wide_stream_k_h100_2026-12-06_int_on.json",
 }
 STREAM_K_STEPS = {
-    "split-K": "ar_step_verify64_h100_2026-12-06_stream_k_counters_off.json",
-    "persistent on every multi-wave call": "ar_step_verify64_h100_2026-12-06_stream_k_counters_multi_wave.json",
+    "split-K": "ar_step_verify64_h100_2026-12-06_stream_k_int_off.json",
+    "persistent on every call": "ar_step_verify64_h100_2026-12-06_stream_k_int_on.json",
 }
 
 
 def cuda_wide_stream_k_h100(results: Results) -> str:
     """The persistent wide kernel (every wide call persistent) against the split-K one, one H100 call: each linear's
     cold time at 32 and 64 rows (us, x cuBLAS bf16 of the same run), then the 64-row verify step with the split-K
-    kernel and with the persistent one on the multi-wave calls."""
+    kernel and with the persistent one on every call."""
     rows = wide_pass_pair_rows(*(results(name) for name in STREAM_K_PASSES.values()))
     return "\n\n".join(
         [

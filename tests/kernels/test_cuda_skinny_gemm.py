@@ -1023,7 +1023,7 @@ def test_the_wide_kernels_settings_read_the_environment(monkeypatch, env, reader
     ("env", "reader", "default", "others", "bad", "expected"),
     [
         ("SPECDEC_WIDE_UNROLL", "wide_unroll", "auto", ("1", "0", "auto"), "2", "'auto' or '1' or '0'"),
-        ("SPECDEC_WIDE_STREAM_K", "wide_stream_k", "ragged", ("1", "0", "ragged"), "auto", "'ragged' or '1' or '0'"),
+        ("SPECDEC_WIDE_STREAM_K", "wide_stream_k", "auto", ("1", "0", "auto"), "ragged", "'auto' or '1' or '0'"),
         (
             "SPECDEC_SPLIT_WORKSPACE",
             "split_workspace_mode",
@@ -1097,29 +1097,35 @@ def test_wide_unrolled_keeps_w12_rolled_up_to_32_tokens_by_default(monkeypatch):
         wide_unrolled("q", 32, "yes")
 
 
-def test_the_persistent_wide_kernel_takes_calls_with_a_ragged_last_wave_and_one_cta_an_sm(monkeypatch):
+def test_the_persistent_wide_kernel_takes_the_calls_it_was_measured_faster_on_and_one_cta_an_sm(monkeypatch):
     _library_or_skip()
     from specdec.kernels.cuda.ops import wide_stream_k_takes
 
     for env in ("SPECDEC_WIDE_PIPELINE", "SPECDEC_WIDE_CTAS", "SPECDEC_WIDE_GROUPS", "SPECDEC_WIDE_STREAM_K"):
         monkeypatch.delenv(env, raising=False)
     sms = 132
-    # ragged: the 32B gate_up's split plan (400 row blocks x 2 splits: 800 CTAs, 8 in the seventh wave); not the 8B
-    # lm_head's (1187 blocks, 131 in the ninth) nor the 8B gate_up's (384, 120 in the third) nor a one-wave call's
-    assert wide_stream_k_takes("w12", 64, 51200, 5120, sms, "ragged")
-    assert wide_stream_k_takes("q", 32, 51200, 5120, sms, "ragged")
-    assert not wide_stream_k_takes("q", 32, 151936, 4096, sms, "ragged")
-    assert not wide_stream_k_takes("w12", 64, 24576, 4096, sms, "ragged")
-    assert not wide_stream_k_takes("w12", 64, 4096, 4096, sms, "ragged")
+    # auto: a split plan whose last wave is under half full, the Q view at every width and W12 up to 64 tokens (the
+    # 32B gate_up: 400 row blocks x 2 splits, 800 CTAs, 8 in the seventh wave)
+    for m in (17, 32, 64, 96, 128):
+        assert wide_stream_k_takes("q", m, 51200, 5120, sms, "auto")
+        assert wide_stream_k_takes("w12", m, 51200, 5120, sms, "auto") == (m <= 64)
+    # and the Q view on a split plan of two or three waves (the 8B gate_up: 384 CTAs, 120 in the third), not W12 there,
+    # nor on the lm_head's nine waves (1187 blocks, 131 in the ninth) or a one-wave call (the 8B o: 128 CTAs)
+    assert wide_stream_k_takes("q", 32, 24576, 4096, sms, "auto")
+    assert not wide_stream_k_takes("w12", 64, 24576, 4096, sms, "auto")
+    assert not wide_stream_k_takes("q", 32, 151936, 4096, sms, "auto")
+    assert not wide_stream_k_takes("q", 64, 4096, 4096, sms, "auto")
+    assert not wide_stream_k_takes("w12", 64, 4096, 4096, sms, "auto")
     assert wide_stream_k_takes("w12", 64, 4096, 4096, sms, "1")
+    assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms, "0")
+    assert wide_stream_k_takes("w12", 64, 51200, 5120, sms)  # unset: auto
+    monkeypatch.setenv("SPECDEC_WIDE_STREAM_K", "0")
+    assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms)
+    monkeypatch.delenv("SPECDEC_WIDE_STREAM_K")
     # its unit arithmetic is 32-bit: units x (CTAs + 1) must fit in an int (65,536 row blocks x 240 stages x 133 does,
     # x 256 stages does not)
     assert wide_stream_k_takes("w12", 64, 128 * 65536, 64 * 240, sms, "1")
     assert not wide_stream_k_takes("w12", 64, 128 * 65536, 64 * 256, sms, "1")
-    assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms, "0")
-    assert wide_stream_k_takes("w12", 64, 51200, 5120, sms)  # unset: ragged
-    monkeypatch.setenv("SPECDEC_WIDE_STREAM_K", "0")
-    assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms)
     # the persistent kernel runs the one-set loop with one CTA an SM and, up to 64 tokens, two stage groups
     monkeypatch.setenv("SPECDEC_WIDE_PIPELINE", "1")
     assert not wide_stream_k_takes("w12", 64, 51200, 5120, sms, "1")
@@ -1131,8 +1137,8 @@ def test_the_persistent_wide_kernel_takes_calls_with_a_ragged_last_wave_and_one_
     monkeypatch.setenv("SPECDEC_WIDE_GROUPS", "1")
     assert not wide_stream_k_takes("w12", 32, 51200, 5120, sms, "1")
     assert wide_stream_k_takes("w12", 96, 51200, 5120, sms, "1")  # one group past 64 tokens anyway
-    with pytest.raises(ValueError, match=r"mode: expected one of \('ragged', '1', '0'\), got 'auto'"):
-        wide_stream_k_takes("w12", 64, 4096, 4096, sms, "auto")
+    with pytest.raises(ValueError, match=r"mode: expected one of \('auto', '1', '0'\), got 'ragged'"):
+        wide_stream_k_takes("w12", 64, 4096, 4096, sms, "ragged")
     with pytest.raises(ValueError, match=r"kind: expected 'w12' or 'q', got 'bf16'"):
         wide_stream_k_takes("bf16", 64, 4096, 4096, sms, "1")
     with pytest.raises(ValueError, match=r"got m=129 n=4096 k=4096 sms=132"):

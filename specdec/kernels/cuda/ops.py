@@ -144,8 +144,8 @@ WIDE_UNROLL_ENV = "SPECDEC_WIDE_UNROLL"
 WIDE_UNROLL_MODES = ("auto", "1", "0")
 _WIDE_UNROLL_CODES = {"0": 0, "1": 1, "auto": 2}  # specdec_set_wide_unroll's modes
 WIDE_STREAM_K_ENV = "SPECDEC_WIDE_STREAM_K"
-WIDE_STREAM_K_MODES = ("ragged", "1", "0")
-_WIDE_STREAM_K_CODES = {"0": 0, "1": 1, "ragged": 2}  # specdec_set_wide_stream_k's modes
+WIDE_STREAM_K_MODES = ("auto", "1", "0")
+_WIDE_STREAM_K_CODES = {"0": 0, "1": 1, "auto": 2}  # specdec_set_wide_stream_k's modes
 WIDE_GEMM_ENV = "SPECDEC_WIDE_GEMM"
 WIDE_MAX_TOKENS = 128  # four wgmma n-tiles of 32 tokens
 WIDE_STAGE_K = 64  # K of a ring stage: the wide ops need K % 64 == 0
@@ -391,24 +391,26 @@ def wide_unroll() -> str:
 
 
 def wide_stream_k() -> str:
-    """Which wide calls run the persistent kernel (``$SPECDEC_WIDE_STREAM_K``, read on every call): ``"ragged"``
-    (unset) those whose split-K plan takes more than one wave of CTAs with its last wave under half full (the Qwen3-32B
-    gate_up: 800 CTAs, the last wave 8), ``"1"`` every call it applies to, ``"0"`` none (:func:`wide_stream_k_takes`
-    says for one call). Persistent, one CTA an SM takes an equal run of the call's (row block, stage) units across row
-    blocks, so a multi-wave call's last wave does not round up and each row block's epilogue runs while the CTA's
-    producer loads the next block's stages (``specdec/kernels/cuda/README.md``, "Persistent wide CTAs"). ``"ragged"``
-    is measured (H100, ``benchmarks/NOTES.md``, "Persistent wide CTAs: measured"): the 32B gate_up at 32-64 rows 3-14 %
-    faster (W12 212.7 -> 185.2 us at 64), every other Qwen3 linear level or slower persistent (lm_head 10-20 %,
-    one-wave calls 9-46 %). Raises ValueError for any other value.
+    """Which wide calls run the persistent kernel (``$SPECDEC_WIDE_STREAM_K``, read on every call): ``"auto"``
+    (unset) those it was measured faster on: where the split-K plan takes more than one wave of CTAs with its last wave
+    under half full (the Qwen3-32B gate_up: 800 CTAs, the last wave 8), Q-view calls at every width and W12 up to 64
+    tokens, and Q-view calls whose split plan takes two or three waves (the Qwen3-8B gate_up); ``"1"`` every call it
+    applies to, ``"0"`` none (:func:`wide_stream_k_takes` says for one call). Persistent, one CTA an SM takes an equal
+    run of the call's (row block, stage) units across row blocks, so a multi-wave call's last wave does not round up
+    and each row block's epilogue runs while the CTA's producer loads the next block's stages
+    (``specdec/kernels/cuda/README.md``, "Persistent wide CTAs"). Measured (H100, ``benchmarks/NOTES.md``, "Persistent
+    wide CTAs without their own costs: measured"): the 32B gate_up W12 211.7 -> 176.7 us at 64 rows, Q 123.9 -> 108.8;
+    the 8B gate_up's Q call 54.2 -> 48.0; one-wave calls and the lm_head 1-20 % slower persistent. Raises ValueError
+    for any other value.
 
     Example::
 
         >>> import os
         >>> os.environ.pop(WIDE_STREAM_K_ENV, None) and None
         >>> wide_stream_k()
-        'ragged'
+        'auto'
     """
-    return _env_choice(WIDE_STREAM_K_ENV, "ragged", WIDE_STREAM_K_MODES, "which wide calls run the persistent kernel")
+    return _env_choice(WIDE_STREAM_K_ENV, "auto", WIDE_STREAM_K_MODES, "which wide calls run the persistent kernel")
 
 
 def wide_stream_k_takes(kind: str, m: int, n: int, k: int, sms: int, mode: str | None = None) -> bool:
@@ -418,8 +420,9 @@ def wide_stream_k_takes(kind: str, m: int, n: int, k: int, sms: int, mode: str |
     tokens, two stage groups). Host only: needs the built library, not a GPU.
 
     Example (needs the built library, so not run as a doctest): ``wide_stream_k_takes("w12", 64, 51200, 5120, 132,
-    "ragged") is True`` (the split plan's 800 CTAs, 8 in the last wave) and ``wide_stream_k_takes("w12", 64, 24576,
-    4096, 132, "ragged") is False`` (384 CTAs, 120 in the last wave).
+    "auto") is True`` (the split plan's 800 CTAs, 8 in the last wave), ``wide_stream_k_takes("w12", 64, 24576, 4096,
+    132, "auto") is False`` (384 CTAs, 120 in the last wave) and ``wide_stream_k_takes("q", 64, 24576, 4096, 132,
+    "auto") is True`` (three waves).
     """
     if kind not in ("w12", "q"):
         raise ValueError(f"kind: expected 'w12' or 'q', got {kind!r}")

@@ -2383,6 +2383,15 @@ __device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_
   }
 }
 
+// The row blocks a persistent wide CTA has counted a piece of (at most two: its run's first segment and its last) and
+// its tickets (the counters' values before its counts), in shared memory rather than in every thread's registers (the
+// W12 kernels at 96 registers spill without room for them).
+struct WideOwed {
+  int block[2];
+  unsigned int ticket[2];
+  int n;
+};
+
 // The sums a persistent wide CTA owes after its run (tma_wide_stream_k_kernel), by its EPI epilogue threads: for each
 // row block it counted a piece of (ticket: the counter's value before its count, taken by e_tid 0 with an
 // acquire-release add, so a last piece's e_tid 0 has acquired every other piece's partial tile), if its piece came
@@ -2390,19 +2399,18 @@ __device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_
 // 0.f (sum_wide_tiles through the spent ring `spare`), store the rows and set the counter back to 0.
 template <int EPI, int TOK>
 __device__ __forceinline__ void finish_wide_stream_k_owed(const Params& p, float* red, const float* partials, unsigned int* counters,
-                                                          int owed0, unsigned int ticket0, int owed1, unsigned int ticket1,
-                                                          int n_owed, int stages, int units, int e_tid, StreamKShared& sh,
+                                                          const WideOwed& owed, int stages, int units, int e_tid, StreamKShared& sh,
                                                           unsigned char* spare, int spare_bytes) {
   constexpr int kTileVec = TOK * (kWideRows / 4);
   const int ctas = gridDim.x;
   const float4* tiles = reinterpret_cast<const float4*>(partials);
-  for (int i = 0; i < n_owed; ++i) {
-    const int block = i == 0 ? owed0 : owed1;
+  for (int i = 0; i < owed.n; ++i) {
+    const int block = owed.block[i];
     const int block_lo = block * stages;
     const int first = stream_k_cta_of<int>(block_lo, units, ctas);
     const int n_pieces = stream_k_cta_of<int>(block_lo + stages - 1, units, ctas) - first + 1;
     if (e_tid == 0) {
-      sh.arrived_last = (i == 0 ? ticket0 : ticket1) == static_cast<unsigned int>(n_pieces - 1);
+      sh.arrived_last = owed.ticket[i] == static_cast<unsigned int>(n_pieces - 1);
       if (sh.arrived_last) counters[block] = 0u;  // every piece has arrived: ready for the next launch
     }
     if (e_tid < n_pieces) sh.slot[e_tid] = stream_k_slot<int>(first + e_tid, block_lo, units, ctas);
@@ -2447,6 +2455,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
   __shared__ StreamKShared sh;
+  __shared__ WideOwed owed;
   unsigned char* smem =
       smem_raw + ((kWideSwizzleAlign - (smem_addr(smem_raw) & (kWideSwizzleAlign - 1))) & (kWideSwizzleAlign - 1));
   const int tid = threadIdx.x;
@@ -2460,7 +2469,10 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);  // [kTok][kWideRowStride]
   float* rounds = red + kTok * kWideRowStride;  // the escape warps' rounds
 
-  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kWideConsumerWarps);  // a stage: one group's warps
+  if (tid == 0) {
+    init_ring_barriers<kStages>(full_bar, empty_bar, 1, kWideConsumerWarps);  // a stage: one group's warps
+    owed.n = 0;
+  }
   __syncthreads();
   if (warp == kConsumers) {
     if (lane == 0) produce_wide_run<KIND, kStages>(smem, stage_bytes, full_bar, empty_bar, u_lo, u_hi, stages, &ae_map, &nib_map, &x_map);
@@ -2485,9 +2497,6 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
           else *v = acc[j][4 * i + e];
         }
   };
-  int owed0 = 0, owed1 = 0;  // the blocks this run has pieces of (at most two: its first segment and its last)
-  unsigned int ticket0 = 0u, ticket1 = 0u;
-  int n_owed = 0;
   int block = u_lo / stages;  // then counted up: one division a run
   for (int u = u_lo; u < u_hi; ++block) {
     const int block_lo = block * stages;
@@ -2529,20 +2538,15 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
         __stcg(own + v, reinterpret_cast<const float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs]);
       epilogue_barrier(kEpilogue);
       if (e_tid == 0) {  // the release covers every thread's partial stored before the barrier (cumulativity)
-        const unsigned int t = atomic_add_acq_rel_gpu(counters + block, 1u);
-        if (n_owed == 0) ticket0 = t;
-        else ticket1 = t;
+        owed.ticket[owed.n] = atomic_add_acq_rel_gpu(counters + block, 1u);
+        owed.block[owed.n++] = block;
       }
-      if (n_owed == 0) owed0 = block;
-      else owed1 = block;
-      ++n_owed;
     }
     epilogue_barrier(kEpilogue);  // red is read before the next segment writes it
     u = end;
   }
   // the ring is spent: every stage the producer issued was waited for and consumed
-  finish_wide_stream_k_owed<kEpilogue, kTok>(p, red, partials, counters, owed0, ticket0, owed1, ticket1, n_owed, stages, units, e_tid,
-                                             sh, smem, kStages * stage_bytes);
+  finish_wide_stream_k_owed<kEpilogue, kTok>(p, red, partials, counters, owed, stages, units, e_tid, sh, smem, kStages * stage_bytes);
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
@@ -3422,10 +3426,12 @@ Plan make_wide_stream_k_plan(int kind, int M, int N, int K, int sms) {
 }
 
 // Whether a wide call runs the persistent kernel under `mode` (specdec_set_wide_stream_k: 0 never, 1 wherever it
-// applies, 2 where the split-K plan's CTAs take more than one wave and its last wave is under half full: there the
-// equal runs save most of a round, and only there did the persistent kernel gain on the H100, benchmarks/NOTES.md,
-// "Persistent wide CTAs: measured"). It applies with one CTA an SM and the one-set loop, in the shipped build (not a
-// SPECDEC_WIDE_ABLATE or SPECDEC_WIDE_TRACE one), with the default two stage groups up to 64 tokens.
+// applies, 2 where it was measured faster on the H100, benchmarks/NOTES.md, "Persistent wide CTAs without their own
+// costs: measured": where the split-K plan's CTAs take more than one wave and its last wave is under half full, for
+// the Q kernel at every width and W12 up to 64 tokens (at 96-128 W12 was slower), and for the Q kernel wherever the
+// split plan takes two or three waves; not on one-wave calls, nor on the lm_head's nine waves). It applies with one CTA
+// an SM and the one-set loop, in the shipped build (not a SPECDEC_WIDE_ABLATE or SPECDEC_WIDE_TRACE one), with the
+// default two stage groups up to 64 tokens, and where its 32-bit unit arithmetic holds the call.
 bool wide_stream_k_takes(int kind, int M, int N, int K, int sms, bool pipe, int asked_ctas, int groups, int mode) {
   const int nb = wide_blocks(M);
   if (SPECDEC_WIDE_ABLATE != 0 || SPECDEC_WIDE_TRACE != 0 || pipe || mode == 0 || wide_ctas_per_sm(nb, pipe, asked_ctas) != 1)
@@ -3437,8 +3443,11 @@ bool wide_stream_k_takes(int kind, int M, int N, int K, int sms, bool pipe, int 
   if (mode == 1) return true;
   const Plan split = make_wide_plan(kind, M, N, K, sms, pipe, asked_ctas);
   const long long ctas = static_cast<long long>(split.grid_x) * split.k_splits;
-  const long long last = ctas - (ctas - 1) / sms * sms;  // CTAs of the last wave
-  return ctas > sms && 2 * last < sms;
+  const long long waves = (ctas + sms - 1) / sms;
+  const long long last = ctas - (waves - 1) * sms;  // CTAs of the last wave
+  if (waves < 2) return false;
+  if (2 * last < sms) return kind == kQ || nb <= 2;
+  return kind == kQ && waves <= 3;
 }
 
 int check_wide_sizes(int M, int N, int K) {
@@ -3664,7 +3673,7 @@ void specdec_set_wide_stage_groups(int groups) { g_wide_groups = groups == 1 ? 1
 void specdec_set_wide_unroll(int mode) { g_wide_unroll = mode == 0 || mode == 1 ? mode : 2; }
 
 // Which wide calls this thread launches from now on run the persistent kernel (tma_wide_stream_k_kernel): 0 none, 1
-// every one it applies to, 2 (other values) those whose split-K plan's last wave of CTAs is under half full.
+// every one it applies to, 2 (other values) those it was measured faster on (wide_stream_k_takes).
 void specdec_set_wide_stream_k(int mode) { g_wide_stream_k = mode == 0 || mode == 1 ? mode : 2; }
 
 // Whether a wide call (kind 1 W12 / 2 Q) on `sms` multiprocessors runs the persistent kernel under persistent mode
