@@ -2032,33 +2032,41 @@ __device__ __forceinline__ void consume_wide_ring(const Params& p, unsigned char
     s += GROUPS;
     if (s >= STAGES) s -= STAGES, ++round;
   };
+  // One stage of the one-set loop: the stage in slot s, decoded, multiplied, retired and released.
+  auto one_stage = [&]() {
+    uint32_t a[4][4];
+    issue_stage(decode_stage(a), a);
+    wgmma_wait<0>();  // the MMAs have read this stage's x and their A registers, which the next stage's decode rewrites
+    keep_live(a);
+    wgmma_fence_operands<NB>(acc);
+    release(s);
+  };
   if constexpr (UNROLL) {
     constexpr int kPass = STAGES / GROUPS;  // the group's stages in one pass of the ring: slots GROUP, GROUP + GROUPS, ...
-    // lap: the stage index less s_lo of slot GROUP on lap `round` (negative before pos0 on the first lap)
-    const int n = s_hi - s_lo;
-    round = static_cast<uint32_t>(pos0 / STAGES);
-    for (int lap = GROUP - pos0 % STAGES; lap < n; lap += STAGES, ++round) {
+    int lo = s_lo;  // the first stage of a lap: slot 0
+    if (pos0 % STAGES != 0) {  // the rest of pos0's lap, rolled (slot s from the position), before the unrolled laps
+      const int lap_end = min(s_hi, s_lo + STAGES - pos0 % STAGES);
+      const int first = ((GROUP - pos0) % GROUPS + GROUPS) % GROUPS;
+      s = (pos0 + first) % STAGES;
+      round = static_cast<uint32_t>(pos0 / STAGES);
+      for (int it = s_lo + first; it < lap_end; it += GROUPS) {
+        one_stage();
+        advance();
+      }
+      lo = lap_end;
+      round = static_cast<uint32_t>(pos0 / STAGES + 1);
+    }
+    for (int first = lo + GROUP; first < s_hi; first += STAGES, ++round) {
 #pragma unroll
       for (int u = 0; u < kPass; ++u) {
-        if (lap + GROUPS * u >= n) break;
-        if (pos0 != 0 && lap + GROUPS * u < 0) continue;
+        if (first + GROUPS * u >= s_hi) break;
         s = GROUP + GROUPS * u;
-        uint32_t a[4][4];
-        issue_stage(decode_stage(a), a);
-        wgmma_wait<0>();  // as below
-        keep_live(a);
-        wgmma_fence_operands<NB>(acc);
-        release(s);
+        one_stage();
       }
     }
   } else if constexpr (!PIPE) {
     for (int it = s_lo + skip; it < s_hi; it += GROUPS) {
-      uint32_t a[4][4];
-      issue_stage(decode_stage(a), a);
-      wgmma_wait<0>();  // the MMAs have read this stage's x and their A registers, which the next stage's decode rewrites
-      keep_live(a);
-      wgmma_fence_operands<NB>(acc);
-      release(s);
+      one_stage();
       advance();
     }
   } else {
