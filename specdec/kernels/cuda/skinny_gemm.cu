@@ -2391,30 +2391,27 @@ __device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_
   }
 }
 
-// The row blocks a persistent wide CTA holds a piece of (at most two: its run's first segment and its last) and its
-// tickets (the counters' values before its counts), in shared memory rather than in every thread's registers (the W12
-// kernels at 96 registers spill without room for them).
+// The row blocks a persistent wide CTA has counted a piece of (at most two: its run's first segment and its last) and
+// its tickets (the counters' values before its counts), in shared memory rather than in every thread's registers (the
+// W12 kernels at 96 registers spill without room for them).
 struct WideOwed {
   int block[2];
   unsigned int ticket[2];
   int n;
 };
 
-// The counts and sums a persistent wide CTA owes after its run (tma_wide_stream_k_kernel), by its EPI epilogue
-// threads: for each row block it holds a piece of, e_tid 0 counts the piece in (ticket: the counter's value before
-// its count, taken with an acquire-release add, so a last piece's e_tid 0 has acquired every other piece's partial
-// tile); if its piece came last, sum every piece's partial tile ([M][128] fp32 at the piece's slot, TOK tokens' room a slot) in piece order from
+// The sums a persistent wide CTA owes after its run (tma_wide_stream_k_kernel), by its EPI epilogue threads: for each
+// row block it counted a piece of (ticket: the counter's value before its count, taken by e_tid 0 with an
+// acquire-release add, so a last piece's e_tid 0 has acquired every other piece's partial tile), if its piece came
+// last, sum every piece's partial tile ([M][128] fp32 at the piece's slot, TOK tokens' room a slot) in piece order from
 // 0.f (sum_wide_tiles through the spent ring `spare`), store the rows and set the counter back to 0.
 template <int EPI, int TOK>
 __device__ __forceinline__ void finish_wide_stream_k_owed(const Params& p, float* red, const float* partials, unsigned int* counters,
-                                                          WideOwed& owed, int stages, int units, int e_tid, StreamKShared& sh,
+                                                          const WideOwed& owed, int stages, int units, int e_tid, StreamKShared& sh,
                                                           unsigned char* spare, int spare_bytes) {
   constexpr int kTileVec = TOK * (kWideRows / 4);
   const int ctas = gridDim.x;
   const float4* tiles = reinterpret_cast<const float4*>(partials);
-  // the first add's release covers every thread's partial tiles, stored before the run's last barrier (cumulativity)
-  if (e_tid == 0)
-    for (int i = 0; i < owed.n; ++i) owed.ticket[i] = atomic_add_acq_rel_gpu(counters + owed.block[i], 1u);
   for (int i = 0; i < owed.n; ++i) {
     const int block = owed.block[i];
     const int block_lo = block * stages;
@@ -2443,9 +2440,8 @@ __device__ __forceinline__ void finish_wide_stream_k_owed(const Params& p, float
 // the consumers' K loop (consume_wide_ring from the segment's ring position), the escape warps' fold of its escapes,
 // then the epilogue, while the producer already fills the next segment's stages. A row block inside one run is stored
 // at once; one cut by CTA boundaries gets each piece's partial tile in the workspace (slot 2 CTA for the run's first
-// segment, 2 CTA + 1 for its last); after its run the CTA counts its pieces in, and the piece counted last sums them
-// in piece order (finish_wide_stream_k_owed), so the result does not depend on timing and neither a count nor a
-// reduction holds a run's consumers.
+// segment, 2 CTA + 1 for its last), and the piece counted last sums them in piece order after its run
+// (finish_wide_stream_k_owed), so the result does not depend on timing and no reduction holds a run's consumers.
 // One CTA an SM, the one-set loop, rolled or UNROLLed as tma_wide_kernel's; GROUPS stage groups as tma_wide_kernel's
 // (the groups alternate by ring position). The unit arithmetic is 32-bit: the host launches it only where units x
 // (CTAs + 1) fits in an int (wide_stream_k_takes).
@@ -2548,7 +2544,11 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
       float4* own = reinterpret_cast<float4*>(partials) + static_cast<size_t>(stream_k_slot<int>(blockIdx.x, block_lo, units, ctas)) * kTileVec;
       for (int v = e_tid; v < p.M * kRowVecs; v += kEpilogue)
         __stcg(own + v, reinterpret_cast<const float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs]);
-      if (e_tid == 0) owed.block[owed.n++] = block;  // counted after the run: no count's release holds the run up
+      epilogue_barrier(kEpilogue);
+      if (e_tid == 0) {  // the release covers every thread's partial stored before the barrier (cumulativity)
+        owed.ticket[owed.n] = atomic_add_acq_rel_gpu(counters + block, 1u);
+        owed.block[owed.n++] = block;
+      }
     }
     epilogue_barrier(kEpilogue);  // red is read before the next segment writes it
     u = end;
