@@ -2028,9 +2028,14 @@ TOKEN_MAJOR_STEPS = {
 }
 
 
-def wide_pass_pair_rows(before: dict, after: dict) -> list[list[str]]:
-    """Rows of two ``bench_wide_w12`` runs side by side: each 8B and 32B linear at 32 and 64 rows, the W12 and Q wide
-    kernels' cold us (x cuBLAS bf16 of the same run) as ``before -> after``."""
+def wide_pass_pair_rows(
+    before: dict,
+    after: dict,
+    rows_of: tuple[int, ...] = (32, 64),
+    linears: tuple[str, ...] = ("qkv", "o", "gate_up", "down", "lm_head"),
+) -> list[list[str]]:
+    """Rows of two ``bench_wide_w12`` runs side by side: each 8B and 32B linear of ``linears`` at ``rows_of`` rows,
+    the W12 and Q wide kernels' cold us (x cuBLAS bf16 of the same run) as ``before -> after``."""
 
     def timing(run: dict, model: str, linear: str, m: int, kind: str) -> dict:
         got = [
@@ -2044,8 +2049,8 @@ def wide_pass_pair_rows(before: dict, after: dict) -> list[list[str]]:
 
     rows = []
     for model in ("qwen3-8b", "qwen3-32b"):
-        for linear in ("qkv", "o", "gate_up", "down", "lm_head"):
-            for m in (32, 64):
+        for linear in linears:
+            for m in rows_of:
                 cells = [model, linear, str(m)]
                 for kind in ("cuda_w12_wide", "cuda_q_wide"):
                     a, b = (timing(run, model, linear, m, kind) for run in (before, after))
@@ -2089,6 +2094,35 @@ def cuda_wide_stream_k_h100(results: Results) -> str:
         [
             markdown_table(["model", "linear", "rows", "W12 us (x cuBLAS)", "Q us (x cuBLAS)"], rows),
             verify_steps_table(results, STREAM_K_STEPS, "wide kernel"),
+        ]
+    )
+
+
+STREAM_K_AUTO_PASSES = {
+    "split-K": "wide_stream_k_h100_2026-12-06_c10307c_rows_off.json",
+    "auto": "wide_stream_k_h100_2026-12-06_c10307c_rows_auto.json",
+}
+STREAM_K_AUTO_Q_PASSES = {
+    "split-K": "q_pass64_h100_2026-12-06_c10307c_stream_k_off.json",
+    "auto": "q_pass64_h100_2026-12-06_c10307c_stream_k_auto.json",
+}
+
+
+def cuda_wide_stream_k_auto_h100(results: Results) -> str:
+    """The default persistent rule (``$SPECDEC_WIDE_STREAM_K=auto``) against split-K only, one H100 call: the gate_up
+    calls (the ones it changes) at 17, 96 and 128 rows (us, x cuBLAS bf16 of the same run), then the 8B target's
+    64-row Q-view pass beside its exact pass, each label's pair from one process."""
+    rows = wide_pass_pair_rows(
+        *(results(name) for name in STREAM_K_AUTO_PASSES.values()), rows_of=(17, 96, 128), linears=("gate_up",)
+    )
+    passes = []
+    for label, name in STREAM_K_AUTO_Q_PASSES.items():
+        (p,) = [p for p in results(name)["pass_times"] if p["rows"] == 64]
+        passes.append([label, f"{p['exact_ms']:.3f}", f"{p['q_ms']:.3f}", f"{p['q_over_exact']:.2f}"])
+    return "\n\n".join(
+        [
+            markdown_table(["model", "linear", "rows", "W12 us (x cuBLAS)", "Q us (x cuBLAS)"], rows),
+            markdown_table(["persistent rule", "exact pass, 64 rows (ms)", "Q pass, 64 rows (ms)", "Q / exact"], passes),
         ]
     )
 
@@ -2213,6 +2247,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide-round-trip-h100": cuda_wide_round_trip_h100,
     "cuda-wide-token-major-h100": cuda_wide_token_major_h100,
     "cuda-wide-stream-k-h100": cuda_wide_stream_k_h100,
+    "cuda-wide-stream-k-auto-h100": cuda_wide_stream_k_auto_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
