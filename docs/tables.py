@@ -2076,8 +2076,8 @@ def cuda_wide_token_major_h100(results: Results) -> str:
 
 
 STREAM_K_PASSES = {
-    "split-K": "wide_stream_k_h100_2026-12-06_int_off.json",
-    "persistent": "wide_stream_k_h100_2026-12-06_int_on.json",
+    "split-K": "wide_stream_k_h100_2026-12-06_d2f5342_off.json",
+    "persistent": "wide_stream_k_h100_2026-12-06_d2f5342_on.json",
 }
 STREAM_K_STEPS = {
     "split-K": "ar_step_verify64_h100_2026-12-06_stream_k_int_off.json",
@@ -2087,8 +2087,8 @@ STREAM_K_STEPS = {
 
 def cuda_wide_stream_k_h100(results: Results) -> str:
     """The persistent wide kernel (every wide call persistent) against the split-K one, one H100 call: each linear's
-    cold time at 32 and 64 rows (us, x cuBLAS bf16 of the same run), then the 64-row verify step with the split-K
-    kernel and with the persistent one on every call."""
+    cold time at 32 and 64 rows (us, x cuBLAS bf16 of the same run); then, from an earlier call with the kernel of
+    f0358b6, the 64-row verify step with the split-K kernel and with the persistent one on every call."""
     rows = wide_pass_pair_rows(*(results(name) for name in STREAM_K_PASSES.values()))
     return "\n\n".join(
         [
@@ -2099,19 +2099,21 @@ def cuda_wide_stream_k_h100(results: Results) -> str:
 
 
 STREAM_K_AUTO_PASSES = {
-    "split-K": "wide_stream_k_h100_2026-12-06_c10307c_rows_off.json",
-    "auto": "wide_stream_k_h100_2026-12-06_c10307c_rows_auto.json",
+    "split-K": "wide_stream_k_h100_2026-12-06_d2f5342_rows_off.json",
+    "auto": "wide_stream_k_h100_2026-12-06_d2f5342_rows_auto.json",
 }
 STREAM_K_AUTO_Q_PASSES = {
-    "split-K": "q_pass64_h100_2026-12-06_c10307c_stream_k_off.json",
-    "auto": "q_pass64_h100_2026-12-06_c10307c_stream_k_auto.json",
+    "split-K, call 1 (c10307c)": "q_pass64_h100_2026-12-06_c10307c_stream_k_off.json",
+    "auto, call 1 (c10307c)": "q_pass64_h100_2026-12-06_c10307c_stream_k_auto.json",
+    "split-K, call 2 (d2f5342)": "q_pass64_h100_2026-12-06_d2f5342_stream_k_off.json",
+    "auto, call 2 (d2f5342)": "q_pass64_h100_2026-12-06_d2f5342_stream_k_auto.json",
 }
 
 
 def cuda_wide_stream_k_auto_h100(results: Results) -> str:
     """The default persistent rule (``$SPECDEC_WIDE_STREAM_K=auto``) against split-K only, one H100 call: the gate_up
     calls (the ones it changes) at 17, 96 and 128 rows (us, x cuBLAS bf16 of the same run), then the 8B target's
-    64-row Q-view pass beside its exact pass, each label's pair from one process."""
+    64-row Q-view pass beside its exact pass in two calls, each row's pair from one process."""
     rows = wide_pass_pair_rows(
         *(results(name) for name in STREAM_K_AUTO_PASSES.values()), rows_of=(17, 96, 128), linears=("gate_up",)
     )

@@ -398,10 +398,10 @@ def wide_stream_k() -> str:
     applies to, ``"0"`` none (:func:`wide_stream_k_takes` says for one call). Persistent, one CTA an SM takes an equal
     run of the call's (row block, stage) units across row blocks, so a multi-wave call's last wave does not round up
     and each row block's epilogue runs while the CTA's producer loads the next block's stages
-    (``specdec/kernels/cuda/README.md``, "Persistent wide CTAs"). Measured (H100, ``benchmarks/NOTES.md``, "Persistent
-    wide CTAs without their own costs: measured"): the 32B gate_up W12 211.7 -> 176.7 us at 64 rows, Q 123.9 -> 108.8;
-    the 8B gate_up's Q call 54.2 -> 48.0; one-wave calls and the lm_head 1-20 % slower persistent. Raises ValueError
-    for any other value.
+    (``specdec/kernels/cuda/README.md``, "Persistent wide CTAs"). Measured (H100, ``benchmarks/NOTES.md``, "The tree's
+    persistent kernel and the `auto` rule: measured"): the 32B gate_up W12 212.0 -> 169.5 us at 64 rows, Q 124.5 ->
+    106.1; the 8B gate_up's Q call 54.3 -> 47.1; one-wave calls and runs of two partial pieces up to 29 % slower
+    persistent. Raises ValueError for any other value.
 
     Example::
 
