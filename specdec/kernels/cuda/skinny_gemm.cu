@@ -3435,11 +3435,12 @@ Plan make_wide_stream_k_plan(int kind, int M, int N, int K, int sms) {
 
 // Whether a wide call runs the persistent kernel under `mode` (specdec_set_wide_stream_k: 0 never, 1 wherever it
 // applies, 2 where it was measured faster on the H100, benchmarks/NOTES.md, "Persistent wide CTAs without their own
-// costs: measured": where the split-K plan's CTAs take more than one wave and its last wave is under half full, for
-// the Q kernel at every width and W12 up to 64 tokens (at 96-128 W12 was slower), and for the Q kernel wherever the
-// split plan takes two or three waves; not on one-wave calls, nor on the lm_head's nine waves). It applies with one CTA
-// an SM and the one-set loop, in the shipped build (not a SPECDEC_WIDE_ABLATE or SPECDEC_WIDE_TRACE one), with the
-// default two stage groups up to 64 tokens, and where its 32-bit unit arithmetic holds the call.
+// costs: measured" and the sections after it): where the split-K plan's CTAs take more than one wave and its last
+// wave is under half full, for the Q kernel at every width and W12 up to 64 tokens (at 96-128 W12 was slower), and
+// for the Q kernel wherever the split plan takes two or three waves; not on one-wave calls, nor on the lm_head's nine
+// waves. It applies with one CTA an SM and the one-set loop, in the shipped build (not a SPECDEC_WIDE_ABLATE or
+// SPECDEC_WIDE_TRACE one), with the default two stage groups up to 64 tokens, and where its 32-bit unit arithmetic
+// holds the call.
 bool wide_stream_k_takes(int kind, int M, int N, int K, int sms, bool pipe, int asked_ctas, int groups, int mode) {
   const int nb = wide_blocks(M);
   if (SPECDEC_WIDE_ABLATE != 0 || SPECDEC_WIDE_TRACE != 0 || pipe || mode == 0 || wide_ctas_per_sm(nb, pipe, asked_ctas) != 1)
