@@ -4,11 +4,13 @@
 # ($SPECDEC_WIDE_STREAM_K=1); the wide kernels (8B and 32B linears, 32 and 64 rows) beside cuBLAS bf16 without
 # programmatic launch, split-K (0) then persistent (1), and persistent with BEFORE_SO (a library built from an earlier
 # commit, labelled `before`) where one is given; the lean 8B target's 64-row Q-view pass (the two-level verifier's
-# first pass, W12 packed) with the split-K kernel (0) and the default rule (auto: its gate_up goes persistent); then
-# 17, 96 and 128 rows, split-K (0) and auto.
-# Expected time on one H200: ~7 min (nvcc ~40 s where build/ lacks the library; checks ~25 s, memcheck ~60 s, each
-# timing ~35 s, each Q pass ~50 s, torch start ~10 s a process). Caps: 60 + 90 + 3 x 50 + 2 x 75 + 2 x 60 = 570 s,
-# plus the build where build/ lacks the library (90 s).
+# first pass, W12 packed) with the split-K kernel (0) and the default rule (auto: its gate_up goes persistent), the
+# two taken in turn three times in one process (bench_two_level --alternate: between processes the pass moves more
+# than the rule does); then 17, 96 and 128 rows, split-K (0) and auto.
+# Expected time on one H200: ~4 min (nvcc ~40 s where build/ lacks the library; checks ~25 s, memcheck ~60 s, each
+# timing ~35 s, the Q passes ~75 s, torch start ~10 s a process). Caps: 60 + 90 + 3 x 50 + 120 + 2 x 60 = 540 s,
+# plus the build where build/ lacks the library (90 s). BEFORE_SO with build/specdec_cuda_kernels.so carried passes
+# the 64 MiB a call carries: carry one of the two and let the runner build the other.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_stream_k.sh [BEFORE_SO]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -39,13 +41,11 @@ for mode in 0 1 before; do
   echo "wide kernels, SPECDEC_WIDE_STREAM_K=$mode: exit $?"
 done
 export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so
-unset SPECDEC_PDL
-for mode in 0 auto; do
-  export SPECDEC_WIDE_STREAM_K=$mode
-  timeout 75 python3 -m benchmarks.decode.bench_two_level --variants w12-packed --profiles none --reps 10 --pass-rows 64 \
-    --out "$OUT/wide_stream_k_q_pass64_$mode.json" > "$OUT/wide_stream_k_q_pass64_$mode.log" 2>&1
-  echo "64-row Q passes, SPECDEC_WIDE_STREAM_K=$mode: exit $?"
-done
+unset SPECDEC_PDL SPECDEC_WIDE_STREAM_K
+timeout 120 python3 -m benchmarks.decode.bench_two_level --variants w12-packed --profiles none --reps 10 --pass-rows 64 \
+  --alternate SPECDEC_WIDE_STREAM_K=0,auto --alternate-rounds 3 \
+  --out "$OUT/wide_stream_k_q_pass64.json" > "$OUT/wide_stream_k_q_pass64.log" 2>&1
+echo "64-row Q passes, SPECDEC_WIDE_STREAM_K 0 and auto in turn: exit $?"
 export SPECDEC_PDL=0
 for mode in 0 auto; do
   export SPECDEC_WIDE_STREAM_K=$mode
@@ -64,7 +64,5 @@ for mode in 0 auto; do
   echo "=== 17, 96, 128 rows, SPECDEC_WIDE_STREAM_K=$mode ==="
   grep -E "^qwen3-(8b|32b) (gate_up|o|qkv|down|lm_head) [0-9]+:" "$OUT/wide_stream_k_rows_$mode.log"
 done
-for mode in 0 auto; do
-  echo "=== 64-row Q pass, SPECDEC_WIDE_STREAM_K=$mode ==="
-  grep -E "^variant +rows|^w12-packed +64" "$OUT/wide_stream_k_q_pass64_$mode.log"
-done
+echo "=== 64-row passes, SPECDEC_WIDE_STREAM_K 0 and auto in turn, one process ==="
+grep -A 3 "^in one process" "$OUT/wide_stream_k_q_pass64.log"

@@ -21,7 +21,10 @@ A variant (``--variants``) is ``<weights>-<Q storage>``:
 
 Per variant: the time of one exact pass and one Q pass of ``--pass-rows`` rows beside the bytes of
 linear weights each reads (``byte_ratio``, from the weight tensors; nominal 0.5 for bf16 packed, 0.67
-for W12), then the decoding systems on the variants named by ``--system-variants``.
+for W12), then the decoding systems on the variants named by ``--system-variants``. With
+``--alternate NAME=V1,V2``, the passes again under each value of the environment variable ``NAME`` in
+turn, ``--alternate-rounds`` times in the same process, graphs captured again for each value
+(``alternated`` in the JSON): a kernel setting compared without the spread between processes.
 
 Exactness: float32 outputs must equal plain greedy decoding token for token (the script exits 1 if
 one does not, after writing everything). bf16 / W12 outputs are compared and the result recorded
@@ -39,6 +42,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import statistics
 import sys
 import time
 
@@ -154,6 +159,44 @@ def pass_times(target, prompt, rows: int, reps: int) -> dict:
     return dict(rows=rows, exact_ms=exact, q_ms=q, q_over_exact=q / exact)
 
 
+def parse_alternate(spec: str) -> tuple[str, list[str]]:
+    """``"SPECDEC_WIDE_STREAM_K=0,auto"`` -> ``("SPECDEC_WIDE_STREAM_K", ["0", "auto"])``; ValueError naming the
+    argument unless it is an environment variable's name, ``=``, and two or more distinct comma-separated values."""
+    name, _, values = spec.partition("=")
+    settings = values.split(",") if values else []
+    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name) or len(settings) < 2 or len(set(settings)) != len(settings) or "" in settings:
+        raise ValueError(f"--alternate: expected NAME=VALUE,VALUE[,...] (two or more distinct values), got {spec!r}")
+    return name, settings
+
+
+def alternated_pass_times(
+    target, prompt, pass_rows: list[int], reps: int, name: str, values: list[str], rounds: int
+) -> list[dict]:
+    """The exact and Q pass times of ``pass_rows`` under each value of the environment variable ``name``, the values
+    taken in turn ``rounds`` times in this one process, so that what differs between processes (the spread of one
+    pass's time between two runs of the same code) does not enter a comparison of the values. A target with CUDA
+    graphs captures them again for every value (a graph keeps the kernels it was captured with). The variable is
+    put back as it was, and the graphs captured again under it, before returning."""
+    before = os.environ.get(name)
+    out = []
+    try:
+        for round_ in range(rounds):
+            for value in values:
+                os.environ[name] = value
+                if target.uses_cuda_graphs:
+                    target.enable_cuda_graphs()  # empties the cache: the next passes capture under `value`
+                for rows in pass_rows:
+                    out.append(dict(pass_times(target, prompt, rows, reps), env=name, value=value, round=round_))
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+        if target.uses_cuda_graphs:
+            target.enable_cuda_graphs()
+    return out
+
+
 def make_verifier(system: str, budget: int, k: int, sync_stages: bool = False):
     if system == "chain":
         return sd.ChainVerifier()
@@ -219,6 +262,12 @@ def main(argv=None) -> int:
     ap.add_argument("--system-variants", default=None, help="variants that run the decoding systems (default: all)")
     ap.add_argument("--pass-rows", default="16,65", help="row counts of the timed single passes")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument(
+        "--alternate",
+        default=None,
+        help="NAME=V1,V2[,...]: also time the passes under each value of environment variable NAME in turn, in this process",
+    )
+    ap.add_argument("--alternate-rounds", type=int, default=3, help="turns through the --alternate values")
     ap.add_argument("--budget-s", type=float, default=0.0, help="wall-clock budget: no new case starts past it (0: none)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_two_level.json"))
     args = ap.parse_args(argv)
@@ -245,6 +294,9 @@ def main(argv=None) -> int:
         if name not in sd.drafters.oracle.PRESETS:
             raise ValueError(f"--profiles: expected presets of {sorted(sd.drafters.oracle.PRESETS)} or 'none', got {name!r}")
     pass_rows = [int(r) for r in args.pass_rows.split(",")]
+    alternate = parse_alternate(args.alternate) if args.alternate is not None else None
+    if args.alternate_rounds < 1:
+        raise ValueError(f"--alternate-rounds: expected a positive count, got {args.alternate_rounds}")
     if args.tiny:
         args.tokens, args.prompt_len, args.reps = min(args.tokens, 24), min(args.prompt_len, 16), min(args.reps, 2)
         pass_rows = [min(r, 9) for r in pass_rows]
@@ -264,6 +316,7 @@ def main(argv=None) -> int:
         prompt_len=args.prompt_len,
         variants=variants,
         pass_times=[],
+        alternated=[],
         warmed_rows={},
         ar_seconds={},
         rows=[],
@@ -289,6 +342,11 @@ def main(argv=None) -> int:
                 ar, ar_s = run(target, prompt, args.tokens)
                 bytes_read = linear_weight_bytes(target, storage)
                 timings = [pass_times(target, prompt, rows, args.reps) for rows in pass_rows]
+                alternated = (
+                    alternated_pass_times(target, prompt, pass_rows, args.reps, *alternate, args.alternate_rounds)
+                    if alternate
+                    else []
+                )
                 break
             except Exception as exc:  # recorded and reported; the other variants still run
                 target = None
@@ -308,6 +366,9 @@ def main(argv=None) -> int:
                 f"(x{timing['q_over_exact']:.2f}; bytes x{bytes_read['byte_ratio']:.3f})",
                 flush=True,
             )
+        for timing in alternated:
+            timing.update(variant=variant, graphs=graphs)
+            result["alternated"].append(timing)
         result["ar_seconds"][variant] = ar_s
         print(f"[{variant}] AR {args.tokens / ar_s:.1f} tok/s", flush=True)
         references[variant] = torch.cat([prompt[0], ar.tokens[0]]).cpu()
@@ -384,6 +445,20 @@ def main(argv=None) -> int:
         print(
             f"{t['variant']:13s} {t['rows']:5d} {t['exact_ms']:9.3f} {t['q_ms']:7.3f} {t['q_over_exact']:8.2f}  {t['byte_ratio']:8.3f}"
         )
+    if alternate:
+        name, values = alternate
+        print(f"\nin one process, {args.alternate_rounds} turns: median ms (each turn's)")
+        print(f"variant        rows  {name:28s} exact ms                  Q ms")
+        for variant in variants:
+            for n_rows in pass_rows:
+                for value in values:
+                    got = [t for t in result["alternated"] if (t["variant"], t["rows"], t["value"]) == (variant, n_rows, value)]
+                    if got:
+                        cells = []
+                        for key in ("exact_ms", "q_ms"):
+                            times = [t[key] for t in got]
+                            cells.append(f"{statistics.median(times):7.3f} ({' '.join(f'{x:.3f}' for x in times)})")
+                        print(f"{variant:13s} {n_rows:5d}  {value:28s} {cells[0]}  {cells[1]}")
     print("\nvariant       system             profile                     tok/pass  vs chain  x AR  x tree (time)  equal")
     for row in rows:
         print(

@@ -118,3 +118,43 @@ def test_warm_graphs_runs_every_bucket_view_and_feature_layer_set_the_prompt_can
     passes = {(b, layers, view) for b in (1, 2, 4) for layers in ((), (0, 1)) for view in ("exact", "q")}
     assert used == passes | {(8, layers, "exact") for layers in ((), (0, 1))}  # the 6-token prefill: bucket 8
     assert target.length == 0  # reset after
+
+
+def test_alternate_times_the_passes_under_each_value_in_turn_and_puts_the_variable_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_TEST_SETTING", "before")
+    out = tmp_path / "bench.json"
+    args = ["--tiny", "--variants", "fp32-packed", "--profiles", "none", "--tokens", "24", "--pass-rows", "5,3"]
+    args += ["--alternate", "SPECDEC_TEST_SETTING=a,b", "--alternate-rounds", "2", "--out", str(out)]
+    assert bench_two_level.main(args) == 0
+    got = [(t["round"], t["value"], t["rows"]) for t in json.loads(out.read_text())["alternated"]]
+    assert got == [(r, v, n) for r in (0, 1) for v in ("a", "b") for n in (5, 3)]
+    assert bench_two_level.os.environ["SPECDEC_TEST_SETTING"] == "before"
+
+
+def test_alternated_passes_run_under_their_value_and_capture_graphs_again_for_each(monkeypatch):
+    seen, captures = [], []
+
+    class GraphTarget:
+        uses_cuda_graphs = True
+
+        def enable_cuda_graphs(self):
+            captures.append(bench_two_level.os.environ.get("SPECDEC_TEST_SETTING"))
+
+    def fake_pass_times(target, prompt, rows, reps):
+        seen.append(bench_two_level.os.environ.get("SPECDEC_TEST_SETTING"))
+        return dict(rows=rows, exact_ms=1.0, q_ms=1.0, q_over_exact=1.0)
+
+    monkeypatch.delenv("SPECDEC_TEST_SETTING", raising=False)
+    monkeypatch.setattr(bench_two_level, "pass_times", fake_pass_times)
+    rows = bench_two_level.alternated_pass_times(GraphTarget(), None, [4], 1, "SPECDEC_TEST_SETTING", ["0", "auto"], 2)
+    assert seen == ["0", "auto", "0", "auto"] and [r["value"] for r in rows] == seen
+    assert captures == ["0", "auto", "0", "auto", None]  # and once more after, under the variable as it was (unset)
+    assert "SPECDEC_TEST_SETTING" not in bench_two_level.os.environ
+
+
+@pytest.mark.parametrize("spec", ["SPECDEC_X", "SPECDEC_X=1", "specdec_x=1,2", "SPECDEC_X=1,1", "SPECDEC_X=1,", "=1,2"])
+def test_alternate_rejects_a_malformed_spec(spec):
+    with pytest.raises(ValueError, match=r"--alternate: expected NAME=VALUE,VALUE\[,\.\.\.\] \(two or more distinct values\)"):
+        bench_two_level.parse_alternate(spec)
+    with pytest.raises(ValueError, match="--alternate-rounds: expected a positive count, got 0"):
+        bench_two_level.main(["--tiny", "--alternate", "SPECDEC_X=1,2", "--alternate-rounds", "0"])
