@@ -3446,17 +3446,17 @@ bool wide_stream_k_takes(int kind, int M, int N, int K, int sms, bool pipe, int 
   if (SPECDEC_WIDE_ABLATE != 0 || SPECDEC_WIDE_TRACE != 0 || pipe || mode == 0 || wide_ctas_per_sm(nb, pipe, asked_ctas) != 1)
     return false;
   if (nb <= 2 && groups != 2) return false;
+  if (mode != 1) {
+    const Plan split = make_wide_plan(kind, M, N, K, sms, pipe, asked_ctas);
+    const long long ctas = static_cast<long long>(split.grid_x) * split.k_splits;
+    const long long waves = (ctas + sms - 1) / sms;
+    const long long last = ctas - (waves - 1) * sms;  // CTAs of the last wave
+    const bool gains = waves >= 2 && (2 * last < sms ? kind == kQ || nb <= 2 : kind == kQ && waves <= 3);
+    if (!gains) return false;
+  }
   // the kernel's unit arithmetic is 32-bit (stream_k_unit_lo<int>, stream_k_cta_of<int>)
   const long long units = static_cast<long long>((N + kWideRows - 1) / kWideRows) * (K / kWideStageK);
-  if (units * (static_cast<long long>(make_wide_stream_k_plan(kind, M, N, K, sms).grid_x) + 1) > INT_MAX) return false;
-  if (mode == 1) return true;
-  const Plan split = make_wide_plan(kind, M, N, K, sms, pipe, asked_ctas);
-  const long long ctas = static_cast<long long>(split.grid_x) * split.k_splits;
-  const long long waves = (ctas + sms - 1) / sms;
-  const long long last = ctas - (waves - 1) * sms;  // CTAs of the last wave
-  if (waves < 2) return false;
-  if (2 * last < sms) return kind == kQ || nb <= 2;
-  return kind == kQ && waves <= 3;
+  return units * (static_cast<long long>(make_wide_stream_k_plan(kind, M, N, K, sms).grid_x) + 1) <= INT_MAX;
 }
 
 int check_wide_sizes(int M, int N, int K) {
