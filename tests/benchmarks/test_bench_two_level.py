@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -128,7 +129,7 @@ def test_alternate_times_the_passes_under_each_value_in_turn_and_puts_the_variab
     assert bench_two_level.main(args) == 0
     got = [(t["round"], t["value"], t["rows"]) for t in json.loads(out.read_text())["alternated"]]
     assert got == [(r, v, n) for r in (0, 1) for v in ("a", "b") for n in (5, 3)]
-    assert bench_two_level.os.environ["SPECDEC_TEST_SETTING"] == "before"
+    assert os.environ["SPECDEC_TEST_SETTING"] == "before"
 
 
 def test_alternated_passes_run_under_their_value_and_capture_graphs_again_for_each(monkeypatch):
@@ -138,10 +139,10 @@ def test_alternated_passes_run_under_their_value_and_capture_graphs_again_for_ea
         uses_cuda_graphs = True
 
         def enable_cuda_graphs(self):
-            captures.append(bench_two_level.os.environ.get("SPECDEC_TEST_SETTING"))
+            captures.append(os.environ.get("SPECDEC_TEST_SETTING"))
 
     def fake_pass_times(target, prompt, rows, reps):
-        seen.append(bench_two_level.os.environ.get("SPECDEC_TEST_SETTING"))
+        seen.append(os.environ.get("SPECDEC_TEST_SETTING"))
         return dict(rows=rows, exact_ms=1.0, q_ms=1.0, q_over_exact=1.0)
 
     monkeypatch.delenv("SPECDEC_TEST_SETTING", raising=False)
@@ -149,7 +150,7 @@ def test_alternated_passes_run_under_their_value_and_capture_graphs_again_for_ea
     rows = bench_two_level.alternated_pass_times(GraphTarget(), None, [4], 1, "SPECDEC_TEST_SETTING", ["0", "auto"], 2)
     assert seen == ["0", "auto", "0", "auto"] and [r["value"] for r in rows] == seen
     assert captures == ["0", "auto", "0", "auto", None]  # and once more after, under the variable as it was (unset)
-    assert "SPECDEC_TEST_SETTING" not in bench_two_level.os.environ
+    assert "SPECDEC_TEST_SETTING" not in os.environ
 
 
 @pytest.mark.parametrize("spec", ["SPECDEC_X", "SPECDEC_X=1", "specdec_x=1,2", "SPECDEC_X=1,1", "SPECDEC_X=1,", "=1,2"])

@@ -1173,11 +1173,34 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// The order a ring's producer thread issues n stages in, over slots 0, 1, ..., STAGES - 1, 0, ...: the first STAGES
+// stages' weights (weights(it, slot, full)) before griddep_wait, since they do not depend on the kernel before this
+// one, then their x (x_of(it, slot, full)); every later stage's weights and x together, once the consumers have
+// released its slot. tx: the bytes a stage's copies bring (its full barrier's transaction count).
+template <int STAGES, typename Weights, typename X>
+__device__ __forceinline__ void issue_ring(int n, uint32_t tx, uint64_t* full_bar, uint64_t* empty_bar, Weights weights, X x_of) {
+  const int first = min(n, STAGES);
+  for (int it = 0; it < first; ++it) {
+    mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
+    weights(it, it, smem_addr(&full_bar[it]));
+  }
+  griddep_wait();
+  for (int it = 0; it < first; ++it) x_of(it, it, smem_addr(&full_bar[it]));
+  int s = first % STAGES;
+  uint32_t round = first == STAGES ? 1u : 0u;
+  for (int it = first; it < n; ++it) {
+    mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
+    const uint32_t full = smem_addr(&full_bar[s]);
+    mbar_arrive_expect_tx(full, tx);
+    weights(it, s, full);
+    x_of(it, s, full);
+    if (++s == STAGES) s = 0, ++round;
+  }
+}
+
 // The producer of a tensor-map ring, one thread: stages s_lo .. s_lo + n - 1 (SK weights each) of the ROWS-row block at
-// row_block into ring slots 0, 1, ..., STAGES - 1, 0, ...: a box of [ROWS][SK] weights (the ae plane, or bf16), for W12
-// one of [ROWS][SK / 2] nib bytes, and x's [M][SK] at x_offset in the stage. The weights of the first STAGES stages go
-// out before griddep_wait (they do not depend on the kernel before this one), their x after it; every later stage's
-// weights and x together, once the consumers have released its slot.
+// row_block in issue_ring's order: a box of [ROWS][SK] weights (the ae plane, or bf16), for W12 one of [ROWS][SK / 2]
+// nib bytes, and x's [M][SK] at x_offset in the stage.
 template <int KIND, int STAGES, int ROWS, int SK>
 __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
                                                  uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
@@ -1186,33 +1209,17 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
   const uint64_t keep = l2_evict_last();
   // whole boxes, zeros past N and K included (without x, for SPECDEC_WIDE_ABLATE's timing builds: the weights' boxes)
   const uint32_t tx = static_cast<uint32_t>(with_x ? stage_bytes : x_offset);
-  const int first = min(n, STAGES);
-  auto weights = [&](int it, uint32_t full) {
+  auto weights = [&](int it, int, uint32_t full) {
     const int k0 = (s_lo + it) * SK;
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
     tma_load_2d(st, ae_map, k0, row_block, full, stream);  // bf16: the weights
     if constexpr (KIND == kW12) tma_load_2d(st + ROWS * SK, nib_map, k0 / 2, row_block, full, stream);
   };
-  auto x_of = [&](int it, uint32_t full) {
+  auto x_of = [&](int it, int, uint32_t full) {
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
     if (with_x) tma_load_2d(st + x_offset, x_map, (s_lo + it) * SK, 0, full, keep);
   };
-  for (int it = 0; it < first; ++it) {
-    mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
-    weights(it, smem_addr(&full_bar[it]));
-  }
-  griddep_wait();
-  for (int it = 0; it < first; ++it) x_of(it, smem_addr(&full_bar[it]));
-  int s = first % STAGES;
-  uint32_t round = first == STAGES ? 1u : 0u;
-  for (int it = first; it < n; ++it) {
-    mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
-    const uint32_t full = smem_addr(&full_bar[s]);
-    mbar_arrive_expect_tx(full, tx);
-    weights(it, full);
-    x_of(it, full);
-    if (++s == STAGES) s = 0, ++round;
-  }
+  issue_ring<STAGES>(n, tx, full_bar, empty_bar, weights, x_of);
 }
 
 // The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + ROWS - 1 whose columns lie in
@@ -2346,8 +2353,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, PIPE, GROUPS), CTAS)
 
 // The producer of tma_wide_stream_k_kernel (one thread): the run's units u_lo .. u_hi - 1 (unit u: row block u / stages,
 // stage u % stages) in order into ring slots 0, 1, ..., STAGES - 1, 0, ... across row blocks, so the ring does not
-// drain where a row block ends: each unit's weights' boxes and x's [32 NB][kWideStageK] box. As produce_tma_ring, the
-// first STAGES units' weights go out before griddep_wait and their x after it.
+// drain where a row block ends: each unit's weights' boxes and x's [32 NB][kWideStageK] box, in issue_ring's order.
 template <int KIND, int STAGES>
 __device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_bytes, uint64_t* full_bar, uint64_t* empty_bar,
                                                  int u_lo, int u_hi, int stages, const CUtensorMap* ae_map,
@@ -2355,40 +2361,23 @@ __device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_
   const uint64_t stream = l2_evict_first();
   const uint64_t keep = l2_evict_last();
   const uint32_t tx = static_cast<uint32_t>(stage_bytes);
-  const int n = u_hi - u_lo;
-  const int first = min(n, STAGES);
   const int k_end = stages * kWideStageK;
   // the unit's row and column kept as counters: a division a stage would hold the one issuing thread up
   int row = (u_lo / stages) * kWideRows, k0 = (u_lo % stages) * kWideStageK;
   int x_k0 = k0;
-  auto weights = [&](int slot, uint32_t full) {
+  auto weights = [&](int, int slot, uint32_t full) {
     const uint32_t st = smem_addr(smem + static_cast<size_t>(slot) * stage_bytes);
     tma_load_2d(st, ae_map, k0, row, full, stream);
     if constexpr (KIND == kW12) tma_load_2d(st + kWideRows * kWideStageK, nib_map, k0 / 2, row, full, stream);
     k0 += kWideStageK;
     if (k0 == k_end) k0 = 0, row += kWideRows;
   };
-  auto x_of = [&](int slot, uint32_t full) {
+  auto x_of = [&](int, int slot, uint32_t full) {
     tma_load_2d(smem_addr(smem + static_cast<size_t>(slot) * stage_bytes) + wide_weight_bytes(KIND), x_map, x_k0, 0, full, keep);
     x_k0 += kWideStageK;
     if (x_k0 == k_end) x_k0 = 0;
   };
-  for (int it = 0; it < first; ++it) {
-    mbar_arrive_expect_tx(smem_addr(&full_bar[it]), tx);
-    weights(it, smem_addr(&full_bar[it]));
-  }
-  griddep_wait();
-  for (int it = 0; it < first; ++it) x_of(it, smem_addr(&full_bar[it]));
-  int s = first % STAGES;
-  uint32_t round = first == STAGES ? 1u : 0u;
-  for (int it = first; it < n; ++it) {
-    mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
-    const uint32_t full = smem_addr(&full_bar[s]);
-    mbar_arrive_expect_tx(full, tx);
-    weights(s, full);
-    x_of(s, full);
-    if (++s == STAGES) s = 0, ++round;
-  }
+  issue_ring<STAGES>(u_hi - u_lo, tx, full_bar, empty_bar, weights, x_of);
 }
 
 // The row blocks a persistent wide CTA has counted a piece of (at most two: its run's first segment and its last) and
