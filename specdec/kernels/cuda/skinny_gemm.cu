@@ -2142,6 +2142,24 @@ __device__ __forceinline__ void store_wide_rows(const Params& p, const float* re
   }
 }
 
+// A consumer warp's sums into the sums' tile red (token-major, kWideRowStride apart), group by group: acc[j][4 i + e]
+// holds rows (g, g + 8) for e (0, 1) / (2, 3) of the warp's 16, tokens 32 j + 8 i + 2t + (e & 1). The first group
+// writes its sums (W12: adds them to the escape warps'), a second adds to them.
+template <int KIND, int NB>
+__device__ __forceinline__ void add_wide_sums(float* red, const float (&acc)[NB][16], int lane, int warp, bool first) {
+  const int g = lane >> 2, t = lane & 3, r0 = warp * 16 + g;
+#pragma unroll
+  for (int j = 0; j < NB; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float* v = red + (32 * j + 8 * i + 2 * t + (e & 1)) * kWideRowStride + r0 + (e >> 1) * 8;
+        if (KIND == kW12 || !first) *v += acc[j][4 * i + e];
+        else *v = acc[j][4 * i + e];
+      }
+}
+
 // Sums n partial tiles in order q = 0 .. n - 1 from 0.f into red (token-major [TOK][128] fp32, kWideRowStride apart;
 // the first M tokens), threads tid of THREADS: tile q is red's own sums where q == own (-1: none), else the workspace
 // tile tile(q) ([TOK][128] fp32 as float4s of 4 rows). The workspace tiles are copied with cp.async into `spare` (the
@@ -2320,20 +2338,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, PIPE, GROUPS), CTAS)
   __syncthreads();  // the ring is done; for W12 the escape sums are in red
   if (tid == 0) wide_trace(kTraceRingDone);
   griddep_launch_dependents();
-  // acc[j][4 i + e]: rows (g, g + 8) for e (0, 1) / (2, 3), tokens 32 j + 8 i + 2t + (e & 1); group by group.
-  auto add_sums = [&](bool first) {
-    const int g = lane >> 2, t = lane & 3, r0 = group_warp * 16 + g;
-#pragma unroll
-    for (int j = 0; j < NB; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float* v = red + (32 * j + 8 * i + 2 * t + (e & 1)) * kWideRowStride + r0 + (e >> 1) * 8;
-          if (KIND == kW12 || !first) *v += acc[j][4 * i + e];
-          else *v = acc[j][4 * i + e];
-        }
-  };
+  auto add_sums = [&](bool first) { add_wide_sums<KIND, NB>(red, acc, lane, group_warp, first); };
   if (consumer && group == 0) add_sums(true);
   if constexpr (GROUPS == 2) {
     __syncthreads();
@@ -2480,20 +2485,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   const int e_tid = consumer ? tid : tid - 32;
   const int group = warp / kWideConsumerWarps, group_warp = warp % kWideConsumerWarps;
   float acc[NB][16];
-  // acc[j][4 i + e]: rows (g, g + 8) for e (0, 1) / (2, 3), tokens 32 j + 8 i + 2t + (e & 1), as tma_wide_kernel's.
-  auto add_sums = [&](bool first) {
-    const int g = lane >> 2, t = lane & 3, r0 = group_warp * 16 + g;
-#pragma unroll
-    for (int j = 0; j < NB; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float* v = red + (32 * j + 8 * i + 2 * t + (e & 1)) * kWideRowStride + r0 + (e >> 1) * 8;
-          if (KIND == kW12 || !first) *v += acc[j][4 * i + e];
-          else *v = acc[j][4 * i + e];
-        }
-  };
+  auto add_sums = [&](bool first) { add_wide_sums<KIND, NB>(red, acc, lane, group_warp, first); };
   int block = u_lo / stages;  // then counted up: one division a run
   for (int u = u_lo; u < u_hi; ++block) {
     const int block_lo = block * stages;
