@@ -2099,8 +2099,8 @@ def cuda_wide_stream_k_h100(results: Results) -> str:
 
 
 STREAM_K_AUTO_PASSES = {
-    "split-K": "wide_stream_k_h100_2026-12-06_d2f5342_rows_off.json",
-    "auto": "wide_stream_k_h100_2026-12-06_d2f5342_rows_auto.json",
+    "split-K": "wide_stream_k_h100_2026-12-06_8f902f5_rows_off.json",
+    "auto": "wide_stream_k_h100_2026-12-06_8f902f5_rows_auto.json",
 }
 STREAM_K_AUTO_Q_PASSES = {
     "split-K, call 1 (c10307c)": "q_pass64_h100_2026-12-06_c10307c_stream_k_off.json",
@@ -2108,12 +2108,30 @@ STREAM_K_AUTO_Q_PASSES = {
     "split-K, call 2 (d2f5342)": "q_pass64_h100_2026-12-06_d2f5342_stream_k_off.json",
     "auto, call 2 (d2f5342)": "q_pass64_h100_2026-12-06_d2f5342_stream_k_auto.json",
 }
+STREAM_K_AUTO_Q_ALTERNATED = "q_pass64_h100_2026-12-06_8f902f5_alternate.json"
+
+
+def alternated_pass_rows(run: dict, rows: int, labels: dict[str, str]) -> list[list[str]]:
+    """A ``bench_two_level --alternate`` run's passes of ``rows`` rows, one table row a value of its variable (labels:
+    value -> label, in the table's order): the median over its turns of the exact and Q passes (ms), each turn's Q
+    pass, and Q / exact of the medians."""
+    out = []
+    for value, label in labels.items():
+        turns = [p for p in run["alternated"] if p["rows"] == rows and p["value"] == value]
+        if not turns:
+            raise ValueError(f"no {rows}-row passes under {value!r} in the alternated run")
+        exact = statistics.median(p["exact_ms"] for p in turns)
+        q = statistics.median(p["q_ms"] for p in turns)
+        each = " ".join(f"{p['q_ms']:.3f}" for p in sorted(turns, key=lambda p: p["round"]))
+        out.append([label, f"{exact:.3f}", f"{q:.3f} ({each})", f"{q / exact:.2f}"])
+    return out
 
 
 def cuda_wide_stream_k_auto_h100(results: Results) -> str:
     """The default persistent rule (``$SPECDEC_WIDE_STREAM_K=auto``) against split-K only, one H100 call: the gate_up
     calls (the ones it changes) at 17, 96 and 128 rows (us, x cuBLAS bf16 of the same run), then the 8B target's
-    64-row Q-view pass beside its exact pass in two calls, each row's pair from one process."""
+    64-row Q-view pass beside its exact pass: two earlier calls, one process a rule, then both rules taken in turn
+    three times in one process (the median and each turn's Q pass)."""
     rows = wide_pass_pair_rows(
         *(results(name) for name in STREAM_K_AUTO_PASSES.values()), rows_of=(17, 96, 128), linears=("gate_up",)
     )
@@ -2121,6 +2139,9 @@ def cuda_wide_stream_k_auto_h100(results: Results) -> str:
     for label, name in STREAM_K_AUTO_Q_PASSES.items():
         (p,) = [p for p in results(name)["pass_times"] if p["rows"] == 64]
         passes.append([label, f"{p['exact_ms']:.3f}", f"{p['q_ms']:.3f}", f"{p['q_over_exact']:.2f}"])
+    passes += alternated_pass_rows(
+        results(STREAM_K_AUTO_Q_ALTERNATED), 64, {"0": "split-K, in turn (8f902f5)", "auto": "auto, in turn (8f902f5)"}
+    )
     return "\n\n".join(
         [
             markdown_table(["model", "linear", "rows", "W12 us (x cuBLAS)", "Q us (x cuBLAS)"], rows),

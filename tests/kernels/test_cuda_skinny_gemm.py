@@ -1109,10 +1109,14 @@ def test_the_persistent_wide_kernel_takes_the_calls_it_was_measured_faster_on_an
     for m in (17, 32, 64, 96, 128):
         assert wide_stream_k_takes("q", m, 51200, 5120, sms, "auto")
         assert wide_stream_k_takes("w12", m, 51200, 5120, sms, "auto") == (m <= 64)
-    # and the Q view on a split plan of two or three waves (the 8B gate_up: 384 CTAs, 120 in the third), not W12 there,
-    # nor on the lm_head's nine waves (1187 blocks, 131 in the ninth) or a one-wave call (the 8B o: 128 CTAs)
+    # the Q view on a split plan of two or three waves (the 8B gate_up: 384 CTAs, 120 in the third; the 32B qkv at 17
+    # rows: 240, 108 in the second), W12 up to 64 tokens on three (not the 32B qkv's two, nor past 64 tokens); neither
+    # on the lm_head's nine waves (1187 blocks, 131 in the ninth) or a one-wave call (the 8B o: 128 CTAs)
     assert wide_stream_k_takes("q", 32, 24576, 4096, sms, "auto")
-    assert not wide_stream_k_takes("w12", 64, 24576, 4096, sms, "auto")
+    assert wide_stream_k_takes("q", 17, 10240, 5120, sms, "auto")
+    assert [wide_stream_k_takes("w12", m, 24576, 4096, sms, "auto") for m in (17, 32, 64, 96)] == [True, True, True, False]
+    assert not wide_stream_k_takes("w12", 64, 10240, 5120, sms, "auto")
+    assert not wide_stream_k_takes("w12", 64, 151936, 4096, sms, "auto")
     assert not wide_stream_k_takes("q", 32, 151936, 4096, sms, "auto")
     assert not wide_stream_k_takes("q", 64, 4096, 4096, sms, "auto")
     assert not wide_stream_k_takes("w12", 64, 4096, 4096, sms, "auto")

@@ -394,14 +394,16 @@ def wide_stream_k() -> str:
     """Which wide calls run the persistent kernel (``$SPECDEC_WIDE_STREAM_K``, read on every call): ``"auto"``
     (unset) those it was measured faster on: where the split-K plan takes more than one wave of CTAs with its last wave
     under half full (the Qwen3-32B gate_up: 800 CTAs, the last wave 8), Q-view calls at every width and W12 up to 64
-    tokens, and Q-view calls whose split plan takes two or three waves (the Qwen3-8B gate_up); ``"1"`` every call it
+    tokens, Q-view calls whose split plan takes two or three waves and W12 calls up to 64 tokens whose split plan takes
+    three (the Qwen3-8B gate_up); ``"1"`` every call it
     applies to, ``"0"`` none (:func:`wide_stream_k_takes` says for one call). Persistent, one CTA an SM takes an equal
     run of the call's (row block, stage) units across row blocks, so a multi-wave call's last wave does not round up
     and each row block's epilogue runs while the CTA's producer loads the next block's stages
     (``specdec/kernels/cuda/README.md``, "Persistent wide CTAs"). Measured (H100, ``benchmarks/NOTES.md``, "The tree's
     persistent kernel and the `auto` rule: measured"): the 32B gate_up W12 212.0 -> 169.5 us at 64 rows, Q 124.5 ->
-    106.1; the 8B gate_up's Q call 54.3 -> 47.1; one-wave calls and runs of two partial pieces up to 29 % slower
-    persistent. Raises ValueError for any other value.
+    106.1; the 8B gate_up's Q call 54.3 -> 47.1, its W12 call 75.1 -> 73.2 (68.1 -> 63.3 at 32 rows); the 8B target's
+    64-row Q-view pass 6.41 -> 6.13 ms (both rules alternated in one process); one-wave calls and runs of two partial
+    pieces up to 29 % slower persistent. Raises ValueError for any other value.
 
     Example::
 
@@ -421,8 +423,8 @@ def wide_stream_k_takes(kind: str, m: int, n: int, k: int, sms: int, mode: str |
 
     Example (needs the built library, so not run as a doctest): ``wide_stream_k_takes("w12", 64, 51200, 5120, 132,
     "auto") is True`` (the split plan's 800 CTAs, 8 in the last wave), ``wide_stream_k_takes("w12", 64, 24576, 4096,
-    132, "auto") is False`` (384 CTAs, 120 in the last wave) and ``wide_stream_k_takes("q", 64, 24576, 4096, 132,
-    "auto") is True`` (three waves).
+    132, "auto") is True`` (384 CTAs: three waves) and ``wide_stream_k_takes("w12", 64, 10240, 5120, 132, "auto") is
+    False`` (240 CTAs: two waves, the second 108).
     """
     if kind not in ("w12", "q"):
         raise ValueError(f"kind: expected 'w12' or 'q', got {kind!r}")

@@ -3417,9 +3417,10 @@ Plan make_wide_stream_k_plan(int kind, int M, int N, int K, int sms) {
 // Whether a wide call runs the persistent kernel under `mode` (specdec_set_wide_stream_k: 0 never, 1 wherever it
 // applies, 2 where it was measured faster on the H100, benchmarks/NOTES.md, "Persistent wide CTAs without their own
 // costs: measured" and the sections after it): where the split-K plan's CTAs take more than one wave and its last
-// wave is under half full, for the Q kernel at every width and W12 up to 64 tokens (at 96-128 W12 was slower), and
-// for the Q kernel wherever the split plan takes two or three waves; not on one-wave calls, nor on the lm_head's nine
-// waves. It applies with one CTA an SM and the one-set loop, in the shipped build (not a SPECDEC_WIDE_ABLATE or
+// wave is under half full, for the Q kernel at every width and W12 up to 64 tokens (at 96-128 W12 was slower); for
+// the Q kernel wherever the split plan takes two or three waves, and for W12 up to 64 tokens where it takes three
+// (the 8B gate_up, faster in two calls; the 32B qkv's two were level); not on one-wave calls, nor on the lm_head's
+// nine waves. It applies with one CTA an SM and the one-set loop, in the shipped build (not a SPECDEC_WIDE_ABLATE or
 // SPECDEC_WIDE_TRACE one), with the default two stage groups up to 64 tokens, and where its 32-bit unit arithmetic
 // holds the call.
 bool wide_stream_k_takes(int kind, int M, int N, int K, int sms, bool pipe, int asked_ctas, int groups, int mode) {
@@ -3432,7 +3433,9 @@ bool wide_stream_k_takes(int kind, int M, int N, int K, int sms, bool pipe, int 
     const long long ctas = static_cast<long long>(split.grid_x) * split.k_splits;
     const long long waves = (ctas + sms - 1) / sms;
     const long long last = ctas - (waves - 1) * sms;  // CTAs of the last wave
-    const bool gains = waves >= 2 && (2 * last < sms ? kind == kQ || nb <= 2 : kind == kQ && waves <= 3);
+    bool gains = false;
+    if (waves >= 2 && 2 * last < sms) gains = kind == kQ || nb <= 2;  // a short last wave
+    else if (waves >= 2) gains = kind == kQ ? waves <= 3 : nb <= 2 && waves == 3;
     if (!gains) return false;
   }
   // the kernel's unit arithmetic is 32-bit (stream_k_unit_lo<int>, stream_k_cta_of<int>)
