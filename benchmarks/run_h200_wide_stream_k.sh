@@ -7,14 +7,21 @@
 # first pass, W12 packed) with the split-K kernel (0) and the default rule (auto: its gate_up goes persistent), the
 # two taken in turn three times in one process (bench_two_level --alternate: between processes the pass moves more
 # than the rule does); then 17, 96 and 128 rows, split-K (0) and auto.
-# Expected time on one H200: ~4 min (nvcc ~40 s where build/ lacks the library; checks ~25 s, memcheck ~60 s, each
-# timing ~35 s, the Q passes ~75 s, torch start ~10 s a process). Caps: 60 + 90 + 3 x 50 + 120 + 2 x 60 = 540 s,
-# plus the build where build/ lacks the library (90 s). BEFORE_SO with build/specdec_cuda_kernels.so carried passes
-# the 64 MiB a call carries: carry one of the two and let the runner build the other.
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_stream_k.sh [BEFORE_SO]
+# --kernels-only: the checks, memcheck and the 32 / 64-row timings alone (no passes, no 17 / 96 / 128 rows).
+# Expected time on one H200: ~4 min, ~1.5 min with --kernels-only (an H100 took 105 s for the whole; nvcc ~40 s
+# where build/ lacks the library; checks ~10-25 s, memcheck ~30-60 s, each timing ~15-35 s, the Q passes ~40-75 s,
+# torch start ~10 s a process). Caps: 60 + 90 + 3 x 50 + 120 + 2 x 60 = 540 s (--kernels-only 300 s), plus the
+# build where build/ lacks the library (90 s). Two libraries fit the 64 MiB a call carries when built with
+# `-Xfatbin -compress-all` (~2 MB each, ~5.4 MB without).
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_wide_stream_k.sh [--kernels-only] [BEFORE_SO]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
+PASSES=1
+if [ "${1:-}" = --kernels-only ]; then
+  PASSES=0
+  shift
+fi
 source benchmarks/cuda_kernels.sh
 build_cuda_kernels 90 "$OUT/wide_stream_k_build.log"
 unset SPECDEC_WIDE_GEMM SPECDEC_WIDE_UNROLL SPECDEC_WIDE_GROUPS SPECDEC_SPLIT_WORKSPACE SPECDEC_WIDE_PIPELINE SPECDEC_WIDE_CTAS
@@ -42,17 +49,19 @@ for mode in 0 1 before; do
 done
 export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so
 unset SPECDEC_PDL SPECDEC_WIDE_STREAM_K
-timeout 120 python3 -m benchmarks.decode.bench_two_level --variants w12-packed --profiles none --reps 10 --pass-rows 64 \
-  --alternate SPECDEC_WIDE_STREAM_K=0,auto --alternate-rounds 3 \
-  --out "$OUT/wide_stream_k_q_pass64.json" > "$OUT/wide_stream_k_q_pass64.log" 2>&1
-echo "64-row Q passes, SPECDEC_WIDE_STREAM_K 0 and auto in turn: exit $?"
-export SPECDEC_PDL=0
-for mode in 0 auto; do
-  export SPECDEC_WIDE_STREAM_K=$mode
-  timeout 60 python3 -m benchmarks.kernels.bench_wide_w12 --rows 17,96,128 --kernels cublas_bf16,cuda_w12_wide,cuda_q_wide \
-    --budget-s 42 --out "$OUT/wide_stream_k_rows_$mode.json" > "$OUT/wide_stream_k_rows_$mode.log" 2>&1
-  echo "wide kernels at 17, 96, 128 rows, SPECDEC_WIDE_STREAM_K=$mode: exit $?"
-done
+if [ "$PASSES" = 1 ]; then
+  timeout 120 python3 -m benchmarks.decode.bench_two_level --variants w12-packed --profiles none --reps 10 --pass-rows 64 \
+    --alternate SPECDEC_WIDE_STREAM_K=0,auto --alternate-rounds 3 \
+    --out "$OUT/wide_stream_k_q_pass64.json" > "$OUT/wide_stream_k_q_pass64.log" 2>&1
+  echo "64-row Q passes, SPECDEC_WIDE_STREAM_K 0 and auto in turn: exit $?"
+  export SPECDEC_PDL=0
+  for mode in 0 auto; do
+    export SPECDEC_WIDE_STREAM_K=$mode
+    timeout 60 python3 -m benchmarks.kernels.bench_wide_w12 --rows 17,96,128 --kernels cublas_bf16,cuda_w12_wide,cuda_q_wide \
+      --budget-s 42 --out "$OUT/wide_stream_k_rows_$mode.json" > "$OUT/wide_stream_k_rows_$mode.log" 2>&1
+    echo "wide kernels at 17, 96, 128 rows, SPECDEC_WIDE_STREAM_K=$mode: exit $?"
+  done
+fi
 unset SPECDEC_CUDA_KERNELS SPECDEC_WIDE_STREAM_K SPECDEC_PDL
 grep -E "^checks|FAILED" "$OUT"/wide_stream_k_checks.log | head -3
 tail -n 2 "$OUT/wide_stream_k_memcheck.log"
@@ -60,6 +69,7 @@ for mode in $modes; do
   echo "=== SPECDEC_WIDE_STREAM_K=$mode ==="
   grep -E "^qwen3-(8b|32b) (gate_up|o|qkv|down|lm_head) [0-9]+:" "$OUT/wide_stream_k_$mode.log"
 done
+[ "$PASSES" = 1 ] || exit 0
 for mode in 0 auto; do
   echo "=== 17, 96, 128 rows, SPECDEC_WIDE_STREAM_K=$mode ==="
   grep -E "^qwen3-(8b|32b) (gate_up|o|qkv|down|lm_head) [0-9]+:" "$OUT/wide_stream_k_rows_$mode.log"
