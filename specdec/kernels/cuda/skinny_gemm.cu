@@ -2394,17 +2394,6 @@ struct WideOwed {
   int n;
 };
 
-// A persistent wide CTA's run of units lo .. hi - 1 in shared memory, read back (volatile, so not kept in a register)
-// wherever the segment loop needs a bound: held in registers across the consumers' K loop, at the 96 registers a thread
-// that 544-608 threads a CTA leave, the bounds made ptxas read the lane's decode constants again each pass of the ring
-// and put convergence barriers in it (SASS: the W12 loop at 33-64 tokens 633 instructions a pass of three stages with
-// them in registers, 620 so; the split kernel's 596-604).
-struct WideRun {
-  int lo, hi;
-  __device__ __forceinline__ int first() const { return *static_cast<const volatile int*>(&lo); }
-  __device__ __forceinline__ int end() const { return *static_cast<const volatile int*>(&hi); }
-};
-
 // The sums a persistent wide CTA owes after its run (tma_wide_stream_k_kernel), by its EPI epilogue threads: for each
 // row block it counted a piece of (ticket: the counter's value before its count, taken by e_tid 0 with an
 // acquire-release add, so a last piece's e_tid 0 has acquired every other piece's partial tile), if its piece came
@@ -2469,7 +2458,6 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   __shared__ __align__(8) uint64_t empty_bar[kStages];
   __shared__ StreamKShared sh;
   __shared__ WideOwed owed;
-  __shared__ WideRun run;
   unsigned char* smem =
       smem_raw + ((kWideSwizzleAlign - (smem_addr(smem_raw) & (kWideSwizzleAlign - 1))) & (kWideSwizzleAlign - 1));
   const int tid = threadIdx.x;
@@ -2486,8 +2474,6 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   if (tid == 0) {
     init_ring_barriers<kStages>(full_bar, empty_bar, 1, kWideConsumerWarps);  // a stage: one group's warps
     owed.n = 0;
-    run.lo = u_lo;
-    run.hi = u_hi;
   }
   __syncthreads();
   if (warp == kConsumers) {
@@ -2500,23 +2486,23 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   const int group = warp / kWideConsumerWarps, group_warp = warp % kWideConsumerWarps;
   float acc[NB][16];
   auto add_sums = [&](bool first) { add_wide_sums<KIND, NB>(red, acc, lane, group_warp, first); };
-  for (int u = u_lo; u < run.end();) {
-    const int block = u / stages;
+  int block = u_lo / stages;  // then counted up: one division a run
+  for (int u = u_lo; u < u_hi; ++block) {
     const int block_lo = block * stages;
-    const int end = min(run.end(), block_lo + stages);
+    const int end = min(u_hi, block_lo + stages);
     const int s_lo = u - block_lo, s_hi = end - block_lo;
     const int row_block = block * kWideRows;
     if (consumer) {
       if constexpr (UNROLL && GROUPS == 2) {  // a copy of the loop for each group's constant slots
         if (group == 0)
           consume_wide_ring<KIND, NB, kStages, false, GROUPS, true, 0>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block,
-                                                                       group_warp, lane, acc, 0, u - run.first());
+                                                                       group_warp, lane, acc, 0, u - u_lo);
         else
           consume_wide_ring<KIND, NB, kStages, false, GROUPS, true, 1>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block,
-                                                                       group_warp, lane, acc, 1, u - run.first());
+                                                                       group_warp, lane, acc, 1, u - u_lo);
       } else {
         consume_wide_ring<KIND, NB, kStages, false, GROUPS, UNROLL, 0>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block,
-                                                                       group_warp, lane, acc, group, u - run.first());
+                                                                       group_warp, lane, acc, group, u - u_lo);
       }
     } else if constexpr (KIND == kW12 && (SPECDEC_WIDE_ABLATE & 16) == 0) {
       const int w = warp - kConsumers - 1;  // tokens 32 w .. 32 w + 31
@@ -2524,7 +2510,7 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
           p, row_block, s_lo * kWideStageK, s_hi * kWideStageK, lane, red + w * kWideBlockTokens * kWideRowStride,
           rounds + w * kWideEscapeRoundFloats, w * kWideBlockTokens);
     }
-    if (end == run.end()) griddep_launch_dependents();  // this CTA reads no more weights
+    if (end == u_hi) griddep_launch_dependents();  // this CTA reads no more weights
     epilogue_barrier(kEpilogue);  // for W12 the escape sums are in red
     if (consumer && group == 0) add_sums(true);
     if constexpr (GROUPS == 2) {
