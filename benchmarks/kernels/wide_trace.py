@@ -15,7 +15,12 @@ CTA's sum of the splits, the output stored. From those, per CTA:
   the count to its end;
 
 and per call: ``span`` (first start to last end), ``skew`` (first to last start) and ``tail`` (the last K loop's end
-to the last end: what the epilogue adds to the call where nothing else runs). Each (linear, rows, kind) is traced on
+to the last end: what the epilogue adds to the call where nothing else runs). A persistent CTA
+(``$SPECDEC_WIDE_STREAM_K``: one CTA an SM over a run of row blocks' stages, segment by segment) records sums over its
+segments instead (``PERSISTENT_PHASES``): ``loop`` (warp 0's K loops), ``wait_warps`` (its waits there for the other
+warps), ``epilogue`` (the segments' sums, stored rows or partial tiles and counts), ``between`` (the rest of its run:
+the segment loop's own work), ``finish`` (the row blocks' sums it owes after its run), with ``segments`` and
+``partial_segments``; its ``tail`` runs from the last run's end. Each (linear, rows, kind) is traced on
 cold weights (copies spanning 3x the L2, one call a copy, each launched alone with the trace zeroed before it),
 ``--reps`` calls; the table gives medians over the calls of each phase's median over CTAs and of the phases of the
 CTA that ends last. The traced build's products are the shipped build's (checked here against the float32 product);
@@ -46,6 +51,8 @@ from specdec.kernels.launch import pdl_mode
 
 FIELDS = WIDE_TRACE_FIELDS  # what a traced build records a CTA, in order
 PHASES = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store", "exit")
+PERSISTENT_PHASES = ("loop", "wait_warps", "epilogue", "between", "finish", "segments", "partial_segments")
+NOT_TIMES = ("meta", "seg_loop", "seg_wait", "seg_epilogue", "segments")  # fields that are not clock readings
 LAGS = ("group1_lag", "escape_lag", "producer_lag")
 CALL_TIMES = ("span", "skew", "tail")
 LINEARS = ("qkv", "o", "gate_up", "down", "lm_head")
@@ -62,6 +69,8 @@ def cta_phases(rec: list[int]) -> dict:
         (900, 100, 200, 200, 500, 200, None, True)
     """
     r = dict(zip(FIELDS, rec))
+    if r.get("segments"):
+        return persistent_phases(r)
     meta = r["meta"]
     k_splits = meta >> 40
     last = bool(meta >> 32 & 1)
@@ -82,6 +91,32 @@ def cta_phases(rec: list[int]) -> dict:
     return out
 
 
+def persistent_phases(r: dict) -> dict:
+    """The phases (ns) of one persistent CTA from its record (field -> value; ``PERSISTENT_PHASES``), with ``sm`` and
+    ``persistent``: ``between`` is its run (start to the last segment's end) less its loops, waits and epilogues.
+
+    Example (three segments, one of them partial):
+        >>> p = persistent_phases(dict(start=100, ring_done=1100, end=1400, meta=5 | 1 << 40, seg_loop=700,
+        ...                            seg_wait=50, seg_epilogue=200, segments=3 | 1 << 16))
+        >>> p["loop"], p["wait_warps"], p["epilogue"], p["between"], p["finish"], p["segments"], p["partial_segments"]
+        (700, 50, 200, 50, 300, 3, 1)
+    """
+    if not r.get("start") or not r.get("ring_done") or not r.get("end"):
+        raise ValueError(f"rec: expected a persistent CTA that ran (start, ring_done and end set), got {r}")
+    run = r["ring_done"] - r["start"]
+    return dict(
+        persistent=True,
+        sm=r["meta"] & 0xFFFF,
+        loop=r["seg_loop"],
+        wait_warps=r["seg_wait"],
+        epilogue=r["seg_epilogue"],
+        between=run - r["seg_loop"] - r["seg_wait"] - r["seg_epilogue"],
+        finish=r["end"] - r["ring_done"],
+        segments=r["segments"] & 0xFFFF,
+        partial_segments=r["segments"] >> 16 & 0xFFFF,
+    )
+
+
 def call_times(records: list[list[int]]) -> dict:
     """One call's times (ns) from its CTAs' records: ``span``, ``skew``, ``tail`` (``CALL_TIMES``), each phase's
     median over the CTAs that have it (``median``) and the phases of the CTA that ends last (``critical``).
@@ -97,21 +132,26 @@ def call_times(records: list[list[int]]) -> dict:
     if not ran:
         raise ValueError("records: expected at least one CTA that ran, got none")
     ctas = [cta_phases(r) for r in ran]
+    persistent = ctas[0].get("persistent", False)
+    if any(c.get("persistent", False) != persistent for c in ctas):
+        raise ValueError("records: expected the CTAs of one kernel, got persistent and split-K records together")
+    names = PERSISTENT_PHASES if persistent else PHASES + LAGS
     start, end, ring = (FIELDS.index(f) for f in ("start", "end", "ring_done"))
     last = max(range(len(ran)), key=lambda i: ran[i][end])
     median = {}
-    for ph in PHASES + LAGS:
+    for ph in names:
         vals = [c[ph] for c in ctas if c[ph] is not None]
         median[ph] = statistics.median(vals) if vals else None
     return dict(
         ctas=len(ran),
-        k_splits=ctas[0]["k_splits"],
+        persistent=persistent,
+        k_splits=1 if persistent else ctas[0]["k_splits"],
         span=max(r[end] for r in ran) - min(r[start] for r in ran),
         skew=max(r[start] for r in ran) - min(r[start] for r in ran),
         tail=max(r[end] for r in ran) - max(r[ring] for r in ran),
         median=median,
-        critical={ph: ctas[last][ph] for ph in PHASES + LAGS},
-        critical_record={f: (v - ran[last][start] if v and f != "meta" else v) for f, v in zip(FIELDS, ran[last])},
+        critical={ph: ctas[last][ph] for ph in names},
+        critical_record={f: (v - ran[last][start] if v and f not in NOT_TIMES else v) for f, v in zip(FIELDS, ran[last])},
     )
 
 
@@ -174,6 +214,7 @@ def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, a
         call(rep % copies)
         calls.append(call_times(ops.wide_trace_read(ctas).tolist()))
     row["calls"] = calls
+    row["persistent"] = calls[0]["persistent"]
     row.update(summarize(calls))
     sync(device)
     return row
@@ -187,27 +228,37 @@ def smoke_rows() -> list[dict]:
         [150, 1200, 1300, 1400, 1600, 1800, 2300, 2500, 1 | 1 << 16 | 1 << 32 | 2 << 40, 0, 0, 0],
     ]
     whole = [[100, 1900, 2000, 2100, 0, 0, 0, 2600, 3 | 0 << 16 | 1 << 32 | 1 << 40, 1500, 1950, 1800]]
+
+    def persistent(start: int, ring_done: int, end: int, loop: int, wait: int, epilogue: int, segments: int) -> list[int]:
+        rec = dict(start=start, ring_done=ring_done, end=end, meta=1 << 40, seg_loop=loop, seg_wait=wait)
+        rec.update(seg_epilogue=epilogue, segments=segments)
+        return [rec.get(f, 0) for f in FIELDS]
+
+    runs = [persistent(100, 2100, 2400, 1500, 100, 300, 3 | 2 << 16), persistent(120, 2000, 2600, 1400, 150, 350, 2 | 2 << 16)]
     rows = []
-    for lname, recs in (("split", split), ("whole", whole)):
+    for lname, recs in (("split", split), ("whole", whole), ("persistent", runs)):
         calls = [call_times(recs)]
         row = dict(model="made-up", linear=lname, kind="w12", M=32, ctas=len(recs), k_splits=calls[0]["k_splits"], calls=calls)
-        rows.append(dict(row, **summarize(calls)))
+        rows.append(dict(row, persistent=calls[0]["persistent"], **summarize(calls)))
     return rows
 
 
 def summary_lines(result: dict) -> list[str]:
     lines = [f"wide kernels' phases (us; median over calls; per-CTA median / the CTA that ends last), {result['device']}"]
     lines.append("model linear M kind ctas splits: span tail | " + " ".join(PHASES + LAGS))
+    lines.append("  persistent: span tail | " + " ".join(PERSISTENT_PHASES) + " (the last two counts, not us)")
     for r in result["rows"]:
         head = f"{r['model']} {r['linear']} {r['M']} {r['kind']} {r.get('ctas')} {r.get('k_splits', '-')}"
         if "error" in r:
             lines.append(f"{head}: {r['error']}")
             continue
 
-        def us(v):
-            return "-" if v is None else f"{v / 1e3:.1f}"
+        def us(v, ph=""):
+            return "-" if v is None else f"{v:g}" if ph in ("segments", "partial_segments") else f"{v / 1e3:.1f}"
 
-        cells = " ".join(f"{us(r['median'].get(ph))}/{us(r['critical'].get(ph))}" for ph in PHASES + LAGS)
+        names = PERSISTENT_PHASES if r.get("persistent") else PHASES + LAGS
+        head += " persistent" if r.get("persistent") else ""
+        cells = " ".join(f"{us(r['median'].get(ph), ph)}/{us(r['critical'].get(ph), ph)}" for ph in names)
         ok = "" if r.get("product_ok", True) else " PRODUCT OFF"
         lines.append(f"{head}: {us(r['span'])} {us(r['tail'])} | {cells}{ok}")
     return lines
@@ -223,11 +274,13 @@ def plot(result: dict, path: Path) -> str | None:
         return "no traced calls: no plot"
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
     shown = ("loop", "sums", "partial", "count", "reduce", "store")
-    colors = dict(zip(shown, ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")))
+    shown_persistent = ("loop", "wait_warps", "epilogue", "between", "finish")
+    palette = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
+    colors = dict(zip(dict.fromkeys(shown + shown_persistent), palette))
     labels, labelled = [], set()
     for i, r in enumerate(rows):
         left = 0.0
-        for ph in shown:
+        for ph in shown_persistent if r.get("persistent") else shown:
             v = r["critical"].get(ph)
             if v is None:
                 continue
@@ -235,7 +288,8 @@ def plot(result: dict, path: Path) -> str | None:
             labelled.add(ph)
             left += v / 1e3
         ax.plot([r["span"] / 1e3], [i], marker="|", color="black", ms=12)
-        labels.append(f"{r['linear']} {r['M']} {r['kind']} ({r['ctas']} CTAs / {r['k_splits']})")
+        how = "persistent" if r.get("persistent") else f"/ {r['k_splits']}"
+        labels.append(f"{r['linear']} {r['M']} {r['kind']} ({r['ctas']} CTAs {how})")
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("us from the CTA's start (bars: the CTA that ends last; tick: the call's span)")

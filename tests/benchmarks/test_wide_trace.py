@@ -86,8 +86,42 @@ def test_smoke_writes_the_made_up_trace_and_its_plot(tmp_path):
     out = tmp_path / "trace.json"
     assert wide_trace.main(["--smoke", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert [r["linear"] for r in result["rows"]] == ["split", "whole"] and "nothing measured" in result["device"]
+    assert [r["linear"] for r in result["rows"]] == ["split", "whole", "persistent"] and "nothing measured" in result["device"]
+    assert [r["persistent"] for r in result["rows"]] == [False, False, True]
     assert (tmp_path / "trace.png").exists() and result["provenance"]["seed"] == 0
+
+
+def _persistent(start: int, ring_done: int, end: int, loop: int, wait: int, epilogue: int, segments: int, partial: int):
+    rec = dict(start=start, ring_done=ring_done, end=end, seg_loop=loop, seg_wait=wait, seg_epilogue=epilogue)
+    rec["segments"] = segments | partial << 16
+    return _record(rec, 9, 0, False, 1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_persistent_ctas_phases_add_up_to_its_life(seed):
+    rng = random.Random(seed)
+    start = rng.randrange(1, 10_000)
+    loop, wait, epilogue, between, finish = (rng.randrange(0, 50_000) for _ in range(5))
+    ring_done = start + loop + wait + epilogue + between
+    segments, partial = rng.randrange(1, 12), rng.randrange(0, 3)
+    p = wide_trace.cta_phases(_persistent(start, ring_done, ring_done + finish, loop, wait, epilogue, segments, partial))
+    assert sum(p[ph] for ph in ("loop", "wait_warps", "epilogue", "between", "finish")) == ring_done + finish - start
+    assert (p["between"], p["finish"], p["segments"], p["partial_segments"], p["sm"]) == (between, finish, segments, partial, 9)
+
+
+def test_a_persistent_call_keeps_its_sums_as_durations_and_refuses_mixed_or_half_written_records():
+    a = _persistent(1000, 9000, 9500, 6000, 500, 1200, 3, 2)
+    b = _persistent(1100, 9800, 10900, 6500, 700, 1300, 2, 2)
+    t = wide_trace.call_times([a, b])
+    assert t["persistent"] and (t["span"], t["skew"], t["tail"]) == (10900 - 1000, 100, 10900 - 9800)
+    assert t["critical"]["finish"] == 1100 and t["critical"]["segments"] == 2  # b ends last
+    assert t["critical_record"]["seg_loop"] == 6500 and t["critical_record"]["end"] == 10900 - 1100
+    split = _record(dict(start=1000, consumed=5000, ring_done=6000, summed=6100, end=6200), 0, 0, True, 1)
+    with pytest.raises(ValueError, match="persistent and split-K records together"):
+        wide_trace.call_times([a, split])
+    half = _persistent(1000, 0, 9500, 6000, 500, 1200, 3, 2)
+    with pytest.raises(ValueError, match="expected a persistent CTA that ran"):
+        wide_trace.cta_phases(half)
 
 
 @pytest.mark.parametrize(

@@ -1721,7 +1721,11 @@ constexpr int kWideRows = 128;
 // partial tile stored and ordered; kTraceCounted: the row block's counter read; kTraceReduced: the last CTA's sum of
 // the splits done; kTraceEnd: the output stored; kTraceMeta: the SM (bits 0-15), the split (16-31), 1 << 32 for the
 // last CTA of its row block, k_splits << 40; kTraceEscapes / kTraceGroup1 / kTraceProducer: the escape warp, warp 0
-// of the second stage group and the producer out of their loops.
+// of the second stage group and the producer out of their loops. The persistent kernel (tma_wide_stream_k_kernel)
+// records kTraceStart, kTraceMeta (split 0, k_splits 1), kTraceRingDone (its last segment done), kTraceEnd (its owed
+// sums done) and, summed over its run's segments, ns of warp 0's K loops (kTraceSegLoop), of its waits there for the
+// CTA's other warps (kTraceSegWait) and of the segments' epilogues (kTraceSegEpilogue: the sums, the rows or the
+// partial tile stored, the count); kTraceSegments: the segments (bits 0-15) and how many were partial (16-31).
 enum WideTrace {
   kTraceStart,
   kTraceConsumed,
@@ -1735,8 +1739,13 @@ enum WideTrace {
   kTraceEscapes,
   kTraceGroup1,
   kTraceProducer,
+  kTraceSegLoop,
+  kTraceSegWait,
+  kTraceSegEpilogue,
+  kTraceSegments,
   kWideTraceFields = 16
 };
+static_assert(kTraceSegments < kWideTraceFields, "a CTA's trace holds every field");
 constexpr int kWideTraceCtas = 4096;
 #if SPECDEC_WIDE_TRACE
 __device__ unsigned long long g_wide_trace[kWideTraceCtas * kWideTraceFields];
@@ -1748,12 +1757,18 @@ __device__ __forceinline__ void wide_trace_value(int field, unsigned long long v
   if (cta < kWideTraceCtas) g_wide_trace[cta * kWideTraceFields + field] = value;
 #endif
 }
+// The global clock (ns) in traced builds, 0 otherwise.
+__device__ __forceinline__ unsigned long long wide_clock() {
+  unsigned long long now = 0;
+#if SPECDEC_WIDE_TRACE
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+#endif
+  return now;
+}
 // Records the global clock (ns) as this CTA's `field`.
 __device__ __forceinline__ void wide_trace(int field) {
 #if SPECDEC_WIDE_TRACE
-  unsigned long long now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  wide_trace_value(field, now);
+  wide_trace_value(field, wide_clock());
 #endif
 }
 // kTraceMeta's value: the SM, the split, whether the CTA sums its row block, the row block's K splits.
@@ -2476,6 +2491,10 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
     owed.n = 0;
   }
   __syncthreads();
+  if (tid == 0) {
+    wide_trace(kTraceStart);
+    wide_trace_value(kTraceMeta, wide_trace_meta(0, false, 1));
+  }
   if (warp == kConsumers) {
     if (lane == 0) produce_wide_run<KIND, kStages>(smem, stage_bytes, full_bar, empty_bar, u_lo, u_hi, stages, &ae_map, &nib_map, &x_map);
     griddep_launch_dependents();
@@ -2486,12 +2505,15 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   const int group = warp / kWideConsumerWarps, group_warp = warp % kWideConsumerWarps;
   float acc[NB][16];
   auto add_sums = [&](bool first) { add_wide_sums<KIND, NB>(red, acc, lane, group_warp, first); };
+  unsigned long long seg_loop = 0, seg_wait = 0, seg_epilogue = 0, seg_mark = 0;  // traced builds' sums (tid 0)
+  unsigned int segments = 0, partial_segments = 0;
   int block = u_lo / stages;  // then counted up: one division a run
   for (int u = u_lo; u < u_hi; ++block) {
     const int block_lo = block * stages;
     const int end = min(u_hi, block_lo + stages);
     const int s_lo = u - block_lo, s_hi = end - block_lo;
     const int row_block = block * kWideRows;
+    if (SPECDEC_WIDE_TRACE && tid == 0) seg_mark = wide_clock();
     if (consumer) {
       if constexpr (UNROLL && GROUPS == 2) {  // a copy of the loop for each group's constant slots
         if (group == 0)
@@ -2511,7 +2533,17 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
           rounds + w * kWideEscapeRoundFloats, w * kWideBlockTokens);
     }
     if (end == u_hi) griddep_launch_dependents();  // this CTA reads no more weights
+    if (SPECDEC_WIDE_TRACE && tid == 0) {
+      const unsigned long long now = wide_clock();
+      seg_loop += now - seg_mark;
+      seg_mark = now;
+    }
     epilogue_barrier(kEpilogue);  // for W12 the escape sums are in red
+    if (SPECDEC_WIDE_TRACE && tid == 0) {
+      const unsigned long long now = wide_clock();
+      seg_wait += now - seg_mark;
+      seg_mark = now;
+    }
     if (consumer && group == 0) add_sums(true);
     if constexpr (GROUPS == 2) {
       epilogue_barrier(kEpilogue);
@@ -2532,10 +2564,26 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
       }
     }
     epilogue_barrier(kEpilogue);  // red is read before the next segment writes it
+    if (SPECDEC_WIDE_TRACE && tid == 0) {
+      seg_epilogue += wide_clock() - seg_mark;
+      ++segments;
+      partial_segments += s_lo != 0 || s_hi != stages;
+    }
     u = end;
+  }
+  if (tid == 0) {
+    wide_trace(kTraceRingDone);
+    wide_trace_value(kTraceSegLoop, seg_loop);
+    wide_trace_value(kTraceSegWait, seg_wait);
+    wide_trace_value(kTraceSegEpilogue, seg_epilogue);
+    wide_trace_value(kTraceSegments, segments | partial_segments << 16);
   }
   // the ring is spent: every stage the producer issued was waited for and consumed
   finish_wide_stream_k_owed<kEpilogue, kTok>(p, red, partials, counters, owed, stages, units, e_tid, sh, smem, kStages * stage_bytes);
+#if SPECDEC_WIDE_TRACE
+  epilogue_barrier(kEpilogue);  // the end once every thread's sums are stored
+  if (tid == 0) wide_trace(kTraceEnd);
+#endif
 }
 
 // Launch plan: row tiles per CTA, K splits (cluster size) and the dynamic shared memory. stream_k: a plan of
@@ -3420,12 +3468,12 @@ Plan make_wide_stream_k_plan(int kind, int M, int N, int K, int sms) {
 // wave is under half full, for the Q kernel at every width and W12 up to 64 tokens (at 96-128 W12 was slower); for
 // the Q kernel wherever the split plan takes two or three waves, and for W12 up to 64 tokens where it takes three
 // (the 8B gate_up, faster in two calls; the 32B qkv's two were level); not on one-wave calls, nor on the lm_head's
-// nine waves. It applies with one CTA an SM and the one-set loop, in the shipped build (not a SPECDEC_WIDE_ABLATE or
-// SPECDEC_WIDE_TRACE one), with the default two stage groups up to 64 tokens, and where its 32-bit unit arithmetic
+// nine waves. It applies with one CTA an SM and the one-set loop, in the shipped and traced builds (not a
+// SPECDEC_WIDE_ABLATE one), with the default two stage groups up to 64 tokens, and where its 32-bit unit arithmetic
 // holds the call.
 bool wide_stream_k_takes(int kind, int M, int N, int K, int sms, bool pipe, int asked_ctas, int groups, int mode) {
   const int nb = wide_blocks(M);
-  if (SPECDEC_WIDE_ABLATE != 0 || SPECDEC_WIDE_TRACE != 0 || pipe || mode == 0 || wide_ctas_per_sm(nb, pipe, asked_ctas) != 1)
+  if (SPECDEC_WIDE_ABLATE != 0 || pipe || mode == 0 || wide_ctas_per_sm(nb, pipe, asked_ctas) != 1)
     return false;
   if (nb <= 2 && groups != 2) return false;
   if (mode != 1) {
