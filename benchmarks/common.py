@@ -15,12 +15,14 @@ Example (CPU):
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -220,6 +222,43 @@ def redraw(plot: Callable[[dict, Path], str | None], json_path: str | os.PathLik
     note = plot(json.loads(src.read_text()), src.with_suffix(".png"))
     print(note or f"wrote {src.with_suffix('.png')}")
     return 0 if note is None else 1
+
+
+def parse_alternate(spec: str) -> tuple[str, list[str]]:
+    """An ``--alternate`` argument's environment variable and values; ValueError naming the argument unless it is an
+    environment variable's name, ``=``, and two or more distinct comma-separated values.
+
+    Example:
+        >>> parse_alternate("SPECDEC_WIDE_STREAM_K=0,auto")
+        ('SPECDEC_WIDE_STREAM_K', ['0', 'auto'])
+    """
+    name, _, values = spec.partition("=")
+    settings = values.split(",") if values else []
+    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name) or len(settings) < 2 or len(set(settings)) != len(settings) or "" in settings:
+        raise ValueError(f"--alternate: expected NAME=VALUE,VALUE[,...] (two or more distinct values), got {spec!r}")
+    return name, settings
+
+
+@contextlib.contextmanager
+def env_set(name: str, value: str):
+    """The environment variable ``name`` set to ``value`` inside the block, put back as it was (or removed) after.
+
+    Example:
+        >>> with env_set("SPECDEC_EXAMPLE_SETTING", "1"):
+        ...     os.environ["SPECDEC_EXAMPLE_SETTING"]
+        '1'
+        >>> "SPECDEC_EXAMPLE_SETTING" in os.environ
+        False
+    """
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def copy_bandwidth(device: torch.device | str | None = None, *, nbytes: int = 1 << 30, reps: int = 20) -> float:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import sys
 import time
@@ -51,7 +50,16 @@ import torch
 from torch import nn
 
 import specdec as sd
-from benchmarks.common import TINY_QWEN3, median_time_ms, provenance, provenance_line, warm_graphs, write_json
+from benchmarks.common import (
+    TINY_QWEN3,
+    env_set,
+    median_time_ms,
+    parse_alternate,
+    provenance,
+    provenance_line,
+    warm_graphs,
+    write_json,
+)
 from benchmarks.decode.bench_hybrid import QWEN3_5_4B, SMOKE
 from specdec.contracts import Tree, VerifyPlan
 from specdec.formats import W12Tensor, convert
@@ -159,16 +167,6 @@ def pass_times(target, prompt, rows: int, reps: int) -> dict:
     return dict(rows=rows, exact_ms=exact, q_ms=q, q_over_exact=q / exact)
 
 
-def parse_alternate(spec: str) -> tuple[str, list[str]]:
-    """``"SPECDEC_WIDE_STREAM_K=0,auto"`` -> ``("SPECDEC_WIDE_STREAM_K", ["0", "auto"])``; ValueError naming the
-    argument unless it is an environment variable's name, ``=``, and two or more distinct comma-separated values."""
-    name, _, values = spec.partition("=")
-    settings = values.split(",") if values else []
-    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name) or len(settings) < 2 or len(set(settings)) != len(settings) or "" in settings:
-        raise ValueError(f"--alternate: expected NAME=VALUE,VALUE[,...] (two or more distinct values), got {spec!r}")
-    return name, settings
-
-
 def alternated_pass_times(
     target, prompt, pass_rows: list[int], reps: int, name: str, values: list[str], rounds: int
 ) -> list[dict]:
@@ -177,21 +175,16 @@ def alternated_pass_times(
     pass's time between two runs of the same code) does not enter a comparison of the values. A target with CUDA
     graphs captures them again for every value (a graph keeps the kernels it was captured with). The variable is
     put back as it was, and the graphs captured again under it, before returning."""
-    before = os.environ.get(name)
     out = []
     try:
         for round_ in range(rounds):
             for value in values:
-                os.environ[name] = value
-                if target.uses_cuda_graphs:
-                    target.enable_cuda_graphs()  # empties the cache: the next passes capture under `value`
-                for rows in pass_rows:
-                    out.append(dict(pass_times(target, prompt, rows, reps), env=name, value=value, round=round_))
+                with env_set(name, value):
+                    if target.uses_cuda_graphs:
+                        target.enable_cuda_graphs()  # empties the cache: the next passes capture under `value`
+                    for rows in pass_rows:
+                        out.append(dict(pass_times(target, prompt, rows, reps), env=name, value=value, round=round_))
     finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
         if target.uses_cuda_graphs:
             target.enable_cuda_graphs()
     return out

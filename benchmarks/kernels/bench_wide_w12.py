@@ -31,12 +31,18 @@ With ``$SPECDEC_CUDA_KERNELS`` naming a library built with ``-DSPECDEC_WIDE_ABLA
 leave out: 1 the decode, 2 the MMAs, 4 x's box, 8 the epilogue, 16 W12's escape warps, 32 their loads of x;
 ``specdec/kernels/cuda/README.md``, "Wide calls") the wide kernels are timed without their checks and the JSON says
 ``ablation``: what each part costs.
+
+``--alternate NAME=V1,V2`` times every kernel under each value of the environment variable ``NAME`` in turn,
+``--alternate-rounds`` times in this one process (each turn a graph captured again: a setting read at each call, such
+as ``$SPECDEC_WIDE_STREAM_K``, is the one its graph captured), one row a value (``setting``; ``cold_s`` the median of
+its turns, ``turns_s`` each): settings compared without the spread between processes, up to ~8 % on some calls.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +50,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import agg_pyplot, copy_bandwidth, provenance, provenance_line, redraw, report
+from benchmarks.common import agg_pyplot, copy_bandwidth, env_set, parse_alternate, provenance, provenance_line, redraw, report
 from benchmarks.kernels.bench_roofline import (
     linear_shapes,
     planted_weight,
@@ -247,20 +253,60 @@ def time_case(ops, model: str, lname: str, n: int, k: int, ms, args, gen, device
                 continue
             call, q_view = calls[kind]
             row = dict(model=model, linear=lname, kind=kind, N=n, K=k, M=m, weight_bytes=weight_bytes(kind, n, k, w12))
-            try:
+
+            def checked_time() -> float:
                 err = (call(x, 0).float() - refs[q_view]).abs()
                 ablated = args.ablation and kind in ABLATED_KERNELS  # wrong products by design: timed only
                 if not ablated and not bool((err <= 2 * errs[q_view] + refs[q_view].abs() * 2**-7).all()):
                     raise AssertionError(f"output off the float32 product by {err.max().item():.3g}")
                 cold = Cycle(lambda i, call=call, x=x: call(x, i), copies)
-                row["cold_s"] = time_per_call(cold, device, calls=max(args.calls, copies), reps=args.reps)
-            except Exception as exc:  # one failing kernel must not hide the others' numbers
-                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            rows.append(row)
+                return time_per_call(cold, device, calls=max(args.calls, copies), reps=args.reps)
+
+            if args.alternate is None:
+                try:
+                    row["cold_s"] = checked_time()
+                except Exception as exc:  # one failing kernel must not hide the others' numbers
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                rows.append(row)
+            else:
+                rows += alternated_rows(row, checked_time, *args.alternate, args.alternate_rounds)
     del calls
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return rows
+
+
+def alternated_rows(row: dict, timed: Callable[[], float], name: str, values: list[str], rounds: int) -> list[dict]:
+    """``row`` once a value of the environment variable ``name``, each with ``setting`` (``NAME=value``), ``turns_s``
+    (``timed()`` under that value, taken in turn with the other values ``rounds`` times) and ``cold_s`` their median,
+    or ``error`` for a value whose call failed (its other turns skipped).
+
+    Example (a stand-in timer that reads the variable):
+        >>> t = lambda: {"0": 2.0, "1": 1.0}[os.environ["SPECDEC_EXAMPLE_SETTING"]]
+        >>> rs = alternated_rows(dict(kind="w"), t, "SPECDEC_EXAMPLE_SETTING", ["0", "1"], 3)
+        >>> [(r["setting"], r["cold_s"], r["turns_s"]) for r in rs]
+        [('SPECDEC_EXAMPLE_SETTING=0', 2.0, [2.0, 2.0, 2.0]), ('SPECDEC_EXAMPLE_SETTING=1', 1.0, [1.0, 1.0, 1.0])]
+    """
+    turns: dict[str, list[float]] = {v: [] for v in values}
+    errors: dict[str, str] = {}
+    for _ in range(rounds):
+        for value in values:
+            if value in errors:
+                continue
+            with env_set(name, value):
+                try:
+                    turns[value].append(timed())
+                except Exception as exc:  # one failing setting must not hide the others' numbers
+                    errors[value] = f"{type(exc).__name__}: {exc}"[:300]
+    out = []
+    for value in values:
+        r = dict(row, setting=f"{name}={value}")
+        if value in errors:
+            r["error"] = errors[value]
+        else:
+            r.update(turns_s=turns[value], cold_s=statistics.median(turns[value]))
+        out.append(r)
+    return out
 
 
 def ratios(rows: list[dict]) -> list[dict]:
@@ -271,10 +317,14 @@ def ratios(rows: list[dict]) -> list[dict]:
         >>> [x["x_cublas"] for x in r]
         [1.0, 2.0]
     """
-    base = {(r.get("model"), r["linear"], r["M"]): r["cold_s"] for r in rows if r["kind"] == "cublas_bf16" and "cold_s" in r}
+
+    def key(r: dict) -> tuple:
+        return r.get("model"), r["linear"], r["M"], r.get("setting")
+
+    base = {key(r): r["cold_s"] for r in rows if r["kind"] == "cublas_bf16" and "cold_s" in r}
     out = []
     for r in rows:
-        b = base.get((r.get("model"), r["linear"], r["M"]))
+        b = base.get(key(r))
         out.append(dict(r, x_cublas=b / r["cold_s"]) if b and "cold_s" in r else dict(r))
     return out
 
@@ -305,15 +355,20 @@ def summary_lines(result: dict) -> list[str]:
             "ends (overlapped throughput; Triton and cuBLAS do not take part), not what a call costs in a step"
         )
     lines.append("model linear M: " + " ".join(f"{k}(us, x cuBLAS)" for k in result["kernels"]))
-    keys = sorted({(r["model"], r["linear"], r["M"]) for r in result["timings"]}, key=lambda t: (t[0], t[1], t[2]))
-    for model, lname, m in keys:
+    keys = sorted({(r["model"], r["linear"], r["M"], r.get("setting") or "") for r in result["timings"]})
+    for model, lname, m, setting in keys:
         cells = []
         for kind in result["kernels"]:
             r = next(
-                (r for r in result["timings"] if (r["model"], r["linear"], r["M"], r["kind"]) == (model, lname, m, kind)), None
+                (
+                    r
+                    for r in result["timings"]
+                    if (r["model"], r["linear"], r["M"], r["kind"], r.get("setting") or "") == (model, lname, m, kind, setting)
+                ),
+                None,
             )
             cells.append(_cell(r))
-        lines.append(f"{model} {lname} {m}: " + " ".join(cells))
+        lines.append(f"{model} {lname} {m}{' ' + setting if setting else ''}: " + " ".join(cells))
     return lines
 
 
@@ -328,14 +383,17 @@ def plot(result: dict, path: Path) -> str | None:
     cols = min(5, len(linears))
     fig, axes = plt.subplots(-(-len(linears) // cols), cols, figsize=(4 * cols, 3.2 * -(-len(linears) // cols)), squeeze=False)
     for ax, (model, lname) in zip(axes.flat, linears):
+        settings = sorted({r.get("setting") or "" for r in result["timings"]})
         for kind in result["kernels"]:
-            pts = sorted(
-                (r["M"], r["x_cublas"])
-                for r in result["timings"]
-                if (r["model"], r["linear"], r["kind"]) == (model, lname, kind) and "x_cublas" in r
-            )
-            if pts and kind != "cublas_bf16":
-                ax.plot(*zip(*pts), marker="o", label=kind)
+            for setting in settings:
+                pts = sorted(
+                    (r["M"], r["x_cublas"])
+                    for r in result["timings"]
+                    if (r["model"], r["linear"], r["kind"], r.get("setting") or "") == (model, lname, kind, setting)
+                    and "x_cublas" in r
+                )
+                if pts and kind != "cublas_bf16":
+                    ax.plot(*zip(*pts), marker="o", label=f"{kind} {setting}".strip())
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.axhline(4 / 3, color="gray", lw=0.8, ls=":")
         ax.set_title(f"{model} {lname}", fontsize=9)
@@ -368,10 +426,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time the read floor of each kernel's weight bytes (read_floor.py): x_read_floor on every timed row",
     )
+    ap.add_argument(
+        "--alternate",
+        default=None,
+        metavar="NAME=V1,V2",
+        help="time every kernel under each value of this environment variable in turn, in this one process",
+    )
+    ap.add_argument("--alternate-rounds", type=int, default=3, help="turns through the --alternate values")
     ap.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     args = ap.parse_args(argv)
     if args.plot_only:
         return redraw(plot, args.plot_only)
+    try:
+        args.alternate = parse_alternate(args.alternate) if args.alternate is not None else None
+    except ValueError as err:
+        ap.error(str(err))
+    if args.alternate_rounds < 1:
+        ap.error(f"--alternate-rounds: expected a positive count, got {args.alternate_rounds}")
     args.kernels = tuple(k.strip() for k in args.kernels.split(",") if k.strip())
     unknown = [k for k in args.kernels if k not in KERNELS]
     if unknown or "cublas_bf16" not in args.kernels:
@@ -425,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
         reps=args.reps,
         programmatic_launch=pdl_mode(),
         ablation=args.ablation,
+        alternate=None
+        if args.alternate is None
+        else dict(name=args.alternate[0], values=args.alternate[1], rounds=args.alternate_rounds),
         kernels=list(args.kernels),
         checks=checks,
         timings=ratios(timings),

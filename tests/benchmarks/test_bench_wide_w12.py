@@ -4,6 +4,8 @@ whose product is off, fails the run."""
 from __future__ import annotations
 
 import json
+import os
+import statistics
 
 import pytest
 import torch
@@ -99,3 +101,39 @@ def test_an_ablated_library_still_checks_the_kernels_it_does_not_ablate(tmp_path
     assert bench_wide_w12.main(["--smoke", "--out", str(out)]) == 1
     failed = {r["kind"] for r in json.loads(out.read_text())["timings"] if "error" in r}
     assert failed == {"cuda_w12_two_calls", "cuda_w12_small_m"}
+
+
+def test_alternate_times_every_kernel_under_each_value_in_turn_and_puts_the_variable_back(tmp_path, monkeypatch):
+    seen = []
+    timer = bench_wide_w12.time_per_call
+
+    def recording(cycle, device, **kw):  # which value each timing ran under, in order
+        seen.append(os.environ.get("SPECDEC_WIDE_STREAM_K"))
+        return timer(cycle, device, **kw)
+
+    monkeypatch.setattr(bench_wide_w12, "time_per_call", recording)
+    monkeypatch.setenv("SPECDEC_WIDE_STREAM_K", "auto")
+    out = tmp_path / "wide_w12.json"
+    argv = ["--smoke", "--kernels", "cublas_bf16,cuda_q_wide", "--out", str(out)]
+    assert bench_wide_w12.main(argv + ["--alternate", "SPECDEC_WIDE_STREAM_K=0,1", "--alternate-rounds", "2"]) == 0
+    assert os.environ["SPECDEC_WIDE_STREAM_K"] == "auto"
+    result = json.loads(out.read_text())
+    assert result["alternate"] == dict(name="SPECDEC_WIDE_STREAM_K", values=["0", "1"], rounds=2)
+    rows = {(r["linear"], r["M"], r["kind"], r["setting"]): r for r in result["timings"]}
+    cases = {key[:3] for key in rows}
+    assert len(rows) == 2 * len(cases) and {"cublas_bf16", "cuda_q_wide"} == {kind for _, _, kind in cases}
+    assert seen == ["0", "1", "0", "1"] * len(cases)  # every case timed 0, 1, 0, 1
+    for r in rows.values():
+        assert len(r["turns_s"]) == 2 and r["cold_s"] == statistics.median(r["turns_s"]) and r["x_cublas"] > 0
+    # each setting's rows against cuBLAS of the same setting
+    q0 = rows[("a", 40, "cuda_q_wide", "SPECDEC_WIDE_STREAM_K=0")]
+    assert q0["x_cublas"] == pytest.approx(rows[("a", 40, "cublas_bf16", "SPECDEC_WIDE_STREAM_K=0")]["cold_s"] / q0["cold_s"])
+
+
+@pytest.mark.parametrize(
+    "argv", [["--alternate", "SPECDEC_WIDE_STREAM_K=0"], ["--alternate", "x=0,1"], ["--alternate-rounds", "0"]]
+)
+def test_alternate_names_what_it_cannot_take(argv, capsys):
+    with pytest.raises(SystemExit):
+        bench_wide_w12.main(["--smoke", "--checks-only"] + argv)
+    assert "--alternate" in capsys.readouterr().err
