@@ -62,7 +62,6 @@ attention and other kernels, and the top kernels (``<target>_step_kernels``, ``<
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import os
 import statistics
@@ -73,7 +72,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import Cycle, agg_pyplot, copy_bandwidth, provenance, provenance_line, redraw, report, write_json
+from benchmarks.common import Cycle, agg_pyplot, copy_bandwidth, env_set, provenance, provenance_line, redraw, report, write_json
 from specdec.models.shapes import SHAPES
 
 MS = (1, 2, 4, 8)
@@ -179,43 +178,21 @@ def probe_cases(variant: str, smoke: bool) -> tuple[tuple[int, int, int], ...]:
     return cases
 
 
-@contextlib.contextmanager
-def variant_env(env: str, variant: str):
-    """``os.environ[env] = variant`` inside the block; afterwards the previous value, or none, again.
-
-    Example:
-        >>> with variant_env("SPECDEC_EXAMPLE_VARIANT", "v2"):
-        ...     os.environ["SPECDEC_EXAMPLE_VARIANT"]
-        'v2'
-        >>> "SPECDEC_EXAMPLE_VARIANT" in os.environ
-        False
-    """
-    old = os.environ.get(env)
-    os.environ[env] = variant
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[env]
-        else:
-            os.environ[env] = old
-
-
 def w12_variant(ops, variant: str, x: torch.Tensor, *planes: torch.Tensor) -> torch.Tensor:
     """``ops.w12_gemm_small_m`` with ``SPECDEC_W12_CUDA_VARIANT=variant`` for this call (the previous value restored)."""
-    with variant_env(ops.W12_VARIANT_ENV, variant):
+    with env_set(ops.W12_VARIANT_ENV, variant):
         return ops.w12_gemm_small_m(x, *planes)
 
 
 def q_variant(ops, variant: str, x: torch.Tensor, ae: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
     """``ops.q_gemm_small_m`` with ``SPECDEC_Q_CUDA_VARIANT=variant`` for this call (the previous value restored)."""
-    with variant_env(ops.Q_VARIANT_ENV, variant):
+    with env_set(ops.Q_VARIANT_ENV, variant):
         return ops.q_gemm_small_m(x, ae, base)
 
 
 def bf16_variant(ops, variant: str, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``ops.skinny_gemm_bf16`` with ``SPECDEC_BF16_CUDA_VARIANT=variant`` for this call (the previous value restored)."""
-    with variant_env(ops.BF16_VARIANT_ENV, variant):
+    with env_set(ops.BF16_VARIANT_ENV, variant):
         return ops.skinny_gemm_bf16(x, weight)
 
 

@@ -64,7 +64,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import copy_bandwidth, provenance, provenance_line, write_json
+from benchmarks.common import copy_bandwidth, env_set, provenance, provenance_line, write_json
 from benchmarks.kernels.bench_roofline import (
     BULK_VARIANTS,
     SMOKE_SHAPES,
@@ -75,7 +75,6 @@ from benchmarks.kernels.bench_roofline import (
     q_variant,
     sync,
     time_per_call,
-    variant_env,
     w12_v3,
     w12_v4,
     w12_variant,
@@ -230,7 +229,7 @@ def _with_wide_pipeline(pipelined: bool, call):
     the variable's earlier state restored after."""
 
     def run():
-        with variant_env(WIDE_PIPELINE_ENV, "1" if pipelined else "0"):
+        with env_set(WIDE_PIPELINE_ENV, "1" if pipelined else "0"):
             return call()
 
     return run
