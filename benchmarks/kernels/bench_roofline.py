@@ -1027,9 +1027,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
             flush=True,
         )
     if not over_budget("w12 step time, Triton path"):
-        previous = os.environ.get(w12_format.CUDA_SMALL_M_ENV)
-        os.environ[w12_format.CUDA_SMALL_M_ENV] = "0"
-        try:
+        with env_set(w12_format.CUDA_SMALL_M_ENV, "0"):
             w12.disable_static_path()
             _use_step_graphs(w12, device)  # captured again, now through Triton
             w12(prompt)
@@ -1042,11 +1040,6 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
 
             result["w12_triton_step_s"] = _step_time_s(step_triton, device, iters)
             print(f"AR step w12 (Triton path): {result['w12_triton_step_s'] * 1e3:.3f} ms", flush=True)
-        finally:
-            if previous is None:
-                os.environ.pop(w12_format.CUDA_SMALL_M_ENV, None)
-            else:
-                os.environ[w12_format.CUDA_SMALL_M_ENV] = previous
     del bf16, w12
     if device.type == "cuda":
         torch.cuda.empty_cache()
