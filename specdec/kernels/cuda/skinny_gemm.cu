@@ -1222,6 +1222,14 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
   issue_ring<STAGES>(n, tx, full_bar, empty_bar, weights, x_of);
 }
 
+// -DSPECDEC_FOLD_ROUNDS=R (a build switch for measuring): fold_escapes loads the positions and values of R rounds of
+// escapes at once, so that a CTA with R rounds waits for one load of them rather than R in turn.
+#ifndef SPECDEC_FOLD_ROUNDS
+#define SPECDEC_FOLD_ROUNDS 1
+#endif
+constexpr int kFoldRounds = SPECDEC_FOLD_ROUNDS;
+static_assert(kFoldRounds >= 1 && kFoldRounds <= 8, "SPECDEC_FOLD_ROUNDS: 1 to 8 rounds of escapes loaded together");
+
 // The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + ROWS - 1 whose columns lie in
 // the CTA's K slice [k_lo, k_hi), each row's in stored order, summed in fp32 from 0.f into acc[row][m] (shared memory,
 // tma_escape_bytes). A 256-row band's escapes are stored tile after tile (kEscapeTile columns a tile), so the slice's
@@ -1258,47 +1266,55 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
     const int nt = min(31, t_hi - t + 1);  // tiles this round; lane nt reads the end of the last one
     const int start = lane <= nt ? p.esc_ptr[tile0 + t + lane] : 0;
     const int e_lo = __shfl_sync(kAll, start, 0), e_hi = __shfl_sync(kAll, start, nt);
-    for (int e0 = e_lo; e0 < e_hi; e0 += 32) {
-      const int e = e0 + lane;
-      uint32_t pos = 0, bits = 0;
-      if (e < e_hi) {
-        pos = p.esc_pos[e];
-        bits = p.esc_bits[e];
-      }
-      int tile = t;
-      for (int l = 1; l < nt; ++l) tile += __shfl_sync(kAll, start, l) <= e ? 1 : 0;
-      const int col = tile * kEscapeTile + static_cast<int>(pos & 0xFFu);
-      const int r = static_cast<int>(pos >> 8) - band_row;
-      const bool kept = e < e_hi && col >= k_lo && col < k_hi && r >= 0 && r < ROWS;
-      const unsigned kept_mask = __ballot_sync(kAll, kept);
-      if (kept) {
+    for (int b0 = e_lo; b0 < e_hi; b0 += 32 * kFoldRounds) {
+      uint32_t pos_of[kFoldRounds], bits_of[kFoldRounds];
 #pragma unroll
-        for (int m = 0; m < TOK; ++m)
-          if (m < M)
-            xbuf[lane * kXStride + m] =
-                LOAD_X ? __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(tok0 + m) * p.K + col]) << 16) : 1.f;
-        vals[lane] = __uint_as_float(bits << 16);
-        rows[lane] = r;
+      for (int i = 0; i < kFoldRounds; ++i) {  // the positions and values of kFoldRounds rounds in flight together
+        const int e = b0 + 32 * i + lane;
+        pos_of[i] = e < e_hi ? p.esc_pos[e] : 0u;
+        bits_of[i] = e < e_hi ? p.esc_bits[e] : 0u;
       }
-      __syncwarp();
-      if constexpr (TOK <= 32) {
-        if (lane < M) {
-          for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
-            const int j = __ffs(left) - 1;
-            float* a = acc + rows[j] * STRIDE + lane * TOK_STEP;
-            *a = fmaf(xbuf[j * kXStride + lane], vals[j], *a);
+#pragma unroll
+      for (int i = 0; i < kFoldRounds; ++i) {
+        const int e0 = b0 + 32 * i;
+        if (e0 >= e_hi) break;
+        const int e = e0 + lane;
+        const uint32_t pos = pos_of[i], bits = bits_of[i];
+        int tile = t;
+        for (int l = 1; l < nt; ++l) tile += __shfl_sync(kAll, start, l) <= e ? 1 : 0;
+        const int col = tile * kEscapeTile + static_cast<int>(pos & 0xFFu);
+        const int r = static_cast<int>(pos >> 8) - band_row;
+        const bool kept = e < e_hi && col >= k_lo && col < k_hi && r >= 0 && r < ROWS;
+        const unsigned kept_mask = __ballot_sync(kAll, kept);
+        if (kept) {
+#pragma unroll
+          for (int m = 0; m < TOK; ++m)
+            if (m < M)
+              xbuf[lane * kXStride + m] =
+                  LOAD_X ? __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(tok0 + m) * p.K + col]) << 16) : 1.f;
+          vals[lane] = __uint_as_float(bits << 16);
+          rows[lane] = r;
+        }
+        __syncwarp();
+        if constexpr (TOK <= 32) {
+          if (lane < M) {
+            for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
+              const int j = __ffs(left) - 1;
+              float* a = acc + rows[j] * STRIDE + lane * TOK_STEP;
+              *a = fmaf(xbuf[j * kXStride + lane], vals[j], *a);
+            }
+          }
+        } else {  // lane m does tokens m, m + 32, ...
+          for (int m = lane; m < M; m += 32) {
+            for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
+              const int j = __ffs(left) - 1;
+              float* a = acc + rows[j] * STRIDE + m * TOK_STEP;
+              *a = fmaf(xbuf[j * kXStride + m], vals[j], *a);
+            }
           }
         }
-      } else {  // lane m does tokens m, m + 32, ...
-        for (int m = lane; m < M; m += 32) {
-          for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
-            const int j = __ffs(left) - 1;
-            float* a = acc + rows[j] * STRIDE + m * TOK_STEP;
-            *a = fmaf(xbuf[j * kXStride + m], vals[j], *a);
-          }
-        }
+        __syncwarp();  // the next round overwrites xbuf, vals and rows
       }
-      __syncwarp();  // the next round overwrites xbuf, vals and rows
     }
     t += nt;
   }
