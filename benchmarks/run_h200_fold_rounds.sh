@@ -5,9 +5,11 @@
 # build/foldRpf.so). The second library's wide checks and compute-sanitizer memcheck over them with every wide call
 # persistent; then for each library the wide W12 kernels on the 8B linears at 32 and 64 rows beside cuBLAS bf16,
 # split-K and persistent taken in turn twice in one process (bench_wide_w12 --alternate SPECDEC_WIDE_STREAM_K=0,1),
-# without programmatic launch.
-# Expected time on one H200: ~4 min (nvcc ~30 s a library not carried in build/; checks ~20 s, memcheck ~50 s, each
-# library's timings ~45 s, torch start ~10 s a process). Caps: 60 + 90 + 3 x 80 = 390 s, plus the builds (90 s each).
+# and the 8B linears at 1, 8 and 16 tokens (bench_fixed_cost: the tensor-map and row-tile kernels, whose escape warps
+# fold the same way), beside cuBLAS bf16, without programmatic launch.
+# Expected time on one H200: ~5 min (nvcc ~30 s a library not carried in build/; checks ~20 s, memcheck ~50 s, each
+# library's timings ~30 + ~35 s, torch start ~10 s a process). Caps: 60 + 90 + 3 x (80 + 60) = 570 s, plus the
+# builds (90 s each).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_fold_rounds.sh [R]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -38,6 +40,9 @@ for lib in shipped "fold$R" "fold${R}pf"; do
     --alternate SPECDEC_WIDE_STREAM_K=0,1 --alternate-rounds 2 --budget-s 60 \
     --out "$OUT/fold_rounds_$lib.json" > "$OUT/fold_rounds_$lib.log" 2>&1
   echo "wide W12 kernels, $lib library: exit $?"
+  timeout 60 python3 -m benchmarks.kernels.bench_fixed_cost --models qwen3-8b --kernels cublas_bf16,cuda_w12_v10 --no-read-floor \
+    --budget-s 30 --out "$OUT/fold_rounds_fixed_cost_$lib.json" > "$OUT/fold_rounds_fixed_cost_$lib.log" 2>&1
+  echo "8B linears at 1-16 tokens, $lib library: exit $?"
 done
 unset SPECDEC_CUDA_KERNELS SPECDEC_PDL
 grep -E "^checks|FAILED" "$OUT/fold_rounds_checks.log" | head -3
@@ -45,4 +50,5 @@ tail -n 2 "$OUT/fold_rounds_memcheck.log"
 for lib in shipped "fold$R" "fold${R}pf"; do
   echo "=== $lib ==="
   grep -E "^qwen3-8b (gate_up|o|qkv|down|lm_head) [0-9]+ " "$OUT/fold_rounds_$lib.log"
+  grep -E "^qwen3-8b [a-z_]+ +[0-9]+ +cuda_w12_v10" "$OUT/fold_rounds_fixed_cost_$lib.log"
 done
