@@ -215,6 +215,9 @@ def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, a
         calls.append(call_times(ops.wide_trace_read(ctas).tolist()))
     row["calls"] = calls
     row["persistent"] = calls[0]["persistent"]
+    # the CTAs that ran: a persistent plan's ctas_x x k_splits counts the records read (its k_splits is the most runs
+    # a row block is cut into), not CTAs
+    row.update(ctas=calls[0]["ctas"], k_splits=calls[0]["k_splits"])
     row.update(summarize(calls))
     sync(device)
     return row

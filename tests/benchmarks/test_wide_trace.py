@@ -124,6 +124,32 @@ def test_a_persistent_call_keeps_its_sums_as_durations_and_refuses_mixed_or_half
         wide_trace.cta_phases(half)
 
 
+def test_a_persistent_rows_ctas_are_the_ctas_that_ran_not_the_records_its_plan_reads(monkeypatch):
+    import argparse
+    import types
+
+    import torch
+
+    from specdec.kernels.cuda import ops
+
+    ran = [_persistent(1000, 9000, 9500, 6000, 500, 1200, 3, 2), _persistent(1100, 9800, 10900, 6500, 700, 1300, 2, 2)]
+    reads = []
+    fake = types.SimpleNamespace(
+        w12_gemm_wide=ops.w12_gemm_wide,  # the CPU reference path: the product check still runs
+        q_gemm_wide=ops.q_gemm_wide,
+        wide_plan=lambda kind, m, n, k, sms: dict(ctas_x=2, k_splits=2),  # a persistent plan: records for 4, 2 run
+        wide_trace_reset=lambda device: None,
+        wide_trace_read=lambda n: reads.append(n) or torch.tensor(ran + [[0] * len(ran[0])] * (n - len(ran))),
+    )
+    args = argparse.Namespace(l2_bytes=1 << 20, l2_factor=1.0, reps=2, trace_ctas=64)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=2))
+    row = wide_trace.trace_case(
+        fake, "made-up", "o", 256, 256, 33, "w12", args, torch.Generator().manual_seed(0), torch.device("cpu")
+    )
+    assert reads == [4, 4] and row["product_ok"] and row["persistent"]
+    assert (row["ctas"], row["k_splits"]) == (2, 1)
+
+
 @pytest.mark.parametrize(
     "argv, named",
     [

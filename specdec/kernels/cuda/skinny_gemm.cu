@@ -1222,13 +1222,6 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
   issue_ring<STAGES>(n, tx, full_bar, empty_bar, weights, x_of);
 }
 
-// -DSPECDEC_FOLD_ROUNDS=R (a build switch for measuring): fold_escapes loads the positions and values of R rounds of
-// escapes at once, so that a CTA with R rounds waits for one load of them rather than R in turn.
-#ifndef SPECDEC_FOLD_ROUNDS
-#define SPECDEC_FOLD_ROUNDS 1
-#endif
-constexpr int kFoldRounds = SPECDEC_FOLD_ROUNDS;
-static_assert(kFoldRounds >= 1 && kFoldRounds <= 8, "SPECDEC_FOLD_ROUNDS: 1 to 8 rounds of escapes loaded together");
 // The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + ROWS - 1 whose columns lie in
 // the CTA's K slice [k_lo, k_hi), each row's in stored order, summed in fp32 from 0.f into acc[row][m] (shared memory,
 // tma_escape_bytes). A 256-row band's escapes are stored tile after tile (kEscapeTile columns a tile), so the slice's
@@ -1265,55 +1258,47 @@ __device__ __forceinline__ void fold_escapes(const Params& p, int row_block, int
     const int nt = min(31, t_hi - t + 1);  // tiles this round; lane nt reads the end of the last one
     const int start = lane <= nt ? p.esc_ptr[tile0 + t + lane] : 0;
     const int e_lo = __shfl_sync(kAll, start, 0), e_hi = __shfl_sync(kAll, start, nt);
-    for (int b0 = e_lo; b0 < e_hi; b0 += 32 * kFoldRounds) {
-      uint32_t pos_of[kFoldRounds], bits_of[kFoldRounds];
-#pragma unroll
-      for (int i = 0; i < kFoldRounds; ++i) {  // the positions and values of kFoldRounds rounds in flight together
-        const int e = b0 + 32 * i + lane;
-        pos_of[i] = e < e_hi ? p.esc_pos[e] : 0u;
-        bits_of[i] = e < e_hi ? p.esc_bits[e] : 0u;
+    for (int e0 = e_lo; e0 < e_hi; e0 += 32) {
+      const int e = e0 + lane;
+      uint32_t pos = 0, bits = 0;
+      if (e < e_hi) {
+        pos = p.esc_pos[e];
+        bits = p.esc_bits[e];
       }
+      int tile = t;
+      for (int l = 1; l < nt; ++l) tile += __shfl_sync(kAll, start, l) <= e ? 1 : 0;
+      const int col = tile * kEscapeTile + static_cast<int>(pos & 0xFFu);
+      const int r = static_cast<int>(pos >> 8) - band_row;
+      const bool kept = e < e_hi && col >= k_lo && col < k_hi && r >= 0 && r < ROWS;
+      const unsigned kept_mask = __ballot_sync(kAll, kept);
+      if (kept) {
 #pragma unroll
-      for (int i = 0; i < kFoldRounds; ++i) {
-        const int e0 = b0 + 32 * i;
-        if (e0 >= e_hi) break;
-        const int e = e0 + lane;
-        const uint32_t pos = pos_of[i], bits = bits_of[i];
-        int tile = t;
-        for (int l = 1; l < nt; ++l) tile += __shfl_sync(kAll, start, l) <= e ? 1 : 0;
-        const int col = tile * kEscapeTile + static_cast<int>(pos & 0xFFu);
-        const int r = static_cast<int>(pos >> 8) - band_row;
-        const bool kept = e < e_hi && col >= k_lo && col < k_hi && r >= 0 && r < ROWS;
-        const unsigned kept_mask = __ballot_sync(kAll, kept);
-        if (kept) {
-#pragma unroll
-          for (int m = 0; m < TOK; ++m)
-            if (m < M)
-              xbuf[lane * kXStride + m] =
-                  LOAD_X ? __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(tok0 + m) * p.K + col]) << 16) : 1.f;
-          vals[lane] = __uint_as_float(bits << 16);
-          rows[lane] = r;
-        }
-        __syncwarp();
-        if constexpr (TOK <= 32) {
-          if (lane < M) {
-            for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
-              const int j = __ffs(left) - 1;
-              float* a = acc + rows[j] * STRIDE + lane * TOK_STEP;
-              *a = fmaf(xbuf[j * kXStride + lane], vals[j], *a);
-            }
-          }
-        } else {  // lane m does tokens m, m + 32, ...
-          for (int m = lane; m < M; m += 32) {
-            for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
-              const int j = __ffs(left) - 1;
-              float* a = acc + rows[j] * STRIDE + m * TOK_STEP;
-              *a = fmaf(xbuf[j * kXStride + m], vals[j], *a);
-            }
+        for (int m = 0; m < TOK; ++m)
+          if (m < M)
+            xbuf[lane * kXStride + m] =
+                LOAD_X ? __uint_as_float(static_cast<uint32_t>(p.x[static_cast<size_t>(tok0 + m) * p.K + col]) << 16) : 1.f;
+        vals[lane] = __uint_as_float(bits << 16);
+        rows[lane] = r;
+      }
+      __syncwarp();
+      if constexpr (TOK <= 32) {
+        if (lane < M) {
+          for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
+            const int j = __ffs(left) - 1;
+            float* a = acc + rows[j] * STRIDE + lane * TOK_STEP;
+            *a = fmaf(xbuf[j * kXStride + lane], vals[j], *a);
           }
         }
-        __syncwarp();  // the next round overwrites xbuf, vals and rows
+      } else {  // lane m does tokens m, m + 32, ...
+        for (int m = lane; m < M; m += 32) {
+          for (unsigned left = kept_mask; left != 0u; left &= left - 1u) {
+            const int j = __ffs(left) - 1;
+            float* a = acc + rows[j] * STRIDE + m * TOK_STEP;
+            *a = fmaf(xbuf[j * kXStride + m], vals[j], *a);
+          }
+        }
       }
+      __syncwarp();  // the next round overwrites xbuf, vals and rows
     }
     t += nt;
   }
@@ -2386,36 +2371,6 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, PIPE, GROUPS), CTAS)
 #endif
 }
 
-// -DSPECDEC_FOLD_PREFETCH=1 (a build switch for measuring): a persistent wide W12 CTA's first escape warp asks the L2
-// for every escape of its run (tile offsets, positions, values) as the run starts (prefetch_run_escapes), so that the
-// folds of its later segments find them there instead of queueing behind the DRAM reads in flight.
-#ifndef SPECDEC_FOLD_PREFETCH
-#define SPECDEC_FOLD_PREFETCH 0
-#endif
-
-__device__ __forceinline__ void prefetch_l2_evict_last(const void* a) { asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a)); }
-
-// prefetch_l2_evict_last of every 128-byte line of [lo, hi) by a warp's lanes (lo < hi, both within one array).
-__device__ __forceinline__ void prefetch_range_l2(const unsigned char* lo, const unsigned char* hi, int lane) {
-  for (const unsigned char* a = lo + lane * 128; a < hi; a += 32 * 128) prefetch_l2_evict_last(a);
-  if (lane == 0) prefetch_l2_evict_last(hi - 1);  // the line of the last byte, which a step from an unaligned lo can miss
-}
-
-// The escapes of the 256-row bands of row blocks block_lo .. block_hi (kWideRows rows a block), all of K, into the
-// L2: the bands' tile offsets, then (after reading the first and the one-past-last offsets) their positions and values.
-__device__ __forceinline__ void prefetch_run_escapes(const Params& p, int block_lo, int block_hi, int lane) {
-  const int col_tiles = (p.K + kEscapeTile - 1) / kEscapeTile;
-  const int t_lo = (block_lo * kWideRows / kEscapeTile) * col_tiles;
-  const int t_hi = (block_hi * kWideRows / kEscapeTile + 1) * col_tiles;  // <= the tile count: esc_ptr has one more
-  const auto* ptr = reinterpret_cast<const unsigned char*>(p.esc_ptr);
-  prefetch_range_l2(ptr + t_lo * 4, ptr + (t_hi + 1) * 4, lane);
-  const int e_lo = p.esc_ptr[t_lo], e_hi = p.esc_ptr[t_hi];
-  if (e_lo >= e_hi) return;
-  prefetch_range_l2(reinterpret_cast<const unsigned char*>(p.esc_pos + e_lo), reinterpret_cast<const unsigned char*>(p.esc_pos + e_hi), lane);
-  prefetch_range_l2(reinterpret_cast<const unsigned char*>(p.esc_bits + e_lo), reinterpret_cast<const unsigned char*>(p.esc_bits + e_hi),
-                    lane);
-}
-
 // The producer of tma_wide_stream_k_kernel (one thread): the run's units u_lo .. u_hi - 1 (unit u: row block u / stages,
 // stage u % stages) in order into ring slots 0, 1, ..., STAGES - 1, 0, ... across row blocks, so the ring does not
 // drain where a row block ends: each unit's weights' boxes and x's [32 NB][kWideStageK] box, in issue_ring's order.
@@ -2552,9 +2507,6 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
   auto add_sums = [&](bool first) { add_wide_sums<KIND, NB>(red, acc, lane, group_warp, first); };
   unsigned long long seg_loop = 0, seg_wait = 0, seg_epilogue = 0, seg_mark = 0;  // traced builds' sums (tid 0)
   unsigned int segments = 0, partial_segments = 0;
-  if constexpr (KIND == kW12 && SPECDEC_FOLD_PREFETCH) {
-    if (warp == kConsumers + 1 && u_lo < u_hi) prefetch_run_escapes(p, u_lo / stages, (u_hi - 1) / stages, lane);
-  }
   int block = u_lo / stages;  // then counted up: one division a run
   for (int u = u_lo; u < u_hi; ++block) {
     const int block_lo = block * stages;
