@@ -156,13 +156,6 @@ __device__ __forceinline__ void cp_async4(void* smem_dst, const void* gmem_src) 
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-// threadIdx.x through an asm volatile: a value ptxas cannot hoist, so that indices derived from it where they are used
-// are not held live (or spilled) across the loops before.
-__device__ __forceinline__ int thread_index_here() {
-  int t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return t;
-}
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // L2 prefetch of one lane's piece (first k = k0 < K) of rows (row0, row1).
@@ -2556,20 +2549,16 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
       epilogue_barrier(kEpilogue);
       if (consumer && group == 1) add_sums(false);
     }
-    // the store loops' thread index from %tid.x read here: derived at the kernel's start, ptxas kept it and what it
-    // derives across the K loop in local memory (44-64 bytes spilled at 96 registers) and reloaded them each segment
-    const int tid_here = thread_index_here();
-    const int e_tid_here = consumer ? tid_here : tid_here - 32;
     griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
     epilogue_barrier(kEpilogue);
     if (s_lo == 0 && s_hi == stages) {  // the block lies in this run: no other piece
-      store_wide_rows(p, red, row_block, e_tid_here, kEpilogue);
+      store_wide_rows(p, red, row_block, e_tid, kEpilogue);
     } else {
       float4* own = reinterpret_cast<float4*>(partials) + static_cast<size_t>(stream_k_slot<int>(blockIdx.x, block_lo, units, ctas)) * kTileVec;
-      for (int v = e_tid_here; v < p.M * kRowVecs; v += kEpilogue)
+      for (int v = e_tid; v < p.M * kRowVecs; v += kEpilogue)
         __stcg(own + v, reinterpret_cast<const float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs]);
       epilogue_barrier(kEpilogue);
-      if (e_tid_here == 0) {  // the release covers every thread's partial stored before the barrier (cumulativity)
+      if (e_tid == 0) {  // the release covers every thread's partial stored before the barrier (cumulativity)
         owed.ticket[owed.n] = atomic_add_acq_rel_gpu(counters + block, 1u);
         owed.block[owed.n++] = block;
       }
