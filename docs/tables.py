@@ -2150,6 +2150,35 @@ def cuda_wide_stream_k_auto_h100(results: Results) -> str:
     )
 
 
+STREAM_K_TRACES = {
+    "split-K": "wide_trace_stream_k_h100_2026-12-06_a4f4096_0.json",
+    "persistent": "wide_trace_stream_k_h100_2026-12-06_a4f4096_1.json",
+}
+SPLIT_EPILOGUE = ("sums", "partial", "count", "reduce", "store")
+
+
+def cuda_wide_stream_k_trace_h100(results: Results) -> str:
+    """The persistent wide kernel's phases against the split-K one's (one H100 call, builds with
+    ``-DSPECDEC_WIDE_TRACE=1``): for each traced call at 64 rows, the CTAs that ran, the call's span and a CTA's median
+    K loop, wait for its other warps and epilogue (us; split-K: its sums, partial tile, count, reduction and store;
+    persistent: summed over its segments, with their count)."""
+    rows = []
+    for how, name in STREAM_K_TRACES.items():
+        for r in results(name)["rows"]:
+            med = r["median"]
+            if how == "persistent":
+                epilogue, segments = med["epilogue"], f"{med['segments']:g}"
+            else:
+                epilogue, segments = sum(med[ph] or 0 for ph in SPLIT_EPILOGUE), "1"
+            ctas = statistics.median(c["ctas"] for c in r["calls"])  # the CTAs that ran
+            cells = [r["span"], med["loop"], med["wait_warps"], epilogue]
+            rows.append(
+                [r["linear"], str(r["M"]), r["kind"].upper(), how, f"{ctas:g}"] + [f"{v / 1e3:.1f}" for v in cells] + [segments]
+            )
+    header = ["linear", "rows", "kind", "kernel", "CTAs", "span us", "loop us", "wait us", "epilogue us", "segments"]
+    return markdown_table(header, rows)
+
+
 WIDE_PARTS_RUNS = {
     "shipped": "wide_parts_h100_2026-12-06_token_major_0.json",
     "3: no decode, no MMAs": "wide_parts_h100_2026-12-06_token_major_3.json",
@@ -2271,6 +2300,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide-token-major-h100": cuda_wide_token_major_h100,
     "cuda-wide-stream-k-h100": cuda_wide_stream_k_h100,
     "cuda-wide-stream-k-auto-h100": cuda_wide_stream_k_auto_h100,
+    "cuda-wide-stream-k-trace-h100": cuda_wide_stream_k_trace_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
