@@ -1709,6 +1709,22 @@ constexpr int kWideRows = 128;
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
 #endif
+// -DSPECDEC_WIDE_EPILOGUE_TID=1 (a build switch for measuring, benchmarks/NOTES.md, "The persistent W12 kernel without
+// its spills"): the persistent kernel's store loops take their thread index from %tid.x read in each segment's
+// epilogue (thread_index_here) instead of one derived at the kernel's start, which ptxas keeps across the K loop in
+// local memory in the W12 kernels (44-64 bytes spilled at 96 registers; none in the unrolled ones with the switch).
+#ifndef SPECDEC_WIDE_EPILOGUE_TID
+#define SPECDEC_WIDE_EPILOGUE_TID 0
+#endif
+#if SPECDEC_WIDE_EPILOGUE_TID
+// threadIdx.x through an asm volatile: a value ptxas cannot hoist, so that indices derived from it where they are used
+// are not held live (or spilled) across the loops before.
+__device__ __forceinline__ int thread_index_here() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+#endif
 // A build-time switch for timing the wide kernels' phases on the GPU's global clock (benchmarks/kernels/wide_trace.py):
 // nvcc -DSPECDEC_WIDE_TRACE=1 makes one thread of each of the first kWideTraceCtas CTAs (blockIdx.y * gridDim.x +
 // blockIdx.x) write g_wide_trace[cta][field] at each point (ns; the WideTrace fields below); specdec_wide_trace_read
@@ -2549,16 +2565,22 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
       epilogue_barrier(kEpilogue);
       if (consumer && group == 1) add_sums(false);
     }
+#if SPECDEC_WIDE_EPILOGUE_TID
+    const int tid_here = thread_index_here();
+    const int e_tid_here = consumer ? tid_here : tid_here - 32;
+#else
+    const int e_tid_here = e_tid;
+#endif
     griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
     epilogue_barrier(kEpilogue);
     if (s_lo == 0 && s_hi == stages) {  // the block lies in this run: no other piece
-      store_wide_rows(p, red, row_block, e_tid, kEpilogue);
+      store_wide_rows(p, red, row_block, e_tid_here, kEpilogue);
     } else {
       float4* own = reinterpret_cast<float4*>(partials) + static_cast<size_t>(stream_k_slot<int>(blockIdx.x, block_lo, units, ctas)) * kTileVec;
-      for (int v = e_tid; v < p.M * kRowVecs; v += kEpilogue)
+      for (int v = e_tid_here; v < p.M * kRowVecs; v += kEpilogue)
         __stcg(own + v, reinterpret_cast<const float4*>(red + (v / kRowVecs) * kWideRowStride)[v % kRowVecs]);
       epilogue_barrier(kEpilogue);
-      if (e_tid == 0) {  // the release covers every thread's partial stored before the barrier (cumulativity)
+      if (e_tid_here == 0) {  // the release covers every thread's partial stored before the barrier (cumulativity)
         owed.ticket[owed.n] = atomic_add_acq_rel_gpu(counters + block, 1u);
         owed.block[owed.n++] = block;
       }
