@@ -56,7 +56,11 @@ path forced (``SPECDEC_W12_CUDA=0``) for comparison, and, teacher-forced along t
 tokens, whether the W12 target picks the same 32 tokens and the largest ``|logit difference|`` (W12 holds the
 same weights, but its GEMMs reduce in another order, so the logits need not be bitwise equal). On CUDA each target's
 one-token step and its verify step are also profiled (``torch.profiler``, 5 replays): GPU time a step in GEMM,
-attention and other kernels, and the top kernels (``<target>_step_kernels``, ``<target>_verify_kernels``).
+attention and other kernels, and the top kernels (``<target>_step_kernels``, ``<target>_verify_kernels``). With
+``--alternate NAME=V1,V2`` (``--alternate-rounds``, default 3) the W12 target's step and verify step are timed
+again under each value of the environment variable in turn in the same process, graphs captured again for each turn
+(``alternated`` in the JSON, ``alternated_steps``): a kernel setting's effect on the step without the spread between
+processes, e.g. ``--ar-step --verify-rows 64 --alternate SPECDEC_WIDE_STREAM_K=0,auto``.
 """
 
 from __future__ import annotations
@@ -72,7 +76,18 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import Cycle, agg_pyplot, copy_bandwidth, env_set, provenance, provenance_line, redraw, report, write_json
+from benchmarks.common import (
+    Cycle,
+    agg_pyplot,
+    copy_bandwidth,
+    env_set,
+    parse_alternate,
+    provenance,
+    provenance_line,
+    redraw,
+    report,
+    write_json,
+)
 from specdec.models.shapes import SHAPES
 
 MS = (1, 2, 4, 8)
@@ -873,6 +888,67 @@ def attention_step(
     return out
 
 
+def alternated_steps(
+    target, prompt, token, rows, device: torch.device, iters: int, name: str, values: list[str], rounds: int
+) -> list[dict]:
+    """``target``'s one-token step and verify step (``rows``' width) after ``prompt``, under each value of the
+    environment variable ``name`` in turn, ``rounds`` times in this one process: one dict a turn (``value``,
+    ``round``, ``step_s``, ``verify_s``). Each turn captures the step graphs again under its value (a setting read
+    when a kernel is launched, such as ``$SPECDEC_WIDE_STREAM_K``, is the one its graph holds); after the last turn
+    they are captured again under the environment as it was. Settings compared this way are free of the spread between
+    processes (up to ~8 % on single calls, ``benchmarks/NOTES.md``)."""
+    n_prompt = prompt.shape[1]
+
+    def capture_and_prefill() -> None:
+        target.disable_static_path()
+        _use_step_graphs(target, device, rows.shape[1])
+        target.reset()
+        target(prompt)
+        target.commit(n_prompt)
+
+    def step() -> None:
+        target(token)
+        target.truncate(n_prompt)
+
+    def verify() -> None:
+        target(rows)
+        target.truncate(n_prompt)
+
+    turns = []
+    for rnd in range(rounds):
+        for value in values:
+            with env_set(name, value):
+                capture_and_prefill()
+                turns.append(
+                    dict(
+                        value=value,
+                        round=rnd,
+                        step_s=_step_time_s(step, device, iters),
+                        verify_s=_step_time_s(verify, device, iters),
+                    )
+                )
+    capture_and_prefill()
+    return turns
+
+
+def alternated_lines(result: dict) -> list[str]:
+    """The alternated turns of an AR-step result (``alternated_steps``), one line a value: the medians of its step and
+    verify step (ms), each turn's, and verify / step of the medians."""
+    if not result.get("alternated"):
+        return []
+    lines = [f"in one process, {result['alternate']} in turn (W12 target): median ms (each turn's)"]
+    for value in dict.fromkeys(t["value"] for t in result["alternated"]):
+        turns = [t for t in result["alternated"] if t["value"] == value]
+        step = statistics.median(t["step_s"] for t in turns)
+        verify = statistics.median(t["verify_s"] for t in turns)
+        each = lambda key: " ".join(f"{t[key] * 1e3:.3f}" for t in turns)  # noqa: E731
+        lines.append(
+            f"  {value}: step {step * 1e3:.3f} ({each('step_s')}), verify {verify * 1e3:.3f} ({each('verify_s')}), "
+            f"verify / step {verify / step:.3f}"
+        )
+    return lines
+
+
 def ar_step(args, device: torch.device, t_start: float) -> dict:
     """The decode step of the bf16 lean target and of its W12 conversion: time, floor, token and logit agreement."""
     import specdec.formats.w12 as w12_format
@@ -988,6 +1064,11 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         )
     if "bf16_step_s" in result and "w12_step_s" in result:
         result["w12_vs_bf16_step"] = result["w12_step_s"] / result["bf16_step_s"]
+    if args.alternate and "w12_step_s" in result and not over_budget("w12 steps, alternated settings"):
+        name, values = parse_alternate(args.alternate)
+        result["alternate"] = args.alternate
+        result["alternated"] = alternated_steps(w12, prompt, token, rows, device, iters, name, values, args.alternate_rounds)
+        print("\n".join(alternated_lines(result)), flush=True)
     from specdec.models.attention_kernel import attention_choice
 
     probe = torch.empty(1, 1, 1, 128, device=device)
@@ -1079,6 +1160,7 @@ def ar_summary_lines(result: dict) -> list[str]:
             for name in ("bf16", "w12")
             if (k := result.get(f"{name}_verify_kernels"))
         ),
+        *alternated_lines(result),
     ]
 
 
@@ -1199,9 +1281,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verify-rows", type=int, default=VERIFY_ROWS, help=f"AR step: rows of the verify step (default {VERIFY_ROWS})"
     )
+    parser.add_argument(
+        "--alternate",
+        default=None,
+        metavar="NAME=V1,V2",
+        help="AR step: the W12 target's step and verify step again under each value of this environment variable in turn, in this one process",
+    )
+    parser.add_argument("--alternate-rounds", type=int, default=3, help="AR step: turns through the --alternate values")
     args = parser.parse_args(argv)
     if not 2 <= args.verify_rows <= 64:
         parser.error(f"--verify-rows: expected 2 to 64 rows, got {args.verify_rows}")
+    if args.alternate is not None:
+        if not args.ar_step:
+            parser.error("--alternate: times the AR step's settings; expected it with --ar-step")
+        try:
+            parse_alternate(args.alternate)
+        except ValueError as exc:
+            parser.error(str(exc))
+    if args.alternate_rounds < 1:
+        parser.error(f"--alternate-rounds: expected a positive count, got {args.alternate_rounds}")
     if args.plot_only:
         return redraw(plot, args.plot_only)
     seed = 0

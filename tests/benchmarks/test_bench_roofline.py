@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -133,6 +134,56 @@ def test_ar_step_records_a_failing_attention_step_and_runs_the_rest(tmp_path, mo
     assert result["bf16_split_kv_error"] == "RuntimeError: bf16: no kernel here"
     assert result["w12_split_kv_error"] == "RuntimeError: w12: no kernel here"
     assert result["bf16_reference_elementwise_step_s"] > 0 and result["w12_triton_step_s"] > 0
+
+
+def test_ar_step_alternates_a_setting_in_one_process_capturing_each_turns_graphs_under_it(tmp_path, monkeypatch):
+    captured = []
+    use_step_graphs = bench_roofline._use_step_graphs
+
+    def recording(target, device, verify_rows=bench_roofline.VERIFY_ROWS):
+        captured.append((os.environ.get("SPECDEC_EXAMPLE_SETTING"), verify_rows))
+        use_step_graphs(target, device, verify_rows)
+
+    monkeypatch.setattr(bench_roofline, "_use_step_graphs", recording)
+    monkeypatch.delenv("SPECDEC_EXAMPLE_SETTING", raising=False)
+    out = tmp_path / "ar_step.json"
+    argv = [
+        "--smoke",
+        "--ar-step",
+        "--verify-rows",
+        "20",
+        "--alternate",
+        "SPECDEC_EXAMPLE_SETTING=a,b",
+        "--alternate-rounds",
+        "2",
+    ]
+    argv += ["--out", str(out)]
+    assert bench_roofline.main(argv) == 0
+    result = json.loads(out.read_text())
+    turns = [(t["value"], t["round"]) for t in result["alternated"]]
+    assert turns == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    assert all(t["step_s"] > 0 and t["verify_s"] > 0 for t in result["alternated"])
+    # the turns' graphs under their values, then the graphs captured again under the environment as it was
+    first = captured.index(("a", 20))
+    assert captured[first : first + 5] == [("a", 20), ("b", 20), ("a", 20), ("b", 20), (None, 20)]
+    assert "SPECDEC_EXAMPLE_SETTING" not in os.environ
+    lines = bench_roofline.alternated_lines(result)
+    assert lines[1].startswith("  a: step ") and lines[2].startswith("  b: step ") and len(lines) == 3
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--alternate", "SPECDEC_EXAMPLE_SETTING=a,b"], "--ar-step"),
+        (["--ar-step", "--alternate", "SPECDEC_EXAMPLE_SETTING=a"], "--alternate"),
+        (["--ar-step", "--alternate", "lower=a,b"], "--alternate"),
+        (["--ar-step", "--alternate-rounds", "0"], "--alternate-rounds"),
+    ],
+)
+def test_ar_step_alternation_names_what_it_cannot_take(argv, named, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench_roofline.main(["--smoke", *argv, "--out", str(tmp_path / "x.json")])
+    assert named in capsys.readouterr().err
 
 
 def smoke_with_a_wrong_weight(tmp_path, monkeypatch, variant, reads, cell, delta=1, op="w12"):
