@@ -25,8 +25,9 @@ Kernels (``--kernels`` picks some): cuBLAS bf16 (``F.linear``), and the tensor-m
 ``specdec.kernels.cuda``: bf16 v2, W12 exact v7, Q view v2, the same three in persistent CTAs (bf16 v3, W12 v8,
 Q v3), in CTAs of one 16-row tile over the whole of K (bf16 v4, W12 v9, Q v4) and the defaults that take the row tiles
 where they pay (``rows_pay``: bf16 v5, W12 v10, Q v5); v7, bf16 v2 and Q v3 only when ``--kernels`` names them. Every kernel's output on the first copy is checked against the float32 product (the roofline's
-tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. Weights are random
-(Gaussian, std 0.02), labelled so.
+tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. A library built with
+``-DSPECDEC_WIDE_ABLATE`` (parts left out for timing, ``bench_wide_w12.ABLATED_PARTS``; ``ablation`` in the JSON)
+has its CUDA kernels timed unchecked (``unchecked`` rows). Weights are random (Gaussian, std 0.02), labelled so.
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_fixed_cost --out $OUT/fixed_cost.json``
 (~70 s after torch start on one H200; writes JSON and a PNG; no new case starts past ``--budget-s``).
@@ -58,6 +59,7 @@ from benchmarks.kernels.bench_roofline import (
     w12_variant,
     weight_bytes,
 )
+from benchmarks.kernels.bench_wide_w12 import ablation_name, library_ablation
 from benchmarks.kernels.read_floor import Cycle, attach_read_floors, cold_weight_device, fit_line, weight_copies
 
 KERNELS = (
@@ -136,7 +138,8 @@ def checked(call, x: torch.Tensor, ref: torch.Tensor, err_ref: float) -> float:
 def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, warm: bool) -> list[dict]:
     """One (N, K): every kernel at every M on cold weights (and warm ones too when ``warm``), then the read floor
     of every byte count those kernels read (kind ``read_floor``, ``M = 0``); each kernel row gets the floor of its
-    own bytes (``read_floor_s``) and its cold time over it (``x_read_floor``)."""
+    own bytes (``read_floor_s``) and its cold time over it (``x_read_floor``). ``args.ablation``: the library's
+    ``SPECDEC_WIDE_ABLATE`` (non-zero: the CUDA kernels timed unchecked)."""
     from specdec.formats.w12 import W12Tensor
 
     w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
@@ -153,7 +156,10 @@ def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, war
         for kind, (call, q_view) in calls.items():
             row = dict(kind=kind, N=n, K=k, M=m, weight_bytes=weight_bytes(kind, n, k, w12), copies=copies)
             try:
-                row["err"] = checked(call, x, refs[q_view], errs[q_view])
+                if args.ablation and kind != "cublas_bf16":  # wrong products by design: timed only
+                    row["unchecked"] = True
+                else:
+                    row["err"] = checked(call, x, refs[q_view], errs[q_view])
                 cold = Cycle(lambda i, call=call, x=x: call(x, i), copies)
                 row["cold_s"] = time_per_call(cold, device, calls=max(args.calls, copies), reps=args.reps)
                 if warm:
@@ -328,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     device = cold_weight_device(args, ap)
     from specdec.kernels.cuda import ops
 
+    args.ablation = library_ablation(ops, device)
+    if args.ablation:
+        print(
+            f"a library built with SPECDEC_WIDE_ABLATE={args.ablation}: {ablation_name(args.ablation)}; products not checked",
+            flush=True,
+        )
     gen = torch.Generator(device=device).manual_seed(0)
     t_start = time.time()
     copy_bw = copy_bandwidth(device)
@@ -353,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in shapes_rows + sweep_rows if "error" in r]
     result = dict(
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (reference paths)",
+        ablation=args.ablation,
         weights="random Gaussian, std 0.02 (bf16), W12 encoded from them",
         copy_bandwidth_bytes_per_s=copy_bw,
         l2_bytes=args.l2_bytes,

@@ -191,7 +191,9 @@ def time_gemms(name: str, n: int, k: int, args, gen, device, copy_bw: float) -> 
     from benchmarks.kernels.bench_fixed_cost import time_shape
     from specdec.kernels.cuda import ops
 
-    rows = time_shape(n, k, (1,), argparse.Namespace(**vars(args), kernels=GEMMS, read_floor=True), gen, device, ops, warm=False)
+    rows = time_shape(
+        n, k, (1,), argparse.Namespace(**vars(args), kernels=GEMMS, read_floor=True, ablation=0), gen, device, ops, warm=False
+    )
     for r in rows:
         r["shape"] = name
         if "cold_s" in r:

@@ -53,6 +53,27 @@ def test_a_kernel_off_the_product_fails_the_run(tmp_path, monkeypatch):
     assert bad and {r["kind"] for r in bad} == {"cuda_q_v2", "cuda_q_v4", "cuda_q_v5"} and all("cold_s" not in r for r in bad)
 
 
+def test_an_ablated_library_times_its_cuda_kernels_unchecked_and_checks_cublas(tmp_path, monkeypatch, capsys):
+    exact = ops.q_gemm_small_m
+
+    def off(x, ae, base):
+        y = exact(x, ae, base).clone()
+        y[0, 0] += 1.0
+        return y
+
+    monkeypatch.setattr(ops, "q_gemm_small_m", off)
+    monkeypatch.setattr(bench_fixed_cost, "library_ablation", lambda ops, device: 64)
+    out = tmp_path / "fixed_cost.json"
+    assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rows = result["shapes"] + result["sweep"]
+    assert result["ablation"] == 64 and not [r for r in rows if "error" in r]
+    q = [r for r in rows if r["kind"] == "cuda_q_v5"]
+    assert q and all(r["unchecked"] and r["cold_s"] > 0 and "err" not in r for r in q)
+    assert all("err" in r and "unchecked" not in r for r in rows if r["kind"] == "cublas_bf16")
+    assert "row tiles' x box" in capsys.readouterr().out
+
+
 def test_kernels_option_times_only_the_named_kernels(tmp_path):
     out = tmp_path / "fixed_cost.json"
     assert bench_fixed_cost.main(["--smoke", "--kernels", "cuda_w12_v8,cublas_bf16", "--out", str(out)]) == 0

@@ -88,8 +88,23 @@ def test_an_ablated_library_times_its_wide_kernels_unchecked_and_says_so(tmp_pat
     assert result["ablation"] == 2 and result["checks"] == [] and result["errors"] == 0
     assert {r["kind"] for r in result["timings"] if "cold_s" in r} >= {"cuda_w12_wide", "cuda_q_wide"}
     assert "no MMAs" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="ablation: expected 1 to 63"):
-        bench_wide_w12.ablation_name(64)
+    with pytest.raises(ValueError, match="ablation: expected 1 to 127"):
+        bench_wide_w12.ablation_name(128)
+
+
+def test_a_library_without_the_row_tiles_x_times_the_small_m_kinds_unchecked_and_checks_the_wide_ones(tmp_path, monkeypatch):
+    from specdec.kernels.cuda import ops
+
+    monkeypatch.setattr(bench_wide_w12, "library_ablation", lambda ops, device: 64)
+    monkeypatch.setattr(ops, "w12_gemm_small_m", _one_weight_off(ops.w12_gemm_small_m))
+    out = tmp_path / "wide_w12.json"
+    assert bench_wide_w12.main(["--smoke", "--out", str(out)]) == 0
+    timed = {r["kind"] for r in json.loads(out.read_text())["timings"] if "cold_s" in r}
+    assert {"cuda_w12_small_m", "cuda_w12_two_calls"} <= timed
+    monkeypatch.setattr(ops, "w12_gemm_wide", _one_weight_off(ops.w12_gemm_wide))
+    assert bench_wide_w12.main(["--smoke", "--out", str(out)]) == 1
+    failed = {r["kind"] for r in json.loads(out.read_text())["timings"] if "error" in r}
+    assert failed == {"cuda_w12_wide"}
 
 
 def test_an_ablated_library_still_checks_the_kernels_it_does_not_ablate(tmp_path, monkeypatch):

@@ -1198,6 +1198,18 @@ __device__ __forceinline__ void issue_ring(int n, uint32_t tx, uint64_t* full_ba
   }
 }
 
+// A build-time switch for timing the wide and row-tile kernels' parts (benchmarks/NOTES.md, "The wide kernels without
+// x's box or without their epilogue: measured"): nvcc -DSPECDEC_WIDE_ABLATE=A, bits of what to leave out: 1 the decode (A is the stage's AE words as loaded: the shared
+// loads stay), 2 the MMAs (the decoded A folded into one register, or ptxas drops the decode), 4 x's box (the ring
+// loads the weights only), 8 the epilogue (no partial tiles, no last-CTA sum, no output), 16 W12's escape warps (they
+// fold nothing), 32 the escape warps' loads of x (they fold 1.0 for x); and 64, of the 1-16 token row-tile kernels
+// (tma_rows_kernel), x's box (their ring loads the weights only: at 16 tokens x is 8 KB a stage from the L2 against 6
+// KB of W12 weights).
+// The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
+#ifndef SPECDEC_WIDE_ABLATE
+#define SPECDEC_WIDE_ABLATE 0
+#endif
+
 // The producer of a tensor-map ring, one thread: stages s_lo .. s_lo + n - 1 (SK weights each) of the ROWS-row block at
 // row_block in issue_ring's order: a box of [ROWS][SK] weights (the ae plane, or bf16), for W12 one of [ROWS][SK / 2]
 // nib bytes, and x's [M][SK] at x_offset in the stage.
@@ -1651,7 +1663,7 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
-                                                            row_block, &ae_map, &nib_map, &x_map);
+                                                            row_block, &ae_map, &nib_map, &x_map, (SPECDEC_WIDE_ABLATE & 64) == 0);
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
   } else if constexpr (STAGE_GROUPS == 1) {
@@ -1699,16 +1711,6 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
 // different banks. Needs K % 64 == 0 and 16-byte aligned planes and x.
 
 constexpr int kWideRows = 128;
-// A build-time switch for timing the wide kernels' parts (benchmarks/NOTES.md, "The wide kernels without x's box or
-// without their epilogue: measured"): nvcc
-// -DSPECDEC_WIDE_ABLATE=A, bits of what to leave out: 1 the decode (A is the stage's AE words as loaded: the shared
-// loads stay), 2 the MMAs (the decoded A folded into one register, or ptxas drops the decode), 4 x's box (the ring
-// loads the weights only), 8 the epilogue (no partial tiles, no last-CTA sum, no output), 16 W12's escape warps (they
-// fold nothing), 32 the escape warps' loads of x (they fold 1.0 for x).
-// The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
-#ifndef SPECDEC_WIDE_ABLATE
-#define SPECDEC_WIDE_ABLATE 0
-#endif
 // -DSPECDEC_WIDE_EPILOGUE_TID=1 (a build switch for measuring, benchmarks/NOTES.md, "The persistent W12 kernel without
 // its spills"): the persistent kernel's store loops take their thread index from %tid.x read in each segment's
 // epilogue (thread_index_here) instead of one derived at the kernel's start, which ptxas keeps across the K loop in
