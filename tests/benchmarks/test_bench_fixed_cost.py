@@ -37,7 +37,7 @@ def test_smoke_mode_times_every_kernel_warm_and_cold_and_fits_the_sweep(tmp_path
     assert (tmp_path / "fixed_cost.png").stat().st_size > 0
 
 
-def test_a_kernel_off_the_product_fails_the_run(tmp_path, monkeypatch):
+def _q_kernel_one_output_off(monkeypatch):
     exact = ops.q_gemm_small_m
 
     def off(x, ae, base):
@@ -46,6 +46,10 @@ def test_a_kernel_off_the_product_fails_the_run(tmp_path, monkeypatch):
         return y
 
     monkeypatch.setattr(ops, "q_gemm_small_m", off)
+
+
+def test_a_kernel_off_the_product_fails_the_run(tmp_path, monkeypatch):
+    _q_kernel_one_output_off(monkeypatch)
     out = tmp_path / "fixed_cost.json"
     assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 1
     result = json.loads(out.read_text())
@@ -54,14 +58,7 @@ def test_a_kernel_off_the_product_fails_the_run(tmp_path, monkeypatch):
 
 
 def test_an_ablated_library_times_its_cuda_kernels_unchecked_and_checks_cublas(tmp_path, monkeypatch, capsys):
-    exact = ops.q_gemm_small_m
-
-    def off(x, ae, base):
-        y = exact(x, ae, base).clone()
-        y[0, 0] += 1.0
-        return y
-
-    monkeypatch.setattr(ops, "q_gemm_small_m", off)
+    _q_kernel_one_output_off(monkeypatch)
     monkeypatch.setattr(bench_fixed_cost, "library_ablation", lambda ops, device: 64)
     out = tmp_path / "fixed_cost.json"
     assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 0
