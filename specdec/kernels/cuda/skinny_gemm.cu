@@ -1198,13 +1198,13 @@ __device__ __forceinline__ void issue_ring(int n, uint32_t tx, uint64_t* full_ba
   }
 }
 
-// A build-time switch for timing the wide and row-tile kernels' parts (benchmarks/NOTES.md, "The wide kernels without
-// x's box or without their epilogue: measured"): nvcc -DSPECDEC_WIDE_ABLATE=A, bits of what to leave out: 1 the decode (A is the stage's AE words as loaded: the shared
-// loads stay), 2 the MMAs (the decoded A folded into one register, or ptxas drops the decode), 4 x's box (the ring
-// loads the weights only), 8 the epilogue (no partial tiles, no last-CTA sum, no output), 16 W12's escape warps (they
-// fold nothing), 32 the escape warps' loads of x (they fold 1.0 for x); and 64, of the 1-16 token row-tile kernels
-// (tma_rows_kernel), x's box (their ring loads the weights only: at 16 tokens x is 8 KB a stage from the L2 against 6
-// KB of W12 weights).
+// A build-time switch for timing the wide and row-tile kernels' parts (benchmarks/NOTES.md, "The wide kernels
+// without x's box or without their epilogue: measured"): nvcc -DSPECDEC_WIDE_ABLATE=A, bits of what to leave out: 1
+// the decode (A is the stage's AE words as loaded: the shared loads stay), 2 the MMAs (the decoded A folded into one
+// register, or ptxas drops the decode), 4 x's box (the ring loads the weights only), 8 the epilogue (no partial
+// tiles, no last-CTA sum, no output), 16 W12's escape warps (they fold nothing), 32 the escape warps' loads of x
+// (they fold 1.0 for x); and 64, of the 1-16 token row-tile kernels (tma_rows_kernel), x's box (their ring loads the
+// weights only: at 16 tokens x is 8 KB a stage from the L2 against 6 KB of W12 weights).
 // The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
