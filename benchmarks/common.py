@@ -15,6 +15,7 @@ Example (CPU):
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 import functools
@@ -237,6 +238,32 @@ def parse_alternate(spec: str) -> tuple[str, list[str]]:
     if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name) or len(settings) < 2 or len(set(settings)) != len(settings) or "" in settings:
         raise ValueError(f"--alternate: expected NAME=VALUE,VALUE[,...] (two or more distinct values), got {spec!r}")
     return name, settings
+
+
+def add_alternate_arguments(ap: argparse.ArgumentParser, what: str) -> None:
+    """``--alternate NAME=V1,V2`` (``what`` timed again under each value of that environment variable in turn, in this
+    one process) and ``--alternate-rounds`` (turns through the values, default 3) on ``ap``; read back with
+    :func:`alternate_of`."""
+    ap.add_argument(
+        "--alternate",
+        default=None,
+        metavar="NAME=V1,V2",
+        help=f"{what} again under each value of this environment variable in turn, in this one process",
+    )
+    ap.add_argument("--alternate-rounds", type=int, default=3, help="turns through the --alternate values")
+
+
+def alternate_of(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, list[str]] | None:
+    """``args``' ``--alternate`` as ``(name, values)`` (None when not given); ``ap.error`` naming the argument for a
+    malformed one (:func:`parse_alternate`) or an ``--alternate-rounds`` under 1."""
+    if args.alternate_rounds < 1:
+        ap.error(f"--alternate-rounds: expected a positive count, got {args.alternate_rounds}")
+    if args.alternate is None:
+        return None
+    try:
+        return parse_alternate(args.alternate)
+    except ValueError as err:
+        ap.error(str(err))
 
 
 @contextlib.contextmanager

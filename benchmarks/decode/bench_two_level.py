@@ -52,9 +52,10 @@ from torch import nn
 import specdec as sd
 from benchmarks.common import (
     TINY_QWEN3,
+    add_alternate_arguments,
+    alternate_of,
     env_set,
     median_time_ms,
-    parse_alternate,
     provenance,
     provenance_line,
     warm_graphs,
@@ -255,12 +256,7 @@ def main(argv=None) -> int:
     ap.add_argument("--system-variants", default=None, help="variants that run the decoding systems (default: all)")
     ap.add_argument("--pass-rows", default="16,65", help="row counts of the timed single passes")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument(
-        "--alternate",
-        default=None,
-        help="NAME=V1,V2[,...]: also time the passes under each value of environment variable NAME in turn, in this process",
-    )
-    ap.add_argument("--alternate-rounds", type=int, default=3, help="turns through the --alternate values")
+    add_alternate_arguments(ap, "the passes timed")
     ap.add_argument("--budget-s", type=float, default=0.0, help="wall-clock budget: no new case starts past it (0: none)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_two_level.json"))
     args = ap.parse_args(argv)
@@ -287,9 +283,7 @@ def main(argv=None) -> int:
         if name not in sd.drafters.oracle.PRESETS:
             raise ValueError(f"--profiles: expected presets of {sorted(sd.drafters.oracle.PRESETS)} or 'none', got {name!r}")
     pass_rows = [int(r) for r in args.pass_rows.split(",")]
-    alternate = parse_alternate(args.alternate) if args.alternate is not None else None
-    if args.alternate_rounds < 1:
-        raise ValueError(f"--alternate-rounds: expected a positive count, got {args.alternate_rounds}")
+    alternate = alternate_of(ap, args)
     if args.tiny:
         args.tokens, args.prompt_len, args.reps = min(args.tokens, 24), min(args.prompt_len, 16), min(args.reps, 2)
         pass_rows = [min(r, 9) for r in pass_rows]

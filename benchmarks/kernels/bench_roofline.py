@@ -78,10 +78,11 @@ import torch.nn.functional as F
 
 from benchmarks.common import (
     Cycle,
+    add_alternate_arguments,
     agg_pyplot,
+    alternate_of,
     copy_bandwidth,
     env_set,
-    parse_alternate,
     provenance,
     provenance_line,
     redraw,
@@ -1064,8 +1065,8 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         )
     if "bf16_step_s" in result and "w12_step_s" in result:
         result["w12_vs_bf16_step"] = result["w12_step_s"] / result["bf16_step_s"]
-    if args.alternate and "w12_step_s" in result and not over_budget("w12 steps, alternated settings"):
-        name, values = parse_alternate(args.alternate)
+    if args.alternate_setting and "w12_step_s" in result and not over_budget("w12 steps, alternated settings"):
+        name, values = args.alternate_setting
         result["alternate"] = args.alternate
         result["alternated"] = alternated_steps(w12, prompt, token, rows, device, iters, name, values, args.alternate_rounds)
         print("\n".join(alternated_lines(result)), flush=True)
@@ -1281,25 +1282,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verify-rows", type=int, default=VERIFY_ROWS, help=f"AR step: rows of the verify step (default {VERIFY_ROWS})"
     )
-    parser.add_argument(
-        "--alternate",
-        default=None,
-        metavar="NAME=V1,V2",
-        help="AR step: the W12 target's step and verify step again under each value of this environment variable in turn, in this one process",
-    )
-    parser.add_argument("--alternate-rounds", type=int, default=3, help="AR step: turns through the --alternate values")
+    add_alternate_arguments(parser, "AR step: the W12 target's step and verify step timed")
     args = parser.parse_args(argv)
     if not 2 <= args.verify_rows <= 64:
         parser.error(f"--verify-rows: expected 2 to 64 rows, got {args.verify_rows}")
-    if args.alternate is not None:
-        if not args.ar_step:
-            parser.error("--alternate: times the AR step's settings; expected it with --ar-step")
-        try:
-            parse_alternate(args.alternate)
-        except ValueError as exc:
-            parser.error(str(exc))
-    if args.alternate_rounds < 1:
-        parser.error(f"--alternate-rounds: expected a positive count, got {args.alternate_rounds}")
+    if args.alternate is not None and not args.ar_step:
+        parser.error("--alternate: times the AR step's settings; expected it with --ar-step")
+    args.alternate_setting = alternate_of(parser, args)
     if args.plot_only:
         return redraw(plot, args.plot_only)
     seed = 0

@@ -50,7 +50,17 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import agg_pyplot, copy_bandwidth, env_set, parse_alternate, provenance, provenance_line, redraw, report
+from benchmarks.common import (
+    add_alternate_arguments,
+    agg_pyplot,
+    alternate_of,
+    copy_bandwidth,
+    env_set,
+    provenance,
+    provenance_line,
+    redraw,
+    report,
+)
 from benchmarks.kernels.bench_roofline import (
     linear_shapes,
     planted_weight,
@@ -435,23 +445,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time the read floor of each kernel's weight bytes (read_floor.py): x_read_floor on every timed row",
     )
-    ap.add_argument(
-        "--alternate",
-        default=None,
-        metavar="NAME=V1,V2",
-        help="time every kernel under each value of this environment variable in turn, in this one process",
-    )
-    ap.add_argument("--alternate-rounds", type=int, default=3, help="turns through the --alternate values")
+    add_alternate_arguments(ap, "every kernel timed")
     ap.add_argument("--plot-only", default=None, help="redraw the PNG of an existing JSON and exit")
     args = ap.parse_args(argv)
     if args.plot_only:
         return redraw(plot, args.plot_only)
-    try:
-        args.alternate = parse_alternate(args.alternate) if args.alternate is not None else None
-    except ValueError as err:
-        ap.error(str(err))
-    if args.alternate_rounds < 1:
-        ap.error(f"--alternate-rounds: expected a positive count, got {args.alternate_rounds}")
+    args.alternate = alternate_of(ap, args)
     args.kernels = tuple(k.strip() for k in args.kernels.split(",") if k.strip())
     unknown = [k for k in args.kernels if k not in KERNELS]
     if unknown or "cublas_bf16" not in args.kernels:
