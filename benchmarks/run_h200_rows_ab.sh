@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The 1-16 token row-tile kernels (tma_rows_kernel) of the shipped library against libraries built with extra nvcc
+# FLAGS (skinny_gemm.cu's -D switches), in one call: e.g. -DSPECDEC_WIDE_ABLATE=64 (their ring without x's box:
+# products wrong by design, timed unchecked) and -DSPECDEC_ROWS_CLUSTER=2 (x's box copied once a cluster of two row
+# tiles). A library that is not an ablation is probed first (bench_roofline --probe of the row-tile W12 / Q / bf16
+# kernels: the fp32 product at 1-16 tokens, a crowded call, a tall shape of an odd count of row tiles) and run under
+# compute-sanitizer memcheck (bench_roofline --sanitize). Then the 8B linears at 1, 8 and 16 tokens (bench_fixed_cost:
+# cuBLAS bf16, W12 v10, Q v5, bf16 v5, cold, no programmatic launch; every product checked against float32 but an
+# ablation's) with each library in turn, twice (shipped, each flagged one, shipped, each flagged one).
+# Expected time on one H200: ~1.5 min a library (a process ~30 s: torch start ~10 s, the 8B shapes' encodings and cold
+# copies; probes ~13 s each and memcheck ~25 s a library not an ablation; nvcc ~45 s a library not carried in build/).
+# Caps: 60 s a timing, 25 s a probe, 70 s memcheck, 90 s a build; carry build/specdec_cuda_kernels.so and
+# build/rows_ab_<switch>.so (<switch>: FLAGS' -DSPECDEC_ part lower-cased, = and spaces as _, e.g.
+# build/rows_ab_rows_cluster_2.so) built with `-Xfatbin -compress-all`, ~2 MB each, to skip the builds.
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_rows_ab.sh FLAGS [FLAGS ...]
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-.}
+if [ $# -lt 1 ]; then
+  echo 'usage: bash benchmarks/run_h200_rows_ab.sh FLAGS [FLAGS ...]  (e.g. -DSPECDEC_ROWS_CLUSTER=2 "-DSPECDEC_WIDE_ABLATE=64")' >&2
+  exit 2
+fi
+source benchmarks/cuda_kernels.sh
+build_cuda_kernels 90 "$OUT/rows_ab_build.log"
+labels=()
+for flags in "$@"; do
+  case $flags in
+    -D*) ;;
+    *) echo "FLAGS: expected nvcc -D switches of skinny_gemm.cu, got $flags" >&2; exit 2 ;;
+  esac
+  label=$(echo "$flags" | sed -e 's/-DSPECDEC_//g' -e 's/[= ]/_/g' | tr 'A-Z' 'a-z')
+  labels+=("$label")
+  build_cuda_library_with "$flags" "build/rows_ab_$label.so" 90 "$OUT/rows_ab_build_$label.log"
+  echo "$flags" > "$OUT/rows_ab_flags_$label.txt"
+done
+unset SPECDEC_W12_CUDA_VARIANT SPECDEC_Q_CUDA_VARIANT SPECDEC_BF16_CUDA_VARIANT
+export SPECDEC_PDL=0
+for label in "${labels[@]}"; do
+  case $label in *ablate*) continue ;; esac
+  export SPECDEC_CUDA_KERNELS=build/rows_ab_$label.so
+  for v in v9 q_v4 bf16_v4; do
+    timeout 25 python3 -m benchmarks.kernels.bench_roofline --probe "$v" --out "$OUT/rows_ab_${label}_${v}_probe.json" \
+      > "$OUT/rows_ab_${label}_${v}_probe.log" 2>&1
+    echo "$label, $v probe: exit $? ($(tail -n 1 "$OUT/rows_ab_${label}_${v}_probe.log"))"
+  done
+  timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m benchmarks.kernels.bench_roofline --sanitize \
+    --skip-variant v5 --skip-variant v6 --skip-variant v7 --skip-variant q_v2 --skip-variant bf16_v2 \
+    > "$OUT/rows_ab_${label}_memcheck.log" 2>&1
+  echo "$label, memcheck: exit $? (0 clean, 9 errors, 124 timed out); $(tail -n 1 "$OUT/rows_ab_${label}_memcheck.log")"
+done
+passes=()
+for round in 1 2; do
+  passes+=("shipped$round")
+  for label in "${labels[@]}"; do passes+=("$label$round"); done
+done
+for pass in "${passes[@]}"; do
+  case $pass in
+    shipped*) export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so ;;
+    *) export SPECDEC_CUDA_KERNELS=build/rows_ab_${pass%[12]}.so ;;
+  esac
+  timeout 60 python3 -m benchmarks.kernels.bench_fixed_cost --models qwen3-8b --no-read-floor --budget-s 40 \
+    --kernels cublas_bf16,cuda_w12_v10,cuda_q_v5,cuda_bf16_v5 --out "$OUT/rows_ab_$pass.json" > "$OUT/rows_ab_$pass.log" 2>&1
+  echo "8B linears at 1-16 tokens, $pass: exit $?"
+done
+unset SPECDEC_CUDA_KERNELS SPECDEC_PDL
+for pass in "${passes[@]}"; do
+  echo "=== $pass ==="
+  grep -E "^qwen3-8b [a-z_]+ +[0-9]+ +cuda_" "$OUT/rows_ab_$pass.log"
+done
