@@ -23,3 +23,38 @@ build_cuda_library_with() {
     echo "nvcc $flags: exit $?"
   fi
 }
+# A call carries 64 MiB with the tracked tree (~54 MiB): two libraries of ~2 MB as they are, but xz shrinks
+# `-Xfatbin -compress-all` libraries ~2x more (2.1 -> 1.0 MB). pack_cuda_libraries ARCHIVE SO... (on the CPU machine)
+# writes the libraries into one .tar.xz by their file names; sourcing this file on the GPU machine unpacks
+# build/libraries.tar.xz, when carried, into build/, leaving a library already there as it is.
+pack_cuda_libraries() {
+  python3 -c '
+import sys, tarfile
+from pathlib import Path
+archive, libraries = sys.argv[1], [Path(p) for p in sys.argv[2:]]
+missing = [str(p) for p in libraries if not p.is_file()]
+if not libraries or missing:
+    sys.exit(f"libraries: expected built .so files, got none" if not libraries else f"libraries: not found: {missing}")
+with tarfile.open(archive, "w:xz", preset=9) as tar:
+    for p in libraries:
+        tar.add(p, arcname=p.name)
+print(f"{archive}: {len(libraries)} libraries, {Path(archive).stat().st_size / 2**20:.1f} MiB")
+' "$@"
+}
+unpack_cuda_libraries() {
+  python3 -c '
+import sys, tarfile
+from pathlib import Path
+archive, dest = Path(sys.argv[1]), Path(sys.argv[2])
+with tarfile.open(archive, "r:xz") as tar:
+    for member in tar.getmembers():
+        if not member.isfile() or Path(member.name).name != member.name:
+            sys.exit(f"{archive}: expected library files at its top level, got {member.name!r}")
+        if (dest / member.name).exists():
+            print(f"{dest / member.name}: already there, kept")
+            continue
+        tar.extract(member, dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        print(f"{dest / member.name}: unpacked from {archive}")
+' "$1" "$2"
+}
+if [ -f build/libraries.tar.xz ]; then unpack_cuda_libraries build/libraries.tar.xz build; fi

@@ -3774,6 +3774,9 @@ const char* specdec_cuda_last_error() { return g_error; }
 // The build's SPECDEC_WIDE_ABLATE (0: the shipped kernels; else bits of the wide kernels' parts left out, products wrong).
 int specdec_wide_ablation() { return SPECDEC_WIDE_ABLATE; }
 
+// The build's SPECDEC_ROWS_CLUSTER (1: the shipped row tiles; C: clusters of C that copy x once, for measuring).
+int specdec_rows_cluster() { return kRowCluster; }
+
 // The fields a CTA of the wide kernels records in a build with SPECDEC_WIDE_TRACE (0 without), and the CTAs recorded.
 int specdec_wide_trace_fields() { return SPECDEC_WIDE_TRACE ? kWideTraceFields : 0; }
 int specdec_wide_trace_ctas() { return SPECDEC_WIDE_TRACE ? kWideTraceCtas : 0; }
