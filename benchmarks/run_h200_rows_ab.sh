@@ -6,10 +6,13 @@
 # kernels: the fp32 product at 1-16 tokens, a crowded call, a tall shape of an odd count of row tiles) and run under
 # compute-sanitizer memcheck (bench_roofline --sanitize). Then the 8B linears at 1, 8 and 16 tokens (bench_fixed_cost:
 # cuBLAS bf16, W12 v10, Q v5, bf16 v5, cold, no programmatic launch; every product checked against float32 but an
-# ablation's) with each library in turn, twice (shipped, each flagged one, shipped, each flagged one).
-# Expected time on one H200: ~1.5 min a library (a process ~30 s: torch start ~10 s, the 8B shapes' encodings and cold
-# copies; probes ~13 s each and memcheck ~25 s a library not an ablation; nvcc ~45 s a library not carried in build/).
-# Caps: 60 s a timing, 25 s a probe, 70 s memcheck, 90 s a build; carry build/specdec_cuda_kernels.so and
+# ablation's) with each library in turn, twice (shipped, each flagged one, shipped, each flagged one); last the lean 8B
+# target's AR step and 16-row verify step (bench_roofline --ar-step: the W12 verify-16 goal) with the shipped library
+# and each one not an ablation, a process each.
+# Expected time on one H200: ~1.5 min a library and ~35 s an AR step (a process ~30 s: torch start ~10 s, the 8B
+# shapes' encodings and cold copies; probes ~13 s each and memcheck ~25 s a library not an ablation; nvcc ~45 s a
+# library not carried in build/): ~5.5 min for the cluster and the ablation together.
+# Caps: 60 s a timing or AR step, 25 s a probe, 70 s memcheck, 90 s a build; carry build/specdec_cuda_kernels.so and
 # build/rows_ab_<switch>.so (<switch>: FLAGS' -DSPECDEC_ part lower-cased, = and spaces as _, e.g.
 # build/rows_ab_rows_cluster_2.so) built with `-Xfatbin -compress-all`, ~2 MB each, to skip the builds.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_rows_ab.sh FLAGS [FLAGS ...]
@@ -62,8 +65,23 @@ for pass in "${passes[@]}"; do
     --kernels cublas_bf16,cuda_w12_v10,cuda_q_v5,cuda_bf16_v5 --out "$OUT/rows_ab_$pass.json" > "$OUT/rows_ab_$pass.log" 2>&1
   echo "8B linears at 1-16 tokens, $pass: exit $?"
 done
-unset SPECDEC_CUDA_KERNELS SPECDEC_PDL
+unset SPECDEC_PDL
+steps=(shipped)
+for label in "${labels[@]}"; do
+  case $label in *ablate*) ;; *) steps+=("$label") ;; esac
+done
+for lib in "${steps[@]}"; do
+  case $lib in shipped) export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so ;; *) export SPECDEC_CUDA_KERNELS=build/rows_ab_$lib.so ;; esac
+  timeout 60 python3 -m benchmarks.kernels.bench_roofline --ar-step --ar-budget-s 40 --out "$OUT/rows_ab_ar_step_$lib.json" \
+    > "$OUT/rows_ab_ar_step_$lib.log" 2>&1
+  echo "AR step and 16-row verify step, $lib: exit $?"
+done
+unset SPECDEC_CUDA_KERNELS
 for pass in "${passes[@]}"; do
   echo "=== $pass ==="
   grep -E "^qwen3-8b [a-z_]+ +[0-9]+ +cuda_" "$OUT/rows_ab_$pass.log"
+done
+for lib in "${steps[@]}"; do
+  echo "=== AR step, $lib ==="
+  grep -E "^AR step (bf16|w12):|^verify step" "$OUT/rows_ab_ar_step_$lib.log"
 done
