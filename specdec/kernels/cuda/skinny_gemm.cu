@@ -1665,6 +1665,8 @@ __host__ __device__ constexpr int rows_weight_bytes(int kind) {
 #endif
 constexpr int kRowCluster = SPECDEC_ROWS_CLUSTER;
 static_assert(kRowCluster == 1 || kRowCluster == 2 || kRowCluster == 4 || kRowCluster == 8, "SPECDEC_ROWS_CLUSTER: 1, 2, 4 or 8");
+static_assert(kRowCluster == 1 || (SPECDEC_WIDE_ABLATE & 64) == 0,
+              "SPECDEC_ROWS_CLUSTER copies x's box, which SPECDEC_WIDE_ABLATE=64 leaves out");
 // x's token rows a CTA of a row-tile cluster copies a stage (all M when the CTAs are not clustered), and the rows of
 // x's part of a stage: whole parts, the last one's rows past M zeros.
 __host__ __device__ constexpr int rows_x_part(int M) { return (M + kRowCluster - 1) / kRowCluster; }
