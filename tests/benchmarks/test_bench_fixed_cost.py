@@ -57,18 +57,28 @@ def test_a_kernel_off_the_product_fails_the_run(tmp_path, monkeypatch):
     assert bad and {r["kind"] for r in bad} == {"cuda_q_v2", "cuda_q_v4", "cuda_q_v5"} and all("cold_s" not in r for r in bad)
 
 
-def test_an_ablated_library_times_its_cuda_kernels_unchecked_and_checks_cublas(tmp_path, monkeypatch, capsys):
+def test_an_ablated_library_times_the_kernels_it_reaches_unchecked_and_checks_the_rest(tmp_path, monkeypatch, capsys):
     _q_kernel_one_output_off(monkeypatch)
     monkeypatch.setattr(bench_fixed_cost, "library_ablation", lambda ops, device: 64)
     out = tmp_path / "fixed_cost.json"
-    assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 0
+    assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 1  # the split-K Q kernel (v2) is still checked
     result = json.loads(out.read_text())
     rows = result["shapes"] + result["sweep"]
-    assert result["ablation"] == 64 and not [r for r in rows if "error" in r]
-    q = [r for r in rows if r["kind"] == "cuda_q_v5"]
+    assert result["ablation"] == 64 and {r["kind"] for r in rows if "error" in r} == {"cuda_q_v2"}
+    q = [r for r in rows if r["kind"] in ("cuda_q_v4", "cuda_q_v5")]
     assert q and all(r["unchecked"] and r["cold_s"] > 0 and "err" not in r for r in q)
-    assert all("err" in r and "unchecked" not in r for r in rows if r["kind"] == "cublas_bf16")
+    assert all("err" in r and "unchecked" not in r for r in rows if r["kind"] in ("cublas_bf16", "cuda_w12_v8"))
     assert "row tiles' x box" in capsys.readouterr().out
+
+
+def test_an_ablation_of_the_wide_kernels_leaves_every_kernel_here_checked(tmp_path, monkeypatch):
+    _q_kernel_one_output_off(monkeypatch)
+    monkeypatch.setattr(bench_fixed_cost, "library_ablation", lambda ops, device: 1)  # the wide kernels' decode
+    out = tmp_path / "fixed_cost.json"
+    assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 1
+    rows = json.loads(out.read_text())["shapes"]
+    assert {r["kind"] for r in rows if "error" in r} == {"cuda_q_v2", "cuda_q_v4", "cuda_q_v5"}
+    assert not [r for r in rows if r.get("unchecked")]
 
 
 def test_a_clustered_library_is_named_in_the_json_and_still_checked(tmp_path, monkeypatch, capsys):
