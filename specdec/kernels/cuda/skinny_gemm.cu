@@ -1796,22 +1796,14 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
 // different banks. Needs K % 64 == 0 and 16-byte aligned planes and x.
 
 constexpr int kWideRows = 128;
-// -DSPECDEC_WIDE_EPILOGUE_TID=1 (a build switch for measuring, benchmarks/NOTES.md, "The persistent W12 kernel without
-// its spills"): the persistent kernel's store loops take their thread index from %tid.x read in each segment's
-// epilogue (thread_index_here) instead of one derived at the kernel's start, which ptxas keeps across the K loop in
-// local memory in the W12 kernels (44-64 bytes spilled at 96 registers; none in the unrolled ones with the switch).
-#ifndef SPECDEC_WIDE_EPILOGUE_TID
-#define SPECDEC_WIDE_EPILOGUE_TID 0
-#endif
-#if SPECDEC_WIDE_EPILOGUE_TID
-// threadIdx.x through an asm volatile: a value ptxas cannot hoist, so that indices derived from it where they are used
-// are not held live (or spilled) across the loops before.
+// threadIdx.x through an asm volatile: a value ptxas cannot hoist. The persistent kernel's store loops take their
+// thread index from it in each segment's epilogue: one derived at the kernel's start was kept across the K loop in
+// local memory in the W12 kernels (44-64 bytes spilled at 96 registers; none in the unrolled ones read this way).
 __device__ __forceinline__ int thread_index_here() {
   int t;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
   return t;
 }
-#endif
 // A build-time switch for timing the wide kernels' phases on the GPU's global clock (benchmarks/kernels/wide_trace.py):
 // nvcc -DSPECDEC_WIDE_TRACE=1 makes one thread of each of the first kWideTraceCtas CTAs (blockIdx.y * gridDim.x +
 // blockIdx.x) write g_wide_trace[cta][field] at each point (ns; the WideTrace fields below); specdec_wide_trace_read
@@ -2652,12 +2644,8 @@ __global__ void __launch_bounds__(wide_threads(KIND, NB, false, GROUPS), 1)
       epilogue_barrier(kEpilogue);
       if (consumer && group == 1) add_sums(false);
     }
-#if SPECDEC_WIDE_EPILOGUE_TID
     const int tid_here = thread_index_here();
     const int e_tid_here = consumer ? tid_here : tid_here - 32;
-#else
-    const int e_tid_here = e_tid;
-#endif
     griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
     epilogue_barrier(kEpilogue);
     if (s_lo == 0 && s_hi == stages) {  // the block lies in this run: no other piece
