@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The 1-16 token row-tile kernels (tma_rows_kernel) of the shipped library against libraries built with extra nvcc
 # FLAGS (skinny_gemm.cu's -D switches), in one call: e.g. -DSPECDEC_WIDE_ABLATE=64 (their ring without x's box:
-# products wrong by design, timed unchecked) and -DSPECDEC_ROWS_CLUSTER=2 (x's box copied once a cluster of two row
-# tiles). A library that is not an ablation is probed first (bench_roofline --probe of the row-tile W12 / Q / bf16
+# products wrong by design, timed unchecked) beside a row-tile change built behind a switch of its own. A library that is not an ablation is probed first (bench_roofline --probe of the row-tile W12 / Q / bf16
 # kernels: the fp32 product at 1-16 tokens, a crowded call, a tall shape of an odd count of row tiles) and run under
 # compute-sanitizer memcheck (bench_roofline --sanitize). Then the 8B linears at 1, 8 and 16 tokens (bench_fixed_cost:
 # cuBLAS bf16, W12 v10, Q v5, bf16 v5, cold, no programmatic launch; every product checked against float32 but an
@@ -11,16 +10,16 @@
 # and each one not an ablation, a process each.
 # Expected time on one H200: ~1.5 min a library and ~35 s an AR step (a process ~30 s: torch start ~10 s, the 8B
 # shapes' encodings and cold copies; probes ~13 s each and memcheck ~25 s a library not an ablation; nvcc ~45 s a
-# library not carried in build/): ~5.5 min for the cluster and the ablation together.
+# library not carried in build/): ~5.5 min for a change and the ablation together.
 # Caps: 60 s a timing or AR step, 25 s a probe, 70 s memcheck, 90 s a build; carry build/specdec_cuda_kernels.so and
 # build/rows_ab_<switch>.so (<switch>: FLAGS' -DSPECDEC_ part lower-cased, = and spaces as _, e.g.
-# build/rows_ab_rows_cluster_2.so) built with `-Xfatbin -compress-all`, ~2 MB each, to skip the builds.
+# build/rows_ab_wide_ablate_64.so) built with `-Xfatbin -compress-all`, ~2 MB each, to skip the builds.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_rows_ab.sh FLAGS [FLAGS ...]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
 if [ $# -lt 1 ]; then
-  echo 'usage: bash benchmarks/run_h200_rows_ab.sh FLAGS [FLAGS ...]  (e.g. -DSPECDEC_ROWS_CLUSTER=2 "-DSPECDEC_WIDE_ABLATE=64")' >&2
+  echo 'usage: bash benchmarks/run_h200_rows_ab.sh FLAGS [FLAGS ...]  (e.g. "-DSPECDEC_WIDE_ABLATE=64")' >&2
   exit 2
 fi
 source benchmarks/cuda_kernels.sh

@@ -27,9 +27,8 @@ Q v3), in CTAs of one 16-row tile over the whole of K (bf16 v4, W12 v9, Q v4) an
 where they pay (``rows_pay``: bf16 v5, W12 v10, Q v5); v7, bf16 v2 and Q v3 only when ``--kernels`` names them. Every kernel's output on the first copy is checked against the float32 product (the roofline's
 tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. A library built with
 ``-DSPECDEC_WIDE_ABLATE`` (parts left out for timing, ``bench_wide_w12.ABLATED_PARTS``; ``ablation`` in the JSON)
-has the kernels its bits reach (the row tiles' x box: ``ROW_TILE_KINDS``) timed unchecked (``unchecked`` rows); one built with ``-DSPECDEC_ROWS_CLUSTER`` (the row tiles in
-clusters, same products; ``rows_cluster`` in the JSON) is checked as any. Weights are random (Gaussian, std 0.02),
-labelled so.
+has the kernels its bits reach (the row tiles' x box: ``ROW_TILE_KINDS``) timed unchecked (``unchecked`` rows).
+Weights are random (Gaussian, std 0.02), labelled so.
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_fixed_cost --out $OUT/fixed_cost.json``
 (~70 s after torch start on one H200; writes JSON and a PNG; no new case starts past ``--budget-s``).
@@ -130,12 +129,6 @@ def kernel_calls(
         "cuda_q_v5": (lambda x, i: q_variant(ops, "v5", x, *q[i]), True),
     }
     return {kind: calls[kind] for kind in kinds}
-
-
-def library_rows_cluster(ops, device: torch.device) -> int:
-    """The loaded library's ``SPECDEC_ROWS_CLUSTER`` (``ops.rows_cluster``: the row tiles' cluster size, products
-    unchanged, so checked as any library's) on a GPU; 1 off it, where the ops run their references."""
-    return ops.rows_cluster() if device.type == "cuda" else 1
 
 
 def checked(call, x: torch.Tensor, ref: torch.Tensor, err_ref: float) -> float:
@@ -353,12 +346,6 @@ def main(argv: list[str] | None = None) -> int:
             f"products of the kernels it reaches not checked",
             flush=True,
         )
-    args.rows_cluster = library_rows_cluster(ops, device)
-    if args.rows_cluster > 1:
-        print(
-            f"a library built with SPECDEC_ROWS_CLUSTER={args.rows_cluster}: row tiles in clusters of {args.rows_cluster}",
-            flush=True,
-        )
     gen = torch.Generator(device=device).manual_seed(0)
     t_start = time.time()
     copy_bw = copy_bandwidth(device)
@@ -385,7 +372,6 @@ def main(argv: list[str] | None = None) -> int:
     result = dict(
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (reference paths)",
         ablation=args.ablation,
-        rows_cluster=args.rows_cluster,
         weights="random Gaussian, std 0.02 (bf16), W12 encoded from them",
         copy_bandwidth_bytes_per_s=copy_bw,
         l2_bytes=args.l2_bytes,

@@ -81,17 +81,6 @@ def test_an_ablation_of_the_wide_kernels_leaves_every_kernel_here_checked(tmp_pa
     assert not [r for r in rows if r.get("unchecked")]
 
 
-def test_a_clustered_library_is_named_in_the_json_and_still_checked(tmp_path, monkeypatch, capsys):
-    _q_kernel_one_output_off(monkeypatch)
-    monkeypatch.setattr(bench_fixed_cost, "library_rows_cluster", lambda ops, device: 2)
-    out = tmp_path / "fixed_cost.json"
-    assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 1
-    result = json.loads(out.read_text())
-    assert result["rows_cluster"] == 2 and result["ablation"] == 0
-    assert {r["kind"] for r in result["shapes"] + result["sweep"] if "error" in r} == {"cuda_q_v2", "cuda_q_v4", "cuda_q_v5"}
-    assert "row tiles in clusters of 2" in capsys.readouterr().out
-
-
 def test_kernels_option_times_only_the_named_kernels(tmp_path):
     out = tmp_path / "fixed_cost.json"
     assert bench_fixed_cost.main(["--smoke", "--kernels", "cuda_w12_v8,cublas_bf16", "--out", str(out)]) == 0

@@ -1055,13 +1055,6 @@ def test_the_library_as_built_leaves_no_part_of_the_wide_kernels_out():
     assert wide_ablation() == 0  # a build with -DSPECDEC_WIDE_ABLATE times parts of the kernels and multiplies wrongly
 
 
-def test_the_library_as_built_launches_the_row_tiles_unclustered():
-    from specdec.kernels.cuda.ops import rows_cluster
-
-    _library_or_skip()
-    assert rows_cluster() == 1  # a build with -DSPECDEC_ROWS_CLUSTER launches them in clusters, for measuring
-
-
 def test_the_trace_field_names_follow_the_kernels_record_order():
     # ops.WIDE_TRACE_FIELDS names the columns wide_trace_read returns; skinny_gemm.cu's WideTrace enum is where the
     # kernels write them: kTraceRingDone -> "ring_done", in the same order

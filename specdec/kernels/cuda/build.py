@@ -184,8 +184,6 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_wide_stream_k_takes.argtypes = [i, i, i, i, i, i]
     lib.specdec_wide_ablation.restype = i
     lib.specdec_wide_ablation.argtypes = []
-    lib.specdec_rows_cluster.restype = i
-    lib.specdec_rows_cluster.argtypes = []
     lib.specdec_wide_trace_fields.restype = i
     lib.specdec_wide_trace_fields.argtypes = []
     lib.specdec_wide_trace_ctas.restype = i

@@ -115,7 +115,6 @@ __all__ = [
     "wide_stream_k",
     "wide_stream_k_takes",
     "wide_ablation",
-    "rows_cluster",
     "wide_trace_fields",
     "wide_trace_ctas",
     "wide_trace_reset",
@@ -471,17 +470,6 @@ def wide_ablation() -> int:
     ``build/specdec_cuda_kernels.so``.
     """
     return int(load_library().specdec_wide_ablation())
-
-
-def rows_cluster() -> int:
-    """The loaded library's ``SPECDEC_ROWS_CLUSTER`` build switch: 1 for the shipped row-tile kernels; C in a library
-    built to measure row tiles launched in clusters of C CTAs that copy x once a cluster (``specdec/kernels/cuda/
-    README.md``, "x copied once a cluster of row tiles"). Same products either way. Needs the built library, not a GPU.
-
-    Example (needs the built library, so not run as a doctest): ``rows_cluster() == 1`` for
-    ``build/specdec_cuda_kernels.so``.
-    """
-    return int(load_library().specdec_rows_cluster())
 
 
 # What a traced build's wide kernels record a CTA (skinny_gemm.cu, WideTrace): the global clock in ns at each point,

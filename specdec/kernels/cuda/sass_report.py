@@ -144,9 +144,8 @@ def analyse_kernel(lines: list[str], weights_per_batch: int) -> dict:
 
 
 _CONTROL_WORD = re.compile(r"^\s*/\* 0x([0-9a-f]{16}) \*/\s*$")
-# A consumer warp's release of a ring stage (mbarrier.arrive without a transaction count; .RED: on a barrier of another
-# CTA of the cluster, SPECDEC_ROWS_CLUSTER's row tiles); the producer's arrivals carry one.
-RELEASE_OPCODES = ("SYNCS.ARRIVE.TRANS64.A1T0", "SYNCS.ARRIVE.TRANS64.RED.A1T0")
+# A consumer warp's release of a ring stage (mbarrier.arrive without a transaction count); the producer's arrivals carry one.
+RELEASE_OPCODE = "SYNCS.ARRIVE.TRANS64.A1T0"
 
 
 def loads_in_flight_at_release(lines: list[str]) -> tuple[int, int]:
@@ -154,7 +153,7 @@ def loads_in_flight_at_release(lines: list[str]) -> tuple[int, int]:
 
     Each instruction's second 64-bit word holds its scheduling control: the scoreboard its result will set (bits
     46-48; 7: none) and the scoreboards it waits for before it issues (bits 52-57). A shared load (``LDS``) sets one;
-    the first instruction that waits for it clears it. A consumer's release of a ring stage (``RELEASE_OPCODES``) issued
+    the first instruction that waits for it clears it. A consumer's release of a ring stage (``RELEASE_OPCODE``) issued
     while a load's scoreboard is set may let the producer's next copy overwrite the stage before the load has read it.
     The walk follows addresses in order (a loop's back edge carries its state into the next pass only where the body
     repeats in order), which is how ptxas lays out the rings' consumer loops.
@@ -168,9 +167,6 @@ def loads_in_flight_at_release(lines: list[str]) -> tuple[int, int]:
         >>> waits = ["/*0018*/ HMMA.16816.F32.BF16 R4, R8, R10, R4 ;", "/* 0x001fe20000041804 */"]
         >>> loads_in_flight_at_release(lds + waits + arrive)
         (1, 0)
-        >>> remote = ["/*0020*/ SYNCS.ARRIVE.TRANS64.RED.A1T0 RZ, [R16+URZ], RZ ;", "/* 0x0005e80008100030 */"]
-        >>> loads_in_flight_at_release(lds + remote)
-        (1, 1)
     """
     pending: set[int] = set()
     releases = unsafe = 0
@@ -183,7 +179,7 @@ def loads_in_flight_at_release(lines: list[str]) -> tuple[int, int]:
         sets, waits = (bits >> 5) & 7, (bits >> 11) & 0x3F
         pending = {b for b in pending if not (waits >> b) & 1}
         op = m.group(3)
-        if op in RELEASE_OPCODES:
+        if op == RELEASE_OPCODE:
             releases += 1
             unsafe += bool(pending)
         if op.startswith("LDS") and sets < 6:

@@ -797,17 +797,6 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
-// An arrive on the barrier at `bar` (this CTA's shared address) of the cluster's CTA `cta`, released at cluster scope.
-__device__ __forceinline__ void mbar_arrive_in_cta(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n"
@@ -927,7 +916,7 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
 // from its `first` on (s and round then start at that stage's slot), other warps the others (tma_rows_kernel's stage
 // groups); each stage is still released by the HALVES x ROWS / 16 warps that consume it.
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
-          int SK = kBulkStageK, int STRIDE = 1, int CLUSTER = 1>
+          int SK = kBulkStageK, int STRIDE = 1>
 __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                 uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                                 float* red, int& s, uint32_t& round, int first = 0) {
@@ -966,11 +955,7 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     for (int j = 1; j < NT; ++j) settled += acc[j][0];
     asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
     __syncwarp();
-    if constexpr (CLUSTER == 1) {
-      if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
-    } else if (lane < CLUSTER) {  // the slot is free in this CTA for every CTA of the cluster that writes x into it
-      mbar_arrive_in_cta(smem_addr(&empty_bar[s]), static_cast<uint32_t>(lane));
-    }
+    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
     if constexpr (STRIDE == 1) {
       if (++s == STAGES) s = 0, ++round;
     } else {
@@ -1010,14 +995,14 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
 
 // consume_segment over the CTA's only segment, from the ring's first slot (STRIDE > 1: from stage `first`, in its slot).
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
-          int SK = kBulkStageK, int STRIDE = 1, int CLUSTER = 1>
+          int SK = kBulkStageK, int STRIDE = 1>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
                                              float* red, int first = 0) {
   int s = first;
   uint32_t round = 0;
-  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK, STRIDE, CLUSTER>(p, ring, stage_bytes, full_bar, empty_bar, s_lo,
-                                                                                     s_hi, row_block, warp, lane, red, s, round, first);
+  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK, STRIDE>(p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi,
+                                                                            row_block, warp, lane, red, s, round, first);
 }
 
 template <int PRODUCER_WARPS>
@@ -1185,18 +1170,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], "
       "%5;" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(row), "r"(bar), "l"(policy)
-      : "memory");
-}
-// tma_load_2d into the same shared-memory offset of each of the cluster's first CTAS CTAs, each CTA's barrier at bar's
-// offset counting the box's bytes.
-template <int CTAS>
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int inner, int row, uint32_t bar,
-                                                      uint64_t policy) {
-  const uint16_t ctas = static_cast<uint16_t>((1u << CTAS) - 1u);
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint [%0], [%1, {%2, "
-      "%3}], [%4], %5, %6;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(row), "r"(bar), "h"(ctas), "l"(policy)
       : "memory");
 }
 
@@ -1655,58 +1628,13 @@ __host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1
 __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
-// A build-time switch for measuring (benchmarks/NOTES.md, "x shared by a cluster's row tiles"): nvcc
-// -DSPECDEC_ROWS_CLUSTER=C (2, 4 or 8) launches the row tiles in clusters of C CTAs (C row blocks side by side) whose
-// producers each copy 1 / C of x's box a stage into every CTA of the cluster at once (TMA multicast), so the L2 sends
-// x once a cluster instead of once a CTA; a stage's slot is then refilled once the consumers of every CTA of the
-// cluster have released it. Off (1): every CTA copies all of x's box itself.
-#ifndef SPECDEC_ROWS_CLUSTER
-#define SPECDEC_ROWS_CLUSTER 1
-#endif
-constexpr int kRowCluster = SPECDEC_ROWS_CLUSTER;
-static_assert(kRowCluster == 1 || kRowCluster == 2 || kRowCluster == 4 || kRowCluster == 8, "SPECDEC_ROWS_CLUSTER: 1, 2, 4 or 8");
-static_assert(kRowCluster == 1 || (SPECDEC_WIDE_ABLATE & 64) == 0,
-              "SPECDEC_ROWS_CLUSTER copies x's box, which SPECDEC_WIDE_ABLATE=64 leaves out");
-// x's token rows a CTA of a row-tile cluster copies a stage (all M when the CTAs are not clustered), and the rows of
-// x's part of a stage: whole parts, the last one's rows past M zeros.
-__host__ __device__ constexpr int rows_x_part(int M) { return (M + kRowCluster - 1) / kRowCluster; }
-__host__ __device__ constexpr int rows_x_rows(int M) {
-  return kRowCluster == 1 ? M : rows_x_part(M) * ((M + rows_x_part(M) - 1) / rows_x_part(M));
-}
-__host__ __device__ constexpr int rows_stage_bytes(int kind, int M) { return rows_weight_bytes(kind) + rows_x_rows(M) * kRowStageK * 2; }
+__host__ __device__ constexpr int rows_stage_bytes(int kind, int M) { return rows_weight_bytes(kind) + M * kRowStageK * 2; }
 __host__ __device__ constexpr int rows_threads(int kind, int stage_groups = 1) {
   return (kRowGroups * stage_groups + 1 + (kind == kW12 ? 1 : 0)) * 32;
 }
 // After the stages: a [16 rows][TOK] fp32 tile a consumer warp, then for W12 the escape warp's sums and round.
 __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_groups = 1) {
   return kRowGroups * stage_groups * kRowTile * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, kRowTile) : 0);
-}
-
-// The producer of a row-tile CTA in a cluster of kRowCluster (SPECDEC_ROWS_CLUSTER), one thread: produce_tma_ring's
-// stages 0 .. n - 1 of the row block, this CTA's weights copied into this CTA, and of x's box the rows_x_part(M) token
-// rows of part `rank` copied into every CTA of the cluster (parts past M copy nothing); each CTA's full barrier counts
-// its weights and every part. The slot is refilled once its empty barrier has the arrivals of every CTA's consumers.
-template <int KIND, int STAGES>
-__device__ __forceinline__ void produce_rows_cluster_ring(unsigned char* smem, int stage_bytes, uint64_t* full_bar, uint64_t* empty_bar,
-                                                          int n, int row_block, int M, const CUtensorMap* ae_map,
-                                                          const CUtensorMap* nib_map, const CUtensorMap* x_map) {
-  const uint64_t stream = l2_evict_first();
-  const uint64_t keep = l2_evict_last();
-  const int rank = static_cast<int>(cg::this_cluster().block_rank());
-  const int part = rows_x_part(M);
-  const int x_offset = rows_weight_bytes(KIND);
-  const bool copies_x = rank * part < M;
-  auto weights = [&](int it, int, uint32_t full) {
-    const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
-    tma_load_2d(st, ae_map, it * kRowStageK, row_block, full, stream);  // bf16: the weights
-    if constexpr (KIND == kW12) tma_load_2d(st + kRowTile * kRowStageK, nib_map, it * kRowStageK / 2, row_block, full, stream);
-  };
-  auto x_of = [&](int it, int, uint32_t full) {
-    const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
-    if (copies_x)
-      tma_load_2d_multicast<kRowCluster>(st + x_offset + rank * part * kRowStageK * 2, x_map, it * kRowStageK, rank * part, full, keep);
-  };
-  issue_ring<STAGES>(n, static_cast<uint32_t>(stage_bytes), full_bar, empty_bar, weights, x_of);
 }
 
 template <int KIND, int TOK = kMaxTokens, int STAGE_GROUPS = 1>
@@ -1729,38 +1657,25 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
   float* esc = red + kConsumers * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
 
-  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups * kRowCluster);
-  if constexpr (kRowCluster == 1)
-    __syncthreads();
-  else
-    cg::this_cluster().sync();  // every CTA's barriers are set up before any copy of x reaches them
+  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups);
+  __syncthreads();
 
   if (warp == kConsumers) {
-    if constexpr (kRowCluster == 1) {
-      if (lane == 0)
-        produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0,
-                                                              n_stages, row_block, &ae_map, &nib_map, &x_map,
-                                                              (SPECDEC_WIDE_ABLATE & 64) == 0);
-    } else if (lane == 0) {
-      produce_rows_cluster_ring<KIND, kStages>(smem, stage_bytes, full_bar, empty_bar, n_stages, row_block, M, &ae_map, &nib_map,
-                                               &x_map);
-    }
+    if (lane == 0)
+      produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
+                                                            row_block, &ae_map, &nib_map, &x_map, (SPECDEC_WIDE_ABLATE & 64) == 0);
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
-    // a cluster's last CTAs may lie past N (the grid is whole clusters): no escapes of theirs to fold
-    fold_escapes<TOK, kRowTile>(p, row_block, 0, kRowCluster == 1 || row_block < p.N ? p.K : 0, lane, esc);
+    fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
   } else if constexpr (STAGE_GROUPS == 1) {
-    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, 1, kRowCluster>(
-        p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp, lane, red);
+    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
+                                                                                       n_stages, row_block, warp, lane, red);
   } else {
     const int group = warp / kRowGroups;  // its stages: group, group + STAGE_GROUPS, ...; its chunk: warp % kRowGroups
-    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, STAGE_GROUPS, kRowCluster>(
+    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, STAGE_GROUPS>(
         p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp % kRowGroups, lane,
         red + group * kRowGroups * kRowTile * TOK, group);
   }
-  if constexpr (kRowCluster == 1)
-    __syncthreads();
-  else
-    cg::this_cluster().sync();  // no arrive of another CTA's consumers is still on its way to this CTA's barriers
+  __syncthreads();
   griddep_launch_dependents();  // this CTA reads no more weights: a kernel launched after it may start its own
   griddep_wait();               // y is written after the kernel before has finished
   // Thread r < 16 finishes row r: 0.f + the consumer warps' sums in warp order (a fixed order), then the escapes, then bf16.
@@ -3250,38 +3165,25 @@ int encode_weight_maps(const Params& p, unsigned int rows, unsigned int sk, CUte
                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, x_swizzle);
 }
 
-// kernel<<<grid, threads, smem_bytes, stream>>>(args...), in clusters of `cluster` CTAs along x where cluster > 1, in
-// programmatic dependent launch where this thread asked for it (specdec_set_programmatic_launch); the launch's error,
-// or the first one after it.
+// kernel<<<grid, threads, smem_bytes, stream>>>(args...), in programmatic dependent launch where this thread asked for it
+// (specdec_set_programmatic_launch); the launch's error, or the first one after it.
 template <typename Kernel, typename... Args>
-cudaError_t launch_tma_kernel_in(int cluster, Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, Params p,
-                                 Args... args) {
+cudaError_t launch_tma_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, Params p, Args... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(threads, 1, 1);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attributes[2]{};
-  unsigned int n = 0;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
   if (g_programmatic_launch != 0) {
-    attributes[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[n++].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
   }
-  if (cluster > 1) {
-    attributes[n].id = cudaLaunchAttributeClusterDimension;
-    attributes[n].val.clusterDim.x = static_cast<unsigned int>(cluster);
-    attributes[n].val.clusterDim.y = 1;
-    attributes[n++].val.clusterDim.z = 1;
-  }
-  config.attrs = n > 0 ? attributes : nullptr;
-  config.numAttrs = n;
   cudaError_t e = cudaLaunchKernelEx(&config, kernel, p, args...);
   if (e == cudaSuccess) e = cudaGetLastError();
   return e;
-}
-template <typename Kernel, typename... Args>
-cudaError_t launch_tma_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, Params p, Args... args) {
-  return launch_tma_kernel_in(1, kernel, grid, threads, smem_bytes, stream, p, args...);
 }
 
 // The kernel a tensor-map launch of KIND for TOK tokens runs: tma_stream_k_kernel when STREAM_K and its escapes go
@@ -3338,7 +3240,7 @@ Plan make_rows_plan(int kind, int M, int N, int K, int stage_groups = 1) {
   pl.rt_per_cta = 1;
   pl.k_splits = 1;
   pl.n_chunks = (K + kRowStageK - 1) / kRowStageK;
-  pl.grid_x = ((N + kRowTile - 1) / kRowTile + kRowCluster - 1) / kRowCluster * kRowCluster;  // whole clusters
+  pl.grid_x = (N + kRowTile - 1) / kRowTile;
   pl.smem_bytes = rows_stages(tok) * rows_stage_bytes(kind, M) + rows_smem_fixed(kind, tok, stage_groups) + kTmaAlign;
   return pl;
 }
@@ -3414,14 +3316,13 @@ int launch_rows_tokens(Params p, cudaStream_t stream) {
   const int groups = kTwoGroups ? rows_stage_groups(KIND, p.M, p.N, p.K, sm_count(), g_row_stage_groups) : 1;
   const Plan pl = make_rows_plan(KIND, p.M, p.N, p.K, groups);
   CUtensorMap ae_map, nib_map, x_map;
-  if (int rc = encode_weight_maps<KIND>(p, kRowTile, kRowStageK, &ae_map, &nib_map, &x_map, static_cast<unsigned int>(rows_x_part(p.M))))
-    return rc;
+  if (int rc = encode_weight_maps<KIND>(p, kRowTile, kRowStageK, &ae_map, &nib_map, &x_map)) return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
   const auto kernel = groups > 1 ? two_groups : one_group;
-  const cudaError_t e = launch_tma_kernel_in(kRowCluster, kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND, groups), pl.smem_bytes, stream,
-                                             p, ae_map, nib_map, x_map);
+  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND, groups), pl.smem_bytes, stream, p, ae_map,
+                                          nib_map, x_map);
   if (e != cudaSuccess) return fail("tma_rows_kernel launch", e);
   return 0;
 }
@@ -3763,9 +3664,6 @@ const char* specdec_cuda_last_error() { return g_error; }
 
 // The build's SPECDEC_WIDE_ABLATE (0: the shipped kernels; else bits of the wide kernels' parts left out, products wrong).
 int specdec_wide_ablation() { return SPECDEC_WIDE_ABLATE; }
-
-// The build's SPECDEC_ROWS_CLUSTER (1: the shipped row tiles; C: clusters of C that copy x once, for measuring).
-int specdec_rows_cluster() { return kRowCluster; }
 
 // The fields a CTA of the wide kernels records in a build with SPECDEC_WIDE_TRACE (0 without), and the CTAs recorded.
 int specdec_wide_trace_fields() { return SPECDEC_WIDE_TRACE ? kWideTraceFields : 0; }
