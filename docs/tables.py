@@ -2157,16 +2157,15 @@ STREAM_K_TRACES = {
 SPLIT_EPILOGUE = ("sums", "partial", "count", "reduce", "store")
 
 
-def cuda_wide_stream_k_trace_h100(results: Results) -> str:
-    """The persistent wide kernel's phases against the split-K one's (one H100 call, builds with
-    ``-DSPECDEC_WIDE_TRACE=1``): for each traced call at 64 rows, the CTAs that ran, the call's span and a CTA's median
-    K loop, wait for its other warps and epilogue (us; split-K: its sums, partial tile, count, reduction and store;
-    persistent: summed over its segments, with their count)."""
+def stream_k_trace_table(results: Results, traces: dict[str, str]) -> str:
+    """Traced wide calls (``wide_trace.py`` runs, label -> JSON): for each call at 64 rows, the CTAs that ran, the
+    call's span and a CTA's median K loop, wait for its other warps and epilogue (us; split-K: its sums, partial tile,
+    count, reduction and store; persistent: summed over its segments, with their count)."""
     rows = []
-    for how, name in STREAM_K_TRACES.items():
+    for how, name in traces.items():
         for r in results(name)["rows"]:
             med = r["median"]
-            if how == "persistent":
+            if r["persistent"]:
                 epilogue, segments = med["epilogue"], f"{med['segments']:g}"
             else:
                 epilogue, segments = sum(med[ph] or 0 for ph in SPLIT_EPILOGUE), "1"
@@ -2177,6 +2176,81 @@ def cuda_wide_stream_k_trace_h100(results: Results) -> str:
             )
     header = ["linear", "rows", "kind", "kernel", "CTAs", "span us", "loop us", "wait us", "epilogue us", "segments"]
     return markdown_table(header, rows)
+
+
+def cuda_wide_stream_k_trace_h100(results: Results) -> str:
+    """The persistent wide kernel's phases against the split-K one's (one H100 call, builds with
+    ``-DSPECDEC_WIDE_TRACE=1``; ``stream_k_trace_table``)."""
+    return stream_k_trace_table(results, STREAM_K_TRACES)
+
+
+EPILOGUE_TID_TRACES = {
+    "persistent, index kept from the start": "wide_trace_stream_k_h100_2026-12-07_7cf86ba_1.json",
+    "persistent, index read in the epilogue": "wide_trace_stream_k_h100_2026-12-07_7cf86ba_flagged.json",
+}
+EPILOGUE_TID_PASSES = {
+    "persistent forced": (
+        "wide_build_ab_stream_k1_h100_2026-12-07_7cf86ba_shipped1.json",
+        "wide_build_ab_stream_k1_h100_2026-12-07_7cf86ba_flagged1.json",
+    ),
+    "auto": ("wide_build_ab_h100_2026-12-07_7cf86ba_shipped1.json", "wide_build_ab_h100_2026-12-07_7cf86ba_flagged1.json"),
+}
+EPILOGUE_TID_STEPS = {
+    "persistent forced, index kept": "wide_build_ab_stream_k1_h100_2026-12-07_7cf86ba_ar_step_shipped.json",
+    "persistent forced, index read": "wide_build_ab_stream_k1_h100_2026-12-07_7cf86ba_ar_step_flagged.json",
+    "auto, index kept": "wide_build_ab_h100_2026-12-07_7cf86ba_ar_step_shipped.json",
+    "auto, index read (the library now)": "wide_build_ab_h100_2026-12-07_7cf86ba_ar_step_flagged.json",
+}
+
+
+def cuda_wide_epilogue_tid_h100(results: Results) -> str:
+    """The persistent W12 kernels with their store loops' thread index read in each segment's epilogue (no spills in
+    the unrolled ones) against the index kept from the kernel's start (three H100 calls): the traced 64-row calls
+    (persistent forced), each linear's cold time at 64 rows (us, x cuBLAS bf16 of the same pass) with the persistent
+    kernel forced and under ``auto``, then the 64-row verify steps."""
+    tables = [stream_k_trace_table(results, EPILOGUE_TID_TRACES)]
+    for how, (before, after) in EPILOGUE_TID_PASSES.items():
+        rows = wide_pass_pair_rows(results(before), results(after), rows_of=(64,))
+        tables.append(markdown_table(["model", "linear", "rows", f"W12 us, {how} (x cuBLAS)", "Q us (x cuBLAS)"], rows))
+    tables.append(verify_steps_table(results, EPILOGUE_TID_STEPS, "library, rule"))
+    return "\n\n".join(tables)
+
+
+ROWS_X_RUNS = {
+    "shipped": ("rows_ab_h100_2026-12-07_7cf86ba_shipped1.json", "rows_ab_h100_2026-12-07_7cf86ba_shipped2.json"),
+    "without x's box": (
+        "rows_ab_h100_2026-12-07_7cf86ba_wide_ablate_641.json",
+        "rows_ab_h100_2026-12-07_7cf86ba_wide_ablate_642.json",
+    ),
+    "clusters of two": (
+        "rows_ab_h100_2026-12-07_7cf86ba_rows_cluster_21.json",
+        "rows_ab_h100_2026-12-07_7cf86ba_rows_cluster_22.json",
+    ),
+}
+ROWS_X_KINDS = {"cuda_w12_v10": "W12", "cuda_q_v5": "Q", "cuda_bf16_v5": "bf16"}
+
+
+def cuda_rows_x_h100(results: Results) -> str:
+    """The 1-16 token row tiles with x's box left out (``-DSPECDEC_WIDE_ABLATE=64``, products wrong) and launched in
+    clusters of two that copied x once (``-DSPECDEC_ROWS_CLUSTER=2``, since removed), against the shipped library (one
+    H100 call, ``run_h200_rows_ab.sh``): the 8B qkv, o and down at 1-16 tokens, cold us, the mean of two alternated
+    processes a library (the Q down at 16 tokens is not a row-tile call: alike in all three)."""
+    runs = {label: [results(name) for name in names] for label, names in ROWS_X_RUNS.items()}
+
+    def mean_us(label: str, linear: str, m: int, kind: str) -> float:
+        got = [r["cold_s"] for run in runs[label] for r in run["shapes"] if (r["linear"], r["M"], r["kind"]) == (linear, m, kind)]
+        if len(got) != len(runs[label]):
+            raise ValueError(
+                f"{label}: qwen3-8b {linear} M={m} {kind}: expected a time in each of {len(runs[label])} runs, got {len(got)}"
+            )
+        return 1e6 * statistics.mean(got)
+
+    rows = []
+    for linear in ("qkv", "o", "down"):
+        for kind, name in ROWS_X_KINDS.items():
+            for m in (1, 8, 16):
+                rows.append([linear, name, str(m), *(f"{mean_us(label, linear, m, kind):.1f}" for label in runs)])
+    return markdown_table(["8B linear", "kind", "tokens", *(f"{label} us" for label in runs)], rows)
 
 
 WIDE_PARTS_RUNS = {
@@ -2301,6 +2375,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide-stream-k-h100": cuda_wide_stream_k_h100,
     "cuda-wide-stream-k-auto-h100": cuda_wide_stream_k_auto_h100,
     "cuda-wide-stream-k-trace-h100": cuda_wide_stream_k_trace_h100,
+    "cuda-wide-epilogue-tid-h100": cuda_wide_epilogue_tid_h100,
+    "cuda-rows-x-h100": cuda_rows_x_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,

@@ -154,3 +154,21 @@ def test_ncu_table_refuses_an_unattributed_range(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="cublas_bf16\\|8b_o"):
         tables.render("<!-- table: cuda-ncu -->\n<!-- /table -->\n", tables.Results(results))
+
+
+def test_rows_x_table_refuses_a_library_run_without_a_timed_call(tmp_path):
+    results = _copy_of_results(tmp_path)
+    path = results / tables.ROWS_X_RUNS["without x's box"][1]
+    data = json.loads(path.read_text())
+    data["shapes"] = [r for r in data["shapes"] if (r["linear"], r["M"], r["kind"]) != ("o", 8, "cuda_q_v5")]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="without x's box: qwen3-8b o M=8 cuda_q_v5: expected a time in each of 2 runs, got 1"):
+        tables.cuda_rows_x_h100(tables.Results(results))
+
+
+def test_a_traced_call_is_read_as_persistent_by_its_own_flag_not_its_label(tmp_path):
+    results = _copy_of_results(tmp_path)
+    split = tables.stream_k_trace_table(tables.Results(results), {"a label": tables.STREAM_K_TRACES["split-K"]})
+    persistent = tables.stream_k_trace_table(tables.Results(results), {"a label": tables.STREAM_K_TRACES["persistent"]})
+    assert all(row.endswith("| 1 |") for row in split.splitlines()[2:])
+    assert not any(row.endswith("| 1 |") for row in persistent.splitlines()[2:])
