@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The 1-16 token row-tile kernels (tma_rows_kernel) of the shipped library against libraries built with extra nvcc
 # FLAGS (skinny_gemm.cu's -D switches), in one call: e.g. -DSPECDEC_WIDE_ABLATE=64 (their ring without x's box:
-# products wrong by design, timed unchecked) beside a row-tile change built behind a switch of its own. A library that is not an ablation is probed first (bench_roofline --probe of the row-tile W12 / Q / bf16
+# products wrong by design, timed unchecked) beside a row-tile change built behind a switch of its own. A library
+# that is not an ablation is probed first (bench_roofline --probe of the row-tile W12 / Q / bf16
 # kernels: the fp32 product at 1-16 tokens, a crowded call, a tall shape of an odd count of row tiles) and run under
 # compute-sanitizer memcheck (bench_roofline --sanitize). Then the 8B linears at 1, 8 and 16 tokens (bench_fixed_cost:
 # cuBLAS bf16, W12 v10, Q v5, bf16 v5, cold, no programmatic launch; every product checked against float32 but an
