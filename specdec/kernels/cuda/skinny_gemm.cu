@@ -1209,18 +1209,31 @@ __device__ __forceinline__ void issue_ring(int n, uint32_t tx, uint64_t* full_ba
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
 #endif
+// A build-time switch for measuring (benchmarks/NOTES.md, "What x costs a one-token row tile"): nvcc
+// -DSPECDEC_ROWS_EXTRA_COPY=1 gives every stage of the 1-16 token row tiles (tma_rows_kernel) one more copy: 16 bytes
+// of x (token 0 at the stage's first k) into the stage's last kRowsScratchBytes, which nothing reads, counted on the
+// stage's full barrier. Beside the x-box ablation it tells what a second copy a stage costs from what x's bytes cost.
+// Products unchanged.
+#ifndef SPECDEC_ROWS_EXTRA_COPY
+#define SPECDEC_ROWS_EXTRA_COPY 0
+#endif
+constexpr int kRowsScratchBytes = SPECDEC_ROWS_EXTRA_COPY ? 128 : 0;  // whole 128-byte units: the next stage's copies stay aligned
+constexpr uint32_t kRowsExtraCopyBytes = 16;
 
 // The producer of a tensor-map ring, one thread: stages s_lo .. s_lo + n - 1 (SK weights each) of the ROWS-row block at
 // row_block in issue_ring's order: a box of [ROWS][SK] weights (the ae plane, or bf16), for W12 one of [ROWS][SK / 2]
-// nib bytes, and x's [M][SK] at x_offset in the stage.
+// nib bytes, and x's [M][SK] at x_offset in the stage. extra_x (SPECDEC_ROWS_EXTRA_COPY's builds): x, of which each
+// stage also copies kRowsExtraCopyBytes at its first k into the stage's last kRowsScratchBytes.
 template <int KIND, int STAGES, int ROWS, int SK>
 __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
                                                  uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
-                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map, bool with_x = true) {
+                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map, bool with_x = true,
+                                                 const uint16_t* extra_x = nullptr) {
   const uint64_t stream = l2_evict_first();
   const uint64_t keep = l2_evict_last();
   // whole boxes, zeros past N and K included (without x, for SPECDEC_WIDE_ABLATE's timing builds: the weights' boxes)
-  const uint32_t tx = static_cast<uint32_t>(with_x ? stage_bytes : x_offset);
+  const uint32_t tx = extra_x == nullptr ? static_cast<uint32_t>(with_x ? stage_bytes : x_offset)
+                                         : static_cast<uint32_t>(with_x ? stage_bytes - kRowsScratchBytes : x_offset) + kRowsExtraCopyBytes;
   auto weights = [&](int it, int, uint32_t full) {
     const int k0 = (s_lo + it) * SK;
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
@@ -1230,6 +1243,7 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
   auto x_of = [&](int it, int, uint32_t full) {
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
     if (with_x) tma_load_2d(st + x_offset, x_map, (s_lo + it) * SK, 0, full, keep);
+    if (extra_x != nullptr) bulk_copy(st + stage_bytes - kRowsScratchBytes, extra_x + (s_lo + it) * SK, kRowsExtraCopyBytes, full, keep);
   };
   issue_ring<STAGES>(n, tx, full_bar, empty_bar, weights, x_of);
 }
@@ -1628,7 +1642,9 @@ __host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1
 __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
-__host__ __device__ constexpr int rows_stage_bytes(int kind, int M) { return rows_weight_bytes(kind) + M * kRowStageK * 2; }
+__host__ __device__ constexpr int rows_stage_bytes(int kind, int M) {
+  return rows_weight_bytes(kind) + M * kRowStageK * 2 + kRowsScratchBytes;
+}
 __host__ __device__ constexpr int rows_threads(int kind, int stage_groups = 1) {
   return (kRowGroups * stage_groups + 1 + (kind == kW12 ? 1 : 0)) * 32;
 }
@@ -1663,7 +1679,8 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
-                                                            row_block, &ae_map, &nib_map, &x_map, (SPECDEC_WIDE_ABLATE & 64) == 0);
+                                                            row_block, &ae_map, &nib_map, &x_map, (SPECDEC_WIDE_ABLATE & 64) == 0,
+                                                            SPECDEC_ROWS_EXTRA_COPY ? p.x : nullptr);
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
   } else if constexpr (STAGE_GROUPS == 1) {
