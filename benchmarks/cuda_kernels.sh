@@ -26,7 +26,8 @@ build_cuda_library_with() {
 # A call carries 64 MiB with the tracked tree (~54 MiB): two libraries of ~2 MB as they are, but xz shrinks
 # `-Xfatbin -compress-all` libraries ~2x more (2.1 -> 1.0 MB). pack_cuda_libraries ARCHIVE SO... (on the CPU machine)
 # writes the libraries into one .tar.xz by their file names; sourcing this file on the GPU machine unpacks
-# build/libraries.tar.xz, when carried, into build/, leaving a library already there as it is.
+# build/libraries.tar.xz, when carried, into build/. A library a warm machine kept from an earlier call under the same
+# name is replaced where it differs from the archive's: the carried archive is the tree being run.
 pack_cuda_libraries() {
   python3 -c '
 import sys, tarfile
@@ -50,11 +51,14 @@ with tarfile.open(archive, "r:xz") as tar:
     for member in tar.getmembers():
         if not member.isfile() or Path(member.name).name != member.name:
             sys.exit(f"{archive}: expected library files at its top level, got {member.name!r}")
-        if (dest / member.name).exists():
-            print(f"{dest / member.name}: already there, kept")
+        there = dest / member.name
+        if there.exists() and there.read_bytes() == tar.extractfile(member).read():
+            print(f"{there}: already there, the same")
             continue
+        how = "replaced (it differed)" if there.exists() else "unpacked"
+        there.unlink(missing_ok=True)
         tar.extract(member, dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        print(f"{dest / member.name}: unpacked from {archive}")
+        print(f"{there}: {how} from {archive}")
 ' "$1" "$2"
 }
 if [ -f build/libraries.tar.xz ]; then unpack_cuda_libraries build/libraries.tar.xz build; fi

@@ -15,18 +15,23 @@ def bash(command: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_packed_libraries_are_unpacked_into_build_when_a_runner_sources_the_script(tmp_path):
     (tmp_path / "a.so").write_bytes(b"library a" * 1000)
     (tmp_path / "b.so").write_bytes(b"library b" * 1000)
-    packed = bash(f"source {SCRIPT} && pack_cuda_libraries libraries.tar.xz a.so b.so", tmp_path)
+    (tmp_path / "c.so").write_bytes(b"library c" * 1000)
+    packed = bash(f"source {SCRIPT} && pack_cuda_libraries libraries.tar.xz a.so b.so c.so", tmp_path)
     assert packed.returncode == 0, packed.stderr
-    assert "2 libraries" in packed.stdout
+    assert "3 libraries" in packed.stdout
     gpu = tmp_path / "gpu"
     (gpu / "build").mkdir(parents=True)
     (tmp_path / "libraries.tar.xz").rename(gpu / "build" / "libraries.tar.xz")
-    (gpu / "build" / "b.so").write_bytes(b"built here")  # a library already there is kept
+    (gpu / "build" / "b.so").write_bytes(b"an earlier call's b")  # stale: the archive's replaces it
+    (gpu / "build" / "c.so").write_bytes(b"library c" * 1000)  # the same: left as it is
     sourced = bash(f"source {SCRIPT}", gpu)
     assert sourced.returncode == 0, sourced.stderr
     assert (gpu / "build" / "a.so").read_bytes() == b"library a" * 1000
-    assert (gpu / "build" / "b.so").read_bytes() == b"built here"
-    assert "build/a.so: unpacked" in sourced.stdout and "build/b.so: already there, kept" in sourced.stdout
+    assert (gpu / "build" / "b.so").read_bytes() == b"library b" * 1000
+    assert (gpu / "build" / "c.so").read_bytes() == b"library c" * 1000
+    assert "build/a.so: unpacked" in sourced.stdout
+    assert "build/b.so: replaced (it differed)" in sourced.stdout
+    assert "build/c.so: already there, the same" in sourced.stdout
 
 
 def test_packing_names_a_missing_library(tmp_path):

@@ -3327,7 +3327,6 @@ int rows_resident(const Plan& pl, int M, int stage_groups = 1) {
 // SPECDEC_ROWS_X_RESIDENT's builds: whether a row-tile call of the plan keeps x resident, where that leaves an SM as
 // many CTAs as the ring with x in it does (and fits a CTA's shared memory).
 [[maybe_unused]] bool rows_x_resident_takes(int kind, int M, int N, int K, int stage_groups) {
-  if (SPECDEC_ROWS_X_RESIDENT == 0) return false;
   const Plan resident = make_rows_plan(kind, M, N, K, stage_groups, true);
   return resident.smem_bytes <= 227 * 1024 &&
          rows_resident(resident, M, stage_groups) >= rows_resident(make_rows_plan(kind, M, N, K, stage_groups), M, stage_groups);
