@@ -2925,6 +2925,7 @@ thread_local char g_error[512] = "";
 
 int fail(const char* what, cudaError_t err) {
   snprintf(g_error, sizeof(g_error), "%s: %s", what, cudaGetErrorString(err));
+  cudaGetLastError();  // reported here: a later launch's cudaGetLastError check must not report it again as its own
   return 1;
 }
 
@@ -3002,6 +3003,20 @@ int set_smem_attributes(Kernel kernel, int bytes) {
   if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return fail("cudaFuncSetAttribute(carveout)", e);
+  return 0;
+}
+
+// The most dynamic shared memory `kernel` may ask for on the current device: a block's opt-in limit less the kernel's
+// static shared memory (its barriers).
+template <typename Kernel>
+int max_dynamic_smem(Kernel kernel, int* bytes) {
+  int device = 0, optin = 0;
+  cudaFuncAttributes attributes{};
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attributes, kernel);
+  if (e != cudaSuccess) return fail("max_dynamic_smem", e);
+  *bytes = optin - static_cast<int>(attributes.sharedSizeBytes);
   return 0;
 }
 
@@ -3392,18 +3407,23 @@ int launch_rows_tokens(Params p, cudaStream_t stream) {
     if (rows_x_resident_takes(KIND, p.M, p.N, p.K, groups)) {
       auto one_resident = tma_rows_kernel<KIND, TOK, 1, true>;
       auto two_resident = tma_rows_kernel<KIND, TOK, kTwoGroups ? 2 : 1, true>;
-      static PerDevice<bool> resident_attr_once;
-      bool& resident_attr_set = resident_attr_once.here();
-      if (!resident_attr_set) {
-        if (int rc = set_smem_attributes(one_resident, 227 * 1024)) return rc;
-        if (int rc = set_smem_attributes(two_resident, 227 * 1024)) return rc;
-        resident_attr_set = true;
+      static PerDevice<int> resident_limit_of;  // the dynamic shared memory both kernels were set to take, 0 before
+      int& resident_limit = resident_limit_of.here();
+      if (resident_limit == 0) {
+        int one_limit = 0, two_limit = 0;
+        if (int rc = max_dynamic_smem(one_resident, &one_limit)) return rc;
+        if (int rc = max_dynamic_smem(two_resident, &two_limit)) return rc;
+        if (int rc = set_smem_attributes(one_resident, one_limit)) return rc;
+        if (int rc = set_smem_attributes(two_resident, two_limit)) return rc;
+        resident_limit = one_limit < two_limit ? one_limit : two_limit;
       }
       const Plan res = make_rows_plan(KIND, p.M, p.N, p.K, groups, true);
-      const cudaError_t e = launch_tma_kernel(groups > 1 ? two_resident : one_resident, dim3(res.grid_x, 1, 1), rows_threads(KIND, groups),
-                                              res.smem_bytes, stream, p, ae_map, nib_map, x_map);
-      if (e != cudaSuccess) return fail("tma_rows_kernel launch (x resident)", e);
-      return 0;
+      if (res.smem_bytes <= resident_limit) {
+        const cudaError_t e = launch_tma_kernel(groups > 1 ? two_resident : one_resident, dim3(res.grid_x, 1, 1), rows_threads(KIND, groups),
+                                                res.smem_bytes, stream, p, ae_map, nib_map, x_map);
+        if (e != cudaSuccess) return fail("tma_rows_kernel launch (x resident)", e);
+        return 0;
+      }
     }
   }
   const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND, groups), pl.smem_bytes, stream, p, ae_map,
