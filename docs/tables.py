@@ -1894,7 +1894,7 @@ def split_workspace_h100(results: Results) -> str:
     return markdown_table(["lean 8B, W12 linears at 64 rows", "per layout -> one a device"], rows)
 
 
-GOALS_RUN = "goals_h100_2026-12-06_b0eb761.json"
+GOALS_RUN = "goals_h100_2026-12-07_9070564.json"
 
 
 def cuda_goals_h100(results: Results) -> str:
