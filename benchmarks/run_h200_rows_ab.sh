@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The 1-16 token row-tile kernels (tma_rows_kernel) of the shipped library against libraries built with extra nvcc
 # FLAGS (skinny_gemm.cu's -D switches), in one call: e.g. -DSPECDEC_WIDE_ABLATE=64 (their ring without x's box:
-# products wrong by design, timed unchecked) beside a row-tile change built behind a switch of its own. A library
+# products wrong by design, timed unchecked; 128 the same of the 64-row tensor-map kernels that the calls the row
+# tiles do not take run) beside a row-tile change built behind a switch of its own. A library
 # that is not an ablation is probed first (bench_roofline --probe of the row-tile W12 / Q / bf16
 # kernels: the fp32 product at 1-16 tokens, a crowded call, a tall shape of an odd count of row tiles) and run under
 # compute-sanitizer memcheck (bench_roofline --sanitize). Then the 8B linears at 1, 8 and 16 tokens (bench_fixed_cost:
@@ -12,13 +13,21 @@
 # Expected time on one H200: ~1.5 min a library and ~35 s an AR step (a process ~30 s: torch start ~10 s, the 8B
 # shapes' encodings and cold copies; probes ~13 s each and memcheck ~25 s a library not an ablation; nvcc ~45 s a
 # library not carried in build/): ~5.5 min for a change and the ablation together.
-# Caps: 60 s a timing or AR step, 25 s a probe, 70 s memcheck, 90 s a build; carry build/specdec_cuda_kernels.so and
+# MODELS=qwen3-8b,qwen3-32b adds the 32B linears to every timing (~50 s a library more: ~8 min for a change and an
+# ablation; 70 s of cases a timing instead of 40).
+# Caps: 100 s a timing, 60 s an AR step, 25 s a probe, 70 s memcheck, 90 s a build; carry build/specdec_cuda_kernels.so and
 # build/rows_ab_<switch>.so (<switch>: FLAGS' -DSPECDEC_ part lower-cased, = and spaces as _, e.g.
 # build/rows_ab_wide_ablate_64.so) built with `-Xfatbin -compress-all`, ~2 MB each, to skip the builds.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_rows_ab.sh FLAGS [FLAGS ...]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
+MODELS=${MODELS:-qwen3-8b}
+case $MODELS in
+  qwen3-8b) TIMING_BUDGET=40 ;;
+  qwen3-8b,qwen3-32b | qwen3-32b) TIMING_BUDGET=70 ;;
+  *) echo "MODELS: expected qwen3-8b, qwen3-32b or qwen3-8b,qwen3-32b, got $MODELS" >&2; exit 2 ;;
+esac
 if [ $# -lt 1 ]; then
   echo 'usage: bash benchmarks/run_h200_rows_ab.sh FLAGS [FLAGS ...]  (e.g. "-DSPECDEC_WIDE_ABLATE=64")' >&2
   exit 2
@@ -61,9 +70,9 @@ for pass in "${passes[@]}"; do
     shipped*) export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so ;;
     *) export SPECDEC_CUDA_KERNELS=build/rows_ab_${pass%[12]}.so ;;
   esac
-  timeout 60 python3 -m benchmarks.kernels.bench_fixed_cost --models qwen3-8b --no-read-floor --budget-s 40 \
+  timeout 100 python3 -m benchmarks.kernels.bench_fixed_cost --models "$MODELS" --no-read-floor --budget-s "$TIMING_BUDGET" \
     --kernels cublas_bf16,cuda_w12_v10,cuda_q_v5,cuda_bf16_v5 --out "$OUT/rows_ab_$pass.json" > "$OUT/rows_ab_$pass.log" 2>&1
-  echo "8B linears at 1-16 tokens, $pass: exit $?"
+  echo "$MODELS linears at 1-16 tokens, $pass: exit $?"
 done
 unset SPECDEC_PDL
 steps=(shipped)
@@ -79,7 +88,7 @@ done
 unset SPECDEC_CUDA_KERNELS
 for pass in "${passes[@]}"; do
   echo "=== $pass ==="
-  grep -E "^qwen3-8b [a-z_]+ +[0-9]+ +cuda_" "$OUT/rows_ab_$pass.log"
+  grep -E "^qwen3-(8b|32b) [a-z_]+ +[0-9]+ +cuda_" "$OUT/rows_ab_$pass.log"
 done
 for lib in "${steps[@]}"; do
   echo "=== AR step, $lib ==="

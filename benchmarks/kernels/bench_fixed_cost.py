@@ -27,7 +27,8 @@ Q v3), in CTAs of one 16-row tile over the whole of K (bf16 v4, W12 v9, Q v4) an
 where they pay (``rows_pay``: bf16 v5, W12 v10, Q v5); v7, bf16 v2 and Q v3 only when ``--kernels`` names them. Every kernel's output on the first copy is checked against the float32 product (the roofline's
 tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. A library built with
 ``-DSPECDEC_WIDE_ABLATE`` (parts left out for timing, ``bench_wide_w12.ABLATED_PARTS``; ``ablation`` in the JSON)
-has the kernels its bits reach (the row tiles' x box: ``ROW_TILE_KINDS``) timed unchecked (``unchecked`` rows).
+has the kernels its bits reach (``ABLATED_KINDS``: the row tiles' x box, the tensor-map kernels' x box) timed
+unchecked (``unchecked`` rows).
 Weights are random (Gaussian, std 0.02), labelled so.
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_fixed_cost --out $OUT/fixed_cost.json``
@@ -63,7 +64,7 @@ from benchmarks.kernels.bench_roofline import (
 from benchmarks.kernels.bench_wide_w12 import ablation_name, library_ablation
 from benchmarks.kernels.read_floor import Cycle, attach_read_floors, cold_weight_device, fit_line, weight_copies
 
-KERNELS = (
+KERNELS = (  # cuBLAS first, then the CUDA kinds
     "cublas_bf16",
     "cuda_bf16_v2",
     "cuda_w12_v7",
@@ -91,10 +92,24 @@ DEFAULT_KERNELS = (
     "cuda_w12_v10",
     "cuda_q_v5",
 )
-# The kinds that run the row-tile kernels (always, or where rows_pay takes them), which SPECDEC_WIDE_ABLATE's bit 64
-# reaches (bench_wide_w12.ABLATED_PARTS); no other bit reaches a kernel timed here.
-ROW_TILE_ABLATION = 64
+# The kinds that run the row-tile kernels (always, or where rows_pay takes them).
 ROW_TILE_KINDS = ("cuda_bf16_v4", "cuda_w12_v9", "cuda_q_v4", "cuda_bf16_v5", "cuda_w12_v10", "cuda_q_v5")
+# SPECDEC_WIDE_ABLATE's bits that reach a kernel timed here (bench_wide_w12.ABLATED_PARTS) -> the kinds they reach: 64
+# the row tiles' x box; 128 the 64-row tensor-map kernels' x box, which every CUDA kind here runs or falls back to (the
+# row-tile kinds where K % 32 != 0). No other bit reaches a kernel timed here.
+ABLATED_KINDS = {64: ROW_TILE_KINDS, 128: KERNELS[1:]}
+
+
+def ablated(ablation: int, kind: str) -> bool:
+    """Whether a library built with ``-DSPECDEC_WIDE_ABLATE=ablation`` leaves a part out of ``kind``'s kernels.
+
+    Example:
+        >>> ablated(64, "cuda_q_v5"), ablated(64, "cuda_q_v2"), ablated(128, "cuda_q_v2"), ablated(1, "cuda_q_v5")
+        (True, False, True, False)
+    """
+    return any(ablation & bit and kind in kinds for bit, kinds in ABLATED_KINDS.items())
+
+
 MS = (1, 8, 16)
 SWEEP_MS = (1, 8)
 SWEEP_NS = (4096, 16384)
@@ -144,7 +159,7 @@ def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, war
     """One (N, K): every kernel at every M on cold weights (and warm ones too when ``warm``), then the read floor
     of every byte count those kernels read (kind ``read_floor``, ``M = 0``); each kernel row gets the floor of its
     own bytes (``read_floor_s``) and its cold time over it (``x_read_floor``). ``args.ablation``: the library's
-    ``SPECDEC_WIDE_ABLATE`` (with ``ROW_TILE_ABLATION`` set: the ``ROW_TILE_KINDS`` timed unchecked)."""
+    ``SPECDEC_WIDE_ABLATE`` (the kinds it reaches, ``ablated``, timed unchecked)."""
     from specdec.formats.w12 import W12Tensor
 
     w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
@@ -161,7 +176,7 @@ def time_shape(n: int, k: int, ms: Sequence[int], args, gen, device, ops, *, war
         for kind, (call, q_view) in calls.items():
             row = dict(kind=kind, N=n, K=k, M=m, weight_bytes=weight_bytes(kind, n, k, w12), copies=copies)
             try:
-                if args.ablation & ROW_TILE_ABLATION and kind in ROW_TILE_KINDS:  # wrong products by design: timed only
+                if ablated(args.ablation, kind):  # wrong products by design: timed only
                     row["unchecked"] = True
                 else:
                     row["err"] = checked(call, x, refs[q_view], errs[q_view])

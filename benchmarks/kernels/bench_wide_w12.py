@@ -103,7 +103,8 @@ SMOKE_CHECK_SHAPES = ((72, 128, 32), (40, 256, 17))
 PRODUCT_ROWS = (16, 17, 33, 65, 100, 128)
 SMOKE_PRODUCT_ROWS = (17, 40)
 # A library built with -DSPECDEC_WIDE_ABLATE=A (ops.wide_ablation, A the bits of these parts left out) times parts of
-# the wide kernels (bits 1-32) or of the 1-16 token row-tile kernels (64); their products are wrong, so the kinds
+# the wide kernels (bits 1-32), of the 1-16 token row-tile kernels (64) or of the 1-16 token tensor-map kernels of
+# 64-row blocks (128); their products are wrong, so the kinds
 # whose kernels a bit of A reaches (ABLATED_KERNELS: kind -> bits) are timed unchecked and the checks are not run.
 ABLATED_PARTS = {
     1: "decode",
@@ -113,8 +114,15 @@ ABLATED_PARTS = {
     16: "escape warps",
     32: "escape warps' x loads",
     64: "row tiles' x box",
+    128: "tensor-map kernels' x box",
 }
-ABLATED_KERNELS = {"cuda_w12_wide": 63, "cuda_q_wide": 63, "cuda_w12_two_calls": 64, "cuda_w12_small_m": 64, "cuda_q_small_m": 64}
+ABLATED_KERNELS = {
+    "cuda_w12_wide": 63,
+    "cuda_q_wide": 63,
+    "cuda_w12_two_calls": 192,
+    "cuda_w12_small_m": 192,
+    "cuda_q_small_m": 192,
+}
 
 
 def calls_of(ops, w: torch.Tensor, w12, copies: int) -> dict[str, tuple[Callable[[torch.Tensor, int], torch.Tensor], bool]]:

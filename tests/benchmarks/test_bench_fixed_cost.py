@@ -71,6 +71,18 @@ def test_an_ablated_library_times_the_kernels_it_reaches_unchecked_and_checks_th
     assert "row tiles' x box" in capsys.readouterr().out
 
 
+def test_an_ablation_of_the_tensor_map_kernels_times_every_cuda_kind_unchecked_and_checks_cublas(tmp_path, monkeypatch):
+    _q_kernel_one_output_off(monkeypatch)
+    monkeypatch.setattr(bench_fixed_cost, "library_ablation", lambda ops, device: 128)
+    out = tmp_path / "fixed_cost.json"
+    assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 0  # the Q kernels' wrong output is not checked
+    rows = json.loads(out.read_text())["shapes"]
+    assert {r["kind"] for r in rows if r.get("unchecked")} == {
+        k for k in bench_fixed_cost.DEFAULT_KERNELS if k.startswith("cuda_")
+    }
+    assert all("err" in r and "unchecked" not in r for r in rows if r["kind"] == "cublas_bf16")
+
+
 def test_an_ablation_of_the_wide_kernels_leaves_every_kernel_here_checked(tmp_path, monkeypatch):
     _q_kernel_one_output_off(monkeypatch)
     monkeypatch.setattr(bench_fixed_cost, "library_ablation", lambda ops, device: 1)  # the wide kernels' decode

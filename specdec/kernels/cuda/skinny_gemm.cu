@@ -1214,22 +1214,14 @@ __device__ __forceinline__ void issue_ring(int n, uint32_t tx, uint64_t* full_ba
 // the decode (A is the stage's AE words as loaded: the shared loads stay), 2 the MMAs (the decoded A folded into one
 // register, or ptxas drops the decode), 4 x's box (the ring loads the weights only), 8 the epilogue (no partial
 // tiles, no last-CTA sum, no output), 16 W12's escape warps (they fold nothing), 32 the escape warps' loads of x
-// (they fold 1.0 for x); and 64, of the 1-16 token row-tile kernels (tma_rows_kernel), x's box (their ring loads the
-// weights only: at 16 tokens x is 8 KB a stage from the L2 against 6 KB of W12 weights).
+// (they fold 1.0 for x); 64, of the 1-16 token row-tile kernels (tma_rows_kernel), x's box (their ring loads the
+// weights only: at 16 tokens x is 8 KB a stage from the L2 against 6 KB of W12 weights); and 128, of the 1-16 token
+// tensor-map kernels of 64-row blocks (tma_gemm_kernel, tma_stream_k_kernel), x's box (at 16 tokens 4 KB a stage
+// against bf16's 16 KB of weights).
 // The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
 #endif
-// A build-time switch for measuring (benchmarks/NOTES.md, "What x costs a one-token row tile"): nvcc
-// -DSPECDEC_ROWS_EXTRA_COPY=1 gives every stage of the 1-16 token row tiles (tma_rows_kernel) one more copy: 16 bytes
-// of x (token 0 at the stage's first k) into the stage's last kRowsScratchBytes, which nothing reads, counted on the
-// stage's full barrier. Beside the x-box ablation it tells what a second copy a stage costs from what x's bytes cost.
-// Products unchanged.
-#ifndef SPECDEC_ROWS_EXTRA_COPY
-#define SPECDEC_ROWS_EXTRA_COPY 0
-#endif
-constexpr int kRowsScratchBytes = SPECDEC_ROWS_EXTRA_COPY ? 128 : 0;  // whole 128-byte units: the next stage's copies stay aligned
-constexpr uint32_t kRowsExtraCopyBytes = 16;
 // A build-time switch for measuring (benchmarks/NOTES.md, "What x costs a one-token row tile"): nvcc
 // -DSPECDEC_ROWS_X_RESIDENT=1 gives the 1-16 token row tiles, on calls where it leaves an SM as many CTAs
 // (rows_x_resident_takes), all of x's stage boxes copied once into shared memory after the ring (one box of [M][256]
@@ -1238,25 +1230,21 @@ constexpr uint32_t kRowsExtraCopyBytes = 16;
 #ifndef SPECDEC_ROWS_X_RESIDENT
 #define SPECDEC_ROWS_X_RESIDENT 0
 #endif
-static_assert(SPECDEC_ROWS_X_RESIDENT == 0 || SPECDEC_ROWS_EXTRA_COPY == 0, "SPECDEC_ROWS_X_RESIDENT: without SPECDEC_ROWS_EXTRA_COPY");
 
 // The producer of a tensor-map ring, one thread: stages s_lo .. s_lo + n - 1 (SK weights each) of the ROWS-row block at
 // row_block in issue_ring's order: a box of [ROWS][SK] weights (the ae plane, or bf16), for W12 one of [ROWS][SK / 2]
-// nib bytes, and x's [M][SK] at x_offset in the stage. extra_x (SPECDEC_ROWS_EXTRA_COPY's builds): x, of which each
-// stage also copies kRowsExtraCopyBytes at its first k into the stage's last kRowsScratchBytes. x_bar
-// (SPECDEC_ROWS_X_RESIDENT's builds, with with_x false): after griddep_wait, the n stages' x boxes of x_box_bytes
-// each, one after another from x_resident, all counted on x_bar.
+// nib bytes, and x's [M][SK] at x_offset in the stage. x_bar (SPECDEC_ROWS_X_RESIDENT's builds, with with_x false):
+// after griddep_wait, the n stages' x boxes of x_box_bytes each, one after another from x_resident, all counted on
+// x_bar.
 template <int KIND, int STAGES, int ROWS, int SK>
 __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
                                                  uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
                                                  const CUtensorMap* nib_map, const CUtensorMap* x_map, bool with_x = true,
-                                                 const uint16_t* extra_x = nullptr, uint64_t* x_bar = nullptr,
-                                                 unsigned char* x_resident = nullptr, int x_box_bytes = 0) {
+                                                 uint64_t* x_bar = nullptr, unsigned char* x_resident = nullptr, int x_box_bytes = 0) {
   const uint64_t stream = l2_evict_first();
   const uint64_t keep = l2_evict_last();
   // whole boxes, zeros past N and K included (without x, for SPECDEC_WIDE_ABLATE's timing builds: the weights' boxes)
-  const uint32_t tx = extra_x == nullptr ? static_cast<uint32_t>(with_x ? stage_bytes : x_offset)
-                                         : static_cast<uint32_t>(with_x ? stage_bytes - kRowsScratchBytes : x_offset) + kRowsExtraCopyBytes;
+  const uint32_t tx = static_cast<uint32_t>(with_x ? stage_bytes : x_offset);
   auto weights = [&](int it, int, uint32_t full) {
     const int k0 = (s_lo + it) * SK;
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
@@ -1266,7 +1254,6 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
   auto x_of = [&](int it, int, uint32_t full) {
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
     if (with_x) tma_load_2d(st + x_offset, x_map, (s_lo + it) * SK, 0, full, keep);
-    if (extra_x != nullptr) bulk_copy(st + stage_bytes - kRowsScratchBytes, extra_x + (s_lo + it) * SK, kRowsExtraCopyBytes, full, keep);
     if (x_bar != nullptr && it == 0) {
       const uint32_t xb = smem_addr(x_bar);
       mbar_arrive_expect_tx(xb, static_cast<uint32_t>(n * x_box_bytes));
@@ -1388,7 +1375,8 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kStreamRows, kBulkStageK>(smem, stage_bytes, tma_stage_bytes(KIND, 0), full_bar, empty_bar, s_lo,
-                                                                s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map);
+                                                                s_hi - s_lo, row_block, &ae_map, &nib_map, &x_map,
+                                                                (SPECDEC_WIDE_ABLATE & 128) == 0);
   } else if (tma_escape_warps(KIND, TOK) == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK>(p, row_block, s_lo * kBulkStageK, min(s_hi * kBulkStageK, p.K), lane, esc);
   } else {
@@ -1548,7 +1536,8 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
       // kStages units' weights before griddep_wait, their x after it.
       const uint64_t stream = l2_evict_first();
       const uint64_t keep = l2_evict_last();
-      const uint32_t tx = static_cast<uint32_t>(stage_bytes);
+      constexpr bool kWithX = (SPECDEC_WIDE_ABLATE & 128) == 0;
+      const uint32_t tx = static_cast<uint32_t>(kWithX ? stage_bytes : tma_stage_bytes(KIND, 0));
       const int n = static_cast<int>(u_hi - u_lo);
       const int first = min(n, kStages);
       const int k_end = stages * kBulkStageK;
@@ -1570,7 +1559,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
       int x_row = 0;
       for (int it = 0; it < first; ++it) {
         const uint32_t st = smem_addr(smem + static_cast<size_t>(it) * stage_bytes);
-        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, x_k0, 0, smem_addr(&full_bar[it]), keep);
+        if constexpr (kWithX) tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, x_k0, 0, smem_addr(&full_bar[it]), keep);
         next(x_row, x_k0);
       }
       int s = first % kStages;
@@ -1582,7 +1571,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
         mbar_arrive_expect_tx(full, tx);
         tma_load_2d(st, &ae_map, k0, row, full, stream);
         if constexpr (KIND == kW12) tma_load_2d(st + kStreamRows * kBulkStageK, &nib_map, k0 / 2, row, full, stream);
-        tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, k0, 0, full, keep);
+        if constexpr (kWithX) tma_load_2d(st + tma_stage_bytes(KIND, 0), &x_map, k0, 0, full, keep);
         next(row, k0);
         if (++s == kStages) s = 0, ++round;
       }
@@ -1671,7 +1660,7 @@ __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
 __host__ __device__ constexpr int rows_stage_bytes(int kind, int M, bool x_resident = false) {
-  return rows_weight_bytes(kind) + (x_resident ? 0 : M * kRowStageK * 2) + kRowsScratchBytes;
+  return rows_weight_bytes(kind) + (x_resident ? 0 : M * kRowStageK * 2);
 }
 // SPECDEC_ROWS_X_RESIDENT: x's boxes of every stage of K, after the ring.
 __host__ __device__ constexpr int rows_x_resident_bytes(int M, int K) { return (K + kRowStageK - 1) / kRowStageK * M * kRowStageK * 2; }
@@ -1718,7 +1707,7 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
                                                             row_block, &ae_map, &nib_map, &x_map,
                                                             (SPECDEC_WIDE_ABLATE & 64) == 0 && !X_RESIDENT,
-                                                            SPECDEC_ROWS_EXTRA_COPY ? p.x : nullptr, x_bar, x_resident, M * kRowStageK * 2);
+                                                            x_bar, x_resident, M * kRowStageK * 2);
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
   } else {
