@@ -2230,12 +2230,10 @@ ROWS_X_RUNS = {
 ROWS_X_KINDS = {"cuda_w12_v10": "W12", "cuda_q_v5": "Q", "cuda_bf16_v5": "bf16"}
 
 
-def cuda_rows_x_h100(results: Results) -> str:
-    """The 1-16 token row tiles with x's box left out (``-DSPECDEC_WIDE_ABLATE=64``, products wrong) and launched in
-    clusters of two that copied x once (``-DSPECDEC_ROWS_CLUSTER=2``, since removed), against the shipped library (one
-    H100 call, ``run_h200_rows_ab.sh``): the 8B qkv, o and down at 1-16 tokens, cold us, the mean of two alternated
-    processes a library (the Q down at 16 tokens is not a row-tile call: alike in all three)."""
-    runs = {label: [results(name) for name in names] for label, names in ROWS_X_RUNS.items()}
+def rows_ab_table(results: Results, runs_of: dict[str, tuple[str, ...]], linears: tuple[str, ...]) -> str:
+    """The 8B ``linears`` at 1, 8 and 16 tokens by kind, cold us, the mean over each label's runs
+    (``run_h200_rows_ab.sh``'s alternated processes of one library); a run without one of the calls raises."""
+    runs = {label: [results(name) for name in names] for label, names in runs_of.items()}
 
     def mean_us(label: str, linear: str, m: int, kind: str) -> float:
         got = [r["cold_s"] for run in runs[label] for r in run["shapes"] if (r["linear"], r["M"], r["kind"]) == (linear, m, kind)]
@@ -2246,11 +2244,36 @@ def cuda_rows_x_h100(results: Results) -> str:
         return 1e6 * statistics.mean(got)
 
     rows = []
-    for linear in ("qkv", "o", "down"):
+    for linear in linears:
         for kind, name in ROWS_X_KINDS.items():
             for m in (1, 8, 16):
                 rows.append([linear, name, str(m), *(f"{mean_us(label, linear, m, kind):.1f}" for label in runs)])
     return markdown_table(["8B linear", "kind", "tokens", *(f"{label} us" for label in runs)], rows)
+
+
+def cuda_rows_x_h100(results: Results) -> str:
+    """The 1-16 token row tiles with x's box left out (``-DSPECDEC_WIDE_ABLATE=64``, products wrong) and launched in
+    clusters of two that copied x once (``-DSPECDEC_ROWS_CLUSTER=2``, since removed), against the shipped library (one
+    H100 call, ``run_h200_rows_ab.sh``): the 8B qkv, o and down at 1-16 tokens, cold us, the mean of two alternated
+    processes a library (the Q down at 16 tokens is not a row-tile call: alike in all three)."""
+    return rows_ab_table(results, ROWS_X_RUNS, ("qkv", "o", "down"))
+
+
+ROWS_EXTRA_COPY_RUNS = {
+    "shipped": ("rows_ab_h100_2026-12-07_9070564_shipped1.json", "rows_ab_h100_2026-12-07_9070564_shipped2.json"),
+    "one more copy a stage": (
+        "rows_ab_h100_2026-12-07_9070564_rows_extra_copy_11.json",
+        "rows_ab_h100_2026-12-07_9070564_rows_extra_copy_12.json",
+    ),
+}
+
+
+def cuda_rows_extra_copy_h100(results: Results) -> str:
+    """The 1-16 token row tiles with one more copy a stage (``-DSPECDEC_ROWS_EXTRA_COPY=1``, 16 bytes that nothing
+    reads, since removed) against the shipped library (one H100 call, ``run_h200_rows_ab.sh``): the 8B qkv, o, gate_up
+    and down, cold us, the mean of two alternated processes a library (W12 and bf16 gate_up run the tensor-map kernel,
+    which the switch left alone)."""
+    return rows_ab_table(results, ROWS_EXTRA_COPY_RUNS, ("qkv", "o", "gate_up", "down"))
 
 
 WIDE_PARTS_RUNS = {
@@ -2377,6 +2400,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide-stream-k-trace-h100": cuda_wide_stream_k_trace_h100,
     "cuda-wide-epilogue-tid-h100": cuda_wide_epilogue_tid_h100,
     "cuda-rows-x-h100": cuda_rows_x_h100,
+    "cuda-rows-extra-copy-h100": cuda_rows_extra_copy_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
