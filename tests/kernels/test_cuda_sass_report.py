@@ -46,7 +46,9 @@ def test_staged_instantiations_are_reported_by_variant(tmp_path, monkeypatch, ca
     [
         (TMA_W12, ("w12_v7", "1")),
         (TMA_Q, ("q_v2", "1")),
-        (TMA_Q.replace("ILi2E", "ILi0E"), None),
+        (TMA_Q.replace("ILi2E", "ILi0E"), ("bf16_v2", "1")),
+        (TMA_Q.replace("15tma_gemm_kernelILi2E", "19tma_stream_k_kernelILi0E"), ("bf16_v3", "1")),
+        (TMA_Q.replace("ILi2E", "ILi3E"), None),
         (BULK_ONE, ("w12_v5", "1")),
         (BULK_FOUR, ("w12_v6", "1")),
         ("_ZN12_GLOBAL__N_117w12_split_kernelILb0EEEvNS_6ParamsEPfPj", ("w12_v4", "0")),
@@ -59,7 +61,19 @@ def test_staged_instantiations_are_reported_by_variant(tmp_path, monkeypatch, ca
         (TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_wide_kernelILi1ELi2ELb0ELi1ELi2EE"), ("w12_wide", "1")),
         (TMA_W12.replace("15tma_gemm_kernelILi1EE", "15tma_wide_kernelILi2ELi4ELb1ELi1ELi1EE"), ("q_wide", "1")),
     ],
-    ids=["tma-w12", "tma-q", "tma-unknown-kind", "bulk-one", "bulk-four", "split", "stream", "skinny-q", "unknown"]
+    ids=[
+        "tma-w12",
+        "tma-q",
+        "tma-bf16",
+        "stream-k-bf16",
+        "tma-unknown-kind",
+        "bulk-one",
+        "bulk-four",
+        "split",
+        "stream",
+        "skinny-q",
+        "unknown",
+    ]
     + ["rows-w12", "rows-q", "rows-unknown-kind", "wide-w12", "wide-q"],
 )
 def test_kernel_kind_of_each_mangled_name(name, kind):

@@ -25,8 +25,8 @@ from collections import Counter
 # Weights one lane handles per unrolled batch (kUnroll = 4 chunks, rows g and g + 8); the W12 streaming kernel
 # kernels (w12_stream_kernel ``w12_v3``, w12_split_kernel ``w12_v4``) unroll their ring of kStreamDepth = 3 chunks; the
 # bulk-copy kernels (w12_bulk_kernel: ``w12_v5`` with one producer warp, ``w12_v6`` with four) and the TMA kernels
-# (tma_gemm_kernel<1>: W12 ``w12_v7``, tma_gemm_kernel<2>: Q ``q_v2``; their persistent forms tma_stream_k_kernel<1>
-# ``w12_v8`` and <2> ``q_v3``) consume one stage of 2 chunks per iteration.
+# (tma_gemm_kernel<1>: W12 ``w12_v7``, <2>: Q ``q_v2``, <0>: bf16 ``bf16_v2``; their persistent forms
+# tma_stream_k_kernel<1> ``w12_v8``, <2> ``q_v3`` and <0> ``bf16_v3``) consume one stage of 2 chunks per iteration.
 WEIGHTS_PER_LANE_PER_BATCH = {
     "0": 4 * 2 * 8,
     "1": 4 * 2 * 16,
@@ -39,6 +39,8 @@ WEIGHTS_PER_LANE_PER_BATCH = {
     "q_v2": 2 * 2 * 16,
     "w12_v8": 1 * 2 * 16,
     "q_v3": 2 * 2 * 16,
+    "bf16_v2": 2 * 2 * 16,
+    "bf16_v3": 2 * 2 * 16,
     # the row-tile kernel (tma_rows_kernel<1> ``w12_v9``, <2> ``q_v4``, <0> ``bf16_v4``): one 64-weight chunk of every
     # stage a warp (two of 32 for bf16)
     "w12_v9": 1 * 2 * 16,
@@ -52,9 +54,9 @@ WEIGHTS_PER_LANE_PER_BATCH = {
 # Printed names of the skinny kernel's template kinds; the W12 and Q variants print as their kind.
 KIND_NAMES = {"0": "bf16", "1": "w12", "2": "q"}
 # The tensor-map kernel's template kind (1 W12, 2 Q, as the skinny kernel's) -> its report name.
-TMA_KINDS = {"1": "w12_v7", "2": "q_v2"}
+TMA_KINDS = {"0": "bf16_v2", "1": "w12_v7", "2": "q_v2"}
 # The same for the persistent tensor-map kernel (tma_stream_k_kernel).
-STREAM_K_KINDS = {"1": "w12_v8", "2": "q_v3"}
+STREAM_K_KINDS = {"0": "bf16_v3", "1": "w12_v8", "2": "q_v3"}
 # The same for the row-tile kernel (tma_rows_kernel).
 ROW_TILE_KINDS = {"0": "bf16_v4", "1": "w12_v9", "2": "q_v4"}
 # The same for the wide kernel (tma_wide_kernel<KIND, NB, PIPE, CTAS, GROUPS>).
