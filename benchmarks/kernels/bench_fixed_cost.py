@@ -96,8 +96,9 @@ DEFAULT_KERNELS = (
 ROW_TILE_KINDS = ("cuda_bf16_v4", "cuda_w12_v9", "cuda_q_v4", "cuda_bf16_v5", "cuda_w12_v10", "cuda_q_v5")
 # SPECDEC_WIDE_ABLATE's bits that reach a kernel timed here (bench_wide_w12.ABLATED_PARTS) -> the kinds they reach: 64
 # the row tiles' x box; 128 the 64-row tensor-map kernels' x box, which every CUDA kind here runs or falls back to (the
-# row-tile kinds where K % 32 != 0). No other bit reaches a kernel timed here.
-ABLATED_KINDS = {64: ROW_TILE_KINDS, 128: KERNELS[1:]}
+# row-tile kinds where K % 32 != 0); 256 the bank conflicts of both kernels' consumers, every CUDA kind here. No other
+# bit reaches a kernel timed here.
+ABLATED_KINDS = {64: ROW_TILE_KINDS, 128: KERNELS[1:], 256: KERNELS[1:]}
 
 
 def ablated(ablation: int, kind: str) -> bool:

@@ -104,7 +104,8 @@ PRODUCT_ROWS = (16, 17, 33, 65, 100, 128)
 SMOKE_PRODUCT_ROWS = (17, 40)
 # A library built with -DSPECDEC_WIDE_ABLATE=A (ops.wide_ablation, A the bits of these parts left out) times parts of
 # the wide kernels (bits 1-32), of the 1-16 token row-tile kernels (64) or of the 1-16 token tensor-map kernels of
-# 64-row blocks (128); their products are wrong, so the kinds
+# 64-row blocks (128), or the bank conflicts of both kernels' consumers' stage loads (256); their products are wrong,
+# so the kinds
 # whose kernels a bit of A reaches (ABLATED_KERNELS: kind -> bits) are timed unchecked and the checks are not run.
 ABLATED_PARTS = {
     1: "decode",
@@ -115,13 +116,14 @@ ABLATED_PARTS = {
     32: "escape warps' x loads",
     64: "row tiles' x box",
     128: "tensor-map kernels' x box",
+    256: "consumers' bank conflicts",
 }
 ABLATED_KERNELS = {
     "cuda_w12_wide": 63,
     "cuda_q_wide": 63,
-    "cuda_w12_two_calls": 192,
-    "cuda_w12_small_m": 192,
-    "cuda_q_small_m": 192,
+    "cuda_w12_two_calls": 448,
+    "cuda_w12_small_m": 448,
+    "cuda_q_small_m": 448,
 }
 
 

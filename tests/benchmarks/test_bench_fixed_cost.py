@@ -71,9 +71,10 @@ def test_an_ablated_library_times_the_kernels_it_reaches_unchecked_and_checks_th
     assert "row tiles' x box" in capsys.readouterr().out
 
 
-def test_an_ablation_of_the_tensor_map_kernels_times_every_cuda_kind_unchecked_and_checks_cublas(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ablation", [128, 256])
+def test_an_ablation_of_the_tensor_map_kernels_times_every_cuda_kind_unchecked_and_checks_cublas(ablation, tmp_path, monkeypatch):
     _q_kernel_one_output_off(monkeypatch)
-    monkeypatch.setattr(bench_fixed_cost, "library_ablation", lambda ops, device: 128)
+    monkeypatch.setattr(bench_fixed_cost, "library_ablation", lambda ops, device: ablation)
     out = tmp_path / "fixed_cost.json"
     assert bench_fixed_cost.main(["--smoke", "--out", str(out)]) == 0  # the Q kernels' wrong output is not checked
     rows = json.loads(out.read_text())["shapes"]

@@ -839,6 +839,24 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full_bar, uint64_t*
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// A build-time switch for timing the wide and row-tile kernels' parts (benchmarks/NOTES.md, "The wide kernels
+// without x's box or without their epilogue: measured"): nvcc -DSPECDEC_WIDE_ABLATE=A, bits of what to leave out: 1
+// the decode (A is the stage's AE words as loaded: the shared loads stay), 2 the MMAs (the decoded A folded into one
+// register, or ptxas drops the decode), 4 x's box (the ring loads the weights only), 8 the epilogue (no partial
+// tiles, no last-CTA sum, no output), 16 W12's escape warps (they fold nothing), 32 the escape warps' loads of x
+// (they fold 1.0 for x); 64, of the 1-16 token row-tile kernels (tma_rows_kernel), x's box (their ring loads the
+// weights only: at 16 tokens x is 8 KB a stage from the L2 against 6 KB of W12 weights); and 128, of the 1-16 token
+// tensor-map kernels of 64-row blocks (tma_gemm_kernel, tma_stream_k_kernel), x's box (at 16 tokens 4 KB a stage
+// against bf16's 16 KB of weights); 256, of the 64-row tensor-map and row-tile kernels' consumers, the shared-memory
+// bank conflicts of their stage loads (the two rows or tokens of a quarter-warp, 256 or 512 bytes apart, share banks:
+// each lane's weight, nib and x offsets are moved by a lane-dependent xor within their row, so the loads, their bytes
+// and the instructions stay and every quarter-warp's 128 bytes fall in distinct banks).
+// The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
+#ifndef SPECDEC_WIDE_ABLATE
+#define SPECDEC_WIDE_ABLATE 0
+#endif
+// Bit 256's xor of a consumer lane's stage offsets (consume_bf16_stage, consume_stage); false in shipped builds.
+constexpr bool kAblateBanks = (SPECDEC_WIDE_ABLATE & 256) != 0;
 // One stage (SK / 32 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
 // [ROWS][SK] weights, x of tokens g + 8 j after them (x_off[j]: that token row's byte offset), then MMA. CHECK, TOK,
 // ROWS, SK, HALVES and half as in consume_stage.
@@ -849,6 +867,7 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
   constexpr int NT = TOK / 8;
   constexpr int kMine = SK / 32 / HALVES;  // chunks of each warp a stage
   const unsigned char* x0 = X_APART ? x_here : st + ROWS * kRowBytes;  // X_APART, x_here as in consume_stage
+  const int flip = kAblateBanks ? (tile_row & 1) << 6 : 0;  // a quarter-warp's rows and tokens g differ in g & 1
 #pragma unroll
   for (int cc = 0; cc < kMine; ++cc) {
     const int c = HALVES > 1 ? cc + half * kMine : cc;
@@ -856,7 +875,7 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
     if (CHECK && k0 + c * 32 >= K) break;  // uniform: the chunk lies past K
     ChunkRegs<kBf16, true> r;
     uint4 xs[NT][2];
-    const int pw = c * 64 + 16 * t;  // this lane's 8 weights of the chunk (and their 8 x values), in bytes
+    const int pw = (c * 64 + 16 * t) ^ flip;  // this lane's 8 weights of the chunk (and their 8 x values), in bytes
     r.w[0] = in ? *reinterpret_cast<const uint4*>(st + tile_row * kRowBytes + pw) : make_uint4(0, 0, 0, 0);
     r.w[1] = in ? *reinterpret_cast<const uint4*>(st + (tile_row + 8) * kRowBytes + pw) : make_uint4(0, 0, 0, 0);
 #pragma unroll
@@ -885,6 +904,11 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
   const unsigned char* nib = st + ROWS * SK;
   // X_APART: the stage's x is at x_here, not in the stage (SPECDEC_ROWS_X_RESIDENT)
   const unsigned char* x0 = X_APART ? x_here : KIND == kW12 ? nib + ROWS * (SK / 2) : nib;
+  // SPECDEC_WIDE_ABLATE bit 256: ae and x rows of a quarter-warp differ in g & 1, the nib rows of a half-warp (64 or
+  // 128 bytes long) in g & 2 or g & 3
+  const int a_flip = kAblateBanks ? (tile_row & 1) << 6 : 0;
+  const int n_flip = kAblateBanks ? (SK >= 256 ? tile_row & 3 : (tile_row >> 1) & 1) << 5 : 0;
+  const int x_flip = kAblateBanks ? (tile_row & 1) << 4 : 0;
 #pragma unroll
   for (int cc = 0; cc < kMine; ++cc) {
     const int c = cc + half * kMine;
@@ -892,7 +916,7 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
     if (CHECK && k0 + c * 64 >= K) break;  // uniform: the chunk lies past K
     ChunkRegs<KIND, true> r;
     uint4 xs[NT][2];
-    const int pa = c * 64 + 16 * t, pn = c * 32 + 8 * t, px = c * 128 + 32 * t;
+    const int pa = (c * 64 + 16 * t) ^ a_flip, pn = (c * 32 + 8 * t) ^ n_flip, px = c * 128 + 32 * t;
     r.ae[0] = in ? *reinterpret_cast<const uint4*>(ae + tile_row * SK + pa) : make_uint4(0, 0, 0, 0);
     r.ae[1] = in ? *reinterpret_cast<const uint4*>(ae + (tile_row + 8) * SK + pa) : make_uint4(0, 0, 0, 0);
     if constexpr (KIND == kW12) {
@@ -901,8 +925,8 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
     }
 #pragma unroll
     for (int jt = 0; jt < NT; ++jt) {
-      xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + px) : make_uint4(0, 0, 0, 0);
-      xs[jt][1] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + px + 16) : make_uint4(0, 0, 0, 0);
+      xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + (px ^ x_flip)) : make_uint4(0, 0, 0, 0);
+      xs[jt][1] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + ((px + 16) ^ x_flip)) : make_uint4(0, 0, 0, 0);
     }
     if constexpr (NT == 1) compute_chunk<KIND, true>(acc[0], r, xs[0], X0, X1);
     else compute_chunk_tiles<KIND, true, NT>(acc, r, xs, X0, X1);
@@ -1209,19 +1233,6 @@ __device__ __forceinline__ void issue_ring(int n, uint32_t tx, uint64_t* full_ba
   }
 }
 
-// A build-time switch for timing the wide and row-tile kernels' parts (benchmarks/NOTES.md, "The wide kernels
-// without x's box or without their epilogue: measured"): nvcc -DSPECDEC_WIDE_ABLATE=A, bits of what to leave out: 1
-// the decode (A is the stage's AE words as loaded: the shared loads stay), 2 the MMAs (the decoded A folded into one
-// register, or ptxas drops the decode), 4 x's box (the ring loads the weights only), 8 the epilogue (no partial
-// tiles, no last-CTA sum, no output), 16 W12's escape warps (they fold nothing), 32 the escape warps' loads of x
-// (they fold 1.0 for x); 64, of the 1-16 token row-tile kernels (tma_rows_kernel), x's box (their ring loads the
-// weights only: at 16 tokens x is 8 KB a stage from the L2 against 6 KB of W12 weights); and 128, of the 1-16 token
-// tensor-map kernels of 64-row blocks (tma_gemm_kernel, tma_stream_k_kernel), x's box (at 16 tokens 4 KB a stage
-// against bf16's 16 KB of weights).
-// The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
-#ifndef SPECDEC_WIDE_ABLATE
-#define SPECDEC_WIDE_ABLATE 0
-#endif
 // A build-time switch for measuring (benchmarks/NOTES.md, "What x costs a one-token row tile"): nvcc
 // -DSPECDEC_ROWS_X_RESIDENT=1 gives the 1-16 token row tiles, on calls where it leaves an SM as many CTAs
 // (rows_x_resident_takes), all of x's stage boxes copied once into shared memory after the ring (one box of [M][256]
