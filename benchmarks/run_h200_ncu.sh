@@ -11,9 +11,11 @@
 # still print its CSV); one retry with the basic section set, 40 s, only when the first attempt failed within 20 s
 # (an option this ncu does not know); then either the parse, 20 s, or, without a profile, the same launches timed
 # with CUDA events, 30 s: at most 40 + 5 x 30 + 10 + 78 + 30 = 308 s on any path.
+# `bf16_16`: cuBLAS bf16 and the bf16 tensor-map kernels (split-K v2, persistent v3) on the Qwen3-32B qkv at 1, 8 and 16
+# tokens (9 ranges, no probes, with the shared-memory tables as well; ~1 min).
 # `wide`: cuBLAS bf16 and the wide W12 kernel in its one-set and pipelined loops on the 8B o and qkv at 16-128 rows (24
 # ranges, no probes; ~1.5 min).
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh [w12 | w12_16 | wide]   (ROOFLINE=roofline.json to take its copy
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh [w12 | w12_16 | bf16_16 | wide]   (ROOFLINE=roofline.json to take its copy
 # bandwidth; writes ncu_raw.csv, ncu_launch.json, ncu_profile.json and logs to $OUT)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -45,6 +47,11 @@ if [ "${1:-}" = w12 ]; then
   SELECT=(--cases qwen3-8b/down,qwen3-8b/o,qwen3-8b/lm_head --only-kernel cuda_w12_v7 --only-kernel cuda_q_v2 --only-kernel cuda_bf16_v2)
 elif [ "${1:-}" = w12_16 ]; then
   SELECT=(--cases qwen3-8b/down,qwen3-8b/o --only-kernel cuda_w12_v7 --only-kernel cuda_q_v2 --ms 1,8,16)
+elif [ "${1:-}" = bf16_16 ]; then
+  # what eight and sixteen tokens add to the persistent bf16 kernel's 32B qkv (NOTES.md, "x resident, x's box in the
+  # tensor-map kernels and the consumers' bank conflicts: measured"): neither x's box nor the bank conflicts
+  SELECT=(--cases qwen3-32b/qkv --only-kernel cublas_bf16 --only-kernel cuda_bf16_v2 --only-kernel cuda_bf16_v3 --ms 1,8,16)
+  NCU_SECTIONS+=(--section MemoryWorkloadAnalysis_Tables)
 elif [ "${1:-}" = wide ]; then
   # what holds the wide kernel's time growing ~10 us an n-tile (tensor pipe, issue, or the wait on its MMAs), and
   # what the pipelined loop changes

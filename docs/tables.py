@@ -2228,27 +2228,39 @@ ROWS_X_RUNS = {
     ),
 }
 ROWS_X_KINDS = {"cuda_w12_v10": "W12", "cuda_q_v5": "Q", "cuda_bf16_v5": "bf16"}
+MODEL_SIZES = {"qwen3-8b": "8B", "qwen3-32b": "32B"}
 
 
-def rows_ab_table(results: Results, runs_of: dict[str, tuple[str, ...]], linears: tuple[str, ...]) -> str:
-    """The 8B ``linears`` at 1, 8 and 16 tokens by kind, cold us, the mean over each label's runs
-    (``run_h200_rows_ab.sh``'s alternated processes of one library); a run without one of the calls raises."""
+def rows_ab_table(
+    results: Results,
+    runs_of: dict[str, tuple[str, ...]],
+    linears: tuple[str, ...],
+    models: tuple[str, ...] = ("qwen3-8b",),
+    kinds: dict[str, str] = ROWS_X_KINDS,
+) -> str:
+    """The ``models``' ``linears`` at 1, 8 and 16 tokens by kind (``kinds``: kind -> its name in the table), cold us,
+    the mean over each label's runs (``run_h200_rows_ab.sh``'s alternated processes of one library); a run without one
+    of the calls raises."""
     runs = {label: [results(name) for name in names] for label, names in runs_of.items()}
 
-    def mean_us(label: str, linear: str, m: int, kind: str) -> float:
-        got = [r["cold_s"] for run in runs[label] for r in run["shapes"] if (r["linear"], r["M"], r["kind"]) == (linear, m, kind)]
+    def mean_us(label: str, model: str, linear: str, m: int, kind: str) -> float:
+        key = (model, linear, m, kind)
+        got = [r["cold_s"] for run in runs[label] for r in run["shapes"] if (r["model"], r["linear"], r["M"], r["kind"]) == key]
         if len(got) != len(runs[label]):
             raise ValueError(
-                f"{label}: qwen3-8b {linear} M={m} {kind}: expected a time in each of {len(runs[label])} runs, got {len(got)}"
+                f"{label}: {model} {linear} M={m} {kind}: expected a time in each of {len(runs[label])} runs, got {len(got)}"
             )
         return 1e6 * statistics.mean(got)
 
     rows = []
-    for linear in linears:
-        for kind, name in ROWS_X_KINDS.items():
-            for m in (1, 8, 16):
-                rows.append([linear, name, str(m), *(f"{mean_us(label, linear, m, kind):.1f}" for label in runs)])
-    return markdown_table(["8B linear", "kind", "tokens", *(f"{label} us" for label in runs)], rows)
+    for model in models:
+        for linear in linears:
+            for kind, name in kinds.items():
+                for m in (1, 8, 16):
+                    cells = (f"{mean_us(label, model, linear, m, kind):.1f}" for label in runs)
+                    rows.append([*([MODEL_SIZES[model]] if len(models) > 1 else []), linear, name, str(m), *cells])
+    head = ["model", "linear"] if len(models) > 1 else [f"{MODEL_SIZES[models[0]]} linear"]
+    return markdown_table([*head, "kind", "tokens", *(f"{label} us" for label in runs)], rows)
 
 
 def cuda_rows_x_h100(results: Results) -> str:
@@ -2274,6 +2286,46 @@ def cuda_rows_extra_copy_h100(results: Results) -> str:
     and down, cold us, the mean of two alternated processes a library (W12 and bf16 gate_up run the tensor-map kernel,
     which the switch left alone)."""
     return rows_ab_table(results, ROWS_EXTRA_COPY_RUNS, ("qkv", "o", "gate_up", "down"))
+
+
+TENSOR_MAP_ABLATIONS_RUNS = {
+    "shipped": ("rows_ab_h100_2026-12-07_d05e129_call1_shipped1.json", "rows_ab_h100_2026-12-07_d05e129_call1_shipped2.json"),
+    "no x box (128)": (
+        "rows_ab_h100_2026-12-07_d05e129_call1_wide_ablate_1281.json",
+        "rows_ab_h100_2026-12-07_d05e129_call1_wide_ablate_1282.json",
+    ),
+    "no bank conflicts (256)": (
+        "rows_ab_h100_2026-12-07_d05e129_call1_wide_ablate_2561.json",
+        "rows_ab_h100_2026-12-07_d05e129_call1_wide_ablate_2562.json",
+    ),
+}
+
+
+def cuda_tensor_map_ablations_h100(results: Results) -> str:
+    """The 1-16 token kernels with x's box left out of the 64-row tensor-map kernels (``-DSPECDEC_WIDE_ABLATE=128``)
+    and with every 64-row tensor-map and row-tile consumer's stage loads moved off their bank conflicts (``256``),
+    products wrong in both, against the shipped library (one H100 call, ``run_h200_rows_ab.sh`` with the 32B linears):
+    the 8B and 32B qkv and o, cold us, the mean of two alternated processes a library."""
+    return rows_ab_table(results, TENSOR_MAP_ABLATIONS_RUNS, ("qkv", "o"), models=("qwen3-8b", "qwen3-32b"))
+
+
+ROWS_X_RESIDENT_RUNS = {
+    "shipped": ("rows_ab_h100_2026-12-07_d05e129_call2_shipped1.json", "rows_ab_h100_2026-12-07_d05e129_call2_shipped2.json"),
+    "x resident": (
+        "rows_ab_h100_2026-12-07_d05e129_call2_rows_x_resident_11.json",
+        "rows_ab_h100_2026-12-07_d05e129_call2_rows_x_resident_12.json",
+    ),
+}
+
+
+def cuda_rows_x_resident_h100(results: Results) -> str:
+    """The Q view's row tiles with all of x copied into shared memory at the call's start (``-DSPECDEC_ROWS_X_RESIDENT=1``,
+    since removed: it took the Q view at one token only, of 1, 8 and 16) against the shipped library (one H100 call,
+    ``run_h200_rows_ab.sh``): the 8B and 32B qkv, o, gate_up and down, cold us, the mean of two alternated processes a
+    library."""
+    return rows_ab_table(
+        results, ROWS_X_RESIDENT_RUNS, ("qkv", "o", "gate_up", "down"), models=("qwen3-8b", "qwen3-32b"), kinds={"cuda_q_v5": "Q"}
+    )
 
 
 WIDE_PARTS_RUNS = {
@@ -2401,6 +2453,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide-epilogue-tid-h100": cuda_wide_epilogue_tid_h100,
     "cuda-rows-x-h100": cuda_rows_x_h100,
     "cuda-rows-extra-copy-h100": cuda_rows_extra_copy_h100,
+    "cuda-tensor-map-ablations-h100": cuda_tensor_map_ablations_h100,
+    "cuda-rows-x-resident-h100": cuda_rows_x_resident_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,

@@ -860,13 +860,13 @@ constexpr bool kAblateBanks = (SPECDEC_WIDE_ABLATE & 256) != 0;
 // One stage (SK / 32 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
 // [ROWS][SK] weights, x of tokens g + 8 j after them (x_off[j]: that token row's byte offset), then MMA. CHECK, TOK,
 // ROWS, SK, HALVES and half as in consume_stage.
-template <bool CHECK, int TOK = kMaxTokens, int ROWS = kStreamRows, int SK = kBulkStageK, int HALVES = 1, bool X_APART = false>
+template <bool CHECK, int TOK = kMaxTokens, int ROWS = kStreamRows, int SK = kBulkStageK, int HALVES = 1>
 __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8],
-                                                   int t, float (&acc)[TOK / 8][4], int half = 0, const unsigned char* x_here = nullptr) {
+                                                   int t, float (&acc)[TOK / 8][4], int half = 0) {
   constexpr int kRowBytes = SK * 2;
   constexpr int NT = TOK / 8;
   constexpr int kMine = SK / 32 / HALVES;  // chunks of each warp a stage
-  const unsigned char* x0 = X_APART ? x_here : st + ROWS * kRowBytes;  // X_APART, x_here as in consume_stage
+  const unsigned char* x0 = st + ROWS * kRowBytes;
   const int flip = kAblateBanks ? (tile_row & 1) << 6 : 0;  // a quarter-warp's rows and tokens g differ in g & 1
 #pragma unroll
   for (int cc = 0; cc < kMine; ++cc) {
@@ -893,17 +893,14 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
 // stage's x), decode and MMA. HALVES groups of warps share a stage's chunks: group `half` takes chunks half x SK / 64 /
 // HALVES on. CHECK: the stage may end before SK (pieces at or past K read as zero). KIND kW12: the stage holds ae, nib,
 // x; kQ: ae, x.
-template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows, int SK = kBulkStageK,
-          bool X_APART = false>
+template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows, int SK = kBulkStageK>
 __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8], int t,
-                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half = 0,
-                                              const unsigned char* x_here = nullptr) {
+                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half = 0) {
   constexpr int NT = TOK / 8;
   constexpr int kMine = SK / 64 / HALVES;  // chunks of each warp a stage
   const unsigned char* ae = st;
   const unsigned char* nib = st + ROWS * SK;
-  // X_APART: the stage's x is at x_here, not in the stage (SPECDEC_ROWS_X_RESIDENT)
-  const unsigned char* x0 = X_APART ? x_here : KIND == kW12 ? nib + ROWS * (SK / 2) : nib;
+  const unsigned char* x0 = KIND == kW12 ? nib + ROWS * (SK / 2) : nib;
   // SPECDEC_WIDE_ABLATE bit 256: ae and x rows of a quarter-warp differ in g & 1, the nib rows of a half-warp (64 or
   // 128 bytes long) in g & 2 or g & 3
   const int a_flip = kAblateBanks ? (tile_row & 1) << 6 : 0;
@@ -941,14 +938,12 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
 // the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16 (consume_stage); STAGES: the ring's stages; TOK: 8,
 // or 16 for tokens 8..15 in a second MMA n-tile. STRIDE > 1: the warp takes only every STRIDE-th stage of the segment
 // from its `first` on (s and round then start at that stage's slot), other warps the others (tma_rows_kernel's stage
-// groups); each stage is still released by the HALVES x ROWS / 16 warps that consume it. x_resident
-// (SPECDEC_ROWS_X_RESIDENT, X_APART): x's boxes of the segment's stages one after another ([M][SK] each), read from there.
+// groups); each stage is still released by the HALVES x ROWS / 16 warps that consume it.
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
-          int SK = kBulkStageK, int STRIDE = 1, bool X_APART = false>
+          int SK = kBulkStageK, int STRIDE = 1>
 __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                 uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                                float* red, int& s, uint32_t& round, int first = 0,
-                                                const unsigned char* x_resident = nullptr) {
+                                                float* red, int& s, uint32_t& round, int first = 0) {
   static_assert(SK % ((KIND == kBf16 ? 32 : 64) * HALVES) == 0, "every group of warps takes whole chunks of a stage");
   static_assert(STAGES % STRIDE == 0, "a stage group keeps to its own ring slots");
   constexpr int kTileWarps = ROWS / 16;
@@ -992,29 +987,24 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
       if (s >= STAGES) s -= STAGES, ++round;
     }
   };
-  auto x_here = [&](int i) -> const unsigned char* {
-    if constexpr (X_APART) return x_resident + static_cast<size_t>(i) * (M * SK * 2);
-    return nullptr;
-  };
   int it = first;
   for (; it < n_full; it += STRIDE) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<false, TOK, ROWS, SK, HALVES, X_APART>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t,
-                                                                acc, half, x_here(it));
+      consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
     else
-      consume_stage<false, KIND, TOK, HALVES, ROWS, SK, X_APART>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t,
-                                                                 X0, X1, acc, half, x_here(it));
+      consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
+                                                        acc, half);
     release();
   }
   for (; it < n_mine; it += STRIDE) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<true, TOK, ROWS, SK, HALVES, X_APART>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K,
-                                                               tile_row, x_off, t, acc, half, x_here(it));
+      consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row, x_off,
+                                                      t, acc, half);
     else
-      consume_stage<true, KIND, TOK, HALVES, ROWS, SK, X_APART>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K,
-                                                                tile_row, x_off, t, X0, X1, acc, half, x_here(it));
+      consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
+                                                       x_off, t, X0, X1, acc, half);
     release();
   }
   // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 j + 2t, 8 j + 2t + 1) -> red[row][token].
@@ -1029,15 +1019,14 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
 
 // consume_segment over the CTA's only segment, from the ring's first slot (STRIDE > 1: from stage `first`, in its slot).
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
-          int SK = kBulkStageK, int STRIDE = 1, bool X_APART = false>
+          int SK = kBulkStageK, int STRIDE = 1>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                             float* red, int first = 0, const unsigned char* x_resident = nullptr) {
+                                             float* red, int first = 0) {
   int s = first;
   uint32_t round = 0;
-  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK, STRIDE, X_APART>(p, ring, stage_bytes, full_bar, empty_bar, s_lo,
-                                                                                     s_hi, row_block, warp, lane, red, s, round, first,
-                                                                                     x_resident);
+  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK, STRIDE>(p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi,
+                                                                            row_block, warp, lane, red, s, round, first);
 }
 
 template <int PRODUCER_WARPS>
@@ -1233,25 +1222,13 @@ __device__ __forceinline__ void issue_ring(int n, uint32_t tx, uint64_t* full_ba
   }
 }
 
-// A build-time switch for measuring (benchmarks/NOTES.md, "What x costs a one-token row tile"): nvcc
-// -DSPECDEC_ROWS_X_RESIDENT=1 gives the 1-16 token row tiles, on calls where it leaves an SM as many CTAs
-// (rows_x_resident_takes), all of x's stage boxes copied once into shared memory after the ring (one box of [M][256]
-// a stage, as the ring would have copied them, issued together at the start on a barrier of their own) and a ring of
-// weights only: one copy a stage instead of two (W12: two instead of three). Products unchanged.
-#ifndef SPECDEC_ROWS_X_RESIDENT
-#define SPECDEC_ROWS_X_RESIDENT 0
-#endif
-
 // The producer of a tensor-map ring, one thread: stages s_lo .. s_lo + n - 1 (SK weights each) of the ROWS-row block at
 // row_block in issue_ring's order: a box of [ROWS][SK] weights (the ae plane, or bf16), for W12 one of [ROWS][SK / 2]
-// nib bytes, and x's [M][SK] at x_offset in the stage. x_bar (SPECDEC_ROWS_X_RESIDENT's builds, with with_x false):
-// after griddep_wait, the n stages' x boxes of x_box_bytes each, one after another from x_resident, all counted on
-// x_bar.
+// nib bytes, and x's [M][SK] at x_offset in the stage.
 template <int KIND, int STAGES, int ROWS, int SK>
 __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
                                                  uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
-                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map, bool with_x = true,
-                                                 uint64_t* x_bar = nullptr, unsigned char* x_resident = nullptr, int x_box_bytes = 0) {
+                                                 const CUtensorMap* nib_map, const CUtensorMap* x_map, bool with_x = true) {
   const uint64_t stream = l2_evict_first();
   const uint64_t keep = l2_evict_last();
   // whole boxes, zeros past N and K included (without x, for SPECDEC_WIDE_ABLATE's timing builds: the weights' boxes)
@@ -1265,11 +1242,6 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
   auto x_of = [&](int it, int, uint32_t full) {
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
     if (with_x) tma_load_2d(st + x_offset, x_map, (s_lo + it) * SK, 0, full, keep);
-    if (x_bar != nullptr && it == 0) {
-      const uint32_t xb = smem_addr(x_bar);
-      mbar_arrive_expect_tx(xb, static_cast<uint32_t>(n * x_box_bytes));
-      for (int j = 0; j < n; ++j) tma_load_2d(smem_addr(x_resident + static_cast<size_t>(j) * x_box_bytes), x_map, (s_lo + j) * SK, 0, xb, keep);
-    }
   };
   issue_ring<STAGES>(n, tx, full_bar, empty_bar, weights, x_of);
 }
@@ -1670,11 +1642,7 @@ __host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1
 __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
-__host__ __device__ constexpr int rows_stage_bytes(int kind, int M, bool x_resident = false) {
-  return rows_weight_bytes(kind) + (x_resident ? 0 : M * kRowStageK * 2);
-}
-// SPECDEC_ROWS_X_RESIDENT: x's boxes of every stage of K, after the ring.
-__host__ __device__ constexpr int rows_x_resident_bytes(int M, int K) { return (K + kRowStageK - 1) / kRowStageK * M * kRowStageK * 2; }
+__host__ __device__ constexpr int rows_stage_bytes(int kind, int M) { return rows_weight_bytes(kind) + M * kRowStageK * 2; }
 __host__ __device__ constexpr int rows_threads(int kind, int stage_groups = 1) {
   return (kRowGroups * stage_groups + 1 + (kind == kW12 ? 1 : 0)) * 32;
 }
@@ -1683,7 +1651,7 @@ __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_g
   return kRowGroups * stage_groups * kRowTile * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, kRowTile) : 0);
 }
 
-template <int KIND, int TOK = kMaxTokens, int STAGE_GROUPS = 1, bool X_RESIDENT = false>
+template <int KIND, int TOK = kMaxTokens, int STAGE_GROUPS = 1>
 __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_per_sm(TOK, STAGE_GROUPS))
     tma_rows_kernel(const Params p, const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
                     const __grid_constant__ CUtensorMap x_map) {
@@ -1699,38 +1667,29 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   const int warp = tid >> 5, lane = tid & 31;
   const int n_stages = (p.K + kRowStageK - 1) / kRowStageK;
   const int row_block = blockIdx.x * kRowTile;
-  const int stage_bytes = rows_stage_bytes(KIND, M, X_RESIDENT);
-  // X_RESIDENT: after the ring, x's barrier (in a 128-byte unit of its own) and x's boxes, then the tiles
-  unsigned char* after_ring = smem + static_cast<size_t>(kStages) * stage_bytes;
-  uint64_t* x_bar = X_RESIDENT ? reinterpret_cast<uint64_t*>(after_ring) : nullptr;
-  unsigned char* x_resident = X_RESIDENT ? after_ring + kTmaAlign : nullptr;
-  float* red = reinterpret_cast<float*>(X_RESIDENT ? x_resident + rows_x_resident_bytes(M, p.K) : after_ring);
+  const int stage_bytes = rows_stage_bytes(KIND, M);
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
   float* esc = red + kConsumers * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
 
-  if (tid == 0) {
-    if constexpr (X_RESIDENT) mbar_init(smem_addr(x_bar), 1);  // fenced with the ring's barriers
-    init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups);
-  }
+  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups);
   __syncthreads();
 
   if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
                                                             row_block, &ae_map, &nib_map, &x_map,
-                                                            (SPECDEC_WIDE_ABLATE & 64) == 0 && !X_RESIDENT,
-                                                            x_bar, x_resident, M * kRowStageK * 2);
+                                                            (SPECDEC_WIDE_ABLATE & 64) == 0);
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
   } else {
-    if constexpr (X_RESIDENT) mbar_wait(smem_addr(x_bar), 0);  // every stage's x, once
     if constexpr (STAGE_GROUPS == 1) {
-      consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, 1, X_RESIDENT>(
-          p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp, lane, red, 0, x_resident);
+      consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
+                                                                                        n_stages, row_block, warp, lane, red);
     } else {
       const int group = warp / kRowGroups;  // its stages: group, group + STAGE_GROUPS, ...; its chunk: warp % kRowGroups
-      consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, STAGE_GROUPS, X_RESIDENT>(
+      consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, STAGE_GROUPS>(
           p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp % kRowGroups, lane,
-          red + group * kRowGroups * kRowTile * TOK, group, x_resident);
+          red + group * kRowGroups * kRowTile * TOK, group);
     }
   }
   __syncthreads();
@@ -3006,20 +2965,6 @@ int set_smem_attributes(Kernel kernel, int bytes) {
   return 0;
 }
 
-// The most dynamic shared memory `kernel` may ask for on the current device: a block's opt-in limit less the kernel's
-// static shared memory (its barriers).
-template <typename Kernel>
-int max_dynamic_smem(Kernel kernel, int* bytes) {
-  int device = 0, optin = 0;
-  cudaFuncAttributes attributes{};
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attributes, kernel);
-  if (e != cudaSuccess) return fail("max_dynamic_smem", e);
-  *bytes = optin - static_cast<int>(attributes.sharedSizeBytes);
-  return 0;
-}
-
 // `kernel` over (grid_x, k_splits) CTAs of `threads` threads, the K splits of a row block one thread-block cluster.
 template <typename Kernel>
 int launch_in_clusters(Kernel kernel, const Plan& pl, int threads, cudaStream_t stream, const Params& p) {
@@ -3307,15 +3252,14 @@ int launch_tma(Params p, void* workspace, long long workspace_bytes, cudaStream_
 
 // The row-tile kernel's plan: one CTA per 16 rows over the whole of K (no K split, no workspace); n_chunks counts its
 // stages of kRowStageK weights, smem_bytes its ring, consumer tiles and escape warp (stage_groups: tma_rows_kernel's).
-Plan make_rows_plan(int kind, int M, int N, int K, int stage_groups = 1, bool x_resident = false) {
+Plan make_rows_plan(int kind, int M, int N, int K, int stage_groups = 1) {
   Plan pl{};
   const int tok = tma_tokens(M);
   pl.rt_per_cta = 1;
   pl.k_splits = 1;
   pl.n_chunks = (K + kRowStageK - 1) / kRowStageK;
   pl.grid_x = (N + kRowTile - 1) / kRowTile;
-  pl.smem_bytes = rows_stages(tok) * rows_stage_bytes(kind, M, x_resident) + rows_smem_fixed(kind, tok, stage_groups) + kTmaAlign;
-  if (x_resident) pl.smem_bytes += kTmaAlign + rows_x_resident_bytes(M, K);  // x's barrier, then its boxes
+  pl.smem_bytes = rows_stages(tok) * rows_stage_bytes(kind, M) + rows_smem_fixed(kind, tok, stage_groups) + kTmaAlign;
   return pl;
 }
 
@@ -3337,14 +3281,6 @@ int rows_resident(const Plan& pl, int M, int stage_groups = 1) {
   const int per_sm = (227 * 1024) / (pl.smem_bytes + 1024);
   const int bound = rows_ctas_per_sm(tma_tokens(M), stage_groups);
   return per_sm < bound ? per_sm : bound;
-}
-
-// SPECDEC_ROWS_X_RESIDENT's builds: whether a row-tile call of the plan keeps x resident, where that leaves an SM as
-// many CTAs as the ring with x in it does (and fits a CTA's shared memory).
-[[maybe_unused]] bool rows_x_resident_takes(int kind, int M, int N, int K, int stage_groups) {
-  const Plan resident = make_rows_plan(kind, M, N, K, stage_groups, true);
-  return resident.smem_bytes <= 227 * 1024 &&
-         rows_resident(resident, M, stage_groups) >= rows_resident(make_rows_plan(kind, M, N, K, stage_groups), M, stage_groups);
 }
 
 bool rows_pay(int kind, int M, int N, int K, int sms) {
@@ -3403,29 +3339,6 @@ int launch_rows_tokens(Params p, cudaStream_t stream) {
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
   const auto kernel = groups > 1 ? two_groups : one_group;
-  if constexpr (SPECDEC_ROWS_X_RESIDENT != 0) {
-    if (rows_x_resident_takes(KIND, p.M, p.N, p.K, groups)) {
-      auto one_resident = tma_rows_kernel<KIND, TOK, 1, true>;
-      auto two_resident = tma_rows_kernel<KIND, TOK, kTwoGroups ? 2 : 1, true>;
-      static PerDevice<int> resident_limit_of;  // the dynamic shared memory both kernels were set to take, 0 before
-      int& resident_limit = resident_limit_of.here();
-      if (resident_limit == 0) {
-        int one_limit = 0, two_limit = 0;
-        if (int rc = max_dynamic_smem(one_resident, &one_limit)) return rc;
-        if (int rc = max_dynamic_smem(two_resident, &two_limit)) return rc;
-        if (int rc = set_smem_attributes(one_resident, one_limit)) return rc;
-        if (int rc = set_smem_attributes(two_resident, two_limit)) return rc;
-        resident_limit = one_limit < two_limit ? one_limit : two_limit;
-      }
-      const Plan res = make_rows_plan(KIND, p.M, p.N, p.K, groups, true);
-      if (res.smem_bytes <= resident_limit) {
-        const cudaError_t e = launch_tma_kernel(groups > 1 ? two_resident : one_resident, dim3(res.grid_x, 1, 1), rows_threads(KIND, groups),
-                                                res.smem_bytes, stream, p, ae_map, nib_map, x_map);
-        if (e != cudaSuccess) return fail("tma_rows_kernel launch (x resident)", e);
-        return 0;
-      }
-    }
-  }
   const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND, groups), pl.smem_bytes, stream, p, ae_map,
                                           nib_map, x_map);
   if (e != cudaSuccess) return fail("tma_rows_kernel launch", e);
