@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(threads_of(LAYOUT), ctas_per_sm_of(LAYOUT))
   __syncthreads();
   if (warp == kConsumerWarps) {
     if (lane == 0) {
-      const uint64_t stream = l2_evict_first();
+      const uint64_t stream = l2_stream_policy();
       int s = 0;
       uint32_t round = 0;
       for (int st = s_lo; st < s_hi; ++st) {

@@ -816,9 +816,19 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
-__device__ __forceinline__ uint64_t l2_evict_first() {
+// A build-time switch for measuring (benchmarks/NOTES.md, "The bf16 32B qkv under ncu"): nvcc
+// -DSPECDEC_WEIGHT_L2_POLICY=1 gives every weight load the L2's normal eviction policy instead of evict-first (0).
+// Products unchanged.
+#ifndef SPECDEC_WEIGHT_L2_POLICY
+#define SPECDEC_WEIGHT_L2_POLICY 0
+#endif
+// The L2 policy of the weights' loads, which stream through once: evict first (SPECDEC_WEIGHT_L2_POLICY 1: normal).
+__device__ __forceinline__ uint64_t l2_stream_policy() {
   uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  if constexpr (SPECDEC_WEIGHT_L2_POLICY == 1)
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
 __device__ __forceinline__ uint64_t l2_evict_last() {
@@ -1066,7 +1076,7 @@ __global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
     // the phase completes only once all PRODUCER_WARPS warps have arrived and all their bytes have landed. A
     // warp arrives for the next round of a stage only after its empty barrier, i.e. after that phase completed.
     const int q = warp - kBulkConsumerWarps;
-    const uint64_t stream = l2_evict_first();
+    const uint64_t stream = l2_stream_policy();
     const uint64_t keep = l2_evict_last();
     const size_t K = p.K;
     const bool is_ae = lane < 16;
@@ -1097,7 +1107,7 @@ __global__ void __launch_bounds__(bulk_threads(PRODUCER_WARPS), kBulkCtasPerSm)
     }
   } else if (PRODUCER_WARPS == 1 && warp == kBulkConsumerWarps) {
     // Producer: lane l copies rows l and l + 32 of both planes, lanes < M token row l of x.
-    const uint64_t stream = l2_evict_first();
+    const uint64_t stream = l2_stream_policy();
     const uint64_t keep = l2_evict_last();
     const size_t K = p.K;
     const int rows[2] = {min(row_block + lane, p.N - 1), min(row_block + lane + 32, p.N - 1)};
@@ -1229,7 +1239,7 @@ template <int KIND, int STAGES, int ROWS, int SK>
 __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
                                                  uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
                                                  const CUtensorMap* nib_map, const CUtensorMap* x_map, bool with_x = true) {
-  const uint64_t stream = l2_evict_first();
+  const uint64_t stream = l2_stream_policy();
   const uint64_t keep = l2_evict_last();
   // whole boxes, zeros past N and K included (without x, for SPECDEC_WIDE_ABLATE's timing builds: the weights' boxes)
   const uint32_t tx = static_cast<uint32_t>(with_x ? stage_bytes : x_offset);
@@ -1517,7 +1527,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
     if (lane == 0) {
       // As tma_gemm_kernel's producer, over the run's units (row block `row`, stage `k0` kept as counters): the first
       // kStages units' weights before griddep_wait, their x after it.
-      const uint64_t stream = l2_evict_first();
+      const uint64_t stream = l2_stream_policy();
       const uint64_t keep = l2_evict_last();
       constexpr bool kWithX = (SPECDEC_WIDE_ABLATE & 128) == 0;
       const uint32_t tx = static_cast<uint32_t>(kWithX ? stage_bytes : tma_stage_bytes(KIND, 0));
@@ -2405,7 +2415,7 @@ template <int KIND, int STAGES>
 __device__ __forceinline__ void produce_wide_run(unsigned char* smem, int stage_bytes, uint64_t* full_bar, uint64_t* empty_bar,
                                                  int u_lo, int u_hi, int stages, const CUtensorMap* ae_map,
                                                  const CUtensorMap* nib_map, const CUtensorMap* x_map) {
-  const uint64_t stream = l2_evict_first();
+  const uint64_t stream = l2_stream_policy();
   const uint64_t keep = l2_evict_last();
   const uint32_t tx = static_cast<uint32_t>(stage_bytes);
   const int k_end = stages * kWideStageK;
@@ -3123,6 +3133,12 @@ TensorMapEncodeTiled tensor_map_encoder() {
   return fn;
 }
 
+// A build-time switch for measuring (benchmarks/NOTES.md, "The bf16 32B qkv under ncu"): nvcc
+// -DSPECDEC_WEIGHT_L2_PROMOTION=128 (or 0: none) encodes the weight planes' tensor maps with that L2 sector promotion
+// instead of 256 bytes. Products unchanged.
+#ifndef SPECDEC_WEIGHT_L2_PROMOTION
+#define SPECDEC_WEIGHT_L2_PROMOTION 256
+#endif
 // A 2-D row-major tensor [rows][inner] of `type` at `base` (row stride `row_bytes`), read in boxes of
 // [box_rows][box_inner]; elements past its edges read as zeros; `promotion`: the L2 sector promotion of its loads;
 // `swizzle`: how a box lands in shared memory (plainly row after row, or the 128-byte swizzle wgmma reads).
@@ -3168,14 +3184,16 @@ int encode_weight_maps(const Params& p, unsigned int rows, unsigned int sk, CUte
                        CUtensorMap* x_map, unsigned int x_rows = 0, CUtensorMapSwizzle x_swizzle = CU_TENSOR_MAP_SWIZZLE_NONE,
                        CUtensorMapSwizzle ae_swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   const unsigned long long K = p.K, N = p.N;
+  constexpr CUtensorMapL2promotion kPromotion = SPECDEC_WEIGHT_L2_PROMOTION == 0     ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+                                                : SPECDEC_WEIGHT_L2_PROMOTION == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                                                     : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   if (KIND == kBf16) {
-    if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, K, N, 2 * K, sk, rows, "weight")) return rc;
-  } else if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, sk, rows, "ae", CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                               ae_swizzle)) {
+    if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, K, N, 2 * K, sk, rows, "weight", kPromotion)) return rc;
+  } else if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, sk, rows, "ae", kPromotion, ae_swizzle)) {
     return rc;
   }
   if (KIND == kW12) {
-    if (int rc = encode_2d(nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, sk / 2, rows, "nib")) return rc;
+    if (int rc = encode_2d(nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, sk / 2, rows, "nib", kPromotion)) return rc;
   } else {
     *nib_map = *ae_map;
   }
