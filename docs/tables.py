@@ -712,6 +712,18 @@ def _ncu_kernel_rows(records: list[dict], kernels: tuple[str, ...]) -> list[list
 NCU_HEADER = ["shape", "kernel", "us", "of copy", "DRAM %", "occupancy %", "issue %", "waves", "top stall (share)", "limiter"]
 
 
+def cuda_ncu_bf16_h100(results: Results) -> str:
+    """cuBLAS and the bf16 tensor-map kernels (split-K v2, persistent v3) on the 32B qkv at 1, 8 and 16 tokens under
+    Nsight Compute, one launch each (``run_h200_ncu.sh bf16_16`` on an H100, clocks not locked)."""
+    run = results("ncu_profile_h100_2026-12-07_bf16_16.json")
+    kernels = ("cublas_bf16", "cuda_bf16_v2", "cuda_bf16_v3")
+    records = [r for r in run["records"] if r["kernel"] in kernels and r["attributed"]]
+    if len(records) != 9:
+        raise ValueError(f"ncu bf16_16: expected 9 attributed ranges (3 kernels x 3 token counts), got {len(records)}")
+    note = f"copy bandwidth {run['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s ({run['copy_bandwidth_source']})"
+    return markdown_table(NCU_HEADER, _ncu_kernel_rows(records, kernels)) + "\n\n" + note
+
+
 def cuda_ncu_tensor_map(results: Results) -> str:
     """The tensor-map kernels (W12 v7, Q v2, bf16 v2) beside cuBLAS under Nsight Compute (run5)."""
     run = results("ncu_profile_h200_2026-12-02_run5.json")
@@ -2454,6 +2466,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-rows-x-h100": cuda_rows_x_h100,
     "cuda-rows-extra-copy-h100": cuda_rows_extra_copy_h100,
     "cuda-tensor-map-ablations-h100": cuda_tensor_map_ablations_h100,
+    "cuda-ncu-bf16-h100": cuda_ncu_bf16_h100,
     "cuda-rows-x-resident-h100": cuda_rows_x_resident_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
