@@ -2228,17 +2228,21 @@ def cuda_wide_epilogue_tid_h100(results: Results) -> str:
     return "\n\n".join(tables)
 
 
-ROWS_X_RUNS = {
-    "shipped": ("rows_ab_h100_2026-12-07_7cf86ba_shipped1.json", "rows_ab_h100_2026-12-07_7cf86ba_shipped2.json"),
-    "without x's box": (
-        "rows_ab_h100_2026-12-07_7cf86ba_wide_ablate_641.json",
-        "rows_ab_h100_2026-12-07_7cf86ba_wide_ablate_642.json",
-    ),
-    "clusters of two": (
-        "rows_ab_h100_2026-12-07_7cf86ba_rows_cluster_21.json",
-        "rows_ab_h100_2026-12-07_7cf86ba_rows_cluster_22.json",
-    ),
-}
+def rows_ab_runs(prefix: str, libraries: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """``run_h200_rows_ab.sh``'s two alternated runs of each library of one call, by label: ``libraries`` maps a label
+    to the runner's name for the library (``shipped``, or its flags' label), ``prefix`` is the call's file prefix.
+
+    Example:
+        >>> rows_ab_runs("rows_ab_x", {"shipped": "shipped"})
+        {'shipped': ('rows_ab_x_shipped1.json', 'rows_ab_x_shipped2.json')}
+    """
+    return {label: tuple(f"{prefix}_{name}{run}.json" for run in (1, 2)) for label, name in libraries.items()}
+
+
+ROWS_X_RUNS = rows_ab_runs(
+    "rows_ab_h100_2026-12-07_7cf86ba",
+    {"shipped": "shipped", "without x's box": "wide_ablate_64", "clusters of two": "rows_cluster_2"},
+)
 ROWS_X_KINDS = {"cuda_w12_v10": "W12", "cuda_q_v5": "Q", "cuda_bf16_v5": "bf16"}
 MODEL_SIZES = {"qwen3-8b": "8B", "qwen3-32b": "32B"}
 
@@ -2283,13 +2287,9 @@ def cuda_rows_x_h100(results: Results) -> str:
     return rows_ab_table(results, ROWS_X_RUNS, ("qkv", "o", "down"))
 
 
-ROWS_EXTRA_COPY_RUNS = {
-    "shipped": ("rows_ab_h100_2026-12-07_9070564_shipped1.json", "rows_ab_h100_2026-12-07_9070564_shipped2.json"),
-    "one more copy a stage": (
-        "rows_ab_h100_2026-12-07_9070564_rows_extra_copy_11.json",
-        "rows_ab_h100_2026-12-07_9070564_rows_extra_copy_12.json",
-    ),
-}
+ROWS_EXTRA_COPY_RUNS = rows_ab_runs(
+    "rows_ab_h100_2026-12-07_9070564", {"shipped": "shipped", "one more copy a stage": "rows_extra_copy_1"}
+)
 
 
 def cuda_rows_extra_copy_h100(results: Results) -> str:
@@ -2300,17 +2300,10 @@ def cuda_rows_extra_copy_h100(results: Results) -> str:
     return rows_ab_table(results, ROWS_EXTRA_COPY_RUNS, ("qkv", "o", "gate_up", "down"))
 
 
-TENSOR_MAP_ABLATIONS_RUNS = {
-    "shipped": ("rows_ab_h100_2026-12-07_d05e129_call1_shipped1.json", "rows_ab_h100_2026-12-07_d05e129_call1_shipped2.json"),
-    "no x box (128)": (
-        "rows_ab_h100_2026-12-07_d05e129_call1_wide_ablate_1281.json",
-        "rows_ab_h100_2026-12-07_d05e129_call1_wide_ablate_1282.json",
-    ),
-    "no bank conflicts (256)": (
-        "rows_ab_h100_2026-12-07_d05e129_call1_wide_ablate_2561.json",
-        "rows_ab_h100_2026-12-07_d05e129_call1_wide_ablate_2562.json",
-    ),
-}
+TENSOR_MAP_ABLATIONS_RUNS = rows_ab_runs(
+    "rows_ab_h100_2026-12-07_d05e129_call1",
+    {"shipped": "shipped", "no x box (128)": "wide_ablate_128", "no bank conflicts (256)": "wide_ablate_256"},
+)
 
 
 def cuda_tensor_map_ablations_h100(results: Results) -> str:
@@ -2321,13 +2314,9 @@ def cuda_tensor_map_ablations_h100(results: Results) -> str:
     return rows_ab_table(results, TENSOR_MAP_ABLATIONS_RUNS, ("qkv", "o"), models=("qwen3-8b", "qwen3-32b"))
 
 
-ROWS_X_RESIDENT_RUNS = {
-    "shipped": ("rows_ab_h100_2026-12-07_d05e129_call2_shipped1.json", "rows_ab_h100_2026-12-07_d05e129_call2_shipped2.json"),
-    "x resident": (
-        "rows_ab_h100_2026-12-07_d05e129_call2_rows_x_resident_11.json",
-        "rows_ab_h100_2026-12-07_d05e129_call2_rows_x_resident_12.json",
-    ),
-}
+ROWS_X_RESIDENT_RUNS = rows_ab_runs(
+    "rows_ab_h100_2026-12-07_d05e129_call2", {"shipped": "shipped", "x resident": "rows_x_resident_1"}
+)
 
 
 def cuda_rows_x_resident_h100(results: Results) -> str:

@@ -1687,20 +1687,17 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   if (warp == kConsumers) {
     if (lane == 0)
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
-                                                            row_block, &ae_map, &nib_map, &x_map,
-                                                            (SPECDEC_WIDE_ABLATE & 64) == 0);
+                                                            row_block, &ae_map, &nib_map, &x_map, (SPECDEC_WIDE_ABLATE & 64) == 0);
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
+  } else if constexpr (STAGE_GROUPS == 1) {
+    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
+                                                                                       n_stages, row_block, warp, lane, red);
   } else {
-    if constexpr (STAGE_GROUPS == 1) {
-      consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
-                                                                                        n_stages, row_block, warp, lane, red);
-    } else {
-      const int group = warp / kRowGroups;  // its stages: group, group + STAGE_GROUPS, ...; its chunk: warp % kRowGroups
-      consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, STAGE_GROUPS>(
-          p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp % kRowGroups, lane,
-          red + group * kRowGroups * kRowTile * TOK, group);
-    }
+    const int group = warp / kRowGroups;  // its stages: group, group + STAGE_GROUPS, ...; its chunk: warp % kRowGroups
+    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, STAGE_GROUPS>(
+        p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp % kRowGroups, lane,
+        red + group * kRowGroups * kRowTile * TOK, group);
   }
   __syncthreads();
   griddep_launch_dependents();  // this CTA reads no more weights: a kernel launched after it may start its own
