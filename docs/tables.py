@@ -2329,6 +2329,21 @@ def cuda_rows_x_resident_h100(results: Results) -> str:
     )
 
 
+WEIGHT_L2_RUNS = rows_ab_runs(
+    "rows_ab_h100_2026-12-07_ec3b00e",
+    {"shipped": "shipped", "evict-normal weights": "weight_l2_policy_1", "128-byte promotion": "weight_l2_promotion_128"},
+)
+
+
+def cuda_weight_l2_h100(results: Results) -> str:
+    """The 1-16 token kernels with their weights loaded evict-normal instead of evict-first
+    (``-DSPECDEC_WEIGHT_L2_POLICY=1``) and with the weight planes' tensor maps promoting 128 bytes to the L2 instead of
+    256 (``-DSPECDEC_WEIGHT_L2_PROMOTION=128``), both since removed, against the shipped library (one H100 call,
+    ``run_h200_rows_ab.sh`` with the 32B linears): the 8B and 32B qkv, gate_up and lm_head, cold us, the mean of two
+    alternated processes a library."""
+    return rows_ab_table(results, WEIGHT_L2_RUNS, ("qkv", "gate_up", "lm_head"), models=("qwen3-8b", "qwen3-32b"))
+
+
 WIDE_PARTS_RUNS = {
     "shipped": "wide_parts_h100_2026-12-06_token_major_0.json",
     "3: no decode, no MMAs": "wide_parts_h100_2026-12-06_token_major_3.json",
@@ -2457,6 +2472,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-tensor-map-ablations-h100": cuda_tensor_map_ablations_h100,
     "cuda-ncu-bf16-h100": cuda_ncu_bf16_h100,
     "cuda-rows-x-resident-h100": cuda_rows_x_resident_h100,
+    "cuda-weight-l2-h100": cuda_weight_l2_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,

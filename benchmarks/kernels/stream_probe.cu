@@ -25,7 +25,8 @@
 // The sum of every word read lands in *sum (one atomic a CTA), so the caller can check that each byte of the planes
 // was read exactly once. L2 promotion of the tensor maps: 0 none, 1 128 bytes, 2 256 bytes (the GEMMs use 256).
 //
-// Build: nvcc -O3 -arch=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static stream_probe.cu -o stream_probe.so
+// Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 --shared -Xcompiler -fPIC -cudart static stream_probe.cu
+// -o stream_probe.so
 
 #include "../../specdec/kernels/cuda/skinny_gemm.cu"
 

@@ -816,19 +816,11 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
-// A build-time switch for measuring (benchmarks/NOTES.md, "The bf16 32B qkv under ncu"): nvcc
-// -DSPECDEC_WEIGHT_L2_POLICY=1 gives every weight load the L2's normal eviction policy instead of evict-first (0).
-// Products unchanged.
-#ifndef SPECDEC_WEIGHT_L2_POLICY
-#define SPECDEC_WEIGHT_L2_POLICY 0
-#endif
-// The L2 policy of the weights' loads, which stream through once: evict first (SPECDEC_WEIGHT_L2_POLICY 1: normal).
+// The L2 policy of the weights' loads, which stream through once: evict first (evict-normal measured 1-8 % slower,
+// benchmarks/NOTES.md, "The weights' L2 policy and promotion: measured").
 __device__ __forceinline__ uint64_t l2_stream_policy() {
   uint64_t policy;
-  if constexpr (SPECDEC_WEIGHT_L2_POLICY == 1)
-    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
-  else
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
 __device__ __forceinline__ uint64_t l2_evict_last() {
@@ -3130,12 +3122,6 @@ TensorMapEncodeTiled tensor_map_encoder() {
   return fn;
 }
 
-// A build-time switch for measuring (benchmarks/NOTES.md, "The bf16 32B qkv under ncu"): nvcc
-// -DSPECDEC_WEIGHT_L2_PROMOTION=128 (or 0: none) encodes the weight planes' tensor maps with that L2 sector promotion
-// instead of 256 bytes. Products unchanged.
-#ifndef SPECDEC_WEIGHT_L2_PROMOTION
-#define SPECDEC_WEIGHT_L2_PROMOTION 256
-#endif
 // A 2-D row-major tensor [rows][inner] of `type` at `base` (row stride `row_bytes`), read in boxes of
 // [box_rows][box_inner]; elements past its edges read as zeros; `promotion`: the L2 sector promotion of its loads;
 // `swizzle`: how a box lands in shared memory (plainly row after row, or the 128-byte swizzle wgmma reads).
@@ -3181,16 +3167,14 @@ int encode_weight_maps(const Params& p, unsigned int rows, unsigned int sk, CUte
                        CUtensorMap* x_map, unsigned int x_rows = 0, CUtensorMapSwizzle x_swizzle = CU_TENSOR_MAP_SWIZZLE_NONE,
                        CUtensorMapSwizzle ae_swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   const unsigned long long K = p.K, N = p.N;
-  constexpr CUtensorMapL2promotion kPromotion = SPECDEC_WEIGHT_L2_PROMOTION == 0     ? CU_TENSOR_MAP_L2_PROMOTION_NONE
-                                                : SPECDEC_WEIGHT_L2_PROMOTION == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                                                                                     : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   if (KIND == kBf16) {
-    if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, K, N, 2 * K, sk, rows, "weight", kPromotion)) return rc;
-  } else if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, sk, rows, "ae", kPromotion, ae_swizzle)) {
+    if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, K, N, 2 * K, sk, rows, "weight")) return rc;
+  } else if (int rc = encode_2d(ae_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, K, N, K, sk, rows, "ae", CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                               ae_swizzle)) {
     return rc;
   }
   if (KIND == kW12) {
-    if (int rc = encode_2d(nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, sk / 2, rows, "nib", kPromotion)) return rc;
+    if (int rc = encode_2d(nib_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.nib, K / 2, N, K / 2, sk / 2, rows, "nib")) return rc;
   } else {
     *nib_map = *ae_map;
   }
