@@ -1,7 +1,10 @@
-"""The wide kernels' phases on the GPU's clock: where one call's time goes, CTA by CTA.
+"""The wide and persistent tensor-map kernels' phases on the GPU's clock: where one call's time goes, CTA by CTA.
 
 A library built with ``-DSPECDEC_WIDE_TRACE=1`` (``$SPECDEC_CUDA_KERNELS`` naming it) makes one thread of every CTA of
-``w12_gemm_wide`` / ``q_gemm_wide`` record the global clock (``%globaltimer``, ns) at each point of its life
+``w12_gemm_wide`` / ``q_gemm_wide`` (kinds ``w12``, ``q``: 17-128 rows), and of the 1-16 token persistent tensor-map
+kernel of 64-row blocks (kinds ``bf16_v3``, ``w12_v8``, ``q_v3``: the bf16, W12 and Q entry points that run it where
+split K would need several waves; a call they run split-K records nothing and is reported as such), record the global
+clock (``%globaltimer``, ns) at each point of its life
 (``ops.WIDE_TRACE_FIELDS``): the start, the K loop's end (warp 0, the second stage group, the escape warp, the
 producer, then all warps), the sums' tile complete, the partial tile stored, the row block's counter read, the last
 CTA's sum of the splits, the output stored. From those, per CTA:
@@ -20,7 +23,8 @@ to the last end: what the epilogue adds to the call where nothing else runs). A 
 segments instead (``PERSISTENT_PHASES``): ``loop`` (warp 0's K loops), ``wait_warps`` (its waits there for the other
 warps), ``epilogue`` (the segments' sums, stored rows or partial tiles and counts), ``between`` (the rest of its run:
 the segment loop's own work), ``finish`` (the row blocks' sums it owes after its run), with ``segments`` and
-``partial_segments``; its ``tail`` runs from the last run's end. Each (linear, rows, kind) is traced on
+``partial_segments``, and where the kernel records it (the 1-16 token one) ``issued``, its producer's last copy issued
+from the start; its ``tail`` runs from the last run's end. Each (linear, rows, kind) is traced on
 cold weights (copies spanning 3x the L2, one call a copy, each launched alone with the trace zeroed before it),
 ``--reps`` calls; the table gives medians over the calls of each phase's median over CTAs and of the phases of the
 CTA that ends last. The traced build's products are the shipped build's (checked here against the float32 product);
@@ -43,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import agg_pyplot, provenance, provenance_line, redraw, report
-from benchmarks.kernels.bench_roofline import linear_shapes, sync, w12_planes, weight_bytes
+from benchmarks.kernels.bench_roofline import bf16_variant, linear_shapes, q_variant, sync, w12_planes, w12_v8, weight_bytes
 from benchmarks.kernels.read_floor import cold_weight_device, weight_copies
 from specdec.kernels.cuda.build import library_path
 from specdec.kernels.cuda.ops import WIDE_TRACE_FIELDS
@@ -51,11 +55,13 @@ from specdec.kernels.launch import pdl_mode
 
 FIELDS = WIDE_TRACE_FIELDS  # what a traced build records a CTA, in order
 PHASES = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store", "exit")
-PERSISTENT_PHASES = ("loop", "wait_warps", "epilogue", "between", "finish", "segments", "partial_segments")
+PERSISTENT_PHASES = ("loop", "wait_warps", "epilogue", "between", "finish", "segments", "partial_segments", "issued")
 NOT_TIMES = ("meta", "seg_loop", "seg_wait", "seg_epilogue", "segments")  # fields that are not clock readings
 LAGS = ("group1_lag", "escape_lag", "producer_lag")
 CALL_TIMES = ("span", "skew", "tail")
 LINEARS = ("qkv", "o", "gate_up", "down", "lm_head")
+WIDE_KINDS = ("w12", "q")  # the wide kernels, 17-128 rows
+TENSOR_MAP_KINDS = ("bf16_v3", "w12_v8", "q_v3")  # the 1-16 token persistent kernel, by entry point
 
 
 def cta_phases(rec: list[int]) -> dict:
@@ -100,6 +106,8 @@ def persistent_phases(r: dict) -> dict:
         ...                            seg_wait=50, seg_epilogue=200, segments=3 | 1 << 16))
         >>> p["loop"], p["wait_warps"], p["epilogue"], p["between"], p["finish"], p["segments"], p["partial_segments"]
         (700, 50, 200, 50, 300, 3, 1)
+        >>> p["issued"] is None  # no producer record (the wide kernel's)
+        True
     """
     if not r.get("start") or not r.get("ring_done") or not r.get("end"):
         raise ValueError(f"rec: expected a persistent CTA that ran (start, ring_done and end set), got {r}")
@@ -114,6 +122,7 @@ def persistent_phases(r: dict) -> dict:
         finish=r["end"] - r["ring_done"],
         segments=r["segments"] & 0xFFFF,
         partial_segments=r["segments"] >> 16 & 0xFFFF,
+        issued=r["producer"] - r["start"] if r.get("producer") else None,
     )
 
 
@@ -178,33 +187,53 @@ def summarize(calls: list[dict]) -> dict:
     return out
 
 
+def kind_call(ops, kind: str, x: torch.Tensor, w: torch.Tensor, w12, copies: int):
+    """``(call(i), reference)`` of ``kind`` (``WIDE_KINDS`` or ``TENSOR_MAP_KINDS``) over ``copies`` copies of its
+    weights: ``call(i)`` multiplies ``x`` by copy ``i``; the reference is the float32 product with the weights the
+    kernel reads (bf16, W12 decoded, or the Q view)."""
+    if kind == "bf16_v3":
+        bf16 = [w] + [w.clone() for _ in range(copies - 1)]
+        return (lambda i: bf16_variant(ops, "v3", x, bf16[i])), x.float() @ w.float().T
+    planes = [w12_planes(w12)] + [tuple(t.clone() for t in w12_planes(w12)) for _ in range(copies - 1)]
+    if kind in ("w12", "w12_v8"):
+        call = (lambda i: ops.w12_gemm_wide(x, *planes[i])) if kind == "w12" else (lambda i: w12_v8(ops, x, *planes[i]))
+        return call, x.float() @ w12.to_bf16().float().T
+    if kind == "q":
+        call = lambda i: ops.q_gemm_wide(x, planes[i][0], planes[i][2])  # noqa: E731
+    else:
+        call = lambda i: q_variant(ops, "v3", x, planes[i][0], planes[i][2])  # noqa: E731
+    return call, x.float() @ w12.q_view().float().T
+
+
+BYTES_KIND = {"w12": "cuda_w12_wide", "q": "cuda_q_wide", "bf16_v3": "cuda_bf16_v3", "w12_v8": "cuda_w12_v8", "q_v3": "cuda_q_v3"}
+
+
 def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, args, gen, device) -> dict:
-    """``args.reps`` traced calls of the wide ``kind`` (``"w12"`` or ``"q"``) kernel at ``m`` rows on cold copies of a
-    Gaussian ``[n, k]`` weight, the first call's product checked against float32; the row of the JSON."""
+    """``args.reps`` traced calls of ``kind`` (``WIDE_KINDS``: the wide kernel; ``TENSOR_MAP_KINDS``: that entry point,
+    traced where it runs the persistent kernel) at ``m`` rows on cold copies of a Gaussian ``[n, k]`` weight, the
+    first call's product checked against float32; the row of the JSON."""
     from specdec.formats import W12Tensor
 
     w = (torch.randn(n, k, generator=gen, device=device) * 0.02).to(torch.bfloat16)
     w12 = W12Tensor.from_bf16(w)
-    copies = weight_copies(
-        weight_bytes("cuda_q_wide" if kind == "q" else "cuda_w12_wide", n, k, w12), args.l2_bytes, args.l2_factor
-    )
-    planes = [w12_planes(w12)] + [tuple(t.clone() for t in w12_planes(w12)) for _ in range(copies - 1)]
+    copies = weight_copies(weight_bytes(BYTES_KIND[kind], n, k, w12), args.l2_bytes, args.l2_factor)
     x = torch.randn(m, k, generator=gen, device=device).to(torch.bfloat16)
-    if kind == "w12":
-        ref = x.float() @ w12.to_bf16().float().T
-        call = lambda i: ops.w12_gemm_wide(x, *planes[i])  # noqa: E731
+    call, ref = kind_call(ops, kind, x, w, w12, copies)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    if kind in WIDE_KINDS:
+        plan = ops.wide_plan(kind, m, n, k, sms)
+        ctas = plan["ctas_x"] * plan["k_splits"]
     else:
-        ref = x.float() @ w12.q_view().float().T
-        call = lambda i: ops.q_gemm_wide(x, planes[i][0], planes[i][2])  # noqa: E731
-    plan = ops.wide_plan(kind, m, n, k, torch.cuda.get_device_properties(device).multi_processor_count)
-    ctas = plan["ctas_x"] * plan["k_splits"]
+        plan = ops.launch_plan(kind, m, n, k, sms)
+        ctas = plan["ctas_x"]  # a persistent plan's CTAs (its k_splits: the most pieces of a row block)
     row = dict(model=model, linear=lname, kind=kind, N=n, K=k, M=m, ctas=ctas, k_splits=plan["k_splits"], copies=copies)
     if ctas > args.trace_ctas:
         row["error"] = f"{ctas} CTAs: the trace holds {args.trace_ctas}"
         return row
     y = call(0).float()
     # cuBLAS bf16's own error on the same operands sets the scale, as in bench_wide_w12's product checks
-    err_ref = (F.linear(x, w12.to_bf16() if kind == "w12" else w12.q_view()).float() - ref).abs().max().item()
+    operand = w if kind == "bf16_v3" else w12.to_bf16() if kind in ("w12", "w12_v8") else w12.q_view()
+    err_ref = (F.linear(x, operand).float() - ref).abs().max().item()
     row["product_ok"] = bool(((y - ref).abs() <= 2 * err_ref + ref.abs() * 2**-7).all())
     for i in range(1, copies):  # every copy once before the traced calls
         call(i)
@@ -212,7 +241,11 @@ def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, a
     for rep in range(args.reps):
         ops.wide_trace_reset(device)
         call(rep % copies)
-        calls.append(call_times(ops.wide_trace_read(ctas).tolist()))
+        records = ops.wide_trace_read(ctas).tolist()
+        if not any(r[FIELDS.index("start")] for r in records):
+            row["error"] = "no CTA recorded: the call ran a kernel without the trace (the split-K tensor-map kernel)"
+            return row
+        calls.append(call_times(records))
     row["calls"] = calls
     row["persistent"] = calls[0]["persistent"]
     # the CTAs that ran: a persistent plan's ctas_x x k_splits counts the records read (its k_splits is the most runs
@@ -247,7 +280,7 @@ def smoke_rows() -> list[dict]:
 
 
 def summary_lines(result: dict) -> list[str]:
-    lines = [f"wide kernels' phases (us; median over calls; per-CTA median / the CTA that ends last), {result['device']}"]
+    lines = [f"kernels' phases (us; median over calls; per-CTA median / the CTA that ends last), {result['device']}"]
     lines.append("model linear M kind ctas splits: span tail | " + " ".join(PHASES + LAGS))
     lines.append("  persistent: span tail | " + " ".join(PERSISTENT_PHASES) + " (the last two counts, not us)")
     for r in result["rows"]:
@@ -297,7 +330,7 @@ def plot(result: dict, path: Path) -> str | None:
     ax.invert_yaxis()
     ax.set_xlabel("us from the CTA's start (bars: the CTA that ends last; tick: the call's span)")
     ax.legend(fontsize=7, loc="lower right")
-    ax.set_title(f"wide kernels, phases of one call, {result['device']} ({result.get('library', '')})", fontsize=9)
+    ax.set_title(f"phases of one call, {result['device']} ({result.get('library', '')})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -310,8 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="CPU: the phase arithmetic on a made-up trace")
     ap.add_argument("--models", default="qwen3-8b")
     ap.add_argument("--linears", default=",".join(LINEARS), help=f"comma-separated, of {','.join(LINEARS)}")
-    ap.add_argument("--rows", default="32,64", help="comma-separated row counts (17 to 128)")
-    ap.add_argument("--kinds", default="w12,q", help="comma-separated, of w12,q")
+    ap.add_argument("--rows", default="32,64", help="comma-separated row counts (17 to 128; 1 to 16 for the 1-16 token kinds)")
+    ap.add_argument("--kinds", default="w12,q", help=f"comma-separated, of {','.join(WIDE_KINDS + TENSOR_MAP_KINDS)}")
     ap.add_argument("--reps", type=int, default=9, help="traced calls a case (median)")
     ap.add_argument("--l2-factor", type=float, default=3.0, help="cold copies span this many times the L2")
     ap.add_argument("--budget-s", type=float, default=40.0, help="no new case starts after this many seconds")
@@ -323,14 +356,17 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [v.strip() for v in args.kinds.split(",") if v.strip()]
     if not linears or any(v not in LINEARS for v in linears):
         ap.error(f"--linears: expected names of {LINEARS}, got {args.linears!r}")
-    if not kinds or any(v not in ("w12", "q") for v in kinds):
-        ap.error(f"--kinds: expected w12 and/or q, got {args.kinds!r}")
+    if not kinds or any(v not in WIDE_KINDS + TENSOR_MAP_KINDS for v in kinds):
+        ap.error(f"--kinds: expected names of {WIDE_KINDS + TENSOR_MAP_KINDS}, got {args.kinds!r}")
+    if any(v in WIDE_KINDS for v in kinds) and any(v in TENSOR_MAP_KINDS for v in kinds):
+        ap.error(f"--kinds: expected the wide kinds {WIDE_KINDS} or the 1-16 token ones {TENSOR_MAP_KINDS}, got both")
     try:
         ms = [int(v) for v in args.rows.split(",")]
     except ValueError:
         ap.error(f"--rows: expected comma-separated integers, got {args.rows!r}")
-    if not ms or any(not 17 <= m <= 128 for m in ms):
-        ap.error(f"--rows: expected row counts from 17 to 128 (the wide kernels' range), got {ms}")
+    lo, hi = (17, 128) if kinds[0] in WIDE_KINDS else (1, 16)
+    if not ms or any(not lo <= m <= hi for m in ms):
+        ap.error(f"--rows: expected row counts from {lo} to {hi} (the range of the kinds {kinds}), got {ms}")
     if args.reps < 1:
         ap.error(f"--reps: expected at least 1, got {args.reps}")
     prov = provenance(seed=0)

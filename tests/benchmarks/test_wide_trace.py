@@ -150,10 +150,51 @@ def test_a_persistent_rows_ctas_are_the_ctas_that_ran_not_the_records_its_plan_r
     assert (row["ctas"], row["k_splits"]) == (2, 1)
 
 
+def _tensor_map_ops(records: list[list[int]], reads: list[int]):
+    import types
+
+    import torch
+    import torch.nn.functional as F
+
+    return types.SimpleNamespace(
+        BF16_VARIANT_ENV="SPECDEC_BF16_CUDA_VARIANT",
+        skinny_gemm_bf16=lambda x, w: F.linear(x, w),  # the product the persistent kernel computes
+        launch_plan=lambda kind, m, n, k, sms: dict(ctas_x=3, k_splits=2),  # 3 persistent CTAs, at most 2 pieces a block
+        wide_trace_reset=lambda device: None,
+        wide_trace_read=lambda n: reads.append(n) or torch.tensor(records + [[0] * len(wide_trace.FIELDS)] * (n - len(records))),
+    )
+
+
+def test_the_1_16_token_persistent_kernel_is_traced_and_a_call_it_did_not_run_is_named(monkeypatch):
+    import argparse
+    import types
+
+    import torch
+
+    run = _persistent(1000, 9000, 9500, 6000, 500, 1200, 2, 1)
+    run[wide_trace.FIELDS.index("producer")] = 7000
+    args = argparse.Namespace(l2_bytes=1 << 20, l2_factor=1.0, reps=2, trace_ctas=64)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=2))
+    reads: list[int] = []
+
+    def trace(records):
+        fake = _tensor_map_ops(records, reads)
+        gen = torch.Generator().manual_seed(0)
+        return wide_trace.trace_case(fake, "made-up", "qkv", 256, 256, 16, "bf16_v3", args, gen, torch.device("cpu"))
+
+    row = trace([run])
+    assert reads == [3, 3] and row["product_ok"] and row["persistent"] and "error" not in row
+    assert row["critical"]["issued"] == 6000 and row["critical"]["segments"] == 2
+    split_k = trace([])  # the entry point ran its split-K kernel: nothing recorded
+    assert "no CTA recorded" in split_k["error"] and "calls" not in split_k
+
+
 @pytest.mark.parametrize(
     "argv, named",
     [
         (["--rows", "16"], "--rows"),
+        (["--kinds", "bf16_v3", "--rows", "17"], "--rows"),
+        (["--kinds", "bf16_v3,w12"], "--kinds"),
         (["--rows", "x"], "--rows"),
         (["--linears", "up"], "--linears"),
         (["--kinds", "fp8"], "--kinds"),

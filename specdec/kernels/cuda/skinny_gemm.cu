@@ -1389,6 +1389,77 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   }
 }
 
+// A build-time switch for timing the wide kernels' and the 1-16 token persistent kernel's phases on the GPU's global
+// clock (benchmarks/kernels/wide_trace.py): nvcc -DSPECDEC_WIDE_TRACE=1 makes one thread of each of the first
+// kWideTraceCtas CTAs (blockIdx.y * gridDim.x + blockIdx.x) write g_wide_trace[cta][field] at each point (ns; the
+// WideTrace fields below); specdec_wide_trace_read copies them out. The products are the untraced build's; the records
+// add a store a point and a barrier before the exit.
+#ifndef SPECDEC_WIDE_TRACE
+#define SPECDEC_WIDE_TRACE 0
+#endif
+// kTraceStart: after the ring's barriers are set up; kTraceConsumed: warp 0 (group 0) out of its K loop; kTraceRingDone:
+// every warp past the K loop; kTraceSummed: the sums' tile complete (escapes and every group's MMAs); kTracePartial: the
+// partial tile stored and ordered; kTraceCounted: the row block's counter read; kTraceReduced: the last CTA's sum of
+// the splits done; kTraceEnd: the output stored; kTraceMeta: the SM (bits 0-15), the split (16-31), 1 << 32 for the
+// last CTA of its row block, k_splits << 40; kTraceEscapes / kTraceGroup1 / kTraceProducer: the escape warp, warp 0
+// of the second stage group and the producer out of their loops. The persistent kernels (tma_wide_stream_k_kernel,
+// tma_stream_k_kernel) record kTraceStart, kTraceMeta (split 0, k_splits 1), kTraceRingDone (its last segment done),
+// kTraceEnd (its owed sums done) and, summed over its run's segments, ns of warp 0's K loops (kTraceSegLoop), of its
+// waits there for the CTA's other warps (kTraceSegWait) and of the segments' epilogues (kTraceSegEpilogue: the sums,
+// the rows or the partial tile stored, the count); kTraceSegments: the segments (bits 0-15) and how many were partial
+// (16-31); tma_stream_k_kernel also kTraceProducer, when its producer has issued the run's last copy.
+enum WideTrace {
+  kTraceStart,
+  kTraceConsumed,
+  kTraceRingDone,
+  kTraceSummed,
+  kTracePartial,
+  kTraceCounted,
+  kTraceReduced,
+  kTraceEnd,
+  kTraceMeta,
+  kTraceEscapes,
+  kTraceGroup1,
+  kTraceProducer,
+  kTraceSegLoop,
+  kTraceSegWait,
+  kTraceSegEpilogue,
+  kTraceSegments,
+  kWideTraceFields = 16
+};
+static_assert(kTraceSegments < kWideTraceFields, "a CTA's trace holds every field");
+constexpr int kWideTraceCtas = 4096;
+#if SPECDEC_WIDE_TRACE
+__device__ unsigned long long g_wide_trace[kWideTraceCtas * kWideTraceFields];
+#endif
+// Records `value` as this CTA's `field` (traced builds; nothing otherwise).
+__device__ __forceinline__ void wide_trace_value(int field, unsigned long long value) {
+#if SPECDEC_WIDE_TRACE
+  const int cta = blockIdx.y * gridDim.x + blockIdx.x;
+  if (cta < kWideTraceCtas) g_wide_trace[cta * kWideTraceFields + field] = value;
+#endif
+}
+// The global clock (ns) in traced builds, 0 otherwise.
+__device__ __forceinline__ unsigned long long wide_clock() {
+  unsigned long long now = 0;
+#if SPECDEC_WIDE_TRACE
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+#endif
+  return now;
+}
+// Records the global clock (ns) as this CTA's `field`.
+__device__ __forceinline__ void wide_trace(int field) {
+#if SPECDEC_WIDE_TRACE
+  wide_trace_value(field, wide_clock());
+#endif
+}
+// kTraceMeta's value: the SM, the split, whether the CTA sums its row block, the row block's K splits.
+__device__ __forceinline__ unsigned long long wide_trace_meta(int split, bool last, int k_splits) {
+  unsigned int sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  return sm | static_cast<unsigned long long>(split) << 16 | static_cast<unsigned long long>(last) << 32 |
+         static_cast<unsigned long long>(k_splits) << 40;
+}
 // Persistent CTAs over a stream of stages (README.md, "Persistent CTAs over a stream of stages"): the work of a call
 // is units = row blocks x stages (a unit: one 64-row block's kBulkStageK columns), cut into gridDim.x contiguous runs
 // of equal length, one a CTA (stream_k_unit_lo). A CTA's run crosses row blocks: its producer issues every unit of it
@@ -1514,6 +1585,12 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 
   if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kConsumers);
   __syncthreads();
+#if SPECDEC_WIDE_TRACE
+  if (tid == 0) {
+    wide_trace(kTraceStart);
+    wide_trace_value(kTraceMeta, wide_trace_meta(0, false, 1));
+  }
+#endif
 
   if (warp == kConsumers) {
     if (lane == 0) {
@@ -1560,6 +1637,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
         next(row, k0);
         if (++s == kStages) s = 0, ++round;
       }
+      wide_trace(kTraceProducer);
     }
     griddep_launch_dependents();
     return;
@@ -1572,18 +1650,31 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   int n_owed = 0;
   int slot = 0;
   uint32_t round = 0;
+  unsigned long long seg_loop = 0, seg_wait = 0, seg_epilogue = 0, seg_mark = 0;  // traced builds' sums (tid 0)
+  unsigned int segments = 0, partial_segments = 0;
   for (long long u = u_lo; u < u_hi;) {
     const int block = static_cast<int>(u / stages);
     const long long block_lo = static_cast<long long>(block) * stages;
     const long long end = min(u_hi, block_lo + stages);
     const int s_lo = static_cast<int>(u - block_lo), s_hi = static_cast<int>(end - block_lo);
+    if (SPECDEC_WIDE_TRACE && tid == 0) seg_mark = wide_clock();
     if (kEscapeWarp && warp == kConsumers + 1)
       fold_escapes<TOK>(p, block * kStreamRows, s_lo * kBulkStageK, min(s_hi * kBulkStageK, p.K), lane, esc);
     else
       consume_segment<kTmaXRowBytes, KIND, kStages, TOK, kHalves>(p, smem, stage_bytes, full_bar, empty_bar, s_lo, s_hi,
                                                                   block * kStreamRows, warp, lane, red, slot, round);
     if (end == u_hi) griddep_launch_dependents();  // this CTA reads no more weights
+    if (SPECDEC_WIDE_TRACE && tid == 0) {
+      const unsigned long long now = wide_clock();
+      seg_loop += now - seg_mark;
+      seg_mark = now;
+    }
     epilogue_barrier(kEpilogue);
+    if (SPECDEC_WIDE_TRACE && tid == 0) {
+      const unsigned long long now = wide_clock();
+      seg_wait += now - seg_mark;
+      seg_mark = now;
+    }
     griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
     if constexpr (kHalves == 2 || kEscapeWarp) {  // the halves' tiles, then this segment's escapes, as tma_gemm_kernel
       for (int e = e_tid; e < kStreamRows * TOK; e += kEpilogue) {
@@ -1615,9 +1706,27 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
       ++n_owed;
     }
     epilogue_barrier(kEpilogue);  // red is read before the next segment writes it
+    if (SPECDEC_WIDE_TRACE && tid == 0) {
+      seg_epilogue += wide_clock() - seg_mark;
+      ++segments;
+      partial_segments += whole ? 0u : 1u;
+    }
     u = end;
   }
+#if SPECDEC_WIDE_TRACE
+  if (tid == 0) {
+    wide_trace(kTraceRingDone);
+    wide_trace_value(kTraceSegLoop, seg_loop);
+    wide_trace_value(kTraceSegWait, seg_wait);
+    wide_trace_value(kTraceSegEpilogue, seg_epilogue);
+    wide_trace_value(kTraceSegments, segments | partial_segments << 16);
+  }
+#endif
   finish_stream_k_owed<kEpilogue, TOK>(p, red, partials, counters, owed0, ticket0, owed1, ticket1, n_owed, stages, units, e_tid, sh);
+#if SPECDEC_WIDE_TRACE
+  epilogue_barrier(kEpilogue);  // the end once every thread's sums are stored
+  if (tid == 0) wide_trace(kTraceEnd);
+#endif
 }
 
 // One row tile a CTA over the whole of K (README.md, "Row-tile CTAs over the whole of K"): a CTA owns kRowTile = 16
@@ -1734,75 +1843,6 @@ __device__ __forceinline__ int thread_index_here() {
   int t;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
   return t;
-}
-// A build-time switch for timing the wide kernels' phases on the GPU's global clock (benchmarks/kernels/wide_trace.py):
-// nvcc -DSPECDEC_WIDE_TRACE=1 makes one thread of each of the first kWideTraceCtas CTAs (blockIdx.y * gridDim.x +
-// blockIdx.x) write g_wide_trace[cta][field] at each point (ns; the WideTrace fields below); specdec_wide_trace_read
-// copies them out. The products are the untraced build's; the records add a store a point and a barrier before the exit.
-#ifndef SPECDEC_WIDE_TRACE
-#define SPECDEC_WIDE_TRACE 0
-#endif
-// kTraceStart: after the ring's barriers are set up; kTraceConsumed: warp 0 (group 0) out of its K loop; kTraceRingDone:
-// every warp past the K loop; kTraceSummed: the sums' tile complete (escapes and every group's MMAs); kTracePartial: the
-// partial tile stored and ordered; kTraceCounted: the row block's counter read; kTraceReduced: the last CTA's sum of
-// the splits done; kTraceEnd: the output stored; kTraceMeta: the SM (bits 0-15), the split (16-31), 1 << 32 for the
-// last CTA of its row block, k_splits << 40; kTraceEscapes / kTraceGroup1 / kTraceProducer: the escape warp, warp 0
-// of the second stage group and the producer out of their loops. The persistent kernel (tma_wide_stream_k_kernel)
-// records kTraceStart, kTraceMeta (split 0, k_splits 1), kTraceRingDone (its last segment done), kTraceEnd (its owed
-// sums done) and, summed over its run's segments, ns of warp 0's K loops (kTraceSegLoop), of its waits there for the
-// CTA's other warps (kTraceSegWait) and of the segments' epilogues (kTraceSegEpilogue: the sums, the rows or the
-// partial tile stored, the count); kTraceSegments: the segments (bits 0-15) and how many were partial (16-31).
-enum WideTrace {
-  kTraceStart,
-  kTraceConsumed,
-  kTraceRingDone,
-  kTraceSummed,
-  kTracePartial,
-  kTraceCounted,
-  kTraceReduced,
-  kTraceEnd,
-  kTraceMeta,
-  kTraceEscapes,
-  kTraceGroup1,
-  kTraceProducer,
-  kTraceSegLoop,
-  kTraceSegWait,
-  kTraceSegEpilogue,
-  kTraceSegments,
-  kWideTraceFields = 16
-};
-static_assert(kTraceSegments < kWideTraceFields, "a CTA's trace holds every field");
-constexpr int kWideTraceCtas = 4096;
-#if SPECDEC_WIDE_TRACE
-__device__ unsigned long long g_wide_trace[kWideTraceCtas * kWideTraceFields];
-#endif
-// Records `value` as this CTA's `field` (traced builds; nothing otherwise).
-__device__ __forceinline__ void wide_trace_value(int field, unsigned long long value) {
-#if SPECDEC_WIDE_TRACE
-  const int cta = blockIdx.y * gridDim.x + blockIdx.x;
-  if (cta < kWideTraceCtas) g_wide_trace[cta * kWideTraceFields + field] = value;
-#endif
-}
-// The global clock (ns) in traced builds, 0 otherwise.
-__device__ __forceinline__ unsigned long long wide_clock() {
-  unsigned long long now = 0;
-#if SPECDEC_WIDE_TRACE
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-#endif
-  return now;
-}
-// Records the global clock (ns) as this CTA's `field`.
-__device__ __forceinline__ void wide_trace(int field) {
-#if SPECDEC_WIDE_TRACE
-  wide_trace_value(field, wide_clock());
-#endif
-}
-// kTraceMeta's value: the SM, the split, whether the CTA sums its row block, the row block's K splits.
-__device__ __forceinline__ unsigned long long wide_trace_meta(int split, bool last, int k_splits) {
-  unsigned int sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  return sm | static_cast<unsigned long long>(split) << 16 | static_cast<unsigned long long>(last) << 32 |
-         static_cast<unsigned long long>(k_splits) << 40;
 }
 constexpr int kWideConsumerWarps = kWideRows / 16;
 constexpr int kWideStageK = 64;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Where the 1-16 token persistent tensor-map kernel's time goes (tma_stream_k_kernel: 64-row blocks, one equal run of
+# stages a CTA), from a build with -DSPECDEC_WIDE_TRACE=1 (benchmarks/kernels/wide_trace.py, kinds bf16_v3, w12_v8,
+# q_v3): each CTA's K loops, waits, segment epilogues, the rest of its run, the sums it owes after it and when its
+# producer issued its last copy, at 1, 8 and 16 tokens, on the 32B qkv (the worst bf16 call of the goals) and the 8B
+# gate_up (a multi-wave call), without programmatic launch as the goals time them; the traced build's products are
+# checked against float32 in each case.
+# Expected time on one H200: ~2 min (nvcc ~45 s when build/wide_trace.so is not carried; torch start ~10 s a process,
+# the encodings and cold copies, 9 traced calls a case: ~30 s a model).
+# Caps: 90 s the build, 90 s a model.
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_persistent_trace.sh
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-.}
+source benchmarks/cuda_kernels.sh
+build_cuda_library_with "-DSPECDEC_WIDE_TRACE=1" build/wide_trace.so 90 "$OUT/persistent_trace_build.log"
+unset SPECDEC_W12_CUDA_VARIANT SPECDEC_Q_CUDA_VARIANT SPECDEC_BF16_CUDA_VARIANT
+export SPECDEC_PDL=0 SPECDEC_CUDA_KERNELS=build/wide_trace.so
+for case in qwen3-32b:qkv qwen3-8b:gate_up; do
+  model=${case%%:*} linear=${case##*:}
+  timeout 90 python3 -m benchmarks.kernels.wide_trace --models "$model" --linears "$linear" --rows 1,8,16 \
+    --kinds bf16_v3,w12_v8,q_v3 --budget-s 70 --out "$OUT/persistent_trace_${model}_$linear.json" \
+    > "$OUT/persistent_trace_${model}_$linear.log" 2>&1
+  echo "trace, $model $linear: exit $?"
+done
+unset SPECDEC_CUDA_KERNELS SPECDEC_PDL
+for case in qwen3-32b:qkv qwen3-8b:gate_up; do
+  model=${case%%:*} linear=${case##*:}
+  echo "=== $model $linear ==="
+  grep -E "^(model|  persistent|qwen3|FAILED)" "$OUT/persistent_trace_${model}_$linear.log"
+done
