@@ -4,28 +4,49 @@
 # q_v3): each CTA's K loops, waits, segment epilogues, the rest of its run, the sums it owes after it and when its
 # producer issued its last copy, at 1, 8 and 16 tokens, on the 32B qkv (the worst bf16 call of the goals) and the 8B
 # gate_up (a multi-wave call), without programmatic launch as the goals time them; the traced build's products are
-# checked against float32 in each case.
-# Expected time on one H200: ~2 min (nvcc ~45 s when build/wide_trace.so is not carried; torch start ~10 s a process,
-# the encodings and cold copies, 9 traced calls a case: ~30 s a model).
-# Caps: 90 s the build, 90 s a model.
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_persistent_trace.sh
+# checked against float32 in each case. With FLAGS (nvcc -D switches of skinny_gemm.cu), the same cases first with the
+# library built with -DSPECDEC_WIDE_TRACE=1 FLAGS (build/wide_trace_flagged.so), labelled `flagged`, then the
+# shipped one's, labelled `shipped`.
+# Expected time on one H200: ~1 min, ~2 min with FLAGS (an H100 took 30 s without FLAGS, the library carried; nvcc
+# ~45 s a traced library build/ lacks; torch start ~10 s a process, the encodings and cold copies, 9 traced calls a
+# case: ~10 s a model).
+# Caps: 90 s a build, 90 s a model.
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_persistent_trace.sh [FLAGS]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
+FLAGS=${1:-}
+labels="shipped"
+case $FLAGS in
+  "") ;;
+  -D*) labels="flagged shipped" ;;
+  *) echo "FLAGS: expected nvcc -D switches of skinny_gemm.cu, got $FLAGS" >&2; exit 2 ;;
+esac
 source benchmarks/cuda_kernels.sh
 build_cuda_library_with "-DSPECDEC_WIDE_TRACE=1" build/wide_trace.so 90 "$OUT/persistent_trace_build.log"
+[ -n "$FLAGS" ] && build_cuda_library_with "-DSPECDEC_WIDE_TRACE=1 $FLAGS" build/wide_trace_flagged.so 90 \
+  "$OUT/persistent_trace_build_flagged.log"
 unset SPECDEC_W12_CUDA_VARIANT SPECDEC_Q_CUDA_VARIANT SPECDEC_BF16_CUDA_VARIANT
-export SPECDEC_PDL=0 SPECDEC_CUDA_KERNELS=build/wide_trace.so
-for case in qwen3-32b:qkv qwen3-8b:gate_up; do
-  model=${case%%:*} linear=${case##*:}
-  timeout 90 python3 -m benchmarks.kernels.wide_trace --models "$model" --linears "$linear" --rows 1,8,16 \
-    --kinds bf16_v3,w12_v8,q_v3 --budget-s 70 --out "$OUT/persistent_trace_${model}_$linear.json" \
-    > "$OUT/persistent_trace_${model}_$linear.log" 2>&1
-  echo "trace, $model $linear: exit $?"
+export SPECDEC_PDL=0
+for label in $labels; do
+  case $label in
+    flagged) export SPECDEC_CUDA_KERNELS=build/wide_trace_flagged.so ;;
+    *) export SPECDEC_CUDA_KERNELS=build/wide_trace.so ;;
+  esac
+  for case in qwen3-32b:qkv qwen3-8b:gate_up; do
+    model=${case%%:*} linear=${case##*:}
+    timeout 90 python3 -m benchmarks.kernels.wide_trace --models "$model" --linears "$linear" --rows 1,8,16 \
+      --kinds bf16_v3,w12_v8,q_v3 --budget-s 70 --out "$OUT/persistent_trace_${label}_${model}_$linear.json" \
+      > "$OUT/persistent_trace_${label}_${model}_$linear.log" 2>&1
+    echo "trace, $label, $model $linear: exit $?"
+  done
 done
+[ -n "$FLAGS" ] && echo "$FLAGS" > "$OUT/persistent_trace_flags.txt"
 unset SPECDEC_CUDA_KERNELS SPECDEC_PDL
-for case in qwen3-32b:qkv qwen3-8b:gate_up; do
-  model=${case%%:*} linear=${case##*:}
-  echo "=== $model $linear ==="
-  grep -E "^(model|  persistent|qwen3|FAILED)" "$OUT/persistent_trace_${model}_$linear.log"
+for label in $labels; do
+  for case in qwen3-32b:qkv qwen3-8b:gate_up; do
+    model=${case%%:*} linear=${case##*:}
+    echo "=== $label: $model $linear ==="
+    grep -E "^(model|  persistent|qwen3|FAILED)" "$OUT/persistent_trace_${label}_${model}_$linear.log"
+  done
 done
