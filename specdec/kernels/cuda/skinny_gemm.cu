@@ -661,6 +661,46 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
   if (p.k_splits > 1) cluster.sync();  // the other CTAs' reads of this CTA's partials are done
 }
 
+// A build-time switch for measuring (benchmarks/NOTES.md, "The persistent kernel's counts after its run and its owed
+// sums' loads at once"): nvcc -DSPECDEC_FINISH_LOADS=1 has each thread of a row block's last sum (the split-K
+// kernels' last CTA, the persistent kernel's owed sums) issue the loads of all its values of four partial tiles at a
+// time before adding any (sum_partial_tiles); 0 sums value after value, the loads of eight tiles at a time. The same
+// adds in the same order: products unchanged.
+// sum_partial_tiles: red[(e / M) * TOK + e % M] = the sum from 0.f, in tile order, of value e of the n_tiles
+// [64 rows][M tokens] tiles tile(q) (pointers into global memory, read through the L2), for e < 64 M, by THREADS
+// threads (thread e_tid).
+#ifndef SPECDEC_FINISH_LOADS
+#define SPECDEC_FINISH_LOADS 0
+#endif
+template <int THREADS, int TOK, typename Tile>
+__device__ __forceinline__ void sum_partial_tiles(float* red, int M, int n_tiles, int e_tid, Tile tile) {
+  constexpr int kPer = (kStreamRows * TOK + THREADS - 1) / THREADS;  // a thread's values of a tile, at most
+  constexpr int kTiles = 4;
+  const int tile_values = kStreamRows * M;
+  float s[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) s[j] = 0.f;
+  for (int q0 = 0; q0 < n_tiles; q0 += kTiles) {
+    float v[kPer][kTiles];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int e = e_tid + j * THREADS;
+#pragma unroll
+      for (int q = 0; q < kTiles; ++q) v[j][q] = e < tile_values && q0 + q < n_tiles ? __ldcg(tile(q0 + q) + e) : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+#pragma unroll
+      for (int q = 0; q < kTiles; ++q)
+        if (q0 + q < n_tiles) s[j] += v[j][q];
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int e = e_tid + j * THREADS;
+    if (e < tile_values) red[(e / M) * TOK + e % M] = s[j];
+  }
+}
+
 // After the K loop of a split-K kernel (THREADS threads, all of them here): red holds the CTA's partial
 // [64 rows][8 tokens] and band_ptr the band's escape offsets, both visible to every thread. With k_splits > 1 the
 // CTA writes its partial tile [64 rows][M tokens] to `partials` at (row block, split), then bumps the row block's
@@ -691,17 +731,21 @@ __device__ __forceinline__ void finish_split_row_block(const Params& p, float* r
     if (!arrived_last) return;
     __threadfence();
     // Sum in split order from 0.f; the loads of 8 splits go out before their adds (L2, past L1).
-    for (int e = tid; e < tile_values; e += THREADS) {
-      float s = 0.f;
-      for (int q0 = 0; q0 < p.k_splits; q0 += 8) {
-        float v[8];
+    if constexpr (SPECDEC_FINISH_LOADS == 1) {
+      sum_partial_tiles<THREADS, TOK>(red, M, p.k_splits, tid, [&](int q) { return tiles + static_cast<size_t>(q) * tile_values; });
+    } else {
+      for (int e = tid; e < tile_values; e += THREADS) {
+        float s = 0.f;
+        for (int q0 = 0; q0 < p.k_splits; q0 += 8) {
+          float v[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = q0 + j < p.k_splits ? __ldcg(tiles + static_cast<size_t>(q0 + j) * tile_values + e) : 0.f;
+          for (int j = 0; j < 8; ++j) v[j] = q0 + j < p.k_splits ? __ldcg(tiles + static_cast<size_t>(q0 + j) * tile_values + e) : 0.f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-          if (q0 + j < p.k_splits) s += v[j];
+          for (int j = 0; j < 8; ++j)
+            if (q0 + j < p.k_splits) s += v[j];
+        }
+        red[(e / M) * TOK + e % M] = s;
       }
-      red[(e / M) * TOK + e % M] = s;
     }
     __syncthreads();
   }
@@ -1490,17 +1534,6 @@ __host__ __device__ __forceinline__ int stream_k_slot(int c, I block_lo, I units
 
 __device__ __forceinline__ void epilogue_barrier(int threads) { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); }
 
-// Build-time switches for measuring the persistent kernel's epilogues (benchmarks/NOTES.md, "The persistent
-// tensor-map kernel traced at 1-16 tokens"): nvcc -DSPECDEC_STREAM_K_COUNT_AT_END=1 counts a run's pieces (one fence,
-// then the counters' adds) after its last segment instead of after each partial segment, whose consumers then wait only
-// for their partial tile's stores; -DSPECDEC_STREAM_K_FINISH_LOADS=1 has each thread of an owed sum issue the loads of
-// all its values of up to four pieces before adding any (the same adds in the same order). Products unchanged.
-#ifndef SPECDEC_STREAM_K_COUNT_AT_END
-#define SPECDEC_STREAM_K_COUNT_AT_END 0
-#endif
-#ifndef SPECDEC_STREAM_K_FINISH_LOADS
-#define SPECDEC_STREAM_K_FINISH_LOADS 0
-#endif
 // Shared memory of a persistent CTA's epilogue (static): the pieces' slots of the block being summed and a flag.
 struct StreamKShared {
   int slot[kStreamKMaxPieces];
@@ -1546,34 +1579,9 @@ __device__ __forceinline__ void finish_stream_k_owed(const Params& p, float* red
     epilogue_barrier(EPI);
     if (sh.arrived_last) {
       __threadfence();
-      if constexpr (SPECDEC_STREAM_K_FINISH_LOADS == 1) {
-        constexpr int kPer = (kStreamRows * TOK + EPI - 1) / EPI;  // a thread's values of a tile, at most
-        constexpr int kPieces = 4;
-        float s[kPer];
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) s[j] = 0.f;
-        for (int q0 = 0; q0 < n_pieces; q0 += kPieces) {
-          float v[kPer][kPieces];
-#pragma unroll
-          for (int j = 0; j < kPer; ++j) {
-            const int e = e_tid + j * EPI;
-#pragma unroll
-            for (int q = 0; q < kPieces; ++q)
-              v[j][q] = e < tile_values && q0 + q < n_pieces
-                            ? __ldcg(partials + static_cast<size_t>(sh.slot[q0 + q]) * tile_values + e)
-                            : 0.f;
-          }
-#pragma unroll
-          for (int j = 0; j < kPer; ++j)
-#pragma unroll
-            for (int q = 0; q < kPieces; ++q)
-              if (q0 + q < n_pieces) s[j] += v[j][q];
-        }
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          const int e = e_tid + j * EPI;
-          if (e < tile_values) red[(e / M) * TOK + e % M] = s[j];
-        }
+      if constexpr (SPECDEC_FINISH_LOADS == 1) {
+        sum_partial_tiles<EPI, TOK>(red, M, n_pieces, e_tid,
+                                    [&](int q) { return partials + static_cast<size_t>(sh.slot[q]) * tile_values; });
       } else {
         for (int e = e_tid; e < tile_values; e += EPI) {
           float s = 0.f;
@@ -1736,14 +1744,12 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
       const int tile_values = kStreamRows * M;
       float* own = partials + static_cast<size_t>(stream_k_slot<long long>(blockIdx.x, block_lo, units, ctas)) * tile_values;
       for (int e = e_tid; e < tile_values; e += kEpilogue) own[e] = red[(e / M) * TOK + e % M];
-      if constexpr (SPECDEC_STREAM_K_COUNT_AT_END == 0) {
-        epilogue_barrier(kEpilogue);
-        if (e_tid == 0) {  // the barrier orders every thread's partial before this fence and count (cumulativity)
-          __threadfence();
-          const unsigned int t = atomicAdd(counters + block, 1u);
-          if (n_owed == 0) ticket0 = t;
-          else ticket1 = t;
-        }
+      epilogue_barrier(kEpilogue);
+      if (e_tid == 0) {  // the barrier orders every thread's partial before this fence and count (cumulativity)
+        __threadfence();
+        const unsigned int t = atomicAdd(counters + block, 1u);
+        if (n_owed == 0) ticket0 = t;
+        else ticket1 = t;
       }
       if (n_owed == 0) owed0 = block;
       else owed1 = block;
@@ -1766,14 +1772,6 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
     wide_trace_value(kTraceSegments, segments | partial_segments << 16);
   }
 #endif
-  if constexpr (SPECDEC_STREAM_K_COUNT_AT_END == 1) {
-    // the segments' last barriers order every thread's partials before this fence and the counts (cumulativity)
-    if (e_tid == 0 && n_owed > 0) {
-      __threadfence();
-      ticket0 = atomicAdd(counters + owed0, 1u);
-      if (n_owed > 1) ticket1 = atomicAdd(counters + owed1, 1u);
-    }
-  }
   finish_stream_k_owed<kEpilogue, TOK>(p, red, partials, counters, owed0, ticket0, owed1, ticket1, n_owed, stages, units, e_tid, sh);
 #if SPECDEC_WIDE_TRACE
   epilogue_barrier(kEpilogue);  // the end once every thread's sums are stored
