@@ -661,17 +661,11 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
   if (p.k_splits > 1) cluster.sync();  // the other CTAs' reads of this CTA's partials are done
 }
 
-// A build-time switch for measuring (benchmarks/NOTES.md, "The persistent kernel's counts after its run and its owed
-// sums' loads at once"): nvcc -DSPECDEC_FINISH_LOADS=1 has each thread of a row block's last sum (the split-K
-// kernels' last CTA, the persistent kernel's owed sums) issue the loads of all its values of four partial tiles at a
-// time before adding any (sum_partial_tiles); 0 sums value after value, the loads of eight tiles at a time. The same
-// adds in the same order: products unchanged.
-// sum_partial_tiles: red[(e / M) * TOK + e % M] = the sum from 0.f, in tile order, of value e of the n_tiles
-// [64 rows][M tokens] tiles tile(q) (pointers into global memory, read through the L2), for e < 64 M, by THREADS
-// threads (thread e_tid).
-#ifndef SPECDEC_FINISH_LOADS
-#define SPECDEC_FINISH_LOADS 0
-#endif
+// red[(e / M) * TOK + e % M] = the sum from 0.f, in tile order, of value e of the n_tiles [64 rows][M tokens] tiles
+// tile(q) (pointers into global memory, read through the L2), for e < 64 M, by THREADS threads (thread e_tid): each
+// thread loads all its values of four tiles before adding any, so that a row block's last sum (the split-K kernels'
+// last CTA, the persistent kernel's owed sums) waits for one round trip a four tiles, not one a value (at 16 tokens a
+// bf16 thread has 7 values: benchmarks/NOTES.md, "The last sums' loads at once: measured").
 template <int THREADS, int TOK, typename Tile>
 __device__ __forceinline__ void sum_partial_tiles(float* red, int M, int n_tiles, int e_tid, Tile tile) {
   constexpr int kPer = (kStreamRows * TOK + THREADS - 1) / THREADS;  // a thread's values of a tile, at most
@@ -730,23 +724,8 @@ __device__ __forceinline__ void finish_split_row_block(const Params& p, float* r
     __syncthreads();
     if (!arrived_last) return;
     __threadfence();
-    // Sum in split order from 0.f; the loads of 8 splits go out before their adds (L2, past L1).
-    if constexpr (SPECDEC_FINISH_LOADS == 1) {
-      sum_partial_tiles<THREADS, TOK>(red, M, p.k_splits, tid, [&](int q) { return tiles + static_cast<size_t>(q) * tile_values; });
-    } else {
-      for (int e = tid; e < tile_values; e += THREADS) {
-        float s = 0.f;
-        for (int q0 = 0; q0 < p.k_splits; q0 += 8) {
-          float v[8];
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = q0 + j < p.k_splits ? __ldcg(tiles + static_cast<size_t>(q0 + j) * tile_values + e) : 0.f;
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-            if (q0 + j < p.k_splits) s += v[j];
-        }
-        red[(e / M) * TOK + e % M] = s;
-      }
-    }
+    // Sum in split order from 0.f (L2, past L1).
+    sum_partial_tiles<THREADS, TOK>(red, M, p.k_splits, tid, [&](int q) { return tiles + static_cast<size_t>(q) * tile_values; });
     __syncthreads();
   }
 
@@ -1557,7 +1536,7 @@ __device__ __forceinline__ void store_block_rows(const Params& p, const float* r
 
 // The sums a CTA owes after its run, by the EPI epilogue threads: for each block it counted a piece of (ticket: the
 // counter's value before its count, held by e_tid 0), if its piece came last, sum every piece's partial in piece order
-// from 0.f (the loads of 8 pieces in flight together, through the L2) and store the rows.
+// from 0.f (sum_partial_tiles) and store the rows.
 template <int EPI, int TOK>
 __device__ __forceinline__ void finish_stream_k_owed(const Params& p, float* red, const float* partials, unsigned int* counters,
                                                      int owed0, unsigned int ticket0, int owed1, unsigned int ticket1, int n_owed,
@@ -1579,24 +1558,8 @@ __device__ __forceinline__ void finish_stream_k_owed(const Params& p, float* red
     epilogue_barrier(EPI);
     if (sh.arrived_last) {
       __threadfence();
-      if constexpr (SPECDEC_FINISH_LOADS == 1) {
-        sum_partial_tiles<EPI, TOK>(red, M, n_pieces, e_tid,
-                                    [&](int q) { return partials + static_cast<size_t>(sh.slot[q]) * tile_values; });
-      } else {
-        for (int e = e_tid; e < tile_values; e += EPI) {
-          float s = 0.f;
-          for (int q0 = 0; q0 < n_pieces; q0 += 8) {
-            float v[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-              v[j] = q0 + j < n_pieces ? __ldcg(partials + static_cast<size_t>(sh.slot[q0 + j]) * tile_values + e) : 0.f;
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-              if (q0 + j < n_pieces) s += v[j];
-          }
-          red[(e / M) * TOK + e % M] = s;
-        }
-      }
+      sum_partial_tiles<EPI, TOK>(red, M, n_pieces, e_tid,
+                                  [&](int q) { return partials + static_cast<size_t>(sh.slot[q]) * tile_values; });
       epilogue_barrier(EPI);
       store_block_rows<TOK>(p, red, block, e_tid);
     }
