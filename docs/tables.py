@@ -1906,7 +1906,7 @@ def split_workspace_h100(results: Results) -> str:
     return markdown_table(["lean 8B, W12 linears at 64 rows", "per layout -> one a device"], rows)
 
 
-GOALS_RUN = "goals_h100_2026-12-07_9070564.json"
+GOALS_RUN = "goals_h100_2026-12-07_61dedef.json"
 
 
 def cuda_goals_h100(results: Results) -> str:
@@ -2344,6 +2344,85 @@ def cuda_weight_l2_h100(results: Results) -> str:
     return rows_ab_table(results, WEIGHT_L2_RUNS, ("qkv", "gate_up", "lm_head"), models=("qwen3-8b", "qwen3-32b"))
 
 
+PERSISTENT_TRACES = {
+    "shipped": (
+        "persistent_trace_h100_2026-12-07_e516342_shipped_qwen3-32b_qkv.json",
+        "persistent_trace_h100_2026-12-07_e516342_shipped_qwen3-8b_gate_up.json",
+    ),
+    "count at end + loads at once": (
+        "persistent_trace_h100_2026-12-07_e516342_flagged_qwen3-32b_qkv.json",
+        "persistent_trace_h100_2026-12-07_e516342_flagged_qwen3-8b_gate_up.json",
+    ),
+}
+
+
+def cuda_persistent_trace_h100(results: Results) -> str:
+    """The 1-16 token persistent tensor-map kernel's phases (one H100 call, builds with ``-DSPECDEC_WIDE_TRACE=1``,
+    ``run_h200_persistent_trace.sh``): for each traced call the span and tail, then per CTA its K loops, its segments'
+    epilogues and the sums it owes after its run (median CTA / the CTA that ends last, us), and when its producer
+    issued its last copy; shipped, and with the pieces counted after the run and the owed sums' loads at once."""
+    rows = []
+    for how, names in PERSISTENT_TRACES.items():
+        for name in names:
+            for r in results(name)["rows"]:
+                med, crit = r["median"], r["critical"]
+
+                def pair(ph, med=med, crit=crit):
+                    return f"{med[ph] / 1e3:.1f} / {crit[ph] / 1e3:.1f}"
+
+                model = MODEL_SIZES[r["model"]]
+                cells = [
+                    f"{r['span'] / 1e3:.1f}",
+                    f"{r['tail'] / 1e3:.1f}",
+                    *(pair(ph) for ph in ("loop", "epilogue", "finish", "issued")),
+                ]
+                rows.append([f"{model} {r['linear']}", str(r["M"]), r["kind"], how, *cells])
+    header = [
+        "linear",
+        "tokens",
+        "entry point",
+        "library",
+        "span us",
+        "tail us",
+        "loop us",
+        "epilogues us",
+        "finish us",
+        "issued us",
+    ]
+    return markdown_table(header, rows)
+
+
+COUNT_AT_END_RUNS = rows_ab_runs(
+    "rows_ab_h100_2026-12-07_e516342",
+    {
+        "shipped": "shipped",
+        "count at end": "stream_k_count_at_end_1",
+        "count at end + loads at once": "stream_k_count_at_end_1_stream_k_finish_loads_1",
+    },
+)
+
+
+def cuda_count_at_end_h100(results: Results) -> str:
+    """The persistent kernel with its pieces counted after its run (``-DSPECDEC_STREAM_K_COUNT_AT_END=1``, since
+    removed) and with that and the last sums' loads at once, against the library before both (one H100 call,
+    ``run_h200_rows_ab.sh`` with the 32B linears): the 8B and 32B qkv and gate_up, cold us, the mean of two alternated
+    processes a library."""
+    return rows_ab_table(results, COUNT_AT_END_RUNS, ("qkv", "gate_up"), models=("qwen3-8b", "qwen3-32b"))
+
+
+FINISH_LOADS_RUNS = rows_ab_runs(
+    "rows_ab_h100_2026-12-07_e49ecc4", {"value after value": "shipped", "loads at once (the library now)": "finish_loads_1"}
+)
+
+
+def cuda_finish_loads_h100(results: Results) -> str:
+    """A row block's last sum with each thread's loads of four partial tiles issued together (``sum_partial_tiles``,
+    the library's since) against value after value (one H100 call, ``run_h200_rows_ab.sh`` with the 32B linears,
+    ``-DSPECDEC_FINISH_LOADS=1``): the 8B and 32B qkv, o, gate_up and down, cold us, the mean of two alternated processes
+    a library."""
+    return rows_ab_table(results, FINISH_LOADS_RUNS, ("qkv", "o", "gate_up", "down"), models=("qwen3-8b", "qwen3-32b"))
+
+
 WIDE_PARTS_RUNS = {
     "shipped": "wide_parts_h100_2026-12-06_token_major_0.json",
     "3: no decode, no MMAs": "wide_parts_h100_2026-12-06_token_major_3.json",
@@ -2473,6 +2552,9 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-ncu-bf16-h100": cuda_ncu_bf16_h100,
     "cuda-rows-x-resident-h100": cuda_rows_x_resident_h100,
     "cuda-weight-l2-h100": cuda_weight_l2_h100,
+    "cuda-persistent-trace-h100": cuda_persistent_trace_h100,
+    "cuda-count-at-end-h100": cuda_count_at_end_h100,
+    "cuda-finish-loads-h100": cuda_finish_loads_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
