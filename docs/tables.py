@@ -2353,14 +2353,19 @@ PERSISTENT_TRACES = {
         "persistent_trace_h100_2026-12-07_e516342_flagged_qwen3-32b_qkv.json",
         "persistent_trace_h100_2026-12-07_e516342_flagged_qwen3-8b_gate_up.json",
     ),
+    "loads at once (the library now; a later call)": (
+        "persistent_trace_h100_2026-12-07_f0f2970_shipped_qwen3-32b_qkv.json",
+        "persistent_trace_h100_2026-12-07_f0f2970_shipped_qwen3-8b_gate_up.json",
+    ),
 }
 
 
 def cuda_persistent_trace_h100(results: Results) -> str:
-    """The 1-16 token persistent tensor-map kernel's phases (one H100 call, builds with ``-DSPECDEC_WIDE_TRACE=1``,
+    """The 1-16 token persistent tensor-map kernel's phases (two H100 calls, builds with ``-DSPECDEC_WIDE_TRACE=1``,
     ``run_h200_persistent_trace.sh``): for each traced call the span and tail, then per CTA its K loops, its segments'
     epilogues and the sums it owes after its run (median CTA / the CTA that ends last, us), and when its producer
-    issued its last copy; shipped, and with the pieces counted after the run and the owed sums' loads at once."""
+    issued its last copy; the library before, with the pieces counted after the run and the owed sums' loads at once
+    (one call), and the library with the loads at once (a later call)."""
     rows = []
     for how, names in PERSISTENT_TRACES.items():
         for name in names:
