@@ -23,8 +23,9 @@ to the last end: what the epilogue adds to the call where nothing else runs). A 
 segments instead (``PERSISTENT_PHASES``): ``loop`` (warp 0's K loops), ``wait_warps`` (its waits there for the other
 warps), ``epilogue`` (the segments' sums, stored rows or partial tiles and counts), ``between`` (the rest of its run:
 the segment loop's own work), ``finish`` (the row blocks' sums it owes after its run), with ``segments`` and
-``partial_segments``, and where the kernel records it (the 1-16 token one) ``issued``, its producer's last copy issued
-from the start; its ``tail`` runs from the last run's end. Each (linear, rows, kind) is traced on
+``partial_segments``, and where the kernel records them (the 1-16 token one) ``issued``, its producer's last copy
+issued from the start, and its epilogues split (``EPILOGUE_PARTS``: the halves' and escape sums, the partial tiles'
+stores, the rest: the count or a whole block's rows); its ``tail`` runs from the last run's end. Each (linear, rows, kind) is traced on
 cold weights (copies spanning 3x the L2, one call a copy, each launched alone with the trace zeroed before it),
 ``--reps`` calls; the table gives medians over the calls of each phase's median over CTAs and of the phases of the
 CTA that ends last. The traced build's products are the shipped build's (checked here against the float32 product);
@@ -56,7 +57,11 @@ from specdec.kernels.launch import pdl_mode
 FIELDS = WIDE_TRACE_FIELDS  # what a traced build records a CTA, in order
 PHASES = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store", "exit")
 PERSISTENT_PHASES = ("loop", "wait_warps", "epilogue", "between", "finish", "segments", "partial_segments", "issued")
+# the 1-16 token persistent kernel's parts of its epilogues: the halves' and escape sums, the partial tiles' stores, the
+# rest (the count, or a whole block's rows stored)
+EPILOGUE_PARTS = ("epi_sums", "epi_store", "epi_rest")
 NOT_TIMES = ("meta", "seg_loop", "seg_wait", "seg_epilogue", "segments")  # fields that are not clock readings
+PERSISTENT_DURATIONS = ("summed", "partial")  # durations in the 1-16 token persistent kernel's records
 LAGS = ("group1_lag", "escape_lag", "producer_lag")
 CALL_TIMES = ("span", "skew", "tail")
 LINEARS = ("qkv", "o", "gate_up", "down", "lm_head")
@@ -123,7 +128,21 @@ def persistent_phases(r: dict) -> dict:
         segments=r["segments"] & 0xFFFF,
         partial_segments=r["segments"] >> 16 & 0xFFFF,
         issued=r["producer"] - r["start"] if r.get("producer") else None,
+        **epilogue_parts(r),
     )
+
+
+def epilogue_parts(r: dict) -> dict:
+    """The 1-16 token persistent kernel's epilogue split (``EPILOGUE_PARTS``, ns), known from its producer's record
+    (the wide kernel's records have none: every part None).
+
+    Example:
+        >>> epilogue_parts(dict(producer=900, start=100, seg_epilogue=700, summed=150, partial=450))
+        {'epi_sums': 150, 'epi_store': 450, 'epi_rest': 100}
+    """
+    if not r.get("producer"):
+        return dict.fromkeys(EPILOGUE_PARTS)
+    return dict(epi_sums=r["summed"], epi_store=r["partial"], epi_rest=r["seg_epilogue"] - r["summed"] - r["partial"])
 
 
 def call_times(records: list[list[int]]) -> dict:
@@ -144,7 +163,8 @@ def call_times(records: list[list[int]]) -> dict:
     persistent = ctas[0].get("persistent", False)
     if any(c.get("persistent", False) != persistent for c in ctas):
         raise ValueError("records: expected the CTAs of one kernel, got persistent and split-K records together")
-    names = PERSISTENT_PHASES if persistent else PHASES + LAGS
+    names = PERSISTENT_PHASES + EPILOGUE_PARTS if persistent else PHASES + LAGS
+    not_times = NOT_TIMES + PERSISTENT_DURATIONS if persistent else NOT_TIMES
     start, end, ring = (FIELDS.index(f) for f in ("start", "end", "ring_done"))
     last = max(range(len(ran)), key=lambda i: ran[i][end])
     median = {}
@@ -160,7 +180,7 @@ def call_times(records: list[list[int]]) -> dict:
         tail=max(r[end] for r in ran) - max(r[ring] for r in ran),
         median=median,
         critical={ph: ctas[last][ph] for ph in names},
-        critical_record={f: (v - ran[last][start] if v and f not in NOT_TIMES else v) for f, v in zip(FIELDS, ran[last])},
+        critical_record={f: (v - ran[last][start] if v and f not in not_times else v) for f, v in zip(FIELDS, ran[last])},
     )
 
 
@@ -282,7 +302,8 @@ def smoke_rows() -> list[dict]:
 def summary_lines(result: dict) -> list[str]:
     lines = [f"kernels' phases (us; median over calls; per-CTA median / the CTA that ends last), {result['device']}"]
     lines.append("model linear M kind ctas splits: span tail | " + " ".join(PHASES + LAGS))
-    lines.append("  persistent: span tail | " + " ".join(PERSISTENT_PHASES) + " (the last two counts, not us)")
+    names = PERSISTENT_PHASES + EPILOGUE_PARTS
+    lines.append("  persistent: span tail | " + " ".join(names) + " (segments and partial_segments: counts, not us)")
     for r in result["rows"]:
         head = f"{r['model']} {r['linear']} {r['M']} {r['kind']} {r.get('ctas')} {r.get('k_splits', '-')}"
         if "error" in r:
@@ -292,7 +313,7 @@ def summary_lines(result: dict) -> list[str]:
         def us(v, ph=""):
             return "-" if v is None else f"{v:g}" if ph in ("segments", "partial_segments") else f"{v / 1e3:.1f}"
 
-        names = PERSISTENT_PHASES if r.get("persistent") else PHASES + LAGS
+        names = PERSISTENT_PHASES + EPILOGUE_PARTS if r.get("persistent") else PHASES + LAGS
         head += " persistent" if r.get("persistent") else ""
         cells = " ".join(f"{us(r['median'].get(ph), ph)}/{us(r['critical'].get(ph), ph)}" for ph in names)
         ok = "" if r.get("product_ok", True) else " PRODUCT OFF"

@@ -173,6 +173,8 @@ def test_the_1_16_token_persistent_kernel_is_traced_and_a_call_it_did_not_run_is
 
     run = _persistent(1000, 9000, 9500, 6000, 500, 1200, 2, 1)
     run[wide_trace.FIELDS.index("producer")] = 7000
+    run[wide_trace.FIELDS.index("summed")] = 300  # durations in this kernel's records, not clock readings
+    run[wide_trace.FIELDS.index("partial")] = 500
     args = argparse.Namespace(l2_bytes=1 << 20, l2_factor=1.0, reps=2, trace_ctas=64)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=2))
     reads: list[int] = []
@@ -185,6 +187,8 @@ def test_the_1_16_token_persistent_kernel_is_traced_and_a_call_it_did_not_run_is
     row = trace([run])
     assert reads == [3, 3] and row["product_ok"] and row["persistent"] and "error" not in row
     assert row["critical"]["issued"] == 6000 and row["critical"]["segments"] == 2
+    assert (row["critical"]["epi_sums"], row["critical"]["epi_store"], row["critical"]["epi_rest"]) == (300, 500, 400)
+    assert row["calls"][0]["critical_record"]["summed"] == 300  # not read as a clock less the start
     split_k = trace([])  # the entry point ran its split-K kernel: nothing recorded
     assert "no CTA recorded" in split_k["error"] and "calls" not in split_k
 

@@ -1430,7 +1430,9 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 // kTraceEnd (its owed sums done) and, summed over its run's segments, ns of warp 0's K loops (kTraceSegLoop), of its
 // waits there for the CTA's other warps (kTraceSegWait) and of the segments' epilogues (kTraceSegEpilogue: the sums,
 // the rows or the partial tile stored, the count); kTraceSegments: the segments (bits 0-15) and how many were partial
-// (16-31); tma_stream_k_kernel also kTraceProducer, when its producer has issued the run's last copy.
+// (16-31); tma_stream_k_kernel also kTraceProducer, when its producer has issued the run's last copy, and, summed over
+// its segments, ns of its epilogues' sums of the halves' tiles and escapes (kTraceSummed) and of its partial tiles'
+// stores with the barrier after them (kTracePartial): durations there, not clock readings.
 enum WideTrace {
   kTraceStart,
   kTraceConsumed,
@@ -1664,6 +1666,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   int slot = 0;
   uint32_t round = 0;
   unsigned long long seg_loop = 0, seg_wait = 0, seg_epilogue = 0, seg_mark = 0;  // traced builds' sums (tid 0)
+  unsigned long long epi_sums = 0, epi_store = 0, epi_mark = 0;  // the epilogues' parts
   unsigned int segments = 0, partial_segments = 0;
   for (long long u = u_lo; u < u_hi;) {
     const int block = static_cast<int>(u / stages);
@@ -1700,6 +1703,10 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
       }
       epilogue_barrier(kEpilogue);
     }
+    if (SPECDEC_WIDE_TRACE && tid == 0) {
+      epi_mark = wide_clock();
+      epi_sums += epi_mark - seg_mark;
+    }
     const bool whole = s_lo == 0 && s_hi == stages;  // the block lies in this run: no other piece
     if (whole) {
       store_block_rows<TOK>(p, red, block, e_tid);
@@ -1708,6 +1715,11 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
       float* own = partials + static_cast<size_t>(stream_k_slot<long long>(blockIdx.x, block_lo, units, ctas)) * tile_values;
       for (int e = e_tid; e < tile_values; e += kEpilogue) own[e] = red[(e / M) * TOK + e % M];
       epilogue_barrier(kEpilogue);
+      if (SPECDEC_WIDE_TRACE && tid == 0) {
+        const unsigned long long now = wide_clock();
+        epi_store += now - epi_mark;
+        epi_mark = now;
+      }
       if (e_tid == 0) {  // the barrier orders every thread's partial before this fence and count (cumulativity)
         __threadfence();
         const unsigned int t = atomicAdd(counters + block, 1u);
@@ -1729,6 +1741,8 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 #if SPECDEC_WIDE_TRACE
   if (tid == 0) {
     wide_trace(kTraceRingDone);
+    wide_trace_value(kTraceSummed, epi_sums);
+    wide_trace_value(kTracePartial, epi_store);
     wide_trace_value(kTraceSegLoop, seg_loop);
     wide_trace_value(kTraceSegWait, seg_wait);
     wide_trace_value(kTraceSegEpilogue, seg_epilogue);
