@@ -58,10 +58,12 @@ FIELDS = WIDE_TRACE_FIELDS  # what a traced build records a CTA, in order
 PHASES = ("loop", "wait_warps", "sums", "partial", "count", "reduce", "store", "exit")
 PERSISTENT_PHASES = ("loop", "wait_warps", "epilogue", "between", "finish", "segments", "partial_segments", "issued")
 # the 1-16 token persistent kernel's parts of its epilogues: the halves' and escape sums, the partial tiles' stores, the
-# rest (the count, or a whole block's rows stored)
-EPILOGUE_PARTS = ("epi_sums", "epi_store", "epi_rest")
+# rest (the count, or a whole block's rows stored); then within the sums, warp 0's griddep_wait and the sums' loop up to
+# the barrier after it of warp 0, of the second half's first warp and of the escape warp (0 where the kind has none)
+EPILOGUE_PARTS = ("epi_sums", "epi_store", "epi_rest", "epi_acquire", "epi_sums_warp0", "epi_sums_group1", "epi_sums_escape")
 NOT_TIMES = ("meta", "seg_loop", "seg_wait", "seg_epilogue", "segments")  # fields that are not clock readings
-PERSISTENT_DURATIONS = ("summed", "partial")  # durations in the 1-16 token persistent kernel's records
+# durations in the 1-16 token persistent kernel's records
+PERSISTENT_DURATIONS = ("summed", "partial", "counted", "reduced", "escapes", "group1")
 LAGS = ("group1_lag", "escape_lag", "producer_lag")
 CALL_TIMES = ("span", "skew", "tail")
 LINEARS = ("qkv", "o", "gate_up", "down", "lm_head")
@@ -137,12 +139,22 @@ def epilogue_parts(r: dict) -> dict:
     (the wide kernel's records have none: every part None).
 
     Example:
-        >>> epilogue_parts(dict(producer=900, start=100, seg_epilogue=700, summed=150, partial=450))
-        {'epi_sums': 150, 'epi_store': 450, 'epi_rest': 100}
+        >>> p = epilogue_parts(dict(producer=900, start=100, seg_epilogue=700, summed=150, partial=450, counted=10,
+        ...                         reduced=40, group1=45, escapes=140))
+        >>> p["epi_sums"], p["epi_store"], p["epi_rest"], p["epi_acquire"], p["epi_sums_escape"]
+        (150, 450, 100, 10, 140)
     """
     if not r.get("producer"):
         return dict.fromkeys(EPILOGUE_PARTS)
-    return dict(epi_sums=r["summed"], epi_store=r["partial"], epi_rest=r["seg_epilogue"] - r["summed"] - r["partial"])
+    return dict(
+        epi_sums=r["summed"],
+        epi_store=r["partial"],
+        epi_rest=r["seg_epilogue"] - r["summed"] - r["partial"],
+        epi_acquire=r["counted"],
+        epi_sums_warp0=r["reduced"],
+        epi_sums_group1=r["group1"],
+        epi_sums_escape=r["escapes"],
+    )
 
 
 def call_times(records: list[list[int]]) -> dict:

@@ -175,6 +175,8 @@ def test_the_1_16_token_persistent_kernel_is_traced_and_a_call_it_did_not_run_is
     run[wide_trace.FIELDS.index("producer")] = 7000
     run[wide_trace.FIELDS.index("summed")] = 300  # durations in this kernel's records, not clock readings
     run[wide_trace.FIELDS.index("partial")] = 500
+    for field, ns in (("counted", 20), ("reduced", 60), ("group1", 70), ("escapes", 280)):
+        run[wide_trace.FIELDS.index(field)] = ns
     args = argparse.Namespace(l2_bytes=1 << 20, l2_factor=1.0, reps=2, trace_ctas=64)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=2))
     reads: list[int] = []
@@ -188,7 +190,13 @@ def test_the_1_16_token_persistent_kernel_is_traced_and_a_call_it_did_not_run_is
     assert reads == [3, 3] and row["product_ok"] and row["persistent"] and "error" not in row
     assert row["critical"]["issued"] == 6000 and row["critical"]["segments"] == 2
     assert (row["critical"]["epi_sums"], row["critical"]["epi_store"], row["critical"]["epi_rest"]) == (300, 500, 400)
+    assert (row["critical"]["epi_acquire"], row["critical"]["epi_sums_warp0"], row["critical"]["epi_sums_escape"]) == (
+        20,
+        60,
+        280,
+    )
     assert row["calls"][0]["critical_record"]["summed"] == 300  # not read as a clock less the start
+    assert row["calls"][0]["critical_record"]["escapes"] == 280
     split_k = trace([])  # the entry point ran its split-K kernel: nothing recorded
     assert "no CTA recorded" in split_k["error"] and "calls" not in split_k
 

@@ -1432,7 +1432,9 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 // the rows or the partial tile stored, the count); kTraceSegments: the segments (bits 0-15) and how many were partial
 // (16-31); tma_stream_k_kernel also kTraceProducer, when its producer has issued the run's last copy, and, summed over
 // its segments, ns of its epilogues' sums of the halves' tiles and escapes (kTraceSummed) and of its partial tiles'
-// stores with the barrier after them (kTracePartial): durations there, not clock readings.
+// stores with the barrier after them (kTracePartial); of warp 0's griddep_wait before the sums (kTraceCounted); and of
+// the sums' loop up to the barrier after it, by the lane 0 of warp 0 (kTraceReduced), of the second half's first warp
+// (kTraceGroup1) and of the escape warp (kTraceEscapes): durations there, not clock readings.
 enum WideTrace {
   kTraceStart,
   kTraceConsumed,
@@ -1667,6 +1669,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   uint32_t round = 0;
   unsigned long long seg_loop = 0, seg_wait = 0, seg_epilogue = 0, seg_mark = 0;  // traced builds' sums (tid 0)
   unsigned long long epi_sums = 0, epi_store = 0, epi_mark = 0;  // the epilogues' parts
+  unsigned long long own_sums = 0, own_mark = 0, acquire = 0;     // each warp's lane 0: its own part of the sums
   unsigned int segments = 0, partial_segments = 0;
   for (long long u = u_lo; u < u_hi;) {
     const int block = static_cast<int>(u / stages);
@@ -1691,7 +1694,9 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
       seg_wait += now - seg_mark;
       seg_mark = now;
     }
+    if (SPECDEC_WIDE_TRACE && lane == 0) own_mark = wide_clock();
     griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
+    if (SPECDEC_WIDE_TRACE && tid == 0) acquire += wide_clock() - own_mark;
     if constexpr (kHalves == 2 || kEscapeWarp) {  // the halves' tiles, then this segment's escapes, as tma_gemm_kernel
       for (int e = e_tid; e < kStreamRows * TOK; e += kEpilogue) {
         float v = red[e];
@@ -1701,6 +1706,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
         }
         red[e] = v;
       }
+      if (SPECDEC_WIDE_TRACE && lane == 0) own_sums += wide_clock() - own_mark;
       epilogue_barrier(kEpilogue);
     }
     if (SPECDEC_WIDE_TRACE && tid == 0) {
@@ -1747,7 +1753,11 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
     wide_trace_value(kTraceSegWait, seg_wait);
     wide_trace_value(kTraceSegEpilogue, seg_epilogue);
     wide_trace_value(kTraceSegments, segments | partial_segments << 16);
+    wide_trace_value(kTraceCounted, acquire);
+    wide_trace_value(kTraceReduced, own_sums);
   }
+  if (kHalves == 2 && tid == kBulkConsumerWarps * 32) wide_trace_value(kTraceGroup1, own_sums);
+  if (kEscapeWarp && tid == (kConsumers + 1) * 32) wide_trace_value(kTraceEscapes, own_sums);
 #endif
   finish_stream_k_owed<kEpilogue, TOK>(p, red, partials, counters, owed0, ticket0, owed1, ticket1, n_owed, stages, units, e_tid, sh);
 #if SPECDEC_WIDE_TRACE
