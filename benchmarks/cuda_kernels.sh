@@ -23,6 +23,20 @@ build_cuda_library_with() {
     echo "nvcc $flags: exit $?"
   fi
 }
+# build_traced_libraries FLAGS LOG builds build/wide_trace.so (-DSPECDEC_WIDE_TRACE=1) and, where FLAGS (nvcc -D
+# switches of skinny_gemm.cu) are given, build/wide_trace_flagged.so with them as well, each unless already there, in at
+# most 90 s, the compiler's output to LOG.log and LOG_flagged.log; FLAGS that are not -D switches: a message, exit 2.
+build_traced_libraries() {
+  local flags=$1 log=$2
+  case $flags in
+    "" | -D*) ;;
+    *) echo "FLAGS: expected nvcc -D switches of skinny_gemm.cu, got $flags" >&2; exit 2 ;;
+  esac
+  build_cuda_library_with "-DSPECDEC_WIDE_TRACE=1" build/wide_trace.so 90 "$log.log"
+  if [ -n "$flags" ]; then
+    build_cuda_library_with "-DSPECDEC_WIDE_TRACE=1 $flags" build/wide_trace_flagged.so 90 "${log}_flagged.log"
+  fi
+}
 # A call carries 64 MiB with the tracked tree (~54 MiB): two libraries of ~2 MB as they are, but xz shrinks
 # `-Xfatbin -compress-all` libraries ~2x more (2.1 -> 1.0 MB). pack_cuda_libraries ARCHIVE SO... (on the CPU machine)
 # writes the libraries into one .tar.xz by their file names; sourcing this file on the GPU machine unpacks

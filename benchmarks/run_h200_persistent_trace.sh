@@ -16,16 +16,10 @@ set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
 FLAGS=${1:-}
-labels="shipped"
-case $FLAGS in
-  "") ;;
-  -D*) labels="flagged shipped" ;;
-  *) echo "FLAGS: expected nvcc -D switches of skinny_gemm.cu, got $FLAGS" >&2; exit 2 ;;
-esac
 source benchmarks/cuda_kernels.sh
-build_cuda_library_with "-DSPECDEC_WIDE_TRACE=1" build/wide_trace.so 90 "$OUT/persistent_trace_build.log"
-[ -n "$FLAGS" ] && build_cuda_library_with "-DSPECDEC_WIDE_TRACE=1 $FLAGS" build/wide_trace_flagged.so 90 \
-  "$OUT/persistent_trace_build_flagged.log"
+build_traced_libraries "$FLAGS" "$OUT/persistent_trace_build"
+labels="shipped"
+[ -n "$FLAGS" ] && labels="flagged shipped"
 unset SPECDEC_W12_CUDA_VARIANT SPECDEC_Q_CUDA_VARIANT SPECDEC_BF16_CUDA_VARIANT
 export SPECDEC_PDL=0
 for label in $labels; do

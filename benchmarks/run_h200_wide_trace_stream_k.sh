@@ -15,16 +15,10 @@ set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
 FLAGS=${1:-}
-modes="1 0"
-case $FLAGS in
-  "") ;;
-  -D*) modes="flagged 1 0" ;;
-  *) echo "FLAGS: expected nvcc -D switches of skinny_gemm.cu, got $FLAGS" >&2; exit 2 ;;
-esac
 source benchmarks/cuda_kernels.sh
-build_cuda_library_with "-DSPECDEC_WIDE_TRACE=1" build/wide_trace.so 90 "$OUT/wide_trace_stream_k_build.log"
-[ -n "$FLAGS" ] && build_cuda_library_with "-DSPECDEC_WIDE_TRACE=1 $FLAGS" build/wide_trace_flagged.so 90 \
-  "$OUT/wide_trace_stream_k_build_flagged.log"
+build_traced_libraries "$FLAGS" "$OUT/wide_trace_stream_k_build"
+modes="1 0"
+[ -n "$FLAGS" ] && modes="flagged 1 0"
 unset SPECDEC_WIDE_GEMM SPECDEC_WIDE_UNROLL SPECDEC_WIDE_GROUPS SPECDEC_SPLIT_WORKSPACE SPECDEC_WIDE_PIPELINE SPECDEC_WIDE_CTAS
 export SPECDEC_PDL=0
 for mode in $modes; do
