@@ -664,8 +664,8 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
 // red[(e / M) * TOK + e % M] = the sum from 0.f, in tile order, of value e of the n_tiles [64 rows][M tokens] tiles
 // tile(q) (pointers into global memory, read through the L2), for e < 64 M, by THREADS threads (thread e_tid): each
 // thread loads all its values of four tiles before adding any, so that a row block's last sum (the split-K kernels'
-// last CTA, the persistent kernel's owed sums) waits for one round trip a four tiles, not one a value (at 16 tokens a
-// bf16 thread has 7 values: benchmarks/NOTES.md, "The last sums' loads at once: measured").
+// last CTA, the persistent kernel's owed sums) waits for one round trip for every four tiles, not one for every value
+// (at 16 tokens a bf16 thread has 7-8 values: benchmarks/NOTES.md, "The last sums' loads at once: measured").
 template <int THREADS, int TOK, typename Tile>
 __device__ __forceinline__ void sum_partial_tiles(float* red, int M, int n_tiles, int e_tid, Tile tile) {
   constexpr int kPer = (kStreamRows * TOK + THREADS - 1) / THREADS;  // a thread's values of a tile, at most
