@@ -3,8 +3,8 @@
 A library built with ``-DSPECDEC_WIDE_TRACE=1`` (``$SPECDEC_CUDA_KERNELS`` naming it) makes one thread of every CTA of
 ``w12_gemm_wide`` / ``q_gemm_wide`` (kinds ``w12``, ``q``: 17-128 rows), and of the 1-16 token persistent tensor-map
 kernel of 64-row blocks (kinds ``bf16_v3``, ``w12_v8``, ``q_v3``: the bf16, W12 and Q entry points that run it where
-split K would need several waves; a call they run split-K records nothing and is reported as such), record the global
-clock (``%globaltimer``, ns) at each point of its life
+split K would need several waves) and of the 1-16 token row tiles (kinds ``bf16_v4``, ``w12_v9``, ``q_v4``; a call an
+entry point runs with another kernel records nothing and is reported as such), record the global clock (``%globaltimer``, ns) at each point of its life
 (``ops.WIDE_TRACE_FIELDS``): the start, the K loop's end (warp 0, the second stage group, the escape warp, the
 producer, then all warps), the sums' tile complete, the partial tile stored, the row block's counter read, the last
 CTA's sum of the splits, the output stored. From those, per CTA:
@@ -48,7 +48,15 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import agg_pyplot, provenance, provenance_line, redraw, report
-from benchmarks.kernels.bench_roofline import bf16_variant, linear_shapes, q_variant, sync, w12_planes, w12_v8, weight_bytes
+from benchmarks.kernels.bench_roofline import (
+    bf16_variant,
+    linear_shapes,
+    q_variant,
+    sync,
+    w12_planes,
+    w12_variant,
+    weight_bytes,
+)
 from benchmarks.kernels.read_floor import cold_weight_device, weight_copies
 from specdec.kernels.cuda.build import library_path
 from specdec.kernels.cuda.ops import WIDE_TRACE_FIELDS
@@ -69,6 +77,8 @@ CALL_TIMES = ("span", "skew", "tail")
 LINEARS = ("qkv", "o", "gate_up", "down", "lm_head")
 WIDE_KINDS = ("w12", "q")  # the wide kernels, 17-128 rows
 TENSOR_MAP_KINDS = ("bf16_v3", "w12_v8", "q_v3")  # the 1-16 token persistent kernel, by entry point
+ROW_TILE_KINDS = ("bf16_v4", "w12_v9", "q_v4")  # the 1-16 token row tiles (16 rows over the whole of K), by entry point
+SMALL_KINDS = TENSOR_MAP_KINDS + ROW_TILE_KINDS  # 1-16 rows
 
 
 def cta_phases(rec: list[int]) -> dict:
@@ -220,29 +230,33 @@ def summarize(calls: list[dict]) -> dict:
 
 
 def kind_call(ops, kind: str, x: torch.Tensor, w: torch.Tensor, w12, copies: int):
-    """``(call(i), reference)`` of ``kind`` (``WIDE_KINDS`` or ``TENSOR_MAP_KINDS``) over ``copies`` copies of its
+    """``(call(i), reference)`` of ``kind`` (``WIDE_KINDS`` or ``SMALL_KINDS``) over ``copies`` copies of its
     weights: ``call(i)`` multiplies ``x`` by copy ``i``; the reference is the float32 product with the weights the
     kernel reads (bf16, W12 decoded, or the Q view)."""
-    if kind == "bf16_v3":
+    if kind.startswith("bf16_"):
         bf16 = [w] + [w.clone() for _ in range(copies - 1)]
-        return (lambda i: bf16_variant(ops, "v3", x, bf16[i])), x.float() @ w.float().T
+        variant = kind.removeprefix("bf16_")
+        return (lambda i: bf16_variant(ops, variant, x, bf16[i])), x.float() @ w.float().T
     planes = [w12_planes(w12)] + [tuple(t.clone() for t in w12_planes(w12)) for _ in range(copies - 1)]
-    if kind in ("w12", "w12_v8"):
-        call = (lambda i: ops.w12_gemm_wide(x, *planes[i])) if kind == "w12" else (lambda i: w12_v8(ops, x, *planes[i]))
+    if kind.startswith("w12"):
+        if kind == "w12":
+            call = lambda i: ops.w12_gemm_wide(x, *planes[i])  # noqa: E731
+        else:
+            call = lambda i: w12_variant(ops, kind.removeprefix("w12_"), x, *planes[i])  # noqa: E731
         return call, x.float() @ w12.to_bf16().float().T
     if kind == "q":
         call = lambda i: ops.q_gemm_wide(x, planes[i][0], planes[i][2])  # noqa: E731
     else:
-        call = lambda i: q_variant(ops, "v3", x, planes[i][0], planes[i][2])  # noqa: E731
+        call = lambda i: q_variant(ops, kind.removeprefix("q_"), x, planes[i][0], planes[i][2])  # noqa: E731
     return call, x.float() @ w12.q_view().float().T
 
 
-BYTES_KIND = {"w12": "cuda_w12_wide", "q": "cuda_q_wide", "bf16_v3": "cuda_bf16_v3", "w12_v8": "cuda_w12_v8", "q_v3": "cuda_q_v3"}
+BYTES_KIND = {"w12": "cuda_w12_wide", "q": "cuda_q_wide", **{kind: f"cuda_{kind}" for kind in SMALL_KINDS}}
 
 
 def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, args, gen, device) -> dict:
-    """``args.reps`` traced calls of ``kind`` (``WIDE_KINDS``: the wide kernel; ``TENSOR_MAP_KINDS``: that entry point,
-    traced where it runs the persistent kernel) at ``m`` rows on cold copies of a Gaussian ``[n, k]`` weight, the
+    """``args.reps`` traced calls of ``kind`` (``WIDE_KINDS``: the wide kernel; ``SMALL_KINDS``: that entry point, traced
+    where it runs the persistent kernel or the row tiles) at ``m`` rows on cold copies of a Gaussian ``[n, k]`` weight, the
     first call's product checked against float32; the row of the JSON."""
     from specdec.formats import W12Tensor
 
@@ -257,14 +271,14 @@ def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, a
         ctas = plan["ctas_x"] * plan["k_splits"]
     else:
         plan = ops.launch_plan(kind, m, n, k, sms)
-        ctas = plan["ctas_x"]  # a persistent plan's CTAs (its k_splits: the most pieces of a row block)
+        ctas = plan["ctas_x"]  # a persistent plan's CTAs (its k_splits: the most pieces of a row block), or the row tiles
     row = dict(model=model, linear=lname, kind=kind, N=n, K=k, M=m, ctas=ctas, k_splits=plan["k_splits"], copies=copies)
     if ctas > args.trace_ctas:
         row["error"] = f"{ctas} CTAs: the trace holds {args.trace_ctas}"
         return row
     y = call(0).float()
     # cuBLAS bf16's own error on the same operands sets the scale, as in bench_wide_w12's product checks
-    operand = w if kind == "bf16_v3" else w12.to_bf16() if kind in ("w12", "w12_v8") else w12.q_view()
+    operand = w if kind.startswith("bf16_") else w12.to_bf16() if kind.startswith("w12") else w12.q_view()
     err_ref = (F.linear(x, operand).float() - ref).abs().max().item()
     row["product_ok"] = bool(((y - ref).abs() <= 2 * err_ref + ref.abs() * 2**-7).all())
     for i in range(1, copies):  # every copy once before the traced calls
@@ -275,7 +289,9 @@ def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, a
         call(rep % copies)
         records = ops.wide_trace_read(ctas).tolist()
         if not any(r[FIELDS.index("start")] for r in records):
-            row["error"] = "no CTA recorded: the call ran a kernel without the trace (the split-K tensor-map kernel)"
+            row["error"] = (
+                "no CTA recorded: the call ran a kernel without the trace (the split-K tensor-map kernel, or a fallback)"
+            )
             return row
         calls.append(call_times(records))
     row["calls"] = calls
@@ -377,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="qwen3-8b")
     ap.add_argument("--linears", default=",".join(LINEARS), help=f"comma-separated, of {','.join(LINEARS)}")
     ap.add_argument("--rows", default="32,64", help="comma-separated row counts (17 to 128; 1 to 16 for the 1-16 token kinds)")
-    ap.add_argument("--kinds", default="w12,q", help=f"comma-separated, of {','.join(WIDE_KINDS + TENSOR_MAP_KINDS)}")
+    ap.add_argument("--kinds", default="w12,q", help=f"comma-separated, of {','.join(WIDE_KINDS + SMALL_KINDS)}")
     ap.add_argument("--reps", type=int, default=9, help="traced calls a case (median)")
     ap.add_argument("--l2-factor", type=float, default=3.0, help="cold copies span this many times the L2")
     ap.add_argument("--budget-s", type=float, default=40.0, help="no new case starts after this many seconds")
@@ -389,10 +405,10 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [v.strip() for v in args.kinds.split(",") if v.strip()]
     if not linears or any(v not in LINEARS for v in linears):
         ap.error(f"--linears: expected names of {LINEARS}, got {args.linears!r}")
-    if not kinds or any(v not in WIDE_KINDS + TENSOR_MAP_KINDS for v in kinds):
-        ap.error(f"--kinds: expected names of {WIDE_KINDS + TENSOR_MAP_KINDS}, got {args.kinds!r}")
-    if any(v in WIDE_KINDS for v in kinds) and any(v in TENSOR_MAP_KINDS for v in kinds):
-        ap.error(f"--kinds: expected the wide kinds {WIDE_KINDS} or the 1-16 token ones {TENSOR_MAP_KINDS}, got both")
+    if not kinds or any(v not in WIDE_KINDS + SMALL_KINDS for v in kinds):
+        ap.error(f"--kinds: expected names of {WIDE_KINDS + SMALL_KINDS}, got {args.kinds!r}")
+    if any(v in WIDE_KINDS for v in kinds) and any(v in SMALL_KINDS for v in kinds):
+        ap.error(f"--kinds: expected the wide kinds {WIDE_KINDS} or the 1-16 token ones {SMALL_KINDS}, got both")
     try:
         ms = [int(v) for v in args.rows.split(",")]
     except ValueError:

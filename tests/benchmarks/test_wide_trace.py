@@ -201,12 +201,33 @@ def test_the_1_16_token_persistent_kernel_is_traced_and_a_call_it_did_not_run_is
     assert "no CTA recorded" in split_k["error"] and "calls" not in split_k
 
 
+def test_a_row_tile_call_is_traced_with_its_loop_sums_and_store(monkeypatch):
+    import argparse
+    import types
+
+    import torch
+
+    times = dict(start=1000, consumed=8000, ring_done=8200, summed=8300, end=8600, producer=7000, escapes=7900)
+    tile = _record(times, 4, 0, True, 1)  # a row tile: no split, its own rows stored
+    args = argparse.Namespace(l2_bytes=1 << 20, l2_factor=1.0, reps=1, trace_ctas=64)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=2))
+    reads: list[int] = []
+    fake = _tensor_map_ops([tile], reads)
+    gen = torch.Generator().manual_seed(0)
+    row = wide_trace.trace_case(fake, "made-up", "o", 256, 256, 1, "bf16_v4", args, gen, torch.device("cpu"))
+    assert reads == [3] and row["product_ok"] and not row["persistent"] and row["k_splits"] == 1
+    crit = row["critical"]
+    assert (crit["loop"], crit["wait_warps"], crit["sums"], crit["store"]) == (7200, 200, 100, 300)
+    assert (crit["producer_lag"], crit["escape_lag"], crit["partial"]) == (-1000, -100, None)
+
+
 @pytest.mark.parametrize(
     "argv, named",
     [
         (["--rows", "16"], "--rows"),
         (["--kinds", "bf16_v3", "--rows", "17"], "--rows"),
         (["--kinds", "bf16_v3,w12"], "--kinds"),
+        (["--kinds", "q_v4,q"], "--kinds"),
         (["--rows", "x"], "--rows"),
         (["--linears", "up"], "--linears"),
         (["--kinds", "fp8"], "--kinds"),

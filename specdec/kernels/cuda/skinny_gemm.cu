@@ -1436,11 +1436,11 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   }
 }
 
-// A build-time switch for timing the wide kernels' and the 1-16 token persistent kernel's phases on the GPU's global
-// clock (benchmarks/kernels/wide_trace.py): nvcc -DSPECDEC_WIDE_TRACE=1 makes one thread of each of the first
-// kWideTraceCtas CTAs (blockIdx.y * gridDim.x + blockIdx.x) write g_wide_trace[cta][field] at each point (ns; the
-// WideTrace fields below); specdec_wide_trace_read copies them out. The products are the untraced build's; the records
-// add a store a point and a barrier before the exit.
+// A build-time switch for timing the wide kernels', the 1-16 token persistent kernel's and the row tiles' phases on the
+// GPU's global clock (benchmarks/kernels/wide_trace.py): nvcc -DSPECDEC_WIDE_TRACE=1 makes one thread of each of the
+// first kWideTraceCtas CTAs (blockIdx.y * gridDim.x + blockIdx.x) write g_wide_trace[cta][field] at each point (ns;
+// the WideTrace fields below); specdec_wide_trace_read copies them out. The products are the untraced build's; the
+// records add a store a point and a barrier before the exit.
 #ifndef SPECDEC_WIDE_TRACE
 #define SPECDEC_WIDE_TRACE 0
 #endif
@@ -1458,7 +1458,11 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 // its segments, ns of its epilogues' sums of the halves' tiles and escapes (kTraceSummed) and of its partial tiles'
 // stores with the barrier after them (kTracePartial); of warp 0's griddep_wait before the sums (kTraceCounted); and of
 // the sums' loop up to the barrier after it, by the lane 0 of warp 0 (kTraceReduced), of the second half's first warp
-// (kTraceGroup1) and of the escape warp (kTraceEscapes): durations there, not clock readings.
+// (kTraceGroup1) and of the escape warp (kTraceEscapes): durations there, not clock readings. The row tiles
+// (tma_rows_kernel, one CTA a 16-row tile over the whole of K, no split) record kTraceStart, kTraceMeta (split 0,
+// last, k_splits 1), kTraceConsumed, kTraceGroup1 (the second stage group's first warp), kTraceEscapes and
+// kTraceProducer out of their loops, kTraceRingDone (every warp past the loop), kTraceSummed (row 0's sums done) and
+// kTraceEnd (every row stored).
 enum WideTrace {
   kTraceStart,
   kTraceConsumed,
@@ -1850,23 +1854,36 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
 
   if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups);
   __syncthreads();
+#if SPECDEC_WIDE_TRACE
+  if (tid == 0) {
+    wide_trace(kTraceStart);
+    wide_trace_value(kTraceMeta, wide_trace_meta(0, true, 1));
+  }
+#endif
 
   if (warp == kConsumers) {
-    if (lane == 0)
+    if (lane == 0) {
       produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
                                                             row_block, &ae_map, &nib_map, &x_map, (SPECDEC_WIDE_ABLATE & 64) == 0);
+      wide_trace(kTraceProducer);
+    }
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
+    if (lane == 0) wide_trace(kTraceEscapes);
   } else if constexpr (STAGE_GROUPS == 1) {
     consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
                                                                                        n_stages, row_block, warp, lane, red);
+    if (tid == 0) wide_trace(kTraceConsumed);
   } else {
     const int group = warp / kRowGroups;  // its stages: group, group + STAGE_GROUPS, ...; its chunk: warp % kRowGroups
     consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, STAGE_GROUPS>(
         p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp % kRowGroups, lane,
         red + group * kRowGroups * kRowTile * TOK, group);
+    if (tid == 0) wide_trace(kTraceConsumed);
+    if (lane == 0 && warp == kRowGroups) wide_trace(kTraceGroup1);
   }
   __syncthreads();
+  if (tid == 0) wide_trace(kTraceRingDone);
   griddep_launch_dependents();  // this CTA reads no more weights: a kernel launched after it may start its own
   griddep_wait();               // y is written after the kernel before has finished
   // Thread r < 16 finishes row r: 0.f + the consumer warps' sums in warp order (a fixed order), then the escapes, then bf16.
@@ -1880,8 +1897,13 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
       for (int h = 0; h < kConsumers; ++h) out[m] += red[(h * kRowTile + tid) * TOK + m];
       if constexpr (kEscapeWarp == 1) out[m] += esc[tid * TOK + m];
     }
+    if (tid == 0) wide_trace(kTraceSummed);
     store_bf16_row<TOK>(p, row, M, out);
   }
+#if SPECDEC_WIDE_TRACE
+  __syncthreads();  // the end once every row is stored
+  if (tid == 0) wide_trace(kTraceEnd);
+#endif
 }
 
 // Wide calls (README.md, "Wide calls: wgmma from registers"): 17 to kWideMaxTokens tokens, the tree and two-level
