@@ -2397,6 +2397,26 @@ def cuda_persistent_trace_h100(results: Results) -> str:
     return markdown_table(header, rows)
 
 
+EPILOGUE_PARTS_TRACES = (
+    "persistent_trace_h100_2026-12-07_e24b60e_shipped_qwen3-32b_qkv.json",
+    "persistent_trace_h100_2026-12-07_e24b60e_shipped_qwen3-8b_gate_up.json",
+)
+
+
+def cuda_persistent_epilogue_parts_h100(results: Results) -> str:
+    """The 1-16 token persistent kernel's segment epilogues split (one H100 call, a build with
+    ``-DSPECDEC_WIDE_TRACE=1``, ``run_h200_persistent_trace.sh``): summed over a CTA's run, median CTA / the CTA that
+    ends last, us: all of them, the halves' and escape sums, the partial tiles' stores, and the rest (the fence and
+    count, or a whole block's rows)."""
+    rows = []
+    for name in EPILOGUE_PARTS_TRACES:
+        for r in results(name)["rows"]:
+            med, crit = r["median"], r["critical"]
+            cells = (f"{med[ph] / 1e3:.1f} / {crit[ph] / 1e3:.1f}" for ph in ("epilogue", "epi_sums", "epi_store", "epi_rest"))
+            rows.append([f"{MODEL_SIZES[r['model']]} {r['linear']}", str(r["M"]), r["kind"], *cells])
+    return markdown_table(["linear", "tokens", "entry point", "epilogues us", "sums us", "partial stores us", "rest us"], rows)
+
+
 COUNT_AT_END_RUNS = rows_ab_runs(
     "rows_ab_h100_2026-12-07_e516342",
     {
@@ -2558,6 +2578,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-rows-x-resident-h100": cuda_rows_x_resident_h100,
     "cuda-weight-l2-h100": cuda_weight_l2_h100,
     "cuda-persistent-trace-h100": cuda_persistent_trace_h100,
+    "cuda-persistent-epilogue-parts-h100": cuda_persistent_epilogue_parts_h100,
     "cuda-count-at-end-h100": cuda_count_at_end_h100,
     "cuda-finish-loads-h100": cuda_finish_loads_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
