@@ -661,15 +661,11 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
   if (p.k_splits > 1) cluster.sync();  // the other CTAs' reads of this CTA's partials are done
 }
 
-// A build-time switch for measuring (benchmarks/NOTES.md, "Counts as acquire-release adds in the 1-16 token kernels:
-// prediction"): nvcc -DSPECDEC_ACQ_REL_COUNTS=1 counts a partial tile in with one thread's acquire-release add after
-// the CTA's barrier (the release covers what the CTA's threads stored before it, the acquire what the other pieces'
-// CTAs stored before theirs), as the wide kernels do, instead of a fence in every thread before the count and again
-// before the last sum (finish_split_row_block; the persistent kernel's counts and owed sums). Products unchanged.
-#ifndef SPECDEC_ACQ_REL_COUNTS
-#define SPECDEC_ACQ_REL_COUNTS 0
-#endif
-constexpr bool kAcqRelCounts = SPECDEC_ACQ_REL_COUNTS == 1;
+// A partial tile is counted in with one thread's acquire-release add after the CTA's barrier: the release covers what
+// the CTA's threads stored before the barrier (cumulativity), the acquire what the other pieces' CTAs stored before
+// theirs; the barrier after it hands both to the CTA's other threads. One fence a count, in one thread, where a fence
+// in every thread before the count and again before the last sum took up to 3 % more (benchmarks/NOTES.md, "Counts as
+// acquire-release adds in the 1-16 token kernels: measured").
 __device__ __forceinline__ unsigned int atomic_add_acq_rel_gpu(unsigned int* addr, unsigned int v) {
   unsigned int old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(addr), "r"(v) : "memory");
@@ -729,25 +725,14 @@ __device__ __forceinline__ void finish_split_row_block(const Params& p, float* r
     float* tiles = partials + static_cast<size_t>(blockIdx.x) * p.k_splits * tile_values;
     float* own = tiles + static_cast<size_t>(split) * tile_values;
     for (int e = tid; e < tile_values; e += THREADS) own[e] = red[(e / M) * TOK + e % M];
-    if constexpr (kAcqRelCounts) {
-      __syncthreads();
-      if (tid == 0) {  // the barrier orders every thread's partial before this release (cumulativity)
-        const unsigned int before = atomic_add_acq_rel_gpu(counters + blockIdx.x, 1u);
-        arrived_last = before == static_cast<unsigned int>(p.k_splits - 1);
-        if (arrived_last) counters[blockIdx.x] = 0u;  // every split has arrived: ready for the next launch
-      }
-    } else {
-      __threadfence();  // this CTA's partial is visible device-wide before its arrival is counted
-      __syncthreads();
-      if (tid == 0) {
-        const unsigned int before = atomicAdd(counters + blockIdx.x, 1u);
-        arrived_last = before == static_cast<unsigned int>(p.k_splits - 1);
-        if (arrived_last) counters[blockIdx.x] = 0u;  // every split has arrived: ready for the next launch
-      }
+    __syncthreads();
+    if (tid == 0) {  // the barrier orders every thread's partial before this release (cumulativity)
+      const unsigned int before = atomic_add_acq_rel_gpu(counters + blockIdx.x, 1u);
+      arrived_last = before == static_cast<unsigned int>(p.k_splits - 1);
+      if (arrived_last) counters[blockIdx.x] = 0u;  // every split has arrived: ready for the next launch
     }
     __syncthreads();
     if (!arrived_last) return;
-    if constexpr (!kAcqRelCounts) __threadfence();
     // Sum in split order from 0.f (L2, past L1).
     sum_partial_tiles<THREADS, TOK>(red, M, p.k_splits, tid, [&](int q) { return tiles + static_cast<size_t>(q) * tile_values; });
     __syncthreads();
@@ -1589,7 +1574,7 @@ __device__ __forceinline__ void finish_stream_k_owed(const Params& p, float* red
     if (e_tid < n_pieces) sh.slot[e_tid] = stream_k_slot<long long>(first + e_tid, block_lo, units, ctas);
     epilogue_barrier(EPI);
     if (sh.arrived_last) {
-      if constexpr (!kAcqRelCounts) __threadfence();  // else the count's acquire, ordered by the barrier above
+      // the other pieces' partials: visible through the count's acquire, ordered by the barrier above
       sum_partial_tiles<EPI, TOK>(red, M, n_pieces, e_tid,
                                   [&](int q) { return partials + static_cast<size_t>(sh.slot[q]) * tile_values; });
       epilogue_barrier(EPI);
@@ -1754,14 +1739,8 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
         epi_store += now - epi_mark;
         epi_mark = now;
       }
-      if (e_tid == 0) {  // the barrier orders every thread's partial before this fence and count (cumulativity)
-        unsigned int t;
-        if constexpr (kAcqRelCounts) {
-          t = atomic_add_acq_rel_gpu(counters + block, 1u);
-        } else {
-          __threadfence();
-          t = atomicAdd(counters + block, 1u);
-        }
+      if (e_tid == 0) {  // the barrier orders every thread's partial before this release (cumulativity)
+        const unsigned int t = atomic_add_acq_rel_gpu(counters + block, 1u);
         if (n_owed == 0) ticket0 = t;
         else ticket1 = t;
       }
