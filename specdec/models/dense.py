@@ -15,7 +15,7 @@ from torch import nn
 
 from specdec.contracts.target import TargetOutput
 from specdec.kernels.act import silu_mul
-from specdec.kernels.attention import additive_mask, decode_attention
+from specdec.kernels.attention import additive_mask, decode_attention_token_major
 from specdec.kernels.norm import add_scaled_rms_norm, scaled_rms_norm
 from specdec.kernels.rope import qk_norm_rope_cached
 from specdec.models.attention_kernel import attention_choice
@@ -87,10 +87,9 @@ def attend_cache(q, k_cache, v_cache, attn_mask) -> torch.Tensor:
     q = q.reshape(bsz, num_kv_heads, group * seqlen, head_dim)  # [B, Hkv, G*T, D]
     mask = attn_mask if attn_mask.shape[2] == group * seqlen else grouped_mask(attn_mask, group)  # [1, 1, G*T, S]
     kernel, backend = attention_choice(q)
-    if kernel == "split_kv":
-        out = decode_attention(q, k_cache, v_cache, mask, backend=backend)  # [B, Hkv, G*T, D]
-    else:
-        out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G*T, D]
+    if kernel == "split_kv":  # written token-major: no transposing copy before the output projection
+        return decode_attention_token_major(q, k_cache, v_cache, mask, seqlen, backend=backend)  # [B, T, H*D]
+    out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)  # [B, Hkv, G*T, D]
     out = out.reshape(bsz, num_heads, seqlen, head_dim)  # SDPA output may be strided
     return out.transpose(1, 2).reshape(bsz, seqlen, num_heads * head_dim)
 

@@ -63,8 +63,8 @@ def test_by_default_cuda_queries_take_the_kernel_and_sdpa_keeps_the_rest():
 def test_logits_through_the_kernel_equal_sdpa_to_rounding(monkeypatch):
     target = _target()
     calls = []
-    kernel = dense.decode_attention
-    monkeypatch.setattr(dense, "decode_attention", lambda *a, **k: calls.append(a[0].shape) or kernel(*a, **k))
+    kernel = dense.decode_attention_token_major
+    monkeypatch.setattr(dense, "decode_attention_token_major", lambda *a, **k: calls.append(a[0].shape) or kernel(*a, **k))
     prompt = torch.tensor([[5, 9, 3, 11, 7, 2]])
     outs = {}
     for name in ("sdpa", "split_kv"):

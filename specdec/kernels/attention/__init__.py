@@ -12,7 +12,7 @@ from .mask import MAX_ROWS, additive_mask, split_kv_takes
 from .naive import decode_attention_torch
 from .split_kv import decode_attention_triton
 
-__all__ = ["MAX_ROWS", "additive_mask", "decode_attention", "split_kv_takes"]
+__all__ = ["MAX_ROWS", "additive_mask", "decode_attention", "decode_attention_token_major", "split_kv_takes"]
 
 
 def decode_attention(
@@ -39,6 +39,49 @@ def decode_attention(
         >>> decode_attention(q, k, v, mask, backend="triton")[0, 0, :, 0]
         tensor([0.5000, 1.0000])
     """
+    mask = _checked(q, k_cache, v_cache, mask, splits)
+    if use_triton(backend, q.device) and q.dtype != torch.float64:  # the kernel's dots take 32- and 16-bit inputs
+        return decode_attention_triton(q, k_cache, v_cache, mask, splits=splits)
+    return decode_attention_torch(q, k_cache, v_cache, mask)
+
+
+def decode_attention_token_major(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    mask: torch.Tensor,
+    tokens: int,
+    *,
+    splits: int | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """:func:`decode_attention` laid out as the output projection reads it: ``[B, T, Hkv * G * D]``.
+
+    ``q [B, Hkv, R, D]`` with ``R = G * tokens``: row ``g * T + t`` is query head ``g`` of its KV head at token ``t``
+    (:func:`specdec.models.dense.attend_cache`'s layout), and lands at ``[b, t, (h * G + g) * D : (h * G + g + 1) *
+    D]``. The split-KV kernel writes it there, so no transposing copy sits between the attention and the projection
+    at ``T > 1``; the reference transposes its :func:`decode_attention` output. The same values as
+    ``decode_attention(...).reshape(B, Hkv * G, T, D).transpose(1, 2).reshape(B, T, -1)``, bit for bit.
+
+    Example:
+        >>> q, k, v = torch.ones(1, 1, 4, 16), torch.ones(1, 1, 3, 16), torch.arange(3.0).view(1, 1, 3, 1).expand(1, 1, 3, 16)
+        >>> mask = torch.tensor([[[[True, False, False], [True, True, False]] * 2]])  # 2 heads x 2 tokens
+        >>> decode_attention_token_major(q, k, v, mask, 2, backend="triton")[0, :, ::16]
+        tensor([[0.0000, 0.0000],
+                [0.5000, 0.5000]])
+    """
+    mask = _checked(q, k_cache, v_cache, mask, splits)
+    bsz, hkv, r, d = q.shape
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1 or r % tokens:
+        raise ValueError(f"tokens: expected a positive int that divides q's {r} rows a KV head, got {tokens!r}")
+    if use_triton(backend, q.device) and q.dtype != torch.float64:
+        return decode_attention_triton(q, k_cache, v_cache, mask, splits=splits, tokens=tokens)
+    out = decode_attention_torch(q, k_cache, v_cache, mask)  # [B, Hkv, G*T, D]
+    return out.reshape(bsz, hkv * (r // tokens), tokens, d).transpose(1, 2).reshape(bsz, tokens, -1)
+
+
+def _checked(q, k_cache, v_cache, mask, splits) -> torch.Tensor:
+    """The arguments checked (see :func:`decode_attention`); returns the mask, additive."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("mask", mask)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise ValueError(f"{name}: expected a 4-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
@@ -64,6 +107,4 @@ def decode_attention(
         mask = additive_mask(mask, q.dtype)
     elif not mask.is_floating_point():
         raise ValueError(f"mask: expected a boolean or floating (additive) mask, got {mask.dtype}")
-    if use_triton(backend, q.device) and q.dtype != torch.float64:  # the kernel's dots take 32- and 16-bit inputs
-        return decode_attention_triton(q, k_cache, v_cache, mask, splits=splits)
-    return decode_attention_torch(q, k_cache, v_cache, mask)
+    return mask

@@ -5,9 +5,10 @@ cache of thousands of slots. One program per KV head (what a prefill-shaped kern
 cache through one SM. Here program ``(bh, j)`` of the first launch covers slots ``[j * chunk, (j + 1) * chunk)`` of
 batch-head ``bh`` and keeps an online softmax over them: the running maximum ``m``, the sum ``l`` of
 ``exp(score - m)`` and ``acc = sum exp(score - m) v``, all float32. The second launch, one program per batch-head and row,
-rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``;
-both launched programmatically where a norm would be (:func:`specdec.kernels.launch.triton_launch_options`: captured,
-at most 16 rows), each waits for the kernel before it (the q/k norm + RoPE, then the first launch) and then lets the
+rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``,
+either as ``[B, Hkv, R, D]`` or token-major (``tokens``: ``[B, T, H * D]``, what the output projection reads, so that
+no transposing copy sits between them when ``T > 1``); both launched programmatically where a norm would be
+(:func:`specdec.kernels.launch.triton_launch_options`: captured, the projection's rows at most 16), each waits for the kernel before it (the q/k norm + RoPE, then the first launch) and then lets the
 next one (the second launch, then the output projection) start.
 A split whose slots are all masked has ``m = -inf`` and weight 0; a row with no allowed slot anywhere gives zeros, as
 the reference and SDPA do. Float32 inputs take IEEE float32 products (``PRECISION``): Triton's default for them on
@@ -100,8 +101,8 @@ def _split_kernel(
 
 @triton.jit
 def _combine_kernel(
-    m_ptr, l_ptr, acc_ptr, out_ptr, R, HKV, SPLITS,
-    stride_ob, stride_oh, stride_or, stride_od,
+    m_ptr, l_ptr, acc_ptr, out_ptr, R, HKV, SPLITS, T,
+    stride_ob, stride_oh, stride_og, stride_ot, stride_od,
     BLOCK_S: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     join_programmatic_launch(PDL)  # specdec.kernels.launch: the output projection after it may start now
@@ -127,7 +128,8 @@ def _combine_kernel(
         out += w[:, None] * tl.load(acc_ptr + at[:, None] * D + dims[None, :], mask=ok[:, None], other=0.0)
     total_sum = tl.sum(total, axis=0)
     res = tl.where(total_sum > 0, tl.sum(out, axis=0) / total_sum, 0.0)  # no allowed slot: zeros, as SDPA
-    tl.store(out_ptr + b * stride_ob + h * stride_oh + row * stride_or + dims * stride_od, res.to(out_ptr.dtype.element_ty))
+    at = b * stride_ob + h * stride_oh + (row // T) * stride_og + (row % T) * stride_ot  # row = g * T + t
+    tl.store(out_ptr + at + dims * stride_od, res.to(out_ptr.dtype.element_ty))
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -156,17 +158,28 @@ def default_splits(kv_heads: int, slots: int, block_n: int, device: torch.device
 
 def decode_attention_triton(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: torch.Tensor, *, splits: int | None = None,
-    block_n: int = 64,
+    block_n: int = 64, tokens: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """:func:`.naive.decode_attention_torch` in two launches (arguments checked by the caller); ``splits`` of the
-    slots a batch-head (``None``: :func:`default_splits`)."""
+    slots a batch-head (``None``: :func:`default_splits`). ``tokens``: ``None`` returns ``[B, Hkv, R, D]``; ``T``
+    reads row ``g * T + t`` as query head ``g`` of the KV head at token ``t`` and returns ``[B, T, Hkv * G * D]``
+    (``G = R / T``), written there by the combine launch."""
     bsz, hkv, r, d = q.shape
     s = k_cache.shape[2]
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous whatever q's strides (the kernels take any)
+    if tokens is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous whatever q's strides
+        rows_after = out.view(bsz * r, hkv * d)
+        t, (stride_b, stride_h, stride_t, stride_d), stride_g = r, out.stride(), 0
+    else:
+        out = torch.empty(bsz, tokens, hkv, r // tokens, d, dtype=q.dtype, device=q.device)  # [B, T, Hkv, G, D]
+        rows_after = out.view(bsz * tokens, hkv * (r // tokens) * d)
+        t, (stride_b, stride_t, stride_h, stride_g, stride_d) = tokens, out.stride()
+    result = out if tokens is None else out.view(bsz, tokens, hkv * (r // tokens) * d)
     if out.numel() == 0:
-        return out
+        return result
     if s == 0:  # no slot to attend: the reference's zeros
-        return out.zero_()
+        out.zero_()
+        return result
     chunk_blocks = triton.cdiv(triton.cdiv(s, block_n), splits or default_splits(hkv, s, block_n, q.device))
     chunk = chunk_blocks * block_n
     n_splits = triton.cdiv(s, chunk)
@@ -175,8 +188,7 @@ def decode_attention_triton(
     l = torch.empty_like(m)  # noqa: E741 (the softmax's usual name)
     acc = torch.empty(bsz * hkv, n_splits, r, d, dtype=torch.float32, device=q.device)
     mask_b = mask.stride(0) if mask.shape[0] > 1 else 0
-    # the output projection after this reads at most bsz * r rows (r: the query heads of a KV head times the tokens)
-    pdl = triton_launch_options(out.view(bsz * r, hkv * d))
+    pdl = triton_launch_options(rows_after)  # the rows the output projection after this reads
     _split_kernel[(bsz * hkv, n_splits)](
         q, k_cache, v_cache, mask, m, l, acc, r, s, chunk, hkv, n_splits, d**-0.5,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), mask_b, mask.stride(2), mask.stride(3),
@@ -184,5 +196,8 @@ def decode_attention_triton(
         PRECISION=dot_precision(torch.float32 if _INTERPRET else q.dtype), **pdl,
     )  # fmt: skip
     block_s = min(32, triton.next_power_of_2(n_splits))
-    _combine_kernel[(bsz * hkv, r)](m, l, acc, out, r, hkv, n_splits, *out.stride(), BLOCK_S=block_s, D=d, **pdl)
-    return out
+    _combine_kernel[(bsz * hkv, r)](
+        m, l, acc, out, r, hkv, n_splits, t, stride_b, stride_h, stride_g, stride_t, stride_d,
+        BLOCK_S=block_s, D=d, **pdl,
+    )  # fmt: skip
+    return result

@@ -5,6 +5,9 @@
 * the reference against ``torch.nn.functional.scaled_dot_product_attention`` on the same boolean mask;
 * a row with no allowed slot is zeros in both, as in SDPA; bad arguments raise naming them;
 * a batch item's output equals its output alone, bit for bit (the split count does not depend on the batch);
+* the token-major form equals the head-major output transposed, bit for bit, with several query heads a KV head and
+  several tokens (a combine that stored row ``g * T + t`` at the wrong head or token fails), and its programmatic launch
+  is decided by the rows the output projection reads (``B * T``), not the attention's rows (``B * G * T``);
 * mutation: a combine that summed the splits without rescaling them to a common maximum fails the multi-split cases.
 """
 
@@ -14,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec.kernels.attention import decode_attention
+from specdec.kernels.attention import decode_attention, decode_attention_token_major, split_kv
 from specdec.kernels.attention.naive import decode_attention_torch
 
 CASES = [  # (batch, kv heads, rows, slots, head dim, splits)
@@ -129,3 +132,50 @@ def test_triton_takes_a_permuted_query_and_an_empty_cache_as_the_reference():
     torch.testing.assert_close(decode_attention(q, k, v, mask, backend="triton"), decode_attention_torch(q, k, v, mask))
     empty = decode_attention(q, k[:, :, :0], v[:, :, :0], mask[..., :0], backend="triton")
     assert torch.equal(empty, decode_attention_torch(q, k[:, :, :0], v[:, :, :0], mask[..., :0]))
+
+
+TOKEN_MAJOR_CASES = [  # (batch, kv heads, query heads a KV head, tokens, slots, splits)
+    (2, 2, 3, 5, 40, 3),
+    (1, 1, 1, 4, 70, None),
+    (1, 2, 4, 1, 33, 2),
+    (1, 3, 2, 16, 90, 4),
+]
+
+
+def head_major_to_token_major(out: torch.Tensor, tokens: int) -> torch.Tensor:
+    bsz, hkv, r, d = out.shape
+    return out.reshape(bsz, hkv * (r // tokens), tokens, d).transpose(1, 2).reshape(bsz, tokens, -1)
+
+
+@pytest.mark.parametrize("batch,heads,group,tokens,slots,splits", TOKEN_MAJOR_CASES)
+def test_token_major_is_the_head_major_output_transposed_bit_for_bit(batch, heads, group, tokens, slots, splits):
+    q, k, v, mask = case(batch, heads, group * tokens, slots, 16, per_batch=batch > 1, seed=3)
+    got = decode_attention_token_major(q, k, v, mask, tokens, splits=splits, backend="triton")
+    head_major = decode_attention(q, k, v, mask, splits=splits, backend="triton")
+    assert got.shape == (batch, tokens, heads * group * 16) and got.is_contiguous()
+    assert torch.equal(got, head_major_to_token_major(head_major, tokens))
+    reference = decode_attention_token_major(q, k, v, mask, tokens, backend="torch")
+    assert torch.equal(reference, head_major_to_token_major(decode_attention(q, k, v, mask, backend="torch"), tokens))
+    torch.testing.assert_close(got, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_token_major_with_an_empty_cache_is_zeros():
+    q, k, v, mask = case(1, 2, 6, 4, 16)
+    got = decode_attention_token_major(q, k[:, :, :0], v[:, :, :0], mask[..., :0], 3, backend="triton")
+    assert got.shape == (1, 3, 2 * 2 * 16) and not got.any()
+
+
+@pytest.mark.parametrize("tokens", [0, 3, True, 2.0])
+def test_token_major_names_a_bad_token_count(tokens):
+    with pytest.raises(ValueError, match=rf"tokens: expected a positive int that divides q's 4 rows a KV head, got {tokens!r}"):
+        decode_attention_token_major(*case(1, 1, 4, 20, 16), tokens)
+
+
+def test_programmatic_launch_is_decided_by_the_rows_the_projection_reads(monkeypatch):
+    """At 16 tokens with 4 query heads a KV head the attention has 64 rows a KV head but the output projection after
+    it reads 16: the launch options see the 16 (at most ``PDL_MAX_ROWS``, so the pair launches programmatically)."""
+    seen = []
+    monkeypatch.setattr(split_kv, "triton_launch_options", lambda rows: seen.append(tuple(rows.shape)) or {"PDL": 0})
+    q, k, v, mask = case(1, 2, 4 * 16, 30, 16)
+    decode_attention_token_major(q, k, v, mask, 16, backend="triton")
+    assert seen == [(16, 2 * 4 * 16)]
