@@ -7,13 +7,15 @@
 #   mkdir -p .before && git archive COMMIT specdec benchmarks/__init__.py benchmarks/common.py benchmarks/kernels \
 #     ':(exclude)specdec/assets' | tar x -C .before
 # (`.before` ignored through .git/info/exclude and carried); BEFORE_SO may be this tree's library, to time the Python
-# change alone.
+# change alone. BEFORE_COMMIT, if set, is the commit the before processes' provenance names (else this tree's).
 # Expected time on one H200: ~2.5 min (four AR-step processes of ~30 s each, torch start ~10 s each; an H100 ran one in
 # ~25 s). Caps: 70 s a process, plus the build (90 s; skipped when build/ was carried).
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_step_trees.sh BEFORE_DIR BEFORE_SO [ROWS]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=$(mkdir -p "${OUT:-.}" && cd "${OUT:-.}" && pwd)
+source benchmarks/cuda_kernels.sh  # unpacks a carried build/libraries.tar.xz: BEFORE_SO may be in it
+build_cuda_kernels 90 "$OUT/step_trees_build.log"  # this tree's library, which BEFORE_SO may name
 if [ $# -lt 2 ] || [ ! -d "${1:-}/specdec" ] || [ ! -d "${1:-}/benchmarks/kernels" ] || [ ! -f "${2:-}" ]; then
   echo "usage: bash benchmarks/run_h200_step_trees.sh BEFORE_DIR BEFORE_SO [ROWS]" >&2
   echo "  BEFORE_DIR: a folder with specdec/ and benchmarks/kernels/ (got '${1:-}'); BEFORE_SO: a built library (got '${2:-}')" >&2
@@ -21,8 +23,6 @@ if [ $# -lt 2 ] || [ ! -d "${1:-}/specdec" ] || [ ! -d "${1:-}/benchmarks/kernel
 fi
 REPO=$(pwd)
 BEFORE_DIR=$(cd "$1" && pwd) BEFORE_SO=$(cd "$(dirname "$2")" && pwd)/$(basename "$2") ROWS=${3:-16}
-source benchmarks/cuda_kernels.sh
-build_cuda_kernels 90 "$OUT/step_trees_build.log"
 AFTER_SO=$REPO/${SPECDEC_CUDA_KERNELS:-build/specdec_cuda_kernels.so}
 case ${SPECDEC_CUDA_KERNELS:-} in /*) AFTER_SO=$SPECDEC_CUDA_KERNELS ;; esac
 export SPECDEC_CUDA_KERNELS=$AFTER_SO
@@ -30,6 +30,7 @@ for round in 1 2; do
   (
     cd "$BEFORE_DIR" || exit 2
     export SPECDEC_CUDA_KERNELS=$BEFORE_SO
+    if [ -n "${BEFORE_COMMIT:-}" ]; then export SPECDEC_GIT_COMMIT=$BEFORE_COMMIT; fi
     timeout 70 python3 -m benchmarks.kernels.bench_roofline --ar-step --verify-rows "$ROWS" --ar-budget-s 50 \
       --out "$OUT/step_trees_before$round.json" > "$OUT/step_trees_before$round.log" 2>&1
   )

@@ -1906,7 +1906,7 @@ def split_workspace_h100(results: Results) -> str:
     return markdown_table(["lean 8B, W12 linears at 64 rows", "per layout -> one a device"], rows)
 
 
-GOALS_RUN = "goals_h100_2026-12-07_61dedef.json"
+GOALS_RUN = "goals_h100_2026-12-07_a251610.json"
 
 
 def cuda_goals_h100(results: Results) -> str:
@@ -2448,6 +2448,58 @@ def cuda_finish_loads_h100(results: Results) -> str:
     return rows_ab_table(results, FINISH_LOADS_RUNS, ("qkv", "o", "gate_up", "down"), models=("qwen3-8b", "qwen3-32b"))
 
 
+ACQ_REL_COUNTS_RUNS = rows_ab_runs(
+    "rows_ab_h100_2026-12-07_fc6db86",
+    {"fences (before)": "shipped", "acquire-release adds (the library now)": "acq_rel_counts_1"},
+)
+
+
+def cuda_acq_rel_counts_h100(results: Results) -> str:
+    """The 1-16 token kernels' partial tiles counted with one thread's acquire-release add after the CTA's barrier (the
+    library's since) against a fence in every thread before the count and before the last sum (one H100 call,
+    ``run_h200_rows_ab.sh`` with the 32B linears, ``-DSPECDEC_ACQ_REL_COUNTS=1``): cold us, the mean of two
+    alternated processes a library."""
+    return rows_ab_table(results, ACQ_REL_COUNTS_RUNS, ("qkv", "o", "gate_up", "down"), models=("qwen3-8b", "qwen3-32b"))
+
+
+STEP_TREES_RUNS = {
+    "before": (
+        "step_trees_h100_2026-12-07_a251610_before_fc6db86_1.json",
+        "step_trees_h100_2026-12-07_a251610_before_fc6db86_2.json",
+    ),
+    "after": ("step_trees_h100_2026-12-07_a251610_after_1.json", "step_trees_h100_2026-12-07_a251610_after_2.json"),
+}
+STEP_TREES_STEPS = {
+    "bf16, cuBLAS linears": ("bf16_step_s", "bf16_verify_s"),
+    "bf16, skinny linears": ("bf16_skinny_step_s", "bf16_skinny_verify_s"),
+    "W12": ("w12_step_s", "w12_verify_s"),
+}
+
+
+def cuda_verify_attention_h100(results: Results) -> str:
+    """The lean 8B target's one-token and 16-row verify steps with the attention's output transposed by a copy (the
+    package at fc6db86) and written token-major by the split-KV kernel (a251610), the same library, two alternated
+    processes a tree in one H100 call (``run_h200_step_trees.sh``): ms, each process's, and the verify step over the
+    one-token step of the mean."""
+    runs = {label: [results(name) for name in names] for label, names in STEP_TREES_RUNS.items()}
+    rows = []
+    for name, (step_key, verify_key) in STEP_TREES_STEPS.items():
+        cells = [name]
+        for label in runs:
+            steps = [run[step_key] * 1e3 for run in runs[label]]
+            verifies = [run[verify_key] * 1e3 for run in runs[label]]
+            cells += [
+                " / ".join(f"{v:.3f}" for v in steps),
+                " / ".join(f"{v:.3f}" for v in verifies),
+                f"{statistics.mean(verifies) / statistics.mean(steps):.3f}",
+            ]
+        rows.append(cells)
+    header = ["step"]
+    for label in runs:
+        header += [f"{label}: one token ms", f"{label}: 16 rows ms", f"{label}: 16 rows / one token"]
+    return markdown_table(header, rows)
+
+
 WIDE_PARTS_RUNS = {
     "shipped": "wide_parts_h100_2026-12-06_token_major_0.json",
     "3: no decode, no MMAs": "wide_parts_h100_2026-12-06_token_major_3.json",
@@ -2581,6 +2633,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-persistent-epilogue-parts-h100": cuda_persistent_epilogue_parts_h100,
     "cuda-count-at-end-h100": cuda_count_at_end_h100,
     "cuda-finish-loads-h100": cuda_finish_loads_h100,
+    "cuda-acq-rel-counts-h100": cuda_acq_rel_counts_h100,
+    "cuda-verify-attention-h100": cuda_verify_attention_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,

@@ -664,8 +664,8 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
 // A partial tile is counted in with one thread's acquire-release add after the CTA's barrier: the release covers what
 // the CTA's threads stored before the barrier (cumulativity), the acquire what the other pieces' CTAs stored before
 // theirs; the barrier after it hands both to the CTA's other threads. One fence a count, in one thread, where a fence
-// in every thread before the count and again before the last sum took up to 3 % more (benchmarks/NOTES.md, "Counts as
-// acquire-release adds in the 1-16 token kernels: measured").
+// in every thread before the count and again before the last sum took up to 3 % more (benchmarks/NOTES.md, "Who the
+// W12 sums wait for, the counts as acquire-release adds and the row tiles traced: measured").
 __device__ __forceinline__ unsigned int atomic_add_acq_rel_gpu(unsigned int* addr, unsigned int v) {
   unsigned int old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(addr), "r"(v) : "memory");
