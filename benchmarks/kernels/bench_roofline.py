@@ -829,7 +829,7 @@ def reference_elementwise_step(target, prompt: torch.Tensor, token: torch.Tensor
 def skinny_step(target, prompt: torch.Tensor, token: torch.Tensor, rows: torch.Tensor, device: torch.device, iters: int) -> dict:
     """The bf16 ``target``'s steps with its linears through the CUDA skinny GEMM (``specdec.models.use_skinny_linears``,
     swapped in place for good; graphs captured again): the one-token and the verify step's seconds, the one-token
-    step's kernel breakdown, and the largest difference of the next-token logits after the prompt from the cuBLAS
+    step's and the verify step's kernel breakdowns, and the largest difference of the next-token logits after the prompt from the cuBLAS
     linears' (another summation order)."""
     from specdec.models import use_skinny_linears
 
@@ -856,8 +856,9 @@ def skinny_step(target, prompt: torch.Tensor, token: torch.Tensor, rows: torch.T
         "bf16_skinny_argmax_equal": bool(skinny.argmax() == cublas.argmax()),
         "bf16_skinny_step_s": _step_time_s(step, device, iters),
     }
-    out["bf16_skinny_step_kernels"] = step_kernel_breakdown(step, device)
+    out["bf16_skinny_step_kernels"] = step_kernel_breakdown(step, device, top=12)
     out["bf16_skinny_verify_s"] = _step_time_s(verify, device, iters)
+    out["bf16_skinny_verify_kernels"] = step_kernel_breakdown(verify, device, top=12)
     return out
 
 
@@ -1047,7 +1048,7 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
 
         result[f"{name}_step_s"] = _step_time_s(step, device, iters)
         result[f"{name}_x_floor"] = result[f"{name}_step_s"] / result[f"{name}_floor_s"]
-        result[f"{name}_step_kernels"] = step_kernel_breakdown(step, device)
+        result[f"{name}_step_kernels"] = step_kernel_breakdown(step, device, top=12)
         print(f"AR step {name}: {result[f'{name}_step_s'] * 1e3:.3f} ms ({result[f'{name}_x_floor']:.2f}x its floor)", flush=True)
         if over_budget(f"{name} verify step time"):
             continue

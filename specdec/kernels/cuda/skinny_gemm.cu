@@ -884,7 +884,9 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full_bar, uint64_t*
 // against bf16's 16 KB of weights); 256, of the 64-row tensor-map and row-tile kernels' consumers, the shared-memory
 // bank conflicts of their stage loads (the two rows or tokens of a quarter-warp, 256 or 512 bytes apart, share banks:
 // each lane's weight, nib and x offsets are moved by a lane-dependent xor within their row, so the loads, their bytes
-// and the instructions stay and every quarter-warp's 128 bytes fall in distinct banks).
+// and the instructions stay and every quarter-warp's 128 bytes fall in distinct banks); 512, of the 1-16 token
+// persistent kernel (tma_stream_k_kernel), its segment epilogues' sums of the halves' tiles and escapes (the loop
+// between the two barriers; the barriers stay).
 // The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
@@ -1711,7 +1713,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
     griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
     if (SPECDEC_WIDE_TRACE && tid == 0) acquire += wide_clock() - own_mark;
     if constexpr (kHalves == 2 || kEscapeWarp) {  // the halves' tiles, then this segment's escapes, as tma_gemm_kernel
-      for (int e = e_tid; e < kStreamRows * TOK; e += kEpilogue) {
+      for (int e = e_tid; e < ((SPECDEC_WIDE_ABLATE & 512) == 0 ? kStreamRows * TOK : 0); e += kEpilogue) {
         float v = red[e];
         if constexpr (kHalves == 2) v += red[kStreamRows * TOK + e];
         if constexpr (kEscapeWarp) {
