@@ -666,14 +666,6 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamCtasPerSm) w12_stream_k
 // theirs; the barrier after it hands both to the CTA's other threads. One fence a count, in one thread, where a fence
 // in every thread before the count and again before the last sum took up to 3 % more (benchmarks/NOTES.md, "Who the
 // W12 sums wait for, the counts as acquire-release adds and the row tiles traced: measured").
-// A build-time switch for measuring (benchmarks/NOTES.md, "The persistent kernel's waits for the kernel before, once a
-// CTA: prediction"): nvcc -DSPECDEC_WAIT_ONCE=1 has the 1-16 token persistent kernel's epilogue threads wait for the
-// kernel before (griddep_wait, ACQBULK) once, before their first segment, instead of in every segment's epilogue (the
-// escape warp's fold still waits in every segment). Products unchanged.
-#ifndef SPECDEC_WAIT_ONCE
-#define SPECDEC_WAIT_ONCE 0
-#endif
-constexpr bool kWaitOnce = SPECDEC_WAIT_ONCE == 1;
 __device__ __forceinline__ unsigned int atomic_add_acq_rel_gpu(unsigned int* addr, unsigned int v) {
   unsigned int old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(addr), "r"(v) : "memory");
@@ -1685,7 +1677,6 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
   const int M = p.M;
   const long long ctas = gridDim.x;
   const int e_tid = warp < kConsumers ? tid : tid - 32;
-  if constexpr (kWaitOnce) griddep_wait();  // the epilogues write the workspace and y
   int owed0 = 0, owed1 = 0;  // the blocks this run has pieces of (at most two: its first segment and its last)
   unsigned int ticket0 = 0u, ticket1 = 0u;
   int n_owed = 0;
@@ -1719,7 +1710,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
       seg_mark = now;
     }
     if (SPECDEC_WIDE_TRACE && lane == 0) own_mark = wide_clock();
-    if constexpr (!kWaitOnce) griddep_wait();  // the epilogue writes the workspace and y: after the kernel before
+    griddep_wait();  // the epilogue writes the workspace and y: after the kernel before has finished
     if (SPECDEC_WIDE_TRACE && tid == 0) acquire += wide_clock() - own_mark;
     if constexpr (kHalves == 2 || kEscapeWarp) {  // the halves' tiles, then this segment's escapes, as tma_gemm_kernel
       for (int e = e_tid; e < ((SPECDEC_WIDE_ABLATE & 512) == 0 ? kStreamRows * TOK : 0); e += kEpilogue) {
