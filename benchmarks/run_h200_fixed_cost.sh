@@ -10,10 +10,12 @@
 # floor ~10 s; nvcc
 # adds 15-25 s when build/specdec_cuda_kernels.so was not carried). Caps: nvcc 60 s, the run 150 s (budget 110 s:
 # no new shape starts past it, the JSON and table are still written).
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_fixed_cost.sh   (writes JSON, PNG and log to $OUT)
+# KERNELS (bench_fixed_cost's --kernels, comma-separated) times those kernels instead of the default set.
+# Usage (repo root, on the GPU machine): [KERNELS=...] bash benchmarks/run_h200_fixed_cost.sh   (writes JSON, PNG and log to $OUT)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
 source benchmarks/cuda_kernels.sh
 build_cuda_kernels 60 "$OUT/fixed_cost_build.log"
-timeout 150 python3 -m benchmarks.kernels.bench_fixed_cost --budget-s 110 --out "$OUT/fixed_cost.json" 2>&1 | tee "$OUT/fixed_cost.log"
+timeout 150 python3 -m benchmarks.kernels.bench_fixed_cost ${KERNELS:+--kernels "$KERNELS"} --budget-s 110 --out "$OUT/fixed_cost.json" \
+  2>&1 | tee "$OUT/fixed_cost.log"
