@@ -3369,14 +3369,19 @@ Plan make_rows_plan(int kind, int M, int N, int K, int stage_groups = 1) {
 // Whether the row-tile kernel takes a call of the default entry points (W12 v10, Q v5, bf16 v5), by kind, as the H200
 // calls that timed both kernels on the 8B and 32B shapes at 1-16 tokens say (benchmarks/NOTES.md, "Row-tile CTAs" and
 // "The row-tile rule by kind"). A wave is as many CTAs as the SMs hold at once (rows_resident).
-// - W12: at most kRowW12MaxWaves waves that leave the SMs within 10 % of even over the call (CTAs >= 0.9 x SMs x the
-//   CTAs of the fullest SM). The row tiles skip the split-K reduction, which is much of a short call; over more waves,
-//   or on an uneven one (320 CTAs on 132 SMs: the 32B o and down), the persistent and split-K plans even out the
-//   SMs' bytes and won.
+// - W12: every call with K <= kRowW12MaxK, however many waves: in the lean 8B target's steps the row tiles everywhere
+//   (its gate_up and lm_head too) were 0.06-0.07 ms faster at one token and 0.15-0.17 ms at 8-16 rows than the
+//   persistent plans for those two, with programmatic launch and without (benchmarks/NOTES.md, "The W12 kernel family
+//   in the 16-row verify step: measured" and the section after it), though cold, isolated calls put the 8B gate_up
+//   1-4 % behind there (the 32B o 3-7 % ahead, the 32B gate_up and the lm_heads within 1.4 %). Past that K (the 32B
+//   down: 400 stages a tile, 320 CTAs on 132 SMs, 4-7 % behind cold at 1-8 tokens) at most kRowW12MaxWaves waves
+//   that leave the SMs within 10 % of even over the call (CTAs >= 0.9 x SMs x the CTAs of the fullest SM); over more
+//   waves, or on an uneven one, the persistent and split-K plans even out the SMs' bytes.
 // - Q view: up to kRowQMaxWaves waves at up to 8 tokens; at 9-16 tokens also only where K <= kRowQMaxK16 (over the
 //   48-100 stages of the down projections the split-K plan's extra CTAs an SM won). Lost only on lm_head (18 waves).
 // - bf16: one wave, even or not (every uneven single wave measured ran as fast or faster in row tiles).
 constexpr int kRowW12MaxWaves = 2;
+constexpr int kRowW12MaxK = 8192;
 constexpr int kRowQMaxWaves = 8;
 constexpr int kRowQMaxK16 = 8192;
 // Row-tile CTAs of a plan one SM holds at once: by shared memory (227 KB, 1 KB reserved a CTA) and the launch bound.
@@ -3394,6 +3399,7 @@ bool rows_pay(int kind, int M, int N, int K, int sms) {
   const long long wave = static_cast<long long>(sms) * per_sm;
   if (kind == kQ) return ctas <= kRowQMaxWaves * wave && (M <= kMaxTokens || K <= kRowQMaxK16);
   if (kind == kBf16) return ctas <= wave;
+  if (K <= kRowW12MaxK) return true;
   if (ctas > kRowW12MaxWaves * wave) return false;
   const long long fullest = (ctas + sms - 1) / sms;
   return ctas * 10 >= fullest * sms * 9;
