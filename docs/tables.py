@@ -1906,7 +1906,7 @@ def split_workspace_h100(results: Results) -> str:
     return markdown_table(["lean 8B, W12 linears at 64 rows", "per layout -> one a device"], rows)
 
 
-GOALS_RUN = "goals_h100_2026-12-07_a251610.json"
+GOALS_RUN = "goals_h100_2026-12-07_acf7033.json"
 
 
 def cuda_goals_h100(results: Results) -> str:
@@ -2500,6 +2500,35 @@ def cuda_verify_attention_h100(results: Results) -> str:
     return markdown_table(header, rows)
 
 
+W12_FAMILY_STEP_RUNS = {
+    "16 rows, programmatic launch": "step_alternate_h100_2026-12-07_680cc61.json",
+    "8 rows, programmatic launch": "step_alternate_h100_2026-12-07_680cc61_r8.json",
+    "16 rows, without it": "step_alternate_h100_2026-12-07_680cc61_nopdl.json",
+}
+W12_FAMILY_NAMES = {
+    "v10": "v10 (the rule before: persistent 8B gate_up and lm_head)",
+    "v8": "v8 (persistent everywhere)",
+    "v9": "v9 (row tiles everywhere: the rule now on the 8B)",
+}
+
+
+def cuda_w12_family_step_h100(results: Results) -> str:
+    """The lean 8B W12 target's one-token and verify steps with each W12 kernel family, alternated in one process
+    (``run_h200_step_alternate.sh SPECDEC_W12_CUDA_VARIANT``, three turns a family; two H100 calls): the median ms of
+    the turns and the verify step over the one-token step."""
+    rows = []
+    for setting, name in W12_FAMILY_STEP_RUNS.items():
+        run = results(name)
+        if not run.get("alternated"):
+            raise ValueError(f"{name}: expected alternated turns")
+        for value in dict.fromkeys(t["value"] for t in run["alternated"]):
+            turns = [t for t in run["alternated"] if t["value"] == value]
+            step = statistics.median(t["step_s"] for t in turns) * 1e3
+            verify = statistics.median(t["verify_s"] for t in turns) * 1e3
+            rows.append([setting, W12_FAMILY_NAMES[value], f"{step:.3f}", f"{verify:.3f}", f"{verify / step:.3f}"])
+    return markdown_table(["verify step", "W12 kernels", "one-token step ms", "verify step ms", "verify / step"], rows)
+
+
 WIDE_PARTS_RUNS = {
     "shipped": "wide_parts_h100_2026-12-06_token_major_0.json",
     "3: no decode, no MMAs": "wide_parts_h100_2026-12-06_token_major_3.json",
@@ -2635,6 +2664,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-finish-loads-h100": cuda_finish_loads_h100,
     "cuda-acq-rel-counts-h100": cuda_acq_rel_counts_h100,
     "cuda-verify-attention-h100": cuda_verify_attention_h100,
+    "cuda-w12-family-step-h100": cuda_w12_family_step_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,

@@ -20,7 +20,8 @@ a run of equal length over row blocks x stages (``specdec_w12_gemm_small_m_v8``;
 than one wave of CTAs and the runs are short, else v7's kernel and plan: :func:`stream_k_segments`, README.md) and
 ``"v9"`` v7's stages in CTAs of one 16-row tile each over the whole of K (``specdec_w12_gemm_small_m_v9``: no K split,
 so no workspace and no reduction of partials; README.md, "Row-tile CTAs over the whole of K") and ``"v10"`` the
-row tiles where they pay (at most two even waves of CTAs), else ``"v8"`` (``specdec_w12_gemm_small_m_v10``); all five fall back as
+row tiles where they pay (K <= 8192, else at most two even waves of CTAs), else ``"v8"`` (``specdec_w12_gemm_small_m_v10``);
+all five fall back as
 ``"v5"`` does. All decode bit-exactly; they sum in different orders, so their outputs may differ
 in the last bits. Unset, it is ``"v10"`` where ``K % 32 == 0``, else ``"v1"`` (:func:`w12_variant`).
 
