@@ -3,22 +3,24 @@
 # (bench_roofline --ar-step, the library's defaults, verify step of ROWS rows, default 64), then the W12 target's
 # one-token step and verify step under each of VALUES of the environment variable VAR in turn, three turns
 # (--alternate VAR=VALUES: each turn's graphs captured again under its value), e.g. SPECDEC_WIDE_STREAM_K 0,auto: what
-# the `auto` persistent rule does to the 64-row verify step.
+# the `auto` persistent rule does to the 64-row verify step. TARGET (default w12): bf16_skinny alternates the bf16
+# target's steps with the skinny linears instead (bench_roofline --alternate-target; its linears run the skinny
+# kernels at up to 8 rows, cuBLAS past them, so ROWS 8 for e.g. SPECDEC_BF16_CUDA_VARIANT v5,v3,v4).
 # Expected time on one H200: ~1.5 min (the AR step's phases ~35 s, each turn two captures and two timings ~5 s, torch
 # start ~10 s; an H100 ran the AR step alone in ~25 s). Cap: 150 s, plus the build (90 s; skipped when build/ was
 # carried).
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_step_alternate.sh VAR VALUES [ROWS]
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_step_alternate.sh VAR VALUES [ROWS] [TARGET]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
 if [ $# -lt 2 ]; then
-  echo "usage: bash benchmarks/run_h200_step_alternate.sh VAR VALUES [ROWS]  (e.g. SPECDEC_WIDE_STREAM_K 0,auto)" >&2
+  echo "usage: bash benchmarks/run_h200_step_alternate.sh VAR VALUES [ROWS] [TARGET]  (e.g. SPECDEC_WIDE_STREAM_K 0,auto)" >&2
   exit 2
 fi
-VAR=$1 VALUES=$2 ROWS=${3:-64}
+VAR=$1 VALUES=$2 ROWS=${3:-64} TARGET=${4:-w12}
 source benchmarks/cuda_kernels.sh
 build_cuda_kernels 90 "$OUT/step_alternate_build.log"
 timeout 150 python3 -m benchmarks.kernels.bench_roofline --ar-step --verify-rows "$ROWS" --ar-budget-s 100 \
-  --alternate "$VAR=$VALUES" --alternate-rounds 3 --out "$OUT/step_alternate.json" > "$OUT/step_alternate.log" 2>&1
-echo "AR step, $VAR in turn ($VALUES), verify $ROWS rows: exit $?"
+  --alternate "$VAR=$VALUES" --alternate-rounds 3 --alternate-target "$TARGET" --out "$OUT/step_alternate.json" > "$OUT/step_alternate.log" 2>&1
+echo "AR step, $VAR in turn ($VALUES), verify $ROWS rows, $TARGET: exit $?"
 grep -E "^(AR step|verify step|in one process|  )" "$OUT/step_alternate.log"

@@ -57,7 +57,8 @@ tokens, whether the W12 target picks the same 32 tokens and the largest ``|logit
 same weights, but its GEMMs reduce in another order, so the logits need not be bitwise equal). On CUDA each target's
 one-token step and its verify step are also profiled (``torch.profiler``, 5 replays): GPU time a step in GEMM,
 attention and other kernels, and the top kernels (``<target>_step_kernels``, ``<target>_verify_kernels``). With
-``--alternate NAME=V1,V2`` (``--alternate-rounds``, default 3) the W12 target's step and verify step are timed
+``--alternate NAME=V1,V2`` (``--alternate-rounds``, default 3) the W12 target's step and verify step (with
+``--alternate-target bf16_skinny`` the bf16 target's with the skinny linears) are timed
 again under each value of the environment variable in turn in the same process, graphs captured again for each turn
 (``alternated`` in the JSON, ``alternated_steps``): a kernel setting's effect on the step without the spread between
 processes, e.g. ``--ar-step --verify-rows 64 --alternate SPECDEC_WIDE_STREAM_K=0,auto``.
@@ -933,12 +934,16 @@ def alternated_steps(
     return turns
 
 
+ALTERNATE_TARGETS = {"w12": "W12 target", "bf16_skinny": "bf16 target, skinny linears"}
+
+
 def alternated_lines(result: dict) -> list[str]:
     """The alternated turns of an AR-step result (``alternated_steps``), one line a value: the medians of its step and
     verify step (ms), each turn's, and verify / step of the medians."""
     if not result.get("alternated"):
         return []
-    lines = [f"in one process, {result['alternate']} in turn (W12 target): median ms (each turn's)"]
+    target = ALTERNATE_TARGETS[result.get("alternate_target", "w12")]
+    lines = [f"in one process, {result['alternate']} in turn ({target}): median ms (each turn's)"]
     for value in dict.fromkeys(t["value"] for t in result["alternated"]):
         turns = [t for t in result["alternated"] if t["value"] == value]
         step = statistics.median(t["step_s"] for t in turns)
@@ -1066,9 +1071,14 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
         )
     if "bf16_step_s" in result and "w12_step_s" in result:
         result["w12_vs_bf16_step"] = result["w12_step_s"] / result["bf16_step_s"]
-    if args.alternate_setting and "w12_step_s" in result and not over_budget("w12 steps, alternated settings"):
+    if (
+        args.alternate_setting
+        and args.alternate_target == "w12"
+        and "w12_step_s" in result
+        and not over_budget("w12 steps, alternated settings")
+    ):
         name, values = args.alternate_setting
-        result["alternate"] = args.alternate
+        result.update(alternate=args.alternate, alternate_target="w12")
         result["alternated"] = alternated_steps(w12, prompt, token, rows, device, iters, name, values, args.alternate_rounds)
         print("\n".join(alternated_lines(result)), flush=True)
     from specdec.models.attention_kernel import attention_choice
@@ -1109,6 +1119,11 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
             f"{result['bf16_skinny_argmax_equal']}",
             flush=True,
         )
+        if args.alternate_setting and args.alternate_target == "bf16_skinny" and not over_budget("skinny steps, alternated"):
+            name, values = args.alternate_setting
+            result.update(alternate=args.alternate, alternate_target="bf16_skinny")
+            result["alternated"] = alternated_steps(bf16, prompt, token, rows, device, iters, name, values, args.alternate_rounds)
+            print("\n".join(alternated_lines(result)), flush=True)
     if not over_budget("w12 step time, Triton path"):
         with env_set(w12_format.CUDA_SMALL_M_ENV, "0"):
             w12.disable_static_path()
@@ -1284,11 +1299,20 @@ def main(argv: list[str] | None = None) -> int:
         "--verify-rows", type=int, default=VERIFY_ROWS, help=f"AR step: rows of the verify step (default {VERIFY_ROWS})"
     )
     add_alternate_arguments(parser, "AR step: the W12 target's step and verify step timed")
+    parser.add_argument(
+        "--alternate-target",
+        choices=tuple(ALTERNATE_TARGETS),
+        default="w12",
+        help="whose step and verify step --alternate times: the W12 target (default) or the bf16 one with the skinny "
+        "linears (after the skinny step's own timings)",
+    )
     args = parser.parse_args(argv)
     if not 2 <= args.verify_rows <= 64:
         parser.error(f"--verify-rows: expected 2 to 64 rows, got {args.verify_rows}")
     if args.alternate is not None and not args.ar_step:
         parser.error("--alternate: times the AR step's settings; expected it with --ar-step")
+    if args.alternate_target != "w12" and args.alternate is None:
+        parser.error(f"--alternate-target: picks whose steps --alternate times; got {args.alternate_target} without it")
     args.alternate_setting = alternate_of(parser, args)
     if args.plot_only:
         return redraw(plot, args.plot_only)

@@ -171,9 +171,32 @@ def test_ar_step_alternates_a_setting_in_one_process_capturing_each_turns_graphs
     assert lines[1].startswith("  a: step ") and lines[2].startswith("  b: step ") and len(lines) == 3
 
 
+def test_ar_step_alternates_a_setting_on_the_skinny_bf16_target_when_asked(tmp_path, monkeypatch):
+    targets = []
+    alternated_steps = bench_roofline.alternated_steps
+    monkeypatch.setattr(
+        bench_roofline,
+        "alternated_steps",
+        lambda target, *a, **k: (
+            targets.append(type(target.layers[0].mlp.w13.weight).__name__) or alternated_steps(target, *a, **k)
+        ),
+    )
+    monkeypatch.delenv("SPECDEC_EXAMPLE_SETTING", raising=False)
+    out = tmp_path / "ar_step.json"
+    argv = ["--smoke", "--ar-step", "--verify-rows", "4", "--alternate", "SPECDEC_EXAMPLE_SETTING=a,b"]
+    argv += ["--alternate-rounds", "1", "--alternate-target", "bf16_skinny", "--out", str(out)]
+    assert bench_roofline.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert targets == ["SkinnyLinearWeight"]  # once, on the bf16 target after its linears were swapped
+    assert result["alternate_target"] == "bf16_skinny"
+    assert [(t["value"], t["round"]) for t in result["alternated"]] == [("a", 0), ("b", 0)]
+    assert "(bf16 target, skinny linears)" in bench_roofline.alternated_lines(result)[0]
+
+
 @pytest.mark.parametrize(
     "argv, named",
     [
+        (["--ar-step", "--alternate-target", "bf16_skinny"], "--alternate-target"),
         (["--alternate", "SPECDEC_EXAMPLE_SETTING=a,b"], "--ar-step"),
         (["--ar-step", "--alternate", "SPECDEC_EXAMPLE_SETTING=a"], "--alternate"),
         (["--ar-step", "--alternate", "lower=a,b"], "--alternate"),
