@@ -23,8 +23,8 @@ if [ $# -lt 2 ] || [ ! -d "${1:-}/specdec" ] || [ ! -d "${1:-}/benchmarks/kernel
 fi
 REPO=$(pwd)
 BEFORE_DIR=$(cd "$1" && pwd) BEFORE_SO=$(cd "$(dirname "$2")" && pwd)/$(basename "$2") ROWS=${3:-16}
-AFTER_SO=$REPO/${SPECDEC_CUDA_KERNELS:-build/specdec_cuda_kernels.so}
-case ${SPECDEC_CUDA_KERNELS:-} in /*) AFTER_SO=$SPECDEC_CUDA_KERNELS ;; esac
+AFTER_SO=${SPECDEC_CUDA_KERNELS:-build/specdec_cuda_kernels.so}
+case $AFTER_SO in /*) ;; *) AFTER_SO=$REPO/$AFTER_SO ;; esac  # absolute: the before processes run elsewhere
 export SPECDEC_CUDA_KERNELS=$AFTER_SO
 for round in 1 2; do
   (
