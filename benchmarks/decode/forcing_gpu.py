@@ -13,12 +13,18 @@ The target has Qwen3-0.6B's shapes (28 layers, hidden 1024, vocab 151,936) with 
 ``specdec.testing.tiny_hf_model``'s ``N(0, 1/fan_in)`` init and the LM head is rescaled so the
 logits have standard deviation ``--logit-std`` (default 4): peaked enough that greedy outputs are
 not flat-logit noise, flat enough that near-ties (where bf16 rounding flips the argmax) occur.
-Prompts are random token ids.
+Prompts are random token ids. ``--shape qwen3-8b`` builds the lean Qwen3-8B-shaped target with
+``specdec.models.random_target`` on the device (the same init, no transformers model), the one the
+decode-step benchmarks time; ``--weight-format w12`` converts it to W12, so that every linear of every
+pass runs the W12 CUDA kernels, and ``--num-draft-tokens 15 --graph-buckets 1,2,4,8,16`` makes the
+speculative passes the 9-16 row verify steps (the JSON counts the verify passes by rows).
 
 Run (on the GPU machine, from the repository root):
 
     python -m benchmarks.decode.forcing_gpu            # writes $OUT/forcing_gpu.json
     python -m benchmarks.decode.forcing_gpu --smoke    # tiny shapes on the CPU, a minute
+    python -m benchmarks.decode.forcing_gpu --shape qwen3-8b --weight-format w12 --num-draft-tokens 15 \
+        --graph-buckets 1,2,4,8,16                     # writes $OUT/forcing_gpu_qwen3-8b_w12.json
 
 The verdict line ``expected outcome: yes`` means: lossless candidate PASS; faulty candidate FAIL, with
 its ``pos < after`` stratum clean (rounding flips only, as in the null) and its ``pos >= after``
@@ -66,7 +72,20 @@ SHAPES = {
 }
 
 
+# Shapes built as lean targets on the device by specdec.models.random_target (too large for a transformers model on the host).
+LEAN_SHAPES = ("qwen3-8b",)
+
+
 def build_target(shape: str, logit_std: float, dtype: torch.dtype, device: str, max_seq_len: int, seed: int):
+    if shape in LEAN_SHAPES:
+        from specdec.models import random_target
+        from specdec.models.shapes import SHAPES as LEAN
+
+        target = random_target(LEAN[shape], dtype=dtype, device=device, max_seq_len=max_seq_len, seed=seed)
+        with torch.no_grad():
+            # its head is N(0, 1 / hidden): logits of std ~1 after the final norm; scaled as the tiny models' below
+            target.lm_head.weight.mul_(logit_std)
+        return target
     cfg = dict(SHAPES[shape])
     model_type = cfg.pop("model_type")
     hf = tiny_hf_model(model_type, seed=seed, tie_word_embeddings=False, **cfg)
@@ -76,6 +95,31 @@ def build_target(shape: str, logit_std: float, dtype: torch.dtype, device: str, 
         head = hf.lm_head.weight
         head.copy_(torch.randn(head.shape, generator=gen) * logit_std / head.shape[1] ** 0.5)
     return sd.load_target(hf, dtype=dtype, device=device, max_seq_len=max_seq_len, progress=False)
+
+
+class CountingNGramDrafter(sd.NGramDrafter):
+    """The n-gram drafter, counting the rows of the verify pass each proposal makes (its drafts + 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.verify_rows: dict[int, int] = {}
+
+    def propose(self, context, max_tokens, *, sampling, generator):
+        proposal = super().propose(context, max_tokens, sampling=sampling, generator=generator)
+        rows = int(proposal.tokens.numel()) + 1
+        self.verify_rows[rows] = self.verify_rows.get(rows, 0) + 1
+        return proposal
+
+
+def parse_buckets(text: str) -> tuple[int, ...]:
+    """``"1,2,4,8"`` -> ``(1, 2, 4, 8)``: positive, increasing row counts."""
+    try:
+        buckets = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise SystemExit(f"--graph-buckets: expected comma-separated row counts such as 1,2,4,8, got {text!r}") from None
+    if not buckets or buckets[0] < 1 or list(buckets) != sorted(set(buckets)):
+        raise SystemExit(f"--graph-buckets: expected increasing positive row counts, got {text!r}")
+    return buckets
 
 
 def sync(device: str) -> None:
@@ -115,7 +159,13 @@ def logit_profile(target, prompt, output, rows: int = 512) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, fp32, CPU, short outputs (checks the script runs)")
-    parser.add_argument("--shape", default="qwen3-0.6b", choices=sorted(SHAPES))
+    parser.add_argument("--shape", default="qwen3-0.6b", choices=sorted((*SHAPES, *LEAN_SHAPES)))
+    parser.add_argument(
+        "--weight-format", default="bf16", choices=["bf16", "w12"], help="w12: the target's linears converted (bf16 only)"
+    )
+    parser.add_argument(
+        "--graph-buckets", default="1,2,4,8", help="row buckets of the target's graphs; cover --num-draft-tokens + 1"
+    )
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     parser.add_argument("--num-prompts", type=int, default=2)
@@ -133,20 +183,34 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args(argv)
     if args.smoke:
-        args.shape, args.dtype, args.max_new_tokens, args.after, args.num_prompts = "smoke", "fp32", 160, 96, 2
+        args.shape, args.max_new_tokens, args.after, args.num_prompts = "smoke", 160, 96, 2
+        args.dtype = "bf16" if args.weight_format == "w12" else "fp32"  # W12 holds bf16 weights
         args.device = args.device or "cpu"
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     if args.after >= args.max_new_tokens:
         raise SystemExit(f"--after {args.after} must be below --max-new-tokens {args.max_new_tokens}")
+    if args.weight_format == "w12" and dtype != torch.bfloat16:
+        raise SystemExit(f"--weight-format w12 stores bf16 weights exactly: expected --dtype bf16, got --dtype {args.dtype}")
+    buckets = parse_buckets(args.graph_buckets)
+    if buckets[-1] < args.num_draft_tokens + 1:
+        raise SystemExit(
+            f"--graph-buckets: the largest bucket must hold a verify pass of --num-draft-tokens + 1 = "
+            f"{args.num_draft_tokens + 1} rows, got {buckets[-1]}"
+        )
 
     prov = provenance(args.seed)
     t0 = time.perf_counter()
     max_seq_len = args.prompt_len + args.max_new_tokens + args.num_draft_tokens + 8
     target = build_target(args.shape, args.logit_std, dtype, device, max_seq_len, args.seed)
+    bits_per_weight = None
+    if args.weight_format == "w12":
+        from specdec.formats import convert
+
+        bits_per_weight = convert(target).bits_per_weight
     # decode steps (1 row) and n-gram verify steps (up to k + 1 rows) replay CUDA graphs (on the CPU: the same static
     # path, eagerly)
-    (target.enable_cuda_graphs if device.startswith("cuda") else target.enable_static_path)(buckets=(1, 2, 4, 8))
+    (target.enable_cuda_graphs if device.startswith("cuda") else target.enable_static_path)(buckets=buckets)
     build_s = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(args.seed + 2)
     prompts = [torch.randint(0, target.vocab_size, (args.prompt_len,), generator=gen).to(device) for _ in range(args.num_prompts)]
@@ -156,11 +220,14 @@ def main(argv=None) -> int:
     )
 
     # every graph bucket once before the timed decodes (a graph is captured at the first use of its bucket)
-    warm_graphs(target, prompts[0][None], (1, 2, 4, 8))
+    warm_graphs(target, prompts[0][None], buckets)
     stock_out, stock_stats, stock_s = decode(target, prompts, args.max_new_tokens, None, args.num_draft_tokens, device)
     print(f"stock AR          : {stock_stats.summary()}", flush=True)
-    spec_out, spec_stats, spec_s = decode(target, prompts, args.max_new_tokens, sd.NGramDrafter(), args.num_draft_tokens, device)
+    drafter = CountingNGramDrafter()
+    spec_out, spec_stats, spec_s = decode(target, prompts, args.max_new_tokens, drafter, args.num_draft_tokens, device)
     print(f"speculative       : {spec_stats.summary()}", flush=True)
+    verify_rows = dict(sorted(drafter.verify_rows.items()))
+    print(f"verify passes by rows: {verify_rows}", flush=True)
     fault = LogitBiasFault(target, bias=args.bias, every=args.every, after=args.after)
     fault_out, fault_stats, fault_s = decode(
         fault, prompts, args.max_new_tokens, sd.NGramDrafter(), args.num_draft_tokens, device
@@ -198,6 +265,9 @@ def main(argv=None) -> int:
         "target": {
             "shape": args.shape,
             "dtype": args.dtype,
+            "weight_format": args.weight_format,
+            "w12_bits_per_weight": bits_per_weight,
+            "graph_buckets": list(buckets),
             "parameters": target.config.num_parameters(),
             "logits": profile,
             "distinct_token_fraction_per_output": distinct,
@@ -215,11 +285,15 @@ def main(argv=None) -> int:
             "faulty_speculative": fault_stats.as_dict(),
         },
         "speculative_vs_ar": {"identical_sequences": identical, "of": len(prompts), "first_divergence": first_divergence},
+        "speculative_verify_passes_by_rows": verify_rows,
         "lossless_report": lossless.to_dict(max_listed=200),
         "faulty_report": faulty.to_dict(max_listed=200),
         "expected_outcome": expected,
     }
-    path = write_json(Path(args.out) / ("forcing_gpu_smoke.json" if args.smoke else "forcing_gpu.json"), result, prov)
+    stem = "forcing_gpu_smoke" if args.smoke else "forcing_gpu"
+    if args.weight_format != "bf16" or (not args.smoke and args.shape != parser.get_default("shape")):
+        stem += f"_{args.shape}_{args.weight_format}"
+    path = write_json(Path(args.out) / f"{stem}.json", result, prov)
 
     print(f"\n{provenance_line(prov)}")
     print("| candidate | tokens | mismatches | rate | 95% CI | null rate | large-margin events | verdict |")

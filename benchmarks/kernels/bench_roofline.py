@@ -176,20 +176,22 @@ TWO_TILE_PROBE_CASE = (300, 1056, 16)
 # for several waves. A consumer that releases a stage before its loads have landed gives wrong or changing outputs
 # here (bf16 at 16 tokens did, on the H200, before consume_segment waited for them), not on the small cases.
 CROWDED_PROBE_CASE = (24576, 4096, 16)
+# 13 tokens: x's rows short of the 16-token kernels' 16 (their x boxes and slots are M rows), over 8 stages.
+ODD_TOKENS_PROBE_CASE = (520, 2048, 13)
 SMOKE_TWO_TILE_PROBE_CASE = (20, 96, 16)
 
 
 def probe_cases(variant: str, smoke: bool) -> tuple[tuple[int, int, int], ...]:
-    """The ``(N, K, M)`` cases of ``--probe variant``: v5's, plus 16 tokens for a tensor-map kernel (and on the GPU its
-    crowded call, ``CROWDED_PROBE_CASE``), plus the persistent kernels' own shapes (``STREAM_K_SHAPES``) at 1 and 16 tokens.
+    """The ``(N, K, M)`` cases of ``--probe variant``: v5's, plus 16 tokens for a tensor-map kernel (and on the GPU 13
+    tokens and its crowded call, ``ODD_TOKENS_PROBE_CASE`` and ``CROWDED_PROBE_CASE``), plus the persistent kernels' own shapes (``STREAM_K_SHAPES``) at 1 and 16 tokens.
 
     Example:
-        >>> probe_cases("v5", False)[-1], probe_cases("q_v2", False)[-2:], probe_cases("q_v2", True)[-1]
-        ((4096, 4096, 8), ((300, 1056, 16), (24576, 4096, 16)), (20, 96, 16))
+        >>> probe_cases("v5", False)[-1], probe_cases("q_v2", False)[-3:], probe_cases("q_v2", True)[-1]
+        ((4096, 4096, 8), ((300, 1056, 16), (520, 2048, 13), (24576, 4096, 16)), (20, 96, 16))
     """
     cases = SMOKE_V5_PROBE_CASES if smoke else V5_PROBE_CASES
     if variant in TENSOR_MAP_VARIANTS:
-        cases += (SMOKE_TWO_TILE_PROBE_CASE,) if smoke else (TWO_TILE_PROBE_CASE, CROWDED_PROBE_CASE)
+        cases += (SMOKE_TWO_TILE_PROBE_CASE,) if smoke else (TWO_TILE_PROBE_CASE, ODD_TOKENS_PROBE_CASE, CROWDED_PROBE_CASE)
     if variant in PERSISTENT_VARIANTS:
         cases += tuple((n, k, m) for n, k in (SMOKE_STREAM_K_SHAPES if smoke else STREAM_K_SHAPES) for m in (1, 16))
     return cases
