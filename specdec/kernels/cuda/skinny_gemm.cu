@@ -976,14 +976,12 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
 // from its `first` on (s and round then start at that stage's slot), other warps the others (tma_rows_kernel's stage
 // groups); each stage is still released by the HALVES x ROWS / 16 warps that consume it.
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
-          int SK = kBulkStageK, int STRIDE = 1, int X_STAGES = 0>
+          int SK = kBulkStageK, int STRIDE = 1>
 __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                 uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                                float* red, int& s, uint32_t& round, int first = 0,
-                                                const unsigned char* x_ring = nullptr, int x_slot_bytes = 0) {
+                                                float* red, int& s, uint32_t& round, int first = 0) {
   static_assert(SK % ((KIND == kBf16 ? 32 : 64) * HALVES) == 0, "every group of warps takes whole chunks of a stage");
   static_assert(STAGES % STRIDE == 0, "a stage group keeps to its own ring slots");
-  static_assert(X_STAGES == 0 || STRIDE == 1, "x's own ring: one stage group");
   constexpr int kTileWarps = ROWS / 16;
   const int M = p.M;
   const int n_mine = s_hi - s_lo;
@@ -1025,39 +1023,24 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
       if (s >= STAGES) s -= STAGES, ++round;
     }
   };
-  // With x's own ring (X_STAGES slots of x_slot_bytes at x_ring), stage j's x is in slot j % X_STAGES: the stage's x
-  // offsets are moved from after its weights (where the stage functions read x) to that slot.
-  constexpr int kXAt = KIND == kBf16 ? ROWS * SK * 2 : ROWS * SK + (KIND == kW12 ? ROWS * (SK / 2) : 0);
-  int sx = X_STAGES > 0 ? (s_lo + first) % (X_STAGES > 0 ? X_STAGES : 1) : 0;
-  auto x_offsets = [&](const unsigned char* st, int (&xo)[NT]) {
-    const int moved = X_STAGES > 0 ? static_cast<int>((x_ring + sx * x_slot_bytes) - (st + kXAt)) : 0;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) xo[j] = x_off[j] + moved;
-    if constexpr (X_STAGES > 0) {
-      if (++sx == X_STAGES) sx = 0;
-    }
-  };
   int it = first;
   for (; it < n_full; it += STRIDE) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
-    const unsigned char* st = ring + static_cast<size_t>(s) * stage_bytes;
-    int xo[NT];
-    x_offsets(st, xo);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(st, 0, p.K, tile_row, xo, t, acc, half);
+      consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
     else
-      consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(st, 0, p.K, tile_row, xo, t, X0, X1, acc, half);
+      consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
+                                                        acc, half);
     release();
   }
   for (; it < n_mine; it += STRIDE) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
-    const unsigned char* st = ring + static_cast<size_t>(s) * stage_bytes;
-    int xo[NT];
-    x_offsets(st, xo);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(st, (s_lo + it) * SK, p.K, tile_row, xo, t, acc, half);
+      consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row, x_off,
+                                                      t, acc, half);
     else
-      consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(st, (s_lo + it) * SK, p.K, tile_row, xo, t, X0, X1, acc, half);
+      consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
+                                                       x_off, t, X0, X1, acc, half);
     release();
   }
   // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 j + 2t, 8 j + 2t + 1) -> red[row][token].
@@ -1072,14 +1055,14 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
 
 // consume_segment over the CTA's only segment, from the ring's first slot (STRIDE > 1: from stage `first`, in its slot).
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
-          int SK = kBulkStageK, int STRIDE = 1, int X_STAGES = 0>
+          int SK = kBulkStageK, int STRIDE = 1>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                             float* red, int first = 0, const unsigned char* x_ring = nullptr, int x_slot_bytes = 0) {
+                                             float* red, int first = 0) {
   int s = first;
   uint32_t round = 0;
-  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK, STRIDE, X_STAGES>(
-      p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi, row_block, warp, lane, red, s, round, first, x_ring, x_slot_bytes);
+  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK, STRIDE>(p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi,
+                                                                            row_block, warp, lane, red, s, round, first);
 }
 
 template <int PRODUCER_WARPS>
@@ -1801,7 +1784,7 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 // weight rows and reads every k of them, so no partial sum leaves the CTA (no workspace, no counters, no reduction
 // launch or last-CTA pass) and a one-wave call has 4-6x as many CTAs as 64-row blocks. The ring of tma_gemm_kernel
 // with stages of [16 rows][kRowStageK] weights (a box of 256 bytes or bf16 values a row: the largest a tensor map
-// copies), rows_stages(KIND, TOK) of them; kRowGroups consumer warps each take one 64-weight chunk of every stage (two of
+// copies), rows_stages(TOK) of them; kRowGroups consumer warps each take one 64-weight chunk of every stage (two of
 // 32 for bf16) for all 16 rows, and their sums meet in shared memory in group order. W12 CTAs have an escape warp
 // (fold_escapes over the CTA's 16 rows and all of K). Needs K % 32 == 0 and 16-byte aligned planes and x.
 // STAGE_GROUPS = 2 doubles the consumers: warps 0-3 take the even stages, 4-7 the odd ones (each its own four tiles of
@@ -1811,15 +1794,7 @@ constexpr int kRowTile = 16;
 constexpr int kRowStageK = 256;
 constexpr int kRowGroups = kRowStageK / 64;
 constexpr int kRowStageGroupCtas = 3;
-// x's own ring in the 9-16 token row tiles (0: x is copied into each stage after its weights). With N slots, stage j's
-// x lies in x slot j % N and is copied when stage j - N is released, and the weights' ring takes what the CTA's share
-// of the SM leaves (benchmarks/NOTES.md, "x in a ring of its own in the 9-16 token row tiles").
-#ifndef SPECDEC_ROWS_X_STAGES
-#define SPECDEC_ROWS_X_STAGES 0
-#endif
-constexpr int kRowXStages = SPECDEC_ROWS_X_STAGES;
-static_assert(kRowXStages == 0 || (kRowXStages >= 2 && kRowXStages <= 4), "SPECDEC_ROWS_X_STAGES: 0 or 2 to 4 x slots");
-__host__ __device__ constexpr int rows_x_stages(int tok) { return tok > kMaxTokens ? kRowXStages : 0; }
+__host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? 4 : 6; }
 // CTAs an SM the registers allow (the launch bound): 5 for one MMA n-tile of tokens (<= 68 registers a thread), 4 for
 // two (<= 85), kRowStageGroupCtas with two stage groups (the Q view's: <= 61 registers); shared memory allows 2-7 by M
 // and kind.
@@ -1829,76 +1804,20 @@ __host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1
 __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
-__host__ __device__ constexpr int rows_x_bytes(int M) { return M * kRowStageK * 2; }
-// A stage's bytes in the ring: its weights, and x's M rows where x has no ring of its own.
-__host__ __device__ constexpr int rows_stage_bytes(int kind, int M, int tok) {
-  return rows_weight_bytes(kind) + (rows_x_stages(tok) > 0 ? 0 : rows_x_bytes(M));
-}
+__host__ __device__ constexpr int rows_stage_bytes(int kind, int M) { return rows_weight_bytes(kind) + M * kRowStageK * 2; }
 __host__ __device__ constexpr int rows_threads(int kind, int stage_groups = 1) {
   return (kRowGroups * stage_groups + 1 + (kind == kW12 ? 1 : 0)) * 32;
 }
-// After the stages (and x's ring): a [16 rows][TOK] fp32 tile a consumer warp, then for W12 the escape warp's sums and round.
+// After the stages: a [16 rows][TOK] fp32 tile a consumer warp, then for W12 the escape warp's sums and round.
 __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_groups = 1) {
   return kRowGroups * stage_groups * kRowTile * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, kRowTile) : 0);
-}
-// Stages of the ring: 4 at 9-16 tokens and 6 at 1-8 with x in the stages. With x's own ring, as many weight stages as
-// keep the CTAs an SM of that layout (227 KB, 1 KB reserved a CTA) beside x's slots for TOK tokens.
-__host__ __device__ constexpr int rows_stages_inline(int tok) { return tok > kMaxTokens ? 4 : 6; }
-__host__ __device__ constexpr int rows_inline_ctas(int kind, int tok, int stage_groups) {
-  return (227 * 1024) /
-         (rows_stages_inline(tok) * (rows_weight_bytes(kind) + rows_x_bytes(tok)) + rows_smem_fixed(kind, tok, stage_groups) + kTmaAlign + 1024);
-}
-__host__ __device__ constexpr int rows_stages(int kind, int tok, int stage_groups = 1) {
-  return rows_x_stages(tok) == 0
-             ? rows_stages_inline(tok)
-             : ((227 * 1024) / rows_inline_ctas(kind, tok, stage_groups) - 1024 - kTmaAlign - rows_smem_fixed(kind, tok, stage_groups) -
-                rows_x_stages(tok) * rows_x_bytes(tok)) /
-                   rows_weight_bytes(kind);
-}
-
-// The producer of a row-tile ring with x in a ring of its own, one thread: the weights of stages 0 .. n - 1 into slot
-// j % STAGES of `weights` (rows_weight_bytes apart), x's [M][kRowStageK] of stage j into slot j % X_STAGES of x_ring
-// (x_bytes apart). The first STAGES stages' weights go before griddep_wait and the first X_STAGES stages' x after it;
-// then each release of a stage j (its empty barrier) frees weight slot j % STAGES for stage j + STAGES and x slot
-// j % X_STAGES for stage j + X_STAGES, both copied then. A stage's full barrier expects its weights and its x (its
-// expect-tx always comes first: with its weights, STAGES - X_STAGES releases before its x), so the consumers wait
-// and release as with x inside the stage.
-template <int KIND, int STAGES, int X_STAGES>
-__device__ __forceinline__ void produce_rows_x_ring(unsigned char* weights, unsigned char* x_ring, int x_bytes, uint64_t* full_bar,
-                                                    uint64_t* empty_bar, int n, int row_block, const CUtensorMap* ae_map,
-                                                    const CUtensorMap* nib_map, const CUtensorMap* x_map) {
-  static_assert(X_STAGES >= 1 && X_STAGES < STAGES, "x's ring is shallower than the weights'");
-  constexpr int kWeightBytes = rows_weight_bytes(KIND);
-  const uint64_t stream = l2_stream_policy();
-  const uint64_t keep = l2_evict_last();
-  const uint32_t tx = static_cast<uint32_t>(kWeightBytes + x_bytes);
-  auto weights_of = [&](int j) {
-    const uint32_t full = smem_addr(&full_bar[j % STAGES]);
-    mbar_arrive_expect_tx(full, tx);
-    const uint32_t st = smem_addr(weights + static_cast<size_t>(j % STAGES) * kWeightBytes);
-    tma_load_2d(st, ae_map, j * kRowStageK, row_block, full, stream);  // bf16: the weights
-    if constexpr (KIND == kW12) tma_load_2d(st + kRowTile * kRowStageK, nib_map, j * (kRowStageK / 2), row_block, full, stream);
-  };
-  auto x_of = [&](int j) {
-    tma_load_2d(smem_addr(x_ring + (j % X_STAGES) * x_bytes), x_map, j * kRowStageK, 0, smem_addr(&full_bar[j % STAGES]), keep);
-  };
-  for (int j = 0; j < min(n, STAGES); ++j) weights_of(j);
-  griddep_wait();
-  for (int j = 0; j < min(n, X_STAGES); ++j) x_of(j);
-  for (int j = 0; j + X_STAGES < n; ++j) {  // stage j's release
-    mbar_wait(smem_addr(&empty_bar[j % STAGES]), (j / STAGES) & 1);
-    if (j + STAGES < n) weights_of(j + STAGES);
-    x_of(j + X_STAGES);
-  }
 }
 
 template <int KIND, int TOK = kMaxTokens, int STAGE_GROUPS = 1>
 __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_per_sm(TOK, STAGE_GROUPS))
     tma_rows_kernel(const Params p, const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
                     const __grid_constant__ CUtensorMap x_map) {
-  constexpr int kStages = rows_stages(KIND, TOK, STAGE_GROUPS);
-  constexpr int kXStages = rows_x_stages(TOK);
-  static_assert(kXStages == 0 || (STAGE_GROUPS == 1 && kXStages < kStages), "x's ring: one stage group, fewer slots than stages");
+  constexpr int kStages = rows_stages(TOK);
   constexpr int kConsumers = kRowGroups * STAGE_GROUPS;
   constexpr int kEscapeWarp = KIND == kW12 ? 1 : 0;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1910,9 +1829,8 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   const int warp = tid >> 5, lane = tid & 31;
   const int n_stages = (p.K + kRowStageK - 1) / kRowStageK;
   const int row_block = blockIdx.x * kRowTile;
-  const int stage_bytes = rows_stage_bytes(KIND, M, TOK);
-  unsigned char* x_ring = smem + static_cast<size_t>(kStages) * stage_bytes;  // kXStages slots of x's M rows
-  float* red = reinterpret_cast<float*>(x_ring + kXStages * rows_x_bytes(M));
+  const int stage_bytes = rows_stage_bytes(KIND, M);
+  float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
   float* esc = red + kConsumers * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
 
   if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups);
@@ -1926,20 +1844,16 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
 
   if (warp == kConsumers) {
     if (lane == 0) {
-      if constexpr (kXStages > 0)
-        produce_rows_x_ring<KIND, kStages, kXStages>(smem, x_ring, rows_x_bytes(M), full_bar, empty_bar, n_stages, row_block, &ae_map,
-                                                     &nib_map, &x_map);
-      else
-        produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
-                                                              row_block, &ae_map, &nib_map, &x_map, (SPECDEC_WIDE_ABLATE & 64) == 0);
+      produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
+                                                            row_block, &ae_map, &nib_map, &x_map, (SPECDEC_WIDE_ABLATE & 64) == 0);
       wide_trace(kTraceProducer);
     }
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
     if (lane == 0) wide_trace(kTraceEscapes);
   } else if constexpr (STAGE_GROUPS == 1) {
-    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, 1, kXStages>(
-        p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp, lane, red, 0, x_ring, rows_x_bytes(M));
+    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
+                                                                                       n_stages, row_block, warp, lane, red);
     if (tid == 0) wide_trace(kTraceConsumed);
   } else {
     const int group = warp / kRowGroups;  // its stages: group, group + STAGE_GROUPS, ...; its chunk: warp % kRowGroups
@@ -3448,8 +3362,7 @@ Plan make_rows_plan(int kind, int M, int N, int K, int stage_groups = 1) {
   pl.k_splits = 1;
   pl.n_chunks = (K + kRowStageK - 1) / kRowStageK;
   pl.grid_x = (N + kRowTile - 1) / kRowTile;
-  pl.smem_bytes = rows_stages(kind, tok, stage_groups) * rows_stage_bytes(kind, M, tok) + rows_x_stages(tok) * rows_x_bytes(M) +
-                  rows_smem_fixed(kind, tok, stage_groups) + kTmaAlign;
+  pl.smem_bytes = rows_stages(tok) * rows_stage_bytes(kind, M) + rows_smem_fixed(kind, tok, stage_groups) + kTmaAlign;
   return pl;
 }
 
@@ -3466,7 +3379,11 @@ Plan make_rows_plan(int kind, int M, int N, int K, int stage_groups = 1) {
 //   waves, or on an uneven one, the persistent and split-K plans even out the SMs' bytes.
 // - Q view: up to kRowQMaxWaves waves at up to 8 tokens; at 9-16 tokens also only where K <= kRowQMaxK16 (over the
 //   48-100 stages of the down projections the split-K plan's extra CTAs an SM won). Lost only on lm_head (18 waves).
-// - bf16: one wave, even or not (every uneven single wave measured ran as fast or faster in row tiles).
+// - bf16: at up to 8 tokens (the skinny linears' rows) every call with K <= kRowW12MaxK, as W12: in the lean 8B
+//   target's steps with the skinny linears the row tiles everywhere were 0.07 ms faster at one token and 0.06 ms at 8
+//   rows than this rule's persistent and split-K plans for the gate_up and lm_head (benchmarks/NOTES.md, "Lossless at
+//   the 16-row W12 verify steps, and the bf16 and Q families in the step and pass: measured"); at 9-16 tokens one wave,
+//   even or not (every uneven single wave measured ran as fast or faster in row tiles).
 constexpr int kRowW12MaxWaves = 2;
 constexpr int kRowW12MaxK = 8192;
 constexpr int kRowQMaxWaves = 8;
@@ -3485,7 +3402,7 @@ bool rows_pay(int kind, int M, int N, int K, int sms) {
   if (sms < 1 || per_sm < 1) return false;
   const long long wave = static_cast<long long>(sms) * per_sm;
   if (kind == kQ) return ctas <= kRowQMaxWaves * wave && (M <= kMaxTokens || K <= kRowQMaxK16);
-  if (kind == kBf16) return ctas <= wave;
+  if (kind == kBf16) return ctas <= wave || (M <= kMaxTokens && K <= kRowW12MaxK);
   if (K <= kRowW12MaxK) return true;
   if (ctas > kRowW12MaxWaves * wave) return false;
   const long long fullest = (ctas + sms - 1) / sms;
