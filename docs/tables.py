@@ -107,7 +107,26 @@ def decode_steps(results: Results) -> str:
 
 
 def forcing_gpu(results: Results) -> str:
-    run = results("forcing_gpu_h200_2026-12-01.json")  # the run of 2026-11-29 (no provenance block) gave the same verdicts
+    # the run of 2026-11-29 (no provenance block) gave the same verdicts
+    return forcing_table(results("forcing_gpu_h200_2026-12-01.json"))
+
+
+def forcing_w12_gpu_h100(results: Results) -> str:
+    """The token-forcing checker on the lean 8B target in W12 with up to 15 n-gram drafts a round
+    (``run_h200_forcing_w12.sh``, one H100 call): the verdicts, then the verify passes by rows."""
+    run = results("forcing_gpu_h100_2026-12-07_724b274_qwen3-8b_w12.json")
+    if run["target"]["weight_format"] != "w12":
+        raise ValueError("forcing_gpu_h100_2026-12-07_724b274_qwen3-8b_w12.json: expected a W12 target")
+    by_rows = {int(rows): n for rows, n in run["speculative_verify_passes_by_rows"].items()}
+    spans = (("1 (no draft)", 1, 1), ("2-8", 2, 8), ("9-15", 9, 15), ("16", 16, 16))
+    counts = [sum(n for rows, n in by_rows.items() if lo <= rows <= hi) for _, lo, hi in spans]
+    passes = markdown_table([f"verify passes of {label} rows" for label, _, _ in spans], [[str(n) for n in counts]])
+    return forcing_table(run) + "\n\n" + passes
+
+
+def forcing_table(run: dict) -> str:
+    """A forcing_gpu run's two candidates: mismatch rate (and the late stratum's where it failed), null rate,
+    large-margin events, verdict."""
     after = run["settings"]["after"]
     same = run["speculative_vs_ar"]
     identical = f"{same['identical_sequences']}/{same['of']} sequences identical to AR in bf16"
@@ -2529,6 +2548,75 @@ def cuda_w12_family_step_h100(results: Results) -> str:
     return markdown_table(["verify step", "W12 kernels", "one-token step ms", "verify step ms", "verify / step"], rows)
 
 
+ROWS_X_RING_RUNS = rows_ab_runs(
+    "rows_ab_h100_2026-12-07_724b274",
+    {"shipped": "shipped", "x ring of 2": "rows_x_stages_2", "x ring of 3": "rows_x_stages_3"},
+)
+ROWS_X_RING_STEPS = {
+    "shipped": "rows_ab_h100_2026-12-07_724b274_ar_step_shipped.json",
+    "x ring of 2": "rows_ab_h100_2026-12-07_724b274_ar_step_rows_x_stages_2.json",
+    "x ring of 3": "rows_ab_h100_2026-12-07_724b274_ar_step_rows_x_stages_3.json",
+}
+
+
+def cuda_rows_x_ring_h100(results: Results) -> str:
+    """The 9-16 token row tiles with x in a ring of its own of 2 or 3 slots and deeper weight rings
+    (``-DSPECDEC_ROWS_X_STAGES``, since removed) against the shipped library (one H100 call, ``run_h200_rows_ab.sh``):
+    the 8B linears, cold us, the mean of two alternated processes a library, then the lean 8B W12 target's one-token
+    and 16-row verify steps with each library (a process each)."""
+    linears = rows_ab_table(results, ROWS_X_RING_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
+    rows = []
+    for label, name in ROWS_X_RING_STEPS.items():
+        run = results(name)
+        step, verify = run["w12_step_s"] * 1e3, run["w12_verify_s"] * 1e3
+        rows.append([label, f"{step:.3f}", f"{verify:.3f}", f"{verify / step:.3f}"])
+    steps = markdown_table(["library", "W12 one-token step ms", "W12 16-row verify step ms", "verify / step"], rows)
+    return linears + "\n\n" + steps
+
+
+BF16_FAMILY_STEP_RUN = "step_alternate_h100_2026-12-07_724b274_bf16_skinny.json"
+BF16_FAMILY_NAMES = {
+    "v5": "v5 (the rule before: persistent or split-K 8B gate_up and lm_head)",
+    "v3": "v3 (persistent everywhere)",
+    "v4": "v4 (row tiles everywhere: the rule now on the 8B)",
+}
+Q_FAMILY_PASS_RUN = "pass_alternate_h100_2026-12-07_724b274.json"
+Q_FAMILY_NAMES = {
+    "v5": "v5 (the rule: row tiles up to 8 waves; at 9-16 rows only where K <= 8192)",
+    "v2": "v2 (split-K 64-row blocks everywhere)",
+    "v4": "v4 (row tiles everywhere)",
+}
+
+
+def cuda_family_step_pass_h100(results: Results) -> str:
+    """The bf16 kernel families in the lean 8B target's steps with the skinny linears (``run_h200_step_alternate.sh
+    SPECDEC_BF16_CUDA_VARIANT v5,v3,v4 8 bf16_skinny``) and the Q view's in the two-level verifier's Q-view passes
+    (``run_h200_pass_alternate.sh SPECDEC_Q_CUDA_VARIANT v5,v2,v4``), each alternated in one process, three turns a
+    value (one H100 call): the median ms of the turns."""
+    run = results(BF16_FAMILY_STEP_RUN)
+    if run.get("alternate_target") != "bf16_skinny" or not run.get("alternated"):
+        raise ValueError(f"{BF16_FAMILY_STEP_RUN}: expected turns of the bf16 target with the skinny linears")
+    rows = []
+    for value, name in BF16_FAMILY_NAMES.items():
+        turns = [t for t in run["alternated"] if t["value"] == value]
+        step = statistics.median(t["step_s"] for t in turns) * 1e3
+        verify = statistics.median(t["verify_s"] for t in turns) * 1e3
+        rows.append([name, f"{step:.3f}", f"{verify:.3f}"])
+    bf16 = markdown_table(["bf16 kernels", "one-token step ms", f"{run['verify_rows']}-row verify step ms"], rows)
+    passes = results(Q_FAMILY_PASS_RUN)["alternated"]
+    rows = []
+    for value, name in Q_FAMILY_NAMES.items():
+        cells = []
+        for n in (1, 8, 16):
+            turns = [t for t in passes if t["value"] == value and t["rows"] == n]
+            if not turns:
+                raise ValueError(f"{Q_FAMILY_PASS_RUN}: no {value} turn at {n} rows")
+            cells.append(f"{statistics.median(t['q_ms'] for t in turns):.3f}")
+        rows.append([name, *cells])
+    q = markdown_table(["Q kernels", "Q pass, 1 row ms", "8 rows ms", "16 rows ms"], rows)
+    return bf16 + "\n\n" + q
+
+
 WIDE_PARTS_RUNS = {
     "shipped": "wide_parts_h100_2026-12-06_token_major_0.json",
     "3: no decode, no MMAs": "wide_parts_h100_2026-12-06_token_major_3.json",
@@ -2665,6 +2753,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-acq-rel-counts-h100": cuda_acq_rel_counts_h100,
     "cuda-verify-attention-h100": cuda_verify_attention_h100,
     "cuda-w12-family-step-h100": cuda_w12_family_step_h100,
+    "cuda-rows-x-ring-h100": cuda_rows_x_ring_h100,
+    "cuda-family-step-pass-h100": cuda_family_step_pass_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
@@ -2679,6 +2769,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "hybrid-graphs": hybrid_graphs,
     "decode-steps": decode_steps,
     "forcing-gpu": forcing_gpu,
+    "forcing-w12-gpu-h100": forcing_w12_gpu_h100,
     "gdn-tree": gdn_tree,
     "smollm2-drafter-summary": smollm2_drafter_summary,
     "smollm2-drafter-eval": smollm2_drafter_eval,

@@ -30,7 +30,7 @@ the register kernel (``specdec_skinny_gemm_bf16``), ``"v2"`` plain bf16 weights 
 ``"v7"`` (``specdec_skinny_gemm_bf16_v2``, the same workspace contract; ``K % 32 != 0`` runs ``"v1"``), ``"v3"`` the
 same in the persistent CTAs of W12 ``"v8"`` (``specdec_skinny_gemm_bf16_v3``; never slower than ``"v2"`` on the
 H200's model shapes, faster where split K needs several waves), ``"v4"`` the same in the row-tile CTAs of W12 ``"v9"``
-(``specdec_skinny_gemm_bf16_v4``), ``"v5"`` the row tiles where they pay (one wave of CTAs), else ``"v3"``
+(``specdec_skinny_gemm_bf16_v4``), ``"v5"`` the row tiles where they pay (at up to 8 tokens wherever K <= 8192, at 9-16 in one wave of CTAs), else ``"v3"``
 (``specdec_skinny_gemm_bf16_v5``); unset, ``"v5"``
 where ``K % 32 == 0``, else ``"v1"``. They sum in different orders.
 
