@@ -1925,7 +1925,7 @@ def split_workspace_h100(results: Results) -> str:
     return markdown_table(["lean 8B, W12 linears at 64 rows", "per layout -> one a device"], rows)
 
 
-GOALS_RUN = "goals_h100_2026-12-07_acf7033.json"
+GOALS_RUN = "goals_h100_2026-12-07_6168c96.json"
 
 
 def cuda_goals_h100(results: Results) -> str:
@@ -2500,7 +2500,44 @@ def cuda_verify_attention_h100(results: Results) -> str:
     package at fc6db86) and written token-major by the split-KV kernel (a251610), the same library, two alternated
     processes a tree in one H100 call (``run_h200_step_trees.sh``): ms, each process's, and the verify step over the
     one-token step of the mean."""
-    runs = {label: [results(name) for name in names] for label, names in STEP_TREES_RUNS.items()}
+    return step_trees_table(results, STEP_TREES_RUNS)
+
+
+ATTENTION_ROWS_RUNS = {
+    "before (one program a batch-head and split)": (
+        "step_trees_h100_2026-12-07_6168c96_before_933f389_1.json",
+        "step_trees_h100_2026-12-07_6168c96_before_933f389_2.json",
+    ),
+    "programs of 16 rows": ("step_trees_h100_2026-12-07_6168c96_after_1.json", "step_trees_h100_2026-12-07_6168c96_after_2.json"),
+}
+X_FIRST_RUNS = rows_ab_runs("rows_ab_h100_2026-12-07_6168c96", {"shipped": "shipped", "x first": "rows_x_first_1"})
+X_FIRST_STEPS = {
+    "shipped": "rows_ab_h100_2026-12-07_6168c96_ar_step_shipped.json",
+    "x first": "rows_ab_h100_2026-12-07_6168c96_ar_step_rows_x_first_1.json",
+}
+
+
+def cuda_attention_rows_x_first_h100(results: Results) -> str:
+    """Two changes measured level and reverted (H100, 2026-12-07): the split-KV attention's first launch in programs of
+    16 query rows, timed against the package at 933f389 (``run_h200_step_trees.sh``, the same library, two alternated
+    processes a tree), and a 9-16 token row-tile stage's x copied before its weights (``-DSPECDEC_ROWS_X_FIRST=1``,
+    ``run_h200_rows_ab.sh``: the 8B linears at 16 tokens, cold us, the mean of two alternated processes a library, then
+    the W12 steps, a process each)."""
+    attention = step_trees_table(results, ATTENTION_ROWS_RUNS)
+    linears = rows_ab_table(results, X_FIRST_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
+    rows = []
+    for label, name in X_FIRST_STEPS.items():
+        run = results(name)
+        step, verify = run["w12_step_s"] * 1e3, run["w12_verify_s"] * 1e3
+        rows.append([label, f"{step:.3f}", f"{verify:.3f}", f"{verify / step:.3f}"])
+    steps = markdown_table(["library", "W12 one-token step ms", "W12 16-row verify step ms", "verify / step"], rows)
+    return attention + "\n\n" + linears + "\n\n" + steps
+
+
+def step_trees_table(results: Results, runs_of: dict[str, tuple[str, ...]]) -> str:
+    """``run_h200_step_trees.sh``'s steps by tree (``runs_of``: label -> its processes' JSON): each process's one-token
+    and 16-row verify step ms, and the verify step over the one-token step of the means."""
+    runs = {label: [results(name) for name in names] for label, names in runs_of.items()}
     rows = []
     for name, (step_key, verify_key) in STEP_TREES_STEPS.items():
         cells = [name]
@@ -2754,6 +2791,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-verify-attention-h100": cuda_verify_attention_h100,
     "cuda-w12-family-step-h100": cuda_w12_family_step_h100,
     "cuda-rows-x-ring-h100": cuda_rows_x_ring_h100,
+    "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
     "q-pass-linears-h100": q_pass_linears_h100,

@@ -2,8 +2,8 @@
 
 A decode step's query is a handful of rows (the query heads that share a KV head, times 1-16 new tokens) against a
 cache of thousands of slots. One program per KV head (what a prefill-shaped kernel does at this size) streams the whole
-cache through one SM. Here program ``(bh, j, i)`` of the first launch covers slots ``[j * chunk, (j + 1) * chunk)`` of
-batch-head ``bh`` for its query rows ``[16 i, 16 i + 16)`` and keeps an online softmax over them: the running maximum ``m``, the sum ``l`` of
+cache through one SM. Here program ``(bh, j)`` of the first launch covers slots ``[j * chunk, (j + 1) * chunk)`` of
+batch-head ``bh`` and keeps an online softmax over them: the running maximum ``m``, the sum ``l`` of
 ``exp(score - m)`` and ``acc = sum exp(score - m) v``, all float32. The second launch, one program per batch-head and row,
 rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``,
 either as ``[B, Hkv, R, D]`` or token-major (``tokens``: ``[B, T, H * D]``, what the output projection reads, so that
@@ -31,10 +31,6 @@ from specdec.kernels.launch import join_programmatic_launch, triton_launch_optio
 __all__ = ["decode_attention_triton"]
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-# Query rows of a first-launch program: a batch-head's rows past it (G query heads x T tokens, e.g. 64 at 16 tokens of
-# Qwen3-8B's 4 heads a KV head) go to further programs over the same slots, so that a verify pass's few batch-heads x
-# splits still spread over several SMs.
-ROW_BLOCK = 16
 
 
 @triton.jit
@@ -53,7 +49,7 @@ def _split_kernel(
     split = tl.program_id(1)
     b = (bh // HKV).to(tl.int64)  # b * stride_kb passes 2^31 elements in a cache of many long slots
     h = bh % HKV
-    rows = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rows = tl.arange(0, BLOCK_R)
     dims = tl.arange(0, D)
     row_ok = rows < R
     q = tl.load(
@@ -187,13 +183,13 @@ def decode_attention_triton(
     chunk_blocks = triton.cdiv(triton.cdiv(s, block_n), splits or default_splits(hkv, s, block_n, q.device))
     chunk = chunk_blocks * block_n
     n_splits = triton.cdiv(s, chunk)
-    block_r = min(ROW_BLOCK, max(16, triton.next_power_of_2(r)))
+    block_r = max(16, triton.next_power_of_2(r))
     m = torch.empty(bsz * hkv, n_splits, r, dtype=torch.float32, device=q.device)
     l = torch.empty_like(m)  # noqa: E741 (the softmax's usual name)
     acc = torch.empty(bsz * hkv, n_splits, r, d, dtype=torch.float32, device=q.device)
     mask_b = mask.stride(0) if mask.shape[0] > 1 else 0
     pdl = triton_launch_options(rows_after)  # the rows the output projection after this reads
-    _split_kernel[(bsz * hkv, n_splits, triton.cdiv(r, block_r))](
+    _split_kernel[(bsz * hkv, n_splits)](
         q, k_cache, v_cache, mask, m, l, acc, r, s, chunk, hkv, n_splits, d**-0.5,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), mask_b, mask.stride(2), mask.stride(3),
         BLOCK_R=block_r, BLOCK_N=block_n, D=d, UPCAST=_INTERPRET,

@@ -1237,8 +1237,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 // stages' weights (weights(it, slot, full)) before griddep_wait, since they do not depend on the kernel before this
 // one, then their x (x_of(it, slot, full)); every later stage's weights and x together, once the consumers have
 // released its slot. tx: the bytes a stage's copies bring (its full barrier's transaction count).
-// X_FIRST: each later stage's x before its weights (SPECDEC_ROWS_X_FIRST's row tiles at 9-16 tokens).
-template <int STAGES, bool X_FIRST = false, typename Weights, typename X>
+template <int STAGES, typename Weights, typename X>
 __device__ __forceinline__ void issue_ring(int n, uint32_t tx, uint64_t* full_bar, uint64_t* empty_bar, Weights weights, X x_of) {
   const int first = min(n, STAGES);
   for (int it = 0; it < first; ++it) {
@@ -1253,9 +1252,8 @@ __device__ __forceinline__ void issue_ring(int n, uint32_t tx, uint64_t* full_ba
     mbar_wait(smem_addr(&empty_bar[s]), (round - 1) & 1);
     const uint32_t full = smem_addr(&full_bar[s]);
     mbar_arrive_expect_tx(full, tx);
-    if constexpr (X_FIRST) x_of(it, s, full);
     weights(it, s, full);
-    if constexpr (!X_FIRST) x_of(it, s, full);
+    x_of(it, s, full);
     if (++s == STAGES) s = 0, ++round;
   }
 }
@@ -1263,7 +1261,7 @@ __device__ __forceinline__ void issue_ring(int n, uint32_t tx, uint64_t* full_ba
 // The producer of a tensor-map ring, one thread: stages s_lo .. s_lo + n - 1 (SK weights each) of the ROWS-row block at
 // row_block in issue_ring's order: a box of [ROWS][SK] weights (the ae plane, or bf16), for W12 one of [ROWS][SK / 2]
 // nib bytes, and x's [M][SK] at x_offset in the stage.
-template <int KIND, int STAGES, int ROWS, int SK, bool X_FIRST = false>
+template <int KIND, int STAGES, int ROWS, int SK>
 __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_bytes, int x_offset, uint64_t* full_bar,
                                                  uint64_t* empty_bar, int s_lo, int n, int row_block, const CUtensorMap* ae_map,
                                                  const CUtensorMap* nib_map, const CUtensorMap* x_map, bool with_x = true) {
@@ -1281,7 +1279,7 @@ __device__ __forceinline__ void produce_tma_ring(unsigned char* smem, int stage_
     const uint32_t st = smem_addr(smem + static_cast<size_t>(it % STAGES) * stage_bytes);
     if (with_x) tma_load_2d(st + x_offset, x_map, (s_lo + it) * SK, 0, full, keep);
   };
-  issue_ring<STAGES, X_FIRST>(n, tx, full_bar, empty_bar, weights, x_of);
+  issue_ring<STAGES>(n, tx, full_bar, empty_bar, weights, x_of);
 }
 
 // The escape warp of a W12 tensor-map CTA: the escapes of rows row_block .. row_block + ROWS - 1 whose columns lie in
@@ -1794,11 +1792,6 @@ __global__ void __launch_bounds__(tma_threads(KIND, TOK), kBulkCtasPerSm)
 // kRowStageGroupCtas CTAs an SM, where the row tiles leave an SM few warps (README.md, "Two stage groups").
 constexpr int kRowTile = 16;
 constexpr int kRowStageK = 256;
-// The 9-16 token row tiles' producer copies each stage's x before its weights, not after (past the first stages).
-#ifndef SPECDEC_ROWS_X_FIRST
-#define SPECDEC_ROWS_X_FIRST 0
-#endif
-constexpr bool kRowXFirst = SPECDEC_ROWS_X_FIRST != 0;
 constexpr int kRowGroups = kRowStageK / 64;
 constexpr int kRowStageGroupCtas = 3;
 __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? 4 : 6; }
@@ -1851,9 +1844,8 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
 
   if (warp == kConsumers) {
     if (lane == 0) {
-      produce_tma_ring<KIND, kStages, kRowTile, kRowStageK, (kRowXFirst && TOK > kMaxTokens)>(
-          smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages, row_block, &ae_map, &nib_map, &x_map,
-          (SPECDEC_WIDE_ABLATE & 64) == 0);
+      produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
+                                                            row_block, &ae_map, &nib_map, &x_map, (SPECDEC_WIDE_ABLATE & 64) == 0);
       wide_trace(kTraceProducer);
     }
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {

@@ -1,6 +1,6 @@
 """Split-KV decode attention (Triton interpreter on the CPU) against its reference, and the reference against SDPA.
 
-* awkward shapes: 1, 5, 17 and 40 rows a KV head (programs of 16 rows in the first launch), 1 to 2200 slots, head dims 16 and 32,
+* awkward shapes: 1, 5, 17 and 40 rows a KV head (padded to 16 / 32 / 64 in the kernel), 1 to 2200 slots, head dims 16 and 32,
   one to 35 splits (more than one combine tile, splits past the last slot, splits whose slots are all masked), a mask per batch;
 * the reference against ``torch.nn.functional.scaled_dot_product_attention`` on the same boolean mask;
 * a row with no allowed slot is zeros in both, as in SDPA; bad arguments raise naming them;
@@ -28,7 +28,7 @@ CASES = [  # (batch, kv heads, rows, slots, head dim, splits)
     (1, 2, 3, 1, 16, 1),
     (2, 1, 2, 64, 16, 5),
     (1, 1, 2, 2200, 16, 35),  # more splits than the combine's 32-split tile
-    (1, 2, 40, 50, 16, 2),  # three first-launch programs of rows a batch-head and split, the last 8 rows
+    (1, 2, 40, 50, 16, 2),  # 40 rows padded to 64
 ]
 
 
