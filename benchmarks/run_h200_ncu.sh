@@ -15,7 +15,9 @@
 # tokens (9 ranges, no probes, with the shared-memory tables as well; ~1 min).
 # `wide`: cuBLAS bf16 and the wide W12 kernel in its one-set and pipelined loops on the 8B o and qkv at 16-128 rows (24
 # ranges, no probes; ~1.5 min).
-# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh [w12 | w12_16 | bf16_16 | wide]   (ROOFLINE=roofline.json to take its copy
+# `rows_16`: the W12 and Q row-tile kernels (v9, q_v4) on the 8B gate_up and qkv at 1, 8 and 16 tokens (12 ranges, no
+# probes, with the memory tables and the L2's bytes and throughput; ~1 min): whether x's L2 reads hold the 16-token calls.
+# Usage (repo root, on the GPU machine): bash benchmarks/run_h200_ncu.sh [w12 | w12_16 | bf16_16 | wide | rows_16]   (ROOFLINE=roofline.json to take its copy
 # bandwidth; writes ncu_raw.csv, ncu_launch.json, ncu_profile.json and logs to $OUT)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -52,6 +54,13 @@ elif [ "${1:-}" = bf16_16 ]; then
   # tensor-map kernels and the consumers' bank conflicts: measured"): neither x's box nor the bank conflicts
   SELECT=(--cases qwen3-32b/qkv --only-kernel cublas_bf16 --only-kernel cuda_bf16_v2 --only-kernel cuda_bf16_v3 --ms 1,8,16)
   NCU_SECTIONS+=(--section MemoryWorkloadAnalysis_Tables)
+elif [ "${1:-}" = rows_16 ]; then
+  # what 16 tokens add to the row tiles (NOTES.md, "The attention in programs of 16 rows, and x before the weights:
+  # measured"): x's reads from the L2 (1.33x the W12 weights' bytes at 16 tokens) against the L2's throughput
+  SELECT=(--cases qwen3-8b/gate_up,qwen3-8b/qkv --only-kernel cuda_w12_v9 --only-kernel cuda_q_v4 --ms 1,8,16)
+  METRICS+=,lts__t_bytes.sum,lts__t_sectors_op_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct
+  NCU_SECTIONS=(--section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats --section WarpStateStats
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --metrics "$METRICS")
 elif [ "${1:-}" = wide ]; then
   # what holds the wide kernel's time growing ~10 us an n-tile (tensor pipe, issue, or the wait on its MMAs), and
   # what the pipelined loop changes
