@@ -2525,13 +2525,18 @@ def cuda_attention_rows_x_first_h100(results: Results) -> str:
     the W12 steps, a process each)."""
     attention = step_trees_table(results, ATTENTION_ROWS_RUNS)
     linears = rows_ab_table(results, X_FIRST_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
+    return attention + "\n\n" + linears + "\n\n" + rows_ab_w12_steps(results, X_FIRST_STEPS)
+
+
+def rows_ab_w12_steps(results: Results, steps_of: dict[str, str]) -> str:
+    """``run_h200_rows_ab.sh``'s AR-step runs by library (``steps_of``: label -> its JSON): the W12 one-token and
+    16-row verify steps, ms, and their ratio."""
     rows = []
-    for label, name in X_FIRST_STEPS.items():
+    for label, name in steps_of.items():
         run = results(name)
         step, verify = run["w12_step_s"] * 1e3, run["w12_verify_s"] * 1e3
         rows.append([label, f"{step:.3f}", f"{verify:.3f}", f"{verify / step:.3f}"])
-    steps = markdown_table(["library", "W12 one-token step ms", "W12 16-row verify step ms", "verify / step"], rows)
-    return attention + "\n\n" + linears + "\n\n" + steps
+    return markdown_table(["library", "W12 one-token step ms", "W12 16-row verify step ms", "verify / step"], rows)
 
 
 def step_trees_table(results: Results, runs_of: dict[str, tuple[str, ...]]) -> str:
@@ -2602,13 +2607,7 @@ def cuda_rows_x_ring_h100(results: Results) -> str:
     the 8B linears, cold us, the mean of two alternated processes a library, then the lean 8B W12 target's one-token
     and 16-row verify steps with each library (a process each)."""
     linears = rows_ab_table(results, ROWS_X_RING_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
-    rows = []
-    for label, name in ROWS_X_RING_STEPS.items():
-        run = results(name)
-        step, verify = run["w12_step_s"] * 1e3, run["w12_verify_s"] * 1e3
-        rows.append([label, f"{step:.3f}", f"{verify:.3f}", f"{verify / step:.3f}"])
-    steps = markdown_table(["library", "W12 one-token step ms", "W12 16-row verify step ms", "verify / step"], rows)
-    return linears + "\n\n" + steps
+    return linears + "\n\n" + rows_ab_w12_steps(results, ROWS_X_RING_STEPS)
 
 
 BF16_FAMILY_STEP_RUN = "step_alternate_h100_2026-12-07_724b274_bf16_skinny.json"
