@@ -158,7 +158,9 @@ def logit_profile(target, prompt, output, rows: int = 512) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes, fp32, CPU, short outputs (checks the script runs)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny shapes, fp32 (bf16 for w12), CPU, short outputs (checks the script runs)"
+    )
     parser.add_argument("--shape", default="qwen3-0.6b", choices=sorted((*SHAPES, *LEAN_SHAPES)))
     parser.add_argument(
         "--weight-format", default="bf16", choices=["bf16", "w12"], help="w12: the target's linears converted (bf16 only)"
