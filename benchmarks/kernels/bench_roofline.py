@@ -183,7 +183,8 @@ SMOKE_TWO_TILE_PROBE_CASE = (20, 96, 16)
 
 def probe_cases(variant: str, smoke: bool) -> tuple[tuple[int, int, int], ...]:
     """The ``(N, K, M)`` cases of ``--probe variant``: v5's, plus 16 tokens for a tensor-map kernel (and on the GPU 13
-    tokens and its crowded call, ``ODD_TOKENS_PROBE_CASE`` and ``CROWDED_PROBE_CASE``), plus the persistent kernels' own shapes (``STREAM_K_SHAPES``) at 1 and 16 tokens.
+    tokens and its crowded call, ``ODD_TOKENS_PROBE_CASE`` and ``CROWDED_PROBE_CASE``), plus the persistent kernels'
+    own shapes (``STREAM_K_SHAPES``) at 1 and 16 tokens.
 
     Example:
         >>> probe_cases("v5", False)[-1], probe_cases("q_v2", False)[-3:], probe_cases("q_v2", True)[-1]

@@ -8,8 +8,9 @@ batch-head ``bh`` and keeps an online softmax over them: the running maximum ``m
 rescales the splits to their common maximum ``M`` and writes ``sum_j exp(m_j - M) acc_j / sum_j exp(m_j - M) l_j``,
 either as ``[B, Hkv, R, D]`` or token-major (``tokens``: ``[B, T, H * D]``, what the output projection reads, so that
 no transposing copy sits between them when ``T > 1``); both launched programmatically where a norm would be
-(:func:`specdec.kernels.launch.triton_launch_options`: captured, the projection's rows at most 16), each waits for the kernel before it (the q/k norm + RoPE, then the first launch) and then lets the
-next one (the second launch, then the output projection) start.
+(:func:`specdec.kernels.launch.triton_launch_options`: captured, the projection's rows at most 16), each waits for
+the kernel before it (the q/k norm + RoPE, then the first launch) and then lets the next one (the second launch, then
+the output projection) start.
 A split whose slots are all masked has ``m = -inf`` and weight 0; a row with no allowed slot anywhere gives zeros, as
 the reference and SDPA do. Float32 inputs take IEEE float32 products (``PRECISION``): Triton's default for them on
 NVIDIA GPUs is TF32, ~1e-4 off the reference.

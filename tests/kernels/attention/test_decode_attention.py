@@ -1,7 +1,8 @@
 """Split-KV decode attention (Triton interpreter on the CPU) against its reference, and the reference against SDPA.
 
-* awkward shapes: 1, 5, 17 and 40 rows a KV head (padded to 16 / 32 / 64 in the kernel), 1 to 2200 slots, head dims 16 and 32,
-  one to 35 splits (more than one combine tile, splits past the last slot, splits whose slots are all masked), a mask per batch;
+* awkward shapes: 1, 5, 17 and 40 rows a KV head (padded to 16 / 32 / 64 in the kernel), 1 to 2200 slots, head
+  dims 16 and 32, one to 35 splits (more than one combine tile, splits past the last slot, splits whose slots are all
+  masked), a mask per batch;
 * the reference against ``torch.nn.functional.scaled_dot_product_attention`` on the same boolean mask;
 * a row with no allowed slot is zeros in both, as in SDPA; bad arguments raise naming them;
 * a batch item's output equals its output alone, bit for bit (the split count does not depend on the batch);
