@@ -206,6 +206,70 @@ def call_times(records: list[list[int]]) -> dict:
     )
 
 
+def sm_loop_ends(records: list[list[int]]) -> dict[int, list[int]]:
+    """Each SM's CTAs' K-loop ends (``ring_done``, ns from the call's first start), by SM id, of one call of a kernel
+    that is not persistent (the CTAs that did not run left out).
+
+    Example (two CTAs on SM 4, one on SM 9):
+        >>> rec = lambda sm, start, done: _fields(start=start, ring_done=done, end=done + 50, meta=sm | 1 << 40)
+        >>> sm_loop_ends([rec(4, 100, 900), rec(9, 120, 700), rec(4, 110, 1000), [0] * len(FIELDS)])
+        {4: [800, 900], 9: [600]}
+    """
+    ran = [dict(zip(FIELDS, r)) for r in records if r[FIELDS.index("start")]]
+    if not ran:
+        raise ValueError("records: expected at least one CTA that ran, got none")
+    t0 = min(r["start"] for r in ran)
+    out: dict[int, list[int]] = {}
+    for r in ran:
+        out.setdefault(r["meta"] & 0xFFFF, []).append(r["ring_done"] - t0)
+    return {sm: sorted(v) for sm, v in sorted(out.items())}
+
+
+def _fields(**values: int) -> list[int]:
+    return [values.get(f, 0) for f in FIELDS]
+
+
+def sm_effect(calls: list[dict[int, list[int]]]) -> dict:
+    """Whether where a CTA runs sets when its K loop ends: over calls (``sm_loop_ends`` results; at least two), each
+    SM's mean loop end per call, and
+
+    * ``split_half_r``: the correlation over SMs between those means averaged over the even and over the odd calls (near
+      1: the same SMs end late call after call, a property of the SM or of where the hardware puts it; near 0: chance);
+    * ``sm_spread``: the latest less the earliest SM's mean over all calls, against ``within_spread``, the median over
+      SMs and calls of one SM's own CTAs' spread (its latest less its earliest CTA);
+    * ``by_ctas``: the mean loop end of the SMs that ran 1, 2, 3, ... CTAs (the first call's counts);
+    * ``sm_mean``: each SM's mean over all calls (ns), for plots and later analysis.
+
+    Example (SM 1 always ends 100 ns after SM 0):
+        >>> e = sm_effect([{0: [500], 1: [600]}, {0: [520], 1: [620]}, {0: [480], 1: [580]}])
+        >>> e["split_half_r"], e["sm_spread"], e["by_ctas"]
+        (1.0, 100.0, {1: 550.0})
+    """
+    if len(calls) < 2:
+        raise ValueError(f"calls: expected at least two traced calls, got {len(calls)}")
+    sms = sorted(set.intersection(*(set(c) for c in calls)))
+    if len(sms) < 2:
+        raise ValueError(f"calls: expected at least two SMs that ran CTAs in every call, got {sms}")
+    means = [{sm: statistics.fmean(c[sm]) for sm in sms} for c in calls]
+    even = [statistics.fmean(m[sm] for m in means[0::2]) for sm in sms]
+    odd = [statistics.fmean(m[sm] for m in means[1::2]) for sm in sms]
+    overall = {sm: statistics.fmean(m[sm] for m in means) for sm in sms}
+    try:
+        r = statistics.correlation(even, odd)
+    except statistics.StatisticsError:  # a constant half: no spread to correlate
+        r = None
+    by_ctas: dict[int, list[float]] = {}
+    for sm in sms:
+        by_ctas.setdefault(len(calls[0][sm]), []).append(overall[sm])
+    return dict(
+        split_half_r=None if r is None else round(r, 3),
+        sm_spread=max(overall.values()) - min(overall.values()),
+        within_spread=statistics.median(max(c[sm]) - min(c[sm]) for c in calls for sm in sms),
+        by_ctas={n: statistics.fmean(v) for n, v in sorted(by_ctas.items())},
+        sm_mean={str(sm): round(v) for sm, v in overall.items()},
+    )
+
+
 def summarize(calls: list[dict]) -> dict:
     """Medians over calls (``call_times`` results) of the call times, of the per-CTA medians and of the critical CTA's
     phases (None where no call has the phase).
@@ -283,7 +347,7 @@ def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, a
     row["product_ok"] = bool(((y - ref).abs() <= 2 * err_ref + ref.abs() * 2**-7).all())
     for i in range(1, copies):  # every copy once before the traced calls
         call(i)
-    calls = []
+    calls, by_sm = [], []
     for rep in range(args.reps):
         ops.wide_trace_reset(device)
         call(rep % copies)
@@ -294,8 +358,12 @@ def trace_case(ops, model: str, lname: str, n: int, k: int, m: int, kind: str, a
             )
             return row
         calls.append(call_times(records))
+        if not calls[-1]["persistent"]:
+            by_sm.append(sm_loop_ends(records))
     row["calls"] = calls
     row["persistent"] = calls[0]["persistent"]
+    if len(by_sm) >= 2:
+        row["sm_effect"] = sm_effect(by_sm)
     # the CTAs that ran: a persistent plan's ctas_x x k_splits counts the records read (its k_splits is the most runs
     # a row block is cut into), not CTAs
     row.update(ctas=calls[0]["ctas"], k_splits=calls[0]["k_splits"])
@@ -346,6 +414,13 @@ def summary_lines(result: dict) -> list[str]:
         cells = " ".join(f"{us(r['median'].get(ph), ph)}/{us(r['critical'].get(ph), ph)}" for ph in names)
         ok = "" if r.get("product_ok", True) else " PRODUCT OFF"
         lines.append(f"{head}: {us(r['span'])} {us(r['tail'])} | {cells}{ok}")
+        e = r.get("sm_effect")
+        if e:
+            ctas = " ".join(f"{n}: {us(v)}" for n, v in e["by_ctas"].items())
+            lines.append(
+                f"  by SM: split-half r {e['split_half_r']}, spread of SM means {us(e['sm_spread'])} against "
+                f"{us(e['within_spread'])} within an SM; loop end by CTAs an SM {ctas}"
+            )
     return lines
 
 

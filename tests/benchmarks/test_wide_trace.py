@@ -238,3 +238,35 @@ def test_the_command_line_names_what_it_cannot_take(argv, named, capsys):
     with pytest.raises(SystemExit):
         wide_trace.main(argv + ["--smoke"])
     assert named in capsys.readouterr().err
+
+
+def _calls_by_sm(rng: random.Random, offsets: list[float], noise: float, n_calls: int = 8) -> list[dict[int, list[int]]]:
+    return [
+        {sm: [round(10_000 + off + rng.gauss(0, noise)) for _ in range(3)] for sm, off in enumerate(offsets)}
+        for _ in range(n_calls)
+    ]
+
+
+def test_a_slow_sm_that_stays_slow_is_told_from_chance():
+    rng = random.Random(0)
+    offsets = [rng.choice((0.0, 1500.0)) for _ in range(64)]  # half the SMs 1.5 us late in every call
+    fixed = wide_trace.sm_effect(_calls_by_sm(rng, offsets, noise=200))
+    assert fixed["split_half_r"] > 0.9 and 1200 < fixed["sm_spread"] < 2000
+    assert fixed["within_spread"] < 800 and set(fixed["by_ctas"]) == {3}
+    chance = wide_trace.sm_effect(_calls_by_sm(rng, [0.0] * 64, noise=1500))
+    assert abs(chance["split_half_r"]) < 0.5
+
+
+def test_the_sm_effect_needs_two_calls_and_two_sms():
+    with pytest.raises(ValueError, match="at least two traced calls"):
+        wide_trace.sm_effect([{0: [1], 1: [2]}])
+    with pytest.raises(ValueError, match="at least two SMs"):
+        wide_trace.sm_effect([{0: [1]}, {0: [2], 1: [3]}])
+
+
+def test_loop_ends_are_grouped_by_the_sm_in_the_record():
+    def rec(sm, start, done):
+        return _record(dict(start=start, ring_done=done, end=done + 10), sm, 0, True, 1)
+
+    ends = wide_trace.sm_loop_ends([rec(2, 50, 900), rec(7, 40, 400), rec(2, 60, 700)])
+    assert ends == {2: [660, 860], 7: [360]}

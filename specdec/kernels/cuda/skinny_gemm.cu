@@ -1794,51 +1794,31 @@ constexpr int kRowTile = 16;
 constexpr int kRowStageK = 256;
 constexpr int kRowGroups = kRowStageK / 64;
 constexpr int kRowStageGroupCtas = 3;
-#ifndef SPECDEC_ROWS_TILE32
-// 1: CTAs of two 16-row tiles (kRowGroups consumer warps a tile) at 9-16 tokens, each stage's x shared by both, with as
-// many stages as leave two CTAs an SM (benchmarks/NOTES.md, "32-row tiles at 9-16 tokens: prediction"); 0: one tile.
-#define SPECDEC_ROWS_TILE32 0
-#endif
-// Weight rows of a row-tile CTA for TOK tokens.
-__host__ __device__ constexpr int rows_tile(int tok) { return SPECDEC_ROWS_TILE32 && tok > kMaxTokens ? 2 * kRowTile : kRowTile; }
-__host__ __device__ constexpr int rows_weight_bytes(int kind, int tile = kRowTile) {
-  return tile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? tile * (kRowStageK / 2) : 0);
-}
-// After the stages: a [tile rows][TOK] fp32 tile a consumer warp group, then for W12 the escape warp's sums and round.
-__host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_groups = 1) {
-  return kRowGroups * stage_groups * rows_tile(tok) * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, rows_tile(tok)) : 0);
-}
-// Stages of a 32-row CTA: as many (up to 6) of TOK tokens as leave room for two CTAs an SM (227 KB, 1 KB reserved a
-// CTA, 2 KB for its static barriers and alignment).
-__host__ __device__ constexpr int rows_tile32_stages(int kind, int tok) {
-  const int room = 227 * 1024 / 2 - 1024 - 2048 - rows_smem_fixed(kind, tok) - kTmaAlign;
-  const int stages = room / (rows_weight_bytes(kind, 2 * kRowTile) + tok * kRowStageK * 2);
-  return stages < 6 ? stages : 6;
-}
-__host__ __device__ constexpr int rows_stages(int tok, int kind = kW12) {
-  return rows_tile(tok) > kRowTile ? rows_tile32_stages(kind, tok) : tok > kMaxTokens ? 4 : 6;
-}
+__host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? 4 : 6; }
 // CTAs an SM the registers allow (the launch bound): 5 for one MMA n-tile of tokens (<= 68 registers a thread), 4 for
-// two (<= 85), kRowStageGroupCtas with two stage groups (the Q view's: <= 61 registers), 2 for 32-row CTAs; shared
-// memory allows 2-7 by M and kind.
+// two (<= 85), kRowStageGroupCtas with two stage groups (the Q view's: <= 61 registers); shared memory allows 2-7 by M
+// and kind.
 __host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1) {
-  return stage_groups > 1 ? kRowStageGroupCtas : rows_tile(tok) > kRowTile ? 2 : tok > kMaxTokens ? 4 : 5;
+  return stage_groups > 1 ? kRowStageGroupCtas : tok > kMaxTokens ? 4 : 5;
 }
-__host__ __device__ constexpr int rows_stage_bytes(int kind, int M, int tile = kRowTile) {
-  return rows_weight_bytes(kind, tile) + M * kRowStageK * 2;
+__host__ __device__ constexpr int rows_weight_bytes(int kind) {
+  return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
-__host__ __device__ constexpr int rows_threads(int kind, int stage_groups = 1, int tile = kRowTile) {
-  return (kRowGroups * stage_groups * (tile / kRowTile) + 1 + (kind == kW12 ? 1 : 0)) * 32;
+__host__ __device__ constexpr int rows_stage_bytes(int kind, int M) { return rows_weight_bytes(kind) + M * kRowStageK * 2; }
+__host__ __device__ constexpr int rows_threads(int kind, int stage_groups = 1) {
+  return (kRowGroups * stage_groups + 1 + (kind == kW12 ? 1 : 0)) * 32;
+}
+// After the stages: a [16 rows][TOK] fp32 tile a consumer warp, then for W12 the escape warp's sums and round.
+__host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_groups = 1) {
+  return kRowGroups * stage_groups * kRowTile * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, kRowTile) : 0);
 }
 
 template <int KIND, int TOK = kMaxTokens, int STAGE_GROUPS = 1>
-__global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS, rows_tile(TOK)), rows_ctas_per_sm(TOK, STAGE_GROUPS))
+__global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_per_sm(TOK, STAGE_GROUPS))
     tma_rows_kernel(const Params p, const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
                     const __grid_constant__ CUtensorMap x_map) {
-  constexpr int kTile = rows_tile(TOK);
-  constexpr int kStages = rows_stages(TOK, KIND);
-  constexpr int kSums = kRowGroups * STAGE_GROUPS;                 // [kTile][TOK] tiles of sums, one a chunk group
-  constexpr int kConsumers = kSums * (kTile / kRowTile);           // a warp a 16-row tile and chunk group
+  constexpr int kStages = rows_stages(TOK);
+  constexpr int kConsumers = kRowGroups * STAGE_GROUPS;
   constexpr int kEscapeWarp = KIND == kW12 ? 1 : 0;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
@@ -1848,12 +1828,12 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS, rows_tile(TOK
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int n_stages = (p.K + kRowStageK - 1) / kRowStageK;
-  const int row_block = blockIdx.x * kTile;
-  const int stage_bytes = rows_stage_bytes(KIND, M, kTile);
+  const int row_block = blockIdx.x * kRowTile;
+  const int stage_bytes = rows_stage_bytes(KIND, M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
-  float* esc = red + kSums * kTile * TOK;  // the escape warp's shared memory (fold_escapes)
+  float* esc = red + kConsumers * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
 
-  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups * (kTile / kRowTile));
+  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups);
   __syncthreads();
 #if SPECDEC_WIDE_TRACE
   if (tid == 0) {
@@ -1864,22 +1844,22 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS, rows_tile(TOK
 
   if (warp == kConsumers) {
     if (lane == 0) {
-      produce_tma_ring<KIND, kStages, kTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND, kTile), full_bar, empty_bar, 0, n_stages,
+      produce_tma_ring<KIND, kStages, kRowTile, kRowStageK>(smem, stage_bytes, rows_weight_bytes(KIND), full_bar, empty_bar, 0, n_stages,
                                                             row_block, &ae_map, &nib_map, &x_map, (SPECDEC_WIDE_ABLATE & 64) == 0);
       wide_trace(kTraceProducer);
     }
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
-    fold_escapes<TOK, kTile>(p, row_block, 0, p.K, lane, esc);
+    fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
     if (lane == 0) wide_trace(kTraceEscapes);
   } else if constexpr (STAGE_GROUPS == 1) {
-    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
+    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
                                                                                        n_stages, row_block, warp, lane, red);
     if (tid == 0) wide_trace(kTraceConsumed);
   } else {
     const int group = warp / kRowGroups;  // its stages: group, group + STAGE_GROUPS, ...; its chunk: warp % kRowGroups
-    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kTile, kRowStageK, STAGE_GROUPS>(
+    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, STAGE_GROUPS>(
         p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp % kRowGroups, lane,
-        red + group * kRowGroups * kTile * TOK, group);
+        red + group * kRowGroups * kRowTile * TOK, group);
     if (tid == 0) wide_trace(kTraceConsumed);
     if (lane == 0 && warp == kRowGroups) wide_trace(kTraceGroup1);
   }
@@ -1889,13 +1869,13 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS, rows_tile(TOK
   griddep_wait();               // y is written after the kernel before has finished
   // Thread r < 16 finishes row r: 0.f + the consumer warps' sums in warp order (a fixed order), then the escapes, then bf16.
   const int row = row_block + tid;
-  if (tid < kTile && row < p.N) {
+  if (tid < kRowTile && row < p.N) {
     float out[TOK];
 #pragma unroll
     for (int m = 0; m < TOK; ++m) {
       out[m] = 0.f;
 #pragma unroll
-      for (int h = 0; h < kSums; ++h) out[m] += red[(h * kTile + tid) * TOK + m];
+      for (int h = 0; h < kConsumers; ++h) out[m] += red[(h * kRowTile + tid) * TOK + m];
       if constexpr (kEscapeWarp == 1) out[m] += esc[tid * TOK + m];
     }
     if (tid == 0) wide_trace(kTraceSummed);
@@ -3381,8 +3361,8 @@ Plan make_rows_plan(int kind, int M, int N, int K, int stage_groups = 1) {
   pl.rt_per_cta = 1;
   pl.k_splits = 1;
   pl.n_chunks = (K + kRowStageK - 1) / kRowStageK;
-  pl.grid_x = (N + rows_tile(tok) - 1) / rows_tile(tok);
-  pl.smem_bytes = rows_stages(tok, kind) * rows_stage_bytes(kind, M, rows_tile(tok)) + rows_smem_fixed(kind, tok, stage_groups) + kTmaAlign;
+  pl.grid_x = (N + kRowTile - 1) / kRowTile;
+  pl.smem_bytes = rows_stages(tok) * rows_stage_bytes(kind, M) + rows_smem_fixed(kind, tok, stage_groups) + kTmaAlign;
   return pl;
 }
 
@@ -3467,12 +3447,12 @@ int launch_rows_tokens(Params p, cudaStream_t stream) {
   const int groups = kTwoGroups ? rows_stage_groups(KIND, p.M, p.N, p.K, sm_count(), g_row_stage_groups) : 1;
   const Plan pl = make_rows_plan(KIND, p.M, p.N, p.K, groups);
   CUtensorMap ae_map, nib_map, x_map;
-  if (int rc = encode_weight_maps<KIND>(p, rows_tile(TOK), kRowStageK, &ae_map, &nib_map, &x_map)) return rc;
+  if (int rc = encode_weight_maps<KIND>(p, kRowTile, kRowStageK, &ae_map, &nib_map, &x_map)) return rc;
   p.rt_per_cta = pl.rt_per_cta;
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
   const auto kernel = groups > 1 ? two_groups : one_group;
-  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND, groups, rows_tile(TOK)), pl.smem_bytes, stream, p, ae_map,
+  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND, groups), pl.smem_bytes, stream, p, ae_map,
                                           nib_map, x_map);
   if (e != cudaSuccess) return fail("tma_rows_kernel launch", e);
   return 0;
