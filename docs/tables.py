@@ -2610,6 +2610,49 @@ def cuda_rows_x_ring_h100(results: Results) -> str:
     return linears + "\n\n" + rows_ab_w12_steps(results, ROWS_X_RING_STEPS)
 
 
+ROWS_NCU_RUN = "ncu_rows16_h100_2026-12-07_8b380c5.json"
+ROWS_NCU_KERNELS = {"cuda_w12_v9": "W12", "cuda_q_v4": "Q"}
+ROWS_TILE32_RUNS = rows_ab_runs("rows_ab_h100_2026-12-07_8b380c5", {"shipped": "shipped", "32-row CTAs": "rows_tile32_1"})
+ROWS_TILE32_STEPS = {
+    "shipped": "rows_ab_h100_2026-12-07_8b380c5_ar_step_shipped.json",
+    "32-row CTAs": "rows_ab_h100_2026-12-07_8b380c5_ar_step_rows_tile32_1.json",
+}
+
+
+def rows_ncu_table(results: Results, name: str) -> str:
+    """The row-tile kernels under ncu (``run_h200_ncu.sh rows_16``): each profiled range's time, the DRAM's rate as a
+    fraction of the copy's, the L2's bytes, busy and hit shares and the issue rate; a range without the L2's counters
+    raises."""
+    rows = []
+    for r in results(name)["records"]:
+        if r.get("l2_bytes") is None or r.get("l2_pct") is None:
+            raise ValueError(f"{name}: {r['range']}: expected the L2's counters (lts__t_bytes, lts__throughput)")
+        rows.append(
+            [
+                r["shape"].removeprefix("8b_"),
+                ROWS_NCU_KERNELS[r["kernel"]],
+                str(r["M"]),
+                f"{r['duration_s'] * 1e6:.1f}",
+                f"{r['frac_of_copy']:.2f}",
+                f"{r['l2_bytes'] / 1e6:.0f}",
+                f"{r['l2_pct']:.0f} %",
+                f"{r['l2_hit_pct']:.0f} %",
+                f"{r['issue_pct']:.0f} %",
+            ]
+        )
+    header = ["8B linear", "kind", "tokens", "us (ncu)", "DRAM of copy", "L2 MB", "L2 busy", "L2 hit", "issue active"]
+    return markdown_table(header, rows)
+
+
+def cuda_rows_tile32_h100(results: Results) -> str:
+    """The row tiles at 1, 8 and 16 tokens under ncu (one H100 call), then CTAs of two 16-row tiles at 9-16 tokens
+    (``-DSPECDEC_ROWS_TILE32=1``, since removed) against the shipped library (the same call, ``run_h200_rows_ab.sh``):
+    the 8B linears, cold us, the mean of two alternated processes a library, then the W12 steps, a process each."""
+    ncu = rows_ncu_table(results, ROWS_NCU_RUN)
+    linears = rows_ab_table(results, ROWS_TILE32_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
+    return ncu + "\n\n" + linears + "\n\n" + rows_ab_w12_steps(results, ROWS_TILE32_STEPS)
+
+
 BF16_FAMILY_STEP_RUN = "step_alternate_h100_2026-12-07_724b274_bf16_skinny.json"
 BF16_FAMILY_NAMES = {
     "v5": "v5 (the rule before: persistent or split-K 8B gate_up and lm_head)",
@@ -2790,6 +2833,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-verify-attention-h100": cuda_verify_attention_h100,
     "cuda-w12-family-step-h100": cuda_w12_family_step_h100,
     "cuda-rows-x-ring-h100": cuda_rows_x_ring_h100,
+    "cuda-rows-tile32-h100": cuda_rows_tile32_h100,
     "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,

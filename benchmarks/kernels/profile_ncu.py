@@ -128,6 +128,9 @@ METRICS = {
     "active_warps": ("smsp__warps_active.avg.per_cycle_active",),
     "registers": ("launch__registers_per_thread",),
     "waves": ("launch__waves_per_multiprocessor",),
+    "l2_bytes": ("lts__t_bytes.sum",),
+    "l2_pct": ("lts__throughput.avg.pct_of_peak_sustained_elapsed",),
+    "l2_hit_pct": ("lts__t_sector_hit_rate.pct",),
     "grid": ("launch__grid_size",),
     "block": ("launch__block_size",),
 }
@@ -525,6 +528,9 @@ def summarise(rows: list[dict], manifest: dict | None, copy_bw: float | None) ->
             "active_warps",
             "registers",
             "waves",
+            "l2_bytes",
+            "l2_pct",
+            "l2_hit_pct",
         ):
             rec[field] = _first(main, METRICS[field])
         dur, read, write = rec["duration_s"], rec["dram_read_bytes"], rec["dram_write_bytes"]
