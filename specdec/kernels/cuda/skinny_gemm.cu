@@ -893,12 +893,25 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full_bar, uint64_t*
 #endif
 // Bit 256's xor of a consumer lane's stage offsets (consume_bf16_stage, consume_stage); false in shipped builds.
 constexpr bool kAblateBanks = (SPECDEC_WIDE_ABLATE & 256) != 0;
+#ifndef SPECDEC_RELEASE_ON_LOADS
+// 1: a consumer warp releases a stage once its shared loads have landed (the store before the arrive reads the xor of
+// every word loaded) instead of once its MMAs are done (the store reads their sums) (benchmarks/NOTES.md, "A stage
+// released on its loads, and three stages at 9-16 tokens: prediction"); 0: on the MMAs.
+#define SPECDEC_RELEASE_ON_LOADS 0
+#endif
+// The xor of the 32-bit words of v into fence (SPECDEC_RELEASE_ON_LOADS builds; a no-op otherwise).
+__device__ __forceinline__ void fold_loaded(uint32_t& fence, const uint4& v) {
+  if constexpr (SPECDEC_RELEASE_ON_LOADS != 0) fence ^= v.x ^ v.y ^ v.z ^ v.w;
+}
+__device__ __forceinline__ void fold_loaded(uint32_t& fence, const uint2& v) {
+  if constexpr (SPECDEC_RELEASE_ON_LOADS != 0) fence ^= v.x ^ v.y;
+}
 // One stage (SK / 32 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
 // [ROWS][SK] weights, x of tokens g + 8 j after them (x_off[j]: that token row's byte offset), then MMA. CHECK, TOK,
 // ROWS, SK, HALVES and half as in consume_stage.
 template <bool CHECK, int TOK = kMaxTokens, int ROWS = kStreamRows, int SK = kBulkStageK, int HALVES = 1>
 __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8],
-                                                   int t, float (&acc)[TOK / 8][4], int half = 0) {
+                                                   int t, float (&acc)[TOK / 8][4], int half, uint32_t& fence) {
   constexpr int kRowBytes = SK * 2;
   constexpr int NT = TOK / 8;
   constexpr int kMine = SK / 32 / HALVES;  // chunks of each warp a stage
@@ -918,7 +931,10 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
     for (int jt = 0; jt < NT; ++jt) {
       xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + pw) : make_uint4(0, 0, 0, 0);
       xs[jt][1] = make_uint4(0, 0, 0, 0);
+      fold_loaded(fence, xs[jt][0]);
     }
+    fold_loaded(fence, r.w[0]);
+    fold_loaded(fence, r.w[1]);
     if constexpr (NT == 1) compute_chunk<kBf16, true>(acc[0], r, xs[0], 0u, 0u);
     else compute_chunk_tiles<kBf16, true, NT>(acc, r, xs, 0u, 0u);
   }
@@ -931,7 +947,7 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
 // x; kQ: ae, x.
 template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows, int SK = kBulkStageK>
 __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8], int t,
-                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half = 0) {
+                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half, uint32_t& fence) {
   constexpr int NT = TOK / 8;
   constexpr int kMine = SK / 64 / HALVES;  // chunks of each warp a stage
   const unsigned char* ae = st;
@@ -960,6 +976,14 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
     for (int jt = 0; jt < NT; ++jt) {
       xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + (px ^ x_flip)) : make_uint4(0, 0, 0, 0);
       xs[jt][1] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + ((px + 16) ^ x_flip)) : make_uint4(0, 0, 0, 0);
+      fold_loaded(fence, xs[jt][0]);
+      fold_loaded(fence, xs[jt][1]);
+    }
+    fold_loaded(fence, r.ae[0]);
+    fold_loaded(fence, r.ae[1]);
+    if constexpr (KIND == kW12) {
+      fold_loaded(fence, r.nib[0]);
+      fold_loaded(fence, r.nib[1]);
     }
     if constexpr (NT == 1) compute_chunk<KIND, true>(acc[0], r, xs[0], X0, X1);
     else compute_chunk_tiles<KIND, true, NT>(acc, r, xs, X0, X1);
@@ -1003,6 +1027,7 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   for (int j = 0; j < NT; ++j) x_off[j] = min(g + 8 * j, M - 1) * X_ROW_BYTES;
   const int n_full = min(s_hi, p.K / SK) - s_lo;  // stages entirely inside K
   float* mine = red + warp * 16 * TOK;  // this warp's [16][TOK] tile of red, written after the loop
+  uint32_t fence = 0;  // SPECDEC_RELEASE_ON_LOADS: the xor of the stage's loaded words
   auto release = [&]() {
     // Every shared-memory load of the stage must have landed before the stage is released: the producer's next copy
     // into it is ordered after the arrive, not after loads still in flight, and ptxas issues the arrive without
@@ -1010,10 +1035,14 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     // H200 that let a copy overwrite x and weights before they were read). acc depends on every value the stage
     // loaded, so a store of it (to the warp's own tile, rewritten after the loop) cannot issue before they have
     // all landed, and the arrive follows the store. sass_report.loads_in_flight_at_release checks the binary.
-    float settled = acc[0][0];
+    if constexpr (SPECDEC_RELEASE_ON_LOADS != 0) {
+      asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "r"(fence) : "memory");
+    } else {
+      float settled = acc[0][0];
 #pragma unroll
-    for (int j = 1; j < NT; ++j) settled += acc[j][0];
-    asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
+      for (int j = 1; j < NT; ++j) settled += acc[j][0];
+      asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
+    }
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
     if constexpr (STRIDE == 1) {
@@ -1027,20 +1056,21 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   for (; it < n_full; it += STRIDE) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
+      consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half,
+                                                       fence);
     else
       consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
-                                                        acc, half);
+                                                        acc, half, fence);
     release();
   }
   for (; it < n_mine; it += STRIDE) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
       consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row, x_off,
-                                                      t, acc, half);
+                                                      t, acc, half, fence);
     else
       consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
-                                                       x_off, t, X0, X1, acc, half);
+                                                       x_off, t, X0, X1, acc, half, fence);
     release();
   }
   // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 j + 2t, 8 j + 2t + 1) -> red[row][token].
@@ -1794,7 +1824,12 @@ constexpr int kRowTile = 16;
 constexpr int kRowStageK = 256;
 constexpr int kRowGroups = kRowStageK / 64;
 constexpr int kRowStageGroupCtas = 3;
-__host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? 4 : 6; }
+#ifndef SPECDEC_ROWS_STAGES16
+// Stages of the row tiles at 9-16 tokens: 4 keeps 3 W12 or bf16 CTAs an SM, 3 keeps 4 (benchmarks/NOTES.md, "A stage
+// released on its loads, and three stages at 9-16 tokens: prediction").
+#define SPECDEC_ROWS_STAGES16 4
+#endif
+__host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? SPECDEC_ROWS_STAGES16 : 6; }
 // CTAs an SM the registers allow (the launch bound): 5 for one MMA n-tile of tokens (<= 68 registers a thread), 4 for
 // two (<= 85), kRowStageGroupCtas with two stage groups (the Q view's: <= 61 registers); shared memory allows 2-7 by M
 // and kind.
