@@ -2653,6 +2653,61 @@ def cuda_rows_tile32_h100(results: Results) -> str:
     return ncu + "\n\n" + linears + "\n\n" + rows_ab_w12_steps(results, ROWS_TILE32_STEPS)
 
 
+ROWS_BY_SM_RUNS = tuple(
+    f"persistent_trace_rows_h100_2026-12-07_9aa2b78_qwen3-8b_{linear}.json" for linear in ("qkv", "o", "down")
+)
+ROWS_BY_SM_KINDS = {"w12_v9": "W12", "q_v4": "Q", "bf16_v4": "bf16"}
+RELEASE_STAGES_RUNS = rows_ab_runs(
+    "rows_ab_h100_2026-12-07_9aa2b78",
+    {"shipped": "shipped", "released on its loads": "release_on_loads_1", "3 stages at 9-16 tokens": "rows_stages16_3"},
+)
+RELEASE_STAGES_STEPS = {
+    "shipped": "rows_ab_h100_2026-12-07_9aa2b78_ar_step_shipped.json",
+    "released on its loads": "rows_ab_h100_2026-12-07_9aa2b78_ar_step_release_on_loads_1.json",
+    "3 stages at 9-16 tokens": "rows_ab_h100_2026-12-07_9aa2b78_ar_step_rows_stages16_3.json",
+}
+
+
+def rows_by_sm_table(results: Results, names: tuple[str, ...]) -> str:
+    """The traced row tiles' K-loop ends by SM (``wide_trace.sm_effect`` over each case's calls): the correlation of the
+    SMs' means between the even and the odd calls, the spread of the SMs' means against one SM's own CTAs' spread, and
+    the mean loop end of the SMs by how many CTAs they ran (us); a case without the by-SM record raises."""
+    rows = []
+    for name in names:
+        for r in results(name)["rows"]:
+            e = r.get("sm_effect")
+            if e is None:
+                raise ValueError(f"{name}: {r['linear']} M={r['M']} {r['kind']}: expected the loop ends by SM (sm_effect)")
+            by_ctas = ", ".join(f"{n}: {v / 1e3:.2f}" for n, v in e["by_ctas"].items())
+            rows.append(
+                [
+                    r["linear"],
+                    ROWS_BY_SM_KINDS[r["kind"]],
+                    str(r["M"]),
+                    str(r["ctas"]),
+                    f"{r['span'] / 1e3:.1f}",
+                    f"{e['split_half_r']:.2f}",
+                    f"{e['sm_spread'] / 1e3:.1f}",
+                    f"{e['within_spread'] / 1e3:.1f}",
+                    by_ctas,
+                ]
+            )
+    header = ["8B linear", "kind", "tokens", "CTAs", "span us", "split-half r", "SMs' means spread us"]
+    header += ["within an SM us", "loop end by CTAs an SM (us)"]
+    return markdown_table(header, rows)
+
+
+def cuda_rows_release_stages_h100(results: Results) -> str:
+    """The row tiles' K-loop ends by SM (one H100 call, ``KERNEL=rows run_h200_persistent_trace.sh``), then a stage
+    released once its loads have landed (``-DSPECDEC_RELEASE_ON_LOADS=1``) and three row-tile stages at 9-16 tokens
+    (``-DSPECDEC_ROWS_STAGES16=3``), both since removed, against the shipped library (the same call,
+    ``run_h200_rows_ab.sh``): the 8B linears, cold us, the mean of two alternated processes a library, then the W12
+    steps, a process each."""
+    by_sm = rows_by_sm_table(results, ROWS_BY_SM_RUNS)
+    linears = rows_ab_table(results, RELEASE_STAGES_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
+    return by_sm + "\n\n" + linears + "\n\n" + rows_ab_w12_steps(results, RELEASE_STAGES_STEPS)
+
+
 BF16_FAMILY_STEP_RUN = "step_alternate_h100_2026-12-07_724b274_bf16_skinny.json"
 BF16_FAMILY_NAMES = {
     "v5": "v5 (the rule before: persistent or split-K 8B gate_up and lm_head)",
@@ -2834,6 +2889,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-w12-family-step-h100": cuda_w12_family_step_h100,
     "cuda-rows-x-ring-h100": cuda_rows_x_ring_h100,
     "cuda-rows-tile32-h100": cuda_rows_tile32_h100,
+    "cuda-rows-release-stages-h100": cuda_rows_release_stages_h100,
     "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,

@@ -893,25 +893,12 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full_bar, uint64_t*
 #endif
 // Bit 256's xor of a consumer lane's stage offsets (consume_bf16_stage, consume_stage); false in shipped builds.
 constexpr bool kAblateBanks = (SPECDEC_WIDE_ABLATE & 256) != 0;
-#ifndef SPECDEC_RELEASE_ON_LOADS
-// 1: a consumer warp releases a stage once its shared loads have landed (the store before the arrive reads the xor of
-// every word loaded) instead of once its MMAs are done (the store reads their sums) (benchmarks/NOTES.md, "A stage
-// released on its loads, and three stages at 9-16 tokens: prediction"); 0: on the MMAs.
-#define SPECDEC_RELEASE_ON_LOADS 0
-#endif
-// The xor of the 32-bit words of v into fence (SPECDEC_RELEASE_ON_LOADS builds; a no-op otherwise).
-__device__ __forceinline__ void fold_loaded(uint32_t& fence, const uint4& v) {
-  if constexpr (SPECDEC_RELEASE_ON_LOADS != 0) fence ^= v.x ^ v.y ^ v.z ^ v.w;
-}
-__device__ __forceinline__ void fold_loaded(uint32_t& fence, const uint2& v) {
-  if constexpr (SPECDEC_RELEASE_ON_LOADS != 0) fence ^= v.x ^ v.y;
-}
 // One stage (SK / 32 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
 // [ROWS][SK] weights, x of tokens g + 8 j after them (x_off[j]: that token row's byte offset), then MMA. CHECK, TOK,
 // ROWS, SK, HALVES and half as in consume_stage.
 template <bool CHECK, int TOK = kMaxTokens, int ROWS = kStreamRows, int SK = kBulkStageK, int HALVES = 1>
 __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8],
-                                                   int t, float (&acc)[TOK / 8][4], int half, uint32_t& fence) {
+                                                   int t, float (&acc)[TOK / 8][4], int half = 0) {
   constexpr int kRowBytes = SK * 2;
   constexpr int NT = TOK / 8;
   constexpr int kMine = SK / 32 / HALVES;  // chunks of each warp a stage
@@ -931,10 +918,7 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
     for (int jt = 0; jt < NT; ++jt) {
       xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + pw) : make_uint4(0, 0, 0, 0);
       xs[jt][1] = make_uint4(0, 0, 0, 0);
-      fold_loaded(fence, xs[jt][0]);
     }
-    fold_loaded(fence, r.w[0]);
-    fold_loaded(fence, r.w[1]);
     if constexpr (NT == 1) compute_chunk<kBf16, true>(acc[0], r, xs[0], 0u, 0u);
     else compute_chunk_tiles<kBf16, true, NT>(acc, r, xs, 0u, 0u);
   }
@@ -947,7 +931,7 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
 // x; kQ: ae, x.
 template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows, int SK = kBulkStageK>
 __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8], int t,
-                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half, uint32_t& fence) {
+                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half = 0) {
   constexpr int NT = TOK / 8;
   constexpr int kMine = SK / 64 / HALVES;  // chunks of each warp a stage
   const unsigned char* ae = st;
@@ -976,14 +960,6 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
     for (int jt = 0; jt < NT; ++jt) {
       xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + (px ^ x_flip)) : make_uint4(0, 0, 0, 0);
       xs[jt][1] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + ((px + 16) ^ x_flip)) : make_uint4(0, 0, 0, 0);
-      fold_loaded(fence, xs[jt][0]);
-      fold_loaded(fence, xs[jt][1]);
-    }
-    fold_loaded(fence, r.ae[0]);
-    fold_loaded(fence, r.ae[1]);
-    if constexpr (KIND == kW12) {
-      fold_loaded(fence, r.nib[0]);
-      fold_loaded(fence, r.nib[1]);
     }
     if constexpr (NT == 1) compute_chunk<KIND, true>(acc[0], r, xs[0], X0, X1);
     else compute_chunk_tiles<KIND, true, NT>(acc, r, xs, X0, X1);
@@ -1027,7 +1003,6 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   for (int j = 0; j < NT; ++j) x_off[j] = min(g + 8 * j, M - 1) * X_ROW_BYTES;
   const int n_full = min(s_hi, p.K / SK) - s_lo;  // stages entirely inside K
   float* mine = red + warp * 16 * TOK;  // this warp's [16][TOK] tile of red, written after the loop
-  uint32_t fence = 0;  // SPECDEC_RELEASE_ON_LOADS: the xor of the stage's loaded words
   auto release = [&]() {
     // Every shared-memory load of the stage must have landed before the stage is released: the producer's next copy
     // into it is ordered after the arrive, not after loads still in flight, and ptxas issues the arrive without
@@ -1035,14 +1010,10 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     // H200 that let a copy overwrite x and weights before they were read). acc depends on every value the stage
     // loaded, so a store of it (to the warp's own tile, rewritten after the loop) cannot issue before they have
     // all landed, and the arrive follows the store. sass_report.loads_in_flight_at_release checks the binary.
-    if constexpr (SPECDEC_RELEASE_ON_LOADS != 0) {
-      asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "r"(fence) : "memory");
-    } else {
-      float settled = acc[0][0];
+    float settled = acc[0][0];
 #pragma unroll
-      for (int j = 1; j < NT; ++j) settled += acc[j][0];
-      asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
-    }
+    for (int j = 1; j < NT; ++j) settled += acc[j][0];
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
     if constexpr (STRIDE == 1) {
@@ -1056,21 +1027,20 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   for (; it < n_full; it += STRIDE) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
-      consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half,
-                                                       fence);
+      consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
     else
       consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
-                                                        acc, half, fence);
+                                                        acc, half);
     release();
   }
   for (; it < n_mine; it += STRIDE) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
       consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row, x_off,
-                                                      t, acc, half, fence);
+                                                      t, acc, half);
     else
       consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
-                                                       x_off, t, X0, X1, acc, half, fence);
+                                                       x_off, t, X0, X1, acc, half);
     release();
   }
   // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 j + 2t, 8 j + 2t + 1) -> red[row][token].
