@@ -2708,6 +2708,38 @@ def cuda_rows_release_stages_h100(results: Results) -> str:
     return by_sm + "\n\n" + linears + "\n\n" + rows_ab_w12_steps(results, RELEASE_STAGES_STEPS)
 
 
+STAGES16_LIBRARIES = {
+    "shipped (4 stages)": ("shipped", "build/specdec_cuda_kernels.so"),
+    "3 stages at 9-16 tokens": ("stages16_3", "build/rows_ab_rows_stages16_3.so"),
+}
+STAGES16_STEP_RUNS = {
+    (library, mode): f"step_kernels_h100_2026-12-07_dd7c595_{name}_pdl_{mode}.json"
+    for library, (name, _) in STAGES16_LIBRARIES.items()
+    for mode in ("0", "gemm", "default")
+}
+PDL_MODE_NAMES = {"0": "off", "gemm": "GEMMs only", "default": "every kernel (the default)"}
+
+
+def cuda_rows_stages16_step_h100(results: Results) -> str:
+    """The lean 8B W12 target's steps with the shipped library and with three row-tile stages at 9-16 tokens
+    (``-DSPECDEC_ROWS_STAGES16=3``), by programmatic launch mode (``$SPECDEC_PDL``; one H100 call,
+    ``run_h200_step_kernels.sh 16`` a library and one ``bench_roofline --ar-step`` process a library with ``gemm``): the
+    one-token and 16-row verify steps, ms, and the verify step's GEMMs as torch.profiler times them (with programmatic
+    launch a GEMM's time runs from its early start); a run of another library or mode raises."""
+    rows = []
+    for (library, mode), name in STAGES16_STEP_RUNS.items():
+        run = results(name)
+        env = run["provenance"].get("env", {})
+        so = STAGES16_LIBRARIES[library][1]
+        if env.get("SPECDEC_PDL", "default") != mode or env.get("SPECDEC_CUDA_KERNELS") != so:
+            raise ValueError(f"{name}: expected $SPECDEC_PDL {mode} and the library {so}, got {env}")
+        step, verify = run["w12_step_s"] * 1e3, run["w12_verify_s"] * 1e3
+        gemm = run["w12_verify_kernels"]["gemm_ms"]
+        rows.append([library, PDL_MODE_NAMES[mode], f"{step:.3f}", f"{verify:.3f}", f"{verify / step:.3f}", f"{gemm:.3f}"])
+    header = ["library", "programmatic launch", "W12 one-token step ms", "W12 16-row verify step ms", "verify / step"]
+    return markdown_table(header + ["the verify step's GEMMs ms (profiled)"], rows)
+
+
 BF16_FAMILY_STEP_RUN = "step_alternate_h100_2026-12-07_724b274_bf16_skinny.json"
 BF16_FAMILY_NAMES = {
     "v5": "v5 (the rule before: persistent or split-K 8B gate_up and lm_head)",
@@ -2890,6 +2922,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-rows-x-ring-h100": cuda_rows_x_ring_h100,
     "cuda-rows-tile32-h100": cuda_rows_tile32_h100,
     "cuda-rows-release-stages-h100": cuda_rows_release_stages_h100,
+    "cuda-rows-stages16-step-h100": cuda_rows_stages16_step_h100,
     "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,

@@ -1795,8 +1795,9 @@ constexpr int kRowStageK = 256;
 constexpr int kRowGroups = kRowStageK / 64;
 constexpr int kRowStageGroupCtas = 3;
 #ifndef SPECDEC_ROWS_STAGES16
-// Stages of the row tiles at 9-16 tokens: 4 keeps 3 W12 or bf16 CTAs an SM, 3 keeps 4 (benchmarks/NOTES.md, "A stage
-// released on its loads, and three stages at 9-16 tokens: prediction").
+// Stages of the row tiles at 9-16 tokens: 4 keeps 3 W12 or bf16 CTAs an SM, 3 keeps 4 (faster in the 16-row verify
+// step with programmatic launch off or for the GEMMs only, slower with every kernel launched programmatically:
+// benchmarks/NOTES.md, "Three stages at 9-16 tokens in the step, kernel by kernel: measured").
 #define SPECDEC_ROWS_STAGES16 4
 #endif
 __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? SPECDEC_ROWS_STAGES16 : 6; }
