@@ -1801,11 +1801,18 @@ constexpr int kRowStageGroupCtas = 3;
 #define SPECDEC_ROWS_STAGES16 4
 #endif
 __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? SPECDEC_ROWS_STAGES16 : 6; }
-// CTAs an SM the registers allow (the launch bound): 5 for one MMA n-tile of tokens (<= 68 registers a thread), 4 for
-// two (<= 85), kRowStageGroupCtas with two stage groups (the Q view's: <= 61 registers); shared memory allows 2-7 by M
-// and kind.
+#ifndef SPECDEC_ROWS_BOUND16
+// The launch bound of the row tiles at 9-16 tokens (CTAs an SM the registers allow): 4 (<= 85 registers a thread;
+// ptxas takes 72-79), or 5 (<= 68: 59-63, no spills, the W12 loop one instruction shorter), which leaves the registers
+// of an SM's 3-4 CTAs room for a kernel launched programmatically beside them (benchmarks/NOTES.md, "Three stages at
+// 9-16 tokens in the step, kernel by kernel: measured").
+#define SPECDEC_ROWS_BOUND16 4
+#endif
+// CTAs an SM the registers allow (the launch bound): 5 for one MMA n-tile of tokens (<= 68 registers a thread),
+// SPECDEC_ROWS_BOUND16 for two, kRowStageGroupCtas with two stage groups (the Q view's: <= 61 registers); shared memory
+// allows 2-7 by M and kind.
 __host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1) {
-  return stage_groups > 1 ? kRowStageGroupCtas : tok > kMaxTokens ? 4 : 5;
+  return stage_groups > 1 ? kRowStageGroupCtas : tok > kMaxTokens ? SPECDEC_ROWS_BOUND16 : 5;
 }
 __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
