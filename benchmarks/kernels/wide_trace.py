@@ -18,9 +18,10 @@ CTA's sum of the splits, the output stored. From those, per CTA:
   the count to its end;
 
 and per call: ``span`` (first start to last end), ``skew`` (first to last start) and ``tail`` (the last K loop's end
-to the last end: what the epilogue adds to the call where nothing else runs). A persistent CTA
-(``$SPECDEC_WIDE_STREAM_K``: one CTA an SM over a run of row blocks' stages, segment by segment) records sums over its
-segments instead (``PERSISTENT_PHASES``): ``loop`` (warp 0's K loops), ``wait_warps`` (its waits there for the other
+to the last end: what the epilogue adds to the call where nothing else runs). For the kernels that are not
+persistent, each case also gets its CTAs' loop ends by SM over its calls (``sm_effect``: whether the same SMs end
+late call after call). A persistent CTA (``$SPECDEC_WIDE_STREAM_K``: one CTA an SM over a run of row blocks'
+stages, segment by segment) records sums over its segments instead (``PERSISTENT_PHASES``): ``loop`` (warp 0's K loops), ``wait_warps`` (its waits there for the other
 warps), ``epilogue`` (the segments' sums, stored rows or partial tiles and counts), ``between`` (the rest of its run:
 the segment loop's own work), ``finish`` (the row blocks' sums it owes after its run), with ``segments`` and
 ``partial_segments``, and where the kernel records them (the 1-16 token one) ``issued``, its producer's last copy
@@ -206,6 +207,11 @@ def call_times(records: list[list[int]]) -> dict:
     )
 
 
+def _fields(**values: int) -> list[int]:
+    """A CTA's record (``FIELDS`` order) from named values, 0 for the rest."""
+    return [values.get(f, 0) for f in FIELDS]
+
+
 def sm_loop_ends(records: list[list[int]]) -> dict[int, list[int]]:
     """Each SM's CTAs' K-loop ends (``ring_done``, ns from the call's first start), by SM id, of one call of a kernel
     that is not persistent (the CTAs that did not run left out).
@@ -223,10 +229,6 @@ def sm_loop_ends(records: list[list[int]]) -> dict[int, list[int]]:
     for r in ran:
         out.setdefault(r["meta"] & 0xFFFF, []).append(r["ring_done"] - t0)
     return {sm: sorted(v) for sm, v in sorted(out.items())}
-
-
-def _fields(**values: int) -> list[int]:
-    return [values.get(f, 0) for f in FIELDS]
 
 
 def sm_effect(calls: list[dict[int, list[int]]]) -> dict:

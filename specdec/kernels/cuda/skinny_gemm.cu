@@ -1802,10 +1802,10 @@ constexpr int kRowStageGroupCtas = 3;
 #endif
 __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? SPECDEC_ROWS_STAGES16 : 6; }
 #ifndef SPECDEC_ROWS_BOUND16
-// The launch bound of the row tiles at 9-16 tokens (CTAs an SM the registers allow): 4 (<= 85 registers a thread;
-// ptxas takes 72-79), or 5 (<= 68: 59-63, no spills, the W12 loop one instruction shorter), which leaves the registers
-// of an SM's 3-4 CTAs room for a kernel launched programmatically beside them (benchmarks/NOTES.md, "Three stages at
-// 9-16 tokens in the step, kernel by kernel: measured").
+// The launch bound of the row tiles at 9-16 tokens (CTAs an SM the registers allow): 4 (ptxas takes 72-79 registers a
+// thread), or 5 (W12 59-64, Q and bf16 59-71; no spills, the W12 loop as long), which leaves the registers of an SM's
+// 3-4 CTAs room for a kernel launched programmatically beside them (benchmarks/NOTES.md, "Three stages at 9-16 tokens
+// in the step, kernel by kernel: measured").
 #define SPECDEC_ROWS_BOUND16 4
 #endif
 // CTAs an SM the registers allow (the launch bound): 5 for one MMA n-tile of tokens (<= 68 registers a thread),
