@@ -17,20 +17,20 @@ CTA's sum of the splits, the output stored. From those, per CTA:
   output (after ``reduce``; after ``sums`` without K splits); ``exit``: a CTA that is not its row block's last, from
   the count to its end;
 
-and per call: ``span`` (first start to last end), ``skew`` (first to last start) and ``tail`` (the last K loop's end
-to the last end: what the epilogue adds to the call where nothing else runs). For the kernels that are not
-persistent, each case also gets its CTAs' loop ends by SM over its calls (``sm_effect``: whether the same SMs end
-late call after call). A persistent CTA (``$SPECDEC_WIDE_STREAM_K``: one CTA an SM over a run of row blocks'
-stages, segment by segment) records sums over its segments instead (``PERSISTENT_PHASES``): ``loop`` (warp 0's K loops), ``wait_warps`` (its waits there for the other
-warps), ``epilogue`` (the segments' sums, stored rows or partial tiles and counts), ``between`` (the rest of its run:
-the segment loop's own work), ``finish`` (the row blocks' sums it owes after its run), with ``segments`` and
-``partial_segments``, and where the kernel records them (the 1-16 token one) ``issued``, its producer's last copy
-issued from the start, and its epilogues split (``EPILOGUE_PARTS``: the halves' and escape sums, the partial tiles'
-stores, the rest: the count or a whole block's rows); its ``tail`` runs from the last run's end. Each (linear, rows, kind) is traced on
-cold weights (copies spanning 3x the L2, one call a copy, each launched alone with the trace zeroed before it),
-``--reps`` calls; the table gives medians over the calls of each phase's median over CTAs and of the phases of the
-CTA that ends last. The traced build's products are the shipped build's (checked here against the float32 product);
-its records add one store a point and one barrier before a CTA's exit.
+and per call: ``span`` (first start to last end), ``skew`` (first to last start) and ``tail`` (the last K loop's end to
+the last end: what the epilogue adds to the call where nothing else runs). For the kernels that are not persistent, each
+case also gets its CTAs' loop ends by SM over its calls (``sm_effect``: whether the same SMs end late call after call).
+A persistent CTA (``$SPECDEC_WIDE_STREAM_K``: one CTA an SM over a run of row blocks' stages, segment by segment)
+records sums over its segments instead (``PERSISTENT_PHASES``): ``loop`` (warp 0's K loops), ``wait_warps`` (its waits
+there for the other warps), ``epilogue`` (the segments' sums, stored rows or partial tiles and counts), ``between`` (the
+rest of its run: the segment loop's own work), ``finish`` (the row blocks' sums it owes after its run), with
+``segments`` and ``partial_segments``, and where the kernel records them (the 1-16 token one) ``issued``, its producer's
+last copy issued from the start, and its epilogues split (``EPILOGUE_PARTS``: the halves' and escape sums, the partial
+tiles' stores, the rest: the count or a whole block's rows); its ``tail`` runs from the last run's end. Each (linear,
+rows, kind) is traced on cold weights (copies spanning 3x the L2, one call a copy, each launched alone with the trace
+zeroed before it), ``--reps`` calls; the table gives medians over the calls of each phase's median over CTAs and of the
+phases of the CTA that ends last. The traced build's products are the shipped build's (checked here against the float32
+product); its records add one store a point and one barrier before a CTA's exit.
 
 Usage (repository root, GPU, a traced library): ``SPECDEC_CUDA_KERNELS=build/wide_trace.so python3 -m
 benchmarks.kernels.wide_trace --out $OUT/wide_trace.json`` (~30 s on one H200). CPU: ``--smoke`` checks the phase
