@@ -2258,6 +2258,16 @@ def rows_ab_runs(prefix: str, libraries: dict[str, str]) -> dict[str, tuple[str,
     return {label: tuple(f"{prefix}_{name}{run}.json" for run in (1, 2)) for label, name in libraries.items()}
 
 
+def rows_ab_step_runs(prefix: str, libraries: dict[str, str]) -> dict[str, str]:
+    """``run_h200_rows_ab.sh``'s AR-step run of each library of one call, by label (as ``rows_ab_runs``).
+
+    Example:
+        >>> rows_ab_step_runs("rows_ab_x", {"shipped": "shipped"})
+        {'shipped': 'rows_ab_x_ar_step_shipped.json'}
+    """
+    return {label: f"{prefix}_ar_step_{name}.json" for label, name in libraries.items()}
+
+
 ROWS_X_RUNS = rows_ab_runs(
     "rows_ab_h100_2026-12-07_7cf86ba",
     {"shipped": "shipped", "without x's box": "wide_ablate_64", "clusters of two": "rows_cluster_2"},
@@ -2511,10 +2521,7 @@ ATTENTION_ROWS_RUNS = {
     "programs of 16 rows": ("step_trees_h100_2026-12-07_6168c96_after_1.json", "step_trees_h100_2026-12-07_6168c96_after_2.json"),
 }
 X_FIRST_RUNS = rows_ab_runs("rows_ab_h100_2026-12-07_6168c96", {"shipped": "shipped", "x first": "rows_x_first_1"})
-X_FIRST_STEPS = {
-    "shipped": "rows_ab_h100_2026-12-07_6168c96_ar_step_shipped.json",
-    "x first": "rows_ab_h100_2026-12-07_6168c96_ar_step_rows_x_first_1.json",
-}
+X_FIRST_STEPS = rows_ab_step_runs("rows_ab_h100_2026-12-07_6168c96", {"shipped": "shipped", "x first": "rows_x_first_1"})
 
 
 def cuda_attention_rows_x_first_h100(results: Results) -> str:
@@ -2594,11 +2601,10 @@ ROWS_X_RING_RUNS = rows_ab_runs(
     "rows_ab_h100_2026-12-07_724b274",
     {"shipped": "shipped", "x ring of 2": "rows_x_stages_2", "x ring of 3": "rows_x_stages_3"},
 )
-ROWS_X_RING_STEPS = {
-    "shipped": "rows_ab_h100_2026-12-07_724b274_ar_step_shipped.json",
-    "x ring of 2": "rows_ab_h100_2026-12-07_724b274_ar_step_rows_x_stages_2.json",
-    "x ring of 3": "rows_ab_h100_2026-12-07_724b274_ar_step_rows_x_stages_3.json",
-}
+ROWS_X_RING_STEPS = rows_ab_step_runs(
+    "rows_ab_h100_2026-12-07_724b274",
+    {"shipped": "shipped", "x ring of 2": "rows_x_stages_2", "x ring of 3": "rows_x_stages_3"},
+)
 
 
 def cuda_rows_x_ring_h100(results: Results) -> str:
@@ -2613,10 +2619,7 @@ def cuda_rows_x_ring_h100(results: Results) -> str:
 ROWS_NCU_RUN = "ncu_rows16_h100_2026-12-07_8b380c5.json"
 ROWS_NCU_KERNELS = {"cuda_w12_v9": "W12", "cuda_q_v4": "Q"}
 ROWS_TILE32_RUNS = rows_ab_runs("rows_ab_h100_2026-12-07_8b380c5", {"shipped": "shipped", "32-row CTAs": "rows_tile32_1"})
-ROWS_TILE32_STEPS = {
-    "shipped": "rows_ab_h100_2026-12-07_8b380c5_ar_step_shipped.json",
-    "32-row CTAs": "rows_ab_h100_2026-12-07_8b380c5_ar_step_rows_tile32_1.json",
-}
+ROWS_TILE32_STEPS = rows_ab_step_runs("rows_ab_h100_2026-12-07_8b380c5", {"shipped": "shipped", "32-row CTAs": "rows_tile32_1"})
 
 
 def rows_ncu_table(results: Results, name: str) -> str:
@@ -2657,15 +2660,13 @@ ROWS_BY_SM_RUNS = tuple(
     f"persistent_trace_rows_h100_2026-12-07_9aa2b78_qwen3-8b_{linear}.json" for linear in ("qkv", "o", "down")
 )
 ROWS_BY_SM_KINDS = {"w12_v9": "W12", "q_v4": "Q", "bf16_v4": "bf16"}
-RELEASE_STAGES_RUNS = rows_ab_runs(
-    "rows_ab_h100_2026-12-07_9aa2b78",
-    {"shipped": "shipped", "released on its loads": "release_on_loads_1", "3 stages at 9-16 tokens": "rows_stages16_3"},
-)
-RELEASE_STAGES_STEPS = {
-    "shipped": "rows_ab_h100_2026-12-07_9aa2b78_ar_step_shipped.json",
-    "released on its loads": "rows_ab_h100_2026-12-07_9aa2b78_ar_step_release_on_loads_1.json",
-    "3 stages at 9-16 tokens": "rows_ab_h100_2026-12-07_9aa2b78_ar_step_rows_stages16_3.json",
+RELEASE_STAGES_LIBRARIES = {
+    "shipped": "shipped",
+    "released on its loads": "release_on_loads_1",
+    "3 stages at 9-16 tokens": "rows_stages16_3",
 }
+RELEASE_STAGES_RUNS = rows_ab_runs("rows_ab_h100_2026-12-07_9aa2b78", RELEASE_STAGES_LIBRARIES)
+RELEASE_STAGES_STEPS = rows_ab_step_runs("rows_ab_h100_2026-12-07_9aa2b78", RELEASE_STAGES_LIBRARIES)
 
 
 def rows_by_sm_table(results: Results, names: tuple[str, ...]) -> str:
