@@ -394,6 +394,11 @@ def smoke_rows() -> list[dict]:
         calls = [call_times(recs)]
         row = dict(model="made-up", linear=lname, kind="w12", M=32, ctas=len(recs), k_splits=calls[0]["k_splits"], calls=calls)
         rows.append(dict(row, persistent=calls[0]["persistent"], **summarize(calls)))
+    # the split case's SMs over two made-up calls, the second one's loops 40 ns longer: the by-SM arithmetic and its plot
+    later = [list(r) for r in split]
+    for r in later:
+        r[FIELDS.index("ring_done")] += 40
+    rows[0]["sm_effect"] = sm_effect([sm_loop_ends(split), sm_loop_ends(later)])
     return rows
 
 
@@ -434,7 +439,13 @@ def plot(result: dict, path: Path) -> str | None:
     rows = [r for r in result["rows"] if "error" not in r]
     if not rows:
         return "no traced calls: no plot"
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
+    by_sm = [r for r in rows if r.get("sm_effect") and r["M"] == min(x["M"] for x in rows)]
+    if by_sm:
+        fig, (ax, ax_sm) = plt.subplots(
+            2, 1, figsize=(10, 0.45 * len(rows) + 5.0), gridspec_kw=dict(height_ratios=[0.45 * len(rows) + 1.5, 3.5])
+        )
+    else:
+        fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
     shown = ("loop", "sums", "partial", "count", "reduce", "store")
     shown_persistent = ("loop", "wait_warps", "epilogue", "between", "finish")
     palette = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
@@ -457,6 +468,14 @@ def plot(result: dict, path: Path) -> str | None:
     ax.set_xlabel("us from the CTA's start (bars: the CTA that ends last; tick: the call's span)")
     ax.legend(fontsize=7, loc="lower right")
     ax.set_title(f"phases of one call, {result['device']} ({result.get('library', '')})", fontsize=9)
+    for r in by_sm:
+        means = sorted((int(sm), v / 1e3) for sm, v in r["sm_effect"]["sm_mean"].items())
+        ax_sm.plot([m[0] for m in means], [m[1] for m in means], marker=".", lw=0.8, label=f"{r['linear']} {r['kind']}")
+    if by_sm:
+        ax_sm.set_xlabel("SM id")
+        ax_sm.set_ylabel("mean K-loop end, us")
+        ax_sm.set_title(f"each SM's CTAs' loop end, mean over the calls, at {by_sm[0]['M']} rows", fontsize=9)
+        ax_sm.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -89,6 +89,8 @@ def test_smoke_writes_the_made_up_trace_and_its_plot(tmp_path):
     assert [r["linear"] for r in result["rows"]] == ["split", "whole", "persistent"] and "nothing measured" in result["device"]
     assert [r["persistent"] for r in result["rows"]] == [False, False, True]
     assert (tmp_path / "trace.png").exists() and result["provenance"]["seed"] == 0
+    by_sm = result["rows"][0]["sm_effect"]  # two made-up calls, the second 40 ns later on every SM
+    assert by_sm["split_half_r"] == 1.0 and by_sm["sm_mean"].keys() == {"0", "1"}
 
 
 def _persistent(start: int, ring_done: int, end: int, loop: int, wait: int, epilogue: int, segments: int, partial: int):
