@@ -386,7 +386,7 @@ def smoke_rows() -> list[dict]:
     def persistent(start: int, ring_done: int, end: int, loop: int, wait: int, epilogue: int, segments: int) -> list[int]:
         rec = dict(start=start, ring_done=ring_done, end=end, meta=1 << 40, seg_loop=loop, seg_wait=wait)
         rec.update(seg_epilogue=epilogue, segments=segments)
-        return [rec.get(f, 0) for f in FIELDS]
+        return _fields(**rec)
 
     runs = [persistent(100, 2100, 2400, 1500, 100, 300, 3 | 2 << 16), persistent(120, 2000, 2600, 1400, 150, 350, 2 | 2 << 16)]
     rows = []
