@@ -1814,6 +1814,19 @@ __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens
 __host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1) {
   return stage_groups > 1 ? kRowStageGroupCtas : tok > kMaxTokens ? SPECDEC_ROWS_BOUND16 : 5;
 }
+#ifndef SPECDEC_ROWS_SWIZZLE
+// 0: CTA i takes row tile i. A prime P: CTA i takes tile (i * P) mod tiles where P does not divide the tile count, so
+// consecutive CTAs (neighbouring SMs) take tiles P tiles apart in memory (benchmarks/NOTES.md, "The row tiles' loop
+// ends by SM").
+#define SPECDEC_ROWS_SWIZZLE 0
+#endif
+#if SPECDEC_ROWS_SWIZZLE > 1
+#define SPECDEC_ROWS_TILE_OF_CTA                                                                                   \
+  (gridDim.x % SPECDEC_ROWS_SWIZZLE != 0 ? static_cast<int>((static_cast<unsigned long long>(blockIdx.x) * SPECDEC_ROWS_SWIZZLE) % gridDim.x) \
+                                         : static_cast<int>(blockIdx.x))
+#else
+#define SPECDEC_ROWS_TILE_OF_CTA blockIdx.x
+#endif
 __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
@@ -1841,7 +1854,7 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int n_stages = (p.K + kRowStageK - 1) / kRowStageK;
-  const int row_block = blockIdx.x * kRowTile;
+  const int row_block = SPECDEC_ROWS_TILE_OF_CTA * kRowTile;
   const int stage_bytes = rows_stage_bytes(KIND, M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
   float* esc = red + kConsumers * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
