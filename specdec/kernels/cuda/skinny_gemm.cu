@@ -1796,17 +1796,17 @@ constexpr int kRowGroups = kRowStageK / 64;
 constexpr int kRowStageGroupCtas = 3;
 #ifndef SPECDEC_ROWS_STAGES16
 // Stages of the row tiles at 9-16 tokens: 4 keeps 3 W12 or bf16 CTAs an SM, 3 keeps 4 (faster in the 16-row verify
-// step with programmatic launch off or for the GEMMs only, slower with every kernel launched programmatically:
-// benchmarks/NOTES.md, "Three stages at 9-16 tokens in the step, kernel by kernel: measured").
+// step with programmatic launch off or for the GEMMs only, slower with every kernel launched programmatically, under
+// a launch bound of 4 or 5: benchmarks/NOTES.md, "Three stages at 9-16 tokens under a launch bound of 5: measured").
 #define SPECDEC_ROWS_STAGES16 4
 #endif
 __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? SPECDEC_ROWS_STAGES16 : 6; }
 #ifndef SPECDEC_ROWS_BOUND16
-// The launch bound of the row tiles at 9-16 tokens (CTAs an SM the registers allow): 4 (ptxas takes 72-79 registers a
-// thread), or 5 (W12 59-64, Q and bf16 59-71; no spills, the W12 loop as long), which leaves the registers of an SM's
-// 3-4 CTAs room for a kernel launched programmatically beside them (benchmarks/NOTES.md, "Three stages at 9-16 tokens
-// in the step, kernel by kernel: measured").
-#define SPECDEC_ROWS_BOUND16 4
+// The launch bound of the row tiles at 9-16 tokens (CTAs an SM the registers allow): 5 (W12 59-64 registers a thread,
+// Q and bf16 59-71; no spills, the W12 loop as long as under 4), where 4 let ptxas take 72-79. On an H100 the bound of 5
+// made the W12 16-token calls up to 2 % faster cold and the W12 16-row verify step ~0.5 % faster (benchmarks/NOTES.md,
+// "Three stages at 9-16 tokens under a launch bound of 5: measured").
+#define SPECDEC_ROWS_BOUND16 5
 #endif
 // CTAs an SM the registers allow (the launch bound): 5 for one MMA n-tile of tokens (<= 68 registers a thread),
 // SPECDEC_ROWS_BOUND16 for two, kRowStageGroupCtas with two stage groups (the Q view's: <= 61 registers); shared memory
@@ -1814,19 +1814,6 @@ __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens
 __host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1) {
   return stage_groups > 1 ? kRowStageGroupCtas : tok > kMaxTokens ? SPECDEC_ROWS_BOUND16 : 5;
 }
-#ifndef SPECDEC_ROWS_SWIZZLE
-// 0: CTA i takes row tile i. A prime P: CTA i takes tile (i * P) mod tiles where P does not divide the tile count, so
-// consecutive CTAs (neighbouring SMs) take tiles P tiles apart in memory (benchmarks/NOTES.md, "The row tiles' loop
-// ends by SM").
-#define SPECDEC_ROWS_SWIZZLE 0
-#endif
-#if SPECDEC_ROWS_SWIZZLE > 1
-#define SPECDEC_ROWS_TILE_OF_CTA                                                                                   \
-  (gridDim.x % SPECDEC_ROWS_SWIZZLE != 0 ? static_cast<int>((static_cast<unsigned long long>(blockIdx.x) * SPECDEC_ROWS_SWIZZLE) % gridDim.x) \
-                                         : static_cast<int>(blockIdx.x))
-#else
-#define SPECDEC_ROWS_TILE_OF_CTA blockIdx.x
-#endif
 __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
@@ -1854,7 +1841,7 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int n_stages = (p.K + kRowStageK - 1) / kRowStageK;
-  const int row_block = SPECDEC_ROWS_TILE_OF_CTA * kRowTile;
+  const int row_block = blockIdx.x * kRowTile;
   const int stage_bytes = rows_stage_bytes(KIND, M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
   float* esc = red + kConsumers * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
