@@ -2741,6 +2741,69 @@ def cuda_rows_stages16_step_h100(results: Results) -> str:
     return markdown_table(header + ["the verify step's GEMMs ms (profiled)"], rows)
 
 
+BOUND_SWIZZLE_PREFIX = "rows_ab_h100_2026-12-07_07df64f"
+BOUND_LIBRARIES = {
+    "shipped (bound 4)": "shipped",
+    "3 stages, bound 5": "rows_stages16_3_rows_bound16_5",
+    "bound 5 (the default since)": "rows_bound16_5",
+}
+BOUND_RUNS = rows_ab_runs(f"{BOUND_SWIZZLE_PREFIX}_call1", BOUND_LIBRARIES)
+BOUND_STEPS = {
+    **{f"{label}, call 1": name for label, name in rows_ab_step_runs(f"{BOUND_SWIZZLE_PREFIX}_call1", BOUND_LIBRARIES).items()},
+    **{
+        f"{label}, call 3 run {run}": f"ar_step_repeat_h100_2026-12-07_07df64f_{name}_{run}.json"
+        for run in (1, 2)
+        for label, name in (("shipped (bound 4)", "shipped"), ("bound 5 (the default since)", "rows_bound16_5"))
+    },
+}
+SWIZZLE_LIBRARIES = {"shipped (CTA i: tile i)": "shipped", "swizzled (tile 97 i mod tiles)": "rows_swizzle_97"}
+SWIZZLE_RUNS = rows_ab_runs(f"{BOUND_SWIZZLE_PREFIX}_call2", SWIZZLE_LIBRARIES)
+SWIZZLE_STEPS = rows_ab_step_runs(f"{BOUND_SWIZZLE_PREFIX}_call2", SWIZZLE_LIBRARIES)
+SWIZZLE_TRACES = {
+    label: tuple(
+        f"persistent_trace_rows_h100_2026-12-07_07df64f_{label}_qwen3-8b_{linear}.json" for linear in ("qkv", "o", "down")
+    )
+    for label in ("shipped", "flagged")
+}
+
+
+def rows_by_sm_pair_table(results: Results, traces: dict[str, tuple[str, ...]]) -> str:
+    """The traced row tiles' K-loop ends by SM of two builds side by side (``traces``: ``shipped`` and ``flagged``, each
+    its cases' JSON in the same order): each case's span, the split-half correlation of the SMs' means and their spread
+    (us), shipped -> flagged; cases that differ between the builds raise."""
+    rows = []
+    for shipped_name, flagged_name in zip(traces["shipped"], traces["flagged"], strict=True):
+        for a, b in zip(results(shipped_name)["rows"], results(flagged_name)["rows"], strict=True):
+            if (a["linear"], a["kind"], a["M"]) != (b["linear"], b["kind"], b["M"]):
+                raise ValueError(f"{shipped_name} / {flagged_name}: the cases differ: {a['linear']} {a['kind']} {a['M']}")
+            ea, eb = a["sm_effect"], b["sm_effect"]
+            rows.append(
+                [
+                    a["linear"],
+                    ROWS_BY_SM_KINDS[a["kind"]],
+                    str(a["M"]),
+                    f"{a['span'] / 1e3:.1f} -> {b['span'] / 1e3:.1f}",
+                    f"{ea['split_half_r']:.2f} -> {eb['split_half_r']:.2f}",
+                    f"{ea['sm_spread'] / 1e3:.1f} -> {eb['sm_spread'] / 1e3:.1f}",
+                ]
+            )
+    return markdown_table(["8B linear", "kind", "tokens", "span us", "split-half r", "SMs' means spread us"], rows)
+
+
+def cuda_rows_bound_swizzle_h100(results: Results) -> str:
+    """Three H100 calls at 07df64f: the 9-16 token row tiles under a launch bound of 5, with 4 stages (made the default)
+    and with 3 (``-DSPECDEC_ROWS_BOUND16=5``, ``-DSPECDEC_ROWS_STAGES16=3``), against the bound of 4 (call 1,
+    ``run_h200_rows_ab.sh``: the 8B linears at 16 tokens, cold us, the mean of two alternated processes a library);
+    the W12 steps of call 1 and of call 3 (two more alternated ``bench_roofline --ar-step`` processes a library); then
+    the CTA-to-tile swizzle (``-DSPECDEC_ROWS_SWIZZLE=97``, since removed; call 2): the traced loop ends by SM,
+    shipped -> swizzled, the 8B linears at 1-16 tokens, and the W12 steps."""
+    bound = rows_ab_table(results, BOUND_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
+    by_sm = rows_by_sm_pair_table(results, SWIZZLE_TRACES)
+    swizzle = rows_ab_table(results, SWIZZLE_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
+    parts = [bound, rows_ab_w12_steps(results, BOUND_STEPS), by_sm, swizzle, rows_ab_w12_steps(results, SWIZZLE_STEPS)]
+    return "\n\n".join(parts)
+
+
 BF16_FAMILY_STEP_RUN = "step_alternate_h100_2026-12-07_724b274_bf16_skinny.json"
 BF16_FAMILY_NAMES = {
     "v5": "v5 (the rule before: persistent or split-K 8B gate_up and lm_head)",
@@ -2924,6 +2987,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-rows-tile32-h100": cuda_rows_tile32_h100,
     "cuda-rows-release-stages-h100": cuda_rows_release_stages_h100,
     "cuda-rows-stages16-step-h100": cuda_rows_stages16_step_h100,
+    "cuda-rows-bound-swizzle-h100": cuda_rows_bound_swizzle_h100,
     "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,
     "cuda-wide-parts-h100": cuda_wide_parts_h100,
