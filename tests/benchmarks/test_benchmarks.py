@@ -31,6 +31,12 @@ ALLOWED_PRIVATE = {
     ("benchmarks/decode/bench_drafters.py", "_graph_out"),
     ("benchmarks/decode/bench_drafters.py", "_graphs"),
     ("benchmarks/decode/bench_drafters.py", "_ingest"),
+    # the step's Triton kernels themselves, compiled for sm_90 to read their registers and shared memory
+    ("benchmarks/kernels/step_kernel_resources.py", "_combine_kernel"),
+    ("benchmarks/kernels/step_kernel_resources.py", "_qk_norm_rope_kernel"),
+    ("benchmarks/kernels/step_kernel_resources.py", "_rms_norm_kernel"),
+    ("benchmarks/kernels/step_kernel_resources.py", "_silu_mul_kernel"),
+    ("benchmarks/kernels/step_kernel_resources.py", "_split_kernel"),
 }
 # Attribute chains rooted here belong to other libraries (e.g. torch._scaled_mm), not to specdec.
 FOREIGN_ROOTS = {"torch", "triton", "tl", "F"}
