@@ -14,6 +14,8 @@ far ahead the chain runs. ``$SPECDEC_PDL`` (read on every launch) says who takes
   (:func:`join_programmatic_launch`); a GEMM signals after its K loop (the persistent kernel's producer once it has
   issued its last copy);
 * ``"gemm"``: the tensor-map GEMMs alone (captured, signalling as in ``"1"``), the element-wise kernels launched plainly;
+* ``"elementwise"``: the Triton kernels alone (as in ``"1"``), the GEMMs launched plainly: with ``"gemm"``, which of
+  the two early starts a step's time owes to what;
 * ``"0"``: nobody.
 
 Signalling earlier (the element-wise kernels before their wait, every GEMM's producer at its last copy) and a one-wave
@@ -61,12 +63,13 @@ __all__ = [
 ]
 
 PDL_ENV = "SPECDEC_PDL"
-PDL_MODES = ("0", "gemm", "1")
+PDL_MODES = ("0", "gemm", "elementwise", "1")
 PDL_MAX_ROWS = 16  # the most rows the tensor-map GEMMs take (specdec.kernels.cuda.ops.TENSOR_MAP_MAX_TOKENS)
 
 
 def pdl_mode() -> str:
-    """``$SPECDEC_PDL``: ``"0"``, ``"gemm"`` or ``"1"`` (also when unset); a ``ValueError`` naming it otherwise."""
+    """``$SPECDEC_PDL``: ``"0"``, ``"gemm"``, ``"elementwise"`` or ``"1"`` (also when unset); a ``ValueError`` naming it
+    otherwise."""
     mode = os.environ.get(PDL_ENV) or "1"
     if mode not in PDL_MODES:
         raise ValueError(f"${PDL_ENV}: expected one of {PDL_MODES}, got {mode!r}")
@@ -75,11 +78,12 @@ def pdl_mode() -> str:
 
 def triton_launch_options(rows: torch.Tensor) -> dict:
     """Keyword arguments for launching a row-wise Triton kernel with a ``PDL: tl.constexpr`` over ``rows [R, D]``:
-    ``{"PDL": 1, "launch_pdl": True}`` where ``$SPECDEC_PDL`` is ``"1"``, ``rows`` is on CUDA, its stream is being
+    ``{"PDL": 1, "launch_pdl": True}`` where ``$SPECDEC_PDL`` is ``"1"`` or ``"elementwise"``, ``rows`` is on CUDA, its stream is being
     captured into a graph and ``R <= PDL_MAX_ROWS`` (where the GEMM after it is a tensor-map kernel that launches
     programmatically too; wider GEMMs run cuBLAS, which does not), else ``{"PDL": 0}``. The kernel starts with
     :func:`join_programmatic_launch`."""
-    if rows.is_cuda and rows.shape[0] <= PDL_MAX_ROWS and pdl_mode() == "1" and torch.cuda.is_current_stream_capturing():
+    taking_part = pdl_mode() in ("1", "elementwise")
+    if rows.is_cuda and rows.shape[0] <= PDL_MAX_ROWS and taking_part and torch.cuda.is_current_stream_capturing():
         return {"PDL": 1, "launch_pdl": True}
     return {"PDL": 0}
 
@@ -93,7 +97,7 @@ def gemm_launch_programmatic() -> bool:
 def gemm_launch_code() -> int:
     """What the CUDA library is told before it launches a tensor-map GEMM (``specdec_set_programmatic_launch``): 0
     plain; 1 programmatic, each CTA signalling after its K loop (the persistent kernel's producer at its last copy)."""
-    if pdl_mode() == "0" or not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+    if pdl_mode() in ("0", "elementwise") or not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
         return 0
     return 1
 

@@ -26,7 +26,7 @@ ON_CUDA = SimpleNamespace(is_cuda=True, shape=(16, 4096))  # what triton_launch_
 
 @pytest.mark.parametrize(
     ("value", "mode", "pdl"),
-    [(None, "1", 1), ("", "1", 1), ("0", "0", 0), ("gemm", "gemm", 0), ("1", "1", 1)],
+    [(None, "1", 1), ("", "1", 1), ("0", "0", 0), ("gemm", "gemm", 0), ("elementwise", "elementwise", 1), ("1", "1", 1)],
 )
 def test_mode_from_the_environment(monkeypatch, value, mode, pdl):
     if value is None:
@@ -49,7 +49,7 @@ def test_an_unknown_mode_names_the_variable(monkeypatch, value):
         pdl_mode()
 
 
-@pytest.mark.parametrize(("mode", "code"), [("0", 0), ("gemm", 1), ("1", 1)])
+@pytest.mark.parametrize(("mode", "code"), [("0", 0), ("gemm", 1), ("elementwise", 0), ("1", 1)])
 @pytest.mark.parametrize("capturing", [False, True])
 def test_gemms_launch_programmatically_only_while_captured(monkeypatch, mode, code, capturing):
     # A GEMM reads its first weights before it waits: only inside a captured forward is the kernel before it sure not
@@ -57,7 +57,7 @@ def test_gemms_launch_programmatically_only_while_captured(monkeypatch, mode, co
     monkeypatch.setenv(PDL_ENV, mode)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
-    assert gemm_launch_programmatic() == (capturing and mode != "0")
+    assert gemm_launch_programmatic() == (capturing and code == 1)
     assert gemm_launch_code() == (code if capturing else 0)
 
 
