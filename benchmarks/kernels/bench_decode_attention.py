@@ -5,7 +5,8 @@ built from the committed length. This times :func:`specdec.models.dense.attend_c
 (SDPA makes it additive on every call) and with the mask made additive once
 (:func:`~specdec.kernels.attention.additive_mask`, what the dense runtime passes), under SDPA's own pick and each
 backend that takes a mask: cuDNN, memory-efficient, math; and the split-KV Triton kernel
-:func:`specdec.kernels.attention.decode_attention` (the dense runtime's default on CUDA; the interpreter on a CPU).
+:func:`specdec.kernels.attention.decode_attention` (the dense runtime's default on CUDA; the interpreter on a CPU),
+also with 8 warps a split program (at 64 query rows the default 4 spill).
 Shapes: Qwen3-8B's heads (32 query heads, 8 KV heads, head_dim 128), 1 and 16 rows (the one-token and 16-row verify
 steps), spans of 256 and 2048 slots, half of them committed. Each variant is checked against SDPA with the boolean
 mask (max |diff|) before it is timed in a CUDA graph of ``--calls`` calls (median of ``--reps`` replays). Tensors are
@@ -28,6 +29,7 @@ import torch
 
 from benchmarks.common import agg_pyplot, provenance, report
 from specdec.kernels.attention import additive_mask, decode_attention
+from specdec.kernels.attention.split_kv import decode_attention_triton
 from specdec.models.attention_kernel import attention_kernel
 from specdec.models.dense import attend_cache, grouped_mask, prefix_attention_mask
 
@@ -86,17 +88,23 @@ def variants(t: dict, backends) -> dict:
 
         out[f"{name} (additive mask)"] = call
     out["split-KV Triton (additive mask)"] = lambda: attend_cache_split_kv(t, add)
+    out["split-KV Triton, 8 warps a split"] = lambda: attend_cache_split_kv(t, add, num_warps=8)
     return out
 
 
-def attend_cache_split_kv(t: dict, add: torch.Tensor) -> torch.Tensor:
+def attend_cache_split_kv(t: dict, add: torch.Tensor, num_warps: int | None = None) -> torch.Tensor:
     """:func:`specdec.kernels.attention.decode_attention` over the case, the queries laid out as ``attend_cache`` lays
-    them out (the query heads that share a KV head as extra rows); ``[1, rows, H * D]`` as ``attend_cache`` returns."""
+    them out (the query heads that share a KV head as extra rows); ``[1, rows, H * D]`` as ``attend_cache`` returns.
+    ``num_warps``: the split launch's warps (:func:`~specdec.kernels.attention.split_kv.decode_attention_triton`),
+    ``None`` the library's choice."""
     q = t["q"]
     bsz, heads, rows, dim = q.shape
     kv_heads = t["k_cache"].shape[1]
     grouped = q.reshape(bsz, kv_heads, heads // kv_heads * rows, dim)
-    out = decode_attention(grouped, t["k_cache"], t["v_cache"], add, backend="triton")
+    if num_warps is None:
+        out = decode_attention(grouped, t["k_cache"], t["v_cache"], add, backend="triton")
+    else:
+        out = decode_attention_triton(grouped, t["k_cache"], t["v_cache"], add, num_warps=num_warps)
     return out.reshape(bsz, heads, rows, dim).transpose(1, 2).reshape(bsz, rows, heads * dim)
 
 

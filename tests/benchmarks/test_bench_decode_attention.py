@@ -19,6 +19,7 @@ def test_smoke_run_checks_every_variant_against_the_target_path(tmp_path):
         "SDPA (additive mask)",
         "math (additive mask)",
         "split-KV Triton (additive mask)",
+        "split-KV Triton, 8 warps a split",
     }
     for r in result["rows"]:
         assert "error" not in r and r["us"] > 0

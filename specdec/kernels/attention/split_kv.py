@@ -159,12 +159,17 @@ def default_splits(kv_heads: int, slots: int, block_n: int, device: torch.device
 
 def decode_attention_triton(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: torch.Tensor, *, splits: int | None = None,
-    block_n: int = 64, tokens: int | None = None,
+    block_n: int = 64, tokens: int | None = None, num_warps: int = 4,
 ) -> torch.Tensor:  # fmt: skip
     """:func:`.naive.decode_attention_torch` in two launches (arguments checked by the caller); ``splits`` of the
     slots a batch-head (``None``: :func:`default_splits`). ``tokens``: ``None`` returns ``[B, Hkv, R, D]``; ``T``
     reads row ``g * T + t`` as query head ``g`` of the KV head at token ``t`` and returns ``[B, T, Hkv * G * D]``
-    (``G = R / T``), written there by the combine launch."""
+    (``G = R / T``), written there by the combine launch. ``num_warps``: the split launch's warps a program (1, 2, 4,
+    8 or 16; the sums' reduction order follows the layout, so results may differ from 4's in the last bits). Compiled
+    for sm_90 at 4, the split kernel at 64 query rows spills and at 8 it does not (``benchmarks/NOTES.md``, "What the
+    step's Triton kernels hold on an SM")."""
+    if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"num_warps: expected 1, 2, 4, 8 or 16, got {num_warps!r}")
     bsz, hkv, r, d = q.shape
     s = k_cache.shape[2]
     if tokens is None:
@@ -194,7 +199,7 @@ def decode_attention_triton(
         q, k_cache, v_cache, mask, m, l, acc, r, s, chunk, hkv, n_splits, d**-0.5,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), mask_b, mask.stride(2), mask.stride(3),
         BLOCK_R=block_r, BLOCK_N=block_n, D=d, UPCAST=_INTERPRET,
-        PRECISION=dot_precision(torch.float32 if _INTERPRET else q.dtype), **pdl,
+        PRECISION=dot_precision(torch.float32 if _INTERPRET else q.dtype), num_warps=num_warps, **pdl,
     )  # fmt: skip
     block_s = min(32, triton.next_power_of_2(n_splits))
     _combine_kernel[(bsz * hkv, r)](

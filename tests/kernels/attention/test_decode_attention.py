@@ -181,3 +181,24 @@ def test_programmatic_launch_is_decided_by_the_rows_the_projection_reads(monkeyp
     q, k, v, mask = case(1, 2, 4 * 16, 30, 16)
     decode_attention_token_major(q, k, v, mask, 16, backend="triton")
     assert seen == [(16, 2 * 4 * 16)]
+
+
+@pytest.mark.parametrize("num_warps", [0, 3, 32, 4.0, "8"])
+def test_a_bad_warp_count_names_itself(num_warps):
+    q, k, v = torch.ones(1, 1, 2, 16), torch.ones(1, 1, 3, 16), torch.ones(1, 1, 3, 16)
+    mask = torch.zeros(1, 1, 2, 3)
+    with pytest.raises(ValueError, match=r"num_warps: expected 1, 2, 4, 8 or 16, got"):
+        split_kv.decode_attention_triton(q, k, v, mask, num_warps=num_warps)
+
+
+def test_eight_warps_match_the_reference():
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (
+        torch.randn(1, 2, 8, 16, generator=gen),
+        torch.randn(1, 2, 40, 16, generator=gen),
+        torch.randn(1, 2, 40, 16, generator=gen),
+    )
+    mask = torch.zeros(1, 1, 8, 40)
+    mask[..., 30:] = float("-inf")
+    got = split_kv.decode_attention_triton(q, k, v, mask, splits=3, num_warps=8)
+    torch.testing.assert_close(got, decode_attention_torch(q, k, v, mask), rtol=1e-5, atol=1e-5)
