@@ -24,8 +24,10 @@ import dataclasses
 import inspect
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
+import torch
 import triton
 
 from benchmarks.common import provenance, provenance_line, write_json
@@ -104,9 +106,10 @@ def parse_res_usage(text: str) -> dict[str, int]:
     return {key: int(found[key]) for key in ("REG", "STACK", "SHARED", "LOCAL")}
 
 
-def compile_footprint(jit_fn, constants: dict, types: dict[str, str], num_warps: int, num_stages: int = 3) -> Footprint:
-    """``jit_fn`` compiled for sm_90 with ``constants`` (its ``tl.constexpr`` arguments) and ``types`` (the other
-    arguments' Triton types; unnamed ones: ``*bf16`` for ``*_ptr``, ``fp32`` for ``eps`` and ``scale``, else ``i32``)."""
+def compile_footprint(jit_fn, constants: dict, types: dict[str, str], options: dict) -> Footprint:
+    """``jit_fn`` compiled for sm_90 with ``constants`` (its ``tl.constexpr`` arguments), ``types`` (the other
+    arguments' Triton types; unnamed ones: ``*bf16`` for ``*_ptr``, ``fp32`` for ``eps`` and ``scale``, else ``i32``)
+    and the launch's compile ``options`` (``num_warps``; ``num_stages``, Triton's 3 where not given; any other)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -125,20 +128,27 @@ def compile_footprint(jit_fn, constants: dict, types: dict[str, str], num_warps:
         else:
             signature[name] = "i32"
     source = ASTSource(fn=jit_fn, signature=signature, constexprs=constants)
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": num_stages})
-    cubin = Path("/tmp") / f"step_kernel_resources_{jit_fn.fn.__name__}.cubin"
-    cubin.write_bytes(kernel.asm["cubin"])
-    usage = parse_res_usage(
-        subprocess.run([str(cuobjdump()), "-res-usage", str(cubin)], check=True, capture_output=True, text=True).stdout
-    )
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_stages": 3, **options})
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "kernel.cubin"
+        cubin.write_bytes(kernel.asm["cubin"])
+        run = subprocess.run([str(cuobjdump()), "-res-usage", str(cubin)], check=True, capture_output=True, text=True)
+    usage = parse_res_usage(run.stdout)
     return Footprint(
-        threads=num_warps * 32, registers=usage["REG"], shared=usage["SHARED"] + kernel.metadata.shared, stack=usage["STACK"]
+        threads=kernel.metadata.num_warps * 32,
+        registers=usage["REG"],
+        shared=usage["SHARED"] + kernel.metadata.shared,
+        stack=usage["STACK"],
     )
 
 
-def step_kernels(rows: int, slots: int, hidden: int = 4096, ffn: int = 12288, head_dim: int = 128, group: int = 4) -> dict:
-    """The decode step's Triton kernels at ``rows`` tokens, each as ``(jit function, constants, types, num_warps)``
-    with the constants their launchers choose (``specdec.kernels``: rms, swiglu, rotary, split_kv)."""
+def step_kernels(
+    rows: int, slots: int, hidden: int = 4096, ffn: int = 12288, head_dim: int = 128, group: int = 4, kv_heads: int = 8
+) -> dict:
+    """The decode step's Triton kernels at ``rows`` tokens, each as ``(jit function, constants, types, options)``
+    with the constants and compile options their launchers pass (``specdec.kernels``: rms, swiglu, rotary, split_kv;
+    ``tests/benchmarks/test_step_kernel_resources.py`` checks them against the launchers' own launches), the split
+    count from :func:`~specdec.kernels.attention.split_kv.default_splits` for an H100's or H200's 132 SMs."""
     from specdec.kernels.act import swiglu
     from specdec.kernels.attention import split_kv
     from specdec.kernels.norm import rms
@@ -146,7 +156,8 @@ def step_kernels(rows: int, slots: int, hidden: int = 4096, ffn: int = 12288, he
 
     if rows < 1 or slots < 1:
         raise ValueError(f"rows, slots: expected >= 1, got {rows}, {slots}")
-    splits = min(triton.cdiv(slots, 64), triton.cdiv(2 * 132, 8))
+    splits = split_kv.default_splits(kv_heads, slots, 64, torch.device("cuda"), sms=132)
+    n_splits = triton.cdiv(slots, triton.cdiv(triton.cdiv(slots, 64), splits) * 64)
     fp32 = {"m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32"}
     rope_types = {"cos_ptr": "*fp32", "sin_ptr": "*fp32", "slot_ptr": "*i64", "pos_ptr": "*i64", "q_index_ptr": "*i64"}
     return {
@@ -154,19 +165,19 @@ def step_kernels(rows: int, slots: int, hidden: int = 4096, ffn: int = 12288, he
             rms._rms_norm_kernel,
             dict(BLOCK=triton.next_power_of_2(hidden), GATED=False, SCALED=True, ADD=True, PDL=1),
             {},
-            4 if hidden <= 1024 else 8,
+            dict(num_warps=4 if hidden <= 1024 else 8),
         ),
         "silu_mul": (
             swiglu._silu_mul_kernel,
             dict(BLOCK=min(triton.next_power_of_2(ffn), 1024), ACCURATE_EXP=True, PDL=1),
             {},
-            4,
+            dict(num_warps=4),
         ),
         "qk_norm_rope": (
             rotary._qk_norm_rope_kernel,
             dict(BLOCK=triton.next_power_of_2(head_dim // 2), NORM=True, CACHE=True, SLOTS=False, Q_SCATTER=False, PDL=1),
             rope_types,
-            1 if head_dim // 2 <= 64 else 2,
+            dict(num_warps=1 if head_dim // 2 <= 64 else 2, **rotary.LAUNCH_OPTIONS),
         ),
         "split_kv split": (
             split_kv._split_kernel,
@@ -179,13 +190,13 @@ def step_kernels(rows: int, slots: int, hidden: int = 4096, ffn: int = 12288, he
                 PDL=1,
             ),
             {**fp32, "mask_ptr": "*fp32"},
-            4,
+            dict(num_warps=4),
         ),
         "split_kv combine": (
             split_kv._combine_kernel,
-            dict(BLOCK_S=min(32, triton.next_power_of_2(splits)), D=head_dim, PDL=1),
+            dict(BLOCK_S=min(32, triton.next_power_of_2(n_splits)), D=head_dim, PDL=1),
             fp32,
-            4,
+            dict(num_warps=4),
         ),
     }
 
@@ -236,10 +247,10 @@ def main(argv: list[str] | None = None) -> dict:
         unknown = sorted(set(wanted) - set(kernels))
         if unknown:
             raise SystemExit(f"--kernels: expected names from {sorted(kernels)}, got {unknown}")
-        for name, (fn, constants, types, warps) in kernels.items():
+        for name, (fn, constants, types, options) in kernels.items():
             if wanted and name not in wanted:
                 continue
-            f = compile_footprint(fn, constants, types, warps)
+            f = compile_footprint(fn, constants, types, options)
             records.append(dict(kernel=name, rows=rows, **dataclasses.asdict(f)))
             print(
                 f"{name:24s} rows {rows:3d}: {f.threads:4d} threads, {f.registers:3d} registers, {f.stack:4d} B stack, {f.shared:6d} B shared"

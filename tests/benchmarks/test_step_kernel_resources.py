@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import triton
 
 from benchmarks.kernels import step_kernel_resources as skr
@@ -67,9 +68,59 @@ def test_interpreted_kernels_are_refused():
     if isinstance(swiglu._silu_mul_kernel, triton.runtime.jit.JITFunction):
         pytest.fail("expected the suite's kernels defined for the interpreter (TRITON_INTERPRET=1)")
     with pytest.raises(RuntimeError, match="unset TRITON_INTERPRET"):
-        skr.compile_footprint(swiglu._silu_mul_kernel, {}, {}, 4)
+        skr.compile_footprint(swiglu._silu_mul_kernel, {}, {}, {"num_warps": 4})
 
 
 def test_unknown_kernel_names_the_choices():
     with pytest.raises(SystemExit, match="--kernels: expected names from"):
         skr.main(["--rows", "1", "--kernels", "nope"])
+
+
+class LaunchRecorder:
+    """Stands in for a Triton kernel: ``kernel[grid](*args, **kwargs)`` records the keyword arguments, runs nothing."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append(kwargs)
+
+
+def test_the_compiled_constants_are_the_launchers_own(monkeypatch):
+    # each launcher of the step at the 8B shapes, 16 tokens, a 256-slot cache; what it passes its kernel must be what
+    # step_kernels compiles (the programmatic-launch flag aside: it is 0 off a captured CUDA stream)
+    from specdec.kernels.act import swiglu
+    from specdec.kernels.attention import split_kv
+    from specdec.kernels.norm import rms
+    from specdec.kernels.rope import rotary
+
+    recorders = {}
+    for name, (module, attr) in {
+        "rms_norm (residual add)": (rms, "_rms_norm_kernel"),
+        "silu_mul": (swiglu, "_silu_mul_kernel"),
+        "qk_norm_rope": (rotary, "_qk_norm_rope_kernel"),
+        "split_kv split": (split_kv, "_split_kernel"),
+        "split_kv combine": (split_kv, "_combine_kernel"),
+    }.items():
+        recorders[name] = LaunchRecorder()
+        monkeypatch.setattr(module, attr, recorders[name])
+    for module in (swiglu, split_kv):  # nothing runs: the launchers choose their compiled-kernel constants
+        monkeypatch.setattr(module, "_INTERPRET", False)
+    t, bf16 = 16, torch.bfloat16
+    x = torch.zeros(t, 4096, dtype=bf16)
+    rms.add_rms_norm_triton(x, x, torch.zeros(4096, dtype=bf16), 1e-6)
+    swiglu.silu_mul_triton(torch.zeros(t, 2 * 12288, dtype=bf16))
+    q, k = torch.zeros(1, t, 32, 128, dtype=bf16), torch.zeros(1, t, 8, 128, dtype=bf16)
+    cos = torch.zeros(1, 1, t, 128)
+    k_cache = torch.zeros(1, 8, 256, 128, dtype=bf16)
+    cache = (k, k_cache, k_cache.clone(), None, torch.arange(t))
+    rotary.qk_norm_rope_triton(q, k, cos, cos, torch.zeros(128, dtype=bf16), torch.zeros(128, dtype=bf16), 1e-6, cache)
+    grouped = torch.zeros(1, 8, 4 * t, 128, dtype=bf16)
+    split_kv.decode_attention_triton(grouped, k_cache, k_cache, torch.zeros(1, 1, 4 * t, 256), tokens=t)
+
+    for name, (_, constants, _, options) in skr.step_kernels(t, 256).items():
+        (launched,) = recorders[name].launches
+        want = {**{k: v for k, v in constants.items() if k != "PDL"}, **options}
+        triton_defaults = {"num_warps": 4, "num_stages": 3}  # what Triton compiles with where a launch names none
+        got = {k: launched.get(k, triton_defaults.get(k)) for k in want}
+        assert got == want, name

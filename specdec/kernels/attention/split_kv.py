@@ -144,16 +144,18 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def default_splits(kv_heads: int, slots: int, block_n: int, device: torch.device) -> int:
+def default_splits(kv_heads: int, slots: int, block_n: int, device: torch.device, sms: int | None = None) -> int:
     """Splits of the cache a batch-head: enough programs for two a multiprocessor at batch 1, each at least ``block_n``
     slots. Counted from the KV heads, not the batch, so that a request's splits, and so its output bits, do not depend
-    on the other requests in a batch (a batch only adds programs).
+    on the other requests in a batch (a batch only adds programs). ``sms``: the multiprocessors to fill (``None``:
+    ``device``'s, 32 off CUDA).
 
     Example:
-        >>> default_splits(8, 4096, 64, torch.device("cpu"))
-        8
+        >>> default_splits(8, 4096, 64, torch.device("cpu")), default_splits(8, 4096, 64, torch.device("cpu"), sms=132)
+        (8, 33)
     """
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 32
+    if sms is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 32
     return max(1, min(triton.cdiv(slots, block_n), triton.cdiv(2 * sms, kv_heads)))
 
 
