@@ -1536,8 +1536,23 @@ def cuda_pdl(results: Results) -> str:
 
 DECODE_ATTENTION_RUN = "decode_attention_h200_2026-12-04_spread.json"
 STEP_SPREAD_RUNS = tuple(f"ar_step_h200_2026-12-04_spread_{i}.json" for i in (1, 2, 3))  # one device call with the above
+DECODE_ATTENTION_WARPS_RUN = "decode_attention_h100_2026-12-07_423c2b6_warps.json"
 W12_STEP_GOAL = 0.80  # the W12 step over the bf16 step
 VERIFY_STEP_GOAL = 1.10  # the 16-row verify step over the one-token step
+
+
+def decode_attention_warps_h100(results: Results) -> str:
+    """The split-KV Triton attention at 4 warps a split program (the default) and at 8 (``num_warps=8``), us a call in
+    a graph of the benchmark's calls, one H100 run, by new tokens and cache slots."""
+    run = results(DECODE_ATTENTION_WARPS_RUN)
+    cells = {(r["rows"], r["span"], r["variant"]): r.get("us") for r in run["rows"]}
+    rows = []
+    for n_rows, span in sorted({(r["rows"], r["span"]) for r in run["rows"]}):
+        four = cells[n_rows, span, "split-KV Triton (additive mask)"]
+        eight = cells[n_rows, span, "split-KV Triton, 8 warps a split"]
+        rows.append([str(n_rows), str(span), str(4 * n_rows), f"{four:.2f}", f"{eight:.2f}", f"{eight / four:.3f}"])
+    header = ["new tokens", "cache slots", "query rows a KV head", "4 warps us", "8 warps us", "8 / 4 warps"]
+    return markdown_table(header, rows)
 
 
 def decode_attention(results: Results) -> str:
@@ -1925,7 +1940,7 @@ def split_workspace_h100(results: Results) -> str:
     return markdown_table(["lean 8B, W12 linears at 64 rows", "per layout -> one a device"], rows)
 
 
-GOALS_RUN = "goals_h100_2026-12-07_6168c96.json"
+GOALS_RUN = "goals_h100_2026-12-07_423c2b6.json"
 
 
 def cuda_goals_h100(results: Results) -> str:
@@ -2718,7 +2733,50 @@ STAGES16_STEP_RUNS = {
     for library, (name, _) in STAGES16_LIBRARIES.items()
     for mode in ("0", "gemm", "default")
 }
-PDL_MODE_NAMES = {"0": "off", "gemm": "GEMMs only", "default": "every kernel (the default)"}
+PDL_MODE_NAMES = {
+    "0": "off",
+    "gemm": "GEMMs only",
+    "elementwise": "element-wise kernels only",
+    "default": "every kernel (the default)",
+}
+STAGES_PDL_STEP_RUNS = {
+    (library, mode): f"step_kernels_h100_2026-12-07_423c2b6_{name}_pdl_{mode}.json"
+    for library, (name, _) in STAGES16_LIBRARIES.items()
+    for mode in ("0", "gemm", "elementwise", "default")
+}
+STAGES_PDL_PAIRS = tuple(
+    {
+        "shipped (4 stages)": (f"ar_step_repeat_h100_2026-12-07_423c2b6_shipped_{i}.json", "default"),
+        "3 stages at 9-16 tokens": (f"ar_step_repeat_h100_2026-12-07_423c2b6_stages16_3_elementwise_{i}.json", "elementwise"),
+    }
+    for i in (1, 2, 3)
+)
+
+
+def checked_step_run(results: Results, name: str, library: str, mode: str) -> dict:
+    """The AR-step run ``name``, checked to have run ``library`` (a key of ``STAGES16_LIBRARIES``) under ``$SPECDEC_PDL``
+    ``mode`` ("default": unset); another library or mode raises."""
+    run = results(name)
+    env = run["provenance"].get("env", {})
+    so = STAGES16_LIBRARIES[library][1]
+    if env.get("SPECDEC_PDL", "default") != mode or env.get("SPECDEC_CUDA_KERNELS") != so:
+        raise ValueError(f"{name}: expected $SPECDEC_PDL {mode} and the library {so}, got {env}")
+    return run
+
+
+def stages16_step_table(results: Results, runs: dict[tuple[str, str], str], element_wise: bool) -> str:
+    """One row a (library, mode) run: the W12 one-token and 16-row verify steps, ms, their ratio and the verify step's
+    GEMMs as torch.profiler times them (with ``element_wise``, its other kernels too: the element-wise ones)."""
+    rows = []
+    for (library, mode), name in runs.items():
+        run = checked_step_run(results, name, library, mode)
+        step, verify = run["w12_step_s"] * 1e3, run["w12_verify_s"] * 1e3
+        kernels = run["w12_verify_kernels"]
+        row = [library, PDL_MODE_NAMES[mode], f"{step:.3f}", f"{verify:.3f}", f"{verify / step:.3f}", f"{kernels['gemm_ms']:.3f}"]
+        rows.append(row + ([f"{kernels['other_ms']:.3f}"] if element_wise else []))
+    header = ["library", "programmatic launch", "W12 one-token step ms", "W12 16-row verify step ms", "verify / step"]
+    header.append("the verify step's GEMMs ms (profiled)")
+    return markdown_table(header + (["its other kernels ms (profiled)"] if element_wise else []), rows)
 
 
 def cuda_rows_stages16_step_h100(results: Results) -> str:
@@ -2727,18 +2785,23 @@ def cuda_rows_stages16_step_h100(results: Results) -> str:
     ``run_h200_step_kernels.sh 16`` a library and one ``bench_roofline --ar-step`` process a library with ``gemm``): the
     one-token and 16-row verify steps, ms, and the verify step's GEMMs as torch.profiler times them (with programmatic
     launch a GEMM's time runs from its early start); a run of another library or mode raises."""
+    return stages16_step_table(results, STAGES16_STEP_RUNS, element_wise=False)
+
+
+def cuda_stages16_pdl_modes_h100(results: Results) -> str:
+    """Two H100 calls at 423c2b6 (the launch bound of 5): ``MODES="0 gemm elementwise default"
+    run_h200_step_kernels.sh 16`` with the shipped library and with ``-DSPECDEC_ROWS_STAGES16=3`` (the steps and the
+    verify step's GEMMs and other kernels as profiled), then three alternated pairs of ``bench_roofline --ar-step``
+    processes: the shipped library under the default launch against the 3-stage one with only the element-wise kernels
+    launched programmatically; a run of another library or mode raises."""
+    modes = stages16_step_table(results, STAGES_PDL_STEP_RUNS, element_wise=True)
     rows = []
-    for (library, mode), name in STAGES16_STEP_RUNS.items():
-        run = results(name)
-        env = run["provenance"].get("env", {})
-        so = STAGES16_LIBRARIES[library][1]
-        if env.get("SPECDEC_PDL", "default") != mode or env.get("SPECDEC_CUDA_KERNELS") != so:
-            raise ValueError(f"{name}: expected $SPECDEC_PDL {mode} and the library {so}, got {env}")
-        step, verify = run["w12_step_s"] * 1e3, run["w12_verify_s"] * 1e3
-        gemm = run["w12_verify_kernels"]["gemm_ms"]
-        rows.append([library, PDL_MODE_NAMES[mode], f"{step:.3f}", f"{verify:.3f}", f"{verify / step:.3f}", f"{gemm:.3f}"])
-    header = ["library", "programmatic launch", "W12 one-token step ms", "W12 16-row verify step ms", "verify / step"]
-    return markdown_table(header + ["the verify step's GEMMs ms (profiled)"], rows)
+    for i, pair in enumerate(STAGES_PDL_PAIRS, 1):
+        runs = {label: checked_step_run(results, name, label, mode) for label, (name, mode) in pair.items()}
+        cells = [f"{run['w12_step_s'] * 1e3:.3f} / {run['w12_verify_s'] * 1e3:.3f}" for run in runs.values()]
+        rows.append([str(i), *cells])
+    labels = [f"{label}, {PDL_MODE_NAMES[mode]}: one-token / verify ms" for label, (_, mode) in STAGES_PDL_PAIRS[0].items()]
+    return modes + "\n\n" + markdown_table(["pair", *labels], rows)
 
 
 BOUND_SWIZZLE_PREFIX = "rows_ab_h100_2026-12-07_07df64f"
@@ -2987,6 +3050,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-rows-tile32-h100": cuda_rows_tile32_h100,
     "cuda-rows-release-stages-h100": cuda_rows_release_stages_h100,
     "cuda-rows-stages16-step-h100": cuda_rows_stages16_step_h100,
+    "cuda-stages16-pdl-modes-h100": cuda_stages16_pdl_modes_h100,
     "cuda-rows-bound-swizzle-h100": cuda_rows_bound_swizzle_h100,
     "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,
@@ -2995,6 +3059,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-wide-ring-h100": cuda_wide_ring_h100,
     "cuda-pdl": cuda_pdl,
     "decode-attention": decode_attention,
+    "decode-attention-warps-h100": decode_attention_warps_h100,
     "w12-tokens": w12_tokens,
     "engine-h200-float32": engine_h200_float32,
     "engine-hybrid-h200": engine_hybrid_h200,
