@@ -39,6 +39,6 @@ done
 timeout 40 ncu --import "$REPORT.ncu-rep" --page details --csv --print-units base > "$OUT/ncu_source_details.csv" 2>&1
 echo "export (details): exit $?"
 timeout 30 python3 -m benchmarks.kernels.ncu_source --sass "$OUT/ncu_source_sass.csv" --details "$OUT/ncu_source_details.csv" \
-  --out "$OUT/ncu_source.json" > "$OUT/ncu_source_parse.log" 2>&1
+  --launch "$OUT/ncu_source_launch.json" --out "$OUT/ncu_source.json" > "$OUT/ncu_source_parse.log" 2>&1
 echo "parse: exit $?"
 tail -n 60 "$OUT/ncu_source_parse.log"

@@ -8,7 +8,8 @@ instruction's address, text and sample columns such as "Warp Stall Sampling (All
 first word of the instruction, predicate and modifiers dropped: ``@!P0 SYNCS.PHASECHK.TRANS64.TRYWAIT`` counts as
 ``SYNCS``), the instructions that gather the most samples, and the warp-state metrics of its details rows.
 
-Run: ``python3 -m benchmarks.kernels.ncu_source --sass S.csv [--details D.csv] [--out F.json]`` (CPU, seconds).
+Run: ``python3 -m benchmarks.kernels.ncu_source --sass S.csv [--details D.csv] [--launch L.json] [--out F.json]`` (CPU,
+seconds; ``--launch``: the profiled program's JSON, whose provenance names the GPU run).
 
 Example:
     >>> opcode("@!P1 HMMA.16816.F32.BF16 R4, R8, R12, R4 ;")
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -30,6 +32,7 @@ from pathlib import Path
 from benchmarks.common import provenance, provenance_line, write_json
 
 ALL_SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
 TOP_INSTRUCTIONS = 25
 
 
@@ -54,7 +57,8 @@ def source_tables(text: str) -> list[dict]:
     """Each table of a source-page CSV: ``{"label", "instructions": [{"address", "source", "samples": {column:
     count}}]}``. A table starts at a header row with "Address" and "Source" columns; the non-table lines before it
     (the kernel's name, where the export prints one) are its label. Sample columns are the numeric columns whose names
-    say "Sampl" or "stall"."""
+    say "Sampl" or "stall", and each instruction's "Instructions Executed" (warp-level) is kept as ``executed``. Equal
+    tables in a row are kept once."""
     tables, label_lines, header, current = [], [], None, None
     for row in csv.reader(io.StringIO(text)):
         if not row or not any(cell.strip() for cell in row):
@@ -75,38 +79,56 @@ def source_tables(text: str) -> list[dict]:
                 value = number(cell)
                 if value is not None:
                     samples[name] = value
-        current["instructions"].append(dict(address=cells["Address"], source=cells["Source"], samples=samples))
-    return tables
+        executed = number(cells.get(EXECUTED, ""))
+        current["instructions"].append(
+            dict(address=cells["Address"], source=cells["Source"], samples=samples, executed=executed or 0.0)
+        )
+    # ncu 2025.3 prints each profiled kernel's table twice, identically: keep one of each run of equal tables
+    return [t for i, t in enumerate(tables) if i == 0 or t != tables[i - 1]]
 
 
 def summarize_table(table: dict, top: int = TOP_INSTRUCTIONS) -> dict:
-    """One kernel's samples: totals by sample column, by opcode (each opcode's columns and share of the main column:
-    "All Samples" where present, else the first) and the ``top`` instructions by that column."""
+    """One kernel's samples: totals by sample column, the stall reasons' shares (the ``stall_*`` columns over the main
+    column: "All Samples" where present, else the first), by opcode (instructions in the code, warp instructions
+    executed, each sample column and the share of the main one) and the ``top`` instructions by the main column."""
     instructions = table["instructions"]
     columns = sorted({name for ins in instructions for name in ins["samples"]})
     main = ALL_SAMPLES if ALL_SAMPLES in columns else (columns[0] if columns else None)
     totals = {name: sum(ins["samples"].get(name, 0.0) for ins in instructions) for name in columns}
     by_opcode: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counts: dict[str, int] = defaultdict(int)
+    executed: dict[str, float] = defaultdict(float)
     for ins in instructions:
         op = opcode(ins["source"])
         counts[op] += 1
+        executed[op] += ins.get("executed", 0.0)
         for name, value in ins["samples"].items():
             by_opcode[op][name] += value
     whole = totals.get(main, 0.0) if main else 0.0
     opcodes = sorted(
         (
-            dict(opcode=op, instructions=counts[op], share=(sums.get(main, 0.0) / whole if whole else 0.0), samples=dict(sums))
+            dict(
+                opcode=op,
+                instructions=counts[op],
+                executed=executed[op],
+                share=(sums.get(main, 0.0) / whole if whole else 0.0),
+                samples=dict(sums),
+            )
             for op, sums in by_opcode.items()
         ),
         key=lambda r: -r["share"],
     )
+    reasons = {
+        name: value / whole for name, value in totals.items() if name.startswith("stall_") and "Not Issued" not in name and whole
+    }
     ranked = sorted(instructions, key=lambda ins: -ins["samples"].get(main, 0.0))[:top] if main else []
     return dict(
         label=table["label"],
         instructions=len(instructions),
         main_column=main,
         totals=totals,
+        executed=sum(executed.values()),
+        reasons=dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
         by_opcode=opcodes,
         top=[
             dict(
@@ -142,9 +164,15 @@ def report(summaries: list[dict], opcodes: int = 12) -> str:
     """Each kernel's opcodes by share of its samples, then its top instructions."""
     lines = []
     for s in summaries:
-        lines.append(f"=== {s['label']}: {s['instructions']} instructions, {s['totals'].get(s['main_column'], 0):.0f} samples")
+        samples = s["totals"].get(s["main_column"], 0)
+        lines.append(
+            f"=== {s['label']}: {s['instructions']} instructions, {s['executed'] / 1e6:.2f} M executed, {samples:.0f} samples"
+        )
+        lines.append("  " + " ".join(f"{name[6:]} {100 * share:.1f} %" for name, share in s["reasons"].items() if share >= 0.005))
         for r in s["by_opcode"][:opcodes]:
-            lines.append(f"  {r['opcode']:10s} {r['instructions']:5d} instr  {100 * r['share']:5.1f} %")
+            lines.append(
+                f"  {r['opcode']:10s} {r['instructions']:5d} instr {r['executed'] / 1e6:7.3f} M executed {100 * r['share']:5.1f} %"
+            )
         lines.append("  top instructions:")
         for t in s["top"][:12]:
             lines.append(f"  {t['address']:>8s} {100 * t['share']:5.1f} %  {t['source'][:90]}")
@@ -155,6 +183,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sass", type=Path, required=True, help="ncu --page source --print-source sass --csv output")
     parser.add_argument("--details", type=Path, default=None, help="ncu --page details --csv output")
+    parser.add_argument(
+        "--launch", type=Path, default=None, help="the profiled program's JSON (profile_ncu --launch --out), kept whole"
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON output (default: print only)")
     args = parser.parse_args(argv)
     prov = provenance(seed=None)
@@ -169,7 +200,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"=== {kernel}")
         for name, value in metrics.items():
             print(f"  {name}: {value}")
-    result = dict(sass=str(args.sass), kernels=summaries, details=details)
+    launch = json.loads(args.launch.read_text()) if args.launch else None
+    result = dict(sass=str(args.sass), launch=launch, kernels=summaries, details=details)
     if args.out:
         write_json(args.out, result, prov, indent=1)
     return dict(provenance=prov, **result)

@@ -4,16 +4,21 @@ import pytest
 
 from benchmarks.kernels import ncu_source
 
-SASS = """Kernel Name: tma_rows_kernel<1, 8, 1>
-"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"
-"0x00","@!P0 SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [R2], R3 ;","60","50"
-"0x10","LDSM.16.M88.4 R4, [R5] ;","25","20"
-"0x20","HMMA.16816.F32.BF16 R8, R4, R12, R8 ;","10","4"
-"0x30","LDSM.16.M88.4 R6, [R7] ;","5","5"
-Kernel Name: tma_rows_kernel<1, 16, 1>
-"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"
-"0x00","HMMA.16816.F32.BF16 R8, R4, R12, R8 ;","1,000","900"
+HEADER = (
+    '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_long_sb","stall_long_sb (Not Issued)"'
+)
+EIGHT = f"""Kernel Name: tma_rows_kernel<1, 8, 1>
+{HEADER}
+"0x00","@!P0 SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [R2], R3 ;","60","100","45","40"
+"0x10","LDSM.16.M88.4 R4, [R5] ;","25","200","5","5"
+"0x20","HMMA.16816.F32.BF16 R8, R4, R12, R8 ;","10","50","0","0"
+"0x30","LDSM.16.M88.4 R6, [R7] ;","5","200","0","0"
 """
+SIXTEEN = f"""Kernel Name: tma_rows_kernel<1, 16, 1>
+{HEADER}
+"0x00","HMMA.16816.F32.BF16 R8, R4, R12, R8 ;","1,000","7","0","0"
+"""
+SASS = EIGHT + EIGHT + SIXTEEN  # ncu prints each kernel's table twice
 
 DETAILS = """"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"
 "0","tma_rows_kernel<1, 8, 1>","Warp State Statistics","Warp Cycles Per Issued Instruction","cycle","9.5"
@@ -32,6 +37,7 @@ def test_tables_split_by_header_and_take_the_lines_before_as_label():
     assert [t["label"] for t in tables] == ["Kernel Name: tma_rows_kernel<1, 8, 1>", "Kernel Name: tma_rows_kernel<1, 16, 1>"]
     assert [len(t["instructions"]) for t in tables] == [4, 1]
     assert tables[1]["instructions"][0]["samples"]["Warp Stall Sampling (All Samples)"] == 1000.0
+    assert tables[1]["instructions"][0]["executed"] == 7.0
 
 
 def test_summary_shares_by_opcode_and_top_instructions():
@@ -40,6 +46,9 @@ def test_summary_shares_by_opcode_and_top_instructions():
     shares = {r["opcode"]: r["share"] for r in summary["by_opcode"]}
     assert shares == pytest.approx({"SYNCS": 0.60, "LDSM": 0.30, "HMMA": 0.10})
     assert [r["instructions"] for r in summary["by_opcode"]] == [1, 2, 1]
+    assert [r["executed"] for r in summary["by_opcode"]] == [100.0, 400.0, 50.0]
+    assert summary["executed"] == 550.0
+    assert summary["reasons"] == pytest.approx({"stall_long_sb": 0.50})  # the "(Not Issued)" column is not a reason
     assert [t["address"] for t in summary["top"]] == ["0x00", "0x10"]
 
 
