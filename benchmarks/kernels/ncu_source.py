@@ -90,7 +90,8 @@ def source_tables(text: str) -> list[dict]:
 def summarize_table(table: dict, top: int = TOP_INSTRUCTIONS) -> dict:
     """One kernel's samples: totals by sample column, the stall reasons' shares (the ``stall_*`` columns over the main
     column: "All Samples" where present, else the first), by opcode (instructions in the code, warp instructions
-    executed, each sample column and the share of the main one) and the ``top`` instructions by the main column."""
+    executed, each sample column and the share of the main one), the ``top`` instructions by the main column, and each
+    mbarrier try-wait (``try_waits``: its index in the code, executed count and the share of the instruction after it)."""
     instructions = table["instructions"]
     columns = sorted({name for ins in instructions for name in ins["samples"]})
     main = ALL_SAMPLES if ALL_SAMPLES in columns else (columns[0] if columns else None)
@@ -122,8 +123,22 @@ def summarize_table(table: dict, top: int = TOP_INSTRUCTIONS) -> dict:
         name: value / whole for name, value in totals.items() if name.startswith("stall_") and "Not Issued" not in name and whole
     }
     ranked = sorted(instructions, key=lambda ins: -ins["samples"].get(main, 0.0))[:top] if main else []
+    # mbarrier try-waits: where a ring's consumers wait for a full stage and its producer for a free one; the sampled
+    # stall lands on the instruction after the try-wait (the branch that reads its predicate), the executed count says
+    # how often the wait ran (out-of-line retry loops: how often it had to retry)
+    try_waits = [
+        dict(
+            index=i,
+            address=ins["address"],
+            executed=ins.get("executed", 0.0),
+            share=(instructions[i + 1]["samples"].get(main, 0.0) / whole if whole and i + 1 < len(instructions) else 0.0),
+        )
+        for i, ins in enumerate(instructions)
+        if "TRYWAIT" in ins["source"]
+    ]
     return dict(
         label=table["label"],
+        try_waits=try_waits,
         instructions=len(instructions),
         main_column=main,
         totals=totals,

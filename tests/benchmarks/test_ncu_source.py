@@ -49,6 +49,8 @@ def test_summary_shares_by_opcode_and_top_instructions():
     assert [r["executed"] for r in summary["by_opcode"]] == [100.0, 400.0, 50.0]
     assert summary["executed"] == 550.0
     assert summary["reasons"] == pytest.approx({"stall_long_sb": 0.50})  # the "(Not Issued)" column is not a reason
+    assert [(w["index"], w["executed"]) for w in summary["try_waits"]] == [(0, 100.0)]
+    assert summary["try_waits"][0]["share"] == pytest.approx(0.25)  # the samples of the instruction after it
     assert [t["address"] for t in summary["top"]] == ["0x00", "0x10"]
 
 
