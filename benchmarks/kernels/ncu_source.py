@@ -34,6 +34,7 @@ from benchmarks.common import provenance, provenance_line, write_json
 ALL_SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
 TOP_INSTRUCTIONS = 25
+WAIT_BRANCH_WINDOW = 8  # instructions after a try-wait searched for the branch that reads its predicate
 
 
 def opcode(sass: str) -> str:
@@ -91,7 +92,7 @@ def summarize_table(table: dict, top: int = TOP_INSTRUCTIONS) -> dict:
     """One kernel's samples: totals by sample column, the stall reasons' shares (the ``stall_*`` columns over the main
     column: "All Samples" where present, else the first), by opcode (instructions in the code, warp instructions
     executed, each sample column and the share of the main one), the ``top`` instructions by the main column, and each
-    mbarrier try-wait (``try_waits``: its index in the code, executed count and the share of the instruction after it)."""
+    mbarrier try-wait (``try_waits``: its index in the code, executed count and the share of the branch that reads its predicate)."""
     instructions = table["instructions"]
     columns = sorted({name for ins in instructions for name in ins["samples"]})
     main = ALL_SAMPLES if ALL_SAMPLES in columns else (columns[0] if columns else None)
@@ -123,16 +124,19 @@ def summarize_table(table: dict, top: int = TOP_INSTRUCTIONS) -> dict:
         name: value / whole for name, value in totals.items() if name.startswith("stall_") and "Not Issued" not in name and whole
     }
     ranked = sorted(instructions, key=lambda ins: -ins["samples"].get(main, 0.0))[:top] if main else []
+
     # mbarrier try-waits: where a ring's consumers wait for a full stage and its producer for a free one; the sampled
-    # stall lands on the instruction after the try-wait (the branch that reads its predicate), the executed count says
-    # how often the wait ran (out-of-line retry loops: how often it had to retry)
+    # stall lands on the branch that reads the try-wait's predicate (the first branch within WAIT_BRANCH_WINDOW
+    # instructions after it), the executed count says how often the wait ran (out-of-line retry loops: how often it
+    # had to retry)
+    def branch_share(i: int) -> float:
+        for ins in instructions[i + 1 : i + 1 + WAIT_BRANCH_WINDOW]:
+            if opcode(ins["source"]) == "BRA":
+                return ins["samples"].get(main, 0.0) / whole if whole else 0.0
+        return 0.0
+
     try_waits = [
-        dict(
-            index=i,
-            address=ins["address"],
-            executed=ins.get("executed", 0.0),
-            share=(instructions[i + 1]["samples"].get(main, 0.0) / whole if whole and i + 1 < len(instructions) else 0.0),
-        )
+        dict(index=i, address=ins["address"], executed=ins.get("executed", 0.0), share=branch_share(i))
         for i, ins in enumerate(instructions)
         if "TRYWAIT" in ins["source"]
     ]

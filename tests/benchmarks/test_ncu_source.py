@@ -50,8 +50,18 @@ def test_summary_shares_by_opcode_and_top_instructions():
     assert summary["executed"] == 550.0
     assert summary["reasons"] == pytest.approx({"stall_long_sb": 0.50})  # the "(Not Issued)" column is not a reason
     assert [(w["index"], w["executed"]) for w in summary["try_waits"]] == [(0, 100.0)]
-    assert summary["try_waits"][0]["share"] == pytest.approx(0.25)  # the samples of the instruction after it
+    assert summary["try_waits"][0]["share"] == 0.0  # no branch follows it in the fixture
     assert [t["address"] for t in summary["top"]] == ["0x00", "0x10"]
+
+
+def test_a_try_wait_takes_the_samples_of_the_branch_that_reads_its_predicate():
+    text = f"""{HEADER}
+"0x00","SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R9+URZ], R8 ;","1","10","0","0"
+"0x10","IADD3 R17, R49, R5, R16 ;","2","10","0","0"
+"0x20","@!P0 BRA 0x90 ;","7","10","7","7"
+"""
+    summary = ncu_source.summarize_table(ncu_source.source_tables(text)[0])
+    assert summary["try_waits"][0]["share"] == pytest.approx(0.7)
 
 
 def test_details_keep_warp_state_rows_only():
