@@ -2779,6 +2779,31 @@ def stages16_step_table(results: Results, runs: dict[tuple[str, str], str], elem
     return markdown_table(header + (["its other kernels ms (profiled)"] if element_wise else []), rows)
 
 
+NCU_SOURCE_ROWS_RUN = "ncu_source_rows_h100_2026-12-07_b64ce57.json"
+NCU_SOURCE_OPCODES = ("BRA", "SYNCS", "LDS", "HMMA", "IMAD", "LOP3", "SHF", "VIMNMX", "ISETP", "FADD", "LDC", "S2R")
+NCU_SOURCE_REASONS = ("stall_long_sb", "stall_short_sb", "stall_wait", "stall_barrier", "stall_selected", "stall_dispatch")
+
+
+def cuda_ncu_source_rows_h100(results: Results) -> str:
+    """The W12 row tiles (cuda_w12_v9) on the 8B gate_up at 8 and 16 tokens under Nsight Compute's warp-state
+    sampling (one H100 call, ``run_h200_ncu_source.sh``): warp instructions executed (M) and the share of the samples,
+    by opcode, then the stall reasons' shares; a kernel other than the row tiles at 8 and 16 tokens raises."""
+    run = results(NCU_SOURCE_ROWS_RUN)
+    kernels = run["kernels"]
+    if len(kernels) != 2 or not all(f"(int){tok}, (int)1>" in k["label"] for k, tok in zip(kernels, (8, 16), strict=True)):
+        raise ValueError(f"{NCU_SOURCE_ROWS_RUN}: expected the row tiles at 8 and 16 tokens, got {[k['label'] for k in kernels]}")
+    ops = [{r["opcode"]: r for r in k["by_opcode"]} for k in kernels]
+    rows = [["all", *(f"{k['executed'] / 1e6:.2f} / 100.0" for k in kernels)]]
+    for op in NCU_SOURCE_OPCODES:
+        rows.append([op, *(f"{o[op]['executed'] / 1e6:.3f} / {100 * o[op]['share']:.1f}" for o in ops)])
+    for reason in NCU_SOURCE_REASONS:
+        rows.append([f"stall: {reason[6:]}", *(f"{100 * k['reasons'][reason]:.1f} %" for k in kernels)])
+    busiest = [max(k["try_waits"], key=lambda w: w["share"]) for k in kernels]
+    rows.append(["the busiest try-wait's branch", *(f"{100 * w['share']:.1f} %" for w in busiest)])
+    rows.append(["try-waits executed (all)", *(f"{sum(w['executed'] for w in k['try_waits']):,.0f}" for k in kernels)])
+    return markdown_table(["opcode", "8 tokens: M executed / % samples", "16 tokens: M executed / % samples"], rows)
+
+
 def cuda_rows_stages16_step_h100(results: Results) -> str:
     """The lean 8B W12 target's steps with the shipped library and with three row-tile stages at 9-16 tokens
     (``-DSPECDEC_ROWS_STAGES16=3``), by programmatic launch mode (``$SPECDEC_PDL``; one H100 call,
@@ -3051,6 +3076,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-rows-release-stages-h100": cuda_rows_release_stages_h100,
     "cuda-rows-stages16-step-h100": cuda_rows_stages16_step_h100,
     "cuda-stages16-pdl-modes-h100": cuda_stages16_pdl_modes_h100,
+    "cuda-ncu-source-rows-h100": cuda_ncu_source_rows_h100,
     "cuda-rows-bound-swizzle-h100": cuda_rows_bound_swizzle_h100,
     "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,
