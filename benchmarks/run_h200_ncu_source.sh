@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Where a weight-streaming kernel's warps wait, instruction by instruction: Nsight Compute's warp-state sampling
 # (SourceCounters, WarpStateStats) of one kernel on some cases, saved as a report, then exported as the SASS source
-# page (each instruction's samples by stall reason) and the details page, both as CSV; `benchmarks/kernels/ncu_source.py`
-# sums them by instruction kind and stall reason on the CPU machine. Default: the W12 row tiles (cuda_w12_v9, the
-# library's W12 kernel wherever K <= 8192) on the 8B gate_up at 8 and 16 tokens (what the 16-token consumers wait on).
+# page (each instruction's samples by stall reason) and the details page, both as CSV, which
+# `benchmarks/kernels/ncu_source.py` sums by opcode and stall reason (here, or later on any machine). Default: the W12
+# row tiles (cuda_w12_v9, the library's W12 kernel wherever K <= 8192) on the 8B gate_up at 8 and 16 tokens (what the
+# 16-token consumers wait on). SPECDEC_CUDA_KERNELS, where set, names the library profiled.
 # Expected time on one H200: ~1.5 min (torch start and planted weights ~20 s, two profiled launches with the sampling
 # sections ~20-40 s, the exports ~10 s each; nvcc ~20 s when build/specdec_cuda_kernels.so was not carried).
 # Caps: nvcc 40 s; ncu 90 s (the launch program's own budget, 40 s); each export 40 s; the parse 30 s.

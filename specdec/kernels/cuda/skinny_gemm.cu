@@ -926,10 +926,10 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
 
 #ifndef SPECDEC_X_LOADS_EARLY
 // 1: at 9-16 tokens (two MMA n-tiles) a W12 / Q consumer loads its weights and then its x fragments of a chunk with
-// volatile shared loads (in program order) and makes the decode wait for the last of them (a zero folded into the rows' bases), so that all
-// are issued before the decode, where ptxas otherwise issues them after the decode has begun and the first MMA of a
-// stage waits on them (benchmarks/NOTES.md, "Where the 16-token row tiles wait, instruction by
-// instruction: measured"). 0 (the default) leaves the shipped SASS as it is.
+// volatile shared loads (in program order) and makes the decode wait for the last of them (a zero folded into the
+// rows' bases), so that all are issued before the decode, where ptxas otherwise issues them after the decode has
+// begun and the first MMA of a stage waits on them (benchmarks/NOTES.md, "Where the 16-token row tiles wait,
+// instruction by instruction: measured"). 0 (the default) leaves the shipped SASS as it is.
 #define SPECDEC_X_LOADS_EARLY 0
 #endif
 #if SPECDEC_X_LOADS_EARLY
