@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 namespace cg = cooperative_groups;
 
@@ -932,6 +933,16 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
 // instruction by instruction: measured"). 0 (the default) leaves the shipped SASS as it is.
 #define SPECDEC_X_LOADS_EARLY 0
 #endif
+#ifndef SPECDEC_RELEASE_ON_LOAD_WORDS
+// 1: at 9-16 tokens a W12 / Q row-tile consumer (one chunk a stage) releases its stage as soon as the stage's loads
+// have landed, before its decode and MMAs: the release's store takes the xor of one word of each shared load (a load's
+// scoreboard covers all its registers), 2-3 instructions, where the xor of every loaded word cost 12-13 and still
+// released only before the last two MMAs (benchmarks/NOTES.md, "The row tiles' loop ends by SM, a stage released on
+// its loads, three stages at 9-16 tokens: measured"). 0 (the default) leaves the shipped SASS as it is.
+#define SPECDEC_RELEASE_ON_LOAD_WORDS 0
+#endif
+// consume_stage's hook once a chunk's loads are in registers (SPECDEC_RELEASE_ON_LOAD_WORDS); this type: none.
+struct NoEarlyRelease {};
 #if SPECDEC_X_LOADS_EARLY
 // 16- and 8-byte shared loads that the compiler keeps in order with the other volatile memory operations around them.
 __device__ __forceinline__ uint4 lds128_in_order(const unsigned char* p) {
@@ -951,9 +962,11 @@ __device__ __forceinline__ uint2 lds64_in_order(const unsigned char* p) {
 // stage's x), decode and MMA. HALVES groups of warps share a stage's chunks: group `half` takes chunks half x SK / 64 /
 // HALVES on. CHECK: the stage may end before SK (pieces at or past K read as zero). KIND kW12: the stage holds ae, nib,
 // x; kQ: ae, x.
-template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows, int SK = kBulkStageK>
+template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows, int SK = kBulkStageK,
+          typename OnLoaded = NoEarlyRelease>
 __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8], int t,
-                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half = 0) {
+                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half = 0,
+                                              OnLoaded on_loaded = {}) {
   constexpr int NT = TOK / 8;
   constexpr int kMine = SK / 64 / HALVES;  // chunks of each warp a stage
   const unsigned char* ae = st;
@@ -1002,6 +1015,15 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
       xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + (px ^ x_flip)) : make_uint4(0, 0, 0, 0);
       xs[jt][1] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + ((px + 16) ^ x_flip)) : make_uint4(0, 0, 0, 0);
     }
+#if SPECDEC_RELEASE_ON_LOAD_WORDS
+    if constexpr (NT > 1 && kMine == 1 && !std::is_same_v<OnLoaded, NoEarlyRelease>) {
+      uint32_t w = r.ae[0].x ^ r.ae[1].x;
+      if constexpr (KIND == kW12) w ^= r.nib[0].x ^ r.nib[1].x;
+#pragma unroll
+      for (int jt = 0; jt < NT; ++jt) w ^= xs[jt][0].x ^ xs[jt][1].x;
+      on_loaded(w);  // the stage may be released: every value it holds for this warp is in registers
+    }
+#endif
 #if SPECDEC_X_LOADS_EARLY
     if constexpr (NT > 1) {
       // The rows' bases take x's last fragment AND a zero ptxas cannot see (K >> 31, K > 0), so the decode cannot begin
@@ -1057,6 +1079,14 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   for (int j = 0; j < NT; ++j) x_off[j] = min(g + 8 * j, M - 1) * X_ROW_BYTES;
   const int n_full = min(s_hi, p.K / SK) - s_lo;  // stages entirely inside K
   float* mine = red + warp * 16 * TOK;  // this warp's [16][TOK] tile of red, written after the loop
+  // SPECDEC_RELEASE_ON_LOAD_WORDS: the row tiles' consumers at 9-16 tokens release a stage from consume_stage, once its
+  // loads have landed (release_loaded), and only advance here
+  constexpr bool kEarlyRelease = SPECDEC_RELEASE_ON_LOAD_WORDS && NT > 1 && KIND != kBf16 && SK / 64 / HALVES == 1;
+  auto release_loaded = [&](uint32_t loaded) {  // a store that cannot issue before the loads `loaded` was folded from
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "r"(loaded) : "memory");
+    __syncwarp();
+    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
+  };
   auto release = [&]() {
     // Every shared-memory load of the stage must have landed before the stage is released: the producer's next copy
     // into it is ordered after the arrive, not after loads still in flight, and ptxas issues the arrive without
@@ -1064,12 +1094,14 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     // H200 that let a copy overwrite x and weights before they were read). acc depends on every value the stage
     // loaded, so a store of it (to the warp's own tile, rewritten after the loop) cannot issue before they have
     // all landed, and the arrive follows the store. sass_report.loads_in_flight_at_release checks the binary.
-    float settled = acc[0][0];
+    if constexpr (!kEarlyRelease) {
+      float settled = acc[0][0];
 #pragma unroll
-    for (int j = 1; j < NT; ++j) settled += acc[j][0];
-    asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
-    __syncwarp();
-    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
+      for (int j = 1; j < NT; ++j) settled += acc[j][0];
+      asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
+      __syncwarp();
+      if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
+    }
     if constexpr (STRIDE == 1) {
       if (++s == STAGES) s = 0, ++round;
     } else {
@@ -1082,6 +1114,9 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
       consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
+    else if constexpr (kEarlyRelease)
+      consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
+                                                        acc, half, release_loaded);
     else
       consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
                                                         acc, half);
@@ -1092,6 +1127,9 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     if constexpr (KIND == kBf16)
       consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row, x_off,
                                                       t, acc, half);
+    else if constexpr (kEarlyRelease)
+      consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
+                                                       x_off, t, X0, X1, acc, half, release_loaded);
     else
       consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
                                                        x_off, t, X0, X1, acc, half);
