@@ -168,8 +168,8 @@ def decode_attention_triton(
     reads row ``g * T + t`` as query head ``g`` of the KV head at token ``t`` and returns ``[B, T, Hkv * G * D]``
     (``G = R / T``), written there by the combine launch. ``num_warps``: the split launch's warps a program (1, 2, 4,
     8 or 16; the sums' reduction order follows the layout, so results may differ from 4's in the last bits). Compiled
-    for sm_90 at 4, the split kernel at 64 query rows spills and at 8 it does not (``benchmarks/NOTES.md``, "What the
-    step's Triton kernels hold on an SM")."""
+    for sm_90 at 4, the split kernel at 64 query rows spills and at 8 it does not, yet 8 timed 3-8 % slower on an H100
+    (``benchmarks/NOTES.md``, "The split attention at 8 warps a program...: measured")."""
     if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16):
         raise ValueError(f"num_warps: expected 1, 2, 4, 8 or 16, got {num_warps!r}")
     bsz, hkv, r, d = q.shape

@@ -936,8 +936,8 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
 #ifndef SPECDEC_RELEASE_ON_LOAD_WORDS
 // 1: at 9-16 tokens a W12 / Q row-tile consumer (one chunk a stage) releases its stage as soon as the stage's loads
 // have landed, before its decode and MMAs: the release's store takes the xor of one word of each shared load (a load's
-// scoreboard covers all its registers), 2-3 instructions, where the xor of every loaded word cost 12-13 and still
-// released only before the last two MMAs (benchmarks/NOTES.md, "The row tiles' loop ends by SM, a stage released on
+// scoreboard covers all its registers), 5 more instructions a stage in the W12 loop, where the xor of every loaded word
+// cost 12-13 and still released only before the last two MMAs (benchmarks/NOTES.md, "The row tiles' loop ends by SM, a stage released on
 // its loads, three stages at 9-16 tokens: measured"). 0 (the default) leaves the shipped SASS as it is.
 #define SPECDEC_RELEASE_ON_LOAD_WORDS 0
 #endif
@@ -1087,6 +1087,10 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
   };
+  const auto on_loaded = [&] {  // consume_stage's hook: release_loaded where it releases, else none
+    if constexpr (kEarlyRelease) return release_loaded;
+    else return NoEarlyRelease{};
+  }();
   auto release = [&]() {
     // Every shared-memory load of the stage must have landed before the stage is released: the producer's next copy
     // into it is ordered after the arrive, not after loads still in flight, and ptxas issues the arrive without
@@ -1114,12 +1118,9 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (KIND == kBf16)
       consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
-    else if constexpr (kEarlyRelease)
-      consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
-                                                        acc, half, release_loaded);
     else
       consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
-                                                        acc, half);
+                                                        acc, half, on_loaded);
     release();
   }
   for (; it < n_mine; it += STRIDE) {  // the stage that ends at K
@@ -1127,12 +1128,9 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     if constexpr (KIND == kBf16)
       consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row, x_off,
                                                       t, acc, half);
-    else if constexpr (kEarlyRelease)
-      consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
-                                                       x_off, t, X0, X1, acc, half, release_loaded);
     else
       consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
-                                                       x_off, t, X0, X1, acc, half);
+                                                       x_off, t, X0, X1, acc, half, on_loaded);
     release();
   }
   // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 j + 2t, 8 j + 2t + 1) -> red[row][token].
