@@ -18,11 +18,19 @@
 # Caps: 100 s a timing, 60 s an AR step, 25 s a probe, 70 s memcheck, 90 s a build; carry build/specdec_cuda_kernels.so and
 # build/rows_ab_<switch>.so (<switch>: FLAGS' -DSPECDEC_ part lower-cased, = and spaces as _, e.g.
 # build/rows_ab_wide_ablate_64.so) built with `-Xfatbin -compress-all`, ~2 MB each, to skip the builds.
+# ROUNDS (default 2) sets the rounds of the linears' timings (0: none) and STEP_ROUNDS (default 1) the rounds of the
+# AR steps (shipped, then each library not an ablation, each round; past one round the JSON and log names end in
+# _<round>): ROUNDS=0 STEP_ROUNDS=2 with one switch is the short form, ~3.5 min (probes and memcheck ~1 min, four AR
+# steps ~40 s each), the step goal with the spread between processes seen twice.
 # Usage (repo root, on the GPU machine): bash benchmarks/run_h200_rows_ab.sh FLAGS [FLAGS ...]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
 MODELS=${MODELS:-qwen3-8b}
+ROUNDS=${ROUNDS:-2}
+STEP_ROUNDS=${STEP_ROUNDS:-1}
+case $ROUNDS in 0 | 1 | 2 | 3) ;; *) echo "ROUNDS: expected 0 to 3 rounds of timings, got $ROUNDS" >&2; exit 2 ;; esac
+case $STEP_ROUNDS in 1 | 2 | 3) ;; *) echo "STEP_ROUNDS: expected 1 to 3 rounds of AR steps, got $STEP_ROUNDS" >&2; exit 2 ;; esac
 case $MODELS in
   qwen3-8b) TIMING_BUDGET=40 ;;
   qwen3-8b,qwen3-32b | qwen3-32b) TIMING_BUDGET=70 ;;
@@ -61,14 +69,14 @@ for label in "${labels[@]}"; do
   echo "$label, memcheck: exit $? (0 clean, 9 errors, 124 timed out); $(tail -n 1 "$OUT/rows_ab_${label}_memcheck.log")"
 done
 passes=()
-for round in 1 2; do
+for round in $(seq 1 "$ROUNDS"); do
   passes+=("shipped$round")
   for label in "${labels[@]}"; do passes+=("$label$round"); done
 done
 for pass in "${passes[@]}"; do
   case $pass in
     shipped*) export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so ;;
-    *) export SPECDEC_CUDA_KERNELS=build/rows_ab_${pass%[12]}.so ;;
+    *) export SPECDEC_CUDA_KERNELS=build/rows_ab_${pass%[123]}.so ;;
   esac
   timeout 100 python3 -m benchmarks.kernels.bench_fixed_cost --models "$MODELS" --no-read-floor --budget-s "$TIMING_BUDGET" \
     --kernels cublas_bf16,cuda_w12_v10,cuda_q_v5,cuda_bf16_v5 --out "$OUT/rows_ab_$pass.json" > "$OUT/rows_ab_$pass.log" 2>&1
@@ -79,18 +87,26 @@ steps=(shipped)
 for label in "${labels[@]}"; do
   case $label in *ablate*) ;; *) steps+=("$label") ;; esac
 done
-for lib in "${steps[@]}"; do
+step_runs=()
+for round in $(seq 1 "$STEP_ROUNDS"); do
+  for lib in "${steps[@]}"; do
+    if [ "$STEP_ROUNDS" = 1 ]; then step_runs+=("$lib"); else step_runs+=("${lib}_$round"); fi
+  done
+done
+for run in "${step_runs[@]}"; do
+  lib=$run
+  [ "$STEP_ROUNDS" = 1 ] || lib=${run%_[123]}
   case $lib in shipped) export SPECDEC_CUDA_KERNELS=build/specdec_cuda_kernels.so ;; *) export SPECDEC_CUDA_KERNELS=build/rows_ab_$lib.so ;; esac
-  timeout 60 python3 -m benchmarks.kernels.bench_roofline --ar-step --ar-budget-s 40 --out "$OUT/rows_ab_ar_step_$lib.json" \
-    > "$OUT/rows_ab_ar_step_$lib.log" 2>&1
-  echo "AR step and 16-row verify step, $lib: exit $?"
+  timeout 60 python3 -m benchmarks.kernels.bench_roofline --ar-step --ar-budget-s 40 --out "$OUT/rows_ab_ar_step_$run.json" \
+    > "$OUT/rows_ab_ar_step_$run.log" 2>&1
+  echo "AR step and 16-row verify step, $run: exit $?"
 done
 unset SPECDEC_CUDA_KERNELS
 for pass in "${passes[@]}"; do
   echo "=== $pass ==="
   grep -E "^qwen3-(8b|32b) [a-z_]+ +[0-9]+ +cuda_" "$OUT/rows_ab_$pass.log"
 done
-for lib in "${steps[@]}"; do
-  echo "=== AR step, $lib ==="
-  grep -E "^AR step (bf16|w12):|^verify step" "$OUT/rows_ab_ar_step_$lib.log"
+for run in "${step_runs[@]}"; do
+  echo "=== AR step, $run ==="
+  grep -E "^AR step (bf16|w12):|^verify step" "$OUT/rows_ab_ar_step_$run.log"
 done
