@@ -30,6 +30,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.common import provenance, provenance_line, write_json
+from benchmarks.kernels.profile_ncu import parse_number
 
 ALL_SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
@@ -44,14 +45,6 @@ def opcode(sass: str) -> str:
     if words and words[0].startswith("@"):
         words = words[1:]
     return words[0].split(".")[0].rstrip(";") if words else ""
-
-
-def number(cell: str) -> float | None:
-    """A CSV cell as a float (thousands separators dropped), or None where it holds no number."""
-    try:
-        return float(cell.replace(",", "").strip())
-    except ValueError:
-        return None
 
 
 def source_tables(text: str) -> list[dict]:
@@ -77,10 +70,10 @@ def source_tables(text: str) -> list[dict]:
         samples = {}
         for name, cell in cells.items():
             if "Sampl" in name or "stall" in name.lower():
-                value = number(cell)
+                value = parse_number(cell)
                 if value is not None:
                     samples[name] = value
-        executed = number(cells.get(EXECUTED, ""))
+        executed = parse_number(cells.get(EXECUTED, ""))
         current["instructions"].append(
             dict(address=cells["Address"], source=cells["Source"], samples=samples, executed=executed or 0.0)
         )

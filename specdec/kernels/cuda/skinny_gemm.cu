@@ -943,19 +943,27 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
 #endif
 // consume_stage's hook once a chunk's loads are in registers (SPECDEC_RELEASE_ON_LOAD_WORDS); this type: none.
 struct NoEarlyRelease {};
-#if SPECDEC_X_LOADS_EARLY
-// 16- and 8-byte shared loads that the compiler keeps in order with the other volatile memory operations around them.
-__device__ __forceinline__ uint4 lds128_in_order(const unsigned char* p) {
-  uint4 v;
-  asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
-  return v;
+// 16- and 8-byte shared loads; IN_ORDER: volatile, kept in order with the other volatile memory operations around them.
+template <bool IN_ORDER>
+__device__ __forceinline__ uint4 lds128(const unsigned char* p) {
+  if constexpr (IN_ORDER) {
+    uint4 v;
+    asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
+    return v;
+  } else {
+    return *reinterpret_cast<const uint4*>(p);
+  }
 }
-__device__ __forceinline__ uint2 lds64_in_order(const unsigned char* p) {
-  uint2 v;
-  asm volatile("ld.volatile.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(smem_addr(p)));
-  return v;
+template <bool IN_ORDER>
+__device__ __forceinline__ uint2 lds64(const unsigned char* p) {
+  if constexpr (IN_ORDER) {
+    uint2 v;
+    asm volatile("ld.volatile.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(smem_addr(p)));
+    return v;
+  } else {
+    return *reinterpret_cast<const uint2*>(p);
+  }
 }
-#endif
 
 // One stage (SK / 64 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes of ROWS rows and
 // SK weights, x of tokens g + 8 j (j < TOK / 8: one MMA n-tile each; x_off[j]: that token row's byte offset in the
@@ -985,35 +993,18 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
     ChunkRegs<KIND, true> r;
     uint4 xs[NT][2];
     const int pa = (c * 64 + 16 * t) ^ a_flip, pn = (c * 32 + 8 * t) ^ n_flip, px = c * 128 + 32 * t;
-#if SPECDEC_X_LOADS_EARLY
-    if constexpr (NT > 1) {  // the weights' loads first, in order, then x's (below)
-      r.ae[0] = in ? lds128_in_order(ae + tile_row * SK + pa) : make_uint4(0, 0, 0, 0);
-      r.ae[1] = in ? lds128_in_order(ae + (tile_row + 8) * SK + pa) : make_uint4(0, 0, 0, 0);
-      if constexpr (KIND == kW12) {
-        r.nib[0] = in ? lds64_in_order(nib + tile_row * (SK / 2) + pn) : make_uint2(0, 0);
-        r.nib[1] = in ? lds64_in_order(nib + (tile_row + 8) * (SK / 2) + pn) : make_uint2(0, 0);
-      }
-    } else
-#endif
-    {
-      r.ae[0] = in ? *reinterpret_cast<const uint4*>(ae + tile_row * SK + pa) : make_uint4(0, 0, 0, 0);
-      r.ae[1] = in ? *reinterpret_cast<const uint4*>(ae + (tile_row + 8) * SK + pa) : make_uint4(0, 0, 0, 0);
-      if constexpr (KIND == kW12) {
-        r.nib[0] = in ? *reinterpret_cast<const uint2*>(nib + tile_row * (SK / 2) + pn) : make_uint2(0, 0);
-        r.nib[1] = in ? *reinterpret_cast<const uint2*>(nib + (tile_row + 8) * (SK / 2) + pn) : make_uint2(0, 0);
-      }
+    // SPECDEC_X_LOADS_EARLY at two n-tiles: the weights' loads first, in order, then x's
+    constexpr bool kInOrder = SPECDEC_X_LOADS_EARLY && NT > 1;
+    r.ae[0] = in ? lds128<kInOrder>(ae + tile_row * SK + pa) : make_uint4(0, 0, 0, 0);
+    r.ae[1] = in ? lds128<kInOrder>(ae + (tile_row + 8) * SK + pa) : make_uint4(0, 0, 0, 0);
+    if constexpr (KIND == kW12) {
+      r.nib[0] = in ? lds64<kInOrder>(nib + tile_row * (SK / 2) + pn) : make_uint2(0, 0);
+      r.nib[1] = in ? lds64<kInOrder>(nib + (tile_row + 8) * (SK / 2) + pn) : make_uint2(0, 0);
     }
 #pragma unroll
     for (int jt = 0; jt < NT; ++jt) {
-#if SPECDEC_X_LOADS_EARLY
-      if constexpr (NT > 1) {
-        xs[jt][0] = in ? lds128_in_order(x0 + x_off[jt] + (px ^ x_flip)) : make_uint4(0, 0, 0, 0);
-        xs[jt][1] = in ? lds128_in_order(x0 + x_off[jt] + ((px + 16) ^ x_flip)) : make_uint4(0, 0, 0, 0);
-        continue;
-      }
-#endif
-      xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + (px ^ x_flip)) : make_uint4(0, 0, 0, 0);
-      xs[jt][1] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + ((px + 16) ^ x_flip)) : make_uint4(0, 0, 0, 0);
+      xs[jt][0] = in ? lds128<kInOrder>(x0 + x_off[jt] + (px ^ x_flip)) : make_uint4(0, 0, 0, 0);
+      xs[jt][1] = in ? lds128<kInOrder>(x0 + x_off[jt] + ((px + 16) ^ x_flip)) : make_uint4(0, 0, 0, 0);
     }
 #if SPECDEC_RELEASE_ON_LOAD_WORDS
     if constexpr (NT > 1 && kMine == 1 && !std::is_same_v<OnLoaded, NoEarlyRelease>) {
@@ -1024,21 +1015,17 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
       on_loaded(w);  // the stage may be released: every value it holds for this warp is in registers
     }
 #endif
-#if SPECDEC_X_LOADS_EARLY
-    if constexpr (NT > 1) {
+    uint32_t X0c = X0, X1c = X1;
+    if constexpr (kInOrder) {
       // The rows' bases take x's last fragment AND a zero ptxas cannot see (K >> 31, K > 0), so the decode cannot begin
       // before that load, and the loads before it (volatile, in order), have been issued.
       const uint32_t zero = static_cast<uint32_t>(K) >> 31;
-      uint32_t X0e = X0, X1e = X1;
       asm volatile("{\n.reg .b32 t;\nand.b32 t, %2, %3;\nor.b32 %0, %0, t;\nor.b32 %1, %1, t;\n}"
-                   : "+r"(X0e), "+r"(X1e)
+                   : "+r"(X0c), "+r"(X1c)
                    : "r"(xs[NT - 1][1].w), "r"(zero));
-      compute_chunk_tiles<KIND, true, NT>(acc, r, xs, X0e, X1e);
-      continue;
     }
-#endif
-    if constexpr (NT == 1) compute_chunk<KIND, true>(acc[0], r, xs[0], X0, X1);
-    else compute_chunk_tiles<KIND, true, NT>(acc, r, xs, X0, X1);
+    if constexpr (NT == 1) compute_chunk<KIND, true>(acc[0], r, xs[0], X0c, X1c);
+    else compute_chunk_tiles<KIND, true, NT>(acc, r, xs, X0c, X1c);
   }
 }
 
