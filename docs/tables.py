@@ -2784,6 +2784,31 @@ NCU_SOURCE_OPCODES = ("BRA", "SYNCS", "LDS", "HMMA", "IMAD", "LOP3", "SHF", "VIM
 NCU_SOURCE_REASONS = ("stall_long_sb", "stall_short_sb", "stall_wait", "stall_barrier", "stall_selected", "stall_dispatch")
 
 
+LOAD_RELEASE_PREFIX = "rows_ab_h100_2026-12-07_928194b"
+LOAD_RELEASE_LIBRARIES = {
+    "shipped": "shipped",
+    "released on its loads' words": "release_on_load_words_1",
+    "x's loads early": "x_loads_early_1",
+}
+LOAD_RELEASE_RUNS = {label: (f"{LOAD_RELEASE_PREFIX}_call3_{name}1.json",) for label, name in LOAD_RELEASE_LIBRARIES.items()}
+LOAD_RELEASE_STEPS = {
+    f"call {call}, round {r}: {label}": f"{LOAD_RELEASE_PREFIX}_call{call}_ar_step_{LOAD_RELEASE_LIBRARIES[label]}_{r}.json"
+    for call, switch in ((1, "released on its loads' words"), (2, "x's loads early"))
+    for r in (1, 2)
+    for label in ("shipped", switch)
+} | {f"call 3: {label}": f"{LOAD_RELEASE_PREFIX}_call3_ar_step_{name}.json" for label, name in LOAD_RELEASE_LIBRARIES.items()}
+
+
+def cuda_rows_load_release_h100(results: Results) -> str:
+    """A 16-token W12 / Q row-tile stage released once its loads' words have landed
+    (``-DSPECDEC_RELEASE_ON_LOAD_WORDS=1``) and x's loads issued before the decode (``-DSPECDEC_X_LOADS_EARLY=1``),
+    both since removed, against the shipped library (three H100 calls, ``run_h200_rows_ab.sh``: two short calls of
+    one switch each, then both with one round of the linears): the 8B linears, cold us, one process a library, then
+    every W12 step, a process each."""
+    linears = rows_ab_table(results, LOAD_RELEASE_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
+    return linears + "\n\n" + rows_ab_w12_steps(results, LOAD_RELEASE_STEPS)
+
+
 def cuda_ncu_source_rows_h100(results: Results) -> str:
     """The W12 row tiles (cuda_w12_v9) on the 8B gate_up at 8 and 16 tokens under Nsight Compute's warp-state
     sampling (one H100 call, ``run_h200_ncu_source.sh``): warp instructions executed (M) and the share of the samples,
@@ -3077,6 +3102,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-rows-stages16-step-h100": cuda_rows_stages16_step_h100,
     "cuda-stages16-pdl-modes-h100": cuda_stages16_pdl_modes_h100,
     "cuda-ncu-source-rows-h100": cuda_ncu_source_rows_h100,
+    "cuda-rows-load-release-h100": cuda_rows_load_release_h100,
     "cuda-rows-bound-swizzle-h100": cuda_rows_bound_swizzle_h100,
     "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,

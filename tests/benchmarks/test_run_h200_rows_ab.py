@@ -64,38 +64,38 @@ def timings(calls: list[str]) -> list[str]:
 
 
 def test_the_short_form_alternates_the_steps_and_times_no_linears(tmp_path):
-    done, calls = run_runner(tmp_path, "-DSPECDEC_RELEASE_ON_LOAD_WORDS=1", ROUNDS="0", STEP_ROUNDS="2")
+    done, calls = run_runner(tmp_path, "-DSPECDEC_ROWS_STAGES16=3", ROUNDS="0", STEP_ROUNDS="2")
     assert done.returncode == 0, done.stderr
-    switched = "build/rows_ab_release_on_load_words_1.so"
+    switched = "build/rows_ab_rows_stages16_3.so"
     assert timings(calls) == []
     assert steps(calls) == [
         ("build/specdec_cuda_kernels.so", "rows_ab_ar_step_shipped_1.json"),
-        (switched, "rows_ab_ar_step_release_on_load_words_1_1.json"),
+        (switched, "rows_ab_ar_step_rows_stages16_3_1.json"),
         ("build/specdec_cuda_kernels.so", "rows_ab_ar_step_shipped_2.json"),
-        (switched, "rows_ab_ar_step_release_on_load_words_1_2.json"),
+        (switched, "rows_ab_ar_step_rows_stages16_3_2.json"),
     ]
     assert sum("--probe" in call for call in calls) == 3  # the switched library is still checked first
 
 
 def test_the_default_times_two_rounds_and_one_step_a_library(tmp_path):
-    done, calls = run_runner(tmp_path, "-DSPECDEC_RELEASE_ON_LOAD_WORDS=1", "-DSPECDEC_WIDE_ABLATE=64")
+    done, calls = run_runner(tmp_path, "-DSPECDEC_ROWS_STAGES16=3", "-DSPECDEC_WIDE_ABLATE=64")
     assert done.returncode == 0, done.stderr
-    switched, ablated = "build/rows_ab_release_on_load_words_1.so", "build/rows_ab_wide_ablate_64.so"
+    switched, ablated = "build/rows_ab_rows_stages16_3.so", "build/rows_ab_wide_ablate_64.so"
     shipped = "build/specdec_cuda_kernels.so"
     assert timings(calls) == [shipped, switched, ablated, shipped, switched, ablated]
     assert steps(calls) == [
         (shipped, "rows_ab_ar_step_shipped.json"),
-        (switched, "rows_ab_ar_step_release_on_load_words_1.json"),
+        (switched, "rows_ab_ar_step_rows_stages16_3.json"),
     ]
 
 
 def test_rounds_out_of_range_are_refused_before_any_work(tmp_path):
-    done, calls = run_runner(tmp_path, "-DSPECDEC_RELEASE_ON_LOAD_WORDS=1", ROUNDS="5")
+    done, calls = run_runner(tmp_path, "-DSPECDEC_ROWS_STAGES16=3", ROUNDS="5")
     assert done.returncode == 2 and "ROUNDS: expected 0 to 3 rounds of timings, got 5" in done.stderr
     assert calls == []
 
 
 def test_step_rounds_out_of_range_are_refused_before_any_work(tmp_path):
-    done, calls = run_runner(tmp_path, "-DSPECDEC_RELEASE_ON_LOAD_WORDS=1", STEP_ROUNDS="0")
+    done, calls = run_runner(tmp_path, "-DSPECDEC_ROWS_STAGES16=3", STEP_ROUNDS="0")
     assert done.returncode == 2 and "STEP_ROUNDS: expected 1 to 3 rounds of AR steps, got 0" in done.stderr
     assert calls == []

@@ -30,7 +30,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <type_traits>
 
 namespace cg = cooperative_groups;
 
@@ -925,56 +924,14 @@ __device__ __forceinline__ void consume_bf16_stage(const unsigned char* st, int 
   }
 }
 
-#ifndef SPECDEC_X_LOADS_EARLY
-// 1: at 9-16 tokens (two MMA n-tiles) a W12 / Q consumer loads its weights and then its x fragments of a chunk with
-// volatile shared loads (in program order) and makes the decode wait for the last of them (a zero folded into the
-// rows' bases), so that all are issued before the decode, where ptxas otherwise issues them after the decode has
-// begun and the first MMA of a stage waits on them (benchmarks/NOTES.md, "Where the 16-token row tiles wait,
-// instruction by instruction: measured"). 0 (the default) leaves the shipped SASS as it is.
-#define SPECDEC_X_LOADS_EARLY 0
-#endif
-#ifndef SPECDEC_RELEASE_ON_LOAD_WORDS
-// 1: at 9-16 tokens a W12 / Q row-tile consumer (one chunk a stage) releases its stage as soon as the stage's loads
-// have landed, before its decode and MMAs: the release's store takes the xor of one word of each shared load (a load's
-// scoreboard covers all its registers), 5 more instructions a stage in the W12 loop, where the xor of every loaded word
-// cost 12-13 and still released only before the last two MMAs (benchmarks/NOTES.md, "The row tiles' loop ends by SM, a stage released on
-// its loads, three stages at 9-16 tokens: measured"). 0 (the default) leaves the shipped SASS as it is.
-#define SPECDEC_RELEASE_ON_LOAD_WORDS 0
-#endif
-// consume_stage's hook once a chunk's loads are in registers (SPECDEC_RELEASE_ON_LOAD_WORDS); this type: none.
-struct NoEarlyRelease {};
-// 16- and 8-byte shared loads; IN_ORDER: volatile, kept in order with the other volatile memory operations around them.
-template <bool IN_ORDER>
-__device__ __forceinline__ uint4 lds128(const unsigned char* p) {
-  if constexpr (IN_ORDER) {
-    uint4 v;
-    asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
-    return v;
-  } else {
-    return *reinterpret_cast<const uint4*>(p);
-  }
-}
-template <bool IN_ORDER>
-__device__ __forceinline__ uint2 lds64(const unsigned char* p) {
-  if constexpr (IN_ORDER) {
-    uint2 v;
-    asm volatile("ld.volatile.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(smem_addr(p)));
-    return v;
-  } else {
-    return *reinterpret_cast<const uint2*>(p);
-  }
-}
-
 // One stage (SK / 64 chunks) of one consumer warp: rows (g, g + 8) of its tile from the stage's planes of ROWS rows and
 // SK weights, x of tokens g + 8 j (j < TOK / 8: one MMA n-tile each; x_off[j]: that token row's byte offset in the
 // stage's x), decode and MMA. HALVES groups of warps share a stage's chunks: group `half` takes chunks half x SK / 64 /
 // HALVES on. CHECK: the stage may end before SK (pieces at or past K read as zero). KIND kW12: the stage holds ae, nib,
 // x; kQ: ae, x.
-template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows, int SK = kBulkStageK,
-          typename OnLoaded = NoEarlyRelease>
+template <bool CHECK, int KIND = kW12, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows, int SK = kBulkStageK>
 __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, int K, int tile_row, const int (&x_off)[TOK / 8], int t,
-                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half = 0,
-                                              OnLoaded on_loaded = {}) {
+                                              uint32_t X0, uint32_t X1, float (&acc)[TOK / 8][4], int half = 0) {
   constexpr int NT = TOK / 8;
   constexpr int kMine = SK / 64 / HALVES;  // chunks of each warp a stage
   const unsigned char* ae = st;
@@ -993,39 +950,19 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
     ChunkRegs<KIND, true> r;
     uint4 xs[NT][2];
     const int pa = (c * 64 + 16 * t) ^ a_flip, pn = (c * 32 + 8 * t) ^ n_flip, px = c * 128 + 32 * t;
-    // SPECDEC_X_LOADS_EARLY at two n-tiles: the weights' loads first, in order, then x's
-    constexpr bool kInOrder = SPECDEC_X_LOADS_EARLY && NT > 1;
-    r.ae[0] = in ? lds128<kInOrder>(ae + tile_row * SK + pa) : make_uint4(0, 0, 0, 0);
-    r.ae[1] = in ? lds128<kInOrder>(ae + (tile_row + 8) * SK + pa) : make_uint4(0, 0, 0, 0);
+    r.ae[0] = in ? *reinterpret_cast<const uint4*>(ae + tile_row * SK + pa) : make_uint4(0, 0, 0, 0);
+    r.ae[1] = in ? *reinterpret_cast<const uint4*>(ae + (tile_row + 8) * SK + pa) : make_uint4(0, 0, 0, 0);
     if constexpr (KIND == kW12) {
-      r.nib[0] = in ? lds64<kInOrder>(nib + tile_row * (SK / 2) + pn) : make_uint2(0, 0);
-      r.nib[1] = in ? lds64<kInOrder>(nib + (tile_row + 8) * (SK / 2) + pn) : make_uint2(0, 0);
+      r.nib[0] = in ? *reinterpret_cast<const uint2*>(nib + tile_row * (SK / 2) + pn) : make_uint2(0, 0);
+      r.nib[1] = in ? *reinterpret_cast<const uint2*>(nib + (tile_row + 8) * (SK / 2) + pn) : make_uint2(0, 0);
     }
 #pragma unroll
     for (int jt = 0; jt < NT; ++jt) {
-      xs[jt][0] = in ? lds128<kInOrder>(x0 + x_off[jt] + (px ^ x_flip)) : make_uint4(0, 0, 0, 0);
-      xs[jt][1] = in ? lds128<kInOrder>(x0 + x_off[jt] + ((px + 16) ^ x_flip)) : make_uint4(0, 0, 0, 0);
+      xs[jt][0] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + (px ^ x_flip)) : make_uint4(0, 0, 0, 0);
+      xs[jt][1] = in ? *reinterpret_cast<const uint4*>(x0 + x_off[jt] + ((px + 16) ^ x_flip)) : make_uint4(0, 0, 0, 0);
     }
-#if SPECDEC_RELEASE_ON_LOAD_WORDS
-    if constexpr (NT > 1 && kMine == 1 && !std::is_same_v<OnLoaded, NoEarlyRelease>) {
-      uint32_t w = r.ae[0].x ^ r.ae[1].x;
-      if constexpr (KIND == kW12) w ^= r.nib[0].x ^ r.nib[1].x;
-#pragma unroll
-      for (int jt = 0; jt < NT; ++jt) w ^= xs[jt][0].x ^ xs[jt][1].x;
-      on_loaded(w);  // the stage may be released: every value it holds for this warp is in registers
-    }
-#endif
-    uint32_t X0c = X0, X1c = X1;
-    if constexpr (kInOrder) {
-      // The rows' bases take x's last fragment AND a zero ptxas cannot see (K >> 31, K > 0), so the decode cannot begin
-      // before that load, and the loads before it (volatile, in order), have been issued.
-      const uint32_t zero = static_cast<uint32_t>(K) >> 31;
-      asm volatile("{\n.reg .b32 t;\nand.b32 t, %2, %3;\nor.b32 %0, %0, t;\nor.b32 %1, %1, t;\n}"
-                   : "+r"(X0c), "+r"(X1c)
-                   : "r"(xs[NT - 1][1].w), "r"(zero));
-    }
-    if constexpr (NT == 1) compute_chunk<KIND, true>(acc[0], r, xs[0], X0c, X1c);
-    else compute_chunk_tiles<KIND, true, NT>(acc, r, xs, X0c, X1c);
+    if constexpr (NT == 1) compute_chunk<KIND, true>(acc[0], r, xs[0], X0, X1);
+    else compute_chunk_tiles<KIND, true, NT>(acc, r, xs, X0, X1);
   }
 }
 
@@ -1066,18 +1003,6 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   for (int j = 0; j < NT; ++j) x_off[j] = min(g + 8 * j, M - 1) * X_ROW_BYTES;
   const int n_full = min(s_hi, p.K / SK) - s_lo;  // stages entirely inside K
   float* mine = red + warp * 16 * TOK;  // this warp's [16][TOK] tile of red, written after the loop
-  // SPECDEC_RELEASE_ON_LOAD_WORDS: the row tiles' consumers at 9-16 tokens release a stage from consume_stage, once its
-  // loads have landed (release_loaded), and only advance here
-  constexpr bool kEarlyRelease = SPECDEC_RELEASE_ON_LOAD_WORDS && NT > 1 && KIND != kBf16 && SK / 64 / HALVES == 1;
-  auto release_loaded = [&](uint32_t loaded) {  // a store that cannot issue before the loads `loaded` was folded from
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "r"(loaded) : "memory");
-    __syncwarp();
-    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
-  };
-  const auto on_loaded = [&] {  // consume_stage's hook: release_loaded where it releases, else none
-    if constexpr (kEarlyRelease) return release_loaded;
-    else return NoEarlyRelease{};
-  }();
   auto release = [&]() {
     // Every shared-memory load of the stage must have landed before the stage is released: the producer's next copy
     // into it is ordered after the arrive, not after loads still in flight, and ptxas issues the arrive without
@@ -1085,14 +1010,12 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     // H200 that let a copy overwrite x and weights before they were read). acc depends on every value the stage
     // loaded, so a store of it (to the warp's own tile, rewritten after the loop) cannot issue before they have
     // all landed, and the arrive follows the store. sass_report.loads_in_flight_at_release checks the binary.
-    if constexpr (!kEarlyRelease) {
-      float settled = acc[0][0];
+    float settled = acc[0][0];
 #pragma unroll
-      for (int j = 1; j < NT; ++j) settled += acc[j][0];
-      asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
-      __syncwarp();
-      if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
-    }
+    for (int j = 1; j < NT; ++j) settled += acc[j][0];
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
+    __syncwarp();
+    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
     if constexpr (STRIDE == 1) {
       if (++s == STAGES) s = 0, ++round;
     } else {
@@ -1107,7 +1030,7 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
       consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
     else
       consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
-                                                        acc, half, on_loaded);
+                                                        acc, half);
     release();
   }
   for (; it < n_mine; it += STRIDE) {  // the stage that ends at K
@@ -1117,7 +1040,7 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
                                                       t, acc, half);
     else
       consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
-                                                       x_off, t, X0, X1, acc, half, on_loaded);
+                                                       x_off, t, X0, X1, acc, half);
     release();
   }
   // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 j + 2t, 8 j + 2t + 1) -> red[row][token].
