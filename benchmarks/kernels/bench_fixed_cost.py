@@ -27,7 +27,8 @@ Q v3), in CTAs of one 16-row tile over the whole of K (bf16 v4, W12 v9, Q v4) an
 where they pay (``rows_pay``: bf16 v5, W12 v10, Q v5); v7, bf16 v2 and Q v3 only when ``--kernels`` names them. Every kernel's output on the first copy is checked against the float32 product (the roofline's
 tolerance) before it is timed; the decode itself is checked bit for bit by the roofline. A library built with
 ``-DSPECDEC_WIDE_ABLATE`` (parts left out for timing, ``bench_wide_w12.ABLATED_PARTS``; ``ablation`` in the JSON)
-has the kernels its bits reach (``ABLATED_KINDS``: the row tiles' x box, the tensor-map kernels' x box) timed
+has the kernels its bits reach (``ABLATED_KINDS``: the row tiles' x box, the tensor-map kernels' x box, both kernels'
+consumers' bank conflicts or their loads and math) timed
 unchecked (``unchecked`` rows).
 Weights are random (Gaussian, std 0.02), labelled so.
 
@@ -96,9 +97,9 @@ DEFAULT_KERNELS = (
 ROW_TILE_KINDS = ("cuda_bf16_v4", "cuda_w12_v9", "cuda_q_v4", "cuda_bf16_v5", "cuda_w12_v10", "cuda_q_v5")
 # SPECDEC_WIDE_ABLATE's bits that reach a kernel timed here (bench_wide_w12.ABLATED_PARTS) -> the kinds they reach: 64
 # the row tiles' x box; 128 the 64-row tensor-map kernels' x box, which every CUDA kind here runs or falls back to (the
-# row-tile kinds where K % 32 != 0); 256 the bank conflicts of both kernels' consumers, every CUDA kind here. No other
-# bit reaches a kernel timed here.
-ABLATED_KINDS = {64: ROW_TILE_KINDS, 128: KERNELS[1:], 256: KERNELS[1:]}
+# row-tile kinds where K % 32 != 0); 256 the bank conflicts of both kernels' consumers and 1024 their loads and math
+# (the ring alone), every CUDA kind here. No other bit reaches a kernel timed here.
+ABLATED_KINDS = {64: ROW_TILE_KINDS, 128: KERNELS[1:], 256: KERNELS[1:], 1024: KERNELS[1:]}
 
 
 def ablated(ablation: int, kind: str) -> bool:
@@ -107,6 +108,8 @@ def ablated(ablation: int, kind: str) -> bool:
     Example:
         >>> ablated(64, "cuda_q_v5"), ablated(64, "cuda_q_v2"), ablated(128, "cuda_q_v2"), ablated(1, "cuda_q_v5")
         (True, False, True, False)
+        >>> ablated(1024, "cuda_w12_v10"), ablated(1024, "cublas_bf16")
+        (True, False)
     """
     return any(ablation & bit and kind in kinds for bit, kinds in ABLATED_KINDS.items())
 

@@ -104,7 +104,8 @@ PRODUCT_ROWS = (16, 17, 33, 65, 100, 128)
 SMOKE_PRODUCT_ROWS = (17, 40)
 # A library built with -DSPECDEC_WIDE_ABLATE=A (ops.wide_ablation, A the bits of these parts left out) times parts of
 # the wide kernels (bits 1-32), of the 1-16 token row-tile kernels (64) or of the 1-16 token tensor-map kernels of
-# 64-row blocks (128), or the bank conflicts of both kernels' consumers' stage loads (256); their products are wrong,
+# 64-row blocks (128), the bank conflicts of both kernels' consumers' stage loads (256), the persistent kernel's
+# segment epilogues (512) or both kernels' consumers' loads and math (1024: their ring alone); their products are wrong,
 # so the kinds
 # whose kernels a bit of A reaches (ABLATED_KERNELS: kind -> bits) are timed unchecked and the checks are not run.
 ABLATED_PARTS = {
@@ -117,13 +118,15 @@ ABLATED_PARTS = {
     64: "row tiles' x box",
     128: "tensor-map kernels' x box",
     256: "consumers' bank conflicts",
+    512: "persistent kernel's segment epilogues",
+    1024: "1-16 token consumers' loads and math",
 }
 ABLATED_KERNELS = {
     "cuda_w12_wide": 63,
     "cuda_q_wide": 63,
-    "cuda_w12_two_calls": 448,
-    "cuda_w12_small_m": 448,
-    "cuda_q_small_m": 448,
+    "cuda_w12_two_calls": 448 | 512 | 1024,
+    "cuda_w12_small_m": 448 | 512 | 1024,
+    "cuda_q_small_m": 448 | 512 | 1024,
 }
 
 
@@ -240,6 +243,8 @@ def ablation_name(ablation: int) -> str:
     Example:
         >>> ablation_name(3), ablation_name(12), ablation_name(19), ablation_name(64)
         ('no decode, no MMAs', "no x's box, no epilogue", 'no decode, no MMAs, no escape warps', "no row tiles' x box")
+        >>> ablation_name(1024)
+        "no 1-16 token consumers' loads and math"
     """
     if not 0 < ablation < 2 * max(ABLATED_PARTS):
         raise ValueError(f"ablation: expected 1 to {2 * max(ABLATED_PARTS) - 1} (bits of {ABLATED_PARTS}), got {ablation}")

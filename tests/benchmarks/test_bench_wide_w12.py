@@ -88,8 +88,8 @@ def test_an_ablated_library_times_its_wide_kernels_unchecked_and_says_so(tmp_pat
     assert result["ablation"] == 2 and result["checks"] == [] and result["errors"] == 0
     assert {r["kind"] for r in result["timings"] if "cold_s" in r} >= {"cuda_w12_wide", "cuda_q_wide"}
     assert "no MMAs" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="ablation: expected 1 to 511"):
-        bench_wide_w12.ablation_name(512)
+    with pytest.raises(ValueError, match="ablation: expected 1 to 2047"):
+        bench_wide_w12.ablation_name(2048)
 
 
 @pytest.mark.parametrize(
@@ -99,6 +99,7 @@ def test_an_ablated_library_times_its_wide_kernels_unchecked_and_says_so(tmp_pat
         (64, {"cuda_w12_wide"}),  # the row tiles' x box: the wide kinds still checked
         (128, {"cuda_w12_wide"}),  # the tensor-map kernels' x box: the wide kinds still checked
         (256, {"cuda_w12_wide"}),  # the consumers' bank conflicts: the wide kinds still checked
+        (1024, {"cuda_w12_wide"}),  # the 1-16 token consumers' loads and math: the wide kinds still checked
     ],
 )
 def test_an_ablated_library_still_checks_the_kernels_its_bits_do_not_reach(ablation, failed, tmp_path, monkeypatch):

@@ -886,13 +886,17 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full_bar, uint64_t*
 // each lane's weight, nib and x offsets are moved by a lane-dependent xor within their row, so the loads, their bytes
 // and the instructions stay and every quarter-warp's 128 bytes fall in distinct banks); 512, of the 1-16 token
 // persistent kernel (tma_stream_k_kernel), its segment epilogues' sums of the halves' tiles and escapes (the loop
-// between the two barriers; the barriers stay).
+// between the two barriers; the barriers stay); 1024, of the 1-16 token row-tile and tensor-map kernels' consumers
+// (consume_segment), every stage's loads, decode and MMAs (each consumer warp waits for a full stage and releases it:
+// their ring alone, with the producer, the escape warp and the epilogue as they are).
 // The products of such a build are wrong by design; specdec_wide_ablation() reports it so that benchmarks time it only.
 #ifndef SPECDEC_WIDE_ABLATE
 #define SPECDEC_WIDE_ABLATE 0
 #endif
 // Bit 256's xor of a consumer lane's stage offsets (consume_bf16_stage, consume_stage); false in shipped builds.
 constexpr bool kAblateBanks = (SPECDEC_WIDE_ABLATE & 256) != 0;
+// Bit 1024: consume_segment's warps wait for and release each stage without reading it; false in shipped builds.
+constexpr bool kAblateConsumers = (SPECDEC_WIDE_ABLATE & 1024) != 0;
 // One stage (SK / 32 chunks of 32) of one consumer warp over bf16 weights: rows (g, g + 8) of its tile from the stage's
 // [ROWS][SK] weights, x of tokens g + 8 j after them (x_off[j]: that token row's byte offset), then MMA. CHECK, TOK,
 // ROWS, SK, HALVES and half as in consume_stage.
@@ -1026,7 +1030,8 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   int it = first;
   for (; it < n_full; it += STRIDE) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
-    if constexpr (KIND == kBf16)
+    if constexpr (kAblateConsumers) {
+    } else if constexpr (KIND == kBf16)
       consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
     else
       consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
@@ -1035,7 +1040,8 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   }
   for (; it < n_mine; it += STRIDE) {  // the stage that ends at K
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
-    if constexpr (KIND == kBf16)
+    if constexpr (kAblateConsumers) {
+    } else if constexpr (KIND == kBf16)
       consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row, x_off,
                                                       t, acc, half);
     else
