@@ -970,6 +970,80 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
   }
 }
 
+#ifndef SPECDEC_LANE_OFFSETS
+// A build-time switch (benchmarks/NOTES.md, "A consumer lane's stage offsets kept in registers: prediction"): 1 makes
+// consume_segment compute once, before its loop over full stages, each lane's byte offsets in a stage (its ae, nib and
+// x pieces) and the shared addresses of the ring's barriers and of its settling store, and keep them in registers
+// (keep_in_registers), where the shipped loop derives them again a stage from the lane, the warp and M (the 16-token
+// W12 row tiles: 53 of the loop's 185 instructions a stage are not loads, decode or MMAs). 0 in shipped builds.
+#define SPECDEC_LANE_OFFSETS 0
+#endif
+constexpr bool kLaneOffsets = SPECDEC_LANE_OFFSETS != 0;
+
+// A lane's byte offsets within a stage of consume_stage's layout: `a` of its ae piece of row g (row g + 8 is 8 SK
+// on), `n` of its nib piece of row g (W12; row g + 8 is 4 SK on), x[j] of its first x unit of token row g + 8 j, each
+// for the first chunk the lane's group takes (chunk cc after it: 64, 32 and 128 bytes on).
+template <int NT>
+struct LaneOffsets {
+  int a, n, x[NT];
+};
+
+// An empty asm that claims to rewrite v: the value must be held in a register at this point, so ptxas keeps it across
+// the loop that holds the statement instead of deriving it again from the registers it came from.
+__device__ __forceinline__ void keep_in_registers(int& v) { asm volatile("" : "+r"(v)); }
+__device__ __forceinline__ void keep_in_registers(uint32_t& v) { asm volatile("" : "+r"(v)); }
+
+// consume_bf16_stage<false> of one full stage at `st` with the lane's offsets `off` given (`a` of its weights of row g,
+// x[j] of its x of token row g + 8 j, for the first chunk its group takes; chunk cc after it 64 bytes on; `n` unused).
+template <int TOK, int HALVES, int ROWS, int SK>
+__device__ __forceinline__ void consume_bf16_stage_at(const unsigned char* st, const LaneOffsets<TOK / 8>& off, float (&acc)[TOK / 8][4]) {
+  constexpr int NT = TOK / 8;
+  constexpr int kMine = SK / 32 / HALVES;
+  const unsigned char* x0 = st + ROWS * SK * 2;
+#pragma unroll
+  for (int cc = 0; cc < kMine; ++cc) {
+    ChunkRegs<kBf16, true> r;
+    uint4 xs[NT][2];
+    r.w[0] = *reinterpret_cast<const uint4*>(st + off.a + cc * 64);
+    r.w[1] = *reinterpret_cast<const uint4*>(st + off.a + 8 * SK * 2 + cc * 64);
+#pragma unroll
+    for (int jt = 0; jt < NT; ++jt) {
+      xs[jt][0] = *reinterpret_cast<const uint4*>(x0 + off.x[jt] + cc * 64);
+      xs[jt][1] = make_uint4(0, 0, 0, 0);
+    }
+    if constexpr (NT == 1) compute_chunk<kBf16, true>(acc[0], r, xs[0], 0u, 0u);
+    else compute_chunk_tiles<kBf16, true, NT>(acc, r, xs, 0u, 0u);
+  }
+}
+
+// consume_stage<false> of one full stage at `st` with the lane's offsets `off` (LaneOffsets) given.
+template <int KIND, int TOK, int HALVES, int ROWS, int SK>
+__device__ __forceinline__ void consume_stage_at(const unsigned char* st, const LaneOffsets<TOK / 8>& off, uint32_t X0, uint32_t X1,
+                                                 float (&acc)[TOK / 8][4]) {
+  constexpr int NT = TOK / 8;
+  constexpr int kMine = SK / 64 / HALVES;
+  const unsigned char* nib = st + ROWS * SK;
+  const unsigned char* x0 = KIND == kW12 ? nib + ROWS * (SK / 2) : nib;
+#pragma unroll
+  for (int cc = 0; cc < kMine; ++cc) {
+    ChunkRegs<KIND, true> r;
+    uint4 xs[NT][2];
+    r.ae[0] = *reinterpret_cast<const uint4*>(st + off.a + cc * 64);
+    r.ae[1] = *reinterpret_cast<const uint4*>(st + off.a + 8 * SK + cc * 64);
+    if constexpr (KIND == kW12) {
+      r.nib[0] = *reinterpret_cast<const uint2*>(nib + off.n + cc * 32);
+      r.nib[1] = *reinterpret_cast<const uint2*>(nib + off.n + 8 * (SK / 2) + cc * 32);
+    }
+#pragma unroll
+    for (int jt = 0; jt < NT; ++jt) {
+      xs[jt][0] = *reinterpret_cast<const uint4*>(x0 + off.x[jt] + cc * 128);
+      xs[jt][1] = *reinterpret_cast<const uint4*>(x0 + off.x[jt] + cc * 128 + 16);
+    }
+    if constexpr (NT == 1) compute_chunk<KIND, true>(acc[0], r, xs[0], X0, X1);
+    else compute_chunk_tiles<KIND, true, NT>(acc, r, xs, X0, X1);
+  }
+}
+
 // The consumer side of a bulk-copy ring (kBulkStages stages of `stage_bytes` at `ring`, full / empty barriers):
 // consumer warp `warp` owns rows 16 w .. 16 w + 15 of the ROWS-row block (w = warp % (ROWS / 16)) and the chunks of
 // group warp / (ROWS / 16) of every stage of SK weights (HALVES groups), consumes stages s_lo .. s_hi - 1 of the block
@@ -1028,6 +1102,49 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     }
   };
   int it = first;
+  if constexpr (kLaneOffsets && !kAblateBanks && !kAblateConsumers) {
+    LaneOffsets<NT> off;
+    if constexpr (KIND == kBf16) {
+      constexpr int kMine = SK / 32 / HALVES;  // chunks of 32 weights, 64 bytes a row
+      off.a = tile_row * SK * 2 + half * kMine * 64 + 16 * t;
+      off.n = 0;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) off.x[j] = x_off[j] + half * kMine * 64 + 16 * t;
+    } else {
+      constexpr int kMine = SK / 64 / HALVES;
+      off.a = tile_row * SK + half * kMine * 64 + 16 * t;
+      off.n = tile_row * (SK / 2) + half * kMine * 32 + 8 * t;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) off.x[j] = x_off[j] + half * kMine * 128 + 32 * t;
+    }
+    uint32_t full0 = smem_addr(full_bar), empty0 = smem_addr(empty_bar), settle = smem_addr(mine + lane);
+    for (; it < n_full; it += STRIDE) {
+      keep_in_registers(off.a);
+      if constexpr (KIND != kBf16) keep_in_registers(off.n);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) keep_in_registers(off.x[j]);
+      keep_in_registers(full0);
+      keep_in_registers(empty0);
+      keep_in_registers(settle);
+      mbar_wait(full0 + 8 * s, round & 1);
+      if constexpr (KIND == kBf16)
+        consume_bf16_stage_at<TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, off, acc);
+      else
+        consume_stage_at<KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, off, X0, X1, acc);
+      float settled = acc[0][0];  // as in release()
+#pragma unroll
+      for (int j = 1; j < NT; ++j) settled += acc[j][0];
+      asm volatile("st.shared.f32 [%0], %1;" ::"r"(settle), "f"(settled) : "memory");
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * s);
+      if constexpr (STRIDE == 1) {
+        if (++s == STAGES) s = 0, ++round;
+      } else {
+        s += STRIDE;
+        if (s >= STAGES) s -= STAGES, ++round;
+      }
+    }
+  }
   for (; it < n_full; it += STRIDE) {
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (kAblateConsumers) {
