@@ -2809,6 +2809,26 @@ def cuda_rows_load_release_h100(results: Results) -> str:
     return linears + "\n\n" + rows_ab_w12_steps(results, LOAD_RELEASE_STEPS)
 
 
+RING_ALONE_PREFIX = "rows_ab_h100_2026-12-07_97822a0"
+RING_ALONE_LIBRARIES = {
+    "shipped": "shipped",
+    "ring alone": "wide_ablate_1024",
+    "lane offsets": "lane_offsets_1",
+}
+RING_ALONE_RUNS = {label: (f"{RING_ALONE_PREFIX}_{name}1.json",) for label, name in RING_ALONE_LIBRARIES.items()}
+RING_ALONE_STEPS = {label: f"{RING_ALONE_PREFIX}_ar_step_{RING_ALONE_LIBRARIES[label]}.json" for label in ("shipped", "lane offsets")}
+
+
+def cuda_rows_ring_alone_h100(results: Results) -> str:
+    """The 1-16 token kernels' ring without their consumers' loads, decode and MMAs (``-DSPECDEC_WIDE_ABLATE=1024``,
+    products wrong) and the consumers' lane offsets kept in registers at every token count
+    (``-DSPECDEC_LANE_OFFSETS=1``, the build that value then named) against the shipped library (one H100 call,
+    ``run_h200_rows_ab.sh``, one round): the 8B linears, cold us, one process a library, then the W12 steps of the
+    shipped and lane-offset libraries, a process each."""
+    linears = rows_ab_table(results, RING_ALONE_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
+    return linears + "\n\n" + rows_ab_w12_steps(results, RING_ALONE_STEPS)
+
+
 def cuda_ncu_source_rows_h100(results: Results) -> str:
     """The W12 row tiles (cuda_w12_v9) on the 8B gate_up at 8 and 16 tokens under Nsight Compute's warp-state
     sampling (one H100 call, ``run_h200_ncu_source.sh``): warp instructions executed (M) and the share of the samples,
@@ -3103,6 +3123,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-stages16-pdl-modes-h100": cuda_stages16_pdl_modes_h100,
     "cuda-ncu-source-rows-h100": cuda_ncu_source_rows_h100,
     "cuda-rows-load-release-h100": cuda_rows_load_release_h100,
+    "cuda-rows-ring-alone-h100": cuda_rows_ring_alone_h100,
     "cuda-rows-bound-swizzle-h100": cuda_rows_bound_swizzle_h100,
     "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,
