@@ -2816,7 +2816,9 @@ RING_ALONE_LIBRARIES = {
     "lane offsets": "lane_offsets_1",
 }
 RING_ALONE_RUNS = {label: (f"{RING_ALONE_PREFIX}_{name}1.json",) for label, name in RING_ALONE_LIBRARIES.items()}
-RING_ALONE_STEPS = {label: f"{RING_ALONE_PREFIX}_ar_step_{RING_ALONE_LIBRARIES[label]}.json" for label in ("shipped", "lane offsets")}
+RING_ALONE_STEPS = {
+    label: f"{RING_ALONE_PREFIX}_ar_step_{RING_ALONE_LIBRARIES[label]}.json" for label in ("shipped", "lane offsets")
+}
 
 
 def cuda_rows_ring_alone_h100(results: Results) -> str:
@@ -2827,6 +2829,25 @@ def cuda_rows_ring_alone_h100(results: Results) -> str:
     shipped and lane-offset libraries, a process each."""
     linears = rows_ab_table(results, RING_ALONE_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
     return linears + "\n\n" + rows_ab_w12_steps(results, RING_ALONE_STEPS)
+
+
+LANE_SPLIT_PREFIX = "rows_ab_h100_2026-12-07_05f92f1"
+LANE_SPLIT_LIBRARIES = {
+    "shipped": "shipped",
+    "lane offsets at 1-8 tokens": "lane_offsets_8",
+    "token split at 9-16 tokens": "rows_token_split16_2",
+}
+LANE_SPLIT_RUNS = {label: (f"{LANE_SPLIT_PREFIX}_{name}1.json",) for label, name in LANE_SPLIT_LIBRARIES.items()}
+LANE_SPLIT_STEPS = {label: f"{LANE_SPLIT_PREFIX}_ar_step_{name}.json" for label, name in LANE_SPLIT_LIBRARIES.items()}
+
+
+def cuda_rows_lane_split_h100(results: Results) -> str:
+    """The consumers' lane offsets kept in registers at 1-8 tokens only (``-DSPECDEC_LANE_OFFSETS=8``) and the 9-16
+    token row tiles' two n-tiles of tokens in two warps (``-DSPECDEC_ROWS_TOKEN_SPLIT16=2``, since removed) against the
+    shipped library (one H100 call, ``run_h200_rows_ab.sh``, one round): the 8B linears, cold us, one process a
+    library, then each library's W12 steps, a process each."""
+    linears = rows_ab_table(results, LANE_SPLIT_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
+    return linears + "\n\n" + rows_ab_w12_steps(results, LANE_SPLIT_STEPS)
 
 
 def cuda_ncu_source_rows_h100(results: Results) -> str:
@@ -3124,6 +3145,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-ncu-source-rows-h100": cuda_ncu_source_rows_h100,
     "cuda-rows-load-release-h100": cuda_rows_load_release_h100,
     "cuda-rows-ring-alone-h100": cuda_rows_ring_alone_h100,
+    "cuda-rows-lane-split-h100": cuda_rows_lane_split_h100,
     "cuda-rows-bound-swizzle-h100": cuda_rows_bound_swizzle_h100,
     "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,

@@ -971,12 +971,14 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
 }
 
 #ifndef SPECDEC_LANE_OFFSETS
-// A build-time switch (benchmarks/NOTES.md, "A consumer lane's stage offsets kept in registers: prediction"): N makes
-// consume_segment of the kernels of at most N tokens (8: the 1-8 token kernels; 16: every one) compute once, before its
-// loop over full stages, each lane's byte offsets in a stage (its ae, nib and x pieces) and the shared addresses of the
-// ring's barriers and of its settling store, and keep them in registers (keep_in_registers), where the shipped loop
-// derives them again a stage from the lane, the warp and M (the 16-token W12 row tiles: 53 of the loop's 185
-// instructions a stage are not loads, decode or MMAs). 0 in shipped builds.
+// A build-time switch (benchmarks/NOTES.md, "The 1-16 token kernels' ring alone, and the lane offsets kept in
+// registers: measured", and the section after it): N makes consume_segment of the kernels of at most N tokens (8: the
+// 1-8 token kernels; 16: every one) compute once, before its loop over full stages, each lane's byte offsets in a
+// stage (its ae, nib and x pieces) and the shared addresses of the ring's barriers and of its settling store, and keep
+// them in registers (keep_in_registers), where the shipped loop derives them again a stage from the lane, the warp and
+// M (the 16-token W12 row tiles: 53 of the loop's 186 instructions a stage are not loads, decode or MMAs). On an H100,
+// 8 made the one-token W12 calls 0.5-2.5 % and the AR step 1.7 % faster, but the 16-row verify step 1.1 % slower: nvcc
+// then compiles the 16-token kernels, whose source it leaves alone, to other SASS. 0 in shipped builds.
 #define SPECDEC_LANE_OFFSETS 0
 #endif
 __host__ __device__ constexpr bool lane_offsets_for(int tok) { return tok <= SPECDEC_LANE_OFFSETS; }
@@ -1053,14 +1055,12 @@ __device__ __forceinline__ void consume_stage_at(const unsigned char* st, const 
 // the stride of x's token rows in a stage; KIND: kW12, kQ or kBf16 (consume_stage); STAGES: the ring's stages; TOK: 8,
 // or 16 for tokens 8..15 in a second MMA n-tile. STRIDE > 1: the warp takes only every STRIDE-th stage of the segment
 // from its `first` on (s and round then start at that stage's slot), other warps the others (tma_rows_kernel's stage
-// groups); each stage is still released by the HALVES x ROWS / 16 warps that consume it. NTW < TOK / 8: the warp
-// multiplies only NTW of the TOK / 8 n-tiles of tokens, tile0 on, into those tokens' columns of its tile (another warp
-// of the same rows and chunks takes the others: tma_rows_kernel's token split).
+// groups); each stage is still released by the HALVES x ROWS / 16 warps that consume it.
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
-          int SK = kBulkStageK, int STRIDE = 1, int NTW = TOK / 8>
+          int SK = kBulkStageK, int STRIDE = 1>
 __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                                 uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                                float* red, int& s, uint32_t& round, int first = 0, int tile0 = 0) {
+                                                float* red, int& s, uint32_t& round, int first = 0) {
   static_assert(SK % ((KIND == kBf16 ? 32 : 64) * HALVES) == 0, "every group of warps takes whole chunks of a stage");
   static_assert(STAGES % STRIDE == 0, "a stage group keeps to its own ring slots");
   constexpr int kTileWarps = ROWS / 16;
@@ -1068,10 +1068,9 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   const int n_mine = s_hi - s_lo;
   const int g = lane >> 2, t = lane & 3;
   constexpr int NT = TOK / 8;
-  static_assert(NT % NTW == 0, "a warp's n-tiles of tokens divide TOK's");
-  float acc[NTW][4];
+  float acc[NT][4];
 #pragma unroll
-  for (int j = 0; j < NTW; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
   const int half = warp / kTileWarps;  // HALVES = 2 on 64 rows: warps 4..7 take the second chunk of every stage
   warp -= half * kTileWarps;
   red += half * ROWS * TOK;  // and their sums go to a second [ROWS][TOK] tile
@@ -1080,20 +1079,11 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   // the rows' bases (bf16 weights have none)
   const uint32_t X0 = KIND == kBf16 ? 0u : (static_cast<uint32_t>(p.base[min(row_block + tile_row, p.N - 1)]) << 7) | mid;
   const uint32_t X1 = KIND == kBf16 ? 0u : (static_cast<uint32_t>(p.base[min(row_block + tile_row + 8, p.N - 1)]) << 7) | mid;
-  // token g + 8 (tile0 + j)'s row in a stage's x; tokens >= M read token M - 1, whose outputs are never stored
-  int x_off[NTW];
-  if constexpr (NTW == NT) {
+  int x_off[NT];  // token g + 8 j's row in a stage's x; tokens >= M read token M - 1, whose outputs are never stored
 #pragma unroll
-    for (int j = 0; j < NT; ++j) x_off[j] = min(g + 8 * j, M - 1) * X_ROW_BYTES;
-  } else {
-#pragma unroll
-    for (int j = 0; j < NTW; ++j) x_off[j] = min(g + 8 * (tile0 + j), M - 1) * X_ROW_BYTES;
-  }
+  for (int j = 0; j < NT; ++j) x_off[j] = min(g + 8 * j, M - 1) * X_ROW_BYTES;
   const int n_full = min(s_hi, p.K / SK) - s_lo;  // stages entirely inside K
   float* mine = red + warp * 16 * TOK;  // this warp's [16][TOK] tile of red, written after the loop
-  // The settling store's place: the warp's own tile; with NTW < NT two warps share the tile, each its own n-tiles, so
-  // each lane stores where it writes one of its sums after the loop.
-  auto settle_at = [&]() { return NTW == NT ? mine + lane : mine + g * TOK + 8 * tile0 + 2 * t; };
   auto release = [&]() {
     // Every shared-memory load of the stage must have landed before the stage is released: the producer's next copy
     // into it is ordered after the arrive, not after loads still in flight, and ptxas issues the arrive without
@@ -1103,8 +1093,8 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     // all landed, and the arrive follows the store. sass_report.loads_in_flight_at_release checks the binary.
     float settled = acc[0][0];
 #pragma unroll
-    for (int j = 1; j < NTW; ++j) settled += acc[j][0];
-    asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(settle_at())), "f"(settled) : "memory");
+    for (int j = 1; j < NT; ++j) settled += acc[j][0];
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(mine + lane)), "f"(settled) : "memory");
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[s]));
     if constexpr (STRIDE == 1) {
@@ -1116,37 +1106,37 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
   };
   int it = first;
   if constexpr (lane_offsets_for(TOK) && !kAblateBanks && !kAblateConsumers) {
-    LaneOffsets<NTW> off;
+    LaneOffsets<NT> off;
     if constexpr (KIND == kBf16) {
       constexpr int kMine = SK / 32 / HALVES;  // chunks of 32 weights, 64 bytes a row
       off.a = tile_row * SK * 2 + half * kMine * 64 + 16 * t;
       off.n = 0;
 #pragma unroll
-      for (int j = 0; j < NTW; ++j) off.x[j] = x_off[j] + half * kMine * 64 + 16 * t;
+      for (int j = 0; j < NT; ++j) off.x[j] = x_off[j] + half * kMine * 64 + 16 * t;
     } else {
       constexpr int kMine = SK / 64 / HALVES;
       off.a = tile_row * SK + half * kMine * 64 + 16 * t;
       off.n = tile_row * (SK / 2) + half * kMine * 32 + 8 * t;
 #pragma unroll
-      for (int j = 0; j < NTW; ++j) off.x[j] = x_off[j] + half * kMine * 128 + 32 * t;
+      for (int j = 0; j < NT; ++j) off.x[j] = x_off[j] + half * kMine * 128 + 32 * t;
     }
-    uint32_t full0 = smem_addr(full_bar), empty0 = smem_addr(empty_bar), settle = smem_addr(settle_at());
+    uint32_t full0 = smem_addr(full_bar), empty0 = smem_addr(empty_bar), settle = smem_addr(mine + lane);
     for (; it < n_full; it += STRIDE) {
       keep_in_registers(off.a);
       if constexpr (KIND != kBf16) keep_in_registers(off.n);
 #pragma unroll
-      for (int j = 0; j < NTW; ++j) keep_in_registers(off.x[j]);
+      for (int j = 0; j < NT; ++j) keep_in_registers(off.x[j]);
       keep_in_registers(full0);
       keep_in_registers(empty0);
       keep_in_registers(settle);
       mbar_wait(full0 + 8 * s, round & 1);
       if constexpr (KIND == kBf16)
-        consume_bf16_stage_at<8 * NTW, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, off, acc);
+        consume_bf16_stage_at<TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, off, acc);
       else
-        consume_stage_at<KIND, 8 * NTW, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, off, X0, X1, acc);
+        consume_stage_at<KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, off, X0, X1, acc);
       float settled = acc[0][0];  // as in release()
 #pragma unroll
-      for (int j = 1; j < NTW; ++j) settled += acc[j][0];
+      for (int j = 1; j < NT; ++j) settled += acc[j][0];
       asm volatile("st.shared.f32 [%0], %1;" ::"r"(settle), "f"(settled) : "memory");
       __syncwarp();
       if (lane == 0) mbar_arrive(empty0 + 8 * s);
@@ -1162,10 +1152,9 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (kAblateConsumers) {
     } else if constexpr (KIND == kBf16)
-      consume_bf16_stage<false, 8 * NTW, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc,
-                                                           half);
+      consume_bf16_stage<false, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, acc, half);
     else
-      consume_stage<false, KIND, 8 * NTW, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
+      consume_stage<false, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, 0, p.K, tile_row, x_off, t, X0, X1,
                                                         acc, half);
     release();
   }
@@ -1173,34 +1162,33 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
     mbar_wait(smem_addr(&full_bar[s]), round & 1);
     if constexpr (kAblateConsumers) {
     } else if constexpr (KIND == kBf16)
-      consume_bf16_stage<true, 8 * NTW, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
-                                                          x_off, t, acc, half);
+      consume_bf16_stage<true, TOK, ROWS, SK, HALVES>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row, x_off,
+                                                      t, acc, half);
     else
-      consume_stage<true, KIND, 8 * NTW, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
+      consume_stage<true, KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, (s_lo + it) * SK, p.K, tile_row,
                                                        x_off, t, X0, X1, acc, half);
     release();
   }
-  // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 (tile0 + j) + 2t, ... + 1) -> red[row][token].
-  const int col = NTW == NT ? 0 : 8 * tile0;  // the warp's first token column
+  // acc[j]: rows (g, g + 8) of the warp's tile, tokens (8 j + 2t, 8 j + 2t + 1) -> red[row][token].
 #pragma unroll
-  for (int j = 0; j < NTW; ++j) {
-    mine[g * TOK + 8 * j + 2 * t + col] = acc[j][0];
-    mine[g * TOK + 8 * j + 2 * t + 1 + col] = acc[j][1];
-    mine[(g + 8) * TOK + 8 * j + 2 * t + col] = acc[j][2];
-    mine[(g + 8) * TOK + 8 * j + 2 * t + 1 + col] = acc[j][3];
+  for (int j = 0; j < NT; ++j) {
+    mine[g * TOK + 8 * j + 2 * t] = acc[j][0];
+    mine[g * TOK + 8 * j + 2 * t + 1] = acc[j][1];
+    mine[(g + 8) * TOK + 8 * j + 2 * t] = acc[j][2];
+    mine[(g + 8) * TOK + 8 * j + 2 * t + 1] = acc[j][3];
   }
 }
 
 // consume_segment over the CTA's only segment, from the ring's first slot (STRIDE > 1: from stage `first`, in its slot).
 template <int X_ROW_BYTES, int KIND = kW12, int STAGES = kBulkStages, int TOK = kMaxTokens, int HALVES = 1, int ROWS = kStreamRows,
-          int SK = kBulkStageK, int STRIDE = 1, int NTW = TOK / 8>
+          int SK = kBulkStageK, int STRIDE = 1>
 __device__ __forceinline__ void consume_ring(const Params& p, unsigned char* ring, int stage_bytes, uint64_t* full_bar,
                                              uint64_t* empty_bar, int s_lo, int s_hi, int row_block, int warp, int lane,
-                                             float* red, int first = 0, int tile0 = 0) {
+                                             float* red, int first = 0) {
   int s = first;
   uint32_t round = 0;
-  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK, STRIDE, NTW>(p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi,
-                                                                                 row_block, warp, lane, red, s, round, first, tile0);
+  consume_segment<X_ROW_BYTES, KIND, STAGES, TOK, HALVES, ROWS, SK, STRIDE>(p, ring, stage_bytes, full_bar, empty_bar, s_lo, s_hi,
+                                                                            row_block, warp, lane, red, s, round, first);
 }
 
 template <int PRODUCER_WARPS>
@@ -1939,15 +1927,6 @@ constexpr int kRowStageGroupCtas = 3;
 #define SPECDEC_ROWS_STAGES16 4
 #endif
 __host__ __device__ constexpr int rows_stages(int tok) { return tok > kMaxTokens ? SPECDEC_ROWS_STAGES16 : 6; }
-#ifndef SPECDEC_ROWS_TOKEN_SPLIT16
-// A build-time switch (benchmarks/NOTES.md, "Two n-tiles of tokens in two warps at 9-16 tokens: prediction"): 2 gives
-// the 9-16 token row tiles twice the consumer warps, warps w and w + 4 decoding the same rows and chunks of every stage
-// and multiplying one n-tile of tokens each (tokens 0-7, 8-15), so that each warp's chain a stage is the 8-token one;
-// under a launch bound of kRowStageGroupCtas CTAs an SM. 1 (one warp both n-tiles) in shipped builds.
-#define SPECDEC_ROWS_TOKEN_SPLIT16 1
-#endif
-// Consumer warps of a row-tile stage's chunk group: SPECDEC_ROWS_TOKEN_SPLIT16 at 9-16 tokens, else 1.
-__host__ __device__ constexpr int rows_token_split(int tok) { return tok > kMaxTokens ? SPECDEC_ROWS_TOKEN_SPLIT16 : 1; }
 #ifndef SPECDEC_ROWS_BOUND16
 // The launch bound of the row tiles at 9-16 tokens (CTAs an SM the registers allow): 5 (W12 59-64 registers a thread,
 // Q and bf16 59-71; no spills, the W12 loop as long as under 4), where 4 let ptxas take 72-79. On an H100 the bound of 5
@@ -1959,14 +1938,14 @@ __host__ __device__ constexpr int rows_token_split(int tok) { return tok > kMaxT
 // SPECDEC_ROWS_BOUND16 for two, kRowStageGroupCtas with two stage groups (the Q view's: <= 61 registers); shared memory
 // allows 2-7 by M and kind.
 __host__ __device__ constexpr int rows_ctas_per_sm(int tok, int stage_groups = 1) {
-  return stage_groups > 1 || rows_token_split(tok) > 1 ? kRowStageGroupCtas : tok > kMaxTokens ? SPECDEC_ROWS_BOUND16 : 5;
+  return stage_groups > 1 ? kRowStageGroupCtas : tok > kMaxTokens ? SPECDEC_ROWS_BOUND16 : 5;
 }
 __host__ __device__ constexpr int rows_weight_bytes(int kind) {
   return kRowTile * kRowStageK * (kind == kBf16 ? 2 : 1) + (kind == kW12 ? kRowTile * (kRowStageK / 2) : 0);
 }
 __host__ __device__ constexpr int rows_stage_bytes(int kind, int M) { return rows_weight_bytes(kind) + M * kRowStageK * 2; }
-__host__ __device__ constexpr int rows_threads(int kind, int tok, int stage_groups = 1) {
-  return (kRowGroups * stage_groups * rows_token_split(tok) + 1 + (kind == kW12 ? 1 : 0)) * 32;
+__host__ __device__ constexpr int rows_threads(int kind, int stage_groups = 1) {
+  return (kRowGroups * stage_groups + 1 + (kind == kW12 ? 1 : 0)) * 32;
 }
 // After the stages: a [16 rows][TOK] fp32 tile a consumer warp, then for W12 the escape warp's sums and round.
 __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_groups = 1) {
@@ -1974,14 +1953,11 @@ __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_g
 }
 
 template <int KIND, int TOK = kMaxTokens, int STAGE_GROUPS = 1>
-__global__ void __launch_bounds__(rows_threads(KIND, TOK, STAGE_GROUPS), rows_ctas_per_sm(TOK, STAGE_GROUPS))
+__global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_per_sm(TOK, STAGE_GROUPS))
     tma_rows_kernel(const Params p, const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
                     const __grid_constant__ CUtensorMap x_map) {
   constexpr int kStages = rows_stages(TOK);
-  constexpr int kSplit = rows_token_split(TOK);
-  static_assert(kSplit == 1 || STAGE_GROUPS == 1, "the token split and the stage groups are not built together");
-  constexpr int kTiles = kRowGroups * STAGE_GROUPS;  // [16 rows][TOK] tiles of sums, one a chunk group
-  constexpr int kConsumers = kTiles * kSplit;        // consumer warps
+  constexpr int kConsumers = kRowGroups * STAGE_GROUPS;
   constexpr int kEscapeWarp = KIND == kW12 ? 1 : 0;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
@@ -1994,9 +1970,9 @@ __global__ void __launch_bounds__(rows_threads(KIND, TOK, STAGE_GROUPS), rows_ct
   const int row_block = blockIdx.x * kRowTile;
   const int stage_bytes = rows_stage_bytes(KIND, M);
   float* red = reinterpret_cast<float*>(smem + static_cast<size_t>(kStages) * stage_bytes);
-  float* esc = red + kTiles * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
+  float* esc = red + kConsumers * kRowTile * TOK;  // the escape warp's shared memory (fold_escapes)
 
-  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups * kSplit);
+  if (tid == 0) init_ring_barriers<kStages>(full_bar, empty_bar, 1, kRowGroups);
   __syncthreads();
 #if SPECDEC_WIDE_TRACE
   if (tid == 0) {
@@ -2014,15 +1990,9 @@ __global__ void __launch_bounds__(rows_threads(KIND, TOK, STAGE_GROUPS), rows_ct
   } else if (kEscapeWarp == 1 && warp == kConsumers + 1) {
     fold_escapes<TOK, kRowTile>(p, row_block, 0, p.K, lane, esc);
     if (lane == 0) wide_trace(kTraceEscapes);
-  } else if constexpr (STAGE_GROUPS == 1 && kSplit == 1) {
+  } else if constexpr (STAGE_GROUPS == 1) {
     consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK>(p, smem, stage_bytes, full_bar, empty_bar, 0,
                                                                                        n_stages, row_block, warp, lane, red);
-    if (tid == 0) wide_trace(kTraceConsumed);
-  } else if constexpr (STAGE_GROUPS == 1) {
-    constexpr int kTilesAWarp = TOK / 8 / kSplit;  // warps w and w + kRowGroups: the same chunk, n-tiles apart
-    consume_ring<kRowStageK * 2, KIND, kStages, TOK, kRowGroups, kRowTile, kRowStageK, 1, kTilesAWarp>(
-        p, smem, stage_bytes, full_bar, empty_bar, 0, n_stages, row_block, warp % kRowGroups, lane, red, 0,
-        (warp / kRowGroups) * kTilesAWarp);
     if (tid == 0) wide_trace(kTraceConsumed);
   } else {
     const int group = warp / kRowGroups;  // its stages: group, group + STAGE_GROUPS, ...; its chunk: warp % kRowGroups
@@ -2044,7 +2014,7 @@ __global__ void __launch_bounds__(rows_threads(KIND, TOK, STAGE_GROUPS), rows_ct
     for (int m = 0; m < TOK; ++m) {
       out[m] = 0.f;
 #pragma unroll
-      for (int h = 0; h < kTiles; ++h) out[m] += red[(h * kRowTile + tid) * TOK + m];
+      for (int h = 0; h < kConsumers; ++h) out[m] += red[(h * kRowTile + tid) * TOK + m];
       if constexpr (kEscapeWarp == 1) out[m] += esc[tid * TOK + m];
     }
     if (tid == 0) wide_trace(kTraceSummed);
@@ -3621,7 +3591,7 @@ int launch_rows_tokens(Params p, cudaStream_t stream) {
   p.k_splits = pl.k_splits;
   p.n_chunks = pl.n_chunks;
   const auto kernel = groups > 1 ? two_groups : one_group;
-  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND, TOK, groups), pl.smem_bytes, stream, p, ae_map,
+  const cudaError_t e = launch_tma_kernel(kernel, dim3(pl.grid_x, 1, 1), rows_threads(KIND, groups), pl.smem_bytes, stream, p, ae_map,
                                           nib_map, x_map);
   if (e != cudaSuccess) return fail("tma_rows_kernel launch", e);
   return 0;
