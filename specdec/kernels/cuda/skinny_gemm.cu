@@ -1952,6 +1952,15 @@ __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_g
   return kRowGroups * stage_groups * kRowTile * tok * 4 + (kind == kW12 ? tma_escape_bytes(tok, kRowTile) : 0);
 }
 
+#ifndef SPECDEC_ROWS_OPAQUE_BASE
+// A build-time switch (benchmarks/NOTES.md, "The row tiles' shared-memory base made opaque: prediction"): 1 passes
+// the row-tile kernel's aligned shared-memory offset through an empty asm, so that nvcc cannot fold it, with the
+// constant offsets after it, into expressions of the module's one `smem_raw` symbol. Folded, those expressions are
+// shared between kernels: a change to the 1-8 token W12 row tiles then moves the 16-token ones' code too (PTX
+// compared on the CPU), which an opaque base stops. 0 in shipped builds.
+#define SPECDEC_ROWS_OPAQUE_BASE 0
+#endif
+
 template <int KIND, int TOK = kMaxTokens, int STAGE_GROUPS = 1>
 __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_per_sm(TOK, STAGE_GROUPS))
     tma_rows_kernel(const Params p, const __grid_constant__ CUtensorMap ae_map, const __grid_constant__ CUtensorMap nib_map,
@@ -1962,7 +1971,9 @@ __global__ void __launch_bounds__(rows_threads(KIND, STAGE_GROUPS), rows_ctas_pe
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
-  unsigned char* smem = smem_raw + ((kTmaAlign - (smem_addr(smem_raw) & (kTmaAlign - 1))) & (kTmaAlign - 1));
+  int smem_pad = (kTmaAlign - (smem_addr(smem_raw) & (kTmaAlign - 1))) & (kTmaAlign - 1);
+  if constexpr (SPECDEC_ROWS_OPAQUE_BASE != 0) keep_in_registers(smem_pad);
+  unsigned char* smem = smem_raw + smem_pad;
   const int M = p.M;
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
