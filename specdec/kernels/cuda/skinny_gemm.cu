@@ -978,7 +978,8 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
 // them in registers (keep_in_registers), where the shipped loop derives them again a stage from the lane, the warp and
 // M (the 16-token W12 row tiles: 53 of the loop's 186 instructions a stage are not loads, decode or MMAs). On an H100,
 // 8 made the one-token W12 calls 0.5-2.5 % and the AR step 1.7 % faster, but the 16-row verify step 1.1 % slower: nvcc
-// then compiles the 16-token kernels, whose source it leaves alone, to other SASS. 0 in shipped builds.
+// then compiles the 16-token kernels, whose source it leaves alone, to other SASS (not with
+// -DSPECDEC_ROWS_OPAQUE_BASE=1, below). 0 in shipped builds.
 #define SPECDEC_LANE_OFFSETS 0
 #endif
 __host__ __device__ constexpr bool lane_offsets_for(int tok) { return tok <= SPECDEC_LANE_OFFSETS; }
@@ -991,8 +992,9 @@ struct LaneOffsets {
   int a, n, x[NT];
 };
 
-// An empty asm that claims to rewrite v: the value must be held in a register at this point, so ptxas keeps it across
-// the loop that holds the statement instead of deriving it again from the registers it came from.
+// An empty asm that claims to rewrite v: the value must be held in a register at this point, so neither nvcc nor ptxas
+// can derive it again from what it came from (in a loop, ptxas keeps it across the loop; outside one, nvcc cannot
+// fold it into the constant expressions after it).
 __device__ __forceinline__ void keep_in_registers(int& v) { asm volatile("" : "+r"(v)); }
 __device__ __forceinline__ void keep_in_registers(uint32_t& v) { asm volatile("" : "+r"(v)); }
 
