@@ -2809,16 +2809,20 @@ def cuda_rows_load_release_h100(results: Results) -> str:
     return linears + "\n\n" + rows_ab_w12_steps(results, LOAD_RELEASE_STEPS)
 
 
+ROWS_AB_LINEARS = ("qkv", "o", "gate_up", "down", "lm_head")
+
+
+def rows_ab_call_tables(results: Results, prefix: str, libraries: dict[str, str], stepped: tuple[str, ...] = ()) -> str:
+    """One ``run_h200_rows_ab.sh`` call of one round (``prefix``: its results' names before the library's;
+    ``libraries``: label -> the library's name in them): the 8B linears, cold us, one process a library, then the W12
+    steps of the ``stepped`` labels (all when empty), a process each."""
+    runs = {label: (f"{prefix}_{name}1.json",) for label, name in libraries.items()}
+    steps = {label: f"{prefix}_ar_step_{libraries[label]}.json" for label in stepped or tuple(libraries)}
+    return rows_ab_table(results, runs, ROWS_AB_LINEARS) + "\n\n" + rows_ab_w12_steps(results, steps)
+
+
 RING_ALONE_PREFIX = "rows_ab_h100_2026-12-07_97822a0"
-RING_ALONE_LIBRARIES = {
-    "shipped": "shipped",
-    "ring alone": "wide_ablate_1024",
-    "lane offsets": "lane_offsets_1",
-}
-RING_ALONE_RUNS = {label: (f"{RING_ALONE_PREFIX}_{name}1.json",) for label, name in RING_ALONE_LIBRARIES.items()}
-RING_ALONE_STEPS = {
-    label: f"{RING_ALONE_PREFIX}_ar_step_{RING_ALONE_LIBRARIES[label]}.json" for label in ("shipped", "lane offsets")
-}
+RING_ALONE_LIBRARIES = {"shipped": "shipped", "ring alone": "wide_ablate_1024", "lane offsets": "lane_offsets_1"}
 
 
 def cuda_rows_ring_alone_h100(results: Results) -> str:
@@ -2827,8 +2831,7 @@ def cuda_rows_ring_alone_h100(results: Results) -> str:
     (``-DSPECDEC_LANE_OFFSETS=1``, the build that value then named) against the shipped library (one H100 call,
     ``run_h200_rows_ab.sh``, one round): the 8B linears, cold us, one process a library, then the W12 steps of the
     shipped and lane-offset libraries, a process each."""
-    linears = rows_ab_table(results, RING_ALONE_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
-    return linears + "\n\n" + rows_ab_w12_steps(results, RING_ALONE_STEPS)
+    return rows_ab_call_tables(results, RING_ALONE_PREFIX, RING_ALONE_LIBRARIES, ("shipped", "lane offsets"))
 
 
 LANE_SPLIT_PREFIX = "rows_ab_h100_2026-12-07_05f92f1"
@@ -2837,8 +2840,6 @@ LANE_SPLIT_LIBRARIES = {
     "lane offsets at 1-8 tokens": "lane_offsets_8",
     "token split at 9-16 tokens": "rows_token_split16_2",
 }
-LANE_SPLIT_RUNS = {label: (f"{LANE_SPLIT_PREFIX}_{name}1.json",) for label, name in LANE_SPLIT_LIBRARIES.items()}
-LANE_SPLIT_STEPS = {label: f"{LANE_SPLIT_PREFIX}_ar_step_{name}.json" for label, name in LANE_SPLIT_LIBRARIES.items()}
 
 
 def cuda_rows_lane_split_h100(results: Results) -> str:
@@ -2846,8 +2847,7 @@ def cuda_rows_lane_split_h100(results: Results) -> str:
     token row tiles' two n-tiles of tokens in two warps (``-DSPECDEC_ROWS_TOKEN_SPLIT16=2``, since removed) against the
     shipped library (one H100 call, ``run_h200_rows_ab.sh``, one round): the 8B linears, cold us, one process a
     library, then each library's W12 steps, a process each."""
-    linears = rows_ab_table(results, LANE_SPLIT_RUNS, ("qkv", "o", "gate_up", "down", "lm_head"))
-    return linears + "\n\n" + rows_ab_w12_steps(results, LANE_SPLIT_STEPS)
+    return rows_ab_call_tables(results, LANE_SPLIT_PREFIX, LANE_SPLIT_LIBRARIES)
 
 
 def cuda_ncu_source_rows_h100(results: Results) -> str:
