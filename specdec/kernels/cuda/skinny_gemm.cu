@@ -182,17 +182,37 @@ __device__ __forceinline__ uint32_t add_base_if_nonzero(uint32_t t, uint32_t B) 
   return __vminu2(t, 0x00010001u) * B + t;
 }
 
+#ifndef SPECDEC_FMA_SHIFTS
+// A build-time switch (benchmarks/NOTES.md, "The decode's right shifts on the FMA pipe: prediction"): 1 writes the
+// decode's right shifts by a constant (decode_exact's and decode_q's w >> 4, decode_step's nibble shifts) as
+// `mul.hi.u32` by a power of two, which ptxas issues as IMAD.HI on the FMA pipe, where SHF takes the integer ALU that
+// the decode's LOP3 and VIMNMX fill (left shifts are IMAD.SHL already). 0 in shipped builds.
+#define SPECDEC_FMA_SHIFTS 0
+#endif
+
+// x >> k for a constant 0 <= k < 32: SHF, or with SPECDEC_FMA_SHIFTS an IMAD.HI by 2^(32 - k).
+__device__ __forceinline__ uint32_t shift_right(uint32_t x, int k) {
+  if constexpr (SPECDEC_FMA_SHIFTS != 0) {
+    if (k == 0) return x;
+    uint32_t r;
+    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(1u << (32 - k)));
+    return r;
+  } else {
+    return x >> k;
+  }
+}
+
 // One AE word (bytes k0, k2, k1, k3) and the nibble pairs of (k0, k1), (k2, k3) -> bf16x2 words.
 __device__ __forceinline__ void decode_exact(uint32_t w, uint32_t nA, uint32_t nB, uint32_t X, uint32_t& pA, uint32_t& pB) {
   const uint32_t tA = ((w << 4) & 0x07F007F0u) | nA;
-  const uint32_t tB = ((w >> 4) & 0x07F007F0u) | nB;
+  const uint32_t tB = (shift_right(w, 4) & 0x07F007F0u) | nB;
   pA = add_base_if_nonzero(tA, X) | ((w << 8) & 0x80008000u);
   pB = add_base_if_nonzero(tB, X) | (w & 0x80008000u);
 }
 
 __device__ __forceinline__ void decode_q(uint32_t w, uint32_t X, uint32_t& pA, uint32_t& pB) {
   const uint32_t tA = (w << 4) & 0x07F007F0u;
-  const uint32_t tB = (w >> 4) & 0x07F007F0u;
+  const uint32_t tB = shift_right(w, 4) & 0x07F007F0u;
   pA = add_base_if_nonzero(tA, X) | ((w << 8) & 0x80008000u);
   pB = add_base_if_nonzero(tB, X) | (w & 0x80008000u);
 }
@@ -216,8 +236,8 @@ __device__ __forceinline__ void decode_step(const ChunkRegs<KIND, VEC16>& r, int
     const uint32_t n0 = (s >> 1) == 0 ? r.nib[0].x : r.nib[0].y;
     const uint32_t n1 = (s >> 1) == 0 ? r.nib[1].x : r.nib[1].y;
     const int shA = (s & 1) ? 8 : 0;
-    decode_exact(comp(r.ae[0], s), (n0 >> shA) & 0x000F000Fu, (n0 >> (shA + 4)) & 0x000F000Fu, X0, a0, a2);
-    decode_exact(comp(r.ae[1], s), (n1 >> shA) & 0x000F000Fu, (n1 >> (shA + 4)) & 0x000F000Fu, X1, a1, a3);
+    decode_exact(comp(r.ae[0], s), shift_right(n0, shA) & 0x000F000Fu, shift_right(n0, shA + 4) & 0x000F000Fu, X0, a0, a2);
+    decode_exact(comp(r.ae[1], s), shift_right(n1, shA) & 0x000F000Fu, shift_right(n1, shA + 4) & 0x000F000Fu, X1, a1, a3);
   } else {
     decode_q(comp(r.ae[0], s), X0, a0, a2);
     decode_q(comp(r.ae[1], s), X1, a1, a3);
