@@ -1940,7 +1940,7 @@ def split_workspace_h100(results: Results) -> str:
     return markdown_table(["lean 8B, W12 linears at 64 rows", "per layout -> one a device"], rows)
 
 
-GOALS_RUN = "goals_h100_2026-12-07_423c2b6.json"
+GOALS_RUN = "goals_h100_2026-12-08_3d8a0e7.json"
 
 
 def cuda_goals_h100(results: Results) -> str:
@@ -2812,12 +2812,23 @@ def cuda_rows_load_release_h100(results: Results) -> str:
 ROWS_AB_LINEARS = ("qkv", "o", "gate_up", "down", "lm_head")
 
 
-def rows_ab_call_tables(results: Results, prefix: str, libraries: dict[str, str], stepped: tuple[str, ...] = ()) -> str:
-    """One ``run_h200_rows_ab.sh`` call of one round (``prefix``: its results' names before the library's;
-    ``libraries``: label -> the library's name in them): the 8B linears, cold us, one process a library, then the W12
-    steps of the ``stepped`` labels (all when empty), a process each."""
+def rows_ab_call_tables(
+    results: Results, prefix: str, libraries: dict[str, str], stepped: tuple[str, ...] = (), step_rounds: int = 1
+) -> str:
+    """One ``run_h200_rows_ab.sh`` call of one round of the linears (``prefix``: its results' names before the
+    library's; ``libraries``: label -> the library's name in them): the 8B linears, cold us, one process a library,
+    then the W12 steps of the ``stepped`` labels (all when empty), a process each, ``step_rounds`` rounds
+    (``STEP_ROUNDS``; past one, each round's processes in turn)."""
     runs = {label: (f"{prefix}_{name}1.json",) for label, name in libraries.items()}
-    steps = {label: f"{prefix}_ar_step_{libraries[label]}.json" for label in stepped or tuple(libraries)}
+    stepped = stepped or tuple(libraries)
+    if step_rounds == 1:
+        steps = {label: f"{prefix}_ar_step_{libraries[label]}.json" for label in stepped}
+    else:
+        steps = {
+            f"round {r}: {label}": f"{prefix}_ar_step_{libraries[label]}_{r}.json"
+            for r in range(1, step_rounds + 1)
+            for label in stepped
+        }
     return rows_ab_table(results, runs, ROWS_AB_LINEARS) + "\n\n" + rows_ab_w12_steps(results, steps)
 
 
@@ -2848,6 +2859,34 @@ def cuda_rows_lane_split_h100(results: Results) -> str:
     shipped library (one H100 call, ``run_h200_rows_ab.sh``, one round): the 8B linears, cold us, one process a
     library, then each library's W12 steps, a process each."""
     return rows_ab_call_tables(results, LANE_SPLIT_PREFIX, LANE_SPLIT_LIBRARIES)
+
+
+OPAQUE_BASE_PREFIX = "rows_ab_h100_2026-12-08_3d8a0e7_call1"
+OPAQUE_BASE_LIBRARIES = {
+    "shipped": "shipped",
+    "opaque base": "rows_opaque_base_1",
+    "opaque base, lane offsets at 1-8 tokens": "rows_opaque_base_1_lane_offsets_8",
+}
+
+
+def cuda_rows_opaque_base_h100(results: Results) -> str:
+    """The row tiles' shared-memory base kept opaque to nvcc (``-DSPECDEC_ROWS_OPAQUE_BASE=1``), alone and with the
+    consumers' lane offsets kept in registers at 1-8 tokens (``-DSPECDEC_LANE_OFFSETS=8``; both since on by default),
+    against the library shipped before them (one H100 call, ``ROUNDS=1 STEP_ROUNDS=2 run_h200_rows_ab.sh``): the 8B
+    linears, cold us, one process a library, then each library's W12 steps, a process each, two rounds."""
+    return rows_ab_call_tables(results, OPAQUE_BASE_PREFIX, OPAQUE_BASE_LIBRARIES, step_rounds=2)
+
+
+FMA_SHIFTS_PREFIX = "rows_ab_h100_2026-12-08_3d8a0e7_call2"
+FMA_SHIFTS_LIBRARIES = {"shipped": "shipped", "right shifts on the FMA pipe": "fma_shifts_1"}
+
+
+def cuda_rows_fma_shifts_h100(results: Results) -> str:
+    """The decode's right shifts by a constant written as ``mul.hi.u32`` (IMAD.HI on the FMA pipe;
+    ``-DSPECDEC_FMA_SHIFTS=1``, since removed) against the library then shipped (one H100 call, ``ROUNDS=1
+    STEP_ROUNDS=2 run_h200_rows_ab.sh``): the 8B linears, cold us, one process a library, then each library's W12
+    steps, a process each, two rounds."""
+    return rows_ab_call_tables(results, FMA_SHIFTS_PREFIX, FMA_SHIFTS_LIBRARIES, step_rounds=2)
 
 
 def cuda_ncu_source_rows_h100(results: Results) -> str:
@@ -3146,6 +3185,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "cuda-rows-load-release-h100": cuda_rows_load_release_h100,
     "cuda-rows-ring-alone-h100": cuda_rows_ring_alone_h100,
     "cuda-rows-lane-split-h100": cuda_rows_lane_split_h100,
+    "cuda-rows-opaque-base-h100": cuda_rows_opaque_base_h100,
+    "cuda-rows-fma-shifts-h100": cuda_rows_fma_shifts_h100,
     "cuda-rows-bound-swizzle-h100": cuda_rows_bound_swizzle_h100,
     "cuda-attention-rows-x-first-h100": cuda_attention_rows_x_first_h100,
     "cuda-family-step-pass-h100": cuda_family_step_pass_h100,

@@ -182,37 +182,17 @@ __device__ __forceinline__ uint32_t add_base_if_nonzero(uint32_t t, uint32_t B) 
   return __vminu2(t, 0x00010001u) * B + t;
 }
 
-#ifndef SPECDEC_FMA_SHIFTS
-// A build-time switch (benchmarks/NOTES.md, "The decode's right shifts on the FMA pipe: prediction"): 1 writes the
-// decode's right shifts by a constant (decode_exact's and decode_q's w >> 4, decode_step's nibble shifts) as
-// `mul.hi.u32` by a power of two, which ptxas issues as IMAD.HI on the FMA pipe, where SHF takes the integer ALU that
-// the decode's LOP3 and VIMNMX fill (left shifts are IMAD.SHL already). 0 in shipped builds.
-#define SPECDEC_FMA_SHIFTS 0
-#endif
-
-// x >> k for a constant 0 <= k < 32: SHF, or with SPECDEC_FMA_SHIFTS an IMAD.HI by 2^(32 - k).
-__device__ __forceinline__ uint32_t shift_right(uint32_t x, int k) {
-  if constexpr (SPECDEC_FMA_SHIFTS != 0) {
-    if (k == 0) return x;
-    uint32_t r;
-    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(1u << (32 - k)));
-    return r;
-  } else {
-    return x >> k;
-  }
-}
-
 // One AE word (bytes k0, k2, k1, k3) and the nibble pairs of (k0, k1), (k2, k3) -> bf16x2 words.
 __device__ __forceinline__ void decode_exact(uint32_t w, uint32_t nA, uint32_t nB, uint32_t X, uint32_t& pA, uint32_t& pB) {
   const uint32_t tA = ((w << 4) & 0x07F007F0u) | nA;
-  const uint32_t tB = (shift_right(w, 4) & 0x07F007F0u) | nB;
+  const uint32_t tB = ((w >> 4) & 0x07F007F0u) | nB;
   pA = add_base_if_nonzero(tA, X) | ((w << 8) & 0x80008000u);
   pB = add_base_if_nonzero(tB, X) | (w & 0x80008000u);
 }
 
 __device__ __forceinline__ void decode_q(uint32_t w, uint32_t X, uint32_t& pA, uint32_t& pB) {
   const uint32_t tA = (w << 4) & 0x07F007F0u;
-  const uint32_t tB = shift_right(w, 4) & 0x07F007F0u;
+  const uint32_t tB = (w >> 4) & 0x07F007F0u;
   pA = add_base_if_nonzero(tA, X) | ((w << 8) & 0x80008000u);
   pB = add_base_if_nonzero(tB, X) | (w & 0x80008000u);
 }
@@ -236,8 +216,8 @@ __device__ __forceinline__ void decode_step(const ChunkRegs<KIND, VEC16>& r, int
     const uint32_t n0 = (s >> 1) == 0 ? r.nib[0].x : r.nib[0].y;
     const uint32_t n1 = (s >> 1) == 0 ? r.nib[1].x : r.nib[1].y;
     const int shA = (s & 1) ? 8 : 0;
-    decode_exact(comp(r.ae[0], s), shift_right(n0, shA) & 0x000F000Fu, shift_right(n0, shA + 4) & 0x000F000Fu, X0, a0, a2);
-    decode_exact(comp(r.ae[1], s), shift_right(n1, shA) & 0x000F000Fu, shift_right(n1, shA + 4) & 0x000F000Fu, X1, a1, a3);
+    decode_exact(comp(r.ae[0], s), (n0 >> shA) & 0x000F000Fu, (n0 >> (shA + 4)) & 0x000F000Fu, X0, a0, a2);
+    decode_exact(comp(r.ae[1], s), (n1 >> shA) & 0x000F000Fu, (n1 >> (shA + 4)) & 0x000F000Fu, X1, a1, a3);
   } else {
     decode_q(comp(r.ae[0], s), X0, a0, a2);
     decode_q(comp(r.ae[1], s), X1, a1, a3);
@@ -991,16 +971,13 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int k0, i
 }
 
 #ifndef SPECDEC_LANE_OFFSETS
-// A build-time switch (benchmarks/NOTES.md, "The 1-16 token kernels' ring alone, and the lane offsets kept in
-// registers: measured", and the section after it): N makes consume_segment of the kernels of at most N tokens (8: the
-// 1-8 token kernels; 16: every one) compute once, before its loop over full stages, each lane's byte offsets in a
-// stage (its ae, nib and x pieces) and the shared addresses of the ring's barriers and of its settling store, and keep
-// them in registers (keep_in_registers), where the shipped loop derives them again a stage from the lane, the warp and
-// M (the 16-token W12 row tiles: 53 of the loop's 186 instructions a stage are not loads, decode or MMAs). On an H100,
-// 8 made the one-token W12 calls 0.5-2.5 % and the AR step 1.7 % faster, but the 16-row verify step 1.1 % slower: nvcc
-// then compiles the 16-token kernels, whose source it leaves alone, to other SASS (not with
-// -DSPECDEC_ROWS_OPAQUE_BASE=1, below). 0 in shipped builds.
-#define SPECDEC_LANE_OFFSETS 0
+// The kernels of at most SPECDEC_LANE_OFFSETS tokens (8: the 1-8 token ones) compute once in consume_segment, before
+// its loop over full stages, each lane's byte offsets in a stage (its ae, nib and x pieces) and the shared addresses
+// of the ring's barriers and of its settling store, and keep them in registers (keep_in_registers); the others derive
+// them again a stage from the lane, the warp and M. On an H100 (benchmarks/NOTES.md, "The row tiles' opaque base and
+// the lane offsets at 1-8 tokens: measured") 8 made the W12 AR step 2 % faster; 16 (every kernel) made the 16-token
+// W12 calls up to 3.4 % slower. -DSPECDEC_LANE_OFFSETS=0 builds the kernels without them.
+#define SPECDEC_LANE_OFFSETS 8
 #endif
 __host__ __device__ constexpr bool lane_offsets_for(int tok) { return tok <= SPECDEC_LANE_OFFSETS; }
 
@@ -1975,12 +1952,13 @@ __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_g
 }
 
 #ifndef SPECDEC_ROWS_OPAQUE_BASE
-// A build-time switch (benchmarks/NOTES.md, "The row tiles' shared-memory base made opaque: prediction"): 1 passes
-// the row-tile kernel's aligned shared-memory offset through an empty asm, so that nvcc cannot fold it, with the
-// constant offsets after it, into expressions of the module's one `smem_raw` symbol. Folded, those expressions are
-// shared between kernels: a change to the 1-8 token W12 row tiles then moves the 16-token ones' code too (PTX
-// compared on the CPU), which an opaque base stops. 0 in shipped builds.
-#define SPECDEC_ROWS_OPAQUE_BASE 0
+// 1 passes the row-tile kernel's aligned shared-memory offset through an empty asm, so that nvcc cannot fold it, with
+// the constant offsets after it, into expressions of the module's one `smem_raw` symbol. Folded, those expressions
+// are shared between kernels: a change to the 1-8 token W12 row tiles (the lane offsets above) then moves the 16-token
+// ones' code too, and made the 16-row verify step 1.1 % slower on an H100; opaque, the 16-token kernels' binary does
+// not move (benchmarks/NOTES.md, "The row tiles' opaque base and the lane offsets at 1-8 tokens: measured").
+// -DSPECDEC_ROWS_OPAQUE_BASE=0 lets nvcc fold it.
+#define SPECDEC_ROWS_OPAQUE_BASE 1
 #endif
 
 template <int KIND, int TOK = kMaxTokens, int STAGE_GROUPS = 1>
