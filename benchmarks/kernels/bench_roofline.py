@@ -61,12 +61,15 @@ attention and other kernels, and the top kernels (``<target>_step_kernels``, ``<
 ``--alternate-target bf16_skinny`` the bf16 target's with the skinny linears) are timed
 again under each value of the environment variable in turn in the same process, graphs captured again for each turn
 (``alternated`` in the JSON, ``alternated_steps``): a kernel setting's effect on the step without the spread between
-processes, e.g. ``--ar-step --verify-rows 64 --alternate SPECDEC_WIDE_STREAM_K=0,auto``.
+processes, e.g. ``--ar-step --verify-rows 64 --alternate SPECDEC_WIDE_STREAM_K=0,auto``. ``--ar-model qwen3-32b
+--ar-layers 24`` builds the target at another model's shape, with fewer of its layers where both targets of all of
+them would not fit the GPU (the 32B's 64 layers: ~65 GB of bf16 weights beside ~49 GB of W12).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import statistics
@@ -970,9 +973,17 @@ def ar_step(args, device: torch.device, t_start: float) -> dict:
 
         cfg, max_seq_len, iters = tiny_target(seed=0).config, 128, 3
     else:
-        cfg, max_seq_len, iters = SHAPES[AR_MODEL], 256, 50
+        cfg, max_seq_len, iters = SHAPES[args.ar_model], 256, 50
+    if args.ar_layers is not None:
+        cfg = dataclasses.replace(cfg, num_layers=args.ar_layers)
     n_verify = args.verify_rows
-    result: dict = dict(model="tiny" if args.smoke else AR_MODEL, tokens=AR_TOKENS, prompt=AR_PROMPT, verify_rows=n_verify)
+    result: dict = dict(
+        model="tiny" if args.smoke else args.ar_model,
+        layers=cfg.num_layers,
+        tokens=AR_TOKENS,
+        prompt=AR_PROMPT,
+        verify_rows=n_verify,
+    )
 
     def over_budget(what: str) -> bool:
         if time.time() - t_start > args.ar_budget_s:
@@ -1156,7 +1167,7 @@ def ar_summary_lines(result: dict) -> list[str]:
         return f"{result[key]:.2f}x" if key in result else "n/a"
 
     return [
-        f"AR step {result['model']}: W12 linears via {result.get('w12_linear_path')} (kernel {result.get('w12_cuda_variant')}), {result.get('w12_bits_per_weight', 0):.3f} bits/weight",
+        f"AR step {result['model']} ({result.get('layers', 'all')} layers): W12 linears via {result.get('w12_linear_path')} (kernel {result.get('w12_cuda_variant')}), {result.get('w12_bits_per_weight', 0):.3f} bits/weight",
         f"{'target':18s} {'step':>12s} {'floor':>12s} {'x floor':>8s}",
         f"{'bf16':18s} {ms('bf16_step_s'):>12s} {ms('bf16_floor_s'):>12s} {ratio('bf16_x_floor'):>8s}",
         f"{'w12':18s} {ms('w12_step_s'):>12s} {ms('w12_floor_s'):>12s} {ratio('w12_x_floor'):>8s}",
@@ -1301,6 +1312,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verify-rows", type=int, default=VERIFY_ROWS, help=f"AR step: rows of the verify step (default {VERIFY_ROWS})"
     )
+    parser.add_argument(
+        "--ar-model",
+        choices=tuple(SHAPES),
+        default=None,
+        help=f"AR step: the lean target's shape (default {AR_MODEL}; the smoke's is the tiny target's)",
+    )
+    parser.add_argument(
+        "--ar-layers", type=int, default=None, help="AR step: this many of the model's layers (default: all of them)"
+    )
     add_alternate_arguments(parser, "AR step: the W12 target's step and verify step timed")
     parser.add_argument(
         "--alternate-target",
@@ -1312,6 +1332,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 2 <= args.verify_rows <= 64:
         parser.error(f"--verify-rows: expected 2 to 64 rows, got {args.verify_rows}")
+    if (args.ar_model is not None or args.ar_layers is not None) and not args.ar_step:
+        parser.error("--ar-model / --ar-layers: shape the AR step's target; expected them with --ar-step")
+    if args.ar_model is not None and args.smoke:
+        parser.error(f"--ar-model: the smoke runs the tiny target; expected no --ar-model with --smoke, got {args.ar_model}")
+    args.ar_model = args.ar_model or AR_MODEL
+    if args.ar_layers is not None:
+        if args.smoke:
+            from specdec.testing import tiny_target
+
+            most = tiny_target(seed=0).config.num_layers
+        else:
+            most = SHAPES[args.ar_model].num_layers
+        if not 1 <= args.ar_layers <= most:
+            parser.error(f"--ar-layers: expected 1 to {most} layers (the target's), got {args.ar_layers}")
     if args.alternate is not None and not args.ar_step:
         parser.error("--alternate: times the AR step's settings; expected it with --ar-step")
     if args.alternate_target != "w12" and args.alternate is None:

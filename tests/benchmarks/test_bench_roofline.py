@@ -193,9 +193,31 @@ def test_ar_step_alternates_a_setting_on_the_skinny_bf16_target_when_asked(tmp_p
     assert "(bf16 target, skinny linears)" in bench_roofline.alternated_lines(result)[0]
 
 
+def test_ar_step_builds_its_targets_with_the_layers_asked_for(tmp_path):
+    whole, one = tmp_path / "whole.json", tmp_path / "one.json"
+    assert bench_roofline.main(["--smoke", "--ar-step", "--out", str(whole)]) == 0
+    assert bench_roofline.main(["--smoke", "--ar-step", "--ar-layers", "1", "--out", str(one)]) == 0
+    whole, one = json.loads(whole.read_text()), json.loads(one.read_text())
+    assert whole["layers"] > 1 and one["layers"] == 1
+    # the lm_head is the same, so one layer fewer is exactly one layer's linears fewer
+    per_layer = (whole["bf16_weight_bytes"] - one["bf16_weight_bytes"]) / (whole["layers"] - 1)
+    assert per_layer > 0 and one["bf16_weight_bytes"] > per_layer
+    assert one["greedy_tokens_equal"] and one["w12_step_s"] > 0
+
+
+def test_ar_step_takes_at_most_the_models_layers(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench_roofline.main(["--ar-step", "--ar-model", "qwen3-32b", "--ar-layers", "65", "--out", str(tmp_path / "x.json")])
+    assert "--ar-layers: expected 1 to 64 layers" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv, named",
     [
+        (["--ar-step", "--ar-layers", "0"], "--ar-layers"),
+        (["--ar-step", "--ar-layers", "99"], "--ar-layers"),
+        (["--ar-layers", "1"], "--ar-step"),
+        (["--ar-step", "--ar-model", "qwen3-32b"], "--ar-model"),
         (["--ar-step", "--alternate-target", "bf16_skinny"], "--alternate-target"),
         (["--alternate", "SPECDEC_EXAMPLE_SETTING=a,b"], "--ar-step"),
         (["--ar-step", "--alternate", "SPECDEC_EXAMPLE_SETTING=a"], "--alternate"),
