@@ -10,8 +10,8 @@
 # beside ~20 GB of W12; all 64 would not fit one GPU twice), e.g. SPECDEC_W12_CUDA_VARIANT v10,v9,v8 16: the W12
 # kernel rule on the 32B linears in a step (its down projection, K 25600, is the one past the row tiles' K 8192).
 # Expected time on one H200: ~1.5 min (the AR step's phases ~35 s, each turn two captures and two timings ~5 s, torch
-# start ~10 s; an H100 ran the AR step alone in ~25 s); the 32B's 24 layers ~3 min (the phases' budget 200 s, the
-# 8B's 100 s). Cap: 270 s, plus the build (90 s; skipped when build/ was carried).
+# start ~10 s; an H100 ran the AR step alone in ~25 s); the 32B's 24 layers ~3 min (an estimate, not yet timed on a
+# GPU: the phases' budget 200 s, the 8B's 100 s). Cap: 270 s, plus the build (90 s; skipped when build/ was carried).
 # Usage (repo root, on the GPU machine): [MODEL=... LAYERS=...] bash benchmarks/run_h200_step_alternate.sh VAR VALUES [ROWS] [TARGET]
 set -u -o pipefail
 export PYTHONUNBUFFERED=1

@@ -1133,7 +1133,10 @@ __device__ __forceinline__ void consume_segment(const Params& p, unsigned char* 
         consume_bf16_stage_at<TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, off, acc);
       else
         consume_stage_at<KIND, TOK, HALVES, ROWS, SK>(ring + static_cast<size_t>(s) * stage_bytes, off, X0, X1, acc);
-      float settled = acc[0][0];  // as in release()
+      // release() through the addresses held in registers, written out: a helper shared with release() that takes
+      // the addresses compiles 12 of the ring kernels (the 1-8 token row-tile, tensor-map and persistent ones, a
+      // 16-token tensor-map one, a bulk one) to other, untimed SASS
+      float settled = acc[0][0];
 #pragma unroll
       for (int j = 1; j < NT; ++j) settled += acc[j][0];
       asm volatile("st.shared.f32 [%0], %1;" ::"r"(settle), "f"(settled) : "memory");
