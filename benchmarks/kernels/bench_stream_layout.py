@@ -30,7 +30,7 @@ math does not look at them.
 
 Usage (repository root, GPU): ``python3 -m benchmarks.kernels.bench_stream_layout --out $OUT/stream_layout.json``
 (~40 s after torch start on one H200; builds ``build/stream_probe.so`` with nvcc when it is missing: delete it after a
-change to ``stream_probe.cu`` or ``skinny_gemm.cu``, which it includes).
+change to ``stream_probe.cu`` or the library source it includes, ``skinny_gemm.cu`` and its headers).
 CPU: ``--smoke`` prints the cases and exits (the probe is CUDA only).
 """
 

@@ -201,7 +201,7 @@ def step_kernels(
     }
 
 
-# The W12 row-tile CTAs of a 16-token call as built and how many an SM holds: skinny_gemm.cu's 4 or 3 stages at 9-16
+# The W12 row-tile CTAs of a 16-token call as built and how many an SM holds: ring/row_tiles.cuh's 4 or 3 stages at 9-16
 # tokens under a launch bound of 4 or 5 (benchmarks/NOTES.md, "Three stages at 9-16 tokens under a launch bound of
 # 5"): 192 threads, the registers ptxas gave them, and make_rows_plan's shared bytes: stages x (16 x 256 weight bytes
 # + 16 x 128 exponent bytes + 16 x 256 x 2 of x) + 4 x 16 x 16 x 4 of sums + 3,456 of escapes + 128 of alignment.

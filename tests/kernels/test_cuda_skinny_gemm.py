@@ -194,6 +194,33 @@ def test_build_command_names_its_one_target_and_refuses_another_arch():
         build.build_command("out.so", arch="compute_90a")
 
 
+def test_the_source_is_one_translation_unit_that_lists_its_headers_in_the_order_they_build_on_each_other():
+    # skinny_gemm.cu includes every header beside it once, each after the headers it includes: the file order the
+    # compiler reads is the one a reader follows, and no header depends on one that comes after it (no cycle)
+    folder = build.SOURCE.parent
+    tu_order = [(folder / name).resolve() for name in build._QUOTED_INCLUDE.findall(build.SOURCE.read_text())]
+    headers = sorted(p.resolve() for p in folder.rglob("*.cuh"))
+    assert sorted(tu_order) == headers and len(set(tu_order)) == len(tu_order)
+    assert build.source_files()[1:] == tu_order
+    for index, header in enumerate(tu_order):
+        text = header.read_text()
+        name = header.relative_to(folder).as_posix()
+        assert text.startswith("// ") and "\n#pragma once\n" in text, name  # what the file is, in its first line
+        for included in build._QUOTED_INCLUDE.findall(text):
+            assert (header.parent / included).resolve() in tu_order[:index], (name, included)
+        assert text.count("namespace {") == text.count("}  // namespace") == 1, name  # one anonymous namespace, closed
+
+
+def test_source_files_names_the_file_whose_include_is_missing(tmp_path):
+    (tmp_path / "a.cuh").write_text('#pragma once\n#include "b.cuh"\n')
+    (tmp_path / "b.cuh").write_text("#pragma once\n")
+    (tmp_path / "tu.cu").write_text('#include "a.cuh"\n#include "b.cuh"\n')
+    assert [p.name for p in build.source_files(tmp_path / "tu.cu")] == ["tu.cu", "a.cuh", "b.cuh"]
+    (tmp_path / "b.cuh").unlink()
+    with pytest.raises(KernelLibraryError, match=r"a\.cuh includes 'b\.cuh': no such file"):
+        build.source_files(tmp_path / "tu.cu")
+
+
 def test_build_without_nvcc_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(build.shutil, "which", lambda name: None)
     monkeypatch.delenv("CUDA_HOME", raising=False)
@@ -1061,13 +1088,11 @@ def test_the_library_as_built_leaves_no_part_of_the_wide_kernels_out():
 
 
 def test_the_trace_field_names_follow_the_kernels_record_order():
-    # ops.WIDE_TRACE_FIELDS names the columns wide_trace_read returns; skinny_gemm.cu's WideTrace enum is where the
-    # kernels write them: kTraceRingDone -> "ring_done", in the same order
-    from pathlib import Path
-
+    # ops.WIDE_TRACE_FIELDS names the columns wide_trace_read returns; the WideTrace enum (common/trace.cuh) is where
+    # the kernels write them: kTraceRingDone -> "ring_done", in the same order
     from specdec.kernels.cuda.ops import WIDE_TRACE_FIELDS
 
-    source = (Path(build.__file__).parent / "skinny_gemm.cu").read_text()
+    source = "\n".join(path.read_text() for path in build.source_files())
     body = re.search(r"enum WideTrace \{(.*?)\};", source, re.S).group(1)
     names = re.findall(r"\bkTrace(\w+?),", body)
     assert [re.sub(r"(?<!^)(?=[A-Z])", "_", n).lower() for n in names] == list(WIDE_TRACE_FIELDS)
@@ -1204,7 +1229,7 @@ def _rotr(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
 
 
 def _decode_natural(w: torch.Tensor, n: torch.Tensor, x: torch.Tensor, odd: torch.Tensor) -> torch.Tensor:
-    # decode_natural of skinny_gemm.cu on int64 lanes: E|m_hi by a rotation right of 28 (even lanes) or 4 (odd),
+    # decode_natural (wide/decode_natural.cuh) on int64 lanes: E|m_hi by a rotation right of 28 (even lanes) or 4 (odd),
     # the signs by 24 or 0, the base added where the half is not the zero code
     t = (_rotr(w, torch.where(odd, 4, 28)) & 0x07F007F0) | n
     nonzero = ((t & 0xFFFF) != 0).long() | (((t >> 16) != 0).long() << 16)
@@ -1266,10 +1291,9 @@ def test_natural_order_fragment_decode_rule():
 def test_launchers_keep_what_they_set_per_device():
     """Kernel attributes are per device: a launcher that remembered 'set' once per process would leave a second GPU of
     the process without its shared-memory size (every launch there refused). Host-side state is PerDevice."""
-    from specdec.kernels.cuda.build import SOURCE
-
+    source = "\n".join(path.read_text() for path in build.source_files())
     host_statics = re.findall(
-        r"^[ \t]+static (?!constexpr|__shared__|TensorMapEncodeTiled|PerDevice<)(\w[\w<>, ]*) (\w+)", SOURCE.read_text(), re.M
+        r"^[ \t]+static (?!constexpr|__shared__|TensorMapEncodeTiled|PerDevice<)(\w[\w<>, ]*) (\w+)", source, re.M
     )
     assert host_statics == [("int", "cached")], host_statics  # sm_count's cache is indexed by device already
 

@@ -1,8 +1,9 @@
 """CUDA C++ weight-streaming GEMMs for few tokens (``skinny_gemm.cu``), loaded with ctypes and registered as torch custom ops.
 
 ``ops`` holds the ops (``specdec::skinny_gemm_bf16``, ``specdec::w12_gemm_small_m``, ``specdec::q_gemm_small_m``;
-CPU tensors run the pure-PyTorch references); ``build`` finds, builds and loads the library; ``README.md``
-has the math, the byte floor and the predictions. Importing this package registers the ops; the library
+CPU tensors run the pure-PyTorch references); ``build`` finds, builds and loads the library (``skinny_gemm.cu`` and
+the headers it includes: ``build.source_files``); ``README.md`` has the math, the byte floor, a map of the files and
+the predictions. Importing this package registers the ops; the library
 itself is loaded on the first CUDA call.
 
 Example::

@@ -20,12 +20,22 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import threading
 from pathlib import Path
 
-__all__ = ["KernelLibraryError", "library_path", "build_command", "build_kernels", "load_library", "SOURCE", "ENV_VAR"]
+__all__ = [
+    "KernelLibraryError",
+    "library_path",
+    "build_command",
+    "build_kernels",
+    "load_library",
+    "source_files",
+    "SOURCE",
+    "ENV_VAR",
+]
 
 SOURCE = Path(__file__).with_name("skinny_gemm.cu")
 ENV_VAR = "SPECDEC_CUDA_KERNELS"
@@ -45,6 +55,40 @@ _loaded: dict[str, ctypes.CDLL] = {}
 
 class KernelLibraryError(RuntimeError):
     """The CUDA kernel library is missing, cannot be built here or cannot be loaded."""
+
+
+_QUOTED_INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
+
+
+def source_files(source: Path | str = SOURCE) -> list[Path]:
+    """The library's source: ``source`` (the translation unit nvcc builds, default ``skinny_gemm.cu``) and every header
+    it includes with a quoted ``#include``, each once, in the order the preprocessor first opens them (list of Path).
+
+    The kernels, plans and launches are headers beside ``skinny_gemm.cu`` (``common/``, ``registers/``, ``ring/``,
+    ``wide/``; README.md there has the map); tests that read the source read all of it through this. Raises
+    :class:`KernelLibraryError` naming the including file when a quoted include does not exist.
+
+    Example::
+
+        >>> files = source_files()
+        >>> files[0].name, files[1].relative_to(SOURCE.parent).as_posix()
+        ('skinny_gemm.cu', 'common/params.cuh')
+    """
+    order: list[Path] = []
+    seen: set[Path] = set()
+
+    def visit(path: Path) -> None:
+        seen.add(path)
+        order.append(path)
+        for name in _QUOTED_INCLUDE.findall(path.read_text()):
+            header = (path.parent / name).resolve()
+            if not header.is_file():
+                raise KernelLibraryError(f"{path} includes {name!r}: no such file at {header}")
+            if header not in seen:
+                visit(header)
+
+    visit(Path(source).resolve())
+    return order
 
 
 def library_path() -> Path:

@@ -473,7 +473,7 @@ def wide_ablation() -> int:
     return int(load_library().specdec_wide_ablation())
 
 
-# What a traced build's wide kernels record a CTA (skinny_gemm.cu, WideTrace): the global clock in ns at each point,
+# What a traced build's wide kernels record a CTA (common/trace.cuh, WideTrace): the global clock in ns at each point,
 # "meta" the SM (bits 0-15), the split (16-31), whether the CTA summed its row block (bit 32) and the K splits (40-);
 # the persistent kernel's sums over its segments (ns) of warp 0's K loops, its waits for the other warps and the
 # segments' epilogues, and "segments" its segments (bits 0-15) and partial ones (16-31).
