@@ -7,7 +7,7 @@
 
 namespace {
 
-// The W12 kernel with K split over independent CTAs (README.md, "W12 with K split over independent CTAs"): the
+// The W12 kernel with K split over independent CTAs (../README.md, "W12 with K split over independent CTAs"): the
 // prologue and K loop of w12_stream_kernel, no clusters, then finish_split_row_block (the last CTA of a row
 // block reduces the partials in split order).
 template <bool VEC16>

@@ -9,7 +9,7 @@
 
 namespace {
 
-// The W12 kernel without barriers in its K loop (README.md, "W12 without barriers in the K loop").
+// The W12 kernel without barriers in its K loop (../README.md, "W12 without barriers in the K loop").
 // A CTA of 4 warps owns 64 rows (one 16-row tile per warp) and one K slice; every warp walks the whole slice
 // for its tile, so no partials are combined inside the CTA. The slice's x is staged in shared memory once,
 // after the first weight loads are issued; the loop keeps kStreamDepth chunks of loads in flight per lane

@@ -9,7 +9,7 @@
 
 namespace {
 
-// The W12 kernel fed by bulk copies (README.md, "W12 through a bulk-copy pipeline"): 64-row CTAs of 4 consumer
+// The W12 kernel fed by bulk copies (../README.md, "W12 through a bulk-copy pipeline"): 64-row CTAs of 4 consumer
 // warps (one 16-row tile each) and one producer warp. K goes in stages of kBulkStageK weights; a stage in
 // shared memory holds, for the CTA's 64 rows, the ae bytes [64][kBulkStageK] and nib bytes [64][kBulkStageK / 2]
 // of those k, and x [M][kBulkStageK] (token rows padded by 16 bytes: conflict-free 16-byte loads). The producer

@@ -14,7 +14,7 @@
 
 namespace {
 
-// One row tile a CTA over the whole of K (README.md, "Row-tile CTAs over the whole of K"): a CTA owns kRowTile = 16
+// One row tile a CTA over the whole of K (../README.md, "Row-tile CTAs over the whole of K"): a CTA owns kRowTile = 16
 // weight rows and reads every k of them, so no partial sum leaves the CTA (no workspace, no counters, no reduction
 // launch or last-CTA pass) and a one-wave call has 4-6x as many CTAs as 64-row blocks. The ring of tma_gemm_kernel
 // with stages of [16 rows][kRowStageK] weights (a box of 256 bytes or bf16 values a row: the largest a tensor map
@@ -23,7 +23,7 @@ namespace {
 // (fold_escapes over the CTA's 16 rows and all of K). Needs K % 32 == 0 and 16-byte aligned planes and x.
 // STAGE_GROUPS = 2 doubles the consumers: warps 0-3 take the even stages, 4-7 the odd ones (each its own four tiles of
 // sums, added after the first four), so two stages are decoded and multiplied at once; for Q-view calls of at most
-// kRowStageGroupCtas CTAs an SM, where the row tiles leave an SM few warps (README.md, "Two stage groups").
+// kRowStageGroupCtas CTAs an SM, where the row tiles leave an SM few warps (../README.md, "Two stage groups").
 constexpr int kRowTile = 16;
 constexpr int kRowStageK = 256;
 constexpr int kRowGroups = kRowStageK / 64;
@@ -63,9 +63,10 @@ __host__ __device__ constexpr int rows_smem_fixed(int kind, int tok, int stage_g
 #ifndef SPECDEC_ROWS_OPAQUE_BASE
 // 1 passes the row-tile kernel's aligned shared-memory offset through an empty asm, so that nvcc cannot fold it, with
 // the constant offsets after it, into expressions of the module's one `smem_raw` symbol. Folded, those expressions
-// are shared between kernels: a change to the 1-8 token W12 row tiles (the lane offsets above) then moves the 16-token
-// ones' code too, and made the 16-row verify step 1.1 % slower on an H100; opaque, the 16-token kernels' binary does
-// not move (benchmarks/NOTES.md, "The row tiles' opaque base and the lane offsets at 1-8 tokens: measured").
+// are shared between kernels: a change to the 1-8 token W12 row tiles (the lane offsets of consumers.cuh) then moves
+// the 16-token ones' code too, and made the 16-row verify step 1.1 % slower on an H100; opaque, the 16-token kernels'
+// binary does not move (benchmarks/NOTES.md, "The row tiles' opaque base and the lane offsets at 1-8 tokens:
+// measured").
 // -DSPECDEC_ROWS_OPAQUE_BASE=0 lets nvcc fold it.
 #define SPECDEC_ROWS_OPAQUE_BASE 1
 #endif

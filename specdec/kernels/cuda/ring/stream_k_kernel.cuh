@@ -16,7 +16,7 @@
 
 namespace {
 
-// Persistent CTAs over a stream of stages (README.md, "Persistent CTAs over a stream of stages"): the work of a call
+// Persistent CTAs over a stream of stages (../README.md, "Persistent CTAs over a stream of stages"): the work of a call
 // is units = row blocks x stages (a unit: one 64-row block's kBulkStageK columns), cut into gridDim.x contiguous runs
 // of equal length, one a CTA (stream_k_unit_lo). A CTA's run crosses row blocks: its producer issues every unit of it
 // in order into one ring, so the ring does not drain where a row block ends; its consumers take the run a segment

@@ -13,7 +13,7 @@
 
 namespace {
 
-// The W12 and Q kernels fed by tensor-map copies (README.md, "W12 through tensor-map copies"): w12_bulk_kernel's
+// The W12 and Q kernels fed by tensor-map copies (../README.md, "W12 through tensor-map copies"): w12_bulk_kernel's
 // ring, consumers and split-K epilogue, with one producer thread issuing 2-D TMA copies per stage (a box of
 // [64 rows][kBulkStageK] ae bytes, for W12 one of [64][kBulkStageK / 2] nib bytes, one of [M tokens][kBulkStageK] x
 // values) instead of one bulk copy per row and plane. Boxes are described by tensor maps built on the host; the

@@ -54,7 +54,7 @@ int encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsi
   return 0;
 }
 
-// How the tensor-map kernels this thread launches next launch (README.md, "Programmatic dependent launch"): 0 plainly;
+// How the tensor-map kernels this thread launches next launch (../README.md, "Programmatic dependent launch"): 0 plainly;
 // 1 programmatically, their prologue and the weights of their first stages overlapping the kernels before them, each
 // CTA letting the next kernel start after its K loop (the persistent kernel's producer once it has issued its last
 // copy). Set per thread by specdec_set_programmatic_launch before each launch (specdec/kernels/launch.py decides).

@@ -14,8 +14,8 @@
 
 namespace {
 
-// Wide calls (README.md, "Wide calls: wgmma from registers"): 17 to kWideMaxTokens tokens, the tree and two-level
-// verifiers' passes. The 16-token kernels above multiply with mma.sync, every warp loading its own copy of x's B
+// Wide calls (../README.md, "Wide calls: wgmma from registers"): 17 to kWideMaxTokens tokens, the tree and two-level
+// verifiers' passes. The 1-16 token kernels (ring/) multiply with mma.sync, every warp loading its own copy of x's B
 // fragments from shared memory; at 32 tokens they ran at 0.25-0.66x cuBLAS bf16 (benchmarks/NOTES.md). Here a CTA owns
 // kWideRows = 128 weight rows: two consumer warpgroups of 64 rows, each issuing wgmma.mma_async m64n32k16 with A, the
 // decoded weights, from registers and B, x, read by the tensor cores straight from the ring (a [32 * NB tokens][64 k]

@@ -88,7 +88,7 @@ __device__ __forceinline__ void finish_wide_stream_k_owed(const Params& p, float
   }
 }
 
-// tma_wide_kernel's ring, consumers and escape warps in persistent CTAs (README.md, "Persistent wide CTAs"): the
+// tma_wide_kernel's ring, consumers and escape warps in persistent CTAs (../README.md, "Persistent wide CTAs"): the
 // work of a call is units = 128-row blocks x stages, cut into gridDim.x contiguous runs of equal length, one a CTA
 // (stream_k_unit_lo), so the waves of a multi-wave call do not round up. The producer issues the run's units in order
 // into one ring (produce_wide_run); every other warp takes the run a segment (the units of one row block) at a time:
