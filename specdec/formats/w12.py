@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.kernels.cuda.ops import register_cpu_reference
+from specdec.kernels.w12_dequant import w12_dequant
 from specdec.kernels.w12_gemm import (
     MAX_BASE,
     REBIAS_EXPONENT,
@@ -81,6 +82,7 @@ __all__ = [
     "linear_arguments",
     "cuda_small_m_available",
     "CUDA_SMALL_M_ENV",
+    "DEQUANT_CHUNK_BYTES",
     "w12_linear_reference",
     "q_linear_reference",
     "decode_tiles",
@@ -266,7 +268,7 @@ class W12Tensor(torch.Tensor):
         self.esc_pos = esc_pos
         self.esc_bits = esc_bits
         if linear_backend not in _BACKENDS:
-            raise ValueError(f"linear_backend: expected 'auto', 'cuda', 'triton' or 'torch', got {linear_backend!r}")
+            raise ValueError(f"linear_backend: expected 'auto', 'cuda', 'triton', 'torch' or 'dequant', got {linear_backend!r}")
         self.linear_backend = linear_backend
         if linear_view not in ("exact", "q"):
             raise ValueError(f"linear_view: expected 'exact' or 'q', got {linear_view!r}")
@@ -460,8 +462,11 @@ def _written_arguments(func, args: tuple, kwargs: dict) -> list:
     return written
 
 
-_BACKENDS = ("auto", "cuda", "triton", "torch")
+_BACKENDS = ("auto", "cuda", "triton", "torch", "dequant")
 CUDA_SMALL_M_ENV = "SPECDEC_W12_CUDA"
+# The bf16 bytes the "dequant" path decodes at a time: a weight larger than this is decoded and multiplied in chunks
+# of rows, so a call never holds more than this much of its bf16 copy (the 8B lm_head's is 1.2 GB).
+DEQUANT_CHUNK_BYTES = 64 << 20
 # Exact W12 over up to this many tensor-map kernel calls of at most 16 rows each. In one H200 run twice the 16-row call's
 # time was below the Triton kernel's at 32 rows on every Qwen3-8B / 32B linear, and the 32-row verify step of the 8B
 # shape took 10.58 ms against 14.42 with Triton linears (benchmarks/NOTES.md); the Q view's Triton kernel was faster
@@ -503,7 +508,7 @@ def linear_path(
     plain: bool = True,
     view: str = "exact",
 ) -> str:
-    """Which implementation :func:`w12_linear` / :func:`q_linear` run: ``"torch"``, ``"triton"`` or ``"cuda"``.
+    """Which implementation :func:`w12_linear` / :func:`q_linear` run: ``"torch"``, ``"triton"``, ``"cuda"`` or ``"dequant"``.
 
     ``"auto"``: the pure-PyTorch reference off CUDA; on CUDA the CUDA small-M kernel
     (:func:`specdec.kernels.cuda.w12_gemm_small_m` / ``q_gemm_small_m``) when ``x`` has at most
@@ -515,13 +520,16 @@ def linear_path(
     no bias, ``K % 8 == 0``, the call is ``plain`` (no ``rebias`` / ``config``), the library loads
     (:func:`cuda_small_m_available`) and ``$SPECDEC_W12_CUDA`` is not ``0``; else Triton. ``"cuda"`` asks for the
     CUDA kernel and raises ``ValueError`` where it cannot run. ``SPECDEC_W12_CUDA=0`` (or ``linear_backend="triton"``
-    on the weight) forces the Triton path, e.g. to compare the two.
+    on the weight) forces the Triton path, e.g. to compare the two. ``"dequant"`` (asked for, never chosen by
+    ``"auto"``) decodes the weight to bf16 with :func:`specdec.kernels.w12_dequant.w12_dequant` and multiplies it with
+    ``F.linear`` (cuBLAS on CUDA), in chunks of :data:`DEQUANT_CHUNK_BYTES`: the path for compute-bound row counts
+    (prefills), where the fused kernels decode the same weights again for every tile of rows.
 
     Args:
         x: bf16 ``[..., K]``; its leading dimensions multiply to the row count M.
         w: :class:`W12Tensor` ``[N, K]``.
         bias: optional bf16 ``[N]``.
-        backend: ``"auto"``, ``"cuda"``, ``"triton"`` or ``"torch"``.
+        backend: ``"auto"``, ``"cuda"``, ``"triton"``, ``"torch"`` or ``"dequant"``.
         plain: ``False`` when the caller asks for Triton-only options.
         view: ``"exact"`` (:func:`w12_linear`) or ``"q"`` (:func:`q_linear`): whose kernel's row limit applies.
 
@@ -532,11 +540,14 @@ def linear_path(
         'torch'
     """
     if backend not in _BACKENDS:
-        raise ValueError(f"backend: expected 'auto', 'cuda', 'triton' or 'torch', got {backend!r}")
+        raise ValueError(f"backend: expected 'auto', 'cuda', 'triton', 'torch' or 'dequant', got {backend!r}")
     if view not in ("exact", "q"):
         raise ValueError(f"view: expected 'exact' or 'q', got {view!r}")
     if backend in ("triton", "torch"):
         return resolve_backend(backend, x.device)
+    if backend == "dequant":
+        resolve_backend("triton", x.device)  # its decode is a Triton kernel
+        return "dequant"
     k = w.shape[1]
     rows = x.numel() // k if k else 0
     max_rows = _cuda_row_limit(view, k, rows)
@@ -608,6 +619,31 @@ def _cuda_small_m(x: torch.Tensor, w: W12Tensor, view: str) -> torch.Tensor:
             outs.append(torch.ops.specdec.w12_gemm_small_m(part, w.ae, w.nib, w.base, w.esc_ptr, w.esc_pos, w.esc_bits))
     y = outs[0] if len(outs) == 1 else torch.cat(outs)
     return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+def _dequant_linear(x: torch.Tensor, w: W12Tensor, bias: torch.Tensor | None, view: str) -> torch.Tensor:
+    """``x @ W^T (+ bias)`` with W decoded to bf16 by :func:`w12_dequant` (``view`` "exact" or "q") and multiplied by
+    ``F.linear``, in chunks of at most :data:`DEQUANT_CHUNK_BYTES` of bf16 rows: chunk by chunk the result is
+    ``F.linear`` of ``x`` with those rows of ``w.to_bf16()`` (``q_view()``)."""
+    n, k = w.shape
+    exact = view == "exact"
+    planes = (w.ae, w.nib, w.base, w.esc_ptr, w.esc_pos, w.esc_bits) if exact else (w.ae, None, w.base, None, None, None)
+    chunk = max(1, DEQUANT_CHUNK_BYTES // (2 * max(k, 1)))
+    coordinates = None
+    if exact:
+        # computed once a weight: escape_coordinates reads its offsets on the host
+        coordinates = w._kernel_cache.get("escape_coordinates")
+        if coordinates is None:
+            coordinates = w._kernel_cache["escape_coordinates"] = w.escape_coordinates()
+    if chunk >= n:
+        return F.linear(x, w12_dequant(*planes, k=k, mode=view, coordinates=coordinates), bias)
+    x2 = x.reshape(-1, k)
+    y = torch.empty(x2.shape[0], n, dtype=x.dtype, device=x.device)
+    for r0 in range(0, n, chunk):
+        r1 = min(n, r0 + chunk)
+        weight = w12_dequant(*planes, k=k, rows=(r0, r1), mode=view, coordinates=coordinates)
+        y[:, r0:r1] = F.linear(x2, weight, None if bias is None else bias[r0:r1])
+    return y.reshape(*x.shape[:-1], n)
 
 
 def _check_linear_inputs(x: object, w: object, bias: object) -> None:
@@ -687,7 +723,9 @@ def w12_linear(
             with the tensor-map kernel where ``K % 32 == 0``; up to two such calls), and past one call's rows the wide
             op :func:`~specdec.kernels.cuda.ops.w12_gemm_wide` (up to 128 rows, ``K % 64 == 0``) where
             ``$SPECDEC_WIDE_GEMM`` allows it; ``"auto"``: see :func:`linear_path` (the CUDA kernels for those row
-            counts on CUDA, else Triton; torch off CUDA).
+            counts on CUDA, else Triton; torch off CUDA); ``"dequant"``: the weight decoded to bf16 by a Triton kernel
+            (:func:`specdec.kernels.w12_dequant.w12_dequant`, in chunks of :data:`DEQUANT_CHUNK_BYTES`), then
+            ``F.linear``, for compute-bound row counts (prefills); never chosen by ``"auto"``.
         rebias: Triton only. Build weights with exponent ``112 + E`` (the row base leaves the
             inner loop) and scale the fp32 accumulator by ``2^(base-112)``. Equal to the exact
             kernel while every product and partial sum stays a normal fp32 number in both scalings
@@ -711,6 +749,8 @@ def w12_linear(
         return w12_linear_reference(x, w, bias)
     if path == "cuda":
         return _cuda_small_m(x, w, "exact")
+    if path == "dequant":
+        return _dequant_linear(x, w, bias, "exact")
     return w12_matmul(
         x,
         w.ae,
@@ -754,6 +794,8 @@ def q_linear(
         return q_linear_reference(x, w, bias)
     if path == "cuda":
         return _cuda_small_m(x, w, "q")
+    if path == "dequant":
+        return _dequant_linear(x, w, bias, "q")
     return q_matmul(x, w.ae, w.base, k=w.shape[1], bias=bias, config=config)
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "w12_matmul",
     "q_matmul",
     "decode_w12_tiles",
+    "decode_plane_words",
     "bf16_linear_triton",
     "default_config",
     "escape_tile_index",
@@ -163,6 +164,46 @@ def _nonzero_halves(p):
 
 
 @triton.jit
+def decode_plane_words(aw, bw, konst, MODE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The bf16 bits (uint16 ``[BLOCK_N, BLOCK_K]``, logical k order) of a weight tile from its planes' words.
+
+    ``aw``: the AE words, uint32 ``[BLOCK_N, BLOCK_K // 4]`` (bytes k0, k2, k1, k3 of each 4 weights); ``bw``: the
+    nibble words, uint32 ``[BLOCK_N, BLOCK_K // 8]`` (not read in MODE 2, the Q view: the midpoint nibble instead);
+    ``konst``: ``[BLOCK_N, 1]``, the row base in both halves' exponent field (MODE 0 exact, with the midpoint nibble in
+    MODE 2) or the exponent field 112 (MODE 1, rebias). A half whose 15 low bits decode to zero (the zero code) gets
+    no base: it stays ``sign << 15``. Escapes are not patched here. Used by the GEMM kernel and by
+    :func:`specdec.kernels.w12_dequant.w12_dequant`.
+    """
+    # bytes 0 and 2 -> bf16x2 word of (k0, k1); bytes 1 and 3 -> (k2, k3): sign to bit 15,
+    # E and m_hi to bits 7..10 and 4..6 of each half; bits 11..14 and 0..3 stay zero.
+    p02 = ((aw << 8) & 0x80008000) | ((aw << 4) & 0x07F007F0)
+    p13 = (aw & 0x80008000) | ((aw >> 4) & 0x07F007F0)
+    if MODE == 2:
+        p02 = p02 + (konst & _nonzero_halves(p02))
+        p13 = p13 + (konst & _nonzero_halves(p13))
+    else:
+        n01 = bw & 0x000F000F
+        n23 = (bw >> 4) & 0x000F000F
+        n45 = (bw >> 8) & 0x000F000F
+        n67 = (bw >> 12) & 0x000F000F
+        n02 = tl.reshape(tl.join(n01, n45), [BLOCK_N, BLOCK_K // 4])
+        n13 = tl.reshape(tl.join(n23, n67), [BLOCK_N, BLOCK_K // 4])
+        p02 = p02 | n02
+        p13 = p13 | n13
+        if MODE == 1:
+            p02 = p02 | (konst & _nonzero_halves(p02))
+            p13 = p13 | (konst & _nonzero_halves(p13))
+        else:
+            # E + base <= 254 cannot carry into the sign bit or the other half.
+            p02 = p02 + (konst & _nonzero_halves(p02))
+            p13 = p13 + (konst & _nonzero_halves(p13))
+    p = tl.reshape(tl.join(p02, p13), [BLOCK_N, BLOCK_K // 2])
+    lo = (p & 0xFFFF).to(tl.uint16)
+    hi = (p >> 16).to(tl.uint16)
+    return tl.reshape(tl.join(lo, hi), [BLOCK_N, BLOCK_K])
+
+
+@triton.jit
 def _w12_gemm_kernel(
     x_ptr,
     w_ptr,
@@ -252,38 +293,15 @@ def _w12_gemm_kernel(
                 aw = tl.load(w_ptrs, mask=((k0 // 4 + offs_w) < KW)[None, :], other=0)
             # [BLOCK_N, BLOCK_K // 4], bytes k0, k2, k1, k3
             aw = aw.to(tl.uint32, bitcast=True)
-            # bytes 0 and 2 -> bf16x2 word of (k0, k1); bytes 1 and 3 -> (k2, k3): sign to bit 15,
-            # E and m_hi to bits 7..10 and 4..6 of each half; bits 11..14 and 0..3 stay zero.
-            p02 = ((aw << 8) & 0x80008000) | ((aw << 4) & 0x07F007F0)
-            p13 = (aw & 0x80008000) | ((aw >> 4) & 0x07F007F0)
             if MODE == 2:
-                p02 = p02 + (konst & _nonzero_halves(p02))
-                p13 = p13 + (konst & _nonzero_halves(p13))
+                bw = aw  # the Q view reads no nibbles: decode_plane_words does not look at bw
             else:
                 if EVEN_K:
                     bw = tl.load(b_ptrs)
                 else:
                     bw = tl.load(b_ptrs, mask=((k0 // 8 + offs_b) < KW // 2)[None, :], other=0)
                 bw = bw.to(tl.uint32, bitcast=True)  # [BLOCK_N, BLOCK_K // 8]
-                n01 = bw & 0x000F000F
-                n23 = (bw >> 4) & 0x000F000F
-                n45 = (bw >> 8) & 0x000F000F
-                n67 = (bw >> 12) & 0x000F000F
-                n02 = tl.reshape(tl.join(n01, n45), [BLOCK_N, BLOCK_K // 4])
-                n13 = tl.reshape(tl.join(n23, n67), [BLOCK_N, BLOCK_K // 4])
-                p02 = p02 | n02
-                p13 = p13 | n13
-                if MODE == 1:
-                    p02 = p02 | (konst & _nonzero_halves(p02))
-                    p13 = p13 | (konst & _nonzero_halves(p13))
-                else:
-                    # E + base <= 254 cannot carry into the sign bit or the other half.
-                    p02 = p02 + (konst & _nonzero_halves(p02))
-                    p13 = p13 + (konst & _nonzero_halves(p13))
-            p = tl.reshape(tl.join(p02, p13), [BLOCK_N, BLOCK_K // 2])
-            lo = (p & 0xFFFF).to(tl.uint16)
-            hi = (p >> 16).to(tl.uint16)
-            w16 = tl.reshape(tl.join(lo, hi), [BLOCK_N, BLOCK_K])
+            w16 = decode_plane_words(aw, bw, konst, MODE, BLOCK_N, BLOCK_K)
             if HAS_ESC:
                 tile = pid_n * n_kblocks + kb
                 e_start = tl.load(tile_ptr + tile)

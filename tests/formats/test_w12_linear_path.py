@@ -126,7 +126,7 @@ def test_explicit_cuda_backend_says_why_it_cannot_run(monkeypatch):
     monkeypatch.setattr(w12_module, "cuda_small_m_available", lambda: False)
     with pytest.raises(ValueError, match=r"the CUDA kernel library does not load"):
         linear_path(_cuda_rows(1), w, backend="cuda")
-    with pytest.raises(ValueError, match=r"backend: expected 'auto', 'cuda', 'triton' or 'torch', got 'cublas'"):
+    with pytest.raises(ValueError, match=r"backend: expected 'auto', 'cuda', 'triton', 'torch' or 'dequant', got 'cublas'"):
         linear_path(_cuda_rows(1), w, backend="cublas")
 
 
@@ -134,7 +134,7 @@ def test_weight_accepts_the_cuda_backend_and_names_the_choices():
     w = _weight()
     planes = (w.ae, w.nib, w.base, w.esc_ptr, w.esc_pos, w.esc_bits)
     assert W12Tensor(*planes, tuple(w.shape), "cuda").linear_backend == "cuda"
-    with pytest.raises(ValueError, match=r"linear_backend: expected 'auto', 'cuda', 'triton' or 'torch', got 'x'"):
+    with pytest.raises(ValueError, match=r"linear_backend: expected 'auto', 'cuda', 'triton', 'torch' or 'dequant', got 'x'"):
         W12Tensor(*planes, tuple(w.shape), "x")
 
 
