@@ -5,8 +5,8 @@ reading its weights, so 12 bits a weight are what it gains. Past that (a prefill
 by its FLOPs, and decoding the weights once per call into a bf16 matrix that cuBLAS then multiplies costs one read of
 1.5 bytes and one write of 2 bytes a weight, against the fused Triton kernel's decode in every M tile.
 :func:`w12_dequant` is that decode: a Triton kernel over ``[BLOCK_N, BLOCK_K]`` tiles with the GEMM kernel's own
-decode (:func:`specdec.kernels.w12_gemm.decode_plane_words`), then the escapes of its rows patched with their exact
-bits. Its output is ``W12Tensor.to_bf16()`` (or ``q_view()``) bit for bit, for any row range.
+decode (:func:`specdec.kernels.w12_gemm.decode_ae_words` and ``decode_plane_words``), then the escapes of its rows
+patched with their exact bits. Its output is ``W12Tensor.to_bf16()`` (or ``q_view()``) bit for bit, for any row range.
 
 ``specdec.formats.w12_linear(..., backend="dequant")`` decodes a weight in chunks of rows
 (``specdec.formats.w12.DEQUANT_CHUNK_BYTES`` of bf16 at a time) and multiplies each with ``F.linear``.
@@ -32,6 +32,7 @@ from specdec.kernels.w12_gemm import (
     NO_NIB,
     _check_escapes,
     _check_planes,
+    decode_ae_words,
     decode_plane_words,
     escape_coordinates,
     resolve_backend,
@@ -75,6 +76,7 @@ def _w12_dequant_kernel(
     else:
         aw = tl.load(w_ptr + src[:, None] * KW + offs_w[None, :], mask=(offs_w < KW)[None, :], other=0)
     aw = aw.to(tl.uint32, bitcast=True)
+    p02, p13 = decode_ae_words(aw)
     if MODE == 2:
         bw = aw  # the Q view reads no nibbles
     else:
@@ -83,7 +85,7 @@ def _w12_dequant_kernel(
         else:
             bw = tl.load(nib_ptr + src[:, None] * (KW // 2) + offs_b[None, :], mask=(offs_b < KW // 2)[None, :], other=0)
         bw = bw.to(tl.uint32, bitcast=True)
-    w16 = decode_plane_words(aw, bw, konst, MODE, BLOCK_N, BLOCK_K)
+    w16 = decode_plane_words(p02, p13, bw, konst, MODE, BLOCK_N, BLOCK_K)
     kk = k0 + tl.arange(0, BLOCK_K)
     dst = out_ptr + offs_r.to(tl.int64)[:, None] * K + kk[None, :]
     tl.store(dst, w16.to(tl.int16, bitcast=True), mask=r_mask[:, None] & (kk < K)[None, :])

@@ -49,6 +49,7 @@ __all__ = [
     "w12_matmul",
     "q_matmul",
     "decode_w12_tiles",
+    "decode_ae_words",
     "decode_plane_words",
     "bf16_linear_triton",
     "default_config",
@@ -164,20 +165,25 @@ def _nonzero_halves(p):
 
 
 @triton.jit
-def decode_plane_words(aw, bw, konst, MODE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The bf16 bits (uint16 ``[BLOCK_N, BLOCK_K]``, logical k order) of a weight tile from its planes' words.
-
-    ``aw``: the AE words, uint32 ``[BLOCK_N, BLOCK_K // 4]`` (bytes k0, k2, k1, k3 of each 4 weights); ``bw``: the
-    nibble words, uint32 ``[BLOCK_N, BLOCK_K // 8]`` (not read in MODE 2, the Q view: the midpoint nibble instead);
-    ``konst``: ``[BLOCK_N, 1]``, the row base in both halves' exponent field (MODE 0 exact, with the midpoint nibble in
-    MODE 2) or the exponent field 112 (MODE 1, rebias). A half whose 15 low bits decode to zero (the zero code) gets
-    no base: it stays ``sign << 15``. Escapes are not patched here. Used by the GEMM kernel and by
-    :func:`specdec.kernels.w12_dequant.w12_dequant`.
+def decode_ae_words(aw):
+    """The two bf16x2 words (uint32 each) of every AE word ``aw`` (uint32, bytes k0, k2, k1, k3): ``(k0, k1)`` and
+    ``(k2, k3)`` with the sign in bit 15 and E, m_hi in bits 7..10 and 4..6 of each half, bits 11..14 and 0..3 zero.
+    :func:`decode_plane_words` finishes them. Used by the GEMM kernel and :func:`specdec.kernels.w12_dequant.w12_dequant`.
     """
-    # bytes 0 and 2 -> bf16x2 word of (k0, k1); bytes 1 and 3 -> (k2, k3): sign to bit 15,
-    # E and m_hi to bits 7..10 and 4..6 of each half; bits 11..14 and 0..3 stay zero.
     p02 = ((aw << 8) & 0x80008000) | ((aw << 4) & 0x07F007F0)
     p13 = (aw & 0x80008000) | ((aw >> 4) & 0x07F007F0)
+    return p02, p13
+
+
+@triton.jit
+def decode_plane_words(p02, p13, bw, konst, MODE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The bf16 bits (uint16 ``[BLOCK_N, BLOCK_K]``, logical k order) of a weight tile from :func:`decode_ae_words`'
+    words of its AE words (``[BLOCK_N, BLOCK_K // 4]`` each) and its nibble words ``bw`` (uint32 ``[BLOCK_N, BLOCK_K //
+    8]``; not read in MODE 2, the Q view, which takes the midpoint nibble instead). ``konst``: ``[BLOCK_N, 1]``, the row
+    base in both halves' exponent field (MODE 0 exact, with the midpoint nibble in MODE 2) or the exponent field 112
+    (MODE 1, rebias). A half whose 15 low bits are zero (the zero code) gets no base: it stays ``sign << 15``. Escapes
+    are not patched here.
+    """
     if MODE == 2:
         p02 = p02 + (konst & _nonzero_halves(p02))
         p13 = p13 + (konst & _nonzero_halves(p13))
@@ -293,6 +299,7 @@ def _w12_gemm_kernel(
                 aw = tl.load(w_ptrs, mask=((k0 // 4 + offs_w) < KW)[None, :], other=0)
             # [BLOCK_N, BLOCK_K // 4], bytes k0, k2, k1, k3
             aw = aw.to(tl.uint32, bitcast=True)
+            p02, p13 = decode_ae_words(aw)
             if MODE == 2:
                 bw = aw  # the Q view reads no nibbles: decode_plane_words does not look at bw
             else:
@@ -301,7 +308,7 @@ def _w12_gemm_kernel(
                 else:
                     bw = tl.load(b_ptrs, mask=((k0 // 8 + offs_b) < KW // 2)[None, :], other=0)
                 bw = bw.to(tl.uint32, bitcast=True)  # [BLOCK_N, BLOCK_K // 8]
-            w16 = decode_plane_words(aw, bw, konst, MODE, BLOCK_N, BLOCK_K)
+            w16 = decode_plane_words(p02, p13, bw, konst, MODE, BLOCK_N, BLOCK_K)
             if HAS_ESC:
                 tile = pid_n * n_kblocks + kb
                 e_start = tl.load(tile_ptr + tile)
