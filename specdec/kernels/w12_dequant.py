@@ -88,7 +88,10 @@ def _w12_dequant_kernel(
     w16 = decode_plane_words(p02, p13, bw, konst, MODE, BLOCK_N, BLOCK_K)
     kk = k0 + tl.arange(0, BLOCK_K)
     dst = out_ptr + offs_r.to(tl.int64)[:, None] * K + kk[None, :]
-    tl.store(dst, w16.to(tl.int16, bitcast=True), mask=r_mask[:, None] & (kk < K)[None, :])
+    if EVEN_K:
+        tl.store(dst, w16.to(tl.int16, bitcast=True), mask=r_mask[:, None])
+    else:
+        tl.store(dst, w16.to(tl.int16, bitcast=True), mask=r_mask[:, None] & (kk < K)[None, :])
 
 
 def w12_dequant(
