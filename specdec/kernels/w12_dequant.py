@@ -119,8 +119,8 @@ def w12_dequant(
             caller that decodes one weight in several row ranges (computed here when ``None``).
 
     Returns:
-        bf16 ``[r1 - r0, k]``, contiguous, on the planes' device. With ``coordinates`` given the call does not wait
-        for the device (no host read), so it can be captured in a CUDA graph.
+        bf16 ``[r1 - r0, k]``, contiguous, on the planes' device. With ``coordinates`` given the call reads nothing
+        back to the host (it does not wait for the device).
 
     Raises ``ValueError`` / ``TypeError`` naming the argument for a mode, row range or plane that does not fit.
     """
@@ -130,13 +130,21 @@ def w12_dequant(
     n, k_padded = _check_planes(ae, nib if exact else NO_NIB, base, k)
     if exact:
         _check_escapes(esc_ptr, esc_pos, esc_bits, n, k, ae.device)
-    r0, r1 = (0, n) if rows is None else rows
     if rows is not None and (
         not isinstance(rows, tuple) or len(rows) != 2 or not all(isinstance(r, int) and not isinstance(r, bool) for r in rows)
     ):
         raise TypeError(f"rows: expected a tuple (r0, r1) of two ints, got {rows!r}")
+    r0, r1 = (0, n) if rows is None else rows
     if not 0 <= r0 < r1 <= n:
         raise ValueError(f"rows: expected 0 <= r0 < r1 <= N = {n}, got {rows!r}")
+    patch = exact and esc_pos.numel() > 0
+    if patch:
+        esc_rows, esc_cols = coordinates if coordinates is not None else escape_coordinates(esc_ptr, esc_pos, n=n, k=k)
+        if esc_rows.shape != esc_pos.shape or esc_cols.shape != esc_pos.shape:
+            raise ValueError(
+                f"coordinates: expected two tensors of shape {tuple(esc_pos.shape)} (one entry an escape), "
+                f"got {tuple(esc_rows.shape)} and {tuple(esc_cols.shape)}"
+            )
     resolve_backend("triton", ae.device)
     # one row more than asked: the escapes outside [r0, r1) are written there, so that the patch below needs no
     # boolean mask (whose index would wait for the device)
@@ -158,13 +166,7 @@ def w12_dequant(
         BLOCK_N=block_n,
         BLOCK_K=block_k,
     )
-    if exact and esc_pos.numel():
-        esc_rows, esc_cols = coordinates if coordinates is not None else escape_coordinates(esc_ptr, esc_pos, n=n, k=k)
-        if esc_rows.shape != esc_pos.shape or esc_cols.shape != esc_pos.shape:
-            raise ValueError(
-                f"coordinates: expected two tensors of shape {tuple(esc_pos.shape)} (one entry an escape), "
-                f"got {tuple(esc_rows.shape)} and {tuple(esc_cols.shape)}"
-            )
+    if patch:
         local = esc_rows - r0
         local = torch.where((local >= 0) & (local < r1 - r0), local, r1 - r0)
         out[local, esc_cols] = esc_bits

@@ -62,6 +62,7 @@ def test_rows_past_the_range_are_not_written():
         ({"rows": (0, 41)}, ValueError, r"rows: expected 0 <= r0 < r1 <= N = 40, got \(0, 41\)"),
         ({"rows": (-1, 3)}, ValueError, r"rows: expected 0 <= r0 < r1 <= N = 40, got \(-1, 3\)"),
         ({"rows": [0, 3]}, TypeError, r"rows: expected a tuple \(r0, r1\) of two ints, got \[0, 3\]"),
+        ({"rows": (0, 3, 5)}, TypeError, r"rows: expected a tuple \(r0, r1\) of two ints, got \(0, 3, 5\)"),
         ({"rows": (0.0, 3)}, TypeError, r"rows: expected a tuple \(r0, r1\) of two ints"),
         ({"k": 100}, ValueError, r"k: expected an int with k_padded = ceil\(k / 8\) \* 8 = 96 \(ae.s width\), got 100"),
         (
@@ -70,7 +71,7 @@ def test_rows_past_the_range_are_not_written():
             r"coordinates: expected two tensors of shape \(\d+,\)",
         ),
     ],
-    ids=["mode", "empty-rows", "rows-past-n", "negative-row", "rows-list", "rows-float", "k", "coordinates"],
+    ids=["mode", "empty-rows", "rows-past-n", "negative-row", "rows-list", "rows-three", "rows-float", "k", "coordinates"],
 )
 def test_bad_arguments_are_named(kwargs, exc, match):
     w12 = W12Tensor.from_bf16(make_weight(40, 96))
