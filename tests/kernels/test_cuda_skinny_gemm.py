@@ -209,6 +209,12 @@ def test_the_source_is_one_translation_unit_that_lists_its_headers_in_the_order_
         for included in build._QUOTED_INCLUDE.findall(text):
             assert (header.parent / included).resolve() in tu_order[:index], (name, included)
         assert text.count("namespace {") == text.count("}  // namespace") == 1, name  # one anonymous namespace, closed
+    # the README's map names every header under its folder with the header's own first line
+    readme = (folder / "README.md").read_text()
+    files = readme[readme.index("## Files") : readme.index("## The byte floor")]
+    for header in tu_order:
+        first = header.read_text().split("\n", 1)[0][3:]
+        assert f"| `{header.parent.name}/` |" in files and f"| | `{header.name}` | {first} |" in files, header.name
 
 
 def test_source_files_names_the_file_whose_include_is_missing(tmp_path):
